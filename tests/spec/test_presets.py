@@ -1,0 +1,240 @@
+"""The bundled model presets: they load, their parameter counts match the sourced configs, and every
+number in them names its source."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tfcalc.calc.params import count_params
+from tfcalc.spec.presets import load_model, load_preset_document, preset_names
+
+MODEL_PRESETS = {
+    "llama3-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b",
+    "mistral-7b", "mixtral-8x7b", "mixtral-8x22b",
+    "qwen2.5-7b", "qwen2.5-72b", "qwen3-30b-a3b", "qwen3-235b-a22b",
+    "gemma2-9b", "gemma2-27b", "phi3-mini",
+    "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3",
+}
+
+# Exact counts from /work/shared/research/derived.yaml: recomputed by research/derive.py from the sourced
+# configs in facts.yaml (every weight incl. norms and biases, a tied embedding counted once). They are not
+# published figures. derived.yaml names: llama-3-8b, llama-3.1-70b, llama-3.1-405b, llama-3.2-1b,
+# llama-3.2-3b, mistral-7b-v0.1, gemma-2-9b, gemma-2-27b, phi-3-mini-4k; the rest match the preset names.
+DERIVED_TOTAL = {
+    "llama3-8b": 8_030_261_248,
+    "llama3-70b": 70_553_706_496,
+    "llama3.1-405b": 405_853_388_800,
+    "llama3.2-1b": 1_235_814_400,
+    "llama3.2-3b": 3_212_749_824,
+    "mistral-7b": 7_241_732_096,
+    "mixtral-8x7b": 46_702_792_704,
+    "mixtral-8x22b": 140_620_634_112,
+    "qwen2.5-7b": 7_615_616_512,
+    "qwen2.5-72b": 72_706_203_648,
+    "qwen3-30b-a3b": 30_532_122_624,
+    "qwen3-235b-a22b": 235_093_634_560,
+    "gemma2-9b": 9_241_705_984,
+    "gemma2-27b": 27_227_128_320,
+    "deepseek-v3": 671_026_419_200,
+    "phi3-mini": 3_821_079_552,
+    "gpt-oss-120b": 116_829_156_672,
+    "gpt-oss-20b": 20_914_757_184,
+}
+
+# derived.yaml active counts: active_params_incl_embed_and_head (Mixtral, Qwen3, DeepSeek cards count
+# the embedding) except gpt-oss, whose card excludes the input embedding (active_params_excl_input_embedding).
+DERIVED_ACTIVE = {
+    "mixtral-8x7b": 12_879_925_248,
+    "mixtral-8x22b": 39_152_031_744,
+    "qwen3-30b-a3b": 3_353_032_704,
+    "qwen3-235b-a22b": 22_190_763_520,
+    "deepseek-v3": 37_552_297_472,
+    "gpt-oss-120b": 5_132_849_472,  # excl. input embedding
+    "gpt-oss-20b": 3_608_307_264,  # excl. input embedding
+}
+
+# Raw preset keys whose values are names, not numbers; they need no source entry for test 4.
+STRING_FIELDS = {"activation", "ffn_kind", "norm_kind", "native_dtype", "active_params_convention",
+                 "rope_scaling.rope_type", "sliding_window_layers", "moe.dense_layers"}
+DOC_FIELDS = {"display_name", "sources"}
+
+
+def test_preset_names_are_exactly_the_bundled_models() -> None:
+    assert set(preset_names("model")) == MODEL_PRESETS
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_PRESETS))
+def test_preset_loads(name: str) -> None:
+    spec = load_model(name)
+    assert spec.name == name
+    assert isinstance(load_preset_document("model", name)["display_name"], str)
+
+
+@pytest.mark.parametrize("name", sorted(DERIVED_TOTAL))
+def test_total_params_match_derived(name: str) -> None:
+    assert count_params(load_model(name)).total_params == DERIVED_TOTAL[name]
+
+
+@pytest.mark.parametrize("name", sorted(DERIVED_ACTIVE))
+def test_active_params_match_derived(name: str) -> None:
+    assert count_params(load_model(name)).active_params == DERIVED_ACTIVE[name]
+
+
+def test_dense_models_have_active_equal_total() -> None:
+    for name in sorted(MODEL_PRESETS - set(DERIVED_ACTIVE)):
+        counts = count_params(load_model(name))
+        assert counts.active_params == counts.total_params, name
+
+
+def _billions(n: int, digits: int) -> float:
+    return round(n / 1e9, digits)
+
+
+def test_published_headline_figures() -> None:
+    mixtral = count_params(load_model("mixtral-8x7b"))
+    # mistral.ai/news/mixtral-of-experts: "46.7B total parameters but only uses 12.9B parameters per token"
+    assert _billions(mixtral.total_params, 1) == 46.7
+    assert _billions(mixtral.active_params, 1) == 12.9
+
+    deepseek = count_params(load_model("deepseek-v3"))
+    # deepseek-ai/DeepSeek-V3 README: "671B total parameters with 37B activated for each token"
+    # (README_WEIGHTS.md says 36.7B activated, under a counting convention not spelled out, hence the range)
+    assert _billions(deepseek.total_params, 0) == 671
+    assert 36.5e9 <= deepseek.active_params <= 38e9
+
+    qwen3 = count_params(load_model("qwen3-235b-a22b"))
+    # QwenLM/Qwen3 Qwen3_Technical_Report.pdf: "a total of 235B parameters with 22B activated ones"
+    assert _billions(qwen3.total_params, 0) == 235
+    assert _billions(qwen3.active_params, 0) == 22
+
+    gpt_oss = count_params(load_model("gpt-oss-120b"))
+    # gpt-oss model card arXiv:2508.10925: 116.8B total, 5.1B active (input embedding excluded)
+    assert _billions(gpt_oss.total_params, 1) == 116.8
+    assert _billions(gpt_oss.active_params, 1) == 5.1
+
+    # Hugging Face Hub safetensors parameter count shown for meta-llama/Meta-Llama-3-8B: 8.03B
+    # (research/facts.yaml published_total_params_note; the model card says 8B)
+    assert _billions(count_params(load_model("llama3-8b")).total_params, 2) == 8.03
+
+
+@pytest.mark.parametrize(("name", "non_embedding"), [
+    # Gemma 2 paper arXiv:2408.00118 Table 2, non-embedding parameters
+    ("gemma2-9b", 8_324_201_984),
+    ("gemma2-27b", 26_047_480_320),
+])
+def test_gemma2_non_embedding_params_match_paper(name: str, non_embedding: int) -> None:
+    counts = count_params(load_model(name))
+    embedding = counts.total["embedding"].total + counts.total["lm_head"].total
+    assert counts.total_params - embedding == non_embedding
+
+
+def _walk(mapping: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) for every leaf of a nested mapping."""
+    leaves: list[tuple[str, Any]] = []
+    for key, value in mapping.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            leaves.extend(_walk(value, f"{dotted}."))
+        else:
+            leaves.append((dotted, value))
+    return leaves
+
+
+def _sourced_keys(sources: dict[str, str]) -> set[str]:
+    return {key.strip() for keys in sources for key in keys.split(",")}
+
+
+def _is_sourced(field: str, sourced: set[str]) -> bool:
+    """Named itself, or a parent mapping is named (``rope_scaling`` covers ``rope_scaling.factor``)."""
+    parts = field.split(".")
+    return any(".".join(parts[:i]) in sourced for i in range(1, len(parts) + 1))
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_PRESETS))
+def test_every_number_and_flag_names_a_source(name: str) -> None:
+    document = load_preset_document("model", name)
+    sources = document.get("sources")
+    assert isinstance(sources, dict) and sources, f"{name}: no sources mapping"
+    assert all(isinstance(text, str) and text.strip() for text in sources.values()), f"{name}: empty source"
+    sourced = _sourced_keys(sources)
+    body = {k: v for k, v in document.items() if k not in DOC_FIELDS}
+    unsourced = [
+        field for field, value in _walk(body)
+        if field not in STRING_FIELDS and isinstance(value, (bool, int, float))
+        and not _is_sourced(field, sourced)
+    ]
+    assert not unsourced, f"{name}: values without a sources entry: {unsourced}"
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_PRESETS))
+def test_published_figures_name_a_source(name: str) -> None:
+    document = load_preset_document("model", name)
+    sourced = _sourced_keys(document["sources"])
+    published = [f"published.{key}" for key in document.get("published", {})]
+    assert published, f"{name}: no published figures"
+    assert [f for f in published if not _is_sourced(f, sourced)] == []
+
+
+@pytest.mark.parametrize("name", ["gemma2-9b", "gemma2-27b", "qwen3-30b-a3b", "gpt-oss-120b"])
+def test_head_dim_is_not_hidden_over_heads(name: str) -> None:
+    spec = load_model(name)
+    assert spec.head_dim * spec.num_attention_heads != spec.hidden_size
+
+
+@pytest.mark.parametrize("name", ["gemma2-9b", "gemma2-27b"])
+def test_gemma2_even_layers_slide(name: str) -> None:
+    spec = load_model(name)
+    assert spec.sliding_window == 4096
+    assert spec.sliding_window_layers == tuple(range(0, spec.num_layers, 2))
+
+
+def test_mistral_slides_on_every_layer() -> None:
+    spec = load_model("mistral-7b")
+    assert spec.sliding_window == 4096
+    assert spec.sliding_window_layers == tuple(range(32))
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("phi3-mini", "MHA"),
+    ("llama3-70b", "GQA"),
+    ("deepseek-v3", "MLA"),
+])
+def test_attention_kind(name: str, kind: str) -> None:
+    assert load_model(name).attention_kind == kind
+
+
+def test_model_facts() -> None:
+    qwen25 = load_model("qwen2.5-7b")
+    assert (qwen25.qkv_bias, qwen25.o_bias) == (True, False)
+    for name in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
+        spec = load_model(name)
+        assert spec.moe is not None
+        assert spec.qk_norm and spec.moe.normalize_top_k
+        assert spec.moe.num_shared_experts == 0 and spec.num_moe_layers == spec.num_layers
+    for name in ("gemma2-9b", "gemma2-27b"):
+        spec = load_model(name)
+        assert spec.tie_word_embeddings and spec.norms_per_layer == 4
+        assert (spec.ffn_kind, spec.activation, spec.max_context) == ("gated", "gelu_tanh", 8192)
+    for name in ("mixtral-8x7b", "mixtral-8x22b"):
+        spec = load_model(name)
+        assert spec.moe is not None and spec.sliding_window is None and not spec.moe.router_bias
+        assert (spec.moe.num_experts, spec.moe.experts_per_token, spec.moe.num_shared_experts) == (8, 2, 0)
+    for name in ("llama3.2-1b", "llama3.2-3b"):
+        spec = load_model(name)
+        assert spec.tie_word_embeddings and spec.rope_scaling is not None
+        assert (spec.rope_scaling.rope_type, spec.rope_scaling.factor) == ("llama3", 32.0)
+    llama3 = load_model("llama3-8b")
+    assert llama3.max_context == 8192 and llama3.rope_scaling is None
+    llama405 = load_model("llama3.1-405b")
+    assert llama405.max_context == 131072 and llama405.rope_scaling is not None
+    assert (llama405.rope_scaling.rope_type, llama405.rope_scaling.factor) == ("llama3", 8.0)
+    phi3 = load_model("phi3-mini")
+    assert (phi3.head_dim, phi3.sliding_window, phi3.max_context) == (96, 2047, 4096)
+    assert phi3.sliding_window_layers == tuple(range(phi3.num_layers))
+    small, large = load_model("gpt-oss-20b"), load_model("gpt-oss-120b")
+    assert small.moe is not None and large.moe is not None
+    assert (small.num_layers, small.moe.num_experts, small.moe.experts_per_token) == (24, 32, 4)
+    assert small.native_dtype == large.native_dtype
+    assert small.active_params_convention == large.active_params_convention == "excludes_input_embedding"

@@ -1,0 +1,5 @@
+"""``python -m tfcalc``."""
+
+from tfcalc.cli import main
+
+main()

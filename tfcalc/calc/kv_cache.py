@@ -1,0 +1,72 @@
+"""KV-cache sizes for MHA / GQA / MQA, DeepSeek MLA and sliding-window layers.
+
+MHA/GQA/MQA: each layer caches K and V, 2 x kv_heads x head_dim elements per token
+(Shazeer 2019 MQA, arXiv:1911.02150; Ainslie et al. 2023 GQA, arXiv:2305.13245).
+MLA: each layer caches the compressed latent plus the shared RoPE key, kv_lora_rank + qk_rope_head_dim
+elements per token (DeepSeek-V2, arXiv:2405.04434 sec. 2.1.2), as DeepSeek and vLLM serve it.
+A sliding-window layer holds at most ``sliding_window`` tokens (Mistral 7B, arXiv:2310.06825 sec. 2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from fractions import Fraction
+
+from tfcalc.dtypes import DType
+from tfcalc.spec.model import ModelSpec
+
+
+def kv_elements_per_token_per_layer(spec: ModelSpec) -> int:
+    """2 x kv_heads x head_dim, or kv_lora_rank + qk_rope_head_dim for MLA."""
+    if spec.mla is not None:
+        return spec.mla.latent_elements_per_token_per_layer
+    return 2 * spec.num_kv_heads * spec.head_dim
+
+
+def kv_bytes_per_token(spec: ModelSpec, kv_dtype: DType) -> int:
+    """Bytes one token adds to the cache if every layer holds it: layers x elements x bytes/element."""
+    return math.ceil(kv_dtype.bytes_for(spec.num_layers * kv_elements_per_token_per_layer(spec)))
+
+
+def tokens_held(spec: ModelSpec, layer: int, context: int) -> int:
+    """min(context, window) on sliding-window layers, else the whole context."""
+    if spec.sliding_window is not None and spec.is_sliding_layer(layer):
+        return min(context, spec.sliding_window)
+    return context
+
+
+def kv_cache_exact_bytes(spec: ModelSpec, kv_dtype: DType, context: int, batch: int = 1) -> Fraction:
+    """Unrounded cache bytes for ``batch`` sequences of ``context`` tokens, window caps applied per layer."""
+    held = sum(tokens_held(spec, layer, context) for layer in range(spec.num_layers))
+    return kv_dtype.bytes_for(batch * held * kv_elements_per_token_per_layer(spec))
+
+
+def kv_cache_bytes(spec: ModelSpec, kv_dtype: DType, context: int, batch: int = 1) -> int:
+    """batch x sum over layers of tokens_held(layer) x elements x bytes/element, rounded up once."""
+    return math.ceil(kv_cache_exact_bytes(spec, kv_dtype, context, batch))
+
+
+def attention_variants(spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
+    """The same model as MHA, as configured, and as MQA, for ``--compare-attention``.
+
+    For an MLA model the comparison is the materialised MHA cache (K of qk_head_dim and V of v_head_dim per
+    head, what non-absorbed MLA kernels store), the latent as configured, and a single-head MQA cache.
+    """
+    if spec.mla is not None:
+        m = spec.mla
+        heads = spec.num_attention_heads
+        mha_elements = heads * (m.qk_head_dim + m.v_head_dim)
+        # An MHA cache with head_dim = (qk + v) / 2 holds exactly heads x (qk + v) elements per layer.
+        mha = replace(spec, mla=None, num_kv_heads=heads, head_dim=mha_elements // (2 * heads))
+        mqa = replace(spec, mla=None, num_kv_heads=1, head_dim=(m.qk_head_dim + m.v_head_dim) // 2)
+        return [("MHA (materialised K/V)", mha), ("MLA (as configured)", spec), ("MQA", mqa)]
+    variants = [("MHA", replace(spec, num_kv_heads=spec.num_attention_heads))]
+    if spec.attention_kind == "GQA":
+        variants.append((f"GQA (as configured, {spec.num_kv_heads} KV heads)", spec))
+    variants.append(("MQA", replace(spec, num_kv_heads=1)))
+    if spec.attention_kind == "MHA":
+        variants[0] = ("MHA (as configured)", variants[0][1])
+    elif spec.attention_kind == "MQA":
+        variants[-1] = ("MQA (as configured)", spec)
+    return variants

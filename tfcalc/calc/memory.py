@@ -1,0 +1,60 @@
+"""Weight, KV-cache and activation-workspace bytes for a choice of storage formats.
+
+Weights: per component, matrices x bits/element of the component's format (scale overhead included) +
+1-D tensors (biases, norms) at 16 bits when the matrices are quantized. Weights may mix formats per
+component, e.g. ``experts=mxfp4,default=bf16`` as gpt-oss ships.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from tfcalc.calc.params import ParamCounts
+from tfcalc.dtypes import DType, WeightPrecision, vector_dtype
+from tfcalc.spec.model import ModelSpec
+
+
+def weights_bytes_by_component(counts: ParamCounts, precision: WeightPrecision, active: bool = False) -> dict[str, int]:
+    """Bytes per component: matrix elements x format bits + vector elements x 16 (or the float format's) bits."""
+    params = counts.active if active else counts.total
+    result: dict[str, int] = {}
+    for component, p in params.items():
+        matrix_dtype = precision.for_component(component)
+        exact = matrix_dtype.bytes_for(p.matrix) + vector_dtype(matrix_dtype).bytes_for(p.vector)
+        result[component] = math.ceil(exact)
+    return result
+
+
+def weights_bytes(counts: ParamCounts, precision: WeightPrecision) -> int:
+    return sum(weights_bytes_by_component(counts, precision).values())
+
+
+ACTIVATION_FORMULA = (
+    "activation workspace = T x (2h + max(attention width, FFN width)) x activation bytes + batch x vocab x 4 "
+    "(fp32 logits of the last position); T = min(batch x context, prefill chunk) tokens in one forward pass; "
+    "attention width = (heads + 2 kv_heads) x head_dim + heads x head_dim; FFN width = 3 x intermediate "
+    "(gate, up, product) of the widest FFN the tokens pass (top-k experts for MoE)"
+)
+
+
+def activation_workspace_bytes(spec: ModelSpec, batch: int, context: int, activation_dtype: DType,
+                               prefill_chunk_tokens: int) -> int:
+    """Peak transient activations of one forward pass, as in ``ACTIVATION_FORMULA`` (an estimate, not a bound)."""
+    tokens = min(batch * context, prefill_chunk_tokens)
+    h = spec.hidden_size
+    if spec.mla is not None:
+        m = spec.mla
+        attention_width = spec.num_attention_heads * (2 * m.qk_head_dim + 2 * m.v_head_dim)
+    else:
+        attention_width = (2 * spec.num_attention_heads + 2 * spec.num_kv_heads) * spec.head_dim
+    ffn_intermediate = spec.intermediate_size if spec.moe is None or spec.moe.dense_layers else 0
+    if spec.moe is not None:
+        moe = spec.moe
+        routed = moe.experts_per_token * moe.expert_intermediate_size
+        shared = moe.num_shared_experts * moe.shared_expert_intermediate_size
+        ffn_intermediate = max(ffn_intermediate, routed + shared)
+    ffn_width = 3 * ffn_intermediate
+    per_token = Fraction(2 * h + max(attention_width, ffn_width)) * activation_dtype.bits_per_element / 8
+    logits = batch * spec.vocab_size * 4
+    return math.ceil(tokens * per_token) + logits

@@ -1,0 +1,25 @@
+"""The tfcalc command line: parse, call the calculator, hand rows to the output layer."""
+
+from __future__ import annotations
+
+import typer
+
+from tfcalc.cli import kv_cache, memory, params, presets
+
+app = typer.Typer(
+    name="tfcalc",
+    help="Size transformer inference before you deploy it: parameters, KV cache, memory by precision.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(presets.app, name="presets")
+app.command("params")(params.params)
+app.command("kv-cache")(kv_cache.kv_cache)
+app.command("memory")(memory.memory)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

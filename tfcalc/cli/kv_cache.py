@@ -1,0 +1,47 @@
+"""``tfcalc kv-cache``: KV-cache bytes per token and for batch x context."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tfcalc.cli.common import (BatchOpt, ConfigOpt, ContextOpt, FormatOpt, KvDtypeOpt, OutputOpt, PresetOpt,
+                               handle_errors, parse_dtype_list, resolve_models)
+from tfcalc.output import Column, emit
+from tfcalc.units import parse_sizes
+
+COLUMNS = [
+    Column("model", "model"),
+    Column("attention", "attention"),
+    Column("kv_heads", "KV heads", "int"),
+    Column("context", "context", "int"),
+    Column("batch", "batch", "int"),
+    Column("kv_dtype", "KV dtype"),
+    Column("kv_bytes_per_token", "bytes / token", "bytes_exact"),
+    Column("kv_cache_bytes", "KV cache", "bytes"),
+    Column("kv_cache_bytes_uncapped", "without window caps", "bytes"),
+]
+
+
+@handle_errors
+def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextOpt = None,
+             batch: BatchOpt = ["1"],  # noqa: B006 - Typer reads the default, never mutates it
+             kv_dtype: KvDtypeOpt = None,
+             compare_attention: Annotated[bool, typer.Option(
+                 "--compare-attention", help="Show the same model as MHA, as configured, and MQA.")] = False,
+             fmt: FormatOpt = None, output: OutputOpt = None) -> None:
+    """KV-cache bytes per token (all layers) and in total for batch x context, window caps applied."""
+    from tfcalc.report.calculator import kv_cache_rows
+
+    specs = resolve_models(preset, config)
+    rows = kv_cache_rows(specs, parse_sizes(context, "context"), parse_sizes(batch, "batch"),
+                         parse_dtype_list(kv_dtype), compare_attention)
+    columns = COLUMNS
+    if all(row["kv_cache_bytes"] == row["kv_cache_bytes_uncapped"] for row in rows):
+        columns = [c for c in COLUMNS if c.key != "kv_cache_bytes_uncapped"]
+    notes = ["bytes / token: K and V of one token in every layer; KV cache: batch x context with sliding-window "
+             "layers holding at most their window. GiB = 2^30 bytes."]
+    over = dict.fromkeys((r["model"], r["context"]) for r in rows if r["exceeds_max_context"])
+    notes += [f"note: {model} context {context:,} exceeds its max context" for model, context in over]
+    emit(rows, columns, fmt, output, title="KV cache", notes=tuple(notes))

@@ -1,0 +1,62 @@
+"""``tfcalc memory``: weights + KV cache + activation workspace for a precision choice."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tfcalc.cli.common import (BatchOpt, ConfigOpt, ContextOpt, FormatOpt, KvDtypeOpt, OutputOpt, PresetOpt,
+                               handle_errors, parse_dtype_list, resolve_models)
+from tfcalc.output import Column, emit
+from tfcalc.units import parse_size, parse_sizes, split_list
+
+COLUMNS = [
+    Column("model", "model"),
+    Column("weights_dtype", "weights"),
+    Column("kv_dtype", "KV"),
+    Column("context", "context", "int"),
+    Column("batch", "batch", "int"),
+    Column("weights_bytes", "weights", "bytes"),
+    Column("kv_cache_bytes", "KV cache", "bytes"),
+    Column("activation_bytes", "activations", "bytes"),
+    Column("total_bytes", "total", "bytes"),
+]
+
+
+def parse_weight_dtypes(values: list[str] | None) -> list:
+    """Each value is one mixed spec (``experts=mxfp4,default=bf16``) or a comma list of plain dtypes."""
+    from tfcalc.dtypes import parse_weight_precision
+
+    precisions = []
+    for value in values or []:
+        items = [value] if "=" in value else split_list(value)
+        precisions.extend(parse_weight_precision(item) for item in items)
+    return precisions
+
+
+@handle_errors
+def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextOpt = None,
+           batch: BatchOpt = ["1"],  # noqa: B006 - Typer reads the default, never mutates it
+           weights_dtype: Annotated[list[str] | None, typer.Option(
+               "--weights-dtype", "-w", help="Weight format: bf16, fp8, int4-g128, mxfp4, nvfp4..., a list "
+               "(bf16,fp8) or per component (experts=mxfp4,default=bf16); default: the checkpoint's.",
+               show_default=False)] = None,
+           kv_dtype: KvDtypeOpt = None,
+           activation_dtype: Annotated[str, typer.Option(help="Activation format for the workspace estimate.")]
+           = "bf16",
+           prefill_chunk: Annotated[str, typer.Option(
+               help="Tokens in one forward pass (chunked prefill), for the activation estimate.")] = "8k",
+           fmt: FormatOpt = None, output: OutputOpt = None) -> None:
+    """Memory for weights, KV cache and activation workspace, per weight / KV format, context and batch."""
+    from tfcalc.calc.memory import ACTIVATION_FORMULA
+    from tfcalc.dtypes import get_dtype
+    from tfcalc.report.calculator import memory_rows
+
+    specs = resolve_models(preset, config)
+    rows = memory_rows(specs, parse_sizes(context, "context"), parse_sizes(batch, "batch"),
+                       parse_weight_dtypes(weights_dtype), parse_dtype_list(kv_dtype), get_dtype(activation_dtype),
+                       parse_size(prefill_chunk, "prefill chunk"))
+    notes = ("weights include scale overhead of block formats; biases and norms stay 16-bit when matrices are "
+             "quantized. GiB = 2^30 bytes.", ACTIVATION_FORMULA + ".")
+    emit(rows, COLUMNS, fmt, output, title="Memory", notes=notes)

@@ -1,0 +1,143 @@
+"""Storage formats: bits per element *including* scale overhead, each with its source.
+
+A block-scaled format stores ``element_bits`` per value plus ``scale_bits`` once per block of
+``block_size`` values, so bits/element = element_bits + scale_bits / block_size. Per-tensor scales
+(one fp32 per tensor, as FP8 with a per-tensor scale or NVFP4's second-level scale) add 32 bits per
+tensor, under 0.0001 % of any real weight matrix, and are not counted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+from tfcalc.errors import UsageError
+from tfcalc.spec.model import PARAM_COMPONENTS
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    element_bits: int
+    block_size: int = 1
+    scale_bits: int = 0
+    quantized: bool = False
+    description: str = ""
+    source: str = ""
+
+    @property
+    def bits_per_element(self) -> Fraction:
+        """element_bits + scale_bits / block_size."""
+        return Fraction(self.element_bits) + Fraction(self.scale_bits, self.block_size)
+
+    def bytes_for(self, elements: int) -> Fraction:
+        """Exact (possibly fractional) bytes for ``elements`` values; round once, at the total."""
+        return elements * self.bits_per_element / 8
+
+
+def _int4(group_size: int) -> DType:
+    return DType(
+        f"int4-g{group_size}", 4, group_size, 16 + 4, True,
+        f"4-bit integer, one fp16 scale and one packed 4-bit zero point per {group_size} weights",
+        "AutoGPTQ/AutoAWQ checkpoint layout: qweight (4-bit packed), scales fp16 and qzeros (4-bit packed) "
+        "per group of group_size input channels",
+    )
+
+
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("fp32", 32, description="IEEE 754 binary32", source="IEEE 754-2008"),
+        DType("bf16", 16, description="bfloat16", source="Google Brain bfloat16 format (8-bit exponent, 7-bit mantissa)"),
+        DType("fp16", 16, description="IEEE 754 binary16", source="IEEE 754-2008"),
+        DType("fp8_e4m3", 8, quantized=True, description="FP8 E4M3 with a per-tensor scale",
+              source="Micikevicius et al., FP8 Formats for Deep Learning, arXiv:2209.05433"),
+        DType("fp8_e5m2", 8, quantized=True, description="FP8 E5M2 with a per-tensor scale",
+              source="Micikevicius et al., FP8 Formats for Deep Learning, arXiv:2209.05433"),
+        DType("fp8_block", 8, 128 * 128, 32, True,
+              "FP8 E4M3 with one fp32 scale per 128x128 block (DeepSeek-V3 release format)",
+              "deepseek-ai/DeepSeek-V3 README_WEIGHTS.md (weight_scale_inv, fp32, per 128x128 block)"),
+        DType("int8", 8, quantized=True, description="8-bit integer with per-tensor/per-channel scales (not counted)",
+              source="LLM.int8() arXiv:2208.07339; SmoothQuant arXiv:2211.10438"),
+        _int4(128),
+        DType("mxfp4", 4, 32, 8, True, "FP4 E2M1, one E8M0 scale per 32 values = 4.25 bits",
+              "OCP Microscaling Formats (MX) Specification v1.0, 2023 (block 32, E8M0 shared scale)"),
+        DType("nvfp4", 4, 16, 8, True,
+              "FP4 E2M1, one FP8 E4M3 scale per 16 values (+ one fp32 per tensor) = 4.5 bits",
+              "NVIDIA, Introducing NVFP4 for Efficient and Accurate Low-Precision Inference (2025)"),
+    )
+}
+
+ALIASES: dict[str, str] = {
+    "float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+    "fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2", "float8_e4m3fn": "fp8_e4m3",
+    "int4": "int4-g128", "mxfp4-e2m1": "mxfp4",
+}
+
+_INT4_GROUP = re.compile(r"int4-g(\d+)")
+
+
+def dtype_names() -> list[str]:
+    return [*DTYPES, "int4-gN"]
+
+
+def get_dtype(name: str) -> DType:
+    """Look up a storage format by name or alias; ``int4-gN`` takes any positive group size."""
+    key = name.strip().lower().replace("-", "_") if not name.lower().startswith("int4") else name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key in DTYPES:
+        return DTYPES[key]
+    match = _INT4_GROUP.fullmatch(key)
+    if match and int(match.group(1)) > 0:
+        return _int4(int(match.group(1)))
+    if key == "fp4":
+        raise UsageError("ambiguous dtype 'fp4': use mxfp4 (4.25 bits/element) or nvfp4 (4.5 bits/element)")
+    import difflib
+
+    hints = difflib.get_close_matches(key, [*DTYPES, *ALIASES], n=3, cutoff=0.4)
+    hint = f"; did you mean {', '.join(hints)}?" if hints else ""
+    raise UsageError(f"unknown dtype '{name}' (known: {', '.join(dtype_names())}){hint}")
+
+
+def vector_dtype(matrix_dtype: DType) -> DType:
+    """Biases and norm weights are not quantized: they stay 16-bit unless the matrices are fp32/fp16/bf16."""
+    return DTYPES["bf16"] if matrix_dtype.quantized else matrix_dtype
+
+
+@dataclass(frozen=True)
+class WeightPrecision:
+    """A storage format per weight component; components not named use ``default``."""
+
+    default: DType
+    per_component: tuple[tuple[str, DType], ...] = ()
+
+    def for_component(self, component: str) -> DType:
+        return dict(self.per_component).get(component, self.default)
+
+    @property
+    def label(self) -> str:
+        if not self.per_component:
+            return self.default.name
+        parts = [f"{c}={d.name}" for c, d in self.per_component]
+        return ",".join([*parts, f"default={self.default.name}"])
+
+
+def parse_weight_precision(text: str) -> WeightPrecision:
+    """``bf16`` or ``experts=mxfp4,default=bf16`` (keys: the parameter components and ``default``)."""
+    if "=" not in text:
+        return WeightPrecision(get_dtype(text))
+    mapping: dict[str, DType] = {}
+    for item in text.split(","):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not key or not value:
+            raise UsageError(f"invalid weights dtype '{text}': expected component=dtype pairs, e.g. "
+                             "experts=mxfp4,default=bf16")
+        if key not in (*PARAM_COMPONENTS, "default"):
+            raise UsageError(f"invalid weights dtype '{text}': unknown component '{key}' "
+                             f"(components: {', '.join(PARAM_COMPONENTS)}, default)")
+        mapping[key] = get_dtype(value)
+    default = mapping.pop("default", None)
+    if default is None:
+        raise UsageError(f"invalid weights dtype '{text}': name a default, e.g. {text},default=bf16")
+    return WeightPrecision(default, tuple((c, mapping[c]) for c in PARAM_COMPONENTS if c in mapping))
