@@ -49,7 +49,8 @@ DTYPES: dict[str, DType] = {
     d.name: d
     for d in (
         DType("fp32", 32, description="IEEE 754 binary32", source="IEEE 754-2008"),
-        DType("bf16", 16, description="bfloat16", source="Google Brain bfloat16 format (8-bit exponent, 7-bit mantissa)"),
+        DType("bf16", 16, description="bfloat16",
+              source="Google Brain bfloat16 format (8-bit exponent, 7-bit mantissa)"),
         DType("fp16", 16, description="IEEE 754 binary16", source="IEEE 754-2008"),
         DType("fp8_e4m3", 8, quantized=True, description="FP8 E4M3 with a per-tensor scale",
               source="Micikevicius et al., FP8 Formats for Deep Learning, arXiv:2209.05433"),

@@ -1,7 +1,5 @@
 """The tfcalc command line: parse, call the calculator, hand rows to the output layer."""
 
-from __future__ import annotations
-
 import typer
 
 from tfcalc.cli import kv_cache, memory, params, presets

@@ -1,7 +1,5 @@
 """What every command shares: option types, model resolution, and errors turned into one line + exit code."""
 
-from __future__ import annotations
-
 import functools
 import sys
 from collections.abc import Callable

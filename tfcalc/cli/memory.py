@@ -1,13 +1,21 @@
 """``tfcalc memory``: weights + KV cache + activation workspace for a precision choice."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer
 
-from tfcalc.cli.common import (BatchOpt, ConfigOpt, ContextOpt, FormatOpt, KvDtypeOpt, OutputOpt, PresetOpt,
-                               handle_errors, parse_dtype_list, resolve_models)
+from tfcalc.cli.common import (
+    BatchOpt,
+    ConfigOpt,
+    ContextOpt,
+    FormatOpt,
+    KvDtypeOpt,
+    OutputOpt,
+    PresetOpt,
+    handle_errors,
+    parse_dtype_list,
+    resolve_models,
+)
 from tfcalc.output import Column, emit
 from tfcalc.units import parse_size, parse_sizes, split_list
 

@@ -1,7 +1,5 @@
 """``tfcalc params``: total and active parameters with a per-component breakdown."""
 
-from __future__ import annotations
-
 from tfcalc.cli.common import ConfigOpt, FormatOpt, OutputOpt, PresetOpt, handle_errors, resolve_models
 from tfcalc.output import Column, emit
 
@@ -34,6 +32,6 @@ def params(preset: PresetOpt = None, config: ConfigOpt = None, fmt: FormatOpt = 
         emit(rows, SUMMARY_COLUMNS, fmt, output)
         return
     conventions = sorted({f"active convention for {r['model']}: {r['active_convention']}" for r in rows
-                          if r["total_params"] != r["active_params"] or "input embedding" in str(r["active_convention"])})
+                          if r["total_params"] != r["active_params"]})
     emit(rows, SUMMARY_COLUMNS, fmt, output, title="Parameters", notes=tuple(conventions),
          extra=[("Breakdown", params_breakdown_rows(specs), BREAKDOWN_COLUMNS)])

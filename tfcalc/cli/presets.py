@@ -1,7 +1,5 @@
 """``tfcalc presets list`` and ``tfcalc presets show NAME``."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

@@ -1,0 +1,93 @@
+"""KV-cache formulas against hand-derived values and invariants (hypothesis)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tfcalc.calc.kv_cache import attention_variants, kv_bytes_per_token, kv_cache_bytes
+from tfcalc.dtypes import get_dtype
+from tfcalc.spec.model import MLASpec, ModelSpec
+from tfcalc.spec.presets import load_model
+
+BF16, FP8 = get_dtype("bf16"), get_dtype("fp8")
+
+
+def test_llama3_70b_bytes_per_token_by_attention_kind() -> None:
+    # 2 (K,V) x 80 layers x kv_heads x 128 head_dim x 2 bytes; the seed article's table: 2,621,440 / 327,680 / 40,960.
+    spec = load_model("llama3-70b")
+    got = {label.split()[0]: kv_bytes_per_token(variant, BF16) for label, variant in attention_variants(spec)}
+    assert got == {"MHA": 2 * 80 * 64 * 128 * 2, "GQA": 2 * 80 * 8 * 128 * 2, "MQA": 2 * 80 * 1 * 128 * 2}
+    assert got == {"MHA": 2_621_440, "GQA": 327_680, "MQA": 40_960}
+
+
+def test_llama3_70b_fp8_cache_at_128k() -> None:
+    # 163,840 B/token x 131,072 tokens = 20 GiB exactly.
+    assert kv_cache_bytes(load_model("llama3-70b"), FP8, 131_072, 1) == 163_840 * 131_072 == 20 * 2**30
+
+
+def test_deepseek_mla_caches_latent_not_heads() -> None:
+    # (kv_lora_rank 512 + qk_rope_head_dim 64) x 61 layers x 2 bytes = 70,272 (DeepSeek-V2 paper sec. 2.1.2).
+    spec = load_model("deepseek-v3")
+    assert kv_bytes_per_token(spec, BF16) == (512 + 64) * 61 * 2 == 70_272
+    mha = dict(attention_variants(spec))["MHA (materialised K/V)"]
+    # Non-absorbed MLA stores K (128 nope + 64 rope) and V (128) for each of 128 heads: 40,960 elements per layer.
+    assert kv_bytes_per_token(mha, BF16) == 128 * (192 + 128) * 61 * 2
+
+
+def test_sliding_window_caps_gemma2_and_mistral() -> None:
+    # Gemma 2 27B at 8192: 23 global layers hold 8192 tokens, 23 local layers hold 4096.
+    gemma = load_model("gemma2-27b")
+    per_layer = 2 * 16 * 128 * 2
+    assert kv_cache_bytes(gemma, BF16, 8192) == per_layer * (23 * 8192 + 23 * 4096) == 2_315_255_808
+    # Mistral 7B: every layer is windowed at 4096, so 32k context costs what 4k does.
+    mistral = load_model("mistral-7b")
+    assert kv_cache_bytes(mistral, BF16, 32_768) == kv_cache_bytes(mistral, BF16, 4096) == 131_072 * 4096
+    # gpt-oss-120b at 128k: 18 layers of 128 tokens + 18 full layers (facts.md: 4,836,556,800 B).
+    assert kv_cache_bytes(load_model("gpt-oss-120b"), BF16, 131_072) == 4_836_556_800
+
+
+def test_block_scaled_kv_dtype_counts_scale_bits() -> None:
+    # nvfp4: 4 bits + an 8-bit scale per 16 values = 4.5 bits; llama3-70b has 163,840 elements/token.
+    spec = load_model("llama3-70b")
+    assert kv_bytes_per_token(spec, get_dtype("nvfp4")) == 163_840 * 9 // 16
+
+
+def _spec(heads: int, kv_heads: int, layers: int, head_dim: int, window: int | None = None) -> ModelSpec:
+    return ModelSpec(name="t", vocab_size=100, hidden_size=heads * head_dim, num_layers=layers,
+                     num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=64,
+                     sliding_window=window, sliding_window_layers=tuple(range(0, layers, 2)) if window else ())
+
+
+shapes = st.tuples(st.sampled_from([1, 2, 4, 8, 16, 32, 64]), st.integers(1, 8), st.integers(1, 96),
+                   st.sampled_from([32, 64, 80, 128, 256]), st.one_of(st.none(), st.integers(1, 8192)))
+
+
+@given(shapes, st.integers(1, 200_000), st.integers(1, 200_000), st.integers(1, 512))
+def test_cache_monotonic_in_context_and_linear_in_batch(shape, c1, c2, batch) -> None:
+    heads, group, layers, head_dim, window = shape
+    spec = _spec(heads * group, heads, layers, head_dim, window)
+    lo, hi = sorted((c1, c2))
+    assert kv_cache_bytes(spec, BF16, lo, batch) <= kv_cache_bytes(spec, BF16, hi, batch)
+    assert kv_cache_bytes(spec, BF16, hi, batch) == batch * kv_cache_bytes(spec, BF16, hi, 1)
+    assert kv_cache_bytes(spec, BF16, hi, batch) <= batch * hi * kv_bytes_per_token(spec, BF16)
+
+
+@given(shapes, st.integers(1, 200_000))
+def test_mqa_le_gqa_le_mha(shape, context) -> None:
+    heads, group, layers, head_dim, window = shape
+    spec = _spec(heads * group, heads, layers, head_dim, window)
+    sizes = [kv_cache_bytes(variant, BF16, context) for _, variant in attention_variants(spec)]
+    assert sizes == sorted(sizes, reverse=True)
+    assert sizes[0] == kv_cache_bytes(replace(spec, num_kv_heads=spec.num_attention_heads), BF16, context)
+
+
+def test_mla_spec_is_validated() -> None:
+    from tfcalc.errors import SpecError
+
+    with pytest.raises(SpecError, match="kv_lora_rank"):
+        replace(load_model("deepseek-v3"), mla=MLASpec(q_lora_rank=None, kv_lora_rank=0, qk_nope_head_dim=128,
+                                                        qk_rope_head_dim=64, v_head_dim=128))

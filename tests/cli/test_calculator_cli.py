@@ -1,0 +1,159 @@
+"""Every calculator command and format through Typer's CliRunner, and every error path."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfcalc.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_kv_cache_table_default_context() -> None:
+    result = run("kv-cache", "--preset", "llama3-70b")
+    assert result.exit_code == 0, result.output
+    assert "327,680 B" in result.output and "40.00 GiB" in result.output and "131,072" in result.output
+
+
+def test_kv_cache_csv_exact_columns_and_sweep() -> None:
+    result = run("kv-cache", "-p", "llama3-70b", "--context", "4k,32k,128k", "--batch", "1,8,64", "--format", "csv")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.output)))
+    assert len(rows) == 9
+    assert {"model", "context", "batch", "kv_dtype", "kv_bytes_per_token", "kv_cache_bytes"} <= set(rows[0])
+    last = rows[-1]
+    assert (last["context"], last["batch"], last["kv_bytes_per_token"]) == ("131072", "64", "327680")
+    assert int(last["kv_cache_bytes"]) == 327_680 * 131_072 * 64
+
+
+def test_kv_cache_compare_attention_json() -> None:
+    result = run("kv-cache", "-p", "llama3-70b", "--compare-attention", "--context", "128k", "-f", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["kv_bytes_per_token"] for r in rows] == [2_621_440, 327_680, 40_960]
+    assert isinstance(rows[0]["kv_cache_bytes"], int)
+
+
+def test_several_models_and_a_config_in_one_table(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 2048}))
+    result = run("kv-cache", "-p", "llama3-8b", "-p", "mistral-7b", "--config", str(config), "-f", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["model"] for r in rows][:2] == ["llama3-8b", "mistral-7b"] and len(rows) == 3
+    assert rows[2]["kv_bytes_per_token"] == 2 * 2 * 2 * 64 * 2
+
+
+def test_params_formats() -> None:
+    table = run("params", "-p", "mixtral-8x7b")
+    assert table.exit_code == 0 and "46.70B" in table.output and "12.88B" in table.output
+    assert "experts" in table.output and "active convention" in table.output
+    rows = json.loads(run("params", "-p", "mixtral-8x7b,gpt-oss-20b", "-f", "json").output)
+    assert rows[0]["total_params"] == 46_702_792_704 and rows[0]["active_params"] == 12_879_925_248
+    assert "input embedding" in rows[1]["active_convention"]
+
+
+def test_memory_mixed_precision_and_output_file(tmp_path: Path) -> None:
+    out = tmp_path / "plan.csv"
+    result = run("memory", "-p", "gpt-oss-120b", "--weights-dtype", "experts=mxfp4,default=bf16",
+                 "--weights-dtype", "bf16", "--kv-dtype", "fp8", "--context", "128k", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(out.open()))
+    assert [r["weights_dtype"] for r in rows] == ["experts=mxfp4,default=bf16", "bf16"]
+    assert {"model", "context", "batch", "weights_bytes", "kv_cache_bytes", "total_bytes"} <= set(rows[0])
+    for r in rows:
+        assert int(r["total_bytes"]) == int(r["weights_bytes"]) + int(r["kv_cache_bytes"]) + int(r["activation_bytes"])
+    assert int(rows[1]["weights_bytes"]) == 2 * 116_829_156_672
+
+
+def test_memory_default_is_the_checkpoint_format() -> None:
+    rows = json.loads(run("memory", "-p", "gpt-oss-120b", "-f", "json").output)
+    assert rows[0]["weights_dtype"] == "experts=mxfp4,default=bf16"
+    assert round(rows[0]["weights_bytes"] / 2**30, 1) == 60.8
+
+
+def test_presets_list_and_show() -> None:
+    listing = run("presets", "list", "-f", "json")
+    names = [r["name"] for r in json.loads(listing.output)]
+    assert "llama3-70b" in names and "deepseek-v3" in names and len(names) == 18
+    shown = run("presets", "show", "llama3-70b")
+    assert shown.exit_code == 0 and "num_kv_heads" in shown.output and "sku_list.py" in shown.output
+
+
+def test_python_dash_m_entry_point() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "tfcalc", "kv-cache", "-p", "llama3-8b", "-f", "json"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)[0]["kv_bytes_per_token"] == 131_072
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["kv-cache", "-p", "llama3-7b"], 2, "did you mean llama3-70b"),
+    (["kv-cache", "-p", "mixtrl-8x7b"], 2, "mixtral-8x7b"),
+    (["kv-cache"], 2, "name a model"),
+    (["kv-cache", "-p", "llama3-8b", "--context", "0"], 2, "must be positive"),
+    (["kv-cache", "-p", "llama3-8b", "--batch", "-1"], 2, "invalid batch"),
+    (["kv-cache", "-p", "llama3-8b", "--kv-dtype", "fp9"], 2, "unknown dtype 'fp9'"),
+    (["memory", "-p", "llama3-8b", "--weights-dtype", "experts=mxfp4"], 2, "name a default"),
+    (["kv-cache", "-p", "llama3-8b", "--format", "xml"], 2, "unknown format"),
+    (["kv-cache", "-p", "llama3-8b", "-o", "out.xlsx"], 2, "cannot tell the format"),
+    (["kv-cache", "-p", "llama3-8b", "-o", "/nonexistent/dir/out.csv"], 1, "does not exist"),
+    (["kv-cache", "--config", "/nonexistent/config.json"], 2, "no such file"),
+])
+def test_errors_are_one_line_with_exit_code(args: list[str], code: int, message: str) -> None:
+    result = run(*args)
+    assert result.exit_code == code, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    error_lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1
+
+
+@pytest.mark.parametrize("content, message", [
+    ("num_layers: [1, 2\n", "malformed YAML at line"),
+    ("- a\n- b\n", "expected a mapping"),
+    ("hidden_size: 64\n", "missing required field 'num_layers'"),
+    ("name: x\nvocab_size: 10\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 6\nnum_kv_heads: 4\n"
+     "head_dim: 16\nintermediate_size: 32\n", "not divisible by num_kv_heads"),
+    ("name: x\nvocab_size: 10\nhidden_size: -64\nnum_layers: 2\nnum_attention_heads: 4\nnum_kv_heads: 4\n"
+     "head_dim: 16\nintermediate_size: 32\n", "hidden_size must be positive"),
+    ("name: x\nvocab_size: 10\nhidden_sise: 64\nnum_layers: 2\n", "unknown field 'hidden_sise' (did you mean "
+     "'hidden_size'?)"),
+    ("name: x\nvocab_size: 10\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 4\nnum_kv_heads: 4\n"
+     "head_dim: 16\nintermediate_size: 32\nmoe: {num_experts: 4, experts_per_token: 8, "
+     "expert_intermediate_size: 8}\n", "experts_per_token (8) must be in 1..num_experts (4)"),
+    ("name: x\nvocab_size: 10\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 4\nnum_kv_heads: 4\n"
+     "head_dim: 16\nintermediate_size: 32\nnative_dtype: bf17\n", "native_dtype"),
+])
+def test_bad_user_yaml_names_file_and_field(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text(content)
+    result = run("kv-cache", "-p", str(path))
+    assert result.exit_code == 1, result.output
+    assert str(path) in result.output and message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_user_yaml_in_preset_format(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text("vocab_size: 1000\nhidden_size: 256\nnum_layers: 4\nnum_attention_heads: 8\nnum_kv_heads: 1\n"
+                    "head_dim: 32\nintermediate_size: 512\nmax_context: 4096\n")
+    rows = json.loads(run("kv-cache", "-p", str(path), "-f", "json").output)
+    assert rows[0]["model"] == "tiny" and rows[0]["attention"] == "MQA"
+    assert rows[0]["kv_bytes_per_token"] == 2 * 4 * 1 * 32 * 2

@@ -1,0 +1,41 @@
+"""The calculator's table and JSON paths never import torch or pandas (speed and a light install)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import json, sys
+from tfcalc.cli import app
+try:
+    app({args!r})
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in ("torch", "pandas", "numpy", "pynvml", "matplotlib") if m in sys.modules)),
+      file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["kv-cache", "-p", "llama3-70b"],
+    ["kv-cache", "-p", "llama3-70b", "--format", "json"],
+    ["params", "-p", "deepseek-v3"],
+    ["memory", "-p", "gpt-oss-120b", "-f", "json"],
+    ["presets", "list"],
+])
+def test_no_heavy_imports(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], capture_output=True, text=True,
+                          check=False)
+    heavy = json.loads(done.stderr.strip().splitlines()[-1])
+    assert heavy == [], f"{args} imported {heavy}"
+
+
+def test_csv_path_does_import_pandas() -> None:
+    # The check above could pass vacuously if the probe never rendered anything; CSV must load pandas.
+    done = subprocess.run([sys.executable, "-c", PROBE.format(args=["kv-cache", "-p", "llama3-70b", "-f", "csv"])],
+                          capture_output=True, text=True, check=False)
+    assert "pandas" in json.loads(done.stderr.strip().splitlines()[-1])
