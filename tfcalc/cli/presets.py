@@ -40,5 +40,10 @@ def show(name: Annotated[str, typer.Argument(help="Preset name.")], kind: KindOp
 
     _check_kind(kind)
     rows = preset_field_rows(kind, name)
-    columns = [Column("field", "field"), Column("value", "value"), Column("source", "source")]
-    emit(rows, columns, fmt, output, title=f"{kind} preset {name}")
+    # The table cites each source once, by number; CSV/JSON keep the full citation on every row.
+    citations = list(dict.fromkeys(str(row["source"]) for row in rows if row["source"]))
+    for row in rows:
+        row["ref"] = f"[{citations.index(str(row['source'])) + 1}]" if row["source"] else ""
+    columns = [Column("field", "field"), Column("value", "value"), Column("ref", "source")]
+    notes = tuple(f"[{i}] {citation}" for i, citation in enumerate(citations, 1))
+    emit(rows, columns, fmt, output, title=f"{kind} preset {name}", notes=notes)

@@ -22,7 +22,7 @@ def render_table(rows: list[dict[str, object]], columns: list[Column], title: st
         table.add_row(*(format_cell(row.get(c.key), c) for c in columns))
     buffer = io.StringIO()
     # On a terminal, fit its width; in a pipe or a file, draw at natural width rather than cut cells.
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() and not to_file else 400
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() and not to_file else 160
     console = Console(file=buffer, width=width, force_terminal=False, color_system=None, soft_wrap=False,
                       emoji=False, highlight=False)
     console.print(table)
