@@ -70,8 +70,8 @@ def attention_params(spec: ModelSpec) -> Params:
         q_out = nh * m.qk_head_dim
         if m.q_lora_rank is not None:
             q = Params(h * m.q_lora_rank + m.q_lora_rank * q_out, m.q_lora_rank if spec.qkv_bias else 0)
-        else:
-            q = Params(h * q_out, q_out if spec.qkv_bias else 0)
+        else:  # q_proj has no bias even when attention_bias is set (transformers DeepseekV2Attention)
+            q = Params(h * q_out)
         kv_a_out = m.kv_lora_rank + m.qk_rope_head_dim
         kv = Params(h * kv_a_out + m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim),
                     kv_a_out if spec.qkv_bias else 0)
@@ -134,7 +134,8 @@ def count_params(spec: ModelSpec) -> ParamCounts:
         expert = ffn_params(spec, moe.expert_intermediate_size, moe.expert_bias)
         add("experts", expert * moe.num_experts, expert * moe.experts_per_token)
         if moe.num_shared_experts:
-            shared = ffn_params(spec, moe.shared_expert_intermediate_size, False) * moe.num_shared_experts
+            # Shared experts run as one FFN of the summed width (DeepSeek, Qwen2-MoE): one down-projection bias.
+            shared = ffn_params(spec, moe.num_shared_experts * moe.shared_expert_intermediate_size, spec.mlp_bias)
             add("shared_experts", shared + Params(matrix=h if moe.shared_expert_gate else 0))
         router_vector = (moe.num_experts if moe.router_bias else 0) + (
             moe.num_experts if moe.router_score_correction_bias else 0)

@@ -1,0 +1,276 @@
+"""Parameter counts equal what Hugging Face transformers builds, to the single parameter.
+
+Every ``tests/fixtures/hf_configs/*.json`` is instantiated with transformers on the meta device (no memory is
+allocated, so DeepSeek-V3 builds in about a second) and compared with ``count_params`` of the spec that
+``load_hf_config`` reads from the same file: the total, every component (split into matrix and vector
+elements), and the per-layer structure (MoE vs dense layers, sliding windows, head_dim). For the 18 fixtures
+that mirror a bundled preset, the preset must give the same total, the same KV-relevant fields and, in fact, the
+same value for every ModelSpec field but name, source, notes and extra.
+
+One difference is expected and asserted explicitly: DeepSeek-V3's router ``e_score_correction_bias`` is a
+persistent ``nn.Buffer`` in transformers (saved in the checkpoint, so ``count_params`` counts it), not an
+``nn.Parameter``, so ``model.parameters()`` misses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch  # noqa: TID251 - test-only comparison with transformers
+from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM, Gemma3ForCausalLM
+
+from tfcalc.calc.params import COMPONENTS, count_params
+from tfcalc.spec.hf_config import FAMILIES, load_hf_config, spec_from_hf_config
+from tfcalc.spec.model import ModelSpec
+from tfcalc.spec.presets import load_model
+
+FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
+FIXTURES = sorted(p.stem for p in FIXTURE_DIR.glob("*.json"))
+PRESET_FIXTURES = (
+    "llama3-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b", "mistral-7b", "mixtral-8x7b",
+    "mixtral-8x22b", "qwen2.5-7b", "qwen2.5-72b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gemma2-9b", "gemma2-27b",
+    "deepseek-v3", "phi3-mini", "gpt-oss-20b", "gpt-oss-120b",
+)
+# Attention modules that read ``config.sliding_window`` on every layer instead of holding a per-layer window.
+_CONFIG_WIDE_WINDOW = {"mistral", "mixtral", "phi3"}
+
+
+@dataclass(frozen=True)
+class HFModel:
+    """What one meta-device transformers model holds (summarised; the model itself is dropped)."""
+
+    class_name: str
+    params: tuple[tuple[str, tuple[int, ...]], ...]   # named_parameters(): tied weights appear once
+    buffers: tuple[tuple[str, tuple[int, ...]], ...]  # persistent buffers: saved in checkpoints like weights
+    moe_layers: tuple[int, ...]
+    windows: tuple[int | None, ...]                    # sliding window per layer, None for full attention
+    head_dims: tuple[int, ...]
+    qk_norm: bool
+    tied: bool
+    seconds: float
+
+    @property
+    def param_numel(self) -> int:
+        return sum(_numel(shape) for _, shape in self.params)
+
+    @property
+    def buffer_numel(self) -> int:
+        return sum(_numel(shape) for _, shape in self.buffers)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _config(name: str) -> dict:
+    return json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
+
+
+@functools.cache
+def hf_model(name: str) -> HFModel:
+    cfg = _config(name)
+    model_type = cfg.pop("model_type")
+    start = time.perf_counter()
+    config = AutoConfig.for_model(model_type, **cfg)
+    with torch.device("meta"):
+        if model_type == "gemma3_text":
+            model = Gemma3ForCausalLM(config)
+        else:
+            model = AutoModelForCausalLM.from_config(config)
+    seconds = time.perf_counter() - start
+    param_names = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    buffers = tuple((n, tuple(t.shape)) for n, t in model.state_dict().items() if n not in param_names)
+    windows, head_dims, moe_layers = [], [], []
+    for i, layer in enumerate(model.model.layers):
+        attn = layer.self_attn
+        window = getattr(attn, "sliding_window", None)
+        if model_type in _CONFIG_WIDE_WINDOW:
+            window = config.sliding_window
+        windows.append(window or None)
+        head_dims.append(getattr(attn, "qk_head_dim", getattr(attn, "head_dim", 0)))
+        if hasattr(layer.mlp, "experts"):
+            moe_layers.append(i)
+    return HFModel(
+        class_name=type(model).__name__,
+        params=tuple((n, tuple(p.shape)) for n, p in model.named_parameters()),
+        buffers=buffers,
+        moe_layers=tuple(moe_layers),
+        windows=tuple(windows),
+        head_dims=tuple(head_dims),
+        qk_norm=hasattr(model.model.layers[0].self_attn, "q_norm"),
+        tied=not any(n.startswith("lm_head") for n, _ in model.named_parameters()),
+        seconds=seconds,
+    )
+
+
+@functools.cache
+def spec(name: str) -> ModelSpec:
+    return load_hf_config(FIXTURE_DIR / f"{name}.json")
+
+
+def _component(name: str) -> str:
+    """The ``count_params`` component a transformers parameter or buffer name belongs to."""
+    if "embed_tokens" in name:
+        return "embedding"
+    if name.startswith("lm_head"):
+        return "lm_head"
+    if "norm" in name.rsplit(".", 2)[-2]:  # *_layernorm, q_norm, k_norm, q_a_layernorm, kv_a_layernorm, model.norm
+        return "norms"
+    if ".mlp.experts." in name:
+        return "experts"
+    if ".mlp.shared_expert" in name:  # shared_expert(s).*, shared_expert_gate
+        return "shared_experts"
+    if ".mlp.gate." in name or ".mlp.router." in name:
+        return "router"
+    if ".mlp." in name:
+        return "mlp"
+    if ".self_attn." in name:
+        return "attention"
+    raise AssertionError(f"unclassified transformers parameter {name}")
+
+
+def _score_bias_elements(s: ModelSpec) -> int:
+    """Router score-correction biases: counted by count_params, held as buffers by transformers."""
+    if s.moe is None or not s.moe.router_score_correction_bias:
+        return 0
+    return s.moe.num_experts * s.num_moe_layers
+
+
+def test_fixture_set_is_complete() -> None:
+    assert set(PRESET_FIXTURES) <= set(FIXTURES)
+    assert len(FIXTURES) >= len(PRESET_FIXTURES) + 7
+    assert {_config(n)["model_type"] for n in FIXTURES} == set(FAMILIES), "every supported model_type has a fixture"
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_total_equals_transformers(name: str) -> None:
+    hf, s = hf_model(name), spec(name)
+    counts = count_params(s)
+    held_as_buffers = _score_bias_elements(s)
+    assert hf.buffer_numel == held_as_buffers, hf.buffers
+    assert hf.param_numel == counts.total_params - held_as_buffers
+    assert hf.param_numel + hf.buffer_numel == counts.total_params
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_components_equal_transformers(name: str) -> None:
+    """Each component's matrix and vector (bias, norm, sink) elements match the named transformers tensors."""
+    hf, counts = hf_model(name), count_params(spec(name))
+    got = {c: [0, 0] for c in COMPONENTS}
+    for tensor_name, shape in (*hf.params, *hf.buffers):
+        # gpt-oss stacks expert biases into 2-D tensors (experts x width): still biases, i.e. vector elements
+        is_vector = len(shape) == 1 or tensor_name.endswith("bias")
+        got[_component(tensor_name)][1 if is_vector else 0] += _numel(shape)
+    expected = {c: [p.matrix, p.vector] for c, p in counts.total.items()}
+    assert got == expected
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_structure_equals_transformers(name: str) -> None:
+    hf, s = hf_model(name), spec(name)
+    assert hf.class_name == _config(name)["architectures"][0]
+    assert len(hf.windows) == s.num_layers
+    assert hf.moe_layers == tuple(i for i in range(s.num_layers) if s.is_moe_layer(i))
+    assert hf.windows == tuple(s.sliding_window if s.is_sliding_layer(i) else None for i in range(s.num_layers))
+    assert set(hf.head_dims) == {s.head_dim}
+    assert hf.qk_norm == s.qk_norm
+    assert hf.tied == s.tie_word_embeddings
+
+
+@pytest.mark.parametrize("name", PRESET_FIXTURES)
+def test_preset_agrees_with_config_and_transformers(name: str) -> None:
+    preset, from_config, hf = load_model(name), spec(name), hf_model(name)
+    assert count_params(preset).total_params == hf.param_numel + hf.buffer_numel
+    assert count_params(preset).total_params == count_params(from_config).total_params
+
+    def kv_fields(s: ModelSpec) -> dict[str, object]:
+        fields = {"num_layers": s.num_layers, "num_kv_heads": s.num_kv_heads, "sliding_window": s.sliding_window,
+                  "sliding_window_layers": s.sliding_window_layers, "mla": s.mla}
+        if s.mla is None:
+            fields["head_dim"] = s.head_dim
+        return fields
+
+    assert kv_fields(preset) == kv_fields(from_config)
+
+
+@pytest.mark.parametrize("name", PRESET_FIXTURES)
+def test_preset_equals_config_spec_in_every_field(name: str) -> None:
+    """Beyond counts and KV fields: the preset and its config.json agree on biases, MoE, rope, dtype, context..."""
+    preset, from_config = load_model(name), spec(name)
+    skip = {"name", "source", "notes", "extra"}
+    differing = {f.name: (getattr(preset, f.name), getattr(from_config, f.name))
+                 for f in dataclasses.fields(ModelSpec)
+                 if f.name not in skip and getattr(preset, f.name) != getattr(from_config, f.name)}
+    assert not differing, f"preset vs config.json: {differing}"
+
+def _transformers_default(cls: type, key: str) -> object:
+    for f in dataclasses.fields(cls):
+        if f.name == key:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            return f.default_factory()  # type: ignore[misc]
+    raise KeyError(key)
+
+
+# Defaults in FAMILIES that are not config-class fields, and why.
+_NOT_CLASS_FIELDS = {
+    "head_dim": "no field: the attention uses getattr(config, 'head_dim', hidden // heads); DERIVED (None)",
+    "moe_layer_freq": "not read by transformers; DeepSeek's own modeling code's default 1",
+    "sliding_window_pattern": "Gemma3TextConfig reads kwargs.get('sliding_window_pattern', 6)",
+    "rope_local_base_freq": "Gemma3TextConfig.default_theta['local']",
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_family_defaults_match_transformers_config_classes(model_type: str) -> None:
+    cls = CONFIG_MAPPING[model_type]
+    field_names = {f.name for f in dataclasses.fields(cls)}
+    for key, value in FAMILIES[model_type].defaults.items():
+        if key == "rope_theta":
+            theta = cls.default_theta
+            assert value == (theta["global"] if isinstance(theta, dict) else theta)
+        elif key == "rope_local_base_freq":
+            assert value == cls.default_theta["local"]
+        elif key == "sliding_window_pattern":
+            assert value == 6
+        elif key in field_names:
+            assert _transformers_default(cls, key) == value, key
+        else:
+            assert key in _NOT_CLASS_FIELDS, f"{model_type}: default for {key} has no transformers counterpart"
+            if key == "head_dim":
+                assert value is None
+
+
+def test_meta_models_build_quickly() -> None:
+    """Every fixture builds on the meta device in well under the 20 s budget (the largest take about 1 s)."""
+    slow = {n: round(hf_model(n).seconds, 1) for n in FIXTURES if hf_model(n).seconds > 20}
+    assert not slow
+
+
+# Shapes no released checkpoint has, where tfcalc/calc/params.py once disagreed with transformers.
+_MLA_EDGE_CASES = {
+    # DeepseekV2/V3Attention: without q_lora_rank, q_proj is nn.Linear(..., bias=False) whatever attention_bias
+    # says (params.attention_params once added heads * qk_head_dim of bias here).
+    "mla-no-q-lora-with-attention-bias": {"attention_bias": True},
+    # DeepseekV2Moe.shared_experts is a DeepseekV2MLP, so mlp_bias gives it gate/up/down biases.
+    "deepseek-v2-mlp-bias": {"mlp_bias": True},
+}
+
+
+@pytest.mark.parametrize("case", sorted(_MLA_EDGE_CASES))
+def test_mla_edge_cases(case: str) -> None:
+    cfg = {**_config("deepseek-v2-lite"), "num_hidden_layers": 3, **_MLA_EDGE_CASES[case]}
+    s = spec_from_hf_config(cfg, origin=case, name=case)
+    model_type = cfg.pop("model_type")
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **cfg))
+    assert sum(p.numel() for p in model.parameters()) == count_params(s).total_params

@@ -1,0 +1,405 @@
+"""load_hf_config / spec_from_hf_config: errors, defaults and per-family quirks (no transformers needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tfcalc.errors import SpecError, UsageError
+from tfcalc.spec.hf_config import SUPPORTED_MODEL_TYPES, load_hf_config, spec_from_hf_config
+from tfcalc.spec.model import MLASpec, RopeScaling
+
+FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
+FIXTURES = sorted(p.stem for p in FIXTURE_DIR.glob("*.json"))
+
+
+def fixture(name: str, **changes: Any) -> dict[str, Any]:
+    data = json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    for key, value in changes.items():
+        if value is _DROP:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
+
+
+_DROP = object()
+
+
+def build(name: str, **changes: Any):
+    return spec_from_hf_config(fixture(name, **changes), origin=f"{name}.json", name=name)
+
+
+def write(tmp_path: Path, data: dict[str, Any], filename: str = "config.json") -> Path:
+    path = tmp_path / filename
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+# --- errors --------------------------------------------------------------------------------------------------
+
+def test_supported_types() -> None:
+    assert SUPPORTED_MODEL_TYPES == (
+        "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3_text", "gpt_oss", "llama", "mistral", "mixtral",
+        "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+
+
+@pytest.mark.parametrize("model_type", ["falcon", None, 7])
+def test_unsupported_model_type_lists_supported_types(tmp_path: Path, model_type: object) -> None:
+    data = fixture("llama3-8b", model_type=model_type if model_type is not None else _DROP)
+    path = write(tmp_path, data)
+    with pytest.raises(SpecError) as info:
+        load_hf_config(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(str(path))
+    assert "model_type" in message
+    for supported in SUPPORTED_MODEL_TYPES:
+        assert supported in message
+
+
+@pytest.mark.parametrize(("name", "field"), [
+    ("llama3-8b", "hidden_size"),
+    ("llama3-8b", "num_hidden_layers"),
+    ("llama3-8b", "vocab_size"),
+    ("qwen3-30b-a3b", "moe_intermediate_size"),
+    ("mixtral-8x7b", "num_local_experts"),
+    ("deepseek-v3", "kv_lora_rank"),
+    ("deepseek-v3", "n_routed_experts"),
+])
+def test_missing_field_is_named(tmp_path: Path, name: str, field: str) -> None:
+    path = write(tmp_path, fixture(name, **{field: _DROP}))
+    with pytest.raises(SpecError, match=rf"^{path}: missing required field '{field}'"):
+        load_hf_config(path)
+
+
+def test_null_required_field_is_missing(tmp_path: Path) -> None:
+    path = write(tmp_path, fixture("llama3-8b", intermediate_size=None))
+    with pytest.raises(SpecError, match="missing required field 'intermediate_size'"):
+        load_hf_config(path)
+
+
+def test_malformed_json_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 4096,,}', encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        load_hf_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: malformed JSON at line 1")
+    assert "\n" not in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_top_level_list_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(SpecError, match=rf"^{path}: expected a mapping"):
+        load_hf_config(path)
+
+
+def test_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no such file"):
+        load_hf_config(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize(("field", "value"), [("hidden_size", "4096"), ("num_attention_heads", 32.0),
+                                              ("num_hidden_layers", True), ("num_key_value_heads", 0)])
+def test_bad_integer_is_named(field: str, value: object) -> None:
+    with pytest.raises(SpecError, match=rf"^llama3-8b.json: field '{field}' must be"):
+        build("llama3-8b", **{field: value})
+
+
+def test_bad_boolean_is_named() -> None:
+    with pytest.raises(SpecError, match=r"^llama3-8b.json: field 'tie_word_embeddings' must be true or false"):
+        build("llama3-8b", tie_word_embeddings="no")
+
+
+def test_modelspec_validation_error_is_prefixed_with_the_file() -> None:
+    with pytest.raises(SpecError, match=r"^llama3-8b.json: llama3-8b: num_attention_heads \(32\) is not divisible"):
+        build("llama3-8b", num_key_value_heads=5)
+
+
+@pytest.mark.parametrize("layer_types", [["sliding_attention"] * 3, ["chunked_attention"] * 24, "all"])
+def test_bad_layer_types(layer_types: object) -> None:
+    with pytest.raises(SpecError, match=r"^gpt-oss-20b.json: field 'layer_types'"):
+        build("gpt-oss-20b", layer_types=layer_types)
+
+
+def test_unknown_torch_dtype() -> None:
+    with pytest.raises(SpecError, match="field 'torch_dtype' must be one of bfloat16, float16, float32"):
+        build("llama3-8b", torch_dtype="float8")
+
+
+# --- loading ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_fixture_loads(name: str) -> None:
+    spec = load_hf_config(FIXTURE_DIR / f"{name}.json")
+    assert spec.name == name
+    assert spec.extra["model_type"] == fixture(name)["model_type"]
+    assert str(FIXTURE_DIR / f"{name}.json") in spec.source
+
+
+def test_name_from_folder_and_folder_path(tmp_path: Path) -> None:
+    folder = tmp_path / "Meta-Llama-3-8B"
+    folder.mkdir()
+    write(folder, fixture("llama3-8b"))
+    assert load_hf_config(folder / "config.json").name == "Meta-Llama-3-8B"
+    assert load_hf_config(folder).name == "Meta-Llama-3-8B"
+    assert load_hf_config(folder, name="mine").name == "mine"
+
+
+def test_llama3_8b_fields() -> None:
+    s = build("llama3-8b")
+    assert (s.vocab_size, s.hidden_size, s.num_layers, s.num_attention_heads, s.num_kv_heads, s.head_dim,
+            s.intermediate_size) == (128256, 4096, 32, 32, 8, 128, 14336)
+    assert (s.qkv_bias, s.o_bias, s.mlp_bias, s.tie_word_embeddings, s.norms_per_layer) == (False, False, False,
+                                                                                              False, 2)
+    assert (s.rope_theta, s.rope_scaling, s.max_context, s.native_dtype) == (500000.0, None, 8192, "bf16")
+    assert s.moe is None and s.mla is None and s.sliding_window is None
+    assert s.active_params_convention == "all_weights_touched"
+
+
+# --- head_dim ------------------------------------------------------------------------------------------------------
+
+def test_head_dim_defaults_to_hidden_over_heads() -> None:
+    assert "head_dim" not in fixture("llama3-8b")
+    assert build("llama3-8b").head_dim == 4096 // 32
+    assert build("llama3-8b", head_dim=None).head_dim == 128
+    assert build("mistral-7b").head_dim == 128
+    assert build("phi3-mini").head_dim == 3072 // 32
+    assert build("qwen2.5-7b").head_dim == 3584 // 28
+
+
+def test_explicit_head_dim_wins() -> None:
+    assert build("mistral-nemo-12b").head_dim == 128  # 32 heads x 128 != hidden 5120
+    assert build("gemma2-9b").head_dim == 256
+    assert build("qwen3-30b-a3b").head_dim == 128
+    assert build("llama3.2-3b", head_dim=96).head_dim == 96
+
+
+def test_head_dim_class_defaults_that_are_constants() -> None:
+    """Qwen3Config, GemmaConfig and GptOssConfig default head_dim to a constant, not hidden // heads."""
+    assert build("qwen3-8b", head_dim=_DROP).head_dim == 128
+    assert build("gemma-7b", head_dim=_DROP).head_dim == 256
+    assert build("gpt-oss-20b", head_dim=_DROP).head_dim == 64
+
+
+# --- biases, norms, embeddings -------------------------------------------------------------------------------------
+
+def test_qwen2_always_has_qkv_bias_and_no_o_bias() -> None:
+    for name in ("qwen2.5-7b", "qwen2.5-72b"):
+        s = build(name, attention_bias=False)
+        assert (s.qkv_bias, s.o_bias) == (True, False)
+
+
+def test_qwen2_moe_qkv_bias_flag() -> None:
+    assert (build("qwen1.5-moe-a2.7b").qkv_bias, build("qwen1.5-moe-a2.7b").o_bias) == (True, False)
+    assert build("qwen1.5-moe-a2.7b", qkv_bias=False).qkv_bias is False
+
+
+def test_llama_attention_and_mlp_bias() -> None:
+    s = build("synthetic-llama-bias")
+    assert (s.qkv_bias, s.o_bias, s.mlp_bias) == (True, True, True)
+    assert s.num_kv_heads == s.num_attention_heads == 8  # no num_key_value_heads key: MHA
+
+
+def test_mistral_ignores_attention_bias() -> None:
+    s = build("mistral-7b", attention_bias=True)
+    assert (s.qkv_bias, s.o_bias) == (False, False)
+
+
+def test_gpt_oss_attention() -> None:
+    s = build("gpt-oss-120b")
+    assert (s.qkv_bias, s.o_bias, s.attention_sinks) == (True, True, True)
+    assert build("gpt-oss-120b", attention_bias=_DROP).qkv_bias is True  # GptOssConfig default
+
+
+def test_gemma_norms_and_ties() -> None:
+    assert "tie_word_embeddings" not in fixture("gemma2-9b")
+    for name, norms, qk_norm in (("gemma-7b", 2, False), ("gemma2-9b", 4, False), ("gemma-3-1b", 4, True)):
+        s = build(name)
+        assert (s.tie_word_embeddings, s.norms_per_layer, s.qk_norm) == (True, norms, qk_norm)
+    assert build("gemma2-9b", tie_word_embeddings=False).tie_word_embeddings is False
+    assert build("llama3-8b", tie_word_embeddings=_DROP).tie_word_embeddings is False
+    assert build("gemma-7b").activation == "gelu_tanh"  # GemmaConfig: legacy "gelu" means the tanh approximation
+    assert build("gemma2-9b").activation == "gelu_tanh"
+    assert build("gemma-3-1b").activation == "gelu_tanh"
+    assert build("llama3-8b").activation == "silu"
+    assert build("gpt-oss-20b").activation == "swiglu_clamped"
+
+
+def test_qk_norm_families() -> None:
+    assert build("qwen3-8b").qk_norm and build("qwen3-235b-a22b").qk_norm
+    assert not build("qwen2.5-7b").qk_norm and not build("llama3-8b").qk_norm
+
+
+# --- sliding windows -----------------------------------------------------------------------------------------------
+
+def test_gemma2_even_layers_slide() -> None:
+    s = build("gemma2-9b")
+    assert s.sliding_window == 4096
+    assert s.sliding_window_layers == tuple(range(0, 42, 2))
+    assert build("gemma2-27b").sliding_window_layers == tuple(range(0, 46, 2))
+
+
+def test_gemma3_pattern_and_layer_types() -> None:
+    s = build("gemma-3-1b")
+    assert s.sliding_window == 512
+    assert s.sliding_window_layers == tuple(i for i in range(26) if (i + 1) % 6)
+    assert build("synthetic-gemma3-layer-types").sliding_window_layers == (1, 2)
+    assert build("gemma-3-1b", sliding_window_pattern=2).sliding_window_layers == tuple(range(0, 26, 2))
+
+
+def test_layer_types_are_authoritative() -> None:
+    layer_types = ["full_attention"] * 20 + ["sliding_attention"] * 4
+    assert build("gpt-oss-20b", layer_types=layer_types).sliding_window_layers == (20, 21, 22, 23)
+    assert build("gemma2-9b", layer_types=["full_attention"] * 41 + ["sliding_attention"]).sliding_window_layers == (
+        41,)
+    s = build("gpt-oss-20b", layer_types=["full_attention"] * 24)
+    assert (s.sliding_window, s.sliding_window_layers) == (None, ())
+
+
+def test_gpt_oss_sliding() -> None:
+    s = build("gpt-oss-120b")
+    assert (s.sliding_window, s.sliding_window_layers) == (128, tuple(range(0, 36, 2)))
+    assert build("gpt-oss-120b", layer_types=_DROP).sliding_window_layers == tuple(range(0, 36, 2))
+
+
+def test_mistral_window_every_layer() -> None:
+    s = build("mistral-7b")
+    assert (s.sliding_window, s.sliding_window_layers) == (4096, tuple(range(32)))
+    assert build("mistral-nemo-12b").sliding_window is None  # explicit null
+    assert build("mistral-nemo-12b", sliding_window=_DROP).sliding_window == 4096  # MistralConfig default
+    assert build("mixtral-8x7b").sliding_window is None
+    assert build("phi3-mini").sliding_window_layers == tuple(range(32))
+
+
+def test_qwen_window_only_when_enabled() -> None:
+    assert "sliding_window" in fixture("qwen2.5-7b")
+    s = build("qwen2.5-7b")
+    assert (s.sliding_window, s.sliding_window_layers) == (None, ())
+    s = build("qwen2.5-7b", use_sliding_window=True, max_window_layers=20)
+    assert (s.sliding_window, s.sliding_window_layers) == (131072, tuple(range(20, 28)))
+    assert build("synthetic-qwen2-window").sliding_window_layers == (2, 3, 4)
+    assert build("qwen3-8b", use_sliding_window=True, sliding_window=4096,
+                 max_window_layers=28).sliding_window_layers == tuple(
+        range(28, 36))
+    s = build("qwen3-30b-a3b", use_sliding_window=True, sliding_window=4096)
+    assert s.sliding_window_layers == tuple(range(48))  # Qwen3-MoE: every layer
+
+
+def test_qwen2_moe_window_pattern() -> None:
+    s = build("synthetic-qwen2-moe-sparse-step")
+    assert (s.sliding_window, s.sliding_window_layers) == (64, (0, 2))
+    assert build("qwen1.5-moe-a2.7b").sliding_window is None
+
+
+# --- MoE and MLA ---------------------------------------------------------------------------------------------------
+
+def test_deepseek_v3_dense_layers_and_mla() -> None:
+    s = build("deepseek-v3")
+    assert s.moe is not None and s.mla is not None
+    assert s.moe.dense_layers == (0, 1, 2)
+    assert s.num_moe_layers == 58
+    assert (s.moe.num_experts, s.moe.experts_per_token, s.moe.expert_intermediate_size) == (256, 8, 2048)
+    assert (s.moe.num_shared_experts, s.moe.shared_expert_intermediate_size) == (1, 2048)
+    assert s.moe.router_score_correction_bias and not s.moe.router_bias and s.moe.normalize_top_k
+    assert s.mla == MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                            v_head_dim=128)
+    assert (s.head_dim, s.num_kv_heads, s.intermediate_size) == (192, 128, 18432)
+    assert s.rope_scaling == RopeScaling(rope_type="yarn", factor=40.0, original_max_position_embeddings=4096)
+    assert s.native_dtype == "fp8_block"
+    assert "not counted" in s.notes
+
+
+def test_deepseek_moe_layer_freq() -> None:
+    s = build("deepseek-v3", moe_layer_freq=2)
+    assert s.moe is not None
+    assert s.moe.dense_layers == (0, 1, 2, *range(3, 61, 2))
+
+
+def test_deepseek_v2_lite() -> None:
+    s = build("deepseek-v2-lite")
+    assert s.mla is not None and s.moe is not None
+    assert s.mla.q_lora_rank is None
+    assert s.moe.dense_layers == (0,)
+    assert (s.moe.num_shared_experts, s.moe.shared_expert_intermediate_size) == (2, 1408)
+    assert not s.moe.router_score_correction_bias and not s.moe.normalize_top_k
+    assert build("deepseek-v2-lite", q_lora_rank=_DROP).mla.q_lora_rank == 1536  # type: ignore[union-attr]
+
+
+def test_qwen_moe_dense_layers() -> None:
+    s = build("synthetic-qwen2-moe-sparse-step")
+    assert s.moe is not None
+    assert s.moe.dense_layers == (0, 2, 3, 4)
+    assert (s.moe.num_shared_experts, s.moe.shared_expert_intermediate_size, s.moe.shared_expert_gate) == (1, 384,
+                                                                                                        True)
+    assert build("qwen3-30b-a3b", mlp_only_layers=[0, 47]).moe.dense_layers == (0, 47)  # type: ignore[union-attr]
+    assert build("qwen3-30b-a3b", num_experts=0).moe is None
+    q3 = build("qwen3-235b-a22b").moe
+    assert q3 is not None and q3.num_shared_experts == 0 and q3.dense_layers == () and q3.normalize_top_k
+
+
+def test_mixtral_moe() -> None:
+    s = build("mixtral-8x22b")
+    assert s.moe is not None
+    assert (s.moe.num_experts, s.moe.experts_per_token, s.moe.expert_intermediate_size) == (8, 2, 16384)
+    assert s.moe.dense_layers == () and not s.moe.router_bias and not s.moe.expert_bias
+
+
+def test_gpt_oss_convention_moe_and_dtype() -> None:
+    s = build("gpt-oss-20b")
+    assert s.active_params_convention == "excludes_input_embedding"
+    assert s.moe is not None
+    assert (s.moe.num_experts, s.moe.experts_per_token, s.moe.expert_intermediate_size) == (32, 4, 2880)
+    assert s.moe.router_bias and s.moe.expert_bias
+    assert s.native_dtype == "experts=mxfp4,default=bf16"
+    assert build("gpt-oss-20b", quantization_config=_DROP).native_dtype == "bf16"
+    assert build("llama3-8b").active_params_convention == "all_weights_touched"
+
+
+# --- dtype and rope ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"torch_dtype": "float16"}, "fp16"),
+    ({"torch_dtype": "float32"}, "fp32"),
+    ({"torch_dtype": _DROP, "dtype": "float16"}, "fp16"),
+    ({"torch_dtype": _DROP}, "bf16"),
+    ({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}, "fp8_block"),
+])
+def test_native_dtype(changes: dict[str, Any], expected: str) -> None:
+    assert build("llama3-8b", **changes).native_dtype == expected
+
+
+def test_rope_scaling_llama3() -> None:
+    s = build("llama3.2-1b")
+    assert s.rope_scaling == RopeScaling(rope_type="llama3", factor=32.0, original_max_position_embeddings=8192,
+                                         low_freq_factor=1.0, high_freq_factor=4.0)
+    assert (s.rope_theta, s.max_context) == (500000.0, 131072)
+
+
+def test_rope_parameters_transformers5_format() -> None:
+    params = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1e6}
+    s = build("qwen3-8b", rope_theta=_DROP, rope_scaling=_DROP, rope_parameters=params)
+    assert s.rope_theta == 1e6
+    assert s.rope_scaling == RopeScaling(rope_type="yarn", factor=4.0, original_max_position_embeddings=32768)
+    gemma = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+    s = build("gemma-3-1b", rope_theta=_DROP, rope_scaling=_DROP, rope_parameters=gemma)
+    assert (s.rope_theta, s.rope_scaling) == (1e6, RopeScaling(rope_type="linear", factor=8.0))
+
+
+def test_rope_theta_family_defaults() -> None:
+    assert build("mixtral-8x7b", rope_theta=_DROP).rope_theta == 1e6
+    assert build("gpt-oss-20b", rope_theta=_DROP).rope_theta == 150000.0
+    assert build("llama3-8b", rope_theta=_DROP).rope_theta == 10000.0
+
+
+def test_phi3_longrope_rename() -> None:
+    s = build("phi3-mini", rope_scaling={"type": "su", "long_factor": [1.0], "short_factor": [1.0]},
+              original_max_position_embeddings=4096)
+    assert s.rope_scaling == RopeScaling(rope_type="longrope", original_max_position_embeddings=4096)

@@ -1,0 +1,527 @@
+"""Hugging Face ``config.json`` -> ModelSpec, following what transformers builds for each ``model_type``.
+
+Each supported family is one ``_Family`` entry: the config-class defaults used when a key is absent (copied
+from ``transformers/models/<type>/configuration_<type>.py``; a test compares them with the installed classes),
+the keys a real config.json always carries, and small rule functions for the things that differ between
+families: attention biases, sliding-window layers and the MoE / MLA layout. A test instantiates every fixture
+with transformers on the meta device and checks the parameter count to the single parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tfcalc.errors import SpecError
+from tfcalc.spec.model import MLASpec, ModelSpec, MoESpec, RopeScaling
+from tfcalc.spec.presets import read_data_file
+
+SLIDING, FULL = "sliding_attention", "full_attention"
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+_CORE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+# ``head_dim`` default meaning "hidden_size // num_attention_heads" (transformers' fallback when absent).
+DERIVED = None
+
+
+class _Config:
+    """A config.json mapping with its family's defaults and one-line errors naming the file and the field."""
+
+    def __init__(self, data: Mapping[str, Any], origin: str, model_type: str, defaults: Mapping[str, Any]):
+        self.data, self.origin, self.model_type, self.defaults = data, origin, model_type, defaults
+
+    def error(self, message: str) -> SpecError:
+        return SpecError(f"{self.origin}: {message}")
+
+    def get(self, key: str) -> Any:
+        """The config value; the config class's default when the key is absent (``null`` is kept)."""
+        if key in self.data:
+            return self.data[key]
+        return self.defaults.get(key)
+
+    def require(self, key: str) -> Any:
+        if self.data.get(key) is None:
+            raise self.error(f"missing required field '{key}' (model_type {self.model_type})")
+        return self.data[key]
+
+    def check_int(self, key: str, value: Any, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(f"field '{key}' must be an integer, got {value!r}")
+        if value < minimum:
+            raise self.error(f"field '{key}' must be >= {minimum}, got {value}")
+        return value
+
+    def req_int(self, key: str, minimum: int = 1) -> int:
+        return self.check_int(key, self.require(key), minimum)
+
+    def int_or_default(self, key: str, minimum: int = 0) -> int:
+        """An integer that falls back to the family default when absent or null."""
+        value = self.get(key)
+        if value is None:
+            value = self.defaults.get(key)
+        if value is None:
+            raise self.error(f"missing required field '{key}' (model_type {self.model_type})")
+        return self.check_int(key, value, minimum)
+
+    def opt_int(self, key: str, minimum: int = 0) -> int | None:
+        value = self.get(key)
+        return None if value is None else self.check_int(key, value, minimum)
+
+    def flag(self, key: str) -> bool:
+        value = self.get(key)
+        if value is None:
+            value = self.defaults.get(key, False)
+        if not isinstance(value, bool):
+            raise self.error(f"field '{key}' must be true or false, got {value!r}")
+        return value
+
+    def int_list(self, key: str) -> list[int]:
+        value = self.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.error(f"field '{key}' must be a list of layer indices, got {value!r}")
+        return [self.check_int(key, v, 0) for v in value]
+
+    @property
+    def num_layers(self) -> int:
+        return self.req_int("num_hidden_layers")
+
+    def layer_types(self) -> list[str] | None:
+        """``layer_types`` validated against the layer count, or None when absent."""
+        value = self.data.get("layer_types")
+        if value is None:
+            return None
+        if not isinstance(value, list) or len(value) != self.num_layers:
+            got = f"{len(value)} entries" if isinstance(value, list) else repr(value)
+            raise self.error(f"field 'layer_types' must be a list of {self.num_layers} entries, got {got}")
+        for entry in value:
+            if entry not in (SLIDING, FULL):
+                raise self.error(f"field 'layer_types' has unsupported entry {entry!r} "
+                                 f"(supported: {SLIDING}, {FULL})")
+        return value
+
+
+# --- attention biases -----------------------------------------------------------------------------------------
+
+def _bias_from_attention_bias(c: _Config) -> dict[str, bool]:
+    """Llama, Gemma, Qwen3, DeepSeek, gpt-oss: ``attention_bias`` puts a bias on q, k, v AND o."""
+    bias = c.flag("attention_bias")
+    return {"qkv_bias": bias, "o_bias": bias}
+
+
+def _no_bias(c: _Config) -> dict[str, bool]:
+    """Mistral, Mixtral, Phi-3: every attention projection is bias-free whatever the config says."""
+    return {"qkv_bias": False, "o_bias": False}
+
+
+def _qwen2_bias(c: _Config) -> dict[str, bool]:
+    """Qwen2Attention: q, k, v always carry a bias, o_proj never (no config flag)."""
+    return {"qkv_bias": True, "o_bias": False}
+
+
+def _qwen2_moe_bias(c: _Config) -> dict[str, bool]:
+    """Qwen2MoeAttention: q, k, v bias per ``qkv_bias`` (default true), o_proj never."""
+    return {"qkv_bias": c.flag("qkv_bias"), "o_bias": False}
+
+
+# --- sliding-window layers --------------------------------------------------------------------------------------
+
+SlidingRule = Callable[[_Config], tuple[int | None, tuple[int, ...]]]
+
+
+def _no_sliding(c: _Config) -> tuple[int | None, tuple[int, ...]]:
+    return None, ()
+
+
+def _window_every_layer(enabled_key: str | None = None) -> SlidingRule:
+    """Mistral, Mixtral, Phi-3 (and Qwen3-MoE when ``use_sliding_window``): one window on every layer.
+
+    These models pass ``config.sliding_window`` to every attention layer and ignore ``layer_types``.
+    """
+
+    def rule(c: _Config) -> tuple[int | None, tuple[int, ...]]:
+        if enabled_key is not None and not c.flag(enabled_key):
+            return None, ()
+        window = c.opt_int("sliding_window")
+        return (window, tuple(range(c.num_layers))) if window else (None, ())
+
+    return rule
+
+
+def _window_by_layer_type(default_sliding: Callable[[_Config, int], bool],
+                          enabled_key: str | None = None) -> SlidingRule:
+    """Families whose attention reads ``layer_types`` (authoritative when present; else the class's pattern)."""
+
+    def rule(c: _Config) -> tuple[int | None, tuple[int, ...]]:
+        if enabled_key is not None and not c.flag(enabled_key):
+            return None, ()
+        window = c.opt_int("sliding_window")
+        if not window:
+            return None, ()
+        types = c.layer_types()
+        if types is None:
+            types = [SLIDING if default_sliding(c, i) else FULL for i in range(c.num_layers)]
+        layers = tuple(i for i, kind in enumerate(types) if kind == SLIDING)
+        return (window, layers) if layers else (None, ())
+
+    return rule
+
+
+def _even_layers(c: _Config, i: int) -> bool:
+    """Gemma 2, gpt-oss: ``"sliding_attention" if bool((i + 1) % 2)``: layers 0, 2, 4, ... slide."""
+    return i % 2 == 0
+
+
+def _gemma3_pattern(c: _Config, i: int) -> bool:
+    """Gemma 3: every ``sliding_window_pattern``-th layer (default 6) is global, the rest slide."""
+    pattern = c.int_or_default("sliding_window_pattern", minimum=1)
+    return (i + 1) % pattern != 0
+
+
+def _qwen_upper_layers(c: _Config, i: int) -> bool:
+    """Qwen2/Qwen3: layers from ``max_window_layers`` on use the window."""
+    return i >= c.int_or_default("max_window_layers")
+
+
+def _qwen2_moe_pattern(c: _Config, i: int) -> bool:
+    """Qwen2-MoE's class default: even layers below ``max_window_layers``."""
+    return (i + 1) % 2 == 1 and i < c.int_or_default("max_window_layers")
+
+
+# --- mixture of experts ------------------------------------------------------------------------------------------
+
+MoERule = Callable[[_Config], MoESpec | None]
+
+
+def _mixtral_moe(c: _Config) -> MoESpec:
+    """MixtralSparseMoeBlock: every layer, experts of ``intermediate_size``, router without bias."""
+    return MoESpec(num_experts=c.req_int("num_local_experts"), experts_per_token=c.req_int("num_experts_per_tok"),
+                   expert_intermediate_size=c.req_int("intermediate_size"), normalize_top_k=True)
+
+
+def _qwen_dense_layers(c: _Config) -> tuple[int, ...]:
+    """Qwen MoE decoder layer: MoE unless in ``mlp_only_layers`` or ``(i + 1) % decoder_sparse_step != 0``."""
+    step = c.int_or_default("decoder_sparse_step", minimum=1)
+    only = set(c.int_list("mlp_only_layers"))
+    return tuple(i for i in range(c.num_layers) if i in only or (i + 1) % step != 0)
+
+
+def _qwen_moe(shared_expert: bool) -> MoERule:
+    """Qwen2-MoE (one shared expert with a sigmoid gate) and Qwen3-MoE (no shared expert)."""
+
+    def rule(c: _Config) -> MoESpec | None:
+        experts = c.req_int("num_experts", minimum=0)
+        if experts == 0:  # transformers builds dense MLPs everywhere
+            return None
+        shared = {}
+        if shared_expert:
+            shared = {"num_shared_experts": 1,
+                      "shared_expert_intermediate_size": c.int_or_default("shared_expert_intermediate_size", minimum=1),
+                      "shared_expert_gate": True}
+        return MoESpec(num_experts=experts, experts_per_token=c.req_int("num_experts_per_tok"),
+                       expert_intermediate_size=c.req_int("moe_intermediate_size"),
+                       dense_layers=_qwen_dense_layers(c), normalize_top_k=c.flag("norm_topk_prob"), **shared)
+
+    return rule
+
+
+def _deepseek_moe(score_correction_bias: bool) -> MoERule:
+    """DeepSeek V2/V3: dense MLP before ``first_k_dense_replace``; ``n_shared_experts`` of ``moe_intermediate_size``.
+
+    ``moe_layer_freq`` follows DeepSeek's own modeling code (MoE when ``i % moe_layer_freq == 0``); transformers'
+    port ignores it, which agrees for every released checkpoint (all use 1). V3's router also holds
+    ``e_score_correction_bias`` (one per expert).
+    """
+
+    def rule(c: _Config) -> MoESpec:
+        experts = c.req_int("n_routed_experts")
+        first_dense = c.int_or_default("first_k_dense_replace")
+        freq = c.int_or_default("moe_layer_freq", minimum=1)
+        dense = tuple(i for i in range(c.num_layers) if i < first_dense or i % freq != 0)
+        shared = c.int_or_default("n_shared_experts")
+        moe_size = c.req_int("moe_intermediate_size")
+        return MoESpec(num_experts=experts, experts_per_token=c.req_int("num_experts_per_tok"),
+                       expert_intermediate_size=moe_size, num_shared_experts=shared,
+                       shared_expert_intermediate_size=moe_size if shared else 0, dense_layers=dense,
+                       router_score_correction_bias=score_correction_bias, normalize_top_k=c.flag("norm_topk_prob"))
+
+    return rule
+
+
+def _gpt_oss_moe(c: _Config) -> MoESpec:
+    """GptOssMLP: router with bias, experts with gate_up and down biases, every layer MoE."""
+    return MoESpec(num_experts=c.req_int("num_local_experts"), experts_per_token=c.req_int("num_experts_per_tok"),
+                   expert_intermediate_size=c.req_int("intermediate_size"), router_bias=True, expert_bias=True,
+                   normalize_top_k=True)
+
+
+def _mla(c: _Config) -> MLASpec:
+    q_rank = c.get("q_lora_rank")
+    return MLASpec(q_lora_rank=None if q_rank is None else c.int_or_default("q_lora_rank", minimum=1),
+                   kv_lora_rank=c.req_int("kv_lora_rank"), qk_nope_head_dim=c.req_int("qk_nope_head_dim"),
+                   qk_rope_head_dim=c.req_int("qk_rope_head_dim"), v_head_dim=c.req_int("v_head_dim"))
+
+
+# --- families ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Family:
+    defaults: Mapping[str, Any]
+    required: tuple[str, ...] = ()
+    attention: Callable[[_Config], dict[str, bool]] = _bias_from_attention_bias
+    sliding: SlidingRule = _no_sliding
+    moe: MoERule | None = None
+    mla: bool = False
+    mlp_bias: bool = False          # reads ``mlp_bias`` (Llama, DeepSeek-V2)
+    norms_per_layer: int = 2
+    qk_norm: bool = False
+    attention_sinks: bool = False
+    activation_key: str = "hidden_act"
+    activation: str | None = None   # fixed activation name overriding the config's
+    convention: str = "all_weights_touched"
+    extra_keys: tuple[str, ...] = ()
+
+
+_LLAMA_LIKE = {"head_dim": DERIVED, "tie_word_embeddings": False, "rope_theta": 10000.0, "hidden_act": "silu"}
+
+FAMILIES: dict[str, _Family] = {
+    "llama": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
+                  "attention_bias": False, "mlp_bias": False},
+        mlp_bias=True),
+    "mistral": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                  "sliding_window": 4096},
+        attention=_no_bias, sliding=_window_every_layer()),
+    "mixtral": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                  "sliding_window": None, "rope_theta": 1000000.0},
+        required=("num_local_experts", "num_experts_per_tok"),
+        attention=_no_bias, sliding=_window_every_layer(), moe=_mixtral_moe),
+    "qwen2": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 32, "max_position_embeddings": 32768,
+                  "sliding_window": 4096, "use_sliding_window": False, "max_window_layers": 28},
+        attention=_qwen2_bias,
+        sliding=_window_by_layer_type(_qwen_upper_layers, enabled_key="use_sliding_window")),
+    "qwen2_moe": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 16, "max_position_embeddings": 32768,
+                  "sliding_window": 4096, "use_sliding_window": False, "max_window_layers": 28, "qkv_bias": True,
+                  "decoder_sparse_step": 1, "norm_topk_prob": False, "mlp_only_layers": None,
+                  "shared_expert_intermediate_size": 5632},
+        required=("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+        attention=_qwen2_moe_bias,
+        sliding=_window_by_layer_type(_qwen2_moe_pattern, enabled_key="use_sliding_window"),
+        moe=_qwen_moe(shared_expert=True)),
+    "qwen3": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 32, "head_dim": 128, "max_position_embeddings": 32768,
+                  "attention_bias": False, "sliding_window": 4096, "use_sliding_window": False,
+                  "max_window_layers": 28},
+        sliding=_window_by_layer_type(_qwen_upper_layers, enabled_key="use_sliding_window"), qk_norm=True),
+    "qwen3_moe": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 4, "max_position_embeddings": 32768,
+                  "attention_bias": False, "sliding_window": 4096, "use_sliding_window": False,
+                  "decoder_sparse_step": 1, "norm_topk_prob": False, "mlp_only_layers": None},
+        required=("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+        sliding=_window_every_layer(enabled_key="use_sliding_window"), moe=_qwen_moe(shared_expert=False),
+        qk_norm=True),
+    "gemma": _Family(
+        defaults={"num_key_value_heads": 16, "head_dim": 256, "tie_word_embeddings": True,
+                  "max_position_embeddings": 8192, "attention_bias": False, "rope_theta": 10000.0,
+                  "hidden_act": "gelu_pytorch_tanh"}),
+    "gemma2": _Family(
+        defaults={"num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True,
+                  "max_position_embeddings": 8192, "attention_bias": False, "rope_theta": 10000.0,
+                  "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh"},
+        sliding=_window_by_layer_type(_even_layers), norms_per_layer=4, activation_key="hidden_activation",
+        extra_keys=("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping")),
+    "gemma3_text": _Family(
+        defaults={"num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True,
+                  "max_position_embeddings": 131072, "attention_bias": False, "rope_theta": 1000000.0,
+                  "rope_local_base_freq": 10000.0, "sliding_window": 4096, "sliding_window_pattern": 6,
+                  "hidden_activation": "gelu_pytorch_tanh"},
+        sliding=_window_by_layer_type(_gemma3_pattern), norms_per_layer=4, qk_norm=True,
+        activation_key="hidden_activation",
+        extra_keys=("query_pre_attn_scalar", "rope_local_base_freq", "attn_logit_softcapping",
+                    "final_logit_softcapping")),
+    "phi3": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 4096,
+                  "sliding_window": None},
+        attention=_no_bias, sliding=_window_every_layer()),
+    "deepseek_v2": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
+                  "attention_bias": False, "mlp_bias": False, "norm_topk_prob": False, "first_k_dense_replace": 0,
+                  "moe_layer_freq": 1, "n_shared_experts": 2, "q_lora_rank": 1536},
+        required=("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "kv_lora_rank",
+                  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
+        moe=_deepseek_moe(score_correction_bias=False), mla=True, mlp_bias=True),
+    "deepseek_v3": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 128, "max_position_embeddings": 4096,
+                  "attention_bias": False, "norm_topk_prob": True, "first_k_dense_replace": 3, "moe_layer_freq": 1,
+                  "n_shared_experts": 1, "q_lora_rank": 1536},
+        required=("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "kv_lora_rank",
+                  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
+        moe=_deepseek_moe(score_correction_bias=True), mla=True),
+    "gpt_oss": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 8, "head_dim": 64, "max_position_embeddings": 131072,
+                  "attention_bias": True, "sliding_window": 128, "rope_theta": 150000.0},
+        required=("num_local_experts", "num_experts_per_tok"),
+        sliding=_window_by_layer_type(_even_layers), moe=_gpt_oss_moe, attention_sinks=True,
+        activation="swiglu_clamped", convention="excludes_input_embedding",
+        extra_keys=("swiglu_limit", "swiglu_alpha")),
+}
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(FAMILIES))
+
+
+# --- shared field mapping ------------------------------------------------------------------------------------------
+
+def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
+    """``rope_theta`` and ``rope_scaling`` from the classic keys or transformers 5's ``rope_parameters``."""
+    params = c.data.get("rope_parameters")
+    if isinstance(params, dict) and isinstance(params.get(FULL), dict):  # Gemma 3: one entry per layer type
+        params = params[FULL]
+    params = params if isinstance(params, dict) else {}
+    theta = c.data.get("rope_theta", params.get("rope_theta", family.defaults.get("rope_theta", 10000.0)))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+        raise c.error(f"field 'rope_theta' must be a positive number, got {theta!r}")
+    scaling = c.data.get("rope_scaling")
+    if scaling is None:
+        scaling = params
+    if not isinstance(scaling, dict):
+        raise c.error(f"field 'rope_scaling' must be a mapping or null, got {scaling!r}")
+    rope_type = scaling.get("rope_type", scaling.get("type"))
+    if rope_type in (None, "default"):
+        return float(theta), None
+    if c.model_type == "phi3" and rope_type in ("su", "yarn"):  # Phi3Config renames both to longrope
+        rope_type = "longrope"
+    original = scaling.get("original_max_position_embeddings", c.data.get("original_max_position_embeddings"))
+
+    def number(key: str) -> float | None:
+        value = scaling.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise c.error(f"field 'rope_scaling.{key}' must be a number, got {value!r}")
+        return float(value)
+
+    return float(theta), RopeScaling(
+        rope_type=str(rope_type), factor=number("factor") or 1.0,
+        original_max_position_embeddings=None if original is None else c.check_int(
+            "rope_scaling.original_max_position_embeddings", original, 1),
+        low_freq_factor=number("low_freq_factor"), high_freq_factor=number("high_freq_factor"))
+
+
+def _native_dtype(c: _Config) -> str:
+    """torch_dtype/dtype, refined by ``quantization_config``: FP8 128x128 blocks, or gpt-oss MXFP4 experts."""
+    raw = c.data.get("torch_dtype", c.data.get("dtype"))
+    if raw is None:
+        base = "bf16"
+    elif isinstance(raw, str) and raw in _TORCH_DTYPES:
+        base = _TORCH_DTYPES[raw]
+    else:
+        raise c.error(f"field 'torch_dtype' must be one of {', '.join(_TORCH_DTYPES)}, got {raw!r}")
+    quant = c.data.get("quantization_config")
+    if not isinstance(quant, dict):
+        return base
+    method = quant.get("quant_method")
+    if (quant.get("fmt") == "e4m3" or method == "fp8") and quant.get("weight_block_size") == [128, 128]:
+        return "fp8_block"
+    if c.model_type == "gpt_oss" and method == "mxfp4":
+        return f"experts=mxfp4,default={base}"
+    return base
+
+
+# HF ``hidden_act`` names -> the names ModelSpec uses (tfcalc.model.layers.activate); others pass through.
+_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu",
+                "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
+
+
+def _activation(c: _Config, family: _Family) -> str:
+    if family.activation is not None:
+        return family.activation
+    value = c.get(family.activation_key) or c.get("hidden_act") or "silu"
+    if not isinstance(value, str):
+        raise c.error(f"field '{family.activation_key}' must be a string, got {value!r}")
+    if c.model_type == "gemma" and value == "gelu":  # GemmaConfig: legacy "gelu" means the tanh approximation
+        value = "gelu_pytorch_tanh"
+    return _ACTIVATIONS.get(value, value)
+
+
+def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
+    """Build the ModelSpec that the transformers implementation of ``config['model_type']`` would instantiate."""
+    model_type = config.get("model_type")
+    family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if family is None:
+        what = "no model_type" if model_type is None else f"unsupported model_type {model_type!r}"
+        raise SpecError(f"{origin}: {what}; supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    c = _Config(config, origin, model_type, family.defaults)
+    for key in (*_CORE_FIELDS, *family.required):
+        c.require(key)
+
+    heads = c.req_int("num_attention_heads")
+    hidden = c.req_int("hidden_size")
+    kv_heads = c.opt_int("num_key_value_heads", minimum=1) or heads
+    mla = _mla(c) if family.mla else None
+    if mla is not None:
+        head_dim = mla.qk_head_dim  # q/k head dim; what MLA caches is described by ``mla``
+    else:
+        head_dim = c.opt_int("head_dim", minimum=1) or family.defaults.get("head_dim") or hidden // heads
+    window, sliding_layers = family.sliding(c)
+    rope_theta, rope_scaling = _rope(c, family)
+    extra: dict[str, object] = {"model_type": model_type, "hf_config": origin}
+    extra.update({key: config[key] for key in family.extra_keys if key in config})
+    notes = ""
+    if model_type == "deepseek_v3" and (config.get("num_nextn_predict_layers") or 0) > 0:
+        notes = (f"{config['num_nextn_predict_layers']} multi-token-prediction layer(s) (num_nextn_predict_layers) "
+                 "are not counted; transformers does not build them")
+
+    try:
+        return ModelSpec(
+            name=name,
+            vocab_size=c.req_int("vocab_size"),
+            hidden_size=hidden,
+            num_layers=c.num_layers,
+            num_attention_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=c.req_int("intermediate_size"),
+            ffn_kind="gated",
+            activation=_activation(c, family),
+            tie_word_embeddings=c.flag("tie_word_embeddings"),
+            attention_sinks=family.attention_sinks,
+            mlp_bias=family.mlp_bias and c.flag("mlp_bias"),
+            norm_kind="rmsnorm",
+            norms_per_layer=family.norms_per_layer,
+            qk_norm=family.qk_norm,
+            sliding_window=window,
+            sliding_window_layers=sliding_layers,
+            mla=mla,
+            moe=family.moe(c) if family.moe is not None else None,
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            max_context=c.int_or_default("max_position_embeddings", minimum=1),
+            native_dtype=_native_dtype(c),
+            active_params_convention=family.convention,  # type: ignore[arg-type]
+            source=f"Hugging Face config.json {origin} (model_type {model_type})",
+            notes=notes,
+            extra=extra,
+            **family.attention(c),
+        )
+    except SpecError as exc:
+        message = str(exc)
+        raise SpecError(message if message.startswith(origin) else f"{origin}: {message}") from None
+
+
+def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
+    """A ModelSpec from a config.json file (or a folder holding one); errors are one line naming the file.
+
+    The name defaults to the file's stem, or to the folder's name for a file called ``config.json``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    data = read_data_file(path)
+    if name is None:
+        name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+    return spec_from_hf_config(data, origin=str(path), name=name)
