@@ -2,7 +2,9 @@
 
 import typer
 
+from tfcalc.cli import estimate as estimate_cli
 from tfcalc.cli import kv_cache, memory, params, presets
+from tfcalc.cli import plan as plan_cli
 
 app = typer.Typer(
     name="tfcalc",
@@ -16,6 +18,8 @@ app.add_typer(presets.app, name="presets")
 app.command("params")(params.params)
 app.command("kv-cache")(kv_cache.kv_cache)
 app.command("memory")(memory.memory)
+app.command("plan")(plan_cli.plan)
+app.command("estimate")(estimate_cli.estimate)
 
 
 def main() -> None:

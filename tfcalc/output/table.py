@@ -21,8 +21,13 @@ def render_table(rows: list[dict[str, object]], columns: list[Column], title: st
     for row in rows:
         table.add_row(*(format_cell(row.get(c.key), c) for c in columns))
     buffer = io.StringIO()
-    # On a terminal, fit its width; in a pipe or a file, draw at natural width rather than cut cells.
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() and not to_file else 160
+    # On a terminal, fit its width; in a pipe or a file, draw the table at its natural width (up to 250
+    # columns) rather than cut cells, and wrap the notes to that width.
+    if sys.stdout.isatty() and not to_file:
+        width = shutil.get_terminal_size().columns
+    else:
+        natural = Console(width=250, file=io.StringIO()).measure(table).maximum
+        width = max(100, min(natural, 250))
     console = Console(file=buffer, width=width, force_terminal=False, color_system=None, soft_wrap=False,
                       emoji=False, highlight=False)
     console.print(table)

@@ -179,4 +179,8 @@ def preset_rows(kind: str) -> tuple[list[Row], list]:
                    Column("active_params", "active params", "params"),
                    Column("max_context", "max context", "int"), Column("native_dtype", "native dtype")]
         return rows, columns
+    if kind == "gpu":
+        from tfcalc.spec.gpu import gpu_preset_columns, gpu_preset_rows
+
+        return gpu_preset_rows(), gpu_preset_columns()
     raise ValueError(f"no preset listing for kind {kind!r}")

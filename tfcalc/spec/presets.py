@@ -15,7 +15,7 @@ from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.model import MLASpec, ModelSpec, MoESpec, RopeScaling
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-PRESET_KINDS = ("model",)
+PRESET_KINDS = ("model", "gpu")
 _KIND_FOLDERS = {"model": "models", "gpu": "gpus"}
 
 # Keys a preset may carry besides the spec's own fields: provenance and published figures.
@@ -103,6 +103,17 @@ def load_model(name_or_path: str) -> ModelSpec:
         return model_from_mapping(read_data_file(path), origin=str(path), default_name=path.stem)
     path = preset_path("model", name_or_path)
     return model_from_mapping(read_data_file(path), origin=str(path), default_name=name_or_path)
+
+
+def load_gpu(name_or_path: str):  # -> tfcalc.spec.gpu.GPUSpec
+    """A GPU preset by name, or a user's YAML file in the GPU preset format."""
+    from tfcalc.spec.gpu import gpu_from_mapping
+
+    if looks_like_path(name_or_path):
+        path = Path(name_or_path)
+        return gpu_from_mapping(read_data_file(path), origin=str(path), default_name=path.stem)
+    path = preset_path("gpu", name_or_path)
+    return gpu_from_mapping(read_data_file(path), origin=str(path), default_name=name_or_path)
 
 
 def load_preset_document(kind: str, name: str) -> dict[str, Any]:

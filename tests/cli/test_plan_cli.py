@@ -1,0 +1,89 @@
+"""``tfcalc plan`` end to end: columns, verdicts, sweeps, errors, plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from tfcalc.cli import app
+
+runner = CliRunner()
+PLAN_COLUMNS = ["model", "gpu", "num_gpus", "tp", "pp", "context", "batch", "weights_dtype", "kv_dtype",
+                "weights_bytes_per_gpu", "kv_bytes_per_token_per_gpu", "reserved_bytes_per_gpu",
+                "kv_budget_bytes_per_gpu", "max_concurrent_sequences", "max_context_at_batch", "fits"]
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_issue_example_json() -> None:
+    result = run("plan", "--preset", "llama3-70b", "--gpu", "h100-sxm", "--num-gpus", "8", "--tp", "8",
+                 "--context", "128k", "--weights-dtype", "fp8", "--kv-dtype", "fp8", "--format", "json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert list(row)[:len(PLAN_COLUMNS)] == PLAN_COLUMNS
+    assert row["fits"] is True and row["kv_bytes_per_token_per_gpu"] == 80 * 2 * 1 * 128
+    assert row["max_context_at_batch"] == 131072
+
+
+def test_table_sweep_and_explain() -> None:
+    result = run("plan", "-p", "llama3-8b", "--gpu", "h100-sxm,a100-40gb", "--context", "8k,32k", "--batch", "1,16",
+                 "--explain")
+    assert result.exit_code == 0, result.output
+    assert "KV budget = " in result.stdout and "a100-40gb" in result.stdout
+
+
+def test_csv_sweep_row_count() -> None:
+    result = run("plan", "-p", "llama3-8b", "--num-gpus", "1,2", "--gpu-memory-utilization", "0.8,0.9", "-f", "csv")
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.strip().splitlines()) == 1 + 4
+
+
+def test_min_gpus() -> None:
+    result = run("plan", "-p", "llama3-70b", "--gpu", "h100-sxm", "--context", "8k", "--batch", "8", "--min-gpus",
+                 "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)[0]["num_gpus"] == 3
+
+
+def test_does_not_fit_says_by_how_much() -> None:
+    result = run("plan", "-p", "llama3-70b", "--gpu", "rtx4090", "--context", "4k")
+    assert result.exit_code == 1
+    assert "does not fit" in result.stderr and "short by" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_unknown_gpu() -> None:
+    result = run("plan", "-p", "llama3-8b", "--gpu", "h100")
+    assert result.exit_code == 2 and "did you mean" in result.stderr
+
+
+def test_tp_errors() -> None:
+    result = run("plan", "-p", "llama3-70b", "--num-gpus", "3", "--tp", "3")
+    assert result.exit_code == 2 and "does not divide the 64 attention heads" in result.stderr
+    result = run("plan", "-p", "llama3-70b", "--num-gpus", "6", "--tp", "4")
+    assert result.exit_code == 2 and "does not divide the GPU count" in result.stderr
+
+
+def test_bad_utilization() -> None:
+    result = run("plan", "-p", "llama3-8b", "--gpu-memory-utilization", "1.5")
+    assert result.exit_code == 2 and "gpu memory utilization" in result.stderr
+
+
+def test_gpu_presets_list() -> None:
+    result = run("presets", "list", "--kind", "gpu", "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert {r["name"] for r in json.loads(result.stdout)} >= {"h100-sxm", "mi300x", "b200"}
+
+
+def test_plot_png(tmp_path: Path) -> None:
+    path = tmp_path / "plan.png"
+    result = run("plan", "-p", "llama3-8b", "--gpu", "l40s", "-w", "bf16,fp8", "--plot", str(path))
+    assert result.exit_code == 0, result.output
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    assert matplotlib.image.imread(str(path)).shape[0] > 100

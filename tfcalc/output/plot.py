@@ -1,0 +1,115 @@
+"""PNG charts for ``plan --plot`` and ``estimate --plot``. matplotlib (the ``plot`` extra) is imported only here,
+inside the functions, with the non-interactive Agg backend; files are written atomically."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tfcalc.errors import OutputError, UsageError
+
+GIB = 1 << 30
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'tfcalc[plot]'") from None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    if path.suffix.lower() != ".png":
+        raise UsageError(f"--plot writes PNG: give a .png file name, got '{path}'")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {path}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=folder)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def plot_plan(path: Path, specs: list, gpus: list, rows: list[dict], precisions: list, kv_dtypes: list,
+              batches: list[int]) -> None:
+    """Memory per GPU (weights + reserved + KV at the first batch) vs context, one line per weight/KV precision
+    of the first model's first layout, with each GPU's capacity as a horizontal line."""
+    from tfcalc.calc.plan import PlanConfig, plan_fit
+    from tfcalc.dtypes import parse_weight_precision
+    from tfcalc.report.calculator import default_kv_dtype
+
+    plt = _pyplot()
+    first = rows[0]
+    spec = next(s for s in specs if s.name == first["model"])
+    gpu = next(g for g in gpus if g.name == first["gpu"])
+    batch = int(first["batch"])
+    contexts = sorted({int(2 ** (i / 2)) for i in range(20, 2 * max(spec.max_context, 1 << 10).bit_length() - 1)})
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for precision in precisions or [parse_weight_precision(spec.native_dtype)]:
+        for kv in kv_dtypes or [default_kv_dtype(spec)]:
+            ys = []
+            for c in contexts:
+                cfg = PlanConfig(num_gpus=int(first["num_gpus"]), tp=int(first["tp"]), pp=int(first["pp"]),
+                                 ep=int(first["ep"]), context=c, batch=batch,
+                                 gpu_memory_utilization=float(first["gpu_memory_utilization"]),
+                                 block_size=int(first["block_size"]))
+                r = plan_fit(spec, gpu, precision, kv, cfg)
+                per_replica = -(-batch // r.parallelism.dp)
+                ys.append((r.weights_bytes_per_gpu + r.reserved_bytes_per_gpu
+                           + per_replica * r.kv_bytes_per_sequence_per_gpu) / GIB)
+            ax.plot(contexts, ys, marker=".", label=f"weights {precision.label}, KV {kv.name}")
+    for g in gpus:
+        ax.axhline(g.memory_bytes / GIB, linestyle="--", color="black", linewidth=1)
+        ax.text(contexts[0], g.memory_bytes / GIB, f" {g.name} capacity {g.memory_bytes / GIB:.0f} GiB",
+                va="bottom", fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context (tokens)")
+    ax.set_ylabel("memory per GPU (GiB): weights + reserved + KV")
+    ax.set_title(f"{spec.name} on {first['num_gpus']} x {gpu.name} (tp {first['tp']}, pp {first['pp']}), "
+                 f"batch {batch}")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_roofline(path: Path, rows: list[dict]) -> None:
+    """Attainable FLOP/s vs arithmetic intensity for each GPU, with the prefill and decode points of every row."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    seen: set[tuple[str, float, float]] = set()
+    intensities = [float(r[k]) for r in rows for k in ("prefill_arithmetic_intensity", "decode_arithmetic_intensity")]
+    lo, hi = max(min(intensities) / 4, 1e-2), max(intensities) * 4
+    xs = [lo * (hi / lo) ** (i / 100) for i in range(101)]
+    for r in rows:
+        key = (str(r["gpu"]), float(r["peak_flops_per_s"]), float(r["hbm_bandwidth_bytes_per_s"]))
+        if key not in seen:
+            seen.add(key)
+            peak, bw = key[1], key[2]
+            ax.plot(xs, [min(peak, x * bw) for x in xs], label=f"{key[0]} roofline ({r['compute_dtype']})")
+        for phase, marker in (("prefill", "o"), ("decode", "s")):
+            if phase == "prefill":
+                flops, t = float(r["prefill_flops"]), float(r["ttft_s_ideal"])
+            else:
+                flops, t = float(r["decode_flops_per_step"]), float(r["tpot_s_ideal"])
+            ax.scatter([float(r[f"{phase}_arithmetic_intensity"])], [flops / t], marker=marker, zorder=3,
+                       label=f"{phase}: {r['model']} b{r['batch']} p{r['prompt_len']}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("FLOP/s per GPU (ideal)")
+    ax.set_title("Roofline: prefill and decode")
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    _save(fig, path)
+    plt.close(fig)

@@ -1,0 +1,155 @@
+"""GPUSpec: one frozen description of an accelerator for the planner and the roofline estimates.
+
+Units in the dataclass are SI base units: bytes, bytes/s, FLOP/s. Preset YAML (``presets/gpus/NAME.yaml``)
+uses the units datasheets print and is converted here, in ``gpu_from_mapping``:
+
+- ``memory_gib``: capacity in binary GiB (2^30 bytes). HBM and GDDR parts are built from DRAM dies whose
+  densities are powers of two, and the vendor's "80GB" is in practice 80 GiB: an A100 80GB exposes 81,920 MiB,
+  and AMD's ROCm hardware table lists the MI300X as "192 GiB" (research/facts.md, "GB vs GiB"). So vendor
+  "80GB" -> 80 x 2^30 = 85,899,345,920 bytes. ``memory_gb`` (decimal, 10^9) is accepted instead for a part
+  known to be decimal. What the driver and ECC leave usable is *not* subtracted here; the planner's
+  ``gpu_memory_utilization`` (default 0.9) and runtime overhead cover it.
+- ``hbm_bandwidth_tb_s``: 10^12 bytes/s (or ``hbm_bandwidth_gb_s``, 10^9).
+- ``dense_tflops``: *dense* peak per dtype in 10^12 FLOP/s (or TOPS for int8), never the 2:4-sparse figure
+  NVIDIA datasheets print with an asterisk. ``fp32`` is the non-tensor CUDA-core rate; ``tf32`` the tensor rate.
+- ``interconnect_bidirectional_gb_s``: total bidirectional GPU-to-GPU bandwidth per GPU as vendors quote it
+  (NVLink 900 GB/s on H100). ``interconnect_bandwidth_bytes_per_s`` is half of it: what one direction of a
+  ring all-reduce can use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfcalc.errors import SpecError
+
+GIB = 1 << 30
+FLOP_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+MEMORY_CONVENTION = ("capacity: memory_gib x 2^30 bytes (vendor 'GB' on HBM/GDDR parts is binary: A100 80GB "
+                     "exposes 81,920 MiB; ROCm lists MI300X as 192 GiB)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPUSpec:
+    """One accelerator: capacity, memory bandwidth, dense peak throughput per dtype, interconnect."""
+
+    name: str
+    memory_bytes: int
+    hbm_bandwidth_bytes_per_s: float
+    dense_flops_per_s: dict[str, float] = field(hash=False)
+    interconnect_bandwidth_bytes_per_s: float
+    interconnect: str = ""
+    display_name: str = ""
+    vendor: str = ""
+
+    def __post_init__(self) -> None:
+        n = self.name
+        if self.memory_bytes <= 0:
+            raise SpecError(f"{n}: memory must be positive")
+        if self.hbm_bandwidth_bytes_per_s <= 0:
+            raise SpecError(f"{n}: memory bandwidth must be positive")
+        if self.interconnect_bandwidth_bytes_per_s <= 0:
+            raise SpecError(f"{n}: interconnect bandwidth must be positive")
+        if "bf16" not in self.dense_flops_per_s and "fp16" not in self.dense_flops_per_s:
+            raise SpecError(f"{n}: dense_tflops needs at least bf16 or fp16")
+        for key, value in self.dense_flops_per_s.items():
+            if key not in FLOP_DTYPES:
+                raise SpecError(f"{n}: unknown dense_tflops dtype '{key}' (known: {', '.join(FLOP_DTYPES)})")
+            if value <= 0:
+                raise SpecError(f"{n}: dense_tflops.{key} must be positive")
+
+    def peak_flops(self, compute_dtype: str) -> tuple[str, float]:
+        """(dtype actually used, dense FLOP/s); a dtype the chip lacks falls back to bf16 (then fp16)."""
+        for key in (compute_dtype, "bf16", "fp16"):
+            if key in self.dense_flops_per_s:
+                return key, self.dense_flops_per_s[key]
+        raise SpecError(f"{self.name}: no dense throughput for {compute_dtype}")  # unreachable: checked above
+
+
+_ALLOWED = {"name", "memory_gib", "memory_gb", "hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s", "dense_tflops",
+            "interconnect", "interconnect_bidirectional_gb_s", "display_name", "vendor", "memory_type",
+            "sources", "notes", "kind", "published"}
+
+
+def _number(value: Any, origin: str, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{origin}: field '{key}' must be a number, got {value!r}")
+    if value <= 0:
+        raise SpecError(f"{origin}: field '{key}' must be positive, got {value!r}")
+    return float(value)
+
+
+def _one_of(data: dict[str, Any], keys: tuple[str, str], origin: str) -> tuple[str, float]:
+    present = [k for k in keys if data.get(k) is not None]
+    if len(present) != 1:
+        raise SpecError(f"{origin}: give exactly one of {' or '.join(keys)}")
+    return present[0], _number(data[present[0]], origin, present[0])
+
+
+def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GPUSpec:
+    """Validate a GPU preset mapping (units as in the module docstring) and build the GPUSpec."""
+    from tfcalc.spec.presets import suggest
+
+    unknown = sorted(set(data) - _ALLOWED)
+    if unknown:
+        hints = suggest(unknown[0], sorted(_ALLOWED), limit=1)
+        hint = f" (did you mean '{hints[0]}'?)" if hints else ""
+        raise SpecError(f"{origin}: unknown field '{unknown[0]}'{hint}")
+    key, memory = _one_of(data, ("memory_gib", "memory_gb"), origin)
+    memory_bytes = round(memory * (GIB if key == "memory_gib" else 1e9))
+    key, bandwidth = _one_of(data, ("hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s"), origin)
+    bandwidth *= 1e12 if key == "hbm_bandwidth_tb_s" else 1e9
+    tflops = data.get("dense_tflops")
+    if not isinstance(tflops, dict) or not tflops:
+        raise SpecError(f"{origin}: field 'dense_tflops' must be a mapping such as {{bf16: 989.5, fp8: 1979}}")
+    flops: dict[str, float] = {}
+    for dtype, value in tflops.items():
+        if dtype not in FLOP_DTYPES:
+            hints = suggest(str(dtype), list(FLOP_DTYPES), limit=1)
+            hint = f" (did you mean '{hints[0]}'?)" if hints else ""
+            raise SpecError(f"{origin}: unknown dense_tflops dtype '{dtype}'{hint}")
+        if value is None:
+            continue  # the chip lacks the format (no FP8 on Ampere)
+        flops[str(dtype)] = _number(value, origin, f"dense_tflops.{dtype}") * 1e12
+    if data.get("interconnect_bidirectional_gb_s") is None:
+        raise SpecError(f"{origin}: missing required field 'interconnect_bidirectional_gb_s'")
+    link = _number(data["interconnect_bidirectional_gb_s"], origin, "interconnect_bidirectional_gb_s") * 1e9 / 2
+    try:
+        return GPUSpec(name=str(data.get("name", default_name)), memory_bytes=memory_bytes,
+                       hbm_bandwidth_bytes_per_s=bandwidth, dense_flops_per_s=flops,
+                       interconnect_bandwidth_bytes_per_s=link, interconnect=str(data.get("interconnect", "")),
+                       display_name=str(data.get("display_name", default_name)),
+                       vendor=str(data.get("vendor", "")))
+    except SpecError as exc:
+        raise SpecError(f"{origin}: {exc}") from None
+
+
+def gpu_preset_rows() -> list[dict[str, object]]:
+    """One row per bundled GPU preset, for ``tfcalc presets list --kind gpu``."""
+    from tfcalc.spec.presets import load_gpu, preset_names
+
+    rows: list[dict[str, object]] = []
+    for name in preset_names("gpu"):
+        gpu = load_gpu(name)
+        f = gpu.dense_flops_per_s
+        rows.append({
+            "name": name, "display_name": gpu.display_name, "memory_bytes": gpu.memory_bytes,
+            "hbm_bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s,
+            **{f"{d}_dense_flops_per_s": f.get(d) for d in FLOP_DTYPES},
+            "interconnect": gpu.interconnect,
+            "interconnect_bandwidth_bytes_per_s": gpu.interconnect_bandwidth_bytes_per_s,
+        })
+    return rows
+
+
+def gpu_preset_columns() -> list:
+    from tfcalc.output import Column
+
+    return [Column("name", "preset"), Column("display_name", "GPU"), Column("memory_bytes", "memory", "bytes"),
+            Column("hbm_bandwidth_bytes_per_s", "mem B/s", "float"),
+            Column("bf16_dense_flops_per_s", "bf16 dense FLOP/s", "float"),
+            Column("fp8_dense_flops_per_s", "fp8 dense FLOP/s", "float"),
+            Column("fp4_dense_flops_per_s", "fp4 dense FLOP/s", "float"),
+            Column("interconnect", "interconnect"),
+            Column("interconnect_bandwidth_bytes_per_s", "link B/s per direction", "float")]
