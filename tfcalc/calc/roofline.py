@@ -128,8 +128,12 @@ def _causal_keys(window: int | None, start: int, count: int) -> int:
     return full(start + count) - full(start)
 
 
-def _layer_linear(m: _Model, layer: int, tokens: float) -> tuple[Fraction, Fraction]:
-    """(weight elements touched per token on this GPU, weight bytes read for ``tokens`` tokens) of one layer."""
+def _layer_linear(m: _Model, layer: int, tokens: float, distinct_experts: float | None = None
+                  ) -> tuple[Fraction, Fraction]:
+    """(weight elements touched per token on this GPU, weight bytes read for ``tokens`` tokens) of one layer.
+
+    ``distinct_experts`` replaces the uniform-routing expectation with a measured count (the profiler's).
+    """
     sh, spec, p = m.sh, m.spec, m.precision
     elements = Fraction(sh.attention.matrix)
     read = param_bytes(sh.attention, p, "attention") + param_bytes(sh.norms, p, "norms")
@@ -137,7 +141,8 @@ def _layer_linear(m: _Model, layer: int, tokens: float) -> tuple[Fraction, Fract
         moe = spec.moe
         assert moe is not None
         elements += sh.experts_active * sh.expert.matrix + sh.shared_experts.matrix + sh.router.matrix
-        distinct = expected_distinct_experts(moe.num_experts, moe.experts_per_token, tokens)
+        distinct = (expected_distinct_experts(moe.num_experts, moe.experts_per_token, tokens)
+                    if distinct_experts is None else distinct_experts)
         resident_share = Fraction(sh.experts_resident, moe.num_experts)
         read += Fraction(distinct).limit_denominator(10**9) * resident_share * param_bytes(sh.expert, p, "experts")
         read += param_bytes(sh.shared_experts, p, "shared_experts") + param_bytes(sh.router, p, "router")
@@ -147,11 +152,12 @@ def _layer_linear(m: _Model, layer: int, tokens: float) -> tuple[Fraction, Fract
     return elements, read
 
 
-def _linear(m: _Model, tokens: float) -> tuple[Fraction, Fraction, int]:
+def _linear(m: _Model, tokens: float, distinct_experts: dict[int, float] | None = None
+            ) -> tuple[Fraction, Fraction, int]:
     """(per-token matmul elements over all layers, weight bytes read, MoE layers) excluding embedding/lm_head."""
     elements, read = Fraction(0), Fraction(0)
     for layer in range(m.spec.num_layers):
-        e, r = _layer_linear(m, layer, tokens)
+        e, r = _layer_linear(m, layer, tokens, (distinct_experts or {}).get(layer))
         elements, read = elements + e, read + r
     return elements, read + param_bytes(m.sh.final_norm, m.precision, "norms"), m.spec.num_moe_layers
 
@@ -200,10 +206,20 @@ def _kv_tokens(m: _Model, context: int) -> int:
     return sum(tokens_held(m.spec, layer, context) for layer in range(m.spec.num_layers))
 
 
-def prefill(m: _Model, gpu: GPUSpec, batch: int, prompt_len: int, eff: Efficiency) -> PhaseEstimate:
+@dataclass(frozen=True)
+class Work:
+    """FLOPs and bytes of one phase on one GPU, with the formula trace."""
+
+    flops: float
+    bytes: float
+    trace: tuple[str, ...]
+
+
+def prefill_work(m: _Model, batch: int, prompt_len: int, distinct_experts: dict[int, float] | None = None) -> Work:
+    """FLOPs and bytes of the prefill of ``batch`` prompts of ``prompt_len`` tokens (see the module docstring)."""
     spec, h = m.spec, m.spec.hidden_size
     tokens = batch * prompt_len
-    elements, weights_read, _ = _linear(m, tokens)
+    elements, weights_read, _ = _linear(m, tokens, distinct_experts)
     head_elements, head_read, gathered = _head(m, tokens)
     linear_flops = 2 * float(elements) * tokens
     head_flops = 2 * head_elements * batch
@@ -222,14 +238,20 @@ def prefill(m: _Model, gpu: GPUSpec, batch: int, prompt_len: int, eff: Efficienc
         f"prefill: bytes = weights read {float(weights_read + head_read + gathered):.4g} + hidden states 4 x T x h x 2 "
         f"x layers {hidden:.4g} + KV written {kv_written:.4g} = {nbytes:.4g}",
     ]
-    return _finish("prefill", gpu, m, flops, nbytes, _comm_bytes(m, tokens), eff.compute_prefill,
-                   eff.bandwidth_prefill, trace)
+    return Work(flops, nbytes, tuple(trace))
 
 
-def decode_step(m: _Model, gpu: GPUSpec, batch: int, context: int, eff: Efficiency) -> PhaseEstimate:
-    """One decode step of ``batch`` sequences whose cache holds ``context`` tokens (the new one included)."""
+def prefill(m: _Model, gpu: GPUSpec, batch: int, prompt_len: int, eff: Efficiency) -> PhaseEstimate:
+    work = prefill_work(m, batch, prompt_len)
+    return _finish("prefill", gpu, m, work.flops, work.bytes, _comm_bytes(m, batch * prompt_len),
+                   eff.compute_prefill, eff.bandwidth_prefill, list(work.trace))
+
+
+def decode_work(m: _Model, batch: int, context: int, distinct_experts: dict[int, float] | None = None) -> Work:
+    """FLOPs and bytes of one decode step of ``batch`` sequences whose cache holds ``context`` tokens (the new
+    one included); ``distinct_experts`` (MoE layer -> experts touched) replaces the uniform-routing expectation."""
     spec, h = m.spec, m.spec.hidden_size
-    elements, weights_read, _ = _linear(m, batch)
+    elements, weights_read, _ = _linear(m, batch, distinct_experts)
     head_elements, head_read, gathered = _head(m, batch)
     per_key = _attention_flops_per_key(m, decode=True)
     kv_tokens = _kv_tokens(m, context)
@@ -241,7 +263,10 @@ def decode_step(m: _Model, gpu: GPUSpec, batch: int, context: int, eff: Efficien
     weights = float(weights_read + head_read + gathered)
     nbytes = weights + kv_read + kv_write + logits + hidden
     experts = ""
-    if spec.moe is not None:
+    if spec.moe is not None and distinct_experts is not None:
+        mean = sum(distinct_experts.values()) / max(len(distinct_experts), 1)
+        experts = f" (routed experts read per MoE layer: measured, mean {mean:.3f})"
+    elif spec.moe is not None:
         moe = spec.moe
         distinct = expected_distinct_experts(moe.num_experts, moe.experts_per_token, batch)
         experts = (f" (routed experts read per MoE layer: E x (1 - (1 - k/E)^B) = {moe.num_experts} x (1 - (1 - "
@@ -256,8 +281,14 @@ def decode_step(m: _Model, gpu: GPUSpec, batch: int, context: int, eff: Efficien
         f"decode: bytes = weights {weights:.4g}{experts}; {embed} + KV read {kv_read:.4g} + KV written {kv_write:.4g} "
         f"+ fp32 logits {logits:.4g} + hidden states {hidden:.4g} = {nbytes:.4g}",
     ]
-    return _finish("decode", gpu, m, flops, nbytes, _comm_bytes(m, batch), eff.compute_decode,
-                   eff.bandwidth_decode, trace)
+    return Work(flops, nbytes, tuple(trace))
+
+
+def decode_step(m: _Model, gpu: GPUSpec, batch: int, context: int, eff: Efficiency) -> PhaseEstimate:
+    """One decode step of ``batch`` sequences whose cache holds ``context`` tokens (the new one included)."""
+    work = decode_work(m, batch, context)
+    return _finish("decode", gpu, m, work.flops, work.bytes, _comm_bytes(m, batch), eff.compute_decode,
+                   eff.bandwidth_decode, list(work.trace))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,221 @@
+"""Building blocks against naive references: attention on every SDPA backend, GQA/MQA, RoPE, sinks, MoE."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tfcalc.dtypes import get_dtype
+from tfcalc.errors import UsageError
+from tfcalc.model import build_model
+from tfcalc.model.layers import (
+    SDPA_BACKENDS,
+    Attention,
+    KVCache,
+    MoE,
+    RMSNorm,
+    apply_rope,
+    attention_with_sinks,
+    backend_works,
+    check_kv_dtype,
+    rope_table,
+    sdpa_context,
+)
+from tfcalc.spec.model import RopeScaling
+
+CPU = torch.device("cpu")
+
+
+def attach_cache(attn: Attention, batch: int, max_len: int, dtype: torch.dtype) -> None:
+    attn.kv_cache = KVCache(batch, attn.kv_heads, max_len, attn.head_dim, dtype, dtype, CPU)
+
+
+def naive_attention(attn: Attention, x: torch.Tensor, rope: torch.Tensor, window: int | None) -> torch.Tensor:
+    """softmax(QK^T/sqrt(D) + mask)V with K/V heads repeated, over the whole sequence x [B, T, hidden]."""
+    b, t, _ = x.shape
+    h, hkv, d = attn.heads, attn.kv_heads, attn.head_dim
+    q, k, v = attn.wqkv(x).split([h * d, hkv * d, hkv * d], dim=-1)
+    q = apply_rope(q.view(b, t, h, d), rope).transpose(1, 2)
+    k = apply_rope(k.view(b, t, hkv, d), rope).transpose(1, 2).repeat_interleave(h // hkv, dim=1)
+    v = v.view(b, t, hkv, d).transpose(1, 2).repeat_interleave(h // hkv, dim=1)
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    allowed = (j <= i) & (j > i - (window or t))
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(d) + torch.where(allowed, 0.0, float("-inf")).to(x.dtype)
+    y = scores.softmax(-1) @ v  # [B, H, T, D]
+    return attn.wo(y.transpose(1, 2).reshape(b, t, h * d))
+
+
+def available_backends(attn: Attention, dtype: torch.dtype) -> list[str]:
+    return [b for b in SDPA_BACKENDS if backend_works(b, attn.heads, attn.kv_heads, attn.head_dim, dtype, CPU)]
+
+
+def test_math_and_flash_backends_run_on_this_cpu() -> None:
+    works = [b for b in SDPA_BACKENDS if backend_works(b, 4, 2, 16, torch.float32, CPU)]
+    assert "math" in works
+    if hasattr(torch.backends, "mkldnn"):  # the CPU flash kernel ships with x86/arm builds of torch >= 2.3
+        assert "flash" in works, works
+
+
+@pytest.mark.parametrize("backend", ["math", "flash", "efficient", "cudnn"])
+@pytest.mark.parametrize("window", [None, 3])
+def test_attention_on_a_cache_matches_naive_reference(make_spec, backend: str, window: int | None) -> None:
+    """Prefill 5 tokens, then a 4-token chunk on top of the cache: the chunk's output equals the naive
+    reference over all 9 tokens (causal, and windowed when the layer slides)."""
+    torch.manual_seed(0)
+    dtype = torch.float64
+    spec = make_spec("llama3.2-1b")
+    attn = Attention(spec).to(dtype)
+    if not backend_works(backend, attn.heads, attn.kv_heads, attn.head_dim, dtype, CPU):
+        pytest.skip(f"SDPA backend {backend} does not run on this machine")
+    attach_cache(attn, 2, 16, dtype)
+    table = rope_table(spec, 16, dtype, CPU)
+    positions = torch.arange(16)
+    x = torch.randn(2, 9, spec.hidden_size, dtype=dtype)
+    outs = []
+    with sdpa_context(backend):
+        for lo, hi in ((0, 5), (5, 9)):
+            pos = positions[lo:hi]
+            allowed = (positions[None, :] <= pos[:, None]) & (positions[None, :] > pos[:, None] - (window or 16))
+            outs.append(attn(x[:, lo:hi], pos, table[pos], allowed))
+    expected = naive_attention(attn, x, table[:9], window)
+    torch.testing.assert_close(torch.cat(outs, dim=1), expected, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["GQA", "MQA"])
+def test_gqa_equals_mha_with_repeated_kv_heads(make_spec, kv_heads: int) -> None:
+    torch.manual_seed(0)
+    spec = make_spec("llama3.2-1b").with_overrides(num_attention_heads=4, num_kv_heads=kv_heads)
+    mha_spec = spec.with_overrides(num_kv_heads=4)
+    gqa, mha = Attention(spec).double(), Attention(mha_spec).double()
+    h, d, rep = 4, spec.head_dim, 4 // kv_heads
+    wq, wk, wv = gqa.wqkv.weight.split([h * d, kv_heads * d, kv_heads * d])
+
+    def repeat(w: torch.Tensor) -> torch.Tensor:  # [Hkv*D, hidden] -> [H*D, hidden], each KV head rep times
+        return w.view(kv_heads, d, -1).repeat_interleave(rep, dim=0).reshape(h * d, -1)
+
+    with torch.no_grad():
+        mha.wqkv.weight.copy_(torch.cat([wq, repeat(wk), repeat(wv)]))
+        mha.wo.weight.copy_(gqa.wo.weight)
+    for attn in (gqa, mha):
+        attach_cache(attn, 1, 8, torch.float64)
+    table, pos = rope_table(spec, 8, torch.float64, CPU), torch.arange(8)
+    mask = pos[None, :] <= pos[:, None]
+    x = torch.randn(1, 8, spec.hidden_size, dtype=torch.float64)
+    torch.testing.assert_close(gqa(x, pos, table, mask), mha(x, pos, table, mask), atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("scaling", [None, RopeScaling(rope_type="llama3", factor=32.0, low_freq_factor=1.0,
+                                                       high_freq_factor=4.0, original_max_position_embeddings=64)])
+def test_rope_dot_product_depends_only_on_relative_position(make_spec, scaling: RopeScaling | None) -> None:
+    spec = make_spec("llama3.2-1b").with_overrides(rope_scaling=scaling, rope_theta=500000.0)
+    table = rope_table(spec, 4096, torch.float64, CPU)
+    q, k = torch.randn(1, 1, 1, spec.head_dim, dtype=torch.float64), torch.randn(1, 1, 1, spec.head_dim,
+                                                                                 dtype=torch.float64)
+
+    def dot(m: int, n: int) -> float:
+        return float((apply_rope(q, table[m:m + 1]) * apply_rope(k, table[n:n + 1])).sum())
+
+    assert dot(0, 0) == pytest.approx(float((q * k).sum()), rel=1e-12)  # position 0 is the identity
+    for m, n, shift in ((7, 3, 100), (3, 7, 1000), (50, 50, 3000)):
+        assert dot(m + shift, n + shift) == pytest.approx(dot(m, n), rel=1e-9, abs=1e-9)
+    assert dot(7, 3) != pytest.approx(dot(3, 7), rel=1e-6)
+
+
+def test_llama3_rope_scaling_keeps_high_and_divides_low_frequencies(make_spec) -> None:
+    from tfcalc.model.layers import rope_frequencies
+
+    plain = make_spec("llama3.2-1b").with_overrides(rope_scaling=None)
+    scaled = make_spec("llama3.2-1b")  # factor 32 from 8192
+    f0, f1 = rope_frequencies(plain), rope_frequencies(scaled)
+    wavelen = 2 * math.pi / f0
+    assert torch.equal(f1[wavelen < 8192 / 4], f0[wavelen < 8192 / 4])
+    torch.testing.assert_close(f1[wavelen > 8192], f0[wavelen > 8192] / 32)
+
+
+def test_sinks_path_matches_explicit_formula_and_sdpa_without_sinks() -> None:
+    torch.manual_seed(0)
+    b, h, hkv, t, s, d = 2, 4, 2, 3, 6, 8
+    q = torch.randn(b, h, t, d, dtype=torch.float64)
+    k, v = torch.randn(b, hkv, s, d, dtype=torch.float64), torch.randn(b, hkv, s, d, dtype=torch.float64)
+    mask = torch.arange(s)[None, :] <= torch.arange(3, 6)[:, None]
+    sinks = torch.randn(h, dtype=torch.float64)
+    kr, vr = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    logits = (q @ kr.transpose(-1, -2) / math.sqrt(d)).masked_fill(~mask, float("-inf"))
+    e = logits.exp()
+    expected = (e / (e.sum(-1, keepdim=True) + sinks.exp().view(1, h, 1, 1))) @ vr
+    torch.testing.assert_close(attention_with_sinks(q, k, v, mask, sinks), expected)
+    no_sink = torch.full((h,), float("-inf"), dtype=torch.float64)
+    torch.testing.assert_close(attention_with_sinks(q, k, v, mask, no_sink),
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True))
+
+
+def test_rmsnorm_computes_in_fp32_and_casts_back() -> None:
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    norm = RMSNorm(64).to(torch.bfloat16)
+    y = norm(x)
+    assert y.dtype == torch.bfloat16
+    xf = x.float()
+    torch.testing.assert_close(y.float(), (xf / (xf.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()).bfloat16().float())
+
+
+def brute_force_moe(moe: MoE, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token: softmax over all experts, top-k, renormalise, sum the chosen experts' outputs."""
+    out, counts = torch.zeros_like(x), torch.zeros(moe.w_in.shape[0], dtype=torch.long)
+    for n in range(x.shape[0]):
+        probs = moe.router(x[n]).softmax(-1)
+        top = probs.topk(moe.top_k).indices
+        weights = probs[top] / probs[top].sum() if moe.normalize else probs[top]
+        for w, e in zip(weights, top.tolist(), strict=True):
+            out[n] += w * moe.expert(e, x[n:n + 1])[0]
+            counts[e] += 1
+        if moe.shared is not None:
+            gate = 1.0 if moe.shared_gate is None else torch.sigmoid(moe.shared_gate(x[n]))
+            out[n] += gate * moe.shared(x[n])
+    return out, counts
+
+
+@pytest.mark.parametrize("preset,shared", [("mixtral-8x7b", False), ("qwen3-30b-a3b", False),
+                                           ("gpt-oss-20b", False), ("qwen3-30b-a3b", True)],
+                         ids=["mixtral", "qwen3", "gpt-oss-biases", "shared-gated"])
+def test_moe_matches_per_token_loop_and_conserves_tokens(make_spec, preset: str, shared: bool) -> None:
+    from dataclasses import replace
+
+    torch.manual_seed(0)
+    spec = make_spec(preset)
+    if shared:
+        spec = spec.with_overrides(moe=replace(spec.moe, num_shared_experts=2, shared_expert_intermediate_size=16,
+                                               shared_expert_gate=True, normalize_top_k=False))
+    moe = MoE(spec).double()
+    x = torch.randn(2, 7, spec.hidden_size, dtype=torch.float64)
+    y = moe(x)
+    expected, counts = brute_force_moe(moe, x.reshape(14, -1))
+    torch.testing.assert_close(y.reshape(14, -1), expected, atol=1e-12, rtol=1e-10)
+    assert torch.equal(moe.expert_counts, counts)
+    assert int(moe.expert_counts.sum()) == 14 * moe.top_k  # every (token, choice) pair dispatched once
+    weights, experts = moe.route(x.reshape(14, -1))
+    assert weights.shape == experts.shape == (14, moe.top_k)
+    if moe.normalize:
+        torch.testing.assert_close(weights.sum(-1), torch.ones(14, dtype=torch.float64))
+
+
+def test_fp8_kv_cache_where_supported(make_spec) -> None:
+    spec = make_spec("llama3.2-1b")
+    model = build_model(spec)
+    try:
+        check_kv_dtype(torch.float8_e4m3fn, CPU)
+    except UsageError as exc:
+        with pytest.raises(UsageError, match="not supported"):
+            model.setup_caches(1, 16, kv_dtype=torch.float8_e4m3fn)
+        pytest.skip(str(exc))
+    tokens = torch.randint(0, spec.vocab_size, (1, 12))
+    model.setup_caches(1, 16)
+    reference = model.prefill(tokens)
+    model.setup_caches(1, 16, kv_dtype=torch.float8_e4m3fn)
+    assert model.kv_cache_bytes() == get_dtype("fp8_e4m3").bytes_for(spec.num_layers * 2 * spec.num_kv_heads
+                                                                    * spec.head_dim * 16)
+    logits = torch.cat([model.prefill(tokens[:, :8]), *(model.decode_step(tokens[:, i:i + 1]) for i in range(8, 12))],
+                       dim=1)
+    assert (logits - reference).abs().max() < 0.1 * reference.abs().max()  # e4m3 keeps ~2 significant digits

@@ -1,0 +1,235 @@
+"""The whole decoder: cached decoding equals the full forward, causality, backends, and the calculator's
+parameter and KV-cache figures reproduced by the instantiated model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from tfcalc.calc.kv_cache import kv_cache_bytes
+from tfcalc.calc.params import count_params
+from tfcalc.dtypes import get_dtype
+from tfcalc.errors import SpecError, UsageError
+from tfcalc.model import Transformer, build_model
+from tfcalc.model.layers import SDPA_BACKENDS, backend_works
+from tfcalc.spec.model import ModelSpec
+from tfcalc.spec.presets import load_model, preset_names
+
+# Architectures the decode tests cover, each scaled down (tests/model/conftest.py): dense GQA with Llama 3 rope
+# scaling, QKV bias, MHA with sliding windows, Gemma 2 (4 norms, GeGLU, tied, alternating windows),
+# Mixtral MoE, Qwen3 MoE (QK-norm), gpt-oss (sinks, biases, clamped SwiGLU, MQA-like ratio, windows).
+DECODE_PRESETS = ["llama3.2-1b", "qwen2.5-7b", "phi3-mini", "gemma2-9b", "mixtral-8x7b", "qwen3-30b-a3b",
+                  "gpt-oss-20b"]
+TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
+
+
+def run_in_chunks(model: Transformer, tokens: torch.Tensor, chunks: list[int]) -> torch.Tensor:
+    """Prefill the chunks in turn (a chunk of 1 is a decode step); logits for every token [B, T, V]."""
+    model.reset()
+    out, start = [], 0
+    with torch.inference_mode():
+        for n in chunks:
+            piece = tokens[:, start:start + n]
+            out.append(model.decode_step(piece) if n == 1 else model.prefill(piece))
+            start += n
+    return torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("preset", DECODE_PRESETS)
+def test_cached_decode_and_chunked_prefill_equal_full_forward(make_spec, preset: str, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    spec = make_spec(preset)
+    model = build_model(spec, dtype=dtype)
+    model.setup_caches(batch=2, max_len=16)
+    tokens = torch.randint(0, spec.vocab_size, (2, 13))
+    full = run_in_chunks(model, tokens, [13])
+    decoded = run_in_chunks(model, tokens, [6] + [1] * 7)
+    chunked = run_in_chunks(model, tokens, [5, 4, 1, 3])
+    assert full.shape == (2, 13, spec.vocab_size)
+    assert (decoded - full).abs().max() < TOLERANCE[dtype]
+    assert (chunked - full).abs().max() < TOLERANCE[dtype]
+    assert int(model.cache_pos) == 13
+
+
+@pytest.mark.parametrize("preset", ["llama3.2-1b", "gemma2-9b", "gpt-oss-20b"])
+def test_perturbing_token_t_changes_no_earlier_output(make_spec, preset: str) -> None:
+    torch.manual_seed(0)
+    spec = make_spec(preset)
+    model = build_model(spec, dtype=torch.float64)
+    model.setup_caches(batch=1, max_len=12)
+    tokens = torch.randint(0, spec.vocab_size, (1, 12))
+    changed = tokens.clone()
+    changed[0, 7] = (tokens[0, 7] + 1) % spec.vocab_size
+    a, b = run_in_chunks(model, tokens, [12]), run_in_chunks(model, changed, [12])
+    # Not bit-equal for MoE: an expert's GEMM over a different set of rows may round differently (~1e-16).
+    torch.testing.assert_close(a[:, :7], b[:, :7], atol=1e-12, rtol=0)
+    assert (a[:, 7:] - b[:, 7:]).abs().amax(dim=-1).min() > 1e-6
+
+
+def test_sliding_window_limits_what_a_token_sees(make_spec) -> None:
+    """One layer with a 4-token window: a change at token 2 reaches tokens 2..5 and nothing after."""
+    torch.manual_seed(0)
+    spec = make_spec("mistral-7b").with_overrides(layers=1)
+    model = build_model(spec, dtype=torch.float64)
+    model.setup_caches(batch=1, max_len=12)
+    tokens = torch.randint(0, spec.vocab_size, (1, 12))
+    changed = tokens.clone()
+    changed[0, 2] = (tokens[0, 2] + 1) % spec.vocab_size
+    diff = (run_in_chunks(model, tokens, [12]) - run_in_chunks(model, changed, [12])).abs().amax(dim=-1)[0]
+    assert (diff[:2] == 0).all() and (diff[2:6] > 0).all() and (diff[6:] == 0).all()
+
+
+def test_every_available_backend_gives_the_same_logits(make_spec) -> None:
+    torch.manual_seed(0)
+    spec = make_spec("llama3.2-1b")
+    backends = [b for b in SDPA_BACKENDS
+                if backend_works(b, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, torch.float32,
+                                 torch.device("cpu"))]
+    assert "math" in backends and len(backends) >= 2, backends  # math and the CPU flash kernel
+    tokens = torch.randint(0, spec.vocab_size, (2, 10))
+    results = {}
+    for backend in backends:
+        torch.manual_seed(1)
+        model = build_model(spec, attention_backend=backend)
+        model.setup_caches(batch=2, max_len=16)
+        assert model.attention_backend == backend
+        results[backend] = run_in_chunks(model, tokens, [7, 1, 1, 1])
+    for backend in backends:
+        torch.testing.assert_close(results[backend], results["math"], atol=1e-4, rtol=1e-5)
+
+
+def test_auto_backend_is_resolved_and_reported(make_spec) -> None:
+    model = build_model(make_spec("llama3.2-1b"))
+    assert model.attention_backend == "auto"
+    model.setup_caches(batch=1, max_len=8)
+    assert model.attention_backend in SDPA_BACKENDS
+
+
+def test_unknown_backend_and_cache_overflow_are_refused(make_spec) -> None:
+    with pytest.raises(UsageError, match="unknown attention backend"):
+        build_model(make_spec("llama3.2-1b"), attention_backend="fast")
+    model = build_model(make_spec("llama3.2-1b"))
+    model.setup_caches(batch=1, max_len=8)
+    model.prefill(torch.zeros(1, 6, dtype=torch.long))
+    with pytest.raises(UsageError, match="exceeds the cache"):
+        model.prefill(torch.zeros(1, 3, dtype=torch.long))
+
+
+def test_mla_spec_is_refused_with_a_clear_message() -> None:
+    with pytest.raises(SpecError, match="MLA.*calculator"):
+        build_model(load_model("deepseek-v3"), layers=2, device="meta")
+
+
+def test_expert_counts_reported_for_moe_layers_only(make_spec) -> None:
+    from dataclasses import replace
+
+    spec = make_spec("qwen3-30b-a3b")
+    spec = spec.with_overrides(moe=replace(spec.moe, dense_layers=(0,)))
+    model = build_model(spec)
+    model.setup_caches(batch=2, max_len=8)
+    model.prefill(torch.randint(0, spec.vocab_size, (2, 5)))
+    counts = model.expert_token_counts()
+    assert sorted(counts) == [1, 2]
+    assert all(int(c.sum()) == 2 * 5 * spec.moe.experts_per_token for c in counts.values())
+    model.decode_step(torch.zeros(2, 1, dtype=torch.long))
+    assert all(int(c.sum()) == 2 * spec.moe.experts_per_token for c in model.expert_token_counts().values())
+
+
+@pytest.mark.parametrize("preset", [p for p in preset_names() if load_model(p).mla is None])
+def test_parameter_count_equals_calculator(preset: str) -> None:
+    """Every non-MLA preset at 2 layers with its real widths (meta device: no memory), MoE included."""
+    model = build_model(load_model(preset), layers=2, device="meta")
+    assert sum(p.numel() for p in model.parameters()) == count_params(model.spec).total_params
+
+
+def test_parameter_count_of_a_real_small_model(make_spec) -> None:
+    for preset in ("gemma2-9b", "gpt-oss-20b"):
+        model = build_model(make_spec(preset))
+        assert sum(p.numel() for p in model.parameters()) == count_params(model.spec).total_params
+
+
+@pytest.mark.parametrize("dtype,name", [(torch.float32, "fp32"), (torch.bfloat16, "bf16")])
+def test_kv_cache_bytes_equal_calculator(dtype: torch.dtype, name: str) -> None:
+    spec = load_model("llama3.2-1b")
+    model = build_model(spec, layers=2, device="meta", dtype=dtype)
+    model.setup_caches(batch=3, max_len=1000)
+    assert model.kv_cache_bytes() == kv_cache_bytes(model.spec, get_dtype(name), 1000, 3)
+
+
+def test_window_layers_hold_the_full_length() -> None:
+    """Sliding-window layers get a full max_len cache (masked, not a ring buffer): their bytes are the
+    calculator's figure without window caps, more than the capped figure once max_len exceeds the window."""
+    spec = load_model("gemma2-9b")
+    model = build_model(spec, layers=2, device="meta")
+    model.setup_caches(batch=1, max_len=8192)
+    uncapped = model.spec.with_overrides(sliding_window=None, sliding_window_layers=())
+    assert model.kv_cache_bytes() == kv_cache_bytes(uncapped, get_dtype("fp32"), 8192, 1)
+    assert model.kv_cache_bytes() > kv_cache_bytes(model.spec, get_dtype("fp32"), 8192, 1)
+
+
+def test_matches_hugging_face_llama_with_the_same_weights(make_spec) -> None:
+    """Same config and weights in transformers' LlamaForCausalLM give the same logits (Llama 3 rope scaling)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    spec = make_spec("llama3.2-1b").with_overrides(tie_word_embeddings=False)
+    ours = build_model(spec, dtype=torch.float64)
+    hf = transformers.LlamaForCausalLM(hf_llama_config(transformers, spec)).double().eval()
+    copy_weights_to_hf(ours, hf)
+    tokens = torch.randint(0, spec.vocab_size, (2, 11))
+    ours.setup_caches(batch=2, max_len=16)
+    with torch.inference_mode():  # HF builds its cos/sin in fp32 even for a float64 model: ~1e-7 apart
+        torch.testing.assert_close(ours.prefill(tokens), hf(tokens).logits, atol=1e-6, rtol=1e-6)
+
+
+def hf_llama_config(transformers: Any, spec: ModelSpec) -> Any:
+    s = spec.rope_scaling
+    return transformers.LlamaConfig(
+        vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim, rms_norm_eps=1e-5,
+        max_position_embeddings=spec.max_context, tie_word_embeddings=spec.tie_word_embeddings,
+        rope_parameters={"rope_type": s.rope_type, "rope_theta": spec.rope_theta, "factor": s.factor,
+                         "low_freq_factor": s.low_freq_factor, "high_freq_factor": s.high_freq_factor,
+                         "original_max_position_embeddings": s.original_max_position_embeddings},
+        attn_implementation="sdpa")
+
+
+def copy_weights_to_hf(ours: Transformer, hf: Any) -> None:
+    spec = ours.spec
+    q, kv = spec.num_attention_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+    with torch.no_grad():
+        hf.model.embed_tokens.weight.copy_(ours.tok_embeddings.weight)
+        hf.lm_head.weight.copy_(ours.lm_head.weight)
+        hf.model.norm.weight.copy_(ours.norm.weight)
+        for block, layer in zip(ours.layers, hf.model.layers, strict=True):
+            wq, wk, wv = block.attention.wqkv.weight.split([q, kv, kv])
+            layer.self_attn.q_proj.weight.copy_(wq)
+            layer.self_attn.k_proj.weight.copy_(wk)
+            layer.self_attn.v_proj.weight.copy_(wv)
+            layer.self_attn.o_proj.weight.copy_(block.attention.wo.weight)
+            gate, up = block.ffn.w_in.weight.chunk(2)
+            layer.mlp.gate_proj.weight.copy_(gate)
+            layer.mlp.up_proj.weight.copy_(up)
+            layer.mlp.down_proj.weight.copy_(block.ffn.w_out.weight)
+            layer.input_layernorm.weight.copy_(block.attention_norm.weight)
+            layer.post_attention_layernorm.weight.copy_(block.ffn_norm.weight)
+
+
+def test_dense_decode_step_captures_as_one_graph(make_spec) -> None:
+    """decode_step has static shapes and no host sync: torch.compile(fullgraph=True) traces it without a
+    graph break (aot_eager here to stay fast on the CPU; the profiler uses reduce-overhead on a GPU)."""
+    torch.manual_seed(0)
+    spec = make_spec("llama3.2-1b")
+    model = build_model(spec)
+    model.setup_caches(batch=1, max_len=16)
+    tokens = torch.randint(0, spec.vocab_size, (1, 12))
+    full = run_in_chunks(model, tokens, [12])
+    model.reset()
+    step = torch.compile(model.decode_step, fullgraph=True, backend="aot_eager")
+    with torch.inference_mode():
+        model.prefill(tokens[:, :6])
+        decoded = torch.cat([step(tokens[:, i:i + 1]) for i in range(6, 12)], dim=1)
+    assert (decoded - full[:, 6:]).abs().max() < 1e-4
