@@ -363,9 +363,13 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
                     trace)
 
 
-def load_calibration(data: dict, origin: str) -> Efficiency:
-    """Validate a calibration mapping (schema in docs/planning.md) into an Efficiency; one-line SpecError otherwise."""
+def load_calibration(data: dict | list, origin: str) -> Efficiency:
+    """Validate a calibration mapping (schema in docs/planning.md), or derive one from the rows of a
+    ``tfcalc profile --format json`` file, into an Efficiency; one-line SpecError otherwise."""
     from tfcalc.errors import SpecError
+
+    if isinstance(data, list):
+        data = calibration_from_profile_rows(data, origin)
 
     allowed = {"device_name", "compute_efficiency", "bandwidth_efficiency", "source", "measured_at", "tfcalc_version",
                "notes"}
@@ -389,3 +393,32 @@ def load_calibration(data: dict, origin: str) -> Efficiency:
     source = f"calibration {origin}" + (f" ({device})" if device else "")
     return Efficiency(values["compute_prefill"], values["compute_decode"], values["bandwidth_prefill"],
                       values["bandwidth_decode"], source)
+
+
+def calibration_from_profile_rows(rows: list[dict], origin: str = "profile rows") -> dict[str, object]:
+    """Measured efficiencies for ``tfcalc estimate --calibration``: compute from prefill MFU, bandwidth from
+    decode MBU (medians over ok rows), against the datasheet when a preset matched, else the measured ceilings.
+
+    Decode is memory-bound and prefill compute-bound, so each phase measures one resource well; both phases
+    take the same two factors (a decode 'compute efficiency' taken from a memory-bound step would be tiny and
+    would wrongly make the roofline compute-bound).
+    """
+    import statistics
+
+    from tfcalc.errors import SpecError
+
+    ok = [r for r in rows if str(r.get("status", "")).startswith("ok")]
+    if not ok:
+        raise SpecError(f"{origin}: no successfully measured profile rows to calibrate from")
+    datasheet = all(r.get("mfu") is not None and r.get("mbu_datasheet") is not None for r in ok)
+    compute_key, bandwidth_key = ("mfu", "mbu_datasheet") if datasheet else ("mfu_measured", "mbu_measured")
+    compute = statistics.median(float(str(r[compute_key])) for r in ok)
+    bandwidth = statistics.median(float(str(r[bandwidth_key])) for r in ok)
+    clamp = lambda value: min(max(value, 1e-6), 1.0)  # noqa: E731 - efficiencies live in (0, 1]
+    return {
+        "device_name": str(ok[0]["device_name"]),
+        "compute_efficiency": {"prefill": clamp(compute), "decode": clamp(compute)},
+        "bandwidth_efficiency": {"prefill": clamp(bandwidth), "decode": clamp(bandwidth)},
+        "source": "tfcalc profile: median prefill MFU and decode MBU of "
+                  f"{len(ok)} rows, against {'the datasheet peaks' if datasheet else 'the measured ceilings'}",
+    }

@@ -59,7 +59,7 @@ def _efficiencies(compute: list[float], bandwidth: list[float], calibration: Pat
             raise UsageError("give --calibration or --compute-efficiency/--bandwidth-efficiency, not both")
         from tfcalc.spec.presets import read_data_file
 
-        return [load_calibration(read_data_file(calibration), str(calibration))]
+        return [load_calibration(read_data_file(calibration, allow_list=True), str(calibration))]
     effs = []
     for c in compute or [DEFAULT_COMPUTE_EFFICIENCY]:
         for b in bandwidth or [DEFAULT_BANDWIDTH_EFFICIENCY]:

@@ -15,7 +15,7 @@ class Column:
     key: str
     header: str
     kind: Kind = "text"
-    unit: str = ""  # for "rate": e.g. "tok/s"
+    unit: str = ""  # appended to "rate" ("tok/s") and "bytes" ("/s") cells
 
 
 def format_bytes(value: float) -> str:
@@ -51,7 +51,7 @@ def format_cell(value: object, column: Column) -> str:
     if not isinstance(value, (int, float)):
         return str(value)
     if column.kind == "bytes":
-        return format_bytes(value)
+        return format_bytes(value) + column.unit
     if column.kind == "bytes_exact":
         return f"{value:,} B"
     if column.kind == "params":

@@ -14,6 +14,8 @@ def render_table(rows: list[dict[str, object]], columns: list[Column], title: st
     from rich.console import Console
     from rich.table import Table
 
+    # A column with no value in any row (e.g. datasheet MFU on a CPU) is left out of the table, not of CSV/JSON.
+    columns = [c for c in columns if any(row.get(c.key) is not None for row in rows)] if rows else columns
     table = Table(title=title or None, title_justify="left", header_style="bold")
     numeric = {"int", "bytes", "bytes_exact", "params", "float", "percent", "seconds", "rate"}
     for column in columns:

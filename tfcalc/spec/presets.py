@@ -55,8 +55,8 @@ def unknown_name_error(kind: str, name: str, choices: list[str]) -> UsageError:
     return UsageError(f"unknown {kind} preset '{name}'{hint}")
 
 
-def read_data_file(path: Path) -> dict[str, Any]:
-    """Parse a YAML or JSON file into a mapping, with a one-line error naming the file."""
+def read_data_file(path: Path, allow_list: bool = False) -> Any:
+    """Parse a YAML or JSON file into a mapping (or a list of mappings, if allowed), with one-line errors."""
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
     try:
@@ -80,6 +80,8 @@ def read_data_file(path: Path) -> dict[str, Any]:
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SpecError(f"{path}: malformed YAML{where}: {problem}") from None
+    if allow_list and isinstance(data, list) and all(isinstance(item, dict) for item in data):
+        return data
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping of fields at the top level, got {type(data).__name__}")
     return data

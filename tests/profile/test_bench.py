@@ -1,0 +1,162 @@
+"""The profiler on the CPU: byte and FLOP accounting by hand, the timing harness, faults, device matching."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tfcalc.calc import roofline
+from tfcalc.dtypes import WeightPrecision, get_dtype
+from tfcalc.errors import UsageError
+from tfcalc.model.transformer import build_model, scale_spec
+from tfcalc.profile import bench
+from tfcalc.profile.device import match_gpu_preset, select_devices
+from tfcalc.profile.measure import measure
+from tfcalc.profile.timing import summarize, time_call
+from tfcalc.spec.presets import load_model
+
+TINY = {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "intermediate": 128, "vocab": 256}
+
+
+def _tiny(name: str = "llama3.2-1b", **extra: int):
+    return scale_spec(load_model(name), **{**TINY, **extra})
+
+
+def test_decode_bytes_by_hand_dense() -> None:
+    # Untied 2-layer model, bf16: per layer attention (q 64x64, k and v 64x32, o 64x64) + MLP 3 x 64 x 128
+    # + 2 norms of 64; final norm 64; lm_head 256 x 64 read whole; of the embedding only the batch's rows.
+    spec = _tiny("llama3-8b")
+    batch, context, bf16 = 2, 10, get_dtype("bf16")
+    work = roofline.decode_work(roofline.make_model(spec, WeightPrecision(bf16), bf16, 1), batch, context)
+    layer = (64 * 64 + 2 * 64 * 32 + 64 * 64) + 3 * 64 * 128 + 2 * 64
+    weights = 2 * (2 * layer + 64 + 256 * 64 + batch * 64)
+    kv_read = 2 * batch * 2 * context * (2 * 2 * 16)  # bf16 x batch x layers x tokens x (K+V of 2 heads x 16)
+    kv_written = 2 * batch * 2 * (2 * 2 * 16)
+    logits = batch * 256 * 4
+    hidden = 4 * batch * 64 * 2 * 2
+    assert work.bytes == weights + kv_read + kv_written + logits + hidden
+    matmul_params = 2 * ((64 * 64 + 2 * 64 * 32 + 64 * 64) + 3 * 64 * 128) + 256 * 64
+    attention = batch * 2 * context * 4 * 4 * 16  # 2 FLOPs x (QK and PV) x heads x head_dim per key
+    assert work.flops == 2 * matmul_params * batch + attention
+
+
+def test_decode_bytes_use_measured_experts() -> None:
+    # MoE bytes count the experts the router really touched: one fewer expert per layer = one expert's bytes less.
+    spec = _tiny("mixtral-8x7b", experts=8, expert_intermediate=32)
+    bf16 = get_dtype("bf16")
+    m = roofline.make_model(spec, WeightPrecision(bf16), bf16, 1)
+    two = roofline.decode_work(m, 1, 8, {0: 2.0, 1: 2.0})
+    one = roofline.decode_work(m, 1, 8, {0: 1.0, 1: 2.0})
+    assert two.bytes - one.bytes == pytest.approx(2 * 3 * 64 * 32)
+    assert "measured" in " ".join(two.trace)
+
+
+def test_timing_excludes_warmup_and_takes_the_median(monkeypatch) -> None:
+    # Exactly 4 (start, end) readings: a timed warm-up call would exhaust the clock.
+    clock = iter([0.0, 0.004, 1.0, 1.001, 2.0, 2.002, 3.0, 3.003])
+    monkeypatch.setattr("tfcalc.profile.timing.time.perf_counter", lambda: next(clock))
+    calls = []
+    timing = time_call(lambda: calls.append(1), torch.device("cpu"), warmup=3, repeats=4)
+    assert len(calls) == 7  # 3 warm-up calls, untimed, then 4 timed
+    assert timing.repeats == 4 and timing.median_s == pytest.approx(0.0025, rel=1e-6)
+    assert timing.min_s == pytest.approx(0.001)
+    assert summarize([1.0, 2.0, 100.0]).median_s == 2.0
+
+
+def test_measure_times_prefill_and_decode_separately() -> None:
+    model = build_model(_tiny(), dtype=torch.float32)
+    m = measure(model, batch=2, prompt_len=8, gen_len=4, backend="math", compile_decode=False, warmup=1, repeats=2)
+    assert m.decode_steps == 3 and m.attn_backend == "math" and not m.compiled
+    assert m.prefill.median_s > 0 and m.decode_loop.median_s > 0
+    assert m.distinct_experts is None and m.peak_memory_bytes is None
+
+
+def test_measure_counts_distinct_experts() -> None:
+    model = build_model(_tiny("mixtral-8x7b", experts=8, expert_intermediate=32), dtype=torch.float32)
+    m = measure(model, batch=4, prompt_len=4, gen_len=3, backend="auto", compile_decode=False, warmup=0, repeats=1)
+    assert m.distinct_experts is not None and set(m.distinct_experts) == {0, 1}
+    assert all(2 <= v <= 8 for v in m.distinct_experts.values())  # 4 tokens x top-2 of 8
+
+
+def _sweep(**changes) -> bench.Sweep:
+    base = dict(spec=_tiny(), layers_total=2, layers_explicit=True, batches=[1, 2, 3], prompt_lens=[8],
+                gen_lens=[3], dtypes=["fp32"], backends=["auto"], compile_decode=False, warmup=0, repeats=1)
+    return bench.Sweep(**{**base, **changes})
+
+
+def test_sweep_marks_oom_rows_and_goes_on(monkeypatch) -> None:
+    real = bench.measure
+
+    def flaky(model, batch, *args, **kwargs):
+        if batch == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(model, batch, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "measure", flaky)
+    rows: list[dict] = []
+    assert bench.run_sweep(_sweep(), [torch.device("cpu")], rows.append)
+    assert [r["status"] for r in rows] == ["ok", "oom", "ok"]
+    assert rows[1]["tpot_s"] is None and rows[1]["predicted_decode_tokens_per_s"] > 0
+
+
+def test_sweep_stops_after_the_current_row_on_ctrl_c() -> None:
+    stop = bench.StopRequested()
+    rows: list[dict] = []
+
+    def on_row(row: dict) -> None:
+        rows.append(row)
+        stop.requested = True  # as the SIGINT handler does
+
+    assert bench.run_sweep(_sweep(), [torch.device("cpu")], on_row, stop) is False
+    assert len(rows) == 1 and rows[0]["status"] == "ok"
+
+
+def test_unavailable_backend_is_a_row_not_a_crash() -> None:
+    rows: list[dict] = []
+    bench.run_sweep(_sweep(batches=[1], backends=["cudnn", "math"]), [torch.device("cpu")], rows.append)
+    assert rows[0]["status"].startswith("unavailable") and rows[1]["status"] == "ok"
+
+
+def test_layers_that_fit_shrinks_to_free_memory() -> None:
+    spec = load_model("llama3-8b")
+    sweep = _sweep(spec=spec, batches=[1], prompt_lens=[512], gen_lens=[128], dtypes=["bf16"])
+    one_layer = bench.predicted_memory_bytes(spec.with_overrides(layers=1), "bf16", 1, 512, 128)
+    assert bench.layers_that_fit(spec, sweep, 10**15) == 32
+    assert bench.layers_that_fit(spec, sweep, int(one_layer / bench.MEMORY_HEADROOM) + 1) == 1
+    assert bench.layers_that_fit(spec, sweep, one_layer // 2) == 0
+    half = bench.predicted_memory_bytes(spec.with_overrides(layers=16), "bf16", 1, 512, 128)
+    assert bench.layers_that_fit(spec, sweep, int(half / bench.MEMORY_HEADROOM) + 1) == 16
+
+
+@pytest.mark.parametrize("name, preset", [
+    ("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"),
+    ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("NVIDIA L40S", "l40s"),
+    ("NVIDIA GeForce RTX 4090", "rtx4090"), ("AMD Instinct MI300X", "mi300x"), ("NVIDIA B200", "b200"),
+    ("Tesla T4", None),
+])
+def test_device_names_match_gpu_presets(name: str, preset: str | None) -> None:
+    assert match_gpu_preset(name) == preset
+    if preset:
+        from tfcalc.spec.presets import load_gpu
+
+        assert load_gpu(preset).name == preset
+
+
+def test_no_gpu_is_one_clear_error() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(UsageError, match="pass --device cpu"):
+        select_devices("0", "cuda")
+    assert select_devices(None, "cpu") == [torch.device("cpu")]
+
+
+def test_calibration_from_rows_prefers_datasheet() -> None:
+    rows = [{"status": "ok", "device_name": "x", "mfu": 0.5, "mbu_datasheet": 0.8, "mfu_measured": 0.6,
+             "mbu_measured": 0.9}, {"status": "oom", "device_name": "x"},
+            {"status": "ok", "device_name": "x", "mfu": 0.7, "mbu_datasheet": 0.6, "mfu_measured": 0.8,
+             "mbu_measured": 0.7}]
+    calibration = roofline.calibration_from_profile_rows(rows)
+    assert calibration["compute_efficiency"] == {"prefill": pytest.approx(0.6), "decode": pytest.approx(0.6)}
+    assert calibration["bandwidth_efficiency"]["decode"] == pytest.approx(0.7)
+    eff = roofline.load_calibration(rows, "rows.json")
+    assert eff.bandwidth_decode == pytest.approx(0.7) and "rows.json" in eff.source

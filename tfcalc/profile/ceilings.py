@@ -1,0 +1,41 @@
+"""What this device can actually do: a large device-to-device copy and a large matmul, measured in the same run.
+
+Copy bandwidth counts bytes read + written (2 x buffer) with buffers far larger than any cache (L2 is 50-60 MB
+on H100/H200; the CPU buffer is 256 MiB). Matmul FLOP/s = 2 n^3 / time for an n x n x n product of random
+inputs (zeros make some GPUs run faster than real data).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tfcalc.profile.timing import Timing, time_call
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    name: str
+    dtype: str
+    size: int
+    value: float  # bytes/s for copy, FLOP/s for matmul
+    timing: Timing
+
+
+def copy_bandwidth(device: torch.device, buffer_bytes: int | None = None, repeats: int = 10) -> Ceiling:
+    """Bytes read + written per second by ``dst.copy_(src)`` (default: 1 GiB on a GPU, 256 MiB on the CPU)."""
+    size = buffer_bytes or ((1 << 30) if device.type == "cuda" else (256 << 20))
+    src = torch.empty(size, dtype=torch.uint8, device=device).random_(0, 255)
+    dst = torch.empty_like(src)
+    timing = time_call(lambda: dst.copy_(src), device, warmup=3, repeats=repeats)
+    return Ceiling("copy", "uint8", size, 2 * size / timing.median_s, timing)
+
+
+def matmul_flops(device: torch.device, dtype: torch.dtype, n: int | None = None, repeats: int = 10) -> Ceiling:
+    """2 n^3 / time for a square matmul (default n = 8192 on a GPU, 1024 on the CPU)."""
+    n = n or (8192 if device.type == "cuda" else 1024)
+    a = torch.randn(n, n, device=device, dtype=torch.float32).to(dtype)
+    b = torch.randn(n, n, device=device, dtype=torch.float32).to(dtype)
+    timing = time_call(lambda: a @ b, device, warmup=3, repeats=repeats)
+    return Ceiling("matmul", str(dtype).removeprefix("torch."), n, 2 * n**3 / timing.median_s, timing)

@@ -1,0 +1,123 @@
+"""Device facts: which devices to profile, and what NVML says about a GPU (name, memory, clocks, power).
+
+The theoretical bandwidth NVML implies is memory clock x 2 (double data rate) x bus width / 8; datasheet peaks
+come from the GPU preset the device name matches, or none.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from dataclasses import dataclass
+
+import torch
+
+from tfcalc.errors import UsageError
+
+# Device-name patterns (as NVML / torch report them) -> GPU preset. First match wins; more specific first.
+GPU_NAME_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"H200", "h200"),
+    (r"H100.*PCIe", "h100-pcie"),
+    (r"H100", "h100-sxm"),
+    (r"B200", "b200"),
+    (r"A100.*80\s*GB", "a100-80gb"),
+    (r"A100", "a100-40gb"),
+    (r"L40S", "l40s"),
+    (r"RTX 4090", "rtx4090"),
+    (r"MI300X", "mi300x"),
+)
+
+
+def match_gpu_preset(device_name: str) -> str | None:
+    for pattern, preset in GPU_NAME_PATTERNS:
+        if re.search(pattern, device_name, re.IGNORECASE):
+            return preset
+    return None
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    device: str  # "cuda:0" or "cpu"
+    name: str
+    memory_bytes: int | None = None
+    memory_clock_hz: float | None = None
+    memory_bus_width_bits: int | None = None
+    sm_clock_hz: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temperature_c: float | None = None
+    driver: str | None = None
+    gpu_preset: str | None = None
+    note: str = ""
+
+    @property
+    def theoretical_bandwidth_bytes_per_s(self) -> float | None:
+        """NVML memory clock x 2 (DDR) x bus width / 8."""
+        if self.memory_clock_hz is None or self.memory_bus_width_bits is None:
+            return None
+        return self.memory_clock_hz * 2 * self.memory_bus_width_bits / 8
+
+
+def select_devices(gpu: str | None, device: str) -> list[torch.device]:
+    """``--device cpu`` -> the CPU; ``--gpu 0``, ``--gpu 0,1`` or ``--gpu all`` -> those CUDA devices."""
+    if device == "cpu":
+        return [torch.device("cpu")]
+    if device != "cuda":
+        raise UsageError(f"unknown device '{device}' (choose cuda or cpu)")
+    if not torch.cuda.is_available():
+        build = "a CUDA build" if torch.version.cuda else "a CPU-only build"
+        raise UsageError(f"no CUDA GPU is visible to PyTorch {torch.__version__} ({build}); pass --device cpu to "
+                         "profile the CPU")
+    count = torch.cuda.device_count()
+    if gpu in (None, "all"):
+        indices = list(range(count)) if gpu == "all" else [0]
+    else:
+        try:
+            indices = [int(item) for item in gpu.split(",")]
+        except ValueError:
+            raise UsageError(f"invalid --gpu '{gpu}': expected an index such as 0, a list 0,1, or all") from None
+    for index in indices:
+        if not 0 <= index < count:
+            raise UsageError(f"no GPU {index}: {count} visible (indices 0..{count - 1})")
+    return [torch.device("cuda", index) for index in indices]
+
+
+def describe(device: torch.device) -> DeviceInfo:
+    """NVML facts for a GPU (torch's where NVML is missing), or the CPU's name and core count."""
+    if device.type == "cpu":
+        name = platform.processor() or platform.machine()
+        return DeviceInfo("cpu", f"CPU {name} ({os.cpu_count()} logical cores, {torch.get_num_threads()} threads)")
+    props = torch.cuda.get_device_properties(device)
+    base = DeviceInfo(f"cuda:{device.index}", props.name, memory_bytes=props.total_memory,
+                      gpu_preset=match_gpu_preset(props.name))
+    try:
+        import pynvml
+    except ImportError:
+        return _with_note(base, "NVML not available (pip install nvidia-ml-py): clocks and power not read")
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device.index)
+        facts = {
+            "memory_bytes": pynvml.nvmlDeviceGetMemoryInfo(handle).total,
+            "memory_clock_hz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM) * 1e6,
+            "memory_bus_width_bits": pynvml.nvmlDeviceGetMemoryBusWidth(handle),
+            "sm_clock_hz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM) * 1e6,
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+            "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1e3,
+            "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+            "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
+        }
+    except Exception as exc:  # pynvml.NVMLError and missing symbols on old drivers
+        return _with_note(base, f"NVML query failed ({exc}); facts from PyTorch only")
+    return DeviceInfo(base.device, base.name, gpu_preset=base.gpu_preset, **facts)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _with_note(info: DeviceInfo, note: str) -> DeviceInfo:
+    from dataclasses import replace
+
+    return replace(info, note=note)
