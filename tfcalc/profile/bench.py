@@ -142,10 +142,10 @@ def _prediction(spec: ModelSpec, ctx: DeviceContext, sweep: Sweep, dtype: str, b
         eff = sweep.efficiency or roofline.Efficiency()
         return (roofline.estimate(spec, ctx.gpu, WeightPrecision(fmt), fmt, 1, batch, prompt_len, gen_len, eff),
                 f"tfcalc estimate on {ctx.gpu.name} ({eff.source})")
-    ideal = roofline.Efficiency(1, 1, 1, 1, "measured ceilings of this device")
+    eff = sweep.efficiency or roofline.Efficiency(1, 1, 1, 1, "100 % of the ceilings")
     estimate = roofline.estimate(spec, _measured_gpu(ctx, dtype), WeightPrecision(fmt), fmt, 1, batch, prompt_len,
-                                 gen_len, ideal)
-    return estimate, "roofline on this device's measured copy and matmul ceilings (no preset matched)"
+                                 gen_len, eff)
+    return estimate, f"roofline on this device's measured copy and matmul ceilings, no preset matched ({eff.source})"
 
 
 def _ratio(value: float | None, reference: float | None) -> float | None:

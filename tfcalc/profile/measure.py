@@ -47,10 +47,18 @@ def backend_available(model: Transformer, backend: str, device: torch.device) ->
 
 
 def _decode_fn(model: Transformer, compile_decode: bool) -> tuple[Callable[[torch.Tensor], torch.Tensor], bool]:
-    """``decode_step``, captured with ``torch.compile(mode="reduce-overhead")`` (CUDA graphs) when asked on CUDA."""
-    if compile_decode and model.tok_embeddings.weight.device.type == "cuda":
-        return torch.compile(model.decode_step, mode="reduce-overhead"), True
-    return model.decode_step, False
+    """``decode_step``, captured with ``torch.compile(mode="reduce-overhead")`` (CUDA graphs) when asked on CUDA.
+
+    The compiled function is kept on the model, so later rows of the sweep reuse its graphs (a new batch size
+    recompiles once).
+    """
+    if not compile_decode or model.tok_embeddings.weight.device.type != "cuda":
+        return model.decode_step, False
+    compiled = getattr(model, "compiled_decode_step", None)
+    if compiled is None:
+        compiled = torch.compile(model.decode_step, mode="reduce-overhead")
+        model.compiled_decode_step = compiled
+    return compiled, True
 
 
 def measure(model: Transformer, batch: int, prompt_len: int, gen_len: int, backend: str, compile_decode: bool,
