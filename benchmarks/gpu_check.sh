@@ -55,6 +55,7 @@ step attention 120 bench attention "${dev[@]}"
 step moe 120 bench moe "${dev[@]}"
 
 echo "== targets"
+[ "${GPU_CHECK_SMOKE:-0}" = 1 ] && echo "(smoke run on the CPU against an H100 prediction: checks the plumbing, not the targets)"
 "$py" - "$out" <<'PY' | tee "$out/targets.txt"
 import sys
 import pandas as pd

@@ -2,8 +2,8 @@
 
 import typer
 
+from tfcalc.cli import bench, kv_cache, memory, params, presets
 from tfcalc.cli import estimate as estimate_cli
-from tfcalc.cli import kv_cache, memory, params, presets
 from tfcalc.cli import plan as plan_cli
 from tfcalc.cli import profile as profile_cli
 
@@ -17,6 +17,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(presets.app, name="presets")
+app.add_typer(bench.app, name="bench")
 app.command("params")(params.params)
 app.command("kv-cache")(kv_cache.kv_cache)
 app.command("memory")(memory.memory)

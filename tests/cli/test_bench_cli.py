@@ -1,0 +1,139 @@
+"""``tfcalc bench attention | moe | ceilings`` end to end on the CPU: formats, errors, lazy torch."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfcalc.cli import app
+
+runner = CliRunner()
+ATTENTION = ["bench", "attention", "--device", "cpu", "--seq-len", "32", "--heads", "4", "--kv-heads", "4,1",
+             "--head-dim", "16", "--decode-batch", "2", "--warmup", "0", "--repeats", "1"]
+MOE = ["bench", "moe", "--device", "cpu", "--hidden", "64", "--expert-intermediate", "32", "--tokens", "1,8",
+       "--warmup", "0", "--repeats", "1"]
+CEILINGS = ["bench", "ceilings", "--device", "cpu", "--copy-size", "1m", "--matmul-size", "64", "--repeats", "2"]
+ATTENTION_KEYS = ["device", "backend", "dtype", "batch", "heads", "kv_heads", "head_dim", "seq_len", "phase",
+                  "time_s", "tflops_per_s", "flops_per_s", "bytes_per_s", "status"]
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_attention_json() -> None:
+    result = run(*ATTENTION, "--format", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert len(rows) == 5 * 2 * 2  # every backend, kv heads 4 and 1, prefill and decode
+    assert all(key in row for row in rows for key in ATTENTION_KEYS)
+    assert {r["status"] for r in rows if r["backend"] == "cudnn"} == {"unavailable"}
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert ok and all(r["time_s"] > 0 and r["flops_per_s"] > 0 for r in ok)
+    prefill = next(r for r in ok if r["phase"] == "prefill")
+    assert prefill["flops"] == 4 * 1 * 4 * 32 * 32 * 16 / 2
+
+
+def test_attention_csv_and_table() -> None:
+    result = run(*ATTENTION, "--backend", "math,cudnn", "--no-decode", "-f", "csv")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [(r["backend"], r["kv_heads"], r["status"]) for r in rows] == [
+        ("math", "4", "ok"), ("math", "1", "ok"), ("cudnn", "4", "unavailable"), ("cudnn", "1", "unavailable")]
+    table = run(*ATTENTION, "--backend", "math,cudnn")
+    assert table.exit_code == 0, table.output
+    assert "SDPA attention" in table.stdout and "4 B H T^2 D / 2" in table.stdout
+    assert "unavailable here: cudnn" in table.stdout and "TFLOP/s" in table.stdout
+
+
+def test_moe_formats(tmp_path: Path) -> None:
+    result = run(*MOE, "--format", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [r["tokens"] for r in rows] == [1, 8]
+    for r in rows:
+        assert r["model"] == "mixtral-8x7b" and r["hidden"] == 64 and r["dense_intermediate"] == 64
+        assert r["moe_tokens_per_s"] > 0 and r["dense_tokens_per_s"] > 0
+        assert r["expected_distinct_experts"] == pytest.approx(8 * (1 - (1 - 2 / 8) ** r["tokens"]))
+    out = tmp_path / "moe.csv"
+    assert run(*MOE, "--preset", "qwen3-30b-a3b", "--experts", "16", "--output", str(out)).exit_code == 0
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["experts"], int(r["experts_per_token"])) for r in rows] == [("16", 8), ("16", 8)]
+    table = run(*MOE)
+    assert table.exit_code == 0 and "MoE layer vs dense FFN: mixtral-8x7b" in table.stdout
+    assert "expected distinct" in table.stdout
+
+
+def test_ceilings_formats() -> None:
+    result = run(*CEILINGS, "--dtype", "fp32", "-f", "json")
+    assert result.exit_code == 0, result.output
+    copy, matmul = json.loads(result.stdout)
+    assert copy["ceiling"] == "copy" and copy["size"] == 1 << 20 and copy["bytes_per_s"] > 0
+    assert matmul["ceiling"] == "matmul" and matmul["size"] == 64 and matmul["flops_per_s"] > 0
+    assert matmul["rate_p25"] <= matmul["flops_per_s"] <= matmul["rate_p75"]
+    rows = list(csv.DictReader(io.StringIO(run(*CEILINGS, "-f", "csv").stdout)))
+    assert [r["dtype"] for r in rows] == ["uint8", "fp32", "bf16"]  # CPU default dtypes fp32, bf16
+    table = run(*CEILINGS)
+    assert table.exit_code == 0 and "Device ceilings" in table.stdout and "GB/s" in table.stdout
+
+
+@pytest.mark.parametrize("command", ["attention", "moe", "ceilings"])
+def test_cuda_without_gpu_is_one_line(command: str) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    result = run("bench", command)  # --device cuda is the default
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: no CUDA GPU") and "pass --device cpu" in lines[0]
+
+
+def test_usage_errors() -> None:
+    result = run(*ATTENTION, "--backend", "xformers")
+    assert result.exit_code == 2 and "unknown attention backend 'xformers'" in result.stderr
+    result = run(*ATTENTION, "--kv-heads", "3")
+    assert result.exit_code == 2 and "must divide" in result.stderr
+    result = run("bench", "moe", "--device", "cpu", "--preset", "llama3-8b")
+    assert result.exit_code == 2 and "no MoE layers" in result.stderr
+    result = run(*CEILINGS, "--dtype", "fp8")
+    assert result.exit_code == 2 and "unknown dtype 'fp8'" in result.stderr
+
+
+NO_TORCH = """
+import sys
+sys.modules["torch"] = None  # as if PyTorch were not installed
+from tfcalc.cli import app
+app(["bench", "ceilings", "--device", "cpu"])
+"""
+
+PROBE = """
+import json, sys
+from tfcalc.cli import app
+try:
+    app({args!r})
+except SystemExit:
+    pass
+print(json.dumps("torch" in sys.modules), file=sys.stderr)
+"""
+
+
+def test_without_torch_one_clear_line() -> None:
+    done = subprocess.run([sys.executable, "-c", NO_TORCH], capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "error: the profiler needs PyTorch: pip install 'tfcalc[profile]'"
+
+
+@pytest.mark.parametrize("args", [["kv-cache", "-p", "llama3-70b"], ["--help"], ["bench", "--help"],
+                                  ["bench", "attention", "--help"]])
+def test_bench_registration_keeps_torch_lazy(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], capture_output=True, text=True,
+                          check=False)
+    assert json.loads(done.stderr.strip().splitlines()[-1]) is False, done.stderr

@@ -1,0 +1,296 @@
+"""``tfcalc bench attention | moe | ceilings``: component benchmarks, each its own table.
+
+torch is imported only inside the commands (through ``tfcalc.profile``), so ``tfcalc --help`` and the
+calculator commands stay light.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Annotated
+
+import typer
+
+from tfcalc.cli.common import FormatOpt, OutputOpt, handle_errors
+from tfcalc.errors import TfcalcError, UsageError
+from tfcalc.output import Column, emit, resolve_format
+from tfcalc.units import parse_size, parse_sizes, split_list
+
+app = typer.Typer(help="Component benchmarks: SDPA attention backends, MoE vs dense FFN, copy and matmul ceilings.",
+                  no_args_is_help=True)
+
+TORCH_MISSING = "the profiler needs PyTorch: pip install 'tfcalc[profile]'"
+
+DeviceOpt = Annotated[str, typer.Option(
+    "--device", help="cuda | cpu. Default cuda; without a visible GPU pass --device cpu.")]
+GpuOpt = Annotated[str | None, typer.Option(
+    "--gpu", "-g", help="GPU index (0), list (0,1) or all; default 0.", show_default=False)]
+DtypeOpt = Annotated[list[str] | None, typer.Option(
+    "--dtype", help="bf16 | fp16 | fp32, lists allowed; default bf16 on a GPU, fp32 on the CPU.", show_default=False)]
+WarmupOpt = Annotated[int, typer.Option("--warmup", help="Untimed calls before timing.", min=0)]
+RepeatsOpt = Annotated[int, typer.Option("--repeats", help="Timed calls; the median is reported.", min=1)]
+
+
+class TorchMissing(TfcalcError):
+    exit_code = 1
+
+
+def profile_modules() -> tuple[ModuleType, ModuleType]:
+    """(tfcalc.profile.components, tfcalc.profile.device), or one clear line when torch is not installed."""
+    try:
+        from tfcalc.profile import components, device
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] == "torch":
+            raise TorchMissing(TORCH_MISSING) from None
+        raise
+    return components, device
+
+
+def dtype_names(values: list[str] | None, default: str) -> list[str]:
+    names = [item for value in values or [default] for item in split_list(value)]
+    return list(dict.fromkeys(names))
+
+
+def progress_printer() -> Callable[[str], None] | None:
+    """A one-line status on stderr while measuring, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(message: str) -> None:
+        sys.stderr.write(f"\r\033[K{message}")
+        sys.stderr.flush()
+
+    return show
+
+
+def clear_progress(show: Callable[[str], None] | None) -> None:
+    if show is not None:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+
+def table_rows(rows: list[dict], fmt: str | None, output, scale: dict[str, tuple[str, float]]) -> list[dict]:
+    """For the table only: derived display keys (e.g. GB/s from bytes/s); CSV and JSON keep the exact rows."""
+    if resolve_format(fmt, output) != "table":
+        return rows
+    shown = []
+    for row in rows:
+        extra = {new: (row[key] / factor if row.get(key) is not None else None)
+                 for key, (new, factor) in scale.items()}
+        shown.append({**row, **extra})
+    return shown
+
+
+# --- attention -------------------------------------------------------------------------------------------------
+
+ATTENTION_COLUMNS = [
+    Column("device", "device"), Column("backend", "backend"), Column("backend_ran", "ran"), Column("dtype", "dtype"),
+    Column("batch", "B", "int"),
+    Column("heads", "H", "int"), Column("kv_heads", "Hkv", "int"), Column("head_dim", "D", "int"),
+    Column("seq_len", "T", "int"), Column("phase", "phase"), Column("time_s", "time", "seconds"),
+    Column("tflops_per_s", "TFLOP/s", "float"), Column("_gb_per_s", "KV GB/s", "float"),
+    Column("flops_fraction_of_peak", "of peak FLOP/s", "percent"),
+    Column("bandwidth_fraction_of_peak", "of peak BW", "percent"), Column("status", "status"),
+]
+
+CPU_ATTENTION = {"seq_len": ["128,512"], "heads": 8, "kv_heads": ["8,2"], "head_dim": 64, "decode_batch": 4}
+GPU_ATTENTION = {"seq_len": ["1k,4k,16k"], "heads": 32, "kv_heads": ["32,8,1"], "head_dim": 128, "decode_batch": 16}
+
+
+@app.command("attention")
+@handle_errors
+def attention(
+    device: DeviceOpt = "cuda", gpu: GpuOpt = None, dtype: DtypeOpt = None,
+    backend: Annotated[list[str] | None, typer.Option(
+        "--backend", help="auto, flash, efficient, cudnn, math (lists allowed); default all. Backends that "
+        "cannot run here are listed as unavailable.", show_default=False)] = None,
+    seq_len: Annotated[list[str] | None, typer.Option(
+        "--seq-len", "-t", help="Sequence lengths (1k = 1024); default 128,512 on the CPU, 1k,4k,16k on a GPU.",
+        show_default=False)] = None,
+    heads: Annotated[int | None, typer.Option(
+        "--heads", help="Query heads H; default 8 on the CPU, 32 on a GPU.", show_default=False)] = None,
+    kv_heads: Annotated[list[str] | None, typer.Option(
+        "--kv-heads", help="KV heads (GQA ratios H/Hkv), lists; default 8,2 on the CPU, 32,8,1 on a GPU.",
+        show_default=False)] = None,
+    head_dim: Annotated[int | None, typer.Option(
+        "--head-dim", help="Head dim D; default 64 on the CPU, 128 on a GPU.", show_default=False)] = None,
+    batch: Annotated[int, typer.Option("--batch", "-b", help="Batch for prefill.", min=1)] = 1,
+    decode_batch: Annotated[int | None, typer.Option(
+        "--decode-batch", help="Batch for the decode case (1 query vs T keys); default 4 on the CPU, 16 on a GPU "
+        "(so K+V exceed the GPU's L2).", min=1, show_default=False)] = None,
+    causal: Annotated[bool, typer.Option("--causal/--no-causal", help="Causal prefill (FLOPs halved).")] = True,
+    decode: Annotated[bool, typer.Option("--decode/--no-decode", help="Also time the decode case.")] = True,
+    peak_tflops: Annotated[float | None, typer.Option(
+        "--peak-tflops", help="Peak TFLOP/s to report the fraction of; default: the matched GPU preset's "
+        "datasheet dense figure for the dtype (none on a CPU).", show_default=False)] = None,
+    warmup: WarmupOpt = 2, repeats: RepeatsOpt = 5, fmt: FormatOpt = None, output: OutputOpt = None,
+) -> None:
+    """F.scaled_dot_product_attention per backend x sequence length x GQA ratio: time, TFLOP/s, KV bytes/s."""
+    comp, dev = profile_modules()
+    devices = dev.select_devices(gpu, device)
+    defaults = CPU_ATTENTION if devices[0].type == "cpu" else GPU_ATTENTION
+    backends = [b for value in backend or [",".join(comp.ATTENTION_BACKENDS)] for b in split_list(value)]
+    for b in backends:
+        if b not in comp.ATTENTION_BACKENDS:
+            raise UsageError(f"unknown attention backend '{b}' (known: {', '.join(comp.ATTENTION_BACKENDS)})")
+    backends = list(dict.fromkeys(backends))
+    seq_lens = parse_sizes(seq_len or defaults["seq_len"], "sequence length")
+    kv_list = parse_sizes(kv_heads or defaults["kv_heads"], "kv heads")
+    h = heads or defaults["heads"]
+    d = head_dim or defaults["head_dim"]
+    if h <= 0 or d <= 0:
+        raise UsageError("--heads and --head-dim must be positive")
+    kv_list = kv_list if kv_heads else [kv for kv in kv_list if kv <= h and h % kv == 0] or [h]
+    names = dtype_names(dtype, "fp32" if devices[0].type == "cpu" else "bf16")
+    show = progress_printer()
+    rows: list[dict] = []
+    peaks_used: list[str] = []
+    for torch_device in devices:
+        for name in names:
+            tdtype = comp.torch_dtype(name)
+            peak_flops, peak_bw, preset = comp.datasheet_peaks(torch_device, tdtype)
+            if peak_tflops is not None:
+                peak_flops, preset = peak_tflops * 1e12, "--peak-tflops"
+            if preset:
+                peaks_used.append(f"{torch_device} {name}: peaks from {preset}")
+            rows += comp.attention_rows(torch_device, tdtype, backends, seq_lens, h, kv_list, d, batch, causal=causal,
+                                        decode=decode, decode_batch=decode_batch or defaults["decode_batch"],
+                                        peak_flops_per_s=peak_flops, peak_bytes_per_s=peak_bw, warmup=warmup,
+                                        repeats=repeats, progress=show)
+    clear_progress(show)
+    unavailable = sorted({f"{r['backend']} ({r['note']})" for r in rows if r["status"] == "unavailable"})
+    notes = (comp.CAUSAL_CONVENTION + ".",
+             "prefill: q [B,H,T,D], k/v [B,Hkv,T,D], is_causal, enable_gqa; decode: q [B,H,1,D] vs k/v [B,Hkv,T,D]; "
+             f"median of {repeats} after {warmup} warm-up calls; 'ran' = the kernel SDPA's dispatcher picks for "
+             "'auto'.",
+             *(f"unavailable here: {u}" for u in unavailable), *peaks_used)
+    emit(table_rows(rows, fmt, output, {"bytes_per_s": ("_gb_per_s", 1e9)}), ATTENTION_COLUMNS, fmt, output,
+         title="SDPA attention", notes=notes)
+
+
+# --- moe -------------------------------------------------------------------------------------------------------
+
+MOE_COLUMNS = [
+    Column("device", "device"), Column("dtype", "dtype"), Column("tokens", "tokens", "int"),
+    Column("moe_time_s", "MoE time", "seconds"), Column("moe_tokens_per_s", "MoE", "rate", "tok/s"),
+    Column("dense_tokens_per_s", "dense", "rate", "tok/s"), Column("moe_over_dense", "MoE/dense", "float"),
+    Column("max_tokens_per_expert", "max/expert", "int"), Column("mean_tokens_per_expert", "mean/expert", "float"),
+    Column("load_imbalance", "max/mean", "float"), Column("distinct_experts", "distinct", "int"),
+    Column("expected_distinct_experts", "expected distinct", "float"), Column("status", "status"),
+]
+
+
+@app.command("moe")
+@handle_errors
+def moe(
+    device: DeviceOpt = "cuda", gpu: GpuOpt = None, dtype: DtypeOpt = None,
+    preset: Annotated[str, typer.Option(
+        "--preset", "-p", help="An MoE model preset (mixtral-8x7b, qwen3-30b-a3b, ...) or YAML file.")]
+    = "mixtral-8x7b",
+    tokens: Annotated[list[str] | None, typer.Option(
+        "--tokens", "-n", help="Tokens per forward, lists; default 1,16,256,1024 on the CPU, 1,16,256,4096 on a GPU.",
+        show_default=False)] = None,
+    hidden: Annotated[int | None, typer.Option(
+        "--hidden", help="Hidden width; default the preset's on a GPU, 512 on the CPU; the expert width scales alike "
+        "unless --expert-intermediate is given.",
+        show_default=False)] = None,
+    experts: Annotated[int | None, typer.Option("--experts", help="Experts E.", show_default=False)] = None,
+    experts_per_token: Annotated[int | None, typer.Option(
+        "--experts-per-token", help="Experts per token K.", show_default=False)] = None,
+    expert_intermediate: Annotated[int | None, typer.Option(
+        "--expert-intermediate", help="Expert FFN width.", show_default=False)] = None,
+    warmup: WarmupOpt = 2, repeats: RepeatsOpt = 5, fmt: FormatOpt = None, output: OutputOpt = None,
+) -> None:
+    """The bundled MoE layer vs a dense FFN of width K x I (same active parameters): tokens/s and expert load."""
+    from tfcalc.spec.presets import load_model
+
+    comp, dev = profile_modules()
+    devices = dev.select_devices(gpu, device)
+    base = load_model(preset)
+    token_counts = parse_sizes(tokens or (["1,16,256,1024"] if devices[0].type == "cpu" else ["1,16,256,4096"]),
+                               "tokens")
+    names = dtype_names(dtype, "fp32" if devices[0].type == "cpu" else "bf16")
+    show = progress_printer()
+    rows: list[dict] = []
+    for torch_device in devices:
+        spec = comp.moe_bench_spec(base, torch_device, hidden, experts, experts_per_token, expert_intermediate)
+        params = comp.moe_layer_params(spec)
+        for name in names:
+            tdtype = comp.torch_dtype(name)
+            element = 4 if name == "fp32" else 2
+            comp.check_fits(torch_device, (params["total"] + params["dense"]) * element, f"{spec.name}'s MoE layer",
+                            "scale it down with --hidden, --experts or --expert-intermediate")
+            rows += comp.moe_rows(torch_device, tdtype, spec, token_counts, warmup=warmup, repeats=repeats,
+                                  progress=show)
+    clear_progress(show)
+    first = rows[0]
+    title = (f"MoE layer vs dense FFN: {first['model']}, hidden {first['hidden']}, E {first['experts']}, "
+             f"K {first['experts_per_token']}, expert width {first['expert_intermediate']}, dense width "
+             f"{first['dense_intermediate']}")
+    notes = (f"dense FFN width = K x I + shared = {first.get('dense_intermediate')}: the MoE layer's active expert "
+             f"parameters per token ({first.get('moe_active_params'):,} incl. router) vs dense "
+             f"{first.get('dense_params'):,}; MoE/dense = MoE tokens/s / dense tokens/s.",
+             "expert load from the layer's per-expert counts of (token, expert) pairs on the timed input; expected "
+             "distinct = E(1 - (1 - K/E)^N) under uniform routing; random weights and inputs.",
+             f"median of {repeats} after {warmup} warm-up calls.")
+    emit(rows, MOE_COLUMNS, fmt, output, title=title, notes=notes)
+
+
+# --- ceilings --------------------------------------------------------------------------------------------------
+
+CEILING_COLUMNS = [
+    Column("device", "device"), Column("ceiling", "ceiling"), Column("dtype", "dtype"), Column("_size", "size"),
+    Column("time_s", "time", "seconds"), Column("_rate", "rate", "float"), Column("_rate_unit", "unit"),
+    Column("_rate_p25", "rate p25", "float"), Column("_rate_p75", "rate p75", "float"),
+    Column("spread", "IQR/median", "percent"), Column("status", "status"),
+]
+
+
+def _ceiling_display(rows: list[dict], fmt: str | None, output) -> list[dict]:
+    if resolve_format(fmt, output) != "table":
+        return rows
+    shown = []
+    for row in rows:
+        copy = row["ceiling"] == "copy"
+        factor = 1e9 if copy else 1e12
+        rate = row["bytes_per_s"] if copy else row["flops_per_s"]
+        size = f"{row['size'] / (1 << 20):,.0f} MiB" if copy else f"{row['size']}^3"
+        shown.append({**row, "_size": size, "_rate_unit": "GB/s" if copy else "TFLOP/s",
+                      "_rate": rate / factor if rate is not None else None,
+                      "_rate_p25": row["rate_p25"] / factor if row["rate_p25"] is not None else None,
+                      "_rate_p75": row["rate_p75"] / factor if row["rate_p75"] is not None else None})
+    return shown
+
+
+@app.command("ceilings")
+@handle_errors
+def ceilings(
+    device: DeviceOpt = "cuda", gpu: GpuOpt = None,
+    dtype: Annotated[list[str] | None, typer.Option(
+        "--dtype", help="Matmul dtypes bf16 | fp16 | fp32, lists; default bf16,fp16,fp32 on a GPU, fp32,bf16 on "
+        "the CPU.", show_default=False)] = None,
+    copy_size: Annotated[str | None, typer.Option(
+        "--copy-size", help="Copy buffer in bytes (256m, 1g), far above the last-level cache; default 1 GiB on a "
+        "GPU, 256 MiB on the CPU.",
+        show_default=False)] = None,
+    matmul_size: Annotated[int | None, typer.Option(
+        "--matmul-size", help="n of the n x n x n matmul; default 8192 on a GPU; on the CPU the largest power of "
+        "two <= 1024 expected to take < 0.1 s a call.", min=16, show_default=False)] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed calls; the median is reported.", min=1)] = 10,
+    fmt: FormatOpt = None, output: OutputOpt = None,
+) -> None:
+    """Copy bandwidth (bytes read + written / s) and matmul FLOP/s per dtype, with their spread."""
+    comp, dev = profile_modules()
+    devices = dev.select_devices(gpu, device)
+    names = [item for value in dtype or (["fp32,bf16"] if devices[0].type == "cpu" else ["bf16,fp16,fp32"])
+             for item in split_list(value)]
+    dtypes = [comp.torch_dtype(name) for name in dict.fromkeys(names)]
+    size = parse_size(copy_size, "copy size") if copy_size else None
+    rows: list[dict] = []
+    for torch_device in devices:
+        rows += comp.ceiling_rows(torch_device, dtypes, copy_bytes=size, matmul_n=matmul_size, repeats=repeats)
+    notes = ("copy: dst.copy_(src) of a uint8 buffer, rate = 2 x size (read + write) / median time; matmul: "
+             "2 n^3 / median time on random inputs. Rates at the p25/p75 times give the spread. GB = 10^9 B.",)
+    emit(_ceiling_display(rows, fmt, output), CEILING_COLUMNS, fmt, output, title="Device ceilings", notes=notes)
