@@ -13,7 +13,7 @@ import math
 from dataclasses import replace
 from fractions import Fraction
 
-from tfcalc.dtypes import DType
+from tfcalc.dtypes import DType, get_dtype, parse_weight_precision
 from tfcalc.spec.model import ModelSpec
 
 
@@ -70,3 +70,9 @@ def attention_variants(spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
     elif spec.attention_kind == "MQA":
         variants[-1] = ("MQA (as configured)", spec)
     return variants
+
+
+def default_kv_dtype(spec: ModelSpec) -> DType:
+    """The cache is kept in the model's float dtype: bf16 unless the checkpoint is fp16/fp32."""
+    native = parse_weight_precision(spec.native_dtype).default
+    return native if not native.quantized else get_dtype("bf16")

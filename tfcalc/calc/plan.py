@@ -329,7 +329,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
                   f"context {cfg.context:,}")
     elif sequences >= cfg.batch:
         short = 0
-        reason = f"fits: {sequences:,} sequences of {cfg.context:,} tokens (batch {cfg.batch:,} needs {cfg.batch:,})"
+        noun = "sequence" if sequences == 1 else "sequences"
+        reason = f"fits: {sequences:,} {noun} of {cfg.context:,} tokens (batch {cfg.batch:,} needs {cfg.batch:,})"
     else:
         short = per_seq * need_per_replica - worst.budget
         reason = (f"KV for batch {cfg.batch:,} at context {cfg.context:,} needs {_gib(per_seq * need_per_replica)} "

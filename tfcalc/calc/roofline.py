@@ -355,7 +355,8 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     trace = (*pre.trace, *dec.trace,
              f"TTFT = prefill time; TPOT = decode step at the mean context {context:,} = P + G/2; end-to-end = TTFT + "
              f"{steps} x TPOT; tokens/s per sequence = 1 / TPOT, aggregate = batch x 1 / TPOT",
-             f"decode turns compute-bound at batch {turning if turning else 'never (KV reads grow with the batch)'}",
+             f"decode turns compute-bound from batch {turning}" if turning else
+             "decode never turns compute-bound: each sequence's KV reads keep its FLOP/byte below the ridge point",
              f"efficiency: {eff.source}")
     return Estimate(pre, dec, context, batch, prompt_len, gen_len, tp, pre.time_s, pre.time_s_ideal, dec.time_s,
                     dec.time_s_ideal, pre.time_s + steps * dec.time_s, pre.time_s_ideal + steps * dec.time_s_ideal,

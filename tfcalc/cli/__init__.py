@@ -1,31 +1,60 @@
-"""The tfcalc command line: parse, call the calculator, hand rows to the output layer."""
+"""The tfcalc command line: parse, call the calculator or the profiler, hand rows to the output layer.
+
+Each command lives in its own module. ``main`` builds an app holding only the command being run, so a
+calculator call pays neither for importing nor for building the profiler's many options; ``app`` (the
+full tree, for ``--help`` and tests) is built on first use.
+"""
+
+import importlib
+import sys
+from collections.abc import Iterable
 
 import typer
 
-from tfcalc.cli import bench, kv_cache, memory, params, presets
-from tfcalc.cli import estimate as estimate_cli
-from tfcalc.cli import plan as plan_cli
-from tfcalc.cli import profile as profile_cli
+HELP = ("Size transformer inference before you deploy it (parameters, KV cache, memory, fit, rooflines), then "
+        "measure what your own GPU does.")
 
-app = typer.Typer(
-    name="tfcalc",
-    help="Size transformer inference before you deploy it (parameters, KV cache, memory, fit, rooflines), then "
-    "measure what your own GPU does.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.add_typer(presets.app, name="presets")
-app.add_typer(bench.app, name="bench")
-app.command("params")(params.params)
-app.command("kv-cache")(kv_cache.kv_cache)
-app.command("memory")(memory.memory)
-app.command("plan")(plan_cli.plan)
-app.command("estimate")(estimate_cli.estimate)
-app.command("profile")(profile_cli.profile)
+# command name -> (module, attribute, whether it is a sub-app of several commands)
+COMMANDS: dict[str, tuple[str, str, bool]] = {
+    "params": ("tfcalc.cli.params", "params", False),
+    "kv-cache": ("tfcalc.cli.kv_cache", "kv_cache", False),
+    "memory": ("tfcalc.cli.memory", "memory", False),
+    "plan": ("tfcalc.cli.plan", "plan", False),
+    "estimate": ("tfcalc.cli.estimate", "estimate", False),
+    "profile": ("tfcalc.cli.profile", "profile", False),
+    "bench": ("tfcalc.cli.bench", "app", True),
+    "presets": ("tfcalc.cli.presets", "app", True),
+}
+
+
+def build_app(names: Iterable[str] = COMMANDS) -> typer.Typer:
+    """A Typer app with the named commands (all by default)."""
+    root = typer.Typer(name="tfcalc", help=HELP, no_args_is_help=True, pretty_exceptions_enable=False,
+                       add_completion=False, context_settings={"help_option_names": ["-h", "--help"]})
+
+    @root.callback()
+    def tfcalc() -> None:  # a group even when it holds one command, so `tfcalc NAME ...` parses the same
+        pass
+
+    for name in names:
+        module, attribute, is_group = COMMANDS[name]
+        target = getattr(importlib.import_module(module), attribute)
+        if is_group:
+            root.add_typer(target, name=name)
+        else:
+            root.command(name)(target)
+    return root
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: build only the command named on the command line."""
+    name = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    build_app([name] if name in COMMANDS else COMMANDS)()
+
+
+def __getattr__(attribute: str) -> typer.Typer:
+    if attribute == "app":
+        app = build_app()
+        globals()["app"] = app
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")

@@ -4,8 +4,6 @@ torch is imported only inside the commands (through ``tfcalc.profile``), so ``tf
 calculator commands stay light.
 """
 
-from __future__ import annotations
-
 import sys
 from collections.abc import Callable
 from types import ModuleType

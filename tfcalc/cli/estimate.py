@@ -1,7 +1,5 @@
 """``tfcalc estimate``: roofline prefill and decode times, ideal and after efficiency factors."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -43,6 +41,15 @@ COLUMNS = [
     Column("decode_tokens_per_s", "tok/s", "rate", "tok/s"), Column("decode_bound", "decode bound"),
     Column("e2e_s", "end-to-end", "seconds"),
 ]
+
+
+def _turning_note(row: dict) -> str:
+    """The decode batch from which the step is compute-bound; it does not depend on the row's own batch."""
+    where = f"{row['model']} on {row['gpu']} (tp {row['tp']}, prompt {row['prompt_len']:,}, gen {row['gen_len']:,})"
+    if row["decode_turning_point_batch"]:
+        return f"{where}: decode turns compute-bound from batch {row['decode_turning_point_batch']:,}"
+    return (f"{where}: decode never turns compute-bound: each sequence's KV reads keep its FLOP/byte below the "
+            "GPU's ridge point")
 
 
 def _efficiencies(compute: list[float], bandwidth: list[float], calibration: Path | None) -> list:
@@ -101,8 +108,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                                  weight_precisions(weights_dtype), parse_dtype_list(kv_dtype), effs)
     notes = ("ideal = 100 % of dense peak and HBM bandwidth; expected = after efficiency factors "
              f"({rows[0]['efficiency_source']}). TPOT at the mean decode context; tok/s aggregate over the batch.",
-             *(f"{r['model']} batch {r['batch']}: decode turns compute-bound at batch "
-               f"{r['decode_turning_point_batch'] or 'never (KV reads grow with the batch)'}" for r in rows))
+             *dict.fromkeys(_turning_note(r) for r in rows))
     emit(rows, COLUMNS, fmt, output, title="Estimate", notes=notes)
     if explain:
         print_traces(rows, traces, ("model", "gpu", "tp", "batch", "prompt_len", "gen_len"))

@@ -40,7 +40,7 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
                  "--compare-attention", help="Show the same model as MHA, as configured, and MQA.")] = False,
              fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """KV-cache bytes per token (all layers) and in total for batch x context, window caps applied."""
-    from tfcalc.report.calculator import kv_cache_rows
+    from tfcalc.report.kv_cache import kv_cache_rows
 
     specs = resolve_models(preset, config)
     rows = kv_cache_rows(specs, parse_sizes(context, "context"), parse_sizes(batch, "batch"),

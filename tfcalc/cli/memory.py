@@ -59,7 +59,7 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
     """Memory for weights, KV cache and activation workspace, per weight / KV format, context and batch."""
     from tfcalc.calc.memory import ACTIVATION_FORMULA
     from tfcalc.dtypes import get_dtype
-    from tfcalc.report.calculator import memory_rows
+    from tfcalc.report.memory import memory_rows
 
     specs = resolve_models(preset, config)
     rows = memory_rows(specs, parse_sizes(context, "context"), parse_sizes(batch, "batch"),

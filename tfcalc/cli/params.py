@@ -24,7 +24,7 @@ def params(preset: PresetOpt = None, config: ConfigOpt = None, fmt: FormatOpt = 
            output: OutputOpt = None) -> None:
     """Total parameters and active parameters per token, by component (embedding, attention, MLP, experts...)."""
     from tfcalc.output import resolve_format
-    from tfcalc.report.calculator import params_breakdown_rows, params_rows
+    from tfcalc.report.params import params_breakdown_rows, params_rows
 
     specs = resolve_models(preset, config)
     rows = params_rows(specs)

@@ -1,7 +1,5 @@
 """``tfcalc plan``: does a model fit on these GPUs, for how many sequences at what context?"""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import Annotated

@@ -24,7 +24,7 @@ def _check_kind(kind: str) -> None:
 @handle_errors
 def list_presets(kind: KindOpt = "model", fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Every preset of a kind, with its headline shape."""
-    from tfcalc.report.calculator import preset_rows
+    from tfcalc.report.presets import preset_rows
 
     _check_kind(kind)
     rows, columns = preset_rows(kind)
@@ -36,7 +36,7 @@ def list_presets(kind: KindOpt = "model", fmt: FormatOpt = None, output: OutputO
 def show(name: Annotated[str, typer.Argument(help="Preset name.")], kind: KindOpt = "model",
          fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Every field of one preset, with its source."""
-    from tfcalc.report.calculator import preset_field_rows
+    from tfcalc.report.presets import preset_field_rows
 
     _check_kind(kind)
     rows = preset_field_rows(kind, name)

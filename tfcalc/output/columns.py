@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["text", "int", "bytes", "bytes_exact", "params", "float", "percent", "bool", "seconds", "rate"]
+Kind = Literal["text", "int", "bytes", "bytes_exact", "params", "float", "percent", "bool", "seconds", "rate", "si"]
 
 GIB = 1 << 30
 
@@ -15,7 +15,7 @@ class Column:
     key: str
     header: str
     kind: Kind = "text"
-    unit: str = ""  # appended to "rate" ("tok/s") and "bytes" ("/s") cells
+    unit: str = ""  # appended to "rate" ("tok/s") and "bytes" ("/s") cells; the base unit of "si" cells
 
 
 def format_bytes(value: float) -> str:
@@ -31,6 +31,14 @@ def format_params(value: float) -> str:
         if abs(value) >= size:
             return f"{value / size:,.2f}{unit}"
     return f"{value:,.0f}"
+
+
+def format_si(value: float, unit: str) -> str:
+    """Decimal prefixes, as vendors quote bandwidth and throughput: 3.35e12 B/s -> 3.35 TB/s."""
+    for prefix, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:,.4g} {prefix}{unit}"
+    return f"{value:,.4g} {unit}"
 
 
 def format_seconds(value: float) -> str:
@@ -60,6 +68,8 @@ def format_cell(value: object, column: Column) -> str:
         return f"{value:,}"
     if column.kind == "percent":
         return f"{value * 100:.1f} %"
+    if column.kind == "si":
+        return format_si(value, column.unit)
     if column.kind == "seconds":
         return format_seconds(value)
     if column.kind == "rate":

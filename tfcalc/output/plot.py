@@ -44,9 +44,9 @@ def plot_plan(path: Path, specs: list, gpus: list, rows: list[dict], precisions:
               batches: list[int]) -> None:
     """Memory per GPU (weights + reserved + KV at the first batch) vs context, one line per weight/KV precision
     of the first model's first layout, with each GPU's capacity as a horizontal line."""
+    from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.plan import PlanConfig, plan_fit
     from tfcalc.dtypes import parse_weight_precision
-    from tfcalc.report.calculator import default_kv_dtype
 
     plt = _pyplot()
     first = rows[0]

@@ -8,31 +8,33 @@ import sys
 
 from tfcalc.output.columns import Column, format_cell
 
+NUMERIC_KINDS = {"int", "bytes", "bytes_exact", "params", "float", "percent", "seconds", "rate", "si"}
+
 
 def render_table(rows: list[dict[str, object]], columns: list[Column], title: str = "",
                  notes: tuple[str, ...] = (), to_file: bool = False) -> str:
+    """The table, then the notes, as plain text. Cells are Text, never parsed as Rich markup."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     # A column with no value in any row (e.g. datasheet MFU on a CPU) is left out of the table, not of CSV/JSON.
     columns = [c for c in columns if any(row.get(c.key) is not None for row in rows)] if rows else columns
-    table = Table(title=title or None, title_justify="left", header_style="bold")
-    numeric = {"int", "bytes", "bytes_exact", "params", "float", "percent", "seconds", "rate"}
+    table = Table(title=Text(title) if title else None, title_justify="left", header_style="bold")
     for column in columns:
-        table.add_column(column.header, justify="right" if column.kind in numeric else "left")
+        table.add_column(Text(column.header), justify="right" if column.kind in NUMERIC_KINDS else "left")
     for row in rows:
-        table.add_row(*(format_cell(row.get(c.key), c) for c in columns))
+        table.add_row(*(Text(format_cell(row.get(c.key), c)) for c in columns))
     buffer = io.StringIO()
+    console = Console(file=buffer, width=250, force_terminal=False, color_system=None, soft_wrap=False,
+                      emoji=False, highlight=False, markup=False)
     # On a terminal, fit its width; in a pipe or a file, draw the table at its natural width (up to 250
     # columns) rather than cut cells, and wrap the notes to that width.
     if sys.stdout.isatty() and not to_file:
-        width = shutil.get_terminal_size().columns
+        console.width = shutil.get_terminal_size().columns
     else:
-        natural = Console(width=250, file=io.StringIO()).measure(table).maximum
-        width = max(100, min(natural, 250))
-    console = Console(file=buffer, width=width, force_terminal=False, color_system=None, soft_wrap=False,
-                      emoji=False, highlight=False)
+        console.width = max(100, console.measure(table).maximum)
     console.print(table)
     for note in notes:
-        console.print(note, highlight=False, markup=False)
+        console.print(Text(note))
     return buffer.getvalue()

@@ -38,7 +38,7 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], num_gpus: list[int], 
               prefill_chunk: int, find_min_gpus: bool = False, max_gpus: int = 512,
               gpus_per_node: int = 8) -> tuple[list[Row], list[tuple[str, ...]]]:
     """One row per combination (sweeps multiply); with ``find_min_gpus`` the GPU count is searched."""
-    from tfcalc.report.calculator import default_kv_dtype
+    from tfcalc.calc.kv_cache import default_kv_dtype
 
     rows: list[Row] = []
     traces: list[tuple[str, ...]] = []
@@ -96,7 +96,7 @@ def _estimate_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_
 def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], tps: list[int], batches: list[int],
                   prompt_lens: list[int], gen_lens: list[int], precisions: list[WeightPrecision],
                   kv_dtypes: list[DType], efficiencies: list[Efficiency]) -> tuple[list[Row], list[tuple[str, ...]]]:
-    from tfcalc.report.calculator import default_kv_dtype
+    from tfcalc.calc.kv_cache import default_kv_dtype
 
     rows: list[Row] = []
     traces: list[tuple[str, ...]] = []

@@ -123,33 +123,3 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
                        vendor=str(data.get("vendor", "")))
     except SpecError as exc:
         raise SpecError(f"{origin}: {exc}") from None
-
-
-def gpu_preset_rows() -> list[dict[str, object]]:
-    """One row per bundled GPU preset, for ``tfcalc presets list --kind gpu``."""
-    from tfcalc.spec.presets import load_gpu, preset_names
-
-    rows: list[dict[str, object]] = []
-    for name in preset_names("gpu"):
-        gpu = load_gpu(name)
-        f = gpu.dense_flops_per_s
-        rows.append({
-            "name": name, "display_name": gpu.display_name, "memory_bytes": gpu.memory_bytes,
-            "hbm_bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s,
-            **{f"{d}_dense_flops_per_s": f.get(d) for d in FLOP_DTYPES},
-            "interconnect": gpu.interconnect,
-            "interconnect_bandwidth_bytes_per_s": gpu.interconnect_bandwidth_bytes_per_s,
-        })
-    return rows
-
-
-def gpu_preset_columns() -> list:
-    from tfcalc.output import Column
-
-    return [Column("name", "preset"), Column("display_name", "GPU"), Column("memory_bytes", "memory", "bytes"),
-            Column("hbm_bandwidth_bytes_per_s", "mem B/s", "float"),
-            Column("bf16_dense_flops_per_s", "bf16 dense FLOP/s", "float"),
-            Column("fp8_dense_flops_per_s", "fp8 dense FLOP/s", "float"),
-            Column("fp4_dense_flops_per_s", "fp4 dense FLOP/s", "float"),
-            Column("interconnect", "interconnect"),
-            Column("interconnect_bandwidth_bytes_per_s", "link B/s per direction", "float")]

@@ -1,0 +1,45 @@
+"""Rows for `tfcalc kv-cache`: bytes per token and for batch x context, per attention variant."""
+
+from __future__ import annotations
+
+import itertools
+
+from tfcalc.calc.kv_cache import attention_variants, default_kv_dtype, kv_bytes_per_token, kv_cache_bytes
+from tfcalc.dtypes import DType
+from tfcalc.spec.model import ModelSpec
+
+Row = dict[str, object]
+
+
+def _window_label(spec: ModelSpec) -> str:
+    if spec.sliding_window is None:
+        return ""
+    layers = len(spec.sliding_window_layers)
+    return f"{spec.sliding_window} on {layers}/{spec.num_layers} layers"
+
+
+def kv_cache_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int], kv_dtypes: list[DType],
+                  compare_attention: bool = False) -> list[Row]:
+    """One row per model x attention variant x context x batch x dtype; ``kv_bytes_per_token`` is uncapped."""
+    rows: list[Row] = []
+    for spec in specs:
+        variants = attention_variants(spec) if compare_attention else [(spec.attention_kind, spec)]
+        for (label, variant), context, batch, kv_dtype in itertools.product(
+                variants, contexts or [spec.max_context], batches, kv_dtypes or [default_kv_dtype(spec)]):
+            per_token = kv_bytes_per_token(variant, kv_dtype)
+            rows.append({
+                "model": spec.name,
+                "attention": label,
+                "kv_heads": variant.num_kv_heads if variant.mla is None else None,
+                "head_dim": variant.head_dim if variant.mla is None else None,
+                "layers": variant.num_layers,
+                "sliding_window": _window_label(variant),
+                "context": context,
+                "batch": batch,
+                "kv_dtype": kv_dtype.name,
+                "kv_bytes_per_token": per_token,
+                "kv_cache_bytes": kv_cache_bytes(variant, kv_dtype, context, batch),
+                "kv_cache_bytes_uncapped": per_token * context * batch,
+                "exceeds_max_context": context > spec.max_context,
+            })
+    return rows

@@ -1,0 +1,44 @@
+"""Rows for `tfcalc memory`: weights + KV cache + activation workspace per precision choice."""
+
+from __future__ import annotations
+
+import itertools
+
+from tfcalc.calc.kv_cache import default_kv_dtype, kv_cache_bytes
+from tfcalc.calc.memory import activation_workspace_bytes, weights_bytes_by_component
+from tfcalc.calc.params import COMPONENTS, count_params
+from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
+from tfcalc.spec.model import ModelSpec
+
+Row = dict[str, object]
+
+
+def memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int],
+                weight_precisions: list[WeightPrecision], kv_dtypes: list[DType], activation_dtype: DType,
+                prefill_chunk_tokens: int) -> list[Row]:
+    """Weights + KV cache + activation workspace, one row per combination, with per-component weight bytes."""
+    rows: list[Row] = []
+    for spec in specs:
+        counts = count_params(spec)
+        precisions = weight_precisions or [parse_weight_precision(spec.native_dtype)]
+        for precision, kv_dtype, context, batch in itertools.product(
+                precisions, kv_dtypes or [default_kv_dtype(spec)], contexts or [spec.max_context], batches):
+            by_component = weights_bytes_by_component(counts, precision)
+            weights = sum(by_component.values())
+            kv = kv_cache_bytes(spec, kv_dtype, context, batch)
+            activations = activation_workspace_bytes(spec, batch, context, activation_dtype, prefill_chunk_tokens)
+            row: Row = {
+                "model": spec.name,
+                "context": context,
+                "batch": batch,
+                "weights_dtype": precision.label,
+                "kv_dtype": kv_dtype.name,
+                "weights_bytes": weights,
+                "kv_cache_bytes": kv,
+                "activation_bytes": activations,
+                "total_bytes": weights + kv + activations,
+            }
+            for component in COMPONENTS:
+                row[f"{component}_weights_bytes"] = by_component[component]
+            rows.append(row)
+    return rows

@@ -1,0 +1,43 @@
+"""Rows for `tfcalc params`: totals, active counts and the per-component breakdown."""
+
+from __future__ import annotations
+
+from tfcalc.calc.params import COMPONENTS, count_params
+from tfcalc.spec.model import ModelSpec
+
+Row = dict[str, object]
+
+
+def params_rows(specs: list[ModelSpec]) -> list[Row]:
+    """Per model: total and active parameters, then each component's total and active count."""
+    rows: list[Row] = []
+    for spec in specs:
+        counts = count_params(spec)
+        row: Row = {
+            "model": spec.name,
+            "total_params": counts.total_params,
+            "active_params": counts.active_params,
+            "non_embedding_params": counts.total_params - counts.total["embedding"].total
+            - counts.total["lm_head"].total,
+        }
+        for component in COMPONENTS:
+            row[f"{component}_params"] = counts.total[component].total
+            row[f"{component}_active_params"] = counts.active[component].total
+        row["active_convention"] = counts.convention
+        rows.append(row)
+    return rows
+
+
+def params_breakdown_rows(specs: list[ModelSpec]) -> list[Row]:
+    """Long format for the table: one row per (model, component) with its share of the total."""
+    rows: list[Row] = []
+    for spec in specs:
+        counts = count_params(spec)
+        for component in COMPONENTS:
+            total = counts.total[component].total
+            if total == 0:
+                continue
+            rows.append({"model": spec.name, "component": component, "total_params": total,
+                         "active_params": counts.active[component].total,
+                         "share_of_total": total / counts.total_params})
+    return rows
