@@ -26,15 +26,15 @@ def render_table(rows: list[dict[str, object]], columns: list[Column], title: st
     for row in rows:
         table.add_row(*(Text(format_cell(row.get(c.key), c)) for c in columns))
     buffer = io.StringIO()
-    console = Console(file=buffer, width=250, force_terminal=False, color_system=None, soft_wrap=False,
-                      emoji=False, highlight=False, markup=False)
     # On a terminal, fit its width; in a pipe or a file, draw the table at its natural width (up to 250
-    # columns) rather than cut cells, and wrap the notes to that width.
-    if sys.stdout.isatty() and not to_file:
-        console.width = shutil.get_terminal_size().columns
-    else:
-        console.width = max(100, console.measure(table).maximum)
+    # columns) rather than cut cells, and wrap the notes to the table's width.
+    terminal = sys.stdout.isatty() and not to_file
+    console = Console(file=buffer, width=shutil.get_terminal_size().columns if terminal else 250,
+                      force_terminal=False, color_system=None, soft_wrap=False, emoji=False, highlight=False,
+                      markup=False)
     console.print(table)
+    if not terminal:
+        console.width = max(100, max(len(line) for line in buffer.getvalue().splitlines()))
     for note in notes:
         console.print(Text(note))
     return buffer.getvalue()
