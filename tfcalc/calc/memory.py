@@ -39,8 +39,11 @@ ACTIVATION_FORMULA = (
 
 
 def activation_workspace_bytes(spec: ModelSpec, batch: int, context: int, activation_dtype: DType,
-                               prefill_chunk_tokens: int) -> int:
-    """Peak transient activations of one forward pass, as in ``ACTIVATION_FORMULA`` (an estimate, not a bound)."""
+                               prefill_chunk_tokens: int, tp: int = 1) -> int:
+    """Peak transient activations of one forward pass, as in ``ACTIVATION_FORMULA`` (an estimate, not a bound).
+
+    With tensor parallelism each GPU holds 1/tp of the attention/FFN widths and of the logits.
+    """
     tokens = min(batch * context, prefill_chunk_tokens)
     h = spec.hidden_size
     if spec.mla is not None:
@@ -55,6 +58,6 @@ def activation_workspace_bytes(spec: ModelSpec, batch: int, context: int, activa
         shared = moe.num_shared_experts * moe.shared_expert_intermediate_size
         ffn_intermediate = max(ffn_intermediate, routed + shared)
     ffn_width = 3 * ffn_intermediate
-    per_token = Fraction(2 * h + max(attention_width, ffn_width)) * activation_dtype.bits_per_element / 8
-    logits = batch * spec.vocab_size * 4
+    per_token = (2 * h + Fraction(max(attention_width, ffn_width), tp)) * activation_dtype.bits_per_element / 8
+    logits = batch * spec.vocab_size * 4 // tp
     return math.ceil(tokens * per_token) + logits

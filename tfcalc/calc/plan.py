@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.calc.kv_cache import tokens_held
+from tfcalc.calc.memory import activation_workspace_bytes
 from tfcalc.calc.params import Params, attention_params, ffn_params, norm_params_per_layer
 from tfcalc.dtypes import DType, WeightPrecision, vector_dtype
 from tfcalc.errors import UsageError
@@ -194,29 +195,6 @@ def stage_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, l
     return math.ceil(total)
 
 
-def activation_workspace_per_gpu(spec: ModelSpec, tp: int, chunk_tokens: int, activation_dtype: DType) -> int:
-    """One prefill chunk: T x (2h + max(attention width, FFN width) / tp) x bytes + vocab / tp x 4 (fp32 logits).
-
-    The ``memory`` command's ACTIVATION_FORMULA with the TP-sharded widths divided by tp.
-    """
-    h = spec.hidden_size
-    if spec.mla is not None:
-        m = spec.mla
-        attention_width = spec.num_attention_heads * (2 * m.qk_head_dim + 2 * m.v_head_dim)
-    else:
-        attention_width = (2 * spec.num_attention_heads + 2 * spec.num_kv_heads) * spec.head_dim
-    ffn = spec.intermediate_size if spec.moe is None or spec.moe.dense_layers else 0
-    if spec.moe is not None:
-        moe = spec.moe
-        ffn = max(ffn, moe.experts_per_token * moe.expert_intermediate_size
-                  + moe.num_shared_experts * moe.shared_expert_intermediate_size)
-    per_token = (2 * h + Fraction(max(attention_width, 3 * ffn), tp)) * activation_dtype.bits_per_element / 8
-    return math.ceil(chunk_tokens * per_token) + spec.vocab_size * 4 // tp
-
-
-# --- KV --------------------------------------------------------------------------------------------------
-
-
 def paged_tokens(spec: ModelSpec, layer: int, context: int, block_size: int) -> int:
     """Tokens of cache one sequence occupies in ``layer``: held tokens rounded up to whole blocks."""
     held = tokens_held(spec, layer, context)
@@ -306,7 +284,9 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     par = check_parallelism(spec, cfg.num_gpus, cfg.tp, cfg.pp, cfg.ep)
     sh = shard(spec, par)
     act_dtype = activation_dtype or get_dtype("bf16")
-    activations = activation_workspace_per_gpu(spec, par.tp, cfg.prefill_chunk_tokens, act_dtype)
+    # One prefill chunk of one sequence (its last position's logits), per GPU.
+    activations = activation_workspace_bytes(spec, 1, cfg.prefill_chunk_tokens, act_dtype, cfg.prefill_chunk_tokens,
+                                             par.tp)
     headroom = round(gpu.memory_bytes * (1 - cfg.gpu_memory_utilization))
     reserved = headroom + cfg.runtime_overhead_bytes + activations
     stages = _stages(spec, gpu, precision, kv_dtype, cfg, par, sh, reserved)
