@@ -97,7 +97,7 @@ def describe(device: torch.device) -> DeviceInfo:
         return _with_note(base, "NVML not available (pip install nvidia-ml-py): clocks and power not read")
     try:
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(device.index)
+        handle = _nvml_handle(pynvml, props, device.index)
         facts = {
             "memory_bytes": pynvml.nvmlDeviceGetMemoryInfo(handle).total,
             "memory_clock_hz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM) * 1e6,
@@ -111,6 +111,17 @@ def describe(device: torch.device) -> DeviceInfo:
     except Exception as exc:  # pynvml.NVMLError and missing symbols on old drivers
         return _with_note(base, f"NVML query failed ({exc}); facts from PyTorch only")
     return DeviceInfo(base.device, base.name, gpu_preset=base.gpu_preset, **facts)
+
+
+def _nvml_handle(pynvml: object, props: object, index: int) -> object:
+    """The NVML device of this CUDA device: by UUID (right under CUDA_VISIBLE_DEVICES), else by index."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")  # type: ignore[attr-defined]
+        except Exception:  # noqa: S110 - fall back to the index below
+            pass
+    return pynvml.nvmlDeviceGetHandleByIndex(index)  # type: ignore[attr-defined]
 
 
 def _text(value: object) -> str:

@@ -2,7 +2,8 @@
 
 Prefill: ``model.prefill`` of B random prompts of P tokens from an empty cache (TTFT = its median time).
 Decode: G - 1 ``decode_step`` calls after an untimed prefill (the first generated token comes from the
-prefill), so decode timing never includes prefill; TPOT = loop time / (G - 1).
+prefill), so decode timing never includes prefill; TPOT = loop time / (G - 1). Each timed loop rewinds the
+cache position to the end of the prompt rather than prefilling again.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 
 from tfcalc.model.layers import backend_works
 from tfcalc.model.transformer import Transformer
-from tfcalc.profile.timing import Timing, synchronize, time_call
+from tfcalc.profile.timing import Timing, time_call
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -80,22 +81,25 @@ def measure(model: Transformer, batch: int, prompt_len: int, gen_len: int, backe
         steps = gen_len - 1
         step, compiled = _decode_fn(model, compile_decode)
 
-        def prefill_untimed() -> None:
-            model.reset()
-            model.prefill(prompt, last_only=True)
-            synchronize(device)
+        # Decode starts after the prompt: prefill it once (untimed); before each timed loop only the position
+        # is rewound, since the prompt's K/V stay in the cache and later slots are rewritten before use.
+        model.reset()
+        model.prefill(prompt, last_only=True)
+
+        def rewind() -> None:
+            model.cache_pos.fill_(prompt_len)
 
         def decode_loop() -> None:
             for _ in range(steps):
                 step(token)
 
         try:
-            decode = time_call(decode_loop, device, warmup, repeats, setup=prefill_untimed)
+            decode = time_call(decode_loop, device, warmup, repeats, setup=rewind)
         except Exception:
             if not compiled:
                 raise
             step, compiled = model.decode_step, False  # capture failed (e.g. data-dependent MoE dispatch)
-            decode = time_call(decode_loop, device, warmup, repeats, setup=prefill_untimed)
+            decode = time_call(decode_loop, device, warmup, repeats, setup=rewind)
         peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
         distinct = _probe_experts(model, prompt, token, min(steps, expert_probe_steps)) if spec.moe else None
     return Measurement(prefill, decode, steps, model.attention_backend, compiled, peak, distinct)
