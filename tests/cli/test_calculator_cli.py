@@ -157,3 +157,22 @@ def test_user_yaml_in_preset_format(tmp_path: Path) -> None:
     rows = json.loads(run("kv-cache", "-p", str(path), "-f", "json").output)
     assert rows[0]["model"] == "tiny" and rows[0]["attention"] == "MQA"
     assert rows[0]["kv_bytes_per_token"] == 2 * 4 * 1 * 32 * 2
+
+
+@pytest.mark.parametrize("command", [
+    ["params", "-p", "qwen3-30b-a3b"],
+    ["kv-cache", "-p", "qwen3-30b-a3b", "--context", "8k"],
+    ["memory", "-p", "qwen3-30b-a3b", "--context", "8k"],
+    ["presets", "list"],
+    ["presets", "list", "--kind", "gpu"],
+    ["presets", "show", "qwen3-30b-a3b"],
+])
+def test_every_calculator_command_in_every_format(command: list[str], tmp_path: Path) -> None:
+    table = run(*command)
+    as_csv = list(csv.DictReader(io.StringIO(run(*command, "-f", "csv").output)))
+    as_json = json.loads(run(*command, "-f", "json").output)
+    assert table.exit_code == 0 and "┃" in table.output
+    assert as_csv and len(as_csv) == len(as_json) and list(as_csv[0]) == list(as_json[0])
+    out = tmp_path / "rows.json"
+    assert run(*command, "-o", str(out)).exit_code == 0
+    assert json.loads(out.read_text()) == as_json

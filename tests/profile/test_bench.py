@@ -160,3 +160,14 @@ def test_calibration_from_rows_prefers_datasheet() -> None:
     assert calibration["bandwidth_efficiency"]["decode"] == pytest.approx(0.7)
     eff = roofline.load_calibration(rows, "rows.json")
     assert eff.bandwidth_decode == pytest.approx(0.7) and "rows.json" in eff.source
+
+
+def test_rows_carry_device_facts_and_say_when_no_preset_matched() -> None:
+    from tfcalc.profile.device import DeviceInfo
+
+    unknown = DeviceInfo("cuda:0", "Tesla T4", memory_bytes=16 << 30, memory_clock_hz=5.001e9,
+                         memory_bus_width_bits=256)
+    columns = bench.device_columns(unknown)
+    assert columns["nvml_bandwidth_bytes_per_s"] == pytest.approx(5.001e9 * 2 * 256 / 8)  # 320 GB/s
+    assert "no GPU preset matches 'Tesla T4'" in columns["device_note"]
+    assert bench.device_columns(DeviceInfo("cpu", "CPU"))["device_note"] is None

@@ -123,7 +123,8 @@ def profile(
     rows: list[dict[str, object]] = []
     stop = StopRequested()
     finished = _run_with_progress(sweep, devices, rows, stop)
-    emit(rows, COLUMNS, fmt, output, title="Profile", notes=NOTES)
+    device_notes = tuple(dict.fromkeys(f"{r['device']}: {r['device_note']}" for r in rows if r.get("device_note")))
+    emit(rows, COLUMNS, fmt, output, title="Profile", notes=NOTES + device_notes)
     if save_calibration is not None:
         from tfcalc.output.files import write_atomic
 

@@ -148,6 +148,19 @@ def _prediction(spec: ModelSpec, ctx: DeviceContext, sweep: Sweep, dtype: str, b
     return estimate, f"roofline on this device's measured copy and matmul ceilings, no preset matched ({eff.source})"
 
 
+def device_columns(info: DeviceInfo) -> Row:
+    """NVML facts of the device (empty where unknown, e.g. on the CPU) and why any are missing."""
+    return {
+        "device_memory_bytes": info.memory_bytes, "memory_clock_hz": info.memory_clock_hz,
+        "memory_bus_width_bits": info.memory_bus_width_bits,
+        "nvml_bandwidth_bytes_per_s": info.theoretical_bandwidth_bytes_per_s, "sm_clock_hz": info.sm_clock_hz,
+        "power_w": info.power_w, "power_limit_w": info.power_limit_w, "temperature_c": info.temperature_c,
+        "driver": info.driver,
+        "device_note": info.note or (None if info.gpu_preset or info.device == "cpu"
+                                     else f"no GPU preset matches '{info.name}': no datasheet peaks"),
+    }
+
+
 def _ratio(value: float | None, reference: float | None) -> float | None:
     return value / reference if value is not None and reference else None
 
@@ -177,6 +190,7 @@ def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep
         "datasheet_flops_per_s": ctx.gpu.peak_flops(roofline.compute_dtype_for(WeightPrecision(fmt)))[1]
         if ctx.gpu else None,
         "status": status,
+        **device_columns(ctx.info),
     }
     if m is None:
         return row
