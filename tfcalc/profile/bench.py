@@ -202,10 +202,10 @@ def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep
     row.update({
         "prefill_tokens_per_s": batch * prompt_len / ttft, "ttft_s": ttft, "ttft_spread": m.prefill.spread,
         "decode_tokens_per_s": batch / tpot, "decode_tokens_per_s_per_seq": 1 / tpot, "tpot_s": tpot,
-        "tpot_spread": m.decode_loop.spread, "prefill_flops": prefill.flops,
+        "tpot_spread": m.decode_loop.spread, "prefill_flops": round(prefill.flops),
         "achieved_flops_per_s": achieved_flops, "mfu": _ratio(achieved_flops, row["datasheet_flops_per_s"]),
         "mfu_measured": achieved_flops / ctx.matmul[dtype].value,
-        "decode_bytes_per_step": decode.bytes, "achieved_bytes_per_s": achieved_bytes,
+        "decode_bytes_per_step": round(decode.bytes), "achieved_bytes_per_s": achieved_bytes,
         "mbu_datasheet": _ratio(achieved_bytes, row["datasheet_bandwidth_bytes_per_s"]),
         "mbu_measured": achieved_bytes / ctx.copy.value,
         "measured_over_predicted": (batch / tpot) / estimate.decode_tokens_per_s,

@@ -72,12 +72,13 @@ def _estimate_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_
     pre, dec = e.prefill, e.decode
     return {
         "model": spec.name, "gpu": gpu.name, "tp": e.tp, "batch": e.batch, "prompt_len": e.prompt_len,
-        "gen_len": e.gen_len, "prefill_flops": pre.flops, "ttft_s": e.ttft_s, "ttft_s_ideal": e.ttft_s_ideal,
-        "decode_bytes_per_step": dec.bytes, "tpot_s": e.tpot_s, "tpot_s_ideal": e.tpot_s_ideal,
+        "gen_len": e.gen_len, "prefill_flops": round(pre.flops), "ttft_s": e.ttft_s, "ttft_s_ideal": e.ttft_s_ideal,
+        "decode_bytes_per_step": round(dec.bytes), "tpot_s": e.tpot_s, "tpot_s_ideal": e.tpot_s_ideal,
         "decode_tokens_per_s": e.decode_tokens_per_s, "decode_tokens_per_s_ideal": e.decode_tokens_per_s_ideal,
         "prefill_bound": pre.bound, "decode_bound": dec.bound,
         "weights_dtype": precision.label, "kv_dtype": kv_dtype.name, "compute_dtype": pre.compute_dtype,
-        "prefill_bytes": pre.bytes, "decode_flops_per_step": dec.flops, "decode_context": e.decode_context,
+        "prefill_bytes": round(pre.bytes), "decode_flops_per_step": round(dec.flops),
+        "decode_context": e.decode_context,
         "prefill_arithmetic_intensity": pre.arithmetic_intensity,
         "decode_arithmetic_intensity": dec.arithmetic_intensity,
         "ridge_flops_per_byte": pre.peak_flops / pre.bandwidth,
