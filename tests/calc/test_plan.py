@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfcalc.calc.plan import PlanConfig, check_parallelism, min_gpus, plan_fit
+from tfcalc.calc.plan import PlanConfig, candidate_layouts, check_parallelism, min_gpus, plan_fit, stage_layers
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.spec.presets import load_gpu, load_model
@@ -88,11 +88,133 @@ def test_bad_parallelism(tp: int, num_gpus: int, message: str) -> None:
 
 
 def test_min_gpus_llama3_70b_bf16() -> None:
-    r = min_gpus(load_model("llama3-70b"), load_gpu("h100-sxm"), BF16, get_dtype("bf16"),
-                 PlanConfig(num_gpus=1, context=8192, batch=8))
+    spec, gpu, kv = load_model("llama3-70b"), load_gpu("h100-sxm"), get_dtype("bf16")
+    cfg = PlanConfig(num_gpus=1, context=8192, batch=8)
+    # 2 GPUs (tp 2): 70.55e9 B weights + 10.0 GiB reserved leave ~4.3 GiB, 3 x 1.25 GiB sequences < 8.
+    # 3 GPUs: tp 3 divides neither 64 heads nor is a node layout; pp 3 is pipeline inside a node -> skipped.
+    # 4 GPUs tp 4: 32.86 GiB weights, 9.58 GiB reserved, 37.57 GiB budget / 0.625 GiB per 8k sequence = 60 >= 8.
+    r = min_gpus(spec, gpu, BF16, kv, cfg)
     assert r is not None and r.fits
-    # 141 GB of bf16 weights do not fit in 2 x (80 GiB - reserved); 3 do, as pp 3 (tp 3 does not divide 64 heads)
-    assert (r.parallelism.num_gpus, r.parallelism.tp, r.parallelism.pp) == (3, 1, 3)
+    assert (r.parallelism.num_gpus, r.parallelism.tp, r.parallelism.pp) == (4, 4, 1)
+    assert r.max_concurrent_sequences == 60 and "smallest GPU count" in r.trace[0]
+    # Allowing pipeline stages inside the node finds the true minimum: 3 GPUs as pp 3 (27/27/26 layers).
+    r3 = min_gpus(spec, gpu, BF16, kv, cfg, pps=[1, 2, 3])
+    assert r3 is not None and (r3.parallelism.num_gpus, r3.parallelism.tp, r3.parallelism.pp) == (3, 1, 3)
+    assert "layers per stage 27/27/26" in r3.trace[1]
+    assert candidate_layouts(spec, 16, 8)[0] == (8, 2)  # across two nodes: tp 8 in each, pp 2 tried first
+    assert candidate_layouts(spec, 12, 8) == []  # 1.5 nodes: no pp within a node by default
+    assert candidate_layouts(spec, 12, 8, pps=[3]) == [(4, 3)]
+
+
+def test_llama3_70b_bf16_tp4_32k_batch8() -> None:
+    """Case 1 by hand (h = 8192, 80 layers, 64 heads / 8 KV heads of 128, FFN 28672, vocab 128256)."""
+    r = plan_fit(load_model("llama3-70b"), load_gpu("h100-sxm"), BF16, get_dtype("bf16"),
+                 PlanConfig(num_gpus=4, tp=4, context=32768, batch=8))
+    # per layer: q + o 2 x 8192 x 8192 / 4 = 33,554,432; k + v with 8 / 4 = 2 KV heads: 2 x 8192 x 2 x 128
+    # = 4,194,304; FFN 3 x 8192 x 28672 / 4 = 176,160,768 -> 213,909,504 x 80 = 17,112,760,320
+    # embedding + lm_head vocab-parallel: 2 x 128256 x 8192 / 4 = 525,336,576
+    # norms replicated: 80 x 2 x 8192 + 8192 (final) = 1,318,912; all at 2 bytes
+    assert r.weights_bytes_per_gpu == 2 * (17_112_760_320 + 525_336_576 + 1_318_912) == 35_278_831_616
+    assert r.kv_bytes_per_token_per_gpu == 80 * 2 * 2 * 128 * 2 == 81_920
+    # 8 GiB headroom + 1 GiB + 8192 x (2 x 8192 + 86016 / 4) x 2 + 128256 x 4 / 4
+    assert r.activation_bytes_per_gpu == 8192 * (16384 + 21504) * 2 + 128256 == 620_885_248
+    assert r.reserved_bytes_per_gpu == 9 * GIB + 620_885_248 == 10_284_561_664
+    assert r.kv_budget_bytes_per_gpu == 80 * GIB - 35_278_831_616 - 10_284_561_664 == 40_335_952_640
+    assert r.kv_bytes_per_sequence_per_gpu == 32768 * 81_920  # 2048 whole blocks of 16
+    assert r.max_concurrent_sequences == 40_335_952_640 // 2_684_354_560 == 15
+    # batch 8: floor(40,335,952,640 / (8 x 16 x 81,920)) = 3846 blocks = 61,536 tokens
+    assert r.max_context_at_batch == 3846 * 16 == 61_536
+    assert r.kv_blocks_per_gpu == 40_335_952_640 // (16 * 81_920) == 30_773
+    assert r.fits
+
+
+def test_expert_placement_mixtral_fp8() -> None:
+    """Case 2: 32 layers, 8 experts of 3 x 4096 x 14336 = 176,160,768; attention 4096/32 heads/8 KV heads."""
+    spec, gpu, fp8 = load_model("mixtral-8x7b"), load_gpu("h100-sxm"), get_dtype("fp8")
+
+    def weights(n: int, tp: int, ep: int) -> int:
+        return plan_fit(spec, gpu, FP8, fp8, PlanConfig(num_gpus=n, tp=tp, ep=ep, context=4096)).weights_bytes_per_gpu
+
+    vectors = 2 * (32 * 2 * 4096 + 4096)  # norms, 16-bit
+    # tp 2: attention (2 x 4096^2 + 2 x 4096 x 8 x 128) / 2 = 20,971,520; experts 8 x 176,160,768 / 2; router
+    # 4096 x 8 replicated; embedding + lm_head 2 x 32000 x 4096 / 2
+    tp2 = 32 * (20_971_520 + 4 * 176_160_768 + 32_768) + 131_072_000 + vectors
+    assert weights(2, 2, 1) == tp2 == 23_352_320_000
+    assert weights(2, 2, 2) == tp2  # ep 2 = tp 2: 4 whole experts per GPU, the same bytes
+    # ep 2 over 2 data-parallel replicas (tp 1): full attention, 4 whole experts per GPU
+    assert weights(2, 1, 2) == 32 * (41_943_040 + 4 * 176_160_768 + 32_768) + 262_144_000 + vectors
+    # tp 4, ep 2 (moe_tp 2 x moe_ep 2): 4 experts per GPU, each sliced in 2 -- not 4 whole experts per GPU
+    tp4 = 32 * (10_485_760 + 4 * 176_160_768 // 2 + 32_768) + 65_536_000 + vectors
+    assert weights(4, 4, 2) == tp4 == weights(4, 4, 1)
+    with pytest.raises(UsageError, match="ep 3"):
+        check_parallelism(load_model("qwen3-235b-a22b"), 6, 2, ep=3)
+
+
+def test_pipeline_split_llama3_70b_pp2() -> None:
+    """Case 3: 40 + 40 layers; embedding on stage 0, final norm + lm_head on stage 1 (the larger by 8192 norm)."""
+    r = plan_fit(load_model("llama3-70b"), load_gpu("h100-sxm"), BF16, get_dtype("bf16"),
+                 PlanConfig(num_gpus=2, tp=1, pp=2, context=8192, batch=2))
+    layer = 2 * 8192 * 8192 + 2 * 8192 * 8 * 128 + 3 * 8192 * 28672  # 855,638,016
+    assert r.weights_bytes_per_gpu == 2 * (40 * layer + 128256 * 8192 + 40 * 16384 + 8192) == 70_553_714_688
+    assert r.kv_bytes_per_token_per_gpu == 40 * 4096
+    # reserved 9 GiB + 8192 x 102400 x 2 + 128256 x 4 = 11,341,911,040; budget 4,003,720,192
+    assert r.kv_budget_bytes_per_gpu == 80 * GIB - 70_553_714_688 - 11_341_911_040 == 4_003_720_192
+    assert r.max_concurrent_sequences == 4_003_720_192 // (8192 * 40 * 4096) == 2
+    assert r.max_context_at_batch == 4_003_720_192 // (2 * 40 * 4096 * 16) * 16 == 12_208
+
+
+def test_stage_layers_follow_vllm() -> None:
+    # vLLM get_pp_indices: the extra layers go to the stages before the last, from the second-to-last back
+    assert [len(s) for s in stage_layers(80, 3)] == [27, 27, 26]
+    assert [len(s) for s in stage_layers(61, 4)] == [15, 15, 16, 15]
+    assert [len(s) for s in stage_layers(22, 4)] == [5, 6, 6, 5]
+    assert [len(s) for s in stage_layers(81, 2)] == [41, 40]
+    assert stage_layers(61, 4)[2] == range(30, 46)
+
+
+def test_qwen3_235b_tp8_replicates_kv_heads() -> None:
+    """Case 4a: 4 KV heads < tp 8, one per GPU; 94 layers, 128 experts of 3 x 4096 x 1536, qk-norm."""
+    r = plan_fit(load_model("qwen3-235b-a22b"), load_gpu("h100-sxm"), BF16, get_dtype("bf16"),
+                 PlanConfig(num_gpus=8, tp=8, context=32768, batch=8))
+    # attention: q + o 2 x 4096 x 8192 / 8 = 8,388,608 + k, v with 1 KV head 2 x 4096 x 128 = 1,048,576
+    # experts 128 x 18,874,368 / 8 = 301,989,888; router 4096 x 128 = 524,288 replicated
+    layer = 8_388_608 + 1_048_576 + 301_989_888 + 524_288
+    vectors = 94 * (2 * 4096 + 2 * 128) + 4096
+    assert r.weights_bytes_per_gpu == 2 * (94 * layer + 2 * 151936 * 4096 // 8 + vectors) == 58_959_617_024
+    assert r.kv_bytes_per_token_per_gpu == 94 * 2 * 1 * 128 * 2 == 48_128
+    # budget 17,066,261,312 / (8 x 94 x 512 x 16) = 2770 blocks = 44,320 > the model's 40,960: capped
+    assert r.max_concurrent_sequences == 10 and r.max_context_at_batch == 40_960
+
+
+def test_deepseek_v3_tp8_exact() -> None:
+    """Case 4b: MLA q_a [7168, 1536] and kv_a [7168, 576] replicated, q_b / kv_b / o split, latent unsplit."""
+    r = plan_fit(load_model("deepseek-v3"), load_gpu("h200"), FP8, get_dtype("fp8"),
+                 PlanConfig(num_gpus=8, tp=8, context=32768, batch=8))
+    attention = 7168 * 576 + 7168 * 1536 + (1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * 7168) // 8
+    moe = 256 * 3 * 7168 * 2048 // 8 + 3 * 7168 * 2048 // 8 + 7168 * 256
+    matrices = 61 * attention + 3 * (3 * 7168 * 18432 // 8) + 58 * moe + 2 * 129280 * 7168 // 8
+    vectors = 61 * (2 * 7168 + 1536 + 512) + 58 * 256 + 7168  # norms, router score bias: 2 bytes
+    assert r.weights_bytes_per_gpu == matrices + 2 * vectors == 84_781_378_560
+    assert r.kv_bytes_per_token_per_gpu == 61 * 576
+
+
+def test_context_beyond_model_maximum_is_noted() -> None:
+    r = plan_fit(load_model("llama3-8b"), load_gpu("h100-sxm"), BF16, get_dtype("bf16"),
+                 PlanConfig(num_gpus=1, context=16384))
+    assert "exceeds llama3-8b's maximum 8,192" in r.reason
+    r = plan_fit(load_model("llama3-8b"), load_gpu("h100-sxm"), BF16, get_dtype("bf16"),
+                 PlanConfig(num_gpus=1, context=8192))
+    assert "exceeds" not in r.reason and r.max_context_at_batch == 8192
+
+
+def test_gpu_units() -> None:
+    gpu = load_gpu("h100-sxm")
+    assert gpu.memory_bytes == 80 * GIB == 85_899_345_920  # vendor "80GB" = 80 GiB
+    assert gpu.hbm_bandwidth_bytes_per_s == 3.35e12  # TB/s = 10^12 B/s
+    assert gpu.peak_flops("bf16") == ("bf16", 989.5e12)  # dense, not the 1,979 sparse figure
+    assert gpu.peak_flops("fp8") == ("fp8", 1979e12)
+    assert gpu.interconnect_bandwidth_bytes_per_s == 450e9  # 900 GB/s bidirectional / 2
+    assert load_gpu("a100-80gb").peak_flops("fp8") == ("bf16", 312e12)  # no fp8 on Ampere: bf16
 
 
 @settings(max_examples=25, deadline=None)

@@ -46,7 +46,32 @@ def test_min_gpus() -> None:
     result = run("plan", "-p", "llama3-70b", "--gpu", "h100-sxm", "--context", "8k", "--batch", "8", "--min-gpus",
                  "-f", "json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)[0]["num_gpus"] == 3
+    assert (json.loads(result.stdout)[0]["num_gpus"], json.loads(result.stdout)[0]["tp"]) == (4, 4)
+    result = run("plan", "-p", "llama3-70b", "--context", "8k", "--batch", "8", "--min-gpus", "--pp", "1,2,3",
+                 "-f", "json")
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)[0]
+    assert (row["num_gpus"], row["tp"], row["pp"]) == (3, 1, 3)
+    result = run("plan", "-p", "llama3-70b", "--min-gpus", "--num-gpus", "4")
+    assert result.exit_code == 2 and "drop --num-gpus" in result.stderr
+
+
+def test_batch1_shortfall_not_the_batch_shortfall() -> None:
+    # fp8 llama3-70b on one H100 at 128k: budget 3.73 GiB, one sequence needs 20 GiB -> 16.27 GiB short at
+    # batch 1 (the row's batch 8 is 156.27 GiB short; the message speaks of batch 1)
+    result = run("plan", "-p", "llama3-70b", "-w", "fp8", "--kv-dtype", "fp8", "--context", "128k", "--batch", "8")
+    assert result.exit_code == 1
+    assert "even at batch 1 at context 131,072: short by 16.27 GiB per GPU" in result.stderr
+
+
+def test_every_numeric_option_takes_a_list() -> None:
+    result = run("plan", "-p", "llama3-8b", "--num-gpus", "1,2", "--tp", "1", "--pp", "1", "--ep", "1",
+                 "--context", "4k", "--batch", "1,2", "--gpu-memory-utilization", "0.9", "--block-size", "16,32",
+                 "--runtime-overhead", "1g,2g", "--prefill-chunk", "2k,8k", "-f", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert len(rows) == 2 * 2 * 2 * 2 * 2
+    assert {r["runtime_overhead_bytes_per_gpu"] for r in rows} == {1 << 30, 2 << 30}
 
 
 def test_does_not_fit_says_by_how_much() -> None:
@@ -66,6 +91,8 @@ def test_tp_errors() -> None:
     assert result.exit_code == 2 and "does not divide the 64 attention heads" in result.stderr
     result = run("plan", "-p", "llama3-70b", "--num-gpus", "6", "--tp", "4")
     assert result.exit_code == 2 and "does not divide the GPU count" in result.stderr
+    result = run("plan", "-p", "llama3-70b", "--num-gpus", "1", "--pp", "2")
+    assert result.exit_code == 2 and "pp 2 does not divide the GPU count 1" in result.stderr
 
 
 def test_bad_utilization() -> None:

@@ -8,10 +8,13 @@ Sharding follows what serving engines (vLLM, SGLang, TensorRT-LLM) do:
   replicated tp / kv_heads times), so tp must be a multiple or a divisor of kv_heads;
 - DeepSeek MLA: q_b, kv_b and o are split by head; q_a and kv_a (ReplicatedLinear in vLLM) and the latent KV
   cache (kv_lora_rank + rope dims, shared by all heads) are *not* split: every tp rank caches the full latent;
-- pipeline parallel (pp) gives each stage a contiguous run of layers (the first num_layers % pp stages one
-  more); the embedding sits on the first stage, the final norm and lm_head on the last (a tied embedding is
-  held on both);
-- expert parallel (ep) places num_experts / ep whole routed experts per GPU instead of tp-slicing each expert;
+- pipeline parallel (pp) gives each stage a contiguous run of layers; the num_layers % pp extra layers go to
+  the stages just before the last, never to the last (vLLM ``get_pp_indices``: 61 layers over 4 stages are
+  15/15/16/15); the embedding sits on the first stage, the final norm and lm_head on the last (a tied
+  embedding is held on both);
+- expert parallel (ep) places num_experts / ep routed experts per GPU; when ep < tp each of them is still
+  sliced tp / ep ways (TensorRT-LLM's moe_tp x moe_ep = tp), when ep >= tp they are whole (vLLM's EP over
+  tp x dp ranks), so ep must divide tp or be a multiple of it;
 - data parallel replicas: num_gpus / (tp x pp) copies of the model; concurrent sequences add up over them.
 
 Memory per GPU, as vLLM budgets it (``gpu_memory_utilization``, default 0.9):
@@ -79,6 +82,8 @@ def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: 
     if ep > 1:
         if spec.moe is None:
             raise UsageError(f"ep {ep} given but {n} has no experts")
+        if ep % tp and tp % ep:
+            raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
         if spec.moe.num_experts % ep:
             raise UsageError(f"ep {ep} does not divide the {spec.moe.num_experts} experts of {n}")
         if (num_gpus // pp) % ep:
@@ -134,7 +139,7 @@ def shard(spec: ModelSpec, par: Parallelism) -> Shard:
         moe = spec.moe
         full = ffn_params(spec, moe.expert_intermediate_size, moe.expert_bias)
         if par.ep > 1:
-            expert, resident = full, moe.num_experts // par.ep
+            expert, resident = _div(full, max(tp // par.ep, 1)), moe.num_experts // par.ep
             active = Fraction(moe.experts_per_token, par.ep)
         else:
             expert, resident, active = _div(full, tp), moe.num_experts, Fraction(moe.experts_per_token)
@@ -159,14 +164,12 @@ def param_bytes(p: Params, precision: WeightPrecision, component: str) -> Fracti
 
 
 def stage_layers(num_layers: int, pp: int) -> list[range]:
-    """Contiguous layer runs; the first num_layers % pp stages get one layer more."""
+    """Contiguous layer runs as vLLM splits them: the num_layers % pp extra layers go one each to the stages
+    before the last, counting back from the second-to-last (the last stage also runs the lm_head)."""
     base, extra = divmod(num_layers, pp)
-    stages, start = [], 0
-    for s in range(pp):
-        size = base + (1 if s < extra else 0)
-        stages.append(range(start, start + size))
-        start += size
-    return stages
+    sizes = [base + (1 if pp - 1 - extra <= s < pp - 1 else 0) for s in range(pp)]
+    starts = [sum(sizes[:s]) for s in range(pp)]
+    return [range(start, start + size) for start, size in zip(starts, sizes, strict=True)]
 
 
 def layer_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, layer: int) -> Fraction:
@@ -310,18 +313,22 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     elif sequences >= cfg.batch:
         short = 0
         noun = "sequence" if sequences == 1 else "sequences"
-        reason = f"fits: {sequences:,} {noun} of {cfg.context:,} tokens (batch {cfg.batch:,} needs {cfg.batch:,})"
+        reason = f"fits: {sequences:,} {noun} of {cfg.context:,} tokens, batch {cfg.batch:,} asked"
     else:
         short = per_seq * need_per_replica - worst.budget
         reason = (f"KV for batch {cfg.batch:,} at context {cfg.context:,} needs {_gib(per_seq * need_per_replica)} "
                   f"per GPU, {_gib(worst.budget)} left: short by {_gib(short)}; "
                   f"{sequences:,} sequences fit, or context {max_context:,} at this batch")
+    if cfg.context > spec.max_context:
+        reason += (f"; note: context {cfg.context:,} exceeds {spec.name}'s maximum {spec.max_context:,} (the memory "
+                   "figures assume the engine allows it)")
     kv_w = " (window caps applied)" if spec.sliding_window is not None else ""
     mla = " (MLA latent, not split by TP)" if spec.mla is not None else ""
     rep = (f" (KV heads replicated: {sh.kv_heads} per GPU, tp {par.tp} > {spec.num_kv_heads} KV heads)"
            if spec.mla is None and par.tp > spec.num_kv_heads else "")
     trace = (
-        f"parallelism: tp {par.tp} x pp {par.pp} x dp {par.dp} = {par.num_gpus} GPUs, ep {par.ep}",
+        f"parallelism: tp {par.tp} x pp {par.pp} x dp {par.dp} = {par.num_gpus} GPUs, ep {par.ep}"
+        + (f"; layers per stage {'/'.join(str(len(st.layers)) for st in stages)}" if par.pp > 1 else ""),
         f"weights per GPU (largest stage) = {weights:,} B = {_gib(weights)} [{precision.label}]",
         f"reserved = capacity {gpu.memory_bytes:,} x (1 - {cfg.gpu_memory_utilization}) = {headroom:,} + runtime "
         f"overhead {cfg.runtime_overhead_bytes:,} + activations {activations:,} (chunk {cfg.prefill_chunk_tokens:,} "
@@ -357,13 +364,23 @@ def _max_context(spec: ModelSpec, sh: Shard, kv_dtype: DType, stages: list[_Stag
     return lo
 
 
-def candidate_layouts(spec: ModelSpec, num_gpus: int, gpus_per_node: int) -> list[tuple[int, int]]:
-    """(tp, pp) for ``num_gpus``: tp within a node, largest first (TP inside, PP across nodes)."""
+def candidate_layouts(spec: ModelSpec, num_gpus: int, gpus_per_node: int, tps: list[int] | None = None,
+                      pps: list[int] | None = None) -> list[tuple[int, int]]:
+    """Valid (tp, pp) for ``num_gpus``, largest tp first.
+
+    Default: tensor parallel inside a node, pipeline parallel only across whole nodes, as vLLM recommends
+    (tp = GPUs per node, pp = nodes): pp 1 up to ``gpus_per_node`` GPUs, then multiples of a node. ``tps`` /
+    ``pps`` replace that rule with the degrees a user allows (``pps=[1, 2, 3]`` admits 3 stages in one node).
+    """
     layouts = []
-    for tp in range(min(num_gpus, gpus_per_node), 0, -1):
+    for tp in sorted(tps, reverse=True) if tps else range(min(num_gpus, gpus_per_node), 0, -1):
         if num_gpus % tp:
             continue
         pp = num_gpus // tp
+        if pps and pp not in pps:
+            continue
+        if not tps and not pps and pp > 1 and num_gpus % gpus_per_node:
+            continue
         try:
             check_parallelism(spec, num_gpus, tp, pp)
         except UsageError:
@@ -373,13 +390,18 @@ def candidate_layouts(spec: ModelSpec, num_gpus: int, gpus_per_node: int) -> lis
 
 
 def min_gpus(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig,
-             max_gpus: int = 512, gpus_per_node: int = 8) -> PlanResult | None:
-    """The smallest GPU count (and its first valid tp x pp layout) where ``cfg.batch`` x ``cfg.context`` fits."""
+             max_gpus: int = 512, gpus_per_node: int = 8, tps: list[int] | None = None,
+             pps: list[int] | None = None) -> PlanResult | None:
+    """The smallest GPU count (and its first layout from ``candidate_layouts``) where ``cfg.batch`` sequences of
+    ``cfg.context`` tokens fit; None up to ``max_gpus``."""
     from dataclasses import replace
 
+    rule = (f"tp in {tps or 'any'}, pp in {pps or 'any'}" if tps or pps else
+            f"tp within a node of {gpus_per_node}, pp only across whole nodes")
     for n in range(1, max_gpus + 1):
-        for tp, pp in candidate_layouts(spec, n, gpus_per_node):
+        for tp, pp in candidate_layouts(spec, n, gpus_per_node, tps, pps):
             result = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, num_gpus=n, tp=tp, pp=pp, ep=1))
             if result.fits:
-                return result
+                line = f"--min-gpus: {n} is the smallest GPU count that fits with {rule}"
+                return replace(result, trace=(line, *result.trace))
     return None

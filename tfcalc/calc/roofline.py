@@ -348,7 +348,8 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     eff = eff or Efficiency()
     m = make_model(spec, precision, kv_dtype, tp)
     pre = prefill(m, gpu, batch, prompt_len, eff)
-    context = prompt_len + max(gen_len, 1) // 2 + (1 if gen_len > 1 else 0)
+    # Decode step j = 1..G-1 runs with P + j cached tokens (its own included): mean P + G/2 (P + 1 when G < 2).
+    context = prompt_len + max(gen_len // 2, 1)
     dec = decode_step(m, gpu, batch, context, eff)
     steps = max(gen_len - 1, 0)
     turning = turning_point_batch(m, gpu, context)

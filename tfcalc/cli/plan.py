@@ -21,7 +21,7 @@ from tfcalc.cli.common import (
 )
 from tfcalc.errors import UsageError
 from tfcalc.output import Column, emit
-from tfcalc.units import parse_float, parse_size, parse_sizes, split_list
+from tfcalc.units import parse_float, parse_sizes, split_list
 
 GpuOpt = Annotated[list[str], typer.Option(
     "--gpu", "-g", help="GPU preset (see 'tfcalc presets list --kind gpu') or a GPU YAML file; lists compare.")]
@@ -73,11 +73,14 @@ def print_traces(rows: list[dict], traces: list[tuple[str, ...]], keys: tuple[st
 @handle_errors
 def plan(preset: PresetOpt = None, config: ConfigOpt = None,
          gpu: GpuOpt = ["h100-sxm"],  # noqa: B006 - Typer reads the default, never mutates it
-         num_gpus: Annotated[list[str], typer.Option("--num-gpus", "-n", help="GPU count(s); lists sweep.")]
-         = ["1"],  # noqa: B006
+         num_gpus: Annotated[list[str] | None, typer.Option(
+             "--num-gpus", "-n", help="GPU count(s); lists sweep. Default 1.", show_default=False)] = None,
          tp: Annotated[list[str] | None, typer.Option(
-             "--tp", help="Tensor-parallel degree(s); default: num_gpus / pp.", show_default=False)] = None,
-         pp: Annotated[list[str], typer.Option("--pp", help="Pipeline-parallel degree(s).")] = ["1"],  # noqa: B006
+             "--tp", help="Tensor-parallel degree(s); default: num_gpus / pp. With --min-gpus: the degrees "
+             "allowed.", show_default=False)] = None,
+         pp: Annotated[list[str] | None, typer.Option(
+             "--pp", help="Pipeline-parallel degree(s); default 1. With --min-gpus: the degrees allowed "
+             "(e.g. 1,2,3 admits pipeline stages inside a node).", show_default=False)] = None,
          ep: Annotated[list[str], typer.Option(
              "--ep", help="Expert-parallel degree(s): routed experts split over ep GPUs (1 = tp-sliced).")]
          = ["1"],  # noqa: B006
@@ -86,13 +89,17 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
          gpu_memory_utilization: Annotated[list[str], typer.Option(
              "--gpu-memory-utilization", help="Fraction of GPU memory the engine may use (vLLM default 0.9).")]
          = ["0.9"],  # noqa: B006
-         block_size: Annotated[str, typer.Option(help="KV block size in tokens (PagedAttention).")] = "16",
-         runtime_overhead: Annotated[str, typer.Option(
-             help="CUDA context, NCCL, cuBLAS workspace, CUDA graphs per GPU (bytes; 1g = 2^30).")] = "1g",
-         prefill_chunk: Annotated[str, typer.Option(
-             help="Tokens per forward pass (vLLM max_num_batched_tokens) for the activation workspace.")] = "8k",
+         block_size: Annotated[list[str], typer.Option(
+             "--block-size", help="KV block size(s) in tokens (PagedAttention).")] = ["16"],  # noqa: B006
+         runtime_overhead: Annotated[list[str], typer.Option(
+             "--runtime-overhead", help="CUDA context, NCCL, cuBLAS workspace, CUDA graphs per GPU (bytes; "
+             "1g = 2^30); lists sweep.")] = ["1g"],  # noqa: B006
+         prefill_chunk: Annotated[list[str], typer.Option(
+             "--prefill-chunk", help="Tokens per forward pass (vLLM max_num_batched_tokens) for the activation "
+             "workspace; lists sweep.")] = ["8k"],  # noqa: B006
          find_min_gpus: Annotated[bool, typer.Option(
-             "--min-gpus", help="Search the smallest GPU count (tp within a node, pp across) that fits.")] = False,
+             "--min-gpus", help="Search the smallest GPU count that fits: tp within a node, pp only across whole "
+             "nodes (vLLM's advice), unless --tp/--pp name the degrees allowed.")] = False,
          max_gpus: Annotated[int, typer.Option(help="Upper bound for --min-gpus.")] = 512,
          gpus_per_node: Annotated[int, typer.Option(help="Largest tp for --min-gpus.")] = 8,
          explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None, output: OutputOpt = None) -> None:
@@ -108,8 +115,8 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     rows, traces = plan_rows(
         specs, gpus, parse_sizes(num_gpus, "GPU count"), parse_sizes(tp, "tp"), parse_sizes(pp, "pp"),
         parse_sizes(ep, "ep"), contexts, batches, precisions, kv_dtypes,
-        float_list(gpu_memory_utilization, "gpu memory utilization", 1.0), parse_size(block_size, "block size"),
-        parse_size(runtime_overhead, "runtime overhead"), parse_size(prefill_chunk, "prefill chunk"),
+        float_list(gpu_memory_utilization, "gpu memory utilization", 1.0), parse_sizes(block_size, "block size"),
+        parse_sizes(runtime_overhead, "runtime overhead"), parse_sizes(prefill_chunk, "prefill chunk"),
         find_min_gpus, max_gpus, gpus_per_node)
     notes = ("reserved = capacity x (1 - utilization) + runtime overhead + activation workspace; KV budget = capacity "
              "- weights - reserved; KV in blocks of block_size tokens, window caps applied; max seqs add up over "
@@ -122,10 +129,13 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     if plot is not None:
         from tfcalc.output.plot import plot_plan
 
-        plot_plan(plot, specs, gpus, rows, precisions, kv_dtypes, batches)
+        plot_plan(plot, specs, gpus, rows, precisions, kv_dtypes)
         sys.stderr.write(f"wrote plot to {plot}\n")
-    if rows and all(r["max_concurrent_sequences"] == 0 and not r["fits"] for r in rows):
-        worst = min(rows, key=lambda r: int(r["shortfall_bytes_per_gpu"]))
-        raise fail(f"{worst['model']} does not fit on {worst['num_gpus']} x {worst['gpu']} even at batch 1 at "
-                   f"context {worst['context']:,}: short by {int(worst['shortfall_bytes_per_gpu']) / (1 << 30):,.2f} "
-                   f"GiB per GPU", 1)
+    if rows and all(r["max_concurrent_sequences"] == 0 for r in rows):
+        # What one sequence lacks (not the row's batch): its KV bytes minus the budget (negative when weights overflow).
+        def one(r: dict) -> int:
+            return int(r["kv_bytes_per_sequence_per_gpu"]) - int(r["kv_budget_bytes_per_gpu"])
+
+        closest = min(rows, key=one)
+        raise fail(f"{closest['model']} does not fit on {closest['num_gpus']} x {closest['gpu']} even at batch 1 at "
+                   f"context {closest['context']:,}: short by {one(closest) / (1 << 30):,.2f} GiB per GPU", 1)

@@ -30,18 +30,24 @@ def _save(fig: Any, path: Path) -> None:
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise OutputError(f"cannot write {path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=folder)
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=folder)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            fig.savefig(handle, format="png", dpi=110, bbox_inches="tight")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:  # never leave the temporary file behind
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+        raise
 
 
-def plot_plan(path: Path, specs: list, gpus: list, rows: list[dict], precisions: list, kv_dtypes: list,
-              batches: list[int]) -> None:
+def plot_plan(path: Path, specs: list, gpus: list, rows: list[dict], precisions: list, kv_dtypes: list) -> None:
     """Memory per GPU (weights + reserved + KV at the first batch) vs context, one line per weight/KV precision
     of the first model's first layout, with each GPU's capacity as a horizontal line."""
     from tfcalc.calc.kv_cache import default_kv_dtype
@@ -62,7 +68,9 @@ def plot_plan(path: Path, specs: list, gpus: list, rows: list[dict], precisions:
                 cfg = PlanConfig(num_gpus=int(first["num_gpus"]), tp=int(first["tp"]), pp=int(first["pp"]),
                                  ep=int(first["ep"]), context=c, batch=batch,
                                  gpu_memory_utilization=float(first["gpu_memory_utilization"]),
-                                 block_size=int(first["block_size"]))
+                                 block_size=int(first["block_size"]),
+                                 runtime_overhead_bytes=int(first["runtime_overhead_bytes_per_gpu"]),
+                                 prefill_chunk_tokens=int(first["prefill_chunk_tokens"]))
                 r = plan_fit(spec, gpu, precision, kv, cfg)
                 per_replica = -(-batch // r.parallelism.dp)
                 ys.append((r.weights_bytes_per_gpu + r.reserved_bytes_per_gpu

@@ -28,39 +28,44 @@ def _plan_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         "gpu_memory_utilization": cfg.gpu_memory_utilization, "block_size": cfg.block_size,
         "activation_bytes_per_gpu": r.activation_bytes_per_gpu,
         "kv_bytes_per_sequence_per_gpu": r.kv_bytes_per_sequence_per_gpu, "kv_blocks_per_gpu": r.kv_blocks_per_gpu,
+        "runtime_overhead_bytes_per_gpu": cfg.runtime_overhead_bytes, "prefill_chunk_tokens": cfg.prefill_chunk_tokens,
         "shortfall_bytes_per_gpu": r.shortfall_bytes_per_gpu, "reason": r.reason,
     }
 
 
 def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], num_gpus: list[int], tps: list[int], pps: list[int],
               eps: list[int], contexts: list[int], batches: list[int], precisions: list[WeightPrecision],
-              kv_dtypes: list[DType], utilizations: list[float], block_size: int, runtime_overhead: int,
-              prefill_chunk: int, find_min_gpus: bool = False, max_gpus: int = 512,
+              kv_dtypes: list[DType], utilizations: list[float], block_sizes: list[int], runtime_overheads: list[int],
+              prefill_chunks: list[int], find_min_gpus: bool = False, max_gpus: int = 512,
               gpus_per_node: int = 8) -> tuple[list[Row], list[tuple[str, ...]]]:
-    """One row per combination (sweeps multiply); with ``find_min_gpus`` the GPU count is searched."""
+    """One row per combination (sweeps multiply); with ``find_min_gpus`` the GPU count is searched, over the
+    layouts ``candidate_layouts`` allows (``tps`` / ``pps``, when given, restrict them)."""
     from tfcalc.calc.kv_cache import default_kv_dtype
+    from tfcalc.errors import UsageError
 
+    if find_min_gpus and (num_gpus or any(ep != 1 for ep in eps)):
+        raise UsageError("--min-gpus searches the GPU count: drop --num-gpus (and --ep, which it does not search)")
     rows: list[Row] = []
     traces: list[tuple[str, ...]] = []
     for spec, gpu in itertools.product(specs, gpus):
-        for precision, kv_dtype, context, batch, util in itertools.product(
+        for precision, kv_dtype, context, batch, util, block, overhead, chunk in itertools.product(
                 precisions or [parse_weight_precision(spec.native_dtype)], kv_dtypes or [default_kv_dtype(spec)],
-                contexts or [spec.max_context], batches, utilizations):
+                contexts or [spec.max_context], batches, utilizations, block_sizes, runtime_overheads,
+                prefill_chunks):
             base = PlanConfig(num_gpus=1, context=context, batch=batch, gpu_memory_utilization=util,
-                              block_size=block_size, runtime_overhead_bytes=runtime_overhead,
-                              prefill_chunk_tokens=prefill_chunk)
+                              block_size=block, runtime_overhead_bytes=overhead, prefill_chunk_tokens=chunk)
             if find_min_gpus:
-                r = min_gpus(spec, gpu, precision, kv_dtype, base, max_gpus, gpus_per_node)
+                r = min_gpus(spec, gpu, precision, kv_dtype, base, max_gpus, gpus_per_node, tps or None, pps or None)
                 if r is None:
-                    from tfcalc.errors import UsageError
-
                     raise UsageError(f"{spec.name} batch {batch} at context {context:,} does not fit on up to "
                                      f"{max_gpus} x {gpu.name} ({precision.label}, KV {kv_dtype.name})")
                 cfg = replace(base, num_gpus=r.parallelism.num_gpus, tp=r.parallelism.tp, pp=r.parallelism.pp)
                 rows.append(_plan_row(spec, gpu, precision, kv_dtype, cfg, r))
                 traces.append(r.trace)
                 continue
-            for n, tp, pp, ep in itertools.product(num_gpus, tps or [0], pps, eps):
+            for n, tp, pp, ep in itertools.product(num_gpus or [1], tps or [0], pps or [1], eps):
+                if not tp and n % pp:
+                    raise UsageError(f"pp {pp} does not divide the GPU count {n}")
                 cfg = replace(base, num_gpus=n, tp=tp or n // pp, pp=pp, ep=ep)
                 r = plan_fit(spec, gpu, precision, kv_dtype, cfg)
                 rows.append(_plan_row(spec, gpu, precision, kv_dtype, cfg, r))
