@@ -18,6 +18,7 @@ from tfcalc.model.layers import (
     MoE,
     RMSNorm,
     apply_rope,
+    attend,
     attention_with_sinks,
     backend_works,
     check_kv_dtype,
@@ -219,3 +220,46 @@ def test_fp8_kv_cache_where_supported(make_spec) -> None:
     logits = torch.cat([model.prefill(tokens[:, :8]), *(model.decode_step(tokens[:, i:i + 1]) for i in range(8, 12))],
                        dim=1)
     assert (logits - reference).abs().max() < 0.1 * reference.abs().max()  # e4m3 keeps ~2 significant digits
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1], ids=["MHA", "GQA", "MQA"])
+@pytest.mark.parametrize("backend", ["math", "flash"])
+def test_attend_causal_and_folded_masked_calls_equal_the_gqa_reference(kv_heads: int, backend: str) -> None:
+    """The causal call (no mask, is_causal) and the masked call (GQA folded into the query length) both equal
+    SDPA with enable_gqa and an explicit mask, for a fresh prefill (S == T), a chunk on a cache and decode."""
+    if not backend_works(backend, 4, kv_heads, 16, torch.float64, CPU):
+        pytest.skip(f"SDPA backend {backend} does not run on this machine")
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 5, 16, dtype=torch.float64)
+    k, v = torch.randn(2, kv_heads, 9, 16, dtype=torch.float64), torch.randn(2, kv_heads, 9, 16, dtype=torch.float64)
+    positions = torch.arange(9)
+
+    def reference(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+    with sdpa_context(backend):
+        fresh_mask = positions[None, :5] <= positions[:5, None]
+        expected = reference(q, k[:, :, :5], v[:, :, :5], fresh_mask)
+        torch.testing.assert_close(attend(q, k[:, :, :5], v[:, :, :5], None), expected)
+        torch.testing.assert_close(attend(q, k[:, :, :5], v[:, :, :5], fresh_mask), expected)
+        chunk = positions[None, :] <= positions[4:9, None]  # tokens 4..8 on a 9-slot cache, with a 3-token window
+        windowed = chunk & (positions[None, :] > positions[4:9, None] - 3)
+        torch.testing.assert_close(attend(q, k, v, windowed), reference(q, k, v, windowed))
+        step = positions[None, :] <= 6  # one token at position 6
+        torch.testing.assert_close(attend(q[:, :, :1], k, v, step), reference(q[:, :, :1], k, v, step))
+
+
+def test_fresh_prefill_attends_over_the_new_keys_and_still_fills_the_cache(make_spec) -> None:
+    """A fresh prefill (causal call over the new K/V) gives the same output as attending over the cache with a
+    mask, and leaves the same cache behind."""
+    torch.manual_seed(0)
+    spec = make_spec("llama3.2-1b")
+    attn = Attention(spec).double()
+    attach_cache(attn, 2, 12, torch.float64)
+    table, pos = rope_table(spec, 12, torch.float64, CPU), torch.arange(7)
+    x = torch.randn(2, 7, spec.hidden_size, dtype=torch.float64)
+    fresh = attn(x, pos, table[pos], None, fresh=True)
+    k_fresh = attn.kv_cache.k.clone()
+    cached = attn(x, pos, table[pos], torch.arange(12)[None, :] <= pos[:, None])
+    torch.testing.assert_close(fresh, cached, atol=1e-12, rtol=1e-12)
+    assert torch.equal(attn.kv_cache.k, k_fresh) and k_fresh[:, :, 7:].eq(0).all()

@@ -233,3 +233,57 @@ def test_dense_decode_step_captures_as_one_graph(make_spec) -> None:
         model.prefill(tokens[:, :6])
         decoded = torch.cat([step(tokens[:, i:i + 1]) for i in range(6, 12)], dim=1)
     assert (decoded - full[:, 6:]).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("preset", ["llama3.2-1b", "gemma2-9b", "gpt-oss-20b"])
+def test_causal_prefill_equals_the_masked_path(make_spec, preset: str) -> None:
+    """The fast prefill (is_causal over the new keys; windowed layers longer than the window keep a mask) gives
+    the logits of the all-masked path a backend without a causal GQA kernel takes."""
+    torch.manual_seed(0)
+    model = build_model(make_spec(preset), dtype=torch.float64)
+    model.setup_caches(batch=2, max_len=16)
+    tokens = torch.randint(0, model.spec.vocab_size, (2, 13))
+    assert model.causal_backend is not None
+    fast = run_in_chunks(model, tokens, [11, 1, 1])
+    model.causal_backend = None
+    masked = run_in_chunks(model, tokens, [11, 1, 1])
+    torch.testing.assert_close(fast, masked, atol=1e-10, rtol=1e-10)
+
+
+def hopper_like(backend: str, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device,
+                kind: str = "masked") -> bool:
+    """What torch 2.11 offers a bf16 GQA model with head_dim 256 on an H100 (by sdp_utils.cpp): cuDNN declines the
+    head dim, flash takes no mask, mem-efficient no GQA (so only the folded masked call), math runs anything."""
+    return {"cudnn": False, "flash": kind == "causal", "efficient": kind == "masked", "math": True}[backend]
+
+
+def test_auto_resolves_each_call_kind_to_a_fused_kernel_and_reports_both(make_spec, monkeypatch) -> None:
+    monkeypatch.setattr("tfcalc.model.transformer.backend_works", hopper_like)
+    model = build_model(make_spec("llama3.2-1b"))
+    model.setup_caches(batch=1, max_len=16)
+    assert (model.causal_backend, model.masked_backend) == ("flash", "efficient")
+    assert model.attention_backend == "flash prefill / efficient decode"
+    windowed = build_model(make_spec("mistral-7b"))  # window 4 in the small spec
+    windowed.setup_caches(batch=1, max_len=16)
+    windowed.prefill_ran = windowed._ran(8, fresh=True)  # a prompt longer than the window: masked, not causal
+    assert windowed.attention_backend == "efficient"
+    windowed.prefill_ran = windowed._ran(3, fresh=True)
+    assert windowed.attention_backend == "flash prefill / efficient decode"
+
+
+@pytest.mark.parametrize("forced,causal,masked,reported", [
+    ("flash", "flash", "efficient", "flash prefill / efficient decode"),  # flash has no masked call: decode falls back
+    ("efficient", None, "efficient", "efficient"),  # no causal GQA call: its masked call serves prefill too
+    ("math", "math", "math", "math"),
+])
+def test_a_forced_backend_runs_every_call_it_can(make_spec, monkeypatch, forced, causal, masked, reported) -> None:
+    monkeypatch.setattr("tfcalc.model.transformer.backend_works", hopper_like)
+    model = build_model(make_spec("llama3.2-1b"), attention_backend=forced)
+    model.setup_caches(batch=1, max_len=16)
+    assert (model.causal_backend, model.masked_backend, model.attention_backend) == (causal, masked, reported)
+
+
+def test_sink_layers_report_the_explicit_path(make_spec) -> None:
+    model = build_model(make_spec("gpt-oss-20b"))
+    model.setup_caches(batch=1, max_len=8)
+    assert model.attention_backend == "explicit (sinks)"

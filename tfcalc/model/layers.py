@@ -6,7 +6,9 @@ K experts per token, N = B*T tokens. Every module is built from a :class:`tfcalc
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -105,12 +107,19 @@ class KVCache(nn.Module):
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def update(self, input_pos: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write k, v [B, Hkv, T, D] at ``input_pos`` [T]; return the whole cache [B, Hkv, S, D]."""
+    def write(self, input_pos: Tensor, k: Tensor, v: Tensor) -> None:
+        """Write k, v [B, Hkv, T, D] at ``input_pos`` [T] (an index_put on the device: no host sync)."""
         b = k.shape[0]
         self.k[:b, :, input_pos] = k.to(self.k.dtype)
         self.v[:b, :, input_pos] = v.to(self.v.dtype)
-        return self.k[:b].to(self.compute_dtype), self.v[:b].to(self.compute_dtype)
+
+    def read(self, batch: int) -> tuple[Tensor, Tensor]:
+        """The whole cache of the first ``batch`` sequences, [B, Hkv, S, D], in the compute dtype.
+
+        A float8 cache is converted whole on every read (a copy of S slots), so fp8 storage saves memory, not
+        bandwidth: the step reads the fp8 bytes, writes and reads them again at the compute width.
+        """
+        return self.k[:batch].to(self.compute_dtype), self.v[:batch].to(self.compute_dtype)
 
     @property
     def nbytes(self) -> int:
@@ -125,6 +134,8 @@ SDPA_BACKENDS: dict[str, SDPBackend] = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
 }
+# The two SDPA calls the decoder makes (see :func:`attend`).
+CAUSAL, MASKED = "causal", "masked"
 
 
 def sdpa_context(backend: str) -> AbstractContextManager[None]:
@@ -132,15 +143,44 @@ def sdpa_context(backend: str) -> AbstractContextManager[None]:
     return nullcontext() if backend == "auto" else sdpa_kernel([SDPA_BACKENDS[backend]])
 
 
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax(QK^T/sqrt(D) + mask)V for q [B, H, T, D] and k, v [B, Hkv, S, D] -> [B, H, T, D], where query
+    head h reads KV head h // (H/Hkv). Two SDPA calls, so that a fused CUDA kernel takes each:
+
+    - ``mask is None`` (CAUSAL): prefill from an empty cache over exactly the T new keys (S == T),
+      ``is_causal=True, enable_gqa=True``. Flash and cuDNN run it with native GQA and skip the blocks above the
+      diagonal; no mask tensor is built or read.
+    - ``mask`` [T, S] booleans (MASKED; decode, chunked prefill, sliding windows): the H/Hkv query heads that share
+      a KV head are folded into the query length, q -> [B, Hkv, (H/Hkv)*T, D] with the mask repeated per head of
+      the group, which makes it plain multi-head attention with a mask. Flash takes no mask at all, and
+      mem-efficient took no GQA before pytorch#191085 (2026), so a masked ``enable_gqa`` call that cuDNN declines
+      (fp32, head_dim above its limit) fell to math, which materialises [B, H, T, S] scores and repeated K/V.
+      Folded, mem-efficient and cuDNN both run it, and each KV head is read once for all of its queries.
+    """
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    b, h, t, d = q.shape
+    group = h // k.shape[1]
+    folded = q.reshape(b, k.shape[1], group * t, d)  # row g*T + i is query i of head g of the group
+    y = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask.repeat(group, 1) if group > 1 else mask)
+    return y.reshape(b, h, t, d)
+
+
+@functools.cache
 def backend_works(backend: str, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                  device: torch.device) -> bool:
-    """Whether ``backend`` runs this model's attention call (GQA, boolean mask) on ``device`` and ``dtype``."""
-    q = torch.randn(1, heads, 2, head_dim, dtype=dtype, device=device)
-    kv = torch.randn(1, kv_heads, 4, head_dim, dtype=dtype, device=device)
-    mask = torch.ones(2, 4, dtype=torch.bool, device=device).tril(diagonal=2)
+                  device: torch.device, kind: str = MASKED) -> bool:
+    """Whether ``backend`` runs this model's ``kind`` of :func:`attend` call on ``device`` and ``dtype`` (probed
+    once on tiny inputs: one and two new tokens for MASKED, as decode and prefill make it)."""
+    calls = [(2, None)] if kind == CAUSAL else [(1, torch.ones(1, 4, dtype=torch.bool, device=device)),
+                                                (2, torch.ones(2, 4, dtype=torch.bool, device=device).tril(2))]
     try:
-        with sdpa_context(backend):
-            F.scaled_dot_product_attention(q, kv, kv, attn_mask=mask, enable_gqa=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns about each rejected kernel before raising
+            with sdpa_context(backend):
+                for t, mask in calls:
+                    q = torch.randn(1, heads, t, head_dim, dtype=dtype, device=device)
+                    kv = torch.randn(1, kv_heads, t if mask is None else 4, head_dim, dtype=dtype, device=device)
+                    attend(q, kv, kv, mask)
     except RuntimeError:
         return False
     return True
@@ -148,8 +188,8 @@ def backend_works(backend: str, heads: int, kv_heads: int, head_dim: int, dtype:
 
 class Attention(nn.Module):
     """Multi-head attention with H query and Hkv KV heads (MHA H = Hkv, GQA, MQA Hkv = 1; Ainslie et al. 2023,
-    arXiv:2305.13245): fused QKV projection, optional QK-norm (Qwen3) and biases, RoPE, static cache and
-    ``F.scaled_dot_product_attention(enable_gqa=True)``, which reads each KV head once for its H/Hkv queries.
+    arXiv:2305.13245): fused QKV projection, optional QK-norm (Qwen3) and biases, RoPE, static cache and SDPA
+    through :func:`attend`, which reads each KV head once for its H/Hkv queries.
 
     Attention sinks (gpt-oss): one learned logit per head joins the softmax denominator,
     softmax([s_1..s_S, sink])[:S]. SDPA has no such term and does not return its log-sum-exp, so sink layers
@@ -167,8 +207,14 @@ class Attention(nn.Module):
         self.sinks = nn.Parameter(torch.randn(self.heads)) if spec.attention_sinks else None
         self.kv_cache: KVCache | None = None
 
-    def forward(self, x: Tensor, input_pos: Tensor, rope: Tensor, mask: Tensor) -> Tensor:
-        """x [B, T, hidden], input_pos [T], rope [T, 2, D/2], mask [T, S] (True = attend) -> [B, T, hidden]."""
+    def forward(self, x: Tensor, input_pos: Tensor, rope: Tensor, mask: Tensor | None,
+                fresh: bool = False) -> Tensor:
+        """x [B, T, hidden], input_pos [T], rope [T, 2, D/2] -> [B, T, hidden].
+
+        The new K/V are written to the cache. ``fresh`` (a prefill from an empty cache): attend over the new
+        keys themselves, causally when ``mask`` is None, else with mask [T, T]. Otherwise attend over the whole
+        cache with mask [T, S] (True = attend).
+        """
         assert self.kv_cache is not None, "call Transformer.setup_caches first"
         b, t, _ = x.shape
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
@@ -180,10 +226,13 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # [B, heads, T, D]
-        k, v = self.kv_cache.update(input_pos, k, v)  # [B, Hkv, S, D]
+        self.kv_cache.write(input_pos, k, v)
+        if not fresh:
+            k, v = self.kv_cache.read(b)  # [B, Hkv, S, D]
         if self.sinks is None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            y = attend(q, k, v, mask)
         else:
+            assert mask is not None, "sink layers take the explicit path, which needs the mask"
             y = attention_with_sinks(q, k, v, mask, self.sinks)
         return self.wo(y.transpose(1, 2).reshape(b, t, q_out))
 

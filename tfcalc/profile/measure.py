@@ -4,16 +4,23 @@ Prefill: ``model.prefill`` of B random prompts of P tokens from an empty cache (
 Decode: G - 1 ``decode_step`` calls after an untimed prefill (the first generated token comes from the
 prefill), so decode timing never includes prefill; TPOT = loop time / (G - 1). Each timed loop rewinds the
 cache position to the end of the prompt rather than prefilling again.
+
+Compiled decode (CUDA, dense models): ``torch.compile(decode_step, mode="reduce-overhead", fullgraph=True)``.
+It is primed before any timing (compile, CUDA-graph warm-up and recording: three calls), and it counts as
+compiled only if that raised nothing (a graph break or the recompile limit raises under ``fullgraph``) and
+inductor skipped no CUDA graph (``counters["inductor"]["cudagraph_skips"]``, bumped for e.g. mutated
+non-static inputs); otherwise decode runs eagerly and the row says ``compiled: false``.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from tfcalc.model.layers import backend_works
+from tfcalc.model.layers import CAUSAL, MASKED, backend_works
 from tfcalc.model.transformer import Transformer
 from tfcalc.profile.timing import Timing, time_call
 
@@ -40,35 +47,71 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def backend_available(model: Transformer, backend: str, device: torch.device) -> bool:
-    """Whether SDPA can run this model's attention with ``backend`` here ("auto" always can)."""
+    """Whether SDPA can run either of this model's attention calls with ``backend`` here ("auto" always can).
+    A backend that runs only one (flash takes no mask: prefill only) runs that one, and the row's
+    ``attn_backend`` names what ran each phase."""
     if backend == "auto":
         return True
     spec, dtype = model.spec, model.tok_embeddings.weight.dtype
-    return backend_works(backend, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, dtype, device)
+    args = (spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, dtype, device)
+    return any(backend_works(backend, *args, kind=kind) for kind in (CAUSAL, MASKED))
 
 
-def _decode_fn(model: Transformer, compile_decode: bool) -> tuple[Callable[[torch.Tensor], torch.Tensor], bool]:
-    """``decode_step``, captured with ``torch.compile(mode="reduce-overhead")`` (CUDA graphs) when asked on CUDA.
+Step = Callable[[torch.Tensor], torch.Tensor]
+PRIMING_CALLS = 3  # CUDA-graph trees: the first call compiles and warms up, the second records, the third replays
 
-    The compiled function is kept on the model, so later rows of the sweep reuse its graphs (a new batch size
-    recompiles once).
+
+def reduce_overhead(fn: Step) -> Step:
+    return torch.compile(fn, mode="reduce-overhead", fullgraph=True)
+
+
+def decode_fn(model: Transformer, token: torch.Tensor, rewind: Callable[[], object], compile_decode: bool,
+              compiler: Callable[[Step], Step] | None = None) -> tuple[Step, bool]:
+    """The decode step to time and whether it is compiled: ``compiler(model.decode_step)`` (default
+    :func:`reduce_overhead` on CUDA), primed untimed with ``rewind()`` before each call, so that the compile,
+    warm-up and capture never reach the timing whatever ``--warmup`` says. Eager ``decode_step`` when not asked,
+    on the CPU by default, for MoE models (their dispatch reads expert counts back to the host: not capturable),
+    or when compiling or capturing fails (with a warning saying why).
+
+    The compiled function is kept on the model, so later rows of the sweep reuse it (a new shape recompiles once
+    and, after the second, dynamically).
     """
-    if not compile_decode or model.tok_embeddings.weight.device.type != "cuda":
+    device = model.tok_embeddings.weight.device
+    if compiler is None and device.type == "cuda":
+        compiler = reduce_overhead
+    if not compile_decode or compiler is None or model.spec.moe is not None:
         return model.decode_step, False
+    from torch._dynamo.utils import counters
+
     compiled = getattr(model, "compiled_decode_step", None)
     if compiled is None:
-        compiled = torch.compile(model.decode_step, mode="reduce-overhead")
+        compiled = compiler(model.decode_step)
         model.compiled_decode_step = compiled
+    skips = counters["inductor"]["cudagraph_skips"]
+    try:
+        for _ in range(PRIMING_CALLS):
+            rewind()
+            compiled(token)
+    except Exception as exc:
+        if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+            raise
+        warnings.warn(f"decode runs eagerly: torch.compile failed ({type(exc).__name__}: "
+                      f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})", stacklevel=2)
+        return model.decode_step, False
+    if counters["inductor"]["cudagraph_skips"] != skips:
+        warnings.warn("decode runs eagerly: inductor skipped its CUDA graph (TORCH_LOGS=cudagraphs says why)",
+                      stacklevel=2)
+        return model.decode_step, False
     return compiled, True
 
 
 def measure(model: Transformer, batch: int, prompt_len: int, gen_len: int, backend: str, compile_decode: bool,
-            warmup: int = 2, repeats: int = 5, expert_probe_steps: int = 8) -> Measurement:
+            warmup: int = 2, repeats: int = 5, expert_probe_steps: int = 8,
+            compiler: Callable[[Step], Step] | None = None) -> Measurement:
     """Time prefill and decode of ``batch`` sequences (static cache of prompt_len + gen_len tokens)."""
     device = model.tok_embeddings.weight.device
     spec = model.spec
     model.requested_backend = backend
-    model.attention_backend = backend
     model.setup_caches(batch, prompt_len + gen_len)
     generator = torch.Generator(device="cpu").manual_seed(0)
     prompt = torch.randint(1, spec.vocab_size, (batch, prompt_len), generator=generator).to(device)
@@ -79,7 +122,6 @@ def measure(model: Transformer, batch: int, prompt_len: int, gen_len: int, backe
     with torch.inference_mode():
         prefill = time_call(lambda: model.prefill(prompt, last_only=True), device, warmup, repeats, setup=model.reset)
         steps = gen_len - 1
-        step, compiled = _decode_fn(model, compile_decode)
 
         # Decode starts after the prompt: prefill it once (untimed); before each timed loop only the position
         # is rewound, since the prompt's K/V stay in the cache and later slots are rewritten before use.
@@ -89,17 +131,13 @@ def measure(model: Transformer, batch: int, prompt_len: int, gen_len: int, backe
         def rewind() -> None:
             model.cache_pos.fill_(prompt_len)
 
+        step, compiled = decode_fn(model, token, rewind, compile_decode, compiler)
+
         def decode_loop() -> None:
             for _ in range(steps):
                 step(token)
 
-        try:
-            decode = time_call(decode_loop, device, warmup, repeats, setup=rewind)
-        except Exception:
-            if not compiled:
-                raise
-            step, compiled = model.decode_step, False  # capture failed (e.g. data-dependent MoE dispatch)
-            decode = time_call(decode_loop, device, warmup, repeats, setup=rewind)
+        decode = time_call(decode_loop, device, warmup, repeats, setup=rewind)
         peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
         distinct = _probe_experts(model, prompt, token, min(steps, expert_probe_steps)) if spec.moe else None
     return Measurement(prefill, decode, steps, model.attention_backend, compiled, peak, distinct)
