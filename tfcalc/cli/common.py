@@ -1,6 +1,7 @@
 """What every command shares: option types, model resolution, and errors turned into one line + exit code."""
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +52,9 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
             raise fail(str(exc), exc.exit_code) from None
         except KeyboardInterrupt:
             raise fail("interrupted", 130) from None
+        except BrokenPipeError:  # the reader went away (`tfcalc ... | head`): stop quietly, as Unix tools do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(1) from None
         except (typer.Exit, typer.Abort):
             raise
         except Exception as exc:  # a bug: still one line, with the type to report it by
