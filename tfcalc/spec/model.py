@@ -183,10 +183,6 @@ class ModelSpec:
             return "MQA"
         return "GQA"
 
-    @property
-    def is_moe(self) -> bool:
-        return self.moe is not None
-
     def is_moe_layer(self, layer: int) -> bool:
         return self.moe is not None and layer not in self.moe.dense_layers
 
