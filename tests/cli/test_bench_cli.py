@@ -50,7 +50,7 @@ def test_attention_csv_and_table() -> None:
     table = run(*ATTENTION, "--backend", "math,cudnn")
     assert table.exit_code == 0, table.output
     assert "SDPA attention" in table.stdout and "4 B H T^2 D / 2" in table.stdout
-    assert "unavailable here: cudnn" in table.stdout and "TFLOP/s" in table.stdout
+    assert "unavailable here: cudnn" in table.stdout and "FLOP/s" in table.stdout
 
 
 def test_moe_formats(tmp_path: Path) -> None:

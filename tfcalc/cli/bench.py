@@ -13,7 +13,7 @@ import typer
 
 from tfcalc.cli.common import FormatOpt, OutputOpt, handle_errors
 from tfcalc.errors import TfcalcError, UsageError
-from tfcalc.output import Column, emit, resolve_format
+from tfcalc.output import Column, emit
 from tfcalc.units import parse_size, parse_sizes, split_list
 
 app = typer.Typer(help="Component benchmarks: SDPA attention backends, MoE vs dense FFN, copy and matmul ceilings.",
@@ -69,18 +69,6 @@ def clear_progress(show: Callable[[str], None] | None) -> None:
         sys.stderr.flush()
 
 
-def table_rows(rows: list[dict], fmt: str | None, output, scale: dict[str, tuple[str, float]]) -> list[dict]:
-    """For the table only: derived display keys (e.g. GB/s from bytes/s); CSV and JSON keep the exact rows."""
-    if resolve_format(fmt, output) != "table":
-        return rows
-    shown = []
-    for row in rows:
-        extra = {new: (row[key] / factor if row.get(key) is not None else None)
-                 for key, (new, factor) in scale.items()}
-        shown.append({**row, **extra})
-    return shown
-
-
 # --- attention -------------------------------------------------------------------------------------------------
 
 ATTENTION_COLUMNS = [
@@ -88,7 +76,7 @@ ATTENTION_COLUMNS = [
     Column("batch", "B", "int"),
     Column("heads", "H", "int"), Column("kv_heads", "Hkv", "int"), Column("head_dim", "D", "int"),
     Column("seq_len", "T", "int"), Column("phase", "phase"), Column("time_s", "time", "seconds"),
-    Column("tflops_per_s", "TFLOP/s", "float"), Column("_gb_per_s", "KV GB/s", "float"),
+    Column("flops_per_s", "compute", "si", "FLOP/s"), Column("bytes_per_s", "K+V read", "si", "B/s"),
     Column("flops_fraction_of_peak", "of peak FLOP/s", "percent"),
     Column("bandwidth_fraction_of_peak", "of peak BW", "percent"), Column("status", "status"),
 ]
@@ -164,8 +152,7 @@ def attention(
              f"median of {repeats} after {warmup} warm-up calls; 'ran' = the kernel SDPA's dispatcher picks for "
              "'auto'.",
              *(f"unavailable here: {u}" for u in unavailable), *peaks_used)
-    emit(table_rows(rows, fmt, output, {"bytes_per_s": ("_gb_per_s", 1e9)}), ATTENTION_COLUMNS, fmt, output,
-         title="SDPA attention", notes=notes)
+    emit(rows, ATTENTION_COLUMNS, fmt, output, title="SDPA attention", notes=notes)
 
 
 # --- moe -------------------------------------------------------------------------------------------------------
@@ -239,27 +226,11 @@ def moe(
 # --- ceilings --------------------------------------------------------------------------------------------------
 
 CEILING_COLUMNS = [
-    Column("device", "device"), Column("ceiling", "ceiling"), Column("dtype", "dtype"), Column("_size", "size"),
-    Column("time_s", "time", "seconds"), Column("_rate", "rate", "float"), Column("_rate_unit", "unit"),
-    Column("_rate_p25", "rate p25", "float"), Column("_rate_p75", "rate p75", "float"),
-    Column("spread", "IQR/median", "percent"), Column("status", "status"),
+    Column("device", "device"), Column("ceiling", "ceiling"), Column("dtype", "dtype"), Column("size", "size", "int"),
+    Column("size_unit", "of"), Column("time_s", "time", "seconds"), Column("bytes_per_s", "copy", "si", "B/s"),
+    Column("flops_per_s", "matmul", "si", "FLOP/s"), Column("spread", "IQR/median", "percent"),
+    Column("status", "status"),
 ]
-
-
-def _ceiling_display(rows: list[dict], fmt: str | None, output) -> list[dict]:
-    if resolve_format(fmt, output) != "table":
-        return rows
-    shown = []
-    for row in rows:
-        copy = row["ceiling"] == "copy"
-        factor = 1e9 if copy else 1e12
-        rate = row["bytes_per_s"] if copy else row["flops_per_s"]
-        size = f"{row['size'] / (1 << 20):,.0f} MiB" if copy else f"{row['size']}^3"
-        shown.append({**row, "_size": size, "_rate_unit": "GB/s" if copy else "TFLOP/s",
-                      "_rate": rate / factor if rate is not None else None,
-                      "_rate_p25": row["rate_p25"] / factor if row["rate_p25"] is not None else None,
-                      "_rate_p75": row["rate_p75"] / factor if row["rate_p75"] is not None else None})
-    return shown
 
 
 @app.command("ceilings")
@@ -290,5 +261,6 @@ def ceilings(
     for torch_device in devices:
         rows += comp.ceiling_rows(torch_device, dtypes, copy_bytes=size, matmul_n=matmul_size, repeats=repeats)
     notes = ("copy: dst.copy_(src) of a uint8 buffer, rate = 2 x size (read + write) / median time; matmul: "
-             "2 n^3 / median time on random inputs. Rates at the p25/p75 times give the spread. GB = 10^9 B.",)
-    emit(_ceiling_display(rows, fmt, output), CEILING_COLUMNS, fmt, output, title="Device ceilings", notes=notes)
+             "2 n^3 / median time on random inputs. IQR/median = spread of the timed calls (CSV: rates at the "
+             "p25/p75 times). Decimal units: GB = 10^9 B.",)
+    emit(rows, CEILING_COLUMNS, fmt, output, title="Device ceilings", notes=notes)
