@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 from tfcalc.errors import OutputError
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over ``path``."""
+@contextmanager
+def atomic_file(path: Path, binary: bool = False) -> Iterator[IO[Any]]:
+    """Yield a temporary file in ``path``'s folder; on success fsync it and rename it over ``path``.
+
+    On any failure the temporary file is removed and ``path`` is left as it was; OS errors become one-line
+    OutputErrors.
+    """
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise OutputError(f"cannot write {path}: folder {folder} does not exist")
@@ -19,8 +27,9 @@ def write_atomic(path: Path, text: str) -> None:
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        mode = {"mode": "wb"} if binary else {"mode": "w", "encoding": "utf-8", "newline": ""}
+        with os.fdopen(fd, **mode) as handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -29,3 +38,9 @@ def write_atomic(path: Path, text: str) -> None:
         if isinstance(exc, OSError):
             raise OutputError(f"cannot write {path}: {exc.strerror}") from None
         raise
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file, fsync, rename)."""
+    with atomic_file(path) as handle:
+        handle.write(text)

@@ -3,12 +3,10 @@ inside the functions, with the non-interactive Agg backend; files are written at
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from tfcalc.errors import OutputError, UsageError
+from tfcalc.errors import UsageError
 
 GIB = 1 << 30
 
@@ -27,24 +25,10 @@ def _pyplot() -> Any:
 def _save(fig: Any, path: Path) -> None:
     if path.suffix.lower() != ".png":
         raise UsageError(f"--plot writes PNG: give a .png file name, got '{path}'")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise OutputError(f"cannot write {path}: folder {folder} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=folder)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            fig.savefig(handle, format="png", dpi=110, bbox_inches="tight")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:  # never leave the temporary file behind
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise OutputError(f"cannot write {path}: {exc.strerror}") from None
-        raise
+    from tfcalc.output.files import atomic_file
+
+    with atomic_file(path, binary=True) as handle:
+        fig.savefig(handle, format="png", dpi=110, bbox_inches="tight")
 
 
 def plot_plan(path: Path, specs: list, gpus: list, rows: list[dict], precisions: list, kv_dtypes: list) -> None:
