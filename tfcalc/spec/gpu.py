@@ -9,6 +9,8 @@ uses the units datasheets print and is converted here, in ``gpu_from_mapping``:
   "80GB" -> 80 x 2^30 = 85,899,345,920 bytes. ``memory_gb`` (decimal, 10^9) is accepted instead for a part
   known to be decimal. What the driver and ECC leave usable is *not* subtracted here; the planner's
   ``gpu_memory_utilization`` (default 0.9) and runtime overhead cover it.
+- ``runtime_memory_gib`` (optional): the total the CUDA runtime reports (``cudaMemGetInfo``), which serving
+  engines budget against: an "80GB" H100 reports 79.19 GiB. Engine memory models use it when given.
 - ``hbm_bandwidth_tb_s``: 10^12 bytes/s (or ``hbm_bandwidth_gb_s``, 10^9).
 - ``dense_tflops``: *dense* peak per dtype in 10^12 FLOP/s (or TOPS for int8), never the 2:4-sparse figure
   NVIDIA datasheets print with an asterisk. ``fp32`` is the non-tensor CUDA-core rate; ``tf32`` the tensor rate.
@@ -36,6 +38,7 @@ class GPUSpec:
 
     name: str
     memory_bytes: int
+    runtime_memory_bytes: int | None = None
     hbm_bandwidth_bytes_per_s: float
     dense_flops_per_s: dict[str, float] = field(hash=False)
     interconnect_bandwidth_bytes_per_s: float
@@ -47,6 +50,8 @@ class GPUSpec:
         n = self.name
         if self.memory_bytes <= 0:
             raise SpecError(f"{n}: memory must be positive")
+        if self.runtime_memory_bytes is not None and not 0 < self.runtime_memory_bytes <= self.memory_bytes:
+            raise SpecError(f"{n}: runtime memory must be positive and at most the nominal capacity")
         if self.hbm_bandwidth_bytes_per_s <= 0:
             raise SpecError(f"{n}: memory bandwidth must be positive")
         if self.interconnect_bandwidth_bytes_per_s <= 0:
@@ -67,7 +72,8 @@ class GPUSpec:
         raise SpecError(f"{self.name}: no dense throughput for {compute_dtype}")  # unreachable: checked above
 
 
-_ALLOWED = {"name", "memory_gib", "memory_gb", "hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s", "dense_tflops",
+_ALLOWED = {"name", "memory_gib", "runtime_memory_gib", "memory_gb",
+            "hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s", "dense_tflops",
             "interconnect", "interconnect_bidirectional_gb_s", "display_name", "vendor", "memory_type",
             "sources", "notes", "kind", "published"}
 
@@ -98,6 +104,8 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
         raise SpecError(f"{origin}: unknown field '{unknown[0]}'{hint}")
     key, memory = _one_of(data, ("memory_gib", "memory_gb"), origin)
     memory_bytes = round(memory * (GIB if key == "memory_gib" else 1e9))
+    runtime = data.get("runtime_memory_gib")
+    runtime_bytes = None if runtime is None else round(_number(runtime, origin, "runtime_memory_gib") * GIB)
     key, bandwidth = _one_of(data, ("hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s"), origin)
     bandwidth *= 1e12 if key == "hbm_bandwidth_tb_s" else 1e9
     tflops = data.get("dense_tflops")
@@ -117,6 +125,7 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
     link = _number(data["interconnect_bidirectional_gb_s"], origin, "interconnect_bidirectional_gb_s") * 1e9 / 2
     try:
         return GPUSpec(name=str(data.get("name", default_name)), memory_bytes=memory_bytes,
+                       runtime_memory_bytes=runtime_bytes,
                        hbm_bandwidth_bytes_per_s=bandwidth, dense_flops_per_s=flops,
                        interconnect_bandwidth_bytes_per_s=link, interconnect=str(data.get("interconnect", "")),
                        display_name=str(data.get("display_name", default_name)),
