@@ -88,6 +88,22 @@ class MoESpec:
     normalize_top_k: bool = True
 
 
+# The per-layer components a quantized checkpoint may keep in another format (see ``WeightException``).
+LAYER_COMPONENTS = ("attention", "mlp", "experts", "shared_experts", "router", "norms")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightException:
+    """Layers whose ``components`` a quantized checkpoint keeps in ``dtype`` (Llama-3.1-405B-FP8 keeps every
+    attention and the first and last layers' MLP in bf16). Applies when the component's chosen format is one of
+    ``formats`` (any quantized format when empty)."""
+
+    layers: tuple[int, ...]
+    components: tuple[str, ...]
+    dtype: str = "bf16"
+    formats: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """A decoder-only transformer; sizes in elements, counts in units, context in tokens."""
@@ -119,6 +135,7 @@ class ModelSpec:
     max_context: int = 4096
     native_dtype: str = "bf16"
     active_params_convention: ActiveConvention = "all_weights_touched"
+    quantized_weight_exceptions: tuple[WeightException, ...] = ()
     source: str = ""
     notes: str = ""
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
@@ -170,6 +187,18 @@ class ModelSpec:
                          f"{n}: moe.shared_expert_intermediate_size must be positive when shared experts exist")
             for i in e.dense_layers:
                 _require(0 <= i < self.num_layers, f"{n}: moe dense layer {i} is outside 0..{self.num_layers - 1}")
+        for x in self.quantized_weight_exceptions:
+            for i in x.layers:
+                _require(0 <= i < self.num_layers,
+                         f"{n}: quantized_weight_exceptions layer {i} is outside 0..{self.num_layers - 1}")
+            for c in x.components:
+                _require(c in LAYER_COMPONENTS, f"{n}: quantized_weight_exceptions component '{c}' is not one of "
+                         f"{', '.join(LAYER_COMPONENTS)}")
+            try:
+                for name in (x.dtype, *x.formats):
+                    parse_weight_precision(name)
+            except UsageError as exc:
+                raise SpecError(f"{n}: quantized_weight_exceptions: {exc}") from None
 
     # --- derived shape facts -------------------------------------------------------------
     @property
@@ -202,6 +231,8 @@ class ModelSpec:
             moe = spec.moe
             if moe is not None:
                 moe = replace(moe, dense_layers=tuple(i for i in moe.dense_layers if i < n))
-            spec = replace(spec, num_layers=n, moe=moe,
+            exceptions = tuple(replace(x, layers=tuple(i for i in x.layers if i < n))
+                               for x in spec.quantized_weight_exceptions)
+            spec = replace(spec, num_layers=n, moe=moe, quantized_weight_exceptions=exceptions,
                            sliding_window_layers=tuple(i for i in spec.sliding_window_layers if i < n))
         return replace(spec, **changes) if changes else spec

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcalc.errors import SpecError, UsageError
-from tfcalc.spec.model import MLASpec, ModelSpec, MoESpec, RopeScaling
+from tfcalc.spec.model import MLASpec, ModelSpec, MoESpec, RopeScaling, WeightException
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 PRESET_KINDS = ("model", "gpu")
@@ -222,9 +222,41 @@ def _build_model(data: dict[str, Any], num_layers: int, origin: str) -> ModelSpe
             if value is not None:
                 _int(value, origin, f"mla.{key}")
         data["mla"] = MLASpec(**{"q_lora_rank": None, **data["mla"]})
+    if data.get("quantized_weight_exceptions") is not None:
+        data["quantized_weight_exceptions"] = _weight_exceptions(data["quantized_weight_exceptions"], num_layers,
+                                                                 origin)
     if data.get("rope_scaling") is not None:
         if not isinstance(data["rope_scaling"], dict):
             raise SpecError(f"{origin}: field 'rope_scaling' must be a mapping")
         _check_keys(data["rope_scaling"], _ROPE_FIELDS, origin, "rope_scaling.")
         data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
     return ModelSpec(**data)
+
+
+def _weight_exceptions(value: Any, num_layers: int, origin: str) -> tuple[WeightException, ...]:
+    """``[{layers: [0, 125] | {first: N, last: M} | all/even/odd, components: [mlp], dtype: bf16,
+    formats: [fp8]}, ...]`` (formats: the chosen weight formats it applies to; any quantized one if omitted)."""
+    key = "quantized_weight_exceptions"
+    if not isinstance(value, list):
+        raise SpecError(f"{origin}: field '{key}' must be a list of {{layers, components, dtype}} mappings")
+    result = []
+    for item in value:
+        if not isinstance(item, dict):
+            raise SpecError(f"{origin}: each '{key}' entry must be a mapping with layers, components and dtype")
+        _check_keys(item, {"layers", "components", "dtype", "formats", "source"}, origin, f"{key}.")
+        layers = item.get("layers")
+        if isinstance(layers, dict):
+            _check_keys(layers, {"first", "last"}, origin, f"{key}.layers.")
+            first, last = (_int(layers.get(k, 0), origin, f"{key}.layers.{k}") for k in ("first", "last"))
+            if first < 0 or last < 0:
+                raise SpecError(f"{origin}: field '{key}.layers' first/last must be >= 0")
+            indices = tuple(sorted({*range(min(first, num_layers)), *range(max(num_layers - last, 0), num_layers)}))
+        else:
+            indices = _layer_list(layers, num_layers, origin, f"{key}.layers")
+        components, formats = item.get("components"), item.get("formats", [])
+        for name, names in (("components", components), ("formats", formats)):
+            if not isinstance(names, list) or not all(isinstance(c, str) for c in names):
+                raise SpecError(f"{origin}: field '{key}.{name}' must be a list of names")
+        result.append(WeightException(layers=indices, components=tuple(components), formats=tuple(formats),
+                                      dtype=str(item.get("dtype", "bf16"))))
+    return tuple(result)
