@@ -10,9 +10,10 @@ from typer.testing import CliRunner
 from tfcalc.cli import app
 
 runner = CliRunner()
-PLAN_COLUMNS = ["model", "gpu", "num_gpus", "tp", "pp", "context", "batch", "weights_dtype", "kv_dtype",
-                "weights_bytes_per_gpu", "kv_bytes_per_token_per_gpu", "reserved_bytes_per_gpu",
-                "kv_budget_bytes_per_gpu", "max_concurrent_sequences", "max_context_at_batch", "fits"]
+PLAN_COLUMNS = ["model", "gpu", "engine", "num_gpus", "tp", "pp", "context", "batch", "weights_dtype", "kv_dtype",
+                "weights_bytes_per_gpu", "kv_budget_bytes_per_gpu", "kv_tokens_per_gpu", "max_concurrent_sequences",
+                "max_context_at_batch", "fits", "capacity_bytes", "non_torch_bytes", "activation_peak_bytes",
+                "cuda_graph_bytes"]
 
 
 def run(*args: str):
@@ -33,7 +34,8 @@ def test_table_sweep_and_explain() -> None:
     result = run("plan", "-p", "llama3-8b", "--gpu", "h100-sxm,a100-40gb", "--context", "8k,32k", "--batch", "1,16",
                  "--explain")
     assert result.exit_code == 0, result.output
-    assert "KV budget = " in result.stdout and "a100-40gb" in result.stdout
+    assert "Available KV cache memory = " in result.stdout and "a100-40gb" in result.stdout
+    assert "torch peak memory increase" in result.stdout and "Maximum concurrency" in result.stdout
 
 
 def test_csv_sweep_row_count() -> None:
@@ -57,17 +59,19 @@ def test_min_gpus() -> None:
 
 
 def test_batch1_shortfall_not_the_batch_shortfall() -> None:
-    # fp8 llama3-70b on one H100 at 128k: budget 3.73 GiB, one sequence needs 20 GiB -> 16.27 GiB short at
-    # batch 1 (the row's batch 8 is 156.27 GiB short; the message speaks of batch 1)
-    result = run("plan", "-p", "llama3-70b", "-w", "fp8", "--kv-dtype", "fp8", "--context", "128k", "--batch", "8")
+    # fp8 llama3-70b (embedding and lm_head in bf16) on one H100 at 128k, ideal arithmetic: budget 1.77 GiB, one
+    # sequence needs 20 GiB -> 18.23 GiB short at batch 1 (the row's batch 8 is 158.23 GiB short; the message
+    # speaks of batch 1)
+    result = run("plan", "-p", "llama3-70b", "-w", "fp8", "--kv-dtype", "fp8", "--context", "128k", "--batch", "8",
+                 "--engine", "ideal")
     assert result.exit_code == 1
-    assert "even at batch 1 at context 131,072: short by 16.27 GiB per GPU" in result.stderr
+    assert "even at batch 1 at context 131,072 (ideal): short by 18.23 GiB per GPU" in result.stderr
 
 
 def test_every_numeric_option_takes_a_list() -> None:
     result = run("plan", "-p", "llama3-8b", "--num-gpus", "1,2", "--tp", "1", "--pp", "1", "--ep", "1",
                  "--context", "4k", "--batch", "1,2", "--gpu-memory-utilization", "0.9", "--block-size", "16,32",
-                 "--runtime-overhead", "1g,2g", "--prefill-chunk", "2k,8k", "-f", "json")
+                 "--runtime-overhead", "1g,2g", "--prefill-chunk", "2k,8k", "--engine", "ideal", "-f", "json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert len(rows) == 2 * 2 * 2 * 2 * 2

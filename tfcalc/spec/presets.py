@@ -16,7 +16,7 @@ from tfcalc.spec.model import MLASpec, ModelSpec, MoESpec, RopeScaling, WeightEx
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 PRESET_KINDS = ("model", "gpu")
-_KIND_FOLDERS = {"model": "models", "gpu": "gpus"}
+_KIND_FOLDERS = {"model": "models", "gpu": "gpus", "engine": "engines"}
 
 # Keys a preset may carry besides the spec's own fields: provenance and published figures.
 _DOC_KEYS = {"display_name", "sources", "published", "kind"}
@@ -116,6 +116,44 @@ def load_gpu(name_or_path: str):  # -> tfcalc.spec.gpu.GPUSpec
         return gpu_from_mapping(read_data_file(path), origin=str(path), default_name=path.stem)
     path = preset_path("gpu", name_or_path)
     return gpu_from_mapping(read_data_file(path), origin=str(path), default_name=name_or_path)
+
+
+def load_engine(name_or_path: str):  # -> tfcalc.spec.engine.EngineSpec
+    """An engine memory model: ``vllm`` (its default version), ``vllm@0.19.1`` (the entry whose releases cover it),
+    a preset name (``vllm-0.17``), or a YAML file in the engine preset format."""
+    from tfcalc.spec.engine import engine_from_mapping
+
+    if looks_like_path(name_or_path):
+        path = Path(name_or_path)
+        return engine_from_mapping(read_data_file(path), origin=str(path), default_name=path.stem)
+    names = preset_names("engine")
+    if name_or_path in names:
+        path = preset_path("engine", name_or_path)
+        return engine_from_mapping(read_data_file(path), origin=str(path), default_name=name_or_path)
+    engine, _, version = name_or_path.partition("@")
+    candidates = [engine_from_mapping(read_data_file(preset_path("engine", n)), origin=n, default_name=n)
+                  for n in names if n.split("-")[0] == engine]
+    if not candidates:
+        raise unknown_name_error("engine", name_or_path, sorted({n.split("-")[0] for n in names} | set(names)))
+    if not version:
+        return next(c for c in candidates if c.default) if any(c.default for c in candidates) else candidates[-1]
+    wanted = _version_tuple(version, name_or_path)
+    for c in candidates:
+        low, _, high = c.releases.partition("-")
+        if low.endswith("+"):
+            low, high = low[:-1], ""
+        if _version_tuple(low, c.releases)[:len(wanted)] <= wanted and (
+                not high or wanted[:2] <= _version_tuple(high, c.releases)[:2]):
+            return c
+    known = ", ".join(f"{c.name}@{c.releases}" for c in candidates)
+    raise UsageError(f"no {engine} memory model covers version {version} (known: {known})")
+
+
+def _version_tuple(text: str, origin: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.strip().split("."))
+    except ValueError:
+        raise UsageError(f"bad version '{text}' in '{origin}': use numbers like 0.19 or 0.19.1") from None
 
 
 def load_preset_document(kind: str, name: str) -> dict[str, Any]:
