@@ -29,13 +29,14 @@ from tfcalc.calc.shard import (
     Parallelism,
     Shard,
     StageCensus,
+    census_weight_bytes,
     check_parallelism,
+    exception_counts,
     expert_tp,
     param_bytes,
     shard,
     stage_census,
     stage_layers,
-    stage_weight_bytes,
 )
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype
 from tfcalc.errors import UsageError
@@ -317,7 +318,7 @@ def _resolved(cfg: PlanConfig, gpu: GPUSpec) -> tuple[float | None, int, int, in
 
 
 def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig,
-             activation_dtype: DType | None = None) -> PlanResult:
+             activation_dtype: DType | None = None, with_ideal: bool = True) -> PlanResult:
     """Weights, every reserved term and the KV budget per GPU; sequences at ``cfg.context``; context at
     ``cfg.batch``; as ``cfg.engine`` accounts for them (``None``: the ideal arithmetic)."""
     fraction, block, max_seqs, mnbt = _resolved(cfg, gpu)
@@ -343,38 +344,51 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         fraction = eng.static_fraction(e, gpu, par.tp, par.pp, mnbt)
     assert fraction is not None
     ranges = stage_layers(spec.num_layers, par.pp)
+    if e is None or e.budget == "free_fraction":
+        requested = capacity
+    elif e.budget == "utilization":
+        requested = math.floor(capacity * fraction)
+    else:
+        requested = math.floor((capacity - startup) * fraction)
     stages: list[StagePlan] = []
     rotary = absorbed = forward = sampler = 0
+    memo: dict[tuple[object, ...], tuple[StagePlan, int, int, eng.ActivationPeak]] = {}
     for s, layers in enumerate(ranges):
         first, last = s == 0, s == len(ranges) - 1
         census = stage_census(spec, layers)
-        rot, absb = _extra_weight_bytes(spec, e, par, len(layers))
-        weights = stage_weight_bytes(spec, sh, precision, layers, first, last) + rot + absb
-        if e is None:
-            act = activation_workspace_bytes(spec, 1, mnbt, act_dtype, mnbt, par.tp)
-            reserved = round(nominal * (1 - fraction)) + cfg.runtime_overhead_bytes + act
-            budget, requested = nominal - weights - reserved, nominal
-            peak = eng.ActivationPeak(forward_bytes=act, sampler_bytes=0, peak_bytes=act)
-        else:
-            inputs = _activation_inputs(spec, sh, par, census, vocab_rows, first, last, precision)
-            peak = eng.activation_peak(e, inputs, mnbt, max_seqs, act_bytes)
-            held_back = startup if e.overheads.startup_in_budget else 0
-            if e.budget == "utilization":
-                requested = math.floor(capacity * fraction)
-                budget = (requested - weights - peak.peak_bytes - non_torch - held_back
-                          - (graphs if graphs_in else 0))
-            elif e.budget == "static_fraction":
-                requested = math.floor((capacity - startup) * fraction)
-                budget = requested - weights
+        exceptions = exception_counts(spec, layers)
+        key = (census, exceptions, first, last)
+        if key not in memo:  # stages alike in their layer counts plan alike: computed once
+            rot, absb = _extra_weight_bytes(spec, e, par, len(layers))
+            weights = census_weight_bytes(spec, sh, precision, census, exceptions, first, last) + rot + absb
+            if e is None:
+                act = activation_workspace_bytes(spec, 1, mnbt, act_dtype, mnbt, par.tp)
+                reserved = round(nominal * (1 - fraction)) + cfg.runtime_overhead_bytes + act
+                budget = nominal - weights - reserved
+                peak = eng.ActivationPeak(forward_bytes=act, sampler_bytes=0, peak_bytes=act)
             else:
-                requested = capacity
-                budget = math.floor((capacity - weights - startup - non_torch - peak.peak_bytes) * fraction)
-        a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, mnbt)
-        stages.append(StagePlan(
-            layers=layers, census=census, weights_bytes=weights, activation_peak_bytes=peak.peak_bytes,
-            kv_budget_bytes=budget, kv_bytes_per_token=a.per_token, kv_page_bytes=a.page, kv_groups=a.groups,
-            kv_pool_blocks=a.pool, kv_tokens=a.tokens, blocks_per_request=a.per_request, sequences=a.sequences,
-            sequences_window_aware=a.window_aware, kv_bytes_per_sequence=a.per_seq))
+                if e.budget == "static_fraction":  # no profiling run: activations live in the reserved slack
+                    peak = eng.ActivationPeak(forward_bytes=0, sampler_bytes=0, peak_bytes=0)
+                else:
+                    inputs = _activation_inputs(spec, sh, par, census, vocab_rows, first, last, precision)
+                    peak = eng.activation_peak(e, inputs, mnbt, max_seqs, act_bytes)
+                held_back = startup if e.overheads.startup_in_budget else 0
+                if e.budget == "utilization":
+                    budget = (requested - weights - peak.peak_bytes - non_torch - held_back
+                              - (graphs if graphs_in else 0))
+                elif e.budget == "static_fraction":
+                    budget = requested - weights
+                else:
+                    budget = math.floor((capacity - weights - startup - non_torch - peak.peak_bytes) * fraction)
+            a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, mnbt)
+            plan = StagePlan(
+                layers=layers, census=census, weights_bytes=weights, activation_peak_bytes=peak.peak_bytes,
+                kv_budget_bytes=budget, kv_bytes_per_token=a.per_token, kv_page_bytes=a.page, kv_groups=a.groups,
+                kv_pool_blocks=a.pool, kv_tokens=a.tokens, blocks_per_request=a.per_request,
+                sequences=a.sequences, sequences_window_aware=a.window_aware, kv_bytes_per_sequence=a.per_seq)
+            memo[key] = (plan, rot, absb, peak)
+        plan, rot, absb, peak = memo[key]
+        stages.append(replace(plan, layers=layers))
         if last:
             rotary, absorbed, forward, sampler = rot, absb, peak.forward_bytes, peak.sampler_bytes
     worst = min(stages, key=lambda st: (st.kv_budget_bytes, st.sequences))
@@ -384,7 +398,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     window_aware = min(st.sequences_window_aware for st in stages) * par.dp
     need = -(-cfg.batch // par.dp)
     cap = max(spec.max_context, cfg.context)
-    max_context = _max_context(spec, e, stages, kv_dtype, sh.kv_elements, block, mnbt, need, cap)
+    distinct = [plan for plan, _, _, _ in memo.values()]
+    max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, mnbt, need, cap)
     per_seq = max(st.kv_bytes_per_sequence for st in stages)
     one_request = worst.kv_budget_bytes > 0 and per_replica >= 1
     fits = one_request and sequences >= cfg.batch
@@ -397,7 +412,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     weights_max = max(st.weights_bytes for st in stages)
     activation_max = max(st.activation_peak_bytes for st in stages)
     ideal = None
-    if e is not None:
+    if e is not None and with_ideal:
         ideal = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=None, gpu_memory_utilization=(
             fraction if e.budget == "utilization" else None), block_size=block, max_num_batched_tokens=mnbt),
             activation_dtype)
@@ -472,58 +487,83 @@ def candidate_layouts(spec: ModelSpec, num_gpus: int, gpus_per_node: int, tps: l
     return layouts
 
 
-def _candidate_counts(spec: ModelSpec, max_gpus: int, gpus_per_node: int, tps: list[int] | None,
-                      pps: list[int] | None) -> list[int] | None:
-    """The GPU counts worth trying in order, or None for 'whole nodes, searched by bisection'. With tp / pp
-    lists the counts are their products; else 1..gpus_per_node (see ``candidate_layouts``)."""
+MAX_LAYOUTS_COMPARED = 2048
+
+
+def _layout_sizes(spec: ModelSpec, max_gpus: int, gpus_per_node: int, tps: list[int] | None,
+                  pps: list[int] | None) -> tuple[list[int], int]:
+    """(GPU counts of one replica worth trying, in order, up to the first multi-node size; the largest node
+    count) -- with tp / pp lists their products (all listed), else 1..gpus_per_node, then whole nodes
+    2..min(max_gpus / gpus_per_node, layers) searched separately."""
     if tps or pps:
         tp_set = tps or list(range(1, gpus_per_node + 1))
         pp_set = pps or list(range(1, spec.num_layers + 1))
-        counts = sorted({t * p for t in tp_set for p in pp_set if t * p <= max_gpus})
-        return counts
-    return None
+        return sorted({t * p for t in tp_set for p in pp_set if t * p <= max_gpus}), 0
+    return list(range(1, min(gpus_per_node, max_gpus) + 1)), min(max_gpus // gpus_per_node, spec.num_layers)
 
 
 def min_gpus(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig,
              max_gpus: int = 512, gpus_per_node: int = 8, tps: list[int] | None = None,
              pps: list[int] | None = None) -> PlanResult | None:
-    """The smallest GPU count (and its first layout from ``candidate_layouts``) where ``cfg.batch`` sequences of
-    ``cfg.context`` tokens fit; None up to ``max_gpus``.
+    """The smallest GPU count where ``cfg.batch`` sequences of ``cfg.context`` tokens fit: one replica of a
+    (tp, pp) layout from ``candidate_layouts`` (one request at least), times the data-parallel replicas the
+    batch needs; ties go to fewer replicas. None up to ``max_gpus``.
 
     Bounded: pp never exceeds the layers, so beyond one node only whole nodes up to gpus_per_node x num_layers
-    are candidates, found by bisection (more stages leave each GPU fewer weights and layers to cache); with tp /
-    pp lists, only their products are tried."""
+    are candidates; the first that holds one request is found by bisection (more stages leave each GPU fewer
+    weights and layers to cache), then larger replicas are compared only while they are smaller than the best
+    total, at most ``MAX_LAYOUTS_COMPARED`` of them."""
     if max_gpus < 1 or gpus_per_node < 1:
         raise UsageError("--max-gpus and --gpus-per-node must be at least 1")
     if max_gpus > MAX_SEARCH_GPUS:
         raise UsageError(f"--max-gpus {max_gpus:,} exceeds the search limit of {MAX_SEARCH_GPUS:,}")
+    probe = replace(cfg, batch=1, ep=1)
+    best: tuple[int, int, int, int] | None = None  # (total GPUs, replica GPUs, tp, pp)
 
-    def first_fit(n: int) -> PlanResult | None:
+    def replica(n: int) -> bool:
+        """Try every layout of n GPUs as one replica; True if one holds a request."""
+        nonlocal best
+        held = False
         for tp, pp in candidate_layouts(spec, n, gpus_per_node, tps, pps):
-            result = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, num_gpus=n, tp=tp, pp=pp, ep=1))
-            if result.fits:
-                return result
-        return None
+            r = _plan(spec, gpu, precision, kv_dtype, replace(probe, num_gpus=n, tp=tp, pp=pp))
+            if r.max_concurrent_sequences < 1:
+                continue
+            held = True
+            total = n * -(-cfg.batch // r.max_concurrent_sequences)
+            if total <= max_gpus and (best is None or total < best[0]):
+                best = (total, n, tp, pp)
+        return held
 
-    counts = _candidate_counts(spec, max_gpus, gpus_per_node, tps, pps)
-    if counts is not None:
-        for n in counts:
-            if (result := first_fit(n)) is not None:
-                return result
+    sizes, nodes_max = _layout_sizes(spec, max_gpus, gpus_per_node, tps, pps)
+    compared = 0
+    for n in sizes:
+        if best is not None and n >= best[0] or compared >= MAX_LAYOUTS_COMPARED:
+            break
+        replica(n)
+        compared += 1
+    if nodes_max >= 2 and (best is None or 2 * gpus_per_node < best[0]):
+        def holds(k: int) -> bool:
+            return any(_plan(spec, gpu, precision, kv_dtype, replace(probe, num_gpus=k * gpus_per_node, tp=tp,
+                                                                       pp=pp)).max_concurrent_sequences >= 1
+                       for tp, pp in candidate_layouts(spec, k * gpus_per_node, gpus_per_node))
+        lo, hi = 1, 2
+        while hi < nodes_max and not holds(hi):
+            lo, hi = hi, min(hi * 2, nodes_max)
+        if holds(hi):
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+            for k in range(hi, nodes_max + 1):
+                if best is not None and k * gpus_per_node >= best[0] or compared >= MAX_LAYOUTS_COMPARED:
+                    break
+                replica(k * gpus_per_node)
+                compared += 1
+    if best is None:
         return None
-    for n in range(1, min(gpus_per_node, max_gpus) + 1):
-        if (result := first_fit(n)) is not None:
-            return result
-    nodes_max = min(max_gpus // gpus_per_node, spec.num_layers)
-    if nodes_max < 2:
-        return None
-    hi = 2
-    while hi < nodes_max and first_fit(hi * gpus_per_node) is None:
-        hi = min(hi * 2, nodes_max)
-    if first_fit(hi * gpus_per_node) is None:
-        return None
-    lo = hi // 2  # no fit at lo nodes (or lo == 1, already tried)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if first_fit(mid * gpus_per_node) is not None else (mid, hi)
-    return first_fit(hi * gpus_per_node)
+    total, _, tp, pp = best
+    return plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, num_gpus=total, tp=tp, pp=pp, ep=1))
+
+
+def _plan(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig) -> PlanResult:
+    """plan_fit without the ideal figures beside (for searches)."""
+    return plan_fit(spec, gpu, precision, kv_dtype, cfg, with_ideal=False)

@@ -206,27 +206,32 @@ def _layer_parts(sh: Shard) -> dict[str, Params]:
             "experts": sh.expert * sh.experts_resident, "shared_experts": sh.shared_experts, "router": sh.router}
 
 
-def _exception_delta(spec: ModelSpec, sh: Shard, precision: WeightPrecision, layers: range) -> Fraction:
-    """Bytes the stage's quantized_weight_exceptions add or remove: their layers keep the exception's format."""
+def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int], ...]:
+    """Per quantized_weight_exceptions entry: (its layers in this stage, how many of them are dense-MLP layers)."""
     if not spec.quantized_weight_exceptions:
-        return Fraction(0)
-    index, parts = _layer_index(spec), _layer_parts(sh)
+        return ()
+    index = _layer_index(spec)
     dense = frozenset(index.dense) if spec.moe is not None else None
-    delta = Fraction(0)
-    for x, sorted_layers in zip(spec.quantized_weight_exceptions, index.exceptions, strict=True):
+    counts = []
+    for sorted_layers in index.exceptions:
+        in_stage = _slice(sorted_layers, layers)
+        counts.append((len(in_stage), len(in_stage) if dense is None else sum(1 for i in in_stage if i in dense)))
+    return tuple(counts)
+
+
+def _exception_delta(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
+                     counts: tuple[tuple[int, int], ...]) -> Fraction:
+    """Bytes the stage's quantized_weight_exceptions add or remove: their layers keep the exception's format."""
+    parts, delta = _layer_parts(sh), Fraction(0)
+    for x, (in_stage, dense) in zip(spec.quantized_weight_exceptions, counts, strict=True):
         formats = {get_dtype(f).name for f in x.formats}
         kept = get_dtype(x.dtype)
-        in_stage = _slice(sorted_layers, layers)
-        if not in_stage:
-            continue
-        dense_count = len(in_stage) if dense is None else sum(1 for i in in_stage if i in dense)
         for component in x.components:
             chosen = precision.for_component(component)
-            if not chosen.quantized or (formats and chosen.name not in formats):
+            if not in_stage or not chosen.quantized or (formats and chosen.name not in formats):
                 continue
-            count = {"mlp": dense_count, "experts": len(in_stage) - dense_count,
-                     "shared_experts": len(in_stage) - dense_count, "router": len(in_stage) - dense_count
-                     }.get(component, len(in_stage))
+            count = {"mlp": dense, "experts": in_stage - dense, "shared_experts": in_stage - dense,
+                     "router": in_stage - dense}.get(component, in_stage)
             delta += count * (dtype_bytes(parts[component], kept) - dtype_bytes(parts[component], chosen))
     return delta
 
@@ -235,12 +240,18 @@ def stage_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, l
                        last: bool) -> int:
     """Weights of one stage: per-layer bytes x layers of each kind + the per-layer format exceptions + the
     embedding (first stage), final norm and lm_head (last stage; a tied embedding there too)."""
-    c = stage_census(spec, layers)
+    return census_weight_bytes(spec, sh, precision, stage_census(spec, layers), exception_counts(spec, layers),
+                               first, last)
+
+
+def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, c: StageCensus,
+                        exceptions: tuple[tuple[int, int], ...], first: bool, last: bool) -> int:
+    """``stage_weight_bytes`` from the stage's layer counts (stages alike in counts weigh alike)."""
     per_layer = param_bytes(sh.attention, precision, "attention") + param_bytes(sh.norms, precision, "norms")
     moe = (param_bytes(sh.expert * sh.experts_resident, precision, "experts")
            + param_bytes(sh.shared_experts, precision, "shared_experts") + param_bytes(sh.router, precision, "router"))
     total = (c.layers * per_layer + c.dense_layers * param_bytes(sh.mlp, precision, "mlp") + c.moe_layers * moe
-             + _exception_delta(spec, sh, precision, layers))
+             + _exception_delta(spec, sh, precision, exceptions))
     if first:
         total += param_bytes(sh.embedding, precision, "embedding")
     if last:
