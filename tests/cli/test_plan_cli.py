@@ -118,3 +118,68 @@ def test_plot_png(tmp_path: Path) -> None:
     import matplotlib.image
 
     assert matplotlib.image.imread(str(path)).shape[0] > 100
+
+
+def test_vllm_flag_names() -> None:
+    """vLLM's own flag names, with today's kept as aliases."""
+    result = run("plan", "-p", "llama3-70b", "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2",
+                 "--max-model-len", "32k", "--kv-cache-dtype", "fp8", "--max-num-seqs", "256",
+                 "--max-num-batched-tokens", "4096", "--gpu-memory-utilization", "0.92", "--block-size", "32",
+                 "-f", "json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert (row["num_gpus"], row["tp"], row["pp"], row["context"], row["kv_dtype"]) == (8, 4, 2, 32768, "fp8_e4m3")
+    assert (row["max_num_seqs"], row["max_num_batched_tokens"], row["memory_fraction"], row["block_size"]) == (
+        256, 4096, 0.92, 32)
+    short = run("plan", "-p", "llama3-70b", "-tp", "4", "-pp", "2", "--context", "32k", "--kv-dtype", "fp8",
+                "--prefill-chunk", "4096", "--max-num-seqs", "256", "--gpu-memory-utilization", "0.92",
+                "--block-size", "32", "-f", "json")
+    assert short.exit_code == 0 and json.loads(short.stdout) == [row]
+
+
+def test_tp_alone_implies_the_gpu_count() -> None:
+    result = run("plan", "-p", "llama3-70b", "--tp", "8", "-f", "json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert (row["num_gpus"], row["tp"], row["pp"], row["dp"]) == (8, 8, 1, 1)
+
+
+def test_engines_compare_and_name_themselves() -> None:
+    result = run("plan", "-p", "llama3-8b", "--engine", "vllm,vllm@0.19,sglang,trtllm,ideal", "-f", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [r["engine"] for r in rows] == ["vllm 0.21+", "vllm 0.17-0.20", "sglang 0.5+", "trtllm 1.0+", "ideal"]
+    assert rows[0]["kv_budget_bytes_per_gpu_ideal"] == rows[4]["kv_budget_bytes_per_gpu"]
+    assert rows[4]["kv_budget_bytes_per_gpu_ideal"] is None
+    assert all(r["capacity_bytes"] == round(79.19 * (1 << 30)) for r in rows[:4])
+
+
+def test_engine_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("TFCALC_ENGINE", "vllm@0.19")
+    result = run("plan", "-p", "llama3-8b", "-f", "json")
+    assert result.exit_code == 0 and json.loads(result.stdout)[0]["engine"] == "vllm 0.17-0.20"
+
+
+def test_explain_names_each_term_as_the_engine_logs_it() -> None:
+    result = run("plan", "-p", "gemma2-27b", "--max-model-len", "8k", "--engine", "vllm@0.19", "--explain")
+    assert result.exit_code == 0, result.output
+    for words in ("total_memory (cudaMemGetInfo)", "requested memory", "Model loading took",
+                  "torch peak memory increase", "non-torch forward increase memory", "Estimated CUDA graph memory",
+                  "not subtracted", "Available KV cache memory", "GPU KV cache size", "2 groups",
+                  "Maximum concurrency", "ideal arithmetic beside it"):
+        assert words in result.stdout, words
+    sglang = run("plan", "-p", "llama3-8b", "--engine", "sglang", "--explain")
+    assert "mem_fraction_static" in sglang.stdout and "max_total_num_tokens" in sglang.stdout
+
+
+def test_bad_engine_and_search_bounds() -> None:
+    result = run("plan", "-p", "llama3-8b", "--engine", "vlm")
+    assert result.exit_code == 2 and "unknown engine" in result.stderr
+    result = run("plan", "-p", "llama3-8b", "--engine", "vllm@0.7")
+    assert result.exit_code == 2 and "covers version 0.7" in result.stderr
+    result = run("plan", "-p", "llama3-70b", "--min-gpus", "--max-gpus", "-1")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "--max-gpus (-1)" in result.stderr
+    result = run("plan", "-p", "llama3-70b", "--min-gpus", "--max-gpus", "1000000000", "--context", "8k",
+                 "--batch", "64", "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)[0]["fits"] is True

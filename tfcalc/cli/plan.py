@@ -142,13 +142,15 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
          find_min_gpus: Annotated[bool, typer.Option(
              "--min-gpus", help="Search the smallest GPU count that fits: tp within a node, pp only across whole "
              "nodes (vLLM's advice), unless --tp/--pp name the degrees allowed.")] = False,
-         max_gpus: Annotated[int, typer.Option(help="Upper bound for --min-gpus.", min=1)] = 512,
-         gpus_per_node: Annotated[int, typer.Option(help="Largest tp for --min-gpus.", min=1)] = 8,
+         max_gpus: Annotated[int, typer.Option(help="Upper bound for --min-gpus.")] = 512,
+         gpus_per_node: Annotated[int, typer.Option(help="Largest tp for --min-gpus.")] = 8,
          explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Weights, every reserved term and the KV budget per GPU as the serving engine counts them; KV tokens; max
     sequences at a context; max context at a batch; verdict."""
     from tfcalc.report.plan import PlanSweep, plan_rows
 
+    if max_gpus < 1 or gpus_per_node < 1:
+        raise UsageError(f"--max-gpus ({max_gpus}) and --gpus-per-node ({gpus_per_node}) must be at least 1")
     specs = resolve_models(preset, config)
     gpus = gpu_list(gpu)
     engines = engine_list(engine)

@@ -134,7 +134,10 @@ def load_engine(name_or_path: str):  # -> tfcalc.spec.engine.EngineSpec
     candidates = [engine_from_mapping(read_data_file(preset_path("engine", n)), origin=n, default_name=n)
                   for n in names if n.split("-")[0] == engine]
     if not candidates:
-        raise unknown_name_error("engine", name_or_path, sorted({n.split("-")[0] for n in names} | set(names)))
+        choices = sorted({n.split("-")[0] for n in names} | set(names))
+        hints = suggest(name_or_path, choices)
+        raise UsageError(f"unknown engine '{name_or_path}' (choose ideal, {', '.join(choices)}, NAME@VERSION or an "
+                         "engine YAML file)" + (f"; did you mean {', '.join(hints)}?" if hints else ""))
     if not version:
         return next(c for c in candidates if c.default) if any(c.default for c in candidates) else candidates[-1]
     wanted = _version_tuple(version, name_or_path)
