@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 
 from tfcalc.calc import engine as eng
 from tfcalc.calc.memory import activation_workspace_bytes
@@ -233,6 +234,11 @@ def _activation_inputs(spec: ModelSpec, sh: Shard, par: Parallelism, census: Sta
 # --- KV allocation ------------------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=4096)
+def _ceil_bytes(dtype: DType, elements: int) -> int:
+    return math.ceil(dtype.bytes_for(elements))
+
+
 def _ideal_sequences(spec: ModelSpec, census: StageCensus, context: int, block: int, page: int,
                      budget: int) -> tuple[int, int]:
     """(bytes per sequence, sequences): ceil(held / block) blocks per layer, held = min(C, window) if sliding."""
@@ -259,8 +265,8 @@ class _Allocation:
 def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, kv_dtype: DType, kv_elements: int,
               budget: int, context: int, block: int, mnbt: int) -> _Allocation:
     """The engine's KV pool of one stage and what one request of ``context`` tokens takes from it."""
-    page = math.ceil(kv_dtype.bytes_for(block * kv_elements))
-    per_token = math.ceil(kv_dtype.bytes_for(census.layers * kv_elements))
+    page = _ceil_bytes(kv_dtype, block * kv_elements)
+    per_token = _ceil_bytes(kv_dtype, census.layers * kv_elements)
     window = spec.sliding_window
     free = max(budget, 0)
     per_seq_ideal, seqs_ideal = _ideal_sequences(spec, census, context, block, page, free)

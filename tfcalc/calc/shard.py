@@ -138,7 +138,9 @@ def param_bytes(p: Params, precision: WeightPrecision, component: str) -> Fracti
     return dtype_bytes(p, precision.for_component(component))
 
 
+@lru_cache(maxsize=4096)
 def dtype_bytes(p: Params, dtype: DType) -> Fraction:
+    """Exact bytes of ``p`` with its matrices in ``dtype`` (1-D tensors 16-bit when quantized)."""
     return dtype.bytes_for(p.matrix) + vector_dtype(dtype).bytes_for(p.vector)
 
 
