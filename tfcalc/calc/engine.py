@@ -84,13 +84,14 @@ def capture_sizes(rule: str, max_num_seqs: int) -> list[int]:
     return []
 
 
-def cuda_graph_bytes(engine: EngineSpec, max_num_seqs: int) -> int:
-    """vLLM's estimate: first capture + (sizes - 1) x per-size memory (gpu_model_runner.profile_cudagraph_memory)."""
+def cuda_graph_bytes(engine: EngineSpec, max_num_seqs: int, tp: int = 1) -> int:
+    """vLLM's estimate: first capture + (sizes - 1) x per-size memory (gpu_model_runner.profile_cudagraph_memory);
+    more per size at tp > 1."""
     sizes = capture_sizes(engine.cuda_graphs.capture, max_num_seqs)
     if not sizes:
         return 0
     g = engine.cuda_graphs
-    return g.first_capture_bytes + (len(sizes) - 1) * g.per_size_bytes
+    return g.first_capture_bytes + (len(sizes) - 1) * (g.per_size_bytes_tp if tp > 1 else g.per_size_bytes)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -122,6 +122,7 @@ class PlanResult:
     kv_tokens_per_gpu: int
     kv_blocks_per_gpu: int                # kv_tokens / block_size
     kv_pool_blocks_per_gpu: int
+    kv_blocks_per_request: int            # blocks one request of `context` tokens takes (engine's definition)
     kv_groups: int
     kv_group_size: int
     kv_padding_layers: int
@@ -343,7 +344,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     capacity = eng.capacity_bytes(gpu) if e is not None else nominal
     startup = eng.startup_bytes(e, par.tp) if e is not None else 0
     non_torch = eng.non_torch_bytes(e, par.tp, par.pp) if e is not None else 0
-    graphs = eng.cuda_graph_bytes(e, max_seqs) if e is not None else 0
+    graphs = eng.cuda_graph_bytes(e, max_seqs, par.tp) if e is not None else 0
     graphs_in = (e.cuda_graphs.in_budget if cfg.cuda_graphs_in_budget is None else cfg.cuda_graphs_in_budget
                  ) if e is not None else False
     if e is not None and fraction is None:
@@ -433,6 +434,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         kv_bytes_per_token_per_gpu=max(st.kv_bytes_per_token for st in stages),
         kv_bytes_per_sequence_per_gpu=per_seq, kv_tokens_per_gpu=tightest.kv_tokens,
         kv_blocks_per_gpu=tightest.kv_tokens // block, kv_pool_blocks_per_gpu=tightest.kv_pool_blocks,
+        kv_blocks_per_request=tightest.blocks_per_request,
         kv_groups=tightest.kv_groups.num_groups, kv_group_size=tightest.kv_groups.group_size,
         kv_padding_layers=tightest.kv_groups.padding_layers, block_size=block, max_num_seqs=max_seqs,
         max_num_batched_tokens=mnbt, max_concurrent_sequences=sequences,

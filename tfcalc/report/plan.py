@@ -54,8 +54,10 @@ def plan_reason(spec: ModelSpec, cfg: PlanConfig, r: PlanResult) -> str:
 def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, r: PlanResult) -> str:
     """What the row assumed that a reader would not guess: checkpoint formats, padding, capacity, KV layout."""
     parts = []
-    if precision.kept_16_bit:
-        parts.append(f"{', '.join(precision.kept_16_bit)} kept in bf16 as quantized checkpoints ship them")
+    kept = [c for c in precision.kept_16_bit if not (c == "router" and spec.moe is None)
+            and not (c == "lm_head" and spec.tie_word_embeddings)]
+    if kept:
+        parts.append(f"{', '.join(kept)} kept in bf16 as quantized checkpoints ship them")
     if r.mxfp4_padded_hidden:
         parts.append(f"MXFP4 experts padded to hidden {r.mxfp4_padded_hidden:,} and intermediate/GPU "
                      f"{r.mxfp4_padded_intermediate:,} (the engine's MoE kernel layout; GPUs with native FP4 pad "
@@ -116,10 +118,13 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         if r.cuda_graph_bytes:
             verb = "subtracted" if r.cuda_graphs_in_budget else "not subtracted (captured in the slack)"
             lines.append(f"- {term('cuda_graph', 'CUDA graphs')} = {_gib(r.cuda_graph_bytes)}, {verb}")
+        if e.budget == "utilization":
+            lines.append(f"  (vLLM's 'Total non KV cache memory' = weights + torch peak + non-torch = "
+                         f"{_gib(r.weights_bytes_per_gpu + r.activation_peak_bytes + r.non_torch_bytes)})")
         lines.append(f"= {term('kv_budget', 'KV budget')} = {r.kv_budget_bytes_per_gpu:,} B = "
                      f"{_gib(r.kv_budget_bytes_per_gpu)}")
     mla = " (MLA latent, not split by tp)" if spec.mla is not None else ""
-    lines.append(f"KV per token per GPU = {sum(r.stage_layer_counts) // p.pp if p.pp == 1 else 'stage'} layers x "
+    lines.append(f"KV per token per GPU = {max(r.stage_layer_counts)} layers x "
                  f"{r.kv_elements_per_token_per_layer} elements x {kv_dtype.bits_per_element} bits / 8 = "
                  f"{r.kv_bytes_per_token_per_gpu:,} B{mla}")
     groups = (f" ({r.kv_groups} groups of {r.kv_group_size} layer slots, {r.kv_padding_layers} padding)"
@@ -127,8 +132,15 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     lines.append(f"{term('kv_tokens', 'KV tokens')} = {r.kv_pool_blocks_per_gpu:,} blocks"
                  + (f" // {r.kv_groups} groups" if r.kv_groups > 1 else "")
                  + f" x {r.block_size} = {r.kv_tokens_per_gpu:,} tokens{groups}")
-    lines.append(f"{term('concurrency', 'max sequences')} at {cfg.context:,} tokens = {r.max_concurrent_sequences:,}"
-                 f" ({p.dp} replica(s); window-aware: {r.max_concurrent_sequences_window_aware:,})")
+    per_replica = r.max_concurrent_sequences // p.dp
+    if e is not None and e.kv.concurrency == "vllm":
+        lines.append(f"{term('concurrency', 'max sequences')} for {cfg.context:,} tokens per request = "
+                     f"{r.kv_pool_blocks_per_gpu:,} blocks / {r.kv_blocks_per_request:,} per request = "
+                     f"{r.kv_pool_blocks_per_gpu / r.kv_blocks_per_request:,.2f}x -> {per_replica:,} sequences")
+    else:
+        lines.append(f"{term('concurrency', 'max sequences')} at {cfg.context:,} tokens = {per_replica:,} sequences")
+    lines.append(f"max sequences = {p.dp} replica(s) x {per_replica:,} = {r.max_concurrent_sequences:,} "
+                 f"(window-aware: {r.max_concurrent_sequences_window_aware:,})")
     if r.kv_budget_bytes_per_gpu_ideal is not None:
         lines.append(f"ideal arithmetic beside it: KV budget {_gib(r.kv_budget_bytes_per_gpu_ideal)}, "
                      f"{r.max_concurrent_sequences_ideal:,} sequences")

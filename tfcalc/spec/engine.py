@@ -64,6 +64,7 @@ class CudaGraphModel:
     capture: CaptureRule
     first_capture_bytes: int
     per_size_bytes: int
+    per_size_bytes_tp: int      # at tp > 1 (custom all-reduce buffers registered per graph)
     in_budget: bool
 
 
@@ -225,12 +226,15 @@ def engine_from_mapping(data: dict[str, Any], origin: str, default_name: str) ->
         sampler_scratch_rows=_int(a["sampler_scratch_rows"], origin, "activation.sampler_scratch_rows"),
         hidden_copies=_int(a["hidden_copies"], origin, "activation.hidden_copies"),
         moe_workspace=_bool(a["moe_workspace"], origin, "activation.moe_workspace"))
-    g = _section(data, "cuda_graphs", {"capture", "first_capture_mib", "per_size_mib", "in_budget"}, origin)
+    g = _section(data, "cuda_graphs", {"capture", "first_capture_mib", "per_size_mib", "in_budget"}, origin,
+                 frozenset({"per_size_mib_tp"}))
     _require(g["capture"] in ("vllm", "vllm-0.8", "sglang", "none"), origin,
              f"field 'cuda_graphs.capture' must be vllm, vllm-0.8, sglang or none, got {g['capture']!r}")
     graphs = CudaGraphModel(capture=g["capture"], first_capture_bytes=_mib(g["first_capture_mib"], origin,
                                                                            "cuda_graphs.first_capture_mib"),
                             per_size_bytes=_mib(g["per_size_mib"], origin, "cuda_graphs.per_size_mib"),
+                            per_size_bytes_tp=_mib(g.get("per_size_mib_tp", g["per_size_mib"]), origin,
+                                                   "cuda_graphs.per_size_mib_tp"),
                             in_budget=_bool(g["in_budget"], origin, "cuda_graphs.in_budget"))
     k = _section(data, "kv", {"hybrid_groups", "sliding_chunk", "concurrency"}, origin,
                  frozenset({"swa_full_tokens_ratio"}))
