@@ -342,3 +342,17 @@ def test_a_million_layers_plan() -> None:
     r = plan_fit(spec, load_gpu("h100-sxm"), BF16, get_dtype("bf16"),
                  PlanConfig(num_gpus=64, tp=1, pp=64, context=4096, engine=load_engine("vllm")))
     assert sum(r.stage_layer_counts) == 1_000_000 and r.kv_bytes_per_token_per_gpu == 15_625 * 2 * 8 * 128 * 2
+
+
+def test_memory_command_follows_the_same_checkpoint_rules() -> None:
+    """`tfcalc memory` and `tfcalc plan` agree on one GPU: tables kept bf16, per-layer exceptions applied."""
+    from tfcalc.calc.memory import weights_bytes_by_component
+    from tfcalc.calc.params import count_params
+
+    spec = load_model("llama3.1-405b")
+    fp8 = parse_weight_precision("fp8")
+    by_component = weights_bytes_by_component(count_params(spec), fp8, spec=spec)
+    one_gpu = stage_weight_bytes(spec, shard(spec, replace_par(1)), fp8, range(126), True, True)
+    assert abs(sum(by_component.values()) - one_gpu) <= len(by_component)
+    assert by_component["attention"] == 2 * 126 * (2 * 16384 * 16384 + 2 * 16384 * 8 * 128)  # all bf16
+    assert by_component["lm_head"] == 2 * 128256 * 16384

@@ -221,10 +221,11 @@ def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int], .
     return tuple(counts)
 
 
-def _exception_delta(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
-                     counts: tuple[tuple[int, int], ...]) -> Fraction:
-    """Bytes the stage's quantized_weight_exceptions add or remove: their layers keep the exception's format."""
-    parts, delta = _layer_parts(sh), Fraction(0)
+def exception_deltas(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
+                     counts: tuple[tuple[int, int], ...]) -> dict[str, Fraction]:
+    """Bytes per component the quantized_weight_exceptions add (or remove): their layers keep the exception's
+    format when the chosen one is quantized (and one the exception names)."""
+    parts, deltas = _layer_parts(sh), {}
     for x, (in_stage, dense) in zip(spec.quantized_weight_exceptions, counts, strict=True):
         formats = {get_dtype(f).name for f in x.formats}
         kept = get_dtype(x.dtype)
@@ -234,8 +235,9 @@ def _exception_delta(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
                 continue
             count = {"mlp": dense, "experts": in_stage - dense, "shared_experts": in_stage - dense,
                      "router": in_stage - dense}.get(component, in_stage)
-            delta += count * (dtype_bytes(parts[component], kept) - dtype_bytes(parts[component], chosen))
-    return delta
+            delta = count * (dtype_bytes(parts[component], kept) - dtype_bytes(parts[component], chosen))
+            deltas[component] = deltas.get(component, Fraction(0)) + delta
+    return deltas
 
 
 def stage_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, layers: range, first: bool,
@@ -253,7 +255,7 @@ def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, 
     moe = (param_bytes(sh.expert * sh.experts_resident, precision, "experts")
            + param_bytes(sh.shared_experts, precision, "shared_experts") + param_bytes(sh.router, precision, "router"))
     total = (c.layers * per_layer + c.dense_layers * param_bytes(sh.mlp, precision, "mlp") + c.moe_layers * moe
-             + _exception_delta(spec, sh, precision, exceptions))
+             + sum(exception_deltas(spec, sh, precision, exceptions).values(), Fraction(0)))
     if first:
         total += param_bytes(sh.embedding, precision, "embedding")
     if last:
