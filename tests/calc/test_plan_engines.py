@@ -278,6 +278,8 @@ def test_more_gpus_never_fewer_sequences(name: str, engine: str, tp: int, replic
 
     try:
         assert seqs(tp * (replicas + 1), tp) >= seqs(tp * replicas, tp)
+        if tp > 1:  # twice the GPUs as a tp group: no fewer sequences either
+            assert seqs(tp, tp) >= seqs(tp // 2, tp // 2)
     except UsageError:
         return
 
