@@ -132,7 +132,7 @@ def test_errors_are_one_line_with_exit_code(args: list[str], code: int, message:
     ("name: x\nvocab_size: 10\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 6\nnum_kv_heads: 4\n"
      "head_dim: 16\nintermediate_size: 32\n", "not divisible by num_kv_heads"),
     ("name: x\nvocab_size: 10\nhidden_size: -64\nnum_layers: 2\nnum_attention_heads: 4\nnum_kv_heads: 4\n"
-     "head_dim: 16\nintermediate_size: 32\n", "hidden_size must be positive"),
+     "head_dim: 16\nintermediate_size: 32\n", "field 'hidden_size' must be positive, got -64"),
     ("name: x\nvocab_size: 10\nhidden_sise: 64\nnum_layers: 2\n", "unknown field 'hidden_sise' (did you mean "
      "'hidden_size'?)"),
     ("name: x\nvocab_size: 10\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 4\nnum_kv_heads: 4\n"
