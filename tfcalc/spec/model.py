@@ -72,7 +72,7 @@ FLOAT_LIMITS: dict[str, float] = {
     "rope_scaling.low_freq_factor": 1e6,
     "rope_scaling.high_freq_factor": 1e6,
 }
-MAX_NAME_CHARS = 200
+MAX_NAME_CHARS = 255  # a file name's limit: user files are named after their file
 
 
 def _show(value: object) -> str:
