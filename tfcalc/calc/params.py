@@ -122,22 +122,22 @@ def count_params(spec: ModelSpec) -> ParamCounts:
         add("lm_head", Params(matrix=v * h))
     add("norms", _norm(spec, h))  # final norm
     attention, norms = attention_params(spec), norm_params_per_layer(spec)
-    dense_mlp = ffn_params(spec, spec.intermediate_size, spec.mlp_bias)
-    for layer in range(spec.num_layers):
-        add("attention", attention)
-        add("norms", norms)
-        if not spec.is_moe_layer(layer):
-            add("mlp", dense_mlp)
-            continue
-        moe = spec.moe
-        assert moe is not None
+    # Identical layers grouped: cost does not grow with the layer count.
+    moe_layers = spec.num_moe_layers
+    dense_layers = spec.num_layers - moe_layers
+    add("attention", attention * spec.num_layers)
+    add("norms", norms * spec.num_layers)
+    if dense_layers:
+        add("mlp", ffn_params(spec, spec.intermediate_size, spec.mlp_bias) * dense_layers)
+    moe = spec.moe
+    if moe is not None and moe_layers:
         expert = ffn_params(spec, moe.expert_intermediate_size, moe.expert_bias)
-        add("experts", expert * moe.num_experts, expert * moe.experts_per_token)
+        add("experts", expert * (moe.num_experts * moe_layers), expert * (moe.experts_per_token * moe_layers))
         if moe.num_shared_experts:
             # Shared experts run as one FFN of the summed width (DeepSeek, Qwen2-MoE): one down-projection bias.
             shared = ffn_params(spec, moe.num_shared_experts * moe.shared_expert_intermediate_size, spec.mlp_bias)
-            add("shared_experts", shared + Params(matrix=h if moe.shared_expert_gate else 0))
+            add("shared_experts", (shared + Params(matrix=h if moe.shared_expert_gate else 0)) * moe_layers)
         router_vector = (moe.num_experts if moe.router_bias else 0) + (
             moe.num_experts if moe.router_score_correction_bias else 0)
-        add("router", Params(h * moe.num_experts, router_vector))
+        add("router", Params(h * moe.num_experts, router_vector) * moe_layers)
     return ParamCounts(total, active, ACTIVE_CONVENTIONS[spec.active_params_convention])
