@@ -109,7 +109,13 @@ def check_before_work(options: dict[str, object]) -> None:
     if outputs:
         from tfcalc.output.files import check_outputs
 
+        from tfcalc.spec.presets import find_preset, preset_path
+
         inputs = [(flag, path) for name, flag in INPUT_OPTIONS.items() for path in _paths(options.get(name))]
+        # A preset named by name is an input file too (writing over the bundled presets is refused).
+        for name, kind in (("preset", "model"), ("gpu", "gpu")):
+            inputs += [(f"--{name}", preset_path(kind, str(value))) for value in _paths(options.get(name))
+                       if isinstance(value, str) and find_preset(kind, value) is not None]
         check_outputs(outputs, inputs)  # type: ignore[arg-type]
 
 
