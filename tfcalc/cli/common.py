@@ -108,7 +108,6 @@ def check_before_work(options: dict[str, object]) -> None:
         check_plot_path(Path(options["plot"]))  # type: ignore[arg-type]
     if outputs:
         from tfcalc.output.files import check_outputs
-
         from tfcalc.spec.presets import find_preset, preset_path
 
         inputs = [(flag, path) for name, flag in INPUT_OPTIONS.items() for path in _paths(options.get(name))]
