@@ -226,6 +226,8 @@ class TfcalcGroup(TyperGroup):
             code = result if isinstance(result, int) and not isinstance(result, bool) else EXIT_OK
         except click_exceptions.ClickException as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # `tfcalc` alone: Typer has printed the help
+                ctx = getattr(exc, "ctx", None)
+                print_error(f"name a command (see '{ctx.command_path if ctx else 'tfcalc'} --help')")
                 code = EXIT_USAGE
             else:
                 print_error(_usage_message(exc))

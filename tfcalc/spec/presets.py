@@ -187,6 +187,8 @@ def read_data_file(path: Path | str, allow_list: bool = False) -> Any:
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply") from None
     except Exception as exc:  # yaml.YAMLError and its subclasses; an int too long to convert
+        if isinstance(exc, ValueError) and "digits" in str(exc):  # Python's 4,300-digit int conversion limit
+            raise SpecError(f"{path}: a number with more than 4,300 digits") from None
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
@@ -352,7 +354,7 @@ def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> 
     except TypeError as exc:
         message = str(exc)
         prefix = {"MoESpec": "moe.", "MLASpec": "mla.", "RopeScaling": "rope_scaling."}.get(message.split(".")[0], "")
-        match = re.search(r"argument: '(\w+)'", message)
+        match = re.search(r"arguments?: '(\w+)'", message)
         if match:
             raise SpecError(f"{origin}: missing required field '{prefix}{match.group(1)}'") from None
         raise SpecError(f"{origin}: invalid value: {message}") from None
