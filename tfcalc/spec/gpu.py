@@ -119,9 +119,10 @@ def _one_of(data: dict[str, Any], keys: tuple[str, str], origin: str) -> tuple[s
 
 def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GPUSpec:
     """Validate a GPU preset mapping (units as in the module docstring) and build the GPUSpec."""
+    from tfcalc.spec.model import key_text
     from tfcalc.spec.presets import suggest
 
-    unknown = sorted(str(key)[:80] for key in data if key not in _ALLOWED)
+    unknown = sorted(key_text(key) for key in data if key not in _ALLOWED)
     if unknown:
         hints = suggest(unknown[0], sorted(_ALLOWED), limit=1)
         hint = f" (did you mean '{hints[0]}'?)" if hints else ""
@@ -138,7 +139,7 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
         if dtype not in FLOP_DTYPES:
             hints = suggest(str(dtype), list(FLOP_DTYPES), limit=1)
             hint = f" (did you mean '{hints[0]}'?)" if hints else ""
-            raise SpecError(f"{origin}: unknown dense_tflops dtype '{dtype}'{hint}")
+            raise SpecError(f"{origin}: unknown dense_tflops dtype '{key_text(dtype)}'{hint}")
         if value is None:
             continue  # the chip lacks the format (no FP8 on Ampere)
         flops[str(dtype)] = _scaled(_number(value, origin, f"dense_tflops.{dtype}"), 10**12)

@@ -84,6 +84,12 @@ def _show(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def key_text(key: object) -> str:
+    """A key from a file as a one-line message shows it: control characters escaped, at most 80 characters."""
+    text = str(key)
+    return (text if text.isprintable() else repr(text)[1:-1])[:80]
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise SpecError(message)

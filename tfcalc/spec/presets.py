@@ -21,6 +21,7 @@ from tfcalc.spec.model import (
     RopeScaling,
     check_int,
     check_str,
+    key_text,
 )
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -110,7 +111,7 @@ def _yaml_graph_check(root: Any, origin: str) -> None:
                 if isinstance(key_node, ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
                     ident = (key_node.tag, key_node.value)
                     if ident in seen:
-                        raise SpecError(f"{origin}: duplicate key '{key_node.value[:80]}' at line "
+                        raise SpecError(f"{origin}: duplicate key '{key_text(key_node.value)}' at line "
                                         f"{key_node.start_mark.line + 1}")
                     seen.add(ident)
         path.add(key)
@@ -181,7 +182,7 @@ def read_data_file(path: Path | str, allow_list: bool = False) -> Any:
     except SpecError:
         raise
     except _DuplicateKey as exc:
-        raise SpecError(f"{path}: duplicate key '{str(exc)[:80]}'") from None
+        raise SpecError(f"{path}: duplicate key '{key_text(exc)}'") from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:
@@ -290,11 +291,11 @@ _ROPE_FIELDS = {f.name for f in fields(RopeScaling)}
 
 
 def _check_keys(data: dict[Any, Any], allowed: set[str], origin: str, prefix: str = "") -> None:
-    unknown = sorted((str(key) for key in data if key not in allowed), key=str)
+    unknown = sorted(key_text(key) for key in data if key not in allowed)
     if unknown:
         hints = suggest(unknown[0], sorted(allowed), limit=1)
         hint = f" (did you mean '{prefix}{hints[0]}'?)" if hints else ""
-        raise SpecError(f"{origin}: unknown field '{prefix}{unknown[0][:80]}'{hint}")
+        raise SpecError(f"{origin}: unknown field '{prefix}{unknown[0]}'{hint}")
 
 
 def _mapping(value: Any, origin: str, key: str) -> dict[str, Any]:
