@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
 
 from tfcalc.errors import UsageError
 
@@ -30,12 +29,13 @@ def parse_size(text: str, what: str = "size", maximum: int = MAX_SIZE) -> int:
     if len(whole) + len(fraction or "") > _MAX_DIGITS:
         raise UsageError(f"invalid {what} '{text.strip()[:20]}...' ({len(text.strip())} characters): at most "
                          f"{maximum:,}")
-    value = Fraction(int(whole.replace("_", "")))
-    if fraction:
-        value += Fraction(int(fraction), 10 ** len(fraction))
-    value *= _SUFFIX[suffix.lower()]
-    if value.denominator != 1:
-        raise UsageError(f"invalid {what} '{text}': not a whole number")
+    scale = _SUFFIX[suffix.lower()]
+    value = int(whole.replace("_", "")) * scale
+    if fraction:  # integer arithmetic only: 1.5k = 1536 exactly, 1.3 is refused
+        extra, remainder = divmod(int(fraction) * scale, 10 ** len(fraction))
+        if remainder:
+            raise UsageError(f"invalid {what} '{text}': not a whole number")
+        value += extra
     if value <= 0:
         raise UsageError(f"invalid {what} '{text}': must be positive")
     if value > maximum:

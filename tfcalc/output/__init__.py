@@ -10,6 +10,7 @@ from tfcalc.errors import OutputError, UsageError
 from tfcalc.output.columns import Column
 
 FORMATS = ("table", "csv", "json")
+_STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})  # = files.STDOUT_NAMES
 __all__ = ["Column", "FORMATS", "emit", "print_stderr", "resolve_format", "write_stdout"]
 
 
@@ -110,10 +111,8 @@ def emit(rows: list[dict[str, object]], columns: list[Column], fmt: str | None =
     ``extra`` adds further (title, rows, columns) tables after the first, in table format only. ``output``
     None or ``-`` means stdout; any other path goes through ``tfcalc.output.files.open_output``.
     """
-    from tfcalc.output.files import is_stdout
-
     fmt = resolve_format(fmt, output)
-    to_stdout = output is None or is_stdout(output)
+    to_stdout = output is None or os.fspath(output) in _STDOUT_NAMES
     if to_stdout and sys.stdout is None:
         raise OutputError("cannot write the result: stdout is closed")
     if fmt == "table":

@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -133,6 +132,8 @@ def open_output(path: Path | str, binary: bool = False) -> Iterator[IO[Any]]:
         except OSError as exc:
             raise _error(path, exc) from None
         return
+    import tempfile
+
     folder = target.parent
     try:
         fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".tmp", dir=folder)

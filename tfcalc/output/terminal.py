@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 
-# ESC-introduced sequences (ECMA-48): CSI ... final byte, OSC/DCS/SOS/PM/APC ... BEL or ST, or ESC + one byte.
-_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|\x1b.?|\x9b[0-?]*[ -/]*[@-~]?",
-                     re.DOTALL)
 _BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f" + _BIDI + "]")
-_CONTROL_OR_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f" + _BIDI + "]")
+
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """(escape sequences, controls but newline, controls and newline), compiled on first use."""
+    # ESC-introduced sequences (ECMA-48): CSI ... final byte, OSC/DCS/SOS/PM/APC ... BEL or ST, ESC + one byte;
+    # and the 8-bit CSI.
+    escape = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|\x1b.?|\x9b[0-?]*[ -/]*[@-~]?",
+                        re.DOTALL)
+    control = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f" + _BIDI + "]")
+    control_or_newline = re.compile("[\x00-\x1f\x7f-\x9f" + _BIDI + "]")
+    return escape, control, control_or_newline
+
 
 # Typographic characters tfcalc prints, for ASCII-only streams (box drawing is mapped by name, see to_ascii).
 _TYPOGRAPHIC = {"\u2014": "-", "\u2013": "-", "\u2212": "-", "\u00b5": "u", "\u03bc": "u", "\u2026": "...",
@@ -30,23 +37,26 @@ def printable(text: str, one_line: bool = False) -> str:
 
     Newlines are kept unless ``one_line``, which turns each line break into a space.
     """
-    if text.isascii() and text.isprintable():
+    if text.isprintable():  # no Cc, no Cf (bidi overrides are Cf), no line break: nothing to remove
         return text
-    text = _ESCAPE.sub("", text).replace("\t", " ")
+    escape, control, control_or_newline = _patterns()
+    text = escape.sub("", text).replace("\t", " ")
     if one_line:
         text = text.replace("\r\n", "\n").replace("\n", " ")
-        return _CONTROL_OR_NEWLINE.sub("", text)
-    return _CONTROL.sub("", text)
+        return control_or_newline.sub("", text)
+    return control.sub("", text)
 
 
 def has_unsafe_characters(text: str) -> bool:
     """Whether ``printable`` would change ``text`` (newlines allowed)."""
-    return _CONTROL.search(text) is not None
+    return _patterns()[1].search(text) is not None
 
 
 @functools.cache
 def _ascii_table() -> dict[int, str]:
     """U+2500..U+257F by name: lines -> '-' ('=' if double) or '|'; corners, joints and crossings (" AND ") -> '+'."""
+    import unicodedata
+
     table: dict[int, str] = {ord(k): v for k, v in _TYPOGRAPHIC.items()}
     for code in range(0x2500, 0x2580):
         words = unicodedata.name(chr(code), "").split()

@@ -147,42 +147,55 @@ def check_str(key: str, value: object, max_chars: int | None = None) -> str:
     return value
 
 
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+Checker = typing.Callable[[str, object], object]
 
 
 def check_fields(spec: object, prefix: str = "") -> None:
     """Check every field of a spec dataclass against its type: bools, ints within INT_LIMITS, finite positive
     floats, Literal choices, text, integer tuples; ``None`` where the type allows it. Nested specs check
-    themselves when built."""
-    for f in fields(spec):  # type: ignore[arg-type]
-        _check_value(prefix + f.name, getattr(spec, f.name), _hints(type(spec))[f.name])
+    themselves when built. The checks are derived once per class from its type hints."""
+    for name, key, check in _checkers(type(spec), prefix):
+        check(key, getattr(spec, name))
 
 
-def _check_value(key: str, value: object, hint: Any) -> None:
+@functools.cache
+def _checkers(cls: type, prefix: str) -> tuple[tuple[str, str, Checker], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, prefix + f.name, _checker(hints[f.name], prefix + f.name)) for f in fields(cls))
+
+
+def _checker(hint: Any, key: str) -> Checker:
+    """The check for one declared type; each has a fast path for the common, valid value."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return
-        (hint,) = [a for a in args if a is not type(None)]
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        check = _checker(inner, key)
+        return lambda k, v: None if v is None else check(k, v)
     if origin is typing.Literal:
-        check_choice(key, value, args)
-    elif hint is bool:
-        check_bool(key, value)
-    elif hint is int:
-        check_int(key, value)
-    elif hint is float:
-        check_float(key, value)
-    elif hint is str:
-        check_str(key, value, MAX_NAME_CHARS if key == "name" else None)
-    elif origin is tuple:
-        if not isinstance(value, tuple):
-            raise SpecError(f"field '{key}' must be a list of layer indices, got {_show(value)}")
-        for item in value:
-            if isinstance(item, bool) or not isinstance(item, int):
-                raise SpecError(f"field '{key}' must be a list of layer indices, got {_show(item)} in it")
+        choices = frozenset(args)
+        return lambda k, v: None if type(v) is str and v in choices else check_choice(k, v, args)
+    if hint is bool:
+        return lambda k, v: None if v is True or v is False else check_bool(k, v)
+    if hint is int:
+        low, high = INT_LIMITS.get(key, (1, 1 << 62))
+        return lambda k, v: None if type(v) is int and low <= v <= high else check_int(k, v)
+    if hint is float:
+        high_float = FLOAT_LIMITS.get(key, math.inf)
+        return lambda k, v: None if type(v) is float and 0 < v <= high_float and v != math.inf else check_float(k, v)
+    if hint is str:
+        limit = MAX_NAME_CHARS if key == "name" else None
+        return lambda k, v: check_str(k, v, limit)
+    if origin is tuple:
+        return _check_index_tuple
+    return lambda k, v: None  # nested specs (checked when built) and free-form extras
+
+
+def _check_index_tuple(key: str, value: object) -> None:
+    if not isinstance(value, tuple):
+        raise SpecError(f"field '{key}' must be a list of layer indices, got {_show(value)}")
+    for item in value:
+        if type(item) is not int:
+            raise SpecError(f"field '{key}' must be a list of layer indices, got {_show(item)} in it")
 
 
 def check_layer_indices(key: str, layers: tuple[int, ...], num_layers: int) -> None:

@@ -203,7 +203,7 @@ def read_data_file(path: Path | str, allow_list: bool = False) -> Any:
 
 
 # --- preset names: names (case-insensitive, with aliases), never paths ---------------------------------
-_ALIAS = re.compile(r"[a-z0-9][a-z0-9._+-]*(/[a-z0-9][a-z0-9._+-]*)?")
+_ALIAS = r"[a-z0-9][a-z0-9._+-]*(/[a-z0-9][a-z0-9._+-]*)?"  # a name, or an owner/name repo id
 
 
 def _preset_file(kind: str, name: str) -> Path:
@@ -231,7 +231,7 @@ def find_preset(kind: str, name: str) -> str | None:
     names = preset_names(kind)
     if key in names:
         return key
-    return preset_aliases(kind).get(key) if _ALIAS.fullmatch(key) else None
+    return preset_aliases(kind).get(key) if re.fullmatch(_ALIAS, key) else None
 
 
 def resolve_preset(kind: str, name: str) -> str:
