@@ -203,7 +203,8 @@ def read_data_file(path: Path | str, allow_list: bool = False) -> Any:
 
 
 # --- preset names: names (case-insensitive, with aliases), never paths ---------------------------------
-_ALIAS = r"[a-z0-9][a-z0-9._+-]*(/[a-z0-9][a-z0-9._+-]*)?"  # a name, or an owner/name repo id
+_NAME = r"[a-z0-9][a-z0-9._+-]*"
+_ALIAS = rf"{_NAME}(/{_NAME})?"  # a name, or an owner/name repo id
 
 
 def _preset_file(kind: str, name: str) -> Path:
@@ -228,8 +229,7 @@ def find_preset(kind: str, name: str) -> str | None:
     """The preset called ``name`` (any case) or aliased so, else None. Only names in the preset folder's
     listing are ever turned into file names: ``../x`` is not a preset name."""
     key = name.strip().lower()
-    names = preset_names(kind)
-    if key in names:
+    if re.fullmatch(_NAME, key) and _preset_file(kind, key).is_file():  # a plain name: no separator, no dot first
         return key
     return preset_aliases(kind).get(key) if re.fullmatch(_ALIAS, key) else None
 
