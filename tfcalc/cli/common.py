@@ -177,6 +177,8 @@ def finish_stdout() -> int:
 def _usage_message(exc: click_exceptions.ClickException) -> str:
     """Click's message as one ``error:`` line: lower-case start, no final period, a pointer to --help."""
     message = " ".join(exc.format_message().split())
+    if len(message) > 300:  # Click repeats the value given: a 5,000-digit number is not worth a screenful
+        message = message[:297] + "..."
     if message[:1].isupper() and message[1:2].islower():
         message = message[0].lower() + message[1:]
     message = message.removesuffix(".")
