@@ -11,7 +11,7 @@ import functools
 import math
 import types
 import typing
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
 from tfcalc.errors import SpecError
@@ -51,7 +51,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "head_dim": (1, 1 << 16),
     "intermediate_size": (1, 1 << 24),
     "max_context": (1, 1 << 34),
-    "norms_per_layer": (0, 16),
+    "norms_per_layer": (1, 16),
     "sliding_window": (1, 1 << 34),
     "mla.q_lora_rank": (1, 1 << 20),
     "mla.kv_lora_rank": (1, 1 << 20),
@@ -187,7 +187,13 @@ def _checker(hint: Any, key: str) -> Checker:
         return lambda k, v: check_str(k, v, limit)
     if origin is tuple:
         return _check_index_tuple
-    return lambda k, v: None  # nested specs (checked when built) and free-form extras
+    if isinstance(hint, type) and is_dataclass(hint):  # a nested spec, checked when it was built
+        return lambda k, v: None if isinstance(v, hint) else _wrong_type(k, v, hint.__name__)
+    return lambda k, v: None  # free-form extras
+
+
+def _wrong_type(key: str, value: object, expected: str) -> None:
+    raise SpecError(f"field '{key}' must be a {expected}, got {_show(value)}")
 
 
 def _check_index_tuple(key: str, value: object) -> None:
