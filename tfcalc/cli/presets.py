@@ -73,9 +73,13 @@ def show(name: Annotated[str, typer.Argument(help="Preset name or alias (any cas
     columns = [Column("field", "field"), Column("value", "value"), Column("ref", "source")]
     notes: tuple[str, ...] = ()
     if resolve_format(fmt, output) == "table":
-        # The table cites each source once, by number; CSV/JSON keep the full citation on every row.
+        # The table cites each source once, by number, and lists the aliases under it; CSV/JSON keep the full
+        # citation on every row and the aliases as a row.
+        aliases = [str(row["value"]) for row in rows if row["field"] == "aliases"]
+        rows = [row for row in rows if row["field"] != "aliases"]
         citations = list(dict.fromkeys(str(row["source"]) for row in rows if row["source"]))
         rows = [{**row, "ref": f"[{citations.index(str(row['source'])) + 1}]" if row["source"] else ""}
                 for row in rows]
-        notes = tuple(f"[{i}] {citation}" for i, citation in enumerate(citations, 1))
+        notes = tuple(f"also known as: {a}" for a in aliases)
+        notes += tuple(f"[{i}] {citation}" for i, citation in enumerate(citations, 1))
     emit(rows, columns, fmt, output, title=f"{kind} preset {preset}", notes=notes)
