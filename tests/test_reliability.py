@@ -484,3 +484,20 @@ def test_presets_show_finds_either_kind_in_any_case_and_by_alias() -> None:
         assert set(rows[0]) == {"field", "value", "source"}  # the table's footnote numbers stay in the table
     header = invoke(["presets", "show", "llama3-70b", "-f", "csv"]).output.splitlines()[0]
     assert header == "field,value,source"
+
+
+def test_every_spec_field_is_checked() -> None:
+    """Each field of each spec dataclass refuses a value of no known type (a field added with a type the
+    checker does not read would otherwise go unchecked); ``extra`` is the one free-form field."""
+    from dataclasses import fields
+
+    from tfcalc.spec.model import MLASpec, ModelSpec, MoESpec, RopeScaling, _checkers
+
+    for cls, prefix in ((ModelSpec, ""), (MoESpec, "moe."), (MLASpec, "mla."), (RopeScaling, "rope_scaling.")):
+        checks = _checkers(cls, prefix)
+        assert [name for name, _, _ in checks] == [f.name for f in fields(cls)]
+        for name, key, check in checks:
+            if name == "extra":
+                continue
+            with pytest.raises(SpecError, match=f"field '{key}'"):
+                check(key, object())

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import functools
 import math
-import types
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 from tfcalc.errors import SpecError
 
@@ -160,36 +159,37 @@ def check_fields(spec: object, prefix: str = "") -> None:
 
 @functools.cache
 def _checkers(cls: type, prefix: str) -> tuple[tuple[str, str, Checker], ...]:
-    hints = typing.get_type_hints(cls)
-    return tuple((f.name, prefix + f.name, _checker(hints[f.name], prefix + f.name)) for f in fields(cls))
+    return tuple((f.name, prefix + f.name, _checker(str(f.type), prefix + f.name)) for f in fields(cls))
 
 
-def _checker(hint: Any, key: str) -> Checker:
-    """The check for one declared type; each has a fast path for the common, valid value."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType) and type(None) in args:
-        (inner,) = [a for a in args if a is not type(None)]
-        check = _checker(inner, key)
+def _checker(annotation: str, key: str) -> Checker:
+    """The check for one declared type, read from its annotation text (this module's annotations are strings:
+    builtins, ``X | None``, ``tuple[int, ...]``, its Literal aliases and spec classes). Each check has a fast
+    path for the common, valid value."""
+    if annotation.endswith(" | None"):
+        check = _checker(annotation.removesuffix(" | None"), key)
         return lambda k, v: None if v is None else check(k, v)
-    if origin is typing.Literal:
-        choices = frozenset(args)
-        return lambda k, v: None if type(v) is str and v in choices else check_choice(k, v, args)
-    if hint is bool:
+    if annotation == "bool":
         return lambda k, v: None if v is True or v is False else check_bool(k, v)
-    if hint is int:
+    if annotation == "int":
         low, high = INT_LIMITS.get(key, (1, 1 << 62))
         return lambda k, v: None if type(v) is int and low <= v <= high else check_int(k, v)
-    if hint is float:
+    if annotation == "float":
         high_float = FLOAT_LIMITS.get(key, math.inf)
         return lambda k, v: None if type(v) is float and 0 < v <= high_float and v != math.inf else check_float(k, v)
-    if hint is str:
+    if annotation == "str":
         limit = MAX_NAME_CHARS if key == "name" else None
         return lambda k, v: check_str(k, v, limit)
-    if origin is tuple:
+    if annotation.startswith("tuple["):
         return _check_index_tuple
-    if isinstance(hint, type) and is_dataclass(hint):  # a nested spec, checked when it was built
-        return lambda k, v: None if isinstance(v, hint) else _wrong_type(k, v, hint.__name__)
-    return lambda k, v: None  # free-form extras
+    target = globals().get(annotation)
+    if typing.get_origin(target) is typing.Literal:
+        args = typing.get_args(target)
+        choices = frozenset(args)
+        return lambda k, v: None if type(v) is str and v in choices else check_choice(k, v, args)
+    if isinstance(target, type) and is_dataclass(target):  # a nested spec, checked when it was built
+        return lambda k, v: None if isinstance(v, target) else _wrong_type(k, v, target.__name__)
+    return lambda k, v: None  # free-form extras (dict[str, object])
 
 
 def _wrong_type(key: str, value: object, expected: str) -> None:
