@@ -83,7 +83,8 @@ def write_stdout(text: str, fmt: str = "table") -> None:
     if terminal:
         text = printable(text)
     encoding = getattr(stream, "encoding", None)
-    if not can_encode(text, encoding):
+    utf8 = (encoding or "").lower().replace("-", "").replace("_", "") == "utf8"
+    if not utf8 and not can_encode(text, encoding):
         if fmt == "json":
             text = _json_ascii(text)
         elif fmt == "csv":
