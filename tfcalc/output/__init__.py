@@ -10,7 +10,8 @@ from tfcalc.errors import OutputError, UsageError
 from tfcalc.output.columns import Column
 
 FORMATS = ("table", "csv", "json")
-_STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})  # = files.STDOUT_NAMES
+# Output paths that mean the process's stdout (tfcalc.output.files writes to it rather than replacing it).
+STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
 __all__ = ["Column", "FORMATS", "emit", "print_stderr", "resolve_format", "write_stdout"]
 
 
@@ -113,7 +114,7 @@ def emit(rows: list[dict[str, object]], columns: list[Column], fmt: str | None =
     None or ``-`` means stdout; any other path goes through ``tfcalc.output.files.open_output``.
     """
     fmt = resolve_format(fmt, output)
-    to_stdout = output is None or os.fspath(output) in _STDOUT_NAMES
+    to_stdout = output is None or os.fspath(output) in STDOUT_NAMES
     if to_stdout and sys.stdout is None:
         raise OutputError("cannot write the result: stdout is closed")
     if fmt == "table":

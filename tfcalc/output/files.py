@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tfcalc.errors import OutputError, UsageError
-
-STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
+from tfcalc.output import STDOUT_NAMES
 STDERR_NAMES = frozenset({"/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"})
 _SPECIAL_ROOTS = ("/dev/", "/proc/")
 TEMP_PREFIX = ".tfcalc-"
