@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from tfcalc.errors import OutputError, UsageError
 from tfcalc.output import STDOUT_NAMES
+
 STDERR_NAMES = frozenset({"/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"})
 _SPECIAL_ROOTS = ("/dev/", "/proc/")
 TEMP_PREFIX = ".tfcalc-"
