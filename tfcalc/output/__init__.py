@@ -12,7 +12,7 @@ from tfcalc.output.columns import Column
 FORMATS = ("table", "csv", "json")
 # Output paths that mean the process's stdout (tfcalc.output.files writes to it rather than replacing it).
 STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
-__all__ = ["Column", "FORMATS", "emit", "print_stderr", "resolve_format", "write_stdout"]
+__all__ = ["Column", "FORMATS", "STDOUT_NAMES", "emit", "print_stderr", "resolve_format", "write_stdout"]
 
 
 def resolve_format(fmt: str | None, output: Path | None) -> str:
