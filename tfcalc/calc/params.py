@@ -186,7 +186,7 @@ def count_params(spec: ModelSpec) -> ParamCounts:
         add("lm_head", Params(matrix=v * h))
     add("norms", final_norm_params(spec))
     layers, moe = spec.num_layers, spec.moe
-    moe_layers = 0 if moe is None else layers - len(set(moe.dense_layers))
+    moe_layers = spec.num_moe_layers
     add("attention", attention_params(spec) * layers)
     add("norms", norm_params_per_layer(spec) * layers)
     add("mlp", ffn_params(spec, spec.intermediate_size, spec.mlp_bias) * (layers - moe_layers))

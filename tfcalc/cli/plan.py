@@ -1,6 +1,5 @@
 """``tfcalc plan``: does a model fit on these GPUs, for how many sequences at what context?"""
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -19,7 +18,7 @@ from tfcalc.cli.common import (
     resolve_models,
 )
 from tfcalc.errors import UsageError
-from tfcalc.output import Column, emit
+from tfcalc.output import Column, emit, print_stderr
 from tfcalc.units import parse_float, parse_sizes, split_list
 
 GpuOpt = Annotated[list[str], typer.Option(
@@ -70,9 +69,11 @@ def weight_precisions(values: list[str] | None) -> list:
 
 
 def print_traces(rows: list[dict], traces: list[tuple[str, ...]], keys: tuple[str, ...]) -> None:
+    from tfcalc.output import write_stdout
+
     for row, trace in zip(rows, traces, strict=True):
-        sys.stdout.write("\n# " + ", ".join(f"{k}={row[k]}" for k in keys) + "\n")
-        sys.stdout.write("".join(f"  {line}\n" for line in trace))
+        header = "\n# " + ", ".join(f"{k}={row[k]}" for k in keys) + "\n"
+        write_stdout(header + "".join(f"  {line}\n" for line in trace))
 
 
 def engine_list(values: list[str] | None) -> list:
@@ -178,7 +179,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
         from tfcalc.output.plot import plot_plan
 
         plot_plan(plot, specs, gpus, rows, precisions, kv_dtypes, engines)
-        sys.stderr.write(f"wrote plot to {plot}\n")
+        print_stderr(f"wrote plot to {plot}")
     if rows and all(r["max_concurrent_sequences"] == 0 for r in rows):
         # What one sequence lacks (not the row's batch): its KV bytes minus the budget (negative when weights overflow).
         def one(r: dict) -> int:

@@ -22,12 +22,19 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path) -> None:
-    if path.suffix.lower() != ".png":
-        raise UsageError(f"--plot writes PNG: give a .png file name, got '{path}'")
-    from tfcalc.output.files import atomic_file
+def check_plot_path(path: Path) -> None:
+    """``--plot`` writes PNG: a .png file name, or stdout (``-``) or a device such as /dev/null."""
+    from tfcalc.output.files import is_stdout
 
-    with atomic_file(path, binary=True) as handle:
+    if path.suffix.lower() != ".png" and not is_stdout(path) and not str(path).startswith(("/dev/", "/proc/")):
+        raise UsageError(f"--plot writes PNG: give a .png file name, got '{path}'")
+
+
+def _save(fig: Any, path: Path) -> None:
+    check_plot_path(path)
+    from tfcalc.output.files import open_output
+
+    with open_output(path, binary=True) as handle:
         fig.savefig(handle, format="png", dpi=110, bbox_inches="tight")
 
 

@@ -75,15 +75,45 @@ class GPUSpec:
 _ALLOWED = {"name", "memory_gib", "runtime_memory_gib", "memory_gb",
             "hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s", "dense_tflops",
             "interconnect", "interconnect_bidirectional_gb_s", "display_name", "vendor", "memory_type",
-            "sources", "notes", "kind", "published"}
+            "sources", "notes", "kind", "published", "aliases"}
+
+
+# Upper bounds of the datasheet-unit fields (finite, positive, and at most these): 1000x today's largest parts.
+GPU_LIMITS: dict[str, float] = {
+    "memory_gib": 1 << 20, "runtime_memory_gib": 1 << 20, "memory_gb": 1 << 20, "hbm_bandwidth_tb_s": 1e4,
+    "hbm_bandwidth_gb_s": 1e7, "dense_tflops": 1e7, "interconnect_bidirectional_gb_s": 1e7,
+}
 
 
 def _number(value: Any, origin: str, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(f"{origin}: field '{key}' must be a number, got {value!r}")
-    if value <= 0:
-        raise SpecError(f"{origin}: field '{key}' must be positive, got {value!r}")
-    return float(value)
+    """A finite, positive number within GPU_LIMITS (``dense_tflops.bf16`` uses dense_tflops' bound)."""
+    from tfcalc.spec.model import check_float
+
+    try:
+        check_float(key, value, GPU_LIMITS.get(key.split(".")[0]))
+    except SpecError as exc:
+        raise SpecError(f"{origin}: {exc}") from None
+    return value  # type: ignore[no-any-return] - int or float as written, for exact scaling
+
+
+def _scaled(value: float, factor: int) -> int | float:
+    """``value x factor`` computed on the decimal the file holds: ``2039`` TFLOP/s -> 2,039,000,000,000,000
+    exactly (not ``2039 * 1e12`` = 2039000000000000.2); an integer when the product is one."""
+    from decimal import Decimal
+
+    product = Decimal(repr(value)) * factor
+    return int(product) if product == product.to_integral_value() else float(product)
+
+
+def _text(data: dict[str, Any], key: str, origin: str, default: str = "") -> str:
+    from tfcalc.spec.model import MAX_NAME_CHARS, check_str
+
+    if data.get(key) is None:
+        return default
+    try:
+        return check_str(key, data[key], MAX_NAME_CHARS)
+    except SpecError as exc:
+        raise SpecError(f"{origin}: {exc}") from None
 
 
 def _one_of(data: dict[str, Any], keys: tuple[str, str], origin: str) -> tuple[str, float]:
@@ -95,19 +125,20 @@ def _one_of(data: dict[str, Any], keys: tuple[str, str], origin: str) -> tuple[s
 
 def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GPUSpec:
     """Validate a GPU preset mapping (units as in the module docstring) and build the GPUSpec."""
+    from tfcalc.spec.model import key_text
     from tfcalc.spec.presets import suggest
 
-    unknown = sorted(set(data) - _ALLOWED)
+    unknown = sorted(key_text(key) for key in data if key not in _ALLOWED)
     if unknown:
         hints = suggest(unknown[0], sorted(_ALLOWED), limit=1)
         hint = f" (did you mean '{hints[0]}'?)" if hints else ""
         raise SpecError(f"{origin}: unknown field '{unknown[0]}'{hint}")
     key, memory = _one_of(data, ("memory_gib", "memory_gb"), origin)
-    memory_bytes = round(memory * (GIB if key == "memory_gib" else 1e9))
+    memory_bytes = round(_scaled(memory, GIB if key == "memory_gib" else 10**9))
     runtime = data.get("runtime_memory_gib")
-    runtime_bytes = None if runtime is None else round(_number(runtime, origin, "runtime_memory_gib") * GIB)
+    runtime_bytes = None if runtime is None else round(_scaled(_number(runtime, origin, "runtime_memory_gib"), GIB))
     key, bandwidth = _one_of(data, ("hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s"), origin)
-    bandwidth *= 1e12 if key == "hbm_bandwidth_tb_s" else 1e9
+    bandwidth = _scaled(bandwidth, 10**12 if key == "hbm_bandwidth_tb_s" else 10**9)
     tflops = data.get("dense_tflops")
     if not isinstance(tflops, dict) or not tflops:
         raise SpecError(f"{origin}: field 'dense_tflops' must be a mapping such as {{bf16: 989.5, fp8: 1979}}")
@@ -116,19 +147,20 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
         if dtype not in FLOP_DTYPES:
             hints = suggest(str(dtype), list(FLOP_DTYPES), limit=1)
             hint = f" (did you mean '{hints[0]}'?)" if hints else ""
-            raise SpecError(f"{origin}: unknown dense_tflops dtype '{dtype}'{hint}")
+            raise SpecError(f"{origin}: unknown dense_tflops dtype '{key_text(dtype)}'{hint}")
         if value is None:
             continue  # the chip lacks the format (no FP8 on Ampere)
-        flops[str(dtype)] = _number(value, origin, f"dense_tflops.{dtype}") * 1e12
+        flops[str(dtype)] = _scaled(_number(value, origin, f"dense_tflops.{dtype}"), 10**12)
     if data.get("interconnect_bidirectional_gb_s") is None:
         raise SpecError(f"{origin}: missing required field 'interconnect_bidirectional_gb_s'")
-    link = _number(data["interconnect_bidirectional_gb_s"], origin, "interconnect_bidirectional_gb_s") * 1e9 / 2
+    link = _scaled(_number(data["interconnect_bidirectional_gb_s"], origin, "interconnect_bidirectional_gb_s"),
+                   10**9 // 2)  # one direction: half the bidirectional figure
     try:
-        return GPUSpec(name=str(data.get("name", default_name)), memory_bytes=memory_bytes,
+        return GPUSpec(name=_text(data, "name", origin, default_name), memory_bytes=memory_bytes,
                        runtime_memory_bytes=runtime_bytes,
                        hbm_bandwidth_bytes_per_s=bandwidth, dense_flops_per_s=flops,
-                       interconnect_bandwidth_bytes_per_s=link, interconnect=str(data.get("interconnect", "")),
-                       display_name=str(data.get("display_name", default_name)),
-                       vendor=str(data.get("vendor", "")))
+                       interconnect_bandwidth_bytes_per_s=link, interconnect=_text(data, "interconnect", origin),
+                       display_name=_text(data, "display_name", origin, default_name),
+                       vendor=_text(data, "vendor", origin))
     except SpecError as exc:
         raise SpecError(f"{origin}: {exc}") from None
