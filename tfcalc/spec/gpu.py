@@ -42,6 +42,7 @@ class GPUSpec:
     interconnect: str = ""
     display_name: str = ""
     vendor: str = ""
+    latency: GPULatency | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         n = self.name
@@ -69,7 +70,7 @@ class GPUSpec:
 
 _ALLOWED = {"name", "memory_gib", "memory_gb", "hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s", "dense_tflops",
             "interconnect", "interconnect_bidirectional_gb_s", "display_name", "vendor", "memory_type",
-            "sources", "notes", "kind", "published"}
+            "sources", "notes", "kind", "published", "latency"}
 
 
 def _number(value: Any, origin: str, key: str) -> float:
@@ -120,6 +121,78 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
                        hbm_bandwidth_bytes_per_s=bandwidth, dense_flops_per_s=flops,
                        interconnect_bandwidth_bytes_per_s=link, interconnect=str(data.get("interconnect", "")),
                        display_name=str(data.get("display_name", default_name)),
-                       vendor=str(data.get("vendor", "")))
+                       vendor=str(data.get("vendor", "")),
+                       latency=None if data.get("latency") is None else latency_from_mapping(data["latency"], origin))
     except SpecError as exc:
         raise SpecError(f"{origin}: {exc}") from None
+
+
+# --- the latency block: what the GPU achieves, for ``tfcalc estimate`` (tfcalc/calc/kernels.py) -------------
+
+_LATENCY_KEYS = {"sm_count", "gemm_efficiency", "attention_efficiency", "memory_efficiency", "floors_us",
+                 "interconnect_preset", "sources"}
+_FLOOR_KEYS = ("gemm", "elementwise", "attention", "moe")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPULatency:
+    """Achievable fractions of the datasheet peaks and per-kernel floors, each sourced in the preset.
+
+    ``gemm_efficiency``: fraction of the dense peak large GEMMs reach, per compute dtype; ``attention_efficiency``:
+    flash-attention prefill on long sequences (16-bit); ``memory_efficiency``: large streaming kernels (GEMV);
+    ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
+    ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric.
+    """
+
+    sm_count: int
+    gemm_efficiency: dict[str, float] = field(hash=False)
+    attention_efficiency: float
+    memory_efficiency: float
+    floors_s: dict[str, float] = field(hash=False)
+    interconnect_preset: str
+
+
+def _fraction(value: Any, origin: str, key: str) -> float:
+    number = _number(value, origin, key)
+    if number > 1:
+        raise SpecError(f"{origin}: field '{key}' must be in (0, 1], got {value!r}")
+    return number
+
+
+def latency_from_mapping(data: Any, origin: str) -> GPULatency:
+    """Validate a GPU preset's ``latency:`` block (units as printed: fractions, microseconds)."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: field 'latency' must be a mapping")
+    unknown = sorted(set(data) - _LATENCY_KEYS)
+    if unknown:
+        raise SpecError(f"{origin}: unknown field 'latency.{unknown[0]}' (known: {', '.join(sorted(_LATENCY_KEYS))})")
+    for key in ("sm_count", "gemm_efficiency", "attention_efficiency", "memory_efficiency", "floors_us",
+                "interconnect_preset"):
+        if data.get(key) is None:
+            raise SpecError(f"{origin}: missing required field 'latency.{key}'")
+    sm_count = data["sm_count"]
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count <= 0:
+        raise SpecError(f"{origin}: field 'latency.sm_count' must be a positive integer, got {sm_count!r}")
+    gemm = data["gemm_efficiency"]
+    if not isinstance(gemm, dict) or not gemm:
+        raise SpecError(f"{origin}: field 'latency.gemm_efficiency' must be a mapping such as {{bf16: 0.79}}")
+    efficiencies = {}
+    for dtype, value in gemm.items():
+        if dtype not in FLOP_DTYPES:
+            raise SpecError(f"{origin}: unknown dtype 'latency.gemm_efficiency.{dtype}' "
+                            f"(known: {', '.join(FLOP_DTYPES)})")
+        efficiencies[str(dtype)] = _fraction(value, origin, f"latency.gemm_efficiency.{dtype}")
+    floors = data["floors_us"]
+    if not isinstance(floors, dict):
+        raise SpecError(f"{origin}: field 'latency.floors_us' must be a mapping of {', '.join(_FLOOR_KEYS)}")
+    missing = [k for k in _FLOOR_KEYS if k not in floors]
+    extra = sorted(set(floors) - set(_FLOOR_KEYS))
+    if missing or extra:
+        which = f"missing 'latency.floors_us.{missing[0]}'" if missing else f"unknown 'latency.floors_us.{extra[0]}'"
+        raise SpecError(f"{origin}: {which} (give {', '.join(_FLOOR_KEYS)})")
+    floors_s = {k: _number(floors[k], origin, f"latency.floors_us.{k}") * 1e-6 for k in _FLOOR_KEYS}
+    return GPULatency(sm_count=sm_count, gemm_efficiency=efficiencies,
+                      attention_efficiency=_fraction(data["attention_efficiency"], origin,
+                                                     "latency.attention_efficiency"),
+                      memory_efficiency=_fraction(data["memory_efficiency"], origin, "latency.memory_efficiency"),
+                      floors_s=floors_s, interconnect_preset=str(data["interconnect_preset"]))

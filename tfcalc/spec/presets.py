@@ -16,7 +16,7 @@ from tfcalc.spec.model import MLASpec, ModelSpec, MoESpec, RopeScaling
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 PRESET_KINDS = ("model", "gpu")
-_KIND_FOLDERS = {"model": "models", "gpu": "gpus"}
+_KIND_FOLDERS = {"model": "models", "gpu": "gpus", "interconnect": "interconnects", "engine": "engines"}
 
 # Keys a preset may carry besides the spec's own fields: provenance and published figures.
 _DOC_KEYS = {"display_name", "sources", "published", "kind"}

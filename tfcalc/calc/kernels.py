@@ -1,0 +1,259 @@
+"""Time of one GPU kernel from its FLOPs and bytes: the per-operation latency model behind ``tfcalc estimate``.
+
+Every kernel costs
+
+    time = max(FLOPs / achievable FLOP/s(shape, dtype), bytes / achievable bandwidth(size), dequant time) + floor
+
+- **Achievable FLOP/s** = dense peak x the GPU's large-GEMM efficiency for the compute dtype x K / (K + K0):
+  each output tile pays a prologue/epilogue worth about K0 = 128 elements of its K loop, so short-K GEMMs
+  (MoE down projections at high tensor parallelism) run far below peak. Measured: bf16 GEMMs with M, N >= 4096
+  on an H200 reach 0.50 / 0.63 / 0.70 / 0.75 of peak at K = 256 / 512 / 1024 / >= 2048 (aiconfigurator's
+  vLLM 0.24 gemm table), which 0.77 x K / (K + 128) reproduces within 3 %.
+- **Achievable bandwidth** = datasheet HBM x the GPU's streaming efficiency, or a measured curve by size from a
+  calibration file.
+- **Dequantisation** (weight-only int8/int4/fp4 GEMMs in 16-bit activations): every weight element is unpacked and
+  scaled on the CUDA cores; at ``DEQUANT_OPS`` instructions per element the ALUs, not HBM, bound the kernel
+  (gpt-fast int8 decode reaches 52 % of A100 HBM against 69 % in bf16; vLLM's MXFP4 MoE on an H200 streams
+  4.7e12 weights/s, 7 instructions each at the fp32 rate).
+- **Floor**: the fixed cost of a kernel (launch, ramp-up, tail) per kernel class, measured on the GPU (preset) or
+  by ``tfcalc bench calibrate``; without CUDA graphs a kernel also waits for the host to launch it.
+- **Flash attention** (prefill): query tiles of 128 rows against key tiles of 128 (FlashAttention-2, arXiv
+  2307.08691, sec. 3); causal diagonal tiles are computed whole and each query tile pays a prologue of about
+  two key tiles; the kernel takes max(total tile work / SMs, longest query tile) -- with fewer query tiles than
+  SMs the longest one sets the time.
+- **Decode attention** streams the KV cache; split-KV kernels need enough (sequence, KV head) streams in flight
+  to reach full bandwidth: with u streams they reach u / (u + u_half) of it (u_half = 2.8 fits FlashAttention-3
+  decode on an H200 within 10 % from 1 to 256 streams, aiconfigurator vLLM 0.24 table).
+
+``ideal=True`` rates turn every efficiency to 1 and every floor to 0: the pure roofline.
+Pure math: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+GEMM_K0 = 128  # elements of K loop one tile's prologue/epilogue costs (module docstring)
+FLASH_TILE = 128  # rows per query tile and keys per key tile (FlashAttention-2/3 on Hopper)
+FLASH_PROLOGUE_TILES = 2  # key tiles' worth of work each query tile pays up front
+MOE_TILE_M = 64  # rows of a grouped-GEMM tile: an expert with fewer tokens still computes 64 rows
+DECODE_STREAMS_HALF = 2.8  # u_half of decode attention (module docstring)
+
+# CUDA-core instructions per weight element to dequantise in a weight-only GEMM (unpack, convert, scale).
+# gpt-fast README (A100-80GB, 330 W): Llama-2-7B int8 155.6 tok/s = 1.05e12 weights/s against the A100's
+# 9.75e12 fp32 FMA/s -> 9.3; int4-g32 196.8 tok/s -> 7.1; vLLM MXFP4 MoE on an H200 (aiconfigurator vLLM 0.24
+# moe table, all 128 experts streamed): 4.7e12 weights/s at 33.5e12 FMA/s -> 7.1.
+DEQUANT_OPS = {8: 9.0, 4: 7.0}
+
+KERNEL_CLASSES = ("gemm", "elementwise", "attention", "moe")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rates:
+    """What one GPU achieves, as the latency model uses it (SI units: FLOP/s, bytes/s, seconds)."""
+
+    name: str
+    peak_flops: dict[str, float] = field(hash=False)  # dense datasheet peak per compute dtype
+    gemm_efficiency: dict[str, float] = field(hash=False)  # large-GEMM fraction of peak per compute dtype
+    attention_efficiency: float  # flash-attention prefill fraction of the 16-bit peak on long sequences
+    memory_bandwidth: float  # datasheet bytes/s
+    memory_efficiency: float  # fraction of it large streaming kernels reach
+    alu_ops_per_s: float  # CUDA-core instructions/s (fp32 FMA rate) for dequantisation
+    sm_count: int
+    floors: dict[str, float] = field(hash=False)  # seconds per kernel class (KERNEL_CLASSES)
+    launch_s: float = 0.0  # host launch interval per kernel when not under CUDA graphs
+    cuda_graphs: bool = True
+    bandwidth_points: tuple[tuple[float, float], ...] = ()  # measured (bytes, achievable bytes/s), sorted
+    ideal: bool = False
+    source: str = ""
+
+    def peak(self, compute: str) -> tuple[str, float]:
+        """(dtype used, dense FLOP/s); a dtype the chip lacks falls back to bf16, then fp16."""
+        for key in (compute, "bf16", "fp16"):
+            if key in self.peak_flops:
+                return key, self.peak_flops[key]
+        raise ValueError(f"{self.name}: no dense throughput for {compute}")
+
+    def gemm_flops_per_s(self, compute: str, k: float) -> float:
+        """Peak x large-GEMM efficiency x K / (K + K0) (module docstring); the peak alone when ideal."""
+        dtype, peak = self.peak(compute)
+        if self.ideal:
+            return peak
+        eff = self.gemm_efficiency.get(dtype, self.gemm_efficiency.get("bf16", 0.7))
+        return peak * eff * k / (k + GEMM_K0)
+
+    def bandwidth(self, nbytes: float) -> float:
+        """Achievable bytes/s for a kernel moving ``nbytes``: the calibrated curve (log-linear), else constant."""
+        if self.ideal:
+            return self.memory_bandwidth
+        points = self.bandwidth_points
+        if not points:
+            return self.memory_bandwidth * self.memory_efficiency
+        if nbytes <= points[0][0]:
+            return points[0][1]
+        if nbytes >= points[-1][0]:
+            return points[-1][1]
+        for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+            if nbytes <= x1:
+                w = math.log(nbytes / x0) / math.log(x1 / x0)
+                return y0 + w * (y1 - y0)
+        return points[-1][1]  # unreachable
+
+    def floor(self, kind: str) -> float:
+        """Fixed seconds of one kernel of ``kind``; without CUDA graphs at least the host's launch interval."""
+        if self.ideal:
+            return 0.0
+        base = self.floors.get(kind, self.floors.get("gemm", 0.0))
+        return base if self.cuda_graphs else max(base, self.launch_s)
+
+    def as_ideal(self) -> Rates:
+        return replace(self, ideal=True)
+
+    def with_efficiency(self, compute: float | None = None, memory: float | None = None) -> Rates:
+        """The same GPU with every compute efficiency (GEMM, attention) and/or the memory efficiency replaced."""
+        changes: dict[str, object] = {}
+        if compute is not None:
+            changes.update(gemm_efficiency={k: compute for k in self.gemm_efficiency}, attention_efficiency=compute)
+        if memory is not None:
+            changes.update(memory_efficiency=memory, bandwidth_points=())
+        return replace(self, **changes) if changes else self
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """One kernel (or ``count`` identical kernels): time, work and what bound it."""
+
+    seconds: float
+    flops: float
+    bytes: float
+    bound: str  # compute | memory | dequant | floor | comm
+    kernels: int = 1
+
+
+def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: float, t_dequant: float = 0.0,
+            kernels: int = 1) -> Cost:
+    t_memory = nbytes / rates.bandwidth(nbytes) if nbytes else 0.0
+    work = max(t_compute, t_memory, t_dequant)
+    floor = kernels * rates.floor(kind)
+    if floor > work:
+        bound = "floor"
+    elif work == t_compute:
+        bound = "compute"
+    elif work == t_memory:
+        bound = "memory"
+    else:
+        bound = "dequant"
+    return Cost(work + floor, flops, nbytes, bound, kernels)
+
+
+def gemm(rates: Rates, m: float, n: float, k: float, weight_bits: float, compute: str, act_bytes: float = 2.0,
+         out_bytes: float = 2.0, weight_only_bits: int = 0) -> Cost:
+    """[m x k] @ [k x n]: 2mnk FLOPs; weights n k x bits/8 + activations m k + output m n bytes.
+
+    ``weight_only_bits`` (8 or 4) marks a weight-only kernel: 16-bit tensor cores plus dequantisation.
+    """
+    flops = 2.0 * m * n * k
+    nbytes = n * k * weight_bits / 8 + m * k * act_bytes + m * n * out_bytes
+    t_compute = flops / rates.gemm_flops_per_s(compute, k) if flops else 0.0
+    t_dequant = 0.0
+    if weight_only_bits and not rates.ideal:
+        t_dequant = n * k * DEQUANT_OPS.get(weight_only_bits, 7.0) / rates.alu_ops_per_s
+    return _finish(rates, "gemm", flops, nbytes, t_compute, t_dequant)
+
+
+def elementwise(rates: Rates, nbytes: float, flops: float = 0.0, kernels: int = 1) -> Cost:
+    """A memory-bound kernel (norm, activation, rotary, cache write, quantisation) moving ``nbytes``."""
+    return _finish(rates, "elementwise", flops, nbytes, 0.0, kernels=kernels)
+
+
+def _tiles(tokens: int, past: int, window: int | None) -> tuple[float, float, int]:
+    """For one sequence's query tiles (tokens new after ``past`` cached): (sum of key tiles over query tiles,
+    key tiles of the longest query tile, query tiles). Query tile i ends at row past + (i+1) x 128 and sees
+    min(that, window) keys, in whole key tiles (causal diagonal tiles computed whole)."""
+    q_tiles = -(-tokens // FLASH_TILE)
+    if q_tiles == 0:
+        return 0.0, 0.0, 0
+    p = past / FLASH_TILE
+    cap = math.inf if window is None else math.ceil(window / FLASH_TILE) + 1  # a window spans one more tile
+    # key tiles of query tile i: min(ceil(p) + i + 1, cap) -- arithmetic series capped at ``cap``
+    first = math.ceil(p) + 1
+    uncapped = max(0, min(q_tiles, int(cap - first) + 1)) if cap != math.inf else q_tiles
+    total = uncapped * first + uncapped * (uncapped - 1) / 2
+    total += (q_tiles - uncapped) * (cap if cap != math.inf else 0)
+    longest = min(first + q_tiles - 1, cap)
+    return total, longest, q_tiles
+
+
+def flash_prefill(rates: Rates, seqs: int, tokens: int, past: int, heads: int, qk_dim: int, v_dim: int,
+                  window: int | None, kv_bytes_read: float, exact_flops: float) -> Cost:
+    """Causal flash attention for ``seqs`` sequences of ``tokens`` new tokens after ``past`` cached ones.
+
+    ``exact_flops`` (2 heads (qk + v) per query-key pair actually attended) is reported; the time follows the
+    tile work of the module docstring.
+    """
+    if seqs == 0 or tokens == 0:
+        return Cost(0.0, 0.0, 0.0, "compute", 0)
+    dtype, peak = rates.peak("bf16")
+    rate = peak if rates.ideal else peak * rates.attention_efficiency
+    if rates.ideal:
+        t_compute = exact_flops / rate
+    else:
+        total, longest, _ = _tiles(tokens, past, window)
+        tile_flops = 2.0 * FLASH_TILE * FLASH_TILE * (qk_dim + v_dim)
+        per_sm = rate / rates.sm_count
+        work = seqs * heads * (total + (FLASH_PROLOGUE_TILES * -(-tokens // FLASH_TILE)))
+        t_compute = tile_flops / per_sm * max(work / rates.sm_count, longest + FLASH_PROLOGUE_TILES)
+    return _finish(rates, "attention", exact_flops, kv_bytes_read, t_compute)
+
+
+def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, flops: float,
+                     compute_rate_dtype: str = "bf16") -> Cost:
+    """One query token per sequence against its cache: streams ``kv_bytes``; ``kv_heads`` per GPU (1 for MLA)."""
+    if seqs == 0:
+        return Cost(0.0, 0.0, 0.0, "memory", 0)
+    _, peak = rates.peak(compute_rate_dtype)
+    rate = peak if rates.ideal else peak * rates.attention_efficiency
+    t_compute = flops / rate
+    streams = seqs * max(kv_heads, 1)
+    util = 1.0 if rates.ideal else streams / (streams + DECODE_STREAMS_HALF)
+    t_memory = kv_bytes / (rates.bandwidth(kv_bytes) * util) if kv_bytes else 0.0
+    work = max(t_compute, t_memory)
+    floor = rates.floor("attention")
+    bound = "floor" if floor > work else ("compute" if t_compute >= t_memory else "memory")
+    return Cost(work + floor, flops, kv_bytes, bound, 1)
+
+
+def moe_experts(rates: Rates, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
+                expert_width: int, gated: bool, weight_bits: float, compute: str, weight_only_bits: int = 0,
+                act_bytes: float = 2.0) -> Cost:
+    """Fused MoE (route, permute, grouped gate/up GEMM, activation, grouped down GEMM, combine) on one GPU.
+
+    ``tokens`` enter the layer on this GPU; each picks ``top_k`` of ``experts_total`` experts under uniform
+    routing, of which ``experts_local`` live here (each sliced to ``expert_width``). Distinct experts touched:
+    E_local x (1 - (1 - k/E)^T); every touched expert's weights are read once and its rows are padded to whole
+    tiles of MOE_TILE_M.
+    """
+    if tokens <= 0 or experts_local == 0:
+        return Cost(0.0, 0.0, 0.0, "memory", 0)
+    share = experts_local / experts_total
+    pairs = tokens * top_k * share  # (token, expert) pairs computed here
+    distinct = experts_local * (1 - (1 - top_k / experts_total) ** tokens)
+    in_width = (2 if gated else 1) * expert_width
+    params_per_expert = (in_width + expert_width) * hidden
+    flops = 2.0 * pairs * params_per_expert
+    rows_per_expert = pairs / distinct if distinct else 0.0
+    padded_rows = distinct * math.ceil(rows_per_expert / MOE_TILE_M - 1e-9) * MOE_TILE_M if distinct else 0.0
+    padded_flops = 2.0 * max(padded_rows, pairs) * params_per_expert
+    nbytes = distinct * params_per_expert * weight_bits / 8 + pairs * (2 * hidden + in_width + expert_width) * act_bytes
+    if rates.ideal:
+        t_compute = flops / rates.gemm_flops_per_s(compute, hidden)
+        return _finish(rates, "moe", flops, nbytes, t_compute)
+    # gate/up runs with K = hidden, down with K = expert width: K/(K + K0) applies to each share of the FLOPs
+    up_share = in_width / (in_width + expert_width)
+    t_compute = padded_flops * (up_share / rates.gemm_flops_per_s(compute, hidden)
+                                + (1 - up_share) / rates.gemm_flops_per_s(compute, expert_width))
+    t_dequant = 0.0
+    if weight_only_bits:
+        t_dequant = distinct * params_per_expert * DEQUANT_OPS.get(weight_only_bits, 7.0) / rates.alu_ops_per_s
+    return _finish(rates, "moe", flops, nbytes, t_compute, t_dequant)
