@@ -33,8 +33,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
-GEMM_K0 = 128  # elements of K loop one tile's prologue/epilogue costs (module docstring)
+# Elements of K loop one output tile's prologue/epilogue costs, per compute dtype (module docstring): fit of
+# eff x K / (K + K0) to GEMMs with M, N >= 4096 swept over K on an H200 (aiconfigurator vLLM 0.24 gemm table):
+# bf16 0.50 / 0.70 / 0.75 at K = 256 / 1024 / 8192; fp8 (CUTLASS scaled-mm with per-token scales in the epilogue)
+# 0.27 / 0.42 / 0.62 at K = 512 / 1024 / 8192.
+GEMM_K0 = {"bf16": 128, "fp16": 128, "fp32": 128, "fp8": 512, "int8": 512, "fp4": 512}
 FLASH_TILE = 128  # rows per query tile and keys per key tile (FlashAttention-2/3 on Hopper)
 FLASH_PROLOGUE_TILES = 2  # key tiles' worth of work each query tile pays up front
 MOE_TILE_M = 64  # rows of a grouped-GEMM tile: an expert with fewer tokens still computes 64 rows
@@ -57,6 +62,7 @@ class Rates:
     peak_flops: dict[str, float] = field(hash=False)  # dense datasheet peak per compute dtype
     gemm_efficiency: dict[str, float] = field(hash=False)  # large-GEMM fraction of peak per compute dtype
     attention_efficiency: float  # flash-attention prefill fraction of the 16-bit peak on long sequences
+    moe_efficiency: float  # grouped expert GEMMs relative to a dense GEMM of the same shape
     memory_bandwidth: float  # datasheet bytes/s
     memory_efficiency: float  # fraction of it large streaming kernels reach
     alu_ops_per_s: float  # CUDA-core instructions/s (fp32 FMA rate) for dequantisation
@@ -81,7 +87,8 @@ class Rates:
         if self.ideal:
             return peak
         eff = self.gemm_efficiency.get(dtype, self.gemm_efficiency.get("bf16", 0.7))
-        return peak * eff * k / (k + GEMM_K0)
+        k0 = GEMM_K0.get(dtype, 128)
+        return peak * eff * k / (k + k0)
 
     def bandwidth(self, nbytes: float) -> float:
         """Achievable bytes/s for a kernel moving ``nbytes``: the calibrated curve (log-linear), else constant."""
@@ -127,12 +134,14 @@ class Cost:
     seconds: float
     flops: float
     bytes: float
-    bound: str  # compute | memory | dequant | floor | comm
+    bound: str  # compute | memory | dequant | floor
     kernels: int = 1
+    floor_seconds: float = 0.0  # the fixed part included in ``seconds``
+    weight_bytes: float = 0.0  # the part of ``bytes`` that is weights
 
 
 def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: float, t_dequant: float = 0.0,
-            kernels: int = 1) -> Cost:
+            kernels: int = 1, weight_bytes: float = 0.0) -> Cost:
     t_memory = nbytes / rates.bandwidth(nbytes) if nbytes else 0.0
     work = max(t_compute, t_memory, t_dequant)
     floor = kernels * rates.floor(kind)
@@ -144,7 +153,7 @@ def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: flo
         bound = "memory"
     else:
         bound = "dequant"
-    return Cost(work + floor, flops, nbytes, bound, kernels)
+    return Cost(work + floor, flops, nbytes, bound, kernels, floor, weight_bytes)
 
 
 def gemm(rates: Rates, m: float, n: float, k: float, weight_bits: float, compute: str, act_bytes: float = 2.0,
@@ -154,12 +163,13 @@ def gemm(rates: Rates, m: float, n: float, k: float, weight_bits: float, compute
     ``weight_only_bits`` (8 or 4) marks a weight-only kernel: 16-bit tensor cores plus dequantisation.
     """
     flops = 2.0 * m * n * k
-    nbytes = n * k * weight_bits / 8 + m * k * act_bytes + m * n * out_bytes
+    weights = n * k * weight_bits / 8
+    nbytes = weights + m * k * act_bytes + m * n * out_bytes
     t_compute = flops / rates.gemm_flops_per_s(compute, k) if flops else 0.0
     t_dequant = 0.0
     if weight_only_bits and not rates.ideal:
         t_dequant = n * k * DEQUANT_OPS.get(weight_only_bits, 7.0) / rates.alu_ops_per_s
-    return _finish(rates, "gemm", flops, nbytes, t_compute, t_dequant)
+    return _finish(rates, "gemm", flops, nbytes, t_compute, t_dequant, weight_bytes=weights)
 
 
 def elementwise(rates: Rates, nbytes: float, flops: float = 0.0, kernels: int = 1) -> Cost:
@@ -221,12 +231,27 @@ def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, fl
     work = max(t_compute, t_memory)
     floor = rates.floor("attention")
     bound = "floor" if floor > work else ("compute" if t_compute >= t_memory else "memory")
-    return Cost(work + floor, flops, kv_bytes, bound, 1)
+    return Cost(work + floor, flops, kv_bytes, bound, 1, floor)
+
+
+@lru_cache(maxsize=8192)
+def distinct_experts(experts: int, top_k: int, tokens: float, skew: float = 0.0) -> float:
+    """Expected distinct experts ``tokens`` tokens touch, each picking ``top_k`` of ``experts``.
+
+    Uniform routing (skew 0): E (1 - (1 - k/E)^T). With popularity skew s, expert i is picked with probability
+    q_i = min(1, k p_i), p_i proportional to i^-s (Zipf), and the count is sum_i 1 - (1 - q_i)^T: hot experts are
+    shared, so fewer distinct experts are read than under uniform routing.
+    """
+    if skew <= 0:
+        return experts * (1 - (1 - top_k / experts) ** tokens)
+    weights = [(i + 1) ** -skew for i in range(experts)]
+    total = sum(weights)
+    return sum(1 - (1 - min(1.0, top_k * w / total)) ** tokens for w in weights)
 
 
 def moe_experts(rates: Rates, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
                 expert_width: int, gated: bool, weight_bits: float, compute: str, weight_only_bits: int = 0,
-                act_bytes: float = 2.0) -> Cost:
+                act_bytes: float = 2.0, skew: float = 0.0) -> Cost:
     """Fused MoE (route, permute, grouped gate/up GEMM, activation, grouped down GEMM, combine) on one GPU.
 
     ``tokens`` enter the layer on this GPU; each picks ``top_k`` of ``experts_total`` experts under uniform
@@ -238,22 +263,38 @@ def moe_experts(rates: Rates, tokens: float, experts_local: int, experts_total: 
         return Cost(0.0, 0.0, 0.0, "memory", 0)
     share = experts_local / experts_total
     pairs = tokens * top_k * share  # (token, expert) pairs computed here
-    distinct = experts_local * (1 - (1 - top_k / experts_total) ** tokens)
+    distinct = distinct_experts(experts_total, top_k, tokens, skew) * share
     in_width = (2 if gated else 1) * expert_width
-    params_per_expert = (in_width + expert_width) * hidden
-    flops = 2.0 * pairs * params_per_expert
     rows_per_expert = pairs / distinct if distinct else 0.0
     padded_rows = distinct * math.ceil(rows_per_expert / MOE_TILE_M - 1e-9) * MOE_TILE_M if distinct else 0.0
-    padded_flops = 2.0 * max(padded_rows, pairs) * params_per_expert
-    nbytes = distinct * params_per_expert * weight_bits / 8 + pairs * (2 * hidden + in_width + expert_width) * act_bytes
-    if rates.ideal:
-        t_compute = flops / rates.gemm_flops_per_s(compute, hidden)
-        return _finish(rates, "moe", flops, nbytes, t_compute)
-    # gate/up runs with K = hidden, down with K = expert width: K/(K + K0) applies to each share of the FLOPs
-    up_share = in_width / (in_width + expert_width)
-    t_compute = padded_flops * (up_share / rates.gemm_flops_per_s(compute, hidden)
-                                + (1 - up_share) / rates.gemm_flops_per_s(compute, expert_width))
-    t_dequant = 0.0
-    if weight_only_bits:
-        t_dequant = distinct * params_per_expert * DEQUANT_OPS.get(weight_only_bits, 7.0) / rates.alu_ops_per_s
-    return _finish(rates, "moe", flops, nbytes, t_compute, t_dequant)
+    rows = max(padded_rows, pairs)
+    w8a8 = compute in ("fp8", "int8", "fp4") and not rates.ideal
+    quant_in = act_bytes + weight_bits / 8 if w8a8 else 0.0  # activation quantisation before each GEMM
+    # the kernels in sequence: (name, FLOPs, padded FLOPs, weight bytes, activation bytes, K)
+    stages = (
+        ("up", 2.0 * pairs * hidden * in_width, 2.0 * rows * hidden * in_width, distinct * hidden * in_width,
+         pairs * (hidden * (act_bytes + quant_in) + in_width * act_bytes), hidden),
+        ("act", 0.0, 0.0, 0.0, pairs * (in_width + expert_width) * act_bytes, 0),
+        ("down", 2.0 * pairs * expert_width * hidden, 2.0 * rows * expert_width * hidden,
+         distinct * expert_width * hidden, pairs * (expert_width * (act_bytes + quant_in) + hidden * act_bytes),
+         expert_width),
+        ("combine", 0.0, 0.0, 0.0, (pairs + tokens * share) * hidden * act_bytes, 0),
+    )
+    seconds = flops = nbytes = weight_total = 0.0
+    by_bound: dict[str, float] = {}
+    for _, f, padded, weights, acts, k in stages:
+        w_bytes = weights * weight_bits / 8
+        b = w_bytes + acts
+        grouped = 1.0 if rates.ideal else rates.moe_efficiency
+        t_c = padded / (rates.gemm_flops_per_s(compute, k) * grouped) if padded else 0.0
+        t_m = b / rates.bandwidth(b) if b else 0.0
+        t_d = 0.0
+        if weight_only_bits and not rates.ideal and weights:
+            t_d = weights * DEQUANT_OPS.get(weight_only_bits, 7.0) / rates.alu_ops_per_s
+        t = max(t_c, t_m, t_d)
+        bound = "compute" if t == t_c and t_c else ("memory" if t == t_m else "dequant")
+        by_bound[bound] = by_bound.get(bound, 0.0) + t
+        seconds, flops, nbytes, weight_total = seconds + t, flops + f, nbytes + b, weight_total + w_bytes
+    floor = rates.floor("moe")
+    bound = "floor" if floor > seconds else max(by_bound, key=by_bound.__getitem__)
+    return Cost(seconds + floor, flops, nbytes, bound, 1, floor, weight_total)

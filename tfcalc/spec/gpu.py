@@ -129,8 +129,8 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
 
 # --- the latency block: what the GPU achieves, for ``tfcalc estimate`` (tfcalc/calc/kernels.py) -------------
 
-_LATENCY_KEYS = {"sm_count", "gemm_efficiency", "attention_efficiency", "memory_efficiency", "floors_us",
-                 "interconnect_preset", "sources"}
+_LATENCY_KEYS = {"sm_count", "gemm_efficiency", "attention_efficiency", "moe_efficiency", "memory_efficiency",
+                 "floors_us", "interconnect_preset", "sources"}
 _FLOOR_KEYS = ("gemm", "elementwise", "attention", "moe")
 
 
@@ -139,7 +139,8 @@ class GPULatency:
     """Achievable fractions of the datasheet peaks and per-kernel floors, each sourced in the preset.
 
     ``gemm_efficiency``: fraction of the dense peak large GEMMs reach, per compute dtype; ``attention_efficiency``:
-    flash-attention prefill on long sequences (16-bit); ``memory_efficiency``: large streaming kernels (GEMV);
+    flash-attention prefill on long sequences (16-bit); ``moe_efficiency``: grouped expert GEMMs relative to a dense
+    GEMM of the same shape; ``memory_efficiency``: large streaming kernels (GEMV);
     ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
     ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric.
     """
@@ -147,6 +148,7 @@ class GPULatency:
     sm_count: int
     gemm_efficiency: dict[str, float] = field(hash=False)
     attention_efficiency: float
+    moe_efficiency: float
     memory_efficiency: float
     floors_s: dict[str, float] = field(hash=False)
     interconnect_preset: str
@@ -166,8 +168,8 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
     unknown = sorted(set(data) - _LATENCY_KEYS)
     if unknown:
         raise SpecError(f"{origin}: unknown field 'latency.{unknown[0]}' (known: {', '.join(sorted(_LATENCY_KEYS))})")
-    for key in ("sm_count", "gemm_efficiency", "attention_efficiency", "memory_efficiency", "floors_us",
-                "interconnect_preset"):
+    for key in ("sm_count", "gemm_efficiency", "attention_efficiency", "moe_efficiency", "memory_efficiency",
+                "floors_us", "interconnect_preset"):
         if data.get(key) is None:
             raise SpecError(f"{origin}: missing required field 'latency.{key}'")
     sm_count = data["sm_count"]
@@ -194,5 +196,6 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
     return GPULatency(sm_count=sm_count, gemm_efficiency=efficiencies,
                       attention_efficiency=_fraction(data["attention_efficiency"], origin,
                                                      "latency.attention_efficiency"),
+                      moe_efficiency=_fraction(data["moe_efficiency"], origin, "latency.moe_efficiency"),
                       memory_efficiency=_fraction(data["memory_efficiency"], origin, "latency.memory_efficiency"),
                       floors_s=floors_s, interconnect_preset=str(data["interconnect_preset"]))
