@@ -138,10 +138,11 @@ class Cost:
     kernels: int = 1
     floor_seconds: float = 0.0  # the fixed part included in ``seconds``
     weight_bytes: float = 0.0  # the part of ``bytes`` that is weights
+    ideal_bytes: float = 0.0  # compulsory traffic the pure roofline counts: weights, KV, hidden states, logits
 
 
 def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: float, t_dequant: float = 0.0,
-            kernels: int = 1, weight_bytes: float = 0.0) -> Cost:
+            kernels: int = 1, weight_bytes: float = 0.0, ideal_bytes: float = 0.0) -> Cost:
     t_memory = nbytes / rates.bandwidth(nbytes) if nbytes else 0.0
     work = max(t_compute, t_memory, t_dequant)
     floor = kernels * rates.floor(kind)
@@ -153,7 +154,7 @@ def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: flo
         bound = "memory"
     else:
         bound = "dequant"
-    return Cost(work + floor, flops, nbytes, bound, kernels, floor, weight_bytes)
+    return Cost(work + floor, flops, nbytes, bound, kernels, floor, weight_bytes, ideal_bytes)
 
 
 def gemm(rates: Rates, m: float, n: float, k: float, weight_bits: float, compute: str, act_bytes: float = 2.0,
@@ -169,12 +170,13 @@ def gemm(rates: Rates, m: float, n: float, k: float, weight_bits: float, compute
     t_dequant = 0.0
     if weight_only_bits and not rates.ideal:
         t_dequant = n * k * DEQUANT_OPS.get(weight_only_bits, 7.0) / rates.alu_ops_per_s
-    return _finish(rates, "gemm", flops, nbytes, t_compute, t_dequant, weight_bytes=weights)
+    return _finish(rates, "gemm", flops, nbytes, t_compute, t_dequant, weight_bytes=weights, ideal_bytes=weights)
 
 
-def elementwise(rates: Rates, nbytes: float, flops: float = 0.0, kernels: int = 1) -> Cost:
-    """A memory-bound kernel (norm, activation, rotary, cache write, quantisation) moving ``nbytes``."""
-    return _finish(rates, "elementwise", flops, nbytes, 0.0, kernels=kernels)
+def elementwise(rates: Rates, nbytes: float, flops: float = 0.0, kernels: int = 1, ideal_bytes: float = 0.0) -> Cost:
+    """A memory-bound kernel (norm, activation, rotary, cache write, quantisation) moving ``nbytes``; of them
+    ``ideal_bytes`` are compulsory traffic (hidden states, KV written, logits) the pure roofline counts."""
+    return _finish(rates, "elementwise", flops, nbytes, 0.0, kernels=kernels, ideal_bytes=ideal_bytes)
 
 
 def _tiles(tokens: int, past: int, window: int | None) -> tuple[float, float, int]:
@@ -214,7 +216,7 @@ def flash_prefill(rates: Rates, seqs: int, tokens: int, past: int, heads: int, q
         per_sm = rate / rates.sm_count
         work = seqs * heads * (total + (FLASH_PROLOGUE_TILES * -(-tokens // FLASH_TILE)))
         t_compute = tile_flops / per_sm * max(work / rates.sm_count, longest + FLASH_PROLOGUE_TILES)
-    return _finish(rates, "attention", exact_flops, kv_bytes_read, t_compute)
+    return _finish(rates, "attention", exact_flops, kv_bytes_read, t_compute, ideal_bytes=kv_bytes_read)
 
 
 def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, flops: float,
@@ -231,7 +233,7 @@ def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, fl
     work = max(t_compute, t_memory)
     floor = rates.floor("attention")
     bound = "floor" if floor > work else ("compute" if t_compute >= t_memory else "memory")
-    return Cost(work + floor, flops, kv_bytes, bound, 1, floor)
+    return Cost(work + floor, flops, kv_bytes, bound, 1, floor, 0.0, kv_bytes)
 
 
 @lru_cache(maxsize=8192)
@@ -280,6 +282,13 @@ def moe_experts(rates: Rates, tokens: float, experts_local: int, experts_total: 
          expert_width),
         ("combine", 0.0, 0.0, 0.0, (pairs + tokens * share) * hidden * act_bytes, 0),
     )
+    if rates.ideal:  # the pure roofline: weights once, each pair's input and output row once, no padding
+        weights = distinct * hidden * (in_width + expert_width) * weight_bits / 8
+        flops = 2.0 * pairs * hidden * (in_width + expert_width)
+        nbytes = weights + 2 * pairs * hidden * act_bytes
+        t = max(flops / rates.gemm_flops_per_s(compute, hidden), nbytes / rates.bandwidth(nbytes))
+        return Cost(t, flops, nbytes, "compute" if t * rates.gemm_flops_per_s(compute, hidden) <= flops * 1.000001
+                    else "memory", 1, 0.0, weights, weights)
     seconds = flops = nbytes = weight_total = 0.0
     by_bound: dict[str, float] = {}
     for _, f, padded, weights, acts, k in stages:
@@ -297,4 +306,4 @@ def moe_experts(rates: Rates, tokens: float, experts_local: int, experts_total: 
         seconds, flops, nbytes, weight_total = seconds + t, flops + f, nbytes + b, weight_total + w_bytes
     floor = rates.floor("moe")
     bound = "floor" if floor > seconds else max(by_bound, key=by_bound.__getitem__)
-    return Cost(seconds + floor, flops, nbytes, bound, 1, floor, weight_total)
+    return Cost(seconds + floor, flops, nbytes, bound, 1, floor, weight_total, weight_total)

@@ -325,6 +325,7 @@ class _Acc:
     peak_compute_seconds: float = 0.0  # FLOPs / dense peak of their dtype: the pure roofline's compute time
     weight_bytes: float = 0.0
     kv_bytes: float = 0.0
+    ideal_bytes: float = 0.0
     comm_bytes: float = 0.0
     comm_ideal_seconds: float = 0.0
     kernels: int = 0
@@ -352,7 +353,8 @@ class StepTime:
     p2p_seconds: float  # per stage boundary
     groups: dict[str, GroupTime]
     flops: float
-    bytes: float
+    bytes: float  # every kernel's traffic
+    ideal_bytes: float  # compulsory traffic (weights, KV read and written, hidden states, logits): the roofline's
     weight_bytes: float  # the part of ``bytes`` that is weights
     kv_read_bytes: float  # the part that is the KV cache read by attention
     comm_bytes: float
@@ -388,6 +390,7 @@ class _Step:
         acc.flops += k * cost.flops
         acc.bytes += k * cost.bytes
         acc.weight_bytes += k * cost.weight_bytes
+        acc.ideal_bytes += k * cost.ideal_bytes
         if cost.flops:
             acc.peak_compute_seconds += k * cost.flops / self.rates.peak(compute)[1]
         acc.kernels += k * cost.kernels
@@ -431,12 +434,8 @@ def _all_reduce(d: Deployment, nbytes: float, n: int, ideal: bool) -> tuple[comm
     return best, link.bandwidth_bytes_per_s
 
 
-def _elementwise_group(s: _Step, group: str, nbytes: float, kernels: int = 1) -> None:
-    s.add(group, kernels_elementwise(s.rates, nbytes, kernels))
-
-
-def kernels_elementwise(rates: Rates, nbytes: float, count: int) -> Cost:
-    return kernels.elementwise(rates, nbytes, kernels=count)
+def _elementwise_group(s: _Step, group: str, nbytes: float, kernels_count: int = 1, ideal_bytes: float = 0.0) -> None:
+    s.add(group, kernels.elementwise(s.rates, nbytes, kernels=kernels_count, ideal_bytes=ideal_bytes))
 
 
 def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, engine: Engine) -> None:
@@ -480,7 +479,8 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
     m = shape.tokens
     h = dm.h
     window = dm.window if sliding else None
-    _elementwise_group(s, "attention", 4 * m * h * ACT_BYTES)  # fused residual add + RMSNorm: read 2, write 2
+    # fused residual add + RMSNorm: read 2, write 2 (the pure roofline's hidden-state traffic of the layer)
+    _elementwise_group(s, "attention", 4 * m * h * ACT_BYTES, ideal_bytes=4 * m * h * ACT_BYTES)
     if not dm.mla:
         q, kv = dm.heads * dm.head_dim, dm.kv_heads * dm.head_dim
         _gemm(s, "attention", m, q + 2 * kv, h, dm.attn, eng)
@@ -488,19 +488,19 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
             _elementwise_group(s, "attention", 2 * m * (q + kv) * ACT_BYTES)
         # rotary on q and k, then the KV-cache write
         _elementwise_group(s, "attention", 2 * m * (q + kv) * ACT_BYTES + m * (2 * kv * ACT_BYTES)
-                           + m * dm.kv_bytes_per_token, kernels=2)
+                           + m * dm.kv_bytes_per_token, kernels_count=2, ideal_bytes=m * dm.kv_bytes_per_token)
         qk_dim = v_dim = dm.head_dim
     else:
         q_out = dm.heads * (dm.nope + dm.rope)
         if dm.q_rank:
             _gemm(s, "attention", m, dm.q_rank + dm.kv_rank + dm.rope, h, dm.attn, eng)  # fused q_a + kv_a
-            _elementwise_group(s, "attention", 2 * m * (dm.q_rank + dm.kv_rank) * ACT_BYTES, kernels=2)
+            _elementwise_group(s, "attention", 2 * m * (dm.q_rank + dm.kv_rank) * ACT_BYTES, kernels_count=2)
             _gemm(s, "attention", m, q_out, dm.q_rank, dm.attn, eng)
         else:
             _gemm(s, "attention", m, q_out + dm.kv_rank + dm.rope, h, dm.attn, eng)
             _elementwise_group(s, "attention", 2 * m * dm.kv_rank * ACT_BYTES)
         _elementwise_group(s, "attention", 2 * m * (q_out + dm.rope) * ACT_BYTES + m * dm.kv_bytes_per_token,
-                           kernels=2)  # rotary + latent cache write
+                           kernels_count=2, ideal_bytes=m * dm.kv_bytes_per_token)  # rotary + latent cache write
         qk_dim, v_dim = dm.nope + dm.rope, dm.v_dim
     # attention proper
     kvb = dm.kv_bytes_per_token
@@ -575,7 +575,9 @@ def _layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, moe: bool, 
 def _head(s: _Step, d: Deployment, shape: StepShape, first: bool, last: bool, ideal: bool) -> None:
     dm, m = d.dims, shape.tokens
     if first:
-        _elementwise_group(s, "lm_head", m * dm.h * (ACT_BYTES + dm.embedding_bits / 8))  # embedding gather
+        gathered = m * dm.h * dm.embedding_bits / 8 * (0 if d.spec.tie_word_embeddings else 1)
+        _elementwise_group(s, "lm_head", m * dm.h * (ACT_BYTES + dm.embedding_bits / 8),
+                           ideal_bytes=gathered)  # embedding gather
         if d.tp > 1:
             t, bw = _all_reduce(d, m * dm.h * ACT_BYTES, d.tp, ideal)
             s.add_comm(t, bw, "tp", 0.0)
@@ -588,7 +590,8 @@ def _head(s: _Step, d: Deployment, shape: StepShape, first: bool, last: bool, id
             link = fabric.nccl.ideal() if ideal else fabric.nccl
             s.add_comm(comm.all_gather(rows * dm.vocab * d.tp * ACT_BYTES, d.tp, link), link.bandwidth_bytes_per_s,
                        "tp", link.launch_s)
-        _elementwise_group(s, "lm_head", 2 * rows * dm.vocab * d.tp * 4, kernels=2)  # softmax/top-k, sampling
+        _elementwise_group(s, "lm_head", 2 * rows * dm.vocab * d.tp * 4, kernels_count=2,
+                           ideal_bytes=rows * dm.vocab * 4)  # fp32 logits: softmax/top-k, sampling
 
 
 def step_time(d: Deployment, shape: StepShape, phase: str = "decode", ideal: bool = False) -> StepTime:
@@ -627,6 +630,7 @@ def _step_cached(d: Deployment, shape: StepShape, phase: str, ideal: bool) -> St
             t.bytes += acc.bytes
             t.peak_compute_seconds += acc.peak_compute_seconds
             t.weight_bytes += acc.weight_bytes
+            t.ideal_bytes += acc.ideal_bytes
             t.kv_bytes += acc.kv_bytes
             t.comm_bytes += acc.comm_bytes
             t.comm_ideal_seconds += acc.comm_ideal_seconds
@@ -646,13 +650,14 @@ def _step_cached(d: Deployment, shape: StepShape, phase: str, ideal: bool) -> St
     flops = sum(a.flops for a in total.groups.values())
     nbytes = sum(a.bytes for a in total.groups.values())
     t_c = sum(a.peak_compute_seconds for a in total.groups.values())
-    t_m = nbytes / rates.memory_bandwidth
+    ideal_bytes = sum(a.ideal_bytes for a in total.groups.values())
+    t_m = ideal_bytes / rates.memory_bandwidth
     comm_bytes = total.groups["communication"].comm_bytes
     comm_ideal = total.groups["communication"].comm_ideal_seconds
     ideal_seconds = max(t_c, t_m) + comm_ideal + (d.pp - 1) * (
         2 * shape.tokens * d.dims.h * ACT_BYTES / d.intra.nccl.bandwidth_bytes_per_s if d.pp > 1 else 0.0)
     return StepTime(seconds=sum(stage_seconds) + (d.pp - 1) * p2p, stage_seconds=tuple(stage_seconds),
-                    p2p_seconds=p2p, groups=groups, flops=flops, bytes=nbytes,
+                    p2p_seconds=p2p, groups=groups, flops=flops, bytes=nbytes, ideal_bytes=ideal_bytes,
                     weight_bytes=sum(a.weight_bytes for a in total.groups.values()),
                     kv_read_bytes=sum(a.kv_bytes for a in total.groups.values()), comm_bytes=comm_bytes,
                     ideal_seconds=ideal_seconds, ideal_compute_seconds=t_c, ideal_memory_seconds=t_m,
