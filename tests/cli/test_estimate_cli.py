@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from tfcalc.cli import app
@@ -77,3 +78,98 @@ def test_plot_png(tmp_path: Path) -> None:
     result = runner.invoke(app, [*ARGS, "--batch", "1,64", "--plot", str(path)])
     assert result.exit_code == 0, result.output
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _json(*args: str) -> list[dict]:
+    result = runner.invoke(app, ["estimate", *args, "-f", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_every_parallelism_has_its_cost() -> None:
+    rows = _json("-p", "deepseek-v3", "-g", "h200", "--tp", "8", "--batch", "16")
+    assert rows[0]["decode_tp_comm_s"] > 0 and rows[0]["decode_ep_comm_s"] == 0 and rows[0]["num_gpus"] == 8
+    (ep,) = _json("-p", "deepseek-v3", "-g", "h200", "--tp", "1", "--ep", "8", "--batch", "16")
+    assert (ep["dp"], ep["num_gpus"], ep["decode_tp_comm_s"]) == (8, 8, 0) and ep["decode_ep_comm_s"] > 0
+    (pp,) = _json("-p", "llama3-70b", "--tp", "4", "--pp", "2", "--batch", "8")
+    assert pp["num_gpus"] == 8 and pp["pipeline_microbatches"] == 2 and pp["decode_pp_s"] >= 0
+    assert pp["prefill_pp_s"] > 0  # the pipeline fills and drains
+
+
+def test_groups_add_up_and_explain_names_them() -> None:
+    result = runner.invoke(app, ["estimate", "-p", "qwen3-30b-a3b", "-g", "h200", "--batch", "4", "--explain"])
+    assert result.exit_code == 0, result.output
+    for words in ("op group", "attention", "MoE", "embedding + lm_head", "floors (in the above)",
+                  "E x (1 - (1 - k/E)^B) = 128 x (1 - (1 - 8/128)^4)", "tp 1: no all-reduce"):
+        assert words in result.stdout
+    (row,) = _json("-p", "qwen3-30b-a3b", "-g", "h200", "--batch", "4")
+    groups = sum(row[f"decode_{g}_s"] for g in ("attention", "dense_ffn", "moe", "lm_head", "communication"))
+    assert groups == pytest.approx(row["tpot_s"])
+    assert row["decode_dense_ffn_s"] == 0 and row["decode_moe_s"] > row["decode_attention_s"]
+
+
+def test_ideal_mode_is_the_pure_roofline() -> None:
+    (ideal,) = _json(*ARGS[1:], "--ideal")
+    (default,) = _json(*ARGS[1:])
+    assert ideal["tpot_s"] == ideal["tpot_s_ideal"] == default["tpot_s_ideal"] < default["tpot_s"]
+    assert ideal["ttft_s"] == ideal["ttft_s_ideal"] and ideal["decode_limited_by"] == "pure roofline"
+
+
+def test_rows_that_do_not_fit_say_so() -> None:
+    result = runner.invoke(app, ["estimate", "-p", "llama3-70b", "--batch", "1,64", "--prompt-len", "8k"])
+    assert result.exit_code == 0, result.output
+    assert "does not fit -- the weights alone leave no room for the KV cache" in result.stdout
+    rows = _json("-p", "llama3-70b", "--tp", "4", "--batch", "1,256", "--prompt-len", "32k")
+    assert [r["fits"] for r in rows] == [True, False]
+    assert rows[1]["max_concurrent_sequences"] < 256
+    (unchecked,) = _json("-p", "llama3-70b", "--no-fit")
+    assert unchecked["fits"] is None
+
+
+def test_engines_and_fabrics() -> None:
+    rows = {e: _json("-p", "llama3-70b", "--tp", "8", "--engine", e)[0] for e in ("vllm", "gpt-fast")}
+    assert rows["gpt-fast"]["decode_tp_comm_s"] > rows["vllm"]["decode_tp_comm_s"]  # NCCL, no custom all-reduce
+    (pcie,) = _json("-p", "llama3-70b", "--tp", "8", "--interconnect", "pcie5")
+    assert pcie["decode_tp_comm_s"] > rows["vllm"]["decode_tp_comm_s"]
+    (eager,) = _json("-p", "llama3.2-1b", "--no-cuda-graphs")
+    (graphs,) = _json("-p", "llama3.2-1b")
+    assert eager["tpot_s"] > graphs["tpot_s"]  # ~150 kernels a step wait for the host
+    (skewed,) = _json("-p", "qwen3-30b-a3b", "--batch", "16", "--routing-skew", "1.2")
+    (uniform,) = _json("-p", "qwen3-30b-a3b", "--batch", "16")
+    assert skewed["decode_weight_bytes_per_step"] < uniform["decode_weight_bytes_per_step"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--engine", "tgi"], "unknown engine preset 'tgi'"),
+    (["--interconnect", "nvlink9"], "unknown interconnect preset 'nvlink9'"),
+    (["--allreduce", "star"], "invalid --allreduce 'star'"),
+    (["--compute-dtype", "fp6"], "unknown compute dtype 'fp6'"),
+    (["--routing-skew", "-1"], "invalid routing skew"),
+    (["--pp", "64"], "pp 64 exceeds the 32 layers"),
+    (["--tp", "3"], "tp 3 does not divide the 32 attention heads"),
+    (["--ep", "2"], "ep 2 given but llama3-8b has no experts"),
+])
+def test_usage_errors(args: list[str], message: str) -> None:
+    result = runner.invoke(app, [*ARGS, *args])
+    assert result.exit_code != 0 and message in result.stderr, result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_calibration_v2_errors_name_the_row(tmp_path: Path) -> None:
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"kind": "tfcalc-calibration", "version": 2,
+                                "gemm": [{"dtype": "bf16", "m": 1, "n": 1024, "k": 1024}]}))
+    result = runner.invoke(app, [*ARGS, "--calibration", str(path)])
+    assert result.exit_code == 1 and "gemm[0]: missing field 'seconds'" in result.stderr
+    path.write_text(json.dumps({"kind": "tfcalc-calibration", "memory": [{"bytes": 1 << 20, "seconds": 1e-4},
+                                                                         {"bytes": 1 << 30, "seconds": 0.1}]}))
+    (row,) = _json(*ARGS[1:], "--calibration", str(path))
+    assert row["memory_efficiency"] == pytest.approx((1 << 30) / (0.1 - 1e-4) / 3.35e12, rel=1e-6)
+
+
+def test_profile_rows_still_calibrate(tmp_path: Path) -> None:
+    rows = [{"status": "ok", "device_name": "NVIDIA H100 80GB HBM3", "mfu": 0.5, "mbu_datasheet": 0.6}]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(rows))
+    (row,) = _json(*ARGS[1:], "--calibration", str(path))
+    assert row["memory_efficiency"] == 0.6 and row["gemm_efficiency"] == 0.5

@@ -9,13 +9,14 @@ A calibration file (JSON, ``"kind": "tfcalc-calibration"``, ``"version": 2``) ho
 - ``attention``: rows {phase: prefill|decode, batch, heads, kv_heads, head_dim, seq_len, seconds} -- attention by
   context.
 
-``fit_rates`` turns them into the model's parameters against the GPU preset's datasheet peaks (tfcalc/calc/kernels.py):
-GEMM floor = median of the three fastest GEMMs; efficiency per dtype = median over rows with M, K >= 1024 of
-FLOPs x (K + K0) / K / (peak x (time - floor)); bandwidth curve = bytes / (time - smallest copy time) for copies of
-1 MiB and more, its largest-size value / datasheet = memory efficiency; elementwise floor = the graph launch time
-(else the smallest copy); eager launch interval = ``eager_seconds``; attention floor = fastest decode row;
-attention efficiency = median over prefill rows of >= 1024 tokens of the tile-model time at full rate / (time -
-floor). Sections left out keep the preset's values. Pure math: no I/O.
+``fit_rates`` turns them into the model's parameters against the GPU preset's datasheet peaks
+(tfcalc/calc/kernels.py): bandwidth curve = bytes / (time - smallest copy time) for copies of 1 MiB and more, its
+largest-size value / datasheet = memory efficiency; GEMM floor = median over the three fastest GEMMs of time - their
+work at those rates; GEMM efficiency per dtype = median over rows with M, K >= 1024 of FLOPs x (K + K0) / K /
+(peak x (time - floor)); elementwise floor = the graph launch time (else the smallest copy); eager launch interval
+= ``eager_seconds``; attention floor = fastest decode row; attention efficiency = median over prefill rows of >= 1024
+tokens of the tile-model time at full rate / (time - floor). Sections left out keep the preset's values.
+Pure math: no I/O.
 """
 
 from __future__ import annotations
@@ -147,9 +148,24 @@ def fit_rates(base: Rates, cal: Calibration) -> Rates:
     """The base rates with every parameter the calibration measured replaced (module docstring)."""
     changes: dict[str, Any] = {"source": cal.source}
     floors = dict(base.floors)
+    if cal.memory:
+        smallest = cal.memory[0][1]
+        points = tuple((b, b / (t - smallest)) for b, t in cal.memory if b >= (1 << 20) and t > smallest)
+        if points:
+            changes["bandwidth_points"] = points
+            changes["memory_efficiency"] = min(points[-1][1] / base.memory_bandwidth, 1.0)
+        floors["elementwise"] = smallest
     if cal.gemm:
-        fastest = sorted(t for *_, t in cal.gemm)[:3]
-        floor = statistics.median(fastest)
+        streaming = replace(base, **{k: v for k, v in changes.items() if k != "source"})
+
+        def work(dtype: str, m: int, n: int, k: int) -> float:  # the GEMM's time at the preset's rates, no floor
+            bits = 8 if dtype in ("fp8", "int8") else (32 if dtype == "fp32" else 16)
+            nbytes = n * k * bits / 8 + (m * k + m * n) * 2
+            return max(2.0 * m * n * k / base.gemm_flops_per_s(dtype, k), nbytes / streaming.bandwidth(nbytes))
+
+        # floor: the three fastest GEMMs minus the little work they do
+        fastest = sorted(cal.gemm, key=lambda row: row[-1])[:3]
+        floor = max(statistics.median(t - work(d, m, n, k) for d, m, n, k, t in fastest), 0.0)
         floors["gemm"] = floor
         efficiency = dict(base.gemm_efficiency)
         for dtype in sorted({row[0] for row in cal.gemm}):
@@ -161,13 +177,6 @@ def fit_rates(base: Rates, cal: Calibration) -> Rates:
             if fitted is not None:
                 efficiency[dtype] = min(fitted, 1.0)
         changes["gemm_efficiency"] = efficiency
-    if cal.memory:
-        smallest = cal.memory[0][1]
-        points = tuple((b, b / (t - smallest)) for b, t in cal.memory if b >= (1 << 20) and t > smallest)
-        if points:
-            changes["bandwidth_points"] = points
-            changes["memory_efficiency"] = min(points[-1][1] / base.memory_bandwidth, 1.0)
-        floors["elementwise"] = smallest
     if cal.graph_launch_s is not None:
         floors["elementwise"] = cal.graph_launch_s
     if cal.eager_launch_s is not None:
