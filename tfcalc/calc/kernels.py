@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import NamedTuple
 
 # Elements of K loop one output tile's prologue/epilogue costs, per compute dtype (module docstring): fit of
 # eff x K / (K + K0) to GEMMs with M, N >= 4096 swept over K on an H200 (aiconfigurator vLLM 0.24 gemm table):
@@ -73,6 +74,17 @@ class Rates:
     bandwidth_points: tuple[tuple[float, float], ...] = ()  # measured (bytes, achievable bytes/s), sorted
     ideal: bool = False
     source: str = ""
+    # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
+    _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
+    _stream: float = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        floors = {kind: 0.0 if self.ideal else (value if self.cuda_graphs else max(value, self.launch_s))
+                  for kind, value in self.floors.items()}
+        object.__setattr__(self, "_floor", floors)
+        stream = self.memory_bandwidth if self.ideal else (0.0 if self.bandwidth_points else
+                                                           self.memory_bandwidth * self.memory_efficiency)
+        object.__setattr__(self, "_stream", stream)
 
     def peak(self, compute: str) -> tuple[str, float]:
         """(dtype used, dense FLOP/s); a dtype the chip lacks falls back to bf16, then fp16."""
@@ -92,11 +104,9 @@ class Rates:
 
     def bandwidth(self, nbytes: float) -> float:
         """Achievable bytes/s for a kernel moving ``nbytes``: the calibrated curve (log-linear), else constant."""
-        if self.ideal:
-            return self.memory_bandwidth
+        if self._stream:
+            return self._stream
         points = self.bandwidth_points
-        if not points:
-            return self.memory_bandwidth * self.memory_efficiency
         if nbytes <= points[0][0]:
             return points[0][1]
         if nbytes >= points[-1][0]:
@@ -109,10 +119,10 @@ class Rates:
 
     def floor(self, kind: str) -> float:
         """Fixed seconds of one kernel of ``kind``; without CUDA graphs at least the host's launch interval."""
-        if self.ideal:
-            return 0.0
-        base = self.floors.get(kind, self.floors.get("gemm", 0.0))
-        return base if self.cuda_graphs else max(base, self.launch_s)
+        floor = self._floor.get(kind)
+        if floor is None:
+            floor = self._floor.get("gemm", 0.0)
+        return floor
 
     def as_ideal(self) -> Rates:
         return replace(self, ideal=True)
@@ -127,9 +137,8 @@ class Rates:
         return replace(self, **changes) if changes else self
 
 
-@dataclass(frozen=True, slots=True)
-class Cost:
-    """One kernel (or ``count`` identical kernels): time, work and what bound it."""
+class Cost(NamedTuple):
+    """One kernel (or ``kernels`` identical kernels): time, work and what bound it (a tuple: built by the million)."""
 
     seconds: float
     flops: float
@@ -143,9 +152,13 @@ class Cost:
 
 def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: float, t_dequant: float = 0.0,
             kernels: int = 1, weight_bytes: float = 0.0, ideal_bytes: float = 0.0) -> Cost:
-    t_memory = nbytes / rates.bandwidth(nbytes) if nbytes else 0.0
-    work = max(t_compute, t_memory, t_dequant)
-    floor = kernels * rates.floor(kind)
+    stream = rates._stream
+    t_memory = (nbytes / (stream or rates.bandwidth(nbytes))) if nbytes else 0.0
+    work = t_compute if t_compute > t_memory else t_memory
+    if t_dequant > work:
+        work = t_dequant
+    floor = rates._floor.get(kind)
+    floor = kernels * (rates.floor(kind) if floor is None else floor)
     if floor > work:
         bound = "floor"
     elif work == t_compute:

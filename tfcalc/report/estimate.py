@@ -49,22 +49,35 @@ class EstimateOptions:
 
 @lru_cache(maxsize=4096)
 def _fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, tp: int, pp: int, ep: int,
-         dp: int, context: int) -> PlanResult:
-    """``plan``'s verdict at batch 1 for this context (the batch is compared with its max sequences)."""
+         dp: int, context: int, batch: int) -> PlanResult:
+    """``plan``'s verdict for ``batch`` sequences of ``context`` tokens (read-only use of its API)."""
     return plan_fit(spec, gpu, precision, kv_dtype, PlanConfig(num_gpus=tp * pp * dp, tp=tp, pp=pp, ep=ep,
-                                                               context=context, batch=1))
+                                                               context=context, batch=batch))
+
+
+def fit_columns(d: Deployment, batch: int, context: int, longest: int) -> Row:
+    """Does ``batch`` at ``context`` fit? ``plan`` at the sweep's longest context answers most rows at once: the
+    sequences that fit only grow as the context shrinks, so a batch within that count fits at every shorter context
+    too, and weights that overflow overflow everywhere. Only the rest ask ``plan`` at their own context."""
+    key = (d.spec, d.gpu, d.precision, d.kv_dtype, d.tp, d.pp, d.ep, d.dp)
+    fit = _fit(*key, longest, 1)
+    exact = context == longest or fit.kv_budget_bytes_per_gpu <= 0
+    if not exact and batch > fit.max_concurrent_sequences:
+        fit, exact = _fit(*key, context, 1), True
+    fits = fit.kv_budget_bytes_per_gpu > 0 and fit.max_concurrent_sequences >= batch
+    return {"fits": fits, "max_concurrent_sequences": fit.max_concurrent_sequences if exact else None,
+            "kv_budget_bytes_per_gpu": fit.kv_budget_bytes_per_gpu,
+            "weights_bytes_per_gpu": fit.weights_bytes_per_gpu}
 
 
 def fit_sentence(row: Row) -> str:
-    """Why a row does or does not fit (the numbers come from ``plan``)."""
+    """Why a row does not fit (the numbers come from ``plan``)."""
     where = (f"{row['model']} on {row['num_gpus']} x {row['gpu']} (tp {row['tp']}, pp {row['pp']}, ep {row['ep']}), "
              f"batch {row['batch']:,} at context {row['context']:,}")
-    if row["fits"]:
-        return f"{where}: fits ({row['max_concurrent_sequences']:,} sequences would)"
-    if not row["max_concurrent_sequences"] and int(str(row["kv_budget_bytes_per_gpu"])) <= 0:
+    budget = int(str(row["kv_budget_bytes_per_gpu"]))
+    if budget <= 0:
         return (f"{where}: does not fit -- the weights alone leave no room for the KV cache "
-                f"(short by {-int(str(row['kv_budget_bytes_per_gpu'])) / (1 << 30):,.2f} GiB per GPU); "
-                "the times assume it did")
+                f"(short by {-budget / (1 << 30):,.2f} GiB per GPU); the times assume it did")
     return (f"{where}: does not fit -- only {row['max_concurrent_sequences']:,} sequences of this context do; "
             "the times assume the whole batch did")
 
@@ -89,7 +102,7 @@ def limiter(phase: PhaseTime) -> str:
 
 
 def estimate_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, e: LatencyEstimate,
-                 d: Deployment, options: EstimateOptions) -> Row:
+                 d: Deployment, options: EstimateOptions, fit: Row | None = None) -> Row:
     pre, dec = e.prefill, e.decode
     ideal = options.ideal
     ttft, tpot = (e.ttft_s_ideal, e.tpot_s_ideal) if ideal else (e.ttft_s, e.tpot_s)
@@ -100,7 +113,7 @@ def estimate_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     row: Row = {
         "model": spec.name, "gpu": gpu.name, "tp": d.tp, "batch": e.batch, "prompt_len": e.prompt_len,
         "gen_len": e.gen_len, "prefill_flops": round(pre.step.flops * pre.microbatches),
-        "ttft_s": ttft, "ttft_s_ideal": e.ttft_s_ideal, "decode_bytes_per_step": round(dec.step.bytes),
+        "ttft_s": ttft, "ttft_s_ideal": e.ttft_s_ideal, "decode_bytes_per_step": round(dec.step.ideal_bytes),
         "tpot_s": tpot, "tpot_s_ideal": e.tpot_s_ideal, "decode_tokens_per_s": e.batch / tpot,
         "decode_tokens_per_s_ideal": e.decode_tokens_per_s_ideal,
         "prefill_bound": pre.step.bound, "decode_bound": dec.step.bound,
@@ -110,11 +123,12 @@ def estimate_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         "decode_tokens_per_s_per_seq_ideal": e.decode_tokens_per_s_per_seq_ideal,
         "prefill_limited_by": "pure roofline" if ideal else limiter(pre),
         "decode_limited_by": "pure roofline" if ideal else limiter(dec),
-        "prefill_bytes": round(pre.step.bytes * pre.microbatches), "decode_flops_per_step": round(dec.step.flops),
+        "prefill_bytes": round(pre.step.ideal_bytes * pre.microbatches),
+        "decode_flops_per_step": round(dec.step.flops), "decode_traffic_bytes_per_step": round(dec.step.bytes),
         "decode_weight_bytes_per_step": round(dec.step.weight_bytes),
         "decode_kv_bytes_per_step": round(dec.step.kv_read_bytes), "decode_context": e.decode_context,
-        "prefill_arithmetic_intensity": pre.step.flops / pre.step.bytes if pre.step.bytes else None,
-        "decode_arithmetic_intensity": dec.step.flops / dec.step.bytes if dec.step.bytes else None,
+        "prefill_arithmetic_intensity": pre.step.flops / pre.step.ideal_bytes if pre.step.ideal_bytes else None,
+        "decode_arithmetic_intensity": dec.step.flops / dec.step.ideal_bytes if dec.step.ideal_bytes else None,
         "ridge_flops_per_byte": peak / r.memory_bandwidth,
         **_groups("prefill", pre), **_groups("decode", dec),
         "prefill_tp_comm_s": pre.step.tp_comm_seconds, "prefill_ep_comm_s": pre.step.ep_comm_seconds,
@@ -127,12 +141,8 @@ def estimate_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         "efficiency_source": options.rates_source or r.source,
         "context": e.prompt_len + e.gen_len, "fits": None,
     }
-    if options.fit:
-        fit = _fit(spec, gpu, precision, kv_dtype, d.tp, d.pp, d.ep, d.dp, e.prompt_len + e.gen_len)
-        row.update(fits=fit.kv_budget_bytes_per_gpu > 0 and fit.max_concurrent_sequences >= e.batch,
-                   max_concurrent_sequences=fit.max_concurrent_sequences,
-                   kv_budget_bytes_per_gpu=fit.kv_budget_bytes_per_gpu,
-                   weights_bytes_per_gpu=fit.weights_bytes_per_gpu)
+    if fit is not None:
+        row.update(fit)
     return row
 
 
@@ -159,9 +169,11 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], tps: list[int], p
                            gpus_per_node=options.gpus_per_node, algorithm=options.algorithm,
                            compute=options.compute, cuda_graphs=options.cuda_graphs, rates_prefill=prefill_rates,
                            rates_decode=decode_rates, routing_skew=options.routing_skew)
+            longest = max(prompt_lens) + max(gen_lens)
             for batch, prompt, gen in itertools.product(batches, prompt_lens, gen_lens):
                 e = estimate_latency(d, batch, prompt, gen)
-                row = estimate_row(spec, gpu, precision, kv_dtype, e, d, options)
+                fit = fit_columns(d, batch, prompt + gen, longest) if options.fit else None
+                row = estimate_row(spec, gpu, precision, kv_dtype, e, d, options, fit)
                 row["decode_turning_point_batch"] = turning_point_batch(d, e.decode_context)
                 rows.append(row)
                 handles.append((e, d))
