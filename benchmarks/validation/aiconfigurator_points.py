@@ -4,7 +4,8 @@ table in docs/estimate-validation.md.
 aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment (``pip install aiconfigurator``;
 it runs offline from its bundled, measured kernel tables) and run
 
-    python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick]
+    python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
+        [--models=mixtral-8x7b,...]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step).
@@ -42,7 +43,7 @@ GRID = [
     ("qwen3-32b", "h100_sxm", [1, 2, 4], [1, 16, 64], [(1024, 256), (4096, 256)]),
     ("qwen3-30b-a3b", "h200_sxm", [1, 2], [1, 4, 16, 64], [(1024, 256), (4096, 256)]),
     ("qwen3-30b-a3b", "h100_sxm", [1, 4], [1, 16, 64], [(2048, 256)]),
-    ("qwen3-235b-a22b", "h200_sxm", [4, 8], [1, 16, 64], [(2048, 256)]),
+    ("qwen3-235b-a22b", "h200_sxm", [4], [1, 16, 64], [(2048, 256)]),
     ("mixtral-8x7b", "h100_sxm", [2, 4, 8], [1, 16, 64], [(1024, 256)]),
     ("mixtral-8x7b", "h200_sxm", [1, 2], [1, 16, 64], [(4096, 256)]),
     ("mixtral-8x22b", "h200_sxm", [4, 8], [1, 16, 64], [(2048, 256)]),
@@ -57,10 +58,29 @@ GRID = [
 ]
 
 
+def _local_config(path: str) -> str:
+    """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
+    registered under their Hub name and would otherwise be downloaded)."""
+    import pathlib
+    import shutil
+    import tempfile
+
+    import aiconfigurator_core
+
+    bundled = pathlib.Path(aiconfigurator_core.__file__).parent / "model_configs" / (path.replace("/", "--") +
+                                                                                     "_config.json")
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="aic-model-")) / path.split("/")[-1]
+    folder.mkdir()
+    shutil.copy(bundled, folder / "config.json")
+    return str(folder)
+
+
 def main(out: str, quick: bool, backends: list[str]) -> None:
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
     from aiconfigurator.cli.api import cli_estimate
+
+    local: dict[str, str] = {}
 
     points = []
     for key, system, tps, batches, lens in GRID:
@@ -77,7 +97,13 @@ def main(out: str, quick: bool, backends: list[str]) -> None:
                                  "gpu": system, "backend": backend, "tp": tp, "batch": batch, "isl": isl,
                                  "osl": osl}
                         try:
-                            r = cli_estimate(path, system, **kwargs)
+                            try:
+                                r = cli_estimate(local.get(path, path), system, **kwargs)
+                            except Exception as exc:  # noqa: BLE001 - not registered: use the bundled config
+                                if "HuggingFace" not in str(exc) or path in local:
+                                    raise
+                                local[path] = _local_config(path)
+                                r = cli_estimate(local[path], system, **kwargs)
                             point.update(ttft_ms=r.raw["ttft"], tpot_ms=r.raw["tpot"], version=r.raw["version"],
                                          memory_gb=r.raw["memory"])
                         except Exception as exc:  # noqa: BLE001 - record and go on
@@ -92,4 +118,7 @@ if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     flags = [a for a in sys.argv[1:] if a.startswith("--")]
     backends = [f.split("=", 1)[1] for f in flags if f.startswith("--backends=")]
+    only = [f.split("=", 1)[1] for f in flags if f.startswith("--models=")]
+    if only:
+        GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
     main(args[0], "--quick" in flags, backends[0].split(",") if backends else ["vllm"])

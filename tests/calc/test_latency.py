@@ -124,10 +124,11 @@ def test_mixtral_batch1_reads_two_experts() -> None:
 def test_quantised_paths() -> None:
     h100, a100, b200 = load_gpu("h100-sxm"), load_gpu("a100-80gb"), load_gpu("b200")
     assert linear_mode(get_dtype("fp8"), h100).compute == "fp8"
-    assert linear_mode(get_dtype("fp8"), a100).weight_only_bits == 8  # no fp8 tensor cores on Ampere
+    assert linear_mode(get_dtype("fp8"), a100).dequant == "fp8"  # no fp8 tensor cores on Ampere
     assert linear_mode(get_dtype("nvfp4"), b200).compute == "fp4"
-    assert linear_mode(get_dtype("nvfp4"), h100).weight_only_bits == 4
-    assert linear_mode(get_dtype("int8"), h100).weight_only_bits == 8
+    assert linear_mode(get_dtype("nvfp4"), h100).dequant == "fp4"
+    assert linear_mode(get_dtype("int8"), h100).dequant == "int8"
+    assert linear_mode(get_dtype("int4-g32"), h100).dequant == "int4"
     assert linear_mode(get_dtype("int8"), h100, "int8").compute == "int8"
     # fp8 W8A8 prefill beats bf16 (fp8 tensor cores) but by less than 2x; int4 decode beats bf16 by less than 4x
     bf16 = estimate_latency(_d("llama3-8b", "h100-sxm", "bf16"), 1, 4096, 64)
@@ -148,10 +149,12 @@ def test_engine_block_floor_for_mla() -> None:
 
 
 def test_nccl_engines_pay_more_for_small_all_reduces() -> None:
+    from tfcalc.spec.engine import Engine
+
     shape = StepShape(decode_seqs=1, decode_context=1024)
     vllm = step_time(_d("llama3-70b", tp=8, engine=load_engine("vllm")), shape)
-    gpt_fast = step_time(_d("llama3-70b", tp=8, engine=load_engine("gpt-fast")), shape)
-    assert gpt_fast.tp_comm_seconds > 2 * vllm.tp_comm_seconds  # NCCL ring ~17 us vs custom ~5 us per call
+    nccl = step_time(_d("llama3-70b", tp=8, engine=Engine(name="nccl only", custom_allreduce=False)), shape)
+    assert nccl.tp_comm_seconds > 2 * vllm.tp_comm_seconds  # NCCL ring ~17 us vs custom ~5 us per call
 
 
 def test_mixed_step_for_a_scheduler() -> None:

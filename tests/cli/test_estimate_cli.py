@@ -126,11 +126,16 @@ def test_rows_that_do_not_fit_say_so() -> None:
     assert unchecked["fits"] is None
 
 
-def test_engines_and_fabrics() -> None:
-    rows = {e: _json("-p", "llama3-70b", "--tp", "8", "--engine", e)[0] for e in ("vllm", "gpt-fast")}
-    assert rows["gpt-fast"]["decode_tp_comm_s"] > rows["vllm"]["decode_tp_comm_s"]  # NCCL, no custom all-reduce
+def test_engines_and_fabrics(tmp_path: Path) -> None:
+    nccl = tmp_path / "nccl-only.yaml"
+    nccl.write_text("display_name: an engine without custom all-reduce\ncustom_allreduce: false\n")
+    rows = {e: _json("-p", "llama3-70b", "--tp", "8", "--engine", e)[0] for e in ("vllm", str(nccl))}
+    assert rows[str(nccl)]["decode_tp_comm_s"] > rows["vllm"]["decode_tp_comm_s"]  # NCCL rings for small messages
+    assert rows[str(nccl)]["engine"] == "nccl-only"
     (pcie,) = _json("-p", "llama3-70b", "--tp", "8", "--interconnect", "pcie5")
     assert pcie["decode_tp_comm_s"] > rows["vllm"]["decode_tp_comm_s"]
+    trt, vllm = (_json("-p", "deepseek-v3", "-g", "h200", "--tp", "8", "--engine", e)[0] for e in ("trtllm", "vllm"))
+    assert trt["decode_attention_s"] < vllm["decode_attention_s"]  # the engines' measured MLA block floors
     (eager,) = _json("-p", "llama3.2-1b", "--no-cuda-graphs")
     (graphs,) = _json("-p", "llama3.2-1b")
     assert eager["tpot_s"] > graphs["tpot_s"]  # ~150 kernels a step wait for the host

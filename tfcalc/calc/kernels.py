@@ -46,11 +46,13 @@ FLASH_PROLOGUE_TILES = 2  # key tiles' worth of work each query tile pays up fro
 MOE_TILE_M = 64  # rows of a grouped-GEMM tile: an expert with fewer tokens still computes 64 rows
 DECODE_STREAMS_HALF = 2.8  # u_half of decode attention (module docstring)
 
-# CUDA-core instructions per weight element to dequantise in a weight-only GEMM (unpack, convert, scale).
-# gpt-fast README (A100-80GB, 330 W): Llama-2-7B int8 155.6 tok/s = 1.05e12 weights/s against the A100's
-# 9.75e12 fp32 FMA/s -> 9.3; int4-g32 196.8 tok/s -> 7.1; vLLM MXFP4 MoE on an H200 (aiconfigurator vLLM 0.24
-# moe table, all 128 experts streamed): 4.7e12 weights/s at 33.5e12 FMA/s -> 7.1.
-DEQUANT_OPS = {8: 9.0, 4: 7.0}
+# CUDA-core instructions per weight element to dequantise in a weight-only GEMM (unpack, convert, scale), per
+# storage format. gpt-fast README (A100-80GB at 330 W, batch 1, the 70B model where kernel floors matter least):
+# Llama-2-70B int8 19.13 tok/s = 1.32e12 weights/s against the A100's 9.75e12 fp32 FMA/s -> 7.4; int4-g32
+# 25.25 tok/s = 1.74e12 weights/s -> 5.6; vLLM's MXFP4 MoE on an H200 (aiconfigurator vLLM 0.24 moe table, all 128
+# experts streamed at >= 256 tokens): 4.7e12 weights/s at 33.5e12 FMA/s -> 7.1. fp8 weight-only (Marlin on
+# Ampere) is taken as int8.
+DEQUANT_OPS = {"int8": 7.4, "fp8": 7.4, "int4": 5.6, "fp4": 7.1}
 
 KERNEL_CLASSES = ("gemm", "elementwise", "attention", "moe")
 
@@ -171,18 +173,18 @@ def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: flo
 
 
 def gemm(rates: Rates, m: float, n: float, k: float, weight_bits: float, compute: str, act_bytes: float = 2.0,
-         out_bytes: float = 2.0, weight_only_bits: int = 0) -> Cost:
+         out_bytes: float = 2.0, dequant: str = "") -> Cost:
     """[m x k] @ [k x n]: 2mnk FLOPs; weights n k x bits/8 + activations m k + output m n bytes.
 
-    ``weight_only_bits`` (8 or 4) marks a weight-only kernel: 16-bit tensor cores plus dequantisation.
+    ``dequant`` (a DEQUANT_OPS format) marks a weight-only kernel: 16-bit tensor cores plus dequantisation.
     """
     flops = 2.0 * m * n * k
     weights = n * k * weight_bits / 8
     nbytes = weights + m * k * act_bytes + m * n * out_bytes
     t_compute = flops / rates.gemm_flops_per_s(compute, k) if flops else 0.0
     t_dequant = 0.0
-    if weight_only_bits and not rates.ideal:
-        t_dequant = n * k * DEQUANT_OPS.get(weight_only_bits, 7.0) / rates.alu_ops_per_s
+    if dequant and not rates.ideal:
+        t_dequant = n * k * DEQUANT_OPS[dequant] / rates.alu_ops_per_s
     return _finish(rates, "gemm", flops, nbytes, t_compute, t_dequant, weight_bytes=weights, ideal_bytes=weights)
 
 
@@ -265,7 +267,7 @@ def distinct_experts(experts: int, top_k: int, tokens: float, skew: float = 0.0)
 
 
 def moe_experts(rates: Rates, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
-                expert_width: int, gated: bool, weight_bits: float, compute: str, weight_only_bits: int = 0,
+                expert_width: int, gated: bool, weight_bits: float, compute: str, dequant: str = "",
                 act_bytes: float = 2.0, skew: float = 0.0) -> Cost:
     """Fused MoE (route, permute, grouped gate/up GEMM, activation, grouped down GEMM, combine) on one GPU.
 
@@ -311,8 +313,8 @@ def moe_experts(rates: Rates, tokens: float, experts_local: int, experts_total: 
         t_c = padded / (rates.gemm_flops_per_s(compute, k) * grouped) if padded else 0.0
         t_m = b / rates.bandwidth(b) if b else 0.0
         t_d = 0.0
-        if weight_only_bits and not rates.ideal and weights:
-            t_d = weights * DEQUANT_OPS.get(weight_only_bits, 7.0) / rates.alu_ops_per_s
+        if dequant and not rates.ideal and weights:
+            t_d = weights * DEQUANT_OPS[dequant] / rates.alu_ops_per_s
         t = max(t_c, t_m, t_d)
         bound = "compute" if t == t_c and t_c else ("memory" if t == t_m else "dequant")
         by_bound[bound] = by_bound.get(bound, 0.0) + t

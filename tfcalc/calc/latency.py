@@ -80,11 +80,11 @@ def rates_for(gpu: GPUSpec, engine: Engine, cuda_graphs: bool | None = None) -> 
 
 @dataclass(frozen=True)
 class _Linear:
-    """How one weight component's GEMMs run: weight bits/element, tensor-core dtype, weight-only dequant bits."""
+    """How one weight component's GEMMs run: weight bits/element, tensor-core dtype, weight-only dequant format."""
 
     bits: float
     compute: str
-    weight_only_bits: int
+    dequant: str  # "" (native), or the kernels.DEQUANT_OPS format dequantised on the CUDA cores
     quantised_input: bool  # W8A8: the input is quantised by a kernel of its own (unless fused)
 
 
@@ -96,15 +96,21 @@ def linear_mode(dtype: DType, gpu: GPUSpec, choice: str = "auto") -> _Linear:
     name = dtype.name
     if not dtype.quantized:
         native = "fp16" if name == "fp16" else ("fp32" if name == "fp32" else "bf16")
-        return _Linear(bits, native, 0, False)
+        return _Linear(bits, native, "", False)
     peaks = gpu.dense_flops_per_s
     if name.startswith("fp8") and choice in ("auto", "fp8") and "fp8" in peaks:
-        return _Linear(bits, "fp8", 0, True)
+        return _Linear(bits, "fp8", "", True)
     if name in ("mxfp4", "nvfp4") and choice in ("auto", "fp4") and "fp4" in peaks:
-        return _Linear(bits, "fp4", 0, True)
+        return _Linear(bits, "fp4", "", True)
     if name == "int8" and choice == "int8" and "int8" in peaks:
-        return _Linear(bits, "int8", 0, True)
-    return _Linear(bits, "bf16", 8 if dtype.element_bits >= 8 else 4, False)
+        return _Linear(bits, "int8", "", True)
+    if name.startswith("fp8"):
+        kind = "fp8"
+    elif name in ("mxfp4", "nvfp4"):
+        kind = "fp4"
+    else:
+        kind = "int8" if dtype.element_bits >= 8 else "int4"
+    return _Linear(bits, "bf16", kind, False)
 
 
 @dataclass(frozen=True)
@@ -456,7 +462,7 @@ def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, eng
     if m <= 0 or n <= 0 or k <= 0:
         return
     r = s.rates
-    s.add(group, kernels.gemm(r, m, n, k, mode.bits, mode.compute, weight_only_bits=mode.weight_only_bits),
+    s.add(group, kernels.gemm(r, m, n, k, mode.bits, mode.compute, dequant=mode.dequant),
           mode.compute)
     if mode.quantised_input and not engine.fused_activation_quant:
         s.add(group, kernels.elementwise(r, m * k * (ACT_BYTES + mode.bits / 8)))
@@ -557,7 +563,7 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
         _gemm(s, "dense_ffn", m, h, dm.ffn_width, dm.mlp, eng)
         return
     _elementwise_group(s, "moe", 4 * m * h * ACT_BYTES)
-    _gemm(s, "moe", m, dm.experts, h, _Linear(16.0, "bf16", 0, False), eng)  # router, replicated, bf16
+    _gemm(s, "moe", m, dm.experts, h, _Linear(16.0, "bf16", "", False), eng)  # router, replicated, bf16
     if dm.shared_width:
         _gemm(s, "moe", m, width_in * dm.shared_width, h, dm.shared, eng)
         _elementwise_group(s, "moe", m * dm.shared_width * (width_in + 1) * ACT_BYTES)
@@ -566,7 +572,7 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
     mode = dm.experts_mode
     s.add("moe", kernels.moe_experts(s.rates, routed_tokens, dm.experts_local, dm.experts, dm.top_k, h,
                                      int(dm.expert_width) or 1, dm.gated, mode.bits, mode.compute,
-                                     mode.weight_only_bits, skew=d.routing_skew), mode.compute)
+                                     mode.dequant, skew=d.routing_skew), mode.compute)
     if d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
         send = m / d.tp * dm.top_k * h * ACT_BYTES
         fabric = _group_link(d, d.ep)
