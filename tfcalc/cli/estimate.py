@@ -173,10 +173,15 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              *dict.fromkeys(_turning_note(r) for r in rows))
     emit(rows, COLUMNS, fmt, output, title="Estimate", notes=notes)
     if explain:
-        keys = ("model", "gpu", "tp", "pp", "ep", "batch", "prompt_len", "gen_len")
+        import textwrap
+
         for row, handle in zip(rows, handles, strict=True):
-            sys.stdout.write("\n# " + ", ".join(f"{k}={row[k]}" for k in keys) + "\n")
-            sys.stdout.write("".join(f"  {line}\n" for line in explain_lines(*handle)))
+            sys.stdout.write(f"\n# {row['model']} on {row['gpu']}: tp {row['tp']}, pp {row['pp']}, ep {row['ep']}, "
+                             f"batch {row['batch']}, prompt {row['prompt_len']}, gen {row['gen_len']}\n")
+            for line in explain_lines(*handle):  # 80 columns: long sentences wrap under themselves
+                indent = "  " + " " * (len(line) - len(line.lstrip()))
+                sys.stdout.write(textwrap.fill(line.strip(), 78, initial_indent=indent,
+                                               subsequent_indent=indent + "    ", break_on_hyphens=False) + "\n")
     if plot is not None:
         from tfcalc.output.plot import plot_roofline
 

@@ -204,7 +204,7 @@ def _phase_lines(name: str, label: str, phase: PhaseTime, e: LatencyEstimate, d:
                      f"{_ms(t.floor_seconds):>11}  {t.bound}")
     floors = sum(t.floor_seconds for t in step.groups.values())
     lines.append(f"  {'floors (in the above)':<22}{_ms(floors):>11}{floors / total:>7.0%}"
-                 "             kernel launch/ramp floors and collective latencies")
+                 "             fixed costs, counted above")
     return lines
 
 
