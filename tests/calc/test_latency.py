@@ -13,10 +13,12 @@ from tfcalc.calc.latency import (
     deployment,
     estimate_latency,
     linear_mode,
+    step_seconds,
     step_time,
     turning_point_batch,
 )
 from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.errors import UsageError
 from tfcalc.spec.engine import load_engine
 from tfcalc.spec.presets import load_gpu, load_model
 
@@ -164,6 +166,32 @@ def test_mixed_step_for_a_scheduler() -> None:
     both = StepShape(decode_seqs=32, decode_context=2000, prefill_seqs=1, prefill_tokens=512, prefill_past=1024)
     t_decode, t_chunk, t_both = (step_time(d, s).seconds for s in (decode, chunk, both))
     assert max(t_decode, t_chunk) < t_both < t_decode + t_chunk  # weights are read once for both
+
+
+
+def test_step_seconds_is_step_time_on_the_grid_and_vectorises() -> None:
+    d = _d("llama3-8b", "h100-sxm")
+    exact = step_time(d, StepShape(decode_seqs=32, decode_context=2048, prefill_seqs=1, prefill_tokens=512,
+                                   prefill_past=1024)).seconds
+    assert step_seconds(d, 32, 2048, 512, 1024) == pytest.approx(exact, rel=1e-12)  # 2048, 1024: grid points
+    assert step_seconds(d, 0, 0, 0) == 0.0
+    lo, hi = (step_time(d, StepShape(decode_seqs=b, decode_context=2048)).seconds for b in (7, 8))
+    assert step_seconds(d, 7.25, 2048) == pytest.approx(0.75 * lo + 0.25 * hi, rel=1e-12)  # a mean batch
+    many = step_seconds(d, [1, 7.25, 64], [100.0, 2048, 5000], 256)
+    assert many == [step_seconds(d, b, c, 256) for b, c in ((1, 100.0), (7.25, 2048), (64, 5000))]
+    with pytest.raises(UsageError, match="different lengths"):
+        step_seconds(d, [1, 2], [100, 200, 300])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["llama3-8b", "gemma2-9b", "mixtral-8x7b", "deepseek-v3"]), st.integers(1, 256),
+       st.floats(1, 100_000), st.sampled_from([0, 512, 2048]), st.integers(0, 20_000))
+def test_step_seconds_interpolates_within_half_a_percent(name: str, batch: int, context: float, chunk: int,
+                                                         past: int) -> None:
+    d = _d(name, "h200", "bf16", tp=2)
+    shape = StepShape(decode_seqs=batch, decode_context=context, prefill_seqs=1 if chunk else 0,
+                      prefill_tokens=chunk, prefill_past=past if chunk else 0)
+    assert step_seconds(d, batch, context, chunk, past) == pytest.approx(step_time(d, shape).seconds, rel=5e-3)
 
 
 def test_turning_point() -> None:

@@ -20,12 +20,14 @@ A step (one forward pass of the scheduler) runs, per layer and per GPU, the kern
 Identical layers are priced once and multiplied: cost does not grow with the number of layers. Pipeline stages
 hold contiguous layers (vLLM's split); a microbatch crosses a stage boundary with one point-to-point send of its
 hidden state and residual. ``step_time`` is the time of one scheduler step -- the building block of
-``estimate`` and of a serving simulator. Pure math: no I/O.
+``estimate`` -- and ``step_seconds`` its vectorised, interpolated form for a serving simulator. Pure math: no I/O.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -622,9 +624,77 @@ def step_time(d: Deployment, shape: StepShape, phase: str = "decode", ideal: boo
     ``deployment()`` (model x GPU x tp/pp/ep x dtypes x engine). ``phase`` picks the rates ('prefill' or
     'decode', which differ when a calibration file gives them per phase; a mixed step uses 'decode').
     ``ideal`` prices the same kernels at 100 % of the peaks with no floors or latencies.
-    Cost is independent of the number of layers: identical layers are priced once (0.1-0.3 ms per call in CPython).
+    Cost is independent of the number of layers: identical layers are priced once (0.1-0.3 ms per call in CPython,
+    microseconds when cached). ``step_seconds`` is the vectorised form over many steps.
     """
     return _step_cached(d, shape, phase, ideal)
+
+
+
+CONTEXT_GRID_PER_OCTAVE = 8  # step_seconds interpolates contexts above 64 tokens on a geometric grid of this density
+
+
+def _grid(x: float) -> tuple[float, float, float]:
+    """(lower grid point, upper grid point, weight of the upper): integers up to 64, then 8 points per octave."""
+    if x <= 64:
+        lo = math.floor(x)
+        return lo, lo + 1, x - lo
+    k = math.log2(x / 64) * CONTEXT_GRID_PER_OCTAVE
+    lo_k = math.floor(k)
+    lo, hi = round(64 * 2 ** (lo_k / CONTEXT_GRID_PER_OCTAVE)), round(64 * 2 ** ((lo_k + 1) / CONTEXT_GRID_PER_OCTAVE))
+    return lo, hi, (x - lo) / (hi - lo) if hi > lo else 0.0
+
+
+def _corners(x: float, grid: bool) -> tuple[tuple[float, float], ...]:
+    """((point, weight), ...) whose weighted sum interpolates at ``x`` (one corner when x is a grid point)."""
+    lo, hi, w = _grid(x) if grid else (math.floor(x), math.floor(x) + 1, x - math.floor(x))
+    if w <= 1e-12:
+        return ((lo, 1.0),)
+    if w >= 1 - 1e-12:
+        return ((hi, 1.0),)
+    return (lo, 1 - w), (hi, w)
+
+
+def _one_step(d: Deployment, seqs: float, context: float, tokens: float, past: float, phase: str) -> float:
+    tokens = round(tokens)
+    if seqs <= 0 and tokens <= 0:
+        return 0.0
+    total = 0.0
+    for b, wb in _corners(max(seqs, 0.0), grid=False):
+        for c, wc in (_corners(context, grid=True) if b else ((0.0, 1.0),)):
+            for p, wp in (_corners(past, grid=True) if tokens and past > 0 else ((0.0, 1.0),)):
+                if not b and not tokens:
+                    continue  # an empty step takes no time
+                shape = StepShape(decode_seqs=int(b), decode_context=float(c), prefill_seqs=1 if tokens else 0,
+                                  prefill_tokens=int(tokens), prefill_past=int(p))
+                total += wb * wc * wp * _step_cached(d, shape, phase, False).seconds
+    return total
+
+
+def step_seconds(d: Deployment, decode_seqs: float | Sequence[float], decode_context: float | Sequence[float] = 0.0,
+                 prefill_tokens: float | Sequence[float] = 0, prefill_past: float | Sequence[float] = 0,
+                 phase: str = "decode") -> float | list[float]:
+    """Seconds of scheduler steps -- ``decode_seqs`` sequences decoding one token each at mean context
+    ``decode_context``, plus one prefill chunk of ``prefill_tokens`` after ``prefill_past`` cached tokens -- the
+    vectorised entry point of a serving simulator (a capacity search prices millions of steps).
+
+    Arguments are numbers or equal-length sequences (scalars broadcast; a list comes back when any is a sequence).
+    Fractional ``decode_seqs`` (a mean batch) interpolate linearly between the neighbouring integers; contexts and
+    past lengths above 64 tokens interpolate between points of a geometric grid (8 per octave), on which exact
+    ``step_time`` results are cached: step time is affine in context between window caps, so the interpolation
+    is exact there, and a call costs a few cache look-ups (microseconds) once the grid around it has been priced.
+    An empty step is 0 s.
+    """
+    args = (decode_seqs, decode_context, prefill_tokens, prefill_past)
+    lengths = {len(a) for a in args if isinstance(a, Sequence) or hasattr(a, "__len__")}
+    if not lengths:
+        return _one_step(d, float(decode_seqs), float(decode_context), float(prefill_tokens), float(prefill_past),
+                         phase)
+    if len(lengths) > 1:
+        raise UsageError(f"step_seconds: sequences of different lengths {sorted(lengths)}")
+    n = lengths.pop()
+    cols = [list(a) if (isinstance(a, Sequence) or hasattr(a, "__len__")) else [a] * n for a in args]
+    return [_one_step(d, float(b), float(c), float(t), float(p), phase) for b, c, t, p in zip(*cols, strict=True)]
 
 
 @lru_cache(maxsize=65536)
