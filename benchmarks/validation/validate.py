@@ -121,6 +121,8 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
         groups[f"engine {engine}"] = [r for r in rows if r["engine"] == engine]
     groups["dense"] = [r for r in rows if Path(r["model"]).stem not in MOE]
     groups["MoE"] = [r for r in rows if Path(r["model"]).stem in MOE]
+    for model in sorted({Path(r["model"]).stem for r in rows}):
+        groups[model] = [r for r in rows if Path(r["model"]).stem == model]
     for name, rs in groups.items():
         parts = []
         for metric, key in (("TTFT", ttft_key), ("TPOT", tpot_key)):

@@ -1,6 +1,8 @@
 """Measurements for a latency-model calibration file (``tfcalc bench calibrate``; format: tfcalc/calc/calibration.py).
 
-Four sweeps, each timed with device events (CUDA) or perf_counter (CPU) after warm-up, medians reported:
+Four sweeps, each timed after warm-up: with device events on a GPU, the median repeat; with perf_counter on a CPU,
+the fastest repeat (on a shared CPU other processes' time slices land in the timings -- an intra-op thread waiting
+for a busy core adds ~10 ms to a 0.2 ms GEMM -- and a calibration wants what the device can do):
 
 - GEMM efficiency curve: ``a @ b.T`` with a [M x K] and b [N x K] (a linear layer's shapes) over M x (N = K), random
   inputs, per dtype;
@@ -24,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from tfcalc.calc.calibration import KIND, VERSION
-from tfcalc.profile.timing import time_call
+from tfcalc.profile.timing import Timing, time_call
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +61,11 @@ def default_plan(device: torch.device, quick: bool = False) -> CalibrationPlan:
                            repeats=3)
 
 
+def _seconds(timing: Timing, device: torch.device) -> float:
+    """The time a calibration keeps (module docstring): median on a GPU, fastest repeat on a CPU."""
+    return timing.min_s if device.type == "cpu" else timing.median_s
+
+
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -73,7 +80,7 @@ def gemm_rows(device: torch.device, plan: CalibrationPlan, progress: Callable[[s
                     progress(f"gemm {name} {m}x{nk}x{nk}")
                 x = torch.randn(m, nk, device=device, dtype=torch.float32).to(dtype)
                 timing = time_call(lambda x=x, w=weight: F.linear(x, w), device, plan.warmup, plan.repeats)
-                rows.append({"dtype": name, "m": m, "n": nk, "k": nk, "seconds": timing.median_s})
+                rows.append({"dtype": name, "m": m, "n": nk, "k": nk, "seconds": _seconds(timing, device)})
             del weight
     return rows
 
@@ -87,7 +94,7 @@ def memory_rows(device: torch.device, plan: CalibrationPlan,
         src = torch.empty(size, dtype=torch.uint8, device=device).random_(0, 255)
         dst = torch.empty_like(src)
         timing = time_call(lambda dst=dst, src=src: dst.copy_(src), device, plan.warmup, plan.repeats)
-        rows.append({"bytes": 2 * size, "seconds": timing.median_s})
+        rows.append({"bytes": 2 * size, "seconds": _seconds(timing, device)})
         del src, dst
     return rows
 
@@ -101,7 +108,7 @@ def launch_floor(device: torch.device, plan: CalibrationPlan) -> dict:
         for _ in range(n):
             x.add_(1)
 
-    eager = time_call(many, device, plan.warmup, plan.repeats).median_s / n
+    eager = _seconds(time_call(many, device, plan.warmup, plan.repeats), device) / n
     graph = None
     if device.type == "cuda":
         stream = torch.cuda.Stream(device)
@@ -131,7 +138,7 @@ def attention_rows(device: torch.device, plan: CalibrationPlan,
                                                                                   enable_gqa=True),
                            device, plan.warmup, plan.repeats)
         rows.append({"phase": "prefill", "batch": 1, "heads": h, "kv_heads": kv, "head_dim": d, "seq_len": seq,
-                     "seconds": timing.median_s})
+                     "seconds": _seconds(timing, device)})
         b = plan.decode_batch
         q1 = torch.randn(b, h, 1, d, device=device, dtype=dtype)
         kc = torch.randn(b, kv, seq, d, device=device, dtype=dtype)
@@ -139,7 +146,7 @@ def attention_rows(device: torch.device, plan: CalibrationPlan,
         timing = time_call(lambda q1=q1, kc=kc, vc=vc: F.scaled_dot_product_attention(q1, kc, vc, enable_gqa=True),
                            device, plan.warmup, plan.repeats)
         rows.append({"phase": "decode", "batch": b, "heads": h, "kv_heads": kv, "head_dim": d, "seq_len": seq,
-                     "seconds": timing.median_s})
+                     "seconds": _seconds(timing, device)})
         del q, k, v, q1, kc, vc
     return rows
 
