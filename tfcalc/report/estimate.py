@@ -231,7 +231,8 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                      f"{moe.num_experts} x (1 - (1 - {moe.experts_per_token}/{moe.num_experts})^{tokens}) = "
                      f"{moe.num_experts * (1 - (1 - moe.experts_per_token / moe.num_experts) ** tokens):.3f}"
                      + (f" under uniform routing; {distinct:.3f}{skew}" if d.routing_skew else "")
-                     + f"; each GPU holds {dm.experts_local} experts of width {dm.expert_width:g}")
+                     + f"; each GPU holds {dm.experts_local} expert{'s' if dm.experts_local != 1 else ''} of width "
+                     f"{dm.expert_width:g}")
     lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {d.num_gpus} GPUs, ep {d.ep}; "
                  f"fabric {d.intra.display_name}, {d.algorithm} all-reduce"
                  + (", engine custom all-reduce for small messages" if d.engine.custom_allreduce
