@@ -38,7 +38,7 @@ def test_every_engine_preset_loads_and_cites_its_source() -> None:
     assert load_engine("vllm").releases == "0.21+"  # the default is the current release line
     assert load_engine("vllm@0.19.1").releases == "0.17-0.20"
     assert load_engine("vllm@0.9").releases == "0.8-0.10"
-    with pytest.raises(UsageError, match="no vllm memory model covers version 0.7"):
+    with pytest.raises(UsageError, match="no vllm engine preset covers version 0.7"):
         load_engine("vllm@0.7")
     with pytest.raises(UsageError, match="unknown engine"):
         load_engine("vlm")

@@ -154,6 +154,24 @@ def test_engines_compare_and_name_themselves() -> None:
     assert all(r["capacity_bytes"] == round(79.19 * (1 << 30)) for r in rows[:4])
 
 
+def test_gpt_fast_plans_with_the_plain_arithmetic_and_says_so() -> None:
+    """gpt-fast keeps a static KV cache, no pool: its preset says budget: ideal, so its figures are ideal's, the
+    row is labelled gpt-fast, the note and the trace say which arithmetic it was, and --runtime-overhead applies."""
+    result = run("plan", "-p", "llama3-8b", "--max-model-len", "8k", "--engine", "gpt-fast,ideal", "--runtime-overhead",
+                 "2g", "-f", "json")
+    assert result.exit_code == 0, result.output
+    fast, ideal = json.loads(result.stdout)
+    assert fast["engine"] == "gpt-fast" and ideal["engine"] == "ideal"
+    for key in ("weights_bytes_per_gpu", "kv_budget_bytes_per_gpu", "kv_tokens_per_gpu", "max_concurrent_sequences",
+                "reserved_bytes_per_gpu", "runtime_overhead_bytes_per_gpu", "capacity_bytes"):
+        assert fast[key] == ideal[key], key
+    assert fast["runtime_overhead_bytes_per_gpu"] == 2 << 30 and fast["kv_budget_bytes_per_gpu_ideal"] is None
+    table = run("plan", "-p", "llama3-8b", "--max-model-len", "8k", "--engine", "gpt-fast", "--explain")
+    text = " ".join(table.stdout.split())
+    assert "gpt-fast: no KV pool of its own to model" in text and "memory by the ideal arithmetic" in text
+    assert "runtime capacity of" not in text  # the plain arithmetic uses the nominal capacity by design
+
+
 def test_engine_from_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("TFCALC_ENGINE", "vllm@0.19")
     result = run("plan", "-p", "llama3-8b", "-f", "json")

@@ -8,9 +8,10 @@ Sharding and layer grouping: ``tfcalc.calc.shard``. Memory per GPU follows the e
   size" = blocks // groups x block_size; "Maximum concurrency" = blocks / blocks of one max_model_len request.
 - SGLang:  KV pool = (capacity - startup) x mem_fraction_static - weights, in tokens (page size 1).
 - TensorRT-LLM: KV = (capacity - peak of the dry run) x free_gpu_memory_fraction, blocks of 32 tokens.
-- ``engine=None`` ("ideal"): reserved = capacity x (1 - utilization) + runtime overhead + one prefill chunk's
-  activations; KV budget = capacity - weights - reserved; a sequence of C tokens takes ceil(held / block) blocks
-  per layer, held = min(C, window) on sliding-window layers.
+- ``engine=None`` ("ideal"; also an engine preset with ``budget: ideal``, gpt-fast): reserved = capacity x
+  (1 - utilization) + runtime overhead + one prefill chunk's activations; KV budget = capacity - weights -
+  reserved; a sequence of C tokens takes ceil(held / block) blocks per layer, held = min(C, window) on
+  sliding-window layers.
 
 Weights follow the checkpoint as the engine loads it: vocabulary padded, rotary cos/sin cache, MLA's absorbed
 kv_b copies, MXFP4 expert padding, per-layer format exceptions. Pure math, no I/O; sentences are built in
@@ -41,7 +42,7 @@ from tfcalc.calc.shard import (
 )
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype
 from tfcalc.errors import UsageError
-from tfcalc.spec.engine import EngineSpec
+from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
 
@@ -327,7 +328,11 @@ def _resolved(cfg: PlanConfig, gpu: GPUSpec) -> tuple[float | None, int, int, in
 def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig,
              activation_dtype: DType | None = None, with_ideal: bool = True) -> PlanResult:
     """Weights, every reserved term and the KV budget per GPU; sequences at ``cfg.context``; context at
-    ``cfg.batch``; as ``cfg.engine`` accounts for them (``None``: the ideal arithmetic)."""
+    ``cfg.batch``; as ``cfg.engine`` accounts for them (``None``, or an engine with ``budget: ideal``: the ideal
+    arithmetic, the result still naming that engine)."""
+    if cfg.engine is not None and memory_model(cfg.engine) is None:
+        plain = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=None), activation_dtype, with_ideal)
+        return replace(plain, engine=cfg.engine)
     fraction, block, max_seqs, mnbt = _resolved(cfg, gpu)
     if fraction is not None and not 0 < fraction <= 1:
         raise UsageError(f"gpu memory utilization must be in (0, 1], got {fraction}")

@@ -60,7 +60,7 @@ OutputOpt = Annotated[Path | None, typer.Option(
 
 
 # Options whose values are written (outputs) or read (inputs), checked against each other before any work.
-OUTPUT_OPTIONS = {"output": "--output", "plot": "--plot", "save_calibration": "--save-calibration"}
+OUTPUT_OPTIONS = {"output": "--output", "plot": "--plot", "save_calibration": "--save-calibration", "save": "--save"}
 INPUT_OPTIONS = {"preset": "--preset", "config": "--config", "calibration": "--calibration", "gpu": "--gpu"}
 
 
@@ -94,7 +94,7 @@ def check_before_work(options: dict[str, object]) -> None:
     """Usage checks every command gets before it does any work, from its options by name.
 
     ``--format`` against ``--output``'s extension, ``--plot``'s file type, and the output paths (``output``,
-    ``plot``, ``save_calibration``) against each other and against the input files (``preset``, ``config``,
+    ``plot``, ``save_calibration``, ``save``) against each other and against the input files (``preset``, ``config``,
     ``calibration``, ``gpu`` values that are files): see ``tfcalc.output.files.check_outputs``.
     """
     outputs = [(flag, options[name]) for name, flag in OUTPUT_OPTIONS.items() if options.get(name) is not None]

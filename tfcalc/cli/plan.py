@@ -1,7 +1,7 @@
 """``tfcalc plan``: does a model fit on these GPUs, for how many sequences at what context?"""
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,6 +21,9 @@ from tfcalc.errors import UsageError
 from tfcalc.output import Column, emit, print_stderr
 from tfcalc.units import parse_float, parse_sizes, split_list
 
+if TYPE_CHECKING:
+    from tfcalc.spec.engine import EngineSpec
+
 GpuOpt = Annotated[list[str], typer.Option(
     "--gpu", "-g", help="GPU preset (see 'tfcalc presets list --kind gpu') or a GPU YAML file; lists compare.")]
 WeightsOpt = Annotated[list[str] | None, typer.Option(
@@ -29,6 +32,10 @@ WeightsOpt = Annotated[list[str] | None, typer.Option(
 PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Also draw a PNG chart here (needs matplotlib).",
                                               show_default=False)]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the formula trace behind each row.")]
+EngineOpt = Annotated[list[str] | None, typer.Option(
+    "--engine", "-e", help="Engine version: vllm (default; its current version), vllm@0.19 (the one covering a "
+    "release), sglang, trtllm, gpt-fast, ideal (plain memory arithmetic), a preset (vllm-0.17) or an engine YAML; "
+    "lists compare. Default from $TFCALC_ENGINE, else vllm.", envvar="TFCALC_ENGINE", show_default=False)]
 
 COLUMNS = [
     Column("model", "model"), Column("gpu", "GPU"), Column("engine", "engine"), Column("num_gpus", "GPUs", "int"),
@@ -47,6 +54,15 @@ ENGINE_NOTES = {
               "tokens // context)",
     "trtllm": "trtllm: KV = (capacity - peak of the dry run) x free_gpu_memory_fraction, blocks of 32 tokens",
 }
+
+
+def engine_note(engine: "EngineSpec | None") -> str:
+    """The memory model a row's engine stands for, in one sentence (``ENGINE_NOTES``)."""
+    if engine is None:
+        return ENGINE_NOTES["ideal"]
+    if not engine.models_memory:
+        return f"{engine.name}: no KV pool of its own to model (its preset says budget: ideal): the ideal arithmetic"
+    return ENGINE_NOTES.get(engine.name, engine.name)
 
 
 def gpu_list(values: list[str]) -> list:
@@ -77,10 +93,13 @@ def print_traces(rows: list[dict], traces: list[tuple[str, ...]], keys: tuple[st
 
 
 def engine_list(values: list[str] | None) -> list:
-    """``ideal``, ``vllm``, ``vllm@0.19``, ``sglang``, ``trtllm``, a preset name (``vllm-0.17``) or an engine YAML."""
+    """``ideal`` (None: the plain memory arithmetic), ``vllm``, ``vllm@0.19``, ``sglang``, ``trtllm``, ``gpt-fast``,
+    a preset name (``vllm-0.17``) or an engine YAML; the one reading of ``--engine`` for plan and estimate."""
     from tfcalc.spec.presets import load_engine
 
     names = [item for value in values or ["vllm"] for item in split_list(value)]
+    if not names:
+        raise UsageError("name an engine: --engine vllm (or sglang, trtllm, gpt-fast, ideal, NAME@VERSION)")
     return [None if name == "ideal" else load_engine(name) for name in names]
 
 
@@ -95,10 +114,7 @@ ListOpt = list[str] | None
 @handle_errors
 def plan(preset: PresetOpt = None, config: ConfigOpt = None,
          gpu: GpuOpt = ["h100-sxm"],  # noqa: B006 - Typer reads the default, never mutates it
-         engine: Annotated[ListOpt, typer.Option(
-             "--engine", "-e", help="Memory model: vllm (default; its current version), vllm@0.19 (the one covering "
-             "a release), sglang, trtllm, ideal (plain arithmetic), or an engine YAML; lists compare. Default from "
-             "$TFCALC_ENGINE, else vllm.", envvar="TFCALC_ENGINE", show_default=False)] = None,
+         engine: EngineOpt = None,
          num_gpus: Annotated[ListOpt, typer.Option(
              "--num-gpus", "-n", help="GPU count(s); lists sweep. Default tp x pp.", show_default=False)] = None,
          tp: Annotated[ListOpt, typer.Option(
@@ -134,8 +150,8 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
              "forward); default: the engine's for this GPU (vLLM 8192 on >= 70 GiB GPUs).",
              show_default=False)] = None,
          runtime_overhead: Annotated[ListOpt, typer.Option(
-             "--runtime-overhead", help="--engine ideal only: CUDA context, NCCL, cuBLAS, CUDA graphs per GPU "
-             "(bytes; 1g = 2^30; default 1g).", show_default=False)] = None,
+             "--runtime-overhead", help="--engine ideal (or gpt-fast) only: CUDA context, NCCL, cuBLAS, CUDA graphs "
+             "per GPU (bytes; 1g = 2^30; default 1g).", show_default=False)] = None,
          cuda_graph_memory: Annotated[bool | None, typer.Option(
              "--cuda-graph-memory/--no-cuda-graph-memory", help="Subtract the CUDA-graph estimate from the KV "
              "budget (vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS); default: as the engine version does.",
@@ -167,8 +183,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
         runtime_overheads=parse_sizes(runtime_overhead, "runtime overhead"), cuda_graphs_in_budget=cuda_graph_memory,
         find_min_gpus=find_min_gpus, max_gpus=max_gpus, gpus_per_node=gpus_per_node)
     rows, traces = plan_rows(specs, gpus, sweep)
-    kinds = dict.fromkeys("ideal" if e is None else e.name for e in engines)
-    notes = (*(ENGINE_NOTES.get(k, k) for k in kinds),
+    notes = (*dict.fromkeys(engine_note(e) for e in engines),
              "KV tokens: what the engine logs; max seqs add up over data-parallel replicas. GiB = 2^30 bytes.",
              *(f"{r['model']} on {r['num_gpus']} x {r['gpu']} ({r['engine']}), batch {r['batch']}, context "
                f"{r['context']:,}: {r['reason']}" + (f" [{r['note']}]" if r["note"] else "") for r in rows))

@@ -12,7 +12,8 @@ from tfcalc.output.columns import Column
 FORMATS = ("table", "csv", "json")
 # Output paths that mean the process's stdout (tfcalc.output.files writes to it rather than replacing it).
 STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
-__all__ = ["Column", "FORMATS", "STDOUT_NAMES", "emit", "print_stderr", "resolve_format", "write_stdout"]
+__all__ = ["Column", "FORMATS", "STDOUT_NAMES", "emit", "print_stderr", "resolve_format", "show_progress",
+           "write_stdout"]
 
 
 def resolve_format(fmt: str | None, output: Path | None) -> str:
@@ -47,6 +48,23 @@ def print_stderr(message: str) -> None:
     try:  # sys.stderr is gone or broken: try the descriptor itself, else give up quietly
         os.write(2, line.encode("utf-8", "replace"))
     except OSError:
+        pass
+
+
+def show_progress(message: str) -> None:
+    """A status line on stderr that the next one replaces (carriage return, erase line); ``""`` clears it.
+
+    For a terminal only (callers check ``sys.stderr.isatty()``); the message is printable, one line, and a
+    stderr that is closed or broken is ignored, as in ``print_stderr``.
+    """
+    from tfcalc.output.terminal import printable
+
+    stream = sys.stderr
+    try:
+        if stream is not None:
+            stream.write("\r\033[K" + printable(message, one_line=True))
+            stream.flush()
+    except (OSError, ValueError, UnicodeEncodeError):
         pass
 
 

@@ -45,6 +45,7 @@ def plot_plan(path: Path, specs: list, gpus: list, rows: list[dict], precisions:
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.plan import PlanConfig, plan_fit
     from tfcalc.dtypes import parse_weight_precision
+    from tfcalc.spec.engine import memory_model
 
     plt = _pyplot()
     first = rows[0]
@@ -63,7 +64,7 @@ def plot_plan(path: Path, specs: list, gpus: list, rows: list[dict], precisions:
                                  gpu_memory_utilization=float(first["memory_fraction"]),
                                  block_size=int(first["block_size"]), max_num_seqs=int(first["max_num_seqs"]),
                                  max_num_batched_tokens=int(first["max_num_batched_tokens"]),
-                                 **({} if engine is not None else
+                                 **({} if memory_model(engine) is not None else
                                     {"runtime_overhead_bytes": int(first["runtime_overhead_bytes_per_gpu"])}))
                 r = plan_fit(spec, gpu, precision, kv, cfg)
                 per_replica = -(-batch // r.parallelism.dp)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit
 from tfcalc.calc.roofline import Efficiency, Estimate, estimate
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
-from tfcalc.spec.engine import EngineSpec
+from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
 
@@ -62,7 +62,7 @@ def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, r: Plan
         parts.append(f"MXFP4 experts padded to hidden {r.mxfp4_padded_hidden:,} and intermediate/GPU "
                      f"{r.mxfp4_padded_intermediate:,} (the engine's MoE kernel layout; GPUs with native FP4 pad "
                      "too in vLLM's FlashInfer path)")
-    if r.engine is not None and not r.capacity_is_runtime:
+    if memory_model(r.engine) is not None and not r.capacity_is_runtime:
         parts.append(f"runtime capacity of {gpu.name} unknown: nominal {_gib(r.capacity_bytes)} used")
     if r.kv_padding_layers:
         parts.append(f"KV in {r.kv_groups} groups of {r.kv_group_size} layers, {r.kv_padding_layers} padding layer(s)")
@@ -74,9 +74,16 @@ def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, r: Plan
 def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig,
                  r: PlanResult) -> tuple[str, ...]:
     """Every budget term with the engine's name for it, then the KV layout and the verdict."""
-    e, p = r.engine, r.parallelism
+    p = r.parallelism
+    e = memory_model(r.engine)  # None: the plain arithmetic (no engine, or one whose preset says budget: ideal)
     term = (e.terms if e is not None else {}).get
-    lines = [f"engine: {engine_label(e)}" + (f" ({e.display_name})" if e is not None else " (today's arithmetic)")
+    if e is not None:
+        described = f" ({e.display_name})"
+    elif r.engine is not None:
+        described = f", {r.engine.display_name}: memory by the ideal arithmetic (its preset says budget: ideal)"
+    else:
+        described = " (today's arithmetic)"
+    lines = [f"engine: {engine_label(r.engine)}" + described
              + f"; max_num_seqs {r.max_num_seqs:,}, max_num_batched_tokens {r.max_num_batched_tokens:,}, "
              f"block_size {r.block_size}",
              f"parallelism: tp {p.tp} x pp {p.pp} x dp {p.dp} = {p.num_gpus} GPUs, ep {p.ep}"
@@ -176,7 +183,7 @@ def _plan_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         "engine_display_name": r.engine.display_name if r.engine is not None else "ideal arithmetic",
         "ep": p.ep, "dp": p.dp, "gpu_memory_bytes": r.memory_bytes_per_gpu, "memory_fraction": r.memory_fraction,
         "block_size": r.block_size, "max_num_seqs": r.max_num_seqs, "max_num_batched_tokens": r.max_num_batched_tokens,
-        "runtime_overhead_bytes_per_gpu": cfg.runtime_overhead_bytes if r.engine is None else None,
+        "runtime_overhead_bytes_per_gpu": cfg.runtime_overhead_bytes if memory_model(r.engine) is None else None,
         "shortfall_bytes_per_gpu": r.shortfall_bytes_per_gpu, "note": plan_note(spec, gpu, precision, r),
         "reason": plan_reason(spec, cfg, r),
     }

@@ -45,6 +45,7 @@ class GPUSpec:
     interconnect: str = ""
     display_name: str = ""
     vendor: str = ""
+    latency: GPULatency | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         n = self.name
@@ -75,7 +76,7 @@ class GPUSpec:
 _ALLOWED = {"name", "memory_gib", "runtime_memory_gib", "memory_gb",
             "hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s", "dense_tflops",
             "interconnect", "interconnect_bidirectional_gb_s", "display_name", "vendor", "memory_type",
-            "sources", "notes", "kind", "published", "aliases"}
+            "sources", "notes", "kind", "published", "aliases", "latency"}
 
 
 # Upper bounds of the datasheet-unit fields (finite, positive, and at most these): 1000x today's largest parts.
@@ -155,12 +156,95 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
         raise SpecError(f"{origin}: missing required field 'interconnect_bidirectional_gb_s'")
     link = _scaled(_number(data["interconnect_bidirectional_gb_s"], origin, "interconnect_bidirectional_gb_s"),
                    10**9 // 2)  # one direction: half the bidirectional figure
+    latency = None if data.get("latency") is None else latency_from_mapping(data["latency"], origin)
     try:
         return GPUSpec(name=_text(data, "name", origin, default_name), memory_bytes=memory_bytes,
                        runtime_memory_bytes=runtime_bytes,
                        hbm_bandwidth_bytes_per_s=bandwidth, dense_flops_per_s=flops,
                        interconnect_bandwidth_bytes_per_s=link, interconnect=_text(data, "interconnect", origin),
                        display_name=_text(data, "display_name", origin, default_name),
-                       vendor=_text(data, "vendor", origin))
+                       vendor=_text(data, "vendor", origin),
+                       latency=latency)
+    except SpecError as exc:
+        raise SpecError(f"{origin}: {exc}") from None
+
+
+# --- the latency block: what the GPU achieves, for ``tfcalc estimate`` (tfcalc/calc/kernels.py) -------------
+
+_LATENCY_KEYS = {"sm_count", "gemm_efficiency", "attention_efficiency", "moe_efficiency", "memory_efficiency",
+                 "floors_us", "interconnect_preset", "sources"}
+_FLOOR_KEYS = ("gemm", "elementwise", "attention", "moe")
+MAX_SM_COUNT = 1 << 16
+MAX_FLOOR_US = 1e6  # one second: a kernel floor beyond it is a unit mistake, not a GPU
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPULatency:
+    """Achievable fractions of the datasheet peaks and per-kernel floors, each sourced in the preset.
+
+    ``gemm_efficiency``: fraction of the dense peak large GEMMs reach, per compute dtype; ``attention_efficiency``:
+    flash-attention prefill on long sequences (16-bit); ``moe_efficiency``: grouped expert GEMMs relative to a dense
+    GEMM of the same shape; ``memory_efficiency``: large streaming kernels (GEMV);
+    ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
+    ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric.
+    """
+
+    sm_count: int
+    gemm_efficiency: dict[str, float] = field(hash=False)
+    attention_efficiency: float
+    moe_efficiency: float
+    memory_efficiency: float
+    floors_s: dict[str, float] = field(hash=False)
+    interconnect_preset: str
+
+
+def latency_from_mapping(data: Any, origin: str) -> GPULatency:
+    """Validate a GPU preset's ``latency:`` block (units as printed: fractions in (0, 1], microseconds): every
+    number finite and positive, every error one line naming the file and the field."""
+    from tfcalc.spec.model import MAX_NAME_CHARS, check_float, check_int, check_str, key_text
+
+    def fraction(value: Any, key: str) -> float:
+        number = check_float(key, value)
+        if number > 1:
+            raise SpecError(f"field '{key}' must be in (0, 1], got {value!r}")
+        return number
+
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: field 'latency' must be a mapping")
+    try:
+        unknown = sorted(key_text(k) for k in data if k not in _LATENCY_KEYS)
+        if unknown:
+            raise SpecError(f"unknown field 'latency.{unknown[0]}' (known: {', '.join(sorted(_LATENCY_KEYS))})")
+        for key in ("sm_count", "gemm_efficiency", "attention_efficiency", "moe_efficiency", "memory_efficiency",
+                    "floors_us", "interconnect_preset"):
+            if data.get(key) is None:
+                raise SpecError(f"missing required field 'latency.{key}'")
+        gemm = data["gemm_efficiency"]
+        if not isinstance(gemm, dict) or not gemm:
+            raise SpecError("field 'latency.gemm_efficiency' must be a mapping such as {bf16: 0.79}")
+        efficiencies = {}
+        for dtype, value in gemm.items():
+            if dtype not in FLOP_DTYPES:
+                raise SpecError(f"unknown dtype 'latency.gemm_efficiency.{key_text(dtype)}' "
+                                f"(known: {', '.join(FLOP_DTYPES)})")
+            efficiencies[str(dtype)] = fraction(value, f"latency.gemm_efficiency.{dtype}")
+        floors = data["floors_us"]
+        if not isinstance(floors, dict):
+            raise SpecError(f"field 'latency.floors_us' must be a mapping of {', '.join(_FLOOR_KEYS)}")
+        missing = [k for k in _FLOOR_KEYS if k not in floors]
+        extra = sorted(key_text(k) for k in floors if k not in _FLOOR_KEYS)
+        if missing or extra:
+            which = f"missing 'latency.floors_us.{missing[0]}'" if missing else \
+                f"unknown 'latency.floors_us.{extra[0]}'"
+            raise SpecError(f"{which} (give {', '.join(_FLOOR_KEYS)})")
+        floors_s = {k: check_float(f"latency.floors_us.{k}", floors[k], MAX_FLOOR_US) * 1e-6 for k in _FLOOR_KEYS}
+        return GPULatency(sm_count=check_int("latency.sm_count", data["sm_count"], (1, MAX_SM_COUNT)),
+                          gemm_efficiency=efficiencies,
+                          attention_efficiency=fraction(data["attention_efficiency"], "latency.attention_efficiency"),
+                          moe_efficiency=fraction(data["moe_efficiency"], "latency.moe_efficiency"),
+                          memory_efficiency=fraction(data["memory_efficiency"], "latency.memory_efficiency"),
+                          floors_s=floors_s,
+                          interconnect_preset=check_str("latency.interconnect_preset", data["interconnect_preset"],
+                                                        MAX_NAME_CHARS))
     except SpecError as exc:
         raise SpecError(f"{origin}: {exc}") from None

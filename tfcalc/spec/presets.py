@@ -27,7 +27,7 @@ from tfcalc.spec.model import (
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 PRESET_KINDS = ("model", "gpu")
-_KIND_FOLDERS = {"model": "models", "gpu": "gpus", "engine": "engines"}
+_KIND_FOLDERS = {"model": "models", "gpu": "gpus", "interconnect": "interconnects", "engine": "engines"}
 
 # Keys a preset may carry besides the spec's own fields: provenance and published figures.
 _DOC_KEYS = {"display_name", "sources", "published", "kind", "aliases"}
@@ -278,38 +278,80 @@ def load_gpu(name_or_path: str):  # -> tfcalc.spec.gpu.GPUSpec
     return gpu_from_mapping(read_data_file(path), origin=str(path), default_name=default_name)
 
 
-def load_engine(name_or_path: str):  # -> tfcalc.spec.engine.EngineSpec
-    """An engine memory model: ``vllm`` (its default version), ``vllm@0.19.1`` (the entry whose releases cover it),
-    a preset name (``vllm-0.17``), or a YAML file in the engine preset format."""
+_ENGINE_FILE = re.compile(r"(?P<engine>.+?)-(?P<version>\d[\w.]*)")
+
+
+def engine_family(preset: str) -> str:
+    """The engine a preset file name describes: ``vllm-0.21`` -> ``vllm``, ``gpt-fast`` -> ``gpt-fast``."""
+    match = _ENGINE_FILE.fullmatch(preset)
+    return match.group("engine") if match else preset
+
+
+@functools.cache
+def _default_engine_kernels(engine: str, exclude: str | None = None):  # -> EngineKernels | None
+    """The ``kernels:`` block of ``engine``'s default version preset (shared by its other versions), if any."""
+    from tfcalc.spec.engine import kernels_from_mapping
+
+    for name in preset_names("engine"):
+        if name == exclude or engine_family(name) != engine:
+            continue
+        document = read_data_file(_preset_file("engine", name))
+        if document.get("default") is True and document.get("kernels") is not None:
+            return kernels_from_mapping(document["kernels"], str(_preset_file("engine", name)))
+    return None
+
+
+def _engine_from_file(path: Path, default_name: str, preset: str | None = None):  # -> EngineSpec
+    """One engine file; without a ``kernels:`` block it runs its kernels as its engine's default version does."""
     from tfcalc.spec.engine import engine_from_mapping
 
+    data = read_data_file(path)
+    inherited = None
+    if data.get("kernels") is None and isinstance(data.get("name"), str):
+        inherited = _default_engine_kernels(data["name"], exclude=preset)
+    return engine_from_mapping(data, origin=str(path), default_name=default_name, inherited_kernels=inherited)
+
+
+def engine_choices() -> list[str]:
+    """What ``--engine`` accepts by name: ideal, every engine, every preset (``vllm-0.17``)."""
+    names = preset_names("engine")
+    return ["ideal", *sorted({engine_family(n) for n in names} | set(names))]
+
+
+def load_engine(name_or_path: str):  # -> tfcalc.spec.engine.EngineSpec
+    """An engine version: ``vllm`` (its default version), ``vllm@0.19.1`` (the entry whose releases cover it),
+    a preset name (``vllm-0.17``, ``gpt-fast``), or a YAML file in the engine preset format. ``ideal`` (no engine)
+    is the callers' to handle (``tfcalc.cli.plan.engine_list``): it is not an EngineSpec."""
     if looks_like_path(name_or_path):
         path = Path(name_or_path)
-        return engine_from_mapping(read_data_file(path), origin=str(path), default_name=path.stem)
+        return _engine_from_file(path, path.stem)
     names = preset_names("engine")
     if name_or_path in names:
-        path = preset_path("engine", name_or_path)
-        return engine_from_mapping(read_data_file(path), origin=str(path), default_name=name_or_path)
+        return _engine_from_file(_preset_file("engine", name_or_path), name_or_path, name_or_path)
     engine, _, version = name_or_path.partition("@")
-    candidates = [engine_from_mapping(read_data_file(preset_path("engine", n)), origin=n, default_name=n)
-                  for n in names if n.split("-")[0] == engine]
+    candidates = [_engine_from_file(_preset_file("engine", n), n, n) for n in names if engine_family(n) == engine]
     if not candidates:
-        choices = sorted({n.split("-")[0] for n in names} | set(names))
-        hints = suggest(name_or_path, choices)
-        raise UsageError(f"unknown engine '{name_or_path}' (choose ideal, {', '.join(choices)}, NAME@VERSION or an "
-                         "engine YAML file)" + (f"; did you mean {', '.join(hints)}?" if hints else ""))
+        families = ["ideal", *sorted({engine_family(n) for n in names})]
+        hints = suggest(name_or_path, engine_choices())
+        raise UsageError(f"unknown engine '{name_or_path}' (choose {', '.join(families)}, NAME@VERSION, a preset "
+                         "such as vllm-0.17, or an engine YAML file)" + (f"; did you mean {', '.join(hints)}?"
+                                                                          if hints else ""))
     if not version:
-        return next(c for c in candidates if c.default) if any(c.default for c in candidates) else candidates[-1]
+        return next((c for c in candidates if c.default), candidates[-1])
     wanted = _version_tuple(version, name_or_path)
     for c in candidates:
+        if not c.releases:
+            continue
         low, _, high = c.releases.partition("-")
         if low.endswith("+"):
             low, high = low[:-1], ""
         if _version_tuple(low, c.releases)[:len(wanted)] <= wanted and (
                 not high or wanted[:2] <= _version_tuple(high, c.releases)[:2]):
             return c
-    known = ", ".join(f"{c.name}@{c.releases}" for c in candidates)
-    raise UsageError(f"no {engine} memory model covers version {version} (known: {known})")
+    known = ", ".join(f"{c.name}@{c.releases}" for c in candidates if c.releases)
+    if not known:
+        raise UsageError(f"{engine} has no versions to choose from: use --engine {engine}")
+    raise UsageError(f"no {engine} engine preset covers version {version} (known: {known})")
 
 
 def _version_tuple(text: str, origin: str) -> tuple[int, ...]:
