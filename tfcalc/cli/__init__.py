@@ -31,8 +31,9 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
 def _print_version(value: bool) -> None:
     if value:
         from tfcalc import __version__
+        from tfcalc.output import write_stdout
 
-        sys.stdout.write(f"tfcalc {__version__}\n")
+        write_stdout(f"tfcalc {__version__}\n")
         raise typer.Exit()
 
 
