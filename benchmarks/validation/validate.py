@@ -46,6 +46,10 @@ def load_points() -> list[dict]:
                      "benchmarks/validation/models/qwen3-32b.yaml", "gpu": AIC_GPU[p["gpu"]],
                      "weights": p["weights_dtype"], "kv": "bf16", "tp": p["tp"], "batch": p["batch"],
                      "prompt": p["isl"], "gen": p["osl"], "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"]}
+            if p["engine"] == "gpt-fast" and p["weights"] not in ("bf16", "fp16"):
+                # gpt-fast's quantize.py turns every nn.Linear into its int8 / int4 kind, the output head included
+                # (the MoE router excepted); tfcalc's plain `int8` keeps lm_head in 16 bits as checkpoints ship
+                p["weights"] = f"default={p['weights']},lm_head={p['weights']}"
             p["source_kind"] = kind
             points.append(p)
     return points
