@@ -45,6 +45,11 @@ class RopeScaling:
     original_max_position_embeddings: int | None = None
     low_freq_factor: float | None = None
     high_freq_factor: float | None = None
+    # yarn (Peng et al. 2023, arXiv:2309.00071) as transformers' _compute_yarn_parameters reads them
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +91,12 @@ class MoESpec:
     router_score_correction_bias: bool = False
     expert_bias: bool = False
     normalize_top_k: bool = True
+    # Routing numerics the bundled decoder reproduces (no size depends on them): DeepSeek-V3 scores experts with a
+    # sigmoid, picks the top ``groups_per_token`` of ``expert_groups`` groups first, and scales the routed sum.
+    router_scoring: Literal["softmax", "sigmoid"] = "softmax"
+    expert_groups: int = 1
+    groups_per_token: int = 1
+    routed_scaling_factor: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +127,13 @@ class ModelSpec:
     moe: MoESpec | None = None
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling | None = None
+    # Numerics the bundled decoder reproduces (no size depends on them): Gemma 2 caps attention and final logits
+    # with c * tanh(x / c), scales scores by query_pre_attn_scalar^-1/2, norms by (1 + w), embeddings by sqrt(h).
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    query_pre_attn_scalar: float | None = None
+    norm_weight_offset: float = 0.0
+    embedding_scale_sqrt_hidden: bool = False
     max_context: int = 4096
     native_dtype: str = "bf16"
     active_params_convention: ActiveConvention = "all_weights_touched"
@@ -170,6 +188,14 @@ class ModelSpec:
                          f"{n}: moe.shared_expert_intermediate_size must be positive when shared experts exist")
             for i in e.dense_layers:
                 _require(0 <= i < self.num_layers, f"{n}: moe dense layer {i} is outside 0..{self.num_layers - 1}")
+            _require(e.router_scoring in ("softmax", "sigmoid"), f"{n}: moe.router_scoring must be softmax or sigmoid")
+            _require(e.expert_groups > 0 and e.num_experts % e.expert_groups == 0,
+                     f"{n}: moe.expert_groups ({e.expert_groups}) must divide num_experts ({e.num_experts})")
+            _require(0 < e.groups_per_token <= e.expert_groups,
+                     f"{n}: moe.groups_per_token must be in 1..expert_groups ({e.expert_groups})")
+        for attr in ("attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"):
+            value = getattr(self, attr)
+            _require(value is None or value > 0, f"{n}: {attr} must be positive or null, got {value!r}")
 
     # --- derived shape facts -------------------------------------------------------------
     @property
