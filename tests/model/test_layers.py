@@ -17,7 +17,6 @@ from tfcalc.model.layers import (
     SDPA_BACKENDS,
     STATIC,
     Attention,
-    KVCache,
     MoE,
     RMSNorm,
     Step,
@@ -311,7 +310,8 @@ def test_interleaved_rope_is_deepseeks_complex_rotation(make_spec) -> None:
     x = torch.randn(2, 5, 3, 8, dtype=torch.float64)
     pos = torch.tensor([0, 3, 7, 19, 31])
     angles = torch.atan2(table[pos, 1], table[pos, 0])  # [T, 4]
-    z = torch.view_as_complex(x.view(2, 5, 3, 4, 2).contiguous()) * torch.polar(torch.ones_like(angles), angles)[:, None]
+    turn = torch.polar(torch.ones_like(angles), angles)[:, None]  # [T, 1, 4]
+    z = torch.view_as_complex(x.view(2, 5, 3, 4, 2).contiguous()) * turn
     torch.testing.assert_close(apply_rope(x, table[pos], interleaved=True), torch.cat([z.real, z.imag], dim=-1))
 
 
