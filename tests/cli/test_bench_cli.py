@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,7 +82,8 @@ def test_ceilings_formats() -> None:
     rows = list(csv.DictReader(io.StringIO(run(*CEILINGS, "-f", "csv").stdout)))
     assert [r["dtype"] for r in rows] == ["uint8", "fp32", "bf16"]  # CPU default dtypes fp32, bf16
     table = run(*CEILINGS)
-    assert table.exit_code == 0 and "Device ceilings" in table.stdout and "GB/s" in table.stdout
+    assert table.exit_code == 0 and "Device ceilings" in table.stdout
+    assert re.search(r"\d [kMGT]?B/s", table.stdout)  # a loaded machine may copy at MB/s
 
 
 @pytest.mark.parametrize("command", ["attention", "moe", "ceilings"])

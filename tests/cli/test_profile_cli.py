@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from tfcalc.cli import app
 from tfcalc.profile import bench
 
+pytestmark = pytest.mark.usefixtures("fixed_ceilings")
 runner = CliRunner()
 TINY = ["--device", "cpu", "-p", "llama3.2-1b", "--layers", "1", "--hidden", "64", "--intermediate", "128",
         "--vocab", "512", "--prompt-len", "8", "--gen-len", "3", "--warmup", "0", "--repeats", "1"]
@@ -39,7 +40,7 @@ def test_profile_table_and_json() -> None:
     table = runner.invoke(app, ["profile", *TINY])
     assert table.exit_code == 0, table.output
     assert "TPOT" in table.output and "MBU (measured copy)" in table.output and "ok" in table.output
-    rows = json.loads(runner.invoke(app, ["profile", *TINY, "-f", "json"]).output)
+    rows = json.loads(runner.invoke(app, ["profile", *TINY, "-f", "json"]).stdout)
     assert rows[0]["dtype"] == "bf16" and isinstance(rows[0]["predicted_memory_bytes"], int)
 
 
@@ -82,7 +83,7 @@ def test_ctrl_c_keeps_rows_measured_so_far(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(bench, "measure", interrupted_on_second)
     out = tmp_path / "rows.json"
     result = runner.invoke(app, ["profile", *TINY, "--batch", "1,2,3", "-o", str(out)])
-    assert result.exit_code == 1 and "interrupted" in result.output
+    assert result.exit_code == 130 and "interrupted: kept the 1 rows measured before Ctrl-C" in result.output
     rows = json.loads(out.read_text())
     assert [r["batch"] for r in rows] == [1]
     assert [p.name for p in tmp_path.iterdir()] == ["rows.json"]  # no temporary file left behind

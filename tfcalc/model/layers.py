@@ -568,7 +568,7 @@ class MoE(nn.Module):
         self.b_out = nn.Parameter(torch.empty(e, h).uniform_(-i**-0.5, i**-0.5)) if moe.expert_bias else None
         shared_width = moe.num_shared_experts * moe.shared_expert_intermediate_size
         # n shared experts of width I_s act as one FFN of width n*I_s (their sum is the concatenation).
-        self.shared = FeedForward(spec, shared_width, bias=False) if shared_width else None
+        self.shared = FeedForward(spec, shared_width, bias=spec.mlp_bias) if shared_width else None
         self.shared_gate = nn.Linear(h, 1, bias=False) if shared_width and moe.shared_expert_gate else None
         self.register_buffer("expert_counts", torch.zeros(e, dtype=torch.long), persistent=False)
 

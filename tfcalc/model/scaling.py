@@ -91,7 +91,7 @@ def scale_spec(spec: ModelSpec, *, layers: int | None = None, hidden: int | None
                         ("experts", experts), ("experts-per-token", experts_per_token),
                         ("expert-intermediate", expert_intermediate)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise UsageError(f"invalid --{name} {value!r}: must be a positive integer")
+            raise UsageError(f"invalid --{name} {value!r}: must be positive")
     if vocab is not None and vocab < 2:
         raise UsageError(f"invalid --vocab {vocab}: the profiler draws token ids from 1..vocab-1, so vocab >= 2")
     if experts is not None and spec.moe is None:
