@@ -26,7 +26,9 @@ class Ceiling:
 def copy_bandwidth(device: torch.device, buffer_bytes: int | None = None, repeats: int = 10) -> Ceiling:
     """Bytes read + written per second by ``dst.copy_(src)`` (default: 1 GiB on a GPU, 256 MiB on the CPU)."""
     size = buffer_bytes or ((1 << 30) if device.type == "cuda" else (256 << 20))
-    src = torch.empty(size, dtype=torch.uint8, device=device).random_(0, 255)
+    # Random bytes, not zeros: 1 MiB of them tiled (drawing 256 MiB one by one takes seconds on a small CPU).
+    tile = torch.randint(0, 255, (min(size, 1 << 20),), dtype=torch.uint8, device=device)
+    src = tile.repeat(-(-size // tile.numel()))[:size].contiguous()
     dst = torch.empty_like(src)
     timing = time_call(lambda: dst.copy_(src), device, warmup=3, repeats=repeats)
     return Ceiling("copy", "uint8", size, 2 * size / timing.median_s, timing)
