@@ -20,6 +20,7 @@ from tfcalc.model.fp8 import (
     fp8_gemms,
     native_gemm_works,
     quantize_activation,
+    quantize_block,
     quantize_weight,
     scaled_gemm,
 )
@@ -109,13 +110,21 @@ def test_unaligned_or_unsupported_shapes_fall_back_to_dequantizing() -> None:
 @pytest.mark.parametrize("preset", ["llama3-70b", "deepseek-v3"])
 def test_fp8_model_holds_fp8_matrices_and_stays_close_to_float(make_spec, preset: str, fmt: str) -> None:
     """Every attention/FFN/expert matrix becomes FP8 (routers, norms, embedding and lm_head stay in the compute
-    dtype); the logits stay within 10 % (max abs, relative to the largest logit) of the float model with the same
-    weights before quantization, over prefill and decode (measured 2.5-3.5 %)."""
+    dtype). Against the float model whose weights were quantized, over prefill and decode, the logits differ by
+    2 % (Frobenius, relative; measured 1.9-2.1 % over 5 seeds) for the dense model, bound 5 %; by 3-9 % for
+    DeepSeek-V3, whose top-2 routing flips where FP8 rounding reorders two near-tied experts, bound 15 %."""
+    import copy
+
     torch.manual_seed(0)
     spec = make_spec(preset)
     reference = build_model(spec)
-    torch.manual_seed(0)
-    model = build_model(spec, weights_dtype=fmt)
+    tokens = torch.randint(0, spec.vocab_size, (2, 10))
+    model = copy.deepcopy(reference)
+    for block in model.layers:
+        quantize_block(block, fmt)
+    built = build_model(spec, weights_dtype=fmt)  # what the profiler builds: experts drawn straight into FP8
+    assert {type(m).__name__ for m in built.modules()} == {type(m).__name__ for m in model.modules()}
+    assert sum(b.nbytes for b in built.buffers()) == sum(b.nbytes for b in model.buffers())
     fp8 = [m for m in model.modules() if isinstance(m, FP8Weight)]
     linears = [m for m in model.modules() if isinstance(m, FP8Linear)]
     assert fp8 and all(lin.weight in fp8 for lin in linears)
@@ -123,14 +132,13 @@ def test_fp8_model_holds_fp8_matrices_and_stays_close_to_float(make_spec, preset
     plain = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     assert all(n.endswith(("router", "lm_head")) for n in plain), plain
     assert fp8_gemms(model) in (DEQUANTIZED, SCALED_MM, f"{SCALED_MM} + {DEQUANTIZED}")
-    tokens = torch.randint(0, spec.vocab_size, (2, 10))
     for m in (reference, model):
         m.setup_caches(batch=2, max_len=16)
     with torch.inference_mode():
         expected = reference.prefill(tokens)
         got = torch.cat([model.prefill(tokens[:, :6]), *(model.decode_step(tokens[:, i:i + 1]) for i in range(6, 10))],
                         dim=1)
-    assert float((got - expected).abs().max() / expected.abs().max()) < 0.10
+    assert float((got - expected).norm() / expected.norm()) < (0.15 if spec.moe else 0.05)
 
 
 def test_fp8_weight_bytes_equal_the_calculator(make_spec) -> None:

@@ -128,15 +128,29 @@ class FP8Weight(nn.Module):
     :data:`DEQUANTIZED`; ``gemm`` says which.
     """
 
-    def __init__(self, weight: Tensor, block: bool, compute_dtype: torch.dtype) -> None:
+    def __init__(self, weight: Tensor | None, block: bool, compute_dtype: torch.dtype,
+                 quantized: tuple[Tensor, Tensor] | None = None) -> None:
         super().__init__()
         self.block, self.compute_dtype = block, compute_dtype
-        q, scale = quantize_weight(weight, block)
+        q, scale = quantized if quantized is not None else quantize_weight(weight, block)
         self.register_buffer("q", q)
         self.register_buffer("scale", scale)
-        n, k = weight.shape[-2:]
+        n, k = q.shape[-2:]
         aligned = (n % BLOCK == 0 and k % BLOCK == 0) if block else (n % 16 == 0 and k % 16 == 0)
-        self.gemm = SCALED_MM if aligned and native_gemm_works(weight.device, block, compute_dtype) else DEQUANTIZED
+        self.gemm = SCALED_MM if aligned and native_gemm_works(q.device, block, compute_dtype) else DEQUANTIZED
+
+    @classmethod
+    def random_stack(cls, shape: tuple[int, int, int], bound: float, block: bool,
+                     compute_dtype: torch.dtype) -> FP8Weight:
+        """A stack of E random matrices uniform in (-bound, bound), drawn and quantized one matrix at a time:
+        the compute-dtype stack (22 GB for one DeepSeek-V3 layer's 256 bf16 experts) never exists."""
+        e, n, k = shape
+        q = torch.empty(shape, dtype=E4M3)
+        scale = torch.empty((e,) if not block else (e, _ceil(n, BLOCK), _ceil(_ceil(k, BLOCK), 4) * 1),
+                            dtype=torch.float32)
+        for i in range(e):
+            q[i], scale[i] = quantize_weight(torch.empty(n, k, dtype=compute_dtype).uniform_(-bound, bound), block)
+        return cls(None, block, compute_dtype, (q, scale))
 
     @property
     def shape(self) -> torch.Size:
@@ -195,7 +209,7 @@ def quantize_block(block: nn.Module, weights_dtype: str) -> None:
         for name, child in list(module.named_children()):
             if isinstance(child, nn.Linear) and name not in KEEP:
                 setattr(module, name, FP8Linear(child, block_scales))
-        for name in ("w_in", "w_out"):
+        for name in ("w_in", "w_out"):  # expert stacks built in the compute dtype (MoE(spec) without fp8)
             stack = getattr(module, name, None)
             if isinstance(stack, nn.Parameter) and stack.dim() == 3:
                 delattr(module, name)

@@ -21,7 +21,8 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tfcalc.errors import SpecError, UsageError
-from tfcalc.model.fp8 import stacked_linear
+from tfcalc.model.fp8 import FORMATS as FP8_FORMATS
+from tfcalc.model.fp8 import FP8Weight, stacked_linear
 from tfcalc.spec.model import ModelSpec
 
 NORM_EPS = 1e-5  # Llama 3 norm_eps; the spec does not carry eps
@@ -551,7 +552,7 @@ class MoE(nn.Module):
     ``expert_counts`` holds the tokens routed to each expert by the last forward.
     """
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, weights_dtype: str | None = None) -> None:
         super().__init__()
         moe = spec.moe
         assert moe is not None
@@ -562,8 +563,13 @@ class MoE(nn.Module):
         width = 2 * i if spec.ffn_kind == "gated" else i
         self.router = nn.Linear(h, e, bias=moe.router_bias)
         self.score_bias = nn.Parameter(torch.zeros(e)) if moe.router_score_correction_bias else None
-        self.w_in = nn.Parameter(torch.empty(e, width, h).uniform_(-h**-0.5, h**-0.5))
-        self.w_out = nn.Parameter(torch.empty(e, h, i).uniform_(-i**-0.5, i**-0.5))
+        if weights_dtype is None:
+            self.w_in: Tensor | FP8Weight = nn.Parameter(torch.empty(e, width, h).uniform_(-h**-0.5, h**-0.5))
+            self.w_out: Tensor | FP8Weight = nn.Parameter(torch.empty(e, h, i).uniform_(-i**-0.5, i**-0.5))
+        else:  # FP8 experts drawn and quantized one at a time (tfcalc.model.fp8)
+            block, dtype = FP8_FORMATS[weights_dtype] == "fp8_block", torch.get_default_dtype()
+            self.w_in = FP8Weight.random_stack((e, width, h), h**-0.5, block, dtype)
+            self.w_out = FP8Weight.random_stack((e, h, i), i**-0.5, block, dtype)
         self.b_in = nn.Parameter(torch.empty(e, width).uniform_(-h**-0.5, h**-0.5)) if moe.expert_bias else None
         self.b_out = nn.Parameter(torch.empty(e, h).uniform_(-i**-0.5, i**-0.5)) if moe.expert_bias else None
         shared_width = moe.num_shared_experts * moe.shared_expert_intermediate_size

@@ -19,13 +19,14 @@ Decode attention (``decode_attention``) reads only the live part of the cache:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
 from torch import Tensor, nn
 
 from tfcalc.errors import SpecError, UsageError
+from tfcalc.model.fp8 import FORMATS as FP8_FORMATS
+from tfcalc.model.fp8 import quantize_block
 from tfcalc.model.layers import (
     CAUSAL,
     CHUNK,
@@ -61,7 +62,7 @@ class TransformerBlock(nn.Module):
     """x + attn(norm(x)), then x + ffn(norm(x)) (pre-norm, GPT-2 / Llama). With ``norms_per_layer == 4``
     (Gemma 2, arXiv:2408.00118) each sub-layer's output is normed again before the residual add."""
 
-    def __init__(self, spec: ModelSpec, layer: int) -> None:
+    def __init__(self, spec: ModelSpec, layer: int, weights_dtype: str | None = None) -> None:
         super().__init__()
         if spec.norms_per_layer not in (2, 4):
             raise SpecError(f"{spec.name}: the bundled model supports 2 or 4 norms per layer, "
@@ -71,7 +72,7 @@ class TransformerBlock(nn.Module):
         self.attention: Attention | MLAttention = (MLAttention(spec) if spec.mla is not None
                                                    else Attention(spec, self.sliding))
         self.ffn_norm = make_norm(spec, spec.hidden_size)
-        self.ffn: nn.Module = (MoE(spec) if spec.is_moe_layer(layer)
+        self.ffn: nn.Module = (MoE(spec, weights_dtype) if spec.is_moe_layer(layer)
                                else FeedForward(spec, spec.intermediate_size, spec.mlp_bias))
         post = spec.norms_per_layer == 4
         self.post_attention_norm = make_norm(spec, spec.hidden_size) if post else nn.Identity()
@@ -102,7 +103,7 @@ class Transformer(nn.Module):
     """
 
     def __init__(self, spec: ModelSpec, attention_backend: str = "auto", decode_attention: str = "auto",
-                 quantize: Callable[[nn.Module], None] | None = None) -> None:
+                 weights_dtype: str | None = None) -> None:
         super().__init__()
         if attention_backend not in ("auto", *SDPA_BACKENDS):
             raise UsageError(f"unknown attention backend '{attention_backend}' "
@@ -120,9 +121,9 @@ class Transformer(nn.Module):
         self.tok_embeddings = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.layers = nn.ModuleList()
         for i in range(spec.num_layers):
-            block = TransformerBlock(spec, i)
-            if quantize is not None:
-                quantize(block)  # one block at a time: the peak stays one block above the quantized model
+            block = TransformerBlock(spec, i, weights_dtype)
+            if weights_dtype is not None:  # one block at a time: the peak stays one block above the FP8 model
+                quantize_block(block, weights_dtype)
             self.layers.append(block)
         self.norm = make_norm(spec, spec.hidden_size)
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
@@ -297,19 +298,16 @@ def build_model(spec: ModelSpec, *, dtype: torch.dtype = torch.float32, device: 
     """A randomly initialised :class:`Transformer` for ``spec`` scaled by ``overrides`` (see
     :func:`~tfcalc.model.scaling.scale_spec`: layers, hidden, heads, kv_heads, head_dim, intermediate, vocab,
     experts, experts_per_token, expert_intermediate), built directly in ``dtype`` on ``device`` (no float32 copy
-    first); ``weights_dtype`` fp8 / fp8_block quantizes each block's matrices as it is built
-    (:mod:`tfcalc.model.fp8`). The meta device builds without memory, for counting."""
-    from tfcalc.model.fp8 import FORMATS, quantize_block
-
-    if weights_dtype is not None and weights_dtype not in FORMATS:
-        raise UsageError(f"unknown weights dtype '{weights_dtype}' (choose {', '.join(sorted(FORMATS))})")
+    first); ``weights_dtype`` fp8 / fp8_block quantizes each block's matrices as it is built, and draws expert
+    stacks one expert at a time (:mod:`tfcalc.model.fp8`). The meta device builds without memory, for counting."""
+    if weights_dtype is not None and weights_dtype not in FP8_FORMATS:
+        raise UsageError(f"unknown weights dtype '{weights_dtype}' (choose {', '.join(sorted(FP8_FORMATS))})")
     spec = scale_spec(spec, **overrides)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device), torch.no_grad():
-            quantize = (lambda block: quantize_block(block, weights_dtype)) if weights_dtype else None
-            model = Transformer(spec, attention_backend, decode_attention, quantize)
+            model = Transformer(spec, attention_backend, decode_attention, weights_dtype)
     finally:
         torch.set_default_dtype(previous)
     return model.eval()
