@@ -146,7 +146,7 @@ class FP8Weight(nn.Module):
         the compute-dtype stack (22 GB for one DeepSeek-V3 layer's 256 bf16 experts) never exists."""
         e, n, k = shape
         q = torch.empty(shape, dtype=E4M3)
-        scale = torch.empty((e,) if not block else (e, _ceil(n, BLOCK), _ceil(_ceil(k, BLOCK), 4) * 1),
+        scale = torch.empty((e,) if not block else (e, _ceil(n, BLOCK), 4 * _ceil(_ceil(k, BLOCK), 4)),
                             dtype=torch.float32)
         for i in range(e):
             q[i], scale[i] = quantize_weight(torch.empty(n, k, dtype=compute_dtype).uniform_(-bound, bound), block)
