@@ -357,7 +357,7 @@ def test_explicit_and_flex_paths_match_the_naive_formula(softcap: float | None, 
     torch.testing.assert_close(attention_explicit(q, k, v, visible, 0.2, softcap, sink), expected)
     torch.testing.assert_close(attention_explicit(q, k[:, :, :live], v[:, :, :live], None, 0.2, softcap, sink),
                                expected)
-    block_mask = live_block_mask(torch.tensor(live), 300, CPU)
+    block_mask = live_block_mask(torch.tensor(live - 1), 300, CPU)  # the query at position 132
     assert block_mask.kv_num_blocks.flatten().tolist() == [2]  # ceil(133 / 128): the third block is never listed
     torch.testing.assert_close(flex_attend(q, k, v, block_mask, 0.2, softcap, sink), expected)
 
@@ -367,7 +367,7 @@ def test_flex_attend_runs_mla_shaped_calls() -> None:
     torch.manual_seed(0)
     q, lat = torch.randn(1, 4, 1, 24, dtype=torch.float64), torch.randn(1, 1, 40, 24, dtype=torch.float64)
     expected = naive_scores_attention(q, lat[:, :, :17], lat[:, :, :17, :16], None, 0.3)
-    got = flex_attend(q, lat, lat[..., :16], live_block_mask(torch.tensor(17), 40, CPU), 0.3)
+    got = flex_attend(q, lat, lat[..., :16], live_block_mask(torch.tensor(16), 40, CPU), 0.3)
     torch.testing.assert_close(got, expected)
 
 

@@ -55,8 +55,9 @@ NOTES = (
     "TTFT = prefill of the batch's prompts; TPOT = decode time / (gen - 1) steps, timed apart from prefill; medians "
     "after warm-up. bandwidth = decode bytes per step (weights read, experts actually touched, the KV cache the "
     "step reads, logits) / TPOT; decode reads the live cache (decode_attention live: sliced, eager; flex: live "
-    "blocks, compiled) or the whole static one (static). MBU against the datasheet and against the copy bandwidth measured in this run; "
-    "MFU = prefill FLOPs / TTFT against the datasheet and the measured matmul peak. Empty columns are left out. "
+    "blocks, compiled) or the whole static one (static). MBU against the datasheet and against the copy "
+    "bandwidth measured in this run; MFU = prefill FLOPs / TTFT against the datasheet and the measured matmul "
+    "peak. Empty columns are left out. "
     "Bandwidth in binary units per second.",
 )
 

@@ -60,8 +60,10 @@ def dequantize_weight(q: Tensor, scale: Tensor, block: bool, dtype: torch.dtype)
     if not block:
         return (q.float() * scale[..., None, None]).to(dtype)
     n, k = q.shape[-2:]
-    full = scale[..., :_ceil(k, BLOCK)].repeat_interleave(BLOCK, dim=-2).repeat_interleave(BLOCK, dim=-1)
-    return (q.float() * full[..., :n, :k]).to(dtype)
+    nb, kb = _ceil(n, BLOCK), _ceil(k, BLOCK)
+    blocks = F.pad(q.float(), (0, kb * BLOCK - k, 0, nb * BLOCK - n)).unflatten(-1, (kb, BLOCK))
+    blocks = blocks.unflatten(-3, (nb, BLOCK)) * scale[..., :kb, None].unsqueeze(-3)  # [.., Nb, 128, Kb, 128]
+    return blocks.flatten(-4, -3).flatten(-2, -1)[..., :n, :k].to(dtype)
 
 
 def quantize_activation(x: Tensor, block: bool) -> tuple[Tensor, Tensor]:

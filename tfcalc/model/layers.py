@@ -196,19 +196,22 @@ def causal_mask(q_pos: Tensor, k_pos: Tensor, window: int | None = None) -> Tens
     return allowed
 
 
-def live_block_mask(live: Tensor, length: int, device: torch.device) -> Any:
-    """A flex_attention BlockMask over a cache of ``length`` slots whose first ``live`` (a device scalar) are
-    visible: ceil(live / 128) KV blocks are listed, the rest never loaded, and the last block is cut at ``live``
-    by the mask_mod. Built from device tensors only (no host read), so a captured decode step rebuilds it each
-    replay. Batch and head dims are 1 (broadcast)."""
+def live_block_mask(position: Tensor, length: int, device: torch.device) -> Any:
+    """A flex_attention BlockMask for one query at ``position`` (a device scalar) over a cache of ``length``
+    slots that holds it: slots 0..position are visible (all of them once a rolling buffer is full, since its
+    slots are < length), so ceil(min(position + 1, length) / 128) KV blocks are listed, the rest never loaded, and
+    the mask_mod cuts the last block. Built from device tensors only (no host read), so a captured decode step
+    rebuilds it each replay; the mask_mod reads ``position`` itself (inductor's CPU template refuses a mask
+    buffer computed inside the graph). Batch and head dims are 1 (broadcast)."""
     from torch.nn.attention.flex_attention import BlockMask
 
     blocks = -(-length // FLEX_BLOCK)
+    live = (position + 1).clamp(max=length)
     kv_num_blocks = ((live + FLEX_BLOCK - 1) // FLEX_BLOCK).to(torch.int32).view(1, 1, 1)
     kv_indices = torch.arange(blocks, dtype=torch.int32, device=device).view(1, 1, 1, blocks)
 
     def visible(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return kv_idx < live
+        return kv_idx <= position
 
     return BlockMask.from_kv_blocks(kv_num_blocks, kv_indices, BLOCK_SIZE=FLEX_BLOCK, mask_mod=visible,
                                     seq_lengths=(1, length), compute_q_blocks=False)

@@ -129,7 +129,10 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         if spec.tie_word_embeddings:
             self.lm_head.weight = self.tok_embeddings.weight
-        self.embed_scale = math.sqrt(spec.hidden_size) if spec.embedding_scale_sqrt_hidden else None
+        # Gemma: sqrt(hidden) rounded to the model's dtype (transformers' embed_scale.to(weight.dtype)), kept as a
+        # Python float so that a captured step holds no CPU tensor
+        self.embed_scale = float(torch.tensor(math.sqrt(spec.hidden_size), dtype=torch.get_default_dtype(),
+                                              device="cpu")) if spec.embedding_scale_sqrt_hidden else None
         self.register_buffer("cache_pos", torch.zeros((), dtype=torch.long), persistent=False)
         self.max_len = 0
 
@@ -236,11 +239,10 @@ class Transformer(nn.Module):
         step = Step(input_pos, start, mode, self.rope[input_pos], causal_call=self.causal_backend is not None)
         if mode == FLEX:
             lengths = {block.attention.kv_cache.length for block in self.layers}
-            step.block_masks = {n: live_block_mask((self.cache_pos + 1).clamp(max=n), n, input_pos.device)
-                                for n in lengths}
+            step.block_masks = {n: live_block_mask(self.cache_pos, n, input_pos.device) for n in lengths}
         x = self.tok_embeddings(tokens)  # [B, T, hidden]
-        if self.embed_scale is not None:  # Gemma: times sqrt(hidden), rounded to the model's dtype first
-            x = x * torch.tensor(self.embed_scale, dtype=x.dtype)
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
         sdpa = {backend for kind, backend in calls if kind in (CAUSAL, MASKED, OPEN)}
         shared = sdpa.pop() if len(sdpa) == 1 else None  # one sdpa_kernel context (~8 us on the host) per forward
         with sdpa_context(shared) if shared else nullcontext():
