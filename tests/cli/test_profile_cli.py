@@ -267,8 +267,7 @@ def test_fp8_weights_rows_say_how_the_gemm_ran_and_count_fp8_bytes() -> None:
     rows = json.loads(result.stdout)
     plain = json.loads(runner.invoke(app, ["profile", *TINY, "-f", "json"]).stdout)[0]
     assert [r["weights_dtype"] for r in rows] == ["fp8_e4m3", "fp8_block"]
-    assert rows[1]["fp8_gemm"] == "dequantized"  # no block-scaled FP8 GEMM on a CPU
-    assert rows[0]["fp8_gemm"] in ("scaled_mm", "dequantized", "scaled_mm + dequantized")
+    assert [r["fp8_gemm"] for r in rows] == ["dequantized", "dequantized"]  # the CPU dequantizes, and says so
     for r in rows:
         assert r["status"] == "ok" and r["decode_bytes_per_step"] < plain["decode_bytes_per_step"]
         assert r["predicted_memory_bytes"] < plain["predicted_memory_bytes"]

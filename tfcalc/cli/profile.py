@@ -226,6 +226,8 @@ def profile(
 
         write_atomic(save_calibration, json.dumps(calibration_from_profile_rows(rows), indent=2) + "\n")
         sys.stderr.write(f"wrote calibration to {save_calibration}\n")
+    elif save_calibration is not None:
+        sys.stderr.write(f"no calibration written to {save_calibration}: no row was measured\n")
     if plot is not None and any(r.get("tpot_s") is not None for r in rows):
         from tfcalc.output.plot import plot_profile
 
