@@ -231,3 +231,13 @@ def test_signals_stop_the_sweep_with_their_exit_codes() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
     assert stop.exit_code == 143 and stop.reason == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
+
+
+def test_cpu_points_predicted_past_the_memory_are_oom_rows_without_running(monkeypatch) -> None:
+    """Linux may overcommit and then kill the process instead of raising: such points are never built."""
+    monkeypatch.setattr(bench, "available_memory_bytes", lambda device: 1 << 10)
+    monkeypatch.setattr(bench, "build_model", lambda *a, **k: pytest.fail("built a model that cannot fit"))
+    rows: list[dict] = []
+    assert bench.run_sweep(_sweep(batches=[1, 2]), [torch.device("cpu")], rows.append)
+    assert [r["status"].split(" (")[0] for r in rows] == ["oom", "oom"]
+    assert "GiB available" in rows[0]["status"] and rows[0]["predicted_memory_bytes"] > 1 << 10

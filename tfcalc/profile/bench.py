@@ -33,7 +33,7 @@ from tfcalc.model.layers import SDPA_BACKENDS, STATIC
 from tfcalc.model.scaling import describe_layers, keep_layers, pick_layers, scale_spec
 from tfcalc.model.transformer import DECODE_ATTENTION, build_model
 from tfcalc.profile.ceilings import Ceiling, copy_bandwidth, fp8_matmul_flops, matmul_flops
-from tfcalc.profile.device import DeviceInfo, describe, is_oom, release_memory, torch_dtype
+from tfcalc.profile.device import DeviceInfo, available_memory_bytes, describe, is_oom, release_memory, torch_dtype
 from tfcalc.profile.measure import Measurement, backend_available, measure
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
@@ -318,7 +318,8 @@ def run_sweep(sweep: Sweep, devices: list[torch.device], on_row: Callable[[Row],
     """Profile every point on every device, calling ``on_row`` per row. Returns False if stopped early.
 
     Out-of-memory on any device (CUDA's OutOfMemoryError, the CPU allocator's RuntimeError, MemoryError) while
-    building the model or measuring a point marks the row ``oom``, releases memory and the sweep goes on; rows
+    building the model or measuring a point marks the row ``oom``, releases memory and the sweep goes on (on the
+    CPU, a point predicted above the available memory is an ``oom`` row without being run); rows
     already handed to ``on_row`` stay. Ctrl-C (``stop``) ends it after the current row; a second Ctrl-C or
     SIGTERM raises out of it at once (KeyboardInterrupt, :class:`Terminated`).
     """
@@ -336,20 +337,28 @@ def run_sweep(sweep: Sweep, devices: list[torch.device], on_row: Callable[[Row],
                 kept = pick_layers(spec, fit)
                 note = describe_layers(spec, kept)
                 spec = keep_layers(spec, kept)
+        # On the CPU an allocation past the memory does not always raise: Linux may overcommit and its OOM killer
+        # then ends the process. Points predicted not to fit are oom rows, never built or run.
+        available = available_memory_bytes(device) if device.type == "cpu" else None
         for dtype, weights in dict.fromkeys((p.dtype, p.weights) for p in sweep.points()):
+            group = [p for p in sweep.points() if (p.dtype, p.weights) == (dtype, weights)]
+            need = {p: predicted_memory_bytes(spec, dtype, p.batch, p.prompt_len, p.gen_len, weights) for p in group}
             model = None
-            try:
-                model = build_model(spec, dtype=torch_dtype(dtype), device=device, weights_dtype=weights,
-                                    decode_attention=sweep.decode_attention)
-            except Exception as exc:
-                if not is_oom(exc):
-                    raise
-                release_memory(device)
-            for p in [p for p in sweep.points() if (p.dtype, p.weights) == (dtype, weights)]:
+            if available is None or min(need.values()) <= available:
+                try:
+                    model = build_model(spec, dtype=torch_dtype(dtype), device=device, weights_dtype=weights,
+                                        decode_attention=sweep.decode_attention)
+                except Exception as exc:
+                    if not is_oom(exc):
+                        raise
+                    release_memory(device)
+            for p in group:
                 if stop.requested:
                     return False
                 status, measured = "ok", None
-                if model is None:
+                if available is not None and need[p] > available:
+                    status = f"oom (predicted {need[p] / 2**30:,.1f} GiB > {available / 2**30:,.1f} GiB available)"
+                elif model is None:
                     status = "oom"
                 elif not backend_available(model, p.backend, device):
                     status = f"unavailable: SDPA backend {p.backend} does not run here"
