@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,9 +17,11 @@ from typer.testing import CliRunner
 from tfcalc.cli import app
 from tfcalc.profile import bench
 
+pytestmark = pytest.mark.usefixtures("fixed_ceilings")
 runner = CliRunner()
-TINY = ["--device", "cpu", "-p", "llama3.2-1b", "--layers", "1", "--hidden", "64", "--intermediate", "128",
-        "--vocab", "512", "--prompt-len", "8", "--gen-len", "3", "--warmup", "0", "--repeats", "1"]
+MODEL = ["--device", "cpu", "-p", "llama3.2-1b", "--layers", "1", "--hidden", "64", "--intermediate", "128",
+         "--vocab", "512", "--warmup", "0"]
+TINY = [*MODEL, "--prompt-len", "8", "--gen-len", "3", "--repeats", "1"]
 REQUIRED = ("device, device_name, model, layers_run, layers_total, batch, prompt_len, gen_len, dtype, attn_backend, "
             "prefill_tokens_per_s, ttft_s, decode_tokens_per_s, tpot_s, achieved_flops_per_s, mfu, "
             "decode_bytes_per_step, achieved_bytes_per_s, mbu_datasheet, mbu_measured, peak_memory_bytes, "
@@ -39,7 +45,7 @@ def test_profile_table_and_json() -> None:
     table = runner.invoke(app, ["profile", *TINY])
     assert table.exit_code == 0, table.output
     assert "TPOT" in table.output and "MBU (measured copy)" in table.output and "ok" in table.output
-    rows = json.loads(runner.invoke(app, ["profile", *TINY, "-f", "json"]).output)
+    rows = json.loads(runner.invoke(app, ["profile", *TINY, "-f", "json"]).stdout)
     assert rows[0]["dtype"] == "bf16" and isinstance(rows[0]["predicted_memory_bytes"], int)
 
 
@@ -82,7 +88,7 @@ def test_ctrl_c_keeps_rows_measured_so_far(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(bench, "measure", interrupted_on_second)
     out = tmp_path / "rows.json"
     result = runner.invoke(app, ["profile", *TINY, "--batch", "1,2,3", "-o", str(out)])
-    assert result.exit_code == 1 and "interrupted" in result.output
+    assert result.exit_code == 130 and "interrupted: kept the 1 rows measured before Ctrl-C" in result.output
     rows = json.loads(out.read_text())
     assert [r["batch"] for r in rows] == [1]
     assert [p.name for p in tmp_path.iterdir()] == ["rows.json"]  # no temporary file left behind
@@ -105,3 +111,196 @@ def test_measured_efficiencies_feed_estimate(tmp_path: Path) -> None:
                                                   str(saved["compute_efficiency"]["prefill"]),
                                                   "-f", "json"]).output)
         assert json.loads(estimate.output)[0]["tpot_s"] == pytest.approx(expected[0]["tpot_s"])
+
+
+# --- usage errors are found before anything is measured ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--attn-backend", "bogus"], "unknown attention backend 'bogus'"),
+    (["--vocab", "1"], "--vocab 1"),
+    (["--layers", "17"], "--layers 17: llama3.2-1b has 16 layers"),
+    (["--experts", "4"], "--experts 4: llama3.2-1b has no experts"),
+    (["--gpu", "0"], "--gpu 0 names a GPU but --device cpu"),
+    (["--decode-attention", "paged"], "unknown --decode-attention 'paged'"),
+    (["--weights-dtype", "int4"], "unknown --weights-dtype 'int4'"),
+    (["--context", "auto"], "--context sweeps the prompt length"),  # TINY has --prompt-len
+    (["--plot", "chart.svg"], "--plot writes PNG"),
+    (["-o", "rows.xlsx"], "cannot tell the format"),
+])
+def test_usage_errors_exit_2_before_measuring(args: list[str], message: str, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench, "device_context", lambda *a, **k: pytest.fail("measured before the usage check"))
+    result = runner.invoke(app, ["profile", *TINY, *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("option", ["--save-calibration", "--output", "--plot"])
+def test_missing_output_folder_fails_before_measuring(option: str, monkeypatch, tmp_path: Path) -> None:
+    """A folder that does not exist is a runtime failure (exit 1, as for every command's --output), found by
+    check_before_work before anything is measured."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench, "device_context", lambda *a, **k: pytest.fail("measured before the output check"))
+    result = runner.invoke(app, ["profile", *TINY, option, "missing/out.png" if option == "--plot" else
+                                 "missing/out.json"])
+    assert result.exit_code == 1, result.output
+    assert "folder missing does not exist" in result.output and "Traceback" not in result.output
+
+
+def test_two_models_are_both_profiled(tmp_path: Path) -> None:
+    out = tmp_path / "rows.json"
+    result = runner.invoke(app, ["profile", *TINY, "-p", "qwen2.5-7b", "-o", str(out)])  # -p given twice: a, b
+    assert result.exit_code == 0, result.output
+    assert [r["model"] for r in json.loads(out.read_text())] == ["llama3.2-1b", "qwen2.5-7b"]
+
+
+# --- rows are kept whatever happens --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("message", [
+    "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: you tried to allocate 4 GB",
+    "DefaultCPUAllocator: can't allocate memory: you tried to allocate 4294967296 bytes. Error code 12",
+])
+def test_cpu_out_of_memory_is_an_oom_row_and_the_sweep_goes_on(message: str, tmp_path: Path, monkeypatch) -> None:
+    real = bench.measure
+
+    def cpu_oom_at_batch_2(model, batch, *args, **kwargs):
+        if batch == 2:
+            raise RuntimeError(message)
+        return real(model, batch, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "measure", cpu_oom_at_batch_2)
+    out = tmp_path / "rows.json"
+    result = runner.invoke(app, ["profile", *TINY, "--batch", "1,2,3", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())
+    assert [r["status"] for r in rows] == ["ok", "oom", "ok"]
+    assert rows[0]["tpot_s"] > 0 and rows[1]["tpot_s"] is None and rows[1]["predicted_tpot_s"] > 0
+
+
+def test_out_of_memory_while_building_marks_every_row_of_that_dtype(tmp_path: Path, monkeypatch) -> None:
+    real = bench.build_model
+
+    def oom_in_fp32(spec, **kwargs):
+        if kwargs["dtype"].itemsize == 4:
+            raise MemoryError()
+        return real(spec, **kwargs)
+
+    monkeypatch.setattr(bench, "build_model", oom_in_fp32)
+    result = runner.invoke(app, ["profile", *TINY, "--dtype", "fp32,bf16", "--batch", "1,2", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [(r["dtype"], r["status"]) for r in rows] == [("fp32", "oom"), ("fp32", "oom"), ("bf16", "ok"),
+                                                           ("bf16", "ok")]
+
+
+def test_interrupt_before_the_first_row_leaves_an_existing_file_alone(tmp_path: Path, monkeypatch) -> None:
+    """A second Ctrl-C (or SIGTERM) during the first row: nothing measured, the previous file kept as it was."""
+    out = tmp_path / "rows.json"
+    out.write_text('[{"previous": "run"}]\n')
+    monkeypatch.setattr(bench, "measure", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    result = runner.invoke(app, ["profile", *TINY, "-o", str(out), "--save-calibration", str(tmp_path / "c.json")])
+    assert result.exit_code == 130
+    assert f"kept {out} as it was" in result.output and "kept the 0 rows" in result.output
+    assert out.read_text() == '[{"previous": "run"}]\n' and not (tmp_path / "c.json").exists()
+
+
+def _profile_process(out: Path, batches: int) -> subprocess.Popen:
+    args = [sys.executable, "-m", "tfcalc", "profile", *MODEL, "--prompt-len", "8", "--repeats", "2", "--gen-len", "6",
+            "--dtype", "fp32",  # the fp32 matmul ceiling is measured in well under a second, bf16 not on every CPU
+            "--batch", ",".join(str(b) for b in range(1, batches + 1)), "-o", str(out)]
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _rows_in(path: Path) -> list[dict]:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+
+
+@pytest.mark.parametrize("signum, code, reason", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_signal_mid_sweep_keeps_the_rows_so_far(signum: int, code: int, reason: str, tmp_path: Path) -> None:
+    """A real `tfcalc profile --device cpu` process: once its output file holds a row (it is rewritten after
+    every row), SIGINT lets the current row finish and stops; SIGTERM stops at once. Either way the file keeps
+    every row measured and the exit code is 128 + the signal."""
+    out = tmp_path / "rows.json"
+    process = _profile_process(out, batches=40)
+    deadline = time.monotonic() + 120
+    while not _rows_in(out) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, "the sweep ended before the signal"
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    rows = _rows_in(out)
+    assert process.returncode == code, stderr
+    assert 1 <= len(rows) < 40 and all(r["status"] == "ok" for r in rows)
+    assert f"kept the {len(rows)} rows measured before {reason}" in stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["rows.json"]
+
+
+def test_sigterm_before_the_first_row_keeps_the_previous_file(tmp_path: Path) -> None:
+    """SIGTERM while the process measures the device's ceilings (before any row): exit 143, file untouched."""
+    out = tmp_path / "rows.json"
+    out.write_text('[{"previous": "run"}]\n')
+    process = _profile_process(out, batches=3)
+    assert process.stderr is not None
+    assert process.stderr.readline().startswith("profiling llama3.2-1b: 3 points")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert out.read_text() == '[{"previous": "run"}]\n' and "kept the 0 rows" in stderr
+
+
+# --- what the rows say ----------------------------------------------------------------------------------------------
+
+
+def test_decode_bytes_follow_the_live_length_and_the_static_cache_reads_it_all() -> None:
+    result = runner.invoke(app, ["profile", *MODEL, "--prompt-len", "8,64", "--gen-len", "5", "--dtype", "fp32",
+                                 "--repeats", "1", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    short, long_ = json.loads(result.stdout)
+    assert (short["decode_attention"], short["decode_context_mean"], long_["decode_context_mean"]) == ("live", 10.5,
+                                                                                                      66.5)
+    # one layer of 8 KV heads x 64 dims, K and V, fp32: 4096 bytes a token; 56 more tokens on average
+    assert long_["kv_bytes_read_per_step"] - short["kv_bytes_read_per_step"] == 56 * 4096
+    assert long_["decode_bytes_per_step"] - short["decode_bytes_per_step"] == 56 * 4096
+    static = json.loads(runner.invoke(app, ["profile", *MODEL, "--prompt-len", "8", "--gen-len", "5", "--dtype", "fp32",
+                                            "--repeats", "1", "--decode-attention", "static", "-f", "json"]).stdout)[0]
+    assert static["decode_attention"] == "static" and static["kv_bytes_read_per_step"] == 13 * 4096
+
+
+def test_fp8_weights_rows_say_how_the_gemm_ran_and_count_fp8_bytes() -> None:
+    result = runner.invoke(app, ["profile", *TINY, "--weights-dtype", "fp8,fp8_block", "--dtype", "bf16",
+                                 "-f", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    plain = json.loads(runner.invoke(app, ["profile", *TINY, "-f", "json"]).stdout)[0]
+    assert [r["weights_dtype"] for r in rows] == ["fp8_e4m3", "fp8_block"]
+    assert [r["fp8_gemm"] for r in rows] == ["dequantized", "dequantized"]  # the CPU dequantizes, and says so
+    for r in rows:
+        assert r["status"] == "ok" and r["decode_bytes_per_step"] < plain["decode_bytes_per_step"]
+        assert r["predicted_memory_bytes"] < plain["predicted_memory_bytes"]
+
+
+def test_deepseek_v3_two_layers_keep_one_dense_and_one_moe_layer() -> None:
+    result = runner.invoke(app, ["profile", "--device", "cpu", "-p", "deepseek-v3", "--layers", "2", "--hidden", "64",
+                                 "--intermediate", "128", "--vocab", "256", "--experts", "8", "--prompt-len", "8",
+                                 "--gen-len", "3", "--warmup", "0", "--repeats", "1", "--dtype", "fp32",
+                                 "-f", "json"])
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)[0]
+    assert row["status"] == "ok" and (row["layers_run"], row["layers_total"]) == (2, 2)
+    assert row["layer_pattern"] == "dense 1 of 3, moe 1 of 58 (layers 1, 32 of 61)"
+    assert row["distinct_experts_per_moe_layer"] > 0
+
+
+def test_context_sweep_and_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "tpot.png"
+    result = runner.invoke(app, ["profile", *MODEL, "--gen-len", "3", "--repeats", "1", "--context", "16,64",
+                                 "--plot", str(plot), "-f", "json"])
+    assert result.exit_code == 0, result.output
+    assert [r["prompt_len"] for r in json.loads(result.stdout)] == [16, 64]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -12,16 +12,22 @@ from tfcalc.dtypes import get_dtype
 from tfcalc.errors import UsageError
 from tfcalc.model import build_model
 from tfcalc.model.layers import (
+    CHUNK,
+    FRESH,
     SDPA_BACKENDS,
+    STATIC,
     Attention,
-    KVCache,
     MoE,
     RMSNorm,
+    Step,
     apply_rope,
     attend,
+    attention_explicit,
     attention_with_sinks,
     backend_works,
     check_kv_dtype,
+    flex_attend,
+    live_block_mask,
     rope_table,
     sdpa_context,
 )
@@ -31,7 +37,13 @@ CPU = torch.device("cpu")
 
 
 def attach_cache(attn: Attention, batch: int, max_len: int, dtype: torch.dtype) -> None:
-    attn.kv_cache = KVCache(batch, attn.kv_heads, max_len, attn.head_dim, dtype, dtype, CPU)
+    attn.kv_cache = attn.make_cache(batch, max_len, dtype, dtype, CPU)
+
+
+def step(table: torch.Tensor, lo: int, hi: int, mode: str | None = None) -> Step:
+    """Tokens lo..hi-1 as one forward call: FRESH from position 0, else CHUNK (or the given mode)."""
+    pos = torch.arange(lo, hi)
+    return Step(pos, lo, mode or (FRESH if lo == 0 else CHUNK), table[pos])
 
 
 def naive_attention(attn: Attention, x: torch.Tensor, rope: torch.Tensor, window: int | None) -> torch.Tensor:
@@ -67,22 +79,19 @@ def test_attention_on_a_cache_matches_naive_reference(make_spec, backend: str, w
     reference over all 9 tokens (causal, and windowed when the layer slides)."""
     torch.manual_seed(0)
     dtype = torch.float64
-    spec = make_spec("llama3.2-1b")
-    attn = Attention(spec).to(dtype)
+    spec = make_spec("llama3.2-1b").with_overrides(sliding_window=window)
+    attn = Attention(spec, sliding=window is not None).to(dtype)
     if not backend_works(backend, attn.heads, attn.kv_heads, attn.head_dim, dtype, CPU):
         pytest.skip(f"SDPA backend {backend} does not run on this machine")
     attach_cache(attn, 2, 16, dtype)
     table = rope_table(spec, 16, dtype, CPU)
-    positions = torch.arange(16)
     x = torch.randn(2, 9, spec.hidden_size, dtype=dtype)
-    outs = []
     with sdpa_context(backend):
-        for lo, hi in ((0, 5), (5, 9)):
-            pos = positions[lo:hi]
-            allowed = (positions[None, :] <= pos[:, None]) & (positions[None, :] > pos[:, None] - (window or 16))
-            outs.append(attn(x[:, lo:hi], pos, table[pos], allowed))
+        outs = [attn(x[:, lo:hi], step(table, lo, hi)) for lo, hi in ((0, 5), (5, 9))]
     expected = naive_attention(attn, x, table[:9], window)
     torch.testing.assert_close(torch.cat(outs, dim=1), expected, atol=1e-10, rtol=1e-10)
+    if window is not None:  # the rolling buffer holds the last `window` positions, slot p mod window
+        assert attn.kv_cache.k.shape[2] == window
 
 
 @pytest.mark.parametrize("kv_heads", [2, 1], ids=["GQA", "MQA"])
@@ -102,10 +111,9 @@ def test_gqa_equals_mha_with_repeated_kv_heads(make_spec, kv_heads: int) -> None
         mha.wo.weight.copy_(gqa.wo.weight)
     for attn in (gqa, mha):
         attach_cache(attn, 1, 8, torch.float64)
-    table, pos = rope_table(spec, 8, torch.float64, CPU), torch.arange(8)
-    mask = pos[None, :] <= pos[:, None]
+    table = rope_table(spec, 8, torch.float64, CPU)
     x = torch.randn(1, 8, spec.hidden_size, dtype=torch.float64)
-    torch.testing.assert_close(gqa(x, pos, table, mask), mha(x, pos, table, mask), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(gqa(x, step(table, 0, 8)), mha(x, step(table, 0, 8)), atol=1e-12, rtol=1e-12)
 
 
 @pytest.mark.parametrize("scaling", [None, RopeScaling(rope_type="llama3", factor=32.0, low_freq_factor=1.0,
@@ -256,10 +264,135 @@ def test_fresh_prefill_attends_over_the_new_keys_and_still_fills_the_cache(make_
     spec = make_spec("llama3.2-1b")
     attn = Attention(spec).double()
     attach_cache(attn, 2, 12, torch.float64)
-    table, pos = rope_table(spec, 12, torch.float64, CPU), torch.arange(7)
+    table = rope_table(spec, 12, torch.float64, CPU)
     x = torch.randn(2, 7, spec.hidden_size, dtype=torch.float64)
-    fresh = attn(x, pos, table[pos], None, fresh=True)
+    fresh = attn(x, step(table, 0, 7))
     k_fresh = attn.kv_cache.k.clone()
-    cached = attn(x, pos, table[pos], torch.arange(12)[None, :] <= pos[:, None])
+    cached = attn(x, step(table, 0, 7, STATIC))
     torch.testing.assert_close(fresh, cached, atol=1e-12, rtol=1e-12)
     assert torch.equal(attn.kv_cache.k, k_fresh) and k_fresh[:, :, 7:].eq(0).all()
+
+
+# --- yarn, interleaved RoPE, Gemma norms ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mscale", [(1.0, 1.0), (None, None), (0.707, 1.0)], ids=["deepseek", "plain", "mixed"])
+def test_yarn_frequencies_and_factor_match_transformers(mscale: tuple[float | None, float | None]) -> None:
+    """The yarn inverse frequencies and cos/sin factor equal transformers' _compute_yarn_parameters (computed
+    there in float32) for DeepSeek-V3's rope dims."""
+    from dataclasses import replace
+
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from tfcalc.model.layers import rope_attention_factor, rope_frequencies
+    from tfcalc.spec.presets import load_model
+
+    spec = load_model("deepseek-v3")
+    spec = spec.with_overrides(rope_scaling=replace(spec.rope_scaling, mscale=mscale[0], mscale_all_dim=mscale[1]))
+    s = spec.rope_scaling
+    params = {"rope_type": "yarn", "rope_theta": spec.rope_theta, "factor": s.factor, "beta_fast": s.beta_fast,
+              "beta_slow": s.beta_slow, "original_max_position_embeddings": s.original_max_position_embeddings,
+              **({"mscale": s.mscale, "mscale_all_dim": s.mscale_all_dim} if s.mscale else {})}
+    config = transformers.DeepseekV3Config(rope_parameters=params, max_position_embeddings=spec.max_context)
+    inv_freq, factor = ROPE_INIT_FUNCTIONS["yarn"](config, torch.device("cpu"))
+    ours = rope_frequencies(spec, spec.mla.qk_rope_head_dim)
+    torch.testing.assert_close(ours.float(), inv_freq, rtol=1e-6, atol=0)
+    assert rope_attention_factor(spec) == pytest.approx(factor, rel=1e-12)
+    assert ours[0] == 1.0 and ours[-1] == pytest.approx(10000 ** (-62 / 64) / 40)  # kept / interpolated ends
+
+
+def test_interleaved_rope_is_deepseeks_complex_rotation(make_spec) -> None:
+    """DeepSeek rotates adjacent pairs as complex numbers, (x_2i + i x_2i+1) e^{i p theta_i}; the interleaved
+    layout returns [real parts, imaginary parts] of that product."""
+    spec = make_spec("deepseek-v3")
+    table = rope_table(spec, 32, torch.float64, CPU, dim=8)
+    x = torch.randn(2, 5, 3, 8, dtype=torch.float64)
+    pos = torch.tensor([0, 3, 7, 19, 31])
+    angles = torch.atan2(table[pos, 1], table[pos, 0])  # [T, 4]
+    turn = torch.polar(torch.ones_like(angles), angles)[:, None]  # [T, 1, 4]
+    z = torch.view_as_complex(x.view(2, 5, 3, 4, 2).contiguous()) * turn
+    torch.testing.assert_close(apply_rope(x, table[pos], interleaved=True), torch.cat([z.real, z.imag], dim=-1))
+
+
+def test_gemma_norm_scales_by_one_plus_weight_in_fp32() -> None:
+    norm = RMSNorm(64, eps=1e-6, offset=1.0).to(torch.bfloat16)
+    assert norm.weight.eq(0).all()  # (1 + 0): an untrained Gemma norm is the identity scale
+    with torch.no_grad():
+        norm.weight.normal_()
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    xf = x.float()
+    expected = (xf / (xf.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * (1 + norm.weight.float())).bfloat16()
+    torch.testing.assert_close(norm(x), expected, atol=0, rtol=0)
+
+
+# --- explicit and flex attention ------------------------------------------------------------------------------
+
+
+def naive_scores_attention(q, k, v, mask, scale, softcap=None, sinks=None):
+    """Heads repeated, scores capped, masked, softmax with an extra sink column, all in float64."""
+    group = q.shape[1] // k.shape[1]
+    kr, vr = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    s = q @ kr.transpose(-1, -2) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    e = (s - s.amax(-1, keepdim=True)).exp()
+    denominator = e.sum(-1, keepdim=True)
+    if sinks is not None:
+        denominator = denominator + (sinks.view(1, -1, 1, 1) - s.amax(-1, keepdim=True)).exp()
+    return (e / denominator) @ vr
+
+
+@pytest.mark.parametrize("softcap,sinks", [(5.0, False), (None, True), (3.0, True)])
+def test_explicit_and_flex_paths_match_the_naive_formula(softcap: float | None, sinks: bool) -> None:
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 1, 16, dtype=torch.float64) * 3
+    k, v = torch.randn(2, 2, 300, 16, dtype=torch.float64), torch.randn(2, 2, 300, 16, dtype=torch.float64)
+    sink = torch.randn(4, dtype=torch.float64) if sinks else None
+    live = 133  # of 300 slots: two of three 128-key blocks listed, the second cut at 133
+    visible = torch.arange(300)[None, :] < live
+    expected = naive_scores_attention(q, k[:, :, :live], v[:, :, :live], None, 0.2, softcap, sink)
+    torch.testing.assert_close(attention_explicit(q, k, v, visible, 0.2, softcap, sink), expected)
+    torch.testing.assert_close(attention_explicit(q, k[:, :, :live], v[:, :, :live], None, 0.2, softcap, sink),
+                               expected)
+    block_mask = live_block_mask(torch.tensor(live - 1), 300, CPU)  # the query at position 132
+    assert block_mask.kv_num_blocks.flatten().tolist() == [2]  # ceil(133 / 128): the third block is never listed
+    torch.testing.assert_close(flex_attend(q, k, v, block_mask, 0.2, softcap, sink), expected)
+
+
+def test_flex_attend_runs_mla_shaped_calls() -> None:
+    """One KV 'head' of 24 dims for 4 query heads, values 16 wide (the absorbed MLA decode), through flex."""
+    torch.manual_seed(0)
+    q, lat = torch.randn(1, 4, 1, 24, dtype=torch.float64), torch.randn(1, 1, 40, 24, dtype=torch.float64)
+    expected = naive_scores_attention(q, lat[:, :, :17], lat[:, :, :17, :16], None, 0.3)
+    got = flex_attend(q, lat, lat[..., :16], live_block_mask(torch.tensor(16), 40, CPU), 0.3)
+    torch.testing.assert_close(got, expected)
+
+
+# --- DeepSeek-V3 routing ----------------------------------------------------------------------------------------
+
+
+def test_sigmoid_group_limited_routing_matches_a_per_token_loop(make_spec) -> None:
+    """Per token: sigmoid scores; choice = score + bias, only in the best 2 of 4 groups (a group scores the sum
+    of its top two choices); weights = the chosen unbiased scores, renormalised, times 2.5."""
+    torch.manual_seed(0)
+    moe = MoE(make_spec("deepseek-v3")).double()
+    with torch.no_grad():
+        moe.score_bias.uniform_(-0.2, 0.2)
+    x = torch.randn(12, moe.w_in.shape[-1], dtype=torch.float64)
+    with torch.no_grad():
+        weights, experts = moe.route(x)
+        scores_all, bias = torch.sigmoid(moe.router(x)), moe.score_bias.detach()
+    for n in range(12):
+        scores = scores_all[n]
+        choice = scores + bias
+        groups = choice.view(4, 2)
+        best = groups.topk(2, dim=-1).values.sum(-1).topk(2).indices.tolist()
+        allowed = [e for e in range(8) if e // 2 in best]
+        top = sorted(allowed, key=lambda e: -float(choice[e]))[:2]
+        assert sorted(experts[n].tolist()) == sorted(top)
+        w = scores[top] / scores[top].sum() * 2.5
+        got = dict(zip(experts[n].tolist(), weights[n].tolist(), strict=True))
+        assert [got[e] for e in top] == pytest.approx(w.tolist(), rel=1e-12)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tfcalc.calc import roofline
+from tfcalc.calc.params import count_params
 from tfcalc.dtypes import WeightPrecision, get_dtype
 from tfcalc.errors import UsageError
 from tfcalc.model.transformer import build_model, scale_spec
@@ -171,3 +172,72 @@ def test_rows_carry_device_facts_and_say_when_no_preset_matched() -> None:
     assert columns["nvml_bandwidth_bytes_per_s"] == pytest.approx(5.001e9 * 2 * 256 / 8)  # 320 GB/s
     assert "no GPU preset matches 'Tesla T4'" in columns["device_note"]
     assert bench.device_columns(DeviceInfo("cpu", "CPU"))["device_note"] is None
+
+
+def test_layers_that_fit_keep_the_layer_pattern() -> None:
+    """DeepSeek-V3 sized to a GPU keeps dense and MoE layers in proportion (here: 1 dense of 3, the rest MoE)."""
+    spec = load_model("deepseek-v3")
+    sweep = _sweep(spec=spec, batches=[1], prompt_lens=[512], gen_lens=[64], dtypes=["bf16"],
+                   weights_dtypes=["fp8_block"])
+    six = bench.predicted_memory_bytes(scale_spec(spec, layers=6), "bf16", 1, 512, 64, "fp8_block")
+    fit = bench.layers_that_fit(spec, sweep, int(six / bench.MEMORY_HEADROOM) + 1)
+    assert fit == 6
+    kept = scale_spec(spec, layers=fit)
+    assert kept.moe.dense_layers == (0,) and kept.num_moe_layers == 5
+
+
+def test_context_sweep_doubles_up_to_the_max_context_or_memory() -> None:
+    spec = _tiny().with_overrides(max_context=1000)
+    sweep = _sweep(spec=spec, batches=[1], gen_lens=[8])
+    assert bench.contexts_that_fit(spec, sweep, None, 64) == [64, 128, 256, 512, 992]  # then the max, 1000 - 8
+    need_256 = bench.predicted_memory_bytes(spec, "fp32", 1, 256, 8)
+    assert bench.contexts_that_fit(spec, sweep, int(need_256 / bench.MEMORY_HEADROOM) + 1, 64) == [64, 128, 256]
+
+
+def test_predicted_memory_counts_fp8_matrices_at_one_byte() -> None:
+    spec = load_model("llama3-70b").with_overrides(num_layers=2)
+    bf16 = bench.predicted_memory_bytes(spec, "bf16", 1, 128, 16)
+    fp8 = bench.predicted_memory_bytes(spec, "bf16", 1, 128, 16, "fp8")
+    matrices = sum(count_params(spec).total[c].matrix for c in ("attention", "mlp"))
+    assert bf16 - fp8 == matrices  # two bytes -> one for every attention and MLP matrix element
+    assert bench.weight_precision("bf16", "fp8_block").for_component("experts").name == "fp8_block"
+    assert bench.weight_precision("bf16", "fp8").for_component("lm_head").name == "bf16"
+
+
+@pytest.mark.parametrize("message, oom", [
+    ("CUDA out of memory. Tried to allocate 2.00 GiB", True),
+    ("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: you tried to allocate 8", True),
+    ("DefaultCPUAllocator: can't allocate memory: you tried to allocate 4294967296 bytes. Error code 12", True),
+    ("mat1 and mat2 shapes cannot be multiplied (4x64 and 32x64)", False),
+])
+def test_out_of_memory_is_recognised_on_every_device(message: str, oom: bool) -> None:
+    from tfcalc.profile.device import is_oom
+
+    assert is_oom(RuntimeError(message)) is oom
+    assert is_oom(MemoryError()) and is_oom(torch.OutOfMemoryError("x")) and not is_oom(ValueError(message))
+
+
+def test_signals_stop_the_sweep_with_their_exit_codes() -> None:
+    import os
+    import signal
+
+    stop = bench.StopRequested()
+    with stop.installed():
+        os.kill(os.getpid(), signal.SIGINT)  # first Ctrl-C: finish the row, then stop
+        assert stop.requested and stop.exit_code == 130 and stop.reason == "Ctrl-C"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # the second: stop now
+        with pytest.raises(bench.Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.exit_code == 143 and stop.reason == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
+
+
+def test_cpu_points_predicted_past_the_memory_are_oom_rows_without_running(monkeypatch) -> None:
+    """Linux may overcommit and then kill the process instead of raising: such points are never built."""
+    monkeypatch.setattr(bench, "available_memory_bytes", lambda device: 1 << 10)
+    monkeypatch.setattr(bench, "build_model", lambda *a, **k: pytest.fail("built a model that cannot fit"))
+    rows: list[dict] = []
+    assert bench.run_sweep(_sweep(batches=[1, 2]), [torch.device("cpu")], rows.append)
+    assert [r["status"].split(" (")[0] for r in rows] == ["oom", "oom"]
+    assert "GiB available" in rows[0]["status"] and rows[0]["predicted_memory_bytes"] > 1 << 10

@@ -144,15 +144,19 @@ def test_sdpa_probe_and_kv_heads_checks() -> None:
 SMALL_MOE = {"hidden": 64, "experts": 8, "experts_per_token": 2, "expert_intermediate": 32}
 
 
-@pytest.mark.parametrize("preset", ["mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-20b"])
+@pytest.mark.parametrize("preset", ["mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-20b", "deepseek-v3"])
 def test_moe_param_counts_match_the_modules(preset: str) -> None:
+    """The counts come from tfcalc.calc.params and equal the module's parameters (DeepSeek-V3: a shared expert
+    and the router's score-correction bias too)."""
     spec = scale_spec(load_model(preset), **SMALL_MOE)
     params = moe_layer_params(spec)
     assert params["total"] == sum(p.numel() for p in MoE(spec).parameters())
     dense = FeedForward(spec, dense_intermediate(spec), bias=False)
     assert params["dense"] == sum(p.numel() for p in dense.parameters())
-    assert dense_intermediate(spec) == 2 * 32  # K x I, no shared experts in these presets
-    assert params["active"] == params["router"] + 2 * params["per_expert"]
+    shared = spec.moe.num_shared_experts * spec.moe.shared_expert_intermediate_size
+    assert dense_intermediate(spec) == 2 * 32 + shared  # K x I + the shared width
+    shared_params = sum(p.numel() for p in MoE(spec).shared.parameters()) if shared else 0
+    assert params["active"] == params["router"] + 2 * params["per_expert"] + shared_params
 
 
 def test_moe_rows_cpu() -> None:

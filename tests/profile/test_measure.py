@@ -36,6 +36,7 @@ def test_compiled_decode_is_primed_before_timing_and_equals_eager() -> None:
         step, compiled = decode_fn(model, token, rewind, True,
                                    compiler=lambda f: torch.compile(f, backend="aot_eager", fullgraph=True))
         assert compiled and len(rewinds) == PRIMING_CALLS and int(model.cache_pos) == 9
+        assert model.decode_ran == "flex"  # the compiled step reads the live blocks through flex_attention
         rewind()
         got = torch.cat([step(token) for _ in range(3)], dim=1)
         rewind()
@@ -114,4 +115,14 @@ def test_measure_times_the_primed_step_and_reports_it_compiled(monkeypatch) -> N
 def test_forced_backend_is_reported_and_math_runs_everything() -> None:
     m = measure(_model(), batch=1, prompt_len=4, gen_len=2, backend="math", compile_decode=False, warmup=0,
                 repeats=1)
-    assert m.attn_backend == "math" and not m.compiled
+    assert m.attn_backend == "math" and not m.compiled and m.decode_attention == "live" and m.fp8_gemm is None
+
+
+def test_live_decode_is_never_compiled() -> None:
+    """``live`` slices the cache at a host-read position: only eager can do that, so it is not handed to
+    torch.compile (which would fail on the host read and fall back with a warning)."""
+    model = build_model(scale_spec(load_model("llama3.2-1b"), **TINY), decode_attention="live")
+    called = []
+    step, compiled = decode_fn(model, torch.zeros(1, 1, dtype=torch.long), lambda: None, True,
+                               compiler=lambda f: called.append(f) or f)
+    assert (step, compiled, called, model.decode_ran) == (model.decode_step, False, [], "live")

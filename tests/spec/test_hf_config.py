@@ -311,7 +311,10 @@ def test_deepseek_v3_dense_layers_and_mla() -> None:
     assert s.mla == MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                             v_head_dim=128)
     assert (s.head_dim, s.num_kv_heads, s.intermediate_size) == (192, 128, 18432)
-    assert s.rope_scaling == RopeScaling(rope_type="yarn", factor=40.0, original_max_position_embeddings=4096)
+    assert s.rope_scaling == RopeScaling(rope_type="yarn", factor=40.0, original_max_position_embeddings=4096,
+                                          beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0)
+    assert (s.moe.router_scoring, s.moe.expert_groups, s.moe.groups_per_token) == ("sigmoid", 8, 4)
+    assert s.moe.routed_scaling_factor == 2.5
     assert s.native_dtype == "fp8_block"
     assert "not counted" in s.notes
 

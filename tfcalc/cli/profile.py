@@ -1,15 +1,27 @@
-"""``tfcalc profile``: run the bundled decoder here and measure it beside the calculator's prediction."""
+"""``tfcalc profile``: run the bundled decoder here and measure it beside the calculator's prediction.
 
+Every usage error is found before anything is measured. During the sweep, rows are kept whatever happens: an
+out-of-memory is an ``oom`` row, Ctrl-C stops after the current row (twice: at once) and SIGTERM at once, the
+rows so far are written and the exit code is 130 or 143; with ``--output`` the file is rewritten (atomically)
+after every row, and never replaced by a run that measured nothing.
+"""
+
+import contextlib
 import importlib.util
+import io
 import json
+import os
+import signal
+import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from tfcalc.cli.common import ConfigOpt, FormatOpt, OutputOpt, PresetOpt, handle_errors, resolve_models
+from tfcalc.cli.common import ConfigOpt, FormatOpt, OutputOpt, PresetOpt, fail, handle_errors, resolve_models
 from tfcalc.errors import TfcalcError, UsageError
-from tfcalc.output import Column, emit, print_stderr
+from tfcalc.output import Column, emit, print_stderr, resolve_format
 from tfcalc.units import parse_sizes, split_list
 
 COLUMNS = [
@@ -21,6 +33,7 @@ COLUMNS = [
     Column("prompt_len", "prompt", "int"),
     Column("gen_len", "gen", "int"),
     Column("dtype", "dtype"),
+    Column("weights_dtype", "weights"),
     Column("attn_backend", "attention"),
     Column("ttft_s", "TTFT", "seconds"),
     Column("prefill_tokens_per_s", "prefill", "rate", "tok/s"),
@@ -37,11 +50,14 @@ COLUMNS = [
 ]
 GPU_DEFAULT = ("llama3-8b", {})
 CPU_DEFAULT = ("llama3.2-1b", {"layers": 2})
+CONTEXT_START = {"cpu": 64, "cuda": 256}  # first prompt length of --context auto
 NOTES = (
     "TTFT = prefill of the batch's prompts; TPOT = decode time / (gen - 1) steps, timed apart from prefill; medians "
-    "after warm-up. bandwidth = decode bytes per step (weights read, experts actually touched, whole static KV "
-    "cache, logits) / TPOT; MBU against the datasheet and against the copy bandwidth measured in this run; MFU = "
-    "prefill FLOPs / TTFT against the datasheet and the measured matmul peak. Empty columns are left out. "
+    "after warm-up. bandwidth = decode bytes per step (weights read, experts actually touched, the KV cache the "
+    "step reads, logits) / TPOT; decode reads the live cache (decode_attention live: sliced, eager; flex: live "
+    "blocks, compiled) or the whole static one (static). MBU against the datasheet and against the copy "
+    "bandwidth measured in this run; MFU = prefill FLOPs / TTFT against the datasheet and the measured matmul "
+    "peak. Empty columns are left out. "
     "Bandwidth in binary units per second.",
 )
 
@@ -53,6 +69,24 @@ def _require_torch() -> None:
         raise TfcalcError("the profiler needs PyTorch: pip install 'tfcalc[profile]'")
 
 
+def _items(values: list[str] | None) -> list[str]:
+    return [item for value in values or [] for item in split_list(value)]
+
+
+def _check_choices(values: list[str], known: tuple[str, ...], what: str) -> None:
+    for value in values:
+        if value not in known:
+            raise UsageError(f"unknown {what} '{value}' (choose {', '.join(known)})")
+
+
+def _check_writable_folder(path: Path, option: str) -> None:
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"{option} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"{option} {path}: folder {folder} is not writable")
+
+
 @handle_errors
 def profile(
     preset: PresetOpt = None, config: ConfigOpt = None,
@@ -62,12 +96,22 @@ def profile(
     batch: Annotated[list[str], typer.Option(help="Batch sizes (list: 1,8,64).")] = ["1"],  # noqa: B006
     prompt_len: Annotated[list[str] | None, typer.Option(
         help="Prompt lengths (default 512 on a GPU, 128 on the CPU).", show_default=False)] = None,
+    context: Annotated[list[str] | None, typer.Option(
+        help="Sweep the context instead of --prompt-len: 'auto' doubles the prompt from 256 (64 on the CPU) up "
+        "to the model's max context that fits in memory; or a list (1k,8k,32k).", show_default=False)] = None,
     gen_len: Annotated[list[str] | None, typer.Option(
         help="Generated tokens per sequence, >= 2 (default 128 on a GPU, 16 on the CPU).", show_default=False)]
     = None,
-    dtype: Annotated[list[str], typer.Option(help="bf16, fp16, fp32; lists sweep.")] = ["bf16"],  # noqa: B006
+    dtype: Annotated[list[str], typer.Option(help="Compute dtype: bf16, fp16, fp32; lists sweep.")]
+    = ["bf16"],  # noqa: B006
+    weights_dtype: Annotated[list[str] | None, typer.Option(
+        help="FP8 weights: fp8 (one scale per matrix) or fp8_block (128x128 block scales); default: the compute "
+        "dtype.", show_default=False)] = None,
     attn_backend: Annotated[list[str], typer.Option(
         help="SDPA backend(s): auto, flash, efficient, cudnn, math.")] = ["auto"],  # noqa: B006
+    decode_attention: Annotated[str, typer.Option(
+        help="How decode reads the cache: auto (flex over the live blocks when compiled, else live), live, flex, "
+        "static (the whole cache).")] = "auto",
     layers: Overrides = None, hidden: Overrides = None, intermediate: Overrides = None, vocab: Overrides = None,
     experts: Overrides = None,
     compile_decode: Annotated[bool, typer.Option(
@@ -79,76 +123,158 @@ def profile(
     save_calibration: Annotated[Path | None, typer.Option(
         help="Write the measured efficiencies here for 'tfcalc estimate --calibration'.", show_default=False)]
     = None,
+    plot: Annotated[Path | None, typer.Option(
+        help="Write a PNG of time per token vs context, measured beside predicted.", show_default=False)] = None,
     fmt: FormatOpt = None, output: OutputOpt = None,
 ) -> None:
     """Measure prefill and decode of the bundled decoder (random weights) on this GPU or CPU, with FLOP/s,
     bandwidth, MFU/MBU against datasheet and measured ceilings, and the calculator's prediction beside them."""
     _require_torch()
-    from tfcalc.calc.roofline import calibration_from_profile_rows
-    from tfcalc.model.transformer import scale_spec
-    from tfcalc.profile.bench import StopRequested, Sweep
-    from tfcalc.profile.device import select_devices
-    from tfcalc.profile.measure import DTYPES
+    from tfcalc.profile import bench
+    from tfcalc.profile.device import DTYPES, available_memory_bytes, select_devices
 
+    # --- every usage error before anything is measured --------------------------------------------------------
     if warmup < 0 or repeats < 1:
         raise UsageError("--warmup must be >= 0 and --repeats >= 1")
-    on_cpu = device == "cpu"
-    if preset or config:
-        spec, defaults = resolve_models(preset, config)[0], {}
-    else:
-        name, defaults = CPU_DEFAULT if on_cpu else GPU_DEFAULT
-        spec = resolve_models([name], None)[0]
-    overrides = {k: v for k, v in {"layers": layers, "hidden": hidden, "intermediate": intermediate,
-                                   "vocab": vocab, "experts": experts}.items() if v is not None}
-    for key, value in overrides.items():
-        if value <= 0:
-            raise UsageError(f"invalid --{key} {value}: must be positive")
-    run_spec = scale_spec(spec, **{**defaults, **overrides})
-    dtypes = [d for value in dtype for d in split_list(value)]
+    devices = select_devices(gpu, device)
+    on_cpu = devices[0].type == "cpu"
+    dtypes = _items(dtype)
     for d in dtypes:
         if d not in DTYPES:
-            raise UsageError(f"unknown profile dtype '{d}' (choose {', '.join(DTYPES)})")
+            raise UsageError(f"unknown profile dtype '{d}' (choose {', '.join(DTYPES)}; FP8 weights: "
+                             "--weights-dtype fp8 or fp8_block)")
+    weights = _items(weights_dtype)
+    _check_choices(weights, bench.WEIGHTS_DTYPES, "--weights-dtype")
+    backends = _items(attn_backend)
+    _check_choices(backends, bench.ATTENTION_BACKENDS, "attention backend")
+    _check_choices([decode_attention], bench.DECODE_ATTENTION, "--decode-attention")
     gens = parse_sizes(gen_len or ["16" if on_cpu else "128"], "gen-len")
     if min(gens) < 2:
         raise UsageError("--gen-len must be at least 2 (the first token comes from prefill)")
-    sweep = Sweep(
-        spec=run_spec, layers_total=run_spec.num_layers if (overrides or defaults) else spec.num_layers,
-        layers_explicit=bool(overrides or defaults), batches=parse_sizes(batch, "batch"),
-        prompt_lens=parse_sizes(prompt_len or ["128" if on_cpu else "512"], "prompt-len"), gen_lens=gens,
-        dtypes=dtypes, backends=[b for value in attn_backend for b in split_list(value)],
-        compile_decode=compile_decode and not on_cpu, warmup=warmup, repeats=repeats,
-        efficiency=_load_efficiency(calibration) if calibration else None)
-    devices = select_devices(gpu, device)
-    rows: list[dict[str, object]] = []
-    stop = StopRequested()
-    finished = _run_with_progress(sweep, devices, rows, stop)
-    device_notes = tuple(dict.fromkeys(f"{r['device']}: {r['device_note']}" for r in rows if r.get("device_note")))
-    emit(rows, COLUMNS, fmt, output, title="Profile", notes=NOTES + device_notes)
+    if context and prompt_len:
+        raise UsageError("--context sweeps the prompt length: give it or --prompt-len, not both")
+    auto_context = [c.lower() for c in _items(context)] == ["auto"]
+    prompts = [] if auto_context else parse_sizes(
+        (context if context else prompt_len) or ["128" if on_cpu else "512"], "context" if context else "prompt-len")
+    if preset or config:
+        models, defaults = resolve_models(preset, config), {}
+    else:
+        name, defaults = CPU_DEFAULT if on_cpu else GPU_DEFAULT
+        models = resolve_models([name], None)
+    overrides = {k: v for k, v in {"layers": layers, "hidden": hidden, "intermediate": intermediate,
+                                   "vocab": vocab, "experts": experts}.items() if v is not None}
+    efficiency = _load_efficiency(calibration) if calibration else None
+    sweeps = []
+    for spec in models:
+        sizes = {**defaults, **overrides}
+        run_spec = bench.scale_spec(spec, **sizes)  # refuses --vocab 1, --layers above the model's, ...
+        note = ""
+        if "layers" in sizes:
+            note = bench.describe_layers(spec, bench.pick_layers(spec, int(sizes["layers"])))
+        sweep = bench.Sweep(
+            spec=run_spec, layers_total=run_spec.num_layers if sizes else spec.num_layers, layers_explicit=bool(sizes),
+            batches=parse_sizes(batch, "batch"), prompt_lens=prompts, gen_lens=gens, dtypes=dtypes, backends=backends,
+            compile_decode=compile_decode and not on_cpu, warmup=warmup, repeats=repeats, efficiency=efficiency,
+            weights_dtypes=list(weights) or [None], decode_attention=decode_attention, layer_note=note)
+        if auto_context:
+            lengths = bench.contexts_that_fit(run_spec, sweep, available_memory_bytes(devices[0]),
+                                              CONTEXT_START[devices[0].type])
+            if not lengths:
+                raise UsageError(f"--context auto: no prompt of {CONTEXT_START[devices[0].type]} tokens or more "
+                                 f"fits {run_spec.name} in this device's memory")
+            sweep = replace(sweep, prompt_lens=lengths)
+        sweeps.append(sweep)
+    resolve_format(fmt, output)
+    if output is not None:
+        _check_writable_folder(output, "--output")
     if save_calibration is not None:
+        _check_writable_folder(save_calibration, "--save-calibration")
+        if output is not None and save_calibration.resolve() == output.resolve():
+            raise UsageError("--save-calibration and --output name the same file")
+    if plot is not None:
+        if plot.suffix.lower() != ".png":
+            raise UsageError(f"--plot writes PNG: give a .png file name, got '{plot}'")
+        _check_writable_folder(plot, "--plot")
+        if importlib.util.find_spec("matplotlib") is None:
+            raise UsageError("--plot needs matplotlib: pip install 'tfcalc[plot]'")
+
+    # --- the sweep: rows kept through OOM and signals ---------------------------------------------------------
+    rows: list[dict[str, object]] = []
+    stop = bench.StopRequested()
+
+    def keep(row: dict[str, object]) -> None:
+        rows.append(row)
+        if output is not None:  # a checkpoint: the file always holds every row measured so far
+            with contextlib.redirect_stderr(io.StringIO()):
+                emit(rows, COLUMNS, fmt, output, title="Profile", notes=_notes(rows))
+
+    finished = True
+    for sweep in sweeps:
+        finished = _run_with_progress(sweep, devices, keep, stop)
+        if not finished:
+            break
+
+    # --- what was measured -------------------------------------------------------------------------------------
+    if rows:
+        emit(rows, COLUMNS, fmt, output, title="Profile", notes=_notes(rows))
+    elif output is not None and output.exists():
+        sys.stderr.write(f"kept {output} as it was: no row was measured\n")
+    ok = [r for r in rows if str(r.get("status", "")).startswith("ok")]
+    if save_calibration is not None and ok:
+        from tfcalc.calc.roofline import calibration_from_profile_rows
         from tfcalc.output.files import write_atomic
 
         write_atomic(save_calibration, json.dumps(calibration_from_profile_rows(rows), indent=2) + "\n")
         print_stderr(f"wrote calibration to {save_calibration}")
+    elif save_calibration is not None:
+        sys.stderr.write(f"no calibration written to {save_calibration}: no row was measured\n")
+    if plot is not None and any(r.get("tpot_s") is not None for r in rows):
+        from tfcalc.output.plot import plot_profile
+
+        plot_profile(plot, rows)
+        sys.stderr.write(f"wrote plot to {plot}\n")
     if not finished:
-        raise TfcalcError(f"interrupted: kept the {len(rows)} rows measured before Ctrl-C")
+        verb = "terminated" if stop.exit_code == 143 else "interrupted"
+        raise fail(f"{verb}: kept the {len(rows)} rows measured before {stop.reason}", stop.exit_code)
 
 
-def _run_with_progress(sweep, devices, rows: list, stop) -> bool:  # noqa: ANN001 - lazily imported types
+def _notes(rows: list[dict[str, object]]) -> tuple[str, ...]:
+    devices = (f"{r['device']}: {r['device_note']}" for r in rows if r.get("device_note"))
+    layers = (f"{r['model']}: ran {r['layer_pattern']}" for r in rows if r.get("layer_pattern"))
+    return NOTES + tuple(dict.fromkeys(devices)) + tuple(dict.fromkeys(layers))
+
+
+def _run_with_progress(sweep, devices, on_row, stop) -> bool:  # noqa: ANN001 - lazily imported types
+    """Run one sweep; a progress bar on a terminal, else one line per row on stderr (CI logs, pipes). False when
+    a signal stopped it."""
+    from tfcalc.profile.bench import Terminated, run_sweep
+
+    total = len(sweep.points()) * len(devices)
+    with stop.installed():
+        try:
+            if sys.stderr.isatty():
+                return _with_bar(sweep, devices, on_row, stop, total, run_sweep)
+            sys.stderr.write(f"profiling {sweep.spec.name}: {total} points on {', '.join(map(str, devices))}\n")
+            done = iter(range(1, total + 1))
+            return run_sweep(sweep, devices, on_row, stop,
+                             advance=lambda label: sys.stderr.write(f"  {next(done)}/{total} {label}\n"))
+        except KeyboardInterrupt:
+            stop.interrupted()
+        except Terminated:
+            stop.interrupted(signal.SIGTERM)
+    return False
+
+
+def _with_bar(sweep, devices, on_row, stop, total: int, run_sweep) -> bool:  # noqa: ANN001
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from tfcalc.profile.bench import run_sweep
-
-    total = len(sweep.points()) * len(devices)
     progress = Progress(TextColumn("profiling {task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-    with progress, stop.installed():
+    with progress:
         task = progress.add_task("", total=total)
-        try:
-            return run_sweep(sweep, devices, rows.append, stop,
-                             advance=lambda label: progress.update(task, advance=1, description=label))
-        except KeyboardInterrupt:
-            return False
+        return run_sweep(sweep, devices, on_row, stop,
+                         advance=lambda label: progress.update(task, advance=1, description=label))
 
 
 def _load_efficiency(path: Path):  # noqa: ANN202 - tfcalc.calc.roofline.Efficiency

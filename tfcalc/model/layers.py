@@ -1,7 +1,9 @@
-"""The decoder's building blocks, one class per concept: norms, RoPE, the static KV cache, attention, FFN, MoE.
+"""The decoder's building blocks, one class per concept: norms, RoPE, KV caches, attention, FFN, MoE.
 
-Shapes: B batch, T new tokens, S cache length (max_len), H query heads, Hkv KV heads, D head_dim, E experts,
-K experts per token, N = B*T tokens. Every module is built from a :class:`tfcalc.spec.model.ModelSpec`.
+Shapes: B batch, T new tokens, S cache length (max_len), W a window's ring length, H query heads, Hkv KV heads,
+D head_dim, E experts, K experts per token, N = B*T tokens. Every module is built from a
+:class:`tfcalc.spec.model.ModelSpec`. MLA attention lives in :mod:`tfcalc.model.mla`, FP8 weights in
+:mod:`tfcalc.model.fp8`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import functools
 import math
 import warnings
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -17,116 +21,287 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tfcalc.errors import SpecError, UsageError
+from tfcalc.model.fp8 import FORMATS as FP8_FORMATS
+from tfcalc.model.fp8 import FP8Weight, stacked_linear
 from tfcalc.spec.model import ModelSpec
 
 NORM_EPS = 1e-5  # Llama 3 norm_eps; the spec does not carry eps
+LATENT_NORM_EPS = 1e-6  # MLA's q_a/kv_a norms: DeepSeek inference/model.py RMSNorm and transformers hard-code 1e-6
 
 # --- norms ---------------------------------------------------------------------------------------------
 
 
 class RMSNorm(nn.Module):
-    """y = x / sqrt(mean(x^2) + eps) * w (Zhang & Sennrich 2019, arXiv:1910.07467).
+    """y = x / sqrt(mean(x^2) + eps) * (offset + w) (Zhang & Sennrich 2019, arXiv:1910.07467).
 
-    Computed in at least fp32 and cast back to the input dtype, as Llama 3's reference does.
+    Computed in at least fp32 and cast back to the input dtype, as Llama 3's reference does (x.to(dtype) * w).
+    ``offset`` 1 is Gemma's (1 + w) with w initialised at 0, multiplied in fp32 before the cast, as
+    google/gemma_pytorch and transformers' Gemma2RMSNorm do.
     """
 
-    def __init__(self, dim: int, eps: float = NORM_EPS) -> None:
+    def __init__(self, dim: int, eps: float = NORM_EPS, offset: float = 0.0) -> None:
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps, self.offset = eps, offset
+        self.weight = nn.Parameter(torch.zeros(dim) if offset else torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
         xf = x.to(torch.promote_types(x.dtype, torch.float32))
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.offset:
+            return (xf * (self.offset + self.weight.to(xf.dtype))).to(x.dtype)
         return xf.to(x.dtype) * self.weight
 
 
 def make_norm(spec: ModelSpec, dim: int) -> nn.Module:
     """RMSNorm (weight) or LayerNorm (weight and bias), as ``spec.norm_kind`` says."""
-    return RMSNorm(dim) if spec.norm_kind == "rmsnorm" else nn.LayerNorm(dim, eps=NORM_EPS)
+    if spec.norm_kind == "rmsnorm":
+        return RMSNorm(dim, offset=spec.norm_weight_offset)
+    return nn.LayerNorm(dim, eps=NORM_EPS)
 
 
 # --- rotary position embeddings ------------------------------------------------------------------------
 
 
-def rope_frequencies(spec: ModelSpec) -> Tensor:
-    """Inverse frequencies theta^(-2i/D), i < D/2 (RoFormer, arXiv:2104.09864), in float64.
+def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """0.1 mscale ln(factor) + 1 for factor > 1 (YaRN, arXiv:2309.00071 eq. 8; DeepSeek-V2 inference/model.py)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def rope_frequencies(spec: ModelSpec, dim: int | None = None) -> Tensor:
+    """Inverse frequencies theta^(-2i/D), i < D/2 (RoFormer, arXiv:2104.09864), in float64, for the ``dim``
+    rotated dimensions (head_dim; MLA rotates qk_rope_head_dim).
 
     ``rope_type: llama3`` applies Llama 3.1's wavelength-dependent scaling (meta-llama/llama-models,
-    models/llama3/model.py ``apply_scaling``): wavelengths shorter than original_len / high_freq_factor
-    are kept, longer than original_len / low_freq_factor divided by ``factor``, and the band in between
-    interpolated. Other scaling types (yarn, linear, dynamic, longrope) are NOT applied: the model uses plain
-    RoPE with ``rope_theta``, which is exact within the original context and only changes long-context quality,
-    never shapes, parameter counts or cost.
+    models/llama3/model.py ``apply_scaling``): wavelengths shorter than original_len / high_freq_factor are
+    kept, longer than original_len / low_freq_factor divided by ``factor``, the band in between interpolated.
+    ``rope_type: yarn`` blends interpolated (theta^(-2i/D) / factor) and original frequencies with a linear ramp
+    between the dimensions that turn beta_fast and beta_slow times over the original context, bounds floored and
+    ceiled (YaRN; transformers ``_compute_yarn_parameters`` with truncate, DeepSeek-V3 inference/model.py
+    ``precompute_freqs_cis``). Other types (linear, dynamic, longrope) are not applied: plain RoPE is exact within
+    the original context and changes no shape or cost.
     """
-    d = spec.head_dim
+    d = dim or spec.head_dim
     inv_freq = spec.rope_theta ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)  # [D/2]
     scaling = spec.rope_scaling
-    if scaling is None or scaling.rope_type != "llama3":
+    if scaling is None:
         return inv_freq
     old_len = scaling.original_max_position_embeddings or 8192
-    low, high = scaling.low_freq_factor or 1.0, scaling.high_freq_factor or 4.0
-    wavelen = 2 * math.pi / inv_freq
-    smooth = ((old_len / wavelen - low) / (high - low)).clamp(0.0, 1.0)  # 0: long waves, 1: short waves
-    return (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
+    if scaling.rope_type == "llama3":
+        low, high = scaling.low_freq_factor or 1.0, scaling.high_freq_factor or 4.0
+        wavelen = 2 * math.pi / inv_freq
+        smooth = ((old_len / wavelen - low) / (high - low)).clamp(0.0, 1.0)  # 0: long waves, 1: short waves
+        return (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
+    if scaling.rope_type == "yarn":
+        def correction_dim(rotations: float) -> float:
+            return d * math.log(old_len / (rotations * 2 * math.pi)) / (2 * math.log(spec.rope_theta))
+
+        low = max(math.floor(correction_dim(scaling.beta_fast or 32.0)), 0)
+        high = min(math.ceil(correction_dim(scaling.beta_slow or 1.0)), d - 1)
+        ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / ((high - low) or 0.001)).clamp(0.0, 1.0)
+        return inv_freq / scaling.factor * ramp + inv_freq * (1 - ramp)
+    return inv_freq
 
 
-def rope_table(spec: ModelSpec, max_len: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """cos and sin of position x frequency: [max_len, 2, D/2]; row p rotates the token at position p."""
-    angles = torch.outer(torch.arange(max_len, dtype=torch.float64), rope_frequencies(spec))  # [S, D/2]
-    return torch.stack([angles.cos(), angles.sin()], dim=1).to(device=device, dtype=dtype)
+def rope_attention_factor(spec: ModelSpec) -> float:
+    """YaRN's factor on cos and sin: mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are given
+    (1 for DeepSeek-V3, whose softmax scale carries mscale_all_dim instead), else mscale(factor); 1 otherwise."""
+    s = spec.rope_scaling
+    if s is None or s.rope_type != "yarn":
+        return 1.0
+    if s.mscale and s.mscale_all_dim:
+        return _yarn_mscale(s.factor, s.mscale) / _yarn_mscale(s.factor, s.mscale_all_dim)
+    return _yarn_mscale(s.factor)
 
 
-def apply_rope(x: Tensor, table: Tensor) -> Tensor:
-    """Rotate (x_i, x_{i+D/2}) pairs by the angles in ``table`` (the "rotate half" layout HF Llama uses).
+def softmax_mscale(spec: ModelSpec) -> float:
+    """The softmax-scale factor yarn models with ``mscale_all_dim`` take: mscale(factor, mscale_all_dim)^2
+    (DeepSeek-V3 inference/model.py MLA.__init__; transformers ``yarn_apply_mscale``); 1 otherwise."""
+    s = spec.rope_scaling
+    if s is None or s.rope_type != "yarn" or not s.mscale_all_dim:
+        return 1.0
+    return _yarn_mscale(s.factor, s.mscale_all_dim) ** 2
+
+
+def rope_table(spec: ModelSpec, max_len: int, dtype: torch.dtype, device: torch.device,
+               dim: int | None = None) -> Tensor:
+    """cos and sin of position x frequency (times yarn's attention factor): [max_len, 2, D/2]."""
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float64), rope_frequencies(spec, dim))  # [S, D/2]
+    table = torch.stack([angles.cos(), angles.sin()], dim=1) * rope_attention_factor(spec)
+    return table.to(device=device, dtype=dtype)
+
+
+def apply_rope(x: Tensor, table: Tensor, interleaved: bool = False) -> Tensor:
+    """Rotate pairs of x by the angles in ``table``: (x_i, x_{i+D/2}) ("rotate half", HF Llama), or with
+    ``interleaved`` the adjacent pairs (x_2i, x_2i+1) of DeepSeek's MLA (its complex view), written out as
+    [rotated evens, rotated odds] like transformers' ``apply_rotary_pos_emb_interleave``: q and k are permuted
+    alike, so their dot products are DeepSeek's.
 
     x: [B, T, heads, D]; table: [T, 2, D/2] gathered at the tokens' absolute positions.
     """
     cos, sin = table[:, None, 0], table[:, None, 1]  # [T, 1, D/2], broadcast over B and heads
     xf = x.to(table.dtype)
-    x1, x2 = xf.chunk(2, dim=-1)
+    x1, x2 = (xf[..., 0::2], xf[..., 1::2]) if interleaved else xf.chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
 
-# --- static KV cache -----------------------------------------------------------------------------------
+# --- one forward call, as every layer sees it ----------------------------------------------------------
+
+# Modes of a forward call (chosen by the Transformer):
+FRESH = "fresh"    # prefill from an empty cache: attend over the new tokens themselves
+CHUNK = "chunk"    # prefill of T > 1 tokens after what the cache holds
+LIVE = "live"      # decode of one token, eager: attend over the live part of the cache only (sliced on the host)
+STATIC = "static"  # decode of one token over the whole static cache with a mask (capturable, reads everything)
+FLEX = "flex"      # decode of one token through flex_attention with a block mask of the live blocks (capturable)
+DECODE_MODES = (LIVE, STATIC, FLEX)
+
+# How a layer's keys are to be attended (what an attention call is given):
+CAUSAL = "causal"      # SDPA is_causal over exactly the new keys (no mask)
+MASKED = "masked"      # SDPA with a boolean mask [T, keys]
+OPEN = "open"          # SDPA with no mask: every key given is visible (one query over the live keys)
+EXPLICIT = "explicit"  # softmax written out: attention sinks or logit soft-capping, which SDPA lacks
+FLEX_BLOCK = 128       # KV block of the live-block mask (flex_attention's default sparse block)
+
+
+@dataclass
+class Step:
+    """What one forward call tells every layer: positions, mode and the RoPE rows, computed once."""
+
+    input_pos: Tensor              # [T] absolute positions of the new tokens (on the device)
+    start: int | None              # the host's copy of input_pos[0]; None in a compiled decode step
+    mode: str                      # FRESH, CHUNK, LIVE, STATIC or FLEX
+    rope: Tensor                   # [T, 2, Dr/2] cos/sin rows at input_pos
+    causal_call: bool = True       # FRESH: a backend runs SDPA's is_causal call, else explicit masks
+    block_masks: dict[int, Any] = field(default_factory=dict)  # FLEX: cache length -> BlockMask of live slots
+
+    @property
+    def t(self) -> int:
+        return self.input_pos.shape[0]
+
+
+@dataclass
+class Keys:
+    """What a cache hands to attention: K [B, Hkv, L, D], V [B, Hkv, L, Dv], how to attend, and the mask."""
+
+    k: Tensor
+    v: Tensor
+    how: str                 # CAUSAL, MASKED, OPEN or FLEX
+    mask: Any = None         # [T, L] booleans (MASKED) or a BlockMask (FLEX)
+
+
+def causal_mask(q_pos: Tensor, k_pos: Tensor, window: int | None = None) -> Tensor:
+    """[T, L] booleans: key at position j visible to the query at i when j <= i (and j > i - window)."""
+    allowed = (k_pos[None, :] <= q_pos[:, None]) & (k_pos[None, :] >= 0)
+    if window is not None:
+        allowed &= k_pos[None, :] > q_pos[:, None] - window
+    return allowed
+
+
+def live_block_mask(position: Tensor, length: int, device: torch.device) -> Any:
+    """A flex_attention BlockMask for one query at ``position`` (a device scalar) over a cache of ``length``
+    slots that holds it: slots 0..position are visible (all of them once a rolling buffer is full, since its
+    slots are < length), so ceil(min(position + 1, length) / 128) KV blocks are listed, the rest never loaded, and
+    the mask_mod cuts the last block. Built from device tensors only (no host read), so a captured decode step
+    rebuilds it each replay; the mask_mod reads ``position`` itself (inductor's CPU template refuses a mask
+    buffer computed inside the graph). Batch and head dims are 1 (broadcast)."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    blocks = -(-length // FLEX_BLOCK)
+    live = (position + 1).clamp(max=length)
+    kv_num_blocks = ((live + FLEX_BLOCK - 1) // FLEX_BLOCK).to(torch.int32).view(1, 1, 1)
+    kv_indices = torch.arange(blocks, dtype=torch.int32, device=device).view(1, 1, 1, blocks)
+
+    def visible(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return kv_idx <= position
+
+    return BlockMask.from_kv_blocks(kv_num_blocks, kv_indices, BLOCK_SIZE=FLEX_BLOCK, mask_mod=visible,
+                                    seq_lengths=(1, length), compute_q_blocks=False)
+
+
+# --- KV cache ------------------------------------------------------------------------------------------
 
 
 class KVCache(nn.Module):
-    """Preallocated K and V, [B, Hkv, S, D] each, written in place at the tokens' positions.
+    """K and V of one layer, [B, Hkv, L, D] each, preallocated and written in place (shapes stay static, so a
+    decode step can be captured in a CUDA graph).
 
-    Nothing is concatenated per step, so shapes stay static (CUDA-graph capturable). A sliding-window layer
-    gets the full S as well and relies on its mask; its bytes are therefore the uncapped figure. ``dtype`` may
-    be float8_e4m3fn (stored without a scale, read back into the compute dtype each step).
+    A full-attention layer holds L = S slots, one per position. A sliding-window layer of window W holds a
+    rolling buffer of L = min(W, S) slots: position p lives in slot p mod L, RoPE having been applied at the
+    absolute position before the write, so the cache holds exactly the tokens the window can see and its bytes
+    are the calculator's window-capped figure. ``dtype`` may be float8_e4m3fn (no scale), read back into the
+    compute dtype.
     """
 
     def __init__(self, batch: int, kv_heads: int, max_len: int, head_dim: int, dtype: torch.dtype,
-                 compute_dtype: torch.dtype, device: torch.device) -> None:
+                 compute_dtype: torch.dtype, device: torch.device, window: int | None = None,
+                 v_dim: int | None = None) -> None:
         super().__init__()
-        shape = (batch, kv_heads, max_len, head_dim)
+        self.window = window
+        self.length = min(window, max_len) if window is not None else max_len
         self.compute_dtype = compute_dtype
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-
-    def write(self, input_pos: Tensor, k: Tensor, v: Tensor) -> None:
-        """Write k, v [B, Hkv, T, D] at ``input_pos`` [T] (an index_put on the device: no host sync)."""
-        b = k.shape[0]
-        self.k[:b, :, input_pos] = k.to(self.k.dtype)
-        self.v[:b, :, input_pos] = v.to(self.v.dtype)
-
-    def read(self, batch: int) -> tuple[Tensor, Tensor]:
-        """The whole cache of the first ``batch`` sequences, [B, Hkv, S, D], in the compute dtype.
-
-        A float8 cache is converted whole on every read (a copy of S slots), so fp8 storage saves memory, not
-        bandwidth: the step reads the fp8 bytes, writes and reads them again at the compute width.
-        """
-        return self.k[:batch].to(self.compute_dtype), self.v[:batch].to(self.compute_dtype)
+        self.register_buffer("k", torch.zeros(batch, kv_heads, self.length, head_dim, dtype=dtype, device=device),
+                             persistent=False)
+        self.register_buffer("v", torch.zeros(batch, kv_heads, self.length, v_dim or head_dim, dtype=dtype,
+                                              device=device), persistent=False)
 
     @property
     def nbytes(self) -> int:
         return self.k.nbytes + self.v.nbytes
 
+    def write(self, input_pos: Tensor, k: Tensor, v: Tensor) -> None:
+        """Write k, v [B, Hkv, T, D] at ``input_pos`` [T] (slot p mod L on a ring; only the last L of T tokens,
+        which are the only ones a later query can see). An index_put on the device: no host sync."""
+        b = k.shape[0]
+        if self.window is not None and k.shape[2] > self.length:
+            k, v, input_pos = k[:, :, -self.length:], v[:, :, -self.length:], input_pos[-self.length:]
+        slots = input_pos % self.length if self.window is not None else input_pos
+        self.k[:b, :, slots] = k.to(self.k.dtype)
+        self.v[:b, :, slots] = v.to(self.v.dtype)
 
-# --- attention -----------------------------------------------------------------------------------------
+    def read(self, batch: int, length: int | None = None) -> tuple[Tensor, Tensor]:
+        """The first ``length`` slots (all by default) of the first ``batch`` sequences, in the compute dtype
+        (a float8 cache is converted on every read: fp8 storage saves memory, not bandwidth)."""
+        k, v = self.k[:batch, :, :length], self.v[:batch, :, :length]
+        return k.to(self.compute_dtype), v.to(self.compute_dtype)
+
+    def slot_positions(self, start: int) -> Tensor:
+        """Absolute position held by each ring slot once positions < start are written (-1: empty)."""
+        s = torch.arange(self.length, device=self.k.device)
+        return (start - 1) - torch.remainder(start - 1 - s, self.length)
+
+    def keys(self, k: Tensor, v: Tensor, step: Step) -> Keys:
+        """Store the new k, v [B, Hkv, T, D] and return what the new queries attend (see the modes above)."""
+        b, pos = k.shape[0], step.input_pos
+        if step.mode == FRESH:
+            self.write(pos, k, v)
+            if step.causal_call and (self.window is None or step.t <= self.window):
+                return Keys(k, v, CAUSAL)
+            return Keys(k, v, MASKED, causal_mask(pos, pos, self.window))
+        if step.mode == CHUNK:
+            assert step.start is not None
+            if self.window is None:
+                self.write(pos, k, v)
+                live = step.start + step.t
+                ck, cv = self.read(b, live)
+                return Keys(ck, cv, MASKED, causal_mask(pos, torch.arange(live, device=pos.device)))
+            ck, cv = self.read(b)  # the ring before this chunk: its slots' positions, then the new keys
+            k_pos = torch.cat([self.slot_positions(step.start), pos])
+            keys = Keys(torch.cat([ck, k.to(ck.dtype)], dim=2), torch.cat([cv, v.to(cv.dtype)], dim=2), MASKED,
+                        causal_mask(pos, k_pos, self.window))
+            self.write(pos, k, v)
+            return keys
+        self.write(pos, k, v)  # one new token: write first, then every live slot (its own included) is visible
+        if step.mode == LIVE:
+            assert step.start is not None
+            ck, cv = self.read(b, min(step.start + 1, self.length))
+            return Keys(ck, cv, OPEN)
+        ck, cv = self.read(b)
+        if step.mode == FLEX:
+            return Keys(ck, cv, FLEX, step.block_masks[self.length])
+        slots = torch.arange(self.length, device=pos.device)
+        return Keys(ck, cv, MASKED, slots[None, :] < (pos[:, None] + 1).clamp(max=self.length))
+
+
+# --- attention kernels ---------------------------------------------------------------------------------
 
 SDPA_BACKENDS: dict[str, SDPBackend] = {
     "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -134,8 +309,6 @@ SDPA_BACKENDS: dict[str, SDPBackend] = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
 }
-# The two SDPA calls the decoder makes (see :func:`attend`).
-CAUSAL, MASKED = "causal", "masked"
 
 
 def sdpa_context(backend: str) -> AbstractContextManager[None]:
@@ -143,44 +316,135 @@ def sdpa_context(backend: str) -> AbstractContextManager[None]:
     return nullcontext() if backend == "auto" else sdpa_kernel([SDPA_BACKENDS[backend]])
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """softmax(QK^T/sqrt(D) + mask)V for q [B, H, T, D] and k, v [B, Hkv, S, D] -> [B, H, T, D], where query
-    head h reads KV head h // (H/Hkv). Two SDPA calls, so that a fused CUDA kernel takes each:
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | None = None,
+           causal: bool = True) -> Tensor:
+    """softmax(scale QK^T + mask)V for q [B, H, T, D] and k [B, Hkv, S, D], v [B, Hkv, S, Dv] -> [B, H, T, Dv],
+    where query head h reads KV head h // (H/Hkv); scale defaults to D^-1/2. Three SDPA calls, so that a fused
+    kernel takes each:
 
-    - ``mask is None`` (CAUSAL): prefill from an empty cache over exactly the T new keys (S == T),
+    - ``mask is None`` and ``causal`` (CAUSAL): prefill from an empty cache over exactly the T new keys (S == T),
       ``is_causal=True, enable_gqa=True``. Flash and cuDNN run it with native GQA and skip the blocks above the
       diagonal; no mask tensor is built or read.
-    - ``mask`` [T, S] booleans (MASKED; decode, chunked prefill, sliding windows): the H/Hkv query heads that share
-      a KV head are folded into the query length, q -> [B, Hkv, (H/Hkv)*T, D] with the mask repeated per head of
-      the group, which makes it plain multi-head attention with a mask. Flash takes no mask at all, and
-      mem-efficient took no GQA before pytorch#191085 (2026), so a masked ``enable_gqa`` call that cuDNN declines
-      (fp32, head_dim above its limit) fell to math, which materialises [B, H, T, S] scores and repeated K/V.
-      Folded, mem-efficient and cuDNN both run it, and each KV head is read once for all of its queries.
+    - otherwise the H/Hkv query heads that share a KV head are folded into the query length, q -> [B, Hkv,
+      (H/Hkv)*T, D] (with the mask repeated per head of the group), which makes it plain multi-head attention:
+      ``mask`` [T, S] booleans (MASKED: static-cache decode, chunked prefill, windows) or no mask at all (OPEN: one
+      query over the live keys). Flash takes no mask, and mem-efficient took no GQA before pytorch#191085 (2026),
+      so a masked ``enable_gqa`` call that cuDNN declines (fp32, head_dim above its limit) fell to math, which
+      materialises [B, H, T, S] scores and repeated K/V. Folded, mem-efficient and cuDNN run it (flash too when
+      unmasked), and each KV head is read once for all of its queries.
     """
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    b, h, t, d = q.shape
+    if mask is None and causal:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=scale)
+    b, h, t, _ = q.shape
     group = h // k.shape[1]
-    folded = q.reshape(b, k.shape[1], group * t, d)  # row g*T + i is query i of head g of the group
-    y = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask.repeat(group, 1) if group > 1 else mask)
-    return y.reshape(b, h, t, d)
+    folded = q.reshape(b, k.shape[1], group * t, q.shape[-1])  # row g*T + i is query i of head g of the group
+    if mask is not None and group > 1:
+        mask = mask.repeat(group, 1)
+    y = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask, scale=scale)
+    return y.reshape(b, h, t, v.shape[-1])
+
+
+def attention_explicit(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | None = None,
+                       softcap: float | None = None, sinks: Tensor | None = None) -> Tensor:
+    """The softmax written out, for what SDPA lacks: scores s = scale QK^T, soft-capped to c tanh(s / c)
+    (Gemma 2, arXiv:2408.00118), masked, and softmaxed in at least fp32 with one learned sink logit per head
+    joining the denominator, softmax([s_1..s_S, sink])[:S] (openai/gpt-oss gpt_oss/torch/model.py ``sdpa``).
+
+    q [B, H, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv], mask [T, S] or None (all visible), sinks [H] or None
+    -> [B, H, T, Dv]. Query head h uses KV head h // (H/Hkv); K/V are broadcast, not repeated.
+    """
+    b, h, t, d = q.shape
+    hkv = k.shape[1]
+    qg = q.view(b, hkv, h // hkv, t, d)
+    scores = qg @ k.unsqueeze(2).transpose(-1, -2) * (d ** -0.5 if scale is None else scale)  # [B, Hkv, G, T, S]
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
+    if sinks is None:
+        probs = scores.softmax(dim=-1)
+    else:
+        sink = sinks.to(scores.dtype).view(1, hkv, h // hkv, 1, 1).expand(b, -1, -1, t, 1)
+        probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
+    return (probs.to(v.dtype) @ v.unsqueeze(2)).reshape(b, h, t, v.shape[-1])
+
+
+def attention_with_sinks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, sinks: Tensor) -> Tensor:
+    """:func:`attention_explicit` with sinks and the default D^-1/2 scale."""
+    return attention_explicit(q, k, v, mask, sinks=sinks)
+
+
+def flex_attend(q: Tensor, k: Tensor, v: Tensor, block_mask: Any, scale: float | None = None,
+                softcap: float | None = None, sinks: Tensor | None = None) -> Tensor:
+    """Decode attention through ``torch.nn.attention.flex_attention`` over the live blocks of a static cache.
+
+    Compiled (the captured decode step), inductor generates a split-KV flash-decoding kernel that loads only
+    the blocks ``block_mask`` lists; eager it runs a reference that reads everything (correct, not fast).
+    Soft-capping is a score_mod; sinks rescale the output by softmax's missing share,
+    y = o x sigmoid(lse - sink), since o sums exp(s_j) v_j / sum exp(s_i) and the sink adds exp(sink) below.
+    """
+    from torch.nn.attention.flex_attention import AuxRequest, flex_attention
+
+    def capped(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return softcap * torch.tanh(score / softcap)
+
+    gqa = q.shape[1] != k.shape[1]
+    aux_request = None if sinks is None else AuxRequest(lse=True)
+    if torch.compiler.is_compiling():
+        result = flex_attention(q, k, v, score_mod=capped if softcap else None, block_mask=block_mask, scale=scale,
+                                enable_gqa=gqa, return_aux=aux_request)
+    else:
+        with warnings.catch_warnings():  # eager flex warns that it is unfused; the profiler says which path ran
+            warnings.simplefilter("ignore")
+            result = flex_attention(q, k, v, score_mod=capped if softcap else None, block_mask=block_mask,
+                                    scale=scale, enable_gqa=gqa, return_aux=aux_request)
+    if sinks is None:
+        return result
+    out, aux = result
+    share = torch.sigmoid(aux.lse - sinks.to(aux.lse.dtype).view(1, -1, 1))  # [B, H, T]
+    return out * share[..., None].to(out.dtype)
+
+
+def run_attention(q: Tensor, keys: Keys, scale: float | None, softcap: float | None = None,
+                  sinks: Tensor | None = None) -> Tensor:
+    """Attend q [B, H, T, D] over ``keys`` by the call they ask for (SDPA, explicit, or flex)."""
+    if keys.how == FLEX:
+        return flex_attend(q, keys.k, keys.v, keys.mask, scale, softcap, sinks)
+    if softcap is not None or sinks is not None:
+        mask = keys.mask
+        if keys.how == CAUSAL:
+            pos = torch.arange(q.shape[2], device=q.device)
+            mask = causal_mask(pos, pos)
+        return attention_explicit(q, keys.k, keys.v, mask, scale, softcap, sinks)
+    return attend(q, keys.k, keys.v, keys.mask if keys.how == MASKED else None, scale, causal=keys.how == CAUSAL)
 
 
 @functools.cache
 def backend_works(backend: str, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                  device: torch.device, kind: str = MASKED) -> bool:
+                  device: torch.device, kind: str = MASKED, v_dim: int | None = None) -> bool:
     """Whether ``backend`` runs this model's ``kind`` of :func:`attend` call on ``device`` and ``dtype`` (probed
-    once on tiny inputs: one and two new tokens for MASKED, as decode and prefill make it)."""
-    calls = [(2, None)] if kind == CAUSAL else [(1, torch.ones(1, 4, dtype=torch.bool, device=device)),
-                                                (2, torch.ones(2, 4, dtype=torch.bool, device=device).tril(2))]
+    once on tiny inputs: two new tokens for CAUSAL, one and two for MASKED as decode and prefill make it, one
+    for OPEN); ``v_dim`` (default head_dim) is the value width (MLA's differs)."""
+    v_dim = v_dim or head_dim
+    calls: list[tuple[int, Tensor | None, bool]]
+    if kind == CAUSAL:
+        calls = [(2, None, True)]
+    elif kind == OPEN:
+        calls = [(1, None, False)]
+    else:
+        calls = [(1, torch.ones(1, 4, dtype=torch.bool, device=device), False),
+                 (2, torch.ones(2, 4, dtype=torch.bool, device=device).tril(2), False)]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch warns about each rejected kernel before raising
             with sdpa_context(backend):
-                for t, mask in calls:
+                for t, mask, causal in calls:
+                    length = t if causal else 4
                     q = torch.randn(1, heads, t, head_dim, dtype=dtype, device=device)
-                    kv = torch.randn(1, kv_heads, t if mask is None else 4, head_dim, dtype=dtype, device=device)
-                    attend(q, kv, kv, mask)
+                    k = torch.randn(1, kv_heads, length, head_dim, dtype=dtype, device=device)
+                    v = torch.randn(1, kv_heads, length, v_dim, dtype=dtype, device=device)
+                    attend(q, k, v, mask, causal=causal)
     except RuntimeError:
         return False
     return True
@@ -188,15 +452,15 @@ def backend_works(backend: str, heads: int, kv_heads: int, head_dim: int, dtype:
 
 class Attention(nn.Module):
     """Multi-head attention with H query and Hkv KV heads (MHA H = Hkv, GQA, MQA Hkv = 1; Ainslie et al. 2023,
-    arXiv:2305.13245): fused QKV projection, optional QK-norm (Qwen3) and biases, RoPE, static cache and SDPA
-    through :func:`attend`, which reads each KV head once for its H/Hkv queries.
+    arXiv:2305.13245): fused QKV projection, optional QK-norm (Qwen3) and biases, RoPE, a KV cache (a rolling
+    buffer on sliding-window layers) and :func:`run_attention`.
 
-    Attention sinks (gpt-oss): one learned logit per head joins the softmax denominator,
-    softmax([s_1..s_S, sink])[:S]. SDPA has no such term and does not return its log-sum-exp, so sink layers
-    take an explicit math path (:func:`attention_with_sinks`) instead of SDPA.
+    Scores are scaled by query_pre_attn_scalar^-1/2 where the spec gives one (Gemma 2), else head_dim^-1/2.
+    Attention sinks (gpt-oss) and logit soft-capping (Gemma 2) have no SDPA form: those layers take the explicit
+    softmax eagerly and flex_attention in a compiled decode step.
     """
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, sliding: bool = False) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
@@ -205,16 +469,22 @@ class Attention(nn.Module):
         self.q_norm = make_norm(spec, self.head_dim) if spec.qk_norm else None
         self.k_norm = make_norm(spec, self.head_dim) if spec.qk_norm else None
         self.sinks = nn.Parameter(torch.randn(self.heads)) if spec.attention_sinks else None
+        self.scale = (spec.query_pre_attn_scalar or self.head_dim) ** -0.5
+        self.softcap = spec.attn_logit_softcapping
+        self.window = spec.sliding_window if sliding else None
         self.kv_cache: KVCache | None = None
 
-    def forward(self, x: Tensor, input_pos: Tensor, rope: Tensor, mask: Tensor | None,
-                fresh: bool = False) -> Tensor:
-        """x [B, T, hidden], input_pos [T], rope [T, 2, D/2] -> [B, T, hidden].
+    @property
+    def explicit(self) -> bool:
+        """Whether SDPA cannot run this layer (sinks or soft-capping)."""
+        return self.sinks is not None or self.softcap is not None
 
-        The new K/V are written to the cache. ``fresh`` (a prefill from an empty cache): attend over the new
-        keys themselves, causally when ``mask`` is None, else with mask [T, T]. Otherwise attend over the whole
-        cache with mask [T, S] (True = attend).
-        """
+    def make_cache(self, batch: int, max_len: int, dtype: torch.dtype, compute_dtype: torch.dtype,
+                   device: torch.device) -> KVCache:
+        return KVCache(batch, self.kv_heads, max_len, self.head_dim, dtype, compute_dtype, device, self.window)
+
+    def forward(self, x: Tensor, step: Step) -> Tensor:
+        """x [B, T, hidden] at positions step.input_pos -> [B, T, hidden]; the new K/V go into the cache."""
         assert self.kv_cache is not None, "call Transformer.setup_caches first"
         b, t, _ = x.shape
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
@@ -224,34 +494,10 @@ class Attention(nn.Module):
         v = v.view(b, t, self.kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
+        q, k = apply_rope(q, step.rope), apply_rope(k, step.rope)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # [B, heads, T, D]
-        self.kv_cache.write(input_pos, k, v)
-        if not fresh:
-            k, v = self.kv_cache.read(b)  # [B, Hkv, S, D]
-        if self.sinks is None:
-            y = attend(q, k, v, mask)
-        else:
-            assert mask is not None, "sink layers take the explicit path, which needs the mask"
-            y = attention_with_sinks(q, k, v, mask, self.sinks)
+        y = run_attention(q, self.kv_cache.keys(k, v, step), self.scale, self.softcap, self.sinks)
         return self.wo(y.transpose(1, 2).reshape(b, t, q_out))
-
-
-def attention_with_sinks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, sinks: Tensor) -> Tensor:
-    """softmax over [QK^T/sqrt(D) + mask, sink] with the sink column dropped, times V (openai/gpt-oss
-    gpt_oss/torch/model.py ``sdpa``). q [B, H, T, D], k/v [B, Hkv, S, D], sinks [H] -> [B, H, T, D].
-
-    Query head h uses KV head h // (H/Hkv), as SDPA's ``enable_gqa``; K/V are broadcast, not repeated.
-    """
-    b, h, t, d = q.shape
-    hkv = k.shape[1]
-    qg = q.view(b, hkv, h // hkv, t, d)
-    scores = qg @ k.unsqueeze(2).transpose(-1, -2) / math.sqrt(d)  # [B, Hkv, H/Hkv, T, S]
-    scores = scores.masked_fill(~mask, float("-inf"))
-    sink = sinks.to(scores.dtype).view(1, hkv, h // hkv, 1, 1).expand(b, -1, -1, t, 1)
-    scores = torch.cat([scores, sink], dim=-1)
-    probs = scores.to(torch.promote_types(scores.dtype, torch.float32)).softmax(dim=-1)[..., :-1].to(v.dtype)
-    return (probs @ v.unsqueeze(2)).view(b, h, t, d)
 
 
 # --- feed-forward --------------------------------------------------------------------------------------
@@ -293,10 +539,15 @@ class FeedForward(nn.Module):
 
 
 class MoE(nn.Module):
-    """Mixture of experts (Shazeer et al. 2017; Mixtral, arXiv:2401.04088): a softmax router picks K of E
-    experts per token, their outputs are summed with the routing weights (renormalised over the K when
-    ``moe.normalize_top_k``, as Mixtral and Qwen3 do), plus shared experts (DeepSeekMoE/Qwen-MoE), optionally
-    scaled by sigmoid(x W_gate).
+    """Mixture of experts (Shazeer et al. 2017; Mixtral, arXiv:2401.04088): a router picks K of E experts per
+    token and their outputs are summed with the routing weights, plus shared experts (DeepSeekMoE/Qwen-MoE),
+    optionally scaled by sigmoid(x W_gate).
+
+    Routing: softmax over the E router logits, top K, renormalised over the K when ``moe.normalize_top_k``
+    (Mixtral, Qwen3). DeepSeek-V3 (``router_scoring: sigmoid``, transformers DeepseekV3TopkRouter): sigmoid
+    scores; the choice adds the learned ``e_score_correction_bias`` and is limited to the best
+    ``groups_per_token`` of ``expert_groups`` groups (a group scores the sum of its top two); the weights are the
+    unbiased scores of the chosen experts, renormalised, times ``routed_scaling_factor``.
 
     Experts are stacked, w_in [E, 2I or I, hidden] and w_out [E, hidden, I]. Dispatch sorts the N*K
     (token, expert) pairs by expert and runs each expert once on its contiguous slice; reading the per-expert
@@ -304,41 +555,60 @@ class MoE(nn.Module):
     ``expert_counts`` holds the tokens routed to each expert by the last forward.
     """
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, weights_dtype: str | None = None) -> None:
         super().__init__()
         moe = spec.moe
         assert moe is not None
-        if moe.router_score_correction_bias:
-            raise SpecError(f"{spec.name}: sigmoid routing with a score-correction bias (DeepSeek-V3) is not "
-                            "implemented in the bundled model")
+        if moe.router_score_correction_bias and moe.router_scoring != "sigmoid":
+            raise SpecError(f"{spec.name}: a router score-correction bias needs sigmoid scoring (DeepSeek-V3)")
         self.spec, self.top_k, self.normalize = spec, moe.experts_per_token, moe.normalize_top_k
         e, h, i = moe.num_experts, spec.hidden_size, moe.expert_intermediate_size
         width = 2 * i if spec.ffn_kind == "gated" else i
         self.router = nn.Linear(h, e, bias=moe.router_bias)
-        self.w_in = nn.Parameter(torch.empty(e, width, h).uniform_(-h**-0.5, h**-0.5))
-        self.w_out = nn.Parameter(torch.empty(e, h, i).uniform_(-i**-0.5, i**-0.5))
+        self.score_bias = nn.Parameter(torch.zeros(e)) if moe.router_score_correction_bias else None
+        if weights_dtype is None:
+            self.w_in: Tensor | FP8Weight = nn.Parameter(torch.empty(e, width, h).uniform_(-h**-0.5, h**-0.5))
+            self.w_out: Tensor | FP8Weight = nn.Parameter(torch.empty(e, h, i).uniform_(-i**-0.5, i**-0.5))
+        else:  # FP8 experts drawn and quantized one at a time (tfcalc.model.fp8)
+            block, dtype = FP8_FORMATS[weights_dtype] == "fp8_block", torch.get_default_dtype()
+            self.w_in = FP8Weight.random_stack((e, width, h), h**-0.5, block, dtype)
+            self.w_out = FP8Weight.random_stack((e, h, i), i**-0.5, block, dtype)
         self.b_in = nn.Parameter(torch.empty(e, width).uniform_(-h**-0.5, h**-0.5)) if moe.expert_bias else None
         self.b_out = nn.Parameter(torch.empty(e, h).uniform_(-i**-0.5, i**-0.5)) if moe.expert_bias else None
         shared_width = moe.num_shared_experts * moe.shared_expert_intermediate_size
         # n shared experts of width I_s act as one FFN of width n*I_s (their sum is the concatenation).
-        self.shared = FeedForward(spec, shared_width, bias=False) if shared_width else None
+        self.shared = FeedForward(spec, shared_width, bias=spec.mlp_bias) if shared_width else None
         self.shared_gate = nn.Linear(h, 1, bias=False) if shared_width and moe.shared_expert_gate else None
         self.register_buffer("expert_counts", torch.zeros(e, dtype=torch.long), persistent=False)
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x [N, hidden] -> routing weights [N, K] (in x's dtype) and expert ids [N, K]."""
+        moe = self.spec.moe
+        assert moe is not None
         logits = self.router(x)  # [N, E]
-        probs = logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(dim=-1)
-        weights, experts = probs.topk(self.top_k, dim=-1)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        if moe.router_scoring == "softmax":
+            scores = logits.softmax(dim=-1)
+        else:
+            scores = logits.sigmoid()
+        choice = scores if self.score_bias is None else scores + self.score_bias.to(scores.dtype)
+        if moe.expert_groups > 1:
+            n, g = choice.shape[0], moe.expert_groups
+            group_scores = choice.view(n, g, -1).topk(2, dim=-1).values.sum(dim=-1)  # [N, G]
+            keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(
+                1, group_scores.topk(moe.groups_per_token, dim=-1).indices, True)
+            choice = choice.masked_fill(~keep.repeat_interleave(moe.num_experts // g, dim=1), float("-inf"))
+        experts = choice.topk(self.top_k, dim=-1).indices
+        weights = scores.gather(1, experts)
         if self.normalize:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights.to(x.dtype), experts
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + (1e-20 if moe.router_scoring == "sigmoid" else 0))
+        return (weights * moe.routed_scaling_factor).to(x.dtype), experts
 
     def expert(self, e: int, x: Tensor) -> Tensor:
         """Expert e on its tokens x [n, hidden] -> [n, hidden]."""
         b_in = None if self.b_in is None else self.b_in[e]
         b_out = None if self.b_out is None else self.b_out[e]
-        return F.linear(activate(self.spec, F.linear(x, self.w_in[e], b_in)), self.w_out[e], b_out)
+        return stacked_linear(activate(self.spec, stacked_linear(x, self.w_in, e, b_in)), self.w_out, e, b_out)
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape

@@ -116,3 +116,32 @@ def plot_roofline(path: Path, rows: list[dict]) -> None:
     ax.grid(True, which="both", alpha=0.3)
     _save(fig, path)
     plt.close(fig)
+
+
+def plot_profile(path: Path, rows: list[dict]) -> None:
+    """Time per output token vs the context decode reads, measured (dots) beside the prediction (dashed), one
+    colour per model, weight format, batch and device of the ``tfcalc profile`` rows that measured."""
+    plt = _pyplot()
+    series: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("tpot_s") is not None and r.get("decode_context_mean") is not None:
+            key = (r["model"], r["weights_dtype"], r["batch"], r["device"])
+            series.setdefault(key, []).append(r)
+    if not series:
+        raise UsageError("--plot: no measured rows to plot")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for (model, weights, batch, device), points in series.items():
+        points.sort(key=lambda r: float(r["decode_context_mean"]))
+        xs = [float(r["decode_context_mean"]) for r in points]
+        line = ax.plot(xs, [float(r["tpot_s"]) * 1e3 for r in points], marker="o",
+                       label=f"{model} {weights} batch {batch} on {device}: measured")[0]
+        ax.plot(xs, [float(r["predicted_tpot_s"]) * 1e3 for r in points], linestyle="--", color=line.get_color(),
+                label="predicted")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context read per decode step (tokens, mean over the timed steps)")
+    ax.set_ylabel("time per output token (ms)")
+    ax.set_title("tfcalc profile: decode time per token vs context")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    _save(fig, path)
+    plt.close(fig)

@@ -2,12 +2,13 @@
 
 Bytes per decode step (``decode_bytes_per_step``), counted explicitly by ``tfcalc.calc.roofline.decode_work``:
 every weight read once (for MoE the routed experts the step really touched, from the router's counts, instead
-of all of them; of the untied embedding only the batch's rows) + the KV cache read + the new K/V written +
-fp32 logits + hidden-state traffic. The bundled decoder attends over its whole static cache through a mask,
-so the KV read is counted at the cache length (prompt + generated tokens), which is what the kernel reads.
-Achieved bandwidth = bytes per step / TPOT; MBU = achieved / peak (datasheet, and the copy ceiling measured
-on this device in the same run). Prefill FLOPs (``prefill_work``): 2 x active linear params x tokens +
-causal attention + the last position's logits; achieved FLOP/s = FLOPs / TTFT; MFU = achieved / peak.
+of all of them; of the untied embedding only the batch's rows; FP8 matrices at one byte plus their scales) + the
+KV cache read + the new K/V written + fp32 logits + hidden-state traffic. Decode reads only the live cache: step
+j of the G - 1 timed steps attends P + j tokens (min(P + j, window) on a rolling buffer, the latent for MLA), so
+the row counts the mean of ``decode_work`` over those contexts; ``static`` decode reads the whole cache of P + G
+slots every step and is counted so. Achieved bandwidth = bytes per step / TPOT; MBU = achieved / peak (datasheet,
+and the copy ceiling measured on this device in the same run). Prefill FLOPs (``prefill_work``): 2 x active
+linear params x tokens + causal attention + the last position's logits; achieved FLOP/s = FLOPs / TTFT.
 """
 
 from __future__ import annotations
@@ -15,26 +16,47 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import torch
 
 from tfcalc.calc import roofline
-from tfcalc.calc.kv_cache import kv_cache_bytes
+from tfcalc.calc.kv_cache import kv_cache_bytes, kv_cache_exact_bytes
 from tfcalc.calc.memory import activation_workspace_bytes, weights_bytes
 from tfcalc.calc.params import count_params
-from tfcalc.dtypes import WeightPrecision, get_dtype
+from tfcalc.dtypes import WeightPrecision, get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
-from tfcalc.model.transformer import build_model
-from tfcalc.profile.ceilings import Ceiling, copy_bandwidth, matmul_flops
-from tfcalc.profile.device import DeviceInfo, describe
-from tfcalc.profile.measure import Measurement, backend_available, measure, torch_dtype
+from tfcalc.model.fp8 import FORMATS as FP8_FORMATS
+from tfcalc.model.fp8 import native_gemm_works
+from tfcalc.model.layers import SDPA_BACKENDS, STATIC
+from tfcalc.model.scaling import describe_layers, keep_layers, pick_layers, scale_spec
+from tfcalc.model.transformer import DECODE_ATTENTION, build_model
+from tfcalc.profile.ceilings import Ceiling, copy_bandwidth, fp8_matmul_flops, matmul_flops
+from tfcalc.profile.device import DeviceInfo, available_memory_bytes, describe, is_oom, release_memory, torch_dtype
+from tfcalc.profile.measure import Measurement, backend_available, measure
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
 
 Row = dict[str, object]
 # Fraction of free device memory the profiled model may use; the rest is left to the allocator and kernels.
 MEMORY_HEADROOM = 0.9
+ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS)
+WEIGHTS_DTYPES = tuple(FP8_FORMATS)
+# What the CLI validates and scales with, so that it needs no import from tfcalc.model:
+__all__ = ["ATTENTION_BACKENDS", "DECODE_ATTENTION", "WEIGHTS_DTYPES", "describe_layers", "pick_layers", "scale_spec"]
+
+
+class Point(NamedTuple):
+    """One row of a sweep: compute dtype, FP8 weight format (None: weights in the compute dtype), SDPA backend,
+    batch, prompt and generated tokens."""
+
+    dtype: str
+    weights: str | None
+    backend: str
+    batch: int
+    prompt_len: int
+    gen_len: int
 
 
 @dataclass(frozen=True)
@@ -53,10 +75,13 @@ class Sweep:
     warmup: int = 2
     repeats: int = 5
     efficiency: roofline.Efficiency | None = None
+    weights_dtypes: list[str | None] = field(default_factory=lambda: [None])
+    decode_attention: str = "auto"
+    layer_note: str = ""  # which layers a scaled model kept (tfcalc.model.scaling.describe_layers)
 
-    def points(self) -> list[tuple[str, str, int, int, int]]:
-        return [(d, b, batch, p, g) for d in self.dtypes for b in self.backends for batch in self.batches
-                for p in self.prompt_lens for g in self.gen_lens]
+    def points(self) -> list[Point]:
+        return [Point(d, w, b, batch, p, g) for d in self.dtypes for w in self.weights_dtypes for b in self.backends
+                for batch in self.batches for p in self.prompt_lens for g in self.gen_lens]
 
 
 @dataclass(frozen=True)
@@ -65,60 +90,99 @@ class DeviceContext:
     info: DeviceInfo
     gpu: GPUSpec | None  # the matched preset (datasheet peaks), if any
     copy: Ceiling
-    matmul: dict[str, Ceiling]  # per profile dtype
+    matmul: dict[str, Ceiling]  # per profile dtype, and "fp8" where the FP8 GEMM runs natively
+
+
+class Terminated(BaseException):
+    """SIGTERM: stop now. A BaseException, like KeyboardInterrupt, so that no ``except Exception`` takes it."""
 
 
 class StopRequested:
-    """Ctrl-C once: finish the current row, then stop. Twice: stop now."""
+    """Signals during a sweep. Ctrl-C (SIGINT) once: finish the current row, then stop; twice: stop now.
+    SIGTERM: stop now. ``signal`` is the one that stopped the sweep, ``exit_code`` 130 or 143 (128 + number)."""
 
     def __init__(self) -> None:
         self.requested = False
+        self.signal: int | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.signal or signal.SIGINT)
+
+    @property
+    def reason(self) -> str:
+        return "SIGTERM" if self.signal == signal.SIGTERM else "Ctrl-C"
+
+    def interrupted(self, signum: int = signal.SIGINT) -> None:
+        """Record a stop by ``signum`` that arrived as an exception (KeyboardInterrupt, Terminated)."""
+        self.requested = True
+        if self.signal != signal.SIGTERM:
+            self.signal = signum
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        previous = signal.getsignal(signal.SIGINT)
-
-        def handler(signum: int, frame: object) -> None:
+        def on_sigint(signum: int, frame: object) -> None:
             if self.requested:
                 raise KeyboardInterrupt
-            self.requested = True
+            self.interrupted(signal.SIGINT)
+
+        def on_sigterm(signum: int, frame: object) -> None:
+            self.interrupted(signal.SIGTERM)
+            raise Terminated
 
         try:
-            signal.signal(signal.SIGINT, handler)
-        except ValueError:  # not the main thread: Ctrl-C then raises KeyboardInterrupt as usual
+            previous = {s: signal.signal(s, h) for s, h in ((signal.SIGINT, on_sigint), (signal.SIGTERM, on_sigterm))}
+        except ValueError:  # not the main thread: signals keep their default behaviour
             yield
             return
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for s, h in previous.items():
+                signal.signal(s, h)
 
 
-def device_context(device: torch.device, dtypes: list[str]) -> DeviceContext:
-    """Device facts, its GPU preset if the name matches one, and the ceilings measured now."""
+def weight_precision(dtype: str, weights: str | None) -> WeightPrecision:
+    """The formats the model holds: the compute dtype, or FP8 matrices with the embedding, lm_head and router
+    kept in the compute dtype (:func:`tfcalc.model.fp8.quantize_block`)."""
+    if weights is None:
+        return WeightPrecision(get_dtype(dtype))
+    return parse_weight_precision(f"embedding={dtype},lm_head={dtype},router={dtype},default={FP8_FORMATS[weights]}")
+
+
+def device_context(device: torch.device, dtypes: list[str], fp8: bool = False) -> DeviceContext:
+    """Device facts, its GPU preset if the name matches one, and the ceilings measured now (with the FP8 GEMM's
+    when FP8 weights are profiled and the device runs that GEMM natively)."""
     from tfcalc.spec.presets import load_gpu
 
     info = describe(device)
     gpu = load_gpu(info.gpu_preset) if info.gpu_preset else None
     matmul = {name: matmul_flops(device, torch_dtype(name)) for name in dtypes}
+    if fp8 and device.type == "cuda" and native_gemm_works(device, False, torch.bfloat16):
+        matmul["fp8"] = fp8_matmul_flops(device)
     return DeviceContext(device, info, gpu, copy_bandwidth(device), matmul)
 
 
-def predicted_memory_bytes(spec: ModelSpec, dtype: str, batch: int, prompt_len: int, gen_len: int) -> int:
+def predicted_memory_bytes(spec: ModelSpec, dtype: str, batch: int, prompt_len: int, gen_len: int,
+                           weights: str | None = None) -> int:
     """What ``tfcalc memory`` predicts for this row: weights + KV cache (window caps applied) + activations."""
     fmt = get_dtype(dtype)
-    weights = weights_bytes(count_params(spec), WeightPrecision(fmt))
+    held = weights_bytes(count_params(spec), weight_precision(dtype, weights))
     kv = kv_cache_bytes(spec, fmt, prompt_len + gen_len, batch)
-    return weights + kv + activation_workspace_bytes(spec, batch, prompt_len, fmt, batch * prompt_len)
+    return held + kv + activation_workspace_bytes(spec, batch, prompt_len, fmt, batch * prompt_len)
+
+
+def largest_point_bytes(spec: ModelSpec, sweep: Sweep) -> int:
+    return max(predicted_memory_bytes(spec, p.dtype, p.batch, p.prompt_len, p.gen_len, p.weights)
+               for p in sweep.points())
 
 
 def layers_that_fit(spec: ModelSpec, sweep: Sweep, free_bytes: int) -> int:
-    """The most layers (binary search) whose largest sweep point fits in MEMORY_HEADROOM of free memory; 0 if none."""
+    """The most layers (binary search; the layer pattern kept) whose largest sweep point fits in MEMORY_HEADROOM
+    of free memory; 0 if none."""
 
     def fits(layers: int) -> bool:
-        candidate = spec.with_overrides(layers=layers)
-        need = max(predicted_memory_bytes(candidate, d, b, p, g) for d, _, b, p, g in sweep.points())
-        return need <= MEMORY_HEADROOM * free_bytes
+        return largest_point_bytes(scale_spec(spec, layers=layers), sweep) <= MEMORY_HEADROOM * free_bytes
 
     low, high = 0, spec.num_layers  # fits(low) is taken as true, fits(high + 1) is false
     while low < high:
@@ -127,24 +191,43 @@ def layers_that_fit(spec: ModelSpec, sweep: Sweep, free_bytes: int) -> int:
     return low
 
 
+def contexts_that_fit(spec: ModelSpec, sweep: Sweep, free_bytes: int | None, start: int) -> list[int]:
+    """Prompt lengths start, 2 start, 4 start, ... up to the model's max context (less the generated tokens) and
+    the longest whose largest point fits in MEMORY_HEADROOM of ``free_bytes`` (unknown: no memory limit)."""
+    top = spec.max_context - max(sweep.gen_lens)
+    lengths = []
+    length = start
+    while length <= top:
+        trial = replace(sweep, prompt_lens=[length])
+        if free_bytes is not None and largest_point_bytes(spec, trial) > MEMORY_HEADROOM * free_bytes:
+            break
+        lengths.append(length)
+        length *= 2
+    if lengths and lengths[-1] < top and (free_bytes is None or largest_point_bytes(
+            spec, replace(sweep, prompt_lens=[top])) <= MEMORY_HEADROOM * free_bytes):
+        lengths.append(top)  # the model's max itself when it fits
+    return lengths
+
+
 def _measured_gpu(ctx: DeviceContext, dtype: str) -> GPUSpec:
     """A roofline 'GPU' made of this device's measured ceilings, for devices no preset describes."""
+    flops = {"bf16": ctx.matmul[dtype].value, dtype: ctx.matmul[dtype].value}
+    if "fp8" in ctx.matmul:
+        flops["fp8"] = ctx.matmul["fp8"].value
     return GPUSpec(name=f"measured {ctx.info.device}", memory_bytes=ctx.info.memory_bytes or 1,
-                   hbm_bandwidth_bytes_per_s=ctx.copy.value,
-                   dense_flops_per_s={"bf16": ctx.matmul[dtype].value, dtype: ctx.matmul[dtype].value},
+                   hbm_bandwidth_bytes_per_s=ctx.copy.value, dense_flops_per_s=flops,
                    interconnect_bandwidth_bytes_per_s=1.0)
 
 
-def _prediction(spec: ModelSpec, ctx: DeviceContext, sweep: Sweep, dtype: str, batch: int, prompt_len: int,
-                gen_len: int) -> tuple[roofline.Estimate, str]:
-    fmt = get_dtype(dtype)
+def _prediction(spec: ModelSpec, ctx: DeviceContext, sweep: Sweep, p: Point) -> tuple[roofline.Estimate, str]:
+    fmt, precision = get_dtype(p.dtype), weight_precision(p.dtype, p.weights)
     if ctx.gpu is not None:
         eff = sweep.efficiency or roofline.Efficiency()
-        return (roofline.estimate(spec, ctx.gpu, WeightPrecision(fmt), fmt, 1, batch, prompt_len, gen_len, eff),
+        return (roofline.estimate(spec, ctx.gpu, precision, fmt, 1, p.batch, p.prompt_len, p.gen_len, eff),
                 f"tfcalc estimate on {ctx.gpu.name} ({eff.source})")
     eff = sweep.efficiency or roofline.Efficiency(1, 1, 1, 1, "100 % of the ceilings")
-    estimate = roofline.estimate(spec, _measured_gpu(ctx, dtype), WeightPrecision(fmt), fmt, 1, batch, prompt_len,
-                                 gen_len, eff)
+    estimate = roofline.estimate(spec, _measured_gpu(ctx, p.dtype), precision, fmt, 1, p.batch, p.prompt_len,
+                                 p.gen_len, eff)
     return estimate, f"roofline on this device's measured copy and matmul ceilings, no preset matched ({eff.source})"
 
 
@@ -165,112 +248,135 @@ def _ratio(value: float | None, reference: float | None) -> float | None:
     return value / reference if value is not None and reference else None
 
 
-def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep, dtype: str, backend: str,
-            batch: int, prompt_len: int, gen_len: int, m: Measurement | None, status: str) -> Row:
+def decode_contexts(p: Point, decode_attention: str) -> list[int]:
+    """The cache length each timed decode step reads: P + j for step j = 1..G-1 (its own token included) when
+    decode reads the live cache, the whole P + G slots every step for ``static``."""
+    if decode_attention == STATIC:
+        return [p.prompt_len + p.gen_len]
+    return [p.prompt_len + j for j in range(1, max(p.gen_len, 2))]
+
+
+def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep, p: Point,
+            m: Measurement | None, status: str, layer_note: str = "") -> Row:
     """One output row: measured values beside the calculator's predictions (measured ones empty unless ok)."""
-    fmt = get_dtype(dtype)
-    model = roofline.make_model(spec, WeightPrecision(fmt), fmt, 1)
-    estimate, basis = _prediction(spec, ctx, sweep, dtype, batch, prompt_len, gen_len)
+    fmt, precision = get_dtype(p.dtype), weight_precision(p.dtype, p.weights)
+    model = roofline.make_model(spec, precision, fmt, 1)
+    estimate, basis = _prediction(spec, ctx, sweep, p)
+    matmul = ctx.matmul["fp8"] if p.weights and "fp8" in ctx.matmul and m and m.fp8_gemm == "scaled_mm" \
+        else ctx.matmul[p.dtype]
     row: Row = {
         "device": ctx.info.device, "device_name": ctx.info.name, "gpu_preset": ctx.info.gpu_preset,
-        "model": spec.name, "layers_run": spec.num_layers, "layers_total": layers_total,
-        "batch": batch, "prompt_len": prompt_len, "gen_len": gen_len, "dtype": dtype,
-        "attn_backend": m.attn_backend if m else backend, "compiled": m.compiled if m else None,
+        "model": spec.name, "layers_run": spec.num_layers, "layers_total": layers_total, "layer_pattern": layer_note,
+        "batch": p.batch, "prompt_len": p.prompt_len, "gen_len": p.gen_len, "dtype": p.dtype,
+        "weights_dtype": precision.default.name if p.weights else p.dtype, "fp8_gemm": m.fp8_gemm if m else None,
+        "attn_backend": m.attn_backend if m else p.backend, "decode_attention": m.decode_attention if m else None,
+        "compiled": m.compiled if m else None,
         "prefill_tokens_per_s": None, "ttft_s": None, "ttft_spread": None,
         "decode_tokens_per_s": None, "decode_tokens_per_s_per_seq": None, "tpot_s": None, "tpot_spread": None,
         "prefill_flops": None, "achieved_flops_per_s": None, "mfu": None, "mfu_measured": None,
+        "decode_context_mean": None, "kv_bytes_read_per_step": None,
         "decode_bytes_per_step": None, "achieved_bytes_per_s": None, "mbu_datasheet": None, "mbu_measured": None,
         "peak_memory_bytes": m.peak_memory_bytes if m else None,
-        "predicted_memory_bytes": predicted_memory_bytes(spec, dtype, batch, prompt_len, gen_len),
+        "predicted_memory_bytes": predicted_memory_bytes(spec, p.dtype, p.batch, p.prompt_len, p.gen_len, p.weights),
         "predicted_ttft_s": estimate.ttft_s, "predicted_tpot_s": estimate.tpot_s,
         "predicted_decode_tokens_per_s": estimate.decode_tokens_per_s,
         "measured_over_predicted": None, "prediction_basis": basis,
-        "copy_bandwidth_bytes_per_s": ctx.copy.value, "matmul_flops_per_s": ctx.matmul[dtype].value,
+        "copy_bandwidth_bytes_per_s": ctx.copy.value, "matmul_flops_per_s": matmul.value,
         "datasheet_bandwidth_bytes_per_s": ctx.gpu.hbm_bandwidth_bytes_per_s if ctx.gpu else None,
-        "datasheet_flops_per_s": ctx.gpu.peak_flops(roofline.compute_dtype_for(WeightPrecision(fmt)))[1]
-        if ctx.gpu else None,
+        "datasheet_flops_per_s": ctx.gpu.peak_flops(roofline.compute_dtype_for(precision))[1] if ctx.gpu else None,
         "status": status,
         **device_columns(ctx.info),
     }
     if m is None:
         return row
     ttft, tpot = m.prefill.median_s, m.decode_loop.median_s / m.decode_steps
-    prefill = roofline.prefill_work(model, batch, prompt_len)
-    # The static cache is read whole each step: count it at its full length, prompt + generated tokens.
-    decode = roofline.decode_work(model, batch, prompt_len + gen_len, m.distinct_experts)
-    achieved_flops, achieved_bytes = prefill.flops / ttft, decode.bytes / tpot
+    prefill = roofline.prefill_work(model, p.batch, p.prompt_len)
+    contexts = decode_contexts(p, m.decode_attention)
+    decode_bytes = sum(roofline.decode_work(model, p.batch, c, m.distinct_experts).bytes for c in contexts)
+    decode_bytes /= len(contexts)
+    kv_read = sum(float(kv_cache_exact_bytes(spec, fmt, c, p.batch)) for c in contexts) / len(contexts)
+    achieved_flops, achieved_bytes = prefill.flops / ttft, decode_bytes / tpot
     row.update({
-        "prefill_tokens_per_s": batch * prompt_len / ttft, "ttft_s": ttft, "ttft_spread": m.prefill.spread,
-        "decode_tokens_per_s": batch / tpot, "decode_tokens_per_s_per_seq": 1 / tpot, "tpot_s": tpot,
+        "prefill_tokens_per_s": p.batch * p.prompt_len / ttft, "ttft_s": ttft, "ttft_spread": m.prefill.spread,
+        "decode_tokens_per_s": p.batch / tpot, "decode_tokens_per_s_per_seq": 1 / tpot, "tpot_s": tpot,
         "tpot_spread": m.decode_loop.spread, "prefill_flops": round(prefill.flops),
         "achieved_flops_per_s": achieved_flops, "mfu": _ratio(achieved_flops, row["datasheet_flops_per_s"]),
-        "mfu_measured": achieved_flops / ctx.matmul[dtype].value,
-        "decode_bytes_per_step": round(decode.bytes), "achieved_bytes_per_s": achieved_bytes,
+        "mfu_measured": achieved_flops / matmul.value,
+        "decode_context_mean": sum(contexts) / len(contexts), "kv_bytes_read_per_step": round(kv_read),
+        "decode_bytes_per_step": round(decode_bytes), "achieved_bytes_per_s": achieved_bytes,
         "mbu_datasheet": _ratio(achieved_bytes, row["datasheet_bandwidth_bytes_per_s"]),
         "mbu_measured": achieved_bytes / ctx.copy.value,
-        "measured_over_predicted": (batch / tpot) / estimate.decode_tokens_per_s,
+        "measured_over_predicted": (p.batch / tpot) / estimate.decode_tokens_per_s,
     })
     if m.distinct_experts:
         row["distinct_experts_per_moe_layer"] = sum(m.distinct_experts.values()) / len(m.distinct_experts)
     return row
 
 
-def is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
-
 def run_sweep(sweep: Sweep, devices: list[torch.device], on_row: Callable[[Row], None],
               stop: StopRequested | None = None, advance: Callable[[str], None] | None = None) -> bool:
     """Profile every point on every device, calling ``on_row`` per row. Returns False if stopped early.
 
-    CUDA out-of-memory marks the row ``oom`` and the sweep goes on; Ctrl-C (``stop``) ends it after the
-    current row.
+    Out-of-memory on any device (CUDA's OutOfMemoryError, the CPU allocator's RuntimeError, MemoryError) while
+    building the model or measuring a point marks the row ``oom``, releases memory and the sweep goes on (on the
+    CPU, a point predicted above the available memory is an ``oom`` row without being run); rows
+    already handed to ``on_row`` stay. Ctrl-C (``stop``) ends it after the current row; a second Ctrl-C or
+    SIGTERM raises out of it at once (KeyboardInterrupt, :class:`Terminated`).
     """
     stop = stop or StopRequested()
+    fp8 = any(w is not None for w in sweep.weights_dtypes)
     for device in devices:
-        ctx = device_context(device, sweep.dtypes)
-        spec, layers_total = sweep.spec, sweep.layers_total
+        ctx = device_context(device, sweep.dtypes, fp8)
+        spec, layers_total, note = sweep.spec, sweep.layers_total, sweep.layer_note
         if device.type == "cuda" and not sweep.layers_explicit:
             fit = layers_that_fit(spec, sweep, torch.cuda.mem_get_info(device)[0])
             if fit == 0:
                 raise UsageError(f"{spec.name}: even one layer of the largest sweep point does not fit in "
                                  f"{ctx.info.name}'s free memory; lower --batch/--prompt-len or pass size overrides")
-            spec = spec.with_overrides(layers=fit)
-        for dtype in sweep.dtypes:
+            if fit < spec.num_layers:
+                kept = pick_layers(spec, fit)
+                note = describe_layers(spec, kept)
+                spec = keep_layers(spec, kept)
+        # On the CPU an allocation past the memory does not always raise: Linux may overcommit and its OOM killer
+        # then ends the process. Points predicted not to fit are oom rows, never built or run.
+        available = available_memory_bytes(device) if device.type == "cpu" else None
+        for dtype, weights in dict.fromkeys((p.dtype, p.weights) for p in sweep.points()):
+            group = [p for p in sweep.points() if (p.dtype, p.weights) == (dtype, weights)]
+            need = {p: predicted_memory_bytes(spec, dtype, p.batch, p.prompt_len, p.gen_len, weights) for p in group}
             model = None
-            try:
-                model = build_model(spec, dtype=torch_dtype(dtype), device=device)
-            except Exception as exc:
-                if not is_oom(exc):
-                    raise
-            for _, backend, batch, prompt_len, gen_len in [p for p in sweep.points() if p[0] == dtype]:
+            if available is None or min(need.values()) <= available:
+                try:
+                    model = build_model(spec, dtype=torch_dtype(dtype), device=device, weights_dtype=weights,
+                                        decode_attention=sweep.decode_attention)
+                except Exception as exc:
+                    if not is_oom(exc):
+                        raise
+                    release_memory(device)
+            for p in group:
                 if stop.requested:
                     return False
                 status, measured = "ok", None
-                if model is None:
+                if available is not None and need[p] > available:
+                    status = f"oom (predicted {need[p] / 2**30:,.1f} GiB > {available / 2**30:,.1f} GiB available)"
+                elif model is None:
                     status = "oom"
-                elif not backend_available(model, backend, device):
-                    status = f"unavailable: SDPA backend {backend} does not run here"
+                elif not backend_available(model, p.backend, device):
+                    status = f"unavailable: SDPA backend {p.backend} does not run here"
                 else:
                     try:
-                        measured = measure(model, batch, prompt_len, gen_len, backend, sweep.compile_decode,
+                        measured = measure(model, p.batch, p.prompt_len, p.gen_len, p.backend, sweep.compile_decode,
                                            sweep.warmup, sweep.repeats)
                     except Exception as exc:
                         if not is_oom(exc):
                             raise
                         status = "oom"
-                        _release(device)
+                        release_memory(device)
                 if status == "ok" and spec.num_layers < layers_total:
                     status = f"ok (ran {spec.num_layers} of {layers_total} layers to fit)"
-                on_row(row_for(spec, layers_total, ctx, sweep, dtype, backend, batch, prompt_len, gen_len,
-                               measured, status))
+                on_row(row_for(spec, layers_total, ctx, sweep, p, measured, status, note))
                 if advance:
-                    advance(f"{dtype} {backend} batch {batch} prompt {prompt_len}")
+                    advance(f"{spec.name} {dtype}{'/' + weights if weights else ''} {p.backend} batch {p.batch} "
+                            f"prompt {p.prompt_len}")
             del model
-            _release(device)
+            release_memory(device)
     return not stop.requested
-
-
-def _release(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()

@@ -25,25 +25,14 @@ import torch
 import torch.nn.functional as F
 
 from tfcalc.errors import UsageError
+from tfcalc.profile.device import DTYPES, dtype_name, is_oom, release_memory, torch_dtype  # noqa: F401 (cli/bench)
 from tfcalc.profile.timing import Timing, time_call
 
 ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 CAUSAL_CONVENTION = ("attention FLOPs = 4 x B x H x Tq x Tk x D (QK^T and PV, multiply-add = 2 FLOPs, H = query "
                      "heads), halved for a causal prefill: 4 B H T^2 D / 2 (the FlashAttention papers' convention); "
                      "decode bytes = K + V read = 2 B Hkv T D x element bytes")
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    """``bf16`` / ``fp16`` / ``fp32`` -> the torch dtype."""
-    if name not in DTYPES:
-        raise UsageError(f"unknown dtype '{name}' for the benchmarks (choose {', '.join(DTYPES)})")
-    return DTYPES[name]
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return next((k for k, v in DTYPES.items() if v == dtype), str(dtype).removeprefix("torch."))
 
 
 # --- counts (no timing) --------------------------------------------------------------------------------------
@@ -103,15 +92,6 @@ def _first_sentence(exc: BaseException, limit: int = 120) -> str:
     return text.split(". ")[0].rstrip(".")[:limit]
 
 
-def _is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
-
-def _free(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 def _timed(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> tuple[Timing | None, str]:
     """(timing, "ok"), or (None, "oom" / "error: ...") when the call fails at this size."""
     try:
@@ -119,8 +99,8 @@ def _timed(fn: Callable[[], object], device: torch.device, warmup: int, repeats:
             warnings.simplefilter("ignore")
             return time_call(fn, device, warmup=warmup, repeats=repeats), "ok"
     except RuntimeError as exc:
-        _free(device)
-        if _is_oom(exc):
+        release_memory(device)
+        if is_oom(exc):
             return None, "oom"
         return None, f"error: {_first_sentence(exc)}"
 
@@ -202,8 +182,8 @@ def _time_attention(device: torch.device, dtype: torch.dtype, backend: str, phas
         k = torch.randn(batch, kv_heads, seq_len, head_dim, dtype=dtype, device=device)
         v = torch.randn(batch, kv_heads, seq_len, head_dim, dtype=dtype, device=device)
     except RuntimeError as exc:
-        _free(device)
-        return None, "oom" if _is_oom(exc) else f"error: {_first_sentence(exc)}", None
+        release_memory(device)
+        return None, "oom" if is_oom(exc) else f"error: {_first_sentence(exc)}", None
     is_causal = causal and phase == "prefill"
 
     def call() -> torch.Tensor:
@@ -212,7 +192,7 @@ def _time_attention(device: torch.device, dtype: torch.dtype, backend: str, phas
 
     ran = auto_choice(q, k, v, is_causal) if backend == "auto" else backend
     timing, status = _timed(call, device, warmup, repeats)
-    _free(device)  # q, k, v go with this frame; the caching allocator keeps their blocks until emptied
+    release_memory(device)  # q, k, v go with this frame; the caching allocator keeps their blocks until emptied
     return timing, status, ran
 
 
@@ -234,18 +214,20 @@ def auto_choice(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bo
 
 
 def moe_layer_params(spec) -> dict[str, int]:  # spec: ModelSpec with moe
-    """Parameter counts of one MoE layer: total, active per token (router + K experts + shared), and the dense
-    FFN of width K·I (+ shared width) that matches the active expert parameters."""
+    """Parameter counts of one MoE layer, asked of ``tfcalc.calc.params`` (the one derivation of shapes): total,
+    active per token (router + K experts + shared), one expert, the router, and the dense FFN of width K·I
+    (+ shared width) that matches the active expert parameters."""
+    from tfcalc.calc.params import count_params, ffn_params
+
     moe = spec.moe
-    h, i, e, k = spec.hidden_size, moe.expert_intermediate_size, moe.num_experts, moe.experts_per_token
-    gated = spec.ffn_kind == "gated"
-    per_expert = (3 if gated else 2) * h * i + ((2 * i if gated else i) + h if moe.expert_bias else 0)
-    router = h * e + (e if moe.router_bias else 0)
-    shared_width = moe.num_shared_experts * moe.shared_expert_intermediate_size
-    shared = (3 if gated else 2) * h * shared_width + (h if moe.shared_expert_gate and shared_width else 0)
-    dense_width = dense_intermediate(spec)
-    dense = (3 if gated else 2) * h * dense_width
-    return {"total": router + e * per_expert + shared, "active": router + k * per_expert + shared,
+    totals = count_params(spec).total
+    layers = spec.num_moe_layers
+    per_expert = ffn_params(spec, moe.expert_intermediate_size, moe.expert_bias).total
+    router = totals["router"].total // layers
+    shared = totals["shared_experts"].total // layers
+    dense = ffn_params(spec, dense_intermediate(spec), False).total
+    return {"total": totals["experts"].total // layers + router + shared,
+            "active": router + moe.experts_per_token * per_expert + shared,
             "per_expert": per_expert, "router": router, "dense": dense}
 
 
@@ -310,8 +292,8 @@ def moe_rows(device: torch.device, dtype: torch.dtype, spec, tokens_list: Iterab
         try:
             x = torch.randn(n, spec.hidden_size, device=device, dtype=dtype)
         except RuntimeError as exc:
-            _free(device)
-            row["status"] = "oom" if _is_oom(exc) else "error"
+            release_memory(device)
+            row["status"] = "oom" if is_oom(exc) else "error"
             row["note"] = _first_sentence(exc)
             continue
         with torch.inference_mode():
@@ -325,7 +307,7 @@ def moe_rows(device: torch.device, dtype: torch.dtype, spec, tokens_list: Iterab
         row.update(moe_time_s=moe_t.median_s, dense_time_s=dense_t.median_s, moe_tokens_per_s=n / moe_t.median_s,
                    dense_tokens_per_s=n / dense_t.median_s, moe_over_dense=dense_t.median_s / moe_t.median_s,
                    **expert_load(counts, m.experts_per_token, n))
-    _free(device)
+    release_memory(device)
     return rows
 
 
@@ -377,8 +359,8 @@ def ceiling_rows(device: torch.device, dtypes: Iterable[torch.dtype], copy_bytes
         c = copy_bandwidth(device, size, repeats=repeats)
         rows.append(row(c, "copy", "uint8", c.size, 2 * c.size))
     except RuntimeError as exc:
-        _free(device)
-        rows.append(row(None, "copy", "uint8", size, 2 * size, "oom" if _is_oom(exc) else "error",
+        release_memory(device)
+        rows.append(row(None, "copy", "uint8", size, 2 * size, "oom" if is_oom(exc) else "error",
                             _first_sentence(exc)))
     for dtype in dtypes:
         n = matmul_n or (8192 if device.type == "cuda" else _cpu_matmul_size(dtype))
@@ -386,10 +368,10 @@ def ceiling_rows(device: torch.device, dtypes: Iterable[torch.dtype], copy_bytes
             c = matmul_flops(device, dtype, n, repeats=repeats)
             rows.append(row(c, "matmul", dtype_name(dtype), n, 2 * n**3))
         except RuntimeError as exc:
-            _free(device)
-            rows.append(row(None, "matmul", dtype_name(dtype), n, 2 * n**3, "oom" if _is_oom(exc) else "error",
+            release_memory(device)
+            rows.append(row(None, "matmul", dtype_name(dtype), n, 2 * n**3, "oom" if is_oom(exc) else "error",
                             _first_sentence(exc)))
-        _free(device)
+        release_memory(device)
     return rows
 
 

@@ -1,4 +1,6 @@
-"""Device facts: which devices to profile, and what NVML says about a GPU (name, memory, clocks, power).
+"""Device facts: which devices to profile, what NVML says about a GPU (name, memory, clocks, power), and the
+few torch facts every profiler module shares (the dtype names, what an out-of-memory looks like, releasing
+memory after one).
 
 The theoretical bandwidth NVML implies is memory clock x 2 (double data rate) x bus width / 8; datasheet peaks
 come from the GPU preset the device name matches, or none.
@@ -6,6 +8,7 @@ come from the GPU preset the device name matches, or none.
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import re
@@ -14,6 +17,54 @@ from dataclasses import dataclass
 import torch
 
 from tfcalc.errors import UsageError
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+# How torch reports running out of memory: CUDA's allocator raises torch.OutOfMemoryError ("CUDA out of
+# memory"); the CPU allocator raises a RuntimeError ("[enforce fail at alloc_cpu.cpp] ... DefaultCPUAllocator:
+# can't allocate memory: you tried to allocate N bytes" or "DefaultCPUAllocator: not enough memory"); Python
+# itself raises MemoryError.
+OOM_MESSAGES = ("out of memory", "can't allocate memory", "not enough memory")
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """``bf16`` / ``fp16`` / ``fp32`` -> the torch dtype; a one-line UsageError otherwise."""
+    if name not in DTYPES:
+        raise UsageError(f"unknown dtype '{name}' (choose {', '.join(DTYPES)})")
+    return DTYPES[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return next((k for k, v in DTYPES.items() if v == dtype), str(dtype).removeprefix("torch."))
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` is an out-of-memory on any device (see OOM_MESSAGES)."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(m in text for m in OOM_MESSAGES)
+
+
+def release_memory(device: torch.device) -> None:
+    """Return what the failed or finished work held: collect its garbage and empty the CUDA caching allocator."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def available_memory_bytes(device: torch.device) -> int | None:
+    """Free device memory (CUDA), or the memory Linux reports available (MemAvailable), else None."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 # Device-name patterns (as NVML / torch report them) -> GPU preset. First match wins; more specific first.
 GPU_NAME_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -60,8 +111,11 @@ class DeviceInfo:
 
 
 def select_devices(gpu: str | None, device: str) -> list[torch.device]:
-    """``--device cpu`` -> the CPU; ``--gpu 0``, ``--gpu 0,1`` or ``--gpu all`` -> those CUDA devices."""
+    """``--device cpu`` -> the CPU; ``--gpu 0``, ``--gpu 0,1`` or ``--gpu all`` -> those CUDA devices. A GPU
+    index with the CPU is a contradiction, refused rather than ignored."""
     if device == "cpu":
+        if gpu is not None:
+            raise UsageError(f"--gpu {gpu} names a GPU but --device cpu profiles the CPU; drop one of them")
         return [torch.device("cpu")]
     if device != "cuda":
         raise UsageError(f"unknown device '{device}' (choose cuda or cpu)")

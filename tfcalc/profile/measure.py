@@ -5,11 +5,14 @@ Decode: G - 1 ``decode_step`` calls after an untimed prefill (the first generate
 prefill), so decode timing never includes prefill; TPOT = loop time / (G - 1). Each timed loop rewinds the
 cache position to the end of the prompt rather than prefilling again.
 
+Decode reads the live part of the cache (``tfcalc.model.transformer``): eager steps slice it (``live``); a
+compiled step runs flex_attention over the live blocks (``flex``); ``static`` reads the whole cache.
+
 Compiled decode (CUDA, dense models): ``torch.compile(decode_step, mode="reduce-overhead", fullgraph=True)``.
 It is primed before any timing (compile, CUDA-graph warm-up and recording: three calls), and it counts as
 compiled only if that raised nothing (a graph break or the recompile limit raises under ``fullgraph``) and
 inductor skipped no CUDA graph (``counters["inductor"]["cudagraph_skips"]``, bumped for e.g. mutated
-non-static inputs); otherwise decode runs eagerly and the row says ``compiled: false``.
+non-static inputs); otherwise decode runs eagerly (``live``) and the row says ``compiled: false``.
 """
 
 from __future__ import annotations
@@ -20,41 +23,34 @@ from dataclasses import dataclass
 
 import torch
 
-from tfcalc.model.layers import CAUSAL, MASKED, backend_works
+from tfcalc.model.fp8 import fp8_gemms
+from tfcalc.model.layers import CAUSAL, LIVE, MASKED, OPEN
 from tfcalc.model.transformer import Transformer
+from tfcalc.profile.device import DTYPES, is_oom, torch_dtype  # noqa: F401 (DTYPES, torch_dtype: callers)
 from tfcalc.profile.timing import Timing, time_call
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Measurement:
     prefill: Timing
     decode_loop: Timing
     decode_steps: int
     attn_backend: str
     compiled: bool
+    decode_attention: str  # live / flex / static: how the timed decode steps read the cache
+    fp8_gemm: str | None  # scaled_mm / dequantized when the weights are FP8
     peak_memory_bytes: int | None
     distinct_experts: dict[int, float] | None  # MoE layer -> mean distinct experts a decode step touched
 
 
-def torch_dtype(name: str) -> torch.dtype:
-    from tfcalc.errors import UsageError
-
-    if name not in DTYPES:
-        raise UsageError(f"unknown profile dtype '{name}' (choose {', '.join(DTYPES)})")
-    return DTYPES[name]
-
-
 def backend_available(model: Transformer, backend: str, device: torch.device) -> bool:
-    """Whether SDPA can run either of this model's attention calls with ``backend`` here ("auto" always can).
-    A backend that runs only one (flash takes no mask: prefill only) runs that one, and the row's
+    """Whether SDPA can run any of this model's attention calls with ``backend`` here ("auto" always can).
+    A backend that runs only some (flash takes no mask: prefill and live decode) runs those, and the row's
     ``attn_backend`` names what ran each phase."""
     if backend == "auto":
         return True
-    spec, dtype = model.spec, model.tok_embeddings.weight.dtype
-    args = (spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, dtype, device)
-    return any(backend_works(backend, *args, kind=kind) for kind in (CAUSAL, MASKED))
+    calls = [(CAUSAL, False), (MASKED, False), (OPEN, True), (MASKED, True)]
+    return any(model._probe(backend, kind, decode=decode) for kind, decode in calls)
 
 
 Step = Callable[[torch.Tensor], torch.Tensor]
@@ -79,7 +75,8 @@ def decode_fn(model: Transformer, token: torch.Tensor, rewind: Callable[[], obje
     device = model.tok_embeddings.weight.device
     if compiler is None and device.type == "cuda":
         compiler = reduce_overhead
-    if not compile_decode or compiler is None or model.spec.moe is not None:
+    model.decode_ran = model.decode_mode(compiled=False)
+    if not compile_decode or compiler is None or model.spec.moe is not None or model.decode_attention == LIVE:
         return model.decode_step, False
     from torch._dynamo.utils import counters
 
@@ -93,7 +90,7 @@ def decode_fn(model: Transformer, token: torch.Tensor, rewind: Callable[[], obje
             rewind()
             compiled(token)
     except Exception as exc:
-        if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        if is_oom(exc):
             raise
         warnings.warn(f"decode runs eagerly: torch.compile failed ({type(exc).__name__}: "
                       f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})", stacklevel=2)
@@ -102,6 +99,7 @@ def decode_fn(model: Transformer, token: torch.Tensor, rewind: Callable[[], obje
         warnings.warn("decode runs eagerly: inductor skipped its CUDA graph (TORCH_LOGS=cudagraphs says why)",
                       stacklevel=2)
         return model.decode_step, False
+    model.decode_ran = model.decode_mode(compiled=True)
     return compiled, True
 
 
@@ -140,7 +138,9 @@ def measure(model: Transformer, batch: int, prompt_len: int, gen_len: int, backe
         decode = time_call(decode_loop, device, warmup, repeats, setup=rewind)
         peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
         distinct = _probe_experts(model, prompt, token, min(steps, expert_probe_steps)) if spec.moe else None
-    return Measurement(prefill, decode, steps, model.attention_backend, compiled, peak, distinct)
+    return Measurement(prefill=prefill, decode_loop=decode, decode_steps=steps, attn_backend=model.attention_backend,
+                       compiled=compiled, decode_attention=model.decode_ran, fp8_gemm=fp8_gemms(model),
+                       peak_memory_bytes=peak, distinct_experts=distinct)
 
 
 def _probe_experts(model: Transformer, prompt: torch.Tensor, token: torch.Tensor, steps: int) -> dict[int, float]:

@@ -38,9 +38,13 @@ _SPEC_FIELD = {
     "kv_lora_rank": "mla.kv_lora_rank", "qk_nope_head_dim": "mla.qk_nope_head_dim",
     "qk_rope_head_dim": "mla.qk_rope_head_dim", "v_head_dim": "mla.v_head_dim",
     "rope_scaling.original_max_position_embeddings": "rope_scaling.original_max_position_embeddings",
+    "n_group": "moe.expert_groups", "topk_group": "moe.groups_per_token",
     **dict.fromkeys(("first_k_dense_replace", "max_window_layers", "moe_layer_freq", "decoder_sparse_step",
                      "sliding_window_pattern", "mlp_only_layers", "num_nextn_predict_layers"), "num_layers"),
 }
+
+# config.json number keys -> the ModelSpec field whose bounds (tfcalc.spec.model.FLOAT_LIMITS) they share.
+_SPEC_FLOAT_FIELD = {"routed_scaling_factor": "moe.routed_scaling_factor"}
 
 
 class _Config:
@@ -86,6 +90,23 @@ class _Config:
     def opt_int(self, key: str, minimum: int = 0) -> int | None:
         value = self.get(key)
         return None if value is None else self.check_int(key, value, minimum)
+
+    def opt_float(self, key: str) -> float | None:
+        """A finite number within the FLOAT_LIMITS of the ModelSpec field it becomes (``_SPEC_FLOAT_FIELD``; a
+        key not listed there is a field of its own name), or None when absent or null."""
+        value = self.get(key)
+        if value is None:
+            return None
+        try:
+            return check_float(key, value, bounds_of=_SPEC_FLOAT_FIELD.get(key, key))
+        except SpecError as exc:
+            raise self.error(str(exc)) from None
+
+    def req_float(self, key: str) -> float:
+        value = self.opt_float(key)
+        if value is None:
+            raise self.error(f"missing required field '{key}' (model_type {self.model_type})")
+        return value
 
     def flag(self, key: str) -> bool:
         value = self.get(key)
@@ -261,10 +282,16 @@ def _deepseek_moe(score_correction_bias: bool) -> MoERule:
         dense = tuple(i for i in range(c.num_layers) if i < first_dense or i % freq != 0)
         shared = c.int_or_default("n_shared_experts")
         moe_size = c.req_int("moe_intermediate_size")
+        routing = {}
+        if score_correction_bias:  # DeepseekV3TopkRouter: sigmoid scores, group-limited top-k, scaled sum
+            routing = {"router_scoring": "sigmoid", "expert_groups": c.int_or_default("n_group", minimum=1),
+                       "groups_per_token": c.int_or_default("topk_group", minimum=1),
+                       "routed_scaling_factor": c.req_float("routed_scaling_factor")}
         return MoESpec(num_experts=experts, experts_per_token=c.req_int("num_experts_per_tok"),
                        expert_intermediate_size=moe_size, num_shared_experts=shared,
                        shared_expert_intermediate_size=moe_size if shared else 0, dense_layers=dense,
-                       router_score_correction_bias=score_correction_bias, normalize_top_k=c.flag("norm_topk_prob"))
+                       router_score_correction_bias=score_correction_bias, normalize_top_k=c.flag("norm_topk_prob"),
+                       **routing)
 
     return rule
 
@@ -352,14 +379,15 @@ FAMILIES: dict[str, _Family] = {
     "gemma2": _Family(
         defaults={"num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True,
                   "max_position_embeddings": 8192, "attention_bias": False, "rope_theta": 10000.0,
-                  "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh"},
+                  "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
+                  "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
         sliding=_window_by_layer_type(_even_layers), norms_per_layer=4, activation_key="hidden_activation",
         extra_keys=("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping")),
     "gemma3_text": _Family(
         defaults={"num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True,
                   "max_position_embeddings": 131072, "attention_bias": False, "rope_theta": 1000000.0,
                   "rope_local_base_freq": 10000.0, "sliding_window": 4096, "sliding_window_pattern": 6,
-                  "hidden_activation": "gelu_pytorch_tanh"},
+                  "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256},
         sliding=_window_by_layer_type(_gemma3_pattern), norms_per_layer=4, qk_norm=True,
         activation_key="hidden_activation",
         extra_keys=("query_pre_attn_scalar", "rope_local_base_freq", "attn_logit_softcapping",
@@ -378,7 +406,8 @@ FAMILIES: dict[str, _Family] = {
     "deepseek_v3": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": 128, "max_position_embeddings": 4096,
                   "attention_bias": False, "norm_topk_prob": True, "first_k_dense_replace": 3, "moe_layer_freq": 1,
-                  "n_shared_experts": 1, "q_lora_rank": 1536},
+                  "n_shared_experts": 1, "q_lora_rank": 1536, "n_group": 8, "topk_group": 4,
+                  "routed_scaling_factor": 2.5},
         required=("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "kv_lora_rank",
                   "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
         moe=_deepseek_moe(score_correction_bias=True), mla=True),
@@ -423,7 +452,22 @@ def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
         rope_type=rope_type, factor=number("factor") or 1.0,
         original_max_position_embeddings=None if original is None else c.check_int(
             "rope_scaling.original_max_position_embeddings", original, 1),
-        low_freq_factor=number("low_freq_factor"), high_freq_factor=number("high_freq_factor"))
+        low_freq_factor=number("low_freq_factor"), high_freq_factor=number("high_freq_factor"),
+        beta_fast=number("beta_fast"), beta_slow=number("beta_slow"), mscale=number("mscale"),
+        mscale_all_dim=number("mscale_all_dim"))
+
+
+def _gemma_numerics(c: _Config) -> dict[str, Any]:
+    """Gemma families: (1 + w) RMSNorm, embeddings times sqrt(hidden); Gemma 2/3 add the query pre-attention
+    scalar and soft-capping (transformers Gemma2Attention / Gemma2ForCausalLM)."""
+    if not c.model_type.startswith("gemma"):
+        return {}
+    out: dict[str, Any] = {"norm_weight_offset": 1.0, "embedding_scale_sqrt_hidden": True}
+    for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
+        value = c.opt_float(key)
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def _native_dtype(c: _Config) -> str:
@@ -534,6 +578,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         notes=notes,
         extra=extra,
         **family.attention(c),
+        **_gemma_numerics(c),
     )
 
 

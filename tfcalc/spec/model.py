@@ -22,6 +22,8 @@ ActiveConvention = Literal["all_weights_touched", "excludes_input_embedding"]
 Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped"]
 # RoPE scalings as transformers names them (modeling_rope_utils.ROPE_INIT_FUNCTIONS); "default" means none.
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
+# How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
+RouterScoring = Literal["softmax", "sigmoid"]
 
 # The parts a parameter count is broken into; weight formats may be chosen per part.
 PARAM_COMPONENTS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
@@ -62,15 +64,30 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "moe.expert_intermediate_size": (1, 1 << 24),
     "moe.num_shared_experts": (0, 1 << 16),
     "moe.shared_expert_intermediate_size": (0, 1 << 24),
+    "moe.expert_groups": (1, 1 << 16),
+    "moe.groups_per_token": (1, 1 << 16),
     "rope_scaling.original_max_position_embeddings": (1, 1 << 34),
 }
-# Float fields are finite and positive; these are their upper bounds.
-FLOAT_LIMITS: dict[str, float] = {
-    "rope_theta": 1e15,
-    "rope_scaling.factor": 1e6,
-    "rope_scaling.low_freq_factor": 1e6,
-    "rope_scaling.high_freq_factor": 1e6,
+# Inclusive bounds of float fields; every float is finite. POSITIVE as a lower bound means "> 0", the bound of a
+# field not listed here. Zero is allowed where it means "off" (yarn's mscale and mscale_all_dim, as DeepSeek's and
+# transformers' yarn read them) and a norm offset may be 0 (plain RMSNorm) or 1 (Gemma's (1 + w)).
+POSITIVE = math.ulp(0.0)
+FLOAT_LIMITS: dict[str, tuple[float, float]] = {
+    "rope_theta": (POSITIVE, 1e15),
+    "attn_logit_softcapping": (POSITIVE, 1e6),
+    "final_logit_softcapping": (POSITIVE, 1e6),
+    "query_pre_attn_scalar": (POSITIVE, 1 << 20),
+    "norm_weight_offset": (-1.0, 1.0),
+    "moe.routed_scaling_factor": (POSITIVE, 1e6),
+    "rope_scaling.factor": (POSITIVE, 1e6),
+    "rope_scaling.low_freq_factor": (POSITIVE, 1e6),
+    "rope_scaling.high_freq_factor": (POSITIVE, 1e6),
+    "rope_scaling.beta_fast": (POSITIVE, 1e6),
+    "rope_scaling.beta_slow": (POSITIVE, 1e6),
+    "rope_scaling.mscale": (0.0, 1e6),
+    "rope_scaling.mscale_all_dim": (0.0, 1e6),
 }
+_FLOAT_DEFAULT = (POSITIVE, math.inf)
 MAX_NAME_CHARS = 255  # a file name's limit: user files are named after their file
 
 
@@ -107,19 +124,22 @@ def check_int(key: str, value: object, limits: tuple[int, int] | None = None) ->
     return value
 
 
-def check_float(key: str, value: object, high: float | None = None) -> float:
-    """A finite, positive number (an integer is accepted) up to ``FLOAT_LIMITS[key]``."""
+def check_float(key: str, value: object, high: float | None = None, bounds_of: str | None = None) -> float:
+    """A finite number (an integer is accepted) within ``FLOAT_LIMITS[bounds_of or key]`` (positive when not
+    listed); ``high`` overrides the upper bound. The error names ``key``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(f"field '{key}' must be a number, got {_show(value)}")
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
-    high = FLOAT_LIMITS.get(key, math.inf) if high is None else high
+    low, listed_high = FLOAT_LIMITS.get(bounds_of or key, _FLOAT_DEFAULT)
+    high = listed_high if high is None else high
     if not math.isfinite(number):
         raise SpecError(f"field '{key}' must be a finite number, got {_show(value)}")
-    if number <= 0:
-        raise SpecError(f"field '{key}' must be positive, got {_show(value)}")
+    if number < low:
+        raise SpecError(f"field '{key}' must be {'positive' if low == POSITIVE else f'at least {low:g}'}, "
+                        f"got {_show(value)}")
     if number > high:
         raise SpecError(f"field '{key}' must be at most {high:g} (tfcalc's limit), got {_show(value)}")
     return number
@@ -150,9 +170,10 @@ Checker = typing.Callable[[str, object], object]
 
 
 def check_fields(spec: object, prefix: str = "") -> None:
-    """Check every field of a spec dataclass against its type: bools, ints within INT_LIMITS, finite positive
-    floats, Literal choices, text, integer tuples; ``None`` where the type allows it. Nested specs check
-    themselves when built. The checks are derived once per class from its type hints."""
+    """Check every field of a spec dataclass against its type: bools, ints within INT_LIMITS, finite floats
+    within FLOAT_LIMITS (positive when not listed), Literal choices, text, integer tuples; ``None`` where the
+    type allows it. Nested specs check themselves when built. The checks are derived once per class from its
+    type hints."""
     for name, key, check in _checkers(type(spec), prefix):
         check(key, getattr(spec, name))
 
@@ -175,8 +196,9 @@ def _checker(annotation: str, key: str) -> Checker:
         low, high = INT_LIMITS.get(key, (1, 1 << 62))
         return lambda k, v: None if type(v) is int and low <= v <= high else check_int(k, v)
     if annotation == "float":
-        high_float = FLOAT_LIMITS.get(key, math.inf)
-        return lambda k, v: None if type(v) is float and 0 < v <= high_float and v != math.inf else check_float(k, v)
+        low_float, high_float = FLOAT_LIMITS.get(key, _FLOAT_DEFAULT)
+        return lambda k, v: (None if type(v) is float and low_float <= v <= high_float and v != math.inf
+                             else check_float(k, v))
     if annotation == "str":
         limit = MAX_NAME_CHARS if key == "name" else None
         return lambda k, v: check_str(k, v, limit)
@@ -232,6 +254,11 @@ class RopeScaling:
     original_max_position_embeddings: int | None = None
     low_freq_factor: float | None = None
     high_freq_factor: float | None = None
+    # yarn (Peng et al. 2023, arXiv:2309.00071) as transformers' _compute_yarn_parameters reads them
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
 
     def __post_init__(self) -> None:
         check_fields(self, "rope_scaling.")
@@ -279,6 +306,12 @@ class MoESpec:
     router_score_correction_bias: bool = False
     expert_bias: bool = False
     normalize_top_k: bool = True
+    # Routing numerics the bundled decoder reproduces (no size depends on them): DeepSeek-V3 scores experts with a
+    # sigmoid, picks the top ``groups_per_token`` of ``expert_groups`` groups first, and scales the routed sum.
+    router_scoring: RouterScoring = "softmax"
+    expert_groups: int = 1
+    groups_per_token: int = 1
+    routed_scaling_factor: float = 1.0
 
     def __post_init__(self) -> None:
         check_fields(self, "moe.")
@@ -287,6 +320,10 @@ class MoESpec:
         if self.num_shared_experts:
             _require(self.shared_expert_intermediate_size > 0,
                      "moe.shared_expert_intermediate_size must be positive when shared experts exist")
+        _require(self.num_experts % self.expert_groups == 0,
+                 f"moe.expert_groups ({self.expert_groups}) must divide num_experts ({self.num_experts})")
+        _require(self.groups_per_token <= self.expert_groups,
+                 f"moe.groups_per_token ({self.groups_per_token}) must be in 1..expert_groups ({self.expert_groups})")
 
 
 # The per-layer components a quantized checkpoint may keep in another format (see ``WeightException``).
@@ -336,6 +373,13 @@ class ModelSpec:
     moe: MoESpec | None = None
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling | None = None
+    # Numerics the bundled decoder reproduces (no size depends on them): Gemma 2 caps attention and final logits
+    # with c * tanh(x / c), scales scores by query_pre_attn_scalar^-1/2, norms by (1 + w), embeddings by sqrt(h).
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    query_pre_attn_scalar: float | None = None
+    norm_weight_offset: float = 0.0
+    embedding_scale_sqrt_hidden: bool = False
     max_context: int = 4096
     native_dtype: str = "bf16"
     active_params_convention: ActiveConvention = "all_weights_touched"
