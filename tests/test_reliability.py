@@ -491,9 +491,10 @@ def test_every_spec_field_is_checked() -> None:
     checker does not read would otherwise go unchecked); ``extra`` is the one free-form field."""
     from dataclasses import fields
 
-    from tfcalc.spec.model import MLASpec, ModelSpec, MoESpec, RopeScaling, _checkers
+    from tfcalc.spec.model import MLASpec, ModelSpec, MoESpec, RopeScaling, WeightException, _checkers
 
-    for cls, prefix in ((ModelSpec, ""), (MoESpec, "moe."), (MLASpec, "mla."), (RopeScaling, "rope_scaling.")):
+    for cls, prefix in ((ModelSpec, ""), (MoESpec, "moe."), (MLASpec, "mla."), (RopeScaling, "rope_scaling."),
+                        (WeightException, "quantized_weight_exceptions.")):
         checks = _checkers(cls, prefix)
         assert [name for name, _, _ in checks] == [f.name for f in fields(cls)]
         for name, key, check in checks:
@@ -501,3 +502,73 @@ def test_every_spec_field_is_checked() -> None:
                 continue
             with pytest.raises(SpecError, match=f"field '{key}'"):
                 check(key, object())
+
+
+def _number_checks(annotation: str) -> dict[str, Any]:
+    """Dotted field name -> its check, for every spec field declared ``annotation`` or ``annotation | None``."""
+    from dataclasses import fields
+
+    from tfcalc.spec.model import MLASpec, ModelSpec, MoESpec, RopeScaling, _checkers
+
+    checks = {}
+    for cls, prefix in ((ModelSpec, ""), (MoESpec, "moe."), (MLASpec, "mla."), (RopeScaling, "rope_scaling.")):
+        types = {f.name: str(f.type).removesuffix(" | None") for f in fields(cls)}
+        checks.update({key: check for name, key, check in _checkers(cls, prefix) if types[name] == annotation})
+    return checks
+
+
+def test_every_number_field_is_checked_at_its_bounds() -> None:
+    """Each int and float field accepts its bounds and refuses the value just outside them (INT_LIMITS /
+    FLOAT_LIMITS; positive when not listed), infinities, NaN, bools and text; every limit names a real field."""
+    import math
+
+    from tfcalc.spec.model import FLOAT_LIMITS, POSITIVE
+
+    ints, floats = _number_checks("int"), _number_checks("float")
+    assert set(INT_LIMITS) <= set(ints) and set(FLOAT_LIMITS) <= set(floats)
+    for key, check in ints.items():
+        low, high = INT_LIMITS.get(key, (1, 1 << 62))
+        check(key, low)
+        check(key, high)
+        for bad in (low - 1, high + 1, 1.0, True):
+            with pytest.raises(SpecError, match=f"field '{key}'"):
+                check(key, bad)
+    for key, check in floats.items():
+        low, high = FLOAT_LIMITS.get(key, (POSITIVE, math.inf))
+        check(key, 1e-300 if low == POSITIVE else float(low))
+        if math.isfinite(high):
+            check(key, float(high))
+        below = 0.0 if low == POSITIVE else math.nextafter(low, -math.inf)
+        for bad in (below, math.nextafter(high, math.inf), math.nan, -math.inf, "1", True):
+            with pytest.raises(SpecError, match=f"field '{key}'"):
+                check(key, bad)
+
+
+@pytest.mark.parametrize("field, value, accepted", [
+    ("norm_weight_offset", 0.0, True), ("norm_weight_offset", 1.0, True), ("norm_weight_offset", -0.5, True),
+    ("norm_weight_offset", 2.0, False), ("attn_logit_softcapping", 0.0, False),
+    ("final_logit_softcapping", -30.0, False), ("query_pre_attn_scalar", 0, False),
+    ("rope_scaling", {"rope_type": "yarn", "factor": 40.0, "mscale": 0.0, "mscale_all_dim": 0}, True),
+    ("rope_scaling", {"rope_type": "yarn", "factor": 40.0, "beta_slow": 0}, False),
+    ("moe", {"num_experts": 8, "experts_per_token": 2, "expert_intermediate_size": 16, "routed_scaling_factor": 0},
+     False),
+    ("moe", {"num_experts": 8, "experts_per_token": 2, "expert_intermediate_size": 16, "expert_groups": 3}, False),
+    ("moe", {"num_experts": 8, "experts_per_token": 2, "expert_intermediate_size": 16, "expert_groups": 4,
+             "groups_per_token": 5}, False),
+    ("moe", {"num_experts": 8, "experts_per_token": 2, "expert_intermediate_size": 16, "router_scoring": "tanh"},
+     False),
+])
+def test_issue14_fields_in_a_user_yaml(field: str, value: object, accepted: bool, tmp_path: Path) -> None:
+    """The numerics and routing fields issue 14 added: zero or negative where it means something (a plain
+    norm, yarn's mscale off), refused with a one-line error naming the field elsewhere."""
+    document = {"vocab_size": 1000, "hidden_size": 64, "num_layers": 2, "num_attention_heads": 4, "num_kv_heads": 4,
+                "head_dim": 16, "intermediate_size": 128, field: value}
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = invoke(["params", "-p", str(path), "-f", "json"])
+    if accepted:
+        assert_clean_ending(result, (0,))
+    else:
+        assert_clean_ending(result, (1,))
+        name = field if field not in ("moe", "rope_scaling") else f"{field}."
+        assert name in result.output, result.output

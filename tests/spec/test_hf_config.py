@@ -117,6 +117,36 @@ def test_bad_boolean_is_named() -> None:
         build("llama3-8b", tie_word_embeddings="no")
 
 
+@pytest.mark.parametrize(("name", "field", "value", "message"), [
+    ("gemma2-9b", "attn_logit_softcapping", 0, "must be positive"),
+    ("gemma2-9b", "final_logit_softcapping", "30", "must be a number"),
+    ("gemma2-9b", "query_pre_attn_scalar", True, "must be a number"),
+    ("gemma2-9b", "query_pre_attn_scalar", 1e300, "must be at most"),
+    ("deepseek-v3", "routed_scaling_factor", -2.5, "must be positive"),
+    ("deepseek-v3", "routed_scaling_factor", None, "missing required field"),
+    ("deepseek-v3", "n_group", 0, "must be positive"),
+    ("deepseek-v3", "n_group", 7, "moe.expert_groups (7) must divide num_experts (256)"),
+    ("deepseek-v3", "topk_group", 9, "moe.groups_per_token (9) must be in 1..expert_groups (8)"),
+])
+def test_numerics_and_routing_fields_are_read_strictly(name: str, field: str, value: object, message: str) -> None:
+    """Issue 14's fields go through the same checks as the spec's (issue 11): one line naming the file and the
+    config key."""
+    with pytest.raises(SpecError) as info:
+        build(name, **{field: value})
+    assert str(info.value).startswith(f"{name}.json: ") and message in str(info.value)
+    assert field in str(info.value) or "moe." in message
+
+
+def test_yarn_mscale_zero_means_off_and_is_accepted() -> None:
+    """DeepSeek's yarn reads mscale / mscale_all_dim 0 as "no attention scaling" (yarn_get_mscale returns 1)."""
+    scaling = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+               "beta_slow": 1, "mscale": 0, "mscale_all_dim": 0}
+    s = build("deepseek-v3", rope_scaling=scaling)
+    assert (s.rope_scaling.mscale, s.rope_scaling.mscale_all_dim) == (0.0, 0.0)
+    with pytest.raises(SpecError, match=r"field 'rope_scaling.beta_fast' must be positive"):
+        build("deepseek-v3", rope_scaling={**scaling, "beta_fast": 0})
+
+
 def test_modelspec_validation_error_is_prefixed_with_the_file() -> None:
     with pytest.raises(SpecError, match=r"^llama3-8b.json: llama3-8b: num_attention_heads \(32\) is not divisible"):
         build("llama3-8b", num_key_value_heads=5)
