@@ -88,7 +88,7 @@ def test_ctrl_c_keeps_rows_measured_so_far(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(bench, "measure", interrupted_on_second)
     out = tmp_path / "rows.json"
     result = runner.invoke(app, ["profile", *TINY, "--batch", "1,2,3", "-o", str(out)])
-    assert result.exit_code == 130 and "interrupted: kept the 1 rows measured before Ctrl-C" in result.output
+    assert result.exit_code == 130 and "interrupted: kept 1 row measured before Ctrl-C" in result.output
     rows = json.loads(out.read_text())
     assert [r["batch"] for r in rows] == [1]
     assert [p.name for p in tmp_path.iterdir()] == ["rows.json"]  # no temporary file left behind
@@ -202,7 +202,7 @@ def test_interrupt_before_the_first_row_leaves_an_existing_file_alone(tmp_path: 
     monkeypatch.setattr(bench, "measure", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     result = runner.invoke(app, ["profile", *TINY, "-o", str(out), "--save-calibration", str(tmp_path / "c.json")])
     assert result.exit_code == 130
-    assert f"kept {out} as it was" in result.output and "kept the 0 rows" in result.output
+    assert f"kept {out} as it was" in result.output and "interrupted: kept 0 rows" in result.output
     assert out.read_text() == '[{"previous": "run"}]\n' and not (tmp_path / "c.json").exists()
 
 
@@ -236,7 +236,8 @@ def test_signal_mid_sweep_keeps_the_rows_so_far(signum: int, code: int, reason: 
     rows = _rows_in(out)
     assert process.returncode == code, stderr
     assert 1 <= len(rows) < 40 and all(r["status"] == "ok" for r in rows)
-    assert f"kept the {len(rows)} rows measured before {reason}" in stderr
+    kept = f"kept {len(rows)} row{'' if len(rows) == 1 else 's'} measured before {reason}"
+    assert f"{'terminated' if reason == 'SIGTERM' else 'interrupted'}: {kept}" in stderr
     assert [p.name for p in tmp_path.iterdir()] == ["rows.json"]
 
 
@@ -250,7 +251,7 @@ def test_sigterm_before_the_first_row_keeps_the_previous_file(tmp_path: Path) ->
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, stderr
-    assert out.read_text() == '[{"previous": "run"}]\n' and "kept the 0 rows" in stderr
+    assert out.read_text() == '[{"previous": "run"}]\n' and "terminated: kept 0 rows" in stderr
 
 
 # --- what the rows say ----------------------------------------------------------------------------------------------
@@ -304,3 +305,43 @@ def test_context_sweep_and_plot(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert [r["prompt_len"] for r in json.loads(result.stdout)] == [16, 64]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- output through the shared mechanisms -------------------------------------------------------------------------
+
+
+def test_a_stream_output_is_written_once_not_per_row() -> None:
+    """The per-row checkpoint is for regular files only: `-o -` (or a FIFO, a device) gets the rows once."""
+    result = runner.invoke(app, ["profile", *TINY, "--batch", "1,2", "-f", "json", "-o", "-"])
+    assert result.exit_code == 0, result.output
+    assert [r["batch"] for r in json.loads(result.stdout)] == [1, 2]
+
+
+def test_progress_labels_from_a_file_are_text_on_a_terminal(monkeypatch) -> None:
+    """A model named '[/]' (Rich's closing tag) with an escape sequence: the bar shows it as text, no crash, no
+    escape sequence reaches the terminal."""
+    import io
+
+    import rich.console
+
+    from tfcalc.cli import profile as profile_cli
+    from tfcalc.spec.presets import load_model
+
+    screen = io.StringIO()
+    real_console = rich.console.Console
+    monkeypatch.setattr(rich.console, "Console", lambda **kw: real_console(file=screen, force_terminal=True,
+                                                                           width=200))
+    name = "[/]\x1b]0;owned\x07[bold]x"
+    spec = load_model("llama3.2-1b").with_overrides(name=name)
+    sweep = bench.Sweep(spec=spec, layers_total=16, layers_explicit=True, batches=[1], prompt_lens=[8],
+                        gen_lens=[2], dtypes=["fp32"], backends=["auto"], compile_decode=False)
+    stop = bench.StopRequested()
+
+    def fake_run_sweep(sweep, devices, on_row, stop, advance):  # noqa: ANN001, ANN202
+        stop.requested = True  # the notice column renders too
+        advance(f"{sweep.spec.name} fp32 auto batch 1 prompt 8")
+        return False
+
+    assert profile_cli._with_bar(sweep, [torch.device("cpu")], print, stop, 1, fake_run_sweep) is False
+    shown = screen.getvalue()
+    assert "profiling [/][bold]x" in shown and "owned" not in shown and "\x1b]0" not in shown

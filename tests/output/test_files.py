@@ -185,7 +185,8 @@ def _tiny_config(path: Path) -> None:
                                 "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4}))
 
 
-@pytest.mark.parametrize("case", ["preset", "config", "calibration", "save-calibration", "plot"])
+@pytest.mark.parametrize("case", ["preset", "config", "calibration", "save-calibration", "plot", "profile-plot",
+                                  "profile-calibration", "profile-preset"])
 def test_cli_refuses_to_overwrite_an_input_before_any_work(tmp_path: Path, case: str) -> None:
     yaml_model = tmp_path / "mine.yaml"
     yaml_model.write_text("vocab_size: 100\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 4\n"
@@ -203,6 +204,11 @@ def test_cli_refuses_to_overwrite_an_input_before_any_work(tmp_path: Path, case:
                              str(tmp_path / "p.json")],
         "plot": ["plan", "-p", "llama3-8b", "-o", str(tmp_path / "x.png"), "--plot", str(tmp_path / "x.png"),
                  "-f", "csv"],
+        "profile-plot": ["profile", "--device", "cpu", "-f", "csv", "-o", str(tmp_path / "t.png"), "--plot",
+                         str(tmp_path / "t.png")],
+        "profile-calibration": ["profile", "--device", "cpu", "--calibration", str(calibration),
+                                "--save-calibration", str(calibration)],
+        "profile-preset": ["profile", "--device", "cpu", "-p", str(yaml_model), "-f", "csv", "-o", str(yaml_model)],
     }[case]
     before = {p: p.read_bytes() for p in tmp_path.iterdir()}
     result = runner.invoke(app, args)
@@ -210,6 +216,18 @@ def test_cli_refuses_to_overwrite_an_input_before_any_work(tmp_path: Path, case:
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and ("overwrite an input" in errors[0] or "its own file" in errors[0])
     assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_folder_is_refused_before_any_work(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(OutputError, match="is not writable"):
+            check_outputs([("--save-calibration", folder / "cal.json")])
+    finally:
+        folder.chmod(0o755)
 
 
 def test_bundled_presets_are_inputs_too() -> None:

@@ -217,20 +217,19 @@ def test_out_of_memory_is_recognised_on_every_device(message: str, oom: bool) ->
     assert is_oom(MemoryError()) and is_oom(torch.OutOfMemoryError("x")) and not is_oom(ValueError(message))
 
 
-def test_signals_stop_the_sweep_with_their_exit_codes() -> None:
+def test_ctrl_c_once_finishes_the_row_twice_stops_now() -> None:
     import os
     import signal
 
     stop = bench.StopRequested()
+    before = signal.getsignal(signal.SIGINT)
     with stop.installed():
         os.kill(os.getpid(), signal.SIGINT)  # first Ctrl-C: finish the row, then stop
-        assert stop.requested and stop.exit_code == 130 and stop.reason == "Ctrl-C"
+        assert stop.requested
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)  # the second: stop now
-        with pytest.raises(bench.Terminated):
-            os.kill(os.getpid(), signal.SIGTERM)
-    assert stop.exit_code == 143 and stop.reason == "SIGTERM"
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers restored
+    assert signal.getsignal(signal.SIGINT) is before  # the handler restored
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # SIGTERM is the entry point's, not the sweep's
 
 
 def test_cpu_points_predicted_past_the_memory_are_oom_rows_without_running(monkeypatch) -> None:

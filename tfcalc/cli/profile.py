@@ -1,17 +1,16 @@
 """``tfcalc profile``: run the bundled decoder here and measure it beside the calculator's prediction.
 
-Every usage error is found before anything is measured. During the sweep, rows are kept whatever happens: an
-out-of-memory is an ``oom`` row, Ctrl-C stops after the current row (twice: at once) and SIGTERM at once, the
-rows so far are written and the exit code is 130 or 143; with ``--output`` the file is rewritten (atomically)
-after every row, and never replaced by a run that measured nothing.
+Every usage error is found before anything is measured (``check_before_work`` checks the output files against
+each other and the inputs). During the sweep, rows are kept whatever happens: an out-of-memory is an ``oom`` row;
+the first Ctrl-C lets the current row finish, then stops; a second Ctrl-C, or SIGTERM (``tfcalc.errors.Terminated``
+from the entry point's handler), stops at once. The rows so far are written and the run ends with
+``tfcalc.errors.Interrupted`` (exit 130 or 143). With ``--output`` naming a regular file, the file is rewritten
+(atomically) after every row, and a run that measured nothing leaves an existing file as it was
+(docs/reliability.md, section 7).
 """
 
-import contextlib
 import importlib.util
-import io
 import json
-import os
-import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -19,9 +18,9 @@ from typing import Annotated
 
 import typer
 
-from tfcalc.cli.common import ConfigOpt, FormatOpt, OutputOpt, PresetOpt, fail, handle_errors, resolve_models
-from tfcalc.errors import TfcalcError, UsageError
-from tfcalc.output import Column, emit, print_stderr, resolve_format
+from tfcalc.cli.common import ConfigOpt, FormatOpt, OutputOpt, PresetOpt, handle_errors, resolve_models
+from tfcalc.errors import Interrupted, Terminated, TfcalcError, UsageError
+from tfcalc.output import Column, emit, print_stderr
 from tfcalc.units import parse_sizes, split_list
 
 COLUMNS = [
@@ -77,14 +76,6 @@ def _check_choices(values: list[str], known: tuple[str, ...], what: str) -> None
     for value in values:
         if value not in known:
             raise UsageError(f"unknown {what} '{value}' (choose {', '.join(known)})")
-
-
-def _check_writable_folder(path: Path, option: str) -> None:
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise UsageError(f"{option} {path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"{option} {path}: folder {folder} is not writable")
 
 
 @handle_errors
@@ -184,58 +175,53 @@ def profile(
                                  f"fits {run_spec.name} in this device's memory")
             sweep = replace(sweep, prompt_lens=lengths)
         sweeps.append(sweep)
-    resolve_format(fmt, output)
-    if output is not None:
-        _check_writable_folder(output, "--output")
-    if save_calibration is not None:
-        _check_writable_folder(save_calibration, "--save-calibration")
-        if output is not None and save_calibration.resolve() == output.resolve():
-            raise UsageError("--save-calibration and --output name the same file")
-    if plot is not None:
-        if plot.suffix.lower() != ".png":
-            raise UsageError(f"--plot writes PNG: give a .png file name, got '{plot}'")
-        _check_writable_folder(plot, "--plot")
-        if importlib.util.find_spec("matplotlib") is None:
-            raise UsageError("--plot needs matplotlib: pip install 'tfcalc[plot]'")
+    if plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--plot needs matplotlib: pip install 'tfcalc[plot]'")
 
     # --- the sweep: rows kept through OOM and signals ---------------------------------------------------------
     rows: list[dict[str, object]] = []
-    stop = bench.StopRequested()
+    from tfcalc.output.files import replaces_a_file
+
+    checkpoint = output is not None and replaces_a_file(output)
 
     def keep(row: dict[str, object]) -> None:
         rows.append(row)
-        if output is not None:  # a checkpoint: the file always holds every row measured so far
-            with contextlib.redirect_stderr(io.StringIO()):
-                emit(rows, COLUMNS, fmt, output, title="Profile", notes=_notes(rows))
+        if checkpoint:  # the file holds every row measured so far; a stream (-, a FIFO) is written once, at the end
+            emit(rows, COLUMNS, fmt, output, title="Profile", notes=_notes(rows), announce=False)
 
-    finished = True
-    for sweep in sweeps:
-        finished = _run_with_progress(sweep, devices, keep, stop)
-        if not finished:
-            break
+    stop = bench.StopRequested()
+    stopped: BaseException | None = None
+    with stop.installed():
+        try:
+            for sweep in sweeps:
+                if not _run_with_progress(sweep, devices, keep, stop):
+                    stopped = KeyboardInterrupt()
+                    break
+        except KeyboardInterrupt as exc:  # a second Ctrl-C, or SIGTERM (tfcalc.errors.Terminated)
+            stopped = exc
 
     # --- what was measured -------------------------------------------------------------------------------------
     if rows:
         emit(rows, COLUMNS, fmt, output, title="Profile", notes=_notes(rows))
-    elif output is not None and output.exists():
-        sys.stderr.write(f"kept {output} as it was: no row was measured\n")
-    ok = [r for r in rows if str(r.get("status", "")).startswith("ok")]
-    if save_calibration is not None and ok:
+    elif output is not None and Path(output).is_file():
+        print_stderr(f"kept {output} as it was: no row was measured")
+    if save_calibration is not None and any(str(r.get("status", "")).startswith("ok") for r in rows):
         from tfcalc.calc.roofline import calibration_from_profile_rows
         from tfcalc.output.files import write_atomic
 
         write_atomic(save_calibration, json.dumps(calibration_from_profile_rows(rows), indent=2) + "\n")
         print_stderr(f"wrote calibration to {save_calibration}")
     elif save_calibration is not None:
-        sys.stderr.write(f"no calibration written to {save_calibration}: no row was measured\n")
+        print_stderr(f"no calibration written to {save_calibration}: no row was measured")
     if plot is not None and any(r.get("tpot_s") is not None for r in rows):
         from tfcalc.output.plot import plot_profile
 
         plot_profile(plot, rows)
-        sys.stderr.write(f"wrote plot to {plot}\n")
-    if not finished:
-        verb = "terminated" if stop.exit_code == 143 else "interrupted"
-        raise fail(f"{verb}: kept the {len(rows)} rows measured before {stop.reason}", stop.exit_code)
+        print_stderr(f"wrote plot to {plot}")
+    if stopped is not None:
+        reason = "SIGTERM" if isinstance(stopped, Terminated) else "Ctrl-C"
+        raise Interrupted.from_exception(stopped, f"kept {len(rows)} row{'' if len(rows) == 1 else 's'} measured "
+                                                  f"before {reason}")
 
 
 def _notes(rows: list[dict[str, object]]) -> tuple[str, ...]:
@@ -246,35 +232,45 @@ def _notes(rows: list[dict[str, object]]) -> tuple[str, ...]:
 
 def _run_with_progress(sweep, devices, on_row, stop) -> bool:  # noqa: ANN001 - lazily imported types
     """Run one sweep; a progress bar on a terminal, else one line per row on stderr (CI logs, pipes). False when
-    a signal stopped it."""
-    from tfcalc.profile.bench import Terminated, run_sweep
+    the first Ctrl-C stopped it after a row."""
+    from tfcalc.profile.bench import run_sweep
 
     total = len(sweep.points()) * len(devices)
-    with stop.installed():
-        try:
-            if sys.stderr.isatty():
-                return _with_bar(sweep, devices, on_row, stop, total, run_sweep)
-            sys.stderr.write(f"profiling {sweep.spec.name}: {total} points on {', '.join(map(str, devices))}\n")
-            done = iter(range(1, total + 1))
-            return run_sweep(sweep, devices, on_row, stop,
-                             advance=lambda label: sys.stderr.write(f"  {next(done)}/{total} {label}\n"))
-        except KeyboardInterrupt:
-            stop.interrupted()
-        except Terminated:
-            stop.interrupted(signal.SIGTERM)
-    return False
+    try:
+        terminal = sys.stderr is not None and sys.stderr.isatty()
+    except (OSError, ValueError):
+        terminal = False
+    if terminal:
+        return _with_bar(sweep, devices, on_row, stop, total, run_sweep)
+    print_stderr(f"profiling {sweep.spec.name}: {total} points on {', '.join(map(str, devices))}")
+    done = iter(range(1, total + 1))
+    return run_sweep(sweep, devices, on_row, stop,
+                     advance=lambda label: print_stderr(f"  {next(done)}/{total} {label}"))
 
 
 def _with_bar(sweep, devices, on_row, stop, total: int, run_sweep) -> bool:  # noqa: ANN001
+    """A Rich progress bar on stderr. Labels hold model names from files: made printable, their markup escaped
+    (a model named '[/]' is text); after a first Ctrl-C the bar says it stops after the current row."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from tfcalc.output.terminal import printable
+
+    class StopNotice(TextColumn):
+        def render(self, task):  # noqa: ANN001, ANN202 - Rich's column interface
+            self.text_format = "Ctrl-C: stopping after this row (again: now)" if stop.requested else ""
+            return super().render(task)
+
+    def label(text: str) -> str:
+        return escape(printable(text, one_line=True))
+
     progress = Progress(TextColumn("profiling {task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                        TimeElapsedColumn(), StopNotice(""), console=Console(stderr=True), transient=True)
     with progress:
-        task = progress.add_task("", total=total)
+        task = progress.add_task(label(sweep.spec.name), total=total)
         return run_sweep(sweep, devices, on_row, stop,
-                         advance=lambda label: progress.update(task, advance=1, description=label))
+                         advance=lambda text: progress.update(task, advance=1, description=label(text)))
 
 
 def _load_efficiency(path: Path):  # noqa: ANN202 - tfcalc.calc.roofline.Efficiency

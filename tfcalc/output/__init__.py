@@ -125,11 +125,12 @@ def write_stdout(text: str, fmt: str = "table") -> None:
 
 def emit(rows: list[dict[str, object]], columns: list[Column], fmt: str | None = None, output: Path | None = None,
          title: str = "", notes: tuple[str, ...] = (),
-         extra: list[tuple[str, list[dict[str, object]], list[Column]]] = ()) -> None:
+         extra: list[tuple[str, list[dict[str, object]], list[Column]]] = (), announce: bool = True) -> None:
     """Render ``rows``: the table shows ``columns`` in human units; CSV/JSON carry every key, exact.
 
     ``extra`` adds further (title, rows, columns) tables after the first, in table format only. ``output``
-    None or ``-`` means stdout; any other path goes through ``tfcalc.output.files.open_output``.
+    None or ``-`` means stdout; any other path goes through ``tfcalc.output.files.open_output``, and stderr
+    says "wrote N rows to PATH" unless ``announce`` is False (a checkpoint rewritten after every row).
     """
     fmt = resolve_format(fmt, output)
     to_stdout = output is None or os.fspath(output) in STDOUT_NAMES
@@ -153,4 +154,5 @@ def emit(rows: list[dict[str, object]], columns: list[Column], fmt: str | None =
     from tfcalc.output.files import write_atomic
 
     write_atomic(output, text)
-    print_stderr(f"wrote {len(rows)} rows to {output}")
+    if announce:
+        print_stderr(f"wrote {len(rows)} rows to {output}")

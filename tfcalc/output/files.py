@@ -15,7 +15,10 @@
   replaced, the link stays.
 
 ``check_outputs`` refuses, before any work, an output that is one of the run's input files (whatever the
-path spelling: symlinks and hard links are compared by device and inode) or two outputs on one destination.
+path spelling: symlinks and hard links are compared by device and inode), two outputs on one destination, or a
+file in a folder that does not exist or cannot be written. ``replaces_a_file`` says whether writing a path
+replaces a regular file (so that rewriting it, as the profiler's checkpoint does, leaves one whole copy) or
+writes to a stream (where every write adds to what the reader got).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ STDERR_NAMES = frozenset({"/dev/stderr", "/dev/fd/2", "/proc/self/fd/2"})
 _SPECIAL_ROOTS = ("/dev/", "/proc/")
 TEMP_PREFIX = ".tfcalc-"
 
-__all__ = ["STDOUT_NAMES", "atomic_file", "check_outputs", "is_stdout", "open_output", "write_atomic"]
+__all__ = ["STDOUT_NAMES", "atomic_file", "check_outputs", "is_stdout", "open_output", "replaces_a_file",
+           "write_atomic"]
 
 
 def is_stdout(path: Path | str | None) -> bool:
@@ -83,6 +87,12 @@ def _classify(path: Path | str) -> tuple[str, Path, os.stat_result | None]:
         folder = Path(text).parent if not os.path.islink(text) else real.parent
         raise OutputError(f"cannot write {path}: folder {folder} does not exist")
     return "file", real, None
+
+
+def replaces_a_file(path: Path | str) -> bool:
+    """Whether ``open_output(path)`` replaces a regular file (atomically) rather than writing to stdout, stderr,
+    a FIFO or a device; raises OutputError for the paths open_output refuses."""
+    return _classify(path)[0] == "file"
 
 
 def _umask() -> int:
@@ -196,8 +206,8 @@ def check_outputs(outputs: Iterable[tuple[str, Path | str | None]],
     """Refuse, before any work, outputs that would destroy an input or each other, or cannot be created.
 
     ``outputs`` and ``inputs`` are (option, path) pairs such as ("--output", Path("x.csv")); ``None`` outputs
-    are skipped. Raises UsageError (output = input, two outputs on one destination) or OutputError (missing
-    folder, a folder or block device as the output).
+    are skipped. Raises UsageError (output = input, two outputs on one destination) or OutputError (missing or
+    read-only folder, a folder or block device as the output).
     """
     seen_inputs: dict[tuple[object, ...], tuple[str, str]] = {}
     for option, path in inputs:
@@ -211,7 +221,9 @@ def check_outputs(outputs: Iterable[tuple[str, Path | str | None]],
     for option, path in outputs:
         if path is None:
             continue
-        kind, _, _ = _classify(path)
+        kind, target, _ = _classify(path)
+        if kind == "file" and not os.access(target.parent, os.W_OK):
+            raise OutputError(f"cannot write {path}: folder {target.parent} is not writable")
         identity = _identity(path)
         if identity in seen_inputs and kind == "file":
             source_option, source = seen_inputs[identity]

@@ -93,53 +93,31 @@ class DeviceContext:
     matmul: dict[str, Ceiling]  # per profile dtype, and "fp8" where the FP8 GEMM runs natively
 
 
-class Terminated(BaseException):
-    """SIGTERM: stop now. A BaseException, like KeyboardInterrupt, so that no ``except Exception`` takes it."""
-
-
 class StopRequested:
-    """Signals during a sweep. Ctrl-C (SIGINT) once: finish the current row, then stop; twice: stop now.
-    SIGTERM: stop now. ``signal`` is the one that stopped the sweep, ``exit_code`` 130 or 143 (128 + number)."""
+    """Ctrl-C during a sweep: the first SIGINT sets ``requested`` and the sweep stops after the current row; a
+    second raises KeyboardInterrupt at once. SIGTERM is not handled here: the console entry point's handler
+    (``tfcalc.cli.common.install_signal_handlers``) raises ``tfcalc.errors.Terminated``, a KeyboardInterrupt that
+    stops the sweep at once like a second Ctrl-C."""
 
     def __init__(self) -> None:
         self.requested = False
-        self.signal: int | None = None
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + (self.signal or signal.SIGINT)
-
-    @property
-    def reason(self) -> str:
-        return "SIGTERM" if self.signal == signal.SIGTERM else "Ctrl-C"
-
-    def interrupted(self, signum: int = signal.SIGINT) -> None:
-        """Record a stop by ``signum`` that arrived as an exception (KeyboardInterrupt, Terminated)."""
-        self.requested = True
-        if self.signal != signal.SIGTERM:
-            self.signal = signum
 
     @contextmanager
     def installed(self) -> Iterator[None]:
         def on_sigint(signum: int, frame: object) -> None:
             if self.requested:
                 raise KeyboardInterrupt
-            self.interrupted(signal.SIGINT)
-
-        def on_sigterm(signum: int, frame: object) -> None:
-            self.interrupted(signal.SIGTERM)
-            raise Terminated
+            self.requested = True
 
         try:
-            previous = {s: signal.signal(s, h) for s, h in ((signal.SIGINT, on_sigint), (signal.SIGTERM, on_sigterm))}
-        except ValueError:  # not the main thread: signals keep their default behaviour
+            previous = signal.signal(signal.SIGINT, on_sigint)
+        except ValueError:  # not the main thread: Ctrl-C keeps its default behaviour
             yield
             return
         try:
             yield
         finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
+            signal.signal(signal.SIGINT, previous)
 
 
 def weight_precision(dtype: str, weights: str | None) -> WeightPrecision:
@@ -321,7 +299,7 @@ def run_sweep(sweep: Sweep, devices: list[torch.device], on_row: Callable[[Row],
     building the model or measuring a point marks the row ``oom``, releases memory and the sweep goes on (on the
     CPU, a point predicted above the available memory is an ``oom`` row without being run); rows
     already handed to ``on_row`` stay. Ctrl-C (``stop``) ends it after the current row; a second Ctrl-C or
-    SIGTERM raises out of it at once (KeyboardInterrupt, :class:`Terminated`).
+    SIGTERM raises out of it at once (KeyboardInterrupt, ``tfcalc.errors.Terminated``).
     """
     stop = stop or StopRequested()
     fp8 = any(w is not None for w in sweep.weights_dtypes)
