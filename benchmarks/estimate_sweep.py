@@ -34,18 +34,6 @@ rows, _ = estimate_rows(specs, gpus, [1, 2, 4, 8], [1], [1], [1, 2, 4, 8, 16, 32
 print(json.dumps({{"rows": len(rows), "wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}}))
 """
 
-LEGACY = """
-import json, time
-from tfcalc.calc.roofline import Efficiency
-from tfcalc.report.plan import estimate_rows
-from tfcalc.spec.presets import load_gpu, load_model
-specs = [load_model(n) for n in ("llama3-8b", "mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b")]
-gpus = [load_gpu(g) for g in ("h100-sxm", "h200")]
-wall, cpu = time.perf_counter(), time.process_time()
-rows, _ = estimate_rows(specs, gpus, [1, 2, 4, 8], [1, 8, 64], [1024, 4096], [256], [], [], [Efficiency()])
-print(json.dumps({"rows": len(rows), "wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}))
-"""
-
 MILLION = """
 import json, time
 from tfcalc.calc.latency import deployment, estimate_latency
@@ -104,7 +92,6 @@ def main() -> None:
             wall, cpu, rows = _cli(fmt)
             runs.append({"rows": rows, "wall": wall, "cpu": cpu})
         report(f"tfcalc estimate ... -f {fmt} (whole process)", runs)
-    report("old roofline (report.plan.estimate_rows)", [_python(LEGACY) for _ in range(args.repeats)])
     for tp, pp in ((1, 1), (1, 4)):
         result = _python(MILLION.format(tp=tp, pp=pp))
         (_, small), (most, big) = sorted(result.items(), key=lambda item: int(item[0]))

@@ -1,7 +1,7 @@
 """tfcalc estimate against published measurements and NVIDIA aiconfigurator's predictions: the table in
 docs/estimate-validation.md.
 
-    python benchmarks/validation/validate.py [--markdown] [--legacy]
+    python benchmarks/validation/validate.py [--markdown]
 
 Reference points (each with its source and setting):
 - public_points.json: gpt-fast README decode rates, TensorRT-LLM v0.5 first-token latencies (static batches);
@@ -55,7 +55,7 @@ def load_points() -> list[dict]:
     return points
 
 
-def predict(p: dict, legacy: bool = False) -> tuple[float, float]:
+def predict(p: dict) -> tuple[float, float]:
     """(TTFT, TPOT) in ms from tfcalc with the point's engine, GPU and parallelism."""
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.latency import deployment, estimate_latency
@@ -66,11 +66,6 @@ def predict(p: dict, legacy: bool = False) -> tuple[float, float]:
     spec, gpu = load_model(model), load_gpu(p["gpu"])
     precision = parse_weight_precision(p["weights"])
     kv = get_dtype(p["kv"]) if p.get("kv") else default_kv_dtype(spec)
-    if legacy:
-        from tfcalc.calc import roofline
-
-        e = roofline.estimate(spec, gpu, precision, kv, p["tp"], p["batch"], p["prompt"], max(p["gen"], 2))
-        return e.ttft_s * 1e3, e.tpot_s * 1e3
     d = deployment(spec, gpu, precision, kv, tp=p["tp"], ep=p.get("ep", 1),
                    engine_kernels=load_engine(p["engine"]).kernels)
     e = estimate_latency(d, p["batch"], p["prompt"], max(p["gen"], 2))
@@ -87,7 +82,6 @@ def _err(pred: float, ref: float | None) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print the per-point table as markdown")
-    parser.add_argument("--legacy", action="store_true", help="also score the old roofline (efficiency 0.6)")
     args = parser.parse_args()
     points = load_points()
     rows = []
@@ -95,9 +89,6 @@ def main() -> None:
         ttft, tpot = predict(p)
         row = {**p, "tfcalc_ttft_ms": ttft, "tfcalc_tpot_ms": tpot, "ttft_err": _err(ttft, p.get("ttft_ms")),
                "tpot_err": _err(tpot, p.get("tpot_ms"))}
-        if args.legacy:
-            lt, lp = predict(p, legacy=True)
-            row.update(legacy_ttft_err=_err(lt, p.get("ttft_ms")), legacy_tpot_err=_err(lp, p.get("tpot_ms")))
         rows.append(row)
     if args.markdown:
         print("| source | model | GPU | engine | weights | tp | ep | batch | prompt | gen | TTFT ref | TTFT tfcalc "
@@ -112,8 +103,6 @@ def main() -> None:
             print(f"| {r['source_kind']} | {model} | {r['gpu']} | {r['engine']} | {r['weights'].replace('=', ':')} | "
                   f"{r['tp']} | {r.get('ep', 1)} | {r['batch']} | {r['prompt']} | {r['gen']} | {ttft} | {tpot} |")
     summary(rows, "tfcalc", "ttft_err", "tpot_err")
-    if args.legacy:
-        summary(rows, "old roofline (0.6)", "legacy_ttft_err", "legacy_tpot_err")
 
 
 def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:

@@ -7,7 +7,15 @@ from dataclasses import replace
 import pytest
 
 from tfcalc.calc import kernels
-from tfcalc.calc.calibration import fit_rates, fitted_summary, is_calibration_v2, load_calibration_v2
+from tfcalc.calc.calibration import (
+    Efficiency,
+    calibrated_rates,
+    fit_rates,
+    fitted_summary,
+    is_calibration_v2,
+    load_calibration,
+    load_calibration_v2,
+)
 from tfcalc.calc.latency import rates_for
 from tfcalc.errors import SpecError
 from tfcalc.spec.engine import EngineKernels
@@ -83,3 +91,29 @@ def test_which_format() -> None:
     assert is_calibration_v2(synthetic())
     assert not is_calibration_v2({"compute_efficiency": {"prefill": 0.5, "decode": 0.5}})
     assert not is_calibration_v2([{"status": "ok"}])
+
+
+def test_efficiency_calibration_schema() -> None:
+    good = {"device_name": "NVIDIA H200", "compute_efficiency": {"prefill": 0.7, "decode": 0.5},
+            "bandwidth_efficiency": {"prefill": 0.8, "decode": 0.75}, "source": "tfcalc profile"}
+    eff = load_calibration(good, "cal.json")
+    assert isinstance(eff, Efficiency) and (eff.compute_prefill, eff.bandwidth_decode) == (0.7, 0.75)
+    with pytest.raises(SpecError, match="bandwidth_efficiency.decode' must be a number in"):
+        load_calibration({**good, "bandwidth_efficiency": {"prefill": 0.8, "decode": 1.5}}, "cal.json")
+    with pytest.raises(SpecError, match="unknown calibration field"):
+        load_calibration({**good, "compute": 1}, "cal.json")
+    with pytest.raises(SpecError, match="no successfully measured profile rows"):
+        load_calibration([{"status": "oom"}], "rows.json")
+    with pytest.raises(SpecError, match="a JSON object or a list"):
+        load_calibration("x", "cal.json")
+
+
+def test_calibrated_rates_apply_each_kind_per_phase() -> None:
+    eff = Efficiency(compute_prefill=0.5, compute_decode=0.4, bandwidth_prefill=0.3, bandwidth_decode=0.2,
+                     source="calibration cal.json")
+    prefill, decode = calibrated_rates(BASE, eff, "prefill"), calibrated_rates(BASE, eff, "decode")
+    assert set(prefill.gemm_efficiency.values()) == {0.5} and prefill.memory_efficiency == 0.3
+    assert decode.attention_efficiency == 0.4 and decode.memory_efficiency == 0.2
+    assert decode.source == "calibration cal.json"
+    measured = load_calibration_v2(synthetic(), "cal.json")
+    assert calibrated_rates(BASE, measured, "decode") == fit_rates(BASE, measured)

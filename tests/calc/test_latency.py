@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfcalc.calc import roofline
+from tfcalc.calc import work
 from tfcalc.calc.kv_cache import default_kv_dtype
 from tfcalc.calc.latency import (
     StepShape,
@@ -42,31 +42,50 @@ def test_llama3_8b_decode_bytes_by_hand() -> None:
     assert step.seconds == pytest.approx(sum(g.seconds for g in step.groups.values()))
 
 
+def _pure_roofline(d, batch: int, prompt: int, gen: int, attention_flops: float = 0.0) -> tuple[float, float]:  # noqa: ANN001
+    """(TTFT, TPOT) of the pure roofline from tfcalc.calc.work's independent FLOP and byte counts: max(FLOPs /
+    peak, bytes / HBM) + two ring all-reduces per layer of tokens x h x 2 bytes over the link, by hand.
+    ``attention_flops`` of prefill run at the 16-bit peak, the rest at the weights' tensor-core format."""
+    m = work.make_model(d.spec, d.precision, d.kv_dtype, d.tp)
+    gpu = d.gpu
+    compute = "fp8" if d.precision.default.name.startswith("fp8") else "bf16"
+    peak, peak16, bandwidth = gpu.peak_flops(compute)[1], gpu.peak_flops("bf16")[1], gpu.hbm_bandwidth_bytes_per_s
+
+    def comm(tokens: int) -> float:
+        if d.tp == 1:
+            return 0.0
+        return 2 * d.spec.num_layers * 2 * (d.tp - 1) / d.tp * tokens * d.spec.hidden_size * 2 / \
+            gpu.interconnect_bandwidth_bytes_per_s
+
+    pre = work.prefill_work(m, batch, prompt)
+    ttft = max((pre.flops - attention_flops) / peak + attention_flops / peak16, pre.bytes / bandwidth)
+    dec = work.decode_work(m, batch, prompt + max(gen // 2, 1))
+    return ttft + comm(batch * prompt), max(dec.flops / peak, dec.bytes / bandwidth) + comm(batch)
+
+
 @pytest.mark.parametrize(("name", "tp", "weights"), [
     ("llama3-8b", 1, "bf16"), ("llama3-70b", 4, "bf16"), ("mixtral-8x7b", 2, "bf16"), ("gemma2-27b", 2, "bf16"),
     ("gpt-oss-120b", 1, None), ("qwen3-30b-a3b", 1, "bf16"),
 ])
 @pytest.mark.parametrize(("batch", "prompt", "gen"), [(1, 1024, 256), (32, 4096, 64)])
-def test_ideal_columns_reproduce_the_pure_roofline(name: str, tp: int, weights: str | None, batch: int, prompt: int,
-                                                    gen: int) -> None:
+def test_ideal_columns_are_the_pure_roofline_of_the_counted_work(name: str, tp: int, weights: str | None,
+                                                                   batch: int, prompt: int, gen: int) -> None:
     d = _d(name, "h200", weights, tp=tp)
     e = estimate_latency(d, batch, prompt, gen)
-    old = roofline.estimate(d.spec, d.gpu, d.precision, d.kv_dtype, tp, batch, prompt, gen,
-                            roofline.Efficiency(1, 1, 1, 1))
-    assert e.tpot_s_ideal == pytest.approx(old.tpot_s_ideal, rel=6e-3)
-    assert e.ttft_s_ideal == pytest.approx(old.ttft_s_ideal, rel=6e-3)
+    ttft, tpot = _pure_roofline(d, batch, prompt, gen)
+    assert e.tpot_s_ideal == pytest.approx(tpot, rel=6e-3)
+    assert e.ttft_s_ideal == pytest.approx(ttft, rel=6e-3)
 
 
 def test_fp8_pure_roofline_prices_attention_at_the_16bit_peak() -> None:
-    # The old roofline ran the whole prefill at the fp8 peak; flash attention runs in bf16 (FA3 in vLLM), so the
-    # pure roofline now prices the attention FLOPs at the bf16 peak: exactly that difference, by hand.
+    # Flash attention runs in bf16 (FA3 in vLLM) while the fp8 GEMMs run at the fp8 peak: the attention FLOPs,
+    # counted by hand, at the bf16 peak.
     d = _d("llama3.2-1b", "h200", "fp8")
     e = estimate_latency(d, 8, 4096, 64)
-    old = roofline.estimate(d.spec, d.gpu, d.precision, d.kv_dtype, 1, 8, 4096, 64, roofline.Efficiency(1, 1, 1, 1))
     attention_flops = 8 * 16 * (4096 * 4097 / 2) * 4 * 32 * 64
-    assert e.ttft_s_ideal == pytest.approx(old.ttft_s_ideal + attention_flops * (1 / 989.5e12 - 1 / 1979e12),
-                                           rel=2e-3)
-    assert e.tpot_s_ideal == pytest.approx(old.tpot_s_ideal, rel=2e-3)
+    ttft, tpot = _pure_roofline(d, 8, 4096, 64, attention_flops)
+    assert e.ttft_s_ideal == pytest.approx(ttft, rel=2e-3)
+    assert e.tpot_s_ideal == pytest.approx(tpot, rel=2e-3)
 
 
 def test_ideal_is_faster_than_expected_and_floors_dominate_small_models() -> None:

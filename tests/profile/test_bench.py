@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tfcalc.calc import roofline
+from tfcalc.calc import work
+from tfcalc.calc.calibration import calibration_from_profile_rows, load_calibration
 from tfcalc.calc.params import count_params
 from tfcalc.dtypes import WeightPrecision, get_dtype
 from tfcalc.errors import UsageError
@@ -28,28 +29,27 @@ def test_decode_bytes_by_hand_dense() -> None:
     # + 2 norms of 64; final norm 64; lm_head 256 x 64 read whole; of the embedding only the batch's rows.
     spec = _tiny("llama3-8b")
     batch, context, bf16 = 2, 10, get_dtype("bf16")
-    work = roofline.decode_work(roofline.make_model(spec, WeightPrecision(bf16), bf16, 1), batch, context)
+    step = work.decode_work(work.make_model(spec, WeightPrecision(bf16), bf16), batch, context)
     layer = (64 * 64 + 2 * 64 * 32 + 64 * 64) + 3 * 64 * 128 + 2 * 64
     weights = 2 * (2 * layer + 64 + 256 * 64 + batch * 64)
     kv_read = 2 * batch * 2 * context * (2 * 2 * 16)  # bf16 x batch x layers x tokens x (K+V of 2 heads x 16)
     kv_written = 2 * batch * 2 * (2 * 2 * 16)
     logits = batch * 256 * 4
     hidden = 4 * batch * 64 * 2 * 2
-    assert work.bytes == weights + kv_read + kv_written + logits + hidden
+    assert step.bytes == weights + kv_read + kv_written + logits + hidden
     matmul_params = 2 * ((64 * 64 + 2 * 64 * 32 + 64 * 64) + 3 * 64 * 128) + 256 * 64
     attention = batch * 2 * context * 4 * 4 * 16  # 2 FLOPs x (QK and PV) x heads x head_dim per key
-    assert work.flops == 2 * matmul_params * batch + attention
+    assert step.flops == 2 * matmul_params * batch + attention
 
 
 def test_decode_bytes_use_measured_experts() -> None:
     # MoE bytes count the experts the router really touched: one fewer expert per layer = one expert's bytes less.
     spec = _tiny("mixtral-8x7b", experts=8, expert_intermediate=32)
     bf16 = get_dtype("bf16")
-    m = roofline.make_model(spec, WeightPrecision(bf16), bf16, 1)
-    two = roofline.decode_work(m, 1, 8, {0: 2.0, 1: 2.0})
-    one = roofline.decode_work(m, 1, 8, {0: 1.0, 1: 2.0})
+    m = work.make_model(spec, WeightPrecision(bf16), bf16)
+    two = work.decode_work(m, 1, 8, {0: 2.0, 1: 2.0})
+    one = work.decode_work(m, 1, 8, {0: 1.0, 1: 2.0})
     assert two.bytes - one.bytes == pytest.approx(2 * 3 * 64 * 32)
-    assert "measured" in " ".join(two.trace)
 
 
 def test_timing_excludes_warmup_and_takes_the_median(monkeypatch) -> None:
@@ -156,10 +156,10 @@ def test_calibration_from_rows_prefers_datasheet() -> None:
              "mbu_measured": 0.9}, {"status": "oom", "device_name": "x"},
             {"status": "ok", "device_name": "x", "mfu": 0.7, "mbu_datasheet": 0.6, "mfu_measured": 0.8,
              "mbu_measured": 0.7}]
-    calibration = roofline.calibration_from_profile_rows(rows)
+    calibration = calibration_from_profile_rows(rows)
     assert calibration["compute_efficiency"] == {"prefill": pytest.approx(0.6), "decode": pytest.approx(0.6)}
     assert calibration["bandwidth_efficiency"]["decode"] == pytest.approx(0.7)
-    eff = roofline.load_calibration(rows, "rows.json")
+    eff = load_calibration(rows, "rows.json")
     assert eff.bandwidth_decode == pytest.approx(0.7) and "rows.json" in eff.source
 
 

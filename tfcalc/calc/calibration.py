@@ -1,4 +1,15 @@
-"""Calibration files: what ``tfcalc bench calibrate`` measured on a device, and the latency-model rates fitted to it.
+"""Calibration files: what a device was measured to do, and the latency-model rates fitted to it.
+
+``load_calibration`` reads any of the three inputs ``--calibration`` takes, ``calibrated_rates`` applies one to
+a GPU's rates (``tfcalc estimate`` and ``tfcalc profile`` alike):
+
+- a ``tfcalc bench calibrate`` file (version 2, below): raw measurements, fitted by ``fit_rates``;
+- an efficiency-factor file, what ``tfcalc profile --save-calibration`` writes (``Efficiency``; schema in
+  docs/planning.md): fractions of the peaks reached per phase, compute (GEMM and attention) and memory, which
+  replace the rates' own fractions;
+- the JSON rows of a ``tfcalc profile`` run, from which ``calibration_from_profile_rows`` derives those factors.
+
+The version 2 file:
 
 A calibration file (JSON, ``"kind": "tfcalc-calibration"``, ``"version": 2``) holds raw measurements, any of:
 
@@ -214,3 +225,101 @@ def fitted_summary(base: Rates, fitted: Rates) -> list[tuple[str, float, float]]
         if base.floors.get(kind) != value:
             out.append((f"floor.{kind}_s", base.floors.get(kind, float("nan")), value))
     return out
+
+
+# --- efficiency factors: tfcalc profile --save-calibration -------------------------------------------------------
+
+_EFFICIENCY_TOP = {"device_name", "compute_efficiency", "bandwidth_efficiency", "source", "measured_at",
+                   "tfcalc_version", "notes"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Efficiency:
+    """Fractions of the peaks reached, per phase: compute (GEMM and attention FLOP/s) and memory bandwidth."""
+
+    compute_prefill: float
+    compute_decode: float
+    bandwidth_prefill: float
+    bandwidth_decode: float
+    source: str
+
+
+def load_efficiency(data: dict | list, origin: str) -> Efficiency:
+    """An efficiency-factor mapping (or the rows of a ``tfcalc profile`` JSON file, from which the factors are
+    derived), checked strictly: every factor a number in (0, 1]; one-line SpecError otherwise."""
+    if isinstance(data, list):
+        data = calibration_from_profile_rows(data, origin)
+    unknown = sorted(set(data) - _EFFICIENCY_TOP)
+    if unknown:
+        raise SpecError(f"{origin}: unknown calibration field '{unknown[0]}' (allowed: "
+                        f"{', '.join(sorted(_EFFICIENCY_TOP))})")
+    values: dict[str, float] = {}
+    for kind in ("compute_efficiency", "bandwidth_efficiency"):
+        block = data.get(kind)
+        if not isinstance(block, dict):
+            raise SpecError(f"{origin}: field '{kind}' must be a mapping {{\"prefill\": x, \"decode\": y}}")
+        extra = sorted(set(block) - {"prefill", "decode"})
+        if extra:
+            raise SpecError(f"{origin}: unknown phase '{kind}.{extra[0]}' (use prefill and decode)")
+        for phase in ("prefill", "decode"):
+            value = block.get(phase)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise SpecError(f"{origin}: '{kind}.{phase}' must be a number in (0, 1], got {value!r}")
+            values[f"{kind.split('_')[0]}_{phase}"] = float(value)
+    device = data.get("device_name", "")
+    return Efficiency(**values, source=f"calibration {origin}" + (f" ({device})" if device else ""))
+
+
+def calibration_from_profile_rows(rows: list[dict], origin: str = "profile rows") -> dict[str, object]:
+    """Measured efficiencies for ``--calibration``: compute from prefill MFU, bandwidth from decode MBU (medians
+    over ok rows), against the datasheet when a preset matched, else the measured ceilings.
+
+    Decode is memory-bound and prefill compute-bound, so each phase measures one resource well; both phases
+    take the same two factors (a decode 'compute efficiency' taken from a memory-bound step would be tiny and
+    would wrongly make the model compute-bound).
+    """
+    ok = [r for r in rows if isinstance(r, dict) and str(r.get("status", "")).startswith("ok")]
+    if not ok:
+        raise SpecError(f"{origin}: no successfully measured profile rows to calibrate from")
+    datasheet = all(r.get("mfu") is not None and r.get("mbu_datasheet") is not None for r in ok)
+    compute_key, bandwidth_key = ("mfu", "mbu_datasheet") if datasheet else ("mfu_measured", "mbu_measured")
+    try:
+        compute = statistics.median(float(str(r[compute_key])) for r in ok)
+        bandwidth = statistics.median(float(str(r[bandwidth_key])) for r in ok)
+    except (KeyError, ValueError):
+        raise SpecError(f"{origin}: profile rows without a numeric '{compute_key}' and '{bandwidth_key}'") from None
+
+    def clamp(value: float) -> float:  # efficiencies live in (0, 1]
+        return min(max(value, 1e-6), 1.0)
+
+    return {
+        "device_name": str(ok[0].get("device_name", "")),
+        "compute_efficiency": {"prefill": clamp(compute), "decode": clamp(compute)},
+        "bandwidth_efficiency": {"prefill": clamp(bandwidth), "decode": clamp(bandwidth)},
+        "source": "tfcalc profile: median prefill MFU and decode MBU of "
+                  f"{len(ok)} rows, against {'the datasheet peaks' if datasheet else 'the measured ceilings'}",
+    }
+
+
+# --- any calibration, applied -------------------------------------------------------------------------------------
+
+
+def load_calibration(data: object, origin: str) -> Calibration | Efficiency:
+    """Any input ``--calibration`` takes (module docstring), validated."""
+    if is_calibration_v2(data):
+        return load_calibration_v2(data, origin)  # type: ignore[arg-type]
+    if not isinstance(data, (dict, list)):
+        raise SpecError(f"{origin}: a calibration must be a JSON object or a list of profile rows")
+    return load_efficiency(data, origin)
+
+
+def calibrated_rates(base: Rates, calibration: Calibration | Efficiency, phase: str) -> Rates:
+    """``base`` with what the calibration measured: fitted rates (version 2), or the phase's efficiency factors
+    in place of the GEMM / attention and memory fractions of peak."""
+    if isinstance(calibration, Calibration):
+        return fit_rates(base, calibration)
+    if phase == "prefill":
+        rates = base.with_efficiency(calibration.compute_prefill, calibration.bandwidth_prefill)
+    else:
+        rates = base.with_efficiency(calibration.compute_decode, calibration.bandwidth_decode)
+    return replace(rates, source=calibration.source)

@@ -56,23 +56,11 @@ def _rate_overrides(compute: list[float], bandwidth: list[float], calibration: P
     if calibration is not None:
         if compute or bandwidth:
             raise UsageError("give --calibration or --compute-efficiency/--bandwidth-efficiency, not both")
-        from tfcalc.calc.calibration import fit_rates, is_calibration_v2, load_calibration_v2
+        from tfcalc.calc.calibration import calibrated_rates, load_calibration
         from tfcalc.spec.presets import read_data_file
 
-        data = read_data_file(calibration, allow_list=True)
-        if is_calibration_v2(data):
-            cal = load_calibration_v2(data, str(calibration))
-            return [(lambda gpu, base, phase: fit_rates(base, cal), cal.source)]
-        from tfcalc.calc.roofline import load_calibration
-
-        eff = load_calibration(data, str(calibration))
-
-        def legacy(gpu, base, phase):  # noqa: ANN001, ANN202 - Rates in, Rates out
-            if phase == "prefill":
-                return base.with_efficiency(eff.compute_prefill, eff.bandwidth_prefill)
-            return base.with_efficiency(eff.compute_decode, eff.bandwidth_decode)
-
-        return [(legacy, eff.source)]
+        cal = load_calibration(read_data_file(calibration, allow_list=True), str(calibration))
+        return [(lambda gpu, base, phase: calibrated_rates(base, cal, phase), cal.source)]
     if not compute and not bandwidth:
         return [(None, "")]
     out = []

@@ -154,7 +154,7 @@ def profile(
         models = resolve_models([name], None)
     overrides = {k: v for k, v in {"layers": layers, "hidden": hidden, "intermediate": intermediate,
                                    "vocab": vocab, "experts": experts}.items() if v is not None}
-    efficiency = _load_efficiency(calibration) if calibration else None
+    loaded = _load_calibration(calibration) if calibration else None
     sweeps = []
     for spec in models:
         sizes = {**defaults, **overrides}
@@ -165,7 +165,7 @@ def profile(
         sweep = bench.Sweep(
             spec=run_spec, layers_total=run_spec.num_layers if sizes else spec.num_layers, layers_explicit=bool(sizes),
             batches=parse_sizes(batch, "batch"), prompt_lens=prompts, gen_lens=gens, dtypes=dtypes, backends=backends,
-            compile_decode=compile_decode and not on_cpu, warmup=warmup, repeats=repeats, efficiency=efficiency,
+            compile_decode=compile_decode and not on_cpu, warmup=warmup, repeats=repeats, calibration=loaded,
             weights_dtypes=list(weights) or [None], decode_attention=decode_attention, layer_note=note)
         if auto_context:
             lengths = bench.contexts_that_fit(run_spec, sweep, available_memory_bytes(devices[0]),
@@ -206,7 +206,7 @@ def profile(
     elif output is not None and Path(output).is_file():
         print_stderr(f"kept {output} as it was: no row was measured")
     if save_calibration is not None and any(str(r.get("status", "")).startswith("ok") for r in rows):
-        from tfcalc.calc.roofline import calibration_from_profile_rows
+        from tfcalc.calc.calibration import calibration_from_profile_rows
         from tfcalc.output.files import write_atomic
 
         write_atomic(save_calibration, json.dumps(calibration_from_profile_rows(rows), indent=2) + "\n")
@@ -273,8 +273,8 @@ def _with_bar(sweep, devices, on_row, stop, total: int, run_sweep) -> bool:  # n
                          advance=lambda text: progress.update(task, advance=1, description=label(text)))
 
 
-def _load_efficiency(path: Path):  # noqa: ANN202 - tfcalc.calc.roofline.Efficiency
-    from tfcalc.calc.roofline import load_calibration
+def _load_calibration(path: Path):  # noqa: ANN202 - tfcalc.calc.calibration.Calibration | Efficiency
+    from tfcalc.calc.calibration import load_calibration
     from tfcalc.spec.presets import read_data_file
 
     return load_calibration(read_data_file(path, allow_list=True), str(path))

@@ -1,6 +1,6 @@
 """The profile sweep: measure each point, account its FLOPs and bytes, and put prediction beside measurement.
 
-Bytes per decode step (``decode_bytes_per_step``), counted explicitly by ``tfcalc.calc.roofline.decode_work``:
+Bytes per decode step (``decode_bytes_per_step``), counted explicitly by ``tfcalc.calc.work.decode_work``:
 every weight read once (for MoE the routed experts the step really touched, from the router's counts, instead
 of all of them; of the untied embedding only the batch's rows; FP8 matrices at one byte plus their scales) + the
 KV cache read + the new K/V written + fp32 logits + hidden-state traffic. Decode reads only the live cache: step
@@ -9,8 +9,13 @@ the row counts the mean of ``decode_work`` over those contexts; ``static`` decod
 slots every step and is counted so. Achieved bandwidth = bytes per step / TPOT; MBU = achieved / peak (datasheet,
 and the copy ceiling measured on this device in the same run). Prefill FLOPs (``prefill_work``): 2 x active
 linear params x tokens + causal attention + the last position's logits; achieved FLOP/s = FLOPs / TTFT.
-"""
 
+The prediction beside each row is ``tfcalc estimate``'s latency model (``tfcalc.calc.latency``) for the same
+model, batch, prompt and generation: on the GPU's preset rates when a preset matched, else on this device's
+measured ceilings (``measured_rates``); a ``--calibration`` applies to either (``calibrated_rates``). Prefill is
+priced without CUDA graphs (it runs eagerly), decode with them where it ran captured. FP8 rows that ran
+``dequantized`` are priced as weight-only FP8 (16-bit tensor cores + dequantisation), never at the FP8 peak.
+"""
 from __future__ import annotations
 
 import signal
@@ -21,7 +26,9 @@ from typing import NamedTuple
 
 import torch
 
-from tfcalc.calc import roofline
+from tfcalc.calc import latency, work
+from tfcalc.calc.calibration import Calibration, Efficiency, calibrated_rates
+from tfcalc.calc.kernels import Rates
 from tfcalc.calc.kv_cache import kv_cache_bytes, kv_cache_exact_bytes
 from tfcalc.calc.memory import activation_workspace_bytes, weights_bytes
 from tfcalc.calc.params import count_params
@@ -35,6 +42,7 @@ from tfcalc.model.transformer import DECODE_ATTENTION, build_model
 from tfcalc.profile.ceilings import Ceiling, copy_bandwidth, fp8_matmul_flops, matmul_flops
 from tfcalc.profile.device import DeviceInfo, available_memory_bytes, describe, is_oom, release_memory, torch_dtype
 from tfcalc.profile.measure import Measurement, backend_available, measure
+from tfcalc.spec.engine import EngineKernels
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
 
@@ -74,7 +82,7 @@ class Sweep:
     compile_decode: bool
     warmup: int = 2
     repeats: int = 5
-    efficiency: roofline.Efficiency | None = None
+    calibration: Calibration | Efficiency | None = None  # applied to the prediction's rates
     weights_dtypes: list[str | None] = field(default_factory=lambda: [None])
     decode_attention: str = "auto"
     layer_note: str = ""  # which layers a scaled model kept (tfcalc.model.scaling.describe_layers)
@@ -91,6 +99,7 @@ class DeviceContext:
     gpu: GPUSpec | None  # the matched preset (datasheet peaks), if any
     copy: Ceiling
     matmul: dict[str, Ceiling]  # per profile dtype, and "fp8" where the FP8 GEMM runs natively
+    parallel_units: int  # a GPU's streaming multiprocessors, the CPU's threads (where attention tiles spread)
 
 
 class StopRequested:
@@ -138,7 +147,9 @@ def device_context(device: torch.device, dtypes: list[str], fp8: bool = False) -
     matmul = {name: matmul_flops(device, torch_dtype(name)) for name in dtypes}
     if fp8 and device.type == "cuda" and native_gemm_works(device, False, torch.bfloat16):
         matmul["fp8"] = fp8_matmul_flops(device)
-    return DeviceContext(device, info, gpu, copy_bandwidth(device), matmul)
+    units = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" \
+        else torch.get_num_threads()
+    return DeviceContext(device, info, gpu, copy_bandwidth(device), matmul, units)
 
 
 def predicted_memory_bytes(spec: ModelSpec, dtype: str, batch: int, prompt_len: int, gen_len: int,
@@ -188,7 +199,9 @@ def contexts_that_fit(spec: ModelSpec, sweep: Sweep, free_bytes: int | None, sta
 
 
 def _measured_gpu(ctx: DeviceContext, dtype: str) -> GPUSpec:
-    """A roofline 'GPU' made of this device's measured ceilings, for devices no preset describes."""
+    """This device as a GPU spec of its measured ceilings, for a device no preset describes: the measured matmul
+    as the dense peak of the compute dtype (and of bf16, which the model falls back to), the FP8 GEMM's where it
+    runs natively, the measured copy as the memory bandwidth."""
     flops = {"bf16": ctx.matmul[dtype].value, dtype: ctx.matmul[dtype].value}
     if "fp8" in ctx.matmul:
         flops["fp8"] = ctx.matmul["fp8"].value
@@ -197,16 +210,59 @@ def _measured_gpu(ctx: DeviceContext, dtype: str) -> GPUSpec:
                    interconnect_bandwidth_bytes_per_s=1.0)
 
 
-def _prediction(spec: ModelSpec, ctx: DeviceContext, sweep: Sweep, p: Point) -> tuple[roofline.Estimate, str]:
-    fmt, precision = get_dtype(p.dtype), weight_precision(p.dtype, p.weights)
+def measured_rates(ctx: DeviceContext, gpu: GPUSpec) -> Rates:
+    """The latency model's rates for a device no preset describes: its measured ceilings reached in full
+    (efficiencies 1: they are what the device was just measured to do), flash attention's tiles over its
+    parallel units, dequantisation at half the matmul rate (one FMA per two FLOPs, as ``rates_for`` takes the
+    fp32 rate); kernel floors and the launch interval are the generic GPU ones on a GPU, none on the CPU (a CPU
+    step of milliseconds dwarfs the dispatch of its few dozen operators)."""
+    peaks = dict(gpu.dense_flops_per_s)
+    floors = dict(latency.GENERIC_LATENCY["floors_s"]) if ctx.device.type == "cuda" else {}
+    return Rates(name=gpu.name, peak_flops=peaks, gemm_efficiency=dict.fromkeys(peaks, 1.0), attention_efficiency=1.0,
+                 moe_efficiency=1.0, memory_bandwidth=gpu.hbm_bandwidth_bytes_per_s, memory_efficiency=1.0,
+                 alu_ops_per_s=peaks["bf16"] / 2, sm_count=ctx.parallel_units, floors=floors,
+                 launch_s=EngineKernels().eager_launch_s if floors else 0.0,
+                 source="this device's measured copy and matmul ceilings")
+
+
+def fp8_runs_natively(ctx: DeviceContext, p: Point, m: Measurement | None) -> bool:
+    """Whether an FP8 row's GEMMs ran (or, unmeasured, would run) on FP8 tensor cores: every one through
+    scaled_mm; a row that dequantized any is priced as dequantized."""
+    if m is not None:
+        return m.fp8_gemm == "scaled_mm"
+    return "fp8" in ctx.matmul
+
+
+def _prediction(spec: ModelSpec, ctx: DeviceContext, sweep: Sweep, p: Point, m: Measurement | None
+                ) -> tuple[latency.LatencyEstimate, str]:
+    """tfcalc estimate's latency model for the row (module docstring), and a sentence saying on what basis."""
+    precision, kv = weight_precision(p.dtype, p.weights), get_dtype(p.dtype)
+    native = p.weights is None or fp8_runs_natively(ctx, p, m)
+    captured = m.compiled if m is not None else sweep.compile_decode
     if ctx.gpu is not None:
-        eff = sweep.efficiency or roofline.Efficiency()
-        return (roofline.estimate(spec, ctx.gpu, precision, fmt, 1, p.batch, p.prompt_len, p.gen_len, eff),
-                f"tfcalc estimate on {ctx.gpu.name} ({eff.source})")
-    eff = sweep.efficiency or roofline.Efficiency(1, 1, 1, 1, "100 % of the ceilings")
-    estimate = roofline.estimate(spec, _measured_gpu(ctx, p.dtype), precision, fmt, 1, p.batch, p.prompt_len,
-                                 p.gen_len, eff)
-    return estimate, f"roofline on this device's measured copy and matmul ceilings, no preset matched ({eff.source})"
+        gpu = ctx.gpu
+        engine = EngineKernels()
+        prefill, decode = latency.rates_for(gpu, engine, False), latency.rates_for(gpu, engine, bool(captured))
+        basis = f"latency model on the {gpu.name} preset"
+    else:
+        gpu = _measured_gpu(ctx, p.dtype)
+        prefill = decode = measured_rates(ctx, gpu)
+        basis = "latency model on this device's measured copy and matmul ceilings (no GPU preset matched)"
+    if sweep.calibration is not None:
+        prefill = calibrated_rates(prefill, sweep.calibration, "prefill")
+        decode = calibrated_rates(decode, sweep.calibration, "decode")
+        basis += f", {sweep.calibration.source}"
+    if not native:
+        basis += "; FP8 weights priced dequantized (16-bit tensor cores), as the row ran"
+    d = latency.deployment(spec, gpu, precision, kv, compute="auto" if native else "bf16", rates_prefill=prefill,
+                           rates_decode=decode)
+    return latency.estimate_latency(d, p.batch, p.prompt_len, p.gen_len), basis
+
+
+def _compute_dtype(ctx: DeviceContext, p: Point, m: Measurement | None) -> str:
+    """The tensor-core format the row's matmuls ran in, for the datasheet peak: fp8 where FP8 GEMMs ran natively,
+    else the compute dtype."""
+    return "fp8" if p.weights is not None and fp8_runs_natively(ctx, p, m) else p.dtype
 
 
 def device_columns(info: DeviceInfo) -> Row:
@@ -238,10 +294,9 @@ def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep
             m: Measurement | None, status: str, layer_note: str = "") -> Row:
     """One output row: measured values beside the calculator's predictions (measured ones empty unless ok)."""
     fmt, precision = get_dtype(p.dtype), weight_precision(p.dtype, p.weights)
-    model = roofline.make_model(spec, precision, fmt, 1)
-    estimate, basis = _prediction(spec, ctx, sweep, p)
-    matmul = ctx.matmul["fp8"] if p.weights and "fp8" in ctx.matmul and m and m.fp8_gemm == "scaled_mm" \
-        else ctx.matmul[p.dtype]
+    model = work.make_model(spec, precision, fmt)
+    estimate, basis = _prediction(spec, ctx, sweep, p, m)
+    matmul = ctx.matmul["fp8"] if _compute_dtype(ctx, p, m) == "fp8" and "fp8" in ctx.matmul else ctx.matmul[p.dtype]
     row: Row = {
         "device": ctx.info.device, "device_name": ctx.info.name, "gpu_preset": ctx.info.gpu_preset,
         "model": spec.name, "layers_run": spec.num_layers, "layers_total": layers_total, "layer_pattern": layer_note,
@@ -261,16 +316,16 @@ def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep
         "measured_over_predicted": None, "prediction_basis": basis,
         "copy_bandwidth_bytes_per_s": ctx.copy.value, "matmul_flops_per_s": matmul.value,
         "datasheet_bandwidth_bytes_per_s": ctx.gpu.hbm_bandwidth_bytes_per_s if ctx.gpu else None,
-        "datasheet_flops_per_s": ctx.gpu.peak_flops(roofline.compute_dtype_for(precision))[1] if ctx.gpu else None,
+        "datasheet_flops_per_s": ctx.gpu.peak_flops(_compute_dtype(ctx, p, m))[1] if ctx.gpu else None,
         "status": status,
         **device_columns(ctx.info),
     }
     if m is None:
         return row
     ttft, tpot = m.prefill.median_s, m.decode_loop.median_s / m.decode_steps
-    prefill = roofline.prefill_work(model, p.batch, p.prompt_len)
+    prefill = work.prefill_work(model, p.batch, p.prompt_len)
     contexts = decode_contexts(p, m.decode_attention)
-    decode_bytes = sum(roofline.decode_work(model, p.batch, c, m.distinct_experts).bytes for c in contexts)
+    decode_bytes = sum(work.decode_work(model, p.batch, c, m.distinct_experts).bytes for c in contexts)
     decode_bytes /= len(contexts)
     kv_read = sum(float(kv_cache_exact_bytes(spec, fmt, c, p.batch)) for c in contexts) / len(contexts)
     achieved_flops, achieved_bytes = prefill.flops / ttft, decode_bytes / tpot

@@ -241,7 +241,7 @@ def dense_intermediate(spec) -> int:
 def expert_load(counts: list[int], experts_per_token: int, tokens: int) -> dict[str, float]:
     """From per-expert (token, expert) pair counts: max and mean tokens per expert, max / mean, distinct
     experts touched, and the distinct count expected under uniform routing, E(1 - (1 - k/E)^N)."""
-    from tfcalc.calc.roofline import expected_distinct_experts
+    from tfcalc.calc.kernels import distinct_experts
 
     e = len(counts)
     mean = tokens * experts_per_token / e
@@ -249,7 +249,7 @@ def expert_load(counts: list[int], experts_per_token: int, tokens: int) -> dict[
     return {"max_tokens_per_expert": peak, "mean_tokens_per_expert": mean,
             "load_imbalance": peak / mean if mean else math.nan,
             "distinct_experts": sum(1 for c in counts if c > 0),
-            "expected_distinct_experts": expected_distinct_experts(e, experts_per_token, tokens)}
+            "expected_distinct_experts": distinct_experts(e, experts_per_token, tokens)}
 
 
 def moe_rows(device: torch.device, dtype: torch.dtype, spec, tokens_list: Iterable[int], warmup: int = 2,

@@ -8,7 +8,6 @@ import itertools
 from dataclasses import dataclass, replace
 
 from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit
-from tfcalc.calc.roofline import Efficiency, Estimate, estimate
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
 from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
@@ -258,47 +257,4 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
                 r = plan_fit(spec, gpu, precision, kv_dtype, cfg)
                 rows.append(_plan_row(spec, gpu, precision, kv_dtype, cfg, r))
                 traces.append(plan_explain(spec, gpu, precision, kv_dtype, cfg, r))
-    return rows, traces
-
-
-def _estimate_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, e: Estimate) -> Row:
-    pre, dec = e.prefill, e.decode
-    return {
-        "model": spec.name, "gpu": gpu.name, "tp": e.tp, "batch": e.batch, "prompt_len": e.prompt_len,
-        "gen_len": e.gen_len, "prefill_flops": round(pre.flops), "ttft_s": e.ttft_s, "ttft_s_ideal": e.ttft_s_ideal,
-        "decode_bytes_per_step": round(dec.bytes), "tpot_s": e.tpot_s, "tpot_s_ideal": e.tpot_s_ideal,
-        "decode_tokens_per_s": e.decode_tokens_per_s, "decode_tokens_per_s_ideal": e.decode_tokens_per_s_ideal,
-        "prefill_bound": pre.bound, "decode_bound": dec.bound,
-        "weights_dtype": precision.label, "kv_dtype": kv_dtype.name, "compute_dtype": pre.compute_dtype,
-        "prefill_bytes": round(pre.bytes), "decode_flops_per_step": round(dec.flops),
-        "decode_context": e.decode_context,
-        "prefill_arithmetic_intensity": pre.arithmetic_intensity,
-        "decode_arithmetic_intensity": dec.arithmetic_intensity,
-        "ridge_flops_per_byte": pre.peak_flops / pre.bandwidth,
-        "prefill_allreduce_s": pre.time_comm_s, "decode_allreduce_s": dec.time_comm_s,
-        "decode_tokens_per_s_per_seq": e.decode_tokens_per_s_per_seq,
-        "decode_tokens_per_s_per_seq_ideal": e.decode_tokens_per_s_per_seq_ideal,
-        "e2e_s": e.e2e_s, "e2e_s_ideal": e.e2e_s_ideal, "decode_turning_point_batch": e.turning_point_batch,
-        "peak_flops_per_s": pre.peak_flops, "hbm_bandwidth_bytes_per_s": pre.bandwidth,
-        "compute_efficiency_prefill": e.efficiency.compute_prefill,
-        "compute_efficiency_decode": e.efficiency.compute_decode,
-        "bandwidth_efficiency_prefill": e.efficiency.bandwidth_prefill,
-        "bandwidth_efficiency_decode": e.efficiency.bandwidth_decode, "efficiency_source": e.efficiency.source,
-    }
-
-
-def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], tps: list[int], batches: list[int],
-                  prompt_lens: list[int], gen_lens: list[int], precisions: list[WeightPrecision],
-                  kv_dtypes: list[DType], efficiencies: list[Efficiency]) -> tuple[list[Row], list[tuple[str, ...]]]:
-    from tfcalc.calc.kv_cache import default_kv_dtype
-
-    rows: list[Row] = []
-    traces: list[tuple[str, ...]] = []
-    for spec, gpu in itertools.product(specs, gpus):
-        for precision, kv_dtype, tp, batch, prompt, gen, eff in itertools.product(
-                precisions or [parse_weight_precision(spec.native_dtype)], kv_dtypes or [default_kv_dtype(spec)],
-                tps, batches, prompt_lens, gen_lens, efficiencies):
-            e = estimate(spec, gpu, precision, kv_dtype, tp, batch, prompt, gen, eff)
-            rows.append(_estimate_row(spec, gpu, precision, kv_dtype, e))
-            traces.append(e.trace)
     return rows, traces

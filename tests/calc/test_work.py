@@ -1,0 +1,98 @@
+"""FLOP and byte counts of prefill and decode (tfcalc.calc.work) against hand-derived values."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfcalc.calc.kernels import distinct_experts
+from tfcalc.calc.work import decode_work, make_model, prefill_work
+from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.presets import load_model
+
+BF16 = parse_weight_precision("bf16")
+KV = get_dtype("bf16")
+
+
+def test_llama3_8b_decode_batch1_reads_every_weight_but_the_embedding_table() -> None:
+    m = make_model(load_model("llama3-8b"), BF16, KV)
+    step = decode_work(m, 1, 1)
+    # every weight except the untied 128256 x 4096 embedding table (only one 4096-wide row gathered)
+    weights = (8_030_261_248 - 128256 * 4096) * 2
+    assert step.bytes == pytest.approx(weights, rel=1e-3)
+    # prefill FLOPs ~ 2 x 6.98e9 non-embedding linear params x 1024 + causal attention + last-position logits
+    assert prefill_work(m, 1, 1024).flops == pytest.approx(2 * 6.979e9 * 1024 + 32 * 1024 * 1025 // 2 * 4 * 32 * 128
+                                                           + 2 * 128256 * 4096, rel=1e-3)
+
+
+@pytest.mark.parametrize(("batch", "expected"), [(1, 2.0), (4, 8 * (1 - 0.75**4)), (64, 8 * (1 - 0.75**64))])
+def test_mixtral_expected_experts(batch: int, expected: float) -> None:
+    assert distinct_experts(8, 2, batch) == pytest.approx(expected)
+
+
+def test_mixtral_decode_reads_expected_experts() -> None:
+    m = make_model(load_model("mixtral-8x7b"), BF16, KV)
+    expert_bytes = 3 * 4096 * 14336 * 2
+    one, many = decode_work(m, 1, 1), decode_work(m, 64, 1)
+    kv_and_small = (many.bytes - one.bytes) - 32 * (distinct_experts(8, 2, 64) - 2) * expert_bytes
+    assert 0 < kv_and_small < 0.01 * one.bytes  # the rest: 63 more rows, KV, logits
+    # batch 1 reads the 2 chosen experts per layer, not all 8
+    assert one.bytes < 0.35 * 46.7e9 * 2
+
+
+def test_deepseek_256_choose_8() -> None:
+    assert distinct_experts(256, 8, 1) == pytest.approx(8)
+    assert distinct_experts(256, 8, 64) == pytest.approx(222, abs=1)
+
+
+def test_window_caps_decode_kv() -> None:
+    m = make_model(load_model("mistral-7b"), BF16, KV)
+    assert decode_work(m, 1, 4096).bytes == pytest.approx(decode_work(m, 1, 100_000).bytes)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["llama3-8b", "gemma2-9b", "mixtral-8x7b", "deepseek-v3"]), st.integers(1, 64),
+       st.integers(1, 200_000), st.integers(1, 50_000))
+def test_decode_work_non_decreasing_with_context(name: str, batch: int, context: int, more: int) -> None:
+    m = make_model(load_model(name), BF16, KV)
+    longer, shorter = decode_work(m, batch, context + more), decode_work(m, batch, context)
+    assert longer.bytes >= shorter.bytes and longer.flops >= shorter.flops
+
+
+def test_llama3_8b_batch64_decode_bytes_by_hand() -> None:
+    step = decode_work(make_model(load_model("llama3-8b"), BF16, KV), 64, 1152)
+    weights = (8_030_261_248 - 128256 * 4096) * 2 + 64 * 4096 * 2  # + 64 gathered embedding rows
+    kv_read = 64 * 32 * 1152 * (2 * 8 * 128 * 2)  # 9,663,676,416 B at context 1152
+    kv_write = 64 * 32 * 4096
+    logits = 64 * 128256 * 4
+    hidden = 4 * 64 * 4096 * 2 * 32
+    assert step.bytes == weights + kv_read + kv_write + logits + hidden
+
+
+def test_mixtral_batch1_decode_bytes_by_hand() -> None:
+    step = decode_work(make_model(load_model("mixtral-8x7b"), BF16, KV), 1, 1)
+    # attention 32 x 41,943,040 + 2 of 8 experts 32 x 2 x 176,160,768 + router 32 x 32768 + lm_head 32000 x 4096
+    # + norms 32 x 8192 + 4096, all bf16; + 1 embedding row, KV read and written (1 token), fp32 logits, hidden
+    weights = 2 * (32 * 41_943_040 + 32 * 2 * 176_160_768 + 32 * 32_768 + 131_072_000 + 266_240)
+    assert step.bytes == weights + 8192 + 2 * 32 * 4096 + 32000 * 4 + 4 * 4096 * 2 * 32 == 25_499_153_408
+
+
+def test_tp_shards_the_work() -> None:
+    spec = load_model("llama3-70b")
+    one, eight = make_model(spec, BF16, KV), make_model(spec, BF16, KV, 8)
+    # each of 8 GPUs holds 1/8 of every matrix and of the KV heads
+    assert decode_work(eight, 1, 1024).bytes == pytest.approx(decode_work(one, 1, 1024).bytes / 8, rel=2e-3)
+
+
+def test_gemma2_window_caps_decode_and_prefill_attention() -> None:
+    m = make_model(load_model("gemma2-27b"), BF16, KV)
+    # decode: 23 global layers read all c tokens, 23 sliding layers at most 4096; 8192 B per layer-token
+    assert decode_work(m, 1, 8000).bytes - decode_work(m, 1, 4096).bytes == 23 * (8000 - 4096) * 2 * 16 * 128 * 2
+    # prefill 8192: sum over queries of min(i + 1, window) keys: global 8192 x 8193 / 2, sliding
+    # 4096 x 4097 / 2 + 4096 x 4096; 4 x 32 heads x 128 FLOPs per key; linear 2 x 26,046,627,840 x 8192;
+    # tied lm_head 2 x 256000 x 4608 for the last position
+    keys = 23 * (8192 * 8193 // 2) + 23 * (4096 * 4097 // 2 + 4096 * 4096)
+    linear = 46 * (4608 * (4096 + 2 * 2048) + 4096 * 4608 + 3 * 4608 * 36864)
+    flops = 2 * linear * 8192 + 2 * 256000 * 4608 + keys * 4 * 32 * 128
+    assert prefill_work(m, 1, 8192).flops == flops == 448_880_296_591_360

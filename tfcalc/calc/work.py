@@ -1,0 +1,159 @@
+"""The work of prefill and of one decode step: FLOPs and bytes, counted explicitly.
+
+This is what ``tfcalc profile`` divides its measured times by (achieved FLOP/s, achieved bandwidth, MFU, MBU);
+the time *estimate* is ``tfcalc.calc.latency`` (whose pure-roofline columns count the same compulsory traffic,
+a test checks it). Counted per GPU of a tensor-parallel group (``make_model(..., tp)``; the profiler uses one):
+
+- prefill of B sequences of P tokens, T = B x P: FLOPs = 2 x active linear params (embedding lookup excluded)
+  x T + 2 x h x vocab x B (logits of the last position only, as engines compute them) + attention;
+  bytes = weights once (for MoE: the experts the T tokens touch) + hidden-state traffic + KV written.
+- attention FLOPs: per query and attended key, 2 x heads x qk_dim (QK^T) + 2 x heads x v_dim (PV); a causal
+  query at position i attends min(i + 1, window) keys. Query heads, not KV heads, set the FLOPs (GQA-aware);
+  MLA prefill uses the materialised heads (qk 192, v 128), MLA decode the absorbed latent (kv_rank + rope, kv_rank).
+- decode step at context c: bytes = every resident weight except the untied input embedding table (only the
+  batch's B rows are gathered) with, for MoE, the distinct routed experts per layer (measured, or under uniform
+  routing E x (1 - (1 - k/E)^B)) instead of all E + KV read (B x sum over layers of min(c, window) tokens) + KV
+  written + fp32 logits + hidden states; FLOPs = 2 x active linear params x B + attention + lm_head.
+Pure math: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from tfcalc.calc import kernels
+from tfcalc.calc.kv_cache import tokens_held
+from tfcalc.calc.plan import Shard, check_parallelism, param_bytes, shard
+from tfcalc.dtypes import DType, WeightPrecision
+from tfcalc.spec.model import ModelSpec
+
+ACTIVATION_BYTES = 2  # bf16 hidden states
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model in some weight and KV formats, with its per-component shapes (``tfcalc.calc.plan.shard``)."""
+
+    spec: ModelSpec
+    sh: Shard
+    precision: WeightPrecision
+    kv_dtype: DType
+
+
+def _attention_flops_per_key(m: Model, decode: bool) -> int:
+    spec, heads = m.spec, m.sh.query_heads
+    if spec.mla is not None:
+        mla = spec.mla
+        if decode:  # absorbed: scores over kv_rank + rope, values over kv_rank
+            return 2 * heads * (mla.kv_lora_rank + mla.qk_rope_head_dim) + 2 * heads * mla.kv_lora_rank
+        return 2 * heads * mla.qk_head_dim + 2 * heads * mla.v_head_dim
+    return 4 * heads * spec.head_dim
+
+
+def _causal_keys(window: int | None, start: int, count: int) -> int:
+    """Sum over query positions start..start+count-1 of keys attended: min(i + 1, window)."""
+    def full(n: int) -> int:  # sum_{i<n} (i+1) capped
+        if window is None or n <= window:
+            return n * (n + 1) // 2
+        return window * (window + 1) // 2 + (n - window) * window
+
+    return full(start + count) - full(start)
+
+
+def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float | None = None
+                  ) -> tuple[Fraction, Fraction]:
+    """(weight elements touched per token on this GPU, weight bytes read for ``tokens`` tokens) of one layer.
+
+    ``distinct_experts`` replaces the uniform-routing expectation with a measured count (the profiler's).
+    """
+    sh, spec, p = m.sh, m.spec, m.precision
+    elements = Fraction(sh.attention.matrix)
+    read = param_bytes(sh.attention, p, "attention") + param_bytes(sh.norms, p, "norms")
+    if spec.is_moe_layer(layer):
+        moe = spec.moe
+        assert moe is not None
+        elements += sh.experts_active * sh.expert.matrix + sh.shared_experts.matrix + sh.router.matrix
+        distinct = (kernels.distinct_experts(moe.num_experts, moe.experts_per_token, tokens)
+                    if distinct_experts is None else distinct_experts)
+        resident_share = Fraction(sh.experts_resident, moe.num_experts)
+        read += Fraction(distinct).limit_denominator(10**9) * resident_share * param_bytes(sh.expert, p, "experts")
+        read += param_bytes(sh.shared_experts, p, "shared_experts") + param_bytes(sh.router, p, "router")
+    else:
+        elements += sh.mlp.matrix
+        read += param_bytes(sh.mlp, p, "mlp")
+    return elements, read
+
+
+def _linear(m: Model, tokens: float, distinct_experts: dict[int, float] | None = None
+            ) -> tuple[Fraction, Fraction]:
+    """(per-token matmul elements over all layers, weight bytes read) excluding the embedding and lm_head."""
+    elements, read = Fraction(0), Fraction(0)
+    for layer in range(m.spec.num_layers):
+        e, r = _layer_linear(m, layer, tokens, (distinct_experts or {}).get(layer))
+        elements, read = elements + e, read + r
+    return elements, read + param_bytes(m.sh.final_norm, m.precision, "norms")
+
+
+def _head(m: Model, batch: int) -> tuple[int, Fraction, Fraction]:
+    """(lm_head elements per GPU, lm_head bytes read, embedding bytes gathered for ``batch`` rows)."""
+    sh, p, spec = m.sh, m.precision, m.spec
+    head = sh.embedding if spec.tie_word_embeddings else sh.lm_head
+    component = "embedding" if spec.tie_word_embeddings else "lm_head"
+    gathered = Fraction(0) if spec.tie_word_embeddings else p.for_component("embedding").bytes_for(
+        batch * spec.hidden_size)
+    return head.matrix, param_bytes(head, p, component), gathered
+
+
+def _kv_tokens(m: Model, context: int) -> int:
+    return sum(tokens_held(m.spec, layer, context) for layer in range(m.spec.num_layers))
+
+
+@dataclass(frozen=True)
+class Work:
+    """FLOPs and bytes of one phase on one GPU."""
+
+    flops: float
+    bytes: float
+
+
+def prefill_work(m: Model, batch: int, prompt_len: int, distinct_experts: dict[int, float] | None = None) -> Work:
+    """FLOPs and bytes of the prefill of ``batch`` prompts of ``prompt_len`` tokens (see the module docstring)."""
+    spec, h = m.spec, m.spec.hidden_size
+    tokens = batch * prompt_len
+    elements, weights_read = _linear(m, tokens, distinct_experts)
+    head_elements, head_read, gathered = _head(m, tokens)
+    linear_flops = 2 * float(elements) * tokens
+    head_flops = 2 * head_elements * batch
+    per_key = _attention_flops_per_key(m, decode=False)
+    keys = sum(_causal_keys(spec.sliding_window if spec.is_sliding_layer(i) else None, 0, prompt_len)
+               for i in range(spec.num_layers))
+    attention_flops = float(batch * keys * per_key)
+    flops = linear_flops + head_flops + attention_flops
+    kv_written = float(m.kv_dtype.bytes_for(batch * _kv_tokens(m, prompt_len) * m.sh.kv_elements))
+    hidden = 4 * tokens * h * ACTIVATION_BYTES * spec.num_layers
+    nbytes = float(weights_read + head_read + gathered) + hidden + kv_written
+    return Work(flops, nbytes)
+
+
+def decode_work(m: Model, batch: int, context: int, distinct_experts: dict[int, float] | None = None) -> Work:
+    """FLOPs and bytes of one decode step of ``batch`` sequences whose cache holds ``context`` tokens (the new
+    one included); ``distinct_experts`` (MoE layer -> experts touched) replaces the uniform-routing expectation."""
+    spec, h = m.spec, m.spec.hidden_size
+    elements, weights_read = _linear(m, batch, distinct_experts)
+    head_elements, head_read, gathered = _head(m, batch)
+    per_key = _attention_flops_per_key(m, decode=True)
+    kv_tokens = _kv_tokens(m, context)
+    flops = 2 * float(elements) * batch + 2 * head_elements * batch + float(batch * kv_tokens * per_key)
+    kv_read = float(m.kv_dtype.bytes_for(batch * kv_tokens * m.sh.kv_elements))
+    kv_write = float(m.kv_dtype.bytes_for(batch * spec.num_layers * m.sh.kv_elements))
+    logits = batch * head_elements // h * 4
+    hidden = 4 * batch * h * ACTIVATION_BYTES * spec.num_layers
+    weights = float(weights_read + head_read + gathered)
+    nbytes = weights + kv_read + kv_write + logits + hidden
+    return Work(flops, nbytes)
+
+
+def make_model(spec: ModelSpec, precision: WeightPrecision, kv_dtype: DType, tp: int = 1) -> Model:
+    """``spec`` on one GPU of a ``tp``-way tensor-parallel group, in the given weight and KV formats."""
+    return Model(spec, shard(spec, check_parallelism(spec, tp, tp)), precision, kv_dtype)
