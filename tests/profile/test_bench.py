@@ -240,3 +240,70 @@ def test_cpu_points_predicted_past_the_memory_are_oom_rows_without_running(monke
     assert bench.run_sweep(_sweep(batches=[1, 2]), [torch.device("cpu")], rows.append)
     assert [r["status"].split(" (")[0] for r in rows] == ["oom", "oom"]
     assert "GiB available" in rows[0]["status"] and rows[0]["predicted_memory_bytes"] > 1 << 10
+
+
+# --- the prediction beside each row: tfcalc estimate's latency model ------------------------------------------------
+
+
+def _context(gpu_preset: str | None = None, fp8: bool = False) -> bench.DeviceContext:
+    """A device with fixed ceilings: copy 20 GB/s, matmul 100 GFLOP/s (and an FP8 GEMM at twice that)."""
+    from tfcalc.profile.ceilings import Ceiling
+    from tfcalc.profile.device import DeviceInfo
+    from tfcalc.profile.timing import Timing
+    from tfcalc.spec.presets import load_gpu
+
+    timing = Timing(1e-3, 1e-3, 1e-3, 1e-3, 1)
+    matmul = {d: Ceiling("matmul", d, 1024, 1e11, timing) for d in ("bf16", "fp32")}
+    if fp8:
+        matmul["fp8"] = Ceiling("matmul", "fp8", 1024, 2e11, timing)
+    device = "cuda:0" if gpu_preset else "cpu"
+    return bench.DeviceContext(torch.device("cpu"), DeviceInfo(device, "test device", gpu_preset=gpu_preset),
+                               load_gpu(gpu_preset) if gpu_preset else None,
+                               Ceiling("copy", "uint8", 1 << 28, 20e9, timing), matmul, 2)
+
+
+def test_prediction_on_measured_ceilings_is_the_counted_bytes_over_the_copy_rate() -> None:
+    """On a device without a preset, decode at batch 1 is priced at the measured copy rate in full: the predicted
+    TPOT is the step's bytes (as the row counts them, tfcalc.calc.work) over the copy bandwidth. That is why a
+    calibration from the row's MBU makes measured / predicted 1 (the loop closes), whatever the machine does."""
+    from tfcalc.calc import work
+    from tfcalc.calc.calibration import Efficiency
+
+    spec = load_model("llama3.2-1b").with_overrides(layers=2)
+    p = bench.Point("bf16", None, "auto", 1, 128, 16)
+    sweep = _sweep(spec=spec, dtypes=["bf16"])
+    row = bench.row_for(spec, 2, _context(), sweep, p, None, "oom")
+    bf16 = get_dtype("bf16")
+    model = work.make_model(spec, WeightPrecision(bf16), bf16)
+    contexts = bench.decode_contexts(p, "live")
+    counted = sum(work.decode_work(model, 1, c).bytes for c in contexts) / len(contexts)
+    assert row["predicted_tpot_s"] == pytest.approx(counted / 20e9, rel=0.03)
+    assert "measured copy and matmul ceilings" in row["prediction_basis"]
+    half = Efficiency(compute_prefill=1.0, compute_decode=1.0, bandwidth_prefill=0.5, bandwidth_decode=0.5,
+                      source="calibration half.json")
+    calibrated = bench.row_for(spec, 2, _context(), _sweep(spec=spec, dtypes=["bf16"], calibration=half), p, None,
+                               "oom")
+    assert calibrated["predicted_tpot_s"] == pytest.approx(2 * row["predicted_tpot_s"], rel=1e-3)
+    assert "calibration half.json" in calibrated["prediction_basis"]
+
+
+def test_fp8_rows_that_ran_dequantized_are_not_priced_at_the_fp8_peak() -> None:
+    from types import SimpleNamespace
+
+    spec = load_model("llama3-8b").with_overrides(layers=2)
+    sweep = _sweep(spec=spec, dtypes=["bf16"], weights_dtypes=["fp8"])
+    p = bench.Point("bf16", "fp8", "auto", 8, 2048, 16)
+    ctx = _context("h100-sxm", fp8=True)
+    native, native_basis = bench.prediction(spec, ctx, sweep, p, SimpleNamespace(fp8_gemm="scaled_mm", compiled=True))
+    dequantized, dequantized_basis = bench.prediction(spec, ctx, sweep, p, SimpleNamespace(fp8_gemm="dequantized",
+                                                                                           compiled=True))
+    plain, _ = bench.prediction(spec, ctx, _sweep(spec=spec, dtypes=["bf16"]), bench.Point("bf16", None, "auto", 8,
+                                                                                            2048, 16), None)
+    # prefill of 16k tokens is compute-bound: FP8 tensor cores beat bf16, a dequantized FP8 GEMM does not
+    assert native.ttft_s < 0.9 * plain.ttft_s <= 0.9 * dequantized.ttft_s
+    assert "dequantized" in dequantized_basis and "dequantized" not in native_basis
+    # unmeasured rows (oom) follow what the device runs: the FP8 GEMM where the probe found it, else dequantized
+    with_fp8 = bench.row_for(spec, 2, ctx, sweep, p, None, "oom")
+    without = bench.row_for(spec, 2, _context("h100-sxm"), sweep, p, None, "oom")
+    assert "dequantized" in without["prediction_basis"] and "dequantized" not in with_fp8["prediction_basis"]
+    assert with_fp8["datasheet_flops_per_s"] == 2 * without["datasheet_flops_per_s"]  # H100 fp8 vs bf16 peak

@@ -233,7 +233,7 @@ def fp8_runs_natively(ctx: DeviceContext, p: Point, m: Measurement | None) -> bo
     return "fp8" in ctx.matmul
 
 
-def _prediction(spec: ModelSpec, ctx: DeviceContext, sweep: Sweep, p: Point, m: Measurement | None
+def prediction(spec: ModelSpec, ctx: DeviceContext, sweep: Sweep, p: Point, m: Measurement | None
                 ) -> tuple[latency.LatencyEstimate, str]:
     """tfcalc estimate's latency model for the row (module docstring), and a sentence saying on what basis."""
     precision, kv = weight_precision(p.dtype, p.weights), get_dtype(p.dtype)
@@ -295,7 +295,7 @@ def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep
     """One output row: measured values beside the calculator's predictions (measured ones empty unless ok)."""
     fmt, precision = get_dtype(p.dtype), weight_precision(p.dtype, p.weights)
     model = work.make_model(spec, precision, fmt)
-    estimate, basis = _prediction(spec, ctx, sweep, p, m)
+    estimate, basis = prediction(spec, ctx, sweep, p, m)
     matmul = ctx.matmul["fp8"] if _compute_dtype(ctx, p, m) == "fp8" and "fp8" in ctx.matmul else ctx.matmul[p.dtype]
     row: Row = {
         "device": ctx.info.device, "device_name": ctx.info.name, "gpu_preset": ctx.info.gpu_preset,
