@@ -1,27 +1,47 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issues 5, 9 and 14): measured ceilings; `tfcalc profile` of a llama3-8b-shaped model in bf16
-# at batch 1/8/64 and prompt 512/4096 (CUDA-graph decode through flex_attention over the live blocks); the same
-# model swept over context with a plot of time per token beside the prediction; llama3-70b with FP8 weights
-# (per-tensor and 128x128 blocks, 16 of its 80 layers: the ratio of bytes to time is what is measured); gemma2-9b
-# (rolling-buffer sliding windows, soft-capping through flex's score_mod); DeepSeek-V3 with FP8 block weights
-# (MLA, absorbed decode, MoE; as many layers as fit, the dense/MoE pattern kept); `tfcalc estimate` calibrated by
-# the first profile; `tfcalc bench calibrate` and `tfcalc estimate` calibrated by it; the attention and moe component benchmarks; then the targets. Every table lands in one
-# folder as CSV.
+# The prepared GPU check (issues 5, 9 and 14): one script, the most valuable measurements first.
 #
 # Usage (repository root, a CUDA GPU, PyTorch installed):  bash benchmarks/gpu_check.sh [OUT_DIR]
-# Runs without installing tfcalc (PYTHONPATH=.). Sized for about 12 minutes on an H100/H200, most of it compiling
-# the captured decode steps. GPU_CHECK_SMOKE=1 runs the same steps on the CPU with tiny models, to check the script.
+# Runs without installing tfcalc (PYTHONPATH=.); every table lands in OUT_DIR as CSV, the targets in targets.txt.
+#
+# Time (H200; estimated, no GPU has run this script yet; torch.compile of the captured decode steps dominates):
+#   default run, about 7 minutes, never more than GPU_CHECK_BUDGET_S (480 s) of steps: a step that would start
+#   with less than 20 s left is skipped and named, a running step is cut at the budget.
+#     ceilings                   copy and matmul ceilings (bf16, fp16)                                     ~20 s
+#     profile                    llama3-8b bf16, batch 1/8/64 x prompt 512/4096, CUDA-graph decode through
+#                                flex over the live blocks; writes the calibration                        ~150 s
+#     estimate_calibrated        estimate calibrated by that profile, and estimate_preset (preset rates)   ~20 s
+#     profile_fp8                llama3-70b, 16 of 80 layers, fp8 and fp8_block weights, batch 1          ~90 s
+#     profile_context            llama3-8b batch 1 over context 1k/8k/32k, with the plot                   ~90 s
+#     calibrate                  bench calibrate (GEMM curve, copy by size, launch floors, attention) and
+#                                estimate calibrated by it                                                  ~60 s
+#   GPU_CHECK_FULL=1 adds, after those (about 5 minutes more; raise GPU_CHECK_BUDGET_S to 900 for them):
+#     profile_gemma2             gemma2-9b, rolling-buffer windows, soft caps through flex's score_mod      ~60 s
+#     profile_deepseek           DeepSeek-V3, FP8 blocks, 4 layers (1 dense + 3 MoE: MLA, absorbed decode) ~90 s
+#     profile_fp8 at batch 8, the attention and moe component benchmarks                                   ~150 s
+# GPU_CHECK_SMOKE=1 runs every step (FULL included) on the CPU with tiny models, to check the script itself;
+# its targets mean nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-${OUT:-gpu_check}}"
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 py="${PYTHON:-python3}"
+smoke="${GPU_CHECK_SMOKE:-0}"
+full="${GPU_CHECK_FULL:-$smoke}"
+budget="${GPU_CHECK_BUDGET_S:-480}"
 status=0
+began=$SECONDS
 
 step() {  # step NAME SECONDS tfcalc-args...: run one tfcalc command into $out/NAME.csv, print it, keep going
   local name=$1 limit=$2
   shift 2
+  local left=$((budget - (SECONDS - began)))
+  if [ "$left" -lt 20 ]; then
+    echo "== $name: skipped, ${left} s of GPU_CHECK_BUDGET_S=$budget left"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   echo "== $name: tfcalc $*"
   local start=$SECONDS
   if timeout "$limit" "$py" -m tfcalc "$@" --output "$out/$name.csv"; then
@@ -35,55 +55,63 @@ PY
     echo "!! $name failed or timed out (exit $?)"
     status=1
   fi
-  echo "   ($((SECONDS - start)) s)"
+  echo "   ($((SECONDS - start)) s; $((SECONDS - began)) s so far)"
 }
 
 { date -u; nvidia-smi --query-gpu=name,memory.total,clocks.max.memory,clocks.max.sm,power.limit,driver_version \
     --format=csv 2>/dev/null; "$py" -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; } \
   | tee "$out/device.txt"
 
-if [ "${GPU_CHECK_SMOKE:-0}" = 1 ]; then
+if [ "$smoke" = 1 ]; then
   dev=(--device cpu)
   tiny=(--hidden 128 --intermediate 256 --vocab 1024)
   model=(--device cpu --layers 1 "${tiny[@]}" --batch 1,8 --prompt-len 64)
   context=(--device cpu --layers 1 "${tiny[@]}" --context 64,256 --gen-len 8)
-  fp8=(--device cpu --layers 1 "${tiny[@]}" --batch 1 --prompt-len 64 --gen-len 8)
+  fp8=(--device cpu --layers 1 "${tiny[@]}" --prompt-len 64 --gen-len 8)
   gemma=(--device cpu --layers 2 "${tiny[@]}" --batch 1 --prompt-len 64 --gen-len 8)
   deepseek=(--device cpu --layers 2 "${tiny[@]}" --experts 16 --batch 1 --prompt-len 64 --gen-len 4)
   quick=(--warmup 0 --repeats 1)  # last on each profile line: one timed run is enough to check the plumbing
+  calibrate_quick=(--quick)
 else
   dev=(--device cuda)
   model=(--gpu 0 --batch 1,8,64 --prompt-len 512,4096)
   context=(--gpu 0 --batch 1 --context 1024,8192,32768 --gen-len 32 --warmup 1 --repeats 3)
-  fp8=(--gpu 0 --layers 16 --batch 1,8 --prompt-len 512 --gen-len 64 --repeats 3)
-  gemma=(--gpu 0 --batch 1,8 --prompt-len 512,4096 --gen-len 64 --repeats 3)
-  deepseek=(--gpu 0 --batch 1,8 --prompt-len 512 --gen-len 32 --repeats 3)
+  fp8=(--gpu 0 --layers 16 --prompt-len 512 --gen-len 64 --repeats 3)
+  gemma=(--gpu 0 --batch 1 --prompt-len 4096 --gen-len 64 --repeats 3)  # past the 4096 window: the ring turns
+  deepseek=(--gpu 0 --layers 4 --batch 1 --prompt-len 512 --gen-len 32 --repeats 3)
   quick=()
+  calibrate_quick=()
 fi
-step ceilings 120 bench ceilings "${dev[@]}" --dtype bf16,fp16
-step profile 300 profile "${model[@]}" --preset llama3-8b --dtype bf16 --gen-len 64 --repeats 3 \
+estimate=(--preset llama3-8b --batch 1,8,64 --prompt-len 64,512,4096 --gen-len 64)
+
+# --- default: the most valuable measurements first ------------------------------------------------------------
+step ceilings 90 bench ceilings "${dev[@]}" --dtype bf16,fp16
+step profile 240 profile "${model[@]}" --preset llama3-8b --dtype bf16 --gen-len 64 --repeats 3 \
   --save-calibration "$out/calibration.json" "${quick[@]}"
-step profile_context 240 profile "${context[@]}" --preset llama3-8b --dtype bf16 --plot "$out/tpot_vs_context.png" \
-  "${quick[@]}"
-step profile_fp8 300 profile "${fp8[@]}" --preset llama3-70b --dtype bf16 --weights-dtype fp8,fp8_block "${quick[@]}"
-step profile_gemma2 240 profile "${gemma[@]}" --preset gemma2-9b --dtype bf16 "${quick[@]}"
-step profile_deepseek 300 profile "${deepseek[@]}" --preset deepseek-v3 --dtype bf16 --weights-dtype fp8_block \
-  "${quick[@]}"
 preset=$("$py" -c "import csv,sys; r=next(csv.DictReader(open(sys.argv[1]))); print(r['gpu_preset'] or 'h100-sxm')" \
   "$out/profile.csv" 2>/dev/null || echo h100-sxm)
-step estimate_calibrated 60 estimate --preset llama3-8b --gpu "$preset" --batch 1,8,64 --prompt-len 64,512,4096 \
-  --gen-len 64 --calibration "$out/calibration.json"
-if [ "${GPU_CHECK_SMOKE:-0}" = 1 ]; then quick=(--quick); else quick=(); fi
-step calibrate 180 bench calibrate "${dev[@]}" "${quick[@]}" --save "$out/latency_calibration.json"
-step estimate_latency_calibrated 60 estimate --preset llama3-8b --gpu "$preset" --batch 1,8,64 \
-  --prompt-len 64,512,4096 --gen-len 64 --calibration "$out/latency_calibration.json"
-step estimate_preset 60 estimate --preset llama3-8b --gpu "$preset" --batch 1,8,64 --prompt-len 64,512,4096 \
-  --gen-len 64
-step attention 120 bench attention "${dev[@]}"
-step moe 120 bench moe "${dev[@]}"
+step estimate_calibrated 45 estimate "${estimate[@]}" --gpu "$preset" --calibration "$out/calibration.json"
+step estimate_preset 45 estimate "${estimate[@]}" --gpu "$preset"
+if [ "$full" = 1 ]; then fp8_batch=(--batch 1,8); else fp8_batch=(--batch 1); fi
+step profile_fp8 180 profile "${fp8[@]}" "${fp8_batch[@]}" --preset llama3-70b --dtype bf16 \
+  --weights-dtype fp8,fp8_block "${quick[@]}"
+step profile_context 150 profile "${context[@]}" --preset llama3-8b --dtype bf16 --plot "$out/tpot_vs_context.png" \
+  "${quick[@]}"
+step calibrate 120 bench calibrate "${dev[@]}" "${calibrate_quick[@]}" --save "$out/latency_calibration.json"
+step estimate_latency_calibrated 45 estimate "${estimate[@]}" --gpu "$preset" \
+  --calibration "$out/latency_calibration.json"
+
+# --- GPU_CHECK_FULL=1: the remaining new paths and the component benchmarks ---------------------------------------
+if [ "$full" = 1 ]; then
+  step profile_gemma2 150 profile "${gemma[@]}" --preset gemma2-9b --dtype bf16 "${quick[@]}"
+  step profile_deepseek 180 profile "${deepseek[@]}" --preset deepseek-v3 --dtype bf16 --weights-dtype fp8_block \
+    "${quick[@]}"
+  step attention 90 bench attention "${dev[@]}"
+  step moe 90 bench moe "${dev[@]}"
+fi
 
 echo "== targets"
-[ "${GPU_CHECK_SMOKE:-0}" = 1 ] && echo "(smoke run on the CPU against an H100 prediction: checks the plumbing, not the targets)"
+[ "$smoke" = 1 ] && echo "(smoke run on the CPU against an H100 prediction: checks the plumbing, not the targets)"
 "$py" - "$out" <<'PY' | tee "$out/targets.txt"
 import os
 import sys
@@ -119,6 +147,10 @@ for name in ("estimate_latency_calibrated", "estimate_preset"):
     ratios[name] = (m.decode_tokens_per_s / m.decode_tokens_per_s_est, m.ttft_s_est / m.ttft_s)
 rows = [
     ("decode batch 1, llama3-8b bf16: achieved / measured copy bandwidth >= 0.75", b1.mbu_measured.min()),
+    ("profile rows: measured / predicted (latency model, preset rates), decode tok/s (min)",
+     ok.measured_over_predicted.min()),
+    ("profile rows: measured / predicted (latency model, preset rates), decode tok/s (max)",
+     ok.measured_over_predicted.max()),
     ("prefill, longest prompt: achieved / measured matmul FLOP/s >= 0.50", p4k.mfu_measured.max()),
     ("measured / calibrated prediction, decode tok/s, in 0.8-1.25 (min)", ratio.min()),
     ("measured / calibrated prediction, decode tok/s, in 0.8-1.25 (max)", ratio.max()),
@@ -132,6 +164,8 @@ if fp8 is not None and len(fp8):
     for weights, group in fp8.groupby("weights_dtype"):
         rows.append((f"decode batch 1, llama3-70b {weights}: achieved / measured copy bandwidth >= 0.75",
                      group[group.batch == 1].mbu_measured.min()))
+        rows.append((f"llama3-70b {weights}: measured / predicted decode tok/s (median)",
+                     group.measured_over_predicted.median()))
         print(f"llama3-70b {weights}: GEMM {sorted(set(group.fp8_gemm.astype(str)))} "
               f"(scaled_mm expected on H100/H200), decode {sorted(set(group.decode_attention.astype(str)))}, "
               f"compiled {sorted(set(group.compiled.astype(str)))}")
@@ -146,7 +180,7 @@ if ctx is not None and len(ctx) >= 2:
 for name in ("profile_gemma2", "profile_deepseek"):
     frame = table(name)
     if frame is None:
-        print(f"{name}: missing")
+        print(f"{name}: not run (GPU_CHECK_FULL=1)")
         continue
     good = ok_rows(frame)
     print(f"{name}: {len(good)} of {len(frame)} rows ok; decode {sorted(set(frame.decode_attention.astype(str)))}; "
