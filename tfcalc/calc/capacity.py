@@ -1,0 +1,433 @@
+"""Capacity search: every replica layout on every GPU type, sized to the traffic, cheapest first.
+
+A candidate is one replica configuration: GPU type x tensor parallel tp x pipeline parallel pp x expert
+parallel ep (1, or tp: whole experts per GPU) x weight format x KV format x max_num_seqs x chunk size
+(max_num_batched_tokens) [x speculative decoding on/off]. For each:
+
+1. memory (``serving_inputs.replica_memory``): does it load, how much KV the replica holds; layouts that do
+   not fit are pruned before any timing (and memory is computed once per GPU, layout, formats and chunk);
+2. capacity (``serving.max_rate``): the largest request rate one replica carries while meeting every target,
+   and what binds it;
+3. sizing: replicas = ceil(traffic / capacity) (data parallel), GPUs = replicas x tp x pp, cost = GPUs x
+   hourly price; infeasible when even a lone request misses a target or the GPUs exceed the limit.
+
+Cost per million tokens splits each GPU-hour between prefill and decode by their share of step time at the
+operating point. The Pareto frontier is taken over every configuration that fits, each at the most traffic it
+carries within the TTFT and end-to-end targets (the TPOT target is the frontier chart's vertical line):
+tokens/s per GPU vs tokens/s per user (1 / TPOT). Disaggregated serving sizes a prefill pool (TTFT) and a
+decode pool (TPOT) separately, with the prompt's KV sent between them.
+
+Because replicas = ceil(load / capacity) and a configuration's capacity does not depend on the load or on
+prices: more traffic never needs fewer GPUs of a type, looser targets never cost more, and a lower price
+never makes a feasible plan infeasible (tests/calc/test_capacity.py checks all three). Pure math: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from tfcalc.calc.roofline import Efficiency
+from tfcalc.calc.serving import (
+    Capacity,
+    Point,
+    ReplicaServing,
+    SpecDecoding,
+    at_batch,
+    at_concurrency,
+    at_rate,
+    max_rate,
+    max_rates,
+    prefill_only_at,
+    prefill_only_max_rate,
+)
+from tfcalc.calc.serving_inputs import ReplicaMemory, replica_memory, step_model, step_work
+from tfcalc.calc.serving_traffic import Overheads, Target, Traffic
+from tfcalc.dtypes import DType, WeightPrecision
+from tfcalc.errors import UsageError
+from tfcalc.spec.gpu import GPUSpec
+from tfcalc.spec.model import ModelSpec
+
+DEFAULT_MAX_NUM_SEQS = (8, 16, 32, 64, 128, 256, 512)
+DEFAULT_CHUNKS = (512, 2048, 8192)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuOffer:
+    gpu: GPUSpec
+    price_per_hour: float
+    price_source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    """What may vary, and the limits."""
+
+    gpus: tuple[GpuOffer, ...]
+    weight_precisions: tuple[WeightPrecision, ...]
+    kv_dtypes: tuple[DType, ...]
+    tps: tuple[int, ...] = ()              # empty: every tp up to gpus_per_node that the model allows
+    pps: tuple[int, ...] = (1,)
+    expert_parallel: tuple[bool, ...] = (False, True)
+    max_num_seqs: tuple[int, ...] = DEFAULT_MAX_NUM_SEQS
+    chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS
+    max_gpus: int = 64
+    gpus_per_node: int = 8
+    max_model_len: int = 8192
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    runtime_overhead_bytes: int = 1 << 30
+    speculative: tuple[SpecDecoding | None, ...] = (None,)
+    disaggregated: bool = False
+    kv_transfer_bytes_per_s: float = 50e9
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    gpu: str
+    tp: int
+    pp: int
+    ep: int
+    weights: str
+    kv_dtype: str
+    max_num_seqs: int
+    chunk: int
+    spec: SpecDecoding | None = None
+    mode: str = "aggregated"      # or "disaggregated" (then the fields describe the decode pool)
+    prefill_tp: int = 0
+    prefill_replicas: int = 0
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def label(self) -> str:
+        ep = f" ep{self.ep}" if self.ep > 1 else ""
+        pp = f" pp{self.pp}" if self.pp > 1 else ""
+        spec = f" spec{self.spec.num_tokens}" if self.spec else ""
+        pre = f" +{self.prefill_replicas}x tp{self.prefill_tp} prefill" if self.mode == "disaggregated" else ""
+        return (f"{self.gpu} tp{self.tp}{pp}{ep} w={self.weights} kv={self.kv_dtype} seqs={self.max_num_seqs} "
+                f"chunk={self.chunk}{spec}{pre}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluation:
+    """One candidate sized to the traffic."""
+
+    candidate: Candidate
+    fits: bool
+    feasible: bool
+    reason: str                     # why infeasible, or what binds the replica's capacity when feasible
+    price_per_gpu_hour: float
+    memory: ReplicaMemory | None = None
+    capacity_rate_per_s: float = 0.0        # per replica, within all targets
+    capacity_concurrency: float = 0.0       # per replica, within all targets (Little's law)
+    binding: str = ""
+    replicas: int = 0
+    num_gpus: int = 0
+    cost_per_hour: float = 0.0
+    operating: Point | None = None          # at the traffic's share per replica
+    frontier: Point | None = None           # at the most traffic within the TTFT / end-to-end targets
+    cost_per_m_input: float = 0.0
+    cost_per_m_output: float = 0.0
+    model: ReplicaServing | None = field(default=None, repr=False)
+    prefill: Evaluation | None = field(default=None, repr=False)
+    capacity: Capacity | None = field(default=None, repr=False)
+    frontier_capacity: Capacity | None = field(default=None, repr=False)
+
+    @property
+    def sort_key(self) -> tuple:
+        return (not self.feasible, self.cost_per_hour if self.feasible else math.inf, self.num_gpus,
+                -self.capacity_rate_per_s, self.candidate.label)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchResult:
+    evaluations: tuple[Evaluation, ...]     # every candidate, cheapest feasible first
+    best: Evaluation | None
+    frontier: tuple[Evaluation, ...]        # Pareto-optimal: tokens/s per GPU vs tokens/s per user
+    candidates: int                          # configurations considered (before pruning by fit)
+
+
+def _layouts(spec: ModelSpec, space: SearchSpace) -> list[tuple[int, int, int]]:
+    """(tp, pp, ep) allowed by the model: tp within a node, ep 1 or tp (whole experts per GPU)."""
+    from tfcalc.calc.plan import check_parallelism
+
+    tps = space.tps or tuple(t for t in (1, 2, 4, 8, 16) if t <= space.gpus_per_node)
+    out = []
+    for tp in tps:
+        for pp in space.pps:
+            if tp * pp > space.max_gpus:
+                continue
+            eps = sorted({tp if (ep and spec.moe is not None and tp > 1) else 1 for ep in space.expert_parallel})
+            for ep in eps:
+                try:
+                    check_parallelism(spec, tp * pp, tp, pp, ep)
+                except UsageError:
+                    continue
+                out.append((tp, pp, ep))
+    return out
+
+
+def count_candidates(spec: ModelSpec, space: SearchSpace) -> int:
+    per_layout = (len(space.gpus) * len(space.weight_precisions) * len(space.kv_dtypes) * len(space.max_num_seqs)
+                  * len(space.chunk_sizes) * len(space.speculative))
+    return len(_layouts(spec, space)) * per_layout
+
+
+def _targets_without_tpot(targets: tuple[Target, ...]) -> tuple[Target, ...]:
+    return tuple(t for t in targets if t.metric != "tpot")
+
+
+def _cost_split(point: Point, cost_per_hour: float, rate_per_s: float, traffic_in: float,
+                traffic_out: float) -> tuple[float, float]:
+    """$ per million input and output tokens: the GPU-hour split by prefill's share of step time."""
+    if rate_per_s <= 0:
+        return math.inf, math.inf
+    extra = point.prefill_step_share * max(point.prefill_step_s - point.decode_step_s, 0.0)
+    share = min(extra / point.step_s, 1.0) if point.step_s > 0 else 0.0
+    per_s = cost_per_hour / 3600
+    cin = per_s * share / (rate_per_s * traffic_in) * 1e6 if traffic_in else 0.0
+    cout = per_s * (1 - share) / (rate_per_s * traffic_out) * 1e6
+    return cin, cout
+
+
+def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
+           overheads: Overheads, efficiency: Efficiency | None = None,
+           progress: Callable[[int], None] | None = None) -> SearchResult:
+    """Evaluate every candidate; the cheapest feasible one first (ties: fewer GPUs, more headroom)."""
+    if not space.gpus:
+        raise UsageError("no GPU type to search")
+    if not targets:
+        raise UsageError("give at least one latency target (--ttft, --tpot or --e2e)")
+    eff = efficiency or Efficiency()
+    evaluations: list[Evaluation] = []
+    layouts = _layouts(spec, space)
+    if not layouts:
+        raise UsageError(f"no tensor/pipeline-parallel layout of {spec.name} fits the limits (max GPUs "
+                         f"{space.max_gpus}, {space.gpus_per_node} per node)")
+    done = 0
+    for tp, pp, ep in layouts:
+        for precision in space.weight_precisions:
+            for kv_dtype in space.kv_dtypes:
+                memories = {(offer.gpu.name, chunk): replica_memory(
+                    spec, offer.gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, max_model_len=space.max_model_len,
+                    max_num_batched_tokens=chunk, gpu_memory_utilization=space.gpu_memory_utilization,
+                    block_size=space.block_size, runtime_overhead_bytes=space.runtime_overhead_bytes)
+                    for offer in space.gpus for chunk in space.chunk_sizes}
+                # The step-time coefficients are only needed where something fits.
+                work = (step_work(spec, precision, kv_dtype, tp, pp, ep)
+                        if any(m.fits for m in memories.values()) else None)
+                for offer in space.gpus:
+                    step = step_model(work, offer.gpu, eff) if work is not None else None
+                    for chunk in space.chunk_sizes:
+                        memory = memories[(offer.gpu.name, chunk)]
+                        for spec_dec in space.speculative:
+                            previous: Evaluation | None = None
+                            for seqs in sorted(space.max_num_seqs):
+                                cand = Candidate(gpu=offer.gpu.name, tp=tp, pp=pp, ep=ep, weights=precision.label,
+                                                 kv_dtype=kv_dtype.name, max_num_seqs=seqs, chunk=chunk,
+                                                 spec=spec_dec)
+                                previous = _evaluate(cand, offer, memory, step, traffic, targets, space, overheads,
+                                                     spec_dec, previous)
+                                evaluations.append(previous)
+                                done += 1
+                    if progress:
+                        progress(done)
+    if space.disaggregated:
+        evaluations.extend(_disaggregated(spec, traffic, targets, space, overheads, eff, evaluations))
+    evaluations.sort(key=lambda e: e.sort_key)
+    best = evaluations[0] if evaluations and evaluations[0].feasible else None
+    frontier = pareto_frontier([e for e in evaluations if e.frontier is not None and e.candidate.mode == "aggregated"])
+    return SearchResult(evaluations=tuple(evaluations), best=best, frontier=tuple(frontier),
+                        candidates=count_candidates(spec, space))
+
+
+def _replica(step, memory: ReplicaMemory, traffic: Traffic, seqs: int, chunk: int, overheads: Overheads,
+             spec_dec: SpecDecoding | None, role: str = "both", kv_transfer_s: float = 0.0) -> ReplicaServing:
+    return ReplicaServing(step=step, input_len=traffic.input_len, output_len=traffic.output_len, max_num_seqs=seqs,
+                          max_num_batched_tokens=chunk, kv_capacity_tokens=memory.kv_capacity_tokens,
+                          block_size=memory.block_size, overheads=overheads,
+                          prefix_hit_ratio=traffic.prefix_hit_ratio, spec=spec_dec, role=role,
+                          kv_transfer_s=kv_transfer_s)
+
+
+def _size(capacity: Capacity, traffic: Traffic) -> tuple[int, float]:
+    """Replicas needed and the per-replica capacity in the traffic's unit (req/s or concurrent requests)."""
+    if traffic.rate_per_s is not None:
+        per = capacity.rate_per_s
+    else:
+        per = capacity.rate_per_s * (capacity.point.e2e(0) + capacity.point.model.overheads.stream_s)
+        per = math.floor(per + 1e-9)
+    if per <= 0:
+        return 0, 0.0
+    return max(1, math.ceil(traffic.load / per - 1e-9)), per
+
+
+def _seats_idle(capacity: Capacity, seqs: int) -> bool:
+    """True when max_num_seqs played no part in this capacity (so any larger value gives the same one): the
+    search stopped at a latency target, and the seats were far from full (or the KV cache set them)."""
+    p = capacity.point
+    if capacity.binding in ("max_num_seqs", "KV cache", "token budget"):
+        return False
+    if p.kv_seats <= seqs:
+        return True
+    return p.batch < seqs and seqs - p.seat_load > 7 * math.sqrt(seqs) + 2
+
+
+def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, traffic: Traffic,
+              targets: tuple[Target, ...], space: SearchSpace, overheads: Overheads,
+              spec_dec: SpecDecoding | None, previous: Evaluation | None = None) -> Evaluation:
+    """Size one candidate; ``previous`` (the same configuration with fewer max_num_seqs) is reused where the
+    seats did not matter to it."""
+    price = offer.price_per_hour
+    if not memory.fits or memory.kv_capacity_tokens <= 0:
+        why = "does not fit: " + memory.reason if not memory.fits else "no room for KV cache"
+        return Evaluation(candidate=cand, fits=False, feasible=False, reason=why, price_per_gpu_hour=price,
+                          memory=memory)
+    if cand.max_num_seqs > memory.kv_capacity_tokens:
+        return Evaluation(candidate=cand, fits=True, feasible=False, price_per_gpu_hour=price, memory=memory,
+                          reason=f"max_num_seqs {cand.max_num_seqs} exceeds the {memory.kv_capacity_tokens:,} KV "
+                                 "tokens")
+    model = _replica(step, memory, traffic, cand.max_num_seqs, cand.chunk, overheads, spec_dec)
+    prior = previous if previous is not None and previous.model is not None else None
+    relaxed = _targets_without_tpot(targets)
+    reuse_cap = prior is not None and prior.capacity is not None and \
+        _seats_idle(prior.capacity, prior.candidate.max_num_seqs)
+    reuse_front = prior is not None and prior.frontier_capacity is not None and \
+        _seats_idle(prior.frontier_capacity, prior.candidate.max_num_seqs)
+    if reuse_cap and reuse_front:
+        assert prior is not None and prior.capacity is not None and prior.frontier_capacity is not None
+        cap, frontier_cap, operating = prior.capacity, prior.frontier_capacity, prior.operating
+    else:
+        cap, frontier_cap = max_rates(model, targets, relaxed)
+        operating = None
+    frontier = frontier_cap.point if frontier_cap.rate_per_s > 0 else None
+    concurrency = cap.rate_per_s * (cap.point.e2e(0) + overheads.stream_s) if cap.rate_per_s > 0 else 0.0
+    replicas, _ = _size(cap, traffic)
+    if replicas == 0:
+        return Evaluation(candidate=cand, fits=True, feasible=False, price_per_gpu_hour=price, memory=memory,
+                          reason=f"{cap.binding} missed even for a lone request", binding=cap.binding,
+                          frontier=frontier, model=model, capacity=cap, frontier_capacity=frontier_cap)
+    gpus = replicas * cand.gpus_per_replica
+    cost = gpus * price
+    per_replica = traffic.load / replicas
+    if operating is None or prior is None or prior.replicas != replicas:
+        operating = at_rate(model, per_replica, below=cap.point) if traffic.rate_per_s is not None else \
+            at_concurrency(model, per_replica)
+    rate_op = operating.rate_per_s * replicas
+    cin, cout = _cost_split(operating, cost, rate_op, traffic.input_len.mean, traffic.output_len.mean)
+    feasible = gpus <= space.max_gpus
+    reason = cap.binding if feasible else f"needs {gpus} GPUs, more than the limit of {space.max_gpus}"
+    return Evaluation(candidate=cand, fits=True, feasible=feasible, reason=reason, price_per_gpu_hour=price,
+                      memory=memory, capacity_rate_per_s=cap.rate_per_s, capacity_concurrency=concurrency,
+                      binding=cap.binding, replicas=replicas, num_gpus=gpus, cost_per_hour=cost, operating=operating,
+                      frontier=frontier, cost_per_m_input=cin, cost_per_m_output=cout, model=model, capacity=cap,
+                      frontier_capacity=frontier_cap)
+
+
+def tokens_per_gpu(e: Evaluation, point: Point | None = None) -> float:
+    """Output tokens/s per GPU at ``point`` (the frontier point by default)."""
+    p = point or e.frontier
+    if p is None:
+        return 0.0
+    return p.rate_per_s * p.model.output_len.mean / e.candidate.gpus_per_replica
+
+
+def tokens_per_user(point: Point | None) -> float:
+    """Output tokens/s one user sees while decoding: 1 / mean TPOT."""
+    return 1 / point.tpot(0) if point is not None else 0.0
+
+
+def pareto_frontier(evaluations: list[Evaluation]) -> list[Evaluation]:
+    """Configurations no other beats on both tokens/s per GPU and tokens/s per user, by tokens/s per user."""
+    points = sorted(((tokens_per_user(e.frontier), tokens_per_gpu(e), e) for e in evaluations),
+                    key=lambda x: (-x[0], -x[1], x[2].candidate.label))
+    front: list[Evaluation] = []
+    best_gpu = -1.0
+    for _, per_gpu, e in points:
+        if per_gpu > best_gpu:
+            front.append(e)
+            best_gpu = per_gpu
+    return front
+
+
+# --- disaggregated prefill / decode ---------------------------------------------------------------------
+
+
+def prefill_capacity(model: ReplicaServing, targets: tuple[Target, ...]) -> Capacity:
+    """Max rate of the replica serving prefill only (disaggregated), within the TTFT targets."""
+    return prefill_only_max_rate(model, targets)
+
+
+def _disaggregated(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
+                   overheads: Overheads, eff: Efficiency, aggregated: list[Evaluation]) -> list[Evaluation]:
+    """Per GPU type and formats: the best prefill layout (TTFT) and the best decode layout (TPOT, e2e), each
+    sized to the traffic; the prompt's KV reaches the decode pool over the interconnect."""
+    out: list[Evaluation] = []
+    if traffic.rate_per_s is None:
+        return out
+    by_group: dict[tuple, list[Evaluation]] = {}
+    for e in aggregated:
+        if e.fits and e.model is not None:
+            c = e.candidate
+            by_group.setdefault((c.gpu, c.weights, c.kv_dtype, c.spec), []).append(e)
+    decode_targets = tuple(t for t in targets if t.metric == "tpot")
+    e2e_targets = tuple(t for t in targets if t.metric == "e2e")
+    for group in by_group.values():
+        price = group[0].price_per_gpu_hour
+        best_prefill: tuple[float, Evaluation, float] | None = None
+        for e in group:
+            assert e.model is not None
+            rate = prefill_capacity(e.model, targets).rate_per_s
+            if rate <= 0:
+                continue
+            per_gpu = rate / e.candidate.gpus_per_replica
+            if best_prefill is None or per_gpu > best_prefill[0]:
+                best_prefill = (per_gpu, e, rate)
+        if best_prefill is None:
+            continue
+        _, pre, pre_rate = best_prefill
+        pre_replicas = max(1, math.ceil(traffic.load / pre_rate - 1e-9))
+        for e in group:
+            assert e.model is not None and e.memory is not None
+            kv_bytes = e.memory.kv_bytes_per_token_per_gpu * e.candidate.tp * traffic.input_len.mean
+            transfer = kv_bytes / space.kv_transfer_bytes_per_s
+            dec_model = replace(e.model, role="decode", kv_transfer_s=transfer)
+            cap = max_rate(dec_model, decode_targets) if decode_targets else max_rate(dec_model, ())
+            if cap.rate_per_s <= 0:
+                continue
+            replicas = max(1, math.ceil(traffic.load / cap.rate_per_s - 1e-9))
+            gpus = replicas * e.candidate.gpus_per_replica + pre_replicas * pre.candidate.gpus_per_replica
+            cost = gpus * price
+            operating = at_rate(dec_model, traffic.load / replicas)
+            pre_point = prefill_only_at(pre.model, traffic.load / pre_replicas)  # type: ignore[arg-type]
+            late = [t for t in e2e_targets if pre_point.ttft(t.percentile) + operating.e2e(t.percentile) > t.seconds]
+            cand = replace(e.candidate, mode="disaggregated", prefill_tp=pre.candidate.tp,
+                           prefill_replicas=pre_replicas)
+            feasible = gpus <= space.max_gpus and not late
+            reason = (cap.binding if feasible else f"{late[0].label} above target" if late else
+                      f"needs {gpus} GPUs, more than the limit of {space.max_gpus}")
+            out_rate = traffic.load
+            per_s = cost / 3600
+            pre_gpus = pre_replicas * pre.candidate.gpus_per_replica
+            cin = per_s * pre_gpus / gpus / (out_rate * traffic.input_len.mean) * 1e6
+            cout = per_s * (gpus - pre_gpus) / gpus / (out_rate * traffic.output_len.mean) * 1e6
+            out.append(Evaluation(
+                candidate=cand, fits=True, feasible=feasible, reason=reason,
+                price_per_gpu_hour=price, memory=e.memory, capacity_rate_per_s=cap.rate_per_s, binding=cap.binding,
+                replicas=replicas, num_gpus=gpus, cost_per_hour=cost, operating=operating, frontier=None,
+                cost_per_m_input=cin, cost_per_m_output=cout, model=dec_model, prefill=pre))
+    return out
+
+
+def speculative_break_even(model: ReplicaServing, without: ReplicaServing, limit: int = 1024) -> int | None:
+    """Smallest decode batch at which speculative decoding no longer lowers the time per output token."""
+    for batch in range(1, limit + 1):
+        with_spec = at_batch(model, float(batch))
+        plain = at_batch(without, float(batch))
+        if with_spec.decode_step_s / with_spec.w.accepted >= plain.decode_step_s:
+            return batch
+    return None

@@ -1,0 +1,229 @@
+"""What a service asks for: request lengths, arrival pattern, latency targets, per-request overheads.
+
+Length distributions (tokens): fixed; uniform over mean x [1 - r, 1 + r] (vLLM bench's --random-range-ratio);
+lognormal with a coefficient of variation (chat traffic such as ShareGPT is right-skewed); exponential
+(geometric in whole tokens: the M/M/1 limit); empirical (a list of lengths, e.g. from a CSV).
+Pure math: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Literal
+
+from tfcalc.errors import UsageError
+
+DistKind = Literal["fixed", "uniform", "lognormal", "exponential", "empirical"]
+Metric = Literal["ttft", "tpot", "e2e"]
+METRICS: tuple[Metric, ...] = ("ttft", "tpot", "e2e")
+METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}
+
+
+def _normal_quantile(p: float) -> float:
+    """Inverse of the standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9)."""
+    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
+         -3.066479806614716e01, 2.506628277459239e00)
+    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
+         -1.328068155288572e01)
+    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
+         4.374664141464968e00, 2.938163982698783e00)
+    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
+    if p <= 0 or p >= 1:
+        raise ValueError("p must be in (0, 1)")
+    if p < 0.02425:
+        q = math.sqrt(-2 * math.log(p))
+        return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
+            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+    if p > 1 - 0.02425:
+        return -_normal_quantile(1 - p)
+    q = p - 0.5
+    r = q * q
+    return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / (
+        ((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class LengthDist:
+    """A distribution of token counts (each sample at least 1)."""
+
+    kind: DistKind = "fixed"
+    mean: float = 1.0
+    spread: float = 0.0                    # uniform: range ratio r; lognormal: coefficient of variation
+    values: tuple[int, ...] = field(default=())  # empirical
+    _quantiles: dict[float, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.kind == "empirical":
+            if not self.values or min(self.values) < 1:
+                raise UsageError("an empirical length distribution needs positive lengths")
+            object.__setattr__(self, "mean", sum(self.values) / len(self.values))
+            return
+        if self.mean < 1:
+            raise UsageError(f"mean length must be at least 1 token, got {self.mean}")
+        if self.kind == "uniform" and not 0 <= self.spread < 1:
+            raise UsageError(f"uniform range ratio must be in [0, 1), got {self.spread}")
+        if self.kind == "lognormal" and self.spread <= 0:
+            raise UsageError(f"lognormal spread (coefficient of variation) must be positive, got {self.spread}")
+
+    @property
+    def second_moment(self) -> float:
+        m = self.mean
+        if self.kind == "fixed":
+            return m * m
+        if self.kind == "uniform":
+            half = m * self.spread
+            return m * m + half * half / 3
+        if self.kind == "lognormal":
+            return m * m * (1 + self.spread ** 2)
+        if self.kind == "exponential":
+            return 2 * m * m - m  # geometric on {1, 2, ...} with mean m: E[X^2] = (2 - p) / p^2, p = 1/m
+        return sum(v * v for v in self.values) / len(self.values)
+
+    @property
+    def variance(self) -> float:
+        return max(self.second_moment - self.mean ** 2, 0.0)
+
+    def quantile(self, p: float) -> float:
+        """The p-quantile (0 < p < 1), continuous approximation (memoised: searches ask for a few p often)."""
+        value = self._quantiles.get(p)
+        if value is None:
+            value = self._quantiles[p] = self._quantile(p)
+        return value
+
+    def _quantile(self, p: float) -> float:
+        m = self.mean
+        if self.kind == "fixed":
+            return m
+        if self.kind == "uniform":
+            return m * (1 - self.spread) + 2 * m * self.spread * p
+        if self.kind == "lognormal":
+            s2 = math.log(1 + self.spread ** 2)
+            return m * math.exp(-s2 / 2 + math.sqrt(s2) * _normal_quantile(p))
+        if self.kind == "exponential":
+            return max(1.0, -m * math.log(1 - p))
+        ordered = sorted(self.values)
+        return float(ordered[min(len(ordered) - 1, int(p * len(ordered)))])
+
+    def sample(self, rng: random.Random) -> int:
+        """One length drawn from the distribution (rounded, at least 1)."""
+        m = self.mean
+        if self.kind == "fixed":
+            return max(1, round(m))
+        if self.kind == "uniform":
+            lo, hi = max(1, math.floor(m * (1 - self.spread))), max(1, math.ceil(m * (1 + self.spread)))
+            return rng.randint(lo, hi)
+        if self.kind == "lognormal":
+            s2 = math.log(1 + self.spread ** 2)
+            return max(1, round(rng.lognormvariate(math.log(m) - s2 / 2, math.sqrt(s2))))
+        if self.kind == "exponential":
+            p = 1 / m
+            return 1 if p >= 1 else 1 + int(math.log(1 - rng.random()) / math.log(1 - p))
+        return rng.choice(self.values)
+
+    @property
+    def label(self) -> str:
+        if self.kind == "fixed":
+            return f"{self.mean:,.0f}"
+        if self.kind == "uniform":
+            return f"{self.mean:,.0f}±{self.spread:.0%}"
+        if self.kind == "lognormal":
+            return f"{self.mean:,.0f} (cv {self.spread:g})"
+        if self.kind == "exponential":
+            return f"{self.mean:,.0f} (exp)"
+        return f"{self.mean:,.0f} (n={len(self.values)})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Traffic:
+    """Requests: prompt and output lengths, and either an open arrival rate or a closed-loop concurrency."""
+
+    input_len: LengthDist
+    output_len: LengthDist
+    rate_per_s: float | None = None        # Poisson arrivals (requests/s, whole service)
+    concurrency: int | None = None         # closed loop: this many requests always in flight
+    prefix_hit_ratio: float = 0.0          # share of each prompt found in the prefix cache
+
+    def __post_init__(self) -> None:
+        if (self.rate_per_s is None) == (self.concurrency is None):
+            raise UsageError("give the traffic as a request rate or as a concurrency (one of them)")
+        if self.rate_per_s is not None and self.rate_per_s <= 0:
+            raise UsageError(f"request rate must be positive, got {self.rate_per_s}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise UsageError(f"concurrency must be at least 1, got {self.concurrency}")
+        if not 0 <= self.prefix_hit_ratio < 1:
+            raise UsageError(f"prefix cache hit ratio must be in [0, 1), got {self.prefix_hit_ratio}")
+
+    @property
+    def load(self) -> float:
+        return float(self.rate_per_s if self.rate_per_s is not None else self.concurrency)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """One latency target: ``metric`` at ``percentile`` (0 = mean) must be at most ``seconds``."""
+
+    metric: Metric
+    percentile: float
+    seconds: float
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise UsageError(f"unknown latency metric '{self.metric}' (ttft, tpot, e2e)")
+        if not (self.percentile == 0 or 0 < self.percentile < 100):
+            raise UsageError(f"percentile must be in (0, 100) or 0 for the mean, got {self.percentile}")
+        if self.seconds <= 0:
+            raise UsageError(f"latency target must be positive, got {self.seconds}")
+
+    @property
+    def label(self) -> str:
+        which = "mean" if self.percentile == 0 else f"p{self.percentile:g}"
+        return f"{METRIC_NAMES[self.metric]} {which}"
+
+    @property
+    def key(self) -> str:
+        which = "mean" if self.percentile == 0 else f"p{self.percentile:g}".replace(".", "_")
+        return f"{self.metric}_{which}_s"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overheads:
+    """Per-request and per-step costs outside the GPU forward pass (seconds).
+
+    request_s: HTTP parsing, chat template and tokenization, hand-off to the engine process, once per request;
+    per_input_token_s: tokenization cost per prompt token; step_s: scheduler + input preparation + sampling
+    per engine step (CPU, not overlapped with the GPU); stream_s: detokenize and stream a token to the client.
+    """
+
+    request_s: float = 0.0
+    per_input_token_s: float = 0.0
+    step_s: float = 0.0
+    stream_s: float = 0.0
+    source: str = "none"
+
+    def front_s(self, input_tokens: float) -> float:
+        return self.request_s + self.per_input_token_s * input_tokens
+
+
+# Defaults per engine. Source: gpustack performance lab, docs/performance-lab/qwen3-8b/h100-latency.md
+# (gpustack/gpustack@47277d7): vllm bench serve --backend openai-chat, ShareGPT (mean prompt 233 tokens),
+# Qwen3-8B bf16 on one H100 SXM. vLLM 0.11 at concurrency 1: mean TTFT 59.0 ms, TPOT 7.28 ms; SGLang 0.5.3 at
+# concurrency 4: mean TTFT 27.7 ms, TPOT 7.19 ms. The prefill of 233 tokens is one step of about 7-9 ms
+# (the weights are read once: memory-bound), so about 50 ms (vLLM) and 20 ms (SGLang) of TTFT are the request
+# path. Split: stream 2 ms (detokenize + SSE of one chunk), the rest before the engine. SGLang's overlap
+# scheduler hides the CPU step; vLLM's V1 engine core overlaps it only with --async-scheduling, and its
+# measured TPOT at batch 1 is already below the roofline's default-efficiency step, so step_s = 0 for both.
+ENGINE_OVERHEADS: dict[str, Overheads] = {
+    "vllm": Overheads(request_s=0.048, per_input_token_s=0.0, step_s=0.0, stream_s=0.002,
+                      source="vLLM 0.11 openai-chat, Qwen3-8B on H100: TTFT 59 ms at concurrency 1 "
+                             "(gpustack performance lab)"),
+    "sglang": Overheads(request_s=0.018, per_input_token_s=0.0, step_s=0.0, stream_s=0.002,
+                        source="SGLang 0.5.3 openai-chat, Qwen3-8B on H100: TTFT 28 ms at concurrency 4 "
+                               "(gpustack performance lab)"),
+}
+
+
+normal_quantile = lru_cache(maxsize=256)(_normal_quantile)
