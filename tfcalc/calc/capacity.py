@@ -431,3 +431,26 @@ def speculative_break_even(model: ReplicaServing, without: ReplicaServing, limit
         if with_spec.decode_step_s / with_spec.w.accepted >= plain.decode_step_s:
             return batch
     return None
+
+
+def simulate_evaluation(e: Evaluation, traffic: Traffic, num_requests: int = 2000, seed: int = 0):  # -> SimResult
+    """Run one replica of ``e`` through the discrete-event scheduler simulation at its share of the traffic
+    (Poisson arrivals, or a closed loop at its share of the concurrency); None for disaggregated plans."""
+    from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
+
+    model = e.model
+    if model is None or e.replicas == 0 or e.candidate.mode != "aggregated":
+        return None
+    cfg = SimConfig(max_num_seqs=model.max_num_seqs, max_num_batched_tokens=model.max_num_batched_tokens,
+                    kv_capacity_tokens=int(model.kv_capacity_tokens), block_size=model.block_size,
+                    overheads=model.overheads, spec=model.spec)
+    if traffic.rate_per_s is not None:
+        load = Workload(input_len=traffic.input_len, output_len=traffic.output_len, num_requests=num_requests,
+                        rate_per_s=traffic.rate_per_s / e.replicas, prefix_hit_ratio=traffic.prefix_hit_ratio,
+                        seed=seed, warmup_fraction=0.1)
+    else:
+        concurrency = max(1, round((traffic.concurrency or 1) / e.replicas))
+        load = Workload(input_len=traffic.input_len, output_len=traffic.output_len, num_requests=num_requests,
+                        concurrency=concurrency, prefix_hit_ratio=traffic.prefix_hit_ratio, seed=seed,
+                        warmup_fraction=0.1)
+    return simulate(model.step, cfg, load)
