@@ -34,7 +34,6 @@ from tfcalc.calc.serving import (
     Point,
     ReplicaServing,
     SpecDecoding,
-    at_batch,
     at_concurrency,
     at_rate,
     max_rate,
@@ -196,46 +195,37 @@ def _cost_split(point: Point, cost_per_hour: float, rate_per_s: float, traffic_i
 
 def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
            overheads: Overheads, efficiency: Efficiency | None = None,
-           progress: Callable[[int], None] | None = None) -> SearchResult:
-    """Evaluate every candidate; the cheapest feasible one first (ties: fewer GPUs, more headroom)."""
+           progress: Callable[[int], None] | None = None, workers: int = 1) -> SearchResult:
+    """Evaluate every candidate; the cheapest feasible one first (ties: fewer GPUs, more headroom).
+
+    ``workers`` > 1 spreads the (layout, formats) groups over that many forked processes (where the platform
+    can fork); the result is the same as with one.
+    """
     if not space.gpus:
         raise UsageError("no GPU type to search")
     if not targets:
         raise UsageError("give at least one latency target (--ttft, --tpot or --e2e)")
     eff = efficiency or Efficiency()
-    evaluations: list[Evaluation] = []
     layouts = _layouts(spec, space)
     if not layouts:
         raise UsageError(f"no tensor/pipeline-parallel layout of {spec.name} fits the limits (max GPUs "
                          f"{space.max_gpus}, {space.gpus_per_node} per node)")
+    groups = [(tp, pp, ep, precision, kv_dtype) for tp, pp, ep in layouts for precision in space.weight_precisions
+              for kv_dtype in space.kv_dtypes]
+    job = _Job(spec, traffic, targets, space, overheads, eff)
+    evaluations: list[Evaluation] = []
     done = 0
-    for tp, pp, ep in layouts:
-        for precision in space.weight_precisions:
-            for kv_dtype in space.kv_dtypes:
-                memories = {(offer.gpu.name, chunk): replica_memory(
-                    spec, offer.gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, max_model_len=space.max_model_len,
-                    max_num_batched_tokens=chunk, gpu_memory_utilization=space.gpu_memory_utilization,
-                    block_size=space.block_size, runtime_overhead_bytes=space.runtime_overhead_bytes)
-                    for offer in space.gpus for chunk in space.chunk_sizes}
-                # The step-time coefficients are only needed where something fits.
-                work = (step_work(spec, precision, kv_dtype, tp, pp, ep)
-                        if any(m.fits for m in memories.values()) else None)
-                for offer in space.gpus:
-                    step = step_model(work, offer.gpu, eff) if work is not None else None
-                    for chunk in space.chunk_sizes:
-                        memory = memories[(offer.gpu.name, chunk)]
-                        for spec_dec in space.speculative:
-                            previous: Evaluation | None = None
-                            for seqs in sorted(space.max_num_seqs):
-                                cand = Candidate(gpu=offer.gpu.name, tp=tp, pp=pp, ep=ep, weights=precision.label,
-                                                 kv_dtype=kv_dtype.name, max_num_seqs=seqs, chunk=chunk,
-                                                 spec=spec_dec)
-                                previous = _evaluate(cand, offer, memory, step, traffic, targets, space, overheads,
-                                                     spec_dec, previous)
-                                evaluations.append(previous)
-                                done += 1
-                    if progress:
-                        progress(done)
+    pool = _pool(workers, len(groups))
+    try:
+        results = pool.imap_unordered(job.run, groups) if pool is not None else map(job.run, groups)
+        for chunk in results:
+            evaluations.extend(chunk)
+            done += len(chunk)
+            if progress:
+                progress(done)
+    finally:
+        if pool is not None:
+            pool.terminate()
     if space.disaggregated:
         evaluations.extend(_disaggregated(spec, traffic, targets, space, overheads, eff, evaluations))
     evaluations.sort(key=lambda e: e.sort_key)
@@ -243,6 +233,53 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
     frontier = pareto_frontier([e for e in evaluations if e.frontier is not None and e.candidate.mode == "aggregated"])
     return SearchResult(evaluations=tuple(evaluations), best=best, frontier=tuple(frontier),
                         candidates=count_candidates(spec, space))
+
+
+def _pool(workers: int, groups: int):  # -> multiprocessing.pool.Pool | None
+    """A pool of forked workers, or None to run in this process (one worker, few groups, or no fork)."""
+    import multiprocessing
+
+    if workers <= 1 or groups < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    return multiprocessing.get_context("fork").Pool(min(workers, groups))
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One (layout, formats) group of candidates: every GPU, chunk size, max_num_seqs, speculation."""
+
+    spec: ModelSpec
+    traffic: Traffic
+    targets: tuple[Target, ...]
+    space: SearchSpace
+    overheads: Overheads
+    eff: Efficiency
+
+    def run(self, group: tuple) -> list[Evaluation]:
+        tp, pp, ep, precision, kv_dtype = group
+        spec, space = self.spec, self.space
+        memories = {(offer.gpu.name, chunk): replica_memory(
+            spec, offer.gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, max_model_len=space.max_model_len,
+            max_num_batched_tokens=chunk, gpu_memory_utilization=space.gpu_memory_utilization,
+            block_size=space.block_size, runtime_overhead_bytes=space.runtime_overhead_bytes)
+            for offer in space.gpus for chunk in space.chunk_sizes}
+        # The step-time coefficients are only needed where something fits.
+        work = step_work(spec, precision, kv_dtype, tp, pp, ep) if any(m.fits for m in memories.values()) else None
+        out: list[Evaluation] = []
+        for offer in space.gpus:
+            step = step_model(work, offer.gpu, self.eff) if work is not None else None
+            for chunk in space.chunk_sizes:
+                memory = memories[(offer.gpu.name, chunk)]
+                for spec_dec in space.speculative:
+                    previous: Evaluation | None = None
+                    for seqs in sorted(space.max_num_seqs):
+                        cand = Candidate(gpu=offer.gpu.name, tp=tp, pp=pp, ep=ep, weights=precision.label,
+                                         kv_dtype=kv_dtype.name, max_num_seqs=seqs, chunk=chunk, spec=spec_dec)
+                        previous = _evaluate(cand, offer, memory, step, self.traffic, self.targets, space,
+                                             self.overheads, spec_dec, previous)
+                        out.append(previous)
+        # The points explored on the way are not needed any more (and would travel back from a worker).
+        return [replace(e, capacity=replace(e.capacity, explored=())) if e.capacity is not None else e for e in out]
 
 
 def _replica(step, memory: ReplicaMemory, traffic: Traffic, seqs: int, chunk: int, overheads: Overheads,
@@ -274,7 +311,7 @@ def _seats_idle(capacity: Capacity, seqs: int) -> bool:
         return False
     if p.kv_seats <= seqs:
         return True
-    return p.batch < seqs and seqs - p.seat_load > 7 * math.sqrt(seqs) + 2
+    return seqs - 1.01 * p.seat_load > 7 * math.sqrt(seqs) + 2
 
 
 def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, traffic: Traffic,
@@ -298,12 +335,16 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
         _seats_idle(prior.capacity, prior.candidate.max_num_seqs)
     reuse_front = prior is not None and prior.frontier_capacity is not None and \
         _seats_idle(prior.frontier_capacity, prior.candidate.max_num_seqs)
+    operating = None
     if reuse_cap and reuse_front:
         assert prior is not None and prior.capacity is not None and prior.frontier_capacity is not None
         cap, frontier_cap, operating = prior.capacity, prior.frontier_capacity, prior.operating
+    elif reuse_cap:
+        assert prior is not None and prior.capacity is not None
+        cap, frontier_cap = max_rates(model, targets, relaxed, known=prior.capacity)
+        cap, operating = prior.capacity, prior.operating
     else:
         cap, frontier_cap = max_rates(model, targets, relaxed)
-        operating = None
     frontier = frontier_cap.point if frontier_cap.rate_per_s > 0 else None
     concurrency = cap.rate_per_s * (cap.point.e2e(0) + overheads.stream_s) if cap.rate_per_s > 0 else 0.0
     replicas, _ = _size(cap, traffic)
@@ -315,7 +356,8 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
     cost = gpus * price
     per_replica = traffic.load / replicas
     if operating is None or prior is None or prior.replicas != replicas:
-        operating = at_rate(model, per_replica, below=cap.point) if traffic.rate_per_s is not None else \
+        operating = at_rate(model, per_replica, below=cap.point, known=cap.explored) \
+            if traffic.rate_per_s is not None else \
             at_concurrency(model, per_replica)
     rate_op = operating.rate_per_s * replicas
     cin, cout = _cost_split(operating, cost, rate_op, traffic.input_len.mean, traffic.output_len.mean)
@@ -424,11 +466,14 @@ def _disaggregated(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...
 
 
 def speculative_break_even(model: ReplicaServing, without: ReplicaServing, limit: int = 1024) -> int | None:
-    """Smallest decode batch at which speculative decoding no longer lowers the time per output token."""
+    """Smallest decode batch at which speculative decoding no longer lowers the time per output token
+    (decode-only steps: verification of k + 1 tokens per sequence plus k draft passes, over the tokens
+    accepted per step, against one plain decode step)."""
+    from tfcalc.calc.serving import _work
+
+    w_spec, w_plain = _work(model), _work(without)
     for batch in range(1, limit + 1):
-        with_spec = at_batch(model, float(batch))
-        plain = at_batch(without, float(batch))
-        if with_spec.decode_step_s / with_spec.w.accepted >= plain.decode_step_s:
+        if w_spec.step(float(batch), 0.0, 0.0) / w_spec.accepted >= w_plain.step(float(batch), 0.0, 0.0):
             return batch
     return None
 

@@ -25,8 +25,8 @@ the mean number of decoding sequences in a busy step, and derives everything els
   (variance 2m/3 for a window equal to the service time) and of the share of its steps that carry prefill.
 - end-to-end = TTFT + (output - 1) x TPOT at the same percentile (a conservative combination).
 
-Everything is monotone in B, so the largest rate meeting the targets is the largest B meeting them, found on
-a fixed grid of B by regula falsi. The
+Everything is monotone in the load, so the largest rate meeting the targets is found on a fixed grid of
+loads by regula falsi. The
 discrete-event simulation in ``serving_sim`` runs the same scheduler request by request and checks this model
 (tests/calc/test_serving.py). Pure math: no I/O.
 """
@@ -92,9 +92,26 @@ class _Work:
     kv_units_live: float
     held_decode: float      # keys one decode query attends (summed over layers) at the mean context
     held_prefix: float      # keys of the cached prefix a prefill chunk reads back
+    inverse_steps: float    # E[1 / decode steps] over the output lengths
+    step: Callable[[float, float, float], float]   # busy step time: (decoding, prefill tokens, completing)
+
+
+_WORK_CACHE: dict[int, tuple[ReplicaServing, _Work]] = {}
 
 
 def _work(r: ReplicaServing) -> _Work:
+    """Per-request work and the step-time function of ``r`` (memoised on the object: a search asks often)."""
+    hit = _WORK_CACHE.get(id(r))
+    if hit is not None and hit[0] is r:
+        return hit[1]
+    if len(_WORK_CACHE) > 4096:
+        _WORK_CACHE.clear()
+    w = _make_work(r)
+    _WORK_CACHE[id(r)] = (r, w)
+    return w
+
+
+def _make_work(r: ReplicaServing) -> _Work:
     i, o = r.input_len, r.output_len
     h = r.prefix_hit_ratio
     kv = r.step.work.kv
@@ -110,34 +127,35 @@ def _work(r: ReplicaServing) -> _Work:
     context = i.mean + (d_m2 + d_mean) / (2 * d_mean) if d_mean > 0 else i.mean
     pk = kv.causal_keys(round(prefix), max(1, round(p_mean))) / max(1, round(p_mean)) if p_mean > 0 else 0.0
     live = kv.units(context) - (kv.units(prefix) if h else 0.0) + r.block_size / 2
+    inverse = sum(weight / max((x - 1) / accepted, 1.0) for x, weight in o.nodes())
+    held_decode, held_prefix = kv.held(context), kv.held(prefix)
+    step = r.step.busy_step(held_decode, pk, held_prefix, tokens_per_decode, r.overheads.step_s)
+    if r.spec is not None:
+        main, draft = step, r.step.busy_step(held_decode, 0.0, 0.0, 1.0)
+        factor = r.spec.num_tokens * r.spec.draft_cost
+
+        def step(batch: float, prefill: float, completing: float) -> float:
+            t = main(batch, prefill, completing)
+            return t + factor * draft(batch, 0.0, 0.0) if batch else t
     return _Work(p_mean, p_m2, prefix, d_mean / accepted, d_mean, tokens_per_decode, accepted, context, pk,
-                 max(live, 1.0), kv.held(context), kv.held(prefix))
+                 max(live, 1.0), held_decode, held_prefix, inverse, step)
 
 
-def _step_time(r: ReplicaServing, w: _Work, batch: float, prefill: float, completing: float) -> float:
-    """One busy step: ``batch`` decoding sequences (with their draft passes) + ``prefill`` prompt tokens of which
-    ``completing`` prompts finish (and sample), + the CPU step overhead."""
-    step = r.step
-    t = step.time(batch, prefill, batch * w.held_decode, prefill * w.prefill_keys_per_token,
-                  w.held_prefix if prefill else 0.0, batch * w.tokens_per_decode + completing, w.tokens_per_decode)
-    if r.spec is not None and batch:
-        t += r.spec.num_tokens * r.spec.draft_cost * step.time(batch, 0.0, batch * w.held_decode, 0.0, 0.0, batch,
-                                                               1.0)
-    return t + r.overheads.step_s
+def erlang(servers: int, load: float) -> tuple[float, float]:
+    """(P(an arrival waits), P(the system is empty)) of M/M/c with c servers and offered load a = lambda / mu.
 
-
-def erlang_c(servers: int, load: float) -> float:
-    """Probability an arrival waits in M/M/c with c servers and offered load a = lambda / mu (< c).
-
-    Erlang B from 1 / B = sum_i prod_{m<i} (c - m) / a (terms fall off geometrically once c - i < a, so the
-    sum stops after O(sqrt(c)) terms), then C = c B / (c - a (1 - B)).
+    Erlang B from 1 / B = sum_i prod_{m<i} (c - m) / a (= sum_k t_k / t_c with t_k = a^k / k!; terms fall off
+    geometrically once c - i < a, so the sum stops after O(sqrt(c)) of them); C = c B / (c - a (1 - B));
+    P0 = 1 / (sum_{k<c} t_k + t_c c / (c - a)).
     """
     if load <= 0:
-        return 0.0
+        return 0.0, 1.0
     if load >= servers:
-        return 1.0
+        return 1.0, 0.0
     if servers - load > 7 * math.sqrt(servers) + 2:
-        return 0.0  # Halfin-Whitt: P(wait) ~ phi(beta) / beta < 1e-11 for beta = (c - a) / sqrt(c) > 7
+        # Halfin-Whitt: P(wait) ~ phi(beta) / beta < 1e-11 for beta = (c - a) / sqrt(c) > 7; the occupancy is
+        # then Poisson(a) to the same accuracy.
+        return 0.0, math.exp(-load)
     total = term = 1.0
     for i in range(1, servers + 1):
         term *= (servers - i + 1) / load
@@ -145,24 +163,15 @@ def erlang_c(servers: int, load: float) -> float:
         if term < 1e-16 * total and servers - i + 1 < load:
             break
     b = 1 / total
-    return servers * b / (servers - load * (1 - b))
+    wait = servers * b / (servers - load * (1 - b))
+    log_tc = servers * math.log(load) - math.lgamma(servers + 1)
+    empty = math.exp(-log_tc) / (total - 1 + servers / (servers - load)) if log_tc > -700 else 0.0
+    return wait, min(empty, 1.0)
 
 
-def _solve_x(y: float) -> float:
-    """x > 0 with x / (1 - exp(-x)) = y (y > 1), by Newton's method."""
-    if y <= 1:
-        return 0.0
-    x = 2 * (y - 1) if y < 1.5 else y
-    for _ in range(30):
-        e = math.exp(-x)
-        g = x - y * (1 - e)
-        dg = 1 - y * e
-        step = g / dg if dg > 1e-12 else g
-        x_new = max(x - step, x / 2)
-        if abs(x_new - x) <= 1e-12 * x:
-            return x_new
-        x = x_new
-    return x
+def erlang_c(servers: int, load: float) -> float:
+    """Probability an arrival waits in M/M/c (Erlang C)."""
+    return erlang(servers, load)[0]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,6 +199,7 @@ class Point:
     prefill_utilization: float
     engine_time_s: float
     w: _Work
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     # --- latencies ---------------------------------------------------------------------------------------
     def _prefill_service(self, tokens: float) -> float:
@@ -198,14 +208,15 @@ class Point:
             return 0.0
         cap = self.prefill_capacity
         full = math.ceil(tokens / cap) - 1
-        rest = tokens - full * cap
-        return full * self._step(self.batch, cap) + self._step(self.batch, rest, completing=1.0)
+        step = self.w.step
+        rest = step(self.batch, tokens - full * cap, 1.0)
+        return full * step(self.batch, cap, cap / self.w.prefill_mean) + rest if full else rest
 
     def _step(self, batch: float, prefill: float, completing: float | None = None) -> float:
         w = self.w
         if completing is None:
             completing = prefill / w.prefill_mean if w.prefill_mean else 0.0
-        return _step_time(self.model, w, batch, prefill, completing)
+        return w.step(batch, prefill, completing)
 
     def _wait_quantile(self, p: float) -> float:
         pw, mean = self.wait_probability, self.wait_mean_s
@@ -213,40 +224,83 @@ class Point:
             return 0.0
         return mean / pw * math.log(pw / (1 - p))
 
-    def ttft(self, percentile: float = 0.0) -> float:
-        """Time to first token (s): mean (percentile 0) or the given percentile."""
-        m, w = self.model, self.w
+    def _fixed_ttft(self, prompt: float) -> float:
+        """TTFT of a request with ``prompt`` tokens that does not wait: overheads, the rest of the running step,
+        its prefill and the streaming of the token."""
+        m = self.model
         o = m.overheads
-        residual = self.busy * self.step_s / 2
-        if percentile == 0:
-            tokens = w.prefill_mean
-            return (o.front_s(m.input_len.mean) + o.stream_s + self.wait_mean_s + residual
-                    + self._prefill_service(tokens))
-        p = percentile / 100
-        tokens = m.input_len.quantile(p) * (1 - m.prefix_hit_ratio) if m.role != "decode" else 0.0
-        return (o.front_s(m.input_len.quantile(p)) + o.stream_s + self._wait_quantile(p) + residual
+        tokens = prompt * (1 - m.prefix_hit_ratio) if m.role != "decode" else 0.0
+        return (o.front_s(prompt) + o.stream_s + self.busy * self.step_s / 2
                 + self._prefill_service(tokens))
 
+    def _plus_wait_quantile(self, p: float, fixed: list[tuple[float, float]]) -> float:
+        """The p-quantile of F + W: F takes each (value, weight) of ``fixed`` (nodes of a length distribution),
+        W (the queueing wait, independent of F) is 0 with probability 1 - P(wait) and exponential with mean
+        wait / P(wait) otherwise. Between two values of F the CDF is A - K exp(-t / theta), solved in closed
+        form; at a value of F it jumps (the atom of W)."""
+        pw, mean = self.wait_probability, self.wait_mean_s
+        nodes = sorted(fixed)
+        if pw <= 0 or mean <= 0:
+            acc = 0.0
+            for value, weight in nodes:
+                acc += weight
+                if acc >= p - 1e-12:
+                    return value
+            return nodes[-1][0]
+        theta = mean / pw
+        total = k = 0.0   # mass of F at or below t; K: the exponential tails' weight at the current node
+        previous = nodes[0][0]
+        for j, (value, weight) in enumerate(nodes):
+            k = k * math.exp(-(value - previous) / theta) + weight * pw
+            total += weight
+            previous = value
+            if total - k >= p:
+                return value
+            x = -theta * math.log((total - p) / k) if total > p else math.inf
+            if j == len(nodes) - 1 or value + x < nodes[j + 1][0]:
+                return value + x
+        return math.inf
+
+    def ttft(self, percentile: float = 0.0) -> float:
+        """Time to first token (s): mean (percentile 0) or the given percentile."""
+        m = self.model
+        if percentile == 0:
+            return self._fixed_ttft(m.input_len.mean) + self.wait_mean_s
+        fixed = self._memo.get("ttft")
+        if fixed is None:
+            fixed = self._memo["ttft"] = [(self._fixed_ttft(x), weight) for x, weight in m.input_len.nodes(True)]
+        return self._plus_wait_quantile(percentile / 100, fixed)
+
     def tpot(self, percentile: float = 0.0) -> float:
-        """Time per output token after the first (s), per request: mean or percentile over requests."""
+        """Time per output token after the first (s), per request: mean or percentile over requests.
+
+        A request sees 1 + m sequences decoding (m others, Poisson; the time-average over its life has
+        variance 2m/3) and prefill chunks in a share q of its D steps (binomial: variance q (1 - q) E[1/D],
+        averaged over the output lengths); percentile = mean + z x the two spreads added in quadrature."""
         m, w = self.model, self.w
-        seen = 1 + self.decode_others
+        seats = self.seats if self.seats >= 1 else 1.0
+        seen = min(1 + self.decode_others, seats)
         q = self.prefill_step_share
+        decode = self._step(seen, 0.0)
+        prefill = self._step(seen, self.chunk_tokens) if q else decode
+        mean = q * prefill + (1 - q) * decode
         if percentile:
             z = normal_quantile(percentile / 100)
-            seen += z * math.sqrt(2 * self.decode_others / 3)
-            q = q + z * math.sqrt(q * (1 - q) / max(w.steps, 1.0))
-        seen = min(max(seen, 1.0), self.seats if self.seats >= 1 else 1.0)
-        q = min(max(q, 0.0), 1.0)
-        step = q * self._step(seen, self.chunk_tokens) + (1 - q) * self._step(seen, 0.0) if q else \
-            self._step(seen, 0.0)
-        return step / w.accepted + (m.kv_transfer_s / max(w.decode_tokens, 1.0) if m.role == "decode" else 0.0)
+            slope = self._step(min(seen + 1, seats + 1), 0.0) - decode
+            var = slope * slope * 2 * self.decode_others / 3 + (prefill - decode) ** 2 * q * (1 - q) * w.inverse_steps
+            mean = max(mean + z * math.sqrt(var), decode if z < 0 else mean)
+        return mean / w.accepted + (m.kv_transfer_s / max(w.decode_tokens, 1.0) if m.role == "decode" else 0.0)
 
     def e2e(self, percentile: float = 0.0) -> float:
+        """End-to-end latency (s): TTFT + (output - 1) x TPOT; percentiles over the output lengths and the
+        wait, with TTFT's own spread at the mean prompt."""
         m = self.model
-        decode = (m.output_len.quantile(percentile / 100) if percentile else m.output_len.mean) - 1
-        ttft = self.ttft(percentile) if m.role != "decode" else 0.0
-        return ttft + max(decode, 0.0) * self.tpot(percentile)
+        tpot = self.tpot(0)
+        start = self._fixed_ttft(m.input_len.mean) if m.role != "decode" else 0.0
+        if percentile == 0:
+            return start + self.wait_mean_s + max(m.output_len.mean - 1, 0.0) * tpot
+        fixed = [(start + max(o - 1, 0.0) * tpot, weight) for o, weight in m.output_len.nodes()]
+        return self._plus_wait_quantile(percentile / 100, fixed)
 
     def metric(self, target: Target) -> float:
         return getattr(self, target.metric)(target.percentile)
@@ -264,99 +318,135 @@ class Point:
         return self.rate_per_s * self.e2e(0)
 
 
-def at_batch(r: ReplicaServing, batch: float, w: _Work | None = None) -> Point:
-    """The operating point whose busy steps carry ``batch`` decoding sequences on average."""
-    w = w or _work(r)
-    budget = r.max_num_batched_tokens
-    capacity = budget - batch * w.tokens_per_decode
-    stable, limit = True, ""
+@dataclass(frozen=True)
+class _Mix:
+    """The steps of a busy replica whose steps carry ``batch`` decoding sequences and, on average,
+    ``prefill_per_step`` prompt tokens."""
+
+    capacity: float
+    tau_d: float
+    tau_full: float
+    tau_p: float
+    tau_mean: float
+    q: float
+    chunk: float
+    rho_steps: float
+    prefill_alone: float
+    decode_time: float
+    limit: str
+
+
+def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> _Mix:
+    limit = ""
+    capacity = r.max_num_batched_tokens - batch * w.tokens_per_decode
     if capacity < 1 and w.prefill_mean > 0:
-        capacity, stable, limit = 1.0, False, "token budget"
-
-    def tau(b: float, n: float, done: float) -> float:
-        return _step_time(r, w, b, n, done)
-
-    tau_d = tau(batch, 0.0, 0.0)
-    tau_full = tau(batch, capacity, capacity / w.prefill_mean) if w.prefill_mean else tau_d
-    per_step = batch * w.prefill_mean / w.steps if w.steps else 0.0   # mean prefill tokens per busy step
-    rho_steps = per_step / capacity if w.prefill_mean else 0.0       # share of step capacity used by prefill
+        capacity, limit = 1.0, "token budget"
+    tau_d = w.step(batch, 0.0, 0.0)
+    if not w.prefill_mean:
+        return _Mix(capacity, tau_d, tau_d, tau_d, tau_d, 0.0, 0.0, 0.0, 0.0, w.steps * tau_d, limit)
+    tau_full = w.step(batch, capacity, capacity / w.prefill_mean)
+    rho_steps = prefill_per_step / capacity                      # share of step capacity used by prefill
     if rho_steps >= 1:
-        stable, limit = False, limit or "prefill throughput"
+        limit = limit or "prefill throughput"
         rho_steps = 0.999
     # Prompts arrive Poisson: a step finds new prefill work with probability 1 - exp(-prompts per step);
     # a step carries at most the capacity, so under load q = N / capacity.
-    q = max(1 - math.exp(-per_step / w.prefill_mean), rho_steps) if w.prefill_mean else 0.0
-    chunk = per_step / q if q else 0.0
-    tau_p = tau(batch, chunk, chunk / w.prefill_mean) if chunk else tau_d
+    q = max(1 - math.exp(-prefill_per_step / w.prefill_mean), rho_steps) if prefill_per_step > 0 else 0.0
+    chunk = prefill_per_step / q if q else 0.0
+    tau_p = w.step(batch, chunk, chunk / w.prefill_mean) if chunk else tau_d
     tau_mean = q * tau_p + (1 - q) * tau_d
-    # One request alone in the engine: prefill in chunks, then its decode steps.
-    prefill_alone = 0.0
-    if w.prefill_mean:
-        full = math.ceil(w.prefill_mean / capacity) - 1
-        prefill_alone = full * tau_full + tau(batch, w.prefill_mean - full * capacity, 1.0)
-    decode_time = w.steps * tau_mean
-    engine = prefill_alone + decode_time
-    if w.steps and decode_time > 0:
-        y = batch * engine / decode_time
-        x = _solve_x(y)
-        rate = x / engine
-        busy = 1 - math.exp(-x)
-    else:
-        # No decode work (outputs of one token): the prefill queue alone sets the rate.
-        rate = rho_steps * capacity / (w.prefill_mean * tau_mean) if w.prefill_mean else 0.0
-        busy = min(rate * engine, 1.0)
-    if r.role == "decode":
-        engine += r.kv_transfer_s
-    others = rate * decode_time
+    full = math.ceil(w.prefill_mean / capacity) - 1
+    alone = full * tau_full + w.step(batch, w.prefill_mean - full * capacity, 1.0)
+    return _Mix(capacity, tau_d, tau_full, tau_p, tau_mean, q, chunk, rho_steps, alone, w.steps * tau_mean, limit)
+
+
+def at_load(r: ReplicaServing, load: float, w: _Work | None = None, share: float | None = None) -> Point:
+    """The operating point at offered seat load ``load`` = arrival rate x time a request holds a seat (the
+    mean number of requests being served: M/G/c with c = min(max_num_seqs, KV-limited sequences))."""
+    w = w or _work(r)
     kv_seats = r.kv_capacity_tokens / w.kv_units_live
     seats = min(float(r.max_num_seqs), kv_seats)
-    seat_load = rate * engine
-    if batch > seats:
-        stable, limit = False, limit or ("max_num_seqs" if r.max_num_seqs <= kv_seats else "KV cache")
-    if seat_load >= seats:
-        stable, limit = False, limit or ("max_num_seqs" if r.max_num_seqs <= kv_seats else "KV cache")
-    # Waiting for a seat: M/G/c (Erlang C, Allen-Cunneen); for the prefill queue: M/G/1 on tokens.
     c = max(int(seats), 1)
-    p_seat = erlang_c(c, seat_load) if stable else 1.0
-    cs2 = (r.output_len.variance / max(w.decode_tokens, 1.0) ** 2) * (decode_time / engine) ** 2 if engine else 0.0
-    wait_seat = p_seat * engine / max(c - seat_load, 1e-9) * (1 + cs2) / 2 if p_seat > 0 else 0.0
-    mu_tokens = capacity / tau_full if w.prefill_mean else math.inf
+    a = load
+    stable, limit = True, ""
+    if a >= c:
+        stable, limit = False, ("max_num_seqs" if r.max_num_seqs <= kv_seats else "KV cache")
+        a = c * (1 - 1e-9)
+    p_seat, p_empty = erlang(c, a)
+    busy = max(1 - p_empty, 1e-12)
+    transfer = r.kv_transfer_s if r.role == "decode" else 0.0
+    # Fixed point on the share of a request's engine time spent decoding (weakly load-dependent; ``share``: a
+    # starting guess, e.g. a nearby point's).
+    share = (share if share is not None else 1.0) if w.steps else 0.0
+    engine = tau = 0.0
+    for _ in range(12):
+        batch = a * share / busy
+        if w.steps:
+            per_step = batch * w.prefill_mean / w.steps
+        else:  # outputs of one token: prompts per busy step from the rate and the step time
+            per_step = (a / engine if engine else 0.0) * w.prefill_mean * tau / busy
+        mix = _mix(r, w, batch, per_step)
+        engine_new = mix.prefill_alone + mix.decode_time + transfer
+        share_new = mix.decode_time / engine_new if engine_new > 0 else 0.0
+        converged = abs(engine_new - engine) <= 1e-5 * engine_new
+        engine, share, tau = engine_new, share_new, mix.tau_mean
+        if converged:
+            break
+    rate = a / engine if engine > 0 else 0.0
+    if mix.limit:
+        stable, limit = False, limit or mix.limit
+    others = rate * mix.decode_time
+    cs2 = (r.output_len.variance / max(w.decode_tokens, 1.0) ** 2) * (mix.decode_time / engine) ** 2 if engine else 0.0
+    wait_seat = p_seat * engine / max(c - a, 1e-9) * (1 + cs2) / 2 if p_seat > 0 else 0.0
+    mu_tokens = mix.capacity / mix.tau_full if w.prefill_mean else math.inf
     rho_p = rate * w.prefill_mean / mu_tokens if w.prefill_mean else 0.0
     if rho_p >= 1:
         stable, limit = False, limit or "prefill throughput"
     wait_prefill = rate * w.prefill_m2 / mu_tokens ** 2 / (2 * (1 - rho_p)) if 0 < rho_p < 1 else 0.0
     p_wait = 1 - (1 - min(p_seat, 1.0)) * (1 - min(rho_p, 1.0))
-    return Point(model=r, batch=batch, rate_per_s=rate, stable=stable, limit=limit, step_s=tau_mean,
-                 decode_step_s=tau_d, prefill_step_s=tau_p, prefill_step_share=q, chunk_tokens=chunk,
-                 prefill_capacity=capacity, busy=busy, decode_others=others, seats=seats, kv_seats=kv_seats,
-                 seat_load=seat_load, wait_probability=p_wait, wait_mean_s=wait_seat + wait_prefill,
+    return Point(model=r, batch=batch, rate_per_s=rate, stable=stable, limit=limit, step_s=mix.tau_mean,
+                 decode_step_s=mix.tau_d, prefill_step_s=mix.tau_p, prefill_step_share=mix.q,
+                 chunk_tokens=mix.chunk, prefill_capacity=mix.capacity, busy=busy, decode_others=others, seats=seats,
+                 kv_seats=kv_seats, seat_load=a, wait_probability=p_wait, wait_mean_s=wait_seat + wait_prefill,
                  prefill_utilization=rho_p, engine_time_s=engine, w=w)
 
 
-def batch_limit(r: ReplicaServing) -> float:
-    """Largest busy batch worth trying: the seats and the token budget bound it."""
+def _decode_share(p: Point) -> float:
+    return p.w.steps * p.step_s / p.engine_time_s if p.engine_time_s > 0 else 1.0
+
+
+def load_limit(r: ReplicaServing) -> float:
+    """The seat count c: the offered load must stay below it."""
     w = _work(r)
-    return max(1.0, min(float(r.max_num_seqs), r.kv_capacity_tokens / w.kv_units_live,
-                        (r.max_num_batched_tokens - 1) / w.tokens_per_decode))
+    return max(min(float(r.max_num_seqs), r.kv_capacity_tokens / w.kv_units_live), 1.0)
 
 
-def at_rate(r: ReplicaServing, rate: float, below: Point | None = None) -> Point:
+def at_rate(r: ReplicaServing, rate: float, below: Point | None = None, known: tuple[Point, ...] = ()) -> Point:
     """The operating point at arrival rate ``rate`` (req/s); unstable if the replica cannot carry it.
-    ``below``: a stable point known to carry at least ``rate`` (narrows the search)."""
+    ``below``: a stable point known to carry at least ``rate``; ``known``: points already evaluated (both
+    narrow the search)."""
     w = _work(r)
-    lo = 1e-6
+    lo = 1e-9
     if below is not None and below.stable and below.rate_per_s >= rate:
-        return _bisect_rate(r, w, lo, below.batch, rate)
-    hi = batch_limit(r)
-    top = at_batch(r, hi, w)
-    if top.rate_per_s < rate or not top.stable and top.rate_per_s <= rate:
-        # Past the last stable batch: report the saturated point, marked unstable.
+        hi_point, lo_point = below, None
+        for p in known:
+            if p.stable and p.model is r:
+                if p.rate_per_s >= rate and p.seat_load < hi_point.seat_load:
+                    hi_point = p
+                elif p.rate_per_s < rate and (lo_point is None or p.seat_load > lo_point.seat_load):
+                    lo_point = p
+        if abs(hi_point.rate_per_s - rate) <= 1e-3 * rate:
+            return hi_point
+        return _solve_load(r, w, lo_point.seat_load if lo_point else lo, hi_point.seat_load,
+                           lambda p: p.rate_per_s, rate)
+    hi = load_limit(r) * (1 - 1e-9)
+    top = at_load(r, hi, w)
+    if top.rate_per_s < rate or not top.stable:
         point = _last_stable(r, w, lo, hi)
-        if point.rate_per_s >= rate:
-            return _bisect_rate(r, w, lo, point.batch, rate)
-        limit = point.limit or top.limit or "throughput"
-        return _replace_unstable(point, rate, limit)
-    return _bisect_rate(r, w, lo, hi, rate)
+        if point.stable and point.rate_per_s >= rate:
+            return _solve_load(r, w, lo, point.seat_load, lambda p: p.rate_per_s, rate)
+        return _replace_unstable(point, rate, point.limit or top.limit or "throughput")
+    return _solve_load(r, w, lo, hi, lambda p: p.rate_per_s, rate)
 
 
 def _replace_unstable(point: Point, rate: float, limit: str) -> Point:
@@ -365,31 +455,34 @@ def _replace_unstable(point: Point, rate: float, limit: str) -> Point:
     return replace(point, rate_per_s=rate, stable=False, limit=limit or "throughput")
 
 
-def _bisect_rate(r: ReplicaServing, w: _Work, lo: float, hi: float, rate: float) -> Point:
-    """The point whose rate is ``rate`` (to 0.1 %), by regula falsi on B (rate is smooth and increasing in B)."""
-    p_lo, p_hi = at_batch(r, lo, w), at_batch(r, hi, w)
+def _solve_load(r: ReplicaServing, w: _Work, lo: float, hi: float, value: Callable[[Point], float],
+                target: float) -> Point:
+    """The point where ``value`` (increasing in the load) reaches ``target`` (to 0.1 %), by regula falsi."""
+    p_lo, p_hi = at_load(r, lo, w), at_load(r, hi, w)
     point = p_hi
+    v_lo, v_hi = value(p_lo), value(p_hi)
     for _ in range(60):
-        span = p_hi.rate_per_s - p_lo.rate_per_s
-        mid = lo + (hi - lo) * (rate - p_lo.rate_per_s) / span if span > 0 else (lo + hi) / 2
+        span = v_hi - v_lo
+        mid = lo + (hi - lo) * (target - v_lo) / span if span > 0 else (lo + hi) / 2
         mid = min(max(mid, lo + 0.02 * (hi - lo)), hi - 0.02 * (hi - lo))
-        p = at_batch(r, mid, w)
-        if p.rate_per_s >= rate:
-            hi, p_hi, point = mid, p, p
+        p = at_load(r, mid, w)
+        v = value(p)
+        if v >= target:
+            hi, p_hi, v_hi, point = mid, p, v, p
         else:
-            lo, p_lo = mid, p
-        if abs(point.rate_per_s - rate) <= 1e-3 * rate or hi - lo <= 1e-6 * hi:
+            lo, p_lo, v_lo = mid, p, v
+        if abs(value(point) - target) <= 1e-3 * target or hi - lo <= 1e-9 * hi:
             break
     return point
 
 
 def _last_stable(r: ReplicaServing, w: _Work, lo: float, hi: float) -> Point:
-    best = at_batch(r, lo, w)
+    best = at_load(r, lo, w)
     if not best.stable:
         return best
     for _ in range(50):
         mid = (lo + hi) / 2
-        p = at_batch(r, mid, w)
+        p = at_load(r, mid, w)
         if p.stable:
             lo, best = mid, p
         else:
@@ -406,13 +499,14 @@ class Capacity:
     rate_per_s: float              # 0 when even a lone request misses a target
     point: Point                   # the operating point at that rate
     binding: str                   # the target or limit that binds ("TTFT p90", "KV cache", ...)
+    explored: tuple[Point, ...] = field(default=(), repr=False)   # points evaluated on the way
 
 
-# Capacity is searched on a fixed geometric grid of busy batches, B_k = 0.01 x 1.002^k: the answer is the
-# largest grid point meeting the targets, whatever path the search takes to it, so it is exactly monotone in
-# the targets (a looser target can only move it up) and the same for every max_num_seqs above the batch.
-_GRID_START = 0.01
-_GRID_RATIO = 1.002
+# Capacity is searched on a fixed geometric grid of offered seat loads, a_k = 0.001 x 1.01^k: the answer is
+# the largest grid point meeting the targets, whatever path the search takes to it, so it is exactly monotone
+# in the targets (a looser target can only move it up) and the same for every max_num_seqs that does not bind.
+_GRID_START = 0.001
+_GRID_RATIO = 1.01
 _LOG_RATIO = math.log(_GRID_RATIO)
 
 
@@ -430,14 +524,19 @@ def _slack(p: Point, targets: tuple[Target, ...]) -> float:
     return worst
 
 
+def _grid_index(load: float) -> int:
+    return int(math.log(max(load, _GRID_START) / _GRID_START) / _LOG_RATIO)
+
+
 def _largest_meeting(points: Callable[[int], Point], targets: tuple[Target, ...], lo: int, hi: int,
                      s_lo: float, s_hi: float) -> tuple[int, int]:
     """Largest k in [lo, hi) with slack <= 0, given slack(lo) <= 0 < slack(hi): (k, k + 1), by the Illinois
-    variant of regula falsi on grid indices (bisection where the slack is infinite)."""
+    variant of regula falsi on the load (rounded to the grid), bisection where the slack is infinite."""
     side = 0
     while hi - lo > 1:
         if math.isfinite(s_hi) and s_hi - s_lo > 0:
-            mid = lo + round((hi - lo) * (-s_lo) / (s_hi - s_lo))
+            a_lo, a_hi = _grid(lo), _grid(hi)
+            mid = _grid_index(a_lo + (a_hi - a_lo) * (-s_lo) / (s_hi - s_lo))
             mid = min(max(mid, lo + 1), hi - 1)
         else:
             mid = (lo + hi) // 2
@@ -455,25 +554,40 @@ def _largest_meeting(points: Callable[[int], Point], targets: tuple[Target, ...]
     return lo, hi
 
 
-def max_rates(r: ReplicaServing, targets: tuple[Target, ...],
-              relaxed: tuple[Target, ...] | None = None) -> tuple[Capacity, Capacity]:
+def max_rates(r: ReplicaServing, targets: tuple[Target, ...], relaxed: tuple[Target, ...] | None = None,
+              known: Capacity | None = None) -> tuple[Capacity, Capacity]:
     """Largest arrival rate at which the replica is stable and meets ``targets``; and the same for a subset
-    ``relaxed`` of them (the Pareto frontier uses all but TPOT). Both share the grid points evaluated."""
+    ``relaxed`` of them (the Pareto frontier uses all but TPOT). Both share the grid points evaluated;
+    ``known``: the answer for ``targets`` when already known (only the relaxed search runs)."""
     w = _work(r)
-    top = max(1, int(math.log(batch_limit(r) / _GRID_START) / _LOG_RATIO))
+    top = max(1, _grid_index(load_limit(r)))
     cache: dict[int, Point] = {}
 
     def points(k: int) -> Point:
         p = cache.get(k)
         if p is None:
-            p = cache[k] = at_batch(r, _grid(k), w)
+            near = min(cache, key=lambda j: abs(j - k), default=None)
+            guess = None if near is None else _decode_share(cache[near])
+            p = cache[k] = at_load(r, _grid(k), w, guess)
         return p
 
-    full = _capacity(r, w, points, targets, 0, top)
+    if known is not None:
+        full = known
+        start = min(_grid_index(known.point.seat_load), top)
+        if known.rate_per_s <= 0 or _slack(points(start), relaxed or targets) > 0:
+            start = 0
+    else:
+        full = _capacity(r, w, points, targets, 0, top)
+        start = max((k for k, p in cache.items() if p is full.point), default=0)
     if relaxed is None or relaxed == targets:
-        return full, full
-    start = max((k for k, p in cache.items() if p is full.point), default=0)
-    return full, _capacity(r, w, points, relaxed, start, top)
+        return _with_explored(full, cache), _with_explored(full, cache)
+    return _with_explored(full, cache), _with_explored(_capacity(r, w, points, relaxed, start, top), cache)
+
+
+def _with_explored(c: Capacity, cache: dict[int, Point]) -> Capacity:
+    from dataclasses import replace
+
+    return replace(c, explored=tuple(cache.values())) if not c.explored else c
 
 
 def _capacity(r: ReplicaServing, w: _Work, points: Callable[[int], Point], targets: tuple[Target, ...], lo: int,
@@ -514,25 +628,15 @@ def _limit_name(r: ReplicaServing, p: Point, w: _Work) -> str:
 def at_concurrency(r: ReplicaServing, concurrency: float) -> Point:
     """Closed loop: ``concurrency`` requests always in flight; rate x (end-to-end + client turnaround) = N."""
     w = _work(r)
-    lo, hi = 1e-6, batch_limit(r)
+    hi = load_limit(r) * (1 - 1e-9)
 
     def inflight(p: Point) -> float:
-        return p.rate_per_s * (p.e2e(0) + r.overheads.stream_s)
+        return p.rate_per_s * (p.e2e(0) + r.overheads.stream_s) if p.stable else math.inf
 
-    top = at_batch(r, hi, w)
+    top = _last_stable(r, w, 1e-9, hi)
     if inflight(top) < concurrency:
-        return top
-    point = top
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        p = at_batch(r, mid, w)
-        if inflight(p) >= concurrency:
-            hi, point = mid, p
-        else:
-            lo = mid
-        if hi - lo <= 1e-7 * hi:
-            break
-    return point
+        return top  # the seats are full: the rest wait in the queue
+    return _solve_load(r, w, 1e-9, top.seat_load, inflight, concurrency)
 
 
 # --- a prefill-only replica (disaggregated serving's prefill pool) -----------------------------------------
@@ -545,7 +649,7 @@ def prefill_only_at(r: ReplicaServing, rate: float) -> Point:
     capacity = float(r.max_num_batched_tokens)
 
     def tau(n: float, done: float) -> float:
-        return _step_time(r, w, 0.0, n, done)
+        return w.step(0.0, n, done)
 
     tau_full = tau(capacity, capacity / w.prefill_mean)
     mu_tokens = capacity / tau_full
@@ -570,7 +674,7 @@ def prefill_only_max_rate(r: ReplicaServing, targets: tuple[Target, ...], tolera
     ttft = tuple(t for t in targets if t.metric == "ttft")
     w = _work(r)
     capacity = float(r.max_num_batched_tokens)
-    tau_full = _step_time(r, w, 0.0, capacity, capacity / w.prefill_mean)
+    tau_full = w.step(0.0, capacity, capacity / w.prefill_mean)
     top = capacity / tau_full / w.prefill_mean   # saturation rate
 
     def ok(rate: float) -> bool:

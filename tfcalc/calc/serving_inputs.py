@@ -24,6 +24,8 @@ Nothing else in the capacity planner reads plan.py or roofline.py. Pure math: no
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -108,20 +110,22 @@ def replica_memory(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv
                    gpu_memory_utilization: float, block_size: int, runtime_overhead_bytes: int) -> ReplicaMemory:
     """plan_fit's budget for one replica at context max_model_len; KV capacity = blocks x block size per GPU.
 
-    plan_fit runs once per (model, layout, formats) at a reference capacity and chunk; other GPU capacities and
-    chunk sizes change only its reserved memory, capacity x (1 - utilization) + runtime overhead + the activation
+    plan_fit runs once per (model, layout, weight format) at a reference capacity, chunk and a bf16 cache; other
+    KV formats rescale the KV bytes (2 bytes per bf16 element, exact), other capacities and chunk sizes change
+    only the reserved memory, capacity x (1 - utilization) + runtime overhead + the activation
     workspace of one chunk (plan.py's formula, re-applied here; tests/calc/test_serving_inputs.py checks the
     result against a direct plan_fit call so that a change to plan.py cannot go unnoticed).
     """
-    base = _plan_reference(spec, precision, kv_dtype, tp, pp, ep, max_model_len, gpu_memory_utilization,
-                           block_size, runtime_overhead_bytes)
+    base = _plan_reference(spec, precision, tp, pp, ep, max_model_len, gpu_memory_utilization, block_size,
+                           runtime_overhead_bytes)
+    # The reference ran with a bf16 cache (2 bytes per element, so no rounding): other formats rescale it.
+    per_token = math.ceil(kv_dtype.bytes_for(base.kv_bytes_per_token_per_gpu // 2))
+    per_seq = math.ceil(kv_dtype.bytes_for(base.kv_bytes_per_sequence_per_gpu // 2))
     activations = activation_workspace_bytes(spec, 1, max_num_batched_tokens, get_dtype("bf16"),
                                              max_num_batched_tokens, tp)
     reserved = round(gpu.memory_bytes * (1 - gpu_memory_utilization)) + runtime_overhead_bytes + activations
     budget = gpu.memory_bytes - base.weights_bytes_per_gpu - reserved
-    per_token = base.kv_bytes_per_token_per_gpu
     blocks = max(budget, 0) // (block_size * per_token) if per_token else 0
-    per_seq = base.kv_bytes_per_sequence_per_gpu
     sequences = max(budget, 0) // per_seq if per_seq else 0
     gib = 1 << 30
     if budget <= 0:
@@ -144,15 +148,14 @@ _REFERENCE_CHUNK = 2048
 
 
 @lru_cache(maxsize=1024)
-def _plan_reference(spec: ModelSpec, precision: WeightPrecision, kv_dtype: DType, tp: int, pp: int, ep: int,
-                    max_model_len: int, gpu_memory_utilization: float, block_size: int,
-                    runtime_overhead_bytes: int) -> PlanResult:
+def _plan_reference(spec: ModelSpec, precision: WeightPrecision, tp: int, pp: int, ep: int, max_model_len: int,
+                    gpu_memory_utilization: float, block_size: int, runtime_overhead_bytes: int) -> PlanResult:
     gpu = GPUSpec(name="reference", memory_bytes=_REFERENCE_MEMORY, hbm_bandwidth_bytes_per_s=1.0,
                   dense_flops_per_s={"bf16": 1.0}, interconnect_bandwidth_bytes_per_s=1.0)
     cfg = PlanConfig(num_gpus=tp * pp, tp=tp, pp=pp, ep=ep, context=max_model_len, batch=1,
                      gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
                      runtime_overhead_bytes=runtime_overhead_bytes, prefill_chunk_tokens=_REFERENCE_CHUNK)
-    return plan_fit(spec, gpu, precision, kv_dtype, cfg)
+    return plan_fit(spec, gpu, precision, _BF16, cfg)
 
 
 # --- (b) speed -------------------------------------------------------------------------------------------
@@ -322,6 +325,39 @@ class StepModel:
                                                                               tokens)
         compute, memory = flops * inv_compute, nbytes * inv_memory
         return pp * ((compute if compute > memory else memory) + per_token * tokens)
+
+
+    def busy_step(self, held_decode: float, keys_per_prefill_token: float, held_prefix: float,
+                  tokens_per_decode: float = 1.0, extra_s: float = 0.0) -> Callable[[float, float, float], float]:
+        """``time`` specialised to a serving model's steps, as a fast function of (decoding sequences, prefill
+        tokens, prompts completing): each decode query attends ``held_decode`` keys, each prefill token
+        ``keys_per_prefill_token``, a prefill chunk reads back ``held_prefix`` keys; ``extra_s`` is added to
+        every step (a CPU overhead). Same formula as ``time``."""
+        w = self.work
+        pp = w.pp
+        inv_pp = 1 / pp
+        inv_compute, inv_memory, per_token = self._k
+        fpt, fpl, fdk, fpk = w.flops_per_token, w.flops_per_logit, w.flops_per_decode_key, w.flops_per_prefill_key
+        weights, kvb, bpt, bpl = w.weight_bytes, w.kv_bytes_per_key, w.bytes_per_token, w.bytes_per_logit
+        experts, per_token_share, expert_bytes = w.num_experts, 0.0, w.expert_bytes_per_distinct
+        if experts:
+            per_token_share = 1 - w.experts_per_token / experts
+        decode_keys = held_decode * tokens_per_decode * inv_pp
+        prefill_keys = keys_per_prefill_token * inv_pp
+        read_back = held_prefix * inv_pp
+
+        def step(decode_seqs: float, prefill_tokens: float, completing: float) -> float:
+            tokens = (decode_seqs * tokens_per_decode + prefill_tokens) * inv_pp
+            sampled = (decode_seqs * tokens_per_decode + completing) * inv_pp
+            keys = decode_seqs * decode_keys
+            flops = fpt * tokens + fpl * sampled + fdk * keys + fpk * prefill_tokens * prefill_keys
+            nbytes = weights + kvb * (keys + (read_back if prefill_tokens else 0.0)) + bpt * tokens + bpl * sampled
+            if experts and tokens > 0:
+                nbytes += expert_bytes * experts * (1 - per_token_share ** tokens)
+            compute, memory = flops * inv_compute, nbytes * inv_memory
+            return pp * ((compute if compute > memory else memory) + per_token * tokens) + extra_s
+
+        return step
 
 
 def step_model(work: StepWork, gpu: GPUSpec, efficiency: Efficiency) -> StepModel:

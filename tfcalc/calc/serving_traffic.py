@@ -16,6 +16,9 @@ from typing import Literal
 
 from tfcalc.errors import UsageError
 
+_COARSE_PROBABILITIES = (0.1, 0.3, 0.5, 0.7, 0.85, 0.9, 0.95, 0.99, 0.999)
+_NODE_PROBABILITIES = (0.01, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.925, 0.95, 0.97, 0.98, 0.99, 0.995,
+                       0.999)
 DistKind = Literal["fixed", "uniform", "lognormal", "exponential", "empirical"]
 Metric = Literal["ttft", "tpot", "e2e"]
 METRICS: tuple[Metric, ...] = ("ttft", "tpot", "e2e")
@@ -93,6 +96,25 @@ class LengthDist:
         if value is None:
             value = self._quantiles[p] = self._quantile(p)
         return value
+
+    def nodes(self, coarse: bool = False) -> tuple[tuple[float, float], ...]:
+        """(length, weight) pairs standing for the distribution: the quantiles at the probabilities in
+        ``_NODE_PROBABILITIES`` (dense in the tail, exactly at p50/p90/p95/p99/p99.9) with trapezoid weights,
+        so that a node's cumulative weight reaches its probability; equal lengths merged. ``coarse``: half as
+        many (for lengths whose every node costs a step-time evaluation)."""
+        key = -2.0 if coarse else -1.0
+        cached = self._quantiles.get(key)
+        if cached is None:
+            merged: dict[float, float] = {}
+            probs = _COARSE_PROBABILITIES if coarse else _NODE_PROBABILITIES
+            last = len(probs) - 1
+            for j, prob in enumerate(probs):
+                start = (probs[j - 1] + prob) / 2 if j else 0.0
+                end = (prob + probs[j + 1]) / 2 if j < last else 1.0
+                value = self._quantile(prob)
+                merged[value] = merged.get(value, 0.0) + end - start
+            self._quantiles[key] = cached = tuple(merged.items())  # type: ignore[assignment]
+        return cached  # type: ignore[return-value]
 
     def _quantile(self, p: float) -> float:
         m = self.mean
