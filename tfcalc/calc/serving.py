@@ -94,6 +94,11 @@ class _Work:
     held_prefix: float      # keys of the cached prefix a prefill chunk reads back
     inverse_steps: float    # E[1 / decode steps] over the output lengths
     step: Callable[[float, float, float], float]   # busy step time: (decoding, prefill tokens, completing)
+    owner: ReplicaServing = field(compare=False, repr=False)
+
+    def __reduce__(self) -> tuple:
+        """Pickled as its replica (the step function is a closure): rebuilt by ``_work`` on the other side."""
+        return _work, (self.owner,)
 
 
 _WORK_CACHE: dict[int, tuple[ReplicaServing, _Work]] = {}
@@ -138,7 +143,7 @@ def _make_work(r: ReplicaServing) -> _Work:
             t = main(batch, prefill, completing)
             return t + factor * draft(batch, 0.0, 0.0) if batch else t
     return _Work(p_mean, p_m2, prefix, d_mean / accepted, d_mean, tokens_per_decode, accepted, context, pk,
-                 max(live, 1.0), held_decode, held_prefix, inverse, step)
+                 max(live, 1.0), held_decode, held_prefix, inverse, step, r)
 
 
 def erlang(servers: int, load: float) -> tuple[float, float]:
@@ -360,7 +365,7 @@ def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> 
     return _Mix(capacity, tau_d, tau_full, tau_p, tau_mean, q, chunk, rho_steps, alone, w.steps * tau_mean, limit)
 
 
-def at_load(r: ReplicaServing, load: float, w: _Work | None = None, share: float | None = None) -> Point:
+def at_load(r: ReplicaServing, load: float, w: _Work | None = None) -> Point:
     """The operating point at offered seat load ``load`` = arrival rate x time a request holds a seat (the
     mean number of requests being served: M/G/c with c = min(max_num_seqs, KV-limited sequences))."""
     w = w or _work(r)
@@ -375,9 +380,9 @@ def at_load(r: ReplicaServing, load: float, w: _Work | None = None, share: float
     p_seat, p_empty = erlang(c, a)
     busy = max(1 - p_empty, 1e-12)
     transfer = r.kv_transfer_s if r.role == "decode" else 0.0
-    # Fixed point on the share of a request's engine time spent decoding (weakly load-dependent; ``share``: a
-    # starting guess, e.g. a nearby point's).
-    share = (share if share is not None else 1.0) if w.steps else 0.0
+    # Fixed point on the share of a request's engine time spent decoding (weakly load-dependent), always from
+    # the same start so that a load maps to exactly one point.
+    share = 1.0 if w.steps else 0.0
     engine = tau = 0.0
     for _ in range(12):
         batch = a * share / busy
@@ -409,10 +414,6 @@ def at_load(r: ReplicaServing, load: float, w: _Work | None = None, share: float
                  chunk_tokens=mix.chunk, prefill_capacity=mix.capacity, busy=busy, decode_others=others, seats=seats,
                  kv_seats=kv_seats, seat_load=a, wait_probability=p_wait, wait_mean_s=wait_seat + wait_prefill,
                  prefill_utilization=rho_p, engine_time_s=engine, w=w)
-
-
-def _decode_share(p: Point) -> float:
-    return p.w.steps * p.step_s / p.engine_time_s if p.engine_time_s > 0 else 1.0
 
 
 def load_limit(r: ReplicaServing) -> float:
@@ -566,9 +567,7 @@ def max_rates(r: ReplicaServing, targets: tuple[Target, ...], relaxed: tuple[Tar
     def points(k: int) -> Point:
         p = cache.get(k)
         if p is None:
-            near = min(cache, key=lambda j: abs(j - k), default=None)
-            guess = None if near is None else _decode_share(cache[near])
-            p = cache[k] = at_load(r, _grid(k), w, guess)
+            p = cache[k] = at_load(r, _grid(k), w)
         return p
 
     if known is not None:

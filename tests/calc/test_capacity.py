@@ -1,0 +1,161 @@
+"""The capacity search: the cheapest plan really is the cheapest, the frontier is Pareto-optimal, and the
+monotonicity the issue asks for (looser targets never cost more; more traffic never needs fewer GPUs; a
+cheaper price never makes a feasible plan infeasible)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfcalc.calc.capacity import (
+    GpuOffer,
+    SearchSpace,
+    count_candidates,
+    search,
+    simulate_evaluation,
+    tokens_per_gpu,
+    tokens_per_user,
+)
+from tfcalc.calc.serving import SpecDecoding
+from tfcalc.calc.serving_traffic import ENGINE_OVERHEADS, LengthDist, Target, Traffic
+from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.presets import load_gpu, load_model
+
+SPEC = load_model("llama3-8b")
+OVERHEADS = ENGINE_OVERHEADS["vllm"]
+
+
+def _space(*gpus: tuple[str, float], **changes) -> SearchSpace:
+    base = SearchSpace(gpus=tuple(GpuOffer(gpu=load_gpu(n), price_per_hour=p) for n, p in gpus),
+                       weight_precisions=(parse_weight_precision("bf16"), parse_weight_precision("fp8")),
+                       kv_dtypes=(get_dtype("bf16"),), tps=(1, 2), max_num_seqs=(16, 64, 256),
+                       chunk_sizes=(512, 2048), max_gpus=32, max_model_len=4096)
+    return replace(base, **changes)
+
+
+def _traffic(rate: float | None = 10.0, concurrency: int | None = None) -> Traffic:
+    return Traffic(input_len=LengthDist(kind="lognormal", mean=800, spread=0.5),
+                   output_len=LengthDist(kind="lognormal", mean=200, spread=0.7), rate_per_s=rate,
+                   concurrency=concurrency)
+
+
+def _targets(ttft: float = 0.8, tpot: float = 0.05) -> tuple[Target, ...]:
+    return (Target(metric="ttft", percentile=90, seconds=ttft), Target(metric="tpot", percentile=90, seconds=tpot))
+
+
+def test_best_is_the_cheapest_feasible_and_every_candidate_is_there() -> None:
+    space = _space(("h100-sxm", 3.0), ("a100-80gb", 2.0), ("l40s", 1.2))
+    result = search(SPEC, _traffic(), _targets(), space, OVERHEADS)
+    assert len(result.evaluations) == count_candidates(SPEC, space) == 3 * 2 * 2 * 1 * 3 * 2
+    feasible = [e for e in result.evaluations if e.feasible]
+    assert result.best is not None and result.best.feasible
+    assert result.best.cost_per_hour == min(e.cost_per_hour for e in feasible)
+    for e in feasible:
+        assert e.num_gpus == e.replicas * e.candidate.tp * e.candidate.pp
+        assert e.cost_per_hour == pytest.approx(e.num_gpus * e.price_per_gpu_hour)
+        assert e.replicas * e.capacity_rate_per_s >= 10.0 - 1e-9
+        assert (e.replicas - 1) * e.capacity_rate_per_s < 10.0
+        assert e.operating is not None and e.operating.meets(_targets())
+    # Cost per token: the GPU-hour is split between input and output, so they add back up to it.
+    b = result.best
+    per_s = 10.0 * (800 * b.cost_per_m_input + 200 * b.cost_per_m_output) / 1e6
+    assert per_s * 3600 == pytest.approx(b.cost_per_hour, rel=0.01)
+
+
+def test_frontier_is_pareto_optimal() -> None:
+    result = search(SPEC, _traffic(), _targets(), _space(("h100-sxm", 3.0), ("l40s", 1.2)), OVERHEADS)
+    points = [(tokens_per_user(e.frontier), tokens_per_gpu(e)) for e in result.evaluations if e.frontier]
+    front = [(tokens_per_user(e.frontier), tokens_per_gpu(e)) for e in result.frontier]
+    assert len(front) >= 2
+    for u, g in front:
+        assert not any(pu > u and pg > g for pu, pg in points)
+    for u, g in points:
+        assert any(fu >= u and fg >= g for fu, fg in front)
+
+
+def _cost(result) -> float:
+    return result.best.cost_per_hour if result.best else float("inf")
+
+
+@settings(max_examples=12)
+@given(ttft=st.floats(0.2, 2.0), tpot=st.floats(0.02, 0.15), factor=st.floats(1.0, 3.0))
+def test_looser_targets_never_cost_more(ttft: float, tpot: float, factor: float) -> None:
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2))
+    tight = search(SPEC, _traffic(), _targets(ttft, tpot), space, OVERHEADS)
+    loose = search(SPEC, _traffic(), _targets(ttft * factor, tpot * factor), space, OVERHEADS)
+    assert _cost(loose) <= _cost(tight)
+
+
+@settings(max_examples=12)
+@given(rate=st.floats(0.5, 40.0), more=st.floats(1.0, 4.0))
+def test_more_traffic_never_needs_fewer_gpus(rate: float, more: float) -> None:
+    """With one GPU type the cost is proportional to the GPU count; with several the cost never falls."""
+    one = _space(("h100-sxm", 3.0))
+    a = search(SPEC, _traffic(rate), _targets(), one, OVERHEADS)
+    b = search(SPEC, _traffic(rate * more), _targets(), one, OVERHEADS)
+    if a.best is None:
+        assert b.best is None
+    elif b.best is not None:
+        assert b.best.num_gpus >= a.best.num_gpus
+    two = _space(("h100-sxm", 3.0), ("a100-80gb", 2.0))
+    assert _cost(search(SPEC, _traffic(rate * more), _targets(), two, OVERHEADS)) >= \
+        _cost(search(SPEC, _traffic(rate), _targets(), two, OVERHEADS))
+
+
+@settings(max_examples=10)
+@given(price=st.floats(0.5, 5.0), cut=st.floats(0.1, 1.0))
+def test_a_cheaper_price_keeps_feasible_plans_feasible(price: float, cut: float) -> None:
+    before = search(SPEC, _traffic(), _targets(), _space(("h100-sxm", price), ("l40s", 1.5)), OVERHEADS)
+    after = search(SPEC, _traffic(), _targets(), _space(("h100-sxm", price * cut), ("l40s", 1.5)), OVERHEADS)
+    feasible_before = {e.candidate for e in before.evaluations if e.feasible}
+    feasible_after = {e.candidate for e in after.evaluations if e.feasible}
+    assert feasible_before <= feasible_after
+    assert _cost(after) <= _cost(before)
+
+
+def test_concurrency_traffic() -> None:
+    result = search(SPEC, _traffic(None, 64), _targets(), _space(("h100-sxm", 3.0)), OVERHEADS)
+    b = result.best
+    assert b is not None and b.replicas * b.capacity_concurrency >= 64 * 0.999
+
+
+def test_disaggregated_and_speculative_candidates() -> None:
+    space = _space(("h100-sxm", 3.0), disaggregated=True,
+                   speculative=(None, SpecDecoding(num_tokens=3, acceptance=0.7, draft_cost=1 / 32)))
+    result = search(SPEC, _traffic(), _targets(), space, OVERHEADS)
+    disagg = [e for e in result.evaluations if e.candidate.mode == "disaggregated"]
+    assert disagg and any(e.feasible for e in disagg)
+    for e in disagg:
+        assert e.prefill is not None
+        assert e.num_gpus == e.replicas * e.candidate.gpus_per_replica + \
+            e.candidate.prefill_replicas * e.candidate.prefill_tp
+    assert any(e.candidate.spec is not None and e.feasible for e in result.evaluations)
+
+
+def test_simulation_of_the_chosen_plan_agrees() -> None:
+    traffic = _traffic(12.0)
+    result = search(SPEC, traffic, _targets(), _space(("h100-sxm", 3.0)), OVERHEADS)
+    best = result.best
+    assert best is not None and best.operating is not None
+    sim = simulate_evaluation(best, traffic, num_requests=1500)
+    assert sim is not None
+    assert sim.metric("ttft", 90) == pytest.approx(best.operating.ttft(90), rel=0.2)
+    assert sim.metric("tpot", 90) == pytest.approx(best.operating.tpot(90), rel=0.1)
+
+
+def test_two_workers_give_the_same_answer() -> None:
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2))
+    one = search(SPEC, _traffic(), _targets(), space, OVERHEADS)
+    two = search(SPEC, _traffic(), _targets(), space, OVERHEADS, workers=2)
+    assert [(e.candidate, e.cost_per_hour, e.capacity_rate_per_s) for e in one.evaluations] == \
+        [(e.candidate, e.cost_per_hour, e.capacity_rate_per_s) for e in two.evaluations]
+
+
+def test_nothing_fits() -> None:
+    big = load_model("llama3.1-405b")
+    result = search(big, _traffic(), _targets(), _space(("l40s", 1.2)), OVERHEADS)
+    assert result.best is None and not any(e.fits for e in result.evaluations)
+    assert all(e.reason.startswith("does not fit") for e in result.evaluations)
