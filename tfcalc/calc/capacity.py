@@ -135,11 +135,31 @@ class Evaluation:
     prefill: Evaluation | None = field(default=None, repr=False)
     capacity: Capacity | None = field(default=None, repr=False)
     frontier_capacity: Capacity | None = field(default=None, repr=False)
+    # The numbers reports need, kept when the objects above are dropped (results of worker processes):
+    # metric keys of the targets at the operating point, tokens_per_gpu / tokens_per_user at the frontier point,
+    # op_rate / op_batch / op_stable.
+    numbers: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def sort_key(self) -> tuple:
         return (not self.feasible, self.cost_per_hour if self.feasible else math.inf, self.num_gpus,
                 -self.capacity_rate_per_s, self.candidate.label)
+
+
+def _with_numbers(e: Evaluation, targets: tuple[Target, ...]) -> Evaluation:
+    numbers: dict[str, float] = {}
+    if e.operating is not None:
+        op = e.operating
+        numbers.update({t.key: op.metric(t) for t in targets})
+        numbers.update(op_rate=op.rate_per_s, op_batch=op.batch, op_stable=float(op.stable))
+    if e.frontier is not None:
+        numbers.update(tokens_per_gpu=tokens_per_gpu(e), tokens_per_user=tokens_per_user(e.frontier))
+    return replace(e, numbers=numbers)
+
+
+def slim(e: Evaluation) -> Evaluation:
+    """The evaluation without its model objects (numbers only): what a worker process sends back."""
+    return replace(e, model=None, operating=None, frontier=None, capacity=None, frontier_capacity=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,10 +232,10 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
                          f"{space.max_gpus}, {space.gpus_per_node} per node)")
     groups = [(tp, pp, ep, precision, kv_dtype) for tp, pp, ep in layouts for precision in space.weight_precisions
               for kv_dtype in space.kv_dtypes]
-    job = _Job(spec, traffic, targets, space, overheads, eff)
+    pool = _pool(workers, len(groups))
+    job = _Job(spec, traffic, targets, space, overheads, eff, slim=pool is not None)
     evaluations: list[Evaluation] = []
     done = 0
-    pool = _pool(workers, len(groups))
     try:
         results = pool.imap_unordered(job.run, groups) if pool is not None else map(job.run, groups)
         for chunk in results:
@@ -230,7 +250,8 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
         evaluations.extend(_disaggregated(spec, traffic, targets, space, overheads, eff, evaluations))
     evaluations.sort(key=lambda e: e.sort_key)
     best = evaluations[0] if evaluations and evaluations[0].feasible else None
-    frontier = pareto_frontier([e for e in evaluations if e.frontier is not None and e.candidate.mode == "aggregated"])
+    frontier = pareto_frontier([e for e in evaluations if "tokens_per_user" in e.numbers
+                                and e.candidate.mode == "aggregated"])
     return SearchResult(evaluations=tuple(evaluations), best=best, frontier=tuple(frontier),
                         candidates=count_candidates(spec, space))
 
@@ -254,6 +275,7 @@ class _Job:
     space: SearchSpace
     overheads: Overheads
     eff: Efficiency
+    slim: bool = False
 
     def run(self, group: tuple) -> list[Evaluation]:
         tp, pp, ep, precision, kv_dtype = group
@@ -278,8 +300,9 @@ class _Job:
                         previous = _evaluate(cand, offer, memory, step, self.traffic, self.targets, space,
                                              self.overheads, spec_dec, previous)
                         out.append(previous)
-        # The points explored on the way are not needed any more (and would travel back from a worker).
-        return [replace(e, capacity=replace(e.capacity, explored=())) if e.capacity is not None else e for e in out]
+        if self.slim:
+            return [slim(e) for e in out]
+        return out
 
 
 def _replica(step, memory: ReplicaMemory, traffic: Traffic, seqs: int, chunk: int, overheads: Overheads,
@@ -341,17 +364,27 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
         cap, frontier_cap, operating = prior.capacity, prior.frontier_capacity, prior.operating
     elif reuse_cap:
         assert prior is not None and prior.capacity is not None
-        cap, frontier_cap = max_rates(model, targets, relaxed, known=prior.capacity)
+        frontier_cap = max_rates(model, targets, relaxed, known=prior.capacity)[1]
         cap, operating = prior.capacity, prior.operating
     else:
         cap, frontier_cap = max_rates(model, targets, relaxed)
     frontier = frontier_cap.point if frontier_cap.rate_per_s > 0 else None
+    numbers: dict[str, float] = {}
+    if frontier is not None:
+        if prior is not None and frontier_cap is prior.frontier_capacity:
+            numbers.update(tokens_per_gpu=prior.numbers["tokens_per_gpu"],
+                           tokens_per_user=prior.numbers["tokens_per_user"])
+        else:
+            numbers.update(tokens_per_gpu=frontier.rate_per_s * traffic.output_len.mean / cand.gpus_per_replica,
+                           tokens_per_user=tokens_per_user(frontier))
     concurrency = cap.rate_per_s * (cap.point.e2e(0) + overheads.stream_s) if cap.rate_per_s > 0 else 0.0
     replicas, _ = _size(cap, traffic)
+    stored = Capacity(rate_per_s=cap.rate_per_s, point=cap.point, binding=cap.binding)
     if replicas == 0:
         return Evaluation(candidate=cand, fits=True, feasible=False, price_per_gpu_hour=price, memory=memory,
                           reason=f"{cap.binding} missed even for a lone request", binding=cap.binding,
-                          frontier=frontier, model=model, capacity=cap, frontier_capacity=frontier_cap)
+                          frontier=frontier, model=model, capacity=stored, frontier_capacity=frontier_cap,
+                          numbers=numbers)
     gpus = replicas * cand.gpus_per_replica
     cost = gpus * price
     per_replica = traffic.load / replicas
@@ -359,6 +392,11 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
         operating = at_rate(model, per_replica, below=cap.point, known=cap.explored) \
             if traffic.rate_per_s is not None else \
             at_concurrency(model, per_replica)
+    if prior is not None and operating is prior.operating:
+        numbers.update({k: v for k, v in prior.numbers.items() if k not in ("tokens_per_gpu", "tokens_per_user")})
+    else:
+        numbers.update({t.key: operating.metric(t) for t in targets})
+        numbers.update(op_rate=operating.rate_per_s, op_batch=operating.batch, op_stable=float(operating.stable))
     rate_op = operating.rate_per_s * replicas
     cin, cout = _cost_split(operating, cost, rate_op, traffic.input_len.mean, traffic.output_len.mean)
     feasible = gpus <= space.max_gpus
@@ -366,8 +404,8 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
     return Evaluation(candidate=cand, fits=True, feasible=feasible, reason=reason, price_per_gpu_hour=price,
                       memory=memory, capacity_rate_per_s=cap.rate_per_s, capacity_concurrency=concurrency,
                       binding=cap.binding, replicas=replicas, num_gpus=gpus, cost_per_hour=cost, operating=operating,
-                      frontier=frontier, cost_per_m_input=cin, cost_per_m_output=cout, model=model, capacity=cap,
-                      frontier_capacity=frontier_cap)
+                      frontier=frontier, cost_per_m_input=cin, cost_per_m_output=cout, model=model, capacity=stored,
+                      frontier_capacity=frontier_cap, numbers=numbers)
 
 
 def tokens_per_gpu(e: Evaluation, point: Point | None = None) -> float:
@@ -385,7 +423,7 @@ def tokens_per_user(point: Point | None) -> float:
 
 def pareto_frontier(evaluations: list[Evaluation]) -> list[Evaluation]:
     """Configurations no other beats on both tokens/s per GPU and tokens/s per user, by tokens/s per user."""
-    points = sorted(((tokens_per_user(e.frontier), tokens_per_gpu(e), e) for e in evaluations),
+    points = sorted(((e.numbers["tokens_per_user"], e.numbers["tokens_per_gpu"], e) for e in evaluations),
                     key=lambda x: (-x[0], -x[1], x[2].candidate.label))
     front: list[Evaluation] = []
     best_gpu = -1.0
@@ -394,6 +432,20 @@ def pareto_frontier(evaluations: list[Evaluation]) -> list[Evaluation]:
             front.append(e)
             best_gpu = per_gpu
     return front
+
+
+def full_evaluation(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
+                    overheads: Overheads, efficiency: Efficiency | None, e: Evaluation) -> Evaluation:
+    """``e`` with its model objects (re-evaluated if a worker sent back numbers only)."""
+    if e.model is not None or not e.fits or e.candidate.mode != "aggregated":
+        return e
+    c = e.candidate
+    offer = next(o for o in space.gpus if o.gpu.name == c.gpu)
+    precision = next(p for p in space.weight_precisions if p.label == c.weights)
+    kv_dtype = next(k for k in space.kv_dtypes if k.name == c.kv_dtype)
+    step = step_model(step_work(spec, precision, kv_dtype, c.tp, c.pp, c.ep), offer.gpu, efficiency or Efficiency())
+    assert e.memory is not None
+    return _evaluate(c, offer, e.memory, step, traffic, targets, space, overheads, c.spec)
 
 
 # --- disaggregated prefill / decode ---------------------------------------------------------------------
@@ -413,6 +465,8 @@ def _disaggregated(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...
         return out
     by_group: dict[tuple, list[Evaluation]] = {}
     for e in aggregated:
+        if e.fits and e.model is None and e.capacity_rate_per_s > 0:
+            e = full_evaluation(spec, traffic, targets, space, overheads, eff, e)
         if e.fits and e.model is not None:
             c = e.candidate
             by_group.setdefault((c.gpu, c.weights, c.kv_dtype, c.spec), []).append(e)
@@ -457,11 +511,11 @@ def _disaggregated(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...
             pre_gpus = pre_replicas * pre.candidate.gpus_per_replica
             cin = per_s * pre_gpus / gpus / (out_rate * traffic.input_len.mean) * 1e6
             cout = per_s * (gpus - pre_gpus) / gpus / (out_rate * traffic.output_len.mean) * 1e6
-            out.append(Evaluation(
+            out.append(_with_numbers(Evaluation(
                 candidate=cand, fits=True, feasible=feasible, reason=reason,
                 price_per_gpu_hour=price, memory=e.memory, capacity_rate_per_s=cap.rate_per_s, binding=cap.binding,
                 replicas=replicas, num_gpus=gpus, cost_per_hour=cost, operating=operating, frontier=None,
-                cost_per_m_input=cin, cost_per_m_output=cout, model=dec_model, prefill=pre))
+                cost_per_m_input=cin, cost_per_m_output=cout, model=dec_model, prefill=pre), targets))
     return out
 
 

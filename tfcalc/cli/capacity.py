@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import sys
 import time
@@ -280,11 +281,14 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                  "--model-path", help="Model name for the launch command lines (default: the preset name).",
                  show_default=False)] = None,
              top: Annotated[int, typer.Option("--top", help="Configurations listed in the table.")] = 10,
+             workers: Annotated[int | None, typer.Option(
+                 "--workers", help="Processes for the search (default: the CPU count, at most 4).",
+                 show_default=False)] = None,
              explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None,
              output: OutputOpt = None) -> None:
     """The cheapest GPU configuration that serves a traffic within latency targets: Pareto frontier, cost per
     million tokens, why the runners-up lose, and vLLM / SGLang launch flags."""
-    from tfcalc.calc.capacity import SearchSpace, count_candidates, search
+    from tfcalc.calc.capacity import SearchSpace, count_candidates, full_evaluation, search
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.serving import SpecDecoding
     from tfcalc.calc.serving_traffic import ENGINE_OVERHEADS, Traffic
@@ -356,10 +360,14 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             kv_transfer_bytes_per_s=kv_transfer_gbps * 1e9)
         update, close = _progress(count_candidates(spec, space))
         try:
-            result = search(spec, traffic, targets, space, overheads, effs[0], progress=update)
+            result = search(spec, traffic, targets, space, overheads, effs[0], progress=update,
+                            workers=workers if workers is not None else min(os.cpu_count() or 1, 4))
         finally:
             close()
-        chosen, sim_lines = _verified(result, traffic, targets, simulate, sim_requests)
+        def full(e, spec=spec, space=space):
+            return full_evaluation(spec, traffic, targets, space, overheads, effs[0], e)
+
+        chosen, sim_lines = _verified(result, traffic, targets, simulate, sim_requests, full)
         result = replace(result, best=chosen)
         if chosen is None:
             failed.append(spec.name)
@@ -382,18 +390,19 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             notes.extend(sim_lines)
             notes.extend(report.runner_up_sentences(spec, result))
             notes.extend(report.launch_lines(model_path or spec.name, spec, chosen, space, prefix_hit > 0))
-            if chosen.model is not None and chosen.model.spec is not None:
+            rich = full(chosen)
+            if rich.model is not None and rich.model.spec is not None:
                 from tfcalc.calc.capacity import speculative_break_even
 
-                without = replace(chosen.model, spec=None)
-                at = speculative_break_even(chosen.model, without)
+                without = replace(rich.model, spec=None)
+                at = speculative_break_even(rich.model, without)
                 notes.append(f"speculative decoding stops paying from a decode batch of {at}" if at else
                              "speculative decoding pays at every batch up to 1,024")
         extra.append((f"Pareto frontier, {spec.name} (at the most traffic within TTFT/E2E)",
                       report.frontier_rows(spec, result), FRONTIER_COLUMNS))
         if explain and chosen is not None:
             notes.append(f"explain {spec.name}:")
-            notes.extend(f"  {line}" for line in report.explain_lines(spec, chosen, traffic, targets, space))
+            notes.extend(f"  {line}" for line in report.explain_lines(spec, full(chosen), traffic, targets, space))
         if plot is not None:
             from tfcalc.output.plot import plot_capacity
 
@@ -419,7 +428,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                    "notes for the closest)", 1)
 
 
-def _verified(result, traffic, targets, simulate: bool, requests: int) -> tuple:
+def _verified(result, traffic, targets, simulate: bool, requests: int, full) -> tuple:
     """The chosen plan, checked by simulation: the cheapest feasible configuration whose simulated replica also
     meets the targets (up to five tried), with a line per check."""
     from tfcalc.calc.capacity import simulate_evaluation
@@ -432,7 +441,7 @@ def _verified(result, traffic, targets, simulate: bool, requests: int) -> tuple:
     for e in result.evaluations:
         if not e.feasible or tried >= 5:
             break
-        sim = simulate_evaluation(e, traffic, num_requests=requests)
+        sim = simulate_evaluation(full(e), traffic, num_requests=requests)
         if sim is None:
             return e, ["simulation: not run for disaggregated plans"]
         tried += 1

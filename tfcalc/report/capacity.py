@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from tfcalc.calc.capacity import Evaluation, SearchResult, SearchSpace, tokens_per_gpu, tokens_per_user
-from tfcalc.calc.serving import Point
+from tfcalc.calc.capacity import Evaluation, SearchResult, SearchSpace
 from tfcalc.calc.serving_traffic import Target, Traffic
 from tfcalc.spec.model import ModelSpec
 
@@ -34,11 +33,9 @@ def layout(e: Evaluation) -> str:
     return text
 
 
-def _metric(point: Point | None, target: Target) -> float | None:
-    if point is None:
-        return None
-    value = point.metric(target)
-    return value if math.isfinite(value) else None
+def _number(e: Evaluation, key: str) -> float | None:
+    value = e.numbers.get(key)
+    return value if value is not None and math.isfinite(value) else None
 
 
 def summary_row(spec: ModelSpec, e: Evaluation, targets: tuple[Target, ...], rank: int | None = None) -> Row:
@@ -51,7 +48,7 @@ def summary_row(spec: ModelSpec, e: Evaluation, targets: tuple[Target, ...], ran
         "cost_per_hour": f"${e.cost_per_hour:,.2f}" if e.feasible else None, "limit": e.binding or e.reason,
     }
     for t in targets:
-        row[t.key] = _metric(e.operating, t) if e.feasible else None
+        row[t.key] = _number(e, t.key) if e.feasible else None
     return row
 
 
@@ -80,15 +77,14 @@ def long_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]
                        ("num_gpus", e.num_gpus, "count"), ("cost_per_hour", e.cost_per_hour, "USD/h"),
                        ("cost_per_million_input_tokens", e.cost_per_m_input, "USD"),
                        ("cost_per_million_output_tokens", e.cost_per_m_output, "USD")]
-            if e.frontier is not None:
-                values += [("frontier_output_tokens_per_s_per_gpu", tokens_per_gpu(e), "tok/s"),
-                           ("frontier_output_tokens_per_s_per_user", tokens_per_user(e.frontier), "tok/s")]
-            if e.operating is not None:
-                op = e.operating
-                values += [("operating_requests_per_s_per_replica", op.rate_per_s, "req/s"),
-                           ("operating_decode_batch", op.batch, "sequences"),
-                           ("operating_stable", op.stable, "bool")]
-                values += [(f"operating_{t.key}", _metric(op, t), "s") for t in targets]
+            if "tokens_per_user" in e.numbers:
+                values += [("frontier_output_tokens_per_s_per_gpu", _number(e, "tokens_per_gpu"), "tok/s"),
+                           ("frontier_output_tokens_per_s_per_user", _number(e, "tokens_per_user"), "tok/s")]
+            if "op_rate" in e.numbers:
+                values += [("operating_requests_per_s_per_replica", _number(e, "op_rate"), "req/s"),
+                           ("operating_decode_batch", _number(e, "op_batch"), "sequences"),
+                           ("operating_stable", bool(e.numbers["op_stable"]), "bool")]
+                values += [(f"operating_{t.key}", _number(e, t.key), "s") for t in targets]
         for metric, value, unit in values:
             if isinstance(value, float) and not math.isfinite(value):
                 value = None
@@ -117,7 +113,7 @@ def frontier_rows(spec: ModelSpec, result: SearchResult) -> list[Row]:
              "formats": f"{short_dtype(e.candidate.weights, spec.native_dtype)}/"
                         f"{short_dtype(e.candidate.kv_dtype, '')}",
              "seqs_chunk": f"{e.candidate.max_num_seqs}/{e.candidate.chunk}",
-             "tokens_per_user": tokens_per_user(e.frontier), "tokens_per_gpu": tokens_per_gpu(e),
+             "tokens_per_user": e.numbers["tokens_per_user"], "tokens_per_gpu": e.numbers["tokens_per_gpu"],
              "cost_per_hour": e.cost_per_hour if e.feasible else None}
             for e in result.frontier]
 
@@ -126,9 +122,9 @@ def plot_points(result: SearchResult) -> list[Row]:
     """(tokens/s per user, tokens/s per GPU) of every configuration that fits, for the frontier chart."""
     best = result.best
     front = set(map(id, result.frontier))
-    return [{"tokens_per_user": tokens_per_user(e.frontier), "tokens_per_gpu": tokens_per_gpu(e),
+    return [{"tokens_per_user": e.numbers["tokens_per_user"], "tokens_per_gpu": e.numbers["tokens_per_gpu"],
              "gpu": e.candidate.gpu, "frontier": id(e) in front, "chosen": e is best, "feasible": e.feasible}
-            for e in result.evaluations if e.frontier is not None and e.candidate.mode == "aggregated"]
+            for e in result.evaluations if "tokens_per_user" in e.numbers and e.candidate.mode == "aggregated"]
 
 
 # --- sentences -----------------------------------------------------------------------------------------
@@ -152,8 +148,8 @@ def describe(e: Evaluation, spec: ModelSpec) -> str:
 def chosen_sentence(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tuple[Target, ...]) -> str:
     load = (f"{traffic.rate_per_s:g} req/s" if traffic.rate_per_s is not None
             else f"{traffic.concurrency} concurrent requests")
-    parts = ", ".join(f"{t.label} {_ms(e.operating.metric(t))} (target {_ms(t.seconds)})"
-                      for t in targets) if e.operating is not None else ""
+    parts = ", ".join(f"{t.label} {_ms(e.numbers[t.key])} (target {_ms(t.seconds)})"
+                      for t in targets if t.key in e.numbers)
     return (f"cheapest plan for {spec.name} at {load}: {describe(e, spec)}; ${e.cost_per_hour:,.2f}/h, "
             f"${e.cost_per_m_input:,.3f} per million input and ${e.cost_per_m_output:,.3f} per million output "
             f"tokens; {parts}")
