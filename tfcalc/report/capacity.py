@@ -60,8 +60,9 @@ def long_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]
         c = e.candidate
         base: Row = {"model": spec.name, "gpu": c.gpu, "mode": c.mode, "tp": c.tp, "pp": c.pp, "ep": c.ep,
                      "weights_dtype": c.weights, "kv_dtype": c.kv_dtype, "max_num_seqs": c.max_num_seqs,
-                     "max_num_batched_tokens": c.chunk, "speculative_tokens": c.spec.num_tokens if c.spec else 0,
-                     "prefill_tp": c.prefill_tp or None, "prefill_replicas": c.prefill_replicas or None}
+                     "max_num_batched_tokens": c.chunk, "speculative_tokens": c.spec.num_tokens if c.spec else 0}
+        if c.mode == "disaggregated":
+            base.update(prefill_tp=c.prefill_tp, prefill_replicas=c.prefill_replicas)
         values: list[tuple[str, object, str]] = [
             ("chosen", e is best, "bool"), ("fits", e.fits, "bool"), ("feasible", e.feasible, "bool"),
             ("reason", e.reason, "text"), ("price_per_gpu_hour", e.price_per_gpu_hour, "USD/h"),
@@ -88,7 +89,8 @@ def long_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]
         for metric, value, unit in values:
             if isinstance(value, float) and not math.isfinite(value):
                 value = None
-            rows.append({**base, "metric": metric, "value": value, "unit": unit})
+            if value is not None:
+                rows.append({**base, "metric": metric, "value": value, "unit": unit})
     return rows
 
 
