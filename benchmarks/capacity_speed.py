@@ -63,12 +63,12 @@ def main() -> None:
         command = [tfcalc, "capacity", "-p", "llama3-70b", "--rate", "20", "--input-len", "1k", "--output-len", "256",
                    "--length-dist", "lognormal", "--ttft", "p90=1s", "--tpot", "p90=50ms", "--tp", "1,2,4,8", "--pp",
                    "1,2", "--weights-dtype", "bf16,fp8,int4", "--kv-dtype", "bf16,fp8", "--chunk",
-                   "512,1k,2k,4k,8k", "--no-simulate", "-f", "json"]
-        start = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        print(f"command line (JSON of every point, no simulation): {time.perf_counter() - start:.2f} s, exit "
-              f"{done.returncode}, {len(done.stdout):,} bytes")
-
+                   "512,1k,2k,4k,8k", "--no-simulate"]
+        for label, extra in (("table", []), ("JSON of every point", ["-f", "json"])):
+            start = time.perf_counter()
+            done = subprocess.run(command + extra, capture_output=True, text=True, check=False)
+            print(f"command line, {label} (no simulation): {time.perf_counter() - start:.2f} s, exit "
+                  f"{done.returncode}, {len(done.stdout):,} bytes")
 
 if __name__ == "__main__":
     main()

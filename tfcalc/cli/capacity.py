@@ -333,6 +333,9 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     if len(effs) != 1:
         raise UsageError("give one --compute-efficiency and one --bandwidth-efficiency")
     offers = _offers(gpu, price)
+    from tfcalc.output import resolve_format
+
+    table = resolve_format(fmt, output) == "table"
     all_rows: list[dict] = []
     failed: list[str] = []
     summary: list[dict] = []
@@ -371,7 +374,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         result = replace(result, best=chosen)
         if chosen is None:
             failed.append(spec.name)
-        all_rows.extend(report.long_rows(spec, result, targets))
+        if not table:
+            all_rows.extend(report.long_rows(spec, result, targets))
         feasible = [e for e in result.evaluations if e.feasible]
         if chosen is not None:
             feasible = [chosen, *(e for e in feasible if e is not chosen)]
@@ -412,9 +416,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             path = plot if len(specs) == 1 else plot.with_name(f"{plot.stem}-{spec.name}{plot.suffix}")
             plot_capacity(path, report.plot_points(result), lines, title)
             sys.stderr.write(f"wrote plot to {path}\n")
-    from tfcalc.output import resolve_format
-
-    if resolve_format(fmt, output) == "table":
+    if table:
         if len(specs) > 1:
             columns = [Column("model", "model"), *_summary_columns(list(targets))]
         else:
