@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tfcalc.calc.serving_inputs import StepModel
 from tfcalc.calc.serving_traffic import LengthDist, Overheads, Target, normal_quantile
@@ -179,9 +180,10 @@ def erlang_c(servers: int, load: float) -> float:
     return erlang(servers, load)[0]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Point:
-    """The replica at one operating point (busy decode batch ``batch``)."""
+    """The replica at one operating point (busy decode batch ``batch``). Not frozen: built millions of times
+    in a search, and a frozen dataclass's constructor is several times slower; treat it as read-only."""
 
     model: ReplicaServing
     batch: float
@@ -244,7 +246,7 @@ class Point:
         wait / P(wait) otherwise. Between two values of F the CDF is A - K exp(-t / theta), solved in closed
         form; at a value of F it jumps (the atom of W)."""
         pw, mean = self.wait_probability, self.wait_mean_s
-        nodes = sorted(fixed)
+        nodes = fixed if all(a[0] <= b[0] for a, b in zip(fixed, fixed[1:], strict=False)) else sorted(fixed)
         if pw <= 0 or mean <= 0:
             acc = 0.0
             for value, weight in nodes:
@@ -273,8 +275,31 @@ class Point:
             return self._fixed_ttft(m.input_len.mean) + self.wait_mean_s
         fixed = self._memo.get("ttft")
         if fixed is None:
-            fixed = self._memo["ttft"] = [(self._fixed_ttft(x), weight) for x, weight in m.input_len.nodes(True)]
+            fixed = self._memo["ttft"] = self._ttft_nodes()
         return self._plus_wait_quantile(percentile / 100, fixed)
+
+    def _ttft_nodes(self) -> list[tuple[float, float]]:
+        """(TTFT without waiting, weight) at the prompt-length nodes, in increasing order: ``_fixed_ttft`` for
+        each node, written out (it runs for every point a search evaluates)."""
+        m, w = self.model, self.w
+        o = m.overheads
+        base = o.request_s + o.stream_s + self.busy * self.step_s / 2
+        per_token, share = o.per_input_token_s, 1 - m.prefix_hit_ratio
+        cap, step, batch = self.prefill_capacity, w.step, self.batch
+        full_step = -1.0
+        out = []
+        for prompt, weight in m.input_len.nodes(True):
+            t = base + per_token * prompt
+            tokens = prompt * share if m.role != "decode" else 0.0
+            if tokens > 0:
+                full = math.ceil(tokens / cap) - 1
+                t += step(batch, tokens - full * cap, 1.0)
+                if full:
+                    if full_step < 0:
+                        full_step = step(batch, cap, cap / w.prefill_mean)
+                    t += full * full_step
+            out.append((t, weight))
+        return out
 
     def tpot(self, percentile: float = 0.0) -> float:
         """Time per output token after the first (s), per request: mean or percentile over requests.
@@ -323,10 +348,9 @@ class Point:
         return self.rate_per_s * self.e2e(0)
 
 
-@dataclass(frozen=True)
-class _Mix:
+class _Mix(NamedTuple):
     """The steps of a busy replica whose steps carry ``batch`` decoding sequences and, on average,
-    ``prefill_per_step`` prompt tokens."""
+    ``prefill_per_step`` prompt tokens (a named tuple: built millions of times in a search)."""
 
     capacity: float
     tau_d: float
