@@ -3,32 +3,31 @@
 The engine (vLLM V1, SGLang) runs back-to-back scheduler steps while it has work. Each step carries every
 running sequence's next decode token (k + 1 tokens when verifying k speculative ones) and fills the rest of
 the token budget C (max_num_batched_tokens) with prefill chunks, first come first served; at most S sequences
-(max_num_seqs) run at once and their KV cache must fit the replica's blocks. The model is parametrised by B,
-the mean number of decoding sequences in a busy step, and derives everything else in closed form:
+(max_num_seqs) run at once and their KV cache must fit the replica's blocks. The model is parametrised by the
+offered seat load a = lambda T (T: the time a request holds a seat; a: the mean number being served) and
+derives everything else in closed form:
 
-- work per request: P prefill tokens (prompt minus prefix-cache hits), D = output - 1 decode tokens, D / a
-  steps with a = (1 - alpha^(k+1)) / (1 - alpha) tokens accepted per step (Leviathan et al. 2023, eq. 1).
-- step mix: prefill tokens per busy step N = B P / (D / a) (the ratio of prefill to decode work); prompts
+- work per request: P prefill tokens (prompt minus prefix-cache hits), D = output - 1 decode tokens, D / acc
+  steps with acc = (1 - alpha^(k+1)) / (1 - alpha) tokens accepted per step (Leviathan et al. 2023, eq. 1).
+- seats: c = min(S, KV blocks / blocks per live sequence); M/M/c gives P(wait) (Erlang C) and P(empty); the
+  engine is busy with probability 1 - P(empty), so its busy steps carry B = a x (decode share of T) / P(busy)
+  decoding sequences (a fixed point on the decode share, a few iterations).
+- step mix: prefill tokens per busy step N = B P / (D / acc) (the ratio of prefill to decode work); prompts
   arrive Poisson, so a step finds prefill work with probability q = max(1 - exp(-N / P), N / (C - B (k + 1)))
   and then carries n = N / q tokens; mean step time tau = q tau(B, n) + (1 - q) tau(B, 0) from the replica's
-  step-time model.
-- arrival rate: the engine is busy with probability f = 1 - exp(-lambda T) (requests in the engine are
-  Poisson with mean lambda T, as in M/G/inf, T = prefill time + decode time of one request), and decode steps
-  per busy step give B = lambda (D / a) tau / f; solved for lambda given B by Newton's method.
-- TTFT = request overhead + wait for a seat + wait for the prefill queue + remaining part of the running step
-  + prefill service + streaming of the token. Seats: M/G/c with c = min(S, KV blocks / blocks per live
-  sequence) (Erlang C with the Allen-Cunneen (1 + cs^2) / 2 factor); prefill queue: M/G/1 on prefill tokens
-  (Pollaczek-Khinchine mean). Percentiles of the waiting time: zero with probability 1 - P(wait), else
-  exponential with the conditional mean (exact for M/M/1 and M/M/c).
+  step-time model; T = prefill time of one prompt + (D / acc) tau, and lambda = a / T.
+- TTFT = request overhead + wait (a seat: Erlang C with the Allen-Cunneen (1 + cs^2) / 2 factor; the prefill
+  queue: M/G/1 on prompt tokens, Pollaczek-Khinchine) + the rest of the running step + prefill service +
+  streaming of the token. Percentiles: the exact mixture over prompt-length nodes of the fixed part with the
+  wait, taken as zero with probability 1 - P(wait) and exponential otherwise (exact for M/M/1 and M/M/c).
 - TPOT: step time at the batch a request sees, 1 + m with m = lambda D tau (others decoding, Poisson); its
-  percentiles from a normal approximation of the time-average of that Poisson count over the request's life
-  (variance 2m/3 for a window equal to the service time) and of the share of its steps that carry prefill.
-- end-to-end = TTFT + (output - 1) x TPOT at the same percentile (a conservative combination).
+  percentiles from the variance of that count's time-average over the request's life (2m/3) and of the share
+  of its steps that carry prefill (binomial, averaged over the output lengths: E[1/D]).
+- end-to-end = TTFT + (output - 1) x TPOT; percentiles over the output-length nodes with the wait.
 
-Everything is monotone in the load, so the largest rate meeting the targets is found on a fixed grid of
-loads by regula falsi. The
-discrete-event simulation in ``serving_sim`` runs the same scheduler request by request and checks this model
-(tests/calc/test_serving.py). Pure math: no I/O.
+Everything is monotone in the load, so the largest rate meeting the targets is the largest load on a fixed
+geometric grid that meets them, found by regula falsi. The discrete-event simulation in ``serving_sim`` runs
+the same scheduler request by request and checks this model (tests/calc/test_serving.py). Pure math: no I/O.
 """
 
 from __future__ import annotations
