@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 5): measured ceilings; `tfcalc profile` of a llama3-8b-shaped model in bf16 at
-# batch 1/8/64 and prompt 512/4096 (with CUDA-graph decode); `tfcalc estimate` calibrated by that profile; the
-# attention and moe component benchmarks; then the targets. Every table lands in one folder as CSV.
+# The prepared GPU check (issues 5 and 9): measured ceilings; `tfcalc profile` of a llama3-8b-shaped model in bf16
+# at batch 1/8/64 and prompt 512/4096 (with CUDA-graph decode); `tfcalc estimate` calibrated by that profile;
+# `tfcalc bench calibrate` (GEMM curve, copy bandwidth by size, launch floor with/without CUDA graphs, attention by
+# context) and `tfcalc estimate` calibrated by it; the attention and moe component benchmarks; then the targets.
+# Every table lands in one folder as CSV.
 #
 # Usage (repository root, a CUDA GPU, PyTorch installed):  bash benchmarks/gpu_check.sh [OUT_DIR]
 # Runs without installing tfcalc (PYTHONPATH=.). Sized to finish in under 8 minutes on an H100/H200.
@@ -51,6 +53,12 @@ preset=$("$py" -c "import csv,sys; r=next(csv.DictReader(open(sys.argv[1]))); pr
   "$out/profile.csv" 2>/dev/null || echo h100-sxm)
 step estimate_calibrated 60 estimate --preset llama3-8b --gpu "$preset" --batch 1,8,64 --prompt-len 64,512,4096 \
   --gen-len 64 --calibration "$out/calibration.json"
+if [ "${GPU_CHECK_SMOKE:-0}" = 1 ]; then quick=(--quick); else quick=(); fi
+step calibrate 180 bench calibrate "${dev[@]}" "${quick[@]}" --save "$out/latency_calibration.json"
+step estimate_latency_calibrated 60 estimate --preset llama3-8b --gpu "$preset" --batch 1,8,64 \
+  --prompt-len 64,512,4096 --gen-len 64 --calibration "$out/latency_calibration.json"
+step estimate_preset 60 estimate --preset llama3-8b --gpu "$preset" --batch 1,8,64 --prompt-len 64,512,4096 \
+  --gen-len 64
 step attention 120 bench attention "${dev[@]}"
 step moe 120 bench moe "${dev[@]}"
 
@@ -71,12 +79,24 @@ b1 = ok[ok.batch == 1]
 p4k = ok[ok.prompt_len == ok.prompt_len.max()]
 merged = ok.merge(est, on=["batch", "prompt_len", "gen_len"], suffixes=("", "_est"))
 ratio = merged.decode_tokens_per_s / merged.decode_tokens_per_s_est
+ratios = {}
+for name in ("estimate_latency_calibrated", "estimate_preset"):
+    try:
+        other = pd.read_csv(f"{out}/{name}.csv")
+    except FileNotFoundError:
+        continue
+    m = ok.merge(other, on=["batch", "prompt_len", "gen_len"], suffixes=("", "_est"))
+    ratios[name] = (m.decode_tokens_per_s / m.decode_tokens_per_s_est, m.ttft_s_est / m.ttft_s)
 rows = [
     ("decode batch 1: achieved / measured copy bandwidth >= 0.75", b1.mbu_measured.min()),
     ("prefill, longest prompt: achieved / measured matmul FLOP/s >= 0.50", p4k.mfu_measured.max()),
     ("measured / calibrated prediction, decode tok/s, in 0.8-1.25 (min)", ratio.min()),
     ("measured / calibrated prediction, decode tok/s, in 0.8-1.25 (max)", ratio.max()),
 ]
+for name, (decode, ttft) in ratios.items():
+    rows += [(f"measured / {name}, decode tok/s, in 0.8-1.25 (min)", decode.min()),
+             (f"measured / {name}, decode tok/s, in 0.8-1.25 (max)", decode.max()),
+             (f"{name} TTFT / measured TTFT (median)", ttft.median())]
 for label, value in rows:
     print(f"{label:70s} {value:8.3f}")
 PY

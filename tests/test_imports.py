@@ -39,3 +39,17 @@ def test_csv_path_does_import_pandas() -> None:
     done = subprocess.run([sys.executable, "-c", PROBE.format(args=["kv-cache", "-p", "llama3-70b", "-f", "csv"])],
                           capture_output=True, text=True, check=False)
     assert "pandas" in json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def test_kv_cache_does_not_load_the_latency_model_or_engines() -> None:
+    """kv-cache answers from the model spec alone: the latency model, engine and fabric presets stay unloaded."""
+    probe = PROBE.replace('("torch", "pandas", "numpy", "pynvml", "matplotlib")',
+                          '("tfcalc.calc.latency", "tfcalc.calc.kernels", "tfcalc.calc.comm", "tfcalc.calc.plan", '
+                          '"tfcalc.spec.engine", "tfcalc.spec.interconnect", "tfcalc.report.estimate")')
+    assert probe != PROBE
+    done = subprocess.run([sys.executable, "-c", probe.format(args=["kv-cache", "-p", "llama3-70b"])],
+                          capture_output=True, text=True, check=False)
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == []
+    done = subprocess.run([sys.executable, "-c", probe.format(args=["estimate", "-p", "llama3-8b"])],
+                          capture_output=True, text=True, check=False)
+    assert "tfcalc.calc.latency" in json.loads(done.stderr.strip().splitlines()[-1])  # the probe sees them

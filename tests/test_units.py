@@ -29,3 +29,21 @@ def test_parse_sizes_lists_keep_order_and_drop_duplicates() -> None:
     assert parse_sizes(["4k,32k", "128k", "4096"], "context") == [4096, 32_768, 131_072]
     with pytest.raises(UsageError, match="empty item"):
         parse_sizes(["4k,,8k"], "context")
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e400"])
+def test_parse_float_refuses_non_finite(text: str) -> None:
+    from tfcalc.units import parse_float
+
+    with pytest.raises(UsageError, match="finite"):
+        parse_float(text, "efficiency", 0.0, 1.0)
+
+
+def test_parse_size_is_exact_and_bounded() -> None:
+    from tfcalc.units import MAX_SIZE
+
+    assert parse_size("9007199254740993") == 9_007_199_254_740_993
+    assert parse_size(str(MAX_SIZE)) == MAX_SIZE
+    for text in (str(MAX_SIZE + 1), "9" * 401, "1." + "0" * 80 + "1k"):
+        with pytest.raises(UsageError, match="at most"):
+            parse_size(text, "batch")

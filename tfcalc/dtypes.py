@@ -106,15 +106,34 @@ def vector_dtype(matrix_dtype: DType) -> DType:
     return DTYPES["bf16"] if matrix_dtype.quantized else matrix_dtype
 
 
+# What quantized checkpoints leave in 16 bits unless a format is named for them: the embedding and lm_head (vLLM's
+# VocabParallelEmbedding / ParallelLMHead are not LinearBase layers, so Fp8Config, compressed-tensors, GPTQ and AWQ
+# give them no quantized method; HF quantization_config lists lm_head in modules_to_not_convert / ignore), the MoE
+# router (vLLM models build the gate as ReplicatedLinear(quant_config=None); gpt-oss lists "router"), and norms.
+KEPT_16_BIT = ("embedding", "lm_head", "norms", "router")
+
+
 @dataclass(frozen=True)
 class WeightPrecision:
-    """A storage format per weight component; components not named use ``default``."""
+    """A storage format per weight component; components not named use ``default``, except that a quantized
+    default leaves ``KEPT_16_BIT`` components in bf16, as quantized checkpoints ship."""
 
     default: DType
     per_component: tuple[tuple[str, DType], ...] = ()
 
     def for_component(self, component: str) -> DType:
-        return dict(self.per_component).get(component, self.default)
+        named = dict(self.per_component)
+        if component in named:
+            return named[component]
+        if self.default.quantized and component in KEPT_16_BIT:
+            return DTYPES["bf16"]
+        return self.default
+
+    @property
+    def kept_16_bit(self) -> tuple[str, ...]:
+        """The components this precision leaves in bf16 only because the default is quantized."""
+        named = dict(self.per_component)
+        return tuple(c for c in KEPT_16_BIT if c != "norms" and c not in named) if self.default.quantized else ()
 
     @property
     def label(self) -> str:
@@ -125,7 +144,10 @@ class WeightPrecision:
 
 
 def parse_weight_precision(text: str) -> WeightPrecision:
-    """``bf16`` or ``experts=mxfp4,default=bf16`` (keys: the parameter components and ``default``)."""
+    """``bf16`` or ``experts=mxfp4,default=bf16`` (keys: the parameter components and ``default``).
+
+    A quantized format leaves the embedding, lm_head, router and norms in bf16 unless named:
+    ``default=fp8,lm_head=fp8`` quantizes the lm_head too."""
     if "=" not in text:
         return WeightPrecision(get_dtype(text))
     mapping: dict[str, DType] = {}

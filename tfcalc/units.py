@@ -1,30 +1,45 @@
 """Parsing of sizes and lists typed on the command line.
 
 Token counts and batch sizes use binary suffixes, as context lengths are quoted: ``128k`` = 131072,
-``1m`` = 1048576; plain integers may use ``_`` separators (``1_000``).
+``1m`` = 1048576; plain integers may use ``_`` separators (``1_000``). Sizes are parsed exactly, as integers
+(never through floating point: ``9007199254740993`` stays itself), and bounded by ``MAX_SIZE``.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 from tfcalc.errors import UsageError
 
-_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-_SIZE = re.compile(r"(\d[\d_]*(?:\.\d+)?)\s*([kmg]?)", re.IGNORECASE)
+_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE = re.compile(r"(\d[\d_]*)(?:\.(\d+))?\s*([kmgt]?)", re.IGNORECASE)
+# 2^62: far above any token count, batch or byte size tfcalc reasons about (1 EiB = 2^60 bytes), and small
+# enough that products of a few sizes stay exact in a float's exponent range.
+MAX_SIZE = 1 << 62
+_MAX_DIGITS = 60  # longer numbers are refused before any arithmetic on them
 
 
-def parse_size(text: str, what: str = "size") -> int:
-    """``131072``, ``128k``/``128K`` (x1024), ``1m`` (x1024^2), ``1_000``, ``1.5k`` (= 1536); must be > 0."""
+def parse_size(text: str, what: str = "size", maximum: int = MAX_SIZE) -> int:
+    """``131072``, ``128k``/``128K`` (x1024), ``1m`` (x1024^2), ``1_000``, ``1.5k`` (= 1536); 1..maximum."""
     match = _SIZE.fullmatch(text.strip())
     if not match:
         raise UsageError(f"invalid {what} '{text}': expected an integer such as 4096, 128k or 1m")
-    number, suffix = match.groups()
-    value = float(number.replace("_", "")) * _SUFFIX[suffix.lower()]
-    if value != int(value):
-        raise UsageError(f"invalid {what} '{text}': not a whole number of tokens")
+    whole, fraction, suffix = match.groups()
+    if len(whole) + len(fraction or "") > _MAX_DIGITS:
+        raise UsageError(f"invalid {what} '{text.strip()[:20]}...' ({len(text.strip())} characters): at most "
+                         f"{maximum:,}")
+    scale = _SUFFIX[suffix.lower()]
+    value = int(whole.replace("_", "")) * scale
+    if fraction:  # integer arithmetic only: 1.5k = 1536 exactly, 1.3 is refused
+        extra, remainder = divmod(int(fraction) * scale, 10 ** len(fraction))
+        if remainder:
+            raise UsageError(f"invalid {what} '{text}': not a whole number")
+        value += extra
     if value <= 0:
         raise UsageError(f"invalid {what} '{text}': must be positive")
+    if value > maximum:
+        raise UsageError(f"invalid {what} '{text}': at most {maximum:,}")
     return int(value)
 
 
@@ -36,22 +51,25 @@ def split_list(text: str) -> list[str]:
     return items
 
 
-def parse_sizes(values: list[str] | None, what: str) -> list[int]:
+def parse_sizes(values: list[str] | None, what: str, maximum: int = MAX_SIZE) -> list[int]:
     """Every ``--opt a,b --opt c`` value parsed as a size, order kept, duplicates dropped."""
     sizes: list[int] = []
     for value in values or []:
         for item in split_list(value):
-            size = parse_size(item, what)
+            size = parse_size(item, what, maximum)
             if size not in sizes:
                 sizes.append(size)
     return sizes
 
 
 def parse_float(text: str, what: str, low: float = 0.0, high: float | None = None) -> float:
+    """A finite number in (low, high]: ``nan``, ``inf`` and ``1e400`` are refused."""
     try:
         value = float(text)
     except ValueError:
         raise UsageError(f"invalid {what} '{text}': expected a number") from None
+    if not math.isfinite(value):
+        raise UsageError(f"invalid {what} '{text}': expected a finite number")
     if value <= low or (high is not None and value > high):
         upper = f" and at most {high}" if high is not None else ""
         raise UsageError(f"invalid {what} '{text}': must be greater than {low}{upper}")

@@ -31,15 +31,21 @@ def test_bf16_is_two_bytes_per_param() -> None:
 
 def test_block_formats_include_scale_overhead() -> None:
     counts = count_params(load_model("llama3-8b"))
-    matrices = sum(p.matrix for p in counts.total.values())
+    tables = counts.total["embedding"].matrix + counts.total["lm_head"].matrix
+    matrices = sum(p.matrix for p in counts.total.values()) - tables
     vectors = sum(p.vector for p in counts.total.values())
-    # int4, group 128: 4 bits + (fp16 scale + 4-bit zero) / 128 = 4.15625 bits; vectors stay bf16.
-    assert weights_bytes(counts, parse_weight_precision("int4-g128")) == matrices * 133 // 256 + vectors * 2
+    # int4, group 128: 4 bits + (fp16 scale + 4-bit zero) / 128 = 4.15625 bits; vectors, embedding and lm_head
+    # stay bf16, as quantized checkpoints ship them.
+    kept = (tables + vectors) * 2
+    assert weights_bytes(counts, parse_weight_precision("int4-g128")) == matrices * 133 // 256 + kept
     # nvfp4: 4.5 bits; mxfp4: 4.25 bits; fp8 with 128x128 fp32 block scales: 8 + 32/16384 bits.
-    assert weights_bytes(counts, parse_weight_precision("nvfp4")) == matrices * 9 // 16 + vectors * 2
-    assert weights_bytes(counts, parse_weight_precision("mxfp4")) == matrices * 17 // 32 + vectors * 2
+    assert weights_bytes(counts, parse_weight_precision("nvfp4")) == matrices * 9 // 16 + kept
+    assert weights_bytes(counts, parse_weight_precision("mxfp4")) == matrices * 17 // 32 + kept
     fp8_block = weights_bytes(counts, parse_weight_precision("fp8_block"))
-    assert fp8_block - (matrices + vectors * 2) == pytest.approx(matrices * 32 / 16384 / 8, abs=1)
+    assert fp8_block - (matrices + kept) == pytest.approx(matrices * 32 / 16384 / 8, abs=1)
+    # Asked for by name, the tables are quantized too.
+    everything = parse_weight_precision("default=int4-g128,embedding=int4-g128,lm_head=int4-g128")
+    assert weights_bytes(counts, everything) == (matrices + tables) * 133 // 256 + vectors * 2
 
 
 def test_mixed_precision_applies_per_component() -> None:

@@ -1,10 +1,11 @@
-"""``tfcalc bench attention | moe | ceilings`` end to end on the CPU: formats, errors, lazy torch."""
+"""``tfcalc bench attention | moe | ceilings | calibrate`` end to end on the CPU: formats, errors, lazy torch."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,10 +82,43 @@ def test_ceilings_formats() -> None:
     rows = list(csv.DictReader(io.StringIO(run(*CEILINGS, "-f", "csv").stdout)))
     assert [r["dtype"] for r in rows] == ["uint8", "fp32", "bf16"]  # CPU default dtypes fp32, bf16
     table = run(*CEILINGS)
-    assert table.exit_code == 0 and "Device ceilings" in table.stdout and "GB/s" in table.stdout
+    # a copy rate with its unit under any SI prefix: a loaded 2-core machine may copy 1 MiB at MB/s, not GB/s
+    assert table.exit_code == 0 and "Device ceilings" in table.stdout
+    assert re.search(r"\d [kMGTP]?B/s", table.stdout), table.stdout
 
 
-@pytest.mark.parametrize("command", ["attention", "moe", "ceilings"])
+def test_calibrate_writes_what_estimate_reads(tmp_path: Path) -> None:
+    path = tmp_path / "cal.json"
+    result = run("bench", "calibrate", "--device", "cpu", "--quick", "--save", str(path), "-f", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    sweeps = {r["sweep"] for r in rows}
+    assert {"gemm fp32", "copy", "launch", "attention prefill", "attention decode"} <= sweeps
+    data = json.loads(path.read_text())
+    assert data["kind"] == "tfcalc-calibration" and data["launch"]["graph_seconds"] is None  # no graphs on a CPU
+    assert all(r["seconds"] > 0 for r in data["gemm"] + data["memory"] + data["attention"])
+    estimate = run("estimate", "-p", "llama3.2-1b", "--calibration", str(path), "-f", "json")
+    assert estimate.exit_code == 0, estimate.output
+    row = json.loads(estimate.stdout)[0]
+    assert str(path) in row["efficiency_source"] and row["tpot_s"] > 0
+    table = run("bench", "calibrate", "--device", "cpu", "--quick")
+    assert table.exit_code == 0 and "Calibration:" in table.stdout and "no GPU preset matches" in table.stdout
+
+
+def test_calibrate_save_is_checked_before_measuring(tmp_path: Path) -> None:
+    """--save goes through check_before_work: refused at once (exit 2) when it is also --output, and a missing
+    folder is reported before a single kernel is timed; an existing file is left as it was."""
+    path = tmp_path / "cal.json"
+    path.write_text("keep")
+    result = run("bench", "calibrate", "--device", "cpu", "--quick", "--save", str(path), "-o", str(path))
+    assert result.exit_code == 2 and "give each output its own file" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and path.read_text() == "keep"
+    result = run("bench", "calibrate", "--device", "cpu", "--quick", "--save", str(tmp_path / "no" / "cal.json"))
+    assert result.exit_code != 0 and "calibrating" not in result.stderr and "Calibration:" not in result.stdout
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["attention", "moe", "ceilings", "calibrate"])
 def test_cuda_without_gpu_is_one_line(command: str) -> None:
     import torch
 

@@ -132,7 +132,7 @@ def test_errors_are_one_line_with_exit_code(args: list[str], code: int, message:
     ("name: x\nvocab_size: 10\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 6\nnum_kv_heads: 4\n"
      "head_dim: 16\nintermediate_size: 32\n", "not divisible by num_kv_heads"),
     ("name: x\nvocab_size: 10\nhidden_size: -64\nnum_layers: 2\nnum_attention_heads: 4\nnum_kv_heads: 4\n"
-     "head_dim: 16\nintermediate_size: 32\n", "hidden_size must be positive"),
+     "head_dim: 16\nintermediate_size: 32\n", "field 'hidden_size' must be positive, got -64"),
     ("name: x\nvocab_size: 10\nhidden_sise: 64\nnum_layers: 2\n", "unknown field 'hidden_sise' (did you mean "
      "'hidden_size'?)"),
     ("name: x\nvocab_size: 10\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 4\nnum_kv_heads: 4\n"
@@ -176,3 +176,26 @@ def test_every_calculator_command_in_every_format(command: list[str], tmp_path: 
     out = tmp_path / "rows.json"
     assert run(*command, "-o", str(out)).exit_code == 0
     assert json.loads(out.read_text()) == as_json
+
+
+def test_version() -> None:
+    from tfcalc import __version__
+
+    result = run("--version")
+    assert result.exit_code == 0 and result.output == f"tfcalc {__version__}\n"
+
+
+def test_presets_show_without_kind_and_by_alias() -> None:
+    gpu = run("presets", "show", "h100-sxm")
+    assert gpu.exit_code == 0 and "gpu preset h100-sxm" in gpu.output and "memory_gib" in gpu.output
+    alias = json.loads(run("kv-cache", "-p", "meta-llama/Llama-3.1-70B", "-f", "json").output)
+    assert alias[0]["model"] == "llama3-70b" and alias[0]["kv_bytes_per_token"] == 327_680
+    shown = run("presets", "show", "llama3-70b", "-f", "csv")
+    assert shown.output.splitlines()[0] == "field,value,source"  # no footnote column outside the table
+    assert "llama-3.1-70b" in shown.output  # the aliases, as one comma-separated value
+
+
+def test_csv_booleans_read_as_booleans() -> None:
+    rows = list(csv.DictReader(io.StringIO(run("kv-cache", "-p", "gemma2-27b", "--context", "8k,1m", "-f",
+                                               "csv").output)))
+    assert [r["exceeds_max_context"] for r in rows] == ["FALSE", "TRUE"]

@@ -10,9 +10,10 @@ from typer.testing import CliRunner
 from tfcalc.cli import app
 
 runner = CliRunner()
-PLAN_COLUMNS = ["model", "gpu", "num_gpus", "tp", "pp", "context", "batch", "weights_dtype", "kv_dtype",
-                "weights_bytes_per_gpu", "kv_bytes_per_token_per_gpu", "reserved_bytes_per_gpu",
-                "kv_budget_bytes_per_gpu", "max_concurrent_sequences", "max_context_at_batch", "fits"]
+PLAN_COLUMNS = ["model", "gpu", "engine", "num_gpus", "tp", "pp", "context", "batch", "weights_dtype", "kv_dtype",
+                "weights_bytes_per_gpu", "kv_budget_bytes_per_gpu", "kv_tokens_per_gpu", "max_concurrent_sequences",
+                "max_context_at_batch", "fits", "capacity_bytes", "non_torch_bytes", "activation_peak_bytes",
+                "cuda_graph_bytes"]
 
 
 def run(*args: str):
@@ -33,7 +34,8 @@ def test_table_sweep_and_explain() -> None:
     result = run("plan", "-p", "llama3-8b", "--gpu", "h100-sxm,a100-40gb", "--context", "8k,32k", "--batch", "1,16",
                  "--explain")
     assert result.exit_code == 0, result.output
-    assert "KV budget = " in result.stdout and "a100-40gb" in result.stdout
+    assert "Available KV cache memory = " in result.stdout and "a100-40gb" in result.stdout
+    assert "torch peak memory increase" in result.stdout and "Maximum concurrency" in result.stdout
 
 
 def test_csv_sweep_row_count() -> None:
@@ -57,17 +59,19 @@ def test_min_gpus() -> None:
 
 
 def test_batch1_shortfall_not_the_batch_shortfall() -> None:
-    # fp8 llama3-70b on one H100 at 128k: budget 3.73 GiB, one sequence needs 20 GiB -> 16.27 GiB short at
-    # batch 1 (the row's batch 8 is 156.27 GiB short; the message speaks of batch 1)
-    result = run("plan", "-p", "llama3-70b", "-w", "fp8", "--kv-dtype", "fp8", "--context", "128k", "--batch", "8")
+    # fp8 llama3-70b (embedding and lm_head in bf16) on one H100 at 128k, ideal arithmetic: budget 1.77 GiB, one
+    # sequence needs 20 GiB -> 18.23 GiB short at batch 1 (the row's batch 8 is 158.23 GiB short; the message
+    # speaks of batch 1)
+    result = run("plan", "-p", "llama3-70b", "-w", "fp8", "--kv-dtype", "fp8", "--context", "128k", "--batch", "8",
+                 "--engine", "ideal")
     assert result.exit_code == 1
-    assert "even at batch 1 at context 131,072: short by 16.27 GiB per GPU" in result.stderr
+    assert "even at batch 1 at context 131,072 (ideal): short by 18.23 GiB per GPU" in result.stderr
 
 
 def test_every_numeric_option_takes_a_list() -> None:
     result = run("plan", "-p", "llama3-8b", "--num-gpus", "1,2", "--tp", "1", "--pp", "1", "--ep", "1",
                  "--context", "4k", "--batch", "1,2", "--gpu-memory-utilization", "0.9", "--block-size", "16,32",
-                 "--runtime-overhead", "1g,2g", "--prefill-chunk", "2k,8k", "-f", "json")
+                 "--runtime-overhead", "1g,2g", "--prefill-chunk", "2k,8k", "--engine", "ideal", "-f", "json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert len(rows) == 2 * 2 * 2 * 2 * 2
@@ -114,3 +118,86 @@ def test_plot_png(tmp_path: Path) -> None:
     import matplotlib.image
 
     assert matplotlib.image.imread(str(path)).shape[0] > 100
+
+
+def test_vllm_flag_names() -> None:
+    """vLLM's own flag names, with today's kept as aliases."""
+    result = run("plan", "-p", "llama3-70b", "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2",
+                 "--max-model-len", "32k", "--kv-cache-dtype", "fp8", "--max-num-seqs", "256",
+                 "--max-num-batched-tokens", "4096", "--gpu-memory-utilization", "0.92", "--block-size", "32",
+                 "-f", "json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert (row["num_gpus"], row["tp"], row["pp"], row["context"], row["kv_dtype"]) == (8, 4, 2, 32768, "fp8_e4m3")
+    assert (row["max_num_seqs"], row["max_num_batched_tokens"], row["memory_fraction"], row["block_size"]) == (
+        256, 4096, 0.92, 32)
+    short = run("plan", "-p", "llama3-70b", "-tp", "4", "-pp", "2", "--context", "32k", "--kv-dtype", "fp8",
+                "--prefill-chunk", "4096", "--max-num-seqs", "256", "--gpu-memory-utilization", "0.92",
+                "--block-size", "32", "-f", "json")
+    assert short.exit_code == 0 and json.loads(short.stdout) == [row]
+
+
+def test_tp_alone_implies_the_gpu_count() -> None:
+    result = run("plan", "-p", "llama3-70b", "--tp", "8", "-f", "json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert (row["num_gpus"], row["tp"], row["pp"], row["dp"]) == (8, 8, 1, 1)
+
+
+def test_engines_compare_and_name_themselves() -> None:
+    result = run("plan", "-p", "llama3-8b", "--engine", "vllm,vllm@0.19,sglang,trtllm,ideal", "-f", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [r["engine"] for r in rows] == ["vllm 0.21+", "vllm 0.17-0.20", "sglang 0.5+", "trtllm 1.0+", "ideal"]
+    assert rows[0]["kv_budget_bytes_per_gpu_ideal"] == rows[4]["kv_budget_bytes_per_gpu"]
+    assert rows[4]["kv_budget_bytes_per_gpu_ideal"] is None
+    assert all(r["capacity_bytes"] == round(79.19 * (1 << 30)) for r in rows[:4])
+
+
+def test_gpt_fast_plans_with_the_plain_arithmetic_and_says_so() -> None:
+    """gpt-fast keeps a static KV cache, no pool: its preset says budget: ideal, so its figures are ideal's, the
+    row is labelled gpt-fast, the note and the trace say which arithmetic it was, and --runtime-overhead applies."""
+    result = run("plan", "-p", "llama3-8b", "--max-model-len", "8k", "--engine", "gpt-fast,ideal", "--runtime-overhead",
+                 "2g", "-f", "json")
+    assert result.exit_code == 0, result.output
+    fast, ideal = json.loads(result.stdout)
+    assert fast["engine"] == "gpt-fast" and ideal["engine"] == "ideal"
+    for key in ("weights_bytes_per_gpu", "kv_budget_bytes_per_gpu", "kv_tokens_per_gpu", "max_concurrent_sequences",
+                "reserved_bytes_per_gpu", "runtime_overhead_bytes_per_gpu", "capacity_bytes"):
+        assert fast[key] == ideal[key], key
+    assert fast["runtime_overhead_bytes_per_gpu"] == 2 << 30 and fast["kv_budget_bytes_per_gpu_ideal"] is None
+    table = run("plan", "-p", "llama3-8b", "--max-model-len", "8k", "--engine", "gpt-fast", "--explain")
+    text = " ".join(table.stdout.split())
+    assert "gpt-fast: no KV pool of its own to model" in text and "memory by the ideal arithmetic" in text
+    assert "runtime capacity of" not in text  # the plain arithmetic uses the nominal capacity by design
+
+
+def test_engine_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("TFCALC_ENGINE", "vllm@0.19")
+    result = run("plan", "-p", "llama3-8b", "-f", "json")
+    assert result.exit_code == 0 and json.loads(result.stdout)[0]["engine"] == "vllm 0.17-0.20"
+
+
+def test_explain_names_each_term_as_the_engine_logs_it() -> None:
+    result = run("plan", "-p", "gemma2-27b", "--max-model-len", "8k", "--engine", "vllm@0.19", "--explain")
+    assert result.exit_code == 0, result.output
+    for words in ("total_memory (cudaMemGetInfo)", "requested memory", "Model loading took",
+                  "torch peak memory increase", "non-torch forward increase memory", "Estimated CUDA graph memory",
+                  "not subtracted", "Available KV cache memory", "GPU KV cache size", "2 groups",
+                  "Maximum concurrency", "ideal arithmetic beside it"):
+        assert words in result.stdout, words
+    sglang = run("plan", "-p", "llama3-8b", "--engine", "sglang", "--explain")
+    assert "mem_fraction_static" in sglang.stdout and "max_total_num_tokens" in sglang.stdout
+
+
+def test_bad_engine_and_search_bounds() -> None:
+    result = run("plan", "-p", "llama3-8b", "--engine", "vlm")
+    assert result.exit_code == 2 and "unknown engine" in result.stderr
+    result = run("plan", "-p", "llama3-8b", "--engine", "vllm@0.7")
+    assert result.exit_code == 2 and "covers version 0.7" in result.stderr
+    result = run("plan", "-p", "llama3-70b", "--min-gpus", "--max-gpus", "-1")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "--max-gpus (-1)" in result.stderr
+    result = run("plan", "-p", "llama3-70b", "--min-gpus", "--max-gpus", "1000000000", "--context", "8k",
+                 "--batch", "64", "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)[0]["fits"] is True

@@ -238,3 +238,35 @@ def test_model_facts() -> None:
     assert (small.num_layers, small.moe.num_experts, small.moe.experts_per_token) == (24, 32, 4)
     assert small.native_dtype == large.native_dtype
     assert small.active_params_convention == large.active_params_convention == "excludes_input_embedding"
+
+
+def test_every_alias_resolves_uniquely() -> None:
+    """Aliases are data in the presets: each names exactly one preset of one kind, in any case, and none is
+    another preset's name."""
+    from tfcalc.spec.presets import PRESET_KINDS, find_preset, preset_aliases
+
+    owners: dict[str, tuple[str, str]] = {}
+    for kind in PRESET_KINDS:
+        names = set(preset_names(kind))
+        for name in names:
+            assert find_preset(kind, name.upper()) == name
+            for alias in load_preset_document(kind, name).get("aliases") or []:
+                key = alias.lower()
+                assert key not in owners and key not in names, f"alias {alias} of {name} is taken: {owners.get(key)}"
+                owners[key] = (kind, name)
+                assert find_preset(kind, alias) == name and find_preset(kind, alias.upper()) == name
+                other = [k for k in PRESET_KINDS if k != kind and find_preset(k, alias) is not None]
+                assert other == [], f"alias {alias} also names a {other} preset"
+        assert set(preset_aliases(kind).values()) <= names
+    assert owners["meta-llama/llama-3.1-70b"] == ("model", "llama3-70b")
+    assert len(owners) >= 18
+
+
+def test_names_are_never_paths() -> None:
+    from tfcalc.errors import UsageError
+    from tfcalc.spec.presets import find_preset
+
+    for name in ("../models/llama3-8b", "models/llama3-8b", "/etc/passwd", "..", "llama3-8b/../llama3-8b"):
+        assert find_preset("model", name) is None
+    with pytest.raises(UsageError, match="unknown model preset"):
+        load_model("llama3-7b")

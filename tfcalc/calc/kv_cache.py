@@ -36,9 +36,17 @@ def tokens_held(spec: ModelSpec, layer: int, context: int) -> int:
     return context
 
 
+def tokens_held_all_layers(spec: ModelSpec, context: int) -> int:
+    """sum over layers of tokens_held, grouped: sliding layers x min(context, window) + the others x context
+    (constant time whatever the layer count)."""
+    sliding = spec.num_sliding_layers
+    window_tokens = min(context, spec.sliding_window) if sliding and spec.sliding_window is not None else 0
+    return sliding * window_tokens + (spec.num_layers - sliding) * context
+
+
 def kv_cache_exact_bytes(spec: ModelSpec, kv_dtype: DType, context: int, batch: int = 1) -> Fraction:
     """Unrounded cache bytes for ``batch`` sequences of ``context`` tokens, window caps applied per layer."""
-    held = sum(tokens_held(spec, layer, context) for layer in range(spec.num_layers))
+    held = tokens_held_all_layers(spec, context)
     return kv_dtype.bytes_for(batch * held * kv_elements_per_token_per_layer(spec))
 
 

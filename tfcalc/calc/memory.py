@@ -15,14 +15,22 @@ from tfcalc.dtypes import DType, WeightPrecision, vector_dtype
 from tfcalc.spec.model import ModelSpec
 
 
-def weights_bytes_by_component(counts: ParamCounts, precision: WeightPrecision, active: bool = False) -> dict[str, int]:
-    """Bytes per component: matrix elements x format bits + vector elements x 16 (or the float format's) bits."""
+def weights_bytes_by_component(counts: ParamCounts, precision: WeightPrecision, active: bool = False,
+                               spec: ModelSpec | None = None) -> dict[str, int]:
+    """Bytes per component: matrix elements x format bits + vector elements x 16 (or the float format's) bits;
+    with ``spec``, its quantized_weight_exceptions applied (layers a quantized checkpoint keeps in 16 bits)."""
     params = counts.active if active else counts.total
+    deltas: dict[str, Fraction] = {}
+    if spec is not None and spec.quantized_weight_exceptions and not active:
+        from tfcalc.calc.shard import Parallelism, exception_counts, exception_deltas, shard
+
+        everything = range(spec.num_layers)
+        deltas = exception_deltas(spec, shard(spec, Parallelism()), precision, exception_counts(spec, everything))
     result: dict[str, int] = {}
     for component, p in params.items():
         matrix_dtype = precision.for_component(component)
         exact = matrix_dtype.bytes_for(p.matrix) + vector_dtype(matrix_dtype).bytes_for(p.vector)
-        result[component] = math.ceil(exact)
+        result[component] = math.ceil(exact + deltas.get(component, 0))
     return result
 
 

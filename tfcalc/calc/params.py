@@ -52,37 +52,68 @@ class ParamCounts:
         return sum(p.total for p in self.active.values())
 
 
+@dataclass(frozen=True)
+class TPShape:
+    """One component's parameters as tensor parallelism lays them out (Megatron-LM / vLLM linear layers).
+
+    ``split`` is divided over the tp ranks (column-parallel weights and biases, row-parallel weights, per-head
+    sinks, vocab-parallel tables); ``replicated`` is held whole by every rank (row-parallel output biases, norms,
+    routers, MLA's q_a / kv_a down-projections); ``per_kv_head`` is one KV head's K and V projections, held for
+    max(kv_heads / tp, 1) heads (replicated when tp exceeds the KV heads).
+    """
+
+    split: Params = Params()
+    replicated: Params = Params()
+    per_kv_head: Params = Params()
+
+    def total(self, kv_heads: int = 0) -> Params:
+        """Every parameter once: split + replicated + kv_heads x per_kv_head."""
+        return self.split + self.replicated + self.per_kv_head * kv_heads
+
+    def per_rank(self, tp: int, kv_heads_per_rank: int = 0) -> Params:
+        """What one of ``tp`` ranks holds: split / tp + replicated + its KV heads."""
+        return (Params(self.split.matrix // tp, self.split.vector // tp) + self.replicated
+                + self.per_kv_head * kv_heads_per_rank)
+
+
 def _norm(spec: ModelSpec, size: int) -> Params:
     """RMSNorm has a weight of ``size``; LayerNorm a weight and a bias."""
     return Params(vector=size * (2 if spec.norm_kind == "layernorm" else 1))
 
 
-def attention_params(spec: ModelSpec) -> Params:
+def attention_shape(spec: ModelSpec) -> TPShape:
     """One layer's attention projections (norm weights excluded, see ``norm_params_per_layer``).
 
-    GQA/MHA/MQA: q [h, nh*d], k and v [h, nkv*d], o [nh*d, h]; biases per ``qkv_bias``/``o_bias``;
-    gpt-oss sinks: one logit per head. MLA (DeepSeek-V2 sec. 2.1): q_a [h, q_rank], q_b [q_rank, nh*(nope+rope)]
-    (or q [h, nh*(nope+rope)] without a q rank), kv_a [h, kv_rank+rope], kv_b [kv_rank, nh*(nope+v)], o [nh*v, h].
+    GQA/MHA/MQA: q [h, nh*d] and o [nh*d, h] split by head, k and v [h, d] per KV head; biases per
+    ``qkv_bias``/``o_bias`` (o's bias replicated, it is added after the all-reduce); gpt-oss sinks: one logit per
+    head. MLA (DeepSeek-V2 sec. 2.1): q_a [h, q_rank] and kv_a [h, kv_rank+rope] replicated (vLLM
+    ReplicatedLinear), q_b [q_rank, nh*(nope+rope)] (or q [h, nh*(nope+rope)] without a q rank), kv_b
+    [kv_rank, nh*(nope+v)] and o [nh*v, h] split by head.
     """
     h, nh = spec.hidden_size, spec.num_attention_heads
+    o_bias = Params(vector=h if spec.o_bias else 0)
     if spec.mla is not None:
         m = spec.mla
-        q_out = nh * m.qk_head_dim
+        q_out, kv_a_out = nh * m.qk_head_dim, m.kv_lora_rank + m.qk_rope_head_dim
         if m.q_lora_rank is not None:
-            q = Params(h * m.q_lora_rank + m.q_lora_rank * q_out, m.q_lora_rank if spec.qkv_bias else 0)
+            q_split = Params(m.q_lora_rank * q_out)
+            q_replicated = Params(h * m.q_lora_rank, m.q_lora_rank if spec.qkv_bias else 0)
         else:  # q_proj has no bias even when attention_bias is set (transformers DeepseekV2Attention)
-            q = Params(h * q_out)
-        kv_a_out = m.kv_lora_rank + m.qk_rope_head_dim
-        kv = Params(h * kv_a_out + m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim),
-                    kv_a_out if spec.qkv_bias else 0)
-        o = Params(nh * m.v_head_dim * h, h if spec.o_bias else 0)
-        return q + kv + o
-    d, nkv = spec.head_dim, spec.num_kv_heads
-    q_out, kv_out = nh * d, nkv * d
-    qkv = Params(h * (q_out + 2 * kv_out), (q_out + 2 * kv_out) if spec.qkv_bias else 0)
-    o = Params(q_out * h, h if spec.o_bias else 0)
-    sinks = Params(vector=nh if spec.attention_sinks else 0)
-    return qkv + o + sinks
+            q_split, q_replicated = Params(h * q_out), Params()
+        kv_replicated = Params(h * kv_a_out, kv_a_out if spec.qkv_bias else 0)
+        kv_b, o = m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim), nh * m.v_head_dim * h
+        split = q_split + Params(kv_b + o)
+        return TPShape(split=split, replicated=q_replicated + kv_replicated + o_bias)
+    d = spec.head_dim
+    q_out = nh * d
+    split = Params(2 * h * q_out, (q_out if spec.qkv_bias else 0) + (nh if spec.attention_sinks else 0))
+    per_kv_head = Params(2 * h * d, 2 * d if spec.qkv_bias else 0)
+    return TPShape(split=split, replicated=o_bias, per_kv_head=per_kv_head)
+
+
+def attention_params(spec: ModelSpec) -> Params:
+    """One layer's attention parameters, every tensor once (``attention_shape`` totalled)."""
+    return attention_shape(spec).total(0 if spec.mla is not None else spec.num_kv_heads)
 
 
 def norm_params_per_layer(spec: ModelSpec) -> Params:
@@ -97,17 +128,50 @@ def norm_params_per_layer(spec: ModelSpec) -> Params:
     return p
 
 
-def ffn_params(spec: ModelSpec, intermediate: int, bias: bool) -> Params:
-    """Gated (SwiGLU/GeGLU): gate and up [h, I] + down [I, h]; plain: up + down. Biases 2I + h or I + h."""
+def ffn_shape(spec: ModelSpec, intermediate: int, bias: bool) -> TPShape:
+    """Gated (SwiGLU/GeGLU): gate and up [h, I] + down [I, h]; plain: up + down. The I columns split over tp;
+    biases 2I (or I) split + h (down, added after the all-reduce) replicated."""
     h = spec.hidden_size
     gated = spec.ffn_kind == "gated"
-    matrix = (3 if gated else 2) * h * intermediate
-    vector = ((2 if gated else 1) * intermediate + h) if bias else 0
-    return Params(matrix, vector)
+    split = Params((3 if gated else 2) * h * intermediate, (2 if gated else 1) * intermediate if bias else 0)
+    return TPShape(split=split, replicated=Params(vector=h if bias else 0))
+
+
+def ffn_params(spec: ModelSpec, intermediate: int, bias: bool) -> Params:
+    """``ffn_shape`` totalled: matrices 3hI (gated) or 2hI, biases 2I + h or I + h."""
+    return ffn_shape(spec, intermediate, bias).total()
+
+
+def shared_experts_shape(spec: ModelSpec) -> TPShape:
+    """Shared experts run as one FFN of the summed width (DeepSeek, Qwen2-MoE), split like a dense FFN; Qwen2-MoE's
+    sigmoid gate [h, 1] is replicated."""
+    moe = spec.moe
+    if moe is None or not moe.num_shared_experts:
+        return TPShape()
+    shared = ffn_shape(spec, moe.num_shared_experts * moe.shared_expert_intermediate_size, spec.mlp_bias)
+    gate = Params(matrix=spec.hidden_size if moe.shared_expert_gate else 0)
+    return TPShape(split=shared.split, replicated=shared.replicated + gate)
+
+
+def router_params(spec: ModelSpec) -> Params:
+    """Router [h, E] + its bias and DeepSeek-V3's score-correction bias; replicated on every rank."""
+    moe = spec.moe
+    if moe is None:
+        return Params()
+    vector = (moe.num_experts if moe.router_bias else 0) + (moe.num_experts if moe.router_score_correction_bias
+                                                            else 0)
+    return Params(spec.hidden_size * moe.num_experts, vector)
+
+
+def final_norm_params(spec: ModelSpec) -> Params:
+    return _norm(spec, spec.hidden_size)
 
 
 def count_params(spec: ModelSpec) -> ParamCounts:
-    """Total and active parameters by component; active follows ``spec.active_params_convention``."""
+    """Total and active parameters by component; active follows ``spec.active_params_convention``.
+
+    Identical layers are counted once and multiplied (dense layers, MoE layers), so the cost does not grow with
+    the layer count."""
     h, v = spec.hidden_size, spec.vocab_size
     total = {name: Params() for name in COMPONENTS}
     active = {name: Params() for name in COMPONENTS}
@@ -120,24 +184,15 @@ def count_params(spec: ModelSpec) -> ParamCounts:
     add("embedding", embedding, Params() if spec.active_params_convention == "excludes_input_embedding" else None)
     if not spec.tie_word_embeddings:
         add("lm_head", Params(matrix=v * h))
-    add("norms", _norm(spec, h))  # final norm
-    attention, norms = attention_params(spec), norm_params_per_layer(spec)
-    dense_mlp = ffn_params(spec, spec.intermediate_size, spec.mlp_bias)
-    for layer in range(spec.num_layers):
-        add("attention", attention)
-        add("norms", norms)
-        if not spec.is_moe_layer(layer):
-            add("mlp", dense_mlp)
-            continue
-        moe = spec.moe
-        assert moe is not None
+    add("norms", final_norm_params(spec))
+    layers, moe = spec.num_layers, spec.moe
+    moe_layers = spec.num_moe_layers
+    add("attention", attention_params(spec) * layers)
+    add("norms", norm_params_per_layer(spec) * layers)
+    add("mlp", ffn_params(spec, spec.intermediate_size, spec.mlp_bias) * (layers - moe_layers))
+    if moe is not None and moe_layers:
         expert = ffn_params(spec, moe.expert_intermediate_size, moe.expert_bias)
-        add("experts", expert * moe.num_experts, expert * moe.experts_per_token)
-        if moe.num_shared_experts:
-            # Shared experts run as one FFN of the summed width (DeepSeek, Qwen2-MoE): one down-projection bias.
-            shared = ffn_params(spec, moe.num_shared_experts * moe.shared_expert_intermediate_size, spec.mlp_bias)
-            add("shared_experts", shared + Params(matrix=h if moe.shared_expert_gate else 0))
-        router_vector = (moe.num_experts if moe.router_bias else 0) + (
-            moe.num_experts if moe.router_score_correction_bias else 0)
-        add("router", Params(h * moe.num_experts, router_vector))
+        add("experts", expert * (moe.num_experts * moe_layers), expert * (moe.experts_per_token * moe_layers))
+        add("shared_experts", shared_experts_shape(spec).total() * moe_layers)
+        add("router", router_params(spec) * moe_layers)
     return ParamCounts(total, active, ACTIVE_CONVENTIONS[spec.active_params_convention])

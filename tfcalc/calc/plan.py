@@ -1,357 +1,465 @@
-"""Fit planning: how a model is sharded over GPUs, what is left for the KV cache, and how many sequences fit.
+"""Fit planning: what one GPU holds, what the serving engine leaves for the KV cache, and how many sequences fit.
 
-Sharding follows what serving engines (vLLM, SGLang, TensorRT-LLM) do:
+Sharding and layer grouping: ``tfcalc.calc.shard``. Memory per GPU follows the engine (``cfg.engine``, an
+``EngineSpec`` from presets/engines; formulas in ``tfcalc.calc.engine``):
 
-- tensor parallel (tp) splits query heads, the attention output and the FFN columns/rows, and the vocabulary of
-  the embedding and lm_head (vocab-parallel); norms, biases and the MoE router are replicated;
-- KV heads are split over tp ranks; when tp > kv_heads each rank keeps one KV head (K/V projections and cache
-  replicated tp / kv_heads times), so tp must be a multiple or a divisor of kv_heads;
-- DeepSeek MLA: q_b, kv_b and o are split by head; q_a and kv_a (ReplicatedLinear in vLLM) and the latent KV
-  cache (kv_lora_rank + rope dims, shared by all heads) are *not* split: every tp rank caches the full latent;
-- pipeline parallel (pp) gives each stage a contiguous run of layers; the num_layers % pp extra layers go to
-  the stages just before the last, never to the last (vLLM ``get_pp_indices``: 61 layers over 4 stages are
-  15/15/16/15); the embedding sits on the first stage, the final norm and lm_head on the last (a tied
-  embedding is held on both);
-- expert parallel (ep) places num_experts / ep routed experts per GPU; when ep < tp each of them is still
-  sliced tp / ep ways (TensorRT-LLM's moe_tp x moe_ep = tp), when ep >= tp they are whole (vLLM's EP over
-  tp x dp ranks), so ep must divide tp or be a multiple of it;
-- data parallel replicas: num_gpus / (tp x pp) copies of the model; concurrent sequences add up over them.
+- vLLM:    KV budget = capacity x gpu_memory_utilization - weights - activation peak - non-torch [- CUDA graphs];
+  blocks of block_size tokens per layer; hybrid sliding-window models in padded layer groups; "GPU KV cache
+  size" = blocks // groups x block_size; "Maximum concurrency" = blocks / blocks of one max_model_len request.
+- SGLang:  KV pool = (capacity - startup) x mem_fraction_static - weights, in tokens (page size 1).
+- TensorRT-LLM: KV = (capacity - peak of the dry run) x free_gpu_memory_fraction, blocks of 32 tokens.
+- ``engine=None`` ("ideal"; also an engine preset with ``budget: ideal``, gpt-fast): reserved = capacity x
+  (1 - utilization) + runtime overhead + one prefill chunk's activations; KV budget = capacity - weights -
+  reserved; a sequence of C tokens takes ceil(held / block) blocks per layer, held = min(C, window) on
+  sliding-window layers.
 
-Memory per GPU, as vLLM budgets it (``gpu_memory_utilization``, default 0.9):
-    reserved  = capacity x (1 - utilization) + runtime overhead (CUDA context, NCCL, cuBLAS workspace, CUDA graphs)
-                + activation workspace of one prefill chunk
-    KV budget = capacity - weights - reserved
-The KV cache is allocated in blocks of ``block_size`` tokens per layer (PagedAttention): a sequence of C tokens
-takes ceil(held / block_size) blocks in each layer, held = min(C, window) on sliding-window layers.
-Pure math: no I/O.
+Weights follow the checkpoint as the engine loads it: vocabulary padded, rotary cos/sin cache, MLA's absorbed
+kv_b copies, MXFP4 expert padding, per-layer format exceptions. Pure math, no I/O; sentences are built in
+``tfcalc.report.plan``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 
-from tfcalc.calc.kv_cache import tokens_held
+from tfcalc.calc import engine as eng
 from tfcalc.calc.memory import activation_workspace_bytes
-from tfcalc.calc.params import Params, attention_params, ffn_params, norm_params_per_layer
-from tfcalc.dtypes import DType, WeightPrecision, vector_dtype
+from tfcalc.calc.shard import (
+    Parallelism,
+    Shard,
+    StageCensus,
+    census_weight_bytes,
+    check_parallelism,
+    exception_counts,
+    expert_tp,
+    param_bytes,
+    shard,
+    stage_census,
+    stage_layers,
+)
+from tfcalc.dtypes import DType, WeightPrecision, get_dtype
 from tfcalc.errors import UsageError
+from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
+
+__all__ = ["Parallelism", "PlanConfig", "PlanResult", "Shard", "candidate_layouts", "check_parallelism",
+           "min_gpus", "param_bytes", "plan_fit", "shard", "stage_layers"]
 
 GIB = 1 << 30
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_RUNTIME_OVERHEAD = 1 << 30
 DEFAULT_PREFILL_CHUNK = 8192
+MAX_SEARCH_GPUS = 1 << 40
 
 
-def _gib(value: float) -> str:
-    return f"{value / GIB:,.2f} GiB"
-
-
-# --- sharding --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Parallelism:
-    tp: int = 1
-    pp: int = 1
-    ep: int = 1
-    dp: int = 1
-
-    @property
-    def num_gpus(self) -> int:
-        return self.tp * self.pp * self.dp
-
-
-def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: int = 1) -> Parallelism:
-    """Validate tp / pp / ep against the model and the GPU count; UsageError with the reason otherwise."""
-    n = spec.name
-    if min(num_gpus, tp, pp, ep) < 1:
-        raise UsageError("num_gpus, tp, pp and ep must be positive")
-    if spec.num_attention_heads % tp:
-        raise UsageError(f"tp {tp} does not divide the {spec.num_attention_heads} attention heads of {n}")
-    if spec.mla is None and tp % spec.num_kv_heads and spec.num_kv_heads % tp:
-        raise UsageError(f"tp {tp} is neither a multiple nor a divisor of the {spec.num_kv_heads} KV heads of {n}")
-    if num_gpus % (tp * pp):
-        raise UsageError(f"tp x pp = {tp * pp} does not divide the GPU count {num_gpus}")
-    if pp > spec.num_layers:
-        raise UsageError(f"pp {pp} exceeds the {spec.num_layers} layers of {n}")
-    if ep > 1:
-        if spec.moe is None:
-            raise UsageError(f"ep {ep} given but {n} has no experts")
-        if ep % tp and tp % ep:
-            raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
-        if spec.moe.num_experts % ep:
-            raise UsageError(f"ep {ep} does not divide the {spec.moe.num_experts} experts of {n}")
-        if (num_gpus // pp) % ep:
-            raise UsageError(f"ep {ep} does not divide the {num_gpus // pp} GPUs of one pipeline stage")
-    return Parallelism(tp, pp, ep, num_gpus // (tp * pp))
-
-
-def _div(p: Params, k: int) -> Params:
-    return Params(p.matrix // k, p.vector)
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Weight elements one GPU holds (per layer where marked) and its KV elements per token per layer."""
-
-    embedding: Params
-    lm_head: Params
-    final_norm: Params
-    attention: Params            # per layer
-    norms: Params                # per layer
-    mlp: Params                  # per dense layer
-    expert: Params               # one routed expert's part on this GPU
-    experts_resident: int        # routed experts per MoE layer on this GPU
-    experts_active: Fraction     # routed experts one token uses on this GPU, on average
-    shared_experts: Params       # per MoE layer
-    router: Params               # per MoE layer
-    kv_elements: int             # per token per layer
-    kv_heads: int                # KV heads per GPU (0 for MLA)
-    query_heads: int
-
-
-def shard(spec: ModelSpec, par: Parallelism) -> Shard:
-    tp, h, v = par.tp, spec.hidden_size, spec.vocab_size
-    if spec.mla is not None:
-        m = spec.mla
-        q_out = spec.num_attention_heads * m.qk_head_dim
-        replicated = h * (m.kv_lora_rank + m.qk_rope_head_dim) + (h * m.q_lora_rank if m.q_lora_rank else 0)
-        split = (m.q_lora_rank or h) * q_out + m.kv_lora_rank * spec.num_attention_heads * (
-            m.qk_nope_head_dim + m.v_head_dim) + spec.num_attention_heads * m.v_head_dim * h
-        attention = Params(replicated + split // tp, attention_params(spec).vector)
-        kv_elements, kv_heads = m.latent_elements_per_token_per_layer, 0
-    else:
-        d = spec.head_dim
-        kv_heads = max(spec.num_kv_heads // tp, 1)
-        q_out = spec.num_attention_heads * d
-        attention = Params(2 * h * q_out // tp + 2 * h * kv_heads * d, attention_params(spec).vector)
-        kv_elements = 2 * kv_heads * d
-    final_norm = Params(vector=h * (2 if spec.norm_kind == "layernorm" else 1))
-    expert = Params()
-    resident, active = 0, Fraction(0)
-    shared = router = Params()
-    if spec.moe is not None:
-        moe = spec.moe
-        full = ffn_params(spec, moe.expert_intermediate_size, moe.expert_bias)
-        if par.ep > 1:
-            expert, resident = _div(full, max(tp // par.ep, 1)), moe.num_experts // par.ep
-            active = Fraction(moe.experts_per_token, par.ep)
-        else:
-            expert, resident, active = _div(full, tp), moe.num_experts, Fraction(moe.experts_per_token)
-        if moe.num_shared_experts:
-            shared = _div(ffn_params(spec, moe.shared_expert_intermediate_size, False) * moe.num_shared_experts, tp)
-            shared = shared + Params(matrix=h if moe.shared_expert_gate else 0)
-        router = Params(h * moe.num_experts, (moe.num_experts if moe.router_bias else 0)
-                        + (moe.num_experts if moe.router_score_correction_bias else 0))
-    return Shard(
-        embedding=Params(matrix=v * h // tp),
-        lm_head=Params() if spec.tie_word_embeddings else Params(matrix=v * h // tp),
-        final_norm=final_norm, attention=attention, norms=norm_params_per_layer(spec),
-        mlp=_div(ffn_params(spec, spec.intermediate_size, spec.mlp_bias), tp), expert=expert,
-        experts_resident=resident, experts_active=active, shared_experts=shared, router=router,
-        kv_elements=kv_elements, kv_heads=kv_heads, query_heads=spec.num_attention_heads // tp)
-
-
-def param_bytes(p: Params, precision: WeightPrecision, component: str) -> Fraction:
-    """Matrices in the component's format (scales included), 1-D tensors 16-bit when matrices are quantized."""
-    dtype = precision.for_component(component)
-    return dtype.bytes_for(p.matrix) + vector_dtype(dtype).bytes_for(p.vector)
-
-
-def stage_layers(num_layers: int, pp: int) -> list[range]:
-    """Contiguous layer runs as vLLM splits them: the num_layers % pp extra layers go one each to the stages
-    before the last, counting back from the second-to-last (the last stage also runs the lm_head)."""
-    base, extra = divmod(num_layers, pp)
-    sizes = [base + (1 if pp - 1 - extra <= s < pp - 1 else 0) for s in range(pp)]
-    starts = [sum(sizes[:s]) for s in range(pp)]
-    return [range(start, start + size) for start, size in zip(starts, sizes, strict=True)]
-
-
-def layer_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, layer: int) -> Fraction:
-    total = param_bytes(sh.attention, precision, "attention") + param_bytes(sh.norms, precision, "norms")
-    if spec.is_moe_layer(layer):
-        total += param_bytes(sh.expert * sh.experts_resident, precision, "experts")
-        total += param_bytes(sh.shared_experts, precision, "shared_experts")
-        total += param_bytes(sh.router, precision, "router")
-    else:
-        total += param_bytes(sh.mlp, precision, "mlp")
-    return total
-
-
-def stage_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, layers: range, first: bool,
-                       last: bool) -> int:
-    total = sum((layer_weight_bytes(spec, sh, precision, i) for i in layers), Fraction(0))
-    if first:
-        total += param_bytes(sh.embedding, precision, "embedding")
-    if last:
-        total += param_bytes(sh.final_norm, precision, "norms")
-        if spec.tie_word_embeddings:
-            if not first:
-                total += param_bytes(sh.embedding, precision, "embedding")
-        else:
-            total += param_bytes(sh.lm_head, precision, "lm_head")
-    return math.ceil(total)
-
-
-def paged_tokens(spec: ModelSpec, layer: int, context: int, block_size: int) -> int:
-    """Tokens of cache one sequence occupies in ``layer``: held tokens rounded up to whole blocks."""
-    held = tokens_held(spec, layer, context)
-    return -(-held // block_size) * block_size
-
-
-def stage_kv_bytes_per_sequence(spec: ModelSpec, sh: Shard, kv_dtype: DType, layers: range, context: int,
-                                block_size: int) -> int:
-    tokens = sum(paged_tokens(spec, i, context, block_size) for i in layers)
-    return math.ceil(kv_dtype.bytes_for(tokens * sh.kv_elements))
-
-
-# --- the plan --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanConfig:
+    """One setting to plan. ``None`` means the engine's default (vLLM: --gpu-memory-utilization 0.9,
+    --block-size 16, --max-num-seqs / --max-num-batched-tokens by GPU); ``engine=None`` is the ideal arithmetic,
+    for which ``runtime_overhead_bytes`` and ``max_num_batched_tokens`` (one prefill chunk) size the reserve."""
+
     num_gpus: int
     tp: int = 1
     pp: int = 1
     ep: int = 1
     context: int = 4096
     batch: int = 1
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
-    block_size: int = DEFAULT_BLOCK_SIZE
+    engine: EngineSpec | None = None
+    gpu_memory_utilization: float | None = None
+    block_size: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
     runtime_overhead_bytes: int = DEFAULT_RUNTIME_OVERHEAD
-    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK
+    cuda_graphs_in_budget: bool | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class StagePlan:
+    """One pipeline stage (all GPUs of a stage alike)."""
+
+    layers: range
+    census: StageCensus
+    weights_bytes: int
+    activation_peak_bytes: int
+    kv_budget_bytes: int
+    kv_bytes_per_token: int        # every layer of the stage holding the token
+    kv_page_bytes: int             # one block of one layer
+    kv_groups: eng.KVGroups
+    kv_pool_blocks: int            # blocks the engine allocates (vLLM num_gpu_blocks)
+    kv_tokens: int                 # tokens the engine reports ("GPU KV cache size")
+    blocks_per_request: int        # blocks one request of `context` tokens needs (engine's definition)
+    sequences: int                 # engine's max concurrency at `context`, floored
+    sequences_window_aware: int    # sliding layers holding min(context, window) only
+    kv_bytes_per_sequence: int     # bytes one sequence of `context` tokens takes, the engine's way
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlanResult:
+    """Every term of one GPU's budget, in bytes, and what fits. Ideal (``engine=None``) figures are beside the
+    engine's in the ``*_ideal`` fields when an engine is modelled."""
+
     parallelism: Parallelism
-    memory_bytes_per_gpu: int
+    engine: EngineSpec | None
+    capacity_bytes: int                   # as the engine budgets it: runtime-reported for engines
+    capacity_is_runtime: bool
+    memory_bytes_per_gpu: int             # nominal capacity
+    memory_fraction: float                # gpu_memory_utilization / mem_fraction_static / free fraction
+    requested_bytes: int                  # the part of capacity the engine's fraction hands out
+    startup_bytes: int
+    non_torch_bytes: int
+    activation_peak_bytes: int
+    cuda_graph_bytes: int
+    cuda_graphs_in_budget: bool
     weights_bytes_per_gpu: int
+    reserved_bytes_per_gpu: int           # capacity - weights - KV budget
+    kv_budget_bytes_per_gpu: int
     kv_bytes_per_token_per_gpu: int
     kv_bytes_per_sequence_per_gpu: int
-    reserved_bytes_per_gpu: int
-    activation_bytes_per_gpu: int
-    kv_budget_bytes_per_gpu: int
-    kv_blocks_per_gpu: int
+    kv_tokens_per_gpu: int
+    kv_blocks_per_gpu: int                # kv_tokens / block_size
+    kv_pool_blocks_per_gpu: int
+    kv_blocks_per_request: int            # blocks one request of `context` tokens takes (engine's definition)
+    kv_groups: int
+    kv_group_size: int
+    kv_padding_layers: int
+    block_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
     max_concurrent_sequences: int
+    max_concurrent_sequences_window_aware: int
     max_context_at_batch: int
     fits: bool
-    reason: str
     shortfall_bytes_per_gpu: int
-    trace: tuple[str, ...]
+    stage_layer_counts: tuple[int, ...]
+    rotary_cache_bytes: int
+    mla_absorbed_bytes: int
+    vocab_rows: int
+    mxfp4_padded_hidden: int              # 0 unless MXFP4 experts were padded
+    mxfp4_padded_intermediate: int
+    kv_heads_per_gpu: int
+    kv_elements_per_token_per_layer: int
+    activation_forward_bytes: int
+    activation_sampler_bytes: int
+    kv_budget_bytes_per_gpu_ideal: int | None = None
+    max_concurrent_sequences_ideal: int | None = None
+    weights_bytes_per_gpu_ideal: int | None = None
+
+    @property
+    def activation_bytes_per_gpu(self) -> int:
+        return self.activation_peak_bytes
 
 
-@dataclass(frozen=True)
-class _Stage:
-    layers: range
-    weights: int
-    budget: int
-    kv_per_token: int
+# --- engine-specific weights --------------------------------------------------------------------------------
 
 
-def _stages(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig,
-            par: Parallelism, sh: Shard, reserved: int) -> list[_Stage]:
-    ranges = stage_layers(spec.num_layers, par.pp)
-    stages = []
-    for s, layers in enumerate(ranges):
-        weights = stage_weight_bytes(spec, sh, precision, layers, s == 0, s == len(ranges) - 1)
-        per_token = math.ceil(kv_dtype.bytes_for(len(layers) * sh.kv_elements))
-        stages.append(_Stage(layers, weights, gpu.memory_bytes - weights - reserved, per_token))
-    return stages
+def _rotary_cache_elements(spec: ModelSpec) -> int:
+    """vLLM get_rope: one cos/sin cache [positions, rotary dim] shared by all layers; positions = max_position x
+    factor for linear / dynamic scaling, original x factor for YaRN, max_position otherwise."""
+    rotary = spec.mla.qk_rope_head_dim if spec.mla is not None else spec.head_dim
+    positions = spec.max_context
+    s = spec.rope_scaling
+    if s is not None:
+        if s.rope_type in ("linear", "dynamic"):
+            positions = int(spec.max_context * s.factor)
+        elif s.rope_type in ("yarn", "deepseek_yarn"):
+            positions = int((s.original_max_position_embeddings or spec.max_context) * s.factor)
+    return positions * rotary
 
 
-def _sequences(spec: ModelSpec, sh: Shard, kv_dtype: DType, stages: list[_Stage], context: int,
-               block_size: int) -> int:
-    """Sequences of ``context`` tokens one replica holds: min over stages of budget // per-sequence bytes."""
-    fits = []
-    for st in stages:
-        per_seq = stage_kv_bytes_per_sequence(spec, sh, kv_dtype, st.layers, context, block_size)
-        fits.append(max(st.budget, 0) // per_seq if per_seq else 0)
-    return min(fits)
+def _engine_shard(spec: ModelSpec, par: Parallelism, engine: EngineSpec | None, precision: WeightPrecision
+                  ) -> tuple[Shard, int, tuple[int, int]]:
+    """The shard as the engine loads it: padded vocabulary rows, MXFP4 experts padded to the kernel's layout."""
+    if engine is None:
+        return shard(spec, par), spec.vocab_size, (0, 0)
+    pad = engine.weights.vocab_padding
+    rows = -(-spec.vocab_size // pad) * pad
+    sh = shard(spec, par, vocab_rows=rows)
+    padded = (0, 0)
+    if spec.moe is not None and precision.for_component("experts").name == "mxfp4":
+        w, moe = engine.weights, spec.moe
+        h = -(-spec.hidden_size // w.mxfp4_pad_hidden) * w.mxfp4_pad_hidden
+        inter = -(-(moe.expert_intermediate_size // expert_tp(par)) // w.mxfp4_pad_intermediate) * (
+            w.mxfp4_pad_intermediate)
+        gated = spec.ffn_kind == "gated"
+        matrix = (3 if gated else 2) * h * inter
+        vector = ((2 if gated else 1) * inter + h) if moe.expert_bias else 0
+        if (h, inter) != (spec.hidden_size, moe.expert_intermediate_size // expert_tp(par)):
+            padded = (h, inter)
+        sh = replace(sh, expert=type(sh.expert)(matrix, vector))
+    return sh, rows, padded
+
+
+def _extra_weight_bytes(spec: ModelSpec, engine: EngineSpec | None, par: Parallelism, layers: int,
+                        model_dtype_bytes: int = 2) -> tuple[int, int]:
+    """(rotary cos/sin cache, MLA absorbed W_UK / W_UV copies) bytes one GPU of a stage holds."""
+    if engine is None:
+        return 0, 0
+    rotary = _rotary_cache_elements(spec) * model_dtype_bytes if engine.weights.rotary_cache else 0
+    absorbed = 0
+    if spec.mla is not None and engine.weights.mla_absorbed_copy:
+        m = spec.mla
+        absorbed = layers * m.kv_lora_rank * spec.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim) // (
+            par.tp) * model_dtype_bytes
+    return rotary, absorbed
+
+
+# --- activation inputs --------------------------------------------------------------------------------------
+
+
+def _activation_inputs(spec: ModelSpec, sh: Shard, par: Parallelism, census: StageCensus, vocab_rows: int,
+                       first: bool, last: bool, precision: WeightPrecision) -> eng.ActivationInputs:
+    if spec.mla is not None:
+        m = spec.mla
+        attention = sh.query_heads * (2 * m.qk_head_dim + 2 * m.v_head_dim)
+    else:
+        attention = (2 * sh.query_heads + 2 * sh.kv_heads) * spec.head_dim
+    mlp = 3 * spec.intermediate_size // par.tp if census.dense_layers else 0
+    workspace = output = 0
+    if spec.moe is not None and census.moe_layers:
+        moe = spec.moe
+        inter = moe.expert_intermediate_size // expert_tp(par)
+        top_k = moe.experts_per_token
+        if precision.for_component("experts").name != "mxfp4":  # OAI Triton matmul_ogs keeps no workspace
+            workspace = top_k * (max(2 * inter, spec.hidden_size) + inter)
+        shared = moe.num_shared_experts * moe.shared_expert_intermediate_size // par.tp
+        output = top_k * spec.hidden_size + 3 * shared
+    return eng.ActivationInputs(hidden=spec.hidden_size, attention_width=attention, mlp_width=mlp,
+                                moe_workspace=workspace, moe_output=output, vocab=vocab_rows, last_stage=last,
+                                receives_activations=not first)
+
+
+# --- KV allocation ------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def _ceil_bytes(dtype: DType, elements: int) -> int:
+    return math.ceil(dtype.bytes_for(elements))
+
+
+def _ideal_sequences(spec: ModelSpec, census: StageCensus, context: int, block: int, page: int,
+                     budget: int) -> tuple[int, int]:
+    """(bytes per sequence, sequences): ceil(held / block) blocks per layer, held = min(C, window) if sliding."""
+    window = spec.sliding_window
+    full_blocks = -(-context // block)
+    sliding_blocks = -(-min(context, window) // block) if window is not None else full_blocks
+    per_seq = (census.full_layers * full_blocks + census.sliding_layers * sliding_blocks) * page
+    return per_seq, (max(budget, 0) // per_seq if per_seq else 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Allocation:
+    page: int                 # bytes of one block of one layer
+    per_token: int            # bytes of one token in every layer of the stage
+    groups: eng.KVGroups
+    pool: int                 # blocks allocated per layer slot
+    tokens: int               # tokens the engine reports
+    per_request: int          # blocks one request of `context` tokens takes (in layer-slot blocks)
+    sequences: int
+    window_aware: int
+    per_seq: int              # bytes one sequence takes
+
+
+def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, kv_dtype: DType, kv_elements: int,
+              budget: int, context: int, block: int, mnbt: int) -> _Allocation:
+    """The engine's KV pool of one stage and what one request of ``context`` tokens takes from it."""
+    page = _ceil_bytes(kv_dtype, block * kv_elements)
+    per_token = _ceil_bytes(kv_dtype, census.layers * kv_elements)
+    window = spec.sliding_window
+    free = max(budget, 0)
+    per_seq_ideal, seqs_ideal = _ideal_sequences(spec, census, context, block, page, free)
+    full_blocks = -(-context // block)
+    plain = eng.kv_groups(None, census.full_layers, census.sliding_layers)
+    if engine is None:  # blocks counted over all layers, sliding layers capped at their window
+        blocks = free // (block * per_token) if per_token else 0
+        return _Allocation(page=page, per_token=per_token, groups=plain, pool=blocks, tokens=blocks * block,
+                           per_request=census.layers * full_blocks, sequences=seqs_ideal, window_aware=seqs_ideal,
+                           per_seq=per_seq_ideal)
+    if engine.kv.concurrency == "pool":
+        ratio = engine.kv.swa_full_tokens_ratio
+        if ratio is not None and census.sliding_layers and window is not None:
+            # SGLang's hybrid SWA pool: the sliding layers' pool holds ratio x the full layers' tokens.
+            r = Fraction(ratio).limit_denominator(1000)
+            full_cell = kv_dtype.bytes_for(census.full_layers * kv_elements)
+            swa_cell = kv_dtype.bytes_for(census.sliding_layers * kv_elements)
+            tokens = int(free / (full_cell + r * swa_cell)) // block * block
+            held = min(context, window)
+            seqs = min(tokens // context, int(tokens * r) // held)
+            return _Allocation(page=page, per_token=per_token, groups=plain, pool=tokens // block, tokens=tokens,
+                               per_request=full_blocks, sequences=seqs, window_aware=seqs,
+                               per_seq=math.ceil(full_cell * context + swa_cell * held))
+        blocks = free // (page * census.layers) if page and census.layers else 0
+        return _Allocation(page=page, per_token=per_token, groups=plain, pool=blocks, tokens=blocks * block,
+                           per_request=full_blocks, sequences=blocks // full_blocks, window_aware=seqs_ideal,
+                           per_seq=full_blocks * page * census.layers)
+    groups = eng.kv_groups(engine, census.full_layers, census.sliding_layers)
+    pool = free // (page * groups.group_size) if page and groups.group_size else 0
+    per_request = eng.blocks_per_request(engine, groups, window, context, mnbt, block)
+    if groups.sliding_groups and window is not None:
+        aware = groups.full_groups * full_blocks + groups.sliding_groups * -(-min(context, window) // block)
+        window_aware = pool // aware
+    else:  # sliding layers (if any) cached as full attention by the engine; the window-aware figure is ideal's
+        window_aware = seqs_ideal
+    return _Allocation(page=page, per_token=per_token, groups=groups, pool=pool,
+                       tokens=pool // groups.num_groups * block, per_request=per_request,
+                       sequences=pool // per_request, window_aware=window_aware,
+                       per_seq=per_request * page * groups.group_size)
+
+
+# --- the plan -----------------------------------------------------------------------------------------------
+
+
+def _resolved(cfg: PlanConfig, gpu: GPUSpec) -> tuple[float | None, int, int, int]:
+    """(memory fraction or None for SGLang's rule, block size, max_num_seqs, max_num_batched_tokens)."""
+    e = cfg.engine
+    if e is None:
+        util = DEFAULT_GPU_MEMORY_UTILIZATION if cfg.gpu_memory_utilization is None else cfg.gpu_memory_utilization
+        return (util, cfg.block_size or DEFAULT_BLOCK_SIZE, cfg.max_num_seqs or 1,
+                cfg.max_num_batched_tokens or DEFAULT_PREFILL_CHUNK)
+    seqs, tokens = eng.scheduler_defaults(e, gpu)
+    fraction = cfg.gpu_memory_utilization if cfg.gpu_memory_utilization is not None else e.memory_fraction
+    return fraction, cfg.block_size or e.block_size, cfg.max_num_seqs or seqs, cfg.max_num_batched_tokens or tokens
 
 
 def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig,
-             activation_dtype: DType | None = None) -> PlanResult:
-    """Weights, reserved memory and KV budget per GPU; sequences at ``cfg.context``; context at ``cfg.batch``."""
-    from tfcalc.dtypes import get_dtype
-
-    if not 0 < cfg.gpu_memory_utilization <= 1:
-        raise UsageError(f"gpu memory utilization must be in (0, 1], got {cfg.gpu_memory_utilization}")
-    if cfg.block_size < 1:
-        raise UsageError("block size must be positive")
+             activation_dtype: DType | None = None, with_ideal: bool = True) -> PlanResult:
+    """Weights, every reserved term and the KV budget per GPU; sequences at ``cfg.context``; context at
+    ``cfg.batch``; as ``cfg.engine`` accounts for them (``None``, or an engine with ``budget: ideal``: the ideal
+    arithmetic, the result still naming that engine)."""
+    if cfg.engine is not None and memory_model(cfg.engine) is None:
+        plain = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=None), activation_dtype, with_ideal)
+        return replace(plain, engine=cfg.engine)
+    fraction, block, max_seqs, mnbt = _resolved(cfg, gpu)
+    if fraction is not None and not 0 < fraction <= 1:
+        raise UsageError(f"gpu memory utilization must be in (0, 1], got {fraction}")
+    if block < 1 or max_seqs < 1 or mnbt < 1:
+        raise UsageError("block size, max_num_seqs and max_num_batched_tokens must be positive")
+    if cfg.context < 1 or cfg.batch < 1:
+        raise UsageError("context and batch must be positive")
     par = check_parallelism(spec, cfg.num_gpus, cfg.tp, cfg.pp, cfg.ep)
-    sh = shard(spec, par)
+    e = cfg.engine
     act_dtype = activation_dtype or get_dtype("bf16")
-    # One prefill chunk of one sequence (its last position's logits), per GPU.
-    activations = activation_workspace_bytes(spec, 1, cfg.prefill_chunk_tokens, act_dtype, cfg.prefill_chunk_tokens,
-                                             par.tp)
-    headroom = round(gpu.memory_bytes * (1 - cfg.gpu_memory_utilization))
-    reserved = headroom + cfg.runtime_overhead_bytes + activations
-    stages = _stages(spec, gpu, precision, kv_dtype, cfg, par, sh, reserved)
-    worst = min(stages, key=lambda st: st.budget)
-    per_replica = _sequences(spec, sh, kv_dtype, stages, cfg.context, cfg.block_size)
-    sequences = per_replica * par.dp
-    need_per_replica = -(-cfg.batch // par.dp)
-    max_context = _max_context(spec, sh, kv_dtype, stages, need_per_replica, cfg.block_size,
-                               max(spec.max_context, cfg.context))
-    per_seq = max(stage_kv_bytes_per_sequence(spec, sh, kv_dtype, st.layers, cfg.context, cfg.block_size)
-                  for st in stages)
-    weights = max(st.weights for st in stages)
-    per_token = max(st.kv_per_token for st in stages)
-    blocks = max(worst.budget, 0) // (cfg.block_size * worst.kv_per_token) if worst.kv_per_token else 0
-    usable = gpu.memory_bytes - reserved
-    if worst.budget <= 0:
-        short = -worst.budget + per_seq * need_per_replica
-        reason = (f"weights {_gib(worst.weights)} per GPU exceed the {_gib(usable)} left after reserved memory: "
-                  f"short by {_gib(-worst.budget)} before any KV cache, {_gib(short)} for batch {cfg.batch} at "
-                  f"context {cfg.context:,}")
-    elif sequences >= cfg.batch:
-        short = 0
-        noun = "sequence" if sequences == 1 else "sequences"
-        reason = f"fits: {sequences:,} {noun} of {cfg.context:,} tokens, batch {cfg.batch:,} asked"
+    act_bytes = max(1, int(act_dtype.bits_per_element) // 8)
+    sh, vocab_rows, padded = _engine_shard(spec, par, e, precision)
+    nominal = gpu.memory_bytes
+    capacity = eng.capacity_bytes(gpu) if e is not None else nominal
+    startup = eng.startup_bytes(e, par.tp) if e is not None else 0
+    non_torch = eng.non_torch_bytes(e, par.tp, par.pp) if e is not None else 0
+    graphs = eng.cuda_graph_bytes(e, max_seqs, par.tp) if e is not None else 0
+    graphs_in = (e.cuda_graphs.in_budget if cfg.cuda_graphs_in_budget is None else cfg.cuda_graphs_in_budget
+                 ) if e is not None else False
+    if e is not None and fraction is None:
+        fraction = eng.static_fraction(e, gpu, par.tp, par.pp, mnbt)
+    assert fraction is not None
+    ranges = stage_layers(spec.num_layers, par.pp)
+    if e is None or e.budget == "free_fraction":
+        requested = capacity
+    elif e.budget == "utilization":
+        requested = math.floor(capacity * fraction)
     else:
-        short = per_seq * need_per_replica - worst.budget
-        reason = (f"KV for batch {cfg.batch:,} at context {cfg.context:,} needs {_gib(per_seq * need_per_replica)} "
-                  f"per GPU, {_gib(worst.budget)} left: short by {_gib(short)}; "
-                  f"{sequences:,} sequences fit, or context {max_context:,} at this batch")
-    if cfg.context > spec.max_context:
-        reason += (f"; note: context {cfg.context:,} exceeds {spec.name}'s maximum {spec.max_context:,} (the memory "
-                   "figures assume the engine allows it)")
-    kv_w = " (window caps applied)" if spec.sliding_window is not None else ""
-    mla = " (MLA latent, not split by TP)" if spec.mla is not None else ""
-    rep = (f" (KV heads replicated: {sh.kv_heads} per GPU, tp {par.tp} > {spec.num_kv_heads} KV heads)"
-           if spec.mla is None and par.tp > spec.num_kv_heads else "")
-    trace = (
-        f"parallelism: tp {par.tp} x pp {par.pp} x dp {par.dp} = {par.num_gpus} GPUs, ep {par.ep}"
-        + (f"; layers per stage {'/'.join(str(len(st.layers)) for st in stages)}" if par.pp > 1 else ""),
-        f"weights per GPU (largest stage) = {weights:,} B = {_gib(weights)} [{precision.label}]",
-        f"reserved = capacity {gpu.memory_bytes:,} x (1 - {cfg.gpu_memory_utilization}) = {headroom:,} + runtime "
-        f"overhead {cfg.runtime_overhead_bytes:,} + activations {activations:,} (chunk {cfg.prefill_chunk_tokens:,} "
-        f"tokens) = {reserved:,} B = {_gib(reserved)}",
-        f"KV budget = {gpu.memory_bytes:,} - {worst.weights:,} - {reserved:,} = {worst.budget:,} B "
-        f"= {_gib(worst.budget)}",
-        f"KV per token per GPU = {len(worst.layers)} layers x {sh.kv_elements} elements x "
-        f"{kv_dtype.bits_per_element} bits / 8 = {per_token:,} B{mla}{rep}",
-        f"KV per sequence at {cfg.context:,} tokens, blocks of {cfg.block_size}{kv_w} = {per_seq:,} B",
-        f"max sequences = {par.dp} replica(s) x floor({max(worst.budget, 0):,} / {per_seq:,}) = {sequences:,}",
-        f"max context at batch {cfg.batch:,} = {max_context:,} (capped at {max(spec.max_context, cfg.context):,})",
-        reason,
-    )
-    return PlanResult(par, gpu.memory_bytes, weights, per_token, per_seq, reserved, activations, worst.budget,
-                      blocks, sequences, max_context, worst.budget > 0 and sequences >= cfg.batch, reason, short,
-                      trace)
+        requested = math.floor((capacity - startup) * fraction)
+    stages: list[StagePlan] = []
+    rotary = absorbed = forward = sampler = 0
+    memo: dict[tuple[object, ...], tuple[StagePlan, int, int, eng.ActivationPeak]] = {}
+    for s, layers in enumerate(ranges):
+        first, last = s == 0, s == len(ranges) - 1
+        census = stage_census(spec, layers)
+        exceptions = exception_counts(spec, layers)
+        key = (census, exceptions, first, last)
+        if key not in memo:  # stages alike in their layer counts plan alike: computed once
+            rot, absb = _extra_weight_bytes(spec, e, par, len(layers))
+            weights = census_weight_bytes(spec, sh, precision, census, exceptions, first, last) + rot + absb
+            if e is None:
+                act = activation_workspace_bytes(spec, 1, mnbt, act_dtype, mnbt, par.tp)
+                reserved = round(nominal * (1 - fraction)) + cfg.runtime_overhead_bytes + act
+                budget = nominal - weights - reserved
+                peak = eng.ActivationPeak(forward_bytes=act, sampler_bytes=0, peak_bytes=act)
+            else:
+                if e.budget == "static_fraction":  # no profiling run: activations live in the reserved slack
+                    peak = eng.ActivationPeak(forward_bytes=0, sampler_bytes=0, peak_bytes=0)
+                else:
+                    inputs = _activation_inputs(spec, sh, par, census, vocab_rows, first, last, precision)
+                    peak = eng.activation_peak(e, inputs, mnbt, max_seqs, act_bytes)
+                held_back = startup if e.overheads.startup_in_budget else 0
+                if e.budget == "utilization":
+                    budget = (requested - weights - peak.peak_bytes - non_torch - held_back
+                              - (graphs if graphs_in else 0))
+                elif e.budget == "static_fraction":
+                    budget = requested - weights
+                else:
+                    budget = math.floor((capacity - weights - startup - non_torch - peak.peak_bytes) * fraction)
+            a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, mnbt)
+            plan = StagePlan(
+                layers=layers, census=census, weights_bytes=weights, activation_peak_bytes=peak.peak_bytes,
+                kv_budget_bytes=budget, kv_bytes_per_token=a.per_token, kv_page_bytes=a.page, kv_groups=a.groups,
+                kv_pool_blocks=a.pool, kv_tokens=a.tokens, blocks_per_request=a.per_request,
+                sequences=a.sequences, sequences_window_aware=a.window_aware, kv_bytes_per_sequence=a.per_seq)
+            memo[key] = (plan, rot, absb, peak)
+        plan, rot, absb, peak = memo[key]
+        stages.append(replace(plan, layers=layers))
+        if last:
+            rotary, absorbed, forward, sampler = rot, absb, peak.forward_bytes, peak.sampler_bytes
+    worst = min(stages, key=lambda st: (st.kv_budget_bytes, st.sequences))
+    tightest = min(stages, key=lambda st: (st.kv_tokens, st.kv_budget_bytes))
+    per_replica = min(st.sequences for st in stages)
+    sequences = per_replica * par.dp
+    window_aware = min(st.sequences_window_aware for st in stages) * par.dp
+    need = -(-cfg.batch // par.dp)
+    cap = max(spec.max_context, cfg.context)
+    distinct = [plan for plan, _, _, _ in memo.values()]
+    max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, mnbt, need, cap)
+    per_seq = max(st.kv_bytes_per_sequence for st in stages)
+    one_request = worst.kv_budget_bytes > 0 and per_replica >= 1
+    fits = one_request and sequences >= cfg.batch
+    if worst.kv_budget_bytes <= 0:
+        short = -worst.kv_budget_bytes + per_seq * need
+    elif fits:
+        short = 0
+    else:
+        short = max(per_seq * need - worst.kv_budget_bytes, 0)
+    weights_max = max(st.weights_bytes for st in stages)
+    activation_max = max(st.activation_peak_bytes for st in stages)
+    ideal = None
+    if e is not None and with_ideal:
+        ideal = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=None, gpu_memory_utilization=(
+            fraction if e.budget == "utilization" else None), block_size=block, max_num_batched_tokens=mnbt),
+            activation_dtype)
+    return PlanResult(
+        parallelism=par, engine=e, capacity_bytes=capacity, capacity_is_runtime=capacity != nominal,
+        memory_bytes_per_gpu=nominal, memory_fraction=fraction,
+        requested_bytes=requested,
+        startup_bytes=startup, non_torch_bytes=non_torch, activation_peak_bytes=activation_max,
+        cuda_graph_bytes=graphs, cuda_graphs_in_budget=graphs_in, weights_bytes_per_gpu=weights_max,
+        reserved_bytes_per_gpu=capacity - worst.weights_bytes - worst.kv_budget_bytes,
+        kv_budget_bytes_per_gpu=worst.kv_budget_bytes,
+        kv_bytes_per_token_per_gpu=max(st.kv_bytes_per_token for st in stages),
+        kv_bytes_per_sequence_per_gpu=per_seq, kv_tokens_per_gpu=tightest.kv_tokens,
+        kv_blocks_per_gpu=tightest.kv_tokens // block, kv_pool_blocks_per_gpu=tightest.kv_pool_blocks,
+        kv_blocks_per_request=tightest.blocks_per_request,
+        kv_groups=tightest.kv_groups.num_groups, kv_group_size=tightest.kv_groups.group_size,
+        kv_padding_layers=tightest.kv_groups.padding_layers, block_size=block, max_num_seqs=max_seqs,
+        max_num_batched_tokens=mnbt, max_concurrent_sequences=sequences,
+        max_concurrent_sequences_window_aware=window_aware, max_context_at_batch=max_context, fits=fits,
+        shortfall_bytes_per_gpu=short, stage_layer_counts=tuple(len(st.layers) for st in stages),
+        rotary_cache_bytes=rotary, mla_absorbed_bytes=absorbed, vocab_rows=vocab_rows,
+        mxfp4_padded_hidden=padded[0], mxfp4_padded_intermediate=padded[1], kv_heads_per_gpu=sh.kv_heads,
+        kv_elements_per_token_per_layer=sh.kv_elements, activation_forward_bytes=forward,
+        activation_sampler_bytes=sampler,
+        kv_budget_bytes_per_gpu_ideal=None if ideal is None else ideal.kv_budget_bytes_per_gpu,
+        max_concurrent_sequences_ideal=None if ideal is None else ideal.max_concurrent_sequences,
+        weights_bytes_per_gpu_ideal=None if ideal is None else ideal.weights_bytes_per_gpu)
 
 
-def _max_context(spec: ModelSpec, sh: Shard, kv_dtype: DType, stages: list[_Stage], batch: int, block_size: int,
-                 cap: int) -> int:
-    """Largest context (a multiple of 1 token, at most ``cap``) at which ``batch`` sequences fit; 0 if none."""
+def _max_context(spec: ModelSpec, e: EngineSpec | None, stages: list[StagePlan], kv_dtype: DType,
+                 kv_elements: int, block: int, mnbt: int, batch: int, cap: int) -> int:
+    """Largest context (at most ``cap``) at which ``batch`` sequences fit in every stage; 0 if none."""
     def ok(c: int) -> bool:
-        return _sequences(spec, sh, kv_dtype, stages, c, block_size) >= batch
+        return all(_allocate(spec, e, st.census, kv_dtype, kv_elements, st.kv_budget_bytes, c, block,
+                             mnbt).sequences >= batch for st in stages)
 
     if not ok(1):
         return 0
@@ -362,6 +470,9 @@ def _max_context(spec: ModelSpec, sh: Shard, kv_dtype: DType, stages: list[_Stag
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo
+
+
+# --- searching the GPU count --------------------------------------------------------------------------------
 
 
 def candidate_layouts(spec: ModelSpec, num_gpus: int, gpus_per_node: int, tps: list[int] | None = None,
@@ -389,19 +500,83 @@ def candidate_layouts(spec: ModelSpec, num_gpus: int, gpus_per_node: int, tps: l
     return layouts
 
 
+MAX_LAYOUTS_COMPARED = 2048
+
+
+def _layout_sizes(spec: ModelSpec, max_gpus: int, gpus_per_node: int, tps: list[int] | None,
+                  pps: list[int] | None) -> tuple[list[int], int]:
+    """(GPU counts of one replica worth trying, in order, up to the first multi-node size; the largest node
+    count) -- with tp / pp lists their products (all listed), else 1..gpus_per_node, then whole nodes
+    2..min(max_gpus / gpus_per_node, layers) searched separately."""
+    if tps or pps:
+        tp_set = tps or list(range(1, gpus_per_node + 1))
+        pp_set = pps or list(range(1, spec.num_layers + 1))
+        return sorted({t * p for t in tp_set for p in pp_set if t * p <= max_gpus}), 0
+    return list(range(1, min(gpus_per_node, max_gpus) + 1)), min(max_gpus // gpus_per_node, spec.num_layers)
+
+
 def min_gpus(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig,
              max_gpus: int = 512, gpus_per_node: int = 8, tps: list[int] | None = None,
              pps: list[int] | None = None) -> PlanResult | None:
-    """The smallest GPU count (and its first layout from ``candidate_layouts``) where ``cfg.batch`` sequences of
-    ``cfg.context`` tokens fit; None up to ``max_gpus``."""
-    from dataclasses import replace
+    """The smallest GPU count where ``cfg.batch`` sequences of ``cfg.context`` tokens fit: one replica of a
+    (tp, pp) layout from ``candidate_layouts`` (one request at least), times the data-parallel replicas the
+    batch needs; ties go to fewer replicas. None up to ``max_gpus``.
 
-    rule = (f"tp in {tps or 'any'}, pp in {pps or 'any'}" if tps or pps else
-            f"tp within a node of {gpus_per_node}, pp only across whole nodes")
-    for n in range(1, max_gpus + 1):
+    Bounded: pp never exceeds the layers, so beyond one node only whole nodes up to gpus_per_node x num_layers
+    are candidates; the first that holds one request is found by bisection (more stages leave each GPU fewer
+    weights and layers to cache), then larger replicas are compared only while they are smaller than the best
+    total, at most ``MAX_LAYOUTS_COMPARED`` of them."""
+    if max_gpus < 1 or gpus_per_node < 1:
+        raise UsageError("--max-gpus and --gpus-per-node must be at least 1")
+    if max_gpus > MAX_SEARCH_GPUS:
+        raise UsageError(f"--max-gpus {max_gpus:,} exceeds the search limit of {MAX_SEARCH_GPUS:,}")
+    probe = replace(cfg, batch=1, ep=1)
+    best: tuple[int, int, int, int] | None = None  # (total GPUs, replica GPUs, tp, pp)
+
+    def replica(n: int) -> bool:
+        """Try every layout of n GPUs as one replica; True if one holds a request."""
+        nonlocal best
+        held = False
         for tp, pp in candidate_layouts(spec, n, gpus_per_node, tps, pps):
-            result = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, num_gpus=n, tp=tp, pp=pp, ep=1))
-            if result.fits:
-                line = f"--min-gpus: {n} is the smallest GPU count that fits with {rule}"
-                return replace(result, trace=(line, *result.trace))
-    return None
+            r = _plan(spec, gpu, precision, kv_dtype, replace(probe, num_gpus=n, tp=tp, pp=pp))
+            if r.max_concurrent_sequences < 1:
+                continue
+            held = True
+            total = n * -(-cfg.batch // r.max_concurrent_sequences)
+            if total <= max_gpus and (best is None or total < best[0]):
+                best = (total, n, tp, pp)
+        return held
+
+    sizes, nodes_max = _layout_sizes(spec, max_gpus, gpus_per_node, tps, pps)
+    compared = 0
+    for n in sizes:
+        if best is not None and n >= best[0] or compared >= MAX_LAYOUTS_COMPARED:
+            break
+        replica(n)
+        compared += 1
+    if nodes_max >= 2 and (best is None or 2 * gpus_per_node < best[0]):
+        def holds(k: int) -> bool:
+            return any(_plan(spec, gpu, precision, kv_dtype, replace(probe, num_gpus=k * gpus_per_node, tp=tp,
+                                                                       pp=pp)).max_concurrent_sequences >= 1
+                       for tp, pp in candidate_layouts(spec, k * gpus_per_node, gpus_per_node))
+        lo, hi = 1, 2
+        while hi < nodes_max and not holds(hi):
+            lo, hi = hi, min(hi * 2, nodes_max)
+        if holds(hi):
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+            for k in range(hi, nodes_max + 1):
+                if best is not None and k * gpus_per_node >= best[0] or compared >= MAX_LAYOUTS_COMPARED:
+                    break
+                replica(k * gpus_per_node)
+                compared += 1
+    if best is None:
+        return None
+    total, _, tp, pp = best
+    return plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, num_gpus=total, tp=tp, pp=pp, ep=1))
+
+
+def _plan(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig) -> PlanResult:
+    """plan_fit without the ideal figures beside (for searches)."""
+    return plan_fit(spec, gpu, precision, kv_dtype, cfg, with_ideal=False)

@@ -8,6 +8,7 @@ full tree, for ``--help`` and tests) is built on first use.
 import importlib
 import sys
 from collections.abc import Iterable
+from typing import Annotated
 
 import typer
 
@@ -28,13 +29,27 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
 }
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from tfcalc import __version__
+        from tfcalc.output import write_stdout
+
+        write_stdout(f"tfcalc {__version__}\n")
+        raise typer.Exit()
+
+
 def build_app(names: Iterable[str] = COMMANDS) -> typer.Typer:
-    """A Typer app with the named commands (all by default)."""
+    """A Typer app with the named commands (all by default), ending every run through ``TfcalcGroup``."""
+    from tfcalc.cli.common import TfcalcGroup
+
     root = typer.Typer(name="tfcalc", help=HELP, no_args_is_help=True, pretty_exceptions_enable=False,
-                       add_completion=False, context_settings={"help_option_names": ["-h", "--help"]})
+                       add_completion=False, cls=TfcalcGroup,
+                       context_settings={"help_option_names": ["-h", "--help"]})
 
     @root.callback()
-    def tfcalc() -> None:  # a group even when it holds one command, so `tfcalc NAME ...` parses the same
+    def tfcalc(version: Annotated[bool, typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit.")] = False,
+    ) -> None:  # a group even when it holds one command, so `tfcalc NAME ...` parses the same
         pass
 
     for name in names:
@@ -48,9 +63,21 @@ def build_app(names: Iterable[str] = COMMANDS) -> typer.Typer:
 
 
 def main() -> None:
-    """Console-script entry point: build only the command named on the command line."""
-    name = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
-    build_app([name] if name in COMMANDS else COMMANDS)()
+    """Console-script entry point: SIGTERM handled (exit 143), then only the command named on the line built."""
+    from tfcalc.cli.common import install_signal_handlers
+
+    install_signal_handlers()
+    try:
+        name = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+        app = build_app([name] if name in COMMANDS else COMMANDS)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM while starting up, before TfcalcGroup runs
+        from tfcalc.cli.common import print_error
+        from tfcalc.errors import Interrupted
+
+        interrupted = Interrupted.from_exception(exc)
+        print_error(str(interrupted))
+        sys.exit(interrupted.exit_code)
+    app()
 
 
 def __getattr__(attribute: str) -> typer.Typer:

@@ -1,4 +1,5 @@
-"""``tfcalc bench attention | moe | ceilings``: component benchmarks, each its own table.
+"""``tfcalc bench attention | moe | ceilings | calibrate``: component benchmarks, each its own table, and the
+measurements ``tfcalc estimate --calibration`` reads.
 
 torch is imported only inside the commands (through ``tfcalc.profile``), so ``tfcalc --help`` and the
 calculator commands stay light.
@@ -6,6 +7,7 @@ calculator commands stay light.
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Annotated
 
@@ -13,10 +15,11 @@ import typer
 
 from tfcalc.cli.common import FormatOpt, OutputOpt, handle_errors
 from tfcalc.errors import TfcalcError, UsageError
-from tfcalc.output import Column, emit
+from tfcalc.output import Column, emit, show_progress
 from tfcalc.units import parse_size, parse_sizes, split_list
 
-app = typer.Typer(help="Component benchmarks: SDPA attention backends, MoE vs dense FFN, copy and matmul ceilings.",
+app = typer.Typer(help="Component benchmarks: SDPA attention backends, MoE vs dense FFN, copy and matmul ceilings, "
+                  "and a calibration file for 'tfcalc estimate'.",
                   no_args_is_help=True)
 
 TORCH_MISSING = "the profiler needs PyTorch: pip install 'tfcalc[profile]'"
@@ -52,21 +55,17 @@ def dtype_names(values: list[str] | None, default: str) -> list[str]:
 
 
 def progress_printer() -> Callable[[str], None] | None:
-    """A one-line status on stderr while measuring, only when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        return None
-
-    def show(message: str) -> None:
-        sys.stderr.write(f"\r\033[K{message}")
-        sys.stderr.flush()
-
-    return show
+    """A one-line status on stderr while measuring (``tfcalc.output.show_progress``), only on a terminal."""
+    try:
+        terminal = sys.stderr is not None and sys.stderr.isatty()
+    except (OSError, ValueError):
+        terminal = False
+    return show_progress if terminal else None
 
 
 def clear_progress(show: Callable[[str], None] | None) -> None:
     if show is not None:
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
+        show("")
 
 
 # --- attention -------------------------------------------------------------------------------------------------
@@ -264,3 +263,80 @@ def ceilings(
              "2 n^3 / median time on random inputs. IQR/median = spread of the timed calls (CSV: rates at the "
              "p25/p75 times). Decimal units: GB = 10^9 B.",)
     emit(rows, CEILING_COLUMNS, fmt, output, title="Device ceilings", notes=notes)
+
+
+# --- calibrate -------------------------------------------------------------------------------------------------
+
+CALIBRATE_COLUMNS = [
+    Column("sweep", "sweep"), Column("shape", "shape"), Column("time_s", "time", "seconds"),
+    Column("rate", "rate"), Column("device", "device"),
+]
+
+
+def _calibration_rows(data: dict) -> list[dict]:
+    """The measurements as table rows (shape and achieved rate in words, exact values in CSV/JSON)."""
+    from tfcalc.output.columns import format_si
+
+    rows: list[dict] = []
+    device = data["device_name"]
+    for r in data["gemm"]:
+        flops = 2 * r["m"] * r["n"] * r["k"]
+        rows.append({"sweep": f"gemm {r['dtype']}", "shape": f"{r['m']} x {r['n']} x {r['k']}", "time_s": r["seconds"],
+                     "rate": format_si(flops / r["seconds"], "FLOP/s"), "flops_per_s": flops / r["seconds"],
+                     "device": device, **{k: r[k] for k in ("dtype", "m", "n", "k")}})
+    for r in data["memory"]:
+        rows.append({"sweep": "copy", "shape": f"{r['bytes']:,} B moved", "time_s": r["seconds"],
+                     "rate": format_si(r["bytes"] / r["seconds"], "B/s"), "bytes_per_s": r["bytes"] / r["seconds"],
+                     "device": device, "bytes": r["bytes"]})
+    launch = data["launch"]
+    for kind in ("graph", "eager"):
+        value = launch[f"{kind}_seconds"]
+        if value is not None:
+            rows.append({"sweep": "launch", "shape": f"tiny kernel, {'CUDA graph' if kind == 'graph' else 'eager'}",
+                         "time_s": value, "rate": "per kernel", "device": device})
+    for r in data["attention"]:
+        rows.append({"sweep": f"attention {r['phase']}", "shape": f"B {r['batch']}, H {r['heads']}/{r['kv_heads']}, "
+                     f"D {r['head_dim']}, T {r['seq_len']:,}", "time_s": r["seconds"], "rate": "", "device": device,
+                     **{k: r[k] for k in ("phase", "batch", "heads", "kv_heads", "head_dim", "seq_len")}})
+    return rows
+
+
+@app.command("calibrate")
+@handle_errors
+def calibrate(
+    device: DeviceOpt = "cuda", gpu: GpuOpt = None,
+    save: Annotated[Path | None, typer.Option(
+        "--save", help="Write the calibration file here (JSON) for 'tfcalc estimate --calibration'.",
+        show_default=False)] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Small shapes only (seconds, also on a GPU).")] = False,
+    fmt: FormatOpt = None, output: OutputOpt = None,
+) -> None:
+    """Measure what the latency model needs on this device -- the GEMM efficiency curve, copy bandwidth by size, the
+    kernel launch floor with and without CUDA graphs, attention by context -- and write a calibration file."""
+    import json
+
+    from tfcalc.calc.calibration import load_calibration_v2
+
+    comp, dev = profile_modules()
+    from tfcalc.profile.calibrate import default_plan, measure_calibration
+
+    devices = dev.select_devices(gpu, device)
+    if len(devices) != 1:
+        raise UsageError("calibrate one device at a time: pass --gpu INDEX")
+    info = dev.describe(devices[0])
+    show = progress_printer()
+    data = measure_calibration(devices[0], info.name, default_plan(devices[0], quick),
+                               progress=(lambda m: show(f"calibrating: {m}")) if show else None)
+    clear_progress(show)
+    load_calibration_v2(data, "measured calibration")  # what is written must read back
+    notes = ["GEMM: F.linear(x [M x K], w [N x K]) on random inputs; copy: bytes moved = read + write; launch: per "
+             "tiny kernel, eager and from one CUDA graph; attention: SDPA causal prefill and one-query decode.",
+             f"preset to use with it: {info.gpu_preset}" if info.gpu_preset else
+             "no GPU preset matches this device: pass the --gpu preset (or YAML) it should refine to 'tfcalc "
+             "estimate'"]
+    if save is not None:
+        from tfcalc.output.files import write_atomic
+
+        write_atomic(save, json.dumps(data, indent=1) + "\n")
+        notes.append(f"wrote {save}: tfcalc estimate --gpu {info.gpu_preset or 'GPU'} --calibration {save}")
+    emit(_calibration_rows(data), CALIBRATE_COLUMNS, fmt, output, title=f"Calibration: {info.name}", notes=tuple(notes))

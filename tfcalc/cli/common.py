@@ -1,15 +1,37 @@
-"""What every command shares: option types, model resolution, and errors turned into one line + exit code."""
+"""What every command shares: option types, model resolution, checks before work, and the way a run ends.
+
+Errors become one line, ``error: ...``, on stderr and an exit code: 0 success, 1 runtime failure, 2 usage
+error, 130 Ctrl-C, 143 SIGTERM (``tfcalc.errors``). ``handle_errors`` does it for a command's own failures,
+``TfcalcGroup`` for everything around it (Click's parsing, signals, stdout that cannot be written).
+"""
 
 import functools
 import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
-from tfcalc.errors import TfcalcError, UsageError
+try:  # Typer >= 0.26 carries its own copy of Click; older Typers use Click itself
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - depends on the installed Typer
+    from click import exceptions as click_exceptions  # type: ignore[no-redef]
+
+from tfcalc.errors import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    EXIT_USAGE,
+    Interrupted,
+    Terminated,
+    TfcalcError,
+    UsageError,
+)
 from tfcalc.spec.model import ModelSpec
 from tfcalc.units import split_list
 
@@ -33,34 +55,208 @@ FormatOpt = Annotated[str | None, typer.Option(
     "--format", "-f", help="table | csv | json (default: from --output's extension, else table).",
     show_default=False)]
 OutputOpt = Annotated[Path | None, typer.Option(
-    "--output", "-o", help="Write to this file (atomically) instead of stdout.", show_default=False)]
+    "--output", "-o", help="Write to this file (replaced atomically; devices and - are written to) instead of "
+    "stdout.", show_default=False)]
+
+
+# Options whose values are written (outputs) or read (inputs), checked against each other before any work.
+OUTPUT_OPTIONS = {"output": "--output", "plot": "--plot", "save_calibration": "--save-calibration", "save": "--save"}
+INPUT_OPTIONS = {"preset": "--preset", "config": "--config", "calibration": "--calibration", "gpu": "--gpu"}
+
+
+def print_error(message: str) -> None:
+    """``error: message`` as one line on stderr, control characters removed; silent if stderr is closed."""
+    from tfcalc.output import print_stderr
+
+    print_stderr(f"error: {message}")
 
 
 def fail(message: str, code: int) -> typer.Exit:
-    sys.stderr.write(f"error: {message}\n")
+    """Print ``error: message`` and return the Exit to raise: ``raise fail("...", 1)``."""
+    print_error(message)
     return typer.Exit(code)
 
 
+def _paths(value: object) -> list[str | Path]:
+    """The file names in an option value: a path, a string, or a list of them (comma lists split)."""
+    if value is None or isinstance(value, bool):
+        return []
+    if isinstance(value, Path):
+        return [value]
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if isinstance(value, (list, tuple)):
+        return [path for item in value for path in _paths(item)]
+    return []
+
+
+def check_before_work(options: dict[str, object]) -> None:
+    """Usage checks every command gets before it does any work, from its options by name.
+
+    ``--format`` against ``--output``'s extension, ``--plot``'s file type, and the output paths (``output``,
+    ``plot``, ``save_calibration``, ``save``) against each other and against the input files (``preset``, ``config``,
+    ``calibration``, ``gpu`` values that are files): see ``tfcalc.output.files.check_outputs``.
+    """
+    outputs = [(flag, options[name]) for name, flag in OUTPUT_OPTIONS.items() if options.get(name) is not None]
+    if "output" in options and "fmt" in options:
+        from tfcalc.output import resolve_format
+
+        resolve_format(options["fmt"], options["output"])  # type: ignore[arg-type]
+    if options.get("plot") is not None:
+        from tfcalc.output.plot import check_plot_path
+
+        check_plot_path(Path(options["plot"]))  # type: ignore[arg-type]
+    if outputs:
+        from tfcalc.output.files import check_outputs
+        from tfcalc.spec.presets import find_preset, preset_path
+
+        inputs = [(flag, path) for name, flag in INPUT_OPTIONS.items() for path in _paths(options.get(name))]
+        # A preset named by name is an input file too (writing over the bundled presets is refused).
+        for name, kind in (("preset", "model"), ("gpu", "gpu")):
+            inputs += [(f"--{name}", preset_path(kind, str(value))) for value in _paths(options.get(name))
+                       if isinstance(value, str) and find_preset(kind, value) is not None]
+        check_outputs(outputs, inputs)  # type: ignore[arg-type]
+
+
 def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
-    """Run a command so that a failure prints one line (``error: ...``) and exits 2 (usage) or 1, never a traceback."""
+    """Run a command so that a failure prints one line (``error: ...``) and exits with its code, never a traceback.
+
+    Before the command runs, ``check_before_work`` checks its outputs and format. Codes: TfcalcError's own (2
+    usage, 1 otherwise), 130 for Ctrl-C, 143 for SIGTERM (``tfcalc.errors.Terminated``), 1 for a bug
+    ("internal error"); a closed pipe on stdout ends quietly with 1.
+    """
 
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
+            check_before_work(kwargs)
             return command(*args, **kwargs)
         except TfcalcError as exc:
             raise fail(str(exc), exc.exit_code) from None
-        except KeyboardInterrupt:
-            raise fail("interrupted", 130) from None
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through the entry point's handler
+            interrupted = Interrupted.from_exception(exc)
+            raise fail(str(interrupted), interrupted.exit_code) from None
         except BrokenPipeError:  # the reader went away (`tfcalc ... | head`): stop quietly, as Unix tools do
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise typer.Exit(1) from None
-        except (typer.Exit, typer.Abort):
+            silence_stdout()
+            raise typer.Exit(EXIT_FAILURE) from None
+        except (typer.Exit, typer.Abort, click_exceptions.ClickException):
             raise
         except Exception as exc:  # a bug: still one line, with the type to report it by
-            raise fail(f"internal error ({type(exc).__name__}): {exc}", 1) from None
+            raise fail(f"internal error ({type(exc).__name__}): {exc}", EXIT_FAILURE) from None
 
     return wrapper
+
+
+def silence_stdout() -> None:
+    """Point fd 1 at /dev/null so that the interpreter's final flush of a dead stdout cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+def finish_stdout() -> int:
+    """Flush stdout at the end of a run; a failure (full disk, closed pipe) is reported here, once: the exit code."""
+    stream = sys.stdout
+    if stream is None:
+        return EXIT_OK
+    try:
+        stream.flush()
+    except BrokenPipeError:
+        silence_stdout()
+        return EXIT_FAILURE
+    except (OSError, ValueError) as exc:
+        print_error(f"cannot write to stdout: {getattr(exc, 'strerror', None) or exc}")
+        silence_stdout()
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _usage_message(exc: click_exceptions.ClickException) -> str:
+    """Click's message as one ``error:`` line: lower-case start, no final period, a pointer to --help."""
+    message = " ".join(exc.format_message().split())
+    if len(message) > 300:  # Click repeats the value given: a 5,000-digit number is not worth a screenful
+        message = message[:297] + "..."
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]
+    message = message.removesuffix(".")
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click_exceptions.UsageError) and ctx is not None:
+        message += f" (see '{ctx.command_path} --help')"
+    return message
+
+
+_SIGNALS_RECEIVED: list[int] = []
+
+
+def _received_sigterm() -> bool:
+    return signal.SIGTERM in _SIGNALS_RECEIVED
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    _SIGNALS_RECEIVED.append(signum)
+    raise Terminated()
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM raises ``Terminated`` (a KeyboardInterrupt): cleanup runs, partial results are kept, exit 143.
+
+    Installed by the console entry point only (not on import), in the main thread.
+    """
+    try:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread
+        pass
+
+
+class TfcalcGroup(TyperGroup):
+    """The root command group: every way a run can end becomes one exit code, and errors one ``error:`` line.
+
+    Click's usage errors (an unknown option or command, a missing or malformed value) print as one line and
+    exit 2 instead of Click's framed box; Ctrl-C exits 130 and SIGTERM 143, also outside a command; a bug
+    prints ``internal error`` and exits 1; stdout is flushed here so that a full disk or a closed stdout is
+    reported rather than lost.
+    """
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            result = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                                  standalone_mode=False, **extra)
+            code = result if isinstance(result, int) and not isinstance(result, bool) else EXIT_OK
+        except click_exceptions.ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `tfcalc` alone: Typer has printed the help
+                ctx = getattr(exc, "ctx", None)
+                print_error(f"name a command (see '{ctx.command_path if ctx else 'tfcalc'} --help')")
+                code = EXIT_USAGE
+            else:
+                print_error(_usage_message(exc))
+                code = exc.exit_code
+        except typer.Abort:
+            print_error("interrupted")
+            code = EXIT_SIGINT
+        except KeyboardInterrupt as exc:
+            interrupted = Interrupted.from_exception(exc)
+            print_error(str(interrupted))
+            code = interrupted.exit_code
+        except TfcalcError as exc:  # raised outside a @handle_errors command (a callback, a group)
+            print_error(str(exc))
+            code = exc.exit_code
+        except BrokenPipeError:
+            silence_stdout()
+            code = EXIT_FAILURE
+        except Exception as exc:
+            print_error(f"internal error ({type(exc).__name__}): {exc}")
+            code = EXIT_FAILURE
+        if code == EXIT_SIGINT and _received_sigterm():  # Click turns any KeyboardInterrupt into 130
+            code = EXIT_SIGTERM
+        flushed = finish_stdout()
+        code = code or flushed
+        if standalone_mode:
+            sys.exit(code)
+        return code
 
 
 def resolve_models(presets: list[str] | None, configs: list[Path] | None) -> list[ModelSpec]:

@@ -1,6 +1,5 @@
-"""``tfcalc estimate``: roofline prefill and decode times, ideal and after efficiency factors."""
+"""``tfcalc estimate``: TTFT, TPOT and throughput from a per-kernel latency model, beside the pure roofline."""
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -18,29 +17,27 @@ from tfcalc.cli.common import (
     resolve_models,
 )
 from tfcalc.cli.plan import (
+    EngineOpt,
     ExplainOpt,
     GpuOpt,
     PlotOpt,
     WeightsOpt,
+    engine_list,
     float_list,
     gpu_list,
-    print_traces,
     weight_precisions,
 )
-from tfcalc.output import Column, emit
-from tfcalc.units import parse_sizes
+from tfcalc.output import Column, emit, print_stderr, write_stdout
+from tfcalc.units import parse_float, parse_size, parse_sizes
 
 COLUMNS = [
-    Column("model", "model"), Column("gpu", "GPU"), Column("tp", "tp", "int"), Column("batch", "batch", "int"),
-    Column("prompt_len", "prompt", "int"), Column("gen_len", "gen", "int"),
-    Column("ttft_s_ideal", "TTFT ideal", "seconds"), Column("ttft_s", "TTFT", "seconds"),
-    Column("prefill_bound", "prefill bound"),
-    Column("decode_bytes_per_step", "bytes/step", "bytes"),
-    Column("tpot_s_ideal", "TPOT ideal", "seconds"), Column("tpot_s", "TPOT", "seconds"),
-    Column("decode_tokens_per_s_ideal", "tok/s ideal", "rate", "tok/s"),
-    Column("decode_tokens_per_s", "tok/s", "rate", "tok/s"), Column("decode_bound", "decode bound"),
-    Column("e2e_s", "end-to-end", "seconds"),
+    Column("model", "model"), Column("gpu", "GPU"), Column("tp", "tp", "int"), Column("pp", "pp", "int"),
+    Column("ep", "ep", "int"), Column("batch", "batch", "int"), Column("prompt_len", "prompt", "int"),
+    Column("gen_len", "gen", "int"), Column("ttft_s", "TTFT", "seconds"), Column("tpot_s", "TPOT", "seconds"),
+    Column("tpot_s_ideal", "TPOT ideal", "seconds"), Column("decode_tokens_per_s", "tok/s", "rate", "tok/s"),
+    Column("decode_limited_by", "decode limited by"), Column("fits", "fits", "bool"),
 ]
+OneValue = Annotated[str | None, typer.Option(show_default=False)]
 
 
 def _turning_note(row: dict) -> str:
@@ -52,68 +49,182 @@ def _turning_note(row: dict) -> str:
             "GPU's ridge point")
 
 
-def _efficiencies(compute: list[float], bandwidth: list[float], calibration: Path | None) -> list:
-    from tfcalc.calc.roofline import (
-        DEFAULT_BANDWIDTH_EFFICIENCY,
-        DEFAULT_COMPUTE_EFFICIENCY,
-        Efficiency,
-        load_calibration,
-    )
+def _rate_overrides(compute: list[float], bandwidth: list[float], calibration: Path | None) -> list[tuple]:
+    """[(rates function or None, source)]: one per --compute/--bandwidth-efficiency pair, or the calibration's."""
     from tfcalc.errors import UsageError
 
     if calibration is not None:
         if compute or bandwidth:
             raise UsageError("give --calibration or --compute-efficiency/--bandwidth-efficiency, not both")
+        from tfcalc.calc.calibration import fit_rates, is_calibration_v2, load_calibration_v2
         from tfcalc.spec.presets import read_data_file
 
-        return [load_calibration(read_data_file(calibration, allow_list=True), str(calibration))]
-    effs = []
-    for c in compute or [DEFAULT_COMPUTE_EFFICIENCY]:
-        for b in bandwidth or [DEFAULT_BANDWIDTH_EFFICIENCY]:
-            source = "defaults (docs/planning.md)" if not compute and not bandwidth else "command line"
-            effs.append(Efficiency(c, c, b, b, source))
-    return effs
+        data = read_data_file(calibration, allow_list=True)
+        if is_calibration_v2(data):
+            cal = load_calibration_v2(data, str(calibration))
+            return [(lambda gpu, base, phase: fit_rates(base, cal), cal.source)]
+        from tfcalc.calc.roofline import load_calibration
+
+        eff = load_calibration(data, str(calibration))
+
+        def legacy(gpu, base, phase):  # noqa: ANN001, ANN202 - Rates in, Rates out
+            if phase == "prefill":
+                return base.with_efficiency(eff.compute_prefill, eff.bandwidth_prefill)
+            return base.with_efficiency(eff.compute_decode, eff.bandwidth_decode)
+
+        return [(legacy, eff.source)]
+    if not compute and not bandwidth:
+        return [(None, "")]
+    out = []
+    for c in compute or [None]:
+        for b in bandwidth or [None]:
+            parts = ([f"compute {c}"] if c else []) + ([f"bandwidth {b}"] if b else [])
+            out.append((lambda gpu, base, phase, c=c, b=b: base.with_efficiency(c, b),
+                        "command line: " + ", ".join(parts)))
+    return out
 
 
 @handle_errors
 def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              gpu: GpuOpt = ["h100-sxm"],  # noqa: B006 - Typer reads the default, never mutates it
              tp: Annotated[list[str], typer.Option("--tp", help="Tensor-parallel degree(s).")] = ["1"],  # noqa: B006
+             pp: Annotated[list[str], typer.Option(
+                 "--pp", help="Pipeline-parallel degree(s): contiguous layer stages, microbatched.")]
+             = ["1"],  # noqa: B006
+             ep: Annotated[list[str], typer.Option(
+                 "--ep", help="Expert-parallel degree(s); ep > tp runs ep/tp data-parallel attention replicas that "
+                 "share the experts (all-to-all dispatch).")] = ["1"],  # noqa: B006
              batch: BatchOpt = ["1"],  # noqa: B006
              prompt_len: Annotated[list[str], typer.Option("--prompt-len", help="Prompt tokens (1k = 1024).")]
              = ["1k"],  # noqa: B006
              gen_len: Annotated[list[str], typer.Option("--gen-len", help="Generated tokens.")]
              = ["256"],  # noqa: B006
              weights_dtype: WeightsOpt = None, kv_dtype: KvDtypeOpt = None,
+             kv_cache_dtype: Annotated[list[str] | None, typer.Option(
+                 "--kv-cache-dtype", help="Same as --kv-dtype (vLLM's name).", show_default=False)] = None,
+             engine: EngineOpt = None,
+             interconnect: Annotated[str | None, typer.Option(
+                 "--interconnect", help="Fabric within a node (nvlink4, pcie5, ... or a YAML file); default: the "
+                 "GPU preset's.", show_default=False)] = None,
+             inter_node: Annotated[str, typer.Option(
+                 "--inter-node", help="Fabric between nodes, for groups larger than --gpus-per-node.")]
+             = "infiniband-ndr",
+             gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.", min=1)] = 8,
+             allreduce: Annotated[str | None, typer.Option(
+                 "--allreduce", help="NCCL all-reduce algorithm: ring, tree or auto (the faster); default: the "
+                 "fabric's.", show_default=False)] = None,
+             compute_dtype: Annotated[str, typer.Option(
+                 "--compute-dtype", help="Tensor-core format of quantised weights: auto (fp8 W8A8, fp4 where the chip "
+                 "has it, int8/int4 weight-only), int8 (W8A8), fp8, fp4, bf16 (weight-only everything).")] = "auto",
+             cuda_graphs: Annotated[bool | None, typer.Option(
+                 "--cuda-graphs/--no-cuda-graphs", help="Replay steps from CUDA graphs (default: the engine's); "
+                 "without, each kernel waits for its host launch.", show_default=False)] = None,
+             routing_skew: Annotated[str, typer.Option(
+                 "--routing-skew", help="MoE expert popularity skew (Zipf exponent; 0 = uniform routing).")] = "0",
              compute_efficiency: Annotated[list[str] | None, typer.Option(
-                 "--compute-efficiency", help="Fraction of dense peak FLOP/s reached (default 0.6).",
+                 "--compute-efficiency", help="Replace the GPU's GEMM/attention fraction of peak (lists sweep).",
                  show_default=False)] = None,
              bandwidth_efficiency: Annotated[list[str] | None, typer.Option(
-                 "--bandwidth-efficiency", help="Fraction of HBM / link bandwidth reached (default 0.6).",
+                 "--bandwidth-efficiency", help="Replace the GPU's fraction of HBM bandwidth (lists sweep).",
                  show_default=False)] = None,
              calibration: Annotated[Path | None, typer.Option(
-                 "--calibration", help="JSON of measured efficiencies per phase (schema: docs/planning.md).",
+                 "--calibration", help="'tfcalc bench calibrate' output, a calibration of efficiencies or 'tfcalc "
+                 "profile' JSON rows (docs/estimate.md).", show_default=False)] = None,
+             ideal: Annotated[bool, typer.Option(
+                 "--ideal", help="Report the pure roofline (100 % of the peaks, no floors or latencies) as TTFT/TPOT."
+             )] = False,
+             fit: Annotated[bool, typer.Option(
+                 "--fit/--no-fit", help="Check that the batch fits in memory as 'tfcalc plan' does for the same "
+                 "--engine and memory flags, and say so per row.")] = True,
+             gpu_memory_utilization: Annotated[str | None, typer.Option(
+                 "--gpu-memory-utilization", "--mem-fraction-static", "--free-gpu-memory-fraction",
+                 help="For the fit check: the engine's memory fraction (as in tfcalc plan); default: the engine's.",
                  show_default=False)] = None,
+             block_size: Annotated[str | None, typer.Option(
+                 "--block-size", help="For the fit check: KV block size in tokens; default: the engine's.",
+                 show_default=False)] = None,
+             max_num_seqs: Annotated[str | None, typer.Option(
+                 "--max-num-seqs", help="For the fit check: sequences the engine schedules at once (sizes its "
+                 "profiling run); default: the engine's for this GPU.", show_default=False)] = None,
+             max_num_batched_tokens: Annotated[str | None, typer.Option(
+                 "--max-num-batched-tokens", help="For the fit check: tokens per forward pass; default: the "
+                 "engine's for this GPU.", show_default=False)] = None,
+             runtime_overhead: Annotated[str | None, typer.Option(
+                 "--runtime-overhead", help="For the fit check with --engine ideal (or gpt-fast): CUDA context, "
+                 "NCCL, cuBLAS, CUDA graphs per GPU (bytes; default 1g).", show_default=False)] = None,
+             cuda_graph_memory: Annotated[bool | None, typer.Option(
+                 "--cuda-graph-memory/--no-cuda-graph-memory", help="For the fit check: subtract the CUDA-graph "
+                 "estimate from the KV budget; default: as the engine version does.", show_default=False)] = None,
              explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None,
              output: OutputOpt = None) -> None:
-    """Prefill (TTFT) and decode (TPOT, tokens/s) rooflines per GPU, ideal and expected, with their bounds."""
-    from tfcalc.report.plan import estimate_rows
+    """TTFT, TPOT and tokens/s per GPU from every kernel's time (GEMMs, attention, MoE, norms, communication, floors),
+    beside the pure roofline, for any tp x pp x ep; --explain shows where the time goes."""
+    from tfcalc.calc.plan import PlanConfig
+    from tfcalc.errors import UsageError
+    from tfcalc.report.estimate import EstimateOptions, estimate_rows, explain_lines, fit_sentence
+    from tfcalc.spec.interconnect import load_interconnect
 
     specs = resolve_models(preset, config)
     gpus = gpu_list(gpu)
-    effs = _efficiencies(float_list(compute_efficiency, "compute efficiency", 1.0),
-                         float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0), calibration)
-    rows, traces = estimate_rows(specs, gpus, parse_sizes(tp, "tp"), parse_sizes(batch, "batch"),
-                                 parse_sizes(prompt_len, "prompt length"), parse_sizes(gen_len, "generation length"),
-                                 weight_precisions(weights_dtype), parse_dtype_list(kv_dtype), effs)
-    notes = ("ideal = 100 % of dense peak and HBM bandwidth; expected = after efficiency factors "
-             f"({rows[0]['efficiency_source']}). TPOT at the mean decode context; tok/s aggregate over the batch.",
+    engines = engine_list(engine)
+    if allreduce is not None and allreduce not in ("ring", "tree", "auto"):
+        raise UsageError(f"invalid --allreduce '{allreduce}': choose ring, tree or auto")
+    skew = 0.0 if routing_skew.strip() in ("0", "0.0") else parse_float(routing_skew, "routing skew", 0.0, 4.0)
+    overrides = _rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0),
+                                float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0), calibration)
+    memory = PlanConfig(
+        num_gpus=1, cuda_graphs_in_budget=cuda_graph_memory,
+        gpu_memory_utilization=None if gpu_memory_utilization is None else parse_float(
+            gpu_memory_utilization, "gpu memory utilization", 0.0, 1.0),
+        block_size=None if block_size is None else parse_size(block_size, "block size"),
+        max_num_seqs=None if max_num_seqs is None else parse_size(max_num_seqs, "max_num_seqs"),
+        max_num_batched_tokens=None if max_num_batched_tokens is None else parse_size(
+            max_num_batched_tokens, "max_num_batched_tokens"),
+        **({} if runtime_overhead is None else {"runtime_overhead_bytes": parse_size(runtime_overhead,
+                                                                                    "runtime overhead")}))
+    kv_dtypes = parse_dtype_list([*(kv_dtype or []), *(kv_cache_dtype or [])])
+    common = dict(interconnect=load_interconnect(interconnect) if interconnect else None,
+                  inter_node=load_interconnect(inter_node), gpus_per_node=gpus_per_node, algorithm=allreduce,
+                  compute=compute_dtype, cuda_graphs=cuda_graphs, routing_skew=skew, ideal=ideal, fit=fit,
+                  memory=memory)
+    rows: list[dict] = []
+    handles: list = []
+    for engine_spec in engines:
+        for rates, source in overrides:
+            options = EstimateOptions(**common, engine=engine_spec, rates=rates, rates_source=source)
+            more_rows, more_handles = estimate_rows(
+                specs, gpus, parse_sizes(tp, "tp"), parse_sizes(pp, "pp"), parse_sizes(ep, "ep"),
+                parse_sizes(batch, "batch"), parse_sizes(prompt_len, "prompt length"),
+                parse_sizes(gen_len, "generation length"), weight_precisions(weights_dtype), kv_dtypes, options)
+            rows += more_rows
+            handles += more_handles
+    engine_names = ", ".join(dict.fromkeys(str(r["engine"]) for r in rows))
+    model = ("pure roofline (100 % of dense peak and HBM bandwidth, no floors or latencies)" if ideal else
+             f"per-kernel latency model, engine {engine_names}, rates: "
+             + ", ".join(dict.fromkeys(str(r["efficiency_source"]) for r in rows)))
+    notes = (f"TTFT/TPOT: {model}; TPOT ideal = the pure roofline. TPOT at the mean decode context; tok/s aggregate "
+             "over the batch; 'limited by': what most of the decode step's time goes to."
+             + (f" fits: memory as 'tfcalc plan' counts it for the same engine ({engine_names}) at max_model_len = "
+                "prompt + gen." if fit else ""),
+             *dict.fromkeys(fit_sentence(r) for r in rows if r.get("fits") is False),
              *dict.fromkeys(_turning_note(r) for r in rows))
-    emit(rows, COLUMNS, fmt, output, title="Estimate", notes=notes)
+    columns = COLUMNS if len(engines) == 1 else [*COLUMNS[:2], Column("engine", "engine"), *COLUMNS[2:]]
+    emit(rows, columns, fmt, output, title="Estimate", notes=notes)
     if explain:
-        print_traces(rows, traces, ("model", "gpu", "tp", "batch", "prompt_len", "gen_len"))
+        import textwrap
+
+        parts = []
+        for row, handle in zip(rows, handles, strict=True):
+            parts.append(f"\n# {row['model']} on {row['gpu']}, engine {row['engine']}\n# tp {row['tp']}, "
+                         f"pp {row['pp']}, ep {row['ep']}, batch {row['batch']}, prompt {row['prompt_len']}, "
+                         f"gen {row['gen_len']}\n")
+            for line in explain_lines(*handle):  # 80 columns: long sentences wrap under themselves
+                indent = "  " + " " * (len(line) - len(line.lstrip()))
+                parts.append(textwrap.fill(line.strip(), 78, initial_indent=indent,
+                                           subsequent_indent=indent + "    ", break_on_hyphens=False) + "\n")
+        write_stdout("".join(parts))
     if plot is not None:
         from tfcalc.output.plot import plot_roofline
 
         plot_roofline(plot, rows)
-        sys.stderr.write(f"wrote plot to {plot}\n")
+        print_stderr(f"wrote plot to {plot}")

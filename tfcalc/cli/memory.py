@@ -65,6 +65,7 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
     rows = memory_rows(specs, parse_sizes(context, "context"), parse_sizes(batch, "batch"),
                        parse_weight_dtypes(weights_dtype), parse_dtype_list(kv_dtype), get_dtype(activation_dtype),
                        parse_size(prefill_chunk, "prefill chunk"))
-    notes = ("weights include scale overhead of block formats; biases and norms stay 16-bit when matrices are "
-             "quantized. GiB = 2^30 bytes.", ACTIVATION_FORMULA + ".")
+    notes = ("weights include scale overhead of block formats; as quantized checkpoints ship, a quantized format "
+             "leaves biases, norms, the embedding, lm_head and router in bf16 unless named (default=fp8,lm_head=fp8 "
+             "quantizes lm_head too); the same rule as 'tfcalc plan'. GiB = 2^30 bytes.", ACTIVATION_FORMULA + ".")
     emit(rows, COLUMNS, fmt, output, title="Memory", notes=notes)

@@ -6,11 +6,14 @@ import typer
 
 from tfcalc.cli.common import FormatOpt, OutputOpt, handle_errors
 from tfcalc.errors import UsageError
-from tfcalc.output import Column, emit
+from tfcalc.output import Column, emit, resolve_format
 
 app = typer.Typer(help="List and show model (and GPU) presets.", no_args_is_help=True)
 
 KindOpt = Annotated[str, typer.Option("--kind", "-k", help="model | gpu")]
+ShowKindOpt = Annotated[str | None, typer.Option(
+    "--kind", "-k", help="model | gpu (default: whichever has a preset of that name or alias).",
+    show_default=False)]
 
 
 def _check_kind(kind: str) -> None:
@@ -18,6 +21,25 @@ def _check_kind(kind: str) -> None:
 
     if kind not in PRESET_KINDS:
         raise UsageError(f"unknown preset kind '{kind}' (choose {' or '.join(PRESET_KINDS)})")
+
+
+def _find(name: str, kind: str | None) -> tuple[str, str]:
+    """(kind, preset name) for a preset name or alias, any case; names only, never files."""
+    from tfcalc.spec.presets import PRESET_KINDS, find_preset, looks_like_path, preset_names, suggest
+
+    kinds = [kind] if kind is not None else list(PRESET_KINDS)
+    found = [(k, preset) for k in kinds if (preset := find_preset(k, name)) is not None]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise UsageError(f"'{name}' names a {found[0][0]} and a {found[1][0]} preset; pass --kind")
+    what = f"{kind} preset" if kind is not None else "preset"
+    if looks_like_path(name):
+        raise UsageError(f"'{name}' is not a {what} name: 'presets show' takes names from 'tfcalc presets list'; "
+                         "read your own file with --preset FILE (or --gpu FILE)")
+    hints = suggest(name, sorted(n for k in kinds for n in preset_names(k)))
+    hint = f"; did you mean {', '.join(hints)}?" if hints else "; run 'tfcalc presets list'"
+    raise UsageError(f"unknown {what} '{name}'{hint}")
 
 
 @app.command("list")
@@ -33,17 +55,31 @@ def list_presets(kind: KindOpt = "model", fmt: FormatOpt = None, output: OutputO
 
 @app.command("show")
 @handle_errors
-def show(name: Annotated[str, typer.Argument(help="Preset name.")], kind: KindOpt = "model",
-         fmt: FormatOpt = None, output: OutputOpt = None) -> None:
+def show(name: Annotated[str, typer.Argument(help="Preset name or alias (any case), e.g. llama3-70b or "
+                                             "meta-llama/Llama-3.1-70B.")],
+         kind: ShowKindOpt = None, fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Every field of one preset, with its source."""
     from tfcalc.report.presets import preset_field_rows
 
-    _check_kind(kind)
-    rows = preset_field_rows(kind, name)
-    # The table cites each source once, by number; CSV/JSON keep the full citation on every row.
-    citations = list(dict.fromkeys(str(row["source"]) for row in rows if row["source"]))
-    for row in rows:
-        row["ref"] = f"[{citations.index(str(row['source'])) + 1}]" if row["source"] else ""
+    if kind is not None:
+        _check_kind(kind)
+    kind, preset = _find(name, kind)
+    if output is not None:
+        from tfcalc.output.files import check_outputs
+        from tfcalc.spec.presets import preset_path
+
+        check_outputs([("--output", output)], [("preset", preset_path(kind, preset))])
+    rows = preset_field_rows(kind, preset)
     columns = [Column("field", "field"), Column("value", "value"), Column("ref", "source")]
-    notes = tuple(f"[{i}] {citation}" for i, citation in enumerate(citations, 1))
-    emit(rows, columns, fmt, output, title=f"{kind} preset {name}", notes=notes)
+    notes: tuple[str, ...] = ()
+    if resolve_format(fmt, output) == "table":
+        # The table cites each source once, by number, and lists the aliases under it; CSV/JSON keep the full
+        # citation on every row and the aliases as a row.
+        aliases = [str(row["value"]) for row in rows if row["field"] == "aliases"]
+        rows = [row for row in rows if row["field"] != "aliases"]
+        citations = list(dict.fromkeys(str(row["source"]) for row in rows if row["source"]))
+        rows = [{**row, "ref": f"[{citations.index(str(row['source'])) + 1}]" if row["source"] else ""}
+                for row in rows]
+        notes = tuple(f"also known as: {a}" for a in aliases)
+        notes += tuple(f"[{i}] {citation}" for i, citation in enumerate(citations, 1))
+    emit(rows, columns, fmt, output, title=f"{kind} preset {preset}", notes=notes)

@@ -2,7 +2,6 @@
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +9,7 @@ import typer
 
 from tfcalc.cli.common import ConfigOpt, FormatOpt, OutputOpt, PresetOpt, handle_errors, resolve_models
 from tfcalc.errors import TfcalcError, UsageError
-from tfcalc.output import Column, emit
+from tfcalc.output import Column, emit, print_stderr
 from tfcalc.units import parse_sizes, split_list
 
 COLUMNS = [
@@ -129,7 +128,7 @@ def profile(
         from tfcalc.output.files import write_atomic
 
         write_atomic(save_calibration, json.dumps(calibration_from_profile_rows(rows), indent=2) + "\n")
-        sys.stderr.write(f"wrote calibration to {save_calibration}\n")
+        print_stderr(f"wrote calibration to {save_calibration}")
     if not finished:
         raise TfcalcError(f"interrupted: kept the {len(rows)} rows measured before Ctrl-C")
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
-from tfcalc.errors import UsageError
+from tfcalc.errors import OutputError, UsageError
 from tfcalc.output.columns import Column
 
 FORMATS = ("table", "csv", "json")
-__all__ = ["Column", "FORMATS", "emit", "resolve_format"]
+# Output paths that mean the process's stdout (tfcalc.output.files writes to it rather than replacing it).
+STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
+__all__ = ["Column", "FORMATS", "STDOUT_NAMES", "emit", "print_stderr", "resolve_format", "show_progress",
+           "write_stdout"]
 
 
 def resolve_format(fmt: str | None, output: Path | None) -> str:
@@ -22,10 +26,101 @@ def resolve_format(fmt: str | None, output: Path | None) -> str:
         suffix = output.suffix.lower().lstrip(".")
         if suffix in ("csv", "json"):
             return suffix
-        if suffix in ("txt", "table", ""):
+        if suffix in ("txt", "table", "") or os.fspath(output).startswith(("/dev/", "/proc/")):
             return "table"
         raise UsageError(f"cannot tell the format of '{output}' from its extension; pass --format csv|json|table")
     return "table"
+
+
+def print_stderr(message: str) -> None:
+    """One line for a person on stderr (control characters removed); silent when stderr is closed or broken."""
+    from tfcalc.output.terminal import printable
+
+    line = printable(message, one_line=True) + "\n"
+    stream = sys.stderr
+    try:
+        if stream is not None:
+            stream.write(line)
+            stream.flush()
+            return
+    except (OSError, ValueError, UnicodeEncodeError):
+        pass
+    try:  # sys.stderr is gone or broken: try the descriptor itself, else give up quietly
+        os.write(2, line.encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def show_progress(message: str) -> None:
+    """A status line on stderr that the next one replaces (carriage return, erase line); ``""`` clears it.
+
+    For a terminal only (callers check ``sys.stderr.isatty()``); the message is printable, one line, and a
+    stderr that is closed or broken is ignored, as in ``print_stderr``.
+    """
+    from tfcalc.output.terminal import printable
+
+    stream = sys.stderr
+    try:
+        if stream is not None:
+            stream.write("\r\033[K" + printable(message, one_line=True))
+            stream.flush()
+    except (OSError, ValueError, UnicodeEncodeError):
+        pass
+
+
+def _json_ascii(text: str) -> str:
+    """JSON text with every non-ASCII character as a \\u escape (they only occur inside strings)."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if code < 0x80:
+            out.append(char)
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+    return "".join(out)
+
+
+def write_stdout(text: str, fmt: str = "table") -> None:
+    """Write a rendered result to stdout: printable on a terminal, encodable on an ASCII-only stream.
+
+    A table falls back to ASCII lines and look-alikes, JSON to \\u escapes; CSV that the stream cannot encode
+    is refused with a one-line OutputError rather than written with substitutes. OS errors (a full disk, a
+    closed stdout) become one-line OutputErrors; BrokenPipeError is left to the caller (a reader that left).
+    """
+    from tfcalc.output.terminal import can_encode, printable, to_ascii
+
+    stream = sys.stdout
+    if stream is None:
+        raise OutputError("cannot write the result: stdout is closed")
+    try:
+        terminal = stream.isatty()
+    except (OSError, ValueError):
+        terminal = False
+    if terminal:
+        text = printable(text)
+    encoding = getattr(stream, "encoding", None)
+    utf8 = (encoding or "").lower().replace("-", "").replace("_", "") == "utf8"
+    if not utf8 and not can_encode(text, encoding):
+        if fmt == "json":
+            text = _json_ascii(text)
+        elif fmt == "csv":
+            bad = next(c for c in text if not can_encode(c, encoding))
+            raise OutputError(f"stdout's encoding ({encoding}) cannot represent {bad!r} in the CSV; set "
+                              "PYTHONIOENCODING=utf-8 or write a file with --output")
+        else:
+            text = to_ascii(text)
+            if not can_encode(text, encoding):
+                text = text.encode(encoding, "backslashreplace").decode(encoding)  # type: ignore[arg-type]
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"cannot write to stdout: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def emit(rows: list[dict[str, object]], columns: list[Column], fmt: str | None = None, output: Path | None = None,
@@ -33,26 +128,29 @@ def emit(rows: list[dict[str, object]], columns: list[Column], fmt: str | None =
          extra: list[tuple[str, list[dict[str, object]], list[Column]]] = ()) -> None:
     """Render ``rows``: the table shows ``columns`` in human units; CSV/JSON carry every key, exact.
 
-    ``extra`` adds further (title, rows, columns) tables after the first, in table format only.
+    ``extra`` adds further (title, rows, columns) tables after the first, in table format only. ``output``
+    None or ``-`` means stdout; any other path goes through ``tfcalc.output.files.open_output``.
     """
     fmt = resolve_format(fmt, output)
+    to_stdout = output is None or os.fspath(output) in STDOUT_NAMES
+    if to_stdout and sys.stdout is None:
+        raise OutputError("cannot write the result: stdout is closed")
     if fmt == "table":
         from tfcalc.output.table import render_table
 
-        text = render_table(rows, columns, title, notes, to_file=output is not None)
+        text = render_table(rows, columns, title, notes, to_file=not to_stdout)
         for extra_title, extra_rows, extra_columns in extra:
-            text += render_table(extra_rows, extra_columns, extra_title, to_file=output is not None)
+            text += render_table(extra_rows, extra_columns, extra_title, to_file=not to_stdout)
     else:
         from tfcalc.output.export import to_csv, to_json
 
         text = to_csv(rows) if fmt == "csv" else to_json(rows)
-    if output is None:
-        if fmt == "table":
-            sys.stdout.write(text)
-        else:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        if not text.endswith("\n"):
+            text += "\n"
+    if to_stdout:
+        write_stdout(text, fmt)
         return
     from tfcalc.output.files import write_atomic
 
     write_atomic(output, text)
-    sys.stderr.write(f"wrote {len(rows)} rows to {output}\n")
+    print_stderr(f"wrote {len(rows)} rows to {output}")

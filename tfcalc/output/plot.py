@@ -22,27 +22,37 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path) -> None:
-    if path.suffix.lower() != ".png":
-        raise UsageError(f"--plot writes PNG: give a .png file name, got '{path}'")
-    from tfcalc.output.files import atomic_file
+def check_plot_path(path: Path) -> None:
+    """``--plot`` writes PNG: a .png file name, or stdout (``-``) or a device such as /dev/null."""
+    from tfcalc.output.files import is_stdout
 
-    with atomic_file(path, binary=True) as handle:
+    if path.suffix.lower() != ".png" and not is_stdout(path) and not str(path).startswith(("/dev/", "/proc/")):
+        raise UsageError(f"--plot writes PNG: give a .png file name, got '{path}'")
+
+
+def _save(fig: Any, path: Path) -> None:
+    check_plot_path(path)
+    from tfcalc.output.files import open_output
+
+    with open_output(path, binary=True) as handle:
         fig.savefig(handle, format="png", dpi=110, bbox_inches="tight")
 
 
-def plot_plan(path: Path, specs: list, gpus: list, rows: list[dict], precisions: list, kv_dtypes: list) -> None:
+def plot_plan(path: Path, specs: list, gpus: list, rows: list[dict], precisions: list, kv_dtypes: list,
+              engines: list | None = None) -> None:
     """Memory per GPU (weights + reserved + KV at the first batch) vs context, one line per weight/KV precision
     of the first model's first layout, with each GPU's capacity as a horizontal line."""
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.plan import PlanConfig, plan_fit
     from tfcalc.dtypes import parse_weight_precision
+    from tfcalc.spec.engine import memory_model
 
     plt = _pyplot()
     first = rows[0]
     spec = next(s for s in specs if s.name == first["model"])
     gpu = next(g for g in gpus if g.name == first["gpu"])
     batch = int(first["batch"])
+    engine = next((e for e in engines or [] if (e.label if e is not None else "ideal") == first["engine"]), None)
     contexts = sorted({int(2 ** (i / 2)) for i in range(20, 2 * max(spec.max_context, 1 << 10).bit_length() - 1)})
     fig, ax = plt.subplots(figsize=(8, 5))
     for precision in precisions or [parse_weight_precision(spec.native_dtype)]:
@@ -50,11 +60,12 @@ def plot_plan(path: Path, specs: list, gpus: list, rows: list[dict], precisions:
             ys = []
             for c in contexts:
                 cfg = PlanConfig(num_gpus=int(first["num_gpus"]), tp=int(first["tp"]), pp=int(first["pp"]),
-                                 ep=int(first["ep"]), context=c, batch=batch,
-                                 gpu_memory_utilization=float(first["gpu_memory_utilization"]),
-                                 block_size=int(first["block_size"]),
-                                 runtime_overhead_bytes=int(first["runtime_overhead_bytes_per_gpu"]),
-                                 prefill_chunk_tokens=int(first["prefill_chunk_tokens"]))
+                                 ep=int(first["ep"]), context=c, batch=batch, engine=engine,
+                                 gpu_memory_utilization=float(first["memory_fraction"]),
+                                 block_size=int(first["block_size"]), max_num_seqs=int(first["max_num_seqs"]),
+                                 max_num_batched_tokens=int(first["max_num_batched_tokens"]),
+                                 **({} if memory_model(engine) is not None else
+                                    {"runtime_overhead_bytes": int(first["runtime_overhead_bytes_per_gpu"])}))
                 r = plan_fit(spec, gpu, precision, kv, cfg)
                 per_replica = -(-batch // r.parallelism.dp)
                 ys.append((r.weights_bytes_per_gpu + r.reserved_bytes_per_gpu

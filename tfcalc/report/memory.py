@@ -23,7 +23,7 @@ def memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int],
         precisions = weight_precisions or [parse_weight_precision(spec.native_dtype)]
         for precision, kv_dtype, context, batch in itertools.product(
                 precisions, kv_dtypes or [default_kv_dtype(spec)], contexts or [spec.max_context], batches):
-            by_component = weights_bytes_by_component(counts, precision)
+            by_component = weights_bytes_by_component(counts, precision, spec=spec)
             weights = sum(by_component.values())
             kv = kv_cache_bytes(spec, kv_dtype, context, batch)
             activations = activation_workspace_bytes(spec, batch, context, activation_dtype, prefill_chunk_tokens)

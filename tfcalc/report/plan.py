@@ -1,75 +1,263 @@
-"""Plan and estimate results as rows (required columns first, exact integers for bytes). No I/O."""
+"""Plan and estimate results as rows (required columns first, exact integers for bytes), and the sentences
+that explain them: the verdict, the row's note and the --explain trace, each budget term under the engine's
+own name so it lines up with the engine's log. No I/O."""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit
 from tfcalc.calc.roofline import Efficiency, Estimate, estimate
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
+from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
 
 Row = dict[str, object]
+GIB = 1 << 30
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:,.2f} GiB"
+
+
+def engine_label(engine: EngineSpec | None) -> str:
+    return "ideal" if engine is None else engine.label
+
+
+def plan_reason(spec: ModelSpec, cfg: PlanConfig, r: PlanResult) -> str:
+    """One sentence: fits, or by how much and why not."""
+    need = -(-cfg.batch // r.parallelism.dp)
+    if r.kv_budget_bytes_per_gpu <= 0:
+        text = (f"weights {_gib(r.weights_bytes_per_gpu)} and {_gib(r.reserved_bytes_per_gpu)} reserved exceed the "
+                f"{_gib(r.capacity_bytes)} per GPU: short by {_gib(-r.kv_budget_bytes_per_gpu)} before any KV "
+                f"cache, {_gib(r.shortfall_bytes_per_gpu)} for batch {cfg.batch:,} at context {cfg.context:,}")
+    elif r.fits:
+        noun = "sequence" if r.max_concurrent_sequences == 1 else "sequences"
+        text = f"fits: {r.max_concurrent_sequences:,} {noun} of {cfg.context:,} tokens, batch {cfg.batch:,} asked"
+    elif r.max_concurrent_sequences == 0:
+        text = (f"one request of {cfg.context:,} tokens needs {_gib(r.kv_bytes_per_sequence_per_gpu)} of KV per GPU, "
+                f"{_gib(r.kv_budget_bytes_per_gpu)} available: short by {_gib(r.shortfall_bytes_per_gpu)} (an "
+                f"engine refuses to start); context {r.max_context_at_batch:,} fits at batch {cfg.batch:,}")
+    else:
+        text = (f"KV for batch {cfg.batch:,} at context {cfg.context:,} needs "
+                f"{_gib(r.kv_bytes_per_sequence_per_gpu * need)} per GPU, {_gib(r.kv_budget_bytes_per_gpu)} "
+                f"available: short by {_gib(r.shortfall_bytes_per_gpu)}; {r.max_concurrent_sequences:,} sequences "
+                f"fit, or context {r.max_context_at_batch:,} at this batch")
+    if cfg.context > spec.max_context:
+        text += (f"; note: context {cfg.context:,} exceeds {spec.name}'s maximum {spec.max_context:,} (the memory "
+                 "figures assume the engine allows it)")
+    return text
+
+
+def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, r: PlanResult) -> str:
+    """What the row assumed that a reader would not guess: checkpoint formats, padding, capacity, KV layout."""
+    parts = []
+    kept = [c for c in precision.kept_16_bit if not (c == "router" and spec.moe is None)
+            and not (c == "lm_head" and spec.tie_word_embeddings)]
+    if kept:
+        parts.append(f"{', '.join(kept)} kept in bf16 as quantized checkpoints ship them")
+    if r.mxfp4_padded_hidden:
+        parts.append(f"MXFP4 experts padded to hidden {r.mxfp4_padded_hidden:,} and intermediate/GPU "
+                     f"{r.mxfp4_padded_intermediate:,} (the engine's MoE kernel layout; GPUs with native FP4 pad "
+                     "too in vLLM's FlashInfer path)")
+    if memory_model(r.engine) is not None and not r.capacity_is_runtime:
+        parts.append(f"runtime capacity of {gpu.name} unknown: nominal {_gib(r.capacity_bytes)} used")
+    if r.kv_padding_layers:
+        parts.append(f"KV in {r.kv_groups} groups of {r.kv_group_size} layers, {r.kv_padding_layers} padding layer(s)")
+    if r.kv_heads_per_gpu and r.kv_heads_per_gpu * r.parallelism.tp > spec.num_kv_heads:
+        parts.append(f"KV heads replicated: {r.kv_heads_per_gpu} per GPU at tp {r.parallelism.tp}")
+    return "; ".join(parts)
+
+
+def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig,
+                 r: PlanResult) -> tuple[str, ...]:
+    """Every budget term with the engine's name for it, then the KV layout and the verdict."""
+    p = r.parallelism
+    e = memory_model(r.engine)  # None: the plain arithmetic (no engine, or one whose preset says budget: ideal)
+    term = (e.terms if e is not None else {}).get
+    if e is not None:
+        described = f" ({e.display_name})"
+    elif r.engine is not None:
+        described = f", {r.engine.display_name}: memory by the ideal arithmetic (its preset says budget: ideal)"
+    else:
+        described = " (today's arithmetic)"
+    lines = [f"engine: {engine_label(r.engine)}" + described
+             + f"; max_num_seqs {r.max_num_seqs:,}, max_num_batched_tokens {r.max_num_batched_tokens:,}, "
+             f"block_size {r.block_size}",
+             f"parallelism: tp {p.tp} x pp {p.pp} x dp {p.dp} = {p.num_gpus} GPUs, ep {p.ep}"
+             + (f"; layers per stage {'/'.join(map(str, r.stage_layer_counts))}" if p.pp > 1 else "")]
+    cap = term("capacity", "capacity")
+    lines.append(f"{cap} = {r.capacity_bytes:,} B = {_gib(r.capacity_bytes)}"
+                 + (f" (runtime-reported; nominal {_gib(r.memory_bytes_per_gpu)})" if r.capacity_is_runtime else ""))
+    extras = []
+    if r.rotary_cache_bytes:
+        extras.append(f"rotary cache {r.rotary_cache_bytes / (1 << 20):,.0f} MiB")
+    if r.mla_absorbed_bytes:
+        extras.append(f"MLA W_UK/W_UV {r.mla_absorbed_bytes / (1 << 20):,.0f} MiB")
+    if r.vocab_rows != spec.vocab_size:
+        extras.append(f"vocab padded to {r.vocab_rows:,} rows")
+    weights = (f"{term('weights', 'weights')} = {r.weights_bytes_per_gpu:,} B = {_gib(r.weights_bytes_per_gpu)} "
+               f"[{precision.label}" + ("; " + ", ".join(extras) if extras else "") + "]")
+    if e is None:
+        headroom = round(r.memory_bytes_per_gpu * (1 - r.memory_fraction))
+        lines += [weights,
+                  f"reserved = capacity x (1 - {r.memory_fraction}) = {headroom:,} + runtime overhead "
+                  f"{cfg.runtime_overhead_bytes:,} + activations {r.activation_peak_bytes:,} (chunk "
+                  f"{r.max_num_batched_tokens:,} tokens) = {r.reserved_bytes_per_gpu:,} B = "
+                  f"{_gib(r.reserved_bytes_per_gpu)}",
+                  f"KV budget = {r.capacity_bytes:,} - {r.weights_bytes_per_gpu:,} - {r.reserved_bytes_per_gpu:,} = "
+                  f"{r.kv_budget_bytes_per_gpu:,} B = {_gib(r.kv_budget_bytes_per_gpu)}"]
+    else:
+        lines.append(f"{term('requested', 'requested')}: {_gib(r.requested_bytes)} (fraction {r.memory_fraction})")
+        lines.append("- " + weights)
+        if e.budget != "static_fraction":
+            act = (f"- {term('activation', 'activation peak')} = {_gib(r.activation_peak_bytes)} = max(forward "
+                   f"{_gib(r.activation_forward_bytes)}")
+            act += (f", sampler {_gib(r.activation_sampler_bytes)}: {min(r.max_num_seqs, r.max_num_batched_tokens):,} "
+                    f"rows x {r.vocab_rows:,} logits x {e.activation.sampler_bytes_per_logit:g} B + hidden states)"
+                    if r.activation_sampler_bytes else ")")
+            lines += [act, f"- {term('non_torch', 'non-torch')} = {_gib(r.non_torch_bytes)} "
+                           f"({'tp > 1: NCCL and all-reduce buffers' if p.tp > 1 else 'tp 1'})"]
+        if r.startup_bytes and e.overheads.startup_in_budget:
+            lines.append(f"- startup (CUDA context{', NCCL' if p.tp > 1 else ''}) = {_gib(r.startup_bytes)}")
+        if r.cuda_graph_bytes:
+            verb = "subtracted" if r.cuda_graphs_in_budget else "not subtracted (captured in the slack)"
+            lines.append(f"- {term('cuda_graph', 'CUDA graphs')} = {_gib(r.cuda_graph_bytes)}, {verb}")
+        if e.budget == "utilization":
+            lines.append(f"  (vLLM's 'Total non KV cache memory' = weights + torch peak + non-torch = "
+                         f"{_gib(r.weights_bytes_per_gpu + r.activation_peak_bytes + r.non_torch_bytes)})")
+        lines.append(f"= {term('kv_budget', 'KV budget')} = {r.kv_budget_bytes_per_gpu:,} B = "
+                     f"{_gib(r.kv_budget_bytes_per_gpu)}")
+    mla = " (MLA latent, not split by tp)" if spec.mla is not None else ""
+    lines.append(f"KV per token per GPU = {max(r.stage_layer_counts)} layers x "
+                 f"{r.kv_elements_per_token_per_layer} elements x {kv_dtype.bits_per_element} bits / 8 = "
+                 f"{r.kv_bytes_per_token_per_gpu:,} B{mla}")
+    groups = (f" ({r.kv_groups} groups of {r.kv_group_size} layer slots, {r.kv_padding_layers} padding)"
+              if r.kv_groups > 1 else "")
+    lines.append(f"{term('kv_tokens', 'KV tokens')} = {r.kv_pool_blocks_per_gpu:,} blocks"
+                 + (f" // {r.kv_groups} groups" if r.kv_groups > 1 else "")
+                 + f" x {r.block_size} = {r.kv_tokens_per_gpu:,} tokens{groups}")
+    per_replica = r.max_concurrent_sequences // p.dp
+    if e is not None and e.kv.concurrency == "vllm":
+        lines.append(f"{term('concurrency', 'max sequences')} for {cfg.context:,} tokens per request = "
+                     f"{r.kv_pool_blocks_per_gpu:,} blocks / {r.kv_blocks_per_request:,} per request = "
+                     f"{r.kv_pool_blocks_per_gpu / r.kv_blocks_per_request:,.2f}x -> {per_replica:,} sequences")
+    else:
+        lines.append(f"{term('concurrency', 'max sequences')} at {cfg.context:,} tokens = {per_replica:,} sequences")
+    lines.append(f"max sequences = {p.dp} replica(s) x {per_replica:,} = {r.max_concurrent_sequences:,} "
+                 f"(window-aware: {r.max_concurrent_sequences_window_aware:,})")
+    if r.kv_budget_bytes_per_gpu_ideal is not None:
+        lines.append(f"ideal arithmetic beside it: KV budget {_gib(r.kv_budget_bytes_per_gpu_ideal)}, "
+                     f"{r.max_concurrent_sequences_ideal:,} sequences")
+    lines.append(f"max context at batch {cfg.batch:,} = {r.max_context_at_batch:,} "
+                 f"(capped at {max(spec.max_context, cfg.context):,})")
+    note = plan_note(spec, gpu, precision, r)
+    if note:
+        lines.append(f"note: {note}")
+    lines.append(plan_reason(spec, cfg, r))
+    return tuple(lines)
 
 
 def _plan_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig,
               r: PlanResult) -> Row:
     p = r.parallelism
     return {
-        "model": spec.name, "gpu": gpu.name, "num_gpus": p.num_gpus, "tp": p.tp, "pp": p.pp,
-        "context": cfg.context, "batch": cfg.batch, "weights_dtype": precision.label, "kv_dtype": kv_dtype.name,
-        "weights_bytes_per_gpu": r.weights_bytes_per_gpu, "kv_bytes_per_token_per_gpu": r.kv_bytes_per_token_per_gpu,
-        "reserved_bytes_per_gpu": r.reserved_bytes_per_gpu, "kv_budget_bytes_per_gpu": r.kv_budget_bytes_per_gpu,
+        "model": spec.name, "gpu": gpu.name, "engine": engine_label(r.engine), "num_gpus": p.num_gpus, "tp": p.tp,
+        "pp": p.pp, "context": cfg.context, "batch": cfg.batch, "weights_dtype": precision.label,
+        "kv_dtype": kv_dtype.name, "weights_bytes_per_gpu": r.weights_bytes_per_gpu,
+        "kv_budget_bytes_per_gpu": r.kv_budget_bytes_per_gpu, "kv_tokens_per_gpu": r.kv_tokens_per_gpu,
         "max_concurrent_sequences": r.max_concurrent_sequences, "max_context_at_batch": r.max_context_at_batch,
         "fits": r.fits,
-        "ep": p.ep, "dp": p.dp, "gpu_memory_bytes": r.memory_bytes_per_gpu,
-        "gpu_memory_utilization": cfg.gpu_memory_utilization, "block_size": cfg.block_size,
-        "activation_bytes_per_gpu": r.activation_bytes_per_gpu,
+        "capacity_bytes": r.capacity_bytes, "non_torch_bytes": r.non_torch_bytes,
+        "activation_peak_bytes": r.activation_peak_bytes, "cuda_graph_bytes": r.cuda_graph_bytes,
+        "cuda_graphs_in_budget": r.cuda_graphs_in_budget, "startup_bytes": r.startup_bytes,
+        "reserved_bytes_per_gpu": r.reserved_bytes_per_gpu, "kv_bytes_per_token_per_gpu": r.kv_bytes_per_token_per_gpu,
         "kv_bytes_per_sequence_per_gpu": r.kv_bytes_per_sequence_per_gpu, "kv_blocks_per_gpu": r.kv_blocks_per_gpu,
-        "runtime_overhead_bytes_per_gpu": cfg.runtime_overhead_bytes, "prefill_chunk_tokens": cfg.prefill_chunk_tokens,
-        "shortfall_bytes_per_gpu": r.shortfall_bytes_per_gpu, "reason": r.reason,
+        "kv_pool_blocks_per_gpu": r.kv_pool_blocks_per_gpu, "kv_groups": r.kv_groups,
+        "max_concurrent_sequences_window_aware": r.max_concurrent_sequences_window_aware,
+        "kv_budget_bytes_per_gpu_ideal": r.kv_budget_bytes_per_gpu_ideal,
+        "max_concurrent_sequences_ideal": r.max_concurrent_sequences_ideal,
+        "weights_bytes_per_gpu_ideal": r.weights_bytes_per_gpu_ideal,
+        "engine_display_name": r.engine.display_name if r.engine is not None else "ideal arithmetic",
+        "ep": p.ep, "dp": p.dp, "gpu_memory_bytes": r.memory_bytes_per_gpu, "memory_fraction": r.memory_fraction,
+        "block_size": r.block_size, "max_num_seqs": r.max_num_seqs, "max_num_batched_tokens": r.max_num_batched_tokens,
+        "runtime_overhead_bytes_per_gpu": cfg.runtime_overhead_bytes if memory_model(r.engine) is None else None,
+        "shortfall_bytes_per_gpu": r.shortfall_bytes_per_gpu, "note": plan_note(spec, gpu, precision, r),
+        "reason": plan_reason(spec, cfg, r),
     }
 
 
-def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], num_gpus: list[int], tps: list[int], pps: list[int],
-              eps: list[int], contexts: list[int], batches: list[int], precisions: list[WeightPrecision],
-              kv_dtypes: list[DType], utilizations: list[float], block_sizes: list[int], runtime_overheads: list[int],
-              prefill_chunks: list[int], find_min_gpus: bool = False, max_gpus: int = 512,
-              gpus_per_node: int = 8) -> tuple[list[Row], list[tuple[str, ...]]]:
-    """One row per combination (sweeps multiply); with ``find_min_gpus`` the GPU count is searched, over the
-    layouts ``candidate_layouts`` allows (``tps`` / ``pps``, when given, restrict them)."""
+@dataclass(frozen=True, kw_only=True)
+class PlanSweep:
+    """The lists a plan sweeps over (empty: the default); every combination is one row."""
+
+    num_gpus: list[int]
+    tps: list[int]
+    pps: list[int]
+    eps: list[int]
+    contexts: list[int]
+    batches: list[int]
+    precisions: list[WeightPrecision]
+    kv_dtypes: list[DType]
+    engines: list[EngineSpec | None]
+    utilizations: list[float]
+    block_sizes: list[int]
+    max_num_seqs: list[int]
+    max_num_batched_tokens: list[int]
+    runtime_overheads: list[int]
+    cuda_graphs_in_budget: bool | None = None
+    find_min_gpus: bool = False
+    max_gpus: int = 512
+    gpus_per_node: int = 8
+
+
+def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
+              ) -> tuple[list[Row], list[tuple[str, ...]]]:
+    """One row per combination (sweeps multiply) and its --explain trace; with ``find_min_gpus`` the GPU count
+    is searched over the layouts ``candidate_layouts`` allows (``tps`` / ``pps``, when given, restrict them)."""
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.errors import UsageError
 
-    if find_min_gpus and (num_gpus or any(ep != 1 for ep in eps)):
+    w = sweep
+    if w.find_min_gpus and (w.num_gpus or any(ep != 1 for ep in w.eps)):
         raise UsageError("--min-gpus searches the GPU count: drop --num-gpus (and --ep, which it does not search)")
     rows: list[Row] = []
     traces: list[tuple[str, ...]] = []
     for spec, gpu in itertools.product(specs, gpus):
-        for precision, kv_dtype, context, batch, util, block, overhead, chunk in itertools.product(
-                precisions or [parse_weight_precision(spec.native_dtype)], kv_dtypes or [default_kv_dtype(spec)],
-                contexts or [spec.max_context], batches, utilizations, block_sizes, runtime_overheads,
-                prefill_chunks):
-            base = PlanConfig(num_gpus=1, context=context, batch=batch, gpu_memory_utilization=util,
-                              block_size=block, runtime_overhead_bytes=overhead, prefill_chunk_tokens=chunk)
-            if find_min_gpus:
-                r = min_gpus(spec, gpu, precision, kv_dtype, base, max_gpus, gpus_per_node, tps or None, pps or None)
+        for precision, kv_dtype, context, batch, engine, util, block, seqs, mnbt, overhead in itertools.product(
+                w.precisions or [parse_weight_precision(spec.native_dtype)], w.kv_dtypes or [default_kv_dtype(spec)],
+                w.contexts or [spec.max_context], w.batches or [1], w.engines or [None], w.utilizations or [None],
+                w.block_sizes or [None], w.max_num_seqs or [None], w.max_num_batched_tokens or [None],
+                w.runtime_overheads or [None]):
+            base = PlanConfig(num_gpus=1, context=context, batch=batch, engine=engine, gpu_memory_utilization=util,
+                              block_size=block, max_num_seqs=seqs, max_num_batched_tokens=mnbt,
+                              cuda_graphs_in_budget=w.cuda_graphs_in_budget,
+                              **({} if overhead is None else {"runtime_overhead_bytes": overhead}))
+            if w.find_min_gpus:
+                r = min_gpus(spec, gpu, precision, kv_dtype, base, w.max_gpus, w.gpus_per_node, w.tps or None,
+                             w.pps or None)
                 if r is None:
-                    raise UsageError(f"{spec.name} batch {batch} at context {context:,} does not fit on up to "
-                                     f"{max_gpus} x {gpu.name} ({precision.label}, KV {kv_dtype.name})")
+                    raise UsageError(f"{spec.name} batch {batch:,} at context {context:,} does not fit on up to "
+                                     f"{w.max_gpus:,} x {gpu.name} ({precision.label}, KV {kv_dtype.name}, "
+                                     f"{engine_label(engine)})")
                 cfg = replace(base, num_gpus=r.parallelism.num_gpus, tp=r.parallelism.tp, pp=r.parallelism.pp)
                 rows.append(_plan_row(spec, gpu, precision, kv_dtype, cfg, r))
-                traces.append(r.trace)
+                line = f"--min-gpus: {r.parallelism.num_gpus} is the smallest GPU count that fits with " + (
+                    f"tp in {w.tps or 'any'}, pp in {w.pps or 'any'}" if w.tps or w.pps else
+                    f"tp within a node of {w.gpus_per_node}, pp only across whole nodes")
+                traces.append((line, *plan_explain(spec, gpu, precision, kv_dtype, cfg, r)))
                 continue
-            for n, tp, pp, ep in itertools.product(num_gpus or [1], tps or [0], pps or [1], eps):
+            for n, tp, pp, ep in itertools.product(w.num_gpus or [0], w.tps or [0], w.pps or [1], w.eps or [1]):
+                if not n:
+                    n = (tp or 1) * pp
                 if not tp and n % pp:
                     raise UsageError(f"pp {pp} does not divide the GPU count {n}")
                 cfg = replace(base, num_gpus=n, tp=tp or n // pp, pp=pp, ep=ep)
                 r = plan_fit(spec, gpu, precision, kv_dtype, cfg)
                 rows.append(_plan_row(spec, gpu, precision, kv_dtype, cfg, r))
-                traces.append(r.trace)
+                traces.append(plan_explain(spec, gpu, precision, kv_dtype, cfg, r))
     return rows, traces
 
 

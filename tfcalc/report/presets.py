@@ -35,8 +35,16 @@ def preset_field_rows(kind: str, name: str) -> list[Row]:
     document = load_preset_document(kind, name)
     sources = source_index(document)
     body = {k: v for k, v in document.items() if k != "sources"}
-    return [{"field": key, "value": value if isinstance(value, (int, float, str, bool)) or value is None
-             else str(value), "source": sources.get(key, "")} for key, value in _flatten(body)]
+    return [{"field": key, "value": _cell(value), "source": sources.get(key, "")} for key, value in _flatten(body)]
+
+
+def _cell(value: object) -> object:
+    """Scalars as they are; lists as comma-separated text (aliases, layer indices)."""
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value)
+    return str(value)
 
 
 def preset_rows(kind: str) -> tuple[list[Row], list]:

@@ -9,6 +9,8 @@ uses the units datasheets print and is converted here, in ``gpu_from_mapping``:
   "80GB" -> 80 x 2^30 = 85,899,345,920 bytes. ``memory_gb`` (decimal, 10^9) is accepted instead for a part
   known to be decimal. What the driver and ECC leave usable is *not* subtracted here; the planner's
   ``gpu_memory_utilization`` (default 0.9) and runtime overhead cover it.
+- ``runtime_memory_gib`` (optional): the total the CUDA runtime reports (``cudaMemGetInfo``), which serving
+  engines budget against: an "80GB" H100 reports 79.19 GiB. Engine memory models use it when given.
 - ``hbm_bandwidth_tb_s``: 10^12 bytes/s (or ``hbm_bandwidth_gb_s``, 10^9).
 - ``dense_tflops``: *dense* peak per dtype in 10^12 FLOP/s (or TOPS for int8), never the 2:4-sparse figure
   NVIDIA datasheets print with an asterisk. ``fp32`` is the non-tensor CUDA-core rate; ``tf32`` the tensor rate.
@@ -36,17 +38,21 @@ class GPUSpec:
 
     name: str
     memory_bytes: int
+    runtime_memory_bytes: int | None = None
     hbm_bandwidth_bytes_per_s: float
     dense_flops_per_s: dict[str, float] = field(hash=False)
     interconnect_bandwidth_bytes_per_s: float
     interconnect: str = ""
     display_name: str = ""
     vendor: str = ""
+    latency: GPULatency | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         n = self.name
         if self.memory_bytes <= 0:
             raise SpecError(f"{n}: memory must be positive")
+        if self.runtime_memory_bytes is not None and not 0 < self.runtime_memory_bytes <= self.memory_bytes:
+            raise SpecError(f"{n}: runtime memory must be positive and at most the nominal capacity")
         if self.hbm_bandwidth_bytes_per_s <= 0:
             raise SpecError(f"{n}: memory bandwidth must be positive")
         if self.interconnect_bandwidth_bytes_per_s <= 0:
@@ -67,17 +73,48 @@ class GPUSpec:
         raise SpecError(f"{self.name}: no dense throughput for {compute_dtype}")  # unreachable: checked above
 
 
-_ALLOWED = {"name", "memory_gib", "memory_gb", "hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s", "dense_tflops",
+_ALLOWED = {"name", "memory_gib", "runtime_memory_gib", "memory_gb",
+            "hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s", "dense_tflops",
             "interconnect", "interconnect_bidirectional_gb_s", "display_name", "vendor", "memory_type",
-            "sources", "notes", "kind", "published"}
+            "sources", "notes", "kind", "published", "aliases", "latency"}
+
+
+# Upper bounds of the datasheet-unit fields (finite, positive, and at most these): 1000x today's largest parts.
+GPU_LIMITS: dict[str, float] = {
+    "memory_gib": 1 << 20, "runtime_memory_gib": 1 << 20, "memory_gb": 1 << 20, "hbm_bandwidth_tb_s": 1e4,
+    "hbm_bandwidth_gb_s": 1e7, "dense_tflops": 1e7, "interconnect_bidirectional_gb_s": 1e7,
+}
 
 
 def _number(value: Any, origin: str, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(f"{origin}: field '{key}' must be a number, got {value!r}")
-    if value <= 0:
-        raise SpecError(f"{origin}: field '{key}' must be positive, got {value!r}")
-    return float(value)
+    """A finite, positive number within GPU_LIMITS (``dense_tflops.bf16`` uses dense_tflops' bound)."""
+    from tfcalc.spec.model import check_float
+
+    try:
+        check_float(key, value, GPU_LIMITS.get(key.split(".")[0]))
+    except SpecError as exc:
+        raise SpecError(f"{origin}: {exc}") from None
+    return value  # type: ignore[no-any-return] - int or float as written, for exact scaling
+
+
+def _scaled(value: float, factor: int) -> int | float:
+    """``value x factor`` computed on the decimal the file holds: ``2039`` TFLOP/s -> 2,039,000,000,000,000
+    exactly (not ``2039 * 1e12`` = 2039000000000000.2); an integer when the product is one."""
+    from decimal import Decimal
+
+    product = Decimal(repr(value)) * factor
+    return int(product) if product == product.to_integral_value() else float(product)
+
+
+def _text(data: dict[str, Any], key: str, origin: str, default: str = "") -> str:
+    from tfcalc.spec.model import MAX_NAME_CHARS, check_str
+
+    if data.get(key) is None:
+        return default
+    try:
+        return check_str(key, data[key], MAX_NAME_CHARS)
+    except SpecError as exc:
+        raise SpecError(f"{origin}: {exc}") from None
 
 
 def _one_of(data: dict[str, Any], keys: tuple[str, str], origin: str) -> tuple[str, float]:
@@ -89,17 +126,20 @@ def _one_of(data: dict[str, Any], keys: tuple[str, str], origin: str) -> tuple[s
 
 def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GPUSpec:
     """Validate a GPU preset mapping (units as in the module docstring) and build the GPUSpec."""
+    from tfcalc.spec.model import key_text
     from tfcalc.spec.presets import suggest
 
-    unknown = sorted(set(data) - _ALLOWED)
+    unknown = sorted(key_text(key) for key in data if key not in _ALLOWED)
     if unknown:
         hints = suggest(unknown[0], sorted(_ALLOWED), limit=1)
         hint = f" (did you mean '{hints[0]}'?)" if hints else ""
         raise SpecError(f"{origin}: unknown field '{unknown[0]}'{hint}")
     key, memory = _one_of(data, ("memory_gib", "memory_gb"), origin)
-    memory_bytes = round(memory * (GIB if key == "memory_gib" else 1e9))
+    memory_bytes = round(_scaled(memory, GIB if key == "memory_gib" else 10**9))
+    runtime = data.get("runtime_memory_gib")
+    runtime_bytes = None if runtime is None else round(_scaled(_number(runtime, origin, "runtime_memory_gib"), GIB))
     key, bandwidth = _one_of(data, ("hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s"), origin)
-    bandwidth *= 1e12 if key == "hbm_bandwidth_tb_s" else 1e9
+    bandwidth = _scaled(bandwidth, 10**12 if key == "hbm_bandwidth_tb_s" else 10**9)
     tflops = data.get("dense_tflops")
     if not isinstance(tflops, dict) or not tflops:
         raise SpecError(f"{origin}: field 'dense_tflops' must be a mapping such as {{bf16: 989.5, fp8: 1979}}")
@@ -108,18 +148,103 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
         if dtype not in FLOP_DTYPES:
             hints = suggest(str(dtype), list(FLOP_DTYPES), limit=1)
             hint = f" (did you mean '{hints[0]}'?)" if hints else ""
-            raise SpecError(f"{origin}: unknown dense_tflops dtype '{dtype}'{hint}")
+            raise SpecError(f"{origin}: unknown dense_tflops dtype '{key_text(dtype)}'{hint}")
         if value is None:
             continue  # the chip lacks the format (no FP8 on Ampere)
-        flops[str(dtype)] = _number(value, origin, f"dense_tflops.{dtype}") * 1e12
+        flops[str(dtype)] = _scaled(_number(value, origin, f"dense_tflops.{dtype}"), 10**12)
     if data.get("interconnect_bidirectional_gb_s") is None:
         raise SpecError(f"{origin}: missing required field 'interconnect_bidirectional_gb_s'")
-    link = _number(data["interconnect_bidirectional_gb_s"], origin, "interconnect_bidirectional_gb_s") * 1e9 / 2
+    link = _scaled(_number(data["interconnect_bidirectional_gb_s"], origin, "interconnect_bidirectional_gb_s"),
+                   10**9 // 2)  # one direction: half the bidirectional figure
+    latency = None if data.get("latency") is None else latency_from_mapping(data["latency"], origin)
     try:
-        return GPUSpec(name=str(data.get("name", default_name)), memory_bytes=memory_bytes,
+        return GPUSpec(name=_text(data, "name", origin, default_name), memory_bytes=memory_bytes,
+                       runtime_memory_bytes=runtime_bytes,
                        hbm_bandwidth_bytes_per_s=bandwidth, dense_flops_per_s=flops,
-                       interconnect_bandwidth_bytes_per_s=link, interconnect=str(data.get("interconnect", "")),
-                       display_name=str(data.get("display_name", default_name)),
-                       vendor=str(data.get("vendor", "")))
+                       interconnect_bandwidth_bytes_per_s=link, interconnect=_text(data, "interconnect", origin),
+                       display_name=_text(data, "display_name", origin, default_name),
+                       vendor=_text(data, "vendor", origin),
+                       latency=latency)
+    except SpecError as exc:
+        raise SpecError(f"{origin}: {exc}") from None
+
+
+# --- the latency block: what the GPU achieves, for ``tfcalc estimate`` (tfcalc/calc/kernels.py) -------------
+
+_LATENCY_KEYS = {"sm_count", "gemm_efficiency", "attention_efficiency", "moe_efficiency", "memory_efficiency",
+                 "floors_us", "interconnect_preset", "sources"}
+_FLOOR_KEYS = ("gemm", "elementwise", "attention", "moe")
+MAX_SM_COUNT = 1 << 16
+MAX_FLOOR_US = 1e6  # one second: a kernel floor beyond it is a unit mistake, not a GPU
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPULatency:
+    """Achievable fractions of the datasheet peaks and per-kernel floors, each sourced in the preset.
+
+    ``gemm_efficiency``: fraction of the dense peak large GEMMs reach, per compute dtype; ``attention_efficiency``:
+    flash-attention prefill on long sequences (16-bit); ``moe_efficiency``: grouped expert GEMMs relative to a dense
+    GEMM of the same shape; ``memory_efficiency``: large streaming kernels (GEMV);
+    ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
+    ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric.
+    """
+
+    sm_count: int
+    gemm_efficiency: dict[str, float] = field(hash=False)
+    attention_efficiency: float
+    moe_efficiency: float
+    memory_efficiency: float
+    floors_s: dict[str, float] = field(hash=False)
+    interconnect_preset: str
+
+
+def latency_from_mapping(data: Any, origin: str) -> GPULatency:
+    """Validate a GPU preset's ``latency:`` block (units as printed: fractions in (0, 1], microseconds): every
+    number finite and positive, every error one line naming the file and the field."""
+    from tfcalc.spec.model import MAX_NAME_CHARS, check_float, check_int, check_str, key_text
+
+    def fraction(value: Any, key: str) -> float:
+        number = check_float(key, value)
+        if number > 1:
+            raise SpecError(f"field '{key}' must be in (0, 1], got {value!r}")
+        return number
+
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: field 'latency' must be a mapping")
+    try:
+        unknown = sorted(key_text(k) for k in data if k not in _LATENCY_KEYS)
+        if unknown:
+            raise SpecError(f"unknown field 'latency.{unknown[0]}' (known: {', '.join(sorted(_LATENCY_KEYS))})")
+        for key in ("sm_count", "gemm_efficiency", "attention_efficiency", "moe_efficiency", "memory_efficiency",
+                    "floors_us", "interconnect_preset"):
+            if data.get(key) is None:
+                raise SpecError(f"missing required field 'latency.{key}'")
+        gemm = data["gemm_efficiency"]
+        if not isinstance(gemm, dict) or not gemm:
+            raise SpecError("field 'latency.gemm_efficiency' must be a mapping such as {bf16: 0.79}")
+        efficiencies = {}
+        for dtype, value in gemm.items():
+            if dtype not in FLOP_DTYPES:
+                raise SpecError(f"unknown dtype 'latency.gemm_efficiency.{key_text(dtype)}' "
+                                f"(known: {', '.join(FLOP_DTYPES)})")
+            efficiencies[str(dtype)] = fraction(value, f"latency.gemm_efficiency.{dtype}")
+        floors = data["floors_us"]
+        if not isinstance(floors, dict):
+            raise SpecError(f"field 'latency.floors_us' must be a mapping of {', '.join(_FLOOR_KEYS)}")
+        missing = [k for k in _FLOOR_KEYS if k not in floors]
+        extra = sorted(key_text(k) for k in floors if k not in _FLOOR_KEYS)
+        if missing or extra:
+            which = f"missing 'latency.floors_us.{missing[0]}'" if missing else \
+                f"unknown 'latency.floors_us.{extra[0]}'"
+            raise SpecError(f"{which} (give {', '.join(_FLOOR_KEYS)})")
+        floors_s = {k: check_float(f"latency.floors_us.{k}", floors[k], MAX_FLOOR_US) * 1e-6 for k in _FLOOR_KEYS}
+        return GPULatency(sm_count=check_int("latency.sm_count", data["sm_count"], (1, MAX_SM_COUNT)),
+                          gemm_efficiency=efficiencies,
+                          attention_efficiency=fraction(data["attention_efficiency"], "latency.attention_efficiency"),
+                          moe_efficiency=fraction(data["moe_efficiency"], "latency.moe_efficiency"),
+                          memory_efficiency=fraction(data["memory_efficiency"], "latency.memory_efficiency"),
+                          floors_s=floors_s,
+                          interconnect_preset=check_str("latency.interconnect_preset", data["interconnect_preset"],
+                                                        MAX_NAME_CHARS))
     except SpecError as exc:
         raise SpecError(f"{origin}: {exc}") from None

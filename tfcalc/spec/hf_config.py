@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tfcalc.errors import SpecError
-from tfcalc.spec.model import MLASpec, ModelSpec, MoESpec, RopeScaling
+from tfcalc.spec.model import INT_LIMITS, MLASpec, ModelSpec, MoESpec, RopeScaling, check_float
+from tfcalc.spec.model import check_int as check_spec_int
 from tfcalc.spec.presets import read_data_file
 
 SLIDING, FULL = "sliding_attention", "full_attention"
@@ -23,6 +24,23 @@ _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _CORE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 # ``head_dim`` default meaning "hidden_size // num_attention_heads" (transformers' fallback when absent).
 DERIVED = None
+# config.json keys -> the ModelSpec field whose bounds (tfcalc.spec.model.INT_LIMITS) they share. Layer counts
+# and indices share num_layers' bound; any other integer is bounded by 2^62.
+_SPEC_FIELD = {
+    "vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
+    "num_attention_heads": "num_attention_heads", "num_key_value_heads": "num_kv_heads", "head_dim": "head_dim",
+    "intermediate_size": "intermediate_size", "max_position_embeddings": "max_context",
+    "sliding_window": "sliding_window", "num_local_experts": "moe.num_experts", "num_experts": "moe.num_experts",
+    "n_routed_experts": "moe.num_experts", "num_experts_per_tok": "moe.experts_per_token",
+    "moe_intermediate_size": "moe.expert_intermediate_size",
+    "shared_expert_intermediate_size": "moe.shared_expert_intermediate_size",
+    "n_shared_experts": "moe.num_shared_experts", "q_lora_rank": "mla.q_lora_rank",
+    "kv_lora_rank": "mla.kv_lora_rank", "qk_nope_head_dim": "mla.qk_nope_head_dim",
+    "qk_rope_head_dim": "mla.qk_rope_head_dim", "v_head_dim": "mla.v_head_dim",
+    "rope_scaling.original_max_position_embeddings": "rope_scaling.original_max_position_embeddings",
+    **dict.fromkeys(("first_k_dense_replace", "max_window_layers", "moe_layer_freq", "decoder_sparse_step",
+                     "sliding_window_pattern", "mlp_only_layers", "num_nextn_predict_layers"), "num_layers"),
+}
 
 
 class _Config:
@@ -46,11 +64,12 @@ class _Config:
         return self.data[key]
 
     def check_int(self, key: str, value: Any, minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(f"field '{key}' must be an integer, got {value!r}")
-        if value < minimum:
-            raise self.error(f"field '{key}' must be >= {minimum}, got {value}")
-        return value
+        """An integer >= minimum and within the bound of the ModelSpec field it becomes (``_SPEC_FIELD``)."""
+        maximum = INT_LIMITS[_SPEC_FIELD[key]][1] if key in _SPEC_FIELD else 1 << 62
+        try:
+            return check_spec_int(key, value, (minimum, maximum))
+        except SpecError as exc:
+            raise self.error(str(exc)) from None
 
     def req_int(self, key: str, minimum: int = 1) -> int:
         return self.check_int(key, self.require(key), minimum)
@@ -382,9 +401,8 @@ def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
     if isinstance(params, dict) and isinstance(params.get(FULL), dict):  # Gemma 3: one entry per layer type
         params = params[FULL]
     params = params if isinstance(params, dict) else {}
-    theta = c.data.get("rope_theta", params.get("rope_theta", family.defaults.get("rope_theta", 10000.0)))
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
-        raise c.error(f"field 'rope_theta' must be a positive number, got {theta!r}")
+    theta = check_float("rope_theta", c.data.get("rope_theta", params.get(
+        "rope_theta", family.defaults.get("rope_theta", 10000.0))))
     scaling = c.data.get("rope_scaling")
     if scaling is None:
         scaling = params
@@ -399,14 +417,10 @@ def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
 
     def number(key: str) -> float | None:
         value = scaling.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise c.error(f"field 'rope_scaling.{key}' must be a number, got {value!r}")
-        return float(value)
+        return None if value is None else check_float(f"rope_scaling.{key}", value)
 
-    return float(theta), RopeScaling(
-        rope_type=str(rope_type), factor=number("factor") or 1.0,
+    return theta, RopeScaling(
+        rope_type=rope_type, factor=number("factor") or 1.0,
         original_max_position_embeddings=None if original is None else c.check_int(
             "rope_scaling.original_max_position_embeddings", original, 1),
         low_freq_factor=number("low_freq_factor"), high_freq_factor=number("high_freq_factor"))
@@ -432,7 +446,7 @@ def _native_dtype(c: _Config) -> str:
     return base
 
 
-# HF ``hidden_act`` names -> the names ModelSpec uses (tfcalc.model.layers.activate); others pass through.
+# HF ``hidden_act`` names -> the names ModelSpec uses (tfcalc.model.layers.activate); others are refused.
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu",
                 "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
 
@@ -445,11 +459,25 @@ def _activation(c: _Config, family: _Family) -> str:
         raise c.error(f"field '{family.activation_key}' must be a string, got {value!r}")
     if c.model_type == "gemma" and value == "gelu":  # GemmaConfig: legacy "gelu" means the tanh approximation
         value = "gelu_pytorch_tanh"
-    return _ACTIVATIONS.get(value, value)
+    if value not in _ACTIVATIONS:
+        raise c.error(f"field '{family.activation_key}' {value[:40]!r} is not supported (supported: "
+                      f"{', '.join(_ACTIVATIONS)})")
+    return _ACTIVATIONS[value]
 
 
 def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
-    """Build the ModelSpec that the transformers implementation of ``config['model_type']`` would instantiate."""
+    """Build the ModelSpec that the transformers implementation of ``config['model_type']`` would instantiate.
+
+    Every error is one line that starts with ``origin`` and names the field.
+    """
+    try:
+        return _spec_from_hf_config(config, origin, name)
+    except SpecError as exc:
+        message = str(exc)
+        raise SpecError(message if message.startswith(origin) else f"{origin}: {message}") from None
+
+
+def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
     model_type = config.get("model_type")
     family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
     if family is None:
@@ -472,45 +500,41 @@ def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> Mo
     extra: dict[str, object] = {"model_type": model_type, "hf_config": origin}
     extra.update({key: config[key] for key in family.extra_keys if key in config})
     notes = ""
-    if model_type == "deepseek_v3" and (config.get("num_nextn_predict_layers") or 0) > 0:
+    if model_type == "deepseek_v3" and (c.opt_int("num_nextn_predict_layers") or 0) > 0:
         notes = (f"{config['num_nextn_predict_layers']} multi-token-prediction layer(s) (num_nextn_predict_layers) "
                  "are not counted; transformers does not build them")
 
-    try:
-        return ModelSpec(
-            name=name,
-            vocab_size=c.req_int("vocab_size"),
-            hidden_size=hidden,
-            num_layers=c.num_layers,
-            num_attention_heads=heads,
-            num_kv_heads=kv_heads,
-            head_dim=head_dim,
-            intermediate_size=c.req_int("intermediate_size"),
-            ffn_kind="gated",
-            activation=_activation(c, family),
-            tie_word_embeddings=c.flag("tie_word_embeddings"),
-            attention_sinks=family.attention_sinks,
-            mlp_bias=family.mlp_bias and c.flag("mlp_bias"),
-            norm_kind="rmsnorm",
-            norms_per_layer=family.norms_per_layer,
-            qk_norm=family.qk_norm,
-            sliding_window=window,
-            sliding_window_layers=sliding_layers,
-            mla=mla,
-            moe=family.moe(c) if family.moe is not None else None,
-            rope_theta=rope_theta,
-            rope_scaling=rope_scaling,
-            max_context=c.int_or_default("max_position_embeddings", minimum=1),
-            native_dtype=_native_dtype(c),
-            active_params_convention=family.convention,  # type: ignore[arg-type]
-            source=f"Hugging Face config.json {origin} (model_type {model_type})",
-            notes=notes,
-            extra=extra,
-            **family.attention(c),
-        )
-    except SpecError as exc:
-        message = str(exc)
-        raise SpecError(message if message.startswith(origin) else f"{origin}: {message}") from None
+    return ModelSpec(
+        name=name,
+        vocab_size=c.req_int("vocab_size"),
+        hidden_size=hidden,
+        num_layers=c.num_layers,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=c.req_int("intermediate_size"),
+        ffn_kind="gated",
+        activation=_activation(c, family),
+        tie_word_embeddings=c.flag("tie_word_embeddings"),
+        attention_sinks=family.attention_sinks,
+        mlp_bias=family.mlp_bias and c.flag("mlp_bias"),
+        norm_kind="rmsnorm",
+        norms_per_layer=family.norms_per_layer,
+        qk_norm=family.qk_norm,
+        sliding_window=window,
+        sliding_window_layers=sliding_layers,
+        mla=mla,
+        moe=family.moe(c) if family.moe is not None else None,
+        rope_theta=rope_theta,
+        rope_scaling=rope_scaling,
+        max_context=c.int_or_default("max_position_embeddings", minimum=1),
+        native_dtype=_native_dtype(c),
+        active_params_convention=family.convention,  # type: ignore[arg-type]
+        source=f"Hugging Face config.json {origin} (model_type {model_type})",
+        notes=notes,
+        extra=extra,
+        **family.attention(c),
+    )
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:

@@ -7,7 +7,10 @@ presets, user YAML files and Hugging Face config.json files are all turned into 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import functools
+import math
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Literal
 
 from tfcalc.errors import SpecError
@@ -15,6 +18,10 @@ from tfcalc.errors import SpecError
 FfnKind = Literal["gated", "plain"]
 NormKind = Literal["rmsnorm", "layernorm"]
 ActiveConvention = Literal["all_weights_touched", "excludes_input_embedding"]
+# The FFN nonlinearities the decoder implements (tfcalc.model.layers.activate); anything else is refused.
+Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped"]
+# RoPE scalings as transformers names them (modeling_rope_utils.ROPE_INIT_FUNCTIONS); "default" means none.
+RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 
 # The parts a parameter count is broken into; weight formats may be chosen per part.
 PARAM_COMPONENTS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
@@ -30,21 +37,204 @@ ACTIVE_CONVENTIONS: dict[str, str] = {
     ),
 }
 
+# --- field validation: one set of rules for presets, user YAML, config.json and code --------------------
+# Inclusive bounds of every integer field (dotted names for nested specs). They sit far above any released
+# model (Llama 3.1 405B: 126 layers, hidden 16,384; Gemma 3: vocab 262,144; DeepSeek-V3: 256 experts;
+# Llama 4 Scout: 10M context) and keep every computation bounded in time and memory.
+INT_LIMITS: dict[str, tuple[int, int]] = {
+    "vocab_size": (1, 1 << 24),
+    "hidden_size": (1, 1 << 20),
+    "num_layers": (1, 10_000),
+    "num_attention_heads": (1, 1 << 16),
+    "num_kv_heads": (1, 1 << 16),
+    "head_dim": (1, 1 << 16),
+    "intermediate_size": (1, 1 << 24),
+    "max_context": (1, 1 << 34),
+    "norms_per_layer": (1, 16),
+    "sliding_window": (1, 1 << 34),
+    "mla.q_lora_rank": (1, 1 << 20),
+    "mla.kv_lora_rank": (1, 1 << 20),
+    "mla.qk_nope_head_dim": (1, 1 << 16),
+    "mla.qk_rope_head_dim": (1, 1 << 16),
+    "mla.v_head_dim": (1, 1 << 16),
+    "moe.num_experts": (1, 1 << 16),
+    "moe.experts_per_token": (1, 1 << 16),
+    "moe.expert_intermediate_size": (1, 1 << 24),
+    "moe.num_shared_experts": (0, 1 << 16),
+    "moe.shared_expert_intermediate_size": (0, 1 << 24),
+    "rope_scaling.original_max_position_embeddings": (1, 1 << 34),
+}
+# Float fields are finite and positive; these are their upper bounds.
+FLOAT_LIMITS: dict[str, float] = {
+    "rope_theta": 1e15,
+    "rope_scaling.factor": 1e6,
+    "rope_scaling.low_freq_factor": 1e6,
+    "rope_scaling.high_freq_factor": 1e6,
+}
+MAX_NAME_CHARS = 255  # a file name's limit: user files are named after their file
+
+
+def _show(value: object) -> str:
+    """A value for an error message, cut to 40 characters (a 401-digit number is not repeated in full)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long for str()
+        return "a number too long to print"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def key_text(key: object) -> str:
+    """A key from a file as a one-line message shows it: control characters escaped, at most 80 characters."""
+    text = str(key)
+    return (text if text.isprintable() else repr(text)[1:-1])[:80]
+
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise SpecError(message)
 
 
+def check_int(key: str, value: object, limits: tuple[int, int] | None = None) -> int:
+    """An integer (not a bool, not a float) within ``INT_LIMITS[key]``; the SpecError names the field."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"field '{key}' must be an integer, got {_show(value)}")
+    low, high = limits or INT_LIMITS.get(key, (1, 1 << 62))
+    if not low <= value <= high:
+        if value < low:
+            raise SpecError(f"field '{key}' must be {'positive' if low == 1 else f'at least {low}'}, "
+                            f"got {_show(value)}")
+        raise SpecError(f"field '{key}' must be at most {high:,} (tfcalc's limit), got {_show(value)}")
+    return value
+
+
+def check_float(key: str, value: object, high: float | None = None) -> float:
+    """A finite, positive number (an integer is accepted) up to ``FLOAT_LIMITS[key]``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"field '{key}' must be a number, got {_show(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    high = FLOAT_LIMITS.get(key, math.inf) if high is None else high
+    if not math.isfinite(number):
+        raise SpecError(f"field '{key}' must be a finite number, got {_show(value)}")
+    if number <= 0:
+        raise SpecError(f"field '{key}' must be positive, got {_show(value)}")
+    if number > high:
+        raise SpecError(f"field '{key}' must be at most {high:g} (tfcalc's limit), got {_show(value)}")
+    return number
+
+
+def check_bool(key: str, value: object) -> bool:
+    """``true`` or ``false`` only: the string ``"no"`` or the number 1 is not a boolean."""
+    if not isinstance(value, bool):
+        raise SpecError(f"field '{key}' must be true or false, got {_show(value)}")
+    return value
+
+
+def check_choice(key: str, value: object, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise SpecError(f"field '{key}' must be one of {', '.join(choices)}, got {_show(value)}")
+    return value
+
+
+def check_str(key: str, value: object, max_chars: int | None = None) -> str:
+    if not isinstance(value, str):
+        raise SpecError(f"field '{key}' must be text, got {_show(value)}")
+    if max_chars is not None and not 0 < len(value) <= max_chars:
+        raise SpecError(f"field '{key}' must be 1 to {max_chars} characters, got {len(value)}")
+    return value
+
+
+Checker = typing.Callable[[str, object], object]
+
+
+def check_fields(spec: object, prefix: str = "") -> None:
+    """Check every field of a spec dataclass against its type: bools, ints within INT_LIMITS, finite positive
+    floats, Literal choices, text, integer tuples; ``None`` where the type allows it. Nested specs check
+    themselves when built. The checks are derived once per class from its type hints."""
+    for name, key, check in _checkers(type(spec), prefix):
+        check(key, getattr(spec, name))
+
+
+@functools.cache
+def _checkers(cls: type, prefix: str) -> tuple[tuple[str, str, Checker], ...]:
+    return tuple((f.name, prefix + f.name, _checker(str(f.type), prefix + f.name)) for f in fields(cls))
+
+
+def _checker(annotation: str, key: str) -> Checker:
+    """The check for one declared type, read from its annotation text (this module's annotations are strings:
+    builtins, ``X | None``, ``tuple[int, ...]``, its Literal aliases and spec classes). Each check has a fast
+    path for the common, valid value."""
+    if annotation.endswith(" | None"):
+        check = _checker(annotation.removesuffix(" | None"), key)
+        return lambda k, v: None if v is None else check(k, v)
+    if annotation == "bool":
+        return lambda k, v: None if v is True or v is False else check_bool(k, v)
+    if annotation == "int":
+        low, high = INT_LIMITS.get(key, (1, 1 << 62))
+        return lambda k, v: None if type(v) is int and low <= v <= high else check_int(k, v)
+    if annotation == "float":
+        high_float = FLOAT_LIMITS.get(key, math.inf)
+        return lambda k, v: None if type(v) is float and 0 < v <= high_float and v != math.inf else check_float(k, v)
+    if annotation == "str":
+        limit = MAX_NAME_CHARS if key == "name" else None
+        return lambda k, v: check_str(k, v, limit)
+    if annotation == "tuple[int, ...]":
+        return _check_index_tuple
+    if annotation.startswith("tuple[") and annotation.endswith(", ...]"):
+        item_check = _checker(annotation[len("tuple["):-len(", ...]")], key)
+
+        def check_tuple(k: str, v: object) -> None:
+            if not isinstance(v, tuple):
+                _wrong_type(k, v, "list")
+            for item in v:  # type: ignore[union-attr]
+                item_check(k, item)
+
+        return check_tuple
+    target = globals().get(annotation)
+    if typing.get_origin(target) is typing.Literal:
+        args = typing.get_args(target)
+        choices = frozenset(args)
+        return lambda k, v: None if type(v) is str and v in choices else check_choice(k, v, args)
+    if isinstance(target, type) and is_dataclass(target):  # a nested spec, checked when it was built
+        return lambda k, v: None if isinstance(v, target) else _wrong_type(k, v, target.__name__)
+    return lambda k, v: None  # free-form extras (dict[str, object])
+
+
+def _wrong_type(key: str, value: object, expected: str) -> None:
+    raise SpecError(f"field '{key}' must be a {expected}, got {_show(value)}")
+
+
+def _check_index_tuple(key: str, value: object) -> None:
+    if not isinstance(value, tuple):
+        raise SpecError(f"field '{key}' must be a list of layer indices, got {_show(value)}")
+    for item in value:
+        if type(item) is not int:
+            raise SpecError(f"field '{key}' must be a list of layer indices, got {_show(item)} in it")
+
+
+def check_layer_indices(key: str, layers: tuple[int, ...], num_layers: int) -> None:
+    """Each index in 0..num_layers-1, none twice."""
+    seen: set[int] = set()
+    for i in layers:
+        _require(0 <= i < num_layers, f"field '{key}': layer {i} is outside 0..{num_layers - 1}")
+        _require(i not in seen, f"field '{key}': layer {i} is listed twice")
+        seen.add(i)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RopeScaling:
     """RoPE frequency scaling as in HF ``rope_scaling`` (llama3, yarn, linear, dynamic, longrope)."""
 
-    rope_type: str
+    rope_type: RopeType
     factor: float = 1.0
     original_max_position_embeddings: int | None = None
     low_freq_factor: float | None = None
     high_freq_factor: float | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self, "rope_scaling.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +246,9 @@ class MLASpec:
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+
+    def __post_init__(self) -> None:
+        check_fields(self, "mla.")
 
     @property
     def qk_head_dim(self) -> int:
@@ -87,6 +280,33 @@ class MoESpec:
     expert_bias: bool = False
     normalize_top_k: bool = True
 
+    def __post_init__(self) -> None:
+        check_fields(self, "moe.")
+        _require(self.experts_per_token <= self.num_experts,
+                 f"moe.experts_per_token ({self.experts_per_token}) must be in 1..num_experts ({self.num_experts})")
+        if self.num_shared_experts:
+            _require(self.shared_expert_intermediate_size > 0,
+                     "moe.shared_expert_intermediate_size must be positive when shared experts exist")
+
+
+# The per-layer components a quantized checkpoint may keep in another format (see ``WeightException``).
+LAYER_COMPONENTS = ("attention", "mlp", "experts", "shared_experts", "router", "norms")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightException:
+    """Layers whose ``components`` a quantized checkpoint keeps in ``dtype`` (Llama-3.1-405B-FP8 keeps every
+    attention and the first and last layers' MLP in bf16). Applies when the component's chosen format is one of
+    ``formats`` (any quantized format when empty)."""
+
+    layers: tuple[int, ...]
+    components: tuple[str, ...]
+    dtype: str = "bf16"
+    formats: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_fields(self, "quantized_weight_exceptions.")
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
@@ -101,7 +321,7 @@ class ModelSpec:
     head_dim: int
     intermediate_size: int
     ffn_kind: FfnKind = "gated"
-    activation: str = "silu"
+    activation: Activation = "silu"
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     o_bias: bool = False
@@ -119,26 +339,20 @@ class ModelSpec:
     max_context: int = 4096
     native_dtype: str = "bf16"
     active_params_convention: ActiveConvention = "all_weights_touched"
+    quantized_weight_exceptions: tuple[WeightException, ...] = ()
     source: str = ""
     notes: str = ""
     extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        n = self.name
-        for attr in ("vocab_size", "hidden_size", "num_layers", "num_attention_heads", "num_kv_heads",
-                     "head_dim", "intermediate_size", "max_context", "norms_per_layer"):
-            value = getattr(self, attr)
-            _require(isinstance(value, int) and not isinstance(value, bool),
-                     f"{n}: {attr} must be an integer, got {value!r}")
-            _require(value > 0, f"{n}: {attr} must be positive, got {value}")
+        n = self.name if isinstance(self.name, str) else "model"
+        try:
+            check_fields(self)
+        except SpecError as exc:
+            raise SpecError(f"{n}: {exc}") from None
         _require(self.num_attention_heads % self.num_kv_heads == 0,
                  f"{n}: num_attention_heads ({self.num_attention_heads}) is not divisible by "
                  f"num_kv_heads ({self.num_kv_heads})")
-        _require(self.ffn_kind in ("gated", "plain"), f"{n}: ffn_kind must be 'gated' or 'plain'")
-        _require(self.norm_kind in ("rmsnorm", "layernorm"), f"{n}: norm_kind must be 'rmsnorm' or 'layernorm'")
-        _require(self.active_params_convention in ACTIVE_CONVENTIONS,
-                 f"{n}: active_params_convention must be one of {sorted(ACTIVE_CONVENTIONS)}")
-        _require(self.rope_theta > 0, f"{n}: rope_theta must be positive")
         from tfcalc.dtypes import parse_weight_precision  # lazy: dtypes imports this module
         from tfcalc.errors import UsageError
 
@@ -146,30 +360,28 @@ class ModelSpec:
             parse_weight_precision(self.native_dtype)
         except UsageError as exc:
             raise SpecError(f"{n}: native_dtype: {exc}") from None
-        if self.sliding_window is not None:
-            _require(self.sliding_window > 0, f"{n}: sliding_window must be positive, got {self.sliding_window}")
-        else:
+        if self.sliding_window is None:
             _require(not self.sliding_window_layers, f"{n}: sliding_window_layers given without sliding_window")
-        for i in self.sliding_window_layers:
-            _require(0 <= i < self.num_layers, f"{n}: sliding-window layer {i} is outside 0..{self.num_layers - 1}")
+        try:
+            check_layer_indices("sliding_window_layers", self.sliding_window_layers, self.num_layers)
+            if self.moe is not None:
+                check_layer_indices("moe.dense_layers", self.moe.dense_layers, self.num_layers)
+        except SpecError as exc:
+            raise SpecError(f"{n}: {exc}") from None
         if self.mla is not None:
-            m = self.mla
-            for attr in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-                _require(getattr(m, attr) > 0, f"{n}: mla.{attr} must be positive")
-            _require(m.q_lora_rank is None or m.q_lora_rank > 0, f"{n}: mla.q_lora_rank must be positive or null")
             _require(not self.sliding_window_layers, f"{n}: MLA with sliding-window layers is not supported")
-        if self.moe is not None:
-            e = self.moe
-            _require(e.num_experts > 0, f"{n}: moe.num_experts must be positive")
-            _require(0 < e.experts_per_token <= e.num_experts,
-                     f"{n}: moe.experts_per_token ({e.experts_per_token}) must be in 1..num_experts ({e.num_experts})")
-            _require(e.expert_intermediate_size > 0, f"{n}: moe.expert_intermediate_size must be positive")
-            _require(e.num_shared_experts >= 0, f"{n}: moe.num_shared_experts must be >= 0")
-            if e.num_shared_experts:
-                _require(e.shared_expert_intermediate_size > 0,
-                         f"{n}: moe.shared_expert_intermediate_size must be positive when shared experts exist")
-            for i in e.dense_layers:
-                _require(0 <= i < self.num_layers, f"{n}: moe dense layer {i} is outside 0..{self.num_layers - 1}")
+        for x in self.quantized_weight_exceptions:
+            for c in x.components:
+                _require(c in LAYER_COMPONENTS, f"{n}: quantized_weight_exceptions component '{c}' is not one of "
+                         f"{', '.join(LAYER_COMPONENTS)}")
+            try:
+                check_layer_indices("quantized_weight_exceptions.layers", x.layers, self.num_layers)
+                for name in (x.dtype, *x.formats):
+                    parse_weight_precision(name)
+            except UsageError as exc:
+                raise SpecError(f"{n}: quantized_weight_exceptions: {exc}") from None
+            except SpecError as exc:
+                raise SpecError(f"{n}: {exc}") from None
 
     # --- derived shape facts -------------------------------------------------------------
     @property
@@ -183,15 +395,28 @@ class ModelSpec:
             return "MQA"
         return "GQA"
 
+    @functools.cached_property
+    def _dense_layer_set(self) -> frozenset[int]:
+        return frozenset(self.moe.dense_layers) if self.moe is not None else frozenset()
+
+    @functools.cached_property
+    def _sliding_layer_set(self) -> frozenset[int]:
+        return frozenset(self.sliding_window_layers)
+
     def is_moe_layer(self, layer: int) -> bool:
-        return self.moe is not None and layer not in self.moe.dense_layers
+        return self.moe is not None and layer not in self._dense_layer_set
 
     @property
     def num_moe_layers(self) -> int:
-        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+        """Layers with a routed FFN: all but the (distinct, validated) dense ones."""
+        return 0 if self.moe is None else self.num_layers - len(self._dense_layer_set)
 
     def is_sliding_layer(self, layer: int) -> bool:
-        return layer in self.sliding_window_layers
+        return layer in self._sliding_layer_set
+
+    @property
+    def num_sliding_layers(self) -> int:
+        return len(self._sliding_layer_set) if self.sliding_window is not None else 0
 
     def with_overrides(self, **changes: object) -> ModelSpec:
         """A copy with some fields changed (validated again); ``layers`` trims per-layer patterns."""
@@ -202,6 +427,8 @@ class ModelSpec:
             moe = spec.moe
             if moe is not None:
                 moe = replace(moe, dense_layers=tuple(i for i in moe.dense_layers if i < n))
-            spec = replace(spec, num_layers=n, moe=moe,
+            exceptions = tuple(replace(x, layers=tuple(i for i in x.layers if i < n))
+                               for x in spec.quantized_weight_exceptions)
+            spec = replace(spec, num_layers=n, moe=moe, quantized_weight_exceptions=exceptions,
                            sliding_window_layers=tuple(i for i in spec.sliding_window_layers if i < n))
         return replace(spec, **changes) if changes else spec

@@ -6,20 +6,31 @@ folder ships inside the wheel as ``tfcalc/_presets`` and is found beside the pac
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from tfcalc.errors import SpecError, UsageError
-from tfcalc.spec.model import MLASpec, ModelSpec, MoESpec, RopeScaling
+from tfcalc.spec.model import (
+    MAX_NAME_CHARS,
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+    RopeScaling,
+    WeightException,
+    check_int,
+    check_str,
+    key_text,
+)
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 PRESET_KINDS = ("model", "gpu")
-_KIND_FOLDERS = {"model": "models", "gpu": "gpus"}
+_KIND_FOLDERS = {"model": "models", "gpu": "gpus", "interconnect": "interconnects", "engine": "engines"}
 
 # Keys a preset may carry besides the spec's own fields: provenance and published figures.
-_DOC_KEYS = {"display_name", "sources", "published", "kind"}
+_DOC_KEYS = {"display_name", "sources", "published", "kind", "aliases"}
 
 
 def preset_root() -> Path:
@@ -39,7 +50,7 @@ def suggest(name: str, choices: list[str], limit: int = 3) -> list[str]:
     """Closest names: difflib similarity first, then names sharing a substring."""
     import difflib
 
-    lowered = name.lower()
+    lowered = name.lower()[:100]
     close = difflib.get_close_matches(lowered, choices, n=limit, cutoff=0.5)
     for choice in choices:
         if len(close) >= limit:
@@ -55,31 +66,136 @@ def unknown_name_error(kind: str, name: str, choices: list[str]) -> UsageError:
     return UsageError(f"unknown {kind} preset '{name}'{hint}")
 
 
-def read_data_file(path: Path, allow_list: bool = False) -> Any:
-    """Parse a YAML or JSON file into a mapping (or a list of mappings, if allowed), with one-line errors."""
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file")
+# --- reading YAML and JSON with bounded time and memory ------------------------------------------------
+# Presets are a few KiB and config.json files tens of KiB; calibration files (profile rows) a few MiB at most.
+# YAML is parsed and built ~100x slower than JSON in Python, hence its lower limit.
+MAX_YAML_BYTES = 1 << 20
+MAX_JSON_BYTES = 4 << 20
+# Values a YAML document may hold once aliases are expanded ("billion laughs": 9 aliases of 9 aliases...).
+MAX_YAML_VALUES = 100_000
+MAX_NESTING = 100
+
+
+def _yaml_graph_check(root: Any, origin: str) -> None:
+    """Refuse duplicate keys, recursive aliases, nesting deeper than MAX_NESTING and documents that expand to
+    more than MAX_YAML_VALUES values; one pass over the node graph, each node once (aliases share nodes)."""
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    def children(node: Any) -> list[Any]:
+        if isinstance(node, MappingNode):
+            return [item for pair in node.value for item in pair]
+        return list(node.value) if isinstance(node, SequenceNode) else []
+
+    expanded: dict[int, int] = {}
+    path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            path.discard(key)
+            expanded[key] = 1 + sum(expanded[id(child)] for child in children(node))
+            if expanded[key] > MAX_YAML_VALUES:
+                raise SpecError(f"{origin}: the YAML expands to more than {MAX_YAML_VALUES:,} values (through "
+                                "aliases); tfcalc's limit")
+            continue
+        if key in expanded:
+            continue
+        line = node.start_mark.line + 1
+        if key in path:
+            raise SpecError(f"{origin}: recursive YAML alias at line {line}")
+        if len(path) >= MAX_NESTING:
+            raise SpecError(f"{origin}: YAML nested deeper than {MAX_NESTING} levels at line {line}")
+        if isinstance(node, MappingNode):
+            seen: set[tuple[str, str]] = set()
+            for key_node, _ in node.value:
+                if isinstance(key_node, ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    ident = (key_node.tag, key_node.value)
+                    if ident in seen:
+                        raise SpecError(f"{origin}: duplicate key '{key_text(key_node.value)}' at line "
+                                        f"{key_node.start_mark.line + 1}")
+                    seen.add(ident)
+        path.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in children(node) if id(child) not in expanded)
+
+
+def _load_yaml(text: str, origin: str) -> Any:
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read: {exc}") from None
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _yaml_graph_check(node, origin)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
+
+
+def read_data_file(path: Path | str, allow_list: bool = False) -> Any:
+    """Parse a YAML or JSON file into a mapping (or a list of mappings, if allowed), with one-line errors.
+
+    Bounded: at most MAX_YAML_BYTES / MAX_JSON_BYTES read, aliases expanded to at most MAX_YAML_VALUES values,
+    nesting at most MAX_NESTING; duplicate keys are refused (YAML and JSON alike) rather than the last one
+    silently winning.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{path}: no such file")
+    if path.is_dir():
+        raise UsageError(f"{path}: is a folder, not a file")
+    is_json = path.suffix.lower() == ".json"
+    limit = MAX_JSON_BYTES if is_json else MAX_YAML_BYTES
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(limit + 1)
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > limit:
+        raise SpecError(f"{path}: larger than {limit >> 20} MiB, tfcalc's limit for a {'JSON' if is_json else 'YAML'} "
+                        "input")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     import json
 
     try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
+        if is_json:
+            data = json.loads(text, object_pairs_hook=_json_object)
         else:
-            import yaml
-
-            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-            data = yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader
+            data = _load_yaml(text, str(path))
+    except SpecError:
+        raise
+    except _DuplicateKey as exc:
+        raise SpecError(f"{path}: duplicate key '{key_text(exc)}'") from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except Exception as exc:  # yaml.YAMLError and its subclasses
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply") from None
+    except Exception as exc:  # yaml.YAMLError and its subclasses; an int too long to convert
+        if isinstance(exc, ValueError) and "digits" in str(exc):  # Python's 4,300-digit int conversion limit
+            raise SpecError(f"{path}: a number with more than 4,300 digits") from None
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{path}: malformed YAML{where}: {problem}") from None
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+        what = "JSON" if is_json else "YAML"
+        raise SpecError(f"{path}: malformed {what}{where}: {problem}") from None
     if allow_list and isinstance(data, list) and all(isinstance(item, dict) for item in data):
         return data
     if not isinstance(data, dict):
@@ -87,35 +203,162 @@ def read_data_file(path: Path, allow_list: bool = False) -> Any:
     return data
 
 
-def preset_path(kind: str, name: str) -> Path:
-    path = preset_root() / _KIND_FOLDERS[kind] / f"{name}.yaml"
-    if not path.is_file():
+# --- preset names: names (case-insensitive, with aliases), never paths ---------------------------------
+_NAME = r"[a-z0-9][a-z0-9._+-]*"
+_ALIAS = rf"{_NAME}(/{_NAME})?"  # a name, or an owner/name repo id
+
+
+def _preset_file(kind: str, name: str) -> Path:
+    return preset_root() / _KIND_FOLDERS[kind] / f"{name}.yaml"
+
+
+@functools.cache
+def preset_aliases(kind: str) -> dict[str, str]:
+    """Every alias of every preset of ``kind`` (lower case) -> the preset's name, from the presets' ``aliases``."""
+    aliases: dict[str, str] = {}
+    for name in preset_names(kind):
+        document = read_data_file(_preset_file(kind, name))
+        for alias in document.get("aliases") or []:
+            key = str(alias).lower()
+            if key in aliases and aliases[key] != name:
+                raise SpecError(f"alias '{alias}' names both {aliases[key]} and {name} presets")
+            aliases[key] = name
+    return aliases
+
+
+def find_preset(kind: str, name: str) -> str | None:
+    """The preset called ``name`` (any case) or aliased so, else None. Only names in the preset folder's
+    listing are ever turned into file names: ``../x`` is not a preset name."""
+    key = name.strip().lower()
+    if re.fullmatch(_NAME, key) and _preset_file(kind, key).is_file():  # a plain name: no separator, no dot first
+        return key
+    return preset_aliases(kind).get(key) if re.fullmatch(_ALIAS, key) else None
+
+
+def resolve_preset(kind: str, name: str) -> str:
+    """``find_preset`` or a UsageError with the closest names."""
+    found = find_preset(kind, name)
+    if found is None:
         raise unknown_name_error(kind, name, preset_names(kind))
-    return path
+    return found
+
+
+def preset_path(kind: str, name: str) -> Path:
+    return _preset_file(kind, resolve_preset(kind, name))
 
 
 def looks_like_path(value: str) -> bool:
     return value.endswith((".yaml", ".yml", ".json")) or "/" in value or "\\" in value
 
 
+def _file_or_preset(kind: str, value: str) -> tuple[Path, str]:
+    """(file to read, default name): a .yaml/.yml/.json value is a file; a preset name or alias (HF repo ids
+    such as meta-llama/Llama-3.1-70B included) is a preset; anything else with a path separator is a file."""
+    if not value.endswith((".yaml", ".yml", ".json")):
+        found = find_preset(kind, value)
+        if found is not None:
+            return _preset_file(kind, found), found
+    if looks_like_path(value):
+        path = Path(value)
+        return path, path.stem
+    raise unknown_name_error(kind, value, preset_names(kind))
+
+
 def load_model(name_or_path: str) -> ModelSpec:
-    """A model preset by name, or a user's YAML file in the preset format."""
-    if looks_like_path(name_or_path):
-        path = Path(name_or_path)
-        return model_from_mapping(read_data_file(path), origin=str(path), default_name=path.stem)
-    path = preset_path("model", name_or_path)
-    return model_from_mapping(read_data_file(path), origin=str(path), default_name=name_or_path)
+    """A model preset by name or alias, or a user's YAML file in the preset format."""
+    path, default_name = _file_or_preset("model", name_or_path)
+    return model_from_mapping(read_data_file(path), origin=str(path), default_name=default_name)
 
 
 def load_gpu(name_or_path: str):  # -> tfcalc.spec.gpu.GPUSpec
-    """A GPU preset by name, or a user's YAML file in the GPU preset format."""
+    """A GPU preset by name or alias, or a user's YAML file in the GPU preset format."""
     from tfcalc.spec.gpu import gpu_from_mapping
 
+    path, default_name = _file_or_preset("gpu", name_or_path)
+    return gpu_from_mapping(read_data_file(path), origin=str(path), default_name=default_name)
+
+
+_ENGINE_FILE = re.compile(r"(?P<engine>.+?)-(?P<version>\d[\w.]*)")
+
+
+def engine_family(preset: str) -> str:
+    """The engine a preset file name describes: ``vllm-0.21`` -> ``vllm``, ``gpt-fast`` -> ``gpt-fast``."""
+    match = _ENGINE_FILE.fullmatch(preset)
+    return match.group("engine") if match else preset
+
+
+@functools.cache
+def _default_engine_kernels(engine: str, exclude: str | None = None):  # -> EngineKernels | None
+    """The ``kernels:`` block of ``engine``'s default version preset (shared by its other versions), if any."""
+    from tfcalc.spec.engine import kernels_from_mapping
+
+    for name in preset_names("engine"):
+        if name == exclude or engine_family(name) != engine:
+            continue
+        document = read_data_file(_preset_file("engine", name))
+        if document.get("default") is True and document.get("kernels") is not None:
+            return kernels_from_mapping(document["kernels"], str(_preset_file("engine", name)))
+    return None
+
+
+def _engine_from_file(path: Path, default_name: str, preset: str | None = None):  # -> EngineSpec
+    """One engine file; without a ``kernels:`` block it runs its kernels as its engine's default version does."""
+    from tfcalc.spec.engine import engine_from_mapping
+
+    data = read_data_file(path)
+    inherited = None
+    if data.get("kernels") is None and isinstance(data.get("name"), str):
+        inherited = _default_engine_kernels(data["name"], exclude=preset)
+    return engine_from_mapping(data, origin=str(path), default_name=default_name, inherited_kernels=inherited)
+
+
+def engine_choices() -> list[str]:
+    """What ``--engine`` accepts by name: ideal, every engine, every preset (``vllm-0.17``)."""
+    names = preset_names("engine")
+    return ["ideal", *sorted({engine_family(n) for n in names} | set(names))]
+
+
+def load_engine(name_or_path: str):  # -> tfcalc.spec.engine.EngineSpec
+    """An engine version: ``vllm`` (its default version), ``vllm@0.19.1`` (the entry whose releases cover it),
+    a preset name (``vllm-0.17``, ``gpt-fast``), or a YAML file in the engine preset format. ``ideal`` (no engine)
+    is the callers' to handle (``tfcalc.cli.plan.engine_list``): it is not an EngineSpec."""
     if looks_like_path(name_or_path):
         path = Path(name_or_path)
-        return gpu_from_mapping(read_data_file(path), origin=str(path), default_name=path.stem)
-    path = preset_path("gpu", name_or_path)
-    return gpu_from_mapping(read_data_file(path), origin=str(path), default_name=name_or_path)
+        return _engine_from_file(path, path.stem)
+    names = preset_names("engine")
+    if name_or_path in names:
+        return _engine_from_file(_preset_file("engine", name_or_path), name_or_path, name_or_path)
+    engine, _, version = name_or_path.partition("@")
+    candidates = [_engine_from_file(_preset_file("engine", n), n, n) for n in names if engine_family(n) == engine]
+    if not candidates:
+        families = ["ideal", *sorted({engine_family(n) for n in names})]
+        hints = suggest(name_or_path, engine_choices())
+        raise UsageError(f"unknown engine '{name_or_path}' (choose {', '.join(families)}, NAME@VERSION, a preset "
+                         "such as vllm-0.17, or an engine YAML file)" + (f"; did you mean {', '.join(hints)}?"
+                                                                          if hints else ""))
+    if not version:
+        return next((c for c in candidates if c.default), candidates[-1])
+    wanted = _version_tuple(version, name_or_path)
+    for c in candidates:
+        if not c.releases:
+            continue
+        low, _, high = c.releases.partition("-")
+        if low.endswith("+"):
+            low, high = low[:-1], ""
+        if _version_tuple(low, c.releases)[:len(wanted)] <= wanted and (
+                not high or wanted[:2] <= _version_tuple(high, c.releases)[:2]):
+            return c
+    known = ", ".join(f"{c.name}@{c.releases}" for c in candidates if c.releases)
+    if not known:
+        raise UsageError(f"{engine} has no versions to choose from: use --engine {engine}")
+    raise UsageError(f"no {engine} engine preset covers version {version} (known: {known})")
+
+
+def _version_tuple(text: str, origin: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.strip().split("."))
+    except ValueError:
+        raise UsageError(f"bad version '{text}' in '{origin}': use numbers like 0.19 or 0.19.1") from None
 
 
 def load_preset_document(kind: str, name: str) -> dict[str, Any]:
@@ -129,29 +372,24 @@ _MODEL_FIELDS = {f.name for f in fields(ModelSpec)} - {"extra"}
 _MOE_FIELDS = {f.name for f in fields(MoESpec)}
 _MLA_FIELDS = {f.name for f in fields(MLASpec)}
 _ROPE_FIELDS = {f.name for f in fields(RopeScaling)}
-_INT_FIELDS = {"vocab_size", "hidden_size", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim",
-               "intermediate_size", "max_context", "norms_per_layer"}
-_MOE_INT_FIELDS = {"num_experts", "experts_per_token", "expert_intermediate_size", "num_shared_experts",
-                   "shared_expert_intermediate_size"}
-_BOOL_FIELDS = {"tie_word_embeddings", "qkv_bias", "o_bias", "attention_sinks", "mlp_bias", "qk_norm"}
 
 
-def _check_keys(data: dict[str, Any], allowed: set[str], origin: str, prefix: str = "") -> None:
-    unknown = sorted(set(data) - allowed)
+def _check_keys(data: dict[Any, Any], allowed: set[str], origin: str, prefix: str = "") -> None:
+    unknown = sorted(key_text(key) for key in data if key not in allowed)
     if unknown:
         hints = suggest(unknown[0], sorted(allowed), limit=1)
         hint = f" (did you mean '{prefix}{hints[0]}'?)" if hints else ""
         raise SpecError(f"{origin}: unknown field '{prefix}{unknown[0]}'{hint}")
 
 
-def _int(value: Any, origin: str, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(f"{origin}: field '{key}' must be an integer, got {value!r}")
-    return value
+def _mapping(value: Any, origin: str, key: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SpecError(f"{origin}: field '{key}' must be a mapping")
+    return dict(value)
 
 
-def _layer_list(value: Any, num_layers: int, origin: str, key: str) -> tuple[int, ...]:
-    """``all``, ``even``, ``odd``, ``none`` or an explicit list of layer indices."""
+def _layer_list(value: Any, num_layers: int, key: str) -> tuple[int, ...]:
+    """``all``, ``even``, ``odd``, ``none`` or an explicit list of layer indices (checked by ModelSpec)."""
     patterns = {
         "all": range(num_layers),
         "even": range(0, num_layers, 2),
@@ -160,37 +398,48 @@ def _layer_list(value: Any, num_layers: int, origin: str, key: str) -> tuple[int
     }
     if isinstance(value, str) and value in patterns:
         return tuple(patterns[value])
+    if isinstance(value, list) and len(value) <= num_layers:
+        return tuple(check_int(key, v, (0, num_layers - 1)) for v in value)
     if isinstance(value, list):
-        return tuple(_int(v, origin, key) for v in value)
-    raise SpecError(f"{origin}: field '{key}' must be all, even, odd, none or a list of layer indices")
+        raise SpecError(f"field '{key}' lists {len(value)} layers; the model has {num_layers}")
+    raise SpecError(f"field '{key}' must be all, even, odd, none or a list of layer indices")
+
+
+def _check_document_keys(data: dict[str, Any]) -> None:
+    """The provenance keys that are shown to people have a type too."""
+    if "display_name" in data:
+        check_str("display_name", data["display_name"], MAX_NAME_CHARS)
+    aliases = data.get("aliases")
+    if aliases is not None and (not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases)):
+        raise SpecError("field 'aliases' must be a list of names")
 
 
 def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> ModelSpec:
-    """Validate a preset-format mapping and build the ModelSpec; errors name the file and the field."""
+    """Validate a preset-format mapping and build the ModelSpec; errors name the file and the field.
+
+    Every value is checked by type and range (``tfcalc.spec.model.check_fields``) before any work that grows
+    with it: the layer count is checked before layer patterns are expanded.
+    """
     data = dict(data)
     _check_keys(data, _MODEL_FIELDS | _DOC_KEYS | {"moe", "mla", "rope_scaling", "sliding_window_layers"}, origin)
-    for key in _DOC_KEYS:
-        data.pop(key, None)
-    for key in _INT_FIELDS & set(data):
-        _int(data[key], origin, key)
-    for key in _BOOL_FIELDS & set(data):
-        if not isinstance(data[key], bool):
-            raise SpecError(f"{origin}: field '{key}' must be true or false, got {data[key]!r}")
-    num_layers = data.get("num_layers")
-    if not isinstance(num_layers, int):
-        raise SpecError(f"{origin}: missing required field 'num_layers'")
-    if "sliding_window_layers" in data:
-        data["sliding_window_layers"] = _layer_list(data["sliding_window_layers"], num_layers, origin,
-                                                    "sliding_window_layers")
-    elif data.get("sliding_window") is not None:
-        data["sliding_window_layers"] = tuple(range(num_layers))
-    data.setdefault("name", default_name)
     try:
+        _check_document_keys(data)
+        for key in _DOC_KEYS:
+            data.pop(key, None)
+        if data.get("num_layers") is None:
+            raise SpecError("missing required field 'num_layers'")
+        num_layers = check_int("num_layers", data["num_layers"])
+        if "sliding_window_layers" in data:
+            data["sliding_window_layers"] = _layer_list(data["sliding_window_layers"], num_layers,
+                                                        "sliding_window_layers")
+        elif data.get("sliding_window") is not None:
+            data["sliding_window_layers"] = tuple(range(num_layers))
+        data.setdefault("name", default_name)
         return _build_model(data, num_layers, origin)
     except TypeError as exc:
         message = str(exc)
         prefix = {"MoESpec": "moe.", "MLASpec": "mla.", "RopeScaling": "rope_scaling."}.get(message.split(".")[0], "")
-        match = re.search(r"argument: '(\w+)'", message)
+        match = re.search(r"arguments?: '(\w+)'", message)
         if match:
             raise SpecError(f"{origin}: missing required field '{prefix}{match.group(1)}'") from None
         raise SpecError(f"{origin}: invalid value: {message}") from None
@@ -201,30 +450,51 @@ def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> 
 
 def _build_model(data: dict[str, Any], num_layers: int, origin: str) -> ModelSpec:
     if data.get("moe") is not None:
-        moe = data["moe"]
-        if not isinstance(moe, dict):
-            raise SpecError(f"{origin}: field 'moe' must be a mapping")
-        moe = dict(moe)
+        moe = _mapping(data["moe"], origin, "moe")
         _check_keys(moe, _MOE_FIELDS | {"first_k_dense"}, origin, "moe.")
         if "first_k_dense" in moe:
-            moe["dense_layers"] = tuple(range(_int(moe.pop("first_k_dense"), origin, "moe.first_k_dense")))
+            first = check_int("moe.first_k_dense", moe.pop("first_k_dense"), (0, num_layers))
+            moe["dense_layers"] = tuple(range(first))
         elif "dense_layers" in moe:
-            moe["dense_layers"] = _layer_list(moe["dense_layers"], num_layers, origin, "moe.dense_layers")
-        for key, value in moe.items():
-            if key in _MOE_INT_FIELDS:
-                _int(value, origin, f"moe.{key}")
+            moe["dense_layers"] = _layer_list(moe["dense_layers"], num_layers, "moe.dense_layers")
         data["moe"] = MoESpec(**moe)
     if data.get("mla") is not None:
-        if not isinstance(data["mla"], dict):
-            raise SpecError(f"{origin}: field 'mla' must be a mapping")
-        _check_keys(data["mla"], _MLA_FIELDS, origin, "mla.")
-        for key, value in data["mla"].items():
-            if value is not None:
-                _int(value, origin, f"mla.{key}")
-        data["mla"] = MLASpec(**{"q_lora_rank": None, **data["mla"]})
+        mla = _mapping(data["mla"], origin, "mla")
+        _check_keys(mla, _MLA_FIELDS, origin, "mla.")
+        data["mla"] = MLASpec(**{"q_lora_rank": None, **mla})
+    if data.get("quantized_weight_exceptions") is not None:
+        data["quantized_weight_exceptions"] = _weight_exceptions(data["quantized_weight_exceptions"], num_layers,
+                                                                 origin)
     if data.get("rope_scaling") is not None:
-        if not isinstance(data["rope_scaling"], dict):
-            raise SpecError(f"{origin}: field 'rope_scaling' must be a mapping")
-        _check_keys(data["rope_scaling"], _ROPE_FIELDS, origin, "rope_scaling.")
-        data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
+        rope = _mapping(data["rope_scaling"], origin, "rope_scaling")
+        _check_keys(rope, _ROPE_FIELDS, origin, "rope_scaling.")
+        data["rope_scaling"] = RopeScaling(**rope)
     return ModelSpec(**data)
+
+
+def _weight_exceptions(value: Any, num_layers: int, origin: str) -> tuple[WeightException, ...]:
+    """``[{layers: [0, 125] | {first: N, last: M} | all/even/odd, components: [mlp], dtype: bf16,
+    formats: [fp8]}, ...]`` (formats: the chosen weight formats it applies to; any quantized one if omitted)."""
+    key = "quantized_weight_exceptions"
+    if not isinstance(value, list):
+        raise SpecError(f"{origin}: field '{key}' must be a list of {{layers, components, dtype}} mappings")
+    result = []
+    for item in value:
+        if not isinstance(item, dict):
+            raise SpecError(f"{origin}: each '{key}' entry must be a mapping with layers, components and dtype")
+        _check_keys(item, {"layers", "components", "dtype", "formats", "source"}, origin, f"{key}.")
+        layers = item.get("layers")
+        if isinstance(layers, dict):
+            _check_keys(layers, {"first", "last"}, origin, f"{key}.layers.")
+            first, last = (check_int(f"{key}.layers.{k}", layers.get(k, 0), (0, num_layers))
+                           for k in ("first", "last"))
+            indices = tuple(sorted({*range(min(first, num_layers)), *range(max(num_layers - last, 0), num_layers)}))
+        else:
+            indices = _layer_list(layers, num_layers, f"{key}.layers")
+        components, formats = item.get("components"), item.get("formats", [])
+        for name, names in (("components", components), ("formats", formats)):
+            if not isinstance(names, list) or not all(isinstance(c, str) for c in names):
+                raise SpecError(f"{origin}: field '{key}.{name}' must be a list of names")
+        result.append(WeightException(layers=indices, components=tuple(components), formats=tuple(formats),
+                                      dtype=check_str(f"{key}.dtype", item.get("dtype", "bf16"))))
+    return tuple(result)

@@ -1,0 +1,124 @@
+"""Collect NVIDIA aiconfigurator's static-batch predictions (TTFT, TPOT and per-op times) for the validation
+table in docs/estimate-validation.md.
+
+aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment (``pip install aiconfigurator``;
+it runs offline from its bundled, measured kernel tables) and run
+
+    python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
+        [--models=mixtral-8x7b,...]
+
+Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
+prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import warnings
+
+# (tfcalc preset, aiconfigurator model path, tfcalc weights dtype, aic gemm quant, aic moe quant)
+MODELS = {
+    "llama3-8b": ("meta-llama/Meta-Llama-3.1-8B", "bf16", "bfloat16", None),
+    "llama3-70b": ("meta-llama/Meta-Llama-3.1-70B", "bf16", "bfloat16", None),
+    "llama3-70b-fp8": ("meta-llama/Meta-Llama-3.1-70B", "fp8", "fp8", None),
+    "qwen3-32b": ("Qwen/Qwen3-32B", "bf16", "bfloat16", None),
+    "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B", "bf16", "bfloat16", "bfloat16"),
+    "qwen3-235b-a22b": ("Qwen/Qwen3-235B-A22B-FP8", "fp8_block", "fp8_block", "fp8_block"),
+    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-v0.1", "bf16", "bfloat16", "bfloat16"),
+    "mixtral-8x22b": ("mistralai/Mixtral-8x22B-v0.1", "bf16", "bfloat16", "bfloat16"),
+    "gpt-oss-120b": ("openai/gpt-oss-120b", "experts=mxfp4,default=bf16", "bfloat16", "w4a16_mxfp4"),
+    "gpt-oss-20b": ("openai/gpt-oss-20b", "experts=mxfp4,default=bf16", "bfloat16", "w4a16_mxfp4"),
+    "deepseek-v3": ("deepseek-ai/DeepSeek-V3", "fp8_block", "fp8_block", "fp8_block"),
+}
+
+# (model key, system, tp list, batch list, (isl, osl) list)
+GRID = [
+    ("llama3-8b", "h100_sxm", [1], [1, 8, 32, 64], [(1024, 256), (4096, 256)]),
+    ("llama3-8b", "h200_sxm", [1, 2], [1, 16, 64], [(2048, 256)]),
+    ("llama3-70b", "h100_sxm", [4, 8], [1, 8, 32, 64], [(1024, 256), (4096, 256)]),
+    ("llama3-70b", "h200_sxm", [2, 4, 8], [1, 16, 64], [(2048, 256)]),
+    ("llama3-70b-fp8", "h100_sxm", [2, 4, 8], [1, 16, 64], [(2048, 256)]),
+    ("qwen3-32b", "h100_sxm", [1, 2, 4], [1, 16, 64], [(1024, 256), (4096, 256)]),
+    ("qwen3-30b-a3b", "h200_sxm", [1, 2], [1, 4, 16, 64], [(1024, 256), (4096, 256)]),
+    ("qwen3-30b-a3b", "h100_sxm", [1, 4], [1, 16, 64], [(2048, 256)]),
+    ("qwen3-235b-a22b", "h200_sxm", [4], [1, 16, 64], [(2048, 256)]),
+    ("mixtral-8x7b", "h100_sxm", [2, 4, 8], [1, 16, 64], [(1024, 256)]),
+    ("mixtral-8x7b", "h200_sxm", [1, 2], [1, 16, 64], [(4096, 256)]),
+    ("mixtral-8x22b", "h200_sxm", [4, 8], [1, 16, 64], [(2048, 256)]),
+    ("gpt-oss-120b", "h200_sxm", [1, 2, 4], [1, 16, 64], [(1024, 256), (4096, 256)]),
+    ("gpt-oss-120b", "h100_sxm", [2, 4], [1, 16, 64], [(2048, 256)]),
+    ("gpt-oss-20b", "h100_sxm", [1], [1, 16, 64], [(2048, 256)]),
+    ("deepseek-v3", "h200_sxm", [8], [1, 4, 16, 64], [(1024, 256), (4096, 256)]),
+    ("llama3-8b", "b200_sxm", [1], [1, 16, 64], [(2048, 256)]),
+    ("llama3-70b", "b200_sxm", [2, 4], [1, 16, 64], [(2048, 256)]),
+    ("qwen3-30b-a3b", "b200_sxm", [1], [1, 16, 64], [(2048, 256)]),
+    ("deepseek-v3", "b200_sxm", [8], [1, 16, 64], [(2048, 256)]),
+]
+
+
+def _local_config(path: str) -> str:
+    """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
+    registered under their Hub name and would otherwise be downloaded)."""
+    import pathlib
+    import shutil
+    import tempfile
+
+    import aiconfigurator_core
+
+    bundled = pathlib.Path(aiconfigurator_core.__file__).parent / "model_configs" / (path.replace("/", "--") +
+                                                                                     "_config.json")
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="aic-model-")) / path.split("/")[-1]
+    folder.mkdir()
+    shutil.copy(bundled, folder / "config.json")
+    return str(folder)
+
+
+def main(out: str, quick: bool, backends: list[str]) -> None:
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    from aiconfigurator.cli.api import cli_estimate
+
+    local: dict[str, str] = {}
+
+    points = []
+    for key, system, tps, batches, lens in GRID:
+        path, weights, gemm, moe = MODELS[key]
+        for backend in backends:
+            for tp in tps:
+                for batch in batches[:2] if quick else batches:
+                    for isl, osl in lens:
+                        kwargs = dict(mode="static", backend_name=backend, isl=isl, osl=osl, batch_size=batch,
+                                      tp_size=tp, gemm_quant_mode=gemm, kvcache_quant_mode="bfloat16")
+                        if moe is not None:
+                            kwargs.update(moe_tp_size=tp, moe_ep_size=1, moe_quant_mode=moe)
+                        point = {"model": key.removesuffix("-fp8"), "aic_model": path, "weights_dtype": weights,
+                                 "gpu": system, "backend": backend, "tp": tp, "batch": batch, "isl": isl,
+                                 "osl": osl}
+                        try:
+                            try:
+                                r = cli_estimate(local.get(path, path), system, **kwargs)
+                            except Exception as exc:  # noqa: BLE001 - not registered: use the bundled config
+                                if "HuggingFace" not in str(exc) or path in local:
+                                    raise
+                                local[path] = _local_config(path)
+                                r = cli_estimate(local[path], system, **kwargs)
+                            point.update(ttft_ms=r.raw["ttft"], tpot_ms=r.raw["tpot"], version=r.raw["version"],
+                                         memory_gb=r.raw["memory"])
+                        except Exception as exc:  # noqa: BLE001 - record and go on
+                            point["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                        points.append(point)
+                        print(json.dumps(point), file=sys.stderr, flush=True)
+    with open(out, "w") as f:
+        json.dump(points, f, indent=1)
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    flags = [a for a in sys.argv[1:] if a.startswith("--")]
+    backends = [f.split("=", 1)[1] for f in flags if f.startswith("--backends=")]
+    only = [f.split("=", 1)[1] for f in flags if f.startswith("--models=")]
+    if only:
+        GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
+    main(args[0], "--quick" in flags, backends[0].split(",") if backends else ["vllm"])

@@ -1,0 +1,142 @@
+"""tfcalc estimate against published measurements and NVIDIA aiconfigurator's predictions: the table in
+docs/estimate-validation.md.
+
+    python benchmarks/validation/validate.py [--markdown] [--legacy]
+
+Reference points (each with its source and setting):
+- public_points.json: gpt-fast README decode rates, TensorRT-LLM v0.5 first-token latencies (static batches);
+- silicon_points.json: measured serving runs at concurrency <= 4 from aiconfigurator's silicon_sample.csv
+  (TPOT ~ the decode step at that batch, context prompt + gen/2; TTFT is compared with one prompt's prefill, but
+  adds request handling and queueing a step model does not price, so it is shown and not counted);
+- aiconfigurator_*.json: aiconfigurator 0.12 static-batch predictions from its measured kernel tables
+  (benchmarks/validation/aiconfigurator_points.py writes them).
+tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
+nothing is tuned per point. Errors are tfcalc / reference - 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
+           ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
+           ("aiconfigurator", HERE / "aiconfigurator_other.json")]
+AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
+MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b",
+       "deepseek-v3"}
+
+
+def load_points() -> list[dict]:
+    points = []
+    for kind, path in SOURCES:
+        if not path.exists():
+            continue
+        for p in json.loads(path.read_text()):
+            if "error" in p:
+                continue
+            if kind == "aiconfigurator":
+                model = p["model"]
+                p = {"reference": f"aiconfigurator 0.12 static prediction, {p['backend']} {p.get('version', '')}",
+                     "kind": "predicted", "engine": p["backend"], "model": model if model != "qwen3-32b" else
+                     "benchmarks/validation/models/qwen3-32b.yaml", "gpu": AIC_GPU[p["gpu"]],
+                     "weights": p["weights_dtype"], "kv": "bf16", "tp": p["tp"], "batch": p["batch"],
+                     "prompt": p["isl"], "gen": p["osl"], "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"]}
+            if p["engine"] == "gpt-fast" and p["weights"] not in ("bf16", "fp16"):
+                # gpt-fast's quantize.py turns every nn.Linear into its int8 / int4 kind, the output head included
+                # (the MoE router excepted); tfcalc's plain `int8` keeps lm_head in 16 bits as checkpoints ship
+                p["weights"] = f"default={p['weights']},lm_head={p['weights']}"
+            p["source_kind"] = kind
+            points.append(p)
+    return points
+
+
+def predict(p: dict, legacy: bool = False) -> tuple[float, float]:
+    """(TTFT, TPOT) in ms from tfcalc with the point's engine, GPU and parallelism."""
+    from tfcalc.calc.kv_cache import default_kv_dtype
+    from tfcalc.calc.latency import deployment, estimate_latency
+    from tfcalc.dtypes import get_dtype, parse_weight_precision
+    from tfcalc.spec.presets import load_engine, load_gpu, load_model
+
+    model = str(ROOT / p["model"]) if p["model"].endswith(".yaml") else p["model"]
+    spec, gpu = load_model(model), load_gpu(p["gpu"])
+    precision = parse_weight_precision(p["weights"])
+    kv = get_dtype(p["kv"]) if p.get("kv") else default_kv_dtype(spec)
+    if legacy:
+        from tfcalc.calc import roofline
+
+        e = roofline.estimate(spec, gpu, precision, kv, p["tp"], p["batch"], p["prompt"], max(p["gen"], 2))
+        return e.ttft_s * 1e3, e.tpot_s * 1e3
+    d = deployment(spec, gpu, precision, kv, tp=p["tp"], ep=p.get("ep", 1),
+                   engine_kernels=load_engine(p["engine"]).kernels)
+    e = estimate_latency(d, p["batch"], p["prompt"], max(p["gen"], 2))
+    ttft = e.ttft_s
+    if p.get("kind") == "measured-serving":  # a server prefills each arriving prompt on its own
+        ttft = estimate_latency(d, 1, p["prompt"], max(p["gen"], 2)).ttft_s
+    return ttft * 1e3, e.tpot_s * 1e3
+
+
+def _err(pred: float, ref: float | None) -> float | None:
+    return None if ref is None else pred / ref - 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print the per-point table as markdown")
+    parser.add_argument("--legacy", action="store_true", help="also score the old roofline (efficiency 0.6)")
+    args = parser.parse_args()
+    points = load_points()
+    rows = []
+    for p in points:
+        ttft, tpot = predict(p)
+        row = {**p, "tfcalc_ttft_ms": ttft, "tfcalc_tpot_ms": tpot, "ttft_err": _err(ttft, p.get("ttft_ms")),
+               "tpot_err": _err(tpot, p.get("tpot_ms"))}
+        if args.legacy:
+            lt, lp = predict(p, legacy=True)
+            row.update(legacy_ttft_err=_err(lt, p.get("ttft_ms")), legacy_tpot_err=_err(lp, p.get("tpot_ms")))
+        rows.append(row)
+    if args.markdown:
+        print("| source | model | GPU | engine | weights | tp | ep | batch | prompt | gen | TTFT ref | TTFT tfcalc "
+              "| err | TPOT ref | TPOT tfcalc | err |")
+        print("|---|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+        for r in rows:
+            model = Path(r["model"]).stem
+            ttft = (f"{r['ttft_ms']:.1f} | {r['tfcalc_ttft_ms']:.1f} | {r['ttft_err']:+.0%}" if r.get("ttft_ms")
+                    else "— | " + f"{r['tfcalc_ttft_ms']:.1f} | —")
+            tpot = (f"{r['tpot_ms']:.2f} | {r['tfcalc_tpot_ms']:.2f} | {r['tpot_err']:+.0%}" if r.get("tpot_ms")
+                    else "— | " + f"{r['tfcalc_tpot_ms']:.2f} | —")
+            print(f"| {r['source_kind']} | {model} | {r['gpu']} | {r['engine']} | {r['weights'].replace('=', ':')} | "
+                  f"{r['tp']} | {r.get('ep', 1)} | {r['batch']} | {r['prompt']} | {r['gen']} | {ttft} | {tpot} |")
+    summary(rows, "tfcalc", "ttft_err", "tpot_err")
+    if args.legacy:
+        summary(rows, "old roofline (0.6)", "legacy_ttft_err", "legacy_tpot_err")
+
+
+def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
+    print(f"\n{label}:")
+    groups = {"all": rows}
+    for kind in ("public", "silicon", "aiconfigurator"):
+        groups[kind] = [r for r in rows if r["source_kind"] == kind]
+    for engine in ("vllm", "sglang", "trtllm", "gpt-fast"):
+        groups[f"engine {engine}"] = [r for r in rows if r["engine"] == engine]
+    groups["dense"] = [r for r in rows if Path(r["model"]).stem not in MOE]
+    groups["MoE"] = [r for r in rows if Path(r["model"]).stem in MOE]
+    for model in sorted({Path(r["model"]).stem for r in rows}):
+        groups[model] = [r for r in rows if Path(r["model"]).stem == model]
+    for name, rs in groups.items():
+        parts = []
+        for metric, key in (("TTFT", ttft_key), ("TPOT", tpot_key)):
+            errs = [abs(r[key]) for r in rs if r.get(key) is not None and not (
+                metric == "TTFT" and r["source_kind"] == "silicon")]
+            if errs:
+                parts.append(f"{metric} {sum(e <= 0.2 for e in errs)}/{len(errs)} within 20 % (median |err| "
+                             f"{statistics.median(errs):.0%}, worst {max(errs):.0%})")
+        print(f"  {name:<20} " + "; ".join(parts))
+
+
+if __name__ == "__main__":
+    main()

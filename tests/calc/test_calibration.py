@@ -1,0 +1,85 @@
+"""Calibration files: strict validation, and fits that recover the parameters a synthetic device was built with."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tfcalc.calc import kernels
+from tfcalc.calc.calibration import fit_rates, fitted_summary, is_calibration_v2, load_calibration_v2
+from tfcalc.calc.latency import rates_for
+from tfcalc.errors import SpecError
+from tfcalc.spec.engine import EngineKernels
+from tfcalc.spec.presets import load_gpu
+
+BASE = rates_for(load_gpu("h100-sxm"), EngineKernels())
+# A made-up device: 0.7 of the bf16 peak, 0.75 of HBM, floors 4 / 3 / 14 us, eager launches of 9 us.
+TRUE = replace(BASE, gemm_efficiency={**BASE.gemm_efficiency, "bf16": 0.7}, memory_efficiency=0.75,
+               attention_efficiency=0.5, floors={**BASE.floors, "gemm": 4e-6, "elementwise": 3e-6, "attention": 14e-6})
+
+
+def synthetic() -> dict:
+    """Measurements the latency model itself predicts for TRUE (what a perfect device would report)."""
+    gemm = [{"dtype": "bf16", "m": m, "n": nk, "k": nk, "seconds": kernels.gemm(TRUE, m, nk, nk, 16, "bf16").seconds}
+            for nk in (1024, 4096, 8192) for m in (1, 16, 1024, 4096, 8192)]
+    # the smallest copies sit on the floor; bandwidth 0.75 x 3.35 TB/s beyond
+    memory = [{"bytes": b, "seconds": 3e-6 + (b / (3.35e12 * 0.75) if b >= 1 << 20 else 0.0)}
+              for b in (8192, 1 << 20, 1 << 24, 1 << 30)]
+    attention = [{"phase": "decode", "batch": 16, "heads": 32, "kv_heads": 8, "head_dim": 128, "seq_len": 64,
+                  "seconds": 14e-6}]
+    for seq in (1024, 4096, 16384):
+        t = kernels.flash_prefill(TRUE, 1, seq, 0, 32, 128, 128, None, 0.0, 0.0).seconds
+        attention.append({"phase": "prefill", "batch": 1, "heads": 32, "kv_heads": 8, "head_dim": 128,
+                          "seq_len": seq, "seconds": t})
+    return {"kind": "tfcalc-calibration", "version": 2, "device_name": "synthetic H100", "gemm": gemm,
+            "memory": memory, "launch": {"graph_seconds": 3e-6, "eager_seconds": 9e-6}, "attention": attention}
+
+
+def test_fit_recovers_the_device() -> None:
+    fitted = fit_rates(BASE, load_calibration_v2(synthetic(), "cal.json"))
+    assert fitted.gemm_efficiency["bf16"] == pytest.approx(0.7, rel=0.01)
+    assert fitted.gemm_efficiency["fp8"] == BASE.gemm_efficiency["fp8"]  # not measured: the preset's
+    assert fitted.memory_efficiency == pytest.approx(0.75, rel=0.01)
+    assert fitted.attention_efficiency == pytest.approx(0.5, rel=0.01)
+    assert fitted.floors["elementwise"] == 3e-6 and fitted.floors["attention"] == 14e-6
+    assert fitted.floors["gemm"] == pytest.approx(4e-6, rel=0.1)
+    assert fitted.launch_s == 9e-6 and "cal.json" in fitted.source
+    names = [name for name, _, _ in fitted_summary(BASE, fitted)]
+    assert "gemm_efficiency.bf16" in names and "memory_efficiency" in names
+
+
+def test_partial_calibration_keeps_the_rest() -> None:
+    data = {"kind": "tfcalc-calibration", "launch": {"graph_seconds": None, "eager_seconds": 5e-6}}
+    fitted = fit_rates(BASE, load_calibration_v2(data, "cal.json"))
+    assert fitted.launch_s == 5e-6 and fitted.gemm_efficiency == BASE.gemm_efficiency
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"gemm": [{"dtype": "bf16", "m": 1, "n": 8, "k": 8}]}, r"cal.json: gemm\[0\]: missing field 'seconds'"),
+    ({"gemm": [{"dtype": "bf16", "m": 0, "n": 8, "k": 8, "seconds": 1e-5}]},
+     r"gemm\[0\]: field 'm' must be a positive integer"),
+    ({"gemm": [{"dtype": "tf33", "m": 1, "n": 8, "k": 8, "seconds": 1e-5}]}, r"gemm\[0\]: field 'dtype' must be one"),
+    ({"memory": [{"bytes": 1024, "seconds": "fast"}]}, r"memory\[0\]: field 'seconds' must be a positive number"),
+    ({"memory": [{"bytes": 1024, "seconds": 1e-6, "colour": 1}]}, r"memory\[0\]: unknown field 'colour'"),
+    ({"memory": {"bytes": 1}}, "field 'memory' must be a list of rows"),
+    ({"launch": {"graph_seconds": 1e-6}}, "launch: missing field 'eager_seconds'"),
+    ({"attention": [{"phase": "decode", "batch": 1, "heads": 32, "kv_heads": 5, "head_dim": 128, "seq_len": 64,
+                     "seconds": 1e-5}]}, r"attention\[0\]: field 'kv_heads' \(5\) must divide 'heads' \(32\)"),
+    ({"attention": [{"phase": "train", "batch": 1, "heads": 32, "kv_heads": 8, "head_dim": 128, "seq_len": 64,
+                     "seconds": 1e-5}]}, r"attention\[0\]: field 'phase' must be prefill or decode"),
+    ({"version": 3, "memory": []}, "calibration version 3 is not supported"),
+    ({"kind": "other"}, "field 'kind' must be 'tfcalc-calibration'"),
+    ({"gpu": "h100"}, "unknown calibration field 'gpu'"),
+    ({}, "no measurements"),
+])
+def test_malformed_rows_are_one_line_errors_naming_the_field(change: dict, message: str) -> None:
+    data = {"kind": "tfcalc-calibration", **change}
+    with pytest.raises(SpecError, match=message):
+        load_calibration_v2(data, "cal.json")
+
+
+def test_which_format() -> None:
+    assert is_calibration_v2(synthetic())
+    assert not is_calibration_v2({"compute_efficiency": {"prefill": 0.5, "decode": 0.5}})
+    assert not is_calibration_v2([{"status": "ok"}])

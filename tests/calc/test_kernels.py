@@ -1,0 +1,137 @@
+"""Each kernel's FLOPs and bytes against hand counts, and its time against the formula in kernels.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfcalc.calc import kernels
+from tfcalc.calc.kernels import GEMM_K0, Rates
+
+RATES = Rates(name="test", peak_flops={"bf16": 1000e12, "fp8": 2000e12, "fp32": 60e12},
+              gemm_efficiency={"bf16": 0.8, "fp8": 0.6}, attention_efficiency=0.7, moe_efficiency=0.5,
+              memory_bandwidth=4e12, memory_efficiency=0.8, alu_ops_per_s=30e12, sm_count=100,
+              floors={"gemm": 3e-6, "elementwise": 2e-6, "attention": 10e-6, "moe": 25e-6}, launch_s=8e-6)
+IDEAL = RATES.as_ideal()
+
+
+def test_gemm_counts_and_time_by_hand() -> None:
+    # [16 x 4096] @ [4096 x 8192] bf16: 2 x 16 x 8192 x 4096 FLOPs; weights 8192 x 4096 x 2 B, input 16 x 4096 x 2,
+    # output 16 x 8192 x 2
+    c = kernels.gemm(RATES, 16, 8192, 4096, 16, "bf16")
+    assert c.flops == 2 * 16 * 8192 * 4096
+    assert c.bytes == 8192 * 4096 * 2 + 16 * 4096 * 2 + 16 * 8192 * 2
+    assert c.weight_bytes == c.ideal_bytes == 8192 * 4096 * 2
+    t_memory = c.bytes / (4e12 * 0.8)
+    t_compute = c.flops / (1000e12 * 0.8 * 4096 / (4096 + GEMM_K0["bf16"]))
+    assert t_memory > t_compute and c.bound == "memory"
+    assert c.seconds == pytest.approx(t_memory + 3e-6)
+    # large M: compute-bound at 0.8 x K/(K + 128) of the bf16 peak
+    big = kernels.gemm(RATES, 8192, 8192, 4096, 16, "bf16")
+    assert big.bound == "compute"
+    assert big.seconds == pytest.approx(big.flops / (1000e12 * 0.8 * 4096 / 4224) + 3e-6)
+
+
+def test_gemm_fp8_uses_the_fp8_peak_and_its_k0() -> None:
+    c = kernels.gemm(RATES, 8192, 8192, 1024, 8, "fp8")
+    assert c.bytes == 8192 * 1024 * 1 + 8192 * 1024 * 2 + 8192 * 8192 * 2
+    assert c.seconds == pytest.approx(c.flops / (2000e12 * 0.6 * 1024 / (1024 + GEMM_K0["fp8"])) + 3e-6)
+
+
+def test_weight_only_gemm_is_bound_by_dequantisation_at_small_m() -> None:
+    # int4 weight-only: 4096 x 4096 elements x 5.6 instructions / 30e12 per s = 3.1 us > 8.6 MB at 3.2 TB/s = 2.7 us
+    c = kernels.gemm(RATES, 1, 4096, 4096, 4.125, "bf16", dequant="int4")
+    assert c.bound == "dequant"
+    assert c.seconds == pytest.approx(4096 * 4096 * kernels.DEQUANT_OPS["int4"] / 30e12 + 3e-6)
+    assert kernels.gemm(IDEAL, 1, 4096, 4096, 4.125, "bf16", dequant="int4").bound == "memory"
+
+
+def test_ideal_rates_are_the_roofline() -> None:
+    c = kernels.gemm(IDEAL, 64, 4096, 4096, 16, "bf16")
+    assert c.seconds == pytest.approx(max(c.flops / 1000e12, c.bytes / 4e12))
+    e = kernels.elementwise(IDEAL, 1e6)
+    assert e.seconds == pytest.approx(1e6 / 4e12) and e.floor_seconds == 0
+
+
+def test_floors_and_eager_launches() -> None:
+    tiny = kernels.elementwise(RATES, 100)
+    assert tiny.bound == "floor" and tiny.seconds == pytest.approx(2e-6 + 100 / 3.2e12)
+    eager = replace(RATES, cuda_graphs=False)
+    assert kernels.elementwise(eager, 100).seconds == pytest.approx(8e-6 + 100 / 3.2e12)  # waits for the host
+    assert kernels.elementwise(RATES, 1000, kernels=3).floor_seconds == pytest.approx(6e-6)
+
+
+def test_flash_tiles_by_hand() -> None:
+    # 1024 new tokens, no cache: 8 query tiles see 1..8 key tiles = 36; a window of 256 caps at ceil(256/128)+1 = 3
+    assert kernels._tiles(1024, 0, None) == (36, 8, 8)
+    assert kernels._tiles(1024, 0, 256) == (1 + 2 + 3 * 6, 3, 8)
+    # 128 new tokens after 1000 cached: one query tile sees ceil(1000/128) + 1 = 9 key tiles
+    assert kernels._tiles(128, 1000, None) == (9, 9, 1)
+
+
+def test_flash_prefill_time_is_max_of_total_work_and_longest_tile() -> None:
+    heads, seq = 32, 1024
+    exact = 2.0 * heads * (128 + 128) * seq * (seq + 1) / 2
+    c = kernels.flash_prefill(RATES, 1, seq, 0, heads, 128, 128, None, 0.0, exact)
+    tile_time = 2.0 * 128 * 128 * 256 / (1000e12 * 0.7 / 100)
+    work = heads * (36 + 2 * 8)  # key tiles + a 2-tile prologue per query tile
+    assert c.flops == exact
+    assert c.seconds == pytest.approx(tile_time * max(work / 100, 8 + 2) + 10e-6)
+    # one head: 8 query tiles on 100 SMs -> the longest tile (8 + 2) sets the time
+    one = kernels.flash_prefill(RATES, 1, seq, 0, 1, 128, 128, None, 0.0, exact / heads)
+    assert one.seconds == pytest.approx(tile_time * 10 + 10e-6)
+
+
+def test_decode_attention_streams_kv_with_enough_streams() -> None:
+    kv = 64 * 4096 * 2 * 8 * 128 * 2  # batch 64, context 4096, 8 KV heads of 128, K and V, bf16
+    c = kernels.decode_attention(RATES, 64, 8, kv, 4.0 * 64 * 32 * 128 * 4096)
+    util = 512 / (512 + kernels.DECODE_STREAMS_HALF)
+    assert c.bytes == kv and c.bound == "memory"
+    assert c.seconds == pytest.approx(kv / (3.2e12 * util) + 10e-6)
+    one = kernels.decode_attention(RATES, 1, 1, kv / 512, 1.0)
+    assert one.seconds > kv / 512 / 3.2e12 * 3  # one stream reaches ~26 % of the bandwidth
+
+
+@pytest.mark.parametrize(("experts", "k", "tokens", "expected"), [
+    (8, 2, 1, 2.0), (8, 2, 64, 8 * (1 - 0.75**64)), (256, 8, 64, 256 * (1 - (1 - 8 / 256) ** 64)),
+])
+def test_distinct_experts_uniform(experts: int, k: int, tokens: int, expected: float) -> None:
+    assert kernels.distinct_experts(experts, k, tokens) == pytest.approx(expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 256), st.integers(1, 8), st.integers(1, 4096), st.floats(0.1, 2.0))
+def test_skewed_routing_touches_fewer_experts(experts: int, k: int, tokens: int, skew: float) -> None:
+    k = min(k, experts)
+    uniform = kernels.distinct_experts(experts, k, tokens)
+    skewed = kernels.distinct_experts(experts, k, tokens, skew)
+    assert skewed <= uniform + 1e-9 and skewed <= experts + 1e-9
+    assert kernels.distinct_experts(experts, k, tokens + 1, skew) >= skewed - 1e-9
+
+
+def test_moe_one_token_reads_k_experts_by_hand() -> None:
+    # Mixtral-like: 1 token, top-2 of 8, hidden 4096, width 14336, bf16: two experts of 3 x 4096 x 14336 params
+    c = kernels.moe_experts(RATES, 1, 8, 8, 2, 4096, 14336, True, 16, "bf16")
+    weights = 2 * 3 * 4096 * 14336 * 2
+    assert c.weight_bytes == pytest.approx(weights)
+    assert c.flops == pytest.approx(2 * 2 * 3 * 4096 * 14336)
+    # activations: up reads 2 x 4096 and writes 2 x 28672, act reads 28672 + 14336 and writes, down reads 14336 and
+    # writes 4096 per pair; combine reads 2 pairs + writes 1 token of 4096 (bf16)
+    acts = 2 * (4096 * 2 + 28672 * 2) + 2 * (28672 + 14336) * 2 + 2 * (14336 * 2 + 4096 * 2) + 3 * 4096 * 2
+    assert c.bytes == pytest.approx(weights + acts)
+    assert c.floor_seconds == 25e-6 and c.seconds > weights / 3.2e12 + 25e-6
+
+
+def test_moe_expert_parallel_share_and_padding() -> None:
+    # 256 tokens, top-8 of 256 experts, 32 of them on this GPU: 256 x 8 / 8 = 256 pairs here
+    c = kernels.moe_experts(IDEAL, 256, 32, 256, 8, 7168, 2048, True, 8, "fp8")
+    assert c.flops == pytest.approx(2 * 256 * 8 / 8 * 3 * 7168 * 2048)
+    distinct = 32 * (1 - (1 - 8 / 256) ** 256)
+    assert c.weight_bytes == pytest.approx(distinct * 3 * 7168 * 2048)
+    # padding: 8 pairs per touched expert are computed as a 64-row tile, so the real kernel is slower than ideal
+    real = kernels.moe_experts(replace(RATES, floors={**RATES.floors, "moe": 0.0}), 256, 32, 256, 8, 7168, 2048, True,
+                               8, "fp8")
+    assert real.seconds > c.seconds

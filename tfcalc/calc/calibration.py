@@ -1,0 +1,216 @@
+"""Calibration files: what ``tfcalc bench calibrate`` measured on a device, and the latency-model rates fitted to it.
+
+A calibration file (JSON, ``"kind": "tfcalc-calibration"``, ``"version": 2``) holds raw measurements, any of:
+
+- ``gemm``: rows {dtype, m, n, k, seconds} -- the GEMM efficiency curve;
+- ``memory``: rows {bytes, seconds} -- a device copy moving ``bytes`` (read + write), the bandwidth curve by size;
+- ``launch``: {graph_seconds, eager_seconds} -- one tiny kernel replayed from a CUDA graph / launched eagerly
+  (``graph_seconds`` is null where graphs do not exist, e.g. on a CPU);
+- ``attention``: rows {phase: prefill|decode, batch, heads, kv_heads, head_dim, seq_len, seconds} -- attention by
+  context.
+
+``fit_rates`` turns them into the model's parameters against the GPU preset's datasheet peaks
+(tfcalc/calc/kernels.py): bandwidth curve = bytes / (time - smallest copy time) for copies of 1 MiB and more, its
+largest-size value / datasheet = memory efficiency; GEMM floor = median over the three fastest GEMMs of time - their
+work at those rates; GEMM efficiency per dtype = median over rows with M, K >= 1024 of FLOPs x (K + K0) / K /
+(peak x (time - floor)); elementwise floor = the graph launch time (else the smallest copy); eager launch interval
+= ``eager_seconds``; attention floor = fastest decode row; attention efficiency = median over prefill rows of >= 1024
+tokens of the tile-model time at full rate / (time - floor). Sections left out keep the preset's values.
+Pure math: no I/O.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tfcalc.calc import kernels
+from tfcalc.calc.kernels import GEMM_K0, Rates
+from tfcalc.errors import SpecError
+
+KIND = "tfcalc-calibration"
+VERSION = 2
+_TOP = {"kind", "version", "device_name", "source", "measured_at", "tfcalc_version", "notes", "gemm", "memory",
+        "launch", "attention"}
+_GEMM = ("dtype", "m", "n", "k", "seconds")
+_MEMORY = ("bytes", "seconds")
+_ATTENTION = ("phase", "batch", "heads", "kv_heads", "head_dim", "seq_len", "seconds")
+GEMM_DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """Validated measurements (module docstring); each section may be empty."""
+
+    device_name: str
+    source: str
+    gemm: tuple[tuple[str, int, int, int, float], ...] = ()
+    memory: tuple[tuple[float, float], ...] = ()
+    graph_launch_s: float | None = None
+    eager_launch_s: float | None = None
+    attention: tuple[tuple[str, int, int, int, int, int, float], ...] = ()
+
+
+def is_calibration_v2(data: object) -> bool:
+    """A mapping in this module's format (as opposed to the efficiency-factor calibration or profile rows)."""
+    return isinstance(data, dict) and (data.get("kind") == KIND or any(k in data for k in
+                                                                       ("gemm", "memory", "launch", "attention")))
+
+
+def _positive(value: Any, where: str, integer: bool = False) -> float:
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or value <= 0:
+        kind = "a positive integer" if integer else "a positive number"
+        raise SpecError(f"{where} must be {kind}, got {value!r}")
+    return value
+
+
+def _rows(data: dict, section: str, fields: tuple[str, ...], origin: str) -> list[dict]:
+    rows = data.get(section, [])
+    if not isinstance(rows, list):
+        raise SpecError(f"{origin}: field '{section}' must be a list of rows")
+    out = []
+    for i, row in enumerate(rows):
+        where = f"{origin}: {section}[{i}]"
+        if not isinstance(row, dict):
+            raise SpecError(f"{where} must be a mapping with {', '.join(fields)}")
+        missing = [f for f in fields if f not in row or row[f] is None]
+        if missing:
+            raise SpecError(f"{where}: missing field '{missing[0]}'")
+        extra = sorted(set(row) - set(fields) - {"note", "device"})
+        if extra:
+            raise SpecError(f"{where}: unknown field '{extra[0]}' (fields: {', '.join(fields)})")
+        out.append(row)
+    return out
+
+
+def load_calibration_v2(data: dict, origin: str) -> Calibration:
+    """Validate a calibration mapping strictly: a malformed or incomplete row is a one-line error naming the row and
+    field."""
+    unknown = sorted(set(data) - _TOP)
+    if unknown:
+        raise SpecError(f"{origin}: unknown calibration field '{unknown[0]}' (allowed: {', '.join(sorted(_TOP))})")
+    if data.get("kind", KIND) != KIND:
+        raise SpecError(f"{origin}: field 'kind' must be '{KIND}', got {data.get('kind')!r}")
+    version = data.get("version", VERSION)
+    if version != VERSION:
+        raise SpecError(f"{origin}: calibration version {version!r} is not supported (this tfcalc reads {VERSION})")
+    gemm = []
+    for i, row in enumerate(_rows(data, "gemm", _GEMM, origin)):
+        where = f"{origin}: gemm[{i}]"
+        if row["dtype"] not in GEMM_DTYPES:
+            raise SpecError(f"{where}: field 'dtype' must be one of {', '.join(GEMM_DTYPES)}, got {row['dtype']!r}")
+        gemm.append((row["dtype"], int(_positive(row["m"], f"{where}: field 'm'", True)),
+                     int(_positive(row["n"], f"{where}: field 'n'", True)),
+                     int(_positive(row["k"], f"{where}: field 'k'", True)),
+                     float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
+    memory = []
+    for i, row in enumerate(_rows(data, "memory", _MEMORY, origin)):
+        where = f"{origin}: memory[{i}]"
+        memory.append((float(_positive(row["bytes"], f"{where}: field 'bytes'")),
+                       float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
+    graph = eager = None
+    if data.get("launch") is not None:
+        launch = data["launch"]
+        if not isinstance(launch, dict):
+            raise SpecError(f"{origin}: field 'launch' must be a mapping {{graph_seconds, eager_seconds}}")
+        extra = sorted(set(launch) - {"graph_seconds", "eager_seconds"})
+        if extra:
+            raise SpecError(f"{origin}: unknown field 'launch.{extra[0]}' (fields: graph_seconds, eager_seconds)")
+        if "eager_seconds" not in launch:
+            raise SpecError(f"{origin}: launch: missing field 'eager_seconds'")
+        eager = float(_positive(launch["eager_seconds"], f"{origin}: field 'launch.eager_seconds'"))
+        if launch.get("graph_seconds") is not None:
+            graph = float(_positive(launch["graph_seconds"], f"{origin}: field 'launch.graph_seconds'"))
+    attention = []
+    for i, row in enumerate(_rows(data, "attention", _ATTENTION, origin)):
+        where = f"{origin}: attention[{i}]"
+        if row["phase"] not in ("prefill", "decode"):
+            raise SpecError(f"{where}: field 'phase' must be prefill or decode, got {row['phase']!r}")
+        ints = [int(_positive(row[f], f"{where}: field '{f}'", True)) for f in _ATTENTION[1:6]]
+        if ints[1] % ints[2]:
+            raise SpecError(f"{where}: field 'kv_heads' ({ints[2]}) must divide 'heads' ({ints[1]})")
+        attention.append((row["phase"], *ints, float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
+    if not (gemm or memory or attention or eager is not None):
+        raise SpecError(f"{origin}: no measurements (give at least one of gemm, memory, launch, attention)")
+    device = str(data.get("device_name", ""))
+    source = f"calibration {origin}" + (f" ({device})" if device else "")
+    return Calibration(device_name=device, source=source, gemm=tuple(gemm), memory=tuple(sorted(memory)),
+                       graph_launch_s=graph, eager_launch_s=eager, attention=tuple(attention))
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def fit_rates(base: Rates, cal: Calibration) -> Rates:
+    """The base rates with every parameter the calibration measured replaced (module docstring)."""
+    changes: dict[str, Any] = {"source": cal.source}
+    floors = dict(base.floors)
+    if cal.memory:
+        smallest = cal.memory[0][1]
+        points = tuple((b, b / (t - smallest)) for b, t in cal.memory if b >= (1 << 20) and t > smallest)
+        if points:
+            changes["bandwidth_points"] = points
+            changes["memory_efficiency"] = min(points[-1][1] / base.memory_bandwidth, 1.0)
+        floors["elementwise"] = smallest
+    if cal.gemm:
+        streaming = replace(base, **{k: v for k, v in changes.items() if k != "source"})
+
+        def work(dtype: str, m: int, n: int, k: int) -> float:  # the GEMM's time at the preset's rates, no floor
+            bits = 8 if dtype in ("fp8", "int8") else (32 if dtype == "fp32" else 16)
+            nbytes = n * k * bits / 8 + (m * k + m * n) * 2
+            return max(2.0 * m * n * k / base.gemm_flops_per_s(dtype, k), nbytes / streaming.bandwidth(nbytes))
+
+        # floor: the three fastest GEMMs minus the little work they do
+        fastest = sorted(cal.gemm, key=lambda row: row[-1])[:3]
+        floor = max(statistics.median(t - work(d, m, n, k) for d, m, n, k, t in fastest), 0.0)
+        floors["gemm"] = floor
+        efficiency = dict(base.gemm_efficiency)
+        for dtype in sorted({row[0] for row in cal.gemm}):
+            _, peak = base.peak(dtype)
+            k0 = GEMM_K0.get(dtype, 128)
+            values = [2.0 * m * n * k * (k + k0) / k / (peak * (t - floor))
+                      for d, m, n, k, t in cal.gemm if d == dtype and m >= 1024 and k >= 1024 and t > floor]
+            fitted = _median(values)
+            if fitted is not None:
+                efficiency[dtype] = min(fitted, 1.0)
+        changes["gemm_efficiency"] = efficiency
+    if cal.graph_launch_s is not None:
+        floors["elementwise"] = cal.graph_launch_s
+    if cal.eager_launch_s is not None:
+        changes["launch_s"] = cal.eager_launch_s
+    decode = [row for row in cal.attention if row[0] == "decode"]
+    if decode:
+        floors["attention"] = min(row[-1] for row in decode)
+    prefill = [row for row in cal.attention if row[0] == "prefill" and row[5] >= 1024]
+    if prefill:
+        unit = replace(base, attention_efficiency=1.0, floors={**floors, "attention": 0.0}, ideal=False,
+                       cuda_graphs=True)
+        attn_floor = floors.get("attention", 0.0)
+        values = []
+        for _, batch, heads, _kv, head_dim, seq, t in prefill:
+            modelled = kernels.flash_prefill(unit, batch, seq, 0, heads, head_dim, head_dim, None, 0.0, 0.0).seconds
+            if t > attn_floor:
+                values.append(modelled / (t - attn_floor))
+        fitted = _median(values)
+        if fitted is not None:
+            changes["attention_efficiency"] = min(fitted, 1.0)
+    changes["floors"] = floors
+    return replace(base, **changes)
+
+
+def fitted_summary(base: Rates, fitted: Rates) -> list[tuple[str, float, float]]:
+    """(parameter, preset value, calibrated value) for every parameter the calibration changed."""
+    out = []
+    for dtype, value in sorted(fitted.gemm_efficiency.items()):
+        if base.gemm_efficiency.get(dtype) != value:
+            out.append((f"gemm_efficiency.{dtype}", base.gemm_efficiency.get(dtype, float("nan")), value))
+    for name in ("attention_efficiency", "memory_efficiency", "launch_s"):
+        if getattr(base, name) != getattr(fitted, name):
+            out.append((name, getattr(base, name), getattr(fitted, name)))
+    for kind, value in sorted(fitted.floors.items()):
+        if base.floors.get(kind) != value:
+            out.append((f"floor.{kind}_s", base.floors.get(kind, float("nan")), value))
+    return out

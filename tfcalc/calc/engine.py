@@ -1,0 +1,177 @@
+"""Serving-engine memory accounting: the small formulas that turn an ``EngineSpec`` (presets/engines/*.yaml) into
+the terms of one GPU's budget. Pure math, no I/O; every rule cites the engine source in the preset it reads.
+
+    vLLM (budget "utilization"):   KV = capacity x gpu_memory_utilization - weights - activation peak - non-torch
+                                        [- CUDA graphs from 0.21] [- startup memory before 0.11]
+    SGLang ("static_fraction"):    KV = (capacity - startup) x mem_fraction_static - weights
+    TensorRT-LLM ("free_fraction"): KV = (capacity - weights - startup - non-torch - activation peak)
+                                         x free_gpu_memory_fraction
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tfcalc.spec.engine import EngineSpec
+from tfcalc.spec.gpu import GPUSpec
+
+MIB = 1 << 20
+
+
+def capacity_bytes(gpu: GPUSpec) -> int:
+    """What the CUDA runtime reports (``runtime_memory_gib``) when the preset knows it, else the nominal capacity."""
+    return gpu.runtime_memory_bytes or gpu.memory_bytes
+
+
+def scheduler_defaults(engine: EngineSpec, gpu: GPUSpec) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) the engine picks for this GPU: first row whose memory floor the GPU
+    meets and whose excluded names it does not carry."""
+    memory_gib = capacity_bytes(gpu) / (1 << 30)
+    label = f"{gpu.name} {gpu.display_name}".lower()
+    for row in engine.scheduler_defaults:
+        if memory_gib >= row.min_memory_gib and not any(x.lower() in label for x in row.exclude_gpus):
+            return row.max_num_seqs, row.max_num_batched_tokens
+    last = engine.scheduler_defaults[-1]
+    return last.max_num_seqs, last.max_num_batched_tokens
+
+
+def static_fraction(engine: EngineSpec, gpu: GPUSpec, tp: int, pp: int, chunked_prefill: int) -> float:
+    """SGLang's default mem_fraction_static: round((gpu_mem - reserved) / gpu_mem, 3), gpu_mem in MiB,
+    reserved = base + max(chunked_prefill, 2048) x 1.5 + cuda_graph_max_bs x 2 + tp x pp / 8 x 1024 MiB
+    (at least the floor above 60 GiB). Falls back to ``memory_fraction`` without a rule."""
+    rule = engine.static_fraction_rule
+    if rule is None:
+        assert engine.memory_fraction is not None
+        return engine.memory_fraction
+    gpu_mib = capacity_bytes(gpu) / MIB
+    tier = next((t for t in rule.tiers if gpu_mib < t[0] * 1024), rule.tiers[-1])
+    max_bs = tier[2] if tp < 4 else tier[3]
+    reserved = (rule.base_mib + max(chunked_prefill, 2048) * rule.per_prefill_token_mib + max_bs * rule.per_graph_bs_mib
+                + tp * pp / 8 * 1024)
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, rule.floor_mib)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def startup_bytes(engine: EngineSpec, tp: int) -> int:
+    """CUDA context (and NCCL communicators at tp > 1) already allocated when the engine takes its baseline."""
+    o = engine.overheads
+    return o.startup_bytes_tp if tp > 1 else o.startup_bytes_tp1
+
+
+def non_torch_bytes(engine: EngineSpec, tp: int, pp: int) -> int:
+    """Non-torch memory the profiling run adds: NCCL / custom all-reduce buffers at tp > 1, P2P at pp > 1."""
+    o = engine.overheads
+    if tp > 1:
+        return o.non_torch_bytes_tp
+    return o.non_torch_bytes_pp if pp > 1 else o.non_torch_bytes_tp1
+
+
+def capture_sizes(rule: str, max_num_seqs: int) -> list[int]:
+    """CUDA-graph batch sizes: vLLM [1, 2, 4] + 8..248 step 8 + 256..max step 16, max = min(2 x max_num_seqs,
+    512) (config/compilation.py); vLLM 0.8 [1, 2, 4] + 8..512 step 8; SGLang [1, 2, 4, 8, 12] + 16..256 step 8 +
+    272..496 step 16 + 512.. step 32 up to cuda_graph_max_bs (server_args._generate_cuda_graph_batch_sizes)."""
+    if rule == "vllm":
+        top = min(2 * max_num_seqs, 512)
+        sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
+        return [s for s in sizes if s <= top]
+    if rule == "vllm-0.8":
+        return [1, 2, 4, *range(8, 513, 8)]
+    if rule == "sglang":
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_num_seqs + 1, 32)]
+        return [s for s in sizes if s <= max_num_seqs]
+    return []
+
+
+def cuda_graph_bytes(engine: EngineSpec, max_num_seqs: int, tp: int = 1) -> int:
+    """vLLM's estimate: first capture + (sizes - 1) x per-size memory (gpu_model_runner.profile_cudagraph_memory);
+    more per size at tp > 1."""
+    sizes = capture_sizes(engine.cuda_graphs.capture, max_num_seqs)
+    if not sizes:
+        return 0
+    g = engine.cuda_graphs
+    return g.first_capture_bytes + (len(sizes) - 1) * (g.per_size_bytes_tp if tp > 1 else g.per_size_bytes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivationInputs:
+    """Per-GPU widths of one stage for the profiling-run estimate (elements; bytes via ``activation_bytes``)."""
+
+    hidden: int
+    attention_width: int        # q + k + v + attention output columns on this GPU
+    mlp_width: int              # widest dense FFN transient on this GPU: gate_up + activation output (3 I / tp)
+    moe_workspace: int          # fused-MoE workspaces per token: top_k x (max(2 I, h) + I) on this GPU, 0 if none
+    moe_output: int             # top_k x h per token, the expert outputs before the weighted sum
+    vocab: int                  # logits columns after the all-gather (padded vocabulary)
+    last_stage: bool
+    receives_activations: bool  # a pipeline stage after the first holds the received hidden + residual
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivationPeak:
+    forward_bytes: int
+    sampler_bytes: int
+    peak_bytes: int
+
+
+def activation_peak(engine: EngineSpec, a: ActivationInputs, tokens: int, sequences: int,
+                    activation_bytes: int = 2) -> ActivationPeak:
+    """The profiling run's torch peak above the weights (vLLM gpu_model_runner.profile_run):
+
+    forward  = T x bytes x (copies x h + max(attention width, FFN transient, MoE workspace + outputs)),
+    sampler  = persistent (copies x T x h, MoE workspace) + R x V x bytes_per_logit + min(rows, R) x V x 4,
+    peak     = max(forward, sampler) on the last pipeline stage (the only one that samples), forward elsewhere;
+    T = max_num_batched_tokens, R = min(max_num_seqs, T); a later pipeline stage also holds the received
+    hidden + residual [T, h]."""
+    m = engine.activation
+    received = 2 * tokens * a.hidden * activation_bytes if a.receives_activations else 0
+    moe_ws = tokens * a.moe_workspace * activation_bytes if m.moe_workspace else 0
+    widest = max(a.attention_width, a.mlp_width, a.moe_workspace + a.moe_output)
+    forward = tokens * activation_bytes * (m.hidden_copies * a.hidden + widest) + received
+    sampler = 0
+    if a.last_stage and m.sampler_bytes_per_logit:
+        rows = min(sequences, tokens)
+        sampler = (math.ceil(rows * a.vocab * m.sampler_bytes_per_logit) + min(m.sampler_scratch_rows, rows) * a.vocab
+                   * 4 + m.hidden_copies * tokens * a.hidden * activation_bytes + moe_ws + received)
+    return ActivationPeak(forward_bytes=forward, sampler_bytes=sampler, peak_bytes=max(forward, sampler))
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVGroups:
+    """How the engine lays one GPU's layers into KV-cache groups that share the block pool (vLLM hybrid
+    allocator): ``group_size`` layer slots per group; ``full_groups`` + ``sliding_groups`` groups;
+    ``padding_layers`` empty slots. One group of all layers when the engine (or the model) is not hybrid."""
+
+    group_size: int
+    full_groups: int
+    sliding_groups: int
+    padding_layers: int
+
+    @property
+    def num_groups(self) -> int:
+        return self.full_groups + self.sliding_groups
+
+
+def kv_groups(engine: EngineSpec | None, full_layers: int, sliding_layers: int) -> KVGroups:
+    """vLLM kv_cache_utils._get_kv_cache_groups_uniform_page_size: each attention type's layers split into groups
+    of the smallest type's count (the largest type's when they differ by under 25 %), the last group padded."""
+    if engine is None or not engine.kv.hybrid_groups or not full_layers or not sliding_layers:
+        return KVGroups(group_size=full_layers + sliding_layers, full_groups=1, sliding_groups=0, padding_layers=0)
+    small, large = min(full_layers, sliding_layers), max(full_layers, sliding_layers)
+    size = large if large < small * 1.25 else small
+    full, sliding = -(-full_layers // size), -(-sliding_layers // size)
+    return KVGroups(group_size=size, full_groups=full, sliding_groups=sliding,
+                    padding_layers=(full + sliding) * size - full_layers - sliding_layers)
+
+
+def blocks_per_request(engine: EngineSpec, groups: KVGroups, window: int | None, max_model_len: int,
+                       max_num_batched_tokens: int, block_size: int) -> int:
+    """Blocks one request of max_model_len tokens needs (vLLM get_max_concurrency_for_kv_cache_config): a full
+    group cdiv(L, block); a sliding group cdiv(min(window - 1 + max_num_batched_tokens, L), block) + 1."""
+    full = -(-max_model_len // block_size)
+    if not groups.sliding_groups or window is None:
+        return groups.num_groups * full
+    held = min(window - 1 + max_num_batched_tokens, max_model_len) if engine.kv.sliding_chunk else min(
+        window, max_model_len)
+    return groups.full_groups * full + groups.sliding_groups * (-(-held // block_size) + 1)

@@ -1,0 +1,878 @@
+"""Latency of prefill and decode on real silicon: every kernel of a step, its floor, and the communication.
+
+A step (one forward pass of the scheduler) runs, per layer and per GPU, the kernels an engine launches
+(tfcalc/calc/kernels.py prices each one):
+
+- attention block: fused residual-add + RMSNorm; QKV GEMM [M x h] @ [h x (q + 2 kv heads/tp) d]; QK-norm (Qwen3);
+  rotary + KV-cache write; attention (flash prefill over the new tokens' causal keys, paged decode over each
+  sequence's cache, window-capped on sliding layers); O GEMM; tensor-parallel all-reduce of M x h x 2 bytes.
+  MLA (DeepSeek-V2/V3): fused q_a/kv_a GEMM, two latent norms, q_b GEMM; decode absorbs W_UK/W_UV into per-head
+  batched GEMMs around latent attention over kv_rank + rope (the cache is not split by tp); prefill expands the
+  latent with kv_b and runs flash attention with qk 192 / v 128.
+- dense FFN: norm, gate/up GEMM, activation, down GEMM, all-reduce.
+- MoE: norm, router GEMM (replicated), shared-expert FFN, the fused routed-expert kernel (E/ep experts, uniform
+  routing, tiles per expert), all-to-all dispatch and combine when experts span data-parallel attention replicas
+  (ep > tp), else the tensor-parallel all-reduce.
+- fp8/int8 W8A8 GEMMs quantise their input in a separate kernel unless the engine fuses it.
+- once per step: embedding gather (+ all-reduce of the vocab-parallel table), final norm, lm_head GEMM for the
+  sequences that sample, logits gather over tp, sampling.
+
+Identical layers are priced once and multiplied: cost does not grow with the number of layers. Pipeline stages
+hold contiguous layers (vLLM's split); a microbatch crosses a stage boundary with one point-to-point send of its
+hidden state and residual. ``step_time`` is the time of one scheduler step -- the building block of
+``estimate`` -- and ``step_seconds`` its vectorised, interpolated form for a serving simulator. Pure math: no I/O.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+from tfcalc.calc import comm, kernels
+from tfcalc.calc.kernels import Cost, Rates
+from tfcalc.calc.plan import check_parallelism, stage_layers
+from tfcalc.dtypes import DType, WeightPrecision
+from tfcalc.errors import UsageError
+from tfcalc.spec.engine import EngineKernels
+from tfcalc.spec.gpu import GPUSpec
+from tfcalc.spec.interconnect import Interconnect
+from tfcalc.spec.model import ModelSpec
+
+ACT_BYTES = 2.0  # bf16 activations, all-reduce payloads and logits
+GROUPS = ("attention", "dense_ffn", "moe", "lm_head", "communication")
+COMPUTE_CHOICES = ("auto", "bf16", "fp16", "fp8", "int8", "fp4")
+
+# Generic achievable fractions for a GPU preset without a ``latency:`` block (a user's YAML): the medians of the
+# measured NVIDIA presets (H100 SXM, H200, A100, L40S), so a new part is priced like a typical one until calibrated.
+GENERIC_LATENCY = {"sm_count": 132, "gemm_efficiency": {"bf16": 0.78, "fp16": 0.78, "fp8": 0.48, "int8": 0.48,
+                                                        "fp4": 0.46},
+                   "attention_efficiency": 0.6, "moe_efficiency": 0.7, "memory_efficiency": 0.8,
+                   "floors_s": {"gemm": 2.7e-6, "elementwise": 2.0e-6, "attention": 11.5e-6, "moe": 30e-6}}
+
+
+# --- hardware rates ---------------------------------------------------------------------------------------------
+
+
+def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = None) -> Rates:
+    """The GPU's achievable rates (its preset's latency block, or generic values) with the engine's floors."""
+    lat = gpu.latency
+    if lat is not None:
+        sm, gemm_eff, attn, moe, mem, floors = (lat.sm_count, lat.gemm_efficiency, lat.attention_efficiency,
+                                                lat.moe_efficiency, lat.memory_efficiency, lat.floors_s)
+        source = f"{gpu.name} preset (measured kernels)"
+    else:
+        g = GENERIC_LATENCY
+        sm, gemm_eff, attn, moe, mem, floors = (g["sm_count"], g["gemm_efficiency"], g["attention_efficiency"],
+                                                g["moe_efficiency"], g["memory_efficiency"], g["floors_s"])
+        source = f"{gpu.name}: no latency block in its preset, generic values"
+    fp32 = gpu.dense_flops_per_s.get("fp32", gpu.peak_flops("bf16")[1] / 16)
+    return Rates(name=gpu.name, peak_flops=dict(gpu.dense_flops_per_s), gemm_efficiency=dict(gemm_eff),
+                 attention_efficiency=float(attn), moe_efficiency=float(moe),
+                 memory_bandwidth=gpu.hbm_bandwidth_bytes_per_s,
+                 memory_efficiency=float(mem), alu_ops_per_s=fp32 / 2, sm_count=int(sm),
+                 floors={**floors, **engine.floors_s}, launch_s=engine.eager_launch_s,
+                 cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source)
+
+
+# --- the deployment: shapes per GPU, built once -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Linear:
+    """How one weight component's GEMMs run: weight bits/element, tensor-core dtype, weight-only dequant format."""
+
+    bits: float
+    compute: str
+    dequant: str  # "" (native), or the kernels.DEQUANT_OPS format dequantised on the CUDA cores
+    quantised_input: bool  # W8A8: the input is quantised by a kernel of its own (unless fused)
+
+
+def linear_mode(dtype: DType, gpu: GPUSpec, choice: str = "auto") -> _Linear:
+    """fp8 weights run W8A8 on fp8 tensor cores; fp4 (mxfp4/nvfp4) W4A4 where the chip has fp4; int8 and int4
+    weight-only (16-bit MMA + dequantisation) unless ``choice`` names int8; formats the chip cannot run natively
+    are dequantised (fp8 on Ampere, fp4 on Hopper). 16-bit weights run in their own dtype."""
+    bits = float(dtype.bits_per_element)
+    name = dtype.name
+    if not dtype.quantized:
+        native = "fp16" if name == "fp16" else ("fp32" if name == "fp32" else "bf16")
+        return _Linear(bits, native, "", False)
+    peaks = gpu.dense_flops_per_s
+    if name.startswith("fp8") and choice in ("auto", "fp8") and "fp8" in peaks:
+        return _Linear(bits, "fp8", "", True)
+    if name in ("mxfp4", "nvfp4") and choice in ("auto", "fp4") and "fp4" in peaks:
+        return _Linear(bits, "fp4", "", True)
+    if name == "int8" and choice == "int8" and "int8" in peaks:
+        return _Linear(bits, "int8", "", True)
+    if name.startswith("fp8"):
+        kind = "fp8"
+    elif name in ("mxfp4", "nvfp4"):
+        kind = "fp4"
+    else:
+        kind = "int8" if dtype.element_bits >= 8 else "int4"
+    return _Linear(bits, "bf16", kind, False)
+
+
+@dataclass(frozen=True)
+class _Dims:
+    h: int
+    vocab: int
+    heads: int  # query heads per GPU
+    kv_heads: int  # KV heads per GPU (1 for MLA: one latent stream)
+    head_dim: int
+    kv_bytes_per_token: float  # KV bytes one token adds to one layer's cache on one GPU
+    mla: bool
+    q_rank: int
+    kv_rank: int
+    rope: int
+    nope: int
+    v_dim: int
+    gated: bool
+    ffn_width: float  # dense FFN intermediate per GPU
+    experts: int
+    top_k: int
+    experts_local: int
+    expert_width: float  # routed expert intermediate per GPU
+    shared_width: float  # shared experts (summed) per GPU
+    moe_group: int  # GPUs one MoE layer's experts span (ep when ep > tp, else tp)
+    qk_norm: bool
+    window: int | None
+    attn: _Linear
+    mlp: _Linear
+    experts_mode: _Linear
+    shared: _Linear
+    head: _Linear
+    embedding_bits: float
+
+
+@dataclass(frozen=True)
+class _Stage:
+    counts: tuple[tuple[bool, bool, int], ...]  # (sliding, moe, layers)
+    first: bool
+    last: bool
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Deployment:
+    """A model on GPUs with everything a step's cost needs except the batch: build it with ``deployment()``.
+
+    ``dp`` attention replicas share each MoE layer's experts when ep > tp (expert parallelism over data-parallel
+    attention, as SGLang/vLLM run DeepSeek); the GPU count is tp x pp x dp.
+    """
+
+    spec: ModelSpec
+    gpu: GPUSpec
+    precision: WeightPrecision
+    kv_dtype: DType
+    tp: int
+    pp: int
+    ep: int
+    dp: int
+    kernels: EngineKernels
+    rates_prefill: Rates
+    rates_decode: Rates
+    intra: Interconnect
+    inter: Interconnect
+    gpus_per_node: int
+    algorithm: str
+    routing_skew: float
+    dims: _Dims = field(repr=False)
+    stages: tuple[_Stage, ...] = field(repr=False)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+def _count_in(sorted_layers: tuple[int, ...], lo: int, hi: int) -> int:
+    return bisect.bisect_left(sorted_layers, hi) - bisect.bisect_left(sorted_layers, lo)
+
+
+def _stages(spec: ModelSpec, pp: int) -> tuple[_Stage, ...]:
+    """Layer kinds (sliding?, MoE?) and their counts per pipeline stage, from the layer lists: O(lists), not O(L)."""
+    dense = tuple(sorted(spec.moe.dense_layers)) if spec.moe is not None else ()
+    sliding = tuple(sorted(spec.sliding_window_layers)) if spec.sliding_window is not None else ()
+    both = tuple(sorted(set(dense) & set(sliding)))
+    out = []
+    ranges = stage_layers(spec.num_layers, pp)
+    for s, r in enumerate(ranges):
+        n = len(r)
+        n_sliding = _count_in(sliding, r.start, r.stop)
+        if spec.moe is None:
+            counts = [(True, False, n_sliding), (False, False, n - n_sliding)]
+        else:
+            n_dense = _count_in(dense, r.start, r.stop)
+            n_both = _count_in(both, r.start, r.stop)
+            counts = [(True, False, n_both), (False, False, n_dense - n_both),
+                      (True, True, n_sliding - n_both), (False, True, n - n_dense - n_sliding + n_both)]
+        out.append(_Stage(tuple(c for c in counts if c[2] > 0), s == 0, s == len(ranges) - 1))
+    return tuple(out)
+
+
+def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, tp: int, ep: int, dp: int,
+          compute: str) -> _Dims:
+    h = spec.hidden_size
+    heads = spec.num_attention_heads // tp
+    if spec.mla is not None:
+        m = spec.mla
+        kv_heads, head_dim = 1, m.qk_head_dim
+        kv_elements = m.latent_elements_per_token_per_layer
+        q_rank, kv_rank, rope, nope, v_dim = (m.q_lora_rank or 0), m.kv_lora_rank, m.qk_rope_head_dim, \
+            m.qk_nope_head_dim, m.v_head_dim
+    else:
+        kv_heads, head_dim = max(spec.num_kv_heads // tp, 1), spec.head_dim
+        kv_elements = 2 * kv_heads * head_dim
+        q_rank = kv_rank = rope = nope = 0
+        v_dim = head_dim
+    experts = top_k = experts_local = 0
+    expert_width = shared_width = 0.0
+    moe_group = tp
+    if spec.moe is not None:
+        moe = spec.moe
+        experts, top_k = moe.num_experts, moe.experts_per_token
+        experts_local = experts // ep
+        if ep >= tp:
+            expert_width = float(moe.expert_intermediate_size) if ep > 1 else moe.expert_intermediate_size / tp
+            moe_group = max(ep, tp)
+        else:
+            expert_width = moe.expert_intermediate_size * ep / tp
+        shared_width = moe.num_shared_experts * moe.shared_expert_intermediate_size / tp
+    def mode(component: str) -> _Linear:
+        return linear_mode(precision.for_component(component), gpu, compute)
+
+    return _Dims(h=h, vocab=spec.vocab_size // tp, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                 kv_bytes_per_token=float(kv_dtype.bits_per_element) * kv_elements / 8, mla=spec.mla is not None,
+                 q_rank=q_rank, kv_rank=kv_rank, rope=rope, nope=nope, v_dim=v_dim, gated=spec.ffn_kind == "gated",
+                 ffn_width=spec.intermediate_size / tp, experts=experts, top_k=top_k, experts_local=experts_local,
+                 expert_width=expert_width, shared_width=shared_width, moe_group=moe_group, qk_norm=spec.qk_norm,
+                 window=spec.sliding_window, attn=mode("attention"), mlp=mode("mlp"), experts_mode=mode("experts"),
+                 shared=mode("shared_experts"),
+                 head=mode("embedding" if spec.tie_word_embeddings else "lm_head"),
+                 embedding_bits=float(precision.for_component("embedding").bits_per_element))
+
+
+def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, *, tp: int = 1,
+               pp: int = 1, ep: int = 1, engine_kernels: EngineKernels | None = None,
+               interconnect: Interconnect | None = None, inter_node: Interconnect | None = None,
+               gpus_per_node: int = 8, algorithm: str | None = None, compute: str = "auto",
+               cuda_graphs: bool | None = None, rates_prefill: Rates | None = None,
+               rates_decode: Rates | None = None, routing_skew: float = 0.0) -> Deployment:
+    """Validate the parallelism and precompute per-GPU shapes. ``ep > tp`` makes ep / tp data-parallel attention
+    replicas; ``engine_kernels`` is the engine's kernel behaviour (an ``EngineSpec.kernels``; default
+    ``EngineKernels()``); ``interconnect`` defaults to the GPU preset's fabric, ``inter_node`` to InfiniBand NDR;
+    ``routing_skew`` > 0 prices MoE layers under Zipf-skewed expert popularity (kernels.distinct_experts)."""
+    from tfcalc.spec.interconnect import load_interconnect
+
+    if compute not in COMPUTE_CHOICES:
+        raise UsageError(f"unknown compute dtype '{compute}' (choose {', '.join(COMPUTE_CHOICES)})")
+    if min(tp, pp, ep) < 1:
+        raise UsageError("tp, pp and ep must be positive")
+    if routing_skew < 0:
+        raise UsageError(f"routing skew must be >= 0, got {routing_skew}")
+    dp = ep // tp if ep > tp else 1
+    if ep > tp and ep % tp:
+        raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
+    check_parallelism(spec, tp * pp * dp, tp, pp, ep)
+    engine = engine_kernels or EngineKernels()
+    if interconnect is None:
+        name = gpu.latency.interconnect_preset if gpu.latency is not None else None
+        interconnect = load_interconnect(name) if name else _generic_link(gpu)
+    inter_node = inter_node or load_interconnect("infiniband-ndr")
+    base = rates_for(gpu, engine, cuda_graphs)
+    return Deployment(spec=spec, gpu=gpu, precision=precision, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, dp=dp,
+                      kernels=engine, rates_prefill=rates_prefill or base, rates_decode=rates_decode or base,
+                      intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,
+                      algorithm=algorithm or interconnect.algorithm, routing_skew=routing_skew,
+                      dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, dp, compute), stages=_stages(spec, pp))
+
+
+def _generic_link(gpu: GPUSpec) -> Interconnect:
+    """A GPU without an interconnect preset: its datasheet link with NVLink-4's measured NCCL behaviour."""
+    from tfcalc.spec.interconnect import Interconnect as _Interconnect
+    from tfcalc.spec.interconnect import Link
+
+    link = Link(name=gpu.interconnect or "link", bandwidth_bytes_per_s=gpu.interconnect_bandwidth_bytes_per_s,
+                efficiency=0.78, step_latency_s=0.87e-6, launch_s=4.6e-6, source="generic (nvlink4 NCCL fit)")
+    return _Interconnect(name="generic", display_name=gpu.interconnect or "generic", nccl=link, algorithm="ring")
+
+
+# --- one step ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepShape:
+    """The work of one scheduler step on one attention replica.
+
+    ``decode_seqs`` sequences each decode one token with ``decode_context`` cached tokens (the new one included;
+    a mean over sequences is exact for the KV traffic); ``prefill_seqs`` sequences each prefill ``prefill_tokens``
+    new tokens after ``prefill_past`` already cached ones (a chunk of a longer prompt when past > 0).
+    """
+
+    decode_seqs: int = 0
+    decode_context: float = 0.0
+    prefill_seqs: int = 0
+    prefill_tokens: int = 0
+    prefill_past: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.decode_seqs + self.prefill_seqs * self.prefill_tokens
+
+    @property
+    def sampled(self) -> int:
+        return self.decode_seqs + self.prefill_seqs
+
+
+@dataclass(slots=True)
+class _Acc:
+    seconds: float = 0.0
+    floor_seconds: float = 0.0
+    flops: float = 0.0
+    bytes: float = 0.0
+    peak_compute_seconds: float = 0.0  # FLOPs / dense peak of their dtype: the pure roofline's compute time
+    weight_bytes: float = 0.0
+    kv_bytes: float = 0.0
+    ideal_bytes: float = 0.0
+    comm_bytes: float = 0.0
+    comm_ideal_seconds: float = 0.0
+    kernels: int = 0
+    by_bound: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupTime:
+    """One op group of a step (attention, dense_ffn, moe, lm_head, communication)."""
+
+    seconds: float
+    floor_seconds: float  # the kernels' fixed costs (and collective latencies) included in ``seconds``
+    flops: float
+    bytes: float
+    kernels: int
+    bound: str  # what most of the time was spent bound by: compute | memory | dequant | floor | latency | bandwidth
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTime:
+    """One step of one microbatch through every pipeline stage on one attention replica."""
+
+    seconds: float
+    stage_seconds: tuple[float, ...]
+    p2p_seconds: float  # per stage boundary
+    groups: dict[str, GroupTime]
+    flops: float
+    bytes: float  # every kernel's traffic
+    ideal_bytes: float  # compulsory traffic (weights, KV read and written, hidden states, logits): the roofline's
+    weight_bytes: float  # the part of ``bytes`` that is weights
+    kv_read_bytes: float  # the part that is the KV cache read by attention
+    comm_bytes: float
+    ideal_seconds: float  # pure roofline: max(sum FLOPs / peak, sum bytes / HBM) + comm bytes / link bandwidth
+    ideal_compute_seconds: float
+    ideal_memory_seconds: float
+    tp_comm_seconds: float
+    ep_comm_seconds: float
+
+    @property
+    def bound(self) -> str:
+        """The phase-level roofline verdict (compute- or memory-bound), as the pure roofline states it."""
+        return "compute" if self.ideal_compute_seconds >= self.ideal_memory_seconds else "memory"
+
+
+class _Step:
+    """Accumulates priced kernels into groups (one instance per step evaluation)."""
+
+    __slots__ = ("rates", "groups", "mult", "tp_comm", "ep_comm", "memo", "inverse_peak")
+
+    def __init__(self, rates: Rates) -> None:
+        self.rates = rates
+        self.groups = {g: _Acc() for g in GROUPS}
+        self.mult = 1
+        self.tp_comm = 0.0
+        self.ep_comm = 0.0
+        self.memo: dict[tuple, tuple] = {}  # identical collectives within the step are priced once
+        self.inverse_peak: dict[str, float] = {}
+
+    def add(self, group: str, cost: Cost, compute: str = "bf16") -> None:
+        seconds, flops, nbytes, bound, count, floor, weights, ideal = cost
+        if count == 0 and seconds == 0:
+            return
+        acc, k = self.groups[group], self.mult
+        acc.seconds += k * seconds
+        acc.flops += k * flops
+        acc.bytes += k * nbytes
+        acc.weight_bytes += k * weights
+        acc.ideal_bytes += k * ideal
+        if flops:
+            inverse = self.inverse_peak.get(compute)
+            if inverse is None:
+                inverse = self.inverse_peak[compute] = 1 / self.rates.peak(compute)[1]
+            acc.peak_compute_seconds += k * flops * inverse
+        acc.kernels += k * count
+        acc.floor_seconds += k * floor
+        by = acc.by_bound
+        by[bound] = by.get(bound, 0.0) + k * seconds
+
+    def add_comm(self, t: comm.CommTime, link_bandwidth: float, kind: str, launch: float) -> None:
+        if t.seconds == 0:
+            return
+        acc, k = self.groups["communication"], self.mult
+        acc.seconds += k * t.seconds
+        acc.comm_bytes += k * t.bytes_per_gpu
+        acc.comm_ideal_seconds += k * t.bytes_per_gpu / link_bandwidth
+        latency = t.seconds - t.bytes_per_gpu / link_bandwidth if t.bytes_per_gpu else t.seconds
+        acc.floor_seconds += k * max(min(latency, t.seconds), 0.0)
+        acc.kernels += k
+        bound = "latency" if latency > t.seconds / 2 else "bandwidth"
+        acc.by_bound[bound] = acc.by_bound.get(bound, 0.0) + k * t.seconds
+        if kind == "tp":
+            self.tp_comm += k * t.seconds
+        elif kind == "ep":
+            self.ep_comm += k * t.seconds
+
+
+def _group_link(d: Deployment, group_size: int) -> Interconnect:
+    return d.intra if group_size <= d.gpus_per_node else d.inter
+
+
+def _all_reduce(d: Deployment, nbytes: float, n: int, ideal: bool,
+                memo: dict | None = None) -> tuple[comm.CommTime, float]:
+    """(time, the link's datasheet bandwidth) of an all-reduce over ``n`` GPUs: NCCL, or the engine's custom
+    kernel when it is faster (vLLM/SGLang/TRT-LLM pick it below a few MiB)."""
+    if memo is not None:
+        key = ("all_reduce", nbytes, n, ideal)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = _all_reduce(d, nbytes, n, ideal)
+        return hit
+    fabric = _group_link(d, n)
+    link = fabric.nccl.ideal() if ideal else fabric.nccl
+    algorithm = d.algorithm if fabric is d.intra else fabric.algorithm
+    best = comm.all_reduce(nbytes, n, link, algorithm)
+    if not ideal and d.kernels.custom_allreduce and fabric.custom_allreduce is not None and best.seconds > 0:
+        custom = comm.all_reduce(nbytes, n, fabric.custom_allreduce, "tree")
+        custom = comm.CommTime(seconds=custom.seconds, algorithm="custom", bytes_per_gpu=2 * (n - 1) / n * nbytes)
+        if custom.seconds < best.seconds:
+            best = custom
+    return best, link.bandwidth_bytes_per_s
+
+
+def _elementwise_group(s: _Step, group: str, nbytes: float, kernels_count: int = 1, ideal_bytes: float = 0.0) -> None:
+    s.add(group, kernels.elementwise(s.rates, nbytes, kernels=kernels_count, ideal_bytes=ideal_bytes))
+
+
+def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, engine: EngineKernels) -> None:
+    if m <= 0 or n <= 0 or k <= 0:
+        return
+    r = s.rates
+    s.add(group, kernels.gemm(r, m, n, k, mode.bits, mode.compute, dequant=mode.dequant),
+          mode.compute)
+    if mode.quantised_input and not engine.fused_activation_quant:
+        s.add(group, kernels.elementwise(r, m * k * (ACT_BYTES + mode.bits / 8)))
+
+
+def _causal_keys(window: int | None, start: int, count: int) -> float:
+    """Sum over query positions start..start+count-1 of keys attended: min(i + 1, window)."""
+    def full(n: int) -> float:
+        if window is None or n <= window:
+            return n * (n + 1) / 2
+        return window * (window + 1) / 2 + (n - window) * window
+
+    return full(start + count) - full(start)
+
+
+def _attention_layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool) -> None:
+    acc = s.groups["attention"]
+    floors_before, seconds_before = acc.floor_seconds, acc.seconds
+    _attention_kernels(s, d, shape, sliding)
+    if d.dims.mla and not s.rates.ideal:
+        # an engine's measured fixed cost of its fused MLA block replaces the sum of its kernels' floors if larger
+        blocks = d.kernels.block_floors_s
+        block = max(blocks.get("mla_prefill", 0.0) if shape.prefill_seqs else 0.0,
+                    blocks.get("mla_decode", 0.0) if shape.decode_seqs else 0.0)
+        extra = s.mult * block - (acc.floor_seconds - floors_before)
+        if extra > 0 and acc.seconds > seconds_before:
+            acc.seconds += extra
+            acc.floor_seconds += extra
+            acc.by_bound["floor"] = acc.by_bound.get("floor", 0.0) + extra
+
+
+def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool) -> None:
+    dm, r, eng = d.dims, s.rates, d.kernels
+    m = shape.tokens
+    h = dm.h
+    window = dm.window if sliding else None
+    # fused residual add + RMSNorm: read 2, write 2 (the pure roofline's hidden-state traffic of the layer)
+    _elementwise_group(s, "attention", 4 * m * h * ACT_BYTES, ideal_bytes=4 * m * h * ACT_BYTES)
+    if not dm.mla:
+        q, kv = dm.heads * dm.head_dim, dm.kv_heads * dm.head_dim
+        _gemm(s, "attention", m, q + 2 * kv, h, dm.attn, eng)
+        if dm.qk_norm:
+            _elementwise_group(s, "attention", 2 * m * (q + kv) * ACT_BYTES)
+        # rotary on q and k, then the KV-cache write
+        _elementwise_group(s, "attention", 2 * m * (q + kv) * ACT_BYTES + m * (2 * kv * ACT_BYTES)
+                           + m * dm.kv_bytes_per_token, kernels_count=2, ideal_bytes=m * dm.kv_bytes_per_token)
+        qk_dim = v_dim = dm.head_dim
+    else:
+        q_out = dm.heads * (dm.nope + dm.rope)
+        if dm.q_rank:
+            _gemm(s, "attention", m, dm.q_rank + dm.kv_rank + dm.rope, h, dm.attn, eng)  # fused q_a + kv_a
+            _elementwise_group(s, "attention", 2 * m * (dm.q_rank + dm.kv_rank) * ACT_BYTES, kernels_count=2)
+            _gemm(s, "attention", m, q_out, dm.q_rank, dm.attn, eng)
+        else:
+            _gemm(s, "attention", m, q_out + dm.kv_rank + dm.rope, h, dm.attn, eng)
+            _elementwise_group(s, "attention", 2 * m * dm.kv_rank * ACT_BYTES)
+        _elementwise_group(s, "attention", 2 * m * (q_out + dm.rope) * ACT_BYTES + m * dm.kv_bytes_per_token,
+                           kernels_count=2, ideal_bytes=m * dm.kv_bytes_per_token)  # rotary + latent cache write
+        qk_dim, v_dim = dm.nope + dm.rope, dm.v_dim
+    # attention proper
+    kvb = dm.kv_bytes_per_token
+    if shape.prefill_seqs and shape.prefill_tokens:
+        n, p = shape.prefill_tokens, shape.prefill_past
+        keys = _causal_keys(window, p, n)
+        exact = shape.prefill_seqs * dm.heads * 2.0 * (qk_dim + v_dim) * keys
+        if dm.mla:  # expand the latent of all cached and new tokens into per-head K and V (kv_b GEMM)
+            _gemm(s, "attention", shape.prefill_seqs * (p + n), dm.heads * (dm.nope + dm.v_dim), dm.kv_rank,
+                  dm.attn, eng)
+        held = min(p + n, window) if window else p + n
+        read = shape.prefill_seqs * held * (kvb if p else 0.0)
+        s.groups["attention"].kv_bytes += s.mult * read
+        s.add("attention", kernels.flash_prefill(r, shape.prefill_seqs, n, p, dm.heads, qk_dim, v_dim, window,
+                                                 read, exact))
+    if shape.decode_seqs:
+        ctx = shape.decode_context
+        held = min(ctx, window) if window else ctx
+        if dm.mla:  # absorbed: scores over kv_rank + rope, values over kv_rank, per head
+            _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.kv_rank, dm.nope, dm.attn, eng)  # W_UK
+            flops = shape.decode_seqs * dm.heads * 2.0 * (2 * dm.kv_rank + dm.rope) * held
+        else:
+            flops = shape.decode_seqs * dm.heads * 2.0 * (qk_dim + v_dim) * held
+        s.add("attention", kernels.decode_attention(r, shape.decode_seqs, dm.kv_heads,
+                                                    shape.decode_seqs * held * kvb, flops))
+        s.groups["attention"].kv_bytes += s.mult * shape.decode_seqs * held * kvb
+        if dm.mla:
+            _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.v_dim, dm.kv_rank, dm.attn, eng)  # W_UV
+    _gemm(s, "attention", m, h, dm.heads * v_dim, dm.attn, eng)  # O projection
+
+
+def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool) -> None:
+    dm, eng = d.dims, d.kernels
+    m, h = shape.tokens, dm.h
+    width_in = 2 if dm.gated else 1
+    if not moe:
+        _elementwise_group(s, "dense_ffn", 4 * m * h * ACT_BYTES)
+        _gemm(s, "dense_ffn", m, width_in * dm.ffn_width, h, dm.mlp, eng)
+        _elementwise_group(s, "dense_ffn", m * dm.ffn_width * (width_in + 1) * ACT_BYTES)
+        _gemm(s, "dense_ffn", m, h, dm.ffn_width, dm.mlp, eng)
+        return
+    _elementwise_group(s, "moe", 4 * m * h * ACT_BYTES)
+    _gemm(s, "moe", m, dm.experts, h, _Linear(16.0, "bf16", "", False), eng)  # router, replicated, bf16
+    if dm.shared_width:
+        _gemm(s, "moe", m, width_in * dm.shared_width, h, dm.shared, eng)
+        _elementwise_group(s, "moe", m * dm.shared_width * (width_in + 1) * ACT_BYTES)
+        _gemm(s, "moe", m, h, dm.shared_width, dm.shared, eng)
+    routed_tokens = m * d.dp  # every replica's tokens reach the experts of the group
+    mode = dm.experts_mode
+    s.add("moe", kernels.moe_experts(s.rates, routed_tokens, dm.experts_local, dm.experts, dm.top_k, h,
+                                     int(dm.expert_width) or 1, dm.gated, mode.bits, mode.compute,
+                                     mode.dequant, skew=d.routing_skew), mode.compute)
+    if d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
+        send = m / d.tp * dm.top_k * h * ACT_BYTES
+        fabric = _group_link(d, d.ep)
+        link = fabric.nccl.ideal() if ideal else fabric.nccl
+        for _ in range(2):
+            s.add_comm(comm.all_to_all(send, d.ep, link), link.bandwidth_bytes_per_s, "ep", link.launch_s)
+
+
+def _layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, moe: bool, ideal: bool) -> None:
+    _attention_layer(s, d, shape, sliding)
+    if d.tp > 1:
+        t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
+        s.add_comm(t, bw, "tp", 0.0)
+    _ffn_layer(s, d, shape, moe, ideal)
+    if d.tp > 1:
+        t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
+        s.add_comm(t, bw, "tp", 0.0)
+
+
+def _head(s: _Step, d: Deployment, shape: StepShape, first: bool, last: bool, ideal: bool) -> None:
+    dm, m = d.dims, shape.tokens
+    if first:
+        gathered = m * dm.h * dm.embedding_bits / 8 * (0 if d.spec.tie_word_embeddings else 1)
+        _elementwise_group(s, "lm_head", m * dm.h * (ACT_BYTES + dm.embedding_bits / 8),
+                           ideal_bytes=gathered)  # embedding gather
+        if d.tp > 1:
+            t, bw = _all_reduce(d, m * dm.h * ACT_BYTES, d.tp, ideal)
+            s.add_comm(t, bw, "tp", 0.0)
+    if last and shape.sampled:
+        rows = shape.sampled
+        _elementwise_group(s, "lm_head", 2 * rows * dm.h * ACT_BYTES)  # final norm of the sampled rows
+        _gemm(s, "lm_head", rows, dm.vocab, dm.h, dm.head, d.kernels)
+        if d.tp > 1:
+            fabric = _group_link(d, d.tp)
+            link = fabric.nccl.ideal() if ideal else fabric.nccl
+            s.add_comm(comm.all_gather(rows * dm.vocab * d.tp * ACT_BYTES, d.tp, link), link.bandwidth_bytes_per_s,
+                       "tp", link.launch_s)
+        _elementwise_group(s, "lm_head", 2 * rows * dm.vocab * d.tp * 4, kernels_count=2,
+                           ideal_bytes=rows * dm.vocab * 4)  # fp32 logits: softmax/top-k, sampling
+
+
+def step_time(d: Deployment, shape: StepShape, phase: str = "decode", ideal: bool = False) -> StepTime:
+    """Seconds of one scheduler step of ``shape`` on one attention replica, through all pipeline stages.
+
+    This is the time model of ``tfcalc estimate`` and the function a serving simulator calls per step: a decode
+    batch at some context plus an optional prefill chunk (chunked prefill), for a deployment built once with
+    ``deployment()`` (model x GPU x tp/pp/ep x dtypes x engine). ``phase`` picks the rates ('prefill' or
+    'decode', which differ when a calibration file gives them per phase; a mixed step uses 'decode').
+    ``ideal`` prices the same kernels at 100 % of the peaks with no floors or latencies.
+    Cost is independent of the number of layers: identical layers are priced once (0.1-0.3 ms per call in CPython,
+    microseconds when cached). ``step_seconds`` is the vectorised form over many steps.
+    """
+    return _step_cached(d, shape, phase, ideal)
+
+
+
+CONTEXT_GRID_PER_OCTAVE = 8  # step_seconds interpolates contexts above 64 tokens on a geometric grid of this density
+
+
+def _grid(x: float) -> tuple[float, float, float]:
+    """(lower grid point, upper grid point, weight of the upper): integers up to 64, then 8 points per octave."""
+    if x <= 64:
+        lo = math.floor(x)
+        return lo, lo + 1, x - lo
+    k = math.log2(x / 64) * CONTEXT_GRID_PER_OCTAVE
+    lo_k = math.floor(k)
+    lo, hi = round(64 * 2 ** (lo_k / CONTEXT_GRID_PER_OCTAVE)), round(64 * 2 ** ((lo_k + 1) / CONTEXT_GRID_PER_OCTAVE))
+    return lo, hi, (x - lo) / (hi - lo) if hi > lo else 0.0
+
+
+def _corners(x: float, grid: bool) -> tuple[tuple[float, float], ...]:
+    """((point, weight), ...) whose weighted sum interpolates at ``x`` (one corner when x is a grid point)."""
+    lo, hi, w = _grid(x) if grid else (math.floor(x), math.floor(x) + 1, x - math.floor(x))
+    if w <= 1e-12:
+        return ((lo, 1.0),)
+    if w >= 1 - 1e-12:
+        return ((hi, 1.0),)
+    return (lo, 1 - w), (hi, w)
+
+
+def _one_step(d: Deployment, seqs: float, context: float, tokens: float, past: float, phase: str) -> float:
+    tokens = round(tokens)
+    if seqs <= 0 and tokens <= 0:
+        return 0.0
+    total = 0.0
+    for b, wb in _corners(max(seqs, 0.0), grid=False):
+        for c, wc in (_corners(context, grid=True) if b else ((0.0, 1.0),)):
+            for p, wp in (_corners(past, grid=True) if tokens and past > 0 else ((0.0, 1.0),)):
+                if not b and not tokens:
+                    continue  # an empty step takes no time
+                shape = StepShape(decode_seqs=int(b), decode_context=float(c), prefill_seqs=1 if tokens else 0,
+                                  prefill_tokens=int(tokens), prefill_past=int(p))
+                total += wb * wc * wp * _step_cached(d, shape, phase, False).seconds
+    return total
+
+
+def step_seconds(d: Deployment, decode_seqs: float | Sequence[float], decode_context: float | Sequence[float] = 0.0,
+                 prefill_tokens: float | Sequence[float] = 0, prefill_past: float | Sequence[float] = 0,
+                 phase: str = "decode") -> float | list[float]:
+    """Seconds of scheduler steps -- ``decode_seqs`` sequences decoding one token each at mean context
+    ``decode_context``, plus one prefill chunk of ``prefill_tokens`` after ``prefill_past`` cached tokens -- the
+    vectorised entry point of a serving simulator (a capacity search prices millions of steps).
+
+    Arguments are numbers or equal-length sequences (scalars broadcast; a list comes back when any is a sequence).
+    Fractional ``decode_seqs`` (a mean batch) interpolate linearly between the neighbouring integers; contexts and
+    past lengths above 64 tokens interpolate between points of a geometric grid (8 per octave), on which exact
+    ``step_time`` results are cached: step time is affine in context between window caps, so the interpolation
+    is exact there, and a call costs a few cache look-ups (microseconds) once the grid around it has been priced.
+    An empty step is 0 s.
+    """
+    args = (decode_seqs, decode_context, prefill_tokens, prefill_past)
+    lengths = {len(a) for a in args if isinstance(a, Sequence) or hasattr(a, "__len__")}
+    if not lengths:
+        return _one_step(d, float(decode_seqs), float(decode_context), float(prefill_tokens), float(prefill_past),
+                         phase)
+    if len(lengths) > 1:
+        raise UsageError(f"step_seconds: sequences of different lengths {sorted(lengths)}")
+    n = lengths.pop()
+    cols = [list(a) if (isinstance(a, Sequence) or hasattr(a, "__len__")) else [a] * n for a in args]
+    return [_one_step(d, float(b), float(c), float(t), float(p), phase) for b, c, t, p in zip(*cols, strict=True)]
+
+
+@lru_cache(maxsize=65536)
+def _step_cached(d: Deployment, shape: StepShape, phase: str, ideal: bool) -> StepTime:
+    rates = d.rates_prefill if phase == "prefill" else d.rates_decode
+    if ideal:
+        rates = rates.as_ideal()
+    total = _Step(rates)
+    stage_seconds = []
+    for st in d.stages:
+        s = total if d.pp == 1 else _Step(rates)
+        for sliding, moe, count in st.counts:
+            s.mult = count
+            _layer(s, d, shape, sliding, moe, ideal)
+        s.mult = 1
+        _head(s, d, shape, st.first, st.last, ideal)
+        stage_seconds.append(sum(a.seconds for a in s.groups.values()))
+        if s is total:
+            continue
+        for g, acc in s.groups.items():
+            t = total.groups[g]
+            t.seconds += acc.seconds
+            t.floor_seconds += acc.floor_seconds
+            t.flops += acc.flops
+            t.bytes += acc.bytes
+            t.peak_compute_seconds += acc.peak_compute_seconds
+            t.weight_bytes += acc.weight_bytes
+            t.ideal_bytes += acc.ideal_bytes
+            t.kv_bytes += acc.kv_bytes
+            t.comm_bytes += acc.comm_bytes
+            t.comm_ideal_seconds += acc.comm_ideal_seconds
+            t.kernels += acc.kernels
+            for b, v in acc.by_bound.items():
+                t.by_bound[b] = t.by_bound.get(b, 0.0) + v
+        total.tp_comm += s.tp_comm
+        total.ep_comm += s.ep_comm
+    p2p = 0.0
+    if d.pp > 1 and shape.tokens:
+        fabric = d.inter if d.num_gpus > d.gpus_per_node else d.intra
+        link = fabric.nccl.ideal() if ideal else fabric.nccl
+        p2p = comm.point_to_point(2 * shape.tokens * d.dims.h * ACT_BYTES, link).seconds
+    groups = {g: GroupTime(seconds=a.seconds, floor_seconds=a.floor_seconds, flops=a.flops, bytes=a.bytes,
+                           kernels=a.kernels, bound=max(a.by_bound, key=a.by_bound.__getitem__) if a.by_bound else "")
+              for g, a in total.groups.items()}
+    flops = sum(a.flops for a in total.groups.values())
+    nbytes = sum(a.bytes for a in total.groups.values())
+    t_c = sum(a.peak_compute_seconds for a in total.groups.values())
+    ideal_bytes = sum(a.ideal_bytes for a in total.groups.values())
+    t_m = ideal_bytes / rates.memory_bandwidth
+    comm_bytes = total.groups["communication"].comm_bytes
+    comm_ideal = total.groups["communication"].comm_ideal_seconds
+    ideal_seconds = max(t_c, t_m) + comm_ideal + (d.pp - 1) * (
+        2 * shape.tokens * d.dims.h * ACT_BYTES / d.intra.nccl.bandwidth_bytes_per_s if d.pp > 1 else 0.0)
+    return StepTime(seconds=sum(stage_seconds) + (d.pp - 1) * p2p, stage_seconds=tuple(stage_seconds),
+                    p2p_seconds=p2p, groups=groups, flops=flops, bytes=nbytes, ideal_bytes=ideal_bytes,
+                    weight_bytes=sum(a.weight_bytes for a in total.groups.values()),
+                    kv_read_bytes=sum(a.kv_bytes for a in total.groups.values()), comm_bytes=comm_bytes,
+                    ideal_seconds=ideal_seconds, ideal_compute_seconds=t_c, ideal_memory_seconds=t_m,
+                    tp_comm_seconds=total.tp_comm, ep_comm_seconds=total.ep_comm)
+
+
+# --- phases and the estimate ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseTime:
+    """A phase (the prefill of the batch, or one decode step of it) with pipelining over microbatches."""
+
+    phase: str
+    seconds: float  # TTFT (prefill) or TPOT (decode)
+    seconds_ideal: float  # the pure roofline of the same work, no pipeline bubble
+    microbatches: int
+    step: StepTime  # one microbatch through all stages
+    bubble_fraction: float  # share of each stage's time spent idle waiting on the pipeline
+    pp_seconds: float  # point-to-point sends + pipeline bubble added by pp
+
+
+def _phase(d: Deployment, phase: str, shape_of: callable, batch: int) -> PhaseTime:
+    """Microbatches m = min(batch, pp) of ceil(batch / m) sequences. Prefill (first token of the last
+    microbatch): sum of stage times + (m - 1) x slowest stage + (pp - 1) sends. Decode (per token): the longer of
+    one microbatch's trip through all stages and the slowest stage serving all m microbatches."""
+    m = max(1, min(batch, d.pp))
+    per = -(-batch // m)
+    step = step_time(d, shape_of(per), phase)
+    # the pure roofline of the whole batch (every step carries it; a second evaluation only when microbatched)
+    ideal = step if m == 1 else step_time(d, shape_of(batch), phase, ideal=True)
+    slowest = max(step.stage_seconds)
+    trip = step.seconds
+    if phase == "prefill":
+        seconds = trip + (m - 1) * slowest
+    else:
+        seconds = max(trip, m * slowest)
+    busy = m * sum(step.stage_seconds) / d.pp
+    bubble = max(0.0, 1 - busy / seconds) if d.pp > 1 and seconds else 0.0
+    no_pp = sum(step.stage_seconds) * (m if phase == "decode" else 1)
+    pp_seconds = max(0.0, seconds - no_pp) if d.pp > 1 else 0.0
+    return PhaseTime(phase=phase, seconds=seconds, seconds_ideal=ideal.ideal_seconds, microbatches=m, step=step,
+                     bubble_fraction=bubble, pp_seconds=pp_seconds)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatencyEstimate:
+    """TTFT, TPOT and throughput of a static batch: ``batch`` prompts of ``prompt_len`` tokens prefilled together,
+    then ``gen_len`` tokens generated (TPOT at the mean decode context prompt + gen/2)."""
+
+    deployment: Deployment
+    batch: int
+    prompt_len: int
+    gen_len: int
+    decode_context: int
+    prefill: PhaseTime
+    decode: PhaseTime
+    ttft_s: float
+    ttft_s_ideal: float
+    tpot_s: float
+    tpot_s_ideal: float
+    e2e_s: float
+    e2e_s_ideal: float
+    decode_tokens_per_s: float
+    decode_tokens_per_s_ideal: float
+    decode_tokens_per_s_per_seq: float
+    decode_tokens_per_s_per_seq_ideal: float
+
+
+def estimate_latency(d: Deployment, batch: int, prompt_len: int, gen_len: int) -> LatencyEstimate:
+    """The static-batch estimate (class docstring); ``batch`` counts sequences over all dp replicas."""
+    if min(batch, prompt_len) < 1 or gen_len < 1:
+        raise UsageError("batch, prompt length and generation length must be positive")
+    per_replica = -(-batch // d.dp)
+    context = prompt_len + max(gen_len // 2, 1)
+    pre = _phase(d, "prefill", lambda b: StepShape(prefill_seqs=b, prefill_tokens=prompt_len), per_replica)
+    dec = _phase(d, "decode", lambda b: StepShape(decode_seqs=b, decode_context=context), per_replica)
+    steps = max(gen_len - 1, 0)
+    return LatencyEstimate(
+        deployment=d, batch=batch, prompt_len=prompt_len, gen_len=gen_len, decode_context=context, prefill=pre,
+        decode=dec, ttft_s=pre.seconds, ttft_s_ideal=pre.seconds_ideal, tpot_s=dec.seconds,
+        tpot_s_ideal=dec.seconds_ideal, e2e_s=pre.seconds + steps * dec.seconds,
+        e2e_s_ideal=pre.seconds_ideal + steps * dec.seconds_ideal, decode_tokens_per_s=batch / dec.seconds,
+        decode_tokens_per_s_ideal=batch / dec.seconds_ideal, decode_tokens_per_s_per_seq=1 / dec.seconds,
+        decode_tokens_per_s_per_seq_ideal=1 / dec.seconds_ideal)
+
+
+@lru_cache(maxsize=4096)
+def turning_point_batch(d: Deployment, context: int, limit: int = 1 << 20) -> int | None:
+    """Smallest decode batch (per replica) whose step is compute-bound on the pure roofline at ``context``.
+
+    gap(b) = compute time - memory time of the ideal step grows with b (FLOPs and KV grow linearly, weights are read
+    once; MoE weights saturate): a bracketed secant search finds the sign change in a handful of steps.
+    """
+    def gap(b: int) -> float:
+        step = step_time(d, StepShape(decode_seqs=b, decode_context=context), "decode")
+        return step.ideal_compute_seconds - step.ideal_memory_seconds
+
+    lo, g_lo = 1, gap(1)
+    if g_lo >= 0:
+        return 1
+    hi, g_hi = limit, gap(limit)
+    if g_hi < 0:
+        return None
+    while hi - lo > 1:
+        guess = lo + (hi - lo) * (-g_lo) / (g_hi - g_lo)  # secant, kept inside the bracket
+        mid = min(max(int(guess), lo + 1), hi - 1)
+        g_mid = gap(mid)
+        if g_mid >= 0:
+            hi, g_hi = mid, g_mid
+            if mid == lo + 1:
+                break
+            g_probe = gap(mid - 1)  # linear gaps land on the root: confirm the step below
+            if g_probe < 0:
+                return mid
+            hi, g_hi = mid - 1, g_probe
+        else:
+            lo, g_lo = mid, g_mid
+    return hi
+
+
+def with_rates(d: Deployment, prefill: Rates, decode: Rates) -> Deployment:
+    """The same deployment priced with other rates (calibration, efficiency overrides)."""
+    return replace(d, rates_prefill=prefill, rates_decode=decode)
+

@@ -1,0 +1,268 @@
+"""How a model is sharded over GPUs and what one GPU holds, by groups of identical layers.
+
+Sharding follows what serving engines (vLLM, SGLang, TensorRT-LLM) do:
+
+- tensor parallel (tp) splits query heads, the attention output and the FFN columns/rows, and the vocabulary of
+  the embedding and lm_head (vocab-parallel); norms, row-parallel output biases and the MoE router are
+  replicated (per-component layout: ``tfcalc.calc.params`` ``TPShape``);
+- KV heads are split over tp ranks; when tp > kv_heads each rank keeps one KV head (K/V projections and cache
+  replicated tp / kv_heads times), so tp must be a multiple or a divisor of kv_heads;
+- DeepSeek MLA: q_b, kv_b and o are split by head; q_a and kv_a (ReplicatedLinear in vLLM) and the latent KV
+  cache (kv_lora_rank + rope dims, shared by all heads) are *not* split: every tp rank caches the full latent;
+- pipeline parallel (pp) gives each stage a contiguous run of layers; the num_layers % pp extra layers go to
+  the stages just before the last, never to the last (vLLM ``get_pp_indices``: 61 layers over 4 stages are
+  15/15/16/15); the embedding sits on the first stage, the final norm and lm_head on the last (a tied
+  embedding is held on both);
+- expert parallel (ep) places num_experts / ep routed experts per GPU; when ep < tp each of them is still
+  sliced tp / ep ways (TensorRT-LLM's moe_tp x moe_ep = tp), when ep >= tp they are whole (vLLM's EP over
+  tp x dp ranks), so ep must divide tp or be a multiple of it;
+- data parallel replicas: num_gpus / (tp x pp) copies of the model; concurrent sequences add up over them.
+
+Per-layer work is done once per kind of layer (dense / MoE, full / sliding, per-layer format exceptions) and
+multiplied by counts, so planning a model of 10^6 layers costs what planning one of 10 does. Pure math, no I/O.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+from tfcalc.calc.params import (
+    Params,
+    attention_shape,
+    ffn_shape,
+    final_norm_params,
+    norm_params_per_layer,
+    router_params,
+    shared_experts_shape,
+)
+from tfcalc.dtypes import DType, WeightPrecision, get_dtype, vector_dtype
+from tfcalc.errors import UsageError
+from tfcalc.spec.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    dp: int = 1
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: int = 1) -> Parallelism:
+    """Validate tp / pp / ep against the model and the GPU count; UsageError with the reason otherwise."""
+    n = spec.name
+    if min(num_gpus, tp, pp, ep) < 1:
+        raise UsageError("num_gpus, tp, pp and ep must be positive")
+    if spec.num_attention_heads % tp:
+        raise UsageError(f"tp {tp} does not divide the {spec.num_attention_heads} attention heads of {n}")
+    if spec.mla is None and tp % spec.num_kv_heads and spec.num_kv_heads % tp:
+        raise UsageError(f"tp {tp} is neither a multiple nor a divisor of the {spec.num_kv_heads} KV heads of {n}")
+    if num_gpus % (tp * pp):
+        raise UsageError(f"tp x pp = {tp * pp} does not divide the GPU count {num_gpus}")
+    if pp > spec.num_layers:
+        raise UsageError(f"pp {pp} exceeds the {spec.num_layers} layers of {n}")
+    if ep > 1:
+        if spec.moe is None:
+            raise UsageError(f"ep {ep} given but {n} has no experts")
+        if ep % tp and tp % ep:
+            raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
+        if spec.moe.num_experts % ep:
+            raise UsageError(f"ep {ep} does not divide the {spec.moe.num_experts} experts of {n}")
+        if (num_gpus // pp) % ep:
+            raise UsageError(f"ep {ep} does not divide the {num_gpus // pp} GPUs of one pipeline stage")
+    return Parallelism(tp, pp, ep, num_gpus // (tp * pp))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Weight elements one GPU holds (per layer where marked) and its KV elements per token per layer."""
+
+    embedding: Params
+    lm_head: Params
+    final_norm: Params
+    attention: Params            # per layer
+    norms: Params                # per layer
+    mlp: Params                  # per dense layer
+    expert: Params               # one routed expert's part on this GPU
+    experts_resident: int        # routed experts per MoE layer on this GPU
+    experts_active: Fraction     # routed experts one token uses on this GPU, on average
+    shared_experts: Params       # per MoE layer
+    router: Params               # per MoE layer
+    kv_elements: int             # per token per layer
+    kv_heads: int                # KV heads per GPU (0 for MLA)
+    query_heads: int
+
+
+def expert_tp(par: Parallelism) -> int:
+    """Ways one routed expert is sliced: tp / ep when ep < tp (moe_tp x moe_ep = tp), else whole."""
+    return max(par.tp // par.ep, 1) if par.ep > 1 else par.tp
+
+
+def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> Shard:
+    """What one GPU holds, from the per-component layouts of ``tfcalc.calc.params``; ``vocab_rows``: the
+    embedding / lm_head rows before the split (an engine's padded vocabulary; default the model's)."""
+    tp = par.tp
+    h = spec.hidden_size
+    kv_heads = 0 if spec.mla is not None else max(spec.num_kv_heads // tp, 1)
+    attention = attention_shape(spec).per_rank(tp, kv_heads)
+    kv_elements = spec.mla.latent_elements_per_token_per_layer if spec.mla is not None else 2 * kv_heads * spec.head_dim
+    rows = -(-(vocab_rows or spec.vocab_size) // tp)
+    table = Params(matrix=rows * h)
+    expert, resident, active = Params(), 0, Fraction(0)
+    shared = router = Params()
+    if spec.moe is not None:
+        moe = spec.moe
+        expert = ffn_shape(spec, moe.expert_intermediate_size, moe.expert_bias).per_rank(expert_tp(par))
+        resident = moe.num_experts // par.ep
+        active = Fraction(moe.experts_per_token, par.ep)
+        shared = shared_experts_shape(spec).per_rank(tp)
+        router = router_params(spec)
+    return Shard(
+        embedding=table, lm_head=Params() if spec.tie_word_embeddings else table,
+        final_norm=final_norm_params(spec), attention=attention, norms=norm_params_per_layer(spec),
+        mlp=ffn_shape(spec, spec.intermediate_size, spec.mlp_bias).per_rank(tp), expert=expert,
+        experts_resident=resident, experts_active=active, shared_experts=shared, router=router,
+        kv_elements=kv_elements, kv_heads=kv_heads, query_heads=spec.num_attention_heads // tp)
+
+
+def param_bytes(p: Params, precision: WeightPrecision, component: str) -> Fraction:
+    """Matrices in the component's format (scales included), 1-D tensors 16-bit when matrices are quantized."""
+    return dtype_bytes(p, precision.for_component(component))
+
+
+@lru_cache(maxsize=4096)
+def dtype_bytes(p: Params, dtype: DType) -> Fraction:
+    """Exact bytes of ``p`` with its matrices in ``dtype`` (1-D tensors 16-bit when quantized)."""
+    return dtype.bytes_for(p.matrix) + vector_dtype(dtype).bytes_for(p.vector)
+
+
+def stage_layers(num_layers: int, pp: int) -> list[range]:
+    """Contiguous layer runs as vLLM splits them: the num_layers % pp extra layers go one each to the stages
+    before the last, counting back from the second-to-last (the last stage also runs the lm_head)."""
+    base, extra = divmod(num_layers, pp)
+    sizes = [base + (1 if pp - 1 - extra <= s < pp - 1 else 0) for s in range(pp)]
+    starts = [sum(sizes[:s]) for s in range(pp)]
+    return [range(start, start + size) for start, size in zip(starts, sizes, strict=True)]
+
+
+# --- layers by kind --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _LayerIndex:
+    dense: tuple[int, ...]              # sorted dense-MLP layers of an MoE model (every layer if not MoE)
+    sliding: tuple[int, ...]            # sorted sliding-window layers
+    exceptions: tuple[tuple[int, ...], ...]  # sorted layers of each quantized_weight_exceptions entry
+
+
+@lru_cache(maxsize=64)
+def _layer_index(spec: ModelSpec) -> _LayerIndex:
+    dense = tuple(sorted(set(spec.moe.dense_layers))) if spec.moe is not None else ()
+    return _LayerIndex(dense=dense, sliding=tuple(sorted(set(spec.sliding_window_layers))),
+                       exceptions=tuple(tuple(sorted(set(x.layers))) for x in spec.quantized_weight_exceptions))
+
+
+def _count(sorted_layers: tuple[int, ...], layers: range) -> int:
+    return bisect.bisect_left(sorted_layers, layers.stop) - bisect.bisect_left(sorted_layers, layers.start)
+
+
+def _slice(sorted_layers: tuple[int, ...], layers: range) -> tuple[int, ...]:
+    return sorted_layers[bisect.bisect_left(sorted_layers, layers.start):bisect.bisect_left(sorted_layers,
+                                                                                             layers.stop)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageCensus:
+    """How many layers of each kind one pipeline stage runs."""
+
+    layers: int
+    moe_layers: int
+    sliding_layers: int
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - self.moe_layers
+
+    @property
+    def full_layers(self) -> int:
+        return self.layers - self.sliding_layers
+
+
+def stage_census(spec: ModelSpec, layers: range) -> StageCensus:
+    index = _layer_index(spec)
+    moe = 0 if spec.moe is None else len(layers) - _count(index.dense, layers)
+    sliding = _count(index.sliding, layers) if spec.sliding_window is not None else 0
+    return StageCensus(layers=len(layers), moe_layers=moe, sliding_layers=sliding)
+
+
+def _layer_parts(sh: Shard) -> dict[str, Params]:
+    return {"attention": sh.attention, "norms": sh.norms, "mlp": sh.mlp,
+            "experts": sh.expert * sh.experts_resident, "shared_experts": sh.shared_experts, "router": sh.router}
+
+
+def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int], ...]:
+    """Per quantized_weight_exceptions entry: (its layers in this stage, how many of them are dense-MLP layers)."""
+    if not spec.quantized_weight_exceptions:
+        return ()
+    index = _layer_index(spec)
+    dense = frozenset(index.dense) if spec.moe is not None else None
+    counts = []
+    for sorted_layers in index.exceptions:
+        in_stage = _slice(sorted_layers, layers)
+        counts.append((len(in_stage), len(in_stage) if dense is None else sum(1 for i in in_stage if i in dense)))
+    return tuple(counts)
+
+
+def exception_deltas(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
+                     counts: tuple[tuple[int, int], ...]) -> dict[str, Fraction]:
+    """Bytes per component the quantized_weight_exceptions add (or remove): their layers keep the exception's
+    format when the chosen one is quantized (and one the exception names)."""
+    parts, deltas = _layer_parts(sh), {}
+    for x, (in_stage, dense) in zip(spec.quantized_weight_exceptions, counts, strict=True):
+        formats = {get_dtype(f).name for f in x.formats}
+        kept = get_dtype(x.dtype)
+        for component in x.components:
+            chosen = precision.for_component(component)
+            if not in_stage or not chosen.quantized or (formats and chosen.name not in formats):
+                continue
+            count = {"mlp": dense, "experts": in_stage - dense, "shared_experts": in_stage - dense,
+                     "router": in_stage - dense}.get(component, in_stage)
+            delta = count * (dtype_bytes(parts[component], kept) - dtype_bytes(parts[component], chosen))
+            deltas[component] = deltas.get(component, Fraction(0)) + delta
+    return deltas
+
+
+def stage_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, layers: range, first: bool,
+                       last: bool) -> int:
+    """Weights of one stage: per-layer bytes x layers of each kind + the per-layer format exceptions + the
+    embedding (first stage), final norm and lm_head (last stage; a tied embedding there too)."""
+    return census_weight_bytes(spec, sh, precision, stage_census(spec, layers), exception_counts(spec, layers),
+                               first, last)
+
+
+def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, c: StageCensus,
+                        exceptions: tuple[tuple[int, int], ...], first: bool, last: bool) -> int:
+    """``stage_weight_bytes`` from the stage's layer counts (stages alike in counts weigh alike)."""
+    per_layer = param_bytes(sh.attention, precision, "attention") + param_bytes(sh.norms, precision, "norms")
+    moe = (param_bytes(sh.expert * sh.experts_resident, precision, "experts")
+           + param_bytes(sh.shared_experts, precision, "shared_experts") + param_bytes(sh.router, precision, "router"))
+    total = (c.layers * per_layer + c.dense_layers * param_bytes(sh.mlp, precision, "mlp") + c.moe_layers * moe
+             + sum(exception_deltas(spec, sh, precision, exceptions).values(), Fraction(0)))
+    if first:
+        total += param_bytes(sh.embedding, precision, "embedding")
+    if last:
+        total += param_bytes(sh.final_norm, precision, "norms")
+        if spec.tie_word_embeddings:
+            if not first:
+                total += param_bytes(sh.embedding, precision, "embedding")
+        else:
+            total += param_bytes(sh.lm_head, precision, "lm_head")
+    return math.ceil(total)

@@ -1,0 +1,272 @@
+"""``estimate`` results as rows (exact numbers) and the sentences that explain them (``--explain``, notes). No I/O."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from tfcalc.calc.kernels import Rates
+from tfcalc.calc.latency import (
+    GROUPS,
+    Deployment,
+    LatencyEstimate,
+    PhaseTime,
+    deployment,
+    estimate_latency,
+    turning_point_batch,
+)
+from tfcalc.calc.plan import PlanConfig, PlanResult, plan_fit
+from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
+from tfcalc.report.plan import engine_label
+from tfcalc.spec.engine import EngineKernels, EngineSpec
+from tfcalc.spec.gpu import GPUSpec
+from tfcalc.spec.interconnect import Interconnect
+from tfcalc.spec.model import ModelSpec
+
+Row = dict[str, object]
+GROUP_LABELS = {"attention": "attention", "dense_ffn": "dense FFN", "moe": "MoE", "lm_head": "embedding + lm_head",
+                "communication": "communication"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimateOptions:
+    """Everything besides the swept lists: engine, fabric, dtype choices and rate overrides per GPU.
+
+    ``engine``: the engine version (None: ``--engine ideal``, the plain memory arithmetic and ``EngineKernels()``);
+    its ``kernels`` time the steps and its memory model decides ``fits``, with ``memory`` holding plan's flags
+    (gpu_memory_utilization, block_size, max_num_seqs, max_num_batched_tokens, ...; the parallelism, context
+    and batch are filled in per row) -- the same verdict ``tfcalc plan`` gives for the same flags.
+    """
+
+    engine: EngineSpec | None
+    memory: PlanConfig = PlanConfig(num_gpus=1)
+    interconnect: Interconnect | None = None
+    inter_node: Interconnect | None = None
+    gpus_per_node: int = 8
+    algorithm: str | None = None
+    compute: str = "auto"
+    cuda_graphs: bool | None = None
+    routing_skew: float = 0.0
+    ideal: bool = False
+    fit: bool = True
+    rates: Callable[[GPUSpec, Rates, str], Rates] | None = None  # (gpu, preset rates, phase) -> rates used
+    rates_source: str = ""
+
+
+@lru_cache(maxsize=4096)
+def _fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, memory: PlanConfig, tp: int,
+         pp: int, ep: int, dp: int, context: int, batch: int) -> PlanResult:
+    """``plan``'s verdict for ``batch`` sequences of ``context`` tokens (read-only use of its API)."""
+    return plan_fit(spec, gpu, precision, kv_dtype, replace(memory, num_gpus=tp * pp * dp, tp=tp, pp=pp, ep=ep,
+                                                            context=context, batch=batch), with_ideal=False)
+
+
+def fit_columns(d: Deployment, memory: PlanConfig, batch: int, context: int, longest: int) -> Row:
+    """Does ``batch`` at ``context`` fit? ``plan`` at the sweep's longest context answers most rows at once: the
+    sequences that fit only grow as the context shrinks, so a batch within that count fits at every shorter context
+    too, and weights that overflow overflow everywhere. Only the rest ask ``plan`` at their own context."""
+    key = (d.spec, d.gpu, d.precision, d.kv_dtype, memory, d.tp, d.pp, d.ep, d.dp)
+    fit = _fit(*key, longest, 1)
+    exact = context == longest or fit.kv_budget_bytes_per_gpu <= 0
+    if not exact and batch > fit.max_concurrent_sequences:
+        fit, exact = _fit(*key, context, 1), True
+    fits = fit.kv_budget_bytes_per_gpu > 0 and fit.max_concurrent_sequences >= batch
+    return {"fits": fits, "max_concurrent_sequences": fit.max_concurrent_sequences if exact else None,
+            "kv_budget_bytes_per_gpu": fit.kv_budget_bytes_per_gpu,
+            "weights_bytes_per_gpu": fit.weights_bytes_per_gpu}
+
+
+def fit_sentence(row: Row) -> str:
+    """Why a row does not fit (the numbers come from ``plan``)."""
+    where = (f"{row['model']} on {row['num_gpus']} x {row['gpu']} (tp {row['tp']}, pp {row['pp']}, ep {row['ep']}), "
+             f"batch {row['batch']:,} at context {row['context']:,}")
+    budget = int(str(row["kv_budget_bytes_per_gpu"]))
+    if budget <= 0:
+        return (f"{where}: does not fit -- the weights alone leave no room for the KV cache "
+                f"(short by {-budget / (1 << 30):,.2f} GiB per GPU); the times assume it did")
+    return (f"{where}: does not fit -- only {row['max_concurrent_sequences']:,} sequences of this context do; "
+            "the times assume the whole batch did")
+
+
+def _groups(prefix: str, phase: PhaseTime) -> Row:
+    row: Row = {}
+    for g in GROUPS:
+        row[f"{prefix}_{g}_s"] = phase.step.groups[g].seconds
+    row[f"{prefix}_floors_s"] = sum(v.floor_seconds for v in phase.step.groups.values())
+    return row
+
+
+def limiter(phase: PhaseTime) -> str:
+    """What the latency model says most of the phase's time goes to: 'kernel floors', or a group's bound."""
+    groups = phase.step.groups
+    floors = sum(v.floor_seconds for v in groups.values())
+    total = phase.step.seconds or 1.0
+    if floors >= total / 2:
+        return "kernel floors"
+    top = max(GROUPS, key=lambda g: groups[g].seconds - groups[g].floor_seconds)
+    return f"{groups[top].bound} ({GROUP_LABELS[top]})"
+
+
+def estimate_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, e: LatencyEstimate,
+                 d: Deployment, options: EstimateOptions, fit: Row | None = None) -> Row:
+    pre, dec = e.prefill, e.decode
+    ideal = options.ideal
+    ttft, tpot = (e.ttft_s_ideal, e.tpot_s_ideal) if ideal else (e.ttft_s, e.tpot_s)
+    e2e = e.e2e_s_ideal if ideal else e.e2e_s
+    r = d.rates_prefill
+    compute = d.dims.attn.compute
+    peak = r.peak(compute)[1]
+    row: Row = {
+        "model": spec.name, "gpu": gpu.name, "tp": d.tp, "batch": e.batch, "prompt_len": e.prompt_len,
+        "gen_len": e.gen_len, "prefill_flops": round(pre.step.flops * pre.microbatches),
+        "ttft_s": ttft, "ttft_s_ideal": e.ttft_s_ideal, "decode_bytes_per_step": round(dec.step.ideal_bytes),
+        "tpot_s": tpot, "tpot_s_ideal": e.tpot_s_ideal, "decode_tokens_per_s": e.batch / tpot,
+        "decode_tokens_per_s_ideal": e.decode_tokens_per_s_ideal,
+        "prefill_bound": pre.step.bound, "decode_bound": dec.step.bound,
+        "pp": d.pp, "ep": d.ep, "dp": d.dp, "num_gpus": d.num_gpus, "engine": engine_label(options.engine),
+        "weights_dtype": precision.label, "kv_dtype": kv_dtype.name, "compute_dtype": compute,
+        "e2e_s": e2e, "e2e_s_ideal": e.e2e_s_ideal, "decode_tokens_per_s_per_seq": 1 / tpot,
+        "decode_tokens_per_s_per_seq_ideal": e.decode_tokens_per_s_per_seq_ideal,
+        "prefill_limited_by": "pure roofline" if ideal else limiter(pre),
+        "decode_limited_by": "pure roofline" if ideal else limiter(dec),
+        "prefill_bytes": round(pre.step.ideal_bytes * pre.microbatches),
+        "decode_flops_per_step": round(dec.step.flops), "decode_traffic_bytes_per_step": round(dec.step.bytes),
+        "decode_weight_bytes_per_step": round(dec.step.weight_bytes),
+        "decode_kv_bytes_per_step": round(dec.step.kv_read_bytes), "decode_context": e.decode_context,
+        "prefill_arithmetic_intensity": pre.step.flops / pre.step.ideal_bytes if pre.step.ideal_bytes else None,
+        "decode_arithmetic_intensity": dec.step.flops / dec.step.ideal_bytes if dec.step.ideal_bytes else None,
+        "ridge_flops_per_byte": peak / r.memory_bandwidth,
+        **_groups("prefill", pre), **_groups("decode", dec),
+        "prefill_tp_comm_s": pre.step.tp_comm_seconds, "prefill_ep_comm_s": pre.step.ep_comm_seconds,
+        "prefill_pp_s": pre.pp_seconds, "decode_tp_comm_s": dec.step.tp_comm_seconds,
+        "decode_ep_comm_s": dec.step.ep_comm_seconds, "decode_pp_s": dec.pp_seconds,
+        "pipeline_microbatches": dec.microbatches, "decode_bubble_fraction": dec.bubble_fraction,
+        "prefill_allreduce_s": pre.step.tp_comm_seconds, "decode_allreduce_s": dec.step.tp_comm_seconds,
+        "peak_flops_per_s": peak, "hbm_bandwidth_bytes_per_s": r.memory_bandwidth,
+        "gemm_efficiency": r.gemm_efficiency.get(compute), "memory_efficiency": r.memory_efficiency,
+        "efficiency_source": options.rates_source or r.source,
+        "context": e.prompt_len + e.gen_len, "fits": None,
+    }
+    if fit is not None:
+        row.update(fit)
+    return row
+
+
+def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], tps: list[int], pps: list[int], eps: list[int],
+                  batches: list[int], prompt_lens: list[int], gen_lens: list[int], precisions: list[WeightPrecision],
+                  kv_dtypes: list[DType], options: EstimateOptions,
+                  progress: Callable[[int], None] | None = None
+                  ) -> tuple[list[Row], list[tuple[LatencyEstimate, Deployment]]]:
+    """One row per combination, and the estimate behind each (``explain_lines`` turns one into text on demand)."""
+    from tfcalc.calc.kv_cache import default_kv_dtype
+    from tfcalc.calc.latency import rates_for
+
+    rows: list[Row] = []
+    handles: list[tuple[LatencyEstimate, Deployment]] = []
+    memory = replace(options.memory, engine=options.engine)
+    for spec, gpu in itertools.product(specs, gpus):
+        for precision, kv_dtype, tp, pp, ep in itertools.product(
+                precisions or [parse_weight_precision(spec.native_dtype)], kv_dtypes or [default_kv_dtype(spec)],
+                tps, pps, eps):
+            kernels = options.engine.kernels if options.engine is not None else EngineKernels()
+            base = rates_for(gpu, kernels, options.cuda_graphs)
+            prefill_rates = options.rates(gpu, base, "prefill") if options.rates else None
+            decode_rates = options.rates(gpu, base, "decode") if options.rates else None
+            d = deployment(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine_kernels=kernels,
+                           interconnect=options.interconnect, inter_node=options.inter_node,
+                           gpus_per_node=options.gpus_per_node, algorithm=options.algorithm,
+                           compute=options.compute, cuda_graphs=options.cuda_graphs, rates_prefill=prefill_rates,
+                           rates_decode=decode_rates, routing_skew=options.routing_skew)
+            longest = max(prompt_lens) + max(gen_lens)
+            for batch, prompt, gen in itertools.product(batches, prompt_lens, gen_lens):
+                e = estimate_latency(d, batch, prompt, gen)
+                fit = fit_columns(d, memory, batch, prompt + gen, longest) if options.fit else None
+                row = estimate_row(spec, gpu, precision, kv_dtype, e, d, options, fit)
+                row["decode_turning_point_batch"] = turning_point_batch(d, e.decode_context)
+                rows.append(row)
+                handles.append((e, d))
+                if progress is not None:
+                    progress(len(rows))
+    return rows, handles
+
+
+def _ms(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:,.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:,.2f} ms"
+    return f"{seconds * 1e6:,.1f} us"
+
+
+def _phase_lines(name: str, label: str, phase: PhaseTime, e: LatencyEstimate, d: Deployment) -> list[str]:
+    step = phase.step
+    total = sum(g.seconds for g in step.groups.values()) or 1.0
+    lines = [f"{name}: {label} {_ms(phase.seconds)} (pure roofline {_ms(phase.seconds_ideal)}); per microbatch "
+             f"through {d.pp} stage(s): {_ms(step.seconds)}, {phase.microbatches} microbatch(es)",
+             f"  {'op group':<22}{'time':>11}{'share':>7}{'fixed':>11}  bound"]
+    for g in GROUPS:
+        t = step.groups[g]
+        if t.seconds == 0:
+            continue
+        lines.append(f"  {GROUP_LABELS[g]:<22}{_ms(t.seconds):>11}{t.seconds / total:>7.0%}"
+                     f"{_ms(t.floor_seconds):>11}  {t.bound}")
+    floors = sum(t.floor_seconds for t in step.groups.values())
+    lines.append(f"  {'floors (in the above)':<22}{_ms(floors):>11}{floors / total:>7.0%}"
+                 "             fixed costs, counted above")
+    return lines
+
+
+def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
+    """The op-group breakdown of both phases, each parallelism's cost, and the work accounting."""
+    spec, dm = d.spec, d.dims
+    pre, dec = e.prefill, e.decode
+    lines = [f"prefill: batch {e.batch} x prompt {e.prompt_len:,} tokens; decode: batch {e.batch} at the mean "
+             f"context {e.decode_context:,} = prompt + gen/2 (TPOT averaged over the {max(e.gen_len - 1, 0)} steps)"]
+    lines += _phase_lines("prefill", "TTFT", pre, e, d)
+    lines += _phase_lines("decode", "TPOT", dec, e, d)
+    step = dec.step
+    lines.append(f"decode: bytes per GPU per step = weights {step.weight_bytes:.4g} + KV read {step.kv_read_bytes:.4g}"
+                 f" + activations, logits, cache writes {step.bytes - step.weight_bytes - step.kv_read_bytes:.4g} "
+                 f"= {step.bytes:.4g}; FLOPs {step.flops:.4g}")
+    if spec.moe is not None:
+        moe = spec.moe
+        tokens = -(-e.batch // d.dp) * d.dp
+        skew = f", Zipf skew {d.routing_skew}" if d.routing_skew else ""
+        from tfcalc.calc.kernels import distinct_experts
+
+        distinct = distinct_experts(moe.num_experts, moe.experts_per_token, tokens, d.routing_skew)
+        lines.append(f"decode: routed experts read per MoE layer (all GPUs of the group): E x (1 - (1 - k/E)^B) = "
+                     f"{moe.num_experts} x (1 - (1 - {moe.experts_per_token}/{moe.num_experts})^{tokens}) = "
+                     f"{moe.num_experts * (1 - (1 - moe.experts_per_token / moe.num_experts) ** tokens):.3f}"
+                     + (f" under uniform routing; {distinct:.3f}{skew}" if d.routing_skew else "")
+                     + f"; each GPU holds {dm.experts_local} expert{'s' if dm.experts_local != 1 else ''} of width "
+                     f"{dm.expert_width:g}")
+    lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {d.num_gpus} GPUs, ep {d.ep}; "
+                 f"fabric {d.intra.display_name}, {d.algorithm} all-reduce"
+                 + (", engine custom all-reduce for small messages" if d.kernels.custom_allreduce
+                    and d.intra.custom_allreduce is not None else ""))
+    if d.tp > 1:
+        lines.append(f"tp: 2 all-reduces per layer of tokens x {dm.h} x 2 B (+ the embedding's, logits gathered): "
+                     f"prefill {_ms(pre.step.tp_comm_seconds)}, decode {_ms(dec.step.tp_comm_seconds)} per step")
+    else:
+        lines.append("tp 1: no all-reduce")
+    if d.dp > 1:
+        lines.append(f"ep {d.ep} over {d.dp} attention replicas: all-to-all dispatch + combine of tokens x top-k x "
+                     f"{dm.h} x 2 B per MoE layer: prefill {_ms(pre.step.ep_comm_seconds)}, decode "
+                     f"{_ms(dec.step.ep_comm_seconds)} per step")
+    elif d.ep > 1:
+        lines.append(f"ep {d.ep} <= tp {d.tp}: experts split over the tp group, combined by its all-reduce")
+    if d.pp > 1:
+        lines.append(f"pp {d.pp}: {pre.microbatches} prefill / {dec.microbatches} decode microbatch(es); "
+                     f"send per stage boundary {_ms(dec.step.p2p_seconds)}; sends + bubble add "
+                     f"{_ms(pre.pp_seconds)} to TTFT and {_ms(dec.pp_seconds)} to TPOT; decode stages idle "
+                     f"{dec.bubble_fraction:.0%} of the time")
+    r = d.rates_decode
+    floors = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in sorted(r.floors.items()))
+    graphs = "CUDA graphs" if r.cuda_graphs else f"eager launches >= {r.launch_s * 1e6:.1f} us"
+    lines.append(f"rates: {r.source}; GEMM {', '.join(f'{k} {v:.2f}' for k, v in sorted(r.gemm_efficiency.items()))}"
+                 f" of peak x K/(K + K0); attention {r.attention_efficiency:.2f}; MoE {r.moe_efficiency:.2f} of "
+                 f"dense; HBM {r.memory_efficiency:.2f}; floors {floors}; {graphs}")
+    return tuple(lines)

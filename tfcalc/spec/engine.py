@@ -1,0 +1,439 @@
+"""EngineSpec: one serving-engine version (vLLM, SGLang, TensorRT-LLM, gpt-fast) as frozen data -- how it budgets
+GPU memory (``tfcalc plan``, the ``fits`` column of ``tfcalc estimate``) and how it runs its kernels (the latency
+model of ``tfcalc estimate``).
+
+Presets live in ``presets/engines/NAME-VERSION.yaml`` (or ``NAME.yaml`` for an engine without releases), one per
+engine version, loaded by ``tfcalc.spec.presets.load_engine``; each names the releases it describes and cites the
+engine source for every mechanism.
+
+- Memory (top-level sections): the formulas that use them are in ``tfcalc.calc.engine``; sizes in the YAML are
+  in GiB (2^30 bytes) or MiB and converted to bytes here. ``budget: ideal`` says the engine keeps no KV pool of
+  its own to model (gpt-fast allocates a static cache): ``plan`` then uses the plain arithmetic (``engine=None``)
+  and says so, and the memory sections are left out.
+- Kernels (the ``kernels:`` section, ``EngineKernels``): CUDA graphs, custom all-reduce, fused activation
+  quantisation, the eager launch cost and measured floors where the engine's kernels differ from the GPU preset's
+  (which are vLLM's). Every field has a default (``EngineKernels()``, a CUDA-graph engine with custom all-reduce
+  and the GPU preset's floors); a version file without a ``kernels:`` block runs its kernels as the default
+  version of the same engine does (the loader shares that block: kernel facts are measured once per engine).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tfcalc.errors import SpecError
+
+GIB = 1 << 30
+MIB = 1 << 20
+BudgetKind = Literal["utilization", "static_fraction", "free_fraction", "ideal"]
+BUDGET_KINDS = ("utilization", "static_fraction", "free_fraction", "ideal")
+CaptureRule = Literal["vllm", "vllm-0.8", "sglang", "none"]
+ConcurrencyRule = Literal["vllm", "pool"]
+
+# Names of the budget terms, each engine's own word for it in its log (for --explain).
+TERM_KEYS = ("capacity", "requested", "weights", "activation", "non_torch", "cuda_graph", "kv_budget", "kv_tokens",
+             "concurrency")
+FLOOR_CLASSES = ("gemm", "elementwise", "attention", "moe")
+BLOCK_CLASSES = ("mla_decode", "mla_prefill")
+
+# Bounds of the YAML's numbers (finite, and at most these): far beyond any real engine, so that a typo or a
+# hostile file is refused with one line instead of turning into an absurd plan.
+MAX_GIB = float(1 << 20)
+MAX_MIB = float(1 << 30)
+MAX_COUNT = 1 << 40
+MAX_MICROSECONDS = 1e6
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerDefault:
+    """Defaults for max_num_seqs / max_num_batched_tokens on GPUs of at least ``min_memory_gib`` whose name holds
+    none of ``exclude_gpus``; the first matching row wins."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    min_memory_gib: float = 0.0
+    exclude_gpus: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overheads:
+    """Memory outside the torch allocator, per GPU. ``startup_*``: CUDA context (and NCCL communicators at tp > 1)
+    present before the engine's baseline; counted in the budget only if ``startup_in_budget``. ``non_torch_*``: what
+    appears during the profiling run (NCCL / custom all-reduce buffers, cuBLAS workspaces), always counted."""
+
+    startup_bytes_tp1: int
+    startup_bytes_tp: int
+    startup_in_budget: bool
+    non_torch_bytes_tp1: int
+    non_torch_bytes_tp: int
+    non_torch_bytes_pp: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivationModel:
+    """The profiling run's torch peak: a forward of max_num_batched_tokens tokens, then (last pipeline stage) a
+    dummy sampler pass over min(max_num_seqs, max_num_batched_tokens) rows of logits."""
+
+    sampler_bytes_per_logit: float
+    sampler_scratch_rows: int
+    hidden_copies: int
+    moe_workspace: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class CudaGraphModel:
+    capture: CaptureRule
+    first_capture_bytes: int
+    per_size_bytes: int
+    per_size_bytes_tp: int      # at tp > 1 (custom all-reduce buffers registered per graph)
+    in_budget: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVLayout:
+    hybrid_groups: bool
+    sliding_chunk: bool
+    swa_full_tokens_ratio: float | None
+    concurrency: ConcurrencyRule
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightLayout:
+    vocab_padding: int
+    rotary_cache: bool
+    mla_absorbed_copy: bool
+    mxfp4_pad_hidden: int
+    mxfp4_pad_intermediate: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaticFractionRule:
+    """SGLang's automatic mem_fraction_static: (capacity - reserved) / capacity, reserved in MiB =
+    base + max(chunked_prefill, 2048) x per_prefill_token + cuda_graph_max_bs x per_graph_bs + tp x pp / 8 x 1024,
+    at least ``floor_mib`` on GPUs above 60 GiB. ``tiers``: (memory below GiB, chunked_prefill, max bs tp < 4,
+    max bs tp >= 4)."""
+
+    base_mib: float
+    per_prefill_token_mib: float
+    per_graph_bs_mib: float
+    floor_mib: float
+    tiers: tuple[tuple[float, int, int, int], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineKernels:
+    """How an engine runs a step, for the latency model (``tfcalc.calc.latency``); times in seconds.
+
+    ``cuda_graphs``: decode steps replay captured graphs (else each kernel waits for its host launch,
+    ``eager_launch_s``); ``custom_allreduce``: one-/two-shot kernels for small all-reduces where the fabric has
+    them; ``fused_activation_quant``: fp8/int8 W8A8 GEMMs quantise their input inside the preceding kernel (else
+    a kernel of its own); ``floors_s``: per kernel class (gemm, elementwise, attention, moe), replacing the GPU
+    preset's floor where this engine's kernels were measured to differ; ``block_floors_s``: the fixed cost of a
+    fused block per layer (mla_decode, mla_prefill). The defaults describe an engine whose kernels are those the
+    GPU presets measured (vLLM's).
+    """
+
+    cuda_graphs: bool = True
+    custom_allreduce: bool = True
+    fused_activation_quant: bool = False
+    eager_launch_s: float = 8e-6
+    floors_s: dict[str, float] = field(default_factory=dict, hash=False)
+    block_floors_s: dict[str, float] = field(default_factory=dict, hash=False)
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSpec:
+    """One engine version's memory accounting and kernel behaviour (see the module docstring). The memory
+    sections are None exactly when ``budget`` is ``ideal``."""
+
+    name: str
+    version: str = ""
+    releases: str = ""
+    display_name: str
+    budget: BudgetKind
+    memory_fraction: float | None = None
+    block_size: int | None = None
+    scheduler_defaults: tuple[SchedulerDefault, ...] = ()
+    overheads: Overheads | None = None
+    activation: ActivationModel | None = None
+    cuda_graphs: CudaGraphModel | None = None
+    kv: KVLayout | None = None
+    weights: WeightLayout | None = None
+    static_fraction_rule: StaticFractionRule | None = None
+    kernels: EngineKernels = field(default_factory=EngineKernels)
+    default: bool = False
+    terms: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.releases}" if self.releases else self.name
+
+    @property
+    def models_memory(self) -> bool:
+        """False for ``budget: ideal``: plan's plain arithmetic stands in for the engine's own accounting."""
+        return self.budget != "ideal"
+
+
+def memory_model(engine: EngineSpec | None) -> EngineSpec | None:
+    """The engine whose memory accounting ``plan`` applies: None (the plain arithmetic) for no engine or one
+    whose preset says ``budget: ideal``."""
+    return engine if engine is not None and engine.budget != "ideal" else None
+
+
+def _require(condition: bool, origin: str, message: str) -> None:
+    if not condition:
+        raise SpecError(f"{origin}: {message}")
+
+
+def _check_keys(value: dict[Any, Any], allowed: set[str] | frozenset[str], origin: str, prefix: str = "") -> None:
+    from tfcalc.spec.model import key_text
+    from tfcalc.spec.presets import suggest
+
+    unknown = sorted(key_text(k) for k in value if k not in allowed)
+    if unknown:
+        hints = suggest(unknown[0], sorted(allowed), limit=1)
+        hint = f" (did you mean '{prefix}{hints[0]}'?)" if hints else ""
+        raise SpecError(f"{origin}: unknown field '{prefix}{unknown[0]}'{hint}")
+
+
+def _section(data: dict[str, Any], key: str, required: set[str], origin: str,
+             optional: frozenset[str] = frozenset()) -> dict[str, Any]:
+    value = data.get(key)
+    _require(isinstance(value, dict), origin, f"field '{key}' must be a mapping")
+    _check_keys(value, required | optional, origin, f"{key}.")
+    missing = sorted(k for k in required if k not in value)
+    _require(not missing, origin, f"missing required field '{key}.{missing[0]}'" if missing else "")
+    return value
+
+
+def _show(value: Any) -> str:
+    from tfcalc.spec.model import _show as show
+
+    return show(value)
+
+
+def _num(value: Any, origin: str, key: str, low: float = 0.0, high: float = MAX_COUNT) -> float:
+    """A finite number in [low, high] (an integer is accepted; a bool is not)."""
+    _require(isinstance(value, (int, float)) and not isinstance(value, bool), origin,
+             f"field '{key}' must be a number, got {_show(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    _require(math.isfinite(number), origin, f"field '{key}' must be a finite number, got {_show(value)}")
+    _require(low <= number <= high, origin, f"field '{key}' must be in [{low:g}, {high:g}], got {_show(value)}")
+    return number
+
+
+def _int(value: Any, origin: str, key: str, low: int = 0, high: int = MAX_COUNT) -> int:
+    _require(isinstance(value, int) and not isinstance(value, bool) and low <= value <= high, origin,
+             f"field '{key}' must be an integer in [{low}, {high:,}], got {_show(value)}")
+    return int(value)
+
+
+def _bool(value: Any, origin: str, key: str) -> bool:
+    _require(isinstance(value, bool), origin, f"field '{key}' must be true or false, got {_show(value)}")
+    return bool(value)
+
+
+def _text(value: Any, origin: str, key: str) -> str:
+    from tfcalc.spec.model import MAX_NAME_CHARS
+
+    _require(isinstance(value, str) and 0 < len(value) <= MAX_NAME_CHARS, origin,
+             f"field '{key}' must be text of 1 to {MAX_NAME_CHARS} characters, got {_show(value)}")
+    return str(value)
+
+
+def _version_text(value: Any, origin: str, key: str) -> str:
+    """A version as YAML may spell it: "0.21" (text) or 1.0 (a number, read back as written)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = repr(value)
+    return _text(value, origin, key)
+
+
+def _texts(value: Any, origin: str, key: str, allowed: tuple[str, ...] | None = None) -> dict[str, str]:
+    """A mapping of names to sentences (sources, terms)."""
+    from tfcalc.spec.model import key_text
+
+    _require(isinstance(value, dict), origin, f"field '{key}' must be a mapping of names to text")
+    out = {}
+    for k, v in value.items():
+        _require(isinstance(k, str), origin, f"field '{key}' keys must be names, got {_show(k)}")
+        _require(allowed is None or k in allowed, origin,
+                 f"unknown field '{key}.{key_text(k)}' (known: {', '.join(allowed or ())})")
+        _require(isinstance(v, str) and v.strip() != "", origin, f"field '{key}.{key_text(k)}' must be text")
+        out[k] = v
+    return out
+
+
+def _gib(value: Any, origin: str, key: str) -> int:
+    return round(_num(value, origin, key, high=MAX_GIB) * GIB)
+
+
+def _mib(value: Any, origin: str, key: str) -> int:
+    return round(_num(value, origin, key, high=MAX_MIB) * MIB)
+
+
+_KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "fused_activation_quant", "eager_launch_us", "floors_us",
+                          "block_floors_us", "sources"})
+
+
+def _floors(value: Any, origin: str, key: str, allowed: tuple[str, ...]) -> dict[str, float]:
+    """Microseconds per class -> seconds; every value finite, non-negative and at most a second."""
+    if value is None:
+        return {}
+    _require(isinstance(value, dict), origin, f"field '{key}' must be a mapping of {', '.join(allowed)}")
+    _check_keys(value, frozenset(allowed), origin, f"{key}.")
+    return {str(k): _num(v, origin, f"{key}.{k}", 0.0, MAX_MICROSECONDS) * 1e-6 for k, v in value.items()}
+
+
+def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
+    """Validate an engine preset's ``kernels:`` block (units as printed: microseconds); absent fields keep
+    ``EngineKernels``' defaults."""
+    _require(isinstance(data, dict), origin, "field 'kernels' must be a mapping")
+    _check_keys(data, _KERNEL_KEYS, origin, "kernels.")
+    d = EngineKernels()
+    return EngineKernels(
+        cuda_graphs=_bool(data.get("cuda_graphs", d.cuda_graphs), origin, "kernels.cuda_graphs"),
+        custom_allreduce=_bool(data.get("custom_allreduce", d.custom_allreduce), origin, "kernels.custom_allreduce"),
+        fused_activation_quant=_bool(data.get("fused_activation_quant", d.fused_activation_quant), origin,
+                                     "kernels.fused_activation_quant"),
+        eager_launch_s=_num(data.get("eager_launch_us", d.eager_launch_s * 1e6), origin, "kernels.eager_launch_us",
+                            0.0, MAX_MICROSECONDS) * 1e-6,
+        floors_s=_floors(data.get("floors_us"), origin, "kernels.floors_us", FLOOR_CLASSES),
+        block_floors_s=_floors(data.get("block_floors_us"), origin, "kernels.block_floors_us", BLOCK_CLASSES),
+        sources=_texts(data.get("sources", {}), origin, "kernels.sources"))
+
+
+_MEMORY_KEYS = ("memory_fraction", "block_size", "scheduler_defaults", "overheads", "activation", "cuda_graphs",
+                "kv", "weights", "static_fraction_rule", "terms")
+_TOP = {"name", "version", "releases", "display_name", "default", "budget", "kernels", "sources", *_MEMORY_KEYS}
+
+
+def engine_from_mapping(data: dict[str, Any], origin: str, default_name: str,
+                        inherited_kernels: EngineKernels | None = None) -> EngineSpec:
+    """Validate an engine preset mapping (see presets/engines/*.yaml) and build the EngineSpec.
+
+    ``inherited_kernels``: the kernel behaviour to use when the mapping has no ``kernels:`` block (the loader
+    passes the engine's default version's); else ``EngineKernels()``.
+    """
+    _check_keys(data, _TOP, origin)
+    _require("budget" in data, origin, "missing required field 'budget'")
+    budget = data["budget"]
+    _require(budget in BUDGET_KINDS, origin, f"field 'budget' must be one of {', '.join(BUDGET_KINDS)}, got "
+             f"{_show(budget)}")
+    name = _text(data.get("name", default_name), origin, "name")
+    kernels = (kernels_from_mapping(data["kernels"], origin) if data.get("kernels") is not None
+               else inherited_kernels or EngineKernels())
+    common = dict(
+        name=name, version=_version_text(data["version"], origin, "version") if "version" in data else "",
+        releases=_version_text(data["releases"], origin, "releases") if "releases" in data else "",
+        display_name=_text(data.get("display_name", default_name), origin, "display_name"),
+        default=_bool(data.get("default", False), origin, "default"), kernels=kernels,
+        sources=_texts(data.get("sources"), origin, "sources"))
+    _require(bool(common["sources"]), origin, "field 'sources' must cite the engine source")
+    if budget == "ideal":
+        extra = [k for k in _MEMORY_KEYS if k in data]
+        _require(not extra, origin, f"field '{extra[0] if extra else ''}' has no meaning with budget: ideal (plan "
+                 "uses the plain arithmetic); leave it out")
+        return EngineSpec(budget=budget, **common)
+    for key in ("version", "releases", "block_size", "scheduler_defaults"):
+        _require(key in data, origin, f"missing required field '{key}'")
+    return EngineSpec(budget=budget, **common, **_memory_sections(data, origin))
+
+
+def _memory_sections(data: dict[str, Any], origin: str) -> dict[str, Any]:
+    """The memory accounting of a serving engine with a KV pool (every budget but ``ideal``)."""
+    fraction = data.get("memory_fraction")
+    if fraction is not None:
+        fraction = _num(fraction, origin, "memory_fraction", 0.0, 1.0)
+        _require(fraction > 0, origin, "field 'memory_fraction' must be positive")
+    rows = data["scheduler_defaults"]
+    _require(isinstance(rows, list) and rows, origin, "field 'scheduler_defaults' must be a non-empty list")
+    defaults = []
+    for row in rows:
+        _require(isinstance(row, dict), origin, "each scheduler_defaults row must be a mapping")
+        _check_keys(row, {"max_num_seqs", "max_num_batched_tokens", "min_memory_gib", "exclude_gpus"}, origin,
+                    "scheduler_defaults.")
+        exclude = row.get("exclude_gpus", [])
+        _require(isinstance(exclude, list) and all(isinstance(g, str) for g in exclude), origin,
+                 "field 'scheduler_defaults.exclude_gpus' must be a list of names")
+        defaults.append(SchedulerDefault(
+            max_num_seqs=_int(row.get("max_num_seqs"), origin, "scheduler_defaults.max_num_seqs", 1),
+            max_num_batched_tokens=_int(row.get("max_num_batched_tokens"), origin,
+                                        "scheduler_defaults.max_num_batched_tokens", 1),
+            min_memory_gib=_num(row.get("min_memory_gib", 0), origin, "scheduler_defaults.min_memory_gib",
+                                high=MAX_GIB),
+            exclude_gpus=tuple(exclude)))
+    o = _section(data, "overheads", {"startup_gib_tp1", "startup_gib_tp", "startup_in_budget", "non_torch_gib_tp1",
+                                     "non_torch_gib_tp", "non_torch_gib_pp"}, origin)
+    overheads = Overheads(
+        startup_bytes_tp1=_gib(o["startup_gib_tp1"], origin, "overheads.startup_gib_tp1"),
+        startup_bytes_tp=_gib(o["startup_gib_tp"], origin, "overheads.startup_gib_tp"),
+        startup_in_budget=_bool(o["startup_in_budget"], origin, "overheads.startup_in_budget"),
+        non_torch_bytes_tp1=_gib(o["non_torch_gib_tp1"], origin, "overheads.non_torch_gib_tp1"),
+        non_torch_bytes_tp=_gib(o["non_torch_gib_tp"], origin, "overheads.non_torch_gib_tp"),
+        non_torch_bytes_pp=_gib(o["non_torch_gib_pp"], origin, "overheads.non_torch_gib_pp"))
+    a = _section(data, "activation", {"sampler_bytes_per_logit", "sampler_scratch_rows", "hidden_copies",
+                                      "moe_workspace"}, origin)
+    activation = ActivationModel(
+        sampler_bytes_per_logit=_num(a["sampler_bytes_per_logit"], origin, "activation.sampler_bytes_per_logit",
+                                     high=1024.0),
+        sampler_scratch_rows=_int(a["sampler_scratch_rows"], origin, "activation.sampler_scratch_rows"),
+        hidden_copies=_int(a["hidden_copies"], origin, "activation.hidden_copies", high=1024),
+        moe_workspace=_bool(a["moe_workspace"], origin, "activation.moe_workspace"))
+    g = _section(data, "cuda_graphs", {"capture", "first_capture_mib", "per_size_mib", "in_budget"}, origin,
+                 frozenset({"per_size_mib_tp"}))
+    _require(g["capture"] in ("vllm", "vllm-0.8", "sglang", "none"), origin,
+             f"field 'cuda_graphs.capture' must be vllm, vllm-0.8, sglang or none, got {_show(g['capture'])}")
+    graphs = CudaGraphModel(capture=g["capture"], first_capture_bytes=_mib(g["first_capture_mib"], origin,
+                                                                           "cuda_graphs.first_capture_mib"),
+                            per_size_bytes=_mib(g["per_size_mib"], origin, "cuda_graphs.per_size_mib"),
+                            per_size_bytes_tp=_mib(g.get("per_size_mib_tp", g["per_size_mib"]), origin,
+                                                   "cuda_graphs.per_size_mib_tp"),
+                            in_budget=_bool(g["in_budget"], origin, "cuda_graphs.in_budget"))
+    k = _section(data, "kv", {"hybrid_groups", "sliding_chunk", "concurrency"}, origin,
+                 frozenset({"swa_full_tokens_ratio"}))
+    _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
+    ratio = k.get("swa_full_tokens_ratio")
+    kv = KVLayout(hybrid_groups=_bool(k["hybrid_groups"], origin, "kv.hybrid_groups"),
+                  sliding_chunk=_bool(k["sliding_chunk"], origin, "kv.sliding_chunk"),
+                  swa_full_tokens_ratio=None if ratio is None else _num(ratio, origin, "kv.swa_full_tokens_ratio",
+                                                                        0.0, 1.0),
+                  concurrency=k["concurrency"])
+    w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
+                                   "mxfp4_pad_intermediate"}, origin)
+    weights = WeightLayout(vocab_padding=_int(w["vocab_padding"], origin, "weights.vocab_padding", 1, 1 << 20),
+                           rotary_cache=_bool(w["rotary_cache"], origin, "weights.rotary_cache"),
+                           mla_absorbed_copy=_bool(w["mla_absorbed_copy"], origin, "weights.mla_absorbed_copy"),
+                           mxfp4_pad_hidden=_int(w["mxfp4_pad_hidden"], origin, "weights.mxfp4_pad_hidden", 1, 1 << 20),
+                           mxfp4_pad_intermediate=_int(w["mxfp4_pad_intermediate"], origin,
+                                                       "weights.mxfp4_pad_intermediate", 1, 1 << 20))
+    rule = None
+    if data.get("static_fraction_rule") is not None:
+        r = _section(data, "static_fraction_rule", {"base_mib", "per_prefill_token_mib", "per_graph_bs_mib",
+                                                    "floor_mib", "tiers"}, origin)
+        tiers = r["tiers"]
+        _require(isinstance(tiers, list) and all(isinstance(t, list) and len(t) == 4 for t in tiers), origin,
+                 "field 'static_fraction_rule.tiers' must be a list of [below_gib, chunked_prefill, bs_tp_lt4, "
+                 "bs_tp_ge4]")
+        key = "static_fraction_rule.tiers"
+        rule = StaticFractionRule(
+            base_mib=_num(r["base_mib"], origin, "static_fraction_rule.base_mib", high=MAX_MIB),
+            per_prefill_token_mib=_num(r["per_prefill_token_mib"], origin,
+                                       "static_fraction_rule.per_prefill_token_mib", high=MAX_MIB),
+            per_graph_bs_mib=_num(r["per_graph_bs_mib"], origin, "static_fraction_rule.per_graph_bs_mib",
+                                  high=MAX_MIB),
+            floor_mib=_num(r["floor_mib"], origin, "static_fraction_rule.floor_mib", high=MAX_MIB),
+            tiers=tuple((_num(t[0], origin, key, high=MAX_GIB), _int(t[1], origin, key, 1), _int(t[2], origin, key, 1),
+                         _int(t[3], origin, key, 1)) for t in tiers))
+    _require(fraction is not None or rule is not None, origin,
+             "give memory_fraction, or a static_fraction_rule that computes it")
+    return dict(memory_fraction=fraction, block_size=_int(data["block_size"], origin, "block_size", 1, 1 << 20),
+                scheduler_defaults=tuple(defaults), overheads=overheads, activation=activation, cuda_graphs=graphs,
+                kv=kv, weights=weights, static_fraction_rule=rule,
+                terms=_texts(data.get("terms", {}), origin, "terms", TERM_KEYS))

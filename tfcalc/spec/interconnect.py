@@ -1,0 +1,142 @@
+"""Interconnect presets (``presets/interconnects/NAME.yaml``): GPU-to-GPU fabrics as the communication model uses
+them, validated into ``Interconnect`` (units as printed: GB/s = 10^9 bytes/s one direction per GPU, microseconds).
+
+Each preset gives the link bandwidth and NCCL's measured behaviour on it (efficiency for large messages, the launch
+floor, the latency of one algorithm step, the algorithm NCCL uses there); fabrics with peer-to-peer access (NVLink)
+may add ``custom_allreduce``, the one-/two-shot kernels vLLM, SGLang and TensorRT-LLM use for small messages.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tfcalc.errors import SpecError
+
+ALGORITHMS = ("auto", "ring", "tree")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """One GPU's path to its peers for a collective: bandwidth per direction and latencies (SI units)."""
+
+    name: str
+    bandwidth_bytes_per_s: float  # one direction, per GPU
+    efficiency: float  # fraction of the bandwidth large messages reach
+    step_latency_s: float  # alpha: one algorithm step (a hop through the fabric, a synchronisation)
+    launch_s: float  # fixed cost of one collective kernel
+    source: str = ""
+
+    @property
+    def beta(self) -> float:
+        """Achievable one-direction bytes/s."""
+        return self.bandwidth_bytes_per_s * self.efficiency
+
+    def ideal(self) -> Link:
+        """The same link at full bandwidth and without latencies (the pure roofline's view)."""
+        return Link(name=self.name, bandwidth_bytes_per_s=self.bandwidth_bytes_per_s, efficiency=1.0,
+                    step_latency_s=0.0, launch_s=0.0, source=self.source)
+
+
+_KEYS = {"display_name", "bandwidth_gb_s", "nccl", "custom_allreduce", "sources", "notes"}
+_IMPL_KEYS = {"efficiency", "launch_us", "step_latency_us", "algorithm"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interconnect:
+    """A fabric: NCCL's link view and, where it exists, the custom all-reduce's."""
+
+    name: str
+    display_name: str
+    nccl: Link
+    algorithm: str
+    custom_allreduce: Link | None = None
+
+
+MAX_BANDWIDTH_GB_S = 1e7  # as GPU_LIMITS' interconnect_bidirectional_gb_s: 1000x today's fastest fabric
+MAX_MICROSECONDS = 1e6
+
+
+def _number(value: Any, origin: str, key: str, upper: float, allow_zero: bool = False) -> float:
+    """A finite number, positive (or non-negative with ``allow_zero``) and at most ``upper``; bools refused."""
+    from tfcalc.spec.model import _show
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{origin}: field '{key}' must be a number, got {_show(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise SpecError(f"{origin}: field '{key}' must be a finite number, got {_show(value)}")
+    if number < 0 or (number == 0 and not allow_zero) or number > upper:
+        low = "[0" if allow_zero else "(0"
+        raise SpecError(f"{origin}: field '{key}' must be in {low}, {upper:g}], got {_show(value)}")
+    return number
+
+
+def _link(data: Any, origin: str, key: str, name: str, bandwidth: float, with_algorithm: bool) -> tuple[Link, str]:
+    from tfcalc.spec.model import key_text
+
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: field '{key}' must be a mapping of {', '.join(sorted(_IMPL_KEYS))}")
+    allowed = _IMPL_KEYS if with_algorithm else _IMPL_KEYS - {"algorithm"}
+    unknown = sorted(key_text(k) for k in data if k not in allowed)
+    if unknown:
+        raise SpecError(f"{origin}: unknown field '{key}.{unknown[0]}' (known: {', '.join(sorted(allowed))})")
+    for required in sorted(allowed - {"algorithm"}):
+        if data.get(required) is None:
+            raise SpecError(f"{origin}: missing required field '{key}.{required}'")
+    algorithm = data.get("algorithm", "ring")
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        raise SpecError(f"{origin}: field '{key}.algorithm' must be one of {', '.join(ALGORITHMS)}, got "
+                        f"{key_text(algorithm)!r}")
+    link = Link(name=name, bandwidth_bytes_per_s=bandwidth,
+                efficiency=_number(data["efficiency"], origin, f"{key}.efficiency", upper=1.0),
+                step_latency_s=_number(data["step_latency_us"], origin, f"{key}.step_latency_us", MAX_MICROSECONDS,
+                                       allow_zero=True) * 1e-6,
+                launch_s=_number(data["launch_us"], origin, f"{key}.launch_us", MAX_MICROSECONDS,
+                                 allow_zero=True) * 1e-6,
+                source=origin)
+    return link, algorithm
+
+
+def interconnect_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> Interconnect:
+    """Validate an interconnect preset mapping (module docstring) into an ``Interconnect``."""
+    from tfcalc.spec.model import MAX_NAME_CHARS, check_str, key_text
+
+    unknown = sorted(key_text(k) for k in data if k not in _KEYS)
+    if unknown:
+        raise SpecError(f"{origin}: unknown field '{unknown[0]}' (known: {', '.join(sorted(_KEYS))})")
+    for key in ("display_name", "notes"):
+        if data.get(key) is not None:
+            try:
+                check_str(key, data[key], MAX_NAME_CHARS if key == "display_name" else None)
+            except SpecError as exc:
+                raise SpecError(f"{origin}: {exc}") from None
+    if data.get("sources") is not None and not isinstance(data["sources"], dict):
+        raise SpecError(f"{origin}: field 'sources' must be a mapping of fields to their sources")
+    for required in ("bandwidth_gb_s", "nccl"):
+        if data.get(required) is None:
+            raise SpecError(f"{origin}: missing required field '{required}'")
+    bandwidth = _number(data["bandwidth_gb_s"], origin, "bandwidth_gb_s", MAX_BANDWIDTH_GB_S) * 1e9
+    nccl, algorithm = _link(data["nccl"], origin, "nccl", default_name, bandwidth, with_algorithm=True)
+    custom = None
+    if data.get("custom_allreduce") is not None:
+        custom, _ = _link(data["custom_allreduce"], origin, "custom_allreduce", f"{default_name} custom all-reduce",
+                          bandwidth, with_algorithm=False)
+    return Interconnect(name=default_name, display_name=str(data.get("display_name", default_name)), nccl=nccl,
+                        algorithm=algorithm, custom_allreduce=custom)
+
+
+def load_interconnect(name_or_path: str) -> Interconnect:
+    """An interconnect preset by name (``nvlink4``), or a user's YAML file in the same format."""
+    from tfcalc.spec.presets import looks_like_path, preset_path, read_data_file
+
+    if looks_like_path(name_or_path):
+        path = Path(name_or_path)
+        return interconnect_from_mapping(read_data_file(path), str(path), path.stem)
+    path = preset_path("interconnect", name_or_path)
+    return interconnect_from_mapping(read_data_file(path), str(path), name_or_path)
