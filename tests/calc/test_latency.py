@@ -186,6 +186,14 @@ def test_step_seconds_is_step_time_on_the_grid_and_vectorises() -> None:
         step_seconds(d, [1, 2], [100, 200, 300])
 
 
+def test_step_seconds_has_no_flat_spots_at_rounded_grid_points() -> None:
+    """Contexts just past a rounded grid point (1009 for 64 x 2^(32/8) = 1009.4) interpolate in the next interval:
+    the step time keeps growing with the context (it once stood still there)."""
+    d = _d("llama3-8b", "h100-sxm")
+    values = [step_seconds(d, 16, 1000 + 0.05 * i) for i in range(400)]
+    assert all(b > a for a, b in zip(values, values[1:], strict=False))
+
+
 def test_serving_step_seconds_several_chunks_and_pipelines() -> None:
     """A step of several short prompts is step_time with prefill_seqs > 1; pp = 1 is step_seconds; with pp stages
     the step is estimate's decode phase: pp batches of 1/pp in flight, max(trip, pp x slowest stage)."""

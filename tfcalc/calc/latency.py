@@ -642,7 +642,17 @@ def _grid(x: float) -> tuple[float, float, float]:
         return lo, lo + 1, x - lo
     k = math.log2(x / 64) * CONTEXT_GRID_PER_OCTAVE
     lo_k = math.floor(k)
-    lo, hi = round(64 * 2 ** (lo_k / CONTEXT_GRID_PER_OCTAVE)), round(64 * 2 ** ((lo_k + 1) / CONTEXT_GRID_PER_OCTAVE))
+
+    def point(i: int) -> int:
+        return round(64 * 2 ** (i / CONTEXT_GRID_PER_OCTAVE))
+
+    lo, hi = point(lo_k), point(lo_k + 1)
+    while x > hi:  # grid points are rounded: x can lie past the rounded end of the interval its logarithm names
+        lo_k += 1
+        lo, hi = hi, point(lo_k + 1)
+    while x < lo and lo_k > 0:
+        lo_k -= 1
+        lo, hi = point(lo_k), lo
     return lo, hi, (x - lo) / (hi - lo) if hi > lo else 0.0
 
 
@@ -670,12 +680,17 @@ def _one_step(d: Deployment, seqs: float, context: float, tokens: float, past: f
                 shape = StepShape(decode_seqs=int(b), decode_context=float(c),
                                   prefill_seqs=prefill_seqs if tokens else 0, prefill_tokens=int(tokens),
                                   prefill_past=int(p))
-                t = _step_cached(d, shape, phase, False)
-                seconds = t.seconds
-                if pipelined and d.pp > 1:
-                    seconds = max(seconds, d.pp * max(t.stage_seconds))
-                total += wb * wc * wp * seconds
+                total += wb * wc * wp * (in_flight_seconds(d, shape, phase) if pipelined else
+                                         _step_cached(d, shape, phase, False).seconds)
     return total
+
+
+def in_flight_seconds(d: Deployment, shape: StepShape, phase: str | None = None) -> float:
+    """Seconds per step of an engine that keeps pp batches like ``shape`` in flight, one per pipeline stage: every
+    batch comes back once per max(its trip through the stages, pp x the slowest stage) (``_phase``'s decode rule);
+    at pp = 1 the step time itself. Exact (``step_time``, cached per shape)."""
+    t = _step_cached(d, shape, phase or ("decode" if shape.decode_seqs else "prefill"), False)
+    return max(t.seconds, d.pp * max(t.stage_seconds)) if d.pp > 1 else t.seconds
 
 
 def serving_step_seconds(d: Deployment, decode_seqs: float, decode_context: float = 0.0,
