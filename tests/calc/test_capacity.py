@@ -22,17 +22,18 @@ from tfcalc.calc.capacity import (
 from tfcalc.calc.serving import SpecDecoding
 from tfcalc.calc.serving_traffic import ENGINE_OVERHEADS, LengthDist, Target, Traffic
 from tfcalc.dtypes import get_dtype, parse_weight_precision
-from tfcalc.spec.presets import load_gpu, load_model
+from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
 SPEC = load_model("llama3-8b")
 OVERHEADS = ENGINE_OVERHEADS["vllm"]
+VLLM = load_engine("vllm")
 
 
 def _space(*gpus: tuple[str, float], **changes) -> SearchSpace:
     base = SearchSpace(gpus=tuple(GpuOffer(gpu=load_gpu(n), price_per_hour=p) for n, p in gpus),
                        weight_precisions=(parse_weight_precision("bf16"), parse_weight_precision("fp8")),
                        kv_dtypes=(get_dtype("bf16"),), tps=(1, 2), max_num_seqs=(16, 64, 256),
-                       chunk_sizes=(512, 2048), max_gpus=32, max_model_len=4096)
+                       chunk_sizes=(512, 2048), max_gpus=32, max_model_len=4096, engines=(VLLM,))
     return replace(base, **changes)
 
 

@@ -8,8 +8,7 @@ import random
 
 import pytest
 
-from tfcalc.calc.roofline import Efficiency
-from tfcalc.calc.serving_inputs import step_model, step_work
+from tfcalc.calc.serving_inputs import latency_step
 from tfcalc.calc.serving_sim import SimConfig, SimResult, Workload, simulate
 from tfcalc.calc.serving_traffic import LengthDist, Overheads
 from tfcalc.dtypes import get_dtype, parse_weight_precision
@@ -93,8 +92,7 @@ def test_overheads_add_to_latencies(constant_step) -> None:
 
 def _llama_step():
     spec = load_model("llama3-8b")
-    return step_model(step_work(spec, parse_weight_precision("bf16"), get_dtype("bf16"), 1), load_gpu("h100-sxm"),
-                      Efficiency())
+    return latency_step(spec, load_gpu("h100-sxm"), parse_weight_precision("bf16"), get_dtype("bf16"))
 
 
 CASES = [
@@ -111,8 +109,7 @@ CASES = [
 def test_fast_forward_changes_nothing(case: tuple) -> None:
     name, seats, budget, kv, rate, clients = case
     spec = load_model(name)
-    step = step_model(step_work(spec, parse_weight_precision("bf16"), get_dtype("bf16"), 1), load_gpu("h100-sxm"),
-                      Efficiency())
+    step = latency_step(spec, load_gpu("h100-sxm"), parse_weight_precision("bf16"), get_dtype("bf16"))
     load = Workload(input_len=LengthDist(kind="lognormal", mean=800, spread=0.6),
                     output_len=LengthDist(kind="lognormal", mean=150, spread=0.8), num_requests=400,
                     rate_per_s=rate, concurrency=clients, seed=7)
@@ -135,7 +132,6 @@ def _brute_force(step, prompts: list[int], outputs: list[int], arrivals: list[fl
     running: list[int] = []
     arrived = 0
     t = 0.0
-    kv = step.kv
     while not all(s["fin"] for s in state):
         while arrived < n and arrivals[arrived] <= t:
             waiting.append(arrived)
@@ -159,12 +155,11 @@ def _brute_force(step, prompts: list[int], outputs: list[int], arrivals: list[fl
             plan.append((i, want, True))
             left -= want
         decode = sum(1 for _, _, pre in plan if not pre)
+        chunks = sum(1 for _, _, pre in plan if pre)
         prefill = sum(w for _, w, pre in plan if pre)
-        dkeys = sum(kv.held(state[i]["done"] + 1) for i, _, pre in plan if not pre)
-        pkeys = sum(kv.causal_keys(state[i]["done"], w) for i, w, pre in plan if pre)
-        rkeys = sum(kv.held(state[i]["done"]) for i, _, pre in plan if pre)
-        completing = sum(1 for i, w, pre in plan if pre and state[i]["done"] + w >= prompts[i])
-        t += step.time(decode, prefill, dkeys, pkeys, rkeys, decode + completing, 1)
+        context = sum(state[i]["done"] + 1 for i, _, pre in plan if not pre) / decode if decode else 0.0
+        past = sum(state[i]["done"] for i, _, pre in plan if pre) / chunks if chunks else 0.0
+        t += step.time(decode, context, prefill, past, chunks, 1)
         for i, w, pre in plan:
             s = state[i]
             s["done"] += w

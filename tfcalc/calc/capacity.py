@@ -1,11 +1,13 @@
 """Capacity search: every replica layout on every GPU type, sized to the traffic, cheapest first.
 
-A candidate is one replica configuration: GPU type x tensor parallel tp x pipeline parallel pp x expert
+A candidate is one replica configuration: engine x GPU type x tensor parallel tp x pipeline parallel pp x expert
 parallel ep (1, or tp: whole experts per GPU) x weight format x KV format x max_num_seqs x chunk size
-(max_num_batched_tokens) [x speculative decoding on/off]. For each:
+(max_num_batched_tokens) [x speculative decoding on/off]. Step times come from the per-operation latency model of
+``estimate`` with the engine's kernels (``serving_inputs.latency_step``, built once per engine, GPU, layout and
+formats). For each:
 
-1. memory (``serving_inputs.replica_memory``): does it load, how much KV the replica holds; layouts that do
-   not fit are pruned before any timing (and memory is computed once per GPU, layout, formats and chunk);
+1. memory (``serving_inputs.replica_memory``: ``plan_fit`` with the engine's memory model): does it load, how much
+   KV the replica holds for this max_num_seqs and chunk size; layouts that do not fit are pruned before any timing;
 2. capacity (``serving.max_rate``): the largest request rate one replica carries while meeting every target,
    and what binds it;
 3. sizing: replicas = ceil(traffic / capacity) (data parallel), GPUs = replicas x tp x pp, cost = GPUs x
@@ -28,7 +30,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from tfcalc.calc.roofline import Efficiency
 from tfcalc.calc.serving import (
     Capacity,
     Point,
@@ -36,15 +37,17 @@ from tfcalc.calc.serving import (
     SpecDecoding,
     at_concurrency,
     at_rate,
+    load_limit,
     max_rate,
     max_rates,
     prefill_only_at,
     prefill_only_max_rate,
 )
-from tfcalc.calc.serving_inputs import ReplicaMemory, replica_memory, step_model, step_work
-from tfcalc.calc.serving_traffic import Overheads, Target, Traffic
+from tfcalc.calc.serving_inputs import ReplicaMemory, StepSource, latency_step, replica_memory
+from tfcalc.calc.serving_traffic import Overheads, Target, Traffic, engine_overheads
 from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.errors import UsageError
+from tfcalc.spec.engine import EngineSpec
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
 
@@ -71,20 +74,30 @@ class SearchSpace:
     expert_parallel: tuple[bool, ...] = (False, True)
     max_num_seqs: tuple[int, ...] = DEFAULT_MAX_NUM_SEQS
     chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS
+    engines: tuple[EngineSpec | None, ...] = (None,)   # None: the ideal memory arithmetic, default kernels
     max_gpus: int = 64
     gpus_per_node: int = 8
     max_model_len: int = 8192
-    gpu_memory_utilization: float = 0.9
-    block_size: int = 16
-    runtime_overhead_bytes: int = 1 << 30
+    gpu_memory_utilization: float | None = None      # None: each engine's default
+    block_size: int | None = None                    # None: each engine's default
     speculative: tuple[SpecDecoding | None, ...] = (None,)
     disaggregated: bool = False
     kv_transfer_bytes_per_s: float = 50e9
+    rates: Callable | None = field(default=None, compare=False)   # (gpu, base rates, phase) -> Rates: calibration
+
+
+def engine_label(engine: EngineSpec | None) -> str:
+    return engine.label if engine is not None else "ideal"
+
+
+def engine_family(engine: EngineSpec | None) -> str:
+    return engine.name if engine is not None else "ideal"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Candidate:
     gpu: str
+    engine: str = "ideal"
     tp: int
     pp: int
     ep: int
@@ -107,8 +120,8 @@ class Candidate:
         pp = f" pp{self.pp}" if self.pp > 1 else ""
         spec = f" spec{self.spec.num_tokens}" if self.spec else ""
         pre = f" +{self.prefill_replicas}x tp{self.prefill_tp} prefill" if self.mode == "disaggregated" else ""
-        return (f"{self.gpu} tp{self.tp}{pp}{ep} w={self.weights} kv={self.kv_dtype} seqs={self.max_num_seqs} "
-                f"chunk={self.chunk}{spec}{pre}")
+        return (f"{self.engine} {self.gpu} tp{self.tp}{pp}{ep} w={self.weights} kv={self.kv_dtype} "
+                f"seqs={self.max_num_seqs} chunk={self.chunk}{spec}{pre}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,12 +205,13 @@ def _layouts(spec: ModelSpec, space: SearchSpace) -> list[tuple[int, int, int]]:
 
 def count_candidates(spec: ModelSpec, space: SearchSpace) -> int:
     per_layout = (len(space.gpus) * len(space.weight_precisions) * len(space.kv_dtypes) * len(space.max_num_seqs)
-                  * len(space.chunk_sizes) * len(space.speculative))
+                  * len(space.chunk_sizes) * len(space.speculative) * len(space.engines))
     return len(_layouts(spec, space)) * per_layout
 
 
 def _targets_without_tpot(targets: tuple[Target, ...]) -> tuple[Target, ...]:
-    return tuple(t for t in targets if t.metric != "tpot")
+    """The targets the frontier keeps: all but the per-user speed ones (TPOT, ITL), its x axis."""
+    return tuple(t for t in targets if t.metric not in ("tpot", "itl"))
 
 
 def _cost_split(point: Point, cost_per_hour: float, rate_per_s: float, traffic_in: float,
@@ -213,27 +227,41 @@ def _cost_split(point: Point, cost_per_hour: float, rate_per_s: float, traffic_i
     return cin, cout
 
 
+Overheading = Overheads | dict[str, Overheads] | None
+
+
+def overheads_for(overheads: Overheading, engine: EngineSpec | None) -> Overheads:
+    """The overheads of an engine: one set for every engine, a set per engine label or family, or (None) each
+    engine family's defaults (``serving_traffic.ENGINE_OVERHEADS``)."""
+    if isinstance(overheads, Overheads):
+        return overheads
+    if overheads:
+        for key in (engine_label(engine), engine_family(engine)):
+            if key in overheads:
+                return overheads[key]
+    return engine_overheads(engine_family(engine))
+
+
 def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
-           overheads: Overheads, efficiency: Efficiency | None = None,
-           progress: Callable[[int], None] | None = None, workers: int = 1) -> SearchResult:
+           overheads: Overheading = None, progress: Callable[[int], None] | None = None,
+           workers: int = 1) -> SearchResult:
     """Evaluate every candidate; the cheapest feasible one first (ties: fewer GPUs, more headroom).
 
-    ``workers`` > 1 spreads the (layout, formats) groups over that many forked processes (where the platform
-    can fork); the result is the same as with one.
+    ``workers`` > 1 spreads the (engine, layout, formats) groups over that many forked processes (where the
+    platform can fork); the result is the same as with one.
     """
     if not space.gpus:
         raise UsageError("no GPU type to search")
     if not targets:
-        raise UsageError("give at least one latency target (--ttft, --tpot or --e2e)")
-    eff = efficiency or Efficiency()
+        raise UsageError("give at least one latency target (--ttft, --tpot, --itl or --e2e)")
     layouts = _layouts(spec, space)
     if not layouts:
         raise UsageError(f"no tensor/pipeline-parallel layout of {spec.name} fits the limits (max GPUs "
                          f"{space.max_gpus}, {space.gpus_per_node} per node)")
-    groups = [(tp, pp, ep, precision, kv_dtype) for tp, pp, ep in layouts for precision in space.weight_precisions
-              for kv_dtype in space.kv_dtypes]
+    groups = [(e, tp, pp, ep, precision, kv_dtype) for e in range(len(space.engines)) for tp, pp, ep in layouts
+              for precision in space.weight_precisions for kv_dtype in space.kv_dtypes]
     pool = _pool(workers, len(groups))
-    job = _Job(spec, traffic, targets, space, overheads, eff, slim=pool is not None)
+    job = _Job(spec, traffic, targets, space, overheads, slim=pool is not None)
     evaluations: list[Evaluation] = []
     done = 0
     try:
@@ -247,7 +275,7 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
         if pool is not None:
             pool.terminate()
     if space.disaggregated:
-        evaluations.extend(_disaggregated(spec, traffic, targets, space, overheads, eff, evaluations))
+        evaluations.extend(_disaggregated(spec, traffic, targets, space, overheads, evaluations))
     evaluations.sort(key=lambda e: e.sort_key)
     best = evaluations[0] if evaluations and evaluations[0].feasible else None
     frontier = pareto_frontier([e for e in evaluations if "tokens_per_user" in e.numbers
@@ -265,40 +293,61 @@ def _pool(workers: int, groups: int):  # -> multiprocessing.pool.Pool | None
     return multiprocessing.get_context("fork").Pool(min(workers, groups))
 
 
+def _memory(spec: ModelSpec, space: SearchSpace, engine: EngineSpec | None, gpu: GPUSpec,
+            precision: WeightPrecision, kv_dtype: DType, tp: int, pp: int, ep: int, seqs: int,
+            chunk: int) -> ReplicaMemory:
+    return replica_memory(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine=engine,
+                          max_model_len=space.max_model_len, max_num_seqs=seqs, max_num_batched_tokens=chunk,
+                          gpu_memory_utilization=space.gpu_memory_utilization, block_size=space.block_size)
+
+
+def step_source(spec: ModelSpec, space: SearchSpace, engine: EngineSpec | None, gpu: GPUSpec,
+                precision: WeightPrecision, kv_dtype: DType, tp: int, pp: int, ep: int) -> StepSource:
+    """The latency model of one replica layout (memoised: the search and its re-checks ask again)."""
+    key = (spec, id(space), engine_label(engine), gpu.name, precision, kv_dtype, tp, pp, ep)
+    hit = _STEPS.get(key)
+    if hit is None:
+        if len(_STEPS) > 4096:
+            _STEPS.clear()
+        hit = _STEPS[key] = latency_step(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine=engine,
+                                         rates=space.rates, gpus_per_node=space.gpus_per_node)
+    return hit
+
+
+_STEPS: dict[tuple, StepSource] = {}
+
+
 @dataclass(frozen=True)
 class _Job:
-    """One (layout, formats) group of candidates: every GPU, chunk size, max_num_seqs, speculation."""
+    """One (engine, layout, formats) group of candidates: every GPU, chunk size, max_num_seqs, speculation."""
 
     spec: ModelSpec
     traffic: Traffic
     targets: tuple[Target, ...]
     space: SearchSpace
-    overheads: Overheads
-    eff: Efficiency
+    overheads: Overheading
     slim: bool = False
 
     def run(self, group: tuple) -> list[Evaluation]:
-        tp, pp, ep, precision, kv_dtype = group
+        index, tp, pp, ep, precision, kv_dtype = group
         spec, space = self.spec, self.space
-        memories = {(offer.gpu.name, chunk): replica_memory(
-            spec, offer.gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, max_model_len=space.max_model_len,
-            max_num_batched_tokens=chunk, gpu_memory_utilization=space.gpu_memory_utilization,
-            block_size=space.block_size, runtime_overhead_bytes=space.runtime_overhead_bytes)
-            for offer in space.gpus for chunk in space.chunk_sizes}
-        # The step-time coefficients are only needed where something fits.
-        work = step_work(spec, precision, kv_dtype, tp, pp, ep) if any(m.fits for m in memories.values()) else None
+        engine = space.engines[index]
+        overheads = overheads_for(self.overheads, engine)
         out: list[Evaluation] = []
         for offer in space.gpus:
-            step = step_model(work, offer.gpu, self.eff) if work is not None else None
+            step: StepSource | None = None
             for chunk in space.chunk_sizes:
-                memory = memories[(offer.gpu.name, chunk)]
                 for spec_dec in space.speculative:
                     previous: Evaluation | None = None
                     for seqs in sorted(space.max_num_seqs):
-                        cand = Candidate(gpu=offer.gpu.name, tp=tp, pp=pp, ep=ep, weights=precision.label,
-                                         kv_dtype=kv_dtype.name, max_num_seqs=seqs, chunk=chunk, spec=spec_dec)
+                        memory = _memory(spec, space, engine, offer.gpu, precision, kv_dtype, tp, pp, ep, seqs, chunk)
+                        if step is None and memory.fits:   # the latency model only where something fits
+                            step = step_source(spec, space, engine, offer.gpu, precision, kv_dtype, tp, pp, ep)
+                        cand = Candidate(gpu=offer.gpu.name, engine=engine_label(engine), tp=tp, pp=pp, ep=ep,
+                                         weights=precision.label, kv_dtype=kv_dtype.name, max_num_seqs=seqs,
+                                         chunk=chunk, spec=spec_dec)
                         previous = _evaluate(cand, offer, memory, step, self.traffic, self.targets, space,
-                                             self.overheads, spec_dec, previous)
+                                             overheads, spec_dec, previous)
                         out.append(previous)
         if self.slim:
             return [slim(e) for e in out]
@@ -326,15 +375,14 @@ def _size(capacity: Capacity, traffic: Traffic) -> tuple[int, float]:
     return max(1, math.ceil(traffic.load / per - 1e-9)), per
 
 
-def _seats_idle(capacity: Capacity, seqs: int) -> bool:
-    """True when max_num_seqs played no part in this capacity (so any larger value gives the same one): the
-    search stopped at a latency target, and the seats were far from full (or the KV cache set them)."""
-    p = capacity.point
+def _seats_idle(capacity: Capacity, seats: float) -> bool:
+    """True when ``seats`` (a replica's min(max_num_seqs, KV-limited sequences)) play no part in this capacity: it
+    stopped at a latency target, and at 1 % more load than its own the seats are far from full -- c - a > 7 sqrt(c) +
+    2, where Erlang's P(wait) is below 1e-11 and ``serving.erlang`` returns exactly 0 -- so every point the search
+    looked at is the same whatever the seats."""
     if capacity.binding in ("max_num_seqs", "KV cache", "token budget"):
         return False
-    if p.kv_seats <= seqs:
-        return True
-    return seqs - 1.01 * p.seat_load > 7 * math.sqrt(seqs) + 2
+    return seats - 1.01 * capacity.point.seat_load > 7 * math.sqrt(seats) + 2
 
 
 def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, traffic: Traffic,
@@ -354,10 +402,12 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
     model = _replica(step, memory, traffic, cand.max_num_seqs, cand.chunk, overheads, spec_dec)
     prior = previous if previous is not None and previous.model is not None else None
     relaxed = _targets_without_tpot(targets)
+    seats = load_limit(model)
+    before = load_limit(prior.model) if prior is not None and prior.model is not None else 0.0
     reuse_cap = prior is not None and prior.capacity is not None and \
-        _seats_idle(prior.capacity, prior.candidate.max_num_seqs)
+        _seats_idle(prior.capacity, before) and _seats_idle(prior.capacity, seats)
     reuse_front = prior is not None and prior.frontier_capacity is not None and \
-        _seats_idle(prior.frontier_capacity, prior.candidate.max_num_seqs)
+        _seats_idle(prior.frontier_capacity, before) and _seats_idle(prior.frontier_capacity, seats)
     operating = None
     if reuse_cap and reuse_front:
         assert prior is not None and prior.capacity is not None and prior.frontier_capacity is not None
@@ -434,8 +484,12 @@ def pareto_frontier(evaluations: list[Evaluation]) -> list[Evaluation]:
     return front
 
 
+def _engine_of(space: SearchSpace, label: str) -> EngineSpec | None:
+    return next(e for e in space.engines if engine_label(e) == label)
+
+
 def full_evaluation(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
-                    overheads: Overheads, efficiency: Efficiency | None, e: Evaluation) -> Evaluation:
+                    overheads: Overheading, e: Evaluation) -> Evaluation:
     """``e`` with its model objects (re-evaluated if a worker sent back numbers only)."""
     if e.model is not None or not e.fits or e.candidate.mode != "aggregated":
         return e
@@ -443,9 +497,10 @@ def full_evaluation(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ..
     offer = next(o for o in space.gpus if o.gpu.name == c.gpu)
     precision = next(p for p in space.weight_precisions if p.label == c.weights)
     kv_dtype = next(k for k in space.kv_dtypes if k.name == c.kv_dtype)
-    step = step_model(step_work(spec, precision, kv_dtype, c.tp, c.pp, c.ep), offer.gpu, efficiency or Efficiency())
+    engine = _engine_of(space, c.engine)
+    step = step_source(spec, space, engine, offer.gpu, precision, kv_dtype, c.tp, c.pp, c.ep)
     assert e.memory is not None
-    return _evaluate(c, offer, e.memory, step, traffic, targets, space, overheads, c.spec)
+    return _evaluate(c, offer, e.memory, step, traffic, targets, space, overheads_for(overheads, engine), c.spec)
 
 
 # --- disaggregated prefill / decode ---------------------------------------------------------------------
@@ -457,7 +512,7 @@ def prefill_capacity(model: ReplicaServing, targets: tuple[Target, ...]) -> Capa
 
 
 def _disaggregated(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
-                   overheads: Overheads, eff: Efficiency, aggregated: list[Evaluation]) -> list[Evaluation]:
+                   overheads: Overheading, aggregated: list[Evaluation]) -> list[Evaluation]:
     """Per GPU type and formats: the best prefill layout (TTFT) and the best decode layout (TPOT, e2e), each
     sized to the traffic; the prompt's KV reaches the decode pool over the interconnect."""
     out: list[Evaluation] = []
@@ -466,11 +521,11 @@ def _disaggregated(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...
     by_group: dict[tuple, list[Evaluation]] = {}
     for e in aggregated:
         if e.fits and e.model is None and e.capacity_rate_per_s > 0:
-            e = full_evaluation(spec, traffic, targets, space, overheads, eff, e)
+            e = full_evaluation(spec, traffic, targets, space, overheads, e)
         if e.fits and e.model is not None:
             c = e.candidate
-            by_group.setdefault((c.gpu, c.weights, c.kv_dtype, c.spec), []).append(e)
-    decode_targets = tuple(t for t in targets if t.metric == "tpot")
+            by_group.setdefault((c.engine, c.gpu, c.weights, c.kv_dtype, c.spec), []).append(e)
+    decode_targets = tuple(t for t in targets if t.metric in ("tpot", "itl"))
     e2e_targets = tuple(t for t in targets if t.metric == "e2e")
     for group in by_group.values():
         price = group[0].price_per_gpu_hour

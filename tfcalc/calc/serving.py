@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from tfcalc.calc.serving_inputs import StepModel
+from tfcalc.calc.serving_inputs import StepSource
 from tfcalc.calc.serving_traffic import LengthDist, Overheads, Target, normal_quantile
 
 
@@ -64,7 +64,7 @@ class SpecDecoding:
 class ReplicaServing:
     """One replica (one engine on tp x pp GPUs) and the traffic it serves."""
 
-    step: StepModel
+    step: StepSource
     input_len: LengthDist
     output_len: LengthDist
     max_num_seqs: int
@@ -88,11 +88,11 @@ class _Work:
     tokens_per_decode: float
     accepted: float         # a
     decode_context: float
-    prefill_keys_per_token: float
     kv_units_live: float
-    held_decode: float      # keys one decode query attends (summed over layers) at the mean context
-    held_prefix: float      # keys of the cached prefix a prefill chunk reads back
     inverse_steps: float    # E[1 / decode steps] over the output lengths
+    chunks: float           # streamed chunks per request: the first token + one per decode step
+    api_work: float         # serial API-server work of a mean request (s)
+    api_request_m2: float   # E[(request part of the API work)^2]
     step: Callable[[float, float, float], float]   # busy step time: (decoding, prefill tokens, completing)
     owner: ReplicaServing = field(compare=False, repr=False)
 
@@ -119,7 +119,7 @@ def _work(r: ReplicaServing) -> _Work:
 def _make_work(r: ReplicaServing) -> _Work:
     i, o = r.input_len, r.output_len
     h = r.prefix_hit_ratio
-    kv = r.step.work.kv
+    kv = r.step.kv
     prefix = h * i.mean
     if r.role == "decode":
         p_mean, p_m2 = 0.0, 0.0
@@ -130,20 +130,22 @@ def _make_work(r: ReplicaServing) -> _Work:
     accepted = r.spec.tokens_per_step if r.spec else 1.0
     tokens_per_decode = float(r.spec.num_tokens + 1) if r.spec else 1.0
     context = i.mean + (d_m2 + d_mean) / (2 * d_mean) if d_mean > 0 else i.mean
-    pk = kv.causal_keys(round(prefix), max(1, round(p_mean))) / max(1, round(p_mean)) if p_mean > 0 else 0.0
     live = kv.units(context) - (kv.units(prefix) if h else 0.0) + r.block_size / 2
     inverse = sum(weight / max((x - 1) / accepted, 1.0) for x, weight in o.nodes())
-    held_decode, held_prefix = kv.held(context), kv.held(prefix)
-    step = r.step.busy_step(held_decode, pk, held_prefix, tokens_per_decode, r.overheads.step_s)
+    step = r.step.busy_step(context, (1 - h) * i.mean, prefix, tokens_per_decode, r.overheads.step_s)
     if r.spec is not None:
-        main, draft = step, r.step.busy_step(held_decode, 0.0, 0.0, 1.0)
+        main, draft = step, r.step.busy_step(context, (1 - h) * i.mean, prefix, 1.0)
         factor = r.spec.num_tokens * r.spec.draft_cost
 
         def step(batch: float, prefill: float, completing: float) -> float:
             t = main(batch, prefill, completing)
             return t + factor * draft(batch, 0.0, 0.0) if batch else t
-    return _Work(p_mean, p_m2, prefix, d_mean / accepted, d_mean, tokens_per_decode, accepted, context, pk,
-                 max(live, 1.0), held_decode, held_prefix, inverse, step, r)
+    ov = r.overheads
+    chunks = 1 + d_mean / accepted
+    request_part = ov.api_request_s + ov.api_input_token_s * i.mean
+    request_m2 = request_part ** 2 + ov.api_input_token_s ** 2 * i.variance
+    return _Work(p_mean, p_m2, prefix, d_mean / accepted, d_mean, tokens_per_decode, accepted, context,
+                 max(live, 1.0), inverse, chunks, ov.api_work_s(i.mean, chunks), request_m2, step, r)
 
 
 def erlang(servers: int, load: float) -> tuple[float, float]:
@@ -205,6 +207,8 @@ class Point:
     prefill_utilization: float
     engine_time_s: float
     w: _Work
+    api_utilization: float = 0.0  # of one API server
+    api_delay_s: float = 0.0      # a request's API-server time on its way in and its first token's: waits + work
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     # --- latencies ---------------------------------------------------------------------------------------
@@ -236,8 +240,8 @@ class Point:
         m = self.model
         o = m.overheads
         tokens = prompt * (1 - m.prefix_hit_ratio) if m.role != "decode" else 0.0
-        return (o.front_s(prompt) + o.stream_s + self.busy * self.step_s / 2
-                + self._prefill_service(tokens))
+        return (o.front_s(prompt) + o.stream_s + self.api_delay_s + o.api_input_token_s * prompt
+                + self.busy * self.step_s / 2 + self._prefill_service(tokens))
 
     def _plus_wait_quantile(self, p: float, fixed: list[tuple[float, float]]) -> float:
         """The p-quantile of F + W: F takes each (value, weight) of ``fixed`` (nodes of a length distribution),
@@ -282,8 +286,8 @@ class Point:
         each node, written out (it runs for every point a search evaluates)."""
         m, w = self.model, self.w
         o = m.overheads
-        base = o.request_s + o.stream_s + self.busy * self.step_s / 2
-        per_token, share = o.per_input_token_s, 1 - m.prefix_hit_ratio
+        base = o.request_s + o.stream_s + self.api_delay_s + self.busy * self.step_s / 2
+        per_token, share = o.per_input_token_s + o.api_input_token_s, 1 - m.prefix_hit_ratio
         cap, step, batch = self.prefill_capacity, w.step, self.batch
         full_step = -1.0
         out = []
@@ -320,6 +324,34 @@ class Point:
             mean = max(mean + z * math.sqrt(var), decode if z < 0 else mean)
         return mean / w.accepted + (m.kv_transfer_s / max(w.decode_tokens, 1.0) if m.role == "decode" else 0.0)
 
+    def itl(self, percentile: float = 0.0) -> float:
+        """Inter-token latency (s): the gap between two streamed chunks, over all gaps (vLLM bench's ITL). A gap is
+        one step at the batch it carries (1 + Poisson(m) decoding, capped by the seats): a decode-only step, or with
+        probability q one that carries a prefill chunk, whose size follows the prompt lengths (scaled to the mean
+        chunk, capped by the room in a step). Mean (percentile 0) or the percentile of that mixture, each step time
+        spread normally by the batch's Poisson spread (variance m)."""
+        seats = self.seats if self.seats >= 1 else 1.0
+        seen = min(1 + self.decode_others, seats)
+        q = self.prefill_step_share
+        decode = self._step(seen, 0.0)
+        if percentile == 0:
+            return q * self._step(seen, self.chunk_tokens) + (1 - q) * decode if q else decode
+        key = ("itl", percentile)
+        cached = self._memo.get(key)
+        if cached is not None:
+            return cached
+        parts = [(1 - q, decode)]
+        if q:
+            nodes = self.model.input_len.nodes(True)
+            cap = self.prefill_capacity
+            typical = sum(wt * min(x, cap) for x, wt in nodes)
+            scale = self.chunk_tokens / typical if typical > 0 else 1.0
+            parts += [(q * wt, self._step(seen, min(x * scale, cap))) for x, wt in nodes]
+        sigma = (self._step(min(seen + 1, seats + 1), 0.0) - decode) * math.sqrt(self.decode_others)
+        value = _mixture_quantile(percentile / 100, tuple(parts), max(sigma, 0.0))
+        self._memo[key] = value
+        return value
+
     def e2e(self, percentile: float = 0.0) -> float:
         """End-to-end latency (s): TTFT + (output - 1) x TPOT; percentiles over the output lengths and the
         wait, with TTFT's own spread at the mean prompt."""
@@ -345,6 +377,29 @@ class Point:
     def concurrency(self) -> float:
         """Requests in flight (Little's law: rate x mean end-to-end latency)."""
         return self.rate_per_s * self.e2e(0)
+
+
+def _mixture_quantile(p: float, parts: tuple[tuple[float, float], ...], sigma: float) -> float:
+    """The p-quantile of a mixture of normals N(value, sigma^2) with the given (weight, value) parts; sigma 0: of the
+    discrete distribution. Bisection on the CDF (60 halvings: exact to the float)."""
+    parts = tuple((wt, v) for wt, v in parts if wt > 0)
+    if sigma <= 0:
+        acc = 0.0
+        for wt, v in sorted(parts, key=lambda x: x[1]):
+            acc += wt
+            if acc >= p - 1e-12:
+                return v
+        return max(v for _, v in parts)
+    lo = min(v for _, v in parts) - 8 * sigma
+    hi = max(v for _, v in parts) + 8 * sigma
+    scale = 1 / (sigma * math.sqrt(2))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        cdf = sum(wt * 0.5 * (1 + math.erf((mid - v) * scale)) for wt, v in parts)
+        lo, hi = (mid, hi) if cdf < p else (lo, mid)
+        if hi - lo <= 1e-12 * max(abs(hi), 1e-9):
+            break
+    return max((lo + hi) / 2, 0.0)
 
 
 class _Mix(NamedTuple):
@@ -432,11 +487,43 @@ def at_load(r: ReplicaServing, load: float, w: _Work | None = None) -> Point:
         stable, limit = False, limit or "prefill throughput"
     wait_prefill = rate * w.prefill_m2 / mu_tokens ** 2 / (2 * (1 - rho_p)) if 0 < rho_p < 1 else 0.0
     p_wait = 1 - (1 - min(p_seat, 1.0)) * (1 - min(rho_p, 1.0))
+    api_rho, api_delay = _api_queue(r, w, rate, busy, mix.tau_mean)
+    if api_rho >= 1:
+        stable, limit = False, limit or "API server"
     return Point(model=r, batch=batch, rate_per_s=rate, stable=stable, limit=limit, step_s=mix.tau_mean,
                  decode_step_s=mix.tau_d, prefill_step_s=mix.tau_p, prefill_step_share=mix.q,
                  chunk_tokens=mix.chunk, prefill_capacity=mix.capacity, busy=busy, decode_others=others, seats=seats,
                  kv_seats=kv_seats, seat_load=a, wait_probability=p_wait, wait_mean_s=wait_seat + wait_prefill,
-                 prefill_utilization=rho_p, engine_time_s=engine, w=w)
+                 prefill_utilization=rho_p, engine_time_s=engine, w=w, api_utilization=api_rho,
+                 api_delay_s=api_delay)
+
+
+def _api_queue(r: ReplicaServing, w: _Work, rate: float, busy: float, step_s: float) -> tuple[float, float]:
+    """(utilization of one API server, a request's mean API delay on its way in and for its first token).
+
+    Each of the N servers takes 1/N of the requests: utilization rho = (rate / N) x work per request. Its tasks are
+    the requests' own work S (Poisson arrivals) and, at the end of every engine step, a bulk of b streamed chunks of
+    c each (b = chunks per second per server x step time / busy share), streamed in scheduling order: running
+    sequences first, new ones last. A request arriving at a random time finds what is left of the last bulk,
+    (steps per second) (b c)^2 / 2 (the bulk is done before the next one while rho < 1), and the other requests'
+    work, Pollaczek-Khinchine's lambda E[S^2] / (2 (1 - rho)); its first token is the last of its bulk and waits
+    for the other requests' work and the whole bulk, b c. Delay = both waits + S (its prompt part is added per
+    prompt length). tests/calc/test_serving.py checks it against the simulation and against M/D/1.
+    """
+    o = r.overheads
+    if not o.has_api or rate <= 0:
+        return 0.0, 0.0
+    lam = rate / o.api_servers
+    rho = lam * w.api_work
+    if rho >= 1:
+        return rho, math.inf
+    chunk = o.api_token_s
+    bulk = lam * w.chunks * step_s / busy * chunk if busy > 0 else 0.0   # work of one bulk (s)
+    steps_per_s = busy / step_s if step_s > 0 else 0.0
+    others = lam * w.api_request_m2 / (2 * (1 - rho))
+    arrival = steps_per_s * bulk * bulk / 2 + others
+    first = others + max(bulk, chunk) if chunk else 0.0   # a chunk of no work does not queue
+    return rho, arrival + o.api_request_s + first
 
 
 def load_limit(r: ReplicaServing) -> float:

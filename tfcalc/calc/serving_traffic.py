@@ -20,9 +20,9 @@ _COARSE_PROBABILITIES = (0.1, 0.3, 0.5, 0.7, 0.85, 0.9, 0.95, 0.99, 0.999)
 _NODE_PROBABILITIES = (0.01, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.925, 0.95, 0.97, 0.98, 0.99, 0.995,
                        0.999)
 DistKind = Literal["fixed", "uniform", "lognormal", "exponential", "empirical"]
-Metric = Literal["ttft", "tpot", "e2e"]
-METRICS: tuple[Metric, ...] = ("ttft", "tpot", "e2e")
-METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}
+Metric = Literal["ttft", "tpot", "itl", "e2e"]
+METRICS: tuple[Metric, ...] = ("ttft", "tpot", "itl", "e2e")
+METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "end-to-end"}
 
 
 def _normal_quantile(p: float) -> float:
@@ -194,7 +194,7 @@ class Target:
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
-            raise UsageError(f"unknown latency metric '{self.metric}' (ttft, tpot, e2e)")
+            raise UsageError(f"unknown latency metric '{self.metric}' (ttft, tpot, itl, e2e)")
         if not (self.percentile == 0 or 0 < self.percentile < 100):
             raise UsageError(f"percentile must be in (0, 100) or 0 for the mean, got {self.percentile}")
         if self.seconds <= 0:
@@ -213,39 +213,84 @@ class Target:
 
 @dataclass(frozen=True, kw_only=True)
 class Overheads:
-    """Per-request and per-step costs outside the GPU forward pass (seconds).
+    """Costs outside the GPU forward pass (seconds): latencies, and the API server's serial CPU work.
 
-    request_s: HTTP parsing, chat template and tokenization, hand-off to the engine process, once per request;
-    per_input_token_s: tokenization cost per prompt token; step_s: scheduler + input preparation + sampling
-    per engine step (CPU, not overlapped with the GPU); stream_s: detokenize and stream a token to the client.
+    Latencies (added to a request's path, shared by nothing): ``request_s`` from the client to the engine's queue
+    beyond the API server's own work (network, IPC hand-off, the engine loop picking it up), ``per_input_token_s``
+    per prompt token on that path, ``stream_s`` from the API server to the client; ``step_s``: CPU per engine step
+    not overlapped with the GPU (scheduler, input preparation).
+    The API server (vLLM's, SGLang's tokenizer manager, trtllm-serve) is a serial resource: one Python process per
+    ``api_servers`` (vLLM --api-server-count), each request pinned to one. Its work per request:
+    ``api_request_s`` (HTTP, validation, chat template, tokenization, hand-off) + ``api_input_token_s`` per prompt
+    token + ``api_token_s`` per streamed chunk (detokenize, OpenAI chunk object, JSON, SSE write) -- one chunk per
+    engine step that gives the request tokens. The serving model queues these (``tfcalc.calc.serving``), the
+    simulation runs them (``tfcalc.calc.serving_sim``).
     """
 
     request_s: float = 0.0
     per_input_token_s: float = 0.0
     step_s: float = 0.0
     stream_s: float = 0.0
+    api_request_s: float = 0.0
+    api_input_token_s: float = 0.0
+    api_token_s: float = 0.0
+    api_servers: int = 1
     source: str = "none"
 
+    def __post_init__(self) -> None:
+        for name in ("request_s", "per_input_token_s", "step_s", "stream_s", "api_request_s", "api_input_token_s",
+                     "api_token_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 <= value <= 3600):
+                raise UsageError(f"overhead {name} must be between 0 and 3600 s, got {value}")
+        if not 1 <= self.api_servers <= 4096:
+            raise UsageError(f"API server count must be between 1 and 4096, got {self.api_servers}")
+
     def front_s(self, input_tokens: float) -> float:
+        """Latency before the engine that is not API-server work."""
         return self.request_s + self.per_input_token_s * input_tokens
 
+    def api_work_s(self, input_tokens: float, chunks: float) -> float:
+        """Serial API-server CPU of one request: its request part and its streamed chunks."""
+        return self.api_request_s + self.api_input_token_s * input_tokens + self.api_token_s * chunks
 
-# Defaults per engine. Source: gpustack performance lab, docs/performance-lab/qwen3-8b/h100-latency.md
-# (gpustack/gpustack@47277d7): vllm bench serve --backend openai-chat, ShareGPT (mean prompt 233 tokens),
-# Qwen3-8B bf16 on one H100 SXM. vLLM 0.11 at concurrency 1: mean TTFT 59.0 ms, TPOT 7.28 ms; SGLang 0.5.3 at
-# concurrency 4: mean TTFT 27.7 ms, TPOT 7.19 ms. The prefill of 233 tokens is one step of about 7-9 ms
-# (the weights are read once: memory-bound), so about 50 ms (vLLM) and 20 ms (SGLang) of TTFT are the request
-# path. Split: stream 2 ms (detokenize + SSE of one chunk), the rest before the engine. SGLang's overlap
-# scheduler hides the CPU step; vLLM's V1 engine core overlaps it only with --async-scheduling, and its
-# measured TPOT at batch 1 is already below the roofline's default-efficiency step, so step_s = 0 for both.
+    @property
+    def has_api(self) -> bool:
+        return bool(self.api_request_s or self.api_input_token_s or self.api_token_s)
+
+
+# The API server's serial CPU (vLLM V1, one API server): vllm-project/vllm PR #17546 (njhill, 2025-05, "API-server
+# scaleout"): 2 x A100, Llama-3.2-1B, ShareGPT offered at 120 req/s, --data-parallel-size 2 with one API server:
+# 10,000 requests in 130.74 s = 76.5 req/s, the GPUs (a 1B model on two A100s) far from busy -- so one API server
+# does about 13.1 ms of serial work per ShareGPT request (about 220 prompt and 200 streamed tokens; the same
+# benchmark scales with --api-server-count in that PR). Its split is not published: 3 ms per request (HTTP,
+# template, tokenization) + 50 us per streamed chunk (3 + 200 x 0.05 = 13 ms). The vLLM/NVIDIA gpt-oss blog
+# (blog.vllm.ai 2026-02-01, "Stream Interval") confirms the per-chunk part dominates at high concurrency: streaming
+# every 10th token instead of every token gave +57 % end-to-end at 1,024 concurrent requests, and it recommends
+# --api-server-count 20 or --stream-interval 20 there.
+# Latency beyond that work at concurrency 1: ray-project/ray issue #59681 (vLLM 0.22.0 `vllm serve`, streaming chat
+# completions, Qwen2.5-0.5B): TTFT p50 16.9 ms, of which a few ms are the 0.5B model's prefill and 3 ms the API
+# work above: request_s 10 ms. SGLang and trtllm-serve: no published serial costs, vLLM's are used (both are Python
+# servers that detokenize and stream per chunk); their latency from gpustack/gpustack performance-lab
+# qwen3-8b/h100-latency.md (Qwen3-8B on one H100, ShareGPT, concurrency 4): TTFT 27.7 ms (SGLang 0.5.3) and 51.6 ms
+# (TensorRT-LLM 1.2.0rc1) against about 9 ms of prefill and 3 ms of API work.
+_API = {"api_request_s": 0.003, "api_token_s": 50e-6}
 ENGINE_OVERHEADS: dict[str, Overheads] = {
-    "vllm": Overheads(request_s=0.048, per_input_token_s=0.0, step_s=0.0, stream_s=0.002,
-                      source="vLLM 0.11 openai-chat, Qwen3-8B on H100: TTFT 59 ms at concurrency 1 "
-                             "(gpustack performance lab)"),
-    "sglang": Overheads(request_s=0.018, per_input_token_s=0.0, step_s=0.0, stream_s=0.002,
-                        source="SGLang 0.5.3 openai-chat, Qwen3-8B on H100: TTFT 28 ms at concurrency 4 "
-                               "(gpustack performance lab)"),
+    "vllm": Overheads(request_s=0.010, **_API,
+                      source="vLLM: API server 3 ms/request + 50 us/chunk (vllm PR #17546), 10 ms request latency "
+                             "(ray issue #59681)"),
+    "sglang": Overheads(request_s=0.015, **_API,
+                        source="SGLang: vLLM's API-server costs, 15 ms request latency (gpustack performance lab)"),
+    "trtllm": Overheads(request_s=0.040, **_API,
+                        source="trtllm-serve: vLLM's API-server costs, 40 ms request latency (gpustack performance "
+                               "lab)"),
+    "ideal": Overheads(source="ideal: no request overheads"),
 }
+
+
+def engine_overheads(family: str) -> Overheads:
+    """Defaults for an engine family (``vllm``, ``sglang``, ``trtllm``; anything else: none)."""
+    return ENGINE_OVERHEADS.get(family, ENGINE_OVERHEADS["ideal"])
 
 
 normal_quantile = lru_cache(maxsize=256)(_normal_quantile)
