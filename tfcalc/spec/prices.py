@@ -1,10 +1,21 @@
-"""GPU hourly prices: ``presets/prices.yaml`` (each with its source and date), overridable per run."""
+"""GPU hourly prices: ``presets/prices.yaml`` (each with its source and date), overridable per run.
+
+Read like every other preset (``tfcalc.spec.presets.read_data_file``: bounded size, no duplicate keys) and checked
+field by field with the spec checkers: one-line errors that name the file and the field.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from tfcalc.errors import SpecError, UsageError
+
+MAX_USD_PER_GPU_HOUR = 10_000.0   # far above any listed GPU: a typo (a price per month) is refused
+PRICE_FIELDS = ("usd_per_gpu_hour", "source", "as_of")
+MAX_TEXT_CHARS = 1000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -15,30 +26,50 @@ class GpuPrice:
     as_of: str
 
 
-def load_prices() -> dict[str, GpuPrice]:
-    """Every price in the preset file, by GPU preset name; one-line SpecError if the file is malformed."""
-    from tfcalc.spec.presets import preset_root, read_data_file
+def prices_from_mapping(data: dict[str, Any], origin: str) -> dict[str, GpuPrice]:
+    """Validate ``{prices: {gpu: {usd_per_gpu_hour, source, as_of}}}`` into GpuPrices by GPU preset name."""
+    from tfcalc.spec.model import check_float, check_str, key_text
+    from tfcalc.spec.presets import suggest
 
-    path = preset_root() / "prices.yaml"
-    data = read_data_file(path)
+    def fail(message: str) -> SpecError:
+        return SpecError(f"{origin}: {message}")
+
+    unknown = sorted(key_text(k) for k in data if k != "prices")
+    if unknown:
+        raise fail(f"unknown field '{unknown[0]}' (the file holds one mapping, 'prices')")
     table = data.get("prices")
     if not isinstance(table, dict):
-        raise SpecError(f"{path}: expected a mapping 'prices: {{gpu: {{usd_per_gpu_hour: ..., source: ...}}}}'")
+        raise fail("field 'prices' must be a mapping of GPU names to {usd_per_gpu_hour, source, as_of}")
     prices: dict[str, GpuPrice] = {}
     for name, entry in table.items():
+        key = f"prices.{key_text(name)}"
+        if not isinstance(name, str):
+            raise fail(f"field '{key}': a GPU name must be text")
         if not isinstance(entry, dict):
-            raise SpecError(f"{path}: prices.{name} must be a mapping")
-        unknown = sorted(set(entry) - {"usd_per_gpu_hour", "source", "as_of"})
-        if unknown:
-            raise SpecError(f"{path}: prices.{name}: unknown field '{unknown[0]}'")
-        value = entry.get("usd_per_gpu_hour")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise SpecError(f"{path}: prices.{name}.usd_per_gpu_hour must be a positive number, got {value!r}")
-        if not entry.get("source") or not entry.get("as_of"):
-            raise SpecError(f"{path}: prices.{name} needs a source and an as_of date")
-        prices[str(name)] = GpuPrice(gpu=str(name), usd_per_gpu_hour=float(value), source=str(entry["source"]),
-                                     as_of=str(entry["as_of"]))
+            raise fail(f"field '{key}' must be a mapping of {', '.join(PRICE_FIELDS)}")
+        extra = sorted(key_text(k) for k in entry if k not in PRICE_FIELDS)
+        if extra:
+            hints = suggest(extra[0], list(PRICE_FIELDS), limit=1)
+            raise fail(f"unknown field '{key}.{extra[0]}'" + (f" (did you mean '{key}.{hints[0]}'?)" if hints else ""))
+        for field_name in PRICE_FIELDS:
+            if entry.get(field_name) is None:
+                raise fail(f"missing required field '{key}.{field_name}'")
+        try:
+            usd = check_float(f"{key}.usd_per_gpu_hour", entry["usd_per_gpu_hour"], MAX_USD_PER_GPU_HOUR)
+            source = check_str(f"{key}.source", entry["source"], MAX_TEXT_CHARS)
+            as_of = check_str(f"{key}.as_of", entry["as_of"], MAX_TEXT_CHARS)
+        except SpecError as exc:
+            raise fail(str(exc)) from None
+        prices[name] = GpuPrice(gpu=name, usd_per_gpu_hour=usd, source=source, as_of=as_of)
     return prices
+
+
+def load_prices(path: Path | str | None = None) -> dict[str, GpuPrice]:
+    """Every price in ``path`` (default: the bundled presets/prices.yaml), by GPU preset name."""
+    from tfcalc.spec.presets import preset_root, read_data_file
+
+    file = Path(path) if path is not None else preset_root() / "prices.yaml"
+    return prices_from_mapping(read_data_file(file), str(file))
 
 
 def parse_price_overrides(values: list[str] | None) -> dict[str, float]:
@@ -55,7 +86,8 @@ def parse_price_overrides(values: list[str] | None) -> dict[str, float]:
                 number = float(price.lstrip("$"))
             except ValueError:
                 raise UsageError(f"invalid price '{item}': '{price}' is not a number") from None
-            if not number > 0:
-                raise UsageError(f"invalid price '{item}': must be positive")
+            if not (math.isfinite(number) and 0 < number <= MAX_USD_PER_GPU_HOUR):
+                raise UsageError(f"invalid price '{item}': must be positive and at most "
+                                 f"{MAX_USD_PER_GPU_HOUR:,.0f} USD per GPU-hour")
             out[name] = number
     return out
