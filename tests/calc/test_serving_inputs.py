@@ -9,7 +9,15 @@ from hypothesis import strategies as st
 
 from tfcalc.calc.latency import StepShape, in_flight_seconds, serving_step_seconds
 from tfcalc.calc.plan import PlanConfig, plan_fit
-from tfcalc.calc.serving_inputs import BATCH_GRID, PREFILL_GRID, KvShape, kv_shape, latency_step, replica_memory
+from tfcalc.calc.serving_inputs import (
+    BATCH_GRID,
+    COARSE_GRID,
+    PREFILL_GRID,
+    KvShape,
+    kv_shape,
+    latency_step,
+    replica_memory,
+)
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
@@ -67,11 +75,11 @@ def test_simulated_step_is_the_latency_model() -> None:
 
 @pytest.mark.parametrize("name,tp,pp", [("llama3-8b", 1, 1), ("qwen3-30b-a3b", 2, 1), ("llama3-70b", 4, 2)])
 def test_table_is_exact_on_its_grid(name: str, tp: int, pp: int) -> None:
-    """At a grid point the table is the latency model's step: a prompt's chunk at the mean past of its chunks, or
+    """At a grid point (coarse for prefill) the table is the latency model's step: a chunk at the mean past, or
     whole prompts; pp batches in flight."""
     step = _step(name, tp, pp)
     table = step.busy_step(3000.0, 2000.0, 0.0)
-    for b in (1.0, 16.0, 128.0):
+    for b in (1.0, 16.0, 64.0):
         for n in (0.0, 512.0, 8192.0):
             seqs, tokens = int(b), n / pp
             chunks, per, past = (1, round(tokens), (2000 - tokens) / 2) if tokens < 2000 else (
@@ -103,4 +111,5 @@ def test_table_interpolates_within_a_few_percent(name: str, batch: float, prefil
 
 def test_grids_are_increasing() -> None:
     assert list(BATCH_GRID) == sorted(set(BATCH_GRID)) and list(PREFILL_GRID) == sorted(set(PREFILL_GRID))
+    assert list(COARSE_GRID) == sorted(set(COARSE_GRID)) and set(COARSE_GRID) <= set(BATCH_GRID)
     assert BATCH_GRID[-1] >= 65536 and PREFILL_GRID[-1] >= 131072

@@ -37,6 +37,7 @@ from tfcalc.calc.serving import (
     SpecDecoding,
     at_concurrency,
     at_rate,
+    capacity_index,
     load_limit,
     max_rate,
     max_rates,
@@ -244,11 +245,12 @@ def overheads_for(overheads: Overheading, engine: EngineSpec | None) -> Overhead
 
 def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
            overheads: Overheading = None, progress: Callable[[int], None] | None = None,
-           workers: int = 1) -> SearchResult:
+           workers: int = 1, operating: bool = True) -> SearchResult:
     """Evaluate every candidate; the cheapest feasible one first (ties: fewer GPUs, more headroom).
 
     ``workers`` > 1 spreads the (engine, layout, formats) groups over that many forked processes (where the
-    platform can fork); the result is the same as with one.
+    platform can fork); the result is the same as with one. ``operating=False`` leaves out the operating points
+    (``full_evaluation`` adds one to a configuration on demand).
     """
     if not space.gpus:
         raise UsageError("no GPU type to search")
@@ -261,7 +263,7 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
     groups = [(e, tp, pp, ep, precision, kv_dtype) for e in range(len(space.engines)) for tp, pp, ep in layouts
               for precision in space.weight_precisions for kv_dtype in space.kv_dtypes]
     pool = _pool(workers, len(groups))
-    job = _Job(spec, traffic, targets, space, overheads, slim=pool is not None)
+    job = _Job(spec, traffic, targets, space, overheads, slim=pool is not None, operating=operating)
     evaluations: list[Evaluation] = []
     done = 0
     try:
@@ -327,8 +329,11 @@ class _Job:
     space: SearchSpace
     overheads: Overheading
     slim: bool = False
+    operating: bool = True
+    _hints: dict = field(default_factory=dict, compare=False, repr=False)
 
     def run(self, group: tuple) -> list[Evaluation]:
+        self._hints.clear()
         index, tp, pp, ep, precision, kv_dtype = group
         spec, space = self.spec, self.space
         engine = space.engines[index]
@@ -339,7 +344,11 @@ class _Job:
             for chunk in space.chunk_sizes:
                 for spec_dec in space.speculative:
                     previous: Evaluation | None = None
+                    hints: tuple[int | None, int | None] = (None, None)
                     for seqs in sorted(space.max_num_seqs):
+                        # where the answers likely are: this max_num_seqs at the previous chunk size, else the
+                        # previous max_num_seqs at this one
+                        hints = self._hints.get((offer.gpu.name, spec_dec, seqs), hints)
                         memory = _memory(spec, space, engine, offer.gpu, precision, kv_dtype, tp, pp, ep, seqs, chunk)
                         if step is None and memory.fits:   # the latency model only where something fits
                             step = step_source(spec, space, engine, offer.gpu, precision, kv_dtype, tp, pp, ep)
@@ -347,8 +356,13 @@ class _Job:
                                          weights=precision.label, kv_dtype=kv_dtype.name, max_num_seqs=seqs,
                                          chunk=chunk, spec=spec_dec)
                         previous = _evaluate(cand, offer, memory, step, self.traffic, self.targets, space,
-                                             overheads, spec_dec, previous)
+                                             overheads, spec_dec, previous, hints, self.operating)
                         out.append(previous)
+                        if previous.capacity is not None:
+                            hints = (capacity_index(previous.capacity) or hints[0],
+                                     capacity_index(previous.frontier_capacity) or hints[1]
+                                     if previous.frontier_capacity is not None else hints[1])
+                            self._hints[(offer.gpu.name, spec_dec, seqs)] = hints
         if self.slim:
             return [slim(e) for e in out]
         return out
@@ -387,9 +401,12 @@ def _seats_idle(capacity: Capacity, seats: float) -> bool:
 
 def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, traffic: Traffic,
               targets: tuple[Target, ...], space: SearchSpace, overheads: Overheads,
-              spec_dec: SpecDecoding | None, previous: Evaluation | None = None) -> Evaluation:
+              spec_dec: SpecDecoding | None, previous: Evaluation | None = None,
+              hints: tuple[int | None, int | None] = (None, None), with_operating: bool = True) -> Evaluation:
     """Size one candidate; ``previous`` (the same configuration with fewer max_num_seqs) is reused where the
-    seats did not matter to it."""
+    seats did not matter to it; ``hints``: where a similar configuration's capacities were (search starts);
+    ``with_operating``: also the operating point at the traffic's share per replica (its latencies, the cost per
+    token) -- ranking needs only the capacity, so a search can leave it to the configurations it shows."""
     price = offer.price_per_hour
     if not memory.fits or memory.kv_capacity_tokens <= 0:
         why = "does not fit: " + memory.reason if not memory.fits else "no room for KV cache"
@@ -401,6 +418,8 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
                                  "tokens")
     model = _replica(step, memory, traffic, cand.max_num_seqs, cand.chunk, overheads, spec_dec)
     prior = previous if previous is not None and previous.model is not None else None
+    if prior is not None and with_operating and prior.operating is None:
+        prior = None
     relaxed = _targets_without_tpot(targets)
     seats = load_limit(model)
     before = load_limit(prior.model) if prior is not None and prior.model is not None else 0.0
@@ -414,10 +433,10 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
         cap, frontier_cap, operating = prior.capacity, prior.frontier_capacity, prior.operating
     elif reuse_cap:
         assert prior is not None and prior.capacity is not None
-        frontier_cap = max_rates(model, targets, relaxed, known=prior.capacity)[1]
+        frontier_cap = max_rates(model, targets, relaxed, known=prior.capacity, hints=hints)[1]
         cap, operating = prior.capacity, prior.operating
     else:
-        cap, frontier_cap = max_rates(model, targets, relaxed)
+        cap, frontier_cap = max_rates(model, targets, relaxed, hints=hints)
     frontier = frontier_cap.point if frontier_cap.rate_per_s > 0 else None
     numbers: dict[str, float] = {}
     if frontier is not None:
@@ -437,25 +456,42 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
                           numbers=numbers)
     gpus = replicas * cand.gpus_per_replica
     cost = gpus * price
-    per_replica = traffic.load / replicas
-    if operating is None or prior is None or prior.replicas != replicas:
+    feasible = gpus <= space.max_gpus
+    reason = cap.binding if feasible else f"needs {gpus} GPUs, more than the limit of {space.max_gpus}"
+    if not with_operating:
+        return Evaluation(candidate=cand, fits=True, feasible=feasible, reason=reason, price_per_gpu_hour=price,
+                          memory=memory, capacity_rate_per_s=cap.rate_per_s, capacity_concurrency=concurrency,
+                          binding=cap.binding, replicas=replicas, num_gpus=gpus, cost_per_hour=cost,
+                          frontier=frontier, cost_per_m_input=math.nan, cost_per_m_output=math.nan, model=model,
+                          capacity=stored, frontier_capacity=frontier_cap, numbers=numbers)
+    base = Evaluation(candidate=cand, fits=True, feasible=feasible, reason=reason, price_per_gpu_hour=price,
+                      memory=memory, capacity_rate_per_s=cap.rate_per_s, capacity_concurrency=concurrency,
+                      binding=cap.binding, replicas=replicas, num_gpus=gpus, cost_per_hour=cost, frontier=frontier,
+                      model=model, capacity=stored, frontier_capacity=frontier_cap, numbers=numbers)
+    reuse = operating if prior is not None and prior.replicas == replicas else None
+    return operate(base, traffic, targets, reuse, prior.numbers if reuse is not None and prior is not None else None)
+
+
+def operate(e: Evaluation, traffic: Traffic, targets: tuple[Target, ...], known: Point | None = None,
+            known_numbers: dict[str, float] | None = None) -> Evaluation:
+    """``e`` (with its model and capacity) at its operating point: one replica's share of the traffic, its
+    latencies and the cost per million input and output tokens. ``known``: that point already (with its numbers)."""
+    model, cap = e.model, e.capacity
+    assert model is not None and cap is not None and e.replicas
+    per_replica = traffic.load / e.replicas
+    operating = known
+    if operating is None:
         operating = at_rate(model, per_replica, below=cap.point, known=cap.explored) \
-            if traffic.rate_per_s is not None else \
-            at_concurrency(model, per_replica)
-    if prior is not None and operating is prior.operating:
-        numbers.update({k: v for k, v in prior.numbers.items() if k not in ("tokens_per_gpu", "tokens_per_user")})
+            if traffic.rate_per_s is not None else at_concurrency(model, per_replica)
+    numbers = dict(e.numbers)
+    if known is not None and known_numbers is not None:
+        numbers.update({k: v for k, v in known_numbers.items() if k not in ("tokens_per_gpu", "tokens_per_user")})
     else:
         numbers.update({t.key: operating.metric(t) for t in targets})
         numbers.update(op_rate=operating.rate_per_s, op_batch=operating.batch, op_stable=float(operating.stable))
-    rate_op = operating.rate_per_s * replicas
-    cin, cout = _cost_split(operating, cost, rate_op, traffic.input_len.mean, traffic.output_len.mean)
-    feasible = gpus <= space.max_gpus
-    reason = cap.binding if feasible else f"needs {gpus} GPUs, more than the limit of {space.max_gpus}"
-    return Evaluation(candidate=cand, fits=True, feasible=feasible, reason=reason, price_per_gpu_hour=price,
-                      memory=memory, capacity_rate_per_s=cap.rate_per_s, capacity_concurrency=concurrency,
-                      binding=cap.binding, replicas=replicas, num_gpus=gpus, cost_per_hour=cost, operating=operating,
-                      frontier=frontier, cost_per_m_input=cin, cost_per_m_output=cout, model=model, capacity=stored,
-                      frontier_capacity=frontier_cap, numbers=numbers)
+    cin, cout = _cost_split(operating, e.cost_per_hour, operating.rate_per_s * e.replicas, traffic.input_len.mean,
+                            traffic.output_len.mean)
+    return replace(e, operating=operating, cost_per_m_input=cin, cost_per_m_output=cout, numbers=numbers)
 
 
 def tokens_per_gpu(e: Evaluation, point: Point | None = None) -> float:
@@ -490,9 +526,12 @@ def _engine_of(space: SearchSpace, label: str) -> EngineSpec | None:
 
 def full_evaluation(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
                     overheads: Overheading, e: Evaluation) -> Evaluation:
-    """``e`` with its model objects (re-evaluated if a worker sent back numbers only)."""
-    if e.model is not None or not e.fits or e.candidate.mode != "aggregated":
+    """``e`` with its model objects and its operating point (re-evaluated if a worker sent back numbers only, or
+    the search left the operating point out)."""
+    if not e.fits or e.candidate.mode != "aggregated":
         return e
+    if e.model is not None:
+        return operate(e, traffic, targets) if e.operating is None and e.replicas else e
     c = e.candidate
     offer = next(o for o in space.gpus if o.gpu.name == c.gpu)
     precision = next(p for p in space.weight_precisions if p.label == c.weights)

@@ -471,7 +471,7 @@ def at_load(r: ReplicaServing, load: float, w: _Work | None = None) -> Point:
         mix = _mix(r, w, batch, per_step)
         engine_new = mix.prefill_alone + mix.decode_time + transfer
         share_new = mix.decode_time / engine_new if engine_new > 0 else 0.0
-        converged = abs(engine_new - engine) <= 1e-5 * engine_new
+        converged = abs(engine_new - engine) <= 1e-4 * engine_new
         engine, share, tau = engine_new, share_new, mix.tau_mean
         if converged:
             break
@@ -548,8 +548,13 @@ def at_rate(r: ReplicaServing, rate: float, below: Point | None = None, known: t
                     lo_point = p
         if abs(hi_point.rate_per_s - rate) <= 1e-3 * rate:
             return hi_point
+        if lo_point is None:   # at light load rate ~ a / T: a first guess from the known point's time in system
+            guess = rate * hi_point.seat_load / hi_point.rate_per_s
+            lo_point = at_load(r, min(guess * 0.99, hi_point.seat_load * 0.5 + guess * 0.5), w)
+            if not lo_point.stable or lo_point.rate_per_s >= rate:
+                lo_point = None
         return _solve_load(r, w, lo_point.seat_load if lo_point else lo, hi_point.seat_load,
-                           lambda p: p.rate_per_s, rate)
+                           lambda p: p.rate_per_s, rate, lo_point, hi_point)
     hi = load_limit(r) * (1 - 1e-9)
     top = at_load(r, hi, w)
     if top.rate_per_s < rate or not top.stable:
@@ -567,23 +572,32 @@ def _replace_unstable(point: Point, rate: float, limit: str) -> Point:
 
 
 def _solve_load(r: ReplicaServing, w: _Work, lo: float, hi: float, value: Callable[[Point], float],
-                target: float) -> Point:
-    """The point where ``value`` (increasing in the load) reaches ``target`` (to 0.1 %), by regula falsi."""
-    p_lo, p_hi = at_load(r, lo, w), at_load(r, hi, w)
+                target: float, p_lo: Point | None = None, p_hi: Point | None = None) -> Point:
+    """The point where ``value`` (increasing in the load) reaches ``target`` (to 0.1 %), by the Illinois variant of
+    regula falsi between loads ``lo`` and ``hi`` (their points, when already known)."""
+    p_lo = p_lo or at_load(r, lo, w)
+    p_hi = p_hi or at_load(r, hi, w)
     point = p_hi
-    v_lo, v_hi = value(p_lo), value(p_hi)
+    f_lo, f_hi = value(p_lo) - target, value(p_hi) - target
+    side = 0
     for _ in range(60):
-        span = v_hi - v_lo
-        mid = lo + (hi - lo) * (target - v_lo) / span if span > 0 else (lo + hi) / 2
-        mid = min(max(mid, lo + 0.02 * (hi - lo)), hi - 0.02 * (hi - lo))
-        p = at_load(r, mid, w)
-        v = value(p)
-        if v >= target:
-            hi, p_hi, v_hi, point = mid, p, v, p
-        else:
-            lo, p_lo, v_lo = mid, p, v
         if abs(value(point) - target) <= 1e-3 * target or hi - lo <= 1e-9 * hi:
             break
+        span = f_hi - f_lo
+        mid = lo + (hi - lo) * (-f_lo) / span if span > 0 and math.isfinite(span) else (lo + hi) / 2
+        mid = min(max(mid, lo + 1e-4 * (hi - lo)), hi - 1e-4 * (hi - lo))
+        p = at_load(r, mid, w)
+        f = value(p) - target
+        if f >= 0:
+            hi, f_hi, point = mid, f, p
+            if side == 1:
+                f_lo /= 2
+            side = 1
+        else:
+            lo, f_lo = mid, f
+            if side == -1:
+                f_hi /= 2
+            side = -1
     return point
 
 
@@ -666,10 +680,13 @@ def _largest_meeting(points: Callable[[int], Point], targets: tuple[Target, ...]
 
 
 def max_rates(r: ReplicaServing, targets: tuple[Target, ...], relaxed: tuple[Target, ...] | None = None,
-              known: Capacity | None = None) -> tuple[Capacity, Capacity]:
+              known: Capacity | None = None, hints: tuple[int | None, int | None] = (None, None)
+              ) -> tuple[Capacity, Capacity]:
     """Largest arrival rate at which the replica is stable and meets ``targets``; and the same for a subset
     ``relaxed`` of them (the Pareto frontier uses all but TPOT). Both share the grid points evaluated;
-    ``known``: the answer for ``targets`` when already known (only the relaxed search runs)."""
+    ``known``: the answer for ``targets`` when already known (only the relaxed search runs); ``hints``: grid
+    indices where the two answers are likely (a similar configuration's), where the searches start. The answer is
+    the largest grid point meeting the targets whatever the start (the slack grows with the load)."""
     w = _work(r)
     top = max(1, _grid_index(load_limit(r)))
     cache: dict[int, Point] = {}
@@ -686,11 +703,17 @@ def max_rates(r: ReplicaServing, targets: tuple[Target, ...], relaxed: tuple[Tar
         if known.rate_per_s <= 0 or _slack(points(start), relaxed or targets) > 0:
             start = 0
     else:
-        full = _capacity(r, w, points, targets, 0, top)
+        full = _capacity(r, w, points, targets, 0, top, hints[0])
         start = max((k for k, p in cache.items() if p is full.point), default=0)
     if relaxed is None or relaxed == targets:
         return _with_explored(full, cache), _with_explored(full, cache)
-    return _with_explored(full, cache), _with_explored(_capacity(r, w, points, relaxed, start, top), cache)
+    return _with_explored(full, cache), _with_explored(_capacity(r, w, points, relaxed, start, top, hints[1]),
+                                                       cache)
+
+
+def capacity_index(c: Capacity) -> int | None:
+    """The grid index of a capacity's operating point (a hint for a similar configuration's search)."""
+    return _grid_index(c.point.seat_load) if c.rate_per_s > 0 else None
 
 
 def _with_explored(c: Capacity, cache: dict[int, Point]) -> Capacity:
@@ -700,7 +723,11 @@ def _with_explored(c: Capacity, cache: dict[int, Point]) -> Capacity:
 
 
 def _capacity(r: ReplicaServing, w: _Work, points: Callable[[int], Point], targets: tuple[Target, ...], lo: int,
-              top: int) -> Capacity:
+              top: int, hint: int | None = None) -> Capacity:
+    if hint is not None and lo < hint < top:
+        bracket = _bracket(points, targets, lo, top, hint)
+        if bracket is not None:
+            return _capacity_between(r, points, targets, *bracket)
     first = points(lo)
     s_first = _slack(first, targets)
     if s_first > 0:
@@ -711,7 +738,40 @@ def _capacity(r: ReplicaServing, w: _Work, points: Callable[[int], Point], targe
     s_last = _slack(last, targets)
     if s_last <= 0:
         return Capacity(rate_per_s=last.rate_per_s, point=last, binding=_limit_name(r, last, w))
-    k, over_k = _largest_meeting(points, targets, lo, top, s_first, s_last)
+    return _capacity_between(r, points, targets, lo, top, s_first, s_last)
+
+
+def _bracket(points: Callable[[int], Point], targets: tuple[Target, ...], lo: int, top: int,
+             hint: int) -> tuple[int, int, float, float] | None:
+    """(k, k', slack(k) <= 0 < slack(k')) found from ``hint`` by steps of 1, 4, 16 ... up or down; None when the
+    answer is at an end of [lo, top] (the search from the ends decides those)."""
+    s = _slack(points(hint), targets)
+    step = 1
+    if s <= 0:
+        k, s_k = hint, s
+        while True:
+            nxt = min(k + step, top)
+            s_n = _slack(points(nxt), targets)
+            if s_n > 0:
+                return k, nxt, s_k, s_n
+            if nxt == top:
+                return None
+            k, s_k, step = nxt, s_n, step * 4
+    k, s_k = hint, s
+    while True:
+        nxt = max(k - step, lo)
+        s_n = _slack(points(nxt), targets)
+        if s_n <= 0:
+            return nxt, k, s_n, s_k
+        if nxt == lo:
+            return None
+        k, s_k, step = nxt, s_n, step * 4
+
+
+def _capacity_between(r: ReplicaServing, points: Callable[[int], Point], targets: tuple[Target, ...], lo: int,
+                      hi: int, s_lo: float, s_hi: float) -> Capacity:
+    """The capacity given slack(lo) <= 0 < slack(hi)."""
+    k, over_k = _largest_meeting(points, targets, lo, hi, s_lo, s_hi)
     best, over = points(k), points(over_k)
     if not over.stable:
         binding = over.limit

@@ -156,27 +156,36 @@ class ConstantStep(StepSource):
         return self.seconds if decode_seqs or prefill_tokens else 0.0
 
 
-# Grid of the tabulated step: decoding sequences (per in-flight batch) and prefill tokens per step. Step time is
-# convex and piecewise linear in the tokens of a step between kernel regimes, so ratios of 1.5 / 1.33 (batches) and 2
-# (prefill tokens) keep bilinear interpolation within a few per cent of the exact step (tests/calc/test_serving_inputs).
+# Grids of the tabulated step. A step's time is the decode-only step of its batch, F(B, 0), plus what its prefill
+# chunk adds, F(B, n) - F(B, 0). The first decides TPOT and is convex and piecewise linear in B (weights read once,
+# then compute-bound): a fine grid (ratios 1.5 / 1.33). The second varies slowly with the batch (the chunk's own
+# work, and how much of the weight traffic the batch already paid): a coarse batch grid (ratio 4) x prefill tokens
+# (ratio 2). Bilinear interpolation keeps within a few per cent of the exact step (tests/calc/test_serving_inputs).
 BATCH_GRID = (0.0, 1.0, 2.0, 3.0, 4.0) + tuple(float(round(4 * f * 2 ** k)) for k in range(0, 14) for f in (1.5, 2))
+COARSE_GRID = (0.0, 1.0) + tuple(float(4 ** k) for k in range(1, 9))
 PREFILL_GRID = (0.0, 1.0) + tuple(float(16 << k) for k in range(0, 14))
+_LAST_BATCH, _LAST_COARSE, _LAST_PREFILL = len(BATCH_GRID) - 1, len(COARSE_GRID) - 1, len(PREFILL_GRID) - 1
+_FINE_OF_COARSE = tuple(BATCH_GRID.index(b) for b in COARSE_GRID)
 
 
 class StepTable:
-    """Exact step times of one deployment on the (decoding sequences x prefill tokens) grid, filled on demand, and
-    the bilinear interpolation between them. Prefill tokens n of a step: one chunk of a mean prompt P at the mean
-    past of its chunks (P - n) / 2 when n < P, else n / P whole prompts; decoding sequences at the mean context.
-    With pp stages each of the pp batches in flight carries 1/pp of the step (``in_flight_seconds``)."""
+    """Exact step times of one deployment on grids, filled on demand, and the interpolation between them: the
+    decode-only step on a fine batch grid plus the prefill chunk's increment on a coarse batch x prefill-tokens grid
+    (bilinear). Prefill tokens n of a step: one chunk of a mean prompt P at the mean past of its chunks (P - n) / 2
+    when n < P, else n / P whole prompts; decoding sequences at the mean context. With pp stages each of the pp
+    batches in flight carries 1/pp of the step (``in_flight_seconds``)."""
 
     def __init__(self, d: Deployment, decode_context: float, prompt_tokens: float, prefix_tokens: float,
                  tokens_per_decode: float, extra_s: float) -> None:
         self.d, self.context, self.prompt, self.prefix = d, decode_context, max(prompt_tokens, 1.0), prefix_tokens
         self.tokens_per_decode, self.extra_s = tokens_per_decode, extra_s
-        self.cells: dict[tuple[int, int], float] = {}
+        self.decode: list[float | None] = [None] * len(BATCH_GRID)
+        self.delta: list[list[float | None]] = [[None] * len(COARSE_GRID) for _ in PREFILL_GRID]
+        self._last_batch: float = -1.0
+        self._last: tuple[float, int, float] = (0.0, 0, 0.0)
 
     def exact(self, batch: float, prefill: float) -> float:
-        """The latency model's step time at a grid point (batch a multiple of pp there)."""
+        """The latency model's step time (batch a multiple of pp on the grids)."""
         pp = self.d.pp
         seqs = batch / pp
         tokens = prefill / pp
@@ -194,36 +203,75 @@ class StepTable:
             return 0.0
         return in_flight_seconds(self.d, shape) + self.extra_s
 
-    def _cell(self, i: int, j: int) -> float:
-        value = self.cells.get((i, j))
+    def _decode(self, i: int) -> float:
+        value = self.decode[i]
         if value is None:
-            value = self.cells[(i, j)] = self.exact(BATCH_GRID[i] * self.d.pp, PREFILL_GRID[j])
+            value = self.decode[i] = self.exact(BATCH_GRID[i] * self.d.pp, 0.0)
+        return value
+
+    def _delta(self, i: int, j: int) -> float:
+        value = self.delta[j][i]
+        if value is None:
+            pp = self.d.pp
+            value = self.exact(COARSE_GRID[i] * pp, PREFILL_GRID[j]) - self._decode(_FINE_OF_COARSE[i])
+            self.delta[j][i] = value
         return value
 
     def __call__(self, batch: float, prefill: float, completing: float = 0.0) -> float:
-        pp = self.d.pp
-        b = batch / pp if pp > 1 else batch
-        i = bisect.bisect_right(BATCH_GRID, b) - 1
+        if batch == self._last_batch:   # the serving model asks for several chunks at one batch in a row
+            value, k, w = self._last
+        else:
+            b = batch / self.d.pp
+            i = bisect.bisect_right(BATCH_GRID, b) - 1
+            if i >= _LAST_BATCH:
+                return self.exact(batch, prefill)
+            u = (b - BATCH_GRID[i]) / (BATCH_GRID[i + 1] - BATCH_GRID[i])
+            decode = self.decode
+            value = decode[i]
+            if value is None:
+                value = self._decode(i)
+            if u > 0:
+                top = decode[i + 1]
+                if top is None:
+                    top = self._decode(i + 1)
+                value += u * (top - value)
+            k = bisect.bisect_right(COARSE_GRID, b) - 1
+            w = (b - COARSE_GRID[k]) / (COARSE_GRID[k + 1] - COARSE_GRID[k]) if k < _LAST_COARSE else 0.0
+            self._last_batch, self._last = batch, (value, k, w)
+        if prefill <= 0:
+            return value
         j = bisect.bisect_right(PREFILL_GRID, prefill) - 1
-        if i >= len(BATCH_GRID) - 1 or j >= len(PREFILL_GRID) - 1:
+        if j >= _LAST_PREFILL or k >= _LAST_COARSE:
             return self.exact(batch, prefill)
-        if j == 0 and prefill > 0:   # a step with prompt tokens pays the prefill kernels: never "part of a chunk"
+        if j == 0:   # a step with prompt tokens pays the prefill kernels: never "part of a chunk"
             j, v = 1, 0.0
         else:
-            n0, n1 = PREFILL_GRID[j], PREFILL_GRID[j + 1]
-            v = (prefill - n0) / (n1 - n0)
-        b0, b1 = BATCH_GRID[i], BATCH_GRID[i + 1]
-        u = (b - b0) / (b1 - b0)
-        cell = self._cell
-        low = cell(i, j) if u < 1 else 0.0
-        top = cell(i + 1, j) if u > 0 else 0.0
-        first = low + u * (top - low) if u > 0 else low
-        if v <= 0:
-            return first
-        low = cell(i, j + 1)
-        top = cell(i + 1, j + 1) if u > 0 else 0.0
-        second = low + u * (top - low) if u > 0 else low
-        return first + v * (second - first)
+            v = (prefill - PREFILL_GRID[j]) / (PREFILL_GRID[j + 1] - PREFILL_GRID[j])
+        row = self.delta[j]
+        first = row[k]
+        if first is None:
+            first = self._delta(k, j)
+        if w > 0:
+            top = row[k + 1]
+            if top is None:
+                top = self._delta(k + 1, j)
+            first += w * (top - first)
+        if v > 0:
+            row = self.delta[j + 1]
+            second = row[k]
+            if second is None:
+                second = self._delta(k, j + 1)
+            if w > 0:
+                top = row[k + 1]
+                if top is None:
+                    top = self._delta(k + 1, j + 1)
+                second += w * (top - second)
+            first += v * (second - first)
+        return value + first
+
+    @property
+    def cells(self) -> int:
+        return sum(v is not None for v in self.decode) + sum(v is not None for row in self.delta for v in row)
 
 
 @dataclass(eq=False)
@@ -254,7 +302,7 @@ class LatencyStep(StepSource):
 
 def cells_priced(step: StepSource) -> int:
     """Exact step times a step source has computed for its tables (a measure of the search's work)."""
-    return sum(len(t.cells) for t in getattr(step, "_tables", {}).values())
+    return sum(t.cells for t in getattr(step, "_tables", {}).values())
 
 
 
