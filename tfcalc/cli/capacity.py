@@ -14,19 +14,34 @@ from typing import Annotated
 import typer
 
 from tfcalc.cli.common import (
+    BlockSizeOpt,
     ConfigOpt,
+    EngineOpt,
+    ExplainOpt,
     FormatOpt,
+    GpuMemoryUtilizationOpt,
+    KvCacheDtypeOpt,
     KvDtypeOpt,
+    MaxModelLenOpt,
+    MaxNumBatchedTokensOpt,
+    MaxNumSeqsOpt,
     OutputOpt,
+    PipelineParallelOpt,
+    PlotOpt,
     PresetOpt,
+    TensorParallelOpt,
+    WeightsOpt,
+    engine_list,
     fail,
+    float_list,
     handle_errors,
+    rate_overrides,
     resolve_models,
+    weight_precisions,
 )
-from tfcalc.cli.plan import ExplainOpt, PlotOpt, WeightsOpt
 from tfcalc.errors import UsageError
-from tfcalc.output import Column
-from tfcalc.units import parse_size, parse_sizes, split_list
+from tfcalc.output import Column, print_stderr
+from tfcalc.units import parse_float, parse_size, parse_sizes, split_list
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|us|µs)?", re.IGNORECASE)
 
@@ -38,9 +53,12 @@ def parse_duration(text: str, what: str) -> float:
         raise UsageError(f"invalid {what} '{text}': expected a duration such as 500ms or 1.5s")
     value = float(match.group(1)) * {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6, None: 1.0}[
         (match.group(2) or "").lower() or None]
-    if value < 0:
-        raise UsageError(f"invalid {what} '{text}': must not be negative")
+    if not 0 <= value <= MAX_SECONDS:
+        raise UsageError(f"invalid {what} '{text}': must be between 0 and {MAX_SECONDS:,.0f} s")
     return value
+
+
+MAX_SECONDS = 1e6
 
 
 def parse_targets(values: list[str] | None, metric: str) -> list:
@@ -147,44 +165,69 @@ FRONTIER_COLUMNS = [
     Column("gpu", "GPU"), Column("layout", "layout"), Column("formats", "w/KV"), Column("seqs_chunk", "seqs/chunk"),
     Column("tokens_per_user", "tok/s/user", "rate"), Column("tokens_per_gpu", "tok/s/GPU", "rate"),
 ]
+POINTS = ("frontier", "all")
 
 
-def _summary_columns(targets: list) -> list[Column]:
+def _summary_columns(targets: list, engines: int) -> list[Column]:
     from tfcalc.calc.serving_traffic import METRIC_NAMES
 
-    cols = list(SUMMARY_COLUMNS)
+    cols = ([Column("engine", "engine")] if engines > 1 else []) + list(SUMMARY_COLUMNS)
     for t in targets:
         which = "mean" if t.percentile == 0 else f"p{t.percentile:g}"
-        name = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}.get(t.metric, METRIC_NAMES[t.metric])
+        name = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}.get(t.metric, METRIC_NAMES[t.metric])
         cols.append(Column(t.key, f"{name} {which}", "seconds"))
     cols.append(Column("limit", "limit"))
     return cols
 
 
 def _progress(total: int):
-    """A Rich progress bar on stderr that appears only once the search has run for a second."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    """A status line on stderr (a terminal only) once the search has run for a second: configurations done."""
+    from tfcalc.output import show_progress
 
-    state: dict[str, object] = {"start": time.perf_counter(), "bar": None}
-    console = Console(stderr=True)
+    start = time.perf_counter()
+    shown = [False]
+    terminal = sys.stderr is not None and sys.stderr.isatty()
 
     def update(done: int) -> None:
-        bar = state["bar"]
-        if bar is None:
-            if time.perf_counter() - float(state["start"]) < 1.0 or not console.is_terminal:  # type: ignore[arg-type]
-                return
-            bar = Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           console=console, transient=True)
-            bar.start()
-            state["bar"], state["task"] = bar, bar.add_task("search", total=total)
-        bar.update(state["task"], completed=done)  # type: ignore[union-attr]
+        if terminal and (shown[0] or time.perf_counter() - start >= 1.0):
+            shown[0] = True
+            show_progress(f"searching: {done:,} / {total:,} configurations, {time.perf_counter() - start:,.1f} s")
 
     def close() -> None:
-        if state["bar"] is not None:
-            state["bar"].stop()  # type: ignore[union-attr]
+        if shown[0]:
+            show_progress("")
 
     return update, close
+
+
+def _one(values: list[str] | None, what: str) -> str | None:
+    items = [item for value in values or [] for item in split_list(value)]
+    if len(items) > 1:
+        raise UsageError(f"give one {what} (capacity searches one value; got {', '.join(items[:4])})")
+    return items[0] if items else None
+
+
+def _overheads(engines: list, api_servers: int | None, request: str | None, api_request: str | None,
+               api_token: str | None, step: str | None, stream: str | None) -> dict:
+    """Each engine's overhead defaults with the command line's replacements."""
+    from tfcalc.calc.capacity import engine_family, engine_label
+    from tfcalc.calc.serving_traffic import engine_overheads
+
+    changes: dict[str, object] = {}
+    for value, name, flag in ((request, "request_s", "--request-overhead"),
+                              (api_request, "api_request_s", "--api-request-overhead"),
+                              (api_token, "api_token_s", "--api-token-overhead"),
+                              (step, "step_s", "--step-overhead"), (stream, "stream_s", "--stream-overhead")):
+        if value is not None:
+            changes[name] = parse_duration(value, flag)
+    if api_servers is not None:
+        changes["api_servers"] = api_servers
+    out = {}
+    for e in engines:
+        base = engine_overheads(engine_family(e))
+        out[engine_label(e)] = replace(base, **changes, source=base.source + (" (command line changes)" if changes
+                                                                                 else ""))
+    return out
 
 
 @handle_errors
@@ -207,48 +250,48 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              lengths_csv: Annotated[Path | None, typer.Option(
                  "--lengths-csv", help="CSV of requests (columns input_tokens, output_tokens) instead of the "
                  "length options.", show_default=False)] = None,
-             rate: Annotated[float | None, typer.Option("--rate", help="Requests per second (Poisson arrivals).",
-                                                        show_default=False)] = None,
-             concurrency: Annotated[int | None, typer.Option(
+             rate: Annotated[str | None, typer.Option("--rate", help="Requests per second (Poisson arrivals).",
+                                                      show_default=False)] = None,
+             concurrency: Annotated[str | None, typer.Option(
                  "--concurrency", help="Or: requests always in flight (closed loop).", show_default=False)] = None,
              ttft: Annotated[list[str] | None, typer.Option(
                  "--ttft", help="Time-to-first-token targets: p50=300ms,p99=2s or mean=...", show_default=False)]
              = None,
              tpot: Annotated[list[str] | None, typer.Option(
-                 "--tpot", help="Time-per-output-token targets (after the first): p90=50ms", show_default=False)]
-             = None,
+                 "--tpot", help="Time-per-output-token targets, per request (after the first token): p90=50ms",
+                 show_default=False)] = None,
+             itl: Annotated[list[str] | None, typer.Option(
+                 "--itl", help="Inter-token latency targets, over every gap between streamed tokens: p99=100ms",
+                 show_default=False)] = None,
              e2e: Annotated[list[str] | None, typer.Option(
                  "--e2e", help="End-to-end latency targets: p99=20s", show_default=False)] = None,
              max_gpus: Annotated[int, typer.Option(help="Most GPUs the plan may use.")] = 64,
              gpus_per_node: Annotated[int, typer.Option(help="Largest tensor-parallel degree.")] = 8,
-             tp: Annotated[list[str] | None, typer.Option(
-                 "--tp", help="Tensor-parallel degrees allowed (default 1,2,4,8 up to --gpus-per-node).",
-                 show_default=False)] = None,
-             pp: Annotated[list[str], typer.Option("--pp", help="Pipeline-parallel degrees allowed.")]
-             = ["1"],  # noqa: B006 - Typer reads the default, never mutates it
+             tp: TensorParallelOpt = None,
+             pp: PipelineParallelOpt = None,
              ep: Annotated[str, typer.Option(
                  "--ep", help="Expert parallel for MoE models: auto (try both), on (ep = tp), off.")] = "auto",
-             weights_dtype: WeightsOpt = None, kv_dtype: KvDtypeOpt = None,
-             max_num_seqs: Annotated[list[str], typer.Option(
-                 "--max-num-seqs", help="max_num_seqs values to try.")] = ["8,16,32,64,128,256,512"],  # noqa: B006
-             chunk: Annotated[list[str], typer.Option(
-                 "--max-num-batched-tokens", "--chunk", help="Token budget per step (chunked prefill) to try.")]
-             = ["512,2048,8192"],  # noqa: B006
-             max_model_len: Annotated[str | None, typer.Option(
-                 "--max-model-len", help="Engine max-model-len (default: p99.9 prompt + output, rounded up to 1k, "
-                 "at most the model's).", show_default=False)] = None,
-             gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization")] = 0.9,
-             engine: Annotated[str, typer.Option(
-                 "--engine", help="vllm | sglang: per-request overhead defaults and the command line shown first.")]
-             = "vllm",
-             request_overhead: Annotated[str | None, typer.Option(
-                 "--request-overhead", help="HTTP + tokenization + hand-off per request (default per engine).",
+             weights_dtype: WeightsOpt = None, kv_dtype: KvDtypeOpt = None, kv_cache_dtype: KvCacheDtypeOpt = None,
+             max_num_seqs: MaxNumSeqsOpt = None, max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+             max_model_len: MaxModelLenOpt = None, gpu_memory_utilization: GpuMemoryUtilizationOpt = None,
+             block_size: BlockSizeOpt = None, engine: EngineOpt = None,
+             api_server_count: Annotated[int | None, typer.Option(
+                 "--api-server-count", help="API server processes per replica (vLLM --api-server-count; default 1).",
                  show_default=False)] = None,
+             request_overhead: Annotated[str | None, typer.Option(
+                 "--request-overhead", help="Request latency beyond the API server's work (network, IPC; default "
+                 "per engine).", show_default=False)] = None,
+             api_request_overhead: Annotated[str | None, typer.Option(
+                 "--api-request-overhead", help="API server's serial work per request: HTTP, template, "
+                 "tokenization (default per engine).", show_default=False)] = None,
+             api_token_overhead: Annotated[str | None, typer.Option(
+                 "--api-token-overhead", help="API server's serial work per streamed chunk: detokenize, JSON, SSE "
+                 "(default per engine).", show_default=False)] = None,
              step_overhead: Annotated[str | None, typer.Option(
                  "--step-overhead", help="CPU time per engine step not overlapped with the GPU.",
                  show_default=False)] = None,
              stream_overhead: Annotated[str | None, typer.Option(
-                 "--stream-overhead", help="Detokenize + stream one token to the client.", show_default=False)]
+                 "--stream-overhead", help="Latency from the API server to the client.", show_default=False)]
              = None,
              prefix_hit: Annotated[float, typer.Option(
                  "--prefix-hit", help="Share of each prompt found in the prefix cache (0-1).")] = 0.0,
@@ -265,14 +308,14 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              kv_transfer_gbps: Annotated[float, typer.Option(
                  "--kv-transfer-gbps", help="GB/s for KV from prefill to decode pool (400 Gb/s IB = 50).")] = 50.0,
              compute_efficiency: Annotated[list[str] | None, typer.Option(
-                 "--compute-efficiency", help="Fraction of dense peak FLOP/s reached (default 0.6).",
+                 "--compute-efficiency", help="Replace the GPU's GEMM/attention fraction of peak.",
                  show_default=False)] = None,
              bandwidth_efficiency: Annotated[list[str] | None, typer.Option(
-                 "--bandwidth-efficiency", help="Fraction of HBM / link bandwidth reached (default 0.6).",
-                 show_default=False)] = None,
-             calibration: Annotated[Path | None, typer.Option(
-                 "--calibration", help="JSON of measured efficiencies (as for estimate).", show_default=False)]
+                 "--bandwidth-efficiency", help="Replace the GPU's fraction of HBM bandwidth.", show_default=False)]
              = None,
+             calibration: Annotated[Path | None, typer.Option(
+                 "--calibration", help="'tfcalc bench calibrate' output or a calibration of efficiencies (as for "
+                 "estimate).", show_default=False)] = None,
              simulate: Annotated[bool, typer.Option(
                  "--simulate/--no-simulate", help="Check the chosen plan with the discrete-event simulation.")]
              = True,
@@ -281,36 +324,44 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                  "--model-path", help="Model name for the launch command lines (default: the preset name).",
                  show_default=False)] = None,
              top: Annotated[int, typer.Option("--top", help="Configurations listed in the table.")] = 10,
+             points: Annotated[str, typer.Option(
+                 "--points", help="CSV/JSON rows: frontier (the chosen plan, the cheapest listed and the Pareto "
+                 "frontier, one row each) or all (every evaluated point, long format).")] = "frontier",
              workers: Annotated[int | None, typer.Option(
                  "--workers", help="Processes for the search (default: the CPU count, at most 4).",
                  show_default=False)] = None,
              explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None,
              output: OutputOpt = None) -> None:
     """The cheapest GPU configuration that serves a traffic within latency targets: Pareto frontier, cost per
-    million tokens, why the runners-up lose, and vLLM / SGLang launch flags."""
+    million tokens, why the runners-up lose, and vLLM / SGLang / TensorRT-LLM launch flags."""
     from tfcalc.calc.capacity import SearchSpace, count_candidates, full_evaluation, search
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.serving import SpecDecoding
-    from tfcalc.calc.serving_traffic import ENGINE_OVERHEADS, Traffic
-    from tfcalc.cli.estimate import _efficiencies
-    from tfcalc.cli.plan import float_list, weight_precisions
+    from tfcalc.calc.serving_traffic import Traffic
     from tfcalc.dtypes import get_dtype, parse_weight_precision
-    from tfcalc.output import emit
+    from tfcalc.output import emit, resolve_format
     from tfcalc.report import capacity as report
 
-    specs = resolve_models(preset, config)
-    if engine not in ENGINE_OVERHEADS:
-        raise UsageError(f"unknown engine '{engine}' (vllm, sglang)")
+    if points not in POINTS:
+        raise UsageError(f"--points must be frontier or all, got '{points}'")
     if length_dist not in ("fixed", "uniform", "lognormal", "exponential"):
         raise UsageError(f"unknown length distribution '{length_dist}' (fixed, uniform, lognormal, exponential)")
     if ep not in ("auto", "on", "off"):
         raise UsageError(f"--ep must be auto, on or off, got '{ep}'")
-    if top < 1 or sim_requests < 10 or max_gpus < 1 or gpus_per_node < 1:
-        raise UsageError("--top, --max-gpus and --gpus-per-node must be positive and --sim-requests at least 10")
-    if not 0 < gpu_memory_utilization <= 1:
-        raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {gpu_memory_utilization}")
-    if speculative < 0 or not 0 <= acceptance <= 1 or kv_transfer_gbps <= 0:
-        raise UsageError("--speculative must be >= 0, --acceptance in [0, 1], --kv-transfer-gbps positive")
+    if not 1 <= top <= 10_000 or not 10 <= sim_requests <= 1_000_000 or not 1 <= max_gpus <= 1 << 20 or \
+            not 1 <= gpus_per_node <= 1024:
+        raise UsageError("--top (1-10,000), --max-gpus, --gpus-per-node must be positive and --sim-requests 10 to "
+                         "1,000,000")
+    if not 0 <= speculative <= 64 or not 0 <= acceptance <= 1 or not 0 < kv_transfer_gbps <= 1e7:
+        raise UsageError("--speculative must be 0-64, --acceptance in [0, 1], --kv-transfer-gbps positive")
+    if not 0 <= prefix_hit < 1:
+        raise UsageError(f"--prefix-hit must be in [0, 1), got {prefix_hit}")
+    if api_server_count is not None and not 1 <= api_server_count <= 4096:
+        raise UsageError(f"--api-server-count must be 1 to 4096, got {api_server_count}")
+    if workers is not None and not 1 <= workers <= 64:
+        raise UsageError(f"--workers must be 1 to 64, got {workers}")
+    specs = resolve_models(preset, config)
+    engines = engine_list(engine)
     if lengths_csv is not None:
         inputs, outputs = read_lengths_csv(lengths_csv)
     else:
@@ -318,23 +369,25 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         outputs = _length(output_len, output_spread, length_dist, "output len")
     if (rate is None) == (concurrency is None):
         raise UsageError("give the traffic as --rate REQ_PER_S or --concurrency N (one of them)")
-    traffic = Traffic(input_len=inputs, output_len=outputs, rate_per_s=rate, concurrency=concurrency,
+    traffic = Traffic(input_len=inputs, output_len=outputs,
+                      rate_per_s=parse_float(rate, "--rate", 0.0, 1e9) if rate is not None else None,
+                      concurrency=parse_size(concurrency, "--concurrency") if concurrency is not None else None,
                       prefix_hit_ratio=prefix_hit)
-    targets = tuple(parse_targets(ttft, "ttft") + parse_targets(tpot, "tpot") + parse_targets(e2e, "e2e"))
+    targets = tuple(parse_targets(ttft, "ttft") + parse_targets(tpot, "tpot") + parse_targets(itl, "itl")
+                    + parse_targets(e2e, "e2e"))
     if not targets:
-        raise UsageError("give at least one latency target: --ttft p90=1s, --tpot p90=50ms or --e2e p99=30s")
-    base = ENGINE_OVERHEADS[engine]
-    overheads = replace(
-        base, request_s=parse_duration(request_overhead, "--request-overhead") if request_overhead else base.request_s,
-        step_s=parse_duration(step_overhead, "--step-overhead") if step_overhead else base.step_s,
-        stream_s=parse_duration(stream_overhead, "--stream-overhead") if stream_overhead else base.stream_s)
-    effs = _efficiencies(float_list(compute_efficiency, "compute efficiency", 1.0),
-                         float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0), calibration)
-    if len(effs) != 1:
+        raise UsageError("give at least one latency target: --ttft p90=1s, --tpot p90=50ms, --itl p99=100ms or "
+                         "--e2e p99=30s")
+    overheads = _overheads(engines, api_server_count, request_overhead, api_request_overhead, api_token_overhead,
+                           step_overhead, stream_overhead)
+    rates = rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0),
+                           float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0), calibration)
+    if len(rates) != 1:
         raise UsageError("give one --compute-efficiency and one --bandwidth-efficiency")
+    utilization = _one(gpu_memory_utilization, "--gpu-memory-utilization")
+    block = _one(block_size, "--block-size")
+    model_len_text = _one(max_model_len, "--max-model-len")
     offers = _offers(gpu, price)
-    from tfcalc.output import resolve_format
-
     table = resolve_format(fmt, output) == "table"
     all_rows: list[dict] = []
     failed: list[str] = []
@@ -344,9 +397,9 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     for spec in specs:
         precisions = weight_precisions(weights_dtype) or list(dict.fromkeys(
             [parse_weight_precision(spec.native_dtype), parse_weight_precision("fp8")]))
-        kv_dtypes = [get_dtype(k) for v in kv_dtype or [] for k in split_list(v)] or list(dict.fromkeys(
-            [default_kv_dtype(spec), get_dtype("fp8")]))
-        model_len = parse_size(max_model_len, "max model len") if max_model_len else min(
+        kv_dtypes = [get_dtype(k) for v in [*(kv_dtype or []), *(kv_cache_dtype or [])] for k in split_list(v)] or \
+            list(dict.fromkeys([default_kv_dtype(spec), get_dtype("fp8")]))
+        model_len = parse_size(model_len_text, "max model len") if model_len_text else min(
             spec.max_context, max(2048, math.ceil((inputs.quantile(0.999) + outputs.quantile(0.999)) / 1024) * 1024))
         spec_options: list = [None]
         if speculative:
@@ -354,32 +407,39 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             spec_options.append(SpecDecoding(num_tokens=speculative, acceptance=acceptance, draft_cost=cost))
         space = SearchSpace(
             gpus=tuple(offers), weight_precisions=tuple(precisions), kv_dtypes=tuple(kv_dtypes),
-            tps=tuple(parse_sizes(tp, "tp")), pps=tuple(parse_sizes(pp, "pp")),
+            tps=tuple(parse_sizes(tp, "tp")), pps=tuple(parse_sizes(pp or ["1"], "pp")),
             expert_parallel={"auto": (False, True), "on": (True,), "off": (False,)}[ep],
-            max_num_seqs=tuple(parse_sizes(max_num_seqs, "max num seqs")),
-            chunk_sizes=tuple(parse_sizes(chunk, "max num batched tokens")), max_gpus=max_gpus,
-            gpus_per_node=gpus_per_node, max_model_len=model_len, gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=tuple(parse_sizes(max_num_seqs or ["8,16,32,64,128,256,512"], "max_num_seqs")),
+            chunk_sizes=tuple(parse_sizes(max_num_batched_tokens or ["512,2048,8192"], "max_num_batched_tokens")),
+            engines=tuple(engines), max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_model_len=model_len,
+            gpu_memory_utilization=parse_float(utilization, "gpu memory utilization", 0.0, 1.0)
+            if utilization is not None else None,
+            block_size=parse_size(block, "block size") if block is not None else None,
             speculative=tuple(spec_options), disaggregated=disaggregated,
-            kv_transfer_bytes_per_s=kv_transfer_gbps * 1e9)
+            kv_transfer_bytes_per_s=kv_transfer_gbps * 1e9, rates=rates[0][0])
         update, close = _progress(count_candidates(spec, space))
         try:
-            result = search(spec, traffic, targets, space, overheads, effs[0], progress=update,
-                            workers=workers if workers is not None else min(os.cpu_count() or 1, 4))
+            result = search(spec, traffic, targets, space, overheads, progress=update,
+                            workers=workers if workers is not None else min(os.cpu_count() or 1, 4),
+                            operating=not table and points == "all")
         finally:
             close()
-        def full(e, spec=spec, space=space):
-            return full_evaluation(spec, traffic, targets, space, overheads, effs[0], e)
+
+        def full(e, spec=spec, space=space):  # noqa: ANN001, ANN202 - an Evaluation with its model objects
+            return full_evaluation(spec, traffic, targets, space, overheads, e)
 
         chosen, sim_lines = _verified(result, traffic, targets, simulate, sim_requests, full)
         result = replace(result, best=chosen)
         if chosen is None:
             failed.append(spec.name)
-        if not table:
-            all_rows.extend(report.long_rows(spec, result, targets))
         feasible = [e for e in result.evaluations if e.feasible]
         if chosen is not None:
             feasible = [chosen, *(e for e in feasible if e is not chosen)]
-        listed = report.distinct(feasible, top)
+        listed = [full(e) for e in report.distinct(feasible, top)]   # with their operating points
+        if not table:
+            all_rows.extend(report.long_rows(spec, result, targets) if points == "all" else
+                            report.summary_points(spec, replace(result, frontier=tuple(
+                                full(e) for e in result.frontier)), listed, targets))
         summary.extend(report.summary_row(spec, e, targets, i + 1) for i, e in enumerate(listed))
         notes.append(f"{spec.name}: {result.candidates:,} configurations searched, "
                      f"{sum(e.fits for e in result.evaluations):,} fit, "
@@ -393,17 +453,18 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             notes.append(report.chosen_sentence(spec, chosen, traffic, targets))
             notes.extend(sim_lines)
             notes.extend(report.runner_up_sentences(spec, result))
-            notes.extend(report.launch_lines(model_path or spec.name, spec, chosen, space, prefix_hit > 0))
+            servers = next(iter(overheads.values())).api_servers
+            notes.extend(report.launch_lines(model_path or spec.name, spec, chosen, space, prefix_hit > 0, servers))
             rich = full(chosen)
             if rich.model is not None and rich.model.spec is not None:
                 from tfcalc.calc.capacity import speculative_break_even
 
-                without = replace(rich.model, spec=None)
-                at = speculative_break_even(rich.model, without)
+                at = speculative_break_even(rich.model, replace(rich.model, spec=None))
                 notes.append(f"speculative decoding stops paying from a decode batch of {at}" if at else
                              "speculative decoding pays at every batch up to 1,024")
         extra.append((f"Pareto frontier, {spec.name} (at the most traffic within TTFT/E2E)",
-                      report.frontier_rows(spec, result), FRONTIER_COLUMNS))
+                      report.frontier_rows(spec, result), ([Column("engine", "engine")] if len(engines) > 1 else [])
+                      + FRONTIER_COLUMNS))
         if explain and chosen is not None:
             notes.append(f"explain {spec.name}:")
             notes.extend(f"  {line}" for line in report.explain_lines(spec, full(chosen), traffic, targets, space))
@@ -411,16 +472,16 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             from tfcalc.output.plot import plot_capacity
 
             lines = [(f"{t.label} {t.seconds * 1e3:g} ms", 1 / t.seconds) for t in targets if t.metric == "tpot"]
-            title = (f"{spec.name}: {traffic.input_len.label} in / {traffic.output_len.label} out, "
-                     + (f"{rate:g} req/s" if rate is not None else f"{concurrency} concurrent"))
+            load = f"{traffic.rate_per_s:g} req/s" if traffic.rate_per_s is not None else \
+                f"{traffic.concurrency} concurrent"
+            title = f"{spec.name}: {traffic.input_len.label} in / {traffic.output_len.label} out, {load}"
             path = plot if len(specs) == 1 else plot.with_name(f"{plot.stem}-{spec.name}{plot.suffix}")
             plot_capacity(path, report.plot_points(result), lines, title)
-            sys.stderr.write(f"wrote plot to {path}\n")
+            print_stderr(f"wrote plot to {path}")
     if table:
+        columns = _summary_columns(list(targets), len(engines))
         if len(specs) > 1:
-            columns = [Column("model", "model"), *_summary_columns(list(targets))]
-        else:
-            columns = _summary_columns(list(targets))
+            columns = [Column("model", "model"), *columns]
         emit(summary, columns, fmt, output, title="Capacity: cheapest configurations meeting the targets",
              notes=tuple(notes), extra=extra)
     else:
@@ -430,9 +491,12 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                    "notes for the closest)", 1)
 
 
-def _verified(result, traffic, targets, simulate: bool, requests: int, full) -> tuple:
+def _verified(result, traffic, targets, simulate: bool, requests: int, full) -> tuple:  # noqa: ANN001
     """The chosen plan, checked by simulation: the cheapest feasible configuration whose simulated replica also
-    meets the targets (up to five tried), with a line per check."""
+    meets the targets, walking down the list in cost order (at most ``WALK`` tried), with a line per check.
+
+    The walk takes the first plan in the search's own order that the simulation accepts, so a change that keeps every
+    configuration's analytic verdict and simulation the same keeps the choice (``docs/capacity.md``, monotonicity)."""
     from tfcalc.calc.capacity import simulate_evaluation
 
     best = result.best
@@ -441,7 +505,7 @@ def _verified(result, traffic, targets, simulate: bool, requests: int, full) -> 
     lines = []
     tried = 0
     for e in result.evaluations:
-        if not e.feasible or tried >= 5:
+        if not e.feasible or tried >= WALK:
             break
         sim = simulate_evaluation(full(e), traffic, num_requests=requests)
         if sim is None:
@@ -454,6 +518,9 @@ def _verified(result, traffic, targets, simulate: bool, requests: int, full) -> 
                      f"{'meets the targets' if ok else 'misses a target'}")
         if ok:
             return e, lines
-    lines.append("simulation: none of the five cheapest plans met every target in simulation; the model's choice "
+    lines.append(f"simulation: none of the {tried} cheapest plans met every target in simulation; the model's choice "
                  "is shown")
     return best, lines
+
+
+WALK = 5

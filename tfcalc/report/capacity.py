@@ -42,7 +42,7 @@ def summary_row(spec: ModelSpec, e: Evaluation, targets: tuple[Target, ...], ran
     """One table row: the configuration, its size and cost, latencies at the operating point, what binds."""
     c = e.candidate
     row: Row = {
-        "model": spec.name, "rank": rank, "gpu": c.gpu, "layout": layout(e),
+        "model": spec.name, "rank": rank, "engine": c.engine, "gpu": c.gpu, "layout": layout(e),
         "formats": f"{short_dtype(c.weights, spec.native_dtype)}/{short_dtype(c.kv_dtype, '')}",
         "seqs_chunk": f"{c.max_num_seqs}/{c.chunk}", "num_gpus": e.num_gpus or None,
         "cost_per_hour": f"${e.cost_per_hour:,.2f}" if e.feasible else None, "limit": e.binding or e.reason,
@@ -58,7 +58,8 @@ def long_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]
     best = result.best
     for e in result.evaluations:
         c = e.candidate
-        base: Row = {"model": spec.name, "gpu": c.gpu, "mode": c.mode, "tp": c.tp, "pp": c.pp, "ep": c.ep,
+        base: Row = {"model": spec.name, "engine": c.engine, "gpu": c.gpu, "mode": c.mode, "tp": c.tp, "pp": c.pp,
+                     "ep": c.ep,
                      "weights_dtype": c.weights, "kv_dtype": c.kv_dtype, "max_num_seqs": c.max_num_seqs,
                      "max_num_batched_tokens": c.chunk, "speculative_tokens": c.spec.num_tokens if c.spec else 0}
         if c.mode == "disaggregated":
@@ -94,13 +95,55 @@ def long_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]
     return rows
 
 
+def wide_row(spec: ModelSpec, e: Evaluation, targets: tuple[Target, ...], role: str) -> Row:
+    """One configuration as one row (CSV/JSON summary mode): its settings, size, cost, capacity and latencies."""
+    c = e.candidate
+    row: Row = {"model": spec.name, "role": role, "engine": c.engine, "gpu": c.gpu, "mode": c.mode, "tp": c.tp,
+                "pp": c.pp, "ep": c.ep, "weights_dtype": c.weights, "kv_dtype": c.kv_dtype,
+                "max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.chunk,
+                "speculative_tokens": c.spec.num_tokens if c.spec else 0, "feasible": e.feasible,
+                "reason": e.reason, "replicas": e.replicas or None, "num_gpus": e.num_gpus or None,
+                "price_per_gpu_hour": e.price_per_gpu_hour, "cost_per_hour": e.cost_per_hour if e.feasible else None,
+                "cost_per_million_input_tokens": _finite(e.cost_per_m_input) if e.feasible else None,
+                "cost_per_million_output_tokens": _finite(e.cost_per_m_output) if e.feasible else None,
+                "capacity_requests_per_s_per_replica": e.capacity_rate_per_s,
+                "kv_capacity_tokens_per_replica": e.memory.kv_capacity_tokens if e.memory else None,
+                "binding_constraint": e.binding or None,
+                "frontier_output_tokens_per_s_per_gpu": _number(e, "tokens_per_gpu"),
+                "frontier_output_tokens_per_s_per_user": _number(e, "tokens_per_user")}
+    for t in targets:
+        row[f"operating_{t.key}"] = _number(e, t.key)
+    return row
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def summary_points(spec: ModelSpec, result: SearchResult, listed: list[Evaluation],
+                   targets: tuple[Target, ...]) -> list[Row]:
+    """The configurations a person looks at, one row each: the chosen plan, the listed cheapest ones and the Pareto
+    frontier (``--points frontier``, the default for CSV/JSON; ``--points all`` writes every point, long format)."""
+    rows: list[Row] = []
+    chosen = result.best.candidate if result.best is not None else None
+    seen: set = set()
+    for e in listed:
+        rows.append(wide_row(spec, e, targets, "chosen" if e.candidate == chosen else "cheapest"))
+        seen.add(e.candidate)
+    for e in result.frontier:
+        if e.candidate not in seen:
+            rows.append(wide_row(spec, e, targets, "frontier"))
+            seen.add(e.candidate)
+    return rows
+
+
 def distinct(evaluations: list[Evaluation], limit: int) -> list[Evaluation]:
     """The first (cheapest) evaluation of each GPU, layout and formats, up to ``limit`` of them."""
     seen: set[tuple] = set()
     out = []
     for e in evaluations:
         c = e.candidate
-        key = (c.gpu, c.tp, c.pp, c.ep, c.weights, c.kv_dtype, c.spec, c.mode)
+        key = (c.engine, c.gpu, c.tp, c.pp, c.ep, c.weights, c.kv_dtype, c.spec, c.mode)
         if key in seen:
             continue
         seen.add(key)
@@ -111,7 +154,7 @@ def distinct(evaluations: list[Evaluation], limit: int) -> list[Evaluation]:
 
 
 def frontier_rows(spec: ModelSpec, result: SearchResult) -> list[Row]:
-    return [{"gpu": e.candidate.gpu, "layout": layout(e),
+    return [{"engine": e.candidate.engine, "gpu": e.candidate.gpu, "layout": layout(e),
              "formats": f"{short_dtype(e.candidate.weights, spec.native_dtype)}/"
                         f"{short_dtype(e.candidate.kv_dtype, '')}",
              "seqs_chunk": f"{e.candidate.max_num_seqs}/{e.candidate.chunk}",
@@ -164,12 +207,12 @@ def runner_up_sentences(spec: ModelSpec, result: SearchResult, limit: int = 4) -
     lines: list[str] = []
     if best is None:
         return lines
-    seen = {(best.candidate.gpu, best.candidate.tp, best.candidate.pp, best.candidate.weights)}
+    seen = {(best.candidate.engine, best.candidate.gpu, best.candidate.tp, best.candidate.pp, best.candidate.weights)}
     for e in result.evaluations:
         if len(lines) >= limit:
             break
         c = e.candidate
-        key = (c.gpu, c.tp, c.pp, c.weights)
+        key = (c.engine, c.gpu, c.tp, c.pp, c.weights)
         if e is best or key in seen or not e.feasible:
             continue
         seen.add(key)
@@ -210,20 +253,28 @@ def explain_lines(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tup
     step = m.step
     w = op.w
     c = e.candidate
+    o = m.overheads
+    d = getattr(step, "deployment", None)
+    kernels = (f"per-operation latency model ({d.gpu.name}, {d.rates_decode.source}; the engine's kernels: CUDA "
+               f"graphs {'on' if d.kernels.cuda_graphs else 'off'}), tp {d.tp} pp {d.pp} ep {d.ep}" if d is not None
+               else step.label)
     lines = [
         f"configuration: {describe(e, spec)} at ${e.price_per_gpu_hour:,.3f} per GPU-hour",
-        f"memory per GPU: weights {mem.weights_bytes_per_gpu / gib:,.2f} GiB, reserved "
-        f"{mem.reserved_bytes_per_gpu / gib:,.2f} GiB (utilization {space.gpu_memory_utilization}, runtime, "
-        f"activations of a {c.chunk}-token chunk), KV budget {mem.kv_budget_bytes_per_gpu / gib:,.2f} GiB = "
+        f"memory per GPU ({mem.engine}): weights {mem.weights_bytes_per_gpu / gib:,.2f} GiB, reserved "
+        f"{mem.reserved_bytes_per_gpu / gib:,.2f} GiB (the engine's fraction, activation peak of {c.chunk} tokens and "
+        f"{c.max_num_seqs} sampled rows, CUDA graphs), KV budget {mem.kv_budget_bytes_per_gpu / gib:,.2f} GiB = "
         f"{mem.kv_capacity_tokens:,} tokens in blocks of {mem.block_size} "
         f"({mem.kv_bytes_per_token_per_gpu:,} B per token per GPU)",
         f"traffic: prompts {traffic.input_len.label} tokens (prefix-cache hits {traffic.prefix_hit_ratio:.0%}), "
         f"outputs {traffic.output_len.label} tokens; per replica "
         + (f"{op.rate_per_s:,.3f} req/s" if traffic.rate_per_s is not None else
            f"{(traffic.concurrency or 0) / e.replicas:,.1f} concurrent requests ({op.rate_per_s:,.3f} req/s)"),
-        f"step time model: {step.work.compute_dtype} peak {step.peak_flops_per_s / 1e12:,.0f} TFLOP/s x "
-        f"{step.compute_efficiency}, HBM {step.bandwidth_bytes_per_s / 1e12:,.2f} TB/s x "
-        f"{step.bandwidth_efficiency}; weights read per step {step.work.weight_bytes / gib:,.2f} GiB per GPU",
+        f"step time: {kernels}; tabulated over (decoding sequences x prefill tokens) at the mean context "
+        f"{w.decode_context:,.0f}",
+        f"API server ({o.api_servers} process(es)): {_ms(o.api_request_s)} per request + "
+        f"{o.api_token_s * 1e6:,.0f} us per streamed chunk ({w.chunks:,.0f} chunks) = {_ms(w.api_work)} of serial "
+        f"work; utilization {op.api_utilization:.0%}, delay {_ms(op.api_delay_s)} to the engine and back "
+        f"({o.source})",
         f"busy steps carry {op.batch:,.1f} decoding sequences; {op.prefill_step_share:.0%} of them also a prefill "
         f"chunk of {op.chunk_tokens:,.0f} tokens (room for {op.prefill_capacity:,.0f}); decode step "
         f"{_ms(op.decode_step_s)}, prefill step {_ms(op.prefill_step_s)}, mean {_ms(op.step_s)}; engine busy "
@@ -231,7 +282,8 @@ def explain_lines(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tup
         f"seats: min(max_num_seqs {c.max_num_seqs}, KV for {op.kv_seats:,.0f} live sequences) = {op.seats:,.0f}; "
         f"load {op.seat_load:,.1f}; prefill queue utilization {op.prefill_utilization:.0%}; P(wait) "
         f"{op.wait_probability:.1%}, mean wait {_ms(op.wait_mean_s)}",
-        f"TTFT = request overhead {_ms(m.overheads.front_s(traffic.input_len.mean))} + wait {_ms(op.wait_mean_s)} "
+        f"TTFT = request latency {_ms(m.overheads.front_s(traffic.input_len.mean))} + API server "
+        f"{_ms(op.api_delay_s)} + wait {_ms(op.wait_mean_s)} "
         f"+ rest of the running step {_ms(op.busy * op.step_s / 2)} + prefill "
         f"{_ms(op._prefill_service(w.prefill_mean))} + stream {_ms(m.overheads.stream_s)} = {_ms(op.ttft(0))} "
         "(mean)",
@@ -273,7 +325,7 @@ def _quantization(weights: str, native: str) -> tuple[str | None, str | None]:
 
 
 def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace, prefix_caching: bool,
-                 draft_model: str = "DRAFT_MODEL") -> list[str]:
+                 draft_model: str = "DRAFT_MODEL", api_servers: int = 1) -> list[str]:
     """``vllm serve`` for one replica (lines to join with a backslash), and how many to run."""
     c = e.candidate
     args = [f"vllm serve {model_path}", f"--tensor-parallel-size {c.tp}"]
@@ -282,8 +334,13 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     if c.ep > 1:
         args.append("--enable-expert-parallel")
     args += [f"--max-model-len {space.max_model_len}", f"--max-num-seqs {c.max_num_seqs}",
-             f"--max-num-batched-tokens {c.chunk}", f"--gpu-memory-utilization {space.gpu_memory_utilization}",
-             f"--block-size {space.block_size}"]
+             f"--max-num-batched-tokens {c.chunk}"]
+    if space.gpu_memory_utilization is not None:
+        args.append(f"--gpu-memory-utilization {space.gpu_memory_utilization}")
+    if space.block_size is not None:
+        args.append(f"--block-size {space.block_size}")
+    if api_servers > 1:
+        args.append(f"--api-server-count {api_servers}")
     if c.kv_dtype.startswith("fp8"):
         args.append("--kv-cache-dtype fp8")
     quant, _ = _quantization(c.weights, spec.native_dtype)
@@ -307,7 +364,11 @@ def sglang_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
     if c.ep > 1:
         args.append(f"--ep-size {c.ep}")
     args += [f"--context-length {space.max_model_len}", f"--max-running-requests {c.max_num_seqs}",
-             f"--chunked-prefill-size {c.chunk}", f"--mem-fraction-static {space.gpu_memory_utilization}"]
+             f"--chunked-prefill-size {c.chunk}"]
+    if space.gpu_memory_utilization is not None:
+        args.append(f"--mem-fraction-static {space.gpu_memory_utilization}")
+    if space.block_size is not None and space.block_size > 1:
+        args.append(f"--page-size {space.block_size}")
     if c.kv_dtype.startswith("fp8"):
         args.append("--kv-cache-dtype fp8_e4m3")
     quant, _ = _quantization(c.weights, spec.native_dtype)
@@ -324,9 +385,35 @@ def sglang_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
     return args
 
 
+def trtllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace, prefix_caching: bool,
+                   draft_model: str = "DRAFT_MODEL") -> list[str]:
+    """``trtllm-serve`` (PyTorch backend) for one replica; the KV-cache format, block reuse and speculation go in
+    the YAML its --extra_llm_api_options names (shown after the command)."""
+    c = e.candidate
+    args = [f"trtllm-serve {model_path}", "--backend pytorch", f"--tp_size {c.tp}"]
+    if c.pp > 1:
+        args.append(f"--pp_size {c.pp}")
+    if c.ep > 1:
+        args.append(f"--ep_size {c.ep}")
+    args += [f"--max_batch_size {c.max_num_seqs}", f"--max_num_tokens {c.chunk}",
+             f"--max_seq_len {space.max_model_len}"]
+    if space.gpu_memory_utilization is not None:
+        args.append(f"--kv_cache_free_gpu_memory_fraction {space.gpu_memory_utilization}")
+    kv_cache = {"enable_block_reuse": prefix_caching}
+    if c.kv_dtype.startswith("fp8"):
+        kv_cache["dtype"] = "fp8"
+    extra: dict = {"kv_cache_config": kv_cache, "enable_chunked_prefill": True}
+    if c.spec is not None:
+        extra["speculative_config"] = {"decoding_type": "Eagle", "max_draft_len": c.spec.num_tokens,
+                                       "speculative_model_dir": draft_model}
+    args.append(f"--extra_llm_api_options extra.yml  # extra.yml: {json.dumps(extra)}")
+    return args
+
+
 def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace,
-                 prefix_caching: bool) -> list[str]:
-    """Both engines' command lines for the chosen plan, with the replica count and any checkpoint note."""
+                 prefix_caching: bool, api_servers: int = 1) -> list[str]:
+    """The three engines' command lines for the chosen plan (its own engine's first), with the replica count and any
+    checkpoint note."""
     c = e.candidate
     _, note = _quantization(c.weights, spec.native_dtype)
     replicas = (f"run {e.replicas} replica(s) of {c.gpus_per_replica} GPU(s) behind a load balancer"
@@ -334,6 +421,13 @@ def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
                 f"run {c.prefill_replicas} prefill replica(s) at tp {c.prefill_tp} (SGLang --disaggregation-mode "
                 f"prefill) and {e.replicas} decode replica(s) as below, with a disaggregation router")
     lines = [f"launch: {replicas}" + (f"; {note}" if note else "")]
-    lines.append("vLLM:   " + " \\\n          ".join(vllm_command(model_path, spec, e, space, prefix_caching)))
-    lines.append("SGLang: " + " \\\n          ".join(sglang_command(model_path, spec, e, space, prefix_caching)))
+    commands = {
+        "vllm": ("vLLM:   ", vllm_command(model_path, spec, e, space, prefix_caching, api_servers=api_servers)),
+        "sglang": ("SGLang: ", sglang_command(model_path, spec, e, space, prefix_caching)),
+        "trtllm": ("TRT-LLM:", trtllm_command(model_path, spec, e, space, prefix_caching)),
+    }
+    family = c.engine.split()[0]
+    for name in sorted(commands, key=lambda n: n != family):
+        label, args = commands[name]
+        lines.append(f"{label} " + " \\\n         ".join(args))
     return lines
