@@ -266,6 +266,7 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
     job = _Job(spec, traffic, targets, space, overheads, slim=pool is not None, operating=operating)
     evaluations: list[Evaluation] = []
     done = 0
+    finished = False
     try:
         results = pool.imap_unordered(job.run, groups) if pool is not None else map(job.run, groups)
         for chunk in results:
@@ -273,9 +274,14 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
             done += len(chunk)
             if progress:
                 progress(done)
+        finished = True
     finally:
         if pool is not None:
-            pool.terminate()
+            if finished:
+                pool.close()
+            else:   # Ctrl-C, SIGTERM or an error: stop the workers now
+                pool.terminate()
+            pool.join()
     if space.disaggregated:
         evaluations.extend(_disaggregated(spec, traffic, targets, space, overheads, evaluations))
     evaluations.sort(key=lambda e: e.sort_key)
@@ -292,7 +298,16 @@ def _pool(workers: int, groups: int):  # -> multiprocessing.pool.Pool | None
 
     if workers <= 1 or groups < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return None
-    return multiprocessing.get_context("fork").Pool(min(workers, groups))
+    return multiprocessing.get_context("fork").Pool(min(workers, groups), initializer=_worker_signals)
+
+
+def _worker_signals() -> None:
+    """A worker leaves Ctrl-C and SIGTERM to the parent (which stops the pool): no handler of its own that would
+    print a traceback as it is terminated."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _memory(spec: ModelSpec, space: SearchSpace, engine: EngineSpec | None, gpu: GPUSpec,
