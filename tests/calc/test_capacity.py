@@ -4,6 +4,7 @@ cheaper price never makes a feasible plan infeasible)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -160,3 +161,120 @@ def test_nothing_fits() -> None:
     result = search(big, _traffic(), _targets(), _space(("l40s", 1.2)), OVERHEADS)
     assert result.best is None and not any(e.fits for e in result.evaluations)
     assert all(e.reason.startswith("does not fit") for e in result.evaluations)
+
+
+# --- the command's choice: the cheapest plan the simulation confirms -------------------------------------------
+
+def _verify(result, traffic, targets, space, requests: int = 300):  # noqa: ANN001, ANN202 - a Verified
+    from tfcalc.calc.capacity import full_evaluation, verified_choice
+
+    def full(e):  # noqa: ANN001, ANN202
+        return full_evaluation(SPEC, traffic, targets, space, OVERHEADS, e)
+
+    return verified_choice(result, traffic, targets, space, full, num_requests=requests, max_simulations=40)
+
+
+def _sim_ok(e, traffic, targets, requests: int = 300) -> bool:  # noqa: ANN001
+    sim = simulate_evaluation(e, traffic, num_requests=requests)
+    return all(sim.metric(t.metric, t.percentile) <= t.seconds for t in targets)
+
+
+def test_verified_choice_meets_its_own_simulation() -> None:
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2), tps=(1,), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+    traffic, targets = _traffic(9.0), _targets(ttft=0.35, tpot=0.045)
+    result = search(SPEC, traffic, targets, space, OVERHEADS)
+    v = _verify(result, traffic, targets, space)
+    assert v.verified and v.plan is not None and _sim_ok(v.plan, traffic, targets)
+    assert v.plan.cost_per_hour >= result.best.cost_per_hour
+
+
+class _Verdict:
+    """A stand-in for a simulation: misses the targets unless the plan has enough replicas for its GPU type."""
+
+    def __init__(self, ok: bool) -> None:
+        self.ok, self.steps, self.preemptions = ok, 1, 0
+
+    def metric(self, metric: str, percentile: float) -> float:
+        return 0.0 if self.ok else 1e9
+
+
+def _fake_rule(e) -> bool:  # noqa: ANN001
+    need = {"l40s": 4, "h100-sxm": 2}[e.candidate.gpu] + (e.candidate.max_num_seqs == 16)
+    return e.replicas >= need
+
+
+def test_verified_choice_walks_down_to_the_cheapest_confirmed_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With simulations that reject plans the model accepts (a stand-in that asks for more replicas per GPU type),
+    the walk returns the cheapest plan of all that the simulation accepts: brute force over every configuration and
+    replica count agrees, with fewer simulations than configurations."""
+    from tfcalc.calc import capacity
+    from tfcalc.calc.capacity import full_evaluation, resize
+
+    monkeypatch.setattr(capacity, "simulate_evaluation", lambda e, traffic, num_requests=0: _Verdict(_fake_rule(e)))
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2), tps=(1, 2), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+    traffic, targets = _traffic(6.0), _targets()
+    result = search(SPEC, traffic, targets, space, OVERHEADS)
+    v = _verify(result, traffic, targets, space)
+    brute = math.inf
+    for e in result.evaluations:
+        if not e.feasible or e.candidate.mode != "aggregated":
+            continue
+        rich = full_evaluation(SPEC, traffic, targets, space, OVERHEADS, e)
+        for replicas in range(rich.replicas, 40):
+            sized = resize(rich, replicas, traffic, targets, space)
+            if sized.feasible and _fake_rule(sized):
+                brute = min(brute, sized.cost_per_hour)
+                break
+    assert v.verified and v.plan.cost_per_hour == pytest.approx(brute)
+    assert v.plan.cost_per_hour > result.best.cost_per_hour and 2 <= v.simulations < len(result.evaluations)
+
+
+@settings(max_examples=4, deadline=None)
+@given(ttft=st.floats(0.3, 1.0), factor=st.floats(1.0, 2.0))
+def test_verified_choice_looser_targets_never_cost_more(ttft: float, factor: float) -> None:
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2), tps=(1,), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+    traffic = _traffic(9.0)
+    tight, loose = _targets(ttft, 0.05), _targets(ttft * factor, 0.05 * factor)
+    a = _verify(search(SPEC, traffic, tight, space, OVERHEADS), traffic, tight, space)
+    b = _verify(search(SPEC, traffic, loose, space, OVERHEADS), traffic, loose, space)
+    if a.verified:
+        assert b.verified and b.plan.cost_per_hour <= a.plan.cost_per_hour
+
+
+@settings(max_examples=4, deadline=None)
+@given(price=st.floats(0.5, 5.0), cut=st.floats(0.2, 1.0))
+def test_verified_choice_cheaper_price_never_hurts(price: float, cut: float) -> None:
+    traffic, targets = _traffic(9.0), _targets(0.4, 0.05)
+
+    def choose(p: float):  # noqa: ANN202
+        space = _space(("h100-sxm", p), ("l40s", 1.5), tps=(1,), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+        return _verify(search(SPEC, traffic, targets, space, OVERHEADS), traffic, targets, space)
+
+    before, after = choose(price), choose(price * cut)
+    if before.verified:
+        assert after.verified and after.plan.cost_per_hour <= before.plan.cost_per_hour
+
+
+@settings(max_examples=6, deadline=None)
+@given(ttft=st.floats(0.3, 1.0), factor=st.floats(1.0, 3.0), price=st.floats(0.5, 5.0), cut=st.floats(0.2, 1.0))
+def test_verified_choice_monotone_when_the_simulation_disagrees(ttft: float, factor: float, price: float,
+                                                                cut: float) -> None:
+    """The same two properties with simulations that reject what the model accepts (the stand-in above), where the
+    walk goes down the list and adds replicas."""
+    from tfcalc.calc import capacity
+
+    traffic = _traffic(6.0)
+
+    def choose(targets, p):  # noqa: ANN001, ANN202
+        space = _space(("h100-sxm", p), ("l40s", 1.2), tps=(1, 2), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+        return _verify(search(SPEC, traffic, targets, space, OVERHEADS), traffic, targets, space)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(capacity, "simulate_evaluation", lambda e, t, num_requests=0: _Verdict(_fake_rule(e)))
+        tight, loose = _targets(ttft, 0.05), _targets(ttft * factor, 0.05 * factor)
+        a, b = choose(tight, price), choose(loose, price)
+        if a.verified:
+            assert b.verified and b.plan.cost_per_hour <= a.plan.cost_per_hour + 1e-9
+        c = choose(tight, price * cut)
+        if a.verified:
+            assert c.verified and c.plan.cost_per_hour <= a.plan.cost_per_hour + 1e-9

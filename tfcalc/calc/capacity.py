@@ -662,3 +662,85 @@ def simulate_evaluation(e: Evaluation, traffic: Traffic, num_requests: int = 200
                         concurrency=concurrency, prefix_hit_ratio=traffic.prefix_hit_ratio, seed=seed,
                         warmup_fraction=0.1)
     return simulate(model.step, cfg, load)
+
+
+def resize(e: Evaluation, replicas: int, traffic: Traffic, targets: tuple[Target, ...],
+           space: SearchSpace) -> Evaluation:
+    """``e`` (with its model) served by ``replicas`` replicas: GPUs, cost, feasibility and the operating point."""
+    gpus = replicas * e.candidate.gpus_per_replica
+    feasible = gpus <= space.max_gpus
+    sized = replace(e, replicas=replicas, num_gpus=gpus, cost_per_hour=gpus * e.price_per_gpu_hour, feasible=feasible,
+                    reason=e.binding if feasible else f"needs {gpus} GPUs, more than the limit of {space.max_gpus}",
+                    operating=None)
+    return operate(sized, traffic, targets)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verified:
+    """The plan the simulation confirmed (or the model's, when none was), and one line per simulation."""
+
+    plan: Evaluation | None
+    verified: bool
+    lines: tuple[str, ...]
+    simulations: int
+
+
+def verified_choice(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
+                    full: Callable[[Evaluation], Evaluation], num_requests: int = 2000,
+                    max_simulations: int = 12) -> Verified:
+    """The cheapest plan whose simulated replica meets every target: configurations in the model's cost order, each
+    at the replicas the model asks for and, when the simulation misses a target, one more replica at a time; a
+    configuration's cost in the model is a lower bound on its verified cost, so the walk stops once it reaches the
+    best verified cost: the answer is the cheapest verified plan of all (within ``max_simulations``).
+
+    Because each configuration's verified replicas are the fewest from the model's count up that the (deterministic)
+    simulation accepts, looser targets never raise any configuration's verified cost (the model's count only falls
+    and the same simulations meet looser targets), and a lower price lowers costs without changing a verdict: so
+    looser targets never cost more and a cheaper price never turns a verified plan into a failure or a dearer one
+    -- exactly, as long as the walk ends within ``max_simulations``. More traffic needs more replicas in the model,
+    but a simulation at a lower load is not proven to meet targets it meets at a higher one, so that property is the
+    model's (docs/capacity.md, "Monotonicity").
+    """
+    best: Evaluation | None = None
+    best_cost = math.inf
+    lines: list[str] = []
+    runs = 0
+    capped = False
+    for e in result.evaluations:
+        if not e.feasible or e.cost_per_hour >= best_cost:
+            break
+        if e.candidate.mode != "aggregated":
+            if best is None:
+                return Verified(plan=e, verified=False, lines=("simulation: not run for disaggregated plans",),
+                                simulations=runs)
+            continue
+        rich = full(e)
+        replicas = rich.replicas
+        while True:
+            if runs >= max_simulations:
+                capped = True
+                break
+            plan = rich if replicas == rich.replicas else resize(rich, replicas, traffic, targets, space)
+            if not plan.feasible or plan.cost_per_hour >= best_cost:
+                break
+            sim = simulate_evaluation(plan, traffic, num_requests=num_requests)
+            runs += 1
+            assert sim is not None
+            measured = ", ".join(f"{t.label} {sim.metric(t.metric, t.percentile) * 1e3:,.1f} ms" for t in targets)
+            ok = all(sim.metric(t.metric, t.percentile) <= t.seconds for t in targets)
+            lines.append(f"simulation of one of {replicas} replica(s) ({num_requests:,} requests, {sim.steps:,} steps, "
+                         f"{sim.preemptions} preemptions) of {e.candidate.label}: {measured} -> "
+                         f"{'meets the targets' if ok else 'misses a target'}")
+            if ok:
+                best, best_cost = plan, plan.cost_per_hour
+                break
+            replicas += 1
+        if capped:
+            break
+    if capped:
+        lines.append(f"simulation: stopped after {max_simulations} simulations" +
+                     ("; the cheapest plan confirmed so far is shown" if best is not None else ""))
+    if best is None:
+        lines.append("simulation: no plan tried met every target in simulation; the model's choice is shown")
+        return Verified(plan=result.best, verified=False, lines=tuple(lines), simulations=runs)
+    return Verified(plan=best, verified=True, lines=tuple(lines), simulations=runs)

@@ -334,7 +334,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              output: OutputOpt = None) -> None:
     """The cheapest GPU configuration that serves a traffic within latency targets: Pareto frontier, cost per
     million tokens, why the runners-up lose, and vLLM / SGLang / TensorRT-LLM launch flags."""
-    from tfcalc.calc.capacity import SearchSpace, count_candidates, full_evaluation, search
+    from tfcalc.calc.capacity import SearchSpace, count_candidates, full_evaluation, search, verified_choice
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.serving import SpecDecoding
     from tfcalc.calc.serving_traffic import Traffic
@@ -428,7 +428,11 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         def full(e, spec=spec, space=space):  # noqa: ANN001, ANN202 - an Evaluation with its model objects
             return full_evaluation(spec, traffic, targets, space, overheads, e)
 
-        chosen, sim_lines = _verified(result, traffic, targets, simulate, sim_requests, full)
+        if simulate and result.best is not None:
+            checked = verified_choice(result, traffic, targets, space, full, num_requests=sim_requests)
+            chosen, sim_lines = checked.plan, list(checked.lines)
+        else:
+            chosen, sim_lines = result.best, []
         result = replace(result, best=chosen)
         if chosen is None:
             failed.append(spec.name)
@@ -489,38 +493,3 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     if failed:
         raise fail(f"no configuration of {', '.join(failed)} meets the targets within {max_gpus} GPUs (see the "
                    "notes for the closest)", 1)
-
-
-def _verified(result, traffic, targets, simulate: bool, requests: int, full) -> tuple:  # noqa: ANN001
-    """The chosen plan, checked by simulation: the cheapest feasible configuration whose simulated replica also
-    meets the targets, walking down the list in cost order (at most ``WALK`` tried), with a line per check.
-
-    The walk takes the first plan in the search's own order that the simulation accepts, so a change that keeps every
-    configuration's analytic verdict and simulation the same keeps the choice (``docs/capacity.md``, monotonicity)."""
-    from tfcalc.calc.capacity import simulate_evaluation
-
-    best = result.best
-    if best is None or not simulate:
-        return best, []
-    lines = []
-    tried = 0
-    for e in result.evaluations:
-        if not e.feasible or tried >= WALK:
-            break
-        sim = simulate_evaluation(full(e), traffic, num_requests=requests)
-        if sim is None:
-            return e, ["simulation: not run for disaggregated plans"]
-        tried += 1
-        measured = ", ".join(f"{t.label} {sim.metric(t.metric, t.percentile) * 1e3:,.1f} ms" for t in targets)
-        ok = all(sim.metric(t.metric, t.percentile) <= t.seconds for t in targets)
-        lines.append(f"simulation of one replica ({requests:,} requests, {sim.steps:,} steps, {sim.preemptions} "
-                     f"preemptions) of {e.candidate.label}: {measured} -> "
-                     f"{'meets the targets' if ok else 'misses a target'}")
-        if ok:
-            return e, lines
-    lines.append(f"simulation: none of the {tried} cheapest plans met every target in simulation; the model's choice "
-                 "is shown")
-    return best, lines
-
-
-WALK = 5

@@ -65,7 +65,8 @@ def long_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]
         if c.mode == "disaggregated":
             base.update(prefill_tp=c.prefill_tp, prefill_replicas=c.prefill_replicas)
         values: list[tuple[str, object, str]] = [
-            ("chosen", e is best, "bool"), ("fits", e.fits, "bool"), ("feasible", e.feasible, "bool"),
+            ("chosen", best is not None and e.candidate == best.candidate, "bool"), ("fits", e.fits, "bool"),
+            ("feasible", e.feasible, "bool"),
             ("reason", e.reason, "text"), ("price_per_gpu_hour", e.price_per_gpu_hour, "USD/h"),
         ]
         if e.memory is not None:
