@@ -704,6 +704,7 @@ def verified_choice(result: SearchResult, traffic: Traffic, targets: tuple[Targe
     best: Evaluation | None = None
     best_cost = math.inf
     lines: list[str] = []
+    misses: list[str] = []
     runs = 0
     capped = False
     for e in result.evaluations:
@@ -728,15 +729,21 @@ def verified_choice(result: SearchResult, traffic: Traffic, targets: tuple[Targe
             assert sim is not None
             measured = ", ".join(f"{t.label} {sim.metric(t.metric, t.percentile) * 1e3:,.1f} ms" for t in targets)
             ok = all(sim.metric(t.metric, t.percentile) <= t.seconds for t in targets)
-            lines.append(f"simulation of one of {replicas} replica(s) ({num_requests:,} requests, {sim.steps:,} steps, "
-                         f"{sim.preemptions} preemptions) of {e.candidate.label}: {measured} -> "
-                         f"{'meets the targets' if ok else 'misses a target'}")
+            line = (f"simulation of one of {replicas} replica(s) ({num_requests:,} requests, {sim.steps:,} steps, "
+                    f"{sim.preemptions} preemptions) of {e.candidate.label}: {measured} -> "
+                    f"{'meets the targets' if ok else 'misses a target'}")
             if ok:
                 best, best_cost = plan, plan.cost_per_hour
+                lines.append(line)
                 break
+            misses.append(line)
             replicas += 1
         if capped:
             break
+    if misses:   # the first miss in full, then how many more
+        lines.insert(0, misses[0])
+        if len(misses) > 1:
+            lines.insert(1, f"simulation: {len(misses) - 1} more cheaper plan(s) missed a target in simulation")
     if capped:
         lines.append(f"simulation: stopped after {max_simulations} simulations" +
                      ("; the cheapest plan confirmed so far is shown" if best is not None else ""))

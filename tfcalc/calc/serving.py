@@ -308,8 +308,10 @@ class Point:
         """Time per output token after the first (s), per request: mean or percentile over requests.
 
         A request sees 1 + m sequences decoding (m others, Poisson; the time-average over its life has
-        variance 2m/3) and prefill chunks in a share q of its D steps (binomial: variance q (1 - q) E[1/D],
-        averaged over the output lengths); percentile = mean + z x the two spreads added in quadrature."""
+        variance 2m/3) and prefill chunks in a share q of its D steps: prompts arrive Poisson and each takes k
+        consecutive steps (k = ceil(P / room), 1 for prompts that share a step), so the share's variance is
+        q (1 - q) E[k^2] / E[k] x E[1/D] (binomial when every prompt fits a step; averaged over the output
+        lengths); percentile = mean + z x the two spreads added in quadrature."""
         m, w = self.model, self.w
         seats = self.seats if self.seats >= 1 else 1.0
         seen = min(1 + self.decode_others, seats)
@@ -320,9 +322,23 @@ class Point:
         if percentile:
             z = normal_quantile(percentile / 100)
             slope = self._step(min(seen + 1, seats + 1), 0.0) - decode
-            var = slope * slope * 2 * self.decode_others / 3 + (prefill - decode) ** 2 * q * (1 - q) * w.inverse_steps
+            var = slope * slope * 2 * self.decode_others / 3 + (prefill - decode) ** 2 * q * (1 - q) \
+                * self._clustering() * w.inverse_steps
             mean = max(mean + z * math.sqrt(var), decode if z < 0 else mean)
         return mean / w.accepted + (m.kv_transfer_s / max(w.decode_tokens, 1.0) if m.role == "decode" else 0.0)
+
+    def _clustering(self) -> float:
+        """E[k^2] / E[k] of the prefill steps k = ceil(P / room) one prompt takes (prompt-length nodes)."""
+        value = self._memo.get("cluster")
+        if value is None:
+            cap, share = self.prefill_capacity, 1 - self.model.prefix_hit_ratio
+            first = second = 0.0
+            for x, weight in self.model.input_len.nodes(True):
+                k = max(math.ceil(x * share / cap - 1e-9), 1) if cap > 0 else 1
+                first += weight * k
+                second += weight * k * k
+            value = self._memo["cluster"] = second / first if first > 0 else 1.0
+        return value
 
     def itl(self, percentile: float = 0.0) -> float:
         """Inter-token latency (s): the gap between two streamed chunks, over all gaps (vLLM bench's ITL). A gap is
