@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from tfcalc.calc.serving import (
+    HALFIN_WHITT,
     Capacity,
     Point,
     ReplicaServing,
@@ -406,12 +407,12 @@ def _size(capacity: Capacity, traffic: Traffic) -> tuple[int, float]:
 
 def _seats_idle(capacity: Capacity, seats: float) -> bool:
     """True when ``seats`` (a replica's min(max_num_seqs, KV-limited sequences)) play no part in this capacity: it
-    stopped at a latency target, and at 1 % more load than its own the seats are far from full -- c - a > 7 sqrt(c) +
-    2, where Erlang's P(wait) is below 1e-11 and ``serving.erlang`` returns exactly 0 -- so every point the search
+    stopped at a latency target, and at 1 % more load than its own the seats are far from full -- c - a > 5 sqrt(c) +
+    2, where Erlang's P(wait) is below 3e-7 and ``serving.erlang`` returns exactly 0 -- so every point the search
     looked at is the same whatever the seats."""
     if capacity.binding in ("max_num_seqs", "KV cache", "token budget"):
         return False
-    return seats - 1.01 * capacity.point.seat_load > 7 * math.sqrt(seats) + 2
+    return seats - 1.01 * capacity.point.seat_load > HALFIN_WHITT * math.sqrt(seats) + 2
 
 
 def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, traffic: Traffic,

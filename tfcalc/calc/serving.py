@@ -148,6 +148,9 @@ def _make_work(r: ReplicaServing) -> _Work:
                  max(live, 1.0), inverse, chunks, ov.api_work_s(i.mean, chunks), request_m2, step, r)
 
 
+HALFIN_WHITT = 5.0
+
+
 def erlang(servers: int, load: float) -> tuple[float, float]:
     """(P(an arrival waits), P(the system is empty)) of M/M/c with c servers and offered load a = lambda / mu.
 
@@ -159,9 +162,9 @@ def erlang(servers: int, load: float) -> tuple[float, float]:
         return 0.0, 1.0
     if load >= servers:
         return 1.0, 0.0
-    if servers - load > 7 * math.sqrt(servers) + 2:
-        # Halfin-Whitt: P(wait) ~ phi(beta) / beta < 1e-11 for beta = (c - a) / sqrt(c) > 7; the occupancy is
-        # then Poisson(a) to the same accuracy.
+    if servers - load > HALFIN_WHITT * math.sqrt(servers) + 2:
+        # Halfin-Whitt: P(wait) ~ phi(beta) / beta < 3e-7 for beta = (c - a) / sqrt(c) > 5; the occupancy is
+        # then Poisson(a) to the same accuracy (and the seats play no part: the search reuses such answers).
         return 0.0, math.exp(-load)
     total = term = 1.0
     for i in range(1, servers + 1):
@@ -722,6 +725,10 @@ def max_rates(r: ReplicaServing, targets: tuple[Target, ...], relaxed: tuple[Tar
         full = _capacity(r, w, points, targets, 0, top, hints[0])
         start = max((k for k, p in cache.items() if p is full.point), default=0)
     if relaxed is None or relaxed == targets:
+        return _with_explored(full, cache), _with_explored(full, cache)
+    dropped = {t.label for t in targets if t not in relaxed}
+    if known is None and full.binding not in dropped:
+        # what stopped the full search (a kept target, or a limit) stops the relaxed one at the same grid point
         return _with_explored(full, cache), _with_explored(full, cache)
     return _with_explored(full, cache), _with_explored(_capacity(r, w, points, relaxed, start, top, hints[1]),
                                                        cache)
