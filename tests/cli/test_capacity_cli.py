@@ -143,6 +143,10 @@ def test_lengths_csv(tmp_path: Path) -> None:
                  "--max-num-batched-tokens", "2048", "--rate", "5", "--lengths-csv", str(path), "--ttft", "p90=1s",
                  "--no-simulate")
     assert result.exit_code == 0, result.output
+    refused = run("capacity", "-p", "llama3-8b", "--rate", "5", "--lengths-csv", str(path), "--ttft", "p90=1s",
+                  "-o", str(path))
+    assert refused.exit_code == 2 and "refusing to overwrite an input" in refused.output
+    assert path.read_text().startswith("input_tokens,output_tokens\n500,100")
     bad = tmp_path / "bad.csv"
     bad.write_text("prompt,completion\n1,2\n")
     result = run("capacity", "-p", "llama3-8b", "--rate", "5", "--lengths-csv", str(bad), "--ttft", "p90=1s")

@@ -157,7 +157,8 @@ def rate_overrides(compute: list[float], bandwidth: list[float], calibration: Pa
 
 # Options whose values are written (outputs) or read (inputs), checked against each other before any work.
 OUTPUT_OPTIONS = {"output": "--output", "plot": "--plot", "save_calibration": "--save-calibration", "save": "--save"}
-INPUT_OPTIONS = {"preset": "--preset", "config": "--config", "calibration": "--calibration", "gpu": "--gpu"}
+INPUT_OPTIONS = {"preset": "--preset", "config": "--config", "calibration": "--calibration", "gpu": "--gpu",
+                 "lengths_csv": "--lengths-csv"}
 
 
 def print_error(message: str) -> None:
