@@ -16,18 +16,24 @@ derives everything else in closed form:
   arrive Poisson, so a step finds prefill work with probability q = max(1 - exp(-N / P), N / (C - B (k + 1)))
   and then carries n = N / q tokens; mean step time tau = q tau(B, n) + (1 - q) tau(B, 0) from the replica's
   step-time model; T = prefill time of one prompt + (D / acc) tau, and lambda = a / T.
-- TTFT = request overhead + wait (a seat: Erlang C with the Allen-Cunneen (1 + cs^2) / 2 factor; the prefill
-  queue: M/G/1 on prompt tokens, Pollaczek-Khinchine) + the rest of the running step + prefill service +
-  streaming of the token. Percentiles: the exact mixture over prompt-length nodes of the fixed part with the
+- the API server(s): a serial resource with the requests' own work and bulks of streamed chunks, one per step
+  (``_api_queue``): utilization rho = rate / N x work per request (rho >= 1: the replica cannot carry the rate,
+  "API server"), and the delay a request and its first token see.
+- TTFT = request latency + API delay + wait (a seat: Erlang C with the Allen-Cunneen (1 + cs^2) / 2 factor; the
+  prefill queue: M/G/1 on prompt tokens, Pollaczek-Khinchine) + the rest of the running step + prefill service
+  + streaming of the token. Percentiles: the exact mixture over prompt-length nodes of the fixed part with the
   wait, taken as zero with probability 1 - P(wait) and exponential otherwise (exact for M/M/1 and M/M/c).
 - TPOT: step time at the batch a request sees, 1 + m with m = lambda D tau (others decoding, Poisson); its
   percentiles from the variance of that count's time-average over the request's life (2m/3) and of the share
-  of its steps that carry prefill (binomial, averaged over the output lengths: E[1/D]).
+  of its steps that carry prefill (compound Poisson: prompts of several chunks take consecutive steps; averaged
+  over the output lengths: E[1/D]).
+- ITL: one step at the batch it carries, decode-only or with a chunk sized like the prompts; a mixture.
 - end-to-end = TTFT + (output - 1) x TPOT; percentiles over the output-length nodes with the wait.
 
 Everything is monotone in the load, so the largest rate meeting the targets is the largest load on a fixed
-geometric grid that meets them, found by regula falsi. The discrete-event simulation in ``serving_sim`` runs
-the same scheduler request by request and checks this model (tests/calc/test_serving.py). Pure math: no I/O.
+geometric grid that meets them, found by regula falsi (from a hint when there is one: the same grid answer). The
+discrete-event simulation in ``serving_sim`` runs the API servers and the scheduler request by request and checks
+this model (tests/calc/test_serving.py). Pure math: no I/O.
 """
 
 from __future__ import annotations
