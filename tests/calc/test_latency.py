@@ -13,6 +13,7 @@ from tfcalc.calc.latency import (
     deployment,
     estimate_latency,
     linear_mode,
+    serving_step_seconds,
     step_seconds,
     step_time,
     turning_point_batch,
@@ -202,6 +203,31 @@ def test_step_seconds_is_step_time_on_the_grid_and_vectorises() -> None:
     assert many == [step_seconds(d, b, c, 256) for b, c in ((1, 100.0), (7.25, 2048), (64, 5000))]
     with pytest.raises(UsageError, match="different lengths"):
         step_seconds(d, [1, 2], [100, 200, 300])
+
+
+def test_step_seconds_has_no_flat_spots_at_rounded_grid_points() -> None:
+    """Contexts just past a rounded grid point (1009 for 64 x 2^(32/8) = 1009.4) interpolate in the next interval:
+    the step time keeps growing with the context (it once stood still there)."""
+    d = _d("llama3-8b", "h100-sxm")
+    values = [step_seconds(d, 16, 1000 + 0.05 * i) for i in range(400)]
+    assert all(b > a for a, b in zip(values, values[1:], strict=False))
+
+
+def test_serving_step_seconds_several_chunks_and_pipelines() -> None:
+    """A step of several short prompts is step_time with prefill_seqs > 1; pp = 1 is step_seconds; with pp stages
+    the step is estimate's decode phase: pp batches of 1/pp in flight, max(trip, pp x slowest stage)."""
+    d = _d("llama3-8b", "h100-sxm")
+    assert serving_step_seconds(d, 32, 2048, 512, 1024) == step_seconds(d, 32, 2048, 512, 1024)
+    three = step_time(d, StepShape(decode_seqs=16, decode_context=2048, prefill_seqs=3, prefill_tokens=300)).seconds
+    assert serving_step_seconds(d, 16, 2048, 300, 0, prefill_seqs=3) == pytest.approx(three, rel=1e-12)
+    assert serving_step_seconds(d, 16, 2048, 300, 0, prefill_seqs=3) > serving_step_seconds(d, 16, 2048, 300, 0)
+    p2 = _d("llama3-70b", "h100-sxm", "bf16", tp=4, pp=2)
+    for batch in (2, 8, 64):
+        assert serving_step_seconds(p2, batch, 2048) == pytest.approx(
+            estimate_latency(p2, batch, 2048 - 64, 128).tpot_s, rel=1e-9)  # decode context 2048 on the grid
+    one = step_time(p2, StepShape(decode_seqs=4, decode_context=2048, prefill_seqs=1, prefill_tokens=256))
+    assert serving_step_seconds(p2, 8, 2048, 512) == pytest.approx(
+        max(one.seconds, 2 * max(one.stage_seconds)), rel=1e-12)
 
 
 @settings(max_examples=40, deadline=None)

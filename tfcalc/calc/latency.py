@@ -642,7 +642,17 @@ def _grid(x: float) -> tuple[float, float, float]:
         return lo, lo + 1, x - lo
     k = math.log2(x / 64) * CONTEXT_GRID_PER_OCTAVE
     lo_k = math.floor(k)
-    lo, hi = round(64 * 2 ** (lo_k / CONTEXT_GRID_PER_OCTAVE)), round(64 * 2 ** ((lo_k + 1) / CONTEXT_GRID_PER_OCTAVE))
+
+    def point(i: int) -> int:
+        return round(64 * 2 ** (i / CONTEXT_GRID_PER_OCTAVE))
+
+    lo, hi = point(lo_k), point(lo_k + 1)
+    while x > hi:  # grid points are rounded: x can lie past the rounded end of the interval its logarithm names
+        lo_k += 1
+        lo, hi = hi, point(lo_k + 1)
+    while x < lo and lo_k > 0:
+        lo_k -= 1
+        lo, hi = point(lo_k), lo
     return lo, hi, (x - lo) / (hi - lo) if hi > lo else 0.0
 
 
@@ -656,7 +666,8 @@ def _corners(x: float, grid: bool) -> tuple[tuple[float, float], ...]:
     return (lo, 1 - w), (hi, w)
 
 
-def _one_step(d: Deployment, seqs: float, context: float, tokens: float, past: float, phase: str) -> float:
+def _one_step(d: Deployment, seqs: float, context: float, tokens: float, past: float, phase: str,
+              prefill_seqs: int = 1, pipelined: bool = False) -> float:
     tokens = round(tokens)
     if seqs <= 0 and tokens <= 0:
         return 0.0
@@ -666,10 +677,44 @@ def _one_step(d: Deployment, seqs: float, context: float, tokens: float, past: f
             for p, wp in (_corners(past, grid=True) if tokens and past > 0 else ((0.0, 1.0),)):
                 if not b and not tokens:
                     continue  # an empty step takes no time
-                shape = StepShape(decode_seqs=int(b), decode_context=float(c), prefill_seqs=1 if tokens else 0,
-                                  prefill_tokens=int(tokens), prefill_past=int(p))
-                total += wb * wc * wp * _step_cached(d, shape, phase, False).seconds
+                shape = StepShape(decode_seqs=int(b), decode_context=float(c),
+                                  prefill_seqs=prefill_seqs if tokens else 0, prefill_tokens=int(tokens),
+                                  prefill_past=int(p))
+                total += wb * wc * wp * (in_flight_seconds(d, shape, phase) if pipelined else
+                                         _step_cached(d, shape, phase, False).seconds)
     return total
+
+
+def in_flight_seconds(d: Deployment, shape: StepShape, phase: str | None = None) -> float:
+    """Seconds per step of an engine that keeps pp batches like ``shape`` in flight, one per pipeline stage: every
+    batch comes back once per max(its trip through the stages, pp x the slowest stage) (``_phase``'s decode rule);
+    at pp = 1 the step time itself. Exact (``step_time``, cached per shape)."""
+    t = _step_cached(d, shape, phase or ("decode" if shape.decode_seqs else "prefill"), False)
+    return max(t.seconds, d.pp * max(t.stage_seconds)) if d.pp > 1 else t.seconds
+
+
+def serving_step_seconds(d: Deployment, decode_seqs: float, decode_context: float = 0.0,
+                         prefill_tokens: float = 0.0, prefill_past: float = 0.0, prefill_seqs: int = 1) -> float:
+    """Seconds between two scheduler steps of a continuously batching engine (vLLM V1, SGLang) whose steps carry
+    ``decode_seqs`` decoding sequences at mean context ``decode_context`` and ``prefill_seqs`` prefill chunks of
+    ``prefill_tokens`` tokens each after ``prefill_past`` cached tokens (several short prompts in one step).
+
+    pp = 1: ``step_seconds`` with several chunks (same interpolation). pp > 1: the engine keeps pp batches in
+    flight, one per stage (vLLM's batch queue / virtual engines), each with 1/pp of the work; every sequence gets
+    its next token once per max(trip of a batch through the stages, pp x its slowest stage) -- the decode phase of
+    ``estimate_latency`` -- so that is the step time of the whole (``_phase``'s rule, for any mix).
+    """
+    phase = "decode" if decode_seqs > 0 or not prefill_tokens else "prefill"
+    seqs = max(int(prefill_seqs), 1)
+    if d.pp == 1:
+        return _one_step(d, float(decode_seqs), float(decode_context), float(prefill_tokens), float(prefill_past),
+                         phase, seqs)
+    per = d.pp
+    if seqs >= per:  # whole chunks per in-flight batch
+        return _one_step(d, decode_seqs / per, float(decode_context), float(prefill_tokens), float(prefill_past),
+                         phase, max(round(seqs / per), 1), pipelined=True)
+    return _one_step(d, decode_seqs / per, float(decode_context), seqs * prefill_tokens / per, float(prefill_past),
+                     phase, 1, pipelined=True)
 
 
 def step_seconds(d: Deployment, decode_seqs: float | Sequence[float], decode_context: float | Sequence[float] = 0.0,

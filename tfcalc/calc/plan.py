@@ -326,12 +326,15 @@ def _resolved(cfg: PlanConfig, gpu: GPUSpec) -> tuple[float | None, int, int, in
 
 
 def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig,
-             activation_dtype: DType | None = None, with_ideal: bool = True) -> PlanResult:
+             activation_dtype: DType | None = None, with_ideal: bool = True,
+             with_max_context: bool = True) -> PlanResult:
     """Weights, every reserved term and the KV budget per GPU; sequences at ``cfg.context``; context at
     ``cfg.batch``; as ``cfg.engine`` accounts for them (``None``, or an engine with ``budget: ideal``: the ideal
-    arithmetic, the result still naming that engine)."""
+    arithmetic, the result still naming that engine). ``with_max_context=False`` skips the search for the longest
+    context at the batch (``max_context_at_batch`` is then -1): a capacity search asks only for the KV pool."""
     if cfg.engine is not None and memory_model(cfg.engine) is None:
-        plain = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=None), activation_dtype, with_ideal)
+        plain = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=None), activation_dtype, with_ideal,
+                         with_max_context)
         return replace(plain, engine=cfg.engine)
     fraction, block, max_seqs, mnbt = _resolved(cfg, gpu)
     if fraction is not None and not 0 < fraction <= 1:
@@ -411,7 +414,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     need = -(-cfg.batch // par.dp)
     cap = max(spec.max_context, cfg.context)
     distinct = [plan for plan, _, _, _ in memo.values()]
-    max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, mnbt, need, cap)
+    max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, mnbt, need, cap) \
+        if with_max_context else -1
     per_seq = max(st.kv_bytes_per_sequence for st in stages)
     one_request = worst.kv_budget_bytes > 0 and per_replica >= 1
     fits = one_request and sequences >= cfg.batch

@@ -106,6 +106,7 @@ def expert_tp(par: Parallelism) -> int:
     return max(par.tp // par.ep, 1) if par.ep > 1 else par.tp
 
 
+@lru_cache(maxsize=4096)
 def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> Shard:
     """What one GPU holds, from the per-component layouts of ``tfcalc.calc.params``; ``vocab_rows``: the
     embedding / lm_head rows before the split (an engine's padded vocabulary; default the model's)."""
@@ -248,6 +249,7 @@ def stage_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, l
                                first, last)
 
 
+@lru_cache(maxsize=4096)
 def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, c: StageCensus,
                         exceptions: tuple[tuple[int, int], ...], first: bool, last: bool) -> int:
     """``stage_weight_bytes`` from the stage's layer counts (stages alike in counts weigh alike)."""

@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "memory": ("tfcalc.cli.memory", "memory", False),
     "plan": ("tfcalc.cli.plan", "plan", False),
     "estimate": ("tfcalc.cli.estimate", "estimate", False),
+    "capacity": ("tfcalc.cli.capacity", "capacity", False),
     "profile": ("tfcalc.cli.profile", "profile", False),
     "bench": ("tfcalc.cli.bench", "app", True),
     "presets": ("tfcalc.cli.presets", "app", True),

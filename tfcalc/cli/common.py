@@ -59,9 +59,94 @@ OutputOpt = Annotated[Path | None, typer.Option(
     "stdout.", show_default=False)]
 
 
+WeightsOpt = Annotated[list[str] | None, typer.Option(
+    "--weights-dtype", "-w", help="Weight format(s): bf16, fp8, int4-g128, nvfp4, lists, or per component "
+    "(experts=mxfp4,default=bf16); default: the checkpoint's.", show_default=False)]
+PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Also draw a PNG chart here (needs matplotlib).",
+                                              show_default=False)]
+ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the formula trace behind each row.")]
+EngineOpt = Annotated[list[str] | None, typer.Option(
+    "--engine", "-e", help="Engine version: vllm (default; its current version), vllm@0.19 (the one covering a "
+    "release), sglang, trtllm, gpt-fast, ideal (plain memory arithmetic), a preset (vllm-0.17) or an engine YAML; "
+    "lists compare. Default from $TFCALC_ENGINE, else vllm.", envvar="TFCALC_ENGINE", show_default=False)]
+
+# The serving engines' own flags, named as vLLM names them (plan, estimate and capacity share these definitions).
+ListOpt = list[str] | None
+TensorParallelOpt = Annotated[ListOpt, typer.Option(
+    "--tensor-parallel-size", "--tp", "-tp", help="Tensor-parallel degree(s) (vLLM --tensor-parallel-size); lists "
+    "sweep, or name the degrees a search may use.", show_default=False)]
+PipelineParallelOpt = Annotated[ListOpt, typer.Option(
+    "--pipeline-parallel-size", "--pp", "-pp", help="Pipeline-parallel degree(s) (vLLM --pipeline-parallel-size); "
+    "default 1; lists sweep, or name the degrees a search may use.", show_default=False)]
+MaxModelLenOpt = Annotated[ListOpt, typer.Option(
+    "--max-model-len", "--context", help="Context length(s) in tokens (vLLM --max-model-len): 8192, 128k, lists "
+    "4k,32k.", show_default=False)]
+KvCacheDtypeOpt = Annotated[ListOpt, typer.Option(
+    "--kv-cache-dtype", help="Same as --kv-dtype (vLLM's name): bf16, fp8...", show_default=False)]
+GpuMemoryUtilizationOpt = Annotated[ListOpt, typer.Option(
+    "--gpu-memory-utilization", "--mem-fraction-static", "--free-gpu-memory-fraction",
+    help="The engine's memory fraction (vLLM gpu_memory_utilization, SGLang mem_fraction_static, TensorRT-LLM "
+    "free_gpu_memory_fraction); default: the engine's.", show_default=False)]
+BlockSizeOpt = Annotated[ListOpt, typer.Option(
+    "--block-size", help="KV block size(s) in tokens; default: the engine's (vLLM 16).", show_default=False)]
+MaxNumSeqsOpt = Annotated[ListOpt, typer.Option(
+    "--max-num-seqs", help="Sequences the engine schedules at once (vLLM --max-num-seqs; sizes its sampler and CUDA "
+    "graphs); default: the engine's for the GPU (vLLM 1024 on >= 70 GiB GPUs).", show_default=False)]
+MaxNumBatchedTokensOpt = Annotated[ListOpt, typer.Option(
+    "--max-num-batched-tokens", "--prefill-chunk", help="Tokens per forward pass, the chunked-prefill budget (vLLM "
+    "--max-num-batched-tokens); default: the engine's for the GPU (vLLM 8192 on >= 70 GiB GPUs).",
+    show_default=False)]
+
+
+def engine_list(values: list[str] | None) -> list:
+    """``ideal`` (None: the plain memory arithmetic), ``vllm``, ``vllm@0.19``, ``sglang``, ``trtllm``, ``gpt-fast``,
+    a preset name (``vllm-0.17``) or an engine YAML; the one reading of ``--engine`` for every command."""
+    from tfcalc.spec.presets import load_engine
+
+    names = [item for value in values or ["vllm"] for item in split_list(value)]
+    if not names:
+        raise UsageError("name an engine: --engine vllm (or sglang, trtllm, gpt-fast, ideal, NAME@VERSION)")
+    return [None if name == "ideal" else load_engine(name) for name in names]
+
+
+def float_list(values: list[str] | None, what: str, high: float | None = None) -> list[float]:
+    from tfcalc.units import parse_float
+
+    return [parse_float(item, what, 0.0, high) for value in values or [] for item in split_list(value)]
+
+
+def weight_precisions(values: list[str] | None) -> list:
+    from tfcalc.cli.memory import parse_weight_dtypes
+
+    return parse_weight_dtypes(values)
+
+
+def rate_overrides(compute: list[float], bandwidth: list[float], calibration: Path | None) -> list[tuple]:
+    """[(rates function or None, source)]: one per --compute/--bandwidth-efficiency pair, or the calibration's; a
+    rates function maps (gpu, the GPU's rates, phase) to the rates the latency model uses."""
+    if calibration is not None:
+        if compute or bandwidth:
+            raise UsageError("give --calibration or --compute-efficiency/--bandwidth-efficiency, not both")
+        from tfcalc.calc.calibration import calibrated_rates, load_calibration
+        from tfcalc.spec.presets import read_data_file
+
+        cal = load_calibration(read_data_file(calibration, allow_list=True), str(calibration))
+        return [(lambda gpu, base, phase: calibrated_rates(base, cal, phase), cal.source)]
+    if not compute and not bandwidth:
+        return [(None, "")]
+    out = []
+    for c in compute or [None]:
+        for b in bandwidth or [None]:
+            parts = ([f"compute {c}"] if c else []) + ([f"bandwidth {b}"] if b else [])
+            out.append((lambda gpu, base, phase, c=c, b=b: base.with_efficiency(c, b),
+                        "command line: " + ", ".join(parts)))
+    return out
+
+
 # Options whose values are written (outputs) or read (inputs), checked against each other before any work.
 OUTPUT_OPTIONS = {"output": "--output", "plot": "--plot", "save_calibration": "--save-calibration", "save": "--save"}
-INPUT_OPTIONS = {"preset": "--preset", "config": "--config", "calibration": "--calibration", "gpu": "--gpu"}
+INPUT_OPTIONS = {"preset": "--preset", "config": "--config", "calibration": "--calibration", "gpu": "--gpu",
+                 "lengths_csv": "--lengths-csv"}
 
 
 def print_error(message: str) -> None:

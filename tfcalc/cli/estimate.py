@@ -8,25 +8,23 @@ import typer
 from tfcalc.cli.common import (
     BatchOpt,
     ConfigOpt,
+    EngineOpt,
+    ExplainOpt,
     FormatOpt,
     KvDtypeOpt,
     OutputOpt,
-    PresetOpt,
-    handle_errors,
-    parse_dtype_list,
-    resolve_models,
-)
-from tfcalc.cli.plan import (
-    EngineOpt,
-    ExplainOpt,
-    GpuOpt,
     PlotOpt,
+    PresetOpt,
     WeightsOpt,
     engine_list,
     float_list,
-    gpu_list,
+    handle_errors,
+    parse_dtype_list,
+    rate_overrides,
+    resolve_models,
     weight_precisions,
 )
+from tfcalc.cli.plan import GpuOpt, gpu_list
 from tfcalc.output import Column, emit, print_stderr, write_stdout
 from tfcalc.units import parse_float, parse_size, parse_sizes
 
@@ -47,29 +45,6 @@ def _turning_note(row: dict) -> str:
         return f"{where}: decode turns compute-bound from batch {row['decode_turning_point_batch']:,}"
     return (f"{where}: decode never turns compute-bound: each sequence's KV reads keep its FLOP/byte below the "
             "GPU's ridge point")
-
-
-def _rate_overrides(compute: list[float], bandwidth: list[float], calibration: Path | None) -> list[tuple]:
-    """[(rates function or None, source)]: one per --compute/--bandwidth-efficiency pair, or the calibration's."""
-    from tfcalc.errors import UsageError
-
-    if calibration is not None:
-        if compute or bandwidth:
-            raise UsageError("give --calibration or --compute-efficiency/--bandwidth-efficiency, not both")
-        from tfcalc.calc.calibration import calibrated_rates, load_calibration
-        from tfcalc.spec.presets import read_data_file
-
-        cal = load_calibration(read_data_file(calibration, allow_list=True), str(calibration))
-        return [(lambda gpu, base, phase: calibrated_rates(base, cal, phase), cal.source)]
-    if not compute and not bandwidth:
-        return [(None, "")]
-    out = []
-    for c in compute or [None]:
-        for b in bandwidth or [None]:
-            parts = ([f"compute {c}"] if c else []) + ([f"bandwidth {b}"] if b else [])
-            out.append((lambda gpu, base, phase, c=c, b=b: base.with_efficiency(c, b),
-                        "command line: " + ", ".join(parts)))
-    return out
 
 
 @handle_errors
@@ -158,7 +133,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     if allreduce is not None and allreduce not in ("ring", "tree", "auto"):
         raise UsageError(f"invalid --allreduce '{allreduce}': choose ring, tree or auto")
     skew = 0.0 if routing_skew.strip() in ("0", "0.0") else parse_float(routing_skew, "routing skew", 0.0, 4.0)
-    overrides = _rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0),
+    overrides = rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0),
                                 float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0), calibration)
     memory = PlanConfig(
         num_gpus=1, cuda_graphs_in_budget=cuda_graph_memory,

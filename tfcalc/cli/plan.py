@@ -1,42 +1,46 @@
 """``tfcalc plan``: does a model fit on these GPUs, for how many sequences at what context?"""
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tfcalc.cli.common import (
     BatchOpt,
+    BlockSizeOpt,
     ConfigOpt,
+    EngineOpt,
+    ExplainOpt,
     FormatOpt,
+    GpuMemoryUtilizationOpt,
+    KvCacheDtypeOpt,
     KvDtypeOpt,
+    ListOpt,
+    MaxModelLenOpt,
+    MaxNumBatchedTokensOpt,
+    MaxNumSeqsOpt,
     OutputOpt,
+    PipelineParallelOpt,
+    PlotOpt,
     PresetOpt,
+    TensorParallelOpt,
+    WeightsOpt,
+    engine_list,
     fail,
+    float_list,
     handle_errors,
     parse_dtype_list,
     resolve_models,
+    weight_precisions,
 )
 from tfcalc.errors import UsageError
 from tfcalc.output import Column, emit, print_stderr
-from tfcalc.units import parse_float, parse_sizes, split_list
+from tfcalc.units import parse_sizes, split_list
 
 if TYPE_CHECKING:
     from tfcalc.spec.engine import EngineSpec
 
 GpuOpt = Annotated[list[str], typer.Option(
     "--gpu", "-g", help="GPU preset (see 'tfcalc presets list --kind gpu') or a GPU YAML file; lists compare.")]
-WeightsOpt = Annotated[list[str] | None, typer.Option(
-    "--weights-dtype", "-w", help="Weight format(s): bf16, fp8, int4-g128, nvfp4, lists, or per component "
-    "(experts=mxfp4,default=bf16); default: the checkpoint's.", show_default=False)]
-PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Also draw a PNG chart here (needs matplotlib).",
-                                              show_default=False)]
-ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the formula trace behind each row.")]
-EngineOpt = Annotated[list[str] | None, typer.Option(
-    "--engine", "-e", help="Engine version: vllm (default; its current version), vllm@0.19 (the one covering a "
-    "release), sglang, trtllm, gpt-fast, ideal (plain memory arithmetic), a preset (vllm-0.17) or an engine YAML; "
-    "lists compare. Default from $TFCALC_ENGINE, else vllm.", envvar="TFCALC_ENGINE", show_default=False)]
-
 COLUMNS = [
     Column("model", "model"), Column("gpu", "GPU"), Column("engine", "engine"), Column("num_gpus", "GPUs", "int"),
     Column("tp", "tp", "int"), Column("pp", "pp", "int"), Column("context", "context", "int"),
@@ -74,16 +78,6 @@ def gpu_list(values: list[str]) -> list:
     return [load_gpu(name) for name in names]
 
 
-def float_list(values: list[str] | None, what: str, high: float | None = None) -> list[float]:
-    return [parse_float(item, what, 0.0, high) for value in values or [] for item in split_list(value)]
-
-
-def weight_precisions(values: list[str] | None) -> list:
-    from tfcalc.cli.memory import parse_weight_dtypes
-
-    return parse_weight_dtypes(values)
-
-
 def print_traces(rows: list[dict], traces: list[tuple[str, ...]], keys: tuple[str, ...]) -> None:
     from tfcalc.output import write_stdout
 
@@ -92,23 +86,9 @@ def print_traces(rows: list[dict], traces: list[tuple[str, ...]], keys: tuple[st
         write_stdout(header + "".join(f"  {line}\n" for line in trace))
 
 
-def engine_list(values: list[str] | None) -> list:
-    """``ideal`` (None: the plain memory arithmetic), ``vllm``, ``vllm@0.19``, ``sglang``, ``trtllm``, ``gpt-fast``,
-    a preset name (``vllm-0.17``) or an engine YAML; the one reading of ``--engine`` for plan and estimate."""
-    from tfcalc.spec.presets import load_engine
-
-    names = [item for value in values or ["vllm"] for item in split_list(value)]
-    if not names:
-        raise UsageError("name an engine: --engine vllm (or sglang, trtllm, gpt-fast, ideal, NAME@VERSION)")
-    return [None if name == "ideal" else load_engine(name) for name in names]
-
-
 def _merged(*values: list[str] | None) -> list[str] | None:
     merged = [v for value in values for v in value or []]
     return merged or None
-
-
-ListOpt = list[str] | None
 
 
 @handle_errors
@@ -117,38 +97,20 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
          engine: EngineOpt = None,
          num_gpus: Annotated[ListOpt, typer.Option(
              "--num-gpus", "-n", help="GPU count(s); lists sweep. Default tp x pp.", show_default=False)] = None,
-         tp: Annotated[ListOpt, typer.Option(
-             "--tensor-parallel-size", "--tp", "-tp", help="Tensor-parallel degree(s); default: num_gpus / pp. "
-             "With --min-gpus: the degrees allowed.", show_default=False)] = None,
-         pp: Annotated[ListOpt, typer.Option(
-             "--pipeline-parallel-size", "--pp", "-pp", help="Pipeline-parallel degree(s); default 1. With "
-             "--min-gpus: the degrees allowed (e.g. 1,2,3 admits pipeline stages inside a node).",
-             show_default=False)] = None,
+         tp: TensorParallelOpt = None,
+         pp: PipelineParallelOpt = None,
          ep: Annotated[list[str], typer.Option(
              "--ep", help="Expert-parallel degree(s): routed experts split over ep GPUs (1 = tp-sliced).")]
          = ["1"],  # noqa: B006
-         context: Annotated[ListOpt, typer.Option(
-             "--max-model-len", "--context", help="Context length(s) in tokens (vLLM max_model_len): 8192, 128k, "
-             "lists 4k,32k; default: the model's max context.", show_default=False)] = None,
+         context: MaxModelLenOpt = None,
          batch: BatchOpt = ["1"],  # noqa: B006
          weights_dtype: WeightsOpt = None,
          kv_dtype: KvDtypeOpt = None,
-         kv_cache_dtype: Annotated[ListOpt, typer.Option(
-             "--kv-cache-dtype", help="Same as --kv-dtype (vLLM's name): bf16, fp8...", show_default=False)] = None,
-         gpu_memory_utilization: Annotated[ListOpt, typer.Option(
-             "--gpu-memory-utilization", "--mem-fraction-static", "--free-gpu-memory-fraction",
-             help="The engine's memory fraction (vLLM gpu_memory_utilization, SGLang mem_fraction_static, "
-             "TensorRT-LLM free_gpu_memory_fraction); default: the engine's.", show_default=False)] = None,
-         block_size: Annotated[ListOpt, typer.Option(
-             "--block-size", help="KV block size(s) in tokens; default: the engine's (vLLM 16).",
-             show_default=False)] = None,
-         max_num_seqs: Annotated[ListOpt, typer.Option(
-             "--max-num-seqs", help="Sequences the engine schedules at once (sizes its dummy sampler run); "
-             "default: the engine's for this GPU (vLLM 1024 on >= 70 GiB GPUs).", show_default=False)] = None,
-         max_num_batched_tokens: Annotated[ListOpt, typer.Option(
-             "--max-num-batched-tokens", "--prefill-chunk", help="Tokens per forward pass (sizes the profiling "
-             "forward); default: the engine's for this GPU (vLLM 8192 on >= 70 GiB GPUs).",
-             show_default=False)] = None,
+         kv_cache_dtype: KvCacheDtypeOpt = None,
+         gpu_memory_utilization: GpuMemoryUtilizationOpt = None,
+         block_size: BlockSizeOpt = None,
+         max_num_seqs: MaxNumSeqsOpt = None,
+         max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
          runtime_overhead: Annotated[ListOpt, typer.Option(
              "--runtime-overhead", help="--engine ideal (or gpt-fast) only: CUDA context, NCCL, cuBLAS, CUDA graphs "
              "per GPU (bytes; 1g = 2^30; default 1g).", show_default=False)] = None,

@@ -145,3 +145,34 @@ def plot_profile(path: Path, rows: list[dict]) -> None:
     ax.grid(True, which="both", alpha=0.3)
     _save(fig, path)
     plt.close(fig)
+
+
+def plot_capacity(path: Path, points: list[dict], tpot_targets: list[tuple[str, float]], title: str) -> None:
+    """Output tokens/s per GPU vs tokens/s per user for every configuration that fits (each at the most traffic
+    it carries within the TTFT targets), the Pareto frontier as a line, the chosen plan as a star and each TPOT
+    target as a vertical line at 1 / TPOT (configurations right of it meet it)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    gpus = sorted({str(p["gpu"]) for p in points})
+    for gpu in gpus:
+        mine = [p for p in points if p["gpu"] == gpu]
+        ax.scatter([float(p["tokens_per_user"]) for p in mine], [float(p["tokens_per_gpu"]) for p in mine], s=8,
+                   alpha=0.35, label=gpu)
+    front = sorted((p for p in points if p["frontier"]), key=lambda p: float(p["tokens_per_user"]))
+    if front:
+        ax.plot([float(p["tokens_per_user"]) for p in front], [float(p["tokens_per_gpu"]) for p in front],
+                color="black", linewidth=1.2, marker="o", markersize=3, label="Pareto frontier")
+    for p in points:
+        if p["chosen"]:
+            ax.scatter([float(p["tokens_per_user"])], [float(p["tokens_per_gpu"])], marker="*", s=220,
+                       color="red", zorder=5, label="chosen (cheapest meeting all targets)")
+    for label, tokens_per_user in tpot_targets:
+        ax.axvline(tokens_per_user, linestyle="--", color="grey", linewidth=1)
+        ax.text(tokens_per_user, ax.get_ylim()[1], f" {label}", va="top", fontsize=8, color="grey")
+    ax.set_xlabel("output tokens/s per user (1 / TPOT)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(True, alpha=0.3)
+    _save(fig, path)
+    plt.close(fig)

@@ -321,7 +321,7 @@ def engine_choices() -> list[str]:
 def load_engine(name_or_path: str):  # -> tfcalc.spec.engine.EngineSpec
     """An engine version: ``vllm`` (its default version), ``vllm@0.19.1`` (the entry whose releases cover it),
     a preset name (``vllm-0.17``, ``gpt-fast``), or a YAML file in the engine preset format. ``ideal`` (no engine)
-    is the callers' to handle (``tfcalc.cli.plan.engine_list``): it is not an EngineSpec."""
+    is the callers' to handle (``tfcalc.cli.common.engine_list``): it is not an EngineSpec."""
     if looks_like_path(name_or_path):
         path = Path(name_or_path)
         return _engine_from_file(path, path.stem)

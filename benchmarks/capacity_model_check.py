@@ -1,0 +1,116 @@
+"""The analytic serving model against the discrete-event simulation of the same scheduler (docs/capacity.md).
+
+Same step-time model (the latency model with vLLM's kernels, H100 SXM), same scheduler limits, same traffic, same
+overheads (vLLM's defaults, and a heavy API server); the simulation runs 3,000 requests and leaves the first and last
+10 % out. Prints analytic / simulated - 1 for TTFT mean, p50, p90, p99, TPOT mean, p90, ITL p50, p90, p99 and
+end-to-end p90, the API server's utilization (model / simulation), and the closed-form limits (M/M/1, M/D/1, the
+API server as M/D/1).
+
+Usage: python benchmarks/capacity_model_check.py
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from tfcalc.calc.serving import ReplicaServing, at_concurrency, at_rate
+from tfcalc.calc.serving_inputs import ConstantStep, latency_step
+from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
+from tfcalc.calc.serving_traffic import ENGINE_OVERHEADS, LengthDist, Overheads
+from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.presets import load_engine, load_gpu, load_model
+
+
+def constant_step(seconds: float) -> ConstantStep:
+    return ConstantStep(seconds=seconds)
+
+
+def closed_forms() -> None:
+    tau, m, rho = 1e-3, 400, 0.5
+    mu = 1 / (m * tau)
+    gap = mu * (1 - rho)
+    r = ReplicaServing(step=constant_step(tau), input_len=LengthDist(kind="fixed", mean=1),
+                       output_len=LengthDist(kind="exponential", mean=m), max_num_seqs=1,
+                       max_num_batched_tokens=8192, kv_capacity_tokens=1e12)
+    p = at_rate(r, rho * mu)
+    print(f"M/M/1 (rho {rho}): TTFT mean {p.ttft(0):.4f} s vs {rho / gap + tau:.4f}; TTFT p90 {p.ttft(90):.4f} vs "
+          f"{math.log(rho / 0.1) / gap + tau:.4f}; E2E mean {p.e2e(0):.4f} vs {1 / gap:.4f}; E2E p99 {p.e2e(99):.4f} "
+          f"vs {math.log(100) / gap:.4f}")
+    d = ReplicaServing(step=constant_step(tau), input_len=LengthDist(kind="fixed", mean=1),
+                       output_len=LengthDist(kind="fixed", mean=300), max_num_seqs=1, max_num_batched_tokens=8192,
+                       kv_capacity_tokens=1e12)
+    service = 300 * tau
+    q = at_rate(d, 0.6 / service)
+    print(f"M/D/1 (rho 0.6): mean wait {q.ttft(0) - tau:.4f} s vs Pollaczek-Khinchine "
+          f"{0.6 * service / (2 * 0.4):.4f}")
+
+
+CASES = [
+    ("llama3-8b", 1, 256, 2048, LengthDist(kind="lognormal", mean=1000, spread=0.5),
+     LengthDist(kind="lognormal", mean=200, spread=0.8), [2.0, 10.0, 20.0, 25.0], False),
+    ("llama3-8b", 1, 64, 512, LengthDist(kind="fixed", mean=2000), LengthDist(kind="fixed", mean=300),
+     [1.0, 4.0, 6.0], False),
+    ("qwen3-30b-a3b", 2, 128, 8192, LengthDist(kind="uniform", mean=3000, spread=0.5),
+     LengthDist(kind="uniform", mean=500, spread=0.5), [2.0, 6.0], False),
+    ("llama3-70b", 4, 128, 2048, LengthDist(kind="lognormal", mean=500, spread=1.0),
+     LengthDist(kind="lognormal", mean=300, spread=1.0), [8, 32, 64], True),
+]
+
+
+def api_closed_form() -> None:
+    """The API server alone (an engine that takes no time, one-token requests): M/D/1."""
+    work, rho = 2e-3, 0.7
+    o = Overheads(api_request_s=work)
+    r = ReplicaServing(step=constant_step(1e-9), input_len=LengthDist(kind="fixed", mean=1),
+                       output_len=LengthDist(kind="fixed", mean=1), max_num_seqs=1024, max_num_batched_tokens=8192,
+                       kv_capacity_tokens=1e9, overheads=o)
+    p = at_rate(r, rho / work)
+    sim = simulate(constant_step(1e-9), SimConfig(max_num_seqs=1024, max_num_batched_tokens=8192,
+                                                  kv_capacity_tokens=10**9, overheads=o),
+                   Workload(input_len=LengthDist(kind="fixed", mean=1), output_len=LengthDist(kind="fixed", mean=1),
+                            num_requests=20_000, rate_per_s=rho / work, seed=4, warmup_fraction=0.05))
+    exact = rho * work / (2 * (1 - rho)) + work
+    print(f"API server as M/D/1 (rho {rho}): TTFT mean {p.ttft(0) * 1e3:.3f} ms (model) vs "
+          f"{sim.metric('ttft', 0) * 1e3:.3f} ms (simulation) vs {exact * 1e3:.3f} ms (Pollaczek-Khinchine)")
+
+
+def main() -> None:
+    closed_forms()
+    api_closed_form()
+    vllm = load_engine("vllm")
+    print("| model | tp | seqs / chunk | overheads | load | TTFT mean | p50 | p90 | p99 | TPOT mean | p90 | ITL p50 | "
+          "p90 | p99 | E2E p90 | API util. |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    heavy = replace(ENGINE_OVERHEADS["vllm"], api_request_s=4e-3, api_token_s=150e-6)
+    for name, tp, seats, budget, inputs, outputs, loads, closed in CASES:
+        spec = load_model(name)
+        step = latency_step(spec, load_gpu("h100-sxm"), parse_weight_precision(spec.native_dtype), get_dtype("bf16"),
+                            tp=tp, engine=vllm)
+        for label, overheads in (("vLLM", ENGINE_OVERHEADS["vllm"]), ("heavy API", heavy)):
+            if label == "heavy API" and name != "llama3-8b":
+                continue
+            r = ReplicaServing(step=step, input_len=inputs, output_len=outputs, max_num_seqs=seats,
+                               max_num_batched_tokens=budget, kv_capacity_tokens=400_000, overheads=overheads)
+            for load in loads:
+                p = at_concurrency(r, load) if closed else at_rate(r, load)
+                if not p.stable:
+                    continue
+                sim = simulate(step, SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget,
+                                               kv_capacity_tokens=400_000, overheads=overheads),
+                               Workload(input_len=inputs, output_len=outputs, num_requests=3000,
+                                        rate_per_s=None if closed else load,
+                                        concurrency=int(load) if closed else None, warmup_fraction=0.1))
+                pairs = [(p.ttft(q), sim.metric("ttft", q)) for q in (0, 50, 90, 99)]
+                pairs += [(p.tpot(0), sim.metric("tpot", 0)), (p.tpot(90), sim.metric("tpot", 90))]
+                pairs += [(p.itl(q), sim.metric("itl", q)) for q in (50, 90, 99)]
+                pairs += [(p.e2e(90), sim.metric("e2e", 90))]
+                what = f"{load:g} clients" if closed else f"{load:g} req/s"
+                cells = " | ".join(f"{(a / b - 1) * 100:+.0f} %" for a, b in pairs)
+                util = sim.api_busy_s / sim.duration_s / overheads.api_servers
+                print(f"| {name} | {tp} | {seats} / {budget} | {label} | {what} | {cells} | "
+                      f"{p.api_utilization:.0%} / {util:.0%} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""tfcalc's serving model against published vLLM serving benchmarks (docs/capacity.md, "Validation").
+
+Each case is one `vllm bench serve` run published with its full settings: model, GPU, tensor parallel, vLLM
+version and flags, dataset (prompt and output token totals), number of prompts and the concurrency (rate
+inf = every prompt sent at once). tfcalc replays it through its discrete-event simulation of the API server and the
+scheduler with the engine version's memory model and kernels (``--engine vllm@VERSION``), the per-operation
+latency model of ``estimate``, vLLM's default limits for the GPU (the engine preset's scheduler defaults: 1024
+sequences and 8192 tokens on GPUs of 70 GiB or more except A100, else 256 and 2048) and the vLLM overheads
+(tfcalc/calc/serving_traffic.py, sourced outside these cases), and prints predicted vs reported throughput and
+latencies. Nothing here is fitted per case. "before" is the first version's prediction (the 0.6-efficiency
+roofline and plan's old memory arithmetic, overheads as latencies only); --mode latency runs the new step model
+without the API server's queue, to show what each mechanism changes.
+
+A second set (``--silicon``) replays NVIDIA's measured serving runs (aiconfigurator 0.12 silicon_sample.csv,
+benchmarks/validation/silicon_points.json: vLLM, SGLang and TensorRT-LLM at concurrency 4, fixed lengths) the
+same way, with each engine's overheads: throughput = 4 x output tokens / (TTFT + (output - 1) x TPOT).
+
+Source of every case: gpustack/gpustack@47277d7, docs/performance-lab/<model>/<gpu>.md, the "baseline (vLLM
+without any optimizations)" runs: vLLM 0.10.2 / 0.11.0, `vllm bench serve --backend openai-chat`.
+Length distributions are not published: ShareGPT prompts and outputs are taken as lognormal with a
+coefficient of variation of 1 (capped as vLLM's ShareGPT loader caps them: prompt <= 1024, prompt + output
+<= 2048), random-dataset prompts as fixed, and random-dataset outputs (requested N, stopped early at EOS) as a
+geometric length capped at N with the published mean.
+
+Usage: python benchmarks/capacity_validation.py [--markdown] [--only ID]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from dataclasses import dataclass, replace
+
+from tfcalc.calc.engine import scheduler_defaults
+from tfcalc.calc.kv_cache import default_kv_dtype
+from tfcalc.calc.serving_inputs import latency_step, replica_memory
+from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
+from tfcalc.calc.serving_traffic import LengthDist, Overheads, engine_overheads
+from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.hf_config import load_hf_config
+from tfcalc.spec.presets import load_engine, load_gpu, load_model
+
+SOURCE = "gpustack/gpustack@47277d7 docs/performance-lab/"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    model: str                 # preset name or path to a config.json
+    gpu: str
+    tp: int
+    dataset: str               # "sharegpt" or "random"
+    prompts: int
+    concurrency: int           # = prompts for rate inf
+    input_mean: float
+    output_mean: float
+    output_cap: int            # random: the requested output length; sharegpt: 0
+    reported_total_tok_s: float
+    reported_output_tok_s: float
+    reported_ttft_ms: float
+    reported_tpot_ms: float
+    doc: str
+    max_model_len: int = 0     # 0: the model's own
+    before_output_tok_s: float = 0.0   # the first version's prediction (docs/capacity.md at 2d6e0bd)
+    vllm: str = "0.11"         # the vLLM release the run used
+
+
+def _sharegpt(mean: float, cap: int) -> LengthDist:
+    """Lognormal (cv 1) quantiles, capped, as an empirical distribution of 2,000 values."""
+    s2 = math.log(2.0)
+    from tfcalc.calc.serving_traffic import normal_quantile
+
+    values = [min(cap, max(4, round(mean * math.exp(-s2 / 2 + math.sqrt(s2) * normal_quantile((i + 0.5) / 2000)))))
+              for i in range(2000)]
+    scale = mean / (sum(values) / len(values))     # restore the published mean after the cap
+    return LengthDist(kind="empirical", values=tuple(max(1, round(v * scale)) for v in values))
+
+
+def _eos_capped(mean: float, cap: int) -> LengthDist:
+    """Outputs that stop at EOS with a constant per-token probability p, or at the requested cap:
+    E[min(Geometric(p), cap)] = (1 - (1 - p)^cap) / p = mean, solved for p; 2,000 quantiles."""
+    if mean >= cap - 0.5:
+        return LengthDist(kind="fixed", mean=float(cap))
+    lo, hi = 1e-9, 1.0
+    for _ in range(100):
+        p = (lo + hi) / 2
+        lo, hi = (p, hi) if (1 - (1 - p) ** cap) / p > mean else (lo, p)
+    values = [min(cap, 1 + int(math.log(1 - (i + 0.5) / 2000) / math.log(1 - p))) for i in range(2000)]
+    return LengthDist(kind="empirical", values=tuple(values))
+
+
+CASES = [
+    # Qwen3-8B, one H100 SXM, vLLM 0.11.0, ShareGPT, 100 prompts, max concurrency 1 / 4 / 8.
+    Case("qwen3-8b/h100 sharegpt c=1", "tests/fixtures/hf_configs/qwen3-8b.json", "h100-sxm", 1, "sharegpt", 100, 1,
+         232.6, 220.61, 0, 0.0, 132.86, 59.01, 7.28, "qwen3-8b/h100-latency.md (Other Benchmark Cases, BS=1)",
+         before_output_tok_s=129, vllm="0.11"),
+    Case("qwen3-8b/h100 sharegpt c=4", "tests/fixtures/hf_configs/qwen3-8b.json", "h100-sxm", 1, "sharegpt", 100, 4,
+         232.6, 220.61, 0, 1020.76, 496.88, 64.00, 7.38, "qwen3-8b/h100-latency.md (BS=4)",
+         before_output_tok_s=477, vllm="0.11"),
+    Case("qwen3-8b/h100 sharegpt c=8", "tests/fixtures/hf_configs/qwen3-8b.json", "h100-sxm", 1, "sharegpt", 100, 8,
+         232.6, 220.61, 0, 0.0, 917.28, 74.57, 7.71, "qwen3-8b/h100-latency.md (BS=8)",
+         before_output_tok_s=853, vllm="0.11"),
+    # Qwen3-14B (bf16), one H100 SXM / one A100 SXM 80GB, vLLM 0.11.0, rate inf.
+    Case("qwen3-14b/h100 sharegpt", "benchmarks/configs/qwen3-14b.json", "h100-sxm", 1, "sharegpt", 1000, 1000,
+         217.39, 201.65, 0, 0.0, 3173.92, 22141.21, 226.03, "qwen3-14b/h100.md (1. Choosing the Inference Engine)",
+         before_output_tok_s=6263, vllm="0.11"),
+    Case("qwen3-14b/h100 random 4k/200", "benchmarks/configs/qwen3-14b.json", "h100-sxm", 1, "random", 500, 500,
+         3995.9, 199.61, 200, 0.0, 438.56, 112716.92, 132.45, "qwen3-14b/h100.md (Other Benchmark Cases)",
+         before_output_tok_s=683, vllm="0.11"),
+    Case("qwen3-14b/h100 random 2k/100", "benchmarks/configs/qwen3-14b.json", "h100-sxm", 1, "random", 500, 500,
+         1996.35, 100.0, 100, 0.0, 505.51, 50716.13, 206.51, "qwen3-14b/h100.md (Other Benchmark Cases)",
+         before_output_tok_s=866, vllm="0.11"),
+    Case("qwen3-14b/a100 sharegpt", "benchmarks/configs/qwen3-14b.json", "a100-80gb", 1, "sharegpt", 1000, 1000,
+         217.39, 201.61, 0, 0.0, 1887.31, 41875.09, 114.34, "qwen3-14b/a100.md (1. Choosing the Inference Engine)",
+         before_output_tok_s=2480, vllm="0.11"),
+    Case("qwen3-14b/a100 random 2k/100", "benchmarks/configs/qwen3-14b.json", "a100-80gb", 1, "random", 500, 500,
+         1996.35, 100.0, 100, 0.0, 284.64, 86908.30, 301.73, "qwen3-14b/a100.md (Other Benchmark Cases)",
+         before_output_tok_s=321, vllm="0.11"),
+    # Qwen3-32B (bf16), one H100 SXM: 61 GiB of weights leave little KV cache.
+    Case("qwen3-32b/h100 sharegpt", "benchmarks/configs/qwen3-32b.json", "h100-sxm", 1, "sharegpt", 1000, 1000,
+         217.39, 201.42, 0, 0.0, 1131.55, 78118.74, 88.09, "qwen3-32b/h100.md (1. Choosing the Inference Engine)",
+         before_output_tok_s=1556, vllm="0.11"),
+    Case("qwen3-32b/h100 random 2k/100", "benchmarks/configs/qwen3-32b.json", "h100-sxm", 1, "random", 500, 500,
+         1996.35, 100.0, 100, 0.0, 152.42, 163909.40, 86.62, "qwen3-32b/h100.md (Other Benchmark Cases)",
+         before_output_tok_s=229, vllm="0.11"),
+    # gpt-oss-120b, one H100 SXM (no -tp), vLLM 0.10.2, --max-model-len 32768, rate inf.
+    Case("gpt-oss-120b/h100 sharegpt", "gpt-oss-120b", "h100-sxm", 1, "sharegpt", 1000, 1000, 215.31, 195.54, 0,
+         6095.37, 2901.05, 24830.45, 54.10, "gpt-oss-120b/h100.md (1. Choosing the Inference Engine, vLLM)",
+         32768,
+         before_output_tok_s=6348, vllm="0.10"),
+    Case("gpt-oss-120b/h100 sharegpt c=4", "gpt-oss-120b", "h100-sxm", 1, "sharegpt", 100, 4, 229.46, 216.91, 0,
+         0.0, 453.04, 49.00, 8.31, "gpt-oss-120b/h100.md (Other Benchmark Cases, ShareGPT batch size 4)", 32768,
+         before_output_tok_s=691, vllm="0.10"),
+    Case("gpt-oss-120b/h100 random 4k/200", "gpt-oss-120b", "h100-sxm", 1, "random", 500, 500, 3998.5, 134.41, 200,
+         14247.47, 463.35, 72954.68, 31.70, "gpt-oss-120b/h100.md (Other Benchmark Cases)", 32768,
+         before_output_tok_s=1204, vllm="0.10"),
+    Case("gpt-oss-120b/h100 random 2k/100", "gpt-oss-120b", "h100-sxm", 1, "random", 500, 500, 1998.2, 98.39, 100,
+         14385.69, 675.11, 36234.76, 41.35, "gpt-oss-120b/h100.md (Other Benchmark Cases)", 32768,
+         before_output_tok_s=1849, vllm="0.10"),
+    Case("gpt-oss-120b/h100 random 128/4", "gpt-oss-120b", "h100-sxm", 1, "random", 1000, 1000, 127.76, 4.0, 4,
+         17059.15, 517.91, 4850.46, 304.80, "gpt-oss-120b/h100.md (Other Benchmark Cases)", 32768,
+         before_output_tok_s=1851, vllm="0.10"),
+    # gpt-oss-20b, one H100 SXM, vLLM 0.11.0, rate inf.
+    Case("gpt-oss-20b/h100 sharegpt", "gpt-oss-20b", "h100-sxm", 1, "sharegpt", 1000, 1000, 215.31, 193.98, 0,
+         16493.75, 7817.03, 4881.62, 91.00, "gpt-oss-20b/h100.md (1. Choosing the Inference Engine, vLLM)",
+         before_output_tok_s=19359, vllm="0.11"),
+    Case("gpt-oss-20b/h100 random 4k/200", "gpt-oss-20b", "h100-sxm", 1, "random", 500, 500, 3998.5, 104.62, 200,
+         33236.17, 847.43, 31245.12, 184.26, "gpt-oss-20b/h100.md (Other Benchmark Cases)",
+         before_output_tok_s=2208, vllm="0.11"),
+    # gpt-oss-20b, one A100 SXM 80GB, vLLM 0.11.0, rate inf.
+    Case("gpt-oss-20b/a100 sharegpt", "gpt-oss-20b", "a100-80gb", 1, "sharegpt", 1000, 1000, 215.31, 194.17, 0,
+         9743.28, 4620.12, 13654.59, 48.57, "gpt-oss-20b/a100.md (1. Choosing the Inference Engine, vLLM)",
+         before_output_tok_s=8626, vllm="0.11"),
+    Case("gpt-oss-20b/a100 random 2k/100", "gpt-oss-20b", "a100-80gb", 1, "random", 500, 500, 1998.2, 94.45, 100,
+         18021.34, 813.35, 31669.55, 100.32, "gpt-oss-20b/a100.md (Other Benchmark Cases)",
+         before_output_tok_s=1292, vllm="0.11"),
+    # gpt-oss-120b, one A100 SXM 80GB (no -tp), vLLM 0.11.0, --max-model-len 32768, rate inf.
+    Case("gpt-oss-120b/a100 sharegpt", "gpt-oss-120b", "a100-80gb", 1, "sharegpt", 1000, 1000, 215.31, 196.66, 0,
+         4768.75, 2276.40, 25918.79, 97.57, "gpt-oss-120b/a100.md (1. Choosing the Inference Engine, vLLM)",
+         32768,
+         before_output_tok_s=3021, vllm="0.11"),
+    Case("gpt-oss-120b/a100 sharegpt c=4", "gpt-oss-120b", "a100-80gb", 1, "sharegpt", 100, 4, 229.46, 216.91, 0,
+         0.0, 326.09, 61.91, 11.67, "gpt-oss-120b/a100.md (Other Benchmark Cases, ShareGPT batch size 4)", 32768,
+         before_output_tok_s=423, vllm="0.11"),
+    # Qwen3-235B-A22B (bf16), 8 x H100 SXM, tp 8, vLLM 0.11.0, rate inf (984 prompts passed the filter).
+    Case("qwen3-235b-a22b/8xh100 sharegpt", "qwen3-235b-a22b", "h100-sxm", 8, "sharegpt", 984, 984, 216.36, 197.02,
+         0, 8424.86, 4015.36, 8730.69, 147.56, "qwen3-235b-a22b/h100.md (1. Choosing the Inference Engine, vLLM)",
+         before_output_tok_s=5573, vllm="0.11"),
+    Case("qwen3-235b-a22b/8xh100 random 2k/100", "qwen3-235b-a22b", "h100-sxm", 8, "random", 500, 500, 1996.35,
+         99.0, 100, 23858.69, 1127.26, 21313.79, 101.08, "qwen3-235b-a22b/h100.md (Other Benchmark Cases)",
+         before_output_tok_s=1740, vllm="0.11"),
+]
+
+
+def _spec(name: str):
+    return load_hf_config(name) if name.endswith(".json") else load_model(name)
+
+
+def _overheads(engine: str, mode: str) -> Overheads:
+    o = engine_overheads(engine)
+    return replace(o, api_request_s=0.0, api_input_token_s=0.0, api_token_s=0.0) if mode == "latency" else o
+
+
+def run(case: Case, requests: int | None = None, mode: str = "full") -> dict:
+    spec, gpu = _spec(case.model), load_gpu(case.gpu)
+    precision, kv = parse_weight_precision(spec.native_dtype), default_kv_dtype(spec)
+    engine = load_engine(f"vllm@{case.vllm}")
+    seats, budget = scheduler_defaults(engine, gpu)
+    max_len = case.max_model_len or spec.max_context
+    memory = replica_memory(spec, gpu, precision, kv, tp=case.tp, pp=1, ep=1, engine=engine, max_model_len=max_len,
+                            max_num_seqs=seats, max_num_batched_tokens=budget)
+    step = latency_step(spec, gpu, precision, kv, tp=case.tp, engine=engine)
+    if case.dataset == "sharegpt":
+        inputs = _sharegpt(case.input_mean, 1024)
+        outputs = _sharegpt(case.output_mean, 1024)
+    else:
+        inputs = LengthDist(kind="fixed", mean=case.input_mean)
+        outputs = _eos_capped(case.output_mean, case.output_cap)
+    cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=memory.kv_capacity_tokens,
+                    block_size=memory.block_size, overheads=_overheads("vllm", mode))
+    n = requests or case.prompts
+    load = Workload(input_len=inputs, output_len=outputs, num_requests=n, concurrency=min(case.concurrency, n),
+                    seed=1)
+    start = time.perf_counter()
+    sim = simulate(step, cfg, load)
+    return {"case": case, "fits": memory.fits, "kv_tokens": memory.kv_capacity_tokens, "sim": sim,
+            "seconds": time.perf_counter() - start}
+
+
+def silicon_points() -> list[dict]:
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent / "validation" / "silicon_points.json").read_text())
+
+
+def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6) -> dict:
+    """One measured serving run at concurrency ``batch``, fixed lengths, the engine's latest preset (or the version
+    the run names when a preset covers it)."""
+    model = point["model"]
+    spec = load_model(model) if not model.endswith((".yaml", ".json")) else _spec(model)
+    gpu = load_gpu(point["gpu"])
+    name = point["engine"]
+    version = (point.get("engine_version") or "").split(".post")[0]
+    engine = load_engine(name)
+    if version and name == "vllm":
+        try:
+            engine = load_engine(f"vllm@{'.'.join(version.split('.')[:2])}")
+        except Exception:  # noqa: BLE001 - no preset covers it: the latest
+            engine = load_engine(name)
+    precision = parse_weight_precision(point["weights"])
+    kv = get_dtype(point["kv"])
+    seats, budget = scheduler_defaults(engine, gpu)
+    length = point["prompt"] + point["gen"]
+    memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=point.get("ep", 1), engine=engine,
+                            max_model_len=max(length, 2048), max_num_seqs=seats, max_num_batched_tokens=budget)
+    step = latency_step(spec, gpu, precision, kv, tp=point["tp"], ep=point.get("ep", 1), engine=engine)
+    clients = point["batch"]
+    cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=memory.kv_capacity_tokens,
+                    block_size=memory.block_size, overheads=_overheads(name, mode))
+    load = Workload(input_len=LengthDist(kind="fixed", mean=point["prompt"]),
+                    output_len=LengthDist(kind="fixed", mean=point["gen"]), num_requests=clients * requests_per_client,
+                    concurrency=clients, seed=1)
+    sim = simulate(step, cfg, load)
+    reported = clients * point["gen"] / (point["ttft_ms"] / 1e3 + (point["gen"] - 1) * point["tpot_ms"] / 1e3)
+    return {"point": point, "sim": sim, "reported_tok_s": reported, "engine": engine.label, "fits": memory.fits}
+
+
+def _error(predicted: float, reported: float) -> str:
+    return f"{(predicted / reported - 1) * 100:+.0f} %" if reported else "—"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print the docs/capacity.md table")
+    parser.add_argument("--only", help="run the cases whose id contains this")
+    parser.add_argument("--silicon", action="store_true", help="the aiconfigurator measured runs instead")
+    args = parser.parse_args()
+    if args.silicon:
+        _silicon(args.markdown)
+        return
+    rows = []
+    for case in CASES:
+        if args.only and args.only not in case.id:
+            continue
+        full, plain = run(case), run(case, mode="latency")
+        rows.append((case, full["sim"], plain["sim"], full))
+        if not args.markdown:
+            sim = full["sim"]
+            print(f"{case.id:40s} out tok/s {sim.output_throughput:9.1f} (no API queue "
+                  f"{plain['sim'].output_throughput:9.1f}) vs {case.reported_output_tok_s:9.1f} "
+                  f"({_error(sim.output_throughput, case.reported_output_tok_s)}); TTFT "
+                  f"{sim.metric('ttft', 0) * 1e3:9.1f} vs {case.reported_ttft_ms:9.1f} ms; TPOT "
+                  f"{sim.metric('tpot', 0) * 1e3:7.2f} vs {case.reported_tpot_ms:7.2f} ms; preemptions "
+                  f"{sim.preemptions}; {full['seconds']:.1f} s", flush=True)
+    if args.markdown:
+        print("| case | GPU x tp | prompts, concurrency | output tok/s reported | before | error | latency model | "
+              "error | + API server | error | TTFT mean reported / predicted | TPOT mean reported / predicted |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for case, sim, plain, _ in rows:
+            conc = "rate inf" if case.concurrency == case.prompts else f"concurrency {case.concurrency}"
+            rep = case.reported_output_tok_s
+            print(f"| {case.id} | {case.gpu} x {case.tp} | {case.prompts}, {conc} | {rep:,.0f} | "
+                  f"{case.before_output_tok_s:,.0f} | {_error(case.before_output_tok_s, rep)} | "
+                  f"{plain.output_throughput:,.0f} | {_error(plain.output_throughput, rep)} | "
+                  f"{sim.output_throughput:,.0f} | {_error(sim.output_throughput, rep)} | "
+                  f"{case.reported_ttft_ms:,.0f} / {sim.metric('ttft', 0) * 1e3:,.0f} ms | "
+                  f"{case.reported_tpot_ms:.1f} / {sim.metric('tpot', 0) * 1e3:.1f} ms |")
+        for label, values in (("before", [c.before_output_tok_s for c, _, _, _ in rows]),
+                              ("latency model", [p.output_throughput for _, _, p, _ in rows]),
+                              ("latency model + API server", [s.output_throughput for _, s, _, _ in rows])):
+            errors = [abs(v / c.reported_output_tok_s - 1) for v, (c, _, _, _) in zip(values, rows, strict=True)]
+            print(f"\n{label}: {sum(e <= 0.25 for e in errors)} of {len(rows)} cases within ±25 % on output "
+                  f"throughput; median |error| {sorted(errors)[len(errors) // 2] * 100:.0f} %")
+
+
+def _silicon(markdown: bool) -> None:
+    points = silicon_points()
+    errors, tpot_errors, ttft_errors = [], [], []
+    if markdown:
+        print("| engine | model | GPU x tp | weights | in / out | output tok/s reported | predicted | error | "
+              "TTFT reported / predicted | TPOT reported / predicted |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+    for point in points:
+        r = run_silicon(point)
+        sim, rep = r["sim"], r["reported_tok_s"]
+        e = sim.output_throughput / rep - 1
+        errors.append(abs(e))
+        tpot_errors.append(abs(sim.metric("tpot", 0) * 1e3 / point["tpot_ms"] - 1))
+        ttft_errors.append(abs(sim.metric("ttft", 0) * 1e3 / point["ttft_ms"] - 1))
+        line = (f"| {r['engine']} | {point['model']} | {point['gpu']} x {point['tp']} | {point['weights']} | "
+                f"{point['prompt']} / {point['gen']} | {rep:,.0f} | {sim.output_throughput:,.0f} | {e * 100:+.0f} % | "
+                f"{point['ttft_ms']:,.0f} / {sim.metric('ttft', 0) * 1e3:,.0f} ms | "
+                f"{point['tpot_ms']:.1f} / {sim.metric('tpot', 0) * 1e3:.1f} ms |")
+        print(line if markdown else line.replace("|", " ").strip(), flush=True)
+    n = len(errors)
+    print(f"\n{sum(x <= 0.25 for x in errors)} of {n} runs within ±25 % on output throughput (median |error| "
+          f"{sorted(errors)[n // 2] * 100:.0f} %); TPOT within ±25 %: {sum(x <= 0.25 for x in tpot_errors)}; TTFT "
+          f"within ±25 %: {sum(x <= 0.25 for x in ttft_errors)}")
+
+
+if __name__ == "__main__":
+    main()

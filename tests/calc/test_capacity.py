@@ -1,0 +1,280 @@
+"""The capacity search: the cheapest plan really is the cheapest, the frontier is Pareto-optimal, and the
+monotonicity the issue asks for (looser targets never cost more; more traffic never needs fewer GPUs; a
+cheaper price never makes a feasible plan infeasible)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfcalc.calc.capacity import (
+    GpuOffer,
+    SearchSpace,
+    count_candidates,
+    search,
+    simulate_evaluation,
+    tokens_per_gpu,
+    tokens_per_user,
+)
+from tfcalc.calc.serving import SpecDecoding
+from tfcalc.calc.serving_traffic import ENGINE_OVERHEADS, LengthDist, Target, Traffic
+from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.presets import load_engine, load_gpu, load_model
+
+SPEC = load_model("llama3-8b")
+OVERHEADS = ENGINE_OVERHEADS["vllm"]
+VLLM = load_engine("vllm")
+
+
+def _space(*gpus: tuple[str, float], **changes) -> SearchSpace:
+    base = SearchSpace(gpus=tuple(GpuOffer(gpu=load_gpu(n), price_per_hour=p) for n, p in gpus),
+                       weight_precisions=(parse_weight_precision("bf16"), parse_weight_precision("fp8")),
+                       kv_dtypes=(get_dtype("bf16"),), tps=(1, 2), max_num_seqs=(16, 64, 256),
+                       chunk_sizes=(512, 2048), max_gpus=32, max_model_len=4096, engines=(VLLM,))
+    return replace(base, **changes)
+
+
+def _traffic(rate: float | None = 10.0, concurrency: int | None = None) -> Traffic:
+    return Traffic(input_len=LengthDist(kind="lognormal", mean=800, spread=0.5),
+                   output_len=LengthDist(kind="lognormal", mean=200, spread=0.7), rate_per_s=rate,
+                   concurrency=concurrency)
+
+
+def _targets(ttft: float = 0.8, tpot: float = 0.05) -> tuple[Target, ...]:
+    return (Target(metric="ttft", percentile=90, seconds=ttft), Target(metric="tpot", percentile=90, seconds=tpot))
+
+
+def test_best_is_the_cheapest_feasible_and_every_candidate_is_there() -> None:
+    space = _space(("h100-sxm", 3.0), ("a100-80gb", 2.0), ("l40s", 1.2))
+    result = search(SPEC, _traffic(), _targets(), space, OVERHEADS)
+    assert len(result.evaluations) == count_candidates(SPEC, space) == 3 * 2 * 2 * 1 * 3 * 2
+    feasible = [e for e in result.evaluations if e.feasible]
+    assert result.best is not None and result.best.feasible
+    assert result.best.cost_per_hour == min(e.cost_per_hour for e in feasible)
+    for e in feasible:
+        assert e.num_gpus == e.replicas * e.candidate.tp * e.candidate.pp
+        assert e.cost_per_hour == pytest.approx(e.num_gpus * e.price_per_gpu_hour)
+        assert e.replicas * e.capacity_rate_per_s >= 10.0 - 1e-9
+        assert (e.replicas - 1) * e.capacity_rate_per_s < 10.0
+        assert e.operating is not None and e.operating.meets(_targets())
+    # Cost per token: the GPU-hour is split between input and output, so they add back up to it.
+    b = result.best
+    per_s = 10.0 * (800 * b.cost_per_m_input + 200 * b.cost_per_m_output) / 1e6
+    assert per_s * 3600 == pytest.approx(b.cost_per_hour, rel=0.01)
+
+
+def test_frontier_is_pareto_optimal() -> None:
+    result = search(SPEC, _traffic(), _targets(), _space(("h100-sxm", 3.0), ("l40s", 1.2)), OVERHEADS)
+    points = [(tokens_per_user(e.frontier), tokens_per_gpu(e)) for e in result.evaluations if e.frontier]
+    front = [(tokens_per_user(e.frontier), tokens_per_gpu(e)) for e in result.frontier]
+    assert len(front) >= 2
+    for u, g in front:
+        assert not any(pu > u and pg > g for pu, pg in points)
+    for u, g in points:
+        assert any(fu >= u and fg >= g for fu, fg in front)
+
+
+def _cost(result) -> float:
+    return result.best.cost_per_hour if result.best else float("inf")
+
+
+@settings(max_examples=12)
+@given(ttft=st.floats(0.2, 2.0), tpot=st.floats(0.02, 0.15), factor=st.floats(1.0, 3.0))
+def test_looser_targets_never_cost_more(ttft: float, tpot: float, factor: float) -> None:
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2))
+    tight = search(SPEC, _traffic(), _targets(ttft, tpot), space, OVERHEADS)
+    loose = search(SPEC, _traffic(), _targets(ttft * factor, tpot * factor), space, OVERHEADS)
+    assert _cost(loose) <= _cost(tight)
+
+
+@settings(max_examples=12)
+@given(rate=st.floats(0.5, 40.0), more=st.floats(1.0, 4.0))
+def test_more_traffic_never_needs_fewer_gpus(rate: float, more: float) -> None:
+    """With one GPU type the cost is proportional to the GPU count; with several the cost never falls."""
+    one = _space(("h100-sxm", 3.0))
+    a = search(SPEC, _traffic(rate), _targets(), one, OVERHEADS)
+    b = search(SPEC, _traffic(rate * more), _targets(), one, OVERHEADS)
+    if a.best is None:
+        assert b.best is None
+    elif b.best is not None:
+        assert b.best.num_gpus >= a.best.num_gpus
+    two = _space(("h100-sxm", 3.0), ("a100-80gb", 2.0))
+    assert _cost(search(SPEC, _traffic(rate * more), _targets(), two, OVERHEADS)) >= \
+        _cost(search(SPEC, _traffic(rate), _targets(), two, OVERHEADS))
+
+
+@settings(max_examples=10)
+@given(price=st.floats(0.5, 5.0), cut=st.floats(0.1, 1.0))
+def test_a_cheaper_price_keeps_feasible_plans_feasible(price: float, cut: float) -> None:
+    before = search(SPEC, _traffic(), _targets(), _space(("h100-sxm", price), ("l40s", 1.5)), OVERHEADS)
+    after = search(SPEC, _traffic(), _targets(), _space(("h100-sxm", price * cut), ("l40s", 1.5)), OVERHEADS)
+    feasible_before = {e.candidate for e in before.evaluations if e.feasible}
+    feasible_after = {e.candidate for e in after.evaluations if e.feasible}
+    assert feasible_before <= feasible_after
+    assert _cost(after) <= _cost(before)
+
+
+def test_concurrency_traffic() -> None:
+    result = search(SPEC, _traffic(None, 64), _targets(), _space(("h100-sxm", 3.0)), OVERHEADS)
+    b = result.best
+    assert b is not None and b.replicas * b.capacity_concurrency >= 64 * 0.999
+
+
+def test_disaggregated_and_speculative_candidates() -> None:
+    space = _space(("h100-sxm", 3.0), disaggregated=True,
+                   speculative=(None, SpecDecoding(num_tokens=3, acceptance=0.7, draft_cost=1 / 32)))
+    result = search(SPEC, _traffic(), _targets(), space, OVERHEADS)
+    disagg = [e for e in result.evaluations if e.candidate.mode == "disaggregated"]
+    assert disagg and any(e.feasible for e in disagg)
+    for e in disagg:
+        assert e.prefill is not None
+        assert e.num_gpus == e.replicas * e.candidate.gpus_per_replica + \
+            e.candidate.prefill_replicas * e.candidate.prefill_tp
+    assert any(e.candidate.spec is not None and e.feasible for e in result.evaluations)
+
+
+def test_simulation_of_the_chosen_plan_agrees() -> None:
+    traffic = _traffic(12.0)
+    result = search(SPEC, traffic, _targets(), _space(("h100-sxm", 3.0)), OVERHEADS)
+    best = result.best
+    assert best is not None and best.operating is not None
+    sim = simulate_evaluation(best, traffic, num_requests=1500)
+    assert sim is not None
+    assert sim.metric("ttft", 90) == pytest.approx(best.operating.ttft(90), rel=0.2)
+    assert sim.metric("tpot", 90) == pytest.approx(best.operating.tpot(90), rel=0.1)
+
+
+def test_two_workers_give_the_same_answer() -> None:
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2))
+    one = search(SPEC, _traffic(), _targets(), space, OVERHEADS)
+    two = search(SPEC, _traffic(), _targets(), space, OVERHEADS, workers=2)
+    assert [(e.candidate, e.cost_per_hour, e.capacity_rate_per_s) for e in one.evaluations] == \
+        [(e.candidate, e.cost_per_hour, e.capacity_rate_per_s) for e in two.evaluations]
+
+
+def test_nothing_fits() -> None:
+    big = load_model("llama3.1-405b")
+    result = search(big, _traffic(), _targets(), _space(("l40s", 1.2)), OVERHEADS)
+    assert result.best is None and not any(e.fits for e in result.evaluations)
+    assert all(e.reason.startswith("does not fit") for e in result.evaluations)
+
+
+# --- the command's choice: the cheapest plan the simulation confirms -------------------------------------------
+
+def _verify(result, traffic, targets, space, requests: int = 300):  # noqa: ANN001, ANN202 - a Verified
+    from tfcalc.calc.capacity import full_evaluation, verified_choice
+
+    def full(e):  # noqa: ANN001, ANN202
+        return full_evaluation(SPEC, traffic, targets, space, OVERHEADS, e)
+
+    return verified_choice(result, traffic, targets, space, full, num_requests=requests, max_simulations=40)
+
+
+def _sim_ok(e, traffic, targets, requests: int = 300) -> bool:  # noqa: ANN001
+    sim = simulate_evaluation(e, traffic, num_requests=requests)
+    return all(sim.metric(t.metric, t.percentile) <= t.seconds for t in targets)
+
+
+def test_verified_choice_meets_its_own_simulation() -> None:
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2), tps=(1,), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+    traffic, targets = _traffic(9.0), _targets(ttft=0.35, tpot=0.045)
+    result = search(SPEC, traffic, targets, space, OVERHEADS)
+    v = _verify(result, traffic, targets, space)
+    assert v.verified and v.plan is not None and _sim_ok(v.plan, traffic, targets)
+    assert v.plan.cost_per_hour >= result.best.cost_per_hour
+
+
+class _Verdict:
+    """A stand-in for a simulation: misses the targets unless the plan has enough replicas for its GPU type."""
+
+    def __init__(self, ok: bool) -> None:
+        self.ok, self.steps, self.preemptions = ok, 1, 0
+
+    def metric(self, metric: str, percentile: float) -> float:
+        return 0.0 if self.ok else 1e9
+
+
+def _fake_rule(e) -> bool:  # noqa: ANN001
+    need = {"l40s": 4, "h100-sxm": 2}[e.candidate.gpu] + (e.candidate.max_num_seqs == 16)
+    return e.replicas >= need
+
+
+def test_verified_choice_walks_down_to_the_cheapest_confirmed_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With simulations that reject plans the model accepts (a stand-in that asks for more replicas per GPU type),
+    the walk returns the cheapest plan of all that the simulation accepts: brute force over every configuration and
+    replica count agrees, with fewer simulations than configurations."""
+    from tfcalc.calc import capacity
+    from tfcalc.calc.capacity import full_evaluation, resize
+
+    monkeypatch.setattr(capacity, "simulate_evaluation", lambda e, traffic, num_requests=0: _Verdict(_fake_rule(e)))
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2), tps=(1, 2), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+    traffic, targets = _traffic(6.0), _targets()
+    result = search(SPEC, traffic, targets, space, OVERHEADS)
+    v = _verify(result, traffic, targets, space)
+    brute = math.inf
+    for e in result.evaluations:
+        if not e.feasible or e.candidate.mode != "aggregated":
+            continue
+        rich = full_evaluation(SPEC, traffic, targets, space, OVERHEADS, e)
+        for replicas in range(rich.replicas, 40):
+            sized = resize(rich, replicas, traffic, targets, space)
+            if sized.feasible and _fake_rule(sized):
+                brute = min(brute, sized.cost_per_hour)
+                break
+    assert v.verified and v.plan.cost_per_hour == pytest.approx(brute)
+    assert v.plan.cost_per_hour > result.best.cost_per_hour and 2 <= v.simulations < len(result.evaluations)
+
+
+@settings(max_examples=4, deadline=None)
+@given(ttft=st.floats(0.3, 1.0), factor=st.floats(1.0, 2.0))
+def test_verified_choice_looser_targets_never_cost_more(ttft: float, factor: float) -> None:
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2), tps=(1,), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+    traffic = _traffic(9.0)
+    tight, loose = _targets(ttft, 0.05), _targets(ttft * factor, 0.05 * factor)
+    a = _verify(search(SPEC, traffic, tight, space, OVERHEADS), traffic, tight, space)
+    b = _verify(search(SPEC, traffic, loose, space, OVERHEADS), traffic, loose, space)
+    if a.verified:
+        assert b.verified and b.plan.cost_per_hour <= a.plan.cost_per_hour
+
+
+@settings(max_examples=4, deadline=None)
+@given(price=st.floats(0.5, 5.0), cut=st.floats(0.2, 1.0))
+def test_verified_choice_cheaper_price_never_hurts(price: float, cut: float) -> None:
+    traffic, targets = _traffic(9.0), _targets(0.4, 0.05)
+
+    def choose(p: float):  # noqa: ANN202
+        space = _space(("h100-sxm", p), ("l40s", 1.5), tps=(1,), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+        return _verify(search(SPEC, traffic, targets, space, OVERHEADS), traffic, targets, space)
+
+    before, after = choose(price), choose(price * cut)
+    if before.verified:
+        assert after.verified and after.plan.cost_per_hour <= before.plan.cost_per_hour
+
+
+@settings(max_examples=6, deadline=None)
+@given(ttft=st.floats(0.3, 1.0), factor=st.floats(1.0, 3.0), price=st.floats(0.5, 5.0), cut=st.floats(0.2, 1.0))
+def test_verified_choice_monotone_when_the_simulation_disagrees(ttft: float, factor: float, price: float,
+                                                                cut: float) -> None:
+    """The same two properties with simulations that reject what the model accepts (the stand-in above), where the
+    walk goes down the list and adds replicas."""
+    from tfcalc.calc import capacity
+
+    traffic = _traffic(6.0)
+
+    def choose(targets, p):  # noqa: ANN001, ANN202
+        space = _space(("h100-sxm", p), ("l40s", 1.2), tps=(1, 2), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+        return _verify(search(SPEC, traffic, targets, space, OVERHEADS), traffic, targets, space)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(capacity, "simulate_evaluation", lambda e, t, num_requests=0: _Verdict(_fake_rule(e)))
+        tight, loose = _targets(ttft, 0.05), _targets(ttft * factor, 0.05 * factor)
+        a, b = choose(tight, price), choose(loose, price)
+        if a.verified:
+            assert b.verified and b.plan.cost_per_hour <= a.plan.cost_per_hour + 1e-9
+        c = choose(tight, price * cut)
+        if a.verified:
+            assert c.verified and c.plan.cost_per_hour <= a.plan.cost_per_hour + 1e-9

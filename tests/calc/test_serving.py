@@ -1,0 +1,290 @@
+"""The analytic serving model: closed forms (M/M/1, M/D/1, Erlang), agreement with the discrete-event
+simulation of the same scheduler, monotonicity, and the options (speculative decoding, prefix caching)."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfcalc.calc.serving import (
+    ReplicaServing,
+    SpecDecoding,
+    at_concurrency,
+    at_rate,
+    erlang,
+    max_rate,
+    prefill_only_max_rate,
+)
+from tfcalc.calc.serving_inputs import latency_step
+from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
+from tfcalc.calc.serving_traffic import ENGINE_OVERHEADS, LengthDist, Overheads, Target, normal_quantile
+from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.presets import load_gpu, load_model
+
+
+def _mmc_brute(c: int, a: float) -> tuple[float, float]:
+    """M/M/c P(wait) and P(empty) from the textbook sums, in exact rational arithmetic."""
+    from fractions import Fraction
+
+    x = Fraction(a)
+    terms = [x ** k / math.factorial(k) for k in range(c)]
+    tail = x ** c / math.factorial(c) * c / (c - x)
+    p0 = 1 / (sum(terms) + tail)
+    return float(tail * p0), float(p0)
+
+
+@pytest.mark.parametrize("c,a", [(1, 0.3), (1, 0.95), (2, 1.0), (8, 6.5), (32, 30.0), (128, 110.0), (256, 250.0)])
+def test_erlang_against_the_textbook_sums(c: int, a: float) -> None:
+    wait, empty = erlang(c, a)
+    ref_wait, ref_empty = _mmc_brute(c, a)
+    assert wait == pytest.approx(ref_wait, rel=1e-9)
+    assert empty == pytest.approx(ref_empty, rel=1e-9, abs=1e-300)
+
+
+def test_erlang_known_values() -> None:
+    assert erlang(1, 0.7) == pytest.approx((0.7, 0.3))
+    assert erlang(2, 1.0) == pytest.approx((1 / 3, 1 / 3))
+    assert erlang(512, 50.0) == (0.0, pytest.approx(math.exp(-50)))  # far from the seats: Poisson occupancy
+
+
+def _single_seat(constant_step, kind: str, mean: int, tau: float = 1e-3) -> ReplicaServing:
+    return ReplicaServing(step=constant_step(tau), input_len=LengthDist(kind="fixed", mean=1),
+                          output_len=LengthDist(kind=kind, mean=mean), max_num_seqs=1,
+                          max_num_batched_tokens=8192, kv_capacity_tokens=1e12)
+
+
+def test_mm1_closed_forms(constant_step) -> None:
+    """One seat, geometric outputs: TTFT = M/M/1 wait + one step; end-to-end = M/M/1 sojourn."""
+    tau, m, rho = 1e-3, 400, 0.5
+    r = _single_seat(constant_step, "exponential", m, tau)
+    mu = 1 / (m * tau)
+    gap = mu * (1 - rho)
+    p = at_rate(r, rho * mu)
+    assert p.stable
+    assert p.ttft(0) == pytest.approx(rho / gap + tau, rel=0.01)
+    assert p.ttft(90) == pytest.approx(math.log(rho / 0.1) / gap + tau, rel=0.01)
+    assert p.e2e(0) == pytest.approx(1 / gap, rel=0.01)
+    for q in (50, 90, 99):
+        assert p.e2e(q) == pytest.approx(-math.log(1 - q / 100) / gap, rel=0.01)
+
+
+def test_md1_pollaczek_khinchine(constant_step) -> None:
+    tau, m, rho = 1e-3, 300, 0.6
+    r = _single_seat(constant_step, "fixed", m, tau)
+    service = m * tau
+    p = at_rate(r, rho / service)
+    assert p.ttft(0) - tau == pytest.approx(rho * service / (2 * (1 - rho)), rel=0.01)
+
+
+def test_unlimited_seats_never_wait(constant_step) -> None:
+    r = ReplicaServing(step=constant_step(2e-3), input_len=LengthDist(kind="fixed", mean=10),
+                       output_len=LengthDist(kind="fixed", mean=50), max_num_seqs=100_000,
+                       max_num_batched_tokens=1 << 30, kv_capacity_tokens=1e12)
+    p = at_rate(r, 200.0)
+    assert p.wait_mean_s == pytest.approx(0.0, abs=1e-9)
+    assert p.e2e(0) == pytest.approx(50 * 2e-3 + p.busy * 1e-3, rel=1e-6)
+
+
+def _llama(name: str = "llama3-8b", tp: int = 1):
+    spec = load_model(name)
+    return latency_step(spec, load_gpu("h100-sxm"), parse_weight_precision(spec.native_dtype), get_dtype("bf16"),
+                        tp=tp)
+
+
+AGREEMENT = [
+    # name, tp, seats, budget, input, output, rate or None, clients or None, tolerance (TTFT, TPOT)
+    ("llama3-8b", 1, 256, 2048, LengthDist(kind="lognormal", mean=1000, spread=0.5),
+     LengthDist(kind="lognormal", mean=200, spread=0.8), 10.0, None, 0.10, 0.05),
+    ("llama3-8b", 1, 256, 2048, LengthDist(kind="lognormal", mean=1000, spread=0.5),
+     LengthDist(kind="lognormal", mean=200, spread=0.8), 20.0, None, 0.10, 0.06),
+    ("llama3-8b", 1, 64, 512, LengthDist(kind="fixed", mean=2000), LengthDist(kind="fixed", mean=300), 4.0, None,
+     0.15, 0.06),
+    ("llama3-70b", 4, 128, 2048, LengthDist(kind="lognormal", mean=500, spread=1.0),
+     LengthDist(kind="lognormal", mean=300, spread=1.0), None, 32, 0.15, 0.06),
+    ("qwen3-30b-a3b", 2, 128, 8192, LengthDist(kind="uniform", mean=3000, spread=0.5),
+     LengthDist(kind="uniform", mean=500, spread=0.5), 6.0, None, 0.15, 0.06),
+]
+
+
+@pytest.mark.parametrize("case", AGREEMENT, ids=lambda c: f"{c[0]}-s{c[2]}-c{c[3]}-{c[6] or c[7]}")
+def test_analytic_model_agrees_with_the_simulation(case: tuple) -> None:
+    """Same step-time model, same scheduler policy, same traffic: TTFT p50/p90 and TPOT mean/p90 within the
+    stated tolerance of the simulated ones (3,000 requests, the first and last 10 % left out)."""
+    name, tp, seats, budget, inputs, outputs, rate, clients, ttft_tol, tpot_tol = case
+    step = _llama(name, tp)
+    overheads = ENGINE_OVERHEADS["vllm"]
+    r = ReplicaServing(step=step, input_len=inputs, output_len=outputs, max_num_seqs=seats,
+                       max_num_batched_tokens=budget, kv_capacity_tokens=400_000, overheads=overheads)
+    p = at_rate(r, rate) if rate is not None else at_concurrency(r, clients)
+    assert p.stable
+    sim = simulate(step, SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=400_000,
+                                   overheads=overheads),
+                   Workload(input_len=inputs, output_len=outputs, num_requests=3000, rate_per_s=rate,
+                            concurrency=clients, warmup_fraction=0.1))
+    for q in (50, 90):
+        assert p.ttft(q) == pytest.approx(sim.metric("ttft", q), rel=ttft_tol), f"TTFT p{q}"
+    assert p.tpot(0) == pytest.approx(sim.metric("tpot", 0), rel=tpot_tol), "TPOT mean"
+    assert p.tpot(90) == pytest.approx(sim.metric("tpot", 90), rel=tpot_tol), "TPOT p90"
+    for q in (50, 90, 99):
+        assert p.itl(q) == pytest.approx(sim.metric("itl", q), rel=0.12), f"ITL p{q}"
+    if clients is not None:
+        assert p.rate_per_s == pytest.approx(sim.request_throughput, rel=0.06)
+
+
+def _replica(seats: int = 256, budget: int = 2048, **changes) -> ReplicaServing:
+    base = ReplicaServing(step=_llama(), input_len=LengthDist(kind="lognormal", mean=1000, spread=0.5),
+                          output_len=LengthDist(kind="lognormal", mean=200, spread=0.8), max_num_seqs=seats,
+                          max_num_batched_tokens=budget, kv_capacity_tokens=400_000,
+                          overheads=ENGINE_OVERHEADS["vllm"])
+    return replace(base, **changes)
+
+
+def test_latencies_grow_with_the_rate() -> None:
+    r = _replica()
+    previous = None
+    for rate in (0.5, 2, 5, 10, 15, 20, 25):
+        p = at_rate(r, rate)
+        assert p.rate_per_s == pytest.approx(rate, rel=2e-3)
+        if previous is not None:
+            for metric in ("ttft", "tpot", "e2e"):
+                for q in (0, 50, 90, 99):
+                    assert getattr(p, metric)(q) >= getattr(previous, metric)(q) * (1 - 1e-6), (metric, q, rate)
+        previous = p
+
+
+@settings(max_examples=25)
+@given(ttft=st.floats(0.1, 3.0), tpot=st.floats(0.01, 0.2), looser=st.floats(1.0, 3.0))
+def test_capacity_meets_the_targets_and_grows_with_looser_ones(ttft: float, tpot: float, looser: float) -> None:
+    r = _replica(seats=128)
+    tight = (Target(metric="ttft", percentile=90, seconds=ttft), Target(metric="tpot", percentile=90, seconds=tpot))
+    loose = tuple(replace(t, seconds=t.seconds * looser) for t in tight)
+    a, b = max_rate(r, tight), max_rate(r, loose)
+    assert b.rate_per_s >= a.rate_per_s
+    if a.rate_per_s > 0:
+        assert a.point.meets(tight)
+        # 2 % more traffic than the capacity breaks a target or the replica (the grid is 1 %).
+        over = at_rate(r, a.rate_per_s * 1.025)
+        assert not over.meets(tight) or a.binding in ("max_num_seqs", "KV cache", "token budget")
+
+
+def test_speculative_decoding_tokens_per_step_and_payoff() -> None:
+    assert SpecDecoding(num_tokens=3, acceptance=0.0, draft_cost=0.1).tokens_per_step == 1
+    assert SpecDecoding(num_tokens=3, acceptance=1.0, draft_cost=0.1).tokens_per_step == 4
+    assert SpecDecoding(num_tokens=3, acceptance=0.7, draft_cost=0.1).tokens_per_step == pytest.approx(
+        (1 - 0.7 ** 4) / 0.3)
+    plain = _replica()
+    spec = replace(plain, spec=SpecDecoding(num_tokens=3, acceptance=0.7, draft_cost=1 / 32))
+    low_plain, low_spec = at_rate(plain, 0.2), at_rate(spec, 0.2)
+    assert low_spec.tpot(0) < 0.6 * low_plain.tpot(0)   # memory-bound: ~2.5 tokens for the price of one step
+    from tfcalc.calc.capacity import speculative_break_even
+
+    at = speculative_break_even(spec, plain)
+    assert at is not None and 8 < at < 1024           # verifying 4 tokens per sequence turns compute-bound
+
+
+def test_prefix_caching_shortens_ttft() -> None:
+    plain, cached = _replica(), _replica(prefix_hit_ratio=0.8)
+    a, b = at_rate(plain, 10), at_rate(cached, 10)
+    assert b.ttft(50) < a.ttft(50) and b.ttft(90) < a.ttft(90)
+    assert max_rate(cached, (Target(metric="ttft", percentile=90, seconds=0.2),)).rate_per_s > \
+        max_rate(plain, (Target(metric="ttft", percentile=90, seconds=0.2),)).rate_per_s
+
+
+def test_prefill_only_replica_capacity() -> None:
+    r = replace(_replica(budget=8192), overheads=Overheads())
+    target = Target(metric="ttft", percentile=90, seconds=0.5)
+    cap = prefill_only_max_rate(r, (target,))
+    assert cap.rate_per_s > 0 and cap.point.ttft(90) <= 0.5
+    # Saturation bound: prompt tokens per second cannot exceed a full chunk per full-chunk step.
+    assert cap.rate_per_s * 1000 < 8192 / cap.point.prefill_step_s * 1.01
+
+
+# --- traffic distributions ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dist", [LengthDist(kind="fixed", mean=300), LengthDist(kind="uniform", mean=300, spread=0.5),
+                                  LengthDist(kind="lognormal", mean=300, spread=0.8),
+                                  LengthDist(kind="exponential", mean=300),
+                                  LengthDist(kind="empirical", values=(5, 50, 500, 5000))])
+def test_length_moments_and_quantiles_match_samples(dist: LengthDist) -> None:
+    rng = random.Random(5)  # noqa: S311 - seeded test data
+    samples = sorted(dist.sample(rng) for _ in range(60_000))
+    assert statistics.fmean(samples) == pytest.approx(dist.mean, rel=0.02)
+    assert statistics.fmean(s * s for s in samples) == pytest.approx(dist.second_moment, rel=0.05)
+    for p in (0.5, 0.9):
+        assert dist.quantile(p) == pytest.approx(samples[int(p * len(samples))], rel=0.05, abs=1.5)
+    assert sum(w for _, w in dist.nodes()) == pytest.approx(1.0)
+
+
+def test_normal_quantile() -> None:
+    for p in (0.001, 0.1, 0.5, 0.9, 0.99, 0.9999):
+        assert normal_quantile(p) == pytest.approx(statistics.NormalDist().inv_cdf(p), abs=1e-8)
+
+
+# --- the API server as a queue -----------------------------------------------------------------------------
+
+
+def test_api_server_alone_is_md1(constant_step) -> None:
+    """An engine that takes no time and one-token requests: the API server is an M/D/1 queue of its request work D;
+    TTFT = Pollaczek-Khinchine wait + D, in the model and in the simulation."""
+    work, rho = 2e-3, 0.7
+    o = Overheads(api_request_s=work)
+    r = ReplicaServing(step=constant_step(1e-9), input_len=LengthDist(kind="fixed", mean=1),
+                       output_len=LengthDist(kind="fixed", mean=1), max_num_seqs=1024, max_num_batched_tokens=8192,
+                       kv_capacity_tokens=1e9, overheads=o)
+    p = at_rate(r, rho / work)
+    wait = rho * work / (2 * (1 - rho))
+    assert p.api_utilization == pytest.approx(rho, rel=1e-3)
+    assert p.ttft(0) == pytest.approx(wait + work, rel=0.01)
+    sim = simulate(constant_step(1e-9), SimConfig(max_num_seqs=1024, max_num_batched_tokens=8192,
+                                                  kv_capacity_tokens=10**9, overheads=o),
+                   Workload(input_len=LengthDist(kind="fixed", mean=1), output_len=LengthDist(kind="fixed", mean=1),
+                            num_requests=20_000, rate_per_s=rho / work, seed=4, warmup_fraction=0.05))
+    assert sim.metric("ttft", 0) == pytest.approx(wait + work, rel=0.05)
+    assert sim.api_busy_s / sim.duration_s == pytest.approx(rho, rel=0.03)
+
+
+API = Overheads(request_s=0.01, api_request_s=4e-3, api_token_s=150e-6)
+
+
+@pytest.mark.parametrize("rate,servers", [(8.0, 1), (14.0, 1), (20.0, 2)])
+def test_api_queue_agrees_with_the_simulation(rate: float, servers: int) -> None:
+    """A real step model with an API server loaded to 40-85 %: utilization, TTFT and end-to-end latency of the
+    model within 10 % (p50) and 15 % (p90) of the simulation's, TPOT and ITL within 6 %."""
+    step = _llama()
+    o = replace(API, api_servers=servers)
+    inputs, outputs = LengthDist(kind="lognormal", mean=400, spread=0.6), LengthDist(kind="lognormal", mean=300,
+                                                                                     spread=0.6)
+    r = ReplicaServing(step=step, input_len=inputs, output_len=outputs, max_num_seqs=256,
+                       max_num_batched_tokens=2048, kv_capacity_tokens=400_000, overheads=o)
+    p = at_rate(r, rate)
+    sim = simulate(step, SimConfig(max_num_seqs=256, max_num_batched_tokens=2048, kv_capacity_tokens=400_000,
+                                   overheads=o),
+                   Workload(input_len=inputs, output_len=outputs, num_requests=3000, rate_per_s=rate,
+                            warmup_fraction=0.1, seed=9))
+    assert 0.3 < p.api_utilization < 0.9
+    assert p.api_utilization == pytest.approx(sim.api_busy_s / sim.duration_s / servers, rel=0.05)
+    for metric, q, tolerance in (("ttft", 50, 0.1), ("ttft", 90, 0.15), ("e2e", 50, 0.1), ("tpot", 0, 0.06),
+                                 ("itl", 50, 0.06), ("itl", 90, 0.12)):
+        assert p.metric(Target(metric=metric, percentile=q, seconds=1)) == pytest.approx(
+            sim.metric(metric, q), rel=tolerance), (metric, q)
+
+
+def test_api_server_binds_the_capacity() -> None:
+    """With a loose latency target the capacity is the API servers' throughput, N / work per request, and the
+    binding constraint says so; a second API server doubles it while the engine has room."""
+    o = Overheads(api_request_s=100e-3, api_token_s=100e-6)
+    r = _replica(seats=512, overheads=o)
+    loose = (Target(metric="e2e", percentile=50, seconds=600.0),)
+    one = max_rate(r, loose)
+    work = 100e-3 + 100e-6 * r.output_len.mean
+    assert one.binding == "API server"
+    assert one.rate_per_s == pytest.approx(1 / work, rel=0.02)
+    two = max_rate(replace(r, overheads=replace(o, api_servers=2)), loose)
+    assert two.rate_per_s == pytest.approx(2 * one.rate_per_s, rel=0.03)

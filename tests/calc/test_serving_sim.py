@@ -1,0 +1,208 @@
+"""The scheduler simulation against closed forms (M/M/1, M/D/1, M/G/inf, a closed loop), against itself without
+its decode-only fast-forward, and against an independent brute-force simulation."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from tfcalc.calc.serving_inputs import latency_step
+from tfcalc.calc.serving_sim import SimConfig, SimResult, Workload, simulate
+from tfcalc.calc.serving_traffic import LengthDist, Overheads
+from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.presets import load_gpu, load_model
+
+BIG = 10**9
+
+
+def _cfg(seats: int, budget: int = 8192, kv: int = BIG, overheads: Overheads | None = None) -> SimConfig:
+    return SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=kv,
+                     overheads=overheads or Overheads())
+
+
+def test_mm1_sojourn_and_waiting_time(constant_step) -> None:
+    """One seat, one-token prompts, geometric outputs: a request holds the seat for O steps of tau, nearly
+    exponential service with mean m tau. M/M/1: sojourn ~ Exp(mu - lambda); P(wait > t) = rho e^-(mu-lambda)t."""
+    tau, m, rho = 1e-3, 400, 0.5
+    mu = 1 / (m * tau)
+    lam = rho * mu
+    load = Workload(input_len=LengthDist(kind="fixed", mean=1), output_len=LengthDist(kind="exponential", mean=m),
+                    num_requests=20_000, rate_per_s=lam, seed=1, warmup_fraction=0.05)
+    r = simulate(constant_step(tau), _cfg(1), load)
+    gap = mu - lam
+    assert r.metric("e2e", 0) == pytest.approx(1 / gap, rel=0.04)
+    for p, tolerance in ((50, 0.04), (90, 0.04), (99, 0.08)):
+        assert r.metric("e2e", p) == pytest.approx(-math.log(1 - p / 100) / gap, rel=tolerance)
+    # TTFT = wait + the one prefill step; the wait is 0 with probability 1 - rho.
+    assert r.metric("ttft", 0) == pytest.approx(rho / gap + tau, rel=0.04)
+    assert r.metric("ttft", 90) == pytest.approx(math.log(rho / 0.1) / gap + tau, rel=0.04)
+    assert r.metric("ttft", 40) < 2 * tau  # the 1 - rho = 50 % who never wait
+
+
+def test_md1_pollaczek_khinchine_mean_wait(constant_step) -> None:
+    tau, m, rho = 1e-3, 300, 0.6
+    service = m * tau
+    load = Workload(input_len=LengthDist(kind="fixed", mean=1), output_len=LengthDist(kind="fixed", mean=m),
+                    num_requests=15_000, rate_per_s=rho / service, seed=2, warmup_fraction=0.05)
+    r = simulate(constant_step(tau), _cfg(1), load)
+    wait = rho * service / (2 * (1 - rho))
+    assert r.metric("ttft", 0) - tau == pytest.approx(wait, rel=0.05)
+    assert r.metric("e2e", 0) == pytest.approx(wait + service, rel=0.03)
+
+
+def test_mg_infinity_never_waits(constant_step) -> None:
+    """Seats and budget enough for everyone and a step time independent of the batch: every request takes
+    exactly its O steps, after waiting at most one step for the running one to end."""
+    tau = 2e-3
+    load = Workload(input_len=LengthDist(kind="fixed", mean=10), output_len=LengthDist(kind="uniform", mean=50,
+                                                                                      spread=0.8),
+                    num_requests=3000, rate_per_s=200, seed=3)
+    r = simulate(constant_step(tau), _cfg(100_000, budget=1 << 30), load)
+    rng = random.Random(3)  # noqa: S311 - seeded test data
+    [load.input_len.sample(rng) for _ in range(3000)]  # the simulation draws every prompt first
+    outputs = [load.output_len.sample(rng) for _ in range(3000)]
+    assert len(r.e2e_s) == 3000
+    for e2e, o in zip(r.e2e_s, outputs, strict=True):
+        assert o * tau - 1e-12 <= e2e <= (o + 1) * tau + 1e-12
+
+
+def test_closed_loop_throughput(constant_step) -> None:
+    tau, n, o = 1e-3, 4, 100
+    load = Workload(input_len=LengthDist(kind="fixed", mean=1), output_len=LengthDist(kind="fixed", mean=o),
+                    num_requests=400, concurrency=n)
+    r = simulate(constant_step(tau), _cfg(8), load)
+    assert r.request_throughput == pytest.approx(n / (o * tau), rel=1e-6)
+    assert max(r.ttft_s) == pytest.approx(tau)
+
+
+def test_overheads_add_to_latencies(constant_step) -> None:
+    tau = 1e-3
+    o = Overheads(request_s=0.05, per_input_token_s=1e-5, step_s=0.0, stream_s=0.002)
+    load = Workload(input_len=LengthDist(kind="fixed", mean=100), output_len=LengthDist(kind="fixed", mean=10),
+                    num_requests=1, rate_per_s=1)
+    r = simulate(constant_step(tau), _cfg(4, overheads=o), load)
+    assert r.ttft_s[0] == pytest.approx(0.05 + 100 * 1e-5 + tau + 0.002)
+    assert r.e2e_s[0] == pytest.approx(0.05 + 100 * 1e-5 + 10 * tau + 0.002)
+
+
+# --- against itself and a brute-force reference --------------------------------------------------------
+
+
+def _llama_step():
+    spec = load_model("llama3-8b")
+    return latency_step(spec, load_gpu("h100-sxm"), parse_weight_precision("bf16"), get_dtype("bf16"))
+
+
+CASES = [
+    # (model, seats, budget, KV tokens, rate or None, concurrency or None, spec)
+    ("llama3-8b", 64, 2048, BIG, 20.0, None),
+    ("llama3-8b", 16, 512, BIG, 8.0, None),
+    ("llama3-8b", 256, 8192, 60_000, 30.0, None),      # tight KV: preemptions
+    ("llama3-8b", 32, 2048, BIG, None, 48),           # closed loop, more clients than seats
+    ("gemma2-9b", 64, 2048, 200_000, 15.0, None),     # sliding windows
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}-{c[3]}-{c[4]}-{c[5]}")
+def test_fast_forward_changes_nothing(case: tuple) -> None:
+    name, seats, budget, kv, rate, clients = case
+    spec = load_model(name)
+    step = latency_step(spec, load_gpu("h100-sxm"), parse_weight_precision("bf16"), get_dtype("bf16"))
+    load = Workload(input_len=LengthDist(kind="lognormal", mean=800, spread=0.6),
+                    output_len=LengthDist(kind="lognormal", mean=150, spread=0.8), num_requests=400,
+                    rate_per_s=rate, concurrency=clients, seed=7)
+    cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=kv,
+                    overheads=Overheads(request_s=0.01, step_s=1e-4, stream_s=1e-3))
+    fast, slow = simulate(step, cfg, load, fast_forward=True), simulate(step, cfg, load, fast_forward=False)
+    assert fast.steps == slow.steps and fast.preemptions == slow.preemptions
+    assert fast.ttft_s == pytest.approx(slow.ttft_s, rel=1e-9)
+    assert fast.e2e_s == pytest.approx(slow.e2e_s, rel=1e-9)
+    if kv < BIG and name == "llama3-8b":
+        assert fast.preemptions > 0
+
+
+def _brute_force(step, prompts: list[int], outputs: list[int], arrivals: list[float], seats: int,
+                 budget: int) -> tuple[list[float], list[float]]:
+    """The same policy written the plain way: every step rescans every request; no blocks (KV unbounded)."""
+    n = len(prompts)
+    state = [{"done": 0, "gen": 0, "first": -1.0, "last": -1.0, "in": False, "fin": False} for _ in range(n)]
+    waiting: list[int] = []
+    running: list[int] = []
+    arrived = 0
+    t = 0.0
+    while not all(s["fin"] for s in state):
+        while arrived < n and arrivals[arrived] <= t:
+            waiting.append(arrived)
+            arrived += 1
+        if not running and not waiting:
+            t = arrivals[arrived]
+            continue
+        left = budget
+        plan = []
+        for i in running:
+            if left == 0:
+                break
+            s = state[i]
+            want = min(prompts[i] - s["done"], left) if s["done"] < prompts[i] else 1
+            plan.append((i, want, s["done"] < prompts[i]))
+            left -= want
+        while waiting and left > 0 and len(running) < seats:
+            i = waiting.pop(0)
+            running.append(i)
+            want = min(prompts[i], left)
+            plan.append((i, want, True))
+            left -= want
+        decode = sum(1 for _, _, pre in plan if not pre)
+        chunks = sum(1 for _, _, pre in plan if pre)
+        prefill = sum(w for _, w, pre in plan if pre)
+        context = sum(state[i]["done"] + 1 for i, _, pre in plan if not pre) / decode if decode else 0.0
+        past = sum(state[i]["done"] for i, _, pre in plan if pre) / chunks if chunks else 0.0
+        t += step.time(decode, context, prefill, past, chunks, 1)
+        for i, w, pre in plan:
+            s = state[i]
+            s["done"] += w
+            if pre and s["done"] < prompts[i]:
+                continue
+            if s["first"] < 0:
+                s["first"] = t
+            s["gen"] += 1
+            s["last"] = t
+            if s["gen"] >= outputs[i]:
+                s["fin"] = True
+                running.remove(i)
+    return [s["first"] - a for s, a in zip(state, arrivals, strict=True)], \
+        [s["last"] - a for s, a in zip(state, arrivals, strict=True)]
+
+
+@pytest.mark.parametrize("seats,budget,rate", [(64, 2048, 20.0), (8, 256, 3.0), (128, 512, 25.0)])
+def test_simulation_equals_brute_force(seats: int, budget: int, rate: float) -> None:
+    step = _llama_step()
+    load = Workload(input_len=LengthDist(kind="lognormal", mean=700, spread=0.7),
+                    output_len=LengthDist(kind="lognormal", mean=120, spread=0.9), num_requests=300,
+                    rate_per_s=rate, seed=11)
+    rng = random.Random(11)  # noqa: S311 - seeded test data
+    prompts = [load.input_len.sample(rng) for _ in range(300)]
+    outputs = [load.output_len.sample(rng) for _ in range(300)]
+    gaps = [rng.expovariate(1.0) for _ in range(300)]
+    arrivals = list(itertools_accumulate(g / rate for g in gaps))
+    ttft, e2e = _brute_force(step, prompts, outputs, arrivals, seats, budget)
+    r = simulate(step, SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=BIG), load)
+    assert list(r.ttft_s) == pytest.approx(ttft, rel=1e-9)
+    assert list(r.e2e_s) == pytest.approx(e2e, rel=1e-9)
+
+
+def itertools_accumulate(values) -> list[float]:
+    out, total = [], 0.0
+    for v in values:
+        total += v
+        out.append(total)
+    return out
+
+
+def test_percentile_matches_numpy_convention() -> None:
+    values = (1.0, 2.0, 3.0, 4.0)
+    assert SimResult.percentile(values, 50) == 2.5
+    assert SimResult.percentile(values, 0) == 2.5
+    assert SimResult.percentile(values, 100 * 2 / 3) == pytest.approx(3.0)

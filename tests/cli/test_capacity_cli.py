@@ -1,0 +1,192 @@
+"""``tfcalc capacity`` end to end: the table fits 100 columns, CSV/JSON (frontier summary and every point), plot,
+explain, launch command lines for three engines, the shared engine flags, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tfcalc.cli import app
+from tfcalc.cli.capacity import parse_duration, parse_targets
+
+runner = CliRunner()
+SMALL = ["capacity", "-p", "llama3-8b", "--gpu", "h100-sxm,l40s", "--tp", "1,2", "--max-num-seqs", "32,128",
+         "--max-num-batched-tokens", "2048", "--rate", "8", "--input-len", "1000", "--output-len", "200", "--ttft",
+         "p90=800ms", "--tpot", "p90=60ms", "--sim-requests", "400"]
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_table_fits_100_columns_and_names_the_plan() -> None:
+    result = run(*SMALL)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert "cheapest plan for llama3-8b at 8 req/s" in out
+    assert "per million input" in out and "per million output" in out
+    assert "vllm serve llama3-8b" in out and "--max-num-seqs" in out and "--tensor-parallel-size" in out
+    assert "sglang.launch_server" in out and "--max-running-requests" in out
+    assert "trtllm-serve llama3-8b" in out and "--max_batch_size" in out and "--tp_size" in out
+    assert "simulation of one of 1 replica(s)" in out or "simulation of one of 2 replica(s)" in out
+    assert "Pareto frontier" in out
+
+
+def test_the_default_question_answers_in_a_100_column_table() -> None:
+    """The issue's question with every default: Llama 3 70B, 2 req/s, 1k in / 256 out, TTFT p90 1 s, TPOT p90
+    50 ms, over every priced GPU."""
+    result = run("capacity", "-p", "llama3-70b", "--rate", "2", "--input-len", "1k", "--output-len", "256",
+                 "--ttft", "p90=1s", "--tpot", "p90=50ms", "--sim-requests", "300", "--workers", "1")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    words = " ".join(result.stdout.split())
+    assert "cheapest plan for llama3-70b at 2 req/s" in words
+    assert "-> meets the targets" in words
+
+
+def test_every_point_in_long_format_and_a_summary_by_default() -> None:
+    csv_out = run(*SMALL, "--format", "csv", "--no-simulate", "--points", "all")
+    assert csv_out.exit_code == 0, csv_out.output
+    rows = list(csv.DictReader(io.StringIO(csv_out.stdout)))
+    assert {"engine", "gpu", "tp", "max_num_seqs", "metric", "value", "unit"} <= set(rows[0])
+    configs = {(r["gpu"], r["tp"], r["weights_dtype"], r["kv_dtype"], r["max_num_seqs"]) for r in rows}
+    assert len(configs) == 2 * 2 * 2 * 2 * 2      # GPUs x tp x weights x KV x seqs (one chunk size)
+    chosen = [r for r in rows if r["metric"] == "chosen" and r["value"].lower() == "true"]
+    assert len(chosen) == 1
+    json_out = run(*SMALL, "--format", "json", "--no-simulate", "--points", "all")
+    data = json.loads(json_out.stdout)
+    assert len(data) == len(rows)
+    costs = [r for r in data if r["metric"] == "cost_per_hour" and r["value"] is not None]
+    assert all(isinstance(r["value"], float) for r in costs)
+    summary = json.loads(run(*SMALL, "--format", "json", "--no-simulate").stdout)
+    roles = [r["role"] for r in summary]
+    assert roles.count("chosen") == 1 and "frontier" in roles or "cheapest" in roles
+    assert len(summary) < len(configs) + 1 and len(json.dumps(summary)) < len(json_out.stdout) / 5
+    first = summary[0]
+    assert first["role"] == "chosen" and first["cost_per_hour"] > 0 and first["operating_ttft_p90_s"] <= 0.8
+    assert first["cost_per_million_output_tokens"] > 0
+
+
+def test_json_path_imports_neither_torch_nor_pandas() -> None:
+    probe = ("import json, sys\nfrom tfcalc.cli import app\ntry:\n    app({args!r})\nexcept SystemExit:\n    pass\n"
+             "print(json.dumps(sorted(m for m in ('torch', 'pandas') if m in sys.modules)), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", probe.format(args=[*SMALL, "-f", "json", "--no-simulate"])],
+                          capture_output=True, text=True, check=False)
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == []
+
+
+def test_plot_and_explain(tmp_path: Path) -> None:
+    png = tmp_path / "frontier.png"
+    result = run(*SMALL, "--plot", str(png), "--explain", "--no-simulate")
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "explain llama3-8b:" in result.stdout and "TTFT = request latency" in result.stdout
+    assert "API server (1 process(es))" in result.stdout and "per-operation latency model" in result.stdout
+    assert "capacity: one replica carries" in result.stdout
+
+
+def test_concurrency_options_and_overrides() -> None:
+    result = run("capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--price", "h100-sxm=2.00", "-tp", "1",
+                 "--max-num-seqs", "64", "--prefill-chunk", "2048", "--concurrency", "40", "--length-dist",
+                 "lognormal", "--input-spread", "0.5", "--ttft", "mean=500ms", "--e2e", "p99=30s", "--speculative",
+                 "3", "--acceptance", "0.7", "--prefix-hit", "0.3", "--request-overhead", "20ms",
+                 "--api-server-count", "2", "--api-token-overhead", "80us", "--no-simulate")
+    assert result.exit_code == 0, result.output
+    assert "$2.00" in result.stdout or "2.00" in result.stdout
+    assert "40 concurrent requests" in result.stdout
+    assert "--api-server-count 2" in result.stdout
+
+
+def test_engines_are_searched_like_plan_reads_them() -> None:
+    """--engine takes what plan and estimate take (a family, a version, a preset, ideal) and lists compare; the
+    chosen engine's command comes first and its memory model sizes the KV cache."""
+    base = ["capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--tensor-parallel-size", "1", "--max-num-seqs",
+            "64", "--max-num-batched-tokens", "2048", "--rate", "4", "--ttft", "p90=1s", "--no-simulate",
+            "--gpu-memory-utilization", "0.85"]
+    result = run(*base, "--engine", "sglang,vllm@0.11,ideal", "-f", "json", "--points", "all")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    engines = {r["engine"] for r in data}
+    assert engines == {"sglang 0.5+", "vllm 0.11-0.16", "ideal"}
+    kv = {r["engine"]: r["value"] for r in data if r["metric"] == "kv_capacity_tokens_per_replica"
+          and r["weights_dtype"] == "bf16" and r["kv_dtype"] == "bf16"}
+    assert len(set(kv.values())) == 3          # three memory models, three KV pools
+    table = run(*base, "--engine", "trtllm")
+    assert table.exit_code == 0, table.output
+    out = table.stdout
+    assert out.index("trtllm-serve") < out.index("vllm serve") and "--kv_cache_free_gpu_memory_fraction 0.85" in out
+    assert "--gpu-memory-utilization 0.85" in out and "--mem-fraction-static 0.85" in out
+
+
+def test_itl_targets() -> None:
+    result = run("capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs", "64,256",
+                 "--max-num-batched-tokens", "512,8192", "--rate", "10", "--itl", "p99=40ms", "--ttft", "p90=2s",
+                 "--sim-requests", "400", "-f", "json", "--no-simulate")
+    assert result.exit_code == 0, result.output
+    chosen = json.loads(result.stdout)[0]
+    assert 0 < chosen["operating_itl_p99_s"] <= 0.04
+
+
+def test_lengths_csv(tmp_path: Path) -> None:
+    path = tmp_path / "requests.csv"
+    path.write_text("input_tokens,output_tokens\n500,100\n1500,300\n900,50\n")
+    result = run("capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs", "64",
+                 "--max-num-batched-tokens", "2048", "--rate", "5", "--lengths-csv", str(path), "--ttft", "p90=1s",
+                 "--no-simulate")
+    assert result.exit_code == 0, result.output
+    refused = run("capacity", "-p", "llama3-8b", "--rate", "5", "--lengths-csv", str(path), "--ttft", "p90=1s",
+                  "-o", str(path))
+    assert refused.exit_code == 2 and "refusing to overwrite an input" in refused.output
+    assert path.read_text().startswith("input_tokens,output_tokens\n500,100")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("prompt,completion\n1,2\n")
+    result = run("capacity", "-p", "llama3-8b", "--rate", "5", "--lengths-csv", str(bad), "--ttft", "p90=1s")
+    assert result.exit_code == 2 and "needs columns input_tokens and output_tokens" in result.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--rate", "5"], "give at least one latency target"),
+    (["--ttft", "p90=1s"], "give the traffic as --rate"),
+    (["--rate", "5", "--concurrency", "4", "--ttft", "p90=1s"], "one of them"),
+    (["--rate", "5", "--ttft", "p90=soon"], "invalid --ttft target 'soon'"),
+    (["--rate", "5", "--ttft", "q90=1s"], "is not p50"),
+    (["--rate", "5", "--ttft", "p90=1s", "--gpu", "a100-40gb"], "no price for GPU 'a100-40gb'"),
+    (["--rate", "5", "--ttft", "p90=1s", "--price", "h100-sxm=free"], "is not a number"),
+    (["--rate", "-1", "--ttft", "p90=1s"], "invalid --rate '-1'"),
+    (["--rate", "5", "--ttft", "p90=1s", "--engine", "tgi"], "unknown engine 'tgi'"),
+    (["--rate", "5", "--ttft", "p90=1s", "--points", "some"], "--points must be frontier or all"),
+    (["--rate", "5", "--ttft", "p90=1s", "--gpu-memory-utilization", "0.8,0.9"], "give one --gpu-memory-utilization"),
+    (["--rate", "5", "--ttft", "p90=1s", "--api-server-count", "0"], "--api-server-count must be 1 to 4096"),
+    (["--rate", "5", "--ttft", "p90=99999999s"], "must be between 0 and"),
+    (["--rate", "1e400", "--ttft", "p90=1s"], "--rate"),
+])
+def test_bad_input_is_one_line(args: list[str], message: str) -> None:
+    result = run("capacity", "-p", "llama3-8b", *args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.output
+
+
+def test_impossible_targets_exit_1_with_the_closest() -> None:
+    result = run("capacity", "-p", "llama3-8b", "--gpu", "l40s", "--tp", "1", "--max-num-seqs", "64",
+                 "--max-num-batched-tokens", "2048", "--rate", "5", "--ttft", "p50=1ms", "--no-simulate")
+    assert result.exit_code == 1
+    assert "no configuration of llama3-8b meets the targets" in result.output
+
+
+def test_parsers() -> None:
+    assert parse_duration("500ms", "x") == pytest.approx(0.5)
+    assert parse_duration("2", "x") == 2.0
+    assert parse_duration("800us", "x") == pytest.approx(8e-4)
+    (a, b) = parse_targets(["p50=200ms,p99.9=2s"], "ttft")
+    assert (a.percentile, a.seconds, b.percentile, b.seconds) == (50, 0.2, 99.9, 2.0)
+    assert parse_targets(["mean=40ms"], "tpot")[0].percentile == 0

@@ -1,0 +1,52 @@
+"""GPU prices: the bundled file loads, and a malformed one is refused in one line naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tfcalc.errors import SpecError, UsageError
+from tfcalc.spec.presets import preset_names
+from tfcalc.spec.prices import load_prices, parse_price_overrides
+
+GOOD = "prices:\n  h100-sxm: {usd_per_gpu_hour: 2.5, source: a listing, as_of: '2026-01-01'}\n"
+
+
+def test_bundled_prices_name_gpu_presets_with_sources() -> None:
+    prices = load_prices()
+    assert prices and set(prices) <= set(preset_names("gpu"))
+    for p in prices.values():
+        assert 0 < p.usd_per_gpu_hour < 100 and p.source and p.as_of
+
+
+@pytest.mark.parametrize("text,message", [
+    (GOOD.replace("2.5", "-1"), "field 'prices.h100-sxm.usd_per_gpu_hour' must be positive"),
+    (GOOD.replace("2.5", "1.0e+9"), "field 'prices.h100-sxm.usd_per_gpu_hour' must be at most"),
+    (GOOD.replace("2.5", ".nan"), "must be a finite number"),
+    (GOOD.replace("2.5", "true"), "must be a number"),
+    (GOOD.replace("usd_per_gpu_hour", "usd_per_gpu_hr"),
+     "unknown field 'prices.h100-sxm.usd_per_gpu_hr' (did you mean"),
+    (GOOD.replace(", as_of: '2026-01-01'", ""), "missing required field 'prices.h100-sxm.as_of'"),
+    (GOOD.replace("'2026-01-01'", "2026-01-01"), "field 'prices.h100-sxm.as_of' must be text"),
+    (GOOD + "extra: 1\n", "unknown field 'extra'"),
+    ("prices: [1, 2]\n", "field 'prices' must be a mapping"),
+    ("prices:\n  h100-sxm: 2.5\n", "field 'prices.h100-sxm' must be a mapping"),
+    (GOOD + "  h100-sxm: {usd_per_gpu_hour: 3, source: b, as_of: c}\n", "duplicate key 'h100-sxm'"),
+])
+def test_malformed_prices_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "prices.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_prices(path)
+    assert message in str(err.value) and str(err.value).startswith(str(path)) and "\n" not in str(err.value)
+
+
+def test_good_file_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "prices.yaml"
+    path.write_text(GOOD)
+    assert load_prices(path)["h100-sxm"].usd_per_gpu_hour == 2.5
+    assert parse_price_overrides(["h100-sxm=$2.49,a100-80gb=1.5"]) == {"h100-sxm": 2.49, "a100-80gb": 1.5}
+    for bad in ("h100-sxm", "h100-sxm=abc", "h100-sxm=0", "h100-sxm=inf", "h100-sxm=1e6"):
+        with pytest.raises(UsageError):
+            parse_price_overrides([bad])

@@ -1,0 +1,568 @@
+"""Discrete-event simulation of a serving engine: its API server(s) and its continuous-batching scheduler (vLLM V1's
+policy), step by step.
+
+API server (a serial resource; ``Overheads.api_*``): each request is pinned to one of ``api_servers`` servers (round
+robin); the server runs its tasks first come first served -- a request's own work (HTTP, template, tokenization) when
+it is sent, and one chunk of work per engine step that gives the request tokens (detokenize, stream). A request
+reaches the engine's queue ``request_s`` (+ per prompt token) after its own work is done; a token reaches the client
+``stream_s`` after its chunk is done. The engine never waits for the API server (vLLM's output queue), so a slow
+server delays what the client sees and, in a closed loop, when the next request is sent.
+
+Engine step: every running sequence is scheduled first, in admission order (one decode token, k + 1 when verifying k
+speculative tokens, or the next prefill chunk of a partly prefilled prompt), within the token budget C
+(max_num_batched_tokens); then waiting requests, first come first served, while the budget, the max_num_seqs seats
+and the KV blocks allow. KV blocks are allocated on demand, block_size tokens at a time; when a running sequence
+cannot grow, the most recently admitted one is preempted (its blocks freed; it re-prefills prompt + generated tokens
+later, vLLM's recompute preemption). The step takes the step source's time for its mix (decoding sequences at their
+mean context, prefill chunks at their mean length and past); tokens are emitted at the step's end.
+
+Runs of decode-only steps during which nothing can change the batch (no request finishes, none waits to be admitted,
+no block boundary can run the pool dry, no sequence crosses a sliding window) are advanced with scalar arithmetic
+instead of per-sequence bookkeeping (``fast_forward``): step durations in closed form on linear pieces, the API
+servers' queue per step, a sequence's own work only at the run's ends. tests/calc/test_serving_sim.py checks it
+against the plain per-step loop and a brute-force reference, and the whole simulation against M/M/1, M/D/1 and M/G/inf
+closed forms. Pure math: no I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tfcalc.calc.serving import SpecDecoding
+from tfcalc.calc.serving_inputs import StepSource
+from tfcalc.calc.serving_traffic import LengthDist, Overheads
+
+
+@dataclass(eq=False)
+class _Seq:
+    index: int
+    arrival: float               # sent by the client
+    prompt: int
+    output: int
+    cached: int
+    server: int
+    kept: bool                   # counted in the statistics (outside the warm-up / cool-down share)
+    ready: float = 0.0           # in the engine's queue
+    length: int = 0              # tokens whose KV is held (computed)
+    target: int = 0              # tokens to compute before the next output token (prompt, or more after preemption)
+    generated: int = 0
+    blocks: int = 0
+    first_token: float = -1.0    # delivered to the client (before stream_s)
+    last_token: float = -1.0
+    preempted: int = 0
+    failed: bool = False
+    active: bool = False         # in the running list
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_capacity_tokens: int
+    block_size: int = 16
+    overheads: Overheads = field(default_factory=Overheads)
+    spec: SpecDecoding | None = None
+
+
+def weighted_percentile(values: tuple[float, ...], weights: tuple[float, ...], p: float) -> float:
+    """The p-th percentile of values with weights (the smallest value whose cumulative weight reaches p %); p=0: the
+    weighted mean."""
+    if not values:
+        return math.nan
+    total = sum(weights)
+    if p == 0:
+        return sum(v * w for v, w in zip(values, weights, strict=True)) / total
+    acc = 0.0
+    goal = p / 100 * total
+    for v, w in sorted(zip(values, weights, strict=True)):
+        acc += w
+        if acc >= goal - 1e-9 * total:
+            return v
+    return max(values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimResult:
+    """Per-request latencies (seconds) of the measured requests, inter-token gaps, and totals over the whole run."""
+
+    ttft_s: tuple[float, ...]
+    tpot_s: tuple[float, ...]
+    e2e_s: tuple[float, ...]
+    itl_s: tuple[float, ...]
+    itl_weights: tuple[float, ...]
+    duration_s: float
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    steps: int
+    preemptions: int
+    mean_batch: float
+    api_busy_s: float = 0.0
+
+    @staticmethod
+    def percentile(values: tuple[float, ...], p: float) -> float:
+        """Percentile by linear interpolation between order statistics (numpy's default); p=0: the mean."""
+        if not values:
+            return math.nan
+        if p == 0:
+            return sum(values) / len(values)
+        ordered = sorted(values)
+        pos = (len(ordered) - 1) * p / 100
+        lo = math.floor(pos)
+        hi = min(lo + 1, len(ordered) - 1)
+        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+    def metric(self, metric: str, p: float) -> float:
+        if metric == "itl":
+            return weighted_percentile(self.itl_s, self.itl_weights, p)
+        return self.percentile(getattr(self, f"{metric}_s"), p)
+
+    @property
+    def request_throughput(self) -> float:
+        return self.requests / self.duration_s
+
+    @property
+    def output_throughput(self) -> float:
+        return self.output_tokens / self.duration_s
+
+    @property
+    def total_throughput(self) -> float:
+        return (self.input_tokens + self.output_tokens) / self.duration_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """Requests to simulate: open loop (Poisson at ``rate_per_s``) or closed loop (``concurrency`` clients)."""
+
+    input_len: LengthDist
+    output_len: LengthDist
+    num_requests: int
+    rate_per_s: float | None = None
+    concurrency: int | None = None
+    prefix_hit_ratio: float = 0.0
+    seed: int = 0
+    warmup_fraction: float = 0.0   # share of the first (and last) requests left out of the statistics
+
+
+def simulate(step: StepSource, cfg: SimConfig, load: Workload, fast_forward: bool = True) -> SimResult:
+    """Run ``load`` through the API servers and the scheduler; latencies of the requests outside the warm-up /
+    cool-down share."""
+    rng = random.Random(load.seed)  # noqa: S311 - a seeded simulation, not cryptography
+    n = load.num_requests
+    prompts = [load.input_len.sample(rng) for _ in range(n)]
+    outputs = [load.output_len.sample(rng) for _ in range(n)]
+    gaps = [rng.expovariate(1.0) for _ in range(n)]
+    return _Engine(step, cfg, load, prompts, outputs, gaps).run(fast_forward)
+
+
+class _Engine:
+    def __init__(self, step: StepSource, cfg: SimConfig, load: Workload, prompts: list[int], outputs: list[int],
+                 gaps: list[float]) -> None:
+        self.step, self.cfg, self.load = step, cfg, load
+        self.kv = step.kv
+        self.prompts, self.outputs, self.gaps = prompts, outputs, gaps
+        self.total_blocks = cfg.kv_capacity_tokens // cfg.block_size
+        self.free_blocks = self.total_blocks
+        self.waiting: deque[_Seq] = deque()
+        self.running: list[_Seq] = []
+        self.sends: list[tuple[float, int]] = []      # heap of (send time, index): not yet through the API server
+        self.arrivals: list[tuple[float, int, _Seq]] = []   # heap of (ready time, index, sequence)
+        self.done: list[_Seq] = []
+        self.sent = 0
+        self.preemptions = 0
+        self.steps = 0
+        self.batch_sum = 0.0
+        o = cfg.overheads
+        self.api_free = [0.0] * o.api_servers
+        self.api_busy = 0.0
+        self.chunk_s = o.api_token_s
+        skip = int(load.warmup_fraction * load.num_requests)
+        self.kept = range(skip, load.num_requests - skip)
+        self.itl: list[float] = []
+        self.itl_weight: list[float] = []
+        self.rng = random.Random(load.seed + 1)  # noqa: S311 - a seeded simulation
+
+    # --- requests and the API servers -----------------------------------------------------------------------
+    def _send(self, t: float) -> None:
+        i = self.sent
+        self.sent += 1
+        heapq.heappush(self.sends, (t, i))
+        if not self.chunk_s:   # no chunk work to interleave with: the order of requests alone decides
+            self._resolve_one()
+
+    def _resolve_one(self) -> None:
+        """The next sent request through its API server (first come first served with the streamed chunks)."""
+        t, i = heapq.heappop(self.sends)
+        o = self.cfg.overheads
+        prompt = self.prompts[i]
+        server = i % o.api_servers
+        work = o.api_request_s + o.api_input_token_s * prompt
+        start = max(self.api_free[server], t)
+        self.api_free[server] = start + work
+        self.api_busy += work
+        cached = min(int(self.load.prefix_hit_ratio * prompt), prompt - 1)
+        seq = _Seq(i, t, prompt, self.outputs[i], cached, server, i in self.kept)
+        seq.ready = start + work + o.front_s(prompt)
+        seq.length = cached
+        seq.target = prompt
+        heapq.heappush(self.arrivals, (seq.ready, i, seq))
+
+    def _resolve_sends(self, t: float) -> None:
+        while self.sends and self.sends[0][0] <= t:
+            self._resolve_one()
+
+    def _deliver(self, seq: _Seq, t: float) -> float:
+        """One streamed chunk of ``seq`` produced at engine time ``t``: when its server finishes it."""
+        if not self.chunk_s:   # no chunk work: the server never holds a token back
+            return t
+        server = seq.server
+        start = self.api_free[server]
+        if start < t:
+            start = t
+        done = start + self.chunk_s
+        self.api_free[server] = done
+        self.api_busy += self.chunk_s
+        return done
+
+    def _units(self, tokens: int) -> int:
+        """Blocks a sequence of ``tokens`` held tokens occupies (window caps applied per layer)."""
+        if not self.kv.windows:
+            return -(-tokens // self.cfg.block_size)
+        return math.ceil(self.kv.units(tokens) / self.cfg.block_size)
+
+    def _blocks_needed(self, seq: _Seq, tokens: int) -> int:
+        return max(self._units(seq.length + tokens) - self._units(seq.cached), 0) - seq.blocks
+
+    # --- the loop ------------------------------------------------------------------------------------------
+    def run(self, fast_forward: bool) -> SimResult:
+        load = self.load
+        n = load.num_requests
+        t = 0.0
+        if load.concurrency is not None:
+            for _ in range(min(load.concurrency, n)):
+                self._send(0.0)
+        else:
+            rate = load.rate_per_s or 1.0
+            clock = 0.0
+            for i in range(n):
+                clock += self.gaps[i] / rate
+                self._send(clock)
+        while len(self.done) < n:
+            self._resolve_sends(t)
+            while self.arrivals and self.arrivals[0][0] <= t:
+                self.waiting.append(heapq.heappop(self.arrivals)[2])
+            if not self.running and not self.waiting:
+                if not self.arrivals:
+                    self._resolve_one()
+                while self.sends and self.sends[0][0] <= self.arrivals[0][0]:
+                    self._resolve_one()
+                t = max(t, self.arrivals[0][0])
+                continue
+            if fast_forward and self._decode_only() and self._admission_blocked():
+                t = self._fast_forward(t)
+            else:
+                t = self._one_step(t)
+        return self._result()
+
+    def _decode_only(self) -> bool:
+        return bool(self.running) and all(s.length >= s.target for s in self.running)
+
+    def _admission_blocked(self) -> bool:
+        """No waiting request could be admitted at the next step (none waits, or no seat/budget/blocks)."""
+        if not self.waiting:
+            return True
+        cfg = self.cfg
+        if len(self.running) >= cfg.max_num_seqs or len(self.running) >= cfg.max_num_batched_tokens:
+            return True
+        head = self.waiting[0]
+        want = min(head.target - head.length, cfg.max_num_batched_tokens - len(self.running))
+        return self._blocks_needed(head, want) > self.free_blocks
+
+    def _one_step(self, t: float) -> float:
+        """Schedule and run one step the way the engine does; returns the time at its end."""
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens
+        k1 = cfg.spec.num_tokens + 1 if cfg.spec else 1
+        scheduled: list[tuple[_Seq, int, bool]] = []   # (sequence, tokens, is a prefill chunk)
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            prefill = seq.length < seq.target
+            want = min(seq.target - seq.length, budget) if prefill else min(k1, budget)
+            while self._blocks_needed(seq, want) > self.free_blocks and seq.active:
+                self._preempt(self.running[-1])
+                preempted = True
+            if not seq.active:
+                break
+            self._allocate(seq, want)
+            scheduled.append((seq, want, prefill))
+            budget -= want
+            i += 1
+        if not preempted:
+            while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+                seq = self.waiting[0]
+                want = min(seq.target - seq.length, budget)
+                if self._blocks_needed(seq, want) > self.free_blocks:
+                    break
+                self.waiting.popleft()
+                self.running.append(seq)
+                seq.active = True
+                self._allocate(seq, want)
+                scheduled.append((seq, want, True))
+                budget -= want
+        if not scheduled:
+            # Nothing can run: the waiting head needs more blocks than the whole pool. It fails.
+            seq = self.waiting.popleft()
+            seq.failed = True
+            self.done.append(seq)
+            return t
+        decode_seqs = prefill_seqs = prefill_tokens = 0
+        decode_context = prefill_past = 0.0
+        for seq, want, prefill in scheduled:
+            start = seq.length - want
+            if prefill:
+                prefill_seqs += 1
+                prefill_tokens += want
+                prefill_past += start
+            else:
+                decode_seqs += 1
+                decode_context += start + 1
+        step = self.step.time
+        mean_context = decode_context / decode_seqs if decode_seqs else 0.0
+        dt = step(decode_seqs, mean_context, prefill_tokens, prefill_past / prefill_seqs if prefill_seqs else 0.0,
+                  prefill_seqs, k1)
+        if cfg.spec and decode_seqs:
+            dt += cfg.spec.num_tokens * cfg.spec.draft_cost * step(decode_seqs, mean_context, 0, 0.0, 0, 1)
+        t += dt + cfg.overheads.step_s
+        self.steps += 1
+        self.batch_sum += decode_seqs
+        self._resolve_sends(t)   # requests sent during the step reach their server before its chunks
+        for seq, want, prefill in scheduled:
+            if prefill:
+                if seq.length >= seq.target:
+                    self._emit(seq, 1, t)
+            else:
+                accepted = self._accepted(k1)
+                if accepted < want:   # rejected draft tokens leave the cache
+                    seq.length -= want - accepted
+                self._emit(seq, accepted, t)
+        return t
+
+    def _accepted(self, k1: int) -> int:
+        spec = self.cfg.spec
+        if spec is None:
+            return 1
+        accepted = 1
+        while accepted < k1 and self.rng.random() < spec.acceptance:
+            accepted += 1
+        return accepted
+
+    def _emit(self, seq: _Seq, tokens: int, t: float) -> None:
+        delivered = self._deliver(seq, t)
+        if seq.first_token < 0:
+            seq.first_token = delivered
+        elif seq.kept:
+            self.itl.append(delivered - seq.last_token)
+            self.itl_weight.append(1.0)
+        seq.generated = min(seq.generated + tokens, seq.output)
+        seq.last_token = delivered
+        seq.target = seq.length
+        if seq.generated >= seq.output:
+            self._finish(seq)
+
+    def _finish(self, seq: _Seq) -> None:
+        self.running.remove(seq)
+        seq.active = False
+        self.free_blocks += seq.blocks
+        seq.blocks = 0
+        self.done.append(seq)
+        if self.load.concurrency is not None and self.sent < self.load.num_requests:
+            self._send(seq.last_token + self.cfg.overheads.stream_s)
+
+    def _allocate(self, seq: _Seq, tokens: int) -> None:
+        need = self._blocks_needed(seq, tokens)
+        self.free_blocks -= need
+        seq.blocks += need
+        seq.length += tokens
+
+    def _preempt(self, seq: _Seq) -> None:
+        self.running.remove(seq)
+        seq.active = False
+        self.free_blocks += seq.blocks
+        seq.blocks = 0
+        seq.length = seq.cached
+        seq.target = seq.prompt + seq.generated
+        seq.preempted += 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    # --- decode-only runs ------------------------------------------------------------------------------------
+    def _fast_forward(self, t: float) -> float:
+        """Steps in which every running sequence decodes one token and nothing else can change, advanced with
+        scalar arithmetic; stops before a step where a sequence finishes, a block could be missing, a request
+        becomes ready (or is sent, when it could be admitted), or a sliding window fills."""
+        cfg = self.cfg
+        running = self.running
+        b = len(running)
+        if cfg.spec is not None or b > cfg.max_num_batched_tokens:
+            return self._one_step(t)
+        kv = self.kv
+        k = min(s.output - s.generated for s in running) - 1   # the finishing step runs the general path
+        for s in running:
+            for _, window in kv.windows:
+                if s.length + 1 < window:
+                    k = min(k, window - s.length - 1)
+        if k >= 1:
+            need = sum(self._blocks_needed(s, k) for s in running)
+            while need > self.free_blocks and k > 1:
+                k //= 2
+                need = sum(self._blocks_needed(s, k) for s in running)
+            if need > self.free_blocks:
+                k = 0
+        if k < 1:
+            return self._one_step(t)
+        context = sum(s.length + 1 for s in running) / b
+        stop = math.inf
+        if self._could_admit_later():
+            if self.arrivals:
+                stop = self.arrivals[0][0]
+            if self.sends:
+                stop = min(stop, self.sends[0][0])
+        step_time, overhead = self.step.time, cfg.overheads.step_s
+
+        def duration(j: int) -> float:
+            return step_time(b, context + j, 0, 0.0, 0, 1) + overhead
+
+        done, pieces = _advance(duration, k, t, stop)
+        ends = _step_ends(pieces, t)
+        self.steps += done
+        self.batch_sum += b * done
+        t_end = ends[-1]
+        self._stream_run(ends)
+        for s in running:
+            self._allocate(s, done)
+            s.generated += done
+            s.target = s.length
+        return t_end
+
+    def _stream_run(self, ends: list[float]) -> None:
+        """The chunks of a decode-only run through the API servers: one bulk per step, in running order, sent
+        requests resolved in time order between them; inter-token gaps recorded per server and step."""
+        running = self.running
+        servers = len(self.api_free)
+        counts = [0] * servers
+        kept = [0] * servers
+        for s in running:
+            counts[s.server] += 1
+            kept[s.server] += s.kept
+        chunk = self.chunk_s
+        starts = [0.0] * servers
+        previous = [0.0] * servers
+        for j, t_j in enumerate(ends):
+            if self.sends and self.sends[0][0] <= t_j:
+                self._resolve_sends(t_j)
+            for server in range(servers):
+                if not counts[server]:
+                    continue
+                start = self.api_free[server] if chunk else t_j
+                if start < t_j:
+                    start = t_j
+                starts[server] = start
+                self.api_free[server] = start + counts[server] * chunk
+                if j and kept[server]:
+                    self.itl.append(start - previous[server])
+                    self.itl_weight.append(float(kept[server]))
+                previous[server] = start
+            if j == 0:
+                position = [0] * servers
+                for s in running:
+                    delivered = starts[s.server] + (position[s.server] + 1) * chunk
+                    position[s.server] += 1
+                    if s.kept:
+                        self.itl.append(delivered - s.last_token)
+                        self.itl_weight.append(1.0)
+        self.api_busy += len(ends) * len(running) * chunk
+        position = [0] * servers
+        for s in running:
+            position[s.server] += 1
+            s.last_token = starts[s.server] + position[s.server] * chunk
+
+    def _could_admit_later(self) -> bool:
+        """Whether a request becoming ready could change the next step (a free seat and budget)."""
+        cfg = self.cfg
+        return len(self.running) < min(cfg.max_num_seqs, cfg.max_num_batched_tokens)
+
+    def _result(self) -> SimResult:
+        o = self.cfg.overheads
+        ordered = sorted((s for s in self.done if not s.failed), key=lambda s: s.index)
+        kept = [s for s in ordered if s.kept]
+        ttft = tuple(s.first_token + o.stream_s - s.arrival for s in kept)
+        tpot = tuple((s.last_token - s.first_token) / (s.output - 1) for s in kept if s.output > 1)
+        e2e = tuple(s.last_token + o.stream_s - s.arrival for s in kept)
+        start = min(s.arrival for s in ordered)
+        end = max(s.last_token for s in ordered) + o.stream_s
+        return SimResult(ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, itl_s=tuple(self.itl), itl_weights=tuple(self.itl_weight),
+                         duration_s=end - start, requests=len(ordered),
+                         input_tokens=sum(s.prompt for s in ordered), output_tokens=sum(s.output for s in ordered),
+                         steps=self.steps, preemptions=self.preemptions,
+                         mean_batch=self.batch_sum / max(self.steps, 1), api_busy_s=self.api_busy)
+
+
+Piece = tuple[int, int, float, float]   # (first step, steps, duration of the first, duration of the last)
+
+
+def _advance(duration: Callable[[int], float], k: int, t: float, stop: float) -> tuple[int, list[Piece]]:
+    """Run steps j = 0..k-1 of the given durations from time t, stopping after the first step that ends at or after
+    ``stop``: (steps run, the run as linear pieces). A step's duration is piecewise linear in j (the context grows
+    by one a step); where it equals its chord at two interior points of an interval it is taken as linear there and
+    the interval sums in closed form; elsewhere the interval is halved."""
+    done = 0
+    pieces: list[Piece] = []
+    stack = [(0, k)]
+    while stack:
+        lo, hi = stack.pop()
+        n = hi - lo
+        if n <= 8:
+            for j in range(lo, hi):
+                d = duration(j)
+                t += d
+                done += 1
+                pieces.append((j, 1, d, d))
+                if t >= stop:
+                    return done, pieces
+            continue
+        first, last = duration(lo), duration(hi - 1)
+        linear = True
+        for mid in (lo + (n - 1) // 3, lo + 2 * (n - 1) // 3):
+            chord = first + (last - first) * (mid - lo) / (n - 1)
+            if abs(duration(mid) - chord) > 1e-12 * max(abs(chord), 1e-30):
+                linear = False
+                break
+        if linear:
+            total = (first + last) * n / 2
+            if t + total < stop:
+                t += total
+                done += n
+                pieces.append((lo, n, first, last))
+                continue
+        mid = lo + (n - 1) // 2
+        stack.append((mid, hi))   # the later half runs after the earlier one (a stack: push it first)
+        stack.append((lo, mid))
+    return done, pieces
+
+
+def _step_ends(pieces: list[Piece], t: float) -> list[float]:
+    """The end time of every step of a run given as linear pieces."""
+    ends = []
+    for _, n, first, last in pieces:
+        slope = (last - first) / (n - 1) if n > 1 else 0.0
+        for j in range(n):
+            t += first + slope * j
+            ends.append(t)
+    return ends

@@ -1,0 +1,296 @@
+"""What a service asks for: request lengths, arrival pattern, latency targets, per-request overheads.
+
+Length distributions (tokens): fixed; uniform over mean x [1 - r, 1 + r] (vLLM bench's --random-range-ratio);
+lognormal with a coefficient of variation (chat traffic such as ShareGPT is right-skewed); exponential
+(geometric in whole tokens: the M/M/1 limit); empirical (a list of lengths, e.g. from a CSV).
+Pure math: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Literal
+
+from tfcalc.errors import UsageError
+
+_COARSE_PROBABILITIES = (0.1, 0.3, 0.5, 0.7, 0.85, 0.9, 0.95, 0.99, 0.999)
+_NODE_PROBABILITIES = (0.01, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.925, 0.95, 0.97, 0.98, 0.99, 0.995,
+                       0.999)
+DistKind = Literal["fixed", "uniform", "lognormal", "exponential", "empirical"]
+Metric = Literal["ttft", "tpot", "itl", "e2e"]
+METRICS: tuple[Metric, ...] = ("ttft", "tpot", "itl", "e2e")
+METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "end-to-end"}
+
+
+def _normal_quantile(p: float) -> float:
+    """Inverse of the standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9)."""
+    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
+         -3.066479806614716e01, 2.506628277459239e00)
+    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
+         -1.328068155288572e01)
+    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
+         4.374664141464968e00, 2.938163982698783e00)
+    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
+    if p <= 0 or p >= 1:
+        raise ValueError("p must be in (0, 1)")
+    if p < 0.02425:
+        q = math.sqrt(-2 * math.log(p))
+        return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
+            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+    if p > 1 - 0.02425:
+        return -_normal_quantile(1 - p)
+    q = p - 0.5
+    r = q * q
+    return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / (
+        ((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class LengthDist:
+    """A distribution of token counts (each sample at least 1)."""
+
+    kind: DistKind = "fixed"
+    mean: float = 1.0
+    spread: float = 0.0                    # uniform: range ratio r; lognormal: coefficient of variation
+    values: tuple[int, ...] = field(default=())  # empirical
+    _quantiles: dict[float, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.kind == "empirical":
+            if not self.values or min(self.values) < 1:
+                raise UsageError("an empirical length distribution needs positive lengths")
+            object.__setattr__(self, "mean", sum(self.values) / len(self.values))
+            return
+        if self.mean < 1:
+            raise UsageError(f"mean length must be at least 1 token, got {self.mean}")
+        if self.kind == "uniform" and not 0 <= self.spread < 1:
+            raise UsageError(f"uniform range ratio must be in [0, 1), got {self.spread}")
+        if self.kind == "lognormal" and self.spread <= 0:
+            raise UsageError(f"lognormal spread (coefficient of variation) must be positive, got {self.spread}")
+
+    @property
+    def second_moment(self) -> float:
+        m = self.mean
+        if self.kind == "fixed":
+            return m * m
+        if self.kind == "uniform":
+            half = m * self.spread
+            return m * m + half * half / 3
+        if self.kind == "lognormal":
+            return m * m * (1 + self.spread ** 2)
+        if self.kind == "exponential":
+            return 2 * m * m - m  # geometric on {1, 2, ...} with mean m: E[X^2] = (2 - p) / p^2, p = 1/m
+        return sum(v * v for v in self.values) / len(self.values)
+
+    @property
+    def variance(self) -> float:
+        return max(self.second_moment - self.mean ** 2, 0.0)
+
+    def quantile(self, p: float) -> float:
+        """The p-quantile (0 < p < 1), continuous approximation (memoised: searches ask for a few p often)."""
+        value = self._quantiles.get(p)
+        if value is None:
+            value = self._quantiles[p] = self._quantile(p)
+        return value
+
+    def nodes(self, coarse: bool = False) -> tuple[tuple[float, float], ...]:
+        """(length, weight) pairs standing for the distribution: the quantiles at the probabilities in
+        ``_NODE_PROBABILITIES`` (dense in the tail, exactly at p50/p90/p95/p99/p99.9) with trapezoid weights,
+        so that a node's cumulative weight reaches its probability; equal lengths merged. ``coarse``: half as
+        many (for lengths whose every node costs a step-time evaluation)."""
+        key = -2.0 if coarse else -1.0
+        cached = self._quantiles.get(key)
+        if cached is None:
+            merged: dict[float, float] = {}
+            probs = _COARSE_PROBABILITIES if coarse else _NODE_PROBABILITIES
+            last = len(probs) - 1
+            for j, prob in enumerate(probs):
+                start = (probs[j - 1] + prob) / 2 if j else 0.0
+                end = (prob + probs[j + 1]) / 2 if j < last else 1.0
+                value = self._quantile(prob)
+                merged[value] = merged.get(value, 0.0) + end - start
+            self._quantiles[key] = cached = tuple(merged.items())  # type: ignore[assignment]
+        return cached  # type: ignore[return-value]
+
+    def _quantile(self, p: float) -> float:
+        m = self.mean
+        if self.kind == "fixed":
+            return m
+        if self.kind == "uniform":
+            return m * (1 - self.spread) + 2 * m * self.spread * p
+        if self.kind == "lognormal":
+            s2 = math.log(1 + self.spread ** 2)
+            return m * math.exp(-s2 / 2 + math.sqrt(s2) * _normal_quantile(p))
+        if self.kind == "exponential":
+            return max(1.0, -m * math.log(1 - p))
+        ordered = sorted(self.values)
+        return float(ordered[min(len(ordered) - 1, int(p * len(ordered)))])
+
+    def sample(self, rng: random.Random) -> int:
+        """One length drawn from the distribution (rounded, at least 1)."""
+        m = self.mean
+        if self.kind == "fixed":
+            return max(1, round(m))
+        if self.kind == "uniform":
+            lo, hi = max(1, math.floor(m * (1 - self.spread))), max(1, math.ceil(m * (1 + self.spread)))
+            return rng.randint(lo, hi)
+        if self.kind == "lognormal":
+            s2 = math.log(1 + self.spread ** 2)
+            return max(1, round(rng.lognormvariate(math.log(m) - s2 / 2, math.sqrt(s2))))
+        if self.kind == "exponential":
+            p = 1 / m
+            return 1 if p >= 1 else 1 + int(math.log(1 - rng.random()) / math.log(1 - p))
+        return rng.choice(self.values)
+
+    @property
+    def label(self) -> str:
+        if self.kind == "fixed":
+            return f"{self.mean:,.0f}"
+        if self.kind == "uniform":
+            return f"{self.mean:,.0f}±{self.spread:.0%}"
+        if self.kind == "lognormal":
+            return f"{self.mean:,.0f} (cv {self.spread:g})"
+        if self.kind == "exponential":
+            return f"{self.mean:,.0f} (exp)"
+        return f"{self.mean:,.0f} (n={len(self.values)})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Traffic:
+    """Requests: prompt and output lengths, and either an open arrival rate or a closed-loop concurrency."""
+
+    input_len: LengthDist
+    output_len: LengthDist
+    rate_per_s: float | None = None        # Poisson arrivals (requests/s, whole service)
+    concurrency: int | None = None         # closed loop: this many requests always in flight
+    prefix_hit_ratio: float = 0.0          # share of each prompt found in the prefix cache
+
+    def __post_init__(self) -> None:
+        if (self.rate_per_s is None) == (self.concurrency is None):
+            raise UsageError("give the traffic as a request rate or as a concurrency (one of them)")
+        if self.rate_per_s is not None and self.rate_per_s <= 0:
+            raise UsageError(f"request rate must be positive, got {self.rate_per_s}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise UsageError(f"concurrency must be at least 1, got {self.concurrency}")
+        if not 0 <= self.prefix_hit_ratio < 1:
+            raise UsageError(f"prefix cache hit ratio must be in [0, 1), got {self.prefix_hit_ratio}")
+
+    @property
+    def load(self) -> float:
+        return float(self.rate_per_s if self.rate_per_s is not None else self.concurrency)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """One latency target: ``metric`` at ``percentile`` (0 = mean) must be at most ``seconds``."""
+
+    metric: Metric
+    percentile: float
+    seconds: float
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise UsageError(f"unknown latency metric '{self.metric}' (ttft, tpot, itl, e2e)")
+        if not (self.percentile == 0 or 0 < self.percentile < 100):
+            raise UsageError(f"percentile must be in (0, 100) or 0 for the mean, got {self.percentile}")
+        if self.seconds <= 0:
+            raise UsageError(f"latency target must be positive, got {self.seconds}")
+
+    @property
+    def label(self) -> str:
+        which = "mean" if self.percentile == 0 else f"p{self.percentile:g}"
+        return f"{METRIC_NAMES[self.metric]} {which}"
+
+    @property
+    def key(self) -> str:
+        which = "mean" if self.percentile == 0 else f"p{self.percentile:g}".replace(".", "_")
+        return f"{self.metric}_{which}_s"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overheads:
+    """Costs outside the GPU forward pass (seconds): latencies, and the API server's serial CPU work.
+
+    Latencies (added to a request's path, shared by nothing): ``request_s`` from the client to the engine's queue
+    beyond the API server's own work (network, IPC hand-off, the engine loop picking it up), ``per_input_token_s``
+    per prompt token on that path, ``stream_s`` from the API server to the client; ``step_s``: CPU per engine step
+    not overlapped with the GPU (scheduler, input preparation).
+    The API server (vLLM's, SGLang's tokenizer manager, trtllm-serve) is a serial resource: one Python process per
+    ``api_servers`` (vLLM --api-server-count), each request pinned to one. Its work per request:
+    ``api_request_s`` (HTTP, validation, chat template, tokenization, hand-off) + ``api_input_token_s`` per prompt
+    token + ``api_token_s`` per streamed chunk (detokenize, OpenAI chunk object, JSON, SSE write) -- one chunk per
+    engine step that gives the request tokens. The serving model queues these (``tfcalc.calc.serving``), the
+    simulation runs them (``tfcalc.calc.serving_sim``).
+    """
+
+    request_s: float = 0.0
+    per_input_token_s: float = 0.0
+    step_s: float = 0.0
+    stream_s: float = 0.0
+    api_request_s: float = 0.0
+    api_input_token_s: float = 0.0
+    api_token_s: float = 0.0
+    api_servers: int = 1
+    source: str = "none"
+
+    def __post_init__(self) -> None:
+        for name in ("request_s", "per_input_token_s", "step_s", "stream_s", "api_request_s", "api_input_token_s",
+                     "api_token_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 <= value <= 3600):
+                raise UsageError(f"overhead {name} must be between 0 and 3600 s, got {value}")
+        if not 1 <= self.api_servers <= 4096:
+            raise UsageError(f"API server count must be between 1 and 4096, got {self.api_servers}")
+
+    def front_s(self, input_tokens: float) -> float:
+        """Latency before the engine that is not API-server work."""
+        return self.request_s + self.per_input_token_s * input_tokens
+
+    def api_work_s(self, input_tokens: float, chunks: float) -> float:
+        """Serial API-server CPU of one request: its request part and its streamed chunks."""
+        return self.api_request_s + self.api_input_token_s * input_tokens + self.api_token_s * chunks
+
+    @property
+    def has_api(self) -> bool:
+        return bool(self.api_request_s or self.api_input_token_s or self.api_token_s)
+
+
+# The API server's serial CPU (vLLM V1, one API server): vllm-project/vllm PR #17546 (njhill, 2025-05, "API-server
+# scaleout"): 2 x A100, Llama-3.2-1B, ShareGPT offered at 120 req/s, --data-parallel-size 2 with one API server:
+# 10,000 requests in 130.74 s = 76.5 req/s, the GPUs (a 1B model on two A100s) far from busy -- so one API server
+# does about 13.1 ms of serial work per ShareGPT request (about 220 prompt and 200 streamed tokens; the same
+# benchmark scales with --api-server-count in that PR). Its split is not published: 3 ms per request (HTTP,
+# template, tokenization) + 50 us per streamed chunk (3 + 200 x 0.05 = 13 ms). The vLLM/NVIDIA gpt-oss blog
+# (blog.vllm.ai 2026-02-01, "Stream Interval") confirms the per-chunk part dominates at high concurrency: streaming
+# every 10th token instead of every token gave +57 % end-to-end at 1,024 concurrent requests, and it recommends
+# --api-server-count 20 or --stream-interval 20 there.
+# Latency beyond that work at concurrency 1: ray-project/ray issue #59681 (vLLM 0.22.0 `vllm serve`, streaming chat
+# completions, Qwen2.5-0.5B): TTFT p50 16.9 ms, of which a few ms are the 0.5B model's prefill and 3 ms the API
+# work above: request_s 10 ms. SGLang and trtllm-serve: no published serial costs, vLLM's are used (both are Python
+# servers that detokenize and stream per chunk); their latency from gpustack/gpustack performance-lab
+# qwen3-8b/h100-latency.md (Qwen3-8B on one H100, ShareGPT, concurrency 4): TTFT 27.7 ms (SGLang 0.5.3) and 51.6 ms
+# (TensorRT-LLM 1.2.0rc1) against about 9 ms of prefill and 3 ms of API work.
+_API = {"api_request_s": 0.003, "api_token_s": 50e-6}
+ENGINE_OVERHEADS: dict[str, Overheads] = {
+    "vllm": Overheads(request_s=0.010, **_API,
+                      source="vLLM: API server 3 ms/request + 50 us/chunk (vllm PR #17546), 10 ms request latency "
+                             "(ray issue #59681)"),
+    "sglang": Overheads(request_s=0.015, **_API,
+                        source="SGLang: vLLM's API-server costs, 15 ms request latency (gpustack performance lab)"),
+    "trtllm": Overheads(request_s=0.040, **_API,
+                        source="trtllm-serve: vLLM's API-server costs, 40 ms request latency (gpustack performance "
+                               "lab)"),
+    "ideal": Overheads(source="ideal: no request overheads"),
+}
+
+
+def engine_overheads(family: str) -> Overheads:
+    """Defaults for an engine family (``vllm``, ``sglang``, ``trtllm``; anything else: none)."""
+    return ENGINE_OVERHEADS.get(family, ENGINE_OVERHEADS["ideal"])
+
+
+normal_quantile = lru_cache(maxsize=256)(_normal_quantile)

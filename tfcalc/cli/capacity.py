@@ -1,0 +1,495 @@
+"""``tfcalc capacity``: traffic + latency targets -> the cheapest configuration, its Pareto frontier, launch flags."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tfcalc.cli.common import (
+    BlockSizeOpt,
+    ConfigOpt,
+    EngineOpt,
+    ExplainOpt,
+    FormatOpt,
+    GpuMemoryUtilizationOpt,
+    KvCacheDtypeOpt,
+    KvDtypeOpt,
+    MaxModelLenOpt,
+    MaxNumBatchedTokensOpt,
+    MaxNumSeqsOpt,
+    OutputOpt,
+    PipelineParallelOpt,
+    PlotOpt,
+    PresetOpt,
+    TensorParallelOpt,
+    WeightsOpt,
+    engine_list,
+    fail,
+    float_list,
+    handle_errors,
+    rate_overrides,
+    resolve_models,
+    weight_precisions,
+)
+from tfcalc.errors import UsageError
+from tfcalc.output import Column, print_stderr
+from tfcalc.units import parse_float, parse_size, parse_sizes, split_list
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|us|µs)?", re.IGNORECASE)
+
+
+def parse_duration(text: str, what: str) -> float:
+    """``500ms``, ``0.5s``, ``2`` (seconds), ``800us`` -> seconds (> 0)."""
+    match = _DURATION.fullmatch(text.strip())
+    if not match:
+        raise UsageError(f"invalid {what} '{text}': expected a duration such as 500ms or 1.5s")
+    value = float(match.group(1)) * {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6, None: 1.0}[
+        (match.group(2) or "").lower() or None]
+    if not 0 <= value <= MAX_SECONDS:
+        raise UsageError(f"invalid {what} '{text}': must be between 0 and {MAX_SECONDS:,.0f} s")
+    return value
+
+
+MAX_SECONDS = 1e6
+
+
+def parse_targets(values: list[str] | None, metric: str) -> list:
+    """``p90=500ms,p99=1s`` / ``mean=40ms`` items for one metric -> Targets."""
+    from tfcalc.calc.serving_traffic import Target
+
+    targets = []
+    for value in values or []:
+        for item in split_list(value):
+            which, sep, limit = (part.strip() for part in item.partition("="))
+            if not sep:
+                raise UsageError(f"invalid --{metric} '{item}': expected PERCENTILE=DURATION, e.g. p90=500ms or "
+                                 "mean=40ms")
+            if which.lower() in ("mean", "avg"):
+                percentile = 0.0
+            elif re.fullmatch(r"p\d+(\.\d+)?", which.lower()):
+                percentile = float(which[1:])
+                if not 0 < percentile < 100:
+                    raise UsageError(f"invalid --{metric} '{item}': percentile must be between p0 and p100")
+            else:
+                raise UsageError(f"invalid --{metric} '{item}': '{which}' is not p50, p90, p99.9 or mean")
+            seconds = parse_duration(limit, f"--{metric} target")
+            if seconds <= 0:
+                raise UsageError(f"invalid --{metric} '{item}': the target must be positive")
+            targets.append(Target(metric=metric, percentile=percentile, seconds=seconds))  # type: ignore[arg-type]
+    return targets
+
+
+def _length(mean: str, spread: float | None, kind: str, what: str):
+    from tfcalc.calc.serving_traffic import LengthDist
+
+    tokens = parse_size(mean, what)
+    if kind == "fixed" and spread:
+        raise UsageError(f"--{what.replace(' ', '-')}-spread needs --length-dist uniform or lognormal")
+    return LengthDist(kind=kind, mean=float(tokens), spread=spread or (0.5 if kind in ("lognormal",) else 0.0))  # type: ignore[arg-type]
+
+
+def read_lengths_csv(path: Path) -> tuple:
+    """(input lengths, output lengths) from a CSV with columns input_tokens and output_tokens (one row per
+    request); one-line errors for anything else."""
+    import csv
+
+    from tfcalc.calc.serving_traffic import LengthDist
+
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            fields = reader.fieldnames or []
+            names = {"input_tokens", "output_tokens"}
+            if not names <= set(fields):
+                raise UsageError(f"{path}: needs columns input_tokens and output_tokens (found: "
+                                 f"{', '.join(fields) or 'none'})")
+            inputs, outputs = [], []
+            for line, row in enumerate(reader, start=2):
+                try:
+                    i, o = int(row["input_tokens"]), int(row["output_tokens"])
+                except (TypeError, ValueError):
+                    raise UsageError(f"{path}:{line}: input_tokens and output_tokens must be integers") from None
+                if i < 1 or o < 1:
+                    raise UsageError(f"{path}:{line}: token counts must be at least 1")
+                inputs.append(i)
+                outputs.append(o)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {exc}") from None
+    if not inputs:
+        raise UsageError(f"{path}: no requests")
+    return (LengthDist(kind="empirical", values=tuple(inputs)), LengthDist(kind="empirical", values=tuple(outputs)))
+
+
+def _offers(gpu_names: list[str] | None, price_overrides: list[str] | None) -> list:
+    from tfcalc.calc.capacity import GpuOffer
+    from tfcalc.spec.presets import load_gpu, preset_names
+    from tfcalc.spec.prices import load_prices, parse_price_overrides
+
+    prices = load_prices()
+    overrides = parse_price_overrides(price_overrides)
+    names = [n for value in gpu_names or [] for n in split_list(value)]
+    if not names:
+        names = [n for n in preset_names("gpu") if n in prices or n in overrides]
+    offers = []
+    for name in dict.fromkeys(names):
+        gpu = load_gpu(name)
+        if gpu.name in overrides:
+            offers.append(GpuOffer(gpu=gpu, price_per_hour=overrides[gpu.name], price_source="command line"))
+        elif gpu.name in prices:
+            p = prices[gpu.name]
+            offers.append(GpuOffer(gpu=gpu, price_per_hour=p.usd_per_gpu_hour, price_source=f"{p.source}, {p.as_of}"))
+        else:
+            raise UsageError(f"no price for GPU '{gpu.name}': pass --price {gpu.name}=USD_PER_GPU_HOUR")
+    unknown = sorted(set(overrides) - {o.gpu.name for o in offers})
+    if unknown and gpu_names:
+        raise UsageError(f"--price given for '{unknown[0]}', which is not among the GPUs searched")
+    return offers
+
+
+SUMMARY_COLUMNS = [
+    Column("gpu", "GPU"), Column("layout", "layout"), Column("formats", "w/KV"),
+    Column("seqs_chunk", "seqs/chunk"), Column("num_gpus", "GPUs", "int"),
+    Column("cost_per_hour", "$/h"),
+]
+FRONTIER_COLUMNS = [
+    Column("gpu", "GPU"), Column("layout", "layout"), Column("formats", "w/KV"), Column("seqs_chunk", "seqs/chunk"),
+    Column("tokens_per_user", "tok/s/user", "rate"), Column("tokens_per_gpu", "tok/s/GPU", "rate"),
+]
+POINTS = ("frontier", "all")
+
+
+def _summary_columns(targets: list, engines: int) -> list[Column]:
+    from tfcalc.calc.serving_traffic import METRIC_NAMES
+
+    cols = ([Column("engine", "engine")] if engines > 1 else []) + list(SUMMARY_COLUMNS)
+    for t in targets:
+        which = "mean" if t.percentile == 0 else f"p{t.percentile:g}"
+        name = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}.get(t.metric, METRIC_NAMES[t.metric])
+        cols.append(Column(t.key, f"{name} {which}", "seconds"))
+    cols.append(Column("limit", "limit"))
+    return cols
+
+
+def _progress(total: int):
+    """A status line on stderr (a terminal only) once the search has run for a second: configurations done."""
+    from tfcalc.output import show_progress
+
+    start = time.perf_counter()
+    shown = [False]
+    terminal = sys.stderr is not None and sys.stderr.isatty()
+
+    def update(done: int) -> None:
+        if terminal and (shown[0] or time.perf_counter() - start >= 1.0):
+            shown[0] = True
+            show_progress(f"searching: {done:,} / {total:,} configurations, {time.perf_counter() - start:,.1f} s")
+
+    def close() -> None:
+        if shown[0]:
+            show_progress("")
+
+    return update, close
+
+
+def _one(values: list[str] | None, what: str) -> str | None:
+    items = [item for value in values or [] for item in split_list(value)]
+    if len(items) > 1:
+        raise UsageError(f"give one {what} (capacity searches one value; got {', '.join(items[:4])})")
+    return items[0] if items else None
+
+
+def _overheads(engines: list, api_servers: int | None, request: str | None, api_request: str | None,
+               api_token: str | None, step: str | None, stream: str | None) -> dict:
+    """Each engine's overhead defaults with the command line's replacements."""
+    from tfcalc.calc.capacity import engine_family, engine_label
+    from tfcalc.calc.serving_traffic import engine_overheads
+
+    changes: dict[str, object] = {}
+    for value, name, flag in ((request, "request_s", "--request-overhead"),
+                              (api_request, "api_request_s", "--api-request-overhead"),
+                              (api_token, "api_token_s", "--api-token-overhead"),
+                              (step, "step_s", "--step-overhead"), (stream, "stream_s", "--stream-overhead")):
+        if value is not None:
+            changes[name] = parse_duration(value, flag)
+    if api_servers is not None:
+        changes["api_servers"] = api_servers
+    out = {}
+    for e in engines:
+        base = engine_overheads(engine_family(e))
+        out[engine_label(e)] = replace(base, **changes, source=base.source + (" (command line changes)" if changes
+                                                                                 else ""))
+    return out
+
+
+@handle_errors
+def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
+             gpu: Annotated[list[str] | None, typer.Option(
+                 "--gpu", "-g", help="GPU type(s) to consider (default: every GPU preset with a price).",
+                 show_default=False)] = None,
+             price: Annotated[list[str] | None, typer.Option(
+                 "--price", help="GPU=USD per GPU-hour, overrides presets/prices.yaml (repeatable).",
+                 show_default=False)] = None,
+             input_len: Annotated[str, typer.Option("--input-len", help="Mean prompt tokens (1k = 1024).")] = "1k",
+             output_len: Annotated[str, typer.Option("--output-len", help="Mean output tokens.")] = "256",
+             length_dist: Annotated[str, typer.Option(
+                 "--length-dist", help="fixed | uniform (spread = range ratio) | lognormal (spread = coefficient "
+                 "of variation) | exponential.")] = "fixed",
+             input_spread: Annotated[float | None, typer.Option("--input-spread", show_default=False,
+                                                                help="Spread of prompt lengths.")] = None,
+             output_spread: Annotated[float | None, typer.Option("--output-spread", show_default=False,
+                                                                 help="Spread of output lengths.")] = None,
+             lengths_csv: Annotated[Path | None, typer.Option(
+                 "--lengths-csv", help="CSV of requests (columns input_tokens, output_tokens) instead of the "
+                 "length options.", show_default=False)] = None,
+             rate: Annotated[str | None, typer.Option("--rate", help="Requests per second (Poisson arrivals).",
+                                                      show_default=False)] = None,
+             concurrency: Annotated[str | None, typer.Option(
+                 "--concurrency", help="Or: requests always in flight (closed loop).", show_default=False)] = None,
+             ttft: Annotated[list[str] | None, typer.Option(
+                 "--ttft", help="Time-to-first-token targets: p50=300ms,p99=2s or mean=...", show_default=False)]
+             = None,
+             tpot: Annotated[list[str] | None, typer.Option(
+                 "--tpot", help="Time-per-output-token targets, per request (after the first token): p90=50ms",
+                 show_default=False)] = None,
+             itl: Annotated[list[str] | None, typer.Option(
+                 "--itl", help="Inter-token latency targets, over every gap between streamed tokens: p99=100ms",
+                 show_default=False)] = None,
+             e2e: Annotated[list[str] | None, typer.Option(
+                 "--e2e", help="End-to-end latency targets: p99=20s", show_default=False)] = None,
+             max_gpus: Annotated[int, typer.Option(help="Most GPUs the plan may use.")] = 64,
+             gpus_per_node: Annotated[int, typer.Option(help="Largest tensor-parallel degree.")] = 8,
+             tp: TensorParallelOpt = None,
+             pp: PipelineParallelOpt = None,
+             ep: Annotated[str, typer.Option(
+                 "--ep", help="Expert parallel for MoE models: auto (try both), on (ep = tp), off.")] = "auto",
+             weights_dtype: WeightsOpt = None, kv_dtype: KvDtypeOpt = None, kv_cache_dtype: KvCacheDtypeOpt = None,
+             max_num_seqs: MaxNumSeqsOpt = None, max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
+             max_model_len: MaxModelLenOpt = None, gpu_memory_utilization: GpuMemoryUtilizationOpt = None,
+             block_size: BlockSizeOpt = None, engine: EngineOpt = None,
+             api_server_count: Annotated[int | None, typer.Option(
+                 "--api-server-count", help="API server processes per replica (vLLM --api-server-count; default 1).",
+                 show_default=False)] = None,
+             request_overhead: Annotated[str | None, typer.Option(
+                 "--request-overhead", help="Request latency beyond the API server's work (network, IPC; default "
+                 "per engine).", show_default=False)] = None,
+             api_request_overhead: Annotated[str | None, typer.Option(
+                 "--api-request-overhead", help="API server's serial work per request: HTTP, template, "
+                 "tokenization (default per engine).", show_default=False)] = None,
+             api_token_overhead: Annotated[str | None, typer.Option(
+                 "--api-token-overhead", help="API server's serial work per streamed chunk: detokenize, JSON, SSE "
+                 "(default per engine).", show_default=False)] = None,
+             step_overhead: Annotated[str | None, typer.Option(
+                 "--step-overhead", help="CPU time per engine step not overlapped with the GPU.",
+                 show_default=False)] = None,
+             stream_overhead: Annotated[str | None, typer.Option(
+                 "--stream-overhead", help="Latency from the API server to the client.", show_default=False)]
+             = None,
+             prefix_hit: Annotated[float, typer.Option(
+                 "--prefix-hit", help="Share of each prompt found in the prefix cache (0-1).")] = 0.0,
+             speculative: Annotated[int, typer.Option(
+                 "--speculative", help="Also try speculative decoding with this many draft tokens (0: off).")] = 0,
+             acceptance: Annotated[float, typer.Option(
+                 "--acceptance", help="Probability each draft token is accepted.")] = 0.7,
+             draft_cost: Annotated[float | None, typer.Option(
+                 "--draft-cost", help="Draft forward time / target decode step (default: one layer, 1/layers).",
+                 show_default=False)] = None,
+             disaggregated: Annotated[bool, typer.Option(
+                 "--disaggregated", help="Also size disaggregated prefill/decode pools (rate traffic only).")]
+             = False,
+             kv_transfer_gbps: Annotated[float, typer.Option(
+                 "--kv-transfer-gbps", help="GB/s for KV from prefill to decode pool (400 Gb/s IB = 50).")] = 50.0,
+             compute_efficiency: Annotated[list[str] | None, typer.Option(
+                 "--compute-efficiency", help="Replace the GPU's GEMM/attention fraction of peak.",
+                 show_default=False)] = None,
+             bandwidth_efficiency: Annotated[list[str] | None, typer.Option(
+                 "--bandwidth-efficiency", help="Replace the GPU's fraction of HBM bandwidth.", show_default=False)]
+             = None,
+             calibration: Annotated[Path | None, typer.Option(
+                 "--calibration", help="'tfcalc bench calibrate' output or a calibration of efficiencies (as for "
+                 "estimate).", show_default=False)] = None,
+             simulate: Annotated[bool, typer.Option(
+                 "--simulate/--no-simulate", help="Check the chosen plan with the discrete-event simulation.")]
+             = True,
+             sim_requests: Annotated[int, typer.Option("--sim-requests", help="Requests per simulation.")] = 2000,
+             model_path: Annotated[str | None, typer.Option(
+                 "--model-path", help="Model name for the launch command lines (default: the preset name).",
+                 show_default=False)] = None,
+             top: Annotated[int, typer.Option("--top", help="Configurations listed in the table.")] = 10,
+             points: Annotated[str, typer.Option(
+                 "--points", help="CSV/JSON rows: frontier (the chosen plan, the cheapest listed and the Pareto "
+                 "frontier, one row each) or all (every evaluated point, long format).")] = "frontier",
+             workers: Annotated[int | None, typer.Option(
+                 "--workers", help="Processes for the search (default: the CPU count, at most 4).",
+                 show_default=False)] = None,
+             explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None,
+             output: OutputOpt = None) -> None:
+    """The cheapest GPU configuration that serves a traffic within latency targets: Pareto frontier, cost per
+    million tokens, why the runners-up lose, and vLLM / SGLang / TensorRT-LLM launch flags."""
+    from tfcalc.calc.capacity import SearchSpace, count_candidates, full_evaluation, search, verified_choice
+    from tfcalc.calc.kv_cache import default_kv_dtype
+    from tfcalc.calc.serving import SpecDecoding
+    from tfcalc.calc.serving_traffic import Traffic
+    from tfcalc.dtypes import get_dtype, parse_weight_precision
+    from tfcalc.output import emit, resolve_format
+    from tfcalc.report import capacity as report
+
+    if points not in POINTS:
+        raise UsageError(f"--points must be frontier or all, got '{points}'")
+    if length_dist not in ("fixed", "uniform", "lognormal", "exponential"):
+        raise UsageError(f"unknown length distribution '{length_dist}' (fixed, uniform, lognormal, exponential)")
+    if ep not in ("auto", "on", "off"):
+        raise UsageError(f"--ep must be auto, on or off, got '{ep}'")
+    if not 1 <= top <= 10_000 or not 10 <= sim_requests <= 1_000_000 or not 1 <= max_gpus <= 1 << 20 or \
+            not 1 <= gpus_per_node <= 1024:
+        raise UsageError("--top (1-10,000), --max-gpus, --gpus-per-node must be positive and --sim-requests 10 to "
+                         "1,000,000")
+    if not 0 <= speculative <= 64 or not 0 <= acceptance <= 1 or not 0 < kv_transfer_gbps <= 1e7:
+        raise UsageError("--speculative must be 0-64, --acceptance in [0, 1], --kv-transfer-gbps positive")
+    if not 0 <= prefix_hit < 1:
+        raise UsageError(f"--prefix-hit must be in [0, 1), got {prefix_hit}")
+    if api_server_count is not None and not 1 <= api_server_count <= 4096:
+        raise UsageError(f"--api-server-count must be 1 to 4096, got {api_server_count}")
+    if workers is not None and not 1 <= workers <= 64:
+        raise UsageError(f"--workers must be 1 to 64, got {workers}")
+    specs = resolve_models(preset, config)
+    engines = engine_list(engine)
+    if lengths_csv is not None:
+        inputs, outputs = read_lengths_csv(lengths_csv)
+    else:
+        inputs = _length(input_len, input_spread, length_dist, "input len")
+        outputs = _length(output_len, output_spread, length_dist, "output len")
+    if (rate is None) == (concurrency is None):
+        raise UsageError("give the traffic as --rate REQ_PER_S or --concurrency N (one of them)")
+    traffic = Traffic(input_len=inputs, output_len=outputs,
+                      rate_per_s=parse_float(rate, "--rate", 0.0, 1e9) if rate is not None else None,
+                      concurrency=parse_size(concurrency, "--concurrency") if concurrency is not None else None,
+                      prefix_hit_ratio=prefix_hit)
+    targets = tuple(parse_targets(ttft, "ttft") + parse_targets(tpot, "tpot") + parse_targets(itl, "itl")
+                    + parse_targets(e2e, "e2e"))
+    if not targets:
+        raise UsageError("give at least one latency target: --ttft p90=1s, --tpot p90=50ms, --itl p99=100ms or "
+                         "--e2e p99=30s")
+    overheads = _overheads(engines, api_server_count, request_overhead, api_request_overhead, api_token_overhead,
+                           step_overhead, stream_overhead)
+    rates = rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0),
+                           float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0), calibration)
+    if len(rates) != 1:
+        raise UsageError("give one --compute-efficiency and one --bandwidth-efficiency")
+    utilization = _one(gpu_memory_utilization, "--gpu-memory-utilization")
+    block = _one(block_size, "--block-size")
+    model_len_text = _one(max_model_len, "--max-model-len")
+    offers = _offers(gpu, price)
+    table = resolve_format(fmt, output) == "table"
+    all_rows: list[dict] = []
+    failed: list[str] = []
+    summary: list[dict] = []
+    notes: list[str] = []
+    extra: list = []
+    for spec in specs:
+        precisions = weight_precisions(weights_dtype) or list(dict.fromkeys(
+            [parse_weight_precision(spec.native_dtype), parse_weight_precision("fp8")]))
+        kv_dtypes = [get_dtype(k) for v in [*(kv_dtype or []), *(kv_cache_dtype or [])] for k in split_list(v)] or \
+            list(dict.fromkeys([default_kv_dtype(spec), get_dtype("fp8")]))
+        model_len = parse_size(model_len_text, "max model len") if model_len_text else min(
+            spec.max_context, max(2048, math.ceil((inputs.quantile(0.999) + outputs.quantile(0.999)) / 1024) * 1024))
+        spec_options: list = [None]
+        if speculative:
+            cost = draft_cost if draft_cost is not None else 1 / spec.num_layers
+            spec_options.append(SpecDecoding(num_tokens=speculative, acceptance=acceptance, draft_cost=cost))
+        space = SearchSpace(
+            gpus=tuple(offers), weight_precisions=tuple(precisions), kv_dtypes=tuple(kv_dtypes),
+            tps=tuple(parse_sizes(tp, "tp")), pps=tuple(parse_sizes(pp or ["1"], "pp")),
+            expert_parallel={"auto": (False, True), "on": (True,), "off": (False,)}[ep],
+            max_num_seqs=tuple(parse_sizes(max_num_seqs or ["8,16,32,64,128,256,512"], "max_num_seqs")),
+            chunk_sizes=tuple(parse_sizes(max_num_batched_tokens or ["512,2048,8192"], "max_num_batched_tokens")),
+            engines=tuple(engines), max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_model_len=model_len,
+            gpu_memory_utilization=parse_float(utilization, "gpu memory utilization", 0.0, 1.0)
+            if utilization is not None else None,
+            block_size=parse_size(block, "block size") if block is not None else None,
+            speculative=tuple(spec_options), disaggregated=disaggregated,
+            kv_transfer_bytes_per_s=kv_transfer_gbps * 1e9, rates=rates[0][0])
+        update, close = _progress(count_candidates(spec, space))
+        try:
+            result = search(spec, traffic, targets, space, overheads, progress=update,
+                            workers=workers if workers is not None else min(os.cpu_count() or 1, 4),
+                            operating=not table and points == "all")
+        finally:
+            close()
+
+        def full(e, spec=spec, space=space):  # noqa: ANN001, ANN202 - an Evaluation with its model objects
+            return full_evaluation(spec, traffic, targets, space, overheads, e)
+
+        if simulate and result.best is not None:
+            checked = verified_choice(result, traffic, targets, space, full, num_requests=sim_requests)
+            chosen, sim_lines = checked.plan, list(checked.lines)
+        else:
+            chosen, sim_lines = result.best, []
+        result = replace(result, best=chosen)
+        if chosen is None:
+            failed.append(spec.name)
+        feasible = [e for e in result.evaluations if e.feasible]
+        if chosen is not None:
+            feasible = [chosen, *(e for e in feasible if e is not chosen)]
+        listed = [full(e) for e in report.distinct(feasible, top)]   # with their operating points
+        if not table:
+            all_rows.extend(report.long_rows(spec, result, targets) if points == "all" else
+                            report.summary_points(spec, replace(result, frontier=tuple(
+                                full(e) for e in result.frontier)), listed, targets))
+        summary.extend(report.summary_row(spec, e, targets, i + 1) for i, e in enumerate(listed))
+        notes.append(f"{spec.name}: {result.candidates:,} configurations searched, "
+                     f"{sum(e.fits for e in result.evaluations):,} fit, "
+                     f"{sum(e.feasible for e in result.evaluations):,} meet the targets within {max_gpus} GPUs")
+        if chosen is None:
+            closest = min((e for e in result.evaluations if e.fits), default=None,
+                          key=lambda e: (e.replicas == 0, -e.capacity_rate_per_s))
+            notes.append(f"{spec.name}: no configuration meets the targets"
+                         + (f"; the closest, {closest.candidate.label}, fails on {closest.reason}" if closest else ""))
+        else:
+            notes.append(report.chosen_sentence(spec, chosen, traffic, targets))
+            notes.extend(sim_lines)
+            notes.extend(report.runner_up_sentences(spec, result))
+            servers = next(iter(overheads.values())).api_servers
+            notes.extend(report.launch_lines(model_path or spec.name, spec, chosen, space, prefix_hit > 0, servers))
+            rich = full(chosen)
+            if rich.model is not None and rich.model.spec is not None:
+                from tfcalc.calc.capacity import speculative_break_even
+
+                at = speculative_break_even(rich.model, replace(rich.model, spec=None))
+                notes.append(f"speculative decoding stops paying from a decode batch of {at}" if at else
+                             "speculative decoding pays at every batch up to 1,024")
+        extra.append((f"Pareto frontier, {spec.name} (at the most traffic within TTFT/E2E)",
+                      report.frontier_rows(spec, result), ([Column("engine", "engine")] if len(engines) > 1 else [])
+                      + FRONTIER_COLUMNS))
+        if explain and chosen is not None:
+            notes.append(f"explain {spec.name}:")
+            notes.extend(f"  {line}" for line in report.explain_lines(spec, full(chosen), traffic, targets, space))
+        if plot is not None:
+            from tfcalc.output.plot import plot_capacity
+
+            lines = [(f"{t.label} {t.seconds * 1e3:g} ms", 1 / t.seconds) for t in targets if t.metric == "tpot"]
+            load = f"{traffic.rate_per_s:g} req/s" if traffic.rate_per_s is not None else \
+                f"{traffic.concurrency} concurrent"
+            title = f"{spec.name}: {traffic.input_len.label} in / {traffic.output_len.label} out, {load}"
+            path = plot if len(specs) == 1 else plot.with_name(f"{plot.stem}-{spec.name}{plot.suffix}")
+            plot_capacity(path, report.plot_points(result), lines, title)
+            print_stderr(f"wrote plot to {path}")
+    if table:
+        columns = _summary_columns(list(targets), len(engines))
+        if len(specs) > 1:
+            columns = [Column("model", "model"), *columns]
+        emit(summary, columns, fmt, output, title="Capacity: cheapest configurations meeting the targets",
+             notes=tuple(notes), extra=extra)
+    else:
+        emit(all_rows, [], fmt, output)
+    if failed:
+        raise fail(f"no configuration of {', '.join(failed)} meets the targets within {max_gpus} GPUs (see the "
+                   "notes for the closest)", 1)

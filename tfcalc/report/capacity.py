@@ -1,0 +1,434 @@
+"""Capacity-search results for people: table rows, long-format rows, the explanation of the chosen plan, why
+the runners-up lose, and the engine command lines. No I/O."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from tfcalc.calc.capacity import Evaluation, SearchResult, SearchSpace
+from tfcalc.calc.serving_traffic import Target, Traffic
+from tfcalc.spec.model import ModelSpec
+
+Row = dict[str, object]
+
+
+def short_dtype(label: str, native: str) -> str:
+    """``fp8_e4m3`` -> fp8, ``int4-g128`` -> int4, the checkpoint's own mixed format -> native."""
+    if label == native and "=" in label:
+        return "native"
+    if "=" in label:
+        return label.rsplit("default=", 1)[-1] + "+"
+    return {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8e5", "fp8_block": "fp8b", "int4-g128": "int4"}.get(label, label)
+
+
+def layout(e: Evaluation) -> str:
+    c = e.candidate
+    parts = [f"tp{c.tp}"] + ([f"pp{c.pp}"] if c.pp > 1 else []) + ([f"ep{c.ep}"] if c.ep > 1 else [])
+    text = "·".join(parts)
+    if c.mode == "disaggregated":
+        text = f"P tp{c.prefill_tp}+D {text}"
+    if c.spec is not None:
+        text += f" +spec{c.spec.num_tokens}"
+    return text
+
+
+def _number(e: Evaluation, key: str) -> float | None:
+    value = e.numbers.get(key)
+    return value if value is not None and math.isfinite(value) else None
+
+
+def summary_row(spec: ModelSpec, e: Evaluation, targets: tuple[Target, ...], rank: int | None = None) -> Row:
+    """One table row: the configuration, its size and cost, latencies at the operating point, what binds."""
+    c = e.candidate
+    row: Row = {
+        "model": spec.name, "rank": rank, "engine": c.engine, "gpu": c.gpu, "layout": layout(e),
+        "formats": f"{short_dtype(c.weights, spec.native_dtype)}/{short_dtype(c.kv_dtype, '')}",
+        "seqs_chunk": f"{c.max_num_seqs}/{c.chunk}", "num_gpus": e.num_gpus or None,
+        "cost_per_hour": f"${e.cost_per_hour:,.2f}" if e.feasible else None, "limit": e.binding or e.reason,
+    }
+    for t in targets:
+        row[t.key] = _number(e, t.key) if e.feasible else None
+    return row
+
+
+def long_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]) -> list[Row]:
+    """Every evaluated configuration as (configuration..., metric, value, unit) rows: long (tidy) format."""
+    rows: list[Row] = []
+    best = result.best
+    for e in result.evaluations:
+        c = e.candidate
+        base: Row = {"model": spec.name, "engine": c.engine, "gpu": c.gpu, "mode": c.mode, "tp": c.tp, "pp": c.pp,
+                     "ep": c.ep,
+                     "weights_dtype": c.weights, "kv_dtype": c.kv_dtype, "max_num_seqs": c.max_num_seqs,
+                     "max_num_batched_tokens": c.chunk, "speculative_tokens": c.spec.num_tokens if c.spec else 0}
+        if c.mode == "disaggregated":
+            base.update(prefill_tp=c.prefill_tp, prefill_replicas=c.prefill_replicas)
+        values: list[tuple[str, object, str]] = [
+            ("chosen", best is not None and e.candidate == best.candidate, "bool"), ("fits", e.fits, "bool"),
+            ("feasible", e.feasible, "bool"),
+            ("reason", e.reason, "text"), ("price_per_gpu_hour", e.price_per_gpu_hour, "USD/h"),
+        ]
+        if e.memory is not None:
+            values += [("weights_bytes_per_gpu", e.memory.weights_bytes_per_gpu, "bytes"),
+                       ("kv_budget_bytes_per_gpu", e.memory.kv_budget_bytes_per_gpu, "bytes"),
+                       ("kv_capacity_tokens_per_replica", e.memory.kv_capacity_tokens, "tokens")]
+        if e.fits:
+            values += [("capacity_requests_per_s_per_replica", e.capacity_rate_per_s, "req/s"),
+                       ("capacity_concurrency_per_replica", e.capacity_concurrency, "requests"),
+                       ("binding_constraint", e.binding, "text"), ("replicas", e.replicas, "count"),
+                       ("num_gpus", e.num_gpus, "count"), ("cost_per_hour", e.cost_per_hour, "USD/h"),
+                       ("cost_per_million_input_tokens", e.cost_per_m_input, "USD"),
+                       ("cost_per_million_output_tokens", e.cost_per_m_output, "USD")]
+            if "tokens_per_user" in e.numbers:
+                values += [("frontier_output_tokens_per_s_per_gpu", _number(e, "tokens_per_gpu"), "tok/s"),
+                           ("frontier_output_tokens_per_s_per_user", _number(e, "tokens_per_user"), "tok/s")]
+            if "op_rate" in e.numbers:
+                values += [("operating_requests_per_s_per_replica", _number(e, "op_rate"), "req/s"),
+                           ("operating_decode_batch", _number(e, "op_batch"), "sequences"),
+                           ("operating_stable", bool(e.numbers["op_stable"]), "bool")]
+                values += [(f"operating_{t.key}", _number(e, t.key), "s") for t in targets]
+        for metric, value, unit in values:
+            if isinstance(value, float) and not math.isfinite(value):
+                value = None
+            if value is not None:
+                rows.append({**base, "metric": metric, "value": value, "unit": unit})
+    return rows
+
+
+def wide_row(spec: ModelSpec, e: Evaluation, targets: tuple[Target, ...], role: str) -> Row:
+    """One configuration as one row (CSV/JSON summary mode): its settings, size, cost, capacity and latencies."""
+    c = e.candidate
+    row: Row = {"model": spec.name, "role": role, "engine": c.engine, "gpu": c.gpu, "mode": c.mode, "tp": c.tp,
+                "pp": c.pp, "ep": c.ep, "weights_dtype": c.weights, "kv_dtype": c.kv_dtype,
+                "max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.chunk,
+                "speculative_tokens": c.spec.num_tokens if c.spec else 0, "feasible": e.feasible,
+                "reason": e.reason, "replicas": e.replicas or None, "num_gpus": e.num_gpus or None,
+                "price_per_gpu_hour": e.price_per_gpu_hour, "cost_per_hour": e.cost_per_hour if e.feasible else None,
+                "cost_per_million_input_tokens": _finite(e.cost_per_m_input) if e.feasible else None,
+                "cost_per_million_output_tokens": _finite(e.cost_per_m_output) if e.feasible else None,
+                "capacity_requests_per_s_per_replica": e.capacity_rate_per_s,
+                "kv_capacity_tokens_per_replica": e.memory.kv_capacity_tokens if e.memory else None,
+                "binding_constraint": e.binding or None,
+                "frontier_output_tokens_per_s_per_gpu": _number(e, "tokens_per_gpu"),
+                "frontier_output_tokens_per_s_per_user": _number(e, "tokens_per_user")}
+    for t in targets:
+        row[f"operating_{t.key}"] = _number(e, t.key)
+    return row
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def summary_points(spec: ModelSpec, result: SearchResult, listed: list[Evaluation],
+                   targets: tuple[Target, ...]) -> list[Row]:
+    """The configurations a person looks at, one row each: the chosen plan, the listed cheapest ones and the Pareto
+    frontier (``--points frontier``, the default for CSV/JSON; ``--points all`` writes every point, long format)."""
+    rows: list[Row] = []
+    chosen = result.best.candidate if result.best is not None else None
+    seen: set = set()
+    for e in listed:
+        rows.append(wide_row(spec, e, targets, "chosen" if e.candidate == chosen else "cheapest"))
+        seen.add(e.candidate)
+    for e in result.frontier:
+        if e.candidate not in seen:
+            rows.append(wide_row(spec, e, targets, "frontier"))
+            seen.add(e.candidate)
+    return rows
+
+
+def distinct(evaluations: list[Evaluation], limit: int) -> list[Evaluation]:
+    """The first (cheapest) evaluation of each GPU, layout and formats, up to ``limit`` of them."""
+    seen: set[tuple] = set()
+    out = []
+    for e in evaluations:
+        c = e.candidate
+        key = (c.engine, c.gpu, c.tp, c.pp, c.ep, c.weights, c.kv_dtype, c.spec, c.mode)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(e)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def frontier_rows(spec: ModelSpec, result: SearchResult) -> list[Row]:
+    return [{"engine": e.candidate.engine, "gpu": e.candidate.gpu, "layout": layout(e),
+             "formats": f"{short_dtype(e.candidate.weights, spec.native_dtype)}/"
+                        f"{short_dtype(e.candidate.kv_dtype, '')}",
+             "seqs_chunk": f"{e.candidate.max_num_seqs}/{e.candidate.chunk}",
+             "tokens_per_user": e.numbers["tokens_per_user"], "tokens_per_gpu": e.numbers["tokens_per_gpu"],
+             "cost_per_hour": e.cost_per_hour if e.feasible else None}
+            for e in result.frontier]
+
+
+def plot_points(result: SearchResult) -> list[Row]:
+    """(tokens/s per user, tokens/s per GPU) of every configuration that fits, for the frontier chart."""
+    best = result.best
+    front = set(map(id, result.frontier))
+    return [{"tokens_per_user": e.numbers["tokens_per_user"], "tokens_per_gpu": e.numbers["tokens_per_gpu"],
+             "gpu": e.candidate.gpu, "frontier": id(e) in front, "chosen": e is best, "feasible": e.feasible}
+            for e in result.evaluations if "tokens_per_user" in e.numbers and e.candidate.mode == "aggregated"]
+
+
+# --- sentences -----------------------------------------------------------------------------------------
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.0f} ms" if seconds < 10 else f"{seconds:,.1f} s"
+
+
+def describe(e: Evaluation, spec: ModelSpec) -> str:
+    c = e.candidate
+    formats = f"weights {c.weights}, KV {c.kv_dtype}"
+    if c.mode == "disaggregated":
+        return (f"{e.num_gpus} x {c.gpu}: {c.prefill_replicas} prefill replica(s) at tp {c.prefill_tp} + "
+                f"{e.replicas} decode replica(s) at {layout(e).split('+D ')[-1]}, {formats}, max_num_seqs "
+                f"{c.max_num_seqs}")
+    return (f"{e.replicas} replica(s) x {layout(e)} = {e.num_gpus} x {c.gpu}, {formats}, max_num_seqs "
+            f"{c.max_num_seqs}, max_num_batched_tokens {c.chunk}")
+
+
+def chosen_sentence(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tuple[Target, ...]) -> str:
+    load = (f"{traffic.rate_per_s:g} req/s" if traffic.rate_per_s is not None
+            else f"{traffic.concurrency} concurrent requests")
+    parts = ", ".join(f"{t.label} {_ms(e.numbers[t.key])} (target {_ms(t.seconds)})"
+                      for t in targets if t.key in e.numbers)
+    return (f"cheapest plan for {spec.name} at {load}: {describe(e, spec)}; ${e.cost_per_hour:,.2f}/h, "
+            f"${e.cost_per_m_input:,.3f} per million input and ${e.cost_per_m_output:,.3f} per million output "
+            f"tokens; {parts}")
+
+
+def runner_up_sentences(spec: ModelSpec, result: SearchResult, limit: int = 4) -> list[str]:
+    """Why the next configurations lose: costlier ones by how much and what binds them; cheaper ones by the
+    constraint they break."""
+    best = result.best
+    lines: list[str] = []
+    if best is None:
+        return lines
+    seen = {(best.candidate.engine, best.candidate.gpu, best.candidate.tp, best.candidate.pp, best.candidate.weights)}
+    for e in result.evaluations:
+        if len(lines) >= limit:
+            break
+        c = e.candidate
+        key = (c.engine, c.gpu, c.tp, c.pp, c.weights)
+        if e is best or key in seen or not e.feasible:
+            continue
+        seen.add(key)
+        extra = e.cost_per_hour - best.cost_per_hour
+        lines.append(f"runner-up {describe(e, spec)}: ${e.cost_per_hour:,.2f}/h (+${extra:,.2f}/h): one replica "
+                     f"carries {e.capacity_rate_per_s:,.2f} req/s before {e.binding} binds, so it needs "
+                     f"{e.replicas} replica(s) of {c.gpus_per_replica} GPU(s)")
+    cheaper = _cheaper_failures(result, best)
+    lines.extend(cheaper)
+    return lines
+
+
+def _cheaper_failures(result: SearchResult, best: Evaluation) -> list[str]:
+    """The cheapest GPU types or layouts that fail, with the constraint that stops them (one per GPU type)."""
+    out: list[str] = []
+    per_gpu: dict[str, Evaluation] = {}
+    for e in result.evaluations:
+        if e.feasible or e.candidate.mode != "aggregated":
+            continue
+        if e.price_per_gpu_hour * e.candidate.gpus_per_replica >= best.cost_per_hour:
+            continue
+        key = e.candidate.gpu
+        if key not in per_gpu or (e.fits and not per_gpu[key].fits):
+            per_gpu[key] = e
+    for gpu, e in sorted(per_gpu.items(), key=lambda kv: kv[1].price_per_gpu_hour)[:3]:
+        c = e.candidate
+        out.append(f"cheaper {gpu} ({layout(e)}, weights {c.weights}) loses: {e.reason}")
+    return out
+
+
+def explain_lines(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tuple[Target, ...],
+                  space: SearchSpace) -> list[str]:
+    """Every term behind the chosen plan, in the order the model computes them."""
+    m, mem, op, cap = e.model, e.memory, e.operating, e.capacity
+    if m is None or mem is None or op is None:
+        return [f"{e.candidate.label}: {e.reason}"]
+    gib = 1 << 30
+    step = m.step
+    w = op.w
+    c = e.candidate
+    o = m.overheads
+    d = getattr(step, "deployment", None)
+    kernels = (f"per-operation latency model ({d.gpu.name}, {d.rates_decode.source}; the engine's kernels: CUDA "
+               f"graphs {'on' if d.kernels.cuda_graphs else 'off'}), tp {d.tp} pp {d.pp} ep {d.ep}" if d is not None
+               else step.label)
+    lines = [
+        f"configuration: {describe(e, spec)} at ${e.price_per_gpu_hour:,.3f} per GPU-hour",
+        f"memory per GPU ({mem.engine}): weights {mem.weights_bytes_per_gpu / gib:,.2f} GiB, reserved "
+        f"{mem.reserved_bytes_per_gpu / gib:,.2f} GiB (the engine's fraction, activation peak of {c.chunk} tokens and "
+        f"{c.max_num_seqs} sampled rows, CUDA graphs), KV budget {mem.kv_budget_bytes_per_gpu / gib:,.2f} GiB = "
+        f"{mem.kv_capacity_tokens:,} tokens in blocks of {mem.block_size} "
+        f"({mem.kv_bytes_per_token_per_gpu:,} B per token per GPU)",
+        f"traffic: prompts {traffic.input_len.label} tokens (prefix-cache hits {traffic.prefix_hit_ratio:.0%}), "
+        f"outputs {traffic.output_len.label} tokens; per replica "
+        + (f"{op.rate_per_s:,.3f} req/s" if traffic.rate_per_s is not None else
+           f"{(traffic.concurrency or 0) / e.replicas:,.1f} concurrent requests ({op.rate_per_s:,.3f} req/s)"),
+        f"step time: {kernels}; tabulated over (decoding sequences x prefill tokens) at the mean context "
+        f"{w.decode_context:,.0f}",
+        f"API server ({o.api_servers} process(es)): {_ms(o.api_request_s)} per request + "
+        f"{o.api_token_s * 1e6:,.0f} us per streamed chunk ({w.chunks:,.0f} chunks) = {_ms(w.api_work)} of serial "
+        f"work; utilization {op.api_utilization:.0%}, delay {_ms(op.api_delay_s)} to the engine and back "
+        f"({o.source})",
+        f"busy steps carry {op.batch:,.1f} decoding sequences; {op.prefill_step_share:.0%} of them also a prefill "
+        f"chunk of {op.chunk_tokens:,.0f} tokens (room for {op.prefill_capacity:,.0f}); decode step "
+        f"{_ms(op.decode_step_s)}, prefill step {_ms(op.prefill_step_s)}, mean {_ms(op.step_s)}; engine busy "
+        f"{op.busy:.0%} of the time",
+        f"seats: min(max_num_seqs {c.max_num_seqs}, KV for {op.kv_seats:,.0f} live sequences) = {op.seats:,.0f}; "
+        f"load {op.seat_load:,.1f}; prefill queue utilization {op.prefill_utilization:.0%}; P(wait) "
+        f"{op.wait_probability:.1%}, mean wait {_ms(op.wait_mean_s)}",
+        f"TTFT = request latency {_ms(m.overheads.front_s(traffic.input_len.mean))} + API server "
+        f"{_ms(op.api_delay_s)} + wait {_ms(op.wait_mean_s)} "
+        f"+ rest of the running step {_ms(op.busy * op.step_s / 2)} + prefill "
+        f"{_ms(op._prefill_service(w.prefill_mean))} + stream {_ms(m.overheads.stream_s)} = {_ms(op.ttft(0))} "
+        "(mean)",
+        f"TPOT = step time at the batch a request sees ({1 + op.decode_others:,.1f} sequences) / "
+        f"{w.accepted:.2f} tokens per step = {_ms(op.tpot(0))} (mean)",
+    ]
+    for t in targets:
+        lines.append(f"{t.label}: {_ms(op.metric(t))} at the operating point (target {_ms(t.seconds)})")
+    if cap is not None:
+        lines.append(f"capacity: one replica carries {cap.rate_per_s:,.3f} req/s before {cap.binding} binds "
+                     f"(decode batch {cap.point.batch:,.1f}); replicas = ceil({traffic.load:g} / "
+                     f"{e.capacity_rate_per_s if traffic.rate_per_s is not None else e.capacity_concurrency:,.3f})"
+                     f" = {e.replicas}")
+    lines.append(f"cost: {e.num_gpus} GPUs x ${e.price_per_gpu_hour:,.3f} = ${e.cost_per_hour:,.2f}/h; per million "
+                 f"tokens ${e.cost_per_m_input:,.3f} input, ${e.cost_per_m_output:,.3f} output (GPU time split by "
+                 "prefill's share of step time)")
+    if m.spec is not None:
+        lines.append(f"speculative decoding: {m.spec.num_tokens} draft tokens, acceptance {m.spec.acceptance}, "
+                     f"{m.spec.tokens_per_step:.2f} tokens per verification step")
+    return lines
+
+
+# --- engine command lines -----------------------------------------------------------------------------
+
+
+def _quantization(weights: str, native: str) -> tuple[str | None, str | None]:
+    """(vLLM/SGLang --quantization value, a note on the checkpoint needed) for a weight format."""
+    if weights == native:
+        return None, None
+    if weights.startswith("fp8"):
+        return "fp8", None
+    if weights.startswith("int4"):
+        return None, "serve an AWQ or GPTQ int4 checkpoint of the model (the engine detects its format)"
+    if weights == "int8":
+        return None, "serve a W8A8 int8 checkpoint (compressed-tensors) of the model"
+    if weights in ("nvfp4", "mxfp4"):
+        return None, f"serve an {weights} checkpoint of the model"
+    return None, None
+
+
+def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace, prefix_caching: bool,
+                 draft_model: str = "DRAFT_MODEL", api_servers: int = 1) -> list[str]:
+    """``vllm serve`` for one replica (lines to join with a backslash), and how many to run."""
+    c = e.candidate
+    args = [f"vllm serve {model_path}", f"--tensor-parallel-size {c.tp}"]
+    if c.pp > 1:
+        args.append(f"--pipeline-parallel-size {c.pp}")
+    if c.ep > 1:
+        args.append("--enable-expert-parallel")
+    args += [f"--max-model-len {space.max_model_len}", f"--max-num-seqs {c.max_num_seqs}",
+             f"--max-num-batched-tokens {c.chunk}"]
+    if space.gpu_memory_utilization is not None:
+        args.append(f"--gpu-memory-utilization {space.gpu_memory_utilization}")
+    if space.block_size is not None:
+        args.append(f"--block-size {space.block_size}")
+    if api_servers > 1:
+        args.append(f"--api-server-count {api_servers}")
+    if c.kv_dtype.startswith("fp8"):
+        args.append("--kv-cache-dtype fp8")
+    quant, _ = _quantization(c.weights, spec.native_dtype)
+    if quant:
+        args.append(f"--quantization {quant}")
+    args.append("--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching")
+    if c.spec is not None:
+        config = {"method": "eagle", "model": draft_model, "num_speculative_tokens": c.spec.num_tokens}
+        args.append(f"--speculative-config '{json.dumps(config)}'")
+    if c.mode == "disaggregated":
+        args.append("--kv-transfer-config '{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}'")
+    return args
+
+
+def sglang_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace, prefix_caching: bool,
+                   draft_model: str = "DRAFT_MODEL") -> list[str]:
+    c = e.candidate
+    args = [f"python -m sglang.launch_server --model-path {model_path}", f"--tp {c.tp}"]
+    if c.pp > 1:
+        args.append(f"--pp-size {c.pp}")
+    if c.ep > 1:
+        args.append(f"--ep-size {c.ep}")
+    args += [f"--context-length {space.max_model_len}", f"--max-running-requests {c.max_num_seqs}",
+             f"--chunked-prefill-size {c.chunk}"]
+    if space.gpu_memory_utilization is not None:
+        args.append(f"--mem-fraction-static {space.gpu_memory_utilization}")
+    if space.block_size is not None and space.block_size > 1:
+        args.append(f"--page-size {space.block_size}")
+    if c.kv_dtype.startswith("fp8"):
+        args.append("--kv-cache-dtype fp8_e4m3")
+    quant, _ = _quantization(c.weights, spec.native_dtype)
+    if quant:
+        args.append(f"--quantization {quant}")
+    if not prefix_caching:
+        args.append("--disable-radix-cache")
+    if c.spec is not None:
+        args += ["--speculative-algorithm EAGLE", f"--speculative-draft-model-path {draft_model}",
+                 f"--speculative-num-steps {c.spec.num_tokens}", "--speculative-eagle-topk 1",
+                 f"--speculative-num-draft-tokens {c.spec.num_tokens + 1}"]
+    if c.mode == "disaggregated":
+        args.append("--disaggregation-mode decode")
+    return args
+
+
+def trtllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace, prefix_caching: bool,
+                   draft_model: str = "DRAFT_MODEL") -> list[str]:
+    """``trtllm-serve`` (PyTorch backend) for one replica; the KV-cache format, block reuse and speculation go in
+    the YAML its --extra_llm_api_options names (shown after the command)."""
+    c = e.candidate
+    args = [f"trtllm-serve {model_path}", "--backend pytorch", f"--tp_size {c.tp}"]
+    if c.pp > 1:
+        args.append(f"--pp_size {c.pp}")
+    if c.ep > 1:
+        args.append(f"--ep_size {c.ep}")
+    args += [f"--max_batch_size {c.max_num_seqs}", f"--max_num_tokens {c.chunk}",
+             f"--max_seq_len {space.max_model_len}"]
+    if space.gpu_memory_utilization is not None:
+        args.append(f"--kv_cache_free_gpu_memory_fraction {space.gpu_memory_utilization}")
+    kv_cache = {"enable_block_reuse": prefix_caching}
+    if c.kv_dtype.startswith("fp8"):
+        kv_cache["dtype"] = "fp8"
+    extra: dict = {"kv_cache_config": kv_cache, "enable_chunked_prefill": True}
+    if c.spec is not None:
+        extra["speculative_config"] = {"decoding_type": "Eagle", "max_draft_len": c.spec.num_tokens,
+                                       "speculative_model_dir": draft_model}
+    args.append(f"--extra_llm_api_options extra.yml  # extra.yml: {json.dumps(extra)}")
+    return args
+
+
+def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace,
+                 prefix_caching: bool, api_servers: int = 1) -> list[str]:
+    """The three engines' command lines for the chosen plan (its own engine's first), with the replica count and any
+    checkpoint note."""
+    c = e.candidate
+    _, note = _quantization(c.weights, spec.native_dtype)
+    replicas = (f"run {e.replicas} replica(s) of {c.gpus_per_replica} GPU(s) behind a load balancer"
+                if c.mode == "aggregated" else
+                f"run {c.prefill_replicas} prefill replica(s) at tp {c.prefill_tp} (SGLang --disaggregation-mode "
+                f"prefill) and {e.replicas} decode replica(s) as below, with a disaggregation router")
+    lines = [f"launch: {replicas}" + (f"; {note}" if note else "")]
+    commands = {
+        "vllm": ("vLLM:   ", vllm_command(model_path, spec, e, space, prefix_caching, api_servers=api_servers)),
+        "sglang": ("SGLang: ", sglang_command(model_path, spec, e, space, prefix_caching)),
+        "trtllm": ("TRT-LLM:", trtllm_command(model_path, spec, e, space, prefix_caching)),
+    }
+    family = c.engine.split()[0]
+    for name in sorted(commands, key=lambda n: n != family):
+        label, args = commands[name]
+        lines.append(f"{label} " + " \\\n         ".join(args))
+    return lines
