@@ -38,15 +38,17 @@ class TorchMissing(TfcalcError):
     exit_code = 1
 
 
-def profile_modules() -> tuple[ModuleType, ModuleType]:
-    """(tfcalc.profile.components, tfcalc.profile.device), or one clear line when torch is not installed."""
+def profile_modules(name: str) -> tuple[ModuleType, ModuleType]:
+    """(``tfcalc.profile.NAME``, the benchmark of ``tfcalc bench NAME``; ``tfcalc.profile.device``), or one clear
+    line when torch is not installed."""
+    import importlib
+
     try:
-        from tfcalc.profile import components, device
+        return importlib.import_module(f"tfcalc.profile.{name}"), importlib.import_module("tfcalc.profile.device")
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] == "torch":
             raise TorchMissing(TORCH_MISSING) from None
         raise
-    return components, device
 
 
 def dtype_names(values: list[str] | None, default: str) -> list[str]:
@@ -113,7 +115,7 @@ def attention(
     warmup: WarmupOpt = 2, repeats: RepeatsOpt = 5, fmt: FormatOpt = None, output: OutputOpt = None,
 ) -> None:
     """F.scaled_dot_product_attention per backend x sequence length x GQA ratio: time, TFLOP/s, KV bytes/s."""
-    comp, dev = profile_modules()
+    comp, dev = profile_modules("attention")
     devices = dev.select_devices(gpu, device)
     defaults = CPU_ATTENTION if devices[0].type == "cpu" else GPU_ATTENTION
     backends = [b for value in backend or [",".join(comp.ATTENTION_BACKENDS)] for b in split_list(value)]
@@ -134,8 +136,8 @@ def attention(
     peaks_used: list[str] = []
     for torch_device in devices:
         for name in names:
-            tdtype = comp.torch_dtype(name)
-            peak_flops, peak_bw, preset = comp.datasheet_peaks(torch_device, tdtype)
+            tdtype = dev.torch_dtype(name)
+            peak_flops, peak_bw, preset = dev.datasheet_peaks(torch_device, tdtype)
             if peak_tflops is not None:
                 peak_flops, preset = peak_tflops * 1e12, "--peak-tflops"
             if preset:
@@ -190,7 +192,7 @@ def moe(
     """The bundled MoE layer vs a dense FFN of width K x I (same active parameters): tokens/s and expert load."""
     from tfcalc.spec.presets import load_model
 
-    comp, dev = profile_modules()
+    comp, dev = profile_modules("moe")
     devices = dev.select_devices(gpu, device)
     base = load_model(preset)
     token_counts = parse_sizes(tokens or (["1,16,256,1024"] if devices[0].type == "cpu" else ["1,16,256,4096"]),
@@ -202,9 +204,9 @@ def moe(
         spec = comp.moe_bench_spec(base, torch_device, hidden, experts, experts_per_token, expert_intermediate)
         params = comp.moe_layer_params(spec)
         for name in names:
-            tdtype = comp.torch_dtype(name)
+            tdtype = dev.torch_dtype(name)
             element = 4 if name == "fp32" else 2
-            comp.check_fits(torch_device, (params["total"] + params["dense"]) * element, f"{spec.name}'s MoE layer",
+            dev.check_fits(torch_device, (params["total"] + params["dense"]) * element, f"{spec.name}'s MoE layer",
                             "scale it down with --hidden, --experts or --expert-intermediate")
             rows += comp.moe_rows(torch_device, tdtype, spec, token_counts, warmup=warmup, repeats=repeats,
                                   progress=show)
@@ -250,11 +252,11 @@ def ceilings(
     fmt: FormatOpt = None, output: OutputOpt = None,
 ) -> None:
     """Copy bandwidth (bytes read + written / s) and matmul FLOP/s per dtype, with their spread."""
-    comp, dev = profile_modules()
+    comp, dev = profile_modules("ceilings")
     devices = dev.select_devices(gpu, device)
     names = [item for value in dtype or (["fp32,bf16"] if devices[0].type == "cpu" else ["bf16,fp16,fp32"])
              for item in split_list(value)]
-    dtypes = [comp.torch_dtype(name) for name in dict.fromkeys(names)]
+    dtypes = [dev.torch_dtype(name) for name in dict.fromkeys(names)]
     size = parse_size(copy_size, "copy size") if copy_size else None
     rows: list[dict] = []
     for torch_device in devices:
@@ -317,8 +319,8 @@ def calibrate(
 
     from tfcalc.calc.calibration import load_calibration_v2
 
-    comp, dev = profile_modules()
-    from tfcalc.profile.calibrate import default_plan, measure_calibration
+    calibrate_module, dev = profile_modules("calibrate")
+    default_plan, measure_calibration = calibrate_module.default_plan, calibrate_module.measure_calibration
 
     devices = dev.select_devices(gpu, device)
     if len(devices) != 1:

@@ -121,7 +121,7 @@ def profile(
     """Measure prefill and decode of the bundled decoder (random weights) on this GPU or CPU, with FLOP/s,
     bandwidth, MFU/MBU against datasheet and measured ceilings, and the calculator's prediction beside them."""
     _require_torch()
-    from tfcalc.profile import bench
+    from tfcalc.profile import sweep as profiler
     from tfcalc.profile.device import DTYPES, available_memory_bytes, select_devices
 
     # --- every usage error before anything is measured --------------------------------------------------------
@@ -135,10 +135,10 @@ def profile(
             raise UsageError(f"unknown profile dtype '{d}' (choose {', '.join(DTYPES)}; FP8 weights: "
                              "--weights-dtype fp8 or fp8_block)")
     weights = _items(weights_dtype)
-    _check_choices(weights, bench.WEIGHTS_DTYPES, "--weights-dtype")
+    _check_choices(weights, profiler.WEIGHTS_DTYPES, "--weights-dtype")
     backends = _items(attn_backend)
-    _check_choices(backends, bench.ATTENTION_BACKENDS, "attention backend")
-    _check_choices([decode_attention], bench.DECODE_ATTENTION, "--decode-attention")
+    _check_choices(backends, profiler.ATTENTION_BACKENDS, "attention backend")
+    _check_choices([decode_attention], profiler.DECODE_ATTENTION, "--decode-attention")
     gens = parse_sizes(gen_len or ["16" if on_cpu else "128"], "gen-len")
     if min(gens) < 2:
         raise UsageError("--gen-len must be at least 2 (the first token comes from prefill)")
@@ -158,17 +158,17 @@ def profile(
     sweeps = []
     for spec in models:
         sizes = {**defaults, **overrides}
-        run_spec = bench.scale_spec(spec, **sizes)  # refuses --vocab 1, --layers above the model's, ...
+        run_spec = profiler.scale_spec(spec, **sizes)  # refuses --vocab 1, --layers above the model's, ...
         note = ""
         if "layers" in sizes:
-            note = bench.describe_layers(spec, bench.pick_layers(spec, int(sizes["layers"])))
-        sweep = bench.Sweep(
+            note = profiler.describe_layers(spec, profiler.pick_layers(spec, int(sizes["layers"])))
+        sweep = profiler.Sweep(
             spec=run_spec, layers_total=run_spec.num_layers if sizes else spec.num_layers, layers_explicit=bool(sizes),
             batches=parse_sizes(batch, "batch"), prompt_lens=prompts, gen_lens=gens, dtypes=dtypes, backends=backends,
             compile_decode=compile_decode and not on_cpu, warmup=warmup, repeats=repeats, calibration=loaded,
             weights_dtypes=list(weights) or [None], decode_attention=decode_attention, layer_note=note)
         if auto_context:
-            lengths = bench.contexts_that_fit(run_spec, sweep, available_memory_bytes(devices[0]),
+            lengths = profiler.contexts_that_fit(run_spec, sweep, available_memory_bytes(devices[0]),
                                               CONTEXT_START[devices[0].type])
             if not lengths:
                 raise UsageError(f"--context auto: no prompt of {CONTEXT_START[devices[0].type]} tokens or more "
@@ -189,7 +189,7 @@ def profile(
         if checkpoint:  # the file holds every row measured so far; a stream (-, a FIFO) is written once, at the end
             emit(rows, COLUMNS, fmt, output, title="Profile", notes=_notes(rows), announce=False)
 
-    stop = bench.StopRequested()
+    stop = profiler.StopRequested()
     stopped: BaseException | None = None
     with stop.installed():
         try:
@@ -233,7 +233,7 @@ def _notes(rows: list[dict[str, object]]) -> tuple[str, ...]:
 def _run_with_progress(sweep, devices, on_row, stop) -> bool:  # noqa: ANN001 - lazily imported types
     """Run one sweep; a progress bar on a terminal, else one line per row on stderr (CI logs, pipes). False when
     the first Ctrl-C stopped it after a row."""
-    from tfcalc.profile.bench import run_sweep
+    from tfcalc.profile.sweep import run_sweep
 
     total = len(sweep.points()) * len(devices)
     try:

@@ -1,4 +1,4 @@
-"""The profile sweep: measure each point, account its FLOPs and bytes, and put prediction beside measurement.
+"""``tfcalc profile``'s sweep: measure each point, account its FLOPs and bytes, put the prediction beside them.
 
 Bytes per decode step (``decode_bytes_per_step``), counted explicitly by ``tfcalc.calc.work.decode_work``:
 every weight read once (for MoE the routed experts the step really touched, from the router's counts, instead
