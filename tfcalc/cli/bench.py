@@ -1,5 +1,5 @@
-"""``tfcalc bench attention | moe | ceilings | calibrate``: component benchmarks, each its own table, and the
-measurements ``tfcalc estimate --calibration`` reads.
+"""``tfcalc bench attention | moe | ceilings | calibrate | collectives``: component benchmarks, each its own table,
+and the measurements ``tfcalc estimate --calibration`` reads.
 
 torch is imported only inside the commands (through ``tfcalc.profile``), so ``tfcalc --help`` and the
 calculator commands stay light.
@@ -19,7 +19,7 @@ from tfcalc.output import Column, emit, show_progress
 from tfcalc.units import parse_size, parse_sizes, split_list
 
 app = typer.Typer(help="Component benchmarks: SDPA attention backends, MoE vs dense FFN, copy and matmul ceilings, "
-                  "and a calibration file for 'tfcalc estimate'.",
+                  "collectives over ranks, and a calibration file for 'tfcalc estimate'.",
                   no_args_is_help=True)
 
 TORCH_MISSING = "the profiler needs PyTorch: pip install 'tfcalc[profile]'"
@@ -339,6 +339,166 @@ def calibrate(
     if save is not None:
         from tfcalc.output.files import write_atomic
 
+        data, kept = _merged(save, data, ("collectives",))
         write_atomic(save, json.dumps(data, indent=1) + "\n")
-        notes.append(f"wrote {save}: tfcalc estimate --gpu {info.gpu_preset or 'GPU'} --calibration {save}")
+        notes.append(f"wrote {save}{' (kept its collectives section)' if kept else ''}: tfcalc estimate --gpu "
+                     f"{info.gpu_preset or 'GPU'} --calibration {save}")
     emit(_calibration_rows(data), CALIBRATE_COLUMNS, fmt, output, title=f"Calibration: {info.name}", notes=tuple(notes))
+
+
+def _merged(path: Path, data: dict, keep: tuple[str, ...]) -> tuple[dict, list[str]]:
+    """``data`` with the ``keep`` sections of the calibration file already at ``path`` (when it is one), so that
+    ``bench calibrate`` and ``bench collectives`` can write one file; (data, the sections kept)."""
+    from tfcalc.calc.calibration import is_calibration_v2, load_calibration_v2
+    from tfcalc.errors import SpecError
+    from tfcalc.spec.presets import read_data_file
+
+    if not path.is_file():
+        return data, []
+    try:
+        existing = read_data_file(path)
+        load_calibration_v2(existing, str(path))
+    except (SpecError, OSError, ValueError):
+        return data, []
+    if not is_calibration_v2(existing):
+        return data, []
+    kept = [name for name in keep if existing.get(name)]
+    return {**data, **{name: existing[name] for name in kept}}, kept
+
+
+# --- collectives -----------------------------------------------------------------------------------------------
+
+COLLECTIVE_COLUMNS = [
+    Column("op", "op"), Column("ranks", "ranks", "int"), Column("bytes", "size", "bytes"),
+    Column("time_s", "time", "seconds"), Column("algbw_bytes_per_s", "algbw", "si", "B/s"),
+    Column("busbw_bytes_per_s", "busbw", "si", "B/s"), Column("fit_residual", "fit residual", "percent"),
+    Column("status", "status"),
+]
+CPU_COLLECTIVES = {"max_size": "4m", "dtype": "fp32", "iters": 5}
+GPU_COLLECTIVES = {"max_size": "1g", "dtype": "bf16", "iters": 20}
+
+
+@app.command("collectives")
+@handle_errors
+def collectives(
+    device: DeviceOpt = "cuda", gpu: GpuOpt = None,
+    ranks: Annotated[int | None, typer.Option(
+        "--ranks", "-n", help="Ranks to spawn: default every visible GPU, 2 on the CPU; under torchrun its "
+        "WORLD_SIZE.", min=2, show_default=False)] = None,
+    op: Annotated[list[str] | None, typer.Option(
+        "--op", help="all_reduce, all_gather, reduce_scatter, all_to_all (lists allowed); default all.",
+        show_default=False)] = None,
+    min_size: Annotated[str, typer.Option("--min-size", help="Smallest message (nccl-tests size S).")] = "1k",
+    max_size: Annotated[str | None, typer.Option(
+        "--max-size", help="Largest message; sizes double from --min-size. Default 1 GiB on GPUs, 4 MiB on the "
+        "CPU; capped to what fits in a third of free memory.", show_default=False)] = None,
+    dtype: Annotated[str | None, typer.Option(
+        "--dtype", help="bf16 | fp16 | fp32; default bf16 on GPUs, fp32 on the CPU.", show_default=False)] = None,
+    iters: Annotated[int | None, typer.Option(
+        "--iters", help="Calls timed back to back per timing; default 20 on GPUs, 5 on the CPU.", min=1,
+        show_default=False)] = None,
+    warmup: WarmupOpt = 1,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timings per size: the median on GPUs, the fastest on "
+                                         "the CPU.", min=1)] = 5,
+    save: Annotated[Path | None, typer.Option(
+        "--save", help="Write the timings to this calibration file (JSON) for 'tfcalc estimate --calibration' "
+        "(an existing calibration file keeps its other sections).", show_default=False)] = None,
+    fmt: FormatOpt = None, output: OutputOpt = None,
+) -> None:
+    """All-reduce, all-gather, reduce-scatter and all-to-all over message sizes on torch.distributed (NCCL on GPUs,
+    gloo on the CPU): time, algorithm and bus bandwidth as nccl-tests defines them, and an alpha-beta fit."""
+    import json
+
+    from tfcalc.calc.comm import COLLECTIVES
+
+    module, dev = profile_modules("collectives")
+    from tfcalc.profile.distributed import launch, run_under_torchrun, torchrun_rank
+
+    where = torchrun_rank()
+    defaults = CPU_COLLECTIVES if device == "cpu" else GPU_COLLECTIVES
+    ops = [item for value in op or [",".join(COLLECTIVES)] for item in split_list(value)]
+    for name in ops:
+        if name not in COLLECTIVES:
+            raise UsageError(f"unknown collective '{name}' (choose {', '.join(COLLECTIVES)})")
+    ops = list(dict.fromkeys(ops))
+    names = dtype_names([dtype] if dtype else None, defaults["dtype"])
+    if len(names) != 1 or names[0] not in dev.DTYPES:
+        raise UsageError(f"--dtype takes one of {', '.join(dev.DTYPES)}")
+    smallest, largest = parse_size(min_size, "min size"), parse_size(max_size or defaults["max_size"], "max size")
+    if smallest < 1 or largest < smallest:
+        raise UsageError("--min-size must be positive and at most --max-size")
+    if where is not None:
+        if ranks is not None and ranks != where.world:
+            raise UsageError(f"--ranks {ranks}: torchrun started {where.world}")
+        world, devices = where.world, dev.select_devices(None, device)
+    else:
+        if device == "cuda" and ranks is None:
+            dev.select_devices(gpu, device)  # its one-line error when no GPU is visible
+            world = len(gpu.split(",")) if gpu and gpu != "all" else dev.visible_gpus()
+        else:
+            world = ranks or 2
+        if world < 2:
+            raise UsageError(f"a collective needs 2 or more ranks; {world} GPU visible (use --device cpu --ranks 2 "
+                             "to check the plumbing)")
+        devices = dev.select_rank_devices(gpu, device, world)
+    job = module.CollectivesJob(ops=tuple(ops), sizes=tuple(module.message_sizes(smallest, largest)),
+                                dtype=names[0], iters=iters or defaults["iters"], warmup=warmup, repeats=repeats)
+    got: dict = {}
+    show = progress_printer()
+
+    def on_message(kind: str, payload: object) -> None:
+        if kind == "results":
+            got.update(payload)  # type: ignore[arg-type]
+        elif kind == "progress" and show is not None:
+            show(f"collectives: {payload}")
+
+    if where is not None:
+        run_under_torchrun(job, where, device, on_message, lambda: False)
+        if where.rank != 0:
+            return
+    else:
+        launch(job, world, device, on_message, devices=[d.index for d in devices] if device == "cuda" else None)
+    clear_progress(show)
+    results = got["results"]
+    fits = module.fits_by_op(results, world)
+    rows = module.rows(results, world, got["backend"], got["device"], got["dtype"], fits)
+    from tfcalc.calc.comm import fit_link
+    from tfcalc.output.columns import format_si
+
+    pick = "median" if device == "cuda" else "fastest"
+    notes = [f"{got['backend']} over {world} ranks, {got['dtype']}: time = {job.iters} calls back to back / "
+             f"{job.iters}, averaged over the ranks, {pick} of {repeats} after {warmup} warm-up; size S, algbw = S / "
+             "time and busbw = algbw x 2(n-1)/n (all-reduce) or (n-1)/n as nccl-tests defines them "
+             "(doc/PERFORMANCE.md). Decimal units: GB = 10^9 B."]
+    for name, fit in fits.items():
+        factor = "2(n-1)/n" if name == "all_reduce" else "(n-1)/n"
+        notes.append(f"{name} fit: latency {fit.latency_s(name, world) * 1e6:,.1f} us + S x {factor} / "
+                     f"{format_si(fit.bandwidth_bytes_per_s, 'B/s')}; residuals rms {fit.rms_residual:.1%}, max "
+                     f"{fit.max_residual:.1%}")
+    if len(results) >= 2:
+        link = fit_link([(o, world, nbytes, t) for o, nbytes, t in results])
+        notes.append(f"link (all ops together, what --save gives estimate): launch {link.launch_s * 1e6:,.2f} us, "
+                     f"alpha {link.step_latency_s * 1e6:,.2f} us per ring step, beta "
+                     f"{format_si(link.bandwidth_bytes_per_s, 'B/s')}; residuals rms {link.rms_residual:.1%}, max "
+                     f"{link.max_residual:.1%}")
+    if got["skipped"]:
+        notes.append(f"not run (buffers would not fit in a third of free memory): "
+                     f"{', '.join(f'{s:,} B' for s in got['skipped'])}")
+    if save is not None:
+        import datetime
+
+        from tfcalc import __version__
+        from tfcalc.calc.calibration import KIND, VERSION, load_calibration_v2
+        from tfcalc.output.files import write_atomic
+
+        data = {"kind": KIND, "version": VERSION, "device_name": got["device"],
+                "source": f"tfcalc bench collectives: {got['backend']}, {world} ranks, {got['dtype']}",
+                "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "tfcalc_version": __version__,
+                "collectives": [{"op": o, "ranks": world, "bytes": nbytes, "seconds": t} for o, nbytes, t in results]}
+        data, kept = _merged(save, data, ("gemm", "memory", "launch", "attention"))
+        load_calibration_v2(data, "measured collectives")  # what is written must read back
+        write_atomic(save, json.dumps(data, indent=1) + "\n")
+        notes.append(f"wrote {save}{' (kept its ' + ', '.join(kept) + ')' if kept else ''}: tfcalc estimate "
+                     f"--calibration {save} prices collectives on the fitted link")
+    emit(rows, COLLECTIVE_COLUMNS, fmt, output, title=f"Collectives: {got['device']}", notes=tuple(notes))

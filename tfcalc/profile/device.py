@@ -137,6 +137,23 @@ def select_devices(gpu: str | None, device: str) -> list[torch.device]:
     return [torch.device("cuda", index) for index in indices]
 
 
+def visible_gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def select_rank_devices(gpu: str | None, device: str, world: int) -> list[torch.device]:
+    """The devices of a spawned run of ``world`` ranks: ``world`` GPUs (``--gpu``'s list, else the first
+    ``world`` visible), or the CPU (every rank on it)."""
+    if device != "cuda" or not torch.cuda.is_available():
+        return select_devices(gpu, device)  # the CPU, or select_devices' one-line error
+    visible = torch.cuda.device_count()
+    chosen = select_devices(gpu or ",".join(str(i) for i in range(min(world, visible))), device)
+    if len(chosen) != world:
+        raise UsageError(f"{world} ranks need {world} GPUs: {len(chosen)} {'given' if gpu else 'visible'} "
+                         f"({visible} visible); pass --gpu with {world} indices, or run under torchrun across nodes")
+    return chosen
+
+
 def describe(device: torch.device) -> DeviceInfo:
     """NVML facts for a GPU (torch's where NVML is missing), or the CPU's name and core count."""
     if device.type == "cpu":
