@@ -3,9 +3,11 @@
 ``tfcalc profile --tp N`` and ``tfcalc bench collectives`` run a *job* (a picklable callable taking a
 :class:`RankContext`) on every rank. Two ways to start the ranks:
 
-- **spawned** (:func:`launch`): ``world`` processes on this node, each a fresh interpreter (multiprocessing's
-  spawn, safe with CUDA), joining through a TCPStore this process hosts on 127.0.0.1 (port chosen by the OS).
-  Rank r runs on cuda:``devices[r]`` with NCCL, or on the CPU with gloo (each rank taking its share of the cores).
+- **spawned** (:func:`launch`): ``world`` processes on this node, forked from multiprocessing's fork server (one
+  clean interpreter that imports torch once and never touches CUDA, so its children may: safe with CUDA, and a
+  second launch in the same process starts in a fraction of a second), joining through a TCPStore this process
+  hosts on 127.0.0.1 (port chosen by the OS). Rank r runs on cuda:``devices[r]`` with NCCL, or on the CPU with
+  gloo (each rank taking its share of the cores).
 - **torchrun** (:func:`run_under_torchrun`, when :func:`torchrun_rank` finds the env:// variables RANK,
   WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT that torchrun sets): this process is one rank; every
   rank runs the same command line on its node (multi-node the standard way: ``torchrun --nnodes 2
@@ -17,14 +19,16 @@ results to the caller (``RankContext.send``: through a pipe to the spawning proc
 the other ranks write nothing.
 
 Faults, spawned: a rank that raises sends one line ("RuntimeError: ...", "ran out of memory: ...") and exits;
-one that dies (killed, ``os._exit``) is seen by its exit sentinel. Either way the supervisor terminates every
-other rank at once (SIGTERM, SIGKILL after ``GRACE_S``), waits for them, and raises :class:`RankFailed` naming
-the rank; what rank 0 sent before stays with the caller. Each rank also watches its parent and exits within
-a second when the supervisor itself is gone (killed with SIGKILL), so no rank outlives the command. Ctrl-C: the
-ranks ignore SIGINT; the supervisor's first Ctrl-C (``stop_requested``) asks them to stop after the current
-point, which they agree on by an all-reduce (``RankContext.should_stop``), so every rank stops at the same one;
-a second Ctrl-C or SIGTERM (a KeyboardInterrupt in the supervisor) terminates them at once. Under torchrun,
-torchrun supervises: it stops the other workers when one fails, and every rank handles its own signals.
+one that dies (killed, ``os._exit``) is seen by its exit sentinel. Either way the supervisor listens ``SETTLE_S``
+more for the others' reports, terminates every rank still running (SIGTERM, SIGKILL after ``GRACE_S``), waits
+for them, and raises :class:`RankFailed` naming the rank that failed first in cause: one that died without a word
+or raised something of its own, before one that only lost its peer (``PEER_LOST``). What rank 0 sent before
+stays with the caller. Each rank also watches its parent (the fork server, which exits when the command does)
+and exits when it is gone, so no rank outlives a command killed with SIGKILL. Ctrl-C: the ranks ignore SIGINT;
+the supervisor's first Ctrl-C (``stop_requested``) asks them to stop after the current point, which they agree
+on by an all-reduce (``RankContext.should_stop``), so every rank stops at the same one; a second Ctrl-C or
+SIGTERM (a KeyboardInterrupt in the supervisor) terminates them at once. Under torchrun, torchrun supervises:
+it stops the other workers when one fails, and every rank handles its own signals.
 """
 
 from __future__ import annotations
@@ -46,9 +50,14 @@ from tfcalc.profile.device import is_oom
 from tfcalc.profile.timing import first_sentence
 
 GRACE_S = 5.0  # how long a terminated rank may take to exit before SIGKILL
+SETTLE_S = 1.0  # after a first failure, how long to listen for the others before naming one
+# How a rank reports that a peer vanished (gloo's TCP pairs, NCCL's watchdog): a consequence, not a cause.
+PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Socket closed", "Broken pipe",
+             "remote process exited", "communicator was aborted", "Connection refused", "EOF")
 TIMEOUT_S = 600.0  # a collective waiting longer than this for a peer fails (process-group timeout)
 POLL_S = 0.2  # how often the supervisor looks at Ctrl-C and the ranks, and a rank at its parent
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+PRELOAD = ("tfcalc.profile.distributed", "tfcalc.profile.sweep", "tfcalc.profile.collectives")  # the fork server's
 
 Job = Callable[["RankContext"], None]
 OnMessage = Callable[[str, object], None]
@@ -172,8 +181,10 @@ def run_under_torchrun(job: Job, where: TorchrunRank, device_type: str, on_messa
 # --- spawned here ------------------------------------------------------------------------------------------------
 
 
-def _watch_parent(parent: int) -> None:
-    """Exit this rank when the process that spawned it is gone (so a SIGKILLed command leaves no rank behind)."""
+def _watch_parent() -> None:
+    """Exit this rank when the process that forked it is gone (so a SIGKILLed command leaves no rank behind)."""
+    parent = os.getppid()
+
     def watch() -> None:
         while True:
             time.sleep(POLL_S)
@@ -184,10 +195,10 @@ def _watch_parent(parent: int) -> None:
 
 
 def _rank_main(rank: int, world: int, port: int, device_type: str, device_index: int | None, job: Job,
-               conn: Any, stop_event: Any, parent: int, timeout_s: float) -> None:
+               conn: Any, stop_event: Any, timeout_s: float) -> None:
     """A spawned rank: ignore Ctrl-C (the supervisor handles it), join, run the job, report how it ended."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _watch_parent(parent)
+    _watch_parent()
     try:
         store = dist.TCPStore("127.0.0.1", port, is_master=False,
                               timeout=datetime.timedelta(seconds=timeout_s))
@@ -226,18 +237,19 @@ def launch(job: Job, world: int, device_type: str, on_message: OnMessage, *,
 
     if device_type == "cuda" and devices is not None and len(devices) != world:
         raise UsageError(f"{world} ranks need {world} GPUs, --gpu names {len(devices)}")
-    context = mp.get_context("spawn")
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=timeout_s))
     stop_event = context.Event()
     processes, pipes = [], []
-    failure: tuple[int, str] | None = None
+    failures: list[tuple[int, str, bool]] = []  # (rank, what, whether it said why), in the order seen
     try:
         for rank in range(world):
             receive, send = context.Pipe(duplex=False)
             index = devices[rank] if devices is not None else (rank if device_type == "cuda" else None)
             process = context.Process(target=_rank_main, name=f"tfcalc-rank-{rank}", args=(
-                rank, world, store.port, device_type, index, job, send, stop_event, os.getpid(), timeout_s))
+                rank, world, store.port, device_type, index, job, send, stop_event, timeout_s))
             process.start()
             send.close()
             processes.append(process)
@@ -245,19 +257,22 @@ def launch(job: Job, world: int, device_type: str, on_message: OnMessage, *,
         running = dict(enumerate(processes))
         open_pipes = dict(enumerate(pipes))
 
+        said: set[int] = set()
+
         def read(rank: int) -> None:
-            nonlocal failure
             try:
                 kind, sender, payload = open_pipes[rank].recv()
             except (EOFError, OSError):
                 del open_pipes[rank]
                 return
             if kind == "error":
-                failure = failure or (sender, str(payload))
-            elif kind != "done":
+                failures.append((sender, f"failed: {payload}", True))
+                said.add(sender)
+            elif kind != "done" and not failures:
                 on_message(kind, payload)
 
-        while running and failure is None:
+        settle = None
+        while running and (settle is None or time.monotonic() < settle):
             if stop_requested():
                 stop_event.set()
             waiting = {pipe: rank for rank, pipe in open_pipes.items()}
@@ -271,17 +286,18 @@ def launch(job: Job, world: int, device_type: str, on_message: OnMessage, *,
                 while rank in open_pipes and open_pipes[rank].poll():  # what it said before it ended
                     read(rank)
                 del running[rank]
-                if process.exitcode != 0 and failure is None:
-                    failure = (rank, _ending(process.exitcode))
+                if process.exitcode != 0 and rank not in said:
+                    failures.append((rank, _ending(process.exitcode), False))
+            if failures and settle is None:
+                settle = time.monotonic() + SETTLE_S
     finally:
         _stop_all(processes)
         for pipe in pipes:
             pipe.close()
-    if failure is not None:
-        rank, what = failure
+    if failures:
+        rank, what, _ = min(failures, key=lambda f: (f[2] and any(p in f[1] for p in PEER_LOST), f[2]))
         others = world - 1
-        raise RankFailed(f"rank {rank} {what if what.startswith(('was', 'exited')) else 'failed: ' + what}; "
-                         f"stopped the other {others} rank{'' if others == 1 else 's'}")
+        raise RankFailed(f"rank {rank} {what}; stopped the other {others} rank{'' if others == 1 else 's'}")
 
 
 def _stop_all(processes: list[Any]) -> None:
