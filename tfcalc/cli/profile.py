@@ -145,10 +145,9 @@ def profile(
         raise UsageError("--warmup must be >= 0 and --repeats >= 1")
     if tp < 1 or ep < 1:
         raise UsageError("--tp and --ep must be at least 1")
-    from tfcalc.model.parallel import check_sharding, world_size
     from tfcalc.profile.distributed import torchrun_rank
 
-    world = world_size(tp, ep)
+    world = profiler.world_size(tp, ep)
     under_torchrun = torchrun_rank()
     if under_torchrun is not None and under_torchrun.world > 1 and under_torchrun.world != world:
         raise UsageError(f"torchrun started {under_torchrun.world} ranks but --tp {tp} --ep {ep} needs {world}")
@@ -206,7 +205,7 @@ def profile(
                                  f"fits {run_spec.name} in this device's memory")
             sweep = replace(sweep, prompt_lens=lengths)
         if world > 1:
-            check_sharding(run_spec, tp, ep)
+            profiler.check_sharding(run_spec, tp, ep)
             dp = world // tp
             uneven = [b for b in sweep.batches if b % dp]
             if uneven:

@@ -48,7 +48,7 @@ from tfcalc.errors import UsageError
 from tfcalc.model.fp8 import FORMATS as FP8_FORMATS
 from tfcalc.model.fp8 import native_gemm_works
 from tfcalc.model.layers import SDPA_BACKENDS, STATIC
-from tfcalc.model.parallel import Parallel, world_size
+from tfcalc.model.parallel import Parallel, check_sharding, world_size
 from tfcalc.model.scaling import describe_layers, keep_layers, pick_layers, scale_spec
 from tfcalc.model.transformer import DECODE_ATTENTION, build_model
 from tfcalc.profile.ceilings import Ceiling, copy_bandwidth, fp8_matmul_flops, matmul_flops
@@ -66,7 +66,8 @@ MEMORY_HEADROOM = 0.9
 ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS)
 WEIGHTS_DTYPES = tuple(FP8_FORMATS)
 # What the CLI validates and scales with, so that it needs no import from tfcalc.model:
-__all__ = ["ATTENTION_BACKENDS", "DECODE_ATTENTION", "WEIGHTS_DTYPES", "describe_layers", "pick_layers", "scale_spec"]
+__all__ = ["ATTENTION_BACKENDS", "DECODE_ATTENTION", "WEIGHTS_DTYPES", "check_sharding", "describe_layers",
+           "pick_layers", "scale_spec", "world_size"]
 
 
 class Point(NamedTuple):
