@@ -103,3 +103,14 @@ def test_one_op_puts_the_whole_latency_in_launch_and_parameters_stay_non_negativ
     assert fit.rms_residual > 0.05  # and says how badly it fits
     with pytest.raises(ValueError, match="at least two"):
         comm.fit_link(one_op[:1])
+
+
+def test_samples_slowed_by_interference_are_left_out_and_counted() -> None:
+    """Another process's time slice only ever adds time: a sample 10x slower than the first fit is left out of the
+    second, which then recovers the link exactly; its residual still says how far off it was."""
+    samples = [("all_reduce", 2, s, 20e-6 + s / 5e9) for s in SIZES]
+    samples[2] = ("all_reduce", 2, SIZES[2], 10 * samples[2][3])
+    fit = comm.fit_link(samples)
+    assert fit.excluded == (2,) and fit.launch_s == pytest.approx(20e-6) and fit.max_residual < 1e-9
+    assert fit.residuals[2] == pytest.approx(-0.9)
+    assert comm.fit_link(samples[1:3]).excluded == ()  # two samples: none can be left out

@@ -117,22 +117,30 @@ def ring_steps(op: str, n: int) -> int:
 @dataclass(frozen=True, kw_only=True)
 class LinkFit:
     """launch + steps x alpha + moved / beta fitted to measured collectives (``fit_link``), with the relative
-    residuals (model / measured - 1) of the samples in their order."""
+    residuals (model / measured - 1) of the samples in their order and the ones left out of the fit."""
 
     launch_s: float
     step_latency_s: float
     bandwidth_bytes_per_s: float  # beta: achievable bytes/s per GPU, one direction (nccl-tests' bus bandwidth)
     residuals: tuple[float, ...]
     samples: int
+    excluded: tuple[int, ...] = ()  # indices of samples measured slower than SLOW_OUTLIER x the first fit
     source: str = ""
 
     @property
+    def kept_residuals(self) -> tuple[float, ...]:
+        return tuple(r for i, r in enumerate(self.residuals) if i not in self.excluded)
+
+    @property
     def rms_residual(self) -> float:
-        return math.sqrt(sum(r * r for r in self.residuals) / len(self.residuals)) if self.residuals else 0.0
+        """Over the samples the fit kept."""
+        kept = self.kept_residuals
+        return math.sqrt(sum(r * r for r in kept) / len(kept)) if kept else 0.0
 
     @property
     def max_residual(self) -> float:
-        return max((abs(r) for r in self.residuals), default=0.0)
+        """Over the samples the fit kept."""
+        return max((abs(r) for r in self.kept_residuals), default=0.0)
 
     def seconds(self, op: str, n: int, nbytes: float) -> float:
         """The fitted time of one collective of nccl-tests size ``nbytes`` over ``n`` ranks."""
@@ -160,15 +168,34 @@ def _solve(rows: list[list[float]]) -> list[float] | None:
     return [a[i][k] / a[i][i] for i in range(k)]
 
 
+SLOW_OUTLIER = 2.0  # a sample measured this many times slower than the first fit is left out of the second
+
+
 def fit_link(samples: Sequence[tuple[str, int, float, float]], source: str = "") -> LinkFit:
     """Fit launch, alpha >= 0 and beta > 0 to samples (op, ranks, nccl-tests size S in bytes, seconds per call):
     t ~ launch + ring_steps x alpha + bus_factor x S / beta, minimising the squared relative error. Every subset
     of {launch, alpha} beside 1/beta is solved and the best one with no negative parameter kept (the smaller set
-    on a tie: with one op at one rank count, launch and alpha cannot be told apart, and all of it is launch)."""
+    on a tie: with one op at one rank count, launch and alpha cannot be told apart, and all of it is launch).
+    Interference only ever adds time (another process's time slice, a descheduled peer), so samples measured
+    more than SLOW_OUTLIER times slower than this first fit are left out of a second one (``excluded``), as long
+    as two samples remain; the residuals of every sample are against the second."""
     data = [(float(ring_steps(op, n)), bus_factor(op, n) * float(nbytes), float(t)) for op, n, nbytes, t in samples
             if t > 0 and n > 1]
-    if len(data) < 2:
+    if len(data) < 2 or len(data) != len(samples):
         raise ValueError("fitting a link needs at least two timed collectives over two or more ranks")
+    launch, alpha, inverse = _fit(data)
+    excluded = tuple(i for i, (st, mv, t) in enumerate(data) if t > SLOW_OUTLIER * (launch + alpha * st + inverse * mv))
+    if excluded and len(data) - len(excluded) >= 2:
+        launch, alpha, inverse = _fit([d for i, d in enumerate(data) if i not in excluded])
+    else:
+        excluded = ()
+    residuals = tuple((launch + alpha * st + inverse * mv) / t - 1 for st, mv, t in data)
+    return LinkFit(launch_s=launch, step_latency_s=alpha, bandwidth_bytes_per_s=1 / inverse, residuals=residuals,
+                   samples=len(data), excluded=excluded, source=source)
+
+
+def _fit(data: list[tuple[float, float, float]]) -> list[float]:
+    """[launch, alpha, 1 / beta] for (steps, bytes moved, seconds) rows (``fit_link``)."""
     best: tuple[float, list[float]] | None = None
     for size in range(3):
         for free in combinations((0, 1), size):
@@ -188,10 +215,7 @@ def fit_link(samples: Sequence[tuple[str, int, float, float]], source: str = "")
                 best = (error, params)
     if best is None:
         raise ValueError("no link fits these timings (bandwidth would not be positive)")
-    launch, alpha, inverse = best[1]
-    residuals = tuple((launch + alpha * st + inverse * mv) / t - 1 for st, mv, t in data)
-    return LinkFit(launch_s=launch, step_latency_s=alpha, bandwidth_bytes_per_s=1 / inverse, residuals=residuals,
-                   samples=len(data), source=source)
+    return best[1]
 
 
 def calibrated_link(fit: LinkFit, base: Link) -> Link:

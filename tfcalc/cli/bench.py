@@ -368,6 +368,13 @@ def _merged(path: Path, data: dict, keep: tuple[str, ...]) -> tuple[dict, list[s
 
 # --- collectives -----------------------------------------------------------------------------------------------
 
+
+def _residuals(fit) -> str:  # noqa: ANN001 - tfcalc.calc.comm.LinkFit
+    left_out = (f"; {len(fit.excluded)} of {fit.samples} left out as slow outliers (measured over 2x the fit)"
+                if fit.excluded else "")
+    return f"residuals rms {fit.rms_residual:.1%}, max {fit.max_residual:.1%}{left_out}"
+
+
 COLLECTIVE_COLUMNS = [
     Column("op", "op"), Column("ranks", "ranks", "int"), Column("bytes", "size", "bytes"),
     Column("time_s", "time", "seconds"), Column("algbw_bytes_per_s", "algbw", "si", "B/s"),
@@ -473,14 +480,12 @@ def collectives(
     for name, fit in fits.items():
         factor = "2(n-1)/n" if name == "all_reduce" else "(n-1)/n"
         notes.append(f"{name} fit: latency {fit.latency_s(name, world) * 1e6:,.1f} us + S x {factor} / "
-                     f"{format_si(fit.bandwidth_bytes_per_s, 'B/s')}; residuals rms {fit.rms_residual:.1%}, max "
-                     f"{fit.max_residual:.1%}")
+                     f"{format_si(fit.bandwidth_bytes_per_s, 'B/s')}; {_residuals(fit)}")
     if len(results) >= 2:
         link = fit_link([(o, world, nbytes, t) for o, nbytes, t in results])
         notes.append(f"link (all ops together, what --save gives estimate): launch {link.launch_s * 1e6:,.2f} us, "
                      f"alpha {link.step_latency_s * 1e6:,.2f} us per ring step, beta "
-                     f"{format_si(link.bandwidth_bytes_per_s, 'B/s')}; residuals rms {link.rms_residual:.1%}, max "
-                     f"{link.max_residual:.1%}")
+                     f"{format_si(link.bandwidth_bytes_per_s, 'B/s')}; {_residuals(link)}")
     if got["skipped"]:
         notes.append(f"not run (buffers would not fit in a third of free memory): "
                      f"{', '.join(f'{s:,} B' for s in got['skipped'])}")

@@ -123,17 +123,20 @@ def measure(ctx: RankContext, ops: list[str], sizes: list[int], dtype: str, iter
 
 def rows(results: list[tuple[str, int, float]], ranks: int, backend: str, device: str, dtype: str,
          fits: dict[str, LinkFit]) -> list[Row]:
-    """One row per (op, size): time, algbw, busbw, the op's fitted time and its residual."""
+    """One row per (op, size): time, algbw, busbw, the op's fitted time, its residual, and whether the fit left it
+    out as a slow outlier (``tfcalc.calc.comm.fit_link``)."""
     out = []
+    index: dict[str, int] = {}
     for op, nbytes, seconds in results:
         algbw = nbytes / seconds
         fit = fits.get(op)
         fitted = fit.seconds(op, ranks, nbytes) if fit is not None else None
+        position = index[op] = index.get(op, -1) + 1  # this sample's place among its op's, as the fit saw them
         out.append({
             "op": op, "ranks": ranks, "backend": backend, "device": device, "dtype": dtype, "bytes": nbytes,
             "time_s": seconds, "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": algbw * bus_factor(op, ranks),
             "fitted_time_s": fitted, "fit_residual": None if fitted is None else fitted / seconds - 1,
-            "status": "ok",
+            "fit_outlier": None if fit is None else position in fit.excluded, "status": "ok",
         })
     return out
 
