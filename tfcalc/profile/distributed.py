@@ -268,7 +268,7 @@ def launch(job: Job, world: int, device_type: str, on_message: OnMessage, *,
             if kind == "error":
                 failures.append((sender, f"failed: {payload}", True))
                 said.add(sender)
-            elif kind != "done" and not failures:
+            elif kind != "done":  # a result rank 0 completed is kept, even one that arrives after a failure
                 on_message(kind, payload)
 
         settle = None
