@@ -62,8 +62,8 @@ def _buffers(op: str, nbytes: int, n: int, dtype: torch.dtype, device: torch.dev
     n elements)."""
     element = torch.empty((), dtype=dtype).element_size()
     count = max(n, nbytes // element // n * n)
-    whole = torch.randn(count, device=device).to(dtype)
-    part = torch.randn(count // n, device=device).to(dtype)
+    whole = torch.empty(count, dtype=dtype, device=device).normal_()  # drawn in place: no float32 copy first
+    part = torch.empty(count // n, dtype=dtype, device=device).normal_()
     if op == "all_reduce":
         return (lambda: dist.all_reduce(whole)), count * element
     if op == "all_gather":
