@@ -19,8 +19,15 @@
 #     profile_gemma2             gemma2-9b, rolling-buffer windows, soft caps through flex's score_mod      ~60 s
 #     profile_deepseek           DeepSeek-V3, FP8 blocks, 4 layers (1 dense + 3 MoE: MLA, absorbed decode) ~90 s
 #     profile_fp8 at batch 8, the attention and moe component benchmarks                                   ~150 s
-# GPU_CHECK_SMOKE=1 runs every step (FULL included) on the CPU with tiny models, to check the script itself;
-# its targets mean nothing.
+# With more than one GPU visible, a multi-GPU section (issue 10) follows, on its own budget GPU_CHECK_MULTI_BUDGET_S
+# (300 s; estimated, no machine with several GPUs has run it), so the single-GPU steps keep theirs:
+#     collectives                bench collectives on every visible GPU (NCCL, 1 KiB-1 GiB), saved as the
+#                                calibration the tp rows are predicted with                               ~40 s
+#     profile_tp2/4/8            llama3-70b on 40 of its 80 layers, bf16, tp 2, 4, 8 (as many GPUs as there are),
+#                                batch 1/8, prompt 512, 32 tokens decoded eagerly, collectives timed     ~50 s each
+#     profile_ep                 (GPU_CHECK_FULL=1) mixtral-8x7b on 8 layers, tp 2 x ep 2                   ~60 s
+# GPU_CHECK_SMOKE=1 runs every step (FULL and the multi-GPU section included) on the CPU with tiny models (the
+# multi-GPU steps on 2 CPU ranks over gloo), to check the script itself; its targets mean nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-${OUT:-gpu_check}}"
@@ -110,6 +117,35 @@ if [ "$full" = 1 ]; then
   step moe 90 bench moe "${dev[@]}"
 fi
 
+# --- several GPUs: only when more than one is visible (issue 10) ------------------------------------------------
+gpus=$("$py" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)" 2>/dev/null \
+  || echo 0)
+if [ "$smoke" = 1 ] || [ "$gpus" -gt 1 ]; then
+  began=$SECONDS
+  budget="${GPU_CHECK_MULTI_BUDGET_S:-300}"
+  if [ "$smoke" = 1 ]; then
+    collect=(--device cpu --ranks 2 --max-size 64k --repeats 2)
+    tps=(2)
+    seventy=(--device cpu --layers 2 "${tiny[@]}" --batch 1,2 --prompt-len 32 --gen-len 8 --dtype fp32 "${quick[@]}")
+    mixtral=(--device cpu --layers 2 "${tiny[@]}" --experts 4 --batch 2 --prompt-len 32 --gen-len 8 --dtype fp32
+             "${quick[@]}")
+  else
+    collect=(--device cuda)
+    tps=()
+    for tp in 2 4 8; do [ "$tp" -le "$gpus" ] && tps+=("$tp"); done
+    seventy=(--layers 40 --batch 1,8 --prompt-len 512 --gen-len 32 --repeats 3 --dtype bf16)
+    mixtral=(--layers 8 --batch 2,16 --prompt-len 512 --gen-len 32 --repeats 3 --dtype bf16)
+  fi
+  step collectives 180 bench collectives "${collect[@]}" --save "$out/collectives.json"
+  for tp in "${tps[@]}"; do
+    step "profile_tp$tp" 240 profile "${seventy[@]}" --preset llama3-70b --tp "$tp" \
+      --calibration "$out/collectives.json"
+  done
+  if [ "$full" = 1 ]; then
+    step profile_ep 240 profile "${mixtral[@]}" --preset mixtral-8x7b --tp 2 --ep 2 --calibration "$out/collectives.json"
+  fi
+fi
+
 echo "== targets"
 [ "$smoke" = 1 ] && echo "(smoke run on the CPU against an H100 prediction: checks the plumbing, not the targets)"
 "$py" - "$out" <<'PY' | tee "$out/targets.txt"
@@ -188,6 +224,20 @@ for name in ("profile_gemma2", "profile_deepseek"):
     if len(good):
         rows.append((f"{name}: decode batch 1, achieved / measured copy bandwidth",
                      good[good.batch == 1].mbu_measured.min()))
+coll = table("collectives")
+if coll is not None:
+    for op, group in coll.groupby("op"):
+        print(f"collectives {op}: largest busbw {group.busbw_bytes_per_s.max() / 1e9:.1f} GB/s at "
+              f"{int(group.loc[group.busbw_bytes_per_s.idxmax(), 'bytes']):,} B, smallest time "
+              f"{group.time_s.min() * 1e6:.1f} us; fit residuals rms "
+              f"{(group.fit_residual ** 2).mean() ** 0.5:.1%}")
+for name in sorted(f[:-4] for f in os.listdir(out) if f.startswith(("profile_tp", "profile_ep")) and f.endswith(".csv")):
+    good = ok_rows(table(name))
+    for _, r in good.iterrows():
+        rows.append((f"{name} batch {r.batch}: decode comm measured / predicted (calibrated link)",
+                     r.decode_comm_s / r.predicted_decode_comm_s))
+        rows.append((f"{name} batch {r.batch}: decode comm share of TPOT, measured", r.decode_comm_fraction))
+        rows.append((f"{name} batch {r.batch}: measured / predicted decode tok/s", r.measured_over_predicted))
 for label, value in rows:
     print(f"{label:90s} {value:8.3f}")
 PY

@@ -14,11 +14,13 @@ def fixed_ceilings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Device ceilings injected into the profiler (copy 20 GB/s, matmul 100 GFLOP/s, as a small CPU measures
     them): a profile test would otherwise re-measure a 256 MiB copy and a matmul per dtype, about a second each
     on a loaded 2-core machine. Tests of the ceilings themselves do not use it."""
-    from tfcalc.profile import bench
+    from tfcalc.profile import sweep as profiler
     from tfcalc.profile.ceilings import Ceiling
     from tfcalc.profile.timing import Timing
 
     timing = Timing(1e-3, 1e-3, 1e-3, 1e-3, 1)
-    monkeypatch.setattr(bench, "copy_bandwidth", lambda device: Ceiling("copy", "uint8", 1 << 28, 20e9, timing))
-    monkeypatch.setattr(bench, "matmul_flops", lambda device, dtype: Ceiling("matmul", str(dtype), 1024, 1e11, timing))
-    monkeypatch.setattr(bench, "fp8_matmul_flops", lambda device: Ceiling("matmul", "fp8_e4m3", 1024, 2e11, timing))
+    monkeypatch.setattr(profiler, "copy_bandwidth", lambda device: Ceiling("copy", "uint8", 1 << 28, 20e9, timing))
+    monkeypatch.setattr(profiler, "matmul_flops",
+                        lambda device, dtype: Ceiling("matmul", str(dtype), 1024, 1e11, timing))
+    monkeypatch.setattr(profiler, "fp8_matmul_flops",
+                        lambda device: Ceiling("matmul", "fp8_e4m3", 1024, 2e11, timing))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
 
 from tfcalc.calc import kernels
 from tfcalc.calc.calibration import (
+    Calibration,
     Efficiency,
     calibrated_rates,
     fit_rates,
@@ -117,3 +119,52 @@ def test_calibrated_rates_apply_each_kind_per_phase() -> None:
     assert decode.source == "calibration cal.json"
     measured = load_calibration_v2(synthetic(), "cal.json")
     assert calibrated_rates(BASE, measured, "decode") == fit_rates(BASE, measured)
+
+
+# --- collectives: tfcalc bench collectives ------------------------------------------------------------------------
+
+COLLECTIVES = [{"op": "all_reduce", "ranks": 2, "bytes": 1024 * 4**i, "seconds": 30e-6 + 1024 * 4**i / 4e9}
+               for i in range(6)]
+
+
+def test_a_collectives_section_is_a_calibration_and_replaces_the_nccl_link() -> None:
+    from tfcalc.calc import comm, latency
+    from tfcalc.dtypes import WeightPrecision, get_dtype
+    from tfcalc.spec.engine import EngineKernels
+    from tfcalc.spec.presets import load_gpu, load_model
+
+    data = {"kind": "tfcalc-calibration", "version": 2, "collectives": COLLECTIVES}
+    assert is_calibration_v2({"collectives": COLLECTIVES})
+    cal = load_calibration(data, "c.json")
+    assert isinstance(cal, Calibration) and len(cal.collectives) == 6
+    gpu, spec = load_gpu("h100-sxm"), load_model("llama3-8b")
+    base = latency.rates_for(gpu, EngineKernels())
+    rates = calibrated_rates(base, cal, "decode")
+    assert rates.collectives is not None and rates.collectives.launch_s == pytest.approx(30e-6)
+    assert rates.gemm_efficiency == base.gemm_efficiency and rates.memory_efficiency == base.memory_efficiency
+    precision, kv = WeightPrecision(get_dtype("bf16")), get_dtype("bf16")
+    no_custom = EngineKernels(custom_allreduce=False)
+    before = latency.deployment(spec, gpu, precision, kv, tp=2, engine_kernels=no_custom)
+    after = latency.deployment(spec, gpu, precision, kv, tp=2, engine_kernels=no_custom, rates_prefill=rates,
+                               rates_decode=rates)
+    nbytes = 8192 * 4096 * 2  # one prefill chunk's hidden states, bf16
+    measured = latency._all_reduce(after, nbytes, 2, False)[0].seconds
+    assert measured == pytest.approx(comm.fit_link([(r["op"], r["ranks"], r["bytes"], r["seconds"])
+                                                    for r in COLLECTIVES]).seconds("all_reduce", 2, nbytes))
+    assert measured != pytest.approx(latency._all_reduce(before, nbytes, 2, False)[0].seconds, rel=0.05)
+    # the pure roofline still prices the datasheet link
+    assert after.intra.nccl.bandwidth_bytes_per_s == before.intra.nccl.bandwidth_bytes_per_s
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"op": "broadcast"}, "collectives[0]: field 'op' must be one of all_reduce"),
+    ({"ranks": 1}, "collectives[0]: field 'ranks' must be at least 2"),
+    ({"seconds": -1}, "collectives[0]: field 'seconds' must be a positive number"),
+    ({"size": 4}, "collectives[0]: unknown field 'size'"),
+])
+def test_malformed_collective_rows_are_one_line_errors(change: dict, message: str) -> None:
+    rows = [{**COLLECTIVES[0], **change}, *COLLECTIVES[1:]]
+    with pytest.raises(SpecError, match=re.escape(message)):
+        load_calibration_v2({"collectives": rows}, "c.json")
+    with pytest.raises(SpecError, match="at least two timed collectives"):
+        load_calibration_v2({"collectives": COLLECTIVES[:1]}, "c.json")

@@ -57,3 +57,60 @@ def test_nvlink4_small_message_latency_matches_its_measurement() -> None:
     assert comm.all_reduce(4096, 2, fabric.nccl, "ring").seconds == pytest.approx(6.3e-6, rel=0.05)
     assert fabric.custom_allreduce is not None
     assert comm.all_reduce(4096, 8, fabric.custom_allreduce, "tree").seconds == pytest.approx(4.7e-6, rel=0.1)
+
+
+# --- a link measured: fit_link and calibrated_link --------------------------------------------------------------
+
+SIZES = [1024 * 4**i for i in range(8)]  # 1 KiB .. 16 MiB
+
+
+def test_bus_factors_are_nccl_tests() -> None:
+    """nccl-tests doc/PERFORMANCE.md, "Summary": AllReduce 2(n-1)/n, ReduceScatter, AllGather, AlltoAll (n-1)/n."""
+    assert comm.bus_factor("all_reduce", 8) == 2 * 7 / 8
+    assert [comm.bus_factor(op, 4) for op in ("all_gather", "reduce_scatter", "all_to_all")] == [0.75] * 3
+    assert (comm.ring_steps("all_reduce", 8), comm.ring_steps("all_to_all", 8)) == (14, 7)
+    with pytest.raises(ValueError, match="unknown collective"):
+        comm.bus_factor("broadcast", 2)
+
+
+def test_fit_recovers_launch_alpha_and_beta_and_prices_like_the_model() -> None:
+    """Times made by comm's own formulas with a known link (several ops, so launch and alpha separate) are fitted
+    back exactly, and the fitted link prices every collective as comm does."""
+    truth = Link(name="t", bandwidth_bytes_per_s=100e9, efficiency=0.8, step_latency_s=2e-6, launch_s=7e-6)
+    samples = [("all_reduce", 4, s, comm.all_reduce(s, 4, truth, "ring").seconds) for s in SIZES]
+    samples += [("all_gather", 4, s, comm.all_gather(s, 4, truth).seconds) for s in SIZES]
+    samples += [("all_to_all", 4, s, comm.all_to_all(s, 4, truth).seconds) for s in SIZES]
+    fit = comm.fit_link(samples)
+    assert fit.launch_s == pytest.approx(7e-6, rel=1e-6) and fit.step_latency_s == pytest.approx(2e-6, rel=1e-6)
+    assert fit.bandwidth_bytes_per_s == pytest.approx(80e9, rel=1e-6)
+    assert fit.max_residual < 1e-9 and fit.samples == len(samples)
+    link = comm.calibrated_link(fit, LINK)
+    assert link.bandwidth_bytes_per_s == LINK.bandwidth_bytes_per_s and link.beta == pytest.approx(80e9)
+    for op, n, size, seconds in samples:
+        assert fit.seconds(op, n, size) == pytest.approx(seconds)
+    assert comm.all_reduce(1e6, 8, link, "ring").seconds == pytest.approx(fit.seconds("all_reduce", 8, 1e6))
+
+
+def test_one_op_puts_the_whole_latency_in_launch_and_parameters_stay_non_negative() -> None:
+    one_op = [("all_reduce", 2, s, 20e-6 + s / 5e9) for s in SIZES]
+    fit = comm.fit_link(one_op)
+    assert (fit.step_latency_s, fit.launch_s) == (0.0, pytest.approx(20e-6)) and fit.max_residual < 1e-9
+    # times that fall with the step count would need a negative alpha: alpha is held at 0 instead
+    odd = [("all_reduce", 2, s, 10e-6 + s / 5e9) for s in SIZES] + [("all_gather", 2, s, 30e-6 + s / 2 / 5e9)
+                                                                    for s in SIZES]
+    fit = comm.fit_link(odd)
+    assert fit.step_latency_s == 0.0 and fit.launch_s > 0 and fit.bandwidth_bytes_per_s > 0
+    assert fit.rms_residual > 0.05  # and says how badly it fits
+    with pytest.raises(ValueError, match="at least two"):
+        comm.fit_link(one_op[:1])
+
+
+def test_samples_slowed_by_interference_are_left_out_and_counted() -> None:
+    """Another process's time slice only ever adds time: a sample 10x slower than the first fit is left out of the
+    second, which then recovers the link exactly; its residual still says how far off it was."""
+    samples = [("all_reduce", 2, s, 20e-6 + s / 5e9) for s in SIZES]
+    samples[2] = ("all_reduce", 2, SIZES[2], 10 * samples[2][3])
+    fit = comm.fit_link(samples)
+    assert fit.excluded == (2,) and fit.launch_s == pytest.approx(20e-6) and fit.max_residual < 1e-9
+    assert fit.residuals[2] == pytest.approx(-0.9)
+    assert comm.fit_link(samples[1:3]).excluded == ()  # two samples: none can be left out

@@ -171,3 +171,59 @@ def test_bench_registration_keeps_torch_lazy(args: list[str]) -> None:
     done = subprocess.run([sys.executable, "-c", PROBE.format(args=args)], capture_output=True, text=True,
                           check=False)
     assert json.loads(done.stderr.strip().splitlines()[-1]) is False, done.stderr
+
+
+# --- collectives: 2 CPU ranks over gloo ----------------------------------------------------------------------------
+
+COLLECTIVES = ["bench", "collectives", "--device", "cpu", "--op", "all_reduce,all_to_all", "--max-size", "64k",
+               "--repeats", "2", "--iters", "2"]
+
+
+def test_collectives_rows_bandwidths_fit_and_calibration(tmp_path: Path) -> None:
+    """Sizes 1-64 KiB of two ops on 2 ranks: algbw = S / t, busbw = algbw x 2(n-1)/n or (n-1)/n (nccl-tests), a
+    fitted time and residual per row; the saved timings read back as a calibration whose link estimate prices."""
+    from tfcalc.calc.calibration import Calibration, load_calibration
+
+    saved = tmp_path / "collectives.json"
+    result = run(*COLLECTIVES, "--save", str(saved), "-f", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [(r["op"], r["bytes"]) for r in rows] == [(op, 1024 * 2**i) for op in ("all_reduce", "all_to_all")
+                                                     for i in range(7)]
+    for r in rows:
+        assert r["ranks"] == 2 and r["backend"] == "gloo" and r["status"] == "ok" and r["time_s"] > 0
+        assert r["algbw_bytes_per_s"] == pytest.approx(r["bytes"] / r["time_s"])
+        factor = 1.0 if r["op"] == "all_reduce" else 0.5
+        assert r["busbw_bytes_per_s"] == pytest.approx(r["algbw_bytes_per_s"] * factor)
+        assert r["fitted_time_s"] > 0 and r["fit_residual"] == pytest.approx(r["fitted_time_s"] / r["time_s"] - 1)
+    cal = load_calibration(json.loads(saved.read_text()), str(saved))
+    assert isinstance(cal, Calibration) and len(cal.collectives) == 14
+    assert {(op, ranks) for op, ranks, _, _ in cal.collectives} == {("all_reduce", 2), ("all_to_all", 2)}
+    plain = json.loads(run("estimate", "-p", "llama3-8b", "--tp", "2", "-f", "json").stdout)[0]
+    calibrated = json.loads(run("estimate", "-p", "llama3-8b", "--tp", "2", "--calibration", str(saved),
+                                "-f", "json").stdout)[0]
+    assert calibrated["prefill_tp_comm_s"] != pytest.approx(plain["prefill_tp_comm_s"], rel=0.01)
+    assert calibrated["tpot_s"] != plain["tpot_s"]
+
+
+def test_collectives_table_says_the_fits_and_keeps_other_sections(tmp_path: Path) -> None:
+    saved = tmp_path / "calibration.json"
+    saved.write_text(json.dumps({"kind": "tfcalc-calibration", "version": 2,
+                                 "memory": [{"bytes": 1 << 20, "seconds": 1e-4}, {"bytes": 1 << 24, "seconds": 1e-3}]}))
+    result = run(*[a if a != "all_reduce,all_to_all" else "all_gather" for a in COLLECTIVES], "--save", str(saved))
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # notes wrap at the terminal's width
+    assert "busbw" in text and "all_gather fit: latency" in text and "residuals rms" in text
+    assert "link (all ops together" in text and "(kept its memory)" in text
+    data = json.loads(saved.read_text())
+    assert len(data["memory"]) == 2 and {r["op"] for r in data["collectives"]} == {"all_gather"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--op", "broadcast"], "unknown collective 'broadcast'"),
+    (["--min-size", "1m", "--max-size", "1k"], "at most --max-size"),
+    (["--dtype", "fp8"], "--dtype takes one of"),
+])
+def test_collectives_usage_errors(args: list[str], message: str) -> None:
+    result = run("bench", "collectives", "--device", "cpu", *args)
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output

@@ -15,7 +15,7 @@ import torch
 from typer.testing import CliRunner
 
 from tfcalc.cli import app
-from tfcalc.profile import bench
+from tfcalc.profile import sweep as profiler
 
 pytestmark = pytest.mark.usefixtures("fixed_ceilings")
 runner = CliRunner()
@@ -77,7 +77,7 @@ def test_bad_profile_options(args: list[str], message: str) -> None:
 
 
 def test_ctrl_c_keeps_rows_measured_so_far(tmp_path: Path, monkeypatch) -> None:
-    real, calls = bench.measure, []
+    real, calls = profiler.measure, []
 
     def interrupted_on_second(*args, **kwargs):
         calls.append(1)
@@ -85,7 +85,7 @@ def test_ctrl_c_keeps_rows_measured_so_far(tmp_path: Path, monkeypatch) -> None:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(bench, "measure", interrupted_on_second)
+    monkeypatch.setattr(profiler, "measure", interrupted_on_second)
     out = tmp_path / "rows.json"
     result = runner.invoke(app, ["profile", *TINY, "--batch", "1,2,3", "-o", str(out)])
     assert result.exit_code == 130 and "interrupted: kept 1 row measured before Ctrl-C" in result.output
@@ -130,7 +130,7 @@ def test_measured_efficiencies_feed_estimate(tmp_path: Path) -> None:
 ])
 def test_usage_errors_exit_2_before_measuring(args: list[str], message: str, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(bench, "device_context", lambda *a, **k: pytest.fail("measured before the usage check"))
+    monkeypatch.setattr(profiler, "device_context", lambda *a, **k: pytest.fail("measured before the usage check"))
     result = runner.invoke(app, ["profile", *TINY, *args])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
@@ -141,7 +141,7 @@ def test_missing_output_folder_fails_before_measuring(option: str, monkeypatch, 
     """A folder that does not exist is a runtime failure (exit 1, as for every command's --output), found by
     check_before_work before anything is measured."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(bench, "device_context", lambda *a, **k: pytest.fail("measured before the output check"))
+    monkeypatch.setattr(profiler, "device_context", lambda *a, **k: pytest.fail("measured before the output check"))
     result = runner.invoke(app, ["profile", *TINY, option, "missing/out.png" if option == "--plot" else
                                  "missing/out.json"])
     assert result.exit_code == 1, result.output
@@ -163,14 +163,14 @@ def test_two_models_are_both_profiled(tmp_path: Path) -> None:
     "DefaultCPUAllocator: can't allocate memory: you tried to allocate 4294967296 bytes. Error code 12",
 ])
 def test_cpu_out_of_memory_is_an_oom_row_and_the_sweep_goes_on(message: str, tmp_path: Path, monkeypatch) -> None:
-    real = bench.measure
+    real = profiler.measure
 
     def cpu_oom_at_batch_2(model, batch, *args, **kwargs):
         if batch == 2:
             raise RuntimeError(message)
         return real(model, batch, *args, **kwargs)
 
-    monkeypatch.setattr(bench, "measure", cpu_oom_at_batch_2)
+    monkeypatch.setattr(profiler, "measure", cpu_oom_at_batch_2)
     out = tmp_path / "rows.json"
     result = runner.invoke(app, ["profile", *TINY, "--batch", "1,2,3", "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -180,14 +180,14 @@ def test_cpu_out_of_memory_is_an_oom_row_and_the_sweep_goes_on(message: str, tmp
 
 
 def test_out_of_memory_while_building_marks_every_row_of_that_dtype(tmp_path: Path, monkeypatch) -> None:
-    real = bench.build_model
+    real = profiler.build_model
 
     def oom_in_fp32(spec, **kwargs):
         if kwargs["dtype"].itemsize == 4:
             raise MemoryError()
         return real(spec, **kwargs)
 
-    monkeypatch.setattr(bench, "build_model", oom_in_fp32)
+    monkeypatch.setattr(profiler, "build_model", oom_in_fp32)
     result = runner.invoke(app, ["profile", *TINY, "--dtype", "fp32,bf16", "--batch", "1,2", "-f", "json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
@@ -199,7 +199,7 @@ def test_interrupt_before_the_first_row_leaves_an_existing_file_alone(tmp_path: 
     """A second Ctrl-C (or SIGTERM) during the first row: nothing measured, the previous file kept as it was."""
     out = tmp_path / "rows.json"
     out.write_text('[{"previous": "run"}]\n')
-    monkeypatch.setattr(bench, "measure", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(profiler, "measure", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     result = runner.invoke(app, ["profile", *TINY, "-o", str(out), "--save-calibration", str(tmp_path / "c.json")])
     assert result.exit_code == 130
     assert f"kept {out} as it was" in result.output and "interrupted: kept 0 rows" in result.output
@@ -333,9 +333,9 @@ def test_progress_labels_from_a_file_are_text_on_a_terminal(monkeypatch) -> None
                                                                            width=200))
     name = "[/]\x1b]0;owned\x07[bold]x"
     spec = load_model("llama3.2-1b").with_overrides(name=name)
-    sweep = bench.Sweep(spec=spec, layers_total=16, layers_explicit=True, batches=[1], prompt_lens=[8],
+    sweep = profiler.Sweep(spec=spec, layers_total=16, layers_explicit=True, batches=[1], prompt_lens=[8],
                         gen_lens=[2], dtypes=["fp32"], backends=["auto"], compile_decode=False)
-    stop = bench.StopRequested()
+    stop = profiler.StopRequested()
 
     def fake_run_sweep(sweep, devices, on_row, stop, advance):  # noqa: ANN001, ANN202
         stop.requested = True  # the notice column renders too

@@ -1,5 +1,5 @@
 """Profiler tests take the device ceilings as injected values (tests/conftest.py ``fixed_ceilings``); the
-ceilings' own tests (test_components) call the measuring functions directly, which the fixture leaves alone."""
+ceilings' own tests (test_ceilings) call the measuring functions directly, which the fixture leaves alone."""
 
 import pytest
 

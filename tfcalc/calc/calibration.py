@@ -18,7 +18,10 @@ A calibration file (JSON, ``"kind": "tfcalc-calibration"``, ``"version": 2``) ho
 - ``launch``: {graph_seconds, eager_seconds} -- one tiny kernel replayed from a CUDA graph / launched eagerly
   (``graph_seconds`` is null where graphs do not exist, e.g. on a CPU);
 - ``attention``: rows {phase: prefill|decode, batch, heads, kv_heads, head_dim, seq_len, seconds} -- attention by
-  context.
+  context;
+- ``collectives``: rows {op: all_reduce|all_gather|reduce_scatter|all_to_all, ranks, bytes, seconds} -- one
+  collective of nccl-tests size ``bytes`` over ``ranks`` ranks (``tfcalc bench collectives``; files written
+  before this section existed read as before).
 
 ``fit_rates`` turns them into the model's parameters against the GPU preset's datasheet peaks
 (tfcalc/calc/kernels.py): bandwidth curve = bytes / (time - smallest copy time) for copies of 1 MiB and more, its
@@ -26,7 +29,9 @@ largest-size value / datasheet = memory efficiency; GEMM floor = median over the
 work at those rates; GEMM efficiency per dtype = median over rows with M, K >= 1024 of FLOPs x (K + K0) / K /
 (peak x (time - floor)); elementwise floor = the graph launch time (else the smallest copy); eager launch interval
 = ``eager_seconds``; attention floor = fastest decode row; attention efficiency = median over prefill rows of >= 1024
-tokens of the tile-model time at full rate / (time - floor). Sections left out keep the preset's values.
+tokens of the tile-model time at full rate / (time - floor); collectives: launch, alpha and beta fitted by
+``tfcalc.calc.comm.fit_link``, the link that replaces the fabric's NCCL link (``Rates.collectives``). Sections left out
+keep the preset's values.
 Pure math: no I/O.
 """
 
@@ -37,16 +42,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tfcalc.calc import kernels
+from tfcalc.calc.comm import COLLECTIVES, fit_link
 from tfcalc.calc.kernels import GEMM_K0, Rates
 from tfcalc.errors import SpecError
 
 KIND = "tfcalc-calibration"
 VERSION = 2
 _TOP = {"kind", "version", "device_name", "source", "measured_at", "tfcalc_version", "notes", "gemm", "memory",
-        "launch", "attention"}
+        "launch", "attention", "collectives"}
 _GEMM = ("dtype", "m", "n", "k", "seconds")
 _MEMORY = ("bytes", "seconds")
 _ATTENTION = ("phase", "batch", "heads", "kv_heads", "head_dim", "seq_len", "seconds")
+_COLLECTIVES = ("op", "ranks", "bytes", "seconds")
 GEMM_DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8")
 
 
@@ -61,12 +68,14 @@ class Calibration:
     graph_launch_s: float | None = None
     eager_launch_s: float | None = None
     attention: tuple[tuple[str, int, int, int, int, int, float], ...] = ()
+    collectives: tuple[tuple[str, int, float, float], ...] = ()  # (op, ranks, bytes, seconds)
 
 
 def is_calibration_v2(data: object) -> bool:
     """A mapping in this module's format (as opposed to the efficiency-factor calibration or profile rows)."""
     return isinstance(data, dict) and (data.get("kind") == KIND or any(k in data for k in
-                                                                       ("gemm", "memory", "launch", "attention")))
+                                                                       ("gemm", "memory", "launch", "attention",
+                                                                        "collectives")))
 
 
 def _positive(value: Any, where: str, integer: bool = False) -> float:
@@ -143,12 +152,29 @@ def load_calibration_v2(data: dict, origin: str) -> Calibration:
         if ints[1] % ints[2]:
             raise SpecError(f"{where}: field 'kv_heads' ({ints[2]}) must divide 'heads' ({ints[1]})")
         attention.append((row["phase"], *ints, float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
-    if not (gemm or memory or attention or eager is not None):
-        raise SpecError(f"{origin}: no measurements (give at least one of gemm, memory, launch, attention)")
+    collectives = []
+    for i, row in enumerate(_rows(data, "collectives", _COLLECTIVES, origin)):
+        where = f"{origin}: collectives[{i}]"
+        if row["op"] not in COLLECTIVES:
+            raise SpecError(f"{where}: field 'op' must be one of {', '.join(COLLECTIVES)}, got {row['op']!r}")
+        ranks = int(_positive(row["ranks"], f"{where}: field 'ranks'", True))
+        if ranks < 2:
+            raise SpecError(f"{where}: field 'ranks' must be at least 2, got {ranks}")
+        collectives.append((row["op"], ranks, float(_positive(row["bytes"], f"{where}: field 'bytes'")),
+                            float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
+    if not (gemm or memory or attention or collectives or eager is not None):
+        raise SpecError(f"{origin}: no measurements (give at least one of gemm, memory, launch, attention, "
+                        "collectives)")
+    if collectives:
+        try:
+            fit_link(collectives)
+        except ValueError as exc:
+            raise SpecError(f"{origin}: collectives: {exc}") from None
     device = str(data.get("device_name", ""))
     source = f"calibration {origin}" + (f" ({device})" if device else "")
     return Calibration(device_name=device, source=source, gemm=tuple(gemm), memory=tuple(sorted(memory)),
-                       graph_launch_s=graph, eager_launch_s=eager, attention=tuple(attention))
+                       graph_launch_s=graph, eager_launch_s=eager, attention=tuple(attention),
+                       collectives=tuple(collectives))
 
 
 def _median(values: list[float]) -> float | None:
@@ -208,6 +234,8 @@ def fit_rates(base: Rates, cal: Calibration) -> Rates:
         fitted = _median(values)
         if fitted is not None:
             changes["attention_efficiency"] = min(fitted, 1.0)
+    if cal.collectives:
+        changes["collectives"] = fit_link(cal.collectives, source=cal.source)
     changes["floors"] = floors
     return replace(base, **changes)
 

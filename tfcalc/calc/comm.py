@@ -12,13 +12,24 @@ of Collective Communication Operations in MPICH", IJHPCA 19(1), 2005; NCCL's rin
 
 Each collective also pays ``launch_s``, the fixed cost of its kernel. ``auto`` takes the faster of ring and tree,
 as NCCL's tuner does: trees win for small messages (fewer latency steps), rings for large ones.
+
+A measured link (``tfcalc bench collectives``, the ``collectives`` section of a calibration file) replaces a
+fabric's: ``fit_link`` fits launch, alpha and beta to measured times of the ring forms above (weighted least
+squares on the relative error, every parameter >= 0), and ``calibrated_link`` is that link with the fabric's
+datasheet bandwidth kept (beta = bandwidth x efficiency), so the pure roofline still prices the datasheet.
+Message sizes S follow nccl-tests (doc/PERFORMANCE.md): the all-reduce buffer; the gathered total of an
+all-gather (n x each part), the reduce-scatter input (n x each result), what one rank sends in an all-to-all;
+the bytes a ring moves per GPU are S times the bus-bandwidth factor, 2 (n - 1) / n for all-reduce, (n - 1) / n
+for the others.
 Pure math: no I/O.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from itertools import combinations
 
 from tfcalc.spec.interconnect import ALGORITHMS, Link
 
@@ -83,3 +94,132 @@ def point_to_point(nbytes: float, link: Link) -> CommTime:
     _check(1, nbytes, "ring")
     return CommTime(seconds=link.launch_s + link.step_latency_s + nbytes / link.beta, algorithm="p2p",
                     bytes_per_gpu=nbytes)
+
+
+# --- a link measured: tfcalc bench collectives ----------------------------------------------------------------------
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus bandwidth / algorithm bandwidth (doc/PERFORMANCE.md): 2 (n - 1) / n for all-reduce,
+    (n - 1) / n for all-gather, reduce-scatter and all-to-all; also the ring's bytes moved per GPU over S."""
+    if op not in COLLECTIVES:
+        raise ValueError(f"unknown collective '{op}' (choose {', '.join(COLLECTIVES)})")
+    return (2 if op == "all_reduce" else 1) * (n - 1) / n
+
+
+def ring_steps(op: str, n: int) -> int:
+    """Latency steps of the ring form: 2 (n - 1) for all-reduce, n - 1 for the others."""
+    return (2 if op == "all_reduce" else 1) * (n - 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkFit:
+    """launch + steps x alpha + moved / beta fitted to measured collectives (``fit_link``), with the relative
+    residuals (model / measured - 1) of the samples in their order and the ones left out of the fit."""
+
+    launch_s: float
+    step_latency_s: float
+    bandwidth_bytes_per_s: float  # beta: achievable bytes/s per GPU, one direction (nccl-tests' bus bandwidth)
+    residuals: tuple[float, ...]
+    samples: int
+    excluded: tuple[int, ...] = ()  # indices of samples measured slower than SLOW_OUTLIER x the first fit
+    source: str = ""
+
+    @property
+    def kept_residuals(self) -> tuple[float, ...]:
+        return tuple(r for i, r in enumerate(self.residuals) if i not in self.excluded)
+
+    @property
+    def rms_residual(self) -> float:
+        """Over the samples the fit kept."""
+        kept = self.kept_residuals
+        return math.sqrt(sum(r * r for r in kept) / len(kept)) if kept else 0.0
+
+    @property
+    def max_residual(self) -> float:
+        """Over the samples the fit kept."""
+        return max((abs(r) for r in self.kept_residuals), default=0.0)
+
+    def seconds(self, op: str, n: int, nbytes: float) -> float:
+        """The fitted time of one collective of nccl-tests size ``nbytes`` over ``n`` ranks."""
+        return self.launch_s + ring_steps(op, n) * self.step_latency_s + bus_factor(op, n) * nbytes / (
+            self.bandwidth_bytes_per_s)
+
+    def latency_s(self, op: str, n: int) -> float:
+        """The size-independent part of one collective: launch + steps x alpha."""
+        return self.launch_s + ring_steps(op, n) * self.step_latency_s
+
+
+def _solve(rows: list[list[float]]) -> list[float] | None:
+    """Least squares of rows [x..., 1] ~ 0 by the normal equations (Gaussian elimination); None if singular."""
+    k = len(rows[0]) - 1
+    a = [[sum(r[i] * r[j] for r in rows) for j in range(k)] + [sum(r[i] * r[k] for r in rows)] for i in range(k)]
+    for col in range(k):
+        pivot = max(range(col, k), key=lambda i: abs(a[i][col]))
+        if abs(a[pivot][col]) < 1e-300:
+            return None
+        a[col], a[pivot] = a[pivot], a[col]
+        for i in range(k):
+            if i != col:
+                f = a[i][col] / a[col][col]
+                a[i] = [x - f * y for x, y in zip(a[i], a[col], strict=True)]
+    return [a[i][k] / a[i][i] for i in range(k)]
+
+
+SLOW_OUTLIER = 2.0  # a sample measured this many times slower than the first fit is left out of the second
+
+
+def fit_link(samples: Sequence[tuple[str, int, float, float]], source: str = "") -> LinkFit:
+    """Fit launch, alpha >= 0 and beta > 0 to samples (op, ranks, nccl-tests size S in bytes, seconds per call):
+    t ~ launch + ring_steps x alpha + bus_factor x S / beta, minimising the squared relative error. Every subset
+    of {launch, alpha} beside 1/beta is solved and the best one with no negative parameter kept (the smaller set
+    on a tie: with one op at one rank count, launch and alpha cannot be told apart, and all of it is launch).
+    Interference only ever adds time (another process's time slice, a descheduled peer), so samples measured
+    more than SLOW_OUTLIER times slower than this first fit are left out of a second one (``excluded``), as long
+    as two samples remain; the residuals of every sample are against the second."""
+    data = [(float(ring_steps(op, n)), bus_factor(op, n) * float(nbytes), float(t)) for op, n, nbytes, t in samples
+            if t > 0 and n > 1]
+    if len(data) < 2 or len(data) != len(samples):
+        raise ValueError("fitting a link needs at least two timed collectives over two or more ranks")
+    launch, alpha, inverse = _fit(data)
+    excluded = tuple(i for i, (st, mv, t) in enumerate(data) if t > SLOW_OUTLIER * (launch + alpha * st + inverse * mv))
+    if excluded and len(data) - len(excluded) >= 2:
+        launch, alpha, inverse = _fit([d for i, d in enumerate(data) if i not in excluded])
+    else:
+        excluded = ()
+    residuals = tuple((launch + alpha * st + inverse * mv) / t - 1 for st, mv, t in data)
+    return LinkFit(launch_s=launch, step_latency_s=alpha, bandwidth_bytes_per_s=1 / inverse, residuals=residuals,
+                   samples=len(data), excluded=excluded, source=source)
+
+
+def _fit(data: list[tuple[float, float, float]]) -> list[float]:
+    """[launch, alpha, 1 / beta] for (steps, bytes moved, seconds) rows (``fit_link``)."""
+    best: tuple[float, list[float]] | None = None
+    for size in range(3):
+        for free in combinations((0, 1), size):
+            columns = [*free, 2]
+            rows = []
+            for steps, moved, t in data:
+                features = (1.0, steps, moved)
+                rows.append([features[c] / t for c in columns] + [1.0])
+            solution = _solve(rows)
+            if solution is None or any(v < 0 for v in solution) or solution[-1] <= 0:
+                continue
+            params = [0.0, 0.0, 0.0]
+            for c, v in zip(columns, solution, strict=True):
+                params[c] = v
+            error = sum(((params[0] + params[1] * st + params[2] * mv) / t - 1) ** 2 for st, mv, t in data)
+            if best is None or error < best[0] * (1 - 1e-9):
+                best = (error, params)
+    if best is None:
+        raise ValueError("no link fits these timings (bandwidth would not be positive)")
+    return best[1]
+
+
+def calibrated_link(fit: LinkFit, base: Link) -> Link:
+    """``base`` (a fabric's NCCL link) with the measured launch, alpha and beta; its datasheet bandwidth kept."""
+    return replace(base, name=f"{base.name} (measured)", efficiency=fit.bandwidth_bytes_per_s /
+                   base.bandwidth_bytes_per_s, step_latency_s=fit.step_latency_s, launch_s=fit.launch_s,
+                   source=fit.source or base.source)

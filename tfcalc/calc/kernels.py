@@ -34,7 +34,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from tfcalc.calc.comm import LinkFit
 
 # Elements of K loop one output tile's prologue/epilogue costs, per compute dtype (module docstring): fit of
 # eff x K / (K + K0) to GEMMs with M, N >= 4096 swept over K on an H200 (aiconfigurator vLLM 0.24 gemm table):
@@ -76,6 +79,7 @@ class Rates:
     bandwidth_points: tuple[tuple[float, float], ...] = ()  # measured (bytes, achievable bytes/s), sorted
     ideal: bool = False
     source: str = ""
+    collectives: LinkFit | None = None  # a measured link (tfcalc bench collectives): replaces the fabric's NCCL link
     # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
     _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _stream: float = field(init=False, repr=False, compare=False, hash=False)

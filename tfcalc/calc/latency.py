@@ -281,6 +281,9 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
         interconnect = load_interconnect(name) if name else _generic_link(gpu)
     inter_node = inter_node or load_interconnect("infiniband-ndr")
     base = rates_for(gpu, engine, cuda_graphs)
+    measured = (rates_decode or rates_prefill or base).collectives
+    if measured is not None:  # a calibration's measured link replaces the intra-node fabric's NCCL link
+        interconnect = replace(interconnect, nccl=comm.calibrated_link(measured, interconnect.nccl))
     return Deployment(spec=spec, gpu=gpu, precision=precision, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, dp=dp,
                       kernels=engine, rates_prefill=rates_prefill or base, rates_decode=rates_decode or base,
                       intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,

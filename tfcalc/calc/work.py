@@ -154,6 +154,8 @@ def decode_work(m: Model, batch: int, context: int, distinct_experts: dict[int, 
     return Work(flops, nbytes)
 
 
-def make_model(spec: ModelSpec, precision: WeightPrecision, kv_dtype: DType, tp: int = 1) -> Model:
-    """``spec`` on one GPU of a ``tp``-way tensor-parallel group, in the given weight and KV formats."""
-    return Model(spec, shard(spec, check_parallelism(spec, tp, tp)), precision, kv_dtype)
+def make_model(spec: ModelSpec, precision: WeightPrecision, kv_dtype: DType, tp: int = 1, ep: int = 1) -> Model:
+    """``spec`` on one GPU of a ``tp``-way tensor-parallel group (its experts over ``ep`` GPUs: ep / tp attention
+    replicas when ep > tp), in the given weight and KV formats."""
+    gpus = tp * (ep // tp if ep > tp else 1)
+    return Model(spec, shard(spec, check_parallelism(spec, gpus, tp, 1, ep)), precision, kv_dtype)

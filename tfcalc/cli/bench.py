@@ -1,5 +1,5 @@
-"""``tfcalc bench attention | moe | ceilings | calibrate``: component benchmarks, each its own table, and the
-measurements ``tfcalc estimate --calibration`` reads.
+"""``tfcalc bench attention | moe | ceilings | calibrate | collectives``: component benchmarks, each its own table,
+and the measurements ``tfcalc estimate --calibration`` reads.
 
 torch is imported only inside the commands (through ``tfcalc.profile``), so ``tfcalc --help`` and the
 calculator commands stay light.
@@ -19,7 +19,7 @@ from tfcalc.output import Column, emit, show_progress
 from tfcalc.units import parse_size, parse_sizes, split_list
 
 app = typer.Typer(help="Component benchmarks: SDPA attention backends, MoE vs dense FFN, copy and matmul ceilings, "
-                  "and a calibration file for 'tfcalc estimate'.",
+                  "collectives over ranks, and a calibration file for 'tfcalc estimate'.",
                   no_args_is_help=True)
 
 TORCH_MISSING = "the profiler needs PyTorch: pip install 'tfcalc[profile]'"
@@ -38,15 +38,17 @@ class TorchMissing(TfcalcError):
     exit_code = 1
 
 
-def profile_modules() -> tuple[ModuleType, ModuleType]:
-    """(tfcalc.profile.components, tfcalc.profile.device), or one clear line when torch is not installed."""
+def profile_modules(name: str) -> tuple[ModuleType, ModuleType]:
+    """(``tfcalc.profile.NAME``, the benchmark of ``tfcalc bench NAME``; ``tfcalc.profile.device``), or one clear
+    line when torch is not installed."""
+    import importlib
+
     try:
-        from tfcalc.profile import components, device
+        return importlib.import_module(f"tfcalc.profile.{name}"), importlib.import_module("tfcalc.profile.device")
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] == "torch":
             raise TorchMissing(TORCH_MISSING) from None
         raise
-    return components, device
 
 
 def dtype_names(values: list[str] | None, default: str) -> list[str]:
@@ -113,7 +115,7 @@ def attention(
     warmup: WarmupOpt = 2, repeats: RepeatsOpt = 5, fmt: FormatOpt = None, output: OutputOpt = None,
 ) -> None:
     """F.scaled_dot_product_attention per backend x sequence length x GQA ratio: time, TFLOP/s, KV bytes/s."""
-    comp, dev = profile_modules()
+    comp, dev = profile_modules("attention")
     devices = dev.select_devices(gpu, device)
     defaults = CPU_ATTENTION if devices[0].type == "cpu" else GPU_ATTENTION
     backends = [b for value in backend or [",".join(comp.ATTENTION_BACKENDS)] for b in split_list(value)]
@@ -134,8 +136,8 @@ def attention(
     peaks_used: list[str] = []
     for torch_device in devices:
         for name in names:
-            tdtype = comp.torch_dtype(name)
-            peak_flops, peak_bw, preset = comp.datasheet_peaks(torch_device, tdtype)
+            tdtype = dev.torch_dtype(name)
+            peak_flops, peak_bw, preset = dev.datasheet_peaks(torch_device, tdtype)
             if peak_tflops is not None:
                 peak_flops, preset = peak_tflops * 1e12, "--peak-tflops"
             if preset:
@@ -190,7 +192,7 @@ def moe(
     """The bundled MoE layer vs a dense FFN of width K x I (same active parameters): tokens/s and expert load."""
     from tfcalc.spec.presets import load_model
 
-    comp, dev = profile_modules()
+    comp, dev = profile_modules("moe")
     devices = dev.select_devices(gpu, device)
     base = load_model(preset)
     token_counts = parse_sizes(tokens or (["1,16,256,1024"] if devices[0].type == "cpu" else ["1,16,256,4096"]),
@@ -202,9 +204,9 @@ def moe(
         spec = comp.moe_bench_spec(base, torch_device, hidden, experts, experts_per_token, expert_intermediate)
         params = comp.moe_layer_params(spec)
         for name in names:
-            tdtype = comp.torch_dtype(name)
+            tdtype = dev.torch_dtype(name)
             element = 4 if name == "fp32" else 2
-            comp.check_fits(torch_device, (params["total"] + params["dense"]) * element, f"{spec.name}'s MoE layer",
+            dev.check_fits(torch_device, (params["total"] + params["dense"]) * element, f"{spec.name}'s MoE layer",
                             "scale it down with --hidden, --experts or --expert-intermediate")
             rows += comp.moe_rows(torch_device, tdtype, spec, token_counts, warmup=warmup, repeats=repeats,
                                   progress=show)
@@ -250,11 +252,11 @@ def ceilings(
     fmt: FormatOpt = None, output: OutputOpt = None,
 ) -> None:
     """Copy bandwidth (bytes read + written / s) and matmul FLOP/s per dtype, with their spread."""
-    comp, dev = profile_modules()
+    comp, dev = profile_modules("ceilings")
     devices = dev.select_devices(gpu, device)
     names = [item for value in dtype or (["fp32,bf16"] if devices[0].type == "cpu" else ["bf16,fp16,fp32"])
              for item in split_list(value)]
-    dtypes = [comp.torch_dtype(name) for name in dict.fromkeys(names)]
+    dtypes = [dev.torch_dtype(name) for name in dict.fromkeys(names)]
     size = parse_size(copy_size, "copy size") if copy_size else None
     rows: list[dict] = []
     for torch_device in devices:
@@ -317,8 +319,8 @@ def calibrate(
 
     from tfcalc.calc.calibration import load_calibration_v2
 
-    comp, dev = profile_modules()
-    from tfcalc.profile.calibrate import default_plan, measure_calibration
+    calibrate_module, dev = profile_modules("calibrate")
+    default_plan, measure_calibration = calibrate_module.default_plan, calibrate_module.measure_calibration
 
     devices = dev.select_devices(gpu, device)
     if len(devices) != 1:
@@ -337,6 +339,171 @@ def calibrate(
     if save is not None:
         from tfcalc.output.files import write_atomic
 
+        data, kept = _merged(save, data, ("collectives",))
         write_atomic(save, json.dumps(data, indent=1) + "\n")
-        notes.append(f"wrote {save}: tfcalc estimate --gpu {info.gpu_preset or 'GPU'} --calibration {save}")
+        notes.append(f"wrote {save}{' (kept its collectives section)' if kept else ''}: tfcalc estimate --gpu "
+                     f"{info.gpu_preset or 'GPU'} --calibration {save}")
     emit(_calibration_rows(data), CALIBRATE_COLUMNS, fmt, output, title=f"Calibration: {info.name}", notes=tuple(notes))
+
+
+def _merged(path: Path, data: dict, keep: tuple[str, ...]) -> tuple[dict, list[str]]:
+    """``data`` with the ``keep`` sections of the calibration file already at ``path`` (when it is one), so that
+    ``bench calibrate`` and ``bench collectives`` can write one file; (data, the sections kept)."""
+    from tfcalc.calc.calibration import is_calibration_v2, load_calibration_v2
+    from tfcalc.errors import SpecError
+    from tfcalc.spec.presets import read_data_file
+
+    if not path.is_file():
+        return data, []
+    try:
+        existing = read_data_file(path)
+        load_calibration_v2(existing, str(path))
+    except (SpecError, OSError, ValueError):
+        return data, []
+    if not is_calibration_v2(existing):
+        return data, []
+    kept = [name for name in keep if existing.get(name)]
+    return {**data, **{name: existing[name] for name in kept}}, kept
+
+
+# --- collectives -----------------------------------------------------------------------------------------------
+
+
+def _residuals(fit) -> str:  # noqa: ANN001 - tfcalc.calc.comm.LinkFit
+    left_out = (f"; {len(fit.excluded)} of {fit.samples} left out as slow outliers (measured over 2x the fit)"
+                if fit.excluded else "")
+    return f"residuals rms {fit.rms_residual:.1%}, max {fit.max_residual:.1%}{left_out}"
+
+
+COLLECTIVE_COLUMNS = [
+    Column("op", "op"), Column("ranks", "ranks", "int"), Column("bytes", "size", "bytes"),
+    Column("time_s", "time", "seconds"), Column("algbw_bytes_per_s", "algbw", "si", "B/s"),
+    Column("busbw_bytes_per_s", "busbw", "si", "B/s"), Column("fit_residual", "fit residual", "percent"),
+    Column("status", "status"),
+]
+CPU_COLLECTIVES = {"max_size": "4m", "dtype": "fp32", "iters": 5}
+GPU_COLLECTIVES = {"max_size": "1g", "dtype": "bf16", "iters": 20}
+
+
+@app.command("collectives")
+@handle_errors
+def collectives(
+    device: DeviceOpt = "cuda", gpu: GpuOpt = None,
+    ranks: Annotated[int | None, typer.Option(
+        "--ranks", "-n", help="Ranks to spawn: default every visible GPU, 2 on the CPU; under torchrun its "
+        "WORLD_SIZE.", min=2, show_default=False)] = None,
+    op: Annotated[list[str] | None, typer.Option(
+        "--op", help="all_reduce, all_gather, reduce_scatter, all_to_all (lists allowed); default all.",
+        show_default=False)] = None,
+    min_size: Annotated[str, typer.Option("--min-size", help="Smallest message (nccl-tests size S).")] = "1k",
+    max_size: Annotated[str | None, typer.Option(
+        "--max-size", help="Largest message; sizes double from --min-size. Default 1 GiB on GPUs, 4 MiB on the "
+        "CPU; capped to what fits in a third of free memory.", show_default=False)] = None,
+    dtype: Annotated[str | None, typer.Option(
+        "--dtype", help="bf16 | fp16 | fp32; default bf16 on GPUs, fp32 on the CPU.", show_default=False)] = None,
+    iters: Annotated[int | None, typer.Option(
+        "--iters", help="Calls timed back to back per timing; default 20 on GPUs, 5 on the CPU.", min=1,
+        show_default=False)] = None,
+    warmup: WarmupOpt = 1,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timings per size: the median on GPUs, the fastest on "
+                                         "the CPU.", min=1)] = 5,
+    save: Annotated[Path | None, typer.Option(
+        "--save", help="Write the timings to this calibration file (JSON) for 'tfcalc estimate --calibration' "
+        "(an existing calibration file keeps its other sections).", show_default=False)] = None,
+    fmt: FormatOpt = None, output: OutputOpt = None,
+) -> None:
+    """All-reduce, all-gather, reduce-scatter and all-to-all over message sizes on torch.distributed (NCCL on GPUs,
+    gloo on the CPU): time, algorithm and bus bandwidth as nccl-tests defines them, and an alpha-beta fit."""
+    import json
+
+    from tfcalc.calc.comm import COLLECTIVES
+
+    module, dev = profile_modules("collectives")
+    from tfcalc.profile.distributed import launch, run_under_torchrun, torchrun_rank
+
+    where = torchrun_rank()
+    defaults = CPU_COLLECTIVES if device == "cpu" else GPU_COLLECTIVES
+    ops = [item for value in op or [",".join(COLLECTIVES)] for item in split_list(value)]
+    for name in ops:
+        if name not in COLLECTIVES:
+            raise UsageError(f"unknown collective '{name}' (choose {', '.join(COLLECTIVES)})")
+    ops = list(dict.fromkeys(ops))
+    names = dtype_names([dtype] if dtype else None, defaults["dtype"])
+    if len(names) != 1 or names[0] not in dev.DTYPES:
+        raise UsageError(f"--dtype takes one of {', '.join(dev.DTYPES)}")
+    smallest, largest = parse_size(min_size, "min size"), parse_size(max_size or defaults["max_size"], "max size")
+    if smallest < 1 or largest < smallest:
+        raise UsageError("--min-size must be positive and at most --max-size")
+    if where is not None:
+        if ranks is not None and ranks != where.world:
+            raise UsageError(f"--ranks {ranks}: torchrun started {where.world}")
+        world, devices = where.world, dev.select_devices(None, device)
+    else:
+        if device == "cuda" and ranks is None:
+            dev.select_devices(gpu, device)  # its one-line error when no GPU is visible
+            world = len(gpu.split(",")) if gpu and gpu != "all" else dev.visible_gpus()
+        else:
+            world = ranks or 2
+        if world < 2:
+            raise UsageError(f"a collective needs 2 or more ranks; {world} GPU visible (use --device cpu --ranks 2 "
+                             "to check the plumbing)")
+        devices = dev.select_rank_devices(gpu, device, world)
+    job = module.CollectivesJob(ops=tuple(ops), sizes=tuple(module.message_sizes(smallest, largest)),
+                                dtype=names[0], iters=iters or defaults["iters"], warmup=warmup, repeats=repeats)
+    got: dict = {}
+    show = progress_printer()
+
+    def on_message(kind: str, payload: object) -> None:
+        if kind == "results":
+            got.update(payload)  # type: ignore[arg-type]
+        elif kind == "progress" and show is not None:
+            show(f"collectives: {payload}")
+
+    if where is not None:
+        run_under_torchrun(job, where, device, on_message, lambda: False)
+        if where.rank != 0:
+            return
+    else:
+        launch(job, world, device, on_message, devices=[d.index for d in devices] if device == "cuda" else None)
+    clear_progress(show)
+    results = got["results"]
+    fits = module.fits_by_op(results, world)
+    rows = module.rows(results, world, got["backend"], got["device"], got["dtype"], fits)
+    from tfcalc.calc.comm import fit_link
+    from tfcalc.output.columns import format_si
+
+    pick = "median" if device == "cuda" else "fastest"
+    notes = [f"{got['backend']} over {world} ranks, {got['dtype']}: time = {job.iters} calls back to back / "
+             f"{job.iters}, averaged over the ranks, {pick} of {repeats} after {warmup} warm-up; size S, algbw = S / "
+             "time and busbw = algbw x 2(n-1)/n (all-reduce) or (n-1)/n as nccl-tests defines them "
+             "(doc/PERFORMANCE.md). Decimal units: GB = 10^9 B."]
+    for name, fit in fits.items():
+        factor = "2(n-1)/n" if name == "all_reduce" else "(n-1)/n"
+        notes.append(f"{name} fit: latency {fit.latency_s(name, world) * 1e6:,.1f} us + S x {factor} / "
+                     f"{format_si(fit.bandwidth_bytes_per_s, 'B/s')}; {_residuals(fit)}")
+    if len(results) >= 2:
+        link = fit_link([(o, world, nbytes, t) for o, nbytes, t in results])
+        notes.append(f"link (all ops together, what --save gives estimate): launch {link.launch_s * 1e6:,.2f} us, "
+                     f"alpha {link.step_latency_s * 1e6:,.2f} us per ring step, beta "
+                     f"{format_si(link.bandwidth_bytes_per_s, 'B/s')}; {_residuals(link)}")
+    if got["skipped"]:
+        notes.append(f"not run (buffers would not fit in a third of free memory): "
+                     f"{', '.join(f'{s:,} B' for s in got['skipped'])}")
+    if save is not None:
+        import datetime
+
+        from tfcalc import __version__
+        from tfcalc.calc.calibration import KIND, VERSION, load_calibration_v2
+        from tfcalc.output.files import write_atomic
+
+        data = {"kind": KIND, "version": VERSION, "device_name": got["device"],
+                "source": f"tfcalc bench collectives: {got['backend']}, {world} ranks, {got['dtype']}",
+                "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "tfcalc_version": __version__,
+                "collectives": [{"op": o, "ranks": world, "bytes": nbytes, "seconds": t} for o, nbytes, t in results]}
+        data, kept = _merged(save, data, ("gemm", "memory", "launch", "attention"))
+        load_calibration_v2(data, "measured collectives")  # what is written must read back
+        write_atomic(save, json.dumps(data, indent=1) + "\n")
+        notes.append(f"wrote {save}{' (kept its ' + ', '.join(kept) + ')' if kept else ''}: tfcalc estimate "
+                     f"--calibration {save} prices collectives on the fitted link")
+    emit(rows, COLLECTIVE_COLUMNS, fmt, output, title=f"Collectives: {got['device']}", notes=tuple(notes))

@@ -7,6 +7,11 @@ from the entry point's handler), stops at once. The rows so far are written and 
 ``tfcalc.errors.Interrupted`` (exit 130 or 143). With ``--output`` naming a regular file, the file is rewritten
 (atomically) after every row, and a run that measured nothing leaves an existing file as it was
 (docs/reliability.md, section 7).
+
+``--tp N`` / ``--ep N`` shard the model over ranks (``tfcalc.profile.distributed``): spawned here, one per GPU
+(``--gpu`` picks them) or CPU processes with gloo, or, under torchrun, this process is one rank and only rank 0
+writes. The same promises hold: rows rank 0 measured are kept when a rank fails (one line naming it, exit 1), on
+Ctrl-C (every rank stops after the same point) and on SIGTERM.
 """
 
 import importlib.util
@@ -45,8 +50,13 @@ COLUMNS = [
     Column("mbu_measured", "MBU (measured copy)", "percent"),
     Column("predicted_decode_tokens_per_s", "predicted decode", "rate", "tok/s"),
     Column("measured_over_predicted", "measured / predicted", "float"),
+    Column("tp", "tp", "int"),
+    Column("ep", "ep", "int"),
+    Column("decode_comm_s", "comm / step", "seconds"),
+    Column("predicted_decode_comm_s", "predicted comm / step", "seconds"),
     Column("status", "status"),
 ]
+SHARDED_ONLY = ("tp", "ep", "decode_comm_s", "predicted_decode_comm_s")  # shown when a row ran on several ranks
 GPU_DEFAULT = ("llama3-8b", {})
 CPU_DEFAULT = ("llama3.2-1b", {"layers": 2})
 CONTEXT_START = {"cpu": 64, "cuda": 256}  # first prompt length of --context auto
@@ -105,6 +115,12 @@ def profile(
         "static (the whole cache).")] = "auto",
     layers: Overrides = None, hidden: Overrides = None, intermediate: Overrides = None, vocab: Overrides = None,
     experts: Overrides = None,
+    tp: Annotated[int, typer.Option(
+        "--tp", help="Tensor-parallel ranks: the model sharded Megatron-style over N GPUs (or CPU processes), "
+        "spawned here or run under torchrun.")] = 1,
+    ep: Annotated[int, typer.Option(
+        "--ep", help="Expert-parallel ranks for MoE models: experts placed E/ep per rank (ep > tp: ep/tp "
+        "attention replicas, tokens by all-to-all).")] = 1,
     compile_decode: Annotated[bool, typer.Option(
         "--compile/--no-compile", help="Capture decode with torch.compile(mode='reduce-overhead') on CUDA.")] = True,
     warmup: Annotated[int, typer.Option(help="Untimed runs before timing.")] = 2,
@@ -121,13 +137,24 @@ def profile(
     """Measure prefill and decode of the bundled decoder (random weights) on this GPU or CPU, with FLOP/s,
     bandwidth, MFU/MBU against datasheet and measured ceilings, and the calculator's prediction beside them."""
     _require_torch()
-    from tfcalc.profile import bench
-    from tfcalc.profile.device import DTYPES, available_memory_bytes, select_devices
+    from tfcalc.profile import sweep as profiler
+    from tfcalc.profile.device import DTYPES, available_memory_bytes, select_devices, select_rank_devices
 
     # --- every usage error before anything is measured --------------------------------------------------------
     if warmup < 0 or repeats < 1:
         raise UsageError("--warmup must be >= 0 and --repeats >= 1")
-    devices = select_devices(gpu, device)
+    if tp < 1 or ep < 1:
+        raise UsageError("--tp and --ep must be at least 1")
+    from tfcalc.profile.distributed import torchrun_rank
+
+    world = profiler.world_size(tp, ep)
+    under_torchrun = torchrun_rank()
+    if under_torchrun is not None and under_torchrun.world > 1 and under_torchrun.world != world:
+        raise UsageError(f"torchrun started {under_torchrun.world} ranks but --tp {tp} --ep {ep} needs {world}")
+    if world > 1 and under_torchrun is None:
+        devices = select_rank_devices(gpu, device, world)
+    else:  # one device, or this torchrun rank's (cuda:LOCAL_RANK)
+        devices = select_devices(None if under_torchrun is not None and world > 1 else gpu, device)
     on_cpu = devices[0].type == "cpu"
     dtypes = _items(dtype)
     for d in dtypes:
@@ -135,10 +162,13 @@ def profile(
             raise UsageError(f"unknown profile dtype '{d}' (choose {', '.join(DTYPES)}; FP8 weights: "
                              "--weights-dtype fp8 or fp8_block)")
     weights = _items(weights_dtype)
-    _check_choices(weights, bench.WEIGHTS_DTYPES, "--weights-dtype")
+    _check_choices(weights, profiler.WEIGHTS_DTYPES, "--weights-dtype")
+    if weights and world > 1:
+        raise UsageError("--weights-dtype with --tp / --ep: FP8 weights are not sharded yet (profile them on one "
+                         "device)")
     backends = _items(attn_backend)
-    _check_choices(backends, bench.ATTENTION_BACKENDS, "attention backend")
-    _check_choices([decode_attention], bench.DECODE_ATTENTION, "--decode-attention")
+    _check_choices(backends, profiler.ATTENTION_BACKENDS, "attention backend")
+    _check_choices([decode_attention], profiler.DECODE_ATTENTION, "--decode-attention")
     gens = parse_sizes(gen_len or ["16" if on_cpu else "128"], "gen-len")
     if min(gens) < 2:
         raise UsageError("--gen-len must be at least 2 (the first token comes from prefill)")
@@ -158,22 +188,30 @@ def profile(
     sweeps = []
     for spec in models:
         sizes = {**defaults, **overrides}
-        run_spec = bench.scale_spec(spec, **sizes)  # refuses --vocab 1, --layers above the model's, ...
+        run_spec = profiler.scale_spec(spec, **sizes)  # refuses --vocab 1, --layers above the model's, ...
         note = ""
         if "layers" in sizes:
-            note = bench.describe_layers(spec, bench.pick_layers(spec, int(sizes["layers"])))
-        sweep = bench.Sweep(
+            note = profiler.describe_layers(spec, profiler.pick_layers(spec, int(sizes["layers"])))
+        sweep = profiler.Sweep(
             spec=run_spec, layers_total=run_spec.num_layers if sizes else spec.num_layers, layers_explicit=bool(sizes),
             batches=parse_sizes(batch, "batch"), prompt_lens=prompts, gen_lens=gens, dtypes=dtypes, backends=backends,
             compile_decode=compile_decode and not on_cpu, warmup=warmup, repeats=repeats, calibration=loaded,
             weights_dtypes=list(weights) or [None], decode_attention=decode_attention, layer_note=note)
         if auto_context:
-            lengths = bench.contexts_that_fit(run_spec, sweep, available_memory_bytes(devices[0]),
+            lengths = profiler.contexts_that_fit(run_spec, sweep, available_memory_bytes(devices[0]),
                                               CONTEXT_START[devices[0].type])
             if not lengths:
                 raise UsageError(f"--context auto: no prompt of {CONTEXT_START[devices[0].type]} tokens or more "
                                  f"fits {run_spec.name} in this device's memory")
             sweep = replace(sweep, prompt_lens=lengths)
+        if world > 1:
+            profiler.check_sharding(run_spec, tp, ep)
+            dp = world // tp
+            uneven = [b for b in sweep.batches if b % dp]
+            if uneven:
+                raise UsageError(f"--batch {uneven[0]} does not split over the {dp} attention replicas of tp {tp} "
+                                 f"x ep {ep} (the batch counts every replica's sequences)")
+            sweep = replace(sweep, compile_decode=False)  # collectives are timed from the host: decode runs eagerly
         sweeps.append(sweep)
     if plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise UsageError("--plot needs matplotlib: pip install 'tfcalc[plot]'")
@@ -187,22 +225,36 @@ def profile(
     def keep(row: dict[str, object]) -> None:
         rows.append(row)
         if checkpoint:  # the file holds every row measured so far; a stream (-, a FIFO) is written once, at the end
-            emit(rows, COLUMNS, fmt, output, title="Profile", notes=_notes(rows), announce=False)
+            emit(rows, _columns(rows), fmt, output, title="Profile", notes=_notes(rows), announce=False)
 
-    stop = bench.StopRequested()
+    stop = profiler.StopRequested()
     stopped: BaseException | None = None
+    failed: TfcalcError | None = None
     with stop.installed():
         try:
-            for sweep in sweeps:
-                if not _run_with_progress(sweep, devices, keep, stop):
+            if world > 1:
+                if not _run_ranks(profiler.ParallelProfile(tuple(sweeps), tp, ep), sweeps, devices, world, keep,
+                                  stop):
                     stopped = KeyboardInterrupt()
-                    break
+            else:
+                for sweep in sweeps:
+                    if not _run_with_progress(sweep, devices, keep, stop):
+                        stopped = KeyboardInterrupt()
+                        break
         except KeyboardInterrupt as exc:  # a second Ctrl-C, or SIGTERM (tfcalc.errors.Terminated)
             stopped = exc
+        except TfcalcError as exc:  # a rank failed: the rows rank 0 measured before are kept, then the error
+            failed = exc
+    if under_torchrun is not None and under_torchrun.rank != 0:
+        if failed is not None:
+            raise failed
+        if stopped is not None:
+            raise Interrupted.from_exception(stopped, "rank 0 keeps the rows")
+        return  # rank 0 writes the rows
 
     # --- what was measured -------------------------------------------------------------------------------------
     if rows:
-        emit(rows, COLUMNS, fmt, output, title="Profile", notes=_notes(rows))
+        emit(rows, _columns(rows), fmt, output, title="Profile", notes=_notes(rows))
     elif output is not None and Path(output).is_file():
         print_stderr(f"kept {output} as it was: no row was measured")
     if save_calibration is not None and any(str(r.get("status", "")).startswith("ok") for r in rows):
@@ -218,10 +270,50 @@ def profile(
 
         plot_profile(plot, rows)
         print_stderr(f"wrote plot to {plot}")
+    if failed is not None:
+        kept = f" (kept {len(rows)} row{'' if len(rows) == 1 else 's'} measured before)" if rows else ""
+        raise type(failed)(f"{failed}{kept}")
     if stopped is not None:
         reason = "SIGTERM" if isinstance(stopped, Terminated) else "Ctrl-C"
         raise Interrupted.from_exception(stopped, f"kept {len(rows)} row{'' if len(rows) == 1 else 's'} measured "
                                                   f"before {reason}")
+
+
+def _run_ranks(job, sweeps, devices, world: int, on_row, stop) -> bool:  # noqa: ANN001 - lazily imported types
+    """Run the sharded sweeps on ``world`` ranks (spawned, or this process under torchrun), one line per row on
+    stderr. False when a Ctrl-C stopped them after a point."""
+    from tfcalc.profile.distributed import launch, run_under_torchrun, torchrun_rank
+
+    total = sum(len(s.points()) for s in sweeps)
+    where = torchrun_rank()
+    device_type = devices[0].type
+    names = ", ".join(dict.fromkeys(s.spec.name for s in sweeps))
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    if where is None or where.rank == 0:
+        print_stderr(f"profiling {names}: {total} points on {world} ranks ({backend}"
+                     f"{', torchrun' if where is not None else ''})")
+    done = iter(range(1, total + 1))
+
+    def on_message(kind: str, payload: object) -> None:
+        if kind == "row" and isinstance(payload, dict):
+            on_row(payload)
+            print_stderr(f"  {next(done, total)}/{total} {payload['model']} {payload['dtype']} tp {payload['tp']} "
+                         f"ep {payload['ep']} batch {payload['batch']} prompt {payload['prompt_len']}: "
+                         f"{payload['status']}")
+
+    if where is not None:
+        run_under_torchrun(job, where, device_type, on_message, lambda: stop.requested)
+    else:
+        launch(job, world, device_type, on_message, devices=[d.index for d in devices] if device_type == "cuda"
+               else None, stop_requested=lambda: stop.requested)
+    return not stop.requested
+
+
+def _columns(rows: list[dict[str, object]]) -> list[Column]:
+    """The table's columns: the sharding ones only when some row ran on several ranks."""
+    if any((r.get("world_size") or 1) > 1 for r in rows):  # type: ignore[operator]
+        return COLUMNS
+    return [c for c in COLUMNS if c.key not in SHARDED_ONLY]
 
 
 def _notes(rows: list[dict[str, object]]) -> tuple[str, ...]:
@@ -233,7 +325,7 @@ def _notes(rows: list[dict[str, object]]) -> tuple[str, ...]:
 def _run_with_progress(sweep, devices, on_row, stop) -> bool:  # noqa: ANN001 - lazily imported types
     """Run one sweep; a progress bar on a terminal, else one line per row on stderr (CI logs, pipes). False when
     the first Ctrl-C stopped it after a row."""
-    from tfcalc.profile.bench import run_sweep
+    from tfcalc.profile.sweep import run_sweep
 
     total = len(sweep.points()) * len(devices)
     try:

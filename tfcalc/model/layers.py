@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -553,6 +554,10 @@ class MoE(nn.Module):
     (token, expert) pairs by expert and runs each expert once on its contiguous slice; reading the per-expert
     counts back to the host is the one data-dependent step, so an MoE forward is not CUDA-graph capturable.
     ``expert_counts`` holds the tokens routed to each expert by the last forward.
+
+    Sharded (``tfcalc.model.parallel``), a rank holds experts ``first_expert`` .. + ``local_experts`` (or a slice
+    of each, adding ``b_out`` only where ``add_out_bias``) and runs only the pairs routed to them; ``dispatch``,
+    when set, replaces the routing of :meth:`routed` (expert parallelism by all-to-all).
     """
 
     def __init__(self, spec: ModelSpec, weights_dtype: str | None = None) -> None:
@@ -580,6 +585,8 @@ class MoE(nn.Module):
         self.shared = FeedForward(spec, shared_width, bias=spec.mlp_bias) if shared_width else None
         self.shared_gate = nn.Linear(h, 1, bias=False) if shared_width and moe.shared_expert_gate else None
         self.register_buffer("expert_counts", torch.zeros(e, dtype=torch.long), persistent=False)
+        self.first_expert, self.local_experts, self.add_out_bias = 0, e, True
+        self.dispatch: Callable[[MoE, Tensor], Tensor] | None = None
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x [N, hidden] -> routing weights [N, K] (in x's dtype) and expert ids [N, K]."""
@@ -605,28 +612,43 @@ class MoE(nn.Module):
         return (weights * moe.routed_scaling_factor).to(x.dtype), experts
 
     def expert(self, e: int, x: Tensor) -> Tensor:
-        """Expert e on its tokens x [n, hidden] -> [n, hidden]."""
+        """Expert e (of this module's stack) on its tokens x [n, hidden] -> [n, hidden]."""
         b_in = None if self.b_in is None else self.b_in[e]
-        b_out = None if self.b_out is None else self.b_out[e]
+        b_out = None if self.b_out is None or not self.add_out_bias else self.b_out[e]
         return stacked_linear(activate(self.spec, stacked_linear(x, self.w_in, e, b_in)), self.w_out, e, b_out)
+
+    def run_experts(self, xs: Tensor, counts: list[int]) -> Tensor:
+        """xs [P, hidden] sorted by expert, ``counts[e]`` rows for expert e of the stack -> outputs [P, hidden]."""
+        out = torch.empty_like(xs)
+        start = 0
+        for e, n in enumerate(counts):
+            if n:
+                out[start:start + n] = self.expert(e, xs[start:start + n])
+            start += n
+        return out
+
+    def routed(self, x: Tensor) -> Tensor:
+        """The routed experts' weighted sum for x [N, hidden]: route, sort the N*K (token, expert) pairs by expert,
+        run the experts this module holds on theirs (pairs of other experts contribute nothing here)."""
+        weights, experts = self.route(x)  # [N, K]
+        flat = experts.flatten()  # [N*K], pair j is token j // K
+        counts = torch.zeros_like(self.expert_counts).index_add_(0, flat, torch.ones_like(flat))
+        self.expert_counts.copy_(counts)
+        first, held = self.first_expert, self.local_experts
+        if held == counts.numel():
+            pair = flat.argsort(stable=True)  # pairs grouped by expert
+        else:
+            local = (flat >= first) & (flat < first + held)
+            pair = local.nonzero().squeeze(1)
+            pair = pair[flat[pair].argsort(stable=True)]
+        token = pair // self.top_k
+        out = self.run_experts(x[token], counts[first:first + held].tolist())
+        return torch.zeros_like(x).index_add_(0, token, out * weights.flatten()[pair, None])
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x = x.reshape(-1, shape[-1])  # [N, hidden]
-        weights, experts = self.route(x)  # [N, K]
-        flat = experts.flatten()  # [N*K], pair j is token j // K
-        order = flat.argsort(stable=True)  # pairs grouped by expert
-        token = order // self.top_k
-        counts = torch.zeros_like(self.expert_counts).index_add_(0, flat, torch.ones_like(flat))
-        self.expert_counts.copy_(counts)
-        xs = x[token]  # [N*K, hidden], sorted by expert
-        out = torch.empty_like(xs)
-        start = 0
-        for e, n in enumerate(counts.tolist()):
-            if n:
-                out[start:start + n] = self.expert(e, xs[start:start + n])
-            start += n
-        y = torch.zeros_like(x).index_add_(0, token, out * weights.flatten()[order, None])
+        y = self.routed(x) if self.dispatch is None else self.dispatch(self, x)
         if self.shared is not None:
             shared = self.shared(x)
             y = y + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(x)) * shared)

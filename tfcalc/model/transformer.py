@@ -49,6 +49,7 @@ from tfcalc.model.layers import (
     sdpa_context,
 )
 from tfcalc.model.mla import MLAttention
+from tfcalc.model.parallel import Parallel, check_sharding
 from tfcalc.model.scaling import scale_spec
 from tfcalc.spec.model import ModelSpec
 
@@ -103,7 +104,7 @@ class Transformer(nn.Module):
     """
 
     def __init__(self, spec: ModelSpec, attention_backend: str = "auto", decode_attention: str = "auto",
-                 weights_dtype: str | None = None) -> None:
+                 weights_dtype: str | None = None, parallel: Parallel | None = None) -> None:
         super().__init__()
         if attention_backend not in ("auto", *SDPA_BACKENDS):
             raise UsageError(f"unknown attention backend '{attention_backend}' "
@@ -124,11 +125,16 @@ class Transformer(nn.Module):
             block = TransformerBlock(spec, i, weights_dtype)
             if weights_dtype is not None:  # one block at a time: the peak stays one block above the FP8 model
                 quantize_block(block, weights_dtype)
+            if parallel is not None:  # this rank's slices, kept as each block is built (tfcalc.model.parallel)
+                parallel.shard_block(block)
             self.layers.append(block)
         self.norm = make_norm(spec, spec.hidden_size)
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         if spec.tie_word_embeddings:
             self.lm_head.weight = self.tok_embeddings.weight
+        self.parallel = parallel
+        if parallel is not None:
+            parallel.shard_vocabulary(self)
         # Gemma: sqrt(hidden) rounded to the model's dtype (transformers' embed_scale.to(weight.dtype)), kept as a
         # Python float so that a captured step holds no CPU tensor
         self.embed_scale = float(torch.tensor(math.sqrt(spec.hidden_size), dtype=torch.get_default_dtype(),
@@ -296,20 +302,29 @@ class Transformer(nn.Module):
 
 def build_model(spec: ModelSpec, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                 attention_backend: str = "auto", decode_attention: str = "auto", weights_dtype: str | None = None,
-                **overrides: int | None) -> Transformer:
+                seed: int | None = None, parallel: Parallel | None = None, **overrides: int | None) -> Transformer:
     """A randomly initialised :class:`Transformer` for ``spec`` scaled by ``overrides`` (see
     :func:`~tfcalc.model.scaling.scale_spec`: layers, hidden, heads, kv_heads, head_dim, intermediate, vocab,
     experts, experts_per_token, expert_intermediate), built directly in ``dtype`` on ``device`` (no float32 copy
     first); ``weights_dtype`` fp8 / fp8_block quantizes each block's matrices as it is built, and draws expert
-    stacks one expert at a time (:mod:`tfcalc.model.fp8`). The meta device builds without memory, for counting."""
+    stacks one expert at a time (:mod:`tfcalc.model.fp8`). The meta device builds without memory, for counting.
+
+    ``seed`` seeds torch's generators first, so that the same seed draws the same weights on the same kind of
+    device; ``parallel`` keeps this rank's shard of that same model (:mod:`tfcalc.model.parallel`)."""
     if weights_dtype is not None and weights_dtype not in FP8_FORMATS:
         raise UsageError(f"unknown weights dtype '{weights_dtype}' (choose {', '.join(sorted(FP8_FORMATS))})")
+    if weights_dtype is not None and parallel is not None:
+        raise UsageError("FP8 weights are not sharded yet: profile them on one device (no --tp / --ep)")
     spec = scale_spec(spec, **overrides)
+    if parallel is not None:
+        check_sharding(spec, parallel.tp, parallel.ep)
+    if seed is not None:
+        torch.manual_seed(seed)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device), torch.no_grad():
-            model = Transformer(spec, attention_backend, decode_attention, weights_dtype)
+            model = Transformer(spec, attention_backend, decode_attention, weights_dtype, parallel)
     finally:
         torch.set_default_dtype(previous)
     return model.eval()

@@ -1,4 +1,6 @@
 """The profiler: runs the bundled decoder on this device and measures it beside the calculator's prediction.
 
-Imports torch; only ``tfcalc.cli.profile`` and ``tfcalc.cli.bench`` load it, inside their commands.
+One module per job: ``sweep`` (``tfcalc profile``) measures ``measure``'s points on ``device``'s devices against
+``ceilings``; ``attention``, ``moe``, ``ceilings`` and ``calibrate`` are ``tfcalc bench NAME``; ``timing`` times
+calls. Imports torch; only ``tfcalc.cli.profile`` and ``tfcalc.cli.bench`` load it, inside their commands.
 """

@@ -7,11 +7,13 @@ inputs (zeros make some GPUs run faster than real data).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 
-from tfcalc.profile.timing import Timing, time_call
+from tfcalc.profile.device import dtype_name, is_oom, release_memory
+from tfcalc.profile.timing import Timing, first_sentence, time_call
 
 
 @dataclass(frozen=True)
@@ -54,3 +56,65 @@ def fp8_matmul_flops(device: torch.device, n: int | None = None, repeats: int = 
     wq, ws = quantize_weight(torch.randn(n, n, device=device), block=False)
     timing = time_call(lambda: scaled_gemm(xq, xs, wq, ws, False, torch.bfloat16), device, warmup=3, repeats=repeats)
     return Ceiling("matmul", "fp8_e4m3", n, 2 * n**3 / timing.median_s, timing)
+
+
+# --- the rows of tfcalc bench ceilings ---------------------------------------------------------------------------
+
+
+def _cpu_matmul_size(dtype: torch.dtype, largest: int = 1024, budget_s: float = 0.1) -> int:
+    """The largest power of two <= ``largest`` whose CPU matmul should take under ``budget_s``, extrapolated
+    (n^3) from a 128^3 call: fp16 has no fast kernel on most CPUs and runs 100x slower than fp32."""
+    import time
+
+    a = torch.randn(128, 128).to(dtype)
+    a @ a
+    start = time.perf_counter()
+    a @ a
+    elapsed = max(time.perf_counter() - start, 1e-6)
+    n = 128
+    while n < largest and elapsed * (2 * n / 128) ** 3 < budget_s:
+        n *= 2
+    return n
+
+
+def ceiling_rows(device: torch.device, dtypes: Iterable[torch.dtype], copy_bytes: int | None = None,
+                 matmul_n: int | None = None, repeats: int = 10) -> list[dict[str, object]]:
+    """The device's copy bandwidth (bytes read + written / s, :func:`tfcalc.profile.ceilings.copy_bandwidth`)
+    and, per dtype, square-matmul FLOP/s (2 n³ / time, :func:`~tfcalc.profile.ceilings.matmul_flops`), with the
+    timing spread: rates at the p75 and p25 times (slow and fast quartiles)."""
+    def row(c: Ceiling | None, kind: str, dtype: str, size: int, work: float, status: str = "ok",
+            note: str = "") -> dict[str, object]:
+        t = c.timing if c else None
+        rate_key = "bytes_per_s" if kind == "copy" else "flops_per_s"
+        out: dict[str, object] = {
+            "device": str(device), "ceiling": kind, "dtype": dtype,
+            "size": size, "size_unit": "bytes per buffer" if kind == "copy" else "n (n x n x n)",
+            "work_per_call": work, "work_unit": "bytes read + written" if kind == "copy" else "FLOP (2 n^3)",
+            "time_s": t.median_s if t else None, "time_p25_s": t.p25_s if t else None,
+            "time_p75_s": t.p75_s if t else None, "bytes_per_s": None, "flops_per_s": None,
+            "rate_p25": work / t.p75_s if t else None, "rate_p75": work / t.p25_s if t else None,
+            "spread": t.spread if t else None, "repeats": t.repeats if t else None, "status": status, "note": note,
+        }
+        out[rate_key] = c.value if c else None
+        return out
+
+    rows = []
+    size = copy_bytes or ((1 << 30) if device.type == "cuda" else (256 << 20))
+    try:
+        c = copy_bandwidth(device, size, repeats=repeats)
+        rows.append(row(c, "copy", "uint8", c.size, 2 * c.size))
+    except RuntimeError as exc:
+        release_memory(device)
+        rows.append(row(None, "copy", "uint8", size, 2 * size, "oom" if is_oom(exc) else "error",
+                            first_sentence(exc)))
+    for dtype in dtypes:
+        n = matmul_n or (8192 if device.type == "cuda" else _cpu_matmul_size(dtype))
+        try:
+            c = matmul_flops(device, dtype, n, repeats=repeats)
+            rows.append(row(c, "matmul", dtype_name(dtype), n, 2 * n**3))
+        except RuntimeError as exc:
+            release_memory(device)
+            rows.append(row(None, "matmul", dtype_name(dtype), n, 2 * n**3, "oom" if is_oom(exc) else "error",
+                            first_sentence(exc)))
+        release_memory(device)
+    return rows

@@ -137,6 +137,23 @@ def select_devices(gpu: str | None, device: str) -> list[torch.device]:
     return [torch.device("cuda", index) for index in indices]
 
 
+def visible_gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def select_rank_devices(gpu: str | None, device: str, world: int) -> list[torch.device]:
+    """The devices of a spawned run of ``world`` ranks: ``world`` GPUs (``--gpu``'s list, else the first
+    ``world`` visible), or the CPU (every rank on it)."""
+    if device != "cuda" or not torch.cuda.is_available():
+        return select_devices(gpu, device)  # the CPU, or select_devices' one-line error
+    visible = torch.cuda.device_count()
+    chosen = select_devices(gpu or ",".join(str(i) for i in range(min(world, visible))), device)
+    if len(chosen) != world:
+        raise UsageError(f"{world} ranks need {world} GPUs: {len(chosen)} {'given' if gpu else 'visible'} "
+                         f"({visible} visible); pass --gpu with {world} indices, or run under torchrun across nodes")
+    return chosen
+
+
 def describe(device: torch.device) -> DeviceInfo:
     """NVML facts for a GPU (torch's where NVML is missing), or the CPU's name and core count."""
     if device.type == "cpu":
@@ -186,3 +203,27 @@ def _with_note(info: DeviceInfo, note: str) -> DeviceInfo:
     from dataclasses import replace
 
     return replace(info, note=note)
+
+
+def check_fits(device: torch.device, nbytes: int, what: str, hint: str) -> None:
+    """Refuse up front when ``nbytes`` of weights exceed 80 % of the GPU's free memory."""
+    if device.type != "cuda":
+        return
+    free, _ = torch.cuda.mem_get_info(device)
+    if nbytes > 0.8 * free:
+        raise UsageError(f"{what} needs {nbytes / (1 << 30):,.1f} GiB but {device} has {free / (1 << 30):,.1f} GiB "
+                         f"free; {hint}")
+
+
+def datasheet_peaks(device: torch.device, dtype: torch.dtype) -> tuple[float | None, float | None, str | None]:
+    """(dense FLOP/s for ``dtype``, HBM bytes/s, preset name) of the GPU preset this device's name matches;
+    (None, None, None) on the CPU or when no preset matches."""
+    if device.type != "cuda":
+        return None, None, None
+    from tfcalc.spec.presets import load_gpu
+
+    preset = match_gpu_preset(torch.cuda.get_device_name(device))
+    if preset is None:
+        return None, None, None
+    gpu = load_gpu(preset)
+    return gpu.dense_flops_per_s.get(dtype_name(dtype)), gpu.hbm_bandwidth_bytes_per_s, preset

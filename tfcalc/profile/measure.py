@@ -13,6 +13,11 @@ It is primed before any timing (compile, CUDA-graph warm-up and recording: three
 compiled only if that raised nothing (a graph break or the recompile limit raises under ``fullgraph``) and
 inductor skipped no CUDA graph (``counters["inductor"]["cudagraph_skips"]``, bumped for e.g. mutated
 non-static inputs); otherwise decode runs eagerly (``live``) and the row says ``compiled: false``.
+
+A sharded model (``tfcalc.model.parallel``) times its collectives in the same timed calls: the time spent in them
+per prefill and per decode loop (median over the repeats, as the phases themselves) and how many there were.
+Its caller keeps decode eager (collectives are timed on the host side of each call), and ``seed`` gives each
+attention replica its own prompts.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ import torch
 
 from tfcalc.model.fp8 import fp8_gemms
 from tfcalc.model.layers import CAUSAL, LIVE, MASKED, OPEN
+from tfcalc.model.parallel import Collectives
 from tfcalc.model.transformer import Transformer
 from tfcalc.profile.device import DTYPES, is_oom, torch_dtype  # noqa: F401 (DTYPES, torch_dtype: callers)
-from tfcalc.profile.timing import Timing, time_call
+from tfcalc.profile.timing import Timing, summarize, time_call
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +47,10 @@ class Measurement:
     fp8_gemm: str | None  # scaled_mm / dequantized when the weights are FP8
     peak_memory_bytes: int | None
     distinct_experts: dict[int, float] | None  # MoE layer -> mean distinct experts a decode step touched
+    comm_prefill: Timing | None = None  # seconds in collectives per prefill (sharded models)
+    comm_decode_loop: Timing | None = None  # seconds in collectives per decode loop of decode_steps steps
+    collectives_prefill: int = 0  # collectives one prefill makes
+    collectives_decode_loop: int = 0
 
 
 def backend_available(model: Transformer, backend: str, device: torch.device) -> bool:
@@ -103,22 +113,47 @@ def decode_fn(model: Transformer, token: torch.Tensor, rewind: Callable[[], obje
     return compiled, True
 
 
+def _timed(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int, setup: Callable[[], object],
+           comm: Collectives | None) -> tuple[Timing, Timing | None, int]:
+    """``time_call`` of ``fn``, and with ``comm`` the seconds its collectives took per timed call (tallied
+    between calls, after each call's own synchronisation) and how many it made."""
+    if comm is None:
+        return time_call(fn, device, warmup, repeats, setup=setup), None, 0
+    tallies: list[tuple[float, int]] = []
+    started = False
+
+    def tallied_setup() -> None:
+        nonlocal started
+        if started:
+            tallies.append((comm.seconds(), comm.calls))
+        setup()
+        comm.reset()
+        started = True
+
+    timing = time_call(fn, device, warmup, repeats, setup=tallied_setup)
+    tallies.append((comm.seconds(), comm.calls))
+    timed = tallies[warmup:]
+    return timing, summarize([seconds for seconds, _ in timed]), timed[-1][1]
+
+
 def measure(model: Transformer, batch: int, prompt_len: int, gen_len: int, backend: str, compile_decode: bool,
             warmup: int = 2, repeats: int = 5, expert_probe_steps: int = 8,
-            compiler: Callable[[Step], Step] | None = None) -> Measurement:
+            compiler: Callable[[Step], Step] | None = None, seed: int = 0) -> Measurement:
     """Time prefill and decode of ``batch`` sequences (static cache of prompt_len + gen_len tokens)."""
     device = model.tok_embeddings.weight.device
     spec = model.spec
+    comm = model.parallel.comm if model.parallel is not None else None
     model.requested_backend = backend
     model.setup_caches(batch, prompt_len + gen_len)
-    generator = torch.Generator(device="cpu").manual_seed(0)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
     prompt = torch.randint(1, spec.vocab_size, (batch, prompt_len), generator=generator).to(device)
     token = torch.randint(1, spec.vocab_size, (batch, 1), generator=generator).to(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
     with torch.inference_mode():
-        prefill = time_call(lambda: model.prefill(prompt, last_only=True), device, warmup, repeats, setup=model.reset)
+        prefill, comm_prefill, calls_prefill = _timed(lambda: model.prefill(prompt, last_only=True), device, warmup,
+                                                      repeats, model.reset, comm)
         steps = gen_len - 1
 
         # Decode starts after the prompt: prefill it once (untimed); before each timed loop only the position
@@ -135,12 +170,14 @@ def measure(model: Transformer, batch: int, prompt_len: int, gen_len: int, backe
             for _ in range(steps):
                 step(token)
 
-        decode = time_call(decode_loop, device, warmup, repeats, setup=rewind)
+        decode, comm_decode, calls_decode = _timed(decode_loop, device, warmup, repeats, rewind, comm)
         peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
         distinct = _probe_experts(model, prompt, token, min(steps, expert_probe_steps)) if spec.moe else None
     return Measurement(prefill=prefill, decode_loop=decode, decode_steps=steps, attn_backend=model.attention_backend,
                        compiled=compiled, decode_attention=model.decode_ran, fp8_gemm=fp8_gemms(model),
-                       peak_memory_bytes=peak, distinct_experts=distinct)
+                       peak_memory_bytes=peak, distinct_experts=distinct, comm_prefill=comm_prefill,
+                       comm_decode_loop=comm_decode, collectives_prefill=calls_prefill,
+                       collectives_decode_loop=calls_decode)
 
 
 def _probe_experts(model: Transformer, prompt: torch.Tensor, token: torch.Tensor, steps: int) -> dict[int, float]:
@@ -151,5 +188,7 @@ def _probe_experts(model: Transformer, prompt: torch.Tensor, token: torch.Tensor
     for _ in range(max(steps, 1)):
         model.decode_step(token)
         for layer, counts in model.expert_token_counts().items():
+            if model.parallel is not None:  # each rank routed its own tokens: count over the deployment
+                counts = model.parallel.total_expert_counts(counts)
             totals[layer] = totals.get(layer, 0.0) + float((counts > 0).sum())
     return {layer: total / max(steps, 1) for layer, total in totals.items()}

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from tfcalc.profile.device import is_oom, release_memory
 
 
 @dataclass(frozen=True)
@@ -64,3 +67,23 @@ def time_call(fn: Callable[[], object], device: torch.device, warmup: int = 2, r
             fn()
             samples.append(time.perf_counter() - begin)
     return summarize(samples)
+
+
+def first_sentence(exc: BaseException, limit: int = 120) -> str:
+    """The first sentence of an error message, for a one-line row note."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text.split(". ")[0].rstrip(".")[:limit]
+
+
+def time_or_failure(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int
+                    ) -> tuple[Timing | None, str]:
+    """(timing, "ok"), or (None, "oom" / "error: ...") when the call fails at this size (memory released)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return time_call(fn, device, warmup=warmup, repeats=repeats), "ok"
+    except RuntimeError as exc:
+        release_memory(device)
+        if is_oom(exc):
+            return None, "oom"
+        return None, f"error: {first_sentence(exc)}"

@@ -11,7 +11,7 @@ from tfcalc.calc.params import count_params
 from tfcalc.dtypes import WeightPrecision, get_dtype
 from tfcalc.errors import UsageError
 from tfcalc.model.transformer import build_model, scale_spec
-from tfcalc.profile import bench
+from tfcalc.profile import sweep as profiler
 from tfcalc.profile.device import match_gpu_preset, select_devices
 from tfcalc.profile.measure import measure
 from tfcalc.profile.timing import summarize, time_call
@@ -79,54 +79,54 @@ def test_measure_counts_distinct_experts() -> None:
     assert all(2 <= v <= 8 for v in m.distinct_experts.values())  # 4 tokens x top-2 of 8
 
 
-def _sweep(**changes) -> bench.Sweep:
+def _sweep(**changes) -> profiler.Sweep:
     base = dict(spec=_tiny(), layers_total=2, layers_explicit=True, batches=[1, 2, 3], prompt_lens=[8],
                 gen_lens=[3], dtypes=["fp32"], backends=["auto"], compile_decode=False, warmup=0, repeats=1)
-    return bench.Sweep(**{**base, **changes})
+    return profiler.Sweep(**{**base, **changes})
 
 
 def test_sweep_marks_oom_rows_and_goes_on(monkeypatch) -> None:
-    real = bench.measure
+    real = profiler.measure
 
     def flaky(model, batch, *args, **kwargs):
         if batch == 2:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(model, batch, *args, **kwargs)
 
-    monkeypatch.setattr(bench, "measure", flaky)
+    monkeypatch.setattr(profiler, "measure", flaky)
     rows: list[dict] = []
-    assert bench.run_sweep(_sweep(), [torch.device("cpu")], rows.append)
+    assert profiler.run_sweep(_sweep(), [torch.device("cpu")], rows.append)
     assert [r["status"] for r in rows] == ["ok", "oom", "ok"]
     assert rows[1]["tpot_s"] is None and rows[1]["predicted_decode_tokens_per_s"] > 0
 
 
 def test_sweep_stops_after_the_current_row_on_ctrl_c() -> None:
-    stop = bench.StopRequested()
+    stop = profiler.StopRequested()
     rows: list[dict] = []
 
     def on_row(row: dict) -> None:
         rows.append(row)
         stop.requested = True  # as the SIGINT handler does
 
-    assert bench.run_sweep(_sweep(), [torch.device("cpu")], on_row, stop) is False
+    assert profiler.run_sweep(_sweep(), [torch.device("cpu")], on_row, stop) is False
     assert len(rows) == 1 and rows[0]["status"] == "ok"
 
 
 def test_unavailable_backend_is_a_row_not_a_crash() -> None:
     rows: list[dict] = []
-    bench.run_sweep(_sweep(batches=[1], backends=["cudnn", "math"]), [torch.device("cpu")], rows.append)
+    profiler.run_sweep(_sweep(batches=[1], backends=["cudnn", "math"]), [torch.device("cpu")], rows.append)
     assert rows[0]["status"].startswith("unavailable") and rows[1]["status"] == "ok"
 
 
 def test_layers_that_fit_shrinks_to_free_memory() -> None:
     spec = load_model("llama3-8b")
     sweep = _sweep(spec=spec, batches=[1], prompt_lens=[512], gen_lens=[128], dtypes=["bf16"])
-    one_layer = bench.predicted_memory_bytes(spec.with_overrides(layers=1), "bf16", 1, 512, 128)
-    assert bench.layers_that_fit(spec, sweep, 10**15) == 32
-    assert bench.layers_that_fit(spec, sweep, int(one_layer / bench.MEMORY_HEADROOM) + 1) == 1
-    assert bench.layers_that_fit(spec, sweep, one_layer // 2) == 0
-    half = bench.predicted_memory_bytes(spec.with_overrides(layers=16), "bf16", 1, 512, 128)
-    assert bench.layers_that_fit(spec, sweep, int(half / bench.MEMORY_HEADROOM) + 1) == 16
+    one_layer = profiler.predicted_memory_bytes(spec.with_overrides(layers=1), "bf16", 1, 512, 128)
+    assert profiler.layers_that_fit(spec, sweep, 10**15) == 32
+    assert profiler.layers_that_fit(spec, sweep, int(one_layer / profiler.MEMORY_HEADROOM) + 1) == 1
+    assert profiler.layers_that_fit(spec, sweep, one_layer // 2) == 0
+    half = profiler.predicted_memory_bytes(spec.with_overrides(layers=16), "bf16", 1, 512, 128)
+    assert profiler.layers_that_fit(spec, sweep, int(half / profiler.MEMORY_HEADROOM) + 1) == 16
 
 
 @pytest.mark.parametrize("name, preset", [
@@ -168,10 +168,10 @@ def test_rows_carry_device_facts_and_say_when_no_preset_matched() -> None:
 
     unknown = DeviceInfo("cuda:0", "Tesla T4", memory_bytes=16 << 30, memory_clock_hz=5.001e9,
                          memory_bus_width_bits=256)
-    columns = bench.device_columns(unknown)
+    columns = profiler.device_columns(unknown)
     assert columns["nvml_bandwidth_bytes_per_s"] == pytest.approx(5.001e9 * 2 * 256 / 8)  # 320 GB/s
     assert "no GPU preset matches 'Tesla T4'" in columns["device_note"]
-    assert bench.device_columns(DeviceInfo("cpu", "CPU"))["device_note"] is None
+    assert profiler.device_columns(DeviceInfo("cpu", "CPU"))["device_note"] is None
 
 
 def test_layers_that_fit_keep_the_layer_pattern() -> None:
@@ -179,8 +179,8 @@ def test_layers_that_fit_keep_the_layer_pattern() -> None:
     spec = load_model("deepseek-v3")
     sweep = _sweep(spec=spec, batches=[1], prompt_lens=[512], gen_lens=[64], dtypes=["bf16"],
                    weights_dtypes=["fp8_block"])
-    six = bench.predicted_memory_bytes(scale_spec(spec, layers=6), "bf16", 1, 512, 64, "fp8_block")
-    fit = bench.layers_that_fit(spec, sweep, int(six / bench.MEMORY_HEADROOM) + 1)
+    six = profiler.predicted_memory_bytes(scale_spec(spec, layers=6), "bf16", 1, 512, 64, "fp8_block")
+    fit = profiler.layers_that_fit(spec, sweep, int(six / profiler.MEMORY_HEADROOM) + 1)
     assert fit == 6
     kept = scale_spec(spec, layers=fit)
     assert kept.moe.dense_layers == (0,) and kept.num_moe_layers == 5
@@ -189,19 +189,19 @@ def test_layers_that_fit_keep_the_layer_pattern() -> None:
 def test_context_sweep_doubles_up_to_the_max_context_or_memory() -> None:
     spec = _tiny().with_overrides(max_context=1000)
     sweep = _sweep(spec=spec, batches=[1], gen_lens=[8])
-    assert bench.contexts_that_fit(spec, sweep, None, 64) == [64, 128, 256, 512, 992]  # then the max, 1000 - 8
-    need_256 = bench.predicted_memory_bytes(spec, "fp32", 1, 256, 8)
-    assert bench.contexts_that_fit(spec, sweep, int(need_256 / bench.MEMORY_HEADROOM) + 1, 64) == [64, 128, 256]
+    assert profiler.contexts_that_fit(spec, sweep, None, 64) == [64, 128, 256, 512, 992]  # then the max, 1000 - 8
+    need_256 = profiler.predicted_memory_bytes(spec, "fp32", 1, 256, 8)
+    assert profiler.contexts_that_fit(spec, sweep, int(need_256 / profiler.MEMORY_HEADROOM) + 1, 64) == [64, 128, 256]
 
 
 def test_predicted_memory_counts_fp8_matrices_at_one_byte() -> None:
     spec = load_model("llama3-70b").with_overrides(num_layers=2)
-    bf16 = bench.predicted_memory_bytes(spec, "bf16", 1, 128, 16)
-    fp8 = bench.predicted_memory_bytes(spec, "bf16", 1, 128, 16, "fp8")
+    bf16 = profiler.predicted_memory_bytes(spec, "bf16", 1, 128, 16)
+    fp8 = profiler.predicted_memory_bytes(spec, "bf16", 1, 128, 16, "fp8")
     matrices = sum(count_params(spec).total[c].matrix for c in ("attention", "mlp"))
     assert bf16 - fp8 == matrices  # two bytes -> one for every attention and MLP matrix element
-    assert bench.weight_precision("bf16", "fp8_block").for_component("experts").name == "fp8_block"
-    assert bench.weight_precision("bf16", "fp8").for_component("lm_head").name == "bf16"
+    assert profiler.weight_precision("bf16", "fp8_block").for_component("experts").name == "fp8_block"
+    assert profiler.weight_precision("bf16", "fp8").for_component("lm_head").name == "bf16"
 
 
 @pytest.mark.parametrize("message, oom", [
@@ -221,7 +221,7 @@ def test_ctrl_c_once_finishes_the_row_twice_stops_now() -> None:
     import os
     import signal
 
-    stop = bench.StopRequested()
+    stop = profiler.StopRequested()
     before = signal.getsignal(signal.SIGINT)
     with stop.installed():
         os.kill(os.getpid(), signal.SIGINT)  # first Ctrl-C: finish the row, then stop
@@ -234,10 +234,10 @@ def test_ctrl_c_once_finishes_the_row_twice_stops_now() -> None:
 
 def test_cpu_points_predicted_past_the_memory_are_oom_rows_without_running(monkeypatch) -> None:
     """Linux may overcommit and then kill the process instead of raising: such points are never built."""
-    monkeypatch.setattr(bench, "available_memory_bytes", lambda device: 1 << 10)
-    monkeypatch.setattr(bench, "build_model", lambda *a, **k: pytest.fail("built a model that cannot fit"))
+    monkeypatch.setattr(profiler, "available_memory_bytes", lambda device: 1 << 10)
+    monkeypatch.setattr(profiler, "build_model", lambda *a, **k: pytest.fail("built a model that cannot fit"))
     rows: list[dict] = []
-    assert bench.run_sweep(_sweep(batches=[1, 2]), [torch.device("cpu")], rows.append)
+    assert profiler.run_sweep(_sweep(batches=[1, 2]), [torch.device("cpu")], rows.append)
     assert [r["status"].split(" (")[0] for r in rows] == ["oom", "oom"]
     assert "GiB available" in rows[0]["status"] and rows[0]["predicted_memory_bytes"] > 1 << 10
 
@@ -245,7 +245,7 @@ def test_cpu_points_predicted_past_the_memory_are_oom_rows_without_running(monke
 # --- the prediction beside each row: tfcalc estimate's latency model ------------------------------------------------
 
 
-def _context(gpu_preset: str | None = None, fp8: bool = False) -> bench.DeviceContext:
+def _context(gpu_preset: str | None = None, fp8: bool = False) -> profiler.DeviceContext:
     """A device with fixed ceilings: copy 20 GB/s, matmul 100 GFLOP/s (and an FP8 GEMM at twice that)."""
     from tfcalc.profile.ceilings import Ceiling
     from tfcalc.profile.device import DeviceInfo
@@ -257,7 +257,7 @@ def _context(gpu_preset: str | None = None, fp8: bool = False) -> bench.DeviceCo
     if fp8:
         matmul["fp8"] = Ceiling("matmul", "fp8", 1024, 2e11, timing)
     device = "cuda:0" if gpu_preset else "cpu"
-    return bench.DeviceContext(torch.device("cpu"), DeviceInfo(device, "test device", gpu_preset=gpu_preset),
+    return profiler.DeviceContext(torch.device("cpu"), DeviceInfo(device, "test device", gpu_preset=gpu_preset),
                                load_gpu(gpu_preset) if gpu_preset else None,
                                Ceiling("copy", "uint8", 1 << 28, 20e9, timing), matmul, 2)
 
@@ -270,18 +270,18 @@ def test_prediction_on_measured_ceilings_is_the_counted_bytes_over_the_copy_rate
     from tfcalc.calc.calibration import Efficiency
 
     spec = load_model("llama3.2-1b").with_overrides(layers=2)
-    p = bench.Point("bf16", None, "auto", 1, 128, 16)
+    p = profiler.Point("bf16", None, "auto", 1, 128, 16)
     sweep = _sweep(spec=spec, dtypes=["bf16"])
-    row = bench.row_for(spec, 2, _context(), sweep, p, None, "oom")
+    row = profiler.row_for(spec, 2, _context(), sweep, p, None, "oom")
     bf16 = get_dtype("bf16")
     model = work.make_model(spec, WeightPrecision(bf16), bf16)
-    contexts = bench.decode_contexts(p, "live")
+    contexts = profiler.decode_contexts(p, "live")
     counted = sum(work.decode_work(model, 1, c).bytes for c in contexts) / len(contexts)
     assert row["predicted_tpot_s"] == pytest.approx(counted / 20e9, rel=0.03)
     assert "measured copy and matmul ceilings" in row["prediction_basis"]
     half = Efficiency(compute_prefill=1.0, compute_decode=1.0, bandwidth_prefill=0.5, bandwidth_decode=0.5,
                       source="calibration half.json")
-    calibrated = bench.row_for(spec, 2, _context(), _sweep(spec=spec, dtypes=["bf16"], calibration=half), p, None,
+    calibrated = profiler.row_for(spec, 2, _context(), _sweep(spec=spec, dtypes=["bf16"], calibration=half), p, None,
                                "oom")
     assert calibrated["predicted_tpot_s"] == pytest.approx(2 * row["predicted_tpot_s"], rel=1e-3)
     assert "calibration half.json" in calibrated["prediction_basis"]
@@ -292,18 +292,19 @@ def test_fp8_rows_that_ran_dequantized_are_not_priced_at_the_fp8_peak() -> None:
 
     spec = load_model("llama3-8b").with_overrides(layers=2)
     sweep = _sweep(spec=spec, dtypes=["bf16"], weights_dtypes=["fp8"])
-    p = bench.Point("bf16", "fp8", "auto", 8, 2048, 16)
+    p = profiler.Point("bf16", "fp8", "auto", 8, 2048, 16)
     ctx = _context("h100-sxm", fp8=True)
-    native, native_basis = bench.prediction(spec, ctx, sweep, p, SimpleNamespace(fp8_gemm="scaled_mm", compiled=True))
-    dequantized, dequantized_basis = bench.prediction(spec, ctx, sweep, p, SimpleNamespace(fp8_gemm="dequantized",
-                                                                                           compiled=True))
-    plain, _ = bench.prediction(spec, ctx, _sweep(spec=spec, dtypes=["bf16"]), bench.Point("bf16", None, "auto", 8,
-                                                                                            2048, 16), None)
+    native, native_basis = profiler.prediction(spec, ctx, sweep, p,
+                                               SimpleNamespace(fp8_gemm="scaled_mm", compiled=True))
+    dequantized, dequantized_basis = profiler.prediction(spec, ctx, sweep, p,
+                                                         SimpleNamespace(fp8_gemm="dequantized", compiled=True))
+    plain, _ = profiler.prediction(spec, ctx, _sweep(spec=spec, dtypes=["bf16"]),
+                                   profiler.Point("bf16", None, "auto", 8, 2048, 16), None)
     # prefill of 16k tokens is compute-bound: FP8 tensor cores beat bf16, a dequantized FP8 GEMM does not
     assert native.ttft_s < 0.9 * plain.ttft_s <= 0.9 * dequantized.ttft_s
     assert "dequantized" in dequantized_basis and "dequantized" not in native_basis
     # unmeasured rows (oom) follow what the device runs: the FP8 GEMM where the probe found it, else dequantized
-    with_fp8 = bench.row_for(spec, 2, ctx, sweep, p, None, "oom")
-    without = bench.row_for(spec, 2, _context("h100-sxm"), sweep, p, None, "oom")
+    with_fp8 = profiler.row_for(spec, 2, ctx, sweep, p, None, "oom")
+    without = profiler.row_for(spec, 2, _context("h100-sxm"), sweep, p, None, "oom")
     assert "dequantized" in without["prediction_basis"] and "dequantized" not in with_fp8["prediction_basis"]
     assert with_fp8["datasheet_flops_per_s"] == 2 * without["datasheet_flops_per_s"]  # H100 fp8 vs bf16 peak

@@ -1,4 +1,4 @@
-"""The profile sweep: measure each point, account its FLOPs and bytes, and put prediction beside measurement.
+"""``tfcalc profile``'s sweep: measure each point, account its FLOPs and bytes, put the prediction beside them.
 
 Bytes per decode step (``decode_bytes_per_step``), counted explicitly by ``tfcalc.calc.work.decode_work``:
 every weight read once (for MoE the routed experts the step really touched, from the router's counts, instead
@@ -15,6 +15,16 @@ model, batch, prompt and generation: on the GPU's preset rates when a preset mat
 measured ceilings (``measured_rates``); a ``--calibration`` applies to either (``calibrated_rates``). Prefill is
 priced without CUDA graphs (it runs eagerly), decode with them where it ran captured. FP8 rows that ran
 ``dequantized`` are priced as weight-only FP8 (16-bit tensor cores + dequantisation), never at the FP8 peak.
+
+Sharded over ranks (``--tp``, ``--ep``: :class:`ParallelProfile`, run on every rank by
+``tfcalc.profile.distributed``): every rank builds its shard of the same model (``tfcalc.model.parallel``) and
+measures every point in step with the others, with the time its collectives took; rank 0 gathers the
+measurements into one row per point. A row's batch counts the sequences of all attention replicas; its times
+are the slowest rank's medians; its bytes, FLOPs, memory and ceilings are one rank's (``work.make_model(...,
+tp, ep)``); its collective times the ranks' mean (and max). The prediction is the latency model with the same
+tp and ep, its communication on the GPU preset's fabric, or, where no preset matched, on the link measured at
+the start of the run (``measure_link``: all-reduces fitted by ``tfcalc.calc.comm.fit_link``); a calibration
+with a ``collectives`` section replaces either.
 """
 from __future__ import annotations
 
@@ -26,24 +36,28 @@ from typing import NamedTuple
 
 import torch
 
-from tfcalc.calc import latency, work
+from tfcalc.calc import comm, latency, work
 from tfcalc.calc.calibration import Calibration, Efficiency, calibrated_rates
 from tfcalc.calc.kernels import Rates
-from tfcalc.calc.kv_cache import kv_cache_bytes, kv_cache_exact_bytes
+from tfcalc.calc.kv_cache import kv_cache_bytes, tokens_held_all_layers
 from tfcalc.calc.memory import activation_workspace_bytes, weights_bytes
 from tfcalc.calc.params import count_params
+from tfcalc.calc.shard import Parallelism, shard, stage_weight_bytes
 from tfcalc.dtypes import WeightPrecision, get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.model.fp8 import FORMATS as FP8_FORMATS
 from tfcalc.model.fp8 import native_gemm_works
 from tfcalc.model.layers import SDPA_BACKENDS, STATIC
+from tfcalc.model.parallel import Parallel, check_sharding, world_size
 from tfcalc.model.scaling import describe_layers, keep_layers, pick_layers, scale_spec
 from tfcalc.model.transformer import DECODE_ATTENTION, build_model
 from tfcalc.profile.ceilings import Ceiling, copy_bandwidth, fp8_matmul_flops, matmul_flops
 from tfcalc.profile.device import DeviceInfo, available_memory_bytes, describe, is_oom, release_memory, torch_dtype
+from tfcalc.profile.distributed import RankContext
 from tfcalc.profile.measure import Measurement, backend_available, measure
 from tfcalc.spec.engine import EngineKernels
 from tfcalc.spec.gpu import GPUSpec
+from tfcalc.spec.interconnect import Interconnect, Link
 from tfcalc.spec.model import ModelSpec
 
 Row = dict[str, object]
@@ -52,7 +66,8 @@ MEMORY_HEADROOM = 0.9
 ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS)
 WEIGHTS_DTYPES = tuple(FP8_FORMATS)
 # What the CLI validates and scales with, so that it needs no import from tfcalc.model:
-__all__ = ["ATTENTION_BACKENDS", "DECODE_ATTENTION", "WEIGHTS_DTYPES", "describe_layers", "pick_layers", "scale_spec"]
+__all__ = ["ATTENTION_BACKENDS", "DECODE_ATTENTION", "WEIGHTS_DTYPES", "check_sharding", "describe_layers",
+           "pick_layers", "scale_spec", "world_size"]
 
 
 class Point(NamedTuple):
@@ -100,6 +115,32 @@ class DeviceContext:
     copy: Ceiling
     matmul: dict[str, Ceiling]  # per profile dtype, and "fp8" where the FP8 GEMM runs natively
     parallel_units: int  # a GPU's streaming multiprocessors, the CPU's threads (where attention tiles spread)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a row's model is spread: tp x ep over ``world`` ranks (world / tp attention replicas), the collectives'
+    backend, and the fabric the prediction prices them on (None: the GPU preset's)."""
+
+    tp: int = 1
+    ep: int = 1
+    backend: str | None = None
+    link: Interconnect | None = None
+
+    @property
+    def world(self) -> int:
+        return world_size(self.tp, self.ep)
+
+    @property
+    def dp(self) -> int:
+        return self.world // self.tp
+
+    @property
+    def parallelism(self) -> Parallelism:
+        return Parallelism(tp=self.tp, ep=self.ep, dp=self.dp)
+
+
+SINGLE = Layout()
 
 
 class StopRequested:
@@ -153,12 +194,21 @@ def device_context(device: torch.device, dtypes: list[str], fp8: bool = False) -
 
 
 def predicted_memory_bytes(spec: ModelSpec, dtype: str, batch: int, prompt_len: int, gen_len: int,
-                           weights: str | None = None) -> int:
-    """What ``tfcalc memory`` predicts for this row: weights + KV cache (window caps applied) + activations."""
-    fmt = get_dtype(dtype)
-    held = weights_bytes(count_params(spec), weight_precision(dtype, weights))
-    kv = kv_cache_bytes(spec, fmt, prompt_len + gen_len, batch)
-    return held + kv + activation_workspace_bytes(spec, batch, prompt_len, fmt, batch * prompt_len)
+                           weights: str | None = None, layout: Layout = SINGLE) -> int:
+    """What ``tfcalc memory`` predicts for this row: weights + KV cache (window caps applied) + activations; for a
+    sharded row, one rank's: its shard (``tfcalc.calc.shard``), the cache of its replica's batch / dp sequences
+    (its KV heads, or MLA's whole latent), activations at 1/tp width."""
+    fmt, precision = get_dtype(dtype), weight_precision(dtype, weights)
+    if layout.world == 1:
+        held = weights_bytes(count_params(spec), precision)
+        kv = kv_cache_bytes(spec, fmt, prompt_len + gen_len, batch)
+        return held + kv + activation_workspace_bytes(spec, batch, prompt_len, fmt, batch * prompt_len)
+    sh = shard(spec, layout.parallelism)
+    held = stage_weight_bytes(spec, sh, precision, range(spec.num_layers), first=True, last=True)
+    per_replica = batch // layout.dp
+    kv = fmt.bytes_for(per_replica * tokens_held_all_layers(spec, prompt_len + gen_len) * sh.kv_elements)
+    return held + int(kv) + activation_workspace_bytes(spec, per_replica, prompt_len, fmt, per_replica * prompt_len,
+                                                       layout.tp)
 
 
 def largest_point_bytes(spec: ModelSpec, sweep: Sweep) -> int:
@@ -233,8 +283,8 @@ def fp8_runs_natively(ctx: DeviceContext, p: Point, m: Measurement | None) -> bo
     return "fp8" in ctx.matmul
 
 
-def prediction(spec: ModelSpec, ctx: DeviceContext, sweep: Sweep, p: Point, m: Measurement | None
-                ) -> tuple[latency.LatencyEstimate, str]:
+def prediction(spec: ModelSpec, ctx: DeviceContext, sweep: Sweep, p: Point, m: Measurement | None,
+               layout: Layout = SINGLE) -> tuple[latency.LatencyEstimate, str]:
     """tfcalc estimate's latency model for the row (module docstring), and a sentence saying on what basis."""
     precision, kv = weight_precision(p.dtype, p.weights), get_dtype(p.dtype)
     native = p.weights is None or fp8_runs_natively(ctx, p, m)
@@ -254,8 +304,13 @@ def prediction(spec: ModelSpec, ctx: DeviceContext, sweep: Sweep, p: Point, m: M
         basis += f", {sweep.calibration.source}"
     if not native:
         basis += "; FP8 weights priced dequantized (16-bit tensor cores), as the row ran"
-    d = latency.deployment(spec, gpu, precision, kv, compute="auto" if native else "bf16", rates_prefill=prefill,
-                           rates_decode=decode)
+    if layout.world > 1:
+        calibrated = decode.collectives is not None
+        fabric = "the calibration's measured link" if calibrated else (
+            f"{layout.link.display_name}" if layout.link is not None else "the preset's fabric")
+        basis += f"; tp {layout.tp}, ep {layout.ep}, collectives on {fabric}"
+    d = latency.deployment(spec, gpu, precision, kv, tp=layout.tp, ep=layout.ep, compute="auto" if native else "bf16",
+                           rates_prefill=prefill, rates_decode=decode, interconnect=layout.link)
     return latency.estimate_latency(d, p.batch, p.prompt_len, p.gen_len), basis
 
 
@@ -291,11 +346,14 @@ def decode_contexts(p: Point, decode_attention: str) -> list[int]:
 
 
 def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep, p: Point,
-            m: Measurement | None, status: str, layer_note: str = "") -> Row:
-    """One output row: measured values beside the calculator's predictions (measured ones empty unless ok)."""
+            m: Measurement | None, status: str, layer_note: str = "", layout: Layout = SINGLE,
+            ranks: list[Measurement] | None = None) -> Row:
+    """One output row: measured values beside the calculator's predictions (measured ones empty unless ok). A
+    sharded row (``layout``) also says how it was spread and, from every rank's measurement (``ranks``), the time
+    in collectives beside the latency model's."""
     fmt, precision = get_dtype(p.dtype), weight_precision(p.dtype, p.weights)
-    model = work.make_model(spec, precision, fmt)
-    estimate, basis = prediction(spec, ctx, sweep, p, m)
+    model = work.make_model(spec, precision, fmt, layout.tp, layout.ep)
+    estimate, basis = prediction(spec, ctx, sweep, p, m, layout)
     matmul = ctx.matmul["fp8"] if _compute_dtype(ctx, p, m) == "fp8" and "fp8" in ctx.matmul else ctx.matmul[p.dtype]
     row: Row = {
         "device": ctx.info.device, "device_name": ctx.info.name, "gpu_preset": ctx.info.gpu_preset,
@@ -310,7 +368,8 @@ def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep
         "decode_context_mean": None, "kv_bytes_read_per_step": None,
         "decode_bytes_per_step": None, "achieved_bytes_per_s": None, "mbu_datasheet": None, "mbu_measured": None,
         "peak_memory_bytes": m.peak_memory_bytes if m else None,
-        "predicted_memory_bytes": predicted_memory_bytes(spec, p.dtype, p.batch, p.prompt_len, p.gen_len, p.weights),
+        "predicted_memory_bytes": predicted_memory_bytes(spec, p.dtype, p.batch, p.prompt_len, p.gen_len, p.weights,
+                                                         layout),
         "predicted_ttft_s": estimate.ttft_s, "predicted_tpot_s": estimate.tpot_s,
         "predicted_decode_tokens_per_s": estimate.decode_tokens_per_s,
         "measured_over_predicted": None, "prediction_basis": basis,
@@ -318,16 +377,19 @@ def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep
         "datasheet_bandwidth_bytes_per_s": ctx.gpu.hbm_bandwidth_bytes_per_s if ctx.gpu else None,
         "datasheet_flops_per_s": ctx.gpu.peak_flops(_compute_dtype(ctx, p, m))[1] if ctx.gpu else None,
         "status": status,
+        **parallel_columns(layout, estimate, ranks if m is not None else None),
         **device_columns(ctx.info),
     }
     if m is None:
         return row
     ttft, tpot = m.prefill.median_s, m.decode_loop.median_s / m.decode_steps
-    prefill = work.prefill_work(model, p.batch, p.prompt_len)
+    per_gpu = p.batch // layout.dp  # the sequences one rank's attention runs
+    prefill = work.prefill_work(model, per_gpu, p.prompt_len)
     contexts = decode_contexts(p, m.decode_attention)
-    decode_bytes = sum(work.decode_work(model, p.batch, c, m.distinct_experts).bytes for c in contexts)
+    decode_bytes = sum(work.decode_work(model, per_gpu, c, m.distinct_experts).bytes for c in contexts)
     decode_bytes /= len(contexts)
-    kv_read = sum(float(kv_cache_exact_bytes(spec, fmt, c, p.batch)) for c in contexts) / len(contexts)
+    kv_read = sum(float(fmt.bytes_for(per_gpu * tokens_held_all_layers(spec, c) * model.sh.kv_elements))
+                  for c in contexts) / len(contexts)
     achieved_flops, achieved_bytes = prefill.flops / ttft, decode_bytes / tpot
     row.update({
         "prefill_tokens_per_s": p.batch * p.prompt_len / ttft, "ttft_s": ttft, "ttft_spread": m.prefill.spread,
@@ -343,6 +405,35 @@ def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep
     })
     if m.distinct_experts:
         row["distinct_experts_per_moe_layer"] = sum(m.distinct_experts.values()) / len(m.distinct_experts)
+    return row
+
+
+def parallel_columns(layout: Layout, estimate: latency.LatencyEstimate, ranks: list[Measurement] | None) -> Row:
+    """How the row was spread, and the seconds in collectives per prefill and per decode step: measured (mean and
+    max over the ranks of each rank's median) beside the latency model's tp and ep communication."""
+    predicted_prefill = estimate.prefill.step.tp_comm_seconds + estimate.prefill.step.ep_comm_seconds
+    predicted_decode = estimate.decode.step.tp_comm_seconds + estimate.decode.step.ep_comm_seconds
+    row: Row = {
+        "world_size": layout.world, "tp": layout.tp, "ep": layout.ep, "dp": layout.dp,
+        "dist_backend": layout.backend,
+        "prefill_comm_s": None, "prefill_comm_s_max": None, "decode_comm_s": None, "decode_comm_s_max": None,
+        "decode_comm_fraction": None, "collectives_per_prefill": None, "collectives_per_decode_step": None,
+        "predicted_prefill_comm_s": predicted_prefill if layout.world > 1 else None,
+        "predicted_decode_comm_s": predicted_decode if layout.world > 1 else None,
+    }
+    if not ranks or layout.world == 1 or any(m.comm_prefill is None or m.comm_decode_loop is None for m in ranks):
+        return row
+    steps = ranks[0].decode_steps
+    prefill = [m.comm_prefill.median_s for m in ranks if m.comm_prefill is not None]
+    decode = [m.comm_decode_loop.median_s / steps for m in ranks if m.comm_decode_loop is not None]
+    tpot = max(m.decode_loop.median_s for m in ranks) / steps
+    row.update({
+        "prefill_comm_s": sum(prefill) / len(prefill), "prefill_comm_s_max": max(prefill),
+        "decode_comm_s": sum(decode) / len(decode), "decode_comm_s_max": max(decode),
+        "decode_comm_fraction": sum(decode) / len(decode) / tpot,
+        "collectives_per_prefill": ranks[0].collectives_prefill,
+        "collectives_per_decode_step": ranks[0].collectives_decode_loop / steps,
+    })
     return row
 
 
@@ -413,3 +504,109 @@ def run_sweep(sweep: Sweep, devices: list[torch.device], on_row: Callable[[Row],
             del model
             release_memory(device)
     return not stop.requested
+
+
+# --- sharded over ranks: tfcalc profile --tp / --ep ----------------------------------------------------------------
+
+LINK_SIZES = {"cpu": (1 << 12, 1 << 22), "cuda": (1 << 16, 1 << 28)}  # all-reduce sizes of measure_link
+
+
+def measure_link(ctx: RankContext, repeats: int = 3) -> Interconnect | None:
+    """The link between these ranks, for a device no preset describes: all-reduces of 4 KiB-4 MiB (64 KiB-256 MiB
+    on GPUs), each rank's time averaged, fitted by ``tfcalc.calc.comm.fit_link``. Every rank measures; rank 0
+    gets the link (the others None)."""
+    from tfcalc.profile.collectives import measure as measure_collectives
+    from tfcalc.profile.collectives import message_sizes
+
+    dtype = "fp32" if ctx.device.type == "cpu" else "bf16"
+    results = measure_collectives(ctx, ["all_reduce"], message_sizes(*LINK_SIZES[ctx.device.type]), dtype,
+                                  iters=5, warmup=1, repeats=repeats)
+    if results is None:
+        return None
+    fit = comm.fit_link([(op, ctx.world, nbytes, seconds) for op, nbytes, seconds in results])
+    name = f"{ctx.backend} over {ctx.world} ranks, measured"
+    link = Link(name=name, bandwidth_bytes_per_s=fit.bandwidth_bytes_per_s, efficiency=1.0,
+                step_latency_s=fit.step_latency_s, launch_s=fit.launch_s,
+                source=f"all-reduce fit at the start of the run (residuals rms {fit.rms_residual:.0%})")
+    return Interconnect(name="measured", display_name=f"the {name} link", nccl=link, algorithm="ring")
+
+
+def _slowest(measurements: list[Measurement]) -> Measurement:
+    """Rank 0's measurement with the slowest rank's prefill and decode (the step ends when every rank's does)
+    and the largest peak memory."""
+    first = measurements[0]
+    peaks = [m.peak_memory_bytes for m in measurements if m.peak_memory_bytes is not None]
+    return replace(first, prefill=max((m.prefill for m in measurements), key=lambda t: t.median_s),
+                   decode_loop=max((m.decode_loop for m in measurements), key=lambda t: t.median_s),
+                   peak_memory_bytes=max(peaks) if peaks else None)
+
+
+def run_rank_sweep(sweep: Sweep, ctx: RankContext, par: Parallel, link: Interconnect | None) -> bool:
+    """One sweep on this rank, in step with the others (every decision that changes what runs is agreed by all);
+    rank 0 sends each row. Returns False when a Ctrl-C stopped it. Out of memory while building or measuring ends
+    the run (a rank cannot leave its peers waiting in a collective); points predicted not to fit in this device's
+    memory (shared by the node's ranks on the CPU) are ``oom`` rows, never run."""
+    dev = device_context(ctx.device, sweep.dtypes)
+    layout = Layout(tp=par.tp, ep=par.ep, backend=ctx.backend, link=link)
+    spec = sweep.spec
+    available = available_memory_bytes(ctx.device)
+    share = ctx.local_world if ctx.device.type == "cpu" else 1
+    for dtype, weights in dict.fromkeys((p.dtype, p.weights) for p in sweep.points()):
+        group = [p for p in sweep.points() if (p.dtype, p.weights) == (dtype, weights)]
+        need = {p: predicted_memory_bytes(spec, dtype, p.batch, p.prompt_len, p.gen_len, weights, layout)
+                for p in group}
+
+        def too_big(nbytes: int) -> bool:
+            return available is not None and nbytes * share > MEMORY_HEADROOM * available
+
+        model = None
+        if not ctx.agree_any(too_big(min(need.values()))):
+            model = build_model(spec, dtype=torch_dtype(dtype), device=ctx.device, weights_dtype=weights,
+                                decode_attention=sweep.decode_attention, seed=0, parallel=par)
+        for p in group:
+            if ctx.should_stop():
+                return False
+            status, measured = "ok", None
+            if ctx.agree_any(too_big(need[p])) or model is None:
+                assert available is not None
+                status = (f"oom (predicted {need[p] / 2**30:,.1f} GiB per rank, {share} rank(s) on "
+                          f"{available / 2**30:,.1f} GiB available)")
+            elif not backend_available(model, p.backend, ctx.device):
+                status = f"unavailable: SDPA backend {p.backend} does not run here"
+            else:
+                measured = measure(model, p.batch // par.dp, p.prompt_len, p.gen_len, p.backend, False,
+                                   sweep.warmup, sweep.repeats, seed=par.replica)
+            gathered = ctx.gather(measured)
+            if gathered is not None:
+                ranks = [m for m in gathered if isinstance(m, Measurement)]
+                row = row_for(spec, sweep.layers_total, dev, sweep, p, _slowest(ranks) if ranks else None, status,
+                              sweep.layer_note, layout, ranks or None)
+                ctx.send("row", row)
+        del model
+        release_memory(ctx.device)
+    return True
+
+
+@dataclass(frozen=True)
+class ParallelProfile:
+    """``tfcalc profile --tp / --ep`` on one rank (a job for ``tfcalc.profile.distributed``): the process groups,
+    the link where the prediction needs a measured one, then every sweep in turn."""
+
+    sweeps: tuple[Sweep, ...]
+    tp: int
+    ep: int
+
+    def __call__(self, ctx: RankContext) -> None:
+        par = Parallel.create(self.tp, self.ep, ctx.device)
+        from tfcalc.profile.device import match_gpu_preset
+
+        preset = ctx.device.type == "cuda" and match_gpu_preset(torch.cuda.get_device_name(ctx.device)) is not None
+        calibrated = all(_measured_collectives(s.calibration) for s in self.sweeps)
+        link = measure_link(ctx) if ctx.agree_any(not preset and not calibrated) else None
+        for sweep in self.sweeps:
+            if not run_rank_sweep(sweep, ctx, par, link):
+                return
+
+
+def _measured_collectives(calibration: Calibration | Efficiency | None) -> bool:
+    return isinstance(calibration, Calibration) and bool(calibration.collectives)

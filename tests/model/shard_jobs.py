@@ -1,0 +1,59 @@
+"""The sharded-decoder check run on every rank (``tests/model/test_parallel.py``): a top-level job, so the fork
+server's ranks can unpickle it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tfcalc.model import build_model
+from tfcalc.model.parallel import Parallel, parameter_count
+from tfcalc.spec.model import ModelSpec
+
+BATCH, PROMPT, DECODE = 2, 6, 3
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    spec: ModelSpec
+    tp: int
+    ep: int
+
+
+@dataclass(frozen=True)
+class CompareWithOneRank:
+    """Each case on every rank: the one-rank model and this rank's shard of it, built from the same seed; the
+    shard's replica runs BATCH prompts (replica r takes rows r*BATCH.. of the one-rank batch), prefill then
+    DECODE cached steps. Rank 0 sends, per case and rank: the largest |logit difference| / max |logit|, the
+    parameters held and the collectives per forward."""
+
+    cases: tuple[Case, ...]
+
+    def __call__(self, ctx) -> None:  # noqa: ANN001 - RankContext
+        results = []
+        for case in self.cases:
+            par = Parallel.create(case.tp, case.ep, ctx.device)
+            reference = build_model(case.spec, dtype=torch.float32, seed=7)
+            sharded = build_model(case.spec, dtype=torch.float32, seed=7, parallel=par)
+            generator = torch.Generator().manual_seed(11)
+            everyone = BATCH * par.dp
+            prompts = torch.randint(1, case.spec.vocab_size, (everyone, PROMPT), generator=generator)
+            steps = torch.randint(1, case.spec.vocab_size, (everyone, DECODE), generator=generator)
+            mine = slice(BATCH * par.replica, BATCH * (par.replica + 1))
+            reference.setup_caches(everyone, PROMPT + DECODE)
+            sharded.setup_caches(BATCH, PROMPT + DECODE)
+            errors = []
+            with torch.inference_mode():
+                pairs = [(reference.prefill(prompts)[mine], sharded.prefill(prompts[mine]))]
+                for j in range(DECODE):
+                    pairs.append((reference.decode_step(steps[:, j:j + 1])[mine],
+                                  sharded.decode_step(steps[mine, j:j + 1])))
+            for expected, got in pairs:
+                errors.append(float((expected - got).abs().max() / expected.abs().max()))
+            results.append({"case": case.name, "rank": ctx.rank, "error": max(errors),
+                            "params": parameter_count(sharded), "collectives": par.comm.calls / (1 + DECODE)})
+        gathered = ctx.gather(results)
+        if gathered is not None:
+            ctx.send("results", [r for rank in gathered for r in rank])

@@ -1,0 +1,401 @@
+"""Tensor and expert parallelism for the bundled decoder: the same modules with their weights sharded Megatron-style.
+
+The layout is the one the planner counts (``tfcalc.calc.shard``, ``tfcalc.calc.params.TPShape``), as Megatron-LM
+(Shoeybi et al. 2019, arXiv:1909.08053, sec. 3) and vLLM's linear layers shard a decoder over ``tp`` ranks:
+
+- attention: the fused QKV projection is column-parallel: a rank keeps H/tp query heads and their KV heads
+  (Hkv/tp of them, or when tp > Hkv the one KV head its query heads share, held by tp/Hkv ranks); the output
+  projection is row-parallel and one all-reduce sums the ranks' partial outputs. Sinks split by head; QK-norms
+  replicated; the output bias replicated and added once (by tp rank 0, before the sum).
+- MLA: q_b (or q) and kv_b split by head, o row-parallel; q_a, kv_a and their norms replicated, and so is the
+  latent cache: every rank caches the whole latent.
+- FFN: gate and up column-parallel (a rank keeps its I/tp columns of both), down row-parallel; one all-reduce.
+- MoE: the router replicated, so every rank routes every token alike. ep = 1: each routed expert sliced like an
+  FFN; ep <= tp (ep divides tp): a rank holds E/ep experts sliced tp/ep ways (TensorRT-LLM's moe_tp x moe_ep = tp);
+  shared experts sliced by tp; one all-reduce for the whole layer (routed and shared partial sums together).
+  ep > tp (data-parallel attention, ep/tp replicas, as SGLang and vLLM run DeepSeek): a rank holds E/ep whole
+  experts; each tp rank of a replica routes its 1/tp share of the replica's tokens and sends every (token,
+  expert) pair to the expert's rank by all-to-all (after an all-to-all of the counts), which sends the outputs
+  back the same way; the pairs' expert ids travel as one extra column of the activations (exact integers).
+- embedding vocab-parallel: ceil(V/tp) rows per rank (the last rank's tail zero), ids outside a rank's rows look
+  up zero and an all-reduce sums the ranks; lm_head vocab-parallel, its logits all-gathered (the padding cut).
+
+Every rank builds from the same spec and seed (``build_model(..., seed=, parallel=)``): the one-rank model's
+construction runs block by block and each block keeps this rank's slices as soon as it is built, so the sharded
+ranks compute the one-rank model's function (tests: logits equal in fp32) and the peak is one full block above
+the shard. Collectives go through :class:`Collectives`, which times each one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tfcalc.calc.shard import check_parallelism, expert_tp
+from tfcalc.errors import UsageError
+from tfcalc.model.layers import Attention, FeedForward, MoE
+from tfcalc.model.mla import MLAttention
+from tfcalc.spec.model import ModelSpec
+
+
+def world_size(tp: int, ep: int) -> int:
+    """Ranks of a tp x ep deployment: tp, times ep / tp data-parallel attention replicas when ep > tp."""
+    return tp * (ep // tp if ep > tp else 1)
+
+
+def check_sharding(spec: ModelSpec, tp: int, ep: int) -> None:
+    """Refuse, with the reason, a tp / ep the planner refuses or whose widths do not split evenly."""
+    world = world_size(tp, ep)
+    if ep > tp and ep % tp:
+        raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
+    check_parallelism(spec, world, tp, 1, ep)
+    dense_layers = spec.num_layers - spec.num_moe_layers
+    if dense_layers and spec.intermediate_size % tp:
+        raise UsageError(f"tp {tp} does not divide the FFN width {spec.intermediate_size} of {spec.name}")
+    moe = spec.moe
+    if moe is not None and spec.num_moe_layers:
+        slices = expert_tp(_parallelism(tp, ep))
+        if moe.expert_intermediate_size % slices:
+            raise UsageError(f"{spec.name}: each expert is sliced {slices} ways but its width "
+                             f"{moe.expert_intermediate_size} is not a multiple of {slices}")
+        shared = moe.num_shared_experts * moe.shared_expert_intermediate_size
+        if shared % tp:
+            raise UsageError(f"tp {tp} does not divide the shared-expert width {shared} of {spec.name}")
+
+
+def _parallelism(tp: int, ep: int) -> Any:
+    from tfcalc.calc.shard import Parallelism
+
+    return Parallelism(tp=tp, ep=ep, dp=world_size(tp, ep) // tp)
+
+
+class Collectives:
+    """The decoder's collectives, each timed and counted: ``perf_counter`` around the blocking call on the CPU
+    (gloo returns when the result is there), CUDA events around it on the current stream on a GPU (the call makes
+    that stream wait for NCCL's). A call's time therefore includes waiting for the slowest peer, as a profiler's
+    timeline shows it. :meth:`reset` starts a new tally; :meth:`seconds` reads it (synchronising on a GPU)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.calls = 0
+        self._seconds = 0.0
+        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+
+    def reset(self) -> None:
+        self.calls, self._seconds, self._events = 0, 0.0, []
+
+    def seconds(self) -> float:
+        if self._events:
+            self._events[-1][1].synchronize()
+            self._seconds += sum(start.elapsed_time(end) for start, end in self._events) / 1e3
+            self._events = []
+        return self._seconds
+
+    @contextmanager
+    def _timed(self) -> Iterator[None]:
+        self.calls += 1
+        if self.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self._events.append((start, end))
+        else:
+            begin = time.perf_counter()
+            yield
+            self._seconds += time.perf_counter() - begin
+
+    def all_reduce(self, x: Tensor, group: Any) -> Tensor:
+        """The sum of ``x`` over the group, in place."""
+        x = x.contiguous()
+        with self._timed():
+            dist.all_reduce(x, group=group)
+        return x
+
+    def all_gather_last(self, x: Tensor, group: Any, ranks: int) -> Tensor:
+        """The group's ``x`` concatenated along the last dimension, in rank order."""
+        out = x.new_empty(ranks * x.shape[0], *x.shape[1:])  # gathered along dim 0 (gloo takes no stack)
+        with self._timed():
+            dist.all_gather_single(out, x.contiguous(), group=group)
+        return out.view(ranks, *x.shape).movedim(0, -2).reshape(*x.shape[:-1], ranks * x.shape[-1])
+
+    def all_to_all(self, x: Tensor, send: list[int], receive: list[int], group: Any) -> Tensor:
+        """Rows ``x`` [sum(send), ...]: ``send[r]`` of them to rank r, ``receive[r]`` from it, in rank order."""
+        out = x.new_empty(sum(receive), *x.shape[1:])
+        with self._timed():
+            dist.all_to_all_single(out, x.contiguous(), receive, send, group=group)
+        return out
+
+
+@dataclass(eq=False)
+class Parallel:
+    """This rank's place in a tp x ep deployment and the process groups its collectives use.
+
+    Ranks are laid out replica by replica: global rank = replica x tp + tp rank; each replica's tp ranks form
+    a tp group; with ep > tp all ranks form the expert-parallel group of the all-to-all."""
+
+    tp: int
+    ep: int
+    rank: int
+    world: int
+    comm: Collectives
+    tp_group: Any = None  # None: the default group (one replica)
+    ep_group: Any = None
+    _hooks: list[Any] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def create(cls, tp: int, ep: int, device: torch.device) -> Parallel:
+        """From the initialised default process group: the tp groups (every rank takes part in creating each)."""
+        world, rank = dist.get_world_size(), dist.get_rank()
+        if world != world_size(tp, ep):
+            raise UsageError(f"tp {tp} x ep {ep} needs {world_size(tp, ep)} ranks, this run has {world}")
+        tp_group = None
+        if world > tp:
+            for replica in range(world // tp):
+                group = dist.new_group(list(range(replica * tp, (replica + 1) * tp)))
+                if replica == rank // tp:
+                    tp_group = group
+        return cls(tp=tp, ep=ep, rank=rank, world=world, comm=Collectives(device), tp_group=tp_group, ep_group=None)
+
+    @property
+    def tp_rank(self) -> int:
+        return self.rank % self.tp
+
+    @property
+    def dp(self) -> int:
+        """Attention replicas (ep / tp when ep > tp, else 1)."""
+        return self.world // self.tp
+
+    @property
+    def replica(self) -> int:
+        return self.rank // self.tp
+
+    @property
+    def dispatch(self) -> bool:
+        """Whether MoE tokens travel by all-to-all (ep > tp)."""
+        return self.ep > self.tp
+
+    def all_reduce(self, x: Tensor) -> Tensor:
+        return self.comm.all_reduce(x, self.tp_group) if self.tp > 1 else x
+
+    def total_expert_counts(self, counts: Tensor) -> Tensor:
+        """Per-expert pair counts over the whole deployment: summed over the ranks when each routed its own tokens
+        (ep > tp); as they are otherwise (every rank routes every token). For untimed probes only."""
+        if not self.dispatch:
+            return counts
+        counts = counts.clone()
+        dist.all_reduce(counts, group=self.ep_group)
+        return counts
+
+    # --- sharding, applied to each module as the one-rank construction builds it ------------------------------
+
+    def shard_block(self, block: nn.Module) -> None:
+        """Keep this rank's part of one TransformerBlock and hook its all-reduces (attention, FFN)."""
+        attention = block.attention
+        if isinstance(attention, MLAttention):
+            self._shard_mla(attention)
+        else:
+            assert isinstance(attention, Attention)
+            self._shard_attention(attention)
+        ffn = block.ffn
+        if isinstance(ffn, MoE):
+            self._shard_moe(ffn)
+        else:
+            assert isinstance(ffn, FeedForward)
+            _shard_ffn(ffn, self.tp, self.tp_rank, add_bias=self.tp_rank == 0)
+        if self.tp > 1:
+            for module in (attention, ffn):
+                module.register_forward_hook(self._reduce_output)
+
+    def _reduce_output(self, module: nn.Module, args: object, output: Tensor) -> Tensor:
+        return self.comm.all_reduce(output, self.tp_group)
+
+    def _shard_attention(self, attn: Attention) -> None:
+        h, hkv, d, tp = attn.heads, attn.kv_heads, attn.head_dim, self.tp
+        heads, kv_heads = h // tp, max(hkv // tp, 1)
+        q0 = self.tp_rank * heads
+        k0 = q0 // (h // hkv)  # the KV head of this rank's first query head
+        q_rows = torch.arange(q0 * d, (q0 + heads) * d)
+        kv_rows = torch.arange(k0 * d, (k0 + kv_heads) * d)
+        _keep_rows(attn.wqkv, torch.cat([q_rows, h * d + kv_rows, (h + hkv) * d + kv_rows]))
+        attn.wo = RowParallelLinear(attn.wo, q_rows, add_bias=self.tp_rank == 0)
+        if attn.sinks is not None:
+            attn.sinks = nn.Parameter(attn.sinks.detach()[q0:q0 + heads].clone())
+        attn.heads, attn.kv_heads = heads, kv_heads
+
+    def _shard_mla(self, attn: MLAttention) -> None:
+        heads = attn.heads // self.tp
+        h0 = self.tp_rank * heads
+        qk = attn.nope + attn.rope_dim
+        _keep_rows(attn.wq, torch.arange(h0 * qk, (h0 + heads) * qk))
+        kv = attn.nope + attn.v_dim
+        _keep_rows(attn.wkv_b, torch.arange(h0 * kv, (h0 + heads) * kv))
+        attn.wo = RowParallelLinear(attn.wo, torch.arange(h0 * attn.v_dim, (h0 + heads) * attn.v_dim),
+                                    add_bias=self.tp_rank == 0)
+        attn.heads = heads
+
+    def _shard_moe(self, moe: MoE) -> None:
+        experts = moe.local_experts
+        if self.dispatch:
+            held, first, slices, index = experts // self.ep, self.rank * (experts // self.ep), 1, 0
+            limit = 2 / torch.finfo(torch.get_default_dtype()).eps  # the largest id the activations hold exactly
+            if held > limit:
+                raise UsageError(f"{held} experts per rank: expert ids above {limit:.0f} do not travel exactly in "
+                                 f"{torch.get_default_dtype()} activations")
+            moe.dispatch = ExpertDispatch(self)
+        else:
+            slices = self.tp // self.ep
+            held, index = experts // self.ep, self.tp_rank % slices
+            first = (self.tp_rank // slices) * held
+        width = moe.w_out.shape[-1] // slices
+        cols = torch.arange(index * width, (index + 1) * width)
+        rows = _ffn_rows(moe.spec, moe.w_out.shape[-1], cols)
+        stack = slice(first, first + held)
+        moe.w_in = nn.Parameter(moe.w_in.detach()[stack][:, rows].contiguous())
+        moe.w_out = nn.Parameter(moe.w_out.detach()[stack][:, :, cols].contiguous())
+        if moe.b_in is not None and moe.b_out is not None:
+            moe.b_in = nn.Parameter(moe.b_in.detach()[stack][:, rows].contiguous())
+            moe.b_out = nn.Parameter(moe.b_out.detach()[stack].contiguous())
+        moe.first_expert, moe.local_experts, moe.add_out_bias = first, held, index == 0
+        if moe.shared is not None:
+            _shard_ffn(moe.shared, self.tp, self.tp_rank, add_bias=self.tp_rank == 0)
+
+    def shard_vocabulary(self, model: nn.Module) -> None:
+        """Vocab-parallel embedding and lm_head (a tied head shares the embedding's shard)."""
+        if self.tp == 1:
+            return
+        tied = model.lm_head.weight is model.tok_embeddings.weight
+        model.tok_embeddings = VocabParallelEmbedding(model.tok_embeddings.weight.detach(), self)
+        head = model.tok_embeddings.weight if tied else _vocab_rows(model.lm_head.weight.detach(), self)
+        model.lm_head = VocabParallelHead(head, model.spec.vocab_size, self)
+
+
+def _keep_rows(linear: nn.Linear, rows: Tensor) -> None:
+    """Keep output rows ``rows`` of a column-parallel linear (weight [out, in]) and of its bias."""
+    linear.weight = nn.Parameter(linear.weight.detach()[rows.to(linear.weight.device)].contiguous())
+    if linear.bias is not None:
+        linear.bias = nn.Parameter(linear.bias.detach()[rows.to(linear.bias.device)].contiguous())
+    linear.out_features = rows.numel()
+
+
+def _ffn_rows(spec: ModelSpec, width: int, cols: Tensor) -> Tensor:
+    """The first projection's rows that feed intermediate columns ``cols``: gate and up halves for a gated FFN."""
+    return torch.cat([cols, width + cols]) if spec.ffn_kind == "gated" else cols
+
+
+def _shard_ffn(ffn: FeedForward, tp: int, rank: int, add_bias: bool) -> None:
+    width = ffn.w_out.in_features // tp
+    cols = torch.arange(rank * width, (rank + 1) * width)
+    _keep_rows(ffn.w_in, _ffn_rows(ffn.spec, ffn.w_out.in_features, cols))
+    ffn.w_out = RowParallelLinear(ffn.w_out, cols, add_bias)
+
+
+def _vocab_rows(table: Tensor, par: Parallel) -> nn.Parameter:
+    """This rank's ceil(V / tp) rows of a [V, hidden] table, the rows past V zero."""
+    vocab, rows = table.shape[0], -(-table.shape[0] // par.tp)
+    start = par.tp_rank * rows
+    shard = table.new_zeros(rows, table.shape[1])
+    take = max(0, min(vocab - start, rows))
+    shard[:take] = table[start:start + take]
+    return nn.Parameter(shard)
+
+
+class RowParallelLinear(nn.Module):
+    """This rank's input columns of a row-parallel linear: x_r W_r^T, plus the (replicated) bias where
+    ``add_bias``; the sum over the ranks, an all-reduce after the layer, is the full x W^T + b."""
+
+    def __init__(self, linear: nn.Linear, columns: Tensor, add_bias: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(linear.weight.detach()[:, columns.to(linear.weight.device)].contiguous())
+        self.bias = linear.bias
+        self.add_bias = add_bias
+        self.in_features, self.out_features = columns.numel(), linear.out_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias if self.add_bias else None)
+
+
+class VocabParallelEmbedding(nn.Module):
+    """This rank's rows of the embedding: ids outside them look up zero; the all-reduce sums the ranks."""
+
+    def __init__(self, table: Tensor, par: Parallel) -> None:
+        super().__init__()
+        self.weight = _vocab_rows(table, par)
+        self.rows = self.weight.shape[0]
+        self.start = par.tp_rank * self.rows
+        self.par = par
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        local = tokens - self.start
+        outside = (local < 0) | (local >= self.rows)
+        x = F.embedding(local.masked_fill(outside, 0), self.weight).masked_fill(outside[..., None], 0)
+        return self.par.all_reduce(x)
+
+
+class VocabParallelHead(nn.Module):
+    """This rank's rows of the lm_head: its logits, all-gathered over the tp group, the padding rows cut."""
+
+    def __init__(self, weight: nn.Parameter, vocab: int, par: Parallel) -> None:
+        super().__init__()
+        self.weight, self.vocab, self.par = weight, vocab, par
+
+    def forward(self, h: Tensor) -> Tensor:
+        z = F.linear(h, self.weight)
+        return self.par.comm.all_gather_last(z, self.par.tp_group, self.par.tp)[..., :self.vocab]
+
+
+class ExpertDispatch:
+    """MoE tokens by all-to-all (ep > tp; module docstring): route this tp rank's share of the replica's tokens,
+    exchange the per-rank pair counts, send each pair (its activations and local expert id) to the expert's
+    rank, run the local experts, send the outputs back, combine with the routing weights. With tp > 1 the share
+    lands in its rows of a zero tensor, and the layer's all-reduce over the tp group (with the shared experts'
+    partial sums) completes every row."""
+
+    def __init__(self, par: Parallel) -> None:
+        self.par = par
+
+    def __call__(self, moe: MoE, x: Tensor) -> Tensor:
+        par = self.par
+        n = x.shape[0]
+        base, extra = divmod(n, par.tp)
+        start = par.tp_rank * base + min(par.tp_rank, extra)
+        stop = start + base + (par.tp_rank < extra)
+        mine = x[start:stop]
+        weights, experts = moe.route(mine)
+        flat = experts.flatten()
+        counts = torch.zeros_like(moe.expert_counts).index_add_(0, flat, torch.ones_like(flat))
+        moe.expert_counts.copy_(counts)
+        held = moe.local_experts
+        order = flat.argsort(stable=True)  # pairs by expert, hence by the rank that holds it
+        token = order // moe.top_k
+        per_rank = counts.view(par.world, held).sum(dim=1)
+        comm = par.comm
+        incoming = comm.all_to_all(per_rank, [1] * par.world, [1] * par.world, par.ep_group)
+        send, receive = per_rank.tolist(), incoming.tolist()
+        ids = (flat[order] - (flat[order] // held) * held).to(x.dtype)
+        arrived = comm.all_to_all(torch.cat([mine[token], ids[:, None]], dim=1), send, receive, par.ep_group)
+        local = arrived[:, -1].round().long()
+        by_expert = local.argsort(stable=True)
+        out = torch.empty_like(arrived[:, :-1])
+        out[by_expert] = moe.run_experts(arrived[by_expert, :-1],
+                                         torch.bincount(local, minlength=held).tolist())
+        back = comm.all_to_all(out, receive, send, par.ep_group)
+        y = torch.zeros_like(mine).index_add_(0, token, back * weights.flatten()[order, None])
+        if par.tp == 1:
+            return y
+        full = torch.zeros_like(x)
+        full[start:stop] = y
+        return full
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Parameters this rank holds (a tied table once)."""
+    return sum(p.numel() for p in model.parameters())
