@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import random
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -135,3 +138,131 @@ def test_moe_expert_parallel_share_and_padding() -> None:
     real = kernels.moe_experts(replace(RATES, floors={**RATES.floors, "moe": 0.0}), 256, 32, 256, 8, 7168, 2048, True,
                                8, "fp8")
     assert real.seconds > c.seconds
+
+
+def _brute_tiles(n: int, q: float, tile: int) -> float:
+    """E[ceil(X / tile)] for X ~ Binomial(n, q), summed over every count of the pmf."""
+    return math.fsum(math.comb(n, x) * q**x * (1 - q) ** (n - x) * -(-x // tile) for x in range(n + 1))
+
+
+CASES = [(n, q, tile) for n in (1, 7, 64, 300, 1000) for q in (1e-4, 0.004, 0.03, 0.25, 0.9)
+         for tile in (1, 16, 64, 128)]
+
+
+@pytest.mark.parametrize("method", ["pmf", "fourier", "cheaper"])
+def test_binomial_tiles_is_the_exact_sum_over_the_pmf(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both of binomial_tiles' methods (forced one at a time, and the one it picks) against the brute-force sum:
+    narrow counts (sd < tile / 2) and wide ones (sd >= tile / 2, e.g. n 1000, q 0.25: sd 13.7 >= 16 / 2)."""
+    if method != "cheaper":
+        monkeypatch.setattr(kernels, "_FOURIER_COST", math.inf if method == "pmf" else 0.0)
+    worst = max(abs(kernels.binomial_tiles(n, q, tile) / _brute_tiles(n, q, tile) - 1) for n, q, tile in CASES)
+    assert worst < 1e-9
+    assert any(math.sqrt(n * q * (1 - q)) >= tile / 2 for n, q, tile in CASES)  # wide counts are in the set
+
+
+def test_binomial_tiles_edges() -> None:
+    assert kernels.binomial_tiles(0, 0.5, 16) == 0 and kernels.binomial_tiles(10, 0.0, 16) == 0
+    assert kernels.binomial_tiles(40, 1.0, 16) == 3  # every token: ceil(40 / 16)
+    assert kernels.binomial_tiles(100, 0.3, 1) == pytest.approx(30)  # tiles of one row: the mean
+    # one token: P(X = 1) = q tiles
+    assert kernels.binomial_tiles(1, 0.2, 64) == pytest.approx(0.2)
+    # a count far wider than the tile: every nonzero count pads (tile - 1) / 2 rows on average
+    n, q, tile = 200_000, 0.25, 16
+    assert kernels.binomial_tiles(n, q, tile) == pytest.approx((n * q + (tile - 1) / 2) / tile, rel=1e-12)
+
+
+def _monte_carlo_rows(experts: int, top_k: int, tokens: int, trials: int, seed: int) -> tuple[float, float]:
+    """Route ``tokens`` tokens, each to ``top_k`` distinct experts drawn uniformly, ``trials`` times; mean and
+    standard error of the rows the grouped GEMMs compute at moe_tile_rows' blended tile heights."""
+    rng = random.Random(seed)  # noqa: S311 - seeded test data
+    lower, upper, w = kernels.moe_tile_rows(tokens, top_k, experts)
+    samples = []
+    for _ in range(trials):
+        counts = [0] * experts
+        for _ in range(tokens):
+            for e in rng.sample(range(experts), top_k):
+                counts[e] += 1
+        rows_at = [sum(t * -(-c // t) for c in counts) for t in (lower, upper)]
+        samples.append((1 - w) * rows_at[0] + w * rows_at[1])
+    return statistics.fmean(samples), statistics.stdev(samples) / math.sqrt(trials)
+
+
+@pytest.mark.parametrize(("experts", "top_k", "tokens"), [(8, 2, 3), (8, 2, 200), (64, 6, 50), (128, 8, 300)])
+def test_routed_rows_matches_monte_carlo_routing(experts: int, top_k: int, tokens: int) -> None:
+    """Top-k routing without replacement: each expert's count is still Binomial(T, k / E), so the expected rows
+    are the binomial tile sum (the counts' dependence does not change an expectation)."""
+    mean, stderr = _monte_carlo_rows(experts, top_k, tokens, 400, seed=experts * tokens)
+    distinct, rows = kernels.routed_rows(experts, top_k, tokens)
+    assert abs(rows - mean) < 4 * stderr + 1e-9 * mean
+    assert distinct == pytest.approx(kernels.distinct_experts(experts, top_k, tokens))
+
+
+def test_routed_rows_skewed_is_the_sum_over_each_experts_binomial() -> None:
+    probabilities = kernels._zipf_probabilities(16, 2, 1.0)
+    lower, upper, w = kernels.moe_tile_rows(100, 2, 16)
+    expected = sum((1 - w) * lower * _brute_tiles(100, q, lower) + w * upper * _brute_tiles(100, q, upper)
+                   for q in probabilities)
+    assert kernels.routed_rows(16, 2, 100, 1.0)[1] == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize(("mean", "expected"), [
+    (1.0, (16, 16, 0.0)), (16.0, (16, 16, 0.0)), (24.0, (16, 32, math.log2(1.5))), (32.0, (32, 64, 0.0)),
+    (100.0, (64, 128, math.log2(100 / 64))), (128.0, (128, 128, 0.0)), (5000.0, (128, 128, 0.0)),
+])
+def test_moe_tile_rows_powers_of_two_blended(mean: float, expected: tuple[int, int, float]) -> None:
+    lower, upper, w = kernels.moe_tile_rows(mean * 64 / 8, 8, 64)  # T k / E = mean
+    assert (lower, upper) == expected[:2] and w == pytest.approx(expected[2])
+
+
+def test_moe_tile_rows_effective_height_is_continuous_and_rising() -> None:
+    """The blended height (1 - w) lower + w upper rises with the tokens and meets the next power where the
+    kernels switch (w -> 1 as the mean reaches 2 x lower)."""
+    heights = []
+    for i in range(1, 3000):
+        lower, upper, w = kernels.moe_tile_rows(i / 10, 1, 1)
+        heights.append((1 - w) * lower + w * upper)
+    assert all(b >= a for a, b in zip(heights, heights[1:], strict=False))
+    assert max(b - a for a, b in zip(heights, heights[1:], strict=False)) < 0.2  # no jump at 32, 64, 128
+    assert heights[0] == 16 and heights[-1] == 128
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([(8, 2), (64, 6), (128, 8), (256, 8)]), st.integers(1, 6000), st.integers(1, 300),
+       st.sampled_from(["bf16", "fp8"]), st.sampled_from([0.0, 1.2]))
+def test_moe_time_never_falls_with_more_tokens(shape: tuple[int, int], tokens: int, more: int, compute: str,
+                                               skew: float) -> None:
+    experts, top_k = shape
+    bits = 16 if compute == "bf16" else 8
+
+    def seconds(t: int) -> float:
+        return kernels.moe_experts(RATES, t, experts, experts, top_k, 2048, 768, True, bits, compute, skew=skew).seconds
+
+    assert seconds(tokens + more) >= seconds(tokens) * (1 - 1e-12)
+
+
+def test_grouped_efficiency_per_dtype_and_expert_floors() -> None:
+    rates = replace(RATES, moe_efficiency_by_dtype={"bf16": 0.8, "fp8": 0.4, "fp4": 0.9},
+                    moe_expert_floors={"fp8": 0.5e-6})
+    assert rates.grouped_efficiency("fp8") == 0.4 and rates.grouped_efficiency("bf16") == 0.8
+    assert rates.grouped_efficiency("bf16", dequant="fp4") == 0.9  # weight-only MXFP4 experts: their format
+    assert rates.grouped_efficiency("int8") == 0.8  # the chip has no int8 peak: bf16, as its GEMMs
+    assert RATES.grouped_efficiency("fp8") == 0.5 and rates.as_ideal().grouped_efficiency("fp8") == 1.0
+    # fp8 experts run at the fp8 entry, bf16 ones at the bf16 entry; 32 local fp8 experts add 32 x 0.5 us
+    args = (8192, 32, 256, 8, 7168, 2048, True, 8, "fp8")
+    mine = kernels.moe_experts(rates, *args)
+    same = kernels.moe_experts(replace(RATES, moe_efficiency=0.4), *args)
+    assert mine.floor_seconds == pytest.approx(25e-6 + 32 * 0.5e-6)
+    assert mine.seconds - mine.floor_seconds == pytest.approx(same.seconds - same.floor_seconds)
+    assert mine.seconds > kernels.moe_experts(RATES, *args).seconds  # compute-bound at 8192 tokens: 0.4 < 0.5
+    bf16 = (*args[:-2], 16, "bf16")
+    assert (kernels.moe_experts(rates, *bf16).seconds
+            == pytest.approx(kernels.moe_experts(replace(RATES, moe_efficiency=0.8), *bf16).seconds))
+    assert kernels.moe_experts(rates, *bf16).floor_seconds == 25e-6  # bf16: no per-expert cost
+
+
+def test_ideal_moe_ignores_grouped_efficiency_and_expert_floors() -> None:
+    """The speed-of-light figure is the roofline whatever the preset says about real kernels."""
+    rates = replace(RATES, moe_efficiency_by_dtype={"bf16": 0.3, "fp8": 0.2}, moe_expert_floors={"fp8": 5e-6})
+    for tokens in (1, 64, 4096):
+        args = (tokens, 32, 256, 8, 7168, 2048, True, 8, "fp8")
+        assert kernels.moe_experts(rates.as_ideal(), *args) == kernels.moe_experts(IDEAL, *args)

@@ -225,3 +225,15 @@ def test_engine_from_the_environment_and_lists(monkeypatch: pytest.MonkeyPatch) 
     assert [r["engine"] for r in rows] == ["sglang 0.5+", "trtllm 1.0+"]
     result = runner.invoke(app, [*ARGS, "--engine", "sglang,trtllm"])
     assert result.exit_code == 0 and "engine" in result.stdout.splitlines()[2]  # a column when engines compare
+
+
+def test_bad_moe_efficiency_in_a_user_gpu_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "mygpu.yaml"
+    path.write_text("memory_gb: 96\nhbm_bandwidth_gb_s: 4000\ndense_tflops: {bf16: 500}\n"
+                    "interconnect_bidirectional_gb_s: 900\nlatency: {sm_count: 100, gemm_efficiency: {bf16: 0.7}, "
+                    "attention_efficiency: 0.5, moe_efficiency: {bf16: 0.7, fp9: 0.6}, memory_efficiency: 0.8, "
+                    "floors_us: {gemm: 3, elementwise: 2, attention: 9, moe: 20}, interconnect_preset: pcie5}\n")
+    result = runner.invoke(app, ["estimate", "-p", "mixtral-8x7b", "-g", str(path)])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "unknown dtype 'latency.moe_efficiency.fp9'" in result.output
+    assert len(result.output.strip().splitlines()) == 1

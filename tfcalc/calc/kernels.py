@@ -31,6 +31,7 @@ Pure math: no I/O.
 
 from __future__ import annotations
 
+import cmath
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -46,8 +47,11 @@ if TYPE_CHECKING:
 GEMM_K0 = {"bf16": 128, "fp16": 128, "fp32": 128, "fp8": 512, "int8": 512, "fp4": 512}
 FLASH_TILE = 128  # rows per query tile and keys per key tile (FlashAttention-2/3 on Hopper)
 FLASH_PROLOGUE_TILES = 2  # key tiles' worth of work each query tile pays up front
-MOE_TILE_M = 64  # rows of a grouped-GEMM tile: an expert with fewer tokens still computes 64 rows
+MOE_TILE_MIN, MOE_TILE_MAX = 16, 128  # rows of a grouped-GEMM tile (moe_tile_rows)
 DECODE_STREAMS_HALF = 2.8  # u_half of decode attention (module docstring)
+_FOURIER_LOG_EPS = 30.0  # binomial_tiles drops Fourier terms below exp(-30) ~ 1e-13
+_PMF_CUTOFF = 1e-16  # binomial_tiles sums the pmf where it is above this fraction of its peak
+_FOURIER_COST = 4.0  # one Fourier term (complex power) costs about four pmf steps (measured, CPython 3.11)
 
 # CUDA-core instructions per weight element to dequantise in a weight-only GEMM (unpack, convert, scale), per
 # storage format. gpt-fast README (A100-80GB at 330 W, batch 1, the 70B model where kernel floors matter least):
@@ -68,7 +72,7 @@ class Rates:
     peak_flops: dict[str, float] = field(hash=False)  # dense datasheet peak per compute dtype
     gemm_efficiency: dict[str, float] = field(hash=False)  # large-GEMM fraction of peak per compute dtype
     attention_efficiency: float  # flash-attention prefill fraction of the 16-bit peak on long sequences
-    moe_efficiency: float  # grouped expert GEMMs relative to a dense GEMM of the same shape
+    moe_efficiency: float  # grouped expert GEMMs relative to a dense GEMM of the same shape (16-bit)
     memory_bandwidth: float  # datasheet bytes/s
     memory_efficiency: float  # fraction of it large streaming kernels reach
     alu_ops_per_s: float  # CUDA-core instructions/s (fp32 FMA rate) for dequantisation
@@ -80,6 +84,8 @@ class Rates:
     ideal: bool = False
     source: str = ""
     collectives: LinkFit | None = None  # a measured link (tfcalc bench collectives): replaces the fabric's NCCL link
+    moe_efficiency_by_dtype: dict[str, float] = field(default_factory=dict, hash=False)  # per compute dtype
+    moe_expert_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s per local expert, by dtype
     # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
     _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _stream: float = field(init=False, repr=False, compare=False, hash=False)
@@ -107,6 +113,14 @@ class Rates:
         eff = self.gemm_efficiency.get(dtype, self.gemm_efficiency.get("bf16", 0.7))
         k0 = GEMM_K0.get(dtype, 128)
         return peak * eff * k / (k + k0)
+
+    def grouped_efficiency(self, compute: str, dequant: str = "") -> float:
+        """Grouped expert GEMMs relative to a dense GEMM of the same shape and compute dtype (1 when ideal); a
+        weight-only kernel looks up its storage format first (MXFP4 experts on Hopper: 'fp4')."""
+        if self.ideal:
+            return 1.0
+        by_dtype = self.moe_efficiency_by_dtype
+        return by_dtype.get(dequant) or by_dtype.get(self.peak(compute)[0], self.moe_efficiency)
 
     def bandwidth(self, nbytes: float) -> float:
         """Achievable bytes/s for a kernel moving ``nbytes``: the calibrated curve (log-linear), else constant."""
@@ -255,6 +269,16 @@ def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, fl
     return Cost(work + floor, flops, kv_bytes, bound, 1, floor, 0.0, kv_bytes)
 
 
+def _zipf_probabilities(experts: int, top_k: int, skew: float) -> tuple[float, ...]:
+    """Probability that one token picks expert i: k/E uniform (skew 0); with skew s, min(1, k p_i), p_i
+    proportional to i^-s (Zipf)."""
+    if skew <= 0:
+        return (top_k / experts,) * experts
+    weights = [(i + 1) ** -skew for i in range(experts)]
+    total = sum(weights)
+    return tuple(min(1.0, top_k * w / total) for w in weights)
+
+
 @lru_cache(maxsize=8192)
 def distinct_experts(experts: int, top_k: int, tokens: float, skew: float = 0.0) -> float:
     """Expected distinct experts ``tokens`` tokens touch, each picking ``top_k`` of ``experts``.
@@ -265,9 +289,90 @@ def distinct_experts(experts: int, top_k: int, tokens: float, skew: float = 0.0)
     """
     if skew <= 0:
         return experts * (1 - (1 - top_k / experts) ** tokens)
-    weights = [(i + 1) ** -skew for i in range(experts)]
-    total = sum(weights)
-    return sum(1 - (1 - min(1.0, top_k * w / total)) ** tokens for w in weights)
+    return sum(1 - (1 - q) ** tokens for q in _zipf_probabilities(experts, top_k, skew))
+
+
+def moe_tile_rows(tokens: float, top_k: int, experts: int) -> tuple[int, int, float]:
+    """The tile heights a grouped GEMM runs the experts' rows in, from the mean rows per expert m = T k / E:
+    kernels take the next power of two of m within [16, 128] (OpenAI triton_kernels routing, ``block_m``; vLLM's
+    tuned fused-MoE configs step BLOCK_SIZE_M from 16 to 128 with the tokens the same way). Returned as (the power
+    of two at or below m, the one above, the weight of the upper: log2(m / lower)), so a step blends the two
+    around m and stays continuous and monotone in the tokens where the kernels switch."""
+    mean = tokens * top_k / experts
+    if mean <= MOE_TILE_MIN:
+        return MOE_TILE_MIN, MOE_TILE_MIN, 0.0
+    if mean >= MOE_TILE_MAX:
+        return MOE_TILE_MAX, MOE_TILE_MAX, 0.0
+    lower = 1 << (int(mean).bit_length() - 1)
+    return lower, 2 * lower, math.log2(mean / lower)
+
+
+def binomial_tiles(n: int, q: float, tile: int) -> float:
+    """E[ceil(X / tile)] for X ~ Binomial(n, q): the row tiles of one expert that each of n tokens picks with
+    probability q (top-k routing: the tokens' choices are independent, so an expert's count is binomial).
+
+    = (E[X] + E[R]) / tile with R = (-X) mod tile, the padding of the last tile. Exact either way, by the cheaper:
+    the pmf summed out from its mode until it falls below 1e-16 of its peak (about mean +- 8.5 sd: narrow counts),
+    or the discrete Fourier series of the residue, E[R] = (tile - 1) / 2 + sum_{j=1}^{tile-1} phi(2 pi j / tile) /
+    (w^j - 1), w = exp(2 pi i / tile), with the binomial's characteristic function phi(t) = (1 - q + q e^{it})^n,
+    whose terms vanish (|phi| < 1e-13) after about 1.2 tile / sd of them (wide counts).
+    """
+    if n <= 0 or q <= 0:
+        return 0.0
+    if q >= 1:
+        return float(-(-n // tile))
+    mean = n * q
+    var = mean * (1 - q)
+    if tile == 1:
+        return mean
+    # terms of the Fourier series before |phi| < 1e-13 (|phi|^2 = (1 - 2 q (1 - q)(1 - cos t))^n ~ exp(-var t^2))
+    reach = 2 * _FOURIER_LOG_EPS / var
+    fourier_terms = tile / 2 if reach >= 2 else tile * math.acos(1 - reach) / (2 * math.pi)
+    if _FOURIER_COST * fourier_terms < 17 * math.sqrt(var) + 3:  # the pmf sum's terms (below)
+        residue = (tile - 1) / 2
+        spread = 2 * q * (1 - q)
+        for j in range(1, tile // 2 + 1):
+            angle = 2 * math.pi * j / tile
+            if n / 2 * math.log1p(-spread * (1 - math.cos(angle))) < -_FOURIER_LOG_EPS:
+                break
+            w = cmath.exp(1j * angle)
+            term = (1 - q + q * w) ** n / (w - 1)
+            residue += term.real if 2 * j == tile else 2 * term.real  # terms j and tile - j are conjugates
+        return (mean + residue) / tile
+    mode = int((n + 1) * q)  # the pmf rises to here and falls after it
+    log_pmf = (math.lgamma(n + 1) - math.lgamma(mode + 1) - math.lgamma(n - mode + 1) + mode * math.log(q)
+               + (n - mode) * math.log1p(-q))
+    ratio, top = q / (1 - q), math.exp(log_pmf)
+    cutoff = top * _PMF_CUTOFF
+    total, pmf, x = 0.0, top, mode
+    while x <= n and pmf > cutoff:  # upward: pmf(x + 1) = pmf(x) (n - x) / (x + 1) q / (1 - q)
+        total += pmf * -(-x // tile)
+        pmf *= (n - x) / (x + 1) * ratio
+        x += 1
+    pmf, x = top, mode - 1
+    while x >= 0 and pmf > cutoff:  # downward
+        pmf *= (x + 1) / (n - x) / ratio
+        total += pmf * -(-x // tile)
+        x -= 1
+    return total
+
+
+@lru_cache(maxsize=16384)
+def routed_rows(experts: int, top_k: int, tokens: int, skew: float = 0.0) -> tuple[float, float]:
+    """(distinct experts, rows computed) expected over all ``experts`` when ``tokens`` tokens each pick ``top_k``
+    at random (uniform, or Zipf-skewed popularity). Expert i's count X_i ~ Binomial(T, q_i) (tokens choose
+    independently); it is touched with probability P(X_i > 0) and computes tile x E[ceil(X_i / tile)] rows, the
+    tile heights of ``moe_tile_rows`` blended. A deterministic count (the mean, rounded up to tiles) would jump by
+    a whole tile per expert where the mean crosses a multiple of the tile; random routing spreads the counts."""
+    lower, upper, w = moe_tile_rows(tokens, top_k, experts)
+    probabilities = (top_k / experts,) if skew <= 0 else _zipf_probabilities(experts, top_k, skew)
+    scale = experts if skew <= 0 else 1
+
+    def rows(tile: int) -> float:
+        return tile * scale * sum(binomial_tiles(tokens, q, tile) for q in probabilities)
+
+    padded = rows(lower) if w == 0 else (1 - w) * rows(lower) + w * rows(upper)
+    return distinct_experts(experts, top_k, tokens, skew), padded
 
 
 def moe_experts(rates: Rates, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
@@ -275,20 +380,21 @@ def moe_experts(rates: Rates, tokens: float, experts_local: int, experts_total: 
                 act_bytes: float = 2.0, skew: float = 0.0) -> Cost:
     """Fused MoE (route, permute, grouped gate/up GEMM, activation, grouped down GEMM, combine) on one GPU.
 
-    ``tokens`` enter the layer on this GPU; each picks ``top_k`` of ``experts_total`` experts under uniform
-    routing, of which ``experts_local`` live here (each sliced to ``expert_width``). Distinct experts touched:
-    E_local x (1 - (1 - k/E)^T); every touched expert's weights are read once and its rows are padded to whole
-    tiles of MOE_TILE_M.
+    ``tokens`` enter the layer on this GPU; each picks ``top_k`` of ``experts_total`` experts at random (uniform,
+    or Zipf popularity ``skew``), of which ``experts_local`` live here (each sliced to ``expert_width``). Every
+    touched expert's weights are read once; its rows run in tiles of ``moe_tile_rows`` rows, E[ceil(X / tile)] of
+    them for its binomial count X, each tile computing whole (``routed_rows``).
     """
     if tokens <= 0 or experts_local == 0:
         return Cost(0.0, 0.0, 0.0, "memory", 0)
     share = experts_local / experts_total
     pairs = tokens * top_k * share  # (token, expert) pairs computed here
-    distinct = distinct_experts(experts_total, top_k, tokens, skew) * share
     in_width = (2 if gated else 1) * expert_width
-    rows_per_expert = pairs / distinct if distinct else 0.0
-    padded_rows = distinct * math.ceil(rows_per_expert / MOE_TILE_M - 1e-9) * MOE_TILE_M if distinct else 0.0
-    rows = max(padded_rows, pairs)
+    if rates.ideal:
+        distinct, padded = distinct_experts(experts_total, top_k, tokens, skew), 0.0
+    else:
+        distinct, padded = routed_rows(experts_total, top_k, max(1, round(tokens)), skew)
+    distinct, rows = distinct * share, max(padded * share, pairs)
     w8a8 = compute in ("fp8", "int8", "fp4") and not rates.ideal
     quant_in = act_bytes + weight_bits / 8 if w8a8 else 0.0  # activation quantisation before each GEMM
     # the kernels in sequence: (name, FLOPs, padded FLOPs, weight bytes, activation bytes, K)
@@ -310,19 +416,18 @@ def moe_experts(rates: Rates, tokens: float, experts_local: int, experts_total: 
                     else "memory", 1, 0.0, weights, weights)
     seconds = flops = nbytes = weight_total = 0.0
     by_bound: dict[str, float] = {}
+    grouped = rates.grouped_efficiency(compute, dequant)
+    bandwidth = rates._stream or rates.bandwidth(distinct * hidden * (in_width + expert_width) * weight_bits / 8)
     for _, f, padded, weights, acts, k in stages:
         w_bytes = weights * weight_bits / 8
-        b = w_bytes + acts
-        grouped = 1.0 if rates.ideal else rates.moe_efficiency
         t_c = padded / (rates.gemm_flops_per_s(compute, k) * grouped) if padded else 0.0
-        t_m = b / rates.bandwidth(b) if b else 0.0
-        t_d = 0.0
-        if dequant and not rates.ideal and weights:
-            t_d = weights * DEQUANT_OPS[dequant] / rates.alu_ops_per_s
-        t = max(t_c, t_m, t_d)
-        bound = "compute" if t == t_c and t_c else ("memory" if t == t_m else "dequant")
+        t_w = w_bytes / bandwidth
+        t_d = weights * DEQUANT_OPS[dequant] / rates.alu_ops_per_s if dequant and weights else 0.0
+        # the gathered / scattered activation rows add to the weight stream or the tensor-core work
+        t = max(t_c, t_w, t_d) + acts / bandwidth
+        bound = ("compute" if t_c >= max(t_w, t_d) and t_c else "dequant" if t_d > t_w else "memory")
         by_bound[bound] = by_bound.get(bound, 0.0) + t
-        seconds, flops, nbytes, weight_total = seconds + t, flops + f, nbytes + b, weight_total + w_bytes
-    floor = rates.floor("moe")
+        seconds, flops, nbytes, weight_total = seconds + t, flops + f, nbytes + w_bytes + acts, weight_total + w_bytes
+    floor = rates.floor("moe") + experts_local * rates.moe_expert_floors.get(rates.peak(compute)[0], 0.0)
     bound = "floor" if floor > seconds else max(by_bound, key=by_bound.__getitem__)
     return Cost(seconds + floor, flops, nbytes, bound, 1, floor, weight_total, weight_total)

@@ -49,7 +49,8 @@ COMPUTE_CHOICES = ("auto", "bf16", "fp16", "fp8", "int8", "fp4")
 # measured NVIDIA presets (H100 SXM, H200, A100, L40S), so a new part is priced like a typical one until calibrated.
 GENERIC_LATENCY = {"sm_count": 132, "gemm_efficiency": {"bf16": 0.78, "fp16": 0.78, "fp8": 0.48, "int8": 0.48,
                                                         "fp4": 0.46},
-                   "attention_efficiency": 0.6, "moe_efficiency": 0.7, "memory_efficiency": 0.8,
+                   "attention_efficiency": 0.6, "moe_efficiency": 0.7, "moe_efficiency_by_dtype": {},
+                   "memory_efficiency": 0.8,
                    "floors_s": {"gemm": 2.7e-6, "elementwise": 2.0e-6, "attention": 11.5e-6, "moe": 30e-6}}
 
 
@@ -62,18 +63,21 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
     if lat is not None:
         sm, gemm_eff, attn, moe, mem, floors = (lat.sm_count, lat.gemm_efficiency, lat.attention_efficiency,
                                                 lat.moe_efficiency, lat.memory_efficiency, lat.floors_s)
+        moe_by_dtype = dict(lat.moe_efficiency_by_dtype)
         source = f"{gpu.name} preset (measured kernels)"
     else:
         g = GENERIC_LATENCY
         sm, gemm_eff, attn, moe, mem, floors = (g["sm_count"], g["gemm_efficiency"], g["attention_efficiency"],
                                                 g["moe_efficiency"], g["memory_efficiency"], g["floors_s"])
+        moe_by_dtype = dict(g["moe_efficiency_by_dtype"])
         source = f"{gpu.name}: no latency block in its preset, generic values"
     fp32 = gpu.dense_flops_per_s.get("fp32", gpu.peak_flops("bf16")[1] / 16)
     return Rates(name=gpu.name, peak_flops=dict(gpu.dense_flops_per_s), gemm_efficiency=dict(gemm_eff),
-                 attention_efficiency=float(attn), moe_efficiency=float(moe),
+                 attention_efficiency=float(attn), moe_efficiency=float(moe), moe_efficiency_by_dtype=moe_by_dtype,
                  memory_bandwidth=gpu.hbm_bandwidth_bytes_per_s,
                  memory_efficiency=float(mem), alu_ops_per_s=fp32 / 2, sm_count=int(sm),
-                 floors={**floors, **engine.floors_s}, launch_s=engine.eager_launch_s,
+                 floors={**floors, **engine.floors_s}, moe_expert_floors=dict(engine.moe_expert_floors_s),
+                 launch_s=engine.eager_launch_s,
                  cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source)
 
 

@@ -265,8 +265,11 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                      f"{dec.bubble_fraction:.0%} of the time")
     r = d.rates_decode
     floors = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in sorted(r.floors.items()))
+    floors += "".join(f", moe {v * 1e6:.2f} us per local {k} expert" for k, v in sorted(r.moe_expert_floors.items()))
     graphs = "CUDA graphs" if r.cuda_graphs else f"eager launches >= {r.launch_s * 1e6:.1f} us"
+    moe = (", ".join(f"{k} {v:.2f}" for k, v in sorted(r.moe_efficiency_by_dtype.items()))
+           or f"{r.moe_efficiency:.2f}")
     lines.append(f"rates: {r.source}; GEMM {', '.join(f'{k} {v:.2f}' for k, v in sorted(r.gemm_efficiency.items()))}"
-                 f" of peak x K/(K + K0); attention {r.attention_efficiency:.2f}; MoE {r.moe_efficiency:.2f} of "
+                 f" of peak x K/(K + K0); attention {r.attention_efficiency:.2f}; MoE {moe} of "
                  f"dense; HBM {r.memory_efficiency:.2f}; floors {floors}; {graphs}")
     return tuple(lines)

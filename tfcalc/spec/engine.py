@@ -131,8 +131,9 @@ class EngineKernels:
     them; ``fused_activation_quant``: fp8/int8 W8A8 GEMMs quantise their input inside the preceding kernel (else
     a kernel of its own); ``floors_s``: per kernel class (gemm, elementwise, attention, moe), replacing the GPU
     preset's floor where this engine's kernels were measured to differ; ``block_floors_s``: the fixed cost of a
-    fused block per layer (mla_decode, mla_prefill). The defaults describe an engine whose kernels are those the
-    GPU presets measured (vLLM's).
+    fused block per layer (mla_decode, mla_prefill); ``moe_expert_floors_s``: per compute dtype, a fused-MoE
+    kernel's fixed cost per local expert (added to its floor). The defaults describe an engine whose kernels are
+    those the GPU presets measured (vLLM's).
     """
 
     cuda_graphs: bool = True
@@ -141,6 +142,7 @@ class EngineKernels:
     eager_launch_s: float = 8e-6
     floors_s: dict[str, float] = field(default_factory=dict, hash=False)
     block_floors_s: dict[str, float] = field(default_factory=dict, hash=False)
+    moe_expert_floors_s: dict[str, float] = field(default_factory=dict, hash=False)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -279,7 +281,8 @@ def _mib(value: Any, origin: str, key: str) -> int:
 
 
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "fused_activation_quant", "eager_launch_us", "floors_us",
-                          "block_floors_us", "sources"})
+                          "block_floors_us", "moe_expert_floors_us", "sources"})
+MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
 
 
 def _floors(value: Any, origin: str, key: str, allowed: tuple[str, ...]) -> dict[str, float]:
@@ -306,6 +309,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
                             0.0, MAX_MICROSECONDS) * 1e-6,
         floors_s=_floors(data.get("floors_us"), origin, "kernels.floors_us", FLOOR_CLASSES),
         block_floors_s=_floors(data.get("block_floors_us"), origin, "kernels.block_floors_us", BLOCK_CLASSES),
+        moe_expert_floors_s=_floors(data.get("moe_expert_floors_us"), origin, "kernels.moe_expert_floors_us",
+                                    MOE_EXPERT_DTYPES),
         sources=_texts(data.get("sources", {}), origin, "kernels.sources"))
 
 

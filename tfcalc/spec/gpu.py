@@ -184,7 +184,8 @@ class GPULatency:
 
     ``gemm_efficiency``: fraction of the dense peak large GEMMs reach, per compute dtype; ``attention_efficiency``:
     flash-attention prefill on long sequences (16-bit); ``moe_efficiency``: grouped expert GEMMs relative to a dense
-    GEMM of the same shape; ``memory_efficiency``: large streaming kernels (GEMV);
+    GEMM of the same shape (a number, or per compute dtype: ``moe_efficiency_by_dtype``, its bf16 entry the number);
+    ``memory_efficiency``: large streaming kernels (GEMV);
     ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
     ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric.
     """
@@ -196,6 +197,7 @@ class GPULatency:
     memory_efficiency: float
     floors_s: dict[str, float] = field(hash=False)
     interconnect_preset: str
+    moe_efficiency_by_dtype: dict[str, float] = field(default_factory=dict, hash=False)
 
 
 def latency_from_mapping(data: Any, origin: str) -> GPULatency:
@@ -228,6 +230,16 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
                 raise SpecError(f"unknown dtype 'latency.gemm_efficiency.{key_text(dtype)}' "
                                 f"(known: {', '.join(FLOP_DTYPES)})")
             efficiencies[str(dtype)] = fraction(value, f"latency.gemm_efficiency.{dtype}")
+        moe, moe_by_dtype = data["moe_efficiency"], {}
+        if isinstance(moe, dict):  # per compute dtype: {bf16: 0.87, fp8: 0.65}; bf16 is the default for the rest
+            for dtype, value in moe.items():
+                if dtype not in FLOP_DTYPES:
+                    raise SpecError(f"unknown dtype 'latency.moe_efficiency.{key_text(dtype)}' "
+                                    f"(known: {', '.join(FLOP_DTYPES)})")
+                moe_by_dtype[str(dtype)] = fraction(value, f"latency.moe_efficiency.{dtype}")
+            if "bf16" not in moe_by_dtype:
+                raise SpecError("field 'latency.moe_efficiency' needs a bf16 entry (the default for other dtypes)")
+            moe = moe_by_dtype["bf16"]
         floors = data["floors_us"]
         if not isinstance(floors, dict):
             raise SpecError(f"field 'latency.floors_us' must be a mapping of {', '.join(_FLOOR_KEYS)}")
@@ -241,7 +253,8 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
         return GPULatency(sm_count=check_int("latency.sm_count", data["sm_count"], (1, MAX_SM_COUNT)),
                           gemm_efficiency=efficiencies,
                           attention_efficiency=fraction(data["attention_efficiency"], "latency.attention_efficiency"),
-                          moe_efficiency=fraction(data["moe_efficiency"], "latency.moe_efficiency"),
+                          moe_efficiency=fraction(moe, "latency.moe_efficiency"),
+                          moe_efficiency_by_dtype=moe_by_dtype,
                           memory_efficiency=fraction(data["memory_efficiency"], "latency.memory_efficiency"),
                           floors_s=floors_s,
                           interconnect_preset=check_str("latency.interconnect_preset", data["interconnect_preset"],
