@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tfcalc.calc.latency import rates_for
 from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.engine import EngineKernels, engine_from_mapping, kernels_from_mapping
 from tfcalc.spec.gpu import latency_from_mapping
@@ -102,10 +103,39 @@ GOOD = {"sm_count": 132, "gemm_efficiency": {"bf16": 0.8}, "attention_efficiency
     ({"floors_us": {**GOOD["floors_us"], "gemv": 1}}, "unknown 'latency.floors_us.gemv'"),
     ({"moe_efficiency": None}, "missing required field 'latency.moe_efficiency'"),
     ({"colour": 1}, "unknown field 'latency.colour'"),
+    ({"moe_efficiency": {"fp8": 0.6}}, "field 'latency.moe_efficiency' needs a bf16 entry"),
+    ({"moe_efficiency": {"bf16": 0.7, "fp9": 0.6}}, "unknown dtype 'latency.moe_efficiency.fp9'"),
+    ({"moe_efficiency": {"bf16": 0.7, "fp8": 0}}, "latency.moe_efficiency.fp8' must be positive"),
+    ({"moe_efficiency": {"bf16": "fast"}}, "latency.moe_efficiency.bf16' must be a number"),
+    ({"moe_efficiency": [0.7]}, "latency.moe_efficiency' must be a number"),
 ])
 def test_latency_block_errors_name_the_field(change: dict, message: str) -> None:
     with pytest.raises(SpecError, match=message):
         latency_from_mapping({**GOOD, **change}, "gpu.yaml")
+
+
+def test_moe_efficiency_per_compute_dtype() -> None:
+    """A number applies to every compute dtype; a mapping per dtype, bf16 the default of the rest."""
+    assert latency_from_mapping(GOOD, "gpu.yaml").moe_efficiency_by_dtype == {}
+    latency = latency_from_mapping({**GOOD, "moe_efficiency": {"bf16": 0.8, "fp8": 0.6}}, "gpu.yaml")
+    assert latency.moe_efficiency == 0.8 and latency.moe_efficiency_by_dtype == {"bf16": 0.8, "fp8": 0.6}
+    h200 = load_gpu("h200").latency
+    assert h200 is not None and h200.moe_efficiency_by_dtype == {"bf16": 0.79, "fp8": 0.64}
+    rates = rates_for(load_gpu("h200"), load_engine("trtllm").kernels)
+    assert rates.grouped_efficiency("fp8") == 0.64 and rates.grouped_efficiency("bf16") == 0.79
+    assert rates.moe_expert_floors == pytest.approx({"fp8": 0.23e-6})
+    assert rates_for(load_gpu("h200"), load_engine("vllm").kernels).moe_expert_floors == {}
+
+
+def test_moe_expert_floors_are_validated() -> None:
+    assert kernels_from_mapping({"moe_expert_floors_us": {"fp8": 0.5}}, "e.yaml").moe_expert_floors_s == \
+        pytest.approx({"fp8": 0.5e-6})
+    for value, message in (({"fp9": 1}, "unknown field 'kernels.moe_expert_floors_us.fp9'"),
+                           ({"fp8": -1}, "kernels.moe_expert_floors_us.fp8' must be in"),
+                           ({"fp8": float("nan")}, "kernels.moe_expert_floors_us.fp8' must be a finite number"),
+                           (0.24, "field 'kernels.moe_expert_floors_us' must be a mapping")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"moe_expert_floors_us": value}, "e.yaml")
 
 
 def test_user_gpu_with_latency_block(tmp_path: Path) -> None:

@@ -1,0 +1,169 @@
+"""Grouped expert-GEMM efficiency per GPU and compute dtype from aiconfigurator's measured fused-MoE kernels: the
+``moe_efficiency`` values of the ``latency:`` blocks in presets/gpus/*.yaml.
+
+aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment (``pip install aiconfigurator``;
+its kernel tables ship in the package) and run
+
+    python benchmarks/validation/moe_kernel_rates.py [--engine vllm] [--version V] [--min-tokens 4096] [--by-width]
+    python benchmarks/validation/moe_kernel_rates.py --held-out 256   # presets' values on rows 256-4095 tokens
+    python benchmarks/validation/moe_kernel_rates.py --expert-floors  # kernels.moe_expert_floors_us of trtllm
+
+For every GPU with a measured table (aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<newest>/moe_perf), the
+rows with balanced routing (each expert gets exactly T k / E tokens), >= ``--min-tokens`` tokens and no expert
+parallelism are priced by ``tfcalc.calc.kernels.moe_experts`` with the table's deterministic expert counts in place
+of random routing; the efficiency printed is the one that makes the median of tfcalc / measured 1 over all the
+table's shapes (models, tp slices) of that weight format, found by bisection. The presets take bf16 from the
+bfloat16 rows, fp8 from the fp8_block rows (the format fp8 MoE checkpoints ship in: DeepSeek-V3, Qwen3 FP8) and fp4
+from the nvfp4 rows; MXFP4 experts on Hopper run weight-only at the bf16 value (their own fit is printed beside).
+``--by-width`` prints the ratio per expert width at that efficiency: what is left is shape dependence the model
+does not have. ``--held-out N`` prices the rows with N to --min-tokens tokens (left out of the fit) at the presets'
+own values and prints the median tfcalc / measured (the check of the fit on points it did not see).
+
+``--expert-floors`` reads TensorRT-LLM's tables (1.3.0rc20) at 1 token: each row's time less tfcalc's price of it
+without a per-expert cost, against the experts on the GPU (num_experts / ep). The least-squares slope through the
+origin over the ep-1 rows with 128-512 experts on the H200 is the trtllm preset's per-local-expert cost; the same
+slope on the H100 and B200, and the residuals of the ep > 1 rows (1-256 local experts) at it, are held out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import math
+import statistics
+from pathlib import Path
+
+GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "a100_sxm": "a100-80gb", "l40s": "l40s"}
+WEIGHTS = {"bfloat16": "bf16", "fp8_block": "fp8_block", "fp8": "fp8_e4m3", "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4"}
+
+
+def _balanced_rows(experts: int, top_k: int, tokens: int, skew: float = 0.0) -> tuple[float, float]:
+    """The tables' balanced routing: every expert gets T k / E tokens, in tiles of the kernels' power of two."""
+    from tfcalc.calc.kernels import MOE_TILE_MAX, MOE_TILE_MIN
+
+    pairs = tokens * top_k
+    if pairs < experts:
+        return float(pairs), float(pairs * MOE_TILE_MIN)
+    mean = pairs / experts
+    tile = min(max(1 << (math.ceil(mean) - 1).bit_length(), MOE_TILE_MIN), MOE_TILE_MAX)
+    return float(experts), experts * math.ceil(mean / tile) * tile
+
+
+def expert_floors(root: Path, version: str = "1.3.0rc20") -> None:
+    """The per-local-expert fixed cost of TensorRT-LLM's fused MoE at 1 token (module docstring)."""
+    import dataclasses
+
+    import pandas as pd
+
+    from tfcalc.calc import kernels
+    from tfcalc.calc.latency import linear_mode, rates_for
+    from tfcalc.dtypes import get_dtype
+    from tfcalc.spec.presets import load_engine, load_gpu
+
+    fitted = None
+    for system in ("h200_sxm", "h100_sxm", "b200_sxm"):
+        table = root / system / "moe" / "trtllm" / version / "moe_perf.parquet"
+        if not table.exists():
+            continue
+        df = pd.read_parquet(table)
+        gpu = load_gpu(GPUS[system])
+        rates = dataclasses.replace(rates_for(gpu, load_engine("trtllm").kernels), moe_expert_floors={})
+        for weights in ("fp8_block", "bfloat16", "fp8"):
+            mode = linear_mode(get_dtype(WEIGHTS[weights]), gpu)
+            points = []  # (local experts, ep, measured - priced seconds)
+            rows = df[(df.num_tokens == 1) & (df.distribution == "balanced") & (df.moe_dtype == weights)]
+            for row in rows.itertuples():
+                local = row.num_experts // row.moe_ep_size
+                c = kernels.moe_experts(rates, 1, local, row.num_experts, row.topk, row.hidden_size,
+                                        row.inter_size // row.moe_tp_size, True, mode.bits, mode.compute, mode.dequant)
+                points.append((local, row.moe_ep_size, row.latency * 1e-3 - c.seconds))
+            train = [(x, y) for x, ep, y in points if ep == 1 and 128 <= x <= 512]
+            if not train:
+                continue
+            slope = sum(x * y for x, y in train) / sum(x * x for x, _ in train)
+            if system == "h200_sxm" and weights == "fp8_block":
+                fitted = slope
+            held = [abs(y - (fitted or slope) * x) for x, ep, y in points if ep > 1]
+            print(f"{GPUS[system]:10s} trtllm {version} {weights:10s} slope {slope * 1e6:.3f} us per local expert "
+                  f"({len(train)} rows, ep 1, 128-512 experts); ep > 1 rows at {(fitted or slope) * 1e6:.3f}: median "
+                  f"|residual| {statistics.median(held) * 1e6:.1f} us ({len(held)} rows)")
+
+
+def main() -> None:
+    import dataclasses
+
+    import aiconfigurator_core
+    import pandas as pd
+
+    from tfcalc.calc import kernels
+    from tfcalc.calc.latency import linear_mode, rates_for
+    from tfcalc.dtypes import get_dtype
+    from tfcalc.spec.presets import load_engine, load_gpu
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", default="vllm")
+    parser.add_argument("--version", default="", help="the engine version's table (default: the newest)")
+    parser.add_argument("--min-tokens", type=int, default=4096)
+    parser.add_argument("--by-width", action="store_true")
+    parser.add_argument("--held-out", type=int, default=0, metavar="N",
+                        help="price rows with N to --min-tokens tokens at the presets' values")
+    parser.add_argument("--expert-floors", action="store_true", help="TensorRT-LLM's per-local-expert cost")
+    args = parser.parse_args()
+    root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    if args.expert_floors:
+        expert_floors(root)
+        return
+    kernels.routed_rows = _balanced_rows  # price the tables' deterministic routing, not random routing
+    for system, preset in GPUS.items():
+        pattern = root / system / "moe" / args.engine / (args.version or "*") / "moe_perf.parquet"
+        tables = sorted(glob.glob(str(pattern)))
+        if not tables:
+            continue
+        df = pd.read_parquet(tables[-1])
+        tokens = ((df.num_tokens >= args.held_out) & (df.num_tokens < args.min_tokens) if args.held_out
+                  else df.num_tokens >= args.min_tokens)
+        df = df[(df.distribution == "balanced") & tokens & (df.moe_ep_size == 1) & df.moe_dtype.isin(list(WEIGHTS))]
+        gpu = load_gpu(preset)
+        base = rates_for(gpu, load_engine(args.engine).kernels)
+        groups: dict[tuple[str, str], list] = {}
+        for row in df.itertuples():
+            mode = linear_mode(get_dtype(WEIGHTS[row.moe_dtype]), gpu)
+            groups.setdefault((mode.compute, row.moe_dtype), []).append((row, mode))
+        for (compute, weights), rows in sorted(groups.items()):
+            def ratios(eff: float, rows: list = rows, base: object = base) -> list[float]:
+                rates = dataclasses.replace(base, moe_efficiency=eff, moe_efficiency_by_dtype={})
+                out = []
+                for row, mode in rows:
+                    width = row.inter_size // row.moe_tp_size
+                    c = kernels.moe_experts(rates, row.num_tokens, row.num_experts, row.num_experts, row.topk,
+                                            row.hidden_size, width, True, mode.bits, mode.compute, mode.dequant)
+                    out.append(c.seconds / (row.latency * 1e-3))
+                return out
+
+            if args.held_out:
+                eff = base.grouped_efficiency(compute)
+                r = sorted(ratios(eff))
+                print(f"{preset:10s} {args.engine} {weights:12s} compute {compute:5s} preset {eff:.2f}: "
+                      f"{args.held_out}-{args.min_tokens - 1} tokens (held out), {len(rows)} rows, tfcalc/measured "
+                      f"median {statistics.median(r):.2f}, quartiles {r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f}")
+                continue
+            lo, hi = 0.05, 1.5
+            for _ in range(30):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if statistics.median(ratios(mid)) > 1 else (lo, mid)
+            eff = (lo + hi) / 2
+            r = sorted(ratios(eff))
+            q1, q3 = r[len(r) // 4], r[3 * len(r) // 4]
+            sources = sorted({row.kernel_source for row, _ in rows})
+            print(f"{preset:10s} {args.engine} {Path(tables[-1]).parent.name:8s} {weights:12s} compute {compute:5s} "
+                  f"moe_efficiency {eff:.2f}  ({len(rows)} rows, tfcalc/measured quartiles {q1:.2f}-{q3:.2f}; "
+                  f"{', '.join(s[:48] for s in sources)})")
+            if args.by_width:
+                by_width: dict[int, list[float]] = {}
+                for (row, _), value in zip(rows, ratios(eff), strict=True):
+                    by_width.setdefault(row.inter_size // row.moe_tp_size, []).append(value)
+                print("    " + " ".join(f"{w}:{statistics.median(v):.2f}" for w, v in sorted(by_width.items())))
+
+
+if __name__ == "__main__":
+    main()
