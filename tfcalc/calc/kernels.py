@@ -333,7 +333,8 @@ def binomial_tiles(n: int, q: float, tile: int) -> float:
         spread = 2 * q * (1 - q)
         for j in range(1, tile // 2 + 1):
             angle = 2 * math.pi * j / tile
-            if n / 2 * math.log1p(-spread * (1 - math.cos(angle))) < -_FOURIER_LOG_EPS:
+            loss = spread * (1 - math.cos(angle))  # |phi|^(2 / n) = 1 - loss: 0 at q = 1/2, angle = pi
+            if loss >= 1 or n / 2 * math.log1p(-loss) < -_FOURIER_LOG_EPS:
                 break
             w = cmath.exp(1j * angle)
             term = (1 - q + q * w) ** n / (w - 1)
