@@ -27,16 +27,25 @@ from tfcalc.cli.plan import (
     gpu_list,
     weight_precisions,
 )
-from tfcalc.output import Column, emit, print_stderr, write_stdout
+from tfcalc.output import emit, emit_explanation, pick, print_stderr, varies, wide
 from tfcalc.units import parse_float, parse_size, parse_sizes
 
-COLUMNS = [
-    Column("model", "model"), Column("gpu", "GPU"), Column("tp", "tp", "int"), Column("pp", "pp", "int"),
-    Column("ep", "ep", "int"), Column("batch", "batch", "int"), Column("prompt_len", "prompt", "int"),
-    Column("gen_len", "gen", "int"), Column("ttft_s", "TTFT", "seconds"), Column("tpot_s", "TPOT", "seconds"),
-    Column("tpot_s_ideal", "TPOT ideal", "seconds"), Column("decode_tokens_per_s", "tok/s", "rate", "tok/s"),
-    Column("decode_limited_by", "decode limited by"), Column("fits", "fits", "bool"),
-]
+_GROUPS = ("attention", "dense_ffn", "moe", "lm_head", "communication", "floors")
+COLUMNS = pick(
+    "model", "gpu", varies("engine"), "tp", varies("pp", "ep"), "batch", "prompt_len", "gen_len",
+    varies("weights_dtype", "kv_dtype"), "ttft_s", "tpot_s", "decode_tokens_per_s", "decode_tokens_per_s_per_seq",
+    "decode_limited_by", "fits",
+    wide("tpot_s_ideal", "ttft_s_ideal", "e2e_s", "e2e_s_ideal", "decode_tokens_per_s_ideal",
+         "decode_tokens_per_s_per_seq_ideal", "prefill_limited_by", "prefill_bound", "decode_bound", "dp", "num_gpus",
+         "compute_dtype", "context", "decode_context", "prefill_flops", "prefill_bytes", "decode_flops_per_step",
+         "decode_bytes_per_step", "decode_traffic_bytes_per_step", "decode_weight_bytes_per_step",
+         "decode_kv_bytes_per_step", "prefill_arithmetic_intensity", "decode_arithmetic_intensity",
+         "ridge_flops_per_byte", *(f"{phase}_{g}_s" for phase in ("prefill", "decode") for g in _GROUPS),
+         "prefill_tp_comm_s", "prefill_ep_comm_s", "prefill_pp_s", "decode_tp_comm_s", "decode_ep_comm_s",
+         "decode_pp_s", "prefill_allreduce_s", "decode_allreduce_s", "pipeline_microbatches", "decode_bubble_fraction",
+         "peak_flops_per_s", "hbm_bandwidth_bytes_per_s", "gemm_efficiency", "memory_efficiency",
+         "efficiency_source", "max_concurrent_sequences", "kv_budget_bytes_per_gpu", "weights_bytes_per_gpu",
+         "decode_turning_point_batch"))
 OneValue = Annotated[str | None, typer.Option(show_default=False)]
 
 
@@ -190,14 +199,14 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     model = ("pure roofline (100 % of dense peak and HBM bandwidth, no floors or latencies)" if ideal else
              f"per-kernel latency model, engine {engine_names}, rates: "
              + ", ".join(dict.fromkeys(str(r["efficiency_source"]) for r in rows)))
-    notes = (f"TTFT/TPOT: {model}; TPOT ideal = the pure roofline. TPOT at the mean decode context; tok/s aggregate "
-             "over the batch; 'limited by': what most of the decode step's time goes to."
+    notes = (f"TTFT/TPOT: {model}; TPOT ideal (--wide) = the pure roofline. TPOT at the mean decode context; decode: "
+             "tokens/s of the whole batch, per user: of one sequence (1 / TPOT); 'limited by': what most of the decode "
+             "step's time goes to."
              + (f" fits: memory as 'tfcalc plan' counts it for the same engine ({engine_names}) at max_model_len = "
                 "prompt + gen." if fit else ""),
              *dict.fromkeys(fit_sentence(r) for r in rows if r.get("fits") is False),
              *dict.fromkeys(_turning_note(r) for r in rows))
-    columns = COLUMNS if len(engines) == 1 else [*COLUMNS[:2], Column("engine", "engine"), *COLUMNS[2:]]
-    emit(rows, columns, fmt, output, title="Estimate", notes=notes)
+    emit(rows, COLUMNS, fmt, output, title="Estimate", notes=notes)
     if explain:
         import textwrap
 
@@ -210,7 +219,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                 indent = "  " + " " * (len(line) - len(line.lstrip()))
                 parts.append(textwrap.fill(line.strip(), 78, initial_indent=indent,
                                            subsequent_indent=indent + "    ", break_on_hyphens=False) + "\n")
-        write_stdout("".join(parts))
+        emit_explanation("".join(parts), fmt, output)
     if plot is not None:
         from tfcalc.output.plot import plot_roofline
 

@@ -16,20 +16,12 @@ from tfcalc.cli.common import (
     parse_dtype_list,
     resolve_models,
 )
-from tfcalc.output import Column, emit
+from tfcalc.output import emit, pick, wide
 from tfcalc.units import parse_size, parse_sizes, split_list
 
-COLUMNS = [
-    Column("model", "model"),
-    Column("weights_dtype", "weights"),
-    Column("kv_dtype", "KV"),
-    Column("context", "context", "int"),
-    Column("batch", "batch", "int"),
-    Column("weights_bytes", "weights", "bytes"),
-    Column("kv_cache_bytes", "KV cache", "bytes"),
-    Column("activation_bytes", "activations", "bytes"),
-    Column("total_bytes", "total", "bytes"),
-]
+_COMPONENTS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
+COLUMNS = pick("model", "weights_dtype", "kv_dtype", "context", "batch", "weights_bytes", "kv_cache_bytes",
+               "activation_bytes", "total_bytes", wide(*(f"{c}_weights_bytes" for c in _COMPONENTS)))
 
 
 def parse_weight_dtypes(values: list[str] | None) -> list:

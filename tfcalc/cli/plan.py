@@ -18,7 +18,7 @@ from tfcalc.cli.common import (
     resolve_models,
 )
 from tfcalc.errors import UsageError
-from tfcalc.output import Column, emit, print_stderr
+from tfcalc.output import emit, emit_explanation, pick, print_stderr, varies, wide
 from tfcalc.units import parse_float, parse_sizes, split_list
 
 if TYPE_CHECKING:
@@ -37,13 +37,17 @@ EngineOpt = Annotated[list[str] | None, typer.Option(
     "release), sglang, trtllm, gpt-fast, ideal (plain memory arithmetic), a preset (vllm-0.17) or an engine YAML; "
     "lists compare. Default from $TFCALC_ENGINE, else vllm.", envvar="TFCALC_ENGINE", show_default=False)]
 
-COLUMNS = [
-    Column("model", "model"), Column("gpu", "GPU"), Column("engine", "engine"), Column("num_gpus", "GPUs", "int"),
-    Column("tp", "tp", "int"), Column("pp", "pp", "int"), Column("context", "context", "int"),
-    Column("weights_bytes_per_gpu", "weights/GPU", "bytes"), Column("kv_budget_bytes_per_gpu", "KV/GPU", "bytes"),
-    Column("kv_tokens_per_gpu", "KV tokens", "int"), Column("max_concurrent_sequences", "max seqs", "int"),
-    Column("fits", "fits", "bool"),
-]
+COLUMNS = pick(
+    "model", "gpu", "engine", "num_gpus", "tp", "pp", varies("ep", "dp"), "context",
+    varies("batch", "weights_dtype", "kv_dtype"), "weights_bytes_per_gpu", "kv_budget_bytes_per_gpu",
+    "kv_tokens_per_gpu", "max_concurrent_sequences", "fits",
+    wide("max_context_at_batch", "gpu_memory_bytes", "capacity_bytes", "memory_fraction", "reserved_bytes_per_gpu",
+         "activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes", "cuda_graphs_in_budget", "startup_bytes",
+         "runtime_overhead_bytes_per_gpu", "kv_bytes_per_token_per_gpu", "kv_bytes_per_sequence_per_gpu",
+         "kv_blocks_per_gpu", "kv_pool_blocks_per_gpu", "kv_groups", "block_size", "max_num_seqs",
+         "max_num_batched_tokens", "max_concurrent_sequences_window_aware", "kv_budget_bytes_per_gpu_ideal",
+         "max_concurrent_sequences_ideal", "weights_bytes_per_gpu_ideal", "shortfall_bytes_per_gpu",
+         "engine_display_name", "note", "reason"))
 ENGINE_NOTES = {
     "ideal": "ideal: reserved = capacity x (1 - utilization) + runtime overhead + one prefill chunk's activations; "
              "KV budget = capacity - weights - reserved; window caps applied",
@@ -84,12 +88,10 @@ def weight_precisions(values: list[str] | None) -> list:
     return parse_weight_dtypes(values)
 
 
-def print_traces(rows: list[dict], traces: list[tuple[str, ...]], keys: tuple[str, ...]) -> None:
-    from tfcalc.output import write_stdout
-
-    for row, trace in zip(rows, traces, strict=True):
-        header = "\n# " + ", ".join(f"{k}={row[k]}" for k in keys) + "\n"
-        write_stdout(header + "".join(f"  {line}\n" for line in trace))
+def traces_text(rows: list[dict], traces: list[tuple[str, ...]], keys: tuple[str, ...]) -> str:
+    """Each row's trace under a ``# key=value, ...`` line naming it."""
+    return "".join("\n# " + ", ".join(f"{k}={row[k]}" for k in keys) + "\n" + "".join(f"  {line}\n" for line in trace)
+                   for row, trace in zip(rows, traces, strict=True))
 
 
 def engine_list(values: list[str] | None) -> list:
@@ -189,7 +191,8 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
                f"{r['context']:,}: {r['reason']}" + (f" [{r['note']}]" if r["note"] else "") for r in rows))
     emit(rows, COLUMNS, fmt, output, title="Plan", notes=notes)
     if explain:
-        print_traces(rows, traces, ("model", "gpu", "engine", "num_gpus", "tp", "pp", "context", "batch"))
+        emit_explanation(traces_text(rows, traces, ("model", "gpu", "engine", "num_gpus", "tp", "pp", "context",
+                                                     "batch")), fmt, output)
     if plot is not None:
         from tfcalc.output.plot import plot_plan
 

@@ -29,7 +29,8 @@ def params_rows(specs: list[ModelSpec]) -> list[Row]:
 
 
 def params_breakdown_rows(specs: list[ModelSpec]) -> list[Row]:
-    """Long format for the table: one row per (model, component) with its share of the total."""
+    """Long format for the table: one row per (model, component) with its share of the total, then the exact
+    total."""
     rows: list[Row] = []
     for spec in specs:
         counts = count_params(spec)
@@ -37,7 +38,19 @@ def params_breakdown_rows(specs: list[ModelSpec]) -> list[Row]:
             total = counts.total[component].total
             if total == 0:
                 continue
-            rows.append({"model": spec.name, "component": component, "total_params": total,
-                         "active_params": counts.active[component].total,
+            rows.append({"model": spec.name, "component": component, "component_params": total,
+                         "component_active_params": counts.active[component].total,
                          "share_of_total": total / counts.total_params})
+        rows.append({"model": spec.name, "component": "total", "component_params": counts.total_params,
+                     "component_active_params": counts.active_params, "share_of_total": 1.0})
     return rows
+
+
+def params_notes(specs: list[ModelSpec]) -> tuple[str, ...]:
+    """The active-parameter convention of each MoE model (where total and active differ)."""
+    models: dict[str, list[str]] = {}
+    for spec in specs:
+        counts = count_params(spec)
+        if counts.total_params != counts.active_params:
+            models.setdefault(counts.convention, []).append(spec.name)
+    return tuple(f"active convention for {', '.join(names)}: {convention}" for convention, names in models.items())

@@ -1,7 +1,8 @@
 """The one place where preset and user YAML files become validated specs.
 
-Model presets live in ``presets/models/NAME.yaml`` and GPU presets in ``presets/gpus/NAME.yaml``. The
-folder ships inside the wheel as ``tfcalc/_presets`` and is found beside the package in a checkout.
+Model presets live in ``presets/models/NAME.yaml``, GPU presets in ``presets/gpus/NAME.yaml``, engine versions in
+``presets/engines/`` and fabrics in ``presets/interconnects/``. The folder ships inside the wheel as
+``tfcalc/_presets`` and is found beside the package in a checkout.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tfcalc.spec.model import (
 )
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-PRESET_KINDS = ("model", "gpu")
+PRESET_KINDS = ("model", "gpu", "engine", "interconnect")
 _KIND_FOLDERS = {"model": "models", "gpu": "gpus", "interconnect": "interconnects", "engine": "engines"}
 
 # Keys a preset may carry besides the spec's own fields: provenance and published figures.
