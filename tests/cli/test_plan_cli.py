@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from tfcalc.cli import app
@@ -36,6 +39,16 @@ def test_table_sweep_and_explain() -> None:
     assert result.exit_code == 0, result.output
     assert "Available KV cache memory = " in result.stdout and "a100-40gb" in result.stdout
     assert "torch peak memory increase" in result.stdout and "Maximum concurrency" in result.stdout
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_explain_never_writes_into_csv_or_json(fmt: str) -> None:
+    result = run("plan", "-p", "llama3-8b", "--num-gpus", "1,2", "--explain", "-f", fmt)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout) if fmt == "json" else list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == 2 and all(None not in row and len(row) == len(rows[0]) for row in rows)  # nothing else
+    assert "# model=llama3-8b" in result.stderr and "Available KV cache memory = " in result.stderr
+    assert "Available KV cache memory" not in result.stdout
 
 
 def test_csv_sweep_row_count() -> None:

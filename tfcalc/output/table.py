@@ -23,7 +23,7 @@ from tfcalc.output.columns import Column, column, format_cell
 from tfcalc.output.terminal import printable
 
 GAP = 2  # spaces between two columns of a table
-PROSE_MIN = 16  # a prose column is at least this wide (or its longest word); longer words break across lines
+PROSE_MIN = 16  # a prose column is at least this wide (unless its cells are narrower); longer words break
 INDENT = 2  # label/value pairs sit under the title
 MIN_NOTE_WIDTH = 100  # notes under a table drawn at its natural width wrap at this width or the table's
 
@@ -84,8 +84,8 @@ def _fit(columns: list[Column], cells: list[list[str]], width: int | None) -> li
     if width is None or sum(natural) + chrome <= width:
         return natural
     prose = [i for i, c in enumerate(columns) if c.wraps]
-    minimum = [max(min(max((_longest_word(row[i]) for row in cells), default=0), PROSE_MIN) if i in prose
-                   else longest[i], _longest_word(c.header), 1) for i, c in enumerate(columns)]
+    minimum = [max(min(longest[i], PROSE_MIN) if i in prose else longest[i], _longest_word(c.header), 1)
+               for i, c in enumerate(columns)]
     spare = width - chrome - sum(minimum)
     if spare < 0:
         return None
@@ -153,16 +153,19 @@ def _draw(columns: list[Column], cells: list[list[str]], widths: list[int]) -> l
 
 
 def _pairs(columns: list[Column], values: list[str], label_width: int, width: int | None) -> list[str]:
-    """``label  value`` lines; prose values wrap between words under themselves, other values stay whole."""
+    """``label  value`` lines; prose wraps between words under itself (under the label when the value column is
+    too narrow), other values stay whole."""
     lines = []
     room = None if width is None else width - INDENT - label_width - GAP
     for c, value in zip(columns, values, strict=True):
-        parts = [value]
-        if c.wraps and room is not None and room >= PROSE_MIN and _width(value) > room:
-            parts = _wrap(value, room)
-        pad = " " * (label_width - _width(c.header))
-        lines.append(f"{' ' * INDENT}{c.header}{pad}{' ' * GAP}{parts[0]}".rstrip())
-        lines += [" " * (INDENT + label_width + GAP) + part for part in parts[1:]]
+        label = f"{' ' * INDENT}{c.header}{' ' * (label_width - _width(c.header))}{' ' * GAP}"
+        if not c.wraps or room is None or _width(value) <= room:
+            lines.append((label + value).rstrip())
+        elif room >= PROSE_MIN:
+            first, *rest = _wrap(value, room)
+            lines += [label + first, *(" " * len(label) + part for part in rest)]
+        else:
+            lines += [label.rstrip(), *(" " * 2 * INDENT + part for part in _wrap(value, max(width - 2 * INDENT, 1)))]
     return lines
 
 
