@@ -52,6 +52,13 @@ def complete_preset(kind: str) -> Callable[[str], list[str]]:
     return names
 
 
+def complete_engine(incomplete: str) -> list[str]:
+    """Shell completion of ``--engine``: ideal, the engines and their version presets."""
+    from tfcalc.spec.presets import engine_choices
+
+    return [name for name in engine_choices() if name.startswith(incomplete.lower())]
+
+
 def complete_columns(incomplete: str) -> list[str]:
     """Shell completion of ``--columns``: the registered column keys (the last item of a comma list)."""
     from tfcalc.output.columns import REGISTRY

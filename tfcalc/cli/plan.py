@@ -12,6 +12,8 @@ from tfcalc.cli.common import (
     KvDtypeOpt,
     OutputOpt,
     PresetOpt,
+    complete_engine,
+    complete_preset,
     fail,
     handle_errors,
     parse_dtype_list,
@@ -25,7 +27,8 @@ if TYPE_CHECKING:
     from tfcalc.spec.engine import EngineSpec
 
 GpuOpt = Annotated[list[str], typer.Option(
-    "--gpu", "-g", help="GPU preset (see 'tfcalc presets list --kind gpu') or a GPU YAML file; lists compare.")]
+    "--gpu", "-g", help="GPU preset (see 'tfcalc presets list --kind gpu') or a GPU YAML file; lists compare.",
+    autocompletion=complete_preset("gpu"))]
 WeightsOpt = Annotated[list[str] | None, typer.Option(
     "--weights-dtype", "-w", help="Weight format(s): bf16, fp8, int4-g128, nvfp4, lists, or per component "
     "(experts=mxfp4,default=bf16); default: the checkpoint's.", show_default=False)]
@@ -35,7 +38,8 @@ ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the formula t
 EngineOpt = Annotated[list[str] | None, typer.Option(
     "--engine", "-e", help="Engine version: vllm (default; its current version), vllm@0.19 (the one covering a "
     "release), sglang, trtllm, gpt-fast, ideal (plain memory arithmetic), a preset (vllm-0.17) or an engine YAML; "
-    "lists compare. Default from $TFCALC_ENGINE, else vllm.", envvar="TFCALC_ENGINE", show_default=False)]
+    "lists compare. Default from $TFCALC_ENGINE, else vllm.", envvar="TFCALC_ENGINE", show_default=False,
+    autocompletion=complete_engine)]
 
 COLUMNS = pick(
     "model", "gpu", "engine", "num_gpus", "tp", "pp", varies("ep", "dp"), "context",
