@@ -11,7 +11,7 @@ from tfcalc.calc.params import count_params
 from tfcalc.spec.presets import load_model, load_preset_document, preset_names
 
 MODEL_PRESETS = {
-    "llama3-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b",
+    "llama3-8b", "llama3.1-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b",
     "mistral-7b", "mixtral-8x7b", "mixtral-8x22b",
     "qwen2.5-7b", "qwen2.5-72b", "qwen3-30b-a3b", "qwen3-235b-a22b",
     "gemma2-9b", "gemma2-27b", "phi3-mini",
@@ -260,6 +260,21 @@ def test_every_alias_resolves_uniquely() -> None:
         assert set(preset_aliases(kind).values()) <= names
     assert owners["meta-llama/llama-3.1-70b"] == ("model", "llama3-70b")
     assert len(owners) >= 18
+
+
+def test_llama_versions_resolve_to_their_own_presets() -> None:
+    """Llama 3.1 8B (128k, llama3 RoPE scaling) and Llama 3 8B (8k, none) share shapes, not presets."""
+    from tfcalc.spec.presets import find_preset
+
+    for name in ("llama3.1-8b", "Llama-3.1-8B", "meta-llama/Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B-Instruct"):
+        assert find_preset("model", name) == "llama3.1-8b", name
+    for name in ("llama3-8b", "llama3.0-8b", "meta-llama/Meta-Llama-3-8B"):
+        assert find_preset("model", name) == "llama3-8b", name
+    new, old = load_model("llama3.1-8b"), load_model("llama3-8b")
+    assert (new.max_context, old.max_context) == (131072, 8192) and old.rope_scaling is None
+    assert new.rope_scaling is not None and (new.rope_scaling.rope_type, new.rope_scaling.factor) == ("llama3", 8.0)
+    assert new.rope_scaling.original_max_position_embeddings == old.max_context
+    assert count_params(new).total_params == count_params(old).total_params == 8_030_261_248  # facts.md
 
 
 def test_names_are_never_paths() -> None:
