@@ -5,7 +5,7 @@ allocated, so DeepSeek-V3 builds in about a second) and compared with ``count_pa
 ``load_hf_config`` reads from the same file: the total, every component (split into matrix and vector
 elements), and the per-layer structure (MoE vs dense layers, sliding windows, head_dim). For the 19 fixtures
 that mirror a bundled preset, the preset must give the same total, the same KV-relevant fields and, in fact, the
-same value for every ModelSpec field but name, source, notes and extra.
+same value for every ModelSpec field but the name and a quantized checkpoint's exceptions.
 
 One difference is expected and asserted explicitly: DeepSeek-V3's router ``e_score_correction_bias`` is a
 persistent ``nn.Buffer`` in transformers (saved in the checkpoint, so ``count_params`` counts it), not an
@@ -207,7 +207,7 @@ def test_preset_equals_config_spec_in_every_field(name: str) -> None:
     """Beyond counts and KV fields: the preset and its config.json agree on biases, MoE, rope, dtype, context..."""
     preset, from_config = load_model(name), spec(name)
     # quantized_weight_exceptions describe a quantized checkpoint (its modules_to_not_convert), not this config
-    skip = {"name", "source", "notes", "extra", "quantized_weight_exceptions"}
+    skip = {"name", "quantized_weight_exceptions"}
     differing = {f.name: (getattr(preset, f.name), getattr(from_config, f.name))
                  for f in dataclasses.fields(ModelSpec)
                  if f.name not in skip and getattr(preset, f.name) != getattr(from_config, f.name)}

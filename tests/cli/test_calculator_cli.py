@@ -199,3 +199,14 @@ def test_csv_booleans_read_as_booleans() -> None:
     rows = list(csv.DictReader(io.StringIO(run("kv-cache", "-p", "gemma2-27b", "--context", "8k,1m", "-f",
                                                "csv").output)))
     assert [r["exceeds_max_context"] for r in rows] == ["FALSE", "TRUE"]
+
+
+def test_uncounted_mtp_layers_are_said() -> None:
+    """DeepSeek-V3's checkpoint ships a multi-token-prediction layer that no count includes: params and memory
+    say so (from the preset and from its config.json alike); models without one say nothing."""
+    config = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs" / "deepseek-v3.json"
+    for args in (["-p", "deepseek-v3"], ["-c", str(config)]):
+        for command in ("params", "memory"):
+            words = " ".join(run(command, *args).stdout.split())
+            assert "not counted: the 1 multi-token-prediction layer its checkpoint also ships" in words, command
+    assert "multi-token" not in run("params", "-p", "llama3-8b").stdout

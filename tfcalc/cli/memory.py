@@ -52,6 +52,7 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
     from tfcalc.calc.memory import ACTIVATION_FORMULA
     from tfcalc.dtypes import get_dtype
     from tfcalc.report.memory import memory_rows
+    from tfcalc.report.params import mtp_notes
 
     specs = resolve_models(preset, config)
     rows = memory_rows(specs, parse_sizes(context, "context"), parse_sizes(batch, "batch"),
@@ -59,5 +60,6 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
                        parse_size(prefill_chunk, "prefill chunk"))
     notes = ("weights include scale overhead of block formats; as quantized checkpoints ship, a quantized format "
              "leaves biases, norms, the embedding, lm_head and router in bf16 unless named (default=fp8,lm_head=fp8 "
-             "quantizes lm_head too); the same rule as 'tfcalc plan'. GiB = 2^30 bytes.", ACTIVATION_FORMULA + ".")
+             "quantizes lm_head too); the same rule as 'tfcalc plan'. GiB = 2^30 bytes.", ACTIVATION_FORMULA + ".",
+             *mtp_notes(specs))
     emit(rows, COLUMNS, fmt, output, title="Memory", notes=notes)

@@ -47,10 +47,20 @@ def params_breakdown_rows(specs: list[ModelSpec]) -> list[Row]:
 
 
 def params_notes(specs: list[ModelSpec]) -> tuple[str, ...]:
-    """The active-parameter convention of each MoE model (where total and active differ)."""
+    """The active-parameter convention of each MoE model (where total and active differ), then what is not
+    counted (``mtp_notes``)."""
     models: dict[str, list[str]] = {}
     for spec in specs:
         counts = count_params(spec)
         if counts.total_params != counts.active_params:
             models.setdefault(counts.convention, []).append(spec.name)
-    return tuple(f"active convention for {', '.join(names)}: {convention}" for convention, names in models.items())
+    conventions = tuple(f"active convention for {', '.join(names)}: {convention}"
+                        for convention, names in models.items())
+    return conventions + mtp_notes(specs)
+
+
+def mtp_notes(specs: list[ModelSpec]) -> tuple[str, ...]:
+    """Models whose checkpoint also ships multi-token-prediction layers, which no count here includes."""
+    return tuple(f"{spec.name}: not counted: the {spec.num_mtp_layers} multi-token-prediction layer"
+                 f"{'s' if spec.num_mtp_layers != 1 else ''} its checkpoint also ships for speculative decoding"
+                 for spec in specs if spec.num_mtp_layers)

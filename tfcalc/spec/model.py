@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import typing
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Literal
 
 from tfcalc.errors import SpecError
@@ -53,6 +53,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "intermediate_size": (1, 1 << 24),
     "max_context": (1, 1 << 34),
     "norms_per_layer": (1, 16),
+    "num_mtp_layers": (0, 1_000),
     "sliding_window": (1, 1 << 34),
     "mla.q_lora_rank": (1, 1 << 20),
     "mla.kv_lora_rank": (1, 1 << 20),
@@ -384,9 +385,9 @@ class ModelSpec:
     native_dtype: str = "bf16"
     active_params_convention: ActiveConvention = "all_weights_touched"
     quantized_weight_exceptions: tuple[WeightException, ...] = ()
-    source: str = ""
-    notes: str = ""
-    extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+    # DeepSeek-V3's multi-token-prediction module(s) (num_nextn_predict_layers): shipped in the checkpoint for
+    # speculative decoding, not part of the main model and not counted in its parameters, memory or work.
+    num_mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         n = self.name if isinstance(self.name, str) else "model"

@@ -369,7 +369,7 @@ def load_preset_document(kind: str, name: str) -> dict[str, Any]:
 
 # --- mapping -> ModelSpec ------------------------------------------------------------------------
 
-_MODEL_FIELDS = {f.name for f in fields(ModelSpec)} - {"extra"}
+_MODEL_FIELDS = {f.name for f in fields(ModelSpec)}
 _MOE_FIELDS = {f.name for f in fields(MoESpec)}
 _MLA_FIELDS = {f.name for f in fields(MLASpec)}
 _ROPE_FIELDS = {f.name for f in fields(RopeScaling)}
