@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.errors import UsageError
-from tfcalc.spec.model import PARAM_COMPONENTS
+
+# The parts a parameter count is broken into (tfcalc.calc.params); weight formats may be chosen per part.
+PARAM_COMPONENTS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
+# The formats GPU datasheets quote dense tensor throughput for (GPU presets' dense_tflops keys).
+FLOP_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ import pytest
 import torch  # noqa: TID251 - test-only comparison with transformers
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM, Gemma3ForCausalLM
 
-from tfcalc.calc.params import COMPONENTS, count_params
+from tfcalc.calc.params import count_params
+from tfcalc.dtypes import PARAM_COMPONENTS
 from tfcalc.spec.hf_config import FAMILIES, load_hf_config, spec_from_hf_config
 from tfcalc.spec.model import ModelSpec
 from tfcalc.spec.presets import load_model
@@ -165,7 +166,7 @@ def test_total_equals_transformers(name: str) -> None:
 def test_components_equal_transformers(name: str) -> None:
     """Each component's matrix and vector (bias, norm, sink) elements match the named transformers tensors."""
     hf, counts = hf_model(name), count_params(spec(name))
-    got = {c: [0, 0] for c in COMPONENTS}
+    got = {c: [0, 0] for c in PARAM_COMPONENTS}
     for tensor_name, shape in (*hf.params, *hf.buffers):
         # gpt-oss stacks expert biases into 2-D tensors (experts x width): still biases, i.e. vector elements
         is_vector = len(shape) == 1 or tensor_name.endswith("bias")

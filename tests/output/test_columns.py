@@ -113,3 +113,12 @@ def test_wide_shows_what_csv_has() -> None:
     header = default.splitlines()[1]
     assert "79.19 GiB" not in default and "79.19 GiB" in wide_text and "verdict" in wide_text
     assert len(wide_text.splitlines()[1]) > len(header)
+
+
+def test_step_group_headers_read_as_explain_names_them() -> None:
+    from tfcalc.calc.latency import GROUPS
+    from tfcalc.report.estimate import GROUP_LABELS
+
+    for group in GROUPS:
+        for phase in ("prefill", "decode"):
+            assert REGISTRY[f"{phase}_{group}_s"].header == f"{phase} {GROUP_LABELS[group]}"

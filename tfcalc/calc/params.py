@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tfcalc.spec.model import ACTIVE_CONVENTIONS, PARAM_COMPONENTS, ModelSpec
-
-COMPONENTS = PARAM_COMPONENTS
+from tfcalc.dtypes import PARAM_COMPONENTS
+from tfcalc.spec.model import ACTIVE_CONVENTIONS, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -173,8 +172,8 @@ def count_params(spec: ModelSpec) -> ParamCounts:
     Identical layers are counted once and multiplied (dense layers, MoE layers), so the cost does not grow with
     the layer count."""
     h, v = spec.hidden_size, spec.vocab_size
-    total = {name: Params() for name in COMPONENTS}
-    active = {name: Params() for name in COMPONENTS}
+    total = {name: Params() for name in PARAM_COMPONENTS}
+    active = {name: Params() for name in PARAM_COMPONENTS}
 
     def add(component: str, p: Params, active_part: Params | None = None) -> None:
         total[component] = total[component] + p

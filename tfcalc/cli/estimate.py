@@ -30,22 +30,10 @@ from tfcalc.cli.plan import (
 from tfcalc.output import emit, emit_explanation, pick, print_stderr, varies, wide
 from tfcalc.units import parse_float, parse_size, parse_sizes
 
-_GROUPS = ("attention", "dense_ffn", "moe", "lm_head", "communication", "floors")
-COLUMNS = pick(
-    "model", "gpu", varies("engine"), "tp", varies("pp", "ep"), "batch", "prompt_len", "gen_len",
-    varies("weights_dtype", "kv_dtype"), "ttft_s", "tpot_s", "decode_tokens_per_s", "decode_tokens_per_s_per_seq",
-    "decode_limited_by", "fits",
-    wide("tpot_s_ideal", "ttft_s_ideal", "e2e_s", "e2e_s_ideal", "decode_tokens_per_s_ideal",
-         "decode_tokens_per_s_per_seq_ideal", "prefill_limited_by", "prefill_bound", "decode_bound", "dp", "num_gpus",
-         "compute_dtype", "context", "decode_context", "prefill_flops", "prefill_bytes", "decode_flops_per_step",
-         "decode_bytes_per_step", "decode_traffic_bytes_per_step", "decode_weight_bytes_per_step",
-         "decode_kv_bytes_per_step", "prefill_arithmetic_intensity", "decode_arithmetic_intensity",
-         "ridge_flops_per_byte", *(f"{phase}_{g}_s" for phase in ("prefill", "decode") for g in _GROUPS),
-         "prefill_tp_comm_s", "prefill_ep_comm_s", "prefill_pp_s", "decode_tp_comm_s", "decode_ep_comm_s",
-         "decode_pp_s", "prefill_allreduce_s", "decode_allreduce_s", "pipeline_microbatches", "decode_bubble_fraction",
-         "peak_flops_per_s", "hbm_bandwidth_bytes_per_s", "gemm_efficiency", "memory_efficiency",
-         "efficiency_source", "max_concurrent_sequences", "kv_budget_bytes_per_gpu", "weights_bytes_per_gpu",
-         "decode_turning_point_batch"))
+COLUMNS = pick("model", "gpu", varies("engine"), "tp", varies("pp", "ep"), "batch", "prompt_len", "gen_len",
+               varies("weights_dtype", "kv_dtype"), "ttft_s", "tpot_s", "decode_tokens_per_s",
+               "decode_tokens_per_s_per_seq", "decode_limited_by", "fits",
+               wide("tpot_s_ideal", "ttft_s_ideal", "e2e_s", "prefill_limited_by"))
 OneValue = Annotated[str | None, typer.Option(show_default=False)]
 
 

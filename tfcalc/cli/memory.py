@@ -16,12 +16,11 @@ from tfcalc.cli.common import (
     parse_dtype_list,
     resolve_models,
 )
-from tfcalc.output import emit, pick, wide
+from tfcalc.output import emit, pick
 from tfcalc.units import parse_size, parse_sizes, split_list
 
-_COMPONENTS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
 COLUMNS = pick("model", "weights_dtype", "kv_dtype", "context", "batch", "weights_bytes", "kv_cache_bytes",
-               "activation_bytes", "total_bytes", wide(*(f"{c}_weights_bytes" for c in _COMPONENTS)))
+               "activation_bytes", "total_bytes")
 
 
 def parse_weight_dtypes(values: list[str] | None) -> list:

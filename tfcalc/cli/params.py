@@ -1,12 +1,9 @@
 """``tfcalc params``: total and active parameters with a per-component breakdown."""
 
 from tfcalc.cli.common import ConfigOpt, FormatOpt, OutputOpt, PresetOpt, handle_errors, resolve_models
-from tfcalc.output import emit, pick, wide
+from tfcalc.output import emit, pick
 
-_COMPONENTS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
-SUMMARY_COLUMNS = pick("model", "total_params", "active_params", "non_embedding_params",
-                       wide(*(f"{c}_params" for c in _COMPONENTS), *(f"{c}_active_params" for c in _COMPONENTS),
-                            "active_convention"))
+SUMMARY_COLUMNS = pick("model", "total_params", "active_params", "non_embedding_params")
 BREAKDOWN_COLUMNS = pick("model", "component", "component_params", "component_active_params", "share_of_total")
 
 

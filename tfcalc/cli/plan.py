@@ -41,17 +41,10 @@ EngineOpt = Annotated[list[str] | None, typer.Option(
     "lists compare. Default from $TFCALC_ENGINE, else vllm.", envvar="TFCALC_ENGINE", show_default=False,
     autocompletion=complete_engine)]
 
-COLUMNS = pick(
-    "model", "gpu", "engine", "num_gpus", "tp", "pp", varies("ep", "dp"), "context",
-    varies("batch", "weights_dtype", "kv_dtype"), "weights_bytes_per_gpu", "kv_budget_bytes_per_gpu",
-    "kv_tokens_per_gpu", "max_concurrent_sequences", "fits",
-    wide("max_context_at_batch", "gpu_memory_bytes", "capacity_bytes", "memory_fraction", "reserved_bytes_per_gpu",
-         "activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes", "cuda_graphs_in_budget", "startup_bytes",
-         "runtime_overhead_bytes_per_gpu", "kv_bytes_per_token_per_gpu", "kv_bytes_per_sequence_per_gpu",
-         "kv_blocks_per_gpu", "kv_pool_blocks_per_gpu", "kv_groups", "block_size", "max_num_seqs",
-         "max_num_batched_tokens", "max_concurrent_sequences_window_aware", "kv_budget_bytes_per_gpu_ideal",
-         "max_concurrent_sequences_ideal", "weights_bytes_per_gpu_ideal", "shortfall_bytes_per_gpu",
-         "engine_display_name", "note", "reason"))
+COLUMNS = pick("model", "gpu", "engine", "num_gpus", "tp", "pp", varies("ep", "dp"), "context",
+               varies("batch", "weights_dtype", "kv_dtype"), "weights_bytes_per_gpu", "kv_budget_bytes_per_gpu",
+               "kv_tokens_per_gpu", "max_concurrent_sequences", "fits",
+               wide("max_context_at_batch", "capacity_bytes", "reserved_bytes_per_gpu"))
 ENGINE_NOTES = {
     "ideal": "ideal: reserved = capacity x (1 - utilization) + runtime overhead + one prefill chunk's activations; "
              "KV budget = capacity - weights - reserved; window caps applied",

@@ -7,7 +7,8 @@ each is shown in a table (CSV and JSON always carry every key of the rows)::
 
 - a plain key is shown by default (an essential column);
 - ``varies(...)``: shown when its value differs between the rows (a sweep axis), else left out;
-- ``wide(...)``: shown only with ``--wide`` or when named by ``--columns``.
+- ``wide(...)``: shown only with ``--wide`` or when named by ``--columns``;
+- every other key of the rows is shown with ``--wide`` too, after these, in the rows' order.
 
 A new key is added to ``REGISTRY`` (one line: key, header, kind, unit) before a command uses it; a test checks
 that every command's columns and every key of its rows are registered. Keys say their unit
@@ -21,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
+
+from tfcalc.dtypes import FLOP_DTYPES, PARAM_COMPONENTS
 
 Kind = Literal["text", "prose", "list", "int", "bytes", "bytes_exact", "params", "float", "percent", "bool", "seconds",
                "rate", "si"]
@@ -62,11 +65,10 @@ def _columns(*specs: tuple[str, ...]) -> dict[str, Column]:
     return registry
 
 
-_PHASE_GROUPS = ("attention", "dense_ffn", "moe", "lm_head", "communication", "floors")
-_GROUP_HEADERS = {"attention": "attention", "dense_ffn": "dense FFN", "moe": "MoE", "lm_head": "lm_head",
-                  "communication": "communication", "floors": "fixed costs"}
-_COMPONENTS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
-_FLOP_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+# The latency model's op groups (tfcalc.calc.latency.GROUPS, labelled as in report/estimate's --explain) and its
+# fixed costs: estimate writes one time per phase and group (the registry test checks every key is here).
+_STEP_GROUPS = {"attention": "attention", "dense_ffn": "dense FFN", "moe": "MoE", "lm_head": "embedding + lm_head",
+                "communication": "communication", "floors": "fixed costs"}
 
 REGISTRY: dict[str, Column] = _columns(
     # --- what a row is about: model, hardware, engine, parallelism, shape ------------------------------------------
@@ -85,14 +87,14 @@ REGISTRY: dict[str, Column] = _columns(
     # --- params: the summary (abbreviated) and the breakdown table (exact) -----------------------------------------
     ("total_params", "total params", "params"), ("active_params", "active params", "params"),
     ("non_embedding_params", "non-embedding", "params"), ("active_convention", "active convention", "prose"),
-    *((f"{c}_params", f"{c} params", "int") for c in _COMPONENTS),
-    *((f"{c}_active_params", f"{c} active params", "int") for c in _COMPONENTS),
+    *((f"{c}_params", f"{c} params", "int") for c in PARAM_COMPONENTS),
+    *((f"{c}_active_params", f"{c} active params", "int") for c in PARAM_COMPONENTS),
     ("component", "component"), ("component_params", "params", "int"),
     ("component_active_params", "active per token", "int"), ("share_of_total", "share of total", "percent"),
     # --- memory --------------------------------------------------------------------------------------------------
     ("weights_bytes", "weights", "bytes"), ("activation_bytes", "activations", "bytes"),
     ("total_bytes", "total", "bytes"),
-    *((f"{c}_weights_bytes", f"{c} weights", "bytes") for c in _COMPONENTS),
+    *((f"{c}_weights_bytes", f"{c} weights", "bytes") for c in PARAM_COMPONENTS),
     # --- plan ----------------------------------------------------------------------------------------------------
     ("weights_bytes_per_gpu", "weights per GPU", "bytes"), ("kv_budget_bytes_per_gpu", "KV per GPU", "bytes"),
     ("kv_tokens_per_gpu", "KV tokens", "int"), ("max_concurrent_sequences", "max seqs", "int"),
@@ -132,8 +134,8 @@ REGISTRY: dict[str, Column] = _columns(
     ("prefill_arithmetic_intensity", "prefill FLOP per byte", "float"),
     ("decode_arithmetic_intensity", "decode FLOP per byte", "float"),
     ("ridge_flops_per_byte", "ridge FLOP per byte", "float"),
-    *((f"{phase}_{g}_s", f"{phase} {_GROUP_HEADERS[g]}", "seconds") for phase in ("prefill", "decode")
-      for g in _PHASE_GROUPS),
+    *((f"{phase}_{group}_s", f"{phase} {label}", "seconds") for phase in ("prefill", "decode")
+      for group, label in _STEP_GROUPS.items()),
     ("prefill_tp_comm_s", "prefill tp comm", "seconds"), ("prefill_ep_comm_s", "prefill ep comm", "seconds"),
     ("prefill_pp_s", "prefill pp", "seconds"), ("decode_tp_comm_s", "decode tp comm", "seconds"),
     ("decode_ep_comm_s", "decode ep comm", "seconds"), ("decode_pp_s", "decode pp", "seconds"),
@@ -146,7 +148,7 @@ REGISTRY: dict[str, Column] = _columns(
     # --- presets -------------------------------------------------------------------------------------------------
     ("kind", "kind"), ("name", "preset"), ("display_name", "name", "prose"), ("experts", "experts", "int"),
     ("experts_per_token", "experts per token", "int"), ("moe", "experts"),
-    *((f"{d}_dense_flops_per_s", f"{d} dense", "si", "FLOP/s") for d in _FLOP_DTYPES),
+    *((f"{d}_dense_flops_per_s", f"{d} dense", "si", "FLOP/s") for d in FLOP_DTYPES),
     ("interconnect", "interconnect", "prose"),
     ("interconnect_bandwidth_bytes_per_s", "link one way", "si", "B/s"),
     ("link_bandwidth_bytes_per_s", "bandwidth one way", "si", "B/s"), ("nccl_algorithm", "NCCL algorithm"),

@@ -41,12 +41,17 @@ def select_columns(rows: list[dict[str, object]], columns: list[Column], view: T
                    ) -> list[Column]:
     """The columns to show. ``keys`` wins (each as the command declares it, else as registered); otherwise a
     column with no value in any row (e.g. datasheet MFU on a CPU) is left out, ``wide`` columns need
-    ``view.wide`` and ``varies`` columns need two rows that differ."""
+    ``view.wide`` and ``varies`` columns need two rows that differ; ``view.wide`` adds every other key of the
+    rows after the declared columns."""
     if view.keys:
         declared = {c.key: c for c in columns}
         return [replace(declared.get(k) or _registered(k), show="always") for k in view.keys]
     if not rows:
         return [c for c in columns if c.show == "always"]
+    if view.wide:
+        declared_keys = {c.key for c in columns}
+        columns = [*columns, *(_registered(k) for k in dict.fromkeys(k for row in rows for k in row)
+                               if k not in declared_keys)]
     shown = []
     for c in columns:
         values = [row.get(c.key) for row in rows]

@@ -6,8 +6,8 @@ import itertools
 
 from tfcalc.calc.kv_cache import default_kv_dtype, kv_cache_bytes
 from tfcalc.calc.memory import activation_workspace_bytes, weights_bytes_by_component
-from tfcalc.calc.params import COMPONENTS, count_params
-from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
+from tfcalc.calc.params import count_params
+from tfcalc.dtypes import PARAM_COMPONENTS, DType, WeightPrecision, parse_weight_precision
 from tfcalc.spec.model import ModelSpec
 
 Row = dict[str, object]
@@ -38,7 +38,7 @@ def memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int],
                 "activation_bytes": activations,
                 "total_bytes": weights + kv + activations,
             }
-            for component in COMPONENTS:
+            for component in PARAM_COMPONENTS:
                 row[f"{component}_weights_bytes"] = by_component[component]
             rows.append(row)
     return rows

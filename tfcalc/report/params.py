@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tfcalc.calc.params import COMPONENTS, count_params
+from tfcalc.calc.params import count_params
+from tfcalc.dtypes import PARAM_COMPONENTS
 from tfcalc.spec.model import ModelSpec
 
 Row = dict[str, object]
@@ -20,7 +21,7 @@ def params_rows(specs: list[ModelSpec]) -> list[Row]:
             "non_embedding_params": counts.total_params - counts.total["embedding"].total
             - counts.total["lm_head"].total,
         }
-        for component in COMPONENTS:
+        for component in PARAM_COMPONENTS:
             row[f"{component}_params"] = counts.total[component].total
             row[f"{component}_active_params"] = counts.active[component].total
         row["active_convention"] = counts.convention
@@ -34,7 +35,7 @@ def params_breakdown_rows(specs: list[ModelSpec]) -> list[Row]:
     rows: list[Row] = []
     for spec in specs:
         counts = count_params(spec)
-        for component in COMPONENTS:
+        for component in PARAM_COMPONENTS:
             total = counts.total[component].total
             if total == 0:
                 continue

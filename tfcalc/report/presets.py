@@ -68,7 +68,7 @@ def _model_row(name: str) -> Row:
 
 def _gpu_row(name: str) -> Row:
     """Exact B/s and FLOP/s (tables show TB/s and TFLOP/s)."""
-    from tfcalc.spec.gpu import FLOP_DTYPES
+    from tfcalc.dtypes import FLOP_DTYPES
     from tfcalc.spec.presets import load_gpu
 
     gpu = load_gpu(name)

@@ -24,12 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfcalc.dtypes import FLOP_DTYPES
 from tfcalc.errors import SpecError
 
 GIB = 1 << 30
-FLOP_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
-MEMORY_CONVENTION = ("capacity: memory_gib x 2^30 bytes (vendor 'GB' on HBM/GDDR parts is binary: A100 80GB "
-                     "exposes 81,920 MiB; ROCm lists MI300X as 192 GiB)")
 
 
 @dataclass(frozen=True, kw_only=True)

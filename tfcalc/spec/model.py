@@ -25,9 +25,6 @@ RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
 RouterScoring = Literal["softmax", "sigmoid"]
 
-# The parts a parameter count is broken into; weight formats may be chosen per part.
-PARAM_COMPONENTS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
-
 ACTIVE_CONVENTIONS: dict[str, str] = {
     "all_weights_touched": (
         "active = every weight a token touches: embedding row table, attention, dense MLP, "
@@ -398,7 +395,7 @@ class ModelSpec:
         _require(self.num_attention_heads % self.num_kv_heads == 0,
                  f"{n}: num_attention_heads ({self.num_attention_heads}) is not divisible by "
                  f"num_kv_heads ({self.num_kv_heads})")
-        from tfcalc.dtypes import parse_weight_precision  # lazy: dtypes imports this module
+        from tfcalc.dtypes import parse_weight_precision
         from tfcalc.errors import UsageError
 
         try:
