@@ -133,6 +133,23 @@ def test_plot_png(tmp_path: Path) -> None:
     assert matplotlib.image.imread(str(path)).shape[0] > 100
 
 
+def test_plot_data_is_plan_at_each_context() -> None:
+    """The plotted bytes at the row's own context are what the row says: weights + reserved + its batch's KV."""
+    from tfcalc.dtypes import parse_weight_precision
+    from tfcalc.report.plan import memory_by_context
+    from tfcalc.spec.presets import load_engine, load_gpu, load_model
+
+    (row,) = json.loads(run("plan", "-p", "llama3-8b", "--gpu", "l40s", "--context", "8192", "--batch", "4",
+                            "-f", "json").stdout)
+    title, series, capacities = memory_by_context([load_model("llama3-8b")], [load_gpu("l40s")], row,
+                                                  [parse_weight_precision("bf16")], [], [load_engine("vllm")])
+    ((label, contexts, values),) = series
+    expected = row["weights_bytes_per_gpu"] + row["reserved_bytes_per_gpu"] + 4 * row["kv_bytes_per_sequence_per_gpu"]
+    assert values[contexts.index(8192)] == expected and label == "weights bf16, KV bf16"
+    assert capacities == [("l40s", load_gpu("l40s").memory_bytes)] and "batch 4" in title
+    assert values == sorted(values)  # more context, more KV
+
+
 def test_vllm_flag_names() -> None:
     """vLLM's own flag names, with today's kept as aliases."""
     result = run("plan", "-p", "llama3-70b", "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2",

@@ -192,8 +192,9 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
                                                      "batch")), fmt, output)
     if plot is not None:
         from tfcalc.output.plot import plot_plan
+        from tfcalc.report.plan import memory_by_context
 
-        plot_plan(plot, specs, gpus, rows, precisions, kv_dtypes, engines)
+        plot_plan(plot, *memory_by_context(specs, gpus, rows[0], precisions, kv_dtypes, engines))
         print_stderr(f"wrote plot to {plot}")
     if rows and all(r["max_concurrent_sequences"] == 0 for r in rows):
         # What one sequence lacks (not the row's batch): its KV bytes minus the budget (negative when weights overflow).
