@@ -48,9 +48,8 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
                help="Tokens in one forward pass (chunked prefill), for the activation estimate.")] = "8k",
            fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Memory for weights, KV cache and activation workspace, per weight / KV format, context and batch."""
-    from tfcalc.calc.memory import ACTIVATION_FORMULA
     from tfcalc.dtypes import get_dtype
-    from tfcalc.report.memory import memory_rows
+    from tfcalc.report.memory import ACTIVATION_FORMULA, memory_rows
     from tfcalc.report.params import mtp_notes
 
     specs = resolve_models(preset, config)

@@ -12,6 +12,14 @@ from tfcalc.spec.model import ModelSpec
 
 Row = dict[str, object]
 
+# What tfcalc.calc.memory.activation_workspace_bytes counts, in words (the note under the memory table).
+ACTIVATION_FORMULA = (
+    "activation workspace = T x (2h + max(attention width, FFN width)) x activation bytes + batch x vocab x 4 "
+    "(fp32 logits of the last position); T = min(batch x context, prefill chunk) tokens in one forward pass; "
+    "attention width = (heads + 2 kv_heads) x head_dim + heads x head_dim; FFN width = 3 x intermediate "
+    "(gate, up, product) of the widest FFN the tokens pass (top-k experts for MoE)"
+)
+
 
 def memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int],
                 weight_precisions: list[WeightPrecision], kv_dtypes: list[DType], activation_dtype: DType,
