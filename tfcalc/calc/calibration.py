@@ -202,7 +202,8 @@ def fit_rates(base: Rates, cal: Calibration) -> Rates:
         attn_floor = floors.get("attention", 0.0)
         values = []
         for _, batch, heads, _kv, head_dim, seq, t in prefill:
-            modelled = kernels.flash_prefill(unit, batch, seq, 0, heads, head_dim, head_dim, None, 0.0, 0.0).seconds
+            modelled = kernels.flash_prefill(unit, seqs=batch, tokens=seq, past=0, heads=heads, qk_dim=head_dim,
+                                             v_dim=head_dim, window=None, kv_bytes_read=0.0, exact_flops=0.0).seconds
             if t > attn_floor:
                 values.append(modelled / (t - attn_floor))
         fitted = _median(values)

@@ -537,8 +537,9 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
         held = min(p + n, window) if window else p + n
         read = shape.prefill_seqs * held * (kvb if p else 0.0)
         s.groups["attention"].kv_bytes += s.mult * read
-        s.add("attention", kernels.flash_prefill(r, shape.prefill_seqs, n, p, dm.heads, qk_dim, v_dim, window,
-                                                 read, exact))
+        s.add("attention", kernels.flash_prefill(r, seqs=shape.prefill_seqs, tokens=n, past=p, heads=dm.heads,
+                                                 qk_dim=qk_dim, v_dim=v_dim, window=window, kv_bytes_read=read,
+                                                 exact_flops=exact))
     if shape.decode_seqs:
         ctx = shape.decode_context
         held = min(ctx, window) if window else ctx
@@ -573,9 +574,10 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
         _gemm(s, "moe", m, h, dm.shared_width, dm.shared, eng)
     routed_tokens = m * d.dp  # every replica's tokens reach the experts of the group
     mode = dm.experts_mode
-    s.add("moe", kernels.moe_experts(s.rates, routed_tokens, dm.experts_local, dm.experts, dm.top_k, h,
-                                     int(dm.expert_width) or 1, dm.gated, mode.bits, mode.compute,
-                                     mode.dequant, skew=d.routing_skew), mode.compute)
+    s.add("moe", kernels.moe_experts(s.rates, tokens=routed_tokens, experts_local=dm.experts_local,
+                                     experts_total=dm.experts, top_k=dm.top_k, hidden=h,
+                                     expert_width=int(dm.expert_width) or 1, gated=dm.gated, weight_bits=mode.bits,
+                                     compute=mode.compute, dequant=mode.dequant, skew=d.routing_skew), mode.compute)
     if d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
         send = m / d.tp * dm.top_k * h * ACT_BYTES
         fabric = _group_link(d, d.ep)

@@ -146,7 +146,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     beside the pure roofline, for any tp x pp x ep; --explain shows where the time goes."""
     from tfcalc.calc.plan import PlanConfig
     from tfcalc.errors import UsageError
-    from tfcalc.report.estimate import EstimateOptions, estimate_rows, explain_lines, fit_sentence
+    from tfcalc.report.estimate import EstimateOptions, EstimateSweep, estimate_rows, explain_lines, fit_sentence
     from tfcalc.spec.interconnect import load_interconnect
 
     specs = resolve_models(preset, config)
@@ -172,15 +172,16 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                   inter_node=load_interconnect(inter_node), gpus_per_node=gpus_per_node, algorithm=allreduce,
                   compute=compute_dtype, cuda_graphs=cuda_graphs, routing_skew=skew, ideal=ideal, fit=fit,
                   memory=memory)
+    sweep = EstimateSweep(tps=parse_sizes(tp, "tp"), pps=parse_sizes(pp, "pp"), eps=parse_sizes(ep, "ep"),
+                          batches=parse_sizes(batch, "batch"), prompt_lens=parse_sizes(prompt_len, "prompt length"),
+                          gen_lens=parse_sizes(gen_len, "generation length"),
+                          precisions=weight_precisions(weights_dtype), kv_dtypes=kv_dtypes)
     rows: list[dict] = []
     handles: list = []
     for engine_spec in engines:
         for rates, source in overrides:
             options = EstimateOptions(**common, engine=engine_spec, rates=rates, rates_source=source)
-            more_rows, more_handles = estimate_rows(
-                specs, gpus, parse_sizes(tp, "tp"), parse_sizes(pp, "pp"), parse_sizes(ep, "ep"),
-                parse_sizes(batch, "batch"), parse_sizes(prompt_len, "prompt length"),
-                parse_sizes(gen_len, "generation length"), weight_precisions(weights_dtype), kv_dtypes, options)
+            more_rows, more_handles = estimate_rows(specs, gpus, sweep, options)
             rows += more_rows
             handles += more_handles
     engine_names = ", ".join(dict.fromkeys(str(r["engine"]) for r in rows))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from tfcalc.calc.kernels import Rates
@@ -53,6 +53,21 @@ class EstimateOptions:
     fit: bool = True
     rates: Callable[[GPUSpec, Rates, str], Rates] | None = None  # (gpu, preset rates, phase) -> rates used
     rates_source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimateSweep:
+    """The lists an estimate sweeps over per model and GPU (empty formats: the model's own); every combination is
+    one row."""
+
+    tps: list[int]
+    pps: list[int]
+    eps: list[int]
+    batches: list[int]
+    prompt_lens: list[int]
+    gen_lens: list[int]
+    precisions: list[WeightPrecision] = field(default_factory=list)
+    kv_dtypes: list[DType] = field(default_factory=list)
 
 
 @lru_cache(maxsize=4096)
@@ -154,9 +169,7 @@ def estimate_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     return row
 
 
-def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], tps: list[int], pps: list[int], eps: list[int],
-                  batches: list[int], prompt_lens: list[int], gen_lens: list[int], precisions: list[WeightPrecision],
-                  kv_dtypes: list[DType], options: EstimateOptions,
+def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSweep, options: EstimateOptions,
                   progress: Callable[[int], None] | None = None
                   ) -> tuple[list[Row], list[tuple[LatencyEstimate, Deployment]]]:
     """One row per combination, and the estimate behind each (``explain_lines`` turns one into text on demand)."""
@@ -168,8 +181,8 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], tps: list[int], p
     memory = replace(options.memory, engine=options.engine)
     for spec, gpu in itertools.product(specs, gpus):
         for precision, kv_dtype, tp, pp, ep in itertools.product(
-                precisions or [parse_weight_precision(spec.native_dtype)], kv_dtypes or [default_kv_dtype(spec)],
-                tps, pps, eps):
+                sweep.precisions or [parse_weight_precision(spec.native_dtype)],
+                sweep.kv_dtypes or [default_kv_dtype(spec)], sweep.tps, sweep.pps, sweep.eps):
             kernels = options.engine.kernels if options.engine is not None else EngineKernels()
             base = rates_for(gpu, kernels, options.cuda_graphs)
             prefill_rates = options.rates(gpu, base, "prefill") if options.rates else None
@@ -179,8 +192,8 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], tps: list[int], p
                            gpus_per_node=options.gpus_per_node, algorithm=options.algorithm,
                            compute=options.compute, cuda_graphs=options.cuda_graphs, rates_prefill=prefill_rates,
                            rates_decode=decode_rates, routing_skew=options.routing_skew)
-            longest = max(prompt_lens) + max(gen_lens)
-            for batch, prompt, gen in itertools.product(batches, prompt_lens, gen_lens):
+            longest = max(sweep.prompt_lens) + max(sweep.gen_lens)
+            for batch, prompt, gen in itertools.product(sweep.batches, sweep.prompt_lens, sweep.gen_lens):
                 e = estimate_latency(d, batch, prompt, gen)
                 fit = fit_columns(d, memory, batch, prompt + gen, longest) if options.fit else None
                 row = estimate_row(spec, gpu, precision, kv_dtype, e, d, options, fit)
