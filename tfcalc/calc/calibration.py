@@ -32,6 +32,7 @@ Pure math: no I/O.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, replace
 from typing import Any
@@ -71,7 +72,7 @@ def is_calibration_v2(data: object) -> bool:
 
 def _positive(value: Any, where: str, integer: bool = False) -> float:
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or value <= 0:
+    if isinstance(value, bool) or not ok or not 0 < value < math.inf:  # NaN and infinities too (JSON allows both)
         kind = "a positive integer" if integer else "a positive number"
         raise SpecError(f"{where} must be {kind}, got {value!r}")
     return value

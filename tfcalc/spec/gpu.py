@@ -86,12 +86,9 @@ GPU_LIMITS: dict[str, float] = {
 
 def _number(value: Any, origin: str, key: str) -> float:
     """A finite, positive number within GPU_LIMITS (``dense_tflops.bf16`` uses dense_tflops' bound)."""
-    from tfcalc.spec.model import check_float
+    from tfcalc.spec.model import check_float, in_file
 
-    try:
-        check_float(key, value, GPU_LIMITS.get(key.split(".")[0]))
-    except SpecError as exc:
-        raise SpecError(f"{origin}: {exc}") from None
+    in_file(origin, check_float, key, value, GPU_LIMITS.get(key.split(".")[0]))
     return value  # type: ignore[no-any-return] - int or float as written, for exact scaling
 
 
@@ -202,10 +199,7 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
     from tfcalc.spec.model import MAX_NAME_CHARS, check_float, check_int, check_str, key_text
 
     def fraction(value: Any, key: str) -> float:
-        number = check_float(key, value)
-        if number > 1:
-            raise SpecError(f"field '{key}' must be in (0, 1], got {value!r}")
-        return number
+        return check_float(key, value, high=1.0)
 
     if not isinstance(data, dict):
         raise SpecError(f"{origin}: field 'latency' must be a mapping")

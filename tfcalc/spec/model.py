@@ -10,10 +10,13 @@ from __future__ import annotations
 import functools
 import math
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass, replace
-from typing import Literal
+from typing import Literal, TypeVar
 
 from tfcalc.errors import SpecError
+
+T = TypeVar("T")
 
 FfnKind = Literal["gated", "plain"]
 NormKind = Literal["rmsnorm", "layernorm"]
@@ -122,16 +125,18 @@ def check_int(key: str, value: object, limits: tuple[int, int] | None = None) ->
     return value
 
 
-def check_float(key: str, value: object, high: float | None = None, bounds_of: str | None = None) -> float:
+def check_float(key: str, value: object, high: float | None = None, bounds_of: str | None = None,
+                low: float | None = None) -> float:
     """A finite number (an integer is accepted) within ``FLOAT_LIMITS[bounds_of or key]`` (positive when not
-    listed); ``high`` overrides the upper bound. The error names ``key``."""
+    listed); ``high`` and ``low`` override the bounds. The error names ``key``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(f"field '{key}' must be a number, got {_show(value)}")
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
-    low, listed_high = FLOAT_LIMITS.get(bounds_of or key, _FLOAT_DEFAULT)
+    listed_low, listed_high = FLOAT_LIMITS.get(bounds_of or key, _FLOAT_DEFAULT)
+    low = listed_low if low is None else low
     high = listed_high if high is None else high
     if not math.isfinite(number):
         raise SpecError(f"field '{key}' must be a finite number, got {_show(value)}")
@@ -139,8 +144,17 @@ def check_float(key: str, value: object, high: float | None = None, bounds_of: s
         raise SpecError(f"field '{key}' must be {'positive' if low == POSITIVE else f'at least {low:g}'}, "
                         f"got {_show(value)}")
     if number > high:
-        raise SpecError(f"field '{key}' must be at most {high:g} (tfcalc's limit), got {_show(value)}")
+        limit = "" if high == 1.0 else " (tfcalc's limit)"  # 1 bounds a fraction, not a limit of tfcalc's choosing
+        raise SpecError(f"field '{key}' must be at most {high:g}{limit}, got {_show(value)}")
     return number
+
+
+def in_file(origin: str, check: Callable[..., T], key: str, value: object, *args: object, **kwargs: object) -> T:
+    """``check(key, value, ...)`` with its SpecError prefixed by the file the field is in."""
+    try:
+        return check(key, value, *args, **kwargs)
+    except SpecError as exc:
+        raise SpecError(f"{origin}: {exc}") from None
 
 
 def check_bool(key: str, value: object) -> bool:
