@@ -176,7 +176,7 @@ def test_interconnect_files_are_read_strictly(tmp_path: Path) -> None:
     """Interconnect files go through read_data_file (size limits, duplicate keys) and finite, bounded fields."""
     base = {"bandwidth_gb_s": 450, "nccl": {"efficiency": 0.78, "launch_us": 4.6, "step_latency_us": 0.87}}
     for change, message in (({"bandwidth_gb_s": float("inf")}, "bandwidth_gb_s' must be a finite number"),
-                            ({"bandwidth_gb_s": 1e12}, "bandwidth_gb_s' must be at most 1e+07 (tfcalc's limit)"),
+                            ({"bandwidth_gb_s": 1e12}, r"bandwidth_gb_s' must be at most 1e\+07 \(tfcalc's limit\)"),
                             ({"nccl": {**base["nccl"], "efficiency": float("nan")}}, "must be a finite number"),
                             ({"nccl": {**base["nccl"], "launch_us": True}}, "nccl.launch_us' must be a number"),
                             ({"nccl": {**base["nccl"], "algorithm": ["ring"]}}, "nccl.algorithm' must be one of"),
