@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from tfcalc.dtypes import FLOP_DTYPES, PARAM_COMPONENTS
+from tfcalc.units import format_bytes, format_params, format_seconds, format_si
 
 Kind = Literal["text", "prose", "list", "int", "bytes", "bytes_exact", "params", "float", "percent", "bool", "seconds",
                "rate", "si"]
@@ -33,8 +34,6 @@ Kind = Literal["text", "prose", "list", "int", "bytes", "bytes_exact", "params",
 Show = Literal["always", "varies", "wide"]
 TEXT_KINDS = frozenset({"text", "prose", "list", "bool"})
 WRAPPING_KINDS = frozenset({"prose", "list"})
-
-GIB = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -242,38 +241,6 @@ def suggest_columns(key: str, choices: Iterable[str]) -> list[str]:
 
 
 # --- cells ------------------------------------------------------------------------------------------------------
-
-
-def format_bytes(value: float) -> str:
-    """Binary units: GiB = 2^30 bytes, MiB = 2^20, KiB = 2^10."""
-    for unit, size in (("TiB", 1 << 40), ("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(value) >= size:
-            return f"{value / size:,.2f} {unit}"
-    return f"{value:,.0f} B"
-
-
-def format_params(value: float) -> str:
-    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:,.2f}{unit}"
-    return f"{value:,.0f}"
-
-
-def format_si(value: float, unit: str) -> str:
-    """Decimal prefixes, as vendors quote bandwidth and throughput: 3.35e12 B/s -> 3.35 TB/s."""
-    for prefix, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:,.4g} {prefix}{unit}"
-    return f"{value:,.4g} {unit}"
-
-
-def format_seconds(value: float) -> str:
-    """s, ms or µs with two decimals (one for µs): 22.45 ms."""
-    if value >= 1:
-        return f"{value:,.2f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:,.2f} ms"
-    return f"{value * 1e6:,.1f} µs"
 
 
 def format_cell(value: object, column: Column) -> str:

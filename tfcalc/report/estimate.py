@@ -24,6 +24,7 @@ from tfcalc.spec.engine import EngineKernels, EngineSpec
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.interconnect import Interconnect
 from tfcalc.spec.model import ModelSpec
+from tfcalc.units import format_seconds
 
 Row = dict[str, object]
 GROUP_LABELS = {"attention": "attention", "dense_ffn": "dense FFN", "moe": "MoE", "lm_head": "embedding + lm_head",
@@ -205,28 +206,21 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSw
     return rows, handles
 
 
-def _ms(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:,.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:,.2f} ms"
-    return f"{seconds * 1e6:,.1f} us"
-
-
 def _phase_lines(name: str, label: str, phase: PhaseTime, e: LatencyEstimate, d: Deployment) -> list[str]:
     step = phase.step
     total = sum(g.seconds for g in step.groups.values()) or 1.0
-    lines = [f"{name}: {label} {_ms(phase.seconds)} (pure roofline {_ms(phase.seconds_ideal)}); per microbatch "
-             f"through {d.pp} stage(s): {_ms(step.seconds)}, {phase.microbatches} microbatch(es)",
+    lines = [f"{name}: {label} {format_seconds(phase.seconds)} (pure roofline {format_seconds(phase.seconds_ideal)}); "
+             f"per microbatch through {d.pp} stage(s): {format_seconds(step.seconds)}, {phase.microbatches} "
+             "microbatch(es)",
              f"  {'op group':<22}{'time':>11}{'share':>7}{'fixed':>11}  bound"]
     for g in GROUPS:
         t = step.groups[g]
         if t.seconds == 0:
             continue
-        lines.append(f"  {GROUP_LABELS[g]:<22}{_ms(t.seconds):>11}{t.seconds / total:>7.0%}"
-                     f"{_ms(t.floor_seconds):>11}  {t.bound}")
+        lines.append(f"  {GROUP_LABELS[g]:<22}{format_seconds(t.seconds):>11}{t.seconds / total:>7.0%}"
+                     f"{format_seconds(t.floor_seconds):>11}  {t.bound}")
     floors = sum(t.floor_seconds for t in step.groups.values())
-    lines.append(f"  {'floors (in the above)':<22}{_ms(floors):>11}{floors / total:>7.0%}"
+    lines.append(f"  {'floors (in the above)':<22}{format_seconds(floors):>11}{floors / total:>7.0%}"
                  "             fixed costs, counted above")
     return lines
 
@@ -262,23 +256,24 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                     and d.intra.custom_allreduce is not None else ""))
     if d.tp > 1:
         lines.append(f"tp: 2 all-reduces per layer of tokens x {dm.h} x 2 B (+ the embedding's, logits gathered): "
-                     f"prefill {_ms(pre.step.tp_comm_seconds)}, decode {_ms(dec.step.tp_comm_seconds)} per step")
+                     f"prefill {format_seconds(pre.step.tp_comm_seconds)}, decode "
+                     f"{format_seconds(dec.step.tp_comm_seconds)} per step")
     else:
         lines.append("tp 1: no all-reduce")
     if d.dp > 1:
         lines.append(f"ep {d.ep} over {d.dp} attention replicas: all-to-all dispatch + combine of tokens x top-k x "
-                     f"{dm.h} x 2 B per MoE layer: prefill {_ms(pre.step.ep_comm_seconds)}, decode "
-                     f"{_ms(dec.step.ep_comm_seconds)} per step")
+                     f"{dm.h} x 2 B per MoE layer: prefill {format_seconds(pre.step.ep_comm_seconds)}, decode "
+                     f"{format_seconds(dec.step.ep_comm_seconds)} per step")
     elif d.ep > 1:
         lines.append(f"ep {d.ep} <= tp {d.tp}: experts split over the tp group, combined by its all-reduce")
     if d.pp > 1:
         lines.append(f"pp {d.pp}: {pre.microbatches} prefill / {dec.microbatches} decode microbatch(es); "
-                     f"send per stage boundary {_ms(dec.step.p2p_seconds)}; sends + bubble add "
-                     f"{_ms(pre.pp_seconds)} to TTFT and {_ms(dec.pp_seconds)} to TPOT; decode stages idle "
-                     f"{dec.bubble_fraction:.0%} of the time")
+                     f"send per stage boundary {format_seconds(dec.step.p2p_seconds)}; sends + bubble add "
+                     f"{format_seconds(pre.pp_seconds)} to TTFT and {format_seconds(dec.pp_seconds)} to TPOT; decode "
+                     f"stages idle {dec.bubble_fraction:.0%} of the time")
     r = d.rates_decode
-    floors = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in sorted(r.floors.items()))
-    graphs = "CUDA graphs" if r.cuda_graphs else f"eager launches >= {r.launch_s * 1e6:.1f} us"
+    floors = ", ".join(f"{k} {format_seconds(v)}" for k, v in sorted(r.floors.items()))
+    graphs = "CUDA graphs" if r.cuda_graphs else f"eager launches >= {format_seconds(r.launch_s)}"
     lines.append(f"rates: {r.source}; GEMM {', '.join(f'{k} {v:.2f}' for k, v in sorted(r.gemm_efficiency.items()))}"
                  f" of peak x K/(K + K0); attention {r.attention_efficiency:.2f}; MoE {r.moe_efficiency:.2f} of "
                  f"dense; HBM {r.memory_efficiency:.2f}; floors {floors}; {graphs}")
