@@ -18,8 +18,8 @@ MODEL_PRESETS = {
     "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3",
 }
 
-# Exact counts from /work/shared/research/derived.yaml: recomputed by research/derive.py from the sourced
-# configs in facts.yaml (every weight incl. norms and biases, a tied embedding counted once). They are not
+# Exact counts from docs/research/derived.yaml: recomputed by docs/research/derive.py from the sourced
+# configs in docs/research/facts.yaml (every weight incl. norms and biases, a tied embedding counted once). They are not
 # published figures. derived.yaml names: llama-3-8b, llama-3.1-70b, llama-3.1-405b, llama-3.2-1b,
 # llama-3.2-3b, mistral-7b-v0.1, gemma-2-9b, gemma-2-27b, phi-3-mini-4k; the rest match the preset names.
 DERIVED_TOTAL = {
@@ -115,7 +115,7 @@ def test_published_headline_figures() -> None:
     assert _billions(gpt_oss.active_params, 1) == 5.1
 
     # Hugging Face Hub safetensors parameter count shown for meta-llama/Meta-Llama-3-8B: 8.03B
-    # (research/facts.yaml published_total_params_note; the model card says 8B)
+    # (docs/research/facts.yaml published_total_params_note; the model card says 8B)
     assert _billions(count_params(load_model("llama3-8b")).total_params, 2) == 8.03
 
 

@@ -5,7 +5,7 @@ uses the units datasheets print and is converted here, in ``gpu_from_mapping``:
 
 - ``memory_gib``: capacity in binary GiB (2^30 bytes). HBM and GDDR parts are built from DRAM dies whose
   densities are powers of two, and the vendor's "80GB" is in practice 80 GiB: an A100 80GB exposes 81,920 MiB,
-  and AMD's ROCm hardware table lists the MI300X as "192 GiB" (research/facts.md, "GB vs GiB"). So vendor
+  and AMD's ROCm hardware table lists the MI300X as "192 GiB" (docs/research/facts.md, "GB vs GiB"). So vendor
   "80GB" -> 80 x 2^30 = 85,899,345,920 bytes. ``memory_gb`` (decimal, 10^9) is accepted instead for a part
   known to be decimal. What the driver and ECC leave usable is *not* subtracted here; the planner's
   ``gpu_memory_utilization`` (default 0.9) and runtime overhead cover it.
