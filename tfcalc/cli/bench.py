@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from tfcalc.cli.common import FormatOpt, OutputOpt, handle_errors
-from tfcalc.errors import TfcalcError, UsageError
+from tfcalc.errors import TfcalcError, UsageError, missing_torch_message
 from tfcalc.output import emit, pick, show_progress, varies, wide
 from tfcalc.units import parse_size, parse_sizes, split_list
 
@@ -22,7 +22,6 @@ app = typer.Typer(help="Component benchmarks: SDPA attention backends, MoE vs de
                   "and a calibration file for 'tfcalc estimate'.",
                   no_args_is_help=True)
 
-TORCH_MISSING = "the profiler needs PyTorch: pip install 'tfcalc[profile]'"
 
 DeviceOpt = Annotated[str, typer.Option(
     "--device", help="cuda | cpu. Default cuda; without a visible GPU pass --device cpu.")]
@@ -44,7 +43,7 @@ def profile_modules() -> tuple[ModuleType, ModuleType]:
         from tfcalc.profile import components, device
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] == "torch":
-            raise TorchMissing(TORCH_MISSING) from None
+            raise TorchMissing(missing_torch_message()) from None
         raise
     return components, device
 

@@ -19,7 +19,14 @@ from typing import Annotated
 import typer
 
 from tfcalc.cli.common import ConfigOpt, FormatOpt, OutputOpt, PresetOpt, handle_errors, resolve_models
-from tfcalc.errors import Interrupted, Terminated, TfcalcError, UsageError
+from tfcalc.errors import (
+    Interrupted,
+    Terminated,
+    TfcalcError,
+    UsageError,
+    missing_matplotlib_message,
+    missing_torch_message,
+)
 from tfcalc.output import emit, pick, print_stderr, varies, wide
 from tfcalc.units import parse_sizes, split_list
 
@@ -48,7 +55,7 @@ Overrides = Annotated[int | None, typer.Option(show_default=False)]
 
 def _require_torch() -> None:
     if importlib.util.find_spec("torch") is None:
-        raise TfcalcError("the profiler needs PyTorch: pip install 'tfcalc[profile]'")
+        raise TfcalcError(missing_torch_message())
 
 
 def _items(values: list[str] | None) -> list[str]:
@@ -159,7 +166,7 @@ def profile(
             sweep = replace(sweep, prompt_lens=lengths)
         sweeps.append(sweep)
     if plot is not None and importlib.util.find_spec("matplotlib") is None:
-        raise UsageError("--plot needs matplotlib: pip install 'tfcalc[plot]'")
+        raise UsageError(missing_matplotlib_message())
 
     # --- the sweep: rows kept through OOM and signals ---------------------------------------------------------
     rows: list[dict[str, object]] = []

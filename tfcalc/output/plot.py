@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tfcalc.errors import UsageError
+from tfcalc.errors import UsageError, missing_matplotlib_message
 
 GIB = 1 << 30
 
@@ -15,7 +15,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'tfcalc[plot]'") from None
+        raise UsageError(missing_matplotlib_message()) from None
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
