@@ -413,7 +413,7 @@ class _Step:
         by = acc.by_bound
         by[bound] = by.get(bound, 0.0) + k * seconds
 
-    def add_comm(self, t: comm.CommTime, link_bandwidth: float, kind: str, launch: float) -> None:
+    def add_comm(self, t: comm.CommTime, link_bandwidth: float, kind: str) -> None:
         if t.seconds == 0:
             return
         acc, k = self.groups["communication"], self.mult
@@ -583,18 +583,18 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
         fabric = _group_link(d, d.ep)
         link = fabric.nccl.ideal() if ideal else fabric.nccl
         for _ in range(2):
-            s.add_comm(comm.all_to_all(send, d.ep, link), link.bandwidth_bytes_per_s, "ep", link.launch_s)
+            s.add_comm(comm.all_to_all(send, d.ep, link), link.bandwidth_bytes_per_s, "ep")
 
 
 def _layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, moe: bool, ideal: bool) -> None:
     _attention_layer(s, d, shape, sliding)
     if d.tp > 1:
         t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
-        s.add_comm(t, bw, "tp", 0.0)
+        s.add_comm(t, bw, "tp")
     _ffn_layer(s, d, shape, moe, ideal)
     if d.tp > 1:
         t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
-        s.add_comm(t, bw, "tp", 0.0)
+        s.add_comm(t, bw, "tp")
 
 
 def _head(s: _Step, d: Deployment, shape: StepShape, first: bool, last: bool, ideal: bool) -> None:
@@ -605,7 +605,7 @@ def _head(s: _Step, d: Deployment, shape: StepShape, first: bool, last: bool, id
                            ideal_bytes=gathered)  # embedding gather
         if d.tp > 1:
             t, bw = _all_reduce(d, m * dm.h * ACT_BYTES, d.tp, ideal)
-            s.add_comm(t, bw, "tp", 0.0)
+            s.add_comm(t, bw, "tp")
     if last and shape.sampled:
         rows = shape.sampled
         _elementwise_group(s, "lm_head", 2 * rows * dm.h * ACT_BYTES)  # final norm of the sampled rows
@@ -614,7 +614,7 @@ def _head(s: _Step, d: Deployment, shape: StepShape, first: bool, last: bool, id
             fabric = _group_link(d, d.tp)
             link = fabric.nccl.ideal() if ideal else fabric.nccl
             s.add_comm(comm.all_gather(rows * dm.vocab * d.tp * ACT_BYTES, d.tp, link), link.bandwidth_bytes_per_s,
-                       "tp", link.launch_s)
+                       "tp")
         _elementwise_group(s, "lm_head", 2 * rows * dm.vocab * d.tp * 4, kernels_count=2,
                            ideal_bytes=rows * dm.vocab * 4)  # fp32 logits: softmax/top-k, sampling
 

@@ -206,7 +206,7 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSw
     return rows, handles
 
 
-def _phase_lines(name: str, label: str, phase: PhaseTime, e: LatencyEstimate, d: Deployment) -> list[str]:
+def _phase_lines(name: str, label: str, phase: PhaseTime, d: Deployment) -> list[str]:
     step = phase.step
     total = sum(g.seconds for g in step.groups.values()) or 1.0
     lines = [f"{name}: {label} {format_seconds(phase.seconds)} (pure roofline {format_seconds(phase.seconds_ideal)}); "
@@ -231,8 +231,8 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
     pre, dec = e.prefill, e.decode
     lines = [f"prefill: batch {e.batch} x prompt {e.prompt_len:,} tokens; decode: batch {e.batch} at the mean "
              f"context {e.decode_context:,} = prompt + gen/2 (TPOT averaged over the {max(e.gen_len - 1, 0)} steps)"]
-    lines += _phase_lines("prefill", "TTFT", pre, e, d)
-    lines += _phase_lines("decode", "TPOT", dec, e, d)
+    lines += _phase_lines("prefill", "TTFT", pre, d)
+    lines += _phase_lines("decode", "TPOT", dec, d)
     step = dec.step
     lines.append(f"decode: bytes per GPU per step = weights {step.weight_bytes:.4g} + KV read {step.kv_read_bytes:.4g}"
                  f" + activations, logits, cache writes {step.bytes - step.weight_bytes - step.kv_read_bytes:.4g} "
