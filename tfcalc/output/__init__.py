@@ -15,8 +15,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from tfcalc.errors import OutputError, UsageError
-from tfcalc.output.columns import Column, pick, varies, wide
-from tfcalc.output.table import TableView
+from tfcalc.output.columns import DEFAULT_VIEW, Column, TableView, pick, varies, wide
 
 FORMATS = ("table", "csv", "json")
 # Output paths that mean the process's stdout (tfcalc.output.files writes to it rather than replacing it).
@@ -38,20 +37,23 @@ def table_view(view: TableView) -> Iterator[None]:
 
 
 def terminal_width() -> int | None:
-    """The width a table on stdout must fit: on a terminal, Rich's console width (the window, or $COLUMNS); in a
-    pipe, $COLUMNS when it is set; else None, the table's natural width (what ``less -S``, a file or a script
-    reads best)."""
+    """The width a table on stdout must fit: on a terminal, its width as Rich's console takes it ($COLUMNS, else the
+    window's size); in a pipe, $COLUMNS when it is set; else None, the table's natural width (what ``less -S``, a
+    file or a script reads best)."""
     stream = sys.stdout
     try:
         terminal = stream is not None and stream.isatty()
     except (OSError, ValueError):
         terminal = False
-    if terminal:
-        from rich.console import Console
-
-        return Console(file=stream).width
     columns = os.environ.get("COLUMNS", "").strip()
-    return int(columns) if columns.isdigit() and int(columns) > 0 else None
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if terminal:
+        try:
+            return os.get_terminal_size(stream.fileno()).columns or 80
+        except (OSError, ValueError):
+            return 80
+    return None
 
 
 def resolve_format(fmt: str | None, output: Path | None) -> str:
@@ -185,7 +187,7 @@ def emit(rows: list[dict[str, object]], columns: list[Column], fmt: str | None =
     says "wrote N rows to PATH" unless ``announce`` is False (a checkpoint rewritten after every row).
     """
     fmt = resolve_format(fmt, output)
-    view = view or _VIEW.get() or TableView()
+    view = view or _VIEW.get() or DEFAULT_VIEW
     to_stdout = output is None or os.fspath(output) in STDOUT_NAMES
     if to_stdout and sys.stdout is None:
         raise OutputError("cannot write the result: stdout is closed")

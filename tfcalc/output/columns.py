@@ -19,9 +19,8 @@ table shows them: memory in binary units (GiB = 2^30 B), bandwidth and FLOP/s in
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from typing import Literal
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Literal, NamedTuple
 
 from tfcalc.dtypes import FLOP_DTYPES, PARAM_COMPONENTS
 from tfcalc.units import format_bytes, format_params, format_seconds, format_si
@@ -36,8 +35,9 @@ TEXT_KINDS = frozenset({"text", "prose", "list", "bool"})
 WRAPPING_KINDS = frozenset({"prose", "list"})
 
 
-@dataclass(frozen=True)
-class Column:
+class Column(NamedTuple):
+    """One column: a NamedTuple, cheap to build on every CLI call (``Column(key, header, kind, unit, show)``)."""
+
     key: str
     header: str
     kind: Kind = "text"
@@ -54,14 +54,32 @@ class Column:
         return self.kind in WRAPPING_KINDS
 
 
-def _columns(*specs: tuple[str, ...]) -> dict[str, Column]:
-    registry: dict[str, Column] = {}
-    for spec in specs:
-        column = Column(*spec)  # type: ignore[arg-type]
-        if column.key in registry:
-            raise ValueError(f"column '{column.key}' registered twice")
-        registry[column.key] = column
-    return registry
+class _Registry(Mapping[str, Column]):
+    """key -> Column, each built when first asked for (a command needs a dozen of the ~300; every CLI call pays for
+    what it builds). A key registered twice is an error at import."""
+
+    def __init__(self, *specs: tuple[str, ...]) -> None:
+        self._specs: dict[str, tuple[str, ...]] = {}
+        for spec in specs:
+            if spec[0] in self._specs:
+                raise ValueError(f"column '{spec[0]}' registered twice")
+            self._specs[spec[0]] = spec
+        self._built: dict[str, Column] = {}
+
+    def __getitem__(self, key: str) -> Column:
+        built = self._built.get(key)
+        if built is None:
+            built = self._built[key] = Column(*self._specs[key])  # type: ignore[arg-type]
+        return built
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._specs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
 
 
 # The latency model's op groups (tfcalc.calc.latency.GROUPS, labelled as in report/estimate's --explain) and its
@@ -69,7 +87,7 @@ def _columns(*specs: tuple[str, ...]) -> dict[str, Column]:
 _STEP_GROUPS = {"attention": "attention", "dense_ffn": "dense FFN", "moe": "MoE", "lm_head": "embedding + lm_head",
                 "communication": "communication", "floors": "fixed costs"}
 
-REGISTRY: dict[str, Column] = _columns(
+REGISTRY: Mapping[str, Column] = _Registry(
     # --- what a row is about: model, hardware, engine, parallelism, shape ------------------------------------------
     ("model", "model"), ("gpu", "GPU"), ("engine", "engine"), ("engine_display_name", "engine name", "prose"),
     ("num_gpus", "GPUs", "int"), ("tp", "tp", "int"), ("pp", "pp", "int"), ("ep", "ep", "int"), ("dp", "dp", "int"),
@@ -200,6 +218,17 @@ REGISTRY: dict[str, Column] = _columns(
 )
 
 
+class TableView(NamedTuple):
+    """Which columns a table shows: the command's default (essential, and sweep axes that vary), every column
+    (``wide``, from ``--wide``), or exactly ``keys`` (``--columns``)."""
+
+    wide: bool = False
+    keys: tuple[str, ...] = ()
+
+
+DEFAULT_VIEW = TableView()
+
+
 class _Marked:
     """Keys picked with a show rule other than "always" (``varies``, ``wide``)."""
 
@@ -230,7 +259,7 @@ def pick(*items: str | _Marked) -> list[Column]:
     picked: list[Column] = []
     for item in items:
         keys, show = ((item,), "always") if isinstance(item, str) else (item.keys, item.show)
-        picked += [replace(column(key), show=show) for key in keys]
+        picked += [column(key)._replace(show=show) for key in keys]
     return picked
 
 

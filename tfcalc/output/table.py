@@ -15,29 +15,20 @@ from __future__ import annotations
 
 import collections
 import functools
-import io
 import textwrap
-from dataclasses import dataclass, replace
 
-from tfcalc.output.columns import Column, column, format_cell
+from tfcalc.output.columns import DEFAULT_VIEW, Column, TableView, column, format_cell
 from tfcalc.output.terminal import printable
 
 GAP = 2  # spaces between two columns of a table
-PROSE_MIN = 16  # a prose column is at least this wide (unless its cells are narrower); longer words break
+# A prose column is as wide as its longest word, at least PROSE_MIN and at most PROSE_WORD_MAX (longer words
+# break), unless its cells are all narrower.
+PROSE_MIN, PROSE_WORD_MAX = 10, 16
 INDENT = 2  # label/value pairs sit under the title
 MIN_NOTE_WIDTH = 100  # notes under a table drawn at its natural width wrap at this width or the table's
 
 
-@dataclass(frozen=True)
-class TableView:
-    """Which columns a table shows: the command's default (essential, and sweep axes that vary), every column
-    (``wide``, from ``--wide``), or exactly ``keys`` (``--columns``)."""
-
-    wide: bool = False
-    keys: tuple[str, ...] = ()
-
-
-def select_columns(rows: list[dict[str, object]], columns: list[Column], view: TableView = TableView()
+def select_columns(rows: list[dict[str, object]], columns: list[Column], view: TableView = DEFAULT_VIEW
                    ) -> list[Column]:
     """The columns to show. ``keys`` wins (each as the command declares it, else as registered); otherwise a
     column with no value in any row (e.g. datasheet MFU on a CPU) is left out, ``wide`` columns need
@@ -45,7 +36,7 @@ def select_columns(rows: list[dict[str, object]], columns: list[Column], view: T
     rows after the declared columns."""
     if view.keys:
         declared = {c.key: c for c in columns}
-        return [replace(declared.get(k) or _registered(k), show="always") for k in view.keys]
+        return [(declared.get(k) or _registered(k))._replace(show="always") for k in view.keys]
     if not rows:
         return [c for c in columns if c.show == "always"]
     if view.wide:
@@ -89,7 +80,7 @@ def _fit(columns: list[Column], cells: list[list[str]], width: int | None) -> li
     if width is None or sum(natural) + chrome <= width:
         return natural
     prose = [i for i, c in enumerate(columns) if c.wraps]
-    minimum = [max(min(longest[i], PROSE_MIN) if i in prose else longest[i], _longest_word(c.header), 1)
+    minimum = [max(_prose_minimum(cells, i, longest[i]) if i in prose else longest[i], _longest_word(c.header), 1)
                for i, c in enumerate(columns)]
     spare = width - chrome - sum(minimum)
     if spare < 0:
@@ -123,6 +114,11 @@ def _wrap(text: str, width: int) -> list[str]:
     return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
 
 
+def _prose_minimum(cells: list[list[str]], i: int, longest: int) -> int:
+    word = max((_longest_word(row[i]) for row in cells), default=0)
+    return min(longest, max(min(word, PROSE_WORD_MAX), PROSE_MIN))
+
+
 @functools.lru_cache(maxsize=4096)
 def _lines(text: str, width: int) -> int:
     return len(_wrap(text, width))
@@ -137,24 +133,29 @@ def _height(columns: list[Column], widths: list[int], prose: list[int], body: co
 
 
 def _draw(columns: list[Column], cells: list[list[str]], widths: list[int]) -> list[str]:
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    """Header (wrapped, bottom-aligned), a rule, then the rows (prose wrapped, top-aligned); numbers right-aligned,
+    columns GAP apart. Drawn here, not by Rich: the layout is already decided, and the CLI starts faster without
+    importing Rich's console and table."""
 
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True,
-                  header_style="bold", expand=False)
-    for c, w in zip(columns, widths, strict=True):  # wrapped here, as _fit counted the lines; Rich only aligns
-        table.add_column(Text("\n".join(_wrap(c.header, w))), justify="right" if c.numeric else "left", width=w,
-                         overflow="fold")
+    def line(parts: list[str]) -> str:
+        return (" " * GAP).join(_pad(part, c, w) for part, c, w in zip(parts, columns, widths, strict=True)).rstrip()
+
+    def block(texts: list[list[str]], bottom: bool) -> list[str]:
+        height = max(len(t) for t in texts)
+        padded = [([""] * (height - len(t)) + t) if bottom else (t + [""] * (height - len(t))) for t in texts]
+        return [line([t[k] for t in padded]) for k in range(height)]
+
+    lines = block([_wrap(c.header, w) for c, w in zip(columns, widths, strict=True)], bottom=True)
+    lines.append("─" * (sum(widths) + GAP * (len(widths) - 1)))
     for row in cells:
-        table.add_row(*(Text("\n".join(_wrap(cell, w)) if c.wraps else cell)
-                        for c, cell, w in zip(columns, row, widths, strict=True)))
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=sum(widths) + GAP * len(widths), force_terminal=False, color_system=None,
-                      soft_wrap=False, emoji=False, highlight=False, markup=False)
-    console.print(table)
-    return [line.rstrip() for line in buffer.getvalue().splitlines()]
+        lines += block([_wrap(cell, w) if c.wraps else [cell] for c, cell, w in zip(columns, row, widths, strict=True)],
+                       bottom=False)
+    return lines
+
+
+def _pad(text: str, column: Column, width: int) -> str:
+    space = " " * max(width - _width(text), 0)
+    return space + text if column.numeric else text + space
 
 
 def _pairs(columns: list[Column], values: list[str], label_width: int, width: int | None) -> list[str]:
@@ -199,7 +200,7 @@ def layout(columns: list[Column], cells: list[list[str]], width: int | None) -> 
 
 
 def render_table(rows: list[dict[str, object]], columns: list[Column], title: str = "", notes: tuple[str, ...] = (),
-                 width: int | None = None, view: TableView = TableView()) -> str:
+                 width: int | None = None, view: TableView = DEFAULT_VIEW) -> str:
     """Title, body (``layout``) and notes as plain text. Cells are made printable (escape sequences and control
     characters removed) and never parsed as markup; notes wrap between words at ``width`` (with no width: at
     the body's width, at least MIN_NOTE_WIDTH)."""
