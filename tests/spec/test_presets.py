@@ -285,3 +285,11 @@ def test_names_are_never_paths() -> None:
         assert find_preset("model", name) is None
     with pytest.raises(UsageError, match="unknown model preset"):
         load_model("llama3-7b")
+
+
+def test_an_unknown_repo_id_is_an_unknown_preset_not_a_missing_file() -> None:
+    from tfcalc.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"unknown model preset 'meta-llama/Llama-3.1-8B-FP8' and no such file; "
+                                         r"did you mean llama3.1-8b"):
+        load_model("meta-llama/Llama-3.1-8B-FP8")

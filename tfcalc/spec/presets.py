@@ -61,10 +61,12 @@ def suggest(name: str, choices: list[str], limit: int = 3) -> list[str]:
     return close
 
 
-def unknown_name_error(kind: str, name: str, choices: list[str]) -> UsageError:
+def unknown_name_error(kind: str, name: str, choices: list[str], or_file: bool = False) -> UsageError:
+    """An unknown name (or, with ``or_file``, neither a preset nor an existing file: an unknown HF repo id) with the
+    closest names."""
     hints = suggest(name, choices)
     hint = f"; did you mean {', '.join(hints)}?" if hints else f"; run 'tfcalc presets list --kind {kind}'"
-    return UsageError(f"unknown {kind} preset '{name}'{hint}")
+    return UsageError(f"unknown {kind} preset '{name}'{' and no such file' if or_file else ''}{hint}")
 
 
 # --- reading YAML and JSON with bounded time and memory ------------------------------------------------
@@ -261,6 +263,8 @@ def _file_or_preset(kind: str, value: str) -> tuple[Path, str]:
             return _preset_file(kind, found), found
     if looks_like_path(value):
         path = Path(value)
+        if not path.exists() and not value.endswith((".yaml", ".yml", ".json")):  # e.g. an HF repo id we lack
+            raise unknown_name_error(kind, value, preset_names(kind), or_file=True)
         return path, path.stem
     raise unknown_name_error(kind, value, preset_names(kind))
 
