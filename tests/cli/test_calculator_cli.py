@@ -210,3 +210,19 @@ def test_uncounted_mtp_layers_are_said() -> None:
             words = " ".join(run(command, *args).stdout.split())
             assert "not counted: the 1 multi-token-prediction layer its checkpoint also ships" in words, command
     assert "multi-token" not in run("params", "-p", "llama3-8b").stdout
+
+
+def test_engine_and_interconnect_presets_list_and_show() -> None:
+    from tfcalc.spec.presets import preset_names
+
+    engines = json.loads(run("presets", "list", "--kind", "engine", "-f", "json").output)
+    assert [r["name"] for r in engines] == preset_names("engine")
+    assert {r["engine"] for r in engines if r["default"]} == {"vllm", "sglang", "trtllm"}  # one default each
+    fabrics = json.loads(run("presets", "list", "--kind", "interconnect", "-f", "json").output)
+    nvlink4 = next(r for r in fabrics if r["name"] == "nvlink4")
+    assert nvlink4["link_bandwidth_bytes_per_s"] == 450e9 and nvlink4["custom_allreduce"] is True
+    shown = run("presets", "show", "nvlink4")  # no --kind needed
+    assert shown.exit_code == 0 and "interconnect preset nvlink4" in shown.output and "bandwidth_gb_s" in shown.output
+    assert "engine preset vllm-0.21" in run("presets", "show", "VLLM-0.21").output
+    bad = run("presets", "list", "--kind", "cpu")
+    assert bad.exit_code == 2 and "choose model, gpu, engine, interconnect" in bad.stderr
