@@ -78,8 +78,8 @@ COMMANDS = [
 TORCH_COMMANDS = [
     ["profile", *TINY_PROFILE, "--batch", "1,2"],
     ["bench", "ceilings", "--device", "cpu", "--copy-size", "1m", "--matmul-size", "64", "--repeats", "2"],
-    ["bench", "attention", "--device", "cpu", "--seq-len", "64", "--kv-heads", "8,2", "--repeats", "1",
-     "--warmup", "0"],
+    ["bench", "attention", "--device", "cpu", "--backend", "math,flash,cudnn", "--seq-len", "64", "--kv-heads", "8,2",
+     "--repeats", "1", "--warmup", "0"],  # cudnn: an 'unavailable' row with its note
     ["bench", "moe", "--device", "cpu", "--tokens", "4,16", "--hidden", "64", "--experts", "4",
      "--experts-per-token", "2", "--expert-intermediate", "64", "--repeats", "1", "--warmup", "0"],
 ]
