@@ -40,7 +40,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-
 def complete_preset(kind: str) -> Callable[[str], list[str]]:
     """Shell completion of preset names of ``kind`` (``tfcalc --install-completion``); runs only when a shell asks."""
 
