@@ -50,7 +50,9 @@ def _find(name: str, kind: str | None) -> tuple[str, str]:
     if found:
         raise UsageError(f"'{name}' names a {found[0][0]} and a {found[1][0]} preset; pass --kind")
     what = f"{kind} preset" if kind is not None else "preset"
-    repo_id = name.count("/") == 1 and not name.endswith((".yaml", ".yml", ".json"))  # owner/name: an unknown alias
+    owner, _, repo = name.partition("/")
+    repo_id = bool(owner) and bool(repo) and "/" not in repo and not owner.startswith(".") and not name.endswith(
+        (".yaml", ".yml", ".json"))  # owner/name: an unknown alias (an HF repo id), not a path
     if looks_like_path(name) and not repo_id:
         raise UsageError(f"'{name}' is not a {what} name: 'presets show' takes names from 'tfcalc presets list'; "
                          "read your own file with --preset FILE (or --gpu FILE)")
