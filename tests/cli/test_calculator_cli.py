@@ -226,3 +226,10 @@ def test_engine_and_interconnect_presets_list_and_show() -> None:
     assert "engine preset vllm-0.21" in run("presets", "show", "VLLM-0.21").output
     bad = run("presets", "list", "--kind", "cpu")
     assert bad.exit_code == 2 and "choose model, gpu, engine, interconnect" in bad.stderr
+
+
+def test_presets_show_an_unknown_repo_id_suggests_the_preset() -> None:
+    result = run("presets", "show", "meta-llama/Llama-3.1-8B-FP8")
+    assert result.exit_code == 2 and "unknown preset 'meta-llama/Llama-3.1-8B-FP8'; did you mean llama3.1-8b" in (
+        result.stderr)
+    assert "is not a preset name" in run("presets", "show", "../x").stderr
