@@ -30,8 +30,9 @@ _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 PRESET_KINDS = ("model", "gpu", "engine", "interconnect")
 _KIND_FOLDERS = {"model": "models", "gpu": "gpus", "interconnect": "interconnects", "engine": "engines"}
 
-# Keys a preset may carry besides the spec's own fields: provenance and published figures.
-_DOC_KEYS = {"display_name", "sources", "published", "kind", "aliases"}
+# Keys a preset may carry besides the spec's own fields: provenance, published figures and free notes (a model file's
+# `source:` and `notes:` were ModelSpec fields once, never read: files that have them still load).
+_DOC_KEYS = {"display_name", "sources", "published", "kind", "aliases", "notes", "source"}
 
 
 def preset_root() -> Path:
