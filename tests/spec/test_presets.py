@@ -3,6 +3,7 @@ number in them names its source."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -295,7 +296,7 @@ def test_an_unknown_repo_id_is_an_unknown_preset_not_a_missing_file() -> None:
         load_model("meta-llama/Llama-3.1-8B-FP8")
 
 
-def test_a_model_file_may_keep_its_notes_and_source(tmp_path) -> None:  # noqa: ANN001 - pytest's tmp_path
+def test_a_model_file_may_keep_its_notes_and_source(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text("vocab_size: 32\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 4\nnum_kv_heads: 4\n"
                     "head_dim: 16\nintermediate_size: 128\nsource: my notes\nnotes: free text\n")
