@@ -39,7 +39,8 @@ def synthetic() -> dict:
     attention = [{"phase": "decode", "batch": 16, "heads": 32, "kv_heads": 8, "head_dim": 128, "seq_len": 64,
                   "seconds": 14e-6}]
     for seq in (1024, 4096, 16384):
-        t = kernels.flash_prefill(TRUE, 1, seq, 0, 32, 128, 128, None, 0.0, 0.0).seconds
+        t = kernels.flash_prefill(TRUE, seqs=1, tokens=seq, past=0, heads=32, qk_dim=128, v_dim=128, window=None,
+                                  kv_bytes_read=0.0, exact_flops=0.0).seconds
         attention.append({"phase": "prefill", "batch": 1, "heads": 32, "kv_heads": 8, "head_dim": 128,
                           "seq_len": seq, "seconds": t})
     return {"kind": "tfcalc-calibration", "version": 2, "device_name": "synthetic H100", "gemm": gemm,

@@ -162,7 +162,9 @@ print(json.dumps("torch" in sys.modules), file=sys.stderr)
 def test_without_torch_one_clear_line() -> None:
     done = subprocess.run([sys.executable, "-c", NO_TORCH], capture_output=True, text=True, check=False)
     assert done.returncode == 1
-    assert done.stderr.strip() == "error: the profiler needs PyTorch: pip install 'tfcalc[profile]'"
+    from tfcalc.errors import missing_torch_message
+
+    assert done.stderr.strip() == f"error: {missing_torch_message()}"
 
 
 @pytest.mark.parametrize("args", [["kv-cache", "-p", "llama3-70b"], ["--help"], ["bench", "--help"],

@@ -62,7 +62,7 @@ def test_no_torch_says_what_to_install(monkeypatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
     result = runner.invoke(app, ["profile", "--device", "cpu"])
-    assert result.exit_code == 1 and "pip install 'tfcalc[profile]'" in result.output
+    assert result.exit_code == 1 and "pip install 'nvidia-ml-py>=12' 'torch>=2.5'" in result.output
 
 
 @pytest.mark.parametrize("args, message", [

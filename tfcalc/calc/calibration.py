@@ -37,6 +37,7 @@ Pure math: no I/O.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, replace
 from typing import Any
@@ -80,7 +81,7 @@ def is_calibration_v2(data: object) -> bool:
 
 def _positive(value: Any, where: str, integer: bool = False) -> float:
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or value <= 0:
+    if isinstance(value, bool) or not ok or not 0 < value < math.inf:  # NaN and infinities too (JSON allows both)
         kind = "a positive integer" if integer else "a positive number"
         raise SpecError(f"{where} must be {kind}, got {value!r}")
     return value
@@ -228,7 +229,8 @@ def fit_rates(base: Rates, cal: Calibration) -> Rates:
         attn_floor = floors.get("attention", 0.0)
         values = []
         for _, batch, heads, _kv, head_dim, seq, t in prefill:
-            modelled = kernels.flash_prefill(unit, batch, seq, 0, heads, head_dim, head_dim, None, 0.0, 0.0).seconds
+            modelled = kernels.flash_prefill(unit, seqs=batch, tokens=seq, past=0, heads=heads, qk_dim=head_dim,
+                                             v_dim=head_dim, window=None, kv_bytes_read=0.0, exact_flops=0.0).seconds
             if t > attn_floor:
                 values.append(modelled / (t - attn_floor))
         fitted = _median(values)

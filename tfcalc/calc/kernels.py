@@ -216,7 +216,7 @@ def _tiles(tokens: int, past: int, window: int | None) -> tuple[float, float, in
     return total, longest, q_tiles
 
 
-def flash_prefill(rates: Rates, seqs: int, tokens: int, past: int, heads: int, qk_dim: int, v_dim: int,
+def flash_prefill(rates: Rates, *, seqs: int, tokens: int, past: int, heads: int, qk_dim: int, v_dim: int,
                   window: int | None, kv_bytes_read: float, exact_flops: float) -> Cost:
     """Causal flash attention for ``seqs`` sequences of ``tokens`` new tokens after ``past`` cached ones.
 
@@ -270,7 +270,7 @@ def distinct_experts(experts: int, top_k: int, tokens: float, skew: float = 0.0)
     return sum(1 - (1 - min(1.0, top_k * w / total)) ** tokens for w in weights)
 
 
-def moe_experts(rates: Rates, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
+def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
                 expert_width: int, gated: bool, weight_bits: float, compute: str, dequant: str = "",
                 act_bytes: float = 2.0, skew: float = 0.0) -> Cost:
     """Fused MoE (route, permute, grouped gate/up GEMM, activation, grouped down GEMM, combine) on one GPU.

@@ -14,15 +14,14 @@ from typing import Annotated
 import typer
 
 from tfcalc.cli.common import FormatOpt, OutputOpt, handle_errors
-from tfcalc.errors import TfcalcError, UsageError
-from tfcalc.output import Column, emit, show_progress
+from tfcalc.errors import TfcalcError, UsageError, missing_torch_message
+from tfcalc.output import Column, emit, pick, show_progress, varies, wide
 from tfcalc.units import parse_size, parse_sizes, split_list
 
 app = typer.Typer(help="Component benchmarks: SDPA attention backends, MoE vs dense FFN, copy and matmul ceilings, "
                   "collectives over ranks, and a calibration file for 'tfcalc estimate'.",
                   no_args_is_help=True)
 
-TORCH_MISSING = "the profiler needs PyTorch: pip install 'tfcalc[profile]'"
 
 DeviceOpt = Annotated[str, typer.Option(
     "--device", help="cuda | cpu. Default cuda; without a visible GPU pass --device cpu.")]
@@ -47,7 +46,7 @@ def profile_modules(name: str) -> tuple[ModuleType, ModuleType]:
         return importlib.import_module(f"tfcalc.profile.{name}"), importlib.import_module("tfcalc.profile.device")
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] == "torch":
-            raise TorchMissing(TORCH_MISSING) from None
+            raise TorchMissing(missing_torch_message()) from None
         raise
 
 
@@ -72,15 +71,10 @@ def clear_progress(show: Callable[[str], None] | None) -> None:
 
 # --- attention -------------------------------------------------------------------------------------------------
 
-ATTENTION_COLUMNS = [
-    Column("device", "device"), Column("backend", "backend"), Column("backend_ran", "ran"), Column("dtype", "dtype"),
-    Column("batch", "B", "int"),
-    Column("heads", "H", "int"), Column("kv_heads", "Hkv", "int"), Column("head_dim", "D", "int"),
-    Column("seq_len", "T", "int"), Column("phase", "phase"), Column("time_s", "time", "seconds"),
-    Column("flops_per_s", "compute", "si", "FLOP/s"), Column("bytes_per_s", "K+V read", "si", "B/s"),
-    Column("flops_fraction_of_peak", "of peak FLOP/s", "percent"),
-    Column("bandwidth_fraction_of_peak", "of peak BW", "percent"), Column("status", "status"),
-]
+ATTENTION_COLUMNS = pick(
+    varies("device"), "backend", "backend_ran", varies("dtype", "batch"), "heads", "kv_heads", "head_dim", "seq_len",
+    "phase", "time_s", "flops_per_s", "bytes_per_s", "flops_fraction_of_peak", "bandwidth_fraction_of_peak", "status",
+)
 
 CPU_ATTENTION = {"seq_len": ["128,512"], "heads": 8, "kv_heads": ["8,2"], "head_dim": 64, "decode_batch": 4}
 GPU_ATTENTION = {"seq_len": ["1k,4k,16k"], "heads": 32, "kv_heads": ["32,8,1"], "head_dim": 128, "decode_batch": 16}
@@ -158,14 +152,11 @@ def attention(
 
 # --- moe -------------------------------------------------------------------------------------------------------
 
-MOE_COLUMNS = [
-    Column("device", "device"), Column("dtype", "dtype"), Column("tokens", "tokens", "int"),
-    Column("moe_time_s", "MoE time", "seconds"), Column("moe_tokens_per_s", "MoE", "rate", "tok/s"),
-    Column("dense_tokens_per_s", "dense", "rate", "tok/s"), Column("moe_over_dense", "MoE/dense", "float"),
-    Column("max_tokens_per_expert", "max/expert", "int"), Column("mean_tokens_per_expert", "mean/expert", "float"),
-    Column("load_imbalance", "max/mean", "float"), Column("distinct_experts", "distinct", "int"),
-    Column("expected_distinct_experts", "expected distinct", "float"), Column("status", "status"),
-]
+MOE_COLUMNS = pick(
+    varies("device", "dtype"), "tokens", "moe_time_s", "moe_tokens_per_s", "dense_tokens_per_s", "moe_over_dense",
+    wide("max_tokens_per_expert", "mean_tokens_per_expert"), "load_imbalance", "distinct_experts",
+    "expected_distinct_experts", "status",
+)
 
 
 @app.command("moe")
@@ -226,12 +217,10 @@ def moe(
 
 # --- ceilings --------------------------------------------------------------------------------------------------
 
-CEILING_COLUMNS = [
-    Column("device", "device"), Column("ceiling", "ceiling"), Column("dtype", "dtype"), Column("size", "size", "int"),
-    Column("size_unit", "of"), Column("time_s", "time", "seconds"), Column("bytes_per_s", "copy", "si", "B/s"),
-    Column("flops_per_s", "matmul", "si", "FLOP/s"), Column("spread", "IQR/median", "percent"),
-    Column("status", "status"),
-]
+CEILING_COLUMNS = pick(
+    varies("device"), "ceiling", "dtype", "size", wide("size_unit"), "time_s", "bytes_per_s", "flops_per_s", "spread",
+    "status",
+)
 
 
 @app.command("ceilings")
@@ -269,10 +258,7 @@ def ceilings(
 
 # --- calibrate -------------------------------------------------------------------------------------------------
 
-CALIBRATE_COLUMNS = [
-    Column("sweep", "sweep"), Column("shape", "shape"), Column("time_s", "time", "seconds"),
-    Column("rate", "rate"), Column("device", "device"),
-]
+CALIBRATE_COLUMNS = pick("sweep", "shape", "time_s", "rate", varies("device"))
 
 
 def _calibration_rows(data: dict) -> list[dict]:

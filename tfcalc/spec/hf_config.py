@@ -327,7 +327,6 @@ class _Family:
     activation_key: str = "hidden_act"
     activation: str | None = None   # fixed activation name overriding the config's
     convention: str = "all_weights_touched"
-    extra_keys: tuple[str, ...] = ()
 
 
 _LLAMA_LIKE = {"head_dim": DERIVED, "tie_word_embeddings": False, "rope_theta": 10000.0, "hidden_act": "silu"}
@@ -381,17 +380,14 @@ FAMILIES: dict[str, _Family] = {
                   "max_position_embeddings": 8192, "attention_bias": False, "rope_theta": 10000.0,
                   "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
                   "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
-        sliding=_window_by_layer_type(_even_layers), norms_per_layer=4, activation_key="hidden_activation",
-        extra_keys=("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping")),
+        sliding=_window_by_layer_type(_even_layers), norms_per_layer=4, activation_key="hidden_activation"),
     "gemma3_text": _Family(
         defaults={"num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True,
                   "max_position_embeddings": 131072, "attention_bias": False, "rope_theta": 1000000.0,
                   "rope_local_base_freq": 10000.0, "sliding_window": 4096, "sliding_window_pattern": 6,
                   "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256},
         sliding=_window_by_layer_type(_gemma3_pattern), norms_per_layer=4, qk_norm=True,
-        activation_key="hidden_activation",
-        extra_keys=("query_pre_attn_scalar", "rope_local_base_freq", "attn_logit_softcapping",
-                    "final_logit_softcapping")),
+        activation_key="hidden_activation"),
     "phi3": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 4096,
                   "sliding_window": None},
@@ -416,8 +412,7 @@ FAMILIES: dict[str, _Family] = {
                   "attention_bias": True, "sliding_window": 128, "rope_theta": 150000.0},
         required=("num_local_experts", "num_experts_per_tok"),
         sliding=_window_by_layer_type(_even_layers), moe=_gpt_oss_moe, attention_sinks=True,
-        activation="swiglu_clamped", convention="excludes_input_embedding",
-        extra_keys=("swiglu_limit", "swiglu_alpha")),
+        activation="swiglu_clamped", convention="excludes_input_embedding"),
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(FAMILIES))
 
@@ -541,12 +536,6 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         head_dim = c.opt_int("head_dim", minimum=1) or family.defaults.get("head_dim") or hidden // heads
     window, sliding_layers = family.sliding(c)
     rope_theta, rope_scaling = _rope(c, family)
-    extra: dict[str, object] = {"model_type": model_type, "hf_config": origin}
-    extra.update({key: config[key] for key in family.extra_keys if key in config})
-    notes = ""
-    if model_type == "deepseek_v3" and (c.opt_int("num_nextn_predict_layers") or 0) > 0:
-        notes = (f"{config['num_nextn_predict_layers']} multi-token-prediction layer(s) (num_nextn_predict_layers) "
-                 "are not counted; transformers does not build them")
 
     return ModelSpec(
         name=name,
@@ -574,9 +563,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         max_context=c.int_or_default("max_position_embeddings", minimum=1),
         native_dtype=_native_dtype(c),
         active_params_convention=family.convention,  # type: ignore[arg-type]
-        source=f"Hugging Face config.json {origin} (model_type {model_type})",
-        notes=notes,
-        extra=extra,
+        num_mtp_layers=(c.opt_int("num_nextn_predict_layers") or 0) if model_type == "deepseek_v3" else 0,
         **family.attention(c),
         **_gemma_numerics(c),
     )
