@@ -208,7 +208,8 @@ def test_preset_equals_config_spec_in_every_field(name: str) -> None:
     """Beyond counts and KV fields: the preset and its config.json agree on biases, MoE, rope, dtype, context..."""
     preset, from_config = load_model(name), spec(name)
     # quantized_weight_exceptions describe a quantized checkpoint (its modules_to_not_convert), not this config
-    skip = {"name", "quantized_weight_exceptions"}
+    # and hf_repo the checkpoint to serve (the preset's sourced choice, a config's _name_or_path), not a shape
+    skip = {"name", "quantized_weight_exceptions", "hf_repo"}
     differing = {f.name: (getattr(preset, f.name), getattr(from_config, f.name))
                  for f in dataclasses.fields(ModelSpec)
                  if f.name not in skip and getattr(preset, f.name) != getattr(from_config, f.name)}

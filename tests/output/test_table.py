@@ -61,6 +61,18 @@ def test_notes_wrap_at_the_width_and_never_split_a_word() -> None:
     assert all(cell_len(line) <= 40 for line in text.splitlines()) and "131,072" in text
 
 
+def test_a_verbatim_note_keeps_its_lines() -> None:
+    """A shell command (continuation lines, a flag wider than the terminal) prints as written: re-wrapping it
+    would break the command."""
+    from tfcalc.output import Verbatim
+
+    command = "vllm serve org/model \\\n         --speculative-config '" + '{"method": "eagle"}' * 4 + "'"
+    text = render_table([{"model": "m"}], pick("model"), notes=("a note " * 20, Verbatim(command)), width=40)
+    lines = text.splitlines()
+    assert lines[-2:] == command.splitlines() and cell_len(lines[-1]) > 40
+    assert all(cell_len(line) <= 40 for line in lines[:-1])
+
+
 def test_natural_width_without_a_width() -> None:
     rows = [{"model": "m" * 150, "kv_cache_bytes": 1 << 30}]
     text = render_table(rows, pick("model", "kv_cache_bytes"))

@@ -181,6 +181,23 @@ def test_name_from_folder_and_folder_path(tmp_path: Path) -> None:
     assert load_hf_config(folder, name="mine").name == "mine"
 
 
+def test_checkpoint_to_serve(tmp_path: Path) -> None:
+    """hf_repo: the folder when the weights are beside config.json, else ``_name_or_path``, else unknown; a
+    ``_name_or_path`` that is no text (or carries control characters) is refused, naming the field."""
+    assert build("llama3-8b").hf_repo is None
+    assert build("llama3-8b", _name_or_path="meta-llama/Meta-Llama-3-8B").hf_repo == "meta-llama/Meta-Llama-3-8B"
+    assert build("llama3-8b", _name_or_path="").hf_repo is None
+    for bad in (7, "a\nb"):
+        with pytest.raises(SpecError, match="llama3-8b.json: field '_name_or_path' must be a repository id"):
+            build("llama3-8b", _name_or_path=bad)
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    write(folder, fixture("llama3-8b", _name_or_path="/train/run-7"))
+    assert load_hf_config(folder).hf_repo == "/train/run-7"
+    (folder / "pytorch_model-00001-of-00002.bin").write_bytes(b"")
+    assert load_hf_config(folder).hf_repo == str(folder)
+
+
 def test_llama3_8b_fields() -> None:
     s = build("llama3-8b")
     assert (s.vocab_size, s.hidden_size, s.num_layers, s.num_attention_heads, s.num_kv_heads, s.head_dim,

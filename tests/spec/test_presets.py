@@ -263,6 +263,23 @@ def test_every_alias_resolves_uniquely() -> None:
     assert len(owners) >= 18
 
 
+@pytest.mark.parametrize("name", sorted(MODEL_PRESETS))
+def test_the_checkpoint_to_serve_is_one_of_the_aliases_and_sourced(name: str) -> None:
+    """hf_repo names the checkpoint a serving engine loads (tfcalc capacity's launch lines): a repository id among
+    the preset's aliases (so ``-p HF_REPO`` is this preset), with its reason in the sources."""
+    document = load_preset_document("model", name)
+    repo = document["hf_repo"]
+    assert "/" in repo and repo in document["aliases"], f"{name}: hf_repo {repo} is not one of its aliases"
+    assert "hf_repo" in _sourced_keys(document["sources"])
+    assert load_model(name).hf_repo == repo
+    assert load_model(repo.upper()).hf_repo == repo  # named by it: the id as the preset spells it
+
+
+def test_a_repository_id_alias_is_the_checkpoint_named() -> None:
+    assert load_model("meta-llama/Meta-Llama-3.1-70B").hf_repo == "meta-llama/Meta-Llama-3.1-70B"
+    assert load_model("llama-3.1-70b").hf_repo == "meta-llama/Llama-3.3-70B-Instruct"  # a name, not a repository
+
+
 def test_llama_versions_resolve_to_their_own_presets() -> None:
     """Llama 3.1 8B (128k, llama3 RoPE scaling) and Llama 3 8B (8k, none) share shapes, not presets."""
     from tfcalc.spec.presets import find_preset

@@ -20,8 +20,15 @@ from tfcalc.output.columns import DEFAULT_VIEW, Column, TableView, pick, varies,
 FORMATS = ("table", "csv", "json")
 # Output paths that mean the process's stdout (tfcalc.output.files writes to it rather than replacing it).
 STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
-__all__ = ["Column", "FORMATS", "STDOUT_NAMES", "TableView", "emit", "emit_explanation", "pick", "print_stderr",
-           "resolve_format", "show_progress", "table_view", "terminal_width", "varies", "wide", "write_stdout"]
+__all__ = ["Column", "FORMATS", "STDOUT_NAMES", "TableView", "Verbatim", "emit", "emit_explanation", "pick",
+           "print_stderr", "resolve_format", "show_progress", "table_view", "terminal_width", "varies", "wide",
+           "write_stdout"]
+
+
+class Verbatim(str):
+    """A note printed as it is written, never re-wrapped to the width (a shell command with its continuation
+    lines): ``emit(..., notes=(..., Verbatim(command)))``."""
+
 
 _VIEW: ContextVar[TableView | None] = ContextVar("tfcalc_table_view", default=None)
 

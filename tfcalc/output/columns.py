@@ -19,14 +19,15 @@ table shows them: memory in binary units (GiB = 2^30 B), bandwidth and FLOP/s in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Literal, NamedTuple
 
 from tfcalc.dtypes import FLOP_DTYPES, PARAM_COMPONENTS
 from tfcalc.units import format_bytes, format_params, format_seconds, format_si
 
 Kind = Literal["text", "prose", "list", "int", "bytes", "bytes_exact", "params", "float", "percent", "bool", "seconds",
-               "rate", "si"]
+               "rate", "si", "usd"]
 # "text": an identifier, never wrapped; "prose": words a table may wrap between (a word longer than a column too);
 # "list": comma-separated identifiers, shown with a space after each comma so a table may wrap there; every other
 # kind is a number, right-aligned and never wrapped.
@@ -56,24 +57,40 @@ class Column(NamedTuple):
 
 class _Registry(Mapping[str, Column]):
     """key -> Column, each built when first asked for (a command needs a dozen of the ~300; every CLI call pays for
-    what it builds). A key registered twice is an error at import."""
+    what it builds). A key registered twice is an error at import. ``families`` register keys that a command builds
+    from its input (a latency target's percentile): (regular expression, the spec of a matching key); iterating
+    gives the fixed keys only."""
 
-    def __init__(self, *specs: tuple[str, ...]) -> None:
+    def __init__(self, *specs: tuple[str, ...],
+                 families: tuple[tuple[str, Callable[[re.Match[str]], tuple[str, ...]]], ...] = ()) -> None:
         self._specs: dict[str, tuple[str, ...]] = {}
         for spec in specs:
             if spec[0] in self._specs:
                 raise ValueError(f"column '{spec[0]}' registered twice")
             self._specs[spec[0]] = spec
+        self._families = tuple((re.compile(pattern), build) for pattern, build in families)
         self._built: dict[str, Column] = {}
+
+    def _spec(self, key: str) -> tuple[str, ...] | None:
+        spec = self._specs.get(key)
+        if spec is None:
+            for pattern, build in self._families:
+                match = pattern.fullmatch(key)
+                if match:
+                    return (key, *build(match))
+        return spec
 
     def __getitem__(self, key: str) -> Column:
         built = self._built.get(key)
         if built is None:
-            built = self._built[key] = Column(*self._specs[key])  # type: ignore[arg-type]
+            spec = self._spec(key)
+            if spec is None:
+                raise KeyError(key)
+            built = self._built[key] = Column(*spec)  # type: ignore[arg-type]
         return built
 
     def __contains__(self, key: object) -> bool:
-        return key in self._specs
+        return isinstance(key, str) and self._spec(key) is not None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._specs)
@@ -86,6 +103,8 @@ class _Registry(Mapping[str, Column]):
 # fixed costs: estimate writes one time per phase and group (the registry test checks every key is here).
 _STEP_GROUPS = {"attention": "attention", "dense_ffn": "dense FFN", "moe": "MoE", "lm_head": "embedding + lm_head",
                 "communication": "communication", "floors": "fixed costs"}
+
+_TARGET_METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 
 REGISTRY: Mapping[str, Column] = _Registry(
     # --- what a row is about: model, hardware, engine, parallelism, shape ------------------------------------------
@@ -206,6 +225,19 @@ REGISTRY: Mapping[str, Column] = _Registry(
     ("collectives_per_decode_step", "collectives per step", "float"),
     ("predicted_prefill_comm_s", "predicted prefill comm", "seconds"),
     ("predicted_decode_comm_s", "predicted comm per step", "seconds"),
+    # --- capacity (tfcalc.report.capacity: one row per configuration, or long format) -------------------------------
+    ("role", "role"), ("mode", "mode"), ("layout", "layout"), ("formats", "weights/KV"),
+    ("seqs_chunk", "seqs/chunk"), ("speculative_tokens", "draft tokens", "int"),
+    ("feasible", "meets targets", "bool"), ("replicas", "replicas", "int"), ("prefill_tp", "prefill tp", "int"),
+    ("prefill_replicas", "prefill replicas", "int"),
+    ("price_per_gpu_hour", "$ per GPU-hour", "usd"), ("cost_per_hour", "$ per hour", "usd"),
+    ("cost_per_million_input_tokens", "$ per M input tokens", "usd"),
+    ("cost_per_million_output_tokens", "$ per M output tokens", "usd"),
+    ("capacity_requests_per_s_per_replica", "req/s per replica", "rate", "req/s"),
+    ("kv_capacity_tokens_per_replica", "KV tokens per replica", "int"), ("binding_constraint", "binding", "prose"),
+    ("frontier_output_tokens_per_s_per_user", "tok/s per user", "rate", "tok/s"),
+    ("frontier_output_tokens_per_s_per_gpu", "tok/s per GPU", "rate", "tok/s"),
+    ("launch_command", "launch command", "prose"), ("metric", "metric"), ("unit", "unit"),
     # --- bench attention | moe | ceilings | calibrate ----------------------------------------------------------------
     ("backend", "backend"), ("backend_ran", "ran"), ("gqa_ratio", "GQA ratio", "int"), ("seq_len", "seq len", "int"),
     ("phase", "phase"), ("causal", "causal", "bool"), ("flops", "FLOPs", "si", "FLOP"), ("bytes", "bytes", "bytes"),
@@ -224,6 +256,11 @@ REGISTRY: Mapping[str, Column] = _Registry(
     ("size_unit", "size unit", "prose"), ("work_per_call", "work per call", "int"), ("work_unit", "work unit", "prose"),
     ("spread", "IQR / median", "percent"), ("repeats", "repeats", "int"), ("sweep", "sweep"),
     ("shape", "shape", "prose"), ("rate", "rate"), ("m", "m", "int"), ("n", "n", "int"), ("k", "k", "int"),
+    families=(
+        # capacity's latency at the operating point, one key per target: operating_ttft_p90_s, operating_tpot_mean_s
+        (r"operating_(ttft|tpot|itl|e2e)_(mean|p\d+(?:_\d+)?)_s",
+         lambda m: (f"{_TARGET_METRICS[m[1]]} {m[2].replace('_', '.')}", "seconds")),
+    ),
 )
 
 
@@ -311,4 +348,6 @@ def format_cell(value: object, column: Column) -> str:
         return format_seconds(value)
     if column.kind == "rate":  # the unit is in the header: "decode tok/s"
         return f"{value:,.1f}"
+    if column.kind == "usd":  # dollars: cents from $1 up, else three significant digits ($0.0614)
+        return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.3g}"
     return f"{value:,.4g}"

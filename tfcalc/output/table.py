@@ -17,6 +17,7 @@ import collections
 import functools
 import textwrap
 
+from tfcalc.output import Verbatim
 from tfcalc.output.columns import DEFAULT_VIEW, Column, TableView, column, format_cell
 from tfcalc.output.terminal import printable
 
@@ -203,7 +204,7 @@ def render_table(rows: list[dict[str, object]], columns: list[Column], title: st
                  width: int | None = None, view: TableView = DEFAULT_VIEW) -> str:
     """Title, body (``layout``) and notes as plain text. Cells are made printable (escape sequences and control
     characters removed) and never parsed as markup; notes wrap between words at ``width`` (with no width: at
-    the body's width, at least MIN_NOTE_WIDTH)."""
+    the body's width, at least MIN_NOTE_WIDTH), except ``Verbatim`` ones."""
     shown = select_columns(rows, columns, view)
     cells = [[printable(format_cell(row.get(c.key), c), one_line=True) for c in shown] for row in rows]
     title = printable(title, one_line=True)
@@ -212,6 +213,9 @@ def render_table(rows: list[dict[str, object]], columns: list[Column], title: st
         lines += layout(shown, cells, width)
     note_width = width or max(MIN_NOTE_WIDTH, *(_width(line) for line in lines)) if lines else MIN_NOTE_WIDTH
     for note in notes:
+        if isinstance(note, Verbatim):  # a command line: as written, a line wider than the width left whole
+            lines += printable(note).splitlines()
+            continue
         for paragraph in printable(note).splitlines() or [""]:
             lines += textwrap.wrap(paragraph, note_width, break_long_words=False, break_on_hyphens=False) or [""]
     return "".join(line + "\n" for line in lines)

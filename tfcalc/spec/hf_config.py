@@ -10,7 +10,7 @@ with transformers on the meta device and checks the parameter count to the singl
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from tfcalc.spec.model import check_int as check_spec_int
 from tfcalc.spec.presets import read_data_file
 
 SLIDING, FULL = "sliding_attention", "full_attention"
+MAX_PATH_CHARS = 4096  # PATH_MAX: a repository id or a folder
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _CORE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 # ``head_dim`` default meaning "hidden_size // num_attention_heads" (transformers' fallback when absent).
@@ -504,6 +505,16 @@ def _activation(c: _Config, family: _Family) -> str:
     return _ACTIVATIONS[value]
 
 
+def _name_or_path(c: _Config) -> str | None:
+    """``_name_or_path``, the repository id or folder transformers saved the config from (what an engine loads)."""
+    value = c.data.get("_name_or_path")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not value.isprintable() or len(value) > MAX_PATH_CHARS:
+        raise c.error(f"field '_name_or_path' must be a repository id or a path, got {value!r:.60}")
+    return value
+
+
 def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
     """Build the ModelSpec that the transformers implementation of ``config['model_type']`` would instantiate.
 
@@ -564,6 +575,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         native_dtype=_native_dtype(c),
         active_params_convention=family.convention,  # type: ignore[arg-type]
         num_mtp_layers=(c.opt_int("num_nextn_predict_layers") or 0) if model_type == "deepseek_v3" else 0,
+        hf_repo=_name_or_path(c),
         **family.attention(c),
         **_gemma_numerics(c),
     )
@@ -580,4 +592,16 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     data = read_data_file(path)
     if name is None:
         name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-    return spec_from_hf_config(data, origin=str(path), name=name)
+    spec = spec_from_hf_config(data, origin=str(path), name=name)
+    if _holds_weights(path.parent):  # a checkpoint folder: the engine loads it, whatever _name_or_path says
+        spec = replace(spec, hf_repo=str(path.parent))
+    return spec
+
+
+def _holds_weights(folder: Path) -> bool:
+    """Whether ``folder`` holds a checkpoint's weights (safetensors or PyTorch .bin files) beside its config."""
+    try:
+        return any(entry.suffix == ".safetensors" or (entry.suffix == ".bin" and entry.name.startswith("pytorch_model"))
+                   for entry in folder.iterdir())
+    except OSError:
+        return False

@@ -212,7 +212,7 @@ def _checker(annotation: str, key: str) -> Checker:
         return lambda k, v: (None if type(v) is float and low_float <= v <= high_float and v != math.inf
                              else check_float(k, v))
     if annotation == "str":
-        limit = MAX_NAME_CHARS if key == "name" else None
+        limit = {"name": MAX_NAME_CHARS, "hf_repo": 4096}.get(key)
         return lambda k, v: check_str(k, v, limit)
     if annotation == "tuple[int, ...]":
         return _check_index_tuple
@@ -399,6 +399,9 @@ class ModelSpec:
     # DeepSeek-V3's multi-token-prediction module(s) (num_nextn_predict_layers): shipped in the checkpoint for
     # speculative decoding, not part of the main model and not counted in its parameters, memory or work.
     num_mtp_layers: int = 0
+    # The checkpoint a serving engine loads for this model (``vllm serve HF_REPO``): a Hugging Face repository id for
+    # a preset (one of its aliases, sourced), a config.json's folder or ``_name_or_path``; None when unknown.
+    hf_repo: str | None = None
 
     def __post_init__(self) -> None:
         n = self.name if isinstance(self.name, str) else "model"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -271,9 +271,14 @@ def _file_or_preset(kind: str, value: str) -> tuple[Path, str]:
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """A model preset by name or alias, or a user's YAML file in the preset format."""
+    """A model preset by name or alias, or a user's YAML file in the preset format. A preset named by one of its
+    repository ids (``meta-llama/Llama-3.1-70B``) keeps that id as the checkpoint to serve (``hf_repo``)."""
     path, default_name = _file_or_preset("model", name_or_path)
-    return model_from_mapping(read_data_file(path), origin=str(path), default_name=default_name)
+    document = read_data_file(path)
+    spec = model_from_mapping(document, origin=str(path), default_name=default_name)
+    key = name_or_path.strip().lower()
+    named = next((str(a) for a in document.get("aliases") or [] if "/" in key and str(a).lower() == key), None)
+    return replace(spec, hf_repo=named) if named else spec
 
 
 def load_gpu(name_or_path: str):  # -> tfcalc.spec.gpu.GPUSpec
