@@ -69,9 +69,11 @@ def test_partial_calibration_keeps_the_rest() -> None:
 @pytest.mark.parametrize(("change", "message"), [
     ({"gemm": [{"dtype": "bf16", "m": 1, "n": 8, "k": 8}]}, r"cal.json: gemm\[0\]: missing field 'seconds'"),
     ({"gemm": [{"dtype": "bf16", "m": 0, "n": 8, "k": 8, "seconds": 1e-5}]},
-     r"gemm\[0\]: field 'm' must be a positive integer"),
+     r"gemm\[0\]: field 'm' must be positive, got 0"),
     ({"gemm": [{"dtype": "tf33", "m": 1, "n": 8, "k": 8, "seconds": 1e-5}]}, r"gemm\[0\]: field 'dtype' must be one"),
-    ({"memory": [{"bytes": 1024, "seconds": "fast"}]}, r"memory\[0\]: field 'seconds' must be a positive number"),
+    ({"memory": [{"bytes": 1024, "seconds": "fast"}]}, r"memory\[0\]: field 'seconds' must be a number, got 'fast'"),
+    ({"gemm": [{"dtype": "bf16", "m": 1.5, "n": 8, "k": 8, "seconds": 1e-5}]},
+     r"gemm\[0\]: field 'm' must be an integer, got 1.5"),
     ({"memory": [{"bytes": 1024, "seconds": 1e-6, "colour": 1}]}, r"memory\[0\]: unknown field 'colour'"),
     ({"memory": {"bytes": 1}}, "field 'memory' must be a list of rows"),
     ({"launch": {"graph_seconds": 1e-6}}, "launch: missing field 'eager_seconds'"),
@@ -160,7 +162,7 @@ def test_a_collectives_section_is_a_calibration_and_replaces_the_nccl_link() -> 
 @pytest.mark.parametrize("change, message", [
     ({"op": "broadcast"}, "collectives[0]: field 'op' must be one of all_reduce"),
     ({"ranks": 1}, "collectives[0]: field 'ranks' must be at least 2"),
-    ({"seconds": -1}, "collectives[0]: field 'seconds' must be a positive number"),
+    ({"seconds": -1}, "collectives[0]: field 'seconds' must be positive, got -1"),
     ({"size": 4}, "collectives[0]: unknown field 'size'"),
 ])
 def test_malformed_collective_rows_are_one_line_errors(change: dict, message: str) -> None:

@@ -186,7 +186,7 @@ def test_calibration_v2_errors_name_the_row(tmp_path: Path) -> None:
 
 
 def test_profile_rows_still_calibrate(tmp_path: Path) -> None:
-    rows = [{"status": "ok", "device_name": "NVIDIA H100 80GB HBM3", "mfu": 0.5, "mbu_datasheet": 0.6}]
+    rows = [{"status": "ok", "device_name": "NVIDIA H100 80GB HBM3", "mfu_datasheet": 0.5, "mbu_datasheet": 0.6}]
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(rows))
     (row,) = _json(*ARGS[1:], "--calibration", str(path))

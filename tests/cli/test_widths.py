@@ -108,11 +108,13 @@ def test_calculator_tables_fit(command: list[str], width: int) -> None:
 def test_profiler_tables_fit(command: list[str], fixed_ceilings: None) -> None:
     """One run each (a second run would measure other numbers): its JSON rows, then the table the command draws
     (``render_table``) from those very rows at 80 and 120 columns."""
+    from tfcalc.output.columns import REGISTRY
     from tfcalc.output.table import render_table
 
     result = runner.invoke(app, [*command, "-f", "json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
+    assert all(key in REGISTRY for row in rows for key in row), sorted(k for r in rows for k in r if k not in REGISTRY)
     for width in (80, 120):
         assert_nothing_cut(render_table(rows, _columns(command), "title", width=width), rows, _columns(command), width)
 

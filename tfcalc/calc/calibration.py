@@ -37,7 +37,6 @@ Pure math: no I/O.
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, replace
 from typing import Any
@@ -46,6 +45,7 @@ from tfcalc.calc import kernels
 from tfcalc.calc.comm import COLLECTIVES, fit_link
 from tfcalc.calc.kernels import GEMM_K0, Rates
 from tfcalc.errors import SpecError
+from tfcalc.spec.model import check_float, check_int, in_file
 
 KIND = "tfcalc-calibration"
 VERSION = 2
@@ -79,12 +79,10 @@ def is_calibration_v2(data: object) -> bool:
                                                                         "collectives")))
 
 
-def _positive(value: Any, where: str, integer: bool = False) -> float:
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or not 0 < value < math.inf:  # NaN and infinities too (JSON allows both)
-        kind = "a positive integer" if integer else "a positive number"
-        raise SpecError(f"{where} must be {kind}, got {value!r}")
-    return value
+def _positive(row: dict, field: str, where: str, integer: bool = False) -> float:
+    """A row's field: a positive integer, or a positive finite number (NaN and infinities, which JSON readers
+    accept, too), checked as every spec number is (``tfcalc.spec.model``); the error names the row and the field."""
+    return in_file(where, check_int if integer else check_float, field, row[field])
 
 
 def _rows(data: dict, section: str, fields: tuple[str, ...], origin: str) -> list[dict]:
@@ -122,15 +120,15 @@ def load_calibration_v2(data: dict, origin: str) -> Calibration:
         where = f"{origin}: gemm[{i}]"
         if row["dtype"] not in GEMM_DTYPES:
             raise SpecError(f"{where}: field 'dtype' must be one of {', '.join(GEMM_DTYPES)}, got {row['dtype']!r}")
-        gemm.append((row["dtype"], int(_positive(row["m"], f"{where}: field 'm'", True)),
-                     int(_positive(row["n"], f"{where}: field 'n'", True)),
-                     int(_positive(row["k"], f"{where}: field 'k'", True)),
-                     float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
+        gemm.append((row["dtype"], int(_positive(row, "m", where, True)),
+                     int(_positive(row, "n", where, True)),
+                     int(_positive(row, "k", where, True)),
+                     float(_positive(row, "seconds", where))))
     memory = []
     for i, row in enumerate(_rows(data, "memory", _MEMORY, origin)):
         where = f"{origin}: memory[{i}]"
-        memory.append((float(_positive(row["bytes"], f"{where}: field 'bytes'")),
-                       float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
+        memory.append((float(_positive(row, "bytes", where)),
+                       float(_positive(row, "seconds", where))))
     graph = eager = None
     if data.get("launch") is not None:
         launch = data["launch"]
@@ -141,28 +139,28 @@ def load_calibration_v2(data: dict, origin: str) -> Calibration:
             raise SpecError(f"{origin}: unknown field 'launch.{extra[0]}' (fields: graph_seconds, eager_seconds)")
         if "eager_seconds" not in launch:
             raise SpecError(f"{origin}: launch: missing field 'eager_seconds'")
-        eager = float(_positive(launch["eager_seconds"], f"{origin}: field 'launch.eager_seconds'"))
+        eager = _positive(launch, "eager_seconds", f"{origin}: launch")
         if launch.get("graph_seconds") is not None:
-            graph = float(_positive(launch["graph_seconds"], f"{origin}: field 'launch.graph_seconds'"))
+            graph = _positive(launch, "graph_seconds", f"{origin}: launch")
     attention = []
     for i, row in enumerate(_rows(data, "attention", _ATTENTION, origin)):
         where = f"{origin}: attention[{i}]"
         if row["phase"] not in ("prefill", "decode"):
             raise SpecError(f"{where}: field 'phase' must be prefill or decode, got {row['phase']!r}")
-        ints = [int(_positive(row[f], f"{where}: field '{f}'", True)) for f in _ATTENTION[1:6]]
+        ints = [int(_positive(row, f, where, True)) for f in _ATTENTION[1:6]]
         if ints[1] % ints[2]:
             raise SpecError(f"{where}: field 'kv_heads' ({ints[2]}) must divide 'heads' ({ints[1]})")
-        attention.append((row["phase"], *ints, float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
+        attention.append((row["phase"], *ints, float(_positive(row, "seconds", where))))
     collectives = []
     for i, row in enumerate(_rows(data, "collectives", _COLLECTIVES, origin)):
         where = f"{origin}: collectives[{i}]"
         if row["op"] not in COLLECTIVES:
             raise SpecError(f"{where}: field 'op' must be one of {', '.join(COLLECTIVES)}, got {row['op']!r}")
-        ranks = int(_positive(row["ranks"], f"{where}: field 'ranks'", True))
+        ranks = int(_positive(row, "ranks", where, True))
         if ranks < 2:
             raise SpecError(f"{where}: field 'ranks' must be at least 2, got {ranks}")
-        collectives.append((row["op"], ranks, float(_positive(row["bytes"], f"{where}: field 'bytes'")),
-                            float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
+        collectives.append((row["op"], ranks, float(_positive(row, "bytes", where)),
+                            float(_positive(row, "seconds", where))))
     if not (gemm or memory or attention or collectives or eager is not None):
         raise SpecError(f"{origin}: no measurements (give at least one of gemm, memory, launch, attention, "
                         "collectives)")
@@ -311,8 +309,8 @@ def calibration_from_profile_rows(rows: list[dict], origin: str = "profile rows"
     ok = [r for r in rows if isinstance(r, dict) and str(r.get("status", "")).startswith("ok")]
     if not ok:
         raise SpecError(f"{origin}: no successfully measured profile rows to calibrate from")
-    datasheet = all(r.get("mfu") is not None and r.get("mbu_datasheet") is not None for r in ok)
-    compute_key, bandwidth_key = ("mfu", "mbu_datasheet") if datasheet else ("mfu_measured", "mbu_measured")
+    datasheet = all(r.get("mfu_datasheet") is not None and r.get("mbu_datasheet") is not None for r in ok)
+    compute_key, bandwidth_key = ("mfu_datasheet", "mbu_datasheet") if datasheet else ("mfu_measured", "mbu_measured")
     try:
         compute = statistics.median(float(str(r[compute_key])) for r in ok)
         bandwidth = statistics.median(float(str(r[bandwidth_key])) for r in ok)

@@ -211,7 +211,7 @@ def _stages(spec: ModelSpec, pp: int) -> tuple[_Stage, ...]:
     return tuple(out)
 
 
-def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, tp: int, ep: int, dp: int,
+def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, tp: int, ep: int,
           compute: str) -> _Dims:
     h = spec.hidden_size
     heads = spec.num_attention_heads // tp
@@ -288,7 +288,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                       kernels=engine, rates_prefill=rates_prefill or base, rates_decode=rates_decode or base,
                       intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,
                       algorithm=algorithm or interconnect.algorithm, routing_skew=routing_skew,
-                      dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, dp, compute), stages=_stages(spec, pp))
+                      dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute), stages=_stages(spec, pp))
 
 
 def _generic_link(gpu: GPUSpec) -> Interconnect:

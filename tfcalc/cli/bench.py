@@ -15,8 +15,8 @@ import typer
 
 from tfcalc.cli.common import FormatOpt, OutputOpt, handle_errors
 from tfcalc.errors import TfcalcError, UsageError, missing_torch_message
-from tfcalc.output import Column, emit, pick, show_progress, varies, wide
-from tfcalc.units import parse_size, parse_sizes, split_list
+from tfcalc.output import emit, pick, show_progress, varies, wide
+from tfcalc.units import format_si, parse_size, parse_sizes, split_list
 
 app = typer.Typer(help="Component benchmarks: SDPA attention backends, MoE vs dense FFN, copy and matmul ceilings, "
                   "collectives over ranks, and a calibration file for 'tfcalc estimate'.",
@@ -258,33 +258,30 @@ def ceilings(
 
 # --- calibrate -------------------------------------------------------------------------------------------------
 
-CALIBRATE_COLUMNS = pick("sweep", "shape", "time_s", "rate", varies("device"))
+CALIBRATE_COLUMNS = pick("sweep", "shape", "time_s", "flops_per_s", "bytes_per_s", varies("device"))
 
 
 def _calibration_rows(data: dict) -> list[dict]:
-    """The measurements as table rows (shape and achieved rate in words, exact values in CSV/JSON)."""
-    from tfcalc.output.columns import format_si
-
+    """The measurements as table rows: what was timed (the shape in words) and its rate, exact in CSV/JSON."""
     rows: list[dict] = []
     device = data["device_name"]
     for r in data["gemm"]:
         flops = 2 * r["m"] * r["n"] * r["k"]
         rows.append({"sweep": f"gemm {r['dtype']}", "shape": f"{r['m']} x {r['n']} x {r['k']}", "time_s": r["seconds"],
-                     "rate": format_si(flops / r["seconds"], "FLOP/s"), "flops_per_s": flops / r["seconds"],
-                     "device": device, **{k: r[k] for k in ("dtype", "m", "n", "k")}})
+                     "flops_per_s": flops / r["seconds"], "device": device,
+                     **{k: r[k] for k in ("dtype", "m", "n", "k")}})
     for r in data["memory"]:
         rows.append({"sweep": "copy", "shape": f"{r['bytes']:,} B moved", "time_s": r["seconds"],
-                     "rate": format_si(r["bytes"] / r["seconds"], "B/s"), "bytes_per_s": r["bytes"] / r["seconds"],
-                     "device": device, "bytes": r["bytes"]})
+                     "bytes_per_s": r["bytes"] / r["seconds"], "device": device, "bytes": r["bytes"]})
     launch = data["launch"]
     for kind in ("graph", "eager"):
         value = launch[f"{kind}_seconds"]
         if value is not None:
             rows.append({"sweep": "launch", "shape": f"tiny kernel, {'CUDA graph' if kind == 'graph' else 'eager'}",
-                         "time_s": value, "rate": "per kernel", "device": device})
+                         "time_s": value, "device": device})
     for r in data["attention"]:
         rows.append({"sweep": f"attention {r['phase']}", "shape": f"B {r['batch']}, H {r['heads']}/{r['kv_heads']}, "
-                     f"D {r['head_dim']}, T {r['seq_len']:,}", "time_s": r["seconds"], "rate": "", "device": device,
+                     f"D {r['head_dim']}, T {r['seq_len']:,}", "time_s": r["seconds"], "device": device,
                      **{k: r[k] for k in ("phase", "batch", "heads", "kv_heads", "head_dim", "seq_len")}})
     return rows
 
@@ -361,12 +358,8 @@ def _residuals(fit) -> str:  # noqa: ANN001 - tfcalc.calc.comm.LinkFit
     return f"residuals rms {fit.rms_residual:.1%}, max {fit.max_residual:.1%}{left_out}"
 
 
-COLLECTIVE_COLUMNS = [
-    Column("op", "op"), Column("ranks", "ranks", "int"), Column("bytes", "size", "bytes"),
-    Column("time_s", "time", "seconds"), Column("algbw_bytes_per_s", "algbw", "si", "B/s"),
-    Column("busbw_bytes_per_s", "busbw", "si", "B/s"), Column("fit_residual", "fit residual", "percent"),
-    Column("status", "status"),
-]
+COLLECTIVE_COLUMNS = pick("op", varies("world_size"), "bytes", "time_s", "algbw_bytes_per_s", "busbw_bytes_per_s",
+                          "fit_residual", varies("fit_outlier"), "status", wide("fitted_time_s"))
 CPU_COLLECTIVES = {"max_size": "4m", "dtype": "fp32", "iters": 5}
 GPU_COLLECTIVES = {"max_size": "1g", "dtype": "bf16", "iters": 20}
 
@@ -456,11 +449,10 @@ def collectives(
     fits = module.fits_by_op(results, world)
     rows = module.rows(results, world, got["backend"], got["device"], got["dtype"], fits)
     from tfcalc.calc.comm import fit_link
-    from tfcalc.output.columns import format_si
 
-    pick = "median" if device == "cuda" else "fastest"
+    kept = "median" if device == "cuda" else "fastest"
     notes = [f"{got['backend']} over {world} ranks, {got['dtype']}: time = {job.iters} calls back to back / "
-             f"{job.iters}, averaged over the ranks, {pick} of {repeats} after {warmup} warm-up; size S, algbw = S / "
+             f"{job.iters}, averaged over the ranks, {kept} of {repeats} after {warmup} warm-up; size S, algbw = S / "
              "time and busbw = algbw x 2(n-1)/n (all-reduce) or (n-1)/n as nccl-tests defines them "
              "(doc/PERFORMANCE.md). Decimal units: GB = 10^9 B."]
     for name, fit in fits.items():

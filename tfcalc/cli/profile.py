@@ -38,7 +38,8 @@ from tfcalc.units import parse_sizes, split_list
 COLUMNS = pick(
     varies("device"), "model", "layers_run", "layers_total", "batch", "prompt_len", "gen_len",
     varies("dtype", "weights_dtype", "attn_backend"), "ttft_s", wide("prefill_tokens_per_s"), "tpot_s",
-    "decode_tokens_per_s", wide("mfu", "mfu_measured", "achieved_bytes_per_s"), "mbu_datasheet", "mbu_measured",
+    "decode_tokens_per_s", wide("mfu_datasheet", "mfu_measured", "achieved_bytes_per_s"), "mbu_datasheet",
+    "mbu_measured",
     wide("predicted_decode_tokens_per_s"), "measured_over_predicted", "status",
     wide("predicted_ttft_s", "predicted_tpot_s", "peak_memory_bytes", "predicted_memory_bytes", "prediction_basis"),
 )

@@ -197,7 +197,7 @@ REGISTRY: Mapping[str, Column] = _Registry(
     ("fp8_gemm", "FP8 GEMM"), ("attn_backend", "SDPA backend"), ("decode_attention", "decode attention"),
     ("compiled", "compiled", "bool"), ("ttft_spread", "TTFT spread", "percent"),
     ("tpot_spread", "TPOT spread", "percent"), ("achieved_flops_per_s", "achieved compute", "si", "FLOP/s"),
-    ("mfu", "MFU", "percent"), ("mfu_measured", "MFU (measured peak)", "percent"),
+    ("mfu_datasheet", "MFU", "percent"), ("mfu_measured", "MFU (measured peak)", "percent"),
     ("decode_context_mean", "decode context", "float"), ("kv_bytes_read_per_step", "KV read per step", "bytes"),
     ("achieved_bytes_per_s", "bandwidth", "si", "B/s"), ("mbu_datasheet", "MBU", "percent"),
     ("mbu_measured", "MBU (measured copy)", "percent"), ("peak_memory_bytes", "peak memory", "bytes"),
@@ -210,7 +210,7 @@ REGISTRY: Mapping[str, Column] = _Registry(
     ("matmul_flops_per_s", "matmul compute", "si", "FLOP/s"),
     ("datasheet_bandwidth_bytes_per_s", "datasheet bandwidth", "si", "B/s"),
     ("datasheet_flops_per_s", "datasheet compute", "si", "FLOP/s"),
-    ("device_memory_bytes", "device memory", "bytes"), ("memory_clock_hz", "memory clock", "si", "Hz"),
+    ("memory_clock_hz", "memory clock", "si", "Hz"),
     ("memory_bus_width_bits", "memory bus bits", "int"),
     ("nvml_bandwidth_bytes_per_s", "NVML bandwidth", "si", "B/s"), ("sm_clock_hz", "SM clock", "si", "Hz"),
     ("power_w", "power", "si", "W"), ("power_limit_w", "power limit", "si", "W"),
@@ -255,7 +255,13 @@ REGISTRY: Mapping[str, Column] = _Registry(
     ("expected_distinct_experts", "expected distinct", "float"), ("ceiling", "ceiling"), ("size", "size", "int"),
     ("size_unit", "size unit", "prose"), ("work_per_call", "work per call", "int"), ("work_unit", "work unit", "prose"),
     ("spread", "IQR / median", "percent"), ("repeats", "repeats", "int"), ("sweep", "sweep"),
-    ("shape", "shape", "prose"), ("rate", "rate"), ("m", "m", "int"), ("n", "n", "int"), ("k", "k", "int"),
+    ("shape", "shape", "prose"), ("m", "m", "int"), ("n", "n", "int"), ("k", "k", "int"),
+    ("p25_bytes_per_s", "bandwidth p25", "si", "B/s"), ("p75_bytes_per_s", "bandwidth p75", "si", "B/s"),
+    ("p25_flops_per_s", "compute p25", "si", "FLOP/s"), ("p75_flops_per_s", "compute p75", "si", "FLOP/s"),
+    # --- bench collectives (nccl-tests' definitions: tfcalc.profile.collectives) -------------------------------------
+    ("op", "op"), ("algbw_bytes_per_s", "algbw", "si", "B/s"), ("busbw_bytes_per_s", "busbw", "si", "B/s"),
+    ("fitted_time_s", "fitted time", "seconds"), ("fit_residual", "fit residual", "percent"),
+    ("fit_outlier", "left out of the fit", "bool"),
     families=(
         # capacity's latency at the operating point, one key per target: operating_ttft_p90_s, operating_tpot_mean_s
         (r"operating_(ttft|tpot|itl|e2e)_(mean|p\d+(?:_\d+)?)_s",
