@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from tfcalc.calc import work
-from tfcalc.calc.calibration import calibration_from_profile_rows, load_calibration
 from tfcalc.calc.params import count_params
 from tfcalc.dtypes import WeightPrecision, get_dtype
 from tfcalc.errors import UsageError
@@ -149,18 +148,6 @@ def test_no_gpu_is_one_clear_error() -> None:
     with pytest.raises(UsageError, match="pass --device cpu"):
         select_devices("0", "cuda")
     assert select_devices(None, "cpu") == [torch.device("cpu")]
-
-
-def test_calibration_from_rows_prefers_datasheet() -> None:
-    rows = [{"status": "ok", "device_name": "x", "mfu_datasheet": 0.5, "mbu_datasheet": 0.8, "mfu_measured": 0.6,
-             "mbu_measured": 0.9}, {"status": "oom", "device_name": "x"},
-            {"status": "ok", "device_name": "x", "mfu_datasheet": 0.7, "mbu_datasheet": 0.6, "mfu_measured": 0.8,
-             "mbu_measured": 0.7}]
-    calibration = calibration_from_profile_rows(rows)
-    assert calibration["compute_efficiency"] == {"prefill": pytest.approx(0.6), "decode": pytest.approx(0.6)}
-    assert calibration["bandwidth_efficiency"]["decode"] == pytest.approx(0.7)
-    eff = load_calibration(rows, "rows.json")
-    assert eff.bandwidth_decode == pytest.approx(0.7) and "rows.json" in eff.source
 
 
 def test_rows_carry_device_facts_and_say_when_no_preset_matched() -> None:

@@ -7,7 +7,8 @@ a GPU's rates (``tfcalc estimate`` and ``tfcalc profile`` alike):
 - an efficiency-factor file, what ``tfcalc profile --save-calibration`` writes (``Efficiency``; schema in
   docs/planning.md): fractions of the peaks reached per phase, compute (GEMM and attention) and memory, which
   replace the rates' own fractions;
-- the JSON rows of a ``tfcalc profile`` run, from which ``calibration_from_profile_rows`` derives those factors.
+- the JSON rows of a ``tfcalc profile`` run, from which ``tfcalc.profile.efficiency`` derives those factors
+  before they reach this module (calc reads no profiler row keys).
 
 The version 2 file:
 
@@ -272,11 +273,9 @@ class Efficiency:
     source: str
 
 
-def load_efficiency(data: dict | list, origin: str) -> Efficiency:
-    """An efficiency-factor mapping (or the rows of a ``tfcalc profile`` JSON file, from which the factors are
-    derived), checked strictly: every factor a number in (0, 1]; one-line SpecError otherwise."""
-    if isinstance(data, list):
-        data = calibration_from_profile_rows(data, origin)
+def load_efficiency(data: dict, origin: str) -> Efficiency:
+    """An efficiency-factor mapping, checked strictly: every factor a number in (0, 1]; one-line SpecError
+    otherwise."""
     unknown = sorted(set(data) - _EFFICIENCY_TOP)
     if unknown:
         raise SpecError(f"{origin}: unknown calibration field '{unknown[0]}' (allowed: "
@@ -298,37 +297,6 @@ def load_efficiency(data: dict | list, origin: str) -> Efficiency:
     return Efficiency(**values, source=f"calibration {origin}" + (f" ({device})" if device else ""))
 
 
-def calibration_from_profile_rows(rows: list[dict], origin: str = "profile rows") -> dict[str, object]:
-    """Measured efficiencies for ``--calibration``: compute from prefill MFU, bandwidth from decode MBU (medians
-    over ok rows), against the datasheet when a preset matched, else the measured ceilings.
-
-    Decode is memory-bound and prefill compute-bound, so each phase measures one resource well; both phases
-    take the same two factors (a decode 'compute efficiency' taken from a memory-bound step would be tiny and
-    would wrongly make the model compute-bound).
-    """
-    ok = [r for r in rows if isinstance(r, dict) and str(r.get("status", "")).startswith("ok")]
-    if not ok:
-        raise SpecError(f"{origin}: no successfully measured profile rows to calibrate from")
-    datasheet = all(r.get("mfu_datasheet") is not None and r.get("mbu_datasheet") is not None for r in ok)
-    compute_key, bandwidth_key = ("mfu_datasheet", "mbu_datasheet") if datasheet else ("mfu_measured", "mbu_measured")
-    try:
-        compute = statistics.median(float(str(r[compute_key])) for r in ok)
-        bandwidth = statistics.median(float(str(r[bandwidth_key])) for r in ok)
-    except (KeyError, ValueError):
-        raise SpecError(f"{origin}: profile rows without a numeric '{compute_key}' and '{bandwidth_key}'") from None
-
-    def clamp(value: float) -> float:  # efficiencies live in (0, 1]
-        return min(max(value, 1e-6), 1.0)
-
-    return {
-        "device_name": str(ok[0].get("device_name", "")),
-        "compute_efficiency": {"prefill": clamp(compute), "decode": clamp(compute)},
-        "bandwidth_efficiency": {"prefill": clamp(bandwidth), "decode": clamp(bandwidth)},
-        "source": "tfcalc profile: median prefill MFU and decode MBU of "
-                  f"{len(ok)} rows, against {'the datasheet peaks' if datasheet else 'the measured ceilings'}",
-    }
-
-
 # --- any calibration, applied -------------------------------------------------------------------------------------
 
 
@@ -336,8 +304,9 @@ def load_calibration(data: object, origin: str) -> Calibration | Efficiency:
     """Any input ``--calibration`` takes (module docstring), validated."""
     if is_calibration_v2(data):
         return load_calibration_v2(data, origin)  # type: ignore[arg-type]
-    if not isinstance(data, (dict, list)):
-        raise SpecError(f"{origin}: a calibration must be a JSON object or a list of profile rows")
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: a calibration must be a JSON object (profile rows are turned into one by "
+                        "tfcalc.profile.efficiency first)")
     return load_efficiency(data, origin)
 
 

@@ -152,16 +152,29 @@ def weight_precisions(values: list[str] | None) -> list:
     return parse_weight_dtypes(values)
 
 
+def read_calibration(path: Path):  # noqa: ANN201 - tfcalc.calc.calibration.Calibration | Efficiency
+    """Any file ``--calibration`` takes, validated: a ``bench calibrate`` file, efficiency factors, or the rows of
+    a ``tfcalc profile`` JSON run (factors derived by ``tfcalc.profile.efficiency``, which imports no torch)."""
+    from tfcalc.calc.calibration import load_calibration
+    from tfcalc.spec.presets import read_data_file
+
+    data = read_data_file(path, allow_list=True)
+    if isinstance(data, list):
+        from tfcalc.profile.efficiency import efficiency_from_rows
+
+        data = efficiency_from_rows(data, str(path))
+    return load_calibration(data, str(path))
+
+
 def rate_overrides(compute: list[float], bandwidth: list[float], calibration: Path | None) -> list[tuple]:
     """[(rates function or None, source)]: one per --compute/--bandwidth-efficiency pair, or the calibration's; a
     rates function maps (gpu, the GPU's rates, phase) to the rates the latency model uses."""
     if calibration is not None:
         if compute or bandwidth:
             raise UsageError("give --calibration or --compute-efficiency/--bandwidth-efficiency, not both")
-        from tfcalc.calc.calibration import calibrated_rates, load_calibration
-        from tfcalc.spec.presets import read_data_file
+        from tfcalc.calc.calibration import calibrated_rates
 
-        cal = load_calibration(read_data_file(calibration, allow_list=True), str(calibration))
+        cal = read_calibration(calibration)
         return [(lambda gpu, base, phase: calibrated_rates(base, cal, phase), cal.source)]
     if not compute and not bandwidth:
         return [(None, "")]

@@ -23,7 +23,15 @@ from typing import Annotated
 
 import typer
 
-from tfcalc.cli.common import ConfigOpt, FormatOpt, OutputOpt, PresetOpt, handle_errors, resolve_models
+from tfcalc.cli.common import (
+    ConfigOpt,
+    FormatOpt,
+    OutputOpt,
+    PresetOpt,
+    handle_errors,
+    read_calibration,
+    resolve_models,
+)
 from tfcalc.errors import (
     Interrupted,
     Terminated,
@@ -171,7 +179,7 @@ def profile(
         models = resolve_models([name], None)
     overrides = {k: v for k, v in {"layers": layers, "hidden": hidden, "intermediate": intermediate,
                                    "vocab": vocab, "experts": experts}.items() if v is not None}
-    loaded = _load_calibration(calibration) if calibration else None
+    loaded = read_calibration(calibration) if calibration else None
     sweeps = []
     for spec in models:
         sizes = {**defaults, **overrides}
@@ -245,10 +253,10 @@ def profile(
     elif output is not None and Path(output).is_file():
         print_stderr(f"kept {output} as it was: no row was measured")
     if save_calibration is not None and any(str(r.get("status", "")).startswith("ok") for r in rows):
-        from tfcalc.calc.calibration import calibration_from_profile_rows
         from tfcalc.output.files import write_atomic
+        from tfcalc.profile.efficiency import efficiency_from_rows
 
-        write_atomic(save_calibration, json.dumps(calibration_from_profile_rows(rows), indent=2) + "\n")
+        write_atomic(save_calibration, json.dumps(efficiency_from_rows(rows), indent=2) + "\n")
         print_stderr(f"wrote calibration to {save_calibration}")
     elif save_calibration is not None:
         print_stderr(f"no calibration written to {save_calibration}: no row was measured")
@@ -351,10 +359,3 @@ def _with_bar(sweep, devices, on_row, stop, total: int, run_sweep) -> bool:  # n
         task = progress.add_task(label(sweep.spec.name), total=total)
         return run_sweep(sweep, devices, on_row, stop,
                          advance=lambda text: progress.update(task, advance=1, description=label(text)))
-
-
-def _load_calibration(path: Path):  # noqa: ANN202 - tfcalc.calc.calibration.Calibration | Efficiency
-    from tfcalc.calc.calibration import load_calibration
-    from tfcalc.spec.presets import read_data_file
-
-    return load_calibration(read_data_file(path, allow_list=True), str(path))
