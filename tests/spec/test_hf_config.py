@@ -438,8 +438,18 @@ def test_rope_parameters_transformers5_format() -> None:
     assert s.rope_scaling == RopeScaling(rope_type="yarn", factor=4.0, original_max_position_embeddings=32768)
     gemma = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
              "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
-    s = build("gemma-3-1b", rope_theta=_DROP, rope_scaling=_DROP, rope_parameters=gemma)
+    s = build("gemma-3-1b", rope_theta=_DROP, rope_scaling=_DROP, rope_parameters=gemma,
+              rope_local_base_freq=_DROP)
     assert (s.rope_theta, s.rope_scaling) == (1e6, RopeScaling(rope_type="linear", factor=8.0))
+    assert s.rope_local_theta == 1e4  # the sliding layers' own base, from their rope_parameters entry
+
+
+def test_gemma3_sliding_layers_have_their_own_rope_base() -> None:
+    assert build("gemma-3-1b").rope_local_theta == 10000.0  # rope_local_base_freq
+    assert build("gemma-3-1b", rope_local_base_freq=_DROP).rope_local_theta == 10000.0  # Gemma3TextConfig default
+    assert build("gemma2-9b").rope_local_theta is None and build("llama3.2-1b").rope_local_theta is None
+    with pytest.raises(SpecError, match="rope_local_base_freq"):
+        build("gemma-3-1b", rope_local_base_freq=-1)
 
 
 def test_rope_theta_family_defaults() -> None:

@@ -453,6 +453,17 @@ def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
         mscale_all_dim=number("mscale_all_dim"))
 
 
+def _local_rope_theta(c: _Config, family: _Family) -> float | None:
+    """The sliding layers' own RoPE base (Gemma 3): transformers 5's ``rope_parameters.sliding_attention`` or the
+    classic ``rope_local_base_freq``; None where the family has none (every layer uses rope_theta)."""
+    params = c.data.get("rope_parameters")
+    local = params.get(SLIDING) if isinstance(params, dict) else None
+    if isinstance(local, dict) and local.get("rope_theta") is not None:
+        return float(check_float("rope_parameters.sliding_attention.rope_theta", local["rope_theta"]))
+    value = c.data.get("rope_local_base_freq", family.defaults.get("rope_local_base_freq"))
+    return None if value is None else float(check_float("rope_local_base_freq", value))
+
+
 def _gemma_numerics(c: _Config) -> dict[str, Any]:
     """Gemma families: (1 + w) RMSNorm, embeddings times sqrt(hidden); Gemma 2/3 add the query pre-attention
     scalar and soft-capping (transformers Gemma2Attention / Gemma2ForCausalLM)."""
@@ -571,6 +582,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         moe=family.moe(c) if family.moe is not None else None,
         rope_theta=rope_theta,
         rope_scaling=rope_scaling,
+        rope_local_theta=_local_rope_theta(c, family),
         max_context=c.int_or_default("max_position_embeddings", minimum=1),
         native_dtype=_native_dtype(c),
         active_params_convention=family.convention,  # type: ignore[arg-type]

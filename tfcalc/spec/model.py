@@ -75,6 +75,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
 POSITIVE = math.ulp(0.0)
 FLOAT_LIMITS: dict[str, tuple[float, float]] = {
     "rope_theta": (POSITIVE, 1e15),
+    "rope_local_theta": (POSITIVE, 1e15),
     "attn_logit_softcapping": (POSITIVE, 1e6),
     "final_logit_softcapping": (POSITIVE, 1e6),
     "query_pre_attn_scalar": (POSITIVE, 1 << 20),
@@ -385,6 +386,9 @@ class ModelSpec:
     moe: MoESpec | None = None
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling | None = None
+    # RoPE base of the sliding-window layers where it differs, applied there unscaled (Gemma 3: 10,000 against
+    # rope_theta 1,000,000 and the scaling of the global layers; transformers Gemma3RotaryEmbedding, "local").
+    rope_local_theta: float | None = None
     # Numerics the bundled decoder reproduces (no size depends on them): Gemma 2 caps attention and final logits
     # with c * tanh(x / c), scales scores by query_pre_attn_scalar^-1/2, norms by (1 + w), embeddings by sqrt(h).
     attn_logit_softcapping: float | None = None
