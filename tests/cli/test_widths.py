@@ -3,6 +3,7 @@ than the terminal; and the width comes from a real terminal (a pseudo-terminal o
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -93,12 +94,18 @@ TORCH_COMMANDS = [
 ]
 
 
+@functools.cache
+def _json_rows(command: tuple[str, ...]) -> list[dict]:
+    """The command's rows as JSON, run once for both widths (the calculator's answer does not depend on them)."""
+    return json.loads(runner.invoke(app, [*command, "-f", "json"]).stdout)
+
+
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))
 @pytest.mark.parametrize("width", [80, 120])
 def test_calculator_tables_fit(command: list[str], width: int) -> None:
     table = runner.invoke(app, command, env={"COLUMNS": str(width)})
     assert table.exit_code == 0, table.output
-    rows = json.loads(runner.invoke(app, [*command, "-f", "json"]).stdout)
+    rows = _json_rows(tuple(command))
     if command[0] == "capacity":  # the first table lists the cheapest configurations; the frontier has its own
         rows = [row for row in rows if row["role"] != "frontier"]
     assert_nothing_cut(table.stdout, rows, _columns(command), width)
