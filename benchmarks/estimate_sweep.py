@@ -23,14 +23,15 @@ SWEEP = ["-p", "llama3-8b,mixtral-8x7b,deepseek-v3,qwen3-30b-a3b", "-g", "h100-s
 
 CORE = """
 import json, time
-from tfcalc.report.estimate import EstimateOptions, estimate_rows
+from tfcalc.report.estimate import EstimateOptions, EstimateSweep, estimate_rows
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 specs = [load_model(n) for n in ("llama3-8b", "mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b")]
 gpus = [load_gpu(g) for g in ("h100-sxm", "h200")]
 options = EstimateOptions(engine=load_engine("vllm"), fit={fit})
 wall, cpu = time.perf_counter(), time.process_time()
-rows, _ = estimate_rows(specs, gpus, [1, 2, 4, 8], [1], [1], [1, 2, 4, 8, 16, 32, 64], [512, 1024, 2048, 4096, 8192],
-                        [128, 256, 512, 1024], [], [], options)
+sweep = EstimateSweep(tps=[1, 2, 4, 8], pps=[1], eps=[1], batches=[1, 2, 4, 8, 16, 32, 64],
+                      prompt_lens=[512, 1024, 2048, 4096, 8192], gen_lens=[128, 256, 512, 1024])
+rows, _ = estimate_rows(specs, gpus, sweep, options)
 print(json.dumps({{"rows": len(rows), "wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}}))
 """
 

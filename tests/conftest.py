@@ -18,9 +18,11 @@ def fixed_ceilings(monkeypatch: pytest.MonkeyPatch) -> None:
     from tfcalc.profile.ceilings import Ceiling
     from tfcalc.profile.timing import Timing
 
-    timing = Timing(1e-3, 1e-3, 1e-3, 1e-3, 1)
-    monkeypatch.setattr(profiler, "copy_bandwidth", lambda device: Ceiling("copy", "uint8", 1 << 28, 20e9, timing))
-    monkeypatch.setattr(profiler, "matmul_flops",
-                        lambda device, dtype: Ceiling("matmul", str(dtype), 1024, 1e11, timing))
-    monkeypatch.setattr(profiler, "fp8_matmul_flops",
-                        lambda device: Ceiling("matmul", "fp8_e4m3", 1024, 2e11, timing))
+    timing = Timing(median_s=1e-3, p25_s=1e-3, p75_s=1e-3, min_s=1e-3, repeats=1)
+
+    def ceiling(name: str, dtype: str, value: float) -> Ceiling:
+        return Ceiling(name=name, dtype=dtype, size=1 << 28 if name == "copy" else 1024, value=value, timing=timing)
+
+    monkeypatch.setattr(profiler, "copy_bandwidth", lambda device: ceiling("copy", "uint8", 20e9))
+    monkeypatch.setattr(profiler, "matmul_flops", lambda device, dtype: ceiling("matmul", str(dtype), 1e11))
+    monkeypatch.setattr(profiler, "fp8_matmul_flops", lambda device: ceiling("matmul", "fp8_e4m3", 2e11))

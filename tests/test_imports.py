@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +54,24 @@ def test_kv_cache_does_not_load_the_latency_model_or_engines() -> None:
     done = subprocess.run([sys.executable, "-c", probe.format(args=["estimate", "-p", "llama3-8b"])],
                           capture_output=True, text=True, check=False)
     assert "tfcalc.calc.latency" in json.loads(done.stderr.strip().splitlines()[-1])  # the probe sees them
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_layer_contract_holds() -> None:
+    """pyproject.toml's [tool.importlinter] contract: cli -> profile -> model -> report | output -> calc -> spec ->
+    dtypes -> units -> errors, imports inside functions included."""
+    from importlinter.cli import lint_imports
+
+    assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True) == 0
+
+
+def test_layer_contract_catches_an_upward_import(tmp_path: Path) -> None:
+    """The check is not vacuous: with two real layers swapped (units imports errors), it fails."""
+    from importlinter.cli import lint_imports
+
+    config = tmp_path / "contract.toml"
+    config.write_text('[tool.importlinter]\nroot_package = "tfcalc"\n[[tool.importlinter.contracts]]\nname = "x"\n'
+                      'type = "layers"\nlayers = ["tfcalc.errors", "tfcalc.units"]\n')
+    assert lint_imports(config_filename=str(config), no_cache=True, no_logo=True) == 1

@@ -441,7 +441,8 @@ def _opened(pid: int, fifo: Path) -> bool:
 def test_ascii_only_stdout(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONIOENCODING": "ascii"}
     table = _tfcalc(["kv-cache", "-p", "llama3-8b"], capture_output=True, env=env)
-    assert table.returncode == 0 and table.stdout.isascii() and "| llama3-8b |" in table.stdout, table.stderr
+    assert table.returncode == 0 and table.stdout.isascii(), table.stderr
+    assert "\nllama3-8b  " in table.stdout and "\n------" in table.stdout  # the header rule in ASCII look-alikes
     model = tmp_path / "mod\u00e8le.yaml"
     model.write_text(TINY + "name: Mod\u00e8le \u2014 \u00b5\n", encoding="utf-8")
     as_json = _tfcalc(["kv-cache", "-p", str(model), "-f", "json"], capture_output=True, env=env)
@@ -572,3 +573,18 @@ def test_issue14_fields_in_a_user_yaml(field: str, value: object, accepted: bool
         assert_clean_ending(result, (1,))
         name = field if field not in ("moe", "rope_scaling") else f"{field}."
         assert name in result.output, result.output
+
+
+def test_install_hints_are_commands_that_work() -> None:
+    """Each hint names the packages of pyproject.toml's extra, as pip takes them (tfcalc itself is not on PyPI:
+    'pip install tfcalc[profile]' would not work), and the CPU-only PyTorch index for torch."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from tfcalc.errors import TORCH_CPU_INDEX, install_command, missing_matplotlib_message, missing_torch_message
+
+    extras = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    for extra in ("profile", "plot"):
+        assert sorted(install_command(extra).removeprefix("pip install ").split()) == sorted(
+            f"'{r}'" for r in extras[extra])
+    assert "tfcalc[" not in missing_torch_message() + missing_matplotlib_message()
+    assert f"pip install torch --index-url {TORCH_CPU_INDEX}" in missing_torch_message()

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.errors import UsageError
-from tfcalc.spec.model import PARAM_COMPONENTS
+
+# The parts a parameter count is broken into (tfcalc.calc.params); weight formats may be chosen per part.
+PARAM_COMPONENTS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
+# The formats GPU datasheets quote dense tensor throughput for (GPU presets' dense_tflops keys).
+FLOP_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -83,10 +87,19 @@ def dtype_names() -> list[str]:
     return [*DTYPES, "int4-gN"]
 
 
+def _key(name: str) -> str:
+    """A name as looked up: any case, '-' and '_' alike (``fp8-e4m3`` is ``fp8_e4m3``), except in ``int4-gN``."""
+    key = name.strip().lower()
+    return key if key.startswith("int4") else key.replace("-", "_")
+
+
+_ALIAS_KEYS = {_key(alias): name for alias, name in ALIASES.items()}
+
+
 def get_dtype(name: str) -> DType:
     """Look up a storage format by name or alias; ``int4-gN`` takes any positive group size."""
-    key = name.strip().lower().replace("-", "_") if not name.lower().startswith("int4") else name.strip().lower()
-    key = ALIASES.get(key, key)
+    key = _key(name)
+    key = _ALIAS_KEYS.get(key, key)
     if key in DTYPES:
         return DTYPES[key]
     match = _INT4_GROUP.fullmatch(key)

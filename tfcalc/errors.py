@@ -60,3 +60,30 @@ class Interrupted(TfcalcError):
         signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
         what = "terminated" if signum == signal.SIGTERM else "interrupted"
         return cls(f"{what}: {message}" if message else what, signum)
+
+
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own index of CPU-only wheels
+
+
+def install_command(extra: str) -> str:
+    """``pip install ...`` of an optional extra's packages, read from tfcalc's installed metadata (pyproject.toml's
+    [project.optional-dependencies]): a command that works however tfcalc itself was installed."""
+    import re
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        wanted = [r.split(";")[0].replace(" ", "") for r in requires("tfcalc") or []
+                  if re.search(rf"extra\s*==\s*['\"]{extra}['\"]", r)]
+    except PackageNotFoundError:
+        wanted = []
+    return "pip install " + " ".join(f"'{r}'" for r in wanted) if wanted else f"pip install '.[{extra}]'"
+
+
+def missing_torch_message() -> str:
+    """What to run when the profiler's PyTorch is not installed (the CPU-only wheel too: no CUDA download)."""
+    return (f"the profiler needs PyTorch: {install_command('profile')} (for a CPU-only PyTorch, without the CUDA "
+            f"libraries, first: pip install torch --index-url {TORCH_CPU_INDEX})")
+
+
+def missing_matplotlib_message() -> str:
+    return f"--plot needs matplotlib: {install_command('plot')}"

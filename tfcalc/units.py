@@ -1,4 +1,4 @@
-"""Parsing of sizes and lists typed on the command line.
+"""Parsing of sizes and lists typed on the command line, and quantities written for people.
 
 Token counts and batch sizes use binary suffixes, as context lengths are quoted: ``128k`` = 131072,
 ``1m`` = 1048576; plain integers may use ``_`` separators (``1_000``). Sizes are parsed exactly, as integers
@@ -74,3 +74,37 @@ def parse_float(text: str, what: str, low: float = 0.0, high: float | None = Non
         upper = f" and at most {high}" if high is not None else ""
         raise UsageError(f"invalid {what} '{text}': must be greater than {low}{upper}")
     return value
+
+
+# --- quantities for people: tables (tfcalc.output) and sentences (tfcalc.report) write them alike ------------------
+
+def format_bytes(value: float) -> str:
+    """Binary units: GiB = 2^30 bytes, MiB = 2^20, KiB = 2^10."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:,.2f} {unit}"
+    return f"{value:,.0f} B"
+
+
+def format_params(value: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:,.2f}{unit}"
+    return f"{value:,.0f}"
+
+
+def format_si(value: float, unit: str) -> str:
+    """Decimal prefixes, as vendors quote bandwidth and throughput: 3.35e12 B/s -> 3.35 TB/s."""
+    for prefix, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:,.4g} {prefix}{unit}"
+    return f"{value:,.4g} {unit}"
+
+
+def format_seconds(value: float) -> str:
+    """s, ms or µs with two decimals (one for µs): 22.45 ms."""
+    if value >= 1:
+        return f"{value:,.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:,.2f} ms"
+    return f"{value * 1e6:,.1f} µs"

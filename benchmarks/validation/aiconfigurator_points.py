@@ -20,7 +20,7 @@ import warnings
 
 # (tfcalc preset, aiconfigurator model path, tfcalc weights dtype, aic gemm quant, aic moe quant)
 MODELS = {
-    "llama3-8b": ("meta-llama/Meta-Llama-3.1-8B", "bf16", "bfloat16", None),
+    "llama3.1-8b": ("meta-llama/Meta-Llama-3.1-8B", "bf16", "bfloat16", None),
     "llama3-70b": ("meta-llama/Meta-Llama-3.1-70B", "bf16", "bfloat16", None),
     "llama3-70b-fp8": ("meta-llama/Meta-Llama-3.1-70B", "fp8", "fp8", None),
     "qwen3-32b": ("Qwen/Qwen3-32B", "bf16", "bfloat16", None),
@@ -35,8 +35,8 @@ MODELS = {
 
 # (model key, system, tp list, batch list, (isl, osl) list)
 GRID = [
-    ("llama3-8b", "h100_sxm", [1], [1, 8, 32, 64], [(1024, 256), (4096, 256)]),
-    ("llama3-8b", "h200_sxm", [1, 2], [1, 16, 64], [(2048, 256)]),
+    ("llama3.1-8b", "h100_sxm", [1], [1, 8, 32, 64], [(1024, 256), (4096, 256)]),
+    ("llama3.1-8b", "h200_sxm", [1, 2], [1, 16, 64], [(2048, 256)]),
     ("llama3-70b", "h100_sxm", [4, 8], [1, 8, 32, 64], [(1024, 256), (4096, 256)]),
     ("llama3-70b", "h200_sxm", [2, 4, 8], [1, 16, 64], [(2048, 256)]),
     ("llama3-70b-fp8", "h100_sxm", [2, 4, 8], [1, 16, 64], [(2048, 256)]),
@@ -51,7 +51,7 @@ GRID = [
     ("gpt-oss-120b", "h100_sxm", [2, 4], [1, 16, 64], [(2048, 256)]),
     ("gpt-oss-20b", "h100_sxm", [1], [1, 16, 64], [(2048, 256)]),
     ("deepseek-v3", "h200_sxm", [8], [1, 4, 16, 64], [(1024, 256), (4096, 256)]),
-    ("llama3-8b", "b200_sxm", [1], [1, 16, 64], [(2048, 256)]),
+    ("llama3.1-8b", "b200_sxm", [1], [1, 16, 64], [(2048, 256)]),
     ("llama3-70b", "b200_sxm", [2, 4], [1, 16, 64], [(2048, 256)]),
     ("qwen3-30b-a3b", "b200_sxm", [1], [1, 16, 64], [(2048, 256)]),
     ("deepseek-v3", "b200_sxm", [8], [1, 16, 64], [(2048, 256)]),

@@ -74,8 +74,10 @@ def expert_floors(root: Path, version: str = "1.3.0rc20") -> None:
             rows = df[(df.num_tokens == 1) & (df.distribution == "balanced") & (df.moe_dtype == weights)]
             for row in rows.itertuples():
                 local = row.num_experts // row.moe_ep_size
-                c = kernels.moe_experts(rates, 1, local, row.num_experts, row.topk, row.hidden_size,
-                                        row.inter_size // row.moe_tp_size, True, mode.bits, mode.compute, mode.dequant)
+                c = kernels.moe_experts(rates, tokens=1, experts_local=local, experts_total=row.num_experts,
+                                        top_k=row.topk, hidden=row.hidden_size,
+                                        expert_width=row.inter_size // row.moe_tp_size, gated=True,
+                                        weight_bits=mode.bits, compute=mode.compute, dequant=mode.dequant)
                 points.append((local, row.moe_ep_size, row.latency * 1e-3 - c.seconds))
             train = [(x, y) for x, ep, y in points if ep == 1 and 128 <= x <= 512]
             if not train:
@@ -135,8 +137,10 @@ def main() -> None:
                 out = []
                 for row, mode in rows:
                     width = row.inter_size // row.moe_tp_size
-                    c = kernels.moe_experts(rates, row.num_tokens, row.num_experts, row.num_experts, row.topk,
-                                            row.hidden_size, width, True, mode.bits, mode.compute, mode.dequant)
+                    c = kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts,
+                                            experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
+                                            expert_width=width, gated=True, weight_bits=mode.bits,
+                                            compute=mode.compute, dequant=mode.dequant)
                     out.append(c.seconds / (row.latency * 1e-3))
                 return out
 

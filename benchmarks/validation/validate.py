@@ -55,6 +55,12 @@ def load_points() -> list[dict]:
     return points
 
 
+def _model_name(point: dict) -> str:
+    """A preset's name, or a model file's stem (``llama3.1-8b`` is a name: its ".1-8b" is no file suffix)."""
+    model = str(point["model"])
+    return Path(model).stem if model.endswith((".yaml", ".yml", ".json")) else model
+
+
 def predict(p: dict) -> tuple[float, float]:
     """(TTFT, TPOT) in ms from tfcalc with the point's engine, GPU and parallelism."""
     from tfcalc.calc.kv_cache import default_kv_dtype
@@ -95,7 +101,7 @@ def main() -> None:
               "| err | TPOT ref | TPOT tfcalc | err |")
         print("|---|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for r in rows:
-            model = Path(r["model"]).stem
+            model = _model_name(r)
             ttft = (f"{r['ttft_ms']:.1f} | {r['tfcalc_ttft_ms']:.1f} | {r['ttft_err']:+.0%}" if r.get("ttft_ms")
                     else "— | " + f"{r['tfcalc_ttft_ms']:.1f} | —")
             tpot = (f"{r['tpot_ms']:.2f} | {r['tfcalc_tpot_ms']:.2f} | {r['tpot_err']:+.0%}" if r.get("tpot_ms")
@@ -112,10 +118,10 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
         groups[kind] = [r for r in rows if r["source_kind"] == kind]
     for engine in ("vllm", "sglang", "trtllm", "gpt-fast"):
         groups[f"engine {engine}"] = [r for r in rows if r["engine"] == engine]
-    groups["dense"] = [r for r in rows if Path(r["model"]).stem not in MOE]
-    groups["MoE"] = [r for r in rows if Path(r["model"]).stem in MOE]
-    for model in sorted({Path(r["model"]).stem for r in rows}):
-        groups[model] = [r for r in rows if Path(r["model"]).stem == model]
+    groups["dense"] = [r for r in rows if _model_name(r) not in MOE]
+    groups["MoE"] = [r for r in rows if _model_name(r) in MOE]
+    for model in sorted({_model_name(r) for r in rows}):
+        groups[model] = [r for r in rows if _model_name(r) == model]
     for name, rs in groups.items():
         parts = []
         for metric, key in (("TTFT", ttft_key), ("TPOT", tpot_key)):

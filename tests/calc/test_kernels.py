@@ -78,13 +78,15 @@ def test_flash_tiles_by_hand() -> None:
 def test_flash_prefill_time_is_max_of_total_work_and_longest_tile() -> None:
     heads, seq = 32, 1024
     exact = 2.0 * heads * (128 + 128) * seq * (seq + 1) / 2
-    c = kernels.flash_prefill(RATES, 1, seq, 0, heads, 128, 128, None, 0.0, exact)
+    c = kernels.flash_prefill(RATES, seqs=1, tokens=seq, past=0, heads=heads, qk_dim=128, v_dim=128, window=None,
+                              kv_bytes_read=0.0, exact_flops=exact)
     tile_time = 2.0 * 128 * 128 * 256 / (1000e12 * 0.7 / 100)
     work = heads * (36 + 2 * 8)  # key tiles + a 2-tile prologue per query tile
     assert c.flops == exact
     assert c.seconds == pytest.approx(tile_time * max(work / 100, 8 + 2) + 10e-6)
     # one head: 8 query tiles on 100 SMs -> the longest tile (8 + 2) sets the time
-    one = kernels.flash_prefill(RATES, 1, seq, 0, 1, 128, 128, None, 0.0, exact / heads)
+    one = kernels.flash_prefill(RATES, seqs=1, tokens=seq, past=0, heads=1, qk_dim=128, v_dim=128, window=None,
+                                kv_bytes_read=0.0, exact_flops=exact / heads)
     assert one.seconds == pytest.approx(tile_time * 10 + 10e-6)
 
 
@@ -117,7 +119,8 @@ def test_skewed_routing_touches_fewer_experts(experts: int, k: int, tokens: int,
 
 def test_moe_one_token_reads_k_experts_by_hand() -> None:
     # Mixtral-like: 1 token, top-2 of 8, hidden 4096, width 14336, bf16: two experts of 3 x 4096 x 14336 params
-    c = kernels.moe_experts(RATES, 1, 8, 8, 2, 4096, 14336, True, 16, "bf16")
+    c = kernels.moe_experts(RATES, tokens=1, experts_local=8, experts_total=8, top_k=2, hidden=4096,
+                            expert_width=14336, gated=True, weight_bits=16, compute="bf16")
     weights = 2 * 3 * 4096 * 14336 * 2
     assert c.weight_bytes == pytest.approx(weights)
     assert c.flops == pytest.approx(2 * 2 * 3 * 4096 * 14336)
@@ -130,13 +133,15 @@ def test_moe_one_token_reads_k_experts_by_hand() -> None:
 
 def test_moe_expert_parallel_share_and_padding() -> None:
     # 256 tokens, top-8 of 256 experts, 32 of them on this GPU: 256 x 8 / 8 = 256 pairs here
-    c = kernels.moe_experts(IDEAL, 256, 32, 256, 8, 7168, 2048, True, 8, "fp8")
+    c = kernels.moe_experts(IDEAL, tokens=256, experts_local=32, experts_total=256, top_k=8, hidden=7168,
+                            expert_width=2048, gated=True, weight_bits=8, compute="fp8")
     assert c.flops == pytest.approx(2 * 256 * 8 / 8 * 3 * 7168 * 2048)
     distinct = 32 * (1 - (1 - 8 / 256) ** 256)
     assert c.weight_bytes == pytest.approx(distinct * 3 * 7168 * 2048)
     # padding: 8 pairs per touched expert are computed as a 64-row tile, so the real kernel is slower than ideal
-    real = kernels.moe_experts(replace(RATES, floors={**RATES.floors, "moe": 0.0}), 256, 32, 256, 8, 7168, 2048, True,
-                               8, "fp8")
+    real = kernels.moe_experts(replace(RATES, floors={**RATES.floors, "moe": 0.0}), tokens=256, experts_local=32,
+                               experts_total=256, top_k=8, hidden=7168, expert_width=2048, gated=True, weight_bits=8,
+                               compute="fp8")
     assert real.seconds > c.seconds
 
 
@@ -235,7 +240,9 @@ def test_moe_time_never_falls_with_more_tokens(shape: tuple[int, int], tokens: i
     bits = 16 if compute == "bf16" else 8
 
     def seconds(t: int) -> float:
-        return kernels.moe_experts(RATES, t, experts, experts, top_k, 2048, 768, True, bits, compute, skew=skew).seconds
+        return kernels.moe_experts(RATES, tokens=t, experts_local=experts, experts_total=experts, top_k=top_k,
+                                   hidden=2048, expert_width=768, gated=True, weight_bits=bits, compute=compute,
+                                   skew=skew).seconds
 
     assert seconds(tokens + more) >= seconds(tokens) * (1 - 1e-12)
 
@@ -248,21 +255,23 @@ def test_grouped_efficiency_per_dtype_and_expert_floors() -> None:
     assert rates.grouped_efficiency("int8") == 0.8  # the chip has no int8 peak: bf16, as its GEMMs
     assert RATES.grouped_efficiency("fp8") == 0.5 and rates.as_ideal().grouped_efficiency("fp8") == 1.0
     # fp8 experts run at the fp8 entry, bf16 ones at the bf16 entry; 32 local fp8 experts add 32 x 0.5 us
-    args = (8192, 32, 256, 8, 7168, 2048, True, 8, "fp8")
-    mine = kernels.moe_experts(rates, *args)
-    same = kernels.moe_experts(replace(RATES, moe_efficiency=0.4), *args)
+    args = {"tokens": 8192, "experts_local": 32, "experts_total": 256, "top_k": 8, "hidden": 7168,
+            "expert_width": 2048, "gated": True, "weight_bits": 8, "compute": "fp8"}
+    mine = kernels.moe_experts(rates, **args)
+    same = kernels.moe_experts(replace(RATES, moe_efficiency=0.4), **args)
     assert mine.floor_seconds == pytest.approx(25e-6 + 32 * 0.5e-6)
     assert mine.seconds - mine.floor_seconds == pytest.approx(same.seconds - same.floor_seconds)
-    assert mine.seconds > kernels.moe_experts(RATES, *args).seconds  # compute-bound at 8192 tokens: 0.4 < 0.5
-    bf16 = (*args[:-2], 16, "bf16")
-    assert (kernels.moe_experts(rates, *bf16).seconds
-            == pytest.approx(kernels.moe_experts(replace(RATES, moe_efficiency=0.8), *bf16).seconds))
-    assert kernels.moe_experts(rates, *bf16).floor_seconds == 25e-6  # bf16: no per-expert cost
+    assert mine.seconds > kernels.moe_experts(RATES, **args).seconds  # compute-bound at 8192 tokens: 0.4 < 0.5
+    bf16 = {**args, "weight_bits": 16, "compute": "bf16"}
+    assert (kernels.moe_experts(rates, **bf16).seconds
+            == pytest.approx(kernels.moe_experts(replace(RATES, moe_efficiency=0.8), **bf16).seconds))
+    assert kernels.moe_experts(rates, **bf16).floor_seconds == 25e-6  # bf16: no per-expert cost
 
 
 def test_ideal_moe_ignores_grouped_efficiency_and_expert_floors() -> None:
     """The speed-of-light figure is the roofline whatever the preset says about real kernels."""
     rates = replace(RATES, moe_efficiency_by_dtype={"bf16": 0.3, "fp8": 0.2}, moe_expert_floors={"fp8": 5e-6})
     for tokens in (1, 64, 4096):
-        args = (tokens, 32, 256, 8, 7168, 2048, True, 8, "fp8")
-        assert kernels.moe_experts(rates.as_ideal(), *args) == kernels.moe_experts(IDEAL, *args)
+        args = {"tokens": tokens, "experts_local": 32, "experts_total": 256, "top_k": 8, "hidden": 7168,
+                "expert_width": 2048, "gated": True, "weight_bits": 8, "compute": "fp8"}
+        assert kernels.moe_experts(rates.as_ideal(), **args) == kernels.moe_experts(IDEAL, **args)

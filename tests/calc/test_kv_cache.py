@@ -33,7 +33,7 @@ def test_deepseek_mla_caches_latent_not_heads() -> None:
     # (kv_lora_rank 512 + qk_rope_head_dim 64) x 61 layers x 2 bytes = 70,272 (DeepSeek-V2 paper sec. 2.1.2).
     spec = load_model("deepseek-v3")
     assert kv_bytes_per_token(spec, BF16) == (512 + 64) * 61 * 2 == 70_272
-    mha = dict(attention_variants(spec))["MHA (materialised K/V)"]
+    mha = dict(attention_variants(spec))["MHA"]
     # Non-absorbed MLA stores K (128 nope + 64 rope) and V (128) for each of 128 heads: 40,960 elements per layer.
     assert kv_bytes_per_token(mha, BF16) == 128 * (192 + 128) * 61 * 2
 

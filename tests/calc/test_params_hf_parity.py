@@ -3,9 +3,9 @@
 Every ``tests/fixtures/hf_configs/*.json`` is instantiated with transformers on the meta device (no memory is
 allocated, so DeepSeek-V3 builds in about a second) and compared with ``count_params`` of the spec that
 ``load_hf_config`` reads from the same file: the total, every component (split into matrix and vector
-elements), and the per-layer structure (MoE vs dense layers, sliding windows, head_dim). For the 18 fixtures
+elements), and the per-layer structure (MoE vs dense layers, sliding windows, head_dim). For the 19 fixtures
 that mirror a bundled preset, the preset must give the same total, the same KV-relevant fields and, in fact, the
-same value for every ModelSpec field but name, source, notes and extra.
+same value for every ModelSpec field but the name and a quantized checkpoint's exceptions.
 
 One difference is expected and asserted explicitly: DeepSeek-V3's router ``e_score_correction_bias`` is a
 persistent ``nn.Buffer`` in transformers (saved in the checkpoint, so ``count_params`` counts it), not an
@@ -25,7 +25,8 @@ import pytest
 import torch  # noqa: TID251 - test-only comparison with transformers
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM, Gemma3ForCausalLM
 
-from tfcalc.calc.params import COMPONENTS, count_params
+from tfcalc.calc.params import count_params
+from tfcalc.dtypes import PARAM_COMPONENTS
 from tfcalc.spec.hf_config import FAMILIES, load_hf_config, spec_from_hf_config
 from tfcalc.spec.model import ModelSpec
 from tfcalc.spec.presets import load_model
@@ -33,9 +34,9 @@ from tfcalc.spec.presets import load_model
 FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
 FIXTURES = sorted(p.stem for p in FIXTURE_DIR.glob("*.json"))
 PRESET_FIXTURES = (
-    "llama3-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b", "mistral-7b", "mixtral-8x7b",
-    "mixtral-8x22b", "qwen2.5-7b", "qwen2.5-72b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gemma2-9b", "gemma2-27b",
-    "deepseek-v3", "phi3-mini", "gpt-oss-20b", "gpt-oss-120b",
+    "llama3-8b", "llama3.1-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b", "mistral-7b",
+    "mixtral-8x7b", "mixtral-8x22b", "qwen2.5-7b", "qwen2.5-72b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gemma2-9b",
+    "gemma2-27b", "deepseek-v3", "phi3-mini", "gpt-oss-20b", "gpt-oss-120b",
 )
 # Attention modules that read ``config.sliding_window`` on every layer instead of holding a per-layer window.
 _CONFIG_WIDE_WINDOW = {"mistral", "mixtral", "phi3"}
@@ -165,7 +166,7 @@ def test_total_equals_transformers(name: str) -> None:
 def test_components_equal_transformers(name: str) -> None:
     """Each component's matrix and vector (bias, norm, sink) elements match the named transformers tensors."""
     hf, counts = hf_model(name), count_params(spec(name))
-    got = {c: [0, 0] for c in COMPONENTS}
+    got = {c: [0, 0] for c in PARAM_COMPONENTS}
     for tensor_name, shape in (*hf.params, *hf.buffers):
         # gpt-oss stacks expert biases into 2-D tensors (experts x width): still biases, i.e. vector elements
         is_vector = len(shape) == 1 or tensor_name.endswith("bias")
@@ -207,7 +208,8 @@ def test_preset_equals_config_spec_in_every_field(name: str) -> None:
     """Beyond counts and KV fields: the preset and its config.json agree on biases, MoE, rope, dtype, context..."""
     preset, from_config = load_model(name), spec(name)
     # quantized_weight_exceptions describe a quantized checkpoint (its modules_to_not_convert), not this config
-    skip = {"name", "source", "notes", "extra", "quantized_weight_exceptions"}
+    # and hf_repo the checkpoint to serve (the preset's sourced choice, a config's _name_or_path), not a shape
+    skip = {"name", "quantized_weight_exceptions", "hf_repo"}
     differing = {f.name: (getattr(preset, f.name), getattr(from_config, f.name))
                  for f in dataclasses.fields(ModelSpec)
                  if f.name not in skip and getattr(preset, f.name) != getattr(from_config, f.name)}

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tfcalc.cli import app
+from tfcalc.output.columns import REGISTRY
 
 runner = CliRunner()
 ATTENTION = ["bench", "attention", "--device", "cpu", "--seq-len", "32", "--heads", "4", "--kv-heads", "4,1",
@@ -78,7 +79,7 @@ def test_ceilings_formats() -> None:
     copy, matmul = json.loads(result.stdout)
     assert copy["ceiling"] == "copy" and copy["size"] == 1 << 20 and copy["bytes_per_s"] > 0
     assert matmul["ceiling"] == "matmul" and matmul["size"] == 64 and matmul["flops_per_s"] > 0
-    assert matmul["rate_p25"] <= matmul["flops_per_s"] <= matmul["rate_p75"]
+    assert matmul["p25_flops_per_s"] <= matmul["flops_per_s"] <= matmul["p75_flops_per_s"]
     rows = list(csv.DictReader(io.StringIO(run(*CEILINGS, "-f", "csv").stdout)))
     assert [r["dtype"] for r in rows] == ["uint8", "fp32", "bf16"]  # CPU default dtypes fp32, bf16
     table = run(*CEILINGS)
@@ -92,6 +93,7 @@ def test_calibrate_writes_what_estimate_reads(tmp_path: Path) -> None:
     result = run("bench", "calibrate", "--device", "cpu", "--quick", "--save", str(path), "-f", "json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
+    assert all(key in REGISTRY for row in rows for key in row)  # one registered name per key (rates as numbers)
     sweeps = {r["sweep"] for r in rows}
     assert {"gemm fp32", "copy", "launch", "attention prefill", "attention decode"} <= sweeps
     data = json.loads(path.read_text())
@@ -162,7 +164,9 @@ print(json.dumps("torch" in sys.modules), file=sys.stderr)
 def test_without_torch_one_clear_line() -> None:
     done = subprocess.run([sys.executable, "-c", NO_TORCH], capture_output=True, text=True, check=False)
     assert done.returncode == 1
-    assert done.stderr.strip() == "error: the profiler needs PyTorch: pip install 'tfcalc[profile]'"
+    from tfcalc.errors import missing_torch_message
+
+    assert done.stderr.strip() == f"error: {missing_torch_message()}"
 
 
 @pytest.mark.parametrize("args", [["kv-cache", "-p", "llama3-70b"], ["--help"], ["bench", "--help"],
@@ -190,8 +194,9 @@ def test_collectives_rows_bandwidths_fit_and_calibration(tmp_path: Path) -> None
     rows = json.loads(result.stdout)
     assert [(r["op"], r["bytes"]) for r in rows] == [(op, 1024 * 2**i) for op in ("all_reduce", "all_to_all")
                                                      for i in range(7)]
+    assert all(key in REGISTRY for row in rows for key in row)
     for r in rows:
-        assert r["ranks"] == 2 and r["backend"] == "gloo" and r["status"] == "ok" and r["time_s"] > 0
+        assert r["world_size"] == 2 and r["dist_backend"] == "gloo" and r["status"] == "ok" and r["time_s"] > 0
         assert r["algbw_bytes_per_s"] == pytest.approx(r["bytes"] / r["time_s"])
         factor = 1.0 if r["op"] == "all_reduce" else 0.5
         assert r["busbw_bytes_per_s"] == pytest.approx(r["algbw_bytes_per_s"] * factor)

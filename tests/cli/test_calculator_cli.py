@@ -88,7 +88,7 @@ def test_memory_default_is_the_checkpoint_format() -> None:
 def test_presets_list_and_show() -> None:
     listing = run("presets", "list", "-f", "json")
     names = [r["name"] for r in json.loads(listing.output)]
-    assert "llama3-70b" in names and "deepseek-v3" in names and len(names) == 18
+    assert "llama3-70b" in names and "deepseek-v3" in names and len(names) == 19
     shown = run("presets", "show", "llama3-70b")
     assert shown.exit_code == 0 and "num_kv_heads" in shown.output and "sku_list.py" in shown.output
 
@@ -171,7 +171,7 @@ def test_every_calculator_command_in_every_format(command: list[str], tmp_path: 
     table = run(*command)
     as_csv = list(csv.DictReader(io.StringIO(run(*command, "-f", "csv").output)))
     as_json = json.loads(run(*command, "-f", "json").output)
-    assert table.exit_code == 0 and "┃" in table.output
+    assert table.exit_code == 0 and any(set(line) == {"─"} for line in table.output.splitlines())  # a header rule
     assert as_csv and len(as_csv) == len(as_json) and list(as_csv[0]) == list(as_json[0])
     out = tmp_path / "rows.json"
     assert run(*command, "-o", str(out)).exit_code == 0
@@ -199,3 +199,37 @@ def test_csv_booleans_read_as_booleans() -> None:
     rows = list(csv.DictReader(io.StringIO(run("kv-cache", "-p", "gemma2-27b", "--context", "8k,1m", "-f",
                                                "csv").output)))
     assert [r["exceeds_max_context"] for r in rows] == ["FALSE", "TRUE"]
+
+
+def test_uncounted_mtp_layers_are_said() -> None:
+    """DeepSeek-V3's checkpoint ships a multi-token-prediction layer that no count includes: params and memory
+    say so (from the preset and from its config.json alike); models without one say nothing."""
+    config = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs" / "deepseek-v3.json"
+    for args in (["-p", "deepseek-v3"], ["-c", str(config)]):
+        for command in ("params", "memory"):
+            words = " ".join(run(command, *args).stdout.split())
+            assert "not counted: the 1 multi-token-prediction layer its checkpoint also ships" in words, command
+    assert "multi-token" not in run("params", "-p", "llama3-8b").stdout
+
+
+def test_engine_and_interconnect_presets_list_and_show() -> None:
+    from tfcalc.spec.presets import preset_names
+
+    engines = json.loads(run("presets", "list", "--kind", "engine", "-f", "json").output)
+    assert [r["name"] for r in engines] == preset_names("engine")
+    assert {r["engine"] for r in engines if r["default"]} == {"vllm", "sglang", "trtllm"}  # one default each
+    fabrics = json.loads(run("presets", "list", "--kind", "interconnect", "-f", "json").output)
+    nvlink4 = next(r for r in fabrics if r["name"] == "nvlink4")
+    assert nvlink4["link_bandwidth_bytes_per_s"] == 450e9 and nvlink4["custom_allreduce"] is True
+    shown = run("presets", "show", "nvlink4")  # no --kind needed
+    assert shown.exit_code == 0 and "interconnect preset nvlink4" in shown.output and "bandwidth_gb_s" in shown.output
+    assert "engine preset vllm-0.21" in run("presets", "show", "VLLM-0.21").output
+    bad = run("presets", "list", "--kind", "cpu")
+    assert bad.exit_code == 2 and "choose model, gpu, engine, interconnect" in bad.stderr
+
+
+def test_presets_show_an_unknown_repo_id_suggests_the_preset() -> None:
+    result = run("presets", "show", "meta-llama/Llama-3.1-8B-FP8")
+    assert result.exit_code == 2 and "unknown preset 'meta-llama/Llama-3.1-8B-FP8'; did you mean llama3.1-8b" in (
+        result.stderr)
+    assert "is not a preset name" in run("presets", "show", "../x").stderr

@@ -1,5 +1,6 @@
-"""``tfcalc capacity`` end to end: the table fits 100 columns, CSV/JSON (frontier summary and every point), plot,
-explain, launch command lines for three engines, the shared engine flags, and one-line errors for bad input."""
+"""``tfcalc capacity`` end to end: the table (80 columns: tests/cli/test_widths.py), CSV/JSON (frontier summary and
+every point), plot, explain, launch command lines for three engines with the checkpoint to serve, the shared engine
+flags, and one-line errors for bad input."""
 
 from __future__ import annotations
 
@@ -26,28 +27,33 @@ def run(*args: str):
     return runner.invoke(app, list(args))
 
 
-def test_table_fits_100_columns_and_names_the_plan() -> None:
+def test_table_names_the_plan_and_the_checkpoint_to_serve() -> None:
     result = run(*SMALL)
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert max(len(line) for line in out.splitlines()) <= 100
-    assert "cheapest plan for llama3-8b at 8 req/s" in out
+    assert "cheapest plan for llama3-8b at 8 req/s" in " ".join(out.split())
     assert "per million input" in out and "per million output" in out
-    assert "vllm serve llama3-8b" in out and "--max-num-seqs" in out and "--tensor-parallel-size" in out
-    assert "sglang.launch_server" in out and "--max-running-requests" in out
-    assert "trtllm-serve llama3-8b" in out and "--max_batch_size" in out and "--tp_size" in out
+    repo = "meta-llama/Meta-Llama-3-8B-Instruct"  # the preset's hf_repo, never the preset's own name
+    assert f"vllm serve {repo} \\\n" in out and "--max-num-seqs" in out and "--tensor-parallel-size" in out
+    assert "sglang.launch_server" in out and f"--model-path {repo} \\\n" in out and "--max-running-requests" in out
+    assert f"trtllm-serve {repo} \\\n" in out and "--max_batch_size" in out and "--tp_size" in out
+    assert "extra.yml:\n" in out and "kv_cache_config: {enable_block_reuse: false" in out
+    assert "llama3-8b \\" not in out
     assert "simulation of one of 1 replica(s)" in out or "simulation of one of 2 replica(s)" in out
     assert "Pareto frontier" in out
 
 
-def test_the_default_question_answers_in_a_100_column_table() -> None:
+def test_the_default_question_answers_in_an_80_column_table() -> None:
     """The issue's question with every default: Llama 3 70B, 2 req/s, 1k in / 256 out, TTFT p90 1 s, TPOT p90
     50 ms, over every priced GPU."""
-    result = run("capacity", "-p", "llama3-70b", "--rate", "2", "--input-len", "1k", "--output-len", "256",
-                 "--ttft", "p90=1s", "--tpot", "p90=50ms", "--sim-requests", "300", "--workers", "1")
+    from rich.cells import cell_len
+
+    result = runner.invoke(app, ["capacity", "-p", "llama3-70b", "--rate", "2", "--input-len", "1k", "--output-len",
+                                 "256", "--ttft", "p90=1s", "--tpot", "p90=50ms", "--sim-requests", "300",
+                                 "--workers", "1"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert max(len(line) for line in lines) <= 100
+    assert max(cell_len(line) for line in lines) <= 80 and "…" not in result.stdout
     words = " ".join(result.stdout.split())
     assert "cheapest plan for llama3-70b at 2 req/s" in words
     assert "-> meets the targets" in words
@@ -89,9 +95,13 @@ def test_plot_and_explain(tmp_path: Path) -> None:
     result = run(*SMALL, "--plot", str(png), "--explain", "--no-simulate")
     assert result.exit_code == 0, result.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "explain llama3-8b:" in result.stdout and "TTFT = request latency" in result.stdout
+    assert "# llama3-8b" in result.stdout and "TTFT = request latency" in result.stdout
     assert "API server (1 process(es))" in result.stdout and "per-operation latency model" in result.stdout
     assert "capacity: one replica carries" in result.stdout
+    assert result.stdout.index("Pareto frontier") < result.stdout.index("TTFT = request latency")  # after the tables
+    as_json = run(*SMALL, "--explain", "--no-simulate", "-f", "json")  # the trace goes to stderr: stdout parses
+    assert as_json.exit_code == 0 and json.loads(as_json.stdout)[0]["role"] == "chosen"
+    assert "TTFT = request latency" in as_json.stderr and "TTFT = request latency" not in as_json.stdout
 
 
 def test_concurrency_options_and_overrides() -> None:
@@ -190,3 +200,53 @@ def test_parsers() -> None:
     (a, b) = parse_targets(["p50=200ms,p99.9=2s"], "ttft")
     assert (a.percentile, a.seconds, b.percentile, b.seconds) == (50, 0.2, 99.9, 2.0)
     assert parse_targets(["mean=40ms"], "tpot")[0].percentile == 0
+
+
+FAST = ["--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs", "64", "--max-num-batched-tokens", "2048", "--rate", "4",
+        "--ttft", "p90=1s", "--no-simulate"]
+
+
+def test_the_checkpoint_comes_from_what_the_user_named(tmp_path: Path) -> None:
+    """A preset by name: its hf_repo; by one of its repository ids: that id; --model-path: the path (quoted for
+    the shell); a config.json: its folder when the weights are beside it, else its _name_or_path, else a
+    placeholder and a note saying to pass --model-path. The JSON summary carries the chosen engine's command."""
+    def launch(*args: str) -> str:
+        result = run("capacity", *args, *FAST)
+        assert result.exit_code == 0, result.output
+        return next(line for line in result.stdout.splitlines() if line.startswith("vLLM:"))
+
+    assert launch("-p", "llama3.1-8b").endswith("vllm serve meta-llama/Llama-3.1-8B-Instruct \\")
+    assert launch("-p", "meta-llama/llama-3.1-8b").endswith("vllm serve meta-llama/Llama-3.1-8B \\")
+    assert launch("-p", "llama3.1-8b", "--model-path", "/models/my llama").endswith("vllm serve '/models/my llama' \\")
+    fixture = json.loads((Path(__file__).parents[1] / "fixtures/hf_configs/llama3.1-8b.json").read_text())
+    named, bare, weights = tmp_path / "named", tmp_path / "bare", tmp_path / "weights"
+    for folder, extra in ((named, {"_name_or_path": "acme/llama-ft"}), (bare, {}),
+                          (weights, {"_name_or_path": "acme/llama-ft"})):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({**fixture, **extra}))
+    (weights / "model-00001-of-00002.safetensors").write_bytes(b"")
+    assert launch("-c", str(named / "config.json")).endswith("vllm serve acme/llama-ft \\")
+    assert launch("-c", str(weights / "config.json")).endswith(f"vllm serve {weights} \\")
+    result = run("capacity", "-c", str(bare / "config.json"), *FAST)
+    assert result.exit_code == 0, result.output
+    words = " ".join(result.stdout.split())
+    assert "vllm serve MODEL_PATH \\" in result.stdout and "pass --model-path: bare names no checkpoint" in words
+    chosen = json.loads(run("capacity", "-p", "llama3.1-8b", *FAST, "-f", "json").stdout)[0]
+    assert chosen["role"] == "chosen"
+    assert chosen["launch_command"].startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 1")
+
+
+def test_columns_and_wide_select_the_same_keys_as_csv() -> None:
+    """The table's rows are the CSV's summary rows: --columns names any of their keys (a target's latency too),
+    in the table and in CSV alike; --wide shows every key."""
+    args = ["capacity", "-p", "llama3-8b", *FAST, "--columns", "gpu,layout,cost_per_hour,operating_ttft_p90_s"]
+    table = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert table.exit_code == 0, table.output
+    header = table.stdout.splitlines()[1].split()
+    assert header[:3] == ["GPU", "layout", "$"] and "Pareto frontier" not in table.stdout
+    csv_out = run(*args, "-f", "csv")
+    assert csv_out.stdout.splitlines()[0] == "gpu,layout,cost_per_hour,operating_ttft_p90_s"
+    wide = runner.invoke(app, ["capacity", "-p", "llama3-8b", *FAST, "--wide"], env={"COLUMNS": "200"})
+    assert wide.exit_code == 0 and "launch command" in wide.stdout and "KV dtype" in wide.stdout
+    words = " ".join(wide.stdout.split())  # the chosen plan's costs, also without the simulation
+    assert "$nan" not in words and "per million input and $0.8" in words

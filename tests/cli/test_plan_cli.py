@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from tfcalc.cli import app
@@ -36,6 +39,16 @@ def test_table_sweep_and_explain() -> None:
     assert result.exit_code == 0, result.output
     assert "Available KV cache memory = " in result.stdout and "a100-40gb" in result.stdout
     assert "torch peak memory increase" in result.stdout and "Maximum concurrency" in result.stdout
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_explain_never_writes_into_csv_or_json(fmt: str) -> None:
+    result = run("plan", "-p", "llama3-8b", "--num-gpus", "1,2", "--explain", "-f", fmt)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout) if fmt == "json" else list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == 2 and all(None not in row and len(row) == len(rows[0]) for row in rows)  # nothing else
+    assert "# model=llama3-8b" in result.stderr and "Available KV cache memory = " in result.stderr
+    assert "Available KV cache memory" not in result.stdout
 
 
 def test_csv_sweep_row_count() -> None:
@@ -118,6 +131,23 @@ def test_plot_png(tmp_path: Path) -> None:
     import matplotlib.image
 
     assert matplotlib.image.imread(str(path)).shape[0] > 100
+
+
+def test_plot_data_is_plan_at_each_context() -> None:
+    """The plotted bytes at the row's own context are what the row says: weights + reserved + its batch's KV."""
+    from tfcalc.dtypes import parse_weight_precision
+    from tfcalc.report.plan import memory_by_context
+    from tfcalc.spec.presets import load_engine, load_gpu, load_model
+
+    (row,) = json.loads(run("plan", "-p", "llama3-8b", "--gpu", "l40s", "--context", "8192", "--batch", "4",
+                            "-f", "json").stdout)
+    title, series, capacities = memory_by_context([load_model("llama3-8b")], [load_gpu("l40s")], row,
+                                                  [parse_weight_precision("bf16")], [], [load_engine("vllm")])
+    ((label, contexts, values),) = series
+    expected = row["weights_bytes_per_gpu"] + row["reserved_bytes_per_gpu"] + 4 * row["kv_bytes_per_sequence_per_gpu"]
+    assert values[contexts.index(8192)] == expected and label == "weights bf16, KV bf16"
+    assert capacities == [("l40s", load_gpu("l40s").memory_bytes)] and "batch 4" in title
+    assert values == sorted(values)  # more context, more KV
 
 
 def test_vllm_flag_names() -> None:

@@ -23,7 +23,7 @@ MODEL = ["--device", "cpu", "-p", "llama3.2-1b", "--layers", "1", "--hidden", "6
          "--vocab", "512", "--warmup", "0"]
 TINY = [*MODEL, "--prompt-len", "8", "--gen-len", "3", "--repeats", "1"]
 REQUIRED = ("device, device_name, model, layers_run, layers_total, batch, prompt_len, gen_len, dtype, attn_backend, "
-            "prefill_tokens_per_s, ttft_s, decode_tokens_per_s, tpot_s, achieved_flops_per_s, mfu, "
+            "prefill_tokens_per_s, ttft_s, decode_tokens_per_s, tpot_s, achieved_flops_per_s, mfu_datasheet, "
             "decode_bytes_per_step, achieved_bytes_per_s, mbu_datasheet, mbu_measured, peak_memory_bytes, "
             "predicted_memory_bytes, predicted_decode_tokens_per_s, measured_over_predicted, status").split(", ")
 
@@ -62,7 +62,7 @@ def test_no_torch_says_what_to_install(monkeypatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
     result = runner.invoke(app, ["profile", "--device", "cpu"])
-    assert result.exit_code == 1 and "pip install 'tfcalc[profile]'" in result.output
+    assert result.exit_code == 1 and "pip install 'nvidia-ml-py>=12' 'torch>=2.5'" in result.output
 
 
 @pytest.mark.parametrize("args, message", [

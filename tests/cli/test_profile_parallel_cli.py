@@ -31,6 +31,9 @@ def test_tp2_rows_say_how_they_ran_and_time_their_collectives() -> None:
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert [r["batch"] for r in rows] == [1, 2]
+    from tfcalc.output.columns import REGISTRY
+
+    assert all(key in REGISTRY for row in rows for key in row)
     for r in rows:
         assert r["status"] == "ok" and (r["world_size"], r["tp"], r["ep"], r["dp"]) == (2, 2, 1, 1)
         assert r["dist_backend"] == "gloo" and "tp 2, ep 1" in r["prediction_basis"]

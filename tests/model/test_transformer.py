@@ -461,3 +461,60 @@ def test_build_model_builds_in_the_target_dtype_without_a_cast(make_spec, monkey
     model = build_model(make_spec("deepseek-v3"), dtype=torch.bfloat16)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert torch.get_default_dtype() == torch.float32
+
+
+# --- Gemma 3: the sliding layers' own RoPE base ---------------------------------------------------------------
+
+
+def _gemma3(**changes: Any) -> ModelSpec:
+    """google/gemma-3-1b's config (tests/fixtures/hf_configs) with the 27B's linear x8 scaling on global layers,
+    scaled to 6 layers (5 sliding, 1 global) of hidden 64, vocab 128; head_dim 256 kept."""
+    import json
+    from pathlib import Path
+
+    from tfcalc.model import scale_spec
+    from tfcalc.spec.hf_config import spec_from_hf_config
+
+    data = json.loads((Path(__file__).parents[1] / "fixtures/hf_configs/gemma-3-1b.json").read_text())
+    data.update({"rope_scaling": {"rope_type": "linear", "factor": 8.0}, **changes})
+    spec = spec_from_hf_config(data, "gemma-3-1b.json", "gemma-3-1b")
+    return scale_spec(spec, layers=6, hidden=64, intermediate=96, vocab=128).with_overrides(sliding_window=4)
+
+
+def test_gemma3_rope_tables_equal_transformers_per_layer_type() -> None:
+    """cos and sin of the global (theta 1e6, linear x8) and sliding (theta 1e4, unscaled) layers equal
+    transformers' Gemma3RotaryEmbedding for each layer type."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RotaryEmbedding
+
+    spec = _gemma3()
+    config = transformers.Gemma3TextConfig(head_dim=256, rope_theta=1e6, rope_local_base_freq=1e4,
+                                           rope_scaling={"rope_type": "linear", "factor": 8.0})
+    reference = Gemma3RotaryEmbedding(config)
+    model = build_model(spec, dtype=torch.float32)
+    model.setup_caches(batch=1, max_len=64)
+    positions = torch.arange(64)[None]
+    for table, layer_type in ((model.rope, "full_attention"), (model.rope_local, "sliding_attention")):
+        cos, sin = reference(torch.zeros(1, dtype=torch.float32), positions, layer_type)
+        assert torch.allclose(table[:, 0], cos[0, :, :128], atol=1e-5)
+        assert torch.allclose(table[:, 1], sin[0, :, :128], atol=1e-5)
+
+
+def test_gemma3_sliding_layers_rotate_by_their_base_and_global_layers_by_theta() -> None:
+    """A model whose every layer slides computes, with rope_local_base_freq X, what it computes with rope_theta X
+    and no local base: the sliding layers take the local table, unscaled."""
+    every_layer_slides = {"sliding_window_pattern": 1_000}  # only layer 999, beyond the 6 kept, would be global
+    local = _gemma3(rope_local_base_freq=100.0, **every_layer_slides)
+    plain = _gemma3(rope_theta=100.0, rope_scaling=None, rope_local_base_freq=None, **every_layer_slides)
+    assert len(local.sliding_window_layers) == 6 and plain.rope_local_theta is None
+    tokens = torch.randint(0, 128, (1, 12), generator=torch.Generator().manual_seed(0))
+    out = []
+    for spec in (local, plain):
+        model = build_model(spec, dtype=torch.float64, seed=0)
+        model.setup_caches(batch=1, max_len=12)
+        out.append(model.prefill(tokens))
+    assert torch.equal(out[0], out[1])
+    other = _gemma3(rope_local_base_freq=1e4, **every_layer_slides)
+    model = build_model(other, dtype=torch.float64, seed=0)
+    model.setup_caches(batch=1, max_len=12)
+    assert not torch.allclose(model.prefill(tokens), out[0])

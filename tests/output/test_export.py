@@ -74,7 +74,7 @@ def test_values_as_spreadsheets_and_json_readers_expect() -> None:
 def test_gpu_csv_has_no_float_rounding_tails() -> None:
     from tfcalc.report.presets import preset_rows
 
-    text = to_csv(preset_rows("gpu")[0])
+    text = to_csv(preset_rows("gpu"))
     assert ".0002" not in text and "2039000000000," in text and "e+" not in text
 
 

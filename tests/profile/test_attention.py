@@ -70,7 +70,7 @@ def test_attention_rows_real_timer_cpu() -> None:
 
 def test_attention_rows_exact_with_fake_timer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(timing, "time_call", lambda fn, device, warmup, repeats: (fn(), Timing(
-        0.002, 0.001, 0.004, 0.001, repeats))[1])
+        median_s=0.002, p25_s=0.001, p75_s=0.004, min_s=0.001, repeats=repeats))[1])
     rows = attention_rows(CPU, torch.bfloat16, ["math"], [32], heads=8, kv_heads_list=[2], head_dim=8, batch=3,
                           causal=False, decode_batch=5, peak_flops_per_s=1e9, peak_bytes_per_s=1e8, **FAST)
     prefill, decode = rows
@@ -101,7 +101,7 @@ def test_oom_marks_the_row_and_the_sweep_goes_on(monkeypatch: pytest.MonkeyPatch
         calls.append(1)
         if len(calls) == 1:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8 GiB")
-        return Timing(0.001, 0.001, 0.001, 0.001, repeats)
+        return Timing(median_s=0.001, p25_s=0.001, p75_s=0.001, min_s=0.001, repeats=repeats)
 
     monkeypatch.setattr(timing, "time_call", fake)
     rows = attention_rows(CPU, torch.float32, ["math"], [16, 32], heads=2, kv_heads_list=[2], head_dim=8, batch=1,

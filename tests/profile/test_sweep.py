@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from tfcalc.calc import work
-from tfcalc.calc.calibration import calibration_from_profile_rows, load_calibration
 from tfcalc.calc.params import count_params
 from tfcalc.dtypes import WeightPrecision, get_dtype
 from tfcalc.errors import UsageError
@@ -151,27 +150,15 @@ def test_no_gpu_is_one_clear_error() -> None:
     assert select_devices(None, "cpu") == [torch.device("cpu")]
 
 
-def test_calibration_from_rows_prefers_datasheet() -> None:
-    rows = [{"status": "ok", "device_name": "x", "mfu": 0.5, "mbu_datasheet": 0.8, "mfu_measured": 0.6,
-             "mbu_measured": 0.9}, {"status": "oom", "device_name": "x"},
-            {"status": "ok", "device_name": "x", "mfu": 0.7, "mbu_datasheet": 0.6, "mfu_measured": 0.8,
-             "mbu_measured": 0.7}]
-    calibration = calibration_from_profile_rows(rows)
-    assert calibration["compute_efficiency"] == {"prefill": pytest.approx(0.6), "decode": pytest.approx(0.6)}
-    assert calibration["bandwidth_efficiency"]["decode"] == pytest.approx(0.7)
-    eff = load_calibration(rows, "rows.json")
-    assert eff.bandwidth_decode == pytest.approx(0.7) and "rows.json" in eff.source
-
-
 def test_rows_carry_device_facts_and_say_when_no_preset_matched() -> None:
     from tfcalc.profile.device import DeviceInfo
 
-    unknown = DeviceInfo("cuda:0", "Tesla T4", memory_bytes=16 << 30, memory_clock_hz=5.001e9,
+    unknown = DeviceInfo(device="cuda:0", name="Tesla T4", memory_bytes=16 << 30, memory_clock_hz=5.001e9,
                          memory_bus_width_bits=256)
     columns = profiler.device_columns(unknown)
     assert columns["nvml_bandwidth_bytes_per_s"] == pytest.approx(5.001e9 * 2 * 256 / 8)  # 320 GB/s
     assert "no GPU preset matches 'Tesla T4'" in columns["device_note"]
-    assert profiler.device_columns(DeviceInfo("cpu", "CPU"))["device_note"] is None
+    assert profiler.device_columns(DeviceInfo(device="cpu", name="CPU"))["device_note"] is None
 
 
 def test_layers_that_fit_keep_the_layer_pattern() -> None:
@@ -252,14 +239,16 @@ def _context(gpu_preset: str | None = None, fp8: bool = False) -> profiler.Devic
     from tfcalc.profile.timing import Timing
     from tfcalc.spec.presets import load_gpu
 
-    timing = Timing(1e-3, 1e-3, 1e-3, 1e-3, 1)
-    matmul = {d: Ceiling("matmul", d, 1024, 1e11, timing) for d in ("bf16", "fp32")}
+    timing = Timing(median_s=1e-3, p25_s=1e-3, p75_s=1e-3, min_s=1e-3, repeats=1)
+    matmul = {d: Ceiling(name="matmul", dtype=d, size=1024, value=1e11, timing=timing) for d in ("bf16", "fp32")}
     if fp8:
-        matmul["fp8"] = Ceiling("matmul", "fp8", 1024, 2e11, timing)
+        matmul["fp8"] = Ceiling(name="matmul", dtype="fp8", size=1024, value=2e11, timing=timing)
     device = "cuda:0" if gpu_preset else "cpu"
-    return profiler.DeviceContext(torch.device("cpu"), DeviceInfo(device, "test device", gpu_preset=gpu_preset),
-                               load_gpu(gpu_preset) if gpu_preset else None,
-                               Ceiling("copy", "uint8", 1 << 28, 20e9, timing), matmul, 2)
+    return profiler.DeviceContext(
+        device=torch.device("cpu"), info=DeviceInfo(device=device, name="test device", gpu_preset=gpu_preset),
+        gpu=load_gpu(gpu_preset) if gpu_preset else None,
+        copy=Ceiling(name="copy", dtype="uint8", size=1 << 28, value=20e9, timing=timing), matmul=matmul,
+        parallel_units=2)
 
 
 def test_prediction_on_measured_ceilings_is_the_counted_bytes_over_the_copy_rate() -> None:

@@ -43,7 +43,7 @@ def test_values_dense_and_binary(name: str, gib: int, bf16: float, bandwidth: fl
 
 
 def test_not_the_sparse_figures() -> None:
-    # datasheet "with sparsity" figures (research/facts.yaml *_sparse_tflops) must not appear
+    # datasheet "with sparsity" figures (docs/research/facts.yaml *_sparse_tflops) must not appear
     assert load_gpu("h100-sxm").dense_flops_per_s["fp8"] == pytest.approx(1979e12)  # not 3958
     assert load_gpu("b200").dense_flops_per_s["fp4"] == pytest.approx(9000e12)  # not 18000
     assert "fp8" not in load_gpu("a100-80gb").dense_flops_per_s  # no FP8 on Ampere

@@ -169,8 +169,7 @@ def test_unknown_torch_dtype() -> None:
 def test_every_fixture_loads(name: str) -> None:
     spec = load_hf_config(FIXTURE_DIR / f"{name}.json")
     assert spec.name == name
-    assert spec.extra["model_type"] == fixture(name)["model_type"]
-    assert str(FIXTURE_DIR / f"{name}.json") in spec.source
+    assert spec.num_mtp_layers == fixture(name).get("num_nextn_predict_layers", 0)
 
 
 def test_name_from_folder_and_folder_path(tmp_path: Path) -> None:
@@ -180,6 +179,23 @@ def test_name_from_folder_and_folder_path(tmp_path: Path) -> None:
     assert load_hf_config(folder / "config.json").name == "Meta-Llama-3-8B"
     assert load_hf_config(folder).name == "Meta-Llama-3-8B"
     assert load_hf_config(folder, name="mine").name == "mine"
+
+
+def test_checkpoint_to_serve(tmp_path: Path) -> None:
+    """hf_repo: the folder when the weights are beside config.json, else ``_name_or_path``, else unknown; a
+    ``_name_or_path`` that is no text (or carries control characters) is refused, naming the field."""
+    assert build("llama3-8b").hf_repo is None
+    assert build("llama3-8b", _name_or_path="meta-llama/Meta-Llama-3-8B").hf_repo == "meta-llama/Meta-Llama-3-8B"
+    assert build("llama3-8b", _name_or_path="").hf_repo is None
+    for bad in (7, "a\nb"):
+        with pytest.raises(SpecError, match="llama3-8b.json: field '_name_or_path' must be a repository id"):
+            build("llama3-8b", _name_or_path=bad)
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    write(folder, fixture("llama3-8b", _name_or_path="/train/run-7"))
+    assert load_hf_config(folder).hf_repo == "/train/run-7"
+    (folder / "pytorch_model-00001-of-00002.bin").write_bytes(b"")
+    assert load_hf_config(folder).hf_repo == str(folder)
 
 
 def test_llama3_8b_fields() -> None:
@@ -346,7 +362,7 @@ def test_deepseek_v3_dense_layers_and_mla() -> None:
     assert (s.moe.router_scoring, s.moe.expert_groups, s.moe.groups_per_token) == ("sigmoid", 8, 4)
     assert s.moe.routed_scaling_factor == 2.5
     assert s.native_dtype == "fp8_block"
-    assert "not counted" in s.notes
+    assert s.num_mtp_layers == 1
 
 
 def test_deepseek_moe_layer_freq() -> None:
@@ -422,8 +438,18 @@ def test_rope_parameters_transformers5_format() -> None:
     assert s.rope_scaling == RopeScaling(rope_type="yarn", factor=4.0, original_max_position_embeddings=32768)
     gemma = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
              "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
-    s = build("gemma-3-1b", rope_theta=_DROP, rope_scaling=_DROP, rope_parameters=gemma)
+    s = build("gemma-3-1b", rope_theta=_DROP, rope_scaling=_DROP, rope_parameters=gemma,
+              rope_local_base_freq=_DROP)
     assert (s.rope_theta, s.rope_scaling) == (1e6, RopeScaling(rope_type="linear", factor=8.0))
+    assert s.rope_local_theta == 1e4  # the sliding layers' own base, from their rope_parameters entry
+
+
+def test_gemma3_sliding_layers_have_their_own_rope_base() -> None:
+    assert build("gemma-3-1b").rope_local_theta == 10000.0  # rope_local_base_freq
+    assert build("gemma-3-1b", rope_local_base_freq=_DROP).rope_local_theta == 10000.0  # Gemma3TextConfig default
+    assert build("gemma2-9b").rope_local_theta is None and build("llama3.2-1b").rope_local_theta is None
+    with pytest.raises(SpecError, match="rope_local_base_freq"):
+        build("gemma-3-1b", rope_local_base_freq=-1)
 
 
 def test_rope_theta_family_defaults() -> None:

@@ -3,6 +3,7 @@ number in them names its source."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,15 +12,15 @@ from tfcalc.calc.params import count_params
 from tfcalc.spec.presets import load_model, load_preset_document, preset_names
 
 MODEL_PRESETS = {
-    "llama3-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b",
+    "llama3-8b", "llama3.1-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b",
     "mistral-7b", "mixtral-8x7b", "mixtral-8x22b",
     "qwen2.5-7b", "qwen2.5-72b", "qwen3-30b-a3b", "qwen3-235b-a22b",
     "gemma2-9b", "gemma2-27b", "phi3-mini",
     "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3",
 }
 
-# Exact counts from /work/shared/research/derived.yaml: recomputed by research/derive.py from the sourced
-# configs in facts.yaml (every weight incl. norms and biases, a tied embedding counted once). They are not
+# Exact counts from docs/research/derived.yaml: recomputed by docs/research/derive.py from the sourced
+# configs in docs/research/facts.yaml (every weight incl. norms and biases, a tied embedding counted once). They are not
 # published figures. derived.yaml names: llama-3-8b, llama-3.1-70b, llama-3.1-405b, llama-3.2-1b,
 # llama-3.2-3b, mistral-7b-v0.1, gemma-2-9b, gemma-2-27b, phi-3-mini-4k; the rest match the preset names.
 DERIVED_TOTAL = {
@@ -115,7 +116,7 @@ def test_published_headline_figures() -> None:
     assert _billions(gpt_oss.active_params, 1) == 5.1
 
     # Hugging Face Hub safetensors parameter count shown for meta-llama/Meta-Llama-3-8B: 8.03B
-    # (research/facts.yaml published_total_params_note; the model card says 8B)
+    # (docs/research/facts.yaml published_total_params_note; the model card says 8B)
     assert _billions(count_params(load_model("llama3-8b")).total_params, 2) == 8.03
 
 
@@ -262,6 +263,38 @@ def test_every_alias_resolves_uniquely() -> None:
     assert len(owners) >= 18
 
 
+@pytest.mark.parametrize("name", sorted(MODEL_PRESETS))
+def test_the_checkpoint_to_serve_is_one_of_the_aliases_and_sourced(name: str) -> None:
+    """hf_repo names the checkpoint a serving engine loads (tfcalc capacity's launch lines): a repository id among
+    the preset's aliases (so ``-p HF_REPO`` is this preset), with its reason in the sources."""
+    document = load_preset_document("model", name)
+    repo = document["hf_repo"]
+    assert "/" in repo and repo in document["aliases"], f"{name}: hf_repo {repo} is not one of its aliases"
+    assert "hf_repo" in _sourced_keys(document["sources"])
+    assert load_model(name).hf_repo == repo
+    assert load_model(repo.upper()).hf_repo == repo  # named by it: the id as the preset spells it
+
+
+def test_a_repository_id_alias_is_the_checkpoint_named() -> None:
+    assert load_model("meta-llama/Meta-Llama-3.1-70B").hf_repo == "meta-llama/Meta-Llama-3.1-70B"
+    assert load_model("llama-3.1-70b").hf_repo == "meta-llama/Llama-3.3-70B-Instruct"  # a name, not a repository
+
+
+def test_llama_versions_resolve_to_their_own_presets() -> None:
+    """Llama 3.1 8B (128k, llama3 RoPE scaling) and Llama 3 8B (8k, none) share shapes, not presets."""
+    from tfcalc.spec.presets import find_preset
+
+    for name in ("llama3.1-8b", "Llama-3.1-8B", "meta-llama/Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B-Instruct"):
+        assert find_preset("model", name) == "llama3.1-8b", name
+    for name in ("llama3-8b", "llama3.0-8b", "meta-llama/Meta-Llama-3-8B"):
+        assert find_preset("model", name) == "llama3-8b", name
+    new, old = load_model("llama3.1-8b"), load_model("llama3-8b")
+    assert (new.max_context, old.max_context) == (131072, 8192) and old.rope_scaling is None
+    assert new.rope_scaling is not None and (new.rope_scaling.rope_type, new.rope_scaling.factor) == ("llama3", 8.0)
+    assert new.rope_scaling.original_max_position_embeddings == old.max_context
+    assert count_params(new).total_params == count_params(old).total_params == 8_030_261_248  # facts.md
+
+
 def test_names_are_never_paths() -> None:
     from tfcalc.errors import UsageError
     from tfcalc.spec.presets import find_preset
@@ -270,3 +303,18 @@ def test_names_are_never_paths() -> None:
         assert find_preset("model", name) is None
     with pytest.raises(UsageError, match="unknown model preset"):
         load_model("llama3-7b")
+
+
+def test_an_unknown_repo_id_is_an_unknown_preset_not_a_missing_file() -> None:
+    from tfcalc.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"unknown model preset 'meta-llama/Llama-3.1-8B-FP8' and no such file; "
+                                         r"did you mean llama3.1-8b"):
+        load_model("meta-llama/Llama-3.1-8B-FP8")
+
+
+def test_a_model_file_may_keep_its_notes_and_source(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("vocab_size: 32\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 4\nnum_kv_heads: 4\n"
+                    "head_dim: 16\nintermediate_size: 128\nsource: my notes\nnotes: free text\n")
+    assert load_model(str(path)).name == "mine"

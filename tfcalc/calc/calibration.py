@@ -7,7 +7,8 @@ a GPU's rates (``tfcalc estimate`` and ``tfcalc profile`` alike):
 - an efficiency-factor file, what ``tfcalc profile --save-calibration`` writes (``Efficiency``; schema in
   docs/planning.md): fractions of the peaks reached per phase, compute (GEMM and attention) and memory, which
   replace the rates' own fractions;
-- the JSON rows of a ``tfcalc profile`` run, from which ``calibration_from_profile_rows`` derives those factors.
+- the JSON rows of a ``tfcalc profile`` run, from which ``tfcalc.profile.efficiency`` derives those factors
+  before they reach this module (calc reads no profiler row keys).
 
 The version 2 file:
 
@@ -45,6 +46,7 @@ from tfcalc.calc import kernels
 from tfcalc.calc.comm import COLLECTIVES, fit_link
 from tfcalc.calc.kernels import GEMM_K0, Rates
 from tfcalc.errors import SpecError
+from tfcalc.spec.model import check_float, check_int, in_file
 
 KIND = "tfcalc-calibration"
 VERSION = 2
@@ -78,12 +80,10 @@ def is_calibration_v2(data: object) -> bool:
                                                                         "collectives")))
 
 
-def _positive(value: Any, where: str, integer: bool = False) -> float:
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or value <= 0:
-        kind = "a positive integer" if integer else "a positive number"
-        raise SpecError(f"{where} must be {kind}, got {value!r}")
-    return value
+def _positive(row: dict, field: str, where: str, integer: bool = False) -> float:
+    """A row's field: a positive integer, or a positive finite number (NaN and infinities, which JSON readers
+    accept, too), checked as every spec number is (``tfcalc.spec.model``); the error names the row and the field."""
+    return in_file(where, check_int if integer else check_float, field, row[field])
 
 
 def _rows(data: dict, section: str, fields: tuple[str, ...], origin: str) -> list[dict]:
@@ -121,15 +121,15 @@ def load_calibration_v2(data: dict, origin: str) -> Calibration:
         where = f"{origin}: gemm[{i}]"
         if row["dtype"] not in GEMM_DTYPES:
             raise SpecError(f"{where}: field 'dtype' must be one of {', '.join(GEMM_DTYPES)}, got {row['dtype']!r}")
-        gemm.append((row["dtype"], int(_positive(row["m"], f"{where}: field 'm'", True)),
-                     int(_positive(row["n"], f"{where}: field 'n'", True)),
-                     int(_positive(row["k"], f"{where}: field 'k'", True)),
-                     float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
+        gemm.append((row["dtype"], int(_positive(row, "m", where, True)),
+                     int(_positive(row, "n", where, True)),
+                     int(_positive(row, "k", where, True)),
+                     float(_positive(row, "seconds", where))))
     memory = []
     for i, row in enumerate(_rows(data, "memory", _MEMORY, origin)):
         where = f"{origin}: memory[{i}]"
-        memory.append((float(_positive(row["bytes"], f"{where}: field 'bytes'")),
-                       float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
+        memory.append((float(_positive(row, "bytes", where)),
+                       float(_positive(row, "seconds", where))))
     graph = eager = None
     if data.get("launch") is not None:
         launch = data["launch"]
@@ -140,28 +140,28 @@ def load_calibration_v2(data: dict, origin: str) -> Calibration:
             raise SpecError(f"{origin}: unknown field 'launch.{extra[0]}' (fields: graph_seconds, eager_seconds)")
         if "eager_seconds" not in launch:
             raise SpecError(f"{origin}: launch: missing field 'eager_seconds'")
-        eager = float(_positive(launch["eager_seconds"], f"{origin}: field 'launch.eager_seconds'"))
+        eager = _positive(launch, "eager_seconds", f"{origin}: launch")
         if launch.get("graph_seconds") is not None:
-            graph = float(_positive(launch["graph_seconds"], f"{origin}: field 'launch.graph_seconds'"))
+            graph = _positive(launch, "graph_seconds", f"{origin}: launch")
     attention = []
     for i, row in enumerate(_rows(data, "attention", _ATTENTION, origin)):
         where = f"{origin}: attention[{i}]"
         if row["phase"] not in ("prefill", "decode"):
             raise SpecError(f"{where}: field 'phase' must be prefill or decode, got {row['phase']!r}")
-        ints = [int(_positive(row[f], f"{where}: field '{f}'", True)) for f in _ATTENTION[1:6]]
+        ints = [int(_positive(row, f, where, True)) for f in _ATTENTION[1:6]]
         if ints[1] % ints[2]:
             raise SpecError(f"{where}: field 'kv_heads' ({ints[2]}) must divide 'heads' ({ints[1]})")
-        attention.append((row["phase"], *ints, float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
+        attention.append((row["phase"], *ints, float(_positive(row, "seconds", where))))
     collectives = []
     for i, row in enumerate(_rows(data, "collectives", _COLLECTIVES, origin)):
         where = f"{origin}: collectives[{i}]"
         if row["op"] not in COLLECTIVES:
             raise SpecError(f"{where}: field 'op' must be one of {', '.join(COLLECTIVES)}, got {row['op']!r}")
-        ranks = int(_positive(row["ranks"], f"{where}: field 'ranks'", True))
+        ranks = int(_positive(row, "ranks", where, True))
         if ranks < 2:
             raise SpecError(f"{where}: field 'ranks' must be at least 2, got {ranks}")
-        collectives.append((row["op"], ranks, float(_positive(row["bytes"], f"{where}: field 'bytes'")),
-                            float(_positive(row["seconds"], f"{where}: field 'seconds'"))))
+        collectives.append((row["op"], ranks, float(_positive(row, "bytes", where)),
+                            float(_positive(row, "seconds", where))))
     if not (gemm or memory or attention or collectives or eager is not None):
         raise SpecError(f"{origin}: no measurements (give at least one of gemm, memory, launch, attention, "
                         "collectives)")
@@ -228,7 +228,8 @@ def fit_rates(base: Rates, cal: Calibration) -> Rates:
         attn_floor = floors.get("attention", 0.0)
         values = []
         for _, batch, heads, _kv, head_dim, seq, t in prefill:
-            modelled = kernels.flash_prefill(unit, batch, seq, 0, heads, head_dim, head_dim, None, 0.0, 0.0).seconds
+            modelled = kernels.flash_prefill(unit, seqs=batch, tokens=seq, past=0, heads=heads, qk_dim=head_dim,
+                                             v_dim=head_dim, window=None, kv_bytes_read=0.0, exact_flops=0.0).seconds
             if t > attn_floor:
                 values.append(modelled / (t - attn_floor))
         fitted = _median(values)
@@ -272,11 +273,9 @@ class Efficiency:
     source: str
 
 
-def load_efficiency(data: dict | list, origin: str) -> Efficiency:
-    """An efficiency-factor mapping (or the rows of a ``tfcalc profile`` JSON file, from which the factors are
-    derived), checked strictly: every factor a number in (0, 1]; one-line SpecError otherwise."""
-    if isinstance(data, list):
-        data = calibration_from_profile_rows(data, origin)
+def load_efficiency(data: dict, origin: str) -> Efficiency:
+    """An efficiency-factor mapping, checked strictly: every factor a number in (0, 1]; one-line SpecError
+    otherwise."""
     unknown = sorted(set(data) - _EFFICIENCY_TOP)
     if unknown:
         raise SpecError(f"{origin}: unknown calibration field '{unknown[0]}' (allowed: "
@@ -298,37 +297,6 @@ def load_efficiency(data: dict | list, origin: str) -> Efficiency:
     return Efficiency(**values, source=f"calibration {origin}" + (f" ({device})" if device else ""))
 
 
-def calibration_from_profile_rows(rows: list[dict], origin: str = "profile rows") -> dict[str, object]:
-    """Measured efficiencies for ``--calibration``: compute from prefill MFU, bandwidth from decode MBU (medians
-    over ok rows), against the datasheet when a preset matched, else the measured ceilings.
-
-    Decode is memory-bound and prefill compute-bound, so each phase measures one resource well; both phases
-    take the same two factors (a decode 'compute efficiency' taken from a memory-bound step would be tiny and
-    would wrongly make the model compute-bound).
-    """
-    ok = [r for r in rows if isinstance(r, dict) and str(r.get("status", "")).startswith("ok")]
-    if not ok:
-        raise SpecError(f"{origin}: no successfully measured profile rows to calibrate from")
-    datasheet = all(r.get("mfu") is not None and r.get("mbu_datasheet") is not None for r in ok)
-    compute_key, bandwidth_key = ("mfu", "mbu_datasheet") if datasheet else ("mfu_measured", "mbu_measured")
-    try:
-        compute = statistics.median(float(str(r[compute_key])) for r in ok)
-        bandwidth = statistics.median(float(str(r[bandwidth_key])) for r in ok)
-    except (KeyError, ValueError):
-        raise SpecError(f"{origin}: profile rows without a numeric '{compute_key}' and '{bandwidth_key}'") from None
-
-    def clamp(value: float) -> float:  # efficiencies live in (0, 1]
-        return min(max(value, 1e-6), 1.0)
-
-    return {
-        "device_name": str(ok[0].get("device_name", "")),
-        "compute_efficiency": {"prefill": clamp(compute), "decode": clamp(compute)},
-        "bandwidth_efficiency": {"prefill": clamp(bandwidth), "decode": clamp(bandwidth)},
-        "source": "tfcalc profile: median prefill MFU and decode MBU of "
-                  f"{len(ok)} rows, against {'the datasheet peaks' if datasheet else 'the measured ceilings'}",
-    }
-
-
 # --- any calibration, applied -------------------------------------------------------------------------------------
 
 
@@ -336,8 +304,9 @@ def load_calibration(data: object, origin: str) -> Calibration | Efficiency:
     """Any input ``--calibration`` takes (module docstring), validated."""
     if is_calibration_v2(data):
         return load_calibration_v2(data, origin)  # type: ignore[arg-type]
-    if not isinstance(data, (dict, list)):
-        raise SpecError(f"{origin}: a calibration must be a JSON object or a list of profile rows")
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: a calibration must be a JSON object (profile rows are turned into one by "
+                        "tfcalc.profile.efficiency first)")
     return load_efficiency(data, origin)
 
 

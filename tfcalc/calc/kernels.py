@@ -230,7 +230,7 @@ def _tiles(tokens: int, past: int, window: int | None) -> tuple[float, float, in
     return total, longest, q_tiles
 
 
-def flash_prefill(rates: Rates, seqs: int, tokens: int, past: int, heads: int, qk_dim: int, v_dim: int,
+def flash_prefill(rates: Rates, *, seqs: int, tokens: int, past: int, heads: int, qk_dim: int, v_dim: int,
                   window: int | None, kv_bytes_read: float, exact_flops: float) -> Cost:
     """Causal flash attention for ``seqs`` sequences of ``tokens`` new tokens after ``past`` cached ones.
 
@@ -376,7 +376,7 @@ def routed_rows(experts: int, top_k: int, tokens: int, skew: float = 0.0) -> tup
     return distinct_experts(experts, top_k, tokens, skew), padded
 
 
-def moe_experts(rates: Rates, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
+def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
                 expert_width: int, gated: bool, weight_bits: float, compute: str, dequant: str = "",
                 act_bytes: float = 2.0, skew: float = 0.0) -> Cost:
     """Fused MoE (route, permute, grouped gate/up GEMM, activation, grouped down GEMM, combine) on one GPU.

@@ -56,10 +56,11 @@ def kv_cache_bytes(spec: ModelSpec, kv_dtype: DType, context: int, batch: int = 
 
 
 def attention_variants(spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
-    """The same model as MHA, as configured, and as MQA, for ``--compare-attention``.
+    """The same model as MHA, as configured (``spec`` itself), and as MQA, for ``--compare-attention``:
+    (attention kind, variant) pairs, one per kind.
 
-    For an MLA model the comparison is the materialised MHA cache (K of qk_head_dim and V of v_head_dim per
-    head, what non-absorbed MLA kernels store), the latent as configured, and a single-head MQA cache.
+    For an MLA model the MHA variant is the materialised cache (K of qk_head_dim and V of v_head_dim per head, what
+    non-absorbed MLA kernels store), then the latent as configured, then a single-head MQA cache.
     """
     if spec.mla is not None:
         m = spec.mla
@@ -68,16 +69,11 @@ def attention_variants(spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
         # An MHA cache with head_dim = (qk + v) / 2 holds exactly heads x (qk + v) elements per layer.
         mha = replace(spec, mla=None, num_kv_heads=heads, head_dim=mha_elements // (2 * heads))
         mqa = replace(spec, mla=None, num_kv_heads=1, head_dim=(m.qk_head_dim + m.v_head_dim) // 2)
-        return [("MHA (materialised K/V)", mha), ("MLA (as configured)", spec), ("MQA", mqa)]
-    variants = [("MHA", replace(spec, num_kv_heads=spec.num_attention_heads))]
-    if spec.attention_kind == "GQA":
-        variants.append((f"GQA (as configured, {spec.num_kv_heads} KV heads)", spec))
-    variants.append(("MQA", replace(spec, num_kv_heads=1)))
-    if spec.attention_kind == "MHA":
-        variants[0] = ("MHA (as configured)", variants[0][1])
-    elif spec.attention_kind == "MQA":
-        variants[-1] = ("MQA (as configured)", spec)
-    return variants
+        return [("MHA", mha), ("MLA", spec), ("MQA", mqa)]
+    variants = {"MHA": replace(spec, num_kv_heads=spec.num_attention_heads), "GQA": spec,
+                "MQA": replace(spec, num_kv_heads=1)}
+    variants[spec.attention_kind] = spec
+    return [(kind, variant) for kind, variant in variants.items() if kind != "GQA" or spec.attention_kind == "GQA"]
 
 
 def default_kv_dtype(spec: ModelSpec) -> DType:

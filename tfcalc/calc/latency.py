@@ -215,7 +215,7 @@ def _stages(spec: ModelSpec, pp: int) -> tuple[_Stage, ...]:
     return tuple(out)
 
 
-def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, tp: int, ep: int, dp: int,
+def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, tp: int, ep: int,
           compute: str) -> _Dims:
     h = spec.hidden_size
     heads = spec.num_attention_heads // tp
@@ -292,7 +292,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                       kernels=engine, rates_prefill=rates_prefill or base, rates_decode=rates_decode or base,
                       intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,
                       algorithm=algorithm or interconnect.algorithm, routing_skew=routing_skew,
-                      dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, dp, compute), stages=_stages(spec, pp))
+                      dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute), stages=_stages(spec, pp))
 
 
 def _generic_link(gpu: GPUSpec) -> Interconnect:
@@ -420,7 +420,7 @@ class _Step:
         by = acc.by_bound
         by[bound] = by.get(bound, 0.0) + k * seconds
 
-    def add_comm(self, t: comm.CommTime, link_bandwidth: float, kind: str, launch: float) -> None:
+    def add_comm(self, t: comm.CommTime, link_bandwidth: float, kind: str) -> None:
         if t.seconds == 0:
             return
         acc, k = self.groups["communication"], self.mult
@@ -544,8 +544,9 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
         held = min(p + n, window) if window else p + n
         read = shape.prefill_seqs * held * (kvb if p else 0.0)
         s.groups["attention"].kv_bytes += s.mult * read
-        s.add("attention", kernels.flash_prefill(r, shape.prefill_seqs, n, p, dm.heads, qk_dim, v_dim, window,
-                                                 read, exact))
+        s.add("attention", kernels.flash_prefill(r, seqs=shape.prefill_seqs, tokens=n, past=p, heads=dm.heads,
+                                                 qk_dim=qk_dim, v_dim=v_dim, window=window, kv_bytes_read=read,
+                                                 exact_flops=exact))
     if shape.decode_seqs:
         ctx = shape.decode_context
         held = min(ctx, window) if window else ctx
@@ -580,26 +581,27 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
         _gemm(s, "moe", m, h, dm.shared_width, dm.shared, eng)
     routed_tokens = m * d.dp  # every replica's tokens reach the experts of the group
     mode = dm.experts_mode
-    s.add("moe", kernels.moe_experts(s.rates, routed_tokens, dm.experts_local, dm.experts, dm.top_k, h,
-                                     int(dm.expert_width) or 1, dm.gated, mode.bits, mode.compute,
-                                     mode.dequant, skew=d.routing_skew), mode.compute)
+    s.add("moe", kernels.moe_experts(s.rates, tokens=routed_tokens, experts_local=dm.experts_local,
+                                     experts_total=dm.experts, top_k=dm.top_k, hidden=h,
+                                     expert_width=int(dm.expert_width) or 1, gated=dm.gated, weight_bits=mode.bits,
+                                     compute=mode.compute, dequant=mode.dequant, skew=d.routing_skew), mode.compute)
     if d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
         send = m / d.tp * dm.top_k * h * ACT_BYTES
         fabric = _group_link(d, d.ep)
         link = fabric.nccl.ideal() if ideal else fabric.nccl
         for _ in range(2):
-            s.add_comm(comm.all_to_all(send, d.ep, link), link.bandwidth_bytes_per_s, "ep", link.launch_s)
+            s.add_comm(comm.all_to_all(send, d.ep, link), link.bandwidth_bytes_per_s, "ep")
 
 
 def _layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, moe: bool, ideal: bool) -> None:
     _attention_layer(s, d, shape, sliding)
     if d.tp > 1:
         t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
-        s.add_comm(t, bw, "tp", 0.0)
+        s.add_comm(t, bw, "tp")
     _ffn_layer(s, d, shape, moe, ideal)
     if d.tp > 1:
         t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
-        s.add_comm(t, bw, "tp", 0.0)
+        s.add_comm(t, bw, "tp")
 
 
 def _head(s: _Step, d: Deployment, shape: StepShape, first: bool, last: bool, ideal: bool) -> None:
@@ -610,7 +612,7 @@ def _head(s: _Step, d: Deployment, shape: StepShape, first: bool, last: bool, id
                            ideal_bytes=gathered)  # embedding gather
         if d.tp > 1:
             t, bw = _all_reduce(d, m * dm.h * ACT_BYTES, d.tp, ideal)
-            s.add_comm(t, bw, "tp", 0.0)
+            s.add_comm(t, bw, "tp")
     if last and shape.sampled:
         rows = shape.sampled
         _elementwise_group(s, "lm_head", 2 * rows * dm.h * ACT_BYTES)  # final norm of the sampled rows
@@ -619,7 +621,7 @@ def _head(s: _Step, d: Deployment, shape: StepShape, first: bool, last: bool, id
             fabric = _group_link(d, d.tp)
             link = fabric.nccl.ideal() if ideal else fabric.nccl
             s.add_comm(comm.all_gather(rows * dm.vocab * d.tp * ACT_BYTES, d.tp, link), link.bandwidth_bytes_per_s,
-                       "tp", link.launch_s)
+                       "tp")
         _elementwise_group(s, "lm_head", 2 * rows * dm.vocab * d.tp * 4, kernels_count=2,
                            ideal_bytes=rows * dm.vocab * 4)  # fp32 logits: softmax/top-k, sampling
 

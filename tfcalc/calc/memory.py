@@ -38,17 +38,10 @@ def weights_bytes(counts: ParamCounts, precision: WeightPrecision) -> int:
     return sum(weights_bytes_by_component(counts, precision).values())
 
 
-ACTIVATION_FORMULA = (
-    "activation workspace = T x (2h + max(attention width, FFN width)) x activation bytes + batch x vocab x 4 "
-    "(fp32 logits of the last position); T = min(batch x context, prefill chunk) tokens in one forward pass; "
-    "attention width = (heads + 2 kv_heads) x head_dim + heads x head_dim; FFN width = 3 x intermediate "
-    "(gate, up, product) of the widest FFN the tokens pass (top-k experts for MoE)"
-)
-
-
 def activation_workspace_bytes(spec: ModelSpec, batch: int, context: int, activation_dtype: DType,
                                prefill_chunk_tokens: int, tp: int = 1) -> int:
-    """Peak transient activations of one forward pass, as in ``ACTIVATION_FORMULA`` (an estimate, not a bound).
+    """Peak transient activations of one forward pass (an estimate, not a bound): T x (2h + max(attention width,
+    FFN width)) x activation bytes + batch x vocab x 4 (fp32 logits), T = min(batch x context, prefill chunk).
 
     With tensor parallelism each GPU holds 1/tp of the attention/FFN widths and of the logits.
     """

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tfcalc.spec.model import ACTIVE_CONVENTIONS, PARAM_COMPONENTS, ModelSpec
+from tfcalc.dtypes import PARAM_COMPONENTS
+from tfcalc.spec.model import ACTIVE_CONVENTIONS, ModelSpec
 
-COMPONENTS = PARAM_COMPONENTS
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Params:
     """Elements in weight matrices and in 1-D tensors (biases, norms, sinks)."""
 
@@ -27,15 +26,15 @@ class Params:
         return self.matrix + self.vector
 
     def __add__(self, other: Params) -> Params:
-        return Params(self.matrix + other.matrix, self.vector + other.vector)
+        return Params(matrix=self.matrix + other.matrix, vector=self.vector + other.vector)
 
     def __mul__(self, factor: int) -> Params:
-        return Params(self.matrix * factor, self.vector * factor)
+        return Params(matrix=self.matrix * factor, vector=self.vector * factor)
 
     __rmul__ = __mul__
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ParamCounts:
     """Per-component totals and the part of each that one token touches."""
 
@@ -52,7 +51,7 @@ class ParamCounts:
         return sum(p.total for p in self.active.values())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TPShape:
     """One component's parameters as tensor parallelism lays them out (Megatron-LM / vLLM linear layers).
 
@@ -72,7 +71,7 @@ class TPShape:
 
     def per_rank(self, tp: int, kv_heads_per_rank: int = 0) -> Params:
         """What one of ``tp`` ranks holds: split / tp + replicated + its KV heads."""
-        return (Params(self.split.matrix // tp, self.split.vector // tp) + self.replicated
+        return (Params(matrix=self.split.matrix // tp, vector=self.split.vector // tp) + self.replicated
                 + self.per_kv_head * kv_heads_per_rank)
 
 
@@ -96,18 +95,18 @@ def attention_shape(spec: ModelSpec) -> TPShape:
         m = spec.mla
         q_out, kv_a_out = nh * m.qk_head_dim, m.kv_lora_rank + m.qk_rope_head_dim
         if m.q_lora_rank is not None:
-            q_split = Params(m.q_lora_rank * q_out)
-            q_replicated = Params(h * m.q_lora_rank, m.q_lora_rank if spec.qkv_bias else 0)
+            q_split = Params(matrix=m.q_lora_rank * q_out)
+            q_replicated = Params(matrix=h * m.q_lora_rank, vector=m.q_lora_rank if spec.qkv_bias else 0)
         else:  # q_proj has no bias even when attention_bias is set (transformers DeepseekV2Attention)
-            q_split, q_replicated = Params(h * q_out), Params()
-        kv_replicated = Params(h * kv_a_out, kv_a_out if spec.qkv_bias else 0)
+            q_split, q_replicated = Params(matrix=h * q_out), Params()
+        kv_replicated = Params(matrix=h * kv_a_out, vector=kv_a_out if spec.qkv_bias else 0)
         kv_b, o = m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim), nh * m.v_head_dim * h
-        split = q_split + Params(kv_b + o)
+        split = q_split + Params(matrix=kv_b + o)
         return TPShape(split=split, replicated=q_replicated + kv_replicated + o_bias)
     d = spec.head_dim
     q_out = nh * d
-    split = Params(2 * h * q_out, (q_out if spec.qkv_bias else 0) + (nh if spec.attention_sinks else 0))
-    per_kv_head = Params(2 * h * d, 2 * d if spec.qkv_bias else 0)
+    split = Params(matrix=2 * h * q_out, vector=(q_out if spec.qkv_bias else 0) + (nh if spec.attention_sinks else 0))
+    per_kv_head = Params(matrix=2 * h * d, vector=2 * d if spec.qkv_bias else 0)
     return TPShape(split=split, replicated=o_bias, per_kv_head=per_kv_head)
 
 
@@ -133,7 +132,8 @@ def ffn_shape(spec: ModelSpec, intermediate: int, bias: bool) -> TPShape:
     biases 2I (or I) split + h (down, added after the all-reduce) replicated."""
     h = spec.hidden_size
     gated = spec.ffn_kind == "gated"
-    split = Params((3 if gated else 2) * h * intermediate, (2 if gated else 1) * intermediate if bias else 0)
+    split = Params(matrix=(3 if gated else 2) * h * intermediate,
+                   vector=(2 if gated else 1) * intermediate if bias else 0)
     return TPShape(split=split, replicated=Params(vector=h if bias else 0))
 
 
@@ -160,7 +160,7 @@ def router_params(spec: ModelSpec) -> Params:
         return Params()
     vector = (moe.num_experts if moe.router_bias else 0) + (moe.num_experts if moe.router_score_correction_bias
                                                             else 0)
-    return Params(spec.hidden_size * moe.num_experts, vector)
+    return Params(matrix=spec.hidden_size * moe.num_experts, vector=vector)
 
 
 def final_norm_params(spec: ModelSpec) -> Params:
@@ -173,8 +173,8 @@ def count_params(spec: ModelSpec) -> ParamCounts:
     Identical layers are counted once and multiplied (dense layers, MoE layers), so the cost does not grow with
     the layer count."""
     h, v = spec.hidden_size, spec.vocab_size
-    total = {name: Params() for name in COMPONENTS}
-    active = {name: Params() for name in COMPONENTS}
+    total = {name: Params() for name in PARAM_COMPONENTS}
+    active = {name: Params() for name in PARAM_COMPONENTS}
 
     def add(component: str, p: Params, active_part: Params | None = None) -> None:
         total[component] = total[component] + p
@@ -195,4 +195,4 @@ def count_params(spec: ModelSpec) -> ParamCounts:
         add("experts", expert * (moe.num_experts * moe_layers), expert * (moe.experts_per_token * moe_layers))
         add("shared_experts", shared_experts_shape(spec).total() * moe_layers)
         add("router", router_params(spec) * moe_layers)
-    return ParamCounts(total, active, ACTIVE_CONVENTIONS[spec.active_params_convention])
+    return ParamCounts(total=total, active=active, convention=ACTIVE_CONVENTIONS[spec.active_params_convention])

@@ -27,6 +27,7 @@ from functools import lru_cache
 
 from tfcalc.calc import engine as eng
 from tfcalc.calc.memory import activation_workspace_bytes
+from tfcalc.calc.params import Params
 from tfcalc.calc.shard import (
     Parallelism,
     Shard,
@@ -190,7 +191,7 @@ def _engine_shard(spec: ModelSpec, par: Parallelism, engine: EngineSpec | None, 
         vector = ((2 if gated else 1) * inter + h) if moe.expert_bias else 0
         if (h, inter) != (spec.hidden_size, moe.expert_intermediate_size // expert_tp(par)):
             padded = (h, inter)
-        sh = replace(sh, expert=type(sh.expert)(matrix, vector))
+        sh = replace(sh, expert=Params(matrix=matrix, vector=vector))
     return sh, rows, padded
 
 

@@ -44,7 +44,7 @@ from tfcalc.errors import UsageError
 from tfcalc.spec.model import ModelSpec
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Parallelism:
     tp: int = 1
     pp: int = 1
@@ -78,10 +78,10 @@ def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: 
             raise UsageError(f"ep {ep} does not divide the {spec.moe.num_experts} experts of {n}")
         if (num_gpus // pp) % ep:
             raise UsageError(f"ep {ep} does not divide the {num_gpus // pp} GPUs of one pipeline stage")
-    return Parallelism(tp, pp, ep, num_gpus // (tp * pp))
+    return Parallelism(tp=tp, pp=pp, ep=ep, dp=num_gpus // (tp * pp))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Shard:
     """Weight elements one GPU holds (per layer where marked) and its KV elements per token per layer."""
 

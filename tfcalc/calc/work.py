@@ -31,7 +31,7 @@ from tfcalc.spec.model import ModelSpec
 ACTIVATION_BYTES = 2  # bf16 hidden states
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Model:
     """A model in some weight and KV formats, with its per-component shapes (``tfcalc.calc.plan.shard``)."""
 
@@ -109,7 +109,7 @@ def _kv_tokens(m: Model, context: int) -> int:
     return sum(tokens_held(m.spec, layer, context) for layer in range(m.spec.num_layers))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Work:
     """FLOPs and bytes of one phase on one GPU."""
 
@@ -133,7 +133,7 @@ def prefill_work(m: Model, batch: int, prompt_len: int, distinct_experts: dict[i
     kv_written = float(m.kv_dtype.bytes_for(batch * _kv_tokens(m, prompt_len) * m.sh.kv_elements))
     hidden = 4 * tokens * h * ACTIVATION_BYTES * spec.num_layers
     nbytes = float(weights_read + head_read + gathered) + hidden + kv_written
-    return Work(flops, nbytes)
+    return Work(flops=flops, bytes=nbytes)
 
 
 def decode_work(m: Model, batch: int, context: int, distinct_experts: dict[int, float] | None = None) -> Work:
@@ -151,11 +151,12 @@ def decode_work(m: Model, batch: int, context: int, distinct_experts: dict[int, 
     hidden = 4 * batch * h * ACTIVATION_BYTES * spec.num_layers
     weights = float(weights_read + head_read + gathered)
     nbytes = weights + kv_read + kv_write + logits + hidden
-    return Work(flops, nbytes)
+    return Work(flops=flops, bytes=nbytes)
 
 
 def make_model(spec: ModelSpec, precision: WeightPrecision, kv_dtype: DType, tp: int = 1, ep: int = 1) -> Model:
     """``spec`` on one GPU of a ``tp``-way tensor-parallel group (its experts over ``ep`` GPUs: ep / tp attention
     replicas when ep > tp), in the given weight and KV formats."""
     gpus = tp * (ep // tp if ep > tp else 1)
-    return Model(spec, shard(spec, check_parallelism(spec, gpus, tp, 1, ep)), precision, kv_dtype)
+    return Model(spec=spec, sh=shard(spec, check_parallelism(spec, gpus, tp, 1, ep)), precision=precision,
+                 kv_dtype=kv_dtype)

@@ -43,7 +43,7 @@ def build_app(names: Iterable[str] = COMMANDS) -> typer.Typer:
     from tfcalc.cli.common import TfcalcGroup
 
     root = typer.Typer(name="tfcalc", help=HELP, no_args_is_help=True, pretty_exceptions_enable=False,
-                       add_completion=False, cls=TfcalcGroup,
+                       add_completion=True, cls=TfcalcGroup,
                        context_settings={"help_option_names": ["-h", "--help"]})
 
     @root.callback()

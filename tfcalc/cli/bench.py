@@ -14,15 +14,14 @@ from typing import Annotated
 import typer
 
 from tfcalc.cli.common import FormatOpt, OutputOpt, handle_errors
-from tfcalc.errors import TfcalcError, UsageError
-from tfcalc.output import Column, emit, show_progress
-from tfcalc.units import parse_size, parse_sizes, split_list
+from tfcalc.errors import TfcalcError, UsageError, missing_torch_message
+from tfcalc.output import emit, pick, show_progress, varies, wide
+from tfcalc.units import format_si, parse_size, parse_sizes, split_list
 
 app = typer.Typer(help="Component benchmarks: SDPA attention backends, MoE vs dense FFN, copy and matmul ceilings, "
                   "collectives over ranks, and a calibration file for 'tfcalc estimate'.",
                   no_args_is_help=True)
 
-TORCH_MISSING = "the profiler needs PyTorch: pip install 'tfcalc[profile]'"
 
 DeviceOpt = Annotated[str, typer.Option(
     "--device", help="cuda | cpu. Default cuda; without a visible GPU pass --device cpu.")]
@@ -47,7 +46,7 @@ def profile_modules(name: str) -> tuple[ModuleType, ModuleType]:
         return importlib.import_module(f"tfcalc.profile.{name}"), importlib.import_module("tfcalc.profile.device")
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] == "torch":
-            raise TorchMissing(TORCH_MISSING) from None
+            raise TorchMissing(missing_torch_message()) from None
         raise
 
 
@@ -72,15 +71,10 @@ def clear_progress(show: Callable[[str], None] | None) -> None:
 
 # --- attention -------------------------------------------------------------------------------------------------
 
-ATTENTION_COLUMNS = [
-    Column("device", "device"), Column("backend", "backend"), Column("backend_ran", "ran"), Column("dtype", "dtype"),
-    Column("batch", "B", "int"),
-    Column("heads", "H", "int"), Column("kv_heads", "Hkv", "int"), Column("head_dim", "D", "int"),
-    Column("seq_len", "T", "int"), Column("phase", "phase"), Column("time_s", "time", "seconds"),
-    Column("flops_per_s", "compute", "si", "FLOP/s"), Column("bytes_per_s", "K+V read", "si", "B/s"),
-    Column("flops_fraction_of_peak", "of peak FLOP/s", "percent"),
-    Column("bandwidth_fraction_of_peak", "of peak BW", "percent"), Column("status", "status"),
-]
+ATTENTION_COLUMNS = pick(
+    varies("device"), "backend", "backend_ran", varies("dtype", "batch"), "heads", "kv_heads", "head_dim", "seq_len",
+    "phase", "time_s", "flops_per_s", "bytes_per_s", "flops_fraction_of_peak", "bandwidth_fraction_of_peak", "status",
+)
 
 CPU_ATTENTION = {"seq_len": ["128,512"], "heads": 8, "kv_heads": ["8,2"], "head_dim": 64, "decode_batch": 4}
 GPU_ATTENTION = {"seq_len": ["1k,4k,16k"], "heads": 32, "kv_heads": ["32,8,1"], "head_dim": 128, "decode_batch": 16}
@@ -158,14 +152,11 @@ def attention(
 
 # --- moe -------------------------------------------------------------------------------------------------------
 
-MOE_COLUMNS = [
-    Column("device", "device"), Column("dtype", "dtype"), Column("tokens", "tokens", "int"),
-    Column("moe_time_s", "MoE time", "seconds"), Column("moe_tokens_per_s", "MoE", "rate", "tok/s"),
-    Column("dense_tokens_per_s", "dense", "rate", "tok/s"), Column("moe_over_dense", "MoE/dense", "float"),
-    Column("max_tokens_per_expert", "max/expert", "int"), Column("mean_tokens_per_expert", "mean/expert", "float"),
-    Column("load_imbalance", "max/mean", "float"), Column("distinct_experts", "distinct", "int"),
-    Column("expected_distinct_experts", "expected distinct", "float"), Column("status", "status"),
-]
+MOE_COLUMNS = pick(
+    varies("device", "dtype"), "tokens", "moe_time_s", "moe_tokens_per_s", "dense_tokens_per_s", "moe_over_dense",
+    wide("max_tokens_per_expert", "mean_tokens_per_expert"), "load_imbalance", "distinct_experts",
+    "expected_distinct_experts", "status",
+)
 
 
 @app.command("moe")
@@ -226,12 +217,10 @@ def moe(
 
 # --- ceilings --------------------------------------------------------------------------------------------------
 
-CEILING_COLUMNS = [
-    Column("device", "device"), Column("ceiling", "ceiling"), Column("dtype", "dtype"), Column("size", "size", "int"),
-    Column("size_unit", "of"), Column("time_s", "time", "seconds"), Column("bytes_per_s", "copy", "si", "B/s"),
-    Column("flops_per_s", "matmul", "si", "FLOP/s"), Column("spread", "IQR/median", "percent"),
-    Column("status", "status"),
-]
+CEILING_COLUMNS = pick(
+    varies("device"), "ceiling", "dtype", "size", wide("size_unit"), "time_s", "bytes_per_s", "flops_per_s", "spread",
+    "status",
+)
 
 
 @app.command("ceilings")
@@ -269,36 +258,30 @@ def ceilings(
 
 # --- calibrate -------------------------------------------------------------------------------------------------
 
-CALIBRATE_COLUMNS = [
-    Column("sweep", "sweep"), Column("shape", "shape"), Column("time_s", "time", "seconds"),
-    Column("rate", "rate"), Column("device", "device"),
-]
+CALIBRATE_COLUMNS = pick("sweep", "shape", "time_s", "flops_per_s", "bytes_per_s", varies("device"))
 
 
 def _calibration_rows(data: dict) -> list[dict]:
-    """The measurements as table rows (shape and achieved rate in words, exact values in CSV/JSON)."""
-    from tfcalc.output.columns import format_si
-
+    """The measurements as table rows: what was timed (the shape in words) and its rate, exact in CSV/JSON."""
     rows: list[dict] = []
     device = data["device_name"]
     for r in data["gemm"]:
         flops = 2 * r["m"] * r["n"] * r["k"]
         rows.append({"sweep": f"gemm {r['dtype']}", "shape": f"{r['m']} x {r['n']} x {r['k']}", "time_s": r["seconds"],
-                     "rate": format_si(flops / r["seconds"], "FLOP/s"), "flops_per_s": flops / r["seconds"],
-                     "device": device, **{k: r[k] for k in ("dtype", "m", "n", "k")}})
+                     "flops_per_s": flops / r["seconds"], "device": device,
+                     **{k: r[k] for k in ("dtype", "m", "n", "k")}})
     for r in data["memory"]:
         rows.append({"sweep": "copy", "shape": f"{r['bytes']:,} B moved", "time_s": r["seconds"],
-                     "rate": format_si(r["bytes"] / r["seconds"], "B/s"), "bytes_per_s": r["bytes"] / r["seconds"],
-                     "device": device, "bytes": r["bytes"]})
+                     "bytes_per_s": r["bytes"] / r["seconds"], "device": device, "bytes": r["bytes"]})
     launch = data["launch"]
     for kind in ("graph", "eager"):
         value = launch[f"{kind}_seconds"]
         if value is not None:
             rows.append({"sweep": "launch", "shape": f"tiny kernel, {'CUDA graph' if kind == 'graph' else 'eager'}",
-                         "time_s": value, "rate": "per kernel", "device": device})
+                         "time_s": value, "device": device})
     for r in data["attention"]:
         rows.append({"sweep": f"attention {r['phase']}", "shape": f"B {r['batch']}, H {r['heads']}/{r['kv_heads']}, "
-                     f"D {r['head_dim']}, T {r['seq_len']:,}", "time_s": r["seconds"], "rate": "", "device": device,
+                     f"D {r['head_dim']}, T {r['seq_len']:,}", "time_s": r["seconds"], "device": device,
                      **{k: r[k] for k in ("phase", "batch", "heads", "kv_heads", "head_dim", "seq_len")}})
     return rows
 
@@ -375,12 +358,8 @@ def _residuals(fit) -> str:  # noqa: ANN001 - tfcalc.calc.comm.LinkFit
     return f"residuals rms {fit.rms_residual:.1%}, max {fit.max_residual:.1%}{left_out}"
 
 
-COLLECTIVE_COLUMNS = [
-    Column("op", "op"), Column("ranks", "ranks", "int"), Column("bytes", "size", "bytes"),
-    Column("time_s", "time", "seconds"), Column("algbw_bytes_per_s", "algbw", "si", "B/s"),
-    Column("busbw_bytes_per_s", "busbw", "si", "B/s"), Column("fit_residual", "fit residual", "percent"),
-    Column("status", "status"),
-]
+COLLECTIVE_COLUMNS = pick("op", varies("world_size"), "bytes", "time_s", "algbw_bytes_per_s", "busbw_bytes_per_s",
+                          "fit_residual", varies("fit_outlier"), "status", wide("fitted_time_s"))
 CPU_COLLECTIVES = {"max_size": "4m", "dtype": "fp32", "iters": 5}
 GPU_COLLECTIVES = {"max_size": "1g", "dtype": "bf16", "iters": 20}
 
@@ -470,11 +449,10 @@ def collectives(
     fits = module.fits_by_op(results, world)
     rows = module.rows(results, world, got["backend"], got["device"], got["dtype"], fits)
     from tfcalc.calc.comm import fit_link
-    from tfcalc.output.columns import format_si
 
-    pick = "median" if device == "cuda" else "fastest"
+    kept = "median" if device == "cuda" else "fastest"
     notes = [f"{got['backend']} over {world} ranks, {got['dtype']}: time = {job.iters} calls back to back / "
-             f"{job.iters}, averaged over the ranks, {pick} of {repeats} after {warmup} warm-up; size S, algbw = S / "
+             f"{job.iters}, averaged over the ranks, {kept} of {repeats} after {warmup} warm-up; size S, algbw = S / "
              "time and busbw = algbw x 2(n-1)/n (all-reduce) or (n-1)/n as nccl-tests defines them "
              "(doc/PERFORMANCE.md). Decimal units: GB = 10^9 B."]
     for name, fit in fits.items():

@@ -40,7 +40,7 @@ from tfcalc.cli.common import (
     weight_precisions,
 )
 from tfcalc.errors import UsageError
-from tfcalc.output import Column, print_stderr
+from tfcalc.output import Column, Verbatim, pick, print_stderr, varies, wide
 from tfcalc.units import parse_float, parse_size, parse_sizes, split_list
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|us|µs)?", re.IGNORECASE)
@@ -156,28 +156,21 @@ def _offers(gpu_names: list[str] | None, price_overrides: list[str] | None) -> l
     return offers
 
 
-SUMMARY_COLUMNS = [
-    Column("gpu", "GPU"), Column("layout", "layout"), Column("formats", "w/KV"),
-    Column("seqs_chunk", "seqs/chunk"), Column("num_gpus", "GPUs", "int"),
-    Column("cost_per_hour", "$/h"),
-]
-FRONTIER_COLUMNS = [
-    Column("gpu", "GPU"), Column("layout", "layout"), Column("formats", "w/KV"), Column("seqs_chunk", "seqs/chunk"),
-    Column("tokens_per_user", "tok/s/user", "rate"), Column("tokens_per_gpu", "tok/s/GPU", "rate"),
-]
+# The tables' columns; the latency at each target (operating_ttft_p90_s, ...) goes before "binding".
+SUMMARY_COLUMNS = pick(varies("model", "engine"), "gpu", "layout", "formats", "seqs_chunk", "num_gpus",
+                       "cost_per_hour", "binding_constraint",
+                       wide("replicas", "cost_per_million_input_tokens", "cost_per_million_output_tokens",
+                            "capacity_requests_per_s_per_replica"))
+FRONTIER_COLUMNS = pick(varies("model", "engine"), "gpu", "layout", "formats", "seqs_chunk",
+                        "frontier_output_tokens_per_s_per_user", "frontier_output_tokens_per_s_per_gpu",
+                        wide("num_gpus", "cost_per_hour"))
 POINTS = ("frontier", "all")
 
 
-def _summary_columns(targets: list, engines: int) -> list[Column]:
-    from tfcalc.calc.serving_traffic import METRIC_NAMES
-
-    cols = ([Column("engine", "engine")] if engines > 1 else []) + list(SUMMARY_COLUMNS)
-    for t in targets:
-        which = "mean" if t.percentile == 0 else f"p{t.percentile:g}"
-        name = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}.get(t.metric, METRIC_NAMES[t.metric])
-        cols.append(Column(t.key, f"{name} {which}", "seconds"))
-    cols.append(Column("limit", "limit"))
-    return cols
+def summary_columns(targets: list) -> list[Column]:
+    """SUMMARY_COLUMNS with each target's latency at the operating point before the binding constraint."""
+    at = [c.key for c in SUMMARY_COLUMNS].index("binding_constraint")
+    return [*SUMMARY_COLUMNS[:at], *pick(*(f"operating_{t.key}" for t in targets)), *SUMMARY_COLUMNS[at:]]
 
 
 def _progress(total: int):
@@ -321,8 +314,9 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              = True,
              sim_requests: Annotated[int, typer.Option("--sim-requests", help="Requests per simulation.")] = 2000,
              model_path: Annotated[str | None, typer.Option(
-                 "--model-path", help="Model name for the launch command lines (default: the preset name).",
-                 show_default=False)] = None,
+                 "--model-path", help="Checkpoint for the launch command lines: a Hugging Face repository id or a "
+                 "folder (default: the preset's hf_repo, or the repository id named by -p; a config.json's folder "
+                 "when it holds the weights, else its _name_or_path).", show_default=False)] = None,
              top: Annotated[int, typer.Option("--top", help="Configurations listed in the table.")] = 10,
              points: Annotated[str, typer.Option(
                  "--points", help="CSV/JSON rows: frontier (the chosen plan, the cheapest listed and the Pareto "
@@ -339,7 +333,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     from tfcalc.calc.serving import SpecDecoding
     from tfcalc.calc.serving_traffic import Traffic
     from tfcalc.dtypes import get_dtype, parse_weight_precision
-    from tfcalc.output import emit, resolve_format
+    from tfcalc.output import emit, emit_explanation, resolve_format
     from tfcalc.report import capacity as report
 
     if points not in POINTS:
@@ -394,6 +388,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     summary: list[dict] = []
     notes: list[str] = []
     extra: list = []
+    explained: list[str] = []
     for spec in specs:
         precisions = weight_precisions(weights_dtype) or list(dict.fromkeys(
             [parse_weight_precision(spec.native_dtype), parse_weight_precision("fp8")]))
@@ -440,11 +435,17 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         if chosen is not None:
             feasible = [chosen, *(e for e in feasible if e is not chosen)]
         listed = [full(e) for e in report.distinct(feasible, top)]   # with their operating points
+        checkpoint = model_path or spec.hf_repo
+        launch_args = (checkpoint or "MODEL_PATH", spec, chosen, space, prefix_hit > 0,
+                       next(iter(overheads.values())).api_servers) if chosen is not None else None
+        rows = (report.long_rows(spec, result, targets) if points == "all" else
+                report.summary_points(spec, replace(result, frontier=tuple(full(e) for e in result.frontier)),
+                                      listed, targets))
+        if launch_args is not None and points != "all":
+            rows[0]["launch_command"] = report.launch_command(*launch_args)
         if not table:
-            all_rows.extend(report.long_rows(spec, result, targets) if points == "all" else
-                            report.summary_points(spec, replace(result, frontier=tuple(
-                                full(e) for e in result.frontier)), listed, targets))
-        summary.extend(report.summary_row(spec, e, targets, i + 1) for i, e in enumerate(listed))
+            all_rows.extend(rows)
+        summary.extend(row for row in rows if row.get("role") != "frontier")
         notes.append(f"{spec.name}: {result.candidates:,} configurations searched, "
                      f"{sum(e.fits for e in result.evaluations):,} fit, "
                      f"{sum(e.feasible for e in result.evaluations):,} meet the targets within {max_gpus} GPUs")
@@ -454,12 +455,15 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             notes.append(f"{spec.name}: no configuration meets the targets"
                          + (f"; the closest, {closest.candidate.label}, fails on {closest.reason}" if closest else ""))
         else:
-            notes.append(report.chosen_sentence(spec, chosen, traffic, targets))
+            rich = full(chosen)  # with its operating point and costs (the search's own evaluation may lack them)
+            notes.append(report.chosen_sentence(spec, rich, traffic, targets))
             notes.extend(sim_lines)
             notes.extend(report.runner_up_sentences(spec, result))
-            servers = next(iter(overheads.values())).api_servers
-            notes.extend(report.launch_lines(model_path or spec.name, spec, chosen, space, prefix_hit > 0, servers))
-            rich = full(chosen)
+            what, commands = report.launch_lines(*launch_args)  # type: ignore[misc]
+            notes.append(what if checkpoint else f"{what}; pass --model-path: {spec.name} names no checkpoint (a "
+                         "model file without hf_repo, or a config.json with neither weights beside it nor "
+                         "_name_or_path)")
+            notes.extend(Verbatim(command) for command in commands)
             if rich.model is not None and rich.model.spec is not None:
                 from tfcalc.calc.capacity import speculative_break_even
 
@@ -467,11 +471,10 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                 notes.append(f"speculative decoding stops paying from a decode batch of {at}" if at else
                              "speculative decoding pays at every batch up to 1,024")
         extra.append((f"Pareto frontier, {spec.name} (at the most traffic within TTFT/E2E)",
-                      report.frontier_rows(spec, result), ([Column("engine", "engine")] if len(engines) > 1 else [])
-                      + FRONTIER_COLUMNS))
+                      report.frontier_rows(spec, result, targets), FRONTIER_COLUMNS))
         if explain and chosen is not None:
-            notes.append(f"explain {spec.name}:")
-            notes.extend(f"  {line}" for line in report.explain_lines(spec, full(chosen), traffic, targets, space))
+            explained.append(f"\n# {spec.name}\n" + "".join(
+                f"  {line}\n" for line in report.explain_lines(spec, full(chosen), traffic, targets, space)))
         if plot is not None:
             from tfcalc.output.plot import plot_capacity
 
@@ -483,13 +486,12 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             plot_capacity(path, report.plot_points(result), lines, title)
             print_stderr(f"wrote plot to {path}")
     if table:
-        columns = _summary_columns(list(targets), len(engines))
-        if len(specs) > 1:
-            columns = [Column("model", "model"), *columns]
-        emit(summary, columns, fmt, output, title="Capacity: cheapest configurations meeting the targets",
-             notes=tuple(notes), extra=extra)
+        emit(summary, summary_columns(list(targets)), fmt, output,
+             title="Capacity: cheapest configurations meeting the targets", notes=tuple(notes), extra=extra)
     else:
-        emit(all_rows, [], fmt, output)
+        emit(all_rows, summary_columns(list(targets)), fmt, output)
+    if explained:
+        emit_explanation("".join(explained), fmt, output)
     if failed:
         raise fail(f"no configuration of {', '.join(failed)} meets the targets within {max_gpus} GPUs (see the "
                    "notes for the closest)", 1)

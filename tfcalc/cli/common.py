@@ -6,9 +6,11 @@ error, 130 Ctrl-C, 143 SIGTERM (``tfcalc.errors``). ``handle_errors`` does it fo
 """
 
 import functools
+import inspect
 import os
 import signal
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -38,9 +40,37 @@ from tfcalc.units import split_list
 P = ParamSpec("P")
 R = TypeVar("R")
 
+
+def complete_preset(kind: str) -> Callable[[str], list[str]]:
+    """Shell completion of preset names of ``kind`` (``tfcalc --install-completion``); runs only when a shell asks."""
+
+    def names(incomplete: str) -> list[str]:
+        from tfcalc.spec.presets import preset_names
+
+        return [name for name in preset_names(kind) if name.startswith(incomplete.lower())]
+
+    return names
+
+
+def complete_engine(incomplete: str) -> list[str]:
+    """Shell completion of ``--engine``: ideal, the engines and their version presets."""
+    from tfcalc.spec.presets import engine_choices
+
+    return [name for name in engine_choices() if name.startswith(incomplete.lower())]
+
+
+def complete_columns(incomplete: str) -> list[str]:
+    """Shell completion of ``--columns``: the registered column keys (the last item of a comma list)."""
+    from tfcalc.output.columns import REGISTRY
+
+    done, _, last = incomplete.rpartition(",")
+    prefix = done + "," if done else ""
+    return [prefix + key for key in REGISTRY if key.startswith(last)]
+
+
 PresetOpt = Annotated[list[str] | None, typer.Option(
     "--preset", "-p", help="Model preset name or a YAML file in the preset format; repeat or comma-separate "
-    "to compare models.", show_default=False)]
+    "to compare models.", show_default=False, autocompletion=complete_preset("model"))]
 ConfigOpt = Annotated[list[Path] | None, typer.Option(
     "--config", "-c", help="A Hugging Face config.json; repeatable.", show_default=False)]
 ContextOpt = Annotated[list[str] | None, typer.Option(
@@ -68,7 +98,8 @@ ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the formula t
 EngineOpt = Annotated[list[str] | None, typer.Option(
     "--engine", "-e", help="Engine version: vllm (default; its current version), vllm@0.19 (the one covering a "
     "release), sglang, trtllm, gpt-fast, ideal (plain memory arithmetic), a preset (vllm-0.17) or an engine YAML; "
-    "lists compare. Default from $TFCALC_ENGINE, else vllm.", envvar="TFCALC_ENGINE", show_default=False)]
+    "lists compare. Default from $TFCALC_ENGINE, else vllm.", envvar="TFCALC_ENGINE", show_default=False,
+    autocompletion=complete_engine)]
 
 # The serving engines' own flags, named as vLLM names them (plan, estimate and capacity share these definitions).
 ListOpt = list[str] | None
@@ -121,16 +152,29 @@ def weight_precisions(values: list[str] | None) -> list:
     return parse_weight_dtypes(values)
 
 
+def read_calibration(path: Path):  # noqa: ANN201 - tfcalc.calc.calibration.Calibration | Efficiency
+    """Any file ``--calibration`` takes, validated: a ``bench calibrate`` file, efficiency factors, or the rows of
+    a ``tfcalc profile`` JSON run (factors derived by ``tfcalc.profile.efficiency``, which imports no torch)."""
+    from tfcalc.calc.calibration import load_calibration
+    from tfcalc.spec.presets import read_data_file
+
+    data = read_data_file(path, allow_list=True)
+    if isinstance(data, list):
+        from tfcalc.profile.efficiency import efficiency_from_rows
+
+        data = efficiency_from_rows(data, str(path))
+    return load_calibration(data, str(path))
+
+
 def rate_overrides(compute: list[float], bandwidth: list[float], calibration: Path | None) -> list[tuple]:
     """[(rates function or None, source)]: one per --compute/--bandwidth-efficiency pair, or the calibration's; a
     rates function maps (gpu, the GPU's rates, phase) to the rates the latency model uses."""
     if calibration is not None:
         if compute or bandwidth:
             raise UsageError("give --calibration or --compute-efficiency/--bandwidth-efficiency, not both")
-        from tfcalc.calc.calibration import calibrated_rates, load_calibration
-        from tfcalc.spec.presets import read_data_file
+        from tfcalc.calc.calibration import calibrated_rates
 
-        cal = load_calibration(read_data_file(calibration, allow_list=True), str(calibration))
+        cal = read_calibration(calibration)
         return [(lambda gpu, base, phase: calibrated_rates(base, cal, phase), cal.source)]
     if not compute and not bandwidth:
         return [(None, "")]
@@ -141,6 +185,32 @@ def rate_overrides(compute: list[float], bandwidth: list[float], calibration: Pa
             out.append((lambda gpu, base, phase, c=c, b=b: base.with_efficiency(c, b),
                         "command line: " + ", ".join(parts)))
     return out
+
+
+# The table options every command has: ``handle_errors`` adds them, so that each table obeys them the same way.
+WideOpt = Annotated[bool, typer.Option(
+    "--wide", help="Show every column in the table (CSV and JSON always carry every column).")]
+ColumnsOpt = Annotated[list[str] | None, typer.Option(
+    "--columns", help="Show exactly these columns, by their CSV/JSON names (e.g. model,ttft_s,tpot_s); also "
+    "selects the CSV/JSON columns.", show_default=False, autocompletion=complete_columns)]
+
+
+def parse_table_view(wide: bool, columns: list[str] | None):  # -> tfcalc.output.TableView
+    """``--wide`` / ``--columns`` as a TableView; an unknown column name is a usage error, found before any work."""
+    from tfcalc.output import TableView
+    from tfcalc.output.columns import REGISTRY, suggest_columns
+
+    keys = tuple(dict.fromkeys(item.lower() for value in columns or [] for item in split_list(value)))
+    if columns is not None and not keys:
+        raise UsageError("--columns needs at least one column name (the CSV/JSON keys: run with -f csv)")
+    if keys and wide:
+        raise UsageError("give --wide (every column) or --columns (these columns), not both")
+    for key in keys:
+        if key not in REGISTRY:
+            hints = suggest_columns(key, REGISTRY)
+            raise UsageError(f"unknown column '{key}'" + (f"; did you mean {', '.join(hints)}?" if hints else
+                                                          " (the names are the CSV/JSON keys: run with -f csv)"))
+    return TableView(wide=wide, keys=keys)
 
 
 # Options whose values are written (outputs) or read (inputs), checked against each other before any work.
@@ -206,16 +276,23 @@ def check_before_work(options: dict[str, object]) -> None:
 def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
     """Run a command so that a failure prints one line (``error: ...``) and exits with its code, never a traceback.
 
-    Before the command runs, ``check_before_work`` checks its outputs and format. Codes: TfcalcError's own (2
-    usage, 1 otherwise), 130 for Ctrl-C, 143 for SIGTERM (``tfcalc.errors.Terminated``), 1 for a bug
-    ("internal error"); a closed pipe on stdout ends quietly with 1.
+    The command also gets the table options every command shares, ``--wide`` and ``--columns`` (``WideOpt``,
+    ``ColumnsOpt``; they reach its tables through ``tfcalc.output.table_view``). Before the command runs,
+    ``check_before_work`` checks its outputs and format, and ``parse_table_view`` the columns. Codes:
+    TfcalcError's own (2 usage, 1 otherwise), 130 for Ctrl-C, 143 for SIGTERM (``tfcalc.errors.Terminated``), 1
+    for a bug ("internal error"); a closed pipe on stdout ends quietly with 1.
     """
 
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        from tfcalc.output import table_view
+
+        wide = bool(kwargs.pop("wide", False))
+        columns = kwargs.pop("columns", None)
         try:
             check_before_work(kwargs)
-            return command(*args, **kwargs)
+            with table_view(parse_table_view(wide, columns)):  # type: ignore[arg-type]
+                return command(*args, **kwargs)
         except TfcalcError as exc:
             raise fail(str(exc), exc.exit_code) from None
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through the entry point's handler
@@ -229,6 +306,16 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
         except Exception as exc:  # a bug: still one line, with the type to report it by
             raise fail(f"internal error ({type(exc).__name__}): {exc}", EXIT_FAILURE) from None
 
+    signature = inspect.signature(command)
+    if any(isinstance(p.annotation, str) for p in signature.parameters.values()):  # postponed annotations
+        hints = typing.get_type_hints(command, include_extras=True)
+        signature = signature.replace(parameters=[p.replace(annotation=hints.get(p.name, p.annotation))
+                                                  for p in signature.parameters.values()])
+    shared = [inspect.Parameter("wide", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=WideOpt),
+              inspect.Parameter("columns", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ColumnsOpt)]
+    wrapper.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *shared])  # type: ignore
+    wrapper.__annotations__ = {**{p.name: p.annotation for p in signature.parameters.values()}, "wide": WideOpt,
+                               "columns": ColumnsOpt}
     return wrapper
 
 

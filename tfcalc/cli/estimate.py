@@ -25,16 +25,13 @@ from tfcalc.cli.common import (
     weight_precisions,
 )
 from tfcalc.cli.plan import GpuOpt, gpu_list
-from tfcalc.output import Column, emit, print_stderr, write_stdout
+from tfcalc.output import emit, emit_explanation, pick, print_stderr, varies, wide
 from tfcalc.units import parse_float, parse_size, parse_sizes
 
-COLUMNS = [
-    Column("model", "model"), Column("gpu", "GPU"), Column("tp", "tp", "int"), Column("pp", "pp", "int"),
-    Column("ep", "ep", "int"), Column("batch", "batch", "int"), Column("prompt_len", "prompt", "int"),
-    Column("gen_len", "gen", "int"), Column("ttft_s", "TTFT", "seconds"), Column("tpot_s", "TPOT", "seconds"),
-    Column("tpot_s_ideal", "TPOT ideal", "seconds"), Column("decode_tokens_per_s", "tok/s", "rate", "tok/s"),
-    Column("decode_limited_by", "decode limited by"), Column("fits", "fits", "bool"),
-]
+COLUMNS = pick("model", "gpu", varies("engine"), "tp", varies("pp", "ep"), "batch", "prompt_len", "gen_len",
+               varies("weights_dtype", "kv_dtype"), "ttft_s", "tpot_s", "decode_tokens_per_s",
+               "decode_tokens_per_s_per_seq", "decode_limited_by", "fits",
+               wide("tpot_s_ideal", "ttft_s_ideal", "e2e_s", "prefill_limited_by"))
 OneValue = Annotated[str | None, typer.Option(show_default=False)]
 
 
@@ -124,7 +121,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     beside the pure roofline, for any tp x pp x ep; --explain shows where the time goes."""
     from tfcalc.calc.plan import PlanConfig
     from tfcalc.errors import UsageError
-    from tfcalc.report.estimate import EstimateOptions, estimate_rows, explain_lines, fit_sentence
+    from tfcalc.report.estimate import EstimateOptions, EstimateSweep, estimate_rows, explain_lines, fit_sentence
     from tfcalc.spec.interconnect import load_interconnect
 
     specs = resolve_models(preset, config)
@@ -150,29 +147,30 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                   inter_node=load_interconnect(inter_node), gpus_per_node=gpus_per_node, algorithm=allreduce,
                   compute=compute_dtype, cuda_graphs=cuda_graphs, routing_skew=skew, ideal=ideal, fit=fit,
                   memory=memory)
+    sweep = EstimateSweep(tps=parse_sizes(tp, "tp"), pps=parse_sizes(pp, "pp"), eps=parse_sizes(ep, "ep"),
+                          batches=parse_sizes(batch, "batch"), prompt_lens=parse_sizes(prompt_len, "prompt length"),
+                          gen_lens=parse_sizes(gen_len, "generation length"),
+                          precisions=weight_precisions(weights_dtype), kv_dtypes=kv_dtypes)
     rows: list[dict] = []
     handles: list = []
     for engine_spec in engines:
         for rates, source in overrides:
             options = EstimateOptions(**common, engine=engine_spec, rates=rates, rates_source=source)
-            more_rows, more_handles = estimate_rows(
-                specs, gpus, parse_sizes(tp, "tp"), parse_sizes(pp, "pp"), parse_sizes(ep, "ep"),
-                parse_sizes(batch, "batch"), parse_sizes(prompt_len, "prompt length"),
-                parse_sizes(gen_len, "generation length"), weight_precisions(weights_dtype), kv_dtypes, options)
+            more_rows, more_handles = estimate_rows(specs, gpus, sweep, options)
             rows += more_rows
             handles += more_handles
     engine_names = ", ".join(dict.fromkeys(str(r["engine"]) for r in rows))
     model = ("pure roofline (100 % of dense peak and HBM bandwidth, no floors or latencies)" if ideal else
              f"per-kernel latency model, engine {engine_names}, rates: "
              + ", ".join(dict.fromkeys(str(r["efficiency_source"]) for r in rows)))
-    notes = (f"TTFT/TPOT: {model}; TPOT ideal = the pure roofline. TPOT at the mean decode context; tok/s aggregate "
-             "over the batch; 'limited by': what most of the decode step's time goes to."
+    notes = (f"TTFT/TPOT: {model}; TPOT ideal (--wide) = the pure roofline. TPOT at the mean decode context; decode: "
+             "tokens/s of the whole batch, per user: of one sequence (1 / TPOT); 'limited by': what most of the decode "
+             "step's time goes to."
              + (f" fits: memory as 'tfcalc plan' counts it for the same engine ({engine_names}) at max_model_len = "
                 "prompt + gen." if fit else ""),
              *dict.fromkeys(fit_sentence(r) for r in rows if r.get("fits") is False),
              *dict.fromkeys(_turning_note(r) for r in rows))
-    columns = COLUMNS if len(engines) == 1 else [*COLUMNS[:2], Column("engine", "engine"), *COLUMNS[2:]]
-    emit(rows, columns, fmt, output, title="Estimate", notes=notes)
+    emit(rows, COLUMNS, fmt, output, title="Estimate", notes=notes)
     if explain:
         import textwrap
 
@@ -185,7 +183,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                 indent = "  " + " " * (len(line) - len(line.lstrip()))
                 parts.append(textwrap.fill(line.strip(), 78, initial_indent=indent,
                                            subsequent_indent=indent + "    ", break_on_hyphens=False) + "\n")
-        write_stdout("".join(parts))
+        emit_explanation("".join(parts), fmt, output)
     if plot is not None:
         from tfcalc.output.plot import plot_roofline
 

@@ -16,20 +16,12 @@ from tfcalc.cli.common import (
     parse_dtype_list,
     resolve_models,
 )
-from tfcalc.output import Column, emit
+from tfcalc.output import emit, pick, wide
 from tfcalc.units import parse_sizes
 
-COLUMNS = [
-    Column("model", "model"),
-    Column("attention", "attention"),
-    Column("kv_heads", "KV heads", "int"),
-    Column("context", "context", "int"),
-    Column("batch", "batch", "int"),
-    Column("kv_dtype", "KV dtype"),
-    Column("kv_bytes_per_token", "bytes / token", "bytes_exact"),
-    Column("kv_cache_bytes", "KV cache", "bytes"),
-    Column("kv_cache_bytes_uncapped", "without window caps", "bytes"),
-]
+COLUMNS = pick("model", "attention", wide("kv_heads", "head_dim", "layers", "sliding_window"), "context", "batch",
+               "kv_dtype", "kv_bytes_per_token", "kv_cache_bytes", "kv_cache_bytes_uncapped",
+               wide("exceeds_max_context"))
 
 
 @handle_errors
@@ -46,9 +38,10 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
     rows = kv_cache_rows(specs, parse_sizes(context, "context"), parse_sizes(batch, "batch"),
                          parse_dtype_list(kv_dtype), compare_attention)
     columns = COLUMNS
-    if all(row["kv_cache_bytes"] == row["kv_cache_bytes_uncapped"] for row in rows):
-        columns = [c for c in COLUMNS if c.key != "kv_cache_bytes_uncapped"]
-    notes = ["bytes / token: K and V of one token in every layer; KV cache: batch x context with sliding-window "
+    if all(row["kv_cache_bytes"] == row["kv_cache_bytes_uncapped"] for row in rows):  # no window caps bite
+        columns = pick(*(c.key if c.show == "always" and c.key != "kv_cache_bytes_uncapped" else wide(c.key)
+                         for c in COLUMNS))
+    notes = ["bytes per token: K and V of one token in every layer; KV cache: batch x context with sliding-window "
              "layers holding at most their window. GiB = 2^30 bytes."]
     over = dict.fromkeys((r["model"], r["context"]) for r in rows if r["exceeds_max_context"])
     notes += [f"note: {model} context {context:,} exceeds its max context" for model, context in over]

@@ -16,20 +16,11 @@ from tfcalc.cli.common import (
     parse_dtype_list,
     resolve_models,
 )
-from tfcalc.output import Column, emit
+from tfcalc.output import emit, pick
 from tfcalc.units import parse_size, parse_sizes, split_list
 
-COLUMNS = [
-    Column("model", "model"),
-    Column("weights_dtype", "weights"),
-    Column("kv_dtype", "KV"),
-    Column("context", "context", "int"),
-    Column("batch", "batch", "int"),
-    Column("weights_bytes", "weights", "bytes"),
-    Column("kv_cache_bytes", "KV cache", "bytes"),
-    Column("activation_bytes", "activations", "bytes"),
-    Column("total_bytes", "total", "bytes"),
-]
+COLUMNS = pick("model", "weights_dtype", "kv_dtype", "context", "batch", "weights_bytes", "kv_cache_bytes",
+               "activation_bytes", "total_bytes")
 
 
 def parse_weight_dtypes(values: list[str] | None) -> list:
@@ -57,9 +48,9 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
                help="Tokens in one forward pass (chunked prefill), for the activation estimate.")] = "8k",
            fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Memory for weights, KV cache and activation workspace, per weight / KV format, context and batch."""
-    from tfcalc.calc.memory import ACTIVATION_FORMULA
     from tfcalc.dtypes import get_dtype
-    from tfcalc.report.memory import memory_rows
+    from tfcalc.report.memory import ACTIVATION_FORMULA, memory_rows
+    from tfcalc.report.params import mtp_notes
 
     specs = resolve_models(preset, config)
     rows = memory_rows(specs, parse_sizes(context, "context"), parse_sizes(batch, "batch"),
@@ -67,5 +58,6 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
                        parse_size(prefill_chunk, "prefill chunk"))
     notes = ("weights include scale overhead of block formats; as quantized checkpoints ship, a quantized format "
              "leaves biases, norms, the embedding, lm_head and router in bf16 unless named (default=fp8,lm_head=fp8 "
-             "quantizes lm_head too); the same rule as 'tfcalc plan'. GiB = 2^30 bytes.", ACTIVATION_FORMULA + ".")
+             "quantizes lm_head too); the same rule as 'tfcalc plan'. GiB = 2^30 bytes.", ACTIVATION_FORMULA + ".",
+             *mtp_notes(specs))
     emit(rows, COLUMNS, fmt, output, title="Memory", notes=notes)

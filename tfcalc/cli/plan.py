@@ -24,6 +24,7 @@ from tfcalc.cli.common import (
     PresetOpt,
     TensorParallelOpt,
     WeightsOpt,
+    complete_preset,
     engine_list,
     fail,
     float_list,
@@ -33,21 +34,19 @@ from tfcalc.cli.common import (
     weight_precisions,
 )
 from tfcalc.errors import UsageError
-from tfcalc.output import Column, emit, print_stderr
+from tfcalc.output import emit, emit_explanation, pick, print_stderr, varies, wide
 from tfcalc.units import parse_sizes, split_list
 
 if TYPE_CHECKING:
     from tfcalc.spec.engine import EngineSpec
 
 GpuOpt = Annotated[list[str], typer.Option(
-    "--gpu", "-g", help="GPU preset (see 'tfcalc presets list --kind gpu') or a GPU YAML file; lists compare.")]
-COLUMNS = [
-    Column("model", "model"), Column("gpu", "GPU"), Column("engine", "engine"), Column("num_gpus", "GPUs", "int"),
-    Column("tp", "tp", "int"), Column("pp", "pp", "int"), Column("context", "context", "int"),
-    Column("weights_bytes_per_gpu", "weights/GPU", "bytes"), Column("kv_budget_bytes_per_gpu", "KV/GPU", "bytes"),
-    Column("kv_tokens_per_gpu", "KV tokens", "int"), Column("max_concurrent_sequences", "max seqs", "int"),
-    Column("fits", "fits", "bool"),
-]
+    "--gpu", "-g", help="GPU preset (see 'tfcalc presets list --kind gpu') or a GPU YAML file; lists compare.",
+    autocompletion=complete_preset("gpu"))]
+COLUMNS = pick("model", "gpu", "engine", "num_gpus", "tp", "pp", varies("ep", "dp"), "context",
+               varies("batch", "weights_dtype", "kv_dtype"), "weights_bytes_per_gpu", "kv_budget_bytes_per_gpu",
+               "kv_tokens_per_gpu", "max_concurrent_sequences", "fits",
+               wide("max_context_at_batch", "capacity_bytes", "reserved_bytes_per_gpu"))
 ENGINE_NOTES = {
     "ideal": "ideal: reserved = capacity x (1 - utilization) + runtime overhead + one prefill chunk's activations; "
              "KV budget = capacity - weights - reserved; window caps applied",
@@ -78,12 +77,10 @@ def gpu_list(values: list[str]) -> list:
     return [load_gpu(name) for name in names]
 
 
-def print_traces(rows: list[dict], traces: list[tuple[str, ...]], keys: tuple[str, ...]) -> None:
-    from tfcalc.output import write_stdout
-
-    for row, trace in zip(rows, traces, strict=True):
-        header = "\n# " + ", ".join(f"{k}={row[k]}" for k in keys) + "\n"
-        write_stdout(header + "".join(f"  {line}\n" for line in trace))
+def traces_text(rows: list[dict], traces: list[tuple[str, ...]], keys: tuple[str, ...]) -> str:
+    """Each row's trace under a ``# key=value, ...`` line naming it."""
+    return "".join("\n# " + ", ".join(f"{k}={row[k]}" for k in keys) + "\n" + "".join(f"  {line}\n" for line in trace)
+                   for row, trace in zip(rows, traces, strict=True))
 
 
 def _merged(*values: list[str] | None) -> list[str] | None:
@@ -151,11 +148,13 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
                f"{r['context']:,}: {r['reason']}" + (f" [{r['note']}]" if r["note"] else "") for r in rows))
     emit(rows, COLUMNS, fmt, output, title="Plan", notes=notes)
     if explain:
-        print_traces(rows, traces, ("model", "gpu", "engine", "num_gpus", "tp", "pp", "context", "batch"))
+        emit_explanation(traces_text(rows, traces, ("model", "gpu", "engine", "num_gpus", "tp", "pp", "context",
+                                                     "batch")), fmt, output)
     if plot is not None:
         from tfcalc.output.plot import plot_plan
+        from tfcalc.report.plan import memory_by_context
 
-        plot_plan(plot, specs, gpus, rows, precisions, kv_dtypes, engines)
+        plot_plan(plot, *memory_by_context(specs, gpus, rows[0], precisions, kv_dtypes, engines))
         print_stderr(f"wrote plot to {plot}")
     if rows and all(r["max_concurrent_sequences"] == 0 for r in rows):
         # What one sequence lacks (not the row's batch): its KV bytes minus the budget (negative when weights overflow).

@@ -23,40 +23,35 @@ from typing import Annotated
 
 import typer
 
-from tfcalc.cli.common import ConfigOpt, FormatOpt, OutputOpt, PresetOpt, handle_errors, resolve_models
-from tfcalc.errors import Interrupted, Terminated, TfcalcError, UsageError
-from tfcalc.output import Column, emit, print_stderr
+from tfcalc.cli.common import (
+    ConfigOpt,
+    FormatOpt,
+    OutputOpt,
+    PresetOpt,
+    handle_errors,
+    read_calibration,
+    resolve_models,
+)
+from tfcalc.errors import (
+    Interrupted,
+    Terminated,
+    TfcalcError,
+    UsageError,
+    missing_matplotlib_message,
+    missing_torch_message,
+)
+from tfcalc.output import Column, emit, pick, print_stderr, varies, wide
 from tfcalc.units import parse_sizes, split_list
 
-COLUMNS = [
-    Column("device", "device"),
-    Column("model", "model"),
-    Column("layers_run", "layers", "int"),
-    Column("layers_total", "of", "int"),
-    Column("batch", "batch", "int"),
-    Column("prompt_len", "prompt", "int"),
-    Column("gen_len", "gen", "int"),
-    Column("dtype", "dtype"),
-    Column("weights_dtype", "weights"),
-    Column("attn_backend", "attention"),
-    Column("ttft_s", "TTFT", "seconds"),
-    Column("prefill_tokens_per_s", "prefill", "rate", "tok/s"),
-    Column("tpot_s", "TPOT", "seconds"),
-    Column("decode_tokens_per_s", "decode", "rate", "tok/s"),
-    Column("mfu", "MFU", "percent"),
-    Column("mfu_measured", "MFU (measured peak)", "percent"),
-    Column("achieved_bytes_per_s", "bandwidth", "bytes", "/s"),
-    Column("mbu_datasheet", "MBU", "percent"),
-    Column("mbu_measured", "MBU (measured copy)", "percent"),
-    Column("predicted_decode_tokens_per_s", "predicted decode", "rate", "tok/s"),
-    Column("measured_over_predicted", "measured / predicted", "float"),
-    Column("tp", "tp", "int"),
-    Column("ep", "ep", "int"),
-    Column("decode_comm_s", "comm / step", "seconds"),
-    Column("predicted_decode_comm_s", "predicted comm / step", "seconds"),
-    Column("status", "status"),
-]
-SHARDED_ONLY = ("tp", "ep", "decode_comm_s", "predicted_decode_comm_s")  # shown when a row ran on several ranks
+COLUMNS = pick(
+    varies("device"), "model", "layers_run", "layers_total", "batch", "prompt_len", "gen_len",
+    varies("dtype", "weights_dtype", "attn_backend"), "ttft_s", wide("prefill_tokens_per_s"), "tpot_s",
+    "decode_tokens_per_s", wide("mfu_datasheet", "mfu_measured", "achieved_bytes_per_s"), "mbu_datasheet",
+    "mbu_measured",
+    wide("predicted_decode_tokens_per_s"), "measured_over_predicted", "status",
+    wide("predicted_ttft_s", "predicted_tpot_s", "peak_memory_bytes", "predicted_memory_bytes", "prediction_basis"),
+)
+SHARDED = pick("tp", "ep", "decode_comm_s", wide("predicted_decode_comm_s"))  # when a row ran on several ranks
 GPU_DEFAULT = ("llama3-8b", {})
 CPU_DEFAULT = ("llama3.2-1b", {"layers": 2})
 CONTEXT_START = {"cpu": 64, "cuda": 256}  # first prompt length of --context auto
@@ -66,8 +61,8 @@ NOTES = (
     "step reads, logits) / TPOT; decode reads the live cache (decode_attention live: sliced, eager; flex: live "
     "blocks, compiled) or the whole static one (static). MBU against the datasheet and against the copy "
     "bandwidth measured in this run; MFU = prefill FLOPs / TTFT against the datasheet and the measured matmul "
-    "peak. Empty columns are left out. "
-    "Bandwidth in binary units per second.",
+    "peak. Empty columns are left out; --wide shows the rest. "
+    "Bandwidth in decimal units (GB/s = 10^9 B/s).",
 )
 
 Overrides = Annotated[int | None, typer.Option(show_default=False)]
@@ -75,7 +70,7 @@ Overrides = Annotated[int | None, typer.Option(show_default=False)]
 
 def _require_torch() -> None:
     if importlib.util.find_spec("torch") is None:
-        raise TfcalcError("the profiler needs PyTorch: pip install 'tfcalc[profile]'")
+        raise TfcalcError(missing_torch_message())
 
 
 def _items(values: list[str] | None) -> list[str]:
@@ -184,7 +179,7 @@ def profile(
         models = resolve_models([name], None)
     overrides = {k: v for k, v in {"layers": layers, "hidden": hidden, "intermediate": intermediate,
                                    "vocab": vocab, "experts": experts}.items() if v is not None}
-    loaded = _load_calibration(calibration) if calibration else None
+    loaded = read_calibration(calibration) if calibration else None
     sweeps = []
     for spec in models:
         sizes = {**defaults, **overrides}
@@ -214,7 +209,7 @@ def profile(
             sweep = replace(sweep, compile_decode=False)  # collectives are timed from the host: decode runs eagerly
         sweeps.append(sweep)
     if plot is not None and importlib.util.find_spec("matplotlib") is None:
-        raise UsageError("--plot needs matplotlib: pip install 'tfcalc[plot]'")
+        raise UsageError(missing_matplotlib_message())
 
     # --- the sweep: rows kept through OOM and signals ---------------------------------------------------------
     rows: list[dict[str, object]] = []
@@ -258,10 +253,10 @@ def profile(
     elif output is not None and Path(output).is_file():
         print_stderr(f"kept {output} as it was: no row was measured")
     if save_calibration is not None and any(str(r.get("status", "")).startswith("ok") for r in rows):
-        from tfcalc.calc.calibration import calibration_from_profile_rows
         from tfcalc.output.files import write_atomic
+        from tfcalc.profile.efficiency import efficiency_from_rows
 
-        write_atomic(save_calibration, json.dumps(calibration_from_profile_rows(rows), indent=2) + "\n")
+        write_atomic(save_calibration, json.dumps(efficiency_from_rows(rows), indent=2) + "\n")
         print_stderr(f"wrote calibration to {save_calibration}")
     elif save_calibration is not None:
         print_stderr(f"no calibration written to {save_calibration}: no row was measured")
@@ -310,10 +305,11 @@ def _run_ranks(job, sweeps, devices, world: int, on_row, stop) -> bool:  # noqa:
 
 
 def _columns(rows: list[dict[str, object]]) -> list[Column]:
-    """The table's columns: the sharding ones only when some row ran on several ranks."""
+    """The table's columns: the sharding ones (before the status) only when some row ran on several ranks."""
     if any((r.get("world_size") or 1) > 1 for r in rows):  # type: ignore[operator]
-        return COLUMNS
-    return [c for c in COLUMNS if c.key not in SHARDED_ONLY]
+        at = [c.key for c in COLUMNS].index("status")
+        return [*COLUMNS[:at], *SHARDED, *COLUMNS[at:]]
+    return COLUMNS
 
 
 def _notes(rows: list[dict[str, object]]) -> tuple[str, ...]:
@@ -363,10 +359,3 @@ def _with_bar(sweep, devices, on_row, stop, total: int, run_sweep) -> bool:  # n
         task = progress.add_task(label(sweep.spec.name), total=total)
         return run_sweep(sweep, devices, on_row, stop,
                          advance=lambda text: progress.update(task, advance=1, description=label(text)))
-
-
-def _load_calibration(path: Path):  # noqa: ANN202 - tfcalc.calc.calibration.Calibration | Efficiency
-    from tfcalc.calc.calibration import load_calibration
-    from tfcalc.spec.presets import read_data_file
-
-    return load_calibration(read_data_file(path, allow_list=True), str(path))

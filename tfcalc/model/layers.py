@@ -78,14 +78,17 @@ def rope_frequencies(spec: ModelSpec, dim: int | None = None) -> Tensor:
     ``rope_type: yarn`` blends interpolated (theta^(-2i/D) / factor) and original frequencies with a linear ramp
     between the dimensions that turn beta_fast and beta_slow times over the original context, bounds floored and
     ceiled (YaRN; transformers ``_compute_yarn_parameters`` with truncate, DeepSeek-V3 inference/model.py
-    ``precompute_freqs_cis``). Other types (linear, dynamic, longrope) are not applied: plain RoPE is exact within
-    the original context and changes no shape or cost.
+    ``precompute_freqs_cis``). ``rope_type: linear`` divides every frequency by ``factor`` (position
+    interpolation, arXiv:2306.15595; Gemma 3's global layers). Dynamic and longrope are not applied: plain RoPE is
+    exact within the original context and changes no shape or cost.
     """
     d = dim or spec.head_dim
     inv_freq = spec.rope_theta ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)  # [D/2]
     scaling = spec.rope_scaling
     if scaling is None:
         return inv_freq
+    if scaling.rope_type == "linear":
+        return inv_freq / scaling.factor
     old_len = scaling.original_max_position_embeddings or 8192
     if scaling.rope_type == "llama3":
         low, high = scaling.low_freq_factor or 1.0, scaling.high_freq_factor or 4.0
@@ -171,6 +174,7 @@ class Step:
     start: int | None              # the host's copy of input_pos[0]; None in a compiled decode step
     mode: str                      # FRESH, CHUNK, LIVE, STATIC or FLEX
     rope: Tensor                   # [T, 2, Dr/2] cos/sin rows at input_pos
+    rope_local: Tensor | None = None  # the sliding layers' rows where their base differs (spec.rope_local_theta)
     causal_call: bool = True       # FRESH: a backend runs SDPA's is_causal call, else explicit masks
     block_masks: dict[int, Any] = field(default_factory=dict)  # FLEX: cache length -> BlockMask of live slots
 
@@ -495,7 +499,8 @@ class Attention(nn.Module):
         v = v.view(b, t, self.kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, step.rope), apply_rope(k, step.rope)
+        rope = step.rope_local if self.window is not None and step.rope_local is not None else step.rope
+        q, k = apply_rope(q, rope), apply_rope(k, rope)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # [B, heads, T, D]
         y = run_attention(q, self.kv_cache.keys(k, v, step), self.scale, self.softcap, self.sinks)
         return self.wo(y.transpose(1, 2).reshape(b, t, q_out))

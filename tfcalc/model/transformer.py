@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
+from dataclasses import replace
 
 import torch
 from torch import Tensor, nn
@@ -160,6 +161,10 @@ class Transformer(nn.Module):
         # fp32 (or wider) cos/sin: bf16 would round the angle of late positions (RoPE runs fused under compile)
         self.register_buffer("rope", rope_table(self.spec, max_len, torch.promote_types(dtype, torch.float32),
                                                 device, rope_dim), persistent=False)  # [S, 2, Dr/2]
+        local = self.spec.rope_local_theta
+        self.register_buffer("rope_local", None if local is None else rope_table(
+            replace(self.spec, rope_theta=local, rope_scaling=None), max_len,
+            torch.promote_types(dtype, torch.float32), device, rope_dim), persistent=False)  # Gemma 3's local base
         self.register_buffer("positions", torch.arange(max_len, device=device), persistent=False)  # [S]
         self.cache_pos.zero_()
         if device.type != "meta":
@@ -242,7 +247,9 @@ class Transformer(nn.Module):
         """
         t = tokens.shape[1]
         calls = self._layer_calls(t, mode)
-        step = Step(input_pos, start, mode, self.rope[input_pos], causal_call=self.causal_backend is not None)
+        step = Step(input_pos, start, mode, self.rope[input_pos],
+                    None if self.rope_local is None else self.rope_local[input_pos],
+                    causal_call=self.causal_backend is not None)
         if mode == FLEX:
             lengths = {block.attention.kv_cache.length for block in self.layers}
             step.block_masks = {n: live_block_mask(self.cache_pos, n, input_pos.device) for n in lengths}

@@ -1,19 +1,66 @@
-"""The one output layer: rows (lists of dicts) become a Rich table, CSV or JSON, on stdout or a file."""
+"""The one output layer: rows (lists of dicts) become a table fitted to the terminal, CSV or JSON, on stdout or a
+file; and the lines for people on stderr.
+
+Which columns a table shows is the command's declaration (``tfcalc.output.columns.pick``) and the run's
+``TableView`` (``--wide``, ``--columns``), which the CLI sets once per command with ``table_view``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 from tfcalc.errors import OutputError, UsageError
-from tfcalc.output.columns import Column
+from tfcalc.output.columns import DEFAULT_VIEW, Column, TableView, pick, varies, wide
 
 FORMATS = ("table", "csv", "json")
 # Output paths that mean the process's stdout (tfcalc.output.files writes to it rather than replacing it).
 STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
-__all__ = ["Column", "FORMATS", "STDOUT_NAMES", "emit", "print_stderr", "resolve_format", "show_progress",
+__all__ = ["Column", "FORMATS", "STDOUT_NAMES", "TableView", "Verbatim", "emit", "emit_explanation", "pick",
+           "print_stderr", "resolve_format", "show_progress", "table_view", "terminal_width", "varies", "wide",
            "write_stdout"]
+
+
+class Verbatim(str):
+    """A note printed as it is written, never re-wrapped to the width (a shell command with its continuation
+    lines): ``emit(..., notes=(..., Verbatim(command)))``."""
+
+
+_VIEW: ContextVar[TableView | None] = ContextVar("tfcalc_table_view", default=None)
+
+
+@contextlib.contextmanager
+def table_view(view: TableView) -> Iterator[None]:
+    """Every table emitted inside shows ``view``'s columns (the CLI wraps each command in it)."""
+    token = _VIEW.set(view)
+    try:
+        yield
+    finally:
+        _VIEW.reset(token)
+
+
+def terminal_width() -> int | None:
+    """The width a table on stdout must fit: on a terminal, its width as Rich's console takes it ($COLUMNS, else the
+    window's size); in a pipe, $COLUMNS when it is set; else None, the table's natural width (what ``less -S``, a
+    file or a script reads best)."""
+    stream = sys.stdout
+    try:
+        terminal = stream is not None and stream.isatty()
+    except (OSError, ValueError):
+        terminal = False
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if terminal:
+        try:
+            return os.get_terminal_size(stream.fileno()).columns or 80
+        except (OSError, ValueError):
+            return 80
+    return None
 
 
 def resolve_format(fmt: str | None, output: Path | None) -> str:
@@ -30,6 +77,17 @@ def resolve_format(fmt: str | None, output: Path | None) -> str:
             return "table"
         raise UsageError(f"cannot tell the format of '{output}' from its extension; pass --format csv|json|table")
     return "table"
+
+
+def emit_explanation(text: str, fmt: str | None, output: Path | None) -> None:
+    """``--explain``'s trace for people: on stdout after a table, on stderr when stdout carries CSV or JSON (which
+    must parse as such)."""
+    to_stdout = output is None or os.fspath(output) in STDOUT_NAMES
+    if to_stdout and resolve_format(fmt, output) != "table":
+        for line in text.splitlines():
+            print_stderr(line)
+        return
+    write_stdout(text)
 
 
 def print_stderr(message: str) -> None:
@@ -125,26 +183,36 @@ def write_stdout(text: str, fmt: str = "table") -> None:
 
 def emit(rows: list[dict[str, object]], columns: list[Column], fmt: str | None = None, output: Path | None = None,
          title: str = "", notes: tuple[str, ...] = (),
-         extra: list[tuple[str, list[dict[str, object]], list[Column]]] = (), announce: bool = True) -> None:
-    """Render ``rows``: the table shows ``columns`` in human units; CSV/JSON carry every key, exact.
+         extra: list[tuple[str, list[dict[str, object]], list[Column]]] = (), announce: bool = True,
+         view: TableView | None = None) -> None:
+    """Render ``rows``: the table shows ``columns`` in human units, fitted to the terminal (``terminal_width``;
+    files get the natural width); CSV/JSON carry every key, exact, or only ``--columns``' keys.
 
-    ``extra`` adds further (title, rows, columns) tables after the first, in table format only. ``output``
+    ``view`` (default: the command's, see ``table_view``) picks the table's columns. ``extra`` adds further
+    (title, rows, columns) tables after the first, in table format and without ``--columns`` only. ``output``
     None or ``-`` means stdout; any other path goes through ``tfcalc.output.files.open_output``, and stderr
     says "wrote N rows to PATH" unless ``announce`` is False (a checkpoint rewritten after every row).
     """
     fmt = resolve_format(fmt, output)
+    view = view or _VIEW.get() or DEFAULT_VIEW
     to_stdout = output is None or os.fspath(output) in STDOUT_NAMES
     if to_stdout and sys.stdout is None:
         raise OutputError("cannot write the result: stdout is closed")
+    absent = [key for key in view.keys if rows and all(key not in row for row in rows)]
+    if absent and announce:
+        print_stderr(f"note: this output has no column {', '.join(absent)}; shown empty")
     if fmt == "table":
         from tfcalc.output.table import render_table
 
-        text = render_table(rows, columns, title, notes, to_file=not to_stdout)
-        for extra_title, extra_rows, extra_columns in extra:
-            text += render_table(extra_rows, extra_columns, extra_title, to_file=not to_stdout)
+        width = terminal_width() if to_stdout else None
+        text = render_table(rows, columns, title, notes, width, view)
+        for extra_title, extra_rows, extra_columns in () if view.keys else extra:
+            text += render_table(extra_rows, extra_columns, extra_title, width=width, view=view)
     else:
         from tfcalc.output.export import to_csv, to_json
 
+        if view.keys:
+            rows = [{key: row.get(key) for key in view.keys} for row in rows]
         text = to_csv(rows) if fmt == "csv" else to_json(rows)
         if not text.endswith("\n"):
             text += "\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tfcalc.errors import UsageError
+from tfcalc.errors import UsageError, missing_matplotlib_message
 
 GIB = 1 << 30
 
@@ -15,7 +15,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'tfcalc[plot]'") from None
+        raise UsageError(missing_matplotlib_message()) from None
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
@@ -38,48 +38,22 @@ def _save(fig: Any, path: Path) -> None:
         fig.savefig(handle, format="png", dpi=110, bbox_inches="tight")
 
 
-def plot_plan(path: Path, specs: list, gpus: list, rows: list[dict], precisions: list, kv_dtypes: list,
-              engines: list | None = None) -> None:
-    """Memory per GPU (weights + reserved + KV at the first batch) vs context, one line per weight/KV precision
-    of the first model's first layout, with each GPU's capacity as a horizontal line."""
-    from tfcalc.calc.kv_cache import default_kv_dtype
-    from tfcalc.calc.plan import PlanConfig, plan_fit
-    from tfcalc.dtypes import parse_weight_precision
-    from tfcalc.spec.engine import memory_model
-
+def plot_plan(path: Path, title: str, series: list[tuple[str, list[int], list[int]]],
+              capacities: list[tuple[str, int]]) -> None:
+    """Memory per GPU against context: one line per (label, contexts, bytes) series, each GPU's capacity
+    (name, bytes) as a horizontal line; bytes drawn in GiB (``tfcalc.report.plan.memory_by_context``)."""
     plt = _pyplot()
-    first = rows[0]
-    spec = next(s for s in specs if s.name == first["model"])
-    gpu = next(g for g in gpus if g.name == first["gpu"])
-    batch = int(first["batch"])
-    engine = next((e for e in engines or [] if (e.label if e is not None else "ideal") == first["engine"]), None)
-    contexts = sorted({int(2 ** (i / 2)) for i in range(20, 2 * max(spec.max_context, 1 << 10).bit_length() - 1)})
     fig, ax = plt.subplots(figsize=(8, 5))
-    for precision in precisions or [parse_weight_precision(spec.native_dtype)]:
-        for kv in kv_dtypes or [default_kv_dtype(spec)]:
-            ys = []
-            for c in contexts:
-                cfg = PlanConfig(num_gpus=int(first["num_gpus"]), tp=int(first["tp"]), pp=int(first["pp"]),
-                                 ep=int(first["ep"]), context=c, batch=batch, engine=engine,
-                                 gpu_memory_utilization=float(first["memory_fraction"]),
-                                 block_size=int(first["block_size"]), max_num_seqs=int(first["max_num_seqs"]),
-                                 max_num_batched_tokens=int(first["max_num_batched_tokens"]),
-                                 **({} if memory_model(engine) is not None else
-                                    {"runtime_overhead_bytes": int(first["runtime_overhead_bytes_per_gpu"])}))
-                r = plan_fit(spec, gpu, precision, kv, cfg)
-                per_replica = -(-batch // r.parallelism.dp)
-                ys.append((r.weights_bytes_per_gpu + r.reserved_bytes_per_gpu
-                           + per_replica * r.kv_bytes_per_sequence_per_gpu) / GIB)
-            ax.plot(contexts, ys, marker=".", label=f"weights {precision.label}, KV {kv.name}")
-    for g in gpus:
-        ax.axhline(g.memory_bytes / GIB, linestyle="--", color="black", linewidth=1)
-        ax.text(contexts[0], g.memory_bytes / GIB, f" {g.name} capacity {g.memory_bytes / GIB:.0f} GiB",
-                va="bottom", fontsize=8)
+    for label, contexts, values in series:
+        ax.plot(contexts, [v / GIB for v in values], marker=".", label=label)
+    first_context = min(c for _, contexts, _ in series for c in contexts)
+    for name, capacity in capacities:
+        ax.axhline(capacity / GIB, linestyle="--", color="black", linewidth=1)
+        ax.text(first_context, capacity / GIB, f" {name} capacity {capacity / GIB:.0f} GiB", va="bottom", fontsize=8)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context (tokens)")
     ax.set_ylabel("memory per GPU (GiB): weights + reserved + KV")
-    ax.set_title(f"{spec.name} on {first['num_gpus']} x {gpu.name} (tp {first['tp']}, pp {first['pp']}), "
-                 f"batch {batch}")
+    ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     _save(fig, path)

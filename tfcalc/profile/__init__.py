@@ -2,5 +2,6 @@
 
 One module per job: ``sweep`` (``tfcalc profile``) measures ``measure``'s points on ``device``'s devices against
 ``ceilings``; ``attention``, ``moe``, ``ceilings`` and ``calibrate`` are ``tfcalc bench NAME``; ``timing`` times
-calls. Imports torch; only ``tfcalc.cli.profile`` and ``tfcalc.cli.bench`` load it, inside their commands.
+calls; ``efficiency`` turns a run's rows into efficiency factors (torch-free: ``--calibration`` reads it). The
+rest imports torch; only ``tfcalc.cli.profile`` and ``tfcalc.cli.bench`` load it, inside their commands.
 """

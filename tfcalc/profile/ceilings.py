@@ -16,7 +16,7 @@ from tfcalc.profile.device import dtype_name, is_oom, release_memory
 from tfcalc.profile.timing import Timing, first_sentence, time_call
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Ceiling:
     name: str
     dtype: str
@@ -33,7 +33,7 @@ def copy_bandwidth(device: torch.device, buffer_bytes: int | None = None, repeat
     src = tile.repeat(-(-size // tile.numel()))[:size].contiguous()
     dst = torch.empty_like(src)
     timing = time_call(lambda: dst.copy_(src), device, warmup=3, repeats=repeats)
-    return Ceiling("copy", "uint8", size, 2 * size / timing.median_s, timing)
+    return Ceiling(name="copy", dtype="uint8", size=size, value=2 * size / timing.median_s, timing=timing)
 
 
 def matmul_flops(device: torch.device, dtype: torch.dtype, n: int | None = None, repeats: int = 10) -> Ceiling:
@@ -42,7 +42,8 @@ def matmul_flops(device: torch.device, dtype: torch.dtype, n: int | None = None,
     a = torch.randn(n, n, device=device, dtype=torch.float32).to(dtype)
     b = torch.randn(n, n, device=device, dtype=torch.float32).to(dtype)
     timing = time_call(lambda: a @ b, device, warmup=3, repeats=repeats)
-    return Ceiling("matmul", str(dtype).removeprefix("torch."), n, 2 * n**3 / timing.median_s, timing)
+    return Ceiling(name="matmul", dtype=str(dtype).removeprefix("torch."), size=n, value=2 * n**3 / timing.median_s,
+                   timing=timing)
 
 
 def fp8_matmul_flops(device: torch.device, n: int | None = None, repeats: int = 10) -> Ceiling:
@@ -55,7 +56,7 @@ def fp8_matmul_flops(device: torch.device, n: int | None = None, repeats: int = 
     xq, xs = quantize_activation(torch.randn(n, n, device=device), block=False)
     wq, ws = quantize_weight(torch.randn(n, n, device=device), block=False)
     timing = time_call(lambda: scaled_gemm(xq, xs, wq, ws, False, torch.bfloat16), device, warmup=3, repeats=repeats)
-    return Ceiling("matmul", "fp8_e4m3", n, 2 * n**3 / timing.median_s, timing)
+    return Ceiling(name="matmul", dtype="fp8_e4m3", size=n, value=2 * n**3 / timing.median_s, timing=timing)
 
 
 # --- the rows of tfcalc bench ceilings ---------------------------------------------------------------------------
@@ -81,21 +82,22 @@ def ceiling_rows(device: torch.device, dtypes: Iterable[torch.dtype], copy_bytes
                  matmul_n: int | None = None, repeats: int = 10) -> list[dict[str, object]]:
     """The device's copy bandwidth (bytes read + written / s, :func:`tfcalc.profile.ceilings.copy_bandwidth`)
     and, per dtype, square-matmul FLOP/s (2 n³ / time, :func:`~tfcalc.profile.ceilings.matmul_flops`), with the
-    timing spread: rates at the p75 and p25 times (slow and fast quartiles)."""
+    timing spread: rates at the p75 and p25 times (slow and fast quartiles: p25_bytes_per_s and p75_bytes_per_s, or
+    p25_flops_per_s and p75_flops_per_s)."""
     def row(c: Ceiling | None, kind: str, dtype: str, size: int, work: float, status: str = "ok",
             note: str = "") -> dict[str, object]:
         t = c.timing if c else None
-        rate_key = "bytes_per_s" if kind == "copy" else "flops_per_s"
+        unit = "bytes_per_s" if kind == "copy" else "flops_per_s"
         out: dict[str, object] = {
             "device": str(device), "ceiling": kind, "dtype": dtype,
             "size": size, "size_unit": "bytes per buffer" if kind == "copy" else "n (n x n x n)",
             "work_per_call": work, "work_unit": "bytes read + written" if kind == "copy" else "FLOP (2 n^3)",
             "time_s": t.median_s if t else None, "time_p25_s": t.p25_s if t else None,
             "time_p75_s": t.p75_s if t else None, "bytes_per_s": None, "flops_per_s": None,
-            "rate_p25": work / t.p75_s if t else None, "rate_p75": work / t.p25_s if t else None,
+            f"p25_{unit}": work / t.p75_s if t else None, f"p75_{unit}": work / t.p25_s if t else None,
             "spread": t.spread if t else None, "repeats": t.repeats if t else None, "status": status, "note": note,
         }
-        out[rate_key] = c.value if c else None
+        out[unit] = c.value if c else None
         return out
 
     rows = []

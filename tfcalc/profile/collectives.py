@@ -133,7 +133,7 @@ def rows(results: list[tuple[str, int, float]], ranks: int, backend: str, device
         fitted = fit.seconds(op, ranks, nbytes) if fit is not None else None
         position = index[op] = index.get(op, -1) + 1  # this sample's place among its op's, as the fit saw them
         out.append({
-            "op": op, "ranks": ranks, "backend": backend, "device": device, "dtype": dtype, "bytes": nbytes,
+            "op": op, "world_size": ranks, "dist_backend": backend, "device": device, "dtype": dtype, "bytes": nbytes,
             "time_s": seconds, "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": algbw * bus_factor(op, ranks),
             "fitted_time_s": fitted, "fit_residual": None if fitted is None else fitted / seconds - 1,
             "fit_outlier": None if fit is None else position in fit.excluded, "status": "ok",

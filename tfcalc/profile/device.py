@@ -87,7 +87,7 @@ def match_gpu_preset(device_name: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeviceInfo:
     device: str  # "cuda:0" or "cpu"
     name: str
@@ -158,9 +158,10 @@ def describe(device: torch.device) -> DeviceInfo:
     """NVML facts for a GPU (torch's where NVML is missing), or the CPU's name and core count."""
     if device.type == "cpu":
         name = platform.processor() or platform.machine()
-        return DeviceInfo("cpu", f"CPU {name} ({os.cpu_count()} logical cores, {torch.get_num_threads()} threads)")
+        return DeviceInfo(device="cpu",
+                          name=f"CPU {name} ({os.cpu_count()} logical cores, {torch.get_num_threads()} threads)")
     props = torch.cuda.get_device_properties(device)
-    base = DeviceInfo(f"cuda:{device.index}", props.name, memory_bytes=props.total_memory,
+    base = DeviceInfo(device=f"cuda:{device.index}", name=props.name, memory_bytes=props.total_memory,
                       gpu_preset=match_gpu_preset(props.name))
     try:
         import pynvml
@@ -181,7 +182,7 @@ def describe(device: torch.device) -> DeviceInfo:
         }
     except Exception as exc:  # pynvml.NVMLError and missing symbols on old drivers
         return _with_note(base, f"NVML query failed ({exc}); facts from PyTorch only")
-    return DeviceInfo(base.device, base.name, gpu_preset=base.gpu_preset, **facts)
+    return DeviceInfo(device=base.device, name=base.name, gpu_preset=base.gpu_preset, **facts)
 
 
 def _nvml_handle(pynvml: object, props: object, index: int) -> object:

@@ -82,7 +82,7 @@ class Point(NamedTuple):
     gen_len: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Sweep:
     """What to profile: the model that runs (after overrides) and the lists that make the rows."""
 
@@ -107,7 +107,7 @@ class Sweep:
                 for batch in self.batches for p in self.prompt_lens for g in self.gen_lens]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeviceContext:
     device: torch.device
     info: DeviceInfo
@@ -117,7 +117,7 @@ class DeviceContext:
     parallel_units: int  # a GPU's streaming multiprocessors, the CPU's threads (where attention tiles spread)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Layout:
     """How a row's model is spread: tp x ep over ``world`` ranks (world / tp attention replicas), the collectives'
     backend, and the fabric the prediction prices them on (None: the GPU preset's)."""
@@ -190,7 +190,8 @@ def device_context(device: torch.device, dtypes: list[str], fp8: bool = False) -
         matmul["fp8"] = fp8_matmul_flops(device)
     units = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" \
         else torch.get_num_threads()
-    return DeviceContext(device, info, gpu, copy_bandwidth(device), matmul, units)
+    return DeviceContext(device=device, info=info, gpu=gpu, copy=copy_bandwidth(device), matmul=matmul,
+                         parallel_units=units)
 
 
 def predicted_memory_bytes(spec: ModelSpec, dtype: str, batch: int, prompt_len: int, gen_len: int,
@@ -323,7 +324,7 @@ def _compute_dtype(ctx: DeviceContext, p: Point, m: Measurement | None) -> str:
 def device_columns(info: DeviceInfo) -> Row:
     """NVML facts of the device (empty where unknown, e.g. on the CPU) and why any are missing."""
     return {
-        "device_memory_bytes": info.memory_bytes, "memory_clock_hz": info.memory_clock_hz,
+        "gpu_memory_bytes": info.memory_bytes, "memory_clock_hz": info.memory_clock_hz,
         "memory_bus_width_bits": info.memory_bus_width_bits,
         "nvml_bandwidth_bytes_per_s": info.theoretical_bandwidth_bytes_per_s, "sm_clock_hz": info.sm_clock_hz,
         "power_w": info.power_w, "power_limit_w": info.power_limit_w, "temperature_c": info.temperature_c,
@@ -364,7 +365,7 @@ def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep
         "compiled": m.compiled if m else None,
         "prefill_tokens_per_s": None, "ttft_s": None, "ttft_spread": None,
         "decode_tokens_per_s": None, "decode_tokens_per_s_per_seq": None, "tpot_s": None, "tpot_spread": None,
-        "prefill_flops": None, "achieved_flops_per_s": None, "mfu": None, "mfu_measured": None,
+        "prefill_flops": None, "achieved_flops_per_s": None, "mfu_datasheet": None, "mfu_measured": None,
         "decode_context_mean": None, "kv_bytes_read_per_step": None,
         "decode_bytes_per_step": None, "achieved_bytes_per_s": None, "mbu_datasheet": None, "mbu_measured": None,
         "peak_memory_bytes": m.peak_memory_bytes if m else None,
@@ -395,7 +396,7 @@ def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep
         "prefill_tokens_per_s": p.batch * p.prompt_len / ttft, "ttft_s": ttft, "ttft_spread": m.prefill.spread,
         "decode_tokens_per_s": p.batch / tpot, "decode_tokens_per_s_per_seq": 1 / tpot, "tpot_s": tpot,
         "tpot_spread": m.decode_loop.spread, "prefill_flops": round(prefill.flops),
-        "achieved_flops_per_s": achieved_flops, "mfu": _ratio(achieved_flops, row["datasheet_flops_per_s"]),
+        "achieved_flops_per_s": achieved_flops, "mfu_datasheet": _ratio(achieved_flops, row["datasheet_flops_per_s"]),
         "mfu_measured": achieved_flops / matmul.value,
         "decode_context_mean": sum(contexts) / len(contexts), "kv_bytes_read_per_step": round(kv_read),
         "decode_bytes_per_step": round(decode_bytes), "achieved_bytes_per_s": achieved_bytes,

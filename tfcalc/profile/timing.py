@@ -13,7 +13,7 @@ import torch
 from tfcalc.profile.device import is_oom, release_memory
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Timing:
     """Seconds per call over ``repeats`` timed calls, after ``warmup`` untimed ones."""
 
@@ -34,7 +34,7 @@ def summarize(samples: list[float]) -> Timing:
         q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
     else:
         q1 = q3 = samples[0]
-    return Timing(statistics.median(samples), q1, q3, min(samples), len(samples))
+    return Timing(median_s=statistics.median(samples), p25_s=q1, p75_s=q3, min_s=min(samples), repeats=len(samples))
 
 
 def synchronize(device: torch.device) -> None:

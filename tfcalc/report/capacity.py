@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 
 from tfcalc.calc.capacity import Evaluation, SearchResult, SearchSpace
 from tfcalc.calc.serving_traffic import Target, Traffic
@@ -36,20 +37,6 @@ def layout(e: Evaluation) -> str:
 def _number(e: Evaluation, key: str) -> float | None:
     value = e.numbers.get(key)
     return value if value is not None and math.isfinite(value) else None
-
-
-def summary_row(spec: ModelSpec, e: Evaluation, targets: tuple[Target, ...], rank: int | None = None) -> Row:
-    """One table row: the configuration, its size and cost, latencies at the operating point, what binds."""
-    c = e.candidate
-    row: Row = {
-        "model": spec.name, "rank": rank, "engine": c.engine, "gpu": c.gpu, "layout": layout(e),
-        "formats": f"{short_dtype(c.weights, spec.native_dtype)}/{short_dtype(c.kv_dtype, '')}",
-        "seqs_chunk": f"{c.max_num_seqs}/{c.chunk}", "num_gpus": e.num_gpus or None,
-        "cost_per_hour": f"${e.cost_per_hour:,.2f}" if e.feasible else None, "limit": e.binding or e.reason,
-    }
-    for t in targets:
-        row[t.key] = _number(e, t.key) if e.feasible else None
-    return row
 
 
 def long_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]) -> list[Row]:
@@ -97,10 +84,14 @@ def long_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]
 
 
 def wide_row(spec: ModelSpec, e: Evaluation, targets: tuple[Target, ...], role: str) -> Row:
-    """One configuration as one row (CSV/JSON summary mode): its settings, size, cost, capacity and latencies."""
+    """One configuration as one row (the tables, and CSV/JSON summary mode): its settings (with the tables' short
+    forms: layout, weights/KV formats, max_num_seqs/chunk), size, cost, capacity and latencies at the operating
+    point."""
     c = e.candidate
     row: Row = {"model": spec.name, "role": role, "engine": c.engine, "gpu": c.gpu, "mode": c.mode, "tp": c.tp,
-                "pp": c.pp, "ep": c.ep, "weights_dtype": c.weights, "kv_dtype": c.kv_dtype,
+                "pp": c.pp, "ep": c.ep, "layout": layout(e), "weights_dtype": c.weights, "kv_dtype": c.kv_dtype,
+                "formats": f"{short_dtype(c.weights, spec.native_dtype)}/{short_dtype(c.kv_dtype, '')}",
+                "seqs_chunk": f"{c.max_num_seqs}/{c.chunk}",
                 "max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.chunk,
                 "speculative_tokens": c.spec.num_tokens if c.spec else 0, "feasible": e.feasible,
                 "reason": e.reason, "replicas": e.replicas or None, "num_gpus": e.num_gpus or None,
@@ -154,14 +145,9 @@ def distinct(evaluations: list[Evaluation], limit: int) -> list[Evaluation]:
     return out
 
 
-def frontier_rows(spec: ModelSpec, result: SearchResult) -> list[Row]:
-    return [{"engine": e.candidate.engine, "gpu": e.candidate.gpu, "layout": layout(e),
-             "formats": f"{short_dtype(e.candidate.weights, spec.native_dtype)}/"
-                        f"{short_dtype(e.candidate.kv_dtype, '')}",
-             "seqs_chunk": f"{e.candidate.max_num_seqs}/{e.candidate.chunk}",
-             "tokens_per_user": e.numbers["tokens_per_user"], "tokens_per_gpu": e.numbers["tokens_per_gpu"],
-             "cost_per_hour": e.cost_per_hour if e.feasible else None}
-            for e in result.frontier]
+def frontier_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]) -> list[Row]:
+    """The Pareto frontier (tokens/s per GPU against tokens/s per user), one row per configuration."""
+    return [wide_row(spec, e, targets, "frontier") for e in result.frontier]
 
 
 def plot_points(result: SearchResult) -> list[Row]:
@@ -329,7 +315,7 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
                  draft_model: str = "DRAFT_MODEL", api_servers: int = 1) -> list[str]:
     """``vllm serve`` for one replica (lines to join with a backslash), and how many to run."""
     c = e.candidate
-    args = [f"vllm serve {model_path}", f"--tensor-parallel-size {c.tp}"]
+    args = [f"vllm serve {shlex.quote(model_path)}", f"--tensor-parallel-size {c.tp}"]
     if c.pp > 1:
         args.append(f"--pipeline-parallel-size {c.pp}")
     if c.ep > 1:
@@ -359,7 +345,7 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
 def sglang_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace, prefix_caching: bool,
                    draft_model: str = "DRAFT_MODEL") -> list[str]:
     c = e.candidate
-    args = [f"python -m sglang.launch_server --model-path {model_path}", f"--tp {c.tp}"]
+    args = ["python -m sglang.launch_server", f"--model-path {shlex.quote(model_path)}", f"--tp {c.tp}"]
     if c.pp > 1:
         args.append(f"--pp-size {c.pp}")
     if c.ep > 1:
@@ -387,11 +373,11 @@ def sglang_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
 
 
 def trtllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace, prefix_caching: bool,
-                   draft_model: str = "DRAFT_MODEL") -> list[str]:
-    """``trtllm-serve`` (PyTorch backend) for one replica; the KV-cache format, block reuse and speculation go in
-    the YAML its --extra_llm_api_options names (shown after the command)."""
+                   draft_model: str = "DRAFT_MODEL") -> tuple[list[str], dict]:
+    """``trtllm-serve`` (PyTorch backend) for one replica, and the contents of the YAML file its
+    --extra_llm_api_options names: the KV-cache format, block reuse and speculation go there."""
     c = e.candidate
-    args = [f"trtllm-serve {model_path}", "--backend pytorch", f"--tp_size {c.tp}"]
+    args = [f"trtllm-serve {shlex.quote(model_path)}", "--backend pytorch", f"--tp_size {c.tp}"]
     if c.pp > 1:
         args.append(f"--pp_size {c.pp}")
     if c.ep > 1:
@@ -400,35 +386,58 @@ def trtllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
              f"--max_seq_len {space.max_model_len}"]
     if space.gpu_memory_utilization is not None:
         args.append(f"--kv_cache_free_gpu_memory_fraction {space.gpu_memory_utilization}")
-    kv_cache = {"enable_block_reuse": prefix_caching}
+    kv_cache: dict = {"enable_block_reuse": prefix_caching}
     if c.kv_dtype.startswith("fp8"):
         kv_cache["dtype"] = "fp8"
     extra: dict = {"kv_cache_config": kv_cache, "enable_chunked_prefill": True}
     if c.spec is not None:
         extra["speculative_config"] = {"decoding_type": "Eagle", "max_draft_len": c.spec.num_tokens,
                                        "speculative_model_dir": draft_model}
-    args.append(f"--extra_llm_api_options extra.yml  # extra.yml: {json.dumps(extra)}")
-    return args
+    args.append("--extra_llm_api_options extra.yml")
+    return args, extra
+
+
+def _yaml(value: object) -> str:
+    """A value in YAML's flow style (mappings of identifiers, numbers and booleans, as the engines' options are)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_yaml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace,
-                 prefix_caching: bool, api_servers: int = 1) -> list[str]:
-    """The three engines' command lines for the chosen plan (its own engine's first), with the replica count and any
-    checkpoint note."""
+                 prefix_caching: bool, api_servers: int = 1) -> tuple[str, list[str]]:
+    """(what to run, in a sentence; each engine's command for the chosen plan, its own engine's first, one flag per
+    line, to print as they are: a shell line cannot be re-wrapped)."""
     c = e.candidate
     _, note = _quantization(c.weights, spec.native_dtype)
     replicas = (f"run {e.replicas} replica(s) of {c.gpus_per_replica} GPU(s) behind a load balancer"
                 if c.mode == "aggregated" else
                 f"run {c.prefill_replicas} prefill replica(s) at tp {c.prefill_tp} (SGLang --disaggregation-mode "
                 f"prefill) and {e.replicas} decode replica(s) as below, with a disaggregation router")
-    lines = [f"launch: {replicas}" + (f"; {note}" if note else "")]
+    trtllm, extra = trtllm_command(model_path, spec, e, space, prefix_caching)
+    indent = " " * 9
     commands = {
-        "vllm": ("vLLM:   ", vllm_command(model_path, spec, e, space, prefix_caching, api_servers=api_servers)),
-        "sglang": ("SGLang: ", sglang_command(model_path, spec, e, space, prefix_caching)),
-        "trtllm": ("TRT-LLM:", trtllm_command(model_path, spec, e, space, prefix_caching)),
+        "vllm": ("vLLM:   ", vllm_command(model_path, spec, e, space, prefix_caching, api_servers=api_servers), ""),
+        "sglang": ("SGLang: ", sglang_command(model_path, spec, e, space, prefix_caching), ""),
+        "trtllm": ("TRT-LLM:", trtllm, f"\n{indent}extra.yml:" + "".join(f"\n{indent}  {k}: {_yaml(v)}"
+                                                                         for k, v in extra.items())),
     }
     family = c.engine.split()[0]
-    for name in sorted(commands, key=lambda n: n != family):
-        label, args = commands[name]
-        lines.append(f"{label} " + " \\\n         ".join(args))
-    return lines
+    lines = [f"{label} " + f" \\\n{indent}".join(args) + after
+             for _, (label, args, after) in sorted(commands.items(), key=lambda item: item[0] != family)]
+    return f"launch: {replicas}" + (f"; {note}" if note else ""), lines
+
+
+def launch_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace, prefix_caching: bool,
+                   api_servers: int = 1) -> str:
+    """The chosen engine's command on one line (a CSV/JSON field; TensorRT-LLM's options file is left out)."""
+    family = e.candidate.engine.split()[0]
+    if family == "sglang":
+        args = sglang_command(model_path, spec, e, space, prefix_caching)
+    elif family == "trtllm":
+        args = trtllm_command(model_path, spec, e, space, prefix_caching)[0]
+    else:
+        args = vllm_command(model_path, spec, e, space, prefix_caching, api_servers=api_servers)
+    return " ".join(args)

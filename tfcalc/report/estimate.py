@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from tfcalc.calc.kernels import Rates
@@ -24,6 +24,7 @@ from tfcalc.spec.engine import EngineKernels, EngineSpec
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.interconnect import Interconnect
 from tfcalc.spec.model import ModelSpec
+from tfcalc.units import format_seconds
 
 Row = dict[str, object]
 GROUP_LABELS = {"attention": "attention", "dense_ffn": "dense FFN", "moe": "MoE", "lm_head": "embedding + lm_head",
@@ -53,6 +54,21 @@ class EstimateOptions:
     fit: bool = True
     rates: Callable[[GPUSpec, Rates, str], Rates] | None = None  # (gpu, preset rates, phase) -> rates used
     rates_source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimateSweep:
+    """The lists an estimate sweeps over per model and GPU (empty formats: the model's own); every combination is
+    one row."""
+
+    tps: list[int]
+    pps: list[int]
+    eps: list[int]
+    batches: list[int]
+    prompt_lens: list[int]
+    gen_lens: list[int]
+    precisions: list[WeightPrecision] = field(default_factory=list)
+    kv_dtypes: list[DType] = field(default_factory=list)
 
 
 @lru_cache(maxsize=4096)
@@ -154,9 +170,7 @@ def estimate_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     return row
 
 
-def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], tps: list[int], pps: list[int], eps: list[int],
-                  batches: list[int], prompt_lens: list[int], gen_lens: list[int], precisions: list[WeightPrecision],
-                  kv_dtypes: list[DType], options: EstimateOptions,
+def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSweep, options: EstimateOptions,
                   progress: Callable[[int], None] | None = None
                   ) -> tuple[list[Row], list[tuple[LatencyEstimate, Deployment]]]:
     """One row per combination, and the estimate behind each (``explain_lines`` turns one into text on demand)."""
@@ -168,8 +182,8 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], tps: list[int], p
     memory = replace(options.memory, engine=options.engine)
     for spec, gpu in itertools.product(specs, gpus):
         for precision, kv_dtype, tp, pp, ep in itertools.product(
-                precisions or [parse_weight_precision(spec.native_dtype)], kv_dtypes or [default_kv_dtype(spec)],
-                tps, pps, eps):
+                sweep.precisions or [parse_weight_precision(spec.native_dtype)],
+                sweep.kv_dtypes or [default_kv_dtype(spec)], sweep.tps, sweep.pps, sweep.eps):
             kernels = options.engine.kernels if options.engine is not None else EngineKernels()
             base = rates_for(gpu, kernels, options.cuda_graphs)
             prefill_rates = options.rates(gpu, base, "prefill") if options.rates else None
@@ -179,8 +193,8 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], tps: list[int], p
                            gpus_per_node=options.gpus_per_node, algorithm=options.algorithm,
                            compute=options.compute, cuda_graphs=options.cuda_graphs, rates_prefill=prefill_rates,
                            rates_decode=decode_rates, routing_skew=options.routing_skew)
-            longest = max(prompt_lens) + max(gen_lens)
-            for batch, prompt, gen in itertools.product(batches, prompt_lens, gen_lens):
+            longest = max(sweep.prompt_lens) + max(sweep.gen_lens)
+            for batch, prompt, gen in itertools.product(sweep.batches, sweep.prompt_lens, sweep.gen_lens):
                 e = estimate_latency(d, batch, prompt, gen)
                 fit = fit_columns(d, memory, batch, prompt + gen, longest) if options.fit else None
                 row = estimate_row(spec, gpu, precision, kv_dtype, e, d, options, fit)
@@ -192,28 +206,21 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], tps: list[int], p
     return rows, handles
 
 
-def _ms(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:,.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:,.2f} ms"
-    return f"{seconds * 1e6:,.1f} us"
-
-
-def _phase_lines(name: str, label: str, phase: PhaseTime, e: LatencyEstimate, d: Deployment) -> list[str]:
+def _phase_lines(name: str, label: str, phase: PhaseTime, d: Deployment) -> list[str]:
     step = phase.step
     total = sum(g.seconds for g in step.groups.values()) or 1.0
-    lines = [f"{name}: {label} {_ms(phase.seconds)} (pure roofline {_ms(phase.seconds_ideal)}); per microbatch "
-             f"through {d.pp} stage(s): {_ms(step.seconds)}, {phase.microbatches} microbatch(es)",
+    lines = [f"{name}: {label} {format_seconds(phase.seconds)} (pure roofline {format_seconds(phase.seconds_ideal)}); "
+             f"per microbatch through {d.pp} stage(s): {format_seconds(step.seconds)}, {phase.microbatches} "
+             "microbatch(es)",
              f"  {'op group':<22}{'time':>11}{'share':>7}{'fixed':>11}  bound"]
     for g in GROUPS:
         t = step.groups[g]
         if t.seconds == 0:
             continue
-        lines.append(f"  {GROUP_LABELS[g]:<22}{_ms(t.seconds):>11}{t.seconds / total:>7.0%}"
-                     f"{_ms(t.floor_seconds):>11}  {t.bound}")
+        lines.append(f"  {GROUP_LABELS[g]:<22}{format_seconds(t.seconds):>11}{t.seconds / total:>7.0%}"
+                     f"{format_seconds(t.floor_seconds):>11}  {t.bound}")
     floors = sum(t.floor_seconds for t in step.groups.values())
-    lines.append(f"  {'floors (in the above)':<22}{_ms(floors):>11}{floors / total:>7.0%}"
+    lines.append(f"  {'floors (in the above)':<22}{format_seconds(floors):>11}{floors / total:>7.0%}"
                  "             fixed costs, counted above")
     return lines
 
@@ -224,8 +231,8 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
     pre, dec = e.prefill, e.decode
     lines = [f"prefill: batch {e.batch} x prompt {e.prompt_len:,} tokens; decode: batch {e.batch} at the mean "
              f"context {e.decode_context:,} = prompt + gen/2 (TPOT averaged over the {max(e.gen_len - 1, 0)} steps)"]
-    lines += _phase_lines("prefill", "TTFT", pre, e, d)
-    lines += _phase_lines("decode", "TPOT", dec, e, d)
+    lines += _phase_lines("prefill", "TTFT", pre, d)
+    lines += _phase_lines("decode", "TPOT", dec, d)
     step = dec.step
     lines.append(f"decode: bytes per GPU per step = weights {step.weight_bytes:.4g} + KV read {step.kv_read_bytes:.4g}"
                  f" + activations, logits, cache writes {step.bytes - step.weight_bytes - step.kv_read_bytes:.4g} "
@@ -249,24 +256,25 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                     and d.intra.custom_allreduce is not None else ""))
     if d.tp > 1:
         lines.append(f"tp: 2 all-reduces per layer of tokens x {dm.h} x 2 B (+ the embedding's, logits gathered): "
-                     f"prefill {_ms(pre.step.tp_comm_seconds)}, decode {_ms(dec.step.tp_comm_seconds)} per step")
+                     f"prefill {format_seconds(pre.step.tp_comm_seconds)}, decode "
+                     f"{format_seconds(dec.step.tp_comm_seconds)} per step")
     else:
         lines.append("tp 1: no all-reduce")
     if d.dp > 1:
         lines.append(f"ep {d.ep} over {d.dp} attention replicas: all-to-all dispatch + combine of tokens x top-k x "
-                     f"{dm.h} x 2 B per MoE layer: prefill {_ms(pre.step.ep_comm_seconds)}, decode "
-                     f"{_ms(dec.step.ep_comm_seconds)} per step")
+                     f"{dm.h} x 2 B per MoE layer: prefill {format_seconds(pre.step.ep_comm_seconds)}, decode "
+                     f"{format_seconds(dec.step.ep_comm_seconds)} per step")
     elif d.ep > 1:
         lines.append(f"ep {d.ep} <= tp {d.tp}: experts split over the tp group, combined by its all-reduce")
     if d.pp > 1:
         lines.append(f"pp {d.pp}: {pre.microbatches} prefill / {dec.microbatches} decode microbatch(es); "
-                     f"send per stage boundary {_ms(dec.step.p2p_seconds)}; sends + bubble add "
-                     f"{_ms(pre.pp_seconds)} to TTFT and {_ms(dec.pp_seconds)} to TPOT; decode stages idle "
-                     f"{dec.bubble_fraction:.0%} of the time")
+                     f"send per stage boundary {format_seconds(dec.step.p2p_seconds)}; sends + bubble add "
+                     f"{format_seconds(pre.pp_seconds)} to TTFT and {format_seconds(dec.pp_seconds)} to TPOT; decode "
+                     f"stages idle {dec.bubble_fraction:.0%} of the time")
     r = d.rates_decode
-    floors = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in sorted(r.floors.items()))
-    floors += "".join(f", moe {v * 1e6:.2f} us per local {k} expert" for k, v in sorted(r.moe_expert_floors.items()))
-    graphs = "CUDA graphs" if r.cuda_graphs else f"eager launches >= {r.launch_s * 1e6:.1f} us"
+    floors = ", ".join(f"{k} {format_seconds(v)}" for k, v in sorted(r.floors.items()))
+    floors += "".join(f", moe {v * 1e9:.0f} ns per local {k} expert" for k, v in sorted(r.moe_expert_floors.items()))
+    graphs = "CUDA graphs" if r.cuda_graphs else f"eager launches >= {format_seconds(r.launch_s)}"
     moe = (", ".join(f"{k} {v:.2f}" for k, v in sorted(r.moe_efficiency_by_dtype.items()))
            or f"{r.moe_efficiency:.2f}")
     lines.append(f"rates: {r.source}; GEMM {', '.join(f'{k} {v:.2f}' for k, v in sorted(r.gemm_efficiency.items()))}"

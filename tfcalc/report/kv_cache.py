@@ -18,12 +18,20 @@ def _window_label(spec: ModelSpec) -> str:
     return f"{spec.sliding_window} on {layers}/{spec.num_layers} layers"
 
 
+def _variant_label(spec: ModelSpec, kind: str, variant: ModelSpec) -> str:
+    """``GQA (as configured, 8 KV heads)``, ``MHA (materialised K/V)`` for an MLA model, else the kind."""
+    if variant is spec:
+        return f"{kind} (as configured, {spec.num_kv_heads} KV heads)" if kind == "GQA" else f"{kind} (as configured)"
+    return "MHA (materialised K/V)" if kind == "MHA" and spec.mla is not None else kind
+
+
 def kv_cache_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int], kv_dtypes: list[DType],
                   compare_attention: bool = False) -> list[Row]:
     """One row per model x attention variant x context x batch x dtype; ``kv_bytes_per_token`` is uncapped."""
     rows: list[Row] = []
     for spec in specs:
-        variants = attention_variants(spec) if compare_attention else [(spec.attention_kind, spec)]
+        variants = ([(_variant_label(spec, kind, variant), variant) for kind, variant in attention_variants(spec)]
+                    if compare_attention else [(spec.attention_kind, spec)])
         for (label, variant), context, batch, kv_dtype in itertools.product(
                 variants, contexts or [spec.max_context], batches, kv_dtypes or [default_kv_dtype(spec)]):
             per_token = kv_bytes_per_token(variant, kv_dtype)

@@ -6,11 +6,19 @@ import itertools
 
 from tfcalc.calc.kv_cache import default_kv_dtype, kv_cache_bytes
 from tfcalc.calc.memory import activation_workspace_bytes, weights_bytes_by_component
-from tfcalc.calc.params import COMPONENTS, count_params
-from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
+from tfcalc.calc.params import count_params
+from tfcalc.dtypes import PARAM_COMPONENTS, DType, WeightPrecision, parse_weight_precision
 from tfcalc.spec.model import ModelSpec
 
 Row = dict[str, object]
+
+# What tfcalc.calc.memory.activation_workspace_bytes counts, in words (the note under the memory table).
+ACTIVATION_FORMULA = (
+    "activation workspace = T x (2h + max(attention width, FFN width)) x activation bytes + batch x vocab x 4 "
+    "(fp32 logits of the last position); T = min(batch x context, prefill chunk) tokens in one forward pass; "
+    "attention width = (heads + 2 kv_heads) x head_dim + heads x head_dim; FFN width = 3 x intermediate "
+    "(gate, up, product) of the widest FFN the tokens pass (top-k experts for MoE)"
+)
 
 
 def memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int],
@@ -38,7 +46,7 @@ def memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int],
                 "activation_bytes": activations,
                 "total_bytes": weights + kv + activations,
             }
-            for component in COMPONENTS:
+            for component in PARAM_COMPONENTS:
                 row[f"{component}_weights_bytes"] = by_component[component]
             rows.append(row)
     return rows

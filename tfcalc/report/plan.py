@@ -258,3 +258,38 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
                 rows.append(_plan_row(spec, gpu, precision, kv_dtype, cfg, r))
                 traces.append(plan_explain(spec, gpu, precision, kv_dtype, cfg, r))
     return rows, traces
+
+
+def memory_by_context(specs: list[ModelSpec], gpus: list[GPUSpec], row: Row, precisions: list[WeightPrecision],
+                      kv_dtypes: list[DType], engines: list[EngineSpec | None]
+                      ) -> tuple[str, list[tuple[str, list[int], list[int]]], list[tuple[str, int]]]:
+    """What ``plan --plot`` draws for the layout of ``row`` (the first row): (title, one series of (label,
+    contexts, bytes per GPU = weights + reserved + the batch's KV) per weight and KV format, each GPU's
+    (name, capacity bytes))."""
+    from tfcalc.calc.kv_cache import default_kv_dtype
+
+    spec = next(s for s in specs if s.name == row["model"])
+    gpu = next(g for g in gpus if g.name == row["gpu"])
+    batch = int(str(row["batch"]))
+    engine = next((e for e in engines or [] if engine_label(e) == row["engine"]), None)
+    contexts = sorted({int(2 ** (i / 2)) for i in range(20, 2 * max(spec.max_context, 1 << 10).bit_length() - 1)})
+    number = {key: int(str(row[key])) for key in ("num_gpus", "tp", "pp", "ep", "block_size", "max_num_seqs",
+                                                  "max_num_batched_tokens")}
+    overhead = ({} if memory_model(engine) is not None else
+                {"runtime_overhead_bytes": int(str(row["runtime_overhead_bytes_per_gpu"]))})
+    series = []
+    for precision in precisions or [parse_weight_precision(spec.native_dtype)]:
+        for kv in kv_dtypes or [default_kv_dtype(spec)]:
+            values = []
+            for context in contexts:
+                cfg = PlanConfig(num_gpus=number["num_gpus"], tp=number["tp"], pp=number["pp"], ep=number["ep"],
+                                 context=context, batch=batch, engine=engine,
+                                 gpu_memory_utilization=float(str(row["memory_fraction"])),
+                                 block_size=number["block_size"], max_num_seqs=number["max_num_seqs"],
+                                 max_num_batched_tokens=number["max_num_batched_tokens"], **overhead)
+                r = plan_fit(spec, gpu, precision, kv, cfg)
+                values.append(r.weights_bytes_per_gpu + r.reserved_bytes_per_gpu
+                              + -(-batch // r.parallelism.dp) * r.kv_bytes_per_sequence_per_gpu)
+            series.append((f"weights {precision.label}, KV {kv.name}", contexts, values))
+    title = (f"{spec.name} on {row['num_gpus']} x {gpu.name} (tp {row['tp']}, pp {row['pp']}), batch {batch}")
+    return title, series, [(g.name, g.memory_bytes) for g in gpus]

@@ -47,60 +47,53 @@ def _cell(value: object) -> object:
     return str(value)
 
 
-def preset_rows(kind: str) -> tuple[list[Row], list]:
-    """One row per preset of ``kind`` and the table columns to show it with."""
-    from tfcalc.output import Column
-    from tfcalc.spec.presets import load_model, load_preset_document, preset_names
+def preset_rows(kind: str) -> list[Row]:
+    """One row per preset of ``kind`` (model, gpu, engine, interconnect): its headline facts, exact."""
+    from tfcalc.spec.presets import preset_names
 
-    rows: list[Row] = []
-    if kind == "model":
-        for name in preset_names("model"):
-            spec = load_model(name)
-            counts = count_params(spec)
-            rows.append({
-                "name": name,
-                "display_name": load_preset_document("model", name).get("display_name", name),
-                "attention": spec.attention_kind,
-                "layers": spec.num_layers,
-                "hidden_size": spec.hidden_size,
-                "moe": f"{spec.moe.experts_per_token} of {spec.moe.num_experts}" if spec.moe else "",
-                "total_params": counts.total_params,
-                "active_params": counts.active_params,
-                "max_context": spec.max_context,
-                "native_dtype": spec.native_dtype,
-            })
-        columns = [Column("name", "preset"), Column("display_name", "model"), Column("attention", "attn"),
-                   Column("layers", "layers", "int"), Column("moe", "experts"),
-                   Column("total_params", "total params", "params"),
-                   Column("active_params", "active params", "params"),
-                   Column("max_context", "max context", "int"), Column("native_dtype", "native dtype")]
-        return rows, columns
-    if kind == "gpu":
-        return _gpu_preset_rows()
-    raise ValueError(f"no preset listing for kind {kind!r}")
+    return [_ROW_MAKERS[kind](name) for name in preset_names(kind)]
 
 
-def _gpu_preset_rows() -> tuple[list[Row], list]:
-    """One row per GPU preset (exact B/s and FLOP/s), shown in TB/s and TFLOP/s."""
-    from tfcalc.output import Column
-    from tfcalc.spec.gpu import FLOP_DTYPES
-    from tfcalc.spec.presets import load_gpu, preset_names
+def _model_row(name: str) -> Row:
+    from tfcalc.spec.presets import load_model, load_preset_document
 
-    rows: list[Row] = []
-    for name in preset_names("gpu"):
-        gpu = load_gpu(name)
-        rows.append({
-            "name": name, "display_name": gpu.display_name, "memory_bytes": gpu.memory_bytes,
+    spec = load_model(name)
+    counts = count_params(spec)
+    return {"name": name, "display_name": load_preset_document("model", name).get("display_name", name),
+            "attention": spec.attention_kind, "layers": spec.num_layers, "hidden_size": spec.hidden_size,
+            "moe": f"{spec.moe.experts_per_token} of {spec.moe.num_experts}" if spec.moe else "",
+            "total_params": counts.total_params, "active_params": counts.active_params,
+            "max_context": spec.max_context, "native_dtype": spec.native_dtype}
+
+
+def _gpu_row(name: str) -> Row:
+    """Exact B/s and FLOP/s (tables show TB/s and TFLOP/s)."""
+    from tfcalc.dtypes import FLOP_DTYPES
+    from tfcalc.spec.presets import load_gpu
+
+    gpu = load_gpu(name)
+    return {"name": name, "display_name": gpu.display_name, "gpu_memory_bytes": gpu.memory_bytes,
             "hbm_bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s,
             **{f"{d}_dense_flops_per_s": gpu.dense_flops_per_s.get(d) for d in FLOP_DTYPES},
             "interconnect": gpu.interconnect,
-            "interconnect_bandwidth_bytes_per_s": gpu.interconnect_bandwidth_bytes_per_s,
-        })
-    columns = [Column("name", "preset"), Column("display_name", "GPU"), Column("memory_bytes", "memory", "bytes"),
-               Column("hbm_bandwidth_bytes_per_s", "HBM bandwidth", "si", "B/s"),
-               Column("bf16_dense_flops_per_s", "bf16 dense", "si", "FLOP/s"),
-               Column("fp8_dense_flops_per_s", "fp8 dense", "si", "FLOP/s"),
-               Column("fp4_dense_flops_per_s", "fp4 dense", "si", "FLOP/s"),
-               Column("interconnect", "interconnect"),
-               Column("interconnect_bandwidth_bytes_per_s", "link, one direction", "si", "B/s")]
-    return rows, columns
+            "interconnect_bandwidth_bytes_per_s": gpu.interconnect_bandwidth_bytes_per_s}
+
+
+def _engine_row(name: str) -> Row:
+    from tfcalc.spec.presets import load_engine
+
+    engine = load_engine(name)
+    return {"name": name, "engine": engine.name, "releases": engine.releases or None, "default": engine.default,
+            "budget": engine.budget, "display_name": engine.display_name}
+
+
+def _interconnect_row(name: str) -> Row:
+    from tfcalc.spec.interconnect import load_interconnect
+
+    fabric = load_interconnect(name)
+    return {"name": name, "display_name": fabric.display_name,
+            "link_bandwidth_bytes_per_s": fabric.nccl.bandwidth_bytes_per_s, "nccl_algorithm": fabric.algorithm,
+            "custom_allreduce": fabric.custom_allreduce is not None}
+
+
+_ROW_MAKERS = {"model": _model_row, "gpu": _gpu_row, "engine": _engine_row, "interconnect": _interconnect_row}

@@ -19,7 +19,6 @@ engine source for every mechanism.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -219,22 +218,17 @@ def _show(value: Any) -> str:
 
 
 def _num(value: Any, origin: str, key: str, low: float = 0.0, high: float = MAX_COUNT) -> float:
-    """A finite number in [low, high] (an integer is accepted; a bool is not)."""
-    _require(isinstance(value, (int, float)) and not isinstance(value, bool), origin,
-             f"field '{key}' must be a number, got {_show(value)}")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    _require(math.isfinite(number), origin, f"field '{key}' must be a finite number, got {_show(value)}")
-    _require(low <= number <= high, origin, f"field '{key}' must be in [{low:g}, {high:g}], got {_show(value)}")
-    return number
+    """A finite number in [low, high] (``tfcalc.spec.model.check_float``: an integer is accepted, a bool is not)."""
+    from tfcalc.spec.model import check_float, in_file
+
+    return in_file(origin, check_float, key, value, high=high, low=low)
 
 
 def _int(value: Any, origin: str, key: str, low: int = 0, high: int = MAX_COUNT) -> int:
-    _require(isinstance(value, int) and not isinstance(value, bool) and low <= value <= high, origin,
-             f"field '{key}' must be an integer in [{low}, {high:,}], got {_show(value)}")
-    return int(value)
+    """An integer in [low, high] (``tfcalc.spec.model.check_int``)."""
+    from tfcalc.spec.model import check_int, in_file
+
+    return in_file(origin, check_int, key, value, (low, int(high)))
 
 
 def _bool(value: Any, origin: str, key: str) -> bool:

@@ -5,7 +5,7 @@ uses the units datasheets print and is converted here, in ``gpu_from_mapping``:
 
 - ``memory_gib``: capacity in binary GiB (2^30 bytes). HBM and GDDR parts are built from DRAM dies whose
   densities are powers of two, and the vendor's "80GB" is in practice 80 GiB: an A100 80GB exposes 81,920 MiB,
-  and AMD's ROCm hardware table lists the MI300X as "192 GiB" (research/facts.md, "GB vs GiB"). So vendor
+  and AMD's ROCm hardware table lists the MI300X as "192 GiB" (docs/research/facts.md, "GB vs GiB"). So vendor
   "80GB" -> 80 x 2^30 = 85,899,345,920 bytes. ``memory_gb`` (decimal, 10^9) is accepted instead for a part
   known to be decimal. What the driver and ECC leave usable is *not* subtracted here; the planner's
   ``gpu_memory_utilization`` (default 0.9) and runtime overhead cover it.
@@ -24,12 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfcalc.dtypes import FLOP_DTYPES
 from tfcalc.errors import SpecError
 
 GIB = 1 << 30
-FLOP_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
-MEMORY_CONVENTION = ("capacity: memory_gib x 2^30 bytes (vendor 'GB' on HBM/GDDR parts is binary: A100 80GB "
-                     "exposes 81,920 MiB; ROCm lists MI300X as 192 GiB)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,12 +86,9 @@ GPU_LIMITS: dict[str, float] = {
 
 def _number(value: Any, origin: str, key: str) -> float:
     """A finite, positive number within GPU_LIMITS (``dense_tflops.bf16`` uses dense_tflops' bound)."""
-    from tfcalc.spec.model import check_float
+    from tfcalc.spec.model import check_float, in_file
 
-    try:
-        check_float(key, value, GPU_LIMITS.get(key.split(".")[0]))
-    except SpecError as exc:
-        raise SpecError(f"{origin}: {exc}") from None
+    in_file(origin, check_float, key, value, GPU_LIMITS.get(key.split(".")[0]))
     return value  # type: ignore[no-any-return] - int or float as written, for exact scaling
 
 
@@ -206,10 +201,7 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
     from tfcalc.spec.model import MAX_NAME_CHARS, check_float, check_int, check_str, key_text
 
     def fraction(value: Any, key: str) -> float:
-        number = check_float(key, value)
-        if number > 1:
-            raise SpecError(f"field '{key}' must be in (0, 1], got {value!r}")
-        return number
+        return check_float(key, value, high=1.0)
 
     if not isinstance(data, dict):
         raise SpecError(f"{origin}: field 'latency' must be a mapping")

@@ -10,7 +10,7 @@ with transformers on the meta device and checks the parameter count to the singl
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from tfcalc.spec.model import check_int as check_spec_int
 from tfcalc.spec.presets import read_data_file
 
 SLIDING, FULL = "sliding_attention", "full_attention"
+MAX_PATH_CHARS = 4096  # PATH_MAX: a repository id or a folder
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _CORE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 # ``head_dim`` default meaning "hidden_size // num_attention_heads" (transformers' fallback when absent).
@@ -327,7 +328,6 @@ class _Family:
     activation_key: str = "hidden_act"
     activation: str | None = None   # fixed activation name overriding the config's
     convention: str = "all_weights_touched"
-    extra_keys: tuple[str, ...] = ()
 
 
 _LLAMA_LIKE = {"head_dim": DERIVED, "tie_word_embeddings": False, "rope_theta": 10000.0, "hidden_act": "silu"}
@@ -381,17 +381,14 @@ FAMILIES: dict[str, _Family] = {
                   "max_position_embeddings": 8192, "attention_bias": False, "rope_theta": 10000.0,
                   "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
                   "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
-        sliding=_window_by_layer_type(_even_layers), norms_per_layer=4, activation_key="hidden_activation",
-        extra_keys=("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping")),
+        sliding=_window_by_layer_type(_even_layers), norms_per_layer=4, activation_key="hidden_activation"),
     "gemma3_text": _Family(
         defaults={"num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True,
                   "max_position_embeddings": 131072, "attention_bias": False, "rope_theta": 1000000.0,
                   "rope_local_base_freq": 10000.0, "sliding_window": 4096, "sliding_window_pattern": 6,
                   "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256},
         sliding=_window_by_layer_type(_gemma3_pattern), norms_per_layer=4, qk_norm=True,
-        activation_key="hidden_activation",
-        extra_keys=("query_pre_attn_scalar", "rope_local_base_freq", "attn_logit_softcapping",
-                    "final_logit_softcapping")),
+        activation_key="hidden_activation"),
     "phi3": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 4096,
                   "sliding_window": None},
@@ -416,8 +413,7 @@ FAMILIES: dict[str, _Family] = {
                   "attention_bias": True, "sliding_window": 128, "rope_theta": 150000.0},
         required=("num_local_experts", "num_experts_per_tok"),
         sliding=_window_by_layer_type(_even_layers), moe=_gpt_oss_moe, attention_sinks=True,
-        activation="swiglu_clamped", convention="excludes_input_embedding",
-        extra_keys=("swiglu_limit", "swiglu_alpha")),
+        activation="swiglu_clamped", convention="excludes_input_embedding"),
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(FAMILIES))
 
@@ -455,6 +451,17 @@ def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
         low_freq_factor=number("low_freq_factor"), high_freq_factor=number("high_freq_factor"),
         beta_fast=number("beta_fast"), beta_slow=number("beta_slow"), mscale=number("mscale"),
         mscale_all_dim=number("mscale_all_dim"))
+
+
+def _local_rope_theta(c: _Config, family: _Family) -> float | None:
+    """The sliding layers' own RoPE base (Gemma 3): transformers 5's ``rope_parameters.sliding_attention`` or the
+    classic ``rope_local_base_freq``; None where the family has none (every layer uses rope_theta)."""
+    params = c.data.get("rope_parameters")
+    local = params.get(SLIDING) if isinstance(params, dict) else None
+    if isinstance(local, dict) and local.get("rope_theta") is not None:
+        return float(check_float("rope_parameters.sliding_attention.rope_theta", local["rope_theta"]))
+    value = c.data.get("rope_local_base_freq", family.defaults.get("rope_local_base_freq"))
+    return None if value is None else float(check_float("rope_local_base_freq", value))
 
 
 def _gemma_numerics(c: _Config) -> dict[str, Any]:
@@ -509,6 +516,16 @@ def _activation(c: _Config, family: _Family) -> str:
     return _ACTIVATIONS[value]
 
 
+def _name_or_path(c: _Config) -> str | None:
+    """``_name_or_path``, the repository id or folder transformers saved the config from (what an engine loads)."""
+    value = c.data.get("_name_or_path")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not value.isprintable() or len(value) > MAX_PATH_CHARS:
+        raise c.error(f"field '_name_or_path' must be a repository id or a path, got {value!r:.60}")
+    return value
+
+
 def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
     """Build the ModelSpec that the transformers implementation of ``config['model_type']`` would instantiate.
 
@@ -541,12 +558,6 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         head_dim = c.opt_int("head_dim", minimum=1) or family.defaults.get("head_dim") or hidden // heads
     window, sliding_layers = family.sliding(c)
     rope_theta, rope_scaling = _rope(c, family)
-    extra: dict[str, object] = {"model_type": model_type, "hf_config": origin}
-    extra.update({key: config[key] for key in family.extra_keys if key in config})
-    notes = ""
-    if model_type == "deepseek_v3" and (c.opt_int("num_nextn_predict_layers") or 0) > 0:
-        notes = (f"{config['num_nextn_predict_layers']} multi-token-prediction layer(s) (num_nextn_predict_layers) "
-                 "are not counted; transformers does not build them")
 
     return ModelSpec(
         name=name,
@@ -571,12 +582,12 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         moe=family.moe(c) if family.moe is not None else None,
         rope_theta=rope_theta,
         rope_scaling=rope_scaling,
+        rope_local_theta=_local_rope_theta(c, family),
         max_context=c.int_or_default("max_position_embeddings", minimum=1),
         native_dtype=_native_dtype(c),
         active_params_convention=family.convention,  # type: ignore[arg-type]
-        source=f"Hugging Face config.json {origin} (model_type {model_type})",
-        notes=notes,
-        extra=extra,
+        num_mtp_layers=(c.opt_int("num_nextn_predict_layers") or 0) if model_type == "deepseek_v3" else 0,
+        hf_repo=_name_or_path(c),
         **family.attention(c),
         **_gemma_numerics(c),
     )
@@ -593,4 +604,16 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     data = read_data_file(path)
     if name is None:
         name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-    return spec_from_hf_config(data, origin=str(path), name=name)
+    spec = spec_from_hf_config(data, origin=str(path), name=name)
+    if _holds_weights(path.parent):  # a checkpoint folder: the engine loads it, whatever _name_or_path says
+        spec = replace(spec, hf_repo=str(path.parent))
+    return spec
+
+
+def _holds_weights(folder: Path) -> bool:
+    """Whether ``folder`` holds a checkpoint's weights (safetensors or PyTorch .bin files) beside its config."""
+    try:
+        return any(entry.suffix == ".safetensors" or (entry.suffix == ".bin" and entry.name.startswith("pytorch_model"))
+                   for entry in folder.iterdir())
+    except OSError:
+        return False

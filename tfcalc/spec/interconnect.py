@@ -8,7 +8,6 @@ may add ``custom_allreduce``, the one-/two-shot kernels vLLM, SGLang and TensorR
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,21 +59,11 @@ MAX_MICROSECONDS = 1e6
 
 
 def _number(value: Any, origin: str, key: str, upper: float, allow_zero: bool = False) -> float:
-    """A finite number, positive (or non-negative with ``allow_zero``) and at most ``upper``; bools refused."""
-    from tfcalc.spec.model import _show
+    """A finite number, positive (or non-negative with ``allow_zero``) and at most ``upper``
+    (``tfcalc.spec.model.check_float``)."""
+    from tfcalc.spec.model import check_float, in_file
 
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(f"{origin}: field '{key}' must be a number, got {_show(value)}")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        raise SpecError(f"{origin}: field '{key}' must be a finite number, got {_show(value)}")
-    if number < 0 or (number == 0 and not allow_zero) or number > upper:
-        low = "[0" if allow_zero else "(0"
-        raise SpecError(f"{origin}: field '{key}' must be in {low}, {upper:g}], got {_show(value)}")
-    return number
+    return in_file(origin, check_float, key, value, high=upper, low=0.0 if allow_zero else None)
 
 
 def _link(data: Any, origin: str, key: str, name: str, bandwidth: float, with_algorithm: bool) -> tuple[Link, str]:

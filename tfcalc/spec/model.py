@@ -10,10 +10,13 @@ from __future__ import annotations
 import functools
 import math
 import typing
-from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Literal, TypeVar
 
 from tfcalc.errors import SpecError
+
+T = TypeVar("T")
 
 FfnKind = Literal["gated", "plain"]
 NormKind = Literal["rmsnorm", "layernorm"]
@@ -24,9 +27,6 @@ Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped"]
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
 RouterScoring = Literal["softmax", "sigmoid"]
-
-# The parts a parameter count is broken into; weight formats may be chosen per part.
-PARAM_COMPONENTS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
 
 ACTIVE_CONVENTIONS: dict[str, str] = {
     "all_weights_touched": (
@@ -53,6 +53,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "intermediate_size": (1, 1 << 24),
     "max_context": (1, 1 << 34),
     "norms_per_layer": (1, 16),
+    "num_mtp_layers": (0, 1_000),
     "sliding_window": (1, 1 << 34),
     "mla.q_lora_rank": (1, 1 << 20),
     "mla.kv_lora_rank": (1, 1 << 20),
@@ -74,6 +75,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
 POSITIVE = math.ulp(0.0)
 FLOAT_LIMITS: dict[str, tuple[float, float]] = {
     "rope_theta": (POSITIVE, 1e15),
+    "rope_local_theta": (POSITIVE, 1e15),
     "attn_logit_softcapping": (POSITIVE, 1e6),
     "final_logit_softcapping": (POSITIVE, 1e6),
     "query_pre_attn_scalar": (POSITIVE, 1 << 20),
@@ -124,16 +126,18 @@ def check_int(key: str, value: object, limits: tuple[int, int] | None = None) ->
     return value
 
 
-def check_float(key: str, value: object, high: float | None = None, bounds_of: str | None = None) -> float:
+def check_float(key: str, value: object, high: float | None = None, bounds_of: str | None = None,
+                low: float | None = None) -> float:
     """A finite number (an integer is accepted) within ``FLOAT_LIMITS[bounds_of or key]`` (positive when not
-    listed); ``high`` overrides the upper bound. The error names ``key``."""
+    listed); ``high`` and ``low`` override the bounds. The error names ``key``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(f"field '{key}' must be a number, got {_show(value)}")
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
-    low, listed_high = FLOAT_LIMITS.get(bounds_of or key, _FLOAT_DEFAULT)
+    listed_low, listed_high = FLOAT_LIMITS.get(bounds_of or key, _FLOAT_DEFAULT)
+    low = listed_low if low is None else low
     high = listed_high if high is None else high
     if not math.isfinite(number):
         raise SpecError(f"field '{key}' must be a finite number, got {_show(value)}")
@@ -141,8 +145,17 @@ def check_float(key: str, value: object, high: float | None = None, bounds_of: s
         raise SpecError(f"field '{key}' must be {'positive' if low == POSITIVE else f'at least {low:g}'}, "
                         f"got {_show(value)}")
     if number > high:
-        raise SpecError(f"field '{key}' must be at most {high:g} (tfcalc's limit), got {_show(value)}")
+        limit = "" if high == 1.0 else " (tfcalc's limit)"  # 1 bounds a fraction, not a limit of tfcalc's choosing
+        raise SpecError(f"field '{key}' must be at most {high:g}{limit}, got {_show(value)}")
     return number
+
+
+def in_file(origin: str, check: Callable[..., T], key: str, value: object, *args: object, **kwargs: object) -> T:
+    """``check(key, value, ...)`` with its SpecError prefixed by the file the field is in."""
+    try:
+        return check(key, value, *args, **kwargs)
+    except SpecError as exc:
+        raise SpecError(f"{origin}: {exc}") from None
 
 
 def check_bool(key: str, value: object) -> bool:
@@ -200,7 +213,7 @@ def _checker(annotation: str, key: str) -> Checker:
         return lambda k, v: (None if type(v) is float and low_float <= v <= high_float and v != math.inf
                              else check_float(k, v))
     if annotation == "str":
-        limit = MAX_NAME_CHARS if key == "name" else None
+        limit = {"name": MAX_NAME_CHARS, "hf_repo": 4096}.get(key)
         return lambda k, v: check_str(k, v, limit)
     if annotation == "tuple[int, ...]":
         return _check_index_tuple
@@ -373,6 +386,9 @@ class ModelSpec:
     moe: MoESpec | None = None
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling | None = None
+    # RoPE base of the sliding-window layers where it differs, applied there unscaled (Gemma 3: 10,000 against
+    # rope_theta 1,000,000 and the scaling of the global layers; transformers Gemma3RotaryEmbedding, "local").
+    rope_local_theta: float | None = None
     # Numerics the bundled decoder reproduces (no size depends on them): Gemma 2 caps attention and final logits
     # with c * tanh(x / c), scales scores by query_pre_attn_scalar^-1/2, norms by (1 + w), embeddings by sqrt(h).
     attn_logit_softcapping: float | None = None
@@ -384,9 +400,12 @@ class ModelSpec:
     native_dtype: str = "bf16"
     active_params_convention: ActiveConvention = "all_weights_touched"
     quantized_weight_exceptions: tuple[WeightException, ...] = ()
-    source: str = ""
-    notes: str = ""
-    extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+    # DeepSeek-V3's multi-token-prediction module(s) (num_nextn_predict_layers): shipped in the checkpoint for
+    # speculative decoding, not part of the main model and not counted in its parameters, memory or work.
+    num_mtp_layers: int = 0
+    # The checkpoint a serving engine loads for this model (``vllm serve HF_REPO``): a Hugging Face repository id for
+    # a preset (one of its aliases, sourced), a config.json's folder or ``_name_or_path``; None when unknown.
+    hf_repo: str | None = None
 
     def __post_init__(self) -> None:
         n = self.name if isinstance(self.name, str) else "model"
@@ -397,7 +416,7 @@ class ModelSpec:
         _require(self.num_attention_heads % self.num_kv_heads == 0,
                  f"{n}: num_attention_heads ({self.num_attention_heads}) is not divisible by "
                  f"num_kv_heads ({self.num_kv_heads})")
-        from tfcalc.dtypes import parse_weight_precision  # lazy: dtypes imports this module
+        from tfcalc.dtypes import parse_weight_precision
         from tfcalc.errors import UsageError
 
         try:

@@ -1,14 +1,15 @@
 """The one place where preset and user YAML files become validated specs.
 
-Model presets live in ``presets/models/NAME.yaml`` and GPU presets in ``presets/gpus/NAME.yaml``. The
-folder ships inside the wheel as ``tfcalc/_presets`` and is found beside the package in a checkout.
+Model presets live in ``presets/models/NAME.yaml``, GPU presets in ``presets/gpus/NAME.yaml``, engine versions in
+``presets/engines/`` and fabrics in ``presets/interconnects/``. The folder ships inside the wheel as
+``tfcalc/_presets`` and is found beside the package in a checkout.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,12 @@ from tfcalc.spec.model import (
 )
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-PRESET_KINDS = ("model", "gpu")
+PRESET_KINDS = ("model", "gpu", "engine", "interconnect")
 _KIND_FOLDERS = {"model": "models", "gpu": "gpus", "interconnect": "interconnects", "engine": "engines"}
 
-# Keys a preset may carry besides the spec's own fields: provenance and published figures.
-_DOC_KEYS = {"display_name", "sources", "published", "kind", "aliases"}
+# Keys a preset may carry besides the spec's own fields: provenance, published figures and free notes (a model file's
+# `source:` and `notes:` were ModelSpec fields once, never read: files that have them still load).
+_DOC_KEYS = {"display_name", "sources", "published", "kind", "aliases", "notes", "source"}
 
 
 def preset_root() -> Path:
@@ -60,10 +62,12 @@ def suggest(name: str, choices: list[str], limit: int = 3) -> list[str]:
     return close
 
 
-def unknown_name_error(kind: str, name: str, choices: list[str]) -> UsageError:
+def unknown_name_error(kind: str, name: str, choices: list[str], or_file: bool = False) -> UsageError:
+    """An unknown name (or, with ``or_file``, neither a preset nor an existing file: an unknown HF repo id) with the
+    closest names."""
     hints = suggest(name, choices)
     hint = f"; did you mean {', '.join(hints)}?" if hints else f"; run 'tfcalc presets list --kind {kind}'"
-    return UsageError(f"unknown {kind} preset '{name}'{hint}")
+    return UsageError(f"unknown {kind} preset '{name}'{' and no such file' if or_file else ''}{hint}")
 
 
 # --- reading YAML and JSON with bounded time and memory ------------------------------------------------
@@ -260,14 +264,21 @@ def _file_or_preset(kind: str, value: str) -> tuple[Path, str]:
             return _preset_file(kind, found), found
     if looks_like_path(value):
         path = Path(value)
+        if not path.exists() and not value.endswith((".yaml", ".yml", ".json")):  # e.g. an HF repo id we lack
+            raise unknown_name_error(kind, value, preset_names(kind), or_file=True)
         return path, path.stem
     raise unknown_name_error(kind, value, preset_names(kind))
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """A model preset by name or alias, or a user's YAML file in the preset format."""
+    """A model preset by name or alias, or a user's YAML file in the preset format. A preset named by one of its
+    repository ids (``meta-llama/Llama-3.1-70B``) keeps that id as the checkpoint to serve (``hf_repo``)."""
     path, default_name = _file_or_preset("model", name_or_path)
-    return model_from_mapping(read_data_file(path), origin=str(path), default_name=default_name)
+    document = read_data_file(path)
+    spec = model_from_mapping(document, origin=str(path), default_name=default_name)
+    key = name_or_path.strip().lower()
+    named = next((str(a) for a in document.get("aliases") or [] if "/" in key and str(a).lower() == key), None)
+    return replace(spec, hf_repo=named) if named else spec
 
 
 def load_gpu(name_or_path: str):  # -> tfcalc.spec.gpu.GPUSpec
@@ -368,7 +379,7 @@ def load_preset_document(kind: str, name: str) -> dict[str, Any]:
 
 # --- mapping -> ModelSpec ------------------------------------------------------------------------
 
-_MODEL_FIELDS = {f.name for f in fields(ModelSpec)} - {"extra"}
+_MODEL_FIELDS = {f.name for f in fields(ModelSpec)}
 _MOE_FIELDS = {f.name for f in fields(MoESpec)}
 _MLA_FIELDS = {f.name for f in fields(MLASpec)}
 _ROPE_FIELDS = {f.name for f in fields(RopeScaling)}

@@ -1,0 +1,31 @@
+"""Storage formats by name and alias."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from tfcalc.dtypes import ALIASES, DTYPES, get_dtype
+from tfcalc.errors import UsageError
+
+
+@pytest.mark.parametrize("alias", sorted(ALIASES))
+def test_every_alias_names_its_format(alias: str) -> None:
+    """Each alias resolves as written, upper-cased and with '-' and '_' swapped (mxfp4-e2m1 could never match
+    once names were normalised to underscores and the alias table was not)."""
+    target = DTYPES[ALIASES[alias]]
+    for spelling in (alias, alias.upper(), alias.replace("-", "_"), alias.replace("_", "-")):
+        if spelling.lower().startswith("int4"):
+            continue
+        assert get_dtype(spelling) == target, spelling
+
+
+def test_names_and_int4_groups() -> None:
+    assert get_dtype("mxfp4-e2m1").bits_per_element == Fraction(17, 4)  # 4 + 8/32
+    assert get_dtype("FP8-E4M3") is DTYPES["fp8_e4m3"] and get_dtype("int4").name == "int4-g128"
+    assert get_dtype("int4-g32").bits_per_element == Fraction(4) + Fraction(20, 32)
+    with pytest.raises(UsageError, match="ambiguous dtype 'fp4'"):
+        get_dtype("fp4")
+    with pytest.raises(UsageError, match="unknown dtype 'fp9'"):
+        get_dtype("fp9")

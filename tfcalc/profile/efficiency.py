@@ -1,0 +1,41 @@
+"""Efficiency factors from the rows of a ``tfcalc profile`` run: what ``--save-calibration`` writes and what
+``--calibration`` makes of a profile JSON file. Reads the profiler's own row keys, so it lives beside the profiler;
+imports no torch (``tfcalc estimate`` loads it for a profile file).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from tfcalc.errors import SpecError
+
+
+def efficiency_from_rows(rows: list[dict], origin: str = "profile rows") -> dict[str, object]:
+    """Measured efficiencies for ``--calibration``: compute from prefill MFU, bandwidth from decode MBU (medians
+    over ok rows), against the datasheet when a preset matched, else the measured ceilings.
+
+    Decode is memory-bound and prefill compute-bound, so each phase measures one resource well; both phases
+    take the same two factors (a decode 'compute efficiency' taken from a memory-bound step would be tiny and
+    would wrongly make the model compute-bound).
+    """
+    ok = [r for r in rows if isinstance(r, dict) and str(r.get("status", "")).startswith("ok")]
+    if not ok:
+        raise SpecError(f"{origin}: no successfully measured profile rows to calibrate from")
+    datasheet = all(r.get("mfu_datasheet") is not None and r.get("mbu_datasheet") is not None for r in ok)
+    compute_key, bandwidth_key = ("mfu_datasheet", "mbu_datasheet") if datasheet else ("mfu_measured", "mbu_measured")
+    try:
+        compute = statistics.median(float(str(r[compute_key])) for r in ok)
+        bandwidth = statistics.median(float(str(r[bandwidth_key])) for r in ok)
+    except (KeyError, ValueError):
+        raise SpecError(f"{origin}: profile rows without a numeric '{compute_key}' and '{bandwidth_key}'") from None
+
+    def clamp(value: float) -> float:  # efficiencies live in (0, 1]
+        return min(max(value, 1e-6), 1.0)
+
+    return {
+        "device_name": str(ok[0].get("device_name", "")),
+        "compute_efficiency": {"prefill": clamp(compute), "decode": clamp(compute)},
+        "bandwidth_efficiency": {"prefill": clamp(bandwidth), "decode": clamp(bandwidth)},
+        "source": "tfcalc profile: median prefill MFU and decode MBU of "
+                  f"{len(ok)} rows, against {'the datasheet peaks' if datasheet else 'the measured ceilings'}",
+    }
