@@ -7,6 +7,8 @@ its kernel tables ship in the package) and run
     python benchmarks/validation/moe_kernel_rates.py [--engine vllm] [--version V] [--min-tokens 4096] [--by-width]
     python benchmarks/validation/moe_kernel_rates.py --held-out 256   # presets' values on rows 256-4095 tokens
     python benchmarks/validation/moe_kernel_rates.py --expert-floors  # kernels.moe_expert_floors_us of trtllm
+    python benchmarks/validation/moe_kernel_rates.py --engine sglang --kernel-source fused_moe_triton
+    python benchmarks/validation/moe_kernel_rates.py --engine trtllm --version 1.3.0rc20 --compare
 
 For every GPU with a measured table (aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<newest>/moe_perf), the
 rows with balanced routing (each expert gets exactly T k / E tokens), >= ``--min-tokens`` tokens and no expert
@@ -18,6 +20,13 @@ from the nvfp4 rows; MXFP4 experts on Hopper run weight-only at the bf16 value (
 ``--by-width`` prints the ratio per expert width at that efficiency: what is left is shape dependence the model
 does not have. ``--held-out N`` prices the rows with N to --min-tokens tokens (left out of the fit) at the presets'
 own values and prints the median tfcalc / measured (the check of the fit on points it did not see).
+
+``--engine sglang|trtllm`` fits (or with ``--held-out``, checks) an engine preset's ``kernels.moe_efficiency`` on
+that engine's tables the same way (the held-out check prices at the engine's value where it has one, else the GPU
+preset's); ``--kernel-source TEXT`` keeps the rows of one kernel (an engine's table can hold several: SGLang's bf16
+has FlashInfer CUTLASS rows beside its default Triton ones). ``--compare`` prints the engine's latency over vLLM's
+newest table on the same rows (weight format, tokens, shapes, tp; balanced, ep 1) per GPU and kernel pair: whether
+the engines' kernels really differ, independently of tfcalc's model.
 
 ``--expert-floors`` reads TensorRT-LLM's tables (1.3.0rc20) at 1 token: each row's time less tfcalc's price of it
 without a per-expert cost, against the experts on the GPU (num_experts / ep). The least-squares slope through the
@@ -91,6 +100,42 @@ def expert_floors(root: Path, version: str = "1.3.0rc20") -> None:
                   f"|residual| {statistics.median(held) * 1e6:.1f} us ({len(held)} rows)")
 
 
+def _newest(root: Path, system: str, engine: str, version: str = "") -> Path | None:
+    """The engine's moe_perf table for that GPU: ``version``'s, else the newest release's (by version number)."""
+    import re
+
+    tables = [Path(t) for t in glob.glob(str(root / system / "moe" / engine / (version or "*") / "moe_perf.parquet"))]
+    key = lambda t: [int(n) for n in re.findall(r"\d+", t.parent.name)]  # noqa: E731
+    return max(tables, key=key) if tables else None
+
+
+def compare(root: Path, engine: str, version: str, min_tokens: int, low_tokens: int = 0) -> None:
+    """``engine``'s fused-MoE latency over vLLM's newest on the same rows (weight format, tokens, hidden, expert
+    width, top-k, experts, tp; balanced routing, ep 1) of each GPU: median and quartiles per kernel pair."""
+    import pandas as pd
+
+    keys = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
+    for system, preset in GPUS.items():
+        mine, vllm = _newest(root, system, engine, version), _newest(root, system, "vllm")
+        if mine is None or vllm is None:
+            continue
+        frames = []
+        for table in (mine, vllm):
+            df = pd.read_parquet(table)
+            tokens = ((df.num_tokens >= low_tokens) & (df.num_tokens < min_tokens) if low_tokens
+                      else df.num_tokens >= min_tokens)
+            frames.append(df[(df.distribution == "balanced") & (df.moe_ep_size == 1) & tokens])
+        both = frames[0].merge(frames[1], on=keys, suffixes=("", "_vllm"))
+        for (weights, source, other), rows in sorted(both.groupby(["moe_dtype", "kernel_source",
+                                                                   "kernel_source_vllm"])):
+            if len(rows) < 5:
+                continue
+            r = sorted(rows.latency / rows.latency_vllm)
+            print(f"{preset:9s} {weights:11s} {engine} {mine.parent.name} / vllm {vllm.parent.name}: median "
+                  f"{statistics.median(r):.2f}, quartiles {r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f} ({len(r)} "
+                  f"rows; {source[:32]} / {other[:32]})")
+
+
 def main() -> None:
     import dataclasses
 
@@ -110,10 +155,16 @@ def main() -> None:
     parser.add_argument("--held-out", type=int, default=0, metavar="N",
                         help="price rows with N to --min-tokens tokens at the presets' values")
     parser.add_argument("--expert-floors", action="store_true", help="TensorRT-LLM's per-local-expert cost")
+    parser.add_argument("--kernel-source", default="", metavar="TEXT", help="only rows whose kernel_source has TEXT")
+    parser.add_argument("--compare", action="store_true",
+                        help="--engine's latency / vLLM's on the same shapes, GPU and weight format")
     args = parser.parse_args()
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     if args.expert_floors:
         expert_floors(root)
+        return
+    if args.compare:
+        compare(root, args.engine, args.version, args.min_tokens, args.held_out)
         return
     kernels.routed_rows = _balanced_rows  # price the tables' deterministic routing, not random routing
     for system, preset in GPUS.items():
@@ -124,7 +175,8 @@ def main() -> None:
         df = pd.read_parquet(tables[-1])
         tokens = ((df.num_tokens >= args.held_out) & (df.num_tokens < args.min_tokens) if args.held_out
                   else df.num_tokens >= args.min_tokens)
-        df = df[(df.distribution == "balanced") & tokens & (df.moe_ep_size == 1) & df.moe_dtype.isin(list(WEIGHTS))]
+        df = df[(df.distribution == "balanced") & tokens & (df.moe_ep_size == 1) & df.moe_dtype.isin(list(WEIGHTS))
+                & df.kernel_source.str.contains(args.kernel_source, regex=False)]
         gpu = load_gpu(preset)
         base = rates_for(gpu, load_engine(args.engine).kernels)
         groups: dict[tuple[str, str], list] = {}

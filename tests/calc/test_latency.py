@@ -78,6 +78,24 @@ def test_ideal_columns_are_the_pure_roofline_of_the_counted_work(name: str, tp: 
     assert e.ttft_s_ideal == pytest.approx(ttft, rel=6e-3)
 
 
+def test_engine_moe_efficiency_prices_the_experts_and_leaves_ideal_alone() -> None:
+    """An engine's fused-MoE efficiency on this GPU replaces the GPU preset's: halving it doubles the
+    compute-bound expert GEMMs of a long prefill (TTFT up), and the ideal columns do not move; on another GPU
+    the entry does not apply."""
+    spec = load_model("qwen3-235b-a22b")
+    fp8 = parse_weight_precision("fp8_block")
+
+    def run(gpu: str, kernels: EngineKernels):  # noqa: ANN202 - LatencyEstimate
+        d = deployment(spec, load_gpu(gpu), fp8, default_kv_dtype(spec), tp=4, engine_kernels=kernels)
+        return estimate_latency(d, 8, 4096, 64)
+
+    slow = EngineKernels(moe_efficiency_by_gpu={"h200": {"fp8": 0.32}})
+    base, halved = run("h200", EngineKernels()), run("h200", slow)
+    assert halved.ttft_s > 1.2 * base.ttft_s
+    assert halved.ttft_s_ideal == base.ttft_s_ideal and halved.tpot_s_ideal == base.tpot_s_ideal
+    assert run("h100-sxm", slow).ttft_s == run("h100-sxm", EngineKernels()).ttft_s
+
+
 def test_fp8_pure_roofline_prices_attention_at_the_16bit_peak() -> None:
     # Flash attention runs in bf16 (FA3 in vLLM) while the fp8 GEMMs run at the fp8 peak: the attention FLOPs,
     # counted by hand, at the bf16 peak.

@@ -121,10 +121,45 @@ def test_moe_efficiency_per_compute_dtype() -> None:
     assert latency.moe_efficiency == 0.8 and latency.moe_efficiency_by_dtype == {"bf16": 0.8, "fp8": 0.6}
     h200 = load_gpu("h200").latency
     assert h200 is not None and h200.moe_efficiency_by_dtype == {"bf16": 0.79, "fp8": 0.64}
-    rates = rates_for(load_gpu("h200"), load_engine("trtllm").kernels)
+    rates = rates_for(load_gpu("h200"), load_engine("vllm").kernels)
     assert rates.grouped_efficiency("fp8") == 0.64 and rates.grouped_efficiency("bf16") == 0.79
-    assert rates.moe_expert_floors == pytest.approx({"fp8": 0.23e-6})
+    assert rates_for(load_gpu("h200"), load_engine("trtllm").kernels).moe_expert_floors == pytest.approx(
+        {"fp8": 0.23e-6})
     assert rates_for(load_gpu("h200"), load_engine("vllm").kernels).moe_expert_floors == {}
+
+
+def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
+    """kernels.moe_efficiency: per GPU preset and compute dtype, replacing the GPU preset's entry for that engine
+    only; other dtypes, other GPUs and other engines keep the GPU preset's; ideal rates stay at 1."""
+    kernels = kernels_from_mapping({"moe_efficiency": {"h200": {"fp8": 0.5}}}, "e.yaml")
+    assert kernels.moe_efficiency_by_gpu == {"h200": {"fp8": 0.5}}
+    h200 = rates_for(load_gpu("h200"), kernels)
+    assert h200.grouped_efficiency("fp8") == 0.5 and h200.grouped_efficiency("bf16") == 0.79
+    assert h200.as_ideal().grouped_efficiency("fp8") == 1.0
+    assert rates_for(load_gpu("h100-sxm"), kernels).grouped_efficiency("fp8") == 0.75
+    assert rates_for(load_gpu("h200"), EngineKernels()).grouped_efficiency("fp8") == 0.64
+    sglang = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
+    assert sglang.grouped_efficiency("fp8") == 0.92 and sglang.grouped_efficiency("bf16") == 0.79
+    assert sglang.source.endswith("MoE efficiency from the engine preset")
+    assert "engine" not in rates_for(load_gpu("h200"), load_engine("vllm").kernels).source
+    assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).grouped_efficiency("fp8") == 0.55
+    assert rates_for(load_gpu("b200"), load_engine("trtllm").kernels).grouped_efficiency("fp8") == 1.15
+
+
+def test_engine_moe_efficiency_is_validated() -> None:
+    for value, message in (
+            ({"h201": {"fp8": 0.9}}, r"unknown field 'kernels.moe_efficiency.h201' \(did you mean "
+                                     r"'kernels.moe_efficiency.h200'\?\)$"),
+            ({"h200": {"fp9": 0.9}}, "unknown field 'kernels.moe_efficiency.h200.fp9'"),
+            ({"h200": {"fp8": 0}}, "field 'kernels.moe_efficiency.h200.fp8' must be at least 0.001, got 0$"),
+            ({"h200": {"fp8": 2}}, "field 'kernels.moe_efficiency.h200.fp8' must be at most 1.5"),
+            ({"h200": {"fp8": float("nan")}}, "kernels.moe_efficiency.h200.fp8' must be a finite number"),
+            ({"h200": {"fp8": True}}, "kernels.moe_efficiency.h200.fp8' must be a number"),
+            ({"h200": 0.9}, "field 'kernels.moe_efficiency.h200' must be a mapping of bf16, fp16, fp8, int8, fp4$"),
+            (0.9, "field 'kernels.moe_efficiency' must be a mapping of GPU preset names")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"moe_efficiency": value}, "e.yaml")
+        assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 
 def test_moe_expert_floors_are_validated() -> None:

@@ -58,7 +58,8 @@ GENERIC_LATENCY = {"sm_count": 132, "gemm_efficiency": {"bf16": 0.78, "fp16": 0.
 
 
 def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = None) -> Rates:
-    """The GPU's achievable rates (its preset's latency block, or generic values) with the engine's floors."""
+    """The GPU's achievable rates (its preset's latency block, or generic values) with the engine's floors and,
+    where the engine preset measured its own fused-MoE kernel on this GPU, its grouped-GEMM efficiency."""
     lat = gpu.latency
     if lat is not None:
         sm, gemm_eff, attn, moe, mem, floors = (lat.sm_count, lat.gemm_efficiency, lat.attention_efficiency,
@@ -71,6 +72,10 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                                                 g["moe_efficiency"], g["memory_efficiency"], g["floors_s"])
         moe_by_dtype = dict(g["moe_efficiency_by_dtype"])
         source = f"{gpu.name}: no latency block in its preset, generic values"
+    engine_moe = engine.moe_efficiency_by_gpu.get(gpu.name, {})
+    if engine_moe:
+        moe_by_dtype = {**moe_by_dtype, **engine_moe}
+        source += ", MoE efficiency from the engine preset"
     fp32 = gpu.dense_flops_per_s.get("fp32", gpu.peak_flops("bf16")[1] / 16)
     return Rates(name=gpu.name, peak_flops=dict(gpu.dense_flops_per_s), gemm_efficiency=dict(gemm_eff),
                  attention_efficiency=float(attn), moe_efficiency=float(moe), moe_efficiency_by_dtype=moe_by_dtype,
