@@ -54,10 +54,24 @@ def test_tp2_rows_say_how_they_ran_and_time_their_collectives() -> None:
     assert sharded == {"tp", "ep", "decode_comm_s", "predicted_decode_comm_s"}  # in the table only when sharded
 
 
+def test_tp2_fp8_rows_count_a_rank_s_fp8_bytes_and_say_how_the_gemm_ran() -> None:
+    """FP8 weights sharded over 2 ranks (each keeps its slice and the scales): ok rows, the GEMM dequantized on the
+    CPU, and the bytes and memory predicted for one rank's FP8 shard: less than the one-device FP8 model's."""
+    result = runner.invoke(app, ["profile", *TP2, "--batch", "1", "--weights-dtype", "fp8", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.stdout)
+    assert row["status"] == "ok" and row["tp"] == 2 and row["fp8_gemm"] == "dequantized"
+    assert row["weights_dtype"] == "fp8_e4m3" and "tp 2, ep 1" in row["prediction_basis"]
+    single = json.loads(runner.invoke(app, ["profile", *MODEL, *POINT, "--batch", "1", "--weights-dtype", "fp8",
+                                            "-f", "json"]).stdout)[0]
+    assert row["decode_bytes_per_step"] < single["decode_bytes_per_step"]
+    assert row["predicted_memory_bytes"] < single["predicted_memory_bytes"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--tp", "3"], "tp 3 does not divide the 32 attention heads"),
     (["--ep", "2"], "ep 2 given but llama3.2-1b has no experts"),
-    (["--tp", "2", "--weights-dtype", "fp8"], "FP8 weights are not sharded yet"),
+    (["--tp", "2", "--weights-dtype", "fp8_block"], "fp8_block: ffn.w_in would keep rows 0..64 (64 wide) of 256"),
     (["--experts", "4", "--tp", "1", "--ep", "2", "--batch", "3"],
      "--batch 3 does not split over the 2 attention replicas"),
     (["--tp", "0"], "--tp and --ep must be at least 1"),

@@ -20,6 +20,8 @@ class Case:
     spec: ModelSpec
     tp: int
     ep: int
+    weights: str | None = None  # FP8 weights (fp8 / fp8_block), or the compute dtype
+    dtype: torch.dtype = torch.float32
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,9 @@ class CompareWithOneRank:
         results = []
         for case in self.cases:
             par = Parallel.create(case.tp, case.ep, ctx.device)
-            reference = build_model(case.spec, dtype=torch.float32, seed=7)
-            sharded = build_model(case.spec, dtype=torch.float32, seed=7, parallel=par)
+            reference = build_model(case.spec, dtype=case.dtype, seed=7, weights_dtype=case.weights)
+            sharded = build_model(case.spec, dtype=case.dtype, seed=7, weights_dtype=case.weights,
+                                  parallel=par)
             generator = torch.Generator().manual_seed(11)
             everyone = BATCH * par.dp
             prompts = torch.randint(1, case.spec.vocab_size, (everyone, PROMPT), generator=generator)

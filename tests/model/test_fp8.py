@@ -158,3 +158,48 @@ def test_fp8_weight_bytes_equal_the_calculator(make_spec) -> None:
     quantized = sum(count_params(model.spec).total[c].matrix for c in ("attention", "mlp"))
     assert held == get_dtype("fp8_block").bytes_for(quantized)
     assert weights_bytes(counts, precision) > held  # the calculator adds embedding, lm_head and 16-bit vectors
+
+
+@pytest.mark.parametrize("block", [False, True])
+def test_a_shard_keeps_its_slice_and_the_matching_scales(block: bool) -> None:
+    """A rank's rows / columns / experts of a matrix quantized whole dequantize to exactly the same slice of the
+    whole matrix's dequantized weight (brute force), with the same per-tensor scale or the kept blocks' scales;
+    a row-parallel pair of block-scaled column halves sums to the whole product (fp64: the 1x128 activation groups
+    are the same), and column-parallel rows give the whole product's columns exactly."""
+    torch.manual_seed(0)
+    w = torch.randn(3, 448, 300, dtype=torch.float64)  # a partial last block in both dimensions
+    stack = FP8Weight(w, block, torch.float64)
+    full = stack.dequantized()
+    rows = torch.cat([torch.arange(128, 256), torch.arange(384, 448)])  # two runs, the last to the edge
+    cols = torch.arange(128, 300)
+    part = stack.select(rows, cols, slice(1, 3), "experts.w_in")
+    assert torch.equal(part.dequantized(), full[1:3][:, rows][:, :, cols])
+    if block:
+        assert part.scale.shape == (2, 2, 4)  # blocks 1 and 3 of the rows; 2 column blocks padded to 4
+        assert torch.equal(part.scale[..., :2], stack.scale[1:3][:, [1, 3]][:, :, 1:3])
+    else:
+        assert torch.equal(part.scale, stack.scale[1:3])
+    matrix = FP8Weight(torch.randn(256, 512, dtype=torch.float64), block, torch.float64)
+    x = torch.randn(5, 512, dtype=torch.float64)
+    whole = matrix.linear(x)
+    halves = [torch.arange(0, 256), torch.arange(256, 512)]
+    assert torch.equal(torch.cat([matrix.select(rows=torch.arange(0, 128)).linear(x),
+                                  matrix.select(rows=torch.arange(128, 256)).linear(x)], dim=-1), whole)
+    summed = sum(matrix.select(cols=c).linear(x[:, c]) for c in halves)
+    if block:
+        torch.testing.assert_close(summed, whole, rtol=1e-12, atol=1e-12)
+    else:  # each half quantizes its activations with its own per-token amax (as vLLM's dynamic per-token does)
+        assert not torch.allclose(summed, whole, rtol=1e-12, atol=1e-12)
+        assert float((summed - whole).norm() / whole.norm()) < 0.05
+
+
+def test_a_block_scaled_slice_off_the_blocks_is_refused_in_one_line() -> None:
+    from tfcalc.errors import UsageError
+
+    weight = FP8Weight(torch.randn(256, 256), True, torch.float32)
+    for rows, cols, message in [(torch.arange(64, 192), None, "attention.wo would keep rows 64..192 (128 wide) of 256"),
+                                (None, torch.arange(0, 96), "attention.wo would keep columns 0..96 (96 wide) of 256")]:
+        with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
+            weight.select(rows, cols, name="attention.wo")
+        assert "\n" not in str(err.value)
+    assert FP8Weight(torch.randn(256, 256), False, torch.float32).select(rows=torch.arange(64, 100)).shape == (36, 256)

@@ -2,21 +2,57 @@
 one-rank model's (fp32; tolerance 1e-5 of the largest logit, measured 2-4e-7: the sums only change order), prefill
 and cached decode, for dense GQA with tp above the KV heads, soft caps and windows, qkv biases, sinks with expert
 biases, MLA, MoE sliced by tp, placed by ep and dispatched by all-to-all; each rank holds exactly what
-``tfcalc plan`` counts per GPU."""
+``tfcalc plan`` counts per GPU.
+
+FP8 weights (quantized whole, each rank keeping its slice and the matching scales) run in fp64 on the dequantized
+path: there a change of summation order (1e-16) never moves an activation across an FP8 rounding boundary, as it
+does in fp32 (one flipped E4M3 rounding moves an element by 1/16; measured 4e-4 of the largest logit for the dense
+fp8_block case in fp32). Block scales: the sharded logits equal the one-rank FP8 model's (tolerance 1e-12, measured
+5-7e-16). Per-tensor scales: a row-parallel layer (o, down) quantizes its activation slice per token with the
+slice's own amax, as vLLM's dynamic per-token quantization does on each rank, so the logits differ from the one-rank
+model's by FP8 activation rounding (measured 1.8 % of the largest logit, as FP8 differs from float), bound 5 %; the
+weights themselves slice exactly (tests/model/test_fp8.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+import torch
+from conftest import small_spec
 from shard_jobs import Case, CompareWithOneRank
 
 from tfcalc.calc.plan import PlanConfig, plan_fit
 from tfcalc.dtypes import WeightPrecision, get_dtype
 from tfcalc.errors import UsageError
-from tfcalc.model.parallel import check_sharding, world_size
+from tfcalc.model import build_model
+from tfcalc.model.parallel import Collectives, Parallel, check_sharding, weight_bytes, world_size
+from tfcalc.model.transformer import check_fp8_sharding
 from tfcalc.profile.distributed import launch
+from tfcalc.profile.sweep import weight_precision
+from tfcalc.spec.model import MLASpec, ModelSpec
 from tfcalc.spec.presets import load_gpu
 
 TOLERANCE = 1e-5  # of the largest |logit|
+FP8_TOLERANCE = {"fp8_block": 1e-12, "fp8": 5e-2}  # fp64 (module docstring)
+
+
+def fp8_dense_spec() -> ModelSpec:
+    """llama3-70b scaled down with every tp-2 slice on 128x128 blocks: 8 heads of 128 (one KV head, replicated),
+    FFN 1024 (512 per rank), hidden 512 (whole scale rows: no padding)."""
+    return small_spec("llama3-70b").with_overrides(hidden_size=512, head_dim=128, num_attention_heads=8,
+                                                   num_kv_heads=1, intermediate_size=1024)
+
+
+def fp8_mla_spec() -> ModelSpec:
+    """deepseek-v3 scaled down (MLA, a dense layer, 8 routed experts and a shared one) with tp-2 slices on blocks:
+    8 heads with qk 64 + 64 and v 128, latent and q rank 512, expert and shared widths 256; 2 layers (dense, MoE)."""
+    mla = MLASpec(q_lora_rank=512, kv_lora_rank=512, qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=128)
+    spec = small_spec("deepseek-v3")
+    assert spec.moe is not None
+    moe = replace(spec.moe, expert_intermediate_size=256, shared_expert_intermediate_size=256)
+    return spec.with_overrides(moe=moe, mla=mla, head_dim=mla.qk_head_dim, hidden_size=512, intermediate_size=1024,
+                               num_attention_heads=8, num_kv_heads=8, num_layers=2)
 
 
 def _case(make_spec, name: str, tp: int, ep: int, label: str = "", **changes: object) -> Case:  # noqa: ANN001
@@ -46,6 +82,10 @@ def _two_rank_cases(small_spec) -> list[Case]:  # noqa: ANN001
         _case(small_spec, "mixtral-8x7b", 2, 2),  # experts placed by ep = tp
         _case(small_spec, "mixtral-8x7b", 1, 2),  # ep > tp: two replicas, tokens by all-to-all
         _case(small_spec, "deepseek-v3", 1, 2),  # ... with MLA, a dense layer and a shared expert
+        Case("llama3-70b fp8 tp 2", fp8_dense_spec(), 2, 1, "fp8", torch.float64),
+        Case("llama3-70b fp8_block tp 2", fp8_dense_spec(), 2, 1, "fp8_block", torch.float64),
+        Case("deepseek-v3 fp8_block tp 2", fp8_mla_spec(), 2, 1, "fp8_block", torch.float64),  # experts sliced
+        Case("deepseek-v3 fp8_block ep 2", fp8_mla_spec(), 1, 2, "fp8_block", torch.float64),  # experts placed
     ]
 
 
@@ -61,15 +101,18 @@ def _check(cases: list[Case], results: dict[str, list[dict]]) -> None:
     for case in cases:
         ranks = results[case.name]
         assert len(ranks) == world_size(case.tp, case.ep), case.name
-        assert max(r["error"] for r in ranks) < TOLERANCE, (case.name, ranks)
-        precision = WeightPrecision(get_dtype("fp32"))
-        plan = plan_fit(case.spec, load_gpu("h100-sxm"), precision, get_dtype("fp32"),
-                        PlanConfig(num_gpus=world_size(case.tp, case.ep), tp=case.tp, ep=case.ep))
-        assert {r["params"] for r in ranks} == {plan.weights_bytes_per_gpu // 4}, case.name
+        tolerance = TOLERANCE if case.weights is None else FP8_TOLERANCE[case.weights]
+        assert max(r["error"] for r in ranks) < tolerance, (case.name, ranks)
         spec = case.spec
         per_forward = (2 * spec.num_layers + 2 if case.tp > 1 else 0) + (
             3 * spec.num_moe_layers if case.ep > case.tp else 0)
         assert {r["collectives"] for r in ranks} == {per_forward}, case.name
+        if case.weights is not None:  # bytes held: test_fp8_ranks_hold_what_the_plan_counts
+            continue
+        precision = WeightPrecision(get_dtype("fp32"))
+        plan = plan_fit(case.spec, load_gpu("h100-sxm"), precision, get_dtype("fp32"),
+                        PlanConfig(num_gpus=world_size(case.tp, case.ep), tp=case.tp, ep=case.ep))
+        assert {r["params"] for r in ranks} == {plan.weights_bytes_per_gpu // 4}, case.name
 
 
 def test_two_ranks_compute_the_one_rank_model(make_spec) -> None:  # noqa: ANN001
@@ -100,3 +143,39 @@ def test_widths_that_do_not_split_are_refused() -> None:
 
     with pytest.raises(UsageError, match="does not divide the FFN width 100"):
         check_sharding(load_model("llama3-8b").with_overrides(intermediate_size=100), 8, 1)
+
+
+def _meta_shard(spec: ModelSpec, tp: int, ep: int, rank: int, weights: str) -> torch.nn.Module:
+    """One rank's bf16 model with FP8 weights on the meta device (no memory, no process group)."""
+    meta = torch.device("meta")
+    par = Parallel(tp=tp, ep=ep, rank=rank, world=world_size(tp, ep), comm=Collectives(meta))
+    return build_model(spec, dtype=torch.bfloat16, device=meta, weights_dtype=weights, parallel=par)
+
+
+@pytest.mark.parametrize("weights, tp, ep", [("fp8", 2, 1), ("fp8_block", 2, 1), ("fp8", 4, 1),
+                                             ("fp8_block", 4, 1)])
+def test_fp8_ranks_hold_what_the_plan_counts(weights: str, tp: int, ep: int) -> None:
+    """Each rank's FP8 matrices (one byte an element and their scales) plus its bf16 embedding, head and norms
+    equal ``tfcalc plan``'s weights per GPU for the same tp and format; per-tensor scales add their 4 bytes a
+    matrix, which the calculator leaves out (4 matrices a layer: qkv, o, gate/up, down). Widths on whole blocks
+    (multiples of 512 per rank at tp 2; at tp 4 the down and o slices take a padded scale row: counted there)."""
+    spec = fp8_dense_spec()
+    plan = plan_fit(spec, load_gpu("h100-sxm"), weight_precision("bf16", weights), get_dtype("bf16"),
+                    PlanConfig(num_gpus=world_size(tp, ep), tp=tp, ep=ep)).weights_bytes_per_gpu
+    scalars = 4 * 4 * spec.num_layers if weights == "fp8" else 0
+    padding = 0
+    if weights == "fp8_block" and tp == 4:  # o: 256 columns, down: 256 columns -> 2 scale columns padded to 4
+        padding = 4 * spec.num_layers * 2 * (spec.hidden_size // 128) * 2
+    held = {weight_bytes(_meta_shard(spec, tp, ep, rank, weights)) for rank in range(world_size(tp, ep))}
+    assert held == {plan + scalars + padding}
+
+
+def test_block_scaled_slices_off_blocks_are_refused_before_any_rank_starts() -> None:
+    """fp8_block at tp 4 of a 1024-wide FFN slices 256 columns: whole blocks; of a 640-wide one at tp 2, 320: refused,
+    naming the matrix and the widths, in one line (as vLLM: "output_size of gate's and up's weight = 320 is not
+    divisible by weight quantization block_n = 128"); per-tensor scales shard anywhere."""
+    check_fp8_sharding(fp8_dense_spec(), 4, 1, "fp8_block")
+    check_fp8_sharding(fp8_dense_spec().with_overrides(intermediate_size=640), 2, 1, "fp8")  # per-tensor: anywhere
+    with pytest.raises(UsageError, match=r"^fp8_block: ffn.w_in would keep rows 0..320 \(320 wide\) of 1280") as err:
+        check_fp8_sharding(fp8_dense_spec().with_overrides(intermediate_size=640), 2, 1, "fp8_block")
+    assert "\n" not in str(err.value)

@@ -158,9 +158,6 @@ def profile(
                              "--weights-dtype fp8 or fp8_block)")
     weights = _items(weights_dtype)
     _check_choices(weights, profiler.WEIGHTS_DTYPES, "--weights-dtype")
-    if weights and world > 1:
-        raise UsageError("--weights-dtype with --tp / --ep: FP8 weights are not sharded yet (profile them on one "
-                         "device)")
     backends = _items(attn_backend)
     _check_choices(backends, profiler.ATTENTION_BACKENDS, "attention backend")
     _check_choices([decode_attention], profiler.DECODE_ATTENTION, "--decode-attention")
@@ -201,6 +198,8 @@ def profile(
             sweep = replace(sweep, prompt_lens=lengths)
         if world > 1:
             profiler.check_sharding(run_spec, tp, ep)
+            for w in weights:  # block-scaled slices off 128-element blocks, refused before any rank starts
+                profiler.check_fp8_sharding(run_spec, tp, ep, w)
             dp = world // tp
             uneven = [b for b in sweep.batches if b % dp]
             if uneven:

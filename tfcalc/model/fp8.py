@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tfcalc.errors import UsageError
+
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn (OCP FP8 spec; torch.finfo(torch.float8_e4m3fn).max)
 BLOCK = 128
@@ -106,6 +108,40 @@ def scaled_gemm(xq: Tensor, x_scale: Tensor, wq: Tensor, w_scale: Tensor, block:
     return y if bias is None else y + bias
 
 
+def select(w: Tensor, rows: Tensor | None = None, cols: Tensor | None = None,
+           stack: slice | None = None) -> Tensor:
+    """Matrices ``stack`` of w [E, N, K] (or w [N, K]), their output rows ``rows`` and input columns ``cols``
+    (index tensors), contiguous: a rank's part of a matrix (tfcalc.model.parallel) or of its block scales."""
+    if stack is not None:
+        w = w[stack]
+    if rows is not None:
+        w = w[..., rows.to(w.device), :]
+    if cols is not None:
+        w = w[..., cols.to(w.device)]
+    return w.contiguous()
+
+
+def whole_blocks(index: Tensor, size: int, name: str, what: str) -> Tensor:
+    """The 128-blocks that indices ``index`` (of ``size`` rows or columns) cover, when they are whole blocks: each
+    run of consecutive indices starts on a block boundary and ends on one, the last run possibly at ``size`` (a
+    partial last block). Else UsageError naming the matrix and the widths: a rank cannot hold part of a block with
+    the block's scale. vLLM refuses such shards the same way: "Weight output_partition_size = 576 is not divisible
+    by weight quantization block_n = 128" (input_size_per_partition / block_k for row-parallel layers;
+    ``validate_fp8_block_shape``, vllm/model_executor/layers/quantization/utils/fp8_utils.py; for experts "The
+    output_size of gate's and up's weight = 320 is not divisible by ...", quantization/fp8.py)."""
+    idx = index.tolist()
+    breaks = [0, *(i for i in range(1, len(idx)) if idx[i] != idx[i - 1] + 1), len(idx)]
+    blocks: list[int] = []
+    for a, b in zip(breaks, breaks[1:], strict=False):
+        first, stop = idx[a], idx[b - 1] + 1
+        if first % BLOCK or (stop % BLOCK and not (b == len(idx) and stop == size)):
+            raise UsageError(f"fp8_block: {name} would keep {what} {first}..{stop} ({stop - first} wide) of {size}, "
+                             f"not whole {BLOCK}x{BLOCK} scale blocks; choose a --tp / --ep whose slices are "
+                             f"multiples of {BLOCK}, or fp8 (per-tensor scales)")
+        blocks.extend(range(first // BLOCK, _ceil(stop, BLOCK)))
+    return torch.tensor(blocks, dtype=torch.long)
+
+
 @functools.cache
 def native_gemm_works(device: torch.device, block: bool, out_dtype: torch.dtype) -> bool:
     """Whether this GPU runs :func:`scaled_gemm` for the recipe (probed once on a 256 x 256 x 256 product,
@@ -162,6 +198,22 @@ class FP8Weight(nn.Module):
     @property
     def shape(self) -> torch.Size:
         return self.q.shape
+
+    def select(self, rows: Tensor | None = None, cols: Tensor | None = None, stack: slice | None = None,
+               name: str = "weight") -> FP8Weight:
+        """A rank's part (matrices ``stack``, rows ``rows``, columns ``cols``) of the matrix quantized whole, with
+        its scales, as serving engines load a shard of an FP8 checkpoint: the same per-matrix scale, or the scales
+        of the blocks kept (:func:`whole_blocks`; refused unless the slice is whole blocks). Its dequantized
+        weight is the same slice of the full matrix's, exactly."""
+        q = select(self.q, rows, cols, stack)
+        scale = self.scale if stack is None else self.scale[stack]
+        if self.block:
+            n, k = self.q.shape[-2:]
+            block_rows = None if rows is None else whole_blocks(rows, n, name, "rows")
+            block_cols = None if cols is None else whole_blocks(cols, k, name, "columns")
+            scale = select(scale[..., :_ceil(k, BLOCK)], block_rows, block_cols)
+            scale = F.pad(scale, (0, -scale.shape[-1] % 4), value=1.0)  # the cuBLAS row alignment, as quantized
+        return FP8Weight(None, self.block, self.compute_dtype, (q, scale.contiguous()))
 
     def dequantized(self, dtype: torch.dtype | None = None) -> Tensor:
         return dequantize_weight(self.q, self.scale, self.block, dtype or self.compute_dtype)

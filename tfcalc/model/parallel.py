@@ -17,6 +17,14 @@ The layout is the one the planner counts (``tfcalc.calc.shard``, ``tfcalc.calc.p
   experts; each tp rank of a replica routes its 1/tp share of the replica's tokens and sends every (token,
   expert) pair to the expert's rank by all-to-all (after an all-to-all of the counts), which sends the outputs
   back the same way; the pairs' expert ids travel as one extra column of the activations (exact integers).
+- FP8 weights (``weights_dtype``): each matrix is quantized whole, then sliced like the float one, a rank keeping
+  its rows / columns / experts of the FP8 weight with the matching scales (the same per-tensor scale, or its blocks'
+  128x128 scales), as serving engines load a shard of an FP8 checkpoint (:meth:`FP8Weight.select`); block-scaled
+  slices off 128-element boundaries are refused, as vLLM refuses them. MLA's dequantized W_kvb follows the head
+  split. A row-parallel layer quantizes its activation slice (per token, or per token and 128 columns) on its
+  rank: with block scales the groups are the one-rank model's, with per-tensor scales a token's scale is its
+  slice's amax (vLLM's dynamic per-token quantization does the same), so there the ranks round activations
+  differently from one rank.
 - embedding vocab-parallel: ceil(V/tp) rows per rank (the last rank's tail zero), ids outside a rank's rows look
   up zero and an all-reduce sums the ranks; lm_head vocab-parallel, its logits all-gathered (the padding cut).
 
@@ -41,6 +49,7 @@ from torch import Tensor, nn
 
 from tfcalc.calc.shard import check_parallelism, expert_tp
 from tfcalc.errors import UsageError
+from tfcalc.model.fp8 import FP8Linear, FP8Weight, select
 from tfcalc.model.layers import Attention, FeedForward, MoE
 from tfcalc.model.mla import MLAttention
 from tfcalc.spec.model import ModelSpec
@@ -223,10 +232,10 @@ class Parallel:
         heads, kv_heads = h // tp, max(hkv // tp, 1)
         q0 = self.tp_rank * heads
         k0 = q0 // (h // hkv)  # the KV head of this rank's first query head
-        q_rows = torch.arange(q0 * d, (q0 + heads) * d)
-        kv_rows = torch.arange(k0 * d, (k0 + kv_heads) * d)
-        _keep_rows(attn.wqkv, torch.cat([q_rows, h * d + kv_rows, (h + hkv) * d + kv_rows]))
-        attn.wo = RowParallelLinear(attn.wo, q_rows, add_bias=self.tp_rank == 0)
+        q_rows = _span(q0 * d, (q0 + heads) * d)
+        kv_rows = _span(k0 * d, (k0 + kv_heads) * d)
+        _keep_rows(attn.wqkv, torch.cat([q_rows, h * d + kv_rows, (h + hkv) * d + kv_rows]), "attention.wqkv")
+        attn.wo = RowParallelLinear(attn.wo, q_rows, add_bias=self.tp_rank == 0, name="attention.wo")
         if attn.sinks is not None:
             attn.sinks = nn.Parameter(attn.sinks.detach()[q0:q0 + heads].clone())
         attn.heads, attn.kv_heads = heads, kv_heads
@@ -235,11 +244,13 @@ class Parallel:
         heads = attn.heads // self.tp
         h0 = self.tp_rank * heads
         qk = attn.nope + attn.rope_dim
-        _keep_rows(attn.wq, torch.arange(h0 * qk, (h0 + heads) * qk))
+        _keep_rows(attn.wq, _span(h0 * qk, (h0 + heads) * qk), "attention.wq")
         kv = attn.nope + attn.v_dim
-        _keep_rows(attn.wkv_b, torch.arange(h0 * kv, (h0 + heads) * kv))
-        attn.wo = RowParallelLinear(attn.wo, torch.arange(h0 * attn.v_dim, (h0 + heads) * attn.v_dim),
-                                    add_bias=self.tp_rank == 0)
+        _keep_rows(attn.wkv_b, _span(h0 * kv, (h0 + heads) * kv), "attention.wkv_b")
+        if isinstance(attn.wkv_b, FP8Linear):  # the absorbed decode's W_kvb: this rank's heads, dequantized
+            attn.absorb_weight = attn.wkv_b.weight.dequantized()
+        attn.wo = RowParallelLinear(attn.wo, _span(h0 * attn.v_dim, (h0 + heads) * attn.v_dim),
+                                    add_bias=self.tp_rank == 0, name="attention.wo")
         attn.heads = heads
 
     def _shard_moe(self, moe: MoE) -> None:
@@ -256,11 +267,11 @@ class Parallel:
             held, index = experts // self.ep, self.tp_rank % slices
             first = (self.tp_rank // slices) * held
         width = moe.w_out.shape[-1] // slices
-        cols = torch.arange(index * width, (index + 1) * width)
+        cols = _span(index * width, (index + 1) * width)
         rows = _ffn_rows(moe.spec, moe.w_out.shape[-1], cols)
         stack = slice(first, first + held)
-        moe.w_in = nn.Parameter(moe.w_in.detach()[stack][:, rows].contiguous())
-        moe.w_out = nn.Parameter(moe.w_out.detach()[stack][:, :, cols].contiguous())
+        moe.w_in = _slice(moe.w_in, "experts.w_in", rows=rows, stack=stack)
+        moe.w_out = _slice(moe.w_out, "experts.w_out", cols=cols, stack=stack)
         if moe.b_in is not None and moe.b_out is not None:
             moe.b_in = nn.Parameter(moe.b_in.detach()[stack][:, rows].contiguous())
             moe.b_out = nn.Parameter(moe.b_out.detach()[stack].contiguous())
@@ -278,9 +289,23 @@ class Parallel:
         model.lm_head = VocabParallelHead(head, model.spec.vocab_size, self)
 
 
-def _keep_rows(linear: nn.Linear, rows: Tensor) -> None:
+def _span(start: int, stop: int) -> Tensor:
+    """Indices start..stop-1, on the host whatever device the model is built on (the meta device included)."""
+    return torch.arange(start, stop, device="cpu")
+
+
+def _slice(weight: Tensor | FP8Weight, name: str, rows: Tensor | None = None, cols: Tensor | None = None,
+           stack: slice | None = None) -> nn.Parameter | FP8Weight:
+    """This rank's matrices ``stack``, rows and columns of a weight (or an expert stack): plain, or FP8 with the
+    scales that go with them (:meth:`FP8Weight.select`, which refuses block-scaled slices off block boundaries)."""
+    if isinstance(weight, FP8Weight):
+        return weight.select(rows, cols, stack, name)
+    return nn.Parameter(select(weight.detach(), rows, cols, stack))
+
+
+def _keep_rows(linear: nn.Linear | FP8Linear, rows: Tensor, name: str) -> None:
     """Keep output rows ``rows`` of a column-parallel linear (weight [out, in]) and of its bias."""
-    linear.weight = nn.Parameter(linear.weight.detach()[rows.to(linear.weight.device)].contiguous())
+    linear.weight = _slice(linear.weight, name, rows=rows)
     if linear.bias is not None:
         linear.bias = nn.Parameter(linear.bias.detach()[rows.to(linear.bias.device)].contiguous())
     linear.out_features = rows.numel()
@@ -293,9 +318,9 @@ def _ffn_rows(spec: ModelSpec, width: int, cols: Tensor) -> Tensor:
 
 def _shard_ffn(ffn: FeedForward, tp: int, rank: int, add_bias: bool) -> None:
     width = ffn.w_out.in_features // tp
-    cols = torch.arange(rank * width, (rank + 1) * width)
-    _keep_rows(ffn.w_in, _ffn_rows(ffn.spec, ffn.w_out.in_features, cols))
-    ffn.w_out = RowParallelLinear(ffn.w_out, cols, add_bias)
+    cols = _span(rank * width, (rank + 1) * width)
+    _keep_rows(ffn.w_in, _ffn_rows(ffn.spec, ffn.w_out.in_features, cols), "ffn.w_in")
+    ffn.w_out = RowParallelLinear(ffn.w_out, cols, add_bias, "ffn.w_out")
 
 
 def _vocab_rows(table: Tensor, par: Parallel) -> nn.Parameter:
@@ -312,15 +337,18 @@ class RowParallelLinear(nn.Module):
     """This rank's input columns of a row-parallel linear: x_r W_r^T, plus the (replicated) bias where
     ``add_bias``; the sum over the ranks, an all-reduce after the layer, is the full x W^T + b."""
 
-    def __init__(self, linear: nn.Linear, columns: Tensor, add_bias: bool) -> None:
+    def __init__(self, linear: nn.Linear | FP8Linear, columns: Tensor, add_bias: bool, name: str = "weight") -> None:
         super().__init__()
-        self.weight = nn.Parameter(linear.weight.detach()[:, columns.to(linear.weight.device)].contiguous())
+        self.weight = _slice(linear.weight, name, cols=columns)
         self.bias = linear.bias
         self.add_bias = add_bias
         self.in_features, self.out_features = columns.numel(), linear.out_features
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.weight, self.bias if self.add_bias else None)
+        bias = self.bias if self.add_bias else None
+        if isinstance(self.weight, FP8Weight):
+            return self.weight.linear(x, bias=bias)
+        return F.linear(x, self.weight, bias)
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -397,5 +425,12 @@ class ExpertDispatch:
 
 
 def parameter_count(model: nn.Module) -> int:
-    """Parameters this rank holds (a tied table once)."""
+    """Parameters this rank holds (a tied table once; FP8 matrices, held as buffers, not counted)."""
     return sum(p.numel() for p in model.parameters())
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of the weights this rank holds: its parameters (a tied table once) and its FP8 matrices with their
+    scales."""
+    fp8 = sum(m.q.nbytes + m.scale.nbytes for m in model.modules() if isinstance(m, FP8Weight))
+    return sum(p.nbytes for p in model.parameters()) + fp8

@@ -50,7 +50,7 @@ from tfcalc.model.layers import (
     sdpa_context,
 )
 from tfcalc.model.mla import MLAttention
-from tfcalc.model.parallel import Parallel, check_sharding
+from tfcalc.model.parallel import Collectives, Parallel, check_sharding, world_size
 from tfcalc.model.scaling import scale_spec
 from tfcalc.spec.model import ModelSpec
 
@@ -320,8 +320,6 @@ def build_model(spec: ModelSpec, *, dtype: torch.dtype = torch.float32, device: 
     device; ``parallel`` keeps this rank's shard of that same model (:mod:`tfcalc.model.parallel`)."""
     if weights_dtype is not None and weights_dtype not in FP8_FORMATS:
         raise UsageError(f"unknown weights dtype '{weights_dtype}' (choose {', '.join(sorted(FP8_FORMATS))})")
-    if weights_dtype is not None and parallel is not None:
-        raise UsageError("FP8 weights are not sharded yet: profile them on one device (no --tp / --ep)")
     spec = scale_spec(spec, **overrides)
     if parallel is not None:
         check_sharding(spec, parallel.tp, parallel.ep)
@@ -337,4 +335,23 @@ def build_model(spec: ModelSpec, *, dtype: torch.dtype = torch.float32, device: 
     return model.eval()
 
 
-__all__ = ["Transformer", "TransformerBlock", "build_model", "scale_spec"]
+def check_fp8_sharding(spec: ModelSpec, tp: int, ep: int, weights_dtype: str | None) -> None:
+    """Refuse, before any rank starts, FP8 block-scaled shards that do not fall on 128x128 blocks
+    (:meth:`~tfcalc.model.fp8.FP8Weight.select`): each tp rank's sharding of the first dense and the first MoE
+    block, built on the meta device (no memory; every replica slices alike). Per-tensor scales shard anywhere."""
+    if weights_dtype is None or FP8_FORMATS[weights_dtype] != "fp8_block" or tp * ep == 1:
+        return
+    moe_layers = [i for i in range(spec.num_layers) if spec.is_moe_layer(i)]
+    dense_layers = [i for i in range(spec.num_layers) if not spec.is_moe_layer(i)]
+    layers = [kind[0] for kind in (dense_layers, moe_layers) if kind]
+    meta = torch.device("meta")
+    for rank in range(tp):
+        par = Parallel(tp=tp, ep=ep, rank=rank, world=world_size(tp, ep), comm=Collectives(meta))
+        for layer in layers:
+            with torch.device(meta), torch.no_grad():
+                block = TransformerBlock(spec, layer, weights_dtype)
+                quantize_block(block, weights_dtype)
+                par.shard_block(block)
+
+
+__all__ = ["Transformer", "TransformerBlock", "build_model", "check_fp8_sharding", "scale_spec"]

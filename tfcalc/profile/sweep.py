@@ -50,7 +50,7 @@ from tfcalc.model.fp8 import native_gemm_works
 from tfcalc.model.layers import SDPA_BACKENDS, STATIC
 from tfcalc.model.parallel import Parallel, check_sharding, world_size
 from tfcalc.model.scaling import describe_layers, keep_layers, pick_layers, scale_spec
-from tfcalc.model.transformer import DECODE_ATTENTION, build_model
+from tfcalc.model.transformer import DECODE_ATTENTION, build_model, check_fp8_sharding
 from tfcalc.profile.ceilings import Ceiling, copy_bandwidth, fp8_matmul_flops, matmul_flops
 from tfcalc.profile.device import DeviceInfo, available_memory_bytes, describe, is_oom, release_memory, torch_dtype
 from tfcalc.profile.distributed import RankContext
@@ -66,8 +66,8 @@ MEMORY_HEADROOM = 0.9
 ATTENTION_BACKENDS = ("auto", *SDPA_BACKENDS)
 WEIGHTS_DTYPES = tuple(FP8_FORMATS)
 # What the CLI validates and scales with, so that it needs no import from tfcalc.model:
-__all__ = ["ATTENTION_BACKENDS", "DECODE_ATTENTION", "WEIGHTS_DTYPES", "check_sharding", "describe_layers",
-           "pick_layers", "scale_spec", "world_size"]
+__all__ = ["ATTENTION_BACKENDS", "DECODE_ATTENTION", "WEIGHTS_DTYPES", "check_fp8_sharding", "check_sharding",
+           "describe_layers", "pick_layers", "scale_spec", "world_size"]
 
 
 class Point(NamedTuple):
@@ -547,7 +547,7 @@ def run_rank_sweep(sweep: Sweep, ctx: RankContext, par: Parallel, link: Intercon
     rank 0 sends each row. Returns False when a Ctrl-C stopped it. Out of memory while building or measuring ends
     the run (a rank cannot leave its peers waiting in a collective); points predicted not to fit in this device's
     memory (shared by the node's ranks on the CPU) are ``oom`` rows, never run."""
-    dev = device_context(ctx.device, sweep.dtypes)
+    dev = device_context(ctx.device, sweep.dtypes, any(w is not None for w in sweep.weights_dtypes))
     layout = Layout(tp=par.tp, ep=par.ep, backend=ctx.backend, link=link)
     spec = sweep.spec
     available = available_memory_bytes(ctx.device)
