@@ -26,6 +26,7 @@
 #     profile_tp2/4/8            llama3-70b on 40 of its 80 layers, bf16, tp 2, 4, 8 (as many GPUs as there are),
 #                                batch 1/8, prompt 512, 32 tokens decoded eagerly, collectives timed     ~50 s each
 #     profile_ep                 (GPU_CHECK_FULL=1) mixtral-8x7b on 8 layers, tp 2 x ep 2                   ~60 s
+#     profile_tp2_fp8            (GPU_CHECK_FULL=1) profile_tp2 with fp8 weights, each rank its FP8 slice    ~50 s
 # GPU_CHECK_SMOKE=1 runs every step (FULL and the multi-GPU section included) on the CPU with tiny models (the
 # multi-GPU steps on 2 CPU ranks over gloo), to check the script itself; its targets mean nothing.
 set -uo pipefail
@@ -143,6 +144,8 @@ if [ "$smoke" = 1 ] || [ "$gpus" -gt 1 ]; then
   done
   if [ "$full" = 1 ]; then
     step profile_ep 240 profile "${mixtral[@]}" --preset mixtral-8x7b --tp 2 --ep 2 --calibration "$out/collectives.json"
+    step profile_tp2_fp8 240 profile "${seventy[@]}" --preset llama3-70b --tp 2 --weights-dtype fp8 \
+      --calibration "$out/collectives.json"
   fi
 fi
 
