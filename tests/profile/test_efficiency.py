@@ -48,3 +48,14 @@ def test_a_profile_json_file_is_a_calibration(tmp_path: Path) -> None:
     eff = read_calibration(path)
     assert eff.bandwidth_decode == pytest.approx(0.7) and eff.compute_prefill == pytest.approx(0.6)
     assert "rows.json" in eff.source
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -0.5, 0.0, "Infinity"])
+def test_a_factor_that_is_not_a_positive_finite_number_is_a_one_line_error(value: object) -> None:
+    """An infinite MFU would clamp to an efficiency of 1 and a negative one to 1e-6, silently: refused instead."""
+    rows = [{**ROWS[0], "mfu_datasheet": value}, ROWS[2]]
+    with pytest.raises(SpecError, match="run.json: a profile row's 'mfu_datasheet' is .*, not a positive finite "
+                                        "number") as caught:
+        efficiency_from_rows(rows, "run.json")
+    assert "\n" not in str(caught.value)
+

@@ -5,9 +5,19 @@ imports no torch (``tfcalc estimate`` loads it for a profile file).
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from tfcalc.errors import SpecError
+
+
+def _factor(row: dict, key: str, origin: str) -> float:
+    """A row's ratio as a number; ValueError or KeyError where it has none, SpecError where it is not positive and
+    finite (an infinite MFU would clamp to 1, a negative one to 1e-6, silently)."""
+    value = float(str(row[key]))
+    if not (math.isfinite(value) and value > 0):
+        raise SpecError(f"{origin}: a profile row's '{key}' is {value:g}, not a positive finite number")
+    return value
 
 
 def efficiency_from_rows(rows: list[dict], origin: str = "profile rows") -> dict[str, object]:
@@ -24,8 +34,8 @@ def efficiency_from_rows(rows: list[dict], origin: str = "profile rows") -> dict
     datasheet = all(r.get("mfu_datasheet") is not None and r.get("mbu_datasheet") is not None for r in ok)
     compute_key, bandwidth_key = ("mfu_datasheet", "mbu_datasheet") if datasheet else ("mfu_measured", "mbu_measured")
     try:
-        compute = statistics.median(float(str(r[compute_key])) for r in ok)
-        bandwidth = statistics.median(float(str(r[bandwidth_key])) for r in ok)
+        compute = statistics.median(_factor(r, compute_key, origin) for r in ok)
+        bandwidth = statistics.median(_factor(r, bandwidth_key, origin) for r in ok)
     except (KeyError, ValueError):
         raise SpecError(f"{origin}: profile rows without a numeric '{compute_key}' and '{bandwidth_key}'") from None
 
