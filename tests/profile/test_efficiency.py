@@ -59,3 +59,9 @@ def test_a_factor_that_is_not_a_positive_finite_number_is_a_one_line_error(value
         efficiency_from_rows(rows, "run.json")
     assert "\n" not in str(caught.value)
 
+
+def test_rows_saved_before_mfu_was_renamed_still_read_against_the_datasheet() -> None:
+    """``tfcalc profile`` JSON written before the rename to mfu_datasheet names the same ratio 'mfu': it stays the
+    datasheet basis (not silently the measured ceilings)."""
+    old = [{k if k != "mfu_datasheet" else "mfu": v for k, v in row.items()} for row in ROWS]
+    assert efficiency_from_rows(old) == efficiency_from_rows(ROWS)

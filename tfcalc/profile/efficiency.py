@@ -11,6 +11,12 @@ import statistics
 from tfcalc.errors import SpecError
 
 
+def _renamed(row: dict) -> dict:
+    """A row as this version names its keys: rows saved before MFU against the datasheet was called
+    ``mfu_datasheet`` call it ``mfu`` (the same ratio)."""
+    return {**row, "mfu_datasheet": row["mfu"]} if "mfu" in row and "mfu_datasheet" not in row else row
+
+
 def _factor(row: dict, key: str, origin: str) -> float:
     """A row's ratio as a number; ValueError or KeyError where it has none, SpecError where it is not positive and
     finite (an infinite MFU would clamp to 1, a negative one to 1e-6, silently)."""
@@ -28,7 +34,7 @@ def efficiency_from_rows(rows: list[dict], origin: str = "profile rows") -> dict
     take the same two factors (a decode 'compute efficiency' taken from a memory-bound step would be tiny and
     would wrongly make the model compute-bound).
     """
-    ok = [r for r in rows if isinstance(r, dict) and str(r.get("status", "")).startswith("ok")]
+    ok = [_renamed(r) for r in rows if isinstance(r, dict) and str(r.get("status", "")).startswith("ok")]
     if not ok:
         raise SpecError(f"{origin}: no successfully measured profile rows to calibrate from")
     datasheet = all(r.get("mfu_datasheet") is not None and r.get("mbu_datasheet") is not None for r in ok)
