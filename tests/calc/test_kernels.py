@@ -275,3 +275,14 @@ def test_ideal_moe_ignores_grouped_efficiency_and_expert_floors() -> None:
         args = {"tokens": tokens, "experts_local": 32, "experts_total": 256, "top_k": 8, "hidden": 7168,
                 "expert_width": 2048, "gated": True, "weight_bits": 8, "compute": "fp8"}
         assert kernels.moe_experts(rates.as_ideal(), **args) == kernels.moe_experts(IDEAL, **args)
+
+
+def test_weight_only_experts_on_a_chip_with_their_tensor_cores_take_the_compute_dtype_entry() -> None:
+    """fp8 experts forced to 16-bit compute (--compute-dtype bf16) on a chip with fp8 tensor cores run a weight-only
+    kernel: its grouped efficiency is the bf16 entry's, not the fp8 entry's (measured on the native W8A8 kernels,
+    e.g. TensorRT-LLM's CUTLASS block-fp8 MoE at 0.43 on an H200); a format the chip cannot run natively (fp4
+    here) still looks up its own entry."""
+    rates = replace(RATES, moe_efficiency_by_dtype={"bf16": 0.8, "fp8": 0.4, "fp4": 0.9})
+    assert "fp8" in rates.peak_flops and "fp4" not in rates.peak_flops
+    assert rates.grouped_efficiency("bf16", dequant="fp8") == 0.8
+    assert rates.grouped_efficiency("fp8") == 0.4 and rates.grouped_efficiency("bf16", dequant="fp4") == 0.9

@@ -116,11 +116,14 @@ class Rates:
 
     def grouped_efficiency(self, compute: str, dequant: str = "") -> float:
         """Grouped expert GEMMs relative to a dense GEMM of the same shape and compute dtype (1 when ideal); a
-        weight-only kernel looks up its storage format first (MXFP4 experts on Hopper: 'fp4')."""
+        weight-only kernel of a format the chip has no tensor cores for looks up that format first (MXFP4 experts
+        on Hopper: 'fp4'); where the chip has them (fp8 forced to bf16 compute on Hopper) that entry measured the
+        native kernel, so the compute dtype's applies."""
         if self.ideal:
             return 1.0
         by_dtype = self.moe_efficiency_by_dtype
-        return by_dtype.get(dequant) or by_dtype.get(self.peak(compute)[0], self.moe_efficiency)
+        own = by_dtype.get(dequant) if dequant not in self.peak_flops else None
+        return own or by_dtype.get(self.peak(compute)[0], self.moe_efficiency)
 
     def bandwidth(self, nbytes: float) -> float:
         """Achievable bytes/s for a kernel moving ``nbytes``: the calibrated curve (log-linear), else constant."""
