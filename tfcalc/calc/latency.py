@@ -75,7 +75,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
     engine_moe = engine.moe_efficiency_by_gpu.get(gpu.name, {})
     if engine_moe:
         moe_by_dtype = {**moe_by_dtype, **engine_moe}
-        source += ", MoE efficiency from the engine preset"
+        source += f", {'/'.join(sorted(engine_moe))} MoE efficiency from the engine preset"  # the dtypes it covers
     fp32 = gpu.dense_flops_per_s.get("fp32", gpu.peak_flops("bf16")[1] / 16)
     return Rates(name=gpu.name, peak_flops=dict(gpu.dense_flops_per_s), gemm_efficiency=dict(gemm_eff),
                  attention_efficiency=float(attn), moe_efficiency=float(moe), moe_efficiency_by_dtype=moe_by_dtype,
