@@ -27,6 +27,9 @@ SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
            ("aiconfigurator", HERE / "aiconfigurator_other.json")]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
+# aiconfigurator prices MoE layers with its power-law workload (config.py workload_distribution "power_law"):
+# exponent 1.01 for DeepSeek-family models (sdk/models/deepseek.py), 1.2 for the others (sdk/models/moe.py)
+AIC_ROUTING_ALPHA = {"deepseek-v3": 1.01}
 MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b",
        "deepseek-v3"}
 
@@ -45,7 +48,8 @@ def load_points() -> list[dict]:
                      "kind": "predicted", "engine": p["backend"], "model": model if model != "qwen3-32b" else
                      "benchmarks/validation/models/qwen3-32b.yaml", "gpu": AIC_GPU[p["gpu"]],
                      "weights": p["weights_dtype"], "kv": "bf16", "tp": p["tp"], "batch": p["batch"],
-                     "prompt": p["isl"], "gen": p["osl"], "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"]}
+                     "prompt": p["isl"], "gen": p["osl"], "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"],
+                     "routing": f"power-law:{AIC_ROUTING_ALPHA.get(model, 1.2)}"}
             if p["engine"] == "gpt-fast" and p["weights"] not in ("bf16", "fp16"):
                 # gpt-fast's quantize.py turns every nn.Linear into its int8 / int4 kind, the output head included
                 # (the MoE router excepted); tfcalc's plain `int8` keeps lm_head in 16 bits as checkpoints ship
@@ -63,6 +67,7 @@ def _model_name(point: dict) -> str:
 
 def predict(p: dict) -> tuple[float, float]:
     """(TTFT, TPOT) in ms from tfcalc with the point's engine, GPU and parallelism."""
+    from tfcalc.calc.kernels import parse_routing
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.latency import deployment, estimate_latency
     from tfcalc.dtypes import get_dtype, parse_weight_precision
@@ -73,7 +78,7 @@ def predict(p: dict) -> tuple[float, float]:
     precision = parse_weight_precision(p["weights"])
     kv = get_dtype(p["kv"]) if p.get("kv") else default_kv_dtype(spec)
     d = deployment(spec, gpu, precision, kv, tp=p["tp"], ep=p.get("ep", 1),
-                   engine_kernels=load_engine(p["engine"]).kernels)
+                   engine_kernels=load_engine(p["engine"]).kernels, routing=parse_routing(p.get("routing", "uniform")))
     e = estimate_latency(d, p["batch"], p["prompt"], max(p["gen"], 2))
     ttft = e.ttft_s
     if p.get("kind") == "measured-serving":  # a server prefills each arriving prompt on its own

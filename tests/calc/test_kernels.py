@@ -112,9 +112,10 @@ def test_distinct_experts_uniform(experts: int, k: int, tokens: int, expected: f
 def test_skewed_routing_touches_fewer_experts(experts: int, k: int, tokens: int, skew: float) -> None:
     k = min(k, experts)
     uniform = kernels.distinct_experts(experts, k, tokens)
-    skewed = kernels.distinct_experts(experts, k, tokens, skew)
+    zipf = kernels.Routing("zipf", skew)
+    skewed = kernels.distinct_experts(experts, k, tokens, zipf)
     assert skewed <= uniform + 1e-9 and skewed <= experts + 1e-9
-    assert kernels.distinct_experts(experts, k, tokens + 1, skew) >= skewed - 1e-9
+    assert kernels.distinct_experts(experts, k, tokens + 1, zipf) >= skewed - 1e-9
 
 
 def test_moe_one_token_reads_k_experts_by_hand() -> None:
@@ -218,7 +219,84 @@ def test_routed_rows_skewed_is_the_sum_over_each_experts_binomial() -> None:
     lower, upper, w = kernels.moe_tile_rows(100, 2, 16)
     expected = sum((1 - w) * lower * _brute_tiles(100, q, lower) + w * upper * _brute_tiles(100, q, upper)
                    for q in probabilities)
-    assert kernels.routed_rows(16, 2, 100, 1.0)[1] == pytest.approx(expected, rel=1e-9)
+    assert kernels.routed_rows(16, 2, 100, kernels.Routing("zipf", 1.0))[1] == pytest.approx(expected, rel=1e-9)
+
+
+def _aiconfigurator_power_law(experts: int, top_k: int, tokens: int, alpha: float, trials: int,
+                              seed: int) -> tuple[float, float]:
+    """Mean (distinct experts, rows at moe_tile_rows' blended heights) over ``trials`` draws of aiconfigurator's
+    power-law workload (collector helper ``power_law_logits_v3``): loads i.i.d. by inverse-CDF sampling of x^-alpha
+    on [1, 0.8 T] (T k > E) or [0.01, 2], scaled to T k and rounded half to even like torch.round, the missing rows
+    added one each to the largest experts (the surplus taken from the smallest); then no expert above T rows
+    (each token's top k are distinct), its excess moved to random experts with room."""
+    rng = random.Random(seed)  # noqa: S311 - seeded test data
+    lo, hi = (1.0, 0.8 * tokens) if tokens * top_k > experts else (0.01, 2.0)
+    g = 1 - alpha
+    lower, upper, w = kernels.moe_tile_rows(tokens, top_k, experts)
+    distinct = rows = 0.0
+    for _ in range(trials):
+        x = [((hi**g - lo**g) * rng.random() + lo**g) ** (1 / g) for _ in range(experts)]
+        total = sum(x)
+        counts = [round(v / total * tokens * top_k) for v in x]
+        order = sorted(range(experts), key=lambda i: -counts[i])
+        delta = tokens * top_k - sum(counts)
+        for i in range(abs(delta)):
+            if delta > 0:
+                counts[order[i % experts]] += 1
+            else:
+                counts[order[-(i % experts) - 1]] = max(0, counts[order[-(i % experts) - 1]] - 1)
+        excess = sum(max(0, c - tokens) for c in counts)
+        counts = [min(c, tokens) for c in counts]
+        while excess:
+            j = rng.randrange(experts)
+            if counts[j] < tokens:
+                counts[j] += 1
+                excess -= 1
+        distinct += sum(c > 0 for c in counts)
+        rows += (1 - w) * sum(lower * -(-c // lower) for c in counts) + w * sum(upper * -(-c // upper)
+                                                                               for c in counts)
+    return distinct / trials, rows / trials
+
+
+@pytest.mark.parametrize(("experts", "top_k", "alpha", "tolerance"), [
+    (128, 8, 1.2, 0.04), (256, 8, 1.01, 0.07), (128, 4, 1.2, 0.05), (32, 4, 1.2, 0.11), (8, 2, 1.2, 0.2)])
+def test_power_law_routing_matches_aiconfigurators_sampler(experts: int, top_k: int, alpha: float,
+                                                           tolerance: float) -> None:
+    """The closed form (the loads' sum at its mean) against a Monte Carlo of the sampler itself: within 4-7 % at
+    E >= 128; with 8 or 32 experts the sum of a few heavy-tailed loads strays from its mean (up to 17 % at T 2-4)."""
+    routing = kernels.Routing("power-law", alpha)
+    for tokens in (1, 2, 4, 16, 64, 256, 2048):
+        distinct, rows = _aiconfigurator_power_law(experts, top_k, tokens, alpha, 120, seed=tokens)
+        got_distinct, got_rows = kernels.routed_rows(experts, top_k, tokens, routing)
+        assert got_distinct == pytest.approx(distinct, rel=tolerance), tokens
+        assert got_rows == pytest.approx(rows, rel=tolerance), tokens
+        assert kernels.distinct_experts(experts, top_k, tokens, routing) == pytest.approx(got_distinct, rel=0.02)
+
+
+def test_power_law_routing_reads_fewer_experts_than_uniform_at_mid_batch() -> None:
+    """aiconfigurator's power-law workload at 16 tokens of Qwen3-30B-A3B's top-8 of 128: ~49 experts against
+    uniform routing's 128 (1 - (1 - 8/128)^16) = 82.4; one token still reads its own 8."""
+    routing = kernels.Routing("power-law", 1.2)
+    assert kernels.distinct_experts(128, 8, 16, routing) == pytest.approx(49.4, abs=1.5)
+    assert kernels.distinct_experts(128, 8, 16) == pytest.approx(82.42, abs=0.01)
+    assert kernels.distinct_experts(128, 8, 1, routing) == pytest.approx(8)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("uniform", kernels.UNIFORM), ("zipf:0.8", kernels.Routing("zipf", 0.8)),
+    ("Power-Law:1.2", kernels.Routing("power-law", 1.2))])
+def test_parse_routing(text: str, expected: kernels.Routing) -> None:
+    assert kernels.parse_routing(text) == expected
+    assert kernels.parse_routing(str(expected)) == expected
+
+
+@pytest.mark.parametrize("text", ["zipf", "power-law:", "power-law:x", "lognormal:1", "zipf:0", "zipf:-1",
+                                  "power-law:nan", "power-law:9", "uniform:1"])
+def test_parse_routing_rejects(text: str) -> None:
+    from tfcalc.errors import UsageError
+
+    with pytest.raises(UsageError):
+        kernels.parse_routing(text)
 
 
 @pytest.mark.parametrize(("mean", "expected"), [
@@ -253,7 +331,7 @@ def test_moe_time_never_falls_with_more_tokens(shape: tuple[int, int], tokens: i
     def seconds(t: int) -> float:
         return kernels.moe_experts(RATES, tokens=t, experts_local=experts, experts_total=experts, top_k=top_k,
                                    hidden=2048, expert_width=768, gated=True, weight_bits=bits, compute=compute,
-                                   skew=skew).seconds
+                                   routing=kernels.Routing("zipf", skew) if skew else kernels.UNIFORM).seconds
 
     assert seconds(tokens + more) >= seconds(tokens) * (1 - 1e-12)
 

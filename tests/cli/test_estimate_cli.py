@@ -145,6 +145,11 @@ def test_engines_and_fabrics(tmp_path: Path) -> None:
     (skewed,) = _json("-p", "qwen3-30b-a3b", "--batch", "16", "--routing-skew", "1.2")
     (uniform,) = _json("-p", "qwen3-30b-a3b", "--batch", "16")
     assert skewed["decode_weight_bytes_per_step"] < uniform["decode_weight_bytes_per_step"]
+    (zipf,) = _json("-p", "qwen3-30b-a3b", "--batch", "16", "--routing", "zipf:1.2")
+    assert zipf["tpot_s"] == skewed["tpot_s"]
+    (power,) = _json("-p", "qwen3-30b-a3b", "--batch", "16", "--routing", "power-law:1.2")
+    assert power["decode_weight_bytes_per_step"] < 0.75 * uniform["decode_weight_bytes_per_step"]
+    assert power["tpot_s"] < uniform["tpot_s"]
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -153,6 +158,9 @@ def test_engines_and_fabrics(tmp_path: Path) -> None:
     (["--allreduce", "star"], "invalid --allreduce 'star'"),
     (["--compute-dtype", "fp6"], "unknown compute dtype 'fp6'"),
     (["--routing-skew", "-1"], "invalid routing skew"),
+    (["--routing", "lognormal:1"], "invalid routing 'lognormal:1'"),
+    (["--routing", "power-law:9"], "power-law routing exponent must be in (0, 4]"),
+    (["--routing", "zipf:1", "--routing-skew", "1"], "give either --routing or --routing-skew"),
     (["--pp", "64"], "pp 64 exceeds the 32 layers"),
     (["--tp", "3"], "tp 3 does not divide the 32 attention heads"),
     (["--ep", "2"], "ep 2 given but llama3-8b has no experts"),

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
+from tfcalc.errors import UsageError
+
 if TYPE_CHECKING:
     from tfcalc.calc.comm import LinkFit
 
@@ -272,6 +274,54 @@ def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, fl
     return Cost(work + floor, flops, kv_bytes, bound, 1, floor, 0.0, kv_bytes)
 
 
+@dataclass(frozen=True)
+class Routing:
+    """How tokens pick their top-k experts.
+
+    - ``uniform``: every expert equally likely (the default);
+    - ``zipf``: expert i (by popularity rank) picked with probability min(1, k p_i), p_i proportional to
+      i^-``value``;
+    - ``power-law``: aiconfigurator's MoE workload (its collector's ``power_law_logits_v3``, the default of its
+      predictions with ``value`` 1.2, or 1.01 for DeepSeek-family models): each expert's load drawn i.i.d. from a
+      power law x^-``value`` on [0.01, 2] when T k <= E and on [1, 0.8 T] above, scaled to T k rows in all and
+      rounded, the rows rounding loses added one each to the largest experts first.
+    """
+
+    kind: str = "uniform"
+    value: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ROUTING_KINDS:
+            raise UsageError(f"unknown routing '{self.kind}' (choose {', '.join(ROUTING_KINDS)})")
+        if self.kind == "uniform" and self.value:
+            raise UsageError("uniform routing takes no exponent")
+        if self.kind != "uniform" and not (0 < self.value <= 4):
+            raise UsageError(f"{self.kind} routing exponent must be in (0, 4], got {self.value:g}")
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == "uniform" else f"{self.kind}:{self.value:g}"
+
+
+ROUTING_KINDS = ("uniform", "zipf", "power-law")
+UNIFORM = Routing()
+
+
+def parse_routing(text: str) -> Routing:
+    """``uniform``, ``zipf:S`` or ``power-law:ALPHA`` (kinds in ``ROUTING_KINDS``) as a ``Routing``."""
+    kind, _, value = text.strip().lower().partition(":")
+    if kind == "uniform" and not value:
+        return UNIFORM
+    if kind not in ROUTING_KINDS or kind == "uniform" or not value:
+        raise UsageError(f"invalid routing '{text}': use uniform, zipf:S or power-law:ALPHA (e.g. power-law:1.2)")
+    try:
+        exponent = float(value)
+    except ValueError:
+        raise UsageError(f"invalid routing exponent '{value}' in '{text}'") from None
+    if not math.isfinite(exponent):
+        raise UsageError(f"invalid routing exponent '{value}' in '{text}'")
+    return Routing(kind, exponent)
+
+
 def _zipf_probabilities(experts: int, top_k: int, skew: float) -> tuple[float, ...]:
     """Probability that one token picks expert i: k/E uniform (skew 0); with skew s, min(1, k p_i), p_i
     proportional to i^-s (Zipf)."""
@@ -282,17 +332,75 @@ def _zipf_probabilities(experts: int, top_k: int, skew: float) -> tuple[float, .
     return tuple(min(1.0, top_k * w / total) for w in weights)
 
 
+class _PowerLawLoads(NamedTuple):
+    """One expert's rows under ``power-law`` routing: its load x ~ C x^-a on [lo, hi] and x T k / (E mean) rows
+    before rounding (all E loads' sum taken at its mean)."""
+
+    lo: float
+    hi: float
+    alpha: float
+    rows_per_unit: float
+
+    def _integral(self, x: float) -> float:  # integral of t^-a from lo to x
+        g = 1 - self.alpha
+        return math.log(x / self.lo) if abs(g) < 1e-9 else (x ** g - self.lo ** g) / g
+
+    def survival(self, rows: float) -> float:
+        """P(rows before rounding >= ``rows``)."""
+        x = rows / self.rows_per_unit
+        if x <= self.lo:
+            return 1.0
+        if x >= self.hi:
+            return 0.0
+        return 1 - self._integral(x) / self._integral(self.hi)
+
+
+@lru_cache(maxsize=4096)
+def _power_law_loads(experts: int, top_k: int, tokens: float, alpha: float) -> _PowerLawLoads:
+    lo, hi = (1.0, 0.8 * tokens) if tokens * top_k > experts else (0.01, 2.0)
+    g2 = 2 - alpha
+    moment = math.log(hi / lo) if abs(g2) < 1e-9 else (hi ** g2 - lo ** g2) / g2  # integral of t^(1-a)
+    loads = _PowerLawLoads(lo, hi, alpha, 1.0)
+    return loads._replace(rows_per_unit=tokens * top_k * loads._integral(hi) / (experts * moment))
+
+
+def _power_law_rows(experts: int, top_k: int, tokens: float, alpha: float, tile: int) -> tuple[float, float]:
+    """(distinct experts, rows computed in tiles of ``tile``) expected under ``power-law`` routing, with the sum of
+    the loads taken at its mean (``_PowerLawLoads``).
+
+    An expert's count is round(y), y its unrounded rows: touched when y >= 1/2, E[ceil(round(y) / tile)] =
+    sum_j P(y >= j tile + 1/2). The rows rounding loses (T k - E sum_n P(y >= n - 1/2)) go one each to the
+    largest experts, so they touch new experts only when they outnumber the touched ones. The loads become
+    router logits and each token takes its top k of them, k distinct experts: at least k are touched, and an
+    expert holds at most T rows; the rows above T (E sum_{n > T} P(y >= n - 1/2)) go to other experts, which
+    are untouched with probability 1 - touched / E each."""
+    loads = _power_law_loads(experts, top_k, tokens, alpha)
+    touched = experts * loads.survival(0.5)
+    most = loads.hi * loads.rows_per_unit  # the largest possible count
+    lost = 0.0
+    if most < 4096:
+        lost = tokens * top_k - experts * sum(loads.survival(n - 0.5) for n in range(1, int(most) + 2))
+    over = experts * sum(loads.survival(n - 0.5) for n in range(int(tokens) + 1, int(max(most, tokens)) + 2))
+    touched_all = touched + (experts - touched) * (1 - (1 - 1 / experts) ** over)
+    distinct = max(touched_all, min(float(experts), max(lost, float(top_k))))
+    touched = min(touched, distinct)
+    tiles = sum(loads.survival(j * tile + 0.5) for j in range(int(most / tile) + 2))
+    return distinct, tile * (experts * tiles + distinct - touched)
+
+
 @lru_cache(maxsize=8192)
-def distinct_experts(experts: int, top_k: int, tokens: float, skew: float = 0.0) -> float:
+def distinct_experts(experts: int, top_k: int, tokens: float, routing: Routing = UNIFORM) -> float:
     """Expected distinct experts ``tokens`` tokens touch, each picking ``top_k`` of ``experts``.
 
-    Uniform routing (skew 0): E (1 - (1 - k/E)^T). With popularity skew s, expert i is picked with probability
-    q_i = min(1, k p_i), p_i proportional to i^-s (Zipf), and the count is sum_i 1 - (1 - q_i)^T: hot experts are
-    shared, so fewer distinct experts are read than under uniform routing.
+    Uniform routing: E (1 - (1 - k/E)^T). Zipf routing: expert i is picked with probability q_i = min(1, k p_i),
+    p_i proportional to i^-s, and the count is sum_i 1 - (1 - q_i)^T: hot experts are shared, so fewer distinct
+    experts are read than under uniform routing. Power-law routing: ``_power_law_rows``.
     """
-    if skew <= 0:
+    if routing.kind == "uniform":
         return experts * (1 - (1 - top_k / experts) ** tokens)
-    return sum(1 - (1 - q) ** tokens for q in _zipf_probabilities(experts, top_k, skew))
+    if routing.kind == "power-law":
+        return _power_law_rows(experts, top_k, tokens, routing.value, MOE_TILE_MIN)[0]
+    return sum(1 - (1 - q) ** tokens for q in _zipf_probabilities(experts, top_k, routing.value))
 
 
 def moe_tile_rows(tokens: float, top_k: int, experts: int) -> tuple[int, int, float]:
@@ -364,30 +472,36 @@ def binomial_tiles(n: int, q: float, tile: int) -> float:
 
 
 @lru_cache(maxsize=16384)
-def routed_rows(experts: int, top_k: int, tokens: int, skew: float = 0.0) -> tuple[float, float]:
+def routed_rows(experts: int, top_k: int, tokens: int, routing: Routing = UNIFORM) -> tuple[float, float]:
     """(distinct experts, rows computed) expected over all ``experts`` when ``tokens`` tokens each pick ``top_k``
-    at random (uniform, or Zipf-skewed popularity). Expert i's count X_i ~ Binomial(T, q_i) (tokens choose
-    independently); it is touched with probability P(X_i > 0) and computes tile x E[ceil(X_i / tile)] rows, the
-    tile heights of ``moe_tile_rows`` blended. A deterministic count (the mean, rounded up to tiles) would jump by
-    a whole tile per expert where the mean crosses a multiple of the tile; random routing spreads the counts."""
+    (``routing``: uniform, Zipf or power-law). Uniform or Zipf: expert i's count X_i ~ Binomial(T, q_i) (tokens
+    choose independently); it is touched with probability P(X_i > 0) and computes tile x E[ceil(X_i / tile)] rows,
+    the tile heights of ``moe_tile_rows`` blended. A deterministic count (the mean, rounded up to tiles) would jump
+    by a whole tile per expert where the mean crosses a multiple of the tile; random routing spreads the counts.
+    Power-law: ``_power_law_rows``."""
     lower, upper, w = moe_tile_rows(tokens, top_k, experts)
-    probabilities = (top_k / experts,) if skew <= 0 else _zipf_probabilities(experts, top_k, skew)
-    scale = experts if skew <= 0 else 1
+    if routing.kind == "power-law":
+        distinct, low = _power_law_rows(experts, top_k, tokens, routing.value, lower)
+        return distinct, low if w == 0 else (1 - w) * low + w * _power_law_rows(
+            experts, top_k, tokens, routing.value, upper)[1]
+    skewed = routing.kind == "zipf"
+    probabilities = _zipf_probabilities(experts, top_k, routing.value) if skewed else (top_k / experts,)
+    scale = 1 if skewed else experts
 
     def rows(tile: int) -> float:
         return tile * scale * sum(binomial_tiles(tokens, q, tile) for q in probabilities)
 
     padded = rows(lower) if w == 0 else (1 - w) * rows(lower) + w * rows(upper)
-    return distinct_experts(experts, top_k, tokens, skew), padded
+    return distinct_experts(experts, top_k, tokens, routing), padded
 
 
 def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
                 expert_width: int, gated: bool, weight_bits: float, compute: str, dequant: str = "",
-                act_bytes: float = 2.0, skew: float = 0.0) -> Cost:
+                act_bytes: float = 2.0, routing: Routing = UNIFORM) -> Cost:
     """Fused MoE (route, permute, grouped gate/up GEMM, activation, grouped down GEMM, combine) on one GPU.
 
-    ``tokens`` enter the layer on this GPU; each picks ``top_k`` of ``experts_total`` experts at random (uniform,
-    or Zipf popularity ``skew``), of which ``experts_local`` live here (each sliced to ``expert_width``). Every
+    ``tokens`` enter the layer on this GPU; each picks ``top_k`` of ``experts_total`` experts as ``routing`` has
+    it (uniform by default), of which ``experts_local`` live here (each sliced to ``expert_width``). Every
     touched expert's weights are read once; its rows run in tiles of ``moe_tile_rows`` rows, E[ceil(X / tile)] of
     them for its binomial count X, each tile computing whole (``routed_rows``).
     """
@@ -397,9 +511,9 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     pairs = tokens * top_k * share  # (token, expert) pairs computed here
     in_width = (2 if gated else 1) * expert_width
     if rates.ideal:
-        distinct, padded = distinct_experts(experts_total, top_k, tokens, skew), 0.0
+        distinct, padded = distinct_experts(experts_total, top_k, tokens, routing), 0.0
     else:
-        distinct, padded = routed_rows(experts_total, top_k, max(1, round(tokens)), skew)
+        distinct, padded = routed_rows(experts_total, top_k, max(1, round(tokens)), routing)
     distinct, rows = distinct * share, max(padded * share, pairs)
     w8a8 = compute in ("fp8", "int8", "fp4") and not rates.ideal
     quant_in = act_bytes + weight_bits / 8 if w8a8 else 0.0  # activation quantisation before each GEMM

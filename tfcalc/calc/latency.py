@@ -186,7 +186,7 @@ class Deployment:
     inter: Interconnect
     gpus_per_node: int
     algorithm: str
-    routing_skew: float
+    routing: kernels.Routing
     dims: _Dims = field(repr=False)
     stages: tuple[_Stage, ...] = field(repr=False)
 
@@ -267,19 +267,17 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                interconnect: Interconnect | None = None, inter_node: Interconnect | None = None,
                gpus_per_node: int = 8, algorithm: str | None = None, compute: str = "auto",
                cuda_graphs: bool | None = None, rates_prefill: Rates | None = None,
-               rates_decode: Rates | None = None, routing_skew: float = 0.0) -> Deployment:
+               rates_decode: Rates | None = None, routing: kernels.Routing = kernels.UNIFORM) -> Deployment:
     """Validate the parallelism and precompute per-GPU shapes. ``ep > tp`` makes ep / tp data-parallel attention
     replicas; ``engine_kernels`` is the engine's kernel behaviour (an ``EngineSpec.kernels``; default
     ``EngineKernels()``); ``interconnect`` defaults to the GPU preset's fabric, ``inter_node`` to InfiniBand NDR;
-    ``routing_skew`` > 0 prices MoE layers under Zipf-skewed expert popularity (kernels.distinct_experts)."""
+    ``routing`` is how MoE tokens pick experts (uniform, Zipf or power-law: ``kernels.Routing``)."""
     from tfcalc.spec.interconnect import load_interconnect
 
     if compute not in COMPUTE_CHOICES:
         raise UsageError(f"unknown compute dtype '{compute}' (choose {', '.join(COMPUTE_CHOICES)})")
     if min(tp, pp, ep) < 1:
         raise UsageError("tp, pp and ep must be positive")
-    if routing_skew < 0:
-        raise UsageError(f"routing skew must be >= 0, got {routing_skew}")
     dp = ep // tp if ep > tp else 1
     if ep > tp and ep % tp:
         raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
@@ -296,7 +294,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     return Deployment(spec=spec, gpu=gpu, precision=precision, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, dp=dp,
                       kernels=engine, rates_prefill=rates_prefill or base, rates_decode=rates_decode or base,
                       intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,
-                      algorithm=algorithm or interconnect.algorithm, routing_skew=routing_skew,
+                      algorithm=algorithm or interconnect.algorithm, routing=routing,
                       dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute), stages=_stages(spec, pp))
 
 
@@ -589,7 +587,7 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
     s.add("moe", kernels.moe_experts(s.rates, tokens=routed_tokens, experts_local=dm.experts_local,
                                      experts_total=dm.experts, top_k=dm.top_k, hidden=h,
                                      expert_width=int(dm.expert_width) or 1, gated=dm.gated, weight_bits=mode.bits,
-                                     compute=mode.compute, dequant=mode.dequant, skew=d.routing_skew), mode.compute)
+                                     compute=mode.compute, dequant=mode.dequant, routing=d.routing), mode.compute)
     if d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
         send = m / d.tp * dm.top_k * h * ACT_BYTES
         fabric = _group_link(d, d.ep)

@@ -79,8 +79,11 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              cuda_graphs: Annotated[bool | None, typer.Option(
                  "--cuda-graphs/--no-cuda-graphs", help="Replay steps from CUDA graphs (default: the engine's); "
                  "without, each kernel waits for its host launch.", show_default=False)] = None,
-             routing_skew: Annotated[str, typer.Option(
-                 "--routing-skew", help="MoE expert popularity skew (Zipf exponent; 0 = uniform routing).")] = "0",
+             routing: Annotated[str, typer.Option(
+                 "--routing", help="How MoE tokens pick experts: uniform, zipf:S (popularity ~ rank^-S) or "
+                 "power-law:ALPHA (aiconfigurator's workload; it predicts with 1.2, DeepSeek 1.01).")] = "uniform",
+             routing_skew: Annotated[str | None, typer.Option(
+                 "--routing-skew", help="Shorthand for --routing zipf:S (0 = uniform).", show_default=False)] = None,
              compute_efficiency: Annotated[list[str] | None, typer.Option(
                  "--compute-efficiency", help="Replace the GPU's GEMM/attention fraction of peak (lists sweep).",
                  show_default=False)] = None,
@@ -119,6 +122,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              output: OutputOpt = None) -> None:
     """TTFT, TPOT and tokens/s per GPU from every kernel's time (GEMMs, attention, MoE, norms, communication, floors),
     beside the pure roofline, for any tp x pp x ep; --explain shows where the time goes."""
+    from tfcalc.calc.kernels import UNIFORM, Routing, parse_routing
     from tfcalc.calc.plan import PlanConfig
     from tfcalc.errors import UsageError
     from tfcalc.report.estimate import EstimateOptions, EstimateSweep, estimate_rows, explain_lines, fit_sentence
@@ -129,7 +133,12 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     engines = engine_list(engine)
     if allreduce is not None and allreduce not in ("ring", "tree", "auto"):
         raise UsageError(f"invalid --allreduce '{allreduce}': choose ring, tree or auto")
-    skew = 0.0 if routing_skew.strip() in ("0", "0.0") else parse_float(routing_skew, "routing skew", 0.0, 4.0)
+    expert_routing = parse_routing(routing)
+    if routing_skew is not None:
+        if expert_routing != UNIFORM:
+            raise UsageError("give either --routing or --routing-skew, not both")
+        skew = parse_float(routing_skew, "routing skew", 0.0, 4.0)
+        expert_routing = Routing("zipf", skew) if skew > 0 else UNIFORM
     overrides = rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0),
                                 float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0), calibration)
     memory = PlanConfig(
@@ -145,7 +154,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     kv_dtypes = parse_dtype_list([*(kv_dtype or []), *(kv_cache_dtype or [])])
     common = dict(interconnect=load_interconnect(interconnect) if interconnect else None,
                   inter_node=load_interconnect(inter_node), gpus_per_node=gpus_per_node, algorithm=allreduce,
-                  compute=compute_dtype, cuda_graphs=cuda_graphs, routing_skew=skew, ideal=ideal, fit=fit,
+                  compute=compute_dtype, cuda_graphs=cuda_graphs, routing=expert_routing, ideal=ideal, fit=fit,
                   memory=memory)
     sweep = EstimateSweep(tps=parse_sizes(tp, "tp"), pps=parse_sizes(pp, "pp"), eps=parse_sizes(ep, "ep"),
                           batches=parse_sizes(batch, "batch"), prompt_lens=parse_sizes(prompt_len, "prompt length"),

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from tfcalc.calc.kernels import Rates
+from tfcalc.calc.kernels import UNIFORM, Rates, Routing, distinct_experts
 from tfcalc.calc.latency import (
     GROUPS,
     Deployment,
@@ -49,7 +49,7 @@ class EstimateOptions:
     algorithm: str | None = None
     compute: str = "auto"
     cuda_graphs: bool | None = None
-    routing_skew: float = 0.0
+    routing: Routing = UNIFORM
     ideal: bool = False
     fit: bool = True
     rates: Callable[[GPUSpec, Rates, str], Rates] | None = None  # (gpu, preset rates, phase) -> rates used
@@ -192,7 +192,7 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSw
                            interconnect=options.interconnect, inter_node=options.inter_node,
                            gpus_per_node=options.gpus_per_node, algorithm=options.algorithm,
                            compute=options.compute, cuda_graphs=options.cuda_graphs, rates_prefill=prefill_rates,
-                           rates_decode=decode_rates, routing_skew=options.routing_skew)
+                           rates_decode=decode_rates, routing=options.routing)
             longest = max(sweep.prompt_lens) + max(sweep.gen_lens)
             for batch, prompt, gen in itertools.product(sweep.batches, sweep.prompt_lens, sweep.gen_lens):
                 e = estimate_latency(d, batch, prompt, gen)
@@ -240,14 +240,14 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
     if spec.moe is not None:
         moe = spec.moe
         tokens = -(-e.batch // d.dp) * d.dp
-        skew = f", Zipf skew {d.routing_skew}" if d.routing_skew else ""
-        from tfcalc.calc.kernels import distinct_experts
-
-        distinct = distinct_experts(moe.num_experts, moe.experts_per_token, tokens, d.routing_skew)
+        uniform = moe.num_experts * (1 - (1 - moe.experts_per_token / moe.num_experts) ** tokens)
+        other = ""
+        if d.routing != UNIFORM:
+            routed = distinct_experts(moe.num_experts, moe.experts_per_token, tokens, d.routing)
+            other = f" under uniform routing; {routed:.3f} under {d.routing} routing"
         lines.append(f"decode: routed experts read per MoE layer (all GPUs of the group): E x (1 - (1 - k/E)^B) = "
                      f"{moe.num_experts} x (1 - (1 - {moe.experts_per_token}/{moe.num_experts})^{tokens}) = "
-                     f"{moe.num_experts * (1 - (1 - moe.experts_per_token / moe.num_experts) ** tokens):.3f}"
-                     + (f" under uniform routing; {distinct:.3f}{skew}" if d.routing_skew else "")
+                     f"{uniform:.3f}{other}"
                      + f"; each GPU holds {dm.experts_local} expert{'s' if dm.experts_local != 1 else ''} of width "
                      f"{dm.expert_width:g}")
     lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {d.num_gpus} GPUs, ep {d.ep}; "
