@@ -1,6 +1,6 @@
 """How fast ``tfcalc estimate`` sweeps: rows per second of one sweep, cold caches, and a model at the layer limit.
 
-    python benchmarks/estimate_sweep.py [--repeats N]
+    python benchmarks/estimate_sweep.py [--repeats N] [--routing uniform|zipf:S|power-law:ALPHA]
 
 Target (issue 9): >= 2,000 rows per second out of one sweep (4 models x 2 GPUs x tp 1-8 x 7 batches x 5 prompts x
 4 generation lengths = 4,480 rows), and a model with the most layers a spec allows (10,000, issue 11's limit) in
@@ -23,11 +23,12 @@ SWEEP = ["-p", "llama3-8b,mixtral-8x7b,deepseek-v3,qwen3-30b-a3b", "-g", "h100-s
 
 CORE = """
 import json, time
+from tfcalc.calc.kernels import parse_routing
 from tfcalc.report.estimate import EstimateOptions, EstimateSweep, estimate_rows
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 specs = [load_model(n) for n in ("llama3-8b", "mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b")]
 gpus = [load_gpu(g) for g in ("h100-sxm", "h200")]
-options = EstimateOptions(engine=load_engine("vllm"), fit={fit})
+options = EstimateOptions(engine=load_engine("vllm"), fit={fit}, routing=parse_routing("{routing}"))
 wall, cpu = time.perf_counter(), time.process_time()
 sweep = EstimateSweep(tps=[1, 2, 4, 8], pps=[1], eps=[1], batches=[1, 2, 4, 8, 16, 32, 64],
                       prompt_lens=[512, 1024, 2048, 4096, 8192], gen_lens=[128, 256, 512, 1024])
@@ -57,13 +58,14 @@ def _python(code: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _cli(fmt: str) -> tuple[float, float, int]:
+def _cli(fmt: str, routing: str) -> tuple[float, float, int]:
     """Wall and CPU seconds (user + system of the child, from getrusage) of the whole CLI process."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "tfcalc", "estimate", *SWEEP, "-f", fmt], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "tfcalc", "estimate", *SWEEP, "--routing", routing,
+                                                "-f", fmt], capture_output=True,
                           text=True, check=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -75,6 +77,7 @@ def _cli(fmt: str) -> tuple[float, float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--routing", default="uniform", help="MoE routing of the sweep (estimate --routing)")
     args = parser.parse_args()
 
     def report(label: str, runs: list[dict]) -> None:
@@ -84,13 +87,14 @@ def main() -> None:
         line = f"{label:<46}{rows:>6} rows  wall {wall:6.2f} s = {rows / wall:8,.0f} rows/s"
         print(line + (f"  cpu {cpu:6.2f} s = {rows / cpu:8,.0f} rows/s" if cpu else ""))
 
-    report("estimate core (calc + rows + fit), cold", [_python(CORE.format(fit=True)) for _ in range(args.repeats)])
-    report("estimate core without the fit check, cold", [_python(CORE.format(fit=False))
+    report("estimate core (calc + rows + fit), cold", [_python(CORE.format(fit=True, routing=args.routing))
+                                                                for _ in range(args.repeats)])
+    report("estimate core without the fit check, cold", [_python(CORE.format(fit=False, routing=args.routing))
                                                         for _ in range(args.repeats)])
     for fmt in ("json", "csv"):
         runs = []
         for _ in range(args.repeats):
-            wall, cpu, rows = _cli(fmt)
+            wall, cpu, rows = _cli(fmt, args.routing)
             runs.append({"rows": rows, "wall": wall, "cpu": cpu})
         report(f"tfcalc estimate ... -f {fmt} (whole process)", runs)
     for tp, pp in ((1, 1), (1, 4)):

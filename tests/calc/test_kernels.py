@@ -273,6 +273,24 @@ def test_power_law_routing_matches_aiconfigurators_sampler(experts: int, top_k: 
         assert kernels.distinct_experts(experts, top_k, tokens, routing) == pytest.approx(got_distinct, rel=0.02)
 
 
+@pytest.mark.parametrize(("experts", "top_k", "tokens", "alpha"), [
+    (128, 8, 4096, 1.2), (256, 8, 300, 1.01), (8, 2, 2000, 1.2), (128, 8, 10, 2.0), (64, 4, 100, 1.0)])
+def test_power_law_sums_close_with_their_integral(experts: int, top_k: int, tokens: int, alpha: float) -> None:
+    """The survival sums (64 terms, then the closed-form excess) against every term summed, and the excess
+    against its integral by the trapezoid rule: the special exponents 1 and 2 (logarithms) included."""
+    loads = kernels._power_law_loads(experts, top_k, tokens, alpha)
+    most = loads.hi * loads.rows_per_unit
+    for start, step in ((0.5, 1.0), (0.5, 16.0), (0.5, 128.0)):
+        brute = math.fsum(loads.survival(start + j * step) for j in range(int(most / step) + 2))
+        assert loads.sum_survival(start, step) == pytest.approx(brute, rel=2e-3, abs=1e-9)
+    y0 = most / 5
+    n = 20000
+    h = (most - y0) / n
+    trapezoid = h * (math.fsum(loads.survival(y0 + i * h) for i in range(1, n))
+                     + (loads.survival(y0) + loads.survival(most)) / 2)
+    assert loads.excess(y0) == pytest.approx(trapezoid, rel=1e-4)
+
+
 def test_power_law_routing_reads_fewer_experts_than_uniform_at_mid_batch() -> None:
     """aiconfigurator's power-law workload at 16 tokens of Qwen3-30B-A3B's top-8 of 128: ~49 experts against
     uniform routing's 128 (1 - (1 - 8/128)^16) = 82.4; one token still reads its own 8."""

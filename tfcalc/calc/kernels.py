@@ -345,6 +345,10 @@ class _PowerLawLoads(NamedTuple):
         g = 1 - self.alpha
         return math.log(x / self.lo) if abs(g) < 1e-9 else (x ** g - self.lo ** g) / g
 
+    def _moment(self, x: float) -> float:  # integral of t^(1-a) from lo to x
+        g = 2 - self.alpha
+        return math.log(x / self.lo) if abs(g) < 1e-9 else (x ** g - self.lo ** g) / g
+
     def survival(self, rows: float) -> float:
         """P(rows before rounding >= ``rows``)."""
         x = rows / self.rows_per_unit
@@ -354,14 +358,24 @@ class _PowerLawLoads(NamedTuple):
             return 0.0
         return 1 - self._integral(x) / self._integral(self.hi)
 
+    def excess(self, rows: float) -> float:
+        """E[max(0, y - ``rows``)] = E[y; y > rows] - rows P(y > rows), in closed form."""
+        x = min(max(rows / self.rows_per_unit, self.lo), self.hi)
+        above = self.rows_per_unit * (self._moment(self.hi) - self._moment(x)) / self._integral(self.hi)
+        return max(0.0, above - rows * self.survival(rows))
+
+    def sum_survival(self, start: float, step: float, terms: int = 64) -> float:
+        """sum_{j >= 0} P(y >= start + j step): ``terms`` terms, then the rest as the integral of the survival
+        (midpoint rule: the excess over the last term's cell, divided by the step)."""
+        head = sum(self.survival(start + j * step) for j in range(terms))
+        return head + self.excess(start + (terms - 0.5) * step) / step
+
 
 @lru_cache(maxsize=4096)
 def _power_law_loads(experts: int, top_k: int, tokens: float, alpha: float) -> _PowerLawLoads:
     lo, hi = (1.0, 0.8 * tokens) if tokens * top_k > experts else (0.01, 2.0)
-    g2 = 2 - alpha
-    moment = math.log(hi / lo) if abs(g2) < 1e-9 else (hi ** g2 - lo ** g2) / g2  # integral of t^(1-a)
     loads = _PowerLawLoads(lo, hi, alpha, 1.0)
-    return loads._replace(rows_per_unit=tokens * top_k * loads._integral(hi) / (experts * moment))
+    return loads._replace(rows_per_unit=tokens * top_k * loads._integral(hi) / (experts * loads._moment(hi)))
 
 
 def _power_law_rows(experts: int, top_k: int, tokens: float, alpha: float, tile: int) -> tuple[float, float]:
@@ -372,19 +386,16 @@ def _power_law_rows(experts: int, top_k: int, tokens: float, alpha: float, tile:
     sum_j P(y >= j tile + 1/2). The rows rounding loses (T k - E sum_n P(y >= n - 1/2)) go one each to the
     largest experts, so they touch new experts only when they outnumber the touched ones. The loads become
     router logits and each token takes its top k of them, k distinct experts: at least k are touched, and an
-    expert holds at most T rows; the rows above T (E sum_{n > T} P(y >= n - 1/2)) go to other experts, which
-    are untouched with probability 1 - touched / E each."""
+    expert holds at most T rows; the rows above T (E E[max(0, y - T)]) go to other experts, which are untouched
+    with probability 1 - touched / E each. Sums over counts run 64 terms, then close with the integral."""
     loads = _power_law_loads(experts, top_k, tokens, alpha)
     touched = experts * loads.survival(0.5)
-    most = loads.hi * loads.rows_per_unit  # the largest possible count
-    lost = 0.0
-    if most < 4096:
-        lost = tokens * top_k - experts * sum(loads.survival(n - 0.5) for n in range(1, int(most) + 2))
-    over = experts * sum(loads.survival(n - 0.5) for n in range(int(tokens) + 1, int(max(most, tokens)) + 2))
+    lost = tokens * top_k - experts * loads.sum_survival(0.5, 1.0)
+    over = experts * loads.excess(tokens)
     touched_all = touched + (experts - touched) * (1 - (1 - 1 / experts) ** over)
     distinct = max(touched_all, min(float(experts), max(lost, float(top_k))))
     touched = min(touched, distinct)
-    tiles = sum(loads.survival(j * tile + 0.5) for j in range(int(most / tile) + 2))
+    tiles = loads.sum_survival(0.5, tile)
     return distinct, tile * (experts * tiles + distinct - touched)
 
 
