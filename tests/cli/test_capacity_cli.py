@@ -250,3 +250,21 @@ def test_columns_and_wide_select_the_same_keys_as_csv() -> None:
     assert wide.exit_code == 0 and "launch command" in wide.stdout and "KV dtype" in wide.stdout
     words = " ".join(wide.stdout.split())  # the chosen plan's costs, also without the simulation
     assert "$nan" not in words and "per million input and $0.8" in words
+
+
+def test_routing_reaches_the_step_model() -> None:
+    """--routing as in estimate: under aiconfigurator's power-law workload a 16-sequence Qwen3-30B-A3B decode step
+    reads ~49 of 128 experts per layer instead of ~82, so the same plan decodes faster."""
+    def tpot(routing: str) -> float:
+        result = run("capacity", "-p", "qwen3-30b-a3b", "--gpu", "h200", "--tp", "1", "--max-num-seqs", "16",
+                     "--max-num-batched-tokens", "2048", "--concurrency", "16", "--input-len", "1000",
+                     "--output-len", "200", "--tpot", "p90=100ms", "--no-simulate", "--ep", "off", "-w", "bf16",
+                     "--kv-dtype", "bf16", "--points", "all", "-f", "json", "--routing", routing)
+        assert result.exit_code == 0, result.output
+        (value,) = [r["value"] for r in json.loads(result.stdout) if r["metric"] == "operating_tpot_p90_s"]
+        return value
+
+    uniform, power_law = tpot("uniform"), tpot("power-law:1.2")
+    assert power_law < 0.85 * uniform
+    bad = run("capacity", "-p", "llama3-8b", "--rate", "5", "--ttft", "p90=1s", "--routing", "zipf")
+    assert bad.exit_code == 2 and "invalid routing 'zipf'" in bad.output

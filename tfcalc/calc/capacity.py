@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from tfcalc.calc.kernels import UNIFORM, Routing
 from tfcalc.calc.serving import (
     HALFIN_WHITT,
     Capacity,
@@ -85,6 +86,7 @@ class SearchSpace:
     speculative: tuple[SpecDecoding | None, ...] = (None,)
     disaggregated: bool = False
     kv_transfer_bytes_per_s: float = 50e9
+    routing: Routing = UNIFORM                        # how MoE tokens pick experts (kernels.Routing)
     rates: Callable | None = field(default=None, compare=False)   # (gpu, base rates, phase) -> Rates: calibration
 
 
@@ -328,7 +330,8 @@ def step_source(spec: ModelSpec, space: SearchSpace, engine: EngineSpec | None, 
         if len(_STEPS) > 4096:
             _STEPS.clear()
         hit = _STEPS[key] = latency_step(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine=engine,
-                                         rates=space.rates, gpus_per_node=space.gpus_per_node)
+                                         rates=space.rates, gpus_per_node=space.gpus_per_node,
+                                         routing=space.routing)
     return hit
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from tfcalc.calc.kernels import UNIFORM, Routing
 from tfcalc.calc.latency import Deployment, StepShape, in_flight_seconds, serving_step_seconds
 from tfcalc.calc.plan import PlanConfig, plan_fit
 from tfcalc.dtypes import DType, WeightPrecision
@@ -309,10 +310,10 @@ def cells_priced(step: StepSource) -> int:
 
 def latency_step(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, *, tp: int = 1,
                  pp: int = 1, ep: int = 1, engine: EngineSpec | None = None, rates: Callable | None = None,
-                 gpus_per_node: int = 8) -> LatencyStep:
+                 gpus_per_node: int = 8, routing: Routing = UNIFORM) -> LatencyStep:
     """The step source of one replica: ``deployment`` with the engine's kernels (``None``: the defaults, vLLM's),
-    ``rates(gpu, base, phase) -> Rates`` replacing the GPU's rates per phase (calibration, efficiency overrides) --
-    as ``tfcalc estimate`` builds it -- and the engine's KV pool shape."""
+    ``rates(gpu, base, phase) -> Rates`` replacing the GPU's rates per phase (calibration, efficiency overrides) and
+    the MoE ``routing`` -- as ``tfcalc estimate`` builds it -- and the engine's KV pool shape."""
     from tfcalc.calc.latency import deployment, rates_for
     from tfcalc.spec.engine import EngineKernels
 
@@ -322,5 +323,5 @@ def latency_step(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         base = rates_for(gpu, kernels)
         prefill, decode = rates(gpu, base, "prefill"), rates(gpu, base, "decode")
     d = deployment(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine_kernels=kernels,
-                   gpus_per_node=gpus_per_node, rates_prefill=prefill, rates_decode=decode)
+                   gpus_per_node=gpus_per_node, rates_prefill=prefill, rates_decode=decode, routing=routing)
     return LatencyStep(deployment=d, kv=kv_shape(spec, engine), label=engine.label if engine is not None else "ideal")

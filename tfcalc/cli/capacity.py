@@ -300,6 +300,9 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              = False,
              kv_transfer_gbps: Annotated[float, typer.Option(
                  "--kv-transfer-gbps", help="GB/s for KV from prefill to decode pool (400 Gb/s IB = 50).")] = 50.0,
+             routing: Annotated[str, typer.Option(
+                 "--routing", help="How MoE tokens pick experts: uniform, zipf:S or power-law:ALPHA "
+                 "(aiconfigurator's workload), as in estimate.")] = "uniform",
              compute_efficiency: Annotated[list[str] | None, typer.Option(
                  "--compute-efficiency", help="Replace the GPU's GEMM/attention fraction of peak.",
                  show_default=False)] = None,
@@ -329,6 +332,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     """The cheapest GPU configuration that serves a traffic within latency targets: Pareto frontier, cost per
     million tokens, why the runners-up lose, and vLLM / SGLang / TensorRT-LLM launch flags."""
     from tfcalc.calc.capacity import SearchSpace, count_candidates, full_evaluation, search, verified_choice
+    from tfcalc.calc.kernels import parse_routing
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.serving import SpecDecoding
     from tfcalc.calc.serving_traffic import Traffic
@@ -411,7 +415,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             if utilization is not None else None,
             block_size=parse_size(block, "block size") if block is not None else None,
             speculative=tuple(spec_options), disaggregated=disaggregated,
-            kv_transfer_bytes_per_s=kv_transfer_gbps * 1e9, rates=rates[0][0])
+            kv_transfer_bytes_per_s=kv_transfer_gbps * 1e9, routing=parse_routing(routing), rates=rates[0][0])
         update, close = _progress(count_candidates(spec, space))
         try:
             result = search(spec, traffic, targets, space, overheads, progress=update,
