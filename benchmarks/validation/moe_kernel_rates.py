@@ -197,7 +197,7 @@ def main() -> None:
                 return out
 
             if args.held_out:
-                eff = base.grouped_efficiency(compute)
+                eff = base.grouped_efficiency(compute, rows[0][1].dequant)  # a weight-only format's own entry
                 r = sorted(ratios(eff))
                 print(f"{preset:10s} {args.engine} {weights:12s} compute {compute:5s} preset {eff:.2f}: "
                       f"{args.held_out}-{args.min_tokens - 1} tokens (held out), {len(rows)} rows, tfcalc/measured "

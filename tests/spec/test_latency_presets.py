@@ -140,7 +140,8 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
     assert rates_for(load_gpu("h200"), EngineKernels()).grouped_efficiency("fp8") == 0.64
     sglang = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
     assert sglang.grouped_efficiency("fp8") == 0.92 and sglang.grouped_efficiency("bf16") == 0.79
-    assert sglang.source.endswith(", fp8 MoE efficiency from the engine preset")  # the dtypes it replaces
+    assert sglang.source.endswith(", fp4/fp8 MoE efficiency from the engine preset")  # the dtypes it replaces
+    assert sglang.grouped_efficiency("bf16", "fp4") == 0.40  # MXFP4 experts, weight-only on Hopper
     assert "engine" not in rates_for(load_gpu("h200"), load_engine("vllm").kernels).source
     assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).grouped_efficiency("fp8") == 0.55
     assert rates_for(load_gpu("b200"), load_engine("trtllm").kernels).grouped_efficiency("fp8") == 1.15
