@@ -158,6 +158,9 @@ def main() -> None:
     parser.add_argument("--kernel-source", default="", metavar="TEXT", help="only rows whose kernel_source has TEXT")
     parser.add_argument("--compare", action="store_true",
                         help="--engine's latency / vLLM's on the same shapes, GPU and weight format")
+    parser.add_argument("--dequant-ops", action="store_true",
+                        help="weight-only formats: the dequantisation instructions per weight that make the median "
+                             "tfcalc / measured 1 over rows of 16 to --min-tokens tokens")
     args = parser.parse_args()
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     if args.expert_floors:
@@ -174,7 +177,7 @@ def main() -> None:
             continue
         df = pd.read_parquet(tables[-1])
         tokens = ((df.num_tokens >= args.held_out) & (df.num_tokens < args.min_tokens) if args.held_out
-                  else df.num_tokens >= args.min_tokens)
+                  else df.num_tokens >= 16 if args.dequant_ops else df.num_tokens >= args.min_tokens)
         df = df[(df.distribution == "balanced") & tokens & (df.moe_ep_size == 1) & df.moe_dtype.isin(list(WEIGHTS))
                 & df.kernel_source.str.contains(args.kernel_source, regex=False)]
         gpu = load_gpu(preset)
@@ -196,6 +199,26 @@ def main() -> None:
                     out.append(c.seconds / (row.latency * 1e-3))
                 return out
 
+            if args.dequant_ops:
+                fmt = rows[0][1].dequant
+                if not fmt:
+                    continue
+                eff = base.grouped_efficiency(compute, fmt)
+                decode = [(row, mode) for row, mode in rows if 16 <= row.num_tokens < args.min_tokens]
+                base = dataclasses.replace(base, moe_dequant_ops={})  # the engine's own value: the one sought
+                saved = kernels.DEQUANT_OPS[fmt]
+                lo, hi = 0.5, 60.0
+                for _ in range(30):
+                    kernels.DEQUANT_OPS[fmt] = mid = (lo + hi) / 2
+                    lo, hi = (lo, mid) if statistics.median(ratios(eff, decode, base)) > 1 else (mid, hi)
+                kernels.DEQUANT_OPS[fmt] = (lo + hi) / 2
+                r = sorted(ratios(eff, decode, base))
+                kernels.DEQUANT_OPS[fmt] = saved
+                print(f"{preset:10s} {args.engine} {weights:12s} dequant {fmt}: {(lo + hi) / 2:.1f} ops per weight "
+                      f"(at moe_efficiency {eff:.2f}; {len(decode)} rows of 16-{args.min_tokens - 1} tokens, "
+                      f"tfcalc/measured quartiles {r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f}; preset value "
+                      f"{saved:g})")
+                continue
             if args.held_out:
                 eff = base.grouped_efficiency(compute, rows[0][1].dequant)  # a weight-only format's own entry
                 r = sorted(ratios(eff))

@@ -141,7 +141,7 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
     sglang = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
     assert sglang.grouped_efficiency("fp8") == 0.92 and sglang.grouped_efficiency("bf16") == 0.79
     assert sglang.source.endswith(", fp4/fp8 MoE efficiency from the engine preset")  # the dtypes it replaces
-    assert sglang.grouped_efficiency("bf16", "fp4") == 0.40  # MXFP4 experts, weight-only on Hopper
+    assert sglang.grouped_efficiency("bf16", "fp4") == 0.42  # MXFP4 experts, weight-only on Hopper
     assert "engine" not in rates_for(load_gpu("h200"), load_engine("vllm").kernels).source
     assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).grouped_efficiency("fp8") == 0.55
     assert rates_for(load_gpu("b200"), load_engine("trtllm").kernels).grouped_efficiency("fp8") == 1.15
@@ -161,6 +161,33 @@ def test_engine_moe_efficiency_is_validated() -> None:
         with pytest.raises(SpecError, match=message) as caught:
             kernels_from_mapping({"moe_efficiency": value}, "e.yaml")
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
+
+
+def test_engine_moe_dequant_ops_per_gpu() -> None:
+    """kernels.moe_dequant_ops: per GPU preset and weight-only format, replacing DEQUANT_OPS in that engine's MoE
+    on that GPU only (SGLang's Triton MXFP4 experts on Hopper); other GPUs, dense GEMMs and engines keep it."""
+    from tfcalc.calc import kernels as k
+
+    parsed = kernels_from_mapping({"moe_dequant_ops": {"h200": {"fp4": 20}}}, "e.yaml")
+    assert parsed.moe_dequant_ops_by_gpu == {"h200": {"fp4": 20.0}}
+    sglang = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
+    vllm = rates_for(load_gpu("h200"), load_engine("vllm").kernels)
+    assert sglang.moe_dequant_ops["fp4"] > 3 * k.DEQUANT_OPS["fp4"] and vllm.moe_dequant_ops == {}
+    assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).moe_dequant_ops == {}
+
+    def moe(rates: object) -> float:  # gpt-oss-120b's experts at 64 tokens, MXFP4 weight-only: dequant-bound
+        return k.moe_experts(rates, tokens=64, experts_local=128, experts_total=128, top_k=4, hidden=2880,
+                             expert_width=2880, gated=True, weight_bits=4.25, compute="bf16", dequant="fp4").seconds
+
+    assert moe(sglang) > 2 * moe(vllm)
+    for value, message in (
+            ({"h201": {"fp4": 9}}, "unknown field 'kernels.moe_dequant_ops.h201'"),
+            ({"h200": {"bf16": 9}}, "unknown field 'kernels.moe_dequant_ops.h200.bf16'"),
+            ({"h200": {"fp4": 0}}, "field 'kernels.moe_dequant_ops.h200.fp4' must be at least 0.001"),
+            ({"h200": {"fp4": 1e6}}, "field 'kernels.moe_dequant_ops.h200.fp4' must be at most 200"),
+            ({"h200": 9}, "field 'kernels.moe_dequant_ops.h200' must be a mapping of int8, fp8, int4, fp4$")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"moe_dequant_ops": value}, "e.yaml")
 
 
 def test_moe_expert_floors_are_validated() -> None:

@@ -88,6 +88,7 @@ class Rates:
     collectives: LinkFit | None = None  # a measured link (tfcalc bench collectives): replaces the fabric's NCCL link
     moe_efficiency_by_dtype: dict[str, float] = field(default_factory=dict, hash=False)  # per compute dtype
     moe_expert_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s per local expert, by dtype
+    moe_dequant_ops: dict[str, float] = field(default_factory=dict, hash=False)  # replaces DEQUANT_OPS in MoE
     # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
     _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _stream: float = field(init=False, repr=False, compare=False, hash=False)
@@ -548,12 +549,13 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     seconds = flops = nbytes = weight_total = 0.0
     by_bound: dict[str, float] = {}
     grouped = rates.grouped_efficiency(compute, dequant)
+    dequant_ops = rates.moe_dequant_ops.get(dequant) or DEQUANT_OPS.get(dequant, 0.0)
     bandwidth = rates._stream or rates.bandwidth(distinct * hidden * (in_width + expert_width) * weight_bits / 8)
     for _, f, padded, weights, acts, k in stages:
         w_bytes = weights * weight_bits / 8
         t_c = padded / (rates.gemm_flops_per_s(compute, k) * grouped) if padded else 0.0
         t_w = w_bytes / bandwidth
-        t_d = weights * DEQUANT_OPS[dequant] / rates.alu_ops_per_s if dequant and weights else 0.0
+        t_d = weights * dequant_ops / rates.alu_ops_per_s if dequant and weights else 0.0
         # the gathered / scattered activation rows add to the weight stream or the tensor-core work
         t = max(t_c, t_w, t_d) + acts / bandwidth
         bound = ("compute" if t_c >= max(t_w, t_d) and t_c else "dequant" if t_d > t_w else "memory")

@@ -82,6 +82,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  memory_bandwidth=gpu.hbm_bandwidth_bytes_per_s,
                  memory_efficiency=float(mem), alu_ops_per_s=fp32 / 2, sm_count=int(sm),
                  floors={**floors, **engine.floors_s}, moe_expert_floors=dict(engine.moe_expert_floors_s),
+                 moe_dequant_ops=dict(engine.moe_dequant_ops_by_gpu.get(gpu.name, {})),
                  launch_s=engine.eager_launch_s,
                  cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source)
 

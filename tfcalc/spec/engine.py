@@ -131,7 +131,9 @@ class EngineKernels:
     a kernel of its own); ``floors_s``: per kernel class (gemm, elementwise, attention, moe), replacing the GPU
     preset's floor where this engine's kernels were measured to differ; ``block_floors_s``: the fixed cost of a
     fused block per layer (mla_decode, mla_prefill); ``moe_expert_floors_s``: per compute dtype, a fused-MoE
-    kernel's fixed cost per local expert (added to its floor); ``moe_efficiency_by_gpu``: per GPU preset name and
+    kernel's fixed cost per local expert (added to its floor); ``moe_dequant_ops_by_gpu``: per GPU preset name and
+    weight-only format, the CUDA-core instructions per weight this engine's fused-MoE kernel spends dequantising
+    (replacing ``kernels.DEQUANT_OPS``' entry on that GPU); ``moe_efficiency_by_gpu``: per GPU preset name and
     compute dtype, the grouped expert-GEMM efficiency of this engine's fused-MoE kernel, replacing that GPU
     preset's ``latency.moe_efficiency`` entry (other GPUs and dtypes keep the GPU preset's). The defaults describe
     an engine whose kernels are those the GPU presets measured (vLLM's).
@@ -144,6 +146,7 @@ class EngineKernels:
     floors_s: dict[str, float] = field(default_factory=dict, hash=False)
     block_floors_s: dict[str, float] = field(default_factory=dict, hash=False)
     moe_expert_floors_s: dict[str, float] = field(default_factory=dict, hash=False)
+    moe_dequant_ops_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -278,29 +281,40 @@ def _mib(value: Any, origin: str, key: str) -> int:
 
 
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "fused_activation_quant", "eager_launch_us", "floors_us",
-                          "block_floors_us", "moe_expert_floors_us", "moe_efficiency", "sources"})
+                          "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency",
+                          "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
 MAX_MOE_EFFICIENCY = 1.5  # relative to a dense GEMM of the shape; moe_kernel_rates.py's search bound
+DEQUANT_FORMATS = ("int8", "fp8", "int4", "fp4")  # kernels.DEQUANT_OPS' formats
+MAX_DEQUANT_OPS = 200.0  # instructions per weight
+
+
+def _by_gpu(value: Any, origin: str, key: str, allowed: tuple[str, ...], low: float,
+            high: float) -> dict[str, dict[str, float]]:
+    """GPU preset name -> (one of ``allowed``) -> a number in [low, high]."""
+    from tfcalc.spec.presets import preset_names
+
+    if value is None:
+        return {}
+    _require(isinstance(value, dict), origin, f"field '{key}' must be a mapping of GPU preset names to mappings "
+             f"of {', '.join(allowed)}")
+    _check_keys(value, frozenset(preset_names("gpu")), origin, f"{key}.")
+    out = {}
+    for gpu, by_kind in value.items():
+        _require(isinstance(by_kind, dict), origin, f"field '{key}.{gpu}' must be a mapping of {', '.join(allowed)}")
+        _check_keys(by_kind, frozenset(allowed), origin, f"{key}.{gpu}.")
+        out[str(gpu)] = {str(k): _num(v, origin, f"{key}.{gpu}.{k}", low, high) for k, v in by_kind.items()}
+    return out
 
 
 def _moe_efficiency(value: Any, origin: str) -> dict[str, dict[str, float]]:
     """``kernels.moe_efficiency``: GPU preset name -> compute dtype -> efficiency in (0, MAX_MOE_EFFICIENCY]."""
-    from tfcalc.spec.presets import preset_names
+    return _by_gpu(value, origin, "kernels.moe_efficiency", MOE_EXPERT_DTYPES, 1e-3, MAX_MOE_EFFICIENCY)
 
-    key = "kernels.moe_efficiency"
-    if value is None:
-        return {}
-    _require(isinstance(value, dict), origin, f"field '{key}' must be a mapping of GPU preset names to mappings "
-             f"of {', '.join(MOE_EXPERT_DTYPES)}")
-    _check_keys(value, frozenset(preset_names("gpu")), origin, f"{key}.")
-    out = {}
-    for gpu, by_dtype in value.items():
-        _require(isinstance(by_dtype, dict), origin, f"field '{key}.{gpu}' must be a mapping of "
-                 f"{', '.join(MOE_EXPERT_DTYPES)}")
-        _check_keys(by_dtype, frozenset(MOE_EXPERT_DTYPES), origin, f"{key}.{gpu}.")
-        out[str(gpu)] = {str(k): _num(v, origin, f"{key}.{gpu}.{k}", 1e-3, MAX_MOE_EFFICIENCY)
-                         for k, v in by_dtype.items()}
-    return out
+
+def _dequant_ops(value: Any, origin: str) -> dict[str, dict[str, float]]:
+    """``kernels.moe_dequant_ops``: GPU preset name -> weight-only format -> instructions per weight."""
+    return _by_gpu(value, origin, "kernels.moe_dequant_ops", DEQUANT_FORMATS, 1e-3, MAX_DEQUANT_OPS)
 
 
 def _floors(value: Any, origin: str, key: str, allowed: tuple[str, ...]) -> dict[str, float]:
@@ -329,6 +343,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         block_floors_s=_floors(data.get("block_floors_us"), origin, "kernels.block_floors_us", BLOCK_CLASSES),
         moe_expert_floors_s=_floors(data.get("moe_expert_floors_us"), origin, "kernels.moe_expert_floors_us",
                                     MOE_EXPERT_DTYPES),
+        moe_dequant_ops_by_gpu=_dequant_ops(data.get("moe_dequant_ops"), origin),
         moe_efficiency_by_gpu=_moe_efficiency(data.get("moe_efficiency"), origin),
         sources=_texts(data.get("sources", {}), origin, "kernels.sources"))
 
