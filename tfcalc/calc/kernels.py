@@ -38,6 +38,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 from tfcalc.errors import UsageError
+from tfcalc.units import parse_float
 
 if TYPE_CHECKING:
     from tfcalc.calc.comm import LinkFit
@@ -314,13 +315,7 @@ def parse_routing(text: str) -> Routing:
         return UNIFORM
     if kind not in ROUTING_KINDS or kind == "uniform" or not value:
         raise UsageError(f"invalid routing '{text}': use uniform, zipf:S or power-law:ALPHA (e.g. power-law:1.2)")
-    try:
-        exponent = float(value)
-    except ValueError:
-        raise UsageError(f"invalid routing exponent '{value}' in '{text}'") from None
-    if not math.isfinite(exponent):
-        raise UsageError(f"invalid routing exponent '{value}' in '{text}'")
-    return Routing(kind, exponent)
+    return Routing(kind, parse_float(value, f"{kind} routing exponent", 0.0, 4.0))
 
 
 def _zipf_probabilities(experts: int, top_k: int, skew: float) -> tuple[float, ...]:
