@@ -291,6 +291,19 @@ def test_power_law_sums_close_with_their_integral(experts: int, top_k: int, toke
     assert loads.excess(y0) == pytest.approx(trapezoid, rel=1e-4)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.integers(2, 256), st.integers(1, 8), st.floats(0.2, 20_000), st.floats(0.5, 2.5))
+def test_power_law_routing_bounds(experts: int, k: int, tokens: float, alpha: float) -> None:
+    """Any shape, token count (fractional ones round to whole tokens, as the sampler draws) and exponent (1 and 2
+    included, where the integrals turn logarithmic): between k and E experts touched, finite rows in whole tiles."""
+    k = min(k, experts)
+    routing = kernels.Routing("power-law", alpha)
+    distinct, rows = kernels.routed_rows(experts, k, max(1, round(tokens)), routing)
+    assert min(k, experts) - 1e-9 <= distinct <= experts + 1e-9
+    assert math.isfinite(rows) and rows >= kernels.MOE_TILE_MIN * min(k, experts) - 1e-6
+    assert kernels.distinct_experts(experts, k, tokens, routing) == pytest.approx(distinct)
+
+
 def test_power_law_routing_reads_fewer_experts_than_uniform_at_mid_batch() -> None:
     """aiconfigurator's power-law workload at 16 tokens of Qwen3-30B-A3B's top-8 of 128: ~49 experts against
     uniform routing's 128 (1 - (1 - 8/128)^16) = 82.4; one token still reads its own 8."""

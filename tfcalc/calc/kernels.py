@@ -384,13 +384,13 @@ def _power_law_rows(experts: int, top_k: int, tokens: float, alpha: float, tile:
     router logits and each token takes its top k of them, k distinct experts: at least k are touched, and an
     expert holds at most T rows; the rows above T (E E[max(0, y - T)]) go to other experts, which are untouched
     with probability 1 - touched / E each. Sums over counts run 64 terms, then close with the integral."""
+    tokens = max(1, round(tokens))  # the sampler draws for whole tokens (and [1, 0.8 T] needs T >= 2)
     loads = _power_law_loads(experts, top_k, tokens, alpha)
     touched = experts * loads.survival(0.5)
     lost = tokens * top_k - experts * loads.sum_survival(0.5, 1.0)
     over = experts * loads.excess(tokens)
     touched_all = touched + (experts - touched) * (1 - (1 - 1 / experts) ** over)
     distinct = max(touched_all, min(float(experts), max(lost, float(top_k))))
-    touched = min(touched, distinct)
     tiles = loads.sum_survival(0.5, tile)
     return distinct, tile * (experts * tiles + distinct - touched)
 
