@@ -153,8 +153,10 @@ def test_mutated_model_yaml_never_crashes_hangs_or_changes_the_file(
 
 HF_DOCS = {name: json.loads((FIXTURES / f"{name}.json").read_text())
            for name in ("llama3-8b", "deepseek-v3", "gpt-oss-20b", "gemma2-9b", "synthetic-qwen2-moe-sparse-step")}
-HF_KEYS = sorted({key for doc in HF_DOCS.values() for key in doc} | {"rope_scaling.factor", "rope_scaling.rope_type",
-                                                                      "quantization_config.quant_method"})
+HF_KEYS = sorted({key for doc in HF_DOCS.values() for key in doc} | {"rope_scaling.factor", "rope_scaling.rope_type"} |
+                 {f"quantization_config.{k}" for k in ("quant_method", "bits", "group_size", "weight_block_size",
+                                                       "modules_to_not_convert", "ignore", "config_groups",
+                                                       "quant_algo", "lm_head")})
 
 
 @settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -143,6 +143,11 @@ class WeightPrecision:
         return self.default
 
     @property
+    def quantized(self) -> bool:
+        """Whether any component is stored in a quantized format."""
+        return self.default.quantized or any(d.quantized for _, d in self.per_component)
+
+    @property
     def kept_16_bit(self) -> tuple[str, ...]:
         """The components this precision leaves in bf16 only because the default is quantized."""
         named = dict(self.per_component)

@@ -394,8 +394,10 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     extra: list = []
     explained: list[str] = []
     for spec in specs:
-        precisions = weight_precisions(weights_dtype) or list(dict.fromkeys(
-            [parse_weight_precision(spec.native_dtype), parse_weight_precision("fp8")]))
+        native = parse_weight_precision(spec.native_dtype)
+        # a quantized checkpoint is served as it is stored; a 16-bit one also as the engine's online fp8
+        precisions = weight_precisions(weights_dtype) or ([native] if native.quantized else list(dict.fromkeys(
+            [native, parse_weight_precision("fp8")])))
         kv_dtypes = [get_dtype(k) for v in [*(kv_dtype or []), *(kv_cache_dtype or [])] for k in split_list(v)] or \
             list(dict.fromkeys([default_kv_dtype(spec), get_dtype("fp8")]))
         model_len = parse_size(model_len_text, "max model len") if model_len_text else min(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcalc.errors import SpecError
+from tfcalc.spec.hf_quant import checkpoint_precision
 from tfcalc.spec.model import INT_LIMITS, MLASpec, ModelSpec, MoESpec, RopeScaling, check_float
 from tfcalc.spec.model import check_int as check_spec_int
 from tfcalc.spec.presets import read_data_file
@@ -478,23 +479,13 @@ def _gemma_numerics(c: _Config) -> dict[str, Any]:
 
 
 def _native_dtype(c: _Config) -> str:
-    """torch_dtype/dtype, refined by ``quantization_config``: FP8 128x128 blocks, or gpt-oss MXFP4 experts."""
+    """torch_dtype/dtype: the format of the unquantized weights (``quantization_config`` refines it later)."""
     raw = c.data.get("torch_dtype", c.data.get("dtype"))
     if raw is None:
-        base = "bf16"
-    elif isinstance(raw, str) and raw in _TORCH_DTYPES:
-        base = _TORCH_DTYPES[raw]
-    else:
-        raise c.error(f"field 'torch_dtype' must be one of {', '.join(_TORCH_DTYPES)}, got {raw!r}")
-    quant = c.data.get("quantization_config")
-    if not isinstance(quant, dict):
-        return base
-    method = quant.get("quant_method")
-    if (quant.get("fmt") == "e4m3" or method == "fp8") and quant.get("weight_block_size") == [128, 128]:
-        return "fp8_block"
-    if c.model_type == "gpt_oss" and method == "mxfp4":
-        return f"experts=mxfp4,default={base}"
-    return base
+        return "bf16"
+    if isinstance(raw, str) and raw in _TORCH_DTYPES:
+        return _TORCH_DTYPES[raw]
+    raise c.error(f"field 'torch_dtype' must be one of {', '.join(_TORCH_DTYPES)}, got {raw!r}")
 
 
 # HF ``hidden_act`` names -> the names ModelSpec uses (tfcalc.model.layers.activate); others are refused.
@@ -559,7 +550,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
     window, sliding_layers = family.sliding(c)
     rope_theta, rope_scaling = _rope(c, family)
 
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         vocab_size=c.req_int("vocab_size"),
         hidden_size=hidden,
@@ -591,6 +582,8 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         **family.attention(c),
         **_gemma_numerics(c),
     )
+    native = checkpoint_precision(c.data.get("quantization_config"), spec, model_type, spec.native_dtype, c.origin)
+    return spec if native == spec.native_dtype else replace(spec, native_dtype=native)
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:

@@ -1,0 +1,208 @@
+"""A checkpoint's quantization_config -> its weight format: every method's layout, the exception lists, refusals,
+and the bytes against a brute-force count over the modules transformers builds from the same config."""
+
+from __future__ import annotations
+
+import functools
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tfcalc.calc.memory import weights_bytes
+from tfcalc.calc.params import count_params
+from tfcalc.dtypes import parse_weight_precision
+from tfcalc.errors import SpecError
+from tfcalc.spec.hf_config import spec_from_hf_config
+from tfcalc.spec.hf_quant import module_names
+
+FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
+
+# The layouts below follow the quantization_config each tool writes: llm-compressor (compressed-tensors, e.g.
+# RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8: channel-wise fp8 weights, ignore lm_head), AutoAWQ (Qwen's -AWQ
+# releases: bits 4, group_size 128, zero_point), AutoGPTQ (bits, group_size, desc_act, lm_head), NVIDIA ModelOpt
+# (quant_algo, exclude_modules) and transformers' FineGrainedFP8 (weight_block_size, modules_to_not_convert).
+CT_FP8_CHANNEL = {"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
+                  "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                      "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True, "dynamic": False},
+                      "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}}}}
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm",
+       "modules_to_not_convert": None}
+
+
+def config(name: str, quant: Any) -> dict[str, Any]:
+    data = json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    data["quantization_config"] = quant
+    return data
+
+
+def native(name: str, quant: Any) -> str:
+    return spec_from_hf_config(config(name, quant), origin=f"{name}.json", name=name).native_dtype
+
+
+def ct(weights: dict[str, Any], targets: list[str] | None = None, ignore: list[str] | None = None) -> dict:
+    return {"quant_method": "compressed-tensors", "ignore": ignore or ["lm_head"],
+            "config_groups": {"group_0": {"targets": targets or ["Linear"], "weights": weights}}}
+
+
+# --- formats per method ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("quant", "expected"), [
+    (CT_FP8_CHANNEL, "fp8_e4m3"),
+    (ct({"num_bits": 8, "type": "float", "strategy": "tensor"}), "fp8_e4m3"),
+    (ct({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}), "fp8_block"),
+    (ct({"num_bits": 8, "type": "int", "strategy": "channel"}), "int8"),
+    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}), "int4-g128"),
+    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}), "int4-g32"),
+    (ct({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}), "nvfp4"),
+    (ct({"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32}), "mxfp4"),
+    (AWQ, "int4-g128"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": False, "sym": True}, "int4-g64"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "lm_head": True}, "lm_head=int4-g128,default=int4-g128"),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8_e4m3"),
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8_block"),
+    ({"fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8_block"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["lm_head"]}, "fp8_e4m3"),
+    ({"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4", "group_size": 16,
+                                                   "exclude_modules": ["lm_head"]}}, "nvfp4"),
+    (None, "bf16"),
+])
+def test_method_formats(quant: Any, expected: str) -> None:
+    assert native("llama3-8b", quant) == expected
+
+
+def test_exceptions_by_name_pattern_and_regex() -> None:
+    # every layer's attention kept 16-bit, by a shell pattern (ModelOpt) or a regex (compressed-tensors)
+    modelopt = {"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": ["lm_head",
+                                                                                        "model.layers.*.self_attn*"]}
+    assert native("llama3-8b", modelopt) == "mlp=nvfp4,default=bf16"
+    regex = ct({"num_bits": 8, "type": "float", "strategy": "channel"}, ignore=["lm_head", "re:.*self_attn.*"])
+    assert native("llama3-8b", regex) == "mlp=fp8_e4m3,default=bf16"
+    # a whole dotted part of the name, as transformers' modules_to_not_convert lists modules
+    assert native("llama3-8b", {**AWQ, "modules_to_not_convert": ["self_attn"]}) == "mlp=int4-g128,default=bf16"
+    # a name that is only a substring of a module's dotted part excepts nothing ("mlp.gate" is not mlp.gate_proj)
+    assert native("llama3-8b", {**AWQ, "modules_to_not_convert": ["mlp.gate"]}) == "int4-g128"
+
+
+def test_every_layer_named_one_by_one_is_a_whole_component() -> None:
+    names = [f"model.layers.{i}.self_attn.{p}" for i in range(32) for p in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    assert native("llama3-8b", {**AWQ, "modules_to_not_convert": names}) == "mlp=int4-g128,default=bf16"
+
+
+def test_moe_checkpoints() -> None:
+    # gpt-oss: MXFP4 experts, attention, router, embedding and head listed as not converted
+    assert native("gpt-oss-20b", json.loads((FIXTURE_DIR / "gpt-oss-20b.json").read_text())
+                  ["quantization_config"]) == "experts=mxfp4,default=bf16"
+    # experts-only int4 (targets by regex), the rest of Qwen3-30B-A3B in bf16
+    experts_only = ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
+                      targets=["re:.*mlp.experts.*"])
+    assert native("qwen3-30b-a3b", experts_only) == "experts=int4-g128,default=bf16"
+    # DeepSeek-V3 block fp8 with the dense layers' MLP, the shared experts and MLA attention all in fp8
+    assert native("deepseek-v3", {"quant_method": "fp8", "weight_block_size": [128, 128]}) == "fp8_block"
+    # Mixtral's checkpoint names its experts w1/w2/w3 under block_sparse_moe, transformers 5 fuses them under mlp:
+    # a list in either naming means the same experts
+    int4 = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}
+    for pattern in ("re:.*block_sparse_moe.experts.*", "re:.*mlp.experts.*"):
+        assert native("mixtral-8x7b", ct(int4, targets=[pattern])) == "experts=int4-g128,default=bf16"
+        assert native("mixtral-8x7b", ct(int4, ignore=["lm_head", pattern])) == "attention=int4-g128,default=bf16"
+    assert native("mixtral-8x7b", {**AWQ, "modules_to_not_convert": ["gate"]}) == "int4-g128"  # router: 16-bit
+
+
+@pytest.mark.parametrize(("quant", "message"), [
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "quant_method 'bitsandbytes' is not supported"),
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "gptq with 8-bit weights has no tfcalc format"),
+    ({"quant_method": "awq", "bits": 4, "group_size": -1}, "group_size -1 has no tfcalc format"),
+    ({"quant_method": "fp8", "weight_block_size": [64, 64]}, r"weight_block_size \[64, 64\] has no tfcalc format"),
+    ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "quant_algo 'W4A8_AWQ' has no tfcalc format"),
+    (ct({"num_bits": 4, "type": "int", "strategy": "channel"}), "strategy 'channel' have no tfcalc format"),
+    ({"quant_method": "compressed-tensors", "config_groups": {}}, "config_groups must be a non-empty object"),
+    ({**AWQ, "modules_to_not_convert": "lm_head"}, "modules_to_not_convert must be a list of module names"),
+    ({**AWQ, "modules_to_not_convert": ["re:("]}, "bad pattern"),
+    ({"quant_method": "gptq", "bits": True, "group_size": 128}, "bits must be an integer"),
+    ("fp8", "field 'quantization_config' must be an object"),
+    # one layer's module excepted: the component has no single format
+    ({**AWQ, "modules_to_not_convert": ["model.layers.0.self_attn.kv_b_proj"]}, None),
+    ({**AWQ, "modules_to_not_convert": ["model.layers.0.mlp.down_proj"]},
+     r"stores part of the mlp as int4-g128 \(model.layers.0.mlp.gate_proj\) and part as unquantized "
+     r"\(model.layers.0.mlp.down_proj\)"),
+])
+def test_refused_with_one_line(quant: Any, message: str | None) -> None:
+    if message is None:  # kv_b_proj is DeepSeek's: for Llama the list excepts nothing
+        assert native("llama3-8b", quant) == "int4-g128"
+        with pytest.raises(SpecError, match="stores part of the attention"):
+            native("deepseek-v3", quant)
+        return
+    with pytest.raises(SpecError, match=message) as err:
+        native("llama3-8b", quant)
+    assert "\n" not in str(err.value) and str(err.value).startswith("llama3-8b.json: ")
+
+
+# --- against transformers: the module names, and the bytes ------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+NAMED_FIXTURES = ("llama3-8b", "phi3-mini", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "qwen3-30b-a3b", "deepseek-v2-lite",
+                  "deepseek-v3", "gpt-oss-20b")
+
+
+@functools.cache
+def hf_modules(name: str) -> tuple[frozenset[str], tuple[tuple[str, tuple[int, ...]], ...]]:
+    """(the module and parameter names, every parameter's shape) of the meta-device transformers model."""
+    data = json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    data.pop("quantization_config", None)
+    model_type = data.pop("model_type")
+    cfg = transformers.AutoConfig.for_model(model_type, **data)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    names = {n for n, _ in model.named_modules()} | {n for n, _ in model.named_parameters()}
+    return frozenset(names), tuple((n, tuple(p.shape)) for n, p in model.named_parameters())
+
+
+@pytest.mark.parametrize("name", NAMED_FIXTURES)
+def test_module_names_are_the_ones_transformers_builds(name: str) -> None:
+    """Every name an exception list is matched against exists in the model, and every linear layer of a decoder
+    layer (bar the router and the experts between the first and the last) is one of them."""
+    data = json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    spec = spec_from_hf_config(data, origin=name, name=name)
+    built, params = hf_modules(name)
+    ours = module_names(spec, data["model_type"])
+    # transformers 5 builds the fused expert tensors; the per-expert names are the checkpoints' (and transformers
+    # 4's), which the lists of quantization tools name
+    fused = {n for c, namings in ours.items() for names in namings for n in names
+             if c != "experts" or ".experts.gate_up_proj" in names[0]}
+    listed = {n for namings in ours.values() for names in namings for n in names}
+    assert fused <= built, sorted(fused - built)[:5]
+    last = spec.moe.num_experts - 1 if spec.moe is not None else 0
+    linear = {n.rsplit(".", 1)[0] for n, shape in params if len(shape) == 2 and n.startswith("model.layers.")
+              and not any(k in n for k in (".gate.", ".router.", "shared_expert_gate", "norm"))}
+    linear = {n for n in linear if not any(f".experts.{e}." in n + "." for e in range(1, last))}
+    assert linear <= listed | {n.rsplit(".", 1)[0] for n in listed}, sorted(linear - listed)[:5]
+
+
+def _brute_force_bytes(name: str, bits_per_quantized_weight: Fraction) -> Fraction:
+    """Sum over transformers' parameters: the weight matrices of attention and MLP in every decoder layer at the
+    quantized width, everything else (embedding, head, norms, router) at 2 bytes."""
+    _, params = hf_modules(name)
+    total = Fraction(0)
+    for n, shape in params:
+        numel = 1
+        for d in shape:
+            numel *= d
+        quantized = (n.startswith("model.layers.") and n.endswith("proj.weight") and len(shape) == 2)
+        total += numel * bits_per_quantized_weight / 8 if quantized else numel * 2
+    return total
+
+
+@pytest.mark.parametrize(("quant", "bits"), [
+    (CT_FP8_CHANNEL, Fraction(8)),  # per-channel fp32 scales are not counted (tfcalc.dtypes)
+    # AutoAWQ: qweight int32 [in, out/8], qzeros int32 [in/128, out/8], scales fp16 [in/128, out]
+    (AWQ, Fraction(4) + Fraction(16 + 4, 128)),
+])
+def test_weight_bytes_equal_a_count_over_the_checkpoint_layout(quant: dict, bits: Fraction) -> None:
+    spec = spec_from_hf_config(config("llama3-8b", quant), origin="x", name="x")
+    got = weights_bytes(count_params(spec), parse_weight_precision(spec.native_dtype))
+    assert got == round(_brute_force_bytes("llama3-8b", bits))
