@@ -296,3 +296,17 @@ def test_latency_monotone_in_context(name: str, batch: int, context: int, more: 
     short, long = min(context, 8192), min(context + more, 8192 + more)
     prefill = [step_time(d, StepShape(prefill_seqs=1, prefill_tokens=n), "prefill").seconds for n in (short, long)]
     assert prefill[1] >= prefill[0]
+
+
+def test_a_part_of_the_same_silicon_takes_the_engines_kernel_entries() -> None:
+    """SGLang's fused-MoE entries were measured on an H100 SXM; the H100 PCIe (same GH100 die) takes them through
+    its preset's latency.kernels_as, while a part the engine measured keeps its own."""
+    from tfcalc.calc.latency import engine_kernels_gpu, rates_for
+
+    sglang = load_engine("sglang").kernels
+    sxm, pcie, h200 = (rates_for(load_gpu(n), sglang) for n in ("h100-sxm", "h100-pcie", "h200"))
+    assert engine_kernels_gpu(load_gpu("h100-pcie"), sglang) == "h100-sxm"
+    assert pcie.moe_dequant_ops == sxm.moe_dequant_ops == sglang.moe_dequant_ops_by_gpu["h100-sxm"]
+    assert pcie.moe_efficiency_by_dtype["fp4"] == sxm.moe_efficiency_by_dtype["fp4"]
+    assert h200.moe_dequant_ops == sglang.moe_dequant_ops_by_gpu["h200"] != sxm.moe_dequant_ops
+    assert engine_kernels_gpu(load_gpu("h100-pcie"), EngineKernels()) == "h100-pcie"  # nothing to share

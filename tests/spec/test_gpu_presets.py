@@ -65,3 +65,12 @@ def test_user_gpu_yaml(tmp_path: Path) -> None:
     path.write_text("memory_gib: 96\nhbm_bandwith_tb_s: 4\ndense_tflops: {bf16: 500}\n")
     with pytest.raises(SpecError, match="unknown field 'hbm_bandwith_tb_s' .*did you mean 'hbm_bandwidth_tb_s'"):
         load_gpu(str(path))
+
+
+@pytest.mark.parametrize("name", preset_names("gpu"))
+def test_kernels_as_names_a_measured_preset(name: str) -> None:
+    """A part that shares another's kernels names a bundled preset that itself shares nobody's."""
+    shared = load_gpu(name).latency.kernels_as
+    if shared is not None:
+        assert shared in preset_names("gpu") and shared != name
+        assert load_gpu(shared).latency.kernels_as is None

@@ -167,7 +167,7 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
 # --- the latency block: what the GPU achieves, for ``tfcalc estimate`` (tfcalc/calc/kernels.py) -------------
 
 _LATENCY_KEYS = {"sm_count", "gemm_efficiency", "attention_efficiency", "moe_efficiency", "memory_efficiency",
-                 "floors_us", "interconnect_preset", "sources"}
+                 "floors_us", "interconnect_preset", "kernels_as", "sources"}
 _FLOOR_KEYS = ("gemm", "elementwise", "attention", "moe")
 MAX_SM_COUNT = 1 << 16
 MAX_FLOOR_US = 1e6  # one second: a kernel floor beyond it is a unit mistake, not a GPU
@@ -182,7 +182,9 @@ class GPULatency:
     GEMM of the same shape (a number, or per compute dtype: ``moe_efficiency_by_dtype``, its bf16 entry the number);
     ``memory_efficiency``: large streaming kernels (GEMV);
     ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
-    ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric.
+    ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric;
+    ``kernels_as``: the GPU preset of the same silicon whose engine-measured kernel entries (an engine preset's
+    per-GPU MoE efficiency and dequantisation cost) apply to this part when the engine names no entry for it.
     """
 
     sm_count: int
@@ -193,6 +195,7 @@ class GPULatency:
     floors_s: dict[str, float] = field(hash=False)
     interconnect_preset: str
     moe_efficiency_by_dtype: dict[str, float] = field(default_factory=dict, hash=False)
+    kernels_as: str | None = None
 
 
 def latency_from_mapping(data: Any, origin: str) -> GPULatency:
@@ -250,6 +253,8 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
                           memory_efficiency=fraction(data["memory_efficiency"], "latency.memory_efficiency"),
                           floors_s=floors_s,
                           interconnect_preset=check_str("latency.interconnect_preset", data["interconnect_preset"],
-                                                        MAX_NAME_CHARS))
+                                                        MAX_NAME_CHARS),
+                          kernels_as=None if data.get("kernels_as") is None else
+                          check_str("latency.kernels_as", data["kernels_as"], MAX_NAME_CHARS))
     except SpecError as exc:
         raise SpecError(f"{origin}: {exc}") from None
