@@ -165,7 +165,7 @@ def test_a_shard_keeps_its_slice_and_the_matching_scales(block: bool) -> None:
     """A rank's rows / columns / experts of a matrix quantized whole dequantize to exactly the same slice of the
     whole matrix's dequantized weight (brute force), with the same per-tensor scale or the kept blocks' scales;
     a row-parallel pair of block-scaled column halves sums to the whole product (fp64: the 1x128 activation groups
-    are the same), and column-parallel rows give the whole product's columns exactly."""
+    are the same), and column-parallel rows give the whole product's columns (to fp64 rounding)."""
     torch.manual_seed(0)
     w = torch.randn(3, 448, 300, dtype=torch.float64)  # a partial last block in both dimensions
     stack = FP8Weight(w, block, torch.float64)
@@ -183,8 +183,11 @@ def test_a_shard_keeps_its_slice_and_the_matching_scales(block: bool) -> None:
     x = torch.randn(5, 512, dtype=torch.float64)
     whole = matrix.linear(x)
     halves = [torch.arange(0, 256), torch.arange(256, 512)]
-    assert torch.equal(torch.cat([matrix.select(rows=torch.arange(0, 128)).linear(x),
-                                  matrix.select(rows=torch.arange(128, 256)).linear(x)], dim=-1), whole)
+    # the same products and sums; only the BLAS kernel's blocking, which varies with the CPU and the width, may
+    # order the fp64 sums differently
+    torch.testing.assert_close(torch.cat([matrix.select(rows=torch.arange(0, 128)).linear(x),
+                                          matrix.select(rows=torch.arange(128, 256)).linear(x)], dim=-1), whole,
+                               rtol=1e-12, atol=1e-12)
     summed = sum(matrix.select(cols=c).linear(x[:, c]) for c in halves)
     if block:
         torch.testing.assert_close(summed, whole, rtol=1e-12, atol=1e-12)
