@@ -120,6 +120,8 @@ def test_moe_checkpoints() -> None:
     (ct({"num_bits": 4, "type": "int", "strategy": "channel"}), "strategy 'channel' have no tfcalc format"),
     ({"quant_method": "compressed-tensors", "config_groups": {}}, "config_groups must be a non-empty object"),
     ({**AWQ, "modules_to_not_convert": "lm_head"}, "modules_to_not_convert must be a list of module names"),
+    (ct({"num_bits": 8, "type": "float", "strategy": "channel"}, targets="Linear"),  # type: ignore[arg-type]
+     r"quantization_config.config_groups.group_0.targets must be a list of module names"),
     ({**AWQ, "modules_to_not_convert": ["re:("]}, "bad pattern"),
     ({"quant_method": "gptq", "bits": True, "group_size": 128}, "bits must be an integer"),
     ("fp8", "field 'quantization_config' must be an object"),

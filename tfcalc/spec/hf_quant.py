@@ -1,7 +1,7 @@
 """A checkpoint's ``quantization_config`` -> the weight format of each component (``ModelSpec.native_dtype``).
 
 A quantized checkpoint's config.json says how its linear layers are stored; ignoring it prices an FP8 or AWQ
-checkpoint as bf16, twice or four times its real size. Each method is read the way the library that wrote it
+checkpoint as bf16, about 2x or 3.5x its real size. Each method is read the way the library that wrote it
 and the engines that load it do:
 
 - ``fp8`` (transformers FineGrainedFP8 / vLLM Fp8Config): ``weight_block_size`` [128, 128] -> fp8_block, none ->
@@ -92,7 +92,6 @@ class _Patterns:
     """An exception or target list: ``re:`` regular expressions, ``*`` shell patterns, or dotted name parts."""
 
     def __init__(self, entries: Sequence[str], field: str, origin: str) -> None:
-        self.field = field
         self.plain: set[str] = set()
         self.regexes: list[tuple[str, re.Pattern[str]]] = []
         self.globs: list[str] = []
@@ -130,13 +129,13 @@ class _Patterns:
         return None
 
 
-def _strings(quant: Mapping[str, Any], field: str, origin: str) -> list[str]:
+def _strings(quant: Mapping[str, Any], field: str, origin: str, where: str = "") -> list[str]:
     value = quant.get(field)
     if value is None:
         return []
     if not isinstance(value, list) or len(value) > _MAX_ENTRIES or not all(isinstance(v, str) and v.isprintable()
                                                                           for v in value):
-        raise SpecError(f"{origin}: quantization_config.{field} must be a list of module names")
+        raise SpecError(f"{origin}: quantization_config.{where}{field} must be a list of module names")
     return value
 
 
@@ -228,7 +227,7 @@ def checkpoint_precision(quant: Any, spec: ModelSpec, model_type: str, base: str
         for key, group in groups.items():
             if not isinstance(group, Mapping):
                 raise SpecError(f"{origin}: quantization_config.config_groups.{key} must be an object")
-            covered = _strings(group, "targets", origin) or ["Linear"]
+            covered = _strings(group, "targets", origin, f"config_groups.{key}.") or ["Linear"]
             fmt = _compressed_scheme(group.get("weights"), str(key), origin)
             targets.append((None if "Linear" in covered else _Patterns(covered, f"config_groups.{key}.targets",
                                                                        origin), fmt))
@@ -263,9 +262,8 @@ def _component_format(component: str, namings: Sequence[Sequence[str]],
         seen: dict[str | None, str] = {}
         named = False
         for name in names:
-            hit = excepted.match(name)
-            fmt, covered = (None, True) if hit else _target_format(name, targets)
-            named = named or bool(hit) or covered
+            fmt, covered = (None, True) if excepted.match(name) else _target_format(name, targets)
+            named = named or covered
             seen.setdefault(fmt, name)
         if len(seen) == 1:
             results.append((named, next(iter(seen))))
@@ -274,8 +272,9 @@ def _component_format(component: str, namings: Sequence[Sequence[str]],
             refusal = SpecError(f"{origin}: quantization_config stores part of the {component} as "
                                 f"{a or 'unquantized'} ({first}) and part as {b or 'unquantized'} ({second}); "
                                 "tfcalc holds one format per component")
-    if not results:
-        raise refusal or SpecError(f"{origin}: quantization_config: no modules for {component}")
+    if not results:  # every naming splits the component
+        assert refusal is not None
+        raise refusal
     chosen = [fmt for named, fmt in results if named] or [fmt for _, fmt in results]
     return chosen[0]
 
