@@ -40,6 +40,7 @@ import argparse
 import glob
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "a100_sxm": "a100-80gb", "l40s": "l40s"}
@@ -136,6 +137,50 @@ def compare(root: Path, engine: str, version: str, min_tokens: int, low_tokens: 
                   f"rows; {source[:32]} / {other[:32]})")
 
 
+def fit_efficiency(ratios: Callable[[float], list[float]]) -> float:
+    """The grouped-GEMM efficiency that makes the median tfcalc / measured 1, by bisection in [0.05, 3]."""
+    lo, hi = 0.05, 3.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if statistics.median(ratios(mid)) > 1 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def held_out_rows(root: Path, system: str, args: argparse.Namespace, weights: str) -> list:
+    """The table's balanced ep-1 rows of ``weights`` with 256 to --min-tokens tokens (the fit's held-out set)."""
+    import pandas as pd
+
+    from tfcalc.calc.latency import linear_mode
+    from tfcalc.dtypes import get_dtype
+    from tfcalc.spec.presets import load_gpu
+
+    table = _newest(root, system, args.engine, args.version)
+    df = pd.read_parquet(table)
+    df = df[(df.distribution == "balanced") & (df.moe_ep_size == 1) & (df.moe_dtype == weights)
+            & (df.num_tokens >= 256) & (df.num_tokens < args.min_tokens)
+            & df.kernel_source.str.contains(args.kernel_source, regex=False)]
+    gpu = load_gpu(GPUS[system])
+    return [(row, linear_mode(get_dtype(WEIGHTS[weights]), gpu)) for row in df.itertuples()]
+
+
+def scan_k0(base: object, compute: str, rows: list, ratios: Callable[..., list[float]], held: list,
+            k0s: list[float]) -> None:
+    """For each --k0 value: the efficiency fitted at that grouped-GEMM K0, the scatter of tfcalc / measured over the
+    fit rows (standard deviation of its log: the shape dependence left) and the held-out rows' median."""
+    import dataclasses
+
+    dtype = base.peak(compute)[0]
+    for k0 in k0s:
+        rates = dataclasses.replace(base, moe_k0={**base.moe_k0, dtype: k0})
+        eff = fit_efficiency(lambda e, rates=rates: ratios(e, rows, rates))
+        r = sorted(ratios(eff, rows, rates))
+        h = sorted(ratios(eff, held, rates)) if held else [float("nan")]
+        spread = statistics.pstdev(math.log(x) for x in r)
+        print(f"    K0 {k0:6g}: moe_efficiency {eff:.3f}, sd(log tfcalc/measured) {spread:.3f}, quartiles "
+              f"{r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f}; held out {len(held)} rows: median "
+              f"{statistics.median(h):.2f}, quartiles {h[len(h) // 4]:.2f}-{h[3 * len(h) // 4]:.2f}")
+
+
 def main() -> None:
     import dataclasses
 
@@ -161,7 +206,10 @@ def main() -> None:
     parser.add_argument("--dequant-ops", action="store_true",
                         help="weight-only formats: the dequantisation instructions per weight that make the median "
                              "tfcalc / measured 1 over rows of 16 to --min-tokens tokens")
+    parser.add_argument("--k0", default="", metavar="LIST",
+                        help="comma-separated grouped-GEMM K0 values: the fit and its scatter at each")
     args = parser.parse_args()
+    k0s = [float(x) for x in args.k0.split(",") if x]
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     if args.expert_floors:
         expert_floors(root)
@@ -226,17 +274,19 @@ def main() -> None:
                       f"{args.held_out}-{args.min_tokens - 1} tokens (held out), {len(rows)} rows, tfcalc/measured "
                       f"median {statistics.median(r):.2f}, quartiles {r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f}")
                 continue
-            lo, hi = 0.05, 1.5
-            for _ in range(30):
-                mid = (lo + hi) / 2
-                lo, hi = (mid, hi) if statistics.median(ratios(mid)) > 1 else (lo, mid)
-            eff = (lo + hi) / 2
+            if k0s:
+                print(f"{preset:10s} {args.engine} {Path(tables[-1]).parent.name:8s} {weights:12s} "
+                      f"compute {compute:5s} ({len(rows)} rows)")
+                scan_k0(base, compute, rows, ratios, held_out_rows(root, system, args, weights), k0s)
+                continue
+            eff = fit_efficiency(ratios)
             r = sorted(ratios(eff))
             q1, q3 = r[len(r) // 4], r[3 * len(r) // 4]
             sources = sorted({row.kernel_source for row, _ in rows})
+            k0 = base.moe_k0.get(base.peak(compute)[0])
             print(f"{preset:10s} {args.engine} {Path(tables[-1]).parent.name:8s} {weights:12s} compute {compute:5s} "
-                  f"moe_efficiency {eff:.2f}  ({len(rows)} rows, tfcalc/measured quartiles {q1:.2f}-{q3:.2f}; "
-                  f"{', '.join(s[:48] for s in sources)})")
+                  f"moe_efficiency {eff:.2f}{f' at K0 {k0:g}' if k0 else ''}  ({len(rows)} rows, tfcalc/measured "
+                  f"quartiles {q1:.2f}-{q3:.2f}; {', '.join(s[:48] for s in sources)})")
             if args.by_width:
                 by_width: dict[int, list[float]] = {}
                 for (row, _), value in zip(rows, ratios(eff), strict=True):

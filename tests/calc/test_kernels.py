@@ -388,6 +388,23 @@ def test_grouped_efficiency_per_dtype_and_expert_floors() -> None:
     assert kernels.moe_experts(rates, **bf16).floor_seconds == 25e-6  # bf16: no per-expert cost
 
 
+def test_grouped_k0_scales_compute_bound_expert_gemms_by_k_plus_k0() -> None:
+    """An engine's moe_k0 replaces GEMM_K0 in its grouped GEMMs only: with both expert GEMMs' K = 4096 and the
+    layer compute-bound (bandwidth unbounded), the kernel's work scales by (K + K0) / (K + GEMM_K0), its floor
+    does not move, and a dense GEMM keeps GEMM_K0."""
+    fast_memory = replace(RATES, memory_bandwidth=1e30)
+    wide = replace(fast_memory, moe_k0={"fp8": 4096.0})
+    args = {"tokens": 16384, "experts_local": 8, "experts_total": 8, "top_k": 2, "hidden": 4096,
+            "expert_width": 4096, "gated": True, "weight_bits": 8, "compute": "fp8"}
+    base, mine = kernels.moe_experts(fast_memory, **args), kernels.moe_experts(wide, **args)
+    assert base.bound == mine.bound == "compute" and mine.floor_seconds == base.floor_seconds
+    work = (mine.seconds - mine.floor_seconds) / (base.seconds - base.floor_seconds)
+    assert work == pytest.approx((4096 + 4096) / (4096 + GEMM_K0["fp8"]), rel=1e-9)
+    assert kernels.gemm(wide, 8192, 8192, 4096, 8, "fp8") == kernels.gemm(fast_memory, 8192, 8192, 4096, 8, "fp8")
+    bf16 = {**args, "weight_bits": 16, "compute": "bf16"}
+    assert kernels.moe_experts(wide, **bf16) == kernels.moe_experts(fast_memory, **bf16)
+
+
 def test_ideal_moe_ignores_grouped_efficiency_and_expert_floors() -> None:
     """The speed-of-light figure is the roofline whatever the preset says about real kernels."""
     rates = replace(RATES, moe_efficiency_by_dtype={"bf16": 0.3, "fp8": 0.2}, moe_expert_floors={"fp8": 5e-6})
@@ -400,7 +417,7 @@ def test_ideal_moe_ignores_grouped_efficiency_and_expert_floors() -> None:
 def test_weight_only_experts_on_a_chip_with_their_tensor_cores_take_the_compute_dtype_entry() -> None:
     """fp8 experts forced to 16-bit compute (--compute-dtype bf16) on a chip with fp8 tensor cores run a weight-only
     kernel: its grouped efficiency is the bf16 entry's, not the fp8 entry's (measured on the native W8A8 kernels,
-    e.g. TensorRT-LLM's CUTLASS block-fp8 MoE at 0.43 on an H200); a format the chip cannot run natively (fp4
+    e.g. TensorRT-LLM's CUTLASS block-fp8 MoE on an H200); a format the chip cannot run natively (fp4
     here) still looks up its own entry."""
     rates = replace(RATES, moe_efficiency_by_dtype={"bf16": 0.8, "fp8": 0.4, "fp4": 0.9})
     assert "fp8" in rates.peak_flops and "fp4" not in rates.peak_flops

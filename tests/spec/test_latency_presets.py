@@ -144,7 +144,7 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
     assert sglang.grouped_efficiency("bf16", "fp4") == 0.42  # MXFP4 experts, weight-only on Hopper
     assert "engine" not in rates_for(load_gpu("h200"), load_engine("vllm").kernels).source
     assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).grouped_efficiency("fp8") == 0.55
-    assert rates_for(load_gpu("b200"), load_engine("trtllm").kernels).grouped_efficiency("fp8") == 1.15
+    assert rates_for(load_gpu("b200"), load_engine("trtllm").kernels).grouped_efficiency("fp8") == 2.03
 
 
 def test_engine_moe_efficiency_is_validated() -> None:
@@ -153,13 +153,43 @@ def test_engine_moe_efficiency_is_validated() -> None:
                                      r"'kernels.moe_efficiency.h200'\?\)$"),
             ({"h200": {"fp9": 0.9}}, "unknown field 'kernels.moe_efficiency.h200.fp9'"),
             ({"h200": {"fp8": 0}}, "field 'kernels.moe_efficiency.h200.fp8' must be at least 0.001, got 0$"),
-            ({"h200": {"fp8": 2}}, "field 'kernels.moe_efficiency.h200.fp8' must be at most 1.5"),
+            ({"h200": {"fp8": 4}}, "field 'kernels.moe_efficiency.h200.fp8' must be at most 3"),
             ({"h200": {"fp8": float("nan")}}, "kernels.moe_efficiency.h200.fp8' must be a finite number"),
             ({"h200": {"fp8": True}}, "kernels.moe_efficiency.h200.fp8' must be a number"),
             ({"h200": 0.9}, "field 'kernels.moe_efficiency.h200' must be a mapping of bf16, fp16, fp8, int8, fp4$"),
             (0.9, "field 'kernels.moe_efficiency' must be a mapping of GPU preset names")):
         with pytest.raises(SpecError, match=message) as caught:
             kernels_from_mapping({"moe_efficiency": value}, "e.yaml")
+        assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
+
+
+def test_engine_moe_k0_replaces_gemm_k0_in_that_engines_fused_moe() -> None:
+    """kernels.moe_k0: per GPU preset and compute dtype, the grouped GEMMs' K0 of that engine's fused MoE; dense
+    GEMMs, other dtypes, other GPUs and other engines keep kernels.GEMM_K0."""
+    kernels = kernels_from_mapping({"moe_efficiency": {"h200": {"fp8": 1.0}}, "moe_k0": {"h200": {"fp8": 4096}}},
+                                   "e.yaml")
+    assert kernels.moe_k0_by_gpu == {"h200": {"fp8": 4096.0}}
+    h200 = rates_for(load_gpu("h200"), kernels)
+    assert h200.moe_k0 == {"fp8": 4096.0} and "grouped-GEMM K0 fp8 4096" in h200.source
+    dense = h200.gemm_flops_per_s("fp8", 1024)
+    assert h200.gemm_flops_per_s("fp8", 1024, grouped=True) == pytest.approx(dense * (1024 + 512) / (1024 + 4096))
+    assert h200.gemm_flops_per_s("bf16", 1024, grouped=True) == h200.gemm_flops_per_s("bf16", 1024)
+    assert h200.as_ideal().gemm_flops_per_s("fp8", 1024, grouped=True) == h200.peak("fp8")[1]
+    assert rates_for(load_gpu("h100-sxm"), kernels).moe_k0 == {}
+    assert rates_for(load_gpu("h200"), load_engine("vllm").kernels).moe_k0 == {}
+    trtllm = {g: rates_for(load_gpu(g), load_engine("trtllm").kernels).moe_k0 for g in ("h100-sxm", "h200", "b200")}
+    assert trtllm == {"h100-sxm": {"fp8": 4096}, "h200": {"fp8": 4096}, "b200": {"fp8": 2048}}
+
+
+def test_engine_moe_k0_is_validated() -> None:
+    for value, message in (
+            ({"h200": {"fp8": 0}}, "field 'kernels.moe_k0.h200.fp8' must be at least 1, got 0$"),
+            ({"h200": {"fp8": 1e6}}, "field 'kernels.moe_k0.h200.fp8' must be at most 65536"),
+            ({"h200": {"fp9": 512}}, "unknown field 'kernels.moe_k0.h200.fp9'"),
+            ({"h100-sxm": {"fp8": 512}}, "field 'kernels.moe_k0.h100-sxm.fp8' needs "
+                                         "'kernels.moe_efficiency.h100-sxm.fp8'")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"moe_efficiency": {"h200": {"fp8": 1.0}}, "moe_k0": value}, "e.yaml")
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 

@@ -9,6 +9,8 @@ Every kernel costs
   (MoE down projections at high tensor parallelism) run far below peak. Measured: bf16 GEMMs with M, N >= 4096
   on an H200 reach 0.50 / 0.63 / 0.70 / 0.75 of peak at K = 256 / 512 / 1024 / >= 2048 (aiconfigurator's
   vLLM 0.24 gemm table), which 0.77 x K / (K + 128) reproduces within 3 %.
+  A fused-MoE kernel's grouped GEMMs take its engine's own K0 where the engine's kernel table shows a larger one
+  (``Rates.moe_k0``; TensorRT-LLM's fp8 block-scale MoE: 4096 on Hopper, 2048 on a B200).
 - **Achievable bandwidth** = datasheet HBM x the GPU's streaming efficiency, or a measured curve by size from a
   calibration file.
 - **Dequantisation** (weight-only int8/int4/fp4 GEMMs in 16-bit activations): every weight element is unpacked and
@@ -90,6 +92,7 @@ class Rates:
     moe_efficiency_by_dtype: dict[str, float] = field(default_factory=dict, hash=False)  # per compute dtype
     moe_expert_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s per local expert, by dtype
     moe_dequant_ops: dict[str, float] = field(default_factory=dict, hash=False)  # replaces DEQUANT_OPS in MoE
+    moe_k0: dict[str, float] = field(default_factory=dict, hash=False)  # replaces GEMM_K0 in MoE, by compute dtype
     # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
     _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _stream: float = field(init=False, repr=False, compare=False, hash=False)
@@ -109,13 +112,14 @@ class Rates:
                 return key, self.peak_flops[key]
         raise ValueError(f"{self.name}: no dense throughput for {compute}")
 
-    def gemm_flops_per_s(self, compute: str, k: float) -> float:
-        """Peak x large-GEMM efficiency x K / (K + K0) (module docstring); the peak alone when ideal."""
+    def gemm_flops_per_s(self, compute: str, k: float, grouped: bool = False) -> float:
+        """Peak x large-GEMM efficiency x K / (K + K0) (module docstring); the peak alone when ideal. ``grouped``:
+        a fused-MoE GEMM, whose K0 is the engine's own where it measured one (``moe_k0``)."""
         dtype, peak = self.peak(compute)
         if self.ideal:
             return peak
         eff = self.gemm_efficiency.get(dtype, self.gemm_efficiency.get("bf16", 0.7))
-        k0 = GEMM_K0.get(dtype, 128)
+        k0 = (grouped and self.moe_k0.get(dtype)) or GEMM_K0.get(dtype, 128)
         return peak * eff * k / (k + k0)
 
     def grouped_efficiency(self, compute: str, dequant: str = "") -> float:
@@ -548,7 +552,7 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     bandwidth = rates._stream or rates.bandwidth(distinct * hidden * (in_width + expert_width) * weight_bits / 8)
     for _, f, padded, weights, acts, k in stages:
         w_bytes = weights * weight_bits / 8
-        t_c = padded / (rates.gemm_flops_per_s(compute, k) * grouped) if padded else 0.0
+        t_c = padded / (rates.gemm_flops_per_s(compute, k, grouped=True) * grouped) if padded else 0.0
         t_w = w_bytes / bandwidth
         t_d = weights * dequant_ops / rates.alu_ops_per_s if dequant and weights else 0.0
         # the gathered / scattered activation rows add to the weight stream or the tensor-core work

@@ -74,9 +74,12 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
         source = f"{gpu.name}: no latency block in its preset, generic values"
     kernels_gpu = engine_kernels_gpu(gpu, engine)
     engine_moe = engine.moe_efficiency_by_gpu.get(kernels_gpu, {})
+    engine_k0 = engine.moe_k0_by_gpu.get(kernels_gpu, {})
     if engine_moe:
         moe_by_dtype = {**moe_by_dtype, **engine_moe}
         source += f", {'/'.join(sorted(engine_moe))} MoE efficiency from the engine preset"  # the dtypes it covers
+        if engine_k0:
+            source += f" (grouped-GEMM K0 {', '.join(f'{k} {v:g}' for k, v in sorted(engine_k0.items()))})"
         if kernels_gpu != gpu.name:
             source += f" (its {kernels_gpu} entry: same silicon)"
     fp32 = gpu.dense_flops_per_s.get("fp32", gpu.peak_flops("bf16")[1] / 16)
@@ -85,7 +88,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  memory_bandwidth=gpu.hbm_bandwidth_bytes_per_s,
                  memory_efficiency=float(mem), alu_ops_per_s=fp32 / 2, sm_count=int(sm),
                  floors={**floors, **engine.floors_s}, moe_expert_floors=dict(engine.moe_expert_floors_s),
-                 moe_dequant_ops=dict(engine.moe_dequant_ops_by_gpu.get(kernels_gpu, {})),
+                 moe_dequant_ops=dict(engine.moe_dequant_ops_by_gpu.get(kernels_gpu, {})), moe_k0=dict(engine_k0),
                  launch_s=engine.eager_launch_s,
                  cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source)
 
@@ -93,7 +96,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
 def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     """The GPU preset whose entries in the engine's per-GPU kernel tables apply: the GPU's own where the engine
     measured it, else the part it shares its silicon with (``latency.kernels_as``: H100 PCIe -> H100 SXM)."""
-    tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu)
+    tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name

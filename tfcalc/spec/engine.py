@@ -135,7 +135,9 @@ class EngineKernels:
     weight-only format, the CUDA-core instructions per weight this engine's fused-MoE kernel spends dequantising
     (replacing ``kernels.DEQUANT_OPS``' entry on that GPU); ``moe_efficiency_by_gpu``: per GPU preset name and
     compute dtype, the grouped expert-GEMM efficiency of this engine's fused-MoE kernel, replacing that GPU
-    preset's ``latency.moe_efficiency`` entry (other GPUs and dtypes keep the GPU preset's). The defaults describe
+    preset's ``latency.moe_efficiency`` entry (other GPUs and dtypes keep the GPU preset's); ``moe_k0_by_gpu``:
+    per GPU preset name and compute dtype, the K-loop elements each output tile of that kernel's grouped GEMMs
+    costs (replacing ``kernels.GEMM_K0`` in its fused MoE: the tile's fixed work). The defaults describe
     an engine whose kernels are those the GPU presets measured (vLLM's).
     """
 
@@ -148,6 +150,7 @@ class EngineKernels:
     moe_expert_floors_s: dict[str, float] = field(default_factory=dict, hash=False)
     moe_dequant_ops_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    moe_k0_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -282,9 +285,10 @@ def _mib(value: Any, origin: str, key: str) -> int:
 
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "fused_activation_quant", "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency",
-                          "sources"})
+                          "moe_k0", "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
-MAX_MOE_EFFICIENCY = 1.5  # relative to a dense GEMM of the shape; moe_kernel_rates.py's search bound
+MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
+MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
 DEQUANT_FORMATS = ("int8", "fp8", "int4", "fp4")  # kernels.DEQUANT_OPS' formats
 MAX_DEQUANT_OPS = 200.0  # instructions per weight
 
@@ -312,6 +316,11 @@ def _moe_efficiency(value: Any, origin: str) -> dict[str, dict[str, float]]:
     return _by_gpu(value, origin, "kernels.moe_efficiency", MOE_EXPERT_DTYPES, 1e-3, MAX_MOE_EFFICIENCY)
 
 
+def _moe_k0(value: Any, origin: str) -> dict[str, dict[str, float]]:
+    """``kernels.moe_k0``: GPU preset name -> compute dtype -> K-loop elements per output tile in [1, MAX_MOE_K0]."""
+    return _by_gpu(value, origin, "kernels.moe_k0", MOE_EXPERT_DTYPES, 1.0, MAX_MOE_K0)
+
+
 def _dequant_ops(value: Any, origin: str) -> dict[str, dict[str, float]]:
     """``kernels.moe_dequant_ops``: GPU preset name -> weight-only format -> instructions per weight."""
     return _by_gpu(value, origin, "kernels.moe_dequant_ops", DEQUANT_FORMATS, 1e-3, MAX_DEQUANT_OPS)
@@ -332,6 +341,11 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
     _require(isinstance(data, dict), origin, "field 'kernels' must be a mapping")
     _check_keys(data, _KERNEL_KEYS, origin, "kernels.")
     d = EngineKernels()
+    k0, efficiency = _moe_k0(data.get("moe_k0"), origin), _moe_efficiency(data.get("moe_efficiency"), origin)
+    for gpu, by_dtype in k0.items():
+        for dtype in by_dtype:
+            _require(dtype in efficiency.get(gpu, {}), origin, f"field 'kernels.moe_k0.{gpu}.{dtype}' needs "
+                     f"'kernels.moe_efficiency.{gpu}.{dtype}' (the efficiency is fitted at that K0)")
     return EngineKernels(
         cuda_graphs=_bool(data.get("cuda_graphs", d.cuda_graphs), origin, "kernels.cuda_graphs"),
         custom_allreduce=_bool(data.get("custom_allreduce", d.custom_allreduce), origin, "kernels.custom_allreduce"),
@@ -344,7 +358,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_expert_floors_s=_floors(data.get("moe_expert_floors_us"), origin, "kernels.moe_expert_floors_us",
                                     MOE_EXPERT_DTYPES),
         moe_dequant_ops_by_gpu=_dequant_ops(data.get("moe_dequant_ops"), origin),
-        moe_efficiency_by_gpu=_moe_efficiency(data.get("moe_efficiency"), origin),
+        moe_efficiency_by_gpu=efficiency,
+        moe_k0_by_gpu=k0,
         sources=_texts(data.get("sources", {}), origin, "kernels.sources"))
 
 
