@@ -165,8 +165,10 @@ def held_out_rows(root: Path, system: str, args: argparse.Namespace, weights: st
 
 def scan_k0(base: object, compute: str, rows: list, ratios: Callable[..., list[float]], held: list,
             k0s: list[float]) -> None:
-    """For each --k0 value: the efficiency fitted at that grouped-GEMM K0, the scatter of tfcalc / measured over the
-    fit rows (standard deviation of its log: the shape dependence left) and the held-out rows' median."""
+    """For each --k0 value: the efficiency fitted at that grouped-GEMM K0 (and the fraction of peak it means as K
+    grows, which a real kernel keeps below 1), the scatter of tfcalc / measured over the fit rows (standard deviation
+    of its log: the shape dependence left) and the held-out rows' median. The presets take the K0 of least scatter
+    whose fraction of peak stays at most 1."""
     import dataclasses
 
     dtype = base.peak(compute)[0]
@@ -176,7 +178,9 @@ def scan_k0(base: object, compute: str, rows: list, ratios: Callable[..., list[f
         r = sorted(ratios(eff, rows, rates))
         h = sorted(ratios(eff, held, rates)) if held else [float("nan")]
         spread = statistics.pstdev(math.log(x) for x in r)
-        print(f"    K0 {k0:6g}: moe_efficiency {eff:.3f}, sd(log tfcalc/measured) {spread:.3f}, quartiles "
+        ceiling = eff * base.gemm_efficiency.get(dtype, 0.0)  # fraction of peak as K grows: at most 1 to be real
+        print(f"    K0 {k0:6g}: moe_efficiency {eff:.3f} ({ceiling:.2f} of peak at large K), sd(log tfcalc/measured) "
+              f"{spread:.3f}, quartiles "
               f"{r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f}; held out {len(held)} rows: median "
               f"{statistics.median(h):.2f}, quartiles {h[len(h) // 4]:.2f}-{h[3 * len(h) // 4]:.2f}")
 
@@ -283,7 +287,7 @@ def main() -> None:
             r = sorted(ratios(eff))
             q1, q3 = r[len(r) // 4], r[3 * len(r) // 4]
             sources = sorted({row.kernel_source for row, _ in rows})
-            k0 = base.moe_k0.get(base.peak(compute)[0])
+            k0 = None if rows[0][1].dequant else base.moe_k0.get(base.peak(compute)[0])  # native kernels only
             print(f"{preset:10s} {args.engine} {Path(tables[-1]).parent.name:8s} {weights:12s} compute {compute:5s} "
                   f"moe_efficiency {eff:.2f}{f' at K0 {k0:g}' if k0 else ''}  ({len(rows)} rows, tfcalc/measured "
                   f"quartiles {q1:.2f}-{q3:.2f}; {', '.join(s[:48] for s in sources)})")

@@ -414,12 +414,14 @@ def test_ideal_moe_ignores_grouped_efficiency_and_expert_floors() -> None:
         assert kernels.moe_experts(rates.as_ideal(), **args) == kernels.moe_experts(IDEAL, **args)
 
 
-def test_weight_only_experts_on_a_chip_with_their_tensor_cores_take_the_compute_dtype_entry() -> None:
-    """fp8 experts forced to 16-bit compute (--compute-dtype bf16) on a chip with fp8 tensor cores run a weight-only
-    kernel: its grouped efficiency is the bf16 entry's, not the fp8 entry's (measured on the native W8A8 kernels,
-    e.g. TensorRT-LLM's CUTLASS block-fp8 MoE on an H200); a format the chip cannot run natively (fp4
-    here) still looks up its own entry."""
-    rates = replace(RATES, moe_efficiency_by_dtype={"bf16": 0.8, "fp8": 0.4, "fp4": 0.9})
+def test_weight_only_experts_take_their_format_entry_or_the_gpus_16_bit_value() -> None:
+    """A weight-only MoE kernel is a kernel of its own. fp8 experts forced to 16-bit compute (--compute-dtype bf16)
+    on a chip with fp8 tensor cores take the GPU preset's 16-bit value (``moe_efficiency``), neither the fp8 entry
+    (measured on the native W8A8 kernels) nor a bf16 entry an engine measured on its native bf16 kernel; a format
+    the chip cannot run natively (fp4 here) looks up its own entry first. Native kernels take their dtype's."""
+    rates = replace(RATES, moe_efficiency=0.8, moe_efficiency_by_dtype={"bf16": 0.7, "fp8": 0.4, "fp4": 0.9})
     assert "fp8" in rates.peak_flops and "fp4" not in rates.peak_flops
     assert rates.grouped_efficiency("bf16", dequant="fp8") == 0.8
+    assert rates.grouped_efficiency("bf16", dequant="int4") == 0.8
     assert rates.grouped_efficiency("fp8") == 0.4 and rates.grouped_efficiency("bf16", dequant="fp4") == 0.9
+    assert rates.grouped_efficiency("bf16") == 0.7

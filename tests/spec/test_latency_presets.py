@@ -144,7 +144,7 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
     assert sglang.grouped_efficiency("bf16", "fp4") == 0.42  # MXFP4 experts, weight-only on Hopper
     assert "engine" not in rates_for(load_gpu("h200"), load_engine("vllm").kernels).source
     assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).grouped_efficiency("fp8") == 0.55
-    assert rates_for(load_gpu("b200"), load_engine("trtllm").kernels).grouped_efficiency("fp8") == 2.03
+    assert rates_for(load_gpu("b200"), load_engine("trtllm").kernels).grouped_efficiency("fp8") == 1.75
 
 
 def test_engine_moe_efficiency_is_validated() -> None:
@@ -178,7 +178,28 @@ def test_engine_moe_k0_replaces_gemm_k0_in_that_engines_fused_moe() -> None:
     assert rates_for(load_gpu("h100-sxm"), kernels).moe_k0 == {}
     assert rates_for(load_gpu("h200"), load_engine("vllm").kernels).moe_k0 == {}
     trtllm = {g: rates_for(load_gpu(g), load_engine("trtllm").kernels).moe_k0 for g in ("h100-sxm", "h200", "b200")}
-    assert trtllm == {"h100-sxm": {"fp8": 4096}, "h200": {"fp8": 4096}, "b200": {"fp8": 2048}}
+    assert trtllm == {"h100-sxm": {"fp8": 4096, "bf16": 768}, "h200": {"fp8": 4096, "bf16": 512},
+                      "b200": {"fp8": 1536, "bf16": 1280}}
+
+
+def test_engine_grouped_gemms_never_run_above_the_peak() -> None:
+    """Every bundled engine's (moe_efficiency, moe_k0) pair keeps its grouped GEMMs at most at the GPU's peak
+    however long K grows: efficiency x the GPU's large-GEMM efficiency <= 1 (the rule moe_kernel_rates.py --k0
+    picks K0 by), and at any K the grouped rate stays below the peak."""
+    from tfcalc.spec.presets import preset_names
+
+    checked = 0
+    for name in preset_names("engine"):
+        kernels = load_engine(name).kernels
+        for gpu_name, by_dtype in kernels.moe_k0_by_gpu.items():
+            rates = rates_for(load_gpu(gpu_name), kernels)
+            for dtype in by_dtype:
+                assert rates.grouped_efficiency(dtype) * rates.gemm_efficiency[dtype] <= 1.0, (name, gpu_name, dtype)
+                for k in (128, 7168, 1 << 20):
+                    rate = rates.gemm_flops_per_s(dtype, k, grouped=True) * rates.grouped_efficiency(dtype)
+                    assert rate < rates.peak(dtype)[1]
+                checked += 1
+    assert checked >= 6
 
 
 def test_engine_moe_k0_is_validated() -> None:

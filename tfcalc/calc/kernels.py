@@ -92,7 +92,7 @@ class Rates:
     moe_efficiency_by_dtype: dict[str, float] = field(default_factory=dict, hash=False)  # per compute dtype
     moe_expert_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s per local expert, by dtype
     moe_dequant_ops: dict[str, float] = field(default_factory=dict, hash=False)  # replaces DEQUANT_OPS in MoE
-    moe_k0: dict[str, float] = field(default_factory=dict, hash=False)  # replaces GEMM_K0 in MoE, by compute dtype
+    moe_k0: dict[str, float] = field(default_factory=dict, hash=False)  # replaces GEMM_K0 in native MoE, by dtype
     # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
     _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _stream: float = field(init=False, repr=False, compare=False, hash=False)
@@ -123,15 +123,17 @@ class Rates:
         return peak * eff * k / (k + k0)
 
     def grouped_efficiency(self, compute: str, dequant: str = "") -> float:
-        """Grouped expert GEMMs relative to a dense GEMM of the same shape and compute dtype (1 when ideal); a
-        weight-only kernel of a format the chip has no tensor cores for looks up that format first (MXFP4 experts
-        on Hopper: 'fp4'); where the chip has them (fp8 forced to bf16 compute on Hopper) that entry measured the
-        native kernel, so the compute dtype's applies."""
+        """Grouped expert GEMMs relative to a dense GEMM of the same shape and compute dtype (1 when ideal). A
+        weight-only kernel is a kernel of its own: it looks up its format's entry where the chip has no tensor
+        cores for it (MXFP4 experts on Hopper: 'fp4'), else the GPU preset's 16-bit value -- never a native
+        kernel's entry (fp8 forced to bf16 compute on Hopper, or an engine's bf16 kernel)."""
         if self.ideal:
             return 1.0
         by_dtype = self.moe_efficiency_by_dtype
-        own = by_dtype.get(dequant) if dequant not in self.peak_flops else None
-        return own or by_dtype.get(self.peak(compute)[0], self.moe_efficiency)
+        if dequant:
+            own = by_dtype.get(dequant) if dequant not in self.peak_flops else None
+            return own or self.moe_efficiency
+        return by_dtype.get(self.peak(compute)[0], self.moe_efficiency)
 
     def bandwidth(self, nbytes: float) -> float:
         """Achievable bytes/s for a kernel moving ``nbytes``: the calibrated curve (log-linear), else constant."""
@@ -552,7 +554,7 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     bandwidth = rates._stream or rates.bandwidth(distinct * hidden * (in_width + expert_width) * weight_bits / 8)
     for _, f, padded, weights, acts, k in stages:
         w_bytes = weights * weight_bits / 8
-        t_c = padded / (rates.gemm_flops_per_s(compute, k, grouped=True) * grouped) if padded else 0.0
+        t_c = padded / (rates.gemm_flops_per_s(compute, k, grouped=not dequant) * grouped) if padded else 0.0
         t_w = w_bytes / bandwidth
         t_d = weights * dequant_ops / rates.alu_ops_per_s if dequant and weights else 0.0
         # the gathered / scattered activation rows add to the weight stream or the tensor-core work
