@@ -10,7 +10,7 @@ Every kernel costs
   on an H200 reach 0.50 / 0.63 / 0.70 / 0.75 of peak at K = 256 / 512 / 1024 / >= 2048 (aiconfigurator's
   vLLM 0.24 gemm table), which 0.77 x K / (K + 128) reproduces within 3 %.
   A fused-MoE kernel's grouped GEMMs take its engine's own K0 where the engine's kernel table shows a larger one
-  (``Rates.moe_k0``; TensorRT-LLM's fp8 block-scale MoE: 4096 on Hopper, 2048 on a B200).
+  (``Rates.moe_k0``; TensorRT-LLM's CUTLASS and DeepGEMM MoE: 512-4096, presets/engines/trtllm-1.0.yaml).
 - **Achievable bandwidth** = datasheet HBM x the GPU's streaming efficiency, or a measured curve by size from a
   calibration file.
 - **Dequantisation** (weight-only int8/int4/fp4 GEMMs in 16-bit activations): every weight element is unpacked and
