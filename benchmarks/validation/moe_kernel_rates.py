@@ -47,16 +47,18 @@ GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "a100_sx
 WEIGHTS = {"bfloat16": "bf16", "fp8_block": "fp8_block", "fp8": "fp8_e4m3", "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4"}
 
 
-def _balanced_rows(experts: int, top_k: int, tokens: int, skew: float = 0.0) -> tuple[float, float]:
-    """The tables' balanced routing: every expert gets T k / E tokens, in tiles of the kernels' power of two."""
+def _balanced_rows(experts: int, top_k: int, tokens: int, skew: float = 0.0) -> tuple[float, float, float]:
+    """The tables' balanced routing: every expert gets T k / E tokens, in tiles of the kernels' power of two
+    (``kernels.routed_rows``' distinct experts, rows computed and row tiles)."""
     from tfcalc.calc.kernels import MOE_TILE_MAX, MOE_TILE_MIN
 
     pairs = tokens * top_k
     if pairs < experts:
-        return float(pairs), float(pairs * MOE_TILE_MIN)
+        return float(pairs), float(pairs * MOE_TILE_MIN), float(pairs)
     mean = pairs / experts
     tile = min(max(1 << (math.ceil(mean) - 1).bit_length(), MOE_TILE_MIN), MOE_TILE_MAX)
-    return float(experts), experts * math.ceil(mean / tile) * tile
+    per_expert = math.ceil(mean / tile)
+    return float(experts), experts * per_expert * tile, float(experts * per_expert)
 
 
 def expert_floors(root: Path, version: str = "1.3.0rc20") -> None:

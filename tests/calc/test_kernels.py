@@ -209,9 +209,11 @@ def test_routed_rows_matches_monte_carlo_routing(experts: int, top_k: int, token
     """Top-k routing without replacement: each expert's count is still Binomial(T, k / E), so the expected rows
     are the binomial tile sum (the counts' dependence does not change an expectation)."""
     mean, stderr = _monte_carlo_rows(experts, top_k, tokens, 400, seed=experts * tokens)
-    distinct, rows = kernels.routed_rows(experts, top_k, tokens)
+    distinct, rows, tiles = kernels.routed_rows(experts, top_k, tokens)
     assert abs(rows - mean) < 4 * stderr + 1e-9 * mean
     assert distinct == pytest.approx(kernels.distinct_experts(experts, top_k, tokens))
+    lower, upper, w = kernels.moe_tile_rows(tokens, top_k, experts)
+    assert distinct - 1e-9 <= tiles and lower * tiles - 1e-6 <= rows <= upper * tiles + 1e-6
 
 
 def test_routed_rows_skewed_is_the_sum_over_each_experts_binomial() -> None:
@@ -267,7 +269,7 @@ def test_power_law_routing_matches_aiconfigurators_sampler(experts: int, top_k: 
     routing = kernels.Routing("power-law", alpha)
     for tokens in (1, 2, 4, 16, 64, 256, 2048):
         distinct, rows = _aiconfigurator_power_law(experts, top_k, tokens, alpha, 120, seed=tokens)
-        got_distinct, got_rows = kernels.routed_rows(experts, top_k, tokens, routing)
+        got_distinct, got_rows, _ = kernels.routed_rows(experts, top_k, tokens, routing)
         assert got_distinct == pytest.approx(distinct, rel=tolerance), tokens
         assert got_rows == pytest.approx(rows, rel=tolerance), tokens
         assert kernels.distinct_experts(experts, top_k, tokens, routing) == pytest.approx(got_distinct, rel=0.02)
@@ -298,9 +300,11 @@ def test_power_law_routing_bounds(experts: int, k: int, tokens: float, alpha: fl
     included, where the integrals turn logarithmic): between k and E experts touched, finite rows in whole tiles."""
     k = min(k, experts)
     routing = kernels.Routing("power-law", alpha)
-    distinct, rows = kernels.routed_rows(experts, k, max(1, round(tokens)), routing)
+    distinct, rows, tiles = kernels.routed_rows(experts, k, max(1, round(tokens)), routing)
     assert min(k, experts) - 1e-9 <= distinct <= experts + 1e-9
     assert math.isfinite(rows) and rows >= kernels.MOE_TILE_MIN * min(k, experts) - 1e-6
+    assert distinct - 1e-9 <= tiles
+    assert kernels.MOE_TILE_MIN * tiles - 1e-6 <= rows <= kernels.MOE_TILE_MAX * tiles + 1e-6
     assert kernels.distinct_experts(experts, k, tokens, routing) == pytest.approx(distinct)
 
 
@@ -403,6 +407,29 @@ def test_grouped_k0_scales_compute_bound_expert_gemms_by_k_plus_k0() -> None:
     assert kernels.gemm(wide, 8192, 8192, 4096, 8, "fp8") == kernels.gemm(fast_memory, 8192, 8192, 4096, 8, "fp8")
     bf16 = {**args, "weight_bits": 16, "compute": "bf16"}
     assert kernels.moe_experts(wide, **bf16) == kernels.moe_experts(fast_memory, **bf16)
+
+
+def test_per_tile_dequantisation_unpacks_each_experts_weights_once_per_row_tile() -> None:
+    """An engine whose weight-only MoE kernel unpacks the weights in every row tile's main loop (moe_dequant_per_tile)
+    pays tiles / distinct experts times the once-per-expert unpacking; with the CUDA cores the bottleneck the extra
+    time is exactly that multiple of the once-per-expert unpacking time. Balanced single-tile loads do not move."""
+    slow_alu = replace(RATES, alu_ops_per_s=1e9)  # dequantisation bounds every stage
+    per_tile = replace(slow_alu, moe_dequant_per_tile=frozenset({"fp4"}))
+    routing = kernels.parse_routing("power-law:1.2")
+    args = {"tokens": 1024, "experts_local": 128, "experts_total": 128, "top_k": 4, "hidden": 2880,
+            "expert_width": 2880, "gated": True, "weight_bits": 4.25, "compute": "bf16", "dequant": "fp4",
+            "routing": routing}
+    once, mine = kernels.moe_experts(slow_alu, **args), kernels.moe_experts(per_tile, **args)
+    assert once.bound == mine.bound == "dequant"
+    distinct, _, tiles = kernels.routed_rows(128, 4, 1024, routing)
+    assert tiles > 1.2 * distinct  # hot experts run several tiles
+    unpack_once = distinct * 2880 * (2 * 2880 + 2880) * kernels.DEQUANT_OPS["fp4"] / 1e9
+    assert mine.seconds - once.seconds == pytest.approx(unpack_once * (tiles / distinct - 1), rel=1e-9)
+    small = {**args, "tokens": 16, "routing": kernels.UNIFORM}  # 0.5 rows per expert: one tile each
+    assert kernels.moe_experts(per_tile, **small).seconds == pytest.approx(
+        kernels.moe_experts(slow_alu, **small).seconds, rel=0.02)
+    native = {**args, "compute": "fp4", "dequant": ""}
+    assert kernels.moe_experts(per_tile, **native) == kernels.moe_experts(slow_alu, **native)
 
 
 def test_ideal_moe_ignores_grouped_efficiency_and_expert_floors() -> None:

@@ -214,6 +214,29 @@ def test_engine_moe_k0_is_validated() -> None:
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 
+def test_engine_moe_dequant_per_tile_per_gpu() -> None:
+    """kernels.moe_dequant_per_tile: per GPU preset, the weight-only formats that engine's fused MoE unpacks again in
+    every row tile; vLLM's and TensorRT-LLM's MXFP4 experts on Hopper do, SGLang's do not, and no other GPU is
+    affected."""
+    parsed = kernels_from_mapping({"moe_dequant_per_tile": {"h200": ["fp4", "int4"]}}, "e.yaml")
+    assert parsed.moe_dequant_per_tile_by_gpu == {"h200": frozenset({"fp4", "int4"})}
+    assert rates_for(load_gpu("h200"), parsed).moe_dequant_per_tile == {"fp4", "int4"}
+    assert rates_for(load_gpu("a100-80gb"), parsed).moe_dequant_per_tile == frozenset()
+    for engine in ("vllm", "trtllm"):
+        for gpu in ("h100-sxm", "h200", "h100-pcie"):  # the PCIe part through kernels_as
+            assert rates_for(load_gpu(gpu), load_engine(engine).kernels).moe_dequant_per_tile == {"fp4"}
+        assert rates_for(load_gpu("a100-80gb"), load_engine(engine).kernels).moe_dequant_per_tile == frozenset()
+    assert rates_for(load_gpu("h200"), load_engine("sglang").kernels).moe_dequant_per_tile == frozenset()
+    for value, message in (
+            ({"h200": "fp4"}, "field 'kernels.moe_dequant_per_tile.h200' must be a list of int8, fp8, int4, fp4, got"),
+            ({"h200": ["fp5"]}, "field 'kernels.moe_dequant_per_tile.h200' must be a list of"),
+            ({"h201": ["fp4"]}, "unknown field 'kernels.moe_dequant_per_tile.h201'"),
+            (["fp4"], "field 'kernels.moe_dequant_per_tile' must be a mapping of GPU preset names")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"moe_dequant_per_tile": value}, "e.yaml")
+        assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
+
+
 def test_engine_moe_dequant_ops_per_gpu() -> None:
     """kernels.moe_dequant_ops: per GPU preset and weight-only format, replacing DEQUANT_OPS in that engine's MoE
     on that GPU only (SGLang's Triton MXFP4 experts on Hopper); other GPUs, dense GEMMs and engines keep it."""

@@ -93,6 +93,7 @@ class Rates:
     moe_expert_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s per local expert, by dtype
     moe_dequant_ops: dict[str, float] = field(default_factory=dict, hash=False)  # replaces DEQUANT_OPS in MoE
     moe_k0: dict[str, float] = field(default_factory=dict, hash=False)  # replaces GEMM_K0 in native MoE, by dtype
+    moe_dequant_per_tile: frozenset[str] = frozenset()  # weight-only MoE formats unpacked again in every row tile
     # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
     _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _stream: float = field(init=False, repr=False, compare=False, hash=False)
@@ -485,27 +486,34 @@ def binomial_tiles(n: int, q: float, tile: int) -> float:
 
 
 @lru_cache(maxsize=16384)
-def routed_rows(experts: int, top_k: int, tokens: int, routing: Routing = UNIFORM) -> tuple[float, float]:
-    """(distinct experts, rows computed) expected over all ``experts`` when ``tokens`` tokens each pick ``top_k``
-    (``routing``: uniform, Zipf or power-law). Uniform or Zipf: expert i's count X_i ~ Binomial(T, q_i) (tokens
-    choose independently); it is touched with probability P(X_i > 0) and computes tile x E[ceil(X_i / tile)] rows,
-    the tile heights of ``moe_tile_rows`` blended. A deterministic count (the mean, rounded up to tiles) would jump
-    by a whole tile per expert where the mean crosses a multiple of the tile; random routing spreads the counts.
-    Power-law: ``_power_law_rows``."""
+def routed_rows(experts: int, top_k: int, tokens: int, routing: Routing = UNIFORM) -> tuple[float, float, float]:
+    """(distinct experts, rows computed, row tiles) expected over all ``experts`` when ``tokens`` tokens each pick
+    ``top_k`` (``routing``: uniform, Zipf or power-law). Uniform or Zipf: expert i's count X_i ~ Binomial(T, q_i)
+    (tokens choose independently); it is touched with probability P(X_i > 0) and computes E[ceil(X_i / tile)]
+    tiles of tile rows each, the tile heights of ``moe_tile_rows`` blended. A deterministic count (the mean,
+    rounded up to tiles) would jump by a whole tile per expert where the mean crosses a multiple of the tile;
+    random routing spreads the counts. Power-law: ``_power_law_rows``."""
     lower, upper, w = moe_tile_rows(tokens, top_k, experts)
     if routing.kind == "power-law":
         distinct, low = _power_law_rows(experts, top_k, tokens, routing.value, lower)
-        return distinct, low if w == 0 else (1 - w) * low + w * _power_law_rows(
-            experts, top_k, tokens, routing.value, upper)[1]
+        if w == 0:
+            return distinct, low, low / lower
+        high = _power_law_rows(experts, top_k, tokens, routing.value, upper)[1]
+        return distinct, (1 - w) * low + w * high, (1 - w) * low / lower + w * high / upper
     skewed = routing.kind == "zipf"
     probabilities = _zipf_probabilities(experts, top_k, routing.value) if skewed else (top_k / experts,)
     scale = 1 if skewed else experts
 
-    def rows(tile: int) -> float:
-        return tile * scale * sum(binomial_tiles(tokens, q, tile) for q in probabilities)
+    def tiles(tile: int) -> float:
+        return scale * sum(binomial_tiles(tokens, q, tile) for q in probabilities)
 
-    padded = rows(lower) if w == 0 else (1 - w) * rows(lower) + w * rows(upper)
-    return distinct_experts(experts, top_k, tokens, routing), padded
+    low = tiles(lower)
+    if w == 0:
+        padded, count = lower * low, low
+    else:
+        high = tiles(upper)
+        padded, count = (1 - w) * lower * low + w * upper * high, (1 - w) * low + w * high
+    return distinct_experts(experts, top_k, tokens, routing), padded, count
 
 
 def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
@@ -524,10 +532,10 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     pairs = tokens * top_k * share  # (token, expert) pairs computed here
     in_width = (2 if gated else 1) * expert_width
     if rates.ideal:
-        distinct, padded = distinct_experts(experts_total, top_k, tokens, routing), 0.0
+        distinct, padded, tiles = distinct_experts(experts_total, top_k, tokens, routing), 0.0, 0.0
     else:
-        distinct, padded = routed_rows(experts_total, top_k, max(1, round(tokens)), routing)
-    distinct, rows = distinct * share, max(padded * share, pairs)
+        distinct, padded, tiles = routed_rows(experts_total, top_k, max(1, round(tokens)), routing)
+    distinct, rows, tiles = distinct * share, max(padded * share, pairs), max(tiles * share, distinct * share)
     w8a8 = compute in ("fp8", "int8", "fp4") and not rates.ideal
     quant_in = act_bytes + weight_bits / 8 if w8a8 else 0.0  # activation quantisation before each GEMM
     # the kernels in sequence: (name, FLOPs, padded FLOPs, weight bytes, activation bytes, K)
@@ -552,11 +560,14 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     grouped = rates.grouped_efficiency(compute, dequant)
     dequant_ops = rates.moe_dequant_ops.get(dequant) or DEQUANT_OPS.get(dequant, 0.0)
     bandwidth = rates._stream or rates.bandwidth(distinct * hidden * (in_width + expert_width) * weight_bits / 8)
+    # a weight-only kernel unpacks each touched expert's weights once, or, where the engine's kernel was measured to
+    # (moe_dequant_per_tile), again in every row tile's main loop: hot experts with many rows unpack many times
+    unpacks = tiles / distinct if dequant in rates.moe_dequant_per_tile else 1.0
     for _, f, padded, weights, acts, k in stages:
         w_bytes = weights * weight_bits / 8
         t_c = padded / (rates.gemm_flops_per_s(compute, k, grouped=not dequant) * grouped) if padded else 0.0
         t_w = w_bytes / bandwidth
-        t_d = weights * dequant_ops / rates.alu_ops_per_s if dequant and weights else 0.0
+        t_d = weights * unpacks * dequant_ops / rates.alu_ops_per_s if dequant and weights else 0.0
         # the gathered / scattered activation rows add to the weight stream or the tensor-core work
         t = max(t_c, t_w, t_d) + acts / bandwidth
         bound = ("compute" if t_c >= max(t_w, t_d) and t_c else "dequant" if t_d > t_w else "memory")

@@ -137,7 +137,9 @@ class EngineKernels:
     compute dtype, the grouped expert-GEMM efficiency of this engine's fused-MoE kernel, replacing that GPU
     preset's ``latency.moe_efficiency`` entry (other GPUs and dtypes keep the GPU preset's); ``moe_k0_by_gpu``:
     per GPU preset name and compute dtype, the K-loop elements each output tile of that kernel's grouped GEMMs
-    costs (replacing ``kernels.GEMM_K0`` in its fused MoE: the tile's fixed work). The defaults describe
+    costs (replacing ``kernels.GEMM_K0`` in its fused MoE: the tile's fixed work); ``moe_dequant_per_tile_by_gpu``:
+    per GPU preset name, the weight-only formats whose fused-MoE kernel unpacks an expert's weights again in every
+    row tile's main loop (by default, once per expert and step). The defaults describe
     an engine whose kernels are those the GPU presets measured (vLLM's).
     """
 
@@ -151,6 +153,7 @@ class EngineKernels:
     moe_dequant_ops_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_k0_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    moe_dequant_per_tile_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -285,7 +288,7 @@ def _mib(value: Any, origin: str, key: str) -> int:
 
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "fused_activation_quant", "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency",
-                          "moe_k0", "sources"})
+                          "moe_k0", "moe_dequant_per_tile", "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
@@ -319,6 +322,24 @@ def _moe_efficiency(value: Any, origin: str) -> dict[str, dict[str, float]]:
 def _moe_k0(value: Any, origin: str) -> dict[str, dict[str, float]]:
     """``kernels.moe_k0``: GPU preset name -> compute dtype -> K-loop elements per output tile in [1, MAX_MOE_K0]."""
     return _by_gpu(value, origin, "kernels.moe_k0", MOE_EXPERT_DTYPES, 1.0, MAX_MOE_K0)
+
+
+def _dequant_per_tile(value: Any, origin: str) -> dict[str, frozenset[str]]:
+    """``kernels.moe_dequant_per_tile``: GPU preset name -> a list of weight-only formats (DEQUANT_FORMATS)."""
+    from tfcalc.spec.presets import preset_names
+
+    key = "kernels.moe_dequant_per_tile"
+    if value is None:
+        return {}
+    _require(isinstance(value, dict), origin, f"field '{key}' must be a mapping of GPU preset names to lists of "
+             f"{', '.join(DEQUANT_FORMATS)}")
+    _check_keys(value, frozenset(preset_names("gpu")), origin, f"{key}.")
+    out = {}
+    for gpu, formats in value.items():
+        _require(isinstance(formats, list) and all(f in DEQUANT_FORMATS for f in formats), origin,
+                 f"field '{key}.{gpu}' must be a list of {', '.join(DEQUANT_FORMATS)}, got {_show(formats)}")
+        out[str(gpu)] = frozenset(str(f) for f in formats)
+    return out
 
 
 def _dequant_ops(value: Any, origin: str) -> dict[str, dict[str, float]]:
@@ -360,6 +381,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_dequant_ops_by_gpu=_dequant_ops(data.get("moe_dequant_ops"), origin),
         moe_efficiency_by_gpu=efficiency,
         moe_k0_by_gpu=k0,
+        moe_dequant_per_tile_by_gpu=_dequant_per_tile(data.get("moe_dequant_per_tile"), origin),
         sources=_texts(data.get("sources", {}), origin, "kernels.sources"))
 
 
