@@ -89,7 +89,8 @@ def expert_floors(root: Path, version: str = "1.3.0rc20") -> None:
                 c = kernels.moe_experts(rates, tokens=1, experts_local=local, experts_total=row.num_experts,
                                         top_k=row.topk, hidden=row.hidden_size,
                                         expert_width=row.inter_size // row.moe_tp_size, gated=True,
-                                        weight_bits=mode.bits, compute=mode.compute, dequant=mode.dequant)
+                                        weight_bits=mode.bits, compute=mode.compute, dequant=mode.dequant,
+                                        weight_format=mode.weights)
                 points.append((local, row.moe_ep_size, row.latency * 1e-3 - c.seconds))
             train = [(x, y) for x, ep, y in points if ep == 1 and 128 <= x <= 512]
             if not train:
@@ -173,9 +174,9 @@ def scan_k0(base: object, compute: str, rows: list, ratios: Callable[..., list[f
     whose fraction of peak stays at most 1."""
     import dataclasses
 
-    dtype = base.peak(compute)[0]
+    dtype, fmt = base.peak(compute)[0], rows[0][1].weights
     for k0 in k0s:
-        rates = dataclasses.replace(base, moe_k0={**base.moe_k0, dtype: k0})
+        rates = dataclasses.replace(base, moe_k0={**base.moe_k0, fmt: k0})  # the rows' format: looked up first
         eff = fit_efficiency(lambda e, rates=rates: ratios(e, rows, rates))
         r = sorted(ratios(eff, rows, rates))
         h = sorted(ratios(eff, held, rates)) if held else [float("nan")]
@@ -249,7 +250,7 @@ def main() -> None:
                     c = kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts,
                                             experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
                                             expert_width=width, gated=True, weight_bits=mode.bits,
-                                            compute=mode.compute, dequant=mode.dequant)
+                                            compute=mode.compute, dequant=mode.dequant, weight_format=mode.weights)
                     out.append(c.seconds / (row.latency * 1e-3))
                 return out
 
@@ -274,7 +275,7 @@ def main() -> None:
                       f"{saved:g})")
                 continue
             if args.held_out:
-                eff = base.grouped_efficiency(compute, rows[0][1].dequant)  # a weight-only format's own entry
+                eff = base.grouped_efficiency(compute, rows[0][1].dequant, rows[0][1].weights)  # its kernel's entry
                 r = sorted(ratios(eff))
                 print(f"{preset:10s} {args.engine} {weights:12s} compute {compute:5s} preset {eff:.2f}: "
                       f"{args.held_out}-{args.min_tokens - 1} tokens (held out), {len(rows)} rows, tfcalc/measured "
@@ -289,7 +290,8 @@ def main() -> None:
             r = sorted(ratios(eff))
             q1, q3 = r[len(r) // 4], r[3 * len(r) // 4]
             sources = sorted({row.kernel_source for row, _ in rows})
-            k0 = None if rows[0][1].dequant else base.moe_k0.get(base.peak(compute)[0])  # native kernels only
+            mode = rows[0][1]
+            k0 = None if mode.dequant else (base.moe_k0.get(mode.weights) or base.moe_k0.get(base.peak(compute)[0]))
             print(f"{preset:10s} {args.engine} {Path(tables[-1]).parent.name:8s} {weights:12s} compute {compute:5s} "
                   f"moe_efficiency {eff:.2f}{f' at K0 {k0:g}' if k0 else ''}  ({len(rows)} rows, tfcalc/measured "
                   f"quartiles {q1:.2f}-{q3:.2f}; {', '.join(s[:48] for s in sources)})")

@@ -432,6 +432,23 @@ def test_per_tile_dequantisation_unpacks_each_experts_weights_once_per_row_tile(
     assert kernels.moe_experts(per_tile, **native) == kernels.moe_experts(slow_alu, **native)
 
 
+def test_a_storage_formats_entries_come_before_its_compute_dtypes() -> None:
+    """An engine measured its block-scale fp8 MoE apart from its per-tensor one: the fp8_block entries (efficiency,
+    K0, per-expert floor) price fp8_block experts; per-tensor fp8 takes the compute dtype's entries and GEMM_K0."""
+    rates = replace(RATES, moe_efficiency_by_dtype={"fp8": 0.4, "fp8_block": 0.8}, moe_k0={"fp8_block": 2048.0},
+                    moe_expert_floors={"fp8_block": 1e-6})
+    assert rates.grouped_efficiency("fp8", weight_format="fp8_block") == 0.8
+    assert rates.grouped_efficiency("fp8", weight_format="fp8_e4m3") == rates.grouped_efficiency("fp8") == 0.4
+    assert rates.gemm_flops_per_s("fp8", 1024, True, "fp8_e4m3") == rates.gemm_flops_per_s("fp8", 1024)
+    assert rates.gemm_flops_per_s("fp8", 1024, True, "fp8_block") == pytest.approx(
+        rates.gemm_flops_per_s("fp8", 1024) * (1024 + GEMM_K0["fp8"]) / (1024 + 2048))
+    args = {"tokens": 64, "experts_local": 32, "experts_total": 256, "top_k": 8, "hidden": 7168,
+            "expert_width": 2048, "gated": True, "weight_bits": 8, "compute": "fp8"}
+    block = kernels.moe_experts(rates, **args, weight_format="fp8_block")
+    tensor = kernels.moe_experts(rates, **args, weight_format="fp8_e4m3")
+    assert block.floor_seconds == pytest.approx(25e-6 + 32 * 1e-6) and tensor.floor_seconds == 25e-6
+
+
 def test_ideal_moe_ignores_grouped_efficiency_and_expert_floors() -> None:
     """The speed-of-light figure is the roofline whatever the preset says about real kernels."""
     rates = replace(RATES, moe_efficiency_by_dtype={"bf16": 0.3, "fp8": 0.2}, moe_expert_floors={"fp8": 5e-6})

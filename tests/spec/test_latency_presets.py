@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tfcalc.calc.latency import rates_for
+from tfcalc.calc.latency import linear_mode, rates_for
+from tfcalc.dtypes import get_dtype
 from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.engine import EngineKernels, engine_from_mapping, kernels_from_mapping
 from tfcalc.spec.gpu import latency_from_mapping
@@ -124,7 +125,7 @@ def test_moe_efficiency_per_compute_dtype() -> None:
     rates = rates_for(load_gpu("h200"), load_engine("vllm").kernels)
     assert rates.grouped_efficiency("fp8") == 0.64 and rates.grouped_efficiency("bf16") == 0.79
     assert rates_for(load_gpu("h200"), load_engine("trtllm").kernels).moe_expert_floors == pytest.approx(
-        {"fp8": 0.23e-6})
+        {"fp8_block": 0.23e-6})
     assert rates_for(load_gpu("h200"), load_engine("vllm").kernels).moe_expert_floors == {}
 
 
@@ -144,7 +145,10 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
     assert sglang.grouped_efficiency("bf16", "fp4") == 0.42  # MXFP4 experts, weight-only on Hopper
     assert "engine" not in rates_for(load_gpu("h200"), load_engine("vllm").kernels).source
     assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).grouped_efficiency("fp8") == 0.55
-    assert rates_for(load_gpu("b200"), load_engine("trtllm").kernels).grouped_efficiency("fp8") == 1.75
+    b200 = rates_for(load_gpu("b200"), load_engine("trtllm").kernels)
+    assert b200.grouped_efficiency("fp8", weight_format="fp8_block") == 1.75
+    assert b200.grouped_efficiency("fp8", weight_format="fp8_e4m3") == 0.55  # per-tensor: the GPU preset's kernel
+    assert b200.grouped_efficiency("bf16", weight_format="bf16") == 1.35
 
 
 def test_engine_moe_efficiency_is_validated() -> None:
@@ -156,7 +160,8 @@ def test_engine_moe_efficiency_is_validated() -> None:
             ({"h200": {"fp8": 4}}, "field 'kernels.moe_efficiency.h200.fp8' must be at most 3"),
             ({"h200": {"fp8": float("nan")}}, "kernels.moe_efficiency.h200.fp8' must be a finite number"),
             ({"h200": {"fp8": True}}, "kernels.moe_efficiency.h200.fp8' must be a number"),
-            ({"h200": 0.9}, "field 'kernels.moe_efficiency.h200' must be a mapping of bf16, fp16, fp8, int8, fp4$"),
+            ({"h200": 0.9}, "field 'kernels.moe_efficiency.h200' must be a mapping of bf16, fp16, fp8, int8, fp4, "
+                            "fp8_e4m3, fp8_e5m2, fp8_block, mxfp4, nvfp4$"),
             (0.9, "field 'kernels.moe_efficiency' must be a mapping of GPU preset names")):
         with pytest.raises(SpecError, match=message) as caught:
             kernels_from_mapping({"moe_efficiency": value}, "e.yaml")
@@ -177,9 +182,14 @@ def test_engine_moe_k0_replaces_gemm_k0_in_that_engines_fused_moe() -> None:
     assert h200.as_ideal().gemm_flops_per_s("fp8", 1024, grouped=True) == h200.peak("fp8")[1]
     assert rates_for(load_gpu("h100-sxm"), kernels).moe_k0 == {}
     assert rates_for(load_gpu("h200"), load_engine("vllm").kernels).moe_k0 == {}
-    trtllm = {g: rates_for(load_gpu(g), load_engine("trtllm").kernels).moe_k0 for g in ("h100-sxm", "h200", "b200")}
-    assert trtllm == {"h100-sxm": {"fp8": 4096, "bf16": 768}, "h200": {"fp8": 4096, "bf16": 512},
-                      "b200": {"fp8": 1536, "bf16": 1280}}
+    trtllm = {g: rates_for(load_gpu(g), load_engine("trtllm").kernels) for g in ("h100-sxm", "h200", "b200")}
+    assert {g: r.moe_k0 for g, r in trtllm.items()} == {"h100-sxm": {"fp8_block": 4096, "bf16": 768},
+                                                         "h200": {"fp8_block": 4096, "bf16": 512},
+                                                         "b200": {"fp8_block": 1536, "bf16": 1280}}
+    h200 = trtllm["h200"]  # a format's K0 is looked up before its compute dtype's; per-tensor fp8 keeps GEMM_K0
+    assert h200.gemm_flops_per_s("fp8", 1024, True, "fp8_block") == pytest.approx(
+        h200.gemm_flops_per_s("fp8", 1024) * (1024 + 512) / (1024 + 4096))
+    assert h200.gemm_flops_per_s("fp8", 1024, True, "fp8_e4m3") == h200.gemm_flops_per_s("fp8", 1024)
 
 
 def test_engine_grouped_gemms_never_run_above_the_peak() -> None:
@@ -193,10 +203,12 @@ def test_engine_grouped_gemms_never_run_above_the_peak() -> None:
         kernels = load_engine(name).kernels
         for gpu_name, by_dtype in kernels.moe_k0_by_gpu.items():
             rates = rates_for(load_gpu(gpu_name), kernels)
-            for dtype in by_dtype:
-                assert rates.grouped_efficiency(dtype) * rates.gemm_efficiency[dtype] <= 1.0, (name, gpu_name, dtype)
+            for key in by_dtype:  # a compute dtype or a storage format (fp8_block computes in fp8)
+                dtype = linear_mode(get_dtype(key), load_gpu(gpu_name)).compute
+                grouped = rates.grouped_efficiency(dtype, weight_format=key)
+                assert grouped * rates.gemm_efficiency[dtype] <= 1.0, (name, gpu_name, key)
                 for k in (128, 7168, 1 << 20):
-                    rate = rates.gemm_flops_per_s(dtype, k, grouped=True) * rates.grouped_efficiency(dtype)
+                    rate = rates.gemm_flops_per_s(dtype, k, True, key) * grouped
                     assert rate < rates.peak(dtype)[1]
                 checked += 1
     assert checked >= 6

@@ -113,28 +113,31 @@ class Rates:
                 return key, self.peak_flops[key]
         raise ValueError(f"{self.name}: no dense throughput for {compute}")
 
-    def gemm_flops_per_s(self, compute: str, k: float, grouped: bool = False) -> float:
+    def gemm_flops_per_s(self, compute: str, k: float, grouped: bool = False, weight_format: str = "") -> float:
         """Peak x large-GEMM efficiency x K / (K + K0) (module docstring); the peak alone when ideal. ``grouped``:
-        a fused-MoE GEMM, whose K0 is the engine's own where it measured one (``moe_k0``)."""
+        a fused-MoE GEMM, whose K0 is the engine's own where it measured one (``moe_k0``: for the weights' storage
+        format, else for the compute dtype)."""
         dtype, peak = self.peak(compute)
         if self.ideal:
             return peak
         eff = self.gemm_efficiency.get(dtype, self.gemm_efficiency.get("bf16", 0.7))
-        k0 = (grouped and self.moe_k0.get(dtype)) or GEMM_K0.get(dtype, 128)
+        k0 = (grouped and (self.moe_k0.get(weight_format) or self.moe_k0.get(dtype))) or GEMM_K0.get(dtype, 128)
         return peak * eff * k / (k + k0)
 
-    def grouped_efficiency(self, compute: str, dequant: str = "") -> float:
+    def grouped_efficiency(self, compute: str, dequant: str = "", weight_format: str = "") -> float:
         """Grouped expert GEMMs relative to a dense GEMM of the same shape and compute dtype (1 when ideal). A
         weight-only kernel is a kernel of its own: it looks up its format's entry where the chip has no tensor
         cores for it (MXFP4 experts on Hopper: 'fp4'), else the GPU preset's 16-bit value -- never a native
-        kernel's entry (fp8 forced to bf16 compute on Hopper, or an engine's bf16 kernel)."""
+        kernel's entry (fp8 forced to bf16 compute on Hopper, or an engine's bf16 kernel). A native kernel takes
+        the entry of its weights' storage format where there is one (an engine's block-scale and per-tensor fp8
+        fused MoE differ: ``fp8_block``, ``fp8_e4m3``), else its compute dtype's."""
         if self.ideal:
             return 1.0
         by_dtype = self.moe_efficiency_by_dtype
         if dequant:
             own = by_dtype.get(dequant) if dequant not in self.peak_flops else None
             return own or self.moe_efficiency
-        return by_dtype.get(self.peak(compute)[0], self.moe_efficiency)
+        return by_dtype.get(weight_format) or by_dtype.get(self.peak(compute)[0], self.moe_efficiency)
 
     def bandwidth(self, nbytes: float) -> float:
         """Achievable bytes/s for a kernel moving ``nbytes``: the calibrated curve (log-linear), else constant."""
@@ -518,13 +521,14 @@ def routed_rows(experts: int, top_k: int, tokens: int, routing: Routing = UNIFOR
 
 def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
                 expert_width: int, gated: bool, weight_bits: float, compute: str, dequant: str = "",
-                act_bytes: float = 2.0, routing: Routing = UNIFORM) -> Cost:
+                act_bytes: float = 2.0, routing: Routing = UNIFORM, weight_format: str = "") -> Cost:
     """Fused MoE (route, permute, grouped gate/up GEMM, activation, grouped down GEMM, combine) on one GPU.
 
     ``tokens`` enter the layer on this GPU; each picks ``top_k`` of ``experts_total`` experts as ``routing`` has
     it (uniform by default), of which ``experts_local`` live here (each sliced to ``expert_width``). Every
     touched expert's weights are read once; its rows run in tiles of ``moe_tile_rows`` rows, E[ceil(X / tile)] of
-    them for its binomial count X, each tile computing whole (``routed_rows``).
+    them for its binomial count X, each tile computing whole (``routed_rows``). ``weight_format`` (the experts'
+    storage dtype name) picks an engine's entries measured for that format's kernel over its compute dtype's.
     """
     if tokens <= 0 or experts_local == 0:
         return Cost(0.0, 0.0, 0.0, "memory", 0)
@@ -557,7 +561,7 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
                     else "memory", 1, 0.0, weights, weights)
     seconds = flops = nbytes = weight_total = 0.0
     by_bound: dict[str, float] = {}
-    grouped = rates.grouped_efficiency(compute, dequant)
+    grouped = rates.grouped_efficiency(compute, dequant, weight_format)
     dequant_ops = rates.moe_dequant_ops.get(dequant) or DEQUANT_OPS.get(dequant, 0.0)
     bandwidth = rates._stream or rates.bandwidth(distinct * hidden * (in_width + expert_width) * weight_bits / 8)
     # a weight-only kernel unpacks each touched expert's weights once, or, where the engine's kernel was measured to
@@ -565,7 +569,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     unpacks = tiles / distinct if dequant in rates.moe_dequant_per_tile else 1.0
     for _, f, padded, weights, acts, k in stages:
         w_bytes = weights * weight_bits / 8
-        t_c = padded / (rates.gemm_flops_per_s(compute, k, grouped=not dequant) * grouped) if padded else 0.0
+        t_c = (padded / (rates.gemm_flops_per_s(compute, k, not dequant, weight_format) * grouped) if padded
+               else 0.0)
         t_w = w_bytes / bandwidth
         t_d = weights * unpacks * dequant_ops / rates.alu_ops_per_s if dequant and weights else 0.0
         # the gathered / scattered activation rows add to the weight stream or the tensor-core work
@@ -573,6 +578,7 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
         bound = ("compute" if t_c >= max(t_w, t_d) and t_c else "dequant" if t_d > t_w else "memory")
         by_bound[bound] = by_bound.get(bound, 0.0) + t
         seconds, flops, nbytes, weight_total = seconds + t, flops + f, nbytes + w_bytes + acts, weight_total + w_bytes
-    floor = rates.floor("moe") + experts_local * rates.moe_expert_floors.get(rates.peak(compute)[0], 0.0)
+    per_expert = rates.moe_expert_floors.get(weight_format, rates.moe_expert_floors.get(rates.peak(compute)[0], 0.0))
+    floor = rates.floor("moe") + experts_local * per_expert
     bound = "floor" if floor > seconds else max(by_bound, key=by_bound.__getitem__)
     return Cost(seconds + floor, flops, nbytes, bound, 1, floor, weight_total, weight_total)

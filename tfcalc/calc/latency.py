@@ -116,6 +116,7 @@ class _Linear:
     compute: str
     dequant: str  # "" (native), or the kernels.DEQUANT_OPS format dequantised on the CUDA cores
     quantised_input: bool  # W8A8: the input is quantised by a kernel of its own (unless fused)
+    weights: str = ""  # the storage format's dtype name (fp8_block, fp8_e4m3, mxfp4, ...)
 
 
 def linear_mode(dtype: DType, gpu: GPUSpec, choice: str = "auto") -> _Linear:
@@ -126,21 +127,21 @@ def linear_mode(dtype: DType, gpu: GPUSpec, choice: str = "auto") -> _Linear:
     name = dtype.name
     if not dtype.quantized:
         native = "fp16" if name == "fp16" else ("fp32" if name == "fp32" else "bf16")
-        return _Linear(bits, native, "", False)
+        return _Linear(bits, native, "", False, name)
     peaks = gpu.dense_flops_per_s
     if name.startswith("fp8") and choice in ("auto", "fp8") and "fp8" in peaks:
-        return _Linear(bits, "fp8", "", True)
+        return _Linear(bits, "fp8", "", True, name)
     if name in ("mxfp4", "nvfp4") and choice in ("auto", "fp4") and "fp4" in peaks:
-        return _Linear(bits, "fp4", "", True)
+        return _Linear(bits, "fp4", "", True, name)
     if name == "int8" and choice == "int8" and "int8" in peaks:
-        return _Linear(bits, "int8", "", True)
+        return _Linear(bits, "int8", "", True, name)
     if name.startswith("fp8"):
         kind = "fp8"
     elif name in ("mxfp4", "nvfp4"):
         kind = "fp4"
     else:
         kind = "int8" if dtype.element_bits >= 8 else "int4"
-    return _Linear(bits, "bf16", kind, False)
+    return _Linear(bits, "bf16", kind, False, name)
 
 
 @dataclass(frozen=True)
@@ -606,7 +607,8 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
     s.add("moe", kernels.moe_experts(s.rates, tokens=routed_tokens, experts_local=dm.experts_local,
                                      experts_total=dm.experts, top_k=dm.top_k, hidden=h,
                                      expert_width=int(dm.expert_width) or 1, gated=dm.gated, weight_bits=mode.bits,
-                                     compute=mode.compute, dequant=mode.dequant, routing=d.routing), mode.compute)
+                                     compute=mode.compute, dequant=mode.dequant, routing=d.routing,
+                                     weight_format=mode.weights), mode.compute)
     if d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
         send = m / d.tp * dm.top_k * h * ACT_BYTES
         fabric = _group_link(d, d.ep)

@@ -139,8 +139,9 @@ class EngineKernels:
     per GPU preset name and compute dtype, the K-loop elements each output tile of that kernel's grouped GEMMs
     costs (replacing ``kernels.GEMM_K0`` in its fused MoE: the tile's fixed work); ``moe_dequant_per_tile_by_gpu``:
     per GPU preset name, the weight-only formats whose fused-MoE kernel unpacks an expert's weights again in every
-    row tile's main loop (by default, once per expert and step). The defaults describe
-    an engine whose kernels are those the GPU presets measured (vLLM's).
+    row tile's main loop (by default, once per expert and step). The per-dtype tables (expert floors, efficiency,
+    K0) also take a storage format's name (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before
+    the compute dtype's. The defaults describe an engine whose kernels are those the GPU presets measured (vLLM's).
     """
 
     cuda_graphs: bool = True
@@ -289,7 +290,7 @@ def _mib(value: Any, origin: str, key: str) -> int:
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "fused_activation_quant", "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency",
                           "moe_k0", "moe_dequant_per_tile", "sources"})
-MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
+MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
 DEQUANT_FORMATS = ("int8", "fp8", "int4", "fp4")  # kernels.DEQUANT_OPS' formats
