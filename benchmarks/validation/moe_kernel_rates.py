@@ -44,7 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "a100_sxm": "a100-80gb", "l40s": "l40s"}
-WEIGHTS = {"bfloat16": "bf16", "fp8_block": "fp8_block", "fp8": "fp8_e4m3", "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4"}
+WEIGHTS = {"bfloat16": "bf16", "fp8_block": "fp8_block", "fp8": "fp8_e4m3", "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4",
+           "w4a8_mxfp4_mxfp8": "mxfp4"}
 
 
 def _balanced_rows(experts: int, top_k: int, tokens: int, skew: float = 0.0) -> tuple[float, float, float]:
@@ -102,6 +103,46 @@ def expert_floors(root: Path, version: str = "1.3.0rc20") -> None:
             print(f"{GPUS[system]:10s} trtllm {version} {weights:10s} slope {slope * 1e6:.3f} us per local expert "
                   f"({len(train)} rows, ep 1, 128-512 experts); ep > 1 rows at {(fitted or slope) * 1e6:.3f}: median "
                   f"|residual| {statistics.median(held) * 1e6:.1f} us ({len(held)} rows)")
+
+
+def format_floors(root: Path, engine: str, version: str, weights: str, kernel_source: str = "") -> None:
+    """An engine's fused-MoE fixed cost for one table dtype per GPU (``kernels.moe_floors_us``): the median, over
+    the balanced ep-1 rows at 1 token, of the measured time less tfcalc's price of it without any floor."""
+    import dataclasses
+
+    import pandas as pd
+
+    from tfcalc.calc import kernels
+    from tfcalc.calc.latency import linear_mode, rates_for
+    from tfcalc.dtypes import get_dtype
+    from tfcalc.spec.presets import load_engine, load_gpu
+
+    kernels_spec = load_engine(engine).kernels
+    for system, preset in GPUS.items():
+        table = _newest(root, system, engine, version)
+        if table is None:
+            continue
+        df = pd.read_parquet(table)
+        rows = df[(df.num_tokens == 1) & (df.distribution == "balanced") & (df.moe_ep_size == 1)
+                  & (df.moe_dtype == weights) & df.kernel_source.str.contains(kernel_source, regex=False)]
+        if rows.empty:
+            continue
+        gpu = load_gpu(preset)
+        base = rates_for(gpu, kernels_spec)
+        rates = dataclasses.replace(base, floors={**base.floors, "moe": 0.0}, moe_format_floors={},
+                                    moe_expert_floors={})
+        mode = linear_mode(get_dtype(WEIGHTS[weights]), gpu)
+        left = []
+        for row in rows.itertuples():
+            c = kernels.moe_experts(rates, tokens=1, experts_local=row.num_experts, experts_total=row.num_experts,
+                                    top_k=row.topk, hidden=row.hidden_size,
+                                    expert_width=row.inter_size // row.moe_tp_size, gated=True,
+                                    weight_bits=mode.bits, compute=mode.compute, dequant=mode.dequant,
+                                    weight_format=mode.weights)
+            left.append(row.latency * 1e-3 - c.seconds)
+        print(f"{preset:10s} {engine} {table.parent.name} {weights}: fixed cost at 1 token "
+              f"{statistics.median(left) * 1e6:.1f} us (median of {len(left)} rows, "
+              f"{min(left) * 1e6:.1f}-{max(left) * 1e6:.1f}; {', '.join(sorted(set(rows.kernel_source)))[:60]})")
 
 
 def _newest(root: Path, system: str, engine: str, version: str = "") -> Path | None:
@@ -213,6 +254,8 @@ def main() -> None:
     parser.add_argument("--dequant-ops", action="store_true",
                         help="weight-only formats: the dequantisation instructions per weight that make the median "
                              "tfcalc / measured 1 over rows of 16 to --min-tokens tokens")
+    parser.add_argument("--format-floor", default="", metavar="DTYPE",
+                        help="the fused MoE's fixed cost at 1 token for one table dtype (kernels.moe_floors_us)")
     parser.add_argument("--k0", default="", metavar="LIST",
                         help="comma-separated grouped-GEMM K0 values: the fit and its scatter at each")
     args = parser.parse_args()
@@ -220,6 +263,9 @@ def main() -> None:
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     if args.expert_floors:
         expert_floors(root)
+        return
+    if args.format_floor:
+        format_floors(root, args.engine, args.version, args.format_floor, args.kernel_source)
         return
     if args.compare:
         compare(root, args.engine, args.version, args.min_tokens, args.held_out)

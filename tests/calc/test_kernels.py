@@ -447,6 +447,10 @@ def test_a_storage_formats_entries_come_before_its_compute_dtypes() -> None:
     block = kernels.moe_experts(rates, **args, weight_format="fp8_block")
     tensor = kernels.moe_experts(rates, **args, weight_format="fp8_e4m3")
     assert block.floor_seconds == pytest.approx(25e-6 + 32 * 1e-6) and tensor.floor_seconds == 25e-6
+    mx = replace(rates, moe_format_floors={"mxfp4": 40e-6})  # a format's own fixed cost replaces the moe floor
+    fp4 = {**args, "weight_bits": 4.25, "compute": "bf16", "dequant": "fp4"}
+    assert kernels.moe_experts(mx, **fp4, weight_format="mxfp4").floor_seconds == pytest.approx(40e-6)
+    assert kernels.moe_experts(mx, **fp4, weight_format="nvfp4").floor_seconds == pytest.approx(25e-6)
 
 
 def test_ideal_moe_ignores_grouped_efficiency_and_expert_floors() -> None:

@@ -252,6 +252,30 @@ def test_engine_moe_dequant_per_tile_per_gpu() -> None:
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 
+def test_engine_moe_floors_per_gpu_and_format() -> None:
+    """kernels.moe_floors_us: per GPU preset and expert storage format, the fused MoE's fixed cost, replacing the
+    moe floor for that format only (TensorRT-LLM's MXFP4 backends: Triton on Hopper, TRTLLM-gen on a B200); CUDA
+    graphs off, it is at least the launch interval; ideal rates have none."""
+    kernels = kernels_from_mapping({"moe_floors_us": {"h200": {"mxfp4": 50}}}, "e.yaml")
+    assert kernels.moe_floors_by_gpu == {"h200": {"mxfp4": pytest.approx(50e-6)}}
+    h200 = rates_for(load_gpu("h200"), kernels)
+    assert h200.floor("moe", "mxfp4") == pytest.approx(50e-6)
+    assert h200.floor("moe", "bf16") == h200.floor("moe") == pytest.approx(26e-6)  # the GPU preset's
+    assert h200.as_ideal().floor("moe", "mxfp4") == 0.0
+    eager = rates_for(load_gpu("h200"), kernels_from_mapping({"moe_floors_us": {"h200": {"mxfp4": 1}}}, "e.yaml"),
+                      cuda_graphs=False)
+    assert eager.floor("moe", "mxfp4") == pytest.approx(eager.launch_s)
+    trtllm = {g: rates_for(load_gpu(g), load_engine("trtllm").kernels) for g in ("h100-pcie", "h200", "b200")}
+    assert trtllm["b200"].floor("moe", "mxfp4") < trtllm["b200"].floor("moe") < trtllm["h200"].floor("moe", "mxfp4")
+    assert trtllm["h100-pcie"].floor("moe", "mxfp4") == pytest.approx(49.6e-6)  # kernels_as: h100-sxm
+    for value, message in (
+            ({"h200": {"mxfp5": 9}}, "unknown field 'kernels.moe_floors_us.h200.mxfp5'"),
+            ({"h200": {"mxfp4": -1}}, "field 'kernels.moe_floors_us.h200.mxfp4' must be at least 0"),
+            ({"h201": {"mxfp4": 9}}, "unknown field 'kernels.moe_floors_us.h201'")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"moe_floors_us": value}, "e.yaml")
+
+
 def test_engine_moe_dequant_ops_per_gpu() -> None:
     """kernels.moe_dequant_ops: per GPU preset and weight-only format, replacing DEQUANT_OPS in that engine's MoE
     on that GPU only (SGLang's Triton MXFP4 experts on Hopper); other GPUs, dense GEMMs and engines keep it."""

@@ -94,6 +94,7 @@ class Rates:
     moe_dequant_ops: dict[str, float] = field(default_factory=dict, hash=False)  # replaces DEQUANT_OPS in MoE
     moe_k0: dict[str, float] = field(default_factory=dict, hash=False)  # replaces GEMM_K0 in native MoE, by dtype
     moe_dequant_per_tile: frozenset[str] = frozenset()  # weight-only MoE formats unpacked again in every row tile
+    moe_format_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s, replaces the moe floor by format
     # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
     _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _stream: float = field(init=False, repr=False, compare=False, hash=False)
@@ -154,8 +155,12 @@ class Rates:
                 return y0 + w * (y1 - y0)
         return points[-1][1]  # unreachable
 
-    def floor(self, kind: str) -> float:
-        """Fixed seconds of one kernel of ``kind``; without CUDA graphs at least the host's launch interval."""
+    def floor(self, kind: str, weight_format: str = "") -> float:
+        """Fixed seconds of one kernel of ``kind``; without CUDA graphs at least the host's launch interval. A fused
+        MoE of a storage format the engine measured apart (``moe_format_floors``) takes that format's floor."""
+        own = self.moe_format_floors.get(weight_format) if kind == "moe" and weight_format else None
+        if own is not None:
+            return 0.0 if self.ideal else (own if self.cuda_graphs else max(own, self.launch_s))
         floor = self._floor.get(kind)
         if floor is None:
             floor = self._floor.get("gemm", 0.0)
@@ -579,6 +584,6 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
         by_bound[bound] = by_bound.get(bound, 0.0) + t
         seconds, flops, nbytes, weight_total = seconds + t, flops + f, nbytes + w_bytes + acts, weight_total + w_bytes
     per_expert = rates.moe_expert_floors.get(weight_format, rates.moe_expert_floors.get(rates.peak(compute)[0], 0.0))
-    floor = rates.floor("moe") + experts_local * per_expert
+    floor = rates.floor("moe", weight_format) + experts_local * per_expert
     bound = "floor" if floor > seconds else max(by_bound, key=by_bound.__getitem__)
     return Cost(seconds + floor, flops, nbytes, bound, 1, floor, weight_total, weight_total)

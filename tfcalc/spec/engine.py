@@ -139,7 +139,9 @@ class EngineKernels:
     per GPU preset name and compute dtype, the K-loop elements each output tile of that kernel's grouped GEMMs
     costs (replacing ``kernels.GEMM_K0`` in its fused MoE: the tile's fixed work); ``moe_dequant_per_tile_by_gpu``:
     per GPU preset name, the weight-only formats whose fused-MoE kernel unpacks an expert's weights again in every
-    row tile's main loop (by default, once per expert and step). The per-dtype tables (expert floors, efficiency,
+    row tile's main loop (by default, once per expert and step); ``moe_floors_by_gpu``: per GPU preset name and
+    expert storage format, the fused MoE's fixed cost in seconds where that kernel's differs from the ``moe`` floor
+    (TensorRT-LLM's MXFP4 backends). The per-dtype tables (expert floors, efficiency,
     K0) also take a storage format's name (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before
     the compute dtype's. The defaults describe an engine whose kernels are those the GPU presets measured (vLLM's).
     """
@@ -155,6 +157,7 @@ class EngineKernels:
     moe_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_k0_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_dequant_per_tile_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
+    moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -289,7 +292,7 @@ def _mib(value: Any, origin: str, key: str) -> int:
 
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "fused_activation_quant", "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency",
-                          "moe_k0", "moe_dequant_per_tile", "sources"})
+                          "moe_k0", "moe_dequant_per_tile", "moe_floors_us", "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
@@ -323,6 +326,12 @@ def _moe_efficiency(value: Any, origin: str) -> dict[str, dict[str, float]]:
 def _moe_k0(value: Any, origin: str) -> dict[str, dict[str, float]]:
     """``kernels.moe_k0``: GPU preset name -> compute dtype -> K-loop elements per output tile in [1, MAX_MOE_K0]."""
     return _by_gpu(value, origin, "kernels.moe_k0", MOE_EXPERT_DTYPES, 1.0, MAX_MOE_K0)
+
+
+def _moe_floors(value: Any, origin: str) -> dict[str, dict[str, float]]:
+    """``kernels.moe_floors_us``: GPU preset name -> storage format -> microseconds, returned in seconds."""
+    us = _by_gpu(value, origin, "kernels.moe_floors_us", MOE_EXPERT_DTYPES, 0.0, MAX_MICROSECONDS)
+    return {gpu: {fmt: v * 1e-6 for fmt, v in by_fmt.items()} for gpu, by_fmt in us.items()}
 
 
 def _dequant_per_tile(value: Any, origin: str) -> dict[str, frozenset[str]]:
@@ -383,6 +392,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_efficiency_by_gpu=efficiency,
         moe_k0_by_gpu=k0,
         moe_dequant_per_tile_by_gpu=_dequant_per_tile(data.get("moe_dequant_per_tile"), origin),
+        moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
         sources=_texts(data.get("sources", {}), origin, "kernels.sources"))
 
 
