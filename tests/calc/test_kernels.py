@@ -473,3 +473,6 @@ def test_weight_only_experts_take_their_format_entry_or_the_gpus_16_bit_value() 
     assert rates.grouped_efficiency("bf16", dequant="int4") == 0.8
     assert rates.grouped_efficiency("fp8") == 0.4 and rates.grouped_efficiency("bf16", dequant="fp4") == 0.9
     assert rates.grouped_efficiency("bf16") == 0.7
+    own = replace(rates, moe_efficiency_by_dtype={**rates.moe_efficiency_by_dtype, "mxfp4": 0.3})
+    assert own.grouped_efficiency("bf16", "fp4", "mxfp4") == 0.3  # a storage format's entry comes first
+    assert own.grouped_efficiency("bf16", "fp4", "nvfp4") == 0.9

@@ -135,8 +135,8 @@ class Rates:
         if self.ideal:
             return 1.0
         by_dtype = self.moe_efficiency_by_dtype
-        if dequant:
-            own = by_dtype.get(dequant) if dequant not in self.peak_flops else None
+        if dequant:  # its storage format's entry, else its kind's where the chip cannot run it natively
+            own = by_dtype.get(weight_format) or (by_dtype.get(dequant) if dequant not in self.peak_flops else None)
             return own or self.moe_efficiency
         return by_dtype.get(weight_format) or by_dtype.get(self.peak(compute)[0], self.moe_efficiency)
 

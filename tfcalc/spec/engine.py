@@ -324,7 +324,8 @@ def _moe_efficiency(value: Any, origin: str) -> dict[str, dict[str, float]]:
 
 
 def _moe_k0(value: Any, origin: str) -> dict[str, dict[str, float]]:
-    """``kernels.moe_k0``: GPU preset name -> compute dtype -> K-loop elements per output tile in [1, MAX_MOE_K0]."""
+    """``kernels.moe_k0``: GPU preset name -> compute dtype or storage format -> K-loop elements per output tile in
+    [1, MAX_MOE_K0]."""
     return _by_gpu(value, origin, "kernels.moe_k0", MOE_EXPERT_DTYPES, 1.0, MAX_MOE_K0)
 
 
