@@ -190,19 +190,15 @@ def fit_efficiency(ratios: Callable[[float], list[float]]) -> float:
     return (lo + hi) / 2
 
 
-def held_out_rows(root: Path, system: str, args: argparse.Namespace, weights: str) -> list:
+def held_out_rows(table: object, system: str, args: argparse.Namespace, weights: str) -> list:
     """The table's balanced ep-1 rows of ``weights`` with 256 to --min-tokens tokens (the fit's held-out set)."""
-    import pandas as pd
-
     from tfcalc.calc.latency import linear_mode
     from tfcalc.dtypes import get_dtype
     from tfcalc.spec.presets import load_gpu
 
-    table = _newest(root, system, args.engine, args.version)
-    df = pd.read_parquet(table)
-    df = df[(df.distribution == "balanced") & (df.moe_ep_size == 1) & (df.moe_dtype == weights)
-            & (df.num_tokens >= 256) & (df.num_tokens < args.min_tokens)
-            & df.kernel_source.str.contains(args.kernel_source, regex=False)]
+    df = table[(table.distribution == "balanced") & (table.moe_ep_size == 1) & (table.moe_dtype == weights)
+               & (table.num_tokens >= 256) & (table.num_tokens < args.min_tokens)
+               & table.kernel_source.str.contains(args.kernel_source, regex=False)]
     gpu = load_gpu(GPUS[system])
     return [(row, linear_mode(get_dtype(WEIGHTS[weights]), gpu)) for row in df.itertuples()]
 
@@ -276,7 +272,7 @@ def main() -> None:
         tables = sorted(glob.glob(str(pattern)))
         if not tables:
             continue
-        df = pd.read_parquet(tables[-1])
+        whole = df = pd.read_parquet(tables[-1])
         tokens = ((df.num_tokens >= args.held_out) & (df.num_tokens < args.min_tokens) if args.held_out
                   else df.num_tokens >= 16 if args.dequant_ops else df.num_tokens >= args.min_tokens)
         df = df[(df.distribution == "balanced") & tokens & (df.moe_ep_size == 1) & df.moe_dtype.isin(list(WEIGHTS))
@@ -330,7 +326,7 @@ def main() -> None:
             if k0s:
                 print(f"{preset:10s} {args.engine} {Path(tables[-1]).parent.name:8s} {weights:12s} "
                       f"compute {compute:5s} ({len(rows)} rows)")
-                scan_k0(base, compute, rows, ratios, held_out_rows(root, system, args, weights), k0s)
+                scan_k0(base, compute, rows, ratios, held_out_rows(whole, system, args, weights), k0s)
                 continue
             eff = fit_efficiency(ratios)
             r = sorted(ratios(eff))

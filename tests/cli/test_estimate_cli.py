@@ -66,6 +66,15 @@ def test_moe_explain_shows_expected_experts() -> None:
     assert "E x (1 - (1 - k/E)^B) = 8 x (1 - (1 - 2/8)^64)" in " ".join(result.stdout.split())
 
 
+def test_explain_names_a_formats_own_moe_floor() -> None:
+    """TensorRT-LLM's MXFP4 experts on an H200 pay their backend's fixed cost, not the engine's moe floor, and the
+    rates line says which."""
+    result = runner.invoke(app, ["estimate", "-p", "gpt-oss-120b", "-g", "h200", "-e", "trtllm", "--explain"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "moe 36.0 µs" in text and "moe (mxfp4 experts) 56.4 µs" in text
+
+
 def test_errors() -> None:
     result = runner.invoke(app, [*ARGS, "--compute-efficiency", "1.2"])
     assert result.exit_code == 2 and "compute efficiency" in result.stderr

@@ -274,6 +274,7 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
     r = d.rates_decode
     floors = ", ".join(f"{k} {format_seconds(v)}" for k, v in sorted(r.floors.items()))
     floors += "".join(f", moe {v * 1e9:.0f} ns per local {k} expert" for k, v in sorted(r.moe_expert_floors.items()))
+    floors += "".join(f", moe ({k} experts) {format_seconds(v)}" for k, v in sorted(r.moe_format_floors.items()))
     graphs = "CUDA graphs" if r.cuda_graphs else f"eager launches >= {format_seconds(r.launch_s)}"
     moe = (", ".join(f"{k} {v:.2f}" for k, v in sorted(r.moe_efficiency_by_dtype.items()))
            or f"{r.moe_efficiency:.2f}")

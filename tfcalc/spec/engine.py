@@ -300,18 +300,23 @@ DEQUANT_FORMATS = ("int8", "fp8", "int4", "fp4")  # kernels.DEQUANT_OPS' formats
 MAX_DEQUANT_OPS = 200.0  # instructions per weight
 
 
-def _by_gpu(value: Any, origin: str, key: str, allowed: tuple[str, ...], low: float,
-            high: float) -> dict[str, dict[str, float]]:
-    """GPU preset name -> (one of ``allowed``) -> a number in [low, high]."""
+def _gpu_entries(value: Any, origin: str, key: str, of: str) -> dict[Any, Any]:
+    """A per-GPU table's outer mapping, its keys checked against the GPU presets (empty when absent); ``of`` names
+    what each GPU maps to, for the error."""
     from tfcalc.spec.presets import preset_names
 
     if value is None:
         return {}
-    _require(isinstance(value, dict), origin, f"field '{key}' must be a mapping of GPU preset names to mappings "
-             f"of {', '.join(allowed)}")
+    _require(isinstance(value, dict), origin, f"field '{key}' must be a mapping of GPU preset names to {of}")
     _check_keys(value, frozenset(preset_names("gpu")), origin, f"{key}.")
+    return value
+
+
+def _by_gpu(value: Any, origin: str, key: str, allowed: tuple[str, ...], low: float,
+            high: float) -> dict[str, dict[str, float]]:
+    """GPU preset name -> (one of ``allowed``) -> a number in [low, high]."""
     out = {}
-    for gpu, by_kind in value.items():
+    for gpu, by_kind in _gpu_entries(value, origin, key, f"mappings of {', '.join(allowed)}").items():
         _require(isinstance(by_kind, dict), origin, f"field '{key}.{gpu}' must be a mapping of {', '.join(allowed)}")
         _check_keys(by_kind, frozenset(allowed), origin, f"{key}.{gpu}.")
         out[str(gpu)] = {str(k): _num(v, origin, f"{key}.{gpu}.{k}", low, high) for k, v in by_kind.items()}
@@ -337,18 +342,11 @@ def _moe_floors(value: Any, origin: str) -> dict[str, dict[str, float]]:
 
 def _dequant_per_tile(value: Any, origin: str) -> dict[str, frozenset[str]]:
     """``kernels.moe_dequant_per_tile``: GPU preset name -> a list of weight-only formats (DEQUANT_FORMATS)."""
-    from tfcalc.spec.presets import preset_names
-
-    key = "kernels.moe_dequant_per_tile"
-    if value is None:
-        return {}
-    _require(isinstance(value, dict), origin, f"field '{key}' must be a mapping of GPU preset names to lists of "
-             f"{', '.join(DEQUANT_FORMATS)}")
-    _check_keys(value, frozenset(preset_names("gpu")), origin, f"{key}.")
+    key, allowed = "kernels.moe_dequant_per_tile", ", ".join(DEQUANT_FORMATS)
     out = {}
-    for gpu, formats in value.items():
+    for gpu, formats in _gpu_entries(value, origin, key, f"lists of {allowed}").items():
         _require(isinstance(formats, list) and all(f in DEQUANT_FORMATS for f in formats), origin,
-                 f"field '{key}.{gpu}' must be a list of {', '.join(DEQUANT_FORMATS)}, got {_show(formats)}")
+                 f"field '{key}.{gpu}' must be a list of {allowed}, got {_show(formats)}")
         out[str(gpu)] = frozenset(str(f) for f in formats)
     return out
 
