@@ -31,6 +31,7 @@ import argparse
 import math
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from tfcalc.calc.engine import scheduler_defaults
 from tfcalc.calc.kv_cache import default_kv_dtype
@@ -41,6 +42,7 @@ from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.spec.hf_config import load_hf_config
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
+SPREAD = False
 SOURCE = "gpustack/gpustack@47277d7 docs/performance-lab/"
 
 
@@ -208,11 +210,10 @@ def run(case: Case, requests: int | None = None, mode: str = "full") -> dict:
             "seconds": time.perf_counter() - start}
 
 
-def silicon_points() -> list[dict]:
+def silicon_points(name: str = "silicon_points.json") -> list[dict]:
     import json
-    from pathlib import Path
 
-    return json.loads((Path(__file__).parent / "validation" / "silicon_points.json").read_text())
+    return json.loads((Path(__file__).parent / "validation" / name).read_text())
 
 
 def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6) -> dict:
@@ -236,12 +237,14 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6) -
     memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=point.get("ep", 1), engine=engine,
                             max_model_len=max(length, 2048), max_num_seqs=seats, max_num_batched_tokens=budget)
     step = latency_step(spec, gpu, precision, kv, tp=point["tp"], ep=point.get("ep", 1), engine=engine)
-    clients = point["batch"]
+    clients = point.get("concurrency", point.get("batch"))
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=memory.kv_capacity_tokens,
                     block_size=memory.block_size, overheads=_overheads(name, mode))
+    lifetime = (step.time(0, 0.0, point["prompt"], 0.0, 1)
+                + point["gen"] * step.time(clients, point["prompt"] + point["gen"] / 2, 0, 0.0, 0)) if SPREAD else 0.0
     load = Workload(input_len=LengthDist(kind="fixed", mean=point["prompt"]),
                     output_len=LengthDist(kind="fixed", mean=point["gen"]), num_requests=clients * requests_per_client,
-                    concurrency=clients, seed=1)
+                    concurrency=clients, seed=1, start_spread_s=lifetime)
     sim = simulate(step, cfg, load)
     reported = clients * point["gen"] / (point["ttft_ms"] / 1e3 + (point["gen"] - 1) * point["tpot_ms"] / 1e3)
     return {"point": point, "sim": sim, "reported_tok_s": reported, "engine": engine.label, "fits": memory.fits}
@@ -256,9 +259,16 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the docs/capacity.md table")
     parser.add_argument("--only", help="run the cases whose id contains this")
     parser.add_argument("--silicon", action="store_true", help="the aiconfigurator measured runs instead")
+    parser.add_argument("--silicon-all", action="store_true",
+                        help="every measured run at every concurrency (validation/silicon_runs.json), summarised")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes for --silicon-all")
+    parser.add_argument("--save", help="--silicon-all: write every run's prediction to this JSON file")
     args = parser.parse_args()
     if args.silicon:
         _silicon(args.markdown)
+        return
+    if args.silicon_all:
+        _silicon_all(args.markdown, args.jobs, args.only, args.save)
         return
     rows = []
     for case in CASES:
@@ -318,6 +328,69 @@ def _silicon(markdown: bool) -> None:
     print(f"\n{sum(x <= 0.25 for x in errors)} of {n} runs within ±25 % on output throughput (median |error| "
           f"{sorted(errors)[n // 2] * 100:.0f} %); TPOT within ±25 %: {sum(x <= 0.25 for x in tpot_errors)}; TTFT "
           f"within ±25 %: {sum(x <= 0.25 for x in ttft_errors)}")
+
+
+def _replay(point: dict) -> dict:
+    """One run of silicon_runs.json: predicted throughput (the reported one's formula), TTFT and TPOT, or
+    ``fits: False`` where tfcalc's memory model has no room for the run's KV cache."""
+    clients = point["concurrency"]
+    per_client = max(2, min(6, 768 // clients))   # 6 requests a client, at most ~768 in all (2 a client at 512)
+    try:
+        r = run_silicon(point, requests_per_client=per_client)
+    except Exception as exc:  # noqa: BLE001 - a configuration tfcalc rejects is a row of the table, with its reason
+        return {**point, "fits": False, "reason": str(exc)}
+    sim = r["sim"]
+    if not r["fits"] or not sim.requests:
+        return {**point, "fits": False, "reason": "no room for the KV cache"}
+    ttft, tpot = sim.metric("ttft", 0), sim.metric("tpot", 0)
+    return {**point, "fits": True, "engine_label": r["engine"], "reported_tok_s": r["reported_tok_s"],
+            "predicted_tok_s": clients * point["gen"] / (ttft + (point["gen"] - 1) * tpot),
+            "predicted_ttft_ms": ttft * 1e3, "predicted_tpot_ms": tpot * 1e3}
+
+
+def _bucket(concurrency: int) -> str:
+    for top, label in ((4, "1-4"), (8, "5-8"), (32, "9-32"), (128, "33-128")):
+        if concurrency <= top:
+            return label
+    return "129-512"
+
+
+def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None) -> None:
+    import json
+    from multiprocessing import Pool
+
+    points = [p for p in silicon_points("silicon_runs.json") if not only or only in p["id"]]
+    start = time.perf_counter()
+    with Pool(max(1, jobs)) as pool:
+        rows = pool.map(_replay, points, chunksize=8)
+    if save:
+        Path(save).write_text(json.dumps(rows))
+    ran = [r for r in rows if r["fits"]]
+    print(f"{len(rows)} runs replayed in {time.perf_counter() - start:.0f} s; {len(rows) - len(ran)} do not fit "
+          f"in tfcalc's memory model (left out below)")
+
+    def line(label: str, group: list[dict]) -> str:
+        def within(key: str, ref: str) -> str:
+            errors = sorted(r[key] / r[ref] - 1 for r in group)
+            inside = sum(abs(e) <= 0.25 for e in errors)
+            return f"{inside} ({100 * inside / len(group):.0f} %), median {errors[len(errors) // 2] * 100:+.0f} %"
+        cells = (label, str(len(group)), within("predicted_tok_s", "reported_tok_s"),
+                 within("predicted_tpot_ms", "tpot_ms"), within("predicted_ttft_ms", "ttft_ms"))
+        return "| " + " | ".join(cells) + " |" if markdown else "  ".join(cells)
+
+    header = ("group", "runs", "throughput within ±25 %", "TPOT within ±25 %", "TTFT within ±25 %")
+    for title, key in (("engine, model", lambda r: f"{r['engine']} {Path(r['model']).stem}"),
+                       ("concurrency", lambda r: _bucket(r["concurrency"])),
+                       ("data set", lambda r: r["source"])):
+        groups: dict[str, list[dict]] = {}
+        for r in ran:
+            groups.setdefault(key(r), []).append(r)
+        print(f"\nby {title}:")
+        if markdown:
+            print("| " + " | ".join(header) + " |\n|---|--:|---|---|---|")
+        for label in sorted(groups):
+            print(line(label, groups[label]))
+        print(line("all", ran))
 
 
 if __name__ == "__main__":

@@ -77,6 +77,19 @@ def test_closed_loop_throughput(constant_step) -> None:
     assert max(r.ttft_s) == pytest.approx(tau)
 
 
+
+def test_closed_loop_goes_on_after_requests_that_cannot_fit(constant_step) -> None:
+    """A closed-loop client whose request can never be admitted (the pool holds less than its prompt) gets an error
+    and sends the next one: the run ends with every request failed, an empty result, not a crash or a hang."""
+    load = Workload(input_len=LengthDist(kind="fixed", mean=64), output_len=LengthDist(kind="fixed", mean=8),
+                    num_requests=12, concurrency=4)
+    r = simulate(constant_step(1e-3), _cfg(8, kv=32), load)
+    assert r.requests == 0 and r.ttft_s == () and r.output_throughput == 0.0
+    mixed = Workload(input_len=LengthDist(kind="empirical", values=(16, 64)), output_len=LengthDist(kind="fixed",
+                     mean=8), num_requests=40, concurrency=4, seed=3)
+    r = simulate(constant_step(1e-3), _cfg(8, kv=48), mixed)
+    assert 0 < r.requests < 40 and all(t > 0 for t in r.ttft_s)
+
 def test_overheads_add_to_latencies(constant_step) -> None:
     tau = 1e-3
     o = Overheads(request_s=0.05, per_input_token_s=1e-5, step_s=0.0, stream_s=0.002)

@@ -124,15 +124,15 @@ class SimResult:
 
     @property
     def request_throughput(self) -> float:
-        return self.requests / self.duration_s
+        return self.requests / self.duration_s if self.duration_s > 0 else 0.0
 
     @property
     def output_throughput(self) -> float:
-        return self.output_tokens / self.duration_s
+        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
 
     @property
     def total_throughput(self) -> float:
-        return (self.input_tokens + self.output_tokens) / self.duration_s
+        return (self.input_tokens + self.output_tokens) / self.duration_s if self.duration_s > 0 else 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +147,7 @@ class Workload:
     prefix_hit_ratio: float = 0.0
     seed: int = 0
     warmup_fraction: float = 0.0   # share of the first (and last) requests left out of the statistics
+    start_spread_s: float = 0.0    # closed loop: client i sends its first request at i / concurrency of this
 
 
 def simulate(step: StepSource, cfg: SimConfig, load: Workload, fast_forward: bool = True) -> SimResult:
@@ -244,8 +245,9 @@ class _Engine:
         n = load.num_requests
         t = 0.0
         if load.concurrency is not None:
+            phases = random.Random(load.seed + 2)  # noqa: S311 - a seeded simulation
             for _ in range(min(load.concurrency, n)):
-                self._send(0.0)
+                self._send(phases.uniform(0.0, load.start_spread_s))
         else:
             rate = load.rate_per_s or 1.0
             clock = 0.0
@@ -317,10 +319,13 @@ class _Engine:
                 scheduled.append((seq, want, True))
                 budget -= want
         if not scheduled:
-            # Nothing can run: the waiting head needs more blocks than the whole pool. It fails.
+            # Nothing can run: the waiting head needs more blocks than the whole pool. It fails, and in a closed
+            # loop its client sends the next request, as on any error.
             seq = self.waiting.popleft()
             seq.failed = True
             self.done.append(seq)
+            if self.load.concurrency is not None and self.sent < self.load.num_requests:
+                self._send(t)
             return t
         decode_seqs = prefill_seqs = prefill_tokens = 0
         decode_context = prefill_past = 0.0
@@ -505,8 +510,8 @@ class _Engine:
         ttft = tuple(s.first_token + o.stream_s - s.arrival for s in kept)
         tpot = tuple((s.last_token - s.first_token) / (s.output - 1) for s in kept if s.output > 1)
         e2e = tuple(s.last_token + o.stream_s - s.arrival for s in kept)
-        start = min(s.arrival for s in ordered)
-        end = max(s.last_token for s in ordered) + o.stream_s
+        start = min((s.arrival for s in ordered), default=0.0)   # every request failed: an empty run
+        end = max(s.last_token for s in ordered) + o.stream_s if ordered else 0.0
         return SimResult(ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, itl_s=tuple(self.itl), itl_weights=tuple(self.itl_weight),
                          duration_s=end - start, requests=len(ordered),
                          input_tokens=sum(s.prompt for s in ordered), output_tokens=sum(s.output for s in ordered),

@@ -1,0 +1,107 @@
+"""Extract NVIDIA's measured serving runs from aiconfigurator's ``silicon_sample.csv`` into
+benchmarks/validation/silicon_runs.json: every aggregated run (one engine instance, no attention data parallelism, no
+pipeline) of a model and GPU tfcalc has presets for, at every concurrency (4-512).
+
+aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment (``pip install
+aiconfigurator==0.12.0``) and run
+
+    python benchmarks/validation/silicon_runs.py [PATH/TO/silicon_sample.csv]
+
+(default: the file inside the installed ``aiconfigurator_core`` package). Each row is one closed-loop benchmark of
+``concurrency`` clients with fixed input and output lengths; the CSV gives the mean TTFT and TPOT; ``id`` is the
+CSV's row id.
+
+The CSV's labels are mapped to tfcalc's formats by what each checkpoint ships (its Hugging Face config):
+gpt-oss-120b's rows say ``nvfp4`` but the checkpoint is MXFP4 experts with bf16 attention; Qwen3-235B-A22B-FP8 and
+DeepSeek-R1 are block-scale fp8 checkpoints whatever the row's label; ``fp4`` on Llama 3.1 70B is NVIDIA's NVFP4
+checkpoint. DeepSeek-R1's fp4 rows are left out: NVIDIA's FP4 checkpoints differ in which attention projections they
+quantise (DeepSeek-R1-0528-FP4-v2 adds ``wo``) and the row does not say which ran. The KV cache is bf16 (the CSV
+does not state it; the engines' default for these checkpoints).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+# aiconfigurator model path (last part) -> tfcalc preset or validation model file
+MODELS = {
+    "Llama-3.1-70B": "llama3-70b",
+    "Llama-3.1-8B-Instruct": "llama3.1-8b",
+    "Llama-3.1-8B-Instruct-FP8": "llama3.1-8b",
+    "Qwen3-32B": "benchmarks/validation/models/qwen3-32b.yaml",
+    "Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
+    "DeepSeek-R1": "deepseek-v3",
+    "DeepSeek-V3": "deepseek-v3",
+    "gpt-oss-120b": "gpt-oss-120b",
+}
+SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
+OUT = Path(__file__).parent / "silicon_runs.json"
+
+
+def weights(model: str, row: dict) -> str | None:
+    """tfcalc's weight format for one row, or None where the row's format is not a checkpoint tfcalc can name."""
+    gemm = row["gemm_quant_mode"]
+    if model == "gpt-oss-120b":
+        return "experts=mxfp4,default=bf16" if row["precision"] == "fp4" else None
+    if model in ("Qwen3-235B-A22B-FP8",):
+        return "fp8_block"
+    if model in ("DeepSeek-R1", "DeepSeek-V3"):
+        return "fp8_block" if row["precision"] == "fp8" else None
+    if gemm in ("", "bfloat16", "float16"):
+        return "bf16"
+    return {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}.get(gemm)
+
+
+def source(text: str) -> str:
+    """The row's data set: its source file's name (a dated sweep, or one engine version's gap-analysis table) or its
+    database dump."""
+    for part in text.split(";"):
+        part = part.strip()
+        if part.startswith("source_file="):
+            return part.removeprefix("source_file=").rsplit("/", 1)[-1]
+    return text.split(";")[0].strip()
+
+
+def extract(rows: list[dict]) -> list[dict]:
+    runs = []
+    for row in rows:
+        model = row["model_path"].split("/")[-1]
+        if model not in MODELS or row["system"] not in SYSTEMS or row["mode"] != "agg":
+            continue
+        if row["pp_size"] not in ("", "1") or row["attention_dp_size"] not in ("", "1"):
+            continue
+        fmt = weights(model, row)
+        if fmt is None or not row["silicon_ttft_ms"] or not row["silicon_tpot_ms"]:
+            continue
+        tp = int(row["tp_size"])
+        ep = max(1, int(row["moe_ep_size"] or 1))   # dense rows say 0
+        runs.append({
+            "id": row["id"], "source": source(row["silicon_data_source"]),
+            "engine": row["backend"], "engine_version": row["backend_version"], "model": MODELS[model],
+            "gpu": SYSTEMS[row["system"]], "weights": fmt, "kv": "bf16", "tp": tp, "ep": ep,
+            "concurrency": int(row["batch_size"]), "prompt": int(row["isl"]), "gen": int(row["osl"]),
+            "ttft_ms": round(float(row["silicon_ttft_ms"]), 3), "tpot_ms": round(float(row["silicon_tpot_ms"]), 4),
+        })
+    runs.sort(key=lambda r: (r["engine"], r["model"], r["gpu"], r["weights"], r["tp"], r["prompt"], r["gen"],
+                             r["concurrency"], r["id"]))
+    return runs
+
+
+def main() -> None:
+    if len(sys.argv) > 1:
+        path = Path(sys.argv[1])
+    else:
+        import aiconfigurator_core  # type: ignore[import-not-found]
+
+        path = Path(aiconfigurator_core.__file__).parent / "systems" / "silicon_sample.csv"
+    with path.open(newline="") as f:
+        runs = extract(list(csv.DictReader(f)))
+    OUT.write_text("[\n" + ",\n".join(json.dumps(r) for r in runs) + "\n]\n")  # one run per line
+    print(f"{len(runs)} runs -> {OUT}")
+
+
+if __name__ == "__main__":
+    main()
