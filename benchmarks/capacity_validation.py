@@ -42,7 +42,6 @@ from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.spec.hf_config import load_hf_config
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
-SPREAD = False
 SOURCE = "gpustack/gpustack@47277d7 docs/performance-lab/"
 
 
@@ -216,9 +215,10 @@ def silicon_points(name: str = "silicon_points.json") -> list[dict]:
     return json.loads((Path(__file__).parent / "validation" / name).read_text())
 
 
-def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6) -> dict:
+def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, phases: str = "lockstep") -> dict:
     """One measured serving run at concurrency ``batch``, fixed lengths, the engine's latest preset (or the version
-    the run names when a preset covers it)."""
+    the run names when a preset covers it). ``phases``: every client sends its first request at once (``lockstep``,
+    as the benchmark starts) or at a random time within one request's lifetime (``random``: clients out of step)."""
     model = point["model"]
     spec = load_model(model) if not model.endswith((".yaml", ".json")) else _spec(model)
     gpu = load_gpu(point["gpu"])
@@ -240,8 +240,10 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6) -
     clients = point.get("concurrency", point.get("batch"))
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=memory.kv_capacity_tokens,
                     block_size=memory.block_size, overheads=_overheads(name, mode))
-    lifetime = (step.time(0, 0.0, point["prompt"], 0.0, 1)
-                + point["gen"] * step.time(clients, point["prompt"] + point["gen"] / 2, 0, 0.0, 0)) if SPREAD else 0.0
+    lifetime = 0.0   # one request's prefill and decode at the run's concurrency: the random phases' range
+    if phases == "random":
+        lifetime = (step.time(0, 0.0, point["prompt"], 0.0, 1)
+                    + point["gen"] * step.time(clients, point["prompt"] + point["gen"] / 2, 0, 0.0, 0))
     load = Workload(input_len=LengthDist(kind="fixed", mean=point["prompt"]),
                     output_len=LengthDist(kind="fixed", mean=point["gen"]), num_requests=clients * requests_per_client,
                     concurrency=clients, seed=1, start_spread_s=lifetime)
@@ -263,12 +265,14 @@ def main() -> None:
                         help="every measured run at every concurrency (validation/silicon_runs.json), summarised")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes for --silicon-all")
     parser.add_argument("--save", help="--silicon-all: write every run's prediction to this JSON file")
+    parser.add_argument("--phases", choices=("lockstep", "random"), default="lockstep",
+                        help="--silicon-all: clients start at once, or out of step (the TTFT bracket's lower end)")
     args = parser.parse_args()
     if args.silicon:
         _silicon(args.markdown)
         return
     if args.silicon_all:
-        _silicon_all(args.markdown, args.jobs, args.only, args.save)
+        _silicon_all(args.markdown, args.jobs, args.only, args.save, args.phases)
         return
     rows = []
     for case in CASES:
@@ -330,13 +334,13 @@ def _silicon(markdown: bool) -> None:
           f"within ±25 %: {sum(x <= 0.25 for x in ttft_errors)}")
 
 
-def _replay(point: dict) -> dict:
+def _replay(point: dict, phases: str = "lockstep") -> dict:
     """One run of silicon_runs.json: predicted throughput (the reported one's formula), TTFT and TPOT, or
     ``fits: False`` where tfcalc's memory model has no room for the run's KV cache."""
     clients = point["concurrency"]
     per_client = max(2, min(6, 768 // clients))   # 6 requests a client, at most ~768 in all (2 a client at 512)
     try:
-        r = run_silicon(point, requests_per_client=per_client)
+        r = run_silicon(point, requests_per_client=per_client, phases=phases)
     except Exception as exc:  # noqa: BLE001 - a configuration tfcalc rejects is a row of the table, with its reason
         return {**point, "fits": False, "reason": str(exc)}
     sim = r["sim"]
@@ -355,14 +359,15 @@ def _bucket(concurrency: int) -> str:
     return "129-512"
 
 
-def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None) -> None:
+def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None, phases: str) -> None:
     import json
+    from functools import partial
     from multiprocessing import Pool
 
     points = [p for p in silicon_points("silicon_runs.json") if not only or only in p["id"]]
     start = time.perf_counter()
     with Pool(max(1, jobs)) as pool:
-        rows = pool.map(_replay, points, chunksize=8)
+        rows = pool.map(partial(_replay, phases=phases), points, chunksize=8)
     if save:
         Path(save).write_text(json.dumps(rows))
     ran = [r for r in rows if r["fits"]]
@@ -379,7 +384,7 @@ def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None) 
         return "| " + " | ".join(cells) + " |" if markdown else "  ".join(cells)
 
     header = ("group", "runs", "throughput within ±25 %", "TPOT within ±25 %", "TTFT within ±25 %")
-    for title, key in (("engine, model", lambda r: f"{r['engine']} {Path(r['model']).stem}"),
+    for title, key in (("engine, model", lambda r: f"{r['engine']} {Path(r['model']).name.removesuffix('.yaml')}"),
                        ("concurrency", lambda r: _bucket(r["concurrency"])),
                        ("data set", lambda r: r["source"])):
         groups: dict[str, list[dict]] = {}
@@ -388,7 +393,7 @@ def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None) 
         print(f"\nby {title}:")
         if markdown:
             print("| " + " | ".join(header) + " |\n|---|--:|---|---|---|")
-        for label in sorted(groups):
+        for label in sorted(groups, key=lambda g: (int(g.split("-")[0]), g) if g[0].isdigit() else (0, g)):
             print(line(label, groups[label]))
         print(line("all", ran))
 

@@ -78,6 +78,20 @@ def test_closed_loop_throughput(constant_step) -> None:
 
 
 
+def test_clients_out_of_step_do_not_queue_behind_each_other(constant_step) -> None:
+    """Clients that all send at t = 0 queue for the prefill budget (one prompt a step here): the k-th waits k steps.
+    Clients started at random times within a request's lifetime (``start_spread_s``) mostly meet a free budget."""
+    tau, n, prompt = 1e-3, 8, 64
+    common = {"input_len": LengthDist(kind="fixed", mean=prompt), "output_len": LengthDist(kind="fixed", mean=200),
+              "num_requests": 4 * n, "concurrency": n, "seed": 4}
+    step, cfg = constant_step(tau), _cfg(64, budget=prompt + n)
+    lockstep = simulate(step, cfg, Workload(**common))
+    assert sorted(lockstep.ttft_s[:n]) == pytest.approx([(k + 1) * tau for k in range(n)])
+    spread = simulate(step, cfg, Workload(**common, start_spread_s=200 * tau))
+    assert min(spread.ttft_s) >= tau
+    assert sum(spread.ttft_s[:n]) / n < 2 * tau < sum(lockstep.ttft_s[:n]) / n
+
+
 def test_closed_loop_goes_on_after_requests_that_cannot_fit(constant_step) -> None:
     """A closed-loop client whose request can never be admitted (the pool holds less than its prompt) gets an error
     and sends the next one: the run ends with every request failed, an empty result, not a crash or a hang."""

@@ -147,7 +147,7 @@ class Workload:
     prefix_hit_ratio: float = 0.0
     seed: int = 0
     warmup_fraction: float = 0.0   # share of the first (and last) requests left out of the statistics
-    start_spread_s: float = 0.0    # closed loop: client i sends its first request at i / concurrency of this
+    start_spread_s: float = 0.0    # closed loop: each client's first request at a random time in [0, this)
 
 
 def simulate(step: StepSource, cfg: SimConfig, load: Workload, fast_forward: bool = True) -> SimResult:
@@ -246,8 +246,8 @@ class _Engine:
         t = 0.0
         if load.concurrency is not None:
             phases = random.Random(load.seed + 2)  # noqa: S311 - a seeded simulation
-            for _ in range(min(load.concurrency, n)):
-                self._send(phases.uniform(0.0, load.start_spread_s))
+            for start in sorted(phases.uniform(0.0, load.start_spread_s) for _ in range(min(load.concurrency, n))):
+                self._send(start)   # in time order: the API servers take requests as they are sent
         else:
             rate = load.rate_per_s or 1.0
             clock = 0.0

@@ -1,0 +1,69 @@
+"""benchmarks/validation/silicon_runs.json (the measured serving runs docs/capacity.md replays) names only presets,
+formats and engines tfcalc resolves, and its extractor maps aiconfigurator's labels as its docstring says."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from tfcalc.dtypes import parse_weight_precision
+from tfcalc.spec.presets import load_engine, load_gpu, load_model
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = json.loads((ROOT / "benchmarks" / "validation" / "silicon_runs.json").read_text())
+
+
+def _extractor():
+    path = ROOT / "benchmarks" / "validation" / "silicon_runs.py"
+    spec = importlib.util.spec_from_file_location("silicon_runs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_run_resolves() -> None:
+    assert len(RUNS) > 1000
+    for key in {(r["model"], r["gpu"], r["engine"], r["weights"]) for r in RUNS}:
+        model, gpu, engine, weights = key
+        load_model(str(ROOT / model) if model.endswith(".yaml") else model)
+        load_gpu(gpu)
+        load_engine(engine)
+        parse_weight_precision(weights)
+    for r in RUNS:
+        assert r["concurrency"] >= 1 and r["tp"] >= 1 and r["ep"] >= 1
+        assert r["prompt"] > 0 and r["gen"] > 0 and r["ttft_ms"] > 0 and r["tpot_ms"] > 0
+
+
+def _row(**kw: str) -> dict:
+    base = {"id": "x", "silicon_data_source": "source_file=/a/b/2026-04-06.csv; model=M", "backend": "vllm",
+            "backend_version": "", "model_path": "openai/gpt-oss-120b", "system": "h200_sxm", "precision": "fp4",
+            "mode": "agg", "isl": "1024", "osl": "1024", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4",
+            "batch_size": "16", "tp_size": "4", "pp_size": "1", "attention_dp_size": "1", "moe_tp_size": "4",
+            "moe_ep_size": "1", "silicon_ttft_ms": "90.5", "silicon_tpot_ms": "5.25"}
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize(("row", "weights"), [
+    (_row(), "experts=mxfp4,default=bf16"),  # gpt-oss rows say nvfp4; the checkpoint is MXFP4 experts
+    (_row(model_path="deepseek-ai/DeepSeek-R1", precision="fp8", gemm_quant_mode="fp8"), "fp8_block"),
+    (_row(model_path="deepseek-ai/DeepSeek-R1", precision="fp4"), None),  # which FP4 checkpoint ran is unknown
+    (_row(model_path="meta-llama/Llama-3.1-70B", gemm_quant_mode="nvfp4"), "nvfp4"),
+    (_row(model_path="Qwen/Qwen3-32B", precision="", gemm_quant_mode=""), "bf16"),
+])
+def test_extractor_maps_labels_to_checkpoint_formats(row: dict, weights: str | None) -> None:
+    runs = _extractor().extract([row])
+    assert [r["weights"] for r in runs] == ([weights] if weights else [])
+
+
+def test_extractor_keeps_only_aggregated_single_replica_runs() -> None:
+    ex = _extractor()
+    kept = ex.extract([_row(), _row(mode="disagg"), _row(attention_dp_size="8"), _row(pp_size="2"),
+                       _row(system="gb200"), _row(model_path="x/Unknown")])
+    assert len(kept) == 1
+    run = kept[0]
+    assert (run["source"], run["concurrency"], run["tp"], run["ep"], run["gpu"]) == ("2026-04-06.csv", 16, 4, 1,
+                                                                                      "h200")
+    assert ex.extract([_row(model_path="Qwen/Qwen3-32B", moe_ep_size="0")])[0]["ep"] == 1
