@@ -39,6 +39,7 @@ from tfcalc.calc.serving_inputs import latency_step, replica_memory
 from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
 from tfcalc.calc.serving_traffic import LengthDist, Overheads, engine_overheads
 from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.errors import UsageError
 from tfcalc.spec.hf_config import load_hf_config
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
@@ -248,8 +249,13 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
                     output_len=LengthDist(kind="fixed", mean=point["gen"]), num_requests=clients * requests_per_client,
                     concurrency=clients, seed=1, start_spread_s=lifetime)
     sim = simulate(step, cfg, load)
-    reported = clients * point["gen"] / (point["ttft_ms"] / 1e3 + (point["gen"] - 1) * point["tpot_ms"] / 1e3)
+    reported = closed_loop_tok_s(clients, point["gen"], point["ttft_ms"] / 1e3, point["tpot_ms"] / 1e3)
     return {"point": point, "sim": sim, "reported_tok_s": reported, "engine": engine.label, "fits": memory.fits}
+
+
+def closed_loop_tok_s(clients: int, output_tokens: int, ttft_s: float, tpot_s: float) -> float:
+    """Output tokens/s of ``clients`` closed-loop clients from the mean TTFT and TPOT (how the runs report it)."""
+    return clients * output_tokens / (ttft_s + (output_tokens - 1) * tpot_s)
 
 
 def _error(predicted: float, reported: float) -> str:
@@ -341,14 +347,14 @@ def _replay(point: dict, phases: str = "lockstep") -> dict:
     per_client = max(2, min(6, 768 // clients))   # 6 requests a client, at most ~768 in all (2 a client at 512)
     try:
         r = run_silicon(point, requests_per_client=per_client, phases=phases)
-    except Exception as exc:  # noqa: BLE001 - a configuration tfcalc rejects is a row of the table, with its reason
+    except UsageError as exc:  # a configuration tfcalc rejects is a row of the table, with its reason
         return {**point, "fits": False, "reason": str(exc)}
     sim = r["sim"]
     if not r["fits"] or not sim.requests:
         return {**point, "fits": False, "reason": "no room for the KV cache"}
     ttft, tpot = sim.metric("ttft", 0), sim.metric("tpot", 0)
     return {**point, "fits": True, "engine_label": r["engine"], "reported_tok_s": r["reported_tok_s"],
-            "predicted_tok_s": clients * point["gen"] / (ttft + (point["gen"] - 1) * tpot),
+            "predicted_tok_s": closed_loop_tok_s(clients, point["gen"], ttft, tpot),
             "predicted_ttft_ms": ttft * 1e3, "predicted_tpot_ms": tpot * 1e3}
 
 
@@ -371,8 +377,12 @@ def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None, 
     if save:
         Path(save).write_text(json.dumps(rows))
     ran = [r for r in rows if r["fits"]]
-    print(f"{len(rows)} runs replayed in {time.perf_counter() - start:.0f} s; {len(rows) - len(ran)} do not fit "
-          f"in tfcalc's memory model (left out below)")
+    reasons: dict[str, int] = {}
+    for r in rows:
+        if not r["fits"]:
+            reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
+    print(f"{len(rows)} runs replayed in {time.perf_counter() - start:.0f} s; left out below, as tfcalc rejects "
+          f"them: {', '.join(f'{n} ({why})' for why, n in reasons.items()) or 'none'}")
 
     def line(label: str, group: list[dict]) -> str:
         def within(key: str, ref: str) -> str:

@@ -46,7 +46,7 @@ def weights(model: str, row: dict) -> str | None:
     gemm = row["gemm_quant_mode"]
     if model == "gpt-oss-120b":
         return "experts=mxfp4,default=bf16" if row["precision"] == "fp4" else None
-    if model in ("Qwen3-235B-A22B-FP8",):
+    if model == "Qwen3-235B-A22B-FP8":
         return "fp8_block"
     if model in ("DeepSeek-R1", "DeepSeek-V3"):
         return "fp8_block" if row["precision"] == "fp8" else None

@@ -77,7 +77,6 @@ def test_closed_loop_throughput(constant_step) -> None:
     assert max(r.ttft_s) == pytest.approx(tau)
 
 
-
 def test_clients_out_of_step_do_not_queue_behind_each_other(constant_step) -> None:
     """Clients that all send at t = 0 queue for the prefill budget (one prompt a step here): the k-th waits k steps.
     Clients started at random times within a request's lifetime (``start_spread_s``) mostly meet a free budget."""
@@ -103,6 +102,7 @@ def test_closed_loop_goes_on_after_requests_that_cannot_fit(constant_step) -> No
                      mean=8), num_requests=40, concurrency=4, seed=3)
     r = simulate(constant_step(1e-3), _cfg(8, kv=48), mixed)
     assert 0 < r.requests < 40 and all(t > 0 for t in r.ttft_s)
+
 
 def test_overheads_add_to_latencies(constant_step) -> None:
     tau = 1e-3

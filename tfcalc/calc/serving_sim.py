@@ -324,8 +324,7 @@ class _Engine:
             seq = self.waiting.popleft()
             seq.failed = True
             self.done.append(seq)
-            if self.load.concurrency is not None and self.sent < self.load.num_requests:
-                self._send(t)
+            self._client_sends_next(t)
             return t
         decode_seqs = prefill_seqs = prefill_tokens = 0
         decode_context = prefill_past = 0.0
@@ -387,8 +386,12 @@ class _Engine:
         self.free_blocks += seq.blocks
         seq.blocks = 0
         self.done.append(seq)
+        self._client_sends_next(seq.last_token + self.cfg.overheads.stream_s)
+
+    def _client_sends_next(self, t: float) -> None:
+        """Closed loop: the client whose request ended (answered, or failed) sends its next one at ``t``."""
         if self.load.concurrency is not None and self.sent < self.load.num_requests:
-            self._send(seq.last_token + self.cfg.overheads.stream_s)
+            self._send(t)
 
     def _allocate(self, seq: _Seq, tokens: int) -> None:
         need = self._blocks_needed(seq, tokens)
