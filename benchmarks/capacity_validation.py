@@ -358,6 +358,49 @@ def _replay(point: dict, phases: str = "lockstep") -> dict:
             "predicted_ttft_ms": ttft * 1e3, "predicted_tpot_ms": tpot * 1e3}
 
 
+def configuration(point: dict) -> tuple:
+    """What a run's row says was served: engine, model, GPU, format, layout, lengths and concurrency."""
+    return tuple(point[k] for k in ("engine", "model", "gpu", "weights", "kv", "tp", "ep", "prompt", "gen",
+                                    "concurrency"))
+
+
+def distinct_measurements(points: list[dict]) -> list[dict]:
+    """One entry per measurement: rows of the same configuration and engine version with the same TTFT and TPOT are
+    one benchmark that several data sets exported; ``sources`` lists them."""
+    merged: dict[tuple, dict] = {}
+    for p in points:
+        key = (*configuration(p), p["engine_version"], p["ttft_ms"], p["tpot_ms"])
+        if key in merged:
+            merged[key]["sources"].append(p["source"])
+        else:
+            merged[key] = {**p, "sources": [p["source"]]}
+    return list(merged.values())
+
+
+def _disagreements(rows: list[dict], markdown: bool) -> None:
+    """Configurations measured more than once with different results: where the TPOTs' ratio exceeds 1.25 / 0.75,
+    no single prediction is within ±25 % of both, whatever the model."""
+    by_config: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_config.setdefault(configuration(r), []).append(r)
+    repeated = {k: v for k, v in by_config.items() if len(v) > 1}
+    spread = {k: max(r["tpot_ms"] for r in v) / min(r["tpot_ms"] for r in v) for k, v in repeated.items()}
+    apart = sorted((k for k, x in spread.items() if x > 1.25 / 0.75), key=lambda k: -spread[k])
+    print(f"\nthe same configuration measured more than once: {len(repeated)} configurations; their TPOTs differ by "
+          f"more than 1.25 / 0.75 (no prediction within ±25 % of both) in {len(apart)}:")
+    if markdown and apart:
+        print("| engine | model | GPU | tp / ep | in / out | concurrency | TPOT measured (engine version, data set) "
+              "|\n|---|---|---|---|---|--:|---|")
+    for k in apart:
+        engine, model, gpu, _, _, tp, ep, prompt, gen, conc = k
+        runs = sorted(repeated[k], key=lambda r: r["tpot_ms"])
+        measured = ", ".join(f"{r['tpot_ms']:.2f} ms ({r['engine_version'] or '?'}, {'; '.join(r['sources'])})"
+                             for r in runs)
+        cells = (engine, Path(model).name.removesuffix(".yaml"), gpu, f"{tp} / {ep}", f"{prompt} / {gen}",
+                 str(conc), measured)
+        print("| " + " | ".join(cells) + " |" if markdown else "  " + "  ".join(cells))
+
+
 def _bucket(concurrency: int) -> str:
     for top, label in ((4, "1-4"), (8, "5-8"), (32, "9-32"), (128, "33-128")):
         if concurrency <= top:
@@ -370,7 +413,7 @@ def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None, 
     from functools import partial
     from multiprocessing import Pool
 
-    points = [p for p in silicon_points("silicon_runs.json") if not only or only in p["id"]]
+    points = distinct_measurements([p for p in silicon_points("silicon_runs.json") if not only or only in p["id"]])
     start = time.perf_counter()
     with Pool(max(1, jobs)) as pool:
         rows = pool.map(partial(_replay, phases=phases), points, chunksize=8)
@@ -381,8 +424,10 @@ def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None, 
     for r in rows:
         if not r["fits"]:
             reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
-    print(f"{len(rows)} runs replayed in {time.perf_counter() - start:.0f} s; left out below, as tfcalc rejects "
-          f"them: {', '.join(f'{n} ({why})' for why, n in reasons.items()) or 'none'}")
+    print(f"{sum(len(r['sources']) for r in rows)} rows, {len(rows)} distinct measurements, replayed in "
+          f"{time.perf_counter() - start:.0f} s; left out below, as tfcalc rejects them: "
+          f"{', '.join(f'{n} ({why})' for why, n in reasons.items()) or 'none'}")
+    _disagreements(rows, markdown)
 
     def line(label: str, group: list[dict]) -> str:
         def within(key: str, ref: str) -> str:
@@ -394,12 +439,15 @@ def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None, 
         return "| " + " | ".join(cells) + " |" if markdown else "  ".join(cells)
 
     header = ("group", "runs", "throughput within ±25 %", "TPOT within ±25 %", "TTFT within ±25 %")
-    for title, key in (("engine, model", lambda r: f"{r['engine']} {Path(r['model']).name.removesuffix('.yaml')}"),
-                       ("concurrency", lambda r: _bucket(r["concurrency"])),
-                       ("data set", lambda r: r["source"])):
+    # each group's labels for a run; a measurement that two data sets both hold counts in each data set's row
+    for title, labels in (("engine, model",
+                           lambda r: [f"{r['engine']} {Path(r['model']).name.removesuffix('.yaml')}"]),
+                          ("concurrency", lambda r: [_bucket(r["concurrency"])]),
+                          ("data set", lambda r: sorted(set(r["sources"])))):
         groups: dict[str, list[dict]] = {}
         for r in ran:
-            groups.setdefault(key(r), []).append(r)
+            for label in labels(r):
+                groups.setdefault(label, []).append(r)
         print(f"\nby {title}:")
         if markdown:
             print("| " + " | ".join(header) + " |\n|---|--:|---|---|---|")

@@ -17,12 +17,18 @@ DeepSeek-R1 are block-scale fp8 checkpoints whatever the row's label; ``fp4`` on
 checkpoint. DeepSeek-R1's fp4 rows are left out: NVIDIA's FP4 checkpoints differ in which attention projections they
 quantise (DeepSeek-R1-0528-FP4-v2 adds ``wo``) and the row does not say which ran. The KV cache is bf16 (the CSV
 does not state it; the engines' default for these checkpoints).
+
+The layout is ``tp_size`` and ``moe_ep_size``, except where the export multiplied them: in every one of the 160 rows
+whose id names an expert-parallel layout (``..._tp8_ep8_...``) with ``moe_tp_size`` and ``moe_ep_size`` both above 1,
+``tp_size`` holds their product (64 for tp 8 / ep 8, on an 8-GPU system). There, and in rows without such an id that
+show the same pattern, tp is ``moe_tp_size``; where the id names tp, the id's value is used.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -65,6 +71,18 @@ def source(text: str) -> str:
     return text.split(";")[0].strip()
 
 
+def layout(row: dict) -> tuple[int, int]:
+    """(tp, ep) of one row, undoing the export's tp_size = moe_tp_size x moe_ep_size (module docstring)."""
+    tp, moe_tp = int(row["tp_size"]), int(row["moe_tp_size"] or 0)
+    ep = max(1, int(row["moe_ep_size"] or 1))   # dense rows say 0
+    named = re.search(r"_tp(\d+)_", row["id"])
+    if named:
+        tp = int(named.group(1))
+    elif moe_tp > 1 and ep > 1 and tp == moe_tp * ep:
+        tp = moe_tp
+    return tp, ep
+
+
 def extract(rows: list[dict]) -> list[dict]:
     runs = []
     for row in rows:
@@ -76,8 +94,7 @@ def extract(rows: list[dict]) -> list[dict]:
         fmt = weights(model, row)
         if fmt is None or not row["silicon_ttft_ms"] or not row["silicon_tpot_ms"]:
             continue
-        tp = int(row["tp_size"])
-        ep = max(1, int(row["moe_ep_size"] or 1))   # dense rows say 0
+        tp, ep = layout(row)
         runs.append({
             "id": row["id"], "source": source(row["silicon_data_source"]),
             "engine": row["backend"], "engine_version": row["backend_version"], "model": MODELS[model],

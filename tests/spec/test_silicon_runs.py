@@ -67,3 +67,22 @@ def test_extractor_keeps_only_aggregated_single_replica_runs() -> None:
     assert (run["source"], run["concurrency"], run["tp"], run["ep"], run["gpu"]) == ("2026-04-06.csv", 16, 4, 1,
                                                                                       "h200")
     assert ex.extract([_row(model_path="Qwen/Qwen3-32B", moe_ep_size="0")])[0]["ep"] == 1
+
+
+@pytest.mark.parametrize(("row", "layout"), [
+    # the export's tp_size = moe_tp x moe_ep, with the id naming the layout
+    (_row(id="2026_04_06_x_c4_tp8_ep8_954", tp_size="64", moe_tp_size="8", moe_ep_size="8"), (8, 8)),
+    (_row(id="2026_03_25_x_c4_tp8_0_ep1_0_975", tp_size="8", moe_tp_size="8", moe_ep_size="1"), (8, 1)),
+    # the same pattern without an id that names the layout (a database dump's config id)
+    (_row(id="dsr1_h200_trtllm_fp8_agg_1024x1024_c4_cfg181", tp_size="16", moe_tp_size="4", moe_ep_size="4"), (4, 4)),
+    # a consistent layout the id confirms: tp 4 over moe tp 2 x ep 2
+    (_row(id="q_agg_128x128_c16_tp4_epnone_16", tp_size="4", moe_tp_size="2", moe_ep_size="2"), (4, 2)),
+    (_row(id="cfg1", tp_size="8", moe_tp_size="1", moe_ep_size="8"), (8, 8)),
+])
+def test_extractor_undoes_the_exports_tp_product(row: dict, layout: tuple[int, int]) -> None:
+    run = _extractor().extract([row])[0]
+    assert (run["tp"], run["ep"]) == layout
+
+
+def test_no_run_spans_more_gpus_than_one_node() -> None:
+    assert max(r["tp"] * max(1, r["ep"] // r["tp"]) for r in RUNS) <= 8
