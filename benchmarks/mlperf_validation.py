@@ -1,0 +1,169 @@
+"""tfcalc's serving model against MLPerf Inference server-scenario results (docs/capacity.md, "MLPerf Inference").
+
+Each point (benchmarks/validation/mlperf_server.json) is one published, audited Llama 2 70B Server run with its
+Offline run. In Server, LoadGen sends the OpenOrca samples as a Poisson process at the submitter's chosen rate for
+at least the run's minimum duration (10 or 40 minutes; the replay simulates the same), and the run is valid only
+if the p99 time to first token stays within 2 s and the p99 time per output token within 200 ms. In Offline, all
+samples are sent at once (throughput alone). The file gives the system, the parallel layout and batch limit from
+the submission's own configuration, and each result's summary (samples/s, output tokens/s, TTFT and TPOT
+percentiles), each with its path in mlcommons/inference_results_v4.1.
+
+tfcalc replays each one replica at a time (the submission's replicas each get an equal share of a Poisson stream,
+itself Poisson): its discrete-event simulation of continuous batching with the engine preset's scheduler and
+memory model and the per-operation latency model of ``estimate``, no API server (LoadGen's SUT runs the engine in
+the same process and hands it token ids). Request lengths: the dataset's 24,576 prompt lengths
+(benchmarks/validation/openorca_lengths.csv: token counts of MLCommons' open_orca_gpt4_tokenized_llama.sampled_24576,
+as extracted by openshift-psap/performance-dashboard@7100702 mlperf-data/summaries/llama2-70b-99.csv; mean 222,
+max 1,021) and its reference-answer lengths rescaled to the run's own mean generated length (output tokens/s over
+completed samples/s: 290-293; the model writes longer answers than the GPT-4 references, mean 219), capped at
+MLPerf's 1,024 new tokens. Nothing is fitted to the results.
+
+Two comparisons per point. At the reported rate: predicted against measured TTFT and TPOT (p50, p99) and the
+sequences in flight per replica (Little's law: completed samples/s x mean latency). And the highest rate at which
+tfcalc's simulation still meets the two p99 limits, against the rate the submitter ran (a lower bound of the
+system's true capacity: submitters pick a rate that passes).
+
+Usage: python benchmarks/mlperf_validation.py [--markdown] [--duration S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+
+from tfcalc.calc.engine import scheduler_defaults
+from tfcalc.calc.serving_inputs import latency_step, replica_memory
+from tfcalc.calc.serving_sim import SimConfig, SimResult, Workload, simulate
+from tfcalc.calc.serving_traffic import LengthDist, Overheads
+from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.presets import load_engine, load_gpu, load_model
+
+HERE = Path(__file__).parent / "validation"
+TTFT_LIMIT_S, TPOT_LIMIT_S, MAX_NEW_TOKENS = 2.0, 0.2, 1024   # MLPerf Inference v4.1 llama2-70b Server
+
+
+def points() -> list[dict]:
+    return json.loads((HERE / "mlperf_server.json").read_text())
+
+
+def dataset_lengths(output_mean: float) -> tuple[LengthDist, LengthDist]:
+    """The dataset's prompt lengths, and its reference-answer lengths scaled to ``output_mean`` (capped at 1,024)."""
+    with (HERE / "openorca_lengths.csv").open(newline="") as f:
+        rows = [(int(r["input_tokens"]), int(r["output_tokens"])) for r in csv.DictReader(f)]
+    scale = output_mean / (sum(o for _, o in rows) / len(rows))
+    outputs = tuple(max(1, min(MAX_NEW_TOKENS, round(o * scale))) for _, o in rows)
+    return LengthDist(kind="empirical", values=tuple(i for i, _ in rows)), LengthDist(kind="empirical",
+                                                                                      values=outputs)
+
+
+class Replica:
+    """One engine instance of a point: its step model, scheduler limits and KV pool, and the scenario's lengths
+    (``scenario``: the point itself for Server, its ``offline`` entry for Offline)."""
+
+    def __init__(self, point: dict, scenario: dict) -> None:
+        spec, gpu = load_model(point["model"]), load_gpu(point["gpu"])
+        engine = load_engine(point["engine"])
+        precision, kv = parse_weight_precision(point["weights"]), get_dtype(point["kv"])
+        seats, self.budget = scheduler_defaults(engine, gpu)
+        self.seats = scenario["max_num_seqs"] or seats
+        self.replicas = point["gpus"] // point["tp"]
+        memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=1, engine=engine,
+                                max_model_len=2 * MAX_NEW_TOKENS, max_num_seqs=self.seats,
+                                max_num_batched_tokens=self.budget)
+        self.kv_tokens, self.block_size, self.fits = memory.kv_capacity_tokens, memory.block_size, memory.fits
+        self.step = latency_step(spec, gpu, precision, kv, tp=point["tp"], engine=engine)
+        self.engine = engine.label
+        samples_per_s = scenario.get("completed_qps") or scenario["samples_per_s"]
+        self.inputs, self.outputs = dataset_lengths(scenario["output_tok_s"] / samples_per_s)
+        self.cfg = SimConfig(max_num_seqs=self.seats, max_num_batched_tokens=self.budget,
+                             kv_capacity_tokens=self.kv_tokens, block_size=self.block_size,
+                             overheads=Overheads(source="in-process SUT: none"))
+
+    def run(self, system_qps: float, duration_s: float, seed: int = 1) -> SimResult:
+        """Server: a Poisson stream of ``system_qps`` / replicas samples a second into this replica for
+        ``duration_s`` (a rate above the replica's capacity shows as a queue that grows over the run)."""
+        rate = system_qps / self.replicas
+        load = Workload(input_len=self.inputs, output_len=self.outputs, num_requests=max(100, round(rate * duration_s)),
+                        rate_per_s=rate, seed=seed, warmup_fraction=0.1)
+        return simulate(self.step, self.cfg, load)
+
+    def offline_tok_s(self, seed: int = 1) -> float:
+        """Offline: the engine never waits for work (a closed loop of twice its sequence limit, ten times that many
+        samples); output tokens/s of all replicas over the whole run."""
+        load = Workload(input_len=self.inputs, output_len=self.outputs, num_requests=10 * self.seats,
+                        concurrency=2 * self.seats, seed=seed)
+        return simulate(self.step, self.cfg, load).output_throughput * self.replicas
+
+
+def meets_limits(sim: SimResult) -> bool:
+    return sim.metric("ttft", 99) <= TTFT_LIMIT_S and sim.metric("tpot", 99) <= TPOT_LIMIT_S
+
+
+def max_qps(replica: Replica, start_qps: float, duration_s: float) -> float:
+    """The highest system rate (samples/s) whose simulation over the run's duration meets both p99 limits: bisection
+    between a rate that meets them and one that does not, to 2 %."""
+    lo, hi = start_qps, start_qps
+    while meets_limits(replica.run(hi, duration_s)):
+        lo, hi = hi, hi * 1.15
+    while not meets_limits(replica.run(lo, duration_s)):
+        lo, hi = lo / 1.15, lo
+    while hi / lo > 1.02:
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if meets_limits(replica.run(mid, duration_s)) else (lo, mid)
+    return lo
+
+
+def _pct(predicted: float, measured: float) -> str:
+    return f"{(predicted / measured - 1) * 100:+.0f} %"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print the docs/capacity.md tables")
+    parser.add_argument("--duration", type=float, default=0.0,
+                        help="simulated seconds per rate (default: the run's own minimum duration, 600-2,400 s)")
+    args = parser.parse_args()
+    rows = []
+    for point in points():
+        start = time.perf_counter()
+        replica = Replica(point, point)
+        duration = args.duration or point["min_duration_s"]
+        sim = replica.run(point["scheduled_qps"], duration)
+        best = max_qps(replica, point["scheduled_qps"], duration)
+        offline = Replica(point, point["offline"]).offline_tok_s()
+        rows.append((point, replica, sim, best, offline, time.perf_counter() - start))
+    if args.markdown:
+        print("| run | layout | engine preset | in flight per replica, measured / predicted | TTFT p50 / p99 ms "
+              "measured | predicted | TPOT p50 / p99 ms measured | predicted |\n|---|---|---|---|---|---|---|---|")
+    for point, replica, sim, _, _, _ in rows:
+        per_replica_qps = point["completed_qps"] / replica.replicas   # Little's law: rate x mean time in system
+        measured_in_flight = per_replica_qps * point["e2e_mean_s"]
+        predicted_in_flight = per_replica_qps * sim.metric("e2e", 0)
+        m_ttft, m_tpot = point["ttft_ms"], point["tpot_ms"]
+        cells = (point["id"], f"{point['gpus'] // point['tp']} x tp {point['tp']}, {point['weights']} / KV "
+                 f"{point['kv']}, {replica.seats} seqs", replica.engine,
+                 f"{measured_in_flight:.0f} / {predicted_in_flight:.0f}",
+                 f"{m_ttft['p50']:.0f} / {m_ttft['p99']:.0f}",
+                 f"{sim.metric('ttft', 50) * 1e3:.0f} / {sim.metric('ttft', 99) * 1e3:.0f}",
+                 f"{m_tpot['p50']:.0f} / {m_tpot['p99']:.0f}",
+                 f"{sim.metric('tpot', 50) * 1e3:.0f} / {sim.metric('tpot', 99) * 1e3:.0f} "
+                 f"({_pct(sim.metric('tpot', 50), m_tpot['p50'] / 1e3)})")
+        print("| " + " | ".join(cells) + " |" if args.markdown else "  ".join(cells))
+    print()
+    if args.markdown:
+        print("| run | Server samples/s run (output tok/s) | highest samples/s meeting both p99 limits, predicted "
+              "(output tok/s) | vs run | Offline output tok/s measured / predicted |\n|---|---|---|---|---|")
+    for point, _, _, best, offline, seconds in rows:
+        mean_out = point["output_tok_s"] / point["completed_qps"]
+        measured_offline = point["offline"]["output_tok_s"]
+        cells = (point["id"], f"{point['scheduled_qps']:.1f} ({point['output_tok_s']:,.0f})",
+                 f"{best:.1f} ({best * mean_out:,.0f})", _pct(best, point["scheduled_qps"]),
+                 f"{measured_offline:,.0f} / {offline:,.0f} ({_pct(offline, measured_offline)})")
+        print("| " + " | ".join(cells) + " |" if args.markdown else "  ".join(cells) + f"  ({seconds:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""benchmarks/validation/mlperf_server.json and openorca_lengths.csv (the MLPerf Inference runs docs/capacity.md
+replays) resolve to presets and formats, match the published runs' sample count, and the replay's helpers do what
+benchmarks/mlperf_validation.py says."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _replay():
+    path = ROOT / "benchmarks" / "mlperf_validation.py"
+    spec = importlib.util.spec_from_file_location("mlperf_validation", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mlperf_validation"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_points_resolve_and_are_consistent() -> None:
+    replay = _replay()
+    points = replay.points()
+    assert len(points) >= 3
+    for p in points:
+        assert p["gpus"] % p["tp"] == 0
+        assert p["completed_qps"] <= p["scheduled_qps"] * 1.01
+        assert p["ttft_ms"]["p50"] <= p["ttft_ms"]["p99"] <= replay.TTFT_LIMIT_S * 1e3   # valid runs meet the limits
+        assert p["tpot_ms"]["p50"] <= p["tpot_ms"]["p99"] <= replay.TPOT_LIMIT_S * 1e3
+        assert 250 < p["output_tok_s"] / p["completed_qps"] < 330      # tokens per sample, as generated
+        replica = replay.Replica(p, p)
+        assert replica.fits and replica.kv_tokens > 0 and replica.replicas == p["gpus"] // p["tp"]
+
+
+def test_lengths_are_the_published_sample_set() -> None:
+    replay = _replay()
+    inputs, outputs = replay.dataset_lengths(290.0)
+    count = replay.points()[0]["performance_sample_count"]   # LoadGen's performance_sample_count in every summary
+    assert len(inputs.values) == len(outputs.values) == count == 24576
+    assert max(inputs.values) <= 1024 and max(outputs.values) <= replay.MAX_NEW_TOKENS
+    assert outputs.mean == pytest.approx(290.0, rel=0.01)     # rescaled to the run's generated mean (cap: < 1 %)
+
+
+@dataclass
+class _Sim:
+    qps: float
+    limit: float
+
+    def metric(self, name: str, p: float) -> float:     # meets both limits below ``limit`` samples/s
+        return (0.1 if name == "tpot" else 1.0) * (1.0 if self.qps <= self.limit else 3.0)
+
+
+@dataclass
+class _FakeReplica:
+    limit: float
+
+    def run(self, qps: float, duration_s: float) -> _Sim:
+        return _Sim(qps, self.limit)
+
+
+@pytest.mark.parametrize("limit", [40.0, 75.0, 160.0])
+def test_max_qps_brackets_the_limit(limit: float) -> None:
+    best = _replay().max_qps(_FakeReplica(limit), 75.0, 60.0)
+    assert best <= limit and best >= limit / 1.02
+
+
+def test_a_short_server_run_completes() -> None:
+    replay = _replay()
+    point = replay.points()[1]
+    sim = replay.Replica(point, point).run(point["scheduled_qps"], duration_s=20.0)
+    assert sim.requests > 100 and math.isfinite(sim.metric("tpot", 99))
