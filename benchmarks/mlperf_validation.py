@@ -60,15 +60,15 @@ def dataset_lengths(output_mean: float) -> tuple[LengthDist, LengthDist]:
 
 
 class Replica:
-    """One engine instance of a point: its step model, scheduler limits and KV pool, and the scenario's lengths
-    (``scenario``: the point itself for Server, its ``offline`` entry for Offline)."""
+    """One engine instance of a point: its step model, scheduler limits and KV pool, with a scenario's sequence
+    limit (0: the engine preset's default) and mean generated length."""
 
-    def __init__(self, point: dict, scenario: dict) -> None:
+    def __init__(self, point: dict, max_num_seqs: int, output_mean: float) -> None:
         spec, gpu = load_model(point["model"]), load_gpu(point["gpu"])
         engine = load_engine(point["engine"])
         precision, kv = parse_weight_precision(point["weights"]), get_dtype(point["kv"])
         seats, self.budget = scheduler_defaults(engine, gpu)
-        self.seats = scenario["max_num_seqs"] or seats
+        self.seats = max_num_seqs or seats
         self.replicas = point["gpus"] // point["tp"]
         memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=1, engine=engine,
                                 max_model_len=2 * MAX_NEW_TOKENS, max_num_seqs=self.seats,
@@ -76,8 +76,7 @@ class Replica:
         self.kv_tokens, self.block_size, self.fits = memory.kv_capacity_tokens, memory.block_size, memory.fits
         self.step = latency_step(spec, gpu, precision, kv, tp=point["tp"], engine=engine)
         self.engine = engine.label
-        samples_per_s = scenario.get("completed_qps") or scenario["samples_per_s"]
-        self.inputs, self.outputs = dataset_lengths(scenario["output_tok_s"] / samples_per_s)
+        self.inputs, self.outputs = dataset_lengths(output_mean)
         self.cfg = SimConfig(max_num_seqs=self.seats, max_num_batched_tokens=self.budget,
                              kv_capacity_tokens=self.kv_tokens, block_size=self.block_size,
                              overheads=Overheads(source="in-process SUT: none"))
@@ -96,6 +95,15 @@ class Replica:
         load = Workload(input_len=self.inputs, output_len=self.outputs, num_requests=10 * self.seats,
                         concurrency=2 * self.seats, seed=seed)
         return simulate(self.step, self.cfg, load).output_throughput * self.replicas
+
+
+def server_replica(point: dict) -> Replica:
+    return Replica(point, point["max_num_seqs"], point["output_tok_s"] / point["completed_qps"])
+
+
+def offline_replica(point: dict) -> Replica:
+    off = point["offline"]
+    return Replica(point, off["max_num_seqs"], off["output_tok_s"] / off["samples_per_s"])
 
 
 def meets_limits(sim: SimResult) -> bool:
@@ -129,11 +137,11 @@ def main() -> None:
     rows = []
     for point in points():
         start = time.perf_counter()
-        replica = Replica(point, point)
+        replica = server_replica(point)
         duration = args.duration or point["min_duration_s"]
         sim = replica.run(point["scheduled_qps"], duration)
         best = max_qps(replica, point["scheduled_qps"], duration)
-        offline = Replica(point, point["offline"]).offline_tok_s()
+        offline = offline_replica(point).offline_tok_s()
         rows.append((point, replica, sim, best, offline, time.perf_counter() - start))
     if args.markdown:
         print("| run | layout | engine preset | in flight per replica, measured / predicted | TTFT p50 / p99 ms "

@@ -34,8 +34,8 @@ def test_points_resolve_and_are_consistent() -> None:
         assert p["ttft_ms"]["p50"] <= p["ttft_ms"]["p99"] <= replay.TTFT_LIMIT_S * 1e3   # valid runs meet the limits
         assert p["tpot_ms"]["p50"] <= p["tpot_ms"]["p99"] <= replay.TPOT_LIMIT_S * 1e3
         assert 250 < p["output_tok_s"] / p["completed_qps"] < 330      # tokens per sample, as generated
-        replica = replay.Replica(p, p)
-        assert replica.fits and replica.kv_tokens > 0 and replica.replicas == p["gpus"] // p["tp"]
+        for replica in (replay.server_replica(p), replay.offline_replica(p)):
+            assert replica.fits and replica.kv_tokens > 0 and replica.replicas == p["gpus"] // p["tp"]
 
 
 def test_lengths_are_the_published_sample_set() -> None:
@@ -73,5 +73,5 @@ def test_max_qps_brackets_the_limit(limit: float) -> None:
 def test_a_short_server_run_completes() -> None:
     replay = _replay()
     point = replay.points()[1]
-    sim = replay.Replica(point, point).run(point["scheduled_qps"], duration_s=20.0)
+    sim = replay.server_replica(point).run(point["scheduled_qps"], duration_s=20.0)
     assert sim.requests > 100 and math.isfinite(sim.metric("tpot", 99))
