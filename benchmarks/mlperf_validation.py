@@ -16,7 +16,7 @@ the same process and hands it token ids). Request lengths: the dataset's 24,576 
 as extracted by openshift-psap/performance-dashboard@7100702 mlperf-data/summaries/llama2-70b-99.csv; mean 222,
 max 1,021) and its reference-answer lengths rescaled to the run's own mean generated length (output tokens/s over
 completed samples/s: 290-293; the model writes longer answers than the GPT-4 references, mean 219), capped at
-MLPerf's 1,024 new tokens. Nothing is fitted to the results.
+MLPerf's 1,024 new tokens; prompt and output lengths are drawn independently. Nothing is fitted to the results.
 
 Two comparisons per point. At the reported rate: predicted against measured TTFT and TPOT (p50, p99) and the
 sequences in flight per replica (Little's law: completed samples/s x mean latency). And the highest rate at which
