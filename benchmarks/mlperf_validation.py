@@ -29,15 +29,16 @@ Usage: python benchmarks/mlperf_validation.py [--markdown] [--duration S]
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import time
+from functools import cache
 from pathlib import Path
 
 from tfcalc.calc.engine import scheduler_defaults
 from tfcalc.calc.serving_inputs import latency_step, replica_memory
 from tfcalc.calc.serving_sim import SimConfig, SimResult, Workload, simulate
 from tfcalc.calc.serving_traffic import LengthDist, Overheads
+from tfcalc.cli.capacity import read_lengths_csv
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
@@ -49,14 +50,17 @@ def points() -> list[dict]:
     return json.loads((HERE / "mlperf_server.json").read_text())
 
 
+@cache
+def _dataset() -> tuple[LengthDist, LengthDist]:
+    return read_lengths_csv(HERE / "openorca_lengths.csv")   # the format `tfcalc capacity --lengths-csv` reads
+
+
 def dataset_lengths(output_mean: float) -> tuple[LengthDist, LengthDist]:
     """The dataset's prompt lengths, and its reference-answer lengths scaled to ``output_mean`` (capped at 1,024)."""
-    with (HERE / "openorca_lengths.csv").open(newline="") as f:
-        rows = [(int(r["input_tokens"]), int(r["output_tokens"])) for r in csv.DictReader(f)]
-    scale = output_mean / (sum(o for _, o in rows) / len(rows))
-    outputs = tuple(max(1, min(MAX_NEW_TOKENS, round(o * scale))) for _, o in rows)
-    return LengthDist(kind="empirical", values=tuple(i for i, _ in rows)), LengthDist(kind="empirical",
-                                                                                      values=outputs)
+    inputs, references = _dataset()
+    scale = output_mean / references.mean
+    outputs = tuple(max(1, min(MAX_NEW_TOKENS, round(o * scale))) for o in references.values)
+    return inputs, LengthDist(kind="empirical", values=outputs)
 
 
 class Replica:

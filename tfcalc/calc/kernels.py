@@ -100,8 +100,7 @@ class Rates:
     _stream: float = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        floors = {kind: 0.0 if self.ideal else (value if self.cuda_graphs else max(value, self.launch_s))
-                  for kind, value in self.floors.items()}
+        floors = {kind: self._resolved(value) for kind, value in self.floors.items()}
         object.__setattr__(self, "_floor", floors)
         stream = self.memory_bandwidth if self.ideal else (0.0 if self.bandwidth_points else
                                                            self.memory_bandwidth * self.memory_efficiency)
@@ -155,12 +154,16 @@ class Rates:
                 return y0 + w * (y1 - y0)
         return points[-1][1]  # unreachable
 
+    def _resolved(self, floor_s: float) -> float:
+        """A kernel's fixed seconds as this run pays them: none when ideal, at least a host launch without graphs."""
+        return 0.0 if self.ideal else (floor_s if self.cuda_graphs else max(floor_s, self.launch_s))
+
     def floor(self, kind: str, weight_format: str = "") -> float:
         """Fixed seconds of one kernel of ``kind``; without CUDA graphs at least the host's launch interval. A fused
         MoE of a storage format the engine measured apart (``moe_format_floors``) takes that format's floor."""
         own = self.moe_format_floors.get(weight_format) if kind == "moe" and weight_format else None
         if own is not None:
-            return 0.0 if self.ideal else (own if self.cuda_graphs else max(own, self.launch_s))
+            return self._resolved(own)
         floor = self._floor.get(kind)
         if floor is None:
             floor = self._floor.get("gemm", 0.0)
