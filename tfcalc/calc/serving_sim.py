@@ -237,7 +237,12 @@ class _Engine:
         return math.ceil(self.kv.units(tokens) / self.cfg.block_size)
 
     def _blocks_needed(self, seq: _Seq, tokens: int) -> int:
-        return max(self._units(seq.length + tokens) - self._units(seq.cached), 0) - seq.blocks
+        """Blocks ``seq`` must add to hold ``tokens`` more (its cached prefix's blocks are shared, not its own)."""
+        if self.kv.windows:
+            return max(self._units(seq.length + tokens) - self._units(seq.cached), 0) - seq.blocks
+        size = self.cfg.block_size   # no windows: _units inlined (this runs once per sequence and step)
+        need = (seq.cached - 1) // size - (seq.length + tokens - 1) // size   # ceil(a/size) - ceil(b/size), negated
+        return (-need if need < 0 else 0) - seq.blocks
 
     # --- the loop ------------------------------------------------------------------------------------------
     def run(self, fast_forward: bool) -> SimResult:
@@ -297,12 +302,14 @@ class _Engine:
             seq = self.running[i]
             prefill = seq.length < seq.target
             want = min(seq.target - seq.length, budget) if prefill else min(k1, budget)
-            while self._blocks_needed(seq, want) > self.free_blocks and seq.active:
+            need = self._blocks_needed(seq, want)
+            while need > self.free_blocks and seq.active:
                 self._preempt(self.running[-1])
                 preempted = True
+                need = self._blocks_needed(seq, want)
             if not seq.active:
                 break
-            self._allocate(seq, want)
+            self._allocate(seq, want, need)
             scheduled.append((seq, want, prefill))
             budget -= want
             i += 1
@@ -310,12 +317,13 @@ class _Engine:
             while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
                 seq = self.waiting[0]
                 want = min(seq.target - seq.length, budget)
-                if self._blocks_needed(seq, want) > self.free_blocks:
+                need = self._blocks_needed(seq, want)
+                if need > self.free_blocks:
                     break
                 self.waiting.popleft()
                 self.running.append(seq)
                 seq.active = True
-                self._allocate(seq, want)
+                self._allocate(seq, want, need)
                 scheduled.append((seq, want, True))
                 budget -= want
         if not scheduled:
@@ -393,8 +401,8 @@ class _Engine:
         if self.load.concurrency is not None and self.sent < self.load.num_requests:
             self._send(t)
 
-    def _allocate(self, seq: _Seq, tokens: int) -> None:
-        need = self._blocks_needed(seq, tokens)
+    def _allocate(self, seq: _Seq, tokens: int, need: int) -> None:
+        """``seq`` computes ``tokens`` more, taking the ``need`` blocks ``_blocks_needed`` counted for them."""
         self.free_blocks -= need
         seq.blocks += need
         seq.length += tokens
@@ -454,7 +462,7 @@ class _Engine:
         t_end = ends[-1]
         self._stream_run(ends)
         for s in running:
-            self._allocate(s, done)
+            self._allocate(s, done, self._blocks_needed(s, done))
             s.generated += done
             s.target = s.length
         return t_end
