@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfcalc.calc import comm
-from tfcalc.spec.interconnect import Link, load_interconnect
+from tfcalc.spec.interconnect import CustomAllReduce, Link, load_interconnect
+from tfcalc.spec.presets import load_engine
 
 LINK = Link(name="t", bandwidth_bytes_per_s=400e9, efficiency=0.75, step_latency_s=1e-6, launch_s=5e-6)
 BETA = 300e9
@@ -55,8 +56,56 @@ def test_nvlink4_small_message_latency_matches_its_measurement() -> None:
     fabric = load_interconnect("nvlink4")
     assert comm.all_reduce(4096, 8, fabric.nccl, "ring").seconds == pytest.approx(16.8e-6, rel=0.05)
     assert comm.all_reduce(4096, 2, fabric.nccl, "ring").seconds == pytest.approx(6.3e-6, rel=0.05)
+
+
+KERNEL = CustomAllReduce(name="t", bandwidth_bytes_per_s=400e9, launch_s=4e-6, one_shot_efficiency=0.5,
+                         two_shot_efficiency=0.75, two_shot_latency_s=3e-6)
+
+
+def test_custom_all_reduce_by_hand() -> None:
+    """One-shot: each GPU reads the n - 1 peers' whole buffers; two-shot: 2 (n - 1) / n x S after a second stage."""
+    size, n = 1 << 20, 8
+    one = comm.custom_all_reduce(size, n, KERNEL, one_shot=True)
+    assert one.seconds == pytest.approx(4e-6 + 7 * size / 200e9) and one.bytes_per_gpu == 7 * size
+    two = comm.custom_all_reduce(size, n, KERNEL, one_shot=False)
+    assert two.seconds == pytest.approx(4e-6 + 3e-6 + 2 * 7 / 8 * size / 300e9)
+    assert (one.algorithm, two.algorithm) == ("one-shot", "two-shot")
+    assert comm.custom_all_reduce(size, 1, KERNEL, one_shot=True).seconds == 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(1, 8e6), st.integers(2, 8), st.booleans())
+def test_custom_all_reduce_grows_with_size_and_gpus(size: float, n: int, one_shot: bool) -> None:
+    t = comm.custom_all_reduce(size, n, KERNEL, one_shot).seconds
+    assert comm.custom_all_reduce(size * 2, n, KERNEL, one_shot).seconds > t
+    assert comm.custom_all_reduce(size, n + 1, KERNEL, one_shot).seconds > t
+
+
+def test_vllm_rule_and_tensorrt_llm_rule() -> None:
+    """vLLM csrc/custom_all_reduce.cuh: one-shot on 2 GPUs, <= 4 below 512 KiB, <= 8 below 256 KiB;
+    TensorRT-LLM: up to 128 tokens (kOneShotMaxToken) whatever the GPUs."""
+    vllm = load_engine("vllm").kernels
+    assert vllm.one_shot_allreduce(64 << 20, 2, 1e9)
+    assert vllm.one_shot_allreduce((512 << 10) - 1, 4, 0) and not vllm.one_shot_allreduce(512 << 10, 4, 0)
+    assert vllm.one_shot_allreduce((256 << 10) - 1, 8, 0) and not vllm.one_shot_allreduce(256 << 10, 8, 0)
+    assert not vllm.one_shot_allreduce(1024, 16, 0)
+    trtllm = load_engine("trtllm").kernels
+    assert trtllm.one_shot_allreduce(2 << 20, 8, 128) and not trtllm.one_shot_allreduce(1024, 8, 129)
+
+
+# aiconfigurator 0.12 systems/data/h200_sxm/comm/vllm/0.24.0/custom_allreduce_perf (CUDA graphs): (GPUs, bf16
+# elements, measured us); bytes are 2 x elements (collector/collect_all_reduce.py)
+H200_VLLM = [(2, 2048, 4.5), (8, 2048, 5.1), (8, 65536, 7.9), (4, 131072, 7.0), (8, 131072, 10.1),
+             (8, 524288, 14.1), (2, 524288, 8.4), (4, 1048576, 17.8), (8, 2097152, 28.4)]
+
+
+@pytest.mark.parametrize(("n", "elements", "measured_us"), H200_VLLM)
+def test_nvlink4_custom_all_reduce_matches_vllm_measurements(n: int, elements: int, measured_us: float) -> None:
+    fabric, vllm = load_interconnect("nvlink4"), load_engine("vllm").kernels
     assert fabric.custom_allreduce is not None
-    assert comm.all_reduce(4096, 8, fabric.custom_allreduce, "tree").seconds == pytest.approx(4.7e-6, rel=0.1)
+    size = 2 * elements
+    t = comm.custom_all_reduce(size, n, fabric.custom_allreduce, vllm.one_shot_allreduce(size, n, size / 8192))
+    assert t.seconds == pytest.approx(measured_us * 1e-6, rel=0.12)
 
 
 # --- a link measured: fit_link and calibrated_link --------------------------------------------------------------

@@ -355,6 +355,34 @@ def test_interconnect_and_engine_errors() -> None:
         engine_from_mapping({**ideal, "sources": None}, "e.yaml", "e")
 
 
+def test_custom_allreduce_blocks_parse_and_fail_clearly() -> None:
+    base = {"bandwidth_gb_s": 450, "nccl": {"efficiency": 0.78, "launch_us": 4.6, "step_latency_us": 0.87}}
+    custom = {"launch_us": 4.6, "one_shot_efficiency": 0.59, "two_shot_efficiency": 0.74, "two_shot_latency_us": 3.7}
+    fabric = interconnect_from_mapping({**base, "custom_allreduce": custom}, "x.yaml", "x")
+    assert fabric.custom_allreduce is not None
+    assert fabric.custom_allreduce.two_shot_latency_s == pytest.approx(3.7e-6)
+    assert fabric.custom_allreduce.bandwidth_bytes_per_s == 450e9
+    for change, message in (({"one_shot_efficiency": 1.5}, "one_shot_efficiency' must be at most 1"),
+                            ({"efficiency": 0.4}, "unknown field 'custom_allreduce.efficiency'"),
+                            ({"two_shot_latency_us": None}, "missing required field 'custom_allreduce.two_shot_lat")):
+        with pytest.raises(SpecError, match=message):
+            interconnect_from_mapping({**base, "custom_allreduce": {**custom, **change}}, "x.yaml", "x")
+    rule = kernels_from_mapping({"one_shot_allreduce": {"below_kib": {8: 128, 4: 1024}}}, "e.yaml")
+    assert rule.one_shot_below_bytes == ((4, 1024 * 1024.0), (8, 128 * 1024.0))
+    assert rule.one_shot_allreduce(1 << 19, 4, 0) and not rule.one_shot_allreduce(1 << 19, 8, 0)
+    tokens = kernels_from_mapping({"one_shot_allreduce": {"max_tokens": 64},
+                                   "custom_allreduce_launch_us": {"nvlink4": 3}}, "e.yaml")
+    assert tokens.one_shot_max_tokens == 64 and tokens.custom_allreduce_launch_s == {"nvlink4": pytest.approx(3e-6)}
+    for value, message in (({"below_kib": {8: 1}, "max_tokens": 4}, "must be a mapping of one of"),
+                           ({"below_kib": {2: 64}}, "GPU counts from 3 to 1024"),
+                           ({"max_tokens": 0}, "max_tokens"),
+                           ({"most_tokens": 4}, "unknown field 'kernels.one_shot_allreduce.most_tokens'")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"one_shot_allreduce": value}, "e.yaml")
+    with pytest.raises(SpecError, match="custom_allreduce_launch_us.nvlink4' must be at least 0"):
+        kernels_from_mapping({"custom_allreduce_launch_us": {"nvlink4": -1}}, "e.yaml")
+
+
 def test_user_engine_file_inherits_kernels_by_name(tmp_path: Path) -> None:
     """A user's vLLM memory model without a kernels block runs vLLM's kernels; another name the defaults."""
     text = (preset_root() / "engines" / "vllm-0.17.yaml").read_text()

@@ -10,6 +10,10 @@ of Collective Communication Operations in MPICH", IJHPCA 19(1), 2005; NCCL's rin
 - all-to-all, pairwise exchange (S = what one GPU sends in all): (n - 1) alpha + (n - 1) / n x S / beta
 - point-to-point: alpha + S / beta
 
+- custom all-reduce (vLLM / SGLang / TensorRT-LLM over peer memory; ``custom_all_reduce``), one-shot: every GPU
+  reads each peer's whole buffer and reduces locally, launch + (n - 1) x S / beta_1; two-shot (reduce-scatter,
+  then all-gather, through peer buffers): launch + latency_2 + 2 (n - 1) / n x S / beta_2
+
 Each collective also pays ``launch_s``, the fixed cost of its kernel. ``auto`` takes the faster of ring and tree,
 as NCCL's tuner does: trees win for small messages (fewer latency steps), rings for large ones.
 
@@ -31,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import combinations
 
-from tfcalc.spec.interconnect import ALGORITHMS, Link
+from tfcalc.spec.interconnect import ALGORITHMS, CustomAllReduce, Link
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +68,22 @@ def all_reduce(nbytes: float, n: int, link: Link, algorithm: str = "auto") -> Co
     if algorithm == "ring" or (algorithm == "auto" and ring <= tree):
         return CommTime(seconds=ring, algorithm="ring", bytes_per_gpu=ring_bytes)
     return CommTime(seconds=tree, algorithm="tree", bytes_per_gpu=tree_bytes)
+
+
+def custom_all_reduce(nbytes: float, n: int, kernel: CustomAllReduce, one_shot: bool) -> CommTime:
+    """All-reduce of ``nbytes`` per GPU over ``n`` GPUs by an engine's peer-memory kernel, one- or two-shot
+    (module docstring; which one the engine runs: ``EngineKernels.one_shot_allreduce``); 0 for one GPU."""
+    _check(n, nbytes, "ring")
+    if n == 1 or nbytes == 0:
+        return CommTime(seconds=0.0, algorithm="none", bytes_per_gpu=0.0)
+    if one_shot:
+        moved = (n - 1) * nbytes
+        seconds = kernel.launch_s + moved / (kernel.bandwidth_bytes_per_s * kernel.one_shot_efficiency)
+        return CommTime(seconds=seconds, algorithm="one-shot", bytes_per_gpu=moved)
+    moved = 2 * (n - 1) / n * nbytes
+    seconds = (kernel.launch_s + kernel.two_shot_latency_s
+               + moved / (kernel.bandwidth_bytes_per_s * kernel.two_shot_efficiency))
+    return CommTime(seconds=seconds, algorithm="two-shot", bytes_per_gpu=moved)
 
 
 def all_gather(total_bytes: float, n: int, link: Link) -> CommTime:

@@ -468,8 +468,8 @@ def _group_link(d: Deployment, group_size: int) -> Interconnect:
 
 def _all_reduce(d: Deployment, nbytes: float, n: int, ideal: bool,
                 memo: dict | None = None) -> tuple[comm.CommTime, float]:
-    """(time, the link's datasheet bandwidth) of an all-reduce over ``n`` GPUs: NCCL, or the engine's custom
-    kernel when it is faster (vLLM/SGLang/TRT-LLM pick it below a few MiB)."""
+    """(time, the link's datasheet bandwidth) of an all-reduce over ``n`` GPUs: NCCL, or the engine's one- or
+    two-shot custom kernel below its size limit (vLLM / SGLang: 8 MiB) when that is faster."""
     if memo is not None:
         key = ("all_reduce", nbytes, n, ideal)
         hit = memo.get(key)
@@ -480,9 +480,14 @@ def _all_reduce(d: Deployment, nbytes: float, n: int, ideal: bool,
     link = fabric.nccl.ideal() if ideal else fabric.nccl
     algorithm = d.algorithm if fabric is d.intra else fabric.algorithm
     best = comm.all_reduce(nbytes, n, link, algorithm)
-    if not ideal and d.kernels.custom_allreduce and fabric.custom_allreduce is not None and best.seconds > 0:
-        custom = comm.all_reduce(nbytes, n, fabric.custom_allreduce, "tree")
-        custom = comm.CommTime(seconds=custom.seconds, algorithm="custom", bytes_per_gpu=2 * (n - 1) / n * nbytes)
+    engine = d.kernels
+    if (not ideal and engine.custom_allreduce and fabric.custom_allreduce is not None and best.seconds > 0
+            and nbytes < engine.custom_allreduce_max_bytes):
+        tokens = nbytes / (d.dims.h * ACT_BYTES)
+        kernel = fabric.custom_allreduce
+        if fabric.name in engine.custom_allreduce_launch_s:
+            kernel = replace(kernel, launch_s=engine.custom_allreduce_launch_s[fabric.name])
+        custom = comm.custom_all_reduce(nbytes, n, kernel, engine.one_shot_allreduce(nbytes, n, tokens))
         if custom.seconds < best.seconds:
             best = custom
     return best, link.bandwidth_bytes_per_s

@@ -121,13 +121,21 @@ class StaticFractionRule:
     tiers: tuple[tuple[float, int, int, int], ...]
 
 
+# vLLM csrc/custom_all_reduce.cuh (SGLang sgl-kernel/csrc/allreduce/custom_all_reduce.cuh the same): the one-shot
+# kernel on 2 GPUs always, else on at most 4 GPUs below 512 KiB and on at most 8 below 256 KiB; two-shot otherwise
+VLLM_ONE_SHOT_BELOW: tuple[tuple[int, float], ...] = ((4, 512 * 1024.0), (8, 256 * 1024.0))
+
+
 @dataclass(frozen=True, kw_only=True)
 class EngineKernels:
     """How an engine runs a step, for the latency model (``tfcalc.calc.latency``); times in seconds.
 
     ``cuda_graphs``: decode steps replay captured graphs (else each kernel waits for its host launch,
-    ``eager_launch_s``); ``custom_allreduce``: one-/two-shot kernels for small all-reduces where the fabric has
-    them; ``fused_activation_quant``: fp8/int8 W8A8 GEMMs quantise their input inside the preceding kernel (else
+    ``eager_launch_s``); ``custom_allreduce``: one-/two-shot kernels for all-reduces below
+    ``custom_allreduce_max_bytes`` where the fabric has them, one-shot as ``one_shot_allreduce`` says, with this
+    engine's own launch cost per interconnect preset where it differs from the fabric's
+    (``custom_allreduce_launch_s``); ``fused_activation_quant``: fp8/int8 W8A8 GEMMs quantise their input inside
+    the preceding kernel (else
     a kernel of its own); ``floors_s``: per kernel class (gemm, elementwise, attention, moe), replacing the GPU
     preset's floor where this engine's kernels were measured to differ; ``block_floors_s``: the fixed cost of a
     fused block per layer (mla_decode, mla_prefill); ``moe_expert_floors_s``: per compute dtype, a fused-MoE
@@ -148,6 +156,10 @@ class EngineKernels:
 
     cuda_graphs: bool = True
     custom_allreduce: bool = True
+    custom_allreduce_max_bytes: float = 8 * 1024 * 1024   # vLLM custom_all_reduce.py max_size (SGLang's too)
+    one_shot_below_bytes: tuple[tuple[int, float], ...] = VLLM_ONE_SHOT_BELOW
+    one_shot_max_tokens: int = 0   # > 0: one-shot up to this many tokens whatever the GPUs (TensorRT-LLM)
+    custom_allreduce_launch_s: dict[str, float] = field(default_factory=dict, hash=False)  # by interconnect preset
     fused_activation_quant: bool = False
     eager_launch_s: float = 8e-6
     floors_s: dict[str, float] = field(default_factory=dict, hash=False)
@@ -159,6 +171,19 @@ class EngineKernels:
     moe_dequant_per_tile_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def one_shot_allreduce(self, nbytes: float, n: int, tokens: float) -> bool:
+        """Whether the custom all-reduce of ``nbytes`` (``tokens`` hidden states) over ``n`` GPUs runs the one-shot
+        kernel: up to ``one_shot_max_tokens`` tokens when set, else always on 2 GPUs and below the size
+        ``one_shot_below_bytes`` gives for the fewest GPUs at least ``n`` (none: two-shot)."""
+        if self.one_shot_max_tokens:
+            return tokens <= self.one_shot_max_tokens
+        if n <= 2:
+            return True
+        for gpus, below in self.one_shot_below_bytes:
+            if n <= gpus:
+                return nbytes < below
+        return False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,7 +315,9 @@ def _mib(value: Any, origin: str, key: str) -> int:
     return round(_num(value, origin, key, high=MAX_MIB) * MIB)
 
 
-_KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "fused_activation_quant", "eager_launch_us", "floors_us",
+_KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce", "custom_allreduce_launch_us",
+                          "fused_activation_quant",
+                          "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency",
                           "moe_k0", "moe_dequant_per_tile", "moe_floors_us", "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
@@ -365,6 +392,39 @@ def _floors(value: Any, origin: str, key: str, allowed: tuple[str, ...]) -> dict
     return {str(k): _num(v, origin, f"{key}.{k}", 0.0, MAX_MICROSECONDS) * 1e-6 for k, v in value.items()}
 
 
+def _one_shot(value: Any, origin: str) -> dict[str, Any]:
+    """``one_shot_allreduce: {below_kib: {GPUS: KiB, ...}}`` or ``{max_tokens: N}`` -> EngineKernels fields."""
+    key = "kernels.one_shot_allreduce"
+    if value is None:
+        return {}
+    _require(isinstance(value, dict) and len(value) == 1, origin,
+             f"field '{key}' must be a mapping of one of below_kib, max_tokens")
+    _check_keys(value, frozenset({"below_kib", "max_tokens"}), origin, "kernels.one_shot_allreduce.")
+    if "max_tokens" in value:
+        return {"one_shot_max_tokens": _int(value["max_tokens"], origin, f"{key}.max_tokens", 1, 1 << 20)}
+    below = value["below_kib"]
+    _require(isinstance(below, dict) and below, origin, f"field '{key}.below_kib' must map GPU counts to KiB")
+    rows = []
+    for gpus, kib in below.items():
+        _require(isinstance(gpus, int) and not isinstance(gpus, bool) and 2 < gpus <= 1024, origin,
+                 f"field '{key}.below_kib' needs GPU counts from 3 to 1024 as keys, got {_show(gpus)}")
+        rows.append((int(gpus), _num(kib, origin, f"{key}.below_kib.{gpus}", 0.0, 1 << 30) * 1024))
+    return {"one_shot_below_bytes": tuple(sorted(rows))}
+
+
+def _launch_by_fabric(value: Any, origin: str) -> dict[str, float]:
+    """``custom_allreduce_launch_us: {INTERCONNECT: us}`` -> seconds by interconnect preset name."""
+    key = "kernels.custom_allreduce_launch_us"
+    if value is None:
+        return {}
+    _require(isinstance(value, dict), origin, f"field '{key}' must map interconnect presets to microseconds")
+    out = {}
+    for fabric, us in value.items():
+        _require(isinstance(fabric, str) and fabric, origin, f"field '{key}' needs interconnect names as keys")
+        out[fabric] = _num(us, origin, f"{key}.{fabric}", 0.0, MAX_MICROSECONDS) * 1e-6
+    return out
+
+
 def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
     """Validate an engine preset's ``kernels:`` block (units as printed: microseconds); absent fields keep
     ``EngineKernels``' defaults."""
@@ -379,6 +439,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
     return EngineKernels(
         cuda_graphs=_bool(data.get("cuda_graphs", d.cuda_graphs), origin, "kernels.cuda_graphs"),
         custom_allreduce=_bool(data.get("custom_allreduce", d.custom_allreduce), origin, "kernels.custom_allreduce"),
+        **_one_shot(data.get("one_shot_allreduce"), origin),
+        custom_allreduce_launch_s=_launch_by_fabric(data.get("custom_allreduce_launch_us"), origin),
         fused_activation_quant=_bool(data.get("fused_activation_quant", d.fused_activation_quant), origin,
                                      "kernels.fused_activation_quant"),
         eager_launch_s=_num(data.get("eager_launch_us", d.eager_launch_s * 1e6), origin, "kernels.eager_launch_us",

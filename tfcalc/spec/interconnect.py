@@ -3,7 +3,8 @@ them, validated into ``Interconnect`` (units as printed: GB/s = 10^9 bytes/s one
 
 Each preset gives the link bandwidth and NCCL's measured behaviour on it (efficiency for large messages, the launch
 floor, the latency of one algorithm step, the algorithm NCCL uses there); fabrics with peer-to-peer access (NVLink)
-may add ``custom_allreduce``, the one-/two-shot kernels vLLM, SGLang and TensorRT-LLM use for small messages.
+may add ``custom_allreduce``, the one-/two-shot kernels vLLM, SGLang and TensorRT-LLM use for small messages
+(``CustomAllReduce``; which of the two an engine runs is the engine's: ``EngineKernels.one_shot_allreduce``).
 """
 
 from __future__ import annotations
@@ -39,8 +40,24 @@ class Link:
                     step_latency_s=0.0, launch_s=0.0, source=self.source)
 
 
+@dataclass(frozen=True, kw_only=True)
+class CustomAllReduce:
+    """An engine's all-reduce over peer memory (vLLM's csrc/custom_all_reduce.cuh, SGLang's port, TensorRT-LLM's
+    own): the one-shot kernel reads every peer's whole buffer, the two-shot kernel reduce-scatters and all-gathers
+    through peer buffers (``tfcalc.calc.comm.custom_all_reduce``). SI units."""
+
+    name: str
+    bandwidth_bytes_per_s: float  # the fabric's, one direction per GPU
+    launch_s: float  # a small message's whole time: launch and barrier
+    one_shot_efficiency: float  # of the bandwidth: the (n - 1) x S a GPU reads in the one-shot kernel
+    two_shot_efficiency: float  # of the bandwidth: the 2 (n - 1) / n x S a GPU moves in the two-shot kernel
+    two_shot_latency_s: float  # the two-shot kernel's second stage and barrier
+    source: str = ""
+
+
 _KEYS = {"display_name", "bandwidth_gb_s", "nccl", "custom_allreduce", "sources", "notes"}
 _IMPL_KEYS = {"efficiency", "launch_us", "step_latency_us", "algorithm"}
+_CUSTOM_KEYS = {"launch_us", "one_shot_efficiency", "two_shot_efficiency", "two_shot_latency_us"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +68,7 @@ class Interconnect:
     display_name: str
     nccl: Link
     algorithm: str
-    custom_allreduce: Link | None = None
+    custom_allreduce: CustomAllReduce | None = None
 
 
 MAX_BANDWIDTH_GB_S = 1e7  # as GPU_LIMITS' interconnect_bidirectional_gb_s: 1000x today's fastest fabric
@@ -66,12 +83,12 @@ def _number(value: Any, origin: str, key: str, upper: float, allow_zero: bool = 
     return in_file(origin, check_float, key, value, high=upper, low=0.0 if allow_zero else None)
 
 
-def _link(data: Any, origin: str, key: str, name: str, bandwidth: float, with_algorithm: bool) -> tuple[Link, str]:
+def _link(data: Any, origin: str, key: str, name: str, bandwidth: float) -> tuple[Link, str]:
     from tfcalc.spec.model import key_text
 
     if not isinstance(data, dict):
         raise SpecError(f"{origin}: field '{key}' must be a mapping of {', '.join(sorted(_IMPL_KEYS))}")
-    allowed = _IMPL_KEYS if with_algorithm else _IMPL_KEYS - {"algorithm"}
+    allowed = _IMPL_KEYS
     unknown = sorted(key_text(k) for k in data if k not in allowed)
     if unknown:
         raise SpecError(f"{origin}: unknown field '{key}.{unknown[0]}' (known: {', '.join(sorted(allowed))})")
@@ -90,6 +107,28 @@ def _link(data: Any, origin: str, key: str, name: str, bandwidth: float, with_al
                                  allow_zero=True) * 1e-6,
                 source=origin)
     return link, algorithm
+
+
+def _custom(data: Any, origin: str, name: str, bandwidth: float) -> CustomAllReduce:
+    from tfcalc.spec.model import key_text
+
+    key = "custom_allreduce"
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: field '{key}' must be a mapping of {', '.join(sorted(_CUSTOM_KEYS))}")
+    unknown = sorted(key_text(k) for k in data if k not in _CUSTOM_KEYS)
+    if unknown:
+        raise SpecError(f"{origin}: unknown field '{key}.{unknown[0]}' (known: {', '.join(sorted(_CUSTOM_KEYS))})")
+    for required in sorted(_CUSTOM_KEYS):
+        if data.get(required) is None:
+            raise SpecError(f"{origin}: missing required field '{key}.{required}'")
+    return CustomAllReduce(
+        name=name, bandwidth_bytes_per_s=bandwidth,
+        launch_s=_number(data["launch_us"], origin, f"{key}.launch_us", MAX_MICROSECONDS, allow_zero=True) * 1e-6,
+        one_shot_efficiency=_number(data["one_shot_efficiency"], origin, f"{key}.one_shot_efficiency", upper=1.0),
+        two_shot_efficiency=_number(data["two_shot_efficiency"], origin, f"{key}.two_shot_efficiency", upper=1.0),
+        two_shot_latency_s=_number(data["two_shot_latency_us"], origin, f"{key}.two_shot_latency_us",
+                                   MAX_MICROSECONDS, allow_zero=True) * 1e-6,
+        source=origin)
 
 
 def interconnect_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> Interconnect:
@@ -111,11 +150,10 @@ def interconnect_from_mapping(data: dict[str, Any], origin: str, default_name: s
         if data.get(required) is None:
             raise SpecError(f"{origin}: missing required field '{required}'")
     bandwidth = _number(data["bandwidth_gb_s"], origin, "bandwidth_gb_s", MAX_BANDWIDTH_GB_S) * 1e9
-    nccl, algorithm = _link(data["nccl"], origin, "nccl", default_name, bandwidth, with_algorithm=True)
+    nccl, algorithm = _link(data["nccl"], origin, "nccl", default_name, bandwidth)
     custom = None
     if data.get("custom_allreduce") is not None:
-        custom, _ = _link(data["custom_allreduce"], origin, "custom_allreduce", f"{default_name} custom all-reduce",
-                          bandwidth, with_algorithm=False)
+        custom = _custom(data["custom_allreduce"], origin, f"{default_name} custom all-reduce", bandwidth)
     return Interconnect(name=default_name, display_name=str(data.get("display_name", default_name)), nccl=nccl,
                         algorithm=algorithm, custom_allreduce=custom)
 
