@@ -134,24 +134,23 @@ class EngineKernels:
     ``eager_launch_s``); ``custom_allreduce``: one-/two-shot kernels for all-reduces below
     ``custom_allreduce_max_bytes`` where the fabric has them, one-shot as ``one_shot_allreduce`` says, with this
     engine's own launch cost per interconnect preset where it differs from the fabric's
-    (``custom_allreduce_launch_s``); ``fused_activation_quant``: fp8/int8 W8A8 GEMMs quantise their input inside
-    the preceding kernel (else
-    a kernel of its own); ``floors_s``: per kernel class (gemm, elementwise, attention, moe), replacing the GPU
-    preset's floor where this engine's kernels were measured to differ; ``block_floors_s``: the fixed cost of a
-    fused block per layer (mla_decode, mla_prefill); ``moe_expert_floors_s``: per compute dtype, a fused-MoE
-    kernel's fixed cost per local expert (added to its floor); ``moe_dequant_ops_by_gpu``: per GPU preset name and
-    weight-only format, the CUDA-core instructions per weight this engine's fused-MoE kernel spends dequantising
-    (replacing ``kernels.DEQUANT_OPS``' entry on that GPU); ``moe_efficiency_by_gpu``: per GPU preset name and
-    compute dtype, the grouped expert-GEMM efficiency of this engine's fused-MoE kernel, replacing that GPU
-    preset's ``latency.moe_efficiency`` entry (other GPUs and dtypes keep the GPU preset's); ``moe_k0_by_gpu``:
-    per GPU preset name and compute dtype, the K-loop elements each output tile of that kernel's grouped GEMMs
-    costs (replacing ``kernels.GEMM_K0`` in its fused MoE: the tile's fixed work); ``moe_dequant_per_tile_by_gpu``:
-    per GPU preset name, the weight-only formats whose fused-MoE kernel unpacks an expert's weights again in every
-    row tile's main loop (by default, once per expert and step); ``moe_floors_by_gpu``: per GPU preset name and
-    expert storage format, the fused MoE's fixed cost in seconds where that kernel's differs from the ``moe`` floor
-    (TensorRT-LLM's MXFP4 backends). The per-dtype tables (expert floors, efficiency,
-    K0) also take a storage format's name (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before
-    the compute dtype's. The defaults describe an engine whose kernels are those the GPU presets measured (vLLM's).
+    (``custom_allreduce_launch_s``); ``fused_activation_quant``: fp8/int8 W8A8 GEMMs quantise their input inside the
+    preceding kernel (else a kernel of its own); ``floors_s``: per kernel class (gemm, elementwise, attention, moe),
+    replacing the GPU preset's floor where this engine's kernels were measured to differ; ``block_floors_s``: the
+    fixed cost of a fused block per layer (mla_decode, mla_prefill); ``moe_expert_floors_s``: per compute dtype, a
+    fused-MoE kernel's fixed cost per local expert (added to its floor); ``moe_dequant_ops_by_gpu``: per GPU preset
+    name and weight-only format, the CUDA-core instructions per weight this engine's fused-MoE kernel spends
+    dequantising (replacing ``kernels.DEQUANT_OPS``' entry on that GPU); ``moe_efficiency_by_gpu``: per GPU preset
+    name and compute dtype, the grouped expert-GEMM efficiency of this engine's fused-MoE kernel, replacing that GPU
+    preset's ``latency.moe_efficiency`` entry (other GPUs and dtypes keep the GPU preset's); ``moe_k0_by_gpu``: per
+    GPU preset name and compute dtype, the K-loop elements each output tile of that kernel's grouped GEMMs costs
+    (replacing ``kernels.GEMM_K0`` in its fused MoE: the tile's fixed work); ``moe_dequant_per_tile_by_gpu``: per
+    GPU preset name, the weight-only formats whose fused-MoE kernel unpacks an expert's weights again in every row
+    tile's main loop (by default, once per expert and step); ``moe_floors_by_gpu``: per GPU preset name and expert
+    storage format, the fused MoE's fixed cost in seconds where that kernel's differs from the ``moe`` floor
+    (TensorRT-LLM's MXFP4 backends). The per-dtype tables (expert floors, efficiency, K0) also take a storage
+    format's name (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before the compute dtype's. The
+    defaults describe an engine whose kernels are those the GPU presets measured (vLLM's).
     """
 
     cuda_graphs: bool = True
@@ -316,10 +315,9 @@ def _mib(value: Any, origin: str, key: str) -> int:
 
 
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce", "custom_allreduce_launch_us",
-                          "fused_activation_quant",
-                          "eager_launch_us", "floors_us",
-                          "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency",
-                          "moe_k0", "moe_dequant_per_tile", "moe_floors_us", "sources"})
+                          "fused_activation_quant", "eager_launch_us", "floors_us", "block_floors_us",
+                          "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
+                          "moe_dequant_per_tile", "moe_floors_us", "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
