@@ -488,6 +488,8 @@ def _all_reduce(d: Deployment, nbytes: float, n: int, ideal: bool,
         if fabric.name in engine.custom_allreduce_launch_s:
             kernel = replace(kernel, launch_s=engine.custom_allreduce_launch_s[fabric.name])
         custom = comm.custom_all_reduce(nbytes, n, kernel, engine.one_shot_allreduce(nbytes, n, tokens))
+        # the pure roofline counts the bytes an all-reduce must move (a ring's), whichever kernel runs
+        custom = replace(custom, bytes_per_gpu=2 * (n - 1) / n * nbytes)
         if custom.seconds < best.seconds:
             best = custom
     return best, link.bandwidth_bytes_per_s

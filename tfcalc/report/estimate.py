@@ -252,7 +252,7 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                      f"{dm.expert_width:g}")
     lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {d.num_gpus} GPUs, ep {d.ep}; "
                  f"fabric {d.intra.display_name}, {d.algorithm} all-reduce"
-                 + (", engine custom all-reduce for small messages" if d.kernels.custom_allreduce
+                 + (", engine one-/two-shot custom all-reduce below 8 MiB" if d.kernels.custom_allreduce
                     and d.intra.custom_allreduce is not None else ""))
     if d.tp > 1:
         lines.append(f"tp: 2 all-reduces per layer of tokens x {dm.h} x 2 B (+ the embedding's, logits gathered): "
