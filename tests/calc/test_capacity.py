@@ -165,13 +165,14 @@ def test_nothing_fits() -> None:
 
 # --- the command's choice: the cheapest plan the simulation confirms -------------------------------------------
 
-def _verify(result, traffic, targets, space, requests: int = 300):  # noqa: ANN001, ANN202 - a Verified
+def _verify(result, traffic, targets, space, requests: int = 300, workers: int = 1):  # noqa: ANN001, ANN202
     from tfcalc.calc.capacity import full_evaluation, verified_choice
 
     def full(e):  # noqa: ANN001, ANN202
         return full_evaluation(SPEC, traffic, targets, space, OVERHEADS, e)
 
-    return verified_choice(result, traffic, targets, space, full, num_requests=requests, max_simulations=40)
+    return verified_choice(result, traffic, targets, space, full, num_requests=requests, max_simulations=40,
+                           workers=workers)
 
 
 def _sim_ok(e, traffic, targets, requests: int = 300) -> bool:  # noqa: ANN001
@@ -227,6 +228,19 @@ def test_verified_choice_walks_down_to_the_cheapest_confirmed_plan(monkeypatch: 
                 break
     assert v.verified and v.plan.cost_per_hour == pytest.approx(brute)
     assert v.plan.cost_per_hour > result.best.cost_per_hour and 2 <= v.simulations < len(result.evaluations)
+    assert _verify(result, traffic, targets, space, workers=3) == v   # simulations run ahead: the same walk
+
+
+def test_verified_choice_with_workers_is_the_same_walk() -> None:
+    """Forked workers running simulations ahead change when each one runs, not the answer or the lines."""
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2), tps=(1, 2), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+    traffic, targets = _traffic(9.0), _targets(ttft=0.2, tpot=0.04)   # the model's two cheapest plans miss
+    result = search(SPEC, traffic, targets, space, OVERHEADS)
+    one = _verify(result, traffic, targets, space, requests=200)
+    two = _verify(result, traffic, targets, space, requests=200, workers=2)
+    assert one.simulations >= 2 and (one.lines, one.simulations, one.verified) == (two.lines, two.simulations,
+                                                                                  two.verified)
+    assert one.plan is not None and two.plan is not None and one.plan.cost_per_hour == two.plan.cost_per_hour
 
 
 @settings(max_examples=4, deadline=None)

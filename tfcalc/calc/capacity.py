@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tfcalc.calc.kernels import UNIFORM, Routing
 from tfcalc.calc.serving import (
@@ -689,9 +690,85 @@ class Verified:
     simulations: int
 
 
+_WALK: tuple | None = None   # verified_choice's context, inherited by its forked simulation workers
+
+
+def _simulate_at(job: tuple[int, int]):  # -> SimResult
+    """A simulation worker: configuration ``index`` of the walk's search result at ``replicas`` replicas."""
+    assert _WALK is not None
+    result, traffic, targets, space, full, num_requests = _WALK
+    index, replicas = job
+    rich = full(result.evaluations[index])
+    plan = rich if replicas == rich.replicas else resize(rich, replicas, traffic, targets, space)
+    return simulate_evaluation(plan, traffic, num_requests=num_requests)
+
+
+class _Simulations:
+    """The walk's simulations, each run once: in this process, or with ``workers`` > 1 in forked workers that run
+    ahead on the simulations the walk may need next (this configuration with one more replica, the next cheaper
+    configurations at the replicas the model asks for). The simulation is deterministic, so the walk's answer does
+    not depend on which process ran it; simulations it never asks for are dropped with the pool."""
+
+    def __init__(self, result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
+                 full: Callable[[Evaluation], Evaluation], num_requests: int, workers: int) -> None:
+        global _WALK
+        self.result, self.traffic, self.targets, self.space = result, traffic, targets, space
+        self.full, self.num_requests, self.workers = full, num_requests, workers
+        self.rich: dict[int, Evaluation] = {}
+        self.pending: dict[tuple[int, int], tuple[Any, float]] = {}   # (config, replicas) -> (job, cost)
+        _WALK = (result, traffic, targets, space, full, num_requests)
+        self.pool = _pool(workers, len(result.evaluations))
+
+    def evaluation(self, index: int) -> Evaluation:
+        if index not in self.rich:
+            self.rich[index] = self.full(self.result.evaluations[index])
+        return self.rich[index]
+
+    def run(self, index: int, plan: Evaluation, best_cost: float):  # -> SimResult
+        if self.pool is None:
+            return simulate_evaluation(plan, self.traffic, num_requests=self.num_requests)
+        key = (index, plan.replicas)
+        ahead = self.pending.pop(key, None)
+        job = ahead[0] if ahead is not None else self.pool.apply_async(_simulate_at, (key,))
+        self._run_ahead(index, plan, best_cost)
+        return job.get()
+
+    def _run_ahead(self, index: int, plan: Evaluation, best_cost: float) -> None:
+        """Keep the workers busy with the walk's likely next simulations, cheaper than the best confirmed plan;
+        forget those the walk has gone past (a worker finishes one it started; its result is not read)."""
+        for key, (_, cost) in list(self.pending.items()):
+            if key[0] < index or (key[0] == index and key[1] <= plan.replicas) or cost >= best_cost:
+                del self.pending[key]
+        budget = self.workers - 1 - len(self.pending)
+        if budget <= 0:
+            return
+        nxt = resize(self.evaluation(index), plan.replicas + 1, self.traffic, self.targets, self.space)
+        ahead = [(index, nxt)] if nxt.feasible and nxt.cost_per_hour < best_cost else []
+        evaluations = self.result.evaluations
+        j = index + 1
+        while len(ahead) < budget and j < len(evaluations):
+            e = evaluations[j]
+            if not e.feasible or e.cost_per_hour >= best_cost:
+                break
+            if e.candidate.mode == "aggregated":
+                ahead.append((j, self.evaluation(j)))
+            j += 1
+        for i, later in ahead[:budget]:
+            key = (i, later.replicas)
+            if key not in self.pending:
+                self.pending[key] = (self.pool.apply_async(_simulate_at, (key,)), later.cost_per_hour)
+
+    def close(self) -> None:
+        global _WALK
+        if self.pool is not None:
+            self.pool.terminate()   # simulations run ahead that the walk did not need
+            self.pool.join()
+        _WALK = None
+
+
 def verified_choice(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
                     full: Callable[[Evaluation], Evaluation], num_requests: int = 2000,
-                    max_simulations: int = 12) -> Verified:
+                    max_simulations: int = 12, workers: int = 1) -> Verified:
     """The cheapest plan whose simulated replica meets every target: configurations in the model's cost order, each
     at the replicas the model asks for and, when the simulation misses a target, one more replica at a time; a
     configuration's cost in the model is a lower bound on its verified cost, so the walk stops once it reaches the
@@ -703,15 +780,26 @@ def verified_choice(result: SearchResult, traffic: Traffic, targets: tuple[Targe
     looser targets never cost more and a cheaper price never turns a verified plan into a failure or a dearer one
     -- exactly, as long as the walk ends within ``max_simulations``. More traffic needs more replicas in the model,
     but a simulation at a lower load is not proven to meet targets it meets at a higher one, so that property is the
-    model's (docs/capacity.md, "Monotonicity").
+    model's (docs/capacity.md, "Monotonicity"). ``workers`` > 1 runs simulations ahead in forked processes
+    (``_Simulations``): the same answer, sooner.
     """
+    sims = _Simulations(result, traffic, targets, space, full, num_requests, workers)
+    try:
+        return _walk(result, traffic, targets, space, sims, num_requests, max_simulations)
+    finally:
+        sims.close()
+
+
+def _walk(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
+          sims: _Simulations, num_requests: int, max_simulations: int) -> Verified:
+    """verified_choice's walk (its docstring), its simulations from ``sims``."""
     best: Evaluation | None = None
     best_cost = math.inf
     lines: list[str] = []
     misses: list[str] = []
     runs = 0
     capped = False
-    for e in result.evaluations:
+    for index, e in enumerate(result.evaluations):
         if not e.feasible or e.cost_per_hour >= best_cost:
             break
         if e.candidate.mode != "aggregated":
@@ -719,7 +807,7 @@ def verified_choice(result: SearchResult, traffic: Traffic, targets: tuple[Targe
                 return Verified(plan=e, verified=False, lines=("simulation: not run for disaggregated plans",),
                                 simulations=runs)
             continue
-        rich = full(e)
+        rich = sims.evaluation(index)
         replicas = rich.replicas
         while True:
             if runs >= max_simulations:
@@ -728,7 +816,7 @@ def verified_choice(result: SearchResult, traffic: Traffic, targets: tuple[Targe
             plan = rich if replicas == rich.replicas else resize(rich, replicas, traffic, targets, space)
             if not plan.feasible or plan.cost_per_hour >= best_cost:
                 break
-            sim = simulate_evaluation(plan, traffic, num_requests=num_requests)
+            sim = sims.run(index, plan, best_cost)
             runs += 1
             assert sim is not None
             measured = ", ".join(f"{t.label} {sim.metric(t.metric, t.percentile) * 1e3:,.1f} ms" for t in targets)

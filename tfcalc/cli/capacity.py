@@ -325,7 +325,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                  "--points", help="CSV/JSON rows: frontier (the chosen plan, the cheapest listed and the Pareto "
                  "frontier, one row each) or all (every evaluated point, long format).")] = "frontier",
              workers: Annotated[int | None, typer.Option(
-                 "--workers", help="Processes for the search (default: the CPU count, at most 4).",
+                 "--workers", help="Processes for the search and its simulation check (default: the CPU count, "
+                 "at most 4).",
                  show_default=False)] = None,
              explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None,
              output: OutputOpt = None) -> None:
@@ -419,9 +420,9 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             speculative=tuple(spec_options), disaggregated=disaggregated,
             kv_transfer_bytes_per_s=kv_transfer_gbps * 1e9, routing=parse_routing(routing), rates=rates[0][0])
         update, close = _progress(count_candidates(spec, space))
+        search_workers = workers if workers is not None else min(os.cpu_count() or 1, 4)
         try:
-            result = search(spec, traffic, targets, space, overheads, progress=update,
-                            workers=workers if workers is not None else min(os.cpu_count() or 1, 4),
+            result = search(spec, traffic, targets, space, overheads, progress=update, workers=search_workers,
                             operating=not table and points == "all")
         finally:
             close()
@@ -430,7 +431,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             return full_evaluation(spec, traffic, targets, space, overheads, e)
 
         if simulate and result.best is not None:
-            checked = verified_choice(result, traffic, targets, space, full, num_requests=sim_requests)
+            checked = verified_choice(result, traffic, targets, space, full, num_requests=sim_requests,
+                                      workers=search_workers)
             chosen, sim_lines = checked.plan, list(checked.lines)
         else:
             chosen, sim_lines = result.best, []
