@@ -39,6 +39,7 @@ def test_table_names_the_plan_and_the_checkpoint_to_serve() -> None:
     assert f"trtllm-serve {repo} \\\n" in out and "--max_batch_size" in out and "--tp_size" in out
     assert "extra.yml:\n" in out and "kv_cache_config: {enable_block_reuse: false" in out
     assert "llama3-8b \\" not in out
+    assert "note:" not in out   # both GPUs' kernels were measured on them
     assert "simulation of one of 1 replica(s)" in out or "simulation of one of 2 replica(s)" in out
     assert "Pareto frontier" in out
 
@@ -57,6 +58,8 @@ def test_the_default_question_answers_in_an_80_column_table() -> None:
     words = " ".join(result.stdout.split())
     assert "cheapest plan for llama3-70b at 2 req/s" in words
     assert "-> meets the targets" in words
+    # a plan on a GPU tfcalc has no kernel measurements of says so (mi300x: presets/gpus/mi300x.yaml measured_on)
+    assert ("note: mi300x: tfcalc has no kernel measurements" in words) == (" x mi300x, weights" in words)
 
 
 def test_every_point_in_long_format_and_a_summary_by_default() -> None:

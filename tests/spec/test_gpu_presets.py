@@ -74,3 +74,30 @@ def test_kernels_as_names_a_measured_preset(name: str) -> None:
     if shared is not None:
         assert shared in preset_names("gpu") and shared != name
         assert load_gpu(shared).latency.kernels_as is None
+
+
+@pytest.mark.parametrize("name", preset_names("gpu"))
+def test_measured_on_names_a_measured_preset_or_none(name: str) -> None:
+    """A latency block measured elsewhere names a bundled preset measured on itself (or ``none``), and a part that
+    shares another's engine kernels (kernels_as) was measured there too; the estimate's rates line says which."""
+    from tfcalc.calc.latency import rates_for
+    from tfcalc.spec.engine import EngineKernels
+
+    lat = load_gpu(name).latency
+    where = lat.measured_on
+    if where is not None and where != "none":
+        assert where in preset_names("gpu") and where != name and load_gpu(where).latency.measured_here
+    if lat.kernels_as is not None:
+        assert where == lat.kernels_as
+    source = rates_for(load_gpu(name), EngineKernels()).source
+    assert ("(measured kernels)" in source) == lat.measured_here
+    assert ("not measured" in source) == (where == "none")
+
+
+def test_trust_sentence_only_for_parts_measured_elsewhere() -> None:
+    from tfcalc.report.capacity import trust_sentence
+
+    assert "no kernel measurements" in trust_sentence(load_gpu("mi300x"), calibrated=False)
+    assert "measured on h100-sxm" in trust_sentence(load_gpu("h100-pcie"), calibrated=False)
+    assert trust_sentence(load_gpu("h200"), calibrated=False) is None
+    assert trust_sentence(load_gpu("mi300x"), calibrated=True) is None   # the user's own measurements

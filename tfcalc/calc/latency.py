@@ -65,7 +65,9 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
         sm, gemm_eff, attn, moe, mem, floors = (lat.sm_count, lat.gemm_efficiency, lat.attention_efficiency,
                                                 lat.moe_efficiency, lat.memory_efficiency, lat.floors_s)
         moe_by_dtype = dict(lat.moe_efficiency_by_dtype)
-        source = f"{gpu.name} preset (measured kernels)"
+        source = (f"{gpu.name} preset (measured kernels)" if lat.measured_here else
+                  f"{gpu.name} preset (not measured: published fractions, borrowed floors)"
+                  if lat.measured_on == "none" else f"{gpu.name} preset (kernels measured on {lat.measured_on})")
     else:
         g = GENERIC_LATENCY
         sm, gemm_eff, attn, moe, mem, floors = (g["sm_count"], g["gemm_efficiency"], g["attention_efficiency"],

@@ -465,6 +465,10 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         else:
             rich = full(chosen)  # with its operating point and costs (the search's own evaluation may lack them)
             notes.append(report.chosen_sentence(spec, rich, traffic, targets))
+            gpu = next(o.gpu for o in space.gpus if o.gpu.name == rich.candidate.gpu)
+            trust = report.trust_sentence(gpu, calibrated=calibration is not None)
+            if trust:
+                notes.append(trust)
             notes.extend(sim_lines)
             notes.extend(report.runner_up_sentences(spec, result))
             what, commands = report.launch_lines(*launch_args)  # type: ignore[misc]

@@ -9,6 +9,7 @@ import shlex
 
 from tfcalc.calc.capacity import Evaluation, SearchResult, SearchSpace
 from tfcalc.calc.serving_traffic import Target, Traffic
+from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
 
 Row = dict[str, object]
@@ -185,6 +186,17 @@ def chosen_sentence(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: t
     return (f"cheapest plan for {spec.name} at {load}: {describe(e, spec)}; ${e.cost_per_hour:,.2f}/h, "
             f"${e.cost_per_m_input:,.3f} per million input and ${e.cost_per_m_output:,.3f} per million output "
             f"tokens; {parts}")
+
+
+def trust_sentence(gpu: GPUSpec, calibrated: bool) -> str | None:
+    """How far to trust the chosen GPU's rates, when its preset's kernels were not measured on it (``measured_on``)."""
+    lat = gpu.latency
+    if calibrated or lat is None or lat.measured_here:
+        return None
+    where = ("tfcalc has no kernel measurements of it (published fractions, borrowed floors)"
+             if lat.measured_on == "none" else f"its kernel rates were measured on {lat.measured_on}")
+    return (f"note: {gpu.name}: {where}, so its plans carry more error than the measured GPUs'; measure it with "
+            f"'tfcalc bench calibrate --save calib.json' and pass --calibration calib.json")
 
 
 def runner_up_sentences(spec: ModelSpec, result: SearchResult, limit: int = 4) -> list[str]:

@@ -167,7 +167,7 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
 # --- the latency block: what the GPU achieves, for ``tfcalc estimate`` (tfcalc/calc/kernels.py) -------------
 
 _LATENCY_KEYS = {"sm_count", "gemm_efficiency", "attention_efficiency", "moe_efficiency", "memory_efficiency",
-                 "floors_us", "interconnect_preset", "kernels_as", "sources"}
+                 "floors_us", "interconnect_preset", "kernels_as", "measured_on", "sources"}
 _FLOOR_KEYS = ("gemm", "elementwise", "attention", "moe")
 MAX_SM_COUNT = 1 << 16
 MAX_FLOOR_US = 1e6  # one second: a kernel floor beyond it is a unit mistake, not a GPU
@@ -184,7 +184,10 @@ class GPULatency:
     ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
     ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric;
     ``kernels_as``: the GPU preset of the same silicon whose engine-measured kernel entries (an engine preset's
-    per-GPU MoE efficiency and dequantisation cost) apply to this part when the engine names no entry for it.
+    per-GPU MoE efficiency and dequantisation cost) apply to this part when the engine names no entry for it;
+    ``measured_on``: where the block's kernel measurements come from: None for this part itself, another GPU
+    preset's name (the same silicon measured there), or ``none`` (no kernel table at all: published fractions and
+    borrowed floors), so reports can say how far to trust the rates.
     """
 
     sm_count: int
@@ -196,6 +199,12 @@ class GPULatency:
     interconnect_preset: str
     moe_efficiency_by_dtype: dict[str, float] = field(default_factory=dict, hash=False)
     kernels_as: str | None = None
+    measured_on: str | None = None
+
+    @property
+    def measured_here(self) -> bool:
+        """Whether this part's own kernels were measured for the block."""
+        return self.measured_on is None
 
 
 def latency_from_mapping(data: Any, origin: str) -> GPULatency:
@@ -255,6 +264,8 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
                           interconnect_preset=check_str("latency.interconnect_preset", data["interconnect_preset"],
                                                         MAX_NAME_CHARS),
                           kernels_as=None if data.get("kernels_as") is None else
-                          check_str("latency.kernels_as", data["kernels_as"], MAX_NAME_CHARS))
+                          check_str("latency.kernels_as", data["kernels_as"], MAX_NAME_CHARS),
+                          measured_on=None if data.get("measured_on") is None else
+                          check_str("latency.measured_on", data["measured_on"], MAX_NAME_CHARS))
     except SpecError as exc:
         raise SpecError(f"{origin}: {exc}") from None
