@@ -5,6 +5,7 @@ cheaper price never makes a feasible plan infeasible)."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 
 import pytest
@@ -229,6 +230,74 @@ def test_verified_choice_walks_down_to_the_cheapest_confirmed_plan(monkeypatch: 
     assert v.verified and v.plan.cost_per_hour == pytest.approx(brute)
     assert v.plan.cost_per_hour > result.best.cost_per_hour and 2 <= v.simulations < len(result.evaluations)
     assert _verify(result, traffic, targets, space, workers=3) == v   # simulations run ahead: the same walk
+
+
+def test_an_interrupted_check_leaves_no_worker_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (or SIGTERM, a KeyboardInterrupt in tfcalc) in the middle of the walk stops its simulation workers."""
+    import multiprocessing
+
+    from tfcalc.calc import capacity
+    from tfcalc.calc.capacity import full_evaluation, verified_choice
+
+    monkeypatch.setattr(capacity, "simulate_evaluation", lambda e, traffic, num_requests=0: _Verdict(False))
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2), tps=(1, 2), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+    traffic, targets = _traffic(6.0), _targets()
+    result = search(SPEC, traffic, targets, space, OVERHEADS)
+    calls, parent, resize = [], os.getpid(), capacity.resize
+
+    def interrupted_resize(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if os.getpid() == parent:   # the walk's own process (Ctrl-C reaches it, not the workers: they ignore it)
+            calls.append(args)
+            if len(calls) == 4:   # a few simulations into the walk, some of them run ahead
+                raise KeyboardInterrupt
+        return resize(*args, **kwargs)
+
+    def full(e):  # noqa: ANN001, ANN202
+        return full_evaluation(SPEC, traffic, targets, space, OVERHEADS, e)
+
+    monkeypatch.setattr(capacity, "resize", interrupted_resize)
+    with pytest.raises(KeyboardInterrupt):
+        verified_choice(result, traffic, targets, space, full, num_requests=100, workers=2)
+    assert len(calls) == 4
+    assert multiprocessing.active_children() == [] and capacity._WALK is None
+
+
+def test_a_killed_worker_does_not_hang_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A simulation worker killed from outside (the OOM killer, a stray SIGKILL) would never answer its task: the
+    walk notices, runs the rest in its own process and gives the same answer."""
+    import signal
+    import threading
+    import time
+
+    from tfcalc.calc import capacity
+
+    parent, here = os.getpid(), []
+
+    def slow_verdict(e, traffic, num_requests=0):  # noqa: ANN001, ANN202
+        if os.getpid() != parent:
+            time.sleep(0.3)
+        else:
+            here.append(e)
+        return _Verdict(_fake_rule(e))
+
+    monkeypatch.setattr(capacity, "simulate_evaluation", slow_verdict)
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2), tps=(1, 2), max_num_seqs=(16, 64), chunk_sizes=(512, 2048))
+    traffic, targets = _traffic(6.0), _targets()
+    result = search(SPEC, traffic, targets, space, OVERHEADS)
+    alone = _verify(result, traffic, targets, space)
+    here.clear()
+
+    def kill_a_worker() -> None:
+        time.sleep(0.15)
+        os.kill(min(capacity._children()), signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_a_worker)
+    killer.start()
+    started = time.perf_counter()
+    survived = _verify(result, traffic, targets, space, workers=2)
+    killer.join()
+    assert survived == alone and time.perf_counter() - started < 30
+    assert here   # the walk went on in its own process
 
 
 def test_verified_choice_with_workers_is_the_same_walk() -> None:

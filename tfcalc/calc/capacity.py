@@ -694,13 +694,19 @@ _WALK: tuple | None = None   # verified_choice's context, inherited by its forke
 
 
 def _simulate_at(job: tuple[int, int]):  # -> SimResult
-    """A simulation worker: configuration ``index`` of the walk's search result at ``replicas`` replicas."""
+    """A simulation worker: configuration ``index`` of the walk's search result at ``replicas`` replicas. Anything
+    raised comes back to the walk as an Exception (a BaseException would end the worker and lose the task)."""
     assert _WALK is not None
     result, traffic, targets, space, full, num_requests = _WALK
     index, replicas = job
-    rich = full(result.evaluations[index])
-    plan = rich if replicas == rich.replicas else resize(rich, replicas, traffic, targets, space)
-    return simulate_evaluation(plan, traffic, num_requests=num_requests)
+    try:
+        rich = full(result.evaluations[index])
+        plan = rich if replicas == rich.replicas else resize(rich, replicas, traffic, targets, space)
+        return simulate_evaluation(plan, traffic, num_requests=num_requests)
+    except Exception:
+        raise
+    except BaseException as exc:   # noqa: BLE001 - handed to the walk, which re-raises it
+        raise RuntimeError(f"simulation worker stopped: {exc!r}") from None
 
 
 class _Simulations:
@@ -718,6 +724,7 @@ class _Simulations:
         self.pending: dict[tuple[int, int], tuple[Any, float]] = {}   # (config, replicas) -> (job, cost)
         _WALK = (result, traffic, targets, space, full, num_requests)
         self.pool = _pool(workers, len(result.evaluations))
+        self.worker_pids = _children() if self.pool is not None else set()
 
     def evaluation(self, index: int) -> Evaluation:
         if index not in self.rich:
@@ -725,13 +732,23 @@ class _Simulations:
         return self.rich[index]
 
     def run(self, index: int, plan: Evaluation, best_cost: float):  # -> SimResult
+        """The simulation of ``plan`` (configuration ``index``): a worker's, or this process's where there is no
+        pool or a worker was killed (its task would never be answered; the rest of the walk runs here)."""
         if self.pool is None:
             return simulate_evaluation(plan, self.traffic, num_requests=self.num_requests)
         key = (index, plan.replicas)
         ahead = self.pending.pop(key, None)
         job = ahead[0] if ahead is not None else self.pool.apply_async(_simulate_at, (key,))
         self._run_ahead(index, plan, best_cost)
-        return job.get()
+        import multiprocessing
+
+        while True:
+            try:
+                return job.get(timeout=0.5)
+            except multiprocessing.TimeoutError:
+                if _children() != self.worker_pids:   # a worker was killed: its task is lost, never answered
+                    self._stop_pool()
+                    return simulate_evaluation(plan, self.traffic, num_requests=self.num_requests)
 
     def _run_ahead(self, index: int, plan: Evaluation, best_cost: float) -> None:
         """Keep the workers busy with the walk's likely next simulations, cheaper than the best confirmed plan;
@@ -758,12 +775,23 @@ class _Simulations:
             if key not in self.pending:
                 self.pending[key] = (self.pool.apply_async(_simulate_at, (key,)), later.cost_per_hour)
 
-    def close(self) -> None:
-        global _WALK
+    def _stop_pool(self) -> None:
         if self.pool is not None:
             self.pool.terminate()   # simulations run ahead that the walk did not need
             self.pool.join()
+            self.pool, self.pending = None, {}
+
+    def close(self) -> None:
+        global _WALK
+        self._stop_pool()
         _WALK = None
+
+
+def _children() -> set[int]:
+    """Process ids of this process's live children (a pool's workers)."""
+    import multiprocessing
+
+    return {p.pid for p in multiprocessing.active_children() if p.pid is not None}
 
 
 def verified_choice(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
