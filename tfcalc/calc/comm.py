@@ -9,10 +9,9 @@ of Collective Communication Operations in MPICH", IJHPCA 19(1), 2005; NCCL's rin
 - all-gather / reduce-scatter, ring (S = the gathered total): (n - 1) alpha + (n - 1) / n x S / beta
 - all-to-all, pairwise exchange (S = what one GPU sends in all): (n - 1) alpha + (n - 1) / n x S / beta
 - point-to-point: alpha + S / beta
-
 - custom all-reduce (vLLM / SGLang / TensorRT-LLM over peer memory; ``custom_all_reduce``), one-shot: every GPU
   reads each peer's whole buffer and reduces locally, launch + (n - 1) x S / beta_1; two-shot (reduce-scatter,
-  then all-gather, through peer buffers): launch + latency_2 + 2 (n - 1) / n x S / beta_2
+  then all-gather, through peer buffers): launch + latency_2 + 2 (n - 1) / n x S / beta_2 (docs/estimate.md)
 
 Each collective also pays ``launch_s``, the fixed cost of its kernel. ``auto`` takes the faster of ring and tree,
 as NCCL's tuner does: trees win for small messages (fewer latency steps), rings for large ones.

@@ -88,11 +88,10 @@ def _link(data: Any, origin: str, key: str, name: str, bandwidth: float) -> tupl
 
     if not isinstance(data, dict):
         raise SpecError(f"{origin}: field '{key}' must be a mapping of {', '.join(sorted(_IMPL_KEYS))}")
-    allowed = _IMPL_KEYS
-    unknown = sorted(key_text(k) for k in data if k not in allowed)
+    unknown = sorted(key_text(k) for k in data if k not in _IMPL_KEYS)
     if unknown:
-        raise SpecError(f"{origin}: unknown field '{key}.{unknown[0]}' (known: {', '.join(sorted(allowed))})")
-    for required in sorted(allowed - {"algorithm"}):
+        raise SpecError(f"{origin}: unknown field '{key}.{unknown[0]}' (known: {', '.join(sorted(_IMPL_KEYS))})")
+    for required in sorted(_IMPL_KEYS - {"algorithm"}):
         if data.get(required) is None:
             raise SpecError(f"{origin}: missing required field '{key}.{required}'")
     algorithm = data.get("algorithm", "ring")
