@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import glob
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
 KIB = 1024
@@ -91,9 +90,8 @@ def main() -> None:
                   f"two_shot_latency_us {extra * 1e6:.1f}, two_shot_efficiency {beta2 / bandwidth:.2f} "
                   f"({beta2 / 1e9:.0f} GB/s)")
             continue
-        kernel = fabric.custom_allreduce
-        if fabric_name in kernels.custom_allreduce_launch_s:   # the engine's own launch cost on this fabric
-            kernel = replace(kernel, launch_s=kernels.custom_allreduce_launch_s[fabric_name])
+        kernel = kernels.custom_allreduce_on(fabric)   # with the engine's own launch cost on this fabric
+        assert kernel is not None
         errors, by_gpus = [], {}
         for n, b, t in sorted(rows):
             if b >= MAX_BYTES or n == 1:

@@ -163,3 +163,15 @@ def test_samples_slowed_by_interference_are_left_out_and_counted() -> None:
     assert fit.excluded == (2,) and fit.launch_s == pytest.approx(20e-6) and fit.max_residual < 1e-9
     assert fit.residuals[2] == pytest.approx(-0.9)
     assert comm.fit_link(samples[1:3]).excluded == ()  # two samples: none can be left out
+
+
+def test_each_engine_runs_its_own_launch_cost_on_a_fabric() -> None:
+    """EngineKernels.custom_allreduce_on: the fabric's kernel, with the engine's measured launch where it has one."""
+    from tfcalc.spec.engine import EngineKernels
+
+    fabric = load_interconnect("nvlink4")
+    assert load_engine("vllm").kernels.custom_allreduce_on(fabric) == fabric.custom_allreduce
+    trtllm = load_engine("trtllm").kernels.custom_allreduce_on(fabric)
+    assert trtllm is not None and trtllm.launch_s == pytest.approx(3.0e-6)
+    assert EngineKernels(custom_allreduce=False).custom_allreduce_on(fabric) is None
+    assert load_engine("vllm").kernels.custom_allreduce_on(load_interconnect("pcie5")) is None

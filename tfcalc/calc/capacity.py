@@ -90,6 +90,10 @@ class SearchSpace:
     routing: Routing = UNIFORM                        # how MoE tokens pick experts (kernels.Routing)
     rates: Callable | None = field(default=None, compare=False)   # (gpu, base rates, phase) -> Rates: calibration
 
+    def offer(self, gpu_name: str) -> GpuOffer:
+        """The offer of the GPU a candidate names."""
+        return next(o for o in self.gpus if o.gpu.name == gpu_name)
+
 
 def engine_label(engine: EngineSpec | None) -> str:
     return engine.label if engine is not None else "ideal"
@@ -553,7 +557,7 @@ def full_evaluation(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ..
     if e.model is not None:
         return operate(e, traffic, targets) if e.operating is None and e.replicas else e
     c = e.candidate
-    offer = next(o for o in space.gpus if o.gpu.name == c.gpu)
+    offer = space.offer(c.gpu)
     precision = next(p for p in space.weight_precisions if p.label == c.weights)
     kv_dtype = next(k for k in space.kv_dtypes if k.name == c.kv_dtype)
     engine = _engine_of(space, c.engine)
@@ -813,14 +817,15 @@ def verified_choice(result: SearchResult, traffic: Traffic, targets: tuple[Targe
     """
     sims = _Simulations(result, traffic, targets, space, full, num_requests, workers)
     try:
-        return _walk(result, traffic, targets, space, sims, num_requests, max_simulations)
+        return _walk(result, traffic, targets, space, sims, max_simulations)
     finally:
         sims.close()
 
 
 def _walk(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
-          sims: _Simulations, num_requests: int, max_simulations: int) -> Verified:
+          sims: _Simulations, max_simulations: int) -> Verified:
     """verified_choice's walk (its docstring), its simulations from ``sims``."""
+    num_requests = sims.num_requests
     best: Evaluation | None = None
     best_cost = math.inf
     lines: list[str] = []

@@ -483,12 +483,9 @@ def _all_reduce(d: Deployment, nbytes: float, n: int, ideal: bool,
     algorithm = d.algorithm if fabric is d.intra else fabric.algorithm
     best = comm.all_reduce(nbytes, n, link, algorithm)
     engine = d.kernels
-    if (not ideal and engine.custom_allreduce and fabric.custom_allreduce is not None and best.seconds > 0
-            and nbytes < engine.custom_allreduce_max_bytes):
+    kernel = engine.custom_allreduce_on(fabric)
+    if not ideal and kernel is not None and best.seconds > 0 and nbytes < engine.custom_allreduce_max_bytes:
         tokens = nbytes / (d.dims.h * ACT_BYTES)
-        kernel = fabric.custom_allreduce
-        if fabric.name in engine.custom_allreduce_launch_s:
-            kernel = replace(kernel, launch_s=engine.custom_allreduce_launch_s[fabric.name])
         custom = comm.custom_all_reduce(nbytes, n, kernel, engine.one_shot_allreduce(nbytes, n, tokens))
         # the pure roofline counts the bytes an all-reduce must move (a ring's), whichever kernel runs
         custom = replace(custom, bytes_per_gpu=2 * (n - 1) / n * nbytes)

@@ -240,9 +240,9 @@ class _Engine:
         """Blocks ``seq`` must add to hold ``tokens`` more (its cached prefix's blocks are shared, not its own)."""
         if self.kv.windows:
             return max(self._units(seq.length + tokens) - self._units(seq.cached), 0) - seq.blocks
-        size = self.cfg.block_size   # no windows: _units inlined (this runs once per sequence and step)
-        need = (seq.cached - 1) // size - (seq.length + tokens - 1) // size   # ceil(a/size) - ceil(b/size), negated
-        return (-need if need < 0 else 0) - seq.blocks
+        size = self.cfg.block_size   # no windows: _units' ceilings inlined (this runs once per sequence and step)
+        need = -(-(seq.length + tokens) // size) + (-seq.cached // size)
+        return (need if need > 0 else 0) - seq.blocks
 
     # --- the loop ------------------------------------------------------------------------------------------
     def run(self, fast_forward: bool) -> SimResult:

@@ -465,8 +465,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         else:
             rich = full(chosen)  # with its operating point and costs (the search's own evaluation may lack them)
             notes.append(report.chosen_sentence(spec, rich, traffic, targets))
-            gpu = next(o.gpu for o in space.gpus if o.gpu.name == rich.candidate.gpu)
-            trust = report.trust_sentence(gpu, calibrated=calibration is not None)
+            trust = report.trust_sentence(space.offer(rich.candidate.gpu).gpu, calibrated=calibration is not None)
             if trust:
                 notes.append(trust)
             notes.extend(sim_lines)

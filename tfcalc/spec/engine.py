@@ -19,10 +19,13 @@ engine source for every mechanism.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 from tfcalc.errors import SpecError
+
+if TYPE_CHECKING:
+    from tfcalc.spec.interconnect import CustomAllReduce, Interconnect
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -170,6 +173,15 @@ class EngineKernels:
     moe_dequant_per_tile_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def custom_allreduce_on(self, fabric: Interconnect) -> CustomAllReduce | None:
+        """The custom all-reduce this engine runs on ``fabric`` (its own launch cost where it measured one), or None
+        where it runs NCCL only or the fabric has no peer-memory kernel."""
+        kernel = fabric.custom_allreduce
+        if not self.custom_allreduce or kernel is None:
+            return None
+        launch = self.custom_allreduce_launch_s.get(fabric.name)
+        return kernel if launch is None else replace(kernel, launch_s=launch)
 
     def one_shot_allreduce(self, nbytes: float, n: int, tokens: float) -> bool:
         """Whether the custom all-reduce of ``nbytes`` (``tokens`` hidden states) over ``n`` GPUs runs the one-shot
