@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -30,6 +31,10 @@ AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # aiconfigurator prices MoE layers with its power-law workload (config.py workload_distribution "power_law"):
 # exponent 1.01 for DeepSeek-family models (sdk/models/deepseek.py), 1.2 for the others (sdk/models/moe.py)
 AIC_ROUTING_ALPHA = {"deepseek-v3": 1.01}
+# aiconfigurator's vLLM GEMM collector times block-fp8 linears without CUDA graphs (collector/vllm/collect_gemm.py
+# use_cuda_graph=gemm_type != "fp8_block"), so its vLLM predictions carry each such linear's host time: priced here
+# with those linears outside the graphs (presets/engines/vllm-0.21.yaml kernels.linear_host_us)
+AIC_UNCAPTURED_LINEARS = {"vllm": frozenset({"fp8_block"})}
 MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b",
        "deepseek-v3"}
 
@@ -49,7 +54,8 @@ def load_points() -> list[dict]:
                      "benchmarks/validation/models/qwen3-32b.yaml", "gpu": AIC_GPU[p["gpu"]],
                      "weights": p["weights_dtype"], "kv": "bf16", "tp": p["tp"], "batch": p["batch"],
                      "prompt": p["isl"], "gen": p["osl"], "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"],
-                     "routing": f"power-law:{AIC_ROUTING_ALPHA.get(model, 1.2)}"}
+                     "routing": f"power-law:{AIC_ROUTING_ALPHA.get(model, 1.2)}",
+                     "uncaptured_linears": sorted(AIC_UNCAPTURED_LINEARS.get(p["backend"], ()))}
             if p["engine"] == "gpt-fast" and p["weights"] not in ("bf16", "fp16"):
                 # gpt-fast's quantize.py turns every nn.Linear into its int8 / int4 kind, the output head included
                 # (the MoE router excepted); tfcalc's plain `int8` keeps lm_head in 16 bits as checkpoints ship
@@ -77,8 +83,11 @@ def predict(p: dict) -> tuple[float, float]:
     spec, gpu = load_model(model), load_gpu(p["gpu"])
     precision = parse_weight_precision(p["weights"])
     kv = get_dtype(p["kv"]) if p.get("kv") else default_kv_dtype(spec)
+    engine = load_engine(p["engine"]).kernels
+    if p.get("uncaptured_linears"):
+        engine = replace(engine, uncaptured_linears=frozenset(p["uncaptured_linears"]))
     d = deployment(spec, gpu, precision, kv, tp=p["tp"], ep=p.get("ep", 1),
-                   engine_kernels=load_engine(p["engine"]).kernels, routing=parse_routing(p.get("routing", "uniform")))
+                   engine_kernels=engine, routing=parse_routing(p.get("routing", "uniform")))
     e = estimate_latency(d, p["batch"], p["prompt"], max(p["gen"], 2))
     ttft = e.ttft_s
     if p.get("kind") == "measured-serving":  # a server prefills each arriving prompt on its own

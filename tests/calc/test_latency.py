@@ -194,6 +194,29 @@ def test_engine_block_floor_for_mla() -> None:
     assert step_time(trt, shape).groups["attention"].seconds < step_time(vllm, shape).groups["attention"].seconds
 
 
+def test_uncaptured_linears_last_their_host_time() -> None:
+    """A block-fp8 linear outside the CUDA graphs lasts max(its kernels, its host path): Qwen3-235B at tp 4 on an
+    H200, batch 1, has qkv and o projections per layer (94 layers) under vLLM's 59 us host time at <= 17 tokens, and
+    the MoE router stays bf16; MLA projections run inside their attention block, so DeepSeek-V3's attention keeps
+    its time while its shared experts pay."""
+    vllm = load_engine("vllm").kernels
+    shape = StepShape(decode_seqs=1, decode_context=2048)
+    uncaptured = replace(vllm, uncaptured_linears=frozenset({"fp8_block"}))
+    base = _d("qwen3-235b-a22b", "h200", "fp8_block", tp=4, engine_kernels=vllm)
+    eager = _d("qwen3-235b-a22b", "h200", "fp8_block", tp=4, engine_kernels=uncaptured)
+    before, after = step_time(base, shape).groups["attention"], step_time(eager, shape).groups["attention"]
+    assert after.seconds == pytest.approx(before.seconds + 94 * 2 * 59e-6, rel=0.1)
+    assert after.seconds >= 94 * 2 * 59e-6
+    assert step_time(eager, shape).groups["moe"].seconds == pytest.approx(step_time(base, shape).groups["moe"].seconds)
+    big = StepShape(prefill_seqs=1, prefill_tokens=8192)  # GPU-bound linears: no host time left to add
+    assert step_time(eager, big).groups["attention"].seconds == pytest.approx(
+        step_time(base, big).groups["attention"].seconds, rel=1e-3)
+    ds = {k: _d("deepseek-v3", "h200", tp=8, engine_kernels=e) for k, e in (("base", vllm), ("eager", uncaptured))}
+    ds_before, ds_after = step_time(ds["base"], shape), step_time(ds["eager"], shape)
+    assert ds_after.groups["attention"].seconds == pytest.approx(ds_before.groups["attention"].seconds)
+    assert ds_after.groups["moe"].seconds > ds_before.groups["moe"].seconds + 58 * 2 * 40e-6  # 2 shared linears
+
+
 def test_nccl_engines_pay_more_for_small_all_reduces() -> None:
     shape = StepShape(decode_seqs=1, decode_context=1024)
     vllm = step_time(_d("llama3-70b", tp=8, engine_kernels=load_engine("vllm").kernels), shape)

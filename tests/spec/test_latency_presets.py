@@ -276,6 +276,37 @@ def test_engine_moe_floors_per_gpu_and_format() -> None:
             kernels_from_mapping({"moe_floors_us": value}, "e.yaml")
 
 
+def test_engine_linear_host_time_per_gpu_and_format() -> None:
+    """kernels.linear_host_us: per GPU preset and storage format, one linear call's host seconds outside a CUDA
+    graph, as token steps; only the formats named in uncaptured_linears reach the rates; ideal rates have none."""
+    block = {"linear_host_us": {"h200": {"fp8_block": [[17, 59], [None, 91]]}}}
+    kernels = kernels_from_mapping(block, "e.yaml")
+    assert kernels.linear_host_s_by_gpu == {"h200": {"fp8_block": ((17, pytest.approx(59e-6)),
+                                                                   (None, pytest.approx(91e-6)))}}
+    assert kernels.uncaptured_linears == frozenset()
+    assert rates_for(load_gpu("h200"), kernels).linear_host == {}  # every linear captured: no host time
+    uncaptured = kernels_from_mapping({**block, "uncaptured_linears": ["fp8_block"]}, "e.yaml")
+    h200 = rates_for(load_gpu("h200"), uncaptured)
+    assert [h200.linear_host_s("fp8_block", m) for m in (1, 17, 18, 4096)] == pytest.approx([59e-6, 59e-6, 91e-6,
+                                                                                             91e-6])
+    assert h200.linear_host_s("fp8", 1) == 0.0 and h200.as_ideal().linear_host_s("fp8_block", 1) == 0.0
+    assert rates_for(load_gpu("b200"), uncaptured).linear_host == {}  # no entry for that GPU
+    vllm = load_engine("vllm").kernels
+    assert vllm.uncaptured_linears == frozenset() and set(vllm.linear_host_s_by_gpu) == {"h100-sxm", "h200", "b200"}
+    for value, message in (
+            ({"h200": {"fp9": [[None, 9]]}}, "unknown field 'kernels.linear_host_us.h200.fp9'"),
+            ({"h200": {"fp8_block": [[None, -1]]}}, r"field 'kernels.linear_host_us.h200.fp8_block\[0\]' must be at"),
+            ({"h200": {"fp8_block": [[17, 9]]}}, "must be a list of \\[max tokens, microseconds\\] pairs"),
+            ({"h200": {"fp8_block": [[17, 9], [8, 9], [None, 9]]}}, "needs ascending whole token counts"),
+            ({"h200": {"fp8_block": 59}}, "must be a list of"),
+            ({"h201": {"fp8_block": [[None, 9]]}}, "unknown field 'kernels.linear_host_us.h201'")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"linear_host_us": value}, "e.yaml")
+        assert "\n" not in str(caught.value)
+    with pytest.raises(SpecError, match="field 'kernels.uncaptured_linears' must be a list of"):
+        kernels_from_mapping({"uncaptured_linears": "fp8_block"}, "e.yaml")
+
+
 def test_engine_moe_dequant_ops_per_gpu() -> None:
     """kernels.moe_dequant_ops: per GPU preset and weight-only format, replacing DEQUANT_OPS in that engine's MoE
     on that GPU only (SGLang's Triton MXFP4 experts on Hopper); other GPUs, dense GEMMs and engines keep it."""

@@ -95,6 +95,8 @@ class Rates:
     moe_k0: dict[str, float] = field(default_factory=dict, hash=False)  # replaces GEMM_K0 in native MoE, by dtype
     moe_dequant_per_tile: frozenset[str] = frozenset()  # weight-only MoE formats unpacked again in every row tile
     moe_format_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s, replaces the moe floor by format
+    # formats whose linear layers run outside CUDA graphs: their host seconds per call, (max tokens | None, s) steps
+    linear_host: dict[str, tuple[tuple[int | None, float], ...]] = field(default_factory=dict, hash=False)
     # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
     _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _stream: float = field(init=False, repr=False, compare=False, hash=False)
@@ -168,6 +170,17 @@ class Rates:
         if floor is None:
             floor = self._floor.get("gemm", 0.0)
         return floor
+
+    def linear_host_s(self, weight_format: str, tokens: float) -> float:
+        """Host seconds of one call of a ``weight_format`` linear layer over ``tokens`` rows where that format runs
+        outside the CUDA graphs (``linear_host``), else 0: the call lasts at least this long."""
+        steps = self.linear_host.get(weight_format) if not self.ideal else None
+        if not steps:
+            return 0.0
+        for max_tokens, seconds in steps:
+            if max_tokens is None or tokens <= max_tokens:
+                return seconds
+        return steps[-1][1]  # unreachable: the last step is open
 
     def as_ideal(self) -> Rates:
         return replace(self, ideal=True)

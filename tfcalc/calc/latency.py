@@ -93,6 +93,8 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  moe_dequant_ops=dict(engine.moe_dequant_ops_by_gpu.get(kernels_gpu, {})), moe_k0=dict(engine_k0),
                  moe_dequant_per_tile=engine.moe_dequant_per_tile_by_gpu.get(kernels_gpu, frozenset()),
                  moe_format_floors=dict(engine.moe_floors_by_gpu.get(kernels_gpu, {})),
+                 linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()
+                              if fmt in engine.uncaptured_linears},
                  launch_s=engine.eager_launch_s,
                  cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source)
 
@@ -101,7 +103,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     """The GPU preset whose entries in the engine's per-GPU kernel tables apply: the GPU's own where the engine
     measured it, else the part it shares its silicon with (``latency.kernels_as``: H100 PCIe -> H100 SXM)."""
     tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu,
-              engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu)
+              engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.linear_host_s_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name
@@ -498,14 +500,24 @@ def _elementwise_group(s: _Step, group: str, nbytes: float, kernels_count: int =
     s.add(group, kernels.elementwise(s.rates, nbytes, kernels=kernels_count, ideal_bytes=ideal_bytes))
 
 
-def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, engine: EngineKernels) -> None:
+def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, engine: EngineKernels,
+          in_block: bool = False) -> None:
+    """One linear layer (and its input quantisation); ``in_block``: a projection of a fused attention block (MLA),
+    which runs as one module with it, never outside the CUDA graphs on its own."""
     if m <= 0 or n <= 0 or k <= 0:
         return
     r = s.rates
-    s.add(group, kernels.gemm(r, m, n, k, mode.bits, mode.compute, dequant=mode.dequant),
-          mode.compute)
+    cost = kernels.gemm(r, m, n, k, mode.bits, mode.compute, dequant=mode.dequant)
+    s.add(group, cost, mode.compute)
+    seconds = cost.seconds
     if mode.quantised_input and not engine.fused_activation_quant:
-        s.add(group, kernels.elementwise(r, m * k * (ACT_BYTES + mode.bits / 8)))
+        quant = kernels.elementwise(r, m * k * (ACT_BYTES + mode.bits / 8))
+        s.add(group, quant)
+        seconds += quant.seconds
+    if r.linear_host and not in_block:  # a linear run outside the CUDA graphs lasts at least its host path
+        host = r.linear_host_s(mode.weights, m)
+        if host > seconds:
+            s.add(group, kernels.Cost(host - seconds, 0.0, 0.0, "floor", 0, host - seconds))
 
 
 def _causal_keys(window: int | None, start: int, count: int) -> float:
@@ -553,11 +565,12 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
     else:
         q_out = dm.heads * (dm.nope + dm.rope)
         if dm.q_rank:
-            _gemm(s, "attention", m, dm.q_rank + dm.kv_rank + dm.rope, h, dm.attn, eng)  # fused q_a + kv_a
+            # fused q_a + kv_a
+            _gemm(s, "attention", m, dm.q_rank + dm.kv_rank + dm.rope, h, dm.attn, eng, in_block=True)
             _elementwise_group(s, "attention", 2 * m * (dm.q_rank + dm.kv_rank) * ACT_BYTES, kernels_count=2)
-            _gemm(s, "attention", m, q_out, dm.q_rank, dm.attn, eng)
+            _gemm(s, "attention", m, q_out, dm.q_rank, dm.attn, eng, in_block=True)
         else:
-            _gemm(s, "attention", m, q_out + dm.kv_rank + dm.rope, h, dm.attn, eng)
+            _gemm(s, "attention", m, q_out + dm.kv_rank + dm.rope, h, dm.attn, eng, in_block=True)
             _elementwise_group(s, "attention", 2 * m * dm.kv_rank * ACT_BYTES)
         _elementwise_group(s, "attention", 2 * m * (q_out + dm.rope) * ACT_BYTES + m * dm.kv_bytes_per_token,
                            kernels_count=2, ideal_bytes=m * dm.kv_bytes_per_token)  # rotary + latent cache write
@@ -570,7 +583,7 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
         exact = shape.prefill_seqs * dm.heads * 2.0 * (qk_dim + v_dim) * keys
         if dm.mla:  # expand the latent of all cached and new tokens into per-head K and V (kv_b GEMM)
             _gemm(s, "attention", shape.prefill_seqs * (p + n), dm.heads * (dm.nope + dm.v_dim), dm.kv_rank,
-                  dm.attn, eng)
+                  dm.attn, eng, in_block=True)
         held = min(p + n, window) if window else p + n
         read = shape.prefill_seqs * held * (kvb if p else 0.0)
         s.groups["attention"].kv_bytes += s.mult * read
@@ -581,7 +594,8 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
         ctx = shape.decode_context
         held = min(ctx, window) if window else ctx
         if dm.mla:  # absorbed: scores over kv_rank + rope, values over kv_rank, per head
-            _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.kv_rank, dm.nope, dm.attn, eng)  # W_UK
+            _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.kv_rank, dm.nope, dm.attn, eng,  # W_UK
+                  in_block=True)
             flops = shape.decode_seqs * dm.heads * 2.0 * (2 * dm.kv_rank + dm.rope) * held
         else:
             flops = shape.decode_seqs * dm.heads * 2.0 * (qk_dim + v_dim) * held
@@ -589,8 +603,9 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
                                                     shape.decode_seqs * held * kvb, flops))
         s.groups["attention"].kv_bytes += s.mult * shape.decode_seqs * held * kvb
         if dm.mla:
-            _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.v_dim, dm.kv_rank, dm.attn, eng)  # W_UV
-    _gemm(s, "attention", m, h, dm.heads * v_dim, dm.attn, eng)  # O projection
+            _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.v_dim, dm.kv_rank, dm.attn, eng,  # W_UV
+                  in_block=True)
+    _gemm(s, "attention", m, h, dm.heads * v_dim, dm.attn, eng, in_block=dm.mla)  # O projection
 
 
 def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool) -> None:

@@ -127,6 +127,8 @@ class StaticFractionRule:
 # vLLM csrc/custom_all_reduce.cuh (SGLang sgl-kernel/csrc/allreduce/custom_all_reduce.cuh the same): the one-shot
 # kernel on 2 GPUs always, else on at most 4 GPUs below 512 KiB and on at most 8 below 256 KiB; two-shot otherwise
 VLLM_ONE_SHOT_BELOW: tuple[tuple[int, float], ...] = ((4, 512 * 1024.0), (8, 256 * 1024.0))
+# one linear layer's host seconds by token count: (max tokens, seconds) steps, the last max tokens None (open)
+LinearHostSteps = tuple[tuple[int | None, float], ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,9 +153,14 @@ class EngineKernels:
     GPU preset name, the weight-only formats whose fused-MoE kernel unpacks an expert's weights again in every row
     tile's main loop (by default, once per expert and step); ``moe_floors_by_gpu``: per GPU preset name and expert
     storage format, the fused MoE's fixed cost in seconds where that kernel's differs from the ``moe`` floor
-    (TensorRT-LLM's MXFP4 backends). The per-dtype tables (expert floors, efficiency, K0) also take a storage
-    format's name (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before the compute dtype's. The
-    defaults describe an engine whose kernels are those the GPU presets measured (vLLM's).
+    (TensorRT-LLM's MXFP4 backends); ``linear_host_s_by_gpu``: per GPU preset name and weight storage format, the
+    host seconds one linear layer's call takes when it runs outside a CUDA graph (its Python path: input
+    quantisation, scale layout, kernel dispatch), as (max tokens, seconds) steps, the last open (None);
+    ``uncaptured_linears``: the storage formats whose linear layers run outside the CUDA graphs, each costing at
+    least that host time (default none: every linear is captured; a fused attention block's projections, MLA's,
+    run inside it). The per-dtype tables (expert floors, efficiency, K0) also take a storage format's name
+    (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before the compute dtype's. The defaults
+    describe an engine whose kernels are those the GPU presets measured (vLLM's).
     """
 
     cuda_graphs: bool = True
@@ -172,6 +179,8 @@ class EngineKernels:
     moe_k0_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_dequant_per_tile_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
+    uncaptured_linears: frozenset[str] = frozenset()
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def custom_allreduce_on(self, fabric: Interconnect) -> CustomAllReduce | None:
@@ -329,7 +338,8 @@ def _mib(value: Any, origin: str, key: str) -> int:
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce", "custom_allreduce_launch_us",
                           "fused_activation_quant", "eager_launch_us", "floors_us", "block_floors_us",
                           "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
-                          "moe_dequant_per_tile", "moe_floors_us", "sources"})
+                          "moe_dequant_per_tile", "moe_floors_us", "linear_host_us", "uncaptured_linears",
+                          "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
@@ -375,6 +385,41 @@ def _moe_floors(value: Any, origin: str) -> dict[str, dict[str, float]]:
     """``kernels.moe_floors_us``: GPU preset name -> storage format -> microseconds, returned in seconds."""
     us = _by_gpu(value, origin, "kernels.moe_floors_us", MOE_EXPERT_DTYPES, 0.0, MAX_MICROSECONDS)
     return {gpu: {fmt: v * 1e-6 for fmt, v in by_fmt.items()} for gpu, by_fmt in us.items()}
+
+
+def _linear_host(value: Any, origin: str) -> dict[str, dict[str, LinearHostSteps]]:
+    """``kernels.linear_host_us``: GPU preset name -> storage format -> [[max tokens, us], ...] ascending, the last
+    max tokens null (any larger count); returned as (max tokens or None, seconds) steps."""
+    key, allowed = "kernels.linear_host_us", ", ".join(MOE_EXPERT_DTYPES)
+    out: dict[str, dict[str, LinearHostSteps]] = {}
+    for gpu, by_fmt in _gpu_entries(value, origin, key, f"mappings of {allowed}").items():
+        _require(isinstance(by_fmt, dict), origin, f"field '{key}.{gpu}' must be a mapping of {allowed}")
+        _check_keys(by_fmt, frozenset(MOE_EXPERT_DTYPES), origin, f"{key}.{gpu}.")
+        out[str(gpu)] = {}
+        for fmt, steps in by_fmt.items():
+            where = f"{key}.{gpu}.{fmt}"
+            shape = f"field '{where}' must be a list of [max tokens, microseconds] pairs, the last [null, us]"
+            _require(isinstance(steps, list) and bool(steps) and all(isinstance(x, list) and len(x) == 2
+                                                                     for x in steps), origin, shape)
+            rows: list[tuple[int | None, float]] = []
+            for i, (tokens, us) in enumerate(steps):
+                _require((tokens is None) == (i == len(steps) - 1), origin, shape)
+                if tokens is not None:
+                    _require(isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 1
+                             and (not rows or tokens > (rows[-1][0] or 0)), origin,
+                             f"field '{where}' needs ascending whole token counts >= 1, got {_show(tokens)}")
+                rows.append((tokens, _num(us, origin, f"{where}[{i}]", 0.0, MAX_MICROSECONDS) * 1e-6))
+            out[str(gpu)][str(fmt)] = tuple(rows)
+    return out
+
+
+def _formats(value: Any, origin: str, key: str) -> frozenset[str]:
+    """A list of weight storage formats (MOE_EXPERT_DTYPES' names)."""
+    if value is None:
+        return frozenset()
+    _require(isinstance(value, list) and all(isinstance(f, str) and f in MOE_EXPERT_DTYPES for f in value), origin,
+             f"field '{key}' must be a list of {', '.join(MOE_EXPERT_DTYPES)}, got {_show(value)}")
+    return frozenset(value)
 
 
 def _dequant_per_tile(value: Any, origin: str) -> dict[str, frozenset[str]]:
@@ -464,6 +509,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_k0_by_gpu=k0,
         moe_dequant_per_tile_by_gpu=_dequant_per_tile(data.get("moe_dequant_per_tile"), origin),
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
+        linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
+        uncaptured_linears=_formats(data.get("uncaptured_linears"), origin, "kernels.uncaptured_linears"),
         sources=_texts(data.get("sources", {}), origin, "kernels.sources"))
 
 
