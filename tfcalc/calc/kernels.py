@@ -44,6 +44,7 @@ from tfcalc.units import parse_float
 
 if TYPE_CHECKING:
     from tfcalc.calc.comm import LinkFit
+    from tfcalc.spec.engine import LinearHostSteps
 
 # Elements of K loop one output tile's prologue/epilogue costs, per compute dtype (module docstring): fit of
 # eff x K / (K + K0) to GEMMs with M, N >= 4096 swept over K on an H200 (aiconfigurator vLLM 0.24 gemm table):
@@ -96,7 +97,7 @@ class Rates:
     moe_dequant_per_tile: frozenset[str] = frozenset()  # weight-only MoE formats unpacked again in every row tile
     moe_format_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s, replaces the moe floor by format
     # formats whose linear layers run outside CUDA graphs: their host seconds per call, (max tokens | None, s) steps
-    linear_host: dict[str, tuple[tuple[int | None, float], ...]] = field(default_factory=dict, hash=False)
+    linear_host: dict[str, LinearHostSteps] = field(default_factory=dict, hash=False)
     # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
     _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _stream: float = field(init=False, repr=False, compare=False, hash=False)
@@ -177,10 +178,10 @@ class Rates:
         steps = self.linear_host.get(weight_format) if not self.ideal else None
         if not steps:
             return 0.0
-        for max_tokens, seconds in steps:
-            if max_tokens is None or tokens <= max_tokens:
+        for max_tokens, seconds in steps[:-1]:
+            if tokens <= max_tokens:
                 return seconds
-        return steps[-1][1]  # unreachable: the last step is open
+        return steps[-1][1]  # the last step is open
 
     def as_ideal(self) -> Rates:
         return replace(self, ideal=True)
