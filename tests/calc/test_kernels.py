@@ -63,7 +63,10 @@ def test_floors_and_eager_launches() -> None:
     tiny = kernels.elementwise(RATES, 100)
     assert tiny.bound == "floor" and tiny.seconds == pytest.approx(2e-6 + 100 / 3.2e12)
     eager = replace(RATES, cuda_graphs=False)
-    assert kernels.elementwise(eager, 100).seconds == pytest.approx(8e-6 + 100 / 3.2e12)  # waits for the host
+    assert kernels.elementwise(eager, 100).seconds == pytest.approx(8e-6)  # the GPU waits for the host's launch
+    big = kernels.elementwise(RATES, 1e8)
+    assert kernels.elementwise(eager, 1e8).seconds == pytest.approx(big.seconds)  # a long kernel hides the launch
+    assert kernels.elementwise(eager, 100, kernels=3).seconds == pytest.approx(3 * 8e-6)
     assert kernels.elementwise(RATES, 1000, kernels=3).floor_seconds == pytest.approx(6e-6)
 
 

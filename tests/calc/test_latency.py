@@ -217,6 +217,43 @@ def test_uncaptured_linears_last_their_host_time() -> None:
     assert ds_after.groups["moe"].seconds > ds_before.groups["moe"].seconds + 58 * 2 * 40e-6  # 2 shared linears
 
 
+def test_steps_outside_the_cuda_graphs_pay_the_host_launches() -> None:
+    """A step the engine does not replay from a graph costs what the same step costs with graphs off: steps with
+    prefill tokens where graphs take decode batches only (TensorRT-LLM, SGLang), steps above the largest captured
+    size (SGLang's cuda_graph_max_bs 256 below tp 4 on an H100, vLLM's 512); the rest keep the graph price."""
+    llama = load_model("llama3.1-8b")
+    kv = default_kv_dtype(llama)
+
+    def pair(engine: str) -> tuple:  # noqa: ANN202 - (graphs as the engine runs them, every step eager)
+        k = load_engine(engine).kernels
+        return tuple(deployment(llama, load_gpu("h100-sxm"), parse_weight_precision("bf16"), kv, engine_kernels=k,
+                                cuda_graphs=g) for g in (None, False))
+
+    mixed = StepShape(decode_seqs=8, decode_context=1024, prefill_seqs=1, prefill_tokens=128)
+    decode = StepShape(decode_seqs=8, decode_context=1024)
+    for engine in ("trtllm", "sglang"):
+        graphs, eager = pair(engine)
+        assert not graphs.captured(mixed) and graphs.captured(decode)
+        assert step_time(graphs, mixed).seconds == pytest.approx(step_time(eager, mixed).seconds)
+        assert step_time(graphs, decode).seconds < step_time(eager, decode).seconds  # ~8 us per short kernel
+    vllm, vllm_eager = pair("vllm")
+    assert vllm.captured(mixed) and step_time(vllm, mixed).seconds < step_time(vllm_eager, mixed).seconds
+    sglang, _ = pair("sglang")
+    assert (sglang.graph_cap_tokens, vllm.graph_cap_tokens) == (256, 512)
+    assert sglang.captured(StepShape(decode_seqs=256, decode_context=1024))
+    assert not sglang.captured(StepShape(decode_seqs=257, decode_context=1024))
+    assert vllm.captured(StepShape(decode_seqs=512, decode_context=1024))
+    assert not vllm.captured(StepShape(decode_seqs=300, decode_context=1024, prefill_seqs=1, prefill_tokens=300))
+    # above the cap the step jumps by the launches of its short kernels, and only by them: its GEMMs hide theirs
+    below, above = (step_time(sglang, StepShape(decode_seqs=b, decode_context=1024)) for b in (256, 257))
+    jump = above.seconds - below.seconds
+    assert 0 < jump < above.groups["attention"].kernels * 8e-6 + above.groups["dense_ffn"].kernels * 8e-6
+    big = StepShape(prefill_seqs=1, prefill_tokens=8192)  # long kernels hide every launch
+    trt, _ = pair("trtllm")
+    assert step_time(trt, big).seconds == pytest.approx(
+        step_time(replace(trt, kernels=replace(trt.kernels, graph_prefill=True)), big).seconds, rel=1e-3)
+
+
 def test_nccl_engines_pay_more_for_small_all_reduces() -> None:
     shape = StepShape(decode_seqs=1, decode_context=1024)
     vllm = step_time(_d("llama3-70b", tp=8, engine_kernels=load_engine("vllm").kernels), shape)

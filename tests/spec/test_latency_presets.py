@@ -255,7 +255,7 @@ def test_engine_moe_dequant_per_tile_per_gpu() -> None:
 def test_engine_moe_floors_per_gpu_and_format() -> None:
     """kernels.moe_floors_us: per GPU preset and expert storage format, the fused MoE's fixed cost, replacing the
     moe floor for that format only (TensorRT-LLM's MXFP4 backends: Triton on Hopper, TRTLLM-gen on a B200); CUDA
-    graphs off, it is at least the launch interval; ideal rates have none."""
+    graphs off, a short kernel lasts at least the launch interval; ideal rates have none."""
     kernels = kernels_from_mapping({"moe_floors_us": {"h200": {"mxfp4": 50}}}, "e.yaml")
     assert kernels.moe_floors_by_gpu == {"h200": {"mxfp4": pytest.approx(50e-6)}}
     h200 = rates_for(load_gpu("h200"), kernels)
@@ -264,7 +264,7 @@ def test_engine_moe_floors_per_gpu_and_format() -> None:
     assert h200.as_ideal().floor("moe", "mxfp4") == 0.0
     eager = rates_for(load_gpu("h200"), kernels_from_mapping({"moe_floors_us": {"h200": {"mxfp4": 1}}}, "e.yaml"),
                       cuda_graphs=False)
-    assert eager.floor("moe", "mxfp4") == pytest.approx(eager.launch_s)
+    assert eager.fixed(eager.floor("moe", "mxfp4"), 0.0) == pytest.approx(eager.launch_s)
     trtllm = {g: rates_for(load_gpu(g), load_engine("trtllm").kernels) for g in ("h100-pcie", "h200", "b200")}
     assert trtllm["b200"].floor("moe", "mxfp4") < trtllm["b200"].floor("moe") < trtllm["h200"].floor("moe", "mxfp4")
     assert trtllm["h100-pcie"].floor("moe", "mxfp4") == pytest.approx(49.6e-6)  # kernels_as: h100-sxm
@@ -305,6 +305,31 @@ def test_engine_linear_host_time_per_gpu_and_format() -> None:
         assert "\n" not in str(caught.value)
     with pytest.raises(SpecError, match="field 'kernels.uncaptured_linears' must be a list of"):
         kernels_from_mapping({"uncaptured_linears": "fp8_block"}, "e.yaml")
+
+
+def test_engine_graph_coverage_keys() -> None:
+    """kernels.graph_prefill and kernels.graph_max_tokens: which steps an engine replays from CUDA graphs -- rows of
+    (minimum GiB, tokens below tp 4, tokens at tp >= 4), the last row the GPU's memory reaches applying."""
+    rows = [[0, 24, 80], [35, 32, 160], [60, 256, 512], [160, 512, 512]]
+    k = kernels_from_mapping({"graph_prefill": False, "graph_max_tokens": rows}, "e.yaml")
+    assert not k.graph_prefill and EngineKernels().graph_prefill and EngineKernels().graph_token_cap(80, 1) is None
+    assert [k.graph_token_cap(gib, tp) for gib, tp in ((24, 1), (48, 1), (48, 8), (79.2, 1), (79.2, 4), (139.8, 2),
+                                                       (178, 1))] == [24, 32, 160, 256, 512, 256, 512]
+    sglang, vllm, trtllm = (load_engine(e).kernels for e in ("sglang", "vllm", "trtllm"))
+    assert sglang.graph_max_tokens == tuple(tuple(r) for r in rows) and not sglang.graph_prefill
+    assert vllm.graph_prefill and vllm.graph_token_cap(80, 8) == 512
+    assert not trtllm.graph_prefill and trtllm.graph_token_cap(80, 1) is None
+    for value, message in (
+            ([[0, 24]], "row 1 must be \\[minimum GiB, tokens below tp 4, tokens at tp >= 4\\]"),
+            ([[60, 256, 512], [35, 32, 160]], "minimums must ascend"),
+            ([[0, 0, 80]], "tokens below tp 4"),
+            ("512", "must be a list of"),
+            ([], "must be a list of")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"graph_max_tokens": value}, "e.yaml")
+        assert "\n" not in str(caught.value)
+    with pytest.raises(SpecError, match="kernels.graph_prefill"):
+        kernels_from_mapping({"graph_prefill": "no"}, "e.yaml")
 
 
 def test_engine_moe_dequant_ops_per_gpu() -> None:

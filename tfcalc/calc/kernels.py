@@ -18,7 +18,8 @@ Every kernel costs
   (gpt-fast int8 decode reaches 52 % of A100 HBM against 69 % in bf16; vLLM's MXFP4 MoE on an H200 streams
   4.7e12 weights/s, 7 instructions each at the fp32 rate).
 - **Floor**: the fixed cost of a kernel (launch, ramp-up, tail) per kernel class, measured on the GPU (preset) or
-  by ``tfcalc bench calibrate``; without CUDA graphs a kernel also waits for the host to launch it.
+  by ``tfcalc bench calibrate``; without CUDA graphs the host launches a kernel every ``launch_s``, so a kernel
+  lasts max(work + floor, launch_s) on the timeline (``Rates.fixed``: a long kernel hides the next launch).
 - **Flash attention** (prefill): query tiles of 128 rows against key tiles of 128 (FlashAttention-2, arXiv
   2307.08691, sec. 3); causal diagonal tiles are computed whole and each query tile pays a prologue of about
   two key tiles; the kernel takes max(total tile work / SMs, longest query tile) -- with fewer query tiles than
@@ -158,12 +159,20 @@ class Rates:
         return points[-1][1]  # unreachable
 
     def _resolved(self, floor_s: float) -> float:
-        """A kernel's fixed seconds as this run pays them: none when ideal, at least a host launch without graphs."""
-        return 0.0 if self.ideal else (floor_s if self.cuda_graphs else max(floor_s, self.launch_s))
+        """A kernel's fixed seconds as this run pays them: none when ideal."""
+        return 0.0 if self.ideal else floor_s
+
+    def fixed(self, floor_s: float, work_s: float, kernels: int = 1) -> float:
+        """The fixed seconds ``kernels`` kernels add to ``work_s``: their floors; without CUDA graphs the host
+        launches one kernel per ``launch_s``, so each lasts at least that long on the timeline and a longer one
+        hides the next launch: max(floors, kernels x launch_s - work)."""
+        if self.ideal or self.cuda_graphs:
+            return floor_s
+        return max(floor_s, kernels * self.launch_s - work_s)
 
     def floor(self, kind: str, weight_format: str = "") -> float:
-        """Fixed seconds of one kernel of ``kind``; without CUDA graphs at least the host's launch interval. A fused
-        MoE of a storage format the engine measured apart (``moe_format_floors``) takes that format's floor."""
+        """Fixed seconds of one kernel of ``kind`` (the host launch of an uncaptured one: ``fixed``). A fused MoE
+        of a storage format the engine measured apart (``moe_format_floors``) takes that format's floor."""
         own = self.moe_format_floors.get(weight_format) if kind == "moe" and weight_format else None
         if own is not None:
             return self._resolved(own)
@@ -217,7 +226,7 @@ def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: flo
     if t_dequant > work:
         work = t_dequant
     floor = rates._floor.get(kind)
-    floor = kernels * (rates.floor(kind) if floor is None else floor)
+    floor = rates.fixed(kernels * (rates.floor(kind) if floor is None else floor), work, kernels)
     if floor > work:
         bound = "floor"
     elif work == t_compute:
@@ -303,7 +312,7 @@ def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, fl
     util = 1.0 if rates.ideal else streams / (streams + DECODE_STREAMS_HALF)
     t_memory = kv_bytes / (rates.bandwidth(kv_bytes) * util) if kv_bytes else 0.0
     work = max(t_compute, t_memory)
-    floor = rates.floor("attention")
+    floor = rates.fixed(rates.floor("attention"), work)
     bound = "floor" if floor > work else ("compute" if t_compute >= t_memory else "memory")
     return Cost(work + floor, flops, kv_bytes, bound, 1, floor, 0.0, kv_bytes)
 
@@ -601,6 +610,6 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
         by_bound[bound] = by_bound.get(bound, 0.0) + t
         seconds, flops, nbytes, weight_total = seconds + t, flops + f, nbytes + w_bytes + acts, weight_total + w_bytes
     per_expert = rates.moe_expert_floors.get(weight_format, rates.moe_expert_floors.get(rates.peak(compute)[0], 0.0))
-    floor = rates.floor("moe", weight_format) + experts_local * per_expert
+    floor = rates.fixed(rates.floor("moe", weight_format) + experts_local * per_expert, seconds)
     bound = "floor" if floor > seconds else max(by_bound, key=by_bound.__getitem__)
     return Cost(seconds + floor, flops, nbytes, bound, 1, floor, weight_total, weight_total)

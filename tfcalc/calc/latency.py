@@ -214,10 +214,18 @@ class Deployment:
     routing: kernels.Routing
     dims: _Dims = field(repr=False)
     stages: tuple[_Stage, ...] = field(repr=False)
+    graph_cap_tokens: int | None = None  # the largest step replayed from a CUDA graph here (None: any)
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp
+
+    def captured(self, shape: StepShape) -> bool:
+        """Whether the engine replays ``shape`` from a CUDA graph: a decode-only step (or any, where the engine's
+        graphs take prefill tokens: ``EngineKernels.graph_prefill``) of at most ``graph_cap_tokens`` tokens."""
+        if shape.prefill_seqs and not self.kernels.graph_prefill:
+            return False
+        return self.graph_cap_tokens is None or shape.tokens <= self.graph_cap_tokens
 
 
 def _count_in(sorted_layers: tuple[int, ...], lo: int, hi: int) -> int:
@@ -320,7 +328,13 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                       kernels=engine, rates_prefill=rates_prefill or base, rates_decode=rates_decode or base,
                       intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,
                       algorithm=algorithm or interconnect.algorithm, routing=routing,
-                      dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute), stages=_stages(spec, pp))
+                      dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute), stages=_stages(spec, pp),
+                      graph_cap_tokens=engine.graph_token_cap(_memory_gib(gpu), tp))
+
+
+def _memory_gib(gpu: GPUSpec) -> float:
+    """The memory an engine sizes its defaults by: what the CUDA runtime reports, else the capacity."""
+    return (gpu.runtime_memory_bytes or gpu.memory_bytes) / 2**30
 
 
 def _generic_link(gpu: GPUSpec) -> Interconnect:
@@ -798,11 +812,19 @@ def step_seconds(d: Deployment, decode_seqs: float | Sequence[float], decode_con
     return [_one_step(d, float(b), float(c), float(t), float(p), phase) for b, c, t, p in zip(*cols, strict=True)]
 
 
+@lru_cache(maxsize=256)
+def _without_graphs(rates: Rates) -> Rates:
+    """The same rates for a step the engine runs outside its CUDA graphs (each kernel waits for its launch)."""
+    return replace(rates, cuda_graphs=False)
+
+
 @lru_cache(maxsize=65536)
 def _step_cached(d: Deployment, shape: StepShape, phase: str, ideal: bool) -> StepTime:
     rates = d.rates_prefill if phase == "prefill" else d.rates_decode
     if ideal:
         rates = rates.as_ideal()
+    elif rates.cuda_graphs and not d.captured(shape):
+        rates = _without_graphs(rates)
     total = _Step(rates)
     stage_seconds = []
     for st in d.stages:

@@ -206,6 +206,18 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSw
     return rows, handles
 
 
+def _graphs_text(d: Deployment, r: Rates) -> str:
+    """Which steps replay CUDA graphs (``Deployment.captured``'s rule) and what the others pay."""
+    eager = f"eager launches >= {format_seconds(r.launch_s)}"
+    if not r.cuda_graphs:
+        return eager
+    if d.kernels.graph_prefill and d.graph_cap_tokens is None:
+        return "CUDA graphs"
+    scope = "steps" if d.kernels.graph_prefill else "decode-only steps"
+    cap = f" of <= {d.graph_cap_tokens:,} tokens" if d.graph_cap_tokens is not None else ""
+    return f"CUDA graphs for {scope}{cap}, other steps {eager}"
+
+
 def _phase_lines(name: str, label: str, phase: PhaseTime, d: Deployment) -> list[str]:
     step = phase.step
     total = sum(g.seconds for g in step.groups.values()) or 1.0
@@ -275,7 +287,7 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
     floors = ", ".join(f"{k} {format_seconds(v)}" for k, v in sorted(r.floors.items()))
     floors += "".join(f", moe {v * 1e9:.0f} ns per local {k} expert" for k, v in sorted(r.moe_expert_floors.items()))
     floors += "".join(f", moe ({k} experts) {format_seconds(v)}" for k, v in sorted(r.moe_format_floors.items()))
-    graphs = "CUDA graphs" if r.cuda_graphs else f"eager launches >= {format_seconds(r.launch_s)}"
+    graphs = _graphs_text(d, r)
     moe = (", ".join(f"{k} {v:.2f}" for k, v in sorted(r.moe_efficiency_by_dtype.items()))
            or f"{r.moe_efficiency:.2f}")
     lines.append(f"rates: {r.source}; GEMM {', '.join(f'{k} {v:.2f}' for k, v in sorted(r.gemm_efficiency.items()))}"

@@ -129,6 +129,8 @@ class StaticFractionRule:
 VLLM_ONE_SHOT_BELOW: tuple[tuple[int, float], ...] = ((4, 512 * 1024.0), (8, 256 * 1024.0))
 # one linear layer's host seconds by token count: (max tokens, seconds) steps, the last max tokens None (open)
 LinearHostSteps = tuple[tuple[int | None, float], ...]
+# the largest CUDA-graph step by GPU memory: (minimum GiB, tokens below tp 4, tokens at tp >= 4), ascending
+GraphCaps = tuple[tuple[float, int, int], ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,9 +160,12 @@ class EngineKernels:
     quantisation, scale layout, kernel dispatch), as (max tokens, seconds) steps, the last open (None);
     ``uncaptured_linears``: the storage formats whose linear layers run outside the CUDA graphs, each costing at
     least that host time (default none: every linear is captured; a fused attention block's projections, MLA's,
-    run inside it). The per-dtype tables (expert floors, efficiency, K0) also take a storage format's name
-    (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before the compute dtype's. The defaults
-    describe an engine whose kernels are those the GPU presets measured (vLLM's).
+    run inside it); ``graph_prefill``: whether steps that carry prefill tokens replay graphs too (vLLM V1's
+    piecewise graphs; else only decode-only steps do); ``graph_max_tokens``: the largest step, in tokens, that
+    replays a graph, as rows (minimum GPU memory in GiB, below tp 4, at tp >= 4), the last row whose minimum the
+    GPU reaches applying (default none: every size). The per-dtype tables (expert floors, efficiency, K0) also
+    take a storage format's name (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before the
+    compute dtype's. The defaults describe an engine whose kernels are those the GPU presets measured (vLLM's).
     """
 
     cuda_graphs: bool = True
@@ -181,7 +186,17 @@ class EngineKernels:
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     uncaptured_linears: frozenset[str] = frozenset()
+    graph_prefill: bool = True
+    graph_max_tokens: GraphCaps = ()
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def graph_token_cap(self, memory_gib: float, tp: int) -> int | None:
+        """The largest step (tokens) replayed from a CUDA graph on a GPU of ``memory_gib`` at ``tp``; None: any."""
+        rows = [row for row in self.graph_max_tokens if memory_gib >= row[0]]
+        if not rows:
+            return None
+        _, below_tp4, from_tp4 = rows[-1]
+        return below_tp4 if tp < 4 else from_tp4
 
     def custom_allreduce_on(self, fabric: Interconnect) -> CustomAllReduce | None:
         """The custom all-reduce this engine runs on ``fabric`` (its own launch cost where it measured one), or None
@@ -339,7 +354,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "fused_activation_quant", "eager_launch_us", "floors_us", "block_floors_us",
                           "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_dequant_per_tile", "moe_floors_us", "linear_host_us", "uncaptured_linears",
-                          "sources"})
+                          "graph_prefill", "graph_max_tokens", "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
@@ -480,6 +495,24 @@ def _launch_by_fabric(value: Any, origin: str) -> dict[str, float]:
     return out
 
 
+def _graph_caps(value: Any, origin: str) -> GraphCaps:
+    """``graph_max_tokens: [[min GiB, tokens below tp 4, tokens at tp >= 4], ...]``, minimums ascending."""
+    key = "kernels.graph_max_tokens"
+    if value is None:
+        return ()
+    _require(isinstance(value, list) and value, origin,
+             f"field '{key}' must be a list of [minimum GiB, tokens below tp 4, tokens at tp >= 4] rows")
+    rows: list[tuple[float, int, int]] = []
+    for i, row in enumerate(value):
+        _require(isinstance(row, list) and len(row) == 3, origin,
+                 f"field '{key}' row {i + 1} must be [minimum GiB, tokens below tp 4, tokens at tp >= 4]")
+        gib = _num(row[0], origin, f"{key}[{i + 1}] minimum GiB", 0.0, MAX_GIB)
+        _require(not rows or gib > rows[-1][0], origin, f"field '{key}' minimums must ascend")
+        rows.append((gib, _int(row[1], origin, f"{key}[{i + 1}] tokens below tp 4", 1, 1 << 20),
+                     _int(row[2], origin, f"{key}[{i + 1}] tokens at tp >= 4", 1, 1 << 20)))
+    return tuple(rows)
+
+
 def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
     """Validate an engine preset's ``kernels:`` block (units as printed: microseconds); absent fields keep
     ``EngineKernels``' defaults."""
@@ -511,6 +544,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         uncaptured_linears=_formats(data.get("uncaptured_linears"), origin, "kernels.uncaptured_linears"),
+        graph_prefill=_bool(data.get("graph_prefill", d.graph_prefill), origin, "kernels.graph_prefill"),
+        graph_max_tokens=_graph_caps(data.get("graph_max_tokens"), origin),
         sources=_texts(data.get("sources", {}), origin, "kernels.sources"))
 
 
