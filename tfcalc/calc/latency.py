@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from tfcalc.calc import comm, kernels
+from tfcalc.calc.engine import capacity_bytes
 from tfcalc.calc.kernels import Cost, Rates
 from tfcalc.calc.plan import check_parallelism, stage_layers
 from tfcalc.dtypes import DType, WeightPrecision
@@ -329,12 +330,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                       intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,
                       algorithm=algorithm or interconnect.algorithm, routing=routing,
                       dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute), stages=_stages(spec, pp),
-                      graph_cap_tokens=engine.graph_token_cap(_memory_gib(gpu), tp))
-
-
-def _memory_gib(gpu: GPUSpec) -> float:
-    """The memory an engine sizes its defaults by: what the CUDA runtime reports, else the capacity."""
-    return (gpu.runtime_memory_bytes or gpu.memory_bytes) / 2**30
+                      graph_cap_tokens=engine.graph_token_cap(capacity_bytes(gpu) / 2**30, tp))
 
 
 def _generic_link(gpu: GPUSpec) -> Interconnect:
