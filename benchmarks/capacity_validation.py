@@ -186,8 +186,8 @@ def _overheads(engine: str, mode: str) -> Overheads:
 
 def run(case: Case, requests: int | None = None, mode: str = "full") -> dict:
     spec, gpu = _spec(case.model), load_gpu(case.gpu)
-    precision, kv = parse_weight_precision(spec.native_dtype), default_kv_dtype(spec)
     engine = load_engine(f"vllm@{case.vllm}")
+    precision, kv = parse_weight_precision(spec.native_dtype), default_kv_dtype(spec, engine)
     seats, budget = scheduler_defaults(engine, gpu)
     max_len = case.max_model_len or spec.max_context
     memory = replica_memory(spec, gpu, precision, kv, tp=case.tp, pp=1, ep=1, engine=engine, max_model_len=max_len,
@@ -232,7 +232,8 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
         except Exception:  # noqa: BLE001 - no preset covers it: the latest
             engine = load_engine(name)
     precision = parse_weight_precision(point["weights"])
-    kv = get_dtype(point["kv"])
+    kv = get_dtype(point["kv"]) if point.get("kv") else default_kv_dtype(
+        replace(spec, checkpoint_kv_dtype=point.get("checkpoint_kv")), engine)   # the checkpoint's, if it follows
     seats, budget = scheduler_defaults(engine, gpu)
     length = point["prompt"] + point["gen"]
     memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=point.get("ep", 1), engine=engine,
@@ -360,7 +361,7 @@ def _replay(point: dict, phases: str = "lockstep") -> dict:
 
 def configuration(point: dict) -> tuple:
     """What a run's row says was served: engine, model, GPU, format, layout, lengths and concurrency."""
-    return tuple(point[k] for k in ("engine", "model", "gpu", "weights", "kv", "tp", "ep", "prompt", "gen",
+    return tuple(point[k] for k in ("engine", "model", "gpu", "weights", "checkpoint_kv", "tp", "ep", "prompt", "gen",
                                     "concurrency"))
 
 

@@ -15,8 +15,15 @@ The CSV's labels are mapped to tfcalc's formats by what each checkpoint ships (i
 gpt-oss-120b's rows say ``nvfp4`` but the checkpoint is MXFP4 experts with bf16 attention; Qwen3-235B-A22B-FP8 and
 DeepSeek-R1 are block-scale fp8 checkpoints whatever the row's label; ``fp4`` on Llama 3.1 70B is NVIDIA's NVFP4
 checkpoint. DeepSeek-R1's fp4 rows are left out: NVIDIA's FP4 checkpoints differ in which attention projections they
-quantise (DeepSeek-R1-0528-FP4-v2 adds ``wo``) and the row does not say which ran. The KV cache is bf16 (the CSV
-does not state it; the engines' default for these checkpoints).
+quantise (DeepSeek-R1-0528-FP4-v2 adds ``wo``) and the row does not say which ran.
+
+The CSV does not state the KV cache format; ``checkpoint_kv`` is the one the checkpoint declares, which an engine
+whose ``--kv-cache-dtype auto`` follows the checkpoint uses (``EngineSpec.kv.checkpoint_dtype``; the replay resolves
+it per engine version). The per-tensor fp8 and NVFP4 rows are NVIDIA ModelOpt checkpoints, and those declare an fp8
+KV cache: the two aiconfigurator ships the quantization config of (model_configs/
+nvidia--Llama-3.1-70B-Instruct-FP8_hf_quant_config.json, Qwen--Qwen3-32B-FP8-Static-PerTensor_config.json) say
+``kv_cache_quant_algo: FP8`` / ``kv_cache_scheme: FP8``, as do all 18 NVFP4 and 4 FP8 ModelOpt configs it ships.
+The others (bf16, Qwen's and DeepSeek's block-fp8, gpt-oss's MXFP4) declare none.
 
 The layout is ``tp_size`` and ``moe_ep_size``, except where the export multiplied them: in every one of the 160 rows
 whose id names an expert-parallel layout (``..._tp8_ep8_...``) with ``moe_tp_size`` and ``moe_ep_size`` both above 1,
@@ -45,6 +52,7 @@ MODELS = {
 }
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 OUT = Path(__file__).parent / "silicon_runs.json"
+CHECKPOINT_KV = {"fp8": "fp8", "nvfp4": "fp8"}  # weight format -> KV format its (ModelOpt) checkpoint declares
 
 
 def weights(model: str, row: dict) -> str | None:
@@ -98,7 +106,7 @@ def extract(rows: list[dict]) -> list[dict]:
         runs.append({
             "id": row["id"], "source": source(row["silicon_data_source"]),
             "engine": row["backend"], "engine_version": row["backend_version"], "model": MODELS[model],
-            "gpu": SYSTEMS[row["system"]], "weights": fmt, "kv": "bf16", "tp": tp, "ep": ep,
+            "gpu": SYSTEMS[row["system"]], "weights": fmt, "checkpoint_kv": CHECKPOINT_KV.get(fmt), "tp": tp, "ep": ep,
             "concurrency": int(row["batch_size"]), "prompt": int(row["isl"]), "gen": int(row["osl"]),
             "ttft_ms": round(float(row["silicon_ttft_ms"]), 3), "tpot_ms": round(float(row["silicon_tpot_ms"]), 4),
         })

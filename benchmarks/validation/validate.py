@@ -7,7 +7,9 @@ Reference points (each with its source and setting):
 - public_points.json: gpt-fast README decode rates, TensorRT-LLM v0.5 first-token latencies (static batches);
 - silicon_points.json: measured serving runs at concurrency <= 4 from aiconfigurator's silicon_sample.csv
   (TPOT ~ the decode step at that batch, context prompt + gen/2; TTFT is compared with one prompt's prefill, but
-  adds request handling and queueing a step model does not price, so it is shown and not counted);
+  adds request handling and queueing a step model does not price, so it is shown and not counted); the KV cache
+  is fp8 on the per-tensor fp8 and NVFP4 runs (NVIDIA ModelOpt checkpoints declaring it, which those engine
+  versions follow: silicon_runs.py), bf16 elsewhere;
 - aiconfigurator_*.json: aiconfigurator 0.12 static-batch predictions from its measured kernel tables
   (benchmarks/validation/aiconfigurator_points.py writes them).
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:

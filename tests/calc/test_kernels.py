@@ -103,6 +103,25 @@ def test_decode_attention_streams_kv_with_enough_streams() -> None:
     assert one.seconds > kv / 512 / 3.2e12 * 3  # one stream reaches ~26 % of the bandwidth
 
 
+def test_decode_attention_over_an_fp8_cache() -> None:
+    """Without a measured fp8 kernel an fp8 cache streams at the bf16 kernel's bandwidth (half the bytes, half the
+    memory time); with one (vLLM's FA3: fixed + scale x the bf16-cache time) it costs that; ideal mode and a bf16
+    cache ignore it."""
+    fp8 = 64 * 4096 * 2 * 8 * 128  # the cache above in one byte per element
+    flops = 4.0 * 64 * 32 * 128 * 4096
+    wide = kernels.decode_attention(RATES, 64, 8, 2 * fp8, flops)
+    plain = kernels.decode_attention(RATES, 64, 8, fp8, flops, fp8_cache=True)
+    assert plain.seconds - 10e-6 == pytest.approx((wide.seconds - 10e-6) / 2)
+    measured = replace(RATES, fp8_kv_attention=(4e-6, 0.8))
+    c = kernels.decode_attention(measured, 64, 8, fp8, flops, fp8_cache=True)
+    assert c.seconds == pytest.approx(4e-6 + 0.8 * wide.seconds) and c.bytes == fp8 and c.bound == "memory"
+    assert c.floor_seconds == pytest.approx(4e-6 + 0.8 * wide.floor_seconds)
+    assert kernels.decode_attention(measured, 64, 8, fp8, flops) == plain
+    ideal = measured.as_ideal()
+    assert kernels.decode_attention(ideal, 64, 8, fp8, flops, fp8_cache=True) == kernels.decode_attention(
+        ideal, 64, 8, fp8, flops)
+
+
 @pytest.mark.parametrize(("experts", "k", "tokens", "expected"), [
     (8, 2, 1, 2.0), (8, 2, 64, 8 * (1 - 0.75**64)), (256, 8, 64, 256 * (1 - (1 - 8 / 256) ** 64)),
 ])

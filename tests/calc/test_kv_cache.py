@@ -91,3 +91,39 @@ def test_mla_spec_is_validated() -> None:
     with pytest.raises(SpecError, match="kv_lora_rank"):
         replace(load_model("deepseek-v3"), mla=MLASpec(q_lora_rank=None, kv_lora_rank=0, qk_nope_head_dim=128,
                                                         qk_rope_head_dim=64, v_head_dim=128))
+
+
+def test_default_kv_format_follows_the_checkpoint_where_the_engine_does() -> None:
+    """--kv-cache-dtype auto: TensorRT-LLM 1.0+, SGLang 0.5+ and vLLM 0.17+ take the format a ModelOpt checkpoint
+    declares, vLLM 0.11 and gpt-fast keep the model dtype; with no engine, the checkpoint's. The pool then holds
+    twice the tokens: an fp8 cache is half the bf16 bytes per token."""
+    from tfcalc.calc.kv_cache import default_kv_dtype
+    from tfcalc.spec.presets import load_engine
+
+    base = replace(load_model("llama3-70b"), native_dtype="fp8_e4m3")
+    declared = replace(base, checkpoint_kv_dtype="fp8")
+    follows = {e: default_kv_dtype(declared, load_engine(e)).name
+               for e in ("trtllm", "sglang", "vllm", "vllm@0.17", "vllm@0.11", "vllm@0.8", "gpt-fast")}
+    assert follows == {"trtllm": "fp8_e4m3", "sglang": "fp8_e4m3", "vllm": "fp8_e4m3", "vllm@0.17": "fp8_e4m3",
+                       "vllm@0.11": "bf16", "vllm@0.8": "bf16", "gpt-fast": "bf16"}
+    assert default_kv_dtype(declared).name == "fp8_e4m3"
+    assert default_kv_dtype(base, load_engine("trtllm")).name == "bf16"
+    assert kv_bytes_per_token(declared, default_kv_dtype(declared)) * 2 == kv_bytes_per_token(base, get_dtype("bf16"))
+
+
+def test_engine_checkpoint_dtype_key() -> None:
+    """kv.checkpoint_dtype: optional, false by default, a one-line error for a non-boolean."""
+    import yaml
+
+    from tfcalc.errors import SpecError
+    from tfcalc.spec.engine import engine_from_mapping
+    from tfcalc.spec.presets import load_engine, preset_path
+
+    data = yaml.safe_load(preset_path("engine", "vllm-0.21").read_text())
+    data["kv"] = {**data["kv"], "checkpoint_dtype": "yes"}
+    with pytest.raises(SpecError, match="kv.checkpoint_dtype") as caught:
+        engine_from_mapping(data, "e.yaml", "e")
+    assert "\n" not in str(caught.value)
+    del data["kv"]["checkpoint_dtype"]
+    assert not engine_from_mapping(data, "e.yaml", "e").kv.checkpoint_dtype
+    assert load_engine("vllm").kv.checkpoint_dtype

@@ -231,3 +231,20 @@ def test_bad_engine_and_search_bounds() -> None:
                  "--batch", "64", "-f", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)[0]["fits"] is True
+
+
+def test_a_modelopt_checkpoint_is_planned_with_the_kv_format_its_engine_uses(tmp_path: Path) -> None:
+    """A ModelOpt FP8 checkpoint folder (config.json + hf_quant_config.json declaring an FP8 KV cache): fp8 weights
+    everywhere; an fp8 cache, twice the tokens, under TensorRT-LLM and vLLM 0.21, a bf16 one under vLLM 0.11."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
+    (tmp_path / "config.json").write_text((fixtures / "llama3-70b.json").read_text())
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt"}, "quantization": {
+        "quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}}))
+    rows = {}
+    for engine in ("trtllm", "vllm", "vllm@0.11"):
+        result = run("plan", "-c", str(tmp_path), "--gpu", "h200", "--engine", engine, "--format", "csv")
+        assert result.exit_code == 0, result.output
+        rows[engine] = next(csv.DictReader(io.StringIO(result.output)))
+    assert {e: (r["weights_dtype"], r["kv_dtype"]) for e, r in rows.items()} == {
+        "trtllm": ("fp8_e4m3", "fp8_e4m3"), "vllm": ("fp8_e4m3", "fp8_e4m3"), "vllm@0.11": ("fp8_e4m3", "bf16")}
+    assert int(rows["vllm"]["kv_tokens_per_gpu"]) > 1.9 * int(rows["vllm@0.11"]["kv_tokens_per_gpu"])

@@ -462,3 +462,30 @@ def test_phi3_longrope_rename() -> None:
     s = build("phi3-mini", rope_scaling={"type": "su", "long_factor": [1.0], "short_factor": [1.0]},
               original_max_position_embeddings=4096)
     assert s.rope_scaling == RopeScaling(rope_type="longrope", original_max_position_embeddings=4096)
+
+
+# --- ModelOpt's hf_quant_config.json ------------------------------------------------------------------------------
+
+SIDECAR = {"producer": {"name": "modelopt", "version": "0.23.0"},
+           "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}}
+
+
+def test_a_config_without_quantization_takes_the_hf_quant_config_beside_it(tmp_path: Path) -> None:
+    """nvidia/Llama-3.1-70B-Instruct-FP8's layout: config.json names no quantization, hf_quant_config.json does
+    (ModelOpt <= 0.29); vLLM and TensorRT-LLM read it, so its weights are fp8 and its KV cache fp8, not bf16."""
+    write(tmp_path, fixture("llama3-70b"))
+    plain = load_hf_config(tmp_path)
+    write(tmp_path, SIDECAR, "hf_quant_config.json")
+    quantized = load_hf_config(tmp_path)
+    assert (plain.native_dtype, plain.checkpoint_kv_dtype) == ("bf16", None)
+    assert (quantized.native_dtype, quantized.checkpoint_kv_dtype) == ("fp8_e4m3", "fp8")
+
+
+def test_config_json_quantization_outranks_the_sidecar(tmp_path: Path) -> None:
+    """vllm/transformers_utils/config.py opens hf_quant_config.json only when config.json has no
+    quantization_config (ModelOpt 0.31 and later write it there)."""
+    inline = {"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}
+    write(tmp_path, {**fixture("llama3-70b"), "quantization_config": inline})
+    write(tmp_path, SIDECAR, "hf_quant_config.json")
+    spec = load_hf_config(tmp_path / "config.json")
+    assert (spec.native_dtype, spec.checkpoint_kv_dtype) == ("nvfp4", None)

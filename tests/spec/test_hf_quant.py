@@ -208,3 +208,44 @@ def test_weight_bytes_equal_a_count_over_the_checkpoint_layout(quant: dict, bits
     spec = spec_from_hf_config(config("llama3-8b", quant), origin="x", name="x")
     got = weights_bytes(count_params(spec), parse_weight_precision(spec.native_dtype))
     assert got == round(_brute_force_bytes("llama3-8b", bits))
+
+
+# --- the KV cache format a checkpoint declares ------------------------------------------------------------------
+
+# NVIDIA's ModelOpt checkpoints as they ship: hf_quant_config.json (ModelOpt <= 0.29, e.g.
+# nvidia/Llama-3.1-70B-Instruct-FP8), config.json's quantization_config with a string scheme and no quant_method
+# (Qwen3-32B-FP8-Static-PerTensor, ModelOpt 0.31) or with a scheme object (nvidia/Gemma-4-31B-IT-NVFP4, 0.37).
+MODELOPT_SIDECAR = {"producer": {"name": "modelopt", "version": "0.23.0"},
+                    "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}}
+MODELOPT_INLINE = {"quant_algo": "FP8", "kv_cache_scheme": "FP8", "producer": {"name": "modelopt", "version": "0.31.0"},
+                   "config_groups": {"group_0": {"weights": {"dynamic": False, "num_bits": 8, "type": "float"}}}}
+MODELOPT_SCHEME = {"quant_method": "modelopt", "quant_algo": "NVFP4", "producer": {"name": "modelopt"},
+                   "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"},
+                   "exclude_modules": ["lm_head"]}
+
+
+def kv(quant: Any) -> str | None:
+    return spec_from_hf_config(config("llama3-8b", quant), origin="llama3-8b.json", name="x").checkpoint_kv_dtype
+
+
+@pytest.mark.parametrize(("quant", "weights", "cache"), [
+    (MODELOPT_SIDECAR, "fp8_e4m3", "fp8"),
+    (MODELOPT_INLINE, "fp8_e4m3", "fp8"),
+    (MODELOPT_SCHEME, "nvfp4", "fp8"),
+    ({**MODELOPT_SCHEME, "kv_cache_scheme": {"dynamic": True, "num_bits": 8, "type": "float"}}, "nvfp4", None),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "NVFP4"}, "nvfp4", "nvfp4"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": None}, "fp8_e4m3", None),
+    ({**CT_FP8_CHANNEL, "kv_cache_scheme": {"num_bits": 8, "type": "float", "dynamic": False}}, "fp8_e4m3", None),
+    (None, "bf16", None),
+])
+def test_checkpoint_kv_format(quant: Any, weights: str, cache: str | None) -> None:
+    """The weights and the KV format a ModelOpt config declares; a compressed-tensors kv_cache_scheme is not read
+    (vLLM resolves --kv-cache-dtype auto from modelopt configs only), nor a scheme other than static fp8."""
+    assert native("llama3-8b", quant) == weights
+    assert kv(quant) == cache
+
+
+def test_unknown_kv_format_is_refused_in_one_line() -> None:
+    with pytest.raises(SpecError, match=r"kv_cache_quant_algo 'FP6' has no tfcalc KV format") as exc:
+        kv({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP6"})
+    assert "\n" not in str(exc.value)

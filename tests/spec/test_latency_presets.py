@@ -276,6 +276,29 @@ def test_engine_moe_floors_per_gpu_and_format() -> None:
             kernels_from_mapping({"moe_floors_us": value}, "e.yaml")
 
 
+def test_engine_fp8_kv_attention_per_gpu() -> None:
+    """kernels.fp8_kv_attention: per GPU preset, decode attention over an fp8 cache as fixed_us + scale x the bf16
+    cache's time (vLLM's and SGLang's FA3 on Hopper); TensorRT-LLM has none (its fp8 cache streams at full
+    bandwidth); a GPU sharing its silicon takes the entry (H100 PCIe -> H100 SXM); bad entries are one line."""
+    k = kernels_from_mapping({"fp8_kv_attention": {"h200": {"fixed_us": 4, "scale": 0.9}}}, "e.yaml")
+    assert k.fp8_kv_attention_by_gpu == {"h200": (pytest.approx(4e-6), 0.9)}
+    assert rates_for(load_gpu("h200"), k).fp8_kv_attention == (pytest.approx(4e-6), 0.9)
+    assert rates_for(load_gpu("b200"), k).fp8_kv_attention is None
+    vllm, sglang, trtllm = (load_engine(e).kernels for e in ("vllm", "sglang", "trtllm"))
+    assert rates_for(load_gpu("h100-pcie"), vllm).fp8_kv_attention == vllm.fp8_kv_attention_by_gpu["h100-sxm"]
+    assert sglang.fp8_kv_attention_by_gpu["h200"][1] > vllm.fp8_kv_attention_by_gpu["h200"][1] > 0.5
+    assert trtllm.fp8_kv_attention_by_gpu == {}
+    for value, message in (
+            ({"h200": {"fixed_us": 4}}, "needs both fixed_us and scale"),
+            ({"h200": {"fixed_us": 4, "scale": 0}}, "scale' must be in \\(0, 4\\]"),
+            ({"h200": {"fixed_us": 4, "scale": 0.9, "slope": 1}},
+             "unknown field 'kernels.fp8_kv_attention.h200.slope'"),
+            ({"h201": {"fixed_us": 4, "scale": 0.9}}, "unknown field 'kernels.fp8_kv_attention.h201'")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"fp8_kv_attention": value}, "e.yaml")
+        assert "\n" not in str(caught.value)
+
+
 def test_engine_linear_host_time_per_gpu_and_format() -> None:
     """kernels.linear_host_us: per GPU preset and storage format, one linear call's host seconds outside a CUDA
     graph, as token steps; only the formats named in uncaptured_linears reach the rates; ideal rates have none."""

@@ -99,6 +99,9 @@ class Rates:
     moe_format_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s, replaces the moe floor by format
     # formats whose linear layers run outside CUDA graphs: their host seconds per call, (max tokens | None, s) steps
     linear_host: dict[str, LinearHostSteps] = field(default_factory=dict, hash=False)
+    # decode attention over an fp8 cache: (fixed seconds, scale) x the time over a bf16 cache (engine, GPU); None:
+    # the fp8 cache streams at the bf16 kernel's bandwidth
+    fp8_kv_attention: tuple[float, float] | None = None
     # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
     _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _stream: float = field(init=False, repr=False, compare=False, hash=False)
@@ -301,10 +304,18 @@ def flash_prefill(rates: Rates, *, seqs: int, tokens: int, past: int, heads: int
 
 
 def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, flops: float,
-                     compute_rate_dtype: str = "bf16") -> Cost:
-    """One query token per sequence against its cache: streams ``kv_bytes``; ``kv_heads`` per GPU (1 for MLA)."""
+                     compute_rate_dtype: str = "bf16", fp8_cache: bool = False) -> Cost:
+    """One query token per sequence against its cache: streams ``kv_bytes``; ``kv_heads`` per GPU (1 for MLA).
+    An fp8 cache (``fp8_cache``) on an engine with a measured fp8 kernel (``rates.fp8_kv_attention``: fixed, scale)
+    takes fixed + scale x the time of the same kernel over the bf16 cache (twice the bytes)."""
     if seqs == 0:
         return Cost(0.0, 0.0, 0.0, "memory", 0)
+    if fp8_cache and rates.fp8_kv_attention is not None and not rates.ideal:
+        fixed, scale = rates.fp8_kv_attention
+        wide = decode_attention(rates, seqs, kv_heads, 2 * kv_bytes, flops, compute_rate_dtype)
+        floor = fixed + scale * wide.floor_seconds
+        return Cost(fixed + scale * wide.seconds, flops, kv_bytes, "floor" if floor > scale * (
+            wide.seconds - wide.floor_seconds) else wide.bound, 1, floor, 0.0, kv_bytes)
     _, peak = rates.peak(compute_rate_dtype)
     rate = peak if rates.ideal else peak * rates.attention_efficiency
     t_compute = flops / rate

@@ -12,9 +12,13 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from tfcalc.dtypes import DType, get_dtype, parse_weight_precision
 from tfcalc.spec.model import ModelSpec
+
+if TYPE_CHECKING:
+    from tfcalc.spec.engine import EngineSpec
 
 
 def kv_elements_per_token_per_layer(spec: ModelSpec) -> int:
@@ -76,7 +80,12 @@ def attention_variants(spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
     return [(kind, variant) for kind, variant in variants.items() if kind != "GQA" or spec.attention_kind == "GQA"]
 
 
-def default_kv_dtype(spec: ModelSpec) -> DType:
-    """The cache is kept in the model's float dtype: bf16 unless the checkpoint is fp16/fp32."""
+def default_kv_dtype(spec: ModelSpec, engine: EngineSpec | None = None) -> DType:
+    """The format an engine's ``--kv-cache-dtype auto`` keeps the cache in: the one the checkpoint declares
+    (``spec.checkpoint_kv_dtype``) for no engine or one that follows it (``engine.kv.checkpoint_dtype``), else the
+    model's float dtype (bf16 unless the checkpoint is fp16/fp32)."""
+    follows = engine is None or (engine.kv is not None and engine.kv.checkpoint_dtype)
+    if spec.checkpoint_kv_dtype is not None and follows:
+        return get_dtype(spec.checkpoint_kv_dtype)
     native = parse_weight_precision(spec.native_dtype).default
     return native if not native.quantized else get_dtype("bf16")

@@ -96,6 +96,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  moe_format_floors=dict(engine.moe_floors_by_gpu.get(kernels_gpu, {})),
                  linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()
                               if fmt in engine.uncaptured_linears},
+                 fp8_kv_attention=engine.fp8_kv_attention_by_gpu.get(kernels_gpu),
                  launch_s=engine.eager_launch_s,
                  cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source)
 
@@ -104,7 +105,8 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     """The GPU preset whose entries in the engine's per-GPU kernel tables apply: the GPU's own where the engine
     measured it, else the part it shares its silicon with (``latency.kernels_as``: H100 PCIe -> H100 SXM)."""
     tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu,
-              engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.linear_host_s_by_gpu)
+              engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.linear_host_s_by_gpu,
+              engine.fp8_kv_attention_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name
@@ -609,8 +611,9 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
             flops = shape.decode_seqs * dm.heads * 2.0 * (2 * dm.kv_rank + dm.rope) * held
         else:
             flops = shape.decode_seqs * dm.heads * 2.0 * (qk_dim + v_dim) * held
+        fp8_cache = not dm.mla and d.kv_dtype.name in ("fp8_e4m3", "fp8_e5m2")
         s.add("attention", kernels.decode_attention(r, shape.decode_seqs, dm.kv_heads,
-                                                    shape.decode_seqs * held * kvb, flops))
+                                                    shape.decode_seqs * held * kvb, flops, fp8_cache=fp8_cache))
         s.groups["attention"].kv_bytes += s.mult * shape.decode_seqs * held * kvb
         if dm.mla:
             _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.v_dim, dm.kv_rank, dm.attn, eng,  # W_UV

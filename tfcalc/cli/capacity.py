@@ -400,7 +400,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         precisions = weight_precisions(weights_dtype) or ([native] if native.quantized else list(dict.fromkeys(
             [native, parse_weight_precision("fp8")])))
         kv_dtypes = [get_dtype(k) for v in [*(kv_dtype or []), *(kv_cache_dtype or [])] for k in split_list(v)] or \
-            list(dict.fromkeys([default_kv_dtype(spec), get_dtype("fp8")]))
+            list(dict.fromkeys([*(default_kv_dtype(spec, e) for e in engines or [None]), get_dtype("fp8")]))
         model_len = parse_size(model_len_text, "max model len") if model_len_text else min(
             spec.max_context, max(2048, math.ceil((inputs.quantile(0.999) + outputs.quantile(0.999)) / 1024) * 1024))
         spec_options: list = [None]

@@ -79,8 +79,9 @@ ContextOpt = Annotated[list[str] | None, typer.Option(
 BatchOpt = Annotated[list[str], typer.Option(
     "--batch", "-b", help="Concurrent sequences; lists make sweeps (1,8,64).")]
 KvDtypeOpt = Annotated[list[str] | None, typer.Option(
-    "--kv-dtype", help="KV-cache format(s): bf16, fp16, fp32, fp8, int8, nvfp4... default: the model's float "
-    "dtype.", show_default=False)]
+    "--kv-dtype", help="KV-cache format(s): bf16, fp16, fp32, fp8, int8, nvfp4... default: the one the "
+    "checkpoint declares where the engine follows it (ModelOpt fp8), else the model's float dtype.",
+    show_default=False)]
 FormatOpt = Annotated[str | None, typer.Option(
     "--format", "-f", help="table | csv | json (default: from --output's extension, else table).",
     show_default=False)]

@@ -225,11 +225,12 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
     rows: list[Row] = []
     traces: list[tuple[str, ...]] = []
     for spec, gpu in itertools.product(specs, gpus):
-        for precision, kv_dtype, context, batch, engine, util, block, seqs, mnbt, overhead in itertools.product(
-                w.precisions or [parse_weight_precision(spec.native_dtype)], w.kv_dtypes or [default_kv_dtype(spec)],
+        for precision, kv, context, batch, engine, util, block, seqs, mnbt, overhead in itertools.product(
+                w.precisions or [parse_weight_precision(spec.native_dtype)], w.kv_dtypes or [None],
                 w.contexts or [spec.max_context], w.batches or [1], w.engines or [None], w.utilizations or [None],
                 w.block_sizes or [None], w.max_num_seqs or [None], w.max_num_batched_tokens or [None],
                 w.runtime_overheads or [None]):
+            kv_dtype = kv or default_kv_dtype(spec, engine)
             base = PlanConfig(num_gpus=1, context=context, batch=batch, engine=engine, gpu_memory_utilization=util,
                               block_size=block, max_num_seqs=seqs, max_num_batched_tokens=mnbt,
                               cuda_graphs_in_budget=w.cuda_graphs_in_budget,
@@ -279,7 +280,7 @@ def memory_by_context(specs: list[ModelSpec], gpus: list[GPUSpec], row: Row, pre
                 {"runtime_overhead_bytes": int(str(row["runtime_overhead_bytes_per_gpu"]))})
     series = []
     for precision in precisions or [parse_weight_precision(spec.native_dtype)]:
-        for kv in kv_dtypes or [default_kv_dtype(spec)]:
+        for kv in kv_dtypes or [default_kv_dtype(spec, engine)]:
             values = []
             for context in contexts:
                 cfg = PlanConfig(num_gpus=number["num_gpus"], tp=number["tp"], pp=number["pp"], ep=number["ep"],

@@ -99,6 +99,8 @@ class KVLayout:
     sliding_chunk: bool
     swa_full_tokens_ratio: float | None
     concurrency: ConcurrencyRule
+    # --kv-cache-dtype auto stores the cache in the format the checkpoint declares (ModelSpec.checkpoint_kv_dtype)
+    checkpoint_dtype: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,6 +187,7 @@ class EngineKernels:
     moe_dequant_per_tile_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
+    fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
     uncaptured_linears: frozenset[str] = frozenset()
     graph_prefill: bool = True
     graph_max_tokens: GraphCaps = ()
@@ -353,8 +356,8 @@ def _mib(value: Any, origin: str, key: str) -> int:
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce", "custom_allreduce_launch_us",
                           "fused_activation_quant", "eager_launch_us", "floors_us", "block_floors_us",
                           "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
-                          "moe_dequant_per_tile", "moe_floors_us", "linear_host_us", "uncaptured_linears",
-                          "graph_prefill", "graph_max_tokens", "sources"})
+                          "moe_dequant_per_tile", "moe_floors_us", "linear_host_us", "fp8_kv_attention",
+                          "uncaptured_linears", "graph_prefill", "graph_max_tokens", "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
@@ -400,6 +403,19 @@ def _moe_floors(value: Any, origin: str) -> dict[str, dict[str, float]]:
     """``kernels.moe_floors_us``: GPU preset name -> storage format -> microseconds, returned in seconds."""
     us = _by_gpu(value, origin, "kernels.moe_floors_us", MOE_EXPERT_DTYPES, 0.0, MAX_MICROSECONDS)
     return {gpu: {fmt: v * 1e-6 for fmt, v in by_fmt.items()} for gpu, by_fmt in us.items()}
+
+
+def _fp8_kv_attention(value: Any, origin: str) -> dict[str, tuple[float, float]]:
+    """``kernels.fp8_kv_attention``: GPU preset name -> {fixed_us, scale}: decode attention over an fp8 cache takes
+    fixed_us + scale x the same kernel's time over a bf16 cache; returned as (seconds, scale)."""
+    key = "kernels.fp8_kv_attention"
+    fits = _by_gpu(value, origin, key, ("fixed_us", "scale"), 0.0, MAX_MICROSECONDS)
+    out = {}
+    for gpu, fit in fits.items():
+        _require(set(fit) == {"fixed_us", "scale"}, origin, f"field '{key}.{gpu}' needs both fixed_us and scale")
+        _require(0 < fit["scale"] <= 4, origin, f"field '{key}.{gpu}.scale' must be in (0, 4], got {fit['scale']:g}")
+        out[gpu] = (fit["fixed_us"] * 1e-6, fit["scale"])
+    return out
 
 
 def _linear_host(value: Any, origin: str) -> dict[str, dict[str, LinearHostSteps]]:
@@ -543,6 +559,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_dequant_per_tile_by_gpu=_dequant_per_tile(data.get("moe_dequant_per_tile"), origin),
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
+        fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
         uncaptured_linears=_formats(data.get("uncaptured_linears"), origin, "kernels.uncaptured_linears"),
         graph_prefill=_bool(data.get("graph_prefill", d.graph_prefill), origin, "kernels.graph_prefill"),
         graph_max_tokens=_graph_caps(data.get("graph_max_tokens"), origin),
@@ -637,14 +654,15 @@ def _memory_sections(data: dict[str, Any], origin: str) -> dict[str, Any]:
                                                    "cuda_graphs.per_size_mib_tp"),
                             in_budget=_bool(g["in_budget"], origin, "cuda_graphs.in_budget"))
     k = _section(data, "kv", {"hybrid_groups", "sliding_chunk", "concurrency"}, origin,
-                 frozenset({"swa_full_tokens_ratio"}))
+                 frozenset({"swa_full_tokens_ratio", "checkpoint_dtype"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
     kv = KVLayout(hybrid_groups=_bool(k["hybrid_groups"], origin, "kv.hybrid_groups"),
                   sliding_chunk=_bool(k["sliding_chunk"], origin, "kv.sliding_chunk"),
                   swa_full_tokens_ratio=None if ratio is None else _num(ratio, origin, "kv.swa_full_tokens_ratio",
                                                                         0.0, 1.0),
-                  concurrency=k["concurrency"])
+                  concurrency=k["concurrency"],
+                  checkpoint_dtype=_bool(k.get("checkpoint_dtype", False), origin, "kv.checkpoint_dtype"))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin)
     weights = WeightLayout(vocab_padding=_int(w["vocab_padding"], origin, "weights.vocab_padding", 1, 1 << 20),

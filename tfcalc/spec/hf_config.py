@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcalc.errors import SpecError
-from tfcalc.spec.hf_quant import checkpoint_precision
+from tfcalc.spec.hf_quant import checkpoint_kv_dtype, checkpoint_precision
 from tfcalc.spec.model import INT_LIMITS, MLASpec, ModelSpec, MoESpec, RopeScaling, check_float
 from tfcalc.spec.model import check_int as check_spec_int
 from tfcalc.spec.presets import read_data_file
@@ -582,19 +582,27 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         **family.attention(c),
         **_gemma_numerics(c),
     )
-    native = checkpoint_precision(c.data.get("quantization_config"), spec, model_type, spec.native_dtype, c.origin)
-    return spec if native == spec.native_dtype else replace(spec, native_dtype=native)
+    quant = c.data.get("quantization_config")
+    native = checkpoint_precision(quant, spec, model_type, spec.native_dtype, c.origin)
+    kv = checkpoint_kv_dtype(quant, c.origin)
+    return spec if native == spec.native_dtype and kv is None else replace(spec, native_dtype=native,
+                                                                            checkpoint_kv_dtype=kv)
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """A ModelSpec from a config.json file (or a folder holding one); errors are one line naming the file.
 
-    The name defaults to the file's stem, or to the folder's name for a file called ``config.json``.
+    The name defaults to the file's stem, or to the folder's name for a file called ``config.json``. A config
+    without ``quantization_config`` takes the ``hf_quant_config.json`` beside it, as vLLM and TensorRT-LLM do
+    (ModelOpt 0.29 and earlier write the quantization there; vllm/transformers_utils/config.py).
     """
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
     data = read_data_file(path)
+    sidecar = path.parent / "hf_quant_config.json"
+    if isinstance(data, dict) and data.get("quantization_config") is None and sidecar.is_file():
+        data = {**data, "quantization_config": read_data_file(sidecar)}
     if name is None:
         name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
     spec = spec_from_hf_config(data, origin=str(path), name=name)

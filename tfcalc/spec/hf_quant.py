@@ -10,7 +10,8 @@ and the engines that load it do:
   ``targets`` match (``Linear`` = every linear layer); exceptions in ``ignore`` (names or ``re:`` patterns).
 - ``awq`` / ``gptq``: ``bits`` 4 with ``group_size`` G -> int4-gG; exceptions in ``modules_to_not_convert``;
   GPTQ's ``lm_head: true`` quantizes the output head too.
-- ``modelopt`` (NVIDIA TensorRT Model Optimizer): ``quant_algo`` FP8 / NVFP4; exceptions in ``exclude_modules``.
+- ``modelopt`` (NVIDIA TensorRT Model Optimizer): ``quant_algo`` FP8 / NVFP4; exceptions in ``exclude_modules``;
+  its ``kv_cache_quant_algo`` is the KV cache format the checkpoint declares (``checkpoint_kv_dtype``).
 - ``mxfp4`` (gpt-oss): the experts only.
 
 Whatever the method, the embedding, router and norms stay 16-bit, and so does the output head unless named
@@ -194,6 +195,43 @@ def _modelopt_format(quant: Mapping[str, Any], origin: str) -> str:
     return formats[algo]
 
 
+def _method(quant: Mapping[str, Any]) -> Any:
+    """``quant_method``, or the one a config that names none was written by: ModelOpt's (``producer.name``; vLLM
+    ModelConfig._parse_quant_hf_config sets it the same way), early DeepSeek-V3's (``fmt: e4m3``: fp8)."""
+    method = quant.get("quant_method")
+    producer = quant.get("producer")
+    if method is None and isinstance(producer, Mapping) and producer.get("name") == "modelopt":
+        return "modelopt"
+    if method is None and quant.get("fmt") == "e4m3":
+        return "fp8"
+    return method
+
+
+_MODELOPT_KV = {"FP8": "fp8", "NVFP4": "nvfp4", "INT8": "int8"}
+
+
+def checkpoint_kv_dtype(quant: Any, origin: str) -> str | None:
+    """The KV cache format a ModelOpt ``quantization_config`` declares, or None: its ``kv_cache_quant_algo`` (FP8,
+    NVFP4, INT8; null = none) or a ``kv_cache_scheme`` of static 8-bit floats (fp8; another scheme: none), read
+    where vLLM reads them (vllm/utils/torch_utils.py get_kv_cache_quant_algo_string: modelopt methods only, nested
+    or flat)."""
+    if not isinstance(quant, Mapping) or not str(_method(quant) or "").startswith("modelopt"):
+        return None
+    nested = quant.get("quantization")
+    inner = nested if isinstance(nested, Mapping) else quant
+    declared = (inner.get("kv_cache_scheme") or quant.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
+                or quant.get("kv_cache_quant_algo"))
+    if isinstance(declared, Mapping):  # any other scheme: vLLM warns and keeps the model dtype
+        fp8 = declared.get("num_bits") == 8 and declared.get("type") == "float" and declared.get("dynamic") is False
+        return "fp8" if fp8 else None
+    if declared is None:
+        return None
+    if isinstance(declared, str) and declared.upper() in _MODELOPT_KV:
+        return _MODELOPT_KV[declared.upper()]
+    raise SpecError(f"{origin}: quantization_config.kv_cache_quant_algo {declared!r:.40} has no tfcalc KV format "
+                    f"(supported: {', '.join(_MODELOPT_KV)}, or a static 8-bit float kv_cache_scheme)")
+
+
 def checkpoint_precision(quant: Any, spec: ModelSpec, model_type: str, base: str, origin: str) -> str:
     """The weight format string (``tfcalc.dtypes.parse_weight_precision``) a checkpoint with this
     ``quantization_config`` stores, for a model whose unquantized weights are ``base``."""
@@ -201,9 +239,7 @@ def checkpoint_precision(quant: Any, spec: ModelSpec, model_type: str, base: str
         return base
     if not isinstance(quant, Mapping):
         raise SpecError(f"{origin}: field 'quantization_config' must be an object")
-    method = quant.get("quant_method")
-    if method is None and quant.get("fmt") == "e4m3":  # early DeepSeek-V3 configs name no method
-        method = "fp8"
+    method = _method(quant)
     if method == "modelopt" and isinstance(quant.get("quantization"), Mapping):
         quant = {**quant, **quant["quantization"]}  # hf_quant_config.json's nesting
     names = module_names(spec, model_type)

@@ -398,6 +398,10 @@ class ModelSpec:
     embedding_scale_sqrt_hidden: bool = False
     max_context: int = 4096
     native_dtype: str = "bf16"
+    # The KV cache format the checkpoint declares (a ModelOpt kv_cache_quant_algo, a compressed-tensors
+    # kv_cache_scheme): engines whose --kv-cache-dtype auto follows the checkpoint store the cache in it
+    # (``EngineSpec.kv.checkpoint_dtype``); None: the model's float dtype.
+    checkpoint_kv_dtype: str | None = None
     active_params_convention: ActiveConvention = "all_weights_touched"
     quantized_weight_exceptions: tuple[WeightException, ...] = ()
     # DeepSeek-V3's multi-token-prediction module(s) (num_nextn_predict_layers): shipped in the checkpoint for
@@ -423,6 +427,13 @@ class ModelSpec:
             parse_weight_precision(self.native_dtype)
         except UsageError as exc:
             raise SpecError(f"{n}: native_dtype: {exc}") from None
+        if self.checkpoint_kv_dtype is not None:
+            from tfcalc.dtypes import get_dtype
+
+            try:
+                get_dtype(self.checkpoint_kv_dtype)
+            except UsageError as exc:
+                raise SpecError(f"{n}: checkpoint_kv_dtype: {exc}") from None
         if self.sliding_window is None:
             _require(not self.sliding_window_layers, f"{n}: sliding_window_layers given without sliding_window")
         try:
