@@ -257,7 +257,8 @@ def test_mxfp4_experts_padded_to_the_kernel_layout() -> None:
     assert 0 < r.weights_bytes_per_gpu - ideal.weights_bytes_per_gpu - padded < 40 * MIB
     from tfcalc.report.plan import plan_note
 
-    assert "MXFP4 experts padded to hidden 3,072" in plan_note(spec, load_gpu("h100-sxm"), precision, r)
+    assert "MXFP4 experts padded to hidden 3,072" in plan_note(spec, load_gpu("h100-sxm"), precision,
+                                                               get_dtype("bf16"), r)
 
 
 # --- properties ---------------------------------------------------------------------------------------------

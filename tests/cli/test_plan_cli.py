@@ -248,3 +248,5 @@ def test_a_modelopt_checkpoint_is_planned_with_the_kv_format_its_engine_uses(tmp
     assert {e: (r["weights_dtype"], r["kv_dtype"]) for e, r in rows.items()} == {
         "trtllm": ("fp8_e4m3", "fp8_e4m3"), "vllm": ("fp8_e4m3", "fp8_e4m3"), "vllm@0.11": ("fp8_e4m3", "bf16")}
     assert int(rows["vllm"]["kv_tokens_per_gpu"]) > 1.9 * int(rows["vllm@0.11"]["kv_tokens_per_gpu"])
+    assert "KV cache fp8_e4m3 as the checkpoint declares" in rows["trtllm"]["note"]
+    assert "the checkpoint declares fp8_e4m3 for the KV cache; this row holds bf16" in rows["vllm@0.11"]["note"]

@@ -489,3 +489,10 @@ def test_config_json_quantization_outranks_the_sidecar(tmp_path: Path) -> None:
     write(tmp_path, SIDECAR, "hf_quant_config.json")
     spec = load_hf_config(tmp_path / "config.json")
     assert (spec.native_dtype, spec.checkpoint_kv_dtype) == ("nvfp4", None)
+
+
+def test_an_error_in_the_sidecar_names_it(tmp_path: Path) -> None:
+    write(tmp_path, fixture("llama3-70b"))
+    write(tmp_path, {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP6"}}, "hf_quant_config.json")
+    with pytest.raises(SpecError, match=r"config.json \(quantization from hf_quant_config.json\): .*'FP6'"):
+        load_hf_config(tmp_path)

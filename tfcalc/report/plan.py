@@ -8,7 +8,7 @@ import itertools
 from dataclasses import dataclass, replace
 
 from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit
-from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
+from tfcalc.dtypes import DType, WeightPrecision, get_dtype, parse_weight_precision
 from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
@@ -50,9 +50,13 @@ def plan_reason(spec: ModelSpec, cfg: PlanConfig, r: PlanResult) -> str:
     return text
 
 
-def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, r: PlanResult) -> str:
+def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, r: PlanResult) -> str:
     """What the row assumed that a reader would not guess: checkpoint formats, padding, capacity, KV layout."""
     parts = []
+    if spec.checkpoint_kv_dtype is not None:
+        declared = get_dtype(spec.checkpoint_kv_dtype).name
+        parts.append(f"KV cache {declared} as the checkpoint declares" if kv_dtype.name == declared else
+                     f"the checkpoint declares {declared} for the KV cache; this row holds {kv_dtype.name}")
     kept = [c for c in precision.kept_16_bit if not (c == "router" and spec.moe is None)
             and not (c == "lm_head" and spec.tie_word_embeddings)]
     if kept:
@@ -152,7 +156,7 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
                      f"{r.max_concurrent_sequences_ideal:,} sequences")
     lines.append(f"max context at batch {cfg.batch:,} = {r.max_context_at_batch:,} "
                  f"(capped at {max(spec.max_context, cfg.context):,})")
-    note = plan_note(spec, gpu, precision, r)
+    note = plan_note(spec, gpu, precision, kv_dtype, r)
     if note:
         lines.append(f"note: {note}")
     lines.append(plan_reason(spec, cfg, r))
@@ -183,7 +187,7 @@ def _plan_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         "ep": p.ep, "dp": p.dp, "gpu_memory_bytes": r.memory_bytes_per_gpu, "memory_fraction": r.memory_fraction,
         "block_size": r.block_size, "max_num_seqs": r.max_num_seqs, "max_num_batched_tokens": r.max_num_batched_tokens,
         "runtime_overhead_bytes_per_gpu": cfg.runtime_overhead_bytes if memory_model(r.engine) is None else None,
-        "shortfall_bytes_per_gpu": r.shortfall_bytes_per_gpu, "note": plan_note(spec, gpu, precision, r),
+        "shortfall_bytes_per_gpu": r.shortfall_bytes_per_gpu, "note": plan_note(spec, gpu, precision, kv_dtype, r),
         "reason": plan_reason(spec, cfg, r),
     }
 

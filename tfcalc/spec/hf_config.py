@@ -600,12 +600,14 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
     data = read_data_file(path)
+    origin = str(path)
     sidecar = path.parent / "hf_quant_config.json"
     if isinstance(data, dict) and data.get("quantization_config") is None and sidecar.is_file():
         data = {**data, "quantization_config": read_data_file(sidecar)}
+        origin = f"{path} (quantization from {sidecar.name})"
     if name is None:
         name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-    spec = spec_from_hf_config(data, origin=str(path), name=name)
+    spec = spec_from_hf_config(data, origin=origin, name=name)
     if _holds_weights(path.parent):  # a checkpoint folder: the engine loads it, whatever _name_or_path says
         spec = replace(spec, hf_repo=str(path.parent))
     return spec
