@@ -210,17 +210,20 @@ def _method(quant: Mapping[str, Any]) -> Any:
 _MODELOPT_KV = {"FP8": "fp8", "NVFP4": "nvfp4", "INT8": "int8"}
 
 
-def checkpoint_kv_dtype(quant: Any, origin: str) -> str | None:
-    """The KV cache format a ModelOpt ``quantization_config`` declares, or None: its ``kv_cache_quant_algo`` (FP8,
-    NVFP4, INT8; null = none) or a ``kv_cache_scheme`` of static 8-bit floats (fp8; another scheme: none), read
-    where vLLM reads them (vllm/utils/torch_utils.py get_kv_cache_quant_algo_string: modelopt methods only, nested
-    or flat)."""
-    if not isinstance(quant, Mapping) or not str(_method(quant) or "").startswith("modelopt"):
-        return None
+def _modelopt_fields(quant: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A ModelOpt config's fields, hf_quant_config.json's ``quantization`` nesting flattened (its values first)."""
     nested = quant.get("quantization")
-    inner = nested if isinstance(nested, Mapping) else quant
-    declared = (inner.get("kv_cache_scheme") or quant.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
-                or quant.get("kv_cache_quant_algo"))
+    return {**quant, **nested} if isinstance(nested, Mapping) else quant
+
+
+def checkpoint_kv_dtype(quant: Any, origin: str) -> str | None:
+    """The KV cache format a ModelOpt ``quantization_config`` declares, or None: its ``kv_cache_scheme`` of static
+    8-bit floats (fp8; another scheme: none) or ``kv_cache_quant_algo`` (FP8, NVFP4, INT8; null = none), read where
+    and in the order vLLM reads them (vllm/utils/torch_utils.py get_kv_cache_quant_algo_string)."""
+    if not isinstance(quant, Mapping) or _method(quant) != "modelopt":
+        return None
+    fields = _modelopt_fields(quant)
+    declared = fields.get("kv_cache_scheme") or fields.get("kv_cache_quant_algo")
     if isinstance(declared, Mapping):  # any other scheme: vLLM warns and keeps the model dtype
         fp8 = declared.get("num_bits") == 8 and declared.get("type") == "float" and declared.get("dynamic") is False
         return "fp8" if fp8 else None
@@ -240,8 +243,8 @@ def checkpoint_precision(quant: Any, spec: ModelSpec, model_type: str, base: str
     if not isinstance(quant, Mapping):
         raise SpecError(f"{origin}: field 'quantization_config' must be an object")
     method = _method(quant)
-    if method == "modelopt" and isinstance(quant.get("quantization"), Mapping):
-        quant = {**quant, **quant["quantization"]}  # hf_quant_config.json's nesting
+    if method == "modelopt":
+        quant = _modelopt_fields(quant)
     names = module_names(spec, model_type)
     targets: list[tuple[_Patterns | None, str]] = []  # (modules it covers, None = every linear layer; format)
     exceptions: list[str] = []

@@ -398,9 +398,9 @@ class ModelSpec:
     embedding_scale_sqrt_hidden: bool = False
     max_context: int = 4096
     native_dtype: str = "bf16"
-    # The KV cache format the checkpoint declares (a ModelOpt kv_cache_quant_algo, a compressed-tensors
-    # kv_cache_scheme): engines whose --kv-cache-dtype auto follows the checkpoint store the cache in it
-    # (``EngineSpec.kv.checkpoint_dtype``); None: the model's float dtype.
+    # The KV cache format the checkpoint declares (ModelOpt's kv_cache_quant_algo or kv_cache_scheme): engines whose
+    # --kv-cache-dtype auto follows the checkpoint store the cache in it (``EngineSpec.kv.checkpoint_dtype``);
+    # None: the model's float dtype.
     checkpoint_kv_dtype: str | None = None
     active_params_convention: ActiveConvention = "all_weights_touched"
     quantized_weight_exceptions: tuple[WeightException, ...] = ()
@@ -420,7 +420,7 @@ class ModelSpec:
         _require(self.num_attention_heads % self.num_kv_heads == 0,
                  f"{n}: num_attention_heads ({self.num_attention_heads}) is not divisible by "
                  f"num_kv_heads ({self.num_kv_heads})")
-        from tfcalc.dtypes import parse_weight_precision
+        from tfcalc.dtypes import get_dtype, parse_weight_precision
         from tfcalc.errors import UsageError
 
         try:
@@ -428,8 +428,6 @@ class ModelSpec:
         except UsageError as exc:
             raise SpecError(f"{n}: native_dtype: {exc}") from None
         if self.checkpoint_kv_dtype is not None:
-            from tfcalc.dtypes import get_dtype
-
             try:
                 get_dtype(self.checkpoint_kv_dtype)
             except UsageError as exc:
