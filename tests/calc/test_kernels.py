@@ -44,6 +44,29 @@ def test_gemm_fp8_uses_the_fp8_peak_and_its_k0() -> None:
     assert c.seconds == pytest.approx(c.flops / (2000e12 * 0.6 * 1024 / (1024 + GEMM_K0["fp8"])) + 3e-6)
 
 
+def test_a_weight_formats_own_streaming_fraction_by_hand() -> None:
+    """gemm_memory_efficiency: [8 x 8192] @ [8192 x 8192] per-tensor fp8 streams at its format's 0.6 of 4 TB/s, not
+    the rates' 0.8; other formats, ideal rates, a measured bandwidth curve and a memory-efficiency override keep
+    the common figure; a compute-bound shape is untouched."""
+    own = replace(RATES, gemm_memory_efficiency={"fp8_e4m3": 0.6})
+    c = kernels.gemm(own, 8, 8192, 8192, 8, "fp8", weight_format="fp8_e4m3")
+    nbytes = 8192 * 8192 * 1 + 8 * 8192 * 2 + 8 * 8192 * 2
+    assert c.bytes == nbytes and c.bound == "memory"
+    assert c.seconds == pytest.approx(nbytes / (4e12 * 0.6) + 3e-6)
+    common = nbytes / (4e12 * 0.8) + 3e-6
+    assert kernels.gemm(own, 8, 8192, 8192, 8, "fp8", weight_format="fp8_block").seconds == pytest.approx(common)
+    assert kernels.gemm(own, 8, 8192, 8192, 8, "fp8").seconds == pytest.approx(common)
+    assert kernels.gemm(own.as_ideal(), 8, 8192, 8192, 8, "fp8", weight_format="fp8_e4m3").seconds == \
+        pytest.approx(max(c.flops / 2000e12, nbytes / 4e12))
+    curve = replace(own, bandwidth_points=((1e6, 2e12), (1e9, 3e12)))
+    assert kernels.gemm(curve, 8, 8192, 8192, 8, "fp8", weight_format="fp8_e4m3").seconds == \
+        pytest.approx(nbytes / curve.bandwidth(nbytes) + 3e-6)
+    assert own.with_efficiency(memory=0.7).gemm_memory_efficiency == {}
+    big = kernels.gemm(own, 8192, 8192, 8192, 8, "fp8", weight_format="fp8_e4m3")
+    assert big.bound == "compute" and big.seconds == pytest.approx(kernels.gemm(RATES, 8192, 8192, 8192, 8,
+                                                                                "fp8").seconds)
+
+
 def test_weight_only_gemm_is_bound_by_dequantisation_at_small_m() -> None:
     # int4 weight-only: 4096 x 4096 elements x 5.6 instructions / 30e12 per s = 3.1 us > 8.6 MB at 3.2 TB/s = 2.7 us
     c = kernels.gemm(RATES, 1, 4096, 4096, 4.125, "bf16", dequant="int4")

@@ -98,6 +98,24 @@ def test_engine_moe_efficiency_prices_the_experts_and_leaves_ideal_alone() -> No
     assert run("h100-sxm", slow).ttft_s == run("h100-sxm", EngineKernels()).ttft_s
 
 
+def test_gemm_streaming_by_weight_format_reaches_decode_not_prefill() -> None:
+    """An engine's per-format GEMM streaming on this GPU: per-tensor fp8 weights streamed at half the fraction make
+    a batch-1 decode of Llama 3 70B (weight-bound) about that much slower, leave a long prefill (compute-bound)
+    and the ideal columns alone, and do not touch bf16 weights."""
+    spec = load_model("llama3-70b")
+
+    def run(weights: str, kernels: EngineKernels):  # noqa: ANN202 - LatencyEstimate
+        d = deployment(spec, load_gpu("h200"), parse_weight_precision(weights), KV, engine_kernels=kernels)
+        return estimate_latency(d, 1, 8192, 64)
+
+    slow = EngineKernels(gemm_memory_efficiency_by_gpu={"h200": {"fp8_e4m3": 0.41}})
+    base, halved = run("fp8", EngineKernels()), run("fp8", slow)
+    assert 1.5 < halved.tpot_s / base.tpot_s < 1.9  # weights ~85 % of the step, streamed at 0.41 vs 0.755
+    assert halved.ttft_s == pytest.approx(base.ttft_s, rel=0.01)
+    assert halved.tpot_s_ideal == base.tpot_s_ideal and halved.ttft_s_ideal == base.ttft_s_ideal
+    assert run("bf16", slow).tpot_s == run("bf16", EngineKernels()).tpot_s
+
+
 def test_fp8_pure_roofline_prices_attention_at_the_16bit_peak() -> None:
     # Flash attention runs in bf16 (FA3 in vLLM) while the fp8 GEMMs run at the fp8 peak: the attention FLOPs,
     # counted by hand, at the bf16 peak.

@@ -299,6 +299,33 @@ def test_engine_fp8_kv_attention_per_gpu() -> None:
         assert "\n" not in str(caught.value)
 
 
+def test_gemm_streaming_per_weight_format_gpu_then_engine() -> None:
+    """latency.gemm_memory_efficiency (GPU) and kernels.gemm_memory_efficiency (engine, per GPU): the small-M GEMM
+    streaming fraction by storage format, aliases kept as the canonical name; the engine's entry replaces the GPU's
+    for its GPUs and the part sharing their silicon; bad entries are one line."""
+    block = {**load_preset_document("gpu", "h200")["latency"], "gemm_memory_efficiency": {"fp8": 0.7}}
+    assert latency_from_mapping(block, "g.yaml").gemm_memory_efficiency == {"fp8_e4m3": 0.7}
+    vllm, trtllm = load_engine("vllm").kernels, load_engine("trtllm").kernels
+    h100 = load_gpu("h100-sxm").latency.gemm_memory_efficiency
+    assert 0.5 < h100["fp8_e4m3"] < load_gpu("h100-sxm").latency.memory_efficiency  # fp8 streams slower
+    assert rates_for(load_gpu("h100-sxm"), vllm).gemm_memory_efficiency == h100
+    trt = rates_for(load_gpu("h100-pcie"), trtllm).gemm_memory_efficiency  # kernels_as: h100-sxm
+    assert trt == trtllm.gemm_memory_efficiency_by_gpu["h100-sxm"] and set(trt) == {"bf16", "fp8_e4m3", "fp8_block"}
+    assert rates_for(load_gpu("a100-80gb"), trtllm).gemm_memory_efficiency == {}
+    k = kernels_from_mapping({"gemm_memory_efficiency": {"b200": {"bfloat16": 0.7}}}, "e.yaml")
+    assert k.gemm_memory_efficiency_by_gpu == {"b200": {"bf16": 0.7}}
+    for value, message in (
+            ({"b200": {"fp9": 0.5}}, "field 'kernels.gemm_memory_efficiency.b200.fp9': unknown dtype 'fp9'"),
+            ({"b200": {"bf16": 1.5}}, "kernels.gemm_memory_efficiency.b200.bf16' must be at most 1"),
+            ({"b201": {"bf16": 0.5}}, "unknown field 'kernels.gemm_memory_efficiency.b201'"),
+            ({"b200": 0.5}, "must be a mapping of weight formats")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"gemm_memory_efficiency": value}, "e.yaml")
+        assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
+    with pytest.raises(SpecError, match="g.yaml: field 'latency.gemm_memory_efficiency' must be a mapping"):
+        latency_from_mapping({**block, "gemm_memory_efficiency": 0.7}, "g.yaml")
+
+
 def test_engine_linear_host_time_per_gpu_and_format() -> None:
     """kernels.linear_host_us: per GPU preset and storage format, one linear call's host seconds outside a CUDA
     graph, as token steps; only the formats named in uncaptured_linears reach the rates; ideal rates have none."""

@@ -102,6 +102,9 @@ class Rates:
     # decode attention over an fp8 cache: (fixed seconds, scale) x the time over a bf16 cache (engine, GPU); None:
     # the fp8 cache streams at the bf16 kernel's bandwidth
     fp8_kv_attention: tuple[float, float] | None = None
+    # small-M GEMMs' weight streaming as a fraction of the datasheet bandwidth, by the weights' storage format, where
+    # its kernels differ from memory_efficiency (fp8 scaled-mm streams slower than a bf16 GEMV)
+    gemm_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
     # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
     _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _stream: float = field(init=False, repr=False, compare=False, hash=False)
@@ -204,7 +207,7 @@ class Rates:
         if compute is not None:
             changes.update(gemm_efficiency={k: compute for k in self.gemm_efficiency}, attention_efficiency=compute)
         if memory is not None:
-            changes.update(memory_efficiency=memory, bandwidth_points=())
+            changes.update(memory_efficiency=memory, bandwidth_points=(), gemm_memory_efficiency={})
         return replace(self, **changes) if changes else self
 
 
@@ -222,8 +225,8 @@ class Cost(NamedTuple):
 
 
 def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: float, t_dequant: float = 0.0,
-            kernels: int = 1, weight_bytes: float = 0.0, ideal_bytes: float = 0.0) -> Cost:
-    stream = rates._stream
+            kernels: int = 1, weight_bytes: float = 0.0, ideal_bytes: float = 0.0, stream: float = 0.0) -> Cost:
+    stream = stream or rates._stream
     t_memory = (nbytes / (stream or rates.bandwidth(nbytes))) if nbytes else 0.0
     work = t_compute if t_compute > t_memory else t_memory
     if t_dequant > work:
@@ -242,10 +245,12 @@ def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: flo
 
 
 def gemm(rates: Rates, m: float, n: float, k: float, weight_bits: float, compute: str, act_bytes: float = 2.0,
-         out_bytes: float = 2.0, dequant: str = "") -> Cost:
+         out_bytes: float = 2.0, dequant: str = "", weight_format: str = "") -> Cost:
     """[m x k] @ [k x n]: 2mnk FLOPs; weights n k x bits/8 + activations m k + output m n bytes.
 
     ``dequant`` (a DEQUANT_OPS format) marks a weight-only kernel: 16-bit tensor cores plus dequantisation.
+    ``weight_format`` (the storage format's name) streams at its own fraction of the bandwidth where the rates
+    have one (``gemm_memory_efficiency``; not when ideal or when a calibrated bandwidth curve replaces them).
     """
     flops = 2.0 * m * n * k
     weights = n * k * weight_bits / 8
@@ -254,7 +259,10 @@ def gemm(rates: Rates, m: float, n: float, k: float, weight_bits: float, compute
     t_dequant = 0.0
     if dequant and not rates.ideal:
         t_dequant = n * k * DEQUANT_OPS[dequant] / rates.alu_ops_per_s
-    return _finish(rates, "gemm", flops, nbytes, t_compute, t_dequant, weight_bytes=weights, ideal_bytes=weights)
+    own = rates.gemm_memory_efficiency.get(weight_format) if weight_format and rates._stream else None
+    stream = rates.memory_bandwidth * own if own and not rates.ideal else 0.0
+    return _finish(rates, "gemm", flops, nbytes, t_compute, t_dequant, weight_bytes=weights, ideal_bytes=weights,
+                   stream=stream)
 
 
 def elementwise(rates: Rates, nbytes: float, flops: float = 0.0, kernels: int = 1, ideal_bytes: float = 0.0) -> Cost:

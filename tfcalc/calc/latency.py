@@ -78,6 +78,11 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
     kernels_gpu = engine_kernels_gpu(gpu, engine)
     engine_moe = engine.moe_efficiency_by_gpu.get(kernels_gpu, {})
     engine_k0 = engine.moe_k0_by_gpu.get(kernels_gpu, {})
+    gemm_memory = dict(lat.gemm_memory_efficiency) if lat is not None else {}
+    engine_gemm_memory = engine.gemm_memory_efficiency_by_gpu.get(kernels_gpu, {})
+    if engine_gemm_memory:
+        gemm_memory.update(engine_gemm_memory)
+        source += f", {'/'.join(sorted(engine_gemm_memory))} GEMM streaming from the engine preset"
     if engine_moe:
         moe_by_dtype = {**moe_by_dtype, **engine_moe}
         source += f", {'/'.join(sorted(engine_moe))} MoE efficiency from the engine preset"  # the dtypes it covers
@@ -97,6 +102,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()
                               if fmt in engine.uncaptured_linears},
                  fp8_kv_attention=engine.fp8_kv_attention_by_gpu.get(kernels_gpu),
+                 gemm_memory_efficiency=gemm_memory,
                  launch_s=engine.eager_launch_s,
                  cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source)
 
@@ -106,7 +112,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     measured it, else the part it shares its silicon with (``latency.kernels_as``: H100 PCIe -> H100 SXM)."""
     tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu,
               engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.linear_host_s_by_gpu,
-              engine.fp8_kv_attention_by_gpu)
+              engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name
@@ -519,7 +525,7 @@ def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, eng
     if m <= 0 or n <= 0 or k <= 0:
         return
     r = s.rates
-    cost = kernels.gemm(r, m, n, k, mode.bits, mode.compute, dequant=mode.dequant)
+    cost = kernels.gemm(r, m, n, k, mode.bits, mode.compute, dequant=mode.dequant, weight_format=mode.weights)
     s.add(group, cost, mode.compute)
     seconds = cost.seconds
     if mode.quantised_input and not engine.fused_activation_quant:

@@ -170,6 +170,13 @@ def estimate_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     return row
 
 
+def _gemm_streaming(r: Rates) -> str:
+    """The per-format GEMM streaming fractions the rates apply (none when ideal or calibrated), for the rates line."""
+    if r.ideal or r.bandwidth_points or not r.gemm_memory_efficiency:
+        return ""
+    return " (GEMM weights " + ", ".join(f"{k} {v:.3g}" for k, v in sorted(r.gemm_memory_efficiency.items())) + ")"
+
+
 def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSweep, options: EstimateOptions,
                   progress: Callable[[int], None] | None = None
                   ) -> tuple[list[Row], list[tuple[LatencyEstimate, Deployment]]]:
@@ -292,5 +299,5 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
            or f"{r.moe_efficiency:.2f}")
     lines.append(f"rates: {r.source}; GEMM {', '.join(f'{k} {v:.2f}' for k, v in sorted(r.gemm_efficiency.items()))}"
                  f" of peak x K/(K + K0); attention {r.attention_efficiency:.2f}; MoE {moe} of "
-                 f"dense; HBM {r.memory_efficiency:.2f}; floors {floors}; {graphs}")
+                 f"dense; HBM {r.memory_efficiency:.2f}{_gemm_streaming(r)}; floors {floors}; {graphs}")
     return tuple(lines)

@@ -165,9 +165,12 @@ class EngineKernels:
     run inside it); ``graph_prefill``: whether steps that carry prefill tokens replay graphs too (vLLM V1's
     piecewise graphs; else only decode-only steps do); ``graph_max_tokens``: the largest step, in tokens, that
     replays a graph, as rows (minimum GPU memory in GiB, below tp 4, at tp >= 4), the last row whose minimum the
-    GPU reaches applying (default none: every size). The per-dtype tables (expert floors, efficiency, K0) also
-    take a storage format's name (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before the
-    compute dtype's. The defaults describe an engine whose kernels are those the GPU presets measured (vLLM's).
+    GPU reaches applying (default none: every size); ``gemm_memory_efficiency_by_gpu``: per GPU preset name and
+    weight storage format, the fraction of the datasheet bandwidth this engine's small-M GEMMs stream that format's
+    weights at, replacing the GPU preset's (``latency.memory_efficiency`` / ``gemm_memory_efficiency``). The
+    per-dtype tables (expert floors, efficiency, K0) also take a storage format's name (``fp8_block``,
+    ``fp8_e4m3``, ...): its kernel's entry, looked up before the compute dtype's. The defaults describe an engine
+    whose kernels are those the GPU presets measured (vLLM's).
     """
 
     cuda_graphs: bool = True
@@ -188,6 +191,7 @@ class EngineKernels:
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
+    gemm_memory_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     uncaptured_linears: frozenset[str] = frozenset()
     graph_prefill: bool = True
     graph_max_tokens: GraphCaps = ()
@@ -357,7 +361,8 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "fused_activation_quant", "eager_launch_us", "floors_us", "block_floors_us",
                           "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_dequant_per_tile", "moe_floors_us", "linear_host_us", "fp8_kv_attention",
-                          "uncaptured_linears", "graph_prefill", "graph_max_tokens", "sources"})
+                          "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
+                          "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
@@ -529,6 +534,20 @@ def _graph_caps(value: Any, origin: str) -> GraphCaps:
     return tuple(rows)
 
 
+def _gemm_memory(value: Any, origin: str) -> dict[str, dict[str, float]]:
+    """``kernels.gemm_memory_efficiency``: GPU preset name -> weight storage format -> fraction in (0, 1]."""
+    from tfcalc.spec.gpu import storage_fractions
+
+    key = "kernels.gemm_memory_efficiency"
+    out = {}
+    for gpu, by_format in _gpu_entries(value, origin, key, "mappings of weight formats to fractions").items():
+        try:
+            out[str(gpu)] = storage_fractions(by_format, f"{key}.{gpu}")
+        except SpecError as exc:
+            raise SpecError(f"{origin}: {exc}") from None
+    return out
+
+
 def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
     """Validate an engine preset's ``kernels:`` block (units as printed: microseconds); absent fields keep
     ``EngineKernels``' defaults."""
@@ -560,6 +579,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
+        gemm_memory_efficiency_by_gpu=_gemm_memory(data.get("gemm_memory_efficiency"), origin),
         uncaptured_linears=_formats(data.get("uncaptured_linears"), origin, "kernels.uncaptured_linears"),
         graph_prefill=_bool(data.get("graph_prefill", d.graph_prefill), origin, "kernels.graph_prefill"),
         graph_max_tokens=_graph_caps(data.get("graph_max_tokens"), origin),

@@ -167,7 +167,7 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
 # --- the latency block: what the GPU achieves, for ``tfcalc estimate`` (tfcalc/calc/kernels.py) -------------
 
 _LATENCY_KEYS = {"sm_count", "gemm_efficiency", "attention_efficiency", "moe_efficiency", "memory_efficiency",
-                 "floors_us", "interconnect_preset", "kernels_as", "measured_on", "sources"}
+                 "gemm_memory_efficiency", "floors_us", "interconnect_preset", "kernels_as", "measured_on", "sources"}
 _FLOOR_KEYS = ("gemm", "elementwise", "attention", "moe")
 MAX_SM_COUNT = 1 << 16
 MAX_FLOOR_US = 1e6  # one second: a kernel floor beyond it is a unit mistake, not a GPU
@@ -180,7 +180,9 @@ class GPULatency:
     ``gemm_efficiency``: fraction of the dense peak large GEMMs reach, per compute dtype; ``attention_efficiency``:
     flash-attention prefill on long sequences (16-bit); ``moe_efficiency``: grouped expert GEMMs relative to a dense
     GEMM of the same shape (a number, or per compute dtype: ``moe_efficiency_by_dtype``, its bf16 entry the number);
-    ``memory_efficiency``: large streaming kernels (GEMV);
+    ``memory_efficiency``: large streaming kernels (GEMV); ``gemm_memory_efficiency``: the same for small-M GEMMs
+    whose weights are in a storage format whose kernel streams differently (canonical dtype name -> fraction;
+    per-tensor fp8 scaled-mm is slower than a bf16 GEMV);
     ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
     ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric;
     ``kernels_as``: the GPU preset of the same silicon whose engine-measured kernel entries (an engine preset's
@@ -198,6 +200,7 @@ class GPULatency:
     floors_s: dict[str, float] = field(hash=False)
     interconnect_preset: str
     moe_efficiency_by_dtype: dict[str, float] = field(default_factory=dict, hash=False)
+    gemm_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
     kernels_as: str | None = None
     measured_on: str | None = None
 
@@ -205,6 +208,27 @@ class GPULatency:
     def measured_here(self) -> bool:
         """Whether this part's own kernels were measured for the block."""
         return self.measured_on is None
+
+
+def storage_fractions(value: Any, key: str) -> dict[str, float]:
+    """A mapping of weight storage formats (any name or alias ``tfcalc.dtypes.get_dtype`` knows, kept as its
+    canonical name: ``fp8`` -> ``fp8_e4m3``) to fractions in (0, 1]; empty when absent."""
+    from tfcalc.dtypes import get_dtype
+    from tfcalc.errors import UsageError
+    from tfcalc.spec.model import check_float, key_text
+
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(f"field '{key}' must be a mapping of weight formats to fractions, such as {{fp8: 0.8}}")
+    out = {}
+    for name, fraction in value.items():
+        try:
+            canonical = get_dtype(str(name)).name
+        except UsageError as exc:
+            raise SpecError(f"field '{key}.{key_text(name)}': {exc}") from None
+        out[canonical] = check_float(f"{key}.{name}", fraction, high=1.0)
+    return out
 
 
 def latency_from_mapping(data: Any, origin: str) -> GPULatency:
@@ -244,6 +268,7 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
             if "bf16" not in moe_by_dtype:
                 raise SpecError("field 'latency.moe_efficiency' needs a bf16 entry (the default for other dtypes)")
             moe = moe_by_dtype["bf16"]
+        gemm_memory = storage_fractions(data.get("gemm_memory_efficiency"), "latency.gemm_memory_efficiency")
         floors = data["floors_us"]
         if not isinstance(floors, dict):
             raise SpecError(f"field 'latency.floors_us' must be a mapping of {', '.join(_FLOOR_KEYS)}")
@@ -260,6 +285,7 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
                           moe_efficiency=fraction(moe, "latency.moe_efficiency"),
                           moe_efficiency_by_dtype=moe_by_dtype,
                           memory_efficiency=fraction(data["memory_efficiency"], "latency.memory_efficiency"),
+                          gemm_memory_efficiency=gemm_memory,
                           floors_s=floors_s,
                           interconnect_preset=check_str("latency.interconnect_preset", data["interconnect_preset"],
                                                         MAX_NAME_CHARS),
