@@ -232,8 +232,10 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
         except Exception:  # noqa: BLE001 - no preset covers it: the latest
             engine = load_engine(name)
     precision = parse_weight_precision(point["weights"])
-    kv = get_dtype(point["kv"]) if point.get("kv") else default_kv_dtype(
-        replace(spec, checkpoint_kv_dtype=point.get("checkpoint_kv")), engine)   # the checkpoint's, if it follows
+    # the run served a pre-quantized checkpoint: its format, its declared KV cache, calibrated (static) fp8 scales
+    spec = replace(spec, native_dtype=point["weights"], checkpoint_kv_dtype=point.get("checkpoint_kv"),
+                   checkpoint_activation_scale="static")
+    kv = get_dtype(point["kv"]) if point.get("kv") else default_kv_dtype(spec, engine)  # the checkpoint's, if followed
     seats, budget = scheduler_defaults(engine, gpu)
     length = point["prompt"] + point["gen"]
     memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=point.get("ep", 1), engine=engine,

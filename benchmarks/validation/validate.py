@@ -37,6 +37,10 @@ AIC_ROUTING_ALPHA = {"deepseek-v3": 1.01}
 # use_cuda_graph=gemm_type != "fp8_block"), so its vLLM predictions carry each such linear's host time: priced here
 # with those linears outside the graphs (presets/engines/vllm-0.21.yaml kernels.linear_host_us)
 AIC_UNCAPTURED_LINEARS = {"vllm": frozenset({"fp8_block"})}
+# What aiconfigurator's `fp8` GEMM mode adds to a GEMM row, per engine (its quantize tables' computescale): a
+# per-tensor dynamic scale on TensorRT-LLM (a torch max reduction, 7.4 us on an H100: tfcalc's `dynamic`); a
+# per-token one fused with the cast on vLLM (1.2 us more than static; nearest: `static`); nothing on SGLang (zeros).
+AIC_FP8_SCALES = {"trtllm": "dynamic", "vllm": "static", "sglang": "static"}
 MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b",
        "deepseek-v3"}
 
@@ -57,7 +61,11 @@ def load_points() -> list[dict]:
                      "weights": p["weights_dtype"], "kv": "bf16", "tp": p["tp"], "batch": p["batch"],
                      "prompt": p["isl"], "gen": p["osl"], "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"],
                      "routing": f"power-law:{AIC_ROUTING_ALPHA.get(model, 1.2)}",
-                     "uncaptured_linears": sorted(AIC_UNCAPTURED_LINEARS.get(p["backend"], ()))}
+                     "uncaptured_linears": sorted(AIC_UNCAPTURED_LINEARS.get(p["backend"], ())),
+                     "fp8_scales": AIC_FP8_SCALES.get(p["backend"], "auto") if p["weights_dtype"] == "fp8" else
+                     "auto"}
+            elif kind == "silicon":  # the runs served calibrated checkpoints (ModelOpt: static input scales)
+                p = {**p, "fp8_scales": "static"}
             if p["engine"] == "gpt-fast" and p["weights"] not in ("bf16", "fp16"):
                 # gpt-fast's quantize.py turns every nn.Linear into its int8 / int4 kind, the output head included
                 # (the MoE router excepted); tfcalc's plain `int8` keeps lm_head in 16 bits as checkpoints ship
@@ -88,8 +96,8 @@ def predict(p: dict) -> tuple[float, float]:
     engine = load_engine(p["engine"]).kernels
     if p.get("uncaptured_linears"):
         engine = replace(engine, uncaptured_linears=frozenset(p["uncaptured_linears"]))
-    d = deployment(spec, gpu, precision, kv, tp=p["tp"], ep=p.get("ep", 1),
-                   engine_kernels=engine, routing=parse_routing(p.get("routing", "uniform")))
+    d = deployment(spec, gpu, precision, kv, tp=p["tp"], ep=p.get("ep", 1), engine_kernels=engine,
+                   routing=parse_routing(p.get("routing", "uniform")), fp8_scales=p.get("fp8_scales", "auto"))
     e = estimate_latency(d, p["batch"], p["prompt"], max(p["gen"], 2))
     ttft = e.ttft_s
     if p.get("kind") == "measured-serving":  # a server prefills each arriving prompt on its own

@@ -67,6 +67,20 @@ def test_a_weight_formats_own_streaming_fraction_by_hand() -> None:
                                                                                 "fp8").seconds)
 
 
+def test_dynamic_scale_reads_the_input_once_more_after_a_floor() -> None:
+    """A per-tensor fp8 GEMM's dynamic scale: a max reduction over its [m x k] 16-bit input, at least the engine's
+    measured fixed time, else the elementwise floor; outside CUDA graphs the host launch; none when ideal."""
+    small = kernels.dynamic_scale(RATES, 8, 8192)
+    assert small.bytes == 8 * 8192 * 2 and small.flops == 0 and small.bound == "floor"
+    assert small.seconds == pytest.approx(2e-6 + 8 * 8192 * 2 / 3.2e12)
+    measured = replace(RATES, dynamic_scale_s=7.4e-6)
+    assert kernels.dynamic_scale(measured, 8, 8192).seconds == pytest.approx(7.4e-6 + 8 * 8192 * 2 / 3.2e12)
+    big = kernels.dynamic_scale(measured, 8192, 8192)
+    assert big.bound == "memory" and big.seconds == pytest.approx(7.4e-6 + 8192 * 8192 * 2 / 3.2e12)
+    assert kernels.dynamic_scale(replace(measured, cuda_graphs=False), 8, 8192).seconds == pytest.approx(8e-6)
+    assert kernels.dynamic_scale(measured.as_ideal(), 8, 8192).seconds == pytest.approx(8 * 8192 * 2 / 4e12)
+
+
 def test_weight_only_gemm_is_bound_by_dequantisation_at_small_m() -> None:
     # int4 weight-only: 4096 x 4096 elements x 5.6 instructions / 30e12 per s = 3.1 us > 8.6 MB at 3.2 TB/s = 2.7 us
     c = kernels.gemm(RATES, 1, 4096, 4096, 4.125, "bf16", dequant="int4")

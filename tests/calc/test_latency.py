@@ -14,6 +14,7 @@ from tfcalc.calc.latency import (
     StepShape,
     deployment,
     estimate_latency,
+    fp8_input_scale,
     linear_mode,
     serving_step_seconds,
     step_seconds,
@@ -114,6 +115,36 @@ def test_gemm_streaming_by_weight_format_reaches_decode_not_prefill() -> None:
     assert halved.ttft_s == pytest.approx(base.ttft_s, rel=0.01)
     assert halved.tpot_s_ideal == base.tpot_s_ideal and halved.ttft_s_ideal == base.ttft_s_ideal
     assert run("bf16", slow).tpot_s == run("bf16", EngineKernels()).tpot_s
+
+
+def test_fp8_input_scale_follows_the_checkpoint_or_the_engines_online_quantisation() -> None:
+    """auto: a checkpoint's own per-tensor fp8 takes its declared scheme (undeclared: static); fp8 of a 16-bit
+    checkpoint is the engine's online quantisation (vLLM, SGLang: dynamic; TensorRT-LLM serves calibrated
+    checkpoints: static); an explicit choice wins; anything else is refused."""
+    llama, fp8 = load_model("llama3-70b"), parse_weight_precision("fp8")
+    vllm, sglang, trtllm = (load_engine(e).kernels for e in ("vllm", "sglang", "trtllm"))
+    assert [fp8_input_scale(llama, fp8, "mlp", k) for k in (vllm, sglang, trtllm)] == ["dynamic", "dynamic", "static"]
+    shipped = replace(llama, native_dtype="fp8")
+    assert fp8_input_scale(shipped, fp8, "mlp", vllm) == "static"
+    assert fp8_input_scale(replace(shipped, checkpoint_activation_scale="dynamic"), fp8, "mlp", trtllm) == "dynamic"
+    assert fp8_input_scale(llama, fp8, "mlp", vllm, "static") == "static"
+    with pytest.raises(UsageError, match="unknown fp8 input scaling 'sometimes'"):
+        deployment(llama, load_gpu("h100-sxm"), fp8, KV, tp=8, fp8_scales="sometimes")
+
+
+def test_dynamic_fp8_scales_cost_a_reduction_per_linear_by_hand() -> None:
+    """Llama 3 70B fp8 at tp 8, batch 1, TensorRT-LLM on an H100: dynamic scales add 4 linears x 80 layers of its
+    7.4 us reduction (+ a few bytes) to a decode step; bf16 weights and the ideal columns do not move."""
+    llama, trtllm = load_model("llama3-70b"), load_engine("trtllm").kernels
+
+    def tpot(weights: str, scales: str) -> float:
+        d = deployment(llama, load_gpu("h100-sxm"), parse_weight_precision(weights), KV, tp=8,
+                       engine_kernels=trtllm, fp8_scales=scales)
+        return estimate_latency(d, 1, 2048, 256).tpot_s
+
+    added = tpot("fp8", "dynamic") - tpot("fp8", "static")
+    assert added == pytest.approx(4 * 80 * 7.4e-6, rel=0.02)
+    assert tpot("bf16", "dynamic") == tpot("bf16", "static")
 
 
 def test_fp8_pure_roofline_prices_attention_at_the_16bit_peak() -> None:

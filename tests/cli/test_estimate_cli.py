@@ -253,3 +253,17 @@ def test_bad_moe_efficiency_in_a_user_gpu_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert "unknown dtype 'latency.moe_efficiency.fp9'" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_fp8_scales_option() -> None:
+    """--fp8-scales: vLLM's online fp8 of a 16-bit preset is dynamic by default (the explanation says so), static
+    is faster; a bad value is a one-line error and a non-zero exit."""
+    args = ["estimate", "-p", "llama3-70b", "-g", "h100-sxm", "--tp", "8", "-w", "fp8", "-f", "json"]
+    auto, static = (runner.invoke(app, [*args, *extra]) for extra in ([], ["--fp8-scales", "static"]))
+    assert auto.exit_code == static.exit_code == 0, auto.output
+    assert json.loads(auto.stdout)[0]["tpot_s"] > json.loads(static.stdout)[0]["tpot_s"]
+    explained = runner.invoke(app, [*args, "--explain"])
+    assert "scale their inputs dynamically" in " ".join(explained.stderr.split())
+    bad = runner.invoke(app, [*args, "--fp8-scales", "sometimes"])
+    assert bad.exit_code != 0 and "unknown fp8 input scaling 'sometimes'" in bad.output
+    assert "Traceback" not in bad.output

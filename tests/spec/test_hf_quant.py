@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,43 @@ def test_checkpoint_kv_format(quant: Any, weights: str, cache: str | None) -> No
     (vLLM resolves --kv-cache-dtype auto from modelopt configs only), nor a scheme other than static fp8."""
     assert native("llama3-8b", quant) == weights
     assert kv(quant) == cache
+
+
+def scale(quant: Any) -> str | None:
+    return spec_from_hf_config(config("llama3-8b", quant), origin="llama3-8b.json",
+                               name="x").checkpoint_activation_scale
+
+
+@pytest.mark.parametrize(("quant", "expected"), [
+    (MODELOPT_SIDECAR, "static"),  # ModelOpt FP8 calibrates its input scales
+    (MODELOPT_SCHEME, None),  # NVFP4: no per-tensor fp8 linears
+    ({"quant_method": "fp8", "activation_scheme": "static"}, "static"),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "dynamic"),
+    ({"quant_method": "fp8"}, "dynamic"),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}, None),
+    (CT_FP8_CHANNEL, "dynamic"),  # RedHatAI's FP8-dynamic layout: input_activations.dynamic true
+    ({**CT_FP8_CHANNEL, "config_groups": {"group_0": {**CT_FP8_CHANNEL["config_groups"]["group_0"],
+                                                       "input_activations": {"num_bits": 8, "type": "float",
+                                                                             "strategy": "tensor", "dynamic": False}}}},
+     "static"),
+    (AWQ, None),
+    (None, None),
+])
+def test_checkpoint_activation_scale(quant: Any, expected: str | None) -> None:
+    """How a checkpoint's per-tensor fp8 linears scale their inputs, where its config says (or implies) it."""
+    assert scale(quant) == expected
+
+
+def test_a_spec_takes_only_static_or_dynamic_scales() -> None:
+    spec = spec_from_hf_config(config("llama3-8b", None), origin="llama3-8b.json", name="x")
+    with pytest.raises(SpecError, match="x: checkpoint_activation_scale must be static or dynamic"):
+        replace(spec, checkpoint_activation_scale="sometimes")
+
+
+def test_unknown_activation_scheme_is_refused_in_one_line() -> None:
+    with pytest.raises(SpecError, match=r"activation_scheme 'per_token' is not static or dynamic") as exc:
+        scale({"quant_method": "fp8", "activation_scheme": "per_token"})
+    assert "\n" not in str(exc.value)
 
 
 def test_unknown_kv_format_is_refused_in_one_line() -> None:

@@ -326,6 +326,26 @@ def test_gemm_streaming_per_weight_format_gpu_then_engine() -> None:
         latency_from_mapping({**block, "gemm_memory_efficiency": 0.7}, "g.yaml")
 
 
+def test_engine_fp8_scales_online_and_their_measured_cost() -> None:
+    """kernels.online_fp8_scale (how an engine's own fp8 quantisation of a 16-bit checkpoint scales inputs) and
+    kernels.dynamic_scale_us (per GPU: one reduction's fixed time), reaching the rates; bad entries are one line."""
+    vllm, sglang, trtllm = (load_engine(e).kernels for e in ("vllm", "sglang", "trtllm"))
+    assert (vllm.online_fp8_scale, sglang.online_fp8_scale, trtllm.online_fp8_scale) == ("dynamic", "dynamic",
+                                                                                         "static")
+    assert EngineKernels().online_fp8_scale == "dynamic"
+    assert sglang.dynamic_scale_s_by_gpu == vllm.dynamic_scale_s_by_gpu == {}  # their reduction: elementwise floor
+    assert trtllm.dynamic_scale_s_by_gpu["h100-sxm"] > 3 * load_gpu("h100-sxm").latency.floors_s["elementwise"]
+    assert rates_for(load_gpu("h100-pcie"), trtllm).dynamic_scale_s == trtllm.dynamic_scale_s_by_gpu["h100-sxm"]
+    assert rates_for(load_gpu("a100-80gb"), trtllm).dynamic_scale_s is None
+    for block, message in (
+            ({"online_fp8_scale": "sometimes"}, "field 'kernels.online_fp8_scale' must be static or dynamic"),
+            ({"dynamic_scale_us": {"h201": 1}}, "unknown field 'kernels.dynamic_scale_us.h201'"),
+            ({"dynamic_scale_us": {"h200": -1}}, "field 'kernels.dynamic_scale_us.h200' must be at least 0")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping(block, "e.yaml")
+        assert "\n" not in str(caught.value)
+
+
 def test_engine_linear_host_time_per_gpu_and_format() -> None:
     """kernels.linear_host_us: per GPU preset and storage format, one linear call's host seconds outside a CUDA
     graph, as token steps; only the formats named in uncaptured_linears reach the rates; ideal rates have none."""

@@ -105,6 +105,9 @@ class Rates:
     # small-M GEMMs' weight streaming as a fraction of the datasheet bandwidth, by the weights' storage format, where
     # its kernels differ from memory_efficiency (fp8 scaled-mm streams slower than a bf16 GEMV)
     gemm_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
+    # fixed seconds of one dynamic activation scale (a max reduction before a per-tensor fp8 GEMM) where the engine
+    # measured it on this GPU; None: an elementwise kernel's floor
+    dynamic_scale_s: float | None = None
     # derived once (the model prices millions of kernels): resolved floors and streaming bandwidth
     _floor: dict[str, float] = field(init=False, repr=False, compare=False, hash=False)
     _stream: float = field(init=False, repr=False, compare=False, hash=False)
@@ -263,6 +266,17 @@ def gemm(rates: Rates, m: float, n: float, k: float, weight_bits: float, compute
     stream = rates.memory_bandwidth * own if own and not rates.ideal else 0.0
     return _finish(rates, "gemm", flops, nbytes, t_compute, t_dequant, weight_bytes=weights, ideal_bytes=weights,
                    stream=stream)
+
+
+def dynamic_scale(rates: Rates, m: float, k: float, act_bytes: float = 2.0) -> Cost:
+    """The dynamic scale of a per-tensor fp8 GEMM's [m x k] input: a max reduction reads it once more (m k x
+    act_bytes bytes) and lasts at least the engine's measured fixed time (``dynamic_scale_s``), else an
+    elementwise kernel's floor. Not compulsory traffic: the pure roofline does not count it."""
+    nbytes = m * k * act_bytes
+    work = nbytes / (rates._stream or rates.bandwidth(nbytes))
+    fixed = rates.floor("elementwise") if rates.dynamic_scale_s is None else rates._resolved(rates.dynamic_scale_s)
+    floor = rates.fixed(fixed, work)
+    return Cost(work + floor, 0.0, nbytes, "floor" if floor > work else "memory", 1, floor)
 
 
 def elementwise(rates: Rates, nbytes: float, flops: float = 0.0, kernels: int = 1, ideal_bytes: float = 0.0) -> Cost:

@@ -35,7 +35,7 @@ from tfcalc.calc import comm, kernels
 from tfcalc.calc.engine import capacity_bytes
 from tfcalc.calc.kernels import Cost, Rates
 from tfcalc.calc.plan import check_parallelism, stage_layers
-from tfcalc.dtypes import DType, WeightPrecision
+from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.spec.engine import EngineKernels
 from tfcalc.spec.gpu import GPUSpec
@@ -103,6 +103,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                               if fmt in engine.uncaptured_linears},
                  fp8_kv_attention=engine.fp8_kv_attention_by_gpu.get(kernels_gpu),
                  gemm_memory_efficiency=gemm_memory,
+                 dynamic_scale_s=engine.dynamic_scale_s_by_gpu.get(kernels_gpu),
                  launch_s=engine.eager_launch_s,
                  cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source)
 
@@ -112,7 +113,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     measured it, else the part it shares its silicon with (``latency.kernels_as``: H100 PCIe -> H100 SXM)."""
     tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu,
               engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.linear_host_s_by_gpu,
-              engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu)
+              engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name
@@ -131,6 +132,7 @@ class _Linear:
     dequant: str  # "" (native), or the kernels.DEQUANT_OPS format dequantised on the CUDA cores
     quantised_input: bool  # W8A8: the input is quantised by a kernel of its own (unless fused)
     weights: str = ""  # the storage format's dtype name (fp8_block, fp8_e4m3, mxfp4, ...)
+    dynamic_scale: bool = False  # per-tensor fp8 whose input scale is computed per call (a max reduction first)
 
 
 def linear_mode(dtype: DType, gpu: GPUSpec, choice: str = "auto") -> _Linear:
@@ -262,8 +264,25 @@ def _stages(spec: ModelSpec, pp: int) -> tuple[_Stage, ...]:
     return tuple(out)
 
 
+PER_TENSOR_FP8 = ("fp8_e4m3", "fp8_e5m2")
+FP8_SCALE_CHOICES = ("auto", "static", "dynamic")
+
+
+def fp8_input_scale(spec: ModelSpec, precision: WeightPrecision, component: str, engine: EngineKernels,
+                    choice: str = "auto") -> str:
+    """How a component's per-tensor fp8 linears scale their inputs: ``choice`` unless auto; else the checkpoint's
+    declaration where the format is the checkpoint's own (undeclared: static), and the engine's online-quantisation
+    scheme where the engine quantises a 16-bit checkpoint itself (``EngineKernels.online_fp8_scale``)."""
+    if choice != "auto":
+        return choice
+    served = precision.for_component(component).name
+    if parse_weight_precision(spec.native_dtype).for_component(component).name == served:
+        return spec.checkpoint_activation_scale or "static"
+    return engine.online_fp8_scale
+
+
 def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, tp: int, ep: int,
-          compute: str) -> _Dims:
+          compute: str, engine: EngineKernels, fp8_scales: str = "auto") -> _Dims:
     h = spec.hidden_size
     heads = spec.num_attention_heads // tp
     if spec.mla is not None:
@@ -291,7 +310,11 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
             expert_width = moe.expert_intermediate_size * ep / tp
         shared_width = moe.num_shared_experts * moe.shared_expert_intermediate_size / tp
     def mode(component: str) -> _Linear:
-        return linear_mode(precision.for_component(component), gpu, compute)
+        linear = linear_mode(precision.for_component(component), gpu, compute)
+        if linear.quantised_input and linear.weights in PER_TENSOR_FP8 and \
+                fp8_input_scale(spec, precision, component, engine, fp8_scales) == "dynamic":
+            return replace(linear, dynamic_scale=True)
+        return linear
 
     return _Dims(h=h, vocab=spec.vocab_size // tp, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                  kv_bytes_per_token=float(kv_dtype.bits_per_element) * kv_elements / 8, mla=spec.mla is not None,
@@ -309,15 +332,19 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                interconnect: Interconnect | None = None, inter_node: Interconnect | None = None,
                gpus_per_node: int = 8, algorithm: str | None = None, compute: str = "auto",
                cuda_graphs: bool | None = None, rates_prefill: Rates | None = None,
-               rates_decode: Rates | None = None, routing: kernels.Routing = kernels.UNIFORM) -> Deployment:
+               rates_decode: Rates | None = None, routing: kernels.Routing = kernels.UNIFORM,
+               fp8_scales: str = "auto") -> Deployment:
     """Validate the parallelism and precompute per-GPU shapes. ``ep > tp`` makes ep / tp data-parallel attention
     replicas; ``engine_kernels`` is the engine's kernel behaviour (an ``EngineSpec.kernels``; default
     ``EngineKernels()``); ``interconnect`` defaults to the GPU preset's fabric, ``inter_node`` to InfiniBand NDR;
-    ``routing`` is how MoE tokens pick experts (uniform, Zipf or power-law: ``kernels.Routing``)."""
+    ``routing`` is how MoE tokens pick experts (uniform, Zipf or power-law: ``kernels.Routing``); ``fp8_scales``
+    how per-tensor fp8 linears scale their inputs (auto, static, dynamic: ``fp8_input_scale``)."""
     from tfcalc.spec.interconnect import load_interconnect
 
     if compute not in COMPUTE_CHOICES:
         raise UsageError(f"unknown compute dtype '{compute}' (choose {', '.join(COMPUTE_CHOICES)})")
+    if fp8_scales not in FP8_SCALE_CHOICES:
+        raise UsageError(f"unknown fp8 input scaling '{fp8_scales}' (choose {', '.join(FP8_SCALE_CHOICES)})")
     if min(tp, pp, ep) < 1:
         raise UsageError("tp, pp and ep must be positive")
     dp = ep // tp if ep > tp else 1
@@ -337,7 +364,8 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                       kernels=engine, rates_prefill=rates_prefill or base, rates_decode=rates_decode or base,
                       intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,
                       algorithm=algorithm or interconnect.algorithm, routing=routing,
-                      dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute), stages=_stages(spec, pp),
+                      dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute, engine, fp8_scales),
+                      stages=_stages(spec, pp),
                       graph_cap_tokens=engine.graph_token_cap(capacity_bytes(gpu) / 2**30, tp))
 
 
@@ -532,6 +560,10 @@ def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, eng
         quant = kernels.elementwise(r, m * k * (ACT_BYTES + mode.bits / 8))
         s.add(group, quant)
         seconds += quant.seconds
+    if mode.dynamic_scale:
+        scale = kernels.dynamic_scale(r, m, k, ACT_BYTES)
+        s.add(group, scale)
+        seconds += scale.seconds
     if r.linear_host and not in_block:  # a linear run outside the CUDA graphs lasts at least its host path
         host = r.linear_host_s(mode.weights, m)
         if host > seconds:

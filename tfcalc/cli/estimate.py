@@ -82,6 +82,10 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              routing: Annotated[str, typer.Option(
                  "--routing", help="How MoE tokens pick experts: uniform, zipf:S (popularity ~ rank^-S) or "
                  "power-law:ALPHA (aiconfigurator's workload; it predicts with 1.2, DeepSeek 1.01).")] = "uniform",
+             fp8_scales: Annotated[str, typer.Option(
+                 "--fp8-scales", help="How per-tensor fp8 linears scale their inputs: auto (the checkpoint's; "
+                 "the engine's online quantisation for a 16-bit one: dynamic in vLLM/SGLang), static, dynamic "
+                 "(a max reduction per call).")] = "auto",
              routing_skew: Annotated[str | None, typer.Option(
                  "--routing-skew", help="Shorthand for --routing zipf:S (0 = uniform).", show_default=False)] = None,
              compute_efficiency: Annotated[list[str] | None, typer.Option(
@@ -155,7 +159,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     common = dict(interconnect=load_interconnect(interconnect) if interconnect else None,
                   inter_node=load_interconnect(inter_node), gpus_per_node=gpus_per_node, algorithm=allreduce,
                   compute=compute_dtype, cuda_graphs=cuda_graphs, routing=expert_routing, ideal=ideal, fit=fit,
-                  memory=memory)
+                  memory=memory, fp8_scales=fp8_scales)
     sweep = EstimateSweep(tps=parse_sizes(tp, "tp"), pps=parse_sizes(pp, "pp"), eps=parse_sizes(ep, "ep"),
                           batches=parse_sizes(batch, "batch"), prompt_lens=parse_sizes(prompt_len, "prompt length"),
                           gen_lens=parse_sizes(gen_len, "generation length"),

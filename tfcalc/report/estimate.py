@@ -50,6 +50,7 @@ class EstimateOptions:
     compute: str = "auto"
     cuda_graphs: bool | None = None
     routing: Routing = UNIFORM
+    fp8_scales: str = "auto"  # per-tensor fp8 input scaling: auto, static, dynamic (latency.fp8_input_scale)
     ideal: bool = False
     fit: bool = True
     rates: Callable[[GPUSpec, Rates, str], Rates] | None = None  # (gpu, preset rates, phase) -> rates used
@@ -199,7 +200,7 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSw
                            interconnect=options.interconnect, inter_node=options.inter_node,
                            gpus_per_node=options.gpus_per_node, algorithm=options.algorithm,
                            compute=options.compute, cuda_graphs=options.cuda_graphs, rates_prefill=prefill_rates,
-                           rates_decode=decode_rates, routing=options.routing)
+                           rates_decode=decode_rates, routing=options.routing, fp8_scales=options.fp8_scales)
             longest = max(sweep.prompt_lens) + max(sweep.gen_lens)
             for batch, prompt, gen in itertools.product(sweep.batches, sweep.prompt_lens, sweep.gen_lens):
                 e = estimate_latency(d, batch, prompt, gen)
@@ -269,6 +270,12 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                      f"{uniform:.3f}{other}"
                      + f"; each GPU holds {dm.experts_local} expert{'s' if dm.experts_local != 1 else ''} of width "
                      f"{dm.expert_width:g}")
+    scaled = sorted({m.weights for m in (dm.attn, dm.mlp, dm.shared, dm.head) if m.dynamic_scale})
+    if scaled:
+        r = d.rates_decode
+        fixed = r.floor("elementwise") if r.dynamic_scale_s is None else r.dynamic_scale_s
+        lines.append(f"{'/'.join(scaled)} linears scale their inputs dynamically (a max reduction before each GEMM, "
+                     f">= {format_seconds(fixed)}; --fp8-scales static for a calibrated checkpoint)")
     lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {d.num_gpus} GPUs, ep {d.ep}; "
                  f"fabric {d.intra.display_name}, {d.algorithm} all-reduce"
                  + (", engine one-/two-shot custom all-reduce below 8 MiB" if d.kernels.custom_allreduce

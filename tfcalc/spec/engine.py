@@ -167,7 +167,11 @@ class EngineKernels:
     replays a graph, as rows (minimum GPU memory in GiB, below tp 4, at tp >= 4), the last row whose minimum the
     GPU reaches applying (default none: every size); ``gemm_memory_efficiency_by_gpu``: per GPU preset name and
     weight storage format, the fraction of the datasheet bandwidth this engine's small-M GEMMs stream that format's
-    weights at, replacing the GPU preset's (``latency.memory_efficiency`` / ``gemm_memory_efficiency``). The
+    weights at, replacing the GPU preset's (``latency.memory_efficiency`` / ``gemm_memory_efficiency``);
+    ``online_fp8_scale``: how per-tensor fp8 linears scale their inputs when the engine quantises a 16-bit
+    checkpoint itself (``dynamic``: vLLM's and SGLang's ``--quantization fp8``; ``static``: an engine that serves
+    calibrated checkpoints only); ``dynamic_scale_s_by_gpu``: per GPU preset name, the fixed seconds of one
+    dynamic scale (its max reduction) at small M (default: an elementwise kernel's floor). The
     per-dtype tables (expert floors, efficiency, K0) also take a storage format's name (``fp8_block``,
     ``fp8_e4m3``, ...): its kernel's entry, looked up before the compute dtype's. The defaults describe an engine
     whose kernels are those the GPU presets measured (vLLM's).
@@ -192,6 +196,8 @@ class EngineKernels:
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
     gemm_memory_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    online_fp8_scale: str = "dynamic"
+    dynamic_scale_s_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     uncaptured_linears: frozenset[str] = frozenset()
     graph_prefill: bool = True
     graph_max_tokens: GraphCaps = ()
@@ -362,7 +368,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_dequant_per_tile", "moe_floors_us", "linear_host_us", "fp8_kv_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
-                          "sources"})
+                          "online_fp8_scale", "dynamic_scale_us", "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
@@ -548,6 +554,18 @@ def _gemm_memory(value: Any, origin: str) -> dict[str, dict[str, float]]:
     return out
 
 
+def _choice(value: Any, origin: str, key: str, allowed: tuple[str, ...]) -> str:
+    _require(value in allowed, origin, f"field '{key}' must be {' or '.join(allowed)}, got {_show(value)}")
+    return str(value)
+
+
+def _dynamic_scale(value: Any, origin: str) -> dict[str, float]:
+    """``kernels.dynamic_scale_us``: GPU preset name -> microseconds, returned in seconds."""
+    key = "kernels.dynamic_scale_us"
+    return {str(gpu): _num(us, origin, f"{key}.{gpu}", 0.0, MAX_MICROSECONDS) * 1e-6
+            for gpu, us in _gpu_entries(value, origin, key, "microseconds").items()}
+
+
 def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
     """Validate an engine preset's ``kernels:`` block (units as printed: microseconds); absent fields keep
     ``EngineKernels``' defaults."""
@@ -580,6 +598,9 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
         gemm_memory_efficiency_by_gpu=_gemm_memory(data.get("gemm_memory_efficiency"), origin),
+        online_fp8_scale=_choice(data.get("online_fp8_scale", d.online_fp8_scale), origin,
+                                 "kernels.online_fp8_scale", ("static", "dynamic")),
+        dynamic_scale_s_by_gpu=_dynamic_scale(data.get("dynamic_scale_us"), origin),
         uncaptured_linears=_formats(data.get("uncaptured_linears"), origin, "kernels.uncaptured_linears"),
         graph_prefill=_bool(data.get("graph_prefill", d.graph_prefill), origin, "kernels.graph_prefill"),
         graph_max_tokens=_graph_caps(data.get("graph_max_tokens"), origin),

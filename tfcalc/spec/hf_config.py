@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcalc.errors import SpecError
-from tfcalc.spec.hf_quant import checkpoint_kv_dtype, checkpoint_precision
+from tfcalc.spec.hf_quant import checkpoint_activation_scale, checkpoint_kv_dtype, checkpoint_precision
 from tfcalc.spec.model import INT_LIMITS, MLASpec, ModelSpec, MoESpec, RopeScaling, check_float
 from tfcalc.spec.model import check_int as check_spec_int
 from tfcalc.spec.presets import read_data_file
@@ -584,9 +584,10 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
     )
     quant = c.data.get("quantization_config")
     native = checkpoint_precision(quant, spec, model_type, spec.native_dtype, c.origin)
-    kv = checkpoint_kv_dtype(quant, c.origin)
-    return spec if native == spec.native_dtype and kv is None else replace(spec, native_dtype=native,
-                                                                            checkpoint_kv_dtype=kv)
+    kv, scale = checkpoint_kv_dtype(quant, c.origin), checkpoint_activation_scale(quant, c.origin)
+    if native == spec.native_dtype and kv is None and scale is None:
+        return spec
+    return replace(spec, native_dtype=native, checkpoint_kv_dtype=kv, checkpoint_activation_scale=scale)
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:

@@ -235,6 +235,34 @@ def checkpoint_kv_dtype(quant: Any, origin: str) -> str | None:
                     f"(supported: {', '.join(_MODELOPT_KV)}, or a static 8-bit float kv_cache_scheme)")
 
 
+def checkpoint_activation_scale(quant: Any, origin: str) -> str | None:
+    """How a checkpoint's per-tensor fp8 linear layers scale their inputs: ``static`` or ``dynamic``, or None where
+    it has no such layers. ModelOpt FP8: static (calibrated input scales); vLLM's ``fp8`` method:
+    ``activation_scheme`` (dynamic when absent; block-scale checkpoints quantise per group inside the kernel:
+    None); compressed-tensors: the fp8 groups' ``input_activations.dynamic``."""
+    if not isinstance(quant, Mapping):
+        return None
+    method = _method(quant)
+    if method == "modelopt":
+        return "static" if _modelopt_fields(quant).get("quant_algo") == "FP8" else None
+    if method == "fp8":
+        if quant.get("weight_block_size") is not None:
+            return None
+        scheme = quant.get("activation_scheme", "dynamic")
+        if scheme not in ("static", "dynamic"):
+            raise SpecError(f"{origin}: quantization_config.activation_scheme {scheme!r:.40} is not static or "
+                            "dynamic")
+        return scheme
+    if method == "compressed-tensors" and isinstance(quant.get("config_groups"), Mapping):
+        for key, group in quant["config_groups"].items():
+            if not isinstance(group, Mapping) or _compressed_scheme(group.get("weights"), str(key), origin) != "fp8":
+                continue
+            inputs = group.get("input_activations")
+            if isinstance(inputs, Mapping) and isinstance(inputs.get("dynamic"), bool):
+                return "dynamic" if inputs["dynamic"] else "static"
+    return None
+
+
 def checkpoint_precision(quant: Any, spec: ModelSpec, model_type: str, base: str, origin: str) -> str:
     """The weight format string (``tfcalc.dtypes.parse_weight_precision``) a checkpoint with this
     ``quantization_config`` stores, for a model whose unquantized weights are ``base``."""

@@ -402,6 +402,9 @@ class ModelSpec:
     # --kv-cache-dtype auto follows the checkpoint store the cache in it (``EngineSpec.kv.checkpoint_dtype``);
     # None: the model's float dtype.
     checkpoint_kv_dtype: str | None = None
+    # How the checkpoint's per-tensor fp8 linear layers scale their inputs: "static" (calibrated scales shipped in
+    # it, as ModelOpt's) or "dynamic" (a max reduction per call); None: not declared, taken as static.
+    checkpoint_activation_scale: str | None = None
     active_params_convention: ActiveConvention = "all_weights_touched"
     quantized_weight_exceptions: tuple[WeightException, ...] = ()
     # DeepSeek-V3's multi-token-prediction module(s) (num_nextn_predict_layers): shipped in the checkpoint for
@@ -432,6 +435,9 @@ class ModelSpec:
                 get_dtype(self.checkpoint_kv_dtype)
             except UsageError as exc:
                 raise SpecError(f"{n}: checkpoint_kv_dtype: {exc}") from None
+        _require(self.checkpoint_activation_scale in (None, "static", "dynamic"),
+                 f"{n}: checkpoint_activation_scale must be static or dynamic, got "
+                 f"{self.checkpoint_activation_scale!r:.40}")
         if self.sliding_window is None:
             _require(not self.sliding_window_layers, f"{n}: sliding_window_layers given without sliding_window")
         try:
