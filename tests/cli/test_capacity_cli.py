@@ -271,3 +271,16 @@ def test_routing_reaches_the_step_model() -> None:
     assert power_law < 0.85 * uniform
     bad = run("capacity", "-p", "llama3-8b", "--rate", "5", "--ttft", "p90=1s", "--routing", "zipf")
     assert bad.exit_code == 2 and "invalid routing 'zipf'" in bad.output
+
+
+def test_quantized_weights_of_a_16_bit_preset_tell_trtllm_to_serve_a_quantized_checkpoint() -> None:
+    """vLLM and SGLang quantise online (--quantization fp8); trtllm-serve cannot, so its command says which
+    checkpoint to serve instead of silently serving the 16-bit one; bf16 plans carry no such line."""
+    fp8 = run(*SMALL, "--weights-dtype", "fp8")
+    assert fp8.exit_code == 0, fp8.output
+    assert "--quantization fp8" in fp8.stdout
+    assert "(serve a pre-quantized fp8_e4m3 checkpoint, e.g. ModelOpt's:" in fp8.stdout
+    assert all(len(line) <= 80 for line in fp8.stdout.splitlines() if "pre-quantized" in line)
+    bf16 = run(*SMALL, "--weights-dtype", "bf16")
+    assert bf16.exit_code == 0, bf16.output
+    assert "pre-quantized" not in bf16.stdout

@@ -430,11 +430,15 @@ def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
                 f"prefill) and {e.replicas} decode replica(s) as below, with a disaggregation router")
     trtllm, extra = trtllm_command(model_path, spec, e, space, prefix_caching)
     indent = " " * 9
+    quantized = c.weights != spec.native_dtype and c.weights not in ("bf16", "fp16", "fp32")
+    trtllm_note = (f"\n{indent}(serve a pre-quantized {c.weights} checkpoint, e.g. ModelOpt's:"
+                   f"\n{indent} trtllm-serve does not quantize a 16-bit one)") if quantized else ""
     commands = {
         "vllm": ("vLLM:   ", vllm_command(model_path, spec, e, space, prefix_caching, api_servers=api_servers), ""),
         "sglang": ("SGLang: ", sglang_command(model_path, spec, e, space, prefix_caching), ""),
         "trtllm": ("TRT-LLM:", trtllm, f"\n{indent}extra.yml:" + "".join(f"\n{indent}  {k}: {_yaml(v)}"
-                                                                         for k, v in extra.items())),
+                                                                         for k, v in extra.items())
+                    + trtllm_note),
     }
     family = c.engine.split()[0]
     lines = [f"{label} " + f" \\\n{indent}".join(args) + after
