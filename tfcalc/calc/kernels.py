@@ -190,6 +190,10 @@ class Rates:
             floor = self._floor.get("gemm", 0.0)
         return floor
 
+    def dynamic_scale_floor(self) -> float:
+        """Fixed seconds of one dynamic activation scale: the engine's measured time, else an elementwise floor."""
+        return self.floor("elementwise") if self.dynamic_scale_s is None else self._resolved(self.dynamic_scale_s)
+
     def linear_host_s(self, weight_format: str, tokens: float) -> float:
         """Host seconds of one call of a ``weight_format`` linear layer over ``tokens`` rows where that format runs
         outside the CUDA graphs (``linear_host``), else 0: the call lasts at least this long."""
@@ -274,8 +278,7 @@ def dynamic_scale(rates: Rates, m: float, k: float, act_bytes: float = 2.0) -> C
     elementwise kernel's floor. Not compulsory traffic: the pure roofline does not count it."""
     nbytes = m * k * act_bytes
     work = nbytes / (rates._stream or rates.bandwidth(nbytes))
-    fixed = rates.floor("elementwise") if rates.dynamic_scale_s is None else rates._resolved(rates.dynamic_scale_s)
-    floor = rates.fixed(fixed, work)
+    floor = rates.fixed(rates.dynamic_scale_floor(), work)
     return Cost(work + floor, 0.0, nbytes, "floor" if floor > work else "memory", 1, floor)
 
 

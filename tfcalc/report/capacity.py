@@ -423,16 +423,16 @@ def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     """(what to run, in a sentence; each engine's command for the chosen plan, its own engine's first, one flag per
     line, to print as they are: a shell line cannot be re-wrapped)."""
     c = e.candidate
-    _, note = _quantization(c.weights, spec.native_dtype)
+    online, note = _quantization(c.weights, spec.native_dtype)
     replicas = (f"run {e.replicas} replica(s) of {c.gpus_per_replica} GPU(s) behind a load balancer"
                 if c.mode == "aggregated" else
                 f"run {c.prefill_replicas} prefill replica(s) at tp {c.prefill_tp} (SGLang --disaggregation-mode "
                 f"prefill) and {e.replicas} decode replica(s) as below, with a disaggregation router")
     trtllm, extra = trtllm_command(model_path, spec, e, space, prefix_caching)
     indent = " " * 9
-    quantized = c.weights != spec.native_dtype and c.weights not in ("bf16", "fp16", "fp32")
+    # vLLM and SGLang quantise a 16-bit checkpoint online (--quantization); trtllm-serve cannot
     trtllm_note = (f"\n{indent}(serve a pre-quantized {c.weights} checkpoint, e.g. ModelOpt's:"
-                   f"\n{indent} trtllm-serve does not quantize a 16-bit one)") if quantized else ""
+                   f"\n{indent} trtllm-serve does not quantize a 16-bit one)") if online else ""
     commands = {
         "vllm": ("vLLM:   ", vllm_command(model_path, spec, e, space, prefix_caching, api_servers=api_servers), ""),
         "sglang": ("SGLang: ", sglang_command(model_path, spec, e, space, prefix_caching), ""),

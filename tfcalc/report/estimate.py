@@ -272,10 +272,9 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                      f"{dm.expert_width:g}")
     scaled = sorted({m.weights for m in (dm.attn, dm.mlp, dm.shared, dm.head) if m.dynamic_scale})
     if scaled:
-        r = d.rates_decode
-        fixed = r.floor("elementwise") if r.dynamic_scale_s is None else r.dynamic_scale_s
         lines.append(f"{'/'.join(scaled)} linears scale their inputs dynamically (a max reduction before each GEMM, "
-                     f">= {format_seconds(fixed)}; --fp8-scales static for a calibrated checkpoint)")
+                     f">= {format_seconds(d.rates_decode.dynamic_scale_floor())}; --fp8-scales static for a "
+                     "calibrated checkpoint)")
     lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {d.num_gpus} GPUs, ep {d.ep}; "
                  f"fabric {d.intra.display_name}, {d.algorithm} all-reduce"
                  + (", engine one-/two-shot custom all-reduce below 8 MiB" if d.kernels.custom_allreduce
