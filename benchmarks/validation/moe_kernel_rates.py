@@ -268,11 +268,10 @@ def main() -> None:
         return
     kernels.routed_rows = _balanced_rows  # price the tables' deterministic routing, not random routing
     for system, preset in GPUS.items():
-        pattern = root / system / "moe" / args.engine / (args.version or "*") / "moe_perf.parquet"
-        tables = sorted(glob.glob(str(pattern)))
-        if not tables:
+        table = _newest(root, system, args.engine, args.version)  # by version number: 0.5.14 after 0.5.6.post2
+        if table is None:
             continue
-        whole = df = pd.read_parquet(tables[-1])
+        whole = df = pd.read_parquet(table)
         tokens = ((df.num_tokens >= args.held_out) & (df.num_tokens < args.min_tokens) if args.held_out
                   else df.num_tokens >= 16 if args.dequant_ops else df.num_tokens >= args.min_tokens)
         df = df[(df.distribution == "balanced") & tokens & (df.moe_ep_size == 1) & df.moe_dtype.isin(list(WEIGHTS))
@@ -324,7 +323,7 @@ def main() -> None:
                       f"median {statistics.median(r):.2f}, quartiles {r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f}")
                 continue
             if k0s:
-                print(f"{preset:10s} {args.engine} {Path(tables[-1]).parent.name:8s} {weights:12s} "
+                print(f"{preset:10s} {args.engine} {table.parent.name:8s} {weights:12s} "
                       f"compute {compute:5s} ({len(rows)} rows)")
                 scan_k0(base, compute, rows, ratios, held_out_rows(whole, system, args, weights), k0s)
                 continue
@@ -334,7 +333,7 @@ def main() -> None:
             sources = sorted({row.kernel_source for row, _ in rows})
             mode = rows[0][1]
             k0 = None if mode.dequant else (base.moe_k0.get(mode.weights) or base.moe_k0.get(base.peak(compute)[0]))
-            print(f"{preset:10s} {args.engine} {Path(tables[-1]).parent.name:8s} {weights:12s} compute {compute:5s} "
+            print(f"{preset:10s} {args.engine} {table.parent.name:8s} {weights:12s} compute {compute:5s} "
                   f"moe_efficiency {eff:.2f}{f' at K0 {k0:g}' if k0 else ''}  ({len(rows)} rows, tfcalc/measured "
                   f"quartiles {q1:.2f}-{q3:.2f}; {', '.join(s[:48] for s in sources)})")
             if args.by_width:

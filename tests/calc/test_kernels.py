@@ -67,6 +67,27 @@ def test_a_weight_formats_own_streaming_fraction_by_hand() -> None:
                                                                                 "fp8").seconds)
 
 
+def test_a_weight_formats_own_compute_fraction_by_hand() -> None:
+    """gemm_efficiency_by_format: a compute-bound [8192 x 8192] @ [8192 x 8192] per-tensor fp8 GEMM runs at its
+    format's 0.8 of the fp8 peak x K/(K + K0), not the dtype's 0.6; other formats, a weight-only (dequant) kernel,
+    grouped expert GEMMs, ideal rates and a compute-efficiency override keep the dtype's figure."""
+    own = replace(RATES, gemm_efficiency_by_format={"fp8_e4m3": 0.8})
+    c = kernels.gemm(own, 8192, 8192, 8192, 8, "fp8", weight_format="fp8_e4m3")
+    at = 8192 / (8192 + GEMM_K0["fp8"])
+    assert c.bound == "compute" and c.seconds == pytest.approx(c.flops / (2000e12 * 0.8 * at) + 3e-6)
+    common = kernels.gemm(RATES, 8192, 8192, 8192, 8, "fp8").seconds
+    assert common == pytest.approx(c.flops / (2000e12 * 0.6 * at) + 3e-6)
+    assert kernels.gemm(own, 8192, 8192, 8192, 8, "fp8", weight_format="fp8_block").seconds == pytest.approx(common)
+    assert kernels.gemm(own, 8192, 8192, 8192, 8, "fp8").seconds == pytest.approx(common)
+    weight_only = replace(own, gemm_efficiency_by_format={"int8": 0.9})
+    assert kernels.gemm(weight_only, 8192, 8192, 8192, 8, "bf16", dequant="int8", weight_format="int8").seconds == \
+        pytest.approx(kernels.gemm(RATES, 8192, 8192, 8192, 8, "bf16", dequant="int8").seconds)
+    assert own.gemm_flops_per_s("fp8", 8192, grouped=True, weight_format="fp8_e4m3") == \
+        pytest.approx(2000e12 * 0.6 * at)
+    assert own.as_ideal().gemm_flops_per_s("fp8", 8192, weight_format="fp8_e4m3") == 2000e12
+    assert own.with_efficiency(compute=0.5).gemm_efficiency_by_format == {}
+
+
 def test_dynamic_scale_reads_the_input_once_more_after_a_floor() -> None:
     """A per-tensor fp8 GEMM's dynamic scale: a max reduction over its [m x k] 16-bit input, at least the engine's
     measured fixed time, else the elementwise floor; outside CUDA graphs the host launch; none when ideal."""

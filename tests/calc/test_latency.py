@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfcalc.calc import work
+from tfcalc.calc import kernels, work
 from tfcalc.calc.kv_cache import default_kv_dtype
 from tfcalc.calc.latency import (
     StepShape,
@@ -117,6 +117,25 @@ def test_gemm_streaming_by_weight_format_reaches_decode_not_prefill() -> None:
     assert run("bf16", slow).tpot_s == run("bf16", EngineKernels()).tpot_s
 
 
+def test_engine_gemm_compute_efficiency_reaches_prefill_not_decode() -> None:
+    """An engine's large-GEMM efficiency for a weight format on this GPU: per-tensor fp8 GEMMs at 1.5x the GPU
+    preset's fraction make a long fp8 prefill of Llama 3 70B (compute-bound GEMMs) markedly faster, leave a batch-1
+    decode (weight-bound) and the ideal columns alone, and do not touch bf16 weights."""
+    spec = load_model("llama3-70b")
+    fast = EngineKernels(gemm_efficiency_by_gpu={"h200": {"fp8_e4m3": 1.5 * load_gpu("h200").latency.gemm_efficiency[
+        "fp8"]}})
+
+    def run(weights: str, kernels: EngineKernels):  # noqa: ANN202 - LatencyEstimate
+        d = deployment(spec, load_gpu("h200"), parse_weight_precision(weights), KV, engine_kernels=kernels)
+        return estimate_latency(d, 1, 8192, 64)
+
+    base, quick = run("fp8", EngineKernels()), run("fp8", fast)
+    assert 0.67 < quick.ttft_s / base.ttft_s < 0.85  # GEMMs most of the prefill, the rest (attention) unchanged
+    assert quick.tpot_s == pytest.approx(base.tpot_s, rel=0.01)
+    assert quick.ttft_s_ideal == base.ttft_s_ideal and quick.tpot_s_ideal == base.tpot_s_ideal
+    assert run("bf16", fast).ttft_s == run("bf16", EngineKernels()).ttft_s
+
+
 def test_fp8_input_scale_follows_the_checkpoint_or_the_engines_online_quantisation() -> None:
     """auto: a checkpoint's own per-tensor fp8 takes its declared scheme (undeclared: static); fp8 of a 16-bit
     checkpoint is the engine's online quantisation (vLLM, SGLang: dynamic; TensorRT-LLM serves calibrated
@@ -133,18 +152,22 @@ def test_fp8_input_scale_follows_the_checkpoint_or_the_engines_online_quantisati
 
 
 def test_dynamic_fp8_scales_cost_a_reduction_per_linear_by_hand() -> None:
-    """Llama 3 70B fp8 at tp 8, batch 1, TensorRT-LLM on an H100: dynamic scales add 4 linears x 80 layers of its
-    7.4 us reduction (+ a few bytes) to a decode step; bf16 weights and the ideal columns do not move."""
+    """Llama 3 70B fp8 at tp 8, batch 1, TensorRT-LLM on an H100: dynamic scales add to each of 4 linears x 80
+    layers of a decode step its 7.4 us reduction (+ a few bytes) and the cast its norm fused under static scales
+    (an elementwise kernel at its floor: a dynamic scale is known only after the reduction); bf16 weights and the
+    ideal columns do not move."""
     llama, trtllm = load_model("llama3-70b"), load_engine("trtllm").kernels
 
-    def tpot(weights: str, scales: str) -> float:
+    def run(weights: str, scales: str):  # noqa: ANN202 - (Deployment, LatencyEstimate)
         d = deployment(llama, load_gpu("h100-sxm"), parse_weight_precision(weights), KV, tp=8,
                        engine_kernels=trtllm, fp8_scales=scales)
-        return estimate_latency(d, 1, 2048, 256).tpot_s
+        return d, estimate_latency(d, 1, 2048, 256)
 
-    added = tpot("fp8", "dynamic") - tpot("fp8", "static")
-    assert added == pytest.approx(4 * 80 * 7.4e-6, rel=0.02)
-    assert tpot("bf16", "dynamic") == tpot("bf16", "static")
+    d, dynamic = run("fp8", "dynamic")
+    cast = kernels.elementwise(d.rates_decode, 8192 * 3).seconds  # [1 x K] bf16 in, fp8 out: the floor
+    assert dynamic.tpot_s - run("fp8", "static")[1].tpot_s == pytest.approx(4 * 80 * (7.4e-6 + cast), rel=0.03)
+    assert dynamic.tpot_s_ideal == run("fp8", "static")[1].tpot_s_ideal
+    assert run("bf16", "dynamic")[1].tpot_s == run("bf16", "static")[1].tpot_s
 
 
 def test_fp8_pure_roofline_prices_attention_at_the_16bit_peak() -> None:

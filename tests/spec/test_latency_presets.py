@@ -326,6 +326,29 @@ def test_gemm_streaming_per_weight_format_gpu_then_engine() -> None:
         latency_from_mapping({**block, "gemm_memory_efficiency": 0.7}, "g.yaml")
 
 
+def test_engine_gemm_compute_efficiency_per_weight_format() -> None:
+    """kernels.gemm_efficiency (engine, per GPU): TensorRT-LLM's large GEMMs by storage format reach the GPU; per-tensor
+    fp8 runs well above vLLM's CUTLASS scaled-mm (the GPU presets' fp8 figure) on Hopper; the part sharing the
+    silicon borrows the entry; a GPU the engine did not measure and vLLM keep the GPU preset's; bad entries are
+    one line."""
+    vllm, trtllm = load_engine("vllm").kernels, load_engine("trtllm").kernels
+    h100 = load_gpu("h100-sxm")
+    trt = rates_for(load_gpu("h100-pcie"), trtllm).gemm_efficiency_by_format  # kernels_as: h100-sxm
+    assert trt == trtllm.gemm_efficiency_by_gpu["h100-sxm"] and set(trt) == {"bf16", "fp8_e4m3"}
+    assert trt["fp8_e4m3"] > 1.2 * h100.latency.gemm_efficiency["fp8"]
+    assert rates_for(h100, vllm).gemm_efficiency_by_format == {}
+    assert rates_for(load_gpu("a100-80gb"), trtllm).gemm_efficiency_by_format == {}
+    k = kernels_from_mapping({"gemm_efficiency": {"b200": {"fp8": 0.7}}}, "e.yaml")
+    assert k.gemm_efficiency_by_gpu == {"b200": {"fp8_e4m3": 0.7}}
+    for value, message in (
+            ({"b200": {"fp9": 0.5}}, "field 'kernels.gemm_efficiency.b200.fp9': unknown dtype 'fp9'"),
+            ({"b200": {"bf16": 0}}, "kernels.gemm_efficiency.b200.bf16' must be"),
+            ({"b201": {"bf16": 0.5}}, "unknown field 'kernels.gemm_efficiency.b201'")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"gemm_efficiency": value}, "e.yaml")
+        assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
+
+
 def test_engine_fp8_scales_online_and_their_measured_cost() -> None:
     """kernels.online_fp8_scale (how an engine's own fp8 quantisation of a 16-bit checkpoint scales inputs) and
     kernels.dynamic_scale_us (per GPU: one reduction's fixed time), reaching the rates; bad entries are one line."""

@@ -214,6 +214,7 @@ def fit_rates(base: Rates, cal: Calibration) -> Rates:
             if fitted is not None:
                 efficiency[dtype] = min(fitted, 1.0)
         changes["gemm_efficiency"] = efficiency
+        changes["gemm_efficiency_by_format"] = {}  # the GPU's measured GEMMs replace an engine's kernel table
     if cal.graph_launch_s is not None:
         floors["elementwise"] = cal.graph_launch_s
     if cal.eager_launch_s is not None:

@@ -105,6 +105,9 @@ class Rates:
     # small-M GEMMs' weight streaming as a fraction of the datasheet bandwidth, by the weights' storage format, where
     # its kernels differ from memory_efficiency (fp8 scaled-mm streams slower than a bf16 GEMV)
     gemm_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
+    # large GEMMs' fraction of the compute dtype's peak, by the weights' storage format, where the engine's kernel for
+    # that format differs from the GPU preset's (TensorRT-LLM's fp8 GEMMs); replaces gemm_efficiency for it
+    gemm_efficiency_by_format: dict[str, float] = field(default_factory=dict, hash=False)
     # fixed seconds of one dynamic activation scale (a max reduction before a per-tensor fp8 GEMM) where the engine
     # measured it on this GPU; None: an elementwise kernel's floor
     dynamic_scale_s: float | None = None
@@ -127,13 +130,16 @@ class Rates:
         raise ValueError(f"{self.name}: no dense throughput for {compute}")
 
     def gemm_flops_per_s(self, compute: str, k: float, grouped: bool = False, weight_format: str = "") -> float:
-        """Peak x large-GEMM efficiency x K / (K + K0) (module docstring); the peak alone when ideal. ``grouped``:
-        a fused-MoE GEMM, whose K0 is the engine's own where it measured one (``moe_k0``: for the weights' storage
-        format, else for the compute dtype)."""
+        """Peak x large-GEMM efficiency x K / (K + K0) (module docstring); the peak alone when ideal. A dense GEMM
+        of ``weight_format`` weights takes the engine's efficiency for that format where it has one
+        (``gemm_efficiency_by_format``). ``grouped``: a fused-MoE GEMM, whose K0 is the engine's own where it
+        measured one (``moe_k0``: for the weights' storage format, else for the compute dtype), at the dense
+        efficiency of its compute dtype (the engines' MoE rates are relative to it)."""
         dtype, peak = self.peak(compute)
         if self.ideal:
             return peak
-        eff = self.gemm_efficiency.get(dtype, self.gemm_efficiency.get("bf16", 0.7))
+        eff = ((not grouped and self.gemm_efficiency_by_format.get(weight_format))
+               or self.gemm_efficiency.get(dtype, self.gemm_efficiency.get("bf16", 0.7)))
         k0 = (grouped and (self.moe_k0.get(weight_format) or self.moe_k0.get(dtype))) or GEMM_K0.get(dtype, 128)
         return peak * eff * k / (k + k0)
 
@@ -212,7 +218,8 @@ class Rates:
         """The same GPU with every compute efficiency (GEMM, attention) and/or the memory efficiency replaced."""
         changes: dict[str, object] = {}
         if compute is not None:
-            changes.update(gemm_efficiency={k: compute for k in self.gemm_efficiency}, attention_efficiency=compute)
+            changes.update(gemm_efficiency={k: compute for k in self.gemm_efficiency}, attention_efficiency=compute,
+                           gemm_efficiency_by_format={})
         if memory is not None:
             changes.update(memory_efficiency=memory, bandwidth_points=(), gemm_memory_efficiency={})
         return replace(self, **changes) if changes else self
@@ -257,12 +264,14 @@ def gemm(rates: Rates, m: float, n: float, k: float, weight_bits: float, compute
 
     ``dequant`` (a DEQUANT_OPS format) marks a weight-only kernel: 16-bit tensor cores plus dequantisation.
     ``weight_format`` (the storage format's name) streams at its own fraction of the bandwidth where the rates
-    have one (``gemm_memory_efficiency``; not when ideal or when a calibrated bandwidth curve replaces them).
+    have one (``gemm_memory_efficiency``; not when ideal or when a calibrated bandwidth curve replaces them) and,
+    in a native kernel, computes at its own fraction of the peak (``gemm_efficiency_by_format``).
     """
     flops = 2.0 * m * n * k
     weights = n * k * weight_bits / 8
     nbytes = weights + m * k * act_bytes + m * n * out_bytes
-    t_compute = flops / rates.gemm_flops_per_s(compute, k) if flops else 0.0
+    t_compute = flops / rates.gemm_flops_per_s(compute, k, weight_format="" if dequant else weight_format) \
+        if flops else 0.0
     t_dequant = 0.0
     if dequant and not rates.ideal:
         t_dequant = n * k * DEQUANT_OPS[dequant] / rates.alu_ops_per_s

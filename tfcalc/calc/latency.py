@@ -83,6 +83,9 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
     if engine_gemm_memory:
         gemm_memory.update(engine_gemm_memory)
         source += f", {'/'.join(sorted(engine_gemm_memory))} GEMM streaming from the engine preset"
+    engine_gemm = dict(engine.gemm_efficiency_by_gpu.get(kernels_gpu, {}))
+    if engine_gemm:
+        source += f", {'/'.join(sorted(engine_gemm))} GEMM efficiency from the engine preset"
     if engine_moe:
         moe_by_dtype = {**moe_by_dtype, **engine_moe}
         source += f", {'/'.join(sorted(engine_moe))} MoE efficiency from the engine preset"  # the dtypes it covers
@@ -102,7 +105,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()
                               if fmt in engine.uncaptured_linears},
                  fp8_kv_attention=engine.fp8_kv_attention_by_gpu.get(kernels_gpu),
-                 gemm_memory_efficiency=gemm_memory,
+                 gemm_memory_efficiency=gemm_memory, gemm_efficiency_by_format=engine_gemm,
                  dynamic_scale_s=engine.dynamic_scale_s_by_gpu.get(kernels_gpu),
                  launch_s=engine.eager_launch_s,
                  cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source)
@@ -113,7 +116,8 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     measured it, else the part it shares its silicon with (``latency.kernels_as``: H100 PCIe -> H100 SXM)."""
     tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu,
               engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.linear_host_s_by_gpu,
-              engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu)
+              engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
+              engine.gemm_efficiency_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name
@@ -556,7 +560,8 @@ def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, eng
     cost = kernels.gemm(r, m, n, k, mode.bits, mode.compute, dequant=mode.dequant, weight_format=mode.weights)
     s.add(group, cost, mode.compute)
     seconds = cost.seconds
-    if mode.quantised_input and not engine.fused_activation_quant:
+    if mode.quantised_input and (mode.dynamic_scale or not engine.fused_activation_quant):
+        # the cast; a dynamic scale is known only after its reduction, so no norm before it can fuse the cast
         quant = kernels.elementwise(r, m * k * (ACT_BYTES + mode.bits / 8))
         s.add(group, quant)
         seconds += quant.seconds

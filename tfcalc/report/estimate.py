@@ -303,7 +303,10 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
     graphs = _graphs_text(d, r)
     moe = (", ".join(f"{k} {v:.2f}" for k, v in sorted(r.moe_efficiency_by_dtype.items()))
            or f"{r.moe_efficiency:.2f}")
-    lines.append(f"rates: {r.source}; GEMM {', '.join(f'{k} {v:.2f}' for k, v in sorted(r.gemm_efficiency.items()))}"
-                 f" of peak x K/(K + K0); attention {r.attention_efficiency:.2f}; MoE {moe} of "
-                 f"dense; HBM {r.memory_efficiency:.2f}{_gemm_streaming(r)}; floors {floors}; {graphs}")
+    gemm = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r.gemm_efficiency.items()))
+    if r.gemm_efficiency_by_format and not r.ideal:
+        gemm += " (by weight format: " + ", ".join(f"{k} {v:.2f}"
+                                                   for k, v in sorted(r.gemm_efficiency_by_format.items())) + ")"
+    lines.append(f"rates: {r.source}; GEMM {gemm} of peak x K/(K + K0); attention {r.attention_efficiency:.2f}; "
+                 f"MoE {moe} of dense; HBM {r.memory_efficiency:.2f}{_gemm_streaming(r)}; floors {floors}; {graphs}")
     return tuple(lines)

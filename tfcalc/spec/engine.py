@@ -168,6 +168,8 @@ class EngineKernels:
     GPU reaches applying (default none: every size); ``gemm_memory_efficiency_by_gpu``: per GPU preset name and
     weight storage format, the fraction of the datasheet bandwidth this engine's small-M GEMMs stream that format's
     weights at, replacing the GPU preset's (``latency.memory_efficiency`` / ``gemm_memory_efficiency``);
+    ``gemm_efficiency_by_gpu``: likewise, the fraction of the compute dtype's peak its large dense GEMMs of that
+    format reach, replacing the GPU preset's ``latency.gemm_efficiency`` for them;
     ``online_fp8_scale``: how per-tensor fp8 linears scale their inputs when the engine quantises a 16-bit
     checkpoint itself (``dynamic``: vLLM's and SGLang's ``--quantization fp8``; ``static``: an engine that serves
     calibrated checkpoints only); ``dynamic_scale_s_by_gpu``: per GPU preset name, the fixed seconds of one
@@ -196,6 +198,7 @@ class EngineKernels:
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
     gemm_memory_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    gemm_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     online_fp8_scale: str = "dynamic"
     dynamic_scale_s_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     uncaptured_linears: frozenset[str] = frozenset()
@@ -368,7 +371,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_dequant_per_tile", "moe_floors_us", "linear_host_us", "fp8_kv_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
-                          "online_fp8_scale", "dynamic_scale_us", "sources"})
+                          "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
@@ -540,11 +543,11 @@ def _graph_caps(value: Any, origin: str) -> GraphCaps:
     return tuple(rows)
 
 
-def _gemm_memory(value: Any, origin: str) -> dict[str, dict[str, float]]:
-    """``kernels.gemm_memory_efficiency``: GPU preset name -> weight storage format -> fraction in (0, 1]."""
+def _gemm_fractions(value: Any, origin: str, key: str) -> dict[str, dict[str, float]]:
+    """``kernels.gemm_memory_efficiency`` / ``kernels.gemm_efficiency``: GPU preset name -> weight storage format ->
+    fraction in (0, 1]."""
     from tfcalc.spec.gpu import storage_fractions
 
-    key = "kernels.gemm_memory_efficiency"
     out = {}
     for gpu, by_format in _gpu_entries(value, origin, key, "mappings of weight formats to fractions").items():
         try:
@@ -597,7 +600,9 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
-        gemm_memory_efficiency_by_gpu=_gemm_memory(data.get("gemm_memory_efficiency"), origin),
+        gemm_memory_efficiency_by_gpu=_gemm_fractions(data.get("gemm_memory_efficiency"), origin,
+                                                      "kernels.gemm_memory_efficiency"),
+        gemm_efficiency_by_gpu=_gemm_fractions(data.get("gemm_efficiency"), origin, "kernels.gemm_efficiency"),
         online_fp8_scale=_choice(data.get("online_fp8_scale", d.online_fp8_scale), origin,
                                  "kernels.online_fp8_scale", ("static", "dynamic")),
         dynamic_scale_s_by_gpu=_dynamic_scale(data.get("dynamic_scale_us"), origin),

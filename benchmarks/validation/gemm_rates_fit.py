@@ -1,0 +1,117 @@
+"""How fast each engine's GEMMs run, per GPU and weight format, from NVIDIA aiconfigurator's measured GEMM tables:
+the values of the GPU presets' ``latency.gemm_memory_efficiency`` and the engine presets'
+``kernels.gemm_memory_efficiency`` (small-M weight streaming) and ``kernels.gemm_efficiency`` (large-GEMM compute).
+
+aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment (``pip install
+aiconfigurator==0.12.0``; it brings pandas and pyarrow) and run
+
+    python benchmarks/validation/gemm_rates_fit.py [PATH/TO/aiconfigurator_core/systems/data]
+
+Streaming, the method the GPU presets' ``memory_efficiency`` cites: over the rows with M <= 8 and N x K >= 4096^2,
+the median of (weight + activation bytes) / (time - the GPU preset's GEMM floor) / datasheet bandwidth.
+Compute, the GPU presets' ``gemm_efficiency`` model (peak x efficiency x K / (K + K0), tfcalc/calc/kernels.py): over
+the rows with M, N >= 4096, the median of 2 M N K / ((time - floor) x peak x K / (K + K0)). The vLLM rows check the
+method: they give the GPU presets' values within a few per cent (the presets were fitted to them).
+The per-tensor fp8 rows time the whole linear layer, the quantisation of its input included: the tables' own
+``computescale`` (the dynamic scale's reduction) and ``scale_matrix`` (the cast) at the row's M and K are taken off,
+as a checkpoint with static scales runs it with the cast fused into the preceding norm (``fused_activation_quant``)
+or priced as its own kernel. SGLang's quantize tables are not comparable (its ``scale_matrix`` is 8 us at M = 8,
+five times vLLM's), so its fp8 rows are printed without that correction and not used. Block-fp8 rows include a
+per-token-group quantisation no table times, so their compute fraction is printed and not used either.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "l40s": "l40s"}
+ENGINES = ("vllm", "trtllm", "sglang")
+FORMATS = {"bfloat16": 2, "fp8": 1, "fp8_block": 1}  # aiconfigurator gemm_dtype -> weight bytes per element
+
+
+def _version_key(path: Path) -> tuple[tuple[int, str], ...]:
+    """0.5.14 after 0.5.6.post2: the release's numbers compared as numbers, the rest as text."""
+    return tuple((int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"[.]|(?<=\d)(?=[a-z])",
+                                                                                      path.name))
+
+
+def _newest(folder: Path) -> Path | None:
+    versions = sorted((p for p in folder.glob("*") if (p / "gemm_perf.parquet").exists()), key=_version_key) \
+        if folder.exists() else []
+    return versions[-1] if versions else None
+
+
+def _quantize(data: Path, system: str, engine: str, version: str) -> dict[tuple[int, int], float]:
+    """(M, K) -> seconds of the fp8 input quantisation the linear layer's row includes (empty: no tables)."""
+    import pandas as pd
+
+    folder = data / system / "quantize" / engine / version
+    out: dict[tuple[int, int], float] = {}
+    for name in ("computescale_perf.parquet", "scale_matrix_perf.parquet"):
+        if not (folder / name).exists():
+            return {}
+        table = pd.read_parquet(folder / name)
+        for m, k, ms in table[table.quant_dtype == "fp8"][["m", "k", "latency"]].itertuples(index=False):
+            out[(int(m), int(k))] = out.get((int(m), int(k)), 0.0) + ms * 1e-3
+    return out
+
+
+def _compute_fractions(table, fmt: str, quant: dict[tuple[int, int], float], gpu, floor: float) -> list[float]:
+    """Per row with M, N >= 4096: achieved FLOP/s over peak x K / (K + K0), its input quantisation taken off."""
+    from tfcalc.calc.kernels import GEMM_K0
+
+    compute = "bf16" if fmt == "bfloat16" else "fp8"
+    _, peak = gpu.peak_flops(compute)
+    k0 = GEMM_K0[compute]
+    rows = table[(table.gemm_dtype == fmt) & (table.m >= 4096) & (table.n >= 4096)]
+    out = []
+    for m, n, k, ms in rows[["m", "n", "k", "latency"]].itertuples(index=False):
+        seconds = ms * 1e-3 - (quant.get((int(m), int(k)), 0.0) if fmt == "fp8" else 0.0) - floor
+        if seconds > 0:
+            out.append(2.0 * m * n * k / (seconds * peak * k / (k + k0)))
+    return out
+
+
+def main() -> None:
+    import aiconfigurator_core
+    import pandas as pd
+
+    from tfcalc.spec.presets import load_gpu
+
+    data = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    print("GPU       engine  version      format     rows  streaming (HBM)  rows  compute (peak x K/(K+K0))")
+    for system, preset in SYSTEMS.items():
+        gpu = load_gpu(preset)
+        floor = gpu.latency.floors_s["gemm"]
+        for engine in ENGINES:
+            folder = _newest(data / system / "gemm" / engine)
+            if folder is None:
+                continue
+            table = pd.read_parquet(folder / "gemm_perf.parquet")
+            quant = {} if engine == "sglang" else _quantize(data, system, engine, folder.name)
+            for fmt, width in FORMATS.items():
+                rows = table[(table.gemm_dtype == fmt) & (table.m <= 8) & (table.n * table.k >= 4096 ** 2)]
+                fractions = []
+                for m, n, k, ms in rows[["m", "n", "k", "latency"]].itertuples(index=False):
+                    seconds = ms * 1e-3 - (quant.get((int(m), int(k)), 0.0) if fmt == "fp8" else 0.0) - floor
+                    if seconds > 0:
+                        fractions.append((n * k * width + m * k * 2 + m * n * 2) / seconds
+                                         / gpu.hbm_bandwidth_bytes_per_s)
+                compute = _compute_fractions(table, fmt, quant, gpu, floor)
+                if fractions or compute:
+                    note = (" (quantisation not taken off)" if fmt == "fp8" and not quant else
+                            " (its input quantisation included)" if fmt == "fp8_block" else "")
+                    stream = f"{statistics.median(fractions):.3f}" if fractions else "-"
+                    fit = f"{statistics.median(compute):.3f}" if compute else "-"
+                    print(f"{preset:<9} {engine:<7} {folder.name:<12} {fmt:<10} {len(fractions):>5}  {stream:<15}  "
+                          f"{len(compute):>4}  {fit}{note}")
+
+
+if __name__ == "__main__":
+    main()
