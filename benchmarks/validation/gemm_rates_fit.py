@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "l40s": "l40s"}
 ENGINES = ("vllm", "trtllm", "sglang")
 FORMATS = {"bfloat16": 2, "fp8": 1, "fp8_block": 1}  # aiconfigurator gemm_dtype -> weight bytes per element
+MIN_M = 4096  # compute rows: M, N >= 4096, the GPU presets' method
 
 
 def _version_key(path: Path) -> tuple[tuple[int, str], ...]:
@@ -69,7 +70,7 @@ def _compute_fractions(table, fmt: str, quant: dict[tuple[int, int], float], gpu
     compute = "bf16" if fmt == "bfloat16" else "fp8"
     _, peak = gpu.peak_flops(compute)
     k0 = GEMM_K0[compute]
-    rows = table[(table.gemm_dtype == fmt) & (table.m >= 4096) & (table.n >= 4096)]
+    rows = table[(table.gemm_dtype == fmt) & (table.m >= MIN_M) & (table.n >= MIN_M)]
     out = []
     for m, n, k, ms in rows[["m", "n", "k", "latency"]].itertuples(index=False):
         seconds = ms * 1e-3 - (quant.get((int(m), int(k)), 0.0) if fmt == "fp8" else 0.0) - floor
