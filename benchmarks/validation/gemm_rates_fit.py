@@ -5,7 +5,7 @@ the values of the GPU presets' ``latency.gemm_memory_efficiency`` and the engine
 aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment (``pip install
 aiconfigurator==0.12.0``; it brings pandas and pyarrow) and run
 
-    python benchmarks/validation/gemm_rates_fit.py [PATH/TO/aiconfigurator_core/systems/data]
+    python benchmarks/validation/gemm_rates_fit.py [--overlap] [PATH/TO/aiconfigurator_core/systems/data]
 
 Streaming, the method the GPU presets' ``memory_efficiency`` cites: over the rows with M <= 8 and N x K >= 4096^2,
 the median of (weight + activation bytes) / (time - the GPU preset's GEMM floor) / datasheet bandwidth.
@@ -18,6 +18,10 @@ as a checkpoint with static scales runs it with the cast fused into the precedin
 or priced as its own kernel. SGLang's quantize tables are not comparable (its ``scale_matrix`` is 8 us at M = 8,
 five times vLLM's), so its fp8 rows are printed without that correction and not used. Block-fp8 rows include a
 per-token-group quantisation no table times, so their compute fraction is printed and not used either.
+
+``--overlap``: tfcalc's dense GEMM time (``kernels.gemm`` with the engine's rates) over the measured one, median per
+band of M over the rows with N, K >= 2048, with the compute and memory times combined as the larger one and as
+the p-norm of ``kernels.GEMM_OVERLAP_P`` (the value it prints), for bf16 and per-tensor fp8 (SGLang: bf16 only).
 """
 
 from __future__ import annotations
@@ -79,13 +83,60 @@ def _compute_fractions(table, fmt: str, quant: dict[tuple[int, int], float], gpu
     return out
 
 
+M_BANDS = ((1, 16), (17, 64), (65, 255), (256, 511), (512, 1023), (1024, 2047), (2048, 4095), (4096, 1 << 30))
+
+
+def overlap(data: Path) -> None:
+    """Predicted / measured dense GEMM time by band of M, the max and the p-norm side by side (module docstring)."""
+    import pandas as pd
+
+    from tfcalc.calc import kernels
+    from tfcalc.calc.latency import rates_for
+    from tfcalc.spec.presets import load_engine, load_gpu
+
+    print(f"predicted / measured GEMM time, median by M band: max | p-norm (p = {kernels.GEMM_OVERLAP_P})")
+    print("GPU       engine  format    " + " ".join(f"{lo}-{hi}" if hi < 1 << 30 else f">={lo}" for lo, hi in M_BANDS))
+    for system, preset in SYSTEMS.items():
+        gpu = load_gpu(preset)
+        for engine in ENGINES:
+            folder = _newest(data / system / "gemm" / engine)
+            if folder is None:
+                continue
+            rates = rates_for(gpu, load_engine(engine).kernels)
+            table = pd.read_parquet(folder / "gemm_perf.parquet")
+            quant = {} if engine == "sglang" else _quantize(data, system, engine, folder.name)
+            for fmt, compute, bits, name in (("bfloat16", "bf16", 16, "bf16"), ("fp8", "fp8", 8, "fp8_e4m3")):
+                if fmt == "fp8" and not quant:
+                    continue
+                rows = table[(table.gemm_dtype == fmt) & (table.n >= 2048) & (table.k >= 2048)]
+                by_band: dict[tuple[int, int], tuple[list[float], list[float]]] = {b: ([], []) for b in M_BANDS}
+                for m, n, k, ms in rows[["m", "n", "k", "latency"]].itertuples(index=False):
+                    seconds = ms * 1e-3 - (quant.get((int(m), int(k)), 0.0) if fmt == "fp8" else 0.0)
+                    cost = kernels.gemm(rates, m, n, k, bits, compute, weight_format=name)
+                    if seconds <= 0 or cost.bound == "floor":
+                        continue
+                    work = cost.seconds - cost.floor_seconds
+                    t_compute = 2.0 * m * n * k / rates.gemm_flops_per_s(compute, k, weight_format=name)
+                    t_memory = kernels.gemm_compute_seconds(work, t_compute)  # the p-norm is symmetric
+                    band = next(b for b in M_BANDS if b[0] <= m <= b[1])
+                    by_band[band][0].append((max(t_compute, t_memory) + cost.floor_seconds) / seconds)
+                    by_band[band][1].append(cost.seconds / seconds)
+                cells = [f"{statistics.median(a):.2f}|{statistics.median(b):.2f}" if a else "-"
+                         for a, b in by_band.values()]
+                print(f"{preset:<9} {engine:<7} {name:<9} " + " ".join(cells))
+
+
 def main() -> None:
     import aiconfigurator_core
     import pandas as pd
 
     from tfcalc.spec.presets import load_gpu
 
-    data = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    args = [a for a in sys.argv[1:] if a != "--overlap"]
+    data = Path(args[0]) if args else Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    if "--overlap" in sys.argv[1:]:
+        overlap(data)
+        return
     print("GPU       engine  version      format     rows  streaming (HBM)  rows  compute (peak x K/(K+K0))")
     for system, preset in SYSTEMS.items():
         gpu = load_gpu(preset)

@@ -21,6 +21,16 @@ RATES = Rates(name="test", peak_flops={"bf16": 1000e12, "fp8": 2000e12, "fp32": 
 IDEAL = RATES.as_ideal()
 
 
+def _overlap(t_compute: float, t_memory: float) -> float:
+    """A dense GEMM's work by hand: the p-norm of its compute and memory times (kernels.GEMM_OVERLAP_P)."""
+    p = kernels.GEMM_OVERLAP_P
+    return (t_compute ** p + t_memory ** p) ** (1 / p)
+
+
+def _gemm_bytes(m: int, n: int, k: int, weight_bytes: float) -> float:
+    return n * k * weight_bytes + m * k * 2 + m * n * 2
+
+
 def test_gemm_counts_and_time_by_hand() -> None:
     # [16 x 4096] @ [4096 x 8192] bf16: 2 x 16 x 8192 x 4096 FLOPs; weights 8192 x 4096 x 2 B, input 16 x 4096 x 2,
     # output 16 x 8192 x 2
@@ -31,40 +41,60 @@ def test_gemm_counts_and_time_by_hand() -> None:
     t_memory = c.bytes / (4e12 * 0.8)
     t_compute = c.flops / (1000e12 * 0.8 * 4096 / (4096 + GEMM_K0["bf16"]))
     assert t_memory > t_compute and c.bound == "memory"
-    assert c.seconds == pytest.approx(t_memory + 3e-6)
+    assert c.seconds == pytest.approx(_overlap(t_compute, t_memory) + 3e-6)
     # large M: compute-bound at 0.8 x K/(K + 128) of the bf16 peak
     big = kernels.gemm(RATES, 8192, 8192, 4096, 16, "bf16")
     assert big.bound == "compute"
-    assert big.seconds == pytest.approx(big.flops / (1000e12 * 0.8 * 4096 / 4224) + 3e-6)
+    assert big.seconds == pytest.approx(_overlap(big.flops / (1000e12 * 0.8 * 4096 / 4224),
+                                                 big.bytes / (4e12 * 0.8)) + 3e-6)
+
+
+def test_gemm_overlap_is_the_larger_time_away_from_the_ridge_and_more_at_it() -> None:
+    """(t_c^p + t_m^p)^(1/p): 2^(1/p) x either time at the ridge, within 0.2 % of the larger one at a 10:1 ratio,
+    the larger one when ideal or when either is zero; gemm_compute_seconds inverts it."""
+    p = kernels.GEMM_OVERLAP_P
+    assert kernels.gemm_work_seconds(1.0, 1.0) == pytest.approx(2 ** (1 / p))
+    assert 1.0 < kernels.gemm_work_seconds(1.0, 0.1) < 1.002
+    assert kernels.gemm_work_seconds(1.0, 1.0, ideal=True) == 1.0
+    assert kernels.gemm_work_seconds(0.0, 2.0) == 2.0 and kernels.gemm_work_seconds(3.0, 0.0) == 3.0
+    for t_c, t_m in ((1.0, 0.3), (0.2, 1.0), (5e-5, 4e-5)):
+        assert kernels.gemm_compute_seconds(kernels.gemm_work_seconds(t_c, t_m), t_m) == pytest.approx(t_c)
+    assert kernels.gemm_compute_seconds(1.0, 1.0) == 0.0 and kernels.gemm_compute_seconds(1.0, 0.5, True) == 1.0
+    # ideal rates: the pure roofline, max(FLOPs / peak, bytes / HBM), no floor
+    c = kernels.gemm(IDEAL, 512, 8192, 8192, 16, "bf16")
+    assert c.seconds == pytest.approx(max(c.flops / 1000e12, c.bytes / 4e12))
 
 
 def test_gemm_fp8_uses_the_fp8_peak_and_its_k0() -> None:
     c = kernels.gemm(RATES, 8192, 8192, 1024, 8, "fp8")
     assert c.bytes == 8192 * 1024 * 1 + 8192 * 1024 * 2 + 8192 * 8192 * 2
-    assert c.seconds == pytest.approx(c.flops / (2000e12 * 0.6 * 1024 / (1024 + GEMM_K0["fp8"])) + 3e-6)
+    assert c.seconds == pytest.approx(_overlap(c.flops / (2000e12 * 0.6 * 1024 / (1024 + GEMM_K0["fp8"])),
+                                               c.bytes / (4e12 * 0.8)) + 3e-6)
 
 
 def test_a_weight_formats_own_streaming_fraction_by_hand() -> None:
     """gemm_memory_efficiency: [8 x 8192] @ [8192 x 8192] per-tensor fp8 streams at its format's 0.6 of 4 TB/s, not
     the rates' 0.8; other formats, ideal rates, a measured bandwidth curve and a memory-efficiency override keep
-    the common figure; a compute-bound shape is untouched."""
+    the common figure; a compute-bound shape streams at it too, in its small memory term."""
     own = replace(RATES, gemm_memory_efficiency={"fp8_e4m3": 0.6})
     c = kernels.gemm(own, 8, 8192, 8192, 8, "fp8", weight_format="fp8_e4m3")
     nbytes = 8192 * 8192 * 1 + 8 * 8192 * 2 + 8 * 8192 * 2
+    t_compute = c.flops / (2000e12 * 0.6 * 8192 / (8192 + GEMM_K0["fp8"]))
     assert c.bytes == nbytes and c.bound == "memory"
-    assert c.seconds == pytest.approx(nbytes / (4e12 * 0.6) + 3e-6)
-    common = nbytes / (4e12 * 0.8) + 3e-6
+    assert c.seconds == pytest.approx(_overlap(t_compute, nbytes / (4e12 * 0.6)) + 3e-6)
+    common = _overlap(t_compute, nbytes / (4e12 * 0.8)) + 3e-6
     assert kernels.gemm(own, 8, 8192, 8192, 8, "fp8", weight_format="fp8_block").seconds == pytest.approx(common)
     assert kernels.gemm(own, 8, 8192, 8192, 8, "fp8").seconds == pytest.approx(common)
     assert kernels.gemm(own.as_ideal(), 8, 8192, 8192, 8, "fp8", weight_format="fp8_e4m3").seconds == \
         pytest.approx(max(c.flops / 2000e12, nbytes / 4e12))
     curve = replace(own, bandwidth_points=((1e6, 2e12), (1e9, 3e12)))
     assert kernels.gemm(curve, 8, 8192, 8192, 8, "fp8", weight_format="fp8_e4m3").seconds == \
-        pytest.approx(nbytes / curve.bandwidth(nbytes) + 3e-6)
+        pytest.approx(_overlap(t_compute, nbytes / curve.bandwidth(nbytes)) + 3e-6)
     assert own.with_efficiency(memory=0.7).gemm_memory_efficiency == {}
     big = kernels.gemm(own, 8192, 8192, 8192, 8, "fp8", weight_format="fp8_e4m3")
-    assert big.bound == "compute" and big.seconds == pytest.approx(kernels.gemm(RATES, 8192, 8192, 8192, 8,
-                                                                                "fp8").seconds)
+    big_compute = big.flops / (2000e12 * 0.6 * 8192 / (8192 + GEMM_K0["fp8"]))
+    assert big.bound == "compute" and big.seconds == pytest.approx(_overlap(big_compute, big.bytes / (4e12 * 0.6))
+                                                                   + 3e-6)
 
 
 def test_a_weight_formats_own_compute_fraction_by_hand() -> None:
@@ -74,9 +104,11 @@ def test_a_weight_formats_own_compute_fraction_by_hand() -> None:
     own = replace(RATES, gemm_efficiency_by_format={"fp8_e4m3": 0.8})
     c = kernels.gemm(own, 8192, 8192, 8192, 8, "fp8", weight_format="fp8_e4m3")
     at = 8192 / (8192 + GEMM_K0["fp8"])
-    assert c.bound == "compute" and c.seconds == pytest.approx(c.flops / (2000e12 * 0.8 * at) + 3e-6)
+    t_memory = _gemm_bytes(8192, 8192, 8192, 1) / (4e12 * 0.8)
+    assert c.bound == "compute" and c.seconds == pytest.approx(_overlap(c.flops / (2000e12 * 0.8 * at), t_memory)
+                                                               + 3e-6)
     common = kernels.gemm(RATES, 8192, 8192, 8192, 8, "fp8").seconds
-    assert common == pytest.approx(c.flops / (2000e12 * 0.6 * at) + 3e-6)
+    assert common == pytest.approx(_overlap(c.flops / (2000e12 * 0.6 * at), t_memory) + 3e-6)
     assert kernels.gemm(own, 8192, 8192, 8192, 8, "fp8", weight_format="fp8_block").seconds == pytest.approx(common)
     assert kernels.gemm(own, 8192, 8192, 8192, 8, "fp8").seconds == pytest.approx(common)
     weight_only = replace(own, gemm_efficiency_by_format={"int8": 0.9})

@@ -254,7 +254,9 @@ def _context(gpu_preset: str | None = None, fp8: bool = False) -> profiler.Devic
 def test_prediction_on_measured_ceilings_is_the_counted_bytes_over_the_copy_rate() -> None:
     """On a device without a preset, decode at batch 1 is priced at the measured copy rate in full: the predicted
     TPOT is the step's bytes (as the row counts them, tfcalc.calc.work) over the copy bandwidth. That is why a
-    calibration from the row's MBU makes measured / predicted 1 (the loop closes), whatever the machine does."""
+    calibration from the row's MBU makes measured / predicted 1 (the loop closes), whatever the machine does --
+    to within the GEMMs' compute time, which their overlap with the bytes (kernels.GEMM_OVERLAP_P) adds: half the
+    bandwidth is a little under twice the time."""
     from tfcalc.calc import work
     from tfcalc.calc.calibration import Efficiency
 
@@ -272,7 +274,7 @@ def test_prediction_on_measured_ceilings_is_the_counted_bytes_over_the_copy_rate
                       source="calibration half.json")
     calibrated = profiler.row_for(spec, 2, _context(), _sweep(spec=spec, dtypes=["bf16"], calibration=half), p, None,
                                "oom")
-    assert calibrated["predicted_tpot_s"] == pytest.approx(2 * row["predicted_tpot_s"], rel=1e-3)
+    assert 0.98 * 2 * row["predicted_tpot_s"] < calibrated["predicted_tpot_s"] < 2 * row["predicted_tpot_s"]
     assert "calibration half.json" in calibrated["prediction_basis"]
 
 
@@ -290,7 +292,7 @@ def test_fp8_rows_that_ran_dequantized_are_not_priced_at_the_fp8_peak() -> None:
     plain, _ = profiler.prediction(spec, ctx, _sweep(spec=spec, dtypes=["bf16"]),
                                    profiler.Point("bf16", None, "auto", 8, 2048, 16), None)
     # prefill of 16k tokens is compute-bound: FP8 tensor cores beat bf16, a dequantized FP8 GEMM does not
-    assert native.ttft_s < 0.9 * plain.ttft_s <= 0.9 * dequantized.ttft_s
+    assert native.ttft_s < 0.9 * plain.ttft_s and dequantized.ttft_s == pytest.approx(plain.ttft_s, rel=0.01)
     assert "dequantized" in dequantized_basis and "dequantized" not in native_basis
     # unmeasured rows (oom) follow what the device runs: the FP8 GEMM where the probe found it, else dequantized
     with_fp8 = profiler.row_for(spec, 2, ctx, sweep, p, None, "oom")

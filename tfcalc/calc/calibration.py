@@ -44,7 +44,7 @@ from typing import Any
 
 from tfcalc.calc import kernels
 from tfcalc.calc.comm import COLLECTIVES, fit_link
-from tfcalc.calc.kernels import GEMM_K0, Rates
+from tfcalc.calc.kernels import GEMM_K0, Rates, gemm_compute_seconds, gemm_work_seconds
 from tfcalc.errors import SpecError
 from tfcalc.spec.model import check_float, check_int, in_file
 
@@ -195,10 +195,14 @@ def fit_rates(base: Rates, cal: Calibration) -> Rates:
     if cal.gemm:
         streaming = replace(base, **{k: v for k, v in changes.items() if k != "source"})
 
-        def work(dtype: str, m: int, n: int, k: int) -> float:  # the GEMM's time at the preset's rates, no floor
+        def memory_seconds(dtype: str, m: int, n: int, k: int) -> float:  # its bytes at the measured bandwidth
             bits = 8 if dtype in ("fp8", "int8") else (32 if dtype == "fp32" else 16)
             nbytes = n * k * bits / 8 + (m * k + m * n) * 2
-            return max(2.0 * m * n * k / base.gemm_flops_per_s(dtype, k), nbytes / streaming.bandwidth(nbytes))
+            return nbytes / streaming.bandwidth(nbytes)
+
+        def work(dtype: str, m: int, n: int, k: int) -> float:  # the GEMM's time at the preset's rates, no floor
+            return gemm_work_seconds(2.0 * m * n * k / base.gemm_flops_per_s(dtype, k), memory_seconds(dtype, m, n, k),
+                                     base.ideal)
 
         # floor: the three fastest GEMMs minus the little work they do
         fastest = sorted(cal.gemm, key=lambda row: row[-1])[:3]
@@ -208,8 +212,10 @@ def fit_rates(base: Rates, cal: Calibration) -> Rates:
         for dtype in sorted({row[0] for row in cal.gemm}):
             _, peak = base.peak(dtype)
             k0 = GEMM_K0.get(dtype, 128)
-            values = [2.0 * m * n * k * (k + k0) / k / (peak * (t - floor))
-                      for d, m, n, k, t in cal.gemm if d == dtype and m >= 1024 and k >= 1024 and t > floor]
+            # each large GEMM's compute time: its work less its memory time, by the inverse of gemm_work_seconds
+            computes = [(2.0 * m * n * k, k, gemm_compute_seconds(t - floor, memory_seconds(d, m, n, k), base.ideal))
+                        for d, m, n, k, t in cal.gemm if d == dtype and m >= 1024 and k >= 1024 and t > floor]
+            values = [flops * (k + k0) / k / (peak * t_c) for flops, k, t_c in computes if t_c > 0]
             fitted = _median(values)
             if fitted is not None:
                 efficiency[dtype] = min(fitted, 1.0)

@@ -4,6 +4,10 @@ Every kernel costs
 
     time = max(FLOPs / achievable FLOP/s(shape, dtype), bytes / achievable bandwidth(size), dequant time) + floor
 
+except that a dense GEMM near its ridge point overlaps its loads and its MMAs imperfectly: its work is
+(t_compute^p + t_memory^p)^(1/p) with p = ``GEMM_OVERLAP_P`` (``gemm_work_seconds``), which tends to the larger
+one away from the ridge.
+
 - **Achievable FLOP/s** = dense peak x the GPU's large-GEMM efficiency for the compute dtype x K / (K + K0):
   each output tile pays a prologue/epilogue worth about K0 = 128 elements of its K loop, so short-K GEMMs
   (MoE down projections at high tensor parallelism) run far below peak. Measured: bf16 GEMMs with M, N >= 4096
@@ -52,6 +56,13 @@ if TYPE_CHECKING:
 # bf16 0.50 / 0.70 / 0.75 at K = 256 / 1024 / 8192; fp8 (CUTLASS scaled-mm with per-token scales in the epilogue)
 # 0.27 / 0.42 / 0.62 at K = 512 / 1024 / 8192.
 GEMM_K0 = {"bf16": 128, "fp16": 128, "fp32": 128, "fp8": 512, "int8": 512, "fp4": 512}
+# A dense GEMM's compute and memory times combine as a p-norm (module docstring). Fit over aiconfigurator 0.12's
+# vLLM 0.24 and TensorRT-LLM 1.3.0rc20 gemm tables (H100 SXM, H200, B200, L40S; bf16 and per-tensor fp8; N, K >=
+# 2048): with the max (p -> infinity) the median of predicted / measured time is 0.82 at M = 256-511 and 0.90-0.91
+# at 65-255 and 512-1023; p = 2.5 gives 0.96-1.01 in every M band. SGLang 0.5.14's bf16 table, not in the fit:
+# 0.84 -> 1.01 at M = 256-511 (benchmarks/validation/gemm_rates_fit.py --overlap).
+GEMM_OVERLAP_P = 2.5
+_INVERSE_OVERLAP_P = 1.0 / GEMM_OVERLAP_P
 FLASH_TILE = 128  # rows per query tile and keys per key tile (FlashAttention-2/3 on Hopper)
 FLASH_PROLOGUE_TILES = 2  # key tiles' worth of work each query tile pays up front
 MOE_TILE_MIN, MOE_TILE_MAX = 16, 128  # rows of a grouped-GEMM tile (moe_tile_rows)
@@ -238,23 +249,39 @@ class Cost(NamedTuple):
     ideal_bytes: float = 0.0  # compulsory traffic the pure roofline counts: weights, KV, hidden states, logits
 
 
+def gemm_work_seconds(t_compute: float, t_memory: float, ideal: bool = False) -> float:
+    """A dense GEMM's time without its floor: (t_compute^p + t_memory^p)^(1/p), p = ``GEMM_OVERLAP_P``; the
+    larger of the two when ``ideal`` (the pure roofline) or when either is zero."""
+    if ideal or not t_compute or not t_memory:
+        return t_compute if t_compute > t_memory else t_memory
+    return (t_compute ** GEMM_OVERLAP_P + t_memory ** GEMM_OVERLAP_P) ** _INVERSE_OVERLAP_P
+
+
+def gemm_compute_seconds(work: float, t_memory: float, ideal: bool = False) -> float:
+    """The inverse of ``gemm_work_seconds``: the compute time that, with ``t_memory``, takes ``work`` seconds
+    (0 when the memory time alone takes that long)."""
+    if work <= t_memory:
+        return 0.0
+    if ideal or not t_memory:
+        return work
+    return (work ** GEMM_OVERLAP_P - t_memory ** GEMM_OVERLAP_P) ** (1.0 / GEMM_OVERLAP_P)
+
+
 def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: float, t_dequant: float = 0.0,
             kernels: int = 1, weight_bytes: float = 0.0, ideal_bytes: float = 0.0, stream: float = 0.0) -> Cost:
     stream = stream or rates._stream
     t_memory = (nbytes / (stream or rates.bandwidth(nbytes))) if nbytes else 0.0
-    work = t_compute if t_compute > t_memory else t_memory
+    if kind == "gemm" and t_compute and t_memory and not rates.ideal:  # gemm_work_seconds, inlined (hot path)
+        work = (t_compute ** GEMM_OVERLAP_P + t_memory ** GEMM_OVERLAP_P) ** _INVERSE_OVERLAP_P
+    else:
+        work = t_compute if t_compute > t_memory else t_memory
+    bound = "compute" if t_compute >= t_memory else "memory"
     if t_dequant > work:
-        work = t_dequant
+        work, bound = t_dequant, "dequant"
     floor = rates._floor.get(kind)
     floor = rates.fixed(kernels * (rates.floor(kind) if floor is None else floor), work, kernels)
     if floor > work:
         bound = "floor"
-    elif work == t_compute:
-        bound = "compute"
-    elif work == t_memory:
-        bound = "memory"
-    else:
-        bound = "dequant"
     return Cost(work + floor, flops, nbytes, bound, kernels, floor, weight_bytes, ideal_bytes)
 
 
