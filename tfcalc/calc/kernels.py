@@ -264,15 +264,15 @@ def gemm_compute_seconds(work: float, t_memory: float, ideal: bool = False) -> f
         return 0.0
     if ideal or not t_memory:
         return work
-    return (work ** GEMM_OVERLAP_P - t_memory ** GEMM_OVERLAP_P) ** (1.0 / GEMM_OVERLAP_P)
+    return (work ** GEMM_OVERLAP_P - t_memory ** GEMM_OVERLAP_P) ** _INVERSE_OVERLAP_P
 
 
 def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: float, t_dequant: float = 0.0,
             kernels: int = 1, weight_bytes: float = 0.0, ideal_bytes: float = 0.0, stream: float = 0.0) -> Cost:
     stream = stream or rates._stream
     t_memory = (nbytes / (stream or rates.bandwidth(nbytes))) if nbytes else 0.0
-    if kind == "gemm" and t_compute and t_memory and not rates.ideal:  # gemm_work_seconds, inlined (hot path)
-        work = (t_compute ** GEMM_OVERLAP_P + t_memory ** GEMM_OVERLAP_P) ** _INVERSE_OVERLAP_P
+    if kind == "gemm":
+        work = gemm_work_seconds(t_compute, t_memory, rates.ideal)
     else:
         work = t_compute if t_compute > t_memory else t_memory
     bound = "compute" if t_compute >= t_memory else "memory"
