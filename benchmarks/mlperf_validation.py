@@ -23,7 +23,16 @@ sequences in flight per replica (Little's law: completed samples/s x mean latenc
 tfcalc's simulation still meets the two p99 limits, against the rate the submitter ran (a lower bound of the
 system's true capacity: submitters pick a rate that passes).
 
-Usage: python benchmarks/mlperf_validation.py [--markdown] [--duration S]
+``--steps`` prices one scheduler step at each run's measured operating point instead (seconds, no simulation): the
+sequences in flight per replica (Little's law), each at the mean context of a sequence in flight (mean prompt plus
+E[output^2] / (2 E[output]): a sequence is in flight for as many steps as it has output tokens), beside the
+prefill tokens that step carries at the run's arrival rate (rate x measured step x mean prompt), against the
+measured TPOT p50; and the decode-only step at the same batch. Where NVIDIA aiconfigurator is importable (a scratch
+environment, ``pip install aiconfigurator==0.12.0``; not a tfcalc dependency), its static-batch TPOT for
+TensorRT-LLM on the same GPU, tp, batch and lengths (its mean decode step over the output, from Llama 2 70B's
+config.json) is printed beside them.
+
+Usage: python benchmarks/mlperf_validation.py [--markdown] [--duration S] [--steps]
 """
 
 from __future__ import annotations
@@ -131,6 +140,72 @@ def max_qps(replica: Replica, start_qps: float, duration_s: float) -> float:
     return lo
 
 
+def operating_point(point: dict, replica: Replica) -> dict[str, float]:
+    """The measured run's step: sequences in flight per replica, their mean context, prompts and prefill tokens per
+    step at the run's rate, and the step itself (TPOT p50, seconds)."""
+    rate = point["completed_qps"] / replica.replicas
+    step = point["tpot_ms"]["p50"] / 1e3
+    outputs = replica.outputs.values
+    context = replica.inputs.mean + sum(o * o for o in outputs) / (2 * sum(outputs))
+    return {"seqs": round(rate * point["e2e_mean_s"]), "context": context, "prompts": rate * step,
+            "prefill_tokens": rate * step * replica.inputs.mean, "step_s": step,
+            "output_mean": sum(outputs) / len(outputs)}
+
+
+_AIC_SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
+
+
+def aiconfigurator_tpot_s(point: dict, seqs: int, isl: int, osl: int) -> float | None:
+    """aiconfigurator's static-batch TPOT (seconds) for TensorRT-LLM on the point's GPU, or None where it is not
+    installed or has no such system."""
+    if point["engine"] != "trtllm" or point["gpu"] not in _AIC_SYSTEMS:
+        return None
+    try:
+        import logging
+        import tempfile
+        import warnings
+
+        from aiconfigurator.cli.api import cli_estimate
+    except ImportError:
+        return None
+    import yaml
+
+    spec = yaml.safe_load(Path(point["model"]).read_text())
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": spec["hidden_size"],
+              "intermediate_size": spec["intermediate_size"], "num_hidden_layers": spec["num_layers"],
+              "num_attention_heads": spec["num_attention_heads"], "num_key_value_heads": spec["num_kv_heads"],
+              "head_dim": spec["head_dim"], "vocab_size": spec["vocab_size"],
+              "max_position_embeddings": spec["max_context"], "rope_theta": spec["rope_theta"],
+              "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "torch_dtype": "float16", "hidden_act": "silu"}
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "Llama-2-70b-hf"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+        result = cli_estimate(str(folder), _AIC_SYSTEMS[point["gpu"]], mode="static", backend_name="trtllm",
+                              isl=isl, osl=osl, batch_size=seqs, tp_size=point["tp"], gemm_quant_mode="fp8",
+                              kvcache_quant_mode="fp8")
+    return result.raw["tpot"] / 1e3
+
+
+def print_steps() -> None:
+    print("| run | in flight x mean context | + prompts (tokens) a step | step measured ms | tfcalc | decode only, "
+          "tfcalc | aiconfigurator static TPOT |\n|---|---|---|---|---|---|---|")
+    for point in points():
+        replica = server_replica(point)
+        op = operating_point(point, replica)
+        prompts = max(1, round(op["prompts"]))
+        mixed = replica.step.time(op["seqs"], op["context"], round(op["prefill_tokens"]), 0.0, prompts)
+        decode = replica.step.time(op["seqs"], op["context"], 0, 0.0, 0)
+        aic = aiconfigurator_tpot_s(point, op["seqs"], round(replica.inputs.mean), round(op["output_mean"]))
+        cells = (point["id"], f"{op['seqs']} x {op['context']:.0f}",
+                 f"{op['prompts']:.1f} ({op['prefill_tokens']:.0f})", f"{op['step_s'] * 1e3:.0f}",
+                 f"{mixed * 1e3:.0f} ({_pct(mixed, op['step_s'])})", f"{decode * 1e3:.0f}",
+                 "—" if aic is None else f"{aic * 1e3:.1f}")
+        print("| " + " | ".join(cells) + " |")
+
+
 def _pct(predicted: float, measured: float) -> str:
     return f"{(predicted / measured - 1) * 100:+.0f} %"
 
@@ -140,7 +215,12 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the docs/capacity.md tables")
     parser.add_argument("--duration", type=float, default=0.0,
                         help="simulated seconds per rate (default: the run's own minimum duration, 600-2,400 s)")
+    parser.add_argument("--steps", action="store_true",
+                        help="price one step at each run's measured operating point (no simulation)")
     args = parser.parse_args()
+    if args.steps:
+        print_steps()
+        return
     rows = []
     for point in points():
         start = time.perf_counter()

@@ -75,3 +75,25 @@ def test_a_short_server_run_completes() -> None:
     point = replay.points()[1]
     sim = replay.server_replica(point).run(point["scheduled_qps"], duration_s=20.0)
     assert sim.requests > 100 and math.isfinite(sim.metric("tpot", 99))
+
+
+def test_operating_point_is_littles_law_and_the_length_biased_context() -> None:
+    replay = _replay()
+    point = replay.points()[1]
+    replica = replay.server_replica(point)
+    op = replay.operating_point(point, replica)
+    rate = point["completed_qps"] / replica.replicas
+    assert op["seqs"] == round(rate * point["e2e_mean_s"])
+    outputs = replica.outputs.values
+    brute = sum(replica.inputs.mean + t - 0.5 for o in outputs for t in range(1, o + 1)) / sum(outputs)
+    assert op["context"] == pytest.approx(brute, rel=1e-9)   # each step of each sequence, at its step's midpoint
+    assert op["context"] > replica.inputs.mean + sum(outputs) / len(outputs) / 2   # longer outputs weigh more
+    assert op["prefill_tokens"] == pytest.approx(op["prompts"] * replica.inputs.mean)
+    mixed = replica.step.time(op["seqs"], op["context"], round(op["prefill_tokens"]), 0.0, round(op["prompts"]))
+    assert replica.step.time(op["seqs"], op["context"], 0, 0.0, 0) < mixed < op["step_s"] * 2
+
+
+def test_aiconfigurator_is_optional() -> None:
+    replay = _replay()
+    point = next(p for p in replay.points() if p["engine"] != "trtllm")
+    assert replay.aiconfigurator_tpot_s(point, 8, 222, 290) is None
