@@ -5,10 +5,11 @@ aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment
 it runs offline from its bundled, measured kernel tables) and run
 
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
-        [--models=mixtral-8x7b,...]
+        [--models=mixtral-8x7b,...] [--large-batch]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
-prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step).
+prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
+``LARGE_BATCH_GRID`` instead (batch 128-512: aiconfigurator_large_batch.json, with all three backends).
 """
 
 from __future__ import annotations
@@ -55,6 +56,19 @@ GRID = [
     ("llama3-70b", "b200_sxm", [2, 4], [1, 16, 64], [(2048, 256)]),
     ("qwen3-30b-a3b", "b200_sxm", [1], [1, 16, 64], [(2048, 256)]),
     ("deepseek-v3", "b200_sxm", [8], [1, 16, 64], [(2048, 256)]),
+]
+
+# Batches of 128-512 (the issue's table stops at 64): where serving engines run, and where a step's GEMMs have M of
+# several hundred (docs/estimate-validation.md, sixteenth round)
+LARGE_BATCH_GRID = [
+    ("llama3.1-8b", "h100_sxm", [1], [128, 256, 512], [(1024, 256)]),
+    ("llama3-70b-fp8", "h200_sxm", [1, 2], [128, 256, 512], [(1024, 256)]),
+    ("llama3-70b-fp8", "h100_sxm", [2, 4], [128, 256, 512], [(1024, 256)]),
+    ("qwen3-32b", "h100_sxm", [1, 2], [128, 256], [(1024, 256)]),
+    ("qwen3-30b-a3b", "h200_sxm", [1], [128, 256, 512], [(1024, 256)]),
+    ("mixtral-8x7b", "h100_sxm", [2], [128, 256], [(1024, 256)]),
+    ("gpt-oss-120b", "h200_sxm", [1], [128, 256, 512], [(1024, 256)]),
+    ("deepseek-v3", "h200_sxm", [8], [128, 256], [(1024, 256)]),
 ]
 
 
@@ -119,6 +133,9 @@ if __name__ == "__main__":
     flags = [a for a in sys.argv[1:] if a.startswith("--")]
     backends = [f.split("=", 1)[1] for f in flags if f.startswith("--backends=")]
     only = [f.split("=", 1)[1] for f in flags if f.startswith("--models=")]
+    if "--large-batch" in flags:
+        GRID[:] = LARGE_BATCH_GRID
     if only:
         GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
-    main(args[0], "--quick" in flags, backends[0].split(",") if backends else ["vllm"])
+    default = ["vllm", "sglang", "trtllm"] if "--large-batch" in flags else ["vllm"]
+    main(args[0], "--quick" in flags, backends[0].split(",") if backends else default)

@@ -11,7 +11,9 @@ Reference points (each with its source and setting):
   is fp8 on the per-tensor fp8 and NVFP4 runs (NVIDIA ModelOpt checkpoints declaring it, which those engine
   versions follow: silicon_runs.py), bf16 elsewhere;
 - aiconfigurator_*.json: aiconfigurator 0.12 static-batch predictions from its measured kernel tables
-  (benchmarks/validation/aiconfigurator_points.py writes them).
+  (benchmarks/validation/aiconfigurator_points.py writes them); aiconfigurator_large_batch.json holds batches of
+  128-512 (``--large-batch``), summarised on their own ("aic b128+") and left out of the other lines, which
+  are the issue's batch 1-64 table.
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -26,9 +28,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+LARGE = "aic b128+"
 SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
-           ("aiconfigurator", HERE / "aiconfigurator_other.json")]
+           ("aiconfigurator", HERE / "aiconfigurator_other.json"),
+           (LARGE, HERE / "aiconfigurator_large_batch.json")]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # aiconfigurator prices MoE layers with its power-law workload (config.py workload_distribution "power_law"):
 # exponent 1.01 for DeepSeek-family models (sdk/models/deepseek.py), 1.2 for the others (sdk/models/moe.py)
@@ -53,7 +57,7 @@ def load_points() -> list[dict]:
         for p in json.loads(path.read_text()):
             if "error" in p:
                 continue
-            if kind == "aiconfigurator":
+            if kind in ("aiconfigurator", LARGE):
                 model = p["model"]
                 p = {"reference": f"aiconfigurator 0.12 static prediction, {p['backend']} {p.get('version', '')}",
                      "kind": "predicted", "engine": p["backend"], "model": model if model != "qwen3-32b" else
@@ -137,6 +141,8 @@ def main() -> None:
 
 def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
     print(f"\n{label}:")
+    large = [r for r in rows if r["source_kind"] == LARGE]
+    rows = [r for r in rows if r["source_kind"] != LARGE]
     groups = {"all": rows}
     for kind in ("public", "silicon", "aiconfigurator"):
         groups[kind] = [r for r in rows if r["source_kind"] == kind]
@@ -146,6 +152,9 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
     groups["MoE"] = [r for r in rows if _model_name(r) in MOE]
     for model in sorted({_model_name(r) for r in rows}):
         groups[model] = [r for r in rows if _model_name(r) == model]
+    groups[LARGE] = large
+    for engine in ("vllm", "sglang", "trtllm"):
+        groups[f"{LARGE} {engine}"] = [r for r in large if r["engine"] == engine]
     for name, rs in groups.items():
         parts = []
         for metric, key in (("TTFT", ttft_key), ("TPOT", tpot_key)):
@@ -154,7 +163,8 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
             if errs:
                 parts.append(f"{metric} {sum(e <= 0.2 for e in errs)}/{len(errs)} within 20 % (median |err| "
                              f"{statistics.median(errs):.0%}, worst {max(errs):.0%})")
-        print(f"  {name:<20} " + "; ".join(parts))
+        if parts:
+            print(f"  {name:<20} " + "; ".join(parts))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,42 @@
+"""benchmarks/validation/validate.py's reference points load from every source, and tfcalc's estimate stays near
+aiconfigurator's kernel-table predictions at batches of 128-512 (docs/estimate-validation.md, sixteenth round)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _validate():
+    path = ROOT / "benchmarks" / "validation" / "validate.py"
+    spec = importlib.util.spec_from_file_location("validate", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["validate"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_source_loads() -> None:
+    v = _validate()
+    kinds = {p["source_kind"] for p in v.load_points()}
+    assert kinds == {"public", "silicon", "aiconfigurator", v.LARGE}
+
+
+def test_large_batches_agree_with_aiconfigurator() -> None:
+    v = _validate()
+    large = [p for p in v.load_points() if p["source_kind"] == v.LARGE]
+    assert len(large) >= 80 and min(p["batch"] for p in large) >= 128
+    ttft_err, tpot_err = [], []
+    for p in large:
+        ttft, tpot = v.predict(p)
+        assert math.isfinite(ttft) and math.isfinite(tpot) and ttft > 0 and tpot > 0
+        ttft_err.append(abs(ttft / p["ttft_ms"] - 1))
+        tpot_err.append(abs(tpot / p["tpot_ms"] - 1))
+    # a step model that lost a term at large batch (the KV read, the GEMMs' M) would move whole engines at once
+    assert statistics.median(ttft_err) < 0.15 and statistics.median(tpot_err) < 0.10
+    assert sum(e <= 0.2 for e in tpot_err) >= 0.85 * len(large)
