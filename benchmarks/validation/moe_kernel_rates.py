@@ -8,6 +8,7 @@ its kernel tables ship in the package) and run
     python benchmarks/validation/moe_kernel_rates.py --held-out 256   # presets' values on rows 256-4095 tokens
     python benchmarks/validation/moe_kernel_rates.py --expert-floors  # kernels.moe_expert_floors_us of trtllm
     python benchmarks/validation/moe_kernel_rates.py --engine sglang --kernel-source fused_moe_triton
+    python benchmarks/validation/moe_kernel_rates.py --kernel-source gptossmxfp4 --dequant-ops --max-tp 8
     python benchmarks/validation/moe_kernel_rates.py --engine trtllm --version 1.3.0rc20 --compare
 
 For every GPU with a measured table (aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<newest>/moe_perf), the
@@ -250,6 +251,8 @@ def main() -> None:
     parser.add_argument("--dequant-ops", action="store_true",
                         help="weight-only formats: the dequantisation instructions per weight that make the median "
                              "tfcalc / measured 1 over rows of 16 to --min-tokens tokens")
+    parser.add_argument("--max-tp", type=int, default=0, metavar="N",
+                        help="only rows whose experts are sliced over at most N GPUs (moe_tp_size)")
     parser.add_argument("--format-floor", default="", metavar="DTYPE",
                         help="the fused MoE's fixed cost at 1 token for one table dtype (kernels.moe_floors_us)")
     parser.add_argument("--k0", default="", metavar="LIST",
@@ -276,6 +279,8 @@ def main() -> None:
                   else df.num_tokens >= 16 if args.dequant_ops else df.num_tokens >= args.min_tokens)
         df = df[(df.distribution == "balanced") & tokens & (df.moe_ep_size == 1) & df.moe_dtype.isin(list(WEIGHTS))
                 & df.kernel_source.str.contains(args.kernel_source, regex=False)]
+        if args.max_tp:
+            df = df[df.moe_tp_size <= args.max_tp]
         gpu = load_gpu(preset)
         base = rates_for(gpu, load_engine(args.engine).kernels)
         groups: dict[tuple[str, str], list] = {}
