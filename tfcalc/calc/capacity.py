@@ -309,6 +309,19 @@ def _pool(workers: int, groups: int):  # -> multiprocessing.pool.Pool | None
     return multiprocessing.get_context("fork").Pool(min(workers, groups), initializer=_worker_signals)
 
 
+def _executor(workers: int, tasks: int):  # -> concurrent.futures.ProcessPoolExecutor | None
+    """Forked simulation workers, or None to run in this process. An executor, not a Pool: a worker killed from
+    outside (the OOM killer) breaks it and fails its tasks, where multiprocessing.Pool.terminate() can wait forever
+    for the task queue's lock that an idle worker held when it died."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    if workers <= 1 or tasks < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    return ProcessPoolExecutor(min(workers, tasks), mp_context=multiprocessing.get_context("fork"),
+                               initializer=_worker_signals)
+
+
 def _worker_signals() -> None:
     """A worker leaves Ctrl-C and SIGTERM to the parent (which stops the pool): no handler of its own that would
     print a traceback as it is terminated."""
@@ -727,8 +740,8 @@ class _Simulations:
         self.rich: dict[int, Evaluation] = {}
         self.pending: dict[tuple[int, int], tuple[Any, float]] = {}   # (config, replicas) -> (job, cost)
         _WALK = (result, traffic, targets, space, full, num_requests)
-        self.pool = _pool(workers, len(result.evaluations))
-        self.worker_pids = _children() if self.pool is not None else set()
+        self.others = _children()   # children this process had before its workers (none of the walk's)
+        self.pool = _executor(workers, len(result.evaluations))
 
     def evaluation(self, index: int) -> Evaluation:
         if index not in self.rich:
@@ -742,17 +755,15 @@ class _Simulations:
             return simulate_evaluation(plan, self.traffic, num_requests=self.num_requests)
         key = (index, plan.replicas)
         ahead = self.pending.pop(key, None)
-        job = ahead[0] if ahead is not None else self.pool.apply_async(_simulate_at, (key,))
+        job = ahead[0] if ahead is not None else self.pool.submit(_simulate_at, key)
         self._run_ahead(index, plan, best_cost)
-        import multiprocessing
+        from concurrent.futures.process import BrokenProcessPool
 
-        while True:
-            try:
-                return job.get(timeout=0.5)
-            except multiprocessing.TimeoutError:
-                if _children() != self.worker_pids:   # a worker was killed: its task is lost, never answered
-                    self._stop_pool()
-                    return simulate_evaluation(plan, self.traffic, num_requests=self.num_requests)
+        try:
+            return job.result()
+        except BrokenProcessPool:   # a worker was killed: the executor fails every task it had
+            self._stop_pool()
+            return simulate_evaluation(plan, self.traffic, num_requests=self.num_requests)
 
     def _run_ahead(self, index: int, plan: Evaluation, best_cost: float) -> None:
         """Keep the workers busy with the walk's likely next simulations, cheaper than the best confirmed plan;
@@ -777,12 +788,21 @@ class _Simulations:
         for i, later in ahead[:budget]:
             key = (i, later.replicas)
             if key not in self.pending:
-                self.pending[key] = (self.pool.apply_async(_simulate_at, (key,)), later.cost_per_hour)
+                self.pending[key] = (self.pool.submit(_simulate_at, key), later.cost_per_hour)
 
     def _stop_pool(self) -> None:
+        """Stop the workers now: simulations run ahead that the walk did not need are dropped."""
         if self.pool is not None:
-            self.pool.terminate()   # simulations run ahead that the walk did not need
-            self.pool.join()
+            import multiprocessing
+
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            for _ in range(10):   # the executor's own thread may be reaping some of them at the same time
+                workers = [p for p in multiprocessing.active_children() if p.pid not in self.others]
+                if not workers:
+                    break
+                for process in workers:
+                    process.kill()
+                    process.join(1.0)
             self.pool, self.pending = None, {}
 
     def close(self) -> None:
