@@ -27,7 +27,7 @@ never makes a feasible plan infeasible (tests/calc/test_capacity.py checks all t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -270,14 +270,14 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
                          f"{space.max_gpus}, {space.gpus_per_node} per node)")
     groups = [(e, tp, pp, ep, precision, kv_dtype) for e in range(len(space.engines)) for tp, pp, ep in layouts
               for precision in space.weight_precisions for kv_dtype in space.kv_dtypes]
-    pool = _pool(workers, len(groups))
+    others = _children()
+    pool = _executor(workers, len(groups))
     job = _Job(spec, traffic, targets, space, overheads, slim=pool is not None, operating=operating)
     evaluations: list[Evaluation] = []
     done = 0
     finished = False
     try:
-        results = pool.imap_unordered(job.run, groups) if pool is not None else map(job.run, groups)
-        for chunk in results:
+        for chunk in _pooled(pool, job.run, groups) if pool is not None else map(job.run, groups):
             evaluations.extend(chunk)
             done += len(chunk)
             if progress:
@@ -286,10 +286,9 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
     finally:
         if pool is not None:
             if finished:
-                pool.close()
+                pool.shutdown()
             else:   # Ctrl-C, SIGTERM or an error: stop the workers now
-                pool.terminate()
-            pool.join()
+                _stop_workers(pool, others)
     if space.disaggregated:
         evaluations.extend(_disaggregated(spec, traffic, targets, space, overheads, evaluations))
     evaluations.sort(key=lambda e: e.sort_key)
@@ -300,19 +299,11 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
                         candidates=count_candidates(spec, space))
 
 
-def _pool(workers: int, groups: int):  # -> multiprocessing.pool.Pool | None
-    """A pool of forked workers, or None to run in this process (one worker, few groups, or no fork)."""
-    import multiprocessing
-
-    if workers <= 1 or groups < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return None
-    return multiprocessing.get_context("fork").Pool(min(workers, groups), initializer=_worker_signals)
-
-
 def _executor(workers: int, tasks: int):  # -> concurrent.futures.ProcessPoolExecutor | None
-    """Forked simulation workers, or None to run in this process. An executor, not a Pool: a worker killed from
-    outside (the OOM killer) breaks it and fails its tasks, where multiprocessing.Pool.terminate() can wait forever
-    for the task queue's lock that an idle worker held when it died."""
+    """Forked workers (the search's groups, the walk's simulations), or None to run in this process. An executor,
+    not a multiprocessing.Pool: a worker killed from outside (the OOM killer) breaks it and fails its tasks, where
+    a Pool loses the task for good and its terminate() can wait forever for the task queue's lock that an idle
+    worker held when it died."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -320,6 +311,35 @@ def _executor(workers: int, tasks: int):  # -> concurrent.futures.ProcessPoolExe
         return None
     return ProcessPoolExecutor(min(workers, tasks), mp_context=multiprocessing.get_context("fork"),
                                initializer=_worker_signals)
+
+
+def _pooled(pool, run: Callable, tasks: list) -> Iterator:  # pool: concurrent.futures.ProcessPoolExecutor
+    """``run(task)`` for every task in the pool's workers, each result as it finishes; the tasks of a pool broken by
+    a worker killed from outside run in this process instead."""
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    futures = {pool.submit(run, task): task for task in tasks}
+    for future in as_completed(futures):
+        try:
+            yield future.result()
+        except BrokenProcessPool:
+            yield run(futures[future])
+
+
+def _stop_workers(pool, others: set[int]) -> None:  # pool: concurrent.futures.ProcessPoolExecutor
+    """Stop the pool's forked workers now (Ctrl-C, a killed worker, work no longer needed): every child of this
+    process but ``others`` (those it had before the pool)."""
+    import multiprocessing
+
+    pool.shutdown(wait=False, cancel_futures=True)
+    for _ in range(10):   # the executor's own thread may be reaping some of them at the same time
+        workers = [p for p in multiprocessing.active_children() if p.pid not in others]
+        if not workers:
+            break
+        for process in workers:
+            process.kill()
+            process.join(1.0)
 
 
 def _worker_signals() -> None:
@@ -793,16 +813,7 @@ class _Simulations:
     def _stop_pool(self) -> None:
         """Stop the workers now: simulations run ahead that the walk did not need are dropped."""
         if self.pool is not None:
-            import multiprocessing
-
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            for _ in range(10):   # the executor's own thread may be reaping some of them at the same time
-                workers = [p for p in multiprocessing.active_children() if p.pid not in self.others]
-                if not workers:
-                    break
-                for process in workers:
-                    process.kill()
-                    process.join(1.0)
+            _stop_workers(self.pool, self.others)
             self.pool, self.pending = None, {}
 
     def close(self) -> None:

@@ -271,10 +271,7 @@ def _finish(rates: Rates, kind: str, flops: float, nbytes: float, t_compute: flo
             kernels: int = 1, weight_bytes: float = 0.0, ideal_bytes: float = 0.0, stream: float = 0.0) -> Cost:
     stream = stream or rates._stream
     t_memory = (nbytes / (stream or rates.bandwidth(nbytes))) if nbytes else 0.0
-    if kind == "gemm":
-        work = gemm_work_seconds(t_compute, t_memory, rates.ideal)
-    else:
-        work = t_compute if t_compute > t_memory else t_memory
+    work = gemm_work_seconds(t_compute, t_memory, ideal=rates.ideal or kind != "gemm")   # other kernels: the max
     bound = "compute" if t_compute >= t_memory else "memory"
     if t_dequant > work:
         work, bound = t_dequant, "dequant"
