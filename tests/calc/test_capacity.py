@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -155,6 +156,36 @@ def test_two_workers_give_the_same_answer() -> None:
     two = search(SPEC, _traffic(), _targets(), space, OVERHEADS, workers=2)
     assert [(e.candidate, e.cost_per_hour, e.capacity_rate_per_s) for e in one.evaluations] == \
         [(e.candidate, e.cost_per_hour, e.capacity_rate_per_s) for e in two.evaluations]
+
+
+def test_a_search_worker_killed_mid_search_loses_no_group(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The first group a worker takes kills that worker (as the OOM killer would): the pool breaks, the groups it
+    lost run in this process, and the search answers the same as with one process."""
+    import multiprocessing
+    import signal
+
+    from tfcalc.calc import capacity
+
+    space = _space(("h100-sxm", 3.0), ("l40s", 1.2))
+    one = search(SPEC, _traffic(), _targets(), space, OVERHEADS)
+    parent, original, marker = os.getpid(), capacity._Job.run, tmp_path / "killed"
+
+    def run(self, group):  # noqa: ANN001, ANN202  (named as the method: the pool pickles job.run by name)
+        if os.getpid() != parent:
+            try:
+                marker.open("x").close()   # exactly one worker, once: the first to create the marker
+            except FileExistsError:
+                pass
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return original(self, group)
+
+    monkeypatch.setattr(capacity._Job, "run", run)
+    two = search(SPEC, _traffic(), _targets(), space, OVERHEADS, workers=2)
+    assert marker.exists()   # a worker did die
+    assert [(e.candidate, e.cost_per_hour, e.capacity_rate_per_s) for e in one.evaluations] == \
+        [(e.candidate, e.cost_per_hour, e.capacity_rate_per_s) for e in two.evaluations]
+    assert multiprocessing.active_children() == []
 
 
 def test_nothing_fits() -> None:
