@@ -4,28 +4,20 @@ benchmarks/mlperf_validation.py says."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+
+@pytest.fixture(scope="module")
+def replay(benchmark_script: Callable[[str], ModuleType]) -> ModuleType:
+    return benchmark_script("mlperf_validation.py")
 
 
-def _replay():
-    path = ROOT / "benchmarks" / "mlperf_validation.py"
-    spec = importlib.util.spec_from_file_location("mlperf_validation", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["mlperf_validation"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_points_resolve_and_are_consistent() -> None:
-    replay = _replay()
+def test_points_resolve_and_are_consistent(replay: ModuleType) -> None:
     points = replay.points()
     assert len(points) >= 3
     for p in points:
@@ -38,8 +30,7 @@ def test_points_resolve_and_are_consistent() -> None:
             assert replica.fits and replica.kv_tokens > 0 and replica.replicas == p["gpus"] // p["tp"]
 
 
-def test_lengths_are_the_published_sample_set() -> None:
-    replay = _replay()
+def test_lengths_are_the_published_sample_set(replay: ModuleType) -> None:
     inputs, outputs = replay.dataset_lengths(290.0)
     count = replay.points()[0]["performance_sample_count"]   # LoadGen's performance_sample_count in every summary
     assert len(inputs.values) == len(outputs.values) == count == 24576
@@ -65,20 +56,18 @@ class _FakeReplica:
 
 
 @pytest.mark.parametrize("limit", [40.0, 75.0, 160.0])
-def test_max_qps_brackets_the_limit(limit: float) -> None:
-    best = _replay().max_qps(_FakeReplica(limit), 75.0, 60.0)
+def test_max_qps_brackets_the_limit(replay: ModuleType, limit: float) -> None:
+    best = replay.max_qps(_FakeReplica(limit), 75.0, 60.0)
     assert best <= limit and best >= limit / 1.02
 
 
-def test_a_short_server_run_completes() -> None:
-    replay = _replay()
+def test_a_short_server_run_completes(replay: ModuleType) -> None:
     point = replay.points()[1]
     sim = replay.server_replica(point).run(point["scheduled_qps"], duration_s=20.0)
     assert sim.requests > 100 and math.isfinite(sim.metric("tpot", 99))
 
 
-def test_operating_point_is_littles_law_and_the_length_biased_context() -> None:
-    replay = _replay()
+def test_operating_point_is_littles_law_and_the_length_biased_context(replay: ModuleType) -> None:
     point = replay.points()[1]
     replica = replay.server_replica(point)
     op = replay.operating_point(point, replica)
@@ -93,7 +82,6 @@ def test_operating_point_is_littles_law_and_the_length_biased_context() -> None:
     assert replica.step.time(op["seqs"], op["context"], 0, 0.0, 0) < mixed < op["step_s"] * 2
 
 
-def test_aiconfigurator_is_optional() -> None:
-    replay = _replay()
+def test_aiconfigurator_is_optional(replay: ModuleType) -> None:
     point = next(p for p in replay.points() if p["engine"] != "trtllm")
     assert replay.aiconfigurator_tpot_s(point, 8, 222, 290) is None

@@ -3,9 +3,10 @@ formats and engines tfcalc resolves, and its extractor maps aiconfigurator's lab
 
 from __future__ import annotations
 
-import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -16,12 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNS = json.loads((ROOT / "benchmarks" / "validation" / "silicon_runs.json").read_text())
 
 
-def _extractor():
-    path = ROOT / "benchmarks" / "validation" / "silicon_runs.py"
-    spec = importlib.util.spec_from_file_location("silicon_runs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def extractor(benchmark_script: Callable[[str], ModuleType]) -> ModuleType:
+    return benchmark_script("validation/silicon_runs.py")
 
 
 def test_every_run_resolves() -> None:
@@ -53,20 +51,19 @@ def _row(**kw: str) -> dict:
     (_row(model_path="meta-llama/Llama-3.1-70B", gemm_quant_mode="nvfp4"), "nvfp4"),
     (_row(model_path="Qwen/Qwen3-32B", precision="", gemm_quant_mode=""), "bf16"),
 ])
-def test_extractor_maps_labels_to_checkpoint_formats(row: dict, weights: str | None) -> None:
-    runs = _extractor().extract([row])
+def test_extractor_maps_labels_to_checkpoint_formats(extractor: ModuleType, row: dict, weights: str | None) -> None:
+    runs = extractor.extract([row])
     assert [r["weights"] for r in runs] == ([weights] if weights else [])
 
 
-def test_extractor_keeps_only_aggregated_single_replica_runs() -> None:
-    ex = _extractor()
-    kept = ex.extract([_row(), _row(mode="disagg"), _row(attention_dp_size="8"), _row(pp_size="2"),
+def test_extractor_keeps_only_aggregated_single_replica_runs(extractor: ModuleType) -> None:
+    kept = extractor.extract([_row(), _row(mode="disagg"), _row(attention_dp_size="8"), _row(pp_size="2"),
                        _row(system="gb200"), _row(model_path="x/Unknown")])
     assert len(kept) == 1
     run = kept[0]
     assert (run["source"], run["concurrency"], run["tp"], run["ep"], run["gpu"]) == ("2026-04-06.csv", 16, 4, 1,
                                                                                       "h200")
-    assert ex.extract([_row(model_path="Qwen/Qwen3-32B", moe_ep_size="0")])[0]["ep"] == 1
+    assert extractor.extract([_row(model_path="Qwen/Qwen3-32B", moe_ep_size="0")])[0]["ep"] == 1
 
 
 @pytest.mark.parametrize(("row", "layout"), [
@@ -79,8 +76,8 @@ def test_extractor_keeps_only_aggregated_single_replica_runs() -> None:
     (_row(id="q_agg_128x128_c16_tp4_epnone_16", tp_size="4", moe_tp_size="2", moe_ep_size="2"), (4, 2)),
     (_row(id="cfg1", tp_size="8", moe_tp_size="1", moe_ep_size="8"), (8, 8)),
 ])
-def test_extractor_undoes_the_exports_tp_product(row: dict, layout: tuple[int, int]) -> None:
-    run = _extractor().extract([row])[0]
+def test_extractor_undoes_the_exports_tp_product(extractor: ModuleType, row: dict, layout: tuple[int, int]) -> None:
+    run = extractor.extract([row])[0]
     assert (run["tp"], run["ep"]) == layout
 
 

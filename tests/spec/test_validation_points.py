@@ -3,32 +3,25 @@ aiconfigurator's kernel-table predictions at batches of 128-512 (docs/estimate-v
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import statistics
-import sys
-from pathlib import Path
+from collections.abc import Callable
+from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _validate():
-    path = ROOT / "benchmarks" / "validation" / "validate.py"
-    spec = importlib.util.spec_from_file_location("validate", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["validate"] = module
-    spec.loader.exec_module(module)
-    return module
+import pytest
 
 
-def test_every_source_loads() -> None:
-    v = _validate()
+@pytest.fixture(scope="module")
+def v(benchmark_script: Callable[[str], ModuleType]) -> ModuleType:
+    return benchmark_script("validation/validate.py")
+
+
+def test_every_source_loads(v: ModuleType) -> None:
     kinds = {p["source_kind"] for p in v.load_points()}
     assert kinds == {"public", "silicon", "aiconfigurator", v.LARGE}
 
 
-def test_large_batches_agree_with_aiconfigurator() -> None:
-    v = _validate()
+def test_large_batches_agree_with_aiconfigurator(v: ModuleType) -> None:
     large = [p for p in v.load_points() if p["source_kind"] == v.LARGE]
     assert len(large) >= 80 and min(p["batch"] for p in large) >= 128
     ttft_err, tpot_err = [], []
