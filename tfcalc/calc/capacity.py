@@ -270,8 +270,7 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
                          f"{space.max_gpus}, {space.gpus_per_node} per node)")
     groups = [(e, tp, pp, ep, precision, kv_dtype) for e in range(len(space.engines)) for tp, pp, ep in layouts
               for precision in space.weight_precisions for kv_dtype in space.kv_dtypes]
-    others = _children()
-    pool = _executor(workers, len(groups))
+    pool, others = _executor(workers, len(groups))
     job = _Job(spec, traffic, targets, space, overheads, slim=pool is not None, operating=operating)
     evaluations: list[Evaluation] = []
     done = 0
@@ -299,18 +298,21 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
                         candidates=count_candidates(spec, space))
 
 
-def _executor(workers: int, tasks: int):  # -> concurrent.futures.ProcessPoolExecutor | None
-    """Forked workers (the search's groups, the walk's simulations), or None to run in this process. An executor,
-    not a multiprocessing.Pool: a worker killed from outside (the OOM killer) breaks it and fails its tasks, where
-    a Pool loses the task for good and its terminate() can wait forever for the task queue's lock that an idle
-    worker held when it died."""
+def _executor(workers: int, tasks: int) -> tuple[Any, set[int]]:  # (ProcessPoolExecutor | None, pids)
+    """Forked workers (the search's groups, the walk's simulations), or None to run in this process, with the
+    children this process had before them (``_stop_workers`` spares those). An executor, not a multiprocessing.Pool:
+    a worker killed from outside (the OOM killer) breaks it and fails its tasks, where a Pool loses the task for
+    good and its terminate() can wait forever for the task queue's lock that an idle worker held when it died."""
+    if workers <= 1 or tasks < 2:
+        return None, set()
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    if workers <= 1 or tasks < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return None
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return None, set()
+    others = _children()
     return ProcessPoolExecutor(min(workers, tasks), mp_context=multiprocessing.get_context("fork"),
-                               initializer=_worker_signals)
+                               initializer=_worker_signals), others
 
 
 def _pooled(pool, run: Callable, tasks: list) -> Iterator:  # pool: concurrent.futures.ProcessPoolExecutor
@@ -760,8 +762,7 @@ class _Simulations:
         self.rich: dict[int, Evaluation] = {}
         self.pending: dict[tuple[int, int], tuple[Any, float]] = {}   # (config, replicas) -> (job, cost)
         _WALK = (result, traffic, targets, space, full, num_requests)
-        self.others = _children()   # children this process had before its workers (none of the walk's)
-        self.pool = _executor(workers, len(result.evaluations))
+        self.pool, self.others = _executor(workers, len(result.evaluations))
 
     def evaluation(self, index: int) -> Evaluation:
         if index not in self.rich:
