@@ -339,33 +339,35 @@ def test_routed_rows_skewed_is_the_sum_over_each_experts_binomial() -> None:
 def _aiconfigurator_power_law(experts: int, top_k: int, tokens: int, alpha: float, trials: int,
                               seed: int) -> tuple[float, float]:
     """Mean (distinct experts, rows at moe_tile_rows' blended heights) over ``trials`` draws of aiconfigurator's
-    power-law workload (collector helper ``power_law_logits_v3``): loads i.i.d. by inverse-CDF sampling of x^-alpha
-    on [1, 0.8 T] (T k > E) or [0.01, 2], scaled to T k and rounded half to even like torch.round, the missing rows
-    added one each to the largest experts (the surplus taken from the smallest); then no expert above T rows
-    (each token's top k are distinct), its excess moved to random experts with room."""
+    power-law workload (collector helper ``_generate_power_law_distribution``, ep 1, since 2026-02-10): loads
+    i.i.d. by inverse-CDF sampling of x^-alpha on [1, 0.8 T] (T k > E) or [0.01, 2], scaled to T k and rounded
+    half to even like torch.round; counts clamped to T, the clamped rows and then the missing ones added one at
+    a time to the least-loaded expert with room (torch.argmin: the first of ties), a surplus taken from the
+    most-loaded."""
     rng = random.Random(seed)  # noqa: S311 - seeded test data
     lo, hi = (1.0, 0.8 * tokens) if tokens * top_k > experts else (0.01, 2.0)
     g = 1 - alpha
     lower, upper, w = kernels.moe_tile_rows(tokens, top_k, experts)
     distinct = rows = 0.0
+
+    def add(counts: list[int], n: int) -> None:
+        for _ in range(n):
+            room = [i for i in range(experts) if counts[i] < tokens]
+            if not room:
+                return
+            counts[min(room, key=lambda i: counts[i])] += 1
+
     for _ in range(trials):
         x = [((hi**g - lo**g) * rng.random() + lo**g) ** (1 / g) for _ in range(experts)]
         total = sum(x)
         counts = [round(v / total * tokens * top_k) for v in x]
-        order = sorted(range(experts), key=lambda i: -counts[i])
-        delta = tokens * top_k - sum(counts)
-        for i in range(abs(delta)):
-            if delta > 0:
-                counts[order[i % experts]] += 1
-            else:
-                counts[order[-(i % experts) - 1]] = max(0, counts[order[-(i % experts) - 1]] - 1)
         excess = sum(max(0, c - tokens) for c in counts)
         counts = [min(c, tokens) for c in counts]
-        while excess:
-            j = rng.randrange(experts)
-            if counts[j] < tokens:
-                counts[j] += 1
-                excess -= 1
+        add(counts, excess)
+        missing = tokens * top_k - sum(counts)
+        add(counts, max(missing, 0))
+        for _ in range(max(-missing, 0)):
+            counts[max(range(experts), key=lambda i: counts[i])] -= 1
         distinct += sum(c > 0 for c in counts)
         rows += (1 - w) * sum(lower * -(-c // lower) for c in counts) + w * sum(upper * -(-c // upper)
                                                                                for c in counts)
@@ -373,11 +375,11 @@ def _aiconfigurator_power_law(experts: int, top_k: int, tokens: int, alpha: floa
 
 
 @pytest.mark.parametrize(("experts", "top_k", "alpha", "tolerance"), [
-    (128, 8, 1.2, 0.04), (256, 8, 1.01, 0.07), (128, 4, 1.2, 0.05), (32, 4, 1.2, 0.11), (8, 2, 1.2, 0.2)])
+    (128, 8, 1.2, 0.02), (256, 8, 1.01, 0.02), (128, 4, 1.2, 0.02), (32, 4, 1.2, 0.08), (8, 2, 1.2, 0.12)])
 def test_power_law_routing_matches_aiconfigurators_sampler(experts: int, top_k: int, alpha: float,
                                                            tolerance: float) -> None:
-    """The closed form (the loads' sum at its mean) against a Monte Carlo of the sampler itself: within 4-7 % at
-    E >= 128; with 8 or 32 experts the sum of a few heavy-tailed loads strays from its mean (up to 17 % at T 2-4)."""
+    """The closed form (the loads' sum at its mean) against a Monte Carlo of the sampler itself: within 2 % at
+    E >= 128; with 8 or 32 experts the sum of a few heavy-tailed loads strays from its mean."""
     routing = kernels.Routing("power-law", alpha)
     for tokens in (1, 2, 4, 16, 64, 256, 2048):
         distinct, rows = _aiconfigurator_power_law(experts, top_k, tokens, alpha, 120, seed=tokens)
@@ -421,10 +423,10 @@ def test_power_law_routing_bounds(experts: int, k: int, tokens: float, alpha: fl
 
 
 def test_power_law_routing_reads_fewer_experts_than_uniform_at_mid_batch() -> None:
-    """aiconfigurator's power-law workload at 16 tokens of Qwen3-30B-A3B's top-8 of 128: ~49 experts against
+    """aiconfigurator's power-law workload at 16 tokens of Qwen3-30B-A3B's top-8 of 128: ~59 experts against
     uniform routing's 128 (1 - (1 - 8/128)^16) = 82.4; one token still reads its own 8."""
     routing = kernels.Routing("power-law", 1.2)
-    assert kernels.distinct_experts(128, 8, 16, routing) == pytest.approx(49.4, abs=1.5)
+    assert kernels.distinct_experts(128, 8, 16, routing) == pytest.approx(59.1, abs=1.5)
     assert kernels.distinct_experts(128, 8, 16) == pytest.approx(82.42, abs=0.01)
     assert kernels.distinct_experts(128, 8, 1, routing) == pytest.approx(8)
 

@@ -396,7 +396,7 @@ class Routing:
     - ``power-law``: aiconfigurator's MoE workload (its collector's ``power_law_logits_v3``, the default of its
       predictions with ``value`` 1.2, or 1.01 for DeepSeek-family models): each expert's load drawn i.i.d. from a
       power law x^-``value`` on [0.01, 2] when T k <= E and on [1, 0.8 T] above, scaled to T k rows in all and
-      rounded, the rows rounding loses added one each to the largest experts first.
+      rounded, no expert above T rows, the clamped and the lost rows added one each to the least-loaded expert.
     """
 
     kind: str = "uniform"
@@ -489,18 +489,17 @@ def _power_law_rows(experts: int, top_k: int, tokens: float, alpha: float, tile:
     the loads taken at its mean (``_PowerLawLoads``).
 
     An expert's count is round(y), y its unrounded rows: touched when y >= 1/2, E[ceil(round(y) / tile)] =
-    sum_j P(y >= j tile + 1/2). The rows rounding loses (T k - E sum_n P(y >= n - 1/2)) go one each to the
-    largest experts, so they touch new experts only when they outnumber the touched ones. The loads become
-    router logits and each token takes its top k of them, k distinct experts: at least k are touched, and an
-    expert holds at most T rows; the rows above T (E E[max(0, y - T)]) go to other experts, which are untouched
-    with probability 1 - touched / E each. Sums over counts run 64 terms, then close with the integral."""
+    sum_j P(y >= j tile + 1/2). Each token takes k distinct experts, so an expert holds at most T rows: the rows
+    above T (E E[max(0, y - T)]), then the rows rounding loses (T k - E sum_n P(y >= n - 1/2), when positive),
+    go one at a time to the expert with the fewest rows (aiconfigurator's collector since 2026-02-10,
+    helper.py ``_generate_power_law_distribution``), so each touches a new expert while any is untouched; at
+    least k are touched. Sums over counts run 64 terms, then close with the integral."""
     tokens = max(1, round(tokens))  # the sampler draws for whole tokens (and [1, 0.8 T] needs T >= 2)
     loads = _power_law_loads(experts, top_k, tokens, alpha)
     touched = experts * loads.survival(0.5)
     lost = tokens * top_k - experts * loads.sum_survival(0.5, 1.0)
     over = experts * loads.excess(tokens)
-    touched_all = touched + (experts - touched) * (1 - (1 - 1 / experts) ** over)
-    distinct = max(touched_all, min(float(experts), max(lost, float(top_k))))
+    distinct = max(touched + min(experts - touched, over + max(lost, 0.0)), float(top_k))
     tiles = loads.sum_survival(0.5, tile)
     return distinct, tile * (experts * tiles + distinct - touched)
 
