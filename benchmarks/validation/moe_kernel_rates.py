@@ -10,6 +10,7 @@ its kernel tables ship in the package) and run
     python benchmarks/validation/moe_kernel_rates.py --engine sglang --kernel-source fused_moe_triton
     python benchmarks/validation/moe_kernel_rates.py --kernel-source gptossmxfp4 --dequant-ops --max-tp 8
     python benchmarks/validation/moe_kernel_rates.py --engine trtllm --version 1.3.0rc20 --compare
+    python benchmarks/validation/moe_kernel_rates.py --engine sglang --kernel-source fused_moe_triton --large-m
 
 For every GPU with a measured table (aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<newest>/moe_perf), the
 rows with balanced routing (each expert gets exactly T k / E tokens), >= ``--min-tokens`` tokens and no expert
@@ -28,6 +29,10 @@ preset's); ``--kernel-source TEXT`` keeps the rows of one kernel (an engine's ta
 has FlashInfer CUTLASS rows beside its default Triton ones). ``--compare`` prints the engine's latency over vLLM's
 newest table on the same rows (weight format, tokens, shapes, tp; balanced, ep 1) per GPU and kernel pair: whether
 the engines' kernels really differ, independently of tfcalc's model.
+
+``--large-m`` fits, per weight format, the fraction of the datasheet bandwidth the weight stream reaches once the
+tokens outnumber the experts (rows of E < T < --min-tokens; an engine's ``kernels.moe_large_m_memory_efficiency``),
+with the rows at T <= E beside it: where a kernel's default tile configuration changes at M = E (SGLang's Triton).
 
 ``--expert-floors`` reads TensorRT-LLM's tables (1.3.0rc20) at 1 token: each row's time less tfcalc's price of it
 without a per-expert cost, against the experts on the GPU (num_experts / ep). The least-squares slope through the
@@ -226,6 +231,39 @@ def scan_k0(base: object, compute: str, rows: list, ratios: Callable[..., list[f
               f"{statistics.median(h):.2f}, quartiles {h[len(h) // 4]:.2f}-{h[3 * len(h) // 4]:.2f}")
 
 
+def large_m_fit(preset: str, args: argparse.Namespace, weights: str, rows: list, base: object) -> None:
+    """The fraction of the datasheet bandwidth that makes the median tfcalc / measured 1 over the rows with more
+    tokens than experts and fewer than --min-tokens (by bisection in [0.05, 1], at the preset's other values), with
+    the rows at or below the experts' count beside it (their median at the preset, the fraction unused there)."""
+    import dataclasses
+
+    from tfcalc.calc import kernels
+
+    def ratios(fraction: float, subset: list) -> list[float]:
+        fmt = subset[0][1].weights
+        rates = dataclasses.replace(base, moe_large_m_memory={fmt: fraction} if fraction else {})
+        return [kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts,
+                                    experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
+                                    expert_width=row.inter_size // row.moe_tp_size, gated=True, weight_bits=mode.bits,
+                                    compute=mode.compute, dequant=mode.dequant,
+                                    weight_format=mode.weights).seconds / (row.latency * 1e-3)
+                for row, mode in subset]
+
+    large = [(row, mode) for row, mode in rows if row.num_tokens > row.num_experts]
+    small = [(row, mode) for row, mode in rows if row.num_tokens <= row.num_experts]
+    if not large or not small:
+        return
+    lo, hi = 0.05, 1.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if statistics.median(ratios(mid, large)) > 1 else (lo, mid)
+    r, before, s = sorted(ratios(lo, large)), sorted(ratios(0.0, large)), sorted(ratios(0.0, small))
+    print(f"{preset:10s} {args.engine} {weights:12s} large-M stream {lo:.2f} of the datasheet ({len(r)} rows, "
+          f"E < T < {args.min_tokens}: quartiles {r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f}; without it median "
+          f"{statistics.median(before):.2f}); T <= E: median {statistics.median(s):.2f}, quartiles "
+          f"{s[len(s) // 4]:.2f}-{s[3 * len(s) // 4]:.2f} ({len(s)} rows)")
+
+
 def main() -> None:
     import dataclasses
 
@@ -255,6 +293,9 @@ def main() -> None:
                         help="only rows whose experts are sliced over at most N GPUs (moe_tp_size)")
     parser.add_argument("--format-floor", default="", metavar="DTYPE",
                         help="the fused MoE's fixed cost at 1 token for one table dtype (kernels.moe_floors_us)")
+    parser.add_argument("--large-m", action="store_true",
+                        help="the weight stream's fraction of the datasheet bandwidth once the tokens outnumber the "
+                             "experts (kernels.moe_large_m_memory_efficiency), fitted below --min-tokens")
     parser.add_argument("--k0", default="", metavar="LIST",
                         help="comma-separated grouped-GEMM K0 values: the fit and its scatter at each")
     args = parser.parse_args()
@@ -276,6 +317,7 @@ def main() -> None:
             continue
         whole = df = pd.read_parquet(table)
         tokens = ((df.num_tokens >= args.held_out) & (df.num_tokens < args.min_tokens) if args.held_out
+                  else df.num_tokens < args.min_tokens if args.large_m
                   else df.num_tokens >= 16 if args.dequant_ops else df.num_tokens >= args.min_tokens)
         df = df[(df.distribution == "balanced") & tokens & (df.moe_ep_size == 1) & df.moe_dtype.isin(list(WEIGHTS))
                 & df.kernel_source.str.contains(args.kernel_source, regex=False)]
@@ -300,6 +342,9 @@ def main() -> None:
                     out.append(c.seconds / (row.latency * 1e-3))
                 return out
 
+            if args.large_m:
+                large_m_fit(preset, args, weights, rows, base)
+                continue
             if args.dequant_ops:
                 fmt = rows[0][1].dequant
                 if not fmt:

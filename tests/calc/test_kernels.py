@@ -590,3 +590,44 @@ def test_weight_only_experts_take_their_format_entry_or_the_gpus_16_bit_value() 
     own = replace(rates, moe_efficiency_by_dtype={**rates.moe_efficiency_by_dtype, "mxfp4": 0.3})
     assert own.grouped_efficiency("bf16", "fp4", "mxfp4") == 0.3  # a storage format's entry comes first
     assert own.grouped_efficiency("bf16", "fp4", "nvfp4") == 0.9
+
+
+def test_experts_upcast_at_load_stream_their_wider_bits_and_unpack_nothing() -> None:
+    """An engine that upcast a format's experts at load (moe_stream_bits) streams them at those bits and runs no
+    unpacking, however many instructions per weight the format would cost: at one token (memory-bound) the kernel
+    is the 16-bit kernel by hand. Other formats, and the pure roofline (the checkpoint's bits), are untouched."""
+    slow_alu = replace(RATES, alu_ops_per_s=1e9, moe_dequant_ops={"fp4": 200.0})
+    upcast = replace(slow_alu, moe_stream_bits={"mxfp4": 16.0})
+    args = {"tokens": 1, "experts_local": 128, "experts_total": 128, "top_k": 4, "hidden": 2880,
+            "expert_width": 2880, "gated": True, "weight_bits": 4.25, "compute": "bf16", "dequant": "fp4"}
+    mx = kernels.moe_experts(upcast, **args, weight_format="mxfp4")
+    assert mx.weight_bytes == pytest.approx(4 * 3 * 2880 * 2880 * 2) and mx.bound == "memory"
+    sixteen = kernels.moe_experts(slow_alu, **{**args, "weight_bits": 16, "dequant": ""}, weight_format="bf16")
+    assert mx.seconds == pytest.approx(sixteen.seconds, rel=1e-12)
+    assert kernels.moe_experts(upcast, **args, weight_format="nvfp4") == kernels.moe_experts(
+        slow_alu, **args, weight_format="nvfp4")
+    assert kernels.moe_experts(upcast, **args, weight_format="nvfp4").bound == "dequant"
+    assert kernels.moe_experts(upcast.as_ideal(), **args, weight_format="mxfp4").weight_bytes == pytest.approx(
+        4 * 3 * 2880 * 2880 * 4.25 / 8)
+
+
+def test_large_m_stream_applies_only_once_tokens_outnumber_the_local_experts() -> None:
+    """moe_large_m_memory: the format's weight stream falls to that fraction of the datasheet bandwidth for steps
+    of more tokens than local experts (SGLang's default Triton tiles), not at or below it, not under a calibrated
+    bandwidth curve and not after --memory-efficiency; by hand on a memory-bound step."""
+    base = replace(RATES, floors={**RATES.floors, "moe": 0.0})
+    slow = replace(base, moe_large_m_memory={"mxfp4": 0.25})
+    args = {"experts_local": 32, "experts_total": 32, "top_k": 4, "hidden": 2880, "expert_width": 2880,
+            "gated": True, "weight_bits": 16, "compute": "bf16", "weight_format": "mxfp4"}
+    for tokens in (1, 8, 32):
+        assert kernels.moe_experts(slow, tokens=tokens, **args) == kernels.moe_experts(base, tokens=tokens, **args)
+    fast, late = kernels.moe_experts(base, tokens=33, **args), kernels.moe_experts(slow, tokens=33, **args)
+    assert fast.bound == late.bound == "memory"
+    stream = base.memory_bandwidth * base.memory_efficiency  # 3.2e12 against 0.25 x 4e12 = 1e12
+    assert late.seconds - fast.seconds == pytest.approx(late.bytes / 1e12 - late.bytes / stream, rel=1e-9)
+    assert kernels.moe_experts(slow, tokens=33, **{**args, "weight_format": "nvfp4"}) == kernels.moe_experts(
+        base, tokens=33, **{**args, "weight_format": "nvfp4"})
+    curve = ((1e6, 2e12), (1e9, 3e12))
+    assert kernels.moe_experts(replace(slow, bandwidth_points=curve), tokens=33, **args) == kernels.moe_experts(
+        replace(base, bandwidth_points=curve), tokens=33, **args)
+    assert slow.with_efficiency(memory=0.5).moe_large_m_memory == {}

@@ -458,7 +458,8 @@ def test_a_part_of_the_same_silicon_takes_the_engines_kernel_entries() -> None:
     sglang = load_engine("sglang").kernels
     sxm, pcie, h200 = (rates_for(load_gpu(n), sglang) for n in ("h100-sxm", "h100-pcie", "h200"))
     assert engine_kernels_gpu(load_gpu("h100-pcie"), sglang) == "h100-sxm"
-    assert pcie.moe_dequant_ops == sxm.moe_dequant_ops == sglang.moe_dequant_ops_by_gpu["h100-sxm"]
+    assert pcie.moe_large_m_memory == sxm.moe_large_m_memory == sglang.moe_large_m_memory_by_gpu["h100-sxm"]
+    assert pcie.moe_stream_bits == sxm.moe_stream_bits == sglang.moe_stream_bits_by_gpu["h100-sxm"]
     assert pcie.moe_efficiency_by_dtype["fp4"] == sxm.moe_efficiency_by_dtype["fp4"]
-    assert h200.moe_dequant_ops == sglang.moe_dequant_ops_by_gpu["h200"] != sxm.moe_dequant_ops
+    assert h200.moe_large_m_memory == sglang.moe_large_m_memory_by_gpu["h200"] != sxm.moe_large_m_memory
     assert engine_kernels_gpu(load_gpu("h100-pcie"), EngineKernels()) == "h100-pcie"  # nothing to share

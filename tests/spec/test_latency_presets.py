@@ -142,7 +142,7 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
     sglang = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
     assert sglang.grouped_efficiency("fp8") == 0.92 and sglang.grouped_efficiency("bf16") == 0.79
     assert sglang.source.endswith(", fp4/fp8 MoE efficiency from the engine preset")  # the dtypes it replaces
-    assert sglang.grouped_efficiency("bf16", "fp4") == 0.42  # MXFP4 experts, weight-only on Hopper
+    assert sglang.grouped_efficiency("bf16", "fp4") == 0.50  # MXFP4 experts upcast to bf16 on Hopper
     vllm = rates_for(load_gpu("h200"), load_engine("vllm").kernels)
     assert vllm.source.endswith(", fp4 MoE efficiency from the engine preset")  # its MXFP4 experts only
     assert vllm.grouped_efficiency("bf16", "fp4") == 0.87 and vllm.grouped_efficiency("fp8") == 0.64
@@ -427,22 +427,22 @@ def test_engine_graph_coverage_keys() -> None:
 
 def test_engine_moe_dequant_ops_per_gpu() -> None:
     """kernels.moe_dequant_ops: per GPU preset and weight-only format, replacing DEQUANT_OPS in that engine's MoE
-    on that GPU only (SGLang's Triton MXFP4 experts on Hopper); other GPUs, dense GEMMs and engines keep it."""
+    on that GPU only; other GPUs, dense GEMMs and engines keep it."""
     from tfcalc.calc import kernels as k
 
     parsed = kernels_from_mapping({"moe_dequant_ops": {"h200": {"fp4": 20}}}, "e.yaml")
     assert parsed.moe_dequant_ops_by_gpu == {"h200": {"fp4": 20.0}}
-    sglang = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
+    mine = rates_for(load_gpu("h200"), parsed)
     vllm = rates_for(load_gpu("h200"), load_engine("vllm").kernels)
-    assert sglang.moe_dequant_ops["fp4"] > 2 * vllm.moe_dequant_ops["fp4"] > 2 * k.DEQUANT_OPS["fp4"]
+    assert mine.moe_dequant_ops == {"fp4": 20.0} and 20 > 2 * vllm.moe_dequant_ops["fp4"] > 2 * k.DEQUANT_OPS["fp4"]
+    assert rates_for(load_gpu("h100-sxm"), parsed).moe_dequant_ops == {}
     assert rates_for(load_gpu("a100-80gb"), load_engine("vllm").kernels).moe_dequant_ops == {}
-    assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).moe_dequant_ops == {}
 
     def moe(rates: object) -> float:  # gpt-oss-120b's experts at 64 tokens, MXFP4 weight-only: dequant-bound
         return k.moe_experts(rates, tokens=64, experts_local=128, experts_total=128, top_k=4, hidden=2880,
                              expert_width=2880, gated=True, weight_bits=4.25, compute="bf16", dequant="fp4").seconds
 
-    assert moe(sglang) > 1.5 * moe(vllm)
+    assert moe(mine) > 1.5 * moe(vllm)
     for value, message in (
             ({"h201": {"fp4": 9}}, "unknown field 'kernels.moe_dequant_ops.h201'"),
             ({"h200": {"bf16": 9}}, "unknown field 'kernels.moe_dequant_ops.h200.bf16'"),
@@ -451,6 +451,34 @@ def test_engine_moe_dequant_ops_per_gpu() -> None:
             ({"h200": 9}, "field 'kernels.moe_dequant_ops.h200' must be a mapping of int8, fp8, int4, fp4$")):
         with pytest.raises(SpecError, match=message):
             kernels_from_mapping({"moe_dequant_ops": value}, "e.yaml")
+
+
+def test_sglang_runs_mxfp4_experts_on_hopper_as_upcast_bf16() -> None:
+    """SGLang's Triton fallback upcasts MXFP4 experts to bf16 at load on Hopper (kernels.moe_stream_bits) and its
+    default Triton tiles stream slower once the tokens outnumber the experts (moe_large_m_memory_efficiency): on
+    the H200 its gpt-oss-120b experts at one token cost what 16-bit weights stream, with no unpacking; vLLM, other
+    GPUs and other formats are untouched."""
+    from tfcalc.calc import kernels as k
+
+    sglang = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
+    assert sglang.moe_stream_bits == {"mxfp4": 16.0} and 0 < sglang.moe_large_m_memory["mxfp4"] < 1
+    assert sglang.moe_dequant_ops == {}
+    for gpu, engine in (("b200", "sglang"), ("h200", "vllm"), ("a100-80gb", "sglang")):
+        other = rates_for(load_gpu(gpu), load_engine(engine).kernels)
+        assert other.moe_stream_bits == {} and other.moe_large_m_memory == {}
+    one = k.moe_experts(sglang, tokens=1, experts_local=128, experts_total=128, top_k=4, hidden=2880,
+                        expert_width=2880, gated=True, weight_bits=4.25, compute="bf16", dequant="fp4",
+                        weight_format="mxfp4")
+    assert one.weight_bytes == pytest.approx(4 * 3 * 2880 * 2880 * 2) and one.bound in ("memory", "floor")
+    for value, message in (
+            ({"h201": {"mxfp4": 16}}, "unknown field 'kernels.moe_stream_bits.h201'"),
+            ({"h200": {"mxfp5": 16}}, "unknown field 'kernels.moe_stream_bits.h200.mxfp5'"),
+            ({"h200": {"mxfp4": 64}}, "field 'kernels.moe_stream_bits.h200.mxfp4' must be at most 32"),
+            ({"h200": 16}, "field 'kernels.moe_stream_bits.h200' must be a mapping of")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"moe_stream_bits": value}, "e.yaml")
+    with pytest.raises(SpecError, match="kernels.moe_large_m_memory_efficiency.h200.mxfp4"):
+        kernels_from_mapping({"moe_large_m_memory_efficiency": {"h200": {"mxfp4": 1.5}}}, "e.yaml")
 
 
 def test_moe_expert_floors_are_validated() -> None:

@@ -108,6 +108,13 @@ class Rates:
     moe_k0: dict[str, float] = field(default_factory=dict, hash=False)  # replaces GEMM_K0 in native MoE, by dtype
     moe_dequant_per_tile: frozenset[str] = frozenset()  # weight-only MoE formats unpacked again in every row tile
     moe_format_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s, replaces the moe floor by format
+    # bits per weight a fused MoE streams, by the experts' storage format, where the engine upcast them at load (no
+    # unpacking in the kernel): SGLang's Triton fallback for MXFP4 experts on Hopper runs them as bf16
+    moe_stream_bits: dict[str, float] = field(default_factory=dict, hash=False)
+    # the fused MoE's weight stream as a fraction of the datasheet bandwidth once the tokens outnumber the local
+    # experts, by storage format, where the kernel switches to a slower tile configuration there (SGLang's default
+    # Triton config: 16-row tiles up to M = E, 64-row tiles with GROUP_SIZE_M 8 above)
+    moe_large_m_memory: dict[str, float] = field(default_factory=dict, hash=False)
     # formats whose linear layers run outside CUDA graphs: their host seconds per call, (max tokens | None, s) steps
     linear_host: dict[str, LinearHostSteps] = field(default_factory=dict, hash=False)
     # decode attention over an fp8 cache: (fixed seconds, scale) x the time over a bf16 cache (engine, GPU); None:
@@ -232,7 +239,8 @@ class Rates:
             changes.update(gemm_efficiency={k: compute for k in self.gemm_efficiency}, attention_efficiency=compute,
                            gemm_efficiency_by_format={})
         if memory is not None:
-            changes.update(memory_efficiency=memory, bandwidth_points=(), gemm_memory_efficiency={})
+            changes.update(memory_efficiency=memory, bandwidth_points=(), gemm_memory_efficiency={},
+                           moe_large_m_memory={})
         return replace(self, **changes) if changes else self
 
 
@@ -627,7 +635,9 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     it (uniform by default), of which ``experts_local`` live here (each sliced to ``expert_width``). Every
     touched expert's weights are read once; its rows run in tiles of ``moe_tile_rows`` rows, E[ceil(X / tile)] of
     them for its binomial count X, each tile computing whole (``routed_rows``). ``weight_format`` (the experts'
-    storage dtype name) picks an engine's entries measured for that format's kernel over its compute dtype's.
+    storage dtype name) picks an engine's entries measured for that format's kernel over its compute dtype's: the
+    bits it streams (``Rates.moe_stream_bits``) and its slower stream once the tokens outnumber the local experts
+    (``Rates.moe_large_m_memory``).
     """
     if tokens <= 0 or experts_local == 0:
         return Cost(0.0, 0.0, 0.0, "memory", 0)
@@ -661,13 +671,19 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     seconds = flops = nbytes = weight_total = 0.0
     by_bound: dict[str, float] = {}
     grouped = rates.grouped_efficiency(compute, dequant, weight_format)
-    dequant_ops = rates.moe_dequant_ops.get(dequant) or DEQUANT_OPS.get(dequant, 0.0)
-    bandwidth = rates._stream or rates.bandwidth(distinct * hidden * (in_width + expert_width) * weight_bits / 8)
+    stream_bits = rates.moe_stream_bits.get(weight_format) or weight_bits
+    dequant_ops = (0.0 if weight_format in rates.moe_stream_bits
+                   else rates.moe_dequant_ops.get(dequant) or DEQUANT_OPS.get(dequant, 0.0))
+    bandwidth = rates._stream or rates.bandwidth(distinct * hidden * (in_width + expert_width) * stream_bits / 8)
+    # the kernel's tile configuration for more tokens than experts streams slower (not under a calibrated curve)
+    large_m = rates.moe_large_m_memory.get(weight_format) if tokens > experts_local and rates._stream else None
+    if large_m:
+        bandwidth = min(bandwidth, rates.memory_bandwidth * large_m)
     # a weight-only kernel unpacks each touched expert's weights once, or, where the engine's kernel was measured to
     # (moe_dequant_per_tile), again in every row tile's main loop: hot experts with many rows unpack many times
     unpacks = tiles / distinct if dequant in rates.moe_dequant_per_tile else 1.0
     for _, f, padded, weights, acts, k in stages:
-        w_bytes = weights * weight_bits / 8
+        w_bytes = weights * stream_bits / 8
         t_c = (padded / (rates.gemm_flops_per_s(compute, k, not dequant, weight_format) * grouped) if padded
                else 0.0)
         t_w = w_bytes / bandwidth

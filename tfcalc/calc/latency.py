@@ -101,6 +101,8 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  floors={**floors, **engine.floors_s}, moe_expert_floors=dict(engine.moe_expert_floors_s),
                  moe_dequant_ops=dict(engine.moe_dequant_ops_by_gpu.get(kernels_gpu, {})), moe_k0=dict(engine_k0),
                  moe_dequant_per_tile=engine.moe_dequant_per_tile_by_gpu.get(kernels_gpu, frozenset()),
+                 moe_stream_bits=dict(engine.moe_stream_bits_by_gpu.get(kernels_gpu, {})),
+                 moe_large_m_memory=dict(engine.moe_large_m_memory_by_gpu.get(kernels_gpu, {})),
                  moe_format_floors=dict(engine.moe_floors_by_gpu.get(kernels_gpu, {})),
                  linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()
                               if fmt in engine.uncaptured_linears},
@@ -117,7 +119,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu,
               engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.linear_host_s_by_gpu,
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
-              engine.gemm_efficiency_by_gpu)
+              engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name

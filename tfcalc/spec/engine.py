@@ -173,10 +173,15 @@ class EngineKernels:
     ``online_fp8_scale``: how per-tensor fp8 linears scale their inputs when the engine quantises a 16-bit
     checkpoint itself (``dynamic``: vLLM's and SGLang's ``--quantization fp8``; ``static``: an engine that serves
     calibrated checkpoints only); ``dynamic_scale_s_by_gpu``: per GPU preset name, the fixed seconds of one
-    dynamic scale (its max reduction) at small M (default: an elementwise kernel's floor). The
-    per-dtype tables (expert floors, efficiency, K0) also take a storage format's name (``fp8_block``,
-    ``fp8_e4m3``, ...): its kernel's entry, looked up before the compute dtype's. The defaults describe an engine
-    whose kernels are those the GPU presets measured (vLLM's).
+    dynamic scale (its max reduction) at small M (default: an elementwise kernel's floor);
+    ``moe_stream_bits_by_gpu``: per GPU preset name and expert storage format, the bits per weight this engine's
+    fused MoE streams where it upcast the experts at load (SGLang's Triton fallback for MXFP4 on Hopper: 16, run
+    as bf16 with no unpacking; the kernel's time only, plan's weights stay the checkpoint's);
+    ``moe_large_m_memory_by_gpu``: per GPU preset name and expert storage format, the fraction of the datasheet
+    bandwidth that weight stream reaches once a step's tokens outnumber the local experts (SGLang's default Triton
+    config switches from 16-row to 64-row tiles there). The per-dtype tables (expert floors, efficiency, K0) also
+    take a storage format's name (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before the
+    compute dtype's. The defaults describe an engine whose kernels are those the GPU presets measured (vLLM's).
     """
 
     cuda_graphs: bool = True
@@ -201,6 +206,8 @@ class EngineKernels:
     gemm_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     online_fp8_scale: str = "dynamic"
     dynamic_scale_s_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
+    moe_stream_bits_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    moe_large_m_memory_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     uncaptured_linears: frozenset[str] = frozenset()
     graph_prefill: bool = True
     graph_max_tokens: GraphCaps = ()
@@ -371,7 +378,8 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_dequant_per_tile", "moe_floors_us", "linear_host_us", "fp8_kv_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
-                          "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "sources"})
+                          "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
+                          "moe_large_m_memory_efficiency", "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
@@ -557,6 +565,11 @@ def _gemm_fractions(value: Any, origin: str, key: str) -> dict[str, dict[str, fl
     return out
 
 
+def _stream_bits(value: Any, origin: str) -> dict[str, dict[str, float]]:
+    """``kernels.moe_stream_bits``: GPU preset name -> expert storage format -> bits per weight in [1, 32]."""
+    return _by_gpu(value, origin, "kernels.moe_stream_bits", MOE_EXPERT_DTYPES, 1.0, 32.0)
+
+
 def _choice(value: Any, origin: str, key: str, allowed: tuple[str, ...]) -> str:
     _require(value in allowed, origin, f"field '{key}' must be {' or '.join(allowed)}, got {_show(value)}")
     return str(value)
@@ -603,6 +616,9 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         gemm_memory_efficiency_by_gpu=_gemm_fractions(data.get("gemm_memory_efficiency"), origin,
                                                       "kernels.gemm_memory_efficiency"),
         gemm_efficiency_by_gpu=_gemm_fractions(data.get("gemm_efficiency"), origin, "kernels.gemm_efficiency"),
+        moe_stream_bits_by_gpu=_stream_bits(data.get("moe_stream_bits"), origin),
+        moe_large_m_memory_by_gpu=_gemm_fractions(data.get("moe_large_m_memory_efficiency"), origin,
+                                                  "kernels.moe_large_m_memory_efficiency"),
         online_fp8_scale=_choice(data.get("online_fp8_scale", d.online_fp8_scale), origin,
                                  "kernels.online_fp8_scale", ("static", "dynamic")),
         dynamic_scale_s_by_gpu=_dynamic_scale(data.get("dynamic_scale_us"), origin),
