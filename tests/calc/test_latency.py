@@ -283,10 +283,15 @@ def test_uncaptured_linears_last_their_host_time() -> None:
     big = StepShape(prefill_seqs=1, prefill_tokens=8192)  # GPU-bound linears: no host time left to add
     assert step_time(eager, big).groups["attention"].seconds == pytest.approx(
         step_time(base, big).groups["attention"].seconds, rel=1e-3)
-    ds = {k: _d("deepseek-v3", "h200", tp=8, engine_kernels=e) for k, e in (("base", vllm), ("eager", uncaptured))}
-    ds_before, ds_after = step_time(ds["base"], shape), step_time(ds["eager"], shape)
-    assert ds_after.groups["attention"].seconds == pytest.approx(ds_before.groups["attention"].seconds)
-    assert ds_after.groups["moe"].seconds > ds_before.groups["moe"].seconds + 58 * 2 * 40e-6  # 2 shared linears
+    inline = replace(vllm, shared_experts_stream_max_tokens=0)  # shared experts in line with the routed ones
+    engines = {"base": inline, "eager": replace(inline, uncaptured_linears=frozenset({"fp8_block"})),
+               "beside": vllm, "beside eager": uncaptured}
+    ds = {k: step_time(_d("deepseek-v3", "h200", tp=8, engine_kernels=e), shape) for k, e in engines.items()}
+    assert ds["eager"].groups["attention"].seconds == pytest.approx(ds["base"].groups["attention"].seconds)
+    paid = ds["eager"].groups["moe"].seconds - ds["base"].groups["moe"].seconds
+    assert paid > 58 * 2 * 40e-6  # 2 shared linears
+    # on vLLM's second stream the routed experts hide part of that host time
+    assert 0 < ds["beside eager"].groups["moe"].seconds - ds["beside"].groups["moe"].seconds < paid
 
 
 def test_steps_outside_the_cuda_graphs_pay_the_host_launches() -> None:
@@ -463,3 +468,57 @@ def test_a_part_of_the_same_silicon_takes_the_engines_kernel_entries() -> None:
     assert pcie.moe_efficiency_by_dtype["fp4"] == sxm.moe_efficiency_by_dtype["fp4"]
     assert h200.moe_large_m_memory == sglang.moe_large_m_memory_by_gpu["h200"] != sxm.moe_large_m_memory
     assert engine_kernels_gpu(load_gpu("h100-pcie"), EngineKernels()) == "h100-pcie"  # nothing to share
+
+
+def test_overlap_of_two_streams_by_hand() -> None:
+    """Two kernel paths on two CUDA streams last max(t_a, t_b, w_a + w_b), w = time - fixed part: fixed costs
+    (floors, host time) hide behind the other path, work shares the GPU and adds up."""
+    from tfcalc.calc.latency import _Acc, _overlap, _Snapshot
+
+    def run(a: tuple[float, float], b: tuple[float, float]) -> _Acc:
+        acc = _Acc(seconds=5.0, floor_seconds=1.0, by_bound={"memory": 5.0})
+        start = _Snapshot.of(acc)
+        acc.seconds, acc.floor_seconds = acc.seconds + a[0], acc.floor_seconds + a[1]
+        acc.by_bound = {"memory": 5.0, "floor": a[0]}
+        middle = _Snapshot.of(acc)
+        acc.seconds, acc.floor_seconds = acc.seconds + b[0], acc.floor_seconds + b[1]
+        acc.by_bound = {"memory": 5.0 + b[0], "floor": a[0]}
+        _overlap(acc, start, middle)
+        return acc
+
+    hidden = run((10.0, 8.0), (30.0, 5.0))  # the shared path's 8 of fixed time hides behind 30: max(10, 30, 27)
+    assert hidden.seconds == pytest.approx(5.0 + 30.0) and hidden.floor_seconds == pytest.approx(1.0 + 30.0 - 27.0)
+    assert sum(hidden.by_bound.values()) == pytest.approx(hidden.seconds)
+    shared = run((10.0, 1.0), (12.0, 1.0))  # both mostly work: 9 + 11 = 20 > max(10, 12)
+    assert shared.seconds == pytest.approx(5.0 + 20.0) and shared.floor_seconds == pytest.approx(1.0)
+    work_only = run((10.0, 0.0), (12.0, 0.0))  # pure work gains nothing
+    assert work_only.seconds == pytest.approx(27.0) and work_only.by_bound == {"memory": 17.0, "floor": 10.0}
+
+
+def test_shared_experts_beside_the_routed_ones_per_engine() -> None:
+    """vLLM runs DeepSeek-V3's shared experts on a second stream in steps of <= 256 tokens on CUDA GPUs,
+    TensorRT-LLM in steps replayed from CUDA graphs (kernels.shared_experts_stream): the MoE group gets faster by
+    at most the shared path and the step stays above the pure roofline; nothing moves above 256 tokens, in ideal
+    mode, on an AMD GPU, or for a model without shared experts."""
+    vllm, trtllm = load_engine("vllm").kernels, load_engine("trtllm").kernels
+    kw = {"tp": 8, "routing": kernels.parse_routing("power-law:1.01")}
+
+    def moe(name: str, gpu: str, engine: EngineKernels, shape: StepShape, ideal: bool = False) -> float:
+        d = _d(name, gpu, "fp8_block" if name == "deepseek-v3" else None, engine_kernels=engine, **kw)
+        return step_time(d, shape, "decode", ideal).groups["moe"].seconds
+
+    decode, big = StepShape(decode_seqs=16, decode_context=2048), StepShape(decode_seqs=300, decode_context=2048)
+    prefill = StepShape(prefill_seqs=1, prefill_tokens=128)
+    for engine in (vllm, trtllm):
+        none = replace(engine, shared_experts_stream_max_tokens=0, shared_experts_stream_in_graphs=False)
+        beside, alone = moe("deepseek-v3", "h200", engine, decode), moe("deepseek-v3", "h200", none, decode)
+        assert 0.8 * alone < beside < alone
+        assert moe("deepseek-v3", "h200", engine, decode, True) == moe("deepseek-v3", "h200", none, decode, True)
+        assert moe("mixtral-8x7b", "h200", engine, decode) == moe("mixtral-8x7b", "h200", none, decode)
+        assert moe("deepseek-v3", "mi300x", engine, decode) == moe("deepseek-v3", "mi300x", none, decode)
+    none = replace(vllm, shared_experts_stream_max_tokens=0)
+    assert moe("deepseek-v3", "h200", vllm, big) == moe("deepseek-v3", "h200", none, big)  # above 256 tokens
+    assert moe("deepseek-v3", "h200", vllm, prefill) < moe("deepseek-v3", "h200", none, prefill)  # eager: still
+    in_graphs = replace(trtllm, shared_experts_stream_in_graphs=False)
+    assert moe("deepseek-v3", "h200", trtllm, prefill) == moe("deepseek-v3", "h200", in_graphs, prefill)
+    assert moe("deepseek-v3", "h200", trtllm, big) < moe("deepseek-v3", "h200", in_graphs, big)  # a graph step

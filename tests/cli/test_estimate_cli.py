@@ -267,3 +267,18 @@ def test_fp8_scales_option() -> None:
     bad = runner.invoke(app, [*args, "--fp8-scales", "sometimes"])
     assert bad.exit_code != 0 and "unknown fp8 input scaling 'sometimes'" in bad.output
     assert "Traceback" not in bad.output
+
+
+def test_explain_says_where_shared_experts_run_beside_the_routed_ones() -> None:
+    """--explain names the engine's rule for the shared experts' second stream and whether the decode step here
+    follows it: vLLM at batch 16 (<= 256 tokens) yes, at 300 no; SGLang's preset has no such stream."""
+    args = ["estimate", "-p", "deepseek-v3", "-g", "h200", "--tp", "8", "-w", "fp8_block", "--explain"]
+    texts = {}
+    for engine, batch in (("vllm", "16"), ("vllm", "300"), ("sglang", "16")):
+        result = runner.invoke(app, [*args, "-e", engine, "-b", batch])
+        assert result.exit_code == 0, result.output
+        texts[engine, batch] = " ".join(result.output.split())
+    assert "second CUDA stream beside the router and routed experts in steps of <= 256 tokens (decode here: yes)" \
+        in texts["vllm", "16"]
+    assert "(decode here: no)" in texts["vllm", "300"]
+    assert "second CUDA stream" not in texts["sglang", "16"]

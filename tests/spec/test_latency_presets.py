@@ -604,3 +604,22 @@ def test_interconnect_files_are_read_strictly(tmp_path: Path) -> None:
         load_interconnect("../gpus/h100-sxm")
     with pytest.raises(UsageError, match="unknown interconnect preset 'nvlink'"):
         load_interconnect("nvlink")
+
+
+def test_shared_experts_stream_is_validated() -> None:
+    """kernels.shared_experts_stream: {max_tokens: N} (vLLM: 256) and/or {in_graphs: true} (TensorRT-LLM); absent,
+    the shared experts run in line (SGLang's preset, and every engine file that says nothing)."""
+    parsed = kernels_from_mapping({"shared_experts_stream": {"max_tokens": 64, "in_graphs": True}}, "e.yaml")
+    assert (parsed.shared_experts_stream_max_tokens, parsed.shared_experts_stream_in_graphs) == (64, True)
+    plain = kernels_from_mapping({}, "e.yaml")
+    assert (plain.shared_experts_stream_max_tokens, plain.shared_experts_stream_in_graphs) == (0, False)
+    for value, message in (
+            ({"max_tokens": 0}, "needs max_tokens above 0 or in_graphs: true"),
+            ({}, "must be a mapping of max_tokens, in_graphs"),
+            ({"tokens": 5}, "unknown field 'kernels.shared_experts_stream.tokens'"),
+            ({"in_graphs": "yes"}, "kernels.shared_experts_stream.in_graphs"),
+            ({"max_tokens": 1.5}, "kernels.shared_experts_stream.max_tokens"),
+            (256, "must be a mapping of max_tokens, in_graphs")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"shared_experts_stream": value}, "e.yaml")
+        assert "\n" not in str(caught.value)

@@ -12,7 +12,8 @@ A step (one forward pass of the scheduler) runs, per layer and per GPU, the kern
 - dense FFN: norm, gate/up GEMM, activation, down GEMM, all-reduce.
 - MoE: norm, router GEMM (replicated), shared-expert FFN, the fused routed-expert kernel (E/ep experts, uniform
   routing, tiles per expert), all-to-all dispatch and combine when experts span data-parallel attention replicas
-  (ep > tp), else the tensor-parallel all-reduce.
+  (ep > tp), else the tensor-parallel all-reduce. Where the engine runs the shared experts on a second CUDA stream
+  (``kernels.shared_experts_stream``), they and the router + routed experts last max(either, their summed work).
 - fp8/int8 W8A8 GEMMs quantise their input in a separate kernel unless the engine fuses it.
 - once per step: embedding gather (+ all-reduce of the vocab-parallel table), final norm, lm_head GEMM for the
   sequences that sample, logits gather over tp, sampling.
@@ -30,6 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import NamedTuple
 
 from tfcalc.calc import comm, kernels
 from tfcalc.calc.engine import capacity_bytes
@@ -243,6 +245,18 @@ class Deployment:
         if shape.prefill_seqs and not self.kernels.graph_prefill:
             return False
         return self.graph_cap_tokens is None or shape.tokens <= self.graph_cap_tokens
+
+
+    def shared_experts_beside_routed(self, shape: StepShape, rates: Rates) -> bool:
+        """Whether the engine runs the shared experts on a second CUDA stream beside the routed ones in ``shape``:
+        on a CUDA GPU, in steps of at most ``shared_experts_stream_max_tokens`` tokens (vLLM) and/or only in steps
+        replayed from a CUDA graph (``shared_experts_stream_in_graphs``: TensorRT-LLM)."""
+        k = self.kernels
+        if not (k.shared_experts_stream_max_tokens or k.shared_experts_stream_in_graphs) or self.gpu.vendor == "AMD":
+            return False
+        if k.shared_experts_stream_max_tokens and shape.tokens > k.shared_experts_stream_max_tokens:
+            return False
+        return not k.shared_experts_stream_in_graphs or (rates.cuda_graphs and self.captured(shape))
 
 
 def _count_in(sorted_layers: tuple[int, ...], lo: int, hi: int) -> int:
@@ -666,6 +680,35 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
     _gemm(s, "attention", m, h, dm.heads * v_dim, dm.attn, eng, in_block=dm.mla)  # O projection
 
 
+class _Snapshot(NamedTuple):
+    """An accumulator's time, fixed part and time by bound at one moment (the start of a path of kernels)."""
+
+    seconds: float
+    floor_seconds: float
+    by_bound: dict[str, float]
+
+    @classmethod
+    def of(cls, acc: _Acc) -> _Snapshot:
+        return cls(acc.seconds, acc.floor_seconds, dict(acc.by_bound))
+
+
+def _overlap(acc: _Acc, start: _Snapshot, middle: _Snapshot) -> None:
+    """Run the kernels added since ``middle`` beside those added between ``start`` and ``middle`` (two CUDA
+    streams): together they last max(t_a, t_b, w_a + w_b), each path's work w = time - fixed part sharing the
+    GPU's bandwidth and SMs, its fixed parts (floors, host time) hiding behind the other path."""
+    t_a, f_a = middle.seconds - start.seconds, middle.floor_seconds - start.floor_seconds
+    t_b, f_b = acc.seconds - middle.seconds, acc.floor_seconds - middle.floor_seconds
+    work = max(t_a - f_a, 0.0) + max(t_b - f_b, 0.0)
+    together = max(t_a, t_b, work)
+    if together >= t_a + t_b or t_a + t_b <= 0:
+        return
+    scale = together / (t_a + t_b)
+    acc.seconds = start.seconds + together
+    acc.floor_seconds = start.floor_seconds + together - work
+    acc.by_bound = {k: start.by_bound.get(k, 0.0) + (v - start.by_bound.get(k, 0.0)) * scale
+                    for k, v in acc.by_bound.items()}
+
+
 def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool) -> None:
     dm, eng = d.dims, d.kernels
     m, h = shape.tokens, dm.h
@@ -677,11 +720,15 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
         _gemm(s, "dense_ffn", m, h, dm.ffn_width, dm.mlp, eng)
         return
     _elementwise_group(s, "moe", 4 * m * h * ACT_BYTES)
-    _gemm(s, "moe", m, dm.experts, h, _Linear(16.0, "bf16", "", False), eng)  # router, replicated, bf16
+    acc = s.groups["moe"]
+    beside = bool(dm.shared_width) and not ideal and d.shared_experts_beside_routed(shape, s.rates)
+    start = _Snapshot.of(acc) if beside else None
     if dm.shared_width:
         _gemm(s, "moe", m, width_in * dm.shared_width, h, dm.shared, eng)
         _elementwise_group(s, "moe", m * dm.shared_width * (width_in + 1) * ACT_BYTES)
         _gemm(s, "moe", m, h, dm.shared_width, dm.shared, eng)
+    shared = _Snapshot.of(acc) if beside else None
+    _gemm(s, "moe", m, dm.experts, h, _Linear(16.0, "bf16", "", False), eng)  # router, replicated, bf16
     routed_tokens = m * d.dp  # every replica's tokens reach the experts of the group
     mode = dm.experts_mode
     s.add("moe", kernels.moe_experts(s.rates, tokens=routed_tokens, experts_local=dm.experts_local,
@@ -689,6 +736,8 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
                                      expert_width=int(dm.expert_width) or 1, gated=dm.gated, weight_bits=mode.bits,
                                      compute=mode.compute, dequant=mode.dequant, routing=d.routing,
                                      weight_format=mode.weights), mode.compute)
+    if start is not None and shared is not None:  # the shared experts' path beside the router's and routed's
+        _overlap(acc, start, shared)
     if d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
         send = m / d.tp * dm.top_k * h * ACT_BYTES
         fabric = _group_link(d, d.ep)

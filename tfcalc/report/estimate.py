@@ -13,6 +13,7 @@ from tfcalc.calc.latency import (
     Deployment,
     LatencyEstimate,
     PhaseTime,
+    StepShape,
     deployment,
     estimate_latency,
     turning_point_batch,
@@ -270,6 +271,15 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                      f"{uniform:.3f}{other}"
                      + f"; each GPU holds {dm.experts_local} expert{'s' if dm.experts_local != 1 else ''} of width "
                      f"{dm.expert_width:g}")
+    k = d.kernels
+    if dm.shared_width and (k.shared_experts_stream_max_tokens or k.shared_experts_stream_in_graphs):
+        rule = " and ".join(([f"steps of <= {k.shared_experts_stream_max_tokens:,} tokens"]
+                             if k.shared_experts_stream_max_tokens else [])
+                            + (["steps replayed from CUDA graphs"] if k.shared_experts_stream_in_graphs else []))
+        shape = StepShape(decode_seqs=-(-e.batch // d.dp), decode_context=e.decode_context)
+        here = "decode here: yes" if d.shared_experts_beside_routed(shape, d.rates_decode) else "decode here: no"
+        lines.append(f"shared experts on a second CUDA stream beside the router and routed experts in {rule} "
+                     f"({here}): the two paths last max(either, their summed work)")
     scaled = sorted({m.weights for m in (dm.attn, dm.mlp, dm.shared, dm.head) if m.dynamic_scale})
     if scaled:
         lines.append(f"{'/'.join(scaled)} linears scale their inputs dynamically (a max reduction before each GEMM, "

@@ -209,6 +209,8 @@ class EngineKernels:
     moe_stream_bits_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_large_m_memory_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     uncaptured_linears: frozenset[str] = frozenset()
+    shared_experts_stream_max_tokens: int = 0
+    shared_experts_stream_in_graphs: bool = False
     graph_prefill: bool = True
     graph_max_tokens: GraphCaps = ()
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
@@ -379,7 +381,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "moe_dequant_per_tile", "moe_floors_us", "linear_host_us", "fp8_kv_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
-                          "moe_large_m_memory_efficiency", "sources"})
+                          "moe_large_m_memory_efficiency", "shared_experts_stream", "sources"})
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
@@ -520,6 +522,21 @@ def _one_shot(value: Any, origin: str) -> dict[str, Any]:
     return {"one_shot_below_bytes": tuple(sorted(rows))}
 
 
+def _shared_experts_stream(value: Any, origin: str) -> dict[str, Any]:
+    """``shared_experts_stream: {max_tokens: N}`` and/or ``{in_graphs: true}`` -> EngineKernels fields."""
+    key = "kernels.shared_experts_stream"
+    if value is None:
+        return {}
+    _require(isinstance(value, dict) and value, origin, f"field '{key}' must be a mapping of max_tokens, in_graphs")
+    _check_keys(value, frozenset({"max_tokens", "in_graphs"}), origin, f"{key}.")
+    out = {"shared_experts_stream_max_tokens": _int(value.get("max_tokens", 0), origin, f"{key}.max_tokens", 0,
+                                                    1 << 20),
+           "shared_experts_stream_in_graphs": _bool(value.get("in_graphs", False), origin, f"{key}.in_graphs")}
+    _require(out["shared_experts_stream_max_tokens"] > 0 or out["shared_experts_stream_in_graphs"], origin,
+             f"field '{key}' needs max_tokens above 0 or in_graphs: true")
+    return out
+
+
 def _launch_by_fabric(value: Any, origin: str) -> dict[str, float]:
     """``custom_allreduce_launch_us: {INTERCONNECT: us}`` -> seconds by interconnect preset name."""
     key = "kernels.custom_allreduce_launch_us"
@@ -624,6 +641,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         dynamic_scale_s_by_gpu=_dynamic_scale(data.get("dynamic_scale_us"), origin),
         uncaptured_linears=_formats(data.get("uncaptured_linears"), origin, "kernels.uncaptured_linears"),
         graph_prefill=_bool(data.get("graph_prefill", d.graph_prefill), origin, "kernels.graph_prefill"),
+        **_shared_experts_stream(data.get("shared_experts_stream"), origin),
         graph_max_tokens=_graph_caps(data.get("graph_max_tokens"), origin),
         sources=_texts(data.get("sources", {}), origin, "kernels.sources"))
 
