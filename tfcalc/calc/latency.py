@@ -246,7 +246,6 @@ class Deployment:
             return False
         return self.graph_cap_tokens is None or shape.tokens <= self.graph_cap_tokens
 
-
     def shared_experts_beside_routed(self, shape: StepShape, rates: Rates) -> bool:
         """Whether the engine runs the shared experts on a second CUDA stream beside the routed ones in ``shape``:
         on a CUDA GPU, in steps of at most ``shared_experts_stream_max_tokens`` tokens (vLLM) and/or only in steps

@@ -179,7 +179,10 @@ class EngineKernels:
     as bf16 with no unpacking; the kernel's time only, plan's weights stay the checkpoint's);
     ``moe_large_m_memory_by_gpu``: per GPU preset name and expert storage format, the fraction of the datasheet
     bandwidth that weight stream reaches once a step's tokens outnumber the local experts (SGLang's default Triton
-    config switches from 16-row to 64-row tiles there). The per-dtype tables (expert floors, efficiency, K0) also
+    config switches from 16-row to 64-row tiles there); ``shared_experts_stream_max_tokens`` /
+    ``shared_experts_stream_in_graphs``: the steps in which the engine runs a MoE layer's shared experts on a second
+    CUDA stream beside the routed ones (vLLM: up to 256 tokens; TensorRT-LLM: steps replayed from CUDA graphs; 0 /
+    false: never). The per-dtype tables (expert floors, efficiency, K0) also
     take a storage format's name (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before the
     compute dtype's. The defaults describe an engine whose kernels are those the GPU presets measured (vLLM's).
     """
