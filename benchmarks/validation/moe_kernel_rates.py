@@ -231,23 +231,26 @@ def scan_k0(base: object, compute: str, rows: list, ratios: Callable[..., list[f
               f"{statistics.median(h):.2f}, quartiles {h[len(h) // 4]:.2f}-{h[3 * len(h) // 4]:.2f}")
 
 
+def price_ratios(rates: object, rows: list) -> list[float]:
+    """tfcalc / measured for each (table row, linear mode) of ``rows`` at ``rates``, the table's own expert counts."""
+    from tfcalc.calc import kernels
+
+    return [kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts,
+                                experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
+                                expert_width=row.inter_size // row.moe_tp_size, gated=True, weight_bits=mode.bits,
+                                compute=mode.compute, dequant=mode.dequant, weight_format=mode.weights).seconds
+            / (row.latency * 1e-3) for row, mode in rows]
+
+
 def large_m_fit(preset: str, args: argparse.Namespace, weights: str, rows: list, base: object) -> None:
     """The fraction of the datasheet bandwidth that makes the median tfcalc / measured 1 over the rows with more
     tokens than experts and fewer than --min-tokens (by bisection in [0.05, 1], at the preset's other values), with
     the rows at or below the experts' count beside it (their median at the preset, the fraction unused there)."""
     import dataclasses
 
-    from tfcalc.calc import kernels
-
     def ratios(fraction: float, subset: list) -> list[float]:
         fmt = subset[0][1].weights
-        rates = dataclasses.replace(base, moe_large_m_memory={fmt: fraction} if fraction else {})
-        return [kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts,
-                                    experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
-                                    expert_width=row.inter_size // row.moe_tp_size, gated=True, weight_bits=mode.bits,
-                                    compute=mode.compute, dequant=mode.dequant,
-                                    weight_format=mode.weights).seconds / (row.latency * 1e-3)
-                for row, mode in subset]
+        return price_ratios(dataclasses.replace(base, moe_large_m_memory={fmt: fraction} if fraction else {}), subset)
 
     large = [(row, mode) for row, mode in rows if row.num_tokens > row.num_experts]
     small = [(row, mode) for row, mode in rows if row.num_tokens <= row.num_experts]
@@ -331,16 +334,7 @@ def main() -> None:
             groups.setdefault((mode.compute, row.moe_dtype), []).append((row, mode))
         for (compute, weights), rows in sorted(groups.items()):
             def ratios(eff: float, rows: list = rows, base: object = base) -> list[float]:
-                rates = dataclasses.replace(base, moe_efficiency=eff, moe_efficiency_by_dtype={})
-                out = []
-                for row, mode in rows:
-                    width = row.inter_size // row.moe_tp_size
-                    c = kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts,
-                                            experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
-                                            expert_width=width, gated=True, weight_bits=mode.bits,
-                                            compute=mode.compute, dequant=mode.dequant, weight_format=mode.weights)
-                    out.append(c.seconds / (row.latency * 1e-3))
-                return out
+                return price_ratios(dataclasses.replace(base, moe_efficiency=eff, moe_efficiency_by_dtype={}), rows)
 
             if args.large_m:
                 large_m_fit(preset, args, weights, rows, base)
