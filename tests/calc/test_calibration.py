@@ -151,8 +151,10 @@ def test_a_collectives_section_is_a_calibration_and_replaces_the_nccl_link() -> 
                                rates_decode=rates)
     nbytes = 8192 * 4096 * 2  # one prefill chunk's hidden states, bf16
     measured = latency._all_reduce(after, nbytes, 2, False)[0].seconds
+    # the measured collectives ran back to back: inside a forward each still meets its peer (the fabric's sync)
     assert measured == pytest.approx(comm.fit_link([(r["op"], r["ranks"], r["bytes"], r["seconds"])
-                                                    for r in COLLECTIVES]).seconds("all_reduce", 2, nbytes))
+                                                    for r in COLLECTIVES]).seconds("all_reduce", 2, nbytes)
+                                     + after.intra.forward_sync_s_per_peer)
     assert measured != pytest.approx(latency._all_reduce(before, nbytes, 2, False)[0].seconds, rel=0.05)
     # the pure roofline still prices the datasheet link
     assert after.intra.nccl.bandwidth_bytes_per_s == before.intra.nccl.bandwidth_bytes_per_s

@@ -332,9 +332,14 @@ def test_steps_outside_the_cuda_graphs_pay_the_host_launches() -> None:
 
 
 def test_nccl_engines_pay_more_for_small_all_reduces() -> None:
+    from tfcalc.spec.interconnect import load_interconnect
+
     shape = StepShape(decode_seqs=1, decode_context=1024)
-    vllm = step_time(_d("llama3-70b", tp=8, engine_kernels=load_engine("vllm").kernels), shape)
-    nccl = step_time(_d("llama3-70b", tp=8, engine_kernels=EngineKernels(custom_allreduce=False)), shape)
+    kernel_only = replace(load_interconnect("nvlink4"), forward_sync_s_per_peer=0.0)  # the kernels, without the ranks
+    vllm = step_time(_d("llama3-70b", tp=8, engine_kernels=load_engine("vllm").kernels, interconnect=kernel_only),
+                     shape)
+    nccl = step_time(_d("llama3-70b", tp=8, engine_kernels=EngineKernels(custom_allreduce=False),
+                        interconnect=kernel_only), shape)
     assert nccl.tp_comm_seconds > 2 * vllm.tp_comm_seconds  # NCCL ring ~17 us vs custom ~5 us per call
 
 
@@ -354,6 +359,28 @@ def test_each_engine_runs_its_own_all_reduce_kernel() -> None:
     one = comm.custom_all_reduce(size, 8, replace(fabric.custom_allreduce, launch_s=3.0e-6), one_shot=True).seconds
     assert trt.tp_comm_seconds - vllm.tp_comm_seconds == pytest.approx(calls * (one - two))
     assert one > two   # reading 7 peers' whole buffers costs more than the two-shot's second stage here
+
+
+def test_every_all_reduce_of_a_forward_pays_the_fabrics_sync_per_peer() -> None:
+    """Llama 3 70B decode: each of the step's all-reduces (two a layer and the embedding's) costs the fabric's
+    forward_sync_us_per_peer x (tp - 1) more than the kernel alone; the pure roofline and tp 1 pay nothing."""
+    from tfcalc.spec.interconnect import load_interconnect
+
+    fabric = load_interconnect("nvlink4")
+    assert fabric.forward_sync_s_per_peer > 0
+    shape = StepShape(decode_seqs=4, decode_context=1024)
+    calls = 2 * 80 + 1
+    for tp in (2, 8):
+        synced = step_time(_d("llama3-70b", tp=tp, interconnect=fabric), shape)
+        bare = step_time(_d("llama3-70b", tp=tp, interconnect=replace(fabric, forward_sync_s_per_peer=0.0)), shape)
+        assert synced.tp_comm_seconds - bare.tp_comm_seconds == pytest.approx(
+            calls * (tp - 1) * fabric.forward_sync_s_per_peer)
+        assert synced.seconds - bare.seconds == pytest.approx(calls * (tp - 1) * fabric.forward_sync_s_per_peer)
+        with_sync = estimate_latency(_d("llama3-70b", tp=tp, interconnect=fabric), 4, 1024, 8)
+        without = estimate_latency(_d("llama3-70b", tp=tp, interconnect=replace(fabric, forward_sync_s_per_peer=0.0)),
+                                   4, 1024, 8)
+        assert with_sync.tpot_s_ideal == without.tpot_s_ideal and with_sync.tpot_s > without.tpot_s
+    assert step_time(_d("llama3-70b", tp=1, interconnect=fabric), shape).tp_comm_seconds == 0
 
 
 def test_mixed_step_for_a_scheduler() -> None:

@@ -536,7 +536,13 @@ def test_custom_allreduce_blocks_parse_and_fail_clearly() -> None:
     base = {"bandwidth_gb_s": 450, "nccl": {"efficiency": 0.78, "launch_us": 4.6, "step_latency_us": 0.87}}
     custom = {"launch_us": 4.6, "one_shot_efficiency": 0.59, "two_shot_efficiency": 0.74, "two_shot_latency_us": 3.7}
     fabric = interconnect_from_mapping({**base, "custom_allreduce": custom}, "x.yaml", "x")
-    assert fabric.custom_allreduce is not None
+    assert fabric.custom_allreduce is not None and fabric.forward_sync_s_per_peer == 0
+    synced = interconnect_from_mapping({**base, "forward_sync_us_per_peer": 1.3}, "x.yaml", "x")
+    assert synced.forward_sync_s_per_peer == pytest.approx(1.3e-6)
+    for value, message in ((-1, "forward_sync_us_per_peer' must be at least 0"),
+                           ("fast", "forward_sync_us_per_peer' must be a number")):
+        with pytest.raises(SpecError, match=message):
+            interconnect_from_mapping({**base, "forward_sync_us_per_peer": value}, "x.yaml", "x")
     assert fabric.custom_allreduce.two_shot_latency_s == pytest.approx(3.7e-6)
     assert fabric.custom_allreduce.bandwidth_bytes_per_s == 450e9
     for change, message in (({"one_shot_efficiency": 1.5}, "one_shot_efficiency' must be at most 1"),

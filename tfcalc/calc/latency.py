@@ -246,6 +246,10 @@ class Deployment:
             return False
         return self.graph_cap_tokens is None or shape.tokens <= self.graph_cap_tokens
 
+    def fabric(self, group_size: int) -> Interconnect:
+        """The fabric a collective over ``group_size`` GPUs crosses: the node's, or the inter-node one beyond it."""
+        return self.intra if group_size <= self.gpus_per_node else self.inter
+
     def shared_experts_beside_routed(self, shape: StepShape, rates: Rates) -> bool:
         """Whether the engine runs the shared experts on a second CUDA stream beside the routed ones in ``shape``:
         on a CUDA GPU, in steps of at most ``shared_experts_stream_max_tokens`` tokens (vLLM) and/or only in steps
@@ -531,21 +535,18 @@ class _Step:
             self.ep_comm += k * t.seconds
 
 
-def _group_link(d: Deployment, group_size: int) -> Interconnect:
-    return d.intra if group_size <= d.gpus_per_node else d.inter
-
-
 def _all_reduce(d: Deployment, nbytes: float, n: int, ideal: bool,
                 memo: dict | None = None) -> tuple[comm.CommTime, float]:
-    """(time, the link's datasheet bandwidth) of an all-reduce over ``n`` GPUs: NCCL, or the engine's one- or
-    two-shot custom kernel below its size limit (vLLM / SGLang: 8 MiB) when that is faster."""
+    """(time, the link's datasheet bandwidth) of an all-reduce over ``n`` GPUs inside a forward: NCCL, or the engine's
+    one- or two-shot custom kernel below its size limit (vLLM / SGLang: 8 MiB) when that is faster, plus the fabric's
+    synchronisation per peer (``Interconnect.forward_sync_s_per_peer``)."""
     if memo is not None:
         key = ("all_reduce", nbytes, n, ideal)
         hit = memo.get(key)
         if hit is None:
             hit = memo[key] = _all_reduce(d, nbytes, n, ideal)
         return hit
-    fabric = _group_link(d, n)
+    fabric = d.fabric(n)
     link = fabric.nccl.ideal() if ideal else fabric.nccl
     algorithm = d.algorithm if fabric is d.intra else fabric.algorithm
     best = comm.all_reduce(nbytes, n, link, algorithm)
@@ -558,6 +559,8 @@ def _all_reduce(d: Deployment, nbytes: float, n: int, ideal: bool,
         custom = replace(custom, bytes_per_gpu=2 * (n - 1) / n * nbytes)
         if custom.seconds < best.seconds:
             best = custom
+    if not ideal and n > 1 and fabric.forward_sync_s_per_peer:  # the ranks meet: per peer, inside a forward
+        best = replace(best, seconds=best.seconds + (n - 1) * fabric.forward_sync_s_per_peer)
     return best, link.bandwidth_bytes_per_s
 
 
@@ -739,7 +742,7 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
         _overlap(acc, start, shared)
     if d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
         send = m / d.tp * dm.top_k * h * ACT_BYTES
-        fabric = _group_link(d, d.ep)
+        fabric = d.fabric(d.ep)
         link = fabric.nccl.ideal() if ideal else fabric.nccl
         for _ in range(2):
             s.add_comm(comm.all_to_all(send, d.ep, link), link.bandwidth_bytes_per_s, "ep")
@@ -770,7 +773,7 @@ def _head(s: _Step, d: Deployment, shape: StepShape, first: bool, last: bool, id
         _elementwise_group(s, "lm_head", 2 * rows * dm.h * ACT_BYTES)  # final norm of the sampled rows
         _gemm(s, "lm_head", rows, dm.vocab, dm.h, dm.head, d.kernels)
         if d.tp > 1:
-            fabric = _group_link(d, d.tp)
+            fabric = d.fabric(d.tp)
             link = fabric.nccl.ideal() if ideal else fabric.nccl
             s.add_comm(comm.all_gather(rows * dm.vocab * d.tp * ACT_BYTES, d.tp, link), link.bandwidth_bytes_per_s,
                        "tp")

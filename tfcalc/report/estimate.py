@@ -290,9 +290,12 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                  + (", engine one-/two-shot custom all-reduce below 8 MiB" if d.kernels.custom_allreduce
                     and d.intra.custom_allreduce is not None else ""))
     if d.tp > 1:
+        sync = d.fabric(d.tp).forward_sync_s_per_peer
         lines.append(f"tp: 2 all-reduces per layer of tokens x {dm.h} x 2 B (+ the embedding's, logits gathered): "
                      f"prefill {format_seconds(pre.step.tp_comm_seconds)}, decode "
-                     f"{format_seconds(dec.step.tp_comm_seconds)} per step")
+                     f"{format_seconds(dec.step.tp_comm_seconds)} per step"
+                     + (f"; each pays {format_seconds(sync)} x {d.tp - 1} peers for the ranks meeting inside the "
+                        "forward" if sync else ""))
     else:
         lines.append("tp 1: no all-reduce")
     if d.dp > 1:

@@ -5,6 +5,8 @@ Each preset gives the link bandwidth and NCCL's measured behaviour on it (effici
 floor, the latency of one algorithm step, the algorithm NCCL uses there); fabrics with peer-to-peer access (NVLink)
 may add ``custom_allreduce``, the one-/two-shot kernels vLLM, SGLang and TensorRT-LLM use for small messages
 (``CustomAllReduce``; which of the two an engine runs is the engine's: ``EngineKernels.one_shot_allreduce``).
+``forward_sync_us_per_peer``: what an all-reduce inside a model's forward pays beyond its kernel timed back to back,
+per peer GPU (the ranks meet at every all-reduce of the step; docs/estimate.md, "Communication").
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class CustomAllReduce:
     source: str = ""
 
 
-_KEYS = {"display_name", "bandwidth_gb_s", "nccl", "custom_allreduce", "sources", "notes"}
+_KEYS = {"display_name", "bandwidth_gb_s", "nccl", "custom_allreduce", "forward_sync_us_per_peer", "sources", "notes"}
 _IMPL_KEYS = {"efficiency", "launch_us", "step_latency_us", "algorithm"}
 _CUSTOM_KEYS = {"launch_us", "one_shot_efficiency", "two_shot_efficiency", "two_shot_latency_us"}
 
@@ -69,6 +71,7 @@ class Interconnect:
     nccl: Link
     algorithm: str
     custom_allreduce: CustomAllReduce | None = None
+    forward_sync_s_per_peer: float = 0.0  # each all-reduce of a forward, per peer GPU (module docstring)
 
 
 MAX_BANDWIDTH_GB_S = 1e7  # as GPU_LIMITS' interconnect_bidirectional_gb_s: 1000x today's fastest fabric
@@ -153,8 +156,11 @@ def interconnect_from_mapping(data: dict[str, Any], origin: str, default_name: s
     custom = None
     if data.get("custom_allreduce") is not None:
         custom = _custom(data["custom_allreduce"], origin, f"{default_name} custom all-reduce", bandwidth)
+    sync = data.get("forward_sync_us_per_peer")
+    sync_s = 0.0 if sync is None else _number(sync, origin, "forward_sync_us_per_peer", MAX_MICROSECONDS,
+                                              allow_zero=True) * 1e-6
     return Interconnect(name=default_name, display_name=str(data.get("display_name", default_name)), nccl=nccl,
-                        algorithm=algorithm, custom_allreduce=custom)
+                        algorithm=algorithm, custom_allreduce=custom, forward_sync_s_per_peer=sync_s)
 
 
 def load_interconnect(name_or_path: str) -> Interconnect:
