@@ -15,8 +15,8 @@ The model of the residual (measured - predicted TPOT) per run: e_g x predicted, 
 (engine, model, GPU, weight format) -- a kernel rate off by a few per cent scales with the step -- plus
 c_f x (tp - 1) x 2 x layers, one c_f per fabric: the per-peer cost of every all-reduce. Least squares over vLLM's runs
 gives each fabric's correction to the preset's value (printed; about 0 once the preset holds the fit); TensorRT-LLM's
-runs, fitted on their own the same way, are the held-out check. The rms of the residual is printed with the per-peer
-term taken out of the predictions and with the fitted one.
+runs, fitted on their own the same way, are the held-out check. The rms of the residual is printed three ways: with
+the per-peer term taken out of the predictions, at the presets, and at the fitted values.
 """
 
 from __future__ import annotations
@@ -38,9 +38,7 @@ def _selected(point: dict) -> bool:
     model = Path(point["model"]).name
     if point["concurrency"] > MAX_CONCURRENCY or point["gen"] < MIN_OUTPUT or point["engine"] == "sglang":
         return False
-    if "qwen3-235b" in model or (model == "deepseek-v3"):
-        return False
-    return True
+    return "qwen3-235b" not in model and model != "deepseek-v3"
 
 
 def _fit(rows: list[dict], fabrics: list[str], mode: str) -> tuple[dict[str, float], float]:
@@ -83,18 +81,18 @@ def main() -> None:
         r["fabric"] = load_gpu(r["gpu"]).latency.interconnect_preset
         r["all_reduces"] = 2 * _spec(r["model"]).num_layers
     fabrics = sorted({r["fabric"] for r in rows})
+    preset_us = {f: load_interconnect(f).forward_sync_s_per_peer * 1e6 for f in fabrics}
     for r in rows:
-        r["preset_us"] = load_interconnect(r["fabric"]).forward_sync_s_per_peer * 1e6
+        r["preset_us"] = preset_us[r["fabric"]]
     for engine, role in (("vllm", "fit"), ("trtllm", "held out")):
         subset = [r for r in rows if r["engine"] == engine]
         here = [f for f in fabrics if any(r["fabric"] == f for r in subset)]
         correction, rms = _fit(subset, here, "fit")
         rms_without, rms_preset = (_fit(subset, here, mode)[1] for mode in ("without", "preset"))
         for fabric, c in correction.items():
-            preset = load_interconnect(fabric).forward_sync_s_per_peer * 1e6
             n = sum(r["fabric"] == fabric for r in subset)
-            print(f"{engine:7s} ({role}) {fabric}: {n} runs; preset {preset:.2f} us per peer, least-squares "
-                  f"correction {c:+.2f} -> {preset + c:.2f}")
+            print(f"{engine:7s} ({role}) {fabric}: {n} runs; preset {preset_us[fabric]:.2f} us per peer, "
+                  f"least-squares correction {c:+.2f} -> {preset_us[fabric] + c:.2f}")
         print(f"{engine:7s} ({role}) rms of measured - predicted TPOT left by each group's proportional error: "
               f"{rms_without:.3f} ms without the per-peer term, {rms_preset:.3f} ms at the presets, {rms:.3f} ms "
               "with the fitted values")
