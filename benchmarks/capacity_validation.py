@@ -216,6 +216,25 @@ def silicon_points(name: str = "silicon_points.json") -> list[dict]:
     return json.loads((Path(__file__).parent / "validation" / name).read_text())
 
 
+# aiconfigurator's generator (generator/backends/trtllm.py since its first release, 2025-09; rule_plugin/*.rule
+# since 2025-12): an aggregated worker's token budget is its batch size + the prompt length + 1500, and its
+# TensorRT-LLM configs leave enable_chunked_prefill at false
+GENERATED_BUDGET_SLACK = 1500
+
+
+def deployment_limits(point: dict, engine, gpu) -> tuple[int, int, bool]:
+    """(max_num_seqs, max_num_batched_tokens, chunked prefill) a run was served with: the engine's defaults, or,
+    where aiconfigurator's generator wrote the settings (``deployment``: its gap analysis), the generator's -- a
+    token budget of concurrency + prompt + 1500, rounded up to a whole 32-token KV block, TensorRT-LLM without
+    chunked prefill, so a step takes a whole prompt or none."""
+    seats, budget = scheduler_defaults(engine, gpu)
+    if point.get("deployment") != "aiconfigurator":
+        return seats, budget, True
+    clients = point.get("concurrency", point.get("batch"))
+    tokens = clients + point["prompt"] + GENERATED_BUDGET_SLACK
+    return max(seats, clients), -(-tokens // 32) * 32, point["engine"] != "trtllm"
+
+
 def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, phases: str = "lockstep") -> dict:
     """One measured serving run at concurrency ``batch``, fixed lengths, the engine's latest preset (or the version
     the run names when a preset covers it). ``phases``: every client sends its first request at once (``lockstep``,
@@ -236,14 +255,14 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
     spec = replace(spec, native_dtype=point["weights"], checkpoint_kv_dtype=point.get("checkpoint_kv"),
                    checkpoint_activation_scale="static")
     kv = get_dtype(point["kv"]) if point.get("kv") else default_kv_dtype(spec, engine)  # the checkpoint's, if followed
-    seats, budget = scheduler_defaults(engine, gpu)
+    seats, budget, chunked = deployment_limits(point, engine, gpu)
     length = point["prompt"] + point["gen"]
     memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=point.get("ep", 1), engine=engine,
                             max_model_len=max(length, 2048), max_num_seqs=seats, max_num_batched_tokens=budget)
     step = latency_step(spec, gpu, precision, kv, tp=point["tp"], ep=point.get("ep", 1), engine=engine)
     clients = point.get("concurrency", point.get("batch"))
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=memory.kv_capacity_tokens,
-                    block_size=memory.block_size, overheads=_overheads(name, mode))
+                    block_size=memory.block_size, overheads=_overheads(name, mode), chunked_prefill=chunked)
     lifetime = 0.0   # one request's prefill and decode at the run's concurrency: the random phases' range
     if phases == "random":
         lifetime = (step.time(0, 0.0, point["prompt"], 0.0, 1)

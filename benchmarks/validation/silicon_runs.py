@@ -25,6 +25,12 @@ nvidia--Llama-3.1-70B-Instruct-FP8_hf_quant_config.json, Qwen--Qwen3-32B-FP8-Sta
 ``kv_cache_quant_algo: FP8`` / ``kv_cache_scheme: FP8``, as do all 18 NVFP4 and 4 FP8 ModelOpt configs it ships.
 The others (bf16, Qwen's and DeepSeek's block-fp8, gpt-oss's MXFP4) declare none.
 
+``deployment`` is ``aiconfigurator`` where the row's source is aiconfigurator's automated gap analysis
+(``aic-auto-gap-analysis/data/<gpu>/<engine>/<version>/<model>.csv``: it serves the configurations aiconfigurator's
+generator writes, then benchmarks them), else ``null`` (the dated sweeps and the database dump, whose engine
+settings the CSV does not give). The replay takes that generator's engine settings for the former
+(``capacity_validation.deployment_limits``).
+
 The layout is ``tp_size`` and ``moe_ep_size``, except where the export multiplied them: in every one of the 160 rows
 whose id names an expert-parallel layout (``..._tp8_ep8_...``) with ``moe_tp_size`` and ``moe_ep_size`` both above 1,
 ``tp_size`` holds their product (64 for tp 8 / ep 8, on an 8-GPU system). There, and in rows without such an id that
@@ -91,6 +97,11 @@ def layout(row: dict) -> tuple[int, int]:
     return tp, ep
 
 
+def deployment(text: str) -> str | None:
+    """Who wrote the run's engine settings: ``aiconfigurator`` for its gap analysis (module docstring)."""
+    return "aiconfigurator" if "aic-auto-gap-analysis/" in text else None
+
+
 def extract(rows: list[dict]) -> list[dict]:
     runs = []
     for row in rows:
@@ -109,6 +120,7 @@ def extract(rows: list[dict]) -> list[dict]:
             "gpu": SYSTEMS[row["system"]], "weights": fmt, "checkpoint_kv": CHECKPOINT_KV.get(fmt), "tp": tp, "ep": ep,
             "concurrency": int(row["batch_size"]), "prompt": int(row["isl"]), "gen": int(row["osl"]),
             "ttft_ms": round(float(row["silicon_ttft_ms"]), 3), "tpot_ms": round(float(row["silicon_tpot_ms"]), 4),
+            "deployment": deployment(row["silicon_data_source"]),
         })
     runs.sort(key=lambda r: (r["engine"], r["model"], r["gpu"], r["weights"], r["tp"], r["prompt"], r["gen"],
                              r["concurrency"], r["id"]))

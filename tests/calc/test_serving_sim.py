@@ -91,6 +91,29 @@ def test_clients_out_of_step_do_not_queue_behind_each_other(constant_step) -> No
     assert sum(spread.ttft_s[:n]) / n < 2 * tau < sum(lockstep.ttft_s[:n]) / n
 
 
+def test_without_chunked_prefill_a_step_takes_whole_prompts(constant_step) -> None:
+    """Four clients send 600-token prompts at t = 0 into a 1,000-token budget. Chunked (vLLM): step 1 runs one prompt
+    and 400 tokens of the next; step 2 the first's decode token, the second's last 200, the whole third and 199 of
+    the fourth; step 3 the rest -- first tokens after steps 1, 2, 2, 3. Whole prompts (TensorRT-LLM's default): one
+    prompt a step beside the running decodes, first tokens after steps 1-4. A prompt larger than the whole budget
+    never runs: its request fails, as the engine rejects it, and the closed loop goes on."""
+    tau, n = 1e-3, 4
+    load = Workload(input_len=LengthDist(kind="fixed", mean=600), output_len=LengthDist(kind="fixed", mean=50),
+                    num_requests=n, concurrency=n)
+    chunked = simulate(constant_step(tau), _cfg(8, budget=1000), load)
+    assert sorted(chunked.ttft_s) == pytest.approx([tau, 2 * tau, 2 * tau, 3 * tau])
+    assert chunked.steps == 3 + 49
+    whole_cfg = SimConfig(max_num_seqs=8, max_num_batched_tokens=1000, kv_capacity_tokens=BIG, chunked_prefill=False)
+    whole = simulate(constant_step(tau), whole_cfg, load)
+    assert sorted(whole.ttft_s) == pytest.approx([(k + 1) * tau for k in range(n)])
+    assert whole.steps == 4 + 49
+    too_long = Workload(input_len=LengthDist(kind="fixed", mean=1200), output_len=LengthDist(kind="fixed", mean=5),
+                        num_requests=6, concurrency=2)
+    r = simulate(constant_step(tau), whole_cfg, too_long)
+    assert r.requests == 0
+    assert simulate(constant_step(tau), _cfg(8, budget=1000), too_long).requests == 6
+
+
 def test_closed_loop_goes_on_after_requests_that_cannot_fit(constant_step) -> None:
     """A closed-loop client whose request can never be admitted (the pool holds less than its prompt) gets an error
     and sends the next one: the run ends with every request failed, an empty result, not a crash or a hang."""

@@ -83,3 +83,24 @@ def test_extractor_undoes_the_exports_tp_product(extractor: ModuleType, row: dic
 
 def test_no_run_spans_more_gpus_than_one_node() -> None:
     assert max(r["tp"] * max(1, r["ep"] // r["tp"]) for r in RUNS) <= 8
+
+
+def test_extractor_marks_runs_whose_settings_aiconfigurator_wrote(extractor: ModuleType) -> None:
+    gap = "source_file=/Users/x/projects/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/Qwen_Qwen3-32B.csv"
+    runs = extractor.extract([_row(), _row(silicon_data_source=gap + "; silicon_concurrency=16")])
+    assert [(r["source"], r["deployment"]) for r in runs] == [("2026-04-06.csv", None),
+                                                              ("Qwen_Qwen3-32B.csv", "aiconfigurator")]
+    assert {r["deployment"] for r in RUNS} == {None, "aiconfigurator"}
+
+
+def test_replay_takes_the_generators_limits(benchmark_script: Callable[[str], ModuleType]) -> None:
+    """The gap analysis's runs: budget = concurrency + prompt + 1500 in whole 32-token blocks, TensorRT-LLM without
+    chunked prefill; the other runs: the engine's defaults, chunked."""
+    replay = benchmark_script("capacity_validation.py")
+    gpu = load_gpu("h100-sxm")
+    run = {"engine": "trtllm", "concurrency": 16, "prompt": 1024, "deployment": "aiconfigurator"}
+    seats, budget, chunked = replay.deployment_limits(run, load_engine("trtllm"), gpu)
+    assert (budget, chunked) == (-(-(16 + 1024 + 1500) // 32) * 32, False) and budget % 32 == 0 and seats >= 16
+    assert replay.deployment_limits({**run, "engine": "vllm"}, load_engine("vllm"), gpu)[1:] == (budget, True)
+    defaults = replay.deployment_limits({**run, "deployment": None}, load_engine("trtllm"), gpu)
+    assert defaults == (2048, 8192, True)

@@ -11,7 +11,9 @@ server delays what the client sees and, in a closed loop, when the next request 
 Engine step: every running sequence is scheduled first, in admission order (one decode token, k + 1 when verifying k
 speculative tokens, or the next prefill chunk of a partly prefilled prompt), within the token budget C
 (max_num_batched_tokens); then waiting requests, first come first served, while the budget, the max_num_seqs seats
-and the KV blocks allow. KV blocks are allocated on demand, block_size tokens at a time; when a running sequence
+and the KV blocks allow -- a chunk of the head's prompt where the rest of the budget is short, or, without chunked
+prefill (``SimConfig.chunked_prefill``; TensorRT-LLM's default), only a whole prompt, the head waiting otherwise.
+KV blocks are allocated on demand, block_size tokens at a time; when a running sequence
 cannot grow, the most recently admitted one is preempted (its blocks freed; it re-prefills prompt + generated tokens
 later, vLLM's recompute preemption). The step takes the step source's time for its mix (decoding sequences at their
 mean context, prefill chunks at their mean length and past); tokens are emitted at the step's end.
@@ -67,6 +69,7 @@ class SimConfig:
     block_size: int = 16
     overheads: Overheads = field(default_factory=Overheads)
     spec: SpecDecoding | None = None
+    chunked_prefill: bool = True   # False: a prompt is admitted only when all of it fits the step's token budget
 
 
 def weighted_percentile(values: tuple[float, ...], weights: tuple[float, ...], p: float) -> float:
@@ -287,7 +290,10 @@ class _Engine:
         if len(self.running) >= cfg.max_num_seqs or len(self.running) >= cfg.max_num_batched_tokens:
             return True
         head = self.waiting[0]
-        want = min(head.target - head.length, cfg.max_num_batched_tokens - len(self.running))
+        room = cfg.max_num_batched_tokens - len(self.running)
+        if not cfg.chunked_prefill and head.target - head.length > room:
+            return True
+        want = min(head.target - head.length, room)
         return self._blocks_needed(head, want) > self.free_blocks
 
     def _one_step(self, t: float) -> float:
@@ -316,6 +322,8 @@ class _Engine:
         if not preempted:
             while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
                 seq = self.waiting[0]
+                if not cfg.chunked_prefill and seq.target - seq.length > budget:
+                    break   # first come first served: the head waits for a step with room for all of its prompt
                 want = min(seq.target - seq.length, budget)
                 need = self._blocks_needed(seq, want)
                 if need > self.free_blocks:
