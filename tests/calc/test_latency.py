@@ -153,9 +153,10 @@ def test_fp8_input_scale_follows_the_checkpoint_or_the_engines_online_quantisati
 
 def test_dynamic_fp8_scales_cost_a_reduction_per_linear_by_hand() -> None:
     """Llama 3 70B fp8 at tp 8, batch 1, TensorRT-LLM on an H100: dynamic scales add to each of 4 linears x 80
-    layers of a decode step its 7.4 us reduction (+ a few bytes) and the cast its norm fused under static scales
-    (an elementwise kernel at its floor: a dynamic scale is known only after the reduction); bf16 weights and the
-    ideal columns do not move."""
+    layers of a decode step its 7.4 us reduction (+ a few bytes), and to the O and down projections the cast that
+    attention and SwiGLU fuse under static scales (an elementwise kernel at its floor: a dynamic scale is known
+    only after the reduction; the QKV and gate/up projections cast their input themselves either way); bf16
+    weights and the ideal columns do not move."""
     llama, trtllm = load_model("llama3-70b"), load_engine("trtllm").kernels
 
     def run(weights: str, scales: str):  # noqa: ANN202 - (Deployment, LatencyEstimate)
@@ -165,9 +166,34 @@ def test_dynamic_fp8_scales_cost_a_reduction_per_linear_by_hand() -> None:
 
     d, dynamic = run("fp8", "dynamic")
     cast = kernels.elementwise(d.rates_decode, 8192 * 3).seconds  # [1 x K] bf16 in, fp8 out: the floor
-    assert dynamic.tpot_s - run("fp8", "static")[1].tpot_s == pytest.approx(4 * 80 * (7.4e-6 + cast), rel=0.03)
+    assert dynamic.tpot_s - run("fp8", "static")[1].tpot_s == pytest.approx(80 * (4 * 7.4e-6 + 2 * cast), rel=0.03)
     assert dynamic.tpot_s_ideal == run("fp8", "static")[1].tpot_s_ideal
     assert run("bf16", "dynamic")[1].tpot_s == run("bf16", "static")[1].tpot_s
+
+
+def test_an_unfused_input_cast_is_a_kernel_after_the_norm_only() -> None:
+    """TensorRT-LLM's RMSNorm quantises NVFP4 only: a static per-tensor fp8 QKV and gate/up projection casts its own
+    input (one elementwise kernel each, [M x 8192] bf16 in, fp8 out), while attention and SwiGLU write the O and
+    down projections' inputs in fp8. Llama 3 70B at tp 8 on an H100: per decode step at batch 1, 2 x 80 casts at
+    their floor against the same engine with every cast fused; at a 2,048-token prefill, each cast's bytes."""
+    llama, gpu, trtllm = load_model("llama3-70b"), load_gpu("h100-sxm"), load_engine("trtllm").kernels
+    assert [trtllm.fuses_input_quant("fp8_e4m3", at) for at in ("norm", "attention", "activation")] == \
+        [False, True, True]
+    assert trtllm.fuses_input_quant("nvfp4", "norm") and trtllm.fuses_input_quant("fp8_block", "norm")
+    fused = replace(trtllm, unfused_activation_quant={})
+
+    def run(engine: EngineKernels):  # noqa: ANN202 - (Deployment, LatencyEstimate)
+        d = deployment(llama, gpu, parse_weight_precision("fp8"), KV, tp=8, engine_kernels=engine,
+                       fp8_scales="static")
+        return d, estimate_latency(d, 1, 2048, 256)
+
+    d, unfused = run(trtllm)
+    both = run(fused)[1]
+    decode_cast = kernels.elementwise(d.rates_decode, 8192 * 3).seconds
+    assert unfused.tpot_s - both.tpot_s == pytest.approx(2 * 80 * decode_cast, rel=0.02)
+    prefill_cast = kernels.elementwise(d.rates_prefill, 2048 * 8192 * 3).seconds
+    assert unfused.ttft_s - both.ttft_s == pytest.approx(2 * 80 * prefill_cast, rel=0.02)
+    assert unfused.tpot_s_ideal == both.tpot_s_ideal
 
 
 def test_fp8_pure_roofline_prices_attention_at_the_16bit_peak() -> None:

@@ -171,6 +171,26 @@ def test_engine_moe_efficiency_is_validated() -> None:
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 
+def test_engine_unfused_activation_quant_names_formats_and_places() -> None:
+    """kernels.unfused_activation_quant: per weight format, the kinds of kernel (norm, attention, activation) after
+    which a fused engine's W8A8 / W4A4 linear still casts its own input; anything else is a one-line error."""
+    kernels = kernels_from_mapping({"fused_activation_quant": True,
+                                    "unfused_activation_quant": {"fp8_e4m3": ["norm"]}}, "e.yaml")
+    assert kernels.unfused_activation_quant == {"fp8_e4m3": frozenset({"norm"})}
+    assert not kernels.fuses_input_quant("fp8_e4m3", "norm") and kernels.fuses_input_quant("fp8_e4m3", "attention")
+    assert kernels.fuses_input_quant("nvfp4", "norm")
+    unfused = kernels_from_mapping({"unfused_activation_quant": {"fp8_e4m3": []}}, "e.yaml")
+    assert not unfused.fuses_input_quant("fp8_e4m3", "attention")  # nothing is fused without fused_activation_quant
+    for value, message in (
+            ({"fp9": ["norm"]}, "unknown weight format 'fp9'"),
+            ({"fp8_e4m3": ["gemm"]}, r"'kernels.unfused_activation_quant.fp8_e4m3' must be a list of norm, "
+                                     r"attention, activation, got \['gemm'\]$"),
+            (["norm"], "must map weight formats to lists of norm, attention, activation$")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"unfused_activation_quant": value}, "e.yaml")
+        assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
+
+
 def test_engine_moe_k0_replaces_gemm_k0_in_that_engines_fused_moe() -> None:
     """kernels.moe_k0: per GPU preset and compute dtype, the grouped GEMMs' K0 of that engine's fused MoE; dense
     GEMMs, other dtypes, other GPUs and other engines keep kernels.GEMM_K0."""

@@ -569,16 +569,17 @@ def _elementwise_group(s: _Step, group: str, nbytes: float, kernels_count: int =
 
 
 def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, engine: EngineKernels,
-          in_block: bool = False) -> None:
+          in_block: bool = False, after: str = "norm") -> None:
     """One linear layer (and its input quantisation); ``in_block``: a projection of a fused attention block (MLA),
-    which runs as one module with it, never outside the CUDA graphs on its own."""
+    which runs as one module with it, never outside the CUDA graphs on its own; ``after``: the kind of kernel its
+    input comes from (``QUANT_PLACES``), which may quantise it (``EngineKernels.fuses_input_quant``)."""
     if m <= 0 or n <= 0 or k <= 0:
         return
     r = s.rates
     cost = kernels.gemm(r, m, n, k, mode.bits, mode.compute, dequant=mode.dequant, weight_format=mode.weights)
     s.add(group, cost, mode.compute)
     seconds = cost.seconds
-    if mode.quantised_input and (mode.dynamic_scale or not engine.fused_activation_quant):
+    if mode.quantised_input and (mode.dynamic_scale or not engine.fuses_input_quant(mode.weights, after)):
         # the cast; a dynamic scale is known only after its reduction, so no norm before it can fuse the cast
         quant = kernels.elementwise(r, m * k * (ACT_BYTES + mode.bits / 8))
         s.add(group, quant)
@@ -679,7 +680,7 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
         if dm.mla:
             _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.v_dim, dm.kv_rank, dm.attn, eng,  # W_UV
                   in_block=True)
-    _gemm(s, "attention", m, h, dm.heads * v_dim, dm.attn, eng, in_block=dm.mla)  # O projection
+    _gemm(s, "attention", m, h, dm.heads * v_dim, dm.attn, eng, in_block=dm.mla, after="attention")  # O projection
 
 
 class _Snapshot(NamedTuple):
@@ -719,7 +720,7 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
         _elementwise_group(s, "dense_ffn", 4 * m * h * ACT_BYTES)
         _gemm(s, "dense_ffn", m, width_in * dm.ffn_width, h, dm.mlp, eng)
         _elementwise_group(s, "dense_ffn", m * dm.ffn_width * (width_in + 1) * ACT_BYTES)
-        _gemm(s, "dense_ffn", m, h, dm.ffn_width, dm.mlp, eng)
+        _gemm(s, "dense_ffn", m, h, dm.ffn_width, dm.mlp, eng, after="activation")
         return
     _elementwise_group(s, "moe", 4 * m * h * ACT_BYTES)
     acc = s.groups["moe"]
@@ -728,7 +729,7 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
     if dm.shared_width:
         _gemm(s, "moe", m, width_in * dm.shared_width, h, dm.shared, eng)
         _elementwise_group(s, "moe", m * dm.shared_width * (width_in + 1) * ACT_BYTES)
-        _gemm(s, "moe", m, h, dm.shared_width, dm.shared, eng)
+        _gemm(s, "moe", m, h, dm.shared_width, dm.shared, eng, after="activation")
     shared = _Snapshot.of(acc) if beside else None
     _gemm(s, "moe", m, dm.experts, h, _Linear(16.0, "bf16", "", False), eng)  # router, replicated, bf16
     routed_tokens = m * d.dp  # every replica's tokens reach the experts of the group

@@ -144,9 +144,11 @@ class EngineKernels:
     ``custom_allreduce_max_bytes`` where the fabric has them, one-shot as ``one_shot_allreduce`` says, with this
     engine's own launch cost per interconnect preset where it differs from the fabric's
     (``custom_allreduce_launch_s``); ``fused_activation_quant``: fp8/int8 W8A8 GEMMs quantise their input inside the
-    preceding kernel (else a kernel of its own); ``floors_s``: per kernel class (gemm, elementwise, attention, moe),
-    replacing the GPU preset's floor where this engine's kernels were measured to differ; ``block_floors_s``: the
-    fixed cost of a fused block per layer (mla_decode, mla_prefill); ``moe_expert_floors_s``: per compute dtype, a
+    preceding kernel (else a kernel of its own), except, per weight format, after the kinds of kernel
+    ``unfused_activation_quant`` names (``QUANT_PLACES``: a norm, attention, an activation); ``floors_s``: per
+    kernel class (gemm, elementwise, attention, moe), replacing the GPU preset's floor where this engine's kernels
+    were measured to differ; ``block_floors_s``: the fixed cost of a fused block per layer (mla_decode,
+    mla_prefill); ``moe_expert_floors_s``: per compute dtype, a
     fused-MoE kernel's fixed cost per local expert (added to its floor); ``moe_dequant_ops_by_gpu``: per GPU preset
     name and weight-only format, the CUDA-core instructions per weight this engine's fused-MoE kernel spends
     dequantising (replacing ``kernels.DEQUANT_OPS``' entry on that GPU); ``moe_efficiency_by_gpu``: per GPU preset
@@ -194,6 +196,7 @@ class EngineKernels:
     one_shot_max_tokens: int = 0   # > 0: one-shot up to this many tokens whatever the GPUs (TensorRT-LLM)
     custom_allreduce_launch_s: dict[str, float] = field(default_factory=dict, hash=False)  # by interconnect preset
     fused_activation_quant: bool = False
+    unfused_activation_quant: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     eager_launch_s: float = 8e-6
     floors_s: dict[str, float] = field(default_factory=dict, hash=False)
     block_floors_s: dict[str, float] = field(default_factory=dict, hash=False)
@@ -217,6 +220,11 @@ class EngineKernels:
     graph_prefill: bool = True
     graph_max_tokens: GraphCaps = ()
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def fuses_input_quant(self, weight_format: str, after: str) -> bool:
+        """Whether a W8A8 / W4A4 GEMM of ``weight_format`` weights whose input comes from a kernel of kind ``after``
+        (``QUANT_PLACES``) gets that input quantised inside it, rather than by a kernel of its own."""
+        return self.fused_activation_quant and after not in self.unfused_activation_quant.get(weight_format, ())
 
     def graph_token_cap(self, memory_gib: float, tp: int) -> int | None:
         """The largest step (tokens) replayed from a CUDA graph on a GPU of ``memory_gib`` at ``tp``; None: any."""
@@ -379,12 +387,13 @@ def _mib(value: Any, origin: str, key: str) -> int:
 
 
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce", "custom_allreduce_launch_us",
-                          "fused_activation_quant", "eager_launch_us", "floors_us", "block_floors_us",
-                          "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
+                          "fused_activation_quant", "unfused_activation_quant", "eager_launch_us", "floors_us",
+                          "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_dequant_per_tile", "moe_floors_us", "linear_host_us", "fp8_kv_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
                           "moe_large_m_memory_efficiency", "shared_experts_stream", "sources"})
+QUANT_PLACES = ("norm", "attention", "activation")  # the kernels a GEMM's input comes from (its quantisation's host)
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
@@ -478,6 +487,22 @@ def _formats(value: Any, origin: str, key: str) -> frozenset[str]:
     _require(isinstance(value, list) and all(isinstance(f, str) and f in MOE_EXPERT_DTYPES for f in value), origin,
              f"field '{key}' must be a list of {', '.join(MOE_EXPERT_DTYPES)}, got {_show(value)}")
     return frozenset(value)
+
+
+def _unfused_quant(value: Any, origin: str) -> dict[str, frozenset[str]]:
+    """``kernels.unfused_activation_quant``: weight format (MOE_EXPERT_DTYPES) -> a list of QUANT_PLACES."""
+    key, places = "kernels.unfused_activation_quant", ", ".join(QUANT_PLACES)
+    if value is None:
+        return {}
+    _require(isinstance(value, dict), origin, f"field '{key}' must map weight formats to lists of {places}")
+    out = {}
+    for fmt, where in value.items():
+        _require(fmt in MOE_EXPERT_DTYPES, origin, f"field '{key}' has unknown weight format {_show(fmt)} (choose "
+                 f"{', '.join(MOE_EXPERT_DTYPES)})")
+        _require(isinstance(where, list) and all(w in QUANT_PLACES for w in where), origin,
+                 f"field '{key}.{fmt}' must be a list of {places}, got {_show(where)}")
+        out[str(fmt)] = frozenset(where)
+    return out
 
 
 def _dequant_per_tile(value: Any, origin: str) -> dict[str, frozenset[str]]:
@@ -620,6 +645,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         custom_allreduce_launch_s=_launch_by_fabric(data.get("custom_allreduce_launch_us"), origin),
         fused_activation_quant=_bool(data.get("fused_activation_quant", d.fused_activation_quant), origin,
                                      "kernels.fused_activation_quant"),
+        unfused_activation_quant=_unfused_quant(data.get("unfused_activation_quant"), origin),
         eager_launch_s=_num(data.get("eager_launch_us", d.eager_launch_s * 1e6), origin, "kernels.eager_launch_us",
                             0.0, MAX_MICROSECONDS) * 1e-6,
         floors_s=_floors(data.get("floors_us"), origin, "kernels.floors_us", FLOOR_CLASSES),
