@@ -13,9 +13,9 @@ speculative tokens, or the next prefill chunk of a partly prefilled prompt), wit
 (max_num_batched_tokens); then waiting requests, first come first served, while the budget, the max_num_seqs seats
 and the KV blocks allow -- a chunk of the head's prompt where the rest of the budget is short, or, without chunked
 prefill (``SimConfig.chunked_prefill``; TensorRT-LLM's default), only a whole prompt, the head waiting otherwise.
-KV blocks are allocated on demand, block_size tokens at a time; when a running sequence
-cannot grow, the most recently admitted one is preempted (its blocks freed; it re-prefills prompt + generated tokens
-later, vLLM's recompute preemption). The step takes the step source's time for its mix (decoding sequences at their
+KV blocks are allocated on demand, block_size tokens at a time; when a running sequence cannot grow, the most
+recently admitted one is preempted (its blocks freed; it re-prefills prompt + generated tokens later, vLLM's
+recompute preemption). The step takes the step source's time for its mix (decoding sequences at their
 mean context, prefill chunks at their mean length and past); tokens are emitted at the step's end.
 
 Runs of decode-only steps during which nothing can change the batch (no request finishes, none waits to be admitted,

@@ -148,9 +148,9 @@ class EngineKernels:
     ``unfused_activation_quant`` names (``QUANT_PLACES``: a norm, attention, an activation); ``floors_s``: per
     kernel class (gemm, elementwise, attention, moe), replacing the GPU preset's floor where this engine's kernels
     were measured to differ; ``block_floors_s``: the fixed cost of a fused block per layer (mla_decode,
-    mla_prefill); ``moe_expert_floors_s``: per compute dtype, a
-    fused-MoE kernel's fixed cost per local expert (added to its floor); ``moe_dequant_ops_by_gpu``: per GPU preset
-    name and weight-only format, the CUDA-core instructions per weight this engine's fused-MoE kernel spends
+    mla_prefill); ``moe_expert_floors_s``: per compute dtype, a fused-MoE kernel's fixed cost per local expert
+    (added to its floor); ``moe_dequant_ops_by_gpu``: per GPU preset name and weight-only format, the CUDA-core
+    instructions per weight this engine's fused-MoE kernel spends
     dequantising (replacing ``kernels.DEQUANT_OPS``' entry on that GPU); ``moe_efficiency_by_gpu``: per GPU preset
     name and compute dtype, the grouped expert-GEMM efficiency of this engine's fused-MoE kernel, replacing that GPU
     preset's ``latency.moe_efficiency`` entry (other GPUs and dtypes keep the GPU preset's); ``moe_k0_by_gpu``: per
