@@ -150,44 +150,42 @@ class EngineKernels:
     were measured to differ; ``block_floors_s``: the fixed cost of a fused block per layer (mla_decode,
     mla_prefill); ``moe_expert_floors_s``: per compute dtype, a fused-MoE kernel's fixed cost per local expert
     (added to its floor); ``moe_dequant_ops_by_gpu``: per GPU preset name and weight-only format, the CUDA-core
-    instructions per weight this engine's fused-MoE kernel spends
-    dequantising (replacing ``kernels.DEQUANT_OPS``' entry on that GPU); ``moe_efficiency_by_gpu``: per GPU preset
-    name and compute dtype, the grouped expert-GEMM efficiency of this engine's fused-MoE kernel, replacing that GPU
-    preset's ``latency.moe_efficiency`` entry (other GPUs and dtypes keep the GPU preset's); ``moe_k0_by_gpu``: per
-    GPU preset name and compute dtype, the K-loop elements each output tile of that kernel's grouped GEMMs costs
-    (replacing ``kernels.GEMM_K0`` in its fused MoE: the tile's fixed work); ``moe_dequant_per_tile_by_gpu``: per
-    GPU preset name, the weight-only formats whose fused-MoE kernel unpacks an expert's weights again in every row
-    tile's main loop (by default, once per expert and step); ``moe_floors_by_gpu``: per GPU preset name and expert
-    storage format, the fused MoE's fixed cost in seconds where that kernel's differs from the ``moe`` floor
-    (TensorRT-LLM's MXFP4 backends); ``linear_host_s_by_gpu``: per GPU preset name and weight storage format, the
-    host seconds one linear layer's call takes when it runs outside a CUDA graph (its Python path: input
-    quantisation, scale layout, kernel dispatch), as (max tokens, seconds) steps, the last open (None);
-    ``uncaptured_linears``: the storage formats whose linear layers run outside the CUDA graphs, each costing at
-    least that host time (default none: every linear is captured; a fused attention block's projections, MLA's,
-    run inside it); ``graph_prefill``: whether steps that carry prefill tokens replay graphs too (vLLM V1's
-    piecewise graphs; else only decode-only steps do); ``graph_max_tokens``: the largest step, in tokens, that
-    replays a graph, as rows (minimum GPU memory in GiB, below tp 4, at tp >= 4), the last row whose minimum the
-    GPU reaches applying (default none: every size); ``gemm_memory_efficiency_by_gpu``: per GPU preset name and
-    weight storage format, the fraction of the datasheet bandwidth this engine's small-M GEMMs stream that format's
-    weights at, replacing the GPU preset's (``latency.memory_efficiency`` / ``gemm_memory_efficiency``);
-    ``gemm_efficiency_by_gpu``: likewise, the fraction of the compute dtype's peak its large dense GEMMs of that
-    format reach, replacing the GPU preset's ``latency.gemm_efficiency`` for them;
-    ``online_fp8_scale``: how per-tensor fp8 linears scale their inputs when the engine quantises a 16-bit
-    checkpoint itself (``dynamic``: vLLM's and SGLang's ``--quantization fp8``; ``static``: an engine that serves
-    calibrated checkpoints only); ``dynamic_scale_s_by_gpu``: per GPU preset name, the fixed seconds of one
-    dynamic scale (its max reduction) at small M (default: an elementwise kernel's floor);
+    instructions per weight this engine's fused-MoE kernel spends dequantising (replacing ``kernels.DEQUANT_OPS``'
+    entry on that GPU); ``moe_efficiency_by_gpu``: per GPU preset name and compute dtype, the grouped expert-GEMM
+    efficiency of this engine's fused-MoE kernel, replacing that GPU preset's ``latency.moe_efficiency`` entry
+    (other GPUs and dtypes keep the GPU preset's); ``moe_k0_by_gpu``: per GPU preset name and compute dtype, the
+    K-loop elements each output tile of that kernel's grouped GEMMs costs (replacing ``kernels.GEMM_K0`` in its
+    fused MoE: the tile's fixed work); ``moe_dequant_per_tile_by_gpu``: per GPU preset name, the weight-only formats
+    whose fused-MoE kernel unpacks an expert's weights again in every row tile's main loop (by default, once per
+    expert and step); ``moe_floors_by_gpu``: per GPU preset name and expert storage format, the fused MoE's fixed
+    cost in seconds where that kernel's differs from the ``moe`` floor (TensorRT-LLM's MXFP4 backends);
+    ``linear_host_s_by_gpu``: per GPU preset name and weight storage format, the host seconds one linear layer's
+    call takes when it runs outside a CUDA graph (its Python path: input quantisation, scale layout, kernel
+    dispatch), as (max tokens, seconds) steps, the last open (None); ``uncaptured_linears``: the storage formats
+    whose linear layers run outside the CUDA graphs, each costing at least that host time (default none: every
+    linear is captured; a fused attention block's projections, MLA's, run inside it); ``graph_prefill``: whether
+    steps that carry prefill tokens replay graphs too (vLLM V1's piecewise graphs; else only decode-only steps do);
+    ``graph_max_tokens``: the largest step, in tokens, that replays a graph, as rows (minimum GPU memory in GiB,
+    below tp 4, at tp >= 4), the last row whose minimum the GPU reaches applying (default none: every size);
+    ``gemm_memory_efficiency_by_gpu``: per GPU preset name and weight storage format, the fraction of the datasheet
+    bandwidth this engine's small-M GEMMs stream that format's weights at, replacing the GPU preset's
+    (``latency.memory_efficiency`` / ``gemm_memory_efficiency``); ``gemm_efficiency_by_gpu``: likewise, the fraction
+    of the compute dtype's peak its large dense GEMMs of that format reach, replacing the GPU preset's
+    ``latency.gemm_efficiency`` for them; ``online_fp8_scale``: how per-tensor fp8 linears scale their inputs when
+    the engine quantises a 16-bit checkpoint itself (``dynamic``: vLLM's and SGLang's ``--quantization fp8``;
+    ``static``: an engine that serves calibrated checkpoints only); ``dynamic_scale_s_by_gpu``: per GPU preset name,
+    the fixed seconds of one dynamic scale (its max reduction) at small M (default: an elementwise kernel's floor);
     ``moe_stream_bits_by_gpu``: per GPU preset name and expert storage format, the bits per weight this engine's
-    fused MoE streams where it upcast the experts at load (SGLang's Triton fallback for MXFP4 on Hopper: 16, run
-    as bf16 with no unpacking; the kernel's time only, plan's weights stay the checkpoint's);
+    fused MoE streams where it upcast the experts at load (SGLang's Triton fallback for MXFP4 on Hopper: 16, run as
+    bf16 with no unpacking; the kernel's time only, plan's weights stay the checkpoint's);
     ``moe_large_m_memory_by_gpu``: per GPU preset name and expert storage format, the fraction of the datasheet
     bandwidth that weight stream reaches once a step's tokens outnumber the local experts (SGLang's default Triton
     config switches from 16-row to 64-row tiles there); ``shared_experts_stream_max_tokens`` /
     ``shared_experts_stream_in_graphs``: the steps in which the engine runs a MoE layer's shared experts on a second
     CUDA stream beside the routed ones (vLLM: up to 256 tokens; TensorRT-LLM: steps replayed from CUDA graphs; 0 /
-    false: never). The per-dtype tables (expert floors, efficiency, K0) also
-    take a storage format's name (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before the
-    compute dtype's. The defaults describe an engine whose kernels are those the GPU presets measured (vLLM's).
-    """
+    false: never). The per-dtype tables (expert floors, efficiency, K0) also take a storage format's name
+    (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before the compute dtype's. The defaults
+    describe an engine whose kernels are those the GPU presets measured (vLLM's). """
 
     cuda_graphs: bool = True
     custom_allreduce: bool = True
