@@ -19,6 +19,11 @@ or priced as its own kernel. SGLang's quantize tables are not comparable (its ``
 five times vLLM's), so its fp8 rows are printed without that correction and not used. Block-fp8 rows include a
 per-token-group quantisation no table times, so their compute fraction is printed and not used either.
 
+The older wheels (``pip download aiconfigurator==0.8.0``; unzip it) keep one folder per engine release instead,
+``aiconfigurator/systems/data/<gpu>/<engine>/<version>/gemm_perf.txt`` with its quantize tables beside it:
+TensorRT-LLM 1.0.0rc3, vLLM 0.12.0, SGLang 0.5.6.post2 and others, the releases NVIDIA's measured serving runs used.
+Given such a folder, every release in it is printed (the 16-bit rows there are float16).
+
 ``--overlap``: tfcalc's dense GEMM time (``kernels.gemm`` with the engine's rates) over the measured one, median per
 band of M over the rows with N, K >= 2048, with the compute and memory times combined as the larger one and as
 the p-norm of ``kernels.GEMM_OVERLAP_P`` (the value it prints), for bf16 and per-tensor fp8 (SGLang: bf16 only).
@@ -50,6 +55,33 @@ def _newest(folder: Path) -> Path | None:
     versions = sorted((p for p in folder.glob("*") if (p / "gemm_perf.parquet").exists()), key=_version_key) \
         if folder.exists() else []
     return versions[-1] if versions else None
+
+
+def _tables(data: Path):  # -> Iterator[tuple[str, str, str, DataFrame, dict]]
+    """(system, engine, version, GEMM table, input quantisation by (M, K)) of every table to fit: the newest release
+    per engine (aiconfigurator 0.12's ``gemm/<engine>/<version>/*.parquet``), or every release (the older wheels'
+    ``<engine>/<version>/*.txt``, module docstring)."""
+    import pandas as pd
+
+    for system in SYSTEMS:
+        for engine in ENGINES:
+            folder = _newest(data / system / "gemm" / engine)
+            if folder is not None:
+                quant = {} if engine == "sglang" else _quantize(data, system, engine, folder.name)
+                yield system, engine, folder.name, pd.read_parquet(folder / "gemm_perf.parquet"), quant
+                continue
+            releases = (data / system / engine).glob("*/gemm_perf.txt")
+            for release in sorted(releases, key=lambda path: _version_key(path.parent)):
+                table = pd.read_csv(release)
+                table["gemm_dtype"] = table["gemm_dtype"].replace({"float16": "bfloat16"})
+                quant: dict[tuple[int, int], float] = {}
+                if engine != "sglang" and all((release.parent / f"{n}_perf.txt").exists()
+                                              for n in ("computescale", "scale_matrix")):
+                    for name in ("computescale", "scale_matrix"):
+                        rows = pd.read_csv(release.parent / f"{name}_perf.txt")
+                        for m, k, ms in rows[rows.quant_dtype == "fp8"][["m", "k", "latency"]].itertuples(index=False):
+                            quant[(int(m), int(k))] = quant.get((int(m), int(k)), 0.0) + ms * 1e-3
+                yield system, engine, release.parent.name, table, quant
 
 
 def _quantize(data: Path, system: str, engine: str, version: str) -> dict[tuple[int, int], float]:
@@ -128,7 +160,6 @@ def overlap(data: Path) -> None:
 
 def main() -> None:
     import aiconfigurator_core
-    import pandas as pd
 
     from tfcalc.spec.presets import load_gpu
 
@@ -138,31 +169,25 @@ def main() -> None:
         overlap(data)
         return
     print("GPU       engine  version      format     rows  streaming (HBM)  rows  compute (peak x K/(K+K0))")
-    for system, preset in SYSTEMS.items():
-        gpu = load_gpu(preset)
+    for system, engine, version, table, quant in _tables(data):
+        gpu = load_gpu(SYSTEMS[system])
         floor = gpu.latency.floors_s["gemm"]
-        for engine in ENGINES:
-            folder = _newest(data / system / "gemm" / engine)
-            if folder is None:
-                continue
-            table = pd.read_parquet(folder / "gemm_perf.parquet")
-            quant = {} if engine == "sglang" else _quantize(data, system, engine, folder.name)
-            for fmt, width in FORMATS.items():
-                rows = table[(table.gemm_dtype == fmt) & (table.m <= 8) & (table.n * table.k >= 4096 ** 2)]
-                fractions = []
-                for m, n, k, ms in rows[["m", "n", "k", "latency"]].itertuples(index=False):
-                    seconds = ms * 1e-3 - (quant.get((int(m), int(k)), 0.0) if fmt == "fp8" else 0.0) - floor
-                    if seconds > 0:
-                        fractions.append((n * k * width + m * k * 2 + m * n * 2) / seconds
-                                         / gpu.hbm_bandwidth_bytes_per_s)
-                compute = _compute_fractions(table, fmt, quant, gpu, floor)
-                if fractions or compute:
-                    note = (" (quantisation not taken off)" if fmt == "fp8" and not quant else
-                            " (its input quantisation included)" if fmt == "fp8_block" else "")
-                    stream = f"{statistics.median(fractions):.3f}" if fractions else "-"
-                    fit = f"{statistics.median(compute):.3f}" if compute else "-"
-                    print(f"{preset:<9} {engine:<7} {folder.name:<12} {fmt:<10} {len(fractions):>5}  {stream:<15}  "
-                          f"{len(compute):>4}  {fit}{note}")
+        for fmt, width in FORMATS.items():
+            rows = table[(table.gemm_dtype == fmt) & (table.m <= 8) & (table.n * table.k >= 4096 ** 2)]
+            fractions = []
+            for m, n, k, ms in rows[["m", "n", "k", "latency"]].itertuples(index=False):
+                seconds = ms * 1e-3 - (quant.get((int(m), int(k)), 0.0) if fmt == "fp8" else 0.0) - floor
+                if seconds > 0:
+                    fractions.append((n * k * width + m * k * 2 + m * n * 2) / seconds
+                                     / gpu.hbm_bandwidth_bytes_per_s)
+            compute = _compute_fractions(table, fmt, quant, gpu, floor)
+            if fractions or compute:
+                note = (" (quantisation not taken off)" if fmt == "fp8" and not quant else
+                        " (its input quantisation included)" if fmt == "fp8_block" else "")
+                stream = f"{statistics.median(fractions):.3f}" if fractions else "-"
+                fit = f"{statistics.median(compute):.3f}" if compute else "-"
+                print(f"{SYSTEMS[system]:<9} {engine:<7} {version:<12} {fmt:<10} {len(fractions):>5}  {stream:<15}  "
+                      f"{len(compute):>4}  {fit}{note}")
 
 
 if __name__ == "__main__":
