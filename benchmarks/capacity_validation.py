@@ -40,6 +40,8 @@ from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
 from tfcalc.calc.serving_traffic import LengthDist, Overheads, engine_overheads
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
+from tfcalc.spec.engine import EngineSpec
+from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.hf_config import load_hf_config
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
@@ -222,7 +224,7 @@ def silicon_points(name: str = "silicon_points.json") -> list[dict]:
 GENERATED_BUDGET_SLACK = 1500
 
 
-def deployment_limits(point: dict, engine, gpu) -> tuple[int, int, bool]:
+def deployment_limits(point: dict, engine: EngineSpec, gpu: GPUSpec) -> tuple[int, int, bool]:
     """(max_num_seqs, max_num_batched_tokens, chunked prefill) a run was served with: the engine's defaults, or,
     where aiconfigurator's generator wrote the settings (``deployment``: its gap analysis), the generator's -- a
     token budget of concurrency + prompt + 1500, rounded up to a whole 32-token KV block, TensorRT-LLM without
