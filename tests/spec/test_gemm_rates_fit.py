@@ -41,3 +41,4 @@ def test_older_wheels_give_every_release_with_its_quantisation(fit: ModuleType, 
     assert sorted(table.gemm_dtype) == ["bfloat16", "fp8"]
     assert quant == {(8, 4096): pytest.approx(9e-6)}   # computescale + scale_matrix, seconds
     assert tables[2][4] == {}
+
