@@ -237,13 +237,12 @@ def deployment_limits(point: dict, engine: EngineSpec, gpu: GPUSpec) -> tuple[in
     return max(seats, clients), -(-tokens // 32) * 32, point["engine"] != "trtllm"
 
 
-def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, phases: str = "lockstep") -> dict:
-    """One measured serving run at concurrency ``batch``, fixed lengths, the engine's latest preset (or the version
-    the run names when a preset covers it). ``phases``: every client sends its first request at once (``lockstep``,
-    as the benchmark starts) or at a random time within one request's lifetime (``random``: clients out of step)."""
+def served(point: dict) -> tuple:
+    """What a measured run served: (model spec, GPU, engine -- its latest preset, or the version the run names when a
+    preset covers it --, weight precision, KV format). The run served a pre-quantized checkpoint: its format, its
+    declared KV cache (where the engine follows it), calibrated (static) fp8 scales."""
     model = point["model"]
     spec = load_model(model) if not model.endswith((".yaml", ".json")) else _spec(model)
-    gpu = load_gpu(point["gpu"])
     name = point["engine"]
     version = (point.get("engine_version") or "").split(".post")[0]
     engine = load_engine(name)
@@ -252,11 +251,18 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
             engine = load_engine(f"vllm@{'.'.join(version.split('.')[:2])}")
         except Exception:  # noqa: BLE001 - no preset covers it: the latest
             engine = load_engine(name)
-    precision = parse_weight_precision(point["weights"])
-    # the run served a pre-quantized checkpoint: its format, its declared KV cache, calibrated (static) fp8 scales
     spec = replace(spec, native_dtype=point["weights"], checkpoint_kv_dtype=point.get("checkpoint_kv"),
                    checkpoint_activation_scale="static")
-    kv = get_dtype(point["kv"]) if point.get("kv") else default_kv_dtype(spec, engine)  # the checkpoint's, if followed
+    kv = get_dtype(point["kv"]) if point.get("kv") else default_kv_dtype(spec, engine)
+    return spec, load_gpu(point["gpu"]), engine, parse_weight_precision(point["weights"]), kv
+
+
+def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, phases: str = "lockstep") -> dict:
+    """One measured serving run at concurrency ``batch``, fixed lengths, the engine's latest preset (or the version
+    the run names when a preset covers it). ``phases``: every client sends its first request at once (``lockstep``,
+    as the benchmark starts) or at a random time within one request's lifetime (``random``: clients out of step)."""
+    spec, gpu, engine, precision, kv = served(point)
+    name = point["engine"]
     seats, budget, chunked = deployment_limits(point, engine, gpu)
     length = point["prompt"] + point["gen"]
     memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=point.get("ep", 1), engine=engine,

@@ -74,26 +74,26 @@ def _tables(data: Path):  # -> Iterator[tuple[str, str, str, DataFrame, dict]]
             for release in sorted(releases, key=lambda path: _version_key(path.parent)):
                 table = pd.read_csv(release)
                 table["gemm_dtype"] = table["gemm_dtype"].replace({"float16": "bfloat16"})
-                quant: dict[tuple[int, int], float] = {}
-                if engine != "sglang" and all((release.parent / f"{n}_perf.txt").exists()
-                                              for n in ("computescale", "scale_matrix")):
-                    for name in ("computescale", "scale_matrix"):
-                        rows = pd.read_csv(release.parent / f"{name}_perf.txt")
-                        for m, k, ms in rows[rows.quant_dtype == "fp8"][["m", "k", "latency"]].itertuples(index=False):
-                            quant[(int(m), int(k))] = quant.get((int(m), int(k)), 0.0) + ms * 1e-3
+                quant = {} if engine == "sglang" else _quant_tables(release.parent, "txt")
                 yield system, engine, release.parent.name, table, quant
 
 
 def _quantize(data: Path, system: str, engine: str, version: str) -> dict[tuple[int, int], float]:
     """(M, K) -> seconds of the fp8 input quantisation the linear layer's row includes (empty: no tables)."""
+    return _quant_tables(data / system / "quantize" / engine / version, "parquet")
+
+
+def _quant_tables(folder: Path, suffix: str) -> dict[tuple[int, int], float]:
+    """(M, K) -> seconds of ``computescale`` + ``scale_matrix`` (fp8) in ``folder``'s ``*_perf.<suffix>`` tables;
+    empty unless both are there."""
     import pandas as pd
 
-    folder = data / system / "quantize" / engine / version
+    paths = [folder / f"{name}_perf.{suffix}" for name in ("computescale", "scale_matrix")]
+    if not all(path.exists() for path in paths):
+        return {}
     out: dict[tuple[int, int], float] = {}
-    for name in ("computescale_perf.parquet", "scale_matrix_perf.parquet"):
-        if not (folder / name).exists():
-            return {}
-        table = pd.read_parquet(folder / name)
+    for path in paths:
+        table = pd.read_parquet(path) if suffix == "parquet" else pd.read_csv(path)
         for m, k, ms in table[table.quant_dtype == "fp8"][["m", "k", "latency"]].itertuples(index=False):
             out[(int(m), int(k))] = out.get((int(m), int(k)), 0.0) + ms * 1e-3
     return out

@@ -15,29 +15,24 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from tfcalc.calc.kv_cache import default_kv_dtype  # noqa: E402
+from capacity_validation import served  # noqa: E402
+
 from tfcalc.calc.serving_inputs import latency_step  # noqa: E402
-from tfcalc.dtypes import parse_weight_precision  # noqa: E402
-from tfcalc.spec.presets import load_engine, load_gpu, load_model  # noqa: E402
 
 RUNS = Path(__file__).parent / "silicon_runs.json"
 
 
 def request_terms(run: dict) -> tuple[float, float, float]:
-    """(measured seconds a request holds the GPU, tfcalc's prefill of its prompt, its share of the decode steps)."""
-    model = run["model"]
-    spec = load_model(str(ROOT / model) if model.endswith(".yaml") else model)
-    spec = replace(spec, native_dtype=run["weights"], checkpoint_kv_dtype=run.get("checkpoint_kv"),
-                   checkpoint_activation_scale="static")
-    engine = load_engine(run["engine"])
-    step = latency_step(spec, load_gpu(run["gpu"]), parse_weight_precision(run["weights"]),
-                        default_kv_dtype(spec, engine), tp=run["tp"], ep=run.get("ep", 1), engine=engine)
+    """(measured seconds a request holds the GPU, tfcalc's prefill of its prompt, its share of the decode steps), the
+    run served as ``capacity_validation.py --silicon-all`` replays it."""
+    spec, gpu, engine, precision, kv = served(run)
+    step = latency_step(spec, gpu, precision, kv, tp=run["tp"], ep=run.get("ep", 1), engine=engine)
     clients, prompt, gen = run["concurrency"], run["prompt"], run["gen"]
     held = (run["ttft_ms"] + (gen - 1) * run["tpot_ms"]) / 1e3 / clients
     prefill = step.time(0, 0.0, prompt, 0.0, 1)
