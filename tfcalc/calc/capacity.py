@@ -334,14 +334,21 @@ def _stop_workers(pool, others: set[int]) -> None:  # pool: concurrent.futures.P
     process but ``others`` (those it had before the pool)."""
     import multiprocessing
 
+    def kill_all() -> None:
+        for _ in range(10):   # the executor's own thread may be reaping some of them at the same time
+            workers = [p for p in multiprocessing.active_children() if p.pid not in others]
+            if not workers:
+                return
+            for process in workers:
+                process.kill()
+                process.join(1.0)
+
     pool.shutdown(wait=False, cancel_futures=True)
-    for _ in range(10):   # the executor's own thread may be reaping some of them at the same time
-        workers = [p for p in multiprocessing.active_children() if p.pid not in others]
-        if not workers:
-            break
-        for process in workers:
-            process.kill()
-            process.join(1.0)
+    kill_all()
+    # with every worker dead the executor's thread finds the pool broken and ends; once it has, nothing of the pool
+    # can still be starting or exiting, and a last pass catches any worker it was handling meanwhile
+    pool.shutdown(wait=True)
+    kill_all()
 
 
 def _worker_signals() -> None:
