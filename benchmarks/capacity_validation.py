@@ -40,7 +40,7 @@ from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
 from tfcalc.calc.serving_traffic import LengthDist, Overheads, engine_overheads
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
-from tfcalc.spec.engine import EngineSpec
+from tfcalc.spec.engine import EngineSpec, SchedulerPolicy
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.hf_config import load_hf_config
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
@@ -220,21 +220,37 @@ def silicon_points(name: str = "silicon_points.json") -> list[dict]:
 
 # aiconfigurator's generator (generator/backends/trtllm.py since its first release, 2025-09; rule_plugin/*.rule
 # since 2025-12): an aggregated worker's token budget is its batch size + the prompt length + 1500, and its
-# TensorRT-LLM configs leave enable_chunked_prefill at false
+# TensorRT-LLM configs leave enable_chunked_prefill at false. Its SGLang rule (rule_plugin/sglang.rule, from
+# 2025-12-04) sets max_prefill_tokens to the prompt length + 1500, leaves chunked_prefill_size at its default and,
+# from 2026-01-19 (aiconfigurator #257/#258), turns enable_mixed_chunk on; Dynamo carried SGLang 0.5.6.post2 from
+# its 0.8 release (2026-01) and 0.5.1.post1 in 0.5 (2025-09), before the generator wrote SGLang settings.
 GENERATED_BUDGET_SLACK = 1500
+GENERATED_SGLANG_FROM = (0, 5, 6)
 
 
-def deployment_limits(point: dict, engine: EngineSpec, gpu: GPUSpec) -> tuple[int, int, bool]:
-    """(max_num_seqs, max_num_batched_tokens, chunked prefill) a run was served with: the engine's defaults, or,
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".post")[0].split(".")[:3] if part.isdigit())
+
+
+def deployment_limits(point: dict, engine: EngineSpec, gpu: GPUSpec) -> tuple[int, int, SchedulerPolicy]:
+    """(max_num_seqs, max_num_batched_tokens, scheduler policy) a run was served with: the engine's defaults, or,
     where aiconfigurator's generator wrote the settings (``deployment``: its gap analysis), the generator's -- a
     token budget of concurrency + prompt + 1500, rounded up to a whole 32-token KV block, TensorRT-LLM without
-    chunked prefill, so a step takes a whole prompt or none."""
+    chunked prefill, so a step takes a whole prompt or none; SGLang from 0.5.6 with mixed chunks and its prefill
+    tokens capped at prompt + 1500 within its default chunk (earlier SGLang runs: its defaults)."""
     seats, budget = scheduler_defaults(engine, gpu)
+    policy = engine.scheduler
     if point.get("deployment") != "aiconfigurator":
-        return seats, budget, True
+        return seats, budget, policy
     clients = point.get("concurrency", point.get("batch"))
+    if point["engine"] == "sglang":
+        if _version(point.get("engine_version") or "0") < GENERATED_SGLANG_FROM:
+            return seats, budget, policy
+        cap = point["prompt"] + GENERATED_BUDGET_SLACK
+        return max(seats, clients), budget, replace(policy, prefill_first=False, max_prefill_tokens=cap)
     tokens = clients + point["prompt"] + GENERATED_BUDGET_SLACK
-    return max(seats, clients), -(-tokens // 32) * 32, point["engine"] != "trtllm"
+    return (max(seats, clients), -(-tokens // 32) * 32,
+            replace(policy, chunked_prefill=point["engine"] != "trtllm"))
 
 
 def served(point: dict) -> tuple:
@@ -263,14 +279,16 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
     as the benchmark starts) or at a random time within one request's lifetime (``random``: clients out of step)."""
     spec, gpu, engine, precision, kv = served(point)
     name = point["engine"]
-    seats, budget, chunked = deployment_limits(point, engine, gpu)
+    seats, budget, policy = deployment_limits(point, engine, gpu)
     length = point["prompt"] + point["gen"]
     memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=point.get("ep", 1), engine=engine,
                             max_model_len=max(length, 2048), max_num_seqs=seats, max_num_batched_tokens=budget)
     step = latency_step(spec, gpu, precision, kv, tp=point["tp"], ep=point.get("ep", 1), engine=engine)
     clients = point.get("concurrency", point.get("batch"))
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=memory.kv_capacity_tokens,
-                    block_size=memory.block_size, overheads=_overheads(name, mode), chunked_prefill=chunked)
+                    block_size=memory.block_size, overheads=_overheads(name, mode),
+                    chunked_prefill=policy.chunked_prefill, prefill_first=policy.prefill_first,
+                    max_prefill_tokens=policy.max_prefill_tokens)
     lifetime = 0.0   # one request's prefill and decode at the run's concurrency: the random phases' range
     if phases == "random":
         lifetime = (step.time(0, 0.0, point["prompt"], 0.0, 1)

@@ -114,6 +114,37 @@ def test_without_chunked_prefill_a_step_takes_whole_prompts(constant_step) -> No
     assert simulate(constant_step(tau), _cfg(8, budget=1000), too_long).requests == 6
 
 
+def test_prefill_first_steps_carry_prefill_alone(constant_step) -> None:
+    """Three clients send 600-token prompts at t = 0 into a 1,000-token budget. Prefill first (SGLang): step 1 runs
+    one prompt and 400 tokens of the next, step 2 the second's last 200 and the whole third -- no decode token beside
+    them, so the first request's 49 decode tokens come in steps 3-51 (vLLM's mixed steps: steps 2-50). With SGLang's
+    max_prefill_tokens at 1,000 a further prompt joins only while smaller than what is left: one prompt a step, first
+    tokens after steps 1, 2, 3, in either policy. Decode steps of prefill-first take every running sequence, beyond
+    the token budget: eight 4-token prompts in a 4-token budget prefill one a step, then all eight decode together."""
+    tau = 1e-3
+    load = Workload(input_len=LengthDist(kind="fixed", mean=600), output_len=LengthDist(kind="fixed", mean=50),
+                    num_requests=3, concurrency=3)
+
+    def run(prefill_first: bool, cap: int | None = None, budget: int = 1000) -> SimResult:
+        cfg = SimConfig(max_num_seqs=8, max_num_batched_tokens=budget, kv_capacity_tokens=BIG,
+                        prefill_first=prefill_first, max_prefill_tokens=cap)
+        return simulate(constant_step(tau), cfg, load)
+
+    first, mixed = run(True), run(False)
+    assert sorted(first.ttft_s) == pytest.approx([tau, 2 * tau, 2 * tau]) == sorted(mixed.ttft_s)
+    assert min(first.e2e_s) == pytest.approx(51 * tau) and min(mixed.e2e_s) == pytest.approx(50 * tau)
+    for prefill_first in (True, False):
+        capped = run(prefill_first, cap=1000)
+        assert sorted(capped.ttft_s) == pytest.approx([tau, 2 * tau, 3 * tau])
+        assert capped.steps == 3 + 49
+    tiny = Workload(input_len=LengthDist(kind="fixed", mean=4), output_len=LengthDist(kind="fixed", mean=10),
+                    num_requests=8, concurrency=8)
+    r = simulate(constant_step(tau), SimConfig(max_num_seqs=8, max_num_batched_tokens=4, kv_capacity_tokens=BIG,
+                                               prefill_first=True), tiny)
+    assert sorted(r.ttft_s) == pytest.approx([(k + 1) * tau for k in range(8)])
+    assert r.steps == 8 + 9 and r.e2e_s == pytest.approx([17 * tau] * 8)
+
+
 def test_closed_loop_goes_on_after_requests_that_cannot_fit(constant_step) -> None:
     """A closed-loop client whose request can never be admitted (the pool holds less than its prompt) gets an error
     and sends the next one: the run ends with every request failed, an empty result, not a crash or a hang."""
@@ -146,25 +177,27 @@ def _llama_step():
 
 
 CASES = [
-    # (model, seats, budget, KV tokens, rate or None, concurrency or None, spec)
-    ("llama3-8b", 64, 2048, BIG, 20.0, None),
-    ("llama3-8b", 16, 512, BIG, 8.0, None),
-    ("llama3-8b", 256, 8192, 60_000, 30.0, None),      # tight KV: preemptions
-    ("llama3-8b", 32, 2048, BIG, None, 48),           # closed loop, more clients than seats
-    ("gemma2-9b", 64, 2048, 200_000, 15.0, None),     # sliding windows
+    # (model, seats, budget, KV tokens, rate or None, concurrency or None, prefill first)
+    ("llama3-8b", 64, 2048, BIG, 20.0, None, False),
+    ("llama3-8b", 16, 512, BIG, 8.0, None, False),
+    ("llama3-8b", 256, 8192, 60_000, 30.0, None, False),      # tight KV: preemptions
+    ("llama3-8b", 32, 2048, BIG, None, 48, False),           # closed loop, more clients than seats
+    ("gemma2-9b", 64, 2048, 200_000, 15.0, None, False),     # sliding windows
+    ("llama3-8b", 256, 8192, 60_000, 30.0, None, True),       # SGLang's policy, preemptions
+    ("llama3-8b", 32, 2048, BIG, None, 48, True),
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}-{c[3]}-{c[4]}-{c[5]}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(x) for x in c))
 def test_fast_forward_changes_nothing(case: tuple) -> None:
-    name, seats, budget, kv, rate, clients = case
+    name, seats, budget, kv, rate, clients, prefill_first = case
     spec = load_model(name)
     step = latency_step(spec, load_gpu("h100-sxm"), parse_weight_precision("bf16"), get_dtype("bf16"))
     load = Workload(input_len=LengthDist(kind="lognormal", mean=800, spread=0.6),
                     output_len=LengthDist(kind="lognormal", mean=150, spread=0.8), num_requests=400,
                     rate_per_s=rate, concurrency=clients, seed=7)
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=kv,
-                    overheads=Overheads(request_s=0.01, step_s=1e-4, stream_s=1e-3))
+                    overheads=Overheads(request_s=0.01, step_s=1e-4, stream_s=1e-3), prefill_first=prefill_first)
     fast, slow = simulate(step, cfg, load, fast_forward=True), simulate(step, cfg, load, fast_forward=False)
     assert fast.steps == slow.steps and fast.preemptions == slow.preemptions
     assert fast.ttft_s == pytest.approx(slow.ttft_s, rel=1e-9)
@@ -174,8 +207,12 @@ def test_fast_forward_changes_nothing(case: tuple) -> None:
 
 
 def _brute_force(step, prompts: list[int], outputs: list[int], arrivals: list[float], seats: int,
-                 budget: int) -> tuple[list[float], list[float]]:
-    """The same policy written the plain way: every step rescans every request; no blocks (KV unbounded)."""
+                 budget: int, prefill_first: bool = False, cap: int | None = None
+                 ) -> tuple[list[float], list[float]]:
+    """The same policy written the plain way: every step rescans every request; no blocks (KV unbounded).
+    ``prefill_first``: a step with any prefill work to do carries nothing else, else every running request decodes;
+    ``cap``: after a step's first prefill work, a prompt joins only while smaller than cap - decode tokens - the
+    prefill tokens already in the step."""
     n = len(prompts)
     state = [{"done": 0, "gen": 0, "first": -1.0, "last": -1.0, "in": False, "fin": False} for _ in range(n)]
     waiting: list[int] = []
@@ -195,15 +232,23 @@ def _brute_force(step, prompts: list[int], outputs: list[int], arrivals: list[fl
             if left == 0:
                 break
             s = state[i]
+            if prefill_first and s["done"] >= prompts[i]:
+                continue
             want = min(prompts[i] - s["done"], left) if s["done"] < prompts[i] else 1
             plan.append((i, want, s["done"] < prompts[i]))
             left -= want
+        decoding = sum(w for _, w, pre in plan if not pre)
         while waiting and left > 0 and len(running) < seats:
+            taken = sum(w for _, w, pre in plan if pre)
+            if cap is not None and taken and prompts[waiting[0]] >= cap - decoding - taken:
+                break
             i = waiting.pop(0)
             running.append(i)
             want = min(prompts[i], left)
             plan.append((i, want, True))
             left -= want
+        if prefill_first and not plan:
+            plan = [(i, 1, False) for i in running]
         decode = sum(1 for _, _, pre in plan if not pre)
         chunks = sum(1 for _, _, pre in plan if pre)
         prefill = sum(w for _, w, pre in plan if pre)
@@ -226,8 +271,11 @@ def _brute_force(step, prompts: list[int], outputs: list[int], arrivals: list[fl
         [s["last"] - a for s, a in zip(state, arrivals, strict=True)]
 
 
-@pytest.mark.parametrize("seats,budget,rate", [(64, 2048, 20.0), (8, 256, 3.0), (128, 512, 25.0)])
-def test_simulation_equals_brute_force(seats: int, budget: int, rate: float) -> None:
+@pytest.mark.parametrize("seats,budget,rate,prefill_first,cap", [
+    (64, 2048, 20.0, False, None), (8, 256, 3.0, False, None), (128, 512, 25.0, False, None),
+    (64, 2048, 20.0, True, None), (32, 1024, 12.0, True, 1500), (64, 4096, 20.0, False, 1800)])
+def test_simulation_equals_brute_force(seats: int, budget: int, rate: float, prefill_first: bool,
+                                       cap: int | None) -> None:
     step = _llama_step()
     load = Workload(input_len=LengthDist(kind="lognormal", mean=700, spread=0.7),
                     output_len=LengthDist(kind="lognormal", mean=120, spread=0.9), num_requests=300,
@@ -237,8 +285,9 @@ def test_simulation_equals_brute_force(seats: int, budget: int, rate: float) -> 
     outputs = [load.output_len.sample(rng) for _ in range(300)]
     gaps = [rng.expovariate(1.0) for _ in range(300)]
     arrivals = list(itertools_accumulate(g / rate for g in gaps))
-    ttft, e2e = _brute_force(step, prompts, outputs, arrivals, seats, budget)
-    r = simulate(step, SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=BIG), load)
+    ttft, e2e = _brute_force(step, prompts, outputs, arrivals, seats, budget, prefill_first, cap)
+    r = simulate(step, SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=BIG,
+                                 prefill_first=prefill_first, max_prefill_tokens=cap), load)
     assert list(r.ttft_s) == pytest.approx(ttft, rel=1e-9)
     assert list(r.e2e_s) == pytest.approx(e2e, rel=1e-9)
 

@@ -9,7 +9,7 @@ import pytest
 from tfcalc.calc.latency import linear_mode, rates_for
 from tfcalc.dtypes import get_dtype
 from tfcalc.errors import SpecError, UsageError
-from tfcalc.spec.engine import EngineKernels, engine_from_mapping, kernels_from_mapping
+from tfcalc.spec.engine import EngineKernels, SchedulerPolicy, engine_from_mapping, kernels_from_mapping
 from tfcalc.spec.gpu import latency_from_mapping
 from tfcalc.spec.interconnect import interconnect_from_mapping, load_interconnect
 from tfcalc.spec.presets import (
@@ -606,6 +606,23 @@ def test_engine_yaml_numbers_are_finite_and_bounded(tmp_path: Path) -> None:
                               ("  eager_launch_us: 8", "  eager_launch_us: .nan", "must be a finite number")):
         bad = tmp_path / "bad.yaml"
         bad.write_text(text.replace(old, new))
+        with pytest.raises(SpecError, match=message):
+            load_engine(str(bad))
+
+
+def test_engine_scheduler_section(tmp_path: Path) -> None:
+    """SGLang fills a step prefill first with max_prefill_tokens 16384; an engine without the section runs vLLM's
+    policy; a bad section is a one-line error naming the field."""
+    sglang = load_engine("sglang").scheduler
+    assert (sglang.prefill_first, sglang.max_prefill_tokens, sglang.chunked_prefill) == (True, 16384, True)
+    for name in ("vllm", "trtllm"):
+        assert load_engine(name).scheduler == SchedulerPolicy()
+    text = (preset_root() / "engines" / "sglang-0.5.yaml").read_text()
+    for old, new, message in (("  prefill_first: true", "  prefill_first: 1", "scheduler.prefill_first' must be true"),
+                              ("  max_prefill_tokens: 16384", "  max_prefill_tokens: 0", "max_prefill_tokens"),
+                              ("  max_prefill_tokens: 16384", "  mixed_chunk: true", "unknown field 'scheduler.mixed")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text.replace(old, new, 1))
         with pytest.raises(SpecError, match=message):
             load_engine(str(bad))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -95,12 +96,21 @@ def test_extractor_marks_runs_whose_settings_aiconfigurator_wrote(extractor: Mod
 
 def test_replay_takes_the_generators_limits(benchmark_script: Callable[[str], ModuleType]) -> None:
     """The gap analysis's runs: budget = concurrency + prompt + 1500 in whole 32-token blocks, TensorRT-LLM without
-    chunked prefill; the other runs: the engine's defaults, chunked."""
+    chunked prefill; SGLang from 0.5.6 with mixed chunks, its prefill capped at prompt + 1500 in its default chunk,
+    earlier SGLang with its defaults (prefill steps first, max_prefill_tokens 16384); the other runs: the engine's
+    defaults, chunked."""
     replay = benchmark_script("capacity_validation.py")
     gpu = load_gpu("h100-sxm")
     run = {"engine": "trtllm", "concurrency": 16, "prompt": 1024, "deployment": "aiconfigurator"}
-    seats, budget, chunked = replay.deployment_limits(run, load_engine("trtllm"), gpu)
-    assert (budget, chunked, seats >= 16) == (2560, False, True)   # 16 + 1024 + 1500 = 2540 -> 80 blocks of 32
-    assert replay.deployment_limits({**run, "engine": "vllm"}, load_engine("vllm"), gpu)[1:] == (budget, True)
+    seats, budget, policy = replay.deployment_limits(run, load_engine("trtllm"), gpu)
+    assert (budget, policy.chunked_prefill, seats >= 16) == (2560, False, True)   # 16 + 1024 + 1500 -> 80 x 32
+    seats, vllm_budget, policy = replay.deployment_limits({**run, "engine": "vllm"}, load_engine("vllm"), gpu)
+    assert (vllm_budget, policy.chunked_prefill, policy.prefill_first) == (budget, True, False)
     defaults = replay.deployment_limits({**run, "deployment": None}, load_engine("trtllm"), gpu)
-    assert defaults == (2048, 8192, True)
+    assert defaults[:2] == (2048, 8192) and defaults[2].chunked_prefill
+    sglang = load_engine("sglang")
+    assert (sglang.scheduler.prefill_first, sglang.scheduler.max_prefill_tokens) == (True, 16384)
+    later = replay.deployment_limits({**run, "engine": "sglang", "engine_version": "0.5.6.post2"}, sglang, gpu)
+    assert later[1:] == (8192, replace(sglang.scheduler, prefill_first=False, max_prefill_tokens=2524))
+    earlier = replay.deployment_limits({**run, "engine": "sglang", "engine_version": "0.5.1.post1"}, sglang, gpu)
+    assert earlier[1:] == (8192, sglang.scheduler)

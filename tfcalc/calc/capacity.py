@@ -51,7 +51,7 @@ from tfcalc.calc.serving_inputs import ReplicaMemory, StepSource, latency_step, 
 from tfcalc.calc.serving_traffic import Overheads, Target, Traffic, engine_overheads
 from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.errors import UsageError
-from tfcalc.spec.engine import EngineSpec
+from tfcalc.spec.engine import EngineSpec, SchedulerPolicy
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
 
@@ -97,6 +97,11 @@ class SearchSpace:
 
 def engine_label(engine: EngineSpec | None) -> str:
     return engine.label if engine is not None else "ideal"
+
+
+def scheduler_policy(engine: EngineSpec | None) -> SchedulerPolicy:
+    """How the engine fills a step (no engine: vLLM's policy, chunked prefill beside the decodes)."""
+    return engine.scheduler if engine is not None else SchedulerPolicy()
 
 
 def engine_family(engine: EngineSpec | None) -> str:
@@ -422,7 +427,8 @@ class _Job:
                                          weights=precision.label, kv_dtype=kv_dtype.name, max_num_seqs=seqs,
                                          chunk=chunk, spec=spec_dec)
                         previous = _evaluate(cand, offer, memory, step, self.traffic, self.targets, space,
-                                             overheads, spec_dec, previous, hints, self.operating)
+                                             overheads, spec_dec, previous, hints, self.operating,
+                                             policy=scheduler_policy(engine))
                         out.append(previous)
                         if previous.capacity is not None:
                             hints = (capacity_index(previous.capacity) or hints[0],
@@ -435,12 +441,12 @@ class _Job:
 
 
 def _replica(step, memory: ReplicaMemory, traffic: Traffic, seqs: int, chunk: int, overheads: Overheads,
-             spec_dec: SpecDecoding | None, role: str = "both", kv_transfer_s: float = 0.0) -> ReplicaServing:
+             spec_dec: SpecDecoding | None, policy: SchedulerPolicy) -> ReplicaServing:
     return ReplicaServing(step=step, input_len=traffic.input_len, output_len=traffic.output_len, max_num_seqs=seqs,
                           max_num_batched_tokens=chunk, kv_capacity_tokens=memory.kv_capacity_tokens,
                           block_size=memory.block_size, overheads=overheads,
-                          prefix_hit_ratio=traffic.prefix_hit_ratio, spec=spec_dec, role=role,
-                          kv_transfer_s=kv_transfer_s)
+                          prefix_hit_ratio=traffic.prefix_hit_ratio, spec=spec_dec,
+                          prefill_first=policy.prefill_first, max_prefill_tokens=policy.max_prefill_tokens)
 
 
 def _size(capacity: Capacity, traffic: Traffic) -> tuple[int, float]:
@@ -468,7 +474,8 @@ def _seats_idle(capacity: Capacity, seats: float) -> bool:
 def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, traffic: Traffic,
               targets: tuple[Target, ...], space: SearchSpace, overheads: Overheads,
               spec_dec: SpecDecoding | None, previous: Evaluation | None = None,
-              hints: tuple[int | None, int | None] = (None, None), with_operating: bool = True) -> Evaluation:
+              hints: tuple[int | None, int | None] = (None, None), with_operating: bool = True, *,
+              policy: SchedulerPolicy) -> Evaluation:
     """Size one candidate; ``previous`` (the same configuration with fewer max_num_seqs) is reused where the
     seats did not matter to it; ``hints``: where a similar configuration's capacities were (search starts);
     ``with_operating``: also the operating point at the traffic's share per replica (its latencies, the cost per
@@ -482,7 +489,7 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
         return Evaluation(candidate=cand, fits=True, feasible=False, price_per_gpu_hour=price, memory=memory,
                           reason=f"max_num_seqs {cand.max_num_seqs} exceeds the {memory.kv_capacity_tokens:,} KV "
                                  "tokens")
-    model = _replica(step, memory, traffic, cand.max_num_seqs, cand.chunk, overheads, spec_dec)
+    model = _replica(step, memory, traffic, cand.max_num_seqs, cand.chunk, overheads, spec_dec, policy)
     prior = previous if previous is not None and previous.model is not None else None
     if prior is not None and with_operating and prior.operating is None:
         prior = None
@@ -605,7 +612,8 @@ def full_evaluation(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ..
     engine = _engine_of(space, c.engine)
     step = step_source(spec, space, engine, offer.gpu, precision, kv_dtype, c.tp, c.pp, c.ep)
     assert e.memory is not None
-    return _evaluate(c, offer, e.memory, step, traffic, targets, space, overheads_for(overheads, engine), c.spec)
+    return _evaluate(c, offer, e.memory, step, traffic, targets, space, overheads_for(overheads, engine), c.spec,
+                     policy=scheduler_policy(engine))
 
 
 # --- disaggregated prefill / decode ---------------------------------------------------------------------
@@ -702,7 +710,8 @@ def simulate_evaluation(e: Evaluation, traffic: Traffic, num_requests: int = 200
         return None
     cfg = SimConfig(max_num_seqs=model.max_num_seqs, max_num_batched_tokens=model.max_num_batched_tokens,
                     kv_capacity_tokens=int(model.kv_capacity_tokens), block_size=model.block_size,
-                    overheads=model.overheads, spec=model.spec)
+                    overheads=model.overheads, spec=model.spec, prefill_first=model.prefill_first,
+                    max_prefill_tokens=model.max_prefill_tokens)
     if traffic.rate_per_s is not None:
         load = Workload(input_len=traffic.input_len, output_len=traffic.output_len, num_requests=num_requests,
                         rate_per_s=traffic.rate_per_s / e.replicas, prefix_hit_ratio=traffic.prefix_hit_ratio,

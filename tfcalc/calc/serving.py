@@ -2,8 +2,11 @@
 
 The engine (vLLM V1, SGLang) runs back-to-back scheduler steps while it has work. Each step carries every
 running sequence's next decode token (k + 1 tokens when verifying k speculative ones) and fills the rest of
-the token budget C (max_num_batched_tokens) with prefill chunks, first come first served; at most S sequences
-(max_num_seqs) run at once and their KV cache must fit the replica's blocks. The model is parametrised by the
+the token budget C (max_num_batched_tokens, or SGLang's max_prefill_tokens where smaller) with prefill chunks,
+first come first served; at most S sequences (max_num_seqs) run at once and their KV cache must fit the replica's
+blocks. SGLang's default policy (``prefill_first``) runs the prefill chunks in a step of their own before the
+decode step instead: the same formulas with a busy step = decode step + (with probability q) a prefill step, a
+prompt's own steps without decoding sequences, and the whole budget for prefill. The model is parametrised by the
 offered seat load a = lambda T (T: the time a request holds a seat; a: the mean number being served) and
 derives everything else in closed form:
 
@@ -82,6 +85,8 @@ class ReplicaServing:
     spec: SpecDecoding | None = None
     role: str = "both"          # "both" (aggregated), "decode" (disaggregated decode pool)
     kv_transfer_s: float = 0.0  # decode pool: KV of one prompt arriving from the prefill pool
+    prefill_first: bool = False  # SGLang: prefill chunks run in steps of their own, before any decode
+    max_prefill_tokens: int | None = None   # SGLang's cap on a step's prefill tokens (with its decode tokens)
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,13 @@ def _make_work(r: ReplicaServing) -> _Work:
         def step(batch: float, prefill: float, completing: float) -> float:
             t = main(batch, prefill, completing)
             return t + factor * draft(batch, 0.0, 0.0) if batch else t
+    if r.prefill_first:   # the decode step and the prefill step that runs before it, one after the other
+        joint = step
+
+        def step(batch: float, prefill: float, completing: float) -> float:
+            if batch and prefill:
+                return joint(batch, 0.0, 0.0) + joint(0.0, prefill, completing)
+            return joint(batch, prefill, completing)
     ov = r.overheads
     chunks = 1 + d_mean / accepted
     request_part = ov.api_request_s + ov.api_input_token_s * i.mean
@@ -228,8 +240,9 @@ class Point:
         cap = self.prefill_capacity
         full = math.ceil(tokens / cap) - 1
         step = self.w.step
-        rest = step(self.batch, tokens - full * cap, 1.0)
-        return full * step(self.batch, cap, cap / self.w.prefill_mean) + rest if full else rest
+        beside = 0.0 if self.model.prefill_first else self.batch   # decoding sequences in the prompt's steps
+        rest = step(beside, tokens - full * cap, 1.0)
+        return full * step(beside, cap, cap / self.w.prefill_mean) + rest if full else rest
 
     def _step(self, batch: float, prefill: float, completing: float | None = None) -> float:
         w = self.w
@@ -297,7 +310,8 @@ class Point:
         o = m.overheads
         base = o.request_s + o.stream_s + self.api_delay_s + self.busy * self.step_s / 2
         per_token, share = o.per_input_token_s + o.api_input_token_s, 1 - m.prefix_hit_ratio
-        cap, step, batch = self.prefill_capacity, w.step, self.batch
+        cap, step = self.prefill_capacity, w.step
+        batch = 0.0 if m.prefill_first else self.batch   # decoding sequences in the prompt's own steps
         full_step = -1.0
         out = []
         for prompt, weight in m.input_len.nodes(True):
@@ -353,8 +367,10 @@ class Point:
         """Inter-token latency (s): the gap between two streamed chunks, over all gaps (vLLM bench's ITL). A gap is
         one step at the batch it carries (1 + Poisson(m) decoding, capped by the seats): a decode-only step, or with
         probability q one that carries a prefill chunk, whose size follows the prompt lengths (scaled to the mean
-        chunk, capped by the room in a step). Mean (percentile 0) or the percentile of that mixture, each step time
-        spread normally by the batch's Poisson spread (variance m)."""
+        chunk, capped by the room in a step). Prefill first (SGLang): the gap is a decode step after a run of prefill
+        steps, one more while a prompt arrives during the last (probability c = 1 - exp(-rate x its time)), so a share
+        q (1 - c) of the gaps hold runs of geometric length, mean 1 / (1 - c). Mean (percentile 0) or the percentile
+        of that mixture, each step time spread normally by the batch's Poisson spread (variance m)."""
         seats = self.seats if self.seats >= 1 else 1.0
         seen = min(1 + self.decode_others, seats)
         q = self.prefill_step_share
@@ -365,13 +381,21 @@ class Point:
         cached = self._memo.get(key)
         if cached is not None:
             return cached
+        runs = [(1.0, 1)]   # (weight, prefill steps in the gap)
+        if q and self.model.prefill_first:
+            chain = 1 - math.exp(-self.rate_per_s * self._step(0.0, self.chunk_tokens))
+            q *= 1 - chain
+            longest = max(1, min(8, math.ceil(math.log(1e-3) / math.log(chain)))) if chain > 0 else 1
+            runs = [((1 - chain) * chain ** (k - 1), k) for k in range(1, longest + 1)]
         parts = [(1 - q, decode)]
         if q:
             nodes = self.model.input_len.nodes(True)
             cap = self.prefill_capacity
             typical = sum(wt * min(x, cap) for x, wt in nodes)
             scale = self.chunk_tokens / typical if typical > 0 else 1.0
-            parts += [(q * wt, self._step(seen, min(x * scale, cap))) for x, wt in nodes]
+            for x, wt in nodes:
+                alone = self._step(seen, min(x * scale, cap)) - decode   # the prefill step (mixed: its extra time)
+                parts += [(q * wt * share, decode + k * alone) for share, k in runs]
         sigma = (self._step(min(seen + 1, seats + 1), 0.0) - decode) * math.sqrt(self.decode_others)
         value = _mixture_quantile(percentile / 100, tuple(parts), max(sigma, 0.0))
         self._memo[key] = value
@@ -446,13 +470,16 @@ class _Mix(NamedTuple):
 
 def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> _Mix:
     limit = ""
-    capacity = r.max_num_batched_tokens - batch * w.tokens_per_decode
+    budget = r.max_num_batched_tokens if r.max_prefill_tokens is None else min(r.max_num_batched_tokens,
+                                                                              r.max_prefill_tokens)
+    capacity = budget - (0.0 if r.prefill_first else batch * w.tokens_per_decode)
     if capacity < 1 and w.prefill_mean > 0:
         capacity, limit = 1.0, "token budget"
     tau_d = w.step(batch, 0.0, 0.0)
     if not w.prefill_mean:
         return _Mix(capacity, tau_d, tau_d, tau_d, tau_d, 0.0, 0.0, 0.0, 0.0, w.steps * tau_d, limit)
-    tau_full = w.step(batch, capacity, capacity / w.prefill_mean)
+    beside = 0.0 if r.prefill_first else batch   # decoding sequences in a prompt's own steps
+    tau_full = w.step(beside, capacity, capacity / w.prefill_mean)
     rho_steps = prefill_per_step / capacity                      # share of step capacity used by prefill
     if rho_steps >= 1:
         limit = limit or "prefill throughput"
@@ -464,7 +491,7 @@ def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> 
     tau_p = w.step(batch, chunk, chunk / w.prefill_mean) if chunk else tau_d
     tau_mean = q * tau_p + (1 - q) * tau_d
     full = math.ceil(w.prefill_mean / capacity) - 1
-    alone = full * tau_full + w.step(batch, w.prefill_mean - full * capacity, 1.0)
+    alone = full * tau_full + w.step(beside, w.prefill_mean - full * capacity, 1.0)
     return _Mix(capacity, tau_d, tau_full, tau_p, tau_mean, q, chunk, rho_steps, alone, w.steps * tau_mean, limit)
 
 

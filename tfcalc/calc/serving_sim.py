@@ -13,6 +13,11 @@ speculative tokens, or the next prefill chunk of a partly prefilled prompt), wit
 (max_num_batched_tokens); then waiting requests, first come first served, while the budget, the max_num_seqs seats
 and the KV blocks allow -- a chunk of the head's prompt where the rest of the budget is short, or, without chunked
 prefill (``SimConfig.chunked_prefill``; TensorRT-LLM's default), only a whole prompt, the head waiting otherwise.
+With ``SimConfig.prefill_first`` (SGLang without ``--enable-mixed-chunk``) a step is either a prefill batch or a
+decode batch: whenever a prompt (or the rest of a partly prefilled one) can be admitted, the step carries prefill
+chunks only; otherwise every running sequence decodes, with no token budget. ``max_prefill_tokens`` (SGLang's, less
+the step's decode tokens) admits a prompt after the step's first prefill work only while it is smaller than what
+that cap leaves (SGLang's PrefillAdder); the budget still chunks the one that overflows it.
 KV blocks are allocated on demand, block_size tokens at a time; when a running sequence cannot grow, the most
 recently admitted one is preempted (its blocks freed; it re-prefills prompt + generated tokens later, vLLM's
 recompute preemption). The step takes the step source's time for its mix (decoding sequences at their
@@ -70,6 +75,8 @@ class SimConfig:
     overheads: Overheads = field(default_factory=Overheads)
     spec: SpecDecoding | None = None
     chunked_prefill: bool = True   # False: a prompt is admitted only when all of it fits the step's token budget
+    prefill_first: bool = False    # True: a step that can take prefill work runs no decode (SGLang's default)
+    max_prefill_tokens: int | None = None   # SGLang's cap: a further prompt joins only while smaller than the rest
 
 
 def weighted_percentile(values: tuple[float, ...], weights: tuple[float, ...], p: float) -> float:
@@ -287,27 +294,31 @@ class _Engine:
         if not self.waiting:
             return True
         cfg = self.cfg
-        if len(self.running) >= cfg.max_num_seqs or len(self.running) >= cfg.max_num_batched_tokens:
+        running = len(self.running)
+        room = cfg.max_num_batched_tokens if cfg.prefill_first else cfg.max_num_batched_tokens - running
+        if running >= cfg.max_num_seqs or room <= 0:
             return True
         head = self.waiting[0]
-        room = cfg.max_num_batched_tokens - len(self.running)
         if not cfg.chunked_prefill and head.target - head.length > room:
             return True
         want = min(head.target - head.length, room)
         return self._blocks_needed(head, want) > self.free_blocks
 
-    def _one_step(self, t: float) -> float:
-        """Schedule and run one step the way the engine does; returns the time at its end."""
-        cfg = self.cfg
-        budget = cfg.max_num_batched_tokens
-        k1 = cfg.spec.num_tokens + 1 if cfg.spec else 1
+    def _schedule_running(self, budget: float, k1: int, prefill: bool, decode: bool
+                          ) -> tuple[list[tuple[_Seq, int, bool]], bool]:
+        """The running sequences' share of a step, in admission order within ``budget`` tokens: the next chunk of
+        each partly prefilled one (``prefill``) and each decoding one's k1 tokens (``decode``); a sequence that
+        cannot grow preempts the most recently admitted. Returns (scheduled, whether it preempted)."""
         scheduled: list[tuple[_Seq, int, bool]] = []   # (sequence, tokens, is a prefill chunk)
         preempted = False
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            prefill = seq.length < seq.target
-            want = min(seq.target - seq.length, budget) if prefill else min(k1, budget)
+            is_prefill = seq.length < seq.target
+            if not (prefill if is_prefill else decode):
+                i += 1
+                continue
+            want = int(min(seq.target - seq.length, budget)) if is_prefill else int(min(k1, budget))
             need = self._blocks_needed(seq, want)
             while need > self.free_blocks and seq.active:
                 self._preempt(self.running[-1])
@@ -316,24 +327,50 @@ class _Engine:
             if not seq.active:
                 break
             self._allocate(seq, want, need)
-            scheduled.append((seq, want, prefill))
+            scheduled.append((seq, want, is_prefill))
             budget -= want
             i += 1
+        return scheduled, preempted
+
+    def _admit(self, scheduled: list[tuple[_Seq, int, bool]]) -> list[tuple[_Seq, int, bool]]:
+        """Waiting requests admitted to a step that holds ``scheduled``, first come first served while the budget,
+        the seats and the KV blocks allow; with ``max_prefill_tokens`` (SGLang's, less the step's decode tokens)
+        a prompt after the step's first prefill work only while smaller than what that cap leaves."""
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens - sum(want for _, want, _ in scheduled)
+        taken = sum(want for _, want, prefill in scheduled if prefill)
+        room = None if cfg.max_prefill_tokens is None else cfg.max_prefill_tokens - _decode_tokens(scheduled)
+        admitted: list[tuple[_Seq, int, bool]] = []
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            seq = self.waiting[0]
+            rest = seq.target - seq.length
+            if not cfg.chunked_prefill and rest > budget:
+                break   # first come first served: the head waits for a step with room for all of its prompt
+            if room is not None and taken and rest >= room - taken:
+                break
+            want = min(rest, budget)
+            need = self._blocks_needed(seq, want)
+            if need > self.free_blocks:
+                break
+            self.waiting.popleft()
+            self.running.append(seq)
+            seq.active = True
+            self._allocate(seq, want, need)
+            admitted.append((seq, want, True))
+            budget -= want
+            taken += want
+        return admitted
+
+    def _one_step(self, t: float) -> float:
+        """Schedule and run one step the way the engine does; returns the time at its end."""
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens
+        k1 = cfg.spec.num_tokens + 1 if cfg.spec else 1
+        scheduled, preempted = self._schedule_running(budget, k1, prefill=True, decode=not cfg.prefill_first)
         if not preempted:
-            while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
-                seq = self.waiting[0]
-                if not cfg.chunked_prefill and seq.target - seq.length > budget:
-                    break   # first come first served: the head waits for a step with room for all of its prompt
-                want = min(seq.target - seq.length, budget)
-                need = self._blocks_needed(seq, want)
-                if need > self.free_blocks:
-                    break
-                self.waiting.popleft()
-                self.running.append(seq)
-                seq.active = True
-                self._allocate(seq, want, need)
-                scheduled.append((seq, want, True))
-                budget -= want
+            scheduled += self._admit(scheduled)
+        if not scheduled and cfg.prefill_first:
+            scheduled, _ = self._schedule_running(math.inf, k1, prefill=False, decode=True)
         if not scheduled:
             # Nothing can run: the waiting head needs more blocks than the whole pool. It fails, and in a closed
             # loop its client sends the next request, as on any error.
@@ -520,6 +557,8 @@ class _Engine:
     def _could_admit_later(self) -> bool:
         """Whether a request becoming ready could change the next step (a free seat and budget)."""
         cfg = self.cfg
+        if cfg.prefill_first:   # a prefill batch has the whole budget
+            return len(self.running) < cfg.max_num_seqs
         return len(self.running) < min(cfg.max_num_seqs, cfg.max_num_batched_tokens)
 
     def _result(self) -> SimResult:
@@ -539,6 +578,11 @@ class _Engine:
 
 
 Piece = tuple[int, int, float, float]   # (first step, steps, duration of the first, duration of the last)
+
+
+def _decode_tokens(scheduled: list[tuple[_Seq, int, bool]]) -> int:
+    """Decode tokens in a step's schedule (sequence, tokens, is a prefill chunk)."""
+    return sum(want for _, want, prefill in scheduled if not prefill)
 
 
 def _advance(duration: Callable[[int], float], k: int, t: float, stop: float) -> tuple[int, list[Piece]]:

@@ -60,6 +60,18 @@ class SchedulerDefault:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SchedulerPolicy:
+    """How the engine's scheduler fills a step (``serving_sim.SimConfig`` and ``serving.ReplicaServing`` take the
+    same fields): chunks of a prompt or only whole prompts; decode beside prefill or, ``prefill_first``, a step of
+    prefill chunks alone whenever a prompt can be admitted; ``max_prefill_tokens``: the prefill tokens such a step
+    takes beyond its first prompt (None: the token budget alone)."""
+
+    chunked_prefill: bool = True
+    prefill_first: bool = False
+    max_prefill_tokens: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Overheads:
     """Memory outside the torch allocator, per GPU. ``startup_*``: CUDA context (and NCCL communicators at tp > 1)
     present before the engine's baseline; counted in the budget only if ``startup_in_budget``. ``non_torch_*``: what
@@ -268,6 +280,7 @@ class EngineSpec:
     memory_fraction: float | None = None
     block_size: int | None = None
     scheduler_defaults: tuple[SchedulerDefault, ...] = ()
+    scheduler: SchedulerPolicy = field(default_factory=SchedulerPolicy)
     overheads: Overheads | None = None
     activation: ActivationModel | None = None
     cuda_graphs: CudaGraphModel | None = None
@@ -673,8 +686,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         sources=_texts(data.get("sources", {}), origin, "kernels.sources"))
 
 
-_MEMORY_KEYS = ("memory_fraction", "block_size", "scheduler_defaults", "overheads", "activation", "cuda_graphs",
-                "kv", "weights", "static_fraction_rule", "terms")
+_MEMORY_KEYS = ("memory_fraction", "block_size", "scheduler_defaults", "scheduler", "overheads", "activation",
+                "cuda_graphs", "kv", "weights", "static_fraction_rule", "terms")
 _TOP = {"name", "version", "releases", "display_name", "default", "budget", "kernels", "sources", *_MEMORY_KEYS}
 
 
@@ -708,6 +721,21 @@ def engine_from_mapping(data: dict[str, Any], origin: str, default_name: str,
     for key in ("version", "releases", "block_size", "scheduler_defaults"):
         _require(key in data, origin, f"missing required field '{key}'")
     return EngineSpec(budget=budget, **common, **_memory_sections(data, origin))
+
+
+def _scheduler(data: Any, origin: str) -> SchedulerPolicy:
+    """The ``scheduler`` section (absent: vLLM's policy, chunked prefill beside the decodes)."""
+    if data is None:
+        return SchedulerPolicy()
+    _require(isinstance(data, dict), origin, "field 'scheduler' must be a mapping")
+    known = ("chunked_prefill", "prefill_first", "max_prefill_tokens")
+    extra = [k for k in data if k not in known]
+    _require(not extra, origin, f"unknown field 'scheduler.{extra[0] if extra else ''}' (known: {', '.join(known)})")
+    cap = data.get("max_prefill_tokens")
+    return SchedulerPolicy(
+        chunked_prefill=_bool(data.get("chunked_prefill", True), origin, "scheduler.chunked_prefill"),
+        prefill_first=_bool(data.get("prefill_first", False), origin, "scheduler.prefill_first"),
+        max_prefill_tokens=None if cap is None else _int(cap, origin, "scheduler.max_prefill_tokens", 1))
 
 
 def _memory_sections(data: dict[str, Any], origin: str) -> dict[str, Any]:
@@ -799,6 +827,7 @@ def _memory_sections(data: dict[str, Any], origin: str) -> dict[str, Any]:
     _require(fraction is not None or rule is not None, origin,
              "give memory_fraction, or a static_fraction_rule that computes it")
     return dict(memory_fraction=fraction, block_size=_int(data["block_size"], origin, "block_size", 1, 1 << 20),
-                scheduler_defaults=tuple(defaults), overheads=overheads, activation=activation, cuda_graphs=graphs,
-                kv=kv, weights=weights, static_fraction_rule=rule,
+                scheduler_defaults=tuple(defaults), scheduler=_scheduler(data.get("scheduler"), origin),
+                overheads=overheads, activation=activation, cuda_graphs=graphs, kv=kv, weights=weights,
+                static_fraction_rule=rule,
                 terms=_texts(data.get("terms", {}), origin, "terms", TERM_KEYS))
