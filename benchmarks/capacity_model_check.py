@@ -1,10 +1,10 @@
 """The analytic serving model against the discrete-event simulation of the same scheduler (docs/capacity.md).
 
 Same step-time model (the latency model with vLLM's kernels, H100 SXM), same scheduler limits, same traffic, same
-overheads (vLLM's defaults, and a heavy API server); the simulation runs 3,000 requests and leaves the first and last
-10 % out. Prints analytic / simulated - 1 for TTFT mean, p50, p90, p99, TPOT mean, p90, ITL p50, p90, p99 and
-end-to-end p90, the API server's utilization (model / simulation), and the closed-form limits (M/M/1, M/D/1, the
-API server as M/D/1).
+overheads (vLLM's defaults, and a heavy API server; and SGLang's kernels, overheads and scheduling policy, prefill
+steps of their own first); the simulation runs 3,000 requests and leaves the first and last 10 % out. Prints
+analytic / simulated - 1 for TTFT mean, p50, p90, p99, TPOT mean, p90, ITL p50, p90, p99 and end-to-end p90, the API
+server's utilization (model / simulation), and the closed-form limits (M/M/1, M/D/1, the API server as M/D/1).
 
 Usage: python benchmarks/capacity_model_check.py
 """
@@ -78,26 +78,31 @@ def api_closed_form() -> None:
 def main() -> None:
     closed_forms()
     api_closed_form()
-    vllm = load_engine("vllm")
+    vllm, sglang = load_engine("vllm"), load_engine("sglang")
     print("| model | tp | seqs / chunk | overheads | load | TTFT mean | p50 | p90 | p99 | TPOT mean | p90 | ITL p50 | "
           "p90 | p99 | E2E p90 | API util. |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     heavy = replace(ENGINE_OVERHEADS["vllm"], api_request_s=4e-3, api_token_s=150e-6)
     for name, tp, seats, budget, inputs, outputs, loads, closed in CASES:
         spec = load_model(name)
-        step = latency_step(spec, load_gpu("h100-sxm"), parse_weight_precision(spec.native_dtype), get_dtype("bf16"),
-                            tp=tp, engine=vllm)
-        for label, overheads in (("vLLM", ENGINE_OVERHEADS["vllm"]), ("heavy API", heavy)):
+        for label, engine, overheads in (("vLLM", vllm, ENGINE_OVERHEADS["vllm"]), ("heavy API", vllm, heavy),
+                                         ("SGLang", sglang, ENGINE_OVERHEADS["sglang"])):
             if label == "heavy API" and name != "llama3-8b":
                 continue
+            step = latency_step(spec, load_gpu("h100-sxm"), parse_weight_precision(spec.native_dtype),
+                                get_dtype("bf16"), tp=tp, engine=engine)
+            policy = engine.scheduler   # SGLang: prefill steps of their own, first
             r = ReplicaServing(step=step, input_len=inputs, output_len=outputs, max_num_seqs=seats,
-                               max_num_batched_tokens=budget, kv_capacity_tokens=400_000, overheads=overheads)
+                               max_num_batched_tokens=budget, kv_capacity_tokens=400_000, overheads=overheads,
+                               prefill_first=policy.prefill_first, max_prefill_tokens=policy.max_prefill_tokens)
             for load in loads:
                 p = at_concurrency(r, load) if closed else at_rate(r, load)
                 if not p.stable:
                     continue
                 sim = simulate(step, SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget,
-                                               kv_capacity_tokens=400_000, overheads=overheads),
+                                               kv_capacity_tokens=400_000, overheads=overheads,
+                                               prefill_first=policy.prefill_first,
+                                               max_prefill_tokens=policy.max_prefill_tokens),
                                Workload(input_len=inputs, output_len=outputs, num_requests=3000,
                                         rate_per_s=None if closed else load,
                                         concurrency=int(load) if closed else None, warmup_fraction=0.1))

@@ -367,10 +367,8 @@ class Point:
         """Inter-token latency (s): the gap between two streamed chunks, over all gaps (vLLM bench's ITL). A gap is
         one step at the batch it carries (1 + Poisson(m) decoding, capped by the seats): a decode-only step, or with
         probability q one that carries a prefill chunk, whose size follows the prompt lengths (scaled to the mean
-        chunk, capped by the room in a step). Prefill first (SGLang): the gap is a decode step after a run of prefill
-        steps, one more while a prompt arrives during the last (probability c = 1 - exp(-rate x its time)), so a share
-        q (1 - c) of the gaps hold runs of geometric length, mean 1 / (1 - c). Mean (percentile 0) or the percentile
-        of that mixture, each step time spread normally by the batch's Poisson spread (variance m)."""
+        chunk, capped by the room in a step). Mean (percentile 0) or the percentile of that mixture, each step time
+        spread normally by the batch's Poisson spread (variance m). Prefill first (SGLang): ``_prefill_first_gaps``."""
         seats = self.seats if self.seats >= 1 else 1.0
         seen = min(1 + self.decode_others, seats)
         q = self.prefill_step_share
@@ -381,25 +379,39 @@ class Point:
         cached = self._memo.get(key)
         if cached is not None:
             return cached
-        runs = [(1.0, 1)]   # (weight, prefill steps in the gap)
         if q and self.model.prefill_first:
-            chain = 1 - math.exp(-self.rate_per_s * self._step(0.0, self.chunk_tokens))
-            q *= 1 - chain
-            longest = max(1, min(8, math.ceil(math.log(1e-3) / math.log(chain)))) if chain > 0 else 1
-            runs = [((1 - chain) * chain ** (k - 1), k) for k in range(1, longest + 1)]
-        parts = [(1 - q, decode)]
-        if q:
-            nodes = self.model.input_len.nodes(True)
-            cap = self.prefill_capacity
-            typical = sum(wt * min(x, cap) for x, wt in nodes)
-            scale = self.chunk_tokens / typical if typical > 0 else 1.0
-            for x, wt in nodes:
-                alone = self._step(seen, min(x * scale, cap)) - decode   # the prefill step (mixed: its extra time)
-                parts += [(q * wt * share, decode + k * alone) for share, k in runs]
+            parts = self._prefill_first_gaps(decode)
+        else:
+            parts = [(1 - q, decode)]
+            if q:
+                nodes = self.model.input_len.nodes(True)
+                cap = self.prefill_capacity
+                typical = sum(wt * min(x, cap) for x, wt in nodes)
+                scale = self.chunk_tokens / typical if typical > 0 else 1.0
+                parts += [(q * wt, self._step(seen, min(x * scale, cap))) for x, wt in nodes]
         sigma = (self._step(min(seen + 1, seats + 1), 0.0) - decode) * math.sqrt(self.decode_others)
         value = _mixture_quantile(percentile / 100, tuple(parts), max(sigma, 0.0))
         self._memo[key] = value
         return value
+
+    def _prefill_first_gaps(self, decode: float) -> list[tuple[float, float]]:
+        """(weight, gap) of SGLang's inter-token gaps: a decode step after all the prefill that ran since the last
+        one. A gap holds prefill when a prompt arrived during the decode step before it (probability
+        g = 1 - exp(-rate x decode step)); the prompts arriving while those prefill join the same run, so with m
+        prompts per decode step a run holds k >= 1 prompts, k geometric with mean m / g, prefilled together in
+        consecutive steps of the room (``_prefill_service`` of k prompts' tokens)."""
+        m = self.model
+        share = 1 - m.prefix_hit_ratio
+        per_decode = self.prefill_step_share * self.chunk_tokens / self.w.prefill_mean   # prompts per decode step
+        q = min(1 - math.exp(-self.rate_per_s * decode), per_decode)
+        mean_run = per_decode / q if q > 0 else 1.0
+        chain = 1 - 1 / mean_run
+        longest = max(1, min(12, math.ceil(math.log(1e-3) / math.log(chain)))) if chain > 0 else 1
+        runs = [((1 - chain) * chain ** (k - 1), k) for k in range(1, longest + 1)]
+        parts = [(1 - q, decode)]
+        for x, wt in m.input_len.nodes(True):
+            parts += [(q * wt * weight, decode + self._prefill_service(k * x * share)) for weight, k in runs]
+        return parts
 
     def e2e(self, percentile: float = 0.0) -> float:
         """End-to-end latency (s): TTFT + (output - 1) x TPOT; percentiles over the output lengths and the
