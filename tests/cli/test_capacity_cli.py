@@ -140,6 +140,27 @@ def test_engines_are_searched_like_plan_reads_them() -> None:
     assert "--gpu-memory-utilization 0.85" in out and "--mem-fraction-static 0.85" in out
 
 
+def test_sglang_mixed_chunk_changes_the_policy_and_the_launch_flags() -> None:
+    """SGLang's default runs prefill steps of their own first; --enable-mixed-chunk mixes them into the decode step,
+    which moves TTFT and TPOT, and its command line says so; without an SGLang engine the flag is an error."""
+    base = ["capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs", "128",
+            "--max-num-batched-tokens", "2048", "--rate", "15", "--input-len", "1000", "--output-len", "200",
+            "--ttft", "p90=2s", "--tpot", "p90=100ms", "--no-simulate", "--engine", "sglang", "-w", "bf16",
+            "--kv-dtype", "bf16"]
+
+    def chosen(*extra: str) -> dict:
+        result = run(*base, *extra, "-f", "json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)[0]
+
+    first, mixed = chosen(), chosen("--enable-mixed-chunk")
+    assert "--enable-mixed-chunk" in mixed["launch_command"] and "--enable-mixed-chunk" not in first["launch_command"]
+    assert mixed["operating_ttft_p90_s"] > first["operating_ttft_p90_s"]
+    assert mixed["operating_tpot_p90_s"] < first["operating_tpot_p90_s"]
+    error = run(*base[:-6], "--enable-mixed-chunk")
+    assert error.exit_code == 2 and "--enable-mixed-chunk is SGLang's" in error.output
+
+
 def test_itl_targets() -> None:
     result = run("capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs", "64,256",
                  "--max-num-batched-tokens", "512,8192", "--rate", "10", "--itl", "p99=40ms", "--ttft", "p90=2s",

@@ -298,6 +298,9 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              disaggregated: Annotated[bool, typer.Option(
                  "--disaggregated", help="Also size disaggregated prefill/decode pools (rate traffic only).")]
              = False,
+             enable_mixed_chunk: Annotated[bool, typer.Option(
+                 "--enable-mixed-chunk", help="SGLang: prefill chunks share the decode batch's step (its "
+                 "--enable-mixed-chunk) instead of running in steps of their own first (its default).")] = False,
              kv_transfer_gbps: Annotated[float, typer.Option(
                  "--kv-transfer-gbps", help="GB/s for KV from prefill to decode pool (400 Gb/s IB = 50).")] = 50.0,
              routing: Annotated[str, typer.Option(
@@ -361,6 +364,12 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         raise UsageError(f"--workers must be 1 to 64, got {workers}")
     specs = resolve_models(preset, config)
     engines = engine_list(engine)
+    if enable_mixed_chunk:
+        from tfcalc.spec.engine import with_mixed_chunk
+
+        if not any(e is not None and e.scheduler.prefill_first for e in engines):
+            raise UsageError("--enable-mixed-chunk is SGLang's: add --engine sglang")
+        engines = [with_mixed_chunk(e) if e is not None else e for e in engines]
     if lengths_csv is not None:
         inputs, outputs = read_lengths_csv(lengths_csv)
     else:

@@ -375,6 +375,8 @@ def sglang_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
         args.append(f"--quantization {quant}")
     if not prefix_caching:
         args.append("--disable-radix-cache")
+    if any(eng is not None and eng.name == "sglang" and not eng.scheduler.prefill_first for eng in space.engines):
+        args.append("--enable-mixed-chunk")
     if c.spec is not None:
         args += ["--speculative-algorithm EAGLE", f"--speculative-draft-model-path {draft_model}",
                  f"--speculative-num-steps {c.spec.num_tokens}", "--speculative-eagle-topk 1",

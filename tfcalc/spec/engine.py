@@ -302,6 +302,14 @@ class EngineSpec:
         return self.budget != "ideal"
 
 
+def with_mixed_chunk(engine: EngineSpec) -> EngineSpec:
+    """``engine`` run with SGLang's --enable-mixed-chunk: prefill chunks share the decode batch's step instead of
+    running in steps of their own first (an engine that already mixes them is returned as it is)."""
+    if not engine.scheduler.prefill_first:
+        return engine
+    return replace(engine, scheduler=replace(engine.scheduler, prefill_first=False))
+
+
 def memory_model(engine: EngineSpec | None) -> EngineSpec | None:
     """The engine whose memory accounting ``plan`` applies: None (the plain arithmetic) for no engine or one
     whose preset says ``budget: ideal``."""
