@@ -157,6 +157,9 @@ def test_sglang_mixed_chunk_changes_the_policy_and_the_launch_flags() -> None:
     assert "--enable-mixed-chunk" in mixed["launch_command"] and "--enable-mixed-chunk" not in first["launch_command"]
     assert mixed["operating_ttft_p90_s"] > first["operating_ttft_p90_s"]
     assert mixed["operating_tpot_p90_s"] < first["operating_tpot_p90_s"]
+    explained = run(*base, "--explain").stdout
+    assert "SGLang: prefill first, decode waits" in " ".join(explained.split())
+    assert "busy steps carry" in run(*base, "--explain", "--enable-mixed-chunk").stdout
     error = run(*base[:-6], "--enable-mixed-chunk")
     assert error.exit_code == 2 and "--enable-mixed-chunk is SGLang's" in error.output
 

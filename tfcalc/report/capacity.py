@@ -274,10 +274,14 @@ def explain_lines(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tup
         f"{o.api_token_s * 1e6:,.0f} us per streamed chunk ({w.chunks:,.0f} chunks) = {_ms(w.api_work)} of serial "
         f"work; utilization {op.api_utilization:.0%}, delay {_ms(op.api_delay_s)} to the engine and back "
         f"({o.source})",
-        f"busy steps carry {op.batch:,.1f} decoding sequences; {op.prefill_step_share:.0%} of them also a prefill "
-        f"chunk of {op.chunk_tokens:,.0f} tokens (room for {op.prefill_capacity:,.0f}); decode step "
-        f"{_ms(op.decode_step_s)}, prefill step {_ms(op.prefill_step_s)}, mean {_ms(op.step_s)}; engine busy "
-        f"{op.busy:.0%} of the time",
+        (f"busy steps carry {op.batch:,.1f} decoding sequences; {op.prefill_step_share:.0%} of them also a prefill "
+         f"chunk of {op.chunk_tokens:,.0f} tokens (room for {op.prefill_capacity:,.0f}); decode step "
+         f"{_ms(op.decode_step_s)}, prefill step {_ms(op.prefill_step_s)}"
+         if not m.prefill_first else
+         f"decode steps carry {op.batch:,.1f} sequences; {op.prefill_step_share:.0%} of them come after a prefill "
+         f"step of {op.chunk_tokens:,.0f} tokens (room for {op.prefill_capacity:,.0f}; SGLang: prefill first, "
+         f"decode waits); decode step {_ms(op.decode_step_s)}, {_ms(op.prefill_step_s)} with the prefill step")
+        + f", mean {_ms(op.step_s)}; engine busy {op.busy:.0%} of the time",
         f"seats: min(max_num_seqs {c.max_num_seqs}, KV for {op.kv_seats:,.0f} live sequences) = {op.seats:,.0f}; "
         f"load {op.seat_load:,.1f}; prefill queue utilization {op.prefill_utilization:.0%}; P(wait) "
         f"{op.wait_probability:.1%}, mean wait {_ms(op.wait_mean_s)}",
