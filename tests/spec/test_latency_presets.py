@@ -611,13 +611,16 @@ def test_engine_yaml_numbers_are_finite_and_bounded(tmp_path: Path) -> None:
 
 
 def test_engine_scheduler_section(tmp_path: Path) -> None:
-    """SGLang fills a step prefill first with max_prefill_tokens 16384; an engine without the section runs vLLM's
-    policy; a bad section is a one-line error naming the field."""
+    """SGLang fills a step prefill first with max_prefill_tokens 16384; an engine without the section runs its
+    default version's policy (vLLM's where it has none); a bad section is a one-line error naming the field."""
     sglang = load_engine("sglang").scheduler
     assert (sglang.prefill_first, sglang.max_prefill_tokens, sglang.chunked_prefill) == (True, 16384, True)
     for name in ("vllm", "trtllm"):
         assert load_engine(name).scheduler == SchedulerPolicy()
     text = (preset_root() / "engines" / "sglang-0.5.yaml").read_text()
+    mine = tmp_path / "my-sglang.yaml"   # a user's copy without the section schedules as SGLang does
+    mine.write_text(text[:text.index("scheduler:")] + text[text.index("overheads:"):])
+    assert load_engine(str(mine)).scheduler == sglang
     for old, new, message in (("  prefill_first: true", "  prefill_first: 1", "scheduler.prefill_first' must be true"),
                               ("  max_prefill_tokens: 16384", "  max_prefill_tokens: 0", "max_prefill_tokens"),
                               ("  max_prefill_tokens: 16384", "  mixed_chunk: true", "unknown field 'scheduler.mixed")):

@@ -700,11 +700,13 @@ _TOP = {"name", "version", "releases", "display_name", "default", "budget", "ker
 
 
 def engine_from_mapping(data: dict[str, Any], origin: str, default_name: str,
-                        inherited_kernels: EngineKernels | None = None) -> EngineSpec:
+                        inherited_kernels: EngineKernels | None = None,
+                        inherited_scheduler: SchedulerPolicy | None = None) -> EngineSpec:
     """Validate an engine preset mapping (see presets/engines/*.yaml) and build the EngineSpec.
 
-    ``inherited_kernels``: the kernel behaviour to use when the mapping has no ``kernels:`` block (the loader
-    passes the engine's default version's); else ``EngineKernels()``.
+    ``inherited_kernels`` / ``inherited_scheduler``: the kernel behaviour and step policy to use when the mapping
+    has no ``kernels:`` / ``scheduler:`` block (the loader passes the engine's default version's); else
+    ``EngineKernels()`` / ``SchedulerPolicy()``.
     """
     _check_keys(data, _TOP, origin)
     _require("budget" in data, origin, "missing required field 'budget'")
@@ -728,10 +730,10 @@ def engine_from_mapping(data: dict[str, Any], origin: str, default_name: str,
         return EngineSpec(budget=budget, **common)
     for key in ("version", "releases", "block_size", "scheduler_defaults"):
         _require(key in data, origin, f"missing required field '{key}'")
-    return EngineSpec(budget=budget, **common, **_memory_sections(data, origin))
+    return EngineSpec(budget=budget, **common, **_memory_sections(data, origin, inherited_scheduler))
 
 
-def _scheduler(data: Any, origin: str) -> SchedulerPolicy:
+def scheduler_from_mapping(data: Any, origin: str) -> SchedulerPolicy:
     """The ``scheduler`` section (absent: vLLM's policy, chunked prefill beside the decodes)."""
     if data is None:
         return SchedulerPolicy()
@@ -746,7 +748,8 @@ def _scheduler(data: Any, origin: str) -> SchedulerPolicy:
         max_prefill_tokens=None if cap is None else _int(cap, origin, "scheduler.max_prefill_tokens", 1))
 
 
-def _memory_sections(data: dict[str, Any], origin: str) -> dict[str, Any]:
+def _memory_sections(data: dict[str, Any], origin: str,
+                     inherited_scheduler: SchedulerPolicy | None = None) -> dict[str, Any]:
     """The memory accounting of a serving engine with a KV pool (every budget but ``ideal``)."""
     fraction = data.get("memory_fraction")
     if fraction is not None:
@@ -834,8 +837,10 @@ def _memory_sections(data: dict[str, Any], origin: str) -> dict[str, Any]:
                          _int(t[3], origin, key, 1)) for t in tiers))
     _require(fraction is not None or rule is not None, origin,
              "give memory_fraction, or a static_fraction_rule that computes it")
+    scheduler = (scheduler_from_mapping(data["scheduler"], origin) if data.get("scheduler") is not None
+                 else inherited_scheduler or SchedulerPolicy())
     return dict(memory_fraction=fraction, block_size=_int(data["block_size"], origin, "block_size", 1, 1 << 20),
-                scheduler_defaults=tuple(defaults), scheduler=_scheduler(data.get("scheduler"), origin),
+                scheduler_defaults=tuple(defaults), scheduler=scheduler,
                 overheads=overheads, activation=activation, cuda_graphs=graphs, kv=kv, weights=weights,
                 static_fraction_rule=rule,
                 terms=_texts(data.get("terms", {}), origin, "terms", TERM_KEYS))
