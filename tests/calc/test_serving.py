@@ -16,6 +16,7 @@ from tfcalc.calc.serving import (
     ReplicaServing,
     SpecDecoding,
     at_concurrency,
+    at_load,
     at_rate,
     erlang,
     max_rate,
@@ -155,6 +156,18 @@ def _replica(seats: int = 256, budget: int = 2048, **changes) -> ReplicaServing:
                           max_num_batched_tokens=budget, kv_capacity_tokens=400_000,
                           overheads=ENGINE_OVERHEADS["vllm"])
     return replace(base, **changes)
+
+
+def test_sglang_admission_holds_seats_for_the_remaining_output(constant_step) -> None:
+    """SGLang reserves a running request's remaining output x its ratio (floor 0.098): with 1,000-token prompts
+    and 1,001-token outputs a live sequence holds 1,000 + 500.5 (the mean context) + 8 (half a block) tokens, and
+    0.098 x 500.5 more reserved, so the KV admits 1,508.5 / 1,557.55 as many sequences."""
+    base = ReplicaServing(step=constant_step(1e-3), input_len=LengthDist(kind="fixed", mean=1000),
+                          output_len=LengthDist(kind="fixed", mean=1001), max_num_seqs=4096,
+                          max_num_batched_tokens=8192, kv_capacity_tokens=1_000_000)
+    plain, reserved = at_load(base, 10.0), at_load(replace(base, reserve_output=True), 10.0)
+    assert plain.kv_seats == pytest.approx(1_000_000 / 1508.5)
+    assert reserved.kv_seats == pytest.approx(1_000_000 / (1508.5 + 0.098 * 500.5))
 
 
 def test_latencies_grow_with_the_rate() -> None:

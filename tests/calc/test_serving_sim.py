@@ -145,6 +145,29 @@ def test_prefill_first_steps_carry_prefill_alone(constant_step) -> None:
     assert r.steps == 8 + 9 and r.e2e_s == pytest.approx([17 * tau] * 8)
 
 
+def test_sglang_admission_reserves_the_outputs(constant_step) -> None:
+    """Three 100-token prompts for 1,000 output tokens each, a pool of 1,500 tokens, prefill first. SGLang admits a
+    prompt only while prompt + output (1,100) is below the free tokens less the running requests' remaining output x
+    its ratio (0.7, falling 0.001 a decode step to 0.098). A runs alone (steps 1-1,000: at most 820 tokens spare
+    beside it). Step 1,001 prefills B; step 1,002 C (1,400 free - 0.098 x 999 = 1,302 > 1,100). Both decode until
+    the pool is full (650 steps); C is retracted with 651 tokens, the ratio becomes (651 + 20) / 1,001 = 0.67, and
+    C waits until B ends (349 steps), re-prefills (1 step) and decodes its last 348: 2,350 steps, one preemption.
+    Admitting greedily instead (vLLM) preempts more."""
+    tau = 1e-3
+    load = Workload(input_len=LengthDist(kind="fixed", mean=100), output_len=LengthDist(kind="fixed", mean=1000),
+                    num_requests=3, concurrency=3)
+
+    def run(reserve: bool) -> SimResult:
+        cfg = SimConfig(max_num_seqs=8, max_num_batched_tokens=8192, kv_capacity_tokens=1500, block_size=1,
+                        prefill_first=True, reserve_output=reserve)
+        return simulate(constant_step(tau), cfg, load)
+
+    greedy, reserved = run(False), run(True)
+    assert sorted(reserved.ttft_s) == pytest.approx([tau, 1001 * tau, 1002 * tau])
+    assert reserved.preemptions == 1 and reserved.steps == 1000 + 1 + 1 + 650 + 349 + 1 + 348
+    assert greedy.preemptions > reserved.preemptions
+
+
 def test_closed_loop_goes_on_after_requests_that_cannot_fit(constant_step) -> None:
     """A closed-loop client whose request can never be admitted (the pool holds less than its prompt) gets an error
     and sends the next one: the run ends with every request failed, an empty result, not a crash or a hang."""
@@ -183,8 +206,10 @@ CASES = [
     ("llama3-8b", 256, 8192, 60_000, 30.0, None, False),      # tight KV: preemptions
     ("llama3-8b", 32, 2048, BIG, None, 48, False),           # closed loop, more clients than seats
     ("gemma2-9b", 64, 2048, 200_000, 15.0, None, False),     # sliding windows
-    ("llama3-8b", 256, 8192, 60_000, 30.0, None, True),       # SGLang's policy, preemptions
+    ("llama3-8b", 256, 8192, 60_000, 30.0, None, True),       # SGLang's step policy, preemptions
     ("llama3-8b", 32, 2048, BIG, None, 48, True),
+    ("llama3-8b", 256, 8192, 60_000, 30.0, None, "reserve"),  # and its admission reserving output tokens
+    ("llama3-8b", 64, 8192, 40_000, None, 48, "reserve"),
 ]
 
 
@@ -197,12 +222,13 @@ def test_fast_forward_changes_nothing(case: tuple) -> None:
                     output_len=LengthDist(kind="lognormal", mean=150, spread=0.8), num_requests=400,
                     rate_per_s=rate, concurrency=clients, seed=7)
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=kv,
-                    overheads=Overheads(request_s=0.01, step_s=1e-4, stream_s=1e-3), prefill_first=prefill_first)
+                    overheads=Overheads(request_s=0.01, step_s=1e-4, stream_s=1e-3), prefill_first=bool(prefill_first),
+                    reserve_output=prefill_first == "reserve")
     fast, slow = simulate(step, cfg, load, fast_forward=True), simulate(step, cfg, load, fast_forward=False)
     assert fast.steps == slow.steps and fast.preemptions == slow.preemptions
     assert fast.ttft_s == pytest.approx(slow.ttft_s, rel=1e-9)
     assert fast.e2e_s == pytest.approx(slow.e2e_s, rel=1e-9)
-    if kv < BIG and name == "llama3-8b":
+    if kv < BIG and name == "llama3-8b" and not cfg.reserve_output:
         assert fast.preemptions > 0
 
 

@@ -614,7 +614,8 @@ def test_engine_scheduler_section(tmp_path: Path) -> None:
     """SGLang fills a step prefill first with max_prefill_tokens 16384; an engine without the section runs its
     default version's policy (vLLM's where it has none); a bad section is a one-line error naming the field."""
     sglang = load_engine("sglang").scheduler
-    assert (sglang.prefill_first, sglang.max_prefill_tokens, sglang.chunked_prefill) == (True, 16384, True)
+    assert (sglang.prefill_first, sglang.max_prefill_tokens, sglang.chunked_prefill, sglang.reserve_output) == \
+        (True, 16384, True, True)
     for name in ("vllm", "trtllm"):
         assert load_engine(name).scheduler == SchedulerPolicy()
     text = (preset_root() / "engines" / "sglang-0.5.yaml").read_text()

@@ -49,6 +49,16 @@ from typing import NamedTuple
 from tfcalc.calc.serving_inputs import StepSource
 from tfcalc.calc.serving_traffic import LengthDist, Overheads, Target, normal_quantile
 
+# SGLang's admission estimate (python/sglang/srt/environ.py, scheduler.py init_schedule_policy, schedule_policy.py
+# PrefillAdder, schedule_batch.py retract_decode): running requests reserve min(remaining output, 4096) x a ratio that
+# starts at 0.7, falls by (0.7 - 0.7 x 0.14) / 600 per decode batch to 0.098, returns to 0.7 when idle and, after a
+# retraction, becomes (tokens decoded + 20 per request) / (output tokens + 1) over the requests left, at most 1.
+RATIO_INIT = 0.7
+RATIO_MIN = RATIO_INIT * 0.14
+RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600
+RETRACT_DECODE_STEPS = 20
+CLIP_MAX_NEW_TOKENS = 4096
+
 
 @dataclass(frozen=True, kw_only=True)
 class SpecDecoding:
@@ -87,6 +97,7 @@ class ReplicaServing:
     kv_transfer_s: float = 0.0  # decode pool: KV of one prompt arriving from the prefill pool
     prefill_first: bool = False  # SGLang: prefill chunks run in steps of their own, before any decode
     max_prefill_tokens: int | None = None   # SGLang's cap on a step's prefill tokens (with its decode tokens)
+    reserve_output: bool = False  # SGLang: a live sequence also holds its remaining output x the ratio's floor
 
 
 @dataclass(frozen=True)
@@ -142,6 +153,9 @@ def _make_work(r: ReplicaServing) -> _Work:
     tokens_per_decode = float(r.spec.num_tokens + 1) if r.spec else 1.0
     context = i.mean + (d_m2 + d_mean) / (2 * d_mean) if d_mean > 0 else i.mean
     live = kv.units(context) - (kv.units(prefix) if h else 0.0) + r.block_size / 2
+    if r.reserve_output:   # SGLang's admission: the remaining output (mean residual) x its ratio's floor
+        remaining = min(context - i.mean, CLIP_MAX_NEW_TOKENS)
+        live += RATIO_MIN * (kv.units(context + remaining) - kv.units(context))
     inverse = sum(weight / max((x - 1) / accepted, 1.0) for x, weight in o.nodes())
     step = r.step.busy_step(context, (1 - h) * i.mean, prefix, tokens_per_decode, r.overheads.step_s)
     if r.spec is not None:

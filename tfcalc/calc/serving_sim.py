@@ -17,7 +17,9 @@ With ``SimConfig.prefill_first`` (SGLang without ``--enable-mixed-chunk``) a ste
 decode batch: whenever a prompt (or the rest of a partly prefilled one) can be admitted, the step carries prefill
 chunks only; otherwise every running sequence decodes, with no token budget. ``max_prefill_tokens`` (SGLang's, less
 the step's decode tokens) admits a prompt after the step's first prefill work only while it is smaller than what
-that cap leaves (SGLang's PrefillAdder); the budget still chunks the one that overflows it.
+that cap leaves (SGLang's PrefillAdder); the budget still chunks the one that overflows it. ``reserve_output``
+(SGLang) admits a prompt only while the rest of it plus its output (at most 4,096 tokens) fits in the free KV
+tokens less the running requests' remaining outputs times SGLang's decaying ratio (constants below).
 KV blocks are allocated on demand, block_size tokens at a time; when a running sequence cannot grow, the most
 recently admitted one is preempted (its blocks freed; it re-prefills prompt + generated tokens later, vLLM's
 recompute preemption). The step takes the step source's time for its mix (decoding sequences at their
@@ -40,7 +42,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tfcalc.calc.serving import SpecDecoding
+from tfcalc.calc.serving import (
+    CLIP_MAX_NEW_TOKENS,
+    RATIO_DECAY,
+    RATIO_INIT,
+    RATIO_MIN,
+    RETRACT_DECODE_STEPS,
+    SpecDecoding,
+)
 from tfcalc.calc.serving_inputs import StepSource
 from tfcalc.calc.serving_traffic import LengthDist, Overheads
 
@@ -77,6 +86,7 @@ class SimConfig:
     chunked_prefill: bool = True   # False: a prompt is admitted only when all of it fits the step's token budget
     prefill_first: bool = False    # True: a step that can take prefill work runs no decode (SGLang's default)
     max_prefill_tokens: int | None = None   # SGLang's cap: a further prompt joins only while smaller than the rest
+    reserve_output: bool = False   # SGLang: a prompt joins only while its output fits beside the running ones'
 
 
 def weighted_percentile(values: tuple[float, ...], weights: tuple[float, ...], p: float) -> float:
@@ -197,6 +207,7 @@ class _Engine:
         self.itl: list[float] = []
         self.itl_weight: list[float] = []
         self.rng = random.Random(load.seed + 1)  # noqa: S311 - a seeded simulation
+        self.ratio = RATIO_INIT   # SGLang's new_token_ratio (``SimConfig.reserve_output``)
 
     # --- requests and the API servers -----------------------------------------------------------------------
     def _send(self, t: float) -> None:
@@ -274,6 +285,7 @@ class _Engine:
             while self.arrivals and self.arrivals[0][0] <= t:
                 self.waiting.append(heapq.heappop(self.arrivals)[2])
             if not self.running and not self.waiting:
+                self.ratio = RATIO_INIT   # SGLang resets its estimate when idle
                 if not self.arrivals:
                     self._resolve_one()
                 while self.sends and self.sends[0][0] <= self.arrivals[0][0]:
@@ -294,6 +306,8 @@ class _Engine:
         if not self.waiting:
             return True
         cfg = self.cfg
+        if cfg.reserve_output:   # the reservation changes every step: step plainly while a request waits
+            return False
         running = len(self.running)
         room = cfg.max_num_batched_tokens if cfg.prefill_first else cfg.max_num_batched_tokens - running
         if running >= cfg.max_num_seqs or room <= 0:
@@ -340,6 +354,7 @@ class _Engine:
         budget = cfg.max_num_batched_tokens - sum(want for _, want, _ in scheduled)
         taken = sum(want for _, want, prefill in scheduled if prefill)
         room = None if cfg.max_prefill_tokens is None else cfg.max_prefill_tokens - _decode_tokens(scheduled)
+        spare = self._unreserved_tokens() if cfg.reserve_output else 0.0
         admitted: list[tuple[_Seq, int, bool]] = []
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             seq = self.waiting[0]
@@ -348,6 +363,11 @@ class _Engine:
                 break   # first come first served: the head waits for a step with room for all of its prompt
             if room is not None and taken and rest >= room - taken:
                 break
+            if cfg.reserve_output:
+                claim = rest + min(seq.output - seq.generated, CLIP_MAX_NEW_TOKENS)
+                if claim >= spare:
+                    break
+                spare -= claim
             want = min(rest, budget)
             need = self._blocks_needed(seq, want)
             if need > self.free_blocks:
@@ -361,6 +381,17 @@ class _Engine:
             taken += want
         return admitted
 
+    def _unreserved_tokens(self) -> float:
+        """Free KV tokens less the running requests' reservation, min(remaining output, 4096) x the ratio."""
+        reserved = sum(min(s.output - s.generated, CLIP_MAX_NEW_TOKENS) for s in self.running)
+        return self.free_blocks * self.cfg.block_size - self.ratio * reserved
+
+    def _retract_ratio(self) -> float:
+        """SGLang's estimate after a retraction, over the requests still running."""
+        decoded = sum(s.generated for s in self.running)
+        outputs = sum(s.output for s in self.running)
+        return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(self.running)) / (outputs + 1))
+
     def _one_step(self, t: float) -> float:
         """Schedule and run one step the way the engine does; returns the time at its end."""
         cfg = self.cfg
@@ -370,7 +401,12 @@ class _Engine:
         if not preempted:
             scheduled += self._admit(scheduled)
         if not scheduled and cfg.prefill_first:
-            scheduled, _ = self._schedule_running(math.inf, k1, prefill=False, decode=True)
+            scheduled, preempted = self._schedule_running(math.inf, k1, prefill=False, decode=True)
+        if cfg.reserve_output and scheduled:
+            if preempted:
+                self.ratio = self._retract_ratio()
+            elif not any(prefill for _, _, prefill in scheduled):   # a decode batch
+                self.ratio = max(self.ratio - RATIO_DECAY, RATIO_MIN)
         if not scheduled:
             # Nothing can run: the waiting head needs more blocks than the whole pool. It fails, and in a closed
             # loop its client sends the next request, as on any error.
@@ -504,6 +540,7 @@ class _Engine:
         ends = _step_ends(pieces, t)
         self.steps += done
         self.batch_sum += b * done
+        self.ratio = max(self.ratio - done * RATIO_DECAY, RATIO_MIN)
         t_end = ends[-1]
         self._stream_run(ends)
         for s in running:

@@ -69,6 +69,7 @@ class SchedulerPolicy:
     chunked_prefill: bool = True
     prefill_first: bool = False
     max_prefill_tokens: int | None = None
+    reserve_output: bool = False     # admission reserves output tokens (SGLang's new_token_ratio)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -738,14 +739,15 @@ def scheduler_from_mapping(data: Any, origin: str) -> SchedulerPolicy:
     if data is None:
         return SchedulerPolicy()
     _require(isinstance(data, dict), origin, "field 'scheduler' must be a mapping")
-    known = ("chunked_prefill", "prefill_first", "max_prefill_tokens")
+    known = ("chunked_prefill", "prefill_first", "max_prefill_tokens", "reserve_output")
     extra = [k for k in data if k not in known]
     _require(not extra, origin, f"unknown field 'scheduler.{extra[0] if extra else ''}' (known: {', '.join(known)})")
     cap = data.get("max_prefill_tokens")
     return SchedulerPolicy(
         chunked_prefill=_bool(data.get("chunked_prefill", True), origin, "scheduler.chunked_prefill"),
         prefill_first=_bool(data.get("prefill_first", False), origin, "scheduler.prefill_first"),
-        max_prefill_tokens=None if cap is None else _int(cap, origin, "scheduler.max_prefill_tokens", 1))
+        max_prefill_tokens=None if cap is None else _int(cap, origin, "scheduler.max_prefill_tokens", 1),
+        reserve_output=_bool(data.get("reserve_output", False), origin, "scheduler.reserve_output"))
 
 
 def _memory_sections(data: dict[str, Any], origin: str,
