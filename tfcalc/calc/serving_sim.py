@@ -351,6 +351,8 @@ class _Engine:
         the seats and the KV blocks allow; with ``max_prefill_tokens`` (SGLang's, less the step's decode tokens)
         a prompt after the step's first prefill work only while smaller than what that cap leaves."""
         cfg = self.cfg
+        if not self.waiting or len(self.running) >= cfg.max_num_seqs:
+            return []
         budget = cfg.max_num_batched_tokens - sum(want for _, want, _ in scheduled)
         taken = sum(want for _, want, prefill in scheduled if prefill)
         room = None if cfg.max_prefill_tokens is None else cfg.max_prefill_tokens - _decode_tokens(scheduled)
@@ -401,7 +403,8 @@ class _Engine:
         if not preempted:
             scheduled += self._admit(scheduled)
         if not scheduled and cfg.prefill_first:
-            scheduled, preempted = self._schedule_running(math.inf, k1, prefill=False, decode=True)
+            scheduled, retracted = self._schedule_running(math.inf, k1, prefill=False, decode=True)
+            preempted = preempted or retracted
         if cfg.reserve_output and scheduled:
             if preempted:
                 self.ratio = self._retract_ratio()
