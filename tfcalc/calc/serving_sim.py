@@ -306,12 +306,12 @@ class _Engine:
         if not self.waiting:
             return True
         cfg = self.cfg
-        if cfg.reserve_output:   # the reservation changes every step: step plainly while a request waits
-            return False
         running = len(self.running)
         room = cfg.max_num_batched_tokens if cfg.prefill_first else cfg.max_num_batched_tokens - running
         if running >= cfg.max_num_seqs or room <= 0:
             return True
+        if cfg.reserve_output:   # the reservation changes every step: step plainly while a request could join
+            return False
         head = self.waiting[0]
         if not cfg.chunked_prefill and head.target - head.length > room:
             return True
