@@ -348,11 +348,15 @@ def _stop_workers(pool, others: set[int]) -> None:  # pool: concurrent.futures.P
                 process.kill()
                 process.join(1.0)
 
+    # shutdown(wait=False) forgets the executor's own thread, so a later shutdown(wait=True) would not wait for it
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     kill_all()
     # with every worker dead the executor's thread finds the pool broken and ends; once it has, nothing of the pool
-    # can still be starting or exiting, and a last pass catches any worker it was handling meanwhile
-    pool.shutdown(wait=True)
+    # can still be starting or exiting (it may have reaped a worker this thread was joining), and a last pass
+    # catches any worker it was handling meanwhile
+    if manager is not None:
+        manager.join(10.0)
     kill_all()
 
 
