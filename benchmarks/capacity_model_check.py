@@ -94,17 +94,14 @@ def main() -> None:
             policy = engine.scheduler   # SGLang: prefill steps of their own, first
             r = ReplicaServing(step=step, input_len=inputs, output_len=outputs, max_num_seqs=seats,
                                max_num_batched_tokens=budget, kv_capacity_tokens=400_000, overheads=overheads,
-                               prefill_first=policy.prefill_first, max_prefill_tokens=policy.max_prefill_tokens,
-                               reserve_output=policy.reserve_output)
+                               policy=policy)
             for load in loads:
                 p = at_concurrency(r, load) if closed else at_rate(r, load)
                 if not p.stable:
                     continue
                 sim = simulate(step, SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget,
                                                kv_capacity_tokens=400_000, overheads=overheads,
-                                               prefill_first=policy.prefill_first,
-                                               max_prefill_tokens=policy.max_prefill_tokens,
-                                               reserve_output=policy.reserve_output),
+                                               policy=policy),
                                Workload(input_len=inputs, output_len=outputs, num_requests=3000,
                                         rate_per_s=None if closed else load,
                                         concurrency=int(load) if closed else None, warmup_fraction=0.1))

@@ -286,9 +286,7 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
     step = latency_step(spec, gpu, precision, kv, tp=point["tp"], ep=point.get("ep", 1), engine=engine)
     clients = point.get("concurrency", point.get("batch"))
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=memory.kv_capacity_tokens,
-                    block_size=memory.block_size, overheads=_overheads(name, mode),
-                    chunked_prefill=policy.chunked_prefill, prefill_first=policy.prefill_first,
-                    max_prefill_tokens=policy.max_prefill_tokens, reserve_output=policy.reserve_output)
+                    block_size=memory.block_size, overheads=_overheads(name, mode), policy=policy)
     lifetime = 0.0   # one request's prefill and decode at the run's concurrency: the random phases' range
     if phases == "random":
         lifetime = (step.time(0, 0.0, point["prompt"], 0.0, 1)

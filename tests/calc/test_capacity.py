@@ -157,7 +157,7 @@ def test_sglang_plans_run_its_scheduler_policy() -> None:
     traffic = _traffic(12.0)
     sglang = load_engine("sglang")
     result = search(SPEC, traffic, _targets(), _space(("h100-sxm", 3.0), engines=(VLLM, sglang)), None)
-    policies = {(e.candidate.engine, e.model.prefill_first, e.model.max_prefill_tokens)
+    policies = {(e.candidate.engine, e.model.policy.prefill_first, e.model.policy.max_prefill_tokens)
                 for e in result.evaluations if e.model is not None}
     assert policies == {(VLLM.label, False, None), (sglang.label, True, 16384)}
     best = next(e for e in result.evaluations if e.feasible and e.candidate.engine == sglang.label

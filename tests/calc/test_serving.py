@@ -26,6 +26,7 @@ from tfcalc.calc.serving_inputs import latency_step
 from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
 from tfcalc.calc.serving_traffic import ENGINE_OVERHEADS, LengthDist, Overheads, Target, normal_quantile
 from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.engine import SchedulerPolicy
 from tfcalc.spec.presets import load_gpu, load_model
 
 
@@ -132,11 +133,12 @@ def test_analytic_model_agrees_with_the_simulation(case: tuple) -> None:
     overheads = ENGINE_OVERHEADS["sglang" if prefill_first else "vllm"]
     r = ReplicaServing(step=step, input_len=inputs, output_len=outputs, max_num_seqs=seats,
                        max_num_batched_tokens=budget, kv_capacity_tokens=400_000, overheads=overheads,
-                       prefill_first=prefill_first)
+                       policy=SchedulerPolicy(prefill_first=prefill_first))
     p = at_rate(r, rate) if rate is not None else at_concurrency(r, clients)
     assert p.stable
     sim = simulate(step, SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=400_000,
-                                   overheads=overheads, prefill_first=prefill_first),
+                                   overheads=overheads,
+                                   policy=SchedulerPolicy(prefill_first=prefill_first)),
                    Workload(input_len=inputs, output_len=outputs, num_requests=3000, rate_per_s=rate,
                             concurrency=clients, warmup_fraction=0.1))
     for q in (50, 90):
@@ -165,7 +167,7 @@ def test_sglang_admission_holds_seats_for_the_remaining_output(constant_step) ->
     base = ReplicaServing(step=constant_step(1e-3), input_len=LengthDist(kind="fixed", mean=1000),
                           output_len=LengthDist(kind="fixed", mean=1001), max_num_seqs=4096,
                           max_num_batched_tokens=8192, kv_capacity_tokens=1_000_000)
-    plain, reserved = at_load(base, 10.0), at_load(replace(base, reserve_output=True), 10.0)
+    plain, reserved = at_load(base, 10.0), at_load(replace(base, policy=SchedulerPolicy(reserve_output=True)), 10.0)
     assert plain.kv_seats == pytest.approx(1_000_000 / 1508.5)
     assert reserved.kv_seats == pytest.approx(1_000_000 / (1508.5 + 0.098 * 500.5))
 

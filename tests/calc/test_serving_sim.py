@@ -12,6 +12,7 @@ from tfcalc.calc.serving_inputs import latency_step
 from tfcalc.calc.serving_sim import SimConfig, SimResult, Workload, simulate
 from tfcalc.calc.serving_traffic import LengthDist, Overheads
 from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.engine import SchedulerPolicy
 from tfcalc.spec.presets import load_gpu, load_model
 
 BIG = 10**9
@@ -103,7 +104,8 @@ def test_without_chunked_prefill_a_step_takes_whole_prompts(constant_step) -> No
     chunked = simulate(constant_step(tau), _cfg(8, budget=1000), load)
     assert sorted(chunked.ttft_s) == pytest.approx([tau, 2 * tau, 2 * tau, 3 * tau])
     assert chunked.steps == 3 + 49
-    whole_cfg = SimConfig(max_num_seqs=8, max_num_batched_tokens=1000, kv_capacity_tokens=BIG, chunked_prefill=False)
+    whole_cfg = SimConfig(max_num_seqs=8, max_num_batched_tokens=1000, kv_capacity_tokens=BIG,
+                          policy=SchedulerPolicy(chunked_prefill=False))
     whole = simulate(constant_step(tau), whole_cfg, load)
     assert sorted(whole.ttft_s) == pytest.approx([(k + 1) * tau for k in range(n)])
     assert whole.steps == 4 + 49
@@ -127,7 +129,7 @@ def test_prefill_first_steps_carry_prefill_alone(constant_step) -> None:
 
     def run(prefill_first: bool, cap: int | None = None, budget: int = 1000) -> SimResult:
         cfg = SimConfig(max_num_seqs=8, max_num_batched_tokens=budget, kv_capacity_tokens=BIG,
-                        prefill_first=prefill_first, max_prefill_tokens=cap)
+                        policy=SchedulerPolicy(prefill_first=prefill_first, max_prefill_tokens=cap))
         return simulate(constant_step(tau), cfg, load)
 
     first, mixed = run(True), run(False)
@@ -140,7 +142,7 @@ def test_prefill_first_steps_carry_prefill_alone(constant_step) -> None:
     tiny = Workload(input_len=LengthDist(kind="fixed", mean=4), output_len=LengthDist(kind="fixed", mean=10),
                     num_requests=8, concurrency=8)
     r = simulate(constant_step(tau), SimConfig(max_num_seqs=8, max_num_batched_tokens=4, kv_capacity_tokens=BIG,
-                                               prefill_first=True), tiny)
+                                               policy=SchedulerPolicy(prefill_first=True)), tiny)
     assert sorted(r.ttft_s) == pytest.approx([(k + 1) * tau for k in range(8)])
     assert r.steps == 8 + 9 and r.e2e_s == pytest.approx([17 * tau] * 8)
 
@@ -159,7 +161,7 @@ def test_sglang_admission_reserves_the_outputs(constant_step) -> None:
 
     def run(reserve: bool) -> SimResult:
         cfg = SimConfig(max_num_seqs=8, max_num_batched_tokens=8192, kv_capacity_tokens=1500, block_size=1,
-                        prefill_first=True, reserve_output=reserve)
+                        policy=SchedulerPolicy(prefill_first=True, reserve_output=reserve))
         return simulate(constant_step(tau), cfg, load)
 
     greedy, reserved = run(False), run(True)
@@ -222,13 +224,14 @@ def test_fast_forward_changes_nothing(case: tuple) -> None:
                     output_len=LengthDist(kind="lognormal", mean=150, spread=0.8), num_requests=400,
                     rate_per_s=rate, concurrency=clients, seed=7)
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=kv,
-                    overheads=Overheads(request_s=0.01, step_s=1e-4, stream_s=1e-3), prefill_first=bool(prefill_first),
-                    reserve_output=prefill_first == "reserve")
+                    overheads=Overheads(request_s=0.01, step_s=1e-4, stream_s=1e-3),
+                    policy=SchedulerPolicy(prefill_first=bool(prefill_first),
+                                           reserve_output=prefill_first == "reserve"))
     fast, slow = simulate(step, cfg, load, fast_forward=True), simulate(step, cfg, load, fast_forward=False)
     assert fast.steps == slow.steps and fast.preemptions == slow.preemptions
     assert fast.ttft_s == pytest.approx(slow.ttft_s, rel=1e-9)
     assert fast.e2e_s == pytest.approx(slow.e2e_s, rel=1e-9)
-    if kv < BIG and name == "llama3-8b" and not cfg.reserve_output:
+    if kv < BIG and name == "llama3-8b" and not cfg.policy.reserve_output:
         assert fast.preemptions > 0
 
 
@@ -313,7 +316,7 @@ def test_simulation_equals_brute_force(seats: int, budget: int, rate: float, pre
     arrivals = list(itertools_accumulate(g / rate for g in gaps))
     ttft, e2e = _brute_force(step, prompts, outputs, arrivals, seats, budget, prefill_first, cap)
     r = simulate(step, SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=BIG,
-                                 prefill_first=prefill_first, max_prefill_tokens=cap), load)
+                                 policy=SchedulerPolicy(prefill_first=prefill_first, max_prefill_tokens=cap)), load)
     assert list(r.ttft_s) == pytest.approx(ttft, rel=1e-9)
     assert list(r.e2e_s) == pytest.approx(e2e, rel=1e-9)
 

@@ -450,8 +450,7 @@ def _replica(step, memory: ReplicaMemory, traffic: Traffic, seqs: int, chunk: in
                           max_num_batched_tokens=chunk, kv_capacity_tokens=memory.kv_capacity_tokens,
                           block_size=memory.block_size, overheads=overheads,
                           prefix_hit_ratio=traffic.prefix_hit_ratio, spec=spec_dec,
-                          prefill_first=policy.prefill_first, max_prefill_tokens=policy.max_prefill_tokens,
-                          reserve_output=policy.reserve_output)
+                          policy=policy)
 
 
 def _size(capacity: Capacity, traffic: Traffic) -> tuple[int, float]:
@@ -715,8 +714,7 @@ def simulate_evaluation(e: Evaluation, traffic: Traffic, num_requests: int = 200
         return None
     cfg = SimConfig(max_num_seqs=model.max_num_seqs, max_num_batched_tokens=model.max_num_batched_tokens,
                     kv_capacity_tokens=int(model.kv_capacity_tokens), block_size=model.block_size,
-                    overheads=model.overheads, spec=model.spec, prefill_first=model.prefill_first,
-                    max_prefill_tokens=model.max_prefill_tokens, reserve_output=model.reserve_output)
+                    overheads=model.overheads, spec=model.spec, policy=model.policy)
     if traffic.rate_per_s is not None:
         load = Workload(input_len=traffic.input_len, output_len=traffic.output_len, num_requests=num_requests,
                         rate_per_s=traffic.rate_per_s / e.replicas, prefix_hit_ratio=traffic.prefix_hit_ratio,

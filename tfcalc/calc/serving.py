@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 from tfcalc.calc.serving_inputs import StepSource
 from tfcalc.calc.serving_traffic import LengthDist, Overheads, Target, normal_quantile
+from tfcalc.spec.engine import SchedulerPolicy
 
 # SGLang's admission estimate (python/sglang/srt/environ.py, scheduler.py init_schedule_policy, schedule_policy.py
 # PrefillAdder, schedule_batch.py retract_decode): running requests reserve min(remaining output, 4096) x a ratio that
@@ -95,9 +96,7 @@ class ReplicaServing:
     spec: SpecDecoding | None = None
     role: str = "both"          # "both" (aggregated), "decode" (disaggregated decode pool)
     kv_transfer_s: float = 0.0  # decode pool: KV of one prompt arriving from the prefill pool
-    prefill_first: bool = False  # SGLang: prefill chunks run in steps of their own, before any decode
-    max_prefill_tokens: int | None = None   # SGLang's cap on a step's prefill tokens (with its decode tokens)
-    reserve_output: bool = False  # SGLang: a live sequence also holds its remaining output x the ratio's floor
+    policy: SchedulerPolicy = SchedulerPolicy()   # all but chunked_prefill (prompts are chunked here)
 
 
 @dataclass(frozen=True)
@@ -153,7 +152,7 @@ def _make_work(r: ReplicaServing) -> _Work:
     tokens_per_decode = float(r.spec.num_tokens + 1) if r.spec else 1.0
     context = i.mean + (d_m2 + d_mean) / (2 * d_mean) if d_mean > 0 else i.mean
     live = kv.units(context) - (kv.units(prefix) if h else 0.0) + r.block_size / 2
-    if r.reserve_output:   # SGLang's admission: the remaining output (mean residual) x its ratio's floor
+    if r.policy.reserve_output:   # SGLang's admission: the remaining output (mean residual) x its ratio's floor
         remaining = min(context - i.mean, CLIP_MAX_NEW_TOKENS)
         live += RATIO_MIN * (kv.units(context + remaining) - kv.units(context))
     inverse = sum(weight / max((x - 1) / accepted, 1.0) for x, weight in o.nodes())
@@ -165,7 +164,7 @@ def _make_work(r: ReplicaServing) -> _Work:
         def step(batch: float, prefill: float, completing: float) -> float:
             t = main(batch, prefill, completing)
             return t + factor * draft(batch, 0.0, 0.0) if batch else t
-    if r.prefill_first:   # the decode step and the prefill step that runs before it, one after the other
+    if r.policy.prefill_first:   # the decode step and the prefill step that runs before it, one after the other
         joint = step
 
         def step(batch: float, prefill: float, completing: float) -> float:
@@ -254,7 +253,7 @@ class Point:
         cap = self.prefill_capacity
         full = math.ceil(tokens / cap) - 1
         step = self.w.step
-        beside = 0.0 if self.model.prefill_first else self.batch   # decoding sequences in the prompt's steps
+        beside = 0.0 if self.model.policy.prefill_first else self.batch   # decoding sequences in the prompt's steps
         rest = step(beside, tokens - full * cap, 1.0)
         return full * step(beside, cap, cap / self.w.prefill_mean) + rest if full else rest
 
@@ -325,7 +324,7 @@ class Point:
         base = o.request_s + o.stream_s + self.api_delay_s + self.busy * self.step_s / 2
         per_token, share = o.per_input_token_s + o.api_input_token_s, 1 - m.prefix_hit_ratio
         cap, step = self.prefill_capacity, w.step
-        batch = 0.0 if m.prefill_first else self.batch   # decoding sequences in the prompt's own steps
+        batch = 0.0 if m.policy.prefill_first else self.batch   # decoding sequences in the prompt's own steps
         full_step = -1.0
         out = []
         for prompt, weight in m.input_len.nodes(True):
@@ -393,7 +392,7 @@ class Point:
         cached = self._memo.get(key)
         if cached is not None:
             return cached
-        if q and self.model.prefill_first:
+        if q and self.model.policy.prefill_first:
             parts = self._prefill_first_gaps(decode)
         else:
             parts = [(1 - q, decode)]
@@ -496,15 +495,15 @@ class _Mix(NamedTuple):
 
 def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> _Mix:
     limit = ""
-    budget = r.max_num_batched_tokens if r.max_prefill_tokens is None else min(r.max_num_batched_tokens,
-                                                                              r.max_prefill_tokens)
-    capacity = budget - (0.0 if r.prefill_first else batch * w.tokens_per_decode)
+    cap = r.policy.max_prefill_tokens
+    budget = r.max_num_batched_tokens if cap is None else min(r.max_num_batched_tokens, cap)
+    capacity = budget - (0.0 if r.policy.prefill_first else batch * w.tokens_per_decode)
     if capacity < 1 and w.prefill_mean > 0:
         capacity, limit = 1.0, "token budget"
     tau_d = w.step(batch, 0.0, 0.0)
     if not w.prefill_mean:
         return _Mix(capacity, tau_d, tau_d, tau_d, tau_d, 0.0, 0.0, 0.0, 0.0, w.steps * tau_d, limit)
-    beside = 0.0 if r.prefill_first else batch   # decoding sequences in a prompt's own steps
+    beside = 0.0 if r.policy.prefill_first else batch   # decoding sequences in a prompt's own steps
     tau_full = w.step(beside, capacity, capacity / w.prefill_mean)
     rho_steps = prefill_per_step / capacity                      # share of step capacity used by prefill
     if rho_steps >= 1:

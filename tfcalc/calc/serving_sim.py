@@ -12,8 +12,8 @@ Engine step: every running sequence is scheduled first, in admission order (one 
 speculative tokens, or the next prefill chunk of a partly prefilled prompt), within the token budget C
 (max_num_batched_tokens); then waiting requests, first come first served, while the budget, the max_num_seqs seats
 and the KV blocks allow -- a chunk of the head's prompt where the rest of the budget is short, or, without chunked
-prefill (``SimConfig.chunked_prefill``; TensorRT-LLM's default), only a whole prompt, the head waiting otherwise.
-With ``SimConfig.prefill_first`` (SGLang without ``--enable-mixed-chunk``) a step is either a prefill batch or a
+prefill (``SchedulerPolicy.chunked_prefill``; TensorRT-LLM's default), only a whole prompt, the head waiting otherwise.
+With ``SchedulerPolicy.prefill_first`` (SGLang without ``--enable-mixed-chunk``) a step is either a prefill batch or a
 decode batch: whenever a prompt (or the rest of a partly prefilled one) can be admitted, the step carries prefill
 chunks only; otherwise every running sequence decodes, with no token budget. ``max_prefill_tokens`` (SGLang's, less
 the step's decode tokens) admits a prompt after the step's first prefill work only while it is smaller than what
@@ -52,6 +52,7 @@ from tfcalc.calc.serving import (
 )
 from tfcalc.calc.serving_inputs import StepSource
 from tfcalc.calc.serving_traffic import LengthDist, Overheads
+from tfcalc.spec.engine import SchedulerPolicy
 
 
 @dataclass(eq=False)
@@ -83,10 +84,7 @@ class SimConfig:
     block_size: int = 16
     overheads: Overheads = field(default_factory=Overheads)
     spec: SpecDecoding | None = None
-    chunked_prefill: bool = True   # False: a prompt is admitted only when all of it fits the step's token budget
-    prefill_first: bool = False    # True: a step that can take prefill work runs no decode (SGLang's default)
-    max_prefill_tokens: int | None = None   # SGLang's cap: a further prompt joins only while smaller than the rest
-    reserve_output: bool = False   # SGLang: a prompt joins only while its output fits beside the running ones'
+    policy: SchedulerPolicy = SchedulerPolicy()   # how the scheduler fills a step (chunks, prefill first, caps)
 
 
 def weighted_percentile(values: tuple[float, ...], weights: tuple[float, ...], p: float) -> float:
@@ -207,7 +205,7 @@ class _Engine:
         self.itl: list[float] = []
         self.itl_weight: list[float] = []
         self.rng = random.Random(load.seed + 1)  # noqa: S311 - a seeded simulation
-        self.ratio = RATIO_INIT   # SGLang's new_token_ratio (``SimConfig.reserve_output``)
+        self.ratio = RATIO_INIT   # SGLang's new_token_ratio (``SchedulerPolicy.reserve_output``)
 
     # --- requests and the API servers -----------------------------------------------------------------------
     def _send(self, t: float) -> None:
@@ -307,13 +305,13 @@ class _Engine:
             return True
         cfg = self.cfg
         running = len(self.running)
-        room = cfg.max_num_batched_tokens if cfg.prefill_first else cfg.max_num_batched_tokens - running
+        room = cfg.max_num_batched_tokens if cfg.policy.prefill_first else cfg.max_num_batched_tokens - running
         if running >= cfg.max_num_seqs or room <= 0:
             return True
-        if cfg.reserve_output:   # the reservation changes every step: step plainly while a request could join
+        if cfg.policy.reserve_output:   # the reservation changes every step: step plainly while a request could join
             return False
         head = self.waiting[0]
-        if not cfg.chunked_prefill and head.target - head.length > room:
+        if not cfg.policy.chunked_prefill and head.target - head.length > room:
             return True
         want = min(head.target - head.length, room)
         return self._blocks_needed(head, want) > self.free_blocks
@@ -355,17 +353,18 @@ class _Engine:
             return []
         budget = cfg.max_num_batched_tokens - sum(want for _, want, _ in scheduled)
         taken = sum(want for _, want, prefill in scheduled if prefill)
-        room = None if cfg.max_prefill_tokens is None else cfg.max_prefill_tokens - _decode_tokens(scheduled)
-        spare = self._unreserved_tokens() if cfg.reserve_output else 0.0
+        cap = cfg.policy.max_prefill_tokens
+        room = None if cap is None else cap - _decode_tokens(scheduled)
+        spare = self._unreserved_tokens() if cfg.policy.reserve_output else 0.0
         admitted: list[tuple[_Seq, int, bool]] = []
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             seq = self.waiting[0]
             rest = seq.target - seq.length
-            if not cfg.chunked_prefill and rest > budget:
+            if not cfg.policy.chunked_prefill and rest > budget:
                 break   # first come first served: the head waits for a step with room for all of its prompt
             if room is not None and taken and rest >= room - taken:
                 break
-            if cfg.reserve_output:
+            if cfg.policy.reserve_output:
                 claim = rest + min(seq.output - seq.generated, CLIP_MAX_NEW_TOKENS)
                 if claim >= spare:
                     break
@@ -399,13 +398,13 @@ class _Engine:
         cfg = self.cfg
         budget = cfg.max_num_batched_tokens
         k1 = cfg.spec.num_tokens + 1 if cfg.spec else 1
-        scheduled, preempted = self._schedule_running(budget, k1, prefill=True, decode=not cfg.prefill_first)
+        scheduled, preempted = self._schedule_running(budget, k1, prefill=True, decode=not cfg.policy.prefill_first)
         if not preempted:
             scheduled += self._admit(scheduled)
-        if not scheduled and cfg.prefill_first:
+        if not scheduled and cfg.policy.prefill_first:
             scheduled, retracted = self._schedule_running(math.inf, k1, prefill=False, decode=True)
             preempted = preempted or retracted
-        if cfg.reserve_output and scheduled:
+        if cfg.policy.reserve_output and scheduled:
             if preempted:
                 self.ratio = self._retract_ratio()
             elif not any(prefill for _, _, prefill in scheduled):   # a decode batch
@@ -597,7 +596,7 @@ class _Engine:
     def _could_admit_later(self) -> bool:
         """Whether a request becoming ready could change the next step (a free seat and budget)."""
         cfg = self.cfg
-        if cfg.prefill_first:   # a prefill batch has the whole budget
+        if cfg.policy.prefill_first:   # a prefill batch has the whole budget
             return len(self.running) < cfg.max_num_seqs
         return len(self.running) < min(cfg.max_num_seqs, cfg.max_num_batched_tokens)
 

@@ -277,7 +277,7 @@ def explain_lines(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tup
         (f"busy steps carry {op.batch:,.1f} decoding sequences; {op.prefill_step_share:.0%} of them also a prefill "
          f"chunk of {op.chunk_tokens:,.0f} tokens (room for {op.prefill_capacity:,.0f}); decode step "
          f"{_ms(op.decode_step_s)}, prefill step {_ms(op.prefill_step_s)}"
-         if not m.prefill_first else
+         if not m.policy.prefill_first else
          f"decode steps carry {op.batch:,.1f} sequences; {op.prefill_step_share:.0%} of them come after a prefill "
          f"step of {op.chunk_tokens:,.0f} tokens (room for {op.prefill_capacity:,.0f}; SGLang: prefill first, "
          f"decode waits); decode step {_ms(op.decode_step_s)}, {_ms(op.prefill_step_s)} with the prefill step")

@@ -61,11 +61,11 @@ class SchedulerDefault:
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerPolicy:
-    """How the engine's scheduler fills a step (``serving_sim.SimConfig`` takes the same fields, the analytic
-    ``serving.ReplicaServing`` all but ``chunked_prefill``): chunks of a prompt or only whole prompts; decode beside
-    prefill or, ``prefill_first``, a step of prefill chunks alone whenever a prompt can be admitted;
-    ``max_prefill_tokens``: the prefill tokens such a step takes beyond its first prompt (None: the token budget
-    alone); ``reserve_output``: admission holds back the running requests' remaining output (SGLang)."""
+    """How the engine's scheduler fills a step (``serving_sim.SimConfig.policy``; the analytic
+    ``serving.ReplicaServing.policy`` reads all but ``chunked_prefill``): chunks of a prompt or only whole
+    prompts; decode beside prefill or, ``prefill_first``, a step of prefill chunks alone whenever a prompt can be
+    admitted; ``max_prefill_tokens``: the prefill tokens such a step takes beyond its first prompt (None: the token
+    budget alone); ``reserve_output``: admission holds back the running requests' remaining output (SGLang)."""
 
     chunked_prefill: bool = True
     prefill_first: bool = False
