@@ -183,6 +183,27 @@ def test_flash_prefill_time_is_max_of_total_work_and_longest_tile() -> None:
     assert one.seconds == pytest.approx(tile_time * 10 + 10e-6)
 
 
+
+def test_flash_prefill_over_an_fp8_cache() -> None:
+    """An fp8 cache changes prefill attention only where the engine measured its kernel so (vLLM's FA3 on Hopper:
+    1.1 x the bf16 cache's time, its query staying bf16): the tile time scales, the launch floor does not; ideal
+    mode and a bf16 cache ignore it."""
+    heads, seq = 32, 1024
+    exact = 2.0 * heads * (128 + 128) * seq * (seq + 1) / 2
+
+    def prefill(rates, fp8_cache: bool):  # noqa: ANN001, ANN202
+        return kernels.flash_prefill(rates, seqs=1, tokens=seq, past=0, heads=heads, qk_dim=128, v_dim=128,
+                                     window=None, kv_bytes_read=0.0, exact_flops=exact, fp8_cache=fp8_cache)
+
+    wide = prefill(RATES, False)
+    assert prefill(RATES, True) == wide
+    measured = replace(RATES, fp8_kv_prefill_scale=1.1)
+    assert prefill(measured, True).seconds - 10e-6 == pytest.approx(1.1 * (wide.seconds - 10e-6))
+    assert prefill(measured, True).flops == exact and prefill(measured, False) == wide
+    ideal = measured.as_ideal()
+    assert prefill(ideal, True) == prefill(ideal, False)
+
+
 def test_decode_attention_streams_kv_with_enough_streams() -> None:
     kv = 64 * 4096 * 2 * 8 * 128 * 2  # batch 64, context 4096, 8 KV heads of 128, K and V, bf16
     c = kernels.decode_attention(RATES, 64, 8, kv, 4.0 * 64 * 32 * 128 * 4096)

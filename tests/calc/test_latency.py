@@ -117,6 +117,22 @@ def test_gemm_streaming_by_weight_format_reaches_decode_not_prefill() -> None:
     assert run("bf16", slow).tpot_s == run("bf16", EngineKernels()).tpot_s
 
 
+def test_fp8_cache_prefill_attention_scale_reaches_prefill_with_an_fp8_cache_only() -> None:
+    """The engine's prefill-attention scale over an fp8 cache slows a long prefill of Llama 3.1 8B (attention
+    about a fifth of it at 8k tokens), leaves its decode, a bf16 cache and the ideal columns alone."""
+    spec = load_model("llama3.1-8b")
+
+    def run(kv: str, kernels: EngineKernels):  # noqa: ANN202 - LatencyEstimate
+        d = deployment(spec, load_gpu("h200"), BF16, get_dtype(kv), engine_kernels=kernels)
+        return estimate_latency(d, 1, 8192, 64)
+
+    slow = EngineKernels(fp8_kv_prefill_scale_by_gpu={"h200": 2.0})
+    base, doubled = run("fp8", EngineKernels()), run("fp8", slow)
+    assert 1.1 < doubled.ttft_s / base.ttft_s < 1.4
+    assert doubled.tpot_s == base.tpot_s and doubled.ttft_s_ideal == base.ttft_s_ideal
+    assert run("bf16", slow).ttft_s == run("bf16", EngineKernels()).ttft_s
+
+
 def test_engine_gemm_compute_efficiency_reaches_prefill_not_decode() -> None:
     """An engine's large-GEMM efficiency for a weight format on this GPU: per-tensor fp8 GEMMs at 1.5x the GPU
     preset's fraction make a long fp8 prefill of Llama 3 70B (compute-bound GEMMs) markedly faster, leave a batch-1

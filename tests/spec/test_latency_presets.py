@@ -319,6 +319,24 @@ def test_engine_fp8_kv_attention_per_gpu() -> None:
         assert "\n" not in str(caught.value)
 
 
+def test_engine_fp8_kv_prefill_attention_per_gpu() -> None:
+    """kernels.fp8_kv_prefill_attention: per GPU preset, prefill attention over an fp8 cache as scale x the bf16
+    cache's time (vLLM: slower on Hopper's FA3, faster on B200's TensorRT-LLM prefill kernel); a GPU sharing its
+    silicon takes the entry; bad entries are one line."""
+    k = kernels_from_mapping({"fp8_kv_prefill_attention": {"h200": 1.1}}, "e.yaml")
+    assert k.fp8_kv_prefill_scale_by_gpu == {"h200": 1.1}
+    assert rates_for(load_gpu("h200"), k).fp8_kv_prefill_scale == 1.1
+    assert rates_for(load_gpu("b200"), k).fp8_kv_prefill_scale is None
+    vllm = load_engine("vllm").kernels
+    assert rates_for(load_gpu("h100-pcie"), vllm).fp8_kv_prefill_scale == vllm.fp8_kv_prefill_scale_by_gpu["h100-sxm"]
+    assert vllm.fp8_kv_prefill_scale_by_gpu["b200"] < 1 < vllm.fp8_kv_prefill_scale_by_gpu["h200"]
+    for value, message in (({"h200": 0}, "must be in \\(0, 4\\]"), ({"h200": 5}, "fp8_kv_prefill_attention.h200"),
+                           ({"h201": 1.1}, "unknown field 'kernels.fp8_kv_prefill_attention.h201'")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"fp8_kv_prefill_attention": value}, "e.yaml")
+        assert "\n" not in str(caught.value)
+
+
 def test_gemm_streaming_per_weight_format_gpu_then_engine() -> None:
     """latency.gemm_memory_efficiency (GPU) and kernels.gemm_memory_efficiency (engine, per GPU): the small-M GEMM
     streaming fraction by storage format, aliases kept as the canonical name; the engine's entry replaces the GPU's

@@ -120,6 +120,8 @@ class Rates:
     # decode attention over an fp8 cache: (fixed seconds, scale) x the time over a bf16 cache (engine, GPU); None:
     # the fp8 cache streams at the bf16 kernel's bandwidth
     fp8_kv_attention: tuple[float, float] | None = None
+    # prefill attention over an fp8 cache: scale x its time over a bf16 cache (engine, GPU); None: the same time
+    fp8_kv_prefill_scale: float | None = None
     # small-M GEMMs' weight streaming as a fraction of the datasheet bandwidth, by the weights' storage format, where
     # its kernels differ from memory_efficiency (fp8 scaled-mm streams slower than a bf16 GEMV)
     gemm_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
@@ -348,11 +350,12 @@ def _tiles(tokens: int, past: int, window: int | None) -> tuple[float, float, in
 
 
 def flash_prefill(rates: Rates, *, seqs: int, tokens: int, past: int, heads: int, qk_dim: int, v_dim: int,
-                  window: int | None, kv_bytes_read: float, exact_flops: float) -> Cost:
+                  window: int | None, kv_bytes_read: float, exact_flops: float, fp8_cache: bool = False) -> Cost:
     """Causal flash attention for ``seqs`` sequences of ``tokens`` new tokens after ``past`` cached ones.
 
     ``exact_flops`` (2 heads (qk + v) per query-key pair actually attended) is reported; the time follows the
-    tile work of the module docstring.
+    tile work of the module docstring, times ``rates.fp8_kv_prefill_scale`` over an fp8 cache (``fp8_cache``)
+    where the engine measured its kernel so.
     """
     if seqs == 0 or tokens == 0:
         return Cost(0.0, 0.0, 0.0, "compute", 0)
@@ -366,6 +369,8 @@ def flash_prefill(rates: Rates, *, seqs: int, tokens: int, past: int, heads: int
         per_sm = rate / rates.sm_count
         work = seqs * heads * (total + (FLASH_PROLOGUE_TILES * -(-tokens // FLASH_TILE)))
         t_compute = tile_flops / per_sm * max(work / rates.sm_count, longest + FLASH_PROLOGUE_TILES)
+        if fp8_cache and rates.fp8_kv_prefill_scale is not None:
+            t_compute *= rates.fp8_kv_prefill_scale
     return _finish(rates, "attention", exact_flops, kv_bytes_read, t_compute, ideal_bytes=kv_bytes_read)
 
 

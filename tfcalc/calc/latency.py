@@ -109,6 +109,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()
                               if fmt in engine.uncaptured_linears},
                  fp8_kv_attention=engine.fp8_kv_attention_by_gpu.get(kernels_gpu),
+                 fp8_kv_prefill_scale=engine.fp8_kv_prefill_scale_by_gpu.get(kernels_gpu),
                  gemm_memory_efficiency=gemm_memory, gemm_efficiency_by_format=engine_gemm,
                  dynamic_scale_s=engine.dynamic_scale_s_by_gpu.get(kernels_gpu),
                  launch_s=engine.eager_launch_s,
@@ -121,7 +122,8 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu,
               engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.linear_host_s_by_gpu,
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
-              engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu)
+              engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,
+              engine.fp8_kv_prefill_scale_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name
@@ -651,6 +653,7 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
         qk_dim, v_dim = dm.nope + dm.rope, dm.v_dim
     # attention proper
     kvb = dm.kv_bytes_per_token
+    fp8_cache = not dm.mla and d.kv_dtype.name in ("fp8_e4m3", "fp8_e5m2")
     if shape.prefill_seqs and shape.prefill_tokens:
         n, p = shape.prefill_tokens, shape.prefill_past
         keys = _causal_keys(window, p, n)
@@ -663,7 +666,7 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
         s.groups["attention"].kv_bytes += s.mult * read
         s.add("attention", kernels.flash_prefill(r, seqs=shape.prefill_seqs, tokens=n, past=p, heads=dm.heads,
                                                  qk_dim=qk_dim, v_dim=v_dim, window=window, kv_bytes_read=read,
-                                                 exact_flops=exact))
+                                                 exact_flops=exact, fp8_cache=fp8_cache))
     if shape.decode_seqs:
         ctx = shape.decode_context
         held = min(ctx, window) if window else ctx
@@ -673,7 +676,6 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
             flops = shape.decode_seqs * dm.heads * 2.0 * (2 * dm.kv_rank + dm.rope) * held
         else:
             flops = shape.decode_seqs * dm.heads * 2.0 * (qk_dim + v_dim) * held
-        fp8_cache = not dm.mla and d.kv_dtype.name in ("fp8_e4m3", "fp8_e5m2")
         s.add("attention", kernels.decode_attention(r, shape.decode_seqs, dm.kv_heads,
                                                     shape.decode_seqs * held * kvb, flops, fp8_cache=fp8_cache))
         s.groups["attention"].kv_bytes += s.mult * shape.decode_seqs * held * kvb

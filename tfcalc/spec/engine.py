@@ -220,6 +220,7 @@ class EngineKernels:
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
+    fp8_kv_prefill_scale_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     gemm_memory_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     gemm_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     online_fp8_scale: str = "dynamic"
@@ -411,6 +412,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "fused_activation_quant", "unfused_activation_quant", "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_dequant_per_tile", "moe_floors_us", "linear_host_us", "fp8_kv_attention",
+                          "fp8_kv_prefill_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
                           "moe_large_m_memory_efficiency", "shared_experts_stream", "sources"})
@@ -472,6 +474,17 @@ def _fp8_kv_attention(value: Any, origin: str) -> dict[str, tuple[float, float]]
         _require(set(fit) == {"fixed_us", "scale"}, origin, f"field '{key}.{gpu}' needs both fixed_us and scale")
         _require(0 < fit["scale"] <= 4, origin, f"field '{key}.{gpu}.scale' must be in (0, 4], got {fit['scale']:g}")
         out[gpu] = (fit["fixed_us"] * 1e-6, fit["scale"])
+    return out
+
+
+def _fp8_kv_prefill(value: Any, origin: str) -> dict[str, float]:
+    """``kernels.fp8_kv_prefill_attention``: GPU preset name -> scale in (0, 4]: prefill (causal flash) attention
+    over an fp8 cache takes scale x its time over a bf16 cache."""
+    key = "kernels.fp8_kv_prefill_attention"
+    out = {}
+    for gpu, scale in _gpu_entries(value, origin, key, "scales").items():
+        out[str(gpu)] = _num(scale, origin, f"{key}.{gpu}", 0.0, 4.0)
+        _require(out[str(gpu)] > 0, origin, f"field '{key}.{gpu}' must be in (0, 4], got {_show(scale)}")
     return out
 
 
@@ -680,6 +693,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
+        fp8_kv_prefill_scale_by_gpu=_fp8_kv_prefill(data.get("fp8_kv_prefill_attention"), origin),
         gemm_memory_efficiency_by_gpu=_gemm_fractions(data.get("gemm_memory_efficiency"), origin,
                                                       "kernels.gemm_memory_efficiency"),
         gemm_efficiency_by_gpu=_gemm_fractions(data.get("gemm_efficiency"), origin, "kernels.gemm_efficiency"),
