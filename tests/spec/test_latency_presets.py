@@ -321,8 +321,8 @@ def test_engine_fp8_kv_attention_per_gpu() -> None:
 
 def test_engine_fp8_kv_prefill_attention_per_gpu() -> None:
     """kernels.fp8_kv_prefill_attention: per GPU preset, prefill attention over an fp8 cache as scale x the bf16
-    cache's time (vLLM: slower on Hopper's FA3, faster on B200's TensorRT-LLM prefill kernel); a GPU sharing its
-    silicon takes the entry; bad entries are one line."""
+    cache's time (vLLM: slower on Hopper's FA3, its query bf16; faster on B200's TensorRT-LLM prefill kernel and
+    under SGLang's FA3, whose query is fp8); a GPU sharing its silicon takes the entry; bad entries are one line."""
     k = kernels_from_mapping({"fp8_kv_prefill_attention": {"h200": 1.1}}, "e.yaml")
     assert k.fp8_kv_prefill_scale_by_gpu == {"h200": 1.1}
     assert rates_for(load_gpu("h200"), k).fp8_kv_prefill_scale == 1.1
@@ -330,6 +330,8 @@ def test_engine_fp8_kv_prefill_attention_per_gpu() -> None:
     vllm = load_engine("vllm").kernels
     assert rates_for(load_gpu("h100-pcie"), vllm).fp8_kv_prefill_scale == vllm.fp8_kv_prefill_scale_by_gpu["h100-sxm"]
     assert vllm.fp8_kv_prefill_scale_by_gpu["b200"] < 1 < vllm.fp8_kv_prefill_scale_by_gpu["h200"]
+    sglang, trtllm = (load_engine(e).kernels for e in ("sglang", "trtllm"))
+    assert sglang.fp8_kv_prefill_scale_by_gpu["h200"] < 1 and trtllm.fp8_kv_prefill_scale_by_gpu == {}
     for value, message in (({"h200": 0}, "must be in \\(0, 4\\]"), ({"h200": 5}, "fp8_kv_prefill_attention.h200"),
                            ({"h201": 1.1}, "unknown field 'kernels.fp8_kv_prefill_attention.h201'")):
         with pytest.raises(SpecError, match=message) as caught:
