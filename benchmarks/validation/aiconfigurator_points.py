@@ -5,11 +5,13 @@ aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment
 it runs offline from its bundled, measured kernel tables) and run
 
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
-        [--models=mixtral-8x7b,...] [--large-batch]
+        [--models=mixtral-8x7b,...] [--large-batch | --holdout]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
-``LARGE_BATCH_GRID`` instead (batch 128-512: aiconfigurator_large_batch.json, with all three backends).
+``LARGE_BATCH_GRID`` instead (batch 128-512: aiconfigurator_large_batch.json, with all three backends);
+``--holdout`` runs ``HOLDOUT_GRID`` (aiconfigurator_holdout.json, all three backends): points collected after the
+model was built, to test it on settings no earlier round looked at.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import warnings
 # (tfcalc preset, aiconfigurator model path, tfcalc weights dtype, aic gemm quant, aic moe quant)
 MODELS = {
     "llama3.1-8b": ("meta-llama/Meta-Llama-3.1-8B", "bf16", "bfloat16", None),
+    "llama3.1-8b-fp8": ("meta-llama/Meta-Llama-3.1-8B", "fp8", "fp8", None),
     "llama3-70b": ("meta-llama/Meta-Llama-3.1-70B", "bf16", "bfloat16", None),
     "llama3-70b-fp8": ("meta-llama/Meta-Llama-3.1-70B", "fp8", "fp8", None),
     "qwen3-32b": ("Qwen/Qwen3-32B", "bf16", "bfloat16", None),
+    "qwen3-32b-fp8": ("Qwen/Qwen3-32B", "fp8", "fp8", None),
     "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B", "bf16", "bfloat16", "bfloat16"),
     "qwen3-235b-a22b": ("Qwen/Qwen3-235B-A22B-FP8", "fp8_block", "fp8_block", "fp8_block"),
     "mixtral-8x7b": ("mistralai/Mixtral-8x7B-v0.1", "bf16", "bfloat16", "bfloat16"),
@@ -34,7 +38,15 @@ MODELS = {
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3", "fp8_block", "fp8_block", "fp8_block"),
 }
 
-# (model key, system, tp list, batch list, (isl, osl) list)
+# The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
+# FlashInfer MXFP4 MoE quantises its activations to MXFP8 (server_args flashinfer_mxfp4_moe_precision "default";
+# "bf16" is the opt-in) and TensorRT-LLM's TRTLLM MoE backend runs MXFP8 activations (its gpt-oss deployment guide,
+# MoE backend support matrix); vLLM keeps bf16 activations (FlashInfer MXFP4 x BF16; MXFP8 is the opt-in
+# VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8), the entry above.
+ENGINE_MOE_QUANT = {("sglang", "b200_sxm", "w4a16_mxfp4"): "w4a8_mxfp4_mxfp8",
+                    ("trtllm", "b200_sxm", "w4a16_mxfp4"): "w4a8_mxfp4_mxfp8"}
+
+# (model key, system, tp list, batch list, (isl, osl) list[, expert parallel: ep = tp for the MoE layers])
 GRID = [
     ("llama3.1-8b", "h100_sxm", [1], [1, 8, 32, 64], [(1024, 256), (4096, 256)]),
     ("llama3.1-8b", "h200_sxm", [1, 2], [1, 16, 64], [(2048, 256)]),
@@ -71,6 +83,27 @@ LARGE_BATCH_GRID = [
     ("deepseek-v3", "h200_sxm", [8], [128, 256], [(1024, 256)]),
 ]
 
+# Collected on 2026-12-05, after the model's last change, on settings no earlier grid holds: B200 for Qwen3-32B,
+# gpt-oss, Qwen3-235B and Mixtral; tp 4-8 for an 8B model; 8,192-token prompts; batches 2, 8 and 32; expert
+# parallelism; fp8 Llama 3.1 8B and Qwen3-32B. Summarised on its own line ("aic held-out").
+HOLDOUT_GRID = [
+    ("qwen3-32b", "b200_sxm", [1, 2], [2, 8, 32], [(512, 128), (8192, 256)]),
+    ("qwen3-32b-fp8", "h200_sxm", [1, 2], [2, 8, 32], [(4096, 512)]),
+    ("llama3.1-8b", "h200_sxm", [4, 8], [2, 8, 32], [(512, 128)]),
+    ("llama3.1-8b-fp8", "h100_sxm", [1], [2, 8, 32], [(2048, 256)]),
+    ("llama3-70b-fp8", "b200_sxm", [1, 2, 8], [2, 8, 32], [(8192, 256)]),
+    ("gpt-oss-120b", "b200_sxm", [1, 2], [2, 8, 32], [(2048, 512)]),
+    ("gpt-oss-20b", "b200_sxm", [1, 2], [2, 8, 32], [(1024, 1024)]),
+    ("qwen3-30b-a3b", "h100_sxm", [2, 8], [2, 8, 32], [(8192, 256)]),
+    ("qwen3-235b-a22b", "h200_sxm", [2, 8], [2, 8, 32], [(1024, 512)]),
+    ("qwen3-235b-a22b", "b200_sxm", [2, 4], [2, 8, 32], [(1024, 512)]),
+    ("qwen3-235b-a22b", "h200_sxm", [8], [2, 8, 32], [(2048, 256)], True),
+    ("mixtral-8x7b", "b200_sxm", [1, 2], [2, 8, 32], [(2048, 512)]),
+    ("mixtral-8x22b", "b200_sxm", [4, 8], [2, 8, 32], [(1024, 256)]),
+    ("deepseek-v3", "h200_sxm", [8], [2, 8, 32], [(8192, 256)]),
+    ("deepseek-v3", "b200_sxm", [8], [2, 8, 32], [(1024, 512)], True),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -97,7 +130,7 @@ def main(out: str, quick: bool, backends: list[str]) -> None:
     local: dict[str, str] = {}
 
     points = []
-    for key, system, tps, batches, lens in GRID:
+    for key, system, tps, batches, lens, *expert_parallel in GRID:
         path, weights, gemm, moe = MODELS[key]
         for backend in backends:
             for tp in tps:
@@ -105,11 +138,17 @@ def main(out: str, quick: bool, backends: list[str]) -> None:
                     for isl, osl in lens:
                         kwargs = dict(mode="static", backend_name=backend, isl=isl, osl=osl, batch_size=batch,
                                       tp_size=tp, gemm_quant_mode=gemm, kvcache_quant_mode="bfloat16")
+                        ep = tp if expert_parallel and expert_parallel[0] else 1
                         if moe is not None:
-                            kwargs.update(moe_tp_size=tp, moe_ep_size=1, moe_quant_mode=moe)
+                            kwargs.update(moe_tp_size=tp // ep, moe_ep_size=ep,
+                                          moe_quant_mode=ENGINE_MOE_QUANT.get((backend, system, moe), moe))
                         point = {"model": key.removesuffix("-fp8"), "aic_model": path, "weights_dtype": weights,
                                  "gpu": system, "backend": backend, "tp": tp, "batch": batch, "isl": isl,
                                  "osl": osl}
+                        if ep > 1:
+                            point["ep"] = ep
+                        if moe is not None and kwargs["moe_quant_mode"] != moe:
+                            point["moe_quant"] = kwargs["moe_quant_mode"]
                         try:
                             try:
                                 r = cli_estimate(local.get(path, path), system, **kwargs)
@@ -135,7 +174,9 @@ if __name__ == "__main__":
     only = [f.split("=", 1)[1] for f in flags if f.startswith("--models=")]
     if "--large-batch" in flags:
         GRID[:] = LARGE_BATCH_GRID
+    if "--holdout" in flags:
+        GRID[:] = HOLDOUT_GRID
     if only:
         GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
-    default = ["vllm", "sglang", "trtllm"] if "--large-batch" in flags else ["vllm"]
+    default = ["vllm", "sglang", "trtllm"] if {"--large-batch", "--holdout"} & set(flags) else ["vllm"]
     main(args[0], "--quick" in flags, backends[0].split(",") if backends else default)

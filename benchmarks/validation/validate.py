@@ -13,7 +13,9 @@ Reference points (each with its source and setting):
 - aiconfigurator_*.json: aiconfigurator 0.12 static-batch predictions from its measured kernel tables
   (benchmarks/validation/aiconfigurator_points.py writes them); aiconfigurator_large_batch.json holds batches of
   128-512 (``--large-batch``), summarised on their own ("aic b128+") and left out of the other lines, which
-  are the issue's batch 1-64 table.
+  are the issue's batch 1-64 table; aiconfigurator_holdout.json (``--holdout``) holds points collected after the
+  model's last change on settings no earlier file has (B200 for more models, expert parallelism, 8k prompts),
+  summarised on their own too ("aic held-out"): the test of the model away from the points it was built on.
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -29,10 +31,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 LARGE = "aic b128+"
+HOLDOUT = "aic held-out"
 SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
            ("aiconfigurator", HERE / "aiconfigurator_other.json"),
-           (LARGE, HERE / "aiconfigurator_large_batch.json")]
+           (LARGE, HERE / "aiconfigurator_large_batch.json"),
+           (HOLDOUT, HERE / "aiconfigurator_holdout.json")]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # aiconfigurator prices MoE layers with its power-law workload (config.py workload_distribution "power_law"):
 # exponent 1.01 for DeepSeek-family models (sdk/models/deepseek.py), 1.2 for the others (sdk/models/moe.py)
@@ -57,12 +61,13 @@ def load_points() -> list[dict]:
         for p in json.loads(path.read_text()):
             if "error" in p:
                 continue
-            if kind in ("aiconfigurator", LARGE):
+            if kind in ("aiconfigurator", LARGE, HOLDOUT):
                 model = p["model"]
                 p = {"reference": f"aiconfigurator 0.12 static prediction, {p['backend']} {p.get('version', '')}",
                      "kind": "predicted", "engine": p["backend"], "model": model if model != "qwen3-32b" else
                      "benchmarks/validation/models/qwen3-32b.yaml", "gpu": AIC_GPU[p["gpu"]],
-                     "weights": p["weights_dtype"], "kv": "bf16", "tp": p["tp"], "batch": p["batch"],
+                     "weights": p["weights_dtype"], "kv": "bf16", "tp": p["tp"], "ep": p.get("ep", 1),
+                     "batch": p["batch"],
                      "prompt": p["isl"], "gen": p["osl"], "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"],
                      "routing": f"power-law:{AIC_ROUTING_ALPHA.get(model, 1.2)}",
                      "uncaptured_linears": sorted(AIC_UNCAPTURED_LINEARS.get(p["backend"], ())),
@@ -142,7 +147,8 @@ def main() -> None:
 def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
     print(f"\n{label}:")
     large = [r for r in rows if r["source_kind"] == LARGE]
-    rows = [r for r in rows if r["source_kind"] != LARGE]
+    held_out = [r for r in rows if r["source_kind"] == HOLDOUT]
+    rows = [r for r in rows if r["source_kind"] not in (LARGE, HOLDOUT)]
     groups = {"all": rows}
     for kind in ("public", "silicon", "aiconfigurator"):
         groups[kind] = [r for r in rows if r["source_kind"] == kind]
@@ -155,6 +161,11 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
     groups[LARGE] = large
     for engine in ("vllm", "sglang", "trtllm"):
         groups[f"{LARGE} {engine}"] = [r for r in large if r["engine"] == engine]
+    groups[HOLDOUT] = held_out
+    for engine in ("vllm", "sglang", "trtllm"):
+        groups[f"{HOLDOUT} {engine}"] = [r for r in held_out if r["engine"] == engine]
+    groups[f"{HOLDOUT} dense"] = [r for r in held_out if _model_name(r) not in MOE]
+    groups[f"{HOLDOUT} MoE"] = [r for r in held_out if _model_name(r) in MOE]
     for name, rs in groups.items():
         parts = []
         for metric, key in (("TTFT", ttft_key), ("TPOT", tpot_key)):

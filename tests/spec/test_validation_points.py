@@ -18,7 +18,21 @@ def v(benchmark_script: Callable[[str], ModuleType]) -> ModuleType:
 
 def test_every_source_loads(v: ModuleType) -> None:
     kinds = {p["source_kind"] for p in v.load_points()}
-    assert kinds == {"public", "silicon", "aiconfigurator", v.LARGE}
+    assert kinds == {"public", "silicon", "aiconfigurator", v.LARGE, v.HOLDOUT}
+
+
+def test_held_out_points_keep_their_layout_and_agree_on_dense_models(v: ModuleType) -> None:
+    """The held-out file (collected after the model's last change) carries expert parallelism and the engines'
+    own MoE formats, and its dense points stay near aiconfigurator (they did from the first collection)."""
+    held = [p for p in v.load_points() if p["source_kind"] == v.HOLDOUT]
+    assert len(held) >= 200 and {p["ep"] for p in held} >= {1, 8} and {p["gpu"] for p in held} >= {"b200", "h200"}
+    errors = []
+    for p in held:
+        if v._model_name(p) in v.MOE:
+            continue
+        ttft, tpot = v.predict(p)
+        errors += [abs(ttft / p["ttft_ms"] - 1), abs(tpot / p["tpot_ms"] - 1)]
+    assert len(errors) >= 200 and sum(e <= 0.2 for e in errors) >= 0.95 * len(errors)
 
 
 def test_large_batches_agree_with_aiconfigurator(v: ModuleType) -> None:
