@@ -54,6 +54,16 @@ WEIGHTS = {"bfloat16": "bf16", "fp8_block": "fp8_block", "fp8": "fp8_e4m3", "w4a
            "w4a8_mxfp4_mxfp8": "mxfp4"}
 
 
+def table_mode(moe_dtype: str, gpu: object) -> object:
+    """How tfcalc runs a table dtype's experts on ``gpu`` (``latency.linear_mode``): ``w4a16_mxfp4`` rows are a
+    weight-only kernel (bf16 activations) even where the chip has fp4 tensor cores (vLLM's default on B200)."""
+    from tfcalc.calc.latency import linear_mode
+    from tfcalc.dtypes import get_dtype
+
+    weight_only = frozenset({"fp4"}) if moe_dtype == "w4a16_mxfp4" else frozenset()
+    return linear_mode(get_dtype(WEIGHTS[moe_dtype]), gpu, weight_only=weight_only)
+
+
 def _balanced_rows(experts: int, top_k: int, tokens: int, skew: float = 0.0) -> tuple[float, float, float]:
     """The tables' balanced routing: every expert gets T k / E tokens, in tiles of the kernels' power of two
     (``kernels.routed_rows``' distinct experts, rows computed and row tiles)."""
@@ -75,8 +85,7 @@ def expert_floors(root: Path, version: str = "1.3.0rc20") -> None:
     import pandas as pd
 
     from tfcalc.calc import kernels
-    from tfcalc.calc.latency import linear_mode, rates_for
-    from tfcalc.dtypes import get_dtype
+    from tfcalc.calc.latency import rates_for
     from tfcalc.spec.presets import load_engine, load_gpu
 
     fitted = None
@@ -88,7 +97,7 @@ def expert_floors(root: Path, version: str = "1.3.0rc20") -> None:
         gpu = load_gpu(GPUS[system])
         rates = dataclasses.replace(rates_for(gpu, load_engine("trtllm").kernels), moe_expert_floors={})
         for weights in ("fp8_block", "bfloat16", "fp8"):
-            mode = linear_mode(get_dtype(WEIGHTS[weights]), gpu)
+            mode = table_mode(weights, gpu)
             points = []  # (local experts, ep, measured - priced seconds)
             rows = df[(df.num_tokens == 1) & (df.distribution == "balanced") & (df.moe_dtype == weights)]
             for row in rows.itertuples():
@@ -119,8 +128,7 @@ def format_floors(root: Path, engine: str, version: str, weights: str, kernel_so
     import pandas as pd
 
     from tfcalc.calc import kernels
-    from tfcalc.calc.latency import linear_mode, rates_for
-    from tfcalc.dtypes import get_dtype
+    from tfcalc.calc.latency import rates_for
     from tfcalc.spec.presets import load_engine, load_gpu
 
     kernels_spec = load_engine(engine).kernels
@@ -137,7 +145,7 @@ def format_floors(root: Path, engine: str, version: str, weights: str, kernel_so
         base = rates_for(gpu, kernels_spec)
         rates = dataclasses.replace(base, floors={**base.floors, "moe": 0.0}, moe_format_floors={},
                                     moe_expert_floors={})
-        mode = linear_mode(get_dtype(WEIGHTS[weights]), gpu)
+        mode = table_mode(weights, gpu)
         left = []
         for row in rows.itertuples():
             c = kernels.moe_experts(rates, tokens=1, experts_local=row.num_experts, experts_total=row.num_experts,
@@ -198,15 +206,13 @@ def fit_efficiency(ratios: Callable[[float], list[float]]) -> float:
 
 def held_out_rows(table: object, system: str, args: argparse.Namespace, weights: str) -> list:
     """The table's balanced ep-1 rows of ``weights`` with 256 to --min-tokens tokens (the fit's held-out set)."""
-    from tfcalc.calc.latency import linear_mode
-    from tfcalc.dtypes import get_dtype
     from tfcalc.spec.presets import load_gpu
 
     df = table[(table.distribution == "balanced") & (table.moe_ep_size == 1) & (table.moe_dtype == weights)
                & (table.num_tokens >= 256) & (table.num_tokens < args.min_tokens)
                & table.kernel_source.str.contains(args.kernel_source, regex=False)]
     gpu = load_gpu(GPUS[system])
-    return [(row, linear_mode(get_dtype(WEIGHTS[weights]), gpu)) for row in df.itertuples()]
+    return [(row, table_mode(weights, gpu)) for row in df.itertuples()]
 
 
 def scan_k0(base: object, compute: str, rows: list, ratios: Callable[..., list[float]], held: list,
@@ -274,8 +280,7 @@ def main() -> None:
     import pandas as pd
 
     from tfcalc.calc import kernels
-    from tfcalc.calc.latency import linear_mode, rates_for
-    from tfcalc.dtypes import get_dtype
+    from tfcalc.calc.latency import rates_for
     from tfcalc.spec.presets import load_engine, load_gpu
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -330,7 +335,7 @@ def main() -> None:
         base = rates_for(gpu, load_engine(args.engine).kernels)
         groups: dict[tuple[str, str], list] = {}
         for row in df.itertuples():
-            mode = linear_mode(get_dtype(WEIGHTS[row.moe_dtype]), gpu)
+            mode = table_mode(row.moe_dtype, gpu)
             groups.setdefault((mode.compute, row.moe_dtype), []).append((row, mode))
         for (compute, weights), rows in sorted(groups.items()):
             def ratios(eff: float, rows: list = rows, base: object = base) -> list[float]:
@@ -343,7 +348,7 @@ def main() -> None:
                 fmt = rows[0][1].dequant
                 if not fmt:
                     continue
-                eff = base.grouped_efficiency(compute, fmt)
+                eff = base.grouped_efficiency(compute, fmt, rows[0][1].weights)
                 decode = [(row, mode) for row, mode in rows if 16 <= row.num_tokens < args.min_tokens]
                 base = dataclasses.replace(base, moe_dequant_ops={})  # the engine's own value: the one sought
                 saved = kernels.DEQUANT_OPS[fmt]

@@ -299,6 +299,38 @@ def test_quantised_paths() -> None:
     assert int4.decode.step.weight_bytes - lm_head < 0.3 * (bf16.decode.step.weight_bytes - lm_head)
 
 
+def test_an_engine_may_run_a_native_format_weight_only() -> None:
+    """``weight_only`` names the kinds an engine's kernel keeps 16-bit activations for although the chip has tensor
+    cores for them: MXFP4 on a B200 then runs as bf16 MMA with the weights unpacked (as on Hopper)."""
+    b200, h200 = load_gpu("b200"), load_gpu("h200")
+    native = linear_mode(get_dtype("mxfp4"), b200)
+    assert (native.compute, native.dequant, native.quantised_input) == ("fp4", "", True)
+    weight_only = linear_mode(get_dtype("mxfp4"), b200, weight_only=frozenset({"fp4"}))
+    assert (weight_only.compute, weight_only.dequant, weight_only.quantised_input) == ("bf16", "fp4", False)
+    assert weight_only.bits == native.bits  # the same 4.25 bits streamed either way
+    assert linear_mode(get_dtype("mxfp4"), h200, weight_only=frozenset({"fp4"})) == linear_mode(get_dtype("mxfp4"),
+                                                                                                h200)
+    assert linear_mode(get_dtype("fp8"), b200, weight_only=frozenset({"fp4"})).compute == "fp8"  # other kinds stay
+
+
+def test_vllm_runs_gpt_oss_experts_weight_only_on_b200() -> None:
+    """vLLM's MXFP4 experts keep bf16 activations on Blackwell (moe_weight_only), SGLang and TensorRT-LLM quantise
+    them (priced at the fp4 rate); only the experts change, and a compute-bound prefill is slower for it."""
+    def experts(engine: str, gpu: str = "b200"):  # noqa: ANN202 - _Linear
+        return _d("gpt-oss-120b", gpu, engine_kernels=load_engine(engine).kernels).dims
+
+    dims = experts("vllm")
+    assert (dims.experts_mode.compute, dims.experts_mode.dequant) == ("bf16", "fp4")
+    assert dims.attn.compute == "bf16"
+    for engine in ("sglang", "trtllm"):
+        assert experts(engine).experts_mode.compute == "fp4"
+    assert experts("vllm", "h200").experts_mode == experts("sglang", "h200").experts_mode  # Hopper: no fp4 cores
+    native = replace(load_engine("vllm").kernels, moe_weight_only_by_gpu={})
+    slow = estimate_latency(_d("gpt-oss-120b", "b200", engine_kernels=load_engine("vllm").kernels), 8, 2048, 64)
+    fast = estimate_latency(_d("gpt-oss-120b", "b200", engine_kernels=native), 8, 2048, 64)
+    assert slow.ttft_s > 1.5 * fast.ttft_s
+
+
 def test_engine_block_floor_for_mla() -> None:
     vllm = _d("deepseek-v3", "h200", tp=8, engine_kernels=load_engine("vllm").kernels)
     trt = _d("deepseek-v3", "h200", tp=8, engine_kernels=load_engine("trtllm").kernels)

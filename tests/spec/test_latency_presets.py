@@ -272,6 +272,23 @@ def test_engine_moe_dequant_per_tile_per_gpu() -> None:
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 
+def test_engine_moe_weight_only_per_gpu() -> None:
+    """kernels.moe_weight_only: per GPU preset, the formats that engine's fused MoE runs weight-only although the GPU
+    has tensor cores for them; vLLM's MXFP4 experts on the B200 (bf16 activations by default), nobody else's."""
+    parsed = kernels_from_mapping({"moe_weight_only": {"b200": ["fp4"]}}, "e.yaml")
+    assert parsed.moe_weight_only_by_gpu == {"b200": frozenset({"fp4"})}
+    assert load_engine("vllm").kernels.moe_weight_only_by_gpu == {"b200": frozenset({"fp4"})}
+    for engine in ("sglang", "trtllm", "gpt-fast"):
+        assert load_engine(engine).kernels.moe_weight_only_by_gpu == {}
+    for value, message in (
+            ({"b200": "fp4"}, "field 'kernels.moe_weight_only.b200' must be a list of int8, fp8, int4, fp4, got"),
+            ({"b200": ["mxfp4"]}, "field 'kernels.moe_weight_only.b200' must be a list of"),
+            ({"b201": ["fp4"]}, "unknown field 'kernels.moe_weight_only.b201'")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"moe_weight_only": value}, "e.yaml")
+        assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
+
+
 def test_engine_moe_floors_per_gpu_and_format() -> None:
     """kernels.moe_floors_us: per GPU preset and expert storage format, the fused MoE's fixed cost, replacing the
     moe floor for that format only (TensorRT-LLM's MXFP4 backends: Triton on Hopper, TRTLLM-gen on a B200); CUDA

@@ -123,7 +123,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
               engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.linear_host_s_by_gpu,
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
               engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,
-              engine.fp8_kv_prefill_scale_by_gpu)
+              engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name
@@ -145,28 +145,31 @@ class _Linear:
     dynamic_scale: bool = False  # per-tensor fp8 whose input scale is computed per call (a max reduction first)
 
 
-def linear_mode(dtype: DType, gpu: GPUSpec, choice: str = "auto") -> _Linear:
+def linear_mode(dtype: DType, gpu: GPUSpec, choice: str = "auto",
+                weight_only: frozenset[str] = frozenset()) -> _Linear:
     """fp8 weights run W8A8 on fp8 tensor cores; fp4 (mxfp4/nvfp4) W4A4 where the chip has fp4; int8 and int4
     weight-only (16-bit MMA + dequantisation) unless ``choice`` names int8; formats the chip cannot run natively
-    are dequantised (fp8 on Ampere, fp4 on Hopper). 16-bit weights run in their own dtype."""
+    are dequantised (fp8 on Ampere, fp4 on Hopper), and so are the kinds in ``weight_only`` (an engine kernel that
+    keeps 16-bit activations: ``EngineKernels.moe_weight_only_by_gpu``). 16-bit weights run in their own dtype."""
     bits = float(dtype.bits_per_element)
     name = dtype.name
     if not dtype.quantized:
         native = "fp16" if name == "fp16" else ("fp32" if name == "fp32" else "bf16")
         return _Linear(bits, native, "", False, name)
-    peaks = gpu.dense_flops_per_s
-    if name.startswith("fp8") and choice in ("auto", "fp8") and "fp8" in peaks:
-        return _Linear(bits, "fp8", "", True, name)
-    if name in ("mxfp4", "nvfp4") and choice in ("auto", "fp4") and "fp4" in peaks:
-        return _Linear(bits, "fp4", "", True, name)
-    if name == "int8" and choice == "int8" and "int8" in peaks:
-        return _Linear(bits, "int8", "", True, name)
     if name.startswith("fp8"):
         kind = "fp8"
     elif name in ("mxfp4", "nvfp4"):
         kind = "fp4"
     else:
         kind = "int8" if dtype.element_bits >= 8 else "int4"
+    peaks = gpu.dense_flops_per_s
+    native = kind not in weight_only
+    if kind == "fp8" and native and choice in ("auto", "fp8") and "fp8" in peaks:
+        return _Linear(bits, "fp8", "", True, name)
+    if kind == "fp4" and native and choice in ("auto", "fp4") and "fp4" in peaks:
+        return _Linear(bits, "fp4", "", True, name)
+    if name == "int8" and native and choice == "int8" and "int8" in peaks:
+        return _Linear(bits, "int8", "", True, name)
     return _Linear(bits, "bf16", kind, False, name)
 
 
@@ -334,8 +337,11 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
         else:
             expert_width = moe.expert_intermediate_size * ep / tp
         shared_width = moe.num_shared_experts * moe.shared_expert_intermediate_size / tp
+    weight_only = engine.moe_weight_only_by_gpu.get(engine_kernels_gpu(gpu, engine), frozenset())
+
     def mode(component: str) -> _Linear:
-        linear = linear_mode(precision.for_component(component), gpu, compute)
+        linear = linear_mode(precision.for_component(component), gpu, compute,
+                             weight_only if component == "experts" else frozenset())
         if linear.quantised_input and linear.weights in PER_TENSOR_FP8 and \
                 fp8_input_scale(spec, precision, component, engine, fp8_scales) == "dynamic":
             return replace(linear, dynamic_scale=True)

@@ -171,8 +171,11 @@ class EngineKernels:
     K-loop elements each output tile of that kernel's grouped GEMMs costs (replacing ``kernels.GEMM_K0`` in its
     fused MoE: the tile's fixed work); ``moe_dequant_per_tile_by_gpu``: per GPU preset name, the weight-only formats
     whose fused-MoE kernel unpacks an expert's weights again in every row tile's main loop (by default, once per
-    expert and step); ``moe_floors_by_gpu``: per GPU preset name and expert storage format, the fused MoE's fixed
-    cost in seconds where that kernel's differs from the ``moe`` floor (TensorRT-LLM's MXFP4 backends);
+    expert and step); ``moe_weight_only_by_gpu``: per GPU preset name, the formats this engine's fused MoE runs
+    weight-only (16-bit activations, the weights unpacked inside the kernel) although the GPU has tensor cores for
+    them (vLLM's MXFP4 experts on Blackwell: bf16 activations by default); ``moe_floors_by_gpu``: per GPU preset
+    name and expert storage format, the fused MoE's fixed cost in seconds where that kernel's differs from the
+    ``moe`` floor (TensorRT-LLM's MXFP4 backends);
     ``linear_host_s_by_gpu``: per GPU preset name and weight storage format, the host seconds one linear layer's
     call takes when it runs outside a CUDA graph (its Python path: input quantisation, scale layout, kernel
     dispatch), as (max tokens, seconds) steps, the last open (None); ``uncaptured_linears``: the storage formats
@@ -217,6 +220,7 @@ class EngineKernels:
     moe_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_k0_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_dequant_per_tile_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
+    moe_weight_only_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
@@ -411,8 +415,8 @@ def _mib(value: Any, origin: str, key: str) -> int:
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce", "custom_allreduce_launch_us",
                           "fused_activation_quant", "unfused_activation_quant", "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
-                          "moe_dequant_per_tile", "moe_floors_us", "linear_host_us", "fp8_kv_attention",
-                          "fp8_kv_prefill_attention",
+                          "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "linear_host_us",
+                          "fp8_kv_attention", "fp8_kv_prefill_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
                           "moe_large_m_memory_efficiency", "shared_experts_stream", "sources"})
@@ -539,9 +543,10 @@ def _unfused_quant(value: Any, origin: str) -> dict[str, frozenset[str]]:
     return out
 
 
-def _dequant_per_tile(value: Any, origin: str) -> dict[str, frozenset[str]]:
-    """``kernels.moe_dequant_per_tile``: GPU preset name -> a list of weight-only formats (DEQUANT_FORMATS)."""
-    key, allowed = "kernels.moe_dequant_per_tile", ", ".join(DEQUANT_FORMATS)
+def _dequant_per_tile(value: Any, origin: str, key: str = "kernels.moe_dequant_per_tile") -> dict[str, frozenset[str]]:
+    """``kernels.moe_dequant_per_tile`` (or ``key``): GPU preset name -> a list of weight-only formats
+    (DEQUANT_FORMATS)."""
+    allowed = ", ".join(DEQUANT_FORMATS)
     out = {}
     for gpu, formats in _gpu_entries(value, origin, key, f"lists of {allowed}").items():
         _require(isinstance(formats, list) and all(f in DEQUANT_FORMATS for f in formats), origin,
@@ -690,6 +695,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_efficiency_by_gpu=efficiency,
         moe_k0_by_gpu=k0,
         moe_dequant_per_tile_by_gpu=_dequant_per_tile(data.get("moe_dequant_per_tile"), origin),
+        moe_weight_only_by_gpu=_dequant_per_tile(data.get("moe_weight_only"), origin, "kernels.moe_weight_only"),
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
