@@ -279,6 +279,81 @@ def test_moe_expert_parallel_share_and_padding() -> None:
     assert real.seconds > c.seconds
 
 
+def test_expected_max_of_standard_normals() -> None:
+    """E[max of n standard normals]: 1 / sqrt(pi) for two (closed form), and the tabulated 1.0294 / 1.4236 /
+    1.7660 for 4 / 8 / 16."""
+    assert kernels.expected_max_normal(1) == 0.0
+    assert kernels.expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-6)
+    for n, value in ((4, 1.0294), (8, 1.4236), (16, 1.7660)):
+        assert kernels.expected_max_normal(n) == pytest.approx(value, abs=1e-4)
+
+
+def _busiest_rank_sampled(experts: int, top_k: int, tokens: int, ranks: int, alpha: float | None,
+                          trials: int = 300) -> float:
+    """Brute force: the busiest rank's (token, expert) rows over the mean rank's, averaged over draws; uniform
+    routing (each token picks top_k distinct experts at random) or aiconfigurator's power-law loads (i.i.d. on
+    [1, 0.8 T], scaled to T k rows, each capped at T)."""
+    rng = random.Random(7)  # noqa: S311 - seeded test data
+    per_rank, ratios = experts // ranks, []
+    for _ in range(trials):
+        if alpha is None:
+            counts = [0] * experts
+            for _ in range(tokens):
+                for e in rng.sample(range(experts), top_k):
+                    counts[e] += 1
+        else:
+            g = 1 - alpha
+            loads = [((0.8 * tokens) ** g - 1) * rng.random() + 1 for _ in range(experts)]
+            loads = [x ** (1 / g) for x in loads]
+            counts = [min(round(x / sum(loads) * tokens * top_k), tokens) for x in loads]
+        sums = [sum(counts[r * per_rank:(r + 1) * per_rank]) for r in range(ranks)]
+        ratios.append(max(sums) / (sum(sums) / ranks))
+    return statistics.fmean(ratios)
+
+
+@pytest.mark.parametrize(("tokens", "ranks", "alpha"), [(64, 8, None), (16, 4, None), (4096, 8, 1.2),
+                                                        (4096, 4, 1.2), (512, 16, 1.2), (16384, 8, 1.2)])
+def test_rank_imbalance_against_sampled_routing(tokens: int, ranks: int, alpha: float | None) -> None:
+    """The busiest expert-parallel rank's rows over the mean rank's, against sampling the routing itself (uniform
+    top-k picks, or aiconfigurator's power-law sampler): the normal approximation within 12 %."""
+    routing = kernels.UNIFORM if alpha is None else kernels.Routing("power-law", alpha)
+    trials = 60 if alpha is None else 300
+    model = kernels.rank_imbalance(128, 8, tokens, ranks, routing)
+    assert model == pytest.approx(_busiest_rank_sampled(128, 8, tokens, ranks, alpha, trials), rel=0.12)
+
+
+def test_rank_imbalance_bounds_and_trends() -> None:
+    power = kernels.Routing("power-law", 1.2)
+    assert kernels.rank_imbalance(128, 8, 4096, 1, power) == 1.0  # one rank holds every expert
+    for routing in (kernels.UNIFORM, power, kernels.Routing("zipf", 1.0)):
+        by_ranks = [kernels.rank_imbalance(128, 8, 4096, r, routing) for r in (2, 4, 8, 16, 32)]
+        assert all(1.0 <= a <= b for a, b in zip(by_ranks, by_ranks[1:], strict=False))
+        assert by_ranks[-1] <= 32
+    uniform = [kernels.rank_imbalance(128, 8, t, 8) for t in (8, 64, 512, 4096, 16384)]
+    assert all(a > b for a, b in zip(uniform, uniform[1:], strict=False)) and uniform[-1] < 1.02  # sums even out
+    assert kernels.rank_imbalance(128, 8, 4096, 8, power) > kernels.rank_imbalance(128, 8, 4096, 8) + 0.5
+
+
+def test_moe_expert_parallel_prefill_waits_for_the_busiest_rank() -> None:
+    """Under expert parallelism a prefill's compute is the busiest rank's rows; one decode token keeps one tile per
+    touched expert (no extra unpacking), and ideal mode keeps the mean rank."""
+    rates = replace(RATES, floors={**RATES.floors, "moe": 0.0})
+    power = kernels.Routing("power-law", 1.2)
+
+    def cost(tokens: int, routing: kernels.Routing, local: int = 16, r: Rates = rates) -> kernels.Cost:
+        return kernels.moe_experts(r, tokens=tokens, experts_local=local, experts_total=128, top_k=8, hidden=4096,
+                                   expert_width=1536, gated=True, weight_bits=8, compute="fp8", routing=routing)
+
+    busiest = kernels.rank_imbalance(128, 8, 16384, 8, power)
+    skewed, whole = cost(16384, power), cost(16384, power, local=128)
+    assert skewed.flops == pytest.approx(whole.flops / 8 * busiest)
+    assert skewed.seconds > 1.5 * whole.seconds / 8
+    assert cost(16384, kernels.UNIFORM).flops == pytest.approx(cost(16384, kernels.UNIFORM, local=128).flops / 8,
+                                                               rel=0.02)
+    assert cost(16384, power, r=IDEAL).flops == pytest.approx(cost(16384, power, 128, IDEAL).flops / 8)
+    assert cost(1, power).weight_bytes == pytest.approx(cost(1, power, local=128).weight_bytes / 8)
+
+
 def _brute_tiles(n: int, q: float, tile: int) -> float:
     """E[ceil(X / tile)] for X ~ Binomial(n, q), summed over every count of the pmf."""
     return math.fsum(math.comb(n, x) * q**x * (1 - q) ** (n - x) * -(-x // tile) for x in range(n + 1))

@@ -313,21 +313,24 @@ def test_an_engine_may_run_a_native_format_weight_only() -> None:
     assert linear_mode(get_dtype("fp8"), b200, weight_only=frozenset({"fp4"})).compute == "fp8"  # other kinds stay
 
 
-def test_vllm_runs_gpt_oss_experts_weight_only_on_b200() -> None:
-    """vLLM's MXFP4 experts keep bf16 activations on Blackwell (moe_weight_only), SGLang and TensorRT-LLM quantise
-    them (priced at the fp4 rate); only the experts change, and a compute-bound prefill is slower for it."""
-    def experts(engine: str, gpu: str = "b200"):  # noqa: ANN202 - _Linear
-        return _d("gpt-oss-120b", gpu, engine_kernels=load_engine(engine).kernels).dims
+def test_an_engine_running_mxfp4_experts_weight_only_on_b200() -> None:
+    """An engine whose MXFP4 experts keep bf16 activations on Blackwell (moe_weight_only, vLLM's code default) runs
+    them as bf16 MMA with unpacking; only the experts change, and a compute-bound prefill is slower for it. The
+    shipped presets price the fp4 path (SGLang's and TensorRT-LLM's MXFP8 activations, vLLM's measured runs)."""
+    vllm = load_engine("vllm").kernels
+    bf16_acts = replace(vllm, moe_weight_only_by_gpu={"b200": frozenset({"fp4"})})
 
-    dims = experts("vllm")
+    def experts(kernels: EngineKernels, gpu: str = "b200"):  # noqa: ANN202 - _Dims
+        return _d("gpt-oss-120b", gpu, engine_kernels=kernels).dims
+
+    dims = experts(bf16_acts)
     assert (dims.experts_mode.compute, dims.experts_mode.dequant) == ("bf16", "fp4")
-    assert dims.attn.compute == "bf16"
-    for engine in ("sglang", "trtllm"):
-        assert experts(engine).experts_mode.compute == "fp4"
-    assert experts("vllm", "h200").experts_mode == experts("sglang", "h200").experts_mode  # Hopper: no fp4 cores
-    native = replace(load_engine("vllm").kernels, moe_weight_only_by_gpu={})
-    slow = estimate_latency(_d("gpt-oss-120b", "b200", engine_kernels=load_engine("vllm").kernels), 8, 2048, 64)
-    fast = estimate_latency(_d("gpt-oss-120b", "b200", engine_kernels=native), 8, 2048, 64)
+    assert dims.attn == experts(vllm).attn
+    for engine in ("vllm", "sglang", "trtllm"):
+        assert experts(load_engine(engine).kernels).experts_mode.compute == "fp4"
+    assert experts(bf16_acts, "h200").experts_mode == experts(vllm, "h200").experts_mode  # Hopper: no fp4 cores
+    slow = estimate_latency(_d("gpt-oss-120b", "b200", engine_kernels=bf16_acts), 8, 2048, 64)
+    fast = estimate_latency(_d("gpt-oss-120b", "b200", engine_kernels=vllm), 8, 2048, 64)
     assert slow.ttft_s > 1.5 * fast.ttft_s
 
 

@@ -274,11 +274,11 @@ def test_engine_moe_dequant_per_tile_per_gpu() -> None:
 
 def test_engine_moe_weight_only_per_gpu() -> None:
     """kernels.moe_weight_only: per GPU preset, the formats that engine's fused MoE runs weight-only although the GPU
-    has tensor cores for them; vLLM's MXFP4 experts on the B200 (bf16 activations by default), nobody else's."""
+    has tensor cores for them (an engine YAML for vLLM's code default on Blackwell, MXFP4 x BF16). No shipped preset
+    sets it: the measured vLLM runs on B200 are as fast as MXFP8 activations (docs/estimate-validation.md)."""
     parsed = kernels_from_mapping({"moe_weight_only": {"b200": ["fp4"]}}, "e.yaml")
     assert parsed.moe_weight_only_by_gpu == {"b200": frozenset({"fp4"})}
-    assert load_engine("vllm").kernels.moe_weight_only_by_gpu == {"b200": frozenset({"fp4"})}
-    for engine in ("sglang", "trtllm", "gpt-fast"):
+    for engine in ("vllm", "sglang", "trtllm", "gpt-fast"):
         assert load_engine(engine).kernels.moe_weight_only_by_gpu == {}
     for value, message in (
             ({"b200": "fp4"}, "field 'kernels.moe_weight_only.b200' must be a list of int8, fp8, int4, fp4, got"),
