@@ -11,6 +11,7 @@ its kernel tables ship in the package) and run
     python benchmarks/validation/moe_kernel_rates.py --kernel-source gptossmxfp4 --dequant-ops --max-tp 8
     python benchmarks/validation/moe_kernel_rates.py --engine trtllm --version 1.3.0rc20 --compare
     python benchmarks/validation/moe_kernel_rates.py --engine sglang --kernel-source fused_moe_triton --large-m
+    python benchmarks/validation/moe_kernel_rates.py --engine sglang --expert-parallel fp8_block
 
 For every GPU with a measured table (aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<newest>/moe_perf), the
 rows with balanced routing (each expert gets exactly T k / E tokens), >= ``--min-tokens`` tokens and no expert
@@ -33,6 +34,11 @@ the engines' kernels really differ, independently of tfcalc's model.
 ``--large-m`` fits, per weight format, the fraction of the datasheet bandwidth the weight stream reaches once the
 tokens outnumber the experts (rows of E < T < --min-tokens; an engine's ``kernels.moe_large_m_memory_efficiency``),
 with the rows at T <= E beside it: where a kernel's default tile configuration changes at M = E (SGLang's Triton).
+
+``--expert-parallel DTYPE`` prices the balanced rows of one table dtype whose experts are split by expert
+parallelism alone (ep 1-16) at their local experts and prints the median tfcalc / measured per ep and token band:
+whether the engine's kernel shrinks with its share of the experts as tfcalc's does. ``w4a16_mxfp4`` rows are a
+weight-only kernel on every GPU (``table_mode``: vLLM's MXFP4 x BF16 on a B200 too).
 
 ``--expert-floors`` reads TensorRT-LLM's tables (1.3.0rc20) at 1 token: each row's time less tfcalc's price of it
 without a per-expert cost, against the experts on the GPU (num_experts / ep). The least-squares slope through the
@@ -157,6 +163,43 @@ def format_floors(root: Path, engine: str, version: str, weights: str, kernel_so
         print(f"{preset:10s} {engine} {table.parent.name} {weights}: fixed cost at 1 token "
               f"{statistics.median(left) * 1e6:.1f} us (median of {len(left)} rows, "
               f"{min(left) * 1e6:.1f}-{max(left) * 1e6:.1f}; {', '.join(sorted(set(rows.kernel_source)))[:60]})")
+
+
+def expert_parallel(root: Path, engine: str, version: str, weights: str) -> None:
+    """tfcalc / measured over the balanced rows of ``weights`` with experts sliced by expert parallelism only
+    (moe_tp 1), per ep and token band, each row priced at its local experts (E / ep): whether an engine's fused MoE
+    shrinks with its share of the experts as the model does."""
+    import pandas as pd
+
+    from tfcalc.calc import kernels
+    from tfcalc.calc.latency import rates_for
+    from tfcalc.spec.presets import load_engine, load_gpu
+
+    kernels.routed_rows = _balanced_rows  # the tables' deterministic routing
+    for system, preset in GPUS.items():
+        table = _newest(root, system, engine, version)
+        if table is None:
+            continue
+        df = pd.read_parquet(table)
+        df = df[(df.distribution == "balanced") & (df.moe_dtype == weights) & (df.moe_tp_size == 1)]
+        if df.empty:
+            continue
+        gpu = load_gpu(preset)
+        rates = rates_for(gpu, load_engine(engine).kernels)
+        for ep, rows in df.groupby("moe_ep_size"):
+            if ep > 16:
+                continue
+            bands: dict[str, list[float]] = {}
+            for row in rows.itertuples():
+                mode = table_mode(row.moe_dtype, gpu)
+                c = kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts // ep,
+                                        experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
+                                        expert_width=row.inter_size, gated=True, weight_bits=mode.bits,
+                                        compute=mode.compute, dequant=mode.dequant, weight_format=mode.weights)
+                band = "< 256" if row.num_tokens < 256 else "256-4095" if row.num_tokens < 4096 else ">= 4096"
+                bands.setdefault(band, []).append(c.seconds / (row.latency * 1e-3))
+            medians = ", ".join(f"{band} tokens {statistics.median(v):.2f} ({len(v)})" for band, v in bands.items())
+            print(f"{preset:10s} {engine} {table.parent.name} {weights} ep {ep:2d}: tfcalc/measured median {medians}")
 
 
 def _newest(root: Path, system: str, engine: str, version: str = "") -> Path | None:
@@ -304,6 +347,8 @@ def main() -> None:
     parser.add_argument("--large-m", action="store_true",
                         help="the weight stream's fraction of the datasheet bandwidth once the tokens outnumber the "
                              "experts (kernels.moe_large_m_memory_efficiency), fitted below --min-tokens")
+    parser.add_argument("--expert-parallel", default="", metavar="DTYPE",
+                        help="a table dtype's balanced rows at ep 1-16 priced at their local experts, by token band")
     parser.add_argument("--k0", default="", metavar="LIST",
                         help="comma-separated grouped-GEMM K0 values: the fit and its scatter at each")
     args = parser.parse_args()
@@ -311,6 +356,9 @@ def main() -> None:
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     if args.expert_floors:
         expert_floors(root)
+        return
+    if args.expert_parallel:
+        expert_parallel(root, args.engine, args.version, args.expert_parallel)
         return
     if args.format_floor:
         format_floors(root, args.engine, args.version, args.format_floor, args.kernel_source)
