@@ -313,6 +313,22 @@ def test_an_engine_may_run_a_native_format_weight_only() -> None:
     assert linear_mode(get_dtype("fp8"), b200, weight_only=frozenset({"fp4"})).compute == "fp8"  # other kinds stay
 
 
+def test_sglang_prices_each_architecture_with_its_moe_runner_on_b200() -> None:
+    """SGLang's B200 MoE runner depends on the architecture: Mixtral (Triton) prefills slower than the same
+    model declared a Qwen3-MoE (FlashInfer TRT-LLM); on an H200 the declaration changes nothing; the deployment
+    takes the spec's architecture."""
+    sglang = load_engine("sglang").kernels
+    spec = load_model("mixtral-8x7b")
+
+    def ttft(architecture: str | None, gpu: str = "b200") -> float:
+        d = deployment(replace(spec, architecture=architecture), load_gpu(gpu), BF16, KV, engine_kernels=sglang)
+        return estimate_latency(d, 8, 2048, 64).ttft_s
+
+    assert ttft("MixtralForCausalLM") > 1.5 * ttft("Qwen3MoeForCausalLM")
+    assert ttft("MixtralForCausalLM") == ttft(None)  # unknown: the engine's default runner
+    assert ttft("MixtralForCausalLM", "h200") == ttft("Qwen3MoeForCausalLM", "h200")
+
+
 def test_an_engine_running_mxfp4_experts_weight_only_on_b200() -> None:
     """An engine whose MXFP4 experts keep bf16 activations on Blackwell (moe_weight_only, vLLM's code default) runs
     them as bf16 MMA with unpacking; only the experts change, and a compute-bound prefill is slower for it. The

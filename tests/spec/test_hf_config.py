@@ -172,6 +172,26 @@ def test_every_fixture_loads(name: str) -> None:
     assert spec.num_mtp_layers == fixture(name).get("num_nextn_predict_layers", 0)
 
 
+def test_architecture_is_the_first_class_and_presets_agree() -> None:
+    """``architecture``: config.json's architectures[0], none when the list is absent or empty, a one-line error
+    naming the field when it is no class name; each model preset states its checkpoint's own."""
+    from tfcalc.spec.presets import load_model, preset_names
+
+    assert build("qwen3-30b-a3b").architecture == "Qwen3MoeForCausalLM"
+    assert build("mixtral-8x7b", architectures=["MixtralForCausalLM", "Other"]).architecture == "MixtralForCausalLM"
+    assert build("llama3-8b", architectures=_DROP).architecture is None
+    assert build("llama3-8b", architectures=[]).architecture is None
+    for bad in ("LlamaForCausalLM", [7], ["Llama For"], ["x" * 200]):
+        with pytest.raises(SpecError, match="llama3-8b.json: field 'architectures' must be a list of class names"):
+            build("llama3-8b", architectures=bad)
+    checked = 0
+    for name in preset_names("model"):
+        if name in FIXTURES:
+            assert load_model(name).architecture == build(name).architecture, name
+            checked += 1
+    assert checked >= 19
+
+
 def test_name_from_folder_and_folder_path(tmp_path: Path) -> None:
     folder = tmp_path / "Meta-Llama-3-8B"
     folder.mkdir()

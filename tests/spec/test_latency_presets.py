@@ -289,6 +289,39 @@ def test_engine_moe_weight_only_per_gpu() -> None:
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 
+def test_engine_moe_efficiency_by_architecture() -> None:
+    """kernels.moe_efficiency_by_architecture: per GPU preset and model architecture, the fused-MoE efficiency of the
+    kernel the engine runs for it, over the engine's per-GPU entry. SGLang on a B200 serves Qwen3-MoE and DeepSeek-V3
+    with FlashInfer TRT-LLM's MoE and every other MoE (Mixtral) with its Triton one; elsewhere nothing changes."""
+    parsed = kernels_from_mapping({"moe_efficiency": {"b200": {"bf16": 0.3}},
+                                   "moe_efficiency_by_architecture": {"b200": {"Qwen3MoeForCausalLM": {"bf16": 1.1}}}},
+                                  "e.yaml")
+    b200, h200 = load_gpu("b200"), load_gpu("h200")
+    assert rates_for(b200, parsed, architecture="Qwen3MoeForCausalLM").moe_efficiency_by_dtype["bf16"] == 1.1
+    assert rates_for(b200, parsed, architecture="MixtralForCausalLM").moe_efficiency_by_dtype["bf16"] == 0.3
+    assert rates_for(b200, parsed).moe_efficiency_by_dtype["bf16"] == 0.3
+    assert "Qwen3MoeForCausalLM's kernel" in rates_for(b200, parsed, architecture="Qwen3MoeForCausalLM").source
+    sglang = load_engine("sglang").kernels
+    qwen = rates_for(b200, sglang, architecture="Qwen3MoeForCausalLM").moe_efficiency_by_dtype
+    mixtral = rates_for(b200, sglang, architecture="MixtralForCausalLM").moe_efficiency_by_dtype
+    assert qwen["bf16"] > 3 * mixtral["bf16"] and qwen["fp8_block"] > mixtral["fp8_block"]
+    assert (rates_for(h200, sglang, architecture="Qwen3MoeForCausalLM").moe_efficiency_by_dtype
+            == rates_for(h200, sglang, architecture="MixtralForCausalLM").moe_efficiency_by_dtype)
+    for engine in ("vllm", "trtllm"):
+        assert load_engine(engine).kernels.moe_efficiency_by_architecture == {}
+    for value, message in (
+            ({"b200": {"Qwen3MoeForCausalLM": {"bf17": 1.0}}},
+             "unknown field 'kernels.moe_efficiency_by_architecture.b200.Qwen3MoeForCausalLM.bf17'"),
+            ({"b200": {"Qwen3 Moe": {"bf16": 1.0}}}, "has 'Qwen3 Moe', not an architecture class name"),
+            ({"b200": {"Qwen3MoeForCausalLM": {"bf16": 0}}}, "must be at least 0.001"),
+            ({"b201": {"Qwen3MoeForCausalLM": {"bf16": 1.0}}},
+             "unknown field 'kernels.moe_efficiency_by_architecture.b201'"),
+            ({"b200": []}, "must be a mapping of model architectures")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"moe_efficiency_by_architecture": value}, "e.yaml")
+        assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
+
+
 def test_engine_moe_floors_per_gpu_and_format() -> None:
     """kernels.moe_floors_us: per GPU preset and expert storage format, the fused MoE's fixed cost, replacing the
     moe floor for that format only (TensorRT-LLM's MXFP4 backends: Triton on Hopper, TRTLLM-gen on a B200); CUDA

@@ -60,9 +60,11 @@ GENERIC_LATENCY = {"sm_count": 132, "gemm_efficiency": {"bf16": 0.78, "fp16": 0.
 # --- hardware rates ---------------------------------------------------------------------------------------------
 
 
-def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = None) -> Rates:
+def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = None,
+              architecture: str | None = None) -> Rates:
     """The GPU's achievable rates (its preset's latency block, or generic values) with the engine's floors and,
-    where the engine preset measured its own fused-MoE kernel on this GPU, its grouped-GEMM efficiency."""
+    where the engine preset measured its own fused-MoE kernel on this GPU, its grouped-GEMM efficiency -- the one
+    of the kernel it runs for the model's ``architecture`` there, where it picks by architecture."""
     lat = gpu.latency
     if lat is not None:
         sm, gemm_eff, attn, moe, mem, floors = (lat.sm_count, lat.gemm_efficiency, lat.attention_efficiency,
@@ -88,9 +90,13 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
     engine_gemm = dict(engine.gemm_efficiency_by_gpu.get(kernels_gpu, {}))
     if engine_gemm:
         source += f", {'/'.join(sorted(engine_gemm))} GEMM efficiency from the engine preset"
+    arch_moe = engine.moe_efficiency_by_architecture.get(kernels_gpu, {}).get(architecture or "", {})
+    if arch_moe:
+        engine_moe = {**engine_moe, **arch_moe}
     if engine_moe:
         moe_by_dtype = {**moe_by_dtype, **engine_moe}
-        source += f", {'/'.join(sorted(engine_moe))} MoE efficiency from the engine preset"  # the dtypes it covers
+        source += (f", {'/'.join(sorted(engine_moe))} MoE efficiency from the engine preset"  # the dtypes it covers
+                   + (f" ({architecture}'s kernel)" if arch_moe else ""))
         if engine_k0:
             source += f" (grouped-GEMM K0 {', '.join(f'{k} {v:g}' for k, v in sorted(engine_k0.items()))})"
         if kernels_gpu != gpu.name:
@@ -123,7 +129,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
               engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.linear_host_s_by_gpu,
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
               engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,
-              engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu)
+              engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu, engine.moe_efficiency_by_architecture)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name
@@ -387,7 +393,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
         name = gpu.latency.interconnect_preset if gpu.latency is not None else None
         interconnect = load_interconnect(name) if name else _generic_link(gpu)
     inter_node = inter_node or load_interconnect("infiniband-ndr")
-    base = rates_for(gpu, engine, cuda_graphs)
+    base = rates_for(gpu, engine, cuda_graphs, spec.architecture)
     measured = (rates_decode or rates_prefill or base).collectives
     if measured is not None:  # a calibration's measured link replaces the intra-node fabric's NCCL link
         interconnect = replace(interconnect, nccl=comm.calibrated_link(measured, interconnect.nccl))

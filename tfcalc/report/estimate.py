@@ -194,7 +194,7 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSw
                 sweep.precisions or [parse_weight_precision(spec.native_dtype)],
                 sweep.kv_dtypes or [default_kv_dtype(spec, options.engine)], sweep.tps, sweep.pps, sweep.eps):
             kernels = options.engine.kernels if options.engine is not None else EngineKernels()
-            base = rates_for(gpu, kernels, options.cuda_graphs)
+            base = rates_for(gpu, kernels, options.cuda_graphs, spec.architecture)
             prefill_rates = options.rates(gpu, base, "prefill") if options.rates else None
             decode_rates = options.rates(gpu, base, "decode") if options.rates else None
             d = deployment(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine_kernels=kernels,

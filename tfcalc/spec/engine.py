@@ -173,7 +173,10 @@ class EngineKernels:
     whose fused-MoE kernel unpacks an expert's weights again in every row tile's main loop (by default, once per
     expert and step); ``moe_weight_only_by_gpu``: per GPU preset name, the formats this engine's fused MoE runs
     weight-only (16-bit activations, the weights unpacked inside the kernel) although the GPU has tensor cores for
-    them (vLLM's MXFP4 experts on Blackwell: bf16 activations by default); ``moe_floors_by_gpu``: per GPU preset
+    them (vLLM's MXFP4 experts on Blackwell: bf16 activations by default); ``moe_efficiency_by_architecture``: per
+    GPU preset name and model architecture (``ModelSpec.architecture``), the fused-MoE efficiency of the kernel the
+    engine runs for that architecture there, looked up before ``moe_efficiency_by_gpu`` (SGLang on Blackwell:
+    FlashInfer TRT-LLM for Qwen3-MoE and DeepSeek-V3, Triton for the rest); ``moe_floors_by_gpu``: per GPU preset
     name and expert storage format, the fused MoE's fixed cost in seconds where that kernel's differs from the
     ``moe`` floor (TensorRT-LLM's MXFP4 backends);
     ``linear_host_s_by_gpu``: per GPU preset name and weight storage format, the host seconds one linear layer's
@@ -221,6 +224,7 @@ class EngineKernels:
     moe_k0_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_dequant_per_tile_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_weight_only_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
+    moe_efficiency_by_architecture: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict, hash=False)
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
@@ -415,6 +419,7 @@ def _mib(value: Any, origin: str, key: str) -> int:
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce", "custom_allreduce_launch_us",
                           "fused_activation_quant", "unfused_activation_quant", "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
+                          "moe_efficiency_by_architecture",
                           "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "linear_host_us",
                           "fp8_kv_attention", "fp8_kv_prefill_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
@@ -443,17 +448,39 @@ def _gpu_entries(value: Any, origin: str, key: str, of: str) -> dict[Any, Any]:
 def _by_gpu(value: Any, origin: str, key: str, allowed: tuple[str, ...], low: float,
             high: float) -> dict[str, dict[str, float]]:
     """GPU preset name -> (one of ``allowed``) -> a number in [low, high]."""
-    out = {}
-    for gpu, by_kind in _gpu_entries(value, origin, key, f"mappings of {', '.join(allowed)}").items():
-        _require(isinstance(by_kind, dict), origin, f"field '{key}.{gpu}' must be a mapping of {', '.join(allowed)}")
-        _check_keys(by_kind, frozenset(allowed), origin, f"{key}.{gpu}.")
-        out[str(gpu)] = {str(k): _num(v, origin, f"{key}.{gpu}.{k}", low, high) for k, v in by_kind.items()}
-    return out
+    return {str(gpu): _kinds(by_kind, origin, f"{key}.{gpu}", allowed, low, high)
+            for gpu, by_kind in _gpu_entries(value, origin, key, f"mappings of {', '.join(allowed)}").items()}
 
 
 def _moe_efficiency(value: Any, origin: str) -> dict[str, dict[str, float]]:
     """``kernels.moe_efficiency``: GPU preset name -> compute dtype -> efficiency in (0, MAX_MOE_EFFICIENCY]."""
     return _by_gpu(value, origin, "kernels.moe_efficiency", MOE_EXPERT_DTYPES, 1e-3, MAX_MOE_EFFICIENCY)
+
+
+def _moe_efficiency_by_architecture(value: Any, origin: str) -> dict[str, dict[str, dict[str, float]]]:
+    """``kernels.moe_efficiency_by_architecture``: GPU preset name -> model architecture (a class name) -> compute
+    dtype or storage format -> efficiency in (0, MAX_MOE_EFFICIENCY]."""
+    key = "kernels.moe_efficiency_by_architecture"
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for gpu, by_arch in _gpu_entries(value, origin, key, "mappings of model architectures").items():
+        _require(isinstance(by_arch, dict) and by_arch, origin,
+                 f"field '{key}.{gpu}' must be a mapping of model architectures (e.g. Qwen3MoeForCausalLM) to "
+                 "efficiencies")
+        out[str(gpu)] = {}
+        for arch, table in by_arch.items():
+            _require(isinstance(arch, str) and arch.isidentifier() and len(arch) <= 128, origin,
+                     f"field '{key}.{gpu}' has {_show(arch)}, not an architecture class name")
+            out[str(gpu)][arch] = _kinds(table, origin, f"{key}.{gpu}.{arch}", MOE_EXPERT_DTYPES, 1e-3,
+                                         MAX_MOE_EFFICIENCY)
+    return out
+
+
+def _kinds(value: Any, origin: str, key: str, allowed: tuple[str, ...], low: float,
+           high: float) -> dict[str, float]:
+    """(one of ``allowed``) -> a number in [low, high]."""
+    _require(isinstance(value, dict), origin, f"field '{key}' must be a mapping of {', '.join(allowed)}")
+    _check_keys(value, frozenset(allowed), origin, f"{key}.")
+    return {str(k): _num(v, origin, f"{key}.{k}", low, high) for k, v in value.items()}
 
 
 def _moe_k0(value: Any, origin: str) -> dict[str, dict[str, float]]:
@@ -693,6 +720,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
                                     MOE_EXPERT_DTYPES),
         moe_dequant_ops_by_gpu=_dequant_ops(data.get("moe_dequant_ops"), origin),
         moe_efficiency_by_gpu=efficiency,
+        moe_efficiency_by_architecture=_moe_efficiency_by_architecture(data.get("moe_efficiency_by_architecture"),
+                                                                       origin),
         moe_k0_by_gpu=k0,
         moe_dequant_per_tile_by_gpu=_dequant_per_tile(data.get("moe_dequant_per_tile"), origin),
         moe_weight_only_by_gpu=_dequant_per_tile(data.get("moe_weight_only"), origin, "kernels.moe_weight_only"),

@@ -517,6 +517,17 @@ def _name_or_path(c: _Config) -> str | None:
     return value
 
 
+def _architecture(c: _Config) -> str | None:
+    """``architectures[0]``, the transformers class the checkpoint was saved from (Qwen3MoeForCausalLM, ...)."""
+    value = c.data.get("architectures")
+    if value is None or value == []:
+        return None
+    if (not isinstance(value, list) or not isinstance(value[0], str) or not value[0].isidentifier()
+            or len(value[0]) > 128):
+        raise c.error(f"field 'architectures' must be a list of class names, got {value!r:.60}")
+    return value[0]
+
+
 def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
     """Build the ModelSpec that the transformers implementation of ``config['model_type']`` would instantiate.
 
@@ -579,6 +590,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         active_params_convention=family.convention,  # type: ignore[arg-type]
         num_mtp_layers=(c.opt_int("num_nextn_predict_layers") or 0) if model_type == "deepseek_v3" else 0,
         hf_repo=_name_or_path(c),
+        architecture=_architecture(c),
         **family.attention(c),
         **_gemma_numerics(c),
     )

@@ -213,7 +213,7 @@ def _checker(annotation: str, key: str) -> Checker:
         return lambda k, v: (None if type(v) is float and low_float <= v <= high_float and v != math.inf
                              else check_float(k, v))
     if annotation == "str":
-        limit = {"name": MAX_NAME_CHARS, "hf_repo": 4096}.get(key)
+        limit = {"name": MAX_NAME_CHARS, "hf_repo": 4096, "architecture": MAX_NAME_CHARS}.get(key)
         return lambda k, v: check_str(k, v, limit)
     if annotation == "tuple[int, ...]":
         return _check_index_tuple
@@ -413,6 +413,9 @@ class ModelSpec:
     # The checkpoint a serving engine loads for this model (``vllm serve HF_REPO``): a Hugging Face repository id for
     # a preset (one of its aliases, sourced), a config.json's folder or ``_name_or_path``; None when unknown.
     hf_repo: str | None = None
+    # The checkpoint's Hugging Face architecture class (config.json ``architectures[0]``, e.g. Qwen3MoeForCausalLM):
+    # engines pick some kernels by it (SGLang's fused-MoE runner on Blackwell); None when unknown.
+    architecture: str | None = None
 
     def __post_init__(self) -> None:
         n = self.name if isinstance(self.name, str) else "model"
