@@ -173,7 +173,8 @@ class EngineKernels:
     whose fused-MoE kernel unpacks an expert's weights again in every row tile's main loop (by default, once per
     expert and step); ``moe_weight_only_by_gpu``: per GPU preset name, the formats this engine's fused MoE runs
     weight-only (16-bit activations, the weights unpacked inside the kernel) although the GPU has tensor cores for
-    them (vLLM's MXFP4 experts on Blackwell: bf16 activations by default); ``moe_efficiency_by_architecture``: per
+    them (vLLM's code default for MXFP4 experts on Blackwell, bf16 activations; its shipped preset does not set
+    it: the measured B200 runs are as fast as MXFP8 activations); ``moe_efficiency_by_architecture``: per
     GPU preset name and model architecture (``ModelSpec.architecture``), the fused-MoE efficiency of the kernel the
     engine runs for that architecture there, looked up before ``moe_efficiency_by_gpu`` (SGLang on Blackwell:
     FlashInfer TRT-LLM for Qwen3-MoE and DeepSeek-V3, Triton for the rest); ``moe_floors_by_gpu``: per GPU preset
@@ -570,9 +571,9 @@ def _unfused_quant(value: Any, origin: str) -> dict[str, frozenset[str]]:
     return out
 
 
-def _dequant_per_tile(value: Any, origin: str, key: str = "kernels.moe_dequant_per_tile") -> dict[str, frozenset[str]]:
-    """``kernels.moe_dequant_per_tile`` (or ``key``): GPU preset name -> a list of weight-only formats
-    (DEQUANT_FORMATS)."""
+def _formats_by_gpu(value: Any, origin: str, key: str) -> dict[str, frozenset[str]]:
+    """``kernels.moe_dequant_per_tile`` or ``kernels.moe_weight_only`` (``key``): GPU preset name -> a list of
+    weight-only formats (DEQUANT_FORMATS)."""
     allowed = ", ".join(DEQUANT_FORMATS)
     out = {}
     for gpu, formats in _gpu_entries(value, origin, key, f"lists of {allowed}").items():
@@ -723,8 +724,9 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_efficiency_by_architecture=_moe_efficiency_by_architecture(data.get("moe_efficiency_by_architecture"),
                                                                        origin),
         moe_k0_by_gpu=k0,
-        moe_dequant_per_tile_by_gpu=_dequant_per_tile(data.get("moe_dequant_per_tile"), origin),
-        moe_weight_only_by_gpu=_dequant_per_tile(data.get("moe_weight_only"), origin, "kernels.moe_weight_only"),
+        moe_dequant_per_tile_by_gpu=_formats_by_gpu(data.get("moe_dequant_per_tile"), origin,
+                                                    "kernels.moe_dequant_per_tile"),
+        moe_weight_only_by_gpu=_formats_by_gpu(data.get("moe_weight_only"), origin, "kernels.moe_weight_only"),
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
