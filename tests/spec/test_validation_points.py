@@ -23,16 +23,19 @@ def test_every_source_loads(v: ModuleType) -> None:
 
 def test_held_out_points_keep_their_layout_and_agree_on_dense_models(v: ModuleType) -> None:
     """The held-out file (collected after the model's last change) carries expert parallelism and the engines'
-    own MoE formats, and its dense points stay near aiconfigurator (they did from the first collection)."""
+    own MoE formats; its dense points stay near aiconfigurator (they did from the first collection), and its MoE
+    points do not fall back below what the twenty-first round reached."""
     held = [p for p in v.load_points() if p["source_kind"] == v.HOLDOUT]
     assert len(held) >= 200 and {p["ep"] for p in held} >= {1, 8} and {p["gpu"] for p in held} >= {"b200", "h200"}
-    errors = []
+    dense: list[float] = []
+    moe: list[float] = []
     for p in held:
-        if v._model_name(p) in v.MOE:
-            continue
         ttft, tpot = v.predict(p)
-        errors += [abs(ttft / p["ttft_ms"] - 1), abs(tpot / p["tpot_ms"] - 1)]
-    assert len(errors) >= 200 and sum(e <= 0.2 for e in errors) >= 0.95 * len(errors)
+        (moe if v._model_name(p) in v.MOE else dense).extend([abs(ttft / p["ttft_ms"] - 1),
+                                                                abs(tpot / p["tpot_ms"] - 1)])
+    assert len(dense) >= 200 and sum(e <= 0.2 for e in dense) >= 0.95 * len(dense)
+    # MoE: 228 of 276 when the busiest expert-parallel rank and SGLang's runner by architecture landed
+    assert len(moe) >= 250 and sum(e <= 0.2 for e in moe) >= 0.8 * len(moe)
 
 
 def test_large_batches_agree_with_aiconfigurator(v: ModuleType) -> None:
