@@ -13,9 +13,9 @@ Reference points (each with its source and setting):
 - aiconfigurator_*.json: aiconfigurator 0.12 static-batch predictions from its measured kernel tables
   (benchmarks/validation/aiconfigurator_points.py writes them); aiconfigurator_large_batch.json holds batches of
   128-512 (``--large-batch``), summarised on their own ("aic b128+") and left out of the other lines, which
-  are the issue's batch 1-64 table; aiconfigurator_holdout.json (``--holdout``) holds points collected after the
-  model's last change on settings no earlier file has (B200 for more models, expert parallelism, 8k prompts),
-  summarised on their own too ("aic held-out"): the test of the model away from the points it was built on.
+  are the issue's batch 1-64 table; aiconfigurator_holdout.json (``--holdout``) holds points collected before the
+  twenty-first round's changes on settings no earlier file has (B200 for more models, expert parallelism, 8k
+  prompts), summarised on their own too ("aic held-out"; held out at its first scoring only).
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """

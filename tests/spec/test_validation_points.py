@@ -22,9 +22,9 @@ def test_every_source_loads(v: ModuleType) -> None:
 
 
 def test_held_out_points_keep_their_layout_and_agree_on_dense_models(v: ModuleType) -> None:
-    """The held-out file (collected after the model's last change) carries expert parallelism and the engines'
-    own MoE formats; its dense points stay near aiconfigurator (they did from the first collection), and its MoE
-    points do not fall back below what the twenty-first round reached."""
+    """The held-out file (collected before the twenty-first round's changes) carries expert parallelism and the
+    engines' own MoE formats; its dense points stay near aiconfigurator (they did from the first scoring), and its
+    MoE points do not fall back below what the twenty-first round reached."""
     held = [p for p in v.load_points() if p["source_kind"] == v.HOLDOUT]
     assert len(held) >= 200 and {p["ep"] for p in held} >= {1, 8} and {p["gpu"] for p in held} >= {"b200", "h200"}
     dense: list[float] = []
