@@ -15,7 +15,9 @@ Reference points (each with its source and setting):
   128-512 (``--large-batch``), summarised on their own ("aic b128+") and left out of the other lines, which
   are the issue's batch 1-64 table; aiconfigurator_holdout.json (``--holdout``) holds points collected before the
   twenty-first round's changes on settings no earlier file has (B200 for more models, expert parallelism, 8k
-  prompts), summarised on their own too ("aic held-out"; held out at its first scoring only).
+  prompts), summarised on their own too ("aic held-out"; held out at its first scoring only), and
+  aiconfigurator_holdout2.json (``--holdout2``) a second grid collected after that round and scored once ("aic
+  held-out 2").
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -32,11 +34,14 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 LARGE = "aic b128+"
 HOLDOUT = "aic held-out"
+HOLDOUT_2 = "aic held-out 2"
+HOLDOUTS = (HOLDOUT, HOLDOUT_2)
 SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
            ("aiconfigurator", HERE / "aiconfigurator_other.json"),
            (LARGE, HERE / "aiconfigurator_large_batch.json"),
-           (HOLDOUT, HERE / "aiconfigurator_holdout.json")]
+           (HOLDOUT, HERE / "aiconfigurator_holdout.json"),
+           (HOLDOUT_2, HERE / "aiconfigurator_holdout2.json")]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # aiconfigurator prices MoE layers with its power-law workload (config.py workload_distribution "power_law"):
 # exponent 1.01 for DeepSeek-family models (sdk/models/deepseek.py), 1.2 for the others (sdk/models/moe.py)
@@ -61,7 +66,7 @@ def load_points() -> list[dict]:
         for p in json.loads(path.read_text()):
             if "error" in p:
                 continue
-            if kind in ("aiconfigurator", LARGE, HOLDOUT):
+            if kind in ("aiconfigurator", LARGE, *HOLDOUTS):
                 model = p["model"]
                 p = {"reference": f"aiconfigurator 0.12 static prediction, {p['backend']} {p.get('version', '')}",
                      "kind": "predicted", "engine": p["backend"], "model": model if model != "qwen3-32b" else
@@ -147,8 +152,8 @@ def main() -> None:
 def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
     print(f"\n{label}:")
     large = [r for r in rows if r["source_kind"] == LARGE]
-    held_out = [r for r in rows if r["source_kind"] == HOLDOUT]
-    rows = [r for r in rows if r["source_kind"] not in (LARGE, HOLDOUT)]
+    held_out = {kind: [r for r in rows if r["source_kind"] == kind] for kind in HOLDOUTS}
+    rows = [r for r in rows if r["source_kind"] not in (LARGE, *HOLDOUTS)]
     groups = {"all": rows}
     for kind in ("public", "silicon", "aiconfigurator"):
         groups[kind] = [r for r in rows if r["source_kind"] == kind]
@@ -161,11 +166,12 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
     groups[LARGE] = large
     for engine in ("vllm", "sglang", "trtllm"):
         groups[f"{LARGE} {engine}"] = [r for r in large if r["engine"] == engine]
-    groups[HOLDOUT] = held_out
-    for engine in ("vllm", "sglang", "trtllm"):
-        groups[f"{HOLDOUT} {engine}"] = [r for r in held_out if r["engine"] == engine]
-    groups[f"{HOLDOUT} dense"] = [r for r in held_out if _model_name(r) not in MOE]
-    groups[f"{HOLDOUT} MoE"] = [r for r in held_out if _model_name(r) in MOE]
+    for kind, points in held_out.items():
+        groups[kind] = points
+        for engine in ("vllm", "sglang", "trtllm"):
+            groups[f"{kind} {engine}"] = [r for r in points if r["engine"] == engine]
+        groups[f"{kind} dense"] = [r for r in points if _model_name(r) not in MOE]
+        groups[f"{kind} MoE"] = [r for r in points if _model_name(r) in MOE]
     for name, rs in groups.items():
         parts = []
         for metric, key in (("TTFT", ttft_key), ("TPOT", tpot_key)):

@@ -18,7 +18,7 @@ def v(benchmark_script: Callable[[str], ModuleType]) -> ModuleType:
 
 def test_every_source_loads(v: ModuleType) -> None:
     kinds = {p["source_kind"] for p in v.load_points()}
-    assert kinds == {"public", "silicon", "aiconfigurator", v.LARGE, v.HOLDOUT}
+    assert kinds == {"public", "silicon", "aiconfigurator", v.LARGE, v.HOLDOUT, v.HOLDOUT_2}
 
 
 def test_held_out_points_keep_their_layout_and_agree_on_dense_models(v: ModuleType) -> None:
