@@ -354,6 +354,30 @@ def test_moe_expert_parallel_prefill_waits_for_the_busiest_rank() -> None:
     assert cost(1, power).weight_bytes == pytest.approx(cost(1, power, local=128).weight_bytes / 8)
 
 
+def test_moe_expert_parallel_every_row_by_hand() -> None:
+    """A kernel that, under ep with the tokens on every rank, activates and combines all T k rows and writes zeros
+    for the other ranks' rows (Rates.moe_ep_every_row) moves exactly those bytes more: uniform routing, 4,096
+    tokens, top-8 of 128 over 8 ranks (16 local experts), hidden 4096, width 1536, bf16 activations."""
+    rates = replace(RATES, floors={**RATES.floors, "moe": 0.0})
+    tokens, k, hidden, width = 4096, 8, 4096, 1536
+
+    def cost(every_row: bool, replicated: bool = True, local: int = 16, r: Rates = rates) -> kernels.Cost:
+        return kernels.moe_experts(replace(r, moe_ep_every_row=every_row), tokens=tokens, experts_local=local,
+                                   experts_total=128, top_k=k, hidden=hidden, expert_width=width, gated=True,
+                                   weight_bits=8, compute="fp8", replicated=replicated)
+
+    mine = tokens * k / 8 * kernels.rank_imbalance(128, k, tokens, 8)  # the busiest rank's rows
+    others = tokens * k - mine
+    # zeros for the others' gate/up (2 x width) and down (hidden) rows; the activation reads 2 x width and writes
+    # width for them; the combine reads their hidden row (2 bytes each)
+    extra = others * (2 * width + hidden) * 2 + others * 3 * width * 2 + others * hidden * 2
+    assert cost(True).bytes - cost(False).bytes == pytest.approx(extra, rel=1e-9)
+    assert cost(True).flops == cost(False).flops and cost(True).seconds > cost(False).seconds
+    assert cost(True, replicated=False).bytes == cost(False).bytes  # dispatched by an all-to-all: own rows only
+    assert cost(True, local=128).bytes == cost(False, local=128).bytes  # no expert parallelism
+    assert cost(True, r=IDEAL).bytes == cost(False, r=IDEAL).bytes
+
+
 def _brute_tiles(n: int, q: float, tile: int) -> float:
     """E[ceil(X / tile)] for X ~ Binomial(n, q), summed over every count of the pmf."""
     return math.fsum(math.comb(n, x) * q**x * (1 - q) ** (n - x) * -(-x // tile) for x in range(n + 1))

@@ -322,6 +322,24 @@ def test_engine_moe_efficiency_by_architecture() -> None:
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 
+def test_engine_moe_ep_every_row_gpus() -> None:
+    """kernels.moe_ep_every_row: the GPUs on which the engine's fused MoE touches every token's rows under expert
+    parallelism; SGLang's Triton kernels on every Hopper and Blackwell part measured, vLLM's on the B200 only,
+    TensorRT-LLM's nowhere."""
+    parsed = kernels_from_mapping({"moe_ep_every_row": ["h200"]}, "e.yaml")
+    assert rates_for(load_gpu("h200"), parsed).moe_ep_every_row
+    assert not rates_for(load_gpu("b200"), parsed).moe_ep_every_row
+    assert load_engine("sglang").kernels.moe_ep_every_row_gpus == {"h100-sxm", "h200", "b200"}
+    assert rates_for(load_gpu("h100-pcie"), load_engine("sglang").kernels).moe_ep_every_row  # H100 SXM's silicon
+    assert load_engine("vllm").kernels.moe_ep_every_row_gpus == {"b200"}
+    assert load_engine("trtllm").kernels.moe_ep_every_row_gpus == frozenset()
+    for value, message in (("h200", "field 'kernels.moe_ep_every_row' must be a list of GPU preset names"),
+                           (["h201"], "field 'kernels.moe_ep_every_row' names an unknown GPU preset 'h201'")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"moe_ep_every_row": value}, "e.yaml")
+        assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
+
+
 def test_engine_moe_floors_per_gpu_and_format() -> None:
     """kernels.moe_floors_us: per GPU preset and expert storage format, the fused MoE's fixed cost, replacing the
     moe floor for that format only (TensorRT-LLM's MXFP4 backends: Triton on Hopper, TRTLLM-gen on a B200); CUDA

@@ -115,6 +115,10 @@ class Rates:
     # experts, by storage format, where the kernel switches to a slower tile configuration there (SGLang's default
     # Triton config: 16-row tiles up to M = E, 64-row tiles with GROUP_SIZE_M 8 above)
     moe_large_m_memory: dict[str, float] = field(default_factory=dict, hash=False)
+    # under expert parallelism with every token on every rank (no all-to-all), the fused MoE runs its activation
+    # and combine over all T k rows and writes zeros for the rows of other ranks' experts (Triton fused_moe's
+    # write_zeros_to_output), not over this rank's rows alone
+    moe_ep_every_row: bool = False
     # formats whose linear layers run outside CUDA graphs: their host seconds per call, (max tokens | None, s) steps
     linear_host: dict[str, LinearHostSteps] = field(default_factory=dict, hash=False)
     # decode attention over an fp8 cache: (fixed seconds, scale) x the time over a bf16 cache (engine, GPU); None:
@@ -683,7 +687,8 @@ def routed_rows(experts: int, top_k: int, tokens: int, routing: Routing = UNIFOR
 
 def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
                 expert_width: int, gated: bool, weight_bits: float, compute: str, dequant: str = "",
-                act_bytes: float = 2.0, routing: Routing = UNIFORM, weight_format: str = "") -> Cost:
+                act_bytes: float = 2.0, routing: Routing = UNIFORM, weight_format: str = "",
+                replicated: bool = True) -> Cost:
     """Fused MoE (route, permute, grouped gate/up GEMM, activation, grouped down GEMM, combine) on one GPU.
 
     ``tokens`` enter the layer on this GPU; each picks ``top_k`` of ``experts_total`` experts as ``routing`` has
@@ -692,7 +697,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     them for its binomial count X, each tile computing whole (``routed_rows``). ``weight_format`` (the experts'
     storage dtype name) picks an engine's entries measured for that format's kernel over its compute dtype's: the
     bits it streams (``Rates.moe_stream_bits``) and its slower stream once the tokens outnumber the local experts
-    (``Rates.moe_large_m_memory``).
+    (``Rates.moe_large_m_memory``). ``replicated``: every token reached every expert-parallel rank (no all-to-all),
+    so a kernel with ``Rates.moe_ep_every_row`` activates, zero-fills and combines all T k rows.
     """
     if tokens <= 0 or experts_local == 0:
         return Cost(0.0, 0.0, 0.0, "memory", 0)
@@ -711,15 +717,20 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     distinct, rows, tiles = distinct * share, max(padded * share, pairs), max(tiles * share, distinct * share)
     w8a8 = compute in ("fp8", "int8", "fp4") and not rates.ideal
     quant_in = act_bytes + weight_bits / 8 if w8a8 else 0.0  # activation quantisation before each GEMM
+    # rows the elementwise stages touch, and rows of other ranks' experts a GEMM writes zeros for
+    every_row = share < 1 and replicated and rates.moe_ep_every_row and not rates.ideal
+    touched = max(pairs, tokens * top_k) if every_row else pairs
+    zeroed = touched - pairs
     # the kernels in sequence: (name, FLOPs, padded FLOPs, weight bytes, activation bytes, K)
     stages = (
         ("up", 2.0 * pairs * hidden * in_width, 2.0 * rows * hidden * in_width, distinct * hidden * in_width,
-         pairs * (hidden * (act_bytes + quant_in) + in_width * act_bytes), hidden),
-        ("act", 0.0, 0.0, 0.0, pairs * (in_width + expert_width) * act_bytes, 0),
+         pairs * (hidden * (act_bytes + quant_in) + in_width * act_bytes) + zeroed * in_width * act_bytes, hidden),
+        ("act", 0.0, 0.0, 0.0, touched * (in_width + expert_width) * act_bytes, 0),
         ("down", 2.0 * pairs * expert_width * hidden, 2.0 * rows * expert_width * hidden,
-         distinct * expert_width * hidden, pairs * (expert_width * (act_bytes + quant_in) + hidden * act_bytes),
+         distinct * expert_width * hidden,
+         pairs * (expert_width * (act_bytes + quant_in) + hidden * act_bytes) + zeroed * hidden * act_bytes,
          expert_width),
-        ("combine", 0.0, 0.0, 0.0, (pairs + tokens * share) * hidden * act_bytes, 0),
+        ("combine", 0.0, 0.0, 0.0, (touched + tokens * share) * hidden * act_bytes, 0),
     )
     if rates.ideal:  # the pure roofline: weights once, each pair's input and output row once, no padding
         weights = distinct * hidden * (in_width + expert_width) * weight_bits / 8

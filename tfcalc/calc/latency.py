@@ -111,6 +111,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  moe_dequant_per_tile=engine.moe_dequant_per_tile_by_gpu.get(kernels_gpu, frozenset()),
                  moe_stream_bits=dict(engine.moe_stream_bits_by_gpu.get(kernels_gpu, {})),
                  moe_large_m_memory=dict(engine.moe_large_m_memory_by_gpu.get(kernels_gpu, {})),
+                 moe_ep_every_row=kernels_gpu in engine.moe_ep_every_row_gpus,
                  moe_format_floors=dict(engine.moe_floors_by_gpu.get(kernels_gpu, {})),
                  linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()
                               if fmt in engine.uncaptured_linears},
@@ -129,7 +130,8 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
               engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.linear_host_s_by_gpu,
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
               engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,
-              engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu, engine.moe_efficiency_by_architecture)
+              engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu, engine.moe_efficiency_by_architecture,
+              dict.fromkeys(engine.moe_ep_every_row_gpus))
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name
@@ -752,7 +754,7 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
                                      experts_total=dm.experts, top_k=dm.top_k, hidden=h,
                                      expert_width=int(dm.expert_width) or 1, gated=dm.gated, weight_bits=mode.bits,
                                      compute=mode.compute, dequant=mode.dequant, routing=d.routing,
-                                     weight_format=mode.weights), mode.compute)
+                                     weight_format=mode.weights, replicated=d.dp == 1), mode.compute)
     if start is not None and shared is not None:  # the shared experts' path beside the router's and routed's
         _overlap(acc, start, shared)
     if d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back

@@ -177,7 +177,10 @@ class EngineKernels:
     it: the measured B200 runs are as fast as MXFP8 activations); ``moe_efficiency_by_architecture``: per
     GPU preset name and model architecture (``ModelSpec.architecture``), the fused-MoE efficiency of the kernel the
     engine runs for that architecture there, looked up before ``moe_efficiency_by_gpu`` (SGLang on Blackwell:
-    FlashInfer TRT-LLM for Qwen3-MoE and DeepSeek-V3, Triton for the rest); ``moe_floors_by_gpu``: per GPU preset
+    FlashInfer TRT-LLM for Qwen3-MoE and DeepSeek-V3, Triton for the rest); ``moe_ep_every_row_gpus``: the GPU
+    presets on which this engine's fused MoE, under expert parallelism with the tokens on every rank, activates,
+    zero-fills and combines every token's top-k rows rather than its own experts' (``Rates.moe_ep_every_row``);
+    ``moe_floors_by_gpu``: per GPU preset
     name and expert storage format, the fused MoE's fixed cost in seconds where that kernel's differs from the
     ``moe`` floor (TensorRT-LLM's MXFP4 backends);
     ``linear_host_s_by_gpu``: per GPU preset name and weight storage format, the host seconds one linear layer's
@@ -226,6 +229,7 @@ class EngineKernels:
     moe_dequant_per_tile_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_weight_only_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_efficiency_by_architecture: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict, hash=False)
+    moe_ep_every_row_gpus: frozenset[str] = frozenset()
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
@@ -420,7 +424,7 @@ def _mib(value: Any, origin: str, key: str) -> int:
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce", "custom_allreduce_launch_us",
                           "fused_activation_quant", "unfused_activation_quant", "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
-                          "moe_efficiency_by_architecture",
+                          "moe_efficiency_by_architecture", "moe_ep_every_row",
                           "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "linear_host_us",
                           "fp8_kv_attention", "fp8_kv_prefill_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
@@ -569,6 +573,20 @@ def _unfused_quant(value: Any, origin: str) -> dict[str, frozenset[str]]:
                  f"field '{key}.{fmt}' must be a list of {places}, got {_show(where)}")
         out[str(fmt)] = frozenset(where)
     return out
+
+
+def _gpu_list(value: Any, origin: str, key: str) -> frozenset[str]:
+    """A list of GPU preset names (empty when absent)."""
+    from tfcalc.spec.presets import preset_names
+
+    if value is None:
+        return frozenset()
+    names = frozenset(preset_names("gpu"))
+    _require(isinstance(value, list) and all(isinstance(g, str) for g in value), origin,
+             f"field '{key}' must be a list of GPU preset names, got {_show(value)}")
+    unknown = sorted(g for g in value if g not in names)
+    _require(not unknown, origin, f"field '{key}' names an unknown GPU preset {_show(unknown[0]) if unknown else ''}")
+    return frozenset(value)
 
 
 def _formats_by_gpu(value: Any, origin: str, key: str) -> dict[str, frozenset[str]]:
@@ -727,6 +745,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_dequant_per_tile_by_gpu=_formats_by_gpu(data.get("moe_dequant_per_tile"), origin,
                                                     "kernels.moe_dequant_per_tile"),
         moe_weight_only_by_gpu=_formats_by_gpu(data.get("moe_weight_only"), origin, "kernels.moe_weight_only"),
+        moe_ep_every_row_gpus=_gpu_list(data.get("moe_ep_every_row"), origin, "kernels.moe_ep_every_row"),
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
