@@ -584,8 +584,8 @@ def _gpu_list(value: Any, origin: str, key: str) -> frozenset[str]:
     names = frozenset(preset_names("gpu"))
     _require(isinstance(value, list) and all(isinstance(g, str) for g in value), origin,
              f"field '{key}' must be a list of GPU preset names, got {_show(value)}")
-    unknown = sorted(g for g in value if g not in names)
-    _require(not unknown, origin, f"field '{key}' names an unknown GPU preset {_show(unknown[0]) if unknown else ''}")
+    for gpu in value:
+        _require(gpu in names, origin, f"field '{key}' names an unknown GPU preset {_show(gpu)}")
     return frozenset(value)
 
 
