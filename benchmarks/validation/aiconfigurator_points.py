@@ -5,14 +5,15 @@ aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment
 it runs offline from its bundled, measured kernel tables) and run
 
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
-        [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2]
+        [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
 ``LARGE_BATCH_GRID`` instead (batch 128-512: aiconfigurator_large_batch.json, with all three backends);
 ``--holdout`` runs ``HOLDOUT_GRID`` (aiconfigurator_holdout.json, all three backends): points collected after the
 model was built, to test it on settings no earlier round looked at; ``--holdout2`` the second such grid
-(``HOLDOUT_GRID_2``, aiconfigurator_holdout2.json), collected after the round that used the first.
+(``HOLDOUT_GRID_2``, aiconfigurator_holdout2.json), collected after the round that used the first; ``--holdout3``
+the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before the round that used the second.
 """
 
 from __future__ import annotations
@@ -123,6 +124,25 @@ HOLDOUT_GRID_2 = [
     ("qwen3-32b-fp8", "h100_sxm", [4], [4, 16, 48], [(6000, 300)]),
 ]
 
+# Collected on 2026-12-05 at the start of the twenty-second round, before its changes, and scored once: settings no
+# grid above holds (B200 for Qwen3-235B at ep 8, gpt-oss-120b at ep 4, Mixtral 8x7B at tp 4, Llama 3 70B at tp 8
+# and DeepSeek-V3 with its experts sliced over tp 8; H100 for Mixtral 8x22B and gpt-oss-20b at tp 2; H200 for
+# Qwen3-32B at tp 4, fp8 Llama 3 70B at tp 4, Qwen3-30B-A3B at ep 2; prompts of 700, 1,500 and 12,000 tokens; batches
+# 3, 12 and 24). Summarised on its own line ("aic held-out 3").
+HOLDOUT_GRID_3 = [
+    ("qwen3-235b-a22b", "b200_sxm", [8], [3, 12, 24], [(1500, 400)], True),
+    ("gpt-oss-120b", "b200_sxm", [4], [3, 12, 24], [(1500, 400)], True),
+    ("mixtral-8x7b", "b200_sxm", [4], [3, 12, 24], [(700, 700)]),
+    ("llama3-70b", "b200_sxm", [8], [3, 12, 24], [(1500, 400)]),
+    ("deepseek-v3", "b200_sxm", [8], [3, 12, 24], [(1500, 400)]),
+    ("mixtral-8x22b", "h100_sxm", [8], [3, 12, 24], [(1500, 400)]),
+    ("gpt-oss-20b", "h100_sxm", [2], [3, 12, 24], [(700, 700)]),
+    ("qwen3-32b", "h200_sxm", [4], [3, 12, 24], [(12000, 200)]),
+    ("llama3-70b-fp8", "h200_sxm", [4], [3, 12, 24], [(1500, 400)]),
+    ("qwen3-30b-a3b", "h200_sxm", [2], [3, 12, 24], [(1500, 400)], True),
+    ("llama3.1-8b", "b200_sxm", [2], [3, 12, 24], [(12000, 200)]),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -197,7 +217,9 @@ if __name__ == "__main__":
         GRID[:] = HOLDOUT_GRID
     if "--holdout2" in flags:
         GRID[:] = HOLDOUT_GRID_2
+    if "--holdout3" in flags:
+        GRID[:] = HOLDOUT_GRID_3
     if only:
         GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
-    default = ["vllm", "sglang", "trtllm"] if {"--large-batch", "--holdout", "--holdout2"} & set(flags) else ["vllm"]
+    default = ["vllm", "sglang", "trtllm"] if {"--large-batch", "--holdout", "--holdout2", "--holdout3"} & set(flags) else ["vllm"]
     main(args[0], "--quick" in flags, backends[0].split(",") if backends else default)

@@ -16,8 +16,9 @@ Reference points (each with its source and setting):
   are the issue's batch 1-64 table; aiconfigurator_holdout.json (``--holdout``) holds points collected before the
   twenty-first round's changes on settings no earlier file has (B200 for more models, expert parallelism, 8k
   prompts), summarised on their own too ("aic held-out"; held out at its first scoring only), and
-  aiconfigurator_holdout2.json (``--holdout2``) a second grid collected after that round and scored once ("aic
-  held-out 2").
+  aiconfigurator_holdout2.json (``--holdout2``) a second grid collected after that round ("aic held-out 2"), and
+  aiconfigurator_holdout3.json (``--holdout3``) a third collected before the twenty-second round's changes ("aic
+  held-out 3").
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -35,14 +36,20 @@ ROOT = HERE.parent.parent
 LARGE = "aic b128+"
 HOLDOUT = "aic held-out"
 HOLDOUT_2 = "aic held-out 2"
-HOLDOUTS = (HOLDOUT, HOLDOUT_2)
+HOLDOUT_3 = "aic held-out 3"
+HOLDOUTS = (HOLDOUT, HOLDOUT_2, HOLDOUT_3)
 SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
            ("aiconfigurator", HERE / "aiconfigurator_other.json"),
            (LARGE, HERE / "aiconfigurator_large_batch.json"),
            (HOLDOUT, HERE / "aiconfigurator_holdout.json"),
-           (HOLDOUT_2, HERE / "aiconfigurator_holdout2.json")]
+           (HOLDOUT_2, HERE / "aiconfigurator_holdout2.json"),
+           (HOLDOUT_3, HERE / "aiconfigurator_holdout3.json")]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
+# aiconfigurator points whose kernel-table rows no engine would time (aic_caveats.py writes the file and says why:
+# "routing", the collector's tied group-limited top-k; "sliced", a row slower than the same experts on half the GPUs)
+CAVEATS = HERE / "aiconfigurator_caveats.json"
+_CAVEAT_KEY = ("source", "model", "gpu", "backend", "tp", "ep", "batch", "isl", "osl", "weights_dtype")
 # aiconfigurator prices MoE layers with its power-law workload (config.py workload_distribution "power_law"):
 # exponent 1.01 for DeepSeek-family models (sdk/models/deepseek.py), 1.2 for the others (sdk/models/moe.py)
 AIC_ROUTING_ALPHA = {"deepseek-v3": 1.01}
@@ -59,6 +66,7 @@ MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt
 
 
 def load_points() -> list[dict]:
+    caveats = {tuple(c[k] for k in _CAVEAT_KEY): c["caveat"] for c in json.loads(CAVEATS.read_text())}
     points = []
     for kind, path in SOURCES:
         if not path.exists():
@@ -68,6 +76,7 @@ def load_points() -> list[dict]:
                 continue
             if kind in ("aiconfigurator", LARGE, *HOLDOUTS):
                 model = p["model"]
+                caveat = caveats.get(tuple({**p, "source": path.name, "ep": p.get("ep", 1)}[k] for k in _CAVEAT_KEY))
                 p = {"reference": f"aiconfigurator 0.12 static prediction, {p['backend']} {p.get('version', '')}",
                      "kind": "predicted", "engine": p["backend"], "model": model if model != "qwen3-32b" else
                      "benchmarks/validation/models/qwen3-32b.yaml", "gpu": AIC_GPU[p["gpu"]],
@@ -77,7 +86,7 @@ def load_points() -> list[dict]:
                      "routing": f"power-law:{AIC_ROUTING_ALPHA.get(model, 1.2)}",
                      "uncaptured_linears": sorted(AIC_UNCAPTURED_LINEARS.get(p["backend"], ())),
                      "fp8_scales": AIC_FP8_SCALES.get(p["backend"], "auto") if p["weights_dtype"] == "fp8" else
-                     "auto"}
+                     "auto", **({"caveat": caveat} if caveat else {})}
             elif kind == "silicon":  # the runs served calibrated checkpoints (ModelOpt: static input scales)
                 p = {**p, "fp8_scales": "static"}
             if p["engine"] == "gpt-fast" and p["weights"] not in ("bf16", "fp16"):
@@ -144,7 +153,8 @@ def main() -> None:
                     else "— | " + f"{r['tfcalc_ttft_ms']:.1f} | —")
             tpot = (f"{r['tpot_ms']:.2f} | {r['tfcalc_tpot_ms']:.2f} | {r['tpot_err']:+.0%}" if r.get("tpot_ms")
                     else "— | " + f"{r['tfcalc_tpot_ms']:.2f} | —")
-            print(f"| {r['source_kind']} | {model} | {r['gpu']} | {r['engine']} | {r['weights'].replace('=', ':')} | "
+            source = r["source_kind"] + (f" [{r['caveat']}]" if r.get("caveat") else "")
+            print(f"| {source} | {model} | {r['gpu']} | {r['engine']} | {r['weights'].replace('=', ':')} | "
                   f"{r['tp']} | {r.get('ep', 1)} | {r['batch']} | {r['prompt']} | {r['gen']} | {ttft} | {tpot} |")
     summary(rows, "tfcalc", "ttft_err", "tpot_err")
 
@@ -154,9 +164,10 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
     large = [r for r in rows if r["source_kind"] == LARGE]
     held_out = {kind: [r for r in rows if r["source_kind"] == kind] for kind in HOLDOUTS}
     rows = [r for r in rows if r["source_kind"] not in (LARGE, *HOLDOUTS)]
-    groups = {"all": rows}
+    groups = {"all": rows, "all, no caveat": [r for r in rows if not r.get("caveat")]}
     for kind in ("public", "silicon", "aiconfigurator"):
         groups[kind] = [r for r in rows if r["source_kind"] == kind]
+    groups["aic, no caveat"] = [r for r in groups["aiconfigurator"] if not r.get("caveat")]
     for engine in ("vllm", "sglang", "trtllm", "gpt-fast"):
         groups[f"engine {engine}"] = [r for r in rows if r["engine"] == engine]
     groups["dense"] = [r for r in rows if _model_name(r) not in MOE]
@@ -168,10 +179,14 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
         groups[f"{LARGE} {engine}"] = [r for r in large if r["engine"] == engine]
     for kind, points in held_out.items():
         groups[kind] = points
+        groups[f"{kind}, no caveat"] = [r for r in points if not r.get("caveat")]
         for engine in ("vllm", "sglang", "trtllm"):
             groups[f"{kind} {engine}"] = [r for r in points if r["engine"] == engine]
         groups[f"{kind} dense"] = [r for r in points if _model_name(r) not in MOE]
         groups[f"{kind} MoE"] = [r for r in points if _model_name(r) in MOE]
+    everything = [*rows, *large, *(r for points in held_out.values() for r in points)]
+    for caveat in ("routing", "sliced"):
+        groups[f"caveat: {caveat}"] = [r for r in everything if r.get("caveat") == caveat]
     for name, rs in groups.items():
         parts = []
         for metric, key in (("TTFT", ttft_key), ("TPOT", tpot_key)):

@@ -1,0 +1,163 @@
+"""Which aiconfigurator reference points rest on kernel-table rows that no serving engine would time: written to
+aiconfigurator_caveats.json, which validate.py reads to tag those points (docs/estimate-validation.md, twenty-second
+round). Run with aiconfigurator installed (it reads its bundled tables):
+
+    python benchmarks/validation/aic_caveats.py            # write the file
+    python benchmarks/validation/aic_caveats.py --show     # the evidence, table by table
+
+Two caveats, each a mechanism of the collector rather than of the engine:
+
+- ``routing``: vLLM's and SGLang's MoE collectors route a DeepSeek-V3-style model (``n_group`` > ``topk_group``)
+  through group-limited top-k with a zero correction bias, on synthetic logits in which every group ties. Ties go to
+  the lowest-numbered groups and experts, so the timed rank (rank 0) receives 5 of each token's 8 rows at ep 8
+  instead of 1 (``timed_rank_rows``; the tables' latencies follow that count from ep 2 to ep 256). TensorRT-LLM's
+  collector routes with plain top-k and is unaffected.
+- ``sliced``: a table row whose experts are sliced over more GPUs (moe_tp) is slower than the row sliced over half as
+  many at the same tokens: each GPU does half the work, so a row more than 10 % slower (median over 64+ tokens) is a
+  collection fault, not a kernel property.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "aiconfigurator_caveats.json"
+# the engines whose MoE collector routes grouped models through group-limited top-k (collector/vllm/collect_moe.py
+# use_grouped_topk for deepseek_v3; collector/sglang/collect_moe.py use_grouped_topk); TensorRT-LLM's uses
+# RenormalizeMoeRoutingMethod outside its min-latency mode (collector/trtllm/collect_moe.py)
+GROUPED_ROUTING_ENGINES = frozenset({"vllm", "sglang"})
+SLICED_EXCESS = 1.10
+
+
+def timed_rank_rows(experts: int, top_k: int, groups: int, groups_per_token: int, ep: int,
+                    tokens: int = 1024) -> float:
+    """Rows per token that rank 0 (experts 0 .. E/ep - 1) computes when the collector's balanced logits (token t
+    picks experts (t + j ceil(E/k)) mod E, j < k) go through sigmoid scoring and group-limited top-k with zero bias,
+    ties to the lowest index: brute force over ``tokens`` tokens. Fair routing gives k / ep."""
+    import numpy as np
+
+    stride = -(-experts // top_k)
+    picked = (np.arange(tokens)[:, None] + np.arange(top_k)[None, :] * stride) % experts
+    onehot = np.zeros((tokens, experts))
+    np.put_along_axis(onehot, picked, 1.0, axis=1)
+    logits = np.exp(onehot) / np.exp(onehot).sum(axis=1, keepdims=True)
+    scores = (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
+    per_group = experts // groups
+    group_scores = np.sort(scores.reshape(tokens, groups, per_group), axis=2)[:, :, -2:].sum(axis=2)
+    kept = np.argsort(-group_scores, axis=1, kind="stable")[:, :groups_per_token]
+    mask = np.zeros((tokens, groups), dtype=bool)
+    np.put_along_axis(mask, kept, True, axis=1)
+    masked = np.where(np.repeat(mask, per_group, axis=1), scores, -np.inf)
+    chosen = np.argsort(-masked, axis=1, kind="stable")[:, :top_k]
+    return float((chosen < experts // ep).sum() / tokens)
+
+
+def _tables(root: Path, system: str, engine: str, version: str):
+    import pandas as pd
+
+    path = root / system / "moe" / engine / version / "moe_perf.parquet"
+    return pd.read_parquet(path) if path.exists() else None
+
+
+def sliced_excess(df, moe_dtype: str, distribution: str, shape: tuple[int, int, int, int], moe_tp: int,
+                  moe_ep: int) -> float | None:
+    """Median over token counts >= 64 of latency(moe_tp) / latency(moe_tp / 2) for one table's rows of ``shape``
+    (hidden, full expert width, experts, top-k); None where either layout is missing."""
+    if df is None or moe_tp < 2:
+        return None
+    hidden, width, experts, top_k = shape
+    rows = df[(df.moe_dtype == moe_dtype) & (df.distribution == distribution) & (df.hidden_size == hidden)
+              & (df.inter_size == width) & (df.num_experts == experts) & (df.topk == top_k)
+              & (df.moe_ep_size == moe_ep) & (df.num_tokens >= 64)]
+    fine = dict(zip(rows[rows.moe_tp_size == moe_tp].num_tokens, rows[rows.moe_tp_size == moe_tp].latency))
+    coarse = dict(zip(rows[rows.moe_tp_size == moe_tp // 2].num_tokens,
+                      rows[rows.moe_tp_size == moe_tp // 2].latency))
+    ratios = [fine[t] / coarse[t] for t in fine if t in coarse and coarse[t] > 0]
+    return statistics.median(ratios) if ratios else None
+
+
+def caveats() -> list[dict]:
+    """Every aiconfigurator point (validate.py's files) with a caveat, keyed as validate.py keys its points."""
+    import aiconfigurator_core
+
+    sys.path.insert(0, str(HERE))
+    import aiconfigurator_points as collect
+    import validate
+
+    from tfcalc.spec.presets import load_model
+
+    root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    out, cache = [], {}
+    for kind, path in validate.SOURCES:
+        if not path.exists() or not path.name.startswith("aiconfigurator"):
+            continue
+        for p in json.loads(path.read_text()):
+            if "error" in p or p["model"] not in validate.MOE:
+                continue
+            moe = load_model(p["model"]).moe
+            ep = p.get("ep", 1)
+            key = next(k for k, v in collect.MODELS.items() if v[0] == p["aic_model"] and v[1] == p["weights_dtype"])
+            aic_moe = collect.MODELS[key][3]
+            aic_moe = collect.ENGINE_MOE_QUANT.get((p["backend"], p["gpu"], aic_moe), aic_moe)
+            reason = evidence = None
+            if (ep > 1 and p["backend"] in GROUPED_ROUTING_ENGINES and moe.expert_groups > 1
+                    and moe.groups_per_token < moe.expert_groups):
+                rows = timed_rank_rows(moe.num_experts, moe.experts_per_token, moe.expert_groups,
+                                       moe.groups_per_token, ep)
+                reason = "routing"
+                evidence = (f"collector's timed rank gets {rows:g} rows per token at ep {ep} "
+                            f"(fair: {moe.experts_per_token / ep:g})")
+            else:
+                table_key = (p["gpu"], p["backend"], p["version"])
+                if table_key not in cache:
+                    cache[table_key] = _tables(root, *table_key)
+                alpha = validate.AIC_ROUTING_ALPHA.get(p["model"], 1.2)
+                shape = (load_model(p["model"]).hidden_size, moe.expert_intermediate_size, moe.num_experts,
+                         moe.experts_per_token)
+                excess = sliced_excess(cache[table_key], aic_moe, f"power_law_{alpha}", shape, p["tp"] // ep, ep)
+                if excess is not None and excess > SLICED_EXCESS:
+                    reason = "sliced"
+                    evidence = (f"moe_tp {p['tp'] // ep} rows {excess:.2f}x the moe_tp {p['tp'] // ep // 2} rows "
+                                f"({aic_moe}, {p['backend']} {p['version']})")
+            if reason:
+                out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
+                            "tp": p["tp"], "ep": ep, "batch": p["batch"], "isl": p["isl"], "osl": p["osl"],
+                            "weights_dtype": p["weights_dtype"], "caveat": reason, "evidence": evidence})
+    return out
+
+
+def show() -> None:
+    """The routing caveat's rows per token next to the tables' latency by ep (DeepSeek-V3's shape, 8,192 tokens,
+    balanced rows): latency / latency at ep 64 against rows / rows at ep 64."""
+    import aiconfigurator_core
+
+    root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    eps = (2, 4, 8, 16, 32, 64, 128, 256)
+    rows = {ep: timed_rank_rows(256, 8, 8, 4, ep) for ep in eps}
+    print("rows per token on the timed rank: " + ", ".join(f"ep {ep} {r:g}" for ep, r in rows.items()))
+    for system, engine, version in (("h100_sxm", "vllm", "0.24.0"), ("h200_sxm", "vllm", "0.24.0"),
+                                    ("b200_sxm", "vllm", "0.24.0"), ("h200_sxm", "sglang", "0.5.14"),
+                                    ("b200_sxm", "sglang", "0.5.14")):
+        df = _tables(root, system, engine, version)
+        sel = df[(df.hidden_size == 7168) & (df.inter_size == 2048) & (df.num_experts == 256) & (df.topk == 8)
+                 & (df.moe_dtype == "fp8_block") & (df.distribution == "balanced") & (df.moe_tp_size == 1)
+                 & (df.num_tokens == 8192)]
+        lat = dict(zip(sel.moe_ep_size, sel.latency))
+        cells = ", ".join(f"ep {ep} {lat[ep] / lat[64]:.2f} ({rows[ep] / rows[64]:.2f})" for ep in eps if ep in lat)
+        print(f"{system} {engine} {version}: latency / ep 64 (rows / ep 64): {cells}")
+    for c in caveats():
+        print(f"{c['source']:32s} {c['model']:16s} {c['gpu']:9s} {c['backend']:6s} tp {c['tp']} ep {c['ep']} "
+              f"b {c['batch']}: {c['caveat']}: {c['evidence']}")
+
+
+if __name__ == "__main__":
+    if "--show" in sys.argv:
+        show()
+    else:
+        found = caveats()
+        OUT.write_text(json.dumps(found, indent=1) + "\n")
+        print(f"{len(found)} points with a caveat -> {OUT.name}")
