@@ -73,9 +73,9 @@ def sliced_excess(df, moe_dtype: str, distribution: str, shape: tuple[int, int, 
     rows = df[(df.moe_dtype == moe_dtype) & (df.distribution == distribution) & (df.hidden_size == hidden)
               & (df.inter_size == width) & (df.num_experts == experts) & (df.topk == top_k)
               & (df.moe_ep_size == moe_ep) & (df.num_tokens >= 64)]
-    fine = dict(zip(rows[rows.moe_tp_size == moe_tp].num_tokens, rows[rows.moe_tp_size == moe_tp].latency))
-    coarse = dict(zip(rows[rows.moe_tp_size == moe_tp // 2].num_tokens,
-                      rows[rows.moe_tp_size == moe_tp // 2].latency))
+    fine_rows, coarse_rows = rows[rows.moe_tp_size == moe_tp], rows[rows.moe_tp_size == moe_tp // 2]
+    fine = dict(zip(fine_rows.num_tokens, fine_rows.latency, strict=True))
+    coarse = dict(zip(coarse_rows.num_tokens, coarse_rows.latency, strict=True))
     ratios = [fine[t] / coarse[t] for t in fine if t in coarse and coarse[t] > 0]
     return statistics.median(ratios) if ratios else None
 
@@ -92,7 +92,7 @@ def caveats() -> list[dict]:
 
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     out, cache = [], {}
-    for kind, path in validate.SOURCES:
+    for _, path in validate.SOURCES:
         if not path.exists() or not path.name.startswith("aiconfigurator"):
             continue
         for p in json.loads(path.read_text()):
@@ -146,7 +146,7 @@ def show() -> None:
         sel = df[(df.hidden_size == 7168) & (df.inter_size == 2048) & (df.num_experts == 256) & (df.topk == 8)
                  & (df.moe_dtype == "fp8_block") & (df.distribution == "balanced") & (df.moe_tp_size == 1)
                  & (df.num_tokens == 8192)]
-        lat = dict(zip(sel.moe_ep_size, sel.latency))
+        lat = dict(zip(sel.moe_ep_size, sel.latency, strict=True))
         cells = ", ".join(f"ep {ep} {lat[ep] / lat[64]:.2f} ({rows[ep] / rows[64]:.2f})" for ep in eps if ep in lat)
         print(f"{system} {engine} {version}: latency / ep 64 (rows / ep 64): {cells}")
     for c in caveats():

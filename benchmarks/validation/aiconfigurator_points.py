@@ -221,5 +221,6 @@ if __name__ == "__main__":
         GRID[:] = HOLDOUT_GRID_3
     if only:
         GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
-    default = ["vllm", "sglang", "trtllm"] if {"--large-batch", "--holdout", "--holdout2", "--holdout3"} & set(flags) else ["vllm"]
+    every_backend = {"--large-batch", "--holdout", "--holdout2", "--holdout3"} & set(flags)
+    default = ["vllm", "sglang", "trtllm"] if every_backend else ["vllm"]
     main(args[0], "--quick" in flags, backends[0].split(",") if backends else default)
