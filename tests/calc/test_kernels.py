@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfcalc.calc import kernels
-from tfcalc.calc.kernels import GEMM_K0, Rates
+from tfcalc.calc.kernels import GEMM_K0, MOE_K0, Rates
 
 RATES = Rates(name="test", peak_flops={"bf16": 1000e12, "fp8": 2000e12, "fp32": 60e12},
               gemm_efficiency={"bf16": 0.8, "fp8": 0.6}, attention_efficiency=0.7, moe_efficiency=0.5,
@@ -100,7 +100,7 @@ def test_a_weight_formats_own_streaming_fraction_by_hand() -> None:
 def test_a_weight_formats_own_compute_fraction_by_hand() -> None:
     """gemm_efficiency_by_format: a compute-bound [8192 x 8192] @ [8192 x 8192] per-tensor fp8 GEMM runs at its
     format's 0.8 of the fp8 peak x K/(K + K0), not the dtype's 0.6; other formats, a weight-only (dequant) kernel,
-    grouped expert GEMMs, ideal rates and a compute-efficiency override keep the dtype's figure."""
+    grouped expert GEMMs (at MOE_K0), ideal rates and a compute-efficiency override keep the dtype's figure."""
     own = replace(RATES, gemm_efficiency_by_format={"fp8_e4m3": 0.8})
     c = kernels.gemm(own, 8192, 8192, 8192, 8, "fp8", weight_format="fp8_e4m3")
     at = 8192 / (8192 + GEMM_K0["fp8"])
@@ -115,7 +115,7 @@ def test_a_weight_formats_own_compute_fraction_by_hand() -> None:
     assert kernels.gemm(weight_only, 8192, 8192, 8192, 8, "bf16", dequant="int8", weight_format="int8").seconds == \
         pytest.approx(kernels.gemm(RATES, 8192, 8192, 8192, 8, "bf16", dequant="int8").seconds)
     assert own.gemm_flops_per_s("fp8", 8192, grouped=True, weight_format="fp8_e4m3") == \
-        pytest.approx(2000e12 * 0.6 * at)
+        pytest.approx(2000e12 * 0.6 * 8192 / (8192 + MOE_K0["fp8"]))
     assert own.as_ideal().gemm_flops_per_s("fp8", 8192, weight_format="fp8_e4m3") == 2000e12
     assert own.with_efficiency(compute=0.5).gemm_efficiency_by_format == {}
 
@@ -627,9 +627,9 @@ def test_grouped_efficiency_per_dtype_and_expert_floors() -> None:
 
 
 def test_grouped_k0_scales_compute_bound_expert_gemms_by_k_plus_k0() -> None:
-    """An engine's moe_k0 replaces GEMM_K0 in its grouped GEMMs only: with both expert GEMMs' K = 4096 and the
-    layer compute-bound (bandwidth unbounded), the kernel's work scales by (K + K0) / (K + GEMM_K0), its floor
-    does not move, and a dense GEMM keeps GEMM_K0."""
+    """An engine's moe_k0 replaces the default grouped K0 (MOE_K0) in its grouped GEMMs only: with both expert
+    GEMMs' K = 4096 and the layer compute-bound (bandwidth unbounded), the kernel's work scales by (K + K0) / (K +
+    MOE_K0), its floor does not move, and a dense GEMM keeps GEMM_K0."""
     fast_memory = replace(RATES, memory_bandwidth=1e30)
     wide = replace(fast_memory, moe_k0={"fp8": 4096.0})
     args = {"tokens": 16384, "experts_local": 8, "experts_total": 8, "top_k": 2, "hidden": 4096,
@@ -637,7 +637,7 @@ def test_grouped_k0_scales_compute_bound_expert_gemms_by_k_plus_k0() -> None:
     base, mine = kernels.moe_experts(fast_memory, **args), kernels.moe_experts(wide, **args)
     assert base.bound == mine.bound == "compute" and mine.floor_seconds == base.floor_seconds
     work = (mine.seconds - mine.floor_seconds) / (base.seconds - base.floor_seconds)
-    assert work == pytest.approx((4096 + 4096) / (4096 + GEMM_K0["fp8"]), rel=1e-9)
+    assert work == pytest.approx((4096 + 4096) / (4096 + MOE_K0["fp8"]), rel=1e-9)
     assert kernels.gemm(wide, 8192, 8192, 4096, 8, "fp8") == kernels.gemm(fast_memory, 8192, 8192, 4096, 8, "fp8")
     bf16 = {**args, "weight_bits": 16, "compute": "bf16"}
     assert kernels.moe_experts(wide, **bf16) == kernels.moe_experts(fast_memory, **bf16)
@@ -668,12 +668,13 @@ def test_per_tile_dequantisation_unpacks_each_experts_weights_once_per_row_tile(
 
 def test_a_storage_formats_entries_come_before_its_compute_dtypes() -> None:
     """An engine measured its block-scale fp8 MoE apart from its per-tensor one: the fp8_block entries (efficiency,
-    K0, per-expert floor) price fp8_block experts; per-tensor fp8 takes the compute dtype's entries and GEMM_K0."""
+    K0, per-expert floor) price fp8_block experts; per-tensor fp8 takes the compute dtype's entries and MOE_K0."""
     rates = replace(RATES, moe_efficiency_by_dtype={"fp8": 0.4, "fp8_block": 0.8}, moe_k0={"fp8_block": 2048.0},
                     moe_expert_floors={"fp8_block": 1e-6})
     assert rates.grouped_efficiency("fp8", weight_format="fp8_block") == 0.8
     assert rates.grouped_efficiency("fp8", weight_format="fp8_e4m3") == rates.grouped_efficiency("fp8") == 0.4
-    assert rates.gemm_flops_per_s("fp8", 1024, True, "fp8_e4m3") == rates.gemm_flops_per_s("fp8", 1024)
+    assert rates.gemm_flops_per_s("fp8", 1024, True, "fp8_e4m3") == pytest.approx(
+        rates.gemm_flops_per_s("fp8", 1024) * (1024 + GEMM_K0["fp8"]) / (1024 + MOE_K0["fp8"]))
     assert rates.gemm_flops_per_s("fp8", 1024, True, "fp8_block") == pytest.approx(
         rates.gemm_flops_per_s("fp8", 1024) * (1024 + GEMM_K0["fp8"]) / (1024 + 2048))
     args = {"tokens": 64, "experts_local": 32, "experts_total": 256, "top_k": 8, "hidden": 7168,

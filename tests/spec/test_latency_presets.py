@@ -121,9 +121,9 @@ def test_moe_efficiency_per_compute_dtype() -> None:
     latency = latency_from_mapping({**GOOD, "moe_efficiency": {"bf16": 0.8, "fp8": 0.6}}, "gpu.yaml")
     assert latency.moe_efficiency == 0.8 and latency.moe_efficiency_by_dtype == {"bf16": 0.8, "fp8": 0.6}
     h200 = load_gpu("h200").latency
-    assert h200 is not None and h200.moe_efficiency_by_dtype == {"bf16": 0.79, "fp8": 0.64}
+    assert h200 is not None and h200.moe_efficiency_by_dtype == {"bf16": 0.79, "fp8": 0.53}
     rates = rates_for(load_gpu("h200"), load_engine("vllm").kernels)
-    assert rates.grouped_efficiency("fp8") == 0.64 and rates.grouped_efficiency("bf16") == 0.79
+    assert rates.grouped_efficiency("fp8") == 0.53 and rates.grouped_efficiency("bf16") == 0.79
     assert rates_for(load_gpu("h200"), load_engine("trtllm").kernels).moe_expert_floors == pytest.approx(
         {"fp8_block": 0.23e-6})
     assert rates_for(load_gpu("h200"), load_engine("vllm").kernels).moe_expert_floors == {}
@@ -137,20 +137,20 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
     h200 = rates_for(load_gpu("h200"), kernels)
     assert h200.grouped_efficiency("fp8") == 0.5 and h200.grouped_efficiency("bf16") == 0.79
     assert h200.as_ideal().grouped_efficiency("fp8") == 1.0
-    assert rates_for(load_gpu("h100-sxm"), kernels).grouped_efficiency("fp8") == 0.75
-    assert rates_for(load_gpu("h200"), EngineKernels()).grouped_efficiency("fp8") == 0.64
+    assert rates_for(load_gpu("h100-sxm"), kernels).grouped_efficiency("fp8") == 0.63
+    assert rates_for(load_gpu("h200"), EngineKernels()).grouped_efficiency("fp8") == 0.53
     sglang = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
-    assert sglang.grouped_efficiency("fp8") == 0.92 and sglang.grouped_efficiency("bf16") == 0.79
+    assert sglang.grouped_efficiency("fp8") == 0.75 and sglang.grouped_efficiency("bf16") == 0.79
     assert sglang.source.endswith(", fp4/fp8 MoE efficiency from the engine preset")  # the dtypes it replaces
     assert sglang.grouped_efficiency("bf16", "fp4") == 0.50  # MXFP4 experts upcast to bf16 on Hopper
     vllm = rates_for(load_gpu("h200"), load_engine("vllm").kernels)
     assert vllm.source.endswith(", fp4 MoE efficiency from the engine preset")  # its MXFP4 experts only
-    assert vllm.grouped_efficiency("bf16", "fp4") == 0.87 and vllm.grouped_efficiency("fp8") == 0.64
+    assert vllm.grouped_efficiency("bf16", "fp4") == 0.87 and vllm.grouped_efficiency("fp8") == 0.53
     assert "engine" not in rates_for(load_gpu("a100-80gb"), load_engine("vllm").kernels).source
-    assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).grouped_efficiency("fp8") == 0.55
+    assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).grouped_efficiency("fp8") == 0.45
     b200 = rates_for(load_gpu("b200"), load_engine("trtllm").kernels)
     assert b200.grouped_efficiency("fp8", weight_format="fp8_block") == 1.75
-    assert b200.grouped_efficiency("fp8", weight_format="fp8_e4m3") == 0.55  # per-tensor: the GPU preset's kernel
+    assert b200.grouped_efficiency("fp8", weight_format="fp8_e4m3") == 0.45  # per-tensor: the GPU preset's kernel
     assert b200.grouped_efficiency("bf16", weight_format="bf16") == 1.35
 
 
@@ -193,7 +193,7 @@ def test_engine_unfused_activation_quant_names_formats_and_places() -> None:
 
 def test_engine_moe_k0_replaces_gemm_k0_in_that_engines_fused_moe() -> None:
     """kernels.moe_k0: per GPU preset and compute dtype, the grouped GEMMs' K0 of that engine's fused MoE; dense
-    GEMMs, other dtypes, other GPUs and other engines keep kernels.GEMM_K0."""
+    GEMMs keep kernels.GEMM_K0; other dtypes, GPUs and engines' grouped GEMMs kernels.MOE_K0 (else GEMM_K0)."""
     kernels = kernels_from_mapping({"moe_efficiency": {"h200": {"fp8": 1.0}}, "moe_k0": {"h200": {"fp8": 4096}}},
                                    "e.yaml")
     assert kernels.moe_k0_by_gpu == {"h200": {"fp8": 4096.0}}
@@ -209,10 +209,11 @@ def test_engine_moe_k0_replaces_gemm_k0_in_that_engines_fused_moe() -> None:
     assert {g: r.moe_k0 for g, r in trtllm.items()} == {"h100-sxm": {"fp8_block": 4096, "bf16": 768},
                                                          "h200": {"fp8_block": 4096, "bf16": 512},
                                                          "b200": {"fp8_block": 1536, "bf16": 1280}}
-    h200 = trtllm["h200"]  # a format's K0 is looked up before its compute dtype's; per-tensor fp8 keeps GEMM_K0
+    h200 = trtllm["h200"]  # a format's K0 is looked up before its compute dtype's; per-tensor fp8 takes MOE_K0
     assert h200.gemm_flops_per_s("fp8", 1024, True, "fp8_block") == pytest.approx(
         h200.gemm_flops_per_s("fp8", 1024) * (1024 + 512) / (1024 + 4096))
-    assert h200.gemm_flops_per_s("fp8", 1024, True, "fp8_e4m3") == h200.gemm_flops_per_s("fp8", 1024)
+    assert h200.gemm_flops_per_s("fp8", 1024, True, "fp8_e4m3") == pytest.approx(
+        h200.gemm_flops_per_s("fp8", 1024) * (1024 + 512) / (1024 + 128))
 
 
 def test_engine_grouped_gemms_never_run_above_the_peak() -> None:

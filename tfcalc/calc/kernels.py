@@ -13,8 +13,10 @@ one away from the ridge.
   (MoE down projections at high tensor parallelism) run far below peak. Measured: bf16 GEMMs with M, N >= 4096
   on an H200 reach 0.50 / 0.63 / 0.70 / 0.75 of peak at K = 256 / 512 / 1024 / >= 2048 (aiconfigurator's
   vLLM 0.24 gemm table), which 0.77 x K / (K + 128) reproduces within 3 %.
-  A fused-MoE kernel's grouped GEMMs take its engine's own K0 where the engine's kernel table shows a larger one
-  (``Rates.moe_k0``; TensorRT-LLM's CUTLASS and DeepGEMM MoE: 512-4096, presets/engines/trtllm-1.0.yaml).
+  A fused-MoE kernel's grouped GEMMs take its engine's own K0 where the engine's kernel table shows another
+  (``Rates.moe_k0``; TensorRT-LLM's CUTLASS and DeepGEMM MoE: 512-4096, presets/engines/trtllm-1.0.yaml), else
+  ``MOE_K0``: block-fp8 fused MoE (Triton, FlashInfer TRT-LLM) pays one 128-wide K block per tile, not the 512 of
+  a dense per-tensor fp8 GEMM.
 - **Achievable bandwidth** = datasheet HBM x the GPU's streaming efficiency, or a measured curve by size from a
   calibration file.
 - **Dequantisation** (weight-only int8/int4/fp4 GEMMs in 16-bit activations): every weight element is unpacked and
@@ -56,6 +58,12 @@ if TYPE_CHECKING:
 # bf16 0.50 / 0.70 / 0.75 at K = 256 / 1024 / 8192; fp8 (CUTLASS scaled-mm with per-token scales in the epilogue)
 # 0.27 / 0.42 / 0.62 at K = 512 / 1024 / 8192.
 GEMM_K0 = {"bf16": 128, "fp16": 128, "fp32": 128, "fp8": 512, "int8": 512, "fp4": 512}
+# The same for a fused MoE's grouped GEMMs where the engine names none (else GEMM_K0): fp8 128, the K0 whose fit
+# scatters least over aiconfigurator 0.12's block-fp8 MoE tables (moe_kernel_rates.py --k0 64,128,256,512; sd of
+# log tfcalc / measured at 128 vs 512: vLLM 0.176 / 0.190 H100 SXM, 0.189 / 0.191 H200, 0.232 / 0.274 B200;
+# SGLang 0.115 / 0.170, 0.099 / 0.145, 0.165 / 0.220); at 512 tfcalc / measured fell from 1.1-1.5 at expert width
+# 128 to 0.7-0.9 at 8192+ (--by-width): block-fp8 kernels step K in 128-wide scale blocks.
+MOE_K0 = {"fp8": 128}
 # A dense GEMM's compute and memory times combine as a p-norm (module docstring). Fit over aiconfigurator 0.12's
 # vLLM 0.24 and TensorRT-LLM 1.3.0rc20 gemm tables (H100 SXM, H200, B200, L40S; bf16 and per-tensor fp8; N, K >=
 # 2048): with the max (p -> infinity) the median of predicted / measured time is 0.82 at M = 256-511 and 0.90-0.91
@@ -164,7 +172,8 @@ class Rates:
             return peak
         eff = ((not grouped and self.gemm_efficiency_by_format.get(weight_format))
                or self.gemm_efficiency.get(dtype, self.gemm_efficiency.get("bf16", 0.7)))
-        k0 = (grouped and (self.moe_k0.get(weight_format) or self.moe_k0.get(dtype))) or GEMM_K0.get(dtype, 128)
+        k0 = ((grouped and (self.moe_k0.get(weight_format) or self.moe_k0.get(dtype) or MOE_K0.get(dtype)))
+              or GEMM_K0.get(dtype, 128))
         return peak * eff * k / (k + k0)
 
     def grouped_efficiency(self, compute: str, dequant: str = "", weight_format: str = "") -> float:
