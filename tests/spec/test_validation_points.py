@@ -90,3 +90,24 @@ def test_third_held_out_grid(v: ModuleType) -> None:
     assert len(dense) >= 70 and sum(e <= 0.2 for e in dense) >= 0.95 * len(dense)
     # first scoring: 102 of 114
     assert len(moe) >= 110 and sum(e <= 0.2 for e in moe) >= 0.85 * len(moe)
+
+
+def test_sliced_excess_is_the_median_ratio_to_half_the_slicing(benchmark_script: Callable[[str], ModuleType]) -> None:
+    """aic_caveats.sliced_excess: latency at moe_tp over latency at moe_tp / 2, same tokens, median over 64+ tokens;
+    other shapes, dtypes, distributions and ep do not enter; a missing layout gives None."""
+    import pandas as pd
+
+    c = benchmark_script("validation/aic_caveats.py")
+    shape = {"moe_dtype": "bfloat16", "distribution": "power_law_1.2", "hidden_size": 6144, "inter_size": 16384,
+             "num_experts": 8, "topk": 2, "moe_ep_size": 1}
+    rows = [{**shape, "moe_tp_size": tp, "num_tokens": t, "latency": lat}
+            for tp, lat_by_tokens in ((4, {16: 1.0, 64: 1.0, 1024: 2.0, 4096: 4.0}),
+                                      (8, {16: 9.0, 64: 2.0, 1024: 5.0, 4096: 12.0}))
+            for t, lat in lat_by_tokens.items()]
+    rows.append({**shape, "moe_tp_size": 8, "num_tokens": 1024, "latency": 0.1, "moe_dtype": "fp8_block"})
+    rows.append({**shape, "moe_tp_size": 8, "num_tokens": 1024, "latency": 0.1, "moe_ep_size": 2})
+    df = pd.DataFrame(rows)
+    key = ("bfloat16", "power_law_1.2", (6144, 16384, 8, 2))
+    assert c.sliced_excess(df, *key, 8, 1) == pytest.approx(2.5)  # ratios 2, 2.5, 3 (16 tokens left out)
+    assert c.sliced_excess(df, *key, 4, 1) is None  # no moe_tp 2 rows
+    assert c.sliced_excess(df, *key, 1, 1) is None and c.sliced_excess(None, *key, 8, 1) is None
