@@ -15,8 +15,8 @@ one away from the ridge.
   vLLM 0.24 gemm table), which 0.77 x K / (K + 128) reproduces within 3 %.
   A fused-MoE kernel's grouped GEMMs take its engine's own K0 where the engine's kernel table shows another
   (``Rates.moe_k0``; TensorRT-LLM's CUTLASS and DeepGEMM MoE: 512-4096, presets/engines/trtllm-1.0.yaml), else
-  ``MOE_K0``: block-fp8 fused MoE (Triton, FlashInfer TRT-LLM) pays one 128-wide K block per tile, not the 512 of
-  a dense per-tensor fp8 GEMM.
+  ``MOE_K0``: an fp8 fused MoE pays about one 128-wide K block per tile, not the 512 of a dense scaled-mm (fitted
+  on the block-fp8 kernels, Triton and FlashInfer TRT-LLM, that fp8 MoE checkpoints run).
 - **Achievable bandwidth** = datasheet HBM x the GPU's streaming efficiency, or a measured curve by size from a
   calibration file.
 - **Dequantisation** (weight-only int8/int4/fp4 GEMMs in 16-bit activations): every weight element is unpacked and
@@ -165,8 +165,8 @@ class Rates:
         """Peak x large-GEMM efficiency x K / (K + K0) (module docstring); the peak alone when ideal. A dense GEMM
         of ``weight_format`` weights takes the engine's efficiency for that format where it has one
         (``gemm_efficiency_by_format``). ``grouped``: a fused-MoE GEMM, whose K0 is the engine's own where it
-        measured one (``moe_k0``: for the weights' storage format, else for the compute dtype), at the dense
-        efficiency of its compute dtype (the engines' MoE rates are relative to it)."""
+        measured one (``moe_k0``: for the weights' storage format, else for the compute dtype; else ``MOE_K0``), at
+        the dense efficiency of its compute dtype (the engines' MoE rates are relative to it)."""
         dtype, peak = self.peak(compute)
         if self.ideal:
             return peak
