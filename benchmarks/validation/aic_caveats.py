@@ -98,7 +98,8 @@ def caveats() -> list[dict]:
         for p in json.loads(path.read_text()):
             if "error" in p or p["model"] not in validate.MOE:
                 continue
-            moe = load_model(p["model"]).moe
+            spec = load_model(p["model"])
+            moe = spec.moe
             ep = p.get("ep", 1)
             key = next(k for k, v in collect.MODELS.items() if v[0] == p["aic_model"] and v[1] == p["weights_dtype"])
             aic_moe = collect.MODELS[key][3]
@@ -116,7 +117,7 @@ def caveats() -> list[dict]:
                 if table_key not in cache:
                     cache[table_key] = _tables(root, *table_key)
                 alpha = validate.AIC_ROUTING_ALPHA.get(p["model"], 1.2)
-                shape = (load_model(p["model"]).hidden_size, moe.expert_intermediate_size, moe.num_experts,
+                shape = (spec.hidden_size, moe.expert_intermediate_size, moe.num_experts,
                          moe.experts_per_token)
                 excess = sliced_excess(cache[table_key], aic_moe, f"power_law_{alpha}", shape, p["tp"] // ep, ep)
                 if excess is not None and excess > SLICED_EXCESS:
