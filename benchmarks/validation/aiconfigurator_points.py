@@ -5,7 +5,7 @@ aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment
 it runs offline from its bundled, measured kernel tables) and run
 
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
-        [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3]
+        [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -13,7 +13,8 @@ prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``
 ``--holdout`` runs ``HOLDOUT_GRID`` (aiconfigurator_holdout.json, all three backends): points collected after the
 model was built, to test it on settings no earlier round looked at; ``--holdout2`` the second such grid
 (``HOLDOUT_GRID_2``, aiconfigurator_holdout2.json), collected after the round that used the first; ``--holdout3``
-the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before the round that used the second.
+the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before the round that used the second;
+``--holdout4`` the fourth (``HOLDOUT_GRID_4``, aiconfigurator_holdout4.json), before the round that used the third.
 """
 
 from __future__ import annotations
@@ -144,6 +145,26 @@ HOLDOUT_GRID_3 = [
 ]
 
 
+# Collected on 2026-12-05 (stop 38) before that session's changes and scored once: settings no grid above holds
+# (H100 for Qwen3-30B-A3B at ep 4 and Llama 3.1 8B at tp 2; H200 for gpt-oss-120b at ep 2 and Mixtral 8x22B at ep 8;
+# B200 for Qwen3-235B at ep 4, gpt-oss-20b at tp 4, Mixtral 8x7B at tp 8, fp8 Llama 3 70B at tp 4, Qwen3-32B at tp 4
+# and fp8 Qwen3-32B at tp 2; DeepSeek-V3 on H200 with short prompts; prompts of 400, 2,500 and 16,000 tokens;
+# batches 5, 20 and 40). Summarised on its own line ("aic held-out 4").
+HOLDOUT_GRID_4 = [
+    ("qwen3-30b-a3b", "h100_sxm", [4], [5, 20, 40], [(2500, 600)], True),
+    ("llama3.1-8b", "h100_sxm", [2], [5, 20, 40], [(16000, 128)]),
+    ("gpt-oss-120b", "h200_sxm", [2], [5, 20, 40], [(2500, 600)], True),
+    ("mixtral-8x22b", "h200_sxm", [8], [5, 20, 40], [(400, 800)], True),
+    ("qwen3-235b-a22b", "b200_sxm", [4], [5, 20, 40], [(2500, 600)], True),
+    ("gpt-oss-20b", "b200_sxm", [4], [5, 20, 40], [(400, 800)]),
+    ("mixtral-8x7b", "b200_sxm", [8], [5, 20, 40], [(2500, 600)]),
+    ("llama3-70b-fp8", "b200_sxm", [4], [5, 20, 40], [(400, 800)]),
+    ("qwen3-32b", "b200_sxm", [4], [5, 20, 40], [(2500, 600)]),
+    ("qwen3-32b-fp8", "b200_sxm", [2], [5, 20, 40], [(16000, 128)]),
+    ("deepseek-v3", "h200_sxm", [8], [5, 20, 40], [(400, 800)]),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -219,8 +240,10 @@ if __name__ == "__main__":
         GRID[:] = HOLDOUT_GRID_2
     if "--holdout3" in flags:
         GRID[:] = HOLDOUT_GRID_3
+    if "--holdout4" in flags:
+        GRID[:] = HOLDOUT_GRID_4
     if only:
         GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
-    every_backend = {"--large-batch", "--holdout", "--holdout2", "--holdout3"} & set(flags)
+    every_backend = {"--large-batch", "--holdout", "--holdout2", "--holdout3", "--holdout4"} & set(flags)
     default = ["vllm", "sglang", "trtllm"] if every_backend else ["vllm"]
     main(args[0], "--quick" in flags, backends[0].split(",") if backends else default)
