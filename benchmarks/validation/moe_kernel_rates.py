@@ -31,6 +31,11 @@ has FlashInfer CUTLASS rows beside its default Triton ones). ``--compare`` print
 newest table on the same rows (weight format, tokens, shapes, tp; balanced, ep 1) per GPU and kernel pair: whether
 the engines' kernels really differ, independently of tfcalc's model.
 
+``--tuned yes|no`` keeps the rows of the formats an engine lists tuned kernel shapes for (SGLang's Triton config
+files, ``kernels.moe_tuned_shapes``), those whose shape (local experts, per-rank width) has a config or those
+without: the fit is then ``moe_efficiency`` or ``moe_untuned_efficiency`` (with ``--large-m``,
+``moe_untuned_large_m_memory_efficiency``).
+
 ``--large-m`` fits, per weight format, the fraction of the datasheet bandwidth the weight stream reaches once the
 tokens outnumber the experts (rows of E < T < --min-tokens; an engine's ``kernels.moe_large_m_memory_efficiency``),
 with the rows at T <= E beside it: where a kernel's default tile configuration changes at M = E (SGLang's Triton).
@@ -351,6 +356,10 @@ def main() -> None:
                         help="a table dtype's balanced rows at ep 1-16 priced at their local experts, by token band")
     parser.add_argument("--k0", default="", metavar="LIST",
                         help="comma-separated grouped-GEMM K0 values: the fit and its scatter at each")
+    parser.add_argument("--tuned", choices=("yes", "no"), default="",
+                        help="only rows of formats the engine lists tuned shapes for (kernels.moe_tuned_shapes), "
+                             "those with a tuned config (yes) or without (no: fits moe_untuned_efficiency, and "
+                             "with --large-m moe_untuned_large_m_memory_efficiency)")
     args = parser.parse_args()
     k0s = [float(x) for x in args.k0.split(",") if x]
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
@@ -381,6 +390,16 @@ def main() -> None:
             df = df[df.moe_tp_size <= args.max_tp]
         gpu = load_gpu(preset)
         base = rates_for(gpu, load_engine(args.engine).kernels)
+        if args.tuned:
+            listed = load_engine(args.engine).kernels.moe_tuned_shapes_by_gpu.get(preset, {})
+            df = df[[WEIGHTS[r.moe_dtype] in listed and ((r.num_experts // r.moe_ep_size, r.inter_size // r.moe_tp_size)
+                                                          in listed[WEIGHTS[r.moe_dtype]]) == (args.tuned == "yes")
+                     for r in df.itertuples()]]
+            if args.tuned == "no":  # price the default configuration's rows as the kernel's own: its rates are fitted
+                base = dataclasses.replace(base, moe_tuned_shapes={},
+                                           moe_large_m_memory=base.moe_untuned_large_m_memory,
+                                           moe_efficiency_by_dtype={**base.moe_efficiency_by_dtype,
+                                                                    **base.moe_untuned_efficiency})
         groups: dict[tuple[str, str], list] = {}
         for row in df.itertuples():
             mode = table_mode(row.moe_dtype, gpu)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -140,8 +142,8 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
     assert rates_for(load_gpu("h100-sxm"), kernels).grouped_efficiency("fp8") == 0.63
     assert rates_for(load_gpu("h200"), EngineKernels()).grouped_efficiency("fp8") == 0.53
     sglang = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
-    assert sglang.grouped_efficiency("fp8") == 0.75 and sglang.grouped_efficiency("bf16") == 0.79
-    assert sglang.source.endswith(", fp4/fp8 MoE efficiency from the engine preset")  # the dtypes it replaces
+    assert sglang.grouped_efficiency("fp8") == 0.75 and sglang.grouped_efficiency("bf16") == 0.95  # tuned shapes
+    assert sglang.source.endswith(", bf16/fp4/fp8 MoE efficiency from the engine preset")  # the dtypes it replaces
     assert sglang.grouped_efficiency("bf16", "fp4") == 0.50  # MXFP4 experts upcast to bf16 on Hopper
     vllm = rates_for(load_gpu("h200"), load_engine("vllm").kernels)
     assert vllm.source.endswith(", fp4 MoE efficiency from the engine preset")  # its MXFP4 experts only
@@ -304,8 +306,11 @@ def test_engine_moe_efficiency_by_architecture() -> None:
     assert "Qwen3MoeForCausalLM's kernel" in rates_for(b200, parsed, architecture="Qwen3MoeForCausalLM").source
     sglang = load_engine("sglang").kernels
     qwen = rates_for(b200, sglang, architecture="Qwen3MoeForCausalLM").moe_efficiency_by_dtype
-    mixtral = rates_for(b200, sglang, architecture="MixtralForCausalLM").moe_efficiency_by_dtype
-    assert qwen["bf16"] > 3 * mixtral["bf16"] and qwen["fp8_block"] > mixtral["fp8_block"]
+    triton = rates_for(b200, sglang, architecture="MixtralForCausalLM")
+    mixtral = triton.moe_efficiency_by_dtype
+    assert (8, 1792) not in triton.moe_tuned_shapes["bf16"]  # no Mixtral shape has a Triton config on B200
+    assert qwen["bf16"] > 3 * triton.moe_untuned_efficiency["bf16"] and qwen["fp8_block"] > mixtral["fp8_block"]
+    assert qwen["bf16"] > mixtral["bf16"]  # its tuned Triton shapes too
     assert (rates_for(h200, sglang, architecture="Qwen3MoeForCausalLM").moe_efficiency_by_dtype
             == rates_for(h200, sglang, architecture="MixtralForCausalLM").moe_efficiency_by_dtype)
     for engine in ("vllm", "trtllm"):
@@ -588,6 +593,91 @@ def test_sglang_runs_mxfp4_experts_on_hopper_as_upcast_bf16() -> None:
             kernels_from_mapping({"moe_stream_bits": value}, "e.yaml")
     with pytest.raises(SpecError, match="kernels.moe_large_m_memory_efficiency.h200.mxfp4"):
         kernels_from_mapping({"moe_large_m_memory_efficiency": {"h200": {"mxfp4": 1.5}}}, "e.yaml")
+
+
+def test_sglang_prices_shapes_without_a_tuned_config_at_its_default_tiles() -> None:
+    """kernels.moe_tuned_shapes: SGLang's Triton fused MoE has a config file for some (local experts, per-rank
+    width) shapes per GPU (0.5.14's wheel: Mixtral 8x7B at tp 1 on the H200, not on the H100; Qwen3-30B-A3B's 64
+    local experts at ep 2 on the H100, not on the H200); other shapes run the default tiles, priced at
+    moe_untuned_efficiency and, once the tokens outnumber the local experts, moe_untuned_large_m_memory. Only these
+    two entries differ: set to the tuned kernel's values the two prices agree. vLLM, TensorRT-LLM and the
+    architectures SGLang serves with another kernel on B200 keep one price."""
+    from dataclasses import replace
+
+    from tfcalc.calc import kernels as k
+
+    h100 = rates_for(load_gpu("h100-sxm"), load_engine("sglang").kernels)
+    h200 = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
+    assert (8, 14336) in h200.moe_tuned_shapes["bf16"] and (8, 14336) not in h100.moe_tuned_shapes["bf16"]
+    assert (64, 768) in h100.moe_tuned_shapes["bf16"] and (64, 768) not in h200.moe_tuned_shapes["bf16"]
+    assert h200.moe_untuned_efficiency["bf16"] < h200.grouped_efficiency("bf16") and "default tiles" in h200.source
+    args = {"experts_total": 8, "top_k": 2, "hidden": 4096, "gated": True, "weight_bits": 16, "compute": "bf16",
+            "weight_format": "bf16"}
+    for tokens in (4, 8192):  # a memory-bound decode at or below the local experts, a compute-bound prefill
+        untuned = k.moe_experts(h200, tokens=tokens, experts_local=8, expert_width=7000, **args)
+        listed = k.moe_experts(replace(h200, moe_tuned_shapes={"bf16": frozenset({(8, 7000)})}), tokens=tokens,
+                               experts_local=8, expert_width=7000, **args)
+        assert untuned.flops == listed.flops and untuned.bytes == listed.bytes
+        assert untuned.seconds > listed.seconds if tokens > 8 else untuned == listed  # same 16-row stream
+        same = replace(h200, moe_untuned_efficiency={"bf16": h200.grouped_efficiency("bf16")},
+                       moe_untuned_large_m_memory={})
+        assert k.moe_experts(same, tokens=tokens, experts_local=8, expert_width=7000, **args) == listed
+    prefill = k.moe_experts(h200, tokens=8192, experts_local=8, expert_width=7000, **args)
+    assert prefill.bound == "compute" and prefill.seconds > 1.5 * k.moe_experts(
+        replace(h200, moe_tuned_shapes={"bf16": frozenset({(8, 7000)})}), tokens=8192, experts_local=8,
+        expert_width=7000, **args).seconds  # 0.95 / 0.51 of the tensor-core time
+    # the large-M stream enters only once the tokens outnumber the local experts
+    no_large_m = replace(h200, moe_untuned_large_m_memory={})
+    assert k.moe_experts(no_large_m, tokens=4, experts_local=8, expert_width=7000, **args) == k.moe_experts(
+        h200, tokens=4, experts_local=8, expert_width=7000, **args)
+    assert h200.with_efficiency(memory=0.5).moe_untuned_large_m_memory == {}
+    for gpu, engine, arch in (("h200", "vllm", None), ("h200", "trtllm", None), ("b200", "sglang",
+                                                                              "Qwen3MoeForCausalLM")):
+        assert rates_for(load_gpu(gpu), load_engine(engine).kernels, architecture=arch).moe_tuned_shapes == {}
+    assert "bf16" in rates_for(load_gpu("b200"), load_engine("sglang").kernels,
+                               architecture="MixtralForCausalLM").moe_tuned_shapes
+
+
+def test_moe_tuned_shapes_are_validated() -> None:
+    good = {"moe_tuned_shapes": {"h200": {"bf16": ["8x14336", "128x768"]}},
+            "moe_untuned_efficiency": {"h200": {"bf16": 0.5}},
+            "moe_untuned_large_m_memory_efficiency": {"h200": {"bf16": 0.6}}}
+    kernels = kernels_from_mapping(good, "e.yaml")
+    assert kernels.moe_tuned_shapes_by_gpu == {"h200": {"bf16": frozenset({(8, 14336), (128, 768)})}}
+    assert kernels.moe_untuned_efficiency_by_gpu == {"h200": {"bf16": 0.5}}
+    assert kernels.moe_untuned_large_m_memory_by_gpu == {"h200": {"bf16": 0.6}}
+    for change, message in (
+            ({"moe_tuned_shapes": {"h200": {"bf16": ["8by14336"]}}},
+             r"'kernels.moe_tuned_shapes.h200.bf16' has '8by14336', not a shape 'ExN'"),
+            ({"moe_tuned_shapes": {"h200": {"bf16": ["0x14336"]}}}, "not a shape 'ExN'"),
+            ({"moe_tuned_shapes": {"h200": {"bf16": "8x14336"}}}, "must be a list of 'ExN' shapes"),
+            ({"moe_tuned_shapes": {"h201": {"bf16": ["8x14336"]}}}, "unknown field 'kernels.moe_tuned_shapes.h201'"),
+            ({"moe_tuned_shapes": {"h200": {"bf17": ["8x14336"]}}},
+             "unknown field 'kernels.moe_tuned_shapes.h200.bf17'"),
+            ({"moe_untuned_efficiency": {}}, "'kernels.moe_tuned_shapes.h200.bf16' needs "
+                                             "'kernels.moe_untuned_efficiency.h200.bf16'"),
+            ({"moe_untuned_efficiency": {"h200": {"bf16": 0.5}, "b200": {"bf16": 0.3}}},
+             "'kernels.moe_untuned_efficiency.b200.bf16' needs 'kernels.moe_tuned_shapes.b200.bf16'"),
+            ({"moe_untuned_large_m_memory_efficiency": {"h200": {"mxfp4": 0.6}}},
+             "'kernels.moe_untuned_large_m_memory_efficiency.h200.mxfp4' needs"),
+            ({"moe_untuned_efficiency": {"h200": {"bf16": 0}}}, "kernels.moe_untuned_efficiency.h200.bf16")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({**good, **change}, "e.yaml")
+
+
+def test_sglang_tuned_shapes_come_from_the_wheels_file_names(
+        benchmark_script: Callable[[str], ModuleType]) -> None:
+    """sglang_moe_configs.tuned_shapes reads (E, N) from the 16-bit config files of every Triton folder, per GPU
+    preset; dtype-specific files, other devices and other folders do not count."""
+    s = benchmark_script("validation/sglang_moe_configs.py")
+    root = "sglang/srt/layers/moe/moe_runner/triton_utils/configs"
+    names = [f"{root}/triton_3_1_0/E=8,N=14336,device_name=NVIDIA_H200.json",
+             f"{root}/triton_3_4_0/E=128,N=768,device_name=NVIDIA_H200.json",
+             f"{root}/triton_3_4_0/E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json",
+             f"{root}/triton_3_4_0/E=64,N=768,device_name=NVIDIA_H200,dtype=fp8_w8a8.json",
+             f"{root}/triton_3_4_0/E=64,N=384,device_name=NVIDIA_L40S.json",
+             f"{root}/README.md", "sglang/other/E=1,N=1,device_name=NVIDIA_B200.json"]
+    assert s.tuned_shapes(names) == {"h100-sxm": [(128, 768)], "h200": [(8, 14336), (128, 768)], "b200": []}
 
 
 def test_moe_expert_floors_are_validated() -> None:

@@ -123,6 +123,12 @@ class Rates:
     # experts, by storage format, where the kernel switches to a slower tile configuration there (SGLang's default
     # Triton config: 16-row tiles up to M = E, 64-row tiles with GROUP_SIZE_M 8 above)
     moe_large_m_memory: dict[str, float] = field(default_factory=dict, hash=False)
+    # by storage format, the (local experts, per-rank expert width) shapes the engine's fused MoE has a tuned kernel
+    # configuration for (SGLang's Triton config files); other shapes run its default configuration at
+    # moe_untuned_efficiency, streaming at moe_untuned_large_m_memory once the tokens outnumber the local experts
+    moe_tuned_shapes: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict, hash=False)
+    moe_untuned_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
+    moe_untuned_large_m_memory: dict[str, float] = field(default_factory=dict, hash=False)
     # under expert parallelism with every token on every rank (no all-to-all), the fused MoE runs its activation
     # and combine over all T k rows and writes zeros for the rows of other ranks' experts (Triton fused_moe's
     # write_zeros_to_output), not over this rank's rows alone
@@ -255,7 +261,7 @@ class Rates:
                            gemm_efficiency_by_format={})
         if memory is not None:
             changes.update(memory_efficiency=memory, bandwidth_points=(), gemm_memory_efficiency={},
-                           moe_large_m_memory={})
+                           moe_large_m_memory={}, moe_untuned_large_m_memory={})
         return replace(self, **changes) if changes else self
 
 
@@ -706,8 +712,11 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     them for its binomial count X, each tile computing whole (``routed_rows``). ``weight_format`` (the experts'
     storage dtype name) picks an engine's entries measured for that format's kernel over its compute dtype's: the
     bits it streams (``Rates.moe_stream_bits``) and its slower stream once the tokens outnumber the local experts
-    (``Rates.moe_large_m_memory``). ``replicated``: every token reached every expert-parallel rank (no all-to-all),
-    so a kernel with ``Rates.moe_ep_every_row`` activates, zero-fills and combines all T k rows.
+    (``Rates.moe_large_m_memory``); where the engine lists its tuned shapes for the format
+    (``Rates.moe_tuned_shapes``), a shape (``experts_local``, ``expert_width``) outside the list runs the kernel's
+    default configuration, at ``Rates.moe_untuned_efficiency`` and ``Rates.moe_untuned_large_m_memory``.
+    ``replicated``: every token reached every expert-parallel rank (no all-to-all), so a kernel with
+    ``Rates.moe_ep_every_row`` activates, zero-fills and combines all T k rows.
     """
     if tokens <= 0 or experts_local == 0:
         return Cost(0.0, 0.0, 0.0, "memory", 0)
@@ -750,13 +759,17 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
                     else "memory", 1, 0.0, weights, weights)
     seconds = flops = nbytes = weight_total = 0.0
     by_bound: dict[str, float] = {}
-    grouped = rates.grouped_efficiency(compute, dequant, weight_format)
+    tuned = rates.moe_tuned_shapes.get(weight_format)
+    untuned = tuned is not None and (experts_local, expert_width) not in tuned  # the kernel's default tiles
+    grouped = (rates.moe_untuned_efficiency[weight_format] if untuned
+               else rates.grouped_efficiency(compute, dequant, weight_format))
     stream_bits = rates.moe_stream_bits.get(weight_format) or weight_bits
     dequant_ops = (0.0 if weight_format in rates.moe_stream_bits
                    else rates.moe_dequant_ops.get(dequant) or DEQUANT_OPS.get(dequant, 0.0))
     bandwidth = rates._stream or rates.bandwidth(distinct * hidden * (in_width + expert_width) * stream_bits / 8)
     # the kernel's tile configuration for more tokens than experts streams slower (not under a calibrated curve)
-    large_m = rates.moe_large_m_memory.get(weight_format) if tokens > experts_local and rates._stream else None
+    large_m = ((rates.moe_untuned_large_m_memory if untuned else rates.moe_large_m_memory).get(weight_format)
+               if tokens > experts_local and rates._stream else None)
     if large_m:
         bandwidth = min(bandwidth, rates.memory_bandwidth * large_m)
     # a weight-only kernel unpacks each touched expert's weights once, or, where the engine's kernel was measured to

@@ -93,6 +93,12 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
     arch_moe = engine.moe_efficiency_by_architecture.get(kernels_gpu, {}).get(architecture or "", {})
     if arch_moe:
         engine_moe = {**engine_moe, **arch_moe}
+    # an architecture served by another kernel there (arch_moe) does not take the Triton kernel's tuned shapes
+    tuned = {fmt: shapes for fmt, shapes in engine.moe_tuned_shapes_by_gpu.get(kernels_gpu, {}).items()
+             if fmt not in arch_moe}
+    if tuned:
+        source += (f", {'/'.join(sorted(tuned))} fused-MoE shapes without a tuned config at the engine's default "
+                   "tiles")
     if engine_moe:
         moe_by_dtype = {**moe_by_dtype, **engine_moe}
         source += (f", {'/'.join(sorted(engine_moe))} MoE efficiency from the engine preset"  # the dtypes it covers
@@ -111,6 +117,11 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  moe_dequant_per_tile=engine.moe_dequant_per_tile_by_gpu.get(kernels_gpu, frozenset()),
                  moe_stream_bits=dict(engine.moe_stream_bits_by_gpu.get(kernels_gpu, {})),
                  moe_large_m_memory=dict(engine.moe_large_m_memory_by_gpu.get(kernels_gpu, {})),
+                 moe_tuned_shapes=tuned,
+                 moe_untuned_efficiency={fmt: engine.moe_untuned_efficiency_by_gpu[kernels_gpu][fmt] for fmt in tuned},
+                 moe_untuned_large_m_memory={fmt: v for fmt, v in
+                                             engine.moe_untuned_large_m_memory_by_gpu.get(kernels_gpu, {}).items()
+                                             if fmt in tuned},
                  moe_ep_every_row=kernels_gpu in engine.moe_ep_every_row_gpus,
                  moe_format_floors=dict(engine.moe_floors_by_gpu.get(kernels_gpu, {})),
                  linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()
@@ -131,7 +142,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
               engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,
               engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu, engine.moe_efficiency_by_architecture,
-              engine.moe_ep_every_row_gpus)
+              engine.moe_ep_every_row_gpus, engine.moe_tuned_shapes_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name

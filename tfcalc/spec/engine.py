@@ -204,7 +204,12 @@ class EngineKernels:
     bf16 with no unpacking; the kernel's time only, plan's weights stay the checkpoint's);
     ``moe_large_m_memory_by_gpu``: per GPU preset name and expert storage format, the fraction of the datasheet
     bandwidth that weight stream reaches once a step's tokens outnumber the local experts (SGLang's default Triton
-    config switches from 16-row to 64-row tiles there); ``shared_experts_stream_max_tokens`` /
+    config switches from 16-row to 64-row tiles there); ``moe_tuned_shapes_by_gpu``: per GPU preset name and expert
+    storage format, the (local experts, per-rank expert width) shapes this engine's fused MoE has a tuned kernel
+    configuration for (SGLang's Triton config files); a shape outside it runs the default configuration, at
+    ``moe_untuned_efficiency_by_gpu`` (required for every listed GPU and format: its grouped efficiency) and, once a
+    step's tokens outnumber the local experts, ``moe_untuned_large_m_memory_by_gpu`` (its weight stream's fraction
+    of the datasheet bandwidth); ``shared_experts_stream_max_tokens`` /
     ``shared_experts_stream_in_graphs``: the steps in which the engine runs a MoE layer's shared experts on a second
     CUDA stream beside the routed ones (vLLM: up to 256 tokens; TensorRT-LLM: steps replayed from CUDA graphs; 0 /
     false: never). The per-dtype tables (expert floors, efficiency, K0) also take a storage format's name
@@ -240,6 +245,10 @@ class EngineKernels:
     dynamic_scale_s_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     moe_stream_bits_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_large_m_memory_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    moe_tuned_shapes_by_gpu: dict[str, dict[str, frozenset[tuple[int, int]]]] = field(default_factory=dict,
+                                                                                       hash=False)
+    moe_untuned_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    moe_untuned_large_m_memory_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     uncaptured_linears: frozenset[str] = frozenset()
     shared_experts_stream_max_tokens: int = 0
     shared_experts_stream_in_graphs: bool = False
@@ -429,7 +438,8 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "fp8_kv_attention", "fp8_kv_prefill_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
-                          "moe_large_m_memory_efficiency", "shared_experts_stream", "sources"})
+                          "moe_large_m_memory_efficiency", "moe_tuned_shapes", "moe_untuned_efficiency",
+                          "moe_untuned_large_m_memory_efficiency", "shared_experts_stream", "sources"})
 QUANT_PLACES = ("norm", "attention", "activation")  # the kernels a GEMM's input comes from (its quantisation's host)
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
@@ -700,6 +710,55 @@ def _stream_bits(value: Any, origin: str) -> dict[str, dict[str, float]]:
     return _by_gpu(value, origin, "kernels.moe_stream_bits", MOE_EXPERT_DTYPES, 1.0, 32.0)
 
 
+MAX_EXPERTS = 1 << 16
+MAX_EXPERT_WIDTH = 1 << 20
+
+
+def _tuned_shapes(value: Any, origin: str) -> dict[str, dict[str, frozenset[tuple[int, int]]]]:
+    """``kernels.moe_tuned_shapes``: GPU preset name -> expert storage format -> a list of 'ExN' shapes (local
+    experts x per-rank expert width, as the engine's config files name them)."""
+    key = "kernels.moe_tuned_shapes"
+    out: dict[str, dict[str, frozenset[tuple[int, int]]]] = {}
+    for gpu, by_format in _gpu_entries(value, origin, key, "mappings of expert formats to shape lists").items():
+        _require(isinstance(by_format, dict) and by_format, origin,
+                 f"field '{key}.{gpu}' must be a mapping of {', '.join(MOE_EXPERT_DTYPES)} to lists of 'ExN' shapes")
+        _check_keys(by_format, frozenset(MOE_EXPERT_DTYPES), origin, f"{key}.{gpu}.")
+        out[str(gpu)] = {}
+        for fmt, shapes in by_format.items():
+            _require(isinstance(shapes, list), origin, f"field '{key}.{gpu}.{fmt}' must be a list of 'ExN' shapes")
+            pairs = set()
+            for shape in shapes:
+                parts = str(shape).split("x")
+                ok = (isinstance(shape, str) and len(parts) == 2 and all(p.isdigit() for p in parts)
+                      and 1 <= int(parts[0]) <= MAX_EXPERTS and 1 <= int(parts[1]) <= MAX_EXPERT_WIDTH)
+                _require(ok, origin, f"field '{key}.{gpu}.{fmt}' has {_show(shape)}, not a shape 'ExN' (local "
+                         f"experts 1-{MAX_EXPERTS} x per-rank width 1-{MAX_EXPERT_WIDTH})")
+                pairs.add((int(parts[0]), int(parts[1])))
+            out[str(gpu)][str(fmt)] = frozenset(pairs)
+    return out
+
+
+def _untuned(data: dict[str, Any], origin: str) -> dict[str, Any]:
+    """``moe_tuned_shapes`` with the default configuration's ``moe_untuned_efficiency`` for each listed GPU and
+    format (and ``moe_untuned_large_m_memory_efficiency`` only where shapes are listed)."""
+    shapes = _tuned_shapes(data.get("moe_tuned_shapes"), origin)
+    efficiency = _by_gpu(data.get("moe_untuned_efficiency"), origin, "kernels.moe_untuned_efficiency",
+                         MOE_EXPERT_DTYPES, 1e-3, MAX_MOE_EFFICIENCY)
+    large_m = _gemm_fractions(data.get("moe_untuned_large_m_memory_efficiency"), origin,
+                              "kernels.moe_untuned_large_m_memory_efficiency")
+    listed = {(gpu, fmt) for gpu, by_format in shapes.items() for fmt in by_format}
+    for table, key in ((efficiency, "moe_untuned_efficiency"), (large_m, "moe_untuned_large_m_memory_efficiency")):
+        for gpu, by_format in table.items():
+            for fmt in by_format:
+                _require((gpu, fmt) in listed, origin, f"field 'kernels.{key}.{gpu}.{fmt}' needs "
+                         f"'kernels.moe_tuned_shapes.{gpu}.{fmt}' (the shapes it does not apply to)")
+    for gpu, fmt in sorted(listed):
+        _require(fmt in efficiency.get(gpu, {}), origin, f"field 'kernels.moe_tuned_shapes.{gpu}.{fmt}' needs "
+                 f"'kernels.moe_untuned_efficiency.{gpu}.{fmt}' (the rate of the shapes it does not list)")
+    return {"moe_tuned_shapes_by_gpu": shapes, "moe_untuned_efficiency_by_gpu": efficiency,
+            "moe_untuned_large_m_memory_by_gpu": large_m}
+
+
 def _choice(value: Any, origin: str, key: str, allowed: tuple[str, ...]) -> str:
     _require(value in allowed, origin, f"field '{key}' must be {' or '.join(allowed)}, got {_show(value)}")
     return str(value)
@@ -756,6 +815,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_stream_bits_by_gpu=_stream_bits(data.get("moe_stream_bits"), origin),
         moe_large_m_memory_by_gpu=_gemm_fractions(data.get("moe_large_m_memory_efficiency"), origin,
                                                   "kernels.moe_large_m_memory_efficiency"),
+        **_untuned(data, origin),
         online_fp8_scale=_choice(data.get("online_fp8_scale", d.online_fp8_scale), origin,
                                  "kernels.online_fp8_scale", ("static", "dynamic")),
         dynamic_scale_s_by_gpu=_dynamic_scale(data.get("dynamic_scale_us"), origin),
