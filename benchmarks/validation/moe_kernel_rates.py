@@ -396,8 +396,10 @@ def main() -> None:
                                                           in listed[WEIGHTS[r.moe_dtype]]) == (args.tuned == "yes")
                      for r in df.itertuples()]]
             if args.tuned == "no":  # price the default configuration's rows as the kernel's own: its rates are fitted
+                untuned_k0 = {fmt: base.moe_untuned_k0 for fmt in base.moe_untuned_efficiency if base.moe_untuned_k0}
                 base = dataclasses.replace(base, moe_tuned_shapes={},
                                            moe_large_m_memory=base.moe_untuned_large_m_memory,
+                                           moe_k0={**base.moe_k0, **untuned_k0},
                                            moe_efficiency_by_dtype={**base.moe_efficiency_by_dtype,
                                                                     **base.moe_untuned_efficiency})
         groups: dict[tuple[str, str], list] = {}

@@ -620,12 +620,17 @@ def test_sglang_prices_shapes_without_a_tuned_config_at_its_default_tiles() -> N
         assert untuned.flops == listed.flops and untuned.bytes == listed.bytes
         assert untuned.seconds > listed.seconds if tokens > 8 else untuned == listed  # same 16-row stream
         same = replace(h200, moe_untuned_efficiency={"bf16": h200.grouped_efficiency("bf16")},
-                       moe_untuned_large_m_memory={})
+                       moe_untuned_large_m_memory={}, moe_untuned_k0=0.0)
         assert k.moe_experts(same, tokens=tokens, experts_local=8, expert_width=7000, **args) == listed
     prefill = k.moe_experts(h200, tokens=8192, experts_local=8, expert_width=7000, **args)
     assert prefill.bound == "compute" and prefill.seconds > 1.5 * k.moe_experts(
         replace(h200, moe_tuned_shapes={"bf16": frozenset({(8, 7000)})}), tokens=8192, experts_local=8,
-        expert_width=7000, **args).seconds  # 0.95 / 0.51 of the tensor-core time
+        expert_width=7000, **args).seconds  # about 0.95 / 0.47 of the tensor-core time
+    # the default tiles' K0 (32 against the tuned 128) prices a narrow expert's down GEMM (K = its width) nearer peak
+    narrow = {**args, "experts_total": 128, "top_k": 8, "hidden": 2048}
+    k0 = [k.moe_experts(replace(h200, moe_untuned_k0=k0), tokens=8192, experts_local=128, expert_width=96,
+                        **narrow).seconds for k0 in (0.0, 32.0)]
+    assert h200.moe_untuned_k0 == 32 and k0[1] < k0[0]
     # the large-M stream enters only once the tokens outnumber the local experts
     no_large_m = replace(h200, moe_untuned_large_m_memory={})
     assert k.moe_experts(no_large_m, tokens=4, experts_local=8, expert_width=7000, **args) == k.moe_experts(
@@ -645,7 +650,8 @@ def test_moe_tuned_shapes_are_validated() -> None:
     kernels = kernels_from_mapping(good, "e.yaml")
     assert kernels.moe_tuned_shapes_by_gpu == {"h200": {"bf16": frozenset({(8, 14336), (128, 768)})}}
     assert kernels.moe_untuned_efficiency_by_gpu == {"h200": {"bf16": 0.5}}
-    assert kernels.moe_untuned_large_m_memory_by_gpu == {"h200": {"bf16": 0.6}}
+    assert kernels.moe_untuned_large_m_memory_by_gpu == {"h200": {"bf16": 0.6}} and kernels.moe_untuned_k0 == 0
+    assert kernels_from_mapping({**good, "moe_untuned_k0": 32}, "e.yaml").moe_untuned_k0 == 32
     for change, message in (
             ({"moe_tuned_shapes": {"h200": {"bf16": ["8by14336"]}}},
              r"'kernels.moe_tuned_shapes.h200.bf16' has '8by14336', not a shape 'ExN'"),
@@ -660,7 +666,10 @@ def test_moe_tuned_shapes_are_validated() -> None:
              "'kernels.moe_untuned_efficiency.b200.bf16' needs 'kernels.moe_tuned_shapes.b200.bf16'"),
             ({"moe_untuned_large_m_memory_efficiency": {"h200": {"mxfp4": 0.6}}},
              "'kernels.moe_untuned_large_m_memory_efficiency.h200.mxfp4' needs"),
-            ({"moe_untuned_efficiency": {"h200": {"bf16": 0}}}, "kernels.moe_untuned_efficiency.h200.bf16")):
+            ({"moe_untuned_efficiency": {"h200": {"bf16": 0}}}, "kernels.moe_untuned_efficiency.h200.bf16"),
+            ({"moe_untuned_k0": -1}, "field 'kernels.moe_untuned_k0' must be at least 0"),
+            ({"moe_tuned_shapes": None, "moe_untuned_efficiency": None, "moe_untuned_large_m_memory_efficiency": None,
+              "moe_untuned_k0": 32}, "field 'kernels.moe_untuned_k0' needs 'kernels.moe_tuned_shapes'")):
         with pytest.raises(SpecError, match=message):
             kernels_from_mapping({**good, **change}, "e.yaml")
 

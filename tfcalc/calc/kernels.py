@@ -129,6 +129,7 @@ class Rates:
     moe_tuned_shapes: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict, hash=False)
     moe_untuned_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
     moe_untuned_large_m_memory: dict[str, float] = field(default_factory=dict, hash=False)
+    moe_untuned_k0: float = 0.0  # the default tiles' grouped-GEMM K0 (0: the tuned kernel's)
     # under expert parallelism with every token on every rank (no all-to-all), the fused MoE runs its activation
     # and combine over all T k rows and writes zeros for the rows of other ranks' experts (Triton fused_moe's
     # write_zeros_to_output), not over this rank's rows alone
@@ -167,18 +168,20 @@ class Rates:
                 return key, self.peak_flops[key]
         raise ValueError(f"{self.name}: no dense throughput for {compute}")
 
-    def gemm_flops_per_s(self, compute: str, k: float, grouped: bool = False, weight_format: str = "") -> float:
+    def gemm_flops_per_s(self, compute: str, k: float, grouped: bool = False, weight_format: str = "",
+                         k0: float = 0.0) -> float:
         """Peak x large-GEMM efficiency x K / (K + K0) (module docstring); the peak alone when ideal. A dense GEMM
         of ``weight_format`` weights takes the engine's efficiency for that format where it has one
         (``gemm_efficiency_by_format``). ``grouped``: a fused-MoE GEMM, whose K0 is the engine's own where it
         measured one (``moe_k0``: for the weights' storage format, else for the compute dtype; else ``MOE_K0``), at
-        the dense efficiency of its compute dtype (the engines' MoE rates are relative to it)."""
+        the dense efficiency of its compute dtype (the engines' MoE rates are relative to it). ``k0``: a K0 the
+        caller knows (a kernel's default tiles), over all of those."""
         dtype, peak = self.peak(compute)
         if self.ideal:
             return peak
         eff = ((not grouped and self.gemm_efficiency_by_format.get(weight_format))
                or self.gemm_efficiency.get(dtype, self.gemm_efficiency.get("bf16", 0.7)))
-        k0 = ((grouped and (self.moe_k0.get(weight_format) or self.moe_k0.get(dtype) or MOE_K0.get(dtype)))
+        k0 = (k0 or (grouped and (self.moe_k0.get(weight_format) or self.moe_k0.get(dtype) or MOE_K0.get(dtype)))
               or GEMM_K0.get(dtype, 128))
         return peak * eff * k / (k + k0)
 
@@ -714,7 +717,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     bits it streams (``Rates.moe_stream_bits``) and its slower stream once the tokens outnumber the local experts
     (``Rates.moe_large_m_memory``); where the engine lists its tuned shapes for the format
     (``Rates.moe_tuned_shapes``), a shape (``experts_local``, ``expert_width``) outside the list runs the kernel's
-    default configuration, at ``Rates.moe_untuned_efficiency`` and ``Rates.moe_untuned_large_m_memory``.
+    default configuration, at ``Rates.moe_untuned_efficiency``, ``Rates.moe_untuned_k0`` and
+    ``Rates.moe_untuned_large_m_memory``.
     ``replicated``: every token reached every expert-parallel rank (no all-to-all), so a kernel with
     ``Rates.moe_ep_every_row`` activates, zero-fills and combines all T k rows.
     """
@@ -777,7 +781,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     unpacks = tiles / distinct if dequant in rates.moe_dequant_per_tile else 1.0
     for _, f, padded, weights, acts, k in stages:
         w_bytes = weights * stream_bits / 8
-        t_c = (padded / (rates.gemm_flops_per_s(compute, k, not dequant, weight_format) * grouped) if padded
+        t_c = (padded / (rates.gemm_flops_per_s(compute, k, not dequant, weight_format,
+                                                rates.moe_untuned_k0 if untuned else 0.0) * grouped) if padded
                else 0.0)
         t_w = w_bytes / bandwidth
         t_d = weights * unpacks * dequant_ops / rates.alu_ops_per_s if dequant and weights else 0.0

@@ -207,9 +207,10 @@ class EngineKernels:
     config switches from 16-row to 64-row tiles there); ``moe_tuned_shapes_by_gpu``: per GPU preset name and expert
     storage format, the (local experts, per-rank expert width) shapes this engine's fused MoE has a tuned kernel
     configuration for (SGLang's Triton config files); a shape outside it runs the default configuration, at
-    ``moe_untuned_efficiency_by_gpu`` (required for every listed GPU and format: its grouped efficiency) and, once a
-    step's tokens outnumber the local experts, ``moe_untuned_large_m_memory_by_gpu`` (its weight stream's fraction
-    of the datasheet bandwidth); ``shared_experts_stream_max_tokens`` /
+    ``moe_untuned_efficiency_by_gpu`` (required for every listed GPU and format: its grouped efficiency), with the
+    grouped-GEMM K0 ``moe_untuned_k0`` (0: the tuned kernel's) and, once a step's tokens outnumber the local
+    experts, ``moe_untuned_large_m_memory_by_gpu`` (its weight stream's fraction of the datasheet bandwidth);
+    ``shared_experts_stream_max_tokens`` /
     ``shared_experts_stream_in_graphs``: the steps in which the engine runs a MoE layer's shared experts on a second
     CUDA stream beside the routed ones (vLLM: up to 256 tokens; TensorRT-LLM: steps replayed from CUDA graphs; 0 /
     false: never). The per-dtype tables (expert floors, efficiency, K0) also take a storage format's name
@@ -249,6 +250,7 @@ class EngineKernels:
                                                                                        hash=False)
     moe_untuned_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_untuned_large_m_memory_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    moe_untuned_k0: float = 0.0
     uncaptured_linears: frozenset[str] = frozenset()
     shared_experts_stream_max_tokens: int = 0
     shared_experts_stream_in_graphs: bool = False
@@ -439,7 +441,8 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
                           "moe_large_m_memory_efficiency", "moe_tuned_shapes", "moe_untuned_efficiency",
-                          "moe_untuned_large_m_memory_efficiency", "shared_experts_stream", "sources"})
+                          "moe_untuned_large_m_memory_efficiency", "moe_untuned_k0", "shared_experts_stream",
+                          "sources"})
 QUANT_PLACES = ("norm", "attention", "activation")  # the kernels a GEMM's input comes from (its quantisation's host)
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
@@ -740,7 +743,7 @@ def _tuned_shapes(value: Any, origin: str) -> dict[str, dict[str, frozenset[tupl
 
 def _untuned(data: dict[str, Any], origin: str) -> dict[str, Any]:
     """``moe_tuned_shapes`` with the default configuration's ``moe_untuned_efficiency`` for each listed GPU and
-    format (and ``moe_untuned_large_m_memory_efficiency`` only where shapes are listed)."""
+    format (``moe_untuned_large_m_memory_efficiency`` and ``moe_untuned_k0`` only where shapes are listed)."""
     shapes = _tuned_shapes(data.get("moe_tuned_shapes"), origin)
     efficiency = _by_gpu(data.get("moe_untuned_efficiency"), origin, "kernels.moe_untuned_efficiency",
                          MOE_EXPERT_DTYPES, 1e-3, MAX_MOE_EFFICIENCY)
@@ -755,8 +758,11 @@ def _untuned(data: dict[str, Any], origin: str) -> dict[str, Any]:
     for gpu, fmt in sorted(listed):
         _require(fmt in efficiency.get(gpu, {}), origin, f"field 'kernels.moe_tuned_shapes.{gpu}.{fmt}' needs "
                  f"'kernels.moe_untuned_efficiency.{gpu}.{fmt}' (the rate of the shapes it does not list)")
+    k0 = _num(data.get("moe_untuned_k0", 0), origin, "kernels.moe_untuned_k0", 0.0, MAX_MOE_K0)
+    _require(not k0 or listed, origin, "field 'kernels.moe_untuned_k0' needs 'kernels.moe_tuned_shapes' (the shapes "
+             "it does not apply to)")
     return {"moe_tuned_shapes_by_gpu": shapes, "moe_untuned_efficiency_by_gpu": efficiency,
-            "moe_untuned_large_m_memory_by_gpu": large_m}
+            "moe_untuned_large_m_memory_by_gpu": large_m, "moe_untuned_k0": k0}
 
 
 def _choice(value: Any, origin: str, key: str, allowed: tuple[str, ...]) -> str:
