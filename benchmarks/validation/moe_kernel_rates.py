@@ -31,6 +31,10 @@ has FlashInfer CUTLASS rows beside its default Triton ones). ``--compare`` print
 newest table on the same rows (weight format, tokens, shapes, tp; balanced, ep 1) per GPU and kernel pair: whether
 the engines' kernels really differ, independently of tfcalc's model.
 
+``--moe-stream`` fits, per GPU and weight format, the fraction of the datasheet bandwidth the expert weights
+stream at while the tokens are at most the experts (2 <= T <= E): the GPU presets' ``latency.moe_memory_efficiency``
+(vLLM's tables, the default engine's), where it differs from the GEMV figure ``memory_efficiency``.
+
 ``--tuned yes|no`` keeps the rows of the formats an engine lists tuned kernel shapes for (SGLang's Triton config
 files, ``kernels.moe_tuned_shapes``), those whose shape (local experts, per-rank width) has a config or those
 without: the fit is then ``moe_efficiency`` or ``moe_untuned_efficiency`` (with ``--large-m``,
@@ -321,6 +325,33 @@ def large_m_fit(preset: str, args: argparse.Namespace, weights: str, rows: list,
           f"{s[len(s) // 4]:.2f}-{s[3 * len(s) // 4]:.2f} ({len(s)} rows)")
 
 
+def moe_stream_fit(preset: str, args: argparse.Namespace, weights: str, rows: list, base: object) -> None:
+    """The fraction of the datasheet bandwidth (the GPU preset's ``latency.moe_memory_efficiency`` for the rows'
+    storage format) that makes the median tfcalc / measured 1 over the rows of 2 to E tokens, where the expert
+    weights' stream sets the time (by bisection in [0.3, 1], at the preset's other values), with the median before
+    it and the rows of E to --min-tokens tokens beside it."""
+    import dataclasses
+
+    def ratios(fraction: float, subset: list) -> list[float]:
+        fmt = subset[0][1].weights
+        own = {**base.moe_memory_efficiency, fmt: fraction} if fraction else base.moe_memory_efficiency
+        return price_ratios(dataclasses.replace(base, moe_memory_efficiency=own), subset)
+
+    small = [(row, mode) for row, mode in rows if 2 <= row.num_tokens <= row.num_experts]
+    large = [(row, mode) for row, mode in rows if row.num_experts < row.num_tokens < args.min_tokens]
+    if not small:
+        return
+    lo, hi = 0.3, 1.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if statistics.median(ratios(mid, small)) > 1 else (lo, mid)
+    r, before = sorted(ratios(lo, small)), sorted(ratios(0.0, small))
+    beside = f"; E < T < {args.min_tokens}: median {statistics.median(ratios(lo, large)):.2f}" if large else ""
+    print(f"{preset:10s} {args.engine} {weights:12s} fused-MoE stream {lo:.2f} of the datasheet ({len(r)} rows, "
+          f"2 <= T <= E: quartiles {r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f}; at the preset median "
+          f"{statistics.median(before):.2f}){beside}")
+
+
 def main() -> None:
     import dataclasses
 
@@ -356,6 +387,9 @@ def main() -> None:
                         help="a table dtype's balanced rows at ep 1-16 priced at their local experts, by token band")
     parser.add_argument("--k0", default="", metavar="LIST",
                         help="comma-separated grouped-GEMM K0 values: the fit and its scatter at each")
+    parser.add_argument("--moe-stream", action="store_true",
+                        help="the GPU's fused-MoE weight stream (latency.moe_memory_efficiency) per table format, "
+                             "fitted on the rows of 2 to E tokens")
     parser.add_argument("--tuned", choices=("yes", "no"), default="",
                         help="only rows of formats the engine lists tuned shapes for (kernels.moe_tuned_shapes), "
                              "those with a tuned config (yes) or without (no: fits moe_untuned_efficiency, and "
@@ -382,7 +416,7 @@ def main() -> None:
             continue
         whole = df = pd.read_parquet(table)
         tokens = ((df.num_tokens >= args.held_out) & (df.num_tokens < args.min_tokens) if args.held_out
-                  else df.num_tokens < args.min_tokens if args.large_m
+                  else df.num_tokens < args.min_tokens if args.large_m or args.moe_stream
                   else df.num_tokens >= 16 if args.dequant_ops else df.num_tokens >= args.min_tokens)
         df = df[(df.distribution == "balanced") & tokens & (df.moe_ep_size == 1) & df.moe_dtype.isin(list(WEIGHTS))
                 & df.kernel_source.str.contains(args.kernel_source, regex=False)]
@@ -412,6 +446,9 @@ def main() -> None:
 
             if args.large_m:
                 large_m_fit(preset, args, weights, rows, base)
+                continue
+            if args.moe_stream:
+                moe_stream_fit(preset, args, weights, rows, base)
                 continue
             if args.dequant_ops:
                 fmt = rows[0][1].dequant

@@ -732,6 +732,28 @@ def test_experts_upcast_at_load_stream_their_wider_bits_and_unpack_nothing() -> 
         4 * 3 * 2880 * 2880 * 4.25 / 8)
 
 
+def test_fused_moe_stream_applies_while_tokens_are_at_most_the_local_experts() -> None:
+    """moe_memory_efficiency: the GPU's fused-MoE weight stream for a format (the whole layer's experts in one
+    kernel) replaces the GEMV figure while every local expert gets at most one row tile (tokens <= local experts),
+    not above, not for other formats, not under a calibrated curve or after --memory-efficiency; by hand on a
+    memory-bound step."""
+    base = replace(RATES, floors={**RATES.floors, "moe": 0.0})
+    fast = replace(base, moe_memory_efficiency={"bf16": 0.95})
+    args = {"experts_local": 8, "experts_total": 8, "top_k": 2, "hidden": 4096, "expert_width": 14336,
+            "gated": True, "weight_bits": 16, "compute": "bf16", "weight_format": "bf16"}
+    slow, quick = kernels.moe_experts(base, tokens=4, **args), kernels.moe_experts(fast, tokens=4, **args)
+    assert slow.bound == quick.bound == "memory" and quick.bytes == slow.bytes
+    stream = base.memory_bandwidth * base.memory_efficiency
+    assert slow.seconds - quick.seconds == pytest.approx(slow.bytes / stream - slow.bytes / (0.95 * 4e12), rel=1e-9)
+    assert kernels.moe_experts(fast, tokens=9, **args) == kernels.moe_experts(base, tokens=9, **args)
+    assert kernels.moe_experts(fast, tokens=4, **{**args, "weight_format": "fp8_block"}) == kernels.moe_experts(
+        base, tokens=4, **{**args, "weight_format": "fp8_block"})
+    curve = ((1e6, 2e12), (1e9, 3e12))
+    assert kernels.moe_experts(replace(fast, bandwidth_points=curve), tokens=4, **args) == kernels.moe_experts(
+        replace(base, bandwidth_points=curve), tokens=4, **args)
+    assert fast.with_efficiency(memory=0.5).moe_memory_efficiency == {}
+
+
 def test_large_m_stream_applies_only_once_tokens_outnumber_the_local_experts() -> None:
     """moe_large_m_memory: the format's weight stream falls to that fraction of the datasheet bandwidth for steps
     of more tokens than local experts (SGLang's default Triton tiles), not at or below it, not under a calibrated

@@ -440,6 +440,27 @@ def test_gemm_streaming_per_weight_format_gpu_then_engine() -> None:
         latency_from_mapping({**block, "gemm_memory_efficiency": 0.7}, "g.yaml")
 
 
+def test_fused_moe_stream_per_weight_format_from_the_gpu_preset() -> None:
+    """latency.moe_memory_efficiency: the GPU's fused-MoE weight stream by storage format (bf16 on H100 SXM, H200
+    and B200, where it streams faster than a GEMV: the whole layer's experts in one kernel), passed to every engine's
+    rates; a GPU without it (A100) keeps the GEMV figure; bad entries are one line."""
+    for gpu in ("h100-sxm", "h200", "b200"):
+        latency = load_gpu(gpu).latency
+        assert latency.memory_efficiency < latency.moe_memory_efficiency["bf16"] <= 1
+        for engine in ("vllm", "sglang", "trtllm"):
+            assert rates_for(load_gpu(gpu), load_engine(engine).kernels).moe_memory_efficiency == \
+                latency.moe_memory_efficiency
+    assert rates_for(load_gpu("a100-80gb"), load_engine("vllm").kernels).moe_memory_efficiency == {}
+    block = load_preset_document("gpu", "h200")["latency"]
+    assert latency_from_mapping({**block, "moe_memory_efficiency": {"bfloat16": 0.9}},
+                                "g.yaml").moe_memory_efficiency == {"bf16": 0.9}
+    for value, message in (({"bf16": 1.5}, "latency.moe_memory_efficiency.bf16' must be at most 1"),
+                           (0.9, "field 'latency.moe_memory_efficiency' must be a mapping")):
+        with pytest.raises(SpecError, match=message) as caught:
+            latency_from_mapping({**block, "moe_memory_efficiency": value}, "g.yaml")
+        assert "\n" not in str(caught.value) and str(caught.value).startswith("g.yaml: ")
+
+
 def test_engine_gemm_compute_efficiency_per_weight_format() -> None:
     """kernels.gemm_efficiency (engine, per GPU): TensorRT-LLM's large GEMMs by storage format reach the GPU; per-tensor
     fp8 runs well above vLLM's CUTLASS scaled-mm (the GPU presets' fp8 figure) on Hopper; the part sharing the

@@ -130,6 +130,9 @@ class Rates:
     moe_untuned_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
     moe_untuned_large_m_memory: dict[str, float] = field(default_factory=dict, hash=False)
     moe_untuned_k0: float = 0.0  # the default tiles' grouped-GEMM K0 (0: the tuned kernel's)
+    # the fused MoE's expert-weight stream as a fraction of the datasheet bandwidth, by storage format, where it
+    # differs from memory_efficiency (the GPU preset's GEMV figure)
+    moe_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
     # under expert parallelism with every token on every rank (no all-to-all), the fused MoE runs its activation
     # and combine over all T k rows and writes zeros for the rows of other ranks' experts (Triton fused_moe's
     # write_zeros_to_output), not over this rank's rows alone
@@ -264,7 +267,7 @@ class Rates:
                            gemm_efficiency_by_format={})
         if memory is not None:
             changes.update(memory_efficiency=memory, bandwidth_points=(), gemm_memory_efficiency={},
-                           moe_large_m_memory={}, moe_untuned_large_m_memory={})
+                           moe_large_m_memory={}, moe_untuned_large_m_memory={}, moe_memory_efficiency={})
         return replace(self, **changes) if changes else self
 
 
@@ -714,7 +717,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     touched expert's weights are read once; its rows run in tiles of ``moe_tile_rows`` rows, E[ceil(X / tile)] of
     them for its binomial count X, each tile computing whole (``routed_rows``). ``weight_format`` (the experts'
     storage dtype name) picks an engine's entries measured for that format's kernel over its compute dtype's: the
-    bits it streams (``Rates.moe_stream_bits``) and its slower stream once the tokens outnumber the local experts
+    bits it streams (``Rates.moe_stream_bits``), the GPU's fused-MoE stream for it while the tokens are at most the
+    local experts (``Rates.moe_memory_efficiency``) and its slower stream once they outnumber them
     (``Rates.moe_large_m_memory``); where the engine lists its tuned shapes for the format
     (``Rates.moe_tuned_shapes``), a shape (``experts_local``, ``expert_width``) outside the list runs the kernel's
     default configuration, at ``Rates.moe_untuned_efficiency``, ``Rates.moe_untuned_k0`` and
@@ -770,7 +774,11 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     stream_bits = rates.moe_stream_bits.get(weight_format) or weight_bits
     dequant_ops = (0.0 if weight_format in rates.moe_stream_bits
                    else rates.moe_dequant_ops.get(dequant) or DEQUANT_OPS.get(dequant, 0.0))
-    bandwidth = rates._stream or rates.bandwidth(distinct * hidden * (in_width + expert_width) * stream_bits / 8)
+    # the GPU's own fused-MoE stream while every local expert gets at most one row tile (tokens <= local experts)
+    own_stream = (rates.moe_memory_efficiency.get(weight_format) if tokens <= experts_local and rates._stream
+                  else None)
+    bandwidth = ((rates.memory_bandwidth * own_stream if own_stream else rates._stream)
+                 or rates.bandwidth(distinct * hidden * (in_width + expert_width) * stream_bits / 8))
     # the kernel's tile configuration for more tokens than experts streams slower (not under a calibrated curve)
     large_m = ((rates.moe_untuned_large_m_memory if untuned else rates.moe_large_m_memory).get(weight_format)
                if tokens > experts_local and rates._stream else None)

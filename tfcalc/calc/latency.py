@@ -83,6 +83,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
     engine_moe = engine.moe_efficiency_by_gpu.get(kernels_gpu, {})
     engine_k0 = engine.moe_k0_by_gpu.get(kernels_gpu, {})
     gemm_memory = dict(lat.gemm_memory_efficiency) if lat is not None else {}
+    moe_memory = dict(lat.moe_memory_efficiency) if lat is not None else {}
     engine_gemm_memory = engine.gemm_memory_efficiency_by_gpu.get(kernels_gpu, {})
     if engine_gemm_memory:
         gemm_memory.update(engine_gemm_memory)
@@ -130,6 +131,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  fp8_kv_attention=engine.fp8_kv_attention_by_gpu.get(kernels_gpu),
                  fp8_kv_prefill_scale=engine.fp8_kv_prefill_scale_by_gpu.get(kernels_gpu),
                  gemm_memory_efficiency=gemm_memory, gemm_efficiency_by_format=engine_gemm,
+                 moe_memory_efficiency=moe_memory,
                  dynamic_scale_s=engine.dynamic_scale_s_by_gpu.get(kernels_gpu),
                  launch_s=engine.eager_launch_s,
                  cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source)

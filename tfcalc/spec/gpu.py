@@ -167,7 +167,8 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
 # --- the latency block: what the GPU achieves, for ``tfcalc estimate`` (tfcalc/calc/kernels.py) -------------
 
 _LATENCY_KEYS = {"sm_count", "gemm_efficiency", "attention_efficiency", "moe_efficiency", "memory_efficiency",
-                 "gemm_memory_efficiency", "floors_us", "interconnect_preset", "kernels_as", "measured_on", "sources"}
+                 "gemm_memory_efficiency", "moe_memory_efficiency", "floors_us", "interconnect_preset", "kernels_as",
+                 "measured_on", "sources"}
 _FLOOR_KEYS = ("gemm", "elementwise", "attention", "moe")
 MAX_SM_COUNT = 1 << 16
 MAX_FLOOR_US = 1e6  # one second: a kernel floor beyond it is a unit mistake, not a GPU
@@ -182,7 +183,9 @@ class GPULatency:
     GEMM of the same shape (a number, or per compute dtype: ``moe_efficiency_by_dtype``, its bf16 entry the number);
     ``memory_efficiency``: large streaming kernels (GEMV); ``gemm_memory_efficiency``: the same for small-M GEMMs
     whose weights are in a storage format whose kernel streams differently (canonical dtype name -> fraction;
-    per-tensor fp8 scaled-mm is slower than a bf16 GEMV);
+    per-tensor fp8 scaled-mm is slower than a bf16 GEMV); ``moe_memory_efficiency``: the same for the fused MoE's
+    expert weights while a step's tokens are at most the local experts, by storage format, where its kernel
+    streams them differently from a GEMV (the whole layer's experts in one kernel);
     ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
     ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric;
     ``kernels_as``: the GPU preset of the same silicon whose engine-measured kernel entries (an engine preset's
@@ -201,6 +204,7 @@ class GPULatency:
     interconnect_preset: str
     moe_efficiency_by_dtype: dict[str, float] = field(default_factory=dict, hash=False)
     gemm_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
+    moe_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
     kernels_as: str | None = None
     measured_on: str | None = None
 
@@ -269,6 +273,7 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
                 raise SpecError("field 'latency.moe_efficiency' needs a bf16 entry (the default for other dtypes)")
             moe = moe_by_dtype["bf16"]
         gemm_memory = storage_fractions(data.get("gemm_memory_efficiency"), "latency.gemm_memory_efficiency")
+        moe_memory = storage_fractions(data.get("moe_memory_efficiency"), "latency.moe_memory_efficiency")
         floors = data["floors_us"]
         if not isinstance(floors, dict):
             raise SpecError(f"field 'latency.floors_us' must be a mapping of {', '.join(_FLOOR_KEYS)}")
@@ -285,7 +290,7 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
                           moe_efficiency=fraction(moe, "latency.moe_efficiency"),
                           moe_efficiency_by_dtype=moe_by_dtype,
                           memory_efficiency=fraction(data["memory_efficiency"], "latency.memory_efficiency"),
-                          gemm_memory_efficiency=gemm_memory,
+                          gemm_memory_efficiency=gemm_memory, moe_memory_efficiency=moe_memory,
                           floors_s=floors_s,
                           interconnect_preset=check_str("latency.interconnect_preset", data["interconnect_preset"],
                                                         MAX_NAME_CHARS),
