@@ -411,10 +411,17 @@ def test_signals_exit_130_and_143(tmp_path: Path, signum: int, code: int, messag
     """A run blocked opening a FIFO nobody reads is interrupted: one line, exit 128 + signal, FIFO intact."""
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
+    def child_setup() -> None:
+        # a run started as a shell's background job inherits SIGINT ignored, and Python then installs no
+        # handler: give the child the disposition of a foreground command, whatever ran these tests
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if stderr_closed:
+            os.close(2)
+
     process = subprocess.Popen(
         [sys.executable, "-m", "tfcalc", "kv-cache", "-p", "llama3-8b", "-f", "csv", "-o", str(fifo)],
         stdout=subprocess.DEVNULL, stderr=None if stderr_closed else subprocess.PIPE, text=True,
-        preexec_fn=(lambda: os.close(2)) if stderr_closed else None)
+        preexec_fn=child_setup)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not _blocked_on_open(process.pid, fifo):
         time.sleep(0.05)
