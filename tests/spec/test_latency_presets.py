@@ -125,7 +125,8 @@ def test_moe_efficiency_per_compute_dtype() -> None:
     h200 = load_gpu("h200").latency
     assert h200 is not None and h200.moe_efficiency_by_dtype == {"bf16": 0.79, "fp8": 0.53}
     rates = rates_for(load_gpu("h200"), load_engine("vllm").kernels)
-    assert rates.grouped_efficiency("fp8") == 0.53 and rates.grouped_efficiency("bf16") == 0.79
+    assert rates.grouped_efficiency("fp8") == 0.53  # bf16: vLLM's Triton kernel on its tuned shapes (0.83)
+    assert rates_for(load_gpu("h200"), EngineKernels()).grouped_efficiency("bf16") == 0.79  # the GPU preset's
     assert rates_for(load_gpu("h200"), load_engine("trtllm").kernels).moe_expert_floors == pytest.approx(
         {"fp8_block": 0.23e-6})
     assert rates_for(load_gpu("h200"), load_engine("vllm").kernels).moe_expert_floors == {}
@@ -146,8 +147,9 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
     assert sglang.source.endswith(", bf16/fp4/fp8 MoE efficiency from the engine preset")  # the dtypes it replaces
     assert sglang.grouped_efficiency("bf16", "fp4") == 0.50  # MXFP4 experts upcast to bf16 on Hopper
     vllm = rates_for(load_gpu("h200"), load_engine("vllm").kernels)
-    assert vllm.source.endswith(", fp4 MoE efficiency from the engine preset")  # its MXFP4 experts only
+    assert vllm.source.endswith(", bf16/fp4 MoE efficiency from the engine preset")  # Triton bf16, MXFP4 experts
     assert vllm.grouped_efficiency("bf16", "fp4") == 0.87 and vllm.grouped_efficiency("fp8") == 0.53
+    assert vllm.grouped_efficiency("bf16") == 0.83 and vllm.moe_untuned_efficiency == {"bf16": 0.76}
     assert "engine" not in rates_for(load_gpu("a100-80gb"), load_engine("vllm").kernels).source
     assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).grouped_efficiency("fp8") == 0.45
     b200 = rates_for(load_gpu("b200"), load_engine("trtllm").kernels)
@@ -657,9 +659,11 @@ def test_sglang_prices_shapes_without_a_tuned_config_at_its_default_tiles() -> N
     assert k.moe_experts(no_large_m, tokens=4, experts_local=8, expert_width=7000, **args) == k.moe_experts(
         h200, tokens=4, experts_local=8, expert_width=7000, **args)
     assert h200.with_efficiency(memory=0.5).moe_untuned_large_m_memory == {}
-    for gpu, engine, arch in (("h200", "vllm", None), ("h200", "trtllm", None), ("b200", "sglang",
+    for gpu, engine, arch in (("b200", "vllm", None), ("h200", "trtllm", None), ("b200", "sglang",
                                                                               "Qwen3MoeForCausalLM")):
         assert rates_for(load_gpu(gpu), load_engine(engine).kernels, architecture=arch).moe_tuned_shapes == {}
+    vllm = rates_for(load_gpu("h200"), load_engine("vllm").kernels)  # vLLM 0.24's files: 8x14336 on the H200 too
+    assert (8, 14336) in vllm.moe_tuned_shapes["bf16"] and vllm.moe_untuned_k0 == 0.0
     assert "bf16" in rates_for(load_gpu("b200"), load_engine("sglang").kernels,
                                architecture="MixtralForCausalLM").moe_tuned_shapes
 
@@ -695,19 +699,21 @@ def test_moe_tuned_shapes_are_validated() -> None:
             kernels_from_mapping({**good, **change}, "e.yaml")
 
 
-def test_sglang_tuned_shapes_come_from_the_wheels_file_names(
+def test_tuned_shapes_come_from_the_wheels_file_names(
         benchmark_script: Callable[[str], ModuleType]) -> None:
-    """sglang_moe_configs.tuned_shapes reads (E, N) from the 16-bit config files of every Triton folder, per GPU
-    preset; dtype-specific files, other devices and other folders do not count."""
-    s = benchmark_script("validation/sglang_moe_configs.py")
+    """moe_config_files.tuned_shapes reads (E, N) from the 16-bit config files of every SGLang Triton folder and of
+    vLLM's configs folder, per GPU preset; dtype-specific files, other devices and other folders do not count."""
+    s = benchmark_script("validation/moe_config_files.py")
     root = "sglang/srt/layers/moe/moe_runner/triton_utils/configs"
     names = [f"{root}/triton_3_1_0/E=8,N=14336,device_name=NVIDIA_H200.json",
+             "vllm/model_executor/layers/fused_moe/configs/E=16,N=1024,device_name=NVIDIA_B200.json",
+             "vllm/model_executor/layers/fused_moe/configs/E=16,N=1024,device_name=NVIDIA_B200,dtype=fp8_w8a8.json",
              f"{root}/triton_3_4_0/E=128,N=768,device_name=NVIDIA_H200.json",
              f"{root}/triton_3_4_0/E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json",
              f"{root}/triton_3_4_0/E=64,N=768,device_name=NVIDIA_H200,dtype=fp8_w8a8.json",
              f"{root}/triton_3_4_0/E=64,N=384,device_name=NVIDIA_L40S.json",
              f"{root}/README.md", "sglang/other/E=1,N=1,device_name=NVIDIA_B200.json"]
-    assert s.tuned_shapes(names) == {"h100-sxm": [(128, 768)], "h200": [(8, 14336), (128, 768)], "b200": []}
+    assert s.tuned_shapes(names) == {"h100-sxm": [(128, 768)], "h200": [(8, 14336), (128, 768)], "b200": [(16, 1024)]}
 
 
 def test_moe_expert_floors_are_validated() -> None:
