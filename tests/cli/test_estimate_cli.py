@@ -66,6 +66,20 @@ def test_moe_explain_shows_expected_experts() -> None:
     assert "E x (1 - (1 - k/E)^B) = 8 x (1 - (1 - 2/8)^64)" in " ".join(result.stdout.split())
 
 
+def test_explain_says_whether_the_fused_moe_shape_has_a_tuned_config() -> None:
+    """SGLang 0.5.14 ships a bf16 Triton config for Mixtral 8x7B's experts at tp 2 on an H200 (8 x 7168), none for
+    the 4 local experts of ep 2 (4 x 14336): the explain line says which, and the default tiles' rate."""
+    base = ["estimate", "-p", "mixtral-8x7b", "-g", "h200", "-e", "sglang", "--tp", "2", "--explain"]
+    tuned = runner.invoke(app, base)
+    untuned = runner.invoke(app, [*base, "--ep", "2"])
+    assert tuned.exit_code == 0 and untuned.exit_code == 0, tuned.output + untuned.output
+    assert "ships a tuned kernel config for 8 x 7168 (bf16" in " ".join(tuned.stdout.split())
+    text = " ".join(untuned.stdout.split())
+    assert "ships no tuned kernel config for 4 x 14336 (bf16" in text and "0.47 of a dense GEMM, K0 32" in text
+    other = runner.invoke(app, ["estimate", "-p", "mixtral-8x7b", "-g", "h200", "-e", "trtllm", "--explain"])
+    assert other.exit_code == 0 and "tuned kernel config" not in other.stdout
+
+
 def test_explain_names_a_formats_own_moe_floor() -> None:
     """TensorRT-LLM's MXFP4 experts on an H200 pay their backend's fixed cost, not the engine's moe floor, and the
     rates line says which."""

@@ -706,6 +706,13 @@ def routed_rows(experts: int, top_k: int, tokens: int, routing: Routing = UNIFOR
     return distinct_experts(experts, top_k, tokens, routing), padded, count
 
 
+def moe_untuned(rates: Rates, weight_format: str, experts_local: int, expert_width: int) -> bool:
+    """Whether the engine's fused MoE runs its default tile configuration for this shape: it lists the tuned shapes
+    of the format (``Rates.moe_tuned_shapes``, its config files) and (local experts, per-rank width) is not one."""
+    tuned = rates.moe_tuned_shapes.get(weight_format)
+    return tuned is not None and (experts_local, expert_width) not in tuned
+
+
 def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
                 expert_width: int, gated: bool, weight_bits: float, compute: str, dequant: str = "",
                 act_bytes: float = 2.0, routing: Routing = UNIFORM, weight_format: str = "",
@@ -767,8 +774,7 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
                     else "memory", 1, 0.0, weights, weights)
     seconds = flops = nbytes = weight_total = 0.0
     by_bound: dict[str, float] = {}
-    tuned = rates.moe_tuned_shapes.get(weight_format)
-    untuned = tuned is not None and (experts_local, expert_width) not in tuned  # the kernel's default tiles
+    untuned = moe_untuned(rates, weight_format, experts_local, expert_width)  # the kernel's default tiles
     grouped = (rates.moe_untuned_efficiency[weight_format] if untuned
                else rates.grouped_efficiency(compute, dequant, weight_format))
     stream_bits = rates.moe_stream_bits.get(weight_format) or weight_bits

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from tfcalc.calc.kernels import UNIFORM, Rates, Routing, distinct_experts
+from tfcalc.calc.kernels import UNIFORM, Rates, Routing, distinct_experts, moe_untuned
 from tfcalc.calc.latency import (
     GROUPS,
     Deployment,
@@ -271,6 +271,15 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                      f"{uniform:.3f}{other}"
                      + f"; each GPU holds {dm.experts_local} expert{'s' if dm.experts_local != 1 else ''} of width "
                      f"{dm.expert_width:g}")
+        rates, fmt, width = d.rates_decode, dm.experts_mode.weights, int(dm.expert_width) or 1
+        if fmt in rates.moe_tuned_shapes:
+            shape = f"{dm.experts_local} x {width} ({fmt}, local experts x per-rank width)"
+            if moe_untuned(rates, fmt, dm.experts_local, width):
+                k0 = f", K0 {rates.moe_untuned_k0:g}" if rates.moe_untuned_k0 else ""
+                lines.append(f"fused MoE: the engine ships no tuned kernel config for {shape} on {rates.name}: its "
+                             f"default tiles, {rates.moe_untuned_efficiency[fmt]:.2f} of a dense GEMM{k0}")
+            else:
+                lines.append(f"fused MoE: the engine ships a tuned kernel config for {shape} on {rates.name}")
     k = d.kernels
     if dm.shared_width and (k.shared_experts_stream_max_tokens or k.shared_experts_stream_in_graphs):
         rule = " and ".join(([f"steps of <= {k.shared_experts_stream_max_tokens:,} tokens"]
