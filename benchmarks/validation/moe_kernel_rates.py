@@ -35,8 +35,8 @@ the engines' kernels really differ, independently of tfcalc's model.
 stream at while the tokens are at most the experts (2 <= T <= E): the GPU presets' ``latency.moe_memory_efficiency``
 (vLLM's tables, the default engine's), where it differs from the GEMV figure ``memory_efficiency``.
 
-``--tuned yes|no`` keeps the rows of the formats an engine lists tuned kernel shapes for (SGLang's Triton config
-files, ``kernels.moe_tuned_shapes``), those whose shape (local experts, per-rank width) has a config or those
+``--tuned yes|no`` keeps the rows of the formats an engine lists tuned kernel shapes for (SGLang's and vLLM's Triton
+config files, ``kernels.moe_tuned_shapes``), those whose shape (local experts, per-rank width) has a config or those
 without: the fit is then ``moe_efficiency`` or ``moe_untuned_efficiency`` (with ``--large-m``,
 ``moe_untuned_large_m_memory_efficiency``).
 
@@ -425,9 +425,9 @@ def main() -> None:
         gpu = load_gpu(preset)
         base = rates_for(gpu, load_engine(args.engine).kernels)
         if args.tuned:
-            listed = load_engine(args.engine).kernels.moe_tuned_shapes_by_gpu.get(preset, {})
-            df = df[[WEIGHTS[r.moe_dtype] in listed and ((r.num_experts // r.moe_ep_size, r.inter_size // r.moe_tp_size)
-                                                          in listed[WEIGHTS[r.moe_dtype]]) == (args.tuned == "yes")
+            df = df[[WEIGHTS[r.moe_dtype] in base.moe_tuned_shapes
+                     and kernels.moe_untuned(base, WEIGHTS[r.moe_dtype], r.num_experts // r.moe_ep_size,
+                                             r.inter_size // r.moe_tp_size) == (args.tuned == "no")
                      for r in df.itertuples()]]
             if args.tuned == "no":  # price the default configuration's rows as the kernel's own: its rates are fitted
                 untuned_k0 = {fmt: base.moe_untuned_k0 for fmt in base.moe_untuned_efficiency if base.moe_untuned_k0}

@@ -124,7 +124,7 @@ class Rates:
     # Triton config: 16-row tiles up to M = E, 64-row tiles with GROUP_SIZE_M 8 above)
     moe_large_m_memory: dict[str, float] = field(default_factory=dict, hash=False)
     # by storage format, the (local experts, per-rank expert width) shapes the engine's fused MoE has a tuned kernel
-    # configuration for (SGLang's Triton config files); other shapes run its default configuration at
+    # configuration for (SGLang's and vLLM's Triton config files); other shapes run its default configuration at
     # moe_untuned_efficiency, streaming at moe_untuned_large_m_memory once the tokens outnumber the local experts
     moe_tuned_shapes: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict, hash=False)
     moe_untuned_efficiency: dict[str, float] = field(default_factory=dict, hash=False)

@@ -206,7 +206,7 @@ class EngineKernels:
     bandwidth that weight stream reaches once a step's tokens outnumber the local experts (SGLang's default Triton
     config switches from 16-row to 64-row tiles there); ``moe_tuned_shapes_by_gpu``: per GPU preset name and expert
     storage format, the (local experts, per-rank expert width) shapes this engine's fused MoE has a tuned kernel
-    configuration for (SGLang's Triton config files); a shape outside it runs the default configuration, at
+    configuration for (SGLang's and vLLM's Triton config files); a shape outside it runs the default configuration, at
     ``moe_untuned_efficiency_by_gpu`` (required for every listed GPU and format: its grouped efficiency), with the
     grouped-GEMM K0 ``moe_untuned_k0`` (0: the tuned kernel's) and, once a step's tokens outnumber the local
     experts, ``moe_untuned_large_m_memory_by_gpu`` (its weight stream's fraction of the datasheet bandwidth);
