@@ -5,7 +5,8 @@ aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment
 it runs offline from its bundled, measured kernel tables) and run
 
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
-        [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4]
+        [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
+        | --holdout5]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -14,7 +15,8 @@ prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``
 model was built, to test it on settings no earlier round looked at; ``--holdout2`` the second such grid
 (``HOLDOUT_GRID_2``, aiconfigurator_holdout2.json), collected after the round that used the first; ``--holdout3``
 the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before the round that used the second;
-``--holdout4`` the fourth (``HOLDOUT_GRID_4``, aiconfigurator_holdout4.json), before the round that used the third.
+``--holdout4`` the fourth (``HOLDOUT_GRID_4``, aiconfigurator_holdout4.json), before the round that used the third;
+``--holdout5`` the fifth (``HOLDOUT_GRID_5``, aiconfigurator_holdout5.json), before the round that used the fourth.
 """
 
 from __future__ import annotations
@@ -165,6 +167,26 @@ HOLDOUT_GRID_4 = [
 ]
 
 
+# Collected on 2026-12-05 (stop 39) before that session's changes and scored once: settings no grid above holds
+# (H100 for Mixtral 8x7B at ep 4, gpt-oss-120b at ep 4, Qwen3-235B with its experts sliced over tp 4 and fp8
+# Qwen3-32B at tp 2; H200 for fp8 Llama 3.1 8B and fp8 Llama 3 70B on one GPU, Qwen3-235B at ep 4 and gpt-oss-20b at
+# tp 4; B200 for Mixtral 8x22B at ep 4, Qwen3-30B-A3B at ep 4 and fp8 Llama 3.1 8B at tp 2; prompts of 600, 5,000 and
+# 10,000 tokens; batches 6, 28 and 56). Summarised on its own line ("aic held-out 5").
+HOLDOUT_GRID_5 = [
+    ("mixtral-8x7b", "h100_sxm", [4], [6, 28, 56], [(5000, 500)], True),
+    ("gpt-oss-120b", "h100_sxm", [4], [6, 28, 56], [(600, 900)], True),
+    ("qwen3-235b-a22b", "h100_sxm", [4], [6, 28, 56], [(600, 900)]),
+    ("qwen3-32b-fp8", "h100_sxm", [2], [6, 28, 56], [(10000, 200)]),
+    ("llama3.1-8b-fp8", "h200_sxm", [1], [6, 28, 56], [(10000, 200)]),
+    ("llama3-70b-fp8", "h200_sxm", [1], [6, 28, 56], [(5000, 500)]),
+    ("qwen3-235b-a22b", "h200_sxm", [4], [6, 28, 56], [(5000, 500)], True),
+    ("gpt-oss-20b", "h200_sxm", [4], [6, 28, 56], [(600, 900)]),
+    ("mixtral-8x22b", "b200_sxm", [4], [6, 28, 56], [(600, 900)], True),
+    ("qwen3-30b-a3b", "b200_sxm", [4], [6, 28, 56], [(10000, 200)], True),
+    ("llama3.1-8b-fp8", "b200_sxm", [2], [6, 28, 56], [(5000, 500)]),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -242,8 +264,11 @@ if __name__ == "__main__":
         GRID[:] = HOLDOUT_GRID_3
     if "--holdout4" in flags:
         GRID[:] = HOLDOUT_GRID_4
+    if "--holdout5" in flags:
+        GRID[:] = HOLDOUT_GRID_5
     if only:
         GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
-    every_backend = {"--large-batch", "--holdout", "--holdout2", "--holdout3", "--holdout4"} & set(flags)
+    every_backend = {"--large-batch", "--holdout", "--holdout2", "--holdout3", "--holdout4",
+                     "--holdout5"} & set(flags)
     default = ["vllm", "sglang", "trtllm"] if every_backend else ["vllm"]
     main(args[0], "--quick" in flags, backends[0].split(",") if backends else default)
