@@ -15,6 +15,13 @@ Two caveats, each a mechanism of the collector rather than of the engine:
 - ``sliced``: a table row whose experts are sliced over more GPUs (moe_tp) is slower than the row sliced over half as
   many at the same tokens: each GPU does half the work, so a row more than 10 % slower (median over 64+ tokens) is a
   collection fault, not a kernel property.
+- ``unsplit``: the shape's balanced-routing rows at moe_ep 2 are no faster than at moe_ep 1 (median over 4,096+
+  tokens >= 0.9; each rank holds half the experts and computes half the rows, so ~0.5 is fair). SGLang's collector
+  gives its Triton fused MoE the timed rank's tokens with remote expert IDs clamped to local expert 0
+  (collector/sglang/collect_moe.py ``run_op``: ``topk_ids.clamp(min=0)``, zero weights), so every row of a token
+  that reaches rank 0 is computed there; under its balanced top-2 of 8 (token t picks t and t + 4 mod 8) that is
+  1, 1/2 and 1/4 of the ep-1 rows at ep 2, 4 and 8 instead of 1/2, 1/4 and 1/8, as Mixtral's rows show. The
+  engine's kernel writes zeros for remote rows instead of computing them.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ OUT = HERE / "aiconfigurator_caveats.json"
 # RenormalizeMoeRoutingMethod outside its min-latency mode (collector/trtllm/collect_moe.py)
 GROUPED_ROUTING_ENGINES = frozenset({"vllm", "sglang"})
 SLICED_EXCESS = 1.10
+UNSPLIT_RATIO = 0.9
 
 
 def timed_rank_rows(experts: int, top_k: int, groups: int, groups_per_token: int, ep: int,
@@ -80,6 +88,22 @@ def sliced_excess(df, moe_dtype: str, distribution: str, shape: tuple[int, int, 
     return statistics.median(ratios) if ratios else None
 
 
+def unsplit_ratio(df, moe_dtype: str, shape: tuple[int, int, int, int]) -> float | None:
+    """Median over token counts >= 4,096 of latency(moe_ep 2) / latency(moe_ep 1) for one table's balanced rows of
+    ``shape`` (hidden, full expert width, experts, top-k) at moe_tp 1; None where either layout is missing."""
+    if df is None:
+        return None
+    hidden, width, experts, top_k = shape
+    rows = df[(df.moe_dtype == moe_dtype) & (df.distribution == "balanced") & (df.hidden_size == hidden)
+              & (df.inter_size == width) & (df.num_experts == experts) & (df.topk == top_k)
+              & (df.moe_tp_size == 1) & (df.num_tokens >= 4096)]
+    split, whole = rows[rows.moe_ep_size == 2], rows[rows.moe_ep_size == 1]
+    halves = dict(zip(split.num_tokens, split.latency, strict=True))
+    ones = dict(zip(whole.num_tokens, whole.latency, strict=True))
+    ratios = [halves[t] / ones[t] for t in halves if t in ones and ones[t] > 0]
+    return statistics.median(ratios) if ratios else None
+
+
 def caveats() -> list[dict]:
     """Every aiconfigurator point (validate.py's files) with a caveat, keyed as validate.py keys its points."""
     import aiconfigurator_core
@@ -120,9 +144,14 @@ def caveats() -> list[dict]:
                 shape = (spec.hidden_size, moe.expert_intermediate_size, moe.num_experts,
                          moe.experts_per_token)
                 excess = sliced_excess(cache[table_key], aic_moe, f"power_law_{alpha}", shape, p["tp"] // ep, ep)
+                unsplit = unsplit_ratio(cache[table_key], aic_moe, shape) if ep > 1 else None
                 if excess is not None and excess > SLICED_EXCESS:
                     reason = "sliced"
                     evidence = (f"moe_tp {p['tp'] // ep} rows {excess:.2f}x the moe_tp {p['tp'] // ep // 2} rows "
+                                f"({aic_moe}, {p['backend']} {p['version']})")
+                elif unsplit is not None and unsplit >= UNSPLIT_RATIO:
+                    reason = "unsplit"
+                    evidence = (f"balanced moe_ep 2 rows {unsplit:.2f}x the moe_ep 1 rows at 4,096+ tokens "
                                 f"({aic_moe}, {p['backend']} {p['version']})")
             if reason:
                 out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],

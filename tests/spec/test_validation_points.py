@@ -58,7 +58,7 @@ def test_caveats_name_loaded_points(v: ModuleType) -> None:
 
     tagged = [p for p in v.load_points() if p.get("caveat")]
     assert len(tagged) == len(json.loads(v.CAVEATS.read_text())) >= 1
-    assert {p["caveat"] for p in tagged} <= {"routing", "sliced"}
+    assert {p["caveat"] for p in tagged} <= {"routing", "sliced", "unsplit"}
     assert all(p["source_kind"] != "silicon" for p in tagged)
 
 
@@ -89,7 +89,7 @@ def test_third_held_out_grid(v: ModuleType) -> None:
                                                                 abs(tpot / p["tpot_ms"] - 1)])
     assert len(dense) >= 70 and sum(e <= 0.2 for e in dense) >= 0.95 * len(dense)
     # first scoring: 102 of 114
-    assert len(moe) >= 110 and sum(e <= 0.2 for e in moe) >= 0.85 * len(moe)
+    assert len(moe) >= 100 and sum(e <= 0.2 for e in moe) >= 0.85 * len(moe)
 
 
 def test_fourth_held_out_grid(v: ModuleType) -> None:
@@ -111,6 +111,50 @@ def test_fourth_held_out_grid(v: ModuleType) -> None:
     assert untuned_ep == 3
     assert len(dense) >= 70 and sum(e <= 0.2 for e in dense) >= 0.95 * len(dense)
     assert len(moe) >= 110 and sum(e <= 0.2 for e in moe) >= 97
+
+
+def test_fifth_held_out_grid(v: ModuleType) -> None:
+    """The fifth held-out file (collected before the twenty-fourth round's changes; first scoring TTFT 68 of 96,
+    TPOT 92 of 96): its dense points stay near aiconfigurator, its MoE points keep the round's gain (91 of 120
+    TTFT and TPOT values at the first scoring), and Mixtral 8x7B at ep 4 on vLLM and TensorRT-LLM, whose 5,000-token
+    prefills the busiest rank of aiconfigurator's power-law draw sets (+24 ... +51 % under the normal
+    approximation), stays within 20 %."""
+    held = [p for p in v.load_points() if p["source_kind"] == v.HOLDOUT_5]
+    assert len(held) >= 90 and {p["gpu"] for p in held} == {"b200", "h200", "h100-sxm"}
+    dense: list[float] = []
+    moe: list[float] = []
+    mixtral_ep = 0
+    for p in held:
+        ttft, tpot = v.predict(p)
+        errors = [abs(ttft / p["ttft_ms"] - 1), abs(tpot / p["tpot_ms"] - 1)]
+        (moe if v._model_name(p) in v.MOE else dense).extend(errors)
+        if p["model"] == "mixtral-8x7b" and p["engine"] in ("vllm", "trtllm"):
+            mixtral_ep += 1
+            assert errors[0] <= 0.2
+    assert mixtral_ep == 6
+    assert len(dense) >= 70 and sum(e <= 0.2 for e in dense) >= 0.95 * len(dense)
+    assert len(moe) >= 110 and sum(e <= 0.2 for e in moe) >= 97
+
+
+def test_unsplit_ratio_is_the_median_ep2_over_ep1(benchmark_script: Callable[[str], ModuleType]) -> None:
+    """aic_caveats.unsplit_ratio: balanced latency at moe_ep 2 over moe_ep 1, moe_tp 1, same tokens, median over
+    4,096+ tokens; power-law rows, other dtypes and moe_tp do not enter; a missing layout gives None."""
+    import pandas as pd
+
+    c = benchmark_script("validation/aic_caveats.py")
+    shape = {"moe_dtype": "bfloat16", "distribution": "balanced", "hidden_size": 4096, "inter_size": 14336,
+             "num_experts": 8, "topk": 2, "moe_tp_size": 1}
+    rows = [{**shape, "moe_ep_size": ep, "num_tokens": t, "latency": lat}
+            for ep, lat_by_tokens in ((1, {1024: 1.0, 4096: 4.0, 8192: 8.0, 16384: 16.0}),
+                                      (2, {1024: 5.0, 4096: 3.6, 8192: 8.0, 16384: 17.6}))
+            for t, lat in lat_by_tokens.items()]
+    rows += [{**shape, "moe_ep_size": 2, "num_tokens": 8192, "latency": 0.1, "distribution": "power_law_1.2"},
+             {**shape, "moe_ep_size": 2, "num_tokens": 8192, "latency": 0.1, "moe_dtype": "fp8_block"},
+             {**shape, "moe_ep_size": 2, "num_tokens": 8192, "latency": 0.1, "moe_tp_size": 2}]
+    df = pd.DataFrame(rows)
+    assert c.unsplit_ratio(df, "bfloat16", (4096, 14336, 8, 2)) == pytest.approx(1.0)  # 0.9, 1.0, 1.1
+    assert c.unsplit_ratio(df, "bfloat16", (4096, 14336, 8, 1)) is None
+    assert c.unsplit_ratio(None, "bfloat16", (4096, 14336, 8, 2)) is None
 
 
 def test_sliced_excess_is_the_median_ratio_to_half_the_slicing(benchmark_script: Callable[[str], ModuleType]) -> None:
