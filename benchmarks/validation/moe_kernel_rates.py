@@ -352,6 +352,47 @@ def moe_stream_fit(preset: str, args: argparse.Namespace, weights: str, rows: li
           f"{statistics.median(before):.2f}){beside}")
 
 
+def large_expert_fit(preset: str, args: argparse.Namespace, weights: str, rows: list, held: list,
+                     base: object) -> None:
+    """The engine's large-expert slowdown for one format (``kernels.moe_large_expert``: [MiB, slowdown]): over a grid
+    of thresholds (8-256 MiB of one expert's per-rank gate/up matrix) and slowdowns (0-3), the pair of least scatter
+    of log(tfcalc / measured) over the rows at the preset's efficiency; with the rows' medians by that matrix's size
+    before and after, and the held-out rows' (256 to --min-tokens tokens) at the pair."""
+    import dataclasses
+
+    fmt = rows[0][1].weights
+
+    def priced(pair: tuple[float, float] | None, subset: list) -> list[float]:
+        table = {**base.moe_large_expert, fmt: (pair[0] * 2**20, pair[1])} if pair else {
+            k: v for k, v in base.moe_large_expert.items() if k != fmt}
+        return price_ratios(dataclasses.replace(base, moe_large_expert=table), subset)
+
+    def spread(values: list[float]) -> float:
+        return statistics.pstdev(math.log(x) for x in values)
+
+    best = min(((mib, slow / 20) for mib in range(8, 257, 4) for slow in range(61)),
+               key=lambda pair: spread(priced(pair, rows)))
+
+    def by_size(values: list[float], subset: list) -> str:
+        sizes: dict[int, list[float]] = {}
+        for (row, mode), value in zip(subset, values, strict=True):
+            mib = row.hidden_size * 2 * row.inter_size // row.moe_tp_size * mode.bits / 8 / 2**20
+            sizes.setdefault(int(mib), []).append(value)
+        return " ".join(f"{m}:{statistics.median(v):.2f}" for m, v in sorted(sizes.items()))
+
+    before, after = priced(None, rows), priced(best, rows)
+    print(f"{preset:10s} {args.engine} {weights:12s} large expert [{best[0]}, {best[1]:.2f}] ({len(rows)} rows; "
+          f"sd(log tfcalc/measured) {spread(before):.3f} -> {spread(after):.3f}, median "
+          f"{statistics.median(before):.2f} -> {statistics.median(after):.2f})")
+    print(f"    by gate/up MiB, without: {by_size(before, rows)}")
+    print(f"    by gate/up MiB, with:    {by_size(after, rows)}")
+    if held:
+        h_before, h_after = priced(None, held), priced(best, held)
+        print(f"    held out ({len(held)} rows of {args.held_out or 256}-{args.min_tokens - 1} tokens): median "
+              f"{statistics.median(h_before):.2f} -> {statistics.median(h_after):.2f}, sd(log) "
+              f"{spread(h_before):.3f} -> {spread(h_after):.3f}; with: {by_size(h_after, held)}")
+
+
 def main() -> None:
     import dataclasses
 
@@ -390,6 +431,8 @@ def main() -> None:
     parser.add_argument("--moe-stream", action="store_true",
                         help="the GPU's fused-MoE weight stream (latency.moe_memory_efficiency) per table format, "
                              "fitted on the rows of 2 to E tokens")
+    parser.add_argument("--large-expert", action="store_true",
+                        help="the engine's large-expert slowdown per table format (kernels.moe_large_expert)")
     parser.add_argument("--tuned", choices=("yes", "no"), default="",
                         help="only rows of formats the engine lists tuned shapes for (kernels.moe_tuned_shapes), "
                              "those with a tuned config (yes) or without (no: fits moe_untuned_efficiency, and "
@@ -446,6 +489,9 @@ def main() -> None:
 
             if args.large_m:
                 large_m_fit(preset, args, weights, rows, base)
+                continue
+            if args.large_expert:
+                large_expert_fit(preset, args, weights, rows, held_out_rows(whole, system, args, weights), base)
                 continue
             if args.moe_stream:
                 moe_stream_fit(preset, args, weights, rows, base)

@@ -80,6 +80,20 @@ def test_explain_says_whether_the_fused_moe_shape_has_a_tuned_config() -> None:
     assert other.exit_code == 0 and "tuned kernel config" not in other.stdout
 
 
+def test_explain_says_whether_an_expert_is_past_the_engines_large_expert_size() -> None:
+    """vLLM's B200 bf16 experts slow down past 44 MiB of gate/up matrix per GPU: Mixtral 8x7B at tp 1 holds 224
+    MiB (1 + 1.75 x (1 - 44/224) = 2.41x), at tp 8 28 MiB (no slowdown); TensorRT-LLM has no such entry."""
+    base = ["estimate", "-p", "mixtral-8x7b", "-g", "b200", "--explain"]
+    whole, sliced = runner.invoke(app, base), runner.invoke(app, [*base, "--tp", "8"])
+    assert whole.exit_code == 0 and sliced.exit_code == 0, whole.output + sliced.output
+    text = " ".join(whole.stdout.split())
+    assert "gate/up matrix holds 224 MiB per GPU (bf16)" in text and "take 2.41x as long" in text
+    assert "holds 28 MiB per GPU (bf16); the engine's kernel on b200 slows down past 44 MiB: not here" in " ".join(
+        sliced.stdout.split())
+    other = runner.invoke(app, [*base, "-e", "trtllm"])
+    assert other.exit_code == 0 and "gate/up matrix" not in other.stdout
+
+
 def test_explain_names_a_formats_own_moe_floor() -> None:
     """TensorRT-LLM's MXFP4 experts on an H200 pay their backend's fixed cost, not the engine's moe floor, and the
     rates line says which."""

@@ -885,3 +885,48 @@ def test_shared_experts_stream_is_validated() -> None:
         with pytest.raises(SpecError, match=message) as caught:
             kernels_from_mapping({"shared_experts_stream": value}, "e.yaml")
         assert "\n" not in str(caught.value)
+
+
+def test_vllm_prices_large_bf16_experts_on_b200_slower() -> None:
+    """kernels.moe_large_expert: vLLM's B200 bf16 experts (FlashInfer's TRT-LLM MoE) run their grouped GEMMs
+    1 + s (1 - B / matrix) times as long once one expert's per-rank gate/up matrix passes B (44 MiB, s 1.75): Mixtral
+    8x7B at tp 1 (224 MiB) about 2.4x, at tp 8 (28 MiB) not at all; a memory-bound decode step barely moves. Hopper,
+    other engines and other formats keep one price."""
+    from dataclasses import replace
+
+    from tfcalc.calc import kernels as k
+
+    b200 = rates_for(load_gpu("b200"), load_engine("vllm").kernels)
+    threshold, slowdown = b200.moe_large_expert["bf16"]
+    assert (threshold, slowdown) == (44 * 2**20, 1.75)
+    matrix = 4096 * 2 * 14336 * 2  # Mixtral 8x7B: hidden x (gate + up) x width x 2 bytes
+    assert k.moe_large_expert_slowdown(b200, "bf16", matrix) == pytest.approx(1 + 1.75 * (1 - 44 * 2**20 / matrix))
+    assert k.moe_large_expert_slowdown(b200, "bf16", matrix / 8) == 1.0  # tp 8: 28 MiB
+    assert k.moe_large_expert_slowdown(b200, "fp8_block", matrix) == 1.0
+    args = {"experts_local": 8, "experts_total": 8, "top_k": 2, "hidden": 4096, "expert_width": 14336,
+            "gated": True, "weight_bits": 16, "compute": "bf16", "weight_format": "bf16"}
+    plain = replace(b200, moe_large_expert={})
+    prefill, prefill_plain = (k.moe_experts(r, tokens=16384, **args) for r in (b200, plain))
+    assert prefill.bound == prefill_plain.bound == "compute" and prefill.flops == prefill_plain.flops
+    assert 2.0 < prefill.seconds / prefill_plain.seconds < 2.5
+    decode, decode_plain = (k.moe_experts(r, tokens=4, **args) for r in (b200, plain))
+    assert decode.bound == "memory" and decode.seconds == pytest.approx(decode_plain.seconds, rel=0.02)
+    for gpu, engine in (("h200", "vllm"), ("b200", "sglang"), ("b200", "trtllm")):
+        assert rates_for(load_gpu(gpu), load_engine(engine).kernels).moe_large_expert == {}
+
+
+def test_moe_large_expert_is_validated() -> None:
+    kernels = kernels_from_mapping({"moe_large_expert": {"b200": {"bf16": [44, 1.75]}}}, "e.yaml")
+    assert kernels.moe_large_expert_by_gpu == {"b200": {"bf16": (44 * 2**20, 1.75)}}
+    for value, message in (
+            ({"b200": {"bf16": 44}}, r"'kernels.moe_large_expert.b200.bf16' must be \[MiB, slowdown\], got 44"),
+            ({"b200": {"bf16": [44]}}, "must be"),
+            ({"b200": {"bf16": [0, 1]}}, r"kernels.moe_large_expert.b200.bf16\[0\]"),
+            ({"b200": {"bf16": [44, -1]}}, r"kernels.moe_large_expert.b200.bf16\[1\]"),
+            ({"b200": {"bf16": [44, "x"]}}, r"kernels.moe_large_expert.b200.bf16\[1\]"),
+            ({"b201": {"bf16": [44, 1]}}, "unknown field 'kernels.moe_large_expert.b201'"),
+            ({"b200": {"bf17": [44, 1]}}, "unknown field 'kernels.moe_large_expert.b200.bf17'"),
+            ({"b200": {}}, "'kernels.moe_large_expert.b200' must be a mapping"),
+            ([44, 1], "'kernels.moe_large_expert' must be a mapping of GPU preset names")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"moe_large_expert": value}, "e.yaml")

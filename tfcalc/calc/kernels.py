@@ -134,6 +134,9 @@ class Rates:
     moe_untuned_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
     moe_untuned_large_m_memory: dict[str, float] = field(default_factory=dict, hash=False)
     moe_untuned_k0: float = 0.0  # the default tiles' grouped-GEMM K0 (0: the tuned kernel's)
+    # by storage format, (bytes, slowdown) where the engine's fused MoE slows down once one expert's per-rank gate/up
+    # matrix is larger than bytes: its grouped GEMMs take 1 + slowdown x (1 - bytes / matrix bytes) times as long
+    moe_large_expert: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
     # the fused MoE's expert-weight stream as a fraction of the datasheet bandwidth, by storage format, where it
     # differs from memory_efficiency (the GPU preset's GEMV figure)
     moe_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
@@ -752,6 +755,14 @@ def moe_untuned(rates: Rates, weight_format: str, experts_local: int, expert_wid
     return tuned is not None and (experts_local, expert_width) not in tuned
 
 
+def moe_large_expert_slowdown(rates: Rates, weight_format: str, matrix_bytes: float) -> float:
+    """How many times longer the fused MoE's grouped GEMMs take for an expert whose per-rank gate/up matrix holds
+    ``matrix_bytes``: 1 + s (1 - B / matrix_bytes) above the engine's (B, s) for the format
+    (``Rates.moe_large_expert``), else 1."""
+    threshold, slowdown = rates.moe_large_expert.get(weight_format, (0.0, 0.0))
+    return 1.0 + slowdown * (1.0 - threshold / matrix_bytes) if threshold and matrix_bytes > threshold else 1.0
+
+
 def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
                 expert_width: int, gated: bool, weight_bits: float, compute: str, dequant: str = "",
                 act_bytes: float = 2.0, routing: Routing = UNIFORM, weight_format: str = "",
@@ -768,7 +779,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     (``Rates.moe_large_m_memory``); where the engine lists its tuned shapes for the format
     (``Rates.moe_tuned_shapes``), a shape (``experts_local``, ``expert_width``) outside the list runs the kernel's
     default configuration, at ``Rates.moe_untuned_efficiency``, ``Rates.moe_untuned_k0`` and
-    ``Rates.moe_untuned_large_m_memory``.
+    ``Rates.moe_untuned_large_m_memory``; an expert larger than the engine's ``Rates.moe_large_expert`` runs its
+    grouped GEMMs slower (``moe_large_expert_slowdown``).
     ``replicated``: every token reached every expert-parallel rank (no all-to-all), so a kernel with
     ``Rates.moe_ep_every_row`` activates, zero-fills and combines all T k rows.
     """
@@ -815,7 +827,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     by_bound: dict[str, float] = {}
     untuned = moe_untuned(rates, weight_format, experts_local, expert_width)  # the kernel's default tiles
     grouped = (rates.moe_untuned_efficiency[weight_format] if untuned
-               else rates.grouped_efficiency(compute, dequant, weight_format))
+               else rates.grouped_efficiency(compute, dequant, weight_format)) / moe_large_expert_slowdown(
+        rates, weight_format, hidden * in_width * weight_bits / 8)
     stream_bits = rates.moe_stream_bits.get(weight_format) or weight_bits
     dequant_ops = (0.0 if weight_format in rates.moe_stream_bits
                    else rates.moe_dequant_ops.get(dequant) or DEQUANT_OPS.get(dequant, 0.0))

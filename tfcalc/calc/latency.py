@@ -124,6 +124,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                                              engine.moe_untuned_large_m_memory_by_gpu.get(kernels_gpu, {}).items()
                                              if fmt in tuned},
                  moe_untuned_k0=engine.moe_untuned_k0 if tuned else 0.0,
+                 moe_large_expert=dict(engine.moe_large_expert_by_gpu.get(kernels_gpu, {})),
                  moe_ep_every_row=kernels_gpu in engine.moe_ep_every_row_gpus,
                  moe_format_floors=dict(engine.moe_floors_by_gpu.get(kernels_gpu, {})),
                  linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()

@@ -210,6 +210,9 @@ class EngineKernels:
     ``moe_untuned_efficiency_by_gpu`` (required for every listed GPU and format: its grouped efficiency), with the
     grouped-GEMM K0 ``moe_untuned_k0`` (0: the tuned kernel's) and, once a step's tokens outnumber the local
     experts, ``moe_untuned_large_m_memory_by_gpu`` (its weight stream's fraction of the datasheet bandwidth);
+    ``moe_large_expert_by_gpu``: per GPU preset name and expert storage format, (bytes, slowdown): an expert whose
+    per-rank gate/up matrix holds more than bytes runs the grouped GEMMs 1 + slowdown x (1 - bytes / its bytes) times
+    as long (the YAML gives [MiB, slowdown]);
     ``shared_experts_stream_max_tokens`` /
     ``shared_experts_stream_in_graphs``: the steps in which the engine runs a MoE layer's shared experts on a second
     CUDA stream beside the routed ones (vLLM: up to 256 tokens; TensorRT-LLM: steps replayed from CUDA graphs; 0 /
@@ -251,6 +254,7 @@ class EngineKernels:
     moe_untuned_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_untuned_large_m_memory_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_untuned_k0: float = 0.0
+    moe_large_expert_by_gpu: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict, hash=False)
     uncaptured_linears: frozenset[str] = frozenset()
     shared_experts_stream_max_tokens: int = 0
     shared_experts_stream_in_graphs: bool = False
@@ -441,8 +445,8 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
                           "moe_large_m_memory_efficiency", "moe_tuned_shapes", "moe_untuned_efficiency",
-                          "moe_untuned_large_m_memory_efficiency", "moe_untuned_k0", "shared_experts_stream",
-                          "sources"})
+                          "moe_untuned_large_m_memory_efficiency", "moe_untuned_k0", "moe_large_expert",
+                          "shared_experts_stream", "sources"})
 QUANT_PLACES = ("norm", "attention", "activation")  # the kernels a GEMM's input comes from (its quantisation's host)
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
@@ -765,6 +769,28 @@ def _untuned(data: dict[str, Any], origin: str) -> dict[str, Any]:
             "moe_untuned_large_m_memory_by_gpu": large_m, "moe_untuned_k0": k0}
 
 
+MAX_LARGE_EXPERT_SLOWDOWN = 10.0
+
+
+def _large_expert(value: Any, origin: str) -> dict[str, dict[str, tuple[float, float]]]:
+    """``kernels.moe_large_expert``: GPU preset name -> expert storage format -> [MiB, slowdown] (stored as bytes)."""
+    key = "kernels.moe_large_expert"
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for gpu, by_format in _gpu_entries(value, origin, key, "mappings of expert formats to [MiB, slowdown]").items():
+        _require(isinstance(by_format, dict) and by_format, origin,
+                 f"field '{key}.{gpu}' must be a mapping of {', '.join(MOE_EXPERT_DTYPES)} to [MiB, slowdown]")
+        _check_keys(by_format, frozenset(MOE_EXPERT_DTYPES), origin, f"{key}.{gpu}.")
+        out[str(gpu)] = {}
+        for fmt, pair in by_format.items():
+            where = f"{key}.{gpu}.{fmt}"
+            _require(isinstance(pair, list) and len(pair) == 2, origin,
+                     f"field '{where}' must be [MiB, slowdown], got {_show(pair)}")
+            mib = _num(pair[0], origin, f"{where}[0]", 1e-3, MAX_MIB)
+            slowdown = _num(pair[1], origin, f"{where}[1]", 0.0, MAX_LARGE_EXPERT_SLOWDOWN)
+            out[str(gpu)][str(fmt)] = (mib * MIB, slowdown)
+    return out
+
+
 def _choice(value: Any, origin: str, key: str, allowed: tuple[str, ...]) -> str:
     _require(value in allowed, origin, f"field '{key}' must be {' or '.join(allowed)}, got {_show(value)}")
     return str(value)
@@ -822,6 +848,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_large_m_memory_by_gpu=_gemm_fractions(data.get("moe_large_m_memory_efficiency"), origin,
                                                   "kernels.moe_large_m_memory_efficiency"),
         **_untuned(data, origin),
+        moe_large_expert_by_gpu=_large_expert(data.get("moe_large_expert"), origin),
         online_fp8_scale=_choice(data.get("online_fp8_scale", d.online_fp8_scale), origin,
                                  "kernels.online_fp8_scale", ("static", "dynamic")),
         dynamic_scale_s_by_gpu=_dynamic_scale(data.get("dynamic_scale_us"), origin),
