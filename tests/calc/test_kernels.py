@@ -395,10 +395,12 @@ def test_moe_expert_parallel_every_row_by_hand() -> None:
     rates = replace(RATES, floors={**RATES.floors, "moe": 0.0})
     tokens, k, hidden, width = 4096, 8, 4096, 1536
 
-    def cost(every_row: bool, replicated: bool = True, local: int = 16, r: Rates = rates) -> kernels.Cost:
-        return kernels.moe_experts(replace(r, moe_ep_every_row=every_row), tokens=tokens, experts_local=local,
-                                   experts_total=128, top_k=k, hidden=hidden, expert_width=width, gated=True,
-                                   weight_bits=8, compute="fp8", replicated=replicated)
+    def cost(every_row: bool, replicated: bool = True, local: int = 16, r: Rates = rates,
+             formats: frozenset[str] = frozenset({"*"})) -> kernels.Cost:
+        return kernels.moe_experts(replace(r, moe_ep_every_row=formats if every_row else frozenset()), tokens=tokens,
+                                   experts_local=local, experts_total=128, top_k=k, hidden=hidden, expert_width=width,
+                                   gated=True, weight_bits=8, compute="fp8", replicated=replicated,
+                                   weight_format="fp8_block")
 
     mine = tokens * k / 8 * kernels.rank_imbalance(128, k, tokens, 8)  # the busiest rank's rows
     others = tokens * k - mine
@@ -410,6 +412,8 @@ def test_moe_expert_parallel_every_row_by_hand() -> None:
     assert cost(True, replicated=False).bytes == cost(False).bytes  # dispatched by an all-to-all: own rows only
     assert cost(True, local=128).bytes == cost(False, local=128).bytes  # no expert parallelism
     assert cost(True, r=IDEAL).bytes == cost(False, r=IDEAL).bytes
+    assert cost(True, formats=frozenset({"fp8_block"})) == cost(True)  # listed for the experts' own format
+    assert cost(True, formats=frozenset({"bf16", "nvfp4"})) == cost(False)  # listed for other formats only
 
 
 def _brute_tiles(n: int, q: float, tile: int) -> float:

@@ -331,18 +331,24 @@ def test_engine_moe_efficiency_by_architecture() -> None:
 
 
 def test_engine_moe_ep_every_row_gpus() -> None:
-    """kernels.moe_ep_every_row: the GPUs on which the engine's fused MoE touches every token's rows under expert
-    parallelism; SGLang's Triton kernels on every Hopper and Blackwell part measured, vLLM's on the B200 only,
+    """kernels.moe_ep_every_row: the GPUs (and expert formats) on which the engine's fused MoE touches every token's
+    rows under expert parallelism; SGLang's Triton kernels on every Hopper and Blackwell part measured, every format;
+    vLLM's block-fp8 kernel on the B200 only (its bf16, nvfp4 and fp8 kernels there scale with their share);
     TensorRT-LLM's nowhere."""
     parsed = kernels_from_mapping({"moe_ep_every_row": ["h200"]}, "e.yaml")
-    assert rates_for(load_gpu("h200"), parsed).moe_ep_every_row
+    assert rates_for(load_gpu("h200"), parsed).moe_ep_every_row == {"*"}
     assert not rates_for(load_gpu("b200"), parsed).moe_ep_every_row
-    assert load_engine("sglang").kernels.moe_ep_every_row_gpus == {"h100-sxm", "h200", "b200"}
+    by_format = kernels_from_mapping({"moe_ep_every_row": {"b200": ["fp8_block", "nvfp4"]}}, "e.yaml")
+    assert by_format.moe_ep_every_row_by_gpu == {"b200": {"fp8_block", "nvfp4"}}
+    assert load_engine("sglang").kernels.moe_ep_every_row_by_gpu == {g: {"*"} for g in ("h100-sxm", "h200", "b200")}
     assert rates_for(load_gpu("h100-pcie"), load_engine("sglang").kernels).moe_ep_every_row  # H100 SXM's silicon
-    assert load_engine("vllm").kernels.moe_ep_every_row_gpus == {"b200"}
-    assert load_engine("trtllm").kernels.moe_ep_every_row_gpus == frozenset()
+    assert load_engine("vllm").kernels.moe_ep_every_row_by_gpu == {"b200": {"fp8_block"}}
+    assert load_engine("trtllm").kernels.moe_ep_every_row_by_gpu == {}
     for value, message in (("h200", "field 'kernels.moe_ep_every_row' must be a list of GPU preset names"),
-                           (["h201"], "field 'kernels.moe_ep_every_row' names an unknown GPU preset 'h201'")):
+                           (["h201"], "field 'kernels.moe_ep_every_row' names an unknown GPU preset 'h201'"),
+                           ({"h201": ["bf16"]}, "unknown field 'kernels.moe_ep_every_row.h201'"),
+                           ({"b200": ["bf17"]}, "field 'kernels.moe_ep_every_row.b200' must be a list of bf16"),
+                           ({"b200": []}, "field 'kernels.moe_ep_every_row.b200' must be a list of")):
         with pytest.raises(SpecError, match=message) as caught:
             kernels_from_mapping({"moe_ep_every_row": value}, "e.yaml")
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")

@@ -140,10 +140,10 @@ class Rates:
     # the fused MoE's expert-weight stream as a fraction of the datasheet bandwidth, by storage format, where it
     # differs from memory_efficiency (the GPU preset's GEMV figure)
     moe_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
-    # under expert parallelism with every token on every rank (no all-to-all), the fused MoE runs its activation
-    # and combine over all T k rows and writes zeros for the rows of other ranks' experts (Triton fused_moe's
-    # write_zeros_to_output), not over this rank's rows alone
-    moe_ep_every_row: bool = False
+    # by storage format ("*": every format), where under expert parallelism with every token on every rank (no
+    # all-to-all) the fused MoE runs its activation and combine over all T k rows and writes zeros for the rows of
+    # other ranks' experts (Triton fused_moe's write_zeros_to_output), not over this rank's rows alone
+    moe_ep_every_row: frozenset[str] = frozenset()
     # formats whose linear layers run outside CUDA graphs: their host seconds per call, (max tokens | None, s) steps
     linear_host: dict[str, LinearHostSteps] = field(default_factory=dict, hash=False)
     # decode attention over an fp8 cache: (fixed seconds, scale) x the time over a bf16 cache (engine, GPU); None:
@@ -782,7 +782,7 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     ``Rates.moe_untuned_large_m_memory``; an expert larger than the engine's ``Rates.moe_large_expert`` runs its
     grouped GEMMs slower (``moe_large_expert_slowdown``).
     ``replicated``: every token reached every expert-parallel rank (no all-to-all), so a kernel with
-    ``Rates.moe_ep_every_row`` activates, zero-fills and combines all T k rows.
+    ``Rates.moe_ep_every_row`` for ``weight_format`` activates, zero-fills and combines all T k rows.
     """
     if tokens <= 0 or experts_local == 0:
         return Cost(0.0, 0.0, 0.0, "memory", 0)
@@ -802,7 +802,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     w8a8 = compute in ("fp8", "int8", "fp4") and not rates.ideal
     quant_in = act_bytes + weight_bits / 8 if w8a8 else 0.0  # activation quantisation before each GEMM
     # rows the elementwise stages touch, and rows of other ranks' experts a GEMM writes zeros for
-    every_row = share < 1 and replicated and rates.moe_ep_every_row and not rates.ideal
+    every_row = (share < 1 and replicated and not rates.ideal
+                 and bool({"*", weight_format} & rates.moe_ep_every_row))
     touched = max(pairs, tokens * top_k) if every_row else pairs
     zeroed = touched - pairs
     # the kernels in sequence: (name, FLOPs, padded FLOPs, weight bytes, activation bytes, K)

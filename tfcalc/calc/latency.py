@@ -125,7 +125,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                                              if fmt in tuned},
                  moe_untuned_k0=engine.moe_untuned_k0 if tuned else 0.0,
                  moe_large_expert=dict(engine.moe_large_expert_by_gpu.get(kernels_gpu, {})),
-                 moe_ep_every_row=kernels_gpu in engine.moe_ep_every_row_gpus,
+                 moe_ep_every_row=engine.moe_ep_every_row_by_gpu.get(kernels_gpu, frozenset()),
                  moe_format_floors=dict(engine.moe_floors_by_gpu.get(kernels_gpu, {})),
                  linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()
                               if fmt in engine.uncaptured_linears},
@@ -146,7 +146,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
               engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,
               engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu, engine.moe_efficiency_by_architecture,
-              engine.moe_ep_every_row_gpus, engine.moe_tuned_shapes_by_gpu)
+              engine.moe_ep_every_row_by_gpu, engine.moe_tuned_shapes_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
         return gpu.name

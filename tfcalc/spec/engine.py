@@ -177,9 +177,10 @@ class EngineKernels:
     it: the measured B200 runs are as fast as MXFP8 activations); ``moe_efficiency_by_architecture``: per
     GPU preset name and model architecture (``ModelSpec.architecture``), the fused-MoE efficiency of the kernel the
     engine runs for that architecture there, looked up before ``moe_efficiency_by_gpu`` (SGLang on Blackwell:
-    FlashInfer TRT-LLM for Qwen3-MoE and DeepSeek-V3, Triton for the rest); ``moe_ep_every_row_gpus``: the GPU
-    presets on which this engine's fused MoE, under expert parallelism with the tokens on every rank, activates,
-    zero-fills and combines every token's top-k rows rather than its own experts' (``Rates.moe_ep_every_row``);
+    FlashInfer TRT-LLM for Qwen3-MoE and DeepSeek-V3, Triton for the rest); ``moe_ep_every_row_by_gpu``: per GPU
+    preset name, the expert storage formats ("*": every one; the YAML's list of GPU names) for which this engine's
+    fused MoE, under expert parallelism with the tokens on every rank, activates, zero-fills and combines every
+    token's top-k rows rather than its own experts' (``Rates.moe_ep_every_row``);
     ``moe_floors_by_gpu``: per GPU preset
     name and expert storage format, the fused MoE's fixed cost in seconds where that kernel's differs from the
     ``moe`` floor (TensorRT-LLM's MXFP4 backends);
@@ -238,7 +239,7 @@ class EngineKernels:
     moe_dequant_per_tile_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_weight_only_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_efficiency_by_architecture: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict, hash=False)
-    moe_ep_every_row_gpus: frozenset[str] = frozenset()
+    moe_ep_every_row_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
@@ -592,6 +593,20 @@ def _unfused_quant(value: Any, origin: str) -> dict[str, frozenset[str]]:
     return out
 
 
+def _every_row(value: Any, origin: str) -> dict[str, frozenset[str]]:
+    """``kernels.moe_ep_every_row``: a list of GPU preset names (every expert format: "*") or a mapping of GPU preset
+    names to lists of expert storage formats."""
+    key = "kernels.moe_ep_every_row"
+    if not isinstance(value, dict):
+        return {gpu: frozenset({"*"}) for gpu in _gpu_list(value, origin, key)}
+    out = {}
+    for gpu, formats in _gpu_entries(value, origin, key, "lists of expert formats").items():
+        _require(isinstance(formats, list) and formats and all(f in MOE_EXPERT_DTYPES for f in formats), origin,
+                 f"field '{key}.{gpu}' must be a list of {', '.join(MOE_EXPERT_DTYPES)}, got {_show(formats)}")
+        out[str(gpu)] = frozenset(formats)
+    return out
+
+
 def _gpu_list(value: Any, origin: str, key: str) -> frozenset[str]:
     """A list of GPU preset names (empty when absent)."""
     from tfcalc.spec.presets import preset_names
@@ -836,7 +851,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_dequant_per_tile_by_gpu=_formats_by_gpu(data.get("moe_dequant_per_tile"), origin,
                                                     "kernels.moe_dequant_per_tile"),
         moe_weight_only_by_gpu=_formats_by_gpu(data.get("moe_weight_only"), origin, "kernels.moe_weight_only"),
-        moe_ep_every_row_gpus=_gpu_list(data.get("moe_ep_every_row"), origin, "kernels.moe_ep_every_row"),
+        moe_ep_every_row_by_gpu=_every_row(data.get("moe_ep_every_row"), origin),
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
