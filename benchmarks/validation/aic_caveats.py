@@ -71,37 +71,40 @@ def _tables(root: Path, system: str, engine: str, version: str):
     return pd.read_parquet(path) if path.exists() else None
 
 
-def sliced_excess(df, moe_dtype: str, distribution: str, shape: tuple[int, int, int, int], moe_tp: int,
-                  moe_ep: int) -> float | None:
-    """Median over token counts >= 64 of latency(moe_tp) / latency(moe_tp / 2) for one table's rows of ``shape``
-    (hidden, full expert width, experts, top-k); None where either layout is missing."""
-    if df is None or moe_tp < 2:
+def _median_ratio(df, moe_dtype: str, distribution: str, shape: tuple[int, int, int, int], min_tokens: int,
+                  fixed: dict[str, int], column: str, top: int, bottom: int) -> float | None:
+    """Median over token counts >= ``min_tokens`` of latency(``column`` = top) / latency(``column`` = bottom) for
+    one table's rows of ``shape`` (hidden, full expert width, experts, top-k) with the ``fixed`` columns; None where
+    either layout is missing."""
+    if df is None:
         return None
     hidden, width, experts, top_k = shape
     rows = df[(df.moe_dtype == moe_dtype) & (df.distribution == distribution) & (df.hidden_size == hidden)
               & (df.inter_size == width) & (df.num_experts == experts) & (df.topk == top_k)
-              & (df.moe_ep_size == moe_ep) & (df.num_tokens >= 64)]
-    fine_rows, coarse_rows = rows[rows.moe_tp_size == moe_tp], rows[rows.moe_tp_size == moe_tp // 2]
-    fine = dict(zip(fine_rows.num_tokens, fine_rows.latency, strict=True))
-    coarse = dict(zip(coarse_rows.num_tokens, coarse_rows.latency, strict=True))
-    ratios = [fine[t] / coarse[t] for t in fine if t in coarse and coarse[t] > 0]
+              & (df.num_tokens >= min_tokens)]
+    for name, value in fixed.items():
+        rows = rows[rows[name] == value]
+    upper, lower = rows[rows[column] == top], rows[rows[column] == bottom]
+    numerator = dict(zip(upper.num_tokens, upper.latency, strict=True))
+    denominator = dict(zip(lower.num_tokens, lower.latency, strict=True))
+    ratios = [numerator[t] / denominator[t] for t in numerator if t in denominator and denominator[t] > 0]
     return statistics.median(ratios) if ratios else None
+
+
+def sliced_excess(df, moe_dtype: str, distribution: str, shape: tuple[int, int, int, int], moe_tp: int,
+                  moe_ep: int) -> float | None:
+    """Median over token counts >= 64 of latency(moe_tp) / latency(moe_tp / 2) for one table's rows of ``shape``
+    (hidden, full expert width, experts, top-k) at ``moe_ep``; None where either layout is missing."""
+    if moe_tp < 2:
+        return None
+    return _median_ratio(df, moe_dtype, distribution, shape, 64, {"moe_ep_size": moe_ep}, "moe_tp_size", moe_tp,
+                         moe_tp // 2)
 
 
 def unsplit_ratio(df, moe_dtype: str, shape: tuple[int, int, int, int]) -> float | None:
     """Median over token counts >= 4,096 of latency(moe_ep 2) / latency(moe_ep 1) for one table's balanced rows of
     ``shape`` (hidden, full expert width, experts, top-k) at moe_tp 1; None where either layout is missing."""
-    if df is None:
-        return None
-    hidden, width, experts, top_k = shape
-    rows = df[(df.moe_dtype == moe_dtype) & (df.distribution == "balanced") & (df.hidden_size == hidden)
-              & (df.inter_size == width) & (df.num_experts == experts) & (df.topk == top_k)
-              & (df.moe_tp_size == 1) & (df.num_tokens >= 4096)]
-    split, whole = rows[rows.moe_ep_size == 2], rows[rows.moe_ep_size == 1]
-    halves = dict(zip(split.num_tokens, split.latency, strict=True))
-    ones = dict(zip(whole.num_tokens, whole.latency, strict=True))
-    ratios = [halves[t] / ones[t] for t in halves if t in ones and ones[t] > 0]
-    return statistics.median(ratios) if ratios else None
+    return _median_ratio(df, moe_dtype, "balanced", shape, 4096, {"moe_tp_size": 1}, "moe_ep_size", 2, 1)
 
 
 def caveats() -> list[dict]:

@@ -19,6 +19,7 @@ engine source for every mechanism.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -736,28 +737,35 @@ MAX_EXPERTS = 1 << 16
 MAX_EXPERT_WIDTH = 1 << 20
 
 
+def _by_gpu_format(value: Any, origin: str, key: str, what: str,
+                   parse: Callable[[Any, str], Any]) -> dict[str, dict[str, Any]]:
+    """GPU preset name -> expert storage format -> ``parse(entry, its field name)``; ``what`` names an entry, for
+    the errors."""
+    out: dict[str, dict[str, Any]] = {}
+    for gpu, by_format in _gpu_entries(value, origin, key, f"mappings of expert formats to {what}").items():
+        _require(isinstance(by_format, dict) and by_format, origin,
+                 f"field '{key}.{gpu}' must be a mapping of {', '.join(MOE_EXPERT_DTYPES)} to {what}")
+        _check_keys(by_format, frozenset(MOE_EXPERT_DTYPES), origin, f"{key}.{gpu}.")
+        out[str(gpu)] = {str(fmt): parse(entry, f"{key}.{gpu}.{fmt}") for fmt, entry in by_format.items()}
+    return out
+
+
 def _tuned_shapes(value: Any, origin: str) -> dict[str, dict[str, frozenset[tuple[int, int]]]]:
     """``kernels.moe_tuned_shapes``: GPU preset name -> expert storage format -> a list of 'ExN' shapes (local
     experts x per-rank expert width, as the engine's config files name them)."""
-    key = "kernels.moe_tuned_shapes"
-    out: dict[str, dict[str, frozenset[tuple[int, int]]]] = {}
-    for gpu, by_format in _gpu_entries(value, origin, key, "mappings of expert formats to shape lists").items():
-        _require(isinstance(by_format, dict) and by_format, origin,
-                 f"field '{key}.{gpu}' must be a mapping of {', '.join(MOE_EXPERT_DTYPES)} to lists of 'ExN' shapes")
-        _check_keys(by_format, frozenset(MOE_EXPERT_DTYPES), origin, f"{key}.{gpu}.")
-        out[str(gpu)] = {}
-        for fmt, shapes in by_format.items():
-            _require(isinstance(shapes, list), origin, f"field '{key}.{gpu}.{fmt}' must be a list of 'ExN' shapes")
-            pairs = set()
-            for shape in shapes:
-                parts = str(shape).split("x")
-                ok = (isinstance(shape, str) and len(parts) == 2 and all(p.isdigit() for p in parts)
-                      and 1 <= int(parts[0]) <= MAX_EXPERTS and 1 <= int(parts[1]) <= MAX_EXPERT_WIDTH)
-                _require(ok, origin, f"field '{key}.{gpu}.{fmt}' has {_show(shape)}, not a shape 'ExN' (local "
-                         f"experts 1-{MAX_EXPERTS} x per-rank width 1-{MAX_EXPERT_WIDTH})")
-                pairs.add((int(parts[0]), int(parts[1])))
-            out[str(gpu)][str(fmt)] = frozenset(pairs)
-    return out
+    def shapes(entry: Any, where: str) -> frozenset[tuple[int, int]]:
+        _require(isinstance(entry, list), origin, f"field '{where}' must be a list of 'ExN' shapes")
+        pairs = set()
+        for shape in entry:
+            parts = str(shape).split("x")
+            ok = (isinstance(shape, str) and len(parts) == 2 and all(p.isdigit() for p in parts)
+                  and 1 <= int(parts[0]) <= MAX_EXPERTS and 1 <= int(parts[1]) <= MAX_EXPERT_WIDTH)
+            _require(ok, origin, f"field '{where}' has {_show(shape)}, not a shape 'ExN' (local experts "
+                     f"1-{MAX_EXPERTS} x per-rank width 1-{MAX_EXPERT_WIDTH})")
+            pairs.add((int(parts[0]), int(parts[1])))
+        return frozenset(pairs)
+
+    return _by_gpu_format(value, origin, "kernels.moe_tuned_shapes", "lists of 'ExN' shapes", shapes)
 
 
 def _untuned(data: dict[str, Any], origin: str) -> dict[str, Any]:
@@ -789,21 +797,13 @@ MAX_LARGE_EXPERT_SLOWDOWN = 10.0
 
 def _large_expert(value: Any, origin: str) -> dict[str, dict[str, tuple[float, float]]]:
     """``kernels.moe_large_expert``: GPU preset name -> expert storage format -> [MiB, slowdown] (stored as bytes)."""
-    key = "kernels.moe_large_expert"
-    out: dict[str, dict[str, tuple[float, float]]] = {}
-    for gpu, by_format in _gpu_entries(value, origin, key, "mappings of expert formats to [MiB, slowdown]").items():
-        _require(isinstance(by_format, dict) and by_format, origin,
-                 f"field '{key}.{gpu}' must be a mapping of {', '.join(MOE_EXPERT_DTYPES)} to [MiB, slowdown]")
-        _check_keys(by_format, frozenset(MOE_EXPERT_DTYPES), origin, f"{key}.{gpu}.")
-        out[str(gpu)] = {}
-        for fmt, pair in by_format.items():
-            where = f"{key}.{gpu}.{fmt}"
-            _require(isinstance(pair, list) and len(pair) == 2, origin,
-                     f"field '{where}' must be [MiB, slowdown], got {_show(pair)}")
-            mib = _num(pair[0], origin, f"{where}[0]", 1e-3, MAX_MIB)
-            slowdown = _num(pair[1], origin, f"{where}[1]", 0.0, MAX_LARGE_EXPERT_SLOWDOWN)
-            out[str(gpu)][str(fmt)] = (mib * MIB, slowdown)
-    return out
+    def pair(entry: Any, where: str) -> tuple[float, float]:
+        _require(isinstance(entry, list) and len(entry) == 2, origin,
+                 f"field '{where}' must be [MiB, slowdown], got {_show(entry)}")
+        mib = _num(entry[0], origin, f"{where}[0]", 1e-3, MAX_MIB)
+        return mib * MIB, _num(entry[1], origin, f"{where}[1]", 0.0, MAX_LARGE_EXPERT_SLOWDOWN)
+
+    return _by_gpu_format(value, origin, "kernels.moe_large_expert", "[MiB, slowdown]", pair)
 
 
 def _choice(value: Any, origin: str, key: str, allowed: tuple[str, ...]) -> str:
