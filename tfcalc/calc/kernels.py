@@ -80,7 +80,7 @@ _FOURIER_LOG_EPS = 30.0  # binomial_tiles drops Fourier terms below exp(-30) ~ 1
 _PMF_CUTOFF = 1e-16  # binomial_tiles sums the pmf where it is above this fraction of its peak
 _FOURIER_COST = 4.0  # one Fourier term (complex power) costs about four pmf steps (measured, CPython 3.11)
 # Draws of aiconfigurator's power-law loads _power_law_busiest_rank averages over: the same uniforms at every T, so
-# the mean is smooth in T; within 2 % of 4,000 draws at E 8-256, k 2-8, 2-16 ranks, T 300-16,384
+# the mean is smooth in T; within 2 % of 4,000 draws at E 8-256, k 2-8, 2-16 ranks, T 64-16,384
 # (docs/estimate-validation.md, twenty-fourth round)
 POWER_LAW_DRAWS = 128
 
