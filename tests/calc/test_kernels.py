@@ -812,3 +812,23 @@ def test_large_m_stream_applies_only_once_tokens_outnumber_the_local_experts() -
     assert kernels.moe_experts(replace(slow, bandwidth_points=curve), tokens=33, **args) == kernels.moe_experts(
         replace(base, bandwidth_points=curve), tokens=33, **args)
     assert slow.with_efficiency(memory=0.5).moe_large_m_memory == {}
+
+
+def test_fused_moe_stream_holds_while_the_tokens_are_at_most_the_layers_experts() -> None:
+    """Rates.moe_memory_efficiency streams a decode step's expert weights while T <= E -- each expert's rows T k / E
+    stay within one tile -- whether the experts sit on one GPU or are split by expert parallelism: Mixtral's 8
+    experts, 6 tokens, 2 local experts at ep 4 stream at the fused kernel's 0.9, not the GEMV figure (0.8); 9 tokens
+    do not."""
+    rates = replace(RATES, floors={**RATES.floors, "moe": 0.0}, moe_memory_efficiency={"bf16": 0.9})
+    plain = replace(rates, moe_memory_efficiency={})
+
+    def cost(r: Rates, tokens: int, local: int) -> kernels.Cost:
+        return kernels.moe_experts(r, tokens=tokens, experts_local=local, experts_total=8, top_k=2, hidden=6144,
+                                   expert_width=16384, gated=True, weight_bits=16, compute="bf16",
+                                   weight_format="bf16")
+
+    for local in (8, 2):
+        fused, gemv = cost(rates, 6, local), cost(plain, 6, local)
+        assert fused.bound == gemv.bound == "memory"
+        assert gemv.seconds / fused.seconds == pytest.approx(0.9 / 0.8, rel=0.02)
+        assert cost(rates, 9, local) == cost(plain, 9, local)

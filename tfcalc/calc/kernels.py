@@ -776,7 +776,7 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     them for its binomial count X, each tile computing whole (``routed_rows``). ``weight_format`` (the experts'
     storage dtype name) picks an engine's entries measured for that format's kernel over its compute dtype's: the
     bits it streams (``Rates.moe_stream_bits``), the GPU's fused-MoE stream for it while the tokens are at most the
-    local experts (``Rates.moe_memory_efficiency``) and its slower stream once they outnumber them
+    layer's experts (``Rates.moe_memory_efficiency``) and a slower stream once they outnumber the local experts
     (``Rates.moe_large_m_memory``); where the engine lists its tuned shapes for the format
     (``Rates.moe_tuned_shapes``), a shape (``experts_local``, ``expert_width``) outside the list runs the kernel's
     default configuration, at ``Rates.moe_untuned_efficiency``, ``Rates.moe_untuned_k0`` and
@@ -834,8 +834,9 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     stream_bits = rates.moe_stream_bits.get(weight_format) or weight_bits
     dequant_ops = (0.0 if weight_format in rates.moe_stream_bits
                    else rates.moe_dequant_ops.get(dequant) or DEQUANT_OPS.get(dequant, 0.0))
-    # the GPU's own fused-MoE stream while every local expert gets at most one row tile (tokens <= local experts)
-    own_stream = (rates.moe_memory_efficiency.get(weight_format) if tokens <= experts_local and rates._stream
+    # the GPU's own fused-MoE stream while each expert gets at most one row tile: T <= E, so T k / E <= k rows on
+    # average (the ep-1 rows it was fitted on; under ep the local experts' rows are the same)
+    own_stream = (rates.moe_memory_efficiency.get(weight_format) if tokens <= experts_total and rates._stream
                   else None)
     bandwidth = ((rates.memory_bandwidth * own_stream if own_stream else rates._stream)
                  or rates.bandwidth(distinct * hidden * (in_width + expert_width) * stream_bits / 8))
