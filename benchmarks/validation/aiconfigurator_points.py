@@ -6,7 +6,7 @@ it runs offline from its bundled, measured kernel tables) and run
 
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
-        | --holdout5]
+        | --holdout5 | --holdout6]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -16,7 +16,8 @@ model was built, to test it on settings no earlier round looked at; ``--holdout2
 (``HOLDOUT_GRID_2``, aiconfigurator_holdout2.json), collected after the round that used the first; ``--holdout3``
 the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before the round that used the second;
 ``--holdout4`` the fourth (``HOLDOUT_GRID_4``, aiconfigurator_holdout4.json), before the round that used the third;
-``--holdout5`` the fifth (``HOLDOUT_GRID_5``, aiconfigurator_holdout5.json), before the round that used the fourth.
+``--holdout5`` the fifth (``HOLDOUT_GRID_5``, aiconfigurator_holdout5.json), before the round that used the fourth;
+``--holdout6`` the sixth (``HOLDOUT_GRID_6``, aiconfigurator_holdout6.json), before the round that used the fifth.
 """
 
 from __future__ import annotations
@@ -187,6 +188,28 @@ HOLDOUT_GRID_5 = [
 ]
 
 
+# Collected on 2026-12-05 (stop 40) before that session's changes and scored once: settings no grid above holds
+# (H100 for Qwen3-30B-A3B at ep 8, gpt-oss-120b on one GPU, Mixtral 8x7B at ep 2, gpt-oss-20b at tp 4 and fp8
+# Llama 3.1 8B at tp 2; H200 for Qwen3-32B at tp 2, fp8 Qwen3-32B at tp 8 and gpt-oss-120b at ep 8; B200 for
+# Llama 3 70B on one GPU, Qwen3-30B-A3B and Qwen3-235B at ep 2 and Mixtral 8x22B at
+# tp 2; prompts of 300, 1,200, 3,500 and 7,000 tokens; batches 10, 36 and 60). Summarised on its own line
+# ("aic held-out 6").
+HOLDOUT_GRID_6 = [
+    ("llama3-70b", "b200_sxm", [1], [10, 36, 60], [(3500, 350)]),
+    ("qwen3-32b", "h200_sxm", [2], [10, 36, 60], [(7000, 150)]),
+    ("qwen3-32b-fp8", "h200_sxm", [8], [10, 36, 60], [(1200, 700)]),
+    ("llama3.1-8b-fp8", "h100_sxm", [2], [10, 36, 60], [(300, 1200)]),
+    ("qwen3-30b-a3b", "h100_sxm", [8], [10, 36, 60], [(3500, 350)], True),
+    ("qwen3-30b-a3b", "b200_sxm", [2], [10, 36, 60], [(1200, 700)], True),
+    ("qwen3-235b-a22b", "b200_sxm", [2], [10, 36, 60], [(7000, 150)], True),
+    ("gpt-oss-120b", "h200_sxm", [8], [10, 36, 60], [(1200, 700)], True),
+    ("gpt-oss-120b", "h100_sxm", [1], [10, 36, 60], [(3500, 350)]),
+    ("mixtral-8x7b", "h100_sxm", [2], [10, 36, 60], [(7000, 150)], True),
+    ("mixtral-8x22b", "b200_sxm", [2], [10, 36, 60], [(300, 1200)]),
+    ("gpt-oss-20b", "h100_sxm", [4], [10, 36, 60], [(7000, 150)]),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -266,9 +289,11 @@ if __name__ == "__main__":
         GRID[:] = HOLDOUT_GRID_4
     if "--holdout5" in flags:
         GRID[:] = HOLDOUT_GRID_5
+    if "--holdout6" in flags:
+        GRID[:] = HOLDOUT_GRID_6
     if only:
         GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
     every_backend = {"--large-batch", "--holdout", "--holdout2", "--holdout3", "--holdout4",
-                     "--holdout5"} & set(flags)
+                     "--holdout5", "--holdout6"} & set(flags)
     default = ["vllm", "sglang", "trtllm"] if every_backend else ["vllm"]
     main(args[0], "--quick" in flags, backends[0].split(",") if backends else default)
