@@ -355,10 +355,12 @@ def moe_stream_fit(preset: str, args: argparse.Namespace, weights: str, rows: li
 def large_expert_fit(preset: str, args: argparse.Namespace, weights: str, rows: list, held: list,
                      base: object) -> None:
     """The engine's large-expert slowdown for one format (``kernels.moe_large_expert``: [MiB, slowdown]): over a grid
-    of thresholds (8-256 MiB of one expert's per-rank gate/up matrix) and slowdowns (0-3), the pair of least scatter
+    of thresholds (4-256 MiB of one expert's per-rank gate/up matrix) and slowdowns (0-3), the pair of least scatter
     of log(tfcalc / measured) over the rows at the preset's efficiency; with the rows' medians by that matrix's size
     before and after, and the held-out rows' (256 to --min-tokens tokens) at the pair."""
     import dataclasses
+
+    from tfcalc.calc import kernels
 
     fmt = rows[0][1].weights
 
@@ -370,13 +372,14 @@ def large_expert_fit(preset: str, args: argparse.Namespace, weights: str, rows: 
     def spread(values: list[float]) -> float:
         return statistics.pstdev(math.log(x) for x in values)
 
-    best = min(((mib, slow / 20) for mib in range(8, 257, 4) for slow in range(61)),
+    best = min(((mib, slow / 20) for mib in range(4, 257, 2) for slow in range(61)),
                key=lambda pair: spread(priced(pair, rows)))
 
     def by_size(values: list[float], subset: list) -> str:
         sizes: dict[int, list[float]] = {}
         for (row, mode), value in zip(subset, values, strict=True):
-            mib = row.hidden_size * 2 * row.inter_size // row.moe_tp_size * mode.bits / 8 / 2**20
+            mib = kernels.moe_expert_matrix_bytes(base, mode.weights, row.hidden_size,
+                                                  2 * row.inter_size // row.moe_tp_size, mode.bits) / 2**20
             sizes.setdefault(int(mib), []).append(value)
         return " ".join(f"{m}:{statistics.median(v):.2f}" for m, v in sorted(sizes.items()))
 

@@ -82,7 +82,8 @@ def test_explain_says_whether_the_fused_moe_shape_has_a_tuned_config() -> None:
 
 def test_explain_says_whether_an_expert_is_past_the_engines_large_expert_size() -> None:
     """vLLM's B200 bf16 experts slow down past 44 MiB of gate/up matrix per GPU: Mixtral 8x7B at tp 1 holds 224
-    MiB (1 + 1.75 x (1 - 44/224) = 2.41x), at tp 8 28 MiB (no slowdown); TensorRT-LLM has no such entry."""
+    MiB (1 + 1.75 x (1 - 44/224) = 2.41x), at tp 8 28 MiB (no slowdown); TensorRT-LLM has no such entry. SGLang's
+    MXFP4 experts on an H100, upcast to bf16, count at 16 bits: gpt-oss-120b's 32 MiB, 1 + 1.10 (1 - 6/31.6)."""
     base = ["estimate", "-p", "mixtral-8x7b", "-g", "b200", "--explain"]
     whole, sliced = runner.invoke(app, base), runner.invoke(app, [*base, "--tp", "8"])
     assert whole.exit_code == 0 and sliced.exit_code == 0, whole.output + sliced.output
@@ -92,6 +93,10 @@ def test_explain_says_whether_an_expert_is_past_the_engines_large_expert_size() 
         sliced.stdout.split())
     other = runner.invoke(app, [*base, "-e", "trtllm"])
     assert other.exit_code == 0 and "gate/up matrix" not in other.stdout
+    upcast = runner.invoke(app, ["estimate", "-p", "gpt-oss-120b", "-g", "h100-sxm", "-e", "sglang", "--explain"])
+    assert upcast.exit_code == 0, upcast.output
+    assert ("holds 32 MiB per GPU (mxfp4, held at 16 bits); the engine's kernel on h100-sxm slows down past 6 MiB: its "
+            "grouped GEMMs take 1.89x as long") in " ".join(upcast.stdout.split())
 
 
 def test_explain_names_a_formats_own_moe_floor() -> None:

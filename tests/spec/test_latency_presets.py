@@ -145,7 +145,7 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
     sglang = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
     assert sglang.grouped_efficiency("fp8") == 0.75 and sglang.grouped_efficiency("bf16") == 0.95  # tuned shapes
     assert sglang.source.endswith(", bf16/fp4/fp8 MoE efficiency from the engine preset")  # the dtypes it replaces
-    assert sglang.grouped_efficiency("bf16", "fp4") == 0.50  # MXFP4 experts upcast to bf16 on Hopper
+    assert sglang.grouped_efficiency("bf16", "fp4") == 0.63  # MXFP4 experts upcast to bf16 on Hopper
     vllm = rates_for(load_gpu("h200"), load_engine("vllm").kernels)
     assert vllm.source.endswith(", bf16/fp4 MoE efficiency from the engine preset")  # Triton bf16, MXFP4 experts
     assert vllm.grouped_efficiency("bf16", "fp4") == 0.87 and vllm.grouped_efficiency("fp8") == 0.53
@@ -919,6 +919,33 @@ def test_vllm_prices_large_bf16_experts_on_b200_slower() -> None:
     assert decode.bound == "memory" and decode.seconds == pytest.approx(decode_plain.seconds, rel=0.02)
     for gpu, engine in (("h200", "vllm"), ("b200", "sglang"), ("b200", "trtllm")):
         assert rates_for(load_gpu(gpu), load_engine(engine).kernels).moe_large_expert == {}
+
+
+def test_sglang_prices_large_upcast_mxfp4_experts_on_hopper_slower() -> None:
+    """SGLang upcasts MXFP4 experts on Hopper to bf16 (moe_stream_bits), so one expert's gate/up matrix holds 16
+    bits per weight as its Triton kernel runs it: gpt-oss-120b's (2880 x 2 x 2880) is 31.6 MiB at tp 1, 7.9 at tp 4,
+    4.0 at tp 8 -- against 8.4 / 2.1 / 1.05 MiB at the checkpoint's 4.25 bits. Past B (6 MiB on the H100) the grouped
+    GEMMs take 1 + s (1 - B / matrix) times as long; vLLM's MXFP4 kernel (packed weights) has no such step."""
+    from dataclasses import replace
+
+    from tfcalc.calc import kernels as k
+
+    h100 = rates_for(load_gpu("h100-sxm"), load_engine("sglang").kernels)
+    threshold, slowdown = h100.moe_large_expert["mxfp4"]
+    assert (threshold, slowdown) == (6 * 2**20, 1.10)
+    tp1 = k.moe_expert_matrix_bytes(h100, "mxfp4", 2880, 2 * 2880, 4.25)
+    assert tp1 == 2880 * 2 * 2880 * 2
+    assert k.moe_large_expert_slowdown(h100, "mxfp4", tp1) == pytest.approx(1 + 1.10 * (1 - 6 * 2**20 / tp1))
+    assert 1.8 < k.moe_large_expert_slowdown(h100, "mxfp4", tp1) < 2.0
+    assert k.moe_large_expert_slowdown(h100, "mxfp4", tp1 / 8) == 1.0  # tp 8: 4.0 MiB
+    vllm = rates_for(load_gpu("h100-sxm"), load_engine("vllm").kernels)
+    assert k.moe_expert_matrix_bytes(vllm, "mxfp4", 2880, 2 * 2880, 4.25) == 2880 * 2 * 2880 * 4.25 / 8
+    assert vllm.moe_large_expert == {}
+    args = {"experts_local": 128, "experts_total": 128, "top_k": 4, "hidden": 2880, "expert_width": 2880,
+            "gated": True, "weight_bits": 4.25, "compute": "bf16", "dequant": "fp4", "weight_format": "mxfp4"}
+    plain = replace(h100, moe_large_expert={})
+    prefill, prefill_plain = (k.moe_experts(r, tokens=16384, **args) for r in (h100, plain))
+    assert prefill.bound == "compute" and 1.5 < prefill.seconds / prefill_plain.seconds < 2.0
 
 
 def test_moe_large_expert_is_validated() -> None:

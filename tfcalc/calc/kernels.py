@@ -756,6 +756,13 @@ def moe_untuned(rates: Rates, weight_format: str, experts_local: int, expert_wid
     return tuned is not None and (experts_local, expert_width) not in tuned
 
 
+def moe_expert_matrix_bytes(rates: Rates, weight_format: str, hidden: int, in_width: int,
+                            weight_bits: float) -> float:
+    """Bytes of one expert's per-rank gate/up matrix (``hidden`` x ``in_width``) as the fused MoE holds it: at the
+    bits it streams (``Rates.moe_stream_bits``: SGLang upcasts MXFP4 experts on Hopper to bf16), else stored."""
+    return hidden * in_width * (rates.moe_stream_bits.get(weight_format) or weight_bits) / 8
+
+
 def moe_large_expert_slowdown(rates: Rates, weight_format: str, matrix_bytes: float) -> float:
     """How many times longer the fused MoE's grouped GEMMs take for an expert whose per-rank gate/up matrix holds
     ``matrix_bytes``: 1 + s (1 - B / matrix_bytes) above the engine's (B, s) for the format
@@ -830,7 +837,7 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     untuned = moe_untuned(rates, weight_format, experts_local, expert_width)  # the kernel's default tiles
     grouped = (rates.moe_untuned_efficiency[weight_format] if untuned
                else rates.grouped_efficiency(compute, dequant, weight_format)) / moe_large_expert_slowdown(
-        rates, weight_format, hidden * in_width * weight_bits / 8)
+        rates, weight_format, moe_expert_matrix_bytes(rates, weight_format, hidden, in_width, weight_bits))
     stream_bits = rates.moe_stream_bits.get(weight_format) or weight_bits
     dequant_ops = (0.0 if weight_format in rates.moe_stream_bits
                    else rates.moe_dequant_ops.get(dequant) or DEQUANT_OPS.get(dequant, 0.0))

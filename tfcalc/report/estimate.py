@@ -7,7 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from tfcalc.calc.kernels import UNIFORM, Rates, Routing, distinct_experts, moe_large_expert_slowdown, moe_untuned
+from tfcalc.calc.kernels import (
+    UNIFORM,
+    Rates,
+    Routing,
+    distinct_experts,
+    moe_expert_matrix_bytes,
+    moe_large_expert_slowdown,
+    moe_untuned,
+)
 from tfcalc.calc.latency import (
     GROUPS,
     Deployment,
@@ -281,11 +289,13 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
             else:
                 lines.append(f"fused MoE: the engine ships a tuned kernel config for {shape} on {rates.name}")
         if fmt in rates.moe_large_expert:
-            matrix = spec.hidden_size * (2 if dm.gated else 1) * width * dm.experts_mode.bits / 8
+            matrix = moe_expert_matrix_bytes(rates, fmt, spec.hidden_size, (2 if dm.gated else 1) * width,
+                                             dm.experts_mode.bits)
             slowdown = moe_large_expert_slowdown(rates, fmt, matrix)
             limit = rates.moe_large_expert[fmt][0] / 2**20
-            lines.append(f"fused MoE: one expert's gate/up matrix holds {matrix / 2**20:,.0f} MiB per GPU ({fmt}); "
-                         f"the engine's kernel on {rates.name} slows down past {limit:g} MiB: "
+            held = (f", held at {rates.moe_stream_bits[fmt]:g} bits" if fmt in rates.moe_stream_bits else "")
+            lines.append(f"fused MoE: one expert's gate/up matrix holds {matrix / 2**20:,.0f} MiB per GPU "
+                         f"({fmt}{held}); the engine's kernel on {rates.name} slows down past {limit:g} MiB: "
                          + (f"its grouped GEMMs take {slowdown:.2f}x as long" if slowdown > 1 else "not here"))
     k = d.kernels
     if dm.shared_width and (k.shared_experts_stream_max_tokens or k.shared_experts_stream_in_graphs):
