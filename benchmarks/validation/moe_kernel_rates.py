@@ -337,8 +337,14 @@ def moe_stream_fit(preset: str, args: argparse.Namespace, weights: str, rows: li
         own = {**base.moe_memory_efficiency, fmt: fraction} if fraction else base.moe_memory_efficiency
         return price_ratios(dataclasses.replace(base, moe_memory_efficiency=own), subset)
 
-    small = [(row, mode) for row, mode in rows if 2 <= row.num_tokens <= row.num_experts]
-    large = [(row, mode) for row, mode in rows if row.num_experts < row.num_tokens < args.min_tokens]
+    from tfcalc.calc.kernels import moe_one_tile_per_expert
+
+    small = [(row, mode) for row, mode in rows
+             if 2 <= row.num_tokens and moe_one_tile_per_expert(row.num_tokens, row.topk, row.num_experts)]
+    large = [(row, mode) for row, mode in rows
+             if not moe_one_tile_per_expert(row.num_tokens, row.topk, row.num_experts)
+             and row.num_tokens < args.min_tokens]
+    between = [(row, mode) for row, mode in small if row.num_tokens > row.num_experts]
     if not small:
         return
     lo, hi = 0.3, 1.0
@@ -346,7 +352,9 @@ def moe_stream_fit(preset: str, args: argparse.Namespace, weights: str, rows: li
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if statistics.median(ratios(mid, small)) > 1 else (lo, mid)
     r, before = sorted(ratios(lo, small)), sorted(ratios(0.0, small))
-    beside = f"; E < T < {args.min_tokens}: median {statistics.median(ratios(lo, large)):.2f}" if large else ""
+    beside = f"; beyond, < {args.min_tokens}: median {statistics.median(ratios(lo, large)):.2f}" if large else ""
+    if between:
+        beside += f"; T > E among them: median {statistics.median(ratios(lo, between)):.2f} ({len(between)} rows)"
     print(f"{preset:10s} {args.engine} {weights:12s} fused-MoE stream {lo:.2f} of the datasheet ({len(r)} rows, "
           f"2 <= T <= E: quartiles {r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f}; at the preset median "
           f"{statistics.median(before):.2f}){beside}")

@@ -770,12 +770,14 @@ def test_experts_upcast_at_load_stream_their_wider_bits_and_unpack_nothing() -> 
         4 * 3 * 2880 * 2880 * 4.25 / 8)
 
 
-def test_fused_moe_stream_applies_while_tokens_are_at_most_the_layers_experts() -> None:
+def test_fused_moe_stream_applies_while_each_expert_gets_one_smallest_tile() -> None:
     """moe_memory_efficiency: the GPU's fused-MoE weight stream for a format (the whole layer's experts in one
-    kernel) replaces the GEMV figure while each expert gets at most one row tile (T <= E, so T k / E rows on
-    average), whether the experts sit on one GPU or are split by expert parallelism (2 local of 8 at ep 4); not
-    above, not for other formats, not under a calibrated curve or after --memory-efficiency; by hand on a
-    memory-bound step."""
+    kernel) replaces the GEMV figure while each expert gets at most one smallest row tile (T k / E <= 8 rows on
+    average: Mixtral's top-2 of 8 up to 32 tokens, Qwen3's top-8 of 128 up to 128), whether the experts sit on one
+    GPU or are split by expert parallelism (2 local of 8 at ep 4); not above, not for other formats, not under a
+    calibrated curve or after --memory-efficiency; by hand on a memory-bound step."""
+    assert kernels.moe_one_tile_per_expert(32, 2, 8) and not kernels.moe_one_tile_per_expert(33, 2, 8)
+    assert kernels.moe_one_tile_per_expert(128, 8, 128) and not kernels.moe_one_tile_per_expert(129, 8, 128)
     base = replace(RATES, floors={**RATES.floors, "moe": 0.0})
     fast = replace(base, moe_memory_efficiency={"bf16": 0.95})
     args = {"experts_local": 8, "experts_total": 8, "top_k": 2, "hidden": 4096, "expert_width": 14336,
@@ -784,7 +786,8 @@ def test_fused_moe_stream_applies_while_tokens_are_at_most_the_layers_experts() 
     assert slow.bound == quick.bound == "memory" and quick.bytes == slow.bytes
     stream = base.memory_bandwidth * base.memory_efficiency
     assert slow.seconds - quick.seconds == pytest.approx(slow.bytes / stream - slow.bytes / (0.95 * 4e12), rel=1e-9)
-    assert kernels.moe_experts(fast, tokens=9, **args) == kernels.moe_experts(base, tokens=9, **args)
+    assert kernels.moe_experts(fast, tokens=33, **args) == kernels.moe_experts(base, tokens=33, **args)
+    assert kernels.moe_experts(fast, tokens=32, **args).seconds < kernels.moe_experts(base, tokens=32, **args).seconds
     assert kernels.moe_experts(fast, tokens=4, **{**args, "weight_format": "fp8_block"}) == kernels.moe_experts(
         base, tokens=4, **{**args, "weight_format": "fp8_block"})
     curve = ((1e6, 2e12), (1e9, 3e12))
@@ -796,7 +799,7 @@ def test_fused_moe_stream_applies_while_tokens_are_at_most_the_layers_experts() 
     assert fused.bound == gemv.bound == "memory"
     assert gemv.seconds / fused.seconds == pytest.approx(0.95 * 4e12 / (base.memory_bandwidth * base.memory_efficiency),
                                                          rel=0.02)
-    assert kernels.moe_experts(fast, tokens=9, **split) == kernels.moe_experts(base, tokens=9, **split)
+    assert kernels.moe_experts(fast, tokens=33, **split) == kernels.moe_experts(base, tokens=33, **split)
 
 
 def test_large_m_stream_applies_only_once_tokens_outnumber_the_local_experts() -> None:

@@ -75,6 +75,7 @@ _INVERSE_OVERLAP_P = 1.0 / GEMM_OVERLAP_P
 FLASH_TILE = 128  # rows per query tile and keys per key tile (FlashAttention-2/3 on Hopper)
 FLASH_PROLOGUE_TILES = 2  # key tiles' worth of work each query tile pays up front
 MOE_TILE_MIN, MOE_TILE_MAX = 16, 128  # rows of a grouped-GEMM tile (moe_tile_rows)
+MOE_OWN_STREAM_ROWS = 8  # mean rows per expert up to which a fused MoE streams its weights as one tile each
 DECODE_STREAMS_HALF = 2.8  # u_half of decode attention (module docstring)
 _FOURIER_LOG_EPS = 30.0  # binomial_tiles drops Fourier terms below exp(-30) ~ 1e-13
 _PMF_CUTOFF = 1e-16  # binomial_tiles sums the pmf where it is above this fraction of its peak
@@ -756,6 +757,12 @@ def moe_untuned(rates: Rates, weight_format: str, experts_local: int, expert_wid
     return tuned is not None and (experts_local, expert_width) not in tuned
 
 
+def moe_one_tile_per_expert(tokens: float, top_k: int, experts: int) -> bool:
+    """Whether a step's experts get at most one smallest row tile each on average: T k / E <= ``MOE_OWN_STREAM_ROWS``
+    (FlashInfer TRT-LLM's 8-row tiles; a Triton fused MoE's 16-row ones hold at least as many)."""
+    return tokens * top_k <= MOE_OWN_STREAM_ROWS * experts
+
+
 def moe_expert_matrix_bytes(rates: Rates, weight_format: str, hidden: int, in_width: int,
                             weight_bits: float) -> float:
     """Bytes of one expert's per-rank gate/up matrix (``hidden`` x ``in_width``) as the fused MoE holds it: at the
@@ -841,10 +848,10 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     stream_bits = rates.moe_stream_bits.get(weight_format) or weight_bits
     dequant_ops = (0.0 if weight_format in rates.moe_stream_bits
                    else rates.moe_dequant_ops.get(dequant) or DEQUANT_OPS.get(dequant, 0.0))
-    # the GPU's own fused-MoE stream while each expert gets at most one row tile: T <= E, so T k / E <= k rows on
-    # average (the ep-1 rows it was fitted on; under ep the local experts' rows are the same)
-    own_stream = (rates.moe_memory_efficiency.get(weight_format) if tokens <= experts_total and rates._stream
-                  else None)
+    # the GPU's own fused-MoE stream while each expert gets at most one smallest row tile (the ep-1 rows it was
+    # fitted on; under ep the local experts' rows are the same)
+    own_stream = (rates.moe_memory_efficiency.get(weight_format)
+                  if moe_one_tile_per_expert(tokens, top_k, experts_total) and rates._stream else None)
     bandwidth = ((rates.memory_bandwidth * own_stream if own_stream else rates._stream)
                  or rates.bandwidth(distinct * hidden * (in_width + expert_width) * stream_bits / 8))
     # the kernel's tile configuration for more tokens than experts streams slower (not under a calibrated curve)

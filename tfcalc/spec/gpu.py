@@ -184,7 +184,8 @@ class GPULatency:
     ``memory_efficiency``: large streaming kernels (GEMV); ``gemm_memory_efficiency``: the same for small-M GEMMs
     whose weights are in a storage format whose kernel streams differently (canonical dtype name -> fraction;
     per-tensor fp8 scaled-mm is slower than a bf16 GEMV); ``moe_memory_efficiency``: the same for the fused MoE's
-    expert weights while a step's tokens are at most the layer's experts, by storage format, where its kernel
+    expert weights while each expert gets at most one smallest row tile (``kernels.moe_one_tile_per_expert``), by
+    storage format, where its kernel
     streams them differently from a GEMV (the whole layer's experts in one kernel);
     ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
     ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric;
