@@ -32,8 +32,9 @@ newest table on the same rows (weight format, tokens, shapes, tp; balanced, ep 1
 the engines' kernels really differ, independently of tfcalc's model.
 
 ``--moe-stream`` fits, per GPU and weight format, the fraction of the datasheet bandwidth the expert weights
-stream at while the tokens are at most the experts (2 <= T <= E): the GPU presets' ``latency.moe_memory_efficiency``
-(vLLM's tables, the default engine's), where it differs from the GEMV figure ``memory_efficiency``.
+stream at while each expert gets one smallest row tile (2 <= T, T k / E <= 8): the GPU presets'
+``latency.moe_memory_efficiency`` (vLLM's tables, the default engine's), where it differs from the GEMV figure
+``memory_efficiency``.
 
 ``--tuned yes|no`` keeps the rows of the formats an engine lists tuned kernel shapes for (SGLang's and vLLM's Triton
 config files, ``kernels.moe_tuned_shapes``), those whose shape (local experts, per-rank width) has a config or those
@@ -327,9 +328,10 @@ def large_m_fit(preset: str, args: argparse.Namespace, weights: str, rows: list,
 
 def moe_stream_fit(preset: str, args: argparse.Namespace, weights: str, rows: list, base: object) -> None:
     """The fraction of the datasheet bandwidth (the GPU preset's ``latency.moe_memory_efficiency`` for the rows'
-    storage format) that makes the median tfcalc / measured 1 over the rows of 2 to E tokens, where the expert
-    weights' stream sets the time (by bisection in [0.3, 1], at the preset's other values), with the median before
-    it and the rows of E to --min-tokens tokens beside it."""
+    storage format) that makes the median tfcalc / measured 1 over the rows of 2 or more tokens whose experts get one
+    smallest row tile each (``kernels.moe_one_tile_per_expert``), where the expert weights' stream sets the time (by
+    bisection in [0.3, 1], at the preset's other values), with the median before it, that of the rows among them
+    with more tokens than experts, and the rows beyond, to --min-tokens tokens, beside it."""
     import dataclasses
 
     def ratios(fraction: float, subset: list) -> list[float]:
@@ -337,12 +339,12 @@ def moe_stream_fit(preset: str, args: argparse.Namespace, weights: str, rows: li
         own = {**base.moe_memory_efficiency, fmt: fraction} if fraction else base.moe_memory_efficiency
         return price_ratios(dataclasses.replace(base, moe_memory_efficiency=own), subset)
 
-    from tfcalc.calc.kernels import moe_one_tile_per_expert
+    from tfcalc.calc import kernels
 
     small = [(row, mode) for row, mode in rows
-             if 2 <= row.num_tokens and moe_one_tile_per_expert(row.num_tokens, row.topk, row.num_experts)]
+             if 2 <= row.num_tokens and kernels.moe_one_tile_per_expert(row.num_tokens, row.topk, row.num_experts)]
     large = [(row, mode) for row, mode in rows
-             if not moe_one_tile_per_expert(row.num_tokens, row.topk, row.num_experts)
+             if not kernels.moe_one_tile_per_expert(row.num_tokens, row.topk, row.num_experts)
              and row.num_tokens < args.min_tokens]
     between = [(row, mode) for row, mode in small if row.num_tokens > row.num_experts]
     if not small:
@@ -356,7 +358,8 @@ def moe_stream_fit(preset: str, args: argparse.Namespace, weights: str, rows: li
     if between:
         beside += f"; T > E among them: median {statistics.median(ratios(lo, between)):.2f} ({len(between)} rows)"
     print(f"{preset:10s} {args.engine} {weights:12s} fused-MoE stream {lo:.2f} of the datasheet ({len(r)} rows, "
-          f"2 <= T <= E: quartiles {r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f}; at the preset median "
+          f"2 <= T, T k / E <= {kernels.MOE_OWN_STREAM_ROWS}: quartiles {r[len(r) // 4]:.2f}-"
+          f"{r[3 * len(r) // 4]:.2f}; at the preset median "
           f"{statistics.median(before):.2f}){beside}")
 
 
@@ -441,7 +444,7 @@ def main() -> None:
                         help="comma-separated grouped-GEMM K0 values: the fit and its scatter at each")
     parser.add_argument("--moe-stream", action="store_true",
                         help="the GPU's fused-MoE weight stream (latency.moe_memory_efficiency) per table format, "
-                             "fitted on the rows of 2 to E tokens")
+                             "fitted on the rows whose experts get one smallest row tile each")
     parser.add_argument("--large-expert", action="store_true",
                         help="the engine's large-expert slowdown per table format (kernels.moe_large_expert)")
     parser.add_argument("--tuned", choices=("yes", "no"), default="",

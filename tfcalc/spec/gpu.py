@@ -185,8 +185,7 @@ class GPULatency:
     whose weights are in a storage format whose kernel streams differently (canonical dtype name -> fraction;
     per-tensor fp8 scaled-mm is slower than a bf16 GEMV); ``moe_memory_efficiency``: the same for the fused MoE's
     expert weights while each expert gets at most one smallest row tile (``kernels.moe_one_tile_per_expert``), by
-    storage format, where its kernel
-    streams them differently from a GEMV (the whole layer's experts in one kernel);
+    storage format, where its kernel streams them differently from a GEMV (the whole layer's experts in one kernel);
     ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
     ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric;
     ``kernels_as``: the GPU preset of the same silicon whose engine-measured kernel entries (an engine preset's
