@@ -6,7 +6,7 @@ it runs offline from its bundled, measured kernel tables) and run
 
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
-        | --holdout5 | --holdout6]
+        | --holdout5 | --holdout6 | --holdout7]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -17,7 +17,8 @@ model was built, to test it on settings no earlier round looked at; ``--holdout2
 the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before the round that used the second;
 ``--holdout4`` the fourth (``HOLDOUT_GRID_4``, aiconfigurator_holdout4.json), before the round that used the third;
 ``--holdout5`` the fifth (``HOLDOUT_GRID_5``, aiconfigurator_holdout5.json), before the round that used the fourth;
-``--holdout6`` the sixth (``HOLDOUT_GRID_6``, aiconfigurator_holdout6.json), before the round that used the fifth.
+``--holdout6`` the sixth (``HOLDOUT_GRID_6``, aiconfigurator_holdout6.json), before the round that used the fifth;
+``--holdout7`` the seventh (``HOLDOUT_GRID_7``, aiconfigurator_holdout7.json), before the round that used the sixth.
 """
 
 from __future__ import annotations
@@ -210,6 +211,26 @@ HOLDOUT_GRID_6 = [
 ]
 
 
+# Collected on 2026-12-05 (stop 41) before that session's changes and scored once: settings no grid above holds
+# (H100 for fp8 Qwen3-32B on one GPU, Mixtral 8x22B at ep 8, gpt-oss-20b at ep 2 and Qwen3-235B at ep 4; H200 for
+# fp8 Llama 3.1 8B at tp 4, Mixtral 8x7B and Qwen3-30B-A3B at ep 8; B200 for gpt-oss-120b at ep 8, Llama 3.1 8B at
+# tp 4, fp8 Qwen3-32B on one GPU and Mixtral 8x7B at ep 2; prompts of 200, 900, 4,500 and 9,000 tokens; batches 7,
+# 18 and 44). Summarised on its own line ("aic held-out 7").
+HOLDOUT_GRID_7 = [
+    ("qwen3-32b-fp8", "h100_sxm", [1], [7, 18, 44], [(900, 450)]),
+    ("mixtral-8x22b", "h100_sxm", [8], [7, 18, 44], [(4500, 300)], True),
+    ("gpt-oss-20b", "h100_sxm", [2], [7, 18, 44], [(200, 1000)], True),
+    ("qwen3-235b-a22b", "h100_sxm", [4], [7, 18, 44], [(900, 450)], True),
+    ("llama3.1-8b-fp8", "h200_sxm", [4], [7, 18, 44], [(9000, 300)]),
+    ("mixtral-8x7b", "h200_sxm", [8], [7, 18, 44], [(900, 450)], True),
+    ("qwen3-30b-a3b", "h200_sxm", [8], [7, 18, 44], [(4500, 300)], True),
+    ("gpt-oss-120b", "b200_sxm", [8], [7, 18, 44], [(4500, 300)], True),
+    ("llama3.1-8b", "b200_sxm", [4], [7, 18, 44], [(200, 1000)]),
+    ("qwen3-32b-fp8", "b200_sxm", [1], [7, 18, 44], [(9000, 300)]),
+    ("mixtral-8x7b", "b200_sxm", [2], [7, 18, 44], [(4500, 300)], True),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -291,9 +312,11 @@ if __name__ == "__main__":
         GRID[:] = HOLDOUT_GRID_5
     if "--holdout6" in flags:
         GRID[:] = HOLDOUT_GRID_6
+    if "--holdout7" in flags:
+        GRID[:] = HOLDOUT_GRID_7
     if only:
         GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
     every_backend = {"--large-batch", "--holdout", "--holdout2", "--holdout3", "--holdout4",
-                     "--holdout5", "--holdout6"} & set(flags)
+                     "--holdout5", "--holdout6", "--holdout7"} & set(flags)
     default = ["vllm", "sglang", "trtllm"] if every_backend else ["vllm"]
     main(args[0], "--quick" in flags, backends[0].split(",") if backends else default)
