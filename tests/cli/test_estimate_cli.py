@@ -105,7 +105,7 @@ def test_explain_names_a_formats_own_moe_floor() -> None:
     result = runner.invoke(app, ["estimate", "-p", "gpt-oss-120b", "-g", "h200", "-e", "trtllm", "--explain"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
-    assert "moe 36.0 µs" in text and "moe (mxfp4 experts) 56.4 µs" in text
+    assert "moe 29.4 µs" in text and "moe (mxfp4 experts) 56.4 µs" in text
 
 
 def test_errors() -> None:

@@ -79,7 +79,7 @@ def test_reference_engines_exist() -> None:
     assert load_engine("vllm@0.9").kernels == load_engine("vllm").kernels  # shared, not repeated
     assert load_engine("sglang").kernels.floors_s == pytest.approx({"attention": 9.2e-6, "moe": 22e-6})
     trt = load_engine("trtllm").kernels
-    assert trt.fused_activation_quant and trt.floors_s["moe"] == pytest.approx(36e-6)
+    assert trt.fused_activation_quant and trt.floors_s["moe"] == pytest.approx(29.4e-6)
     fast = load_engine("gpt-fast")
     assert fast.budget == "ideal" and not fast.models_memory and fast.overheads is None
     assert fast.kernels.fused_activation_quant and fast.kernels.cuda_graphs
@@ -128,7 +128,7 @@ def test_moe_efficiency_per_compute_dtype() -> None:
     assert rates.grouped_efficiency("fp8") == 0.53  # bf16: vLLM's Triton kernel on its tuned shapes (0.83)
     assert rates_for(load_gpu("h200"), EngineKernels()).grouped_efficiency("bf16") == 0.79  # the GPU preset's
     assert rates_for(load_gpu("h200"), load_engine("trtllm").kernels).moe_expert_floors == pytest.approx(
-        {"fp8_block": 0.23e-6})
+        {"fp8_block": 0.245e-6})
     assert rates_for(load_gpu("h200"), load_engine("vllm").kernels).moe_expert_floors == {}
 
 
@@ -332,15 +332,19 @@ def test_engine_moe_efficiency_by_architecture() -> None:
 
 def test_engine_moe_ep_every_row_gpus() -> None:
     """kernels.moe_ep_every_row: the GPUs (and expert formats) on which the engine's fused MoE touches every token's
-    rows under expert parallelism; SGLang's Triton kernels on every Hopper and Blackwell part measured, every format;
-    vLLM's block-fp8 kernel on the B200 only (its bf16, nvfp4 and fp8 kernels there scale with their share);
-    TensorRT-LLM's nowhere."""
+    rows under expert parallelism; SGLang's kernels on every Hopper part measured, every format, and on the B200 all
+    but its FlashInfer FP4 ones (mxfp4, nvfp4: their own rows); vLLM's block-fp8 kernel on the B200 only (its bf16,
+    nvfp4 and fp8 kernels there scale with their share); TensorRT-LLM's nowhere. "*" in a mapping: every format."""
     parsed = kernels_from_mapping({"moe_ep_every_row": ["h200"]}, "e.yaml")
     assert rates_for(load_gpu("h200"), parsed).moe_ep_every_row == {"*"}
     assert not rates_for(load_gpu("b200"), parsed).moe_ep_every_row
     by_format = kernels_from_mapping({"moe_ep_every_row": {"b200": ["fp8_block", "nvfp4"]}}, "e.yaml")
     assert by_format.moe_ep_every_row_by_gpu == {"b200": {"fp8_block", "nvfp4"}}
-    assert load_engine("sglang").kernels.moe_ep_every_row_by_gpu == {g: {"*"} for g in ("h100-sxm", "h200", "b200")}
+    assert kernels_from_mapping({"moe_ep_every_row": {"h200": ["*"]}}, "e.yaml").moe_ep_every_row_by_gpu == {
+        "h200": {"*"}}
+    sglang = load_engine("sglang").kernels.moe_ep_every_row_by_gpu
+    assert sglang["h100-sxm"] == sglang["h200"] == {"*"} and set(sglang) == {"h100-sxm", "h200", "b200"}
+    assert "fp8_block" in sglang["b200"] and not {"mxfp4", "nvfp4", "*"} & sglang["b200"]
     assert rates_for(load_gpu("h100-pcie"), load_engine("sglang").kernels).moe_ep_every_row  # H100 SXM's silicon
     assert load_engine("vllm").kernels.moe_ep_every_row_by_gpu == {"b200": {"fp8_block"}}
     assert load_engine("trtllm").kernels.moe_ep_every_row_by_gpu == {}

@@ -596,14 +596,15 @@ def _unfused_quant(value: Any, origin: str) -> dict[str, frozenset[str]]:
 
 def _every_row(value: Any, origin: str) -> dict[str, frozenset[str]]:
     """``kernels.moe_ep_every_row``: a list of GPU preset names (every expert format: "*") or a mapping of GPU preset
-    names to lists of expert storage formats."""
+    names to lists of expert storage formats ("*": every format)."""
     key = "kernels.moe_ep_every_row"
     if not isinstance(value, dict):
         return {gpu: frozenset({"*"}) for gpu in _gpu_list(value, origin, key)}
     out = {}
     for gpu, formats in _gpu_entries(value, origin, key, "lists of expert formats").items():
-        _require(isinstance(formats, list) and formats and all(f in MOE_EXPERT_DTYPES for f in formats), origin,
-                 f"field '{key}.{gpu}' must be a list of {', '.join(MOE_EXPERT_DTYPES)}, got {_show(formats)}")
+        _require(isinstance(formats, list) and formats and all(f in (*MOE_EXPERT_DTYPES, "*") for f in formats),
+                 origin, f"field '{key}.{gpu}' must be a list of {', '.join(MOE_EXPERT_DTYPES)} or *, got "
+                 f"{_show(formats)}")
         out[str(gpu)] = frozenset(formats)
     return out
 
