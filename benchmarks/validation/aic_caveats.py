@@ -5,7 +5,7 @@ round). Run with aiconfigurator installed (it reads its bundled tables):
     python benchmarks/validation/aic_caveats.py            # write the file
     python benchmarks/validation/aic_caveats.py --show     # the evidence, table by table
 
-Two caveats, each a mechanism of the collector rather than of the engine:
+Four caveats, each a mechanism of the collector rather than of the engine:
 
 - ``routing``: vLLM's and SGLang's MoE collectors route a DeepSeek-V3-style model (``n_group`` > ``topk_group``)
   through group-limited top-k with a zero correction bias, on synthetic logits in which every group ties. Ties go to
@@ -22,6 +22,12 @@ Two caveats, each a mechanism of the collector rather than of the engine:
   that reaches rank 0 is computed there; under its balanced top-2 of 8 (token t picks t and t + 4 mod 8) that is
   1, 1/2 and 1/4 of the ep-1 rows at ep 2, 4 and 8 instead of 1/2, 1/4 and 1/8, as Mixtral's rows show. The
   engine's kernel writes zeros for remote rows instead of computing them.
+- ``interpolated``: the decode step's tokens B fall between two token counts n1 < B < n2 of the table across which
+  the collector's power-law workload changes its loads (x^-a on [0.01, 2] while T k <= E, on [1, 0.8 T] above:
+  n1 k <= E < B k), and aiconfigurator interpolates linearly between the two rows. Its price at B then blends a row
+  of the lighter loads into one of the heavier loads B itself draws, short by up to s = (1 - w)(L2 - L1) / L(B) of
+  the interpolated latency L(B) (w = (B - n1) / (n2 - n1), L1 and L2 the rows' latencies); a point is tagged where
+  s >= ``INTERPOLATED_SHORTFALL`` (a fifth of the kernel: the accuracy goal's own margin).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ OUT = HERE / "aiconfigurator_caveats.json"
 GROUPED_ROUTING_ENGINES = frozenset({"vllm", "sglang"})
 SLICED_EXCESS = 1.10
 UNSPLIT_RATIO = 0.9
+INTERPOLATED_SHORTFALL = 0.2
 
 
 def timed_rank_rows(experts: int, top_k: int, groups: int, groups_per_token: int, ep: int,
@@ -107,6 +114,30 @@ def unsplit_ratio(df, moe_dtype: str, shape: tuple[int, int, int, int]) -> float
     return _median_ratio(df, moe_dtype, "balanced", shape, 4096, {"moe_tp_size": 1}, "moe_ep_size", 2, 1)
 
 
+def interpolation_shortfall(df, moe_dtype: str, distribution: str, shape: tuple[int, int, int, int], moe_tp: int,
+                            moe_ep: int, tokens: int) -> float | None:
+    """Where the table's rows of ``shape`` (hidden, full expert width, experts, top-k) at (``moe_tp``, ``moe_ep``)
+    hold no row at ``tokens`` and the power-law workload changes its loads between the rows n1 < tokens < n2 around
+    it (n1 k <= E < tokens k): the most the linear interpolation can fall short, (1 - w)(L2 - L1) / L, as a
+    fraction of the interpolated latency L (module docstring); None elsewhere."""
+    if df is None:
+        return None
+    hidden, width, experts, top_k = shape
+    rows = df[(df.moe_dtype == moe_dtype) & (df.distribution == distribution) & (df.hidden_size == hidden)
+              & (df.inter_size == width) & (df.num_experts == experts) & (df.topk == top_k)
+              & (df.moe_tp_size == moe_tp) & (df.moe_ep_size == moe_ep)]
+    latency = dict(zip(rows.num_tokens, rows.latency, strict=True))
+    below, above = [n for n in latency if n < tokens], [n for n in latency if n > tokens]
+    if tokens in latency or not below or not above:
+        return None
+    n1, n2 = max(below), min(above)
+    if not n1 * top_k <= experts < tokens * top_k:
+        return None
+    w = (tokens - n1) / (n2 - n1)
+    interpolated = (1 - w) * latency[n1] + w * latency[n2]
+    return (1 - w) * (latency[n2] - latency[n1]) / interpolated
+
+
 def caveats() -> list[dict]:
     """Every aiconfigurator point (validate.py's files) with a caveat, keyed as validate.py keys its points."""
     import aiconfigurator_core
@@ -156,6 +187,13 @@ def caveats() -> list[dict]:
                     reason = "unsplit"
                     evidence = (f"balanced moe_ep 2 rows {unsplit:.2f}x the moe_ep 1 rows at 4,096+ tokens "
                                 f"({aic_moe}, {p['backend']} {p['version']})")
+                else:
+                    short = interpolation_shortfall(cache[table_key], aic_moe, f"power_law_{alpha}", shape,
+                                                    p["tp"] // ep, ep, p["batch"])
+                    if short is not None and short >= INTERPOLATED_SHORTFALL:
+                        reason = "interpolated"
+                        evidence = (f"decode at {p['batch']} tokens interpolated across the power-law loads' switch, "
+                                    f"up to {short:.0%} short ({aic_moe}, {p['backend']} {p['version']})")
             if reason:
                 out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
                             "tp": p["tp"], "ep": ep, "batch": p["batch"], "isl": p["isl"], "osl": p["osl"],

@@ -58,8 +58,29 @@ def test_caveats_name_loaded_points(v: ModuleType) -> None:
 
     tagged = [p for p in v.load_points() if p.get("caveat")]
     assert len(tagged) == len(json.loads(v.CAVEATS.read_text())) >= 1
-    assert {p["caveat"] for p in tagged} <= {"routing", "sliced", "unsplit"}
+    assert {p["caveat"] for p in tagged} <= {"routing", "sliced", "unsplit", "interpolated"}
     assert all(p["source_kind"] != "silicon" for p in tagged)
+
+
+def test_interpolation_shortfall_by_hand(benchmark_script: Callable[[str], ModuleType]) -> None:
+    """Rows of 100 and 200 us at 16 and 32 tokens, 128 experts, top-8 (the power-law loads switch above 16 tokens):
+    at 18 tokens w = 1/8, aiconfigurator's interpolation is 112.5 us and can be short by 7/8 x 100 / 112.5; none at a
+    row, outside the rows, or where the switch is not between them (256 experts switch above 32 tokens)."""
+    import pandas as pd
+
+    c = benchmark_script("validation/aic_caveats.py")
+    rows = pd.DataFrame({"moe_dtype": "bfloat16", "distribution": "power_law_1.2", "hidden_size": 2048,
+                         "inter_size": 768, "num_experts": [128, 128, 256, 256], "topk": 8, "moe_tp_size": 1,
+                         "moe_ep_size": 4, "num_tokens": [16, 32, 16, 32], "latency": [0.1, 0.2, 0.1, 0.2]})
+    shape = (2048, 768, 128, 8)
+    assert c.interpolation_shortfall(rows, "bfloat16", "power_law_1.2", shape, 1, 4, 18) == pytest.approx(
+        7 / 8 * 100 / 112.5)
+    assert c.interpolation_shortfall(rows, "bfloat16", "power_law_1.2", shape, 1, 4, 30) == pytest.approx(
+        1 / 8 * 100 / 187.5)
+    for tokens in (16, 12, 40):
+        assert c.interpolation_shortfall(rows, "bfloat16", "power_law_1.2", shape, 1, 4, tokens) is None
+    assert c.interpolation_shortfall(rows, "bfloat16", "power_law_1.2", (2048, 768, 256, 8), 1, 4, 18) is None
+    assert c.interpolation_shortfall(rows, "bfloat16", "power_law_1.2", shape, 1, 8, 18) is None  # no such layout
 
 
 def test_timed_rank_rows_follow_the_tied_groups(benchmark_script: Callable[[str], ModuleType]) -> None:
@@ -106,7 +127,7 @@ def test_fourth_held_out_grid(v: ModuleType) -> None:
     scored, _, moe = _held_out(v, v.HOLDOUT_4)
     untuned_ep = [errors for p, errors in scored if p["model"] == "qwen3-30b-a3b" and p["engine"] == "sglang"]
     assert len(untuned_ep) == 3 and all(errors[0] <= 0.2 for errors in untuned_ep)  # -22 ... -25 % at first
-    assert len(moe) >= 110 and sum(e <= 0.2 for e in moe) >= 94
+    assert len(moe) >= 96 and sum(e <= 0.2 for e in moe) >= 91  # 12 values since tagged "interpolated"
 
 
 def test_fifth_held_out_grid(v: ModuleType) -> None:
@@ -130,7 +151,19 @@ def test_sixth_held_out_grid(v: ModuleType) -> None:
     scored, _, moe = _held_out(v, v.HOLDOUT_6)
     upcast = [errors for p, errors in scored if p["model"] == "gpt-oss-120b" and p["engine"] == "sglang"]
     assert len(upcast) == 6 and all(errors[0] <= 0.2 for errors in upcast)
-    assert len(moe) >= 120 and sum(e <= 0.2 for e in moe) >= 119
+    assert len(moe) >= 116 and sum(e <= 0.2 for e in moe) >= 112  # 10 values since tagged "interpolated"
+
+
+def test_seventh_held_out_grid(v: ModuleType) -> None:
+    """The seventh held-out file (collected before stop 41's changes; first scoring TTFT 83 of 99, TPOT 88 of 99):
+    its dense points stay near aiconfigurator, its MoE points without a reference caveat keep the round's gain (90
+    of 102 TTFT and TPOT values at the first scoring, before 8 were tagged "interpolated"), and SGLang's gpt-oss-120b
+    prefills at ep 8 on the B200, whose FlashInfer MXFP4 MoE computes only its own experts' rows (+21 ... +29 %
+    priced as every row), stay within 20 %."""
+    scored, _, moe = _held_out(v, v.HOLDOUT_7)
+    fp4_ep = [errors for p, errors in scored if p["model"] == "gpt-oss-120b" and p["engine"] == "sglang"]
+    assert len(fp4_ep) == 3 and all(errors[0] <= 0.2 for errors in fp4_ep)
+    assert len(moe) >= 94 and sum(e <= 0.2 for e in moe) >= 88
 
 
 def test_vllm_b200_mixtral_prefill_with_large_experts(v: ModuleType) -> None:
