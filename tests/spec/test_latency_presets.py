@@ -521,8 +521,8 @@ def test_engine_linear_host_time_per_gpu_and_format() -> None:
     graph, as token steps; only the formats named in uncaptured_linears reach the rates; ideal rates have none."""
     block = {"linear_host_us": {"h200": {"fp8_block": [[17, 59], [None, 91]]}}}
     kernels = kernels_from_mapping(block, "e.yaml")
-    assert kernels.linear_host_s_by_gpu == {"h200": {"fp8_block": ((17, pytest.approx(59e-6)),
-                                                                   (None, pytest.approx(91e-6)))}}
+    assert kernels.linear_host_s_by_gpu == {"h200": {"fp8_block": ((17, pytest.approx(59e-6), None),
+                                                                   (None, pytest.approx(91e-6), None))}}
     assert kernels.uncaptured_linears == frozenset()
     assert rates_for(load_gpu("h200"), kernels).linear_host == {}  # every linear captured: no host time
     uncaptured = kernels_from_mapping({**block, "uncaptured_linears": ["fp8_block"]}, "e.yaml")
@@ -531,12 +531,21 @@ def test_engine_linear_host_time_per_gpu_and_format() -> None:
                                                                                              91e-6])
     assert h200.linear_host_s("fp8", 1) == 0.0 and h200.as_ideal().linear_host_s("fp8_block", 1) == 0.0
     assert rates_for(load_gpu("b200"), uncaptured).linear_host == {}  # no entry for that GPU
+    # DeepGEMM's block-scale path: rows in multiples of SCALE_ALIGNED_ROWS (4) skip the scales' re-layout
+    aligned = kernels_from_mapping({"linear_host_us": {"h200": {"fp8_block": [[1, 271], [None, 234, 178]]}},
+                                    "uncaptured_linears": ["fp8_block"]}, "e.yaml")
+    rates = rates_for(load_gpu("h200"), aligned)
+    assert [rates.linear_host_s("fp8_block", m) for m in (1, 2, 3, 4, 8, 18, 20, 4096, 4097)] == pytest.approx(
+        [271e-6, 234e-6, 234e-6, 178e-6, 178e-6, 234e-6, 178e-6, 178e-6, 234e-6])
+    assert rates.linear_host_s("fp8_block", 4.5) == pytest.approx(234e-6)  # a mean token count: not aligned
     vllm = load_engine("vllm").kernels
     assert vllm.uncaptured_linears == frozenset() and set(vllm.linear_host_s_by_gpu) == {"h100-sxm", "h200", "b200"}
     for value, message in (
             ({"h200": {"fp9": [[None, 9]]}}, "unknown field 'kernels.linear_host_us.h200.fp9'"),
             ({"h200": {"fp8_block": [[None, -1]]}}, r"field 'kernels.linear_host_us.h200.fp8_block\[0\]' must be at"),
-            ({"h200": {"fp8_block": [[17, 9]]}}, "must be a list of \\[max tokens, microseconds\\] pairs"),
+            ({"h200": {"fp8_block": [[17, 9]]}}, "must be a list of \\[max tokens, microseconds"),
+            ({"h200": {"fp8_block": [[None, 9, 8, 7]]}}, "must be a list of \\[max tokens, microseconds"),
+            ({"h200": {"fp8_block": [[None, 9, -1]]}}, r"field 'kernels.linear_host_us.h200.fp8_block\[0\]' must be at"),
             ({"h200": {"fp8_block": [[17, 9], [8, 9], [None, 9]]}}, "needs ascending whole token counts"),
             ({"h200": {"fp8_block": 59}}, "must be a list of"),
             ({"h201": {"fp8_block": [[None, 9]]}}, "unknown field 'kernels.linear_host_us.h201'")):

@@ -76,6 +76,9 @@ FLASH_TILE = 128  # rows per query tile and keys per key tile (FlashAttention-2/
 FLASH_PROLOGUE_TILES = 2  # key tiles' worth of work each query tile pays up front
 MOE_TILE_MIN, MOE_TILE_MAX = 16, 128  # rows of a grouped-GEMM tile (moe_tile_rows)
 MOE_OWN_STREAM_ROWS = 8  # mean rows per expert up to which a fused MoE streams its weights as one tile each
+# Rows a block-scale GEMM's per-token scales come in without a copy: DeepGEMM aligns the scale tensor's M to 16 bytes
+# of 4-byte scales (get_tma_aligned_size; SM100 packs four UE8M0 scales per int32), so other row counts re-lay it out
+SCALE_ALIGNED_ROWS = 4
 DECODE_STREAMS_HALF = 2.8  # u_half of decode attention (module docstring)
 _FOURIER_LOG_EPS = 30.0  # binomial_tiles drops Fourier terms below exp(-30) ~ 1e-13
 _PMF_CUTOFF = 1e-16  # binomial_tiles sums the pmf where it is above this fraction of its peak
@@ -256,14 +259,14 @@ class Rates:
 
     def linear_host_s(self, weight_format: str, tokens: float) -> float:
         """Host seconds of one call of a ``weight_format`` linear layer over ``tokens`` rows where that format runs
-        outside the CUDA graphs (``linear_host``), else 0: the call lasts at least this long."""
+        outside the CUDA graphs (``linear_host``), else 0: the call lasts at least this long. A step's aligned time
+        applies where the tokens are a multiple of ``SCALE_ALIGNED_ROWS`` (no scale tensor to re-lay out)."""
         steps = self.linear_host.get(weight_format) if not self.ideal else None
         if not steps:
             return 0.0
-        for max_tokens, seconds in steps[:-1]:
-            if tokens <= max_tokens:
-                return seconds
-        return steps[-1][1]  # the last step is open
+        step = next((s for s in steps[:-1] if s[0] is not None and tokens <= s[0]), steps[-1])  # the last is open
+        aligned = step[2] is not None and float(tokens).is_integer() and int(tokens) % SCALE_ALIGNED_ROWS == 0
+        return step[2] if aligned else step[1]
 
     def as_ideal(self) -> Rates:
         return replace(self, ideal=True)

@@ -144,8 +144,9 @@ class StaticFractionRule:
 # vLLM csrc/custom_all_reduce.cuh (SGLang sgl-kernel/csrc/allreduce/custom_all_reduce.cuh the same): the one-shot
 # kernel on 2 GPUs always, else on at most 4 GPUs below 512 KiB and on at most 8 below 256 KiB; two-shot otherwise
 VLLM_ONE_SHOT_BELOW: tuple[tuple[int, float], ...] = ((4, 512 * 1024.0), (8, 256 * 1024.0))
-# one linear layer's host seconds by token count: (max tokens, seconds) steps, the last max tokens None (open)
-LinearHostSteps = tuple[tuple[int | None, float], ...]
+# one linear layer's host seconds by token count: (max tokens, seconds, seconds at a multiple of SCALE_ALIGNED_ROWS
+# tokens or None) steps, the last max tokens None (open)
+LinearHostSteps = tuple[tuple[int | None, float, float | None], ...]
 # the largest CUDA-graph step by GPU memory: (minimum GiB, tokens below tp 4, tokens at tp >= 4), ascending
 GraphCaps = tuple[tuple[float, int, int], ...]
 
@@ -187,7 +188,8 @@ class EngineKernels:
     ``moe`` floor (TensorRT-LLM's MXFP4 backends);
     ``linear_host_s_by_gpu``: per GPU preset name and weight storage format, the host seconds one linear layer's
     call takes when it runs outside a CUDA graph (its Python path: input quantisation, scale layout, kernel
-    dispatch), as (max tokens, seconds) steps, the last open (None); ``uncaptured_linears``: the storage formats
+    dispatch), as (max tokens, seconds, seconds when the tokens are a multiple of ``kernels.SCALE_ALIGNED_ROWS``
+    or None) steps, the last open (None); ``uncaptured_linears``: the storage formats
     whose linear layers run outside the CUDA graphs, each costing at least that host time (default none: every
     linear is captured; a fused attention block's projections, MLA's, run inside it); ``graph_prefill``: whether
     steps that carry prefill tokens replay graphs too (vLLM V1's piecewise graphs; else only decode-only steps do);
@@ -544,8 +546,9 @@ def _fp8_kv_prefill(value: Any, origin: str) -> dict[str, float]:
 
 
 def _linear_host(value: Any, origin: str) -> dict[str, dict[str, LinearHostSteps]]:
-    """``kernels.linear_host_us``: GPU preset name -> storage format -> [[max tokens, us], ...] ascending, the last
-    max tokens null (any larger count); returned as (max tokens or None, seconds) steps."""
+    """``kernels.linear_host_us``: GPU preset name -> storage format -> [[max tokens, us(, us at aligned tokens)],
+    ...] ascending, the last max tokens null (any larger count); returned as (max tokens or None, seconds, seconds at
+    a multiple of ``kernels.SCALE_ALIGNED_ROWS`` tokens or None) steps."""
     key, allowed = "kernels.linear_host_us", ", ".join(MOE_EXPERT_DTYPES)
     out: dict[str, dict[str, LinearHostSteps]] = {}
     for gpu, by_fmt in _gpu_entries(value, origin, key, f"mappings of {allowed}").items():
@@ -554,17 +557,20 @@ def _linear_host(value: Any, origin: str) -> dict[str, dict[str, LinearHostSteps
         out[str(gpu)] = {}
         for fmt, steps in by_fmt.items():
             where = f"{key}.{gpu}.{fmt}"
-            shape = f"field '{where}' must be a list of [max tokens, microseconds] pairs, the last [null, us]"
-            _require(isinstance(steps, list) and bool(steps) and all(isinstance(x, list) and len(x) == 2
+            shape = (f"field '{where}' must be a list of [max tokens, microseconds(, microseconds at aligned "
+                     "tokens)], the last [null, us]")
+            _require(isinstance(steps, list) and bool(steps) and all(isinstance(x, list) and len(x) in (2, 3)
                                                                      for x in steps), origin, shape)
-            rows: list[tuple[int | None, float]] = []
-            for i, (tokens, us) in enumerate(steps):
+            rows: list[tuple[int | None, float, float | None]] = []
+            for i, (tokens, us, *aligned) in enumerate(steps):
                 _require((tokens is None) == (i == len(steps) - 1), origin, shape)
                 if tokens is not None:
                     _require(isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 1
                              and (not rows or tokens > (rows[-1][0] or 0)), origin,
                              f"field '{where}' needs ascending whole token counts >= 1, got {_show(tokens)}")
-                rows.append((tokens, _num(us, origin, f"{where}[{i}]", 0.0, MAX_MICROSECONDS) * 1e-6))
+                rows.append((tokens, _num(us, origin, f"{where}[{i}]", 0.0, MAX_MICROSECONDS) * 1e-6,
+                             _num(aligned[0], origin, f"{where}[{i}]", 0.0, MAX_MICROSECONDS) * 1e-6 if aligned
+                             else None))
             out[str(gpu)][str(fmt)] = tuple(rows)
     return out
 
