@@ -17,7 +17,7 @@ from dataclasses import replace
 from tfcalc.calc.serving import ReplicaServing, at_concurrency, at_rate
 from tfcalc.calc.serving_inputs import ConstantStep, latency_step
 from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
-from tfcalc.calc.serving_traffic import ENGINE_OVERHEADS, LengthDist, Overheads
+from tfcalc.calc.serving_traffic import LengthDist, Overheads, engine_overheads
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
@@ -82,11 +82,11 @@ def main() -> None:
     print("| model | tp | seqs / chunk | overheads | load | TTFT mean | p50 | p90 | p99 | TPOT mean | p90 | ITL p50 | "
           "p90 | p99 | E2E p90 | API util. |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    heavy = replace(ENGINE_OVERHEADS["vllm"], api_request_s=4e-3, api_token_s=150e-6)
+    heavy = replace(engine_overheads(vllm), api_request_s=4e-3, api_token_s=150e-6)
     for name, tp, seats, budget, inputs, outputs, loads, closed in CASES:
         spec = load_model(name)
-        for label, engine, overheads in (("vLLM", vllm, ENGINE_OVERHEADS["vllm"]), ("heavy API", vllm, heavy),
-                                         ("SGLang", sglang, ENGINE_OVERHEADS["sglang"])):
+        for label, engine, overheads in (("vLLM", vllm, engine_overheads(vllm)), ("heavy API", vllm, heavy),
+                                         ("SGLang", sglang, engine_overheads(sglang))):
             if label == "heavy API" and name != "llama3-8b":
                 continue
             step = latency_step(spec, load_gpu("h100-sxm"), parse_weight_precision(spec.native_dtype),

@@ -6,7 +6,7 @@ inf = every prompt sent at once). tfcalc replays it through its discrete-event s
 scheduler with the engine version's memory model and kernels (``--engine vllm@VERSION``), the per-operation
 latency model of ``estimate``, vLLM's default limits for the GPU (the engine preset's scheduler defaults: 1024
 sequences and 8192 tokens on GPUs of 70 GiB or more except A100, else 256 and 2048) and the vLLM overheads
-(tfcalc/calc/serving_traffic.py, sourced outside these cases), and prints predicted vs reported throughput and
+(the engine preset's requests: block, sourced outside these cases), and prints predicted vs reported throughput and
 latencies. Nothing here is fitted per case. "before" is the first version's prediction (the 0.6-efficiency
 roofline and plan's old memory arithmetic, overheads as latencies only); --mode latency runs the new step model
 without the API server's queue, to show what each mechanism changes.
@@ -181,7 +181,7 @@ def _spec(name: str):
     return load_hf_config(name) if name.endswith(".json") else load_model(name)
 
 
-def _overheads(engine: str, mode: str) -> Overheads:
+def _overheads(engine: object, mode: str) -> Overheads:
     o = engine_overheads(engine)
     return replace(o, api_request_s=0.0, api_input_token_s=0.0, api_token_s=0.0) if mode == "latency" else o
 
@@ -202,7 +202,7 @@ def run(case: Case, requests: int | None = None, mode: str = "full") -> dict:
         inputs = LengthDist(kind="fixed", mean=case.input_mean)
         outputs = _eos_capped(case.output_mean, case.output_cap)
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=memory.kv_capacity_tokens,
-                    block_size=memory.block_size, overheads=_overheads("vllm", mode))
+                    block_size=memory.block_size, overheads=_overheads(engine, mode))
     n = requests or case.prompts
     load = Workload(input_len=inputs, output_len=outputs, num_requests=n, concurrency=min(case.concurrency, n),
                     seed=1)
@@ -278,7 +278,6 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
     the run names when a preset covers it). ``phases``: every client sends its first request at once (``lockstep``,
     as the benchmark starts) or at a random time within one request's lifetime (``random``: clients out of step)."""
     spec, gpu, engine, precision, kv = served(point)
-    name = point["engine"]
     seats, budget, policy = deployment_limits(point, engine, gpu)
     length = point["prompt"] + point["gen"]
     memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=point.get("ep", 1), engine=engine,
@@ -286,7 +285,7 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
     step = latency_step(spec, gpu, precision, kv, tp=point["tp"], ep=point.get("ep", 1), engine=engine)
     clients = point.get("concurrency", point.get("batch"))
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=memory.kv_capacity_tokens,
-                    block_size=memory.block_size, overheads=_overheads(name, mode), policy=policy)
+                    block_size=memory.block_size, overheads=_overheads(engine, mode), policy=policy)
     lifetime = 0.0   # one request's prefill and decode at the run's concurrency: the random phases' range
     if phases == "random":
         lifetime = (step.time(0, 0.0, point["prompt"], 0.0, 1)

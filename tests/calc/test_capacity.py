@@ -23,12 +23,12 @@ from tfcalc.calc.capacity import (
     tokens_per_user,
 )
 from tfcalc.calc.serving import SpecDecoding
-from tfcalc.calc.serving_traffic import ENGINE_OVERHEADS, LengthDist, Target, Traffic
+from tfcalc.calc.serving_traffic import LengthDist, Target, Traffic, engine_overheads
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
 SPEC = load_model("llama3-8b")
-OVERHEADS = ENGINE_OVERHEADS["vllm"]
+OVERHEADS = engine_overheads(load_engine("vllm"))
 VLLM = load_engine("vllm")
 
 

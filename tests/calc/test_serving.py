@@ -24,10 +24,10 @@ from tfcalc.calc.serving import (
 )
 from tfcalc.calc.serving_inputs import latency_step
 from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
-from tfcalc.calc.serving_traffic import ENGINE_OVERHEADS, LengthDist, Overheads, Target, normal_quantile
+from tfcalc.calc.serving_traffic import LengthDist, Overheads, Target, engine_overheads, normal_quantile
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.spec.engine import SchedulerPolicy
-from tfcalc.spec.presets import load_gpu, load_model
+from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
 
 def _mmc_brute(c: int, a: float) -> tuple[float, float]:
@@ -130,7 +130,7 @@ def test_analytic_model_agrees_with_the_simulation(case: tuple) -> None:
     name, tp, seats, budget, inputs, outputs, rate, clients, ttft_tol, tpot_tol, *policy = case
     prefill_first = bool(policy and policy[0])
     step = _llama(name, tp)
-    overheads = ENGINE_OVERHEADS["sglang" if prefill_first else "vllm"]
+    overheads = engine_overheads(load_engine("sglang" if prefill_first else "vllm"))
     r = ReplicaServing(step=step, input_len=inputs, output_len=outputs, max_num_seqs=seats,
                        max_num_batched_tokens=budget, kv_capacity_tokens=400_000, overheads=overheads,
                        policy=SchedulerPolicy(prefill_first=prefill_first))
@@ -156,7 +156,7 @@ def _replica(seats: int = 256, budget: int = 2048, **changes) -> ReplicaServing:
     base = ReplicaServing(step=_llama(), input_len=LengthDist(kind="lognormal", mean=1000, spread=0.5),
                           output_len=LengthDist(kind="lognormal", mean=200, spread=0.8), max_num_seqs=seats,
                           max_num_batched_tokens=budget, kv_capacity_tokens=400_000,
-                          overheads=ENGINE_OVERHEADS["vllm"])
+                          overheads=engine_overheads(load_engine("vllm")))
     return replace(base, **changes)
 
 

@@ -545,7 +545,8 @@ def test_engine_linear_host_time_per_gpu_and_format() -> None:
             ({"h200": {"fp8_block": [[None, -1]]}}, r"field 'kernels.linear_host_us.h200.fp8_block\[0\]' must be at"),
             ({"h200": {"fp8_block": [[17, 9]]}}, "must be a list of \\[max tokens, microseconds"),
             ({"h200": {"fp8_block": [[None, 9, 8, 7]]}}, "must be a list of \\[max tokens, microseconds"),
-            ({"h200": {"fp8_block": [[None, 9, -1]]}}, r"field 'kernels.linear_host_us.h200.fp8_block\[0\]' must be at"),
+            ({"h200": {"fp8_block": [[None, 9, -1]]}},
+             r"field 'kernels.linear_host_us.h200.fp8_block\[0\]' must be at"),
             ({"h200": {"fp8_block": [[17, 9], [8, 9], [None, 9]]}}, "needs ascending whole token counts"),
             ({"h200": {"fp8_block": 59}}, "must be a list of"),
             ({"h201": {"fp8_block": [[None, 9]]}}, "unknown field 'kernels.linear_host_us.h201'")):
@@ -863,6 +864,44 @@ def test_engine_scheduler_section(tmp_path: Path) -> None:
         bad.write_text(text.replace(old, new, 1))
         with pytest.raises(SpecError, match=message):
             load_engine(str(bad))
+
+
+def test_engine_requests_section(tmp_path: Path) -> None:
+    """The requests: block in its units (ms, us per token / chunk), each engine's own (vLLM 10 ms latency, SGLang 15,
+    trtllm-serve 40; the API server's 3 ms + 50 us per chunk everywhere); older versions and a user's copy without
+    it take the default version's; gpt-fast (no serving) and an unknown engine name none; bad values are one-line
+    errors; capacity's overheads are the preset's."""
+    from tfcalc.calc.serving_traffic import engine_overheads
+    from tfcalc.spec.engine import RequestCosts
+
+    vllm = load_engine("vllm").requests
+    assert (vllm.latency_s, vllm.api_request_s, vllm.api_token_s, vllm.api_servers) == (0.010, 0.003, 50e-6, 1)
+    assert load_engine("sglang").requests.latency_s == 0.015 and load_engine("trtllm").requests.latency_s == 0.040
+    assert load_engine("vllm@0.11").requests == load_engine("vllm-0.17").requests == vllm
+    assert load_engine("gpt-fast").requests == RequestCosts()
+    o = engine_overheads(load_engine("sglang"))
+    assert (o.request_s, o.api_request_s, o.api_token_s, o.step_s) == (0.015, 0.003, 50e-6, 0.0)
+    assert "3 ms/request + 50 us/chunk, 15 ms request latency" in o.source
+    assert engine_overheads(None).request_s == 0.0 and engine_overheads(load_engine("gpt-fast")).api_token_s == 0.0
+    text = (preset_root() / "engines" / "trtllm-1.0.yaml").read_text()
+    start, end = text.index("requests:"), text.index("overheads:")
+    mine = tmp_path / "my-trtllm.yaml"
+    mine.write_text(text[:start] + text[end:])
+    assert load_engine(str(mine)).requests == load_engine("trtllm").requests
+    mine.write_text(text[:start] + "requests: {latency_ms: 2.5, step_us: 40, api_servers: 4}\n" + text[end:])
+    mine_costs = load_engine(str(mine)).requests
+    assert (mine_costs.latency_s, mine_costs.step_s, mine_costs.api_servers, mine_costs.api_request_s) == (
+        0.0025, 40e-6, 4, 0.0)
+    for block, message in (("requests: {latency_ms: -1}", "requests.latency_ms' must be at least 0"),
+                           ("requests: {latency_ms: 4000000}", "requests.latency_ms' must be at most"),
+                           ("requests: {api_servers: 0}", "requests.api_servers' must be positive"),
+                           ("requests: {latency_s: 1}", "unknown field 'requests.latency_s'"),
+                           ("requests: 10", "field 'requests' must be a mapping")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text[:start] + block + "\n" + text[end:])
+        with pytest.raises(SpecError, match=message) as caught:
+            load_engine(str(bad))
+        assert "\n" not in str(caught.value)
 
 
 def test_interconnect_files_are_read_strictly(tmp_path: Path) -> None:

@@ -245,15 +245,15 @@ Overheading = Overheads | dict[str, Overheads] | None
 
 
 def overheads_for(overheads: Overheading, engine: EngineSpec | None) -> Overheads:
-    """The overheads of an engine: one set for every engine, a set per engine label or family, or (None) each
-    engine family's defaults (``serving_traffic.ENGINE_OVERHEADS``)."""
+    """The overheads of an engine: one set for every engine, a set per engine label or family, or (None) the
+    engine preset's own (its ``requests:`` block, ``serving_traffic.engine_overheads``)."""
     if isinstance(overheads, Overheads):
         return overheads
     if overheads:
         for key in (engine_label(engine), engine_family(engine)):
             if key in overheads:
                 return overheads[key]
-    return engine_overheads(engine_family(engine))
+    return engine_overheads(engine)
 
 
 def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Literal
 
 from tfcalc.errors import UsageError
+from tfcalc.spec.engine import EngineSpec, RequestCosts
 
 _COARSE_PROBABILITIES = (0.1, 0.3, 0.5, 0.7, 0.85, 0.9, 0.95, 0.99, 0.999)
 _NODE_PROBABILITIES = (0.01, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.925, 0.95, 0.97, 0.98, 0.99, 0.995,
@@ -259,38 +260,18 @@ class Overheads:
         return bool(self.api_request_s or self.api_input_token_s or self.api_token_s)
 
 
-# The API server's serial CPU (vLLM V1, one API server): vllm-project/vllm PR #17546 (njhill, 2025-05, "API-server
-# scaleout"): 2 x A100, Llama-3.2-1B, ShareGPT offered at 120 req/s, --data-parallel-size 2 with one API server:
-# 10,000 requests in 130.74 s = 76.5 req/s, the GPUs (a 1B model on two A100s) far from busy -- so one API server
-# does about 13.1 ms of serial work per ShareGPT request (about 220 prompt and 200 streamed tokens; the same
-# benchmark scales with --api-server-count in that PR). Its split is not published: 3 ms per request (HTTP,
-# template, tokenization) + 50 us per streamed chunk (3 + 200 x 0.05 = 13 ms). The vLLM/NVIDIA gpt-oss blog
-# (blog.vllm.ai 2026-02-01, "Stream Interval") confirms the per-chunk part dominates at high concurrency: streaming
-# every 10th token instead of every token gave +57 % end-to-end at 1,024 concurrent requests, and it recommends
-# --api-server-count 20 or --stream-interval 20 there.
-# Latency beyond that work at concurrency 1: ray-project/ray issue #59681 (vLLM 0.22.0 `vllm serve`, streaming chat
-# completions, Qwen2.5-0.5B): TTFT p50 16.9 ms, of which a few ms are the 0.5B model's prefill and 3 ms the API
-# work above: request_s 10 ms. SGLang and trtllm-serve: no published serial costs, vLLM's are used (both are Python
-# servers that detokenize and stream per chunk); their latency from gpustack/gpustack performance-lab
-# qwen3-8b/h100-latency.md (Qwen3-8B on one H100, ShareGPT, concurrency 4): TTFT 27.7 ms (SGLang 0.5.3) and 51.6 ms
-# (TensorRT-LLM 1.2.0rc1) against about 9 ms of prefill and 3 ms of API work.
-_API = {"api_request_s": 0.003, "api_token_s": 50e-6}
-ENGINE_OVERHEADS: dict[str, Overheads] = {
-    "vllm": Overheads(request_s=0.010, **_API,
-                      source="vLLM: API server 3 ms/request + 50 us/chunk (vllm PR #17546), 10 ms request latency "
-                             "(ray issue #59681)"),
-    "sglang": Overheads(request_s=0.015, **_API,
-                        source="SGLang: vLLM's API-server costs, 15 ms request latency (gpustack performance lab)"),
-    "trtllm": Overheads(request_s=0.040, **_API,
-                        source="trtllm-serve: vLLM's API-server costs, 40 ms request latency (gpustack performance "
-                               "lab)"),
-    "ideal": Overheads(source="ideal: no request overheads"),
-}
-
-
-def engine_overheads(family: str) -> Overheads:
-    """Defaults for an engine family (``vllm``, ``sglang``, ``trtllm``; anything else: none)."""
-    return ENGINE_OVERHEADS.get(family, ENGINE_OVERHEADS["ideal"])
+def engine_overheads(engine: EngineSpec | None) -> Overheads:
+    """An engine preset's request costs (its ``requests:`` block, inherited from its default version; sources in its
+    ``sources.requests``) as the serving model's overheads; no engine (ideal): none."""
+    if engine is None or engine.requests == RequestCosts():
+        return Overheads(source=f"{engine.label if engine else 'ideal'}: no request overheads")
+    r = engine.requests
+    return Overheads(request_s=r.latency_s, per_input_token_s=r.per_input_token_s, step_s=r.step_s,
+                     stream_s=r.stream_s, api_request_s=r.api_request_s, api_input_token_s=r.api_input_token_s,
+                     api_token_s=r.api_token_s, api_servers=r.api_servers,
+                     source=f"{engine.label}: API server {r.api_request_s * 1e3:g} ms/request + "
+                            f"{r.api_token_s * 1e6:g} us/chunk, {r.latency_s * 1e3:g} ms request latency "
+                            f"(engine preset, sources.requests)")
 
 
 normal_quantile = lru_cache(maxsize=256)(_normal_quantile)

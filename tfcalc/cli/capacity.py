@@ -203,7 +203,7 @@ def _one(values: list[str] | None, what: str) -> str | None:
 def _overheads(engines: list, api_servers: int | None, request: str | None, api_request: str | None,
                api_token: str | None, step: str | None, stream: str | None) -> dict:
     """Each engine's overhead defaults with the command line's replacements."""
-    from tfcalc.calc.capacity import engine_family, engine_label
+    from tfcalc.calc.capacity import engine_label
     from tfcalc.calc.serving_traffic import engine_overheads
 
     changes: dict[str, object] = {}
@@ -217,7 +217,7 @@ def _overheads(engines: list, api_servers: int | None, request: str | None, api_
         changes["api_servers"] = api_servers
     out = {}
     for e in engines:
-        base = engine_overheads(engine_family(e))
+        base = engine_overheads(e)
         out[engine_label(e)] = replace(base, **changes, source=base.source + (" (command line changes)" if changes
                                                                                  else ""))
     return out

@@ -75,6 +75,32 @@ class SchedulerPolicy:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RequestCosts:
+    """What serving a request costs outside the GPU's forward passes (seconds), the ``requests:`` block: latencies
+    on a request's path (``latency_s`` from the client to the engine's queue beyond the API server's own work,
+    ``per_input_token_s`` per prompt token on it, ``stream_s`` back to the client, ``step_s`` CPU per engine step not
+    overlapped with the GPU) and the API server's serial work (``api_request_s`` per request, ``api_input_token_s``
+    per prompt token, ``api_token_s`` per streamed chunk) on each of ``api_servers`` processes. ``tfcalc capacity``
+    and the serving simulation queue them (``tfcalc.calc.serving_traffic.Overheads``)."""
+
+    latency_s: float = 0.0
+    per_input_token_s: float = 0.0
+    step_s: float = 0.0
+    stream_s: float = 0.0
+    api_request_s: float = 0.0
+    api_input_token_s: float = 0.0
+    api_token_s: float = 0.0
+    api_servers: int = 1
+
+
+# the requests: block's keys and the unit each is given in (units per second)
+REQUEST_COST_KEYS = {"latency_ms": ("latency_s", 1e3), "per_input_token_us": ("per_input_token_s", 1e6),
+                     "step_us": ("step_s", 1e6), "stream_ms": ("stream_s", 1e3),
+                     "api_request_ms": ("api_request_s", 1e3), "api_input_token_us": ("api_input_token_s", 1e6),
+                     "api_token_us": ("api_token_s", 1e6)}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Overheads:
     """Memory outside the torch allocator, per GPU. ``startup_*``: CUDA context (and NCCL communicators at tp > 1)
     present before the engine's baseline; counted in the budget only if ``startup_in_budget``. ``non_torch_*``: what
@@ -316,6 +342,7 @@ class EngineSpec:
     block_size: int | None = None
     scheduler_defaults: tuple[SchedulerDefault, ...] = ()
     scheduler: SchedulerPolicy = field(default_factory=SchedulerPolicy)
+    requests: RequestCosts = field(default_factory=RequestCosts)
     overheads: Overheads | None = None
     activation: ActivationModel | None = None
     cuda_graphs: CudaGraphModel | None = None
@@ -881,19 +908,20 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         sources=_texts(data.get("sources", {}), origin, "kernels.sources"))
 
 
-_MEMORY_KEYS = ("memory_fraction", "block_size", "scheduler_defaults", "scheduler", "overheads", "activation",
-                "cuda_graphs", "kv", "weights", "static_fraction_rule", "terms")
+_MEMORY_KEYS = ("memory_fraction", "block_size", "scheduler_defaults", "scheduler", "requests", "overheads",
+                "activation", "cuda_graphs", "kv", "weights", "static_fraction_rule", "terms")
 _TOP = {"name", "version", "releases", "display_name", "default", "budget", "kernels", "sources", *_MEMORY_KEYS}
 
 
 def engine_from_mapping(data: dict[str, Any], origin: str, default_name: str,
                         inherited_kernels: EngineKernels | None = None,
-                        inherited_scheduler: SchedulerPolicy | None = None) -> EngineSpec:
+                        inherited_scheduler: SchedulerPolicy | None = None,
+                        inherited_requests: RequestCosts | None = None) -> EngineSpec:
     """Validate an engine preset mapping (see presets/engines/*.yaml) and build the EngineSpec.
 
-    ``inherited_kernels`` / ``inherited_scheduler``: the kernel behaviour and step policy to use when the mapping
-    has no ``kernels:`` / ``scheduler:`` block (the loader passes the engine's default version's); else
-    ``EngineKernels()`` / ``SchedulerPolicy()``.
+    ``inherited_kernels`` / ``inherited_scheduler`` / ``inherited_requests``: the kernel behaviour, step policy and
+    request costs to use when the mapping has no ``kernels:`` / ``scheduler:`` / ``requests:`` block (the loader
+    passes the engine's default version's); else ``EngineKernels()`` / ``SchedulerPolicy()`` / ``RequestCosts()``.
     """
     _check_keys(data, _TOP, origin)
     _require("budget" in data, origin, "missing required field 'budget'")
@@ -917,7 +945,8 @@ def engine_from_mapping(data: dict[str, Any], origin: str, default_name: str,
         return EngineSpec(budget=budget, **common)
     for key in ("version", "releases", "block_size", "scheduler_defaults"):
         _require(key in data, origin, f"missing required field '{key}'")
-    return EngineSpec(budget=budget, **common, **_memory_sections(data, origin, inherited_scheduler))
+    return EngineSpec(budget=budget, **common, **_memory_sections(data, origin, inherited_scheduler,
+                                                                  inherited_requests))
 
 
 def scheduler_from_mapping(data: Any, origin: str) -> SchedulerPolicy:
@@ -936,8 +965,23 @@ def scheduler_from_mapping(data: Any, origin: str) -> SchedulerPolicy:
         reserve_output=_bool(data.get("reserve_output", False), origin, "scheduler.reserve_output"))
 
 
-def _memory_sections(data: dict[str, Any], origin: str,
-                     inherited_scheduler: SchedulerPolicy | None = None) -> dict[str, Any]:
+def requests_from_mapping(data: Any, origin: str) -> RequestCosts:
+    """The ``requests`` section (absent: no costs outside the forward passes), each key in its unit
+    (``REQUEST_COST_KEYS``) and ``api_servers`` a count."""
+    if data is None:
+        return RequestCosts()
+    _require(isinstance(data, dict), origin, "field 'requests' must be a mapping")
+    known = (*REQUEST_COST_KEYS, "api_servers")
+    extra = [k for k in data if k not in known]
+    _require(not extra, origin, f"unknown field 'requests.{extra[0] if extra else ''}' (known: {', '.join(known)})")
+    values = {name: _num(data[key], origin, f"requests.{key}", 0.0, 3600.0 * per_s) / per_s
+              for key, (name, per_s) in REQUEST_COST_KEYS.items() if key in data}
+    return RequestCosts(**values, api_servers=_int(data.get("api_servers", 1), origin, "requests.api_servers", 1,
+                                                   4096))
+
+
+def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: SchedulerPolicy | None = None,
+                     inherited_requests: RequestCosts | None = None) -> dict[str, Any]:
     """The memory accounting of a serving engine with a KV pool (every budget but ``ideal``)."""
     fraction = data.get("memory_fraction")
     if fraction is not None:
@@ -1027,8 +1071,10 @@ def _memory_sections(data: dict[str, Any], origin: str,
              "give memory_fraction, or a static_fraction_rule that computes it")
     scheduler = (scheduler_from_mapping(data["scheduler"], origin) if data.get("scheduler") is not None
                  else inherited_scheduler or SchedulerPolicy())
+    requests = (requests_from_mapping(data["requests"], origin) if data.get("requests") is not None
+                else inherited_requests or RequestCosts())
     return dict(memory_fraction=fraction, block_size=_int(data["block_size"], origin, "block_size", 1, 1 << 20),
-                scheduler_defaults=tuple(defaults), scheduler=scheduler,
+                scheduler_defaults=tuple(defaults), scheduler=scheduler, requests=requests,
                 overheads=overheads, activation=activation, cuda_graphs=graphs, kv=kv, weights=weights,
                 static_fraction_rule=rule,
                 terms=_texts(data.get("terms", {}), origin, "terms", TERM_KEYS))

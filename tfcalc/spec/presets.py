@@ -299,33 +299,35 @@ def engine_family(preset: str) -> str:
 
 
 @functools.cache
-def _default_engine_section(engine: str, key: str, exclude: str | None = None):  # -> EngineKernels | SchedulerPolicy
-    """The ``kernels:`` or ``scheduler:`` block of ``engine``'s default version preset (shared by its other
-    versions), if any."""
-    from tfcalc.spec.engine import kernels_from_mapping, scheduler_from_mapping
+def _default_engine_section(engine: str, key: str, exclude: str | None = None):  # -> EngineKernels | ...
+    """The ``kernels:``, ``scheduler:`` or ``requests:`` block of ``engine``'s default version preset (shared by its
+    other versions), if any."""
+    from tfcalc.spec.engine import kernels_from_mapping, requests_from_mapping, scheduler_from_mapping
 
+    read = {"kernels": kernels_from_mapping, "scheduler": scheduler_from_mapping,
+            "requests": requests_from_mapping}[key]
     for name in preset_names("engine"):
         if name == exclude or engine_family(name) != engine:
             continue
         document = read_data_file(_preset_file("engine", name))
         if document.get("default") is True and document.get(key) is not None:
-            read = kernels_from_mapping if key == "kernels" else scheduler_from_mapping
             return read(document[key], str(_preset_file("engine", name)))
     return None
 
 
 def _engine_from_file(path: Path, default_name: str, preset: str | None = None):  # -> EngineSpec
-    """One engine file; without a ``kernels:`` or ``scheduler:`` block it runs its kernels and schedules its steps
-    as its engine's default version does."""
+    """One engine file; without a ``kernels:``, ``scheduler:`` or ``requests:`` block it runs its kernels, schedules
+    its steps and serves its requests as its engine's default version does."""
     from tfcalc.spec.engine import engine_from_mapping
 
     data = read_data_file(path)
-    inherited = {"kernels": None, "scheduler": None}
+    inherited = {"kernels": None, "scheduler": None, "requests": None}
     for key in inherited:
         if data.get(key) is None and isinstance(data.get("name"), str):
             inherited[key] = _default_engine_section(data["name"], key, exclude=preset)
     return engine_from_mapping(data, origin=str(path), default_name=default_name,
-                               inherited_kernels=inherited["kernels"], inherited_scheduler=inherited["scheduler"])
+                               inherited_kernels=inherited["kernels"], inherited_scheduler=inherited["scheduler"],
+                               inherited_requests=inherited["requests"])
 
 
 def engine_choices() -> list[str]:
