@@ -12,6 +12,7 @@ its kernel tables ship in the package) and run
     python benchmarks/validation/moe_kernel_rates.py --engine trtllm --version 1.3.0rc20 --compare
     python benchmarks/validation/moe_kernel_rates.py --engine sglang --kernel-source fused_moe_triton --large-m
     python benchmarks/validation/moe_kernel_rates.py --engine sglang --expert-parallel fp8_block
+    python benchmarks/validation/moe_kernel_rates.py --ep-floor w4a16_mxfp4 --kernel-source gptoss
 
 For every GPU with a measured table (aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<newest>/moe_perf), the
 rows with balanced routing (each expert gets exactly T k / E tokens), >= ``--min-tokens`` tokens and no expert
@@ -49,6 +50,10 @@ with the rows at T <= E beside it: where a kernel's default tile configuration c
 parallelism alone (ep 1-16) at their local experts and prints the median tfcalc / measured per ep and token band:
 whether the engine's kernel shrinks with its share of the experts as tfcalc's does. ``w4a16_mxfp4`` rows are a
 weight-only kernel on every GPU (``table_mode``: vLLM's MXFP4 x BF16 on a B200 too).
+
+``--ep-floor DTYPE`` prices the balanced rows of one table dtype whose experts are split by expert parallelism
+alone at <= 16 tokens and prints what ep 2-16 adds to the fused MoE's fixed cost over ep 1 (the median of measured
+less priced, ep > 1 less ep 1, at 1 token; 2-16 tokens held out): ``kernels.moe_ep_floors_us``.
 
 ``--expert-floors`` reads TensorRT-LLM's tables (1.3.0rc20) at 1 token: each row's time less tfcalc's price of it
 without a per-expert cost, against the experts on the GPU (num_experts / ep). The least-squares slope through the
@@ -173,6 +178,49 @@ def format_floors(root: Path, engine: str, version: str, weights: str, kernel_so
         print(f"{preset:10s} {engine} {table.parent.name} {weights}: fixed cost at 1 token "
               f"{statistics.median(left) * 1e6:.1f} us (median of {len(left)} rows, "
               f"{min(left) * 1e6:.1f}-{max(left) * 1e6:.1f}; {', '.join(sorted(set(rows.kernel_source)))[:60]})")
+
+
+def ep_floors(root: Path, engine: str, version: str, weights: str, kernel_source: str = "") -> None:
+    """What an engine's fused MoE of one table dtype adds under expert parallelism, per GPU
+    (``kernels.moe_ep_floors_us``): over the balanced rows with the experts split by ep alone, the median of the
+    measured time less tfcalc's price of it (without this cost) at ep 2-16 less the same median at ep 1, at 1 token;
+    the same difference over 2-16 tokens is printed beside it as the held-out check."""
+    import dataclasses
+
+    import pandas as pd
+
+    from tfcalc.calc import kernels
+    from tfcalc.calc.latency import rates_for
+    from tfcalc.spec.presets import load_engine, load_gpu
+
+    kernels.routed_rows = _balanced_rows  # the tables' deterministic routing
+    for system, preset in GPUS.items():
+        table = _newest(root, system, engine, version)
+        if table is None:
+            continue
+        df = pd.read_parquet(table)
+        rows = df[(df.distribution == "balanced") & (df.moe_dtype == weights) & (df.moe_tp_size == 1)
+                  & (df.moe_ep_size <= 16) & (df.num_tokens <= 16)
+                  & df.kernel_source.str.contains(kernel_source, regex=False)]
+        if rows.empty:
+            continue
+        gpu = load_gpu(preset)
+        rates = dataclasses.replace(rates_for(gpu, load_engine(engine).kernels), moe_ep_floors={})
+        mode = table_mode(weights, gpu)
+        left: dict[tuple[bool, bool], list[float]] = {}  # (ep > 1, 1 token) -> measured - priced
+        for row in rows.itertuples():
+            c = kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts // row.moe_ep_size,
+                                    experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
+                                    expert_width=row.inter_size, gated=True, weight_bits=mode.bits,
+                                    compute=mode.compute, dequant=mode.dequant, weight_format=mode.weights)
+            left.setdefault((row.moe_ep_size > 1, row.num_tokens == 1), []).append(row.latency * 1e-3 - c.seconds)
+        if not all(left.get(k) for k in ((True, True), (False, True), (True, False), (False, False))):
+            continue
+        fit, held = (statistics.median(left[(True, one)]) - statistics.median(left[(False, one)])
+                     for one in (True, False))
+        print(f"{preset:10s} {engine} {table.parent.name} {weights}: ep 2-16 add {fit * 1e6:.1f} us at 1 token "
+              f"({len(left[(True, True)])} / {len(left[(False, True)])} rows at ep > 1 / ep 1); held out, 2-16 "
+              f"tokens: {held * 1e6:.1f} us ({len(left[(True, False)])} / {len(left[(False, False)])})")
 
 
 def expert_parallel(root: Path, engine: str, version: str, weights: str) -> None:
@@ -435,6 +483,9 @@ def main() -> None:
                         help="only rows whose experts are sliced over at most N GPUs (moe_tp_size)")
     parser.add_argument("--format-floor", default="", metavar="DTYPE",
                         help="the fused MoE's fixed cost at 1 token for one table dtype (kernels.moe_floors_us)")
+    parser.add_argument("--ep-floor", default="", metavar="DTYPE",
+                        help="what the fused MoE of one table dtype adds under expert parallelism "
+                             "(kernels.moe_ep_floors_us)")
     parser.add_argument("--large-m", action="store_true",
                         help="the weight stream's fraction of the datasheet bandwidth once the tokens outnumber the "
                              "experts (kernels.moe_large_m_memory_efficiency), fitted below --min-tokens")
@@ -462,6 +513,9 @@ def main() -> None:
         return
     if args.format_floor:
         format_floors(root, args.engine, args.version, args.format_floor, args.kernel_source)
+        return
+    if args.ep_floor:
+        ep_floors(root, args.engine, args.version, args.ep_floor, args.kernel_source)
         return
     if args.compare:
         compare(root, args.engine, args.version, args.min_tokens, args.held_out)

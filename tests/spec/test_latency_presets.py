@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -380,6 +381,37 @@ def test_engine_moe_floors_per_gpu_and_format() -> None:
             ({"h201": {"mxfp4": 9}}, "unknown field 'kernels.moe_floors_us.h201'")):
         with pytest.raises(SpecError, match=message):
             kernels_from_mapping({"moe_floors_us": value}, "e.yaml")
+
+
+def test_engine_moe_ep_floors_add_under_expert_parallelism() -> None:
+    """kernels.moe_ep_floors_us: per GPU preset and expert format, what the fused MoE adds under expert parallelism
+    (vLLM's MXFP4 experts on Hopper route through the expert map in kernels of their own): exactly that much more at
+    ep > 1, nothing at ep 1, for other formats or GPUs, or in ideal mode; bad values are one-line errors."""
+    from tfcalc.calc import kernels as k
+
+    vllm = load_engine("vllm").kernels
+    assert vllm.moe_ep_floors_by_gpu == {"h100-sxm": {"mxfp4": pytest.approx(26.0e-6)},
+                                         "h200": {"mxfp4": pytest.approx(26.9e-6)}}
+    h200, b200 = rates_for(load_gpu("h200"), vllm), rates_for(load_gpu("b200"), vllm)
+    without = dataclasses.replace(h200, moe_ep_floors={})
+    shape = dict(tokens=4, experts_total=128, top_k=4, hidden=2880, expert_width=2880, gated=True, weight_bits=4.25,
+                 compute="bf16", dequant="fp4", weight_format="mxfp4")
+    assert k.moe_experts(h200, experts_local=32, **shape).seconds - k.moe_experts(
+        without, experts_local=32, **shape).seconds == pytest.approx(26.9e-6)
+    assert k.moe_experts(h200, experts_local=128, **shape).seconds == k.moe_experts(
+        without, experts_local=128, **shape).seconds  # ep 1
+    bf16 = {**shape, "weight_bits": 16, "dequant": "", "weight_format": "bf16"}
+    assert k.moe_experts(h200, experts_local=32, **bf16).seconds == k.moe_experts(
+        without, experts_local=32, **bf16).seconds
+    assert not b200.moe_ep_floors and rates_for(load_gpu("h100-pcie"), vllm).moe_ep_floors == {
+        "mxfp4": pytest.approx(26.0e-6)}  # kernels_as: h100-sxm
+    ideal = h200.as_ideal()
+    assert k.moe_experts(ideal, experts_local=32, **shape).seconds == k.moe_experts(
+        dataclasses.replace(ideal, moe_ep_floors={}), experts_local=32, **shape).seconds
+    for value, message in (({"h200": {"mxfp4": -1}}, "field 'kernels.moe_ep_floors_us.h200.mxfp4' must be at least 0"),
+                           ({"h201": {"mxfp4": 9}}, "unknown field 'kernels.moe_ep_floors_us.h201'")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"moe_ep_floors_us": value}, "e.yaml")
 
 
 def test_engine_fp8_kv_attention_per_gpu() -> None:

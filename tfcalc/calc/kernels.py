@@ -125,6 +125,7 @@ class Rates:
     moe_k0: dict[str, float] = field(default_factory=dict, hash=False)  # replaces GEMM_K0 in native MoE, by dtype
     moe_dequant_per_tile: frozenset[str] = frozenset()  # weight-only MoE formats unpacked again in every row tile
     moe_format_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s, replaces the moe floor by format
+    moe_ep_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s it adds under ep, by format
     # bits per weight a fused MoE streams, by the experts' storage format, where the engine upcast them at load (no
     # unpacking in the kernel): SGLang's Triton fallback for MXFP4 experts on Hopper runs them as bf16
     moe_stream_bits: dict[str, float] = field(default_factory=dict, hash=False)
@@ -798,7 +799,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     (``Rates.moe_tuned_shapes``), a shape (``experts_local``, ``expert_width``) outside the list runs the kernel's
     default configuration, at ``Rates.moe_untuned_efficiency``, ``Rates.moe_untuned_k0`` and
     ``Rates.moe_untuned_large_m_memory``; an expert larger than the engine's ``Rates.moe_large_expert`` runs its
-    grouped GEMMs slower (``moe_large_expert_slowdown``).
+    grouped GEMMs slower (``moe_large_expert_slowdown``); under expert parallelism the format's
+    ``Rates.moe_ep_floors`` adds to the fixed cost.
     ``replicated``: every token reached every expert-parallel rank (no all-to-all), so a kernel with
     ``Rates.moe_ep_every_row`` for ``weight_format`` activates, zero-fills and combines all T k rows.
     """
@@ -878,6 +880,7 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
         by_bound[bound] = by_bound.get(bound, 0.0) + t
         seconds, flops, nbytes, weight_total = seconds + t, flops + f, nbytes + w_bytes + acts, weight_total + w_bytes
     per_expert = rates.moe_expert_floors.get(weight_format, rates.moe_expert_floors.get(rates.peak(compute)[0], 0.0))
-    floor = rates.fixed(rates.floor("moe", weight_format) + experts_local * per_expert, seconds)
+    ep_floor = rates.moe_ep_floors.get(weight_format, 0.0) if share < 1 else 0.0
+    floor = rates.fixed(rates.floor("moe", weight_format) + experts_local * per_expert + ep_floor, seconds)
     bound = "floor" if floor > seconds else max(by_bound, key=by_bound.__getitem__)
     return Cost(seconds + floor, flops, nbytes, bound, 1, floor, weight_total, weight_total)

@@ -211,7 +211,9 @@ class EngineKernels:
     token's top-k rows rather than its own experts' (``Rates.moe_ep_every_row``);
     ``moe_floors_by_gpu``: per GPU preset
     name and expert storage format, the fused MoE's fixed cost in seconds where that kernel's differs from the
-    ``moe`` floor (TensorRT-LLM's MXFP4 backends);
+    ``moe`` floor (TensorRT-LLM's MXFP4 backends); ``moe_ep_floors_by_gpu``: likewise the seconds the fused MoE adds
+    under expert parallelism (vLLM's MXFP4 experts on Hopper take a modular path that routes through the expert map
+    in kernels of its own);
     ``linear_host_s_by_gpu``: per GPU preset name and weight storage format, the host seconds one linear layer's
     call takes when it runs outside a CUDA graph (its Python path: input quantisation, scale layout, kernel
     dispatch), as (max tokens, seconds, seconds when the tokens are a multiple of ``kernels.SCALE_ALIGNED_ROWS``
@@ -270,6 +272,7 @@ class EngineKernels:
     moe_efficiency_by_architecture: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict, hash=False)
     moe_ep_every_row_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    moe_ep_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
     fp8_kv_prefill_scale_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
@@ -471,7 +474,8 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "fused_activation_quant", "unfused_activation_quant", "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_efficiency_by_architecture", "moe_ep_every_row",
-                          "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "linear_host_us",
+                          "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "moe_ep_floors_us",
+                          "linear_host_us",
                           "fp8_kv_attention", "fp8_kv_prefill_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
@@ -542,9 +546,10 @@ def _moe_k0(value: Any, origin: str) -> dict[str, dict[str, float]]:
     return _by_gpu(value, origin, "kernels.moe_k0", MOE_EXPERT_DTYPES, 1.0, MAX_MOE_K0)
 
 
-def _moe_floors(value: Any, origin: str) -> dict[str, dict[str, float]]:
-    """``kernels.moe_floors_us``: GPU preset name -> storage format -> microseconds, returned in seconds."""
-    us = _by_gpu(value, origin, "kernels.moe_floors_us", MOE_EXPERT_DTYPES, 0.0, MAX_MICROSECONDS)
+def _moe_floors(value: Any, origin: str, key: str = "kernels.moe_floors_us") -> dict[str, dict[str, float]]:
+    """``kernels.moe_floors_us`` (or ``key``: ``kernels.moe_ep_floors_us``): GPU preset name -> storage format ->
+    microseconds, returned in seconds."""
+    us = _by_gpu(value, origin, key, MOE_EXPERT_DTYPES, 0.0, MAX_MICROSECONDS)
     return {gpu: {fmt: v * 1e-6 for fmt, v in by_fmt.items()} for gpu, by_fmt in us.items()}
 
 
@@ -887,6 +892,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_weight_only_by_gpu=_formats_by_gpu(data.get("moe_weight_only"), origin, "kernels.moe_weight_only"),
         moe_ep_every_row_by_gpu=_every_row(data.get("moe_ep_every_row"), origin),
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
+        moe_ep_floors_by_gpu=_moe_floors(data.get("moe_ep_floors_us"), origin, "kernels.moe_ep_floors_us"),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
         fp8_kv_prefill_scale_by_gpu=_fp8_kv_prefill(data.get("fp8_kv_prefill_attention"), origin),
