@@ -127,7 +127,7 @@ def test_fourth_held_out_grid(v: ModuleType) -> None:
     scored, _, moe = _held_out(v, v.HOLDOUT_4)
     untuned_ep = [errors for p, errors in scored if p["model"] == "qwen3-30b-a3b" and p["engine"] == "sglang"]
     assert len(untuned_ep) == 3 and all(errors[0] <= 0.2 for errors in untuned_ep)  # -22 ... -25 % at first
-    assert len(moe) >= 96 and sum(e <= 0.2 for e in moe) >= 90  # 12 values since tagged "interpolated"
+    assert len(moe) >= 96 and sum(e <= 0.2 for e in moe) >= 92  # 12 values since tagged "interpolated"
 
 
 def test_fifth_held_out_grid(v: ModuleType) -> None:
