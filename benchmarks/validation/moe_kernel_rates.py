@@ -180,6 +180,20 @@ def format_floors(root: Path, engine: str, version: str, weights: str, kernel_so
               f"{min(left) * 1e6:.1f}-{max(left) * 1e6:.1f}; {', '.join(sorted(set(rows.kernel_source)))[:60]})")
 
 
+def _newest_tables(root: Path, engine: str, version: str):  # -> Iterator[tuple[str, pandas.DataFrame]]
+    """(GPU preset name, the engine's newest table on it, or the named version's) for every GPU that has one, with
+    tfcalc's routing set to the tables' deterministic one (``_balanced_rows``)."""
+    import pandas as pd
+
+    from tfcalc.calc import kernels
+
+    kernels.routed_rows = _balanced_rows
+    for system, preset in GPUS.items():
+        table = _newest(root, system, engine, version)
+        if table is not None:
+            yield preset, table.parent.name, pd.read_parquet(table)
+
+
 def ep_floors(root: Path, engine: str, version: str, weights: str, kernel_source: str = "") -> None:
     """What an engine's fused MoE of one table dtype adds under expert parallelism, per GPU
     (``kernels.moe_ep_floors_us``): over the balanced rows with the experts split by ep alone, the median of the
@@ -187,18 +201,11 @@ def ep_floors(root: Path, engine: str, version: str, weights: str, kernel_source
     the same difference over 2-16 tokens is printed beside it as the held-out check."""
     import dataclasses
 
-    import pandas as pd
-
     from tfcalc.calc import kernels
     from tfcalc.calc.latency import rates_for
     from tfcalc.spec.presets import load_engine, load_gpu
 
-    kernels.routed_rows = _balanced_rows  # the tables' deterministic routing
-    for system, preset in GPUS.items():
-        table = _newest(root, system, engine, version)
-        if table is None:
-            continue
-        df = pd.read_parquet(table)
+    for preset, table_version, df in _newest_tables(root, engine, version):
         rows = df[(df.distribution == "balanced") & (df.moe_dtype == weights) & (df.moe_tp_size == 1)
                   & (df.moe_ep_size <= 16) & (df.num_tokens <= 16)
                   & df.kernel_source.str.contains(kernel_source, regex=False)]
@@ -218,7 +225,7 @@ def ep_floors(root: Path, engine: str, version: str, weights: str, kernel_source
             continue
         fit, held = (statistics.median(left[(True, one)]) - statistics.median(left[(False, one)])
                      for one in (True, False))
-        print(f"{preset:10s} {engine} {table.parent.name} {weights}: ep 2-16 add {fit * 1e6:.1f} us at 1 token "
+        print(f"{preset:10s} {engine} {table_version} {weights}: ep 2-16 add {fit * 1e6:.1f} us at 1 token "
               f"({len(left[(True, True)])} / {len(left[(False, True)])} rows at ep > 1 / ep 1); held out, 2-16 "
               f"tokens: {held * 1e6:.1f} us ({len(left[(True, False)])} / {len(left[(False, False)])})")
 
@@ -227,18 +234,11 @@ def expert_parallel(root: Path, engine: str, version: str, weights: str) -> None
     """tfcalc / measured over the balanced rows of ``weights`` with experts sliced by expert parallelism only
     (moe_tp 1), per ep and token band, each row priced at its local experts (E / ep): whether an engine's fused MoE
     shrinks with its share of the experts as the model does."""
-    import pandas as pd
-
     from tfcalc.calc import kernels
     from tfcalc.calc.latency import rates_for
     from tfcalc.spec.presets import load_engine, load_gpu
 
-    kernels.routed_rows = _balanced_rows  # the tables' deterministic routing
-    for system, preset in GPUS.items():
-        table = _newest(root, system, engine, version)
-        if table is None:
-            continue
-        df = pd.read_parquet(table)
+    for preset, table_version, df in _newest_tables(root, engine, version):
         df = df[(df.distribution == "balanced") & (df.moe_dtype == weights) & (df.moe_tp_size == 1)]
         if df.empty:
             continue
@@ -257,7 +257,7 @@ def expert_parallel(root: Path, engine: str, version: str, weights: str) -> None
                 band = "< 256" if row.num_tokens < 256 else "256-4095" if row.num_tokens < 4096 else ">= 4096"
                 bands.setdefault(band, []).append(c.seconds / (row.latency * 1e-3))
             medians = ", ".join(f"{band} tokens {statistics.median(v):.2f} ({len(v)})" for band, v in bands.items())
-            print(f"{preset:10s} {engine} {table.parent.name} {weights} ep {ep:2d}: tfcalc/measured median {medians}")
+            print(f"{preset:10s} {engine} {table_version} {weights} ep {ep:2d}: tfcalc/measured median {medians}")
 
 
 def _newest(root: Path, system: str, engine: str, version: str = "") -> Path | None:

@@ -907,8 +907,8 @@ def test_engine_requests_section(tmp_path: Path) -> None:
     from tfcalc.spec.engine import RequestCosts
 
     vllm = load_engine("vllm").requests
-    assert (vllm.latency_s, vllm.api_request_s, vllm.api_token_s, vllm.api_servers) == (0.010, 0.003, 50e-6, 1)
-    assert load_engine("sglang").requests.latency_s == 0.015 and load_engine("trtllm").requests.latency_s == 0.040
+    assert (vllm.request_s, vllm.api_request_s, vllm.api_token_s, vllm.api_servers) == (0.010, 0.003, 50e-6, 1)
+    assert load_engine("sglang").requests.request_s == 0.015 and load_engine("trtllm").requests.request_s == 0.040
     assert load_engine("vllm@0.11").requests == load_engine("vllm-0.17").requests == vllm
     assert load_engine("gpt-fast").requests == RequestCosts()
     o = engine_overheads(load_engine("sglang"))
@@ -922,7 +922,7 @@ def test_engine_requests_section(tmp_path: Path) -> None:
     assert load_engine(str(mine)).requests == load_engine("trtllm").requests
     mine.write_text(text[:start] + "requests: {latency_ms: 2.5, step_us: 40, api_servers: 4}\n" + text[end:])
     mine_costs = load_engine(str(mine)).requests
-    assert (mine_costs.latency_s, mine_costs.step_s, mine_costs.api_servers, mine_costs.api_request_s) == (
+    assert (mine_costs.request_s, mine_costs.step_s, mine_costs.api_servers, mine_costs.api_request_s) == (
         0.0025, 40e-6, 4, 0.0)
     for block, message in (("requests: {latency_ms: -1}", "requests.latency_ms' must be at least 0"),
                            ("requests: {latency_ms: 4000000}", "requests.latency_ms' must be at most"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Literal
 
@@ -213,8 +213,9 @@ class Target:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Overheads:
-    """Costs outside the GPU forward pass (seconds): latencies, and the API server's serial CPU work.
+class Overheads(RequestCosts):
+    """Costs outside the GPU forward pass (seconds): an engine's request costs (``RequestCosts``, its preset's
+    ``requests:`` block) with where they come from.
 
     Latencies (added to a request's path, shared by nothing): ``request_s`` from the client to the engine's queue
     beyond the API server's own work (network, IPC hand-off, the engine loop picking it up), ``per_input_token_s``
@@ -228,14 +229,6 @@ class Overheads:
     simulation runs them (``tfcalc.calc.serving_sim``).
     """
 
-    request_s: float = 0.0
-    per_input_token_s: float = 0.0
-    step_s: float = 0.0
-    stream_s: float = 0.0
-    api_request_s: float = 0.0
-    api_input_token_s: float = 0.0
-    api_token_s: float = 0.0
-    api_servers: int = 1
     source: str = "none"
 
     def __post_init__(self) -> None:
@@ -266,12 +259,9 @@ def engine_overheads(engine: EngineSpec | None) -> Overheads:
     if engine is None or engine.requests == RequestCosts():
         return Overheads(source=f"{engine.label if engine else 'ideal'}: no request overheads")
     r = engine.requests
-    return Overheads(request_s=r.latency_s, per_input_token_s=r.per_input_token_s, step_s=r.step_s,
-                     stream_s=r.stream_s, api_request_s=r.api_request_s, api_input_token_s=r.api_input_token_s,
-                     api_token_s=r.api_token_s, api_servers=r.api_servers,
-                     source=f"{engine.label}: API server {r.api_request_s * 1e3:g} ms/request + "
-                            f"{r.api_token_s * 1e6:g} us/chunk, {r.latency_s * 1e3:g} ms request latency "
-                            f"(engine preset, sources.requests)")
+    return Overheads(**asdict(r), source=f"{engine.label}: API server {r.api_request_s * 1e3:g} ms/request + "
+                                         f"{r.api_token_s * 1e6:g} us/chunk, {r.request_s * 1e3:g} ms request latency "
+                                         "(engine preset, sources.requests)")
 
 
 normal_quantile = lru_cache(maxsize=256)(_normal_quantile)

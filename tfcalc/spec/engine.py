@@ -77,13 +77,13 @@ class SchedulerPolicy:
 @dataclass(frozen=True, kw_only=True)
 class RequestCosts:
     """What serving a request costs outside the GPU's forward passes (seconds), the ``requests:`` block: latencies
-    on a request's path (``latency_s`` from the client to the engine's queue beyond the API server's own work,
+    on a request's path (``request_s`` from the client to the engine's queue beyond the API server's own work,
     ``per_input_token_s`` per prompt token on it, ``stream_s`` back to the client, ``step_s`` CPU per engine step not
     overlapped with the GPU) and the API server's serial work (``api_request_s`` per request, ``api_input_token_s``
     per prompt token, ``api_token_s`` per streamed chunk) on each of ``api_servers`` processes. ``tfcalc capacity``
-    and the serving simulation queue them (``tfcalc.calc.serving_traffic.Overheads``)."""
+    and the serving simulation queue them (``tfcalc.calc.serving_traffic.Overheads``, which adds their source)."""
 
-    latency_s: float = 0.0
+    request_s: float = 0.0
     per_input_token_s: float = 0.0
     step_s: float = 0.0
     stream_s: float = 0.0
@@ -94,7 +94,7 @@ class RequestCosts:
 
 
 # the requests: block's keys and the unit each is given in (units per second)
-REQUEST_COST_KEYS = {"latency_ms": ("latency_s", 1e3), "per_input_token_us": ("per_input_token_s", 1e6),
+REQUEST_COST_KEYS = {"latency_ms": ("request_s", 1e3), "per_input_token_us": ("per_input_token_s", 1e6),
                      "step_us": ("step_s", 1e6), "stream_ms": ("stream_s", 1e3),
                      "api_request_ms": ("api_request_s", 1e3), "api_input_token_us": ("api_input_token_s", 1e6),
                      "api_token_us": ("api_token_s", 1e6)}
