@@ -15,6 +15,9 @@ engine source for every mechanism.
   (which are vLLM's). Every field has a default (``EngineKernels()``, a CUDA-graph engine with custom all-reduce
   and the GPU preset's floors); a version file without a ``kernels:`` block runs its kernels as the default
   version of the same engine does (the loader shares that block: kernel facts are measured once per engine).
+- Requests (the ``requests:`` section, ``RequestCosts``): what serving a request costs outside the forward passes
+  (request latency, the API server's serial work per request and per streamed chunk), read by ``tfcalc capacity``
+  and the serving simulation; shared by the engine's versions the same way, none where absent.
 """
 
 from __future__ import annotations
