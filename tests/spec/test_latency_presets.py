@@ -898,6 +898,17 @@ def test_engine_scheduler_section(tmp_path: Path) -> None:
             load_engine(str(bad))
 
 
+@pytest.mark.parametrize("name", ENGINES)
+def test_engine_request_costs_sourced(name: str) -> None:
+    """A preset that states request costs cites them in sources.requests; every serving engine's default version
+    states them (its other versions inherit)."""
+    document = read_data_file(preset_root() / "engines" / f"{name}.yaml")
+    if document.get("requests") is not None:
+        assert str(document["sources"].get("requests", "")).strip(), name
+    if document.get("default") and document.get("budget") != "ideal":
+        assert document.get("requests") and load_engine(name).requests.request_s > 0, name
+
+
 def test_engine_requests_section(tmp_path: Path) -> None:
     """The requests: block in its units (ms, us per token / chunk), each engine's own (vLLM 10 ms latency, SGLang 15,
     trtllm-serve 40; the API server's 3 ms + 50 us per chunk everywhere); older versions and a user's copy without
