@@ -106,6 +106,17 @@ def test_explain_names_a_formats_own_moe_floor() -> None:
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert "moe 29.4 µs" in text and "moe (mxfp4 experts) 56.4 µs" in text
+    assert "under ep" not in text
+
+
+def test_explain_names_what_the_moe_adds_under_expert_parallelism() -> None:
+    """vLLM's MXFP4 experts on an H200 pay 26.9 us more at ep 4 (their expert-map routing path); the rates line
+    says so only where ep > 1."""
+    args = ["estimate", "-p", "gpt-oss-120b", "-g", "h200", "-e", "vllm", "--tp", "4", "--explain"]
+    plain = " ".join(runner.invoke(app, args).stdout.split())
+    result = runner.invoke(app, [*args, "--ep", "4"])
+    assert result.exit_code == 0, result.output
+    assert "moe (mxfp4 experts) under ep +26.9 µs" in " ".join(result.stdout.split()) and "under ep" not in plain
 
 
 def test_errors() -> None:

@@ -339,6 +339,9 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
     floors = ", ".join(f"{k} {format_seconds(v)}" for k, v in sorted(r.floors.items()))
     floors += "".join(f", moe {v * 1e9:.0f} ns per local {k} expert" for k, v in sorted(r.moe_expert_floors.items()))
     floors += "".join(f", moe ({k} experts) {format_seconds(v)}" for k, v in sorted(r.moe_format_floors.items()))
+    if d.ep > 1:
+        floors += "".join(f", moe ({k} experts) under ep +{format_seconds(v)}"
+                          for k, v in sorted(r.moe_ep_floors.items()))
     graphs = _graphs_text(d, r)
     moe = (", ".join(f"{k} {v:.2f}" for k, v in sorted(r.moe_efficiency_by_dtype.items()))
            or f"{r.moe_efficiency:.2f}")
