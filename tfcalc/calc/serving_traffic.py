@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from typing import Literal
 
@@ -232,8 +232,7 @@ class Overheads(RequestCosts):
     source: str = "none"
 
     def __post_init__(self) -> None:
-        for name in ("request_s", "per_input_token_s", "step_s", "stream_s", "api_request_s", "api_input_token_s",
-                     "api_token_s"):
+        for name in (f.name for f in fields(RequestCosts) if f.name != "api_servers"):  # the seconds
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 <= value <= 3600):
                 raise UsageError(f"overhead {name} must be between 0 and 3600 s, got {value}")
