@@ -3,6 +3,7 @@ simulation of the same scheduler, monotonicity, and the options (speculative dec
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -315,3 +316,18 @@ def test_api_server_binds_the_capacity() -> None:
     assert one.rate_per_s == pytest.approx(1 / work, rel=0.02)
     two = max_rate(replace(r, overheads=replace(o, api_servers=2)), loose)
     assert two.rate_per_s == pytest.approx(2 * one.rate_per_s, rel=0.03)
+
+
+def test_overheads_reject_bad_values() -> None:
+    """Every seconds field of the request costs is checked (one-line UsageError), and the API server count."""
+    from tfcalc.errors import UsageError
+    from tfcalc.spec.engine import RequestCosts
+
+    names = [f.name for f in dataclasses.fields(RequestCosts) if f.name != "api_servers"]
+    assert len(names) == 7
+    for name in names:
+        for bad in (-1.0, float("nan"), 4000.0):
+            with pytest.raises(UsageError, match=f"overhead {name} must be between 0 and 3600 s"):
+                Overheads(**{name: bad})
+    with pytest.raises(UsageError, match="API server count must be between 1 and 4096"):
+        Overheads(api_servers=0)
