@@ -6,7 +6,7 @@ it runs offline from its bundled, measured kernel tables) and run
 
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
-        | --holdout5 | --holdout6 | --holdout7]
+        | --holdout5 | --holdout6 | --holdout7 | --holdout8]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -18,7 +18,8 @@ the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before t
 ``--holdout4`` the fourth (``HOLDOUT_GRID_4``, aiconfigurator_holdout4.json), before the round that used the third;
 ``--holdout5`` the fifth (``HOLDOUT_GRID_5``, aiconfigurator_holdout5.json), before the round that used the fourth;
 ``--holdout6`` the sixth (``HOLDOUT_GRID_6``, aiconfigurator_holdout6.json), before the round that used the fifth;
-``--holdout7`` the seventh (``HOLDOUT_GRID_7``, aiconfigurator_holdout7.json), before the round that used the sixth.
+``--holdout7`` the seventh (``HOLDOUT_GRID_7``, aiconfigurator_holdout7.json), before the round that used the sixth;
+``--holdout8`` the eighth (``HOLDOUT_GRID_8``, aiconfigurator_holdout8.json), before the round that used the seventh.
 """
 
 from __future__ import annotations
@@ -231,6 +232,29 @@ HOLDOUT_GRID_7 = [
 ]
 
 
+# Collected on 2026-12-05 (stop 42) before that session's changes and scored once: settings no grid above holds
+# (H100 for Llama 3.1 8B at tp 4 and Qwen3-30B-A3B at ep 2; H200 for fp8 Llama 3.1 8B at tp 2, fp8 Llama 3 70B at
+# tp 8, Qwen3-32B on one GPU, Qwen3-235B at ep 2, Mixtral 8x22B at ep 4 and gpt-oss-20b at ep 2; B200 for fp8
+# Qwen3-32B at tp 4, Qwen3-30B-A3B and Mixtral 8x7B at ep 8, gpt-oss-120b at ep 2 and DeepSeek-V3 at ep 8 with long
+# prompts; prompts of 800, 2,200, 6,500 and 14,000 tokens; batches 9, 22 and 52). Summarised on its own line
+# ("aic held-out 8").
+HOLDOUT_GRID_8 = [
+    ("llama3.1-8b", "h100_sxm", [4], [9, 22, 52], [(14000, 250)]),
+    ("llama3.1-8b-fp8", "h200_sxm", [2], [9, 22, 52], [(2200, 800)]),
+    ("llama3-70b-fp8", "h200_sxm", [8], [9, 22, 52], [(800, 600)]),
+    ("qwen3-32b", "h200_sxm", [1], [9, 22, 52], [(800, 600)]),
+    ("qwen3-32b-fp8", "b200_sxm", [4], [9, 22, 52], [(6500, 250)]),
+    ("qwen3-30b-a3b", "b200_sxm", [8], [9, 22, 52], [(2200, 800)], True),
+    ("qwen3-30b-a3b", "h100_sxm", [2], [9, 22, 52], [(800, 600)], True),
+    ("qwen3-235b-a22b", "h200_sxm", [2], [9, 22, 52], [(2200, 800)], True),
+    ("mixtral-8x7b", "b200_sxm", [8], [9, 22, 52], [(6500, 250)], True),
+    ("mixtral-8x22b", "h200_sxm", [4], [9, 22, 52], [(800, 600)], True),
+    ("gpt-oss-120b", "b200_sxm", [2], [9, 22, 52], [(14000, 250)], True),
+    ("gpt-oss-20b", "h200_sxm", [2], [9, 22, 52], [(2200, 800)], True),
+    ("deepseek-v3", "b200_sxm", [8], [9, 22, 52], [(6500, 250)], True),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -314,9 +338,11 @@ if __name__ == "__main__":
         GRID[:] = HOLDOUT_GRID_6
     if "--holdout7" in flags:
         GRID[:] = HOLDOUT_GRID_7
+    if "--holdout8" in flags:
+        GRID[:] = HOLDOUT_GRID_8
     if only:
         GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
     every_backend = {"--large-batch", "--holdout", "--holdout2", "--holdout3", "--holdout4",
-                     "--holdout5", "--holdout6", "--holdout7"} & set(flags)
+                     "--holdout5", "--holdout6", "--holdout7", "--holdout8"} & set(flags)
     default = ["vllm", "sglang", "trtllm"] if every_backend else ["vllm"]
     main(args[0], "--quick" in flags, backends[0].split(",") if backends else default)

@@ -21,8 +21,9 @@ Reference points (each with its source and setting):
   held-out 3"), aiconfigurator_holdout4.json (``--holdout4``) a fourth before the twenty-third round's ("aic
   held-out 4"), aiconfigurator_holdout5.json (``--holdout5``) a fifth before the twenty-fourth round's ("aic
   held-out 5"), aiconfigurator_holdout6.json (``--holdout6``) a sixth before the twenty-fifth round's ("aic
-  held-out 6") and aiconfigurator_holdout7.json (``--holdout7``) a seventh before the twenty-sixth round's ("aic
-  held-out 7").
+  held-out 6"), aiconfigurator_holdout7.json (``--holdout7``) a seventh before the twenty-sixth round's ("aic
+  held-out 7") and aiconfigurator_holdout8.json (``--holdout8``) an eighth before the twenty-seventh round's ("aic
+  held-out 8").
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -45,7 +46,8 @@ HOLDOUT_4 = "aic held-out 4"
 HOLDOUT_5 = "aic held-out 5"
 HOLDOUT_6 = "aic held-out 6"
 HOLDOUT_7 = "aic held-out 7"
-HOLDOUTS = (HOLDOUT, HOLDOUT_2, HOLDOUT_3, HOLDOUT_4, HOLDOUT_5, HOLDOUT_6, HOLDOUT_7)
+HOLDOUT_8 = "aic held-out 8"
+HOLDOUTS = (HOLDOUT, HOLDOUT_2, HOLDOUT_3, HOLDOUT_4, HOLDOUT_5, HOLDOUT_6, HOLDOUT_7, HOLDOUT_8)
 SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
            ("aiconfigurator", HERE / "aiconfigurator_other.json"),
@@ -56,7 +58,8 @@ SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_
            (HOLDOUT_4, HERE / "aiconfigurator_holdout4.json"),
            (HOLDOUT_5, HERE / "aiconfigurator_holdout5.json"),
            (HOLDOUT_6, HERE / "aiconfigurator_holdout6.json"),
-           (HOLDOUT_7, HERE / "aiconfigurator_holdout7.json")]
+           (HOLDOUT_7, HERE / "aiconfigurator_holdout7.json"),
+           (HOLDOUT_8, HERE / "aiconfigurator_holdout8.json")]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # aiconfigurator points whose kernel-table rows no engine would time (aic_caveats.py writes the file and says why:
 # "routing", the collector's tied group-limited top-k; "sliced", a row slower than the same experts on half the GPUs;

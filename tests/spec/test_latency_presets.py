@@ -295,39 +295,63 @@ def test_engine_moe_weight_only_per_gpu() -> None:
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 
-def test_engine_moe_efficiency_by_architecture() -> None:
-    """kernels.moe_efficiency_by_architecture: per GPU preset and model architecture, the fused-MoE efficiency of the
-    kernel the engine runs for it, over the engine's per-GPU entry. SGLang on a B200 serves Qwen3-MoE and DeepSeek-V3
-    with FlashInfer TRT-LLM's MoE and every other MoE (Mixtral) with its Triton one; elsewhere nothing changes."""
+def test_engine_moe_by_architecture() -> None:
+    """kernels.moe_by_architecture: per GPU preset and model architecture, the fused MoE the engine runs for it (its
+    efficiency, fixed cost and expert-parallel rows), over the engine's per-GPU entries. SGLang on a B200 serves
+    Qwen3-MoE and DeepSeek-V3 with FlashInfer TRT-LLM's MoE and every other MoE (Mixtral) with its Triton one;
+    elsewhere nothing changes."""
     parsed = kernels_from_mapping({"moe_efficiency": {"b200": {"bf16": 0.3}},
-                                   "moe_efficiency_by_architecture": {"b200": {"Qwen3MoeForCausalLM": {"bf16": 1.1}}}},
+                                   "moe_floors_us": {"b200": {"bf16": 31.0, "fp8_block": 33.0}},
+                                   "moe_ep_every_row": ["b200"],
+                                   "moe_by_architecture": {"b200": {"Qwen3MoeForCausalLM": {
+                                       "efficiency": {"bf16": 1.1, "fp8_block": 0.5}, "floors_us": {"bf16": 14.0},
+                                       "ep_every_row": ["fp8_block"]}}}},
                                   "e.yaml")
     b200, h200 = load_gpu("b200"), load_gpu("h200")
-    assert rates_for(b200, parsed, architecture="Qwen3MoeForCausalLM").moe_efficiency_by_dtype["bf16"] == 1.1
-    assert rates_for(b200, parsed, architecture="MixtralForCausalLM").moe_efficiency_by_dtype["bf16"] == 0.3
+    qwen = rates_for(b200, parsed, architecture="Qwen3MoeForCausalLM")
+    other = rates_for(b200, parsed, architecture="MixtralForCausalLM")
+    assert qwen.moe_efficiency_by_dtype["bf16"] == 1.1 and other.moe_efficiency_by_dtype["bf16"] == 0.3
     assert rates_for(b200, parsed).moe_efficiency_by_dtype["bf16"] == 0.3
-    assert "Qwen3MoeForCausalLM's kernel" in rates_for(b200, parsed, architecture="Qwen3MoeForCausalLM").source
+    assert "Qwen3MoeForCausalLM's kernel" in qwen.source
+    # its own floor where it has one, the GPU's per-format floor elsewhere
+    assert qwen.moe_format_floors == {"bf16": pytest.approx(14e-6), "fp8_block": pytest.approx(33e-6)}
+    assert other.moe_format_floors == {"bf16": pytest.approx(31e-6), "fp8_block": pytest.approx(33e-6)}
+    # "*" (every format) stays for the default kernel's formats; the architecture's kernel says for its own
+    assert "*" in other.moe_ep_every_row
+    assert "fp8_block" in qwen.moe_ep_every_row and "bf16" not in qwen.moe_ep_every_row
+    assert {"mxfp4", "nvfp4", "fp8_e4m3"} <= qwen.moe_ep_every_row
     sglang = load_engine("sglang").kernels
-    qwen = rates_for(b200, sglang, architecture="Qwen3MoeForCausalLM").moe_efficiency_by_dtype
+    qwen_sglang = rates_for(b200, sglang, architecture="Qwen3MoeForCausalLM")
     triton = rates_for(b200, sglang, architecture="MixtralForCausalLM")
     mixtral = triton.moe_efficiency_by_dtype
     assert (8, 1792) not in triton.moe_tuned_shapes["bf16"]  # no Mixtral shape has a Triton config on B200
-    assert qwen["bf16"] > 3 * triton.moe_untuned_efficiency["bf16"] and qwen["fp8_block"] > mixtral["fp8_block"]
-    assert qwen["bf16"] > mixtral["bf16"]  # its tuned Triton shapes too
+    assert qwen_sglang.moe_efficiency_by_dtype["bf16"] > 3 * triton.moe_untuned_efficiency["bf16"]
+    assert qwen_sglang.moe_efficiency_by_dtype["fp8_block"] > mixtral["fp8_block"]
+    assert qwen_sglang.moe_efficiency_by_dtype["bf16"] > mixtral["bf16"]  # its tuned Triton shapes too
+    # FlashInfer TRT-LLM's bf16 MoE starts sooner than Triton's and computes only its own experts' rows under ep
+    assert qwen_sglang.floor("moe", "bf16") < 0.5 * triton.floor("moe", "bf16")
+    assert "bf16" in triton.moe_ep_every_row and "bf16" not in qwen_sglang.moe_ep_every_row
     assert (rates_for(h200, sglang, architecture="Qwen3MoeForCausalLM").moe_efficiency_by_dtype
             == rates_for(h200, sglang, architecture="MixtralForCausalLM").moe_efficiency_by_dtype)
     for engine in ("vllm", "trtllm"):
-        assert load_engine(engine).kernels.moe_efficiency_by_architecture == {}
+        assert load_engine(engine).kernels.moe_by_architecture == {}
+    arch = "Qwen3MoeForCausalLM"
     for value, message in (
-            ({"b200": {"Qwen3MoeForCausalLM": {"bf17": 1.0}}},
-             "unknown field 'kernels.moe_efficiency_by_architecture.b200.Qwen3MoeForCausalLM.bf17'"),
-            ({"b200": {"Qwen3 Moe": {"bf16": 1.0}}}, "has 'Qwen3 Moe', not an architecture class name"),
-            ({"b200": {"Qwen3MoeForCausalLM": {"bf16": 0}}}, "must be at least 0.001"),
-            ({"b201": {"Qwen3MoeForCausalLM": {"bf16": 1.0}}},
-             "unknown field 'kernels.moe_efficiency_by_architecture.b201'"),
+            ({"b200": {arch: {"efficiency": {"bf17": 1.0}}}},
+             f"unknown field 'kernels.moe_by_architecture.b200.{arch}.efficiency.bf17'"),
+            ({"b200": {"Qwen3 Moe": {"efficiency": {"bf16": 1.0}}}}, "has 'Qwen3 Moe', not an architecture class"),
+            ({"b200": {arch: {"efficiency": {"bf16": 0}}}}, "must be at least 0.001"),
+            ({"b200": {arch: {"bf16": 1.0}}}, f"field 'kernels.moe_by_architecture.b200.{arch}' must be a mapping "
+                                              "with efficiency"),
+            ({"b200": {arch: {"efficiency": {"bf16": 1.0}, "floor_us": {}}}},
+             f"unknown field 'kernels.moe_by_architecture.b200.{arch}.floor_us'"),
+            ({"b200": {arch: {"efficiency": {"bf16": 1.0}, "floors_us": {"bf16": -1}}}}, "must be at least 0"),
+            ({"b200": {arch: {"efficiency": {"bf16": 1.0}, "ep_every_row": ["fp8_block"]}}},
+             "ep_every_row' must be a list of formats its efficiency names"),
+            ({"b201": {arch: {"efficiency": {"bf16": 1.0}}}}, "unknown field 'kernels.moe_by_architecture.b201'"),
             ({"b200": []}, "must be a mapping of model architectures")):
         with pytest.raises(SpecError, match=message) as caught:
-            kernels_from_mapping({"moe_efficiency_by_architecture": value}, "e.yaml")
+            kernels_from_mapping({"moe_by_architecture": value}, "e.yaml")
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 

@@ -39,7 +39,7 @@ from tfcalc.calc.kernels import Cost, Rates
 from tfcalc.calc.plan import check_parallelism, stage_layers
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
 from tfcalc.errors import UsageError
-from tfcalc.spec.engine import EngineKernels
+from tfcalc.spec.engine import MOE_EXPERT_DTYPES, EngineKernels
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.interconnect import Interconnect
 from tfcalc.spec.model import ModelSpec
@@ -91,9 +91,14 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
     engine_gemm = dict(engine.gemm_efficiency_by_gpu.get(kernels_gpu, {}))
     if engine_gemm:
         source += f", {'/'.join(sorted(engine_gemm))} GEMM efficiency from the engine preset"
-    arch_moe = engine.moe_efficiency_by_architecture.get(kernels_gpu, {}).get(architecture or "", {})
-    if arch_moe:
+    arch_kernel = engine.moe_by_architecture.get(kernels_gpu, {}).get(architecture or "")
+    arch_moe = arch_kernel.efficiency if arch_kernel is not None else {}
+    every_row = engine.moe_ep_every_row_by_gpu.get(kernels_gpu, frozenset())
+    if arch_kernel is not None:
         engine_moe = {**engine_moe, **arch_moe}
+        # its formats touch every row where that kernel does, whatever the default kernel's set says
+        every_row = ((set(MOE_EXPERT_DTYPES) if "*" in every_row else set(every_row)) - set(arch_moe)
+                     | arch_kernel.ep_every_row)
     # an architecture served by another kernel there (arch_moe) does not take the Triton kernel's tuned shapes
     tuned = {fmt: shapes for fmt, shapes in engine.moe_tuned_shapes_by_gpu.get(kernels_gpu, {}).items()
              if fmt not in arch_moe}
@@ -125,8 +130,9 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                                              if fmt in tuned},
                  moe_untuned_k0=engine.moe_untuned_k0 if tuned else 0.0,
                  moe_large_expert=dict(engine.moe_large_expert_by_gpu.get(kernels_gpu, {})),
-                 moe_ep_every_row=engine.moe_ep_every_row_by_gpu.get(kernels_gpu, frozenset()),
-                 moe_format_floors=dict(engine.moe_floors_by_gpu.get(kernels_gpu, {})),
+                 moe_ep_every_row=frozenset(every_row),
+                 moe_format_floors={**engine.moe_floors_by_gpu.get(kernels_gpu, {}),
+                                    **(arch_kernel.floors_s if arch_kernel is not None else {})},
                  moe_ep_floors=dict(engine.moe_ep_floors_by_gpu.get(kernels_gpu, {})),
                  linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()
                               if fmt in engine.uncaptured_linears},
@@ -147,7 +153,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
               engine.linear_host_s_by_gpu,
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
               engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,
-              engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu, engine.moe_efficiency_by_architecture,
+              engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu, engine.moe_by_architecture,
               engine.moe_ep_every_row_by_gpu, engine.moe_tuned_shapes_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):

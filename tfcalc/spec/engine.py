@@ -181,6 +181,18 @@ GraphCaps = tuple[tuple[float, int, int], ...]
 
 
 @dataclass(frozen=True, kw_only=True)
+class ArchitectureMoe:
+    """The fused MoE an engine runs for one model architecture on one GPU in place of its default kernel (SGLang on
+    a B200: FlashInfer TRT-LLM's for Qwen3-MoE and DeepSeek-V3, Triton's for the rest): its efficiency per compute
+    dtype or storage format (those formats run it), its fixed cost in seconds per format where measured, and the
+    formats for which it touches every token's top-k rows under expert parallelism (the others: its own rows)."""
+
+    efficiency: dict[str, float] = field(hash=False)
+    floors_s: dict[str, float] = field(default_factory=dict, hash=False)
+    ep_every_row: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineKernels:
     """How an engine runs a step, for the latency model (``tfcalc.calc.latency``); times in seconds.
 
@@ -205,18 +217,16 @@ class EngineKernels:
     expert and step); ``moe_weight_only_by_gpu``: per GPU preset name, the formats this engine's fused MoE runs
     weight-only (16-bit activations, the weights unpacked inside the kernel) although the GPU has tensor cores for
     them (vLLM's code default for MXFP4 experts on Blackwell, bf16 activations; its shipped preset does not set
-    it: the measured B200 runs are as fast as MXFP8 activations); ``moe_efficiency_by_architecture``: per
-    GPU preset name and model architecture (``ModelSpec.architecture``), the fused-MoE efficiency of the kernel the
-    engine runs for that architecture there, looked up before ``moe_efficiency_by_gpu`` (SGLang on Blackwell:
-    FlashInfer TRT-LLM for Qwen3-MoE and DeepSeek-V3, Triton for the rest); ``moe_ep_every_row_by_gpu``: per GPU
-    preset name, the expert storage formats ("*": every one; the YAML's list of GPU names) for which this engine's
-    fused MoE, under expert parallelism with the tokens on every rank, activates, zero-fills and combines every
-    token's top-k rows rather than its own experts' (``Rates.moe_ep_every_row``);
-    ``moe_floors_by_gpu``: per GPU preset
-    name and expert storage format, the fused MoE's fixed cost in seconds where that kernel's differs from the
-    ``moe`` floor (TensorRT-LLM's MXFP4 backends); ``moe_ep_floors_by_gpu``: likewise the seconds the fused MoE adds
-    under expert parallelism (vLLM's MXFP4 experts on Hopper take a modular path that routes through the expert map
-    in kernels of its own);
+    it: the measured B200 runs are as fast as MXFP8 activations); ``moe_by_architecture``: per GPU preset name and
+    model architecture (``ModelSpec.architecture``), the fused MoE the engine runs for that architecture there
+    (``ArchitectureMoe``), looked up before the per-GPU tables for the formats it covers;
+    ``moe_ep_every_row_by_gpu``: per GPU preset name, the expert storage formats ("*": every one; the YAML's list of
+    GPU names) for which this engine's fused MoE, under expert parallelism with the tokens on every rank, activates,
+    zero-fills and combines every token's top-k rows rather than its own experts' (``Rates.moe_ep_every_row``);
+    ``moe_floors_by_gpu``: per GPU preset name and expert storage format, the fused MoE's fixed cost in seconds where
+    that kernel's differs from the ``moe`` floor (TensorRT-LLM's MXFP4 backends; SGLang's Triton fused MoE on a
+    B200); ``moe_ep_floors_by_gpu``: likewise the seconds the fused MoE adds under expert parallelism (vLLM's MXFP4
+    experts on Hopper take a modular path that routes through the expert map in kernels of its own);
     ``linear_host_s_by_gpu``: per GPU preset name and weight storage format, the host seconds one linear layer's
     call takes when it runs outside a CUDA graph (its Python path: input quantisation, scale layout, kernel
     dispatch), as (max tokens, seconds, seconds when the tokens are a multiple of ``kernels.SCALE_ALIGNED_ROWS``
@@ -272,7 +282,7 @@ class EngineKernels:
     moe_k0_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_dequant_per_tile_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_weight_only_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
-    moe_efficiency_by_architecture: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict, hash=False)
+    moe_by_architecture: dict[str, dict[str, ArchitectureMoe]] = field(default_factory=dict, hash=False)
     moe_ep_every_row_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_ep_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
@@ -476,7 +486,7 @@ def _mib(value: Any, origin: str, key: str) -> int:
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce", "custom_allreduce_launch_us",
                           "fused_activation_quant", "unfused_activation_quant", "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
-                          "moe_efficiency_by_architecture", "moe_ep_every_row",
+                          "moe_by_architecture", "moe_ep_every_row",
                           "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "moe_ep_floors_us",
                           "linear_host_us",
                           "fp8_kv_attention", "fp8_kv_prefill_attention",
@@ -517,21 +527,35 @@ def _moe_efficiency(value: Any, origin: str) -> dict[str, dict[str, float]]:
     return _by_gpu(value, origin, "kernels.moe_efficiency", MOE_EXPERT_DTYPES, 1e-3, MAX_MOE_EFFICIENCY)
 
 
-def _moe_efficiency_by_architecture(value: Any, origin: str) -> dict[str, dict[str, dict[str, float]]]:
-    """``kernels.moe_efficiency_by_architecture``: GPU preset name -> model architecture (a class name) -> compute
-    dtype or storage format -> efficiency in (0, MAX_MOE_EFFICIENCY]."""
-    key = "kernels.moe_efficiency_by_architecture"
-    out: dict[str, dict[str, dict[str, float]]] = {}
+def _moe_by_architecture(value: Any, origin: str) -> dict[str, dict[str, ArchitectureMoe]]:
+    """``kernels.moe_by_architecture``: GPU preset name -> model architecture (a class name) -> {efficiency: {compute
+    dtype or storage format: efficiency in (0, MAX_MOE_EFFICIENCY]}, floors_us: {format: microseconds}, ep_every_row:
+    [formats]}."""
+    key = "kernels.moe_by_architecture"
+    out: dict[str, dict[str, ArchitectureMoe]] = {}
     for gpu, by_arch in _gpu_entries(value, origin, key, "mappings of model architectures").items():
         _require(isinstance(by_arch, dict) and by_arch, origin,
-                 f"field '{key}.{gpu}' must be a mapping of model architectures (e.g. Qwen3MoeForCausalLM) to "
-                 "efficiencies")
+                 f"field '{key}.{gpu}' must be a mapping of model architectures (e.g. Qwen3MoeForCausalLM) to their "
+                 "fused MoE")
         out[str(gpu)] = {}
-        for arch, table in by_arch.items():
+        for arch, kernel in by_arch.items():
+            where = f"{key}.{gpu}.{arch}"
             _require(isinstance(arch, str) and arch.isidentifier() and len(arch) <= 128, origin,
                      f"field '{key}.{gpu}' has {_show(arch)}, not an architecture class name")
-            out[str(gpu)][arch] = _kinds(table, origin, f"{key}.{gpu}.{arch}", MOE_EXPERT_DTYPES, 1e-3,
-                                         MAX_MOE_EFFICIENCY)
+            _require(isinstance(kernel, dict) and "efficiency" in kernel, origin,
+                     f"field '{where}' must be a mapping with efficiency (and optionally floors_us, ep_every_row)")
+            _check_keys(kernel, frozenset({"efficiency", "floors_us", "ep_every_row"}), origin, f"{where}.")
+            efficiency = _kinds(kernel["efficiency"], origin, f"{where}.efficiency", MOE_EXPERT_DTYPES, 1e-3,
+                                MAX_MOE_EFFICIENCY)
+            floors_us = _kinds(kernel.get("floors_us", {}), origin, f"{where}.floors_us", MOE_EXPERT_DTYPES, 0.0,
+                               MAX_MICROSECONDS)
+            every_row = kernel.get("ep_every_row", [])
+            _require(isinstance(every_row, list) and all(f in efficiency for f in every_row), origin,
+                     f"field '{where}.ep_every_row' must be a list of formats its efficiency names, got "
+                     f"{_show(every_row)}")
+            out[str(gpu)][arch] = ArchitectureMoe(efficiency=efficiency,
+                                                  floors_s={fmt: us * 1e-6 for fmt, us in floors_us.items()},
+                                                  ep_every_row=frozenset(every_row))
     return out
 
 
@@ -887,8 +911,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
                                     MOE_EXPERT_DTYPES),
         moe_dequant_ops_by_gpu=_dequant_ops(data.get("moe_dequant_ops"), origin),
         moe_efficiency_by_gpu=efficiency,
-        moe_efficiency_by_architecture=_moe_efficiency_by_architecture(data.get("moe_efficiency_by_architecture"),
-                                                                       origin),
+        moe_by_architecture=_moe_by_architecture(data.get("moe_by_architecture"), origin),
         moe_k0_by_gpu=k0,
         moe_dequant_per_tile_by_gpu=_formats_by_gpu(data.get("moe_dequant_per_tile"), origin,
                                                     "kernels.moe_dequant_per_tile"),
