@@ -25,7 +25,8 @@ derives everything else in closed form:
 - TTFT = request latency + API delay + wait (a seat: Erlang C with the Allen-Cunneen (1 + cs^2) / 2 factor; the
   prefill queue: M/G/1 on prompt tokens, Pollaczek-Khinchine) + the rest of the running step + prefill service
   + streaming of the token. Percentiles: the exact mixture over prompt-length nodes of the fixed part with the
-  wait, taken as zero with probability 1 - P(wait) and exponential otherwise (exact for M/M/1 and M/M/c).
+  wait, taken as zero with probability 1 - P(wait) and exponential otherwise (exact for M/M/1 and M/M/c); the API
+  server's queueing wait likewise, zero with probability 1 - rho (the sum of the two waits: a hypoexponential).
 - TPOT: step time at the batch a request sees, 1 + m with m = lambda D tau (others decoding, Poisson); its
   percentiles from the variance of that count's time-average over the request's life (2m/3) and of the share
   of its steps that carry prefill (compound Poisson: prompts of several chunks take consecutive steps; averaged
@@ -59,6 +60,10 @@ RATIO_MIN = RATIO_INIT * 0.14
 RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600
 RETRACT_DECODE_STEPS = 20
 CLIP_MAX_NEW_TOKENS = 4096
+
+# An API-server wait whose mean is below this share of the fastest TTFT is added as a constant (its spread moves a
+# percentile by well under 1 %); the others enter the percentiles as a random wait (Point._plus_wait_quantile).
+API_WAIT_AS_CONSTANT = 1e-3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -242,7 +247,8 @@ class Point:
     engine_time_s: float
     w: _Work
     api_utilization: float = 0.0  # of one API server
-    api_delay_s: float = 0.0      # a request's API-server time on its way in and its first token's: waits + work
+    api_delay_s: float = 0.0      # a request's mean API-server time on its way in and its first token's: waits + work
+    api_wait_s: float = 0.0       # the queueing part of it (mean): 0 for a share 1 - rho of requests, else random
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     # --- latencies ---------------------------------------------------------------------------------------
@@ -275,16 +281,22 @@ class Point:
         m = self.model
         o = m.overheads
         tokens = prompt * (1 - m.prefix_hit_ratio) if m.role != "decode" else 0.0
-        return (o.front_s(prompt) + o.stream_s + self.api_delay_s + o.api_input_token_s * prompt
+        return (o.front_s(prompt) + o.stream_s + self.api_delay_s - self.api_wait_s + o.api_input_token_s * prompt
                 + self.busy * self.step_s / 2 + self._prefill_service(tokens))
 
     def _plus_wait_quantile(self, p: float, fixed: list[tuple[float, float]]) -> float:
-        """The p-quantile of F + W: F takes each (value, weight) of ``fixed`` (nodes of a length distribution),
-        W (the queueing wait, independent of F) is 0 with probability 1 - P(wait) and exponential with mean
-        wait / P(wait) otherwise. Between two values of F the CDF is A - K exp(-t / theta), solved in closed
-        form; at a value of F it jumps (the atom of W)."""
+        """The p-quantile of F + W (+ A): F takes each (value, weight) of ``fixed`` (nodes of a length
+        distribution), W (the queueing wait, independent of F) is 0 with probability 1 - P(wait) and exponential
+        with mean wait / P(wait) otherwise. Between two values of F the CDF is A - K exp(-t / theta), solved in
+        closed form; at a value of F it jumps (the atom of W). With an API-server wait A (``_plus_waits_quantile``)
+        the sum is found by bisection."""
         pw, mean = self.wait_probability, self.wait_mean_s
         nodes = fixed if all(a[0] <= b[0] for a, b in zip(fixed, fixed[1:], strict=False)) else sorted(fixed)
+        if self.api_wait_s > API_WAIT_AS_CONSTANT * nodes[0][0]:
+            return _plus_waits_quantile(p, nodes, (pw, mean) if pw > 0 and mean > 0 else (0.0, 0.0),
+                                        (min(self.api_utilization, 1.0), self.api_wait_s))
+        if self.api_wait_s > 0:   # too small to shape the spread: its mean, as a constant
+            nodes = [(value + self.api_wait_s, weight) for value, weight in nodes]
         if pw <= 0 or mean <= 0:
             acc = 0.0
             for value, weight in nodes:
@@ -310,7 +322,7 @@ class Point:
         """Time to first token (s): mean (percentile 0) or the given percentile."""
         m = self.model
         if percentile == 0:
-            return self._fixed_ttft(m.input_len.mean) + self.wait_mean_s
+            return self._fixed_ttft(m.input_len.mean) + self.wait_mean_s + self.api_wait_s
         fixed = self._memo.get("ttft")
         if fixed is None:
             fixed = self._memo["ttft"] = self._ttft_nodes()
@@ -321,7 +333,7 @@ class Point:
         each node, written out (it runs for every point a search evaluates)."""
         m, w = self.model, self.w
         o = m.overheads
-        base = o.request_s + o.stream_s + self.api_delay_s + self.busy * self.step_s / 2
+        base = o.request_s + o.stream_s + self.api_delay_s - self.api_wait_s + self.busy * self.step_s / 2
         per_token, share = o.per_input_token_s + o.api_input_token_s, 1 - m.prefix_hit_ratio
         cap, step = self.prefill_capacity, w.step
         batch = 0.0 if m.policy.prefill_first else self.batch   # decoding sequences in the prompt's own steps
@@ -433,7 +445,7 @@ class Point:
         tpot = self.tpot(0)
         start = self._fixed_ttft(m.input_len.mean) if m.role != "decode" else 0.0
         if percentile == 0:
-            return start + self.wait_mean_s + max(m.output_len.mean - 1, 0.0) * tpot
+            return start + self.wait_mean_s + self.api_wait_s + max(m.output_len.mean - 1, 0.0) * tpot
         fixed = [(start + max(o - 1, 0.0) * tpot, weight) for o, weight in m.output_len.nodes()]
         return self._plus_wait_quantile(percentile / 100, fixed)
 
@@ -491,6 +503,54 @@ class _Mix(NamedTuple):
     prefill_alone: float
     decode_time: float
     limit: str
+
+
+def _plus_waits_quantile(p: float, nodes: list[tuple[float, float]], engine: tuple[float, float],
+                         api: tuple[float, float]) -> float:
+    """The p-quantile of F + W + A: F takes each (value, weight) of ``nodes`` (in increasing order), W and A are
+    independent waits, each 0 with probability 1 - q and exponential with mean m / q otherwise ((q, m) =
+    ``engine``, ``api``). P(W + A <= x) sums the four cases (neither waits, one, both: a hypoexponential); the
+    quantile is found by Newton's method on the CDF of the sum, kept inside a bisection bracket, to 1e-7 s."""
+    (qw, mw), (qa, ma) = engine, api
+    tw, ta = (mw / qw if qw > 0 else 0.0), ma / qa
+    if abs(tw - ta) < 1e-6 * ta:
+        tw = ta * (1 + 1e-6)   # equal means: the hypoexponential's limit, nudged apart
+    none = (1 - qw) * (1 - qa)
+
+    def cdf_pdf(t: float) -> tuple[float, float]:
+        cdf = pdf = 0.0
+        for value, weight in nodes:
+            x = t - value
+            if x < 0:
+                break
+            ea = math.exp(-x / ta)
+            ew = math.exp(-x / tw) if tw > 0 else 0.0
+            both = (1 - (tw * ew - ta * ea) / (tw - ta), (ew - ea) / (tw - ta)) if tw > 0 else (1 - ea, ea / ta)
+            cdf += weight * (none + (1 - qw) * qa * (1 - ea) + qw * (1 - qa) * (1 - ew) + qw * qa * both[0])
+            pdf += weight * ((1 - qw) * qa * ea / ta + (qw * (1 - qa) * ew / tw if tw > 0 else 0.0)
+                             + qw * qa * both[1])
+        return cdf, pdf
+
+    lo, hi = nodes[0][0], nodes[-1][0] + (tw + ta) * (math.log(1 / max(1 - p, 1e-12)) + 2)
+    while cdf_pdf(hi)[0] < p:
+        hi += hi - lo
+    if cdf_pdf(lo)[0] >= p:
+        return lo
+    t = (lo + hi) / 2
+    for _ in range(100):
+        cdf, pdf = cdf_pdf(t)
+        if cdf >= p:
+            hi = t
+        else:
+            lo = t
+        step = (p - cdf) / pdf if pdf > 0 else math.inf
+        nxt = t + step
+        if not lo < nxt < hi:
+            nxt = (lo + hi) / 2
+        if abs(nxt - t) < 1e-7 or hi - lo < 1e-7:
+            return nxt
+        t = nxt
+    return t
 
 
 def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> _Mix:
@@ -564,7 +624,7 @@ def at_load(r: ReplicaServing, load: float, w: _Work | None = None) -> Point:
         stable, limit = False, limit or "prefill throughput"
     wait_prefill = rate * w.prefill_m2 / mu_tokens ** 2 / (2 * (1 - rho_p)) if 0 < rho_p < 1 else 0.0
     p_wait = 1 - (1 - min(p_seat, 1.0)) * (1 - min(rho_p, 1.0))
-    api_rho, api_delay = _api_queue(r, w, rate, busy, mix.tau_mean)
+    api_rho, api_delay, api_wait = _api_queue(r, w, rate, busy, mix.tau_mean)
     if api_rho >= 1:
         stable, limit = False, limit or "API server"
     return Point(model=r, batch=batch, rate_per_s=rate, stable=stable, limit=limit, step_s=mix.tau_mean,
@@ -572,35 +632,39 @@ def at_load(r: ReplicaServing, load: float, w: _Work | None = None) -> Point:
                  chunk_tokens=mix.chunk, prefill_capacity=mix.capacity, busy=busy, decode_others=others, seats=seats,
                  kv_seats=kv_seats, seat_load=a, wait_probability=p_wait, wait_mean_s=wait_seat + wait_prefill,
                  prefill_utilization=rho_p, engine_time_s=engine, w=w, api_utilization=api_rho,
-                 api_delay_s=api_delay)
+                 api_delay_s=api_delay, api_wait_s=api_wait)
 
 
-def _api_queue(r: ReplicaServing, w: _Work, rate: float, busy: float, step_s: float) -> tuple[float, float]:
-    """(utilization of one API server, a request's mean API delay on its way in and for its first token).
+def _api_queue(r: ReplicaServing, w: _Work, rate: float, busy: float,
+               step_s: float) -> tuple[float, float, float]:
+    """(utilization of one API server, a request's mean API delay on its way in and for its first token, the
+    queueing part of that delay).
 
     Each of the N servers takes 1/N of the requests: utilization rho = (rate / N) x work per request. Its tasks are
     the requests' own work S (Poisson arrivals) and, at the end of every engine step, a bulk of b streamed chunks of
     c each (b = chunks per second per server x step time / busy share), streamed in scheduling order: running
-    sequences first, new ones last. A request arriving at a random time finds what is left of the last bulk,
-    (steps per second) (b c)^2 / 2 (the bulk is done before the next one while rho < 1), and the other requests'
-    work, Pollaczek-Khinchine's lambda E[S^2] / (2 (1 - rho)); its first token is the last of its bulk and waits
-    for the other requests' work and the whole bulk, b c. Delay = both waits + S (its prompt part is added per
-    prompt length). tests/calc/test_serving.py checks it against the simulation and against M/D/1.
+    sequences first, new ones last. A request arriving at a random time waits for the work the server holds, first
+    come first served: Pollaczek-Khinchine's residual work R / (1 - rho), R = lambda E[S^2] / 2 + (steps per
+    second) (b c)^2 / 2 (the bulks' residual); its first token is the last of its bulk and waits for the other
+    requests' work, lambda E[S^2] / (2 (1 - rho)), and the whole bulk, b c. Delay = both waits + S (its prompt part
+    is added per prompt length); the waits are the random part (``Point.api_wait_s``). tests/calc/test_serving.py
+    checks it against the simulation and against M/D/1.
     """
     o = r.overheads
     if not o.has_api or rate <= 0:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     lam = rate / o.api_servers
     rho = lam * w.api_work
     if rho >= 1:
-        return rho, math.inf
+        return rho, math.inf, 0.0
     chunk = o.api_token_s
     bulk = lam * w.chunks * step_s / busy * chunk if busy > 0 else 0.0   # work of one bulk (s)
     steps_per_s = busy / step_s if step_s > 0 else 0.0
     others = lam * w.api_request_m2 / (2 * (1 - rho))
     arrival = steps_per_s * bulk * bulk / 2 + others
-    first = others + max(bulk, chunk) if chunk else 0.0   # a chunk of no work does not queue
-    return rho, arrival + o.api_request_s + first
+    first = others if chunk else 0.0   # a chunk of no work does not queue
+    wait = arrival + first
+    return rho, wait + o.api_request_s + (max(bulk, chunk) if chunk else 0.0), wait
 
 
 def load_limit(r: ReplicaServing) -> float:

@@ -272,8 +272,8 @@ def explain_lines(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tup
         f"{w.decode_context:,.0f}",
         f"API server ({o.api_servers} process(es)): {_ms(o.api_request_s)} per request + "
         f"{o.api_token_s * 1e6:,.0f} us per streamed chunk ({w.chunks:,.0f} chunks) = {_ms(w.api_work)} of serial "
-        f"work; utilization {op.api_utilization:.0%}, delay {_ms(op.api_delay_s)} to the engine and back "
-        f"({o.source})",
+        f"work; utilization {op.api_utilization:.0%}, delay {_ms(op.api_delay_s)} to the engine and back, "
+        f"{_ms(op.api_wait_s)} of it queueing (random: percentiles spread it) ({o.source})",
         (f"busy steps carry {op.batch:,.1f} decoding sequences; {op.prefill_step_share:.0%} of them also a prefill "
          f"chunk of {op.chunk_tokens:,.0f} tokens (room for {op.prefill_capacity:,.0f}); decode step "
          f"{_ms(op.decode_step_s)}, prefill step {_ms(op.prefill_step_s)}"
