@@ -286,10 +286,8 @@ class Point:
 
     def _plus_wait_quantile(self, p: float, fixed: list[tuple[float, float]]) -> float:
         """The p-quantile of F + W (+ A): F takes each (value, weight) of ``fixed`` (nodes of a length
-        distribution), W (the queueing wait, independent of F) is 0 with probability 1 - P(wait) and exponential
-        with mean wait / P(wait) otherwise. Between two values of F the CDF is A - K exp(-t / theta), solved in
-        closed form; at a value of F it jumps (the atom of W). With an API-server wait A (``_plus_waits_quantile``)
-        the sum is found by bisection."""
+        distribution), W the engine's queueing wait (``_plus_one_wait_quantile``), A the API server's
+        (``_plus_waits_quantile``; below ``API_WAIT_AS_CONSTANT`` of the fastest F, its mean as a constant)."""
         pw, mean = self.wait_probability, self.wait_mean_s
         nodes = fixed if all(a[0] <= b[0] for a, b in zip(fixed, fixed[1:], strict=False)) else sorted(fixed)
         if self.api_wait_s > API_WAIT_AS_CONSTANT * nodes[0][0]:
@@ -297,26 +295,7 @@ class Point:
                                         (min(self.api_utilization, 1.0), self.api_wait_s))
         if self.api_wait_s > 0:   # too small to shape the spread: its mean, as a constant
             nodes = [(value + self.api_wait_s, weight) for value, weight in nodes]
-        if pw <= 0 or mean <= 0:
-            acc = 0.0
-            for value, weight in nodes:
-                acc += weight
-                if acc >= p - 1e-12:
-                    return value
-            return nodes[-1][0]
-        theta = mean / pw
-        total = k = 0.0   # mass of F at or below t; K: the exponential tails' weight at the current node
-        previous = nodes[0][0]
-        for j, (value, weight) in enumerate(nodes):
-            k = k * math.exp(-(value - previous) / theta) + weight * pw
-            total += weight
-            previous = value
-            if total - k >= p:
-                return value
-            x = -theta * math.log((total - p) / k) if total > p else math.inf
-            if j == len(nodes) - 1 or value + x < nodes[j + 1][0]:
-                return value + x
-        return math.inf
+        return _plus_one_wait_quantile(p, nodes, pw, mean)
 
     def ttft(self, percentile: float = 0.0) -> float:
         """Time to first token (s): mean (percentile 0) or the given percentile."""
@@ -505,17 +484,50 @@ class _Mix(NamedTuple):
     limit: str
 
 
+def _plus_one_wait_quantile(p: float, nodes: list[tuple[float, float]], pw: float, mean: float) -> float:
+    """The p-quantile of F + W: F takes each (value, weight) of ``nodes`` (in increasing order), W (the queueing
+    wait, independent of F) is 0 with probability 1 - ``pw`` and exponential with mean ``mean`` / pw otherwise.
+    Between two values of F the CDF is A - K exp(-t / theta), solved in closed form; at a value of F it jumps (the
+    atom of W)."""
+    if pw <= 0 or mean <= 0:
+        acc = 0.0
+        for value, weight in nodes:
+            acc += weight
+            if acc >= p - 1e-12:
+                return value
+        return nodes[-1][0]
+    theta = mean / pw
+    total = k = 0.0   # mass of F at or below t; K: the exponential tails' weight at the current node
+    previous = nodes[0][0]
+    for j, (value, weight) in enumerate(nodes):
+        k = k * math.exp(-(value - previous) / theta) + weight * pw
+        total += weight
+        previous = value
+        if total - k >= p:
+            return value
+        x = -theta * math.log((total - p) / k) if total > p else math.inf
+        if j == len(nodes) - 1 or value + x < nodes[j + 1][0]:
+            return value + x
+    return math.inf
+
+
 def _plus_waits_quantile(p: float, nodes: list[tuple[float, float]], engine: tuple[float, float],
                          api: tuple[float, float]) -> float:
     """The p-quantile of F + W + A: F takes each (value, weight) of ``nodes`` (in increasing order), W and A are
     independent waits, each 0 with probability 1 - q and exponential with mean m / q otherwise ((q, m) =
     ``engine``, ``api``). P(W + A <= x) sums the four cases (neither waits, one, both: a hypoexponential); the
-    quantile is found by Newton's method on the CDF of the sum, kept inside a bisection bracket, to 1e-7 s."""
+    quantile is found by Newton's method on the CDF of the sum, kept inside a bisection bracket, to 1 us, from
+    the quantile of one wait with the two's probability and mean (closed form)."""
     (qw, mw), (qa, ma) = engine, api
     tw, ta = (mw / qw if qw > 0 else 0.0), ma / qa
     if abs(tw - ta) < 1e-6 * ta:
         tw = ta * (1 + 1e-6)   # equal means: the hypoexponential's limit, nudged apart
     none = (1 - qw) * (1 - qa)
+    # P(W + A <= x) = 1 - a_tail e^(-x/ta) - w_tail e^(-x/tw): the A-only, W-only and hypoexponential terms collected
+    # (tw = 0: no engine wait, W = 0)
+    both = qw * qa / (tw - ta) if tw > 0 else 0.0
+    a_tail, w_tail = (1 - qw) * qa - both * ta, (qw * (1 - qa) + both * tw if tw > 0 else 0.0)
+    exp = math.exp
 
     def cdf_pdf(t: float) -> tuple[float, float]:
         cdf = pdf = 0.0
@@ -523,31 +535,26 @@ def _plus_waits_quantile(p: float, nodes: list[tuple[float, float]], engine: tup
             x = t - value
             if x < 0:
                 break
-            ea = math.exp(-x / ta)
-            ew = math.exp(-x / tw) if tw > 0 else 0.0
-            both = (1 - (tw * ew - ta * ea) / (tw - ta), (ew - ea) / (tw - ta)) if tw > 0 else (1 - ea, ea / ta)
-            cdf += weight * (none + (1 - qw) * qa * (1 - ea) + qw * (1 - qa) * (1 - ew) + qw * qa * both[0])
-            pdf += weight * ((1 - qw) * qa * ea / ta + (qw * (1 - qa) * ew / tw if tw > 0 else 0.0)
-                             + qw * qa * both[1])
+            ea = a_tail * exp(-x / ta)
+            ew = w_tail * exp(-x / tw) if tw > 0 else 0.0
+            cdf += weight * (1 - ea - ew)
+            pdf += weight * (ea / ta + (ew / tw if tw > 0 else 0.0))
         return cdf, pdf
 
-    lo, hi = nodes[0][0], nodes[-1][0] + (tw + ta) * (math.log(1 / max(1 - p, 1e-12)) + 2)
-    while cdf_pdf(hi)[0] < p:
-        hi += hi - lo
-    if cdf_pdf(lo)[0] >= p:
+    lo, hi = nodes[0][0], math.inf
+    if p <= nodes[0][1] * none:   # within the atom of the fastest F with neither wait
         return lo
-    t = (lo + hi) / 2
-    for _ in range(100):
+    t = max(_plus_one_wait_quantile(p, nodes, 1 - none, mw + ma), lo)
+    for _ in range(200):
         cdf, pdf = cdf_pdf(t)
         if cdf >= p:
             hi = t
         else:
             lo = t
-        step = (p - cdf) / pdf if pdf > 0 else math.inf
-        nxt = t + step
+        nxt = t + (p - cdf) / pdf if pdf > 0 else math.inf
         if not lo < nxt < hi:
-            nxt = (lo + hi) / 2
-        if abs(nxt - t) < 1e-7 or hi - lo < 1e-7:
+            nxt = (lo + hi) / 2 if hi < math.inf else lo + 2 * (lo - nodes[0][0]) + tw + ta
+        if abs(nxt - t) < 1e-6 or hi - lo < 1e-6:
             return nxt
         t = nxt
     return t
