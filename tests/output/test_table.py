@@ -109,3 +109,17 @@ def test_no_cell_is_ever_cut_at_any_width(rows: list[dict], width: int) -> None:
     longest_pair = 4 + max(cell_len(c.header) for c in columns) + max(
         cell_len(format_cell(row[c.key], c)) for row in rows for c in columns if not c.wraps)
     assert all(cell_len(line) <= max(width, longest_pair) for line in lines)
+
+
+@given(st.lists(st.text(alphabet="abcdefgh ", min_size=1, max_size=300).map(str.strip).filter(bool), min_size=1,
+                max_size=5), st.integers(0, 6))
+def test_explanation_lines_fit_80_columns_and_keep_every_word(lines: list[str], indent: int) -> None:
+    """output.explanation_lines: every line of --explain's trace within 80 columns (a word longer than the line
+    excepted), two spaces plus the line's own indent in front, its continuations four further in, no word lost."""
+    from tfcalc.output import explanation_lines
+
+    text = explanation_lines(" " * indent + line for line in lines)
+    assert text.endswith("\n") and text.split() == " ".join(lines).split()
+    for out in text.splitlines():
+        assert len(out) <= 80 or len(out.split()) == 1
+        assert out.startswith(" " * (2 + indent))

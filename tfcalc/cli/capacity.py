@@ -341,7 +341,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     from tfcalc.calc.serving import SpecDecoding
     from tfcalc.calc.serving_traffic import Traffic
     from tfcalc.dtypes import get_dtype, parse_weight_precision
-    from tfcalc.output import emit, emit_explanation, resolve_format
+    from tfcalc.output import emit, emit_explanation, explanation_lines, resolve_format
     from tfcalc.report import capacity as report
 
     if points not in POINTS:
@@ -493,8 +493,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         extra.append((f"Pareto frontier, {spec.name} (at the most traffic within TTFT/E2E)",
                       report.frontier_rows(spec, result, targets), FRONTIER_COLUMNS))
         if explain and chosen is not None:
-            explained.append(f"\n# {spec.name}\n" + "".join(
-                f"  {line}\n" for line in report.explain_lines(spec, full(chosen), traffic, targets, space)))
+            explained.append(f"\n# {spec.name}\n" + explanation_lines(
+                report.explain_lines(spec, full(chosen), traffic, targets, space)))
         if plot is not None:
             from tfcalc.output.plot import plot_capacity
 

@@ -25,7 +25,7 @@ from tfcalc.cli.common import (
     weight_precisions,
 )
 from tfcalc.cli.plan import GpuOpt, gpu_list
-from tfcalc.output import emit, emit_explanation, pick, print_stderr, varies, wide
+from tfcalc.output import emit, emit_explanation, explanation_lines, pick, print_stderr, varies, wide
 from tfcalc.units import parse_float, parse_size, parse_sizes
 
 COLUMNS = pick("model", "gpu", varies("engine"), "tp", varies("pp", "ep"), "batch", "prompt_len", "gen_len",
@@ -185,17 +185,12 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              *dict.fromkeys(_turning_note(r) for r in rows))
     emit(rows, COLUMNS, fmt, output, title="Estimate", notes=notes)
     if explain:
-        import textwrap
-
         parts = []
         for row, handle in zip(rows, handles, strict=True):
             parts.append(f"\n# {row['model']} on {row['gpu']}, engine {row['engine']}\n# tp {row['tp']}, "
                          f"pp {row['pp']}, ep {row['ep']}, batch {row['batch']}, prompt {row['prompt_len']}, "
                          f"gen {row['gen_len']}\n")
-            for line in explain_lines(*handle):  # 80 columns: long sentences wrap under themselves
-                indent = "  " + " " * (len(line) - len(line.lstrip()))
-                parts.append(textwrap.fill(line.strip(), 78, initial_indent=indent,
-                                           subsequent_indent=indent + "    ", break_on_hyphens=False) + "\n")
+            parts.append(explanation_lines(explain_lines(*handle)))
         emit_explanation("".join(parts), fmt, output)
     if plot is not None:
         from tfcalc.output.plot import plot_roofline

@@ -34,7 +34,7 @@ from tfcalc.cli.common import (
     weight_precisions,
 )
 from tfcalc.errors import UsageError
-from tfcalc.output import emit, emit_explanation, pick, print_stderr, varies, wide
+from tfcalc.output import emit, emit_explanation, explanation_lines, pick, print_stderr, varies, wide
 from tfcalc.units import parse_sizes, split_list
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def gpu_list(values: list[str]) -> list:
 
 def traces_text(rows: list[dict], traces: list[tuple[str, ...]], keys: tuple[str, ...]) -> str:
     """Each row's trace under a ``# key=value, ...`` line naming it."""
-    return "".join("\n# " + ", ".join(f"{k}={row[k]}" for k in keys) + "\n" + "".join(f"  {line}\n" for line in trace)
+    return "".join("\n# " + ", ".join(f"{k}={row[k]}" for k in keys) + "\n" + explanation_lines(trace)
                    for row, trace in zip(rows, traces, strict=True))
 
 

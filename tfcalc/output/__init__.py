@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 
@@ -77,6 +77,19 @@ def resolve_format(fmt: str | None, output: Path | None) -> str:
             return "table"
         raise UsageError(f"cannot tell the format of '{output}' from its extension; pass --format csv|json|table")
     return "table"
+
+
+def explanation_lines(lines: Iterable[str]) -> str:
+    """``--explain`` lines for an 80-column terminal: each indented two spaces (plus its own indent), long sentences
+    wrapped under themselves four spaces further in."""
+    import textwrap
+
+    out = []
+    for line in lines:
+        indent = "  " + " " * (len(line) - len(line.lstrip()))
+        out.append(textwrap.fill(line.strip(), 78, initial_indent=indent, subsequent_indent=indent + "    ",
+                                 break_on_hyphens=False) + "\n")
+    return "".join(out)
 
 
 def emit_explanation(text: str, fmt: str | None, output: Path | None) -> None:
