@@ -411,3 +411,43 @@ def test_verified_choice_monotone_when_the_simulation_disagrees(ttft: float, fac
         c = choose(tight, price * cut)
         if a.verified:
             assert c.verified and c.plan.cost_per_hour <= a.plan.cost_per_hour + 1e-9
+
+
+def test_data_parallel_attention_layouts_and_sizing() -> None:
+    """SearchSpace.attention_dp: an MoE model gets layouts of dp ranks of tp GPUs sharing the experts at ep = tp x dp
+    (within a node, one pipeline stage), a dense model none. A replica is one rank: its KV pool and sequences are
+    plan_fit's for the whole group of tp x dp GPUs divided over the ranks, its replicas come in whole groups, and for
+    DeepSeek-V3's MLA cache (one latent head, held whole by every tp rank: the same bytes per token per GPU) eight
+    tp-1 ranks hold five times the sequences of one tp-8 replica on the same eight GPUs (800 against 153; each rank
+    also holds the whole attention's weights)."""
+    from tfcalc.calc.capacity import _layouts
+    from tfcalc.calc.plan import PlanConfig, plan_fit
+    from tfcalc.calc.serving_inputs import replica_memory
+
+    deepseek, h200 = load_model("deepseek-v3"), load_gpu("h200")
+    space = _space(("h200", 3.0), tps=(1, 2, 4, 8), attention_dp=(1, 2, 4, 8), max_gpus=64)
+    layouts = _layouts(deepseek, space)
+    assert {(1, 1, 8), (2, 1, 8), (4, 1, 8), (1, 1, 4), (2, 1, 4)} <= set(layouts)
+    assert all(tp * (ep // tp if ep > tp else 1) <= 8 for tp, _, ep in layouts)
+    assert _layouts(SPEC, space) == _layouts(SPEC, replace(space, attention_dp=(1,)))   # dense: nothing new
+    fp8 = parse_weight_precision("fp8_block")
+    rank = replica_memory(deepseek, h200, fp8, get_dtype("fp8"), tp=1, pp=1, ep=8, engine=VLLM, max_model_len=8192,
+                          max_num_seqs=64, max_num_batched_tokens=8192)
+    group = plan_fit(deepseek, h200, fp8, get_dtype("fp8"),
+                     PlanConfig(num_gpus=8, tp=1, pp=1, ep=8, context=8192, batch=1, engine=VLLM, max_num_seqs=64,
+                                max_num_batched_tokens=8192), with_ideal=False, with_max_context=False)
+    assert rank.kv_capacity_tokens == group.kv_tokens_per_gpu
+    assert rank.max_sequences_at_max_len * 8 == group.max_concurrent_sequences
+    tp8 = replica_memory(deepseek, h200, fp8, get_dtype("fp8"), tp=8, pp=1, ep=8, engine=VLLM, max_model_len=8192,
+                         max_num_seqs=64, max_num_batched_tokens=8192)
+    assert rank.kv_bytes_per_token_per_gpu == tp8.kv_bytes_per_token_per_gpu
+    assert 8 * rank.max_sequences_at_max_len >= 5 * tp8.max_sequences_at_max_len
+    traffic = Traffic(input_len=LengthDist(kind="fixed", mean=2048), output_len=LengthDist(kind="fixed", mean=500),
+                      rate_per_s=30.0)
+    result = search(deepseek, traffic, (Target(metric="tpot", percentile=90, seconds=0.08),),
+                    replace(space, weight_precisions=(fp8,), kv_dtypes=(get_dtype("fp8"),), tps=(1, 8),
+                            max_num_seqs=(128,), chunk_sizes=(8192,), attention_dp=(1, 8)), OVERHEADS)
+    wide = [e for e in result.evaluations if e.candidate.dp == 8 and e.feasible]
+    assert wide and all(e.replicas % 8 == 0 and e.num_gpus == e.replicas for e in wide)
+    assert all(math.ceil(30.0 / e.capacity_rate_per_s / 8) * 8 == e.replicas for e in wide)
+    assert "dp8" in wide[0].candidate.label

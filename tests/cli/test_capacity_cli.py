@@ -205,6 +205,9 @@ def test_lengths_csv(tmp_path: Path) -> None:
     (["--rate", "5", "--ttft", "p90=1s", "--api-server-count", "0"], "--api-server-count must be 1 to 4096"),
     (["--rate", "5", "--ttft", "p90=99999999s"], "must be between 0 and"),
     (["--rate", "1e400", "--ttft", "p90=1s"], "--rate"),
+    (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "16"], "--attention-dp"),
+    (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "0"], "--attention-dp"),
+    (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "8", "--ep", "off"], "needs --ep auto or on"),
 ])
 def test_bad_input_is_one_line(args: list[str], message: str) -> None:
     result = run("capacity", "-p", "llama3-8b", *args)
@@ -308,3 +311,26 @@ def test_quantized_weights_of_a_16_bit_preset_tell_trtllm_to_serve_a_quantized_c
     bf16 = run(*SMALL, "--weights-dtype", "bf16")
     assert bf16.exit_code == 0, bf16.output
     assert "pre-quantized" not in bf16.stdout
+
+
+def test_data_parallel_attention_plan_and_its_launch_flags() -> None:
+    """--attention-dp: DeepSeek-V3 at 30 req/s on H200s under SGLang takes eight tp-1 ranks sharing the experts
+    (fewer GPUs than tp 8), sized in whole groups, and each engine's command starts it as one instance:
+    vLLM --data-parallel-size, SGLang --tp 8 --dp 8 --enable-dp-attention (its request cap counts every rank),
+    TensorRT-LLM enable_attention_dp."""
+    base = ["capacity", "-p", "deepseek-v3", "--gpu", "h200", "--engine", "sglang", "--rate", "30", "--input-len",
+            "2k", "--output-len", "500", "--length-dist", "fixed", "--ttft", "p90=3s", "--tpot", "p90=80ms",
+            "--weights-dtype", "fp8_block", "--kv-dtype", "fp8", "--max-num-seqs", "128",
+            "--max-num-batched-tokens", "8192", "--no-simulate"]
+    wide = run(*base, "--attention-dp", "1,8")
+    plain = run(*base)
+    assert wide.exit_code == 0 and plain.exit_code == 0, wide.output + plain.output
+    text = " ".join(wide.stdout.split())
+    assert "data-parallel rank(s) x tp1·dp8·ep8" in text and "instance(s) of 8 GPUs" in text
+    assert "--data-parallel-size 8" in text and "--enable-expert-parallel" in text
+    assert "--tp 8 \\ --dp 8 \\ --enable-dp-attention" in text and "--max-running-requests 1024" in text
+    assert "enable_attention_dp: true" in text and "--tp_size 8" in text
+    gpus = [json.loads(run(*args, "-f", "json").stdout)[0]["num_gpus"] for args in (base + ["--attention-dp", "1,8"],
+                                                                                  base)]
+    assert gpus[0] % 8 == 0 and gpus[0] < gpus[1]
+    assert json.loads(run(*base, "--attention-dp", "8", "-f", "json").stdout)[0]["dp"] == 8

@@ -76,6 +76,7 @@ class SearchSpace:
     tps: tuple[int, ...] = ()              # empty: every tp up to gpus_per_node that the model allows
     pps: tuple[int, ...] = (1,)
     expert_parallel: tuple[bool, ...] = (False, True)
+    attention_dp: tuple[int, ...] = (1,)   # data-parallel attention ranks sharing the experts (MoE, ep = tp x dp)
     max_num_seqs: tuple[int, ...] = DEFAULT_MAX_NUM_SEQS
     chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS
     engines: tuple[EngineSpec | None, ...] = (None,)   # None: the ideal memory arithmetic, default kernels
@@ -125,12 +126,18 @@ class Candidate:
     prefill_replicas: int = 0
 
     @property
+    def dp(self) -> int:
+        """Data-parallel attention ranks that share the experts (ep > tp); each rank is one replica here (its own
+        scheduler, max_num_seqs and KV pool), and replicas come in groups of dp."""
+        return self.ep // self.tp if self.ep > self.tp else 1
+
+    @property
     def gpus_per_replica(self) -> int:
         return self.tp * self.pp
 
     @property
     def label(self) -> str:
-        ep = f" ep{self.ep}" if self.ep > 1 else ""
+        ep = (f" dp{self.dp}" if self.dp > 1 else "") + (f" ep{self.ep}" if self.ep > 1 else "")
         pp = f" pp{self.pp}" if self.pp > 1 else ""
         spec = f" spec{self.spec.num_tokens}" if self.spec else ""
         pre = f" +{self.prefill_replicas}x tp{self.prefill_tp} prefill" if self.mode == "disaggregated" else ""
@@ -170,7 +177,7 @@ class Evaluation:
     @property
     def sort_key(self) -> tuple:
         return (not self.feasible, self.cost_per_hour if self.feasible else math.inf, self.num_gpus,
-                -self.capacity_rate_per_s, self.candidate.label)
+                -self.capacity_rate_per_s * self.candidate.dp, self.candidate.label)   # a data-parallel group's
 
 
 def _with_numbers(e: Evaluation, targets: tuple[Target, ...]) -> Evaluation:
@@ -198,7 +205,8 @@ class SearchResult:
 
 
 def _layouts(spec: ModelSpec, space: SearchSpace) -> list[tuple[int, int, int]]:
-    """(tp, pp, ep) allowed by the model: tp within a node, ep 1 or tp (whole experts per GPU)."""
+    """(tp, pp, ep) allowed by the model: tp within a node, ep 1 or tp (whole experts per GPU), or for an MoE
+    model without pipeline stages ep = tp x dp with dp data-parallel attention ranks (``attention_dp``) in a node."""
     from tfcalc.calc.plan import check_parallelism
 
     tps = space.tps or tuple(t for t in (1, 2, 4, 8, 16) if t <= space.gpus_per_node)
@@ -214,6 +222,14 @@ def _layouts(spec: ModelSpec, space: SearchSpace) -> list[tuple[int, int, int]]:
                 except UsageError:
                     continue
                 out.append((tp, pp, ep))
+            for dp in sorted(d for d in set(space.attention_dp) if d > 1):
+                if spec.moe is None or pp > 1 or tp * dp > min(space.gpus_per_node, space.max_gpus):
+                    continue
+                try:
+                    check_parallelism(spec, tp * dp, tp, 1, tp * dp)
+                except UsageError:
+                    continue
+                out.append((tp, 1, tp * dp))
     return out
 
 
@@ -453,8 +469,9 @@ def _replica(step, memory: ReplicaMemory, traffic: Traffic, seqs: int, chunk: in
                           policy=policy)
 
 
-def _size(capacity: Capacity, traffic: Traffic) -> tuple[int, float]:
-    """Replicas needed and the per-replica capacity in the traffic's unit (req/s or concurrent requests)."""
+def _size(capacity: Capacity, traffic: Traffic, group: int = 1) -> tuple[int, float]:
+    """Replicas needed, a multiple of ``group`` (a data-parallel deployment's ranks), and the per-replica capacity
+    in the traffic's unit (req/s or concurrent requests)."""
     if traffic.rate_per_s is not None:
         per = capacity.rate_per_s
     else:
@@ -462,7 +479,8 @@ def _size(capacity: Capacity, traffic: Traffic) -> tuple[int, float]:
         per = math.floor(per + 1e-9)
     if per <= 0:
         return 0, 0.0
-    return max(1, math.ceil(traffic.load / per - 1e-9)), per
+    replicas = max(1, math.ceil(traffic.load / per - 1e-9))
+    return -(-replicas // group) * group, per
 
 
 def _seats_idle(capacity: Capacity, seats: float) -> bool:
@@ -524,7 +542,7 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
             numbers.update(tokens_per_gpu=frontier.rate_per_s * traffic.output_len.mean / cand.gpus_per_replica,
                            tokens_per_user=tokens_per_user(frontier))
     concurrency = cap.rate_per_s * (cap.point.e2e(0) + overheads.stream_s) if cap.rate_per_s > 0 else 0.0
-    replicas, _ = _size(cap, traffic)
+    replicas, _ = _size(cap, traffic, cand.dp)
     stored = Capacity(rate_per_s=cap.rate_per_s, point=cap.point, binding=cap.binding)
     if replicas == 0:
         return Evaluation(candidate=cand, fits=True, feasible=False, price_per_gpu_hour=price, memory=memory,
@@ -639,7 +657,7 @@ def _disaggregated(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...
     for e in aggregated:
         if e.fits and e.model is None and e.capacity_rate_per_s > 0:
             e = full_evaluation(spec, traffic, targets, space, overheads, e)
-        if e.fits and e.model is not None:
+        if e.fits and e.model is not None and e.candidate.dp == 1:   # pools of data-parallel ranks: not modelled
             c = e.candidate
             by_group.setdefault((c.engine, c.gpu, c.weights, c.kv_dtype, c.spec), []).append(e)
     decode_targets = tuple(t for t in targets if t.metric in ("tpot", "itl"))
@@ -814,7 +832,8 @@ class _Simulations:
         budget = self.workers - 1 - len(self.pending)
         if budget <= 0:
             return
-        nxt = resize(self.evaluation(index), plan.replicas + 1, self.traffic, self.targets, self.space)
+        nxt = resize(self.evaluation(index), plan.replicas + plan.candidate.dp, self.traffic, self.targets,
+                     self.space)
         ahead = [(index, nxt)] if nxt.feasible and nxt.cost_per_hour < best_cost else []
         evaluations = self.result.evaluations
         j = index + 1
@@ -905,7 +924,8 @@ def _walk(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], s
             assert sim is not None
             measured = ", ".join(f"{t.label} {sim.metric(t.metric, t.percentile) * 1e3:,.1f} ms" for t in targets)
             ok = all(sim.metric(t.metric, t.percentile) <= t.seconds for t in targets)
-            line = (f"simulation of one of {replicas} replica(s) ({num_requests:,} requests, {sim.steps:,} steps, "
+            unit = "data-parallel rank" if e.candidate.dp > 1 else "replica"
+            line = (f"simulation of one of {replicas} {unit}(s) ({num_requests:,} requests, {sim.steps:,} steps, "
                     f"{sim.preemptions} preemptions) of {e.candidate.label}: {measured} -> "
                     f"{'meets the targets' if ok else 'misses a target'}")
             if ok:
@@ -913,7 +933,7 @@ def _walk(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], s
                 lines.append(line)
                 break
             misses.append(line)
-            replicas += 1
+            replicas += e.candidate.dp
         if capped:
             break
     if misses:   # the first miss in full, then how many more

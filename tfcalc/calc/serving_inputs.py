@@ -88,27 +88,30 @@ def replica_memory(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv
                    max_num_batched_tokens: int, gpu_memory_utilization: float | None = None,
                    block_size: int | None = None) -> ReplicaMemory:
     """``plan_fit`` of one replica at context max_model_len for the engine (``None``: the ideal arithmetic) with
-    this max_num_seqs and max_num_batched_tokens; ``None`` utilization / block size: the engine's defaults."""
-    cfg = PlanConfig(num_gpus=tp * pp, tp=tp, pp=pp, ep=ep, context=max_model_len, batch=1, engine=engine,
+    this max_num_seqs and max_num_batched_tokens; ``None`` utilization / block size: the engine's defaults. With ep >
+    tp the replica is one of ep / tp data-parallel attention ranks (its KV pool; the experts spread over all)."""
+    dp = ep // tp if ep > tp else 1   # data-parallel attention ranks sharing the experts: per rank below
+    cfg = PlanConfig(num_gpus=tp * pp * dp, tp=tp, pp=pp, ep=ep, context=max_model_len, batch=1, engine=engine,
                      gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     r = plan_fit(spec, gpu, precision, kv_dtype, cfg, with_ideal=False, with_max_context=False)
+    sequences = r.max_concurrent_sequences // dp   # plan_fit adds them up over the ranks
     gib = 1 << 30
     label = engine.label if engine is not None else "ideal"
     if r.kv_budget_bytes_per_gpu <= 0:
         reason = (f"weights {r.weights_bytes_per_gpu / gib:,.2f} GiB per GPU leave no KV budget ({label}: "
                   f"{r.kv_budget_bytes_per_gpu / gib:,.2f} GiB)")
-    elif r.max_concurrent_sequences < 1:
+    elif sequences < 1:
         reason = (f"KV of one sequence of {max_model_len:,} tokens needs {r.kv_bytes_per_sequence_per_gpu / gib:,.2f} "
                   f"GiB per GPU, {r.kv_budget_bytes_per_gpu / gib:,.2f} GiB left ({label})")
     else:
-        reason = f"fits: {r.max_concurrent_sequences:,} sequences of {max_model_len:,} tokens ({label})"
-    return ReplicaMemory(fits=r.kv_budget_bytes_per_gpu > 0 and r.max_concurrent_sequences >= 1, reason=reason,
+        reason = f"fits: {sequences:,} sequences of {max_model_len:,} tokens ({label})"
+    return ReplicaMemory(fits=r.kv_budget_bytes_per_gpu > 0 and sequences >= 1, reason=reason,
                          weights_bytes_per_gpu=r.weights_bytes_per_gpu, reserved_bytes_per_gpu=r.reserved_bytes_per_gpu,
                          kv_budget_bytes_per_gpu=r.kv_budget_bytes_per_gpu,
                          kv_bytes_per_token_per_gpu=r.kv_bytes_per_token_per_gpu,
                          kv_capacity_tokens=max(r.kv_tokens_per_gpu, 0),
-                         max_sequences_at_max_len=r.max_concurrent_sequences, block_size=r.block_size, engine=label)
+                         max_sequences_at_max_len=sequences, block_size=r.block_size, engine=label)
 
 
 # --- (b) speed -------------------------------------------------------------------------------------------

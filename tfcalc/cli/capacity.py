@@ -264,6 +264,10 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              pp: PipelineParallelOpt = None,
              ep: Annotated[str, typer.Option(
                  "--ep", help="Expert parallel for MoE models: auto (try both), on (ep = tp), off.")] = "auto",
+             attention_dp: Annotated[list[str] | None, typer.Option(
+                 "--attention-dp", help="Data-parallel attention ranks to try for MoE models (DeepSeek-style wide "
+                 "ep: dp ranks of tp GPUs, each its own scheduler, share the experts at ep = tp x dp within a "
+                 "node), e.g. 1,2,4,8.", show_default="1")] = None,
              weights_dtype: WeightsOpt = None, kv_dtype: KvDtypeOpt = None, kv_cache_dtype: KvCacheDtypeOpt = None,
              max_num_seqs: MaxNumSeqsOpt = None, max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
              max_model_len: MaxModelLenOpt = None, gpu_memory_utilization: GpuMemoryUtilizationOpt = None,
@@ -350,6 +354,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         raise UsageError(f"unknown length distribution '{length_dist}' (fixed, uniform, lognormal, exponential)")
     if ep not in ("auto", "on", "off"):
         raise UsageError(f"--ep must be auto, on or off, got '{ep}'")
+    if ep == "off" and any(d != "1" for v in attention_dp or [] for d in v.replace(",", " ").split()):
+        raise UsageError("--attention-dp shares the experts over ep = tp x dp: it needs --ep auto or on")
     if not 1 <= top <= 10_000 or not 10 <= sim_requests <= 1_000_000 or not 1 <= max_gpus <= 1 << 20 or \
             not 1 <= gpus_per_node <= 1024:
         raise UsageError("--top (1-10,000), --max-gpus, --gpus-per-node must be positive and --sim-requests 10 to "
@@ -420,6 +426,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             gpus=tuple(offers), weight_precisions=tuple(precisions), kv_dtypes=tuple(kv_dtypes),
             tps=tuple(parse_sizes(tp, "tp")), pps=tuple(parse_sizes(pp or ["1"], "pp")),
             expert_parallel={"auto": (False, True), "on": (True,), "off": (False,)}[ep],
+            attention_dp=tuple(parse_sizes(attention_dp or ["1"], "--attention-dp", maximum=gpus_per_node)),
             max_num_seqs=tuple(parse_sizes(max_num_seqs or ["8,16,32,64,128,256,512"], "max_num_seqs")),
             chunk_sizes=tuple(parse_sizes(max_num_batched_tokens or ["512,2048,8192"], "max_num_batched_tokens")),
             engines=tuple(engines), max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_model_len=model_len,

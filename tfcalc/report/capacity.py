@@ -26,7 +26,8 @@ def short_dtype(label: str, native: str) -> str:
 
 def layout(e: Evaluation) -> str:
     c = e.candidate
-    parts = [f"tp{c.tp}"] + ([f"pp{c.pp}"] if c.pp > 1 else []) + ([f"ep{c.ep}"] if c.ep > 1 else [])
+    parts = ([f"tp{c.tp}"] + ([f"pp{c.pp}"] if c.pp > 1 else []) + ([f"dp{c.dp}"] if c.dp > 1 else [])
+             + ([f"ep{c.ep}"] if c.ep > 1 else []))
     text = "·".join(parts)
     if c.mode == "disaggregated":
         text = f"P tp{c.prefill_tp}+D {text}"
@@ -47,7 +48,7 @@ def long_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]
     for e in result.evaluations:
         c = e.candidate
         base: Row = {"model": spec.name, "engine": c.engine, "gpu": c.gpu, "mode": c.mode, "tp": c.tp, "pp": c.pp,
-                     "ep": c.ep,
+                     "ep": c.ep, "dp": c.dp,
                      "weights_dtype": c.weights, "kv_dtype": c.kv_dtype, "max_num_seqs": c.max_num_seqs,
                      "max_num_batched_tokens": c.chunk, "speculative_tokens": c.spec.num_tokens if c.spec else 0}
         if c.mode == "disaggregated":
@@ -90,7 +91,8 @@ def wide_row(spec: ModelSpec, e: Evaluation, targets: tuple[Target, ...], role: 
     point."""
     c = e.candidate
     row: Row = {"model": spec.name, "role": role, "engine": c.engine, "gpu": c.gpu, "mode": c.mode, "tp": c.tp,
-                "pp": c.pp, "ep": c.ep, "layout": layout(e), "weights_dtype": c.weights, "kv_dtype": c.kv_dtype,
+                "pp": c.pp, "ep": c.ep, "dp": c.dp, "layout": layout(e), "weights_dtype": c.weights,
+                "kv_dtype": c.kv_dtype,
                 "formats": f"{short_dtype(c.weights, spec.native_dtype)}/{short_dtype(c.kv_dtype, '')}",
                 "seqs_chunk": f"{c.max_num_seqs}/{c.chunk}",
                 "max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.chunk,
@@ -174,6 +176,9 @@ def describe(e: Evaluation, spec: ModelSpec) -> str:
         return (f"{e.num_gpus} x {c.gpu}: {c.prefill_replicas} prefill replica(s) at tp {c.prefill_tp} + "
                 f"{e.replicas} decode replica(s) at {layout(e).split('+D ')[-1]}, {formats}, max_num_seqs "
                 f"{c.max_num_seqs}")
+    if c.dp > 1:   # a replica is one data-parallel attention rank; ranks come in groups of dp
+        return (f"{e.replicas // c.dp} group(s) of {c.dp} data-parallel rank(s) x {layout(e)} = {e.num_gpus} x "
+                f"{c.gpu}, {formats}, max_num_seqs {c.max_num_seqs} and max_num_batched_tokens {c.chunk} per rank")
     return (f"{e.replicas} replica(s) x {layout(e)} = {e.num_gpus} x {c.gpu}, {formats}, max_num_seqs "
             f"{c.max_num_seqs}, max_num_batched_tokens {c.chunk}")
 
@@ -216,9 +221,10 @@ def runner_up_sentences(spec: ModelSpec, result: SearchResult, limit: int = 4) -
             continue
         seen.add(key)
         extra = e.cost_per_hour - best.cost_per_hour
-        lines.append(f"runner-up {describe(e, spec)}: ${e.cost_per_hour:,.2f}/h (+${extra:,.2f}/h): one replica "
+        unit = "data-parallel rank" if c.dp > 1 else "replica"
+        lines.append(f"runner-up {describe(e, spec)}: ${e.cost_per_hour:,.2f}/h (+${extra:,.2f}/h): one {unit} "
                      f"carries {e.capacity_rate_per_s:,.2f} req/s before {e.binding} binds, so it needs "
-                     f"{e.replicas} replica(s) of {c.gpus_per_replica} GPU(s)")
+                     f"{e.replicas} {unit}(s) of {c.gpus_per_replica} GPU(s)")
     cheaper = _cheaper_failures(result, best)
     lines.extend(cheaper)
     return lines
@@ -296,10 +302,11 @@ def explain_lines(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tup
     for t in targets:
         lines.append(f"{t.label}: {_ms(op.metric(t))} at the operating point (target {_ms(t.seconds)})")
     if cap is not None:
-        lines.append(f"capacity: one replica carries {cap.rate_per_s:,.3f} req/s before {cap.binding} binds "
-                     f"(decode batch {cap.point.batch:,.1f}); replicas = ceil({traffic.load:g} / "
+        unit = "data-parallel rank" if c.dp > 1 else "replica"
+        lines.append(f"capacity: one {unit} carries {cap.rate_per_s:,.3f} req/s before {cap.binding} binds "
+                     f"(decode batch {cap.point.batch:,.1f}); {unit}s = ceil({traffic.load:g} / "
                      f"{e.capacity_rate_per_s if traffic.rate_per_s is not None else e.capacity_concurrency:,.3f})"
-                     f" = {e.replicas}")
+                     + (f", rounded up to groups of {c.dp}" if c.dp > 1 else "") + f" = {e.replicas}")
     lines.append(f"cost: {e.num_gpus} GPUs x ${e.price_per_gpu_hour:,.3f} = ${e.cost_per_hour:,.2f}/h; per million "
                  f"tokens ${e.cost_per_m_input:,.3f} input, ${e.cost_per_m_output:,.3f} output (GPU time split by "
                  "prefill's share of step time)")
@@ -334,6 +341,8 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     args = [f"vllm serve {shlex.quote(model_path)}", f"--tensor-parallel-size {c.tp}"]
     if c.pp > 1:
         args.append(f"--pipeline-parallel-size {c.pp}")
+    if c.dp > 1:   # each data-parallel rank its own scheduler: max_num_seqs and the token budget are per rank
+        args.append(f"--data-parallel-size {c.dp}")
     if c.ep > 1:
         args.append("--enable-expert-parallel")
     args += [f"--max-model-len {space.max_model_len}", f"--max-num-seqs {c.max_num_seqs}",
@@ -361,12 +370,15 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
 def sglang_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace, prefix_caching: bool,
                    draft_model: str = "DRAFT_MODEL") -> list[str]:
     c = e.candidate
-    args = ["python -m sglang.launch_server", f"--model-path {shlex.quote(model_path)}", f"--tp {c.tp}"]
+    # with DP attention --tp counts every GPU of the instance and --max-running-requests every rank's requests
+    args = ["python -m sglang.launch_server", f"--model-path {shlex.quote(model_path)}", f"--tp {c.tp * c.dp}"]
     if c.pp > 1:
         args.append(f"--pp-size {c.pp}")
+    if c.dp > 1:
+        args += [f"--dp {c.dp}", "--enable-dp-attention"]
     if c.ep > 1:
         args.append(f"--ep-size {c.ep}")
-    args += [f"--context-length {space.max_model_len}", f"--max-running-requests {c.max_num_seqs}",
+    args += [f"--context-length {space.max_model_len}", f"--max-running-requests {c.max_num_seqs * c.dp}",
              f"--chunked-prefill-size {c.chunk}"]
     if space.gpu_memory_utilization is not None:
         args.append(f"--mem-fraction-static {space.gpu_memory_utilization}")
@@ -395,7 +407,7 @@ def trtllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
     """``trtllm-serve`` (PyTorch backend) for one replica, and the contents of the YAML file its
     --extra_llm_api_options names: the KV-cache format, block reuse and speculation go there."""
     c = e.candidate
-    args = [f"trtllm-serve {shlex.quote(model_path)}", "--backend pytorch", f"--tp_size {c.tp}"]
+    args = [f"trtllm-serve {shlex.quote(model_path)}", "--backend pytorch", f"--tp_size {c.tp * c.dp}"]
     if c.pp > 1:
         args.append(f"--pp_size {c.pp}")
     if c.ep > 1:
@@ -408,6 +420,8 @@ def trtllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
     if c.kv_dtype.startswith("fp8"):
         kv_cache["dtype"] = "fp8"
     extra: dict = {"kv_cache_config": kv_cache, "enable_chunked_prefill": True}
+    if c.dp > 1:   # attention data-parallel over the tp_size ranks (at tp 1 each), the experts over ep_size
+        extra["enable_attention_dp"] = True
     if c.spec is not None:
         extra["speculative_config"] = {"decoding_type": "Eagle", "max_draft_len": c.spec.num_tokens,
                                        "speculative_model_dir": draft_model}
@@ -430,7 +444,10 @@ def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     line, to print as they are: a shell line cannot be re-wrapped)."""
     c = e.candidate
     online, note = _quantization(c.weights, spec.native_dtype)
-    replicas = (f"run {e.replicas} replica(s) of {c.gpus_per_replica} GPU(s) behind a load balancer"
+    replicas = (f"run {e.replicas // c.dp} instance(s) of {c.dp * c.gpus_per_replica} GPUs ({c.dp} data-parallel "
+                f"attention ranks of tp {c.tp} sharing the experts at ep {c.ep}) behind a load balancer"
+                if c.dp > 1 else
+                f"run {e.replicas} replica(s) of {c.gpus_per_replica} GPU(s) behind a load balancer"
                 if c.mode == "aggregated" else
                 f"run {c.prefill_replicas} prefill replica(s) at tp {c.prefill_tp} (SGLang --disaggregation-mode "
                 f"prefill) and {e.replicas} decode replica(s) as below, with a disaggregation router")
@@ -439,6 +456,9 @@ def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     # vLLM and SGLang quantise a 16-bit checkpoint online (--quantization); trtllm-serve cannot
     trtllm_note = (f"\n{indent}(serve a pre-quantized {c.weights} checkpoint, e.g. ModelOpt's:"
                    f"\n{indent} trtllm-serve does not quantize a 16-bit one)") if online else ""
+    if c.dp > 1 and c.tp > 1:
+        trtllm_note += (f"\n{indent}(its attention DP runs attention at tp 1 on each of the {c.tp * c.dp} GPUs,"
+                        f"\n{indent} not at tp {c.tp} as planned)")
     commands = {
         "vllm": ("vLLM:   ", vllm_command(model_path, spec, e, space, prefix_caching, api_servers=api_servers), ""),
         "sglang": ("SGLang: ", sglang_command(model_path, spec, e, space, prefix_caching), ""),
