@@ -28,7 +28,9 @@ Usage: python benchmarks/capacity_validation.py [--markdown] [--only ID]
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -278,12 +280,13 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
     the run names when a preset covers it). ``phases``: every client sends its first request at once (``lockstep``,
     as the benchmark starts) or at a random time within one request's lifetime (``random``: clients out of step)."""
     spec, gpu, engine, precision, kv = served(point)
-    seats, budget, policy = deployment_limits(point, engine, gpu)
+    ranks = point.get("dp", 1)   # data-parallel attention ranks: one rank simulated, its share of the clients
+    clients = point.get("concurrency", point.get("batch")) // ranks
+    seats, budget, policy = deployment_limits({**point, "concurrency": clients}, engine, gpu)
     length = point["prompt"] + point["gen"]
     memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=point.get("ep", 1), engine=engine,
                             max_model_len=max(length, 2048), max_num_seqs=seats, max_num_batched_tokens=budget)
     step = latency_step(spec, gpu, precision, kv, tp=point["tp"], ep=point.get("ep", 1), engine=engine)
-    clients = point.get("concurrency", point.get("batch"))
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=memory.kv_capacity_tokens,
                     block_size=memory.block_size, overheads=_overheads(engine, mode), policy=policy)
     lifetime = 0.0   # one request's prefill and decode at the run's concurrency: the random phases' range
@@ -294,7 +297,7 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
                     output_len=LengthDist(kind="fixed", mean=point["gen"]), num_requests=clients * requests_per_client,
                     concurrency=clients, seed=1, start_spread_s=lifetime)
     sim = simulate(step, cfg, load)
-    reported = closed_loop_tok_s(clients, point["gen"], point["ttft_ms"] / 1e3, point["tpot_ms"] / 1e3)
+    reported = closed_loop_tok_s(clients * ranks, point["gen"], point["ttft_ms"] / 1e3, point["tpot_ms"] / 1e3)
     return {"point": point, "sim": sim, "reported_tok_s": reported, "engine": engine.label, "fits": memory.fits}
 
 
@@ -314,6 +317,8 @@ def main() -> None:
     parser.add_argument("--silicon", action="store_true", help="the aiconfigurator measured runs instead")
     parser.add_argument("--silicon-all", action="store_true",
                         help="every measured run at every concurrency (validation/silicon_runs.json), summarised")
+    parser.add_argument("--silicon-dp", action="store_true",
+                        help="the measured runs with data-parallel attention (validation/silicon_runs_dp.json)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes for --silicon-all")
     parser.add_argument("--save", help="--silicon-all: write every run's prediction to this JSON file")
     parser.add_argument("--phases", choices=("lockstep", "random"), default="lockstep",
@@ -324,6 +329,9 @@ def main() -> None:
         return
     if args.silicon_all:
         _silicon_all(args.markdown, args.jobs, args.only, args.save, args.phases)
+        return
+    if args.silicon_dp:
+        _silicon_dp()
         return
     rows = []
     for case in CASES:
@@ -383,6 +391,28 @@ def _silicon(markdown: bool) -> None:
     print(f"\n{sum(x <= 0.25 for x in errors)} of {n} runs within ±25 % on output throughput (median |error| "
           f"{sorted(errors)[n // 2] * 100:.0f} %); TPOT within ±25 %: {sum(x <= 0.25 for x in tpot_errors)}; TTFT "
           f"within ±25 %: {sum(x <= 0.25 for x in ttft_errors)}")
+
+
+def _silicon_dp() -> None:
+    """The runs with data-parallel attention: one rank of tp GPUs simulated with its share of the clients (the
+    ranks' experts shared at ep = dp, priced by the latency model at ep > tp), each rank's steps alone."""
+    path = Path(__file__).parent / "validation" / "silicon_runs_dp.json"
+    tpots, throughputs = [], []
+    for point in json.loads(path.read_text()):
+        r = _replay(point)
+        if not r["fits"]:
+            print(f"{point['id']}: {r['reason']}")
+            continue
+        tpot, tok = r["predicted_tpot_ms"] / point["tpot_ms"] - 1, r["predicted_tok_s"] / r["reported_tok_s"] - 1
+        tpots.append(tpot)
+        throughputs.append(tok)
+        print(f"{r['engine_label']} {point['model']} {point['gpu']} tp{point['tp']}·dp{point['dp']}·ep{point['ep']} "
+              f"{point['prompt']} / {point['gen']} at {point['concurrency']} clients: TPOT {point['tpot_ms']:.1f} / "
+              f"{r['predicted_tpot_ms']:.1f} ms ({tpot * 100:+.0f} %), output tok/s {tok * 100:+.0f} %", flush=True)
+    n = len(tpots)
+    print(f"\n{sum(abs(e) <= 0.25 for e in throughputs)} of {n} runs within ±25 % on output throughput (median "
+          f"{statistics.median(throughputs) * 100:+.0f} %); TPOT within ±25 %: {sum(abs(e) <= 0.25 for e in tpots)} "
+          f"(median {statistics.median(tpots) * 100:+.0f} %)")
 
 
 def _replay(point: dict, phases: str = "lockstep") -> dict:

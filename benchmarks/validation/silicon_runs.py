@@ -5,7 +5,7 @@ pipeline) of a model and GPU tfcalc has presets for, at every concurrency (4-512
 aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment (``pip install
 aiconfigurator==0.12.0``) and run
 
-    python benchmarks/validation/silicon_runs.py [PATH/TO/silicon_sample.csv]
+    python benchmarks/validation/silicon_runs.py [PATH/TO/silicon_sample.csv] [--attention-dp]
 
 (default: the file inside the installed ``aiconfigurator_core`` package). Each row is one closed-loop benchmark of
 ``concurrency`` clients with fixed input and output lengths; the CSV gives the mean TTFT and TPOT; ``id`` is the
@@ -35,6 +35,13 @@ The layout is ``tp_size`` and ``moe_ep_size``, except where the export multiplie
 whose id names an expert-parallel layout (``..._tp8_ep8_...``) with ``moe_tp_size`` and ``moe_ep_size`` both above 1,
 ``tp_size`` holds their product (64 for tp 8 / ep 8, on an 8-GPU system). There, and in rows without such an id that
 show the same pattern, tp is ``moe_tp_size``; where the id names tp, the id's value is used.
+
+``--attention-dp`` writes the other aggregated runs instead, those with attention data parallelism, to
+silicon_runs_dp.json: ``attention_dp_size`` ranks of one GPU each (``tp_size`` 1) whose experts span them
+(``moe_tp_size`` 1, ``moe_ep_size`` = the ranks), with ``dp`` the ranks, ``tp`` 1 and ``ep`` = dp. Their
+``batch_size`` is one rank's clients (the id's concurrency is dp times it: ``..._c256_...`` at 32 over 8 ranks);
+``concurrency`` is all the ranks' clients. Rows of other shapes (``attention_dp_size`` 64 with ``moe_tp_size`` 8:
+the export's products again, with no id to undo them) are left out.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ MODELS = {
 }
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 OUT = Path(__file__).parent / "silicon_runs.json"
+OUT_DP = Path(__file__).parent / "silicon_runs_dp.json"
 CHECKPOINT_KV = {"fp8": "fp8", "nvfp4": "fp8"}  # weight format -> KV format its (ModelOpt) checkpoint declares
 
 
@@ -102,23 +110,38 @@ def deployment(text: str) -> str | None:
     return "aiconfigurator" if "aic-auto-gap-analysis/" in text else None
 
 
-def extract(rows: list[dict]) -> list[dict]:
+def dp_layout(row: dict) -> tuple[int, int, int] | None:
+    """(dp, tp, ep) of an attention-data-parallel row of tp-1 ranks sharing the experts, else None."""
+    dp = int(row["attention_dp_size"] or 1)
+    moe_tp, ep = int(row["moe_tp_size"] or 0), int(row["moe_ep_size"] or 0)
+    if dp > 1 and int(row["tp_size"] or 0) == 1 and moe_tp == 1 and ep == dp:
+        return dp, 1, ep
+    return None
+
+
+def extract(rows: list[dict], attention_dp: bool = False) -> list[dict]:
+    """The aggregated runs without pipeline stages: without attention data parallelism, or (``attention_dp``) those
+    of dp_layout's shape."""
     runs = []
     for row in rows:
         model = row["model_path"].split("/")[-1]
         if model not in MODELS or row["system"] not in SYSTEMS or row["mode"] != "agg":
             continue
-        if row["pp_size"] not in ("", "1") or row["attention_dp_size"] not in ("", "1"):
+        wide = dp_layout(row)
+        if row["pp_size"] not in ("", "1") or (row["attention_dp_size"] not in ("", "1")) != attention_dp:
+            continue
+        if attention_dp and wide is None:
             continue
         fmt = weights(model, row)
         if fmt is None or not row["silicon_ttft_ms"] or not row["silicon_tpot_ms"]:
             continue
-        tp, ep = layout(row)
-        runs.append({
+        tp, ep = layout(row) if wide is None else wide[1:]
+        runs.append({**({"dp": wide[0]} if wide is not None else {}),
             "id": row["id"], "source": source(row["silicon_data_source"]),
             "engine": row["backend"], "engine_version": row["backend_version"], "model": MODELS[model],
             "gpu": SYSTEMS[row["system"]], "weights": fmt, "checkpoint_kv": CHECKPOINT_KV.get(fmt), "tp": tp, "ep": ep,
-            "concurrency": int(row["batch_size"]), "prompt": int(row["isl"]), "gen": int(row["osl"]),
+            "concurrency": int(row["batch_size"]) * (wide[0] if wide is not None else 1),
+            "prompt": int(row["isl"]), "gen": int(row["osl"]),
             "ttft_ms": round(float(row["silicon_ttft_ms"]), 3), "tpot_ms": round(float(row["silicon_tpot_ms"]), 4),
             "deployment": deployment(row["silicon_data_source"]),
         })
@@ -128,16 +151,19 @@ def extract(rows: list[dict]) -> list[dict]:
 
 
 def main() -> None:
-    if len(sys.argv) > 1:
-        path = Path(sys.argv[1])
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if args:
+        path = Path(args[0])
     else:
         import aiconfigurator_core  # type: ignore[import-not-found]
 
         path = Path(aiconfigurator_core.__file__).parent / "systems" / "silicon_sample.csv"
+    attention_dp = "--attention-dp" in sys.argv[1:]
     with path.open(newline="") as f:
-        runs = extract(list(csv.DictReader(f)))
-    OUT.write_text("[\n" + ",\n".join(json.dumps(r) for r in runs) + "\n]\n")  # one run per line
-    print(f"{len(runs)} runs -> {OUT}")
+        runs = extract(list(csv.DictReader(f)), attention_dp)
+    out = OUT_DP if attention_dp else OUT
+    out.write_text("[\n" + ",\n".join(json.dumps(r) for r in runs) + "\n]\n")  # one run per line
+    print(f"{len(runs)} runs -> {out}")
 
 
 if __name__ == "__main__":
