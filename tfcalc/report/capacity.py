@@ -271,7 +271,7 @@ def explain_lines(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tup
         f"{mem.kv_capacity_tokens:,} tokens in blocks of {mem.block_size} "
         f"({mem.kv_bytes_per_token_per_gpu:,} B per token per GPU)",
         f"traffic: prompts {traffic.input_len.label} tokens (prefix-cache hits {traffic.prefix_hit_ratio:.0%}), "
-        f"outputs {traffic.output_len.label} tokens; per replica "
+        f"outputs {traffic.output_len.label} tokens; per {'data-parallel rank' if c.dp > 1 else 'replica'} "
         + (f"{op.rate_per_s:,.3f} req/s" if traffic.rate_per_s is not None else
            f"{(traffic.concurrency or 0) / e.replicas:,.1f} concurrent requests ({op.rate_per_s:,.3f} req/s)"),
         f"step time: {kernels}; tabulated over (decoding sequences x prefill tokens) at the mean context "
