@@ -1,7 +1,8 @@
 """Capacity search: every replica layout on every GPU type, sized to the traffic, cheapest first.
 
 A candidate is one replica configuration: engine x GPU type x tensor parallel tp x pipeline parallel pp x expert
-parallel ep (1, or tp: whole experts per GPU) x weight format x KV format x max_num_seqs x chunk size
+parallel ep (1, or tp: whole experts per GPU, or tp x dp: dp data-parallel attention ranks sharing the experts, each
+rank a replica and the replicas in whole groups of dp) x weight format x KV format x max_num_seqs x chunk size
 (max_num_batched_tokens) [x speculative decoding on/off]. Step times come from the per-operation latency model of
 ``estimate`` with the engine's kernels (``serving_inputs.latency_step``, built once per engine, GPU, layout and
 formats). For each:
