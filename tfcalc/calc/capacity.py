@@ -50,6 +50,7 @@ from tfcalc.calc.serving import (
 )
 from tfcalc.calc.serving_inputs import ReplicaMemory, StepSource, latency_step, replica_memory
 from tfcalc.calc.serving_traffic import Overheads, Target, Traffic, engine_overheads
+from tfcalc.calc.shard import attention_ranks
 from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.errors import UsageError
 from tfcalc.spec.engine import EngineSpec, SchedulerPolicy
@@ -130,7 +131,7 @@ class Candidate:
     def dp(self) -> int:
         """Data-parallel attention ranks that share the experts (ep > tp); each rank is one replica here (its own
         scheduler, max_num_seqs and KV pool), and replicas come in groups of dp."""
-        return self.ep // self.tp if self.ep > self.tp else 1
+        return attention_ranks(self.tp, self.ep)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -178,7 +179,8 @@ class Evaluation:
     @property
     def sort_key(self) -> tuple:
         return (not self.feasible, self.cost_per_hour if self.feasible else math.inf, self.num_gpus,
-                -self.capacity_rate_per_s * self.candidate.dp, self.candidate.label)   # a data-parallel group's
+                # ties: the most traffic per replica, a data-parallel candidate's whole group of ranks
+                -self.capacity_rate_per_s * self.candidate.dp, self.candidate.label)
 
 
 def _with_numbers(e: Evaluation, targets: tuple[Target, ...]) -> Evaluation:

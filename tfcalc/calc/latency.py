@@ -37,6 +37,7 @@ from tfcalc.calc import comm, kernels
 from tfcalc.calc.engine import capacity_bytes
 from tfcalc.calc.kernels import Cost, Rates
 from tfcalc.calc.plan import check_parallelism, stage_layers
+from tfcalc.calc.shard import attention_ranks
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.spec.engine import MOE_EXPERT_DTYPES, EngineKernels
@@ -409,7 +410,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
         raise UsageError(f"unknown fp8 input scaling '{fp8_scales}' (choose {', '.join(FP8_SCALE_CHOICES)})")
     if min(tp, pp, ep) < 1:
         raise UsageError("tp, pp and ep must be positive")
-    dp = ep // tp if ep > tp else 1
+    dp = attention_ranks(tp, ep)
     if ep > tp and ep % tp:
         raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
     check_parallelism(spec, tp * pp * dp, tp, pp, ep)

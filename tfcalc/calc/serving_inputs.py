@@ -28,6 +28,7 @@ from functools import lru_cache
 from tfcalc.calc.kernels import UNIFORM, Routing
 from tfcalc.calc.latency import Deployment, StepShape, in_flight_seconds, serving_step_seconds
 from tfcalc.calc.plan import PlanConfig, plan_fit
+from tfcalc.calc.shard import attention_ranks
 from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
@@ -90,7 +91,7 @@ def replica_memory(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv
     """``plan_fit`` of one replica at context max_model_len for the engine (``None``: the ideal arithmetic) with
     this max_num_seqs and max_num_batched_tokens; ``None`` utilization / block size: the engine's defaults. With ep >
     tp the replica is one of ep / tp data-parallel attention ranks (its KV pool; the experts spread over all)."""
-    dp = ep // tp if ep > tp else 1   # data-parallel attention ranks sharing the experts: per rank below
+    dp = attention_ranks(tp, ep)   # data-parallel attention ranks sharing the experts: per rank below
     cfg = PlanConfig(num_gpus=tp * pp * dp, tp=tp, pp=pp, ep=ep, context=max_model_len, batch=1, engine=engine,
                      gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)

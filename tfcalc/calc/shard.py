@@ -56,6 +56,12 @@ class Parallelism:
         return self.tp * self.pp * self.dp
 
 
+def attention_ranks(tp: int, ep: int) -> int:
+    """Data-parallel attention ranks of a tp x ep layout: ep / tp when the experts span more GPUs than one tp group
+    (each rank its own attention, the experts shared), else 1."""
+    return ep // tp if ep > tp else 1
+
+
 def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: int = 1) -> Parallelism:
     """Validate tp / pp / ep against the model and the GPU count; UsageError with the reason otherwise."""
     n = spec.name

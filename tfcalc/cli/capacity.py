@@ -354,7 +354,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         raise UsageError(f"unknown length distribution '{length_dist}' (fixed, uniform, lognormal, exponential)")
     if ep not in ("auto", "on", "off"):
         raise UsageError(f"--ep must be auto, on or off, got '{ep}'")
-    if ep == "off" and any(d != "1" for v in attention_dp or [] for d in v.replace(",", " ").split()):
+    ranks = tuple(parse_sizes(attention_dp or ["1"], "--attention-dp", maximum=gpus_per_node))
+    if ep == "off" and max(ranks) > 1:
         raise UsageError("--attention-dp shares the experts over ep = tp x dp: it needs --ep auto or on")
     if not 1 <= top <= 10_000 or not 10 <= sim_requests <= 1_000_000 or not 1 <= max_gpus <= 1 << 20 or \
             not 1 <= gpus_per_node <= 1024:
@@ -426,7 +427,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             gpus=tuple(offers), weight_precisions=tuple(precisions), kv_dtypes=tuple(kv_dtypes),
             tps=tuple(parse_sizes(tp, "tp")), pps=tuple(parse_sizes(pp or ["1"], "pp")),
             expert_parallel={"auto": (False, True), "on": (True,), "off": (False,)}[ep],
-            attention_dp=tuple(parse_sizes(attention_dp or ["1"], "--attention-dp", maximum=gpus_per_node)),
+            attention_dp=ranks,
             max_num_seqs=tuple(parse_sizes(max_num_seqs or ["8,16,32,64,128,256,512"], "max_num_seqs")),
             chunk_sizes=tuple(parse_sizes(max_num_batched_tokens or ["512,2048,8192"], "max_num_batched_tokens")),
             engines=tuple(engines), max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_model_len=model_len,

@@ -47,7 +47,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tfcalc.calc.shard import check_parallelism, expert_tp
+from tfcalc.calc.shard import attention_ranks, check_parallelism, expert_tp
 from tfcalc.errors import UsageError
 from tfcalc.model.fp8 import FP8Linear, FP8Weight, select
 from tfcalc.model.layers import Attention, FeedForward, MoE
@@ -57,7 +57,7 @@ from tfcalc.spec.model import ModelSpec
 
 def world_size(tp: int, ep: int) -> int:
     """Ranks of a tp x ep deployment: tp, times ep / tp data-parallel attention replicas when ep > tp."""
-    return tp * (ep // tp if ep > tp else 1)
+    return tp * attention_ranks(tp, ep)
 
 
 def check_sharding(spec: ModelSpec, tp: int, ep: int) -> None:

@@ -7,7 +7,7 @@ import json
 import math
 import shlex
 
-from tfcalc.calc.capacity import Evaluation, SearchResult, SearchSpace
+from tfcalc.calc.capacity import Candidate, Evaluation, SearchResult, SearchSpace
 from tfcalc.calc.serving_traffic import Target, Traffic
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
@@ -169,6 +169,11 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.0f} ms" if seconds < 10 else f"{seconds:,.1f} s"
 
 
+def _unit(c: Candidate) -> str:
+    """What one of a candidate's replicas is called: a data-parallel attention rank, or a replica."""
+    return "data-parallel rank" if c.dp > 1 else "replica"
+
+
 def describe(e: Evaluation, spec: ModelSpec) -> str:
     c = e.candidate
     formats = f"weights {c.weights}, KV {c.kv_dtype}"
@@ -221,7 +226,7 @@ def runner_up_sentences(spec: ModelSpec, result: SearchResult, limit: int = 4) -
             continue
         seen.add(key)
         extra = e.cost_per_hour - best.cost_per_hour
-        unit = "data-parallel rank" if c.dp > 1 else "replica"
+        unit = _unit(c)
         lines.append(f"runner-up {describe(e, spec)}: ${e.cost_per_hour:,.2f}/h (+${extra:,.2f}/h): one {unit} "
                      f"carries {e.capacity_rate_per_s:,.2f} req/s before {e.binding} binds, so it needs "
                      f"{e.replicas} {unit}(s) of {c.gpus_per_replica} GPU(s)")
@@ -271,7 +276,7 @@ def explain_lines(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tup
         f"{mem.kv_capacity_tokens:,} tokens in blocks of {mem.block_size} "
         f"({mem.kv_bytes_per_token_per_gpu:,} B per token per GPU)",
         f"traffic: prompts {traffic.input_len.label} tokens (prefix-cache hits {traffic.prefix_hit_ratio:.0%}), "
-        f"outputs {traffic.output_len.label} tokens; per {'data-parallel rank' if c.dp > 1 else 'replica'} "
+        f"outputs {traffic.output_len.label} tokens; per {_unit(c)} "
         + (f"{op.rate_per_s:,.3f} req/s" if traffic.rate_per_s is not None else
            f"{(traffic.concurrency or 0) / e.replicas:,.1f} concurrent requests ({op.rate_per_s:,.3f} req/s)"),
         f"step time: {kernels}; tabulated over (decoding sequences x prefill tokens) at the mean context "
@@ -302,7 +307,7 @@ def explain_lines(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tup
     for t in targets:
         lines.append(f"{t.label}: {_ms(op.metric(t))} at the operating point (target {_ms(t.seconds)})")
     if cap is not None:
-        unit = "data-parallel rank" if c.dp > 1 else "replica"
+        unit = _unit(c)
         lines.append(f"capacity: one {unit} carries {cap.rate_per_s:,.3f} req/s before {cap.binding} binds "
                      f"(decode batch {cap.point.batch:,.1f}); {unit}s = ceil({traffic.load:g} / "
                      f"{e.capacity_rate_per_s if traffic.rate_per_s is not None else e.capacity_concurrency:,.3f})"
