@@ -28,6 +28,17 @@ Four caveats, each a mechanism of the collector rather than of the engine:
   of the lighter loads into one of the heavier loads B itself draws, short by up to s = (1 - w)(L2 - L1) / L(B) of
   the interpolated latency L(B) (w = (B - n1) / (n2 - n1), L1 and L2 the rows' latencies); a point is tagged where
   s >= ``INTERPOLATED_SHORTFALL`` (a fifth of the kernel: the accuracy goal's own margin).
+- ``extrapolated``: the prefill's tokens T exceed the table's largest row n_max, and aiconfigurator prices them as
+  that row scaled, L(n_max) T / n_max -- where that row's time per token is more than ``EXTRAPOLATED_DROP`` below the
+  row before it (one power-law draw lighter than its neighbours: gpt-oss-20b's SGLang rows on the H100 at moe_ep 4
+  take 5.74 ms at 12,288 tokens and 5.63 ms at 16,384), every token of the prefill inherits that draw's light loads.
+- ``older``: the point's engine version has no rows for its MoE layout (moe_tp x moe_ep), and aiconfigurator fills
+  the gap from the nearest earlier version that has them (aiconfigurator_core/sdk/perf_database.py: "older versions
+  fill only missing shapes") -- another release's kernel. Tagged where the two versions disagree on the nearest
+  layout both hold by more than ``OLDER_DISAGREEMENT`` (median latency ratio over its token counts): the borrowed
+  rows then time a kernel the point's engine no longer runs (vLLM 0.24's bf16 MoE on the B200 runs Qwen3-30B-A3B's
+  experts at moe_tp 2 in 0.74x the time of vLLM 0.22's, median over token counts, 0.58x at 8,192 tokens; vLLM 0.22's
+  moe_tp 4 rows price the point).
 """
 
 from __future__ import annotations
@@ -46,6 +57,8 @@ GROUPED_ROUTING_ENGINES = frozenset({"vllm", "sglang"})
 SLICED_EXCESS = 1.10
 UNSPLIT_RATIO = 0.9
 INTERPOLATED_SHORTFALL = 0.2
+OLDER_DISAGREEMENT = 0.2
+EXTRAPOLATED_DROP = 0.2
 
 
 def timed_rank_rows(experts: int, top_k: int, groups: int, groups_per_token: int, ep: int,
@@ -76,6 +89,67 @@ def _tables(root: Path, system: str, engine: str, version: str):
 
     path = root / system / "moe" / engine / version / "moe_perf.parquet"
     return pd.read_parquet(path) if path.exists() else None
+
+
+def extrapolation_drop(df, moe_dtype: str, distribution: str, shape: tuple[int, int, int, int], moe_tp: int,
+                       moe_ep: int, tokens: int) -> float | None:
+    """Where ``tokens`` exceed the largest row n2 of the table's rows of ``shape`` (hidden, full expert width,
+    experts, top-k) at (``moe_tp``, ``moe_ep``): 1 - (L2 / n2) / (L1 / n1), how far the last row's time per token
+    falls below the row n1 before it (aiconfigurator scales L2 to ``tokens``); None elsewhere."""
+    latency = _layouts(df, moe_dtype, distribution, shape).get((moe_tp, moe_ep), {})
+    if len(latency) < 2 or tokens <= max(latency):
+        return None
+    n1, n2 = sorted(latency)[-2:]
+    return 1 - (latency[n2] / n2) / (latency[n1] / n1)
+
+
+def _version_key(version: str) -> tuple:
+    """Sort key of an engine version directory name (0.5.14, 1.3.0rc20): numbers compared as numbers."""
+    import re
+
+    return tuple(int(part) if part.isdigit() else part for part in re.findall(r"\d+|[a-z]+", version))
+
+
+def _layouts(df, moe_dtype: str, distribution: str, shape: tuple[int, int, int, int]) -> dict:
+    """{(moe_tp, moe_ep): {tokens: latency}} of one table's rows of ``shape`` (hidden, full expert width, experts,
+    top-k); empty where the table is missing."""
+    if df is None:
+        return {}
+    hidden, width, experts, top_k = shape
+    rows = df[(df.moe_dtype == moe_dtype) & (df.distribution == distribution) & (df.hidden_size == hidden)
+              & (df.inter_size == width) & (df.num_experts == experts) & (df.topk == top_k)]
+    out: dict = {}
+    for r in rows.itertuples():
+        out.setdefault((r.moe_tp_size, r.moe_ep_size), {})[r.num_tokens] = r.latency
+    return out
+
+
+def older_fill(root: Path, system: str, engine: str, version: str, moe_dtype: str, distribution: str,
+               shape: tuple[int, int, int, int], moe_tp: int, moe_ep: int) -> tuple[str, tuple[int, int], float] | None:
+    """Where ``version``'s table has no rows for (``moe_tp``, ``moe_ep``) and an earlier version's has: (that
+    version, the nearest layout both versions hold, the median over its token counts of the earlier version's
+    latency / ``version``'s); None where the layout is the version's own or no earlier version or shared layout has
+    it. Nearest: the same moe_ep first, then the fewest halvings or doublings away."""
+    import math
+
+    own = _layouts(_tables(root, system, engine, version), moe_dtype, distribution, shape)
+    if (moe_tp, moe_ep) in own or not own:
+        return None
+    folder = root / system / "moe" / engine
+    earlier = sorted((d.name for d in folder.iterdir() if d.is_dir() and _version_key(d.name) < _version_key(version)),
+                     key=_version_key, reverse=True)
+    for donor in earlier:
+        theirs = _layouts(_tables(root, system, engine, donor), moe_dtype, distribution, shape)
+        if (moe_tp, moe_ep) not in theirs:
+            continue
+        shared = [k for k in own if k in theirs]
+        if not shared:
+            return None
+        near = min(shared, key=lambda k: (k[1] != moe_ep,
+                                          abs(math.log2(k[0] / moe_tp)) + abs(math.log2(k[1] / moe_ep))))
+        ratios = [theirs[near][t] / own[near][t] for t in own[near] if t in theirs[near] and own[near][t] > 0]
+        return (donor, near, statistics.median(ratios)) if ratios else None
+    return None
 
 
 def _median_ratio(df, moe_dtype: str, distribution: str, shape: tuple[int, int, int, int], min_tokens: int,
@@ -187,6 +261,19 @@ def caveats() -> list[dict]:
                     reason = "unsplit"
                     evidence = (f"balanced moe_ep 2 rows {unsplit:.2f}x the moe_ep 1 rows at 4,096+ tokens "
                                 f"({aic_moe}, {p['backend']} {p['version']})")
+                elif (filled := older_fill(root, *table_key, aic_moe, f"power_law_{alpha}", shape, p["tp"] // ep,
+                                           ep)) and abs(filled[2] - 1) > OLDER_DISAGREEMENT:
+                    donor, (near_tp, near_ep), ratio = filled
+                    reason = "older"
+                    evidence = (f"no moe_tp {p['tp'] // ep} x moe_ep {ep} rows in {p['backend']} {p['version']}: "
+                                f"filled from {donor}, whose moe_tp {near_tp} x moe_ep {near_ep} rows are {ratio:.2f}x "
+                                f"{p['version']}'s ({aic_moe})")
+                elif (drop := extrapolation_drop(cache[table_key], aic_moe, f"power_law_{alpha}", shape,
+                                                 p["tp"] // ep, ep, p["batch"] * p["isl"])) and drop > EXTRAPOLATED_DROP:
+                    reason = "extrapolated"
+                    evidence = (f"prefill of {p['batch'] * p['isl']:,} tokens scaled from the last row, whose time per "
+                                f"token is {drop:.0%} below the row before it ({aic_moe}, {p['backend']} "
+                                f"{p['version']})")
                 else:
                     short = interpolation_shortfall(cache[table_key], aic_moe, f"power_law_{alpha}", shape,
                                                     p["tp"] // ep, ep, p["batch"])

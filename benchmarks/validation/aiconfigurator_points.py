@@ -19,7 +19,8 @@ the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before t
 ``--holdout5`` the fifth (``HOLDOUT_GRID_5``, aiconfigurator_holdout5.json), before the round that used the fourth;
 ``--holdout6`` the sixth (``HOLDOUT_GRID_6``, aiconfigurator_holdout6.json), before the round that used the fifth;
 ``--holdout7`` the seventh (``HOLDOUT_GRID_7``, aiconfigurator_holdout7.json), before the round that used the sixth;
-``--holdout8`` the eighth (``HOLDOUT_GRID_8``, aiconfigurator_holdout8.json), before the round that used the seventh.
+``--holdout8`` the eighth (``HOLDOUT_GRID_8``, aiconfigurator_holdout8.json), before the round that used the seventh;
+``--holdout9`` the ninth (``HOLDOUT_GRID_9``, aiconfigurator_holdout9.json), before the round that used the eighth.
 """
 
 from __future__ import annotations
@@ -255,6 +256,31 @@ HOLDOUT_GRID_8 = [
 ]
 
 
+# Collected on 2026-12-05 (stop 43) before that session's changes and scored once: settings no grid above holds
+# (H100 for Llama 3.1 8B and Qwen3-32B at tp 8, Mixtral 8x7B at ep 8 and gpt-oss-20b at ep 4; H200 for fp8 Qwen3-32B
+# at tp 4, Qwen3-30B-A3B with its experts sliced over tp 4, Mixtral 8x7B at ep 4 and gpt-oss-120b at ep 4; B200 for
+# fp8 Llama 3.1 8B at tp 4, fp8 Qwen3-32B at tp 8, Qwen3-30B-A3B sliced over tp 4, Mixtral 8x22B at ep 8,
+# gpt-oss-120b sliced over tp 4, gpt-oss-20b at ep 2 and DeepSeek-V3 at ep 4; prompts of 350, 1,800, 2,800, 5,500 and
+# 11,000 tokens; batches 11, 30 and 50). Summarised on its own line ("aic held-out 9").
+HOLDOUT_GRID_9 = [
+    ("llama3.1-8b", "h100_sxm", [8], [11, 30, 50], [(1800, 400)]),
+    ("qwen3-32b", "h100_sxm", [8], [11, 30, 50], [(350, 900)]),
+    ("mixtral-8x7b", "h100_sxm", [8], [11, 30, 50], [(11000, 300)], True),
+    ("gpt-oss-20b", "h100_sxm", [4], [11, 30, 50], [(11000, 300)], True),
+    ("qwen3-32b-fp8", "h200_sxm", [4], [11, 30, 50], [(5500, 250)]),
+    ("qwen3-30b-a3b", "h200_sxm", [4], [11, 30, 50], [(2800, 500)]),
+    ("mixtral-8x7b", "h200_sxm", [4], [11, 30, 50], [(2800, 500)], True),
+    ("gpt-oss-120b", "h200_sxm", [4], [11, 30, 50], [(5500, 250)], True),
+    ("llama3.1-8b-fp8", "b200_sxm", [4], [11, 30, 50], [(11000, 300)]),
+    ("qwen3-32b-fp8", "b200_sxm", [8], [11, 30, 50], [(1800, 400)]),
+    ("qwen3-30b-a3b", "b200_sxm", [4], [11, 30, 50], [(350, 900)]),
+    ("mixtral-8x22b", "b200_sxm", [8], [11, 30, 50], [(350, 900)], True),
+    ("gpt-oss-120b", "b200_sxm", [4], [11, 30, 50], [(1800, 400)]),
+    ("gpt-oss-20b", "b200_sxm", [2], [11, 30, 50], [(2800, 500)], True),
+    ("deepseek-v3", "b200_sxm", [4], [11, 30, 50], [(350, 900)], True),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -340,9 +366,11 @@ if __name__ == "__main__":
         GRID[:] = HOLDOUT_GRID_7
     if "--holdout8" in flags:
         GRID[:] = HOLDOUT_GRID_8
+    if "--holdout9" in flags:
+        GRID[:] = HOLDOUT_GRID_9
     if only:
         GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
     every_backend = {"--large-batch", "--holdout", "--holdout2", "--holdout3", "--holdout4",
-                     "--holdout5", "--holdout6", "--holdout7", "--holdout8"} & set(flags)
+                     "--holdout5", "--holdout6", "--holdout7", "--holdout8", "--holdout9"} & set(flags)
     default = ["vllm", "sglang", "trtllm"] if every_backend else ["vllm"]
     main(args[0], "--quick" in flags, backends[0].split(",") if backends else default)

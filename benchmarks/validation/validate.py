@@ -22,8 +22,9 @@ Reference points (each with its source and setting):
   held-out 4"), aiconfigurator_holdout5.json (``--holdout5``) a fifth before the twenty-fourth round's ("aic
   held-out 5"), aiconfigurator_holdout6.json (``--holdout6``) a sixth before the twenty-fifth round's ("aic
   held-out 6"), aiconfigurator_holdout7.json (``--holdout7``) a seventh before the twenty-sixth round's ("aic
-  held-out 7") and aiconfigurator_holdout8.json (``--holdout8``) an eighth before the twenty-seventh round's ("aic
-  held-out 8").
+  held-out 7"), aiconfigurator_holdout8.json (``--holdout8``) an eighth before the twenty-seventh round's ("aic
+  held-out 8") and aiconfigurator_holdout9.json (``--holdout9``) a ninth before the twenty-eighth round's ("aic
+  held-out 9").
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -47,7 +48,9 @@ HOLDOUT_5 = "aic held-out 5"
 HOLDOUT_6 = "aic held-out 6"
 HOLDOUT_7 = "aic held-out 7"
 HOLDOUT_8 = "aic held-out 8"
-HOLDOUTS = (HOLDOUT, HOLDOUT_2, HOLDOUT_3, HOLDOUT_4, HOLDOUT_5, HOLDOUT_6, HOLDOUT_7, HOLDOUT_8)
+HOLDOUT_9 = "aic held-out 9"
+HOLDOUTS = (HOLDOUT, HOLDOUT_2, HOLDOUT_3, HOLDOUT_4, HOLDOUT_5, HOLDOUT_6, HOLDOUT_7, HOLDOUT_8,
+            HOLDOUT_9)
 SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
            ("aiconfigurator", HERE / "aiconfigurator_other.json"),
@@ -59,12 +62,14 @@ SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_
            (HOLDOUT_5, HERE / "aiconfigurator_holdout5.json"),
            (HOLDOUT_6, HERE / "aiconfigurator_holdout6.json"),
            (HOLDOUT_7, HERE / "aiconfigurator_holdout7.json"),
-           (HOLDOUT_8, HERE / "aiconfigurator_holdout8.json")]
+           (HOLDOUT_8, HERE / "aiconfigurator_holdout8.json"),
+           (HOLDOUT_9, HERE / "aiconfigurator_holdout9.json")]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # aiconfigurator points whose kernel-table rows no engine would time (aic_caveats.py writes the file and says why:
 # "routing", the collector's tied group-limited top-k; "sliced", a row slower than the same experts on half the GPUs;
 # "unsplit", rows at ep 2 no faster than at ep 1: SGLang's collector computes the timed rank's remote rows;
-# "interpolated", a decode step priced between two rows across which the power-law workload changes its loads)
+# "interpolated", a decode step priced between two rows across which the power-law workload changes its loads;
+# "older", a layout the engine version's table lacks, filled from an earlier version whose kernel times differ)
 CAVEATS = HERE / "aiconfigurator_caveats.json"
 _CAVEAT_KEY = ("source", "model", "gpu", "backend", "tp", "ep", "batch", "isl", "osl", "weights_dtype")
 # aiconfigurator prices MoE layers with its power-law workload (config.py workload_distribution "power_law"):
@@ -202,7 +207,7 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
         groups[f"{kind} dense"] = [r for r in points if _model_name(r) not in MOE]
         groups[f"{kind} MoE"] = [r for r in points if _model_name(r) in MOE]
     everything = [*rows, *large, *(r for points in held_out.values() for r in points)]
-    for caveat in ("routing", "sliced", "unsplit", "interpolated"):
+    for caveat in ("routing", "sliced", "unsplit", "interpolated", "older"):
         groups[f"caveat: {caveat}"] = [r for r in everything if r.get("caveat") == caveat]
     for name, rs in groups.items():
         parts = []
