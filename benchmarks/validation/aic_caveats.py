@@ -124,14 +124,26 @@ def _layouts(df, moe_dtype: str, distribution: str, shape: tuple[int, int, int, 
     return out
 
 
-def older_fill(root: Path, system: str, engine: str, version: str, moe_dtype: str, distribution: str,
-               shape: tuple[int, int, int, int], moe_tp: int, moe_ep: int) -> tuple[str, tuple[int, int], float] | None:
-    """Where ``version``'s table has no rows for (``moe_tp``, ``moe_ep``) and an earlier version's has: (that
-    version, the nearest layout both versions hold, the median over its token counts of the earlier version's
-    latency / ``version``'s); None where the layout is the version's own or no earlier version or shared layout has
-    it. Nearest: the same moe_ep first, then the fewest halvings or doublings away."""
+def nearest_shared_ratio(own: dict, donor: dict, moe_tp: int, moe_ep: int) -> tuple[tuple[int, int], float] | None:
+    """The layout nearest (``moe_tp``, ``moe_ep``) that both {(moe_tp, moe_ep): {tokens: latency}} tables hold -- the
+    same moe_ep first, then the fewest halvings or doublings away -- and the median over its shared token counts of
+    ``donor``'s latency / ``own``'s; None where they share no layout."""
     import math
 
+    shared = [k for k in own if k in donor]
+    if not shared:
+        return None
+    near = min(shared, key=lambda k: (k[1] != moe_ep,
+                                      abs(math.log2(k[0] / moe_tp)) + abs(math.log2(k[1] / moe_ep))))
+    ratios = [donor[near][t] / own[near][t] for t in own[near] if t in donor[near] and own[near][t] > 0]
+    return (near, statistics.median(ratios)) if ratios else None
+
+
+def older_fill(root: Path, system: str, engine: str, version: str, moe_dtype: str, distribution: str,
+               shape: tuple[int, int, int, int], moe_tp: int, moe_ep: int) -> tuple[str, tuple[int, int], float] | None:
+    """Where ``version``'s table has no rows for (``moe_tp``, ``moe_ep``) and an earlier version's has: (the nearest
+    such version, ``nearest_shared_ratio`` of the two); None where the layout is the version's own or no earlier
+    version or shared layout has it."""
     own = _layouts(_tables(root, system, engine, version), moe_dtype, distribution, shape)
     if (moe_tp, moe_ep) in own or not own:
         return None
@@ -140,15 +152,9 @@ def older_fill(root: Path, system: str, engine: str, version: str, moe_dtype: st
                      key=_version_key, reverse=True)
     for donor in earlier:
         theirs = _layouts(_tables(root, system, engine, donor), moe_dtype, distribution, shape)
-        if (moe_tp, moe_ep) not in theirs:
-            continue
-        shared = [k for k in own if k in theirs]
-        if not shared:
-            return None
-        near = min(shared, key=lambda k: (k[1] != moe_ep,
-                                          abs(math.log2(k[0] / moe_tp)) + abs(math.log2(k[1] / moe_ep))))
-        ratios = [theirs[near][t] / own[near][t] for t in own[near] if t in theirs[near] and own[near][t] > 0]
-        return (donor, near, statistics.median(ratios)) if ratios else None
+        if (moe_tp, moe_ep) in theirs:
+            shared = nearest_shared_ratio(own, theirs, moe_tp, moe_ep)
+            return (donor, *shared) if shared else None
     return None
 
 
@@ -268,8 +274,9 @@ def caveats() -> list[dict]:
                     evidence = (f"no moe_tp {p['tp'] // ep} x moe_ep {ep} rows in {p['backend']} {p['version']}: "
                                 f"filled from {donor}, whose moe_tp {near_tp} x moe_ep {near_ep} rows are {ratio:.2f}x "
                                 f"{p['version']}'s ({aic_moe})")
-                elif (drop := extrapolation_drop(cache[table_key], aic_moe, f"power_law_{alpha}", shape,
-                                                 p["tp"] // ep, ep, p["batch"] * p["isl"])) and drop > EXTRAPOLATED_DROP:
+                elif ((drop := extrapolation_drop(cache[table_key], aic_moe, f"power_law_{alpha}", shape,
+                                                  p["tp"] // ep, ep, p["batch"] * p["isl"]))
+                      and drop > EXTRAPOLATED_DROP):
                     reason = "extrapolated"
                     evidence = (f"prefill of {p['batch'] * p['isl']:,} tokens scaled from the last row, whose time per "
                                 f"token is {drop:.0%} below the row before it ({aic_moe}, {p['backend']} "

@@ -58,7 +58,8 @@ def test_caveats_name_loaded_points(v: ModuleType) -> None:
 
     tagged = [p for p in v.load_points() if p.get("caveat")]
     assert len(tagged) == len(json.loads(v.CAVEATS.read_text())) >= 1
-    assert {p["caveat"] for p in tagged} <= {"routing", "sliced", "unsplit", "interpolated", "older"}
+    assert {p["caveat"] for p in tagged} <= {"routing", "sliced", "unsplit", "interpolated", "older",
+                                               "extrapolated"}
     assert all(p["source_kind"] != "silicon" for p in tagged)
 
 
@@ -83,6 +84,31 @@ def test_interpolation_shortfall_by_hand(benchmark_script: Callable[[str], Modul
     assert c.interpolation_shortfall(rows, "bfloat16", "power_law_1.2", shape, 1, 8, 18) is None  # no such layout
 
 
+def test_extrapolation_drop_by_hand(benchmark_script: Callable[[str], ModuleType]) -> None:
+    """Rows of 3 ms at 12,288 tokens and 3 ms at 16,384: the last row's time per token is 3/4 of the row before it,
+    a drop of 1/4, for any prefill beyond 16,384 tokens; none within the rows or for a layout the table lacks."""
+    import pandas as pd
+
+    c = benchmark_script("validation/aic_caveats.py")
+    rows = pd.DataFrame({"moe_dtype": "bfloat16", "distribution": "power_law_1.2", "hidden_size": 2880,
+                         "inter_size": 2880, "num_experts": 32, "topk": 4, "moe_tp_size": 1, "moe_ep_size": 4,
+                         "num_tokens": [8192, 12288, 16384], "latency": [2.0, 3.0, 3.0]})
+    shape = (2880, 2880, 32, 4)
+    assert c.extrapolation_drop(rows, "bfloat16", "power_law_1.2", shape, 1, 4, 330_000) == pytest.approx(0.25)
+    assert c.extrapolation_drop(rows, "bfloat16", "power_law_1.2", shape, 1, 4, 16_384) is None
+    assert c.extrapolation_drop(rows, "bfloat16", "power_law_1.2", shape, 1, 8, 330_000) is None
+
+
+def test_nearest_shared_ratio_by_hand(benchmark_script: Callable[[str], ModuleType]) -> None:
+    """A layout (moe_tp 4, ep 1) borrowed from a donor table: compared on the nearest layout both hold with the same
+    ep (moe_tp 2, not moe_tp 1 or ep 2), median of the donor's / own latencies over the shared token counts."""
+    c = benchmark_script("validation/aic_caveats.py")
+    own = {(1, 1): {1: 10.0, 2: 10.0}, (2, 1): {1: 4.0, 2: 5.0, 4: 8.0}, (1, 2): {1: 1.0}}
+    donor = {(1, 1): {1: 10.0}, (2, 1): {1: 6.0, 2: 6.0, 4: 16.0}, (1, 2): {1: 9.0}, (4, 1): {1: 3.0}}
+    assert c.nearest_shared_ratio(own, donor, 4, 1) == ((2, 1), pytest.approx(1.5))
+    assert c.nearest_shared_ratio(own, {(8, 1): {1: 1.0}}, 4, 1) is None
+
+
 def test_timed_rank_rows_follow_the_tied_groups(benchmark_script: Callable[[str], ModuleType]) -> None:
     """Worked by hand: the collector's balanced logits give each token one expert in every group of DeepSeek-V3's
     8, so every group ties, top-4 keeps groups 0-3, and the 4 rows those groups still owe go to the lowest-numbered
@@ -95,9 +121,11 @@ def test_timed_rank_rows_follow_the_tied_groups(benchmark_script: Callable[[str]
         assert c.timed_rank_rows(256, 8, 1, 1, ep) == pytest.approx(8 / ep)
 
 
-def _held_out(v: ModuleType, kind: str) -> tuple[list[tuple[dict, list[float]]], list[float], list[float]]:
+def _held_out(v: ModuleType, kind: str, dense_share: float = 0.95) -> tuple[list[tuple[dict, list[float]]],
+                                                                            list[float], list[float]]:
     """A held-out file's points with their |TTFT| and |TPOT| errors, and those errors pooled for its dense and MoE
-    models (the points tagged with a reference caveat left out of the pools)."""
+    models (the points tagged with a reference caveat left out of the pools); ``dense_share`` of the dense values
+    within 20 %."""
     held = [p for p in v.load_points() if p["source_kind"] == kind]
     assert len(held) >= 90 and {p["gpu"] for p in held} == {"b200", "h200", "h100-sxm"}
     scored, dense, moe = [], [], []
@@ -107,7 +135,7 @@ def _held_out(v: ModuleType, kind: str) -> tuple[list[tuple[dict, list[float]]],
         scored.append((p, errors))
         if not p.get("caveat"):
             (moe if v._model_name(p) in v.MOE else dense).extend(errors)
-    assert len(dense) >= 70 and sum(e <= 0.2 for e in dense) >= 0.95 * len(dense)
+    assert len(dense) >= 70 and sum(e <= 0.2 for e in dense) >= dense_share * len(dense)
     return scored, dense, moe
 
 
@@ -176,6 +204,20 @@ def test_eighth_held_out_grid(v: ModuleType) -> None:
                 and p["gpu"] == "b200"]
     assert len(own_rows) == 3 and all(errors[0] <= 0.2 for errors in own_rows)
     assert len(moe) >= 100 and sum(e <= 0.2 for e in moe) >= 95
+
+
+def test_ninth_held_out_grid(v: ModuleType) -> None:
+    """The ninth held-out file (collected before stop 43's changes; first scoring TTFT 108 of 132, TPOT 116 of 132):
+    its dense TTFT stays near aiconfigurator, its dense TPOT at tp 8 on the H100 sits above it by the per-peer
+    synchronisation its isolated all-reduce rows lack (+10 ... +27 %; aiconfigurator drifts -6 -> -24 % from tp 1 to
+    8 against TensorRT-LLM's measured Llama 3.1 8B on the H100, tfcalc -7 -> +1 %: aic_silicon_drift.py), and its
+    MoE points without a reference caveat keep their first scoring (120 of 126 values)."""
+    scored, _, moe = _held_out(v, v.HOLDOUT_9, dense_share=0.9)
+    dense = [(p, errors) for p, errors in scored if v._model_name(p) not in v.MOE]
+    assert all(errors[0] <= 0.2 for _, errors in dense)
+    synced = [v.predict(p)[1] / p["tpot_ms"] - 1 for p, _ in dense if p["tp"] == 8 and p["gpu"] == "h100-sxm"]
+    assert len(synced) == 18 and all(0.0 < e <= 0.3 for e in synced)
+    assert len(moe) >= 120 and sum(e <= 0.2 for e in moe) >= 118
 
 
 def test_vllm_b200_mixtral_prefill_with_large_experts(v: ModuleType) -> None:
