@@ -280,7 +280,7 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
     the run names when a preset covers it). ``phases``: every client sends its first request at once (``lockstep``,
     as the benchmark starts) or at a random time within one request's lifetime (``random``: clients out of step)."""
     spec, gpu, engine, precision, kv = served(point)
-    ranks = point.get("dp", 1)   # data-parallel attention ranks: one rank simulated, its share of the clients
+    ranks = point.get("dp", 1)   # data-parallel attention ranks: all simulated, in lockstep, each its share of clients
     clients = point.get("concurrency", point.get("batch")) // ranks
     seats, budget, policy = deployment_limits({**point, "concurrency": clients}, engine, gpu)
     length = point["prompt"] + point["gen"]
@@ -294,9 +294,10 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
         lifetime = (step.time(0, 0.0, point["prompt"], 0.0, 1)
                     + point["gen"] * step.time(clients, point["prompt"] + point["gen"] / 2, 0, 0.0, 0))
     load = Workload(input_len=LengthDist(kind="fixed", mean=point["prompt"]),
-                    output_len=LengthDist(kind="fixed", mean=point["gen"]), num_requests=clients * requests_per_client,
-                    concurrency=clients, seed=1, start_spread_s=lifetime)
-    sim = simulate(step, cfg, load)
+                    output_len=LengthDist(kind="fixed", mean=point["gen"]),
+                    num_requests=clients * ranks * requests_per_client, concurrency=clients * ranks, seed=1,
+                    start_spread_s=lifetime)
+    sim = simulate(step, cfg, load, ranks=ranks)
     reported = closed_loop_tok_s(clients * ranks, point["gen"], point["ttft_ms"] / 1e3, point["tpot_ms"] / 1e3)
     return {"point": point, "sim": sim, "reported_tok_s": reported, "engine": engine.label, "fits": memory.fits}
 
@@ -331,7 +332,7 @@ def main() -> None:
         _silicon_all(args.markdown, args.jobs, args.only, args.save, args.phases)
         return
     if args.silicon_dp:
-        _silicon_dp()
+        _silicon_dp(args.phases)
         return
     rows = []
     for case in CASES:
@@ -393,13 +394,13 @@ def _silicon(markdown: bool) -> None:
           f"within ±25 %: {sum(x <= 0.25 for x in ttft_errors)}")
 
 
-def _silicon_dp() -> None:
-    """The runs with data-parallel attention: one rank of tp GPUs simulated with its share of the clients (the
-    ranks' experts shared at ep = dp, priced by the latency model at ep > tp), each rank's steps alone."""
+def _silicon_dp(phases: str = "lockstep") -> None:
+    """The runs with data-parallel attention: every rank of tp GPUs simulated with its share of the clients (the
+    ranks' experts shared at ep = dp, priced by the latency model at ep > tp), their steps in lockstep."""
     path = Path(__file__).parent / "validation" / "silicon_runs_dp.json"
     tpots, throughputs = [], []
     for point in json.loads(path.read_text()):
-        r = _replay(point)
+        r = _replay(point, phases)
         if not r["fits"]:
             print(f"{point['id']}: {r['reason']}")
             continue

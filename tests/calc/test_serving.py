@@ -154,6 +154,48 @@ def test_analytic_model_agrees_with_the_simulation(case: tuple) -> None:
         assert p.rate_per_s == pytest.approx(sim.request_throughput, rel=0.06)
 
 
+LOCKSTEP = [
+    # ranks, rate per rank, prefill first, tolerance (TTFT p50, TTFT p90, TPOT mean and p90)
+    (4, 3.0, False, 0.10, 0.15, 0.08),
+    (4, 6.0, False, 0.10, 0.15, 0.12),
+    (4, 6.0, True, 0.10, 0.30, 0.25),   # SGLang's prefill steps: TTFT p90 26 %, TPOT p90 14-21 % low
+]
+
+
+@pytest.mark.parametrize("case", LOCKSTEP, ids=lambda c: f"dp{c[0]}-{c[1]:g}rps{'-prefill-first' if c[2] else ''}")
+def test_lockstep_ranks_agree_with_their_simulation(case: tuple) -> None:
+    """Data-parallel attention ranks of Qwen3-30B-A3B on H200s sharing the experts at ep = ranks: the closed form
+    (a step without prefill here lasts a peer's prefill step with probability (1 - q)(1 - (1 - q)^(n - 1)); a new
+    request waits for the length-biased rest of the group's step; its own prefill steps last the longer of its and a
+    peer's chunk) against the simulation of every rank in lockstep (1,500 requests a rank, the first and last 10 %
+    left out). Lockstep roughly doubles TPOT at these rates, so the check has teeth: the ranks priced alone are
+    30-55 % below the simulated TPOT."""
+    ranks, rate, prefill_first, p50_tol, p90_tol, tpot_tol = case
+    spec = load_model("qwen3-30b-a3b")
+    step = latency_step(spec, load_gpu("h200"), parse_weight_precision(spec.native_dtype), get_dtype("bf16"), tp=1,
+                        ep=ranks)
+    overheads = engine_overheads(load_engine("sglang" if prefill_first else "vllm"))
+    budget = 8192 if prefill_first else 2048
+    inputs = LengthDist(kind="lognormal", mean=1500, spread=0.5)
+    outputs = LengthDist(kind="lognormal", mean=300, spread=0.8)
+    policy = SchedulerPolicy(prefill_first=prefill_first)
+    r = ReplicaServing(step=step, input_len=inputs, output_len=outputs, max_num_seqs=256,
+                       max_num_batched_tokens=budget, kv_capacity_tokens=400_000, overheads=overheads,
+                       policy=policy, lockstep_ranks=ranks)
+    p = at_rate(r, rate)
+    alone = at_rate(replace(r, lockstep_ranks=1), rate)
+    assert p.stable and p.peer_step_share > 0 and alone.peer_step_share == 0
+    sim = simulate(step, SimConfig(max_num_seqs=256, max_num_batched_tokens=budget, kv_capacity_tokens=400_000,
+                                   overheads=overheads, policy=policy),
+                   Workload(input_len=inputs, output_len=outputs, num_requests=1500 * ranks, rate_per_s=rate * ranks,
+                            warmup_fraction=0.1), ranks=ranks)
+    assert p.ttft(50) == pytest.approx(sim.metric("ttft", 50), rel=p50_tol), "TTFT p50"
+    assert p.ttft(90) == pytest.approx(sim.metric("ttft", 90), rel=p90_tol), "TTFT p90"
+    for q in (0, 90):
+        assert p.tpot(q) == pytest.approx(sim.metric("tpot", q), rel=tpot_tol), f"TPOT p{q}"
+        assert alone.tpot(q) < 0.7 * sim.metric("tpot", q)
+
+
 def _replica(seats: int = 256, budget: int = 2048, **changes) -> ReplicaServing:
     base = ReplicaServing(step=_llama(), input_len=LengthDist(kind="lognormal", mean=1000, spread=0.5),
                           output_len=LengthDist(kind="lognormal", mean=200, spread=0.8), max_num_seqs=seats,

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tfcalc.calc.serving_inputs import latency_step
+from tfcalc.calc.serving_inputs import ConstantStep, latency_step
 from tfcalc.calc.serving_sim import SimConfig, SimResult, Workload, simulate
 from tfcalc.calc.serving_traffic import LengthDist, Overheads
 from tfcalc.dtypes import get_dtype, parse_weight_precision
@@ -334,3 +334,48 @@ def test_percentile_matches_numpy_convention() -> None:
     assert SimResult.percentile(values, 50) == 2.5
     assert SimResult.percentile(values, 0) == 2.5
     assert SimResult.percentile(values, 100 * 2 / 3) == pytest.approx(3.0)
+
+
+class _TwoSpeed(ConstantStep):
+    """10 ms for a step with prefill, 1 ms for a decode-only step."""
+
+    def time(self, decode_seqs: int, decode_context: float, prefill_tokens: int, prefill_past: float,
+             prefill_seqs: int, tokens_per_decode: int = 1) -> float:
+        return 10e-3 if prefill_tokens else (1e-3 if decode_seqs else 0.0)
+
+
+def test_lockstep_ranks_wait_for_a_peers_prefill_by_hand() -> None:
+    """Two ranks in lockstep, one 3-token request each, no overheads: rank A's arrives at 0 and prefills in [0, 10]
+    ms; rank B's arrives at 5 ms, waits for that step, and prefills in [10, 20] while A decodes in the same step, so
+    A's second token comes at 20 ms, not 11; both then decode in 1 ms steps (A done at 21, B at 22). A: TTFT 10 ms,
+    TPOT (21 - 10) / 2; B: TTFT 15 ms, TPOT 1 ms."""
+    from tfcalc.calc.serving_sim import _Engine, _lockstep, _merged
+
+    load = Workload(input_len=LengthDist(kind="fixed", mean=100), output_len=LengthDist(kind="fixed", mean=3),
+                    num_requests=1, rate_per_s=1.0)
+    step = _TwoSpeed(seconds=0.0)
+    a, b = (_Engine(step, _cfg(8), load, [100], [3], [gap]) for gap in (0.0, 5e-3))
+    _lockstep([a, b])
+    r = _merged([a, b])
+    assert r.ttft_s == pytest.approx((10e-3, 15e-3))
+    assert r.tpot_s == pytest.approx((5.5e-3, 1e-3))
+    assert r.duration_s == pytest.approx(22e-3) and r.requests == 2 and r.steps == 3 + 3
+    alone = simulate(step, _cfg(8), load)   # rank A without a peer: its decodes take 1 ms
+    assert alone.tpot_s == pytest.approx((1e-3,))
+
+
+def test_one_lockstep_rank_is_the_plain_simulation() -> None:
+    """``ranks`` = 1 is the engine alone; a rank's share of the load splits rate, clients and requests evenly."""
+    from tfcalc.calc.serving_sim import _rank_share
+
+    step = _llama_step()
+    load = Workload(input_len=LengthDist(kind="lognormal", mean=800, spread=0.5),
+                    output_len=LengthDist(kind="lognormal", mean=100, spread=0.5), num_requests=300, rate_per_s=8.0,
+                    seed=3)
+    assert simulate(step, _cfg(64, 2048), load, ranks=1) == simulate(step, _cfg(64, 2048), load)
+    shares = [_rank_share(load, r, 4) for r in range(4)]
+    assert sum(s.num_requests for s in shares) == 300 and {s.rate_per_s for s in shares} == {2.0}
+    assert len({s.seed for s in shares}) == 4
+    closed = [_rank_share(Workload(input_len=load.input_len, output_len=load.output_len, num_requests=10,
+                                   concurrency=6), r, 4) for r in range(4)]
+    assert [s.concurrency for s in closed] == [2, 2, 1, 1] and [s.num_requests for s in closed] == [3, 3, 2, 2]

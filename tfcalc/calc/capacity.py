@@ -464,12 +464,12 @@ class _Job:
 
 
 def _replica(step, memory: ReplicaMemory, traffic: Traffic, seqs: int, chunk: int, overheads: Overheads,
-             spec_dec: SpecDecoding | None, policy: SchedulerPolicy) -> ReplicaServing:
+             spec_dec: SpecDecoding | None, policy: SchedulerPolicy, lockstep_ranks: int = 1) -> ReplicaServing:
     return ReplicaServing(step=step, input_len=traffic.input_len, output_len=traffic.output_len, max_num_seqs=seqs,
                           max_num_batched_tokens=chunk, kv_capacity_tokens=memory.kv_capacity_tokens,
                           block_size=memory.block_size, overheads=overheads,
                           prefix_hit_ratio=traffic.prefix_hit_ratio, spec=spec_dec,
-                          policy=policy)
+                          policy=policy, lockstep_ranks=lockstep_ranks)
 
 
 def _size(capacity: Capacity, traffic: Traffic, group: int = 1) -> tuple[int, float]:
@@ -514,7 +514,7 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
         return Evaluation(candidate=cand, fits=True, feasible=False, price_per_gpu_hour=price, memory=memory,
                           reason=f"max_num_seqs {cand.max_num_seqs} exceeds the {memory.kv_capacity_tokens:,} KV "
                                  "tokens")
-    model = _replica(step, memory, traffic, cand.max_num_seqs, cand.chunk, overheads, spec_dec, policy)
+    model = _replica(step, memory, traffic, cand.max_num_seqs, cand.chunk, overheads, spec_dec, policy, cand.dp)
     prior = previous if previous is not None and previous.model is not None else None
     if prior is not None and with_operating and prior.operating is None:
         prior = None
@@ -727,25 +727,27 @@ def speculative_break_even(model: ReplicaServing, without: ReplicaServing, limit
 
 def simulate_evaluation(e: Evaluation, traffic: Traffic, num_requests: int = 2000, seed: int = 0):  # -> SimResult
     """Run one replica of ``e`` through the discrete-event scheduler simulation at its share of the traffic
-    (Poisson arrivals, or a closed loop at its share of the concurrency); None for disaggregated plans."""
+    (Poisson arrivals, or a closed loop at its share of the concurrency); a data-parallel plan's group of ranks in
+    lockstep, ``num_requests`` per rank; None for disaggregated plans."""
     from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
 
     model = e.model
     if model is None or e.replicas == 0 or e.candidate.mode != "aggregated":
         return None
+    ranks = e.candidate.dp
     cfg = SimConfig(max_num_seqs=model.max_num_seqs, max_num_batched_tokens=model.max_num_batched_tokens,
                     kv_capacity_tokens=int(model.kv_capacity_tokens), block_size=model.block_size,
                     overheads=model.overheads, spec=model.spec, policy=model.policy)
     if traffic.rate_per_s is not None:
-        load = Workload(input_len=traffic.input_len, output_len=traffic.output_len, num_requests=num_requests,
-                        rate_per_s=traffic.rate_per_s / e.replicas, prefix_hit_ratio=traffic.prefix_hit_ratio,
-                        seed=seed, warmup_fraction=0.1)
+        load = Workload(input_len=traffic.input_len, output_len=traffic.output_len,
+                        num_requests=num_requests * ranks, rate_per_s=traffic.rate_per_s / e.replicas * ranks,
+                        prefix_hit_ratio=traffic.prefix_hit_ratio, seed=seed, warmup_fraction=0.1)
     else:
-        concurrency = max(1, round((traffic.concurrency or 1) / e.replicas))
-        load = Workload(input_len=traffic.input_len, output_len=traffic.output_len, num_requests=num_requests,
+        concurrency = max(1, round((traffic.concurrency or 1) / e.replicas)) * ranks
+        load = Workload(input_len=traffic.input_len, output_len=traffic.output_len, num_requests=num_requests * ranks,
                         concurrency=concurrency, prefix_hit_ratio=traffic.prefix_hit_ratio, seed=seed,
                         warmup_fraction=0.1)
-    return simulate(model.step, cfg, load)
+    return simulate(model.step, cfg, load, ranks=ranks)
 
 
 def resize(e: Evaluation, replicas: int, traffic: Traffic, targets: tuple[Target, ...],
@@ -927,10 +929,12 @@ def _walk(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], s
             assert sim is not None
             measured = ", ".join(f"{t.label} {sim.metric(t.metric, t.percentile) * 1e3:,.1f} ms" for t in targets)
             ok = all(sim.metric(t.metric, t.percentile) <= t.seconds for t in targets)
-            unit = "data-parallel rank" if e.candidate.dp > 1 else "replica"
-            line = (f"simulation of one of {replicas} {unit}(s) ({num_requests:,} requests, {sim.steps:,} steps, "
-                    f"{sim.preemptions} preemptions) of {e.candidate.label}: {measured} -> "
-                    f"{'meets the targets' if ok else 'misses a target'}")
+            dp = e.candidate.dp
+            unit = (f"one of {replicas // dp} group(s) of {dp} data-parallel ranks in lockstep" if dp > 1 else
+                    f"one of {replicas} replica(s)")
+            line = (f"simulation of {unit} ({num_requests * dp:,} requests, {sim.steps:,} "
+                    f"{'rank steps' if dp > 1 else 'steps'}, {sim.preemptions} preemptions) of {e.candidate.label}: "
+                    f"{measured} -> {'meets the targets' if ok else 'misses a target'}")
             if ok:
                 best, best_cost = plan, plan.cost_per_hour
                 lines.append(line)

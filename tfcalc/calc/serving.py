@@ -19,6 +19,13 @@ derives everything else in closed form:
   arrive Poisson, so a step finds prefill work with probability q = max(1 - exp(-N / P), N / (C - B (k + 1)))
   and then carries n = N / q tokens; mean step time tau = q tau(B, n) + (1 - q) tau(B, 0) from the replica's
   step-time model; T = prefill time of one prompt + (D / acc) tau, and lambda = a / T.
+- data-parallel attention ranks (``lockstep_ranks`` n > 1) end every step together (they meet in the experts'
+  all-to-all each layer): a step without prefill here lasts as long as a peer's prefill step with probability
+  s = (1 - q)(1 - (1 - q)^(n - 1)) (the peers' prompts independent), so tau = q tau_p + s tau_peer + (1 - q - s)
+  tau_d; a new request waits for the rest of the group's step (length-biased, E[tau^2] / 2 E[tau], while any rank
+  is busy), and its own prefill steps last the longer of its chunk and a peer's with probability 1 - (1 - q)^(n - 1).
+  The engines' opt-in prefill delayers (SGLang --enable-prefill-delayer, TensorRT-LLM attention_dp_config
+  enable_balance) that align the ranks' prefills are not modelled.
 - the API server(s): a serial resource with the requests' own work and bulks of streamed chunks, one per step
   (``_api_queue``): utilization rho = rate / N x work per request (rho >= 1: the replica cannot carry the rate,
   "API server"), and the delay a request and its first token see.
@@ -102,6 +109,7 @@ class ReplicaServing:
     role: str = "both"          # "both" (aggregated), "decode" (disaggregated decode pool)
     kv_transfer_s: float = 0.0  # decode pool: KV of one prompt arriving from the prefill pool
     policy: SchedulerPolicy = SchedulerPolicy()   # all but chunked_prefill (prompts are chunked here)
+    lockstep_ranks: int = 1     # data-parallel attention ranks whose steps end together (this one among them)
 
 
 @dataclass(frozen=True)
@@ -249,6 +257,8 @@ class Point:
     api_utilization: float = 0.0  # of one API server
     api_delay_s: float = 0.0      # a request's mean API-server time on its way in and its first token's: waits + work
     api_wait_s: float = 0.0       # the queueing part of it (mean): 0 for a share 1 - rho of requests, else random
+    peer_step_share: float = 0.0  # lockstep ranks: share of steps lengthened by a peer's prefill (none here)
+    peer_step_s: float = 0.0      # the time of such a step at the busy batch
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     # --- latencies ---------------------------------------------------------------------------------------
@@ -260,14 +270,41 @@ class Point:
         full = math.ceil(tokens / cap) - 1
         step = self.w.step
         beside = 0.0 if self.model.policy.prefill_first else self.batch   # decoding sequences in the prompt's steps
-        rest = step(beside, tokens - full * cap, 1.0)
-        return full * step(beside, cap, cap / self.w.prefill_mean) + rest if full else rest
+        rest = self._beside_peers(step(beside, tokens - full * cap, 1.0))
+        return full * self._beside_peers(step(beside, cap, cap / self.w.prefill_mean)) + rest if full else rest
+
+    def _beside_peers(self, own: float) -> float:
+        """A step of this rank's own prefill in a lockstep group: a peer prefills in the same step with probability
+        1 - (1 - q)^(ranks - 1), and the step then lasts the longer of the two (a peer's chunk: ``peer_step_s``)."""
+        ranks = self.model.lockstep_ranks
+        if ranks <= 1 or not self.peer_step_share:
+            return own
+        together = 1 - (1 - self.prefill_step_share) ** (ranks - 1)
+        return own + together * max(self.peer_step_s - own, 0.0)
 
     def _step(self, batch: float, prefill: float, completing: float | None = None) -> float:
         w = self.w
         if completing is None:
             completing = prefill / w.prefill_mean if w.prefill_mean else 0.0
         return w.step(batch, prefill, completing)
+
+    def _running_step_s(self) -> float:
+        """The rest of the running step that a request arriving at random waits for: half a mean step while the
+        engine is busy. In a lockstep group, while any of its ranks is (1 - (1 - busy)^ranks), and the step it
+        lands in is length-biased: E[tau^2] / (2 E[tau]) over decode-only steps and those with prefill here or at a
+        peer."""
+        ranks = self.model.lockstep_ranks
+        if ranks <= 1 or not self.peer_step_share:
+            return self.busy * self.step_s / 2
+        q, s = self.prefill_step_share, self.peer_step_share
+        parts = ((1 - q - s, self.decode_step_s), (q, self.prefill_step_s), (s, self.peer_step_s))
+        second = sum(weight * tau * tau for weight, tau in parts)
+        return (1 - (1 - self.busy) ** ranks) * second / (2 * self.step_s)
+
+    def _peer_step(self, seen: float, decode: float) -> float:
+        """A step here without prefill while a peer rank prefills its chunk (lockstep): the longer of the two."""
+        beside = 0.0 if self.model.policy.prefill_first else seen
+        return max(decode, self._step(beside, self.chunk_tokens))
 
     def _wait_quantile(self, p: float) -> float:
         pw, mean = self.wait_probability, self.wait_mean_s
@@ -282,7 +319,7 @@ class Point:
         o = m.overheads
         tokens = prompt * (1 - m.prefix_hit_ratio) if m.role != "decode" else 0.0
         return (o.front_s(prompt) + o.stream_s + self.api_delay_s - self.api_wait_s + o.api_input_token_s * prompt
-                + self.busy * self.step_s / 2 + self._prefill_service(tokens))
+                + self._running_step_s() + self._prefill_service(tokens))
 
     def _plus_wait_quantile(self, p: float, fixed: list[tuple[float, float]]) -> float:
         """The p-quantile of F + W (+ A): F takes each (value, weight) of ``fixed`` (nodes of a length
@@ -312,7 +349,7 @@ class Point:
         each node, written out (it runs for every point a search evaluates)."""
         m, w = self.model, self.w
         o = m.overheads
-        base = o.request_s + o.stream_s + self.api_delay_s - self.api_wait_s + self.busy * self.step_s / 2
+        base = o.request_s + o.stream_s + self.api_delay_s - self.api_wait_s + self._running_step_s()
         per_token, share = o.per_input_token_s + o.api_input_token_s, 1 - m.prefix_hit_ratio
         cap, step = self.prefill_capacity, w.step
         batch = 0.0 if m.policy.prefill_first else self.batch   # decoding sequences in the prompt's own steps
@@ -323,10 +360,10 @@ class Point:
             tokens = prompt * share if m.role != "decode" else 0.0
             if tokens > 0:
                 full = math.ceil(tokens / cap) - 1
-                t += step(batch, tokens - full * cap, 1.0)
+                t += self._beside_peers(step(batch, tokens - full * cap, 1.0))
                 if full:
                     if full_step < 0:
-                        full_step = step(batch, cap, cap / w.prefill_mean)
+                        full_step = self._beside_peers(step(batch, cap, cap / w.prefill_mean))
                     t += full * full_step
             out.append((t, weight))
         return out
@@ -338,18 +375,21 @@ class Point:
         variance 2m/3) and prefill chunks in a share q of its D steps: prompts arrive Poisson and each takes k
         consecutive steps (k = ceil(P / room), 1 for prompts that share a step), so the share's variance is
         q (1 - q) E[k^2] / E[k] x E[1/D] (binomial when every prompt fits a step; averaged over the output
-        lengths); percentile = mean + z x the two spreads added in quadrature."""
+        lengths); percentile = mean + z x the two spreads added in quadrature. Lockstep ranks: a share s of the
+        steps waits for a peer's prefill chunk, with the same spread (a third, independent term)."""
         m, w = self.model, self.w
         seats = self.seats if self.seats >= 1 else 1.0
         seen = min(1 + self.decode_others, seats)
-        q = self.prefill_step_share
+        q, s = self.prefill_step_share, self.peer_step_share
         decode = self._step(seen, 0.0)
         prefill = self._step(seen, self.chunk_tokens) if q else decode
-        mean = q * prefill + (1 - q) * decode
+        peer = self._peer_step(seen, decode) if s else decode
+        mean = q * prefill + s * peer + (1 - q - s) * decode
         if percentile:
             z = normal_quantile(percentile / 100)
             slope = self._step(min(seen + 1, seats + 1), 0.0) - decode
-            var = slope * slope * 2 * self.decode_others / 3 + (prefill - decode) ** 2 * q * (1 - q) \
+            var = slope * slope * 2 * self.decode_others / 3 + ((prefill - decode) ** 2 * q * (1 - q)
+                                                                + (peer - decode) ** 2 * s * (1 - s)) \
                 * self._clustering() * w.inverse_steps
             mean = max(mean + z * math.sqrt(var), decode if z < 0 else mean)
         return mean / w.accepted + (m.kv_transfer_s / max(w.decode_tokens, 1.0) if m.role == "decode" else 0.0)
@@ -372,13 +412,15 @@ class Point:
         one step at the batch it carries (1 + Poisson(m) decoding, capped by the seats): a decode-only step, or with
         probability q one that carries a prefill chunk, whose size follows the prompt lengths (scaled to the mean
         chunk, capped by the room in a step). Mean (percentile 0) or the percentile of that mixture, each step time
-        spread normally by the batch's Poisson spread (variance m). Prefill first (SGLang): ``_prefill_first_gaps``."""
+        spread normally by the batch's Poisson spread (variance m). Prefill first (SGLang): ``_prefill_first_gaps``.
+        Lockstep ranks: a share of the decode-only gaps lasts a peer's prefill step instead (``_peer_step``)."""
         seats = self.seats if self.seats >= 1 else 1.0
         seen = min(1 + self.decode_others, seats)
-        q = self.prefill_step_share
+        q, s = self.prefill_step_share, self.peer_step_share
         decode = self._step(seen, 0.0)
+        peer = self._peer_step(seen, decode) if s else decode
         if percentile == 0:
-            return q * self._step(seen, self.chunk_tokens) + (1 - q) * decode if q else decode
+            return (q * self._step(seen, self.chunk_tokens) + s * peer + (1 - q - s) * decode) if q else decode
         key = ("itl", percentile)
         cached = self._memo.get(key)
         if cached is not None:
@@ -393,6 +435,9 @@ class Point:
                 typical = sum(wt * min(x, cap) for x, wt in nodes)
                 scale = self.chunk_tokens / typical if typical > 0 else 1.0
                 parts += [(q * wt, self._step(seen, min(x * scale, cap))) for x, wt in nodes]
+        if s:   # taken from the decode-only gaps
+            share = min(s, parts[0][0])
+            parts = [(parts[0][0] - share, decode), (share, peer), *parts[1:]]
         sigma = (self._step(min(seen + 1, seats + 1), 0.0) - decode) * math.sqrt(self.decode_others)
         value = _mixture_quantile(percentile / 100, tuple(parts), max(sigma, 0.0))
         self._memo[key] = value
@@ -482,6 +527,8 @@ class _Mix(NamedTuple):
     prefill_alone: float
     decode_time: float
     limit: str
+    peer_share: float = 0.0     # lockstep: share of steps without prefill here that a peer rank's prefill lengthens
+    tau_peer: float = 0.0       # such a step's time
 
 
 def _plus_one_wait_quantile(p: float, nodes: list[tuple[float, float]], pw: float, mean: float) -> float:
@@ -582,9 +629,15 @@ def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> 
     chunk = prefill_per_step / q if q else 0.0
     tau_p = w.step(batch, chunk, chunk / w.prefill_mean) if chunk else tau_d
     tau_mean = q * tau_p + (1 - q) * tau_d
+    peer_share = tau_peer = 0.0
+    if r.lockstep_ranks > 1 and chunk:   # a step without prefill here still lasts as long as a peer's with
+        tau_peer = max(tau_d, w.step(beside, chunk, chunk / w.prefill_mean))
+        peer_share = (1 - q) * (1 - (1 - q) ** (r.lockstep_ranks - 1))
+        tau_mean += peer_share * (tau_peer - tau_d)
     full = math.ceil(w.prefill_mean / capacity) - 1
     alone = full * tau_full + w.step(beside, w.prefill_mean - full * capacity, 1.0)
-    return _Mix(capacity, tau_d, tau_full, tau_p, tau_mean, q, chunk, rho_steps, alone, w.steps * tau_mean, limit)
+    return _Mix(capacity, tau_d, tau_full, tau_p, tau_mean, q, chunk, rho_steps, alone, w.steps * tau_mean, limit,
+                peer_share, tau_peer)
 
 
 def at_load(r: ReplicaServing, load: float, w: _Work | None = None) -> Point:
@@ -639,7 +692,8 @@ def at_load(r: ReplicaServing, load: float, w: _Work | None = None) -> Point:
                  chunk_tokens=mix.chunk, prefill_capacity=mix.capacity, busy=busy, decode_others=others, seats=seats,
                  kv_seats=kv_seats, seat_load=a, wait_probability=p_wait, wait_mean_s=wait_seat + wait_prefill,
                  prefill_utilization=rho_p, engine_time_s=engine, w=w, api_utilization=api_rho,
-                 api_delay_s=api_delay, api_wait_s=api_wait)
+                 api_delay_s=api_delay, api_wait_s=api_wait, peer_step_share=mix.peer_share,
+                 peer_step_s=mix.tau_peer)
 
 
 def _api_queue(r: ReplicaServing, w: _Work, rate: float, busy: float,

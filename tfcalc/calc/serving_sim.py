@@ -40,7 +40,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tfcalc.calc.serving import (
     CLIP_MAX_NEW_TOKENS,
@@ -168,15 +168,88 @@ class Workload:
     start_spread_s: float = 0.0    # closed loop: each client's first request at a random time in [0, this)
 
 
-def simulate(step: StepSource, cfg: SimConfig, load: Workload, fast_forward: bool = True) -> SimResult:
+def simulate(step: StepSource, cfg: SimConfig, load: Workload, fast_forward: bool = True,
+             ranks: int = 1) -> SimResult:
     """Run ``load`` through the API servers and the scheduler; latencies of the requests outside the warm-up /
-    cool-down share."""
+    cool-down share. ``ranks`` > 1: that many data-parallel attention ranks in lockstep (SGLang's
+    --enable-dp-attention, TensorRT-LLM's enable_attention_dp), each serving its share of ``load`` (the rate, the
+    clients and the requests split evenly; its own draws) with its own scheduler, KV pool and API server; every step
+    lasts as long as the slowest rank's (the ranks meet in the experts' all-to-all every layer), and a rank whose
+    work arrives mid-step starts with the next one."""
+    if ranks <= 1:
+        return _engine(step, cfg, load).run(fast_forward)
+    engines = [_engine(step, cfg, share) for share in (_rank_share(load, r, ranks) for r in range(ranks))
+               if share.num_requests > 0 and share.concurrency != 0]
+    _lockstep(engines)
+    return _merged(engines)
+
+
+def _engine(step: StepSource, cfg: SimConfig, load: Workload) -> _Engine:
     rng = random.Random(load.seed)  # noqa: S311 - a seeded simulation, not cryptography
     n = load.num_requests
     prompts = [load.input_len.sample(rng) for _ in range(n)]
     outputs = [load.output_len.sample(rng) for _ in range(n)]
     gaps = [rng.expovariate(1.0) for _ in range(n)]
-    return _Engine(step, cfg, load, prompts, outputs, gaps).run(fast_forward)
+    return _Engine(step, cfg, load, prompts, outputs, gaps)
+
+
+def _rank_share(load: Workload, rank: int, ranks: int) -> Workload:
+    """Rank ``rank``'s share of ``load``: 1 / ``ranks`` of the rate, and of the requests and clients (the first
+    ones take the remainder), with draws of its own."""
+    def split(n: int) -> int:
+        return n // ranks + (rank < n % ranks)
+
+    return replace(load, num_requests=split(load.num_requests),
+                   rate_per_s=load.rate_per_s / ranks if load.rate_per_s is not None else None,
+                   concurrency=split(load.concurrency) if load.concurrency is not None else None,
+                   seed=load.seed + 7919 * rank)
+
+
+def _lockstep(engines: list[_Engine]) -> None:
+    """Every engine's steps in lockstep: each rank with work plans its step, all of them end together after the
+    longest; an idle rank waits (its requests arriving during a step start with the next)."""
+    for e in engines:
+        e._start()
+    t = 0.0
+    while True:
+        live = [e for e in engines if len(e.done) < e.load.num_requests]
+        if not live:
+            return
+        plans = []
+        for e in live:
+            if e._arrive(t):
+                plan = e._plan(t)
+                if plan is not None:
+                    plans.append((e, plan))
+        if not plans:
+            if not any(e.running or e.waiting for e in live):   # else a head failed: schedule again at t
+                t = min(e._idle_until(t) for e in live)
+            continue
+        end = t + max(dt for _, (_, dt, _) in plans)
+        for e, (scheduled, _, k1) in plans:
+            e._commit(scheduled, k1, end)
+        t = end
+
+
+def _merged(engines: list[_Engine]) -> SimResult:
+    """One result of several ranks: their requests pooled, the run from the first arrival to the last token."""
+    parts = [e._result() for e in engines]
+    o = engines[0].cfg.overheads
+    served = [s for e in engines for s in e.done if not s.failed]
+    start = min((s.arrival for s in served), default=0.0)
+    end = max((s.last_token for s in served), default=-o.stream_s) + o.stream_s
+    steps = sum(e.steps for e in engines)
+
+    def pooled(name: str) -> tuple[float, ...]:
+        return tuple(x for r in parts for x in getattr(r, name))
+
+    return SimResult(ttft_s=pooled("ttft_s"), tpot_s=pooled("tpot_s"), e2e_s=pooled("e2e_s"), itl_s=pooled("itl_s"),
+                     itl_weights=pooled("itl_weights"), duration_s=end - start if served else 0.0,
+                     requests=sum(r.requests for r in parts), input_tokens=sum(r.input_tokens for r in parts),
+                     output_tokens=sum(r.output_tokens for r in parts), steps=steps,
+                     preemptions=sum(r.preemptions for r in parts),
+                     mean_batch=sum(e.batch_sum for e in engines) / max(steps, 1),
+                     api_busy_s=sum(r.api_busy_s for r in parts))
 
 
 class _Engine:
@@ -265,9 +338,23 @@ class _Engine:
 
     # --- the loop ------------------------------------------------------------------------------------------
     def run(self, fast_forward: bool) -> SimResult:
+        self._start()
+        n = self.load.num_requests
+        t = 0.0
+        while len(self.done) < n:
+            if not self._arrive(t):
+                t = self._idle_until(t)
+                continue
+            if fast_forward and self._decode_only() and self._admission_blocked():
+                t = self._fast_forward(t)
+            else:
+                t = self._one_step(t)
+        return self._result()
+
+    def _start(self) -> None:
+        """The first requests sent: every client's (closed loop), or all of them at their Poisson times."""
         load = self.load
         n = load.num_requests
-        t = 0.0
         if load.concurrency is not None:
             phases = random.Random(load.seed + 2)  # noqa: S311 - a seeded simulation
             for start in sorted(phases.uniform(0.0, load.start_spread_s) for _ in range(min(load.concurrency, n))):
@@ -278,23 +365,25 @@ class _Engine:
             for i in range(n):
                 clock += self.gaps[i] / rate
                 self._send(clock)
-        while len(self.done) < n:
-            self._resolve_sends(t)
-            while self.arrivals and self.arrivals[0][0] <= t:
-                self.waiting.append(heapq.heappop(self.arrivals)[2])
-            if not self.running and not self.waiting:
-                self.ratio = RATIO_INIT   # SGLang resets its estimate when idle
-                if not self.arrivals:
-                    self._resolve_one()
-                while self.sends and self.sends[0][0] <= self.arrivals[0][0]:
-                    self._resolve_one()
-                t = max(t, self.arrivals[0][0])
-                continue
-            if fast_forward and self._decode_only() and self._admission_blocked():
-                t = self._fast_forward(t)
-            else:
-                t = self._one_step(t)
-        return self._result()
+
+    def _arrive(self, t: float) -> bool:
+        """Requests sent by ``t`` through their API server, those ready by ``t`` into the queue; whether the engine
+        has work (idle: SGLang resets its estimate)."""
+        self._resolve_sends(t)
+        while self.arrivals and self.arrivals[0][0] <= t:
+            self.waiting.append(heapq.heappop(self.arrivals)[2])
+        if self.running or self.waiting:
+            return True
+        self.ratio = RATIO_INIT
+        return False
+
+    def _idle_until(self, t: float) -> float:
+        """An idle engine: when its next request is ready."""
+        if not self.arrivals:
+            self._resolve_one()
+        while self.sends and self.sends[0][0] <= self.arrivals[0][0]:
+            self._resolve_one()
+        return max(t, self.arrivals[0][0])
 
     def _decode_only(self) -> bool:
         return bool(self.running) and all(s.length >= s.target for s in self.running)
@@ -395,6 +484,16 @@ class _Engine:
 
     def _one_step(self, t: float) -> float:
         """Schedule and run one step the way the engine does; returns the time at its end."""
+        plan = self._plan(t)
+        if plan is None:
+            return t
+        scheduled, dt, k1 = plan
+        self._commit(scheduled, k1, t + dt)
+        return t + dt
+
+    def _plan(self, t: float) -> tuple[list[tuple[_Seq, int, bool]], float, int] | None:
+        """The next step's schedule (sequence, tokens, is a prefill chunk), its duration with the step overhead and
+        the tokens a decode verifies (k + 1); None where nothing can run and the waiting head failed instead."""
         cfg = self.cfg
         budget = cfg.max_num_batched_tokens
         k1 = cfg.spec.num_tokens + 1 if cfg.spec else 1
@@ -416,7 +515,7 @@ class _Engine:
             seq.failed = True
             self.done.append(seq)
             self._client_sends_next(t)
-            return t
+            return None
         decode_seqs = prefill_seqs = prefill_tokens = 0
         decode_context = prefill_past = 0.0
         for seq, want, prefill in scheduled:
@@ -434,9 +533,12 @@ class _Engine:
                   prefill_seqs, k1)
         if cfg.spec and decode_seqs:
             dt += cfg.spec.num_tokens * cfg.spec.draft_cost * step(decode_seqs, mean_context, 0, 0.0, 0, 1)
-        t += dt + cfg.overheads.step_s
+        return scheduled, dt + cfg.overheads.step_s, k1
+
+    def _commit(self, scheduled: list[tuple[_Seq, int, bool]], k1: int, t: float) -> None:
+        """The step of ``scheduled`` ends at ``t``: its tokens are emitted."""
         self.steps += 1
-        self.batch_sum += decode_seqs
+        self.batch_sum += sum(not prefill for _, _, prefill in scheduled)   # decoding sequences
         self._resolve_sends(t)   # requests sent during the step reach their server before its chunks
         for seq, want, prefill in scheduled:
             if prefill:
@@ -447,7 +549,6 @@ class _Engine:
                 if accepted < want:   # rejected draft tokens leave the cache
                     seq.length -= want - accepted
                 self._emit(seq, accepted, t)
-        return t
 
     def _accepted(self, k1: int) -> int:
         spec = self.cfg.spec
