@@ -6,12 +6,13 @@ steps of their own first); the simulation runs 3,000 requests and leaves the fir
 analytic / simulated - 1 for TTFT mean, p50, p90, p99, TPOT mean, p90, ITL p50, p90, p99 and end-to-end p90, the API
 server's utilization (model / simulation), and the closed-form limits (M/M/1, M/D/1, the API server as M/D/1).
 
-Usage: python benchmarks/capacity_model_check.py
+Usage: python benchmarks/capacity_model_check.py [--lockstep]   (--lockstep: data-parallel attention ranks only)
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import replace
 
 from tfcalc.calc.serving import ReplicaServing, at_concurrency, at_rate
@@ -116,5 +117,44 @@ def main() -> None:
                       f"{p.api_utilization:.0%} / {util:.0%} |", flush=True)
 
 
+
+def lockstep() -> None:
+    """Data-parallel attention ranks of Qwen3-30B-A3B on H200s sharing the experts at ep = ranks, every rank
+    simulated with a shared step clock (1,500 requests a rank): analytic / simulated - 1, and the same ranks priced
+    alone (no lockstep) for scale."""
+    print("\n| ranks | engine | req/s per rank | TTFT p50 | p90 | TPOT mean | p90 | ITL p50 | p90 | TPOT mean alone |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    spec = load_model("qwen3-30b-a3b")
+    inputs = LengthDist(kind="lognormal", mean=1500, spread=0.5)
+    outputs = LengthDist(kind="lognormal", mean=300, spread=0.8)
+    for label in ("vLLM", "SGLang"):
+        engine = load_engine(label.lower())
+        budget = 2048 if label == "vLLM" else 8192
+        for ranks in (2, 4, 8):
+            step = latency_step(spec, load_gpu("h200"), parse_weight_precision(spec.native_dtype), get_dtype("bf16"),
+                                tp=1, ep=ranks, engine=engine)
+            r = ReplicaServing(step=step, input_len=inputs, output_len=outputs, max_num_seqs=256,
+                               max_num_batched_tokens=budget, kv_capacity_tokens=400_000,
+                               overheads=engine_overheads(engine), policy=engine.scheduler, lockstep_ranks=ranks)
+            for rate in (2.0, 4.0, 6.0):
+                p = at_rate(r, rate)
+                if not p.stable:
+                    continue
+                sim = simulate(step, SimConfig(max_num_seqs=256, max_num_batched_tokens=budget,
+                                               kv_capacity_tokens=400_000, overheads=r.overheads,
+                                               policy=engine.scheduler),
+                               Workload(input_len=inputs, output_len=outputs, num_requests=1500 * ranks,
+                                        rate_per_s=rate * ranks, warmup_fraction=0.1), ranks=ranks)
+                pairs = [(p.ttft(q), sim.metric("ttft", q)) for q in (50, 90)]
+                pairs += [(p.tpot(q), sim.metric("tpot", q)) for q in (0, 90)]
+                pairs += [(p.itl(q), sim.metric("itl", q)) for q in (50, 90)]
+                pairs += [(at_rate(replace(r, lockstep_ranks=1), rate).tpot(0), sim.metric("tpot", 0))]
+                cells = " | ".join(f"{(a / b - 1) * 100:+.0f} %" for a, b in pairs)
+                print(f"| {ranks} | {label} | {rate:g} | {cells} |", flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    if "--lockstep" in sys.argv:
+        lockstep()
+    else:
+        main()

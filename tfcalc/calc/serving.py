@@ -20,10 +20,12 @@ derives everything else in closed form:
   and then carries n = N / q tokens; mean step time tau = q tau(B, n) + (1 - q) tau(B, 0) from the replica's
   step-time model; T = prefill time of one prompt + (D / acc) tau, and lambda = a / T.
 - data-parallel attention ranks (``lockstep_ranks`` n > 1) end every step together (they meet in the experts'
-  all-to-all each layer): a step without prefill here lasts as long as a peer's prefill step with probability
-  s = (1 - q)(1 - (1 - q)^(n - 1)) (the peers' prompts independent), so tau = q tau_p + s tau_peer + (1 - q - s)
-  tau_d; a new request waits for the rest of the group's step (length-biased, E[tau^2] / 2 E[tau], while any rank
-  is busy), and its own prefill steps last the longer of its chunk and a peer's with probability 1 - (1 - q)^(n - 1).
+  all-to-all each layer): a decode-only step lasts as long as the busiest rank's (peers at Poisson batches,
+  ``_slowest_decode``); a step without prefill here lasts as long as a peer's prefill step with probability s, the
+  peers' part of the share of long steps in a chain where a step is long when some rank's prompt arrived during the
+  one before (``_peer_share``), so tau = q tau_p + s tau_peer + (1 - q - s) tau_d; a new request waits for the rest
+  of the group's step (length-biased, E[tau^2] / 2 E[tau], while any rank is busy), and its own prefill steps last
+  the longer of its chunk and a peer's with probability 1 - (1 - q)^(n - 1).
   The engines' opt-in prefill delayers (SGLang --enable-prefill-delayer, TensorRT-LLM attention_dp_config
   enable_balance) that align the ranks' prefills are not modelled.
 - the API server(s): a serial resource with the requests' own work and bulks of streamed chunks, one per step
@@ -259,6 +261,7 @@ class Point:
     api_wait_s: float = 0.0       # the queueing part of it (mean): 0 for a share 1 - rho of requests, else random
     peer_step_share: float = 0.0  # lockstep ranks: share of steps lengthened by a peer's prefill (none here)
     peer_step_s: float = 0.0      # the time of such a step at the busy batch
+    slowest_rank_s: float = 0.0   # lockstep ranks: what a decode-only step adds waiting for the busiest peer
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     # --- latencies ---------------------------------------------------------------------------------------
@@ -381,7 +384,7 @@ class Point:
         seats = self.seats if self.seats >= 1 else 1.0
         seen = min(1 + self.decode_others, seats)
         q, s = self.prefill_step_share, self.peer_step_share
-        decode = self._step(seen, 0.0)
+        decode = self._step(seen, 0.0) + self.slowest_rank_s
         prefill = self._step(seen, self.chunk_tokens) if q else decode
         peer = self._peer_step(seen, decode) if s else decode
         mean = q * prefill + s * peer + (1 - q - s) * decode
@@ -417,7 +420,7 @@ class Point:
         seats = self.seats if self.seats >= 1 else 1.0
         seen = min(1 + self.decode_others, seats)
         q, s = self.prefill_step_share, self.peer_step_share
-        decode = self._step(seen, 0.0)
+        decode = self._step(seen, 0.0) + self.slowest_rank_s
         peer = self._peer_step(seen, decode) if s else decode
         if percentile == 0:
             return (q * self._step(seen, self.chunk_tokens) + s * peer + (1 - q - s) * decode) if q else decode
@@ -614,7 +617,7 @@ def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> 
     capacity = budget - (0.0 if r.policy.prefill_first else batch * w.tokens_per_decode)
     if capacity < 1 and w.prefill_mean > 0:
         capacity, limit = 1.0, "token budget"
-    tau_d = w.step(batch, 0.0, 0.0)
+    tau_d = w.step(batch, 0.0, 0.0) if r.lockstep_ranks <= 1 else _slowest_decode(w, batch, r.lockstep_ranks)
     if not w.prefill_mean:
         return _Mix(capacity, tau_d, tau_d, tau_d, tau_d, 0.0, 0.0, 0.0, 0.0, w.steps * tau_d, limit)
     beside = 0.0 if r.policy.prefill_first else batch   # decoding sequences in a prompt's own steps
@@ -632,12 +635,52 @@ def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> 
     peer_share = tau_peer = 0.0
     if r.lockstep_ranks > 1 and chunk:   # a step without prefill here still lasts as long as a peer's with
         tau_peer = max(tau_d, w.step(beside, chunk, chunk / w.prefill_mean))
-        peer_share = (1 - q) * (1 - (1 - q) ** (r.lockstep_ranks - 1))
+        peer_share = _peer_share(q, prefill_per_step / w.prefill_mean, r.lockstep_ranks, tau_d, tau_peer)
         tau_mean += peer_share * (tau_peer - tau_d)
     full = math.ceil(w.prefill_mean / capacity) - 1
     alone = full * tau_full + w.step(beside, w.prefill_mean - full * capacity, 1.0)
     return _Mix(capacity, tau_d, tau_full, tau_p, tau_mean, q, chunk, rho_steps, alone, w.steps * tau_mean, limit,
                 peer_share, tau_peer)
+
+
+def _slowest_decode(w: _Work, batch: float, ranks: int) -> float:
+    """A lockstep group's decode-only step: it lasts as long as its slowest rank's, this one at ``batch`` decoding
+    sequences and each peer at a Poisson(``batch``) count (independent), E[tau_d(max(batch, M))] with
+    P(M <= k) = F(k)^(ranks - 1)."""
+    own = w.step(batch, 0.0, 0.0)
+    if batch <= 0:
+        return own
+    top = int(batch + 8 * math.sqrt(batch) + 8)
+    pmf = cdf = math.exp(-batch)
+    below = cdf ** (ranks - 1)
+    total = below * own
+    for k in range(1, top + 1):
+        pmf *= batch / k
+        cdf += pmf
+        at_most = cdf ** (ranks - 1)
+        total += (at_most - below) * (w.step(float(k), 0.0, 0.0) if k > batch else own)
+        below = at_most
+    return total + (1 - below) * w.step(float(top), 0.0, 0.0)
+
+
+def _peer_share(q: float, prompts_per_step: float, ranks: int, tau_d: float, tau_long: float) -> float:
+    """Share of a lockstep rank's steps without prefill of its own that a peer's prefill lengthens. A prompt is
+    prefilled in the step after it arrives, so a step is long when some rank's prompt arrived during the one before:
+    with probability a = 1 - exp(-n lam tau_d) after a decode-only step, b = 1 - exp(-n lam tau_long) after a long one
+    (n ranks, each's prompts Poisson at lam = prompts per step / mean step). Long steps draw the arrivals that make
+    the next one long: the chain's stationary share of long steps is Q = a / (1 - b + a) (solved with the mean step
+    it implies), against 1 - (1 - q)^n for ranks prefilling independently; the peers' part is Q - q."""
+    if q <= 0 or prompts_per_step <= 0:
+        return 0.0
+    share = 1 - (1 - q) ** ranks
+    for _ in range(20):
+        rate = ranks * prompts_per_step / ((1 - share) * tau_d + share * tau_long)
+        short_next, long_next = 1 - math.exp(-rate * tau_d), 1 - math.exp(-rate * tau_long)
+        new = max(short_next / (1 - long_next + short_next), q)
+        if abs(new - share) < 1e-6:
+            break
+        share = new
+    return min(max(share - q, 0.0), 1 - q)
 
 
 def at_load(r: ReplicaServing, load: float, w: _Work | None = None) -> Point:
@@ -693,7 +736,8 @@ def at_load(r: ReplicaServing, load: float, w: _Work | None = None) -> Point:
                  kv_seats=kv_seats, seat_load=a, wait_probability=p_wait, wait_mean_s=wait_seat + wait_prefill,
                  prefill_utilization=rho_p, engine_time_s=engine, w=w, api_utilization=api_rho,
                  api_delay_s=api_delay, api_wait_s=api_wait, peer_step_share=mix.peer_share,
-                 peer_step_s=mix.tau_peer)
+                 peer_step_s=mix.tau_peer,
+                 slowest_rank_s=mix.tau_d - w.step(batch, 0.0, 0.0) if r.lockstep_ranks > 1 else 0.0)
 
 
 def _api_queue(r: ReplicaServing, w: _Work, rate: float, busy: float,
