@@ -728,7 +728,7 @@ def speculative_break_even(model: ReplicaServing, without: ReplicaServing, limit
 def simulate_evaluation(e: Evaluation, traffic: Traffic, num_requests: int = 2000, seed: int = 0):  # -> SimResult
     """Run one replica of ``e`` through the discrete-event scheduler simulation at its share of the traffic
     (Poisson arrivals, or a closed loop at its share of the concurrency); a data-parallel plan's group of ranks in
-    lockstep, ``num_requests`` per rank; None for disaggregated plans."""
+    lockstep, ``num_requests`` over the group; None for disaggregated plans."""
     from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
 
     model = e.model
@@ -740,11 +740,11 @@ def simulate_evaluation(e: Evaluation, traffic: Traffic, num_requests: int = 200
                     overheads=model.overheads, spec=model.spec, policy=model.policy)
     if traffic.rate_per_s is not None:
         load = Workload(input_len=traffic.input_len, output_len=traffic.output_len,
-                        num_requests=num_requests * ranks, rate_per_s=traffic.rate_per_s / e.replicas * ranks,
+                        num_requests=num_requests, rate_per_s=traffic.rate_per_s / e.replicas * ranks,
                         prefix_hit_ratio=traffic.prefix_hit_ratio, seed=seed, warmup_fraction=0.1)
     else:
         concurrency = max(1, round((traffic.concurrency or 1) / e.replicas)) * ranks
-        load = Workload(input_len=traffic.input_len, output_len=traffic.output_len, num_requests=num_requests * ranks,
+        load = Workload(input_len=traffic.input_len, output_len=traffic.output_len, num_requests=num_requests,
                         concurrency=concurrency, prefix_hit_ratio=traffic.prefix_hit_ratio, seed=seed,
                         warmup_fraction=0.1)
     return simulate(model.step, cfg, load, ranks=ranks)
@@ -932,7 +932,7 @@ def _walk(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], s
             dp = e.candidate.dp
             unit = (f"one of {replicas // dp} group(s) of {dp} data-parallel ranks in lockstep" if dp > 1 else
                     f"one of {replicas} replica(s)")
-            line = (f"simulation of {unit} ({num_requests * dp:,} requests, {sim.steps:,} "
+            line = (f"simulation of {unit} ({num_requests:,} requests, {sim.steps:,} "
                     f"{'rank steps' if dp > 1 else 'steps'}, {sim.preemptions} preemptions) of {e.candidate.label}: "
                     f"{measured} -> {'meets the targets' if ok else 'misses a target'}")
             if ok:

@@ -51,6 +51,7 @@ this model (tests/calc/test_serving.py). Pure math: no I/O.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -645,11 +646,14 @@ def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> 
 
 def _slowest_decode(w: _Work, batch: float, ranks: int) -> float:
     """A lockstep group's decode-only step: it lasts as long as its slowest rank's, this one at ``batch`` decoding
-    sequences and each peer at a Poisson(``batch``) count (independent), E[tau_d(max(batch, M))] with
-    P(M <= k) = F(k)^(ranks - 1)."""
+    sequences and each peer at a Poisson(``batch``) count (independent): E[tau_d(max(batch, M))], P(M <= k) =
+    F(k)^(ranks - 1), summed term by term below ``EXACT_SLOWEST_BELOW`` sequences; above, tau_d at batch + sqrt(batch)
+    x E[max(0, the largest of ranks - 1 standard normals)] (one step time: a search asks this millions of times)."""
     own = w.step(batch, 0.0, 0.0)
     if batch <= 0:
         return own
+    if batch >= EXACT_SLOWEST_BELOW:
+        return w.step(batch + math.sqrt(batch) * _normal_max_excess(ranks - 1), 0.0, 0.0)
     top = int(batch + 8 * math.sqrt(batch) + 8)
     pmf = cdf = math.exp(-batch)
     below = cdf ** (ranks - 1)
@@ -661,6 +665,17 @@ def _slowest_decode(w: _Work, batch: float, ranks: int) -> float:
         total += (at_most - below) * (w.step(float(k), 0.0, 0.0) if k > batch else own)
         below = at_most
     return total + (1 - below) * w.step(float(top), 0.0, 0.0)
+
+
+EXACT_SLOWEST_BELOW = 8.0
+
+
+@functools.lru_cache(maxsize=64)
+def _normal_max_excess(count: int) -> float:
+    """E[max(0, Z_1, ..., Z_count)] for independent standard normals: the integral of 1 - Phi(x)^count over x > 0
+    (midpoint rule, step 0.005, to 8)."""
+    h = 0.005
+    return sum((1 - (0.5 * (1 + math.erf((i + 0.5) * h / math.sqrt(2)))) ** count) * h for i in range(1600))
 
 
 def _peer_share(q: float, prompts_per_step: float, ranks: int, tau_d: float, tau_long: float) -> float:
