@@ -227,8 +227,9 @@ def runner_up_sentences(spec: ModelSpec, result: SearchResult, limit: int = 4) -
         seen.add(key)
         extra = e.cost_per_hour - best.cost_per_hour
         unit = _unit(c)
-        lines.append(f"runner-up {describe(e, spec)}: ${e.cost_per_hour:,.2f}/h (+${extra:,.2f}/h): one {unit} "
-                     f"carries {e.capacity_rate_per_s:,.2f} req/s before {e.binding} binds, so it needs "
+        sign = "+" if extra >= 0 else "-"   # cheaper in the model where the simulation check moved the choice
+        lines.append(f"runner-up {describe(e, spec)}: ${e.cost_per_hour:,.2f}/h ({sign}${abs(extra):,.2f}/h): one "
+                     f"{unit} carries {e.capacity_rate_per_s:,.2f} req/s before {e.binding} binds, so it needs "
                      f"{e.replicas} {unit}(s) of {c.gpus_per_replica} GPU(s)")
     cheaper = _cheaper_failures(result, best)
     lines.extend(cheaper)
