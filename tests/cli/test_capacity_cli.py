@@ -315,13 +315,14 @@ def test_quantized_weights_of_a_16_bit_preset_tell_trtllm_to_serve_a_quantized_c
 
 def test_data_parallel_attention_plan_and_its_launch_flags() -> None:
     """--attention-dp: DeepSeek-V3 at 30 req/s on H200s under SGLang takes eight tp-1 ranks sharing the experts
-    (fewer GPUs than tp 8), sized in whole groups, and each engine's command starts it as one instance:
+    (fewer GPUs than tp 8; with 512-token chunks: longer prefill steps would hold every rank's decodes past the
+    TPOT target), sized in whole groups, and each engine's command starts it as one instance:
     vLLM --data-parallel-size, SGLang --tp 8 --dp 8 --enable-dp-attention (its request cap counts every rank),
     TensorRT-LLM enable_attention_dp."""
     base = ["capacity", "-p", "deepseek-v3", "--gpu", "h200", "--engine", "sglang", "--rate", "30", "--input-len",
             "2k", "--output-len", "500", "--length-dist", "fixed", "--ttft", "p90=3s", "--tpot", "p90=80ms",
             "--weights-dtype", "fp8_block", "--kv-dtype", "fp8", "--max-num-seqs", "128",
-            "--max-num-batched-tokens", "8192", "--no-simulate"]
+            "--max-num-batched-tokens", "512,8192", "--no-simulate"]
     wide = run(*base, "--attention-dp", "1,8")
     plain = run(*base)
     assert wide.exit_code == 0 and plain.exit_code == 0, wide.output + plain.output
