@@ -29,6 +29,10 @@ class DType:
     quantized: bool = False
     description: str = ""
     source: str = ""
+    # (output, input) weights one tensor-parallel slice of a matrix must hold whole, where engines refuse a slice that
+    # cuts a block of the checkpoint's scales (vLLM validate_fp8_block_shape, GPTQ/AWQ group alignment); None where
+    # the format has no such tiles or engines pad the slice instead (MXFP4, NVFP4)
+    whole_blocks: tuple[int, int] | None = None
 
     @property
     def bits_per_element(self) -> Fraction:
@@ -45,7 +49,7 @@ def _int4(group_size: int) -> DType:
         f"int4-g{group_size}", 4, group_size, 16 + 4, True,
         f"4-bit integer, one fp16 scale and one packed 4-bit zero point per {group_size} weights",
         "AutoGPTQ/AutoAWQ checkpoint layout: qweight (4-bit packed), scales fp16 and qzeros (4-bit packed) "
-        "per group of group_size input channels",
+        "per group of group_size input channels", whole_blocks=(1, group_size),
     )
 
 
@@ -62,7 +66,8 @@ DTYPES: dict[str, DType] = {
               source="Micikevicius et al., FP8 Formats for Deep Learning, arXiv:2209.05433"),
         DType("fp8_block", 8, 128 * 128, 32, True,
               "FP8 E4M3 with one fp32 scale per 128x128 block (DeepSeek-V3 release format)",
-              "deepseek-ai/DeepSeek-V3 README_WEIGHTS.md (weight_scale_inv, fp32, per 128x128 block)"),
+              "deepseek-ai/DeepSeek-V3 README_WEIGHTS.md (weight_scale_inv, fp32, per 128x128 block)",
+              whole_blocks=(128, 128)),
         DType("int8", 8, quantized=True, description="8-bit integer with per-tensor/per-channel scales (not counted)",
               source="LLM.int8() arXiv:2208.07339; SmoothQuant arXiv:2211.10438"),
         _int4(128),

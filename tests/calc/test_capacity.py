@@ -25,6 +25,7 @@ from tfcalc.calc.capacity import (
 from tfcalc.calc.serving import SpecDecoding
 from tfcalc.calc.serving_traffic import LengthDist, Target, Traffic, engine_overheads
 from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.errors import UsageError
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
 SPEC = load_model("llama3-8b")
@@ -451,3 +452,50 @@ def test_data_parallel_attention_layouts_and_sizing() -> None:
     assert wide and all(e.replicas % 8 == 0 and e.num_gpus == e.replicas for e in wide)
     assert all(math.ceil(30.0 / e.capacity_rate_per_s / 8) * 8 == e.replicas for e in wide)
     assert "dp8" in wide[0].candidate.label
+
+
+def test_search_skips_layouts_that_cut_weight_blocks() -> None:
+    """Qwen3-235B-A22B-FP8's experts sliced over tp 8 cut its 128x128 blocks (engines refuse to load it): the search
+    keeps tp 8 with whole experts per GPU and drops the sliced layout, and says why when nothing else is left."""
+    spec = load_model("qwen3-235b-a22b")
+    space = _space(("b200", 5.0), weight_precisions=(parse_weight_precision("fp8_block"),), tps=(8,),
+                   max_num_seqs=(64,), chunk_sizes=(2048,))
+    result = search(spec, _traffic(), _targets(2.0, 0.1), space)
+    layouts = {(e.candidate.tp, e.candidate.ep) for e in result.evaluations}
+    assert layouts == {(8, 8)}
+    with pytest.raises(UsageError, match="192 wide, not a whole number of fp8_block's 128-wide blocks"):
+        search(spec, _traffic(), _targets(2.0, 0.1), replace(space, expert_parallel=(False,)))
+
+
+_RESULT_PIPE: list = []   # the executor's result pipe, for its forked worker (a queue cannot be sent as an argument)
+
+
+def _half_a_result() -> None:
+    """A worker killed while sending its result, made certain: half a message on the result pipe, then nothing."""
+    import struct
+    import time
+
+    header = struct.pack("!i", 1 << 20)   # multiprocessing's frame: a length, then that many bytes
+    os.write(_RESULT_PIPE[0]._writer.fileno(), header + b"x" * 100)
+    time.sleep(60)
+
+
+def test_a_worker_killed_mid_result_does_not_hang_the_exit() -> None:
+    """The pool's thread waits for the rest of a result its killed worker never finished sending: stopping the
+    workers ends that wait (it would otherwise hang the interpreter's exit, which joins the thread)."""
+    import time
+
+    from tfcalc.calc import capacity
+
+    pool, others = capacity._executor(2, 2)
+    assert pool is not None
+    _RESULT_PIPE[:] = [pool._result_queue]
+    job = pool.submit(_half_a_result)
+    manager = pool._executor_manager_thread
+    time.sleep(0.5)   # the thread has read the header and waits for the rest
+    assert manager.is_alive()
+    started = time.monotonic()
+    capacity._stop_workers(pool, others)
+    assert not manager.is_alive() and time.monotonic() - started < 5
+    assert capacity._children() <= others and job.done() and not job.cancelled()
+    _RESULT_PIPE.clear()

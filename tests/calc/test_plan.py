@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfcalc.calc.plan import PlanConfig, candidate_layouts, check_parallelism, min_gpus, plan_fit, stage_layers
+from tfcalc.calc.shard import Parallelism, check_weight_blocks
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.report.plan import plan_reason
@@ -156,6 +157,38 @@ def test_expert_placement_mixtral_fp8() -> None:
     assert weights(4, 4, 2) == tp4 == weights(4, 4, 1)
     with pytest.raises(UsageError, match="ep 3"):
         check_parallelism(load_model("qwen3-235b-a22b"), 6, 2, ep=3)
+
+
+@pytest.mark.parametrize(("model", "weights", "tp", "ep", "refused"), [
+    # Qwen3-235B-A22B-FP8 (128x128 blocks): 1,536-wide experts sliced 8 ways are 192 wide; aiconfigurator's MoE
+    # check and vLLM's fused-MoE loader ("not divisible by weight quantization block_n") both refuse it
+    ("qwen3-235b-a22b", "fp8_block", 8, 1, "each expert .* 192 wide"),
+    ("qwen3-235b-a22b", "fp8_block", 4, 1, None),
+    ("qwen3-235b-a22b", "fp8_block", 8, 8, None),       # whole experts per GPU
+    ("qwen3-235b-a22b", "fp8_block", 8, 2, None),       # moe_tp 4: 384 wide
+    # Qwen3-30B-A3B-GPTQ-Int4 runs at tp 1-2 only: 768 / 128 = 6 groups (vLLM PR #28829)
+    ("qwen3-30b-a3b", "int4", 4, 1, "each expert .* 192 wide"),
+    ("qwen3-30b-a3b", "int4", 2, 1, None),
+    # Qwen2.5-72B's 29,568-wide MLP holds 231 groups of 128: no int4 split (Qwen docs, GPTQ: pad to 29,696)
+    ("qwen2.5-72b", "int4", 2, 1, "the MLP .* 14784 wide"),
+    ("qwen2.5-72b", "fp8", 8, 1, None),                 # per-tensor scales: any split
+    ("qwen2.5-72b", "bf16", 8, 1, None),
+    # DeepSeek-V3 as released (fp8 128x128) at tp 8: experts 256, dense MLP 2,304, heads 16 x 192 / 16 x 128
+    ("deepseek-v3", "fp8_block", 8, 1, None),
+    ("deepseek-v3", "fp8_block", 16, 1, None),
+])
+def test_block_scaled_weights_split_into_whole_blocks(model: str, weights: str, tp: int, ep: int,
+                                                     refused: str | None) -> None:
+    """Engines load a block-scaled checkpoint only where every tensor-parallel slice holds whole blocks; the plan
+    refuses the rest with the reason (and the search skips them)."""
+    spec, precision = load_model(model), parse_weight_precision(weights)
+    config = PlanConfig(num_gpus=tp, tp=tp, ep=ep, context=4096)
+    if refused is None:
+        check_weight_blocks(spec, Parallelism(tp=tp, ep=ep), precision)
+        plan_fit(spec, load_gpu("b200"), precision, get_dtype("bf16"), config)
+        return
+    with pytest.raises(UsageError, match=refused):
+        plan_fit(spec, load_gpu("b200"), precision, get_dtype("bf16"), config)
 
 
 def test_pipeline_split_llama3_70b_pp2() -> None:

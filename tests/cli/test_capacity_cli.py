@@ -208,12 +208,37 @@ def test_lengths_csv(tmp_path: Path) -> None:
     (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "16"], "--attention-dp"),
     (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "0"], "--attention-dp"),
     (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "8", "--ep", "off"], "needs --ep auto or on"),
+    (["--rate", "5", "--ttft", "p90=1s", "--max-simulations", "0"], "--max-simulations 1 to 10,000"),
 ])
 def test_bad_input_is_one_line(args: list[str], message: str) -> None:
     result = run("capacity", "-p", "llama3-8b", *args)
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.output
+
+
+def test_max_simulations_reaches_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--max-simulations caps the simulation check's walk (verified_choice, tested in tests/calc/test_capacity.py)."""
+    from tfcalc.calc import capacity
+
+    seen, walk = [], capacity.verified_choice
+
+    def recorded(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.append(kwargs["max_simulations"])
+        return walk(*args, **kwargs)
+
+    monkeypatch.setattr(capacity, "verified_choice", recorded)
+    assert run(*SMALL, "--workers", "1", "--max-simulations", "3").exit_code == 0
+    assert run(*SMALL, "--workers", "1").exit_code == 0
+    assert seen == [3, 12]
+
+
+def test_a_layout_engines_cannot_load_is_one_line() -> None:
+    result = run("capacity", "-p", "qwen3-235b-a22b", "-w", "fp8_block", "--tp", "8", "--ep", "off", "--rate", "5",
+                 "--ttft", "p90=1s")
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "each expert of qwen3-235b-a22b split 8 ways is 192 wide, not a whole number of fp8_block's" in lines[0]
 
 
 def test_impossible_targets_exit_1_with_the_closest() -> None:

@@ -220,6 +220,19 @@ def test_ninth_held_out_grid(v: ModuleType) -> None:
     assert len(moe) >= 120 and sum(e <= 0.2 for e in moe) >= 118
 
 
+def test_tenth_held_out_grid(v: ModuleType) -> None:
+    """The tenth held-out file (collected before stop 44's changes; first scoring TTFT 124 of 141, TPOT 129 of 141,
+    115 of 122 and 117 of 122 without reference caveats): its dense TTFT stays near aiconfigurator, its dense TPOT
+    at tp 8 on the H100 (fp8 Qwen3-32B) above it by the per-peer synchronisation its all-reduce rows lack (+13 ...
+    +23 %), and its MoE points without a reference caveat keep their first scoring (164 of 172 values)."""
+    scored, _, moe = _held_out(v, v.HOLDOUT_10, dense_share=0.9)
+    dense = [(p, errors) for p, errors in scored if v._model_name(p) not in v.MOE]
+    assert all(errors[0] <= 0.2 for _, errors in dense)
+    synced = [v.predict(p)[1] / p["tpot_ms"] - 1 for p, _ in dense if p["tp"] == 8 and p["gpu"] == "h100-sxm"]
+    assert len(synced) == 9 and all(0.1 < e <= 0.3 for e in synced)
+    assert len(moe) >= 170 and sum(e <= 0.2 for e in moe) >= 164
+
+
 def test_vllm_b200_mixtral_prefill_with_large_experts(v: ModuleType) -> None:
     """vLLM's B200 bf16 Mixtral points of every held-out grid (tp 1-8, ep 1-4): with the large-expert slowdown
     (kernels.moe_large_expert) their TTFT stays within 25 % of aiconfigurator whatever the expert's size (-50 % at tp

@@ -50,7 +50,7 @@ from tfcalc.calc.serving import (
 )
 from tfcalc.calc.serving_inputs import ReplicaMemory, StepSource, latency_step, replica_memory
 from tfcalc.calc.serving_traffic import Overheads, Target, Traffic, engine_overheads
-from tfcalc.calc.shard import attention_ranks
+from tfcalc.calc.shard import Parallelism, attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.errors import UsageError
 from tfcalc.spec.engine import EngineSpec, SchedulerPolicy
@@ -292,8 +292,13 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
     if not layouts:
         raise UsageError(f"no tensor/pipeline-parallel layout of {spec.name} fits the limits (max GPUs "
                          f"{space.max_gpus}, {space.gpus_per_node} per node)")
-    groups = [(e, tp, pp, ep, precision, kv_dtype) for e in range(len(space.engines)) for tp, pp, ep in layouts
-              for precision in space.weight_precisions for kv_dtype in space.kv_dtypes]
+    loadable = [(tp, pp, ep, precision) for tp, pp, ep in layouts for precision in space.weight_precisions
+                if _whole_blocks(spec, tp, ep, precision) is None]
+    if not loadable:
+        tp, _, ep = layouts[0]
+        raise UsageError(_whole_blocks(spec, tp, ep, space.weight_precisions[0]) or "no layout")
+    groups = [(e, tp, pp, ep, precision, kv_dtype) for e in range(len(space.engines)) for tp, pp, ep, precision
+              in loadable for kv_dtype in space.kv_dtypes]
     pool, others = _executor(workers, len(groups))
     job = _Job(spec, traffic, targets, space, overheads, slim=pool is not None, operating=operating)
     evaluations: list[Evaluation] = []
@@ -320,6 +325,16 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
                                 and e.candidate.mode == "aggregated"])
     return SearchResult(evaluations=tuple(evaluations), best=best, frontier=tuple(frontier),
                         candidates=count_candidates(spec, space))
+
+
+def _whole_blocks(spec: ModelSpec, tp: int, ep: int, precision: WeightPrecision) -> str | None:
+    """Why engines cannot load ``precision``'s block-scaled weights sliced over tp (``check_weight_blocks``), or
+    None where they can."""
+    try:
+        check_weight_blocks(spec, Parallelism(tp=tp, ep=ep), precision)
+    except UsageError as exc:
+        return str(exc)
+    return None
 
 
 def _executor(workers: int, tasks: int) -> tuple[Any, set[int]]:  # (ProcessPoolExecutor | None, pids)
@@ -367,13 +382,19 @@ def _stop_workers(pool, others: set[int]) -> None:  # pool: concurrent.futures.P
                 process.kill()
                 process.join(1.0)
 
-    # shutdown(wait=False) forgets the executor's own thread, so a later shutdown(wait=True) would not wait for it
+    # shutdown(wait=False) forgets the executor's own thread and result pipe: keep them
     manager = getattr(pool, "_executor_manager_thread", None)
+    results = getattr(pool, "_result_queue", None)
     pool.shutdown(wait=False, cancel_futures=True)
     kill_all()
-    # with every worker dead the executor's thread finds the pool broken and ends; once it has, nothing of the pool
-    # can still be starting or exiting (it may have reaped a worker this thread was joining), and a last pass
-    # catches any worker it was handling meanwhile
+    # a worker killed while sending its result leaves the executor's thread waiting for the rest of that message, and
+    # this process's own end of the pipe keeps it from ever seeing the end of it (the thread would hang the exit):
+    # with every worker dead, closing that end lets it read end-of-file, find the pool broken and end
+    writer = getattr(results, "_writer", None)
+    if writer is not None:
+        writer.close()
+    # once the thread has ended nothing of the pool can still be starting or exiting (it may have reaped a worker
+    # this thread was joining), and a last pass catches any worker it was handling meanwhile
     if manager is not None:
         manager.join(10.0)
     kill_all()

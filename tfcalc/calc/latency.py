@@ -37,7 +37,7 @@ from tfcalc.calc import comm, kernels
 from tfcalc.calc.engine import capacity_bytes
 from tfcalc.calc.kernels import Cost, Rates
 from tfcalc.calc.plan import check_parallelism, stage_layers
-from tfcalc.calc.shard import attention_ranks
+from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.spec.engine import MOE_EXPERT_DTYPES, EngineKernels
@@ -413,7 +413,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     dp = attention_ranks(tp, ep)
     if ep > tp and ep % tp:
         raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
-    check_parallelism(spec, tp * pp * dp, tp, pp, ep)
+    check_weight_blocks(spec, check_parallelism(spec, tp * pp * dp, tp, pp, ep), precision)
     engine = engine_kernels or EngineKernels()
     if interconnect is None:
         name = gpu.latency.interconnect_preset if gpu.latency is not None else None

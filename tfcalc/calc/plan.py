@@ -34,6 +34,7 @@ from tfcalc.calc.shard import (
     StageCensus,
     census_weight_bytes,
     check_parallelism,
+    check_weight_blocks,
     exception_counts,
     expert_tp,
     param_bytes,
@@ -345,6 +346,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     if cfg.context < 1 or cfg.batch < 1:
         raise UsageError("context and batch must be positive")
     par = check_parallelism(spec, cfg.num_gpus, cfg.tp, cfg.pp, cfg.ep)
+    check_weight_blocks(spec, par, precision)
     e = cfg.engine
     act_dtype = activation_dtype or get_dtype("bf16")
     act_bytes = max(1, int(act_dtype.bits_per_element) // 8)

@@ -112,6 +112,40 @@ def expert_tp(par: Parallelism) -> int:
     return max(par.tp // par.ep, 1) if par.ep > 1 else par.tp
 
 
+def check_weight_blocks(spec: ModelSpec, par: Parallelism, precision: WeightPrecision) -> None:
+    """Every tensor-parallel slice of a block-scaled matrix holds whole blocks: a column-parallel output (q, k, v,
+    gate, up) a multiple of the block's output side, a row-parallel input (o, down) of its input side, as engines
+    require (vLLM: "... is not divisible by weight quantization block_n"); UsageError otherwise."""
+    tp = par.tp
+    slices: list[tuple[str, str, int, int, int]] = []   # (component, what, output width, input width, ways)
+    if spec.mla is not None:
+        heads = spec.num_attention_heads // tp
+        slices.append(("attention", "query heads", heads * spec.mla.qk_head_dim, heads * spec.mla.v_head_dim, tp))
+    else:
+        query = spec.num_attention_heads // tp * spec.head_dim
+        slices.append(("attention", "query heads", query, query, tp))
+        if spec.num_kv_heads >= tp:
+            slices.append(("attention", "KV heads", spec.num_kv_heads // tp * spec.head_dim, 0, tp))
+    if spec.moe is None or spec.moe.dense_layers:
+        slices.append(("mlp", "the MLP", spec.intermediate_size // tp, spec.intermediate_size // tp, tp))
+    if spec.moe is not None:
+        moe, ways = spec.moe, expert_tp(par)
+        slices.append(("experts", "each expert", moe.expert_intermediate_size // ways,
+                       moe.expert_intermediate_size // ways, ways))
+        shared = moe.num_shared_experts * moe.shared_expert_intermediate_size // tp
+        if shared:
+            slices.append(("shared_experts", "the shared experts", shared, shared, tp))
+    for component, what, output, inner, ways in slices:
+        dtype = precision.for_component(component)
+        if ways == 1 or dtype.whole_blocks is None:
+            continue
+        for width, side in ((output, dtype.whole_blocks[0]), (inner, dtype.whole_blocks[1])):
+            if width % side:
+                hint = "expert parallelism or a smaller tp" if component == "experts" else "a smaller tp"
+                raise UsageError(f"{what} of {spec.name} split {ways} ways is {width} wide, not a whole number of "
+                                 f"{dtype.name}'s {side}-wide blocks (engines refuse it); use {hint}")
+
+
 @lru_cache(maxsize=4096)
 def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> Shard:
     """What one GPU holds, from the per-component layouts of ``tfcalc.calc.params``; ``vocab_rows``: the

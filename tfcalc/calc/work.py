@@ -25,7 +25,7 @@ from fractions import Fraction
 from tfcalc.calc import kernels
 from tfcalc.calc.kv_cache import tokens_held
 from tfcalc.calc.plan import Shard, check_parallelism, param_bytes, shard
-from tfcalc.calc.shard import attention_ranks
+from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.spec.model import ModelSpec
 
@@ -158,6 +158,6 @@ def decode_work(m: Model, batch: int, context: int, distinct_experts: dict[int, 
 def make_model(spec: ModelSpec, precision: WeightPrecision, kv_dtype: DType, tp: int = 1, ep: int = 1) -> Model:
     """``spec`` on one GPU of a ``tp``-way tensor-parallel group (its experts over ``ep`` GPUs: ep / tp attention
     replicas when ep > tp), in the given weight and KV formats."""
-    gpus = tp * attention_ranks(tp, ep)
-    return Model(spec=spec, sh=shard(spec, check_parallelism(spec, gpus, tp, 1, ep)), precision=precision,
-                 kv_dtype=kv_dtype)
+    par = check_parallelism(spec, tp * attention_ranks(tp, ep), tp, 1, ep)
+    check_weight_blocks(spec, par, precision)
+    return Model(spec=spec, sh=shard(spec, par), precision=precision, kv_dtype=kv_dtype)

@@ -323,6 +323,9 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                  "--simulate/--no-simulate", help="Check the chosen plan with the discrete-event simulation.")]
              = True,
              sim_requests: Annotated[int, typer.Option("--sim-requests", help="Requests per simulation.")] = 2000,
+             max_simulations: Annotated[int, typer.Option(
+                 "--max-simulations", help="Simulations the check may run before it stops with the cheapest plan "
+                 "confirmed so far.")] = 12,
              model_path: Annotated[str | None, typer.Option(
                  "--model-path", help="Checkpoint for the launch command lines: a Hugging Face repository id or a "
                  "folder (default: the preset's hf_repo, or the repository id named by -p; a config.json's folder "
@@ -358,9 +361,9 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     if ep == "off" and max(ranks) > 1:
         raise UsageError("--attention-dp shares the experts over ep = tp x dp: it needs --ep auto or on")
     if not 1 <= top <= 10_000 or not 10 <= sim_requests <= 1_000_000 or not 1 <= max_gpus <= 1 << 20 or \
-            not 1 <= gpus_per_node <= 1024:
-        raise UsageError("--top (1-10,000), --max-gpus, --gpus-per-node must be positive and --sim-requests 10 to "
-                         "1,000,000")
+            not 1 <= gpus_per_node <= 1024 or not 1 <= max_simulations <= 10_000:
+        raise UsageError("--top (1-10,000), --max-gpus, --gpus-per-node must be positive, --sim-requests 10 to "
+                         "1,000,000 and --max-simulations 1 to 10,000")
     if not 0 <= speculative <= 64 or not 0 <= acceptance <= 1 or not 0 < kv_transfer_gbps <= 1e7:
         raise UsageError("--speculative must be 0-64, --acceptance in [0, 1], --kv-transfer-gbps positive")
     if not 0 <= prefix_hit < 1:
@@ -449,7 +452,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
 
         if simulate and result.best is not None:
             checked = verified_choice(result, traffic, targets, space, full, num_requests=sim_requests,
-                                      workers=search_workers)
+                                      max_simulations=max_simulations, workers=search_workers)
             chosen, sim_lines = checked.plan, list(checked.lines)
         else:
             chosen, sim_lines = result.best, []
