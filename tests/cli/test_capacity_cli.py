@@ -339,24 +339,26 @@ def test_quantized_weights_of_a_16_bit_preset_tell_trtllm_to_serve_a_quantized_c
 
 
 def test_data_parallel_attention_plan_and_its_launch_flags() -> None:
-    """--attention-dp: DeepSeek-V3 at 30 req/s on H200s under SGLang takes eight tp-1 ranks sharing the experts
-    (fewer GPUs than tp 8; with 512-token chunks: longer prefill steps would hold every rank's decodes past the
-    TPOT target), sized in whole groups, and each engine's command starts it as one instance:
-    vLLM --data-parallel-size, SGLang --tp 8 --dp 8 --enable-dp-attention (its request cap counts every rank),
-    TensorRT-LLM enable_attention_dp."""
+    """--attention-dp: DeepSeek-V3 at 30 req/s on H200s under SGLang (256 sequences and 2,048-token chunks a rank)
+    takes two tp-4 ranks sharing the experts (40 GPUs, which its simulation confirms, against 48 at tp 8; eight tp-1
+    ranks would need 80: every rank's 512-token prefill steps hold the group's decodes), sized in whole groups, and
+    each engine's command starts it as one instance: vLLM --data-parallel-size, SGLang --tp 8 --dp 2
+    --enable-dp-attention (its request cap counts every rank), TensorRT-LLM enable_attention_dp."""
     base = ["capacity", "-p", "deepseek-v3", "--gpu", "h200", "--engine", "sglang", "--rate", "30", "--input-len",
             "2k", "--output-len", "500", "--length-dist", "fixed", "--ttft", "p90=3s", "--tpot", "p90=80ms",
-            "--weights-dtype", "fp8_block", "--kv-dtype", "fp8", "--max-num-seqs", "128",
-            "--max-num-batched-tokens", "512,8192", "--no-simulate"]
-    wide = run(*base, "--attention-dp", "1,8")
+            "--weights-dtype", "fp8_block", "--kv-dtype", "fp8", "--max-num-seqs", "256",
+            "--max-num-batched-tokens", "2048", "--no-simulate"]
+    wide = run(*base, "--attention-dp", "1,2")
     plain = run(*base)
     assert wide.exit_code == 0 and plain.exit_code == 0, wide.output + plain.output
     text = " ".join(wide.stdout.split())
-    assert "data-parallel rank(s) x tp1·dp8·ep8" in text and "instance(s) of 8 GPUs" in text
-    assert "--data-parallel-size 8" in text and "--enable-expert-parallel" in text
-    assert "--tp 8 \\ --dp 8 \\ --enable-dp-attention" in text and "--max-running-requests 1024" in text
+    assert "5 group(s) of 2 data-parallel rank(s) x tp4·dp2·ep8 = 40" in text and "instance(s) of 8 GPUs" in text
+    assert "--tensor-parallel-size 4 \\ --data-parallel-size 2" in text and "--enable-expert-parallel" in text
+    assert "--tp 8 \\ --dp 2 \\ --enable-dp-attention" in text and "--max-running-requests 512" in text
     assert "enable_attention_dp: true" in text and "--tp_size 8" in text
-    gpus = [json.loads(run(*args, "-f", "json").stdout)[0]["num_gpus"] for args in (base + ["--attention-dp", "1,8"],
+    gpus = [json.loads(run(*args, "-f", "json").stdout)[0]["num_gpus"] for args in (base + ["--attention-dp", "1,2"],
                                                                                   base)]
-    assert gpus[0] % 8 == 0 and gpus[0] < gpus[1]
-    assert json.loads(run(*base, "--attention-dp", "8", "-f", "json").stdout)[0]["dp"] == 8
+    assert gpus == [40, 48]
+    narrow = [{"256": "128", "2048": "512"}.get(arg, arg) for arg in base]
+    eight = json.loads(run(*narrow, "--attention-dp", "8", "--tp", "1", "--max-gpus", "128", "-f", "json").stdout)[0]
+    assert eight["dp"] == 8 and eight["num_gpus"] == 80 and eight["max_num_seqs"] == 128

@@ -6,7 +6,9 @@ the token budget C (max_num_batched_tokens, or SGLang's max_prefill_tokens where
 first come first served; at most S sequences (max_num_seqs) run at once and their KV cache must fit the replica's
 blocks. SGLang's default policy (``prefill_first``) runs the prefill chunks in a step of their own before the
 decode step instead: the same formulas with a busy step = decode step + (with probability q) a prefill step, a
-prompt's own steps without decoding sequences, and the whole budget for prefill. The model is parametrised by the
+prompt's own steps without decoding sequences, the whole budget for prefill, E[ceil(P / C)] steps a prompt, and a
+share 1 - q of the steps that give the decoding sequences a token (a request's decode steps each come with
+q / (1 - q) prefill steps: its decode time and TPOT are divided by 1 - q). The model is parametrised by the
 offered seat load a = lambda T (T: the time a request holds a seat; a: the mean number being served) and
 derives everything else in closed form:
 
@@ -23,9 +25,11 @@ derives everything else in closed form:
   all-to-all each layer): a decode-only step lasts as long as the busiest rank's (peers at Poisson batches,
   ``_slowest_decode``); a step without prefill here lasts as long as a peer's prefill step with probability s, the
   peers' part of the share of long steps in a chain where a step is long when some rank's prompt arrived during the
-  one before (``_peer_share``), so tau = q tau_p + s tau_peer + (1 - q - s) tau_d; a new request waits for the rest
-  of the group's step (length-biased, E[tau^2] / 2 E[tau], while any rank is busy), and its own prefill steps last
-  the longer of its chunk and a peer's with probability 1 - (1 - q)^(n - 1).
+  one before (``_peer_share``), so tau = q tau_p + s tau_peer + (1 - q - s) tau_d; a step lasts as long as the
+  longest chunk prefilled in it, each of the n - 1 peers prefilling with probability q and the chunks following
+  the prompt lengths (E[max of K draws], ``_longest_chunk``: tau_peer given K >= 1, tau_p with this rank's own);
+  a new request waits for the rest of the group's step (length-biased, E[tau^2] / 2 E[tau], while any rank is
+  busy), and its own prefill steps last the longer of its chunk and a peer's with probability 1 - (1 - q)^(n - 1).
   The engines' opt-in prefill delayers (SGLang --enable-prefill-delayer, TensorRT-LLM attention_dp_config
   enable_balance) that align the ranks' prefills are not modelled.
 - the API server(s): a serial resource with the requests' own work and bulks of streamed chunks, one per step
@@ -306,9 +310,31 @@ class Point:
         return (1 - (1 - self.busy) ** ranks) * second / (2 * self.step_s)
 
     def _peer_step(self, seen: float, decode: float) -> float:
-        """A step here without prefill while a peer rank prefills its chunk (lockstep): the longer of the two."""
-        beside = 0.0 if self.model.policy.prefill_first else seen
-        return max(decode, self._step(beside, self.chunk_tokens))
+        """A step here without prefill while peer ranks prefill their chunks (lockstep): the longer of this rank's
+        decode and the longest of their chunks (``_longest_of_peers``)."""
+        m = self.model
+        beside = 0.0 if m.policy.prefill_first else seen
+        longest = self.chunk_tokens * _longest_chunk(m.input_len, m.lockstep_ranks - 1, self.prefill_step_share)
+        return max(decode, self._step(beside, min(longest, self.prefill_capacity)))
+
+    def _peer_steps(self, seen: float, decode: float) -> list[tuple[float, float]]:
+        """(weight, time) of the steps here without prefill while peers prefill: the longest of their chunks (K of
+        the n - 1 peers, binomial with q given K >= 1; P(longest <= x) = F(x)^K over the prompt-length nodes, scaled
+        to the mean chunk), each step at least this rank's decode."""
+        m = self.model
+        peers, q = m.lockstep_ranks - 1, self.prefill_step_share
+        beside = 0.0 if m.policy.prefill_first else seen
+        counts = [(math.comb(peers, k) * q ** k * (1 - q) ** (peers - k), k) for k in range(1, peers + 1)]
+        total = sum(p for p, _ in counts)
+        nodes = m.input_len.nodes(True)
+        scale = self.chunk_tokens / sum(x * wt for x, wt in nodes)
+        out, cdf, below = [], 0.0, 0.0
+        for x, wt in nodes:
+            cdf = min(cdf + wt, 1.0)
+            at_most = sum(p * cdf ** k for p, k in counts) / total
+            out.append((at_most - below, max(decode, self._step(beside, min(x * scale, self.prefill_capacity)))))
+            below = at_most
+        return out
 
     def _wait_quantile(self, p: float) -> float:
         pw, mean = self.wait_probability, self.wait_mean_s
@@ -386,17 +412,34 @@ class Point:
         seen = min(1 + self.decode_others, seats)
         q, s = self.prefill_step_share, self.peer_step_share
         decode = self._step(seen, 0.0) + self.slowest_rank_s
-        prefill = self._step(seen, self.chunk_tokens) if q else decode
+        prefill, emitting = self._own_prefill_step(seen, decode)
         peer = self._peer_step(seen, decode) if s else decode
-        mean = q * prefill + s * peer + (1 - q - s) * decode
+        mean = (q * prefill + s * peer + (1 - q - s) * decode) / emitting
         if percentile:
             z = normal_quantile(percentile / 100)
             slope = self._step(min(seen + 1, seats + 1), 0.0) - decode
-            var = slope * slope * 2 * self.decode_others / 3 + ((prefill - decode) ** 2 * q * (1 - q)
-                                                                + (peer - decode) ** 2 * s * (1 - s)) \
-                * self._clustering() * w.inverse_steps
+            if m.policy.prefill_first:   # own prefill steps come between two tokens, geometric in number
+                peers = s / emitting
+                steps = prefill ** 2 * q / emitting ** 2 + (peer - decode) ** 2 * peers * (1 - peers)
+            else:
+                steps = (prefill - decode) ** 2 * q * (1 - q) + (peer - decode) ** 2 * s * (1 - s)
+            var = slope * slope * 2 * self.decode_others / 3 + steps * self._clustering() * w.inverse_steps
             mean = max(mean + z * math.sqrt(var), decode if z < 0 else mean)
         return mean / w.accepted + (m.kv_transfer_s / max(w.decode_tokens, 1.0) if m.role == "decode" else 0.0)
+
+    def _own_prefill_step(self, seen: float, decode: float) -> tuple[float, float]:
+        """A step that prefills this rank's prompts, and the share of steps that give its decoding sequences a token:
+        with the decodes in it (1), or, prefill first (SGLang), without them (1 - q: they wait for the next step),
+        its time then set by the prompt alone or a peer's longer one (``_beside_peers``)."""
+        q = self.prefill_step_share
+        if not q:
+            return decode, 1.0
+        m = self.model
+        chunk = min(self.chunk_tokens * _longest_chunk(m.input_len, m.lockstep_ranks - 1, q, own=True),
+                    self.prefill_capacity)
+        if m.policy.prefill_first:
+            return self._step(0.0, chunk), 1 - q
+        return self._step(seen, chunk), 1.0
 
     def _clustering(self) -> float:
         """E[k^2] / E[k] of the prefill steps k = ceil(P / room) one prompt takes (prompt-length nodes)."""
@@ -424,7 +467,8 @@ class Point:
         decode = self._step(seen, 0.0) + self.slowest_rank_s
         peer = self._peer_step(seen, decode) if s else decode
         if percentile == 0:
-            return (q * self._step(seen, self.chunk_tokens) + s * peer + (1 - q - s) * decode) if q else decode
+            prefill, emitting = self._own_prefill_step(seen, decode)
+            return (q * prefill + s * peer + (1 - q - s) * decode) / emitting
         key = ("itl", percentile)
         cached = self._memo.get(key)
         if cached is not None:
@@ -439,9 +483,15 @@ class Point:
                 typical = sum(wt * min(x, cap) for x, wt in nodes)
                 scale = self.chunk_tokens / typical if typical > 0 else 1.0
                 parts += [(q * wt, self._step(seen, min(x * scale, cap))) for x, wt in nodes]
-        if s:   # taken from the decode-only gaps
+        if s and self.model.policy.prefill_first:   # a gap's closing decode step waits for peers' prefill
+            long = min(s / (1 - q), 1.0)
+            peers = self._peer_steps(seen, decode)
+            parts = [(wt * (1 - long), gap) for wt, gap in parts] + [(wt * long * pw, gap - decode + tau)
+                                                                     for wt, gap in parts for pw, tau in peers]
+        elif s:   # taken from the decode-only gaps
             share = min(s, parts[0][0])
-            parts = [(parts[0][0] - share, decode), (share, peer), *parts[1:]]
+            parts = [(parts[0][0] - share, decode), *((share * pw, tau) for pw, tau in self._peer_steps(seen, decode)),
+                     *parts[1:]]
         sigma = (self._step(min(seen + 1, seats + 1), 0.0) - decode) * math.sqrt(self.decode_others)
         value = _mixture_quantile(percentile / 100, tuple(parts), max(sigma, 0.0))
         self._memo[key] = value
@@ -455,7 +505,8 @@ class Point:
         consecutive steps of the room (``_prefill_service`` of k prompts' tokens)."""
         m = self.model
         share = 1 - m.prefix_hit_ratio
-        per_decode = self.prefill_step_share * self.chunk_tokens / self.w.prefill_mean   # prompts per decode step
+        own = self.prefill_step_share   # share of all steps that prefill here; the rest decode
+        per_decode = own * self.chunk_tokens / self.w.prefill_mean / (1 - own)   # prompts per decode step
         q = min(1 - math.exp(-self.rate_per_s * decode), per_decode)
         mean_run = per_decode / q if q > 0 else 1.0
         chain = 1 - 1 / mean_run
@@ -623,25 +674,59 @@ def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> 
         return _Mix(capacity, tau_d, tau_d, tau_d, tau_d, 0.0, 0.0, 0.0, 0.0, w.steps * tau_d, limit)
     beside = 0.0 if r.policy.prefill_first else batch   # decoding sequences in a prompt's own steps
     tau_full = w.step(beside, capacity, capacity / w.prefill_mean)
+    prompts = prefill_per_step / w.prefill_mean
     rho_steps = prefill_per_step / capacity                      # share of step capacity used by prefill
-    if rho_steps >= 1:
-        limit = limit or "prefill throughput"
-        rho_steps = 0.999
-    # Prompts arrive Poisson: a step finds new prefill work with probability 1 - exp(-prompts per step);
-    # a step carries at most the capacity, so under load q = N / capacity.
-    q = max(1 - math.exp(-prefill_per_step / w.prefill_mean), rho_steps) if prefill_per_step > 0 else 0.0
-    chunk = prefill_per_step / q if q else 0.0
-    tau_p = w.step(batch, chunk, chunk / w.prefill_mean) if chunk else tau_d
+    if r.policy.prefill_first:
+        # prompts prefill in steps of their own, y per decode step: those arriving during one step share the next
+        # while they fit, a prompt takes E[ceil(P / capacity)] of them, and together they carry at most the
+        # capacity each; so q = y / (1 + y) of all steps prefill here, and prompts arrive (1 - q) N / P a step
+        pieces = r.input_len.pieces(capacity / (1 - r.prefix_hit_ratio))
+        y = max((1 - math.exp(-prompts)) * pieces, rho_steps)
+        q = y / (1 + y)
+        chunk = prefill_per_step / y if y else 0.0
+        prompts *= 1 - q
+    else:
+        if rho_steps >= 1:
+            limit = limit or "prefill throughput"
+            rho_steps = 0.999
+        # Prompts arrive Poisson: a step finds new prefill work with probability 1 - exp(-prompts per step);
+        # a step carries at most the capacity, so under load q = N / capacity.
+        pieces = 1.0
+        q = max(1 - math.exp(-prompts), rho_steps) if prefill_per_step > 0 else 0.0
+        chunk = prefill_per_step / q if q else 0.0
+    tau_p = w.step(beside, chunk, chunk / w.prefill_mean) if chunk else tau_d
     tau_mean = q * tau_p + (1 - q) * tau_d
     peer_share = tau_peer = 0.0
     if r.lockstep_ranks > 1 and chunk:   # a step without prefill here still lasts as long as a peer's with
-        tau_peer = max(tau_d, w.step(beside, chunk, chunk / w.prefill_mean))
-        peer_share = _peer_share(q, prefill_per_step / w.prefill_mean, r.lockstep_ranks, tau_d, tau_peer)
-        tau_mean += peer_share * (tau_peer - tau_d)
+        longest = min(chunk * _longest_chunk(r.input_len, r.lockstep_ranks - 1, q), capacity)
+        tau_peer = max(tau_d, w.step(beside, longest, longest / w.prefill_mean))
+        peer_share = _peer_share(q, prompts, r.lockstep_ranks, tau_d, tau_peer, pieces)
+        # this rank's own prefill step lasts as long as the longest chunk among it and the peers prefilling beside it
+        own = min(chunk * _longest_chunk(r.input_len, r.lockstep_ranks - 1, q, own=True), capacity)
+        tau_p = max(tau_p, w.step(beside, own, own / w.prefill_mean))
+        tau_mean = q * tau_p + (1 - q) * tau_d + peer_share * (tau_peer - tau_d)
     full = math.ceil(w.prefill_mean / capacity) - 1
     alone = full * tau_full + w.step(beside, w.prefill_mean - full * capacity, 1.0)
-    return _Mix(capacity, tau_d, tau_full, tau_p, tau_mean, q, chunk, rho_steps, alone, w.steps * tau_mean, limit,
-                peer_share, tau_peer)
+    # prefill first: the steps that prefill here give the decoding sequences no token, so each of a request's
+    # decode steps comes with q / (1 - q) of them
+    emitting = 1 - q if r.policy.prefill_first else 1.0
+    return _Mix(capacity, tau_d, tau_full, tau_p, tau_mean, q, chunk, rho_steps, alone, w.steps * tau_mean / emitting,
+                limit, peer_share, tau_peer)
+
+
+def _longest_chunk(prompts: LengthDist, peers: int, q: float, own: bool = False) -> float:
+    """The longest chunk a lockstep step prefills, over the mean chunk: each of ``peers`` prefills with probability q
+    (K of them, binomial), each chunk following the prompt lengths: E[max of K draws] / E[draw]
+    (``LengthDist.max_of``) given K >= 1, or with ``own`` of 1 + K draws (this rank prefills too)."""
+    mean = prompts.max_of(1)
+    if peers < 1 or q <= 0 or mean <= 0:
+        return 1.0
+    total = weight = 0.0
+    for k in range(0 if own else 1, peers + 1):
+        p = math.comb(peers, k) * q ** k * (1 - q) ** (peers - k)
+        total += p * prompts.max_of(k + own)
+        weight += p
+    return total / (weight * mean) if weight > 0 else 1.0
 
 
 def _slowest_decode(w: _Work, batch: float, ranks: int) -> float:
@@ -678,20 +763,26 @@ def _normal_max_excess(count: int) -> float:
     return sum((1 - (0.5 * (1 + math.erf((i + 0.5) * h / math.sqrt(2)))) ** count) * h for i in range(1600))
 
 
-def _peer_share(q: float, prompts_per_step: float, ranks: int, tau_d: float, tau_long: float) -> float:
+def _peer_share(q: float, prompts_per_step: float, ranks: int, tau_d: float, tau_long: float,
+                pieces: float = 1.0) -> float:
     """Share of a lockstep rank's steps without prefill of its own that a peer's prefill lengthens. A prompt is
     prefilled in the step after it arrives, so a step is long when some rank's prompt arrived during the one before:
     with probability a = 1 - exp(-n lam tau_d) after a decode-only step, b = 1 - exp(-n lam tau_long) after a long one
     (n ranks, each's prompts Poisson at lam = prompts per step / mean step). Long steps draw the arrivals that make
     the next one long: the chain's stationary share of long steps is Q = a / (1 - b + a) (solved with the mean step
-    it implies), against 1 - (1 - q)^n for ranks prefilling independently; the peers' part is Q - q."""
+    it implies), against 1 - (1 - q)^n for ranks prefilling independently; the peers' part is Q - q. Prompts of
+    ``pieces`` >= 2 steps each (prefill first, in chunks of the budget) keep their ranks prefilling whatever arrives:
+    Q is then at least the independent share."""
     if q <= 0 or prompts_per_step <= 0:
         return 0.0
     share = 1 - (1 - q) ** ranks
+    # prompts of two or more steps each keep their rank prefilling whatever arrives: at least the ranks' independent
+    # share (blended in between one and two steps a prompt)
+    floor = 1 - (1 - q * min(max(pieces - 1, 0.0), 1.0)) ** ranks
     for _ in range(20):
         rate = ranks * prompts_per_step / ((1 - share) * tau_d + share * tau_long)
         short_next, long_next = 1 - math.exp(-rate * tau_d), 1 - math.exp(-rate * tau_long)
-        new = max(short_next / (1 - long_next + short_next), q)
+        new = max(short_next / (1 - long_next + short_next), floor, q)
         if abs(new - share) < 1e-6:
             break
         share = new

@@ -59,6 +59,7 @@ class LengthDist:
     spread: float = 0.0                    # uniform: range ratio r; lognormal: coefficient of variation
     values: tuple[int, ...] = field(default=())  # empirical
     _quantiles: dict[float, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _derived: dict[tuple[str, float], float] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind == "empirical":
@@ -116,6 +117,31 @@ class LengthDist:
                 merged[value] = merged.get(value, 0.0) + end - start
             self._quantiles[key] = cached = tuple(merged.items())  # type: ignore[assignment]
         return cached  # type: ignore[return-value]
+
+    def max_of(self, count: int) -> float:
+        """E[the largest of ``count`` independent draws], over the nodes: P(max <= x) = F(x)^count."""
+        key = ("max", count)
+        cached = self._derived.get(key)
+        if cached is None:
+            cached = below = cdf = 0.0
+            for x, weight in self.nodes():
+                cdf += weight
+                at_most = min(cdf, 1.0) ** count
+                cached += x * (at_most - below)
+                below = at_most
+            self._derived[key] = cached
+        return cached
+
+    def pieces(self, size: float) -> float:
+        """E[ceil(draw / size)]: the pieces of at most ``size`` a draw is cut into (the steps a prompt's prefill
+        takes in chunks of that many tokens), over the nodes."""
+        key = ("pieces", size)
+        cached = self._derived.get(key)
+        if cached is None:
+            cached = sum(weight * max(math.ceil(x / size - 1e-9), 1) for x, weight in self.nodes()) if size > 0 \
+                else 1.0
+            self._derived[key] = cached
+        return cached
 
     def _quantile(self, p: float) -> float:
         m = self.mean
