@@ -467,7 +467,8 @@ def test_search_skips_layouts_that_cut_weight_blocks() -> None:
         search(spec, _traffic(), _targets(2.0, 0.1), replace(space, expert_parallel=(False,)))
 
 
-_RESULT_PIPE: list = []   # the executor's result pipe, for its forked worker (a queue cannot be sent as an argument)
+# the executor's result pipe and a marker file, for its forked worker (a queue cannot be sent as an argument)
+_RESULT_PIPE: list = []
 
 
 def _half_a_result() -> None:
@@ -475,12 +476,14 @@ def _half_a_result() -> None:
     import struct
     import time
 
+    results, marker = _RESULT_PIPE
     header = struct.pack("!i", 1 << 20)   # multiprocessing's frame: a length, then that many bytes
-    os.write(_RESULT_PIPE[0]._writer.fileno(), header + b"x" * 100)
+    os.write(results._writer.fileno(), header + b"x" * 100)
+    marker.touch()
     time.sleep(60)
 
 
-def test_a_worker_killed_mid_result_does_not_hang_the_exit() -> None:
+def test_a_worker_killed_mid_result_does_not_hang_the_exit(tmp_path: Path) -> None:
     """The pool's thread waits for the rest of a result its killed worker never finished sending: stopping the
     workers ends that wait (it would otherwise hang the interpreter's exit, which joins the thread)."""
     import time
@@ -489,11 +492,16 @@ def test_a_worker_killed_mid_result_does_not_hang_the_exit() -> None:
 
     pool, others = capacity._executor(2, 2)
     assert pool is not None
-    _RESULT_PIPE[:] = [pool._result_queue]
+    marker = tmp_path / "written"
+    _RESULT_PIPE[:] = [pool._result_queue, marker]
     job = pool.submit(_half_a_result)
     manager = pool._executor_manager_thread
-    time.sleep(0.5)   # the thread has read the header and waits for the rest
-    assert manager.is_alive()
+    for _ in range(200):   # the worker has written half its result
+        if marker.exists():
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)   # the thread has read the header and waits for the rest
+    assert marker.exists() and manager.is_alive()
     started = time.monotonic()
     capacity._stop_workers(pool, others)
     assert not manager.is_alive() and time.monotonic() - started < 5

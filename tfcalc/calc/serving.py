@@ -435,8 +435,9 @@ class Point:
         if not q:
             return decode, 1.0
         m = self.model
-        chunk = min(self.chunk_tokens * _longest_chunk(m.input_len, m.lockstep_ranks - 1, q, own=True),
-                    self.prefill_capacity)
+        chunk = self.chunk_tokens
+        if m.lockstep_ranks > 1:
+            chunk = min(chunk * _longest_chunk(m.input_len, m.lockstep_ranks - 1, q, own=True), self.prefill_capacity)
         if m.policy.prefill_first:
             return self._step(0.0, chunk), 1 - q
         return self._step(seen, chunk), 1.0
@@ -718,8 +719,10 @@ def _longest_chunk(prompts: LengthDist, peers: int, q: float, own: bool = False)
     """The longest chunk a lockstep step prefills, over the mean chunk: each of ``peers`` prefills with probability q
     (K of them, binomial), each chunk following the prompt lengths: E[max of K draws] / E[draw]
     (``LengthDist.max_of``) given K >= 1, or with ``own`` of 1 + K draws (this rank prefills too)."""
+    if peers < 1 or q <= 0:
+        return 1.0
     mean = prompts.max_of(1)
-    if peers < 1 or q <= 0 or mean <= 0:
+    if mean <= 0:
         return 1.0
     total = weight = 0.0
     for k in range(0 if own else 1, peers + 1):
