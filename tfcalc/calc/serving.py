@@ -311,7 +311,7 @@ class Point:
 
     def _peer_step(self, seen: float, decode: float) -> float:
         """A step here without prefill while peer ranks prefill their chunks (lockstep): the longer of this rank's
-        decode and the longest of their chunks (``_longest_of_peers``)."""
+        decode and the longest of their chunks (``_longest_chunk``)."""
         m = self.model
         beside = 0.0 if m.policy.prefill_first else seen
         longest = self.chunk_tokens * _longest_chunk(m.input_len, m.lockstep_ranks - 1, self.prefill_step_share)
@@ -429,8 +429,8 @@ class Point:
 
     def _own_prefill_step(self, seen: float, decode: float) -> tuple[float, float]:
         """A step that prefills this rank's prompts, and the share of steps that give its decoding sequences a token:
-        with the decodes in it (1), or, prefill first (SGLang), without them (1 - q: they wait for the next step),
-        its time then set by the prompt alone or a peer's longer one (``_beside_peers``)."""
+        with the decodes in it (1), or, prefill first (SGLang), without them (1 - q: they wait for the next step).
+        In a lockstep group it lasts as long as the longest chunk among its own and its peers' (``_longest_chunk``)."""
         q = self.prefill_step_share
         if not q:
             return decode, 1.0
