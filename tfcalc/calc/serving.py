@@ -376,27 +376,34 @@ class Point:
 
     def _ttft_nodes(self) -> list[tuple[float, float]]:
         """(TTFT without waiting, weight) at the prompt-length nodes, in increasing order: ``_fixed_ttft`` for
-        each node, written out (it runs for every point a search evaluates)."""
+        each node, written out (it runs for every point a search evaluates). Lockstep ranks: the prompt's last step
+        lasts as long as the longest chunk peers prefill beside it, a mixture over their chunks' nodes
+        (``_peer_steps``) where the mean takes one peer step (``_beside_peers``)."""
         m, w = self.model, self.w
         o = m.overheads
         base = o.request_s + o.stream_s + self.api_delay_s - self.api_wait_s + self._running_step_s()
         per_token, share = o.per_input_token_s + o.api_input_token_s, 1 - m.prefix_hit_ratio
         cap, step = self.prefill_capacity, w.step
         batch = 0.0 if m.policy.prefill_first else self.batch   # decoding sequences in the prompt's own steps
+        peers: list[tuple[float, float]] = [(1.0, 0.0)]
+        if m.lockstep_ranks > 1 and self.peer_step_share:
+            together = 1 - (1 - self.prefill_step_share) ** (m.lockstep_ranks - 1)
+            peers = [(1 - together, 0.0)] + [(together * pw, tau) for pw, tau in self._peer_steps(self.batch, 0.0)]
         full_step = -1.0
         out = []
         for prompt, weight in m.input_len.nodes(True):
             t = base + per_token * prompt
             tokens = prompt * share if m.role != "decode" else 0.0
+            last = 0.0
             if tokens > 0:
                 full = math.ceil(tokens / cap) - 1
-                t += self._beside_peers(step(batch, tokens - full * cap, 1.0))
+                last = step(batch, tokens - full * cap, 1.0)
                 if full:
                     if full_step < 0:
                         full_step = self._beside_peers(step(batch, cap, cap / w.prefill_mean))
                     t += full * full_step
-            out.append((t, weight))
-        return out
+            out += [(t + max(last, tau), weight * pw) for pw, tau in peers]
+        return sorted(out) if len(peers) > 1 else out
 
     def tpot(self, percentile: float = 0.0) -> float:
         """Time per output token after the first (s), per request: mean or percentile over requests.
