@@ -284,11 +284,13 @@ class Point:
     def _beside_peers(self, own: float) -> float:
         """A step of this rank's own prefill in a lockstep group: a peer prefills in the same step with probability
         1 - (1 - q)^(ranks - 1), and the step then lasts the longer of the two (a peer's chunk: ``peer_step_s``)."""
-        ranks = self.model.lockstep_ranks
-        if ranks <= 1 or not self.peer_step_share:
+        if self.model.lockstep_ranks <= 1 or not self.peer_step_share:
             return own
-        together = 1 - (1 - self.prefill_step_share) ** (ranks - 1)
-        return own + together * max(self.peer_step_s - own, 0.0)
+        return own + self._peer_beside() * max(self.peer_step_s - own, 0.0)
+
+    def _peer_beside(self) -> float:
+        """The chance that a peer prefills in the same step as this rank's own prefill: 1 - (1 - q)^(ranks - 1)."""
+        return 1 - (1 - self.prefill_step_share) ** (self.model.lockstep_ranks - 1)
 
     def _step(self, batch: float, prefill: float, completing: float | None = None) -> float:
         w = self.w
@@ -324,7 +326,7 @@ class Point:
         m = self.model
         peers, q = m.lockstep_ranks - 1, self.prefill_step_share
         beside = 0.0 if m.policy.prefill_first else seen
-        counts = [(math.comb(peers, k) * q ** k * (1 - q) ** (peers - k), k) for k in range(1, peers + 1)]
+        counts = _peer_counts(peers, q, 1)
         total = sum(p for p, _ in counts)
         nodes = m.input_len.nodes(True)
         scale = self.chunk_tokens / sum(x * wt for x, wt in nodes)
@@ -387,7 +389,7 @@ class Point:
         batch = 0.0 if m.policy.prefill_first else self.batch   # decoding sequences in the prompt's own steps
         peers: list[tuple[float, float]] = [(1.0, 0.0)]
         if m.lockstep_ranks > 1 and self.peer_step_share:
-            together = 1 - (1 - self.prefill_step_share) ** (m.lockstep_ranks - 1)
+            together = self._peer_beside()
             peers = [(1 - together, 0.0)] + [(together * pw, tau) for pw, tau in self._peer_steps(self.batch, 0.0)]
         full_step = -1.0
         out = []
@@ -731,12 +733,16 @@ def _longest_chunk(prompts: LengthDist, peers: int, q: float, own: bool = False)
     mean = prompts.max_of(1)
     if mean <= 0:
         return 1.0
-    total = weight = 0.0
-    for k in range(0 if own else 1, peers + 1):
-        p = math.comb(peers, k) * q ** k * (1 - q) ** (peers - k)
-        total += p * prompts.max_of(k + own)
-        weight += p
+    counts = _peer_counts(peers, q, 0 if own else 1)
+    weight = sum(p for p, _ in counts)
+    total = sum(p * prompts.max_of(k + own) for p, k in counts)
     return total / (weight * mean) if weight > 0 else 1.0
+
+
+def _peer_counts(peers: int, q: float, least: int) -> list[tuple[float, int]]:
+    """(probability, k) of k = ``least`` ... ``peers`` of the peers prefilling in a step, each with probability q
+    (binomial; not renormalised)."""
+    return [(math.comb(peers, k) * q ** k * (1 - q) ** (peers - k), k) for k in range(least, peers + 1)]
 
 
 def _slowest_decode(w: _Work, batch: float, ranks: int) -> float:
