@@ -6,7 +6,7 @@ it runs offline from its bundled, measured kernel tables) and run
 
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
-        | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10]
+        | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -21,7 +21,8 @@ the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before t
 ``--holdout7`` the seventh (``HOLDOUT_GRID_7``, aiconfigurator_holdout7.json), before the round that used the sixth;
 ``--holdout8`` the eighth (``HOLDOUT_GRID_8``, aiconfigurator_holdout8.json), before the round that used the seventh;
 ``--holdout9`` the ninth (``HOLDOUT_GRID_9``, aiconfigurator_holdout9.json), before the round that used the eighth;
-``--holdout10`` the tenth (``HOLDOUT_GRID_10``, aiconfigurator_holdout10.json), before stop 44's changes.
+``--holdout10`` the tenth (``HOLDOUT_GRID_10``, aiconfigurator_holdout10.json), before stop 44's changes;
+``--holdout11`` the eleventh (``HOLDOUT_GRID_11``, aiconfigurator_holdout11.json), before stop 45's changes.
 """
 
 from __future__ import annotations
@@ -310,6 +311,31 @@ HOLDOUT_GRID_10 = [
 ]
 
 
+# Collected on 2026-12-06 (stop 45) before that session's changes and scored once: settings no grid above holds
+# (fp8 Llama 3.1 8B at tp 8 on the H100 and B200, Qwen3-32B at tp 8 on the H200, Mixtral 8x7B sliced over tp 8 on
+# the H200, Mixtral 8x22B at ep 4 on the H100, gpt-oss-120b sliced over tp 8 on the H100 and B200, gpt-oss-20b at
+# ep 4 and sliced over tp 8 on the H200 and at ep 8 on the B200, Qwen3-30B-A3B on one H100 with 13,000-token
+# prompts, Qwen3-235B at ep 8 on the H200 with 4,000-token prompts, DeepSeek-V3 on eight B200s with 7,500-token
+# prompts and Llama 3 70B at tp 8 on the H100 with 13,000-token prompts; prompts of 650, 1,700, 4,000, 7,500 and
+# 13,000 tokens; batches 13, 26 and 46). Summarised on its own line ("aic held-out 11").
+HOLDOUT_GRID_11 = [
+    ("llama3.1-8b-fp8", "h100_sxm", [8], [13, 26, 46], [(650, 1300)]),
+    ("llama3.1-8b-fp8", "b200_sxm", [8], [13, 26, 46], [(4000, 400)]),
+    ("llama3-70b", "h100_sxm", [8], [13, 26, 46], [(13000, 150)]),
+    ("qwen3-32b", "h200_sxm", [8], [13, 26, 46], [(1700, 500)]),
+    ("qwen3-30b-a3b", "h100_sxm", [1], [13, 26, 46], [(13000, 150)]),
+    ("qwen3-235b-a22b", "h200_sxm", [8], [13, 26, 46], [(4000, 400)], True),
+    ("mixtral-8x7b", "h200_sxm", [8], [13, 26, 46], [(650, 1300)]),
+    ("mixtral-8x22b", "h100_sxm", [4], [13, 26, 46], [(650, 1300)], True),
+    ("gpt-oss-120b", "h100_sxm", [8], [13, 26, 46], [(1700, 500)]),
+    ("gpt-oss-120b", "b200_sxm", [8], [13, 26, 46], [(650, 1300)]),
+    ("gpt-oss-20b", "h200_sxm", [4], [13, 26, 46], [(7500, 250)], True),
+    ("gpt-oss-20b", "h200_sxm", [8], [13, 26, 46], [(4000, 400)]),
+    ("gpt-oss-20b", "b200_sxm", [8], [13, 26, 46], [(1700, 500)], True),
+    ("deepseek-v3", "b200_sxm", [8], [13, 26, 46], [(7500, 250)]),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -377,32 +403,15 @@ if __name__ == "__main__":
     flags = [a for a in sys.argv[1:] if a.startswith("--")]
     backends = [f.split("=", 1)[1] for f in flags if f.startswith("--backends=")]
     only = [f.split("=", 1)[1] for f in flags if f.startswith("--models=")]
-    if "--large-batch" in flags:
-        GRID[:] = LARGE_BATCH_GRID
-    if "--holdout" in flags:
-        GRID[:] = HOLDOUT_GRID
-    if "--holdout2" in flags:
-        GRID[:] = HOLDOUT_GRID_2
-    if "--holdout3" in flags:
-        GRID[:] = HOLDOUT_GRID_3
-    if "--holdout4" in flags:
-        GRID[:] = HOLDOUT_GRID_4
-    if "--holdout5" in flags:
-        GRID[:] = HOLDOUT_GRID_5
-    if "--holdout6" in flags:
-        GRID[:] = HOLDOUT_GRID_6
-    if "--holdout7" in flags:
-        GRID[:] = HOLDOUT_GRID_7
-    if "--holdout8" in flags:
-        GRID[:] = HOLDOUT_GRID_8
-    if "--holdout9" in flags:
-        GRID[:] = HOLDOUT_GRID_9
-    if "--holdout10" in flags:
-        GRID[:] = HOLDOUT_GRID_10
+    grids = {"--large-batch": LARGE_BATCH_GRID, "--holdout": HOLDOUT_GRID, "--holdout2": HOLDOUT_GRID_2,
+             "--holdout3": HOLDOUT_GRID_3, "--holdout4": HOLDOUT_GRID_4, "--holdout5": HOLDOUT_GRID_5,
+             "--holdout6": HOLDOUT_GRID_6, "--holdout7": HOLDOUT_GRID_7, "--holdout8": HOLDOUT_GRID_8,
+             "--holdout9": HOLDOUT_GRID_9, "--holdout10": HOLDOUT_GRID_10, "--holdout11": HOLDOUT_GRID_11}
+    chosen = [grids[f] for f in flags if f in grids]
+    if chosen:
+        GRID[:] = chosen[-1]
     if only:
         GRID[:] = [g for g in GRID if g[0] in only[0].split(",")]
-    every_backend = {"--large-batch", "--holdout", "--holdout2", "--holdout3", "--holdout4",
-                     "--holdout5", "--holdout6", "--holdout7", "--holdout8", "--holdout9",
-                     "--holdout10"} & set(flags)
+    every_backend = bool(chosen)
     default = ["vllm", "sglang", "trtllm"] if every_backend else ["vllm"]
     main(args[0], "--quick" in flags, backends[0].split(",") if backends else default)

@@ -14,7 +14,10 @@ rows) times one all-reduce of ``message_size`` bf16 *elements* (collector/collec
   and up): least squares through the origin of time - launch on (n - 1) x bytes -> its bandwidth;
 - two-shot (the other rows below vLLM's 8 MiB limit): least squares of time - launch on 2 (n - 1) / n x bytes ->
   its latency (the intercept) and bandwidth.
-Efficiencies are those bandwidths over the fabric's (presets/interconnects). ``--check`` prices every row below
+Efficiencies are those bandwidths over the fabric's (presets/interconnects). Where the engine preset gives its own
+two-shot kernel on a fabric (``kernels.custom_allreduce_two_shot``: vLLM's on the B200), the two-shot rows it covers
+(below its ``below_kib``) fit that kernel's latency and latency per peer GPU instead: least squares of time -
+launch - 2 (n - 1) / n x bytes / beta_2 (the fabric's) on (n - 1). ``--check`` prices every row below
 8 MiB with the presets as they are (``tfcalc.calc.comm.custom_all_reduce``, the engine preset's rule and launch
 cost) and prints
 median and worst |tfcalc / measured - 1|, and the rows per GPU count.
@@ -63,6 +66,17 @@ def fit(rows: list[tuple[int, float, float]], one_shot) -> tuple[float, float, f
     return launch, beta1, my - slope * mx, 1 / slope
 
 
+def fit_own_two_shot(rows: list[tuple[int, float, float]], kernel, covers, one_shot) -> tuple[float, float, int]:
+    """(latency s, per-peer latency s, rows) of an engine's own two-shot kernel over the rows ``covers`` keeps,
+    with the fabric ``kernel``'s launch and two-shot bandwidth."""
+    beta = kernel.bandwidth_bytes_per_s * kernel.two_shot_efficiency
+    points = [(n - 1, t - kernel.launch_s - 2 * (n - 1) / n * b / beta) for n, b, t in rows
+              if n > 1 and covers(b, n) and not one_shot(b, n)]
+    mx, my = statistics.fmean(x for x, _ in points), statistics.fmean(y for _, y in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    return my - slope * mx, slope, len(points)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", default="vllm", help="vllm, sglang or trtllm (aiconfigurator's table names)")
@@ -83,19 +97,25 @@ def main() -> None:
         def one_shot(b: float, n: int) -> bool:
             return kernels.one_shot_allreduce(b, n, b / (4096 * 2))   # the collector's tokens: [b / 8 KiB, 4096]
 
+        own = kernels.custom_allreduce_two_shot.get(fabric_name)
         if not args.check:
             launch, beta1, extra, beta2 = fit(rows, one_shot)
             print(f"{gpu} ({args.engine} {version}, {fabric_name} {bandwidth / 1e9:.0f} GB/s): launch_us "
                   f"{launch * 1e6:.1f}, one_shot_efficiency {beta1 / bandwidth:.2f} ({beta1 / 1e9:.0f} GB/s), "
                   f"two_shot_latency_us {extra * 1e6:.1f}, two_shot_efficiency {beta2 / bandwidth:.2f} "
                   f"({beta2 / 1e9:.0f} GB/s)")
+            if own is not None:
+                latency, per_peer, count = fit_own_two_shot(rows, kernels.custom_allreduce_on(fabric), own.covers,
+                                                            one_shot)
+                print(f"  its own two-shot below {dict((g, b / KIB) for g, b in own.below_bytes)} KiB ({count} "
+                      f"rows): latency_us {latency * 1e6:.1f}, per_peer_us {per_peer * 1e6:.2f}")
             continue
-        kernel = kernels.custom_allreduce_on(fabric)   # with the engine's own launch cost on this fabric
-        assert kernel is not None
         errors, by_gpus = [], {}
         for n, b, t in sorted(rows):
             if b >= MAX_BYTES or n == 1:
                 continue
+            kernel = kernels.custom_allreduce_on(fabric, b, n)   # the engine's own launch and two-shot where measured
+            assert kernel is not None
             p = comm.custom_all_reduce(b, n, kernel, one_shot(b, n)).seconds
             errors.append(abs(p / t - 1))
             by_gpus.setdefault(n, []).append(f"{b / KIB:g}K {t * 1e6:.1f}/{p * 1e6:.1f}")

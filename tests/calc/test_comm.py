@@ -175,3 +175,27 @@ def test_each_engine_runs_its_own_launch_cost_on_a_fabric() -> None:
     assert trtllm is not None and trtllm.launch_s == pytest.approx(3.0e-6)
     assert EngineKernels(custom_allreduce=False).custom_allreduce_on(fabric) is None
     assert load_engine("vllm").kernels.custom_allreduce_on(load_interconnect("pcie5")) is None
+
+
+def test_vllm_on_b200_runs_its_slow_two_shot_below_its_custom_limit_and_symmetric_memory_above() -> None:
+    """vLLM's all-reduce dispatch on a B200 (CUSTOM_ALL_REDUCE_MAX_SIZES: custom kernels below 2 MiB on 4 GPUs and
+    1 MiB on 8, torch symmetric memory above) against aiconfigurator 0.12's measured table of it on 8 x B200
+    (systems/data/b200_sxm/comm/vllm/0.24.0, CUDA graphs): two-shot 18.0 us at 512 KiB on 4 GPUs, 25.8 / 26.1 us at
+    256 / 512 KiB on 8, symmetric memory 17.2 / 20.7 us at 1 / 2 MiB on 8, one-shot 9.4 us at 128 KiB on 8: each
+    within 15 %; the larger message really is the faster one; SGLang keeps the fabric's kernel throughout."""
+    fabric, vllm = load_interconnect("nvlink5"), load_engine("vllm").kernels
+    kib = 1024
+
+    def price(engine, nbytes: float, n: int) -> float:
+        kernel = engine.custom_allreduce_on(fabric, nbytes, n)
+        return comm.custom_all_reduce(nbytes, n, kernel, engine.one_shot_allreduce(nbytes, n, 0)).seconds
+
+    for n, nbytes, measured in ((4, 512 * kib, 18.0e-6), (8, 256 * kib, 25.8e-6), (8, 512 * kib, 26.1e-6),
+                                (8, 1024 * kib, 17.2e-6), (8, 2048 * kib, 20.7e-6), (8, 128 * kib, 9.4e-6)):
+        assert price(vllm, nbytes, n) == pytest.approx(measured, rel=0.15), (n, nbytes)
+    assert price(vllm, 1024 * kib, 8) < price(vllm, 512 * kib, 8)
+    assert price(vllm, 512 * kib, 8) - price(vllm, 512 * kib, 4) > 5e-6   # the per-peer latency
+    sglang = load_engine("sglang").kernels.custom_allreduce_on(fabric, 512 * kib, 8)
+    assert sglang.two_shot_latency_s == fabric.custom_allreduce.two_shot_latency_s
+    hopper = load_interconnect("nvlink4")
+    assert vllm.custom_allreduce_on(hopper, 512 * kib, 8) == hopper.custom_allreduce

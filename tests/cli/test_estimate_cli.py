@@ -109,6 +109,21 @@ def test_explain_names_a_formats_own_moe_floor() -> None:
     assert "under ep" not in text
 
 
+def test_explain_names_vllms_own_two_shot_all_reduce_on_a_b200() -> None:
+    """vLLM at tp 8 on a B200 says where its own two-shot kernel runs (below 1 MiB) and what it costs; on an H100,
+    at tp 1 and under SGLang there is no such line."""
+    def explain(*extra: str) -> str:
+        result = runner.invoke(app, ["estimate", "-p", "llama3-70b", "--no-fit", "--explain", *extra])
+        assert result.exit_code == 0, result.output
+        return " ".join(result.stdout.split())
+
+    assert "own two-shot kernel on nvlink5 below 1 MiB at tp 8 (1.8 µs + 2.2 µs per peer)" in explain(
+        "-g", "b200", "--tp", "8")
+    for extra in (["-g", "h100-sxm", "--tp", "8"], ["-g", "b200", "--tp", "1"], ["-g", "b200", "--tp", "8", "-e",
+                                                                                "sglang"]):
+        assert "own two-shot" not in explain(*extra)
+
+
 def test_explain_names_what_the_moe_adds_under_expert_parallelism() -> None:
     """vLLM's MXFP4 experts on an H200 pay 26.9 us more at ep 4 (their expert-map routing path); the rates line
     says so only where ep > 1."""

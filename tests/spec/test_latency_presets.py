@@ -875,6 +875,19 @@ def test_custom_allreduce_blocks_parse_and_fail_clearly() -> None:
             kernels_from_mapping({"one_shot_allreduce": value}, "e.yaml")
     with pytest.raises(SpecError, match="custom_allreduce_launch_us.nvlink4' must be at least 0"):
         kernels_from_mapping({"custom_allreduce_launch_us": {"nvlink4": -1}}, "e.yaml")
+    own = kernels_from_mapping({"custom_allreduce_two_shot": {"nvlink5": {"latency_us": 2, "per_peer_us": 1.5,
+                                                                           "below_kib": {8: 1024, 4: 2048}}}},
+                               "e.yaml").custom_allreduce_two_shot["nvlink5"]
+    assert own.below_bytes == ((4, 2048 * 1024.0), (8, 1024 * 1024.0)) and own.latency_s_per_peer == 1.5e-6
+    assert own.covers(1 << 20, 2) and own.covers(1 << 20, 4) and not own.covers(1 << 20, 8)
+    assert not own.covers(1, 16)   # no row for 16 GPUs
+    for value, message in (({"latency_us": 1, "below_kib": {8: 1}, "slope": 2}, "unknown field 'kernels.custom_allre"),
+                           ({"latency_us": 1}, "below_kib' must map GPU counts"),
+                           ({"per_peer_us": -1, "below_kib": {8: 1}}, "per_peer_us' must be at least 0"),
+                           ({"below_kib": {1: 64}}, "GPU counts from 2 to 1024"),
+                           (3, "must map interconnect names to mappings")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"custom_allreduce_two_shot": {"nvlink5": value}}, "e.yaml")
 
 
 def test_user_engine_file_inherits_kernels_by_name(tmp_path: Path) -> None:

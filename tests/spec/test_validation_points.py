@@ -236,6 +236,21 @@ def test_tenth_held_out_grid(v: ModuleType) -> None:
     assert len(moe) >= 170 and sum(e <= 0.2 for e in moe) >= 164
 
 
+def test_eleventh_held_out_grid(v: ModuleType) -> None:
+    """The eleventh held-out file (collected before stop 45's changes; first scoring TTFT 102 of 117, TPOT 106 of
+    117, 101 of 113 and 102 of 113 without reference caveats): its dense TTFT stays near aiconfigurator, its dense
+    TPOT at tp 8 on the H100 (fp8 Llama 3.1 8B, Llama 3 70B) above it by the per-peer synchronisation (+7 ... +26 %),
+    its MoE points without a reference caveat at least at their first scoring (139 of 154 values), and vLLM's
+    Llama 3.1 8B on eight B200s at batch 46, whose 368 KiB all-reduces run vLLM's slow two-shot kernel there
+    (kernels.custom_allreduce_two_shot; -22 % without it), within 20 %."""
+    moe, synced = _dense_tp8_above(v, v.HOLDOUT_11)
+    assert len(synced) == 18 and all(0.0 < e <= 0.3 for e in synced)
+    assert len(moe) >= 150 and sum(e <= 0.2 for e in moe) >= 139
+    two_shot = [p for p in v.load_points() if p["source_kind"] == v.HOLDOUT_11 and p["engine"] == "vllm"
+                and p["gpu"] == "b200" and p["model"] == "llama3.1-8b" and p["batch"] == 46]
+    assert len(two_shot) == 1 and abs(v.predict(two_shot[0])[1] / two_shot[0]["tpot_ms"] - 1) <= 0.2
+
+
 def test_vllm_b200_mixtral_prefill_with_large_experts(v: ModuleType) -> None:
     """vLLM's B200 bf16 Mixtral points of every held-out grid (tp 1-8, ep 1-4): with the large-expert slowdown
     (kernels.moe_large_expert) their TTFT stays within 25 % of aiconfigurator whatever the expert's size (-50 % at tp

@@ -11,7 +11,8 @@ of Collective Communication Operations in MPICH", IJHPCA 19(1), 2005; NCCL's rin
 - point-to-point: alpha + S / beta
 - custom all-reduce (vLLM / SGLang / TensorRT-LLM over peer memory; ``custom_all_reduce``), one-shot: every GPU
   reads each peer's whole buffer and reduces locally, launch + (n - 1) x S / beta_1; two-shot (reduce-scatter,
-  then all-gather, through peer buffers): launch + latency_2 + 2 (n - 1) / n x S / beta_2 (docs/estimate.md)
+  then all-gather, through peer buffers): launch + latency_2 + (n - 1) x latency_peer + 2 (n - 1) / n x S / beta_2
+  (docs/estimate.md)
 
 Each collective also pays ``launch_s``, the fixed cost of its kernel. ``auto`` takes the faster of ring and tree,
 as NCCL's tuner does: trees win for small messages (fewer latency steps), rings for large ones.
@@ -80,7 +81,7 @@ def custom_all_reduce(nbytes: float, n: int, kernel: CustomAllReduce, one_shot: 
         seconds = kernel.launch_s + moved / (kernel.bandwidth_bytes_per_s * kernel.one_shot_efficiency)
         return CommTime(seconds=seconds, algorithm="one-shot", bytes_per_gpu=moved)
     moved = 2 * (n - 1) / n * nbytes
-    seconds = (kernel.launch_s + kernel.two_shot_latency_s
+    seconds = (kernel.launch_s + kernel.two_shot_latency_s + (n - 1) * kernel.two_shot_latency_s_per_peer
                + moved / (kernel.bandwidth_bytes_per_s * kernel.two_shot_efficiency))
     return CommTime(seconds=seconds, algorithm="two-shot", bytes_per_gpu=moved)
 

@@ -591,7 +591,7 @@ def _all_reduce(d: Deployment, nbytes: float, n: int, ideal: bool,
     algorithm = d.algorithm if fabric is d.intra else fabric.algorithm
     best = comm.all_reduce(nbytes, n, link, algorithm)
     engine = d.kernels
-    kernel = engine.custom_allreduce_on(fabric)
+    kernel = engine.custom_allreduce_on(fabric, nbytes, n)
     if not ideal and kernel is not None and best.seconds > 0 and nbytes < engine.custom_allreduce_max_bytes:
         tokens = nbytes / (d.dims.h * ACT_BYTES)
         custom = comm.custom_all_reduce(nbytes, n, kernel, engine.one_shot_allreduce(nbytes, n, tokens))

@@ -315,6 +315,12 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                  f"fabric {d.intra.display_name}, {d.algorithm} all-reduce"
                  + (", engine one-/two-shot custom all-reduce below 8 MiB" if d.kernels.custom_allreduce
                     and d.intra.custom_allreduce is not None else ""))
+    own = d.kernels.custom_allreduce_two_shot.get(d.intra.name) if d.intra.custom_allreduce is not None else None
+    below = next((b for gpus, b in own.below_bytes if d.tp <= gpus), 0.0) if own is not None else 0.0
+    if own is not None and below and d.kernels.custom_allreduce and d.tp > 1:
+        lines.append(f"the engine's own two-shot kernel on {d.intra.name} below {below / 2 ** 20:g} MiB at tp "
+                     f"{d.tp} ({format_seconds(own.latency_s)} + {format_seconds(own.latency_s_per_peer)} per peer), "
+                     "symmetric memory above")
     if d.tp > 1:
         sync = d.fabric(d.tp).forward_sync_s_per_peer
         lines.append(f"tp: 2 all-reduces per layer of tokens x {dm.h} x 2 B (+ the embedding's, logits gathered): "

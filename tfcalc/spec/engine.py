@@ -193,6 +193,25 @@ class ArchitectureMoe:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EngineTwoShot:
+    """An engine's own two-shot all-reduce on one fabric where it differs from the fabric's kernel: its latency
+    (seconds, plus per peer GPU), for messages below ``below_bytes`` as (GPUs, bytes) rows (the fewest GPUs at
+    least n apply: vLLM's CUSTOM_ALL_REDUCE_MAX_SIZES); larger messages run the engine's symmetric-memory
+    all-reduce, priced as the fabric's kernel."""
+
+    latency_s: float
+    latency_s_per_peer: float
+    below_bytes: tuple[tuple[int, float], ...]
+
+    def covers(self, nbytes: float, n: int) -> bool:
+        """Whether an all-reduce of ``nbytes`` over ``n`` GPUs runs this kernel (none listed that many: no)."""
+        for gpus, below in self.below_bytes:
+            if n <= gpus:
+                return nbytes < below
+        return False
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineKernels:
     """How an engine runs a step, for the latency model (``tfcalc.calc.latency``); times in seconds.
 
@@ -200,8 +219,10 @@ class EngineKernels:
     ``eager_launch_s``); ``custom_allreduce``: one-/two-shot kernels for all-reduces below
     ``custom_allreduce_max_bytes`` where the fabric has them, one-shot as ``one_shot_allreduce`` says, with this
     engine's own launch cost per interconnect preset where it differs from the fabric's
-    (``custom_allreduce_launch_s``); ``fused_activation_quant``: fp8/int8 W8A8 GEMMs quantise their input inside the
-    preceding kernel (else a kernel of its own), except, per weight format, after the kinds of kernel
+    (``custom_allreduce_launch_s``) and its own two-shot kernel's latency where it differs
+    (``custom_allreduce_two_shot``, ``EngineTwoShot``); ``fused_activation_quant``: fp8/int8 W8A8 GEMMs quantise
+    their input inside the preceding kernel (else a kernel of its own), except, per weight format, after the kinds of
+    kernel
     ``unfused_activation_quant`` names (``QUANT_PLACES``: a norm, attention, an activation); ``floors_s``: per
     kernel class (gemm, elementwise, attention, moe), replacing the GPU preset's floor where this engine's kernels
     were measured to differ; ``block_floors_s``: the fixed cost of a fused block per layer (mla_decode,
@@ -271,6 +292,7 @@ class EngineKernels:
     one_shot_below_bytes: tuple[tuple[int, float], ...] = VLLM_ONE_SHOT_BELOW
     one_shot_max_tokens: int = 0   # > 0: one-shot up to this many tokens whatever the GPUs (TensorRT-LLM)
     custom_allreduce_launch_s: dict[str, float] = field(default_factory=dict, hash=False)  # by interconnect preset
+    custom_allreduce_two_shot: dict[str, EngineTwoShot] = field(default_factory=dict, hash=False)  # likewise
     fused_activation_quant: bool = False
     unfused_activation_quant: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     eager_launch_s: float = 8e-6
@@ -321,14 +343,21 @@ class EngineKernels:
         _, below_tp4, from_tp4 = rows[-1]
         return below_tp4 if tp < 4 else from_tp4
 
-    def custom_allreduce_on(self, fabric: Interconnect) -> CustomAllReduce | None:
-        """The custom all-reduce this engine runs on ``fabric`` (its own launch cost where it measured one), or None
-        where it runs NCCL only or the fabric has no peer-memory kernel."""
+    def custom_allreduce_on(self, fabric: Interconnect, nbytes: float = 0.0, n: int = 2) -> CustomAllReduce | None:
+        """The custom all-reduce this engine runs on ``fabric`` for ``nbytes`` over ``n`` GPUs (its own launch cost
+        and two-shot latency where it measured them), or None where it runs NCCL only or the fabric has no
+        peer-memory kernel."""
         kernel = fabric.custom_allreduce
         if not self.custom_allreduce or kernel is None:
             return None
         launch = self.custom_allreduce_launch_s.get(fabric.name)
-        return kernel if launch is None else replace(kernel, launch_s=launch)
+        if launch is not None:
+            kernel = replace(kernel, launch_s=launch)
+        own = self.custom_allreduce_two_shot.get(fabric.name)
+        if own is not None and own.covers(nbytes, n):
+            kernel = replace(kernel, two_shot_latency_s=own.latency_s,
+                             two_shot_latency_s_per_peer=own.latency_s_per_peer)
+        return kernel
 
     def one_shot_allreduce(self, nbytes: float, n: int, tokens: float) -> bool:
         """Whether the custom all-reduce of ``nbytes`` (``tokens`` hidden states) over ``n`` GPUs runs the one-shot
@@ -484,6 +513,7 @@ def _mib(value: Any, origin: str, key: str) -> int:
 
 
 _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce", "custom_allreduce_launch_us",
+                          "custom_allreduce_two_shot",
                           "fused_activation_quant", "unfused_activation_quant", "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_by_architecture", "moe_ep_every_row",
@@ -762,6 +792,34 @@ def _launch_by_fabric(value: Any, origin: str) -> dict[str, float]:
     return out
 
 
+def _two_shot_by_fabric(value: Any, origin: str) -> dict[str, EngineTwoShot]:
+    """``custom_allreduce_two_shot: {INTERCONNECT: {latency_us: L, per_peer_us: P, below_kib: {GPUS: KiB}}}``."""
+    key = "kernels.custom_allreduce_two_shot"
+    if value is None:
+        return {}
+    _require(isinstance(value, dict), origin, f"field '{key}' must map interconnect presets to mappings")
+    out = {}
+    for fabric, row in value.items():
+        _require(isinstance(fabric, str) and fabric and isinstance(row, dict), origin,
+                 f"field '{key}' must map interconnect names to mappings of latency_us, per_peer_us, below_kib")
+        _check_keys(row, frozenset({"latency_us", "per_peer_us", "below_kib"}), origin, f"{key}.{fabric}.")
+        below = row.get("below_kib")
+        _require(isinstance(below, dict) and below, origin, f"field '{key}.{fabric}.below_kib' must map GPU counts "
+                 "to KiB")
+        rows = []
+        for gpus, kib in below.items():
+            _require(isinstance(gpus, int) and not isinstance(gpus, bool) and 2 <= gpus <= 1024, origin,
+                     f"field '{key}.{fabric}.below_kib' needs GPU counts from 2 to 1024 as keys, got {_show(gpus)}")
+            rows.append((int(gpus), _num(kib, origin, f"{key}.{fabric}.below_kib.{gpus}", 0.0, 1 << 30) * 1024))
+        out[fabric] = EngineTwoShot(
+            latency_s=_num(row.get("latency_us", 0.0), origin, f"{key}.{fabric}.latency_us", 0.0,
+                           MAX_MICROSECONDS) * 1e-6,
+            latency_s_per_peer=_num(row.get("per_peer_us", 0.0), origin, f"{key}.{fabric}.per_peer_us", 0.0,
+                                    MAX_MICROSECONDS) * 1e-6,
+            below_bytes=tuple(sorted(rows)))
+    return out
+
+
 def _graph_caps(value: Any, origin: str) -> GraphCaps:
     """``graph_max_tokens: [[min GiB, tokens below tp 4, tokens at tp >= 4], ...]``, minimums ascending."""
     key = "kernels.graph_max_tokens"
@@ -900,6 +958,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         custom_allreduce=_bool(data.get("custom_allreduce", d.custom_allreduce), origin, "kernels.custom_allreduce"),
         **_one_shot(data.get("one_shot_allreduce"), origin),
         custom_allreduce_launch_s=_launch_by_fabric(data.get("custom_allreduce_launch_us"), origin),
+        custom_allreduce_two_shot=_two_shot_by_fabric(data.get("custom_allreduce_two_shot"), origin),
         fused_activation_quant=_bool(data.get("fused_activation_quant", d.fused_activation_quant), origin,
                                      "kernels.fused_activation_quant"),
         unfused_activation_quant=_unfused_quant(data.get("unfused_activation_quant"), origin),

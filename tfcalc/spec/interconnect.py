@@ -54,6 +54,7 @@ class CustomAllReduce:
     one_shot_efficiency: float  # of the bandwidth: the (n - 1) x S a GPU reads in the one-shot kernel
     two_shot_efficiency: float  # of the bandwidth: the 2 (n - 1) / n x S a GPU moves in the two-shot kernel
     two_shot_latency_s: float  # the two-shot kernel's second stage and barrier
+    two_shot_latency_s_per_peer: float = 0.0  # and per peer GPU (its barriers signal and wait on every peer)
     source: str = ""
 
 
