@@ -6,7 +6,8 @@ it runs offline from its bundled, measured kernel tables) and run
 
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
-        | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11]
+        | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
+        | --holdout12]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -22,7 +23,8 @@ the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before t
 ``--holdout8`` the eighth (``HOLDOUT_GRID_8``, aiconfigurator_holdout8.json), before the round that used the seventh;
 ``--holdout9`` the ninth (``HOLDOUT_GRID_9``, aiconfigurator_holdout9.json), before the round that used the eighth;
 ``--holdout10`` the tenth (``HOLDOUT_GRID_10``, aiconfigurator_holdout10.json), before stop 44's changes;
-``--holdout11`` the eleventh (``HOLDOUT_GRID_11``, aiconfigurator_holdout11.json), before stop 45's changes.
+``--holdout11`` the eleventh (``HOLDOUT_GRID_11``, aiconfigurator_holdout11.json), before stop 45's changes;
+``--holdout12`` the twelfth (``HOLDOUT_GRID_12``, aiconfigurator_holdout12.json), after stop 45's change.
 """
 
 from __future__ import annotations
@@ -336,6 +338,30 @@ HOLDOUT_GRID_11 = [
 ]
 
 
+# Collected on 2026-12-06 (stop 45) after that session's change to vLLM's all-reduce on the B200 and scored once:
+# settings no grid above holds, among them vLLM-relevant B200 layouts whose decode all-reduces fall in vLLM's
+# two-shot range (fp8 Llama 3 70B and Mixtral 8x7B at tp 8, Qwen3-32B at tp 4), fp8 Llama 3.1 8B at tp 8 on the
+# H200, Llama 3.1 8B at tp 8 and DeepSeek-V3 on the H200 with 15,000-token prompts, Llama 3 70B at tp 4 on the H200,
+# Mixtral 8x22B at tp 8 on the H200, gpt-oss-120b at ep 4 and Qwen3-30B-A3B at ep 8 on the B200, Qwen3-235B at ep 4
+# on the B200, gpt-oss-20b on one H100 and fp8 Qwen3-32B at tp 4 on the H100; prompts of 2,600, 5,800, 9,500 and
+# 15,000 tokens; batches 19, 38 and 58. Summarised on its own line ("aic held-out 12").
+HOLDOUT_GRID_12 = [
+    ("llama3-70b-fp8", "b200_sxm", [8], [19, 38, 58], [(2600, 500)]),
+    ("qwen3-32b", "b200_sxm", [4], [19, 38, 58], [(5800, 300)]),
+    ("mixtral-8x7b", "b200_sxm", [8], [19, 38, 58], [(9500, 200)]),
+    ("gpt-oss-120b", "b200_sxm", [4], [19, 38, 58], [(2600, 500)], True),
+    ("qwen3-30b-a3b", "b200_sxm", [8], [19, 38, 58], [(5800, 300)], True),
+    ("qwen3-235b-a22b", "b200_sxm", [4], [19, 38, 58], [(15000, 150)], True),
+    ("llama3.1-8b", "h200_sxm", [8], [19, 38, 58], [(15000, 150)]),
+    ("llama3.1-8b-fp8", "h200_sxm", [8], [19, 38, 58], [(2600, 500)]),
+    ("llama3-70b", "h200_sxm", [4], [19, 38, 58], [(9500, 200)]),
+    ("mixtral-8x22b", "h200_sxm", [8], [19, 38, 58], [(5800, 300)]),
+    ("deepseek-v3", "h200_sxm", [8], [19, 38, 58], [(15000, 150)]),
+    ("gpt-oss-20b", "h100_sxm", [1], [19, 38, 58], [(9500, 200)]),
+    ("qwen3-32b-fp8", "h100_sxm", [4], [19, 38, 58], [(15000, 150)]),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -406,7 +432,8 @@ if __name__ == "__main__":
     grids = {"--large-batch": LARGE_BATCH_GRID, "--holdout": HOLDOUT_GRID, "--holdout2": HOLDOUT_GRID_2,
              "--holdout3": HOLDOUT_GRID_3, "--holdout4": HOLDOUT_GRID_4, "--holdout5": HOLDOUT_GRID_5,
              "--holdout6": HOLDOUT_GRID_6, "--holdout7": HOLDOUT_GRID_7, "--holdout8": HOLDOUT_GRID_8,
-             "--holdout9": HOLDOUT_GRID_9, "--holdout10": HOLDOUT_GRID_10, "--holdout11": HOLDOUT_GRID_11}
+             "--holdout9": HOLDOUT_GRID_9, "--holdout10": HOLDOUT_GRID_10, "--holdout11": HOLDOUT_GRID_11,
+             "--holdout12": HOLDOUT_GRID_12}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

@@ -25,7 +25,8 @@ Reference points (each with its source and setting):
   held-out 7"), aiconfigurator_holdout8.json (``--holdout8``) an eighth before the twenty-seventh round's ("aic
   held-out 8"), aiconfigurator_holdout9.json (``--holdout9``) a ninth before the twenty-eighth round's ("aic
   held-out 9"), aiconfigurator_holdout10.json (``--holdout10``) a tenth before stop 44's changes ("aic held-out
-  10") and aiconfigurator_holdout11.json (``--holdout11``) an eleventh before stop 45's ("aic held-out 11").
+  10"), aiconfigurator_holdout11.json (``--holdout11``) an eleventh before stop 45's ("aic held-out 11") and
+  aiconfigurator_holdout12.json (``--holdout12``) a twelfth after it ("aic held-out 12").
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -52,8 +53,9 @@ HOLDOUT_8 = "aic held-out 8"
 HOLDOUT_9 = "aic held-out 9"
 HOLDOUT_10 = "aic held-out 10"
 HOLDOUT_11 = "aic held-out 11"
+HOLDOUT_12 = "aic held-out 12"
 HOLDOUTS = (HOLDOUT, HOLDOUT_2, HOLDOUT_3, HOLDOUT_4, HOLDOUT_5, HOLDOUT_6, HOLDOUT_7, HOLDOUT_8,
-            HOLDOUT_9, HOLDOUT_10, HOLDOUT_11)
+            HOLDOUT_9, HOLDOUT_10, HOLDOUT_11, HOLDOUT_12)
 SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
            ("aiconfigurator", HERE / "aiconfigurator_other.json"),
@@ -68,7 +70,8 @@ SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_
            (HOLDOUT_8, HERE / "aiconfigurator_holdout8.json"),
            (HOLDOUT_9, HERE / "aiconfigurator_holdout9.json"),
            (HOLDOUT_10, HERE / "aiconfigurator_holdout10.json"),
-           (HOLDOUT_11, HERE / "aiconfigurator_holdout11.json")]
+           (HOLDOUT_11, HERE / "aiconfigurator_holdout11.json"),
+           (HOLDOUT_12, HERE / "aiconfigurator_holdout12.json")]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # aiconfigurator points whose kernel-table rows no engine would time (aic_caveats.py writes the file and says why:
 # "routing", the collector's tied group-limited top-k; "sliced", a row slower than the same experts on half the GPUs;
