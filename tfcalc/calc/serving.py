@@ -78,6 +78,10 @@ CLIP_MAX_NEW_TOKENS = 4096
 # An API-server wait whose mean is below this share of the fastest TTFT is added as a constant (its spread moves a
 # percentile by well under 1 %); the others enter the percentiles as a random wait (Point._plus_wait_quantile).
 API_WAIT_AS_CONSTANT = 1e-3
+# The rest of the running lockstep step a request arriving at random waits for: TTFT's percentiles take it as this
+# many nodes
+RESIDUAL_NODES = 5
+RESIDUAL_SUBSAMPLES = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -298,18 +302,56 @@ class Point:
             completing = prefill / w.prefill_mean if w.prefill_mean else 0.0
         return w.step(batch, prefill, completing)
 
-    def _running_step_s(self) -> float:
-        """The rest of the running step that a request arriving at random waits for: half a mean step while the
-        engine is busy. In a lockstep group, while any of its ranks is (1 - (1 - busy)^ranks), and the step it
-        lands in is length-biased: E[tau^2] / (2 E[tau]) over decode-only steps and those with prefill here or at a
-        peer."""
-        ranks = self.model.lockstep_ranks
-        if ranks <= 1 or not self.peer_step_share:
-            return self.busy * self.step_s / 2
+    def _lockstep_steps(self) -> tuple[float, list[tuple[float, float]]]:
+        """A lockstep group's steps as a request arriving at random meets them: (the chance that one runs, while
+        any rank is busy: 1 - (1 - busy)^ranks; [(share of the steps, time)] of decode-only steps, steps with
+        prefill here and steps in which peers prefill, the longest of their chunks (``_peer_steps``), at least this
+        rank's decode)."""
         q, s = self.prefill_step_share, self.peer_step_share
-        parts = ((1 - q - s, self.decode_step_s), (q, self.prefill_step_s), (s, self.peer_step_s))
-        second = sum(weight * tau * tau for weight, tau in parts)
-        return (1 - (1 - self.busy) ** ranks) * second / (2 * self.step_s)
+        peers = [(s * weight, tau) for weight, tau in self._peer_steps(self.batch, self.decode_step_s)]
+        return (1 - (1 - self.busy) ** self.model.lockstep_ranks,
+                [(1 - q - s, self.decode_step_s), (q, self.prefill_step_s), *peers])
+
+    def _running_step_s(self) -> float:
+        """The mean rest of the running step that a request arriving at random waits for: half a mean step while
+        the engine is busy. In a lockstep group the step it lands in is length-biased: E[tau^2] / (2 E[tau]) over
+        ``_lockstep_steps``, whose spread the percentiles take (``_residual_nodes``)."""
+        if self.model.lockstep_ranks <= 1 or not self.peer_step_share:
+            return self.busy * self.step_s / 2
+        busy, steps = self._lockstep_steps()
+        first = sum(weight * tau for weight, tau in steps)
+        return busy * sum(weight * tau * tau for weight, tau in steps) / (2 * first) if first > 0 else 0.0
+
+    def _residual_nodes(self) -> list[tuple[float, float]]:
+        """That rest as (value, weight) nodes: its mean, or in a lockstep group ``RESIDUAL_NODES`` equal-probability
+        bins of its distribution, each at its mean (over ``RESIDUAL_SUBSAMPLES`` midpoints: the nodes keep the mean):
+        0 while no step runs, else uniform over a step picked with probability share x time / E[tau]. The CDF is
+        piecewise linear, 1 - busy + busy (the sum over steps shorter than t of pi_i + t x the sum over the others of
+        pi_i / tau_i), inverted segment by segment. (The same spread for a lone replica moved the simulation
+        check's TTFT p90 closer and its p50 further: docs/capacity.md.)"""
+        if self.model.lockstep_ranks <= 1 or not self.peer_step_share:
+            return [(self._running_step_s(), 1.0)]
+        busy, steps = self._lockstep_steps()
+        first = sum(weight * tau for weight, tau in steps)
+        if busy <= 0 or first <= 0:
+            return [(0.0, 1.0)]
+        parts = sorted((tau, weight * tau / first) for weight, tau in steps if weight > 0 and tau > 0)
+        top = sum(pi / tau for tau, pi in parts)
+
+        def quantile(u: float) -> float:
+            if u <= 1 - busy:
+                return 0.0
+            v = (u - (1 - busy)) / busy
+            below, slope, start = 0.0, top, 0.0
+            for tau, pi in parts:
+                if below + slope * tau >= v:
+                    return max((v - below) / slope, start)
+                below, slope, start = below + pi, slope - pi / tau, tau
+            return parts[-1][0]
+
+        bins, sub = RESIDUAL_NODES, RESIDUAL_SUBSAMPLES
+        return [(sum(quantile((k + (j + 0.5) / sub) / bins) for j in range(sub)) / sub, 1 / bins)
+                for k in range(bins)]
 
     def _peer_step(self, seen: float, decode: float) -> float:
         """A step here without prefill while peer ranks prefill their chunks (lockstep): the longer of this rank's
@@ -380,10 +422,11 @@ class Point:
         """(TTFT without waiting, weight) at the prompt-length nodes, in increasing order: ``_fixed_ttft`` for
         each node, written out (it runs for every point a search evaluates). Lockstep ranks: the prompt's last step
         lasts as long as the longest chunk peers prefill beside it, a mixture over their chunks' nodes
-        (``_peer_steps``) where the mean takes one peer step (``_beside_peers``)."""
+        (``_peer_steps``) where the mean takes one peer step (``_beside_peers``), and the rest of the running step
+        is a mixture too (``_residual_nodes``)."""
         m, w = self.model, self.w
         o = m.overheads
-        base = o.request_s + o.stream_s + self.api_delay_s - self.api_wait_s + self._running_step_s()
+        base = o.request_s + o.stream_s + self.api_delay_s - self.api_wait_s
         per_token, share = o.per_input_token_s + o.api_input_token_s, 1 - m.prefix_hit_ratio
         cap, step = self.prefill_capacity, w.step
         batch = 0.0 if m.policy.prefill_first else self.batch   # decoding sequences in the prompt's own steps
@@ -405,7 +448,11 @@ class Point:
                         full_step = self._beside_peers(step(batch, cap, cap / w.prefill_mean))
                     t += full * full_step
             out += [(t + max(last, tau), weight * pw) for pw, tau in peers]
-        return sorted(out) if len(peers) > 1 else out
+        rests = self._residual_nodes()
+        if len(rests) == 1:
+            return [(value + rests[0][0], weight) for value, weight in out] if len(peers) == 1 else sorted(
+                (value + rests[0][0], weight) for value, weight in out)
+        return sorted((value + rest, weight * chance) for value, weight in out for rest, chance in rests)
 
     def tpot(self, percentile: float = 0.0) -> float:
         """Time per output token after the first (s), per request: mean or percentile over requests.
