@@ -885,7 +885,7 @@ def test_custom_allreduce_blocks_parse_and_fail_clearly() -> None:
                            ({"latency_us": 1}, "below_kib' must map GPU counts"),
                            ({"per_peer_us": -1, "below_kib": {8: 1}}, "per_peer_us' must be at least 0"),
                            ({"below_kib": {1: 64}}, "GPU counts from 2 to 1024"),
-                           (3, "must map interconnect names to mappings")):
+                           (3, "two_shot.nvlink5' must be a mapping of below_kib, latency_us, per_peer_us")):
         with pytest.raises(SpecError, match=message):
             kernels_from_mapping({"custom_allreduce_two_shot": {"nvlink5": value}}, "e.yaml")
 

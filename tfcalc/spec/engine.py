@@ -754,14 +754,18 @@ def _one_shot(value: Any, origin: str) -> dict[str, Any]:
     _check_keys(value, frozenset({"below_kib", "max_tokens"}), origin, "kernels.one_shot_allreduce.")
     if "max_tokens" in value:
         return {"one_shot_max_tokens": _int(value["max_tokens"], origin, f"{key}.max_tokens", 1, 1 << 20)}
-    below = value["below_kib"]
-    _require(isinstance(below, dict) and below, origin, f"field '{key}.below_kib' must map GPU counts to KiB")
+    return {"one_shot_below_bytes": _bytes_by_gpus(value["below_kib"], origin, f"{key}.below_kib", 3)}
+
+
+def _bytes_by_gpus(below: Any, origin: str, key: str, least: int) -> tuple[tuple[int, float], ...]:
+    """``{GPUS: KiB, ...}`` (GPU counts from ``least`` to 1024) -> ((GPUs, bytes), ...) by GPU count."""
+    _require(isinstance(below, dict) and below, origin, f"field '{key}' must map GPU counts to KiB")
     rows = []
     for gpus, kib in below.items():
-        _require(isinstance(gpus, int) and not isinstance(gpus, bool) and 2 < gpus <= 1024, origin,
-                 f"field '{key}.below_kib' needs GPU counts from 3 to 1024 as keys, got {_show(gpus)}")
-        rows.append((int(gpus), _num(kib, origin, f"{key}.below_kib.{gpus}", 0.0, 1 << 30) * 1024))
-    return {"one_shot_below_bytes": tuple(sorted(rows))}
+        _require(isinstance(gpus, int) and not isinstance(gpus, bool) and least <= gpus <= 1024, origin,
+                 f"field '{key}' needs GPU counts from {least} to 1024 as keys, got {_show(gpus)}")
+        rows.append((int(gpus), _num(kib, origin, f"{key}.{gpus}", 0.0, 1 << 30) * 1024))
+    return tuple(sorted(rows))
 
 
 def _shared_experts_stream(value: Any, origin: str) -> dict[str, Any]:
@@ -779,45 +783,38 @@ def _shared_experts_stream(value: Any, origin: str) -> dict[str, Any]:
     return out
 
 
-def _launch_by_fabric(value: Any, origin: str) -> dict[str, float]:
-    """``custom_allreduce_launch_us: {INTERCONNECT: us}`` -> seconds by interconnect preset name."""
-    key = "kernels.custom_allreduce_launch_us"
+def _by_fabric(value: Any, origin: str, key: str, what: str, parse: Callable[[Any, str], Any]) -> dict[str, Any]:
+    """``{INTERCONNECT: row}`` -> {interconnect preset name: parse(row, its field name)}."""
     if value is None:
         return {}
-    _require(isinstance(value, dict), origin, f"field '{key}' must map interconnect presets to microseconds")
+    _require(isinstance(value, dict), origin, f"field '{key}' must map interconnect presets to {what}")
     out = {}
-    for fabric, us in value.items():
+    for fabric, row in value.items():
         _require(isinstance(fabric, str) and fabric, origin, f"field '{key}' needs interconnect names as keys")
-        out[fabric] = _num(us, origin, f"{key}.{fabric}", 0.0, MAX_MICROSECONDS) * 1e-6
+        out[fabric] = parse(row, f"{key}.{fabric}")
     return out
+
+
+def _launch_by_fabric(value: Any, origin: str) -> dict[str, float]:
+    """``custom_allreduce_launch_us: {INTERCONNECT: us}`` -> seconds by interconnect preset name."""
+    return _by_fabric(value, origin, "kernels.custom_allreduce_launch_us", "microseconds",
+                      lambda us, key: _num(us, origin, key, 0.0, MAX_MICROSECONDS) * 1e-6)
 
 
 def _two_shot_by_fabric(value: Any, origin: str) -> dict[str, EngineTwoShot]:
     """``custom_allreduce_two_shot: {INTERCONNECT: {latency_us: L, per_peer_us: P, below_kib: {GPUS: KiB}}}``."""
-    key = "kernels.custom_allreduce_two_shot"
-    if value is None:
-        return {}
-    _require(isinstance(value, dict), origin, f"field '{key}' must map interconnect presets to mappings")
-    out = {}
-    for fabric, row in value.items():
-        _require(isinstance(fabric, str) and fabric and isinstance(row, dict), origin,
-                 f"field '{key}' must map interconnect names to mappings of latency_us, per_peer_us, below_kib")
-        _check_keys(row, frozenset({"latency_us", "per_peer_us", "below_kib"}), origin, f"{key}.{fabric}.")
-        below = row.get("below_kib")
-        _require(isinstance(below, dict) and below, origin, f"field '{key}.{fabric}.below_kib' must map GPU counts "
-                 "to KiB")
-        rows = []
-        for gpus, kib in below.items():
-            _require(isinstance(gpus, int) and not isinstance(gpus, bool) and 2 <= gpus <= 1024, origin,
-                     f"field '{key}.{fabric}.below_kib' needs GPU counts from 2 to 1024 as keys, got {_show(gpus)}")
-            rows.append((int(gpus), _num(kib, origin, f"{key}.{fabric}.below_kib.{gpus}", 0.0, 1 << 30) * 1024))
-        out[fabric] = EngineTwoShot(
-            latency_s=_num(row.get("latency_us", 0.0), origin, f"{key}.{fabric}.latency_us", 0.0,
-                           MAX_MICROSECONDS) * 1e-6,
-            latency_s_per_peer=_num(row.get("per_peer_us", 0.0), origin, f"{key}.{fabric}.per_peer_us", 0.0,
+    fields = frozenset({"latency_us", "per_peer_us", "below_kib"})
+
+    def parse(row: Any, key: str) -> EngineTwoShot:
+        _require(isinstance(row, dict), origin, f"field '{key}' must be a mapping of {', '.join(sorted(fields))}")
+        _check_keys(row, fields, origin, f"{key}.")
+        return EngineTwoShot(
+            latency_s=_num(row.get("latency_us", 0.0), origin, f"{key}.latency_us", 0.0, MAX_MICROSECONDS) * 1e-6,
+            latency_s_per_peer=_num(row.get("per_peer_us", 0.0), origin, f"{key}.per_peer_us", 0.0,
                                     MAX_MICROSECONDS) * 1e-6,
-            below_bytes=tuple(sorted(rows)))
-    return out
+            below_bytes=_bytes_by_gpus(row.get("below_kib"), origin, f"{key}.below_kib", 2))
+
+    return _by_fabric(value, origin, "kernels.custom_allreduce_two_shot", "mappings", parse)
 
 
 def _graph_caps(value: Any, origin: str) -> GraphCaps:
