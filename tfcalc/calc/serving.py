@@ -449,10 +449,8 @@ class Point:
                     t += full * full_step
             out += [(t + max(last, tau), weight * pw) for pw, tau in peers]
         rests = self._residual_nodes()
-        if len(rests) == 1:
-            return [(value + rests[0][0], weight) for value, weight in out] if len(peers) == 1 else sorted(
-                (value + rests[0][0], weight) for value, weight in out)
-        return sorted((value + rest, weight * chance) for value, weight in out for rest, chance in rests)
+        nodes = [(value + rest, weight * chance) for value, weight in out for rest, chance in rests]
+        return nodes if len(peers) == 1 and len(rests) == 1 else sorted(nodes)   # one of each: in prompt order
 
     def tpot(self, percentile: float = 0.0) -> float:
         """Time per output token after the first (s), per request: mean or percentile over requests.

@@ -29,7 +29,7 @@ from tfcalc.calc.latency import (
 from tfcalc.calc.plan import PlanConfig, PlanResult, plan_fit
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
 from tfcalc.report.plan import engine_label
-from tfcalc.spec.engine import EngineKernels, EngineSpec
+from tfcalc.spec.engine import EngineKernels, EngineSpec, limit_for_gpus
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.interconnect import Interconnect
 from tfcalc.spec.model import ModelSpec
@@ -316,7 +316,7 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                  + (", engine one-/two-shot custom all-reduce below 8 MiB" if d.kernels.custom_allreduce
                     and d.intra.custom_allreduce is not None else ""))
     own = d.kernels.custom_allreduce_two_shot.get(d.intra.name) if d.intra.custom_allreduce is not None else None
-    below = next((b for gpus, b in own.below_bytes if d.tp <= gpus), 0.0) if own is not None else 0.0
+    below = limit_for_gpus(own.below_bytes, d.tp) if own is not None else 0.0
     if own is not None and below and d.kernels.custom_allreduce and d.tp > 1:
         lines.append(f"the engine's own two-shot kernel on {d.intra.name} below {below / 2 ** 20:g} MiB at tp "
                      f"{d.tp} ({format_seconds(own.latency_s)} + {format_seconds(own.latency_s_per_peer)} per peer), "

@@ -205,10 +205,13 @@ class EngineTwoShot:
 
     def covers(self, nbytes: float, n: int) -> bool:
         """Whether an all-reduce of ``nbytes`` over ``n`` GPUs runs this kernel (none listed that many: no)."""
-        for gpus, below in self.below_bytes:
-            if n <= gpus:
-                return nbytes < below
-        return False
+        return nbytes < limit_for_gpus(self.below_bytes, n)
+
+
+def limit_for_gpus(rows: tuple[tuple[int, float], ...], n: int) -> float:
+    """The byte limit of (GPUs, bytes) ``rows`` that applies to ``n`` GPUs: the row of the fewest GPUs at least n
+    (0 where no row holds that many)."""
+    return next((below for gpus, below in rows if n <= gpus), 0.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,8 +225,7 @@ class EngineKernels:
     (``custom_allreduce_launch_s``) and its own two-shot kernel's latency where it differs
     (``custom_allreduce_two_shot``, ``EngineTwoShot``); ``fused_activation_quant``: fp8/int8 W8A8 GEMMs quantise
     their input inside the preceding kernel (else a kernel of its own), except, per weight format, after the kinds of
-    kernel
-    ``unfused_activation_quant`` names (``QUANT_PLACES``: a norm, attention, an activation); ``floors_s``: per
+    kernel ``unfused_activation_quant`` names (``QUANT_PLACES``: a norm, attention, an activation); ``floors_s``: per
     kernel class (gemm, elementwise, attention, moe), replacing the GPU preset's floor where this engine's kernels
     were measured to differ; ``block_floors_s``: the fixed cost of a fused block per layer (mla_decode,
     mla_prefill); ``moe_expert_floors_s``: per compute dtype, a fused-MoE kernel's fixed cost per local expert
@@ -365,12 +367,7 @@ class EngineKernels:
         ``one_shot_below_bytes`` gives for the fewest GPUs at least ``n`` (none: two-shot)."""
         if self.one_shot_max_tokens:
             return tokens <= self.one_shot_max_tokens
-        if n <= 2:
-            return True
-        for gpus, below in self.one_shot_below_bytes:
-            if n <= gpus:
-                return nbytes < below
-        return False
+        return n <= 2 or nbytes < limit_for_gpus(self.one_shot_below_bytes, n)
 
 
 @dataclass(frozen=True, kw_only=True)
