@@ -79,7 +79,7 @@ CLIP_MAX_NEW_TOKENS = 4096
 # percentile by well under 1 %); the others enter the percentiles as a random wait (Point._plus_wait_quantile).
 API_WAIT_AS_CONSTANT = 1e-3
 # The rest of the running lockstep step a request arriving at random waits for: TTFT's percentiles take it as this
-# many nodes
+# many equal-probability bins, each at its mean over this many quantile midpoints (Point._residual_nodes)
 RESIDUAL_NODES = 5
 RESIDUAL_SUBSAMPLES = 8
 
