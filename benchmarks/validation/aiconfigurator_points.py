@@ -24,7 +24,8 @@ the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before t
 ``--holdout9`` the ninth (``HOLDOUT_GRID_9``, aiconfigurator_holdout9.json), before the round that used the eighth;
 ``--holdout10`` the tenth (``HOLDOUT_GRID_10``, aiconfigurator_holdout10.json), before stop 44's changes;
 ``--holdout11`` the eleventh (``HOLDOUT_GRID_11``, aiconfigurator_holdout11.json), before stop 45's changes;
-``--holdout12`` the twelfth (``HOLDOUT_GRID_12``, aiconfigurator_holdout12.json), after stop 45's change.
+``--holdout12`` the twelfth (``HOLDOUT_GRID_12``, aiconfigurator_holdout12.json), after stop 45's change;
+``--holdout13`` the thirteenth (``HOLDOUT_GRID_13``, aiconfigurator_holdout13.json): models no earlier grid holds.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ MODELS = {
     "gpt-oss-120b": ("openai/gpt-oss-120b", "experts=mxfp4,default=bf16", "bfloat16", "w4a16_mxfp4"),
     "gpt-oss-20b": ("openai/gpt-oss-20b", "experts=mxfp4,default=bf16", "bfloat16", "w4a16_mxfp4"),
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3", "fp8_block", "fp8_block", "fp8_block"),
+    "qwen3-8b": ("Qwen/Qwen3-8B", "bf16", "bfloat16", None),
+    "llama3.1-405b": ("meta-llama/Meta-Llama-3.1-405B", "bf16", "bfloat16", None),
+    "llama3.1-405b-fp8": ("meta-llama/Meta-Llama-3.1-405B", "fp8", "fp8", None),
+    "qwen3-30b-a3b-fp8": ("Qwen/Qwen3-30B-A3B-FP8", "fp8_block", "fp8_block", "fp8_block"),
+    "qwen3-coder-480b": ("Qwen/Qwen3-Coder-480B-A35B-Instruct", "fp8_block", "fp8_block", "fp8_block"),
+    "kimi-k2": ("moonshotai/Kimi-K2-Instruct", "fp8_block", "fp8_block", "fp8_block"),
 }
 
 # The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
@@ -362,6 +369,29 @@ HOLDOUT_GRID_12 = [
 ]
 
 
+# Collected on 2026-12-06 (stop 46) before that session's changes and scored once: models no grid above holds
+# (Qwen3-8B on one H100, two H200s and one B200; Llama 3.1 405B in fp8 on eight H200s and B200s and in bf16 on eight
+# B200s; Qwen3-30B-A3B in block fp8 on one H100 and at ep 2 on the B200; Qwen3-Coder-480B-A35B in block fp8 at ep 8
+# on the H200 and B200; Kimi K2 in block fp8 on eight B200s) and layouts none holds (gpt-oss-20b sliced over tp 8 on
+# the B200, Qwen3-235B sliced over tp 8 on the H100); prompts of 1,100, 3,700, 6,800 and 11,500 tokens; batches 15,
+# 21 and 42. Summarised on its own line ("aic held-out 13").
+HOLDOUT_GRID_13 = [
+    ("qwen3-8b", "h100_sxm", [1], [15, 21, 42], [(1100, 600)]),
+    ("qwen3-8b", "h200_sxm", [2], [15, 21, 42], [(6800, 250)]),
+    ("qwen3-8b", "b200_sxm", [1], [15, 21, 42], [(3700, 450)]),
+    ("llama3.1-405b-fp8", "h200_sxm", [8], [15, 21, 42], [(1100, 600)]),
+    ("llama3.1-405b-fp8", "b200_sxm", [8], [15, 21, 42], [(3700, 450)]),
+    ("llama3.1-405b", "b200_sxm", [8], [15, 21, 42], [(11500, 180)]),
+    ("qwen3-30b-a3b-fp8", "h100_sxm", [1], [15, 21, 42], [(3700, 450)]),
+    ("qwen3-30b-a3b-fp8", "b200_sxm", [2], [15, 21, 42], [(1100, 600)], True),
+    ("qwen3-coder-480b", "h200_sxm", [8], [15, 21, 42], [(1100, 600)], True),
+    ("qwen3-coder-480b", "b200_sxm", [8], [15, 21, 42], [(6800, 250)], True),
+    ("kimi-k2", "b200_sxm", [8], [15, 21, 42], [(3700, 450)]),
+    ("gpt-oss-20b", "b200_sxm", [8], [15, 21, 42], [(11500, 180)]),
+    ("qwen3-235b-a22b", "h100_sxm", [8], [15, 21, 42], [(6800, 250)]),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -433,7 +463,7 @@ if __name__ == "__main__":
              "--holdout3": HOLDOUT_GRID_3, "--holdout4": HOLDOUT_GRID_4, "--holdout5": HOLDOUT_GRID_5,
              "--holdout6": HOLDOUT_GRID_6, "--holdout7": HOLDOUT_GRID_7, "--holdout8": HOLDOUT_GRID_8,
              "--holdout9": HOLDOUT_GRID_9, "--holdout10": HOLDOUT_GRID_10, "--holdout11": HOLDOUT_GRID_11,
-             "--holdout12": HOLDOUT_GRID_12}
+             "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

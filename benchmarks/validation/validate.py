@@ -25,8 +25,10 @@ Reference points (each with its source and setting):
   held-out 7"), aiconfigurator_holdout8.json (``--holdout8``) an eighth before the twenty-seventh round's ("aic
   held-out 8"), aiconfigurator_holdout9.json (``--holdout9``) a ninth before the twenty-eighth round's ("aic
   held-out 9"), aiconfigurator_holdout10.json (``--holdout10``) a tenth before stop 44's changes ("aic held-out
-  10"), aiconfigurator_holdout11.json (``--holdout11``) an eleventh before stop 45's ("aic held-out 11") and
-  aiconfigurator_holdout12.json (``--holdout12``) a twelfth after it ("aic held-out 12").
+  10"), aiconfigurator_holdout11.json (``--holdout11``) an eleventh before stop 45's ("aic held-out 11"),
+  aiconfigurator_holdout12.json (``--holdout12``) a twelfth after it ("aic held-out 12") and
+  aiconfigurator_holdout13.json (``--holdout13``) a thirteenth of models no earlier file has, before stop 46's
+  changes ("aic held-out 13").
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -54,8 +56,9 @@ HOLDOUT_9 = "aic held-out 9"
 HOLDOUT_10 = "aic held-out 10"
 HOLDOUT_11 = "aic held-out 11"
 HOLDOUT_12 = "aic held-out 12"
+HOLDOUT_13 = "aic held-out 13"
 HOLDOUTS = (HOLDOUT, HOLDOUT_2, HOLDOUT_3, HOLDOUT_4, HOLDOUT_5, HOLDOUT_6, HOLDOUT_7, HOLDOUT_8,
-            HOLDOUT_9, HOLDOUT_10, HOLDOUT_11, HOLDOUT_12)
+            HOLDOUT_9, HOLDOUT_10, HOLDOUT_11, HOLDOUT_12, HOLDOUT_13)
 SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
            ("aiconfigurator", HERE / "aiconfigurator_other.json"),
@@ -71,7 +74,8 @@ SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_
            (HOLDOUT_9, HERE / "aiconfigurator_holdout9.json"),
            (HOLDOUT_10, HERE / "aiconfigurator_holdout10.json"),
            (HOLDOUT_11, HERE / "aiconfigurator_holdout11.json"),
-           (HOLDOUT_12, HERE / "aiconfigurator_holdout12.json")]
+           (HOLDOUT_12, HERE / "aiconfigurator_holdout12.json"),
+           (HOLDOUT_13, HERE / "aiconfigurator_holdout13.json")]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # aiconfigurator points whose kernel-table rows no engine would time (aic_caveats.py writes the file and says why:
 # "routing", the collector's tied group-limited top-k; "sliced", a row slower than the same experts on half the GPUs;
@@ -83,7 +87,7 @@ CAVEATS = HERE / "aiconfigurator_caveats.json"
 _CAVEAT_KEY = ("source", "model", "gpu", "backend", "tp", "ep", "batch", "isl", "osl", "weights_dtype")
 # aiconfigurator prices MoE layers with its power-law workload (config.py workload_distribution "power_law"):
 # exponent 1.01 for DeepSeek-family models (sdk/models/deepseek.py), 1.2 for the others (sdk/models/moe.py)
-AIC_ROUTING_ALPHA = {"deepseek-v3": 1.01}
+AIC_ROUTING_ALPHA = {"deepseek-v3": 1.01, "kimi-k2": 1.01}
 # aiconfigurator's vLLM GEMM collector times block-fp8 linears without CUDA graphs (collector/vllm/collect_gemm.py
 # use_cuda_graph=gemm_type != "fp8_block"), so its vLLM predictions carry each such linear's host time: priced here
 # with those linears outside the graphs (presets/engines/vllm-0.21.yaml kernels.linear_host_us)
@@ -93,7 +97,7 @@ AIC_UNCAPTURED_LINEARS = {"vllm": frozenset({"fp8_block"})}
 # per-token one fused with the cast on vLLM (1.2 us more than static; nearest: `static`); nothing on SGLang (zeros).
 AIC_FP8_SCALES = {"trtllm": "dynamic", "vllm": "static", "sglang": "static"}
 MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b",
-       "deepseek-v3"}
+       "deepseek-v3", "qwen3-coder-480b", "kimi-k2"}
 
 
 def load_points() -> list[dict]:
@@ -109,8 +113,8 @@ def load_points() -> list[dict]:
                 model = p["model"]
                 caveat = caveats.get(tuple({**p, "source": path.name, "ep": p.get("ep", 1)}[k] for k in _CAVEAT_KEY))
                 p = {"reference": f"aiconfigurator 0.12 static prediction, {p['backend']} {p.get('version', '')}",
-                     "kind": "predicted", "engine": p["backend"], "model": model if model != "qwen3-32b" else
-                     "benchmarks/validation/models/qwen3-32b.yaml", "gpu": AIC_GPU[p["gpu"]],
+                     "kind": "predicted", "engine": p["backend"], "model": _model_file(model),
+                     "gpu": AIC_GPU[p["gpu"]],
                      "weights": p["weights_dtype"], "kv": "bf16", "tp": p["tp"], "ep": p.get("ep", 1),
                      "batch": p["batch"],
                      "prompt": p["isl"], "gen": p["osl"], "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"],
@@ -129,6 +133,25 @@ def load_points() -> list[dict]:
     return points
 
 
+def _model_file(model: str) -> str:
+    """A model without a preset: its file in benchmarks/validation/models (a YAML spec, or the config.json that
+    aiconfigurator bundles, read as a user's would be); else the preset's name."""
+    for suffix in (".yaml", ".json"):
+        if (HERE / "models" / f"{model}{suffix}").exists():
+            return f"benchmarks/validation/models/{model}{suffix}"
+    return model
+
+
+def load_spec(model: str):
+    """The ModelSpec of a point's model: a preset, a YAML spec or a Hugging Face config.json (paths from the root)."""
+    from tfcalc.spec.hf_config import load_hf_config
+    from tfcalc.spec.presets import load_model
+
+    if model.endswith(".json"):
+        return load_hf_config(ROOT / model, name=Path(model).stem)
+    return load_model(str(ROOT / model) if model.endswith(".yaml") else model)
+
+
 def _model_name(point: dict) -> str:
     """A preset's name, or a model file's stem (``llama3.1-8b`` is a name: its ".1-8b" is no file suffix)."""
     model = str(point["model"])
@@ -141,10 +164,9 @@ def predict(p: dict) -> tuple[float, float]:
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.latency import deployment, estimate_latency
     from tfcalc.dtypes import get_dtype, parse_weight_precision
-    from tfcalc.spec.presets import load_engine, load_gpu, load_model
+    from tfcalc.spec.presets import load_engine, load_gpu
 
-    model = str(ROOT / p["model"]) if p["model"].endswith(".yaml") else p["model"]
-    spec, gpu = load_model(model), load_gpu(p["gpu"])
+    spec, gpu = load_spec(p["model"]), load_gpu(p["gpu"])
     precision = parse_weight_precision(p["weights"])
     kv = get_dtype(p["kv"]) if p.get("kv") else default_kv_dtype(spec)
     engine = load_engine(p["engine"]).kernels

@@ -61,6 +61,31 @@ def test_unsupported_model_type_lists_supported_types(tmp_path: Path, model_type
         assert supported in message
 
 
+def test_remote_code_model_type_reads_as_its_architecture() -> None:
+    """Kimi K2 (remote code: model_type kimi_k2 with an auto_map, DeepseekV3ForCausalLM) is read as DeepSeek-V3, as
+    vLLM picks the class by its architecture; its model card: 1T total and 32B activated parameters, 384 experts, 8
+    per token."""
+    from tfcalc.calc.params import count_params
+
+    spec = build("kimi-k2")
+    counts = count_params(spec)
+    assert spec.mla is not None and spec.moe is not None
+    assert (spec.moe.num_experts, spec.moe.experts_per_token, spec.num_attention_heads) == (384, 8, 64)
+    assert tuple(spec.moe.dense_layers) == (0,) and spec.num_mtp_layers == 0
+    assert 1.00e12 < counts.total_params < 1.06e12 and 32.0e9 < counts.active_params < 33.5e9
+    assert spec.native_dtype == "fp8_block"
+
+
+def test_known_model_type_wins_over_architecture_and_unknown_pairs_fail() -> None:
+    assert build("llama3-8b", architectures=["DeepseekV3ForCausalLM"]).moe is None
+    with pytest.raises(SpecError, match="unsupported model_type 'kimi_k9'"):
+        build("kimi-k2", model_type="kimi_k9", architectures=["KimiK9ForCausalLM"])
+    with pytest.raises(SpecError, match="no model_type"):
+        build("kimi-k2", model_type=_DROP)
+    with pytest.raises(SpecError, match="unsupported model_type 'kimi_k2'"):   # not remote code: no auto_map
+        build("kimi-k2", auto_map=_DROP)
+
+
 @pytest.mark.parametrize(("name", "field"), [
     ("llama3-8b", "hidden_size"),
     ("llama3-8b", "num_hidden_layers"),

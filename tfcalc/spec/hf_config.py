@@ -417,6 +417,16 @@ FAMILIES: dict[str, _Family] = {
         activation="swiglu_clamped", convention="excludes_input_embedding"),
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(FAMILIES))
+# A remote-code model type (config.json has an ``auto_map``: Kimi K2's kimi_k2) whose architectures[0] is a supported
+# family's class is read as that family: vLLM and SGLang pick the model class by ``architectures``. Keys it leaves
+# out take the family's defaults.
+ARCHITECTURE_FAMILIES: dict[str, str] = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
+    "Qwen2ForCausalLM": "qwen2", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3", "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss",
+}
 
 
 # --- shared field mapping ------------------------------------------------------------------------------------------
@@ -528,6 +538,19 @@ def _architecture(c: _Config) -> str | None:
     return value[0]
 
 
+def _family_type(config: Mapping[str, Any]) -> str | None:
+    """The supported model type ``config`` is read as: its own, else a remote-code config's architecture's
+    (``ARCHITECTURE_FAMILIES``)."""
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type in FAMILIES:
+        return model_type
+    architectures = config.get("architectures")
+    if (isinstance(model_type, str) and isinstance(config.get("auto_map"), dict) and isinstance(architectures, list)
+            and architectures):
+        return ARCHITECTURE_FAMILIES.get(architectures[0]) if isinstance(architectures[0], str) else None
+    return None
+
+
 def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
     """Build the ModelSpec that the transformers implementation of ``config['model_type']`` would instantiate.
 
@@ -541,11 +564,12 @@ def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> Mo
 
 
 def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
-    model_type = config.get("model_type")
-    family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
-    if family is None:
-        what = "no model_type" if model_type is None else f"unsupported model_type {model_type!r}"
+    model_type = _family_type(config)
+    if model_type is None:
+        given = config.get("model_type")
+        what = "no model_type" if given is None else f"unsupported model_type {given!r}"
         raise SpecError(f"{origin}: {what}; supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    family = FAMILIES[model_type]
     c = _Config(config, origin, model_type, family.defaults)
     for key in (*_CORE_FIELDS, *family.required):
         c.require(key)
