@@ -362,3 +362,20 @@ def test_data_parallel_attention_plan_and_its_launch_flags() -> None:
     narrow = [{"256": "128", "2048": "512"}.get(arg, arg) for arg in base]
     eight = json.loads(run(*narrow, "--attention-dp", "8", "--tp", "1", "--max-gpus", "128", "-f", "json").stdout)[0]
     assert eight["dp"] == 8 and eight["num_gpus"] == 80 and eight["max_num_seqs"] == 128
+
+
+def test_a_remote_code_checkpoint_launches_with_trust_remote_code() -> None:
+    """Kimi K2's config.json (model_type kimi_k2, its own code in auto_map; read as DeepSeek-V3 by its architecture)
+    plans like any DeepSeek-V3-shaped model, and every engine's command loads its code: vLLM and SGLang
+    --trust-remote-code, trtllm-serve --trust_remote_code; a built-in model type's commands do not."""
+    kimi = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs" / "kimi-k2.json"
+    base = ["capacity", "--gpu", "b200", "--tp", "8", "--rate", "2", "--input-len", "2k", "--output-len", "300",
+            "--ttft", "p90=3s", "--tpot", "p90=80ms", "--weights-dtype", "fp8_block", "--max-num-seqs", "64",
+            "--max-num-batched-tokens", "4096", "--no-simulate"]
+    result = run(*base, "-c", str(kimi))
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "vllm serve" in text and text.count("--trust-remote-code") == 2 and "--trust_remote_code" in text
+    plain = run(*base, "-p", "deepseek-v3")
+    assert plain.exit_code == 0, plain.output
+    assert "trust" not in plain.stdout

@@ -74,6 +74,7 @@ def test_remote_code_model_type_reads_as_its_architecture() -> None:
     assert tuple(spec.moe.dense_layers) == (0,) and spec.num_mtp_layers == 0
     assert 1.00e12 < counts.total_params < 1.06e12 and 32.0e9 < counts.active_params < 33.5e9
     assert spec.native_dtype == "fp8_block"
+    assert spec.remote_code and not build("deepseek-v3").remote_code   # engines need --trust-remote-code for it
 
 
 def test_known_model_type_wins_over_architecture_and_unknown_pairs_fail() -> None:

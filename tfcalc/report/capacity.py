@@ -345,6 +345,8 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     """``vllm serve`` for one replica (lines to join with a backslash), and how many to run."""
     c = e.candidate
     args = [f"vllm serve {shlex.quote(model_path)}", f"--tensor-parallel-size {c.tp}"]
+    if spec.remote_code:
+        args.append("--trust-remote-code")
     if c.pp > 1:
         args.append(f"--pipeline-parallel-size {c.pp}")
     if c.dp > 1:   # each data-parallel rank its own scheduler: max_num_seqs and the token budget are per rank
@@ -378,6 +380,8 @@ def sglang_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
     c = e.candidate
     # with DP attention --tp counts every GPU of the instance and --max-running-requests every rank's requests
     args = ["python -m sglang.launch_server", f"--model-path {shlex.quote(model_path)}", f"--tp {c.tp * c.dp}"]
+    if spec.remote_code:
+        args.append("--trust-remote-code")
     if c.pp > 1:
         args.append(f"--pp-size {c.pp}")
     if c.dp > 1:
@@ -414,6 +418,8 @@ def trtllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
     --extra_llm_api_options names: the KV-cache format, block reuse and speculation go there."""
     c = e.candidate
     args = [f"trtllm-serve {shlex.quote(model_path)}", "--backend pytorch", f"--tp_size {c.tp * c.dp}"]
+    if spec.remote_code:
+        args.append("--trust_remote_code")
     if c.pp > 1:
         args.append(f"--pp_size {c.pp}")
     if c.ep > 1:

@@ -615,6 +615,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         num_mtp_layers=(c.opt_int("num_nextn_predict_layers") or 0) if model_type == "deepseek_v3" else 0,
         hf_repo=_name_or_path(c),
         architecture=_architecture(c),
+        remote_code=config.get("model_type") != model_type,
         **family.attention(c),
         **_gemma_numerics(c),
     )

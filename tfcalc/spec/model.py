@@ -416,6 +416,9 @@ class ModelSpec:
     # The checkpoint's Hugging Face architecture class (config.json ``architectures[0]``, e.g. Qwen3MoeForCausalLM):
     # engines pick some kernels by it (SGLang's fused-MoE runner on Blackwell); None when unknown.
     architecture: str | None = None
+    # The checkpoint ships its own model code (a config.json ``model_type`` transformers does not know, with an
+    # ``auto_map``: Kimi K2): engines load it only with --trust-remote-code.
+    remote_code: bool = False
 
     def __post_init__(self) -> None:
         n = self.name if isinstance(self.name, str) else "model"
