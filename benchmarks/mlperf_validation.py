@@ -56,8 +56,8 @@ HERE = Path(__file__).parent / "validation"
 TTFT_LIMIT_S, TPOT_LIMIT_S, MAX_NEW_TOKENS = 2.0, 0.2, 1024   # MLPerf Inference v4.1 llama2-70b Server
 
 
-def points() -> list[dict]:
-    return json.loads((HERE / "mlperf_server.json").read_text())
+def points(only: str = "") -> list[dict]:
+    return [p for p in json.loads((HERE / "mlperf_server.json").read_text()) if only in p["id"]]
 
 
 @cache
@@ -77,14 +77,14 @@ class Replica:
     """One engine instance of a point: its step model, scheduler limits and KV pool, with a scenario's sequence
     limit (0: the engine preset's default) and mean generated length."""
 
-    def __init__(self, point: dict, max_num_seqs: int, output_mean: float) -> None:
+    def __init__(self, point: dict, max_num_seqs: int, output_mean: float, budget: int = 0) -> None:
         spec, gpu = load_model(point["model"]), load_gpu(point["gpu"])
         # the submissions' calibrated fp8 checkpoints: static input scales
         spec = replace(spec, native_dtype=point["weights"], checkpoint_activation_scale="static")
         engine = load_engine(point["engine"])
         precision, kv = parse_weight_precision(point["weights"]), get_dtype(point["kv"])
-        seats, self.budget = scheduler_defaults(engine, gpu)
-        self.seats = max_num_seqs or seats
+        seats, default_budget = scheduler_defaults(engine, gpu)
+        self.seats, self.budget = max_num_seqs or seats, budget or default_budget
         self.replicas = point["gpus"] // point["tp"]
         memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=1, engine=engine,
                                 max_model_len=2 * MAX_NEW_TOKENS, max_num_seqs=self.seats,
@@ -114,12 +114,14 @@ class Replica:
 
 
 def server_replica(point: dict) -> Replica:
-    return Replica(point, point["max_num_seqs"], point["output_tok_s"] / point["completed_qps"])
+    return Replica(point, point["max_num_seqs"], point["output_tok_s"] / point["completed_qps"],
+                   point.get("max_num_batched_tokens", 0))
 
 
 def offline_replica(point: dict) -> Replica:
     off = point["offline"]
-    return Replica(point, off["max_num_seqs"], off["output_tok_s"] / off["samples_per_s"])
+    return Replica(point, off["max_num_seqs"], off["output_tok_s"] / off["samples_per_s"],
+                   off.get("max_num_batched_tokens", 0))
 
 
 def meets_limits(sim: SimResult) -> bool:
@@ -189,10 +191,10 @@ def aiconfigurator_tpot_s(point: dict, seqs: int, isl: int, osl: int) -> float |
     return result.raw["tpot"] / 1e3
 
 
-def print_steps() -> None:
+def print_steps(only: str = "") -> None:
     print("| run | in flight x mean context | + prompts (tokens) a step | step measured ms | tfcalc | decode only, "
           "tfcalc | aiconfigurator static TPOT |\n|---|---|---|---|---|---|---|")
-    for point in points():
+    for point in points(only):
         replica = server_replica(point)
         op = operating_point(point, replica)
         prompts = max(1, round(op["prompts"]))
@@ -217,12 +219,13 @@ def main() -> None:
                         help="simulated seconds per rate (default: the run's own minimum duration, 600-2,400 s)")
     parser.add_argument("--steps", action="store_true",
                         help="price one step at each run's measured operating point (no simulation)")
+    parser.add_argument("--only", default="", help="the runs whose id contains this")
     args = parser.parse_args()
     if args.steps:
-        print_steps()
+        print_steps(args.only)
         return
     rows = []
-    for point in points():
+    for point in points(args.only):
         start = time.perf_counter()
         replica = server_replica(point)
         duration = args.duration or point["min_duration_s"]

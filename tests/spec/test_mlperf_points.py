@@ -85,3 +85,17 @@ def test_operating_point_is_littles_law_and_the_length_biased_context(replay: Mo
 def test_aiconfigurator_is_optional(replay: ModuleType) -> None:
     point = next(p for p in replay.points() if p["engine"] != "trtllm")
     assert replay.aiconfigurator_tpot_s(point, 8, 222, 290) is None
+
+
+def test_a_stated_token_budget_is_the_replays(replay: ModuleType) -> None:
+    """Runs whose configuration states the engine's token budget (TensorRT-LLM max_num_tokens, vLLM
+    max_num_batched_tokens) are replayed with it; the others keep the engine preset's default."""
+    from tfcalc.calc.engine import scheduler_defaults
+    from tfcalc.spec.presets import load_engine, load_gpu
+
+    stated = [p for p in replay.points() if "max_num_batched_tokens" in p]
+    assert {p["max_num_batched_tokens"] for p in stated} >= {1536, 3584, 40960}
+    for p in replay.points():
+        default = scheduler_defaults(load_engine(p["engine"]), load_gpu(p["gpu"]))[1]
+        assert replay.server_replica(p).budget == p.get("max_num_batched_tokens", default)
+        assert replay.offline_replica(p).budget == p["offline"].get("max_num_batched_tokens", default)
