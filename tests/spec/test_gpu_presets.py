@@ -9,7 +9,7 @@ import pytest
 from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.presets import load_gpu, load_preset_document, preset_names
 
-GPUS = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "l40s", "rtx4090", "mi300x"}
+GPUS = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "l40s", "rtx4090", "mi300x", "mi325x"}
 GIB = 1 << 30
 DOC_FIELDS = {"display_name", "vendor", "memory_type", "interconnect", "sources", "notes",
               "latency"}  # the latency block carries its own sources (tests/spec/test_latency_presets.py)
@@ -33,6 +33,7 @@ def test_every_number_names_a_source(name: str) -> None:
     ("h100-sxm", 80, 989.5e12, 3.35e12),
     ("h200", 141, 989.5e12, 4.8e12),
     ("mi300x", 192, 1307.4e12, 5.3e12),
+    ("mi325x", 256, 1307.4e12, 6.0e12),
     ("rtx4090", 24, 165.2e12, 1.008e12),
 ])
 def test_values_dense_and_binary(name: str, gib: int, bf16: float, bandwidth: float) -> None:

@@ -77,6 +77,7 @@ GPU_NAME_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"L40S", "l40s"),
     (r"RTX 4090", "rtx4090"),
     (r"MI300X", "mi300x"),
+    (r"MI325X", "mi325x"),
 )
 
 
