@@ -8,6 +8,7 @@ its kernel tables ship in the package) and run
     python benchmarks/validation/moe_kernel_rates.py --held-out 256   # presets' values on rows 256-4095 tokens
     python benchmarks/validation/moe_kernel_rates.py --expert-floors  # kernels.moe_expert_floors_us of trtllm
     python benchmarks/validation/moe_kernel_rates.py --engine sglang --kernel-source fused_moe_triton
+    python benchmarks/validation/moe_kernel_rates.py --engine sglang --kernel-source flashinfer --shapes 7168x2048
     python benchmarks/validation/moe_kernel_rates.py --kernel-source gptossmxfp4 --dequant-ops --max-tp 8
     python benchmarks/validation/moe_kernel_rates.py --engine trtllm --version 1.3.0rc20 --compare
     python benchmarks/validation/moe_kernel_rates.py --engine sglang --kernel-source fused_moe_triton --large-m
@@ -479,6 +480,9 @@ def main() -> None:
     parser.add_argument("--dequant-ops", action="store_true",
                         help="weight-only formats: the dequantisation instructions per weight that make the median "
                              "tfcalc / measured 1 over rows of 16 to --min-tokens tokens")
+    parser.add_argument("--shapes", default="", metavar="HxI,...",
+                        help="only rows of these (hidden size x expert width before slicing) shapes: one model "
+                             "architecture's own rows (7168x2048: DeepSeek-V3 and Kimi K2)")
     parser.add_argument("--max-tp", type=int, default=0, metavar="N",
                         help="only rows whose experts are sliced over at most N GPUs (moe_tp_size)")
     parser.add_argument("--format-floor", default="", metavar="DTYPE",
@@ -533,6 +537,9 @@ def main() -> None:
                 & df.kernel_source.str.contains(args.kernel_source, regex=False)]
         if args.max_tp:
             df = df[df.moe_tp_size <= args.max_tp]
+        if args.shapes:
+            shapes = {tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")}
+            df = df[[(r.hidden_size, r.inter_size) in shapes for r in df.itertuples()]]
         gpu = load_gpu(preset)
         base = rates_for(gpu, load_engine(args.engine).kernels)
         if args.tuned:
