@@ -25,7 +25,8 @@ the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before t
 ``--holdout10`` the tenth (``HOLDOUT_GRID_10``, aiconfigurator_holdout10.json), before stop 44's changes;
 ``--holdout11`` the eleventh (``HOLDOUT_GRID_11``, aiconfigurator_holdout11.json), before stop 45's changes;
 ``--holdout12`` the twelfth (``HOLDOUT_GRID_12``, aiconfigurator_holdout12.json), after stop 45's change;
-``--holdout13`` the thirteenth (``HOLDOUT_GRID_13``, aiconfigurator_holdout13.json): models no earlier grid holds.
+``--holdout13`` the thirteenth (``HOLDOUT_GRID_13``, aiconfigurator_holdout13.json): models no earlier grid holds;
+``--holdout14`` the fourteenth (``HOLDOUT_GRID_14``, aiconfigurator_holdout14.json): small models, among others.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ MODELS = {
     "qwen3-30b-a3b-fp8": ("Qwen/Qwen3-30B-A3B-FP8", "fp8_block", "fp8_block", "fp8_block"),
     "qwen3-coder-480b": ("Qwen/Qwen3-Coder-480B-A35B-Instruct", "fp8_block", "fp8_block", "fp8_block"),
     "kimi-k2": ("moonshotai/Kimi-K2-Instruct", "fp8_block", "fp8_block", "fp8_block"),
+    "qwen3-0.6b": ("Qwen/Qwen3-0.6B", "bf16", "bfloat16", None),
+    "qwen3-1.7b": ("Qwen/Qwen3-1.7B", "bf16", "bfloat16", None),
+    "qwen3-1.7b-fp8": ("Qwen/Qwen3-1.7B", "fp8", "fp8", None),
+    "qwen3-8b-fp8": ("Qwen/Qwen3-8B", "fp8", "fp8", None),
 }
 
 # The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
@@ -392,6 +397,23 @@ HOLDOUT_GRID_13 = [
 ]
 
 
+# Collected on 2026-12-06 (stop 46) after that session's loader changes (no pricing change) and scored once: small
+# models whose steps are mostly fixed costs (Qwen3-0.6B on one H100 and one B200, Qwen3-1.7B on one H200, at tp 2 on
+# the H100 and in fp8 on one B200), fp8 Qwen3-8B on one H200, fp8 Llama 3.1 405B at tp 8 on the H100 and gpt-oss-20b
+# sliced over tp 8 on the H100; prompts of 500, 2,400 and 6,000 tokens; batches 17, 33 and 49. Summarised on its own
+# line ("aic held-out 14").
+HOLDOUT_GRID_14 = [
+    ("qwen3-0.6b", "h100_sxm", [1], [17, 33, 49], [(500, 300)]),
+    ("qwen3-0.6b", "b200_sxm", [1], [17, 33, 49], [(2400, 600)]),
+    ("qwen3-1.7b", "h200_sxm", [1], [17, 33, 49], [(6000, 200)]),
+    ("qwen3-1.7b", "h100_sxm", [2], [17, 33, 49], [(2400, 600)]),
+    ("qwen3-1.7b-fp8", "b200_sxm", [1], [17, 33, 49], [(500, 300)]),
+    ("qwen3-8b-fp8", "h200_sxm", [1], [17, 33, 49], [(2400, 600)]),
+    ("llama3.1-405b-fp8", "h100_sxm", [8], [17, 33, 49], [(500, 300)]),
+    ("gpt-oss-20b", "h100_sxm", [8], [17, 33, 49], [(6000, 200)]),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -463,7 +485,7 @@ if __name__ == "__main__":
              "--holdout3": HOLDOUT_GRID_3, "--holdout4": HOLDOUT_GRID_4, "--holdout5": HOLDOUT_GRID_5,
              "--holdout6": HOLDOUT_GRID_6, "--holdout7": HOLDOUT_GRID_7, "--holdout8": HOLDOUT_GRID_8,
              "--holdout9": HOLDOUT_GRID_9, "--holdout10": HOLDOUT_GRID_10, "--holdout11": HOLDOUT_GRID_11,
-             "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13}
+             "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13, "--holdout14": HOLDOUT_GRID_14}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

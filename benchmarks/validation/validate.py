@@ -28,7 +28,8 @@ Reference points (each with its source and setting):
   10"), aiconfigurator_holdout11.json (``--holdout11``) an eleventh before stop 45's ("aic held-out 11"),
   aiconfigurator_holdout12.json (``--holdout12``) a twelfth after it ("aic held-out 12") and
   aiconfigurator_holdout13.json (``--holdout13``) a thirteenth of models no earlier file has, before stop 46's
-  changes ("aic held-out 13").
+  changes ("aic held-out 13"), and aiconfigurator_holdout14.json (``--holdout14``) a fourteenth of small models
+  among others ("aic held-out 14").
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -57,8 +58,9 @@ HOLDOUT_10 = "aic held-out 10"
 HOLDOUT_11 = "aic held-out 11"
 HOLDOUT_12 = "aic held-out 12"
 HOLDOUT_13 = "aic held-out 13"
+HOLDOUT_14 = "aic held-out 14"
 HOLDOUTS = (HOLDOUT, HOLDOUT_2, HOLDOUT_3, HOLDOUT_4, HOLDOUT_5, HOLDOUT_6, HOLDOUT_7, HOLDOUT_8,
-            HOLDOUT_9, HOLDOUT_10, HOLDOUT_11, HOLDOUT_12, HOLDOUT_13)
+            HOLDOUT_9, HOLDOUT_10, HOLDOUT_11, HOLDOUT_12, HOLDOUT_13, HOLDOUT_14)
 SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
            ("aiconfigurator", HERE / "aiconfigurator_other.json"),
@@ -75,7 +77,8 @@ SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_
            (HOLDOUT_10, HERE / "aiconfigurator_holdout10.json"),
            (HOLDOUT_11, HERE / "aiconfigurator_holdout11.json"),
            (HOLDOUT_12, HERE / "aiconfigurator_holdout12.json"),
-           (HOLDOUT_13, HERE / "aiconfigurator_holdout13.json")]
+           (HOLDOUT_13, HERE / "aiconfigurator_holdout13.json"),
+           (HOLDOUT_14, HERE / "aiconfigurator_holdout14.json")]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # aiconfigurator points whose kernel-table rows no engine would time (aic_caveats.py writes the file and says why:
 # "routing", the collector's tied group-limited top-k; "sliced", a row slower than the same experts on half the GPUs;
