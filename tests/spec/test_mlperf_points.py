@@ -99,3 +99,20 @@ def test_a_stated_token_budget_is_the_replays(replay: ModuleType) -> None:
         default = scheduler_defaults(load_engine(p["engine"]), load_gpu(p["gpu"]))[1]
         assert replay.server_replica(p).budget == p.get("max_num_batched_tokens", default)
         assert replay.offline_replica(p).budget == p["offline"].get("max_num_batched_tokens", default)
+
+
+def test_the_step_model_at_the_2025_runs_operating_points(replay: ModuleType) -> None:
+    """One scheduler step at each v5.1 run's measured operating point (Little's law's sequences at their mean
+    context beside the prefill the run's rate brings; ``--steps``) against the run's TPOT p50: NVIDIA's NVFP4 B200
+    and AMD's MI325X (a GPU no kernel of which was measured) within 10 %, the H200 and MI300X runs' steps 18-21 %
+    above tfcalc's (docs/capacity.md, "MLPerf Inference v5.1")."""
+    errors = {}
+    for point in replay.points("v5.1"):
+        replica = replay.server_replica(point)
+        op = replay.operating_point(point, replica)
+        step = replica.step.time(op["seqs"], op["context"], round(op["prefill_tokens"]), 0.0,
+                                 max(1, round(op["prompts"])))
+        errors[point["gpu"]] = step / op["step_s"] - 1
+    assert set(errors) == {"b200", "h200", "mi300x", "mi325x"}
+    assert abs(errors["b200"]) <= 0.1 and abs(errors["mi325x"]) <= 0.1, errors
+    assert -0.25 <= errors["h200"] <= -0.1 and -0.25 <= errors["mi300x"] <= -0.1, errors
