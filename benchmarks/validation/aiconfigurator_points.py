@@ -26,7 +26,8 @@ the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before t
 ``--holdout11`` the eleventh (``HOLDOUT_GRID_11``, aiconfigurator_holdout11.json), before stop 45's changes;
 ``--holdout12`` the twelfth (``HOLDOUT_GRID_12``, aiconfigurator_holdout12.json), after stop 45's change;
 ``--holdout13`` the thirteenth (``HOLDOUT_GRID_13``, aiconfigurator_holdout13.json): models no earlier grid holds;
-``--holdout14`` the fourteenth (``HOLDOUT_GRID_14``, aiconfigurator_holdout14.json): small models, among others.
+``--holdout14`` the fourteenth (``HOLDOUT_GRID_14``, aiconfigurator_holdout14.json): small models, among others;
+``--holdout15`` the fifteenth (``HOLDOUT_GRID_15``, aiconfigurator_holdout15.json): pipeline parallelism.
 """
 
 from __future__ import annotations
@@ -414,6 +415,17 @@ HOLDOUT_GRID_14 = [
 ]
 
 
+# Collected on 2026-12-06 (stop 46) and scored once: pipeline parallelism, which no grid above holds (aiconfigurator's
+# static mode sums every stage's kernels into one batch's trip, TTFT and TPOT alike); a tp list entry (tp, pp) sets
+# pp stages. Dense models only. Summarised on its own line ("aic held-out 15").
+HOLDOUT_GRID_15 = [
+    ("llama3-70b", "h100_sxm", [(2, 2), (1, 4)], [8, 32], [(2000, 500)]),
+    ("llama3-70b-fp8", "h200_sxm", [(1, 2)], [16, 48], [(3000, 400)]),
+    ("qwen3-32b", "b200_sxm", [(1, 2), (2, 2)], [8, 32], [(1500, 300)]),
+    ("llama3.1-8b", "h100_sxm", [(1, 2)], [16, 64], [(4000, 300)]),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -442,11 +454,12 @@ def main(out: str, quick: bool, backends: list[str]) -> None:
     for key, system, tps, batches, lens, *expert_parallel in GRID:
         path, weights, gemm, moe = MODELS[key]
         for backend in backends:
-            for tp in tps:
+            for layout in tps:
+                tp, pp = layout if isinstance(layout, tuple) else (layout, 1)   # (tp, pp): pipeline stages
                 for batch in batches[:2] if quick else batches:
                     for isl, osl in lens:
                         kwargs = dict(mode="static", backend_name=backend, isl=isl, osl=osl, batch_size=batch,
-                                      tp_size=tp, gemm_quant_mode=gemm, kvcache_quant_mode="bfloat16")
+                                      tp_size=tp, pp_size=pp, gemm_quant_mode=gemm, kvcache_quant_mode="bfloat16")
                         ep = tp if expert_parallel and expert_parallel[0] else 1
                         if moe is not None:
                             kwargs.update(moe_tp_size=tp // ep, moe_ep_size=ep,
@@ -456,6 +469,8 @@ def main(out: str, quick: bool, backends: list[str]) -> None:
                                  "osl": osl}
                         if ep > 1:
                             point["ep"] = ep
+                        if pp > 1:
+                            point["pp"] = pp
                         if moe is not None and kwargs["moe_quant_mode"] != moe:
                             point["moe_quant"] = kwargs["moe_quant_mode"]
                         try:
@@ -485,7 +500,8 @@ if __name__ == "__main__":
              "--holdout3": HOLDOUT_GRID_3, "--holdout4": HOLDOUT_GRID_4, "--holdout5": HOLDOUT_GRID_5,
              "--holdout6": HOLDOUT_GRID_6, "--holdout7": HOLDOUT_GRID_7, "--holdout8": HOLDOUT_GRID_8,
              "--holdout9": HOLDOUT_GRID_9, "--holdout10": HOLDOUT_GRID_10, "--holdout11": HOLDOUT_GRID_11,
-             "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13, "--holdout14": HOLDOUT_GRID_14}
+             "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13, "--holdout14": HOLDOUT_GRID_14,
+             "--holdout15": HOLDOUT_GRID_15}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

@@ -28,8 +28,9 @@ Reference points (each with its source and setting):
   10"), aiconfigurator_holdout11.json (``--holdout11``) an eleventh before stop 45's ("aic held-out 11"),
   aiconfigurator_holdout12.json (``--holdout12``) a twelfth after it ("aic held-out 12") and
   aiconfigurator_holdout13.json (``--holdout13``) a thirteenth of models no earlier file has, before stop 46's
-  changes ("aic held-out 13"), and aiconfigurator_holdout14.json (``--holdout14``) a fourteenth of small models
-  among others ("aic held-out 14").
+  changes ("aic held-out 13"), aiconfigurator_holdout14.json (``--holdout14``) a fourteenth of small models
+  among others ("aic held-out 14") and aiconfigurator_holdout15.json (``--holdout15``) a fifteenth with pipeline
+  parallelism ("aic held-out 15").
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -59,8 +60,9 @@ HOLDOUT_11 = "aic held-out 11"
 HOLDOUT_12 = "aic held-out 12"
 HOLDOUT_13 = "aic held-out 13"
 HOLDOUT_14 = "aic held-out 14"
+HOLDOUT_15 = "aic held-out 15"
 HOLDOUTS = (HOLDOUT, HOLDOUT_2, HOLDOUT_3, HOLDOUT_4, HOLDOUT_5, HOLDOUT_6, HOLDOUT_7, HOLDOUT_8,
-            HOLDOUT_9, HOLDOUT_10, HOLDOUT_11, HOLDOUT_12, HOLDOUT_13, HOLDOUT_14)
+            HOLDOUT_9, HOLDOUT_10, HOLDOUT_11, HOLDOUT_12, HOLDOUT_13, HOLDOUT_14, HOLDOUT_15)
 SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
            ("aiconfigurator", HERE / "aiconfigurator_other.json"),
@@ -78,7 +80,8 @@ SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_
            (HOLDOUT_11, HERE / "aiconfigurator_holdout11.json"),
            (HOLDOUT_12, HERE / "aiconfigurator_holdout12.json"),
            (HOLDOUT_13, HERE / "aiconfigurator_holdout13.json"),
-           (HOLDOUT_14, HERE / "aiconfigurator_holdout14.json")]
+           (HOLDOUT_14, HERE / "aiconfigurator_holdout14.json"),
+           (HOLDOUT_15, HERE / "aiconfigurator_holdout15.json")]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # aiconfigurator points whose kernel-table rows no engine would time (aic_caveats.py writes the file and says why:
 # "routing", the collector's tied group-limited top-k; "sliced", a row slower than the same experts on half the GPUs;
@@ -119,6 +122,7 @@ def load_points() -> list[dict]:
                      "kind": "predicted", "engine": p["backend"], "model": _model_file(model),
                      "gpu": AIC_GPU[p["gpu"]],
                      "weights": p["weights_dtype"], "kv": "bf16", "tp": p["tp"], "ep": p.get("ep", 1),
+                     "pp": p.get("pp", 1),
                      "batch": p["batch"],
                      "prompt": p["isl"], "gen": p["osl"], "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"],
                      "routing": f"power-law:{AIC_ROUTING_ALPHA.get(model, 1.2)}",
@@ -175,10 +179,13 @@ def predict(p: dict) -> tuple[float, float]:
     engine = load_engine(p["engine"]).kernels
     if p.get("uncaptured_linears"):
         engine = replace(engine, uncaptured_linears=frozenset(p["uncaptured_linears"]))
-    d = deployment(spec, gpu, precision, kv, tp=p["tp"], ep=p.get("ep", 1), engine_kernels=engine,
+    d = deployment(spec, gpu, precision, kv, tp=p["tp"], pp=p.get("pp", 1), ep=p.get("ep", 1), engine_kernels=engine,
                    routing=parse_routing(p.get("routing", "uniform")), fp8_scales=p.get("fp8_scales", "auto"))
-    e = estimate_latency(d, p["batch"], p["prompt"], max(p["gen"], 2))
-    ttft = e.ttft_s
+    pp = p.get("pp", 1)
+    # aiconfigurator's static pipeline: its batch is one microbatch, pp of them in flight (its throughput x pp_size,
+    # sdk/backends/base_backend.py), and its TTFT that microbatch's trip through every stage (no pipeline fill)
+    e = estimate_latency(d, p["batch"] * pp, p["prompt"], max(p["gen"], 2))
+    ttft = e.ttft_s if pp == 1 else e.prefill.step.seconds
     if p.get("kind") == "measured-serving":  # a server prefills each arriving prompt on its own
         ttft = estimate_latency(d, 1, p["prompt"], max(p["gen"], 2)).ttft_s
     return ttft * 1e3, e.tpot_s * 1e3
@@ -211,7 +218,8 @@ def main() -> None:
                     else "— | " + f"{r['tfcalc_tpot_ms']:.2f} | —")
             source = r["source_kind"] + (f" [{r['caveat']}]" if r.get("caveat") else "")
             print(f"| {source} | {model} | {r['gpu']} | {r['engine']} | {r['weights'].replace('=', ':')} | "
-                  f"{r['tp']} | {r.get('ep', 1)} | {r['batch']} | {r['prompt']} | {r['gen']} | {ttft} | {tpot} |")
+                  f"{r['tp']}{f' pp {pp}' if (pp := r.get('pp', 1)) > 1 else ''} | {r.get('ep', 1)} | {r['batch']} | "
+                  f"{r['prompt']} | {r['gen']} | {ttft} | {tpot} |")
     summary(rows, "tfcalc", "ttft_err", "tpot_err")
 
 
