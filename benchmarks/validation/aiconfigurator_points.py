@@ -27,7 +27,8 @@ the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before t
 ``--holdout12`` the twelfth (``HOLDOUT_GRID_12``, aiconfigurator_holdout12.json), after stop 45's change;
 ``--holdout13`` the thirteenth (``HOLDOUT_GRID_13``, aiconfigurator_holdout13.json): models no earlier grid holds;
 ``--holdout14`` the fourteenth (``HOLDOUT_GRID_14``, aiconfigurator_holdout14.json): small models, among others;
-``--holdout15`` the fifteenth (``HOLDOUT_GRID_15``, aiconfigurator_holdout15.json): pipeline parallelism.
+``--holdout15`` the fifteenth (``HOLDOUT_GRID_15``, aiconfigurator_holdout15.json): pipeline parallelism;
+``--holdout16`` the sixteenth (``HOLDOUT_GRID_16``, aiconfigurator_holdout16.json): pipeline parallelism, MoE.
 """
 
 from __future__ import annotations
@@ -426,6 +427,17 @@ HOLDOUT_GRID_15 = [
 ]
 
 
+# Collected on 2026-12-06 (stop 46) right after the fifteenth and scored once: pipeline parallelism for MoE models
+# (Qwen3-30B-A3B at pp 2 on H100s, Mixtral 8x7B at tp 2 x pp 2 on H200s, gpt-oss-120b at pp 2 on H200s, Qwen3-235B at
+# tp 4 x pp 2 with its experts at ep 4 on B200s). Summarised on its own line ("aic held-out 16").
+HOLDOUT_GRID_16 = [
+    ("qwen3-30b-a3b", "h100_sxm", [(1, 2)], [8, 32], [(2500, 400)]),
+    ("mixtral-8x7b", "h200_sxm", [(2, 2)], [8, 32], [(1800, 500)]),
+    ("gpt-oss-120b", "h200_sxm", [(1, 2)], [8, 32], [(3500, 300)]),
+    ("qwen3-235b-a22b", "b200_sxm", [(4, 2)], [8, 32], [(2500, 400)], True),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -501,7 +513,7 @@ if __name__ == "__main__":
              "--holdout6": HOLDOUT_GRID_6, "--holdout7": HOLDOUT_GRID_7, "--holdout8": HOLDOUT_GRID_8,
              "--holdout9": HOLDOUT_GRID_9, "--holdout10": HOLDOUT_GRID_10, "--holdout11": HOLDOUT_GRID_11,
              "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13, "--holdout14": HOLDOUT_GRID_14,
-             "--holdout15": HOLDOUT_GRID_15}
+             "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]
