@@ -28,7 +28,8 @@ the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before t
 ``--holdout13`` the thirteenth (``HOLDOUT_GRID_13``, aiconfigurator_holdout13.json): models no earlier grid holds;
 ``--holdout14`` the fourteenth (``HOLDOUT_GRID_14``, aiconfigurator_holdout14.json): small models, among others;
 ``--holdout15`` the fifteenth (``HOLDOUT_GRID_15``, aiconfigurator_holdout15.json): pipeline parallelism;
-``--holdout16`` the sixteenth (``HOLDOUT_GRID_16``, aiconfigurator_holdout16.json): pipeline parallelism, MoE.
+``--holdout16`` the sixteenth (``HOLDOUT_GRID_16``, aiconfigurator_holdout16.json): pipeline parallelism, MoE;
+``--holdout17`` the seventeenth (``HOLDOUT_GRID_17``, aiconfigurator_holdout17.json): NVFP4 on the B200.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ MODELS = {
     "qwen3-1.7b": ("Qwen/Qwen3-1.7B", "bf16", "bfloat16", None),
     "qwen3-1.7b-fp8": ("Qwen/Qwen3-1.7B", "fp8", "fp8", None),
     "qwen3-8b-fp8": ("Qwen/Qwen3-8B", "fp8", "fp8", None),
+    "llama3-70b-nvfp4": ("meta-llama/Meta-Llama-3.1-70B", "nvfp4", "nvfp4", None),
+    "llama3.1-8b-nvfp4": ("meta-llama/Meta-Llama-3.1-8B", "nvfp4", "nvfp4", None),
+    "qwen3-32b-nvfp4": ("Qwen/Qwen3-32B", "nvfp4", "nvfp4", None),
+    "qwen3-30b-a3b-nvfp4": ("Qwen/Qwen3-30B-A3B", "nvfp4", "nvfp4", "nvfp4"),
+    "qwen3-235b-a22b-nvfp4": ("Qwen/Qwen3-235B-A22B", "nvfp4", "nvfp4", "nvfp4"),
 }
 
 # The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
@@ -438,6 +444,18 @@ HOLDOUT_GRID_16 = [
 ]
 
 
+# Collected on 2026-12-06 (stop 46) and scored once: NVFP4 weights and activations (W4A4 on the B200's FP4 tensor
+# cores), which no grid held: Llama 3 70B on one and two B200s, Llama 3.1 8B and Qwen3-32B on one, Qwen3-30B-A3B on one
+# and Qwen3-235B at ep 4 and ep 8, experts in NVFP4 too. Summarised on its own line ("aic held-out 17").
+HOLDOUT_GRID_17 = [
+    ("llama3-70b-nvfp4", "b200_sxm", [1, 2], [12, 40], [(2000, 400)]),
+    ("llama3.1-8b-nvfp4", "b200_sxm", [1], [12, 40], [(1000, 500)]),
+    ("qwen3-32b-nvfp4", "b200_sxm", [1], [12, 40], [(4000, 300)]),
+    ("qwen3-30b-a3b-nvfp4", "b200_sxm", [1], [12, 40], [(3000, 300)]),
+    ("qwen3-235b-a22b-nvfp4", "b200_sxm", [4, 8], [12, 40], [(2000, 400)], True),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -476,7 +494,8 @@ def main(out: str, quick: bool, backends: list[str]) -> None:
                         if moe is not None:
                             kwargs.update(moe_tp_size=tp // ep, moe_ep_size=ep,
                                           moe_quant_mode=ENGINE_MOE_QUANT.get((backend, system, moe), moe))
-                        point = {"model": key.removesuffix("-fp8"), "aic_model": path, "weights_dtype": weights,
+                        point = {"model": key.removesuffix("-fp8").removesuffix("-nvfp4"), "aic_model": path,
+                                 "weights_dtype": weights,
                                  "gpu": system, "backend": backend, "tp": tp, "batch": batch, "isl": isl,
                                  "osl": osl}
                         if ep > 1:
@@ -513,7 +532,7 @@ if __name__ == "__main__":
              "--holdout6": HOLDOUT_GRID_6, "--holdout7": HOLDOUT_GRID_7, "--holdout8": HOLDOUT_GRID_8,
              "--holdout9": HOLDOUT_GRID_9, "--holdout10": HOLDOUT_GRID_10, "--holdout11": HOLDOUT_GRID_11,
              "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13, "--holdout14": HOLDOUT_GRID_14,
-             "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16}
+             "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16, "--holdout17": HOLDOUT_GRID_17}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "l40s": "l40s"}
 ENGINES = ("vllm", "trtllm", "sglang")
-FORMATS = {"bfloat16": 2, "fp8": 1, "fp8_block": 1}  # aiconfigurator gemm_dtype -> weight bytes per element
+# aiconfigurator gemm_dtype -> weight bytes per element (NVFP4: 4 bits and one fp8 scale per 16)
+FORMATS = {"bfloat16": 2, "fp8": 1, "fp8_block": 1, "nvfp4": 9 / 16}
 MIN_M = 4096  # compute rows: M, N >= 4096, the GPU presets' method
 
 
@@ -103,7 +104,7 @@ def _compute_fractions(table, fmt: str, quant: dict[tuple[int, int], float], gpu
     """Per row with M, N >= 4096: achieved FLOP/s over peak x K / (K + K0), its input quantisation taken off."""
     from tfcalc.calc.kernels import GEMM_K0
 
-    compute = "bf16" if fmt == "bfloat16" else "fp8"
+    compute = {"bfloat16": "bf16", "nvfp4": "fp4"}.get(fmt, "fp8")
     _, peak = gpu.peak_flops(compute)
     k0 = GEMM_K0[compute]
     rows = table[(table.gemm_dtype == fmt) & (table.m >= MIN_M) & (table.n >= MIN_M)]
@@ -183,7 +184,7 @@ def main() -> None:
             compute = _compute_fractions(table, fmt, quant, gpu, floor)
             if fractions or compute:
                 note = (" (quantisation not taken off)" if fmt == "fp8" and not quant else
-                        " (its input quantisation included)" if fmt == "fp8_block" else "")
+                        " (its input quantisation included)" if fmt in ("fp8_block", "nvfp4") else "")
                 stream = f"{statistics.median(fractions):.3f}" if fractions else "-"
                 fit = f"{statistics.median(compute):.3f}" if compute else "-"
                 print(f"{SYSTEMS[system]:<9} {engine:<7} {version:<12} {fmt:<10} {len(fractions):>5}  {stream:<15}  "

@@ -30,8 +30,9 @@ Reference points (each with its source and setting):
   aiconfigurator_holdout13.json (``--holdout13``) a thirteenth of models no earlier file has, before stop 46's
   changes ("aic held-out 13"), aiconfigurator_holdout14.json (``--holdout14``) a fourteenth of small models
   among others ("aic held-out 14"), aiconfigurator_holdout15.json (``--holdout15``) a fifteenth with pipeline
-  parallelism ("aic held-out 15") and aiconfigurator_holdout16.json (``--holdout16``) a sixteenth with pipeline
-  parallelism for MoE models ("aic held-out 16").
+  parallelism ("aic held-out 15"), aiconfigurator_holdout16.json (``--holdout16``) a sixteenth with pipeline
+  parallelism for MoE models ("aic held-out 16") and aiconfigurator_holdout17.json (``--holdout17``) a seventeenth
+  of NVFP4 on the B200 ("aic held-out 17").
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -63,8 +64,10 @@ HOLDOUT_13 = "aic held-out 13"
 HOLDOUT_14 = "aic held-out 14"
 HOLDOUT_15 = "aic held-out 15"
 HOLDOUT_16 = "aic held-out 16"
+HOLDOUT_17 = "aic held-out 17"
 HOLDOUTS = (HOLDOUT, HOLDOUT_2, HOLDOUT_3, HOLDOUT_4, HOLDOUT_5, HOLDOUT_6, HOLDOUT_7, HOLDOUT_8,
-            HOLDOUT_9, HOLDOUT_10, HOLDOUT_11, HOLDOUT_12, HOLDOUT_13, HOLDOUT_14, HOLDOUT_15, HOLDOUT_16)
+            HOLDOUT_9, HOLDOUT_10, HOLDOUT_11, HOLDOUT_12, HOLDOUT_13, HOLDOUT_14, HOLDOUT_15, HOLDOUT_16,
+            HOLDOUT_17)
 SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
            ("aiconfigurator", HERE / "aiconfigurator_other.json"),
@@ -84,7 +87,8 @@ SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_
            (HOLDOUT_13, HERE / "aiconfigurator_holdout13.json"),
            (HOLDOUT_14, HERE / "aiconfigurator_holdout14.json"),
            (HOLDOUT_15, HERE / "aiconfigurator_holdout15.json"),
-           (HOLDOUT_16, HERE / "aiconfigurator_holdout16.json")]
+           (HOLDOUT_16, HERE / "aiconfigurator_holdout16.json"),
+           (HOLDOUT_17, HERE / "aiconfigurator_holdout17.json")]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # aiconfigurator points whose kernel-table rows no engine would time (aic_caveats.py writes the file and says why:
 # "routing", the collector's tied group-limited top-k; "sliced", a row slower than the same experts on half the GPUs;

@@ -310,6 +310,20 @@ def test_sixteenth_held_out_grid_pipeline_parallel_moe(v: ModuleType) -> None:
     assert sum(ttft <= 0.2 for ttft, _ in errors) >= 22 and all(tpot <= 0.2 for _, tpot in errors)
 
 
+def test_seventeenth_held_out_grid_nvfp4_and_tensorrt_llms_slower_stream(v: ModuleType) -> None:
+    """The seventeenth held-out file, NVFP4 on the B200 (scored once: TTFT 36 / 40, TPOT 32 / 40, TensorRT-LLM's dense
+    decode -23 ... -44 %). TensorRT-LLM's small-M NVFP4 GEMMs stream at 0.207 of HBM in its table against vLLM's
+    0.341 (kernels.gemm_memory_efficiency, 0.76 x 0.207 / 0.341); with that its dense points' TPOT is 5 of 8
+    within 20 % (0 before) and vLLM's and SGLang's stay within 11 %."""
+    held = [p for p in v.load_points() if p["source_kind"] == v.HOLDOUT_17]
+    assert len(held) == 40
+    errors = {(p["engine"], v._model_name(p), p["tp"], p["batch"]): v.predict(p)[1] / p["tpot_ms"] - 1 for p in held
+              if v._model_name(p) not in v.MOE}
+    trtllm = [e for (engine, *_), e in errors.items() if engine == "trtllm"]
+    assert len(trtllm) == 8 and sum(abs(e) <= 0.2 for e in trtllm) >= 5 and sorted(trtllm)[4] > -0.2
+    assert all(abs(e) <= 0.12 for (engine, *_), e in errors.items() if engine != "trtllm")
+
+
 def test_vllm_b200_mixtral_prefill_with_large_experts(v: ModuleType) -> None:
     """vLLM's B200 bf16 Mixtral points of every held-out grid (tp 1-8, ep 1-4): with the large-expert slowdown
     (kernels.moe_large_expert) their TTFT stays within 25 % of aiconfigurator whatever the expert's size (-50 % at tp
