@@ -48,47 +48,24 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 LARGE = "aic b128+"
-HOLDOUT = "aic held-out"
-HOLDOUT_2 = "aic held-out 2"
-HOLDOUT_3 = "aic held-out 3"
-HOLDOUT_4 = "aic held-out 4"
-HOLDOUT_5 = "aic held-out 5"
-HOLDOUT_6 = "aic held-out 6"
-HOLDOUT_7 = "aic held-out 7"
-HOLDOUT_8 = "aic held-out 8"
-HOLDOUT_9 = "aic held-out 9"
-HOLDOUT_10 = "aic held-out 10"
-HOLDOUT_11 = "aic held-out 11"
-HOLDOUT_12 = "aic held-out 12"
-HOLDOUT_13 = "aic held-out 13"
-HOLDOUT_14 = "aic held-out 14"
-HOLDOUT_15 = "aic held-out 15"
-HOLDOUT_16 = "aic held-out 16"
-HOLDOUT_17 = "aic held-out 17"
-HOLDOUTS = (HOLDOUT, HOLDOUT_2, HOLDOUT_3, HOLDOUT_4, HOLDOUT_5, HOLDOUT_6, HOLDOUT_7, HOLDOUT_8,
-            HOLDOUT_9, HOLDOUT_10, HOLDOUT_11, HOLDOUT_12, HOLDOUT_13, HOLDOUT_14, HOLDOUT_15, HOLDOUT_16,
-            HOLDOUT_17)
+# The held-out files, aiconfigurator_holdout.json, aiconfigurator_holdout2.json ... (aiconfigurator_points.py
+# --holdoutN), each summarised on its own line
+HELD_OUT_FILES = 17
+
+
+def holdout(n: int) -> str:
+    """The source kind of the n-th held-out file: "aic held-out", "aic held-out 2", ..."""
+    return "aic held-out" if n == 1 else f"aic held-out {n}"
+
+
+HOLDOUT = holdout(1)
+HOLDOUTS = tuple(holdout(n) for n in range(1, HELD_OUT_FILES + 1))
 SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_points.json"),
            ("aiconfigurator", HERE / "aiconfigurator_vllm.json"),
            ("aiconfigurator", HERE / "aiconfigurator_other.json"),
            (LARGE, HERE / "aiconfigurator_large_batch.json"),
-           (HOLDOUT, HERE / "aiconfigurator_holdout.json"),
-           (HOLDOUT_2, HERE / "aiconfigurator_holdout2.json"),
-           (HOLDOUT_3, HERE / "aiconfigurator_holdout3.json"),
-           (HOLDOUT_4, HERE / "aiconfigurator_holdout4.json"),
-           (HOLDOUT_5, HERE / "aiconfigurator_holdout5.json"),
-           (HOLDOUT_6, HERE / "aiconfigurator_holdout6.json"),
-           (HOLDOUT_7, HERE / "aiconfigurator_holdout7.json"),
-           (HOLDOUT_8, HERE / "aiconfigurator_holdout8.json"),
-           (HOLDOUT_9, HERE / "aiconfigurator_holdout9.json"),
-           (HOLDOUT_10, HERE / "aiconfigurator_holdout10.json"),
-           (HOLDOUT_11, HERE / "aiconfigurator_holdout11.json"),
-           (HOLDOUT_12, HERE / "aiconfigurator_holdout12.json"),
-           (HOLDOUT_13, HERE / "aiconfigurator_holdout13.json"),
-           (HOLDOUT_14, HERE / "aiconfigurator_holdout14.json"),
-           (HOLDOUT_15, HERE / "aiconfigurator_holdout15.json"),
-           (HOLDOUT_16, HERE / "aiconfigurator_holdout16.json"),
-           (HOLDOUT_17, HERE / "aiconfigurator_holdout17.json")]
+           *((holdout(n), HERE / f"aiconfigurator_holdout{n if n > 1 else ''}.json")
+             for n in range(1, HELD_OUT_FILES + 1))]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # aiconfigurator points whose kernel-table rows no engine would time (aic_caveats.py writes the file and says why:
 # "routing", the collector's tied group-limited top-k; "sliced", a row slower than the same experts on half the GPUs;

@@ -142,7 +142,7 @@ def _held_out(v: ModuleType, kind: str, dense_share: float = 0.95, least: int = 
 def test_third_held_out_grid(v: ModuleType) -> None:
     """The third held-out file (collected before the twenty-second round's changes): its dense points stay near
     aiconfigurator, and its MoE points without a reference caveat do not fall below their first scoring."""
-    _, _, moe = _held_out(v, v.HOLDOUT_3)
+    _, _, moe = _held_out(v, v.holdout(3))
     # first scoring: 102 of 114
     assert len(moe) >= 100 and sum(e <= 0.2 for e in moe) >= 0.85 * len(moe)
 
@@ -152,7 +152,7 @@ def test_fourth_held_out_grid(v: ModuleType) -> None:
     aiconfigurator, its MoE points without a reference caveat do not fall below their first scoring (97 of 120 TTFT
     and TPOT values, three of them since tagged), and the SGLang expert-parallel Qwen3-30B-A3B points that shapes
     without a tuned Triton config explain stay within 20 %."""
-    scored, _, moe = _held_out(v, v.HOLDOUT_4)
+    scored, _, moe = _held_out(v, v.holdout(4))
     untuned_ep = [errors for p, errors in scored if p["model"] == "qwen3-30b-a3b" and p["engine"] == "sglang"]
     assert len(untuned_ep) == 3 and all(errors[0] <= 0.2 for errors in untuned_ep)  # -22 ... -25 % at first
     assert len(moe) >= 96 and sum(e <= 0.2 for e in moe) >= 92  # 12 values since tagged "interpolated"
@@ -164,7 +164,7 @@ def test_fifth_held_out_grid(v: ModuleType) -> None:
     round's gain (91 of 120 TTFT and TPOT values at the first scoring), and Mixtral 8x7B at ep 4 on vLLM and
     TensorRT-LLM, whose 5,000-token prefills the busiest rank of aiconfigurator's power-law draw sets (+24 ... +51 %
     under the normal approximation), stays within 20 %."""
-    scored, _, moe = _held_out(v, v.HOLDOUT_5)
+    scored, _, moe = _held_out(v, v.holdout(5))
     mixtral_ep = [errors for p, errors in scored if p["model"] == "mixtral-8x7b" and p["engine"] in ("vllm", "trtllm")]
     assert len(mixtral_ep) == 6 and all(errors[0] <= 0.2 for errors in mixtral_ep)
     assert len(moe) >= 100 and sum(e <= 0.2 for e in moe) >= 95
@@ -176,7 +176,7 @@ def test_sixth_held_out_grid(v: ModuleType) -> None:
     round's gain (114 of 126 TTFT and TPOT values at the first scoring), and SGLang's gpt-oss-120b prefills on Hopper
     (one H100; ep 8 on H200), whose upcast experts' size slows the Triton kernel (-20 ... -24 % without
     kernels.moe_large_expert), stay within 20 %."""
-    scored, _, moe = _held_out(v, v.HOLDOUT_6)
+    scored, _, moe = _held_out(v, v.holdout(6))
     upcast = [errors for p, errors in scored if p["model"] == "gpt-oss-120b" and p["engine"] == "sglang"]
     assert len(upcast) == 6 and all(errors[0] <= 0.2 for errors in upcast)
     assert len(moe) >= 116 and sum(e <= 0.2 for e in moe) >= 112  # 10 values since tagged "interpolated"
@@ -188,7 +188,7 @@ def test_seventh_held_out_grid(v: ModuleType) -> None:
     of 102 TTFT and TPOT values at the first scoring, before 8 were tagged "interpolated"), and SGLang's gpt-oss-120b
     prefills at ep 8 on the B200, whose FlashInfer MXFP4 MoE computes only its own experts' rows (+21 ... +29 %
     priced as every row), stay within 20 %."""
-    scored, _, moe = _held_out(v, v.HOLDOUT_7)
+    scored, _, moe = _held_out(v, v.holdout(7))
     fp4_ep = [errors for p, errors in scored if p["model"] == "gpt-oss-120b" and p["engine"] == "sglang"]
     assert len(fp4_ep) == 3 and all(errors[0] <= 0.2 for errors in fp4_ep)
     assert len(moe) >= 94 and sum(e <= 0.2 for e in moe) >= 88
@@ -199,7 +199,7 @@ def test_eighth_held_out_grid(v: ModuleType) -> None:
     its MoE points without a reference caveat 94 of 100 values): its dense points stay near aiconfigurator, its MoE
     points keep the round's gain, and SGLang's Qwen3-30B-A3B prefills at ep 8 on the B200, whose FlashInfer TRT-LLM
     bf16 MoE computes only its own experts' rows (+8 ... +25 % priced as every row), stay within 20 %."""
-    scored, _, moe = _held_out(v, v.HOLDOUT_8)
+    scored, _, moe = _held_out(v, v.holdout(8))
     own_rows = [errors for p, errors in scored if p["model"] == "qwen3-30b-a3b" and p["engine"] == "sglang"
                 and p["gpu"] == "b200"]
     assert len(own_rows) == 3 and all(errors[0] <= 0.2 for errors in own_rows)
@@ -221,7 +221,7 @@ def test_ninth_held_out_grid(v: ModuleType) -> None:
     synchronisation its isolated all-reduce rows lack (+10 ... +27 %; aiconfigurator drifts -6 -> -24 % from tp 1 to
     8 against TensorRT-LLM's measured Llama 3.1 8B on the H100, tfcalc -7 -> +1 %: aic_silicon_drift.py), and its
     MoE points without a reference caveat keep their first scoring (120 of 126 values)."""
-    moe, synced = _dense_tp8_above(v, v.HOLDOUT_9)
+    moe, synced = _dense_tp8_above(v, v.holdout(9))
     assert len(synced) == 18 and all(0.0 < e <= 0.3 for e in synced)
     assert len(moe) >= 120 and sum(e <= 0.2 for e in moe) >= 118
 
@@ -231,7 +231,7 @@ def test_tenth_held_out_grid(v: ModuleType) -> None:
     115 of 122 and 117 of 122 without reference caveats): its dense TTFT stays near aiconfigurator, its dense TPOT
     at tp 8 on the H100 (fp8 Qwen3-32B) above it by the per-peer synchronisation its all-reduce rows lack (+13 ...
     +23 %), and its MoE points without a reference caveat keep their first scoring (164 of 172 values)."""
-    moe, synced = _dense_tp8_above(v, v.HOLDOUT_10)
+    moe, synced = _dense_tp8_above(v, v.holdout(10))
     assert len(synced) == 9 and all(0.1 < e <= 0.3 for e in synced)
     assert len(moe) >= 170 and sum(e <= 0.2 for e in moe) >= 164
 
@@ -243,10 +243,10 @@ def test_eleventh_held_out_grid(v: ModuleType) -> None:
     its MoE points without a reference caveat at least at their first scoring (139 of 154 values), and vLLM's
     Llama 3.1 8B on eight B200s at batch 46, whose 368 KiB all-reduces run vLLM's slow two-shot kernel there
     (kernels.custom_allreduce_two_shot; -22 % without it), within 20 %."""
-    moe, synced = _dense_tp8_above(v, v.HOLDOUT_11)
+    moe, synced = _dense_tp8_above(v, v.holdout(11))
     assert len(synced) == 18 and all(0.0 < e <= 0.3 for e in synced)
     assert len(moe) >= 150 and sum(e <= 0.2 for e in moe) >= 139
-    two_shot = [p for p in v.load_points() if p["source_kind"] == v.HOLDOUT_11 and p["engine"] == "vllm"
+    two_shot = [p for p in v.load_points() if p["source_kind"] == v.holdout(11) and p["engine"] == "vllm"
                 and p["gpu"] == "b200" and p["model"] == "llama3.1-8b" and p["batch"] == 46]
     assert len(two_shot) == 1 and abs(v.predict(two_shot[0])[1] / two_shot[0]["tpot_ms"] - 1) <= 0.2
 
@@ -257,9 +257,9 @@ def test_twelfth_held_out_grid(v: ModuleType) -> None:
     values), its MoE values without a reference caveat at least at that scoring (93 of 108), and vLLM's B200 points
     whose decode all-reduces run its two-shot kernel (fp8 Llama 3 70B and Mixtral 8x7B at tp 8, Qwen3-32B at tp 4,
     batches 19-58; -31 % at worst without kernels.custom_allreduce_two_shot) within 20 % on TPOT."""
-    _, _, moe = _held_out(v, v.HOLDOUT_12)
+    _, _, moe = _held_out(v, v.holdout(12))
     assert len(moe) >= 100 and sum(e <= 0.2 for e in moe) >= 93
-    two_shot = [p for p in v.load_points() if p["source_kind"] == v.HOLDOUT_12 and p["engine"] == "vllm"
+    two_shot = [p for p in v.load_points() if p["source_kind"] == v.holdout(12) and p["engine"] == "vllm"
                 and p["gpu"] == "b200" and v._model_name(p) in ("llama3-70b", "qwen3-32b", "mixtral-8x7b")]
     assert len(two_shot) == 9
     assert all(abs(v.predict(p)[1] / p["tpot_ms"] - 1) <= 0.2 for p in two_shot)
@@ -271,7 +271,7 @@ def test_thirteenth_held_out_grid(v: ModuleType) -> None:
     type with DeepSeek-V3's architecture), scored once before stop 46's changes: TTFT 96 of 105, TPOT 102 of 105;
     every dense value within 20 % and 73 of the 82 MoE values without a reference caveat; Kimi K2's TPOT within
     20 % on all three engines."""
-    scored, dense, moe = _held_out(v, v.HOLDOUT_13, dense_share=1.0)
+    scored, dense, moe = _held_out(v, v.holdout(13), dense_share=1.0)
     assert len(dense) >= 100 and len(moe) >= 80 and sum(e <= 0.2 for e in moe) >= 73
     models = {v._model_name(p) for p, _ in scored}
     assert {"qwen3-8b", "llama3.1-405b", "qwen3-coder-480b", "kimi-k2"} <= models
@@ -284,7 +284,7 @@ def test_fourteenth_held_out_grid(v: ModuleType) -> None:
     steps are mostly fixed costs (Qwen3-0.6B and 1.7B: one step of 17-49 sequences takes 1.7-3.6 ms), fp8 Qwen3-8B
     and Llama 3.1 405B on the H100: TTFT 68 of 69, TPOT 67 of 69 within 20 %; the small models' every value within
     20 %."""
-    scored, dense, _ = _held_out(v, v.HOLDOUT_14, least=69)
+    scored, dense, _ = _held_out(v, v.holdout(14), least=69)
     assert len(dense) >= 120 and sum(e <= 0.2 for e in dense) >= 125
     small = [errors for p, errors in scored if v._model_name(p) in ("qwen3-0.6b", "qwen3-1.7b")]
     assert len(small) == 45 and all(e <= 0.2 for errors in small for e in errors)
@@ -295,7 +295,7 @@ def test_fifteenth_held_out_grid_pipeline_parallel(v: ModuleType) -> None:
     batch is one microbatch with pp of them in flight and its TTFT that microbatch's trip (validate.predict maps
     it so); like for like, TTFT 34 of 36 and TPOT 36 of 36 within 20 % (first scored with tfcalc's own reading, the
     batch split into pp microbatches and the last one's TTFT: 2 and 33 of 36)."""
-    scored, dense, _ = _held_out(v, v.HOLDOUT_15, least=36)
+    scored, dense, _ = _held_out(v, v.holdout(15), least=36)
     assert {p.get("pp", 1) for p, _ in scored} == {2, 4} and len(scored) == 36
     assert sum(ttft <= 0.2 for _, (ttft, _) in scored) >= 34 and all(tpot <= 0.2 for _, (_, tpot) in scored)
 
@@ -304,7 +304,7 @@ def test_sixteenth_held_out_grid_pipeline_parallel_moe(v: ModuleType) -> None:
     """The sixteenth held-out file, collected after the fifteenth's like-for-like reading of a pipeline and scored
     once with it: MoE models at pp 2 (Qwen3-30B-A3B, Mixtral 8x7B at tp 2, gpt-oss-120b, Qwen3-235B at tp 4 / ep 4):
     TTFT 22 of 24, TPOT 24 of 24 within 20 %."""
-    held = [p for p in v.load_points() if p["source_kind"] == v.HOLDOUT_16]
+    held = [p for p in v.load_points() if p["source_kind"] == v.holdout(16)]
     assert len(held) == 24 and {p["pp"] for p in held} == {2}
     errors = [[abs(e) for e in (t / p["ttft_ms"] - 1, d / p["tpot_ms"] - 1)] for p in held for t, d in [v.predict(p)]]
     assert sum(ttft <= 0.2 for ttft, _ in errors) >= 22 and all(tpot <= 0.2 for _, tpot in errors)
@@ -315,7 +315,7 @@ def test_seventeenth_held_out_grid_nvfp4_and_tensorrt_llms_slower_stream(v: Modu
     decode -23 ... -44 %). TensorRT-LLM's small-M NVFP4 GEMMs stream at 0.207 of HBM in its table against vLLM's
     0.341 (kernels.gemm_memory_efficiency, 0.76 x 0.207 / 0.341); with that its dense points' TPOT is 5 of 8
     within 20 % (0 before) and vLLM's and SGLang's stay within 11 %."""
-    held = [p for p in v.load_points() if p["source_kind"] == v.HOLDOUT_17]
+    held = [p for p in v.load_points() if p["source_kind"] == v.holdout(17)]
     assert len(held) == 40
     errors = {(p["engine"], v._model_name(p), p["tp"], p["batch"]): v.predict(p)[1] / p["tpot_ms"] - 1 for p in held
               if v._model_name(p) not in v.MOE}
