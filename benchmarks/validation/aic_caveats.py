@@ -234,7 +234,7 @@ def caveats() -> list[dict]:
         for p in json.loads(path.read_text()):
             if "error" in p or p["model"] not in validate.MOE:
                 continue
-            spec = validate.load_spec(validate._model_file(p["model"]))
+            spec = validate.load_spec(validate.model_file(p["model"]))
             moe = spec.moe
             ep = p.get("ep", 1)
             key = next(k for k, v in collect.MODELS.items() if v[0] == p["aic_model"] and v[1] == p["weights_dtype"])

@@ -103,7 +103,7 @@ def load_points() -> list[dict]:
                 model = p["model"]
                 caveat = caveats.get(tuple({**p, "source": path.name, "ep": p.get("ep", 1)}[k] for k in _CAVEAT_KEY))
                 p = {"reference": f"aiconfigurator 0.12 static prediction, {p['backend']} {p.get('version', '')}",
-                     "kind": "predicted", "engine": p["backend"], "model": _model_file(model),
+                     "kind": "predicted", "engine": p["backend"], "model": model_file(model),
                      "gpu": AIC_GPU[p["gpu"]],
                      "weights": p["weights_dtype"], "kv": "bf16", "tp": p["tp"], "ep": p.get("ep", 1),
                      "pp": p.get("pp", 1),
@@ -124,7 +124,7 @@ def load_points() -> list[dict]:
     return points
 
 
-def _model_file(model: str) -> str:
+def model_file(model: str) -> str:
     """A model without a preset: its file in benchmarks/validation/models (a YAML spec, or the config.json that
     aiconfigurator bundles, read as a user's would be); else the preset's name."""
     for suffix in (".yaml", ".json"):
