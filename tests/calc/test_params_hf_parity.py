@@ -53,6 +53,7 @@ class HFModel:
     moe_layers: tuple[int, ...]
     windows: tuple[int | None, ...]                    # sliding window per layer, None for full attention
     head_dims: tuple[int, ...]
+    rotary_dim: int | None                             # dimensions RoPE turns (None: no single rotary table)
     qk_norm: bool
     tied: bool
     seconds: float
@@ -118,6 +119,8 @@ def hf_model(name: str) -> HFModel:
         moe_layers=tuple(moe_layers),
         windows=tuple(windows),
         head_dims=tuple(head_dims),
+        rotary_dim=2 * inv_freq.shape[0] if isinstance(inv_freq := getattr(
+            getattr(model.model, "rotary_emb", None), "inv_freq", None), torch.Tensor) else None,
         qk_norm=hasattr(model.model.layers[0].self_attn, "q_norm"),
         tied=not any(n.startswith("lm_head") for n, _ in model.named_parameters()),
         seconds=seconds,
@@ -141,8 +144,8 @@ def _component(name: str) -> str:
         return "experts"
     if ".mlp.shared_expert" in name:  # shared_expert(s).*, shared_expert_gate
         return "shared_experts"
-    if ".mlp.gate." in name or ".mlp.router." in name:
-        return "router"
+    if ".mlp.gate." in name or ".mlp.router." in name or name.endswith(".mlp.e_score_correction_bias"):
+        return "router"  # MiniMax-M2 keeps the score bias on the block, not the gate
     if ".mlp." in name:
         return "mlp"
     if ".self_attn." in name:
@@ -195,6 +198,7 @@ def test_structure_equals_transformers(name: str) -> None:
     assert hf.windows == tuple(s.sliding_window if s.is_sliding_layer(i) else None for i in range(s.num_layers))
     assert set(hf.head_dims) == {s.head_dim}
     assert hf.qk_norm == s.qk_norm
+    assert hf.rotary_dim in (None, s.rotary_dim)
     assert hf.tied == s.tie_word_embeddings
 
 
@@ -256,6 +260,8 @@ def test_family_defaults_match_transformers_config_classes(model_type: str) -> N
             assert value == cls.default_theta["local"]
         elif key == "sliding_window_pattern":
             assert value == 6
+        elif key == "partial_rotary_factor":  # set in __post_init__ (Glm4MoeConfig: 0.5 "for BC")
+            assert cls().rope_parameters.get("partial_rotary_factor", 1.0) == value
         elif key in field_names:
             assert _transformers_default(cls, key) == value, key
         else:

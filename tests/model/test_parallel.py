@@ -21,6 +21,7 @@ import pytest
 import torch
 from conftest import small_spec
 from shard_jobs import Case, CompareWithOneRank
+from small_configs import SMALL_MINIMAX_M2, small_config_spec
 
 from tfcalc.calc.plan import PlanConfig, plan_fit
 from tfcalc.dtypes import WeightPrecision, get_dtype
@@ -86,6 +87,7 @@ def _two_rank_cases(small_spec) -> list[Case]:  # noqa: ANN001
         Case("llama3-70b fp8_block tp 2", fp8_dense_spec(), 2, 1, "fp8_block", torch.float64),
         Case("deepseek-v3 fp8_block tp 2", fp8_mla_spec(), 2, 1, "fp8_block", torch.float64),  # experts sliced
         Case("deepseek-v3 fp8_block ep 2", fp8_mla_spec(), 1, 2, "fp8_block", torch.float64),  # experts placed
+        Case("minimax_m2 tp 2", small_config_spec(SMALL_MINIMAX_M2), 2, 1),  # QK-norm across heads, partial RoPE
     ]
 
 
@@ -94,6 +96,8 @@ def _four_rank_cases(small_spec) -> list[Case]:  # noqa: ANN001
         _case(small_spec, "deepseek-v3", 2, 4),  # ep > tp > 1: each tp rank dispatches its share of the tokens
         _case(small_spec, "deepseek-v3", 4, 2),  # ep < tp: 4 experts per rank, each sliced 2 ways
         _case(small_spec, "llama3-8b", 4, 1),
+        # QK-norm across heads with the two KV heads (and their k-norm columns) each held by two ranks
+        Case("minimax_m2 tp 4", small_config_spec(SMALL_MINIMAX_M2).with_overrides(num_attention_heads=8), 4, 1),
     ]
 
 
@@ -105,7 +109,8 @@ def _check(cases: list[Case], results: dict[str, list[dict]]) -> None:
         assert max(r["error"] for r in ranks) < tolerance, (case.name, ranks)
         spec = case.spec
         per_forward = (2 * spec.num_layers + 2 if case.tp > 1 else 0) + (
-            3 * spec.num_moe_layers if case.ep > case.tp else 0)
+            3 * spec.num_moe_layers if case.ep > case.tp else 0) + (
+            spec.num_layers if case.tp > 1 and spec.qk_norm_across_heads else 0)  # q and k norm statistics
         assert {r["collectives"] for r in ranks} == {per_forward}, case.name
         if case.weights is not None:  # bytes held: test_fp8_ranks_hold_what_the_plan_counts
             continue

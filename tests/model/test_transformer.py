@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from small_configs import SMALL_GLM4_MOE, SMALL_MINIMAX_M2, small_config_spec
 
 from tfcalc.calc.kv_cache import kv_cache_bytes
 from tfcalc.calc.params import count_params
@@ -518,3 +519,66 @@ def test_gemma3_sliding_layers_rotate_by_their_base_and_global_layers_by_theta()
     model = build_model(other, dtype=torch.float64, seed=0)
     model.setup_caches(batch=1, max_len=12)
     assert not torch.allclose(model.prefill(tokens), out[0])
+
+
+# --- against transformers: GLM-4.5 MoE and MiniMax-M2 (partial RoPE, QK-norm per head and across heads) ----------
+
+def _hf_twin(transformers: Any, config: dict) -> tuple[Transformer, Any]:
+    """Our decoder read from a small config.json, and transformers' model of the same config with our weights
+    (QK-norm weights and router score biases drawn away from their defaults so that they matter)."""
+    torch.manual_seed(0)
+    spec = small_config_spec(config)
+    ours = build_model(spec, dtype=torch.float64)
+    fields = {k: v for k, v in config.items() if k != "model_type"}
+    hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields, attn_implementation="eager",
+                                                  experts_implementation="eager")
+    hf = transformers.AutoModelForCausalLM.from_config(hf_config).double().eval()
+    q, kv = spec.num_attention_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+    with torch.no_grad():
+        hf.model.embed_tokens.weight.copy_(ours.tok_embeddings.weight)
+        hf.lm_head.weight.copy_(ours.lm_head.weight)
+        hf.model.norm.weight.copy_(ours.norm.weight)
+        for block, layer in zip(ours.layers, hf.model.layers, strict=True):
+            a, h = block.attention, layer.self_attn
+            for name, w in zip(("q_proj", "k_proj", "v_proj"), a.wqkv.weight.split([q, kv, kv]), strict=True):
+                getattr(h, name).weight.copy_(w)
+            if a.wqkv.bias is not None:
+                for name, b in zip(("q_proj", "k_proj", "v_proj"), a.wqkv.bias.split([q, kv, kv]), strict=True):
+                    getattr(h, name).bias.copy_(b)
+            h.o_proj.weight.copy_(a.wo.weight)
+            for ours_norm, hf_norm in ((a.q_norm, h.q_norm), (a.k_norm, h.k_norm)):
+                ours_norm.weight.uniform_(0.5, 1.5)
+                hf_norm.weight.copy_(ours_norm.weight)
+            layer.input_layernorm.weight.copy_(block.attention_norm.weight)
+            layer.post_attention_layernorm.weight.copy_(block.ffn_norm.weight)
+            ffn = block.ffn
+            if ffn.__class__.__name__ != "MoE":
+                _copy_ffn(layer.mlp, ffn)
+                continue
+            ffn.score_bias.uniform_(-0.1, 0.1)
+            layer.mlp.gate.weight.copy_(ffn.router.weight)
+            score_bias = getattr(layer.mlp.gate, "e_score_correction_bias", None)
+            (layer.mlp.e_score_correction_bias if score_bias is None else score_bias).copy_(ffn.score_bias)
+            layer.mlp.experts.gate_up_proj.copy_(ffn.w_in)
+            layer.mlp.experts.down_proj.copy_(ffn.w_out)
+            if ffn.shared is not None:
+                _copy_ffn(layer.mlp.shared_experts, ffn.shared)
+    return ours, hf
+
+
+@pytest.mark.parametrize("config", [SMALL_GLM4_MOE, SMALL_MINIMAX_M2], ids=["glm4_moe", "minimax_m2"])
+def test_partial_rope_and_qk_norm_families_equal_transformers(config: dict) -> None:
+    """GLM-4.5 (q/k/v biases, per-head QK-norm, half of each head rotated, a dense layer then MoE layers with
+    DeepSeek-V3's grouped sigmoid router, x2.5, and a shared expert) and MiniMax-M2 (QK-norm over all heads at
+    once, rotary_dim 8 of 16, sigmoid-routed experts on every layer) read from config.json and run with
+    transformers' weights: the same logits for a prefill and for cached decode. transformers' routers and norms
+    run in float32 inside a float64 model, which bounds the agreement near 1e-7."""
+    transformers = pytest.importorskip("transformers")
+    ours, hf = _hf_twin(transformers, config)
+    assert ours.spec.rotary_dim == 8
+    tokens = torch.randint(1, ours.spec.vocab_size, (2, 11))
+    ours.setup_caches(batch=2, max_len=16)
+    with torch.inference_mode():
+        expected = hf(tokens).logits
+        torch.testing.assert_close(run_in_chunks(ours, tokens, [11]), expected, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(run_in_chunks(ours, tokens, [5] + [1] * 6), expected, atol=1e-6, rtol=1e-6)

@@ -43,8 +43,8 @@ def write(tmp_path: Path, data: dict[str, Any], filename: str = "config.json") -
 
 def test_supported_types() -> None:
     assert SUPPORTED_MODEL_TYPES == (
-        "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3_text", "gpt_oss", "llama", "mistral", "mixtral",
-        "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+        "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3_text", "glm4_moe", "gpt_oss", "llama", "minimax_m2",
+        "mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
 
 
 @pytest.mark.parametrize("model_type", ["falcon", None, 7])
@@ -542,3 +542,61 @@ def test_an_error_in_the_sidecar_names_it(tmp_path: Path) -> None:
     write(tmp_path, {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP6"}}, "hf_quant_config.json")
     with pytest.raises(SpecError, match=r"config.json \(quantization from hf_quant_config.json\): .*'FP6'"):
         load_hf_config(tmp_path)
+
+
+# --- GLM-4.5 / 4.6 (glm4_moe) and MiniMax-M2 (minimax_m2) ------------------------------------------------------
+
+@pytest.mark.parametrize("name, published_total, published_active", [
+    # zai-org/GLM-4.6 and GLM-4.5-Air model cards: 355 B / 32 B and 106 B / 12 B (the cards count the MTP layer,
+    # about 3.8 B in GLM-4.6, which tfcalc leaves out); MiniMaxAI/MiniMax-M2.5: 230 B total, 10 B active.
+    ("glm-4.6", 355e9, 32e9), ("glm-4.5-air", 106e9, 12e9), ("minimax-m2.5", 230e9, 10e9)])
+def test_new_families_against_their_model_cards(name: str, published_total: float, published_active: float) -> None:
+    from tfcalc.calc.params import count_params
+
+    counts = count_params(build(name))
+    assert counts.total_params == pytest.approx(published_total, rel=0.01)
+    # the cards' active counts leave out the embedding table (and round down): within 12 %
+    assert counts.active_params == pytest.approx(published_active, rel=0.12)
+
+
+def test_glm4_moe_reads_deepseek_routing_partial_rope_and_its_mtp_layer() -> None:
+    spec = build("glm-4.6")
+    assert (spec.head_dim, spec.rotary_dim, spec.partial_rotary_factor) == (128, 64, 0.5)
+    assert spec.qkv_bias and not spec.o_bias and spec.qk_norm and not spec.qk_norm_across_heads
+    assert spec.moe.dense_layers == (0, 1, 2) and spec.moe.router_scoring == "sigmoid"
+    assert spec.moe.router_score_correction_bias and spec.moe.routed_scaling_factor == 2.5
+    assert (spec.moe.num_shared_experts, spec.moe.shared_expert_intermediate_size) == (1, 1536)
+    assert spec.num_mtp_layers == 1 and not spec.remote_code
+    air = build("glm-4.5-air")
+    assert not air.qk_norm and air.moe.dense_layers == (0,)
+    assert build("glm-4.6", partial_rotary_factor=_DROP).rotary_dim == 64  # Glm4MoeConfig's default 0.5
+
+
+def test_minimax_m2_norms_across_heads_and_rotates_rotary_dim() -> None:
+    spec = build("minimax-m2.5")
+    assert spec.qk_norm and spec.qk_norm_across_heads and not spec.qkv_bias
+    assert (spec.rotary_dim, spec.num_mtp_layers) == (64, 0)
+    assert spec.moe.router_scoring == "sigmoid" and spec.moe.router_score_correction_bias
+    assert spec.moe.expert_intermediate_size == 1536 and spec.num_moe_layers == 62
+    assert spec.native_dtype == "fp8_block"
+    assert build("minimax-m2.5", rotary_dim=32).rotary_dim == 32
+    # partial_rotary_factor outranks rotary_dim, as MiniMaxM2Config's setdefault does
+    assert build("minimax-m2.5", partial_rotary_factor=1.0).rotary_dim == 128
+    assert build("minimax-m2.5", rotary_dim=_DROP).rotary_dim == 128
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"partial_rotary_factor": 0.3}, r"partial_rotary_factor \(0.3\) x head_dim \(128\) must be an even number"),
+    ({"partial_rotary_factor": 1.5}, "partial_rotary_factor"),
+    ({"partial_rotary_factor": "half"}, "must be a number"),
+])
+def test_a_bad_rotary_share_is_one_line(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError, match=message) as err:
+        build("glm-4.6", **changes)
+    assert "\n" not in str(err.value) and str(err.value).startswith("glm-4.6.json")
+
+
+def test_rope_parameters_carry_the_rotary_share() -> None:
+    spec = build("glm-4.6", partial_rotary_factor=_DROP, rope_theta=_DROP,
+                 rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25})
+    assert spec.rotary_dim == 32 and spec.rope_theta == 1e6

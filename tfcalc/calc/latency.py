@@ -228,6 +228,7 @@ class _Dims:
     shared_width: float  # shared experts (summed) per GPU
     moe_group: int  # GPUs one MoE layer's experts span (ep when ep > tp, else tp)
     qk_norm: bool
+    qk_norm_across_heads: bool
     window: int | None
     attn: _Linear
     mlp: _Linear
@@ -384,6 +385,7 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  q_rank=q_rank, kv_rank=kv_rank, rope=rope, nope=nope, v_dim=v_dim, gated=spec.ffn_kind == "gated",
                  ffn_width=spec.intermediate_size / tp, experts=experts, top_k=top_k, experts_local=experts_local,
                  expert_width=expert_width, shared_width=shared_width, moe_group=moe_group, qk_norm=spec.qk_norm,
+                 qk_norm_across_heads=spec.qk_norm_across_heads,
                  window=spec.sliding_window, attn=mode("attention"), mlp=mode("mlp"), experts_mode=mode("experts"),
                  shared=mode("shared_experts"),
                  head=mode("embedding" if spec.tie_word_embeddings else "lm_head"),
@@ -790,6 +792,9 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
 
 
 def _layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, moe: bool, ideal: bool) -> None:
+    if d.tp > 1 and d.dims.qk_norm_across_heads:  # the q and k norms' mean squares, fp32 [tokens, 2], summed
+        t, bw = _all_reduce(d, shape.tokens * 2 * 4, d.tp, ideal, s.memo)  # (vLLM MiniMaxText01RMSNormTP)
+        s.add_comm(t, bw, "tp")
     _attention_layer(s, d, shape, sliding)
     if d.tp > 1:
         t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)

@@ -115,16 +115,25 @@ def attention_params(spec: ModelSpec) -> Params:
     return attention_shape(spec).total(0 if spec.mla is not None else spec.num_kv_heads)
 
 
-def norm_params_per_layer(spec: ModelSpec) -> Params:
-    """Block norms (2 pre-norms; 4 in Gemma 2/3) + QK-norm over head_dim + MLA's q_a/kv_a latent norms."""
+def norms_shape(spec: ModelSpec) -> TPShape:
+    """Block norms (2 pre-norms; 4 in Gemma 2/3) + QK-norm over head_dim + MLA's q_a/kv_a latent norms, all
+    replicated; MiniMax-M2's QK-norm across all heads splits like q and k (vLLM MiniMaxText01RMSNormTP)."""
     p = _norm(spec, spec.hidden_size) * spec.norms_per_layer
+    if spec.qk_norm and spec.qk_norm_across_heads:
+        return TPShape(split=_norm(spec, spec.num_attention_heads * spec.head_dim), replicated=p,
+                       per_kv_head=_norm(spec, spec.head_dim))
     if spec.qk_norm:
         p = p + _norm(spec, spec.head_dim) * 2
     if spec.mla is not None:
         if spec.mla.q_lora_rank is not None:
             p = p + _norm(spec, spec.mla.q_lora_rank)
         p = p + _norm(spec, spec.mla.kv_lora_rank)
-    return p
+    return TPShape(replicated=p)
+
+
+def norm_params_per_layer(spec: ModelSpec) -> Params:
+    """One layer's norm weights, every tensor once (``norms_shape`` totalled)."""
+    return norms_shape(spec).total(0 if spec.mla is not None else spec.num_kv_heads)
 
 
 def ffn_shape(spec: ModelSpec, intermediate: int, bias: bool) -> TPShape:

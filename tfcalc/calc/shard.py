@@ -35,7 +35,7 @@ from tfcalc.calc.params import (
     attention_shape,
     ffn_shape,
     final_norm_params,
-    norm_params_per_layer,
+    norms_shape,
     router_params,
     shared_experts_shape,
 )
@@ -168,7 +168,7 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
         router = router_params(spec)
     return Shard(
         embedding=table, lm_head=Params() if spec.tie_word_embeddings else table,
-        final_norm=final_norm_params(spec), attention=attention, norms=norm_params_per_layer(spec),
+        final_norm=final_norm_params(spec), attention=attention, norms=norms_shape(spec).per_rank(tp, kv_heads),
         mlp=ffn_shape(spec, spec.intermediate_size, spec.mlp_bias).per_rank(tp), expert=expert,
         experts_resident=resident, experts_active=active, shared_experts=shared, router=router,
         kv_elements=kv_elements, kv_heads=kv_heads, query_heads=spec.num_attention_heads // tp)

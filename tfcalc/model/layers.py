@@ -140,8 +140,13 @@ def apply_rope(x: Tensor, table: Tensor, interleaved: bool = False) -> Tensor:
     [rotated evens, rotated odds] like transformers' ``apply_rotary_pos_emb_interleave``: q and k are permuted
     alike, so their dot products are DeepSeek's.
 
-    x: [B, T, heads, D]; table: [T, 2, D/2] gathered at the tokens' absolute positions.
+    x: [B, T, heads, D]; table: [T, 2, Dr/2] gathered at the tokens' absolute positions. With partial RoPE
+    (Dr < D: GLM-4.5, MiniMax-M2) the first Dr dimensions turn and the rest pass through, as transformers'
+    ``apply_rotary_pos_emb`` splits them.
     """
+    rotated = 2 * table.shape[-1]
+    if rotated < x.shape[-1]:
+        return torch.cat([apply_rope(x[..., :rotated], table, interleaved), x[..., rotated:]], dim=-1)
     cos, sin = table[:, None, 0], table[:, None, 1]  # [T, 1, D/2], broadcast over B and heads
     xf = x.to(table.dtype)
     x1, x2 = (xf[..., 0::2], xf[..., 1::2]) if interleaved else xf.chunk(2, dim=-1)
@@ -457,7 +462,8 @@ def backend_works(backend: str, heads: int, kv_heads: int, head_dim: int, dtype:
 
 class Attention(nn.Module):
     """Multi-head attention with H query and Hkv KV heads (MHA H = Hkv, GQA, MQA Hkv = 1; Ainslie et al. 2023,
-    arXiv:2305.13245): fused QKV projection, optional QK-norm (Qwen3) and biases, RoPE, a KV cache (a rolling
+    arXiv:2305.13245): fused QKV projection, optional QK-norm per head (Qwen3) or across heads (MiniMax-M2) and
+    biases, RoPE (or partial RoPE), a KV cache (a rolling
     buffer on sliding-window layers) and :func:`run_attention`.
 
     Scores are scaled by query_pre_attn_scalar^-1/2 where the spec gives one (Gemma 2), else head_dim^-1/2.
@@ -471,8 +477,11 @@ class Attention(nn.Module):
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
         self.wqkv = nn.Linear(spec.hidden_size, q_out + 2 * kv_out, bias=spec.qkv_bias)
         self.wo = nn.Linear(q_out, spec.hidden_size, bias=spec.o_bias)
-        self.q_norm = make_norm(spec, self.head_dim) if spec.qk_norm else None
-        self.k_norm = make_norm(spec, self.head_dim) if spec.qk_norm else None
+        self.qk_norm_across_heads = spec.qk_norm_across_heads
+        # a sharded rank's q and k norms across heads, whose statistics span the ranks (tfcalc.model.parallel)
+        self.qk_norm_over_ranks: nn.Module | None = None
+        self.q_norm = make_norm(spec, q_out if spec.qk_norm_across_heads else self.head_dim) if spec.qk_norm else None
+        self.k_norm = make_norm(spec, kv_out if spec.qk_norm_across_heads else self.head_dim) if spec.qk_norm else None
         self.sinks = nn.Parameter(torch.randn(self.heads)) if spec.attention_sinks else None
         self.scale = (spec.query_pre_attn_scalar or self.head_dim) ** -0.5
         self.softcap = spec.attn_logit_softcapping
@@ -494,10 +503,14 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
         q, k, v = self.wqkv(x).split([q_out, kv_out, kv_out], dim=-1)
+        if self.qk_norm_over_ranks is not None:
+            q, k = self.qk_norm_over_ranks(q, k)
+        elif self.q_norm is not None and self.k_norm is not None and self.qk_norm_across_heads:
+            q, k = self.q_norm(q), self.k_norm(k)
         q = q.view(b, t, self.heads, self.head_dim)
         k = k.view(b, t, self.kv_heads, self.head_dim)
         v = v.view(b, t, self.kv_heads, self.head_dim)
-        if self.q_norm is not None and self.k_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None and not self.qk_norm_across_heads:
             q, k = self.q_norm(q), self.k_norm(k)
         rope = step.rope_local if self.window is not None and step.rope_local is not None else step.rope
         q, k = apply_rope(q, rope), apply_rope(k, rope)

@@ -50,7 +50,7 @@ from torch import Tensor, nn
 from tfcalc.calc.shard import attention_ranks, check_parallelism, expert_tp
 from tfcalc.errors import UsageError
 from tfcalc.model.fp8 import FP8Linear, FP8Weight, select
-from tfcalc.model.layers import Attention, FeedForward, MoE
+from tfcalc.model.layers import Attention, FeedForward, MoE, RMSNorm
 from tfcalc.model.mla import MLAttention
 from tfcalc.spec.model import ModelSpec
 
@@ -238,6 +238,10 @@ class Parallel:
         attn.wo = RowParallelLinear(attn.wo, q_rows, add_bias=self.tp_rank == 0, name="attention.wo")
         if attn.sinks is not None:
             attn.sinks = nn.Parameter(attn.sinks.detach()[q0:q0 + heads].clone())
+        if attn.qk_norm_across_heads and self.tp > 1:
+            assert isinstance(attn.q_norm, RMSNorm) and isinstance(attn.k_norm, RMSNorm) and not attn.q_norm.offset
+            attn.qk_norm_over_ranks = RankedQKNorm(attn.q_norm, attn.k_norm, q_rows, kv_rows, self)
+            attn.q_norm = attn.k_norm = None
         attn.heads, attn.kv_heads = heads, kv_heads
 
     def _shard_mla(self, attn: MLAttention) -> None:
@@ -331,6 +335,27 @@ def _vocab_rows(table: Tensor, par: Parallel) -> nn.Parameter:
     take = max(0, min(vocab - start, rows))
     shard[:take] = table[start:start + take]
     return nn.Parameter(shard)
+
+
+class RankedQKNorm(nn.Module):
+    """This rank's columns of q and k norms whose means span every rank's (MiniMax-M2's QK-norm across heads): the
+    two sums of squares go in one all-reduce and are divided by the ranks' total width, as vLLM's
+    MiniMaxText01RMSNormTP.forward_qk does. KV heads replicated over ranks count once per copy in both sums."""
+
+    def __init__(self, q_norm: RMSNorm, k_norm: RMSNorm, q_columns: Tensor, k_columns: Tensor, par: Parallel) -> None:
+        super().__init__()
+        self.eps, self.par = q_norm.eps, par
+        self.q_weight = nn.Parameter(q_norm.weight.detach()[q_columns].clone())
+        self.k_weight = nn.Parameter(k_norm.weight.detach()[k_columns].clone())
+
+    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        wide = torch.promote_types(q.dtype, torch.float32)
+        qf, kf = q.to(wide), k.to(wide)
+        squares = self.par.all_reduce(torch.cat([qf.pow(2).sum(-1, keepdim=True), kf.pow(2).sum(-1, keepdim=True)], -1))
+        ranks = self.par.tp
+        qf = qf * torch.rsqrt(squares[..., :1] / (q.shape[-1] * ranks) + self.eps)
+        kf = kf * torch.rsqrt(squares[..., 1:] / (k.shape[-1] * ranks) + self.eps)
+        return qf.to(q.dtype) * self.q_weight, kf.to(k.dtype) * self.k_weight
 
 
 class RowParallelLinear(nn.Module):

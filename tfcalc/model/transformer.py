@@ -157,7 +157,7 @@ class Transformer(nn.Module):
         for block in self.layers:
             block.attention.kv_cache = block.attention.make_cache(batch, max_len, kv_dtype, dtype, device)
         self.max_len = max_len
-        rope_dim = self.spec.mla.qk_rope_head_dim if self.spec.mla is not None else self.spec.head_dim
+        rope_dim = self.spec.rotary_dim
         # fp32 (or wider) cos/sin: bf16 would round the angle of late positions (RoPE runs fused under compile)
         self.register_buffer("rope", rope_table(self.spec, max_len, torch.promote_types(dtype, torch.float32),
                                                 device, rope_dim), persistent=False)  # [S, 2, Dr/2]

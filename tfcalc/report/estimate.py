@@ -323,7 +323,9 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                      "symmetric memory above")
     if d.tp > 1:
         sync = d.fabric(d.tp).forward_sync_s_per_peer
-        lines.append(f"tp: 2 all-reduces per layer of tokens x {dm.h} x 2 B (+ the embedding's, logits gathered): "
+        norms = " + one of tokens x 2 x 4 B (the q and k norms' statistics)" if dm.qk_norm_across_heads else ""
+        lines.append(f"tp: 2 all-reduces per layer of tokens x {dm.h} x 2 B{norms} (+ the embedding's, logits "
+                     "gathered): "
                      f"prefill {format_seconds(pre.step.tp_comm_seconds)}, decode "
                      f"{format_seconds(dec.step.tp_comm_seconds)} per step"
                      + (f"; each pays {format_seconds(sync)} x {d.tp - 1} peers for the ranks meeting inside the "

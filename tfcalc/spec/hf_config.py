@@ -158,6 +158,11 @@ def _no_bias(c: _Config) -> dict[str, bool]:
     return {"qkv_bias": False, "o_bias": False}
 
 
+def _qkv_bias_from_attention_bias(c: _Config) -> dict[str, bool]:
+    """Glm4MoeAttention: ``attention_bias`` puts a bias on q, k and v; o_proj never has one."""
+    return {"qkv_bias": c.flag("attention_bias"), "o_bias": False}
+
+
 def _qwen2_bias(c: _Config) -> dict[str, bool]:
     """Qwen2Attention: q, k, v always carry a bias, o_proj never (no config flag)."""
     return {"qkv_bias": True, "o_bias": False}
@@ -305,6 +310,14 @@ def _gpt_oss_moe(c: _Config) -> MoESpec:
                    normalize_top_k=True)
 
 
+def _minimax_m2_moe(c: _Config) -> MoESpec:
+    """MiniMaxM2SparseMoeBlock: every layer, experts of ``intermediate_size``, sigmoid scores plus a correction
+    bias (``e_score_correction_bias``) choose the top k, whose scores are renormalised."""
+    return MoESpec(num_experts=c.req_int("num_local_experts"), experts_per_token=c.req_int("num_experts_per_tok"),
+                   expert_intermediate_size=c.req_int("intermediate_size"), router_scoring="sigmoid",
+                   router_score_correction_bias=True, normalize_top_k=True)
+
+
 def _mla(c: _Config) -> MLASpec:
     q_rank = c.get("q_lora_rank")
     return MLASpec(q_lora_rank=None if q_rank is None else c.int_or_default("q_lora_rank", minimum=1),
@@ -325,7 +338,11 @@ class _Family:
     mlp_bias: bool = False          # reads ``mlp_bias`` (Llama, DeepSeek-V2)
     norms_per_layer: int = 2
     qk_norm: bool = False
+    qk_norm_key: str | None = None  # a config flag that turns per-head QK-norm on (GLM-4.5's use_qk_norm)
+    qk_norm_across_heads: bool = False
     attention_sinks: bool = False
+    rotary_dim_key: str | None = None  # a legacy key giving the rotated dimensions (MiniMax-M2's rotary_dim)
+    mtp_key: str | None = None      # the count of multi-token-prediction layers the checkpoint ships
     activation_key: str = "hidden_act"
     activation: str | None = None   # fixed activation name overriding the config's
     convention: str = "all_weights_touched"
@@ -408,7 +425,25 @@ FAMILIES: dict[str, _Family] = {
                   "routed_scaling_factor": 2.5},
         required=("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "kv_lora_rank",
                   "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
-        moe=_deepseek_moe(score_correction_bias=True), mla=True),
+        moe=_deepseek_moe(score_correction_bias=True), mla=True, mtp_key="num_nextn_predict_layers"),
+    # GLM-4.5 / 4.6 / 4.7: Llama-style GQA (q/k/v biases, optional per-head QK-norm, half the head rotated) with
+    # DeepSeek-V3's router and shared expert; transformers Glm4MoeConfig / Glm4MoeForCausalLM.
+    "glm4_moe": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                  "attention_bias": False, "use_qk_norm": False, "partial_rotary_factor": 0.5,
+                  "norm_topk_prob": True, "first_k_dense_replace": 1, "moe_layer_freq": 1, "n_shared_experts": 1,
+                  "n_routed_experts": 128, "n_group": 1, "topk_group": 1, "routed_scaling_factor": 1.0,
+                  "num_experts_per_tok": 8, "moe_intermediate_size": 1408},
+        attention=_qkv_bias_from_attention_bias, moe=_deepseek_moe(score_correction_bias=True),
+        qk_norm_key="use_qk_norm", mtp_key="num_nextn_predict_layers"),
+    # MiniMax-M2 / M2.5 / M2.7: GQA whose QK-norm spans all heads, partial RoPE (rotary_dim), 256 sigmoid-routed
+    # experts on every layer; transformers MiniMaxM2Config / MiniMaxM2ForCausalLM.
+    "minimax_m2": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 196608,
+                  "rope_theta": 5000000.0},
+        required=("num_local_experts", "num_experts_per_tok"),
+        attention=_no_bias, moe=_minimax_m2_moe, qk_norm=True, qk_norm_across_heads=True,
+        rotary_dim_key="rotary_dim"),
     "gpt_oss": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": 8, "head_dim": 64, "max_position_embeddings": 131072,
                   "attention_bias": True, "sliding_window": 128, "rope_theta": 150000.0},
@@ -425,7 +460,8 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "Qwen2ForCausalLM": "qwen2", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3_moe", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3", "DeepseekV2ForCausalLM": "deepseek_v2",
-    "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss",
+    "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
+    "MiniMaxM2ForCausalLM": "minimax_m2",
 }
 
 
@@ -462,6 +498,20 @@ def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
         low_freq_factor=number("low_freq_factor"), high_freq_factor=number("high_freq_factor"),
         beta_fast=number("beta_fast"), beta_slow=number("beta_slow"), mscale=number("mscale"),
         mscale_all_dim=number("mscale_all_dim"))
+
+
+def _partial_rotary_factor(c: _Config, family: _Family, head_dim: int) -> float:
+    """The share of head_dim RoPE turns: ``partial_rotary_factor`` (classic or in transformers 5's
+    ``rope_parameters``), else the family's legacy rotated-dimension key over head_dim, else its default (1)."""
+    params = c.data.get("rope_parameters")
+    value = c.data.get("partial_rotary_factor")
+    if value is None and isinstance(params, dict):
+        value = params.get("partial_rotary_factor")
+    if value is None and family.rotary_dim_key is not None and c.data.get(family.rotary_dim_key) is not None:
+        return c.check_int(family.rotary_dim_key, c.data[family.rotary_dim_key], 1) / head_dim
+    if value is None:
+        value = family.defaults.get("partial_rotary_factor", 1.0)
+    return check_float("partial_rotary_factor", value)
 
 
 def _local_rope_theta(c: _Config, family: _Family) -> float | None:
@@ -601,18 +651,20 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         mlp_bias=family.mlp_bias and c.flag("mlp_bias"),
         norm_kind="rmsnorm",
         norms_per_layer=family.norms_per_layer,
-        qk_norm=family.qk_norm,
+        qk_norm=family.qk_norm or (family.qk_norm_key is not None and c.flag(family.qk_norm_key)),
+        qk_norm_across_heads=family.qk_norm_across_heads,
         sliding_window=window,
         sliding_window_layers=sliding_layers,
         mla=mla,
         moe=family.moe(c) if family.moe is not None else None,
         rope_theta=rope_theta,
         rope_scaling=rope_scaling,
+        partial_rotary_factor=_partial_rotary_factor(c, family, head_dim) if mla is None else 1.0,
         rope_local_theta=_local_rope_theta(c, family),
         max_context=c.int_or_default("max_position_embeddings", minimum=1),
         native_dtype=_native_dtype(c),
         active_params_convention=family.convention,  # type: ignore[arg-type]
-        num_mtp_layers=(c.opt_int("num_nextn_predict_layers") or 0) if model_type == "deepseek_v3" else 0,
+        num_mtp_layers=(c.opt_int(family.mtp_key) or 0) if family.mtp_key is not None else 0,
         hf_repo=_name_or_path(c),
         architecture=_architecture(c),
         remote_code=config.get("model_type") != model_type,

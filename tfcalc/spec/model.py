@@ -80,6 +80,7 @@ FLOAT_LIMITS: dict[str, tuple[float, float]] = {
     "final_logit_softcapping": (POSITIVE, 1e6),
     "query_pre_attn_scalar": (POSITIVE, 1 << 20),
     "norm_weight_offset": (-1.0, 1.0),
+    "partial_rotary_factor": (POSITIVE, 1.0),
     "moe.routed_scaling_factor": (POSITIVE, 1e6),
     "rope_scaling.factor": (POSITIVE, 1e6),
     "rope_scaling.low_freq_factor": (POSITIVE, 1e6),
@@ -380,12 +381,17 @@ class ModelSpec:
     norm_kind: NormKind = "rmsnorm"
     norms_per_layer: int = 2
     qk_norm: bool = False
+    # q_norm / k_norm span all heads' projections at once (MiniMax-M2: RMSNorm over num_heads x head_dim, whose
+    # statistics a tensor-parallel engine all-reduces) instead of each head's head_dim (Qwen3).
+    qk_norm_across_heads: bool = False
     sliding_window: int | None = None
     sliding_window_layers: tuple[int, ...] = ()
     mla: MLASpec | None = None
     moe: MoESpec | None = None
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling | None = None
+    # The share of each head's dimensions RoPE rotates (the first head_dim x factor; GLM-4.5 and MiniMax-M2: 0.5).
+    partial_rotary_factor: float = 1.0
     # RoPE base of the sliding-window layers where it differs, applied there unscaled (Gemma 3: 10,000 against
     # rope_theta 1,000,000 and the scaling of the global layers; transformers Gemma3RotaryEmbedding, "local").
     rope_local_theta: float | None = None
@@ -444,6 +450,11 @@ class ModelSpec:
         _require(self.checkpoint_activation_scale in (None, "static", "dynamic"),
                  f"{n}: checkpoint_activation_scale must be static or dynamic, got "
                  f"{self.checkpoint_activation_scale!r:.40}")
+        _require(not self.qk_norm_across_heads or self.qk_norm, f"{n}: qk_norm_across_heads needs qk_norm")
+        rotated = self.head_dim * self.partial_rotary_factor
+        _require(self.mla is not None or (rotated == int(rotated) and int(rotated) % 2 == 0),
+                 f"{n}: partial_rotary_factor ({self.partial_rotary_factor}) x head_dim ({self.head_dim}) must be "
+                 "an even number of dimensions")
         if self.sliding_window is None:
             _require(not self.sliding_window_layers, f"{n}: sliding_window_layers given without sliding_window")
         try:
@@ -486,6 +497,13 @@ class ModelSpec:
     @functools.cached_property
     def _sliding_layer_set(self) -> frozenset[int]:
         return frozenset(self.sliding_window_layers)
+
+    @property
+    def rotary_dim(self) -> int:
+        """Dimensions RoPE rotates in each q/k head: MLA's qk_rope_head_dim, else head_dim x partial_rotary_factor."""
+        if self.mla is not None:
+            return self.mla.qk_rope_head_dim
+        return int(self.head_dim * self.partial_rotary_factor)
 
     def is_moe_layer(self, layer: int) -> bool:
         return self.moe is not None and layer not in self._dense_layer_set

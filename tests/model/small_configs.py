@@ -1,0 +1,20 @@
+"""Small config.json files of families no preset covers (GLM-4.5 MoE, MiniMax-M2), read the way a user's are."""
+
+from __future__ import annotations
+
+from tfcalc.spec.hf_config import spec_from_hf_config
+from tfcalc.spec.model import ModelSpec
+
+_SMALL_COMMON = {"vocab_size": 97, "hidden_size": 48, "num_hidden_layers": 3, "num_attention_heads": 6,
+                 "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+                 "rope_theta": 10000.0, "tie_word_embeddings": False, "num_experts_per_tok": 2}
+SMALL_GLM4_MOE = {**_SMALL_COMMON, "model_type": "glm4_moe", "intermediate_size": 64, "moe_intermediate_size": 24,
+                  "n_routed_experts": 8, "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 4,
+                  "topk_group": 2, "routed_scaling_factor": 2.5, "norm_topk_prob": True, "use_qk_norm": True,
+                  "attention_bias": True, "partial_rotary_factor": 0.5}
+SMALL_MINIMAX_M2 = {**_SMALL_COMMON, "model_type": "minimax_m2", "intermediate_size": 24, "num_local_experts": 8,
+                    "rotary_dim": 8, "scoring_func": "sigmoid", "use_routing_bias": True}
+
+
+def small_config_spec(config: dict) -> ModelSpec:
+    return spec_from_hf_config(config, origin="small", name=config["model_type"])
