@@ -30,6 +30,8 @@ the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before t
 ``--holdout15`` the fifteenth (``HOLDOUT_GRID_15``, aiconfigurator_holdout15.json): pipeline parallelism;
 ``--holdout16`` the sixteenth (``HOLDOUT_GRID_16``, aiconfigurator_holdout16.json): pipeline parallelism, MoE;
 ``--holdout17`` the seventeenth (``HOLDOUT_GRID_17``, aiconfigurator_holdout17.json): NVFP4 on the B200.
+``--holdout18`` the eighteenth (``HOLDOUT_GRID_18``, aiconfigurator_holdout18.json): MiniMax-M2.5, an architecture
+tfcalc first read after the seventeenth (QK-norm across heads, partial RoPE, 256 sigmoid-routed experts).
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ MODELS = {
     "qwen3-32b-nvfp4": ("Qwen/Qwen3-32B", "nvfp4", "nvfp4", None),
     "qwen3-30b-a3b-nvfp4": ("Qwen/Qwen3-30B-A3B", "nvfp4", "nvfp4", "nvfp4"),
     "qwen3-235b-a22b-nvfp4": ("Qwen/Qwen3-235B-A22B", "nvfp4", "nvfp4", "nvfp4"),
+    "minimax-m2.5": ("MiniMaxAI/MiniMax-M2.5", "fp8_block", "fp8_block", "fp8_block"),
+    "minimax-m2.5-nvfp4": ("nvidia/MiniMax-M2.5-NVFP4", "nvfp4", "nvfp4", "nvfp4"),
 }
 
 # The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
@@ -455,6 +459,16 @@ HOLDOUT_GRID_17 = [
     ("qwen3-235b-a22b-nvfp4", "b200_sxm", [4, 8], [12, 40], [(2000, 400)], True),
 ]
 
+# MiniMax-M2.5 (block fp8 as MiniMax ships it; NVIDIA's NVFP4 on the B200), scored once before any change to it
+HOLDOUT_GRID_18 = [
+    ("minimax-m2.5", "h200_sxm", [2, 4], [4, 28, 56], [(1500, 400)]),
+    ("minimax-m2.5", "h200_sxm", [4], [4, 28, 56], [(9000, 200)], True),
+    ("minimax-m2.5", "h100_sxm", [4, 8], [4, 28], [(5000, 300)]),
+    ("minimax-m2.5", "h100_sxm", [8], [4, 28, 56], [(1500, 400)], True),
+    ("minimax-m2.5", "b200_sxm", [2, 4], [4, 28, 56], [(5000, 300)]),
+    ("minimax-m2.5-nvfp4", "b200_sxm", [1, 2], [4, 28, 56], [(1500, 400)]),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -532,7 +546,8 @@ if __name__ == "__main__":
              "--holdout6": HOLDOUT_GRID_6, "--holdout7": HOLDOUT_GRID_7, "--holdout8": HOLDOUT_GRID_8,
              "--holdout9": HOLDOUT_GRID_9, "--holdout10": HOLDOUT_GRID_10, "--holdout11": HOLDOUT_GRID_11,
              "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13, "--holdout14": HOLDOUT_GRID_14,
-             "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16, "--holdout17": HOLDOUT_GRID_17}
+             "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16, "--holdout17": HOLDOUT_GRID_17,
+             "--holdout18": HOLDOUT_GRID_18}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

@@ -50,7 +50,7 @@ ROOT = HERE.parent.parent
 LARGE = "aic b128+"
 # The held-out files, aiconfigurator_holdout.json, aiconfigurator_holdout2.json ... (aiconfigurator_points.py
 # --holdoutN), each summarised on its own line
-HELD_OUT_FILES = 17
+HELD_OUT_FILES = 18
 
 
 def holdout(n: int) -> str:
@@ -87,7 +87,7 @@ AIC_UNCAPTURED_LINEARS = {"vllm": frozenset({"fp8_block"})}
 # per-token one fused with the cast on vLLM (1.2 us more than static; nearest: `static`); nothing on SGLang (zeros).
 AIC_FP8_SCALES = {"trtllm": "dynamic", "vllm": "static", "sglang": "static"}
 MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b",
-       "deepseek-v3", "qwen3-coder-480b", "kimi-k2"}
+       "deepseek-v3", "qwen3-coder-480b", "kimi-k2", "minimax-m2.5"}
 
 
 def load_points() -> list[dict]:

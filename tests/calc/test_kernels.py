@@ -265,6 +265,28 @@ def test_moe_one_token_reads_k_experts_by_hand() -> None:
     assert c.floor_seconds == 25e-6 and c.seconds > weights / 3.2e12 + 25e-6
 
 
+def test_nvfp4_experts_stage_fp4_rows_by_hand() -> None:
+    """NVFP4 experts: one quantization as tokens are permuted (read 16-bit, write FP4), FP4 rows into each GEMM, the
+    gated activation fused into the first GEMM's epilogue (no separate pass), 16-bit output rows; MXFP4 experts keep
+    the staged 16-bit rows and a quantization before each GEMM."""
+    fp4 = replace(RATES, peak_flops={**RATES.peak_flops, "fp4": 4000e12}, gemm_efficiency={**RATES.gemm_efficiency,
+                                                                                            "fp4": 0.5})
+    args = dict(tokens=1, experts_local=8, experts_total=8, top_k=2, hidden=4096, expert_width=14336, gated=True,
+                weight_bits=4.5, compute="fp4")
+    nv = kernels.moe_experts(fp4, weight_format="nvfp4", **args)
+    row = 4.5 / 8  # E2M1 + an E4M3 scale per 16
+    weights = 2 * 3 * 4096 * 14336 * 4.5 / 8
+    # per pair: up reads 4096 x 2 B and writes 4096 FP4 (quantize), reads 4096 FP4 (GEMM), writes 14336 FP4 (fused
+    # SwiGLU + quantize); down reads 14336 FP4 and writes 4096 x 2 B; combine reads 2 pairs + writes 1 token (bf16)
+    acts = 2 * (4096 * (2 + 2 * row) + 14336 * row) + 2 * (14336 * row + 4096 * 2) + 3 * 4096 * 2
+    assert nv.weight_bytes == pytest.approx(weights)
+    assert nv.bytes == pytest.approx(weights + acts)
+    mx = kernels.moe_experts(fp4, weight_format="mxfp4", **args)
+    staged = (2 * (4096 * (2 + 2 + 4.5 / 8) + 28672 * 2) + 2 * (28672 + 14336) * 2
+              + 2 * (14336 * (2 + 2 + 4.5 / 8) + 4096 * 2) + 3 * 4096 * 2)
+    assert mx.bytes == pytest.approx(weights + staged) and mx.bytes > nv.bytes
+
+
 def test_moe_expert_parallel_share_and_padding() -> None:
     # 256 tokens, top-8 of 256 experts, 32 of them on this GPU: 256 x 8 / 8 = 256 pairs here
     c = kernels.moe_experts(IDEAL, tokens=256, experts_local=32, experts_total=256, top_k=8, hidden=7168,

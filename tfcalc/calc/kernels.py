@@ -782,6 +782,9 @@ def moe_large_expert_slowdown(rates: Rates, weight_format: str, matrix_bytes: fl
     return 1.0 + slowdown * (1.0 - threshold / matrix_bytes) if threshold and matrix_bytes > threshold else 1.0
 
 
+FP4_ROW_BYTES_PER_ELEMENT = 4.5 / 8  # an NVFP4 activation row: E2M1 values + one E4M3 scale per 16 (NVIDIA)
+
+
 def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_total: int, top_k: int, hidden: int,
                 expert_width: int, gated: bool, weight_bits: float, compute: str, dequant: str = "",
                 act_bytes: float = 2.0, routing: Routing = UNIFORM, weight_format: str = "",
@@ -826,17 +829,34 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
                  and bool({"*", weight_format} & rates.moe_ep_every_row))
     touched = max(pairs, tokens * top_k) if every_row else pairs
     zeroed = touched - pairs
-    # the kernels in sequence: (name, FLOPs, padded FLOPs, weight bytes, activation bytes, K)
-    stages = (
-        ("up", 2.0 * pairs * hidden * in_width, 2.0 * rows * hidden * in_width, distinct * hidden * in_width,
-         pairs * (hidden * (act_bytes + quant_in) + in_width * act_bytes) + zeroed * in_width * act_bytes, hidden),
-        ("act", 0.0, 0.0, 0.0, touched * (in_width + expert_width) * act_bytes, 0),
-        ("down", 2.0 * pairs * expert_width * hidden, 2.0 * rows * expert_width * hidden,
-         distinct * expert_width * hidden,
-         pairs * (expert_width * (act_bytes + quant_in) + hidden * act_bytes) + zeroed * hidden * act_bytes,
-         expert_width),
-        ("combine", 0.0, 0.0, 0.0, (touched + tokens * share) * hidden * act_bytes, 0),
-    )
+    if compute == "fp4" and weight_format == "nvfp4" and not rates.ideal:
+        # NVFP4 MoE kernels (FlashInfer's TRT-LLM-gen and CUTLASS W4A4 experts) quantize each token once as it is
+        # permuted, fuse the gated activation and the second quantization into the first GEMM's epilogue and feed
+        # the GEMMs FP4 rows (4 bits + an 8-bit scale per 16): no 16-bit intermediate is written or read again.
+        # MXFP4 experts (gpt-oss) keep 16-bit or MXFP8 rows between their stages (below)
+        staged = FP4_ROW_BYTES_PER_ELEMENT
+        stages = (
+            ("up", 2.0 * pairs * hidden * in_width, 2.0 * rows * hidden * in_width, distinct * hidden * in_width,
+             pairs * (hidden * (act_bytes + 2 * staged) + expert_width * staged) + zeroed * expert_width * staged,
+             hidden),
+            ("down", 2.0 * pairs * expert_width * hidden, 2.0 * rows * expert_width * hidden,
+             distinct * expert_width * hidden,
+             pairs * (expert_width * staged + hidden * act_bytes) + zeroed * hidden * act_bytes, expert_width),
+            ("combine", 0.0, 0.0, 0.0, (touched + tokens * share) * hidden * act_bytes, 0),
+        )
+    else:
+        # the kernels in sequence: (name, FLOPs, padded FLOPs, weight bytes, activation bytes, K)
+        stages = (
+            ("up", 2.0 * pairs * hidden * in_width, 2.0 * rows * hidden * in_width, distinct * hidden * in_width,
+             pairs * (hidden * (act_bytes + quant_in) + in_width * act_bytes) + zeroed * in_width * act_bytes,
+             hidden),
+            ("act", 0.0, 0.0, 0.0, touched * (in_width + expert_width) * act_bytes, 0),
+            ("down", 2.0 * pairs * expert_width * hidden, 2.0 * rows * expert_width * hidden,
+             distinct * expert_width * hidden,
+             pairs * (expert_width * (act_bytes + quant_in) + hidden * act_bytes) + zeroed * hidden * act_bytes,
+             expert_width),
+            ("combine", 0.0, 0.0, 0.0, (touched + tokens * share) * hidden * act_bytes, 0),
+        )
     if rates.ideal:  # the pure roofline: weights once, each pair's input and output row once, no padding
         weights = distinct * hidden * (in_width + expert_width) * weight_bits / 8
         flops = 2.0 * pairs * hidden * (in_width + expert_width)
