@@ -32,6 +32,8 @@ the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before t
 ``--holdout17`` the seventeenth (``HOLDOUT_GRID_17``, aiconfigurator_holdout17.json): NVFP4 on the B200.
 ``--holdout18`` the eighteenth (``HOLDOUT_GRID_18``, aiconfigurator_holdout18.json): MiniMax-M2.5, an architecture
 tfcalc first read after the seventeenth (QK-norm across heads, partial RoPE, 256 sigmoid-routed experts).
+``--holdout19`` the nineteenth (``HOLDOUT_GRID_19``, aiconfigurator_holdout19.json): NVFP4 experts on the B200,
+collected after the eighteenth's change to them.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ MODELS = {
     "qwen3-235b-a22b-nvfp4": ("Qwen/Qwen3-235B-A22B", "nvfp4", "nvfp4", "nvfp4"),
     "minimax-m2.5": ("MiniMaxAI/MiniMax-M2.5", "fp8_block", "fp8_block", "fp8_block"),
     "minimax-m2.5-nvfp4": ("nvidia/MiniMax-M2.5-NVFP4", "nvfp4", "nvfp4", "nvfp4"),
+    "mixtral-8x7b-nvfp4": ("mistralai/Mixtral-8x7B-v0.1", "nvfp4", "nvfp4", "nvfp4"),
+    "deepseek-v3-nvfp4": ("deepseek-ai/DeepSeek-V3", "nvfp4", "nvfp4", "nvfp4"),
 }
 
 # The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
@@ -469,6 +473,16 @@ HOLDOUT_GRID_18 = [
     ("minimax-m2.5-nvfp4", "b200_sxm", [1, 2], [4, 28, 56], [(1500, 400)]),
 ]
 
+# NVFP4 experts on the B200 at batches and prompts no grid held, collected after the eighteenth's change to their
+# pricing (FP4 rows staged between the GEMMs, TensorRT-LLM's own efficiency) and scored once
+HOLDOUT_GRID_19 = [
+    ("qwen3-30b-a3b-nvfp4", "b200_sxm", [1, 2], [6, 20, 48], [(6000, 250)]),
+    ("qwen3-235b-a22b-nvfp4", "b200_sxm", [2, 4], [6, 20, 48], [(1200, 600)], True),
+    ("mixtral-8x7b-nvfp4", "b200_sxm", [1, 2], [6, 20, 48], [(3000, 300)]),
+    ("deepseek-v3-nvfp4", "b200_sxm", [4, 8], [6, 20], [(2500, 300)], True),
+    ("minimax-m2.5-nvfp4", "b200_sxm", [4], [6, 20, 48], [(7000, 200)], True),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -547,7 +561,7 @@ if __name__ == "__main__":
              "--holdout9": HOLDOUT_GRID_9, "--holdout10": HOLDOUT_GRID_10, "--holdout11": HOLDOUT_GRID_11,
              "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13, "--holdout14": HOLDOUT_GRID_14,
              "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16, "--holdout17": HOLDOUT_GRID_17,
-             "--holdout18": HOLDOUT_GRID_18}
+             "--holdout18": HOLDOUT_GRID_18, "--holdout19": HOLDOUT_GRID_19}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

@@ -14,6 +14,7 @@ its kernel tables ship in the package) and run
     python benchmarks/validation/moe_kernel_rates.py --engine sglang --kernel-source fused_moe_triton --large-m
     python benchmarks/validation/moe_kernel_rates.py --engine sglang --expert-parallel fp8_block
     python benchmarks/validation/moe_kernel_rates.py --ep-floor w4a16_mxfp4 --kernel-source gptoss
+    python benchmarks/validation/moe_kernel_rates.py --engine trtllm --row-cost nvfp4 --kernel-source cutlass
 
 For every GPU with a measured table (aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<newest>/moe_perf), the
 rows with balanced routing (each expert gets exactly T k / E tokens), >= ``--min-tokens`` tokens and no expert
@@ -297,6 +298,51 @@ def compare(root: Path, engine: str, version: str, min_tokens: int, low_tokens: 
                   f"rows; {source[:32]} / {other[:32]})")
 
 
+def row_cost(root: Path, engine: str, version: str, weights: str, kernel_source: str, min_tokens: int) -> None:
+    """Per GPU: each kernel's time split into a part that grows with the expert's per-rank width (the GEMMs) and
+    one that does not (what the fused MoE moves per routed token row: permute, quantize, finalize). For every shape
+    and token count with three or more tp slices (balanced, ep 1, >= ``min_tokens``), a least-squares line of
+    latency on width; its intercept per routed pair and hidden element, in ps, for ``engine``'s rows (those whose
+    kernel_source holds ``kernel_source``) and vLLM's, and their median difference in bytes per element at the GPU
+    preset's bandwidth x memory_efficiency (``kernels.moe_row_bytes``)."""
+    import numpy as np
+    import pandas as pd
+
+    from tfcalc.spec.presets import load_gpu
+
+    keys = ["hidden_size", "inter_size", "topk", "num_experts", "num_tokens"]
+
+    def intercepts(table: Path, source: str) -> dict[tuple, float]:
+        df = pd.read_parquet(table)
+        df = df[(df.moe_dtype == weights) & (df.distribution == "balanced") & (df.moe_ep_size == 1)
+                & (df.num_tokens >= min_tokens) & df.kernel_source.str.contains(source, regex=False)]
+        out = {}
+        for key, rows in df.groupby(keys):
+            by_tp = rows.groupby("moe_tp_size").latency.min()
+            if len(by_tp) < 3:
+                continue
+            width = key[1] / by_tp.index.to_numpy(dtype=float)
+            slope, intercept = np.polyfit(width, by_tp.to_numpy() * 1e-3, 1)
+            out[key] = intercept / (key[4] * key[2] * key[0]) * 1e12  # ps per pair x hidden element
+        return out
+
+    for system, preset in GPUS.items():
+        mine, vllm = _newest(root, system, engine, version), _newest(root, system, "vllm")
+        if mine is None or vllm is None:
+            continue
+        a, b = intercepts(mine, kernel_source), intercepts(vllm, "")
+        common = sorted(set(a) & set(b))
+        if not common:
+            continue
+        gpu = load_gpu(preset)
+        stream = gpu.hbm_bandwidth_bytes_per_s * gpu.latency.memory_efficiency
+        extra = statistics.median(a[k] - b[k] for k in common)
+        print(f"{preset:9s} {weights:6s} {engine} {mine.parent.name} ({kernel_source or 'all'}): "
+              f"{statistics.median(a[k] for k in common):.2f} ps per pair x hidden element, vLLM "
+              f"{statistics.median(b[k] for k in common):.2f}; difference {extra:.2f} ps = "
+              f"{extra * 1e-12 * stream:.1f} B at {stream / 1e12:.2f} TB/s ({len(common)} shape x token groups)")
+
+
 def fit_efficiency(ratios: Callable[[float], list[float]]) -> float:
     """The grouped-GEMM efficiency that makes the median tfcalc / measured 1, by bisection in [0.05, 3]."""
     lo, hi = 0.05, 3.0
@@ -495,6 +541,9 @@ def main() -> None:
                              "experts (kernels.moe_large_m_memory_efficiency), fitted below --min-tokens")
     parser.add_argument("--expert-parallel", default="", metavar="DTYPE",
                         help="a table dtype's balanced rows at ep 1-16 priced at their local experts, by token band")
+    parser.add_argument("--row-cost", default="", metavar="DTYPE",
+                        help="the width-independent part of --engine's fused MoE per routed row against vLLM's, one "
+                             "table dtype (kernels.moe_row_bytes)")
     parser.add_argument("--k0", default="", metavar="LIST",
                         help="comma-separated grouped-GEMM K0 values: the fit and its scatter at each")
     parser.add_argument("--moe-stream", action="store_true",
@@ -523,6 +572,9 @@ def main() -> None:
         return
     if args.compare:
         compare(root, args.engine, args.version, args.min_tokens, args.held_out)
+        return
+    if args.row_cost:
+        row_cost(root, args.engine, args.version, args.row_cost, args.kernel_source, args.min_tokens)
         return
     kernels.routed_rows = _balanced_rows  # price the tables' deterministic routing, not random routing
     for system, preset in GPUS.items():

@@ -31,8 +31,10 @@ Reference points (each with its source and setting):
   changes ("aic held-out 13"), aiconfigurator_holdout14.json (``--holdout14``) a fourteenth of small models
   among others ("aic held-out 14"), aiconfigurator_holdout15.json (``--holdout15``) a fifteenth with pipeline
   parallelism ("aic held-out 15"), aiconfigurator_holdout16.json (``--holdout16``) a sixteenth with pipeline
-  parallelism for MoE models ("aic held-out 16") and aiconfigurator_holdout17.json (``--holdout17``) a seventeenth
-  of NVFP4 on the B200 ("aic held-out 17").
+  parallelism for MoE models ("aic held-out 16"), aiconfigurator_holdout17.json (``--holdout17``) a seventeenth
+  of NVFP4 on the B200 ("aic held-out 17"), aiconfigurator_holdout18.json (``--holdout18``) an eighteenth of
+  MiniMax-M2.5, before stop 47's changes ("aic held-out 18") and aiconfigurator_holdout19.json (``--holdout19``) a
+  nineteenth of NVFP4 experts on the B200 after its first ("aic held-out 19").
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -50,7 +52,7 @@ ROOT = HERE.parent.parent
 LARGE = "aic b128+"
 # The held-out files, aiconfigurator_holdout.json, aiconfigurator_holdout2.json ... (aiconfigurator_points.py
 # --holdoutN), each summarised on its own line
-HELD_OUT_FILES = 18
+HELD_OUT_FILES = 19
 
 
 def holdout(n: int) -> str:

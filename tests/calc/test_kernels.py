@@ -285,6 +285,9 @@ def test_nvfp4_experts_stage_fp4_rows_by_hand() -> None:
     staged = (2 * (4096 * (2 + 2 + 4.5 / 8) + 28672 * 2) + 2 * (28672 + 14336) * 2
               + 2 * (14336 * (2 + 2 + 4.5 / 8) + 4096 * 2) + 3 * 4096 * 2)
     assert mx.bytes == pytest.approx(weights + staged) and mx.bytes > nv.bytes
+    # an engine's own per-row traffic (TensorRT-LLM's CUTLASS NVFP4 flow: kernels.moe_row_bytes) on each routed row
+    heavy = kernels.moe_experts(replace(fp4, moe_row_bytes={"nvfp4": 16.0}), weight_format="nvfp4", **args)
+    assert heavy.bytes == pytest.approx(nv.bytes + 2 * 4096 * 16.0) and heavy.seconds > nv.seconds
 
 
 def test_moe_expert_parallel_share_and_padding() -> None:

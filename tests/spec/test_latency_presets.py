@@ -438,6 +438,31 @@ def test_engine_moe_ep_floors_add_under_expert_parallelism() -> None:
             kernels_from_mapping({"moe_ep_floors_us": value}, "e.yaml")
 
 
+def test_engine_moe_row_bytes_per_gpu_and_format() -> None:
+    """kernels.moe_row_bytes: per GPU preset and expert format, the bytes per routed row and hidden element a fused
+    MoE moves beyond the staged rows (TensorRT-LLM's CUTLASS NVFP4 flow on a B200); none elsewhere, none in ideal
+    mode; bad values are one-line errors."""
+    from tfcalc.calc import kernels as k
+
+    trtllm = load_engine("trtllm").kernels
+    b200 = rates_for(load_gpu("b200"), trtllm)
+    assert b200.moe_row_bytes == {"nvfp4": pytest.approx(16.3)}
+    assert not rates_for(load_gpu("b200"), load_engine("vllm").kernels).moe_row_bytes
+    assert not rates_for(load_gpu("h200"), trtllm).moe_row_bytes
+    shape = dict(tokens=4096, experts_local=128, experts_total=128, top_k=8, hidden=4096, expert_width=1536,
+                 gated=True, weight_bits=4.5, compute="fp4", weight_format="nvfp4")
+    without = dataclasses.replace(b200, moe_row_bytes={})
+    assert k.moe_experts(b200, **shape).bytes - k.moe_experts(without, **shape).bytes == pytest.approx(
+        4096 * 8 * 4096 * 16.3)
+    ideal = b200.as_ideal()
+    assert k.moe_experts(ideal, **shape).seconds == k.moe_experts(
+        dataclasses.replace(ideal, moe_row_bytes={}), **shape).seconds
+    for value, message in (({"b200": {"nvfp4": -1}}, "field 'kernels.moe_row_bytes.b200.nvfp4' must be at least 0"),
+                           ({"b201": {"nvfp4": 9}}, "unknown field 'kernels.moe_row_bytes.b201'")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"moe_row_bytes": value}, "e.yaml")
+
+
 def test_engine_fp8_kv_attention_per_gpu() -> None:
     """kernels.fp8_kv_attention: per GPU preset, decode attention over an fp8 cache as fixed_us + scale x the bf16
     cache's time (vLLM's and SGLang's FA3 on Hopper); TensorRT-LLM has none (its fp8 cache streams at full

@@ -329,15 +329,36 @@ def test_eighteenth_held_out_grid_minimax_m2_and_nvfp4_expert_rows(v: ModuleType
     heads, partial RoPE, 256 sigmoid-routed experts), block fp8 on H100 / H200 / B200 and NVFP4 on the B200; 78
     points scored once: TTFT 65 / 78, TPOT 77 / 78, every block-fp8 TTFT within 16 %, the misses NVFP4 prefill (vLLM
     and SGLang +12 ... +32 %, TensorRT-LLM -16 ... -36 %). With NVFP4 experts staging FP4 rows between their GEMMs
-    (kernels.moe_experts) and TensorRT-LLM's own NVFP4 grouped-GEMM efficiency (0.73 on the B200): TTFT 74 / 78, every
-    vLLM and SGLang point within 20 %."""
+    (kernels.moe_experts) and TensorRT-LLM's CUTLASS NVFP4 flow's own per-row traffic and grouped-GEMM efficiency
+    (kernels.moe_row_bytes 16.3, moe_efficiency 1.48 on the B200): TTFT 77 / 78, every vLLM and SGLang point within
+    20 %."""
     held = [p for p in v.load_points() if p["source_kind"] == v.holdout(18)]
     assert len(held) == 78 and {v._model_name(p) for p in held} == {"minimax-m2.5"}
     scored = [(p, *(got / ref - 1 for got, ref in zip(v.predict(p), (p["ttft_ms"], p["tpot_ms"]), strict=True)))
               for p in held]
-    assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 74
+    assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 77
     assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 77
     assert all(abs(ttft) <= 0.2 for p, ttft, _ in scored if p["engine"] != "trtllm" or p["weights"] == "fp8_block")
+    assert all(abs(ttft) <= 0.26 for _, ttft, _ in scored)  # worst: TensorRT-LLM tp 2 at batch 4, -25.2 %
+
+
+def test_nineteenth_held_out_grid_nvfp4_experts(v: ModuleType) -> None:
+    """The nineteenth held-out file: NVFP4 experts on the B200 (Qwen3-30B-A3B, Qwen3-235B-A22B at ep 2-4, Mixtral
+    8x7B, DeepSeek-V3 at ep 4-8, MiniMax-M2.5 at ep 4), collected after the eighteenth's FP4 staging and scored once:
+    TTFT 49 / 63, TPOT 54 / 63, TensorRT-LLM's prefill -13 ... -36 %. That led to TensorRT-LLM's per-row traffic
+    (kernels.moe_row_bytes, from the kernel tables' width-independent cost, not from these points): TTFT 53 / 63.
+    Left: TensorRT-LLM's Mixtral (8 wide experts, whose CUTLASS GEMMs run slower than the fit; TTFT -31 ... -42 %,
+    TPOT +41 ... +139 % against its min-latency kernel at the HBM roofline) and vLLM's DeepSeek-V3 at ep 4-8 (-29 ...
+    -34 %, SGLang within 8 %)."""
+    held = [p for p in v.load_points() if p["source_kind"] == v.holdout(19)]
+    assert len(held) == 63
+    scored = [(p, *(got / ref - 1 for got, ref in zip(v.predict(p), (p["ttft_ms"], p["tpot_ms"]), strict=True)))
+              for p in held]
+    assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 53
+    assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 54
+    assert all(abs(ttft) <= 0.2 for p, ttft, _ in scored if p["engine"] == "sglang")
+    assert all(abs(ttft) <= 0.2 for p, ttft, _ in scored
+               if p["engine"] == "trtllm" and v._model_name(p).startswith("qwen3"))
 
 
 def test_vllm_b200_mixtral_prefill_with_large_experts(v: ModuleType) -> None:

@@ -126,6 +126,9 @@ class Rates:
     moe_dequant_per_tile: frozenset[str] = frozenset()  # weight-only MoE formats unpacked again in every row tile
     moe_format_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s, replaces the moe floor by format
     moe_ep_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s it adds under ep, by format
+    # bytes per routed row and hidden element a fused MoE moves beyond the staged rows, by format (its own permute,
+    # quantize and finalize kernels: TensorRT-LLM's CUTLASS NVFP4 flow)
+    moe_row_bytes: dict[str, float] = field(default_factory=dict, hash=False)
     # bits per weight a fused MoE streams, by the experts' storage format, where the engine upcast them at load (no
     # unpacking in the kernel): SGLang's Triton fallback for MXFP4 experts on Hopper runs them as bf16
     moe_stream_bits: dict[str, float] = field(default_factory=dict, hash=False)
@@ -842,7 +845,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
             ("down", 2.0 * pairs * expert_width * hidden, 2.0 * rows * expert_width * hidden,
              distinct * expert_width * hidden,
              pairs * (expert_width * staged + hidden * act_bytes) + zeroed * hidden * act_bytes, expert_width),
-            ("combine", 0.0, 0.0, 0.0, (touched + tokens * share) * hidden * act_bytes, 0),
+            ("combine", 0.0, 0.0, 0.0, (touched + tokens * share) * hidden * act_bytes
+             + touched * hidden * rates.moe_row_bytes.get(weight_format, 0.0), 0),
         )
     else:
         # the kernels in sequence: (name, FLOPs, padded FLOPs, weight bytes, activation bytes, K)
@@ -855,7 +859,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
              distinct * expert_width * hidden,
              pairs * (expert_width * (act_bytes + quant_in) + hidden * act_bytes) + zeroed * hidden * act_bytes,
              expert_width),
-            ("combine", 0.0, 0.0, 0.0, (touched + tokens * share) * hidden * act_bytes, 0),
+            ("combine", 0.0, 0.0, 0.0, (touched + tokens * share) * hidden * act_bytes
+             + touched * hidden * rates.moe_row_bytes.get(weight_format, 0.0), 0),
         )
     if rates.ideal:  # the pure roofline: weights once, each pair's input and output row once, no padding
         weights = distinct * hidden * (in_width + expert_width) * weight_bits / 8

@@ -250,6 +250,8 @@ class EngineKernels:
     that kernel's differs from the ``moe`` floor (TensorRT-LLM's MXFP4 backends; SGLang's Triton fused MoE on a
     B200); ``moe_ep_floors_by_gpu``: likewise the seconds the fused MoE adds under expert parallelism (vLLM's MXFP4
     experts on Hopper take a modular path that routes through the expert map in kernels of its own);
+    ``moe_row_bytes_by_gpu``: likewise the bytes per routed row and hidden element the fused MoE moves beyond the
+    staged rows tfcalc counts (TensorRT-LLM's CUTLASS NVFP4 flow on a B200: its permute, quantize and finalize);
     ``linear_host_s_by_gpu``: per GPU preset name and weight storage format, the host seconds one linear layer's
     call takes when it runs outside a CUDA graph (its Python path: input quantisation, scale layout, kernel
     dispatch), as (max tokens, seconds, seconds when the tokens are a multiple of ``kernels.SCALE_ALIGNED_ROWS``
@@ -310,6 +312,7 @@ class EngineKernels:
     moe_ep_every_row_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_ep_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    moe_row_bytes_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
     fp8_kv_prefill_scale_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
@@ -515,7 +518,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_by_architecture", "moe_ep_every_row",
                           "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "moe_ep_floors_us",
-                          "linear_host_us",
+                          "moe_row_bytes", "linear_host_us",
                           "fp8_kv_attention", "fp8_kv_prefill_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
@@ -526,6 +529,7 @@ QUANT_PLACES = ("norm", "attention", "activation")  # the kernels a GEMM's input
 MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
+MAX_MOE_ROW_BYTES = 1024.0  # bytes per routed row and hidden element
 DEQUANT_FORMATS = ("int8", "fp8", "int4", "fp4")  # kernels.DEQUANT_OPS' formats
 MAX_DEQUANT_OPS = 200.0  # instructions per weight
 
@@ -972,6 +976,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_ep_every_row_by_gpu=_every_row(data.get("moe_ep_every_row"), origin),
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
         moe_ep_floors_by_gpu=_moe_floors(data.get("moe_ep_floors_us"), origin, "kernels.moe_ep_floors_us"),
+        moe_row_bytes_by_gpu=_by_gpu(data.get("moe_row_bytes"), origin, "kernels.moe_row_bytes", MOE_EXPERT_DTYPES,
+                                     0.0, MAX_MOE_ROW_BYTES),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
         fp8_kv_prefill_scale_by_gpu=_fp8_kv_prefill(data.get("fp8_kv_prefill_attention"), origin),
