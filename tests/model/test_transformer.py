@@ -200,19 +200,31 @@ def hf_llama_config(transformers: Any, spec: ModelSpec) -> Any:
         attn_implementation="sdpa")
 
 
-def copy_weights_to_hf(ours: Transformer, hf: Any) -> None:
+def _copy_ends_to_hf(ours: Transformer, hf: Any) -> None:
+    """The embedding, the output head and the final norm."""
+    hf.model.embed_tokens.weight.copy_(ours.tok_embeddings.weight)
+    hf.lm_head.weight.copy_(ours.lm_head.weight)
+    hf.model.norm.weight.copy_(ours.norm.weight)
+
+
+def _copy_attention_to_hf(ours: Transformer, attention: Any, self_attn: Any) -> None:
+    """Our fused wqkv (and its bias) split into q_proj, k_proj, v_proj; wo into o_proj."""
     spec = ours.spec
-    q, kv = spec.num_attention_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+    widths = [spec.num_attention_heads * spec.head_dim] + [spec.num_kv_heads * spec.head_dim] * 2
+    names = ("q_proj", "k_proj", "v_proj")
+    for name, w in zip(names, attention.wqkv.weight.split(widths), strict=True):
+        getattr(self_attn, name).weight.copy_(w)
+    if attention.wqkv.bias is not None:
+        for name, b in zip(names, attention.wqkv.bias.split(widths), strict=True):
+            getattr(self_attn, name).bias.copy_(b)
+    self_attn.o_proj.weight.copy_(attention.wo.weight)
+
+
+def copy_weights_to_hf(ours: Transformer, hf: Any) -> None:
     with torch.no_grad():
-        hf.model.embed_tokens.weight.copy_(ours.tok_embeddings.weight)
-        hf.lm_head.weight.copy_(ours.lm_head.weight)
-        hf.model.norm.weight.copy_(ours.norm.weight)
+        _copy_ends_to_hf(ours, hf)
         for block, layer in zip(ours.layers, hf.model.layers, strict=True):
-            wq, wk, wv = block.attention.wqkv.weight.split([q, kv, kv])
-            layer.self_attn.q_proj.weight.copy_(wq)
-            layer.self_attn.k_proj.weight.copy_(wk)
-            layer.self_attn.v_proj.weight.copy_(wv)
-            layer.self_attn.o_proj.weight.copy_(block.attention.wo.weight)
+            _copy_attention_to_hf(ours, block.attention, layer.self_attn)
             gate, up = block.ffn.w_in.weight.chunk(2)
             layer.mlp.gate_proj.weight.copy_(gate)
             layer.mlp.up_proj.weight.copy_(up)
@@ -533,19 +545,11 @@ def _hf_twin(transformers: Any, config: dict) -> tuple[Transformer, Any]:
     hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields, attn_implementation="eager",
                                                   experts_implementation="eager")
     hf = transformers.AutoModelForCausalLM.from_config(hf_config).double().eval()
-    q, kv = spec.num_attention_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
     with torch.no_grad():
-        hf.model.embed_tokens.weight.copy_(ours.tok_embeddings.weight)
-        hf.lm_head.weight.copy_(ours.lm_head.weight)
-        hf.model.norm.weight.copy_(ours.norm.weight)
+        _copy_ends_to_hf(ours, hf)
         for block, layer in zip(ours.layers, hf.model.layers, strict=True):
             a, h = block.attention, layer.self_attn
-            for name, w in zip(("q_proj", "k_proj", "v_proj"), a.wqkv.weight.split([q, kv, kv]), strict=True):
-                getattr(h, name).weight.copy_(w)
-            if a.wqkv.bias is not None:
-                for name, b in zip(("q_proj", "k_proj", "v_proj"), a.wqkv.bias.split([q, kv, kv]), strict=True):
-                    getattr(h, name).bias.copy_(b)
-            h.o_proj.weight.copy_(a.wo.weight)
+            _copy_attention_to_hf(ours, a, h)
             for ours_norm, hf_norm in ((a.q_norm, h.q_norm), (a.k_norm, h.k_norm)):
                 ours_norm.weight.uniform_(0.5, 1.5)
                 hf_norm.weight.copy_(ours_norm.weight)
