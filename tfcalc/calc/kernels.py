@@ -809,6 +809,9 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     ``Rates.moe_ep_floors`` adds to the fixed cost.
     ``replicated``: every token reached every expert-parallel rank (no all-to-all), so a kernel with
     ``Rates.moe_ep_every_row`` for ``weight_format`` activates, zero-fills and combines all T k rows.
+    NVFP4 experts pass FP4 rows between their GEMMs (``FP4_ROW_BYTES_PER_ELEMENT``; the activation fused into the
+    first GEMM), other formats 16-bit rows through separate activation and quantization stages; an engine's
+    ``Rates.moe_row_bytes`` adds its own traffic per routed row and hidden element.
     """
     if tokens <= 0 or experts_local == 0:
         return Cost(0.0, 0.0, 0.0, "memory", 0)
@@ -832,6 +835,9 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
                  and bool({"*", weight_format} & rates.moe_ep_every_row))
     touched = max(pairs, tokens * top_k) if every_row else pairs
     zeroed = touched - pairs
+    # the combine reads each row and writes each token, plus the engine's own traffic per routed row, if measured
+    combine = (touched + tokens * share) * hidden * act_bytes + touched * hidden * rates.moe_row_bytes.get(
+        weight_format, 0.0)
     if compute == "fp4" and weight_format == "nvfp4" and not rates.ideal:
         # NVFP4 MoE kernels (FlashInfer's TRT-LLM-gen and CUTLASS W4A4 experts) quantize each token once as it is
         # permuted, fuse the gated activation and the second quantization into the first GEMM's epilogue and feed
@@ -845,8 +851,7 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
             ("down", 2.0 * pairs * expert_width * hidden, 2.0 * rows * expert_width * hidden,
              distinct * expert_width * hidden,
              pairs * (expert_width * staged + hidden * act_bytes) + zeroed * hidden * act_bytes, expert_width),
-            ("combine", 0.0, 0.0, 0.0, (touched + tokens * share) * hidden * act_bytes
-             + touched * hidden * rates.moe_row_bytes.get(weight_format, 0.0), 0),
+            ("combine", 0.0, 0.0, 0.0, combine, 0),
         )
     else:
         # the kernels in sequence: (name, FLOPs, padded FLOPs, weight bytes, activation bytes, K)
@@ -859,8 +864,7 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
              distinct * expert_width * hidden,
              pairs * (expert_width * (act_bytes + quant_in) + hidden * act_bytes) + zeroed * hidden * act_bytes,
              expert_width),
-            ("combine", 0.0, 0.0, 0.0, (touched + tokens * share) * hidden * act_bytes
-             + touched * hidden * rates.moe_row_bytes.get(weight_format, 0.0), 0),
+            ("combine", 0.0, 0.0, 0.0, combine, 0),
         )
     if rates.ideal:  # the pure roofline: weights once, each pair's input and output row once, no padding
         weights = distinct * hidden * (in_width + expert_width) * weight_bits / 8
