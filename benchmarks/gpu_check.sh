@@ -18,6 +18,8 @@
 #   GPU_CHECK_FULL=1 adds, after those (about 5 minutes more; raise GPU_CHECK_BUDGET_S to 900 for them):
 #     profile_gemma2             gemma2-9b, rolling-buffer windows, soft caps through flex's score_mod      ~60 s
 #     profile_deepseek           DeepSeek-V3, FP8 blocks, 4 layers (1 dense + 3 MoE: MLA, absorbed decode) ~90 s
+#     profile_minimax            MiniMax-M2.5, FP8 blocks, 4 layers (QK-norm across heads, partial RoPE,
+#                                256 sigmoid-routed experts)                                               ~90 s
 #     profile_fp8 at batch 8, the attention and moe component benchmarks                                   ~150 s
 # With more than one GPU visible, a multi-GPU section (issue 10) follows, on its own budget GPU_CHECK_MULTI_BUDGET_S
 # (300 s; estimated, no machine with several GPUs has run it), so the single-GPU steps keep theirs:
@@ -78,6 +80,7 @@ if [ "$smoke" = 1 ]; then
   fp8=(--device cpu --layers 1 "${tiny[@]}" --prompt-len 64 --gen-len 8)
   gemma=(--device cpu --layers 2 "${tiny[@]}" --batch 1 --prompt-len 64 --gen-len 8)
   deepseek=(--device cpu --layers 2 "${tiny[@]}" --experts 16 --batch 1 --prompt-len 64 --gen-len 4)
+  minimax=(--device cpu --layers 2 "${tiny[@]}" --experts 16 --batch 1 --prompt-len 64 --gen-len 4)
   quick=(--warmup 0 --repeats 1)  # last on each profile line: one timed run is enough to check the plumbing
   calibrate_quick=(--quick)
 else
@@ -87,6 +90,7 @@ else
   fp8=(--gpu 0 --layers 16 --prompt-len 512 --gen-len 64 --repeats 3)
   gemma=(--gpu 0 --batch 1 --prompt-len 4096 --gen-len 64 --repeats 3)  # past the 4096 window: the ring turns
   deepseek=(--gpu 0 --layers 4 --batch 1 --prompt-len 512 --gen-len 32 --repeats 3)
+  minimax=(--gpu 0 --layers 4 --batch 1,8 --prompt-len 512 --gen-len 32 --repeats 3)
   quick=()
   calibrate_quick=()
 fi
@@ -113,6 +117,8 @@ step estimate_latency_calibrated 45 estimate "${estimate[@]}" --gpu "$preset" \
 if [ "$full" = 1 ]; then
   step profile_gemma2 150 profile "${gemma[@]}" --preset gemma2-9b --dtype bf16 "${quick[@]}"
   step profile_deepseek 180 profile "${deepseek[@]}" --preset deepseek-v3 --dtype bf16 --weights-dtype fp8_block \
+    "${quick[@]}"
+  step profile_minimax 180 profile "${minimax[@]}" --preset minimax-m2.5 --dtype bf16 --weights-dtype fp8_block \
     "${quick[@]}"
   step attention 90 bench attention "${dev[@]}"
   step moe 90 bench moe "${dev[@]}"
@@ -216,7 +222,7 @@ if ctx is not None and len(ctx) >= 2:
                  last.kv_bytes_read_per_step / first.kv_bytes_read_per_step))
     rows.append(("context sweep: TPOT longest / shortest, measured", last.tpot_s / first.tpot_s))
     rows.append(("context sweep: TPOT longest / shortest, predicted", last.predicted_tpot_s / first.predicted_tpot_s))
-for name in ("profile_gemma2", "profile_deepseek"):
+for name in ("profile_gemma2", "profile_deepseek", "profile_minimax"):
     frame = table(name)
     if frame is None:
         print(f"{name}: not run (GPU_CHECK_FULL=1)")
