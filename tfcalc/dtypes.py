@@ -15,7 +15,8 @@ from fractions import Fraction
 from tfcalc.errors import UsageError
 
 # The parts a parameter count is broken into (tfcalc.calc.params); weight formats may be chosen per part.
-PARAM_COMPONENTS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
+PARAM_COMPONENTS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head",
+                    "encoder")
 # The formats GPU datasheets quote dense tensor throughput for (GPU presets' dense_tflops keys).
 FLOP_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 
@@ -127,8 +128,10 @@ def vector_dtype(matrix_dtype: DType) -> DType:
 # What quantized checkpoints leave in 16 bits unless a format is named for them: the embedding and lm_head (vLLM's
 # VocabParallelEmbedding / ParallelLMHead are not LinearBase layers, so Fp8Config, compressed-tensors, GPTQ and AWQ
 # give them no quantized method; HF quantization_config lists lm_head in modules_to_not_convert / ignore), the MoE
-# router (vLLM models build the gate as ReplicatedLinear(quant_config=None); gpt-oss lists "router"), and norms.
-KEPT_16_BIT = ("embedding", "lm_head", "norms", "router")
+# router (vLLM models build the gate as ReplicatedLinear(quant_config=None); gpt-oss lists "router"), norms, and a
+# multimodal checkpoint's vision encoder (ModelOpt and compressed-tensors checkpoints list vision_tower / the
+# projector among the modules not converted).
+KEPT_16_BIT = ("embedding", "lm_head", "norms", "router", "encoder")
 
 
 @dataclass(frozen=True)

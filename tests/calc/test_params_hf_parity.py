@@ -28,7 +28,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from tfcalc.calc.params import count_params
 from tfcalc.dtypes import PARAM_COMPONENTS
-from tfcalc.spec.hf_config import FAMILIES, load_hf_config, spec_from_hf_config
+from tfcalc.spec.hf_config import FAMILIES, MULTIMODAL, SIGLIP_DEFAULTS, load_hf_config, spec_from_hf_config
 from tfcalc.spec.model import ModelSpec
 from tfcalc.spec.presets import load_model
 
@@ -102,8 +102,9 @@ def hf_model(name: str) -> HFModel:
     seconds = time.perf_counter() - start
     param_names = {n for n, _ in model.named_parameters(remove_duplicate=False)}
     buffers = tuple((n, tuple(t.shape)) for n, t in model.state_dict().items() if n not in param_names)
+    text = getattr(model.model, "language_model", model.model)  # a multimodal model's decoder
     windows, head_dims, moe_layers = [], [], []
-    for i, layer in enumerate(model.model.layers):
+    for i, layer in enumerate(text.layers):
         attn = layer.self_attn
         window = getattr(attn, "sliding_window", None)
         if model_type in _CONFIG_WIDE_WINDOW:
@@ -120,8 +121,8 @@ def hf_model(name: str) -> HFModel:
         windows=tuple(windows),
         head_dims=tuple(head_dims),
         rotary_dim=2 * inv_freq.shape[0] if isinstance(inv_freq := getattr(
-            getattr(model.model, "rotary_emb", None), "inv_freq", None), torch.Tensor) else None,
-        qk_norm=hasattr(model.model.layers[0].self_attn, "q_norm"),
+            getattr(text, "rotary_emb", None), "inv_freq", None), torch.Tensor) else None,
+        qk_norm=hasattr(text.layers[0].self_attn, "q_norm"),
         tied=not any(n.startswith("lm_head") for n, _ in model.named_parameters()),
         seconds=seconds,
     )
@@ -134,6 +135,8 @@ def spec(name: str) -> ModelSpec:
 
 def _component(name: str) -> str:
     """The ``count_params`` component a transformers parameter or buffer name belongs to."""
+    if ".vision_tower." in name or ".multi_modal_projector." in name:
+        return "encoder"
     if "embed_tokens" in name:
         return "embedding"
     if name.startswith("lm_head"):
@@ -246,6 +249,17 @@ _NOT_CLASS_FIELDS = {
     "sliding_window_pattern": "Gemma3TextConfig reads kwargs.get('sliding_window_pattern', 6)",
     "rope_local_base_freq": "Gemma3TextConfig.default_theta['local']",
 }
+
+
+def test_multimodal_defaults_match_transformers_config_classes() -> None:
+    """The text defaults a nested text_config falls back on, and SigLIP's vision defaults, are transformers'."""
+    from transformers import SiglipVisionConfig
+
+    for model_type, (text_type, _, text_defaults) in MULTIMODAL.items():
+        text = CONFIG_MAPPING[text_type]()
+        assert {key: getattr(text, key) for key in text_defaults} == dict(text_defaults), model_type
+    vision = SiglipVisionConfig()
+    assert {key: getattr(vision, key) for key in SIGLIP_DEFAULTS} == SIGLIP_DEFAULTS
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))

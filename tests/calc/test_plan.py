@@ -277,3 +277,29 @@ def test_more_gpus_never_fit_less(name: str, tp: int, replicas: int, context: in
     assert seqs(tp * (replicas + 1), tp) >= seqs(tp * replicas, tp)
     if tp > 1:
         assert seqs(tp, tp) >= seqs(tp // 2, tp // 2)
+
+
+def test_a_vision_encoder_sits_on_the_first_stage_split_like_siglip() -> None:
+    """Gemma 3 27B's SigLIP tower and projector (423,060,336 parameters, 16-bit even under fp8 weights): whole at
+    tp 1; at tp 2 its blocks' q/k/v/out/fc1/fc2 matrices and column biases halve, embeddings, norms, row biases and
+    the projector stay whole; under pipeline parallelism only the first stage holds it."""
+    from pathlib import Path
+
+    from tfcalc.calc.shard import shard, stage_weight_bytes
+    from tfcalc.spec.hf_config import load_hf_config
+
+    spec = load_hf_config(Path(__file__).parents[1] / "fixtures" / "hf_configs" / "gemma-3-27b-it.json")
+    text = spec.with_overrides(encoder=None)
+    h, i, layers = 1152, 4304, 27
+    split = (4 * h * h + 2 * h * i + 3 * h + i) * layers
+    whole = 423_060_336
+    for weights in ("bf16", "fp8"):
+        precision = parse_weight_precision(weights)
+        for tp, encoder in ((1, whole), (2, whole - split // 2)):
+            par = Parallelism(tp=tp)
+            first = [stage_weight_bytes(s, shard(s, par), precision, range(0, 31), first=True, last=False)
+                     for s in (spec, text)]
+            assert first[0] - first[1] == 2 * encoder, (weights, tp)
+            last = [stage_weight_bytes(s, shard(s, par), precision, range(31, 62), first=False, last=True)
+                    for s in (spec, text)]
+            assert last[0] == last[1]

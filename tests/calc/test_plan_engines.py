@@ -216,7 +216,7 @@ def test_fp8_keeps_embedding_lm_head_router_in_bf16_unless_asked() -> None:
                      get_dtype("bf16"), cfg).weights_bytes_per_gpu
     # embedding + lm_head 2 x 32000 x 4096 and 32 routers of 4096 x 8: one byte each more when kept in bf16
     assert kept - asked == 2 * 32000 * 4096 + 32 * 4096 * 8
-    assert parse_weight_precision("fp8").kept_16_bit == ("embedding", "lm_head", "router")
+    assert parse_weight_precision("fp8").kept_16_bit == ("embedding", "lm_head", "router", "encoder")
     assert parse_weight_precision("bf16").kept_16_bit == ()
 
 

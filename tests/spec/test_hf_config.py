@@ -43,8 +43,8 @@ def write(tmp_path: Path, data: dict[str, Any], filename: str = "config.json") -
 
 def test_supported_types() -> None:
     assert SUPPORTED_MODEL_TYPES == (
-        "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3_text", "glm4_moe", "gpt_oss", "llama", "minimax_m2",
-        "mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+        "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3", "gemma3_text", "glm4_moe", "gpt_oss", "llama",
+        "minimax_m2", "mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
 
 
 @pytest.mark.parametrize("model_type", ["falcon", None, 7])
@@ -600,3 +600,39 @@ def test_rope_parameters_carry_the_rotary_share() -> None:
     spec = build("glm-4.6", partial_rotary_factor=_DROP, rope_theta=_DROP,
                  rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25})
     assert spec.rotary_dim == 32 and spec.rope_theta == 1e6
+
+
+# --- multimodal checkpoints: the text decoder plus a vision encoder (Gemma 3) -------------------------------------
+
+def test_gemma3_multimodal_reads_its_text_config_and_counts_the_siglip_encoder() -> None:
+    from tfcalc.calc.params import count_params
+
+    spec = build("gemma-3-27b-it")
+    text = spec_from_hf_config({"vocab_size": 262208, **fixture("gemma-3-27b-it")["text_config"]}, origin="t.json",
+                               name="text")
+    # the decoder is the text_config's (62 layers, 32 / 16 heads of 128, query scalar 168, linear rope x8, window
+    # 1024 on 5 of 6 layers, the default vocabulary 262,208 of Gemma3TextConfig)
+    assert (spec.num_layers, spec.num_attention_heads, spec.num_kv_heads, spec.vocab_size) == (62, 32, 16, 262208)
+    assert spec.num_sliding_layers == 52 and spec.rope_scaling.factor == 8.0 and spec.query_pre_attn_scalar == 168
+    assert spec.architecture == "Gemma3ForConditionalGeneration" and spec.native_dtype == "bf16"
+    e = spec.encoder
+    assert (e.hidden_size, e.intermediate_size, e.num_layers, e.patch_size, e.image_size, e.num_patches) == (
+        1152, 4304, 27, 14, 896, 4096)
+    counts = count_params(spec)
+    # SigLIP so400m/14 at 896 px without its pooling head (~0.42 B) and Gemma 3's projector (RMSNorm + 1152 x 5376)
+    assert counts.total["encoder"].total == 423_060_336 and counts.active["encoder"].total == 0
+    assert counts.total_params - count_params(text).total_params == 423_060_336
+    assert counts.active_params == count_params(text).active_params
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"vision_config": {"model_type": "clip_vision_model"}}, "reads text_config of model_type gemma3_text and "
+                                                             "vision_config of model_type siglip_vision_model"),
+    ({"vision_config": {"patch_size": 0}}, r"vision_config: .*patch_size"),
+    ({"vision_config": {"image_size": 900, "patch_size": 14}}, "not a multiple of encoder.patch_size"),
+    ({"text_config": [1]}, "field 'text_config' must be a mapping"),
+])
+def test_a_bad_multimodal_config_is_one_line(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError, match=message) as err:
+        build("gemma-3-27b-it", **changes)
+    assert "\n" not in str(err.value) and str(err.value).startswith("gemma-3-27b-it.json")

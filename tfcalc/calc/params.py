@@ -172,6 +172,23 @@ def router_params(spec: ModelSpec) -> Params:
     return Params(matrix=spec.hidden_size * moe.num_experts, vector=vector)
 
 
+def encoder_shape(spec: ModelSpec) -> TPShape:
+    """A SigLIP vision encoder and Gemma 3's projector as vLLM lays them out over tp (siglip.py, gemma3_mm.py): per
+    block q, k, v, fc1 column-parallel and out, fc2 row-parallel (weights and column biases split; row biases and
+    both LayerNorms replicated); the patch embedding (conv c p^2 h + h), position table (patches x h), post-norm
+    and the projector (RMSNorm over h, an h x decoder-hidden matrix) replicated."""
+    e = spec.encoder
+    if e is None:
+        return TPShape()
+    h, i = e.hidden_size, e.intermediate_size
+    split = Params(matrix=(4 * h * h + 2 * h * i) * e.num_layers, vector=(3 * h + i) * e.num_layers)
+    replicated = Params(matrix=e.num_channels * e.patch_size ** 2 * h + e.num_patches * h + h * spec.hidden_size,
+                        vector=(2 * h + 4 * h) * e.num_layers + h + 2 * h + h)
+    if e.pooling_head:  # probe h, attention in/out 4h^2 + 4h, LayerNorm 2h, MLP 2hI + I + h
+        replicated = replicated + Params(matrix=4 * h * h + 2 * h * i, vector=h + 4 * h + 2 * h + i + h)
+    return TPShape(split=split, replicated=replicated)
+
+
 def final_norm_params(spec: ModelSpec) -> Params:
     return _norm(spec, spec.hidden_size)
 
@@ -204,4 +221,5 @@ def count_params(spec: ModelSpec) -> ParamCounts:
         add("experts", expert * (moe.num_experts * moe_layers), expert * (moe.experts_per_token * moe_layers))
         add("shared_experts", shared_experts_shape(spec).total() * moe_layers)
         add("router", router_params(spec) * moe_layers)
+    add("encoder", encoder_shape(spec).total(), Params())  # text tokens never pass through it
     return ParamCounts(total=total, active=active, convention=ACTIVE_CONVENTIONS[spec.active_params_convention])

@@ -12,7 +12,8 @@ Sharding follows what serving engines (vLLM, SGLang, TensorRT-LLM) do:
 - pipeline parallel (pp) gives each stage a contiguous run of layers; the num_layers % pp extra layers go to
   the stages just before the last, never to the last (vLLM ``get_pp_indices``: 61 layers over 4 stages are
   15/15/16/15); the embedding sits on the first stage, the final norm and lm_head on the last (a tied
-  embedding is held on both);
+  embedding is held on both); a multimodal checkpoint's vision encoder sits on the first stage, its blocks split
+  over tp like vLLM's SigLIP;
 - expert parallel (ep) places num_experts / ep routed experts per GPU; when ep < tp each of them is still
   sliced tp / ep ways (TensorRT-LLM's moe_tp x moe_ep = tp), when ep >= tp they are whole (vLLM's EP over
   tp x dp ranks), so ep must divide tp or be a multiple of it;
@@ -33,6 +34,7 @@ from functools import lru_cache
 from tfcalc.calc.params import (
     Params,
     attention_shape,
+    encoder_shape,
     ffn_shape,
     final_norm_params,
     norms_shape,
@@ -102,6 +104,7 @@ class Shard:
     experts_active: Fraction     # routed experts one token uses on this GPU, on average
     shared_experts: Params       # per MoE layer
     router: Params               # per MoE layer
+    encoder: Params              # a multimodal checkpoint's vision encoder and projector, on the first stage
     kv_elements: int             # per token per layer
     kv_heads: int                # KV heads per GPU (0 for MLA)
     query_heads: int
@@ -171,6 +174,7 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
         final_norm=final_norm_params(spec), attention=attention, norms=norms_shape(spec).per_rank(tp, kv_heads),
         mlp=ffn_shape(spec, spec.intermediate_size, spec.mlp_bias).per_rank(tp), expert=expert,
         experts_resident=resident, experts_active=active, shared_experts=shared, router=router,
+        encoder=encoder_shape(spec).per_rank(tp),
         kv_elements=kv_elements, kv_heads=kv_heads, query_heads=spec.num_attention_heads // tp)
 
 
@@ -284,7 +288,7 @@ def exception_deltas(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
 def stage_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, layers: range, first: bool,
                        last: bool) -> int:
     """Weights of one stage: per-layer bytes x layers of each kind + the per-layer format exceptions + the
-    embedding (first stage), final norm and lm_head (last stage; a tied embedding there too)."""
+    embedding and a vision encoder (first stage), final norm and lm_head (last stage; a tied embedding there too)."""
     return census_weight_bytes(spec, sh, precision, stage_census(spec, layers), exception_counts(spec, layers),
                                first, last)
 
@@ -299,7 +303,7 @@ def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, 
     total = (c.layers * per_layer + c.dense_layers * param_bytes(sh.mlp, precision, "mlp") + c.moe_layers * moe
              + sum(exception_deltas(spec, sh, precision, exceptions).values(), Fraction(0)))
     if first:
-        total += param_bytes(sh.embedding, precision, "embedding")
+        total += param_bytes(sh.embedding, precision, "embedding") + param_bytes(sh.encoder, precision, "encoder")
     if last:
         total += param_bytes(sh.final_norm, precision, "norms")
         if spec.tie_word_embeddings:

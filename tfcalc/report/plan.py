@@ -58,7 +58,7 @@ def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         parts.append(f"KV cache {declared} as the checkpoint declares" if kv_dtype.name == declared else
                      f"the checkpoint declares {declared} for the KV cache; this row holds {kv_dtype.name}")
     kept = [c for c in precision.kept_16_bit if not (c == "router" and spec.moe is None)
-            and not (c == "lm_head" and spec.tie_word_embeddings)]
+            and not (c == "lm_head" and spec.tie_word_embeddings) and not (c == "encoder" and spec.encoder is None)]
     if kept:
         parts.append(f"{', '.join(kept)} kept in bf16 as quantized checkpoints ship them")
     if r.mxfp4_padded_hidden:

@@ -16,7 +16,7 @@ from typing import Any
 
 from tfcalc.errors import SpecError
 from tfcalc.spec.hf_quant import checkpoint_activation_scale, checkpoint_kv_dtype, checkpoint_precision
-from tfcalc.spec.model import INT_LIMITS, MLASpec, ModelSpec, MoESpec, RopeScaling, check_float
+from tfcalc.spec.model import INT_LIMITS, EncoderSpec, MLASpec, ModelSpec, MoESpec, RopeScaling, check_float
 from tfcalc.spec.model import check_int as check_spec_int
 from tfcalc.spec.presets import read_data_file
 
@@ -451,7 +451,6 @@ FAMILIES: dict[str, _Family] = {
         sliding=_window_by_layer_type(_even_layers), moe=_gpt_oss_moe, attention_sinks=True,
         activation="swiglu_clamped", convention="excludes_input_embedding"),
 }
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(FAMILIES))
 # A remote-code model type (config.json has an ``auto_map``: Kimi K2's kimi_k2) whose architectures[0] is a supported
 # family's class is read as that family: vLLM and SGLang pick the model class by ``architectures``. Keys it leaves
 # out take the family's defaults.
@@ -601,6 +600,53 @@ def _family_type(config: Mapping[str, Any]) -> str | None:
     return None
 
 
+# Multimodal checkpoints tfcalc reads as their text decoder plus a vision encoder: model_type -> (the text config's
+# family, the vision config's model_type, transformers' text-config defaults for the core fields a nested
+# text_config may leave out: Gemma3TextConfig).
+MULTIMODAL: dict[str, tuple[str, str, Mapping[str, Any]]] = {
+    "gemma3": ("gemma3_text", "siglip_vision_model", {"vocab_size": 262208, "hidden_size": 2304,
+                                                      "intermediate_size": 9216, "num_hidden_layers": 26,
+                                                      "num_attention_heads": 8}),
+}
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *MULTIMODAL}))
+# transformers' SiglipVisionConfig defaults
+SIGLIP_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "patch_size": 16,
+                   "image_size": 224, "num_channels": 3, "vision_use_head": True}
+# top-level keys of a multimodal config.json that describe the whole checkpoint, kept beside its text_config
+_CHECKPOINT_KEYS = ("torch_dtype", "dtype", "quantization_config", "architectures", "_name_or_path", "auto_map")
+
+
+def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[str, Any], EncoderSpec | None]:
+    """A multimodal config's text_config (with the checkpoint's own keys) and its vision encoder; any other config
+    as it is."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in MULTIMODAL:
+        return config, None
+    text_type, vision_type, text_defaults = MULTIMODAL[model_type]
+    text, vision = config.get("text_config") or {}, config.get("vision_config") or {}
+    for key, value in (("text_config", text), ("vision_config", vision)):
+        if not isinstance(value, dict):
+            raise SpecError(f"{origin}: field '{key}' must be a mapping, got {value!r:.40}")
+    if text.get("model_type", text_type) != text_type or vision.get("model_type", vision_type) != vision_type:
+        raise SpecError(f"{origin}: a {model_type} config reads text_config of model_type {text_type} and "
+                        f"vision_config of model_type {vision_type}")
+    kept = {key: config[key] for key in _CHECKPOINT_KEYS if key in config}
+    merged = {**text_defaults, **kept, **text, "model_type": text_type}
+    v = {**SIGLIP_DEFAULTS, **{k: val for k, val in vision.items() if val is not None}}
+    c = _Config(v, f"{origin}: vision_config", vision_type, SIGLIP_DEFAULTS)
+    try:
+        encoder = EncoderSpec(kind="siglip", hidden_size=c.req_int("hidden_size"),
+                              intermediate_size=c.req_int("intermediate_size"),
+                              num_layers=c.req_int("num_hidden_layers"), patch_size=c.req_int("patch_size"),
+                              image_size=c.req_int("image_size"), num_channels=c.req_int("num_channels"),
+                              pooling_head=c.flag("vision_use_head"))
+    except SpecError as exc:
+        message = str(exc)
+        prefix = f"{origin}: vision_config"
+        raise SpecError(message if message.startswith(prefix) else f"{prefix}: {message}") from None
+    return merged, encoder
+
+
 def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
     """Build the ModelSpec that the transformers implementation of ``config['model_type']`` would instantiate.
 
@@ -614,6 +660,7 @@ def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> Mo
 
 
 def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
+    config, encoder = _text_and_encoder(config, origin)
     model_type = _family_type(config)
     if model_type is None:
         given = config.get("model_type")
@@ -657,6 +704,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         sliding_window_layers=sliding_layers,
         mla=mla,
         moe=family.moe(c) if family.moe is not None else None,
+        encoder=encoder,
         rope_theta=rope_theta,
         rope_scaling=rope_scaling,
         partial_rotary_factor=_partial_rotary_factor(c, family, head_dim) if mla is None else 1.0,

@@ -27,6 +27,7 @@ Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped"]
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
 RouterScoring = Literal["softmax", "sigmoid"]
+EncoderKind = Literal["siglip"]
 
 ACTIVE_CONVENTIONS: dict[str, str] = {
     "all_weights_touched": (
@@ -68,6 +69,12 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "moe.expert_groups": (1, 1 << 16),
     "moe.groups_per_token": (1, 1 << 16),
     "rope_scaling.original_max_position_embeddings": (1, 1 << 34),
+    "encoder.hidden_size": (1, 1 << 20),
+    "encoder.intermediate_size": (1, 1 << 24),
+    "encoder.num_layers": (1, 10_000),
+    "encoder.patch_size": (1, 1 << 12),
+    "encoder.image_size": (1, 1 << 16),
+    "encoder.num_channels": (1, 64),
 }
 # Inclusive bounds of float fields; every float is finite. POSITIVE as a lower bound means "> 0", the bound of a
 # field not listed here. Zero is allowed where it means "off" (yarn's mscale and mscale_all_dim, as DeepSeek's and
@@ -302,6 +309,32 @@ class MLASpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EncoderSpec:
+    """A vision encoder the checkpoint ships beside the decoder and engines load with it: a ViT of ``num_layers``
+    pre-norm blocks (LayerNorm, MHA with biases, a GELU MLP of ``intermediate_size``) over patches of
+    ``patch_size`` pixels (SigLIP, arXiv:2303.15343; transformers SiglipVisionModel without its pooling head), and
+    the projector into the decoder's width (Gemma 3: an RMSNorm and one matrix, Gemma3MultiModalProjector)."""
+
+    kind: EncoderKind = "siglip"
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    patch_size: int
+    image_size: int
+    num_channels: int = 3
+    pooling_head: bool = False  # SigLIP's attention-pooling head (vision_use_head; Gemma 3's checkpoints: none)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "encoder.")
+        _require(self.image_size % self.patch_size == 0,
+                 f"encoder.image_size ({self.image_size}) is not a multiple of encoder.patch_size ({self.patch_size})")
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+
+@dataclass(frozen=True, kw_only=True)
 class MoESpec:
     """Mixture-of-Experts feed-forward layers.
 
@@ -388,6 +421,8 @@ class ModelSpec:
     sliding_window_layers: tuple[int, ...] = ()
     mla: MLASpec | None = None
     moe: MoESpec | None = None
+    # the vision encoder and projector of a multimodal checkpoint (Gemma 3): loaded and counted, never run by decode
+    encoder: EncoderSpec | None = None
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling | None = None
     # The share of each head's dimensions RoPE rotates (the first head_dim x factor; GLM-4.5 and MiniMax-M2: 0.5).

@@ -16,6 +16,7 @@ from typing import Any
 from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.model import (
     MAX_NAME_CHARS,
+    EncoderSpec,
     MLASpec,
     ModelSpec,
     MoESpec,
@@ -390,6 +391,7 @@ _MODEL_FIELDS = {f.name for f in fields(ModelSpec)}
 _MOE_FIELDS = {f.name for f in fields(MoESpec)}
 _MLA_FIELDS = {f.name for f in fields(MLASpec)}
 _ROPE_FIELDS = {f.name for f in fields(RopeScaling)}
+_ENCODER_FIELDS = {f.name for f in fields(EncoderSpec)}
 
 
 def _check_keys(data: dict[Any, Any], allowed: set[str], origin: str, prefix: str = "") -> None:
@@ -456,7 +458,8 @@ def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> 
         return _build_model(data, num_layers, origin)
     except TypeError as exc:
         message = str(exc)
-        prefix = {"MoESpec": "moe.", "MLASpec": "mla.", "RopeScaling": "rope_scaling."}.get(message.split(".")[0], "")
+        prefix = {"MoESpec": "moe.", "MLASpec": "mla.", "RopeScaling": "rope_scaling.",
+                  "EncoderSpec": "encoder."}.get(message.split(".")[0], "")
         match = re.search(r"arguments?: '(\w+)'", message)
         if match:
             raise SpecError(f"{origin}: missing required field '{prefix}{match.group(1)}'") from None
@@ -480,6 +483,10 @@ def _build_model(data: dict[str, Any], num_layers: int, origin: str) -> ModelSpe
         mla = _mapping(data["mla"], origin, "mla")
         _check_keys(mla, _MLA_FIELDS, origin, "mla.")
         data["mla"] = MLASpec(**{"q_lora_rank": None, **mla})
+    if data.get("encoder") is not None:
+        encoder = _mapping(data["encoder"], origin, "encoder")
+        _check_keys(encoder, _ENCODER_FIELDS, origin, "encoder.")
+        data["encoder"] = EncoderSpec(**encoder)
     if data.get("quantized_weight_exceptions") is not None:
         data["quantized_weight_exceptions"] = _weight_exceptions(data["quantized_weight_exceptions"], num_layers,
                                                                  origin)
