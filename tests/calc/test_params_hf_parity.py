@@ -23,12 +23,25 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: TID251 - test-only comparison with transformers
-from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM, Gemma3ForCausalLM
+from transformers import (
+    CONFIG_MAPPING,
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    Gemma3ForCausalLM,
+)
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from tfcalc.calc.params import count_params
 from tfcalc.dtypes import PARAM_COMPONENTS
-from tfcalc.spec.hf_config import FAMILIES, MULTIMODAL, SIGLIP_DEFAULTS, load_hf_config, spec_from_hf_config
+from tfcalc.spec.hf_config import (
+    FAMILIES,
+    MULTIMODAL,
+    PIXTRAL_DEFAULTS,
+    SIGLIP_DEFAULTS,
+    load_hf_config,
+    spec_from_hf_config,
+)
 from tfcalc.spec.model import ModelSpec
 from tfcalc.spec.presets import load_model
 
@@ -92,11 +105,18 @@ def hf_model(name: str) -> HFModel:
     cfg = _config(name)
     model_type = _transformers_type(cfg)
     cfg.pop("model_type")
+    if "text_config" in cfg and "tie_word_embeddings" not in cfg:
+        # transformers 5 ties a multimodal model's output head by the top-level flag (Mistral3Config: True by
+        # default); vLLM and transformers 4 build the decoder from text_config and tie by its flag, as tfcalc does
+        cfg["tie_word_embeddings"] = cfg["text_config"].get(
+            "tie_word_embeddings", CONFIG_MAPPING[cfg["text_config"]["model_type"]]().tie_word_embeddings)
     start = time.perf_counter()
     config = AutoConfig.for_model(model_type, **cfg)
     with torch.device("meta"):
         if model_type == "gemma3_text":
             model = Gemma3ForCausalLM(config)
+        elif "vision_config" in cfg:  # a multimodal checkpoint: its ...ForConditionalGeneration
+            model = AutoModelForImageTextToText.from_config(config)
         else:
             model = AutoModelForCausalLM.from_config(config)
     seconds = time.perf_counter() - start
@@ -253,13 +273,15 @@ _NOT_CLASS_FIELDS = {
 
 def test_multimodal_defaults_match_transformers_config_classes() -> None:
     """The text defaults a nested text_config falls back on, and SigLIP's vision defaults, are transformers'."""
-    from transformers import SiglipVisionConfig
+    from transformers import PixtralVisionConfig, SiglipVisionConfig
 
     for model_type, (text_type, _, text_defaults) in MULTIMODAL.items():
         text = CONFIG_MAPPING[text_type]()
         assert {key: getattr(text, key) for key in text_defaults} == dict(text_defaults), model_type
-    vision = SiglipVisionConfig()
-    assert {key: getattr(vision, key) for key in SIGLIP_DEFAULTS} == SIGLIP_DEFAULTS
+    for cls, defaults in ((SiglipVisionConfig, SIGLIP_DEFAULTS), (PixtralVisionConfig, PIXTRAL_DEFAULTS)):
+        assert {key: getattr(cls(), key) for key in defaults} == defaults
+    mistral3 = CONFIG_MAPPING["mistral3"](text_config={"model_type": "mistral"})
+    assert (mistral3.spatial_merge_size, mistral3.multimodal_projector_bias) == (2, False)
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))

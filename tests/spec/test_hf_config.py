@@ -44,7 +44,7 @@ def write(tmp_path: Path, data: dict[str, Any], filename: str = "config.json") -
 def test_supported_types() -> None:
     assert SUPPORTED_MODEL_TYPES == (
         "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3", "gemma3_text", "glm4_moe", "gpt_oss", "llama",
-        "minimax_m2", "mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+        "minimax_m2", "mistral", "mistral3", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
 
 
 @pytest.mark.parametrize("model_type", ["falcon", None, 7])
@@ -636,3 +636,25 @@ def test_a_bad_multimodal_config_is_one_line(changes: dict[str, Any], message: s
     with pytest.raises(SpecError, match=message) as err:
         build("gemma-3-27b-it", **changes)
     assert "\n" not in str(err.value) and str(err.value).startswith("gemma-3-27b-it.json")
+
+
+def test_mistral3_multimodal_reads_mistral_and_counts_the_pixtral_encoder() -> None:
+    from tfcalc.calc.params import count_params, encoder_shape
+
+    spec = build("mistral-small-3.2-24b")
+    assert (spec.num_layers, spec.hidden_size, spec.vocab_size, spec.sliding_window) == (40, 5120, 131072, None)
+    assert not spec.tie_word_embeddings and spec.rope_theta == 1e9
+    e = spec.encoder
+    assert (e.kind, e.hidden_size, e.num_layers, e.patch_size, e.merge_size, e.projector_bias) == (
+        "pixtral", 1024, 24, 14, 2, False)
+    # Pixtral (24 blocks of 4 x 1024^2 + 3 x 1024 x 4096, two RMSNorms each; conv 3 x 14^2 x 1024; ln_pre) and the
+    # projector (RMSNorm, 2 x 2 merger 4096 x 1024, linear_1 1024 x 5120, linear_2 5120 x 5120)
+    h, i, big = 1024, 4096, 5120
+    by_hand = 24 * (4 * h * h + 3 * h * i + 2 * h) + 3 * 14 * 14 * h + h + h + 4 * h * h + h * big + big * big
+    assert count_params(spec).total["encoder"].total == by_hand == 438_958_080
+    shape = encoder_shape(spec)  # vLLM: blocks and the projector's two linears split over tp, the rest whole
+    assert shape.per_rank(2).total == shape.split.total // 2 + shape.replicated.total
+    with_bias = build("mistral-small-3.2-24b", multimodal_projector_bias=True)
+    assert count_params(with_bias).total["encoder"].total == by_hand + 2 * big
+    with pytest.raises(SpecError, match="vision_feature_layer"):
+        build("mistral-small-3.2-24b", vision_feature_layer=[-1, -2])

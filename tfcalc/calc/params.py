@@ -173,14 +173,23 @@ def router_params(spec: ModelSpec) -> Params:
 
 
 def encoder_shape(spec: ModelSpec) -> TPShape:
-    """A SigLIP vision encoder and Gemma 3's projector as vLLM lays them out over tp (siglip.py, gemma3_mm.py): per
-    block q, k, v, fc1 column-parallel and out, fc2 row-parallel (weights and column biases split; row biases and
-    both LayerNorms replicated); the patch embedding (conv c p^2 h + h), position table (patches x h), post-norm
-    and the projector (RMSNorm over h, an h x decoder-hidden matrix) replicated."""
+    """A vision encoder and its projector as vLLM lays them out over tp. SigLIP with Gemma 3's projector
+    (siglip.py, gemma3_mm.py): per block q, k, v, fc1 column-parallel and out, fc2 row-parallel (weights and column
+    biases split; row biases and both LayerNorms replicated); the patch embedding (conv c p^2 h + h), position
+    table (patches x h), post-norm and the projector (RMSNorm over h, an h x decoder-hidden matrix) replicated.
+    Pixtral with Mistral 3's projector (pixtral.py, mistral3.py): per block q, k, v, o (4h^2) and the gated MLP
+    (3hI) split, its two RMSNorms replicated; the bias-free patch conv (c p^2 h), ln_pre, the projector's norm and
+    patch merger (m^2 h^2) replicated; linear_1 (h x H) column- and linear_2 (H x H) row-parallel."""
     e = spec.encoder
     if e is None:
         return TPShape()
     h, i = e.hidden_size, e.intermediate_size
+    if e.kind == "pixtral":
+        big = spec.hidden_size
+        bias = Params(vector=big) if e.projector_bias else Params()
+        return TPShape(split=Params(matrix=(4 * h * h + 3 * h * i) * e.num_layers + h * big + big * big) + bias,
+                       replicated=Params(matrix=e.num_channels * e.patch_size ** 2 * h + e.merge_size ** 2 * h * h,
+                                         vector=2 * h * e.num_layers + h + h) + bias)
     split = Params(matrix=(4 * h * h + 2 * h * i) * e.num_layers, vector=(3 * h + i) * e.num_layers)
     replicated = Params(matrix=e.num_channels * e.patch_size ** 2 * h + e.num_patches * h + h * spec.hidden_size,
                         vector=(2 * h + 4 * h) * e.num_layers + h + 2 * h + h)

@@ -607,11 +607,16 @@ MULTIMODAL: dict[str, tuple[str, str, Mapping[str, Any]]] = {
     "gemma3": ("gemma3_text", "siglip_vision_model", {"vocab_size": 262208, "hidden_size": 2304,
                                                       "intermediate_size": 9216, "num_hidden_layers": 26,
                                                       "num_attention_heads": 8}),
+    "mistral3": ("mistral", "pixtral", {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
+                                        "num_hidden_layers": 32, "num_attention_heads": 32}),
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *MULTIMODAL}))
-# transformers' SiglipVisionConfig defaults
+# transformers' vision-config defaults: SiglipVisionConfig, PixtralVisionConfig
 SIGLIP_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "patch_size": 16,
                    "image_size": 224, "num_channels": 3, "vision_use_head": True}
+PIXTRAL_DEFAULTS = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "patch_size": 16,
+                    "image_size": 1024, "num_channels": 3}
+_VISION = {"siglip_vision_model": ("siglip", SIGLIP_DEFAULTS), "pixtral": ("pixtral", PIXTRAL_DEFAULTS)}
 # top-level keys of a multimodal config.json that describe the whole checkpoint, kept beside its text_config
 _CHECKPOINT_KEYS = ("torch_dtype", "dtype", "quantization_config", "architectures", "_name_or_path", "auto_map")
 
@@ -632,14 +637,21 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
                         f"vision_config of model_type {vision_type}")
     kept = {key: config[key] for key in _CHECKPOINT_KEYS if key in config}
     merged = {**text_defaults, **kept, **text, "model_type": text_type}
-    v = {**SIGLIP_DEFAULTS, **{k: val for k, val in vision.items() if val is not None}}
-    c = _Config(v, f"{origin}: vision_config", vision_type, SIGLIP_DEFAULTS)
+    kind, defaults = _VISION[vision_type]
+    v = {**defaults, **{k: val for k, val in vision.items() if val is not None}}
+    c = _Config(v, f"{origin}: vision_config", vision_type, defaults)
+    top = _Config(config, origin, model_type, {"spatial_merge_size": 2, "multimodal_projector_bias": False})
+    layer = config.get("vision_feature_layer", -1)
+    if not isinstance(layer, int) or isinstance(layer, bool):  # several layers concatenated into linear_1
+        raise SpecError(f"{origin}: field 'vision_feature_layer' {layer!r:.40} is not supported (one layer)")
+    projector = ({"merge_size": top.int_or_default("spatial_merge_size", minimum=1),
+                  "projector_bias": top.flag("multimodal_projector_bias")} if kind == "pixtral" else {})
     try:
-        encoder = EncoderSpec(kind="siglip", hidden_size=c.req_int("hidden_size"),
+        encoder = EncoderSpec(kind=kind, hidden_size=c.req_int("hidden_size"),
                               intermediate_size=c.req_int("intermediate_size"),
                               num_layers=c.req_int("num_hidden_layers"), patch_size=c.req_int("patch_size"),
                               image_size=c.req_int("image_size"), num_channels=c.req_int("num_channels"),
-                              pooling_head=c.flag("vision_use_head"))
+                              pooling_head=kind == "siglip" and c.flag("vision_use_head"), **projector)
     except SpecError as exc:
         message = str(exc)
         prefix = f"{origin}: vision_config"

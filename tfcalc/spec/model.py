@@ -27,7 +27,7 @@ Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped"]
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
 RouterScoring = Literal["softmax", "sigmoid"]
-EncoderKind = Literal["siglip"]
+EncoderKind = Literal["siglip", "pixtral"]
 
 ACTIVE_CONVENTIONS: dict[str, str] = {
     "all_weights_touched": (
@@ -75,6 +75,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "encoder.patch_size": (1, 1 << 12),
     "encoder.image_size": (1, 1 << 16),
     "encoder.num_channels": (1, 64),
+    "encoder.merge_size": (1, 64),
 }
 # Inclusive bounds of float fields; every float is finite. POSITIVE as a lower bound means "> 0", the bound of a
 # field not listed here. Zero is allowed where it means "off" (yarn's mscale and mscale_all_dim, as DeepSeek's and
@@ -311,9 +312,12 @@ class MLASpec:
 @dataclass(frozen=True, kw_only=True)
 class EncoderSpec:
     """A vision encoder the checkpoint ships beside the decoder and engines load with it: a ViT of ``num_layers``
-    pre-norm blocks (LayerNorm, MHA with biases, a GELU MLP of ``intermediate_size``) over patches of
-    ``patch_size`` pixels (SigLIP, arXiv:2303.15343; transformers SiglipVisionModel without its pooling head), and
-    the projector into the decoder's width (Gemma 3: an RMSNorm and one matrix, Gemma3MultiModalProjector)."""
+    pre-norm blocks over patches of ``patch_size`` pixels, and the projector into the decoder's width.
+    ``siglip`` (SigLIP, arXiv:2303.15343; transformers SiglipVisionModel): LayerNorms, MHA with biases, a GELU MLP
+    of ``intermediate_size``, position table; Gemma 3's projector is an RMSNorm and one matrix.
+    ``pixtral`` (transformers PixtralVisionModel): RMSNorms, bias-free MHA and gated MLP, 2-D RoPE; Mistral 3's
+    projector an RMSNorm, a patch merger of ``merge_size``^2 patches and two linears (biases per
+    ``projector_bias``)."""
 
     kind: EncoderKind = "siglip"
     hidden_size: int
@@ -323,6 +327,8 @@ class EncoderSpec:
     image_size: int
     num_channels: int = 3
     pooling_head: bool = False  # SigLIP's attention-pooling head (vision_use_head; Gemma 3's checkpoints: none)
+    merge_size: int = 1         # Mistral 3's spatial_merge_size
+    projector_bias: bool = False  # Mistral 3's multimodal_projector_bias
 
     def __post_init__(self) -> None:
         check_fields(self, "encoder.")
