@@ -56,8 +56,9 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
     rows = memory_rows(specs, parse_sizes(context, "context"), parse_sizes(batch, "batch"),
                        parse_weight_dtypes(weights_dtype), parse_dtype_list(kv_dtype), get_dtype(activation_dtype),
                        parse_size(prefill_chunk, "prefill chunk"))
+    kept = "lm_head, router and vision encoder" if any(s.encoder is not None for s in specs) else "lm_head and router"
     notes = ("weights include scale overhead of block formats; as quantized checkpoints ship, a quantized format "
-             "leaves biases, norms, the embedding, lm_head and router in bf16 unless named (default=fp8,lm_head=fp8 "
+             f"leaves biases, norms, the embedding, {kept} in bf16 unless named (default=fp8,lm_head=fp8 "
              "quantizes lm_head too); the same rule as 'tfcalc plan'. GiB = 2^30 bytes.", ACTIVATION_FORMULA + ".",
              *mtp_notes(specs))
     emit(rows, COLUMNS, fmt, output, title="Memory", notes=notes)
