@@ -38,6 +38,7 @@ from tfcalc.spec.hf_config import (
     FAMILIES,
     MULTIMODAL,
     PIXTRAL_DEFAULTS,
+    QWEN2_5_VL_DEFAULTS,
     SIGLIP_DEFAULTS,
     load_hf_config,
     spec_from_hf_config,
@@ -155,7 +156,7 @@ def spec(name: str) -> ModelSpec:
 
 def _component(name: str) -> str:
     """The ``count_params`` component a transformers parameter or buffer name belongs to."""
-    if ".vision_tower." in name or ".multi_modal_projector." in name:
+    if ".vision_tower." in name or ".multi_modal_projector." in name or name.startswith("model.visual."):
         return "encoder"
     if "embed_tokens" in name:
         return "embedding"
@@ -273,13 +274,19 @@ _NOT_CLASS_FIELDS = {
 
 def test_multimodal_defaults_match_transformers_config_classes() -> None:
     """The text defaults a nested text_config falls back on, and SigLIP's vision defaults, are transformers'."""
-    from transformers import PixtralVisionConfig, SiglipVisionConfig
+    from transformers import PixtralVisionConfig, Qwen2_5_VLVisionConfig, SiglipVisionConfig
 
-    for model_type, (text_type, _, text_defaults) in MULTIMODAL.items():
-        text = CONFIG_MAPPING[text_type]()
-        assert {key: getattr(text, key) for key in text_defaults} == dict(text_defaults), model_type
+    def value(config: object, key: str) -> object:  # transformers 5 keeps rope_theta in rope_parameters
+        return config.rope_parameters["rope_theta"] if key == "rope_theta" else getattr(config, key)
+
+    for model_type, m in MULTIMODAL.items():
+        text = CONFIG_MAPPING[m.text_type]()
+        assert {key: value(text, key) for key in m.text_defaults} == dict(m.text_defaults), model_type
     for cls, defaults in ((SiglipVisionConfig, SIGLIP_DEFAULTS), (PixtralVisionConfig, PIXTRAL_DEFAULTS)):
         assert {key: getattr(cls(), key) for key in defaults} == defaults
+    qwen = Qwen2_5_VLVisionConfig()  # tfcalc's names for its depth and in_channels
+    assert {key: getattr(qwen, {"num_hidden_layers": "depth", "num_channels": "in_channels"}.get(key, key))
+            for key in QWEN2_5_VL_DEFAULTS} == QWEN2_5_VL_DEFAULTS
     mistral3 = CONFIG_MAPPING["mistral3"](text_config={"model_type": "mistral"})
     assert (mistral3.spatial_merge_size, mistral3.multimodal_projector_bias) == (2, False)
 

@@ -44,7 +44,8 @@ def write(tmp_path: Path, data: dict[str, Any], filename: str = "config.json") -
 def test_supported_types() -> None:
     assert SUPPORTED_MODEL_TYPES == (
         "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3", "gemma3_text", "glm4_moe", "gpt_oss", "llama",
-        "minimax_m2", "mistral", "mistral3", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+        "minimax_m2", "mistral", "mistral3", "mixtral", "phi3", "qwen2", "qwen2_5_vl", "qwen2_moe", "qwen3",
+        "qwen3_moe")
 
 
 @pytest.mark.parametrize("model_type", ["falcon", None, 7])
@@ -658,3 +659,33 @@ def test_mistral3_multimodal_reads_mistral_and_counts_the_pixtral_encoder() -> N
     assert count_params(with_bias).total["encoder"].total == by_hand + 2 * big
     with pytest.raises(SpecError, match="vision_feature_layer"):
         build("mistral-small-3.2-24b", vision_feature_layer=[-1, -2])
+
+
+def test_qwen2_5_vl_reads_its_flat_text_keys_mrope_and_the_vision_transformer() -> None:
+    from tfcalc.calc.params import count_params, encoder_shape
+
+    spec = build("qwen2.5-vl-7b")  # Qwen's original config.json: the text keys at the top level
+    assert (spec.num_layers, spec.hidden_size, spec.num_kv_heads, spec.vocab_size) == (28, 3584, 4, 152064)
+    assert spec.qkv_bias and not spec.o_bias and spec.sliding_window is None and not spec.tie_word_embeddings
+    assert spec.rope_scaling is None and spec.rope_theta == 1e6  # M-RoPE: text positions turn as plain RoPE
+    e = spec.encoder
+    assert (e.kind, e.hidden_size, e.num_layers, e.patch_size, e.temporal_patch_size, e.merge_size) == (
+        "qwen2_5_vl", 1280, 32, 14, 2, 2)
+    h, i, big = 1280, 3420, 3584
+    # 32 blocks: qkv 3h^2 + 3h, proj h^2 + h, gated MLP 3hI + 2I + h, two RMSNorms; conv 3 x 2 x 14^2 x h;
+    # merger: RMSNorm h, fc1 (4h)^2 + 4h, fc2 4h x 3584 + 3584 -- Qwen/Qwen2.5-VL-7B-Instruct's card: 8.29 B
+    by_hand = (32 * (4 * h * h + 4 * h + 3 * h * i + 2 * i + h + 2 * h) + 3 * 2 * 14 * 14 * h
+               + h + 16 * h * h + 4 * h + 4 * h * big + big)
+    counts = count_params(spec)
+    assert counts.total["encoder"].total == by_hand == 676_550_144
+    assert round(counts.total_params / 1e9, 2) == 8.29
+    shape = encoder_shape(spec)
+    assert shape.total().total == by_hand and shape.per_rank(4).total == shape.split.total // 4 + shape.replicated.total
+    nested = fixture("qwen2.5-vl-7b")
+    vision = nested.pop("vision_config")
+    text = {k: v for k, v in nested.items() if k != "model_type"}
+    again = spec_from_hf_config({"model_type": "qwen2_5_vl", "text_config": {**text, "model_type": "qwen2_5_vl_text"},
+                                 "vision_config": vision}, origin="n.json", name="n")
+    assert count_params(again).total_params == counts.total_params  # transformers 5's nested layout reads the same
+    with pytest.raises(SpecError, match="out_hidden_size"):
+        build("qwen2.5-vl-7b", vision_config={**vision, "out_hidden_size": 8192})

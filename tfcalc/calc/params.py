@@ -179,11 +179,21 @@ def encoder_shape(spec: ModelSpec) -> TPShape:
     table (patches x h), post-norm and the projector (RMSNorm over h, an h x decoder-hidden matrix) replicated.
     Pixtral with Mistral 3's projector (pixtral.py, mistral3.py): per block q, k, v, o (4h^2) and the gated MLP
     (3hI) split, its two RMSNorms replicated; the bias-free patch conv (c p^2 h), ln_pre, the projector's norm and
-    patch merger (m^2 h^2) replicated; linear_1 (h x H) column- and linear_2 (H x H) row-parallel."""
+    patch merger (m^2 h^2) replicated; linear_1 (h x H) column- and linear_2 (H x H) row-parallel. Qwen2.5-VL
+    (qwen2_5_vl.py): per block qkv (3h^2 + 3h) and the gated MLP's gate/up (2hI + 2I) column-, proj (h^2 + h) and
+    down (Ih + h) row-parallel, two RMSNorms; the merger's RMSNorm, fc1 (m^2 h squared) and fc2 (m^2 h x H); the
+    bias-free conv (c t p^2 h)."""
     e = spec.encoder
     if e is None:
         return TPShape()
     h, i = e.hidden_size, e.intermediate_size
+    if e.kind == "qwen2_5_vl":  # qwen2_5_vl.py: qkv, gate_up, merger fc1 column-; proj, down, merger fc2 row-parallel
+        big, wide = spec.hidden_size, e.merge_size ** 2 * h
+        split = Params(matrix=(4 * h * h + 3 * h * i) * e.num_layers + wide * wide + wide * big,
+                       vector=(3 * h + 2 * i) * e.num_layers + wide)
+        replicated = Params(matrix=e.num_channels * e.temporal_patch_size * e.patch_size ** 2 * h,
+                            vector=4 * h * e.num_layers + h + big)
+        return TPShape(split=split, replicated=replicated)
     if e.kind == "pixtral":
         big = spec.hidden_size
         bias = Params(vector=big) if e.projector_bias else Params()

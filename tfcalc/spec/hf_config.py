@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tfcalc.errors import SpecError
 from tfcalc.spec.hf_quant import checkpoint_activation_scale, checkpoint_kv_dtype, checkpoint_precision
@@ -480,7 +480,7 @@ def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
     if not isinstance(scaling, dict):
         raise c.error(f"field 'rope_scaling' must be a mapping or null, got {scaling!r}")
     rope_type = scaling.get("rope_type", scaling.get("type"))
-    if rope_type in (None, "default"):
+    if rope_type in (None, "default", "mrope"):  # M-RoPE (Qwen2-VL): a text token's three position ids are equal
         return float(theta), None
     if c.model_type == "phi3" and rope_type in ("su", "yarn"):  # Phi3Config renames both to longrope
         rope_type = "longrope"
@@ -600,58 +600,90 @@ def _family_type(config: Mapping[str, Any]) -> str | None:
     return None
 
 
-# Multimodal checkpoints tfcalc reads as their text decoder plus a vision encoder: model_type -> (the text config's
-# family, the vision config's model_type, transformers' text-config defaults for the core fields a nested
-# text_config may leave out: Gemma3TextConfig).
-MULTIMODAL: dict[str, tuple[str, str, Mapping[str, Any]]] = {
-    "gemma3": ("gemma3_text", "siglip_vision_model", {"vocab_size": 262208, "hidden_size": 2304,
-                                                      "intermediate_size": 9216, "num_hidden_layers": 26,
-                                                      "num_attention_heads": 8}),
-    "mistral3": ("mistral", "pixtral", {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
-                                        "num_hidden_layers": 32, "num_attention_heads": 32}),
+class _Multimodal(NamedTuple):
+    """How a multimodal config.json is read: its decoder as a tfcalc family, its vision encoder by kind."""
+
+    family: str                       # the tfcalc family its text decoder is read as
+    text_type: str                    # transformers' model_type of its text config
+    vision_type: str                  # transformers' model_type of its vision config
+    text_defaults: Mapping[str, Any]  # that text config class's defaults where they differ from the family's
+
+
+# Multimodal checkpoints tfcalc reads as their text decoder plus a vision encoder (a nested text_config, or the text
+# keys at the top level as Qwen2.5-VL's original config.json has them).
+MULTIMODAL: dict[str, _Multimodal] = {
+    "gemma3": _Multimodal("gemma3_text", "gemma3_text", "siglip_vision_model", {
+        "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8}),
+    "mistral3": _Multimodal("mistral", "mistral", "pixtral", {
+        "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32}),
+    "qwen2_5_vl": _Multimodal("qwen2", "qwen2_5_vl_text", "qwen2_5_vl", {
+        "vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "max_position_embeddings": 32768,
+        "max_window_layers": 80, "rope_theta": 1000000.0}),
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *MULTIMODAL}))
-# transformers' vision-config defaults: SiglipVisionConfig, PixtralVisionConfig
+# transformers' vision-config defaults (SiglipVisionConfig, PixtralVisionConfig, Qwen2_5_VLVisionConfig), under
+# tfcalc's names (Qwen's depth / in_chans are num_hidden_layers / num_channels here)
 SIGLIP_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "patch_size": 16,
                    "image_size": 224, "num_channels": 3, "vision_use_head": True}
 PIXTRAL_DEFAULTS = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "patch_size": 16,
                     "image_size": 1024, "num_channels": 3}
-_VISION = {"siglip_vision_model": ("siglip", SIGLIP_DEFAULTS), "pixtral": ("pixtral", PIXTRAL_DEFAULTS)}
+QWEN2_5_VL_DEFAULTS = {"hidden_size": 3584, "intermediate_size": 3420, "num_hidden_layers": 32, "patch_size": 14,
+                       "num_channels": 3, "spatial_merge_size": 2, "temporal_patch_size": 2}
+_VISION = {"siglip_vision_model": ("siglip", SIGLIP_DEFAULTS), "pixtral": ("pixtral", PIXTRAL_DEFAULTS),
+           "qwen2_5_vl": ("qwen2_5_vl", QWEN2_5_VL_DEFAULTS)}
+_VISION_ALIASES = {"depth": "num_hidden_layers", "in_chans": "num_channels", "in_channels": "num_channels"}
 # top-level keys of a multimodal config.json that describe the whole checkpoint, kept beside its text_config
 _CHECKPOINT_KEYS = ("torch_dtype", "dtype", "quantization_config", "architectures", "_name_or_path", "auto_map")
 
 
 def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[str, Any], EncoderSpec | None]:
-    """A multimodal config's text_config (with the checkpoint's own keys) and its vision encoder; any other config
+    """A multimodal config's text config (with the checkpoint's own keys) and its vision encoder; any other config
     as it is."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in MULTIMODAL:
         return config, None
-    text_type, vision_type, text_defaults = MULTIMODAL[model_type]
-    text, vision = config.get("text_config") or {}, config.get("vision_config") or {}
+    m = MULTIMODAL[model_type]
+    nested = "text_config" in config
+    text = (config.get("text_config") or {}) if nested else {k: v for k, v in config.items()
+                                                            if k not in ("vision_config", "model_type")}
+    vision = config.get("vision_config") or {}
     for key, value in (("text_config", text), ("vision_config", vision)):
         if not isinstance(value, dict):
             raise SpecError(f"{origin}: field '{key}' must be a mapping, got {value!r:.40}")
-    if text.get("model_type", text_type) != text_type or vision.get("model_type", vision_type) != vision_type:
-        raise SpecError(f"{origin}: a {model_type} config reads text_config of model_type {text_type} and "
-                        f"vision_config of model_type {vision_type}")
+    if (text.get("model_type", m.text_type) not in (m.text_type, m.family)
+            or vision.get("model_type", m.vision_type) != m.vision_type):
+        raise SpecError(f"{origin}: a {model_type} config reads text_config of model_type {m.text_type} and "
+                        f"vision_config of model_type {m.vision_type}")
     kept = {key: config[key] for key in _CHECKPOINT_KEYS if key in config}
-    merged = {**text_defaults, **kept, **text, "model_type": text_type}
-    kind, defaults = _VISION[vision_type]
-    v = {**defaults, **{k: val for k, val in vision.items() if val is not None}}
-    c = _Config(v, f"{origin}: vision_config", vision_type, defaults)
+    merged = {**m.text_defaults, **kept, **text, "model_type": m.family}
+    kind, defaults = _VISION[m.vision_type]
+    named = {_VISION_ALIASES.get(k, k): val for k, val in vision.items() if val is not None}
+    c = _Config({**defaults, **named}, f"{origin}: vision_config", m.vision_type, defaults)
     top = _Config(config, origin, model_type, {"spatial_merge_size": 2, "multimodal_projector_bias": False})
     layer = config.get("vision_feature_layer", -1)
     if not isinstance(layer, int) or isinstance(layer, bool):  # several layers concatenated into linear_1
         raise SpecError(f"{origin}: field 'vision_feature_layer' {layer!r:.40} is not supported (one layer)")
-    projector = ({"merge_size": top.int_or_default("spatial_merge_size", minimum=1),
-                  "projector_bias": top.flag("multimodal_projector_bias")} if kind == "pixtral" else {})
+    extra: dict[str, Any] = {}
+    if kind == "siglip":
+        extra = {"image_size": c.req_int("image_size"), "pooling_head": c.flag("vision_use_head")}
+    elif kind == "pixtral":
+        extra = {"merge_size": top.int_or_default("spatial_merge_size", minimum=1),
+                 "projector_bias": top.flag("multimodal_projector_bias")}
+    else:
+        extra = {"merge_size": c.req_int("spatial_merge_size"), "temporal_patch_size": c.req_int("temporal_patch_size")}
+        out = c.opt_int("out_hidden_size", minimum=1)
+        width = merged.get("hidden_size")
+        if out is not None and out != width:
+            raise SpecError(f"{origin}: vision_config: out_hidden_size ({out}) is not the decoder's hidden_size "
+                            f"({width!r:.20})")
     try:
         encoder = EncoderSpec(kind=kind, hidden_size=c.req_int("hidden_size"),
                               intermediate_size=c.req_int("intermediate_size"),
                               num_layers=c.req_int("num_hidden_layers"), patch_size=c.req_int("patch_size"),
-                              image_size=c.req_int("image_size"), num_channels=c.req_int("num_channels"),
-                              pooling_head=kind == "siglip" and c.flag("vision_use_head"), **projector)
+                              num_channels=c.req_int("num_channels"), **extra)
     except SpecError as exc:
         message = str(exc)
         prefix = f"{origin}: vision_config"

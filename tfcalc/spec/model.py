@@ -27,7 +27,7 @@ Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped"]
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
 RouterScoring = Literal["softmax", "sigmoid"]
-EncoderKind = Literal["siglip", "pixtral"]
+EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl"]
 
 ACTIVE_CONVENTIONS: dict[str, str] = {
     "all_weights_touched": (
@@ -76,6 +76,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "encoder.image_size": (1, 1 << 16),
     "encoder.num_channels": (1, 64),
     "encoder.merge_size": (1, 64),
+    "encoder.temporal_patch_size": (1, 64),
 }
 # Inclusive bounds of float fields; every float is finite. POSITIVE as a lower bound means "> 0", the bound of a
 # field not listed here. Zero is allowed where it means "off" (yarn's mscale and mscale_all_dim, as DeepSeek's and
@@ -317,27 +318,34 @@ class EncoderSpec:
     of ``intermediate_size``, position table; Gemma 3's projector is an RMSNorm and one matrix.
     ``pixtral`` (transformers PixtralVisionModel): RMSNorms, bias-free MHA and gated MLP, 2-D RoPE; Mistral 3's
     projector an RMSNorm, a patch merger of ``merge_size``^2 patches and two linears (biases per
-    ``projector_bias``)."""
+    ``projector_bias``). ``qwen2_5_vl`` (transformers Qwen2_5_VisionTransformerPretrainedModel): a bias-free 3-D
+    patch conv over ``temporal_patch_size`` frames, RMSNorms, fused qkv and proj with biases, a gated MLP with
+    biases; its merger an RMSNorm and two linears over ``merge_size``^2 patches."""
 
     kind: EncoderKind = "siglip"
     hidden_size: int
     intermediate_size: int
     num_layers: int
     patch_size: int
-    image_size: int
+    image_size: int | None = None  # SigLIP's fixed resolution (its position table); None where it is dynamic
     num_channels: int = 3
     pooling_head: bool = False  # SigLIP's attention-pooling head (vision_use_head; Gemma 3's checkpoints: none)
-    merge_size: int = 1         # Mistral 3's spatial_merge_size
+    merge_size: int = 1         # Mistral 3's and Qwen2.5-VL's spatial_merge_size
     projector_bias: bool = False  # Mistral 3's multimodal_projector_bias
+    temporal_patch_size: int = 1  # Qwen2.5-VL's patches span 2 frames
 
     def __post_init__(self) -> None:
         check_fields(self, "encoder.")
-        _require(self.image_size % self.patch_size == 0,
-                 f"encoder.image_size ({self.image_size}) is not a multiple of encoder.patch_size ({self.patch_size})")
+        if self.kind == "siglip":
+            _require(self.image_size is not None, "encoder.image_size is required for a siglip encoder")
+        if self.image_size is not None:
+            _require(self.image_size % self.patch_size == 0, f"encoder.image_size ({self.image_size}) is not a "
+                     f"multiple of encoder.patch_size ({self.patch_size})")
 
     @property
     def num_patches(self) -> int:
-        return (self.image_size // self.patch_size) ** 2
+        """Patches of one image at the fixed resolution (SigLIP's position table); 0 where it is dynamic."""
+        return 0 if self.image_size is None else (self.image_size // self.patch_size) ** 2
 
 
 @dataclass(frozen=True, kw_only=True)
