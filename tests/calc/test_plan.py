@@ -288,7 +288,7 @@ def test_a_vision_encoder_sits_on_the_first_stage_split_like_siglip() -> None:
     from tfcalc.calc.shard import shard, stage_weight_bytes
     from tfcalc.spec.hf_config import load_hf_config
 
-    spec = load_hf_config(Path(__file__).parents[1] / "fixtures" / "hf_configs" / "gemma-3-27b-it.json")
+    spec = load_hf_config(Path(__file__).parents[1] / "fixtures" / "hf_configs" / "gemma3-27b.json")
     text = spec.with_overrides(encoder=None)
     h, i, layers = 1152, 4304, 27
     split = (4 * h * h + 2 * h * i + 3 * h + i) * layers

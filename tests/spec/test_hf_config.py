@@ -608,8 +608,8 @@ def test_rope_parameters_carry_the_rotary_share() -> None:
 def test_gemma3_multimodal_reads_its_text_config_and_counts_the_siglip_encoder() -> None:
     from tfcalc.calc.params import count_params
 
-    spec = build("gemma-3-27b-it")
-    text = spec_from_hf_config({"vocab_size": 262208, **fixture("gemma-3-27b-it")["text_config"]}, origin="t.json",
+    spec = build("gemma3-27b")
+    text = spec_from_hf_config({"vocab_size": 262208, **fixture("gemma3-27b")["text_config"]}, origin="t.json",
                                name="text")
     # the decoder is the text_config's (62 layers, 32 / 16 heads of 128, query scalar 168, linear rope x8, window
     # 1024 on 5 of 6 layers, the default vocabulary 262,208 of Gemma3TextConfig)
@@ -635,8 +635,8 @@ def test_gemma3_multimodal_reads_its_text_config_and_counts_the_siglip_encoder()
 ])
 def test_a_bad_multimodal_config_is_one_line(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecError, match=message) as err:
-        build("gemma-3-27b-it", **changes)
-    assert "\n" not in str(err.value) and str(err.value).startswith("gemma-3-27b-it.json")
+        build("gemma3-27b", **changes)
+    assert "\n" not in str(err.value) and str(err.value).startswith("gemma3-27b.json")
 
 
 def test_mistral3_multimodal_reads_mistral_and_counts_the_pixtral_encoder() -> None:
