@@ -13,7 +13,7 @@ Sharding follows what serving engines (vLLM, SGLang, TensorRT-LLM) do:
   the stages just before the last, never to the last (vLLM ``get_pp_indices``: 61 layers over 4 stages are
   15/15/16/15); the embedding sits on the first stage, the final norm and lm_head on the last (a tied
   embedding is held on both); a multimodal checkpoint's vision encoder sits on the first stage, its blocks split
-  over tp like vLLM's SigLIP;
+  over tp as vLLM's vision towers are (``params.encoder_shape``);
 - expert parallel (ep) places num_experts / ep routed experts per GPU; when ep < tp each of them is still
   sliced tp / ep ways (TensorRT-LLM's moe_tp x moe_ep = tp), when ep >= tp they are whole (vLLM's EP over
   tp x dp ranks), so ep must divide tp or be a multiple of it;

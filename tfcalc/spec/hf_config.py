@@ -666,7 +666,7 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
     layer = config.get("vision_feature_layer", -1)
     if not isinstance(layer, int) or isinstance(layer, bool):  # several layers concatenated into linear_1
         raise SpecError(f"{origin}: field 'vision_feature_layer' {layer!r:.40} is not supported (one layer)")
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any]
     if kind == "siglip":
         extra = {"image_size": c.req_int("image_size"), "pooling_head": c.flag("vision_use_head")}
     elif kind == "pixtral":

@@ -435,7 +435,8 @@ class ModelSpec:
     sliding_window_layers: tuple[int, ...] = ()
     mla: MLASpec | None = None
     moe: MoESpec | None = None
-    # the vision encoder and projector of a multimodal checkpoint (Gemma 3): loaded and counted, never run by decode
+    # the vision encoder and projector of a multimodal checkpoint (Gemma 3, Mistral 3, Qwen2.5-VL): loaded and
+    # counted, never run by decode
     encoder: EncoderSpec | None = None
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling | None = None
