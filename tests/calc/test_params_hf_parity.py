@@ -39,6 +39,7 @@ from tfcalc.spec.hf_config import (
     MULTIMODAL,
     PIXTRAL_DEFAULTS,
     QWEN2_5_VL_DEFAULTS,
+    QWEN3_5_VISION_DEFAULTS,
     SIGLIP_DEFAULTS,
     load_hf_config,
     spec_from_hf_config,
@@ -70,6 +71,7 @@ class HFModel:
     head_dims: tuple[int, ...]
     rotary_dim: int | None                             # dimensions RoPE turns (None: no single rotary table)
     qk_norm: bool
+    linear_layers: tuple[int, ...]                     # Gated DeltaNet layers
     tied: bool
     seconds: float
 
@@ -126,15 +128,21 @@ def hf_model(name: str) -> HFModel:
     buffers = tuple((n, tuple(t.shape)) for n, t in model.state_dict().items() if n not in param_names)
     text = getattr(model.model, "language_model", model.model)  # a multimodal model's decoder
     windows, head_dims, moe_layers = [], [], []
+    linear_layers = []
     for i, layer in enumerate(text.layers):
-        attn = layer.self_attn
-        window = getattr(attn, "sliding_window", None)
-        if model_type in _CONFIG_WIDE_WINDOW:
-            window = config.sliding_window
-        windows.append(window or None)
-        head_dims.append(getattr(attn, "qk_head_dim", getattr(attn, "head_dim", 0)))
+        if hasattr(layer, "linear_attn"):  # Qwen3-Next / Qwen3.5's Gated DeltaNet: no window, no heads of head_dim
+            linear_layers.append(i)
+            windows.append(None)
+        else:
+            attn = layer.self_attn
+            window = getattr(attn, "sliding_window", None)
+            if model_type in _CONFIG_WIDE_WINDOW:
+                window = config.sliding_window
+            windows.append(window or None)
+            head_dims.append(getattr(attn, "qk_head_dim", getattr(attn, "head_dim", 0)))
         if hasattr(layer.mlp, "experts"):
             moe_layers.append(i)
+    first_attention = next(layer for layer in text.layers if hasattr(layer, "self_attn"))
     return HFModel(
         class_name=type(model).__name__,
         params=tuple((n, tuple(p.shape)) for n, p in model.named_parameters()),
@@ -144,7 +152,8 @@ def hf_model(name: str) -> HFModel:
         head_dims=tuple(head_dims),
         rotary_dim=2 * inv_freq.shape[0] if isinstance(inv_freq := getattr(
             getattr(text, "rotary_emb", None), "inv_freq", None), torch.Tensor) else None,
-        qk_norm=hasattr(text.layers[0].self_attn, "q_norm"),
+        qk_norm=hasattr(first_attention.self_attn, "q_norm"),
+        linear_layers=tuple(linear_layers),
         tied=not any(n.startswith("lm_head") for n, _ in model.named_parameters()),
         seconds=seconds,
     )
@@ -173,7 +182,7 @@ def _component(name: str) -> str:
         return "router"  # MiniMax-M2 keeps the score bias on the block, not the gate
     if ".mlp." in name:
         return "mlp"
-    if ".self_attn." in name:
+    if ".self_attn." in name or ".linear_attn." in name:
         return "attention"
     raise AssertionError(f"unclassified transformers parameter {name}")
 
@@ -188,7 +197,9 @@ def _score_bias_elements(s: ModelSpec) -> int:
 def test_fixture_set_is_complete() -> None:
     assert set(PRESET_FIXTURES) <= set(FIXTURES)
     assert len(FIXTURES) >= len(PRESET_FIXTURES) + 7
-    assert {_config(n)["model_type"] for n in FIXTURES} >= set(FAMILIES), "every supported model_type has a fixture"
+    kinds = {_config(n)["model_type"] for n in FIXTURES}
+    read_as = kinds | {MULTIMODAL[kind].family for kind in kinds & set(MULTIMODAL)}  # a multimodal one's decoder
+    assert read_as >= set(FAMILIES) and kinds >= set(MULTIMODAL), "every supported model_type has a fixture"
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -207,8 +218,9 @@ def test_components_equal_transformers(name: str) -> None:
     hf, counts = hf_model(name), count_params(spec(name))
     got = {c: [0, 0] for c in PARAM_COMPONENTS}
     for tensor_name, shape in (*hf.params, *hf.buffers):
-        # gpt-oss stacks expert biases into 2-D tensors (experts x width): still biases, i.e. vector elements
-        is_vector = len(shape) == 1 or tensor_name.endswith("bias")
+        # gpt-oss stacks expert biases into 2-D tensors (experts x width): still biases, i.e. vector elements; a
+        # Gated DeltaNet's depthwise conv taps (channels x 1 x kernel) are per-channel vectors, never quantized
+        is_vector = len(shape) == 1 or tensor_name.endswith(("bias", "conv1d.weight"))
         got[_component(tensor_name)][1 if is_vector else 0] += _numel(shape)
     expected = {c: [p.matrix, p.vector] for c, p in counts.total.items()}
     assert got == expected
@@ -223,6 +235,7 @@ def test_structure_equals_transformers(name: str) -> None:
     assert hf.windows == tuple(s.sliding_window if s.is_sliding_layer(i) else None for i in range(s.num_layers))
     assert set(hf.head_dims) == {s.head_dim}
     assert hf.qk_norm == s.qk_norm
+    assert hf.linear_layers == tuple(i for i in range(s.num_layers) if s.is_linear_layer(i))
     assert hf.rotary_dim in (None, s.rotary_dim)
     assert hf.tied == s.tie_word_embeddings
 
@@ -270,6 +283,7 @@ _NOT_CLASS_FIELDS = {
     "moe_layer_freq": "not read by transformers; DeepSeek's own modeling code's default 1",
     "sliding_window_pattern": "Gemma3TextConfig reads kwargs.get('sliding_window_pattern', 6)",
     "rope_local_base_freq": "Gemma3TextConfig.default_theta['local']",
+    "full_attention_interval": "Qwen3-Next / Qwen3.5 configs' __post_init__ reads kwargs.pop('full_attention_interval', 4)",
 }
 
 
@@ -285,9 +299,11 @@ def test_multimodal_defaults_match_transformers_config_classes() -> None:
         assert {key: value(text, key) for key in m.text_defaults} == dict(m.text_defaults), model_type
     for cls, defaults in ((SiglipVisionConfig, SIGLIP_DEFAULTS), (PixtralVisionConfig, PIXTRAL_DEFAULTS)):
         assert {key: getattr(cls(), key) for key in defaults} == defaults
-    qwen = Qwen2_5_VLVisionConfig()  # tfcalc's names for its depth and in_channels
-    assert {key: getattr(qwen, {"num_hidden_layers": "depth", "num_channels": "in_channels"}.get(key, key))
-            for key in QWEN2_5_VL_DEFAULTS} == QWEN2_5_VL_DEFAULTS
+    renamed = {"num_hidden_layers": "depth", "num_channels": "in_channels"}  # tfcalc's names for Qwen's keys
+    for qwen, defaults in ((Qwen2_5_VLVisionConfig(), QWEN2_5_VL_DEFAULTS),
+                           (CONFIG_MAPPING["qwen3_5_vision"](), QWEN3_5_VISION_DEFAULTS),
+                           (CONFIG_MAPPING["qwen3_5_moe_vision"](), QWEN3_5_VISION_DEFAULTS)):
+        assert {key: getattr(qwen, renamed.get(key, key)) for key in defaults} == defaults
     mistral3 = CONFIG_MAPPING["mistral3"](text_config={"model_type": "mistral"})
     assert (mistral3.spatial_merge_size, mistral3.multimodal_projector_bias) == (2, False)
 
@@ -304,6 +320,9 @@ def test_family_defaults_match_transformers_config_classes(model_type: str) -> N
             assert value == cls.default_theta["local"]
         elif key == "sliding_window_pattern":
             assert value == 6
+        elif key == "full_attention_interval":
+            assert cls().layer_types == ["full_attention" if (i + 1) % value == 0 else "linear_attention"
+                                         for i in range(cls().num_hidden_layers)]
         elif key == "partial_rotary_factor":  # set in __post_init__ (Glm4MoeConfig: 0.5 "for BC")
             assert cls().rope_parameters.get("partial_rotary_factor", 1.0) == value
         elif key in field_names:

@@ -45,7 +45,7 @@ def test_supported_types() -> None:
     assert SUPPORTED_MODEL_TYPES == (
         "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3", "gemma3_text", "glm4_moe", "gpt_oss", "llama",
         "minimax_m2", "mistral", "mistral3", "mixtral", "phi3", "qwen2", "qwen2_5_vl", "qwen2_moe", "qwen3",
-        "qwen3_moe")
+        "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next")
 
 
 @pytest.mark.parametrize("model_type", ["falcon", None, 7])
@@ -196,7 +196,9 @@ def test_unknown_torch_dtype() -> None:
 def test_every_fixture_loads(name: str) -> None:
     spec = load_hf_config(FIXTURE_DIR / f"{name}.json")
     assert spec.name == name
-    assert spec.num_mtp_layers == fixture(name).get("num_nextn_predict_layers", 0)
+    data = fixture(name)
+    text = data.get("text_config", data)  # Qwen3.5 names its MTP layers mtp_num_hidden_layers
+    assert spec.num_mtp_layers == data.get("num_nextn_predict_layers", text.get("mtp_num_hidden_layers", 0))
 
 
 def test_architecture_is_the_first_class_and_presets_agree() -> None:

@@ -105,9 +105,24 @@ def attention_shape(spec: ModelSpec) -> TPShape:
         return TPShape(split=split, replicated=q_replicated + kv_replicated + o_bias)
     d = spec.head_dim
     q_out = nh * d
-    split = Params(matrix=2 * h * q_out, vector=(q_out if spec.qkv_bias else 0) + (nh if spec.attention_sinks else 0))
+    gate = q_out if spec.attention_output_gate else 0  # Qwen3-Next: q_proj's second half gates the output
+    split = Params(matrix=2 * h * q_out + h * gate,
+                   vector=(q_out + gate if spec.qkv_bias else 0) + (nh if spec.attention_sinks else 0))
     per_kv_head = Params(matrix=2 * h * d, vector=2 * d if spec.qkv_bias else 0)
     return TPShape(split=split, replicated=o_bias, per_kv_head=per_kv_head)
+
+
+def linear_attention_shape(spec: ModelSpec) -> TPShape:
+    """One Gated DeltaNet layer (Qwen3-Next / Qwen3.5) as vLLM lays it out (qwen3_next.py): the q, k, v, z
+    projections [h, 2 key_dim + 2 value_dim], the b and a projections [h, 2 x value heads], the conv taps
+    (conv_dim x conv_kernel, no bias), A_log and dt_bias (one per value head) split by head; out_proj [value_dim, h]
+    row-parallel. The conv taps count as vector elements: per-channel, kept 16-bit. Its gated norm: ``norms_shape``."""
+    la = spec.linear_attention
+    if la is None:
+        return TPShape()
+    h = spec.hidden_size
+    matrix = h * (2 * la.key_dim + 2 * la.value_dim) + h * 2 * la.num_value_heads + la.value_dim * h
+    return TPShape(split=Params(matrix=matrix, vector=la.conv_dim * la.conv_kernel + 2 * la.num_value_heads))
 
 
 def attention_params(spec: ModelSpec) -> Params:
@@ -129,6 +144,15 @@ def norms_shape(spec: ModelSpec) -> TPShape:
             p = p + _norm(spec, spec.mla.q_lora_rank)
         p = p + _norm(spec, spec.mla.kv_lora_rank)
     return TPShape(replicated=p)
+
+
+def linear_norms_shape(spec: ModelSpec) -> TPShape:
+    """A Gated DeltaNet layer's norms: the block norms and the gated RMSNorm over value_head_dim (shared by every
+    value head, replicated)."""
+    la = spec.linear_attention
+    if la is None:
+        return TPShape()
+    return TPShape(replicated=_norm(spec, spec.hidden_size) * spec.norms_per_layer + _norm(spec, la.value_head_dim))
 
 
 def norm_params_per_layer(spec: ModelSpec) -> Params:
@@ -182,11 +206,22 @@ def encoder_shape(spec: ModelSpec) -> TPShape:
     patch merger (m^2 h^2) replicated; linear_1 (h x H) column- and linear_2 (H x H) row-parallel. Qwen2.5-VL
     (qwen2_5_vl.py): per block qkv (3h^2 + 3h) and the gated MLP's gate/up (2hI + 2I) column-, proj (h^2 + h) and
     down (Ih + h) row-parallel, two RMSNorms; the merger's RMSNorm, fc1 (m^2 h squared) and fc2 (m^2 h x H); the
-    bias-free conv (c t p^2 h)."""
+    bias-free conv (c t p^2 h). Qwen3.5 (qwen3_vl.py's vision transformer): per block qkv (3h^2 + 3h) and fc1
+    (hI + I) column-, proj (h^2 + h) and fc2 (Ih + h) row-parallel, two LayerNorms; the merger's LayerNorm over h,
+    fc1 (m^2 h squared + m^2 h) and fc2 (m^2 h x H + H); the conv with bias (c t p^2 h + h) and the position table
+    (positions x h) replicated."""
     e = spec.encoder
     if e is None:
         return TPShape()
     h, i = e.hidden_size, e.intermediate_size
+    if e.kind == "qwen3_5":
+        big, wide = spec.hidden_size, e.merge_size ** 2 * h
+        split = Params(matrix=(4 * h * h + 2 * h * i) * e.num_layers + wide * wide + wide * big,
+                       vector=(3 * h + i) * e.num_layers + wide)
+        replicated = Params(matrix=e.num_channels * e.temporal_patch_size * e.patch_size ** 2 * h
+                            + e.num_position_embeddings * h,
+                            vector=h + 6 * h * e.num_layers + 2 * h + big)
+        return TPShape(split=split, replicated=replicated)
     if e.kind == "qwen2_5_vl":  # qwen2_5_vl.py: qkv, gate_up, merger fc1 column-; proj, down, merger fc2 row-parallel
         big, wide = spec.hidden_size, e.merge_size ** 2 * h
         split = Params(matrix=(4 * h * h + 3 * h * i) * e.num_layers + wide * wide + wide * big,
@@ -232,8 +267,9 @@ def count_params(spec: ModelSpec) -> ParamCounts:
     add("norms", final_norm_params(spec))
     layers, moe = spec.num_layers, spec.moe
     moe_layers = spec.num_moe_layers
-    add("attention", attention_params(spec) * layers)
-    add("norms", norm_params_per_layer(spec) * layers)
+    attention_layers, linear_layers = spec.num_attention_layers, spec.num_linear_layers
+    add("attention", attention_params(spec) * attention_layers + linear_attention_shape(spec).total() * linear_layers)
+    add("norms", norm_params_per_layer(spec) * attention_layers + linear_norms_shape(spec).total() * linear_layers)
     add("mlp", ffn_params(spec, spec.intermediate_size, spec.mlp_bias) * (layers - moe_layers))
     if moe is not None and moe_layers:
         expert = ffn_params(spec, moe.expert_intermediate_size, moe.expert_bias)

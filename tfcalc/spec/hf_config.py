@@ -16,11 +16,20 @@ from typing import Any, NamedTuple
 
 from tfcalc.errors import SpecError
 from tfcalc.spec.hf_quant import checkpoint_activation_scale, checkpoint_kv_dtype, checkpoint_precision
-from tfcalc.spec.model import INT_LIMITS, EncoderSpec, MLASpec, ModelSpec, MoESpec, RopeScaling, check_float
+from tfcalc.spec.model import (
+    INT_LIMITS,
+    EncoderSpec,
+    LinearAttentionSpec,
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+    RopeScaling,
+    check_float,
+)
 from tfcalc.spec.model import check_int as check_spec_int
 from tfcalc.spec.presets import read_data_file
 
-SLIDING, FULL = "sliding_attention", "full_attention"
+SLIDING, FULL, LINEAR = "sliding_attention", "full_attention", "linear_attention"
 MAX_PATH_CHARS = 4096  # PATH_MAX: a repository id or a folder
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _CORE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
@@ -130,8 +139,8 @@ class _Config:
     def num_layers(self) -> int:
         return self.req_int("num_hidden_layers")
 
-    def layer_types(self) -> list[str] | None:
-        """``layer_types`` validated against the layer count, or None when absent."""
+    def layer_types(self, kinds: tuple[str, ...] = (SLIDING, FULL)) -> list[str] | None:
+        """``layer_types`` validated against the layer count and the family's ``kinds``, or None when absent."""
         value = self.data.get("layer_types")
         if value is None:
             return None
@@ -139,9 +148,9 @@ class _Config:
             got = f"{len(value)} entries" if isinstance(value, list) else repr(value)
             raise self.error(f"field 'layer_types' must be a list of {self.num_layers} entries, got {got}")
         for entry in value:
-            if entry not in (SLIDING, FULL):
-                raise self.error(f"field 'layer_types' has unsupported entry {entry!r} "
-                                 f"(supported: {SLIDING}, {FULL})")
+            if entry not in kinds:
+                raise self.error(f"field 'layer_types' has unsupported entry {entry!r:.40} "
+                                 f"(supported: {', '.join(kinds)})")
         return value
 
 
@@ -255,11 +264,12 @@ def _qwen_dense_layers(c: _Config) -> tuple[int, ...]:
     return tuple(i for i in range(c.num_layers) if i in only or (i + 1) % step != 0)
 
 
-def _qwen_moe(shared_expert: bool) -> MoERule:
-    """Qwen2-MoE (one shared expert with a sigmoid gate) and Qwen3-MoE (no shared expert)."""
+def _qwen_moe(shared_expert: bool, every_layer: bool = False) -> MoERule:
+    """Qwen2-MoE and Qwen3-Next (one shared expert with a sigmoid gate), Qwen3-MoE (no shared expert); Qwen3.5-MoE
+    (``every_layer``): MoE on every layer, top-k scores always renormalised (no mlp_only_layers, no norm_topk_prob)."""
 
     def rule(c: _Config) -> MoESpec | None:
-        experts = c.req_int("num_experts", minimum=0)
+        experts = c.req_int("num_experts", minimum=0 if not every_layer else 1)
         if experts == 0:  # transformers builds dense MLPs everywhere
             return None
         shared = {}
@@ -269,7 +279,8 @@ def _qwen_moe(shared_expert: bool) -> MoERule:
                       "shared_expert_gate": True}
         return MoESpec(num_experts=experts, experts_per_token=c.req_int("num_experts_per_tok"),
                        expert_intermediate_size=c.req_int("moe_intermediate_size"),
-                       dense_layers=_qwen_dense_layers(c), normalize_top_k=c.flag("norm_topk_prob"), **shared)
+                       dense_layers=() if every_layer else _qwen_dense_layers(c),
+                       normalize_top_k=every_layer or c.flag("norm_topk_prob"), **shared)
 
     return rule
 
@@ -318,6 +329,22 @@ def _minimax_m2_moe(c: _Config) -> MoESpec:
                    router_score_correction_bias=True, normalize_top_k=True)
 
 
+def _gated_deltanet(c: _Config) -> LinearAttentionSpec:
+    """Qwen3-Next / Qwen3.5: Gated DeltaNet on the ``layer_types`` marked linear_attention, else on every layer but
+    each ``full_attention_interval``-th (default 4: layers 3, 7, 11, ... keep softmax attention)."""
+    types = c.layer_types((LINEAR, FULL))
+    if types is None:
+        every = c.int_or_default("full_attention_interval", minimum=1)
+        types = [LINEAR if (i + 1) % every else FULL for i in range(c.num_layers)]
+    return LinearAttentionSpec(
+        layers=tuple(i for i, kind in enumerate(types) if kind == LINEAR),
+        num_key_heads=c.int_or_default("linear_num_key_heads", minimum=1),
+        num_value_heads=c.int_or_default("linear_num_value_heads", minimum=1),
+        key_head_dim=c.int_or_default("linear_key_head_dim", minimum=1),
+        value_head_dim=c.int_or_default("linear_value_head_dim", minimum=1),
+        conv_kernel=c.int_or_default("linear_conv_kernel_dim", minimum=1))
+
+
 def _mla(c: _Config) -> MLASpec:
     q_rank = c.get("q_lora_rank")
     return MLASpec(q_lora_rank=None if q_rank is None else c.int_or_default("q_lora_rank", minimum=1),
@@ -343,12 +370,24 @@ class _Family:
     attention_sinks: bool = False
     rotary_dim_key: str | None = None  # a legacy key giving the rotated dimensions (MiniMax-M2's rotary_dim)
     mtp_key: str | None = None      # the count of multi-token-prediction layers the checkpoint ships
+    linear_attention: Callable[[_Config], LinearAttentionSpec] | None = None
+    attention_output_gate: bool = False  # q_proj also yields a sigmoid gate on the attention output (Qwen3-Next)
+    norm_weight_offset: float = 0.0  # RMSNorm scales by (offset + w): 1 for Qwen3-Next's zero-centred weights
+    dense_mlp: bool = True          # has a dense-MLP ``intermediate_size`` (Qwen3.5-MoE's text config has none)
     activation_key: str = "hidden_act"
     activation: str | None = None   # fixed activation name overriding the config's
     convention: str = "all_weights_touched"
 
 
 _LLAMA_LIKE = {"head_dim": DERIVED, "tie_word_embeddings": False, "rope_theta": 10000.0, "hidden_act": "silu"}
+# Qwen3-Next / Qwen3.5: 3 Gated DeltaNet layers to 1 gated-attention layer (head_dim 256, QK-norm, a quarter of each
+# head rotated), zero-centred RMSNorms; transformers Qwen3NextConfig / Qwen3_5TextConfig / Qwen3_5MoeTextConfig.
+_QWEN_HYBRID = {**_LLAMA_LIKE, "head_dim": 256, "max_position_embeddings": 32768, "attention_bias": False,
+                "partial_rotary_factor": 0.25, "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+                "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                "linear_num_value_heads": 32}
+_HYBRID = {"linear_attention": _gated_deltanet, "attention_output_gate": True, "norm_weight_offset": 1.0,
+           "qk_norm": True, "mtp_key": "mtp_num_hidden_layers"}
 
 FAMILIES: dict[str, _Family] = {
     "llama": _Family(
@@ -390,6 +429,21 @@ FAMILIES: dict[str, _Family] = {
         required=("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
         sliding=_window_every_layer(enabled_key="use_sliding_window"), moe=_qwen_moe(shared_expert=False),
         qk_norm=True),
+    "qwen3_next": _Family(
+        defaults={**_QWEN_HYBRID, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
+                  "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2,
+                  "decoder_sparse_step": 1, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+                  "num_experts_per_tok": 10, "num_experts": 512, "norm_topk_prob": True, "mlp_only_layers": None},
+        moe=_qwen_moe(shared_expert=True), **_HYBRID),
+    "qwen3_5_text": _Family(
+        defaults={**_QWEN_HYBRID, "vocab_size": 248320, "hidden_size": 4096, "intermediate_size": 12288,
+                  "num_hidden_layers": 32, "num_attention_heads": 16, "num_key_value_heads": 4},
+        **_HYBRID),
+    "qwen3_5_moe_text": _Family(
+        defaults={**_QWEN_HYBRID, "vocab_size": 248320, "hidden_size": 2048, "num_hidden_layers": 40,
+                  "num_attention_heads": 16, "num_key_value_heads": 2, "moe_intermediate_size": 512,
+                  "shared_expert_intermediate_size": 512, "num_experts_per_tok": 8, "num_experts": 256},
+        moe=_qwen_moe(shared_expert=True, every_layer=True), dense_mlp=False, **_HYBRID),
     "gemma": _Family(
         defaults={"num_key_value_heads": 16, "head_dim": 256, "tie_word_embeddings": True,
                   "max_position_embeddings": 8192, "attention_bias": False, "rope_theta": 10000.0,
@@ -460,7 +514,8 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "Qwen3MoeForCausalLM": "qwen3_moe", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3", "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
-    "MiniMaxM2ForCausalLM": "minimax_m2",
+    "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForCausalLM": "qwen3_5_text",
+    "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
 }
 
 
@@ -607,6 +662,7 @@ class _Multimodal(NamedTuple):
     text_type: str                    # transformers' model_type of its text config
     vision_type: str                  # transformers' model_type of its vision config
     text_defaults: Mapping[str, Any]  # that text config class's defaults where they differ from the family's
+    vision_aliases: tuple[str, ...] = ()  # other vision model_types checkpoints carry (Qwen3.5's legacy "qwen3_5")
 
 
 # Multimodal checkpoints tfcalc reads as their text decoder plus a vision encoder (a nested text_config, or the text
@@ -622,6 +678,8 @@ MULTIMODAL: dict[str, _Multimodal] = {
         "vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
         "num_attention_heads": 64, "num_key_value_heads": 8, "max_position_embeddings": 32768,
         "max_window_layers": 80, "rope_theta": 1000000.0}),
+    "qwen3_5": _Multimodal("qwen3_5_text", "qwen3_5_text", "qwen3_5_vision", {}, ("qwen3_5",)),
+    "qwen3_5_moe": _Multimodal("qwen3_5_moe_text", "qwen3_5_moe_text", "qwen3_5_moe_vision", {}, ("qwen3_5_moe",)),
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *MULTIMODAL}))
 # transformers' vision-config defaults (SiglipVisionConfig, PixtralVisionConfig, Qwen2_5_VLVisionConfig), under
@@ -632,8 +690,12 @@ PIXTRAL_DEFAULTS = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_
                     "image_size": 1024, "num_channels": 3}
 QWEN2_5_VL_DEFAULTS = {"hidden_size": 3584, "intermediate_size": 3420, "num_hidden_layers": 32, "patch_size": 14,
                        "num_channels": 3, "spatial_merge_size": 2, "temporal_patch_size": 2}
+QWEN3_5_VISION_DEFAULTS = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "patch_size": 16,
+                           "num_channels": 3, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                           "num_position_embeddings": 2304}
 _VISION = {"siglip_vision_model": ("siglip", SIGLIP_DEFAULTS), "pixtral": ("pixtral", PIXTRAL_DEFAULTS),
-           "qwen2_5_vl": ("qwen2_5_vl", QWEN2_5_VL_DEFAULTS)}
+           "qwen2_5_vl": ("qwen2_5_vl", QWEN2_5_VL_DEFAULTS), "qwen3_5_vision": ("qwen3_5", QWEN3_5_VISION_DEFAULTS),
+           "qwen3_5_moe_vision": ("qwen3_5", QWEN3_5_VISION_DEFAULTS)}
 _VISION_ALIASES = {"depth": "num_hidden_layers", "in_chans": "num_channels", "in_channels": "num_channels"}
 # top-level keys of a multimodal config.json that describe the whole checkpoint, kept beside its text_config
 _CHECKPOINT_KEYS = ("torch_dtype", "dtype", "quantization_config", "architectures", "_name_or_path", "auto_map")
@@ -654,7 +716,7 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
         if not isinstance(value, dict):
             raise SpecError(f"{origin}: field '{key}' must be a mapping, got {value!r:.40}")
     if (text.get("model_type", m.text_type) not in (m.text_type, m.family)
-            or vision.get("model_type", m.vision_type) != m.vision_type):
+            or vision.get("model_type", m.vision_type) not in (m.vision_type, *m.vision_aliases)):
         raise SpecError(f"{origin}: a {model_type} config reads text_config of model_type {m.text_type} and "
                         f"vision_config of model_type {m.vision_type}")
     kept = {key: config[key] for key in _CHECKPOINT_KEYS if key in config}
@@ -674,6 +736,10 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
                  "projector_bias": top.flag("multimodal_projector_bias")}
     else:
         extra = {"merge_size": c.req_int("spatial_merge_size"), "temporal_patch_size": c.req_int("temporal_patch_size")}
+        if kind == "qwen3_5":
+            extra["num_position_embeddings"] = c.req_int("num_position_embeddings")
+            if c.data.get("deepstack_visual_indexes"):  # Qwen3-VL's extra mergers: not in Qwen3.5's checkpoints
+                raise SpecError(f"{origin}: vision_config: deepstack_visual_indexes is not supported")
         out = c.opt_int("out_hidden_size", minimum=1)
         width = merged.get("hidden_size")
         if out is not None and out != width:
@@ -712,7 +778,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         raise SpecError(f"{origin}: {what}; supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
     family = FAMILIES[model_type]
     c = _Config(config, origin, model_type, family.defaults)
-    for key in (*_CORE_FIELDS, *family.required):
+    for key in (*(_CORE_FIELDS if family.dense_mlp else _CORE_FIELDS[:-1]), *family.required):
         c.require(key)
 
     heads = c.req_int("num_attention_heads")
@@ -734,7 +800,8 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         num_attention_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        intermediate_size=c.req_int("intermediate_size"),
+        # no dense MLP (Qwen3.5-MoE): the field holds the expert width, used by no layer
+        intermediate_size=c.req_int("intermediate_size" if family.dense_mlp else "moe_intermediate_size"),
         ffn_kind="gated",
         activation=_activation(c, family),
         tie_word_embeddings=c.flag("tie_word_embeddings"),
@@ -746,6 +813,8 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         qk_norm_across_heads=family.qk_norm_across_heads,
         sliding_window=window,
         sliding_window_layers=sliding_layers,
+        linear_attention=family.linear_attention(c) if family.linear_attention is not None else None,
+        attention_output_gate=family.attention_output_gate,
         mla=mla,
         moe=family.moe(c) if family.moe is not None else None,
         encoder=encoder,
@@ -761,6 +830,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         architecture=_architecture(c),
         remote_code=config.get("model_type") != model_type,
         **family.attention(c),
+        **({"norm_weight_offset": family.norm_weight_offset} if family.norm_weight_offset else {}),
         **_gemma_numerics(c),
     )
     quant = c.data.get("quantization_config")

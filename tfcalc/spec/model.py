@@ -27,7 +27,7 @@ Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped"]
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
 RouterScoring = Literal["softmax", "sigmoid"]
-EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl"]
+EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl", "qwen3_5"]
 
 ACTIVE_CONVENTIONS: dict[str, str] = {
     "all_weights_touched": (
@@ -77,6 +77,12 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "encoder.num_channels": (1, 64),
     "encoder.merge_size": (1, 64),
     "encoder.temporal_patch_size": (1, 64),
+    "encoder.num_position_embeddings": (0, 1 << 24),
+    "linear_attention.num_key_heads": (1, 1 << 16),
+    "linear_attention.num_value_heads": (1, 1 << 16),
+    "linear_attention.key_head_dim": (1, 1 << 16),
+    "linear_attention.value_head_dim": (1, 1 << 16),
+    "linear_attention.conv_kernel": (1, 64),
 }
 # Inclusive bounds of float fields; every float is finite. POSITIVE as a lower bound means "> 0", the bound of a
 # field not listed here. Zero is allowed where it means "off" (yarn's mscale and mscale_all_dim, as DeepSeek's and
@@ -320,7 +326,9 @@ class EncoderSpec:
     projector an RMSNorm, a patch merger of ``merge_size``^2 patches and two linears (biases per
     ``projector_bias``). ``qwen2_5_vl`` (transformers Qwen2_5_VisionTransformerPretrainedModel): a bias-free 3-D
     patch conv over ``temporal_patch_size`` frames, RMSNorms, fused qkv and proj with biases, a gated MLP with
-    biases; its merger an RMSNorm and two linears over ``merge_size``^2 patches."""
+    biases; its merger an RMSNorm and two linears over ``merge_size``^2 patches. ``qwen3_5`` (transformers
+    Qwen3_5VisionModel): a 3-D patch conv with bias, a learned table of ``num_position_embeddings`` positions,
+    LayerNorms, fused qkv and proj with biases, a GELU MLP with biases; its merger a LayerNorm and two linears."""
 
     kind: EncoderKind = "siglip"
     hidden_size: int
@@ -333,6 +341,7 @@ class EncoderSpec:
     merge_size: int = 1         # Mistral 3's and Qwen2.5-VL's spatial_merge_size
     projector_bias: bool = False  # Mistral 3's multimodal_projector_bias
     temporal_patch_size: int = 1  # Qwen2.5-VL's patches span 2 frames
+    num_position_embeddings: int = 0  # Qwen3.5's learned position table (resampled to each image's grid)
 
     def __post_init__(self) -> None:
         check_fields(self, "encoder.")
@@ -346,6 +355,53 @@ class EncoderSpec:
     def num_patches(self) -> int:
         """Patches of one image at the fixed resolution (SigLIP's position table); 0 where it is dynamic."""
         return 0 if self.image_size is None else (self.image_size // self.patch_size) ** 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinearAttentionSpec:
+    """Gated DeltaNet token mixing on ``layers`` (Yang et al. 2024, arXiv:2412.06464; transformers
+    Qwen3NextGatedDeltaNet / Qwen3_5GatedDeltaNet), the others keeping softmax attention. Per layer: q, k (key heads
+    x key_head_dim) and v (value heads x value_head_dim) projections through a depthwise causal conv of
+    ``conv_kernel`` taps, an output gate z (value_dim), per-value-head decay a and write strength b, a gated RMSNorm
+    over value_head_dim and out_proj. Each sequence holds a fixed state instead of a KV cache: the conv's last
+    conv_kernel - 1 input rows and one value_head_dim x key_head_dim matrix per value head (vLLM
+    MambaStateShapeCalculator.gated_delta_net_state_shape)."""
+
+    layers: tuple[int, ...]
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int = 4
+
+    def __post_init__(self) -> None:
+        check_fields(self, "linear_attention.")
+        _require(self.num_value_heads % self.num_key_heads == 0,
+                 f"linear_attention.num_value_heads ({self.num_value_heads}) is not a multiple of "
+                 f"linear_attention.num_key_heads ({self.num_key_heads})")
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the causal conv: q, k and v side by side, 2 x key_dim + value_dim."""
+        return 2 * self.key_dim + self.value_dim
+
+    @property
+    def conv_state_elements(self) -> int:
+        """One sequence's conv state in one layer: conv_dim x (conv_kernel - 1)."""
+        return self.conv_dim * (self.conv_kernel - 1)
+
+    @property
+    def recurrent_state_elements(self) -> int:
+        """One sequence's delta-rule state in one layer: value heads x key_head_dim x value_head_dim."""
+        return self.num_value_heads * self.key_head_dim * self.value_head_dim
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -433,6 +489,11 @@ class ModelSpec:
     qk_norm_across_heads: bool = False
     sliding_window: int | None = None
     sliding_window_layers: tuple[int, ...] = ()
+    # Gated DeltaNet layers with a fixed per-sequence state (Qwen3-Next, Qwen3.5); the rest are attention layers.
+    linear_attention: LinearAttentionSpec | None = None
+    # q_proj also yields a sigmoid gate on each attention output channel (Qwen3-Next's gated attention: q_proj of
+    # 2 x heads x head_dim).
+    attention_output_gate: bool = False
     mla: MLASpec | None = None
     moe: MoESpec | None = None
     # the vision encoder and projector of a multimodal checkpoint (Gemma 3, Mistral 3, Qwen2.5-VL): loaded and
@@ -515,6 +576,14 @@ class ModelSpec:
             raise SpecError(f"{n}: {exc}") from None
         if self.mla is not None:
             _require(not self.sliding_window_layers, f"{n}: MLA with sliding-window layers is not supported")
+        if self.linear_attention is not None:
+            try:
+                check_layer_indices("linear_attention.layers", self.linear_attention.layers, self.num_layers)
+            except SpecError as exc:
+                raise SpecError(f"{n}: {exc}") from None
+            _require(self.mla is None, f"{n}: MLA with linear-attention layers is not supported")
+            _require(not set(self.linear_attention.layers) & set(self.sliding_window_layers),
+                     f"{n}: a layer is both a linear-attention and a sliding-window layer")
         for x in self.quantized_weight_exceptions:
             for c in x.components:
                 _require(c in LAYER_COMPONENTS, f"{n}: quantized_weight_exceptions component '{c}' is not one of "
@@ -566,6 +635,23 @@ class ModelSpec:
     def is_sliding_layer(self, layer: int) -> bool:
         return layer in self._sliding_layer_set
 
+    @functools.cached_property
+    def _linear_layer_set(self) -> frozenset[int]:
+        return frozenset(self.linear_attention.layers) if self.linear_attention is not None else frozenset()
+
+    def is_linear_layer(self, layer: int) -> bool:
+        """A Gated DeltaNet layer (no KV cache, a fixed state per sequence)."""
+        return layer in self._linear_layer_set
+
+    @property
+    def num_linear_layers(self) -> int:
+        return len(self._linear_layer_set)
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with softmax attention and a KV cache: all but the linear-attention ones."""
+        return self.num_layers - self.num_linear_layers
+
     @property
     def num_sliding_layers(self) -> int:
         return len(self._sliding_layer_set) if self.sliding_window is not None else 0
@@ -581,6 +667,9 @@ class ModelSpec:
                 moe = replace(moe, dense_layers=tuple(i for i in moe.dense_layers if i < n))
             exceptions = tuple(replace(x, layers=tuple(i for i in x.layers if i < n))
                                for x in spec.quantized_weight_exceptions)
-            spec = replace(spec, num_layers=n, moe=moe, quantized_weight_exceptions=exceptions,
+            linear = spec.linear_attention
+            if linear is not None:
+                linear = replace(linear, layers=tuple(i for i in linear.layers if i < n))
+            spec = replace(spec, num_layers=n, moe=moe, quantized_weight_exceptions=exceptions, linear_attention=linear,
                            sliding_window_layers=tuple(i for i in spec.sliding_window_layers if i < n))
         return replace(spec, **changes) if changes else spec

@@ -17,6 +17,7 @@ from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.model import (
     MAX_NAME_CHARS,
     EncoderSpec,
+    LinearAttentionSpec,
     MLASpec,
     ModelSpec,
     MoESpec,
@@ -392,6 +393,7 @@ _MOE_FIELDS = {f.name for f in fields(MoESpec)}
 _MLA_FIELDS = {f.name for f in fields(MLASpec)}
 _ROPE_FIELDS = {f.name for f in fields(RopeScaling)}
 _ENCODER_FIELDS = {f.name for f in fields(EncoderSpec)}
+_LINEAR_FIELDS = {f.name for f in fields(LinearAttentionSpec)}
 
 
 def _check_keys(data: dict[Any, Any], allowed: set[str], origin: str, prefix: str = "") -> None:
@@ -459,7 +461,7 @@ def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> 
     except TypeError as exc:
         message = str(exc)
         prefix = {"MoESpec": "moe.", "MLASpec": "mla.", "RopeScaling": "rope_scaling.",
-                  "EncoderSpec": "encoder."}.get(message.split(".")[0], "")
+                  "EncoderSpec": "encoder.", "LinearAttentionSpec": "linear_attention."}.get(message.split(".")[0], "")
         match = re.search(r"arguments?: '(\w+)'", message)
         if match:
             raise SpecError(f"{origin}: missing required field '{prefix}{match.group(1)}'") from None
@@ -487,6 +489,16 @@ def _build_model(data: dict[str, Any], num_layers: int, origin: str) -> ModelSpe
         encoder = _mapping(data["encoder"], origin, "encoder")
         _check_keys(encoder, _ENCODER_FIELDS, origin, "encoder.")
         data["encoder"] = EncoderSpec(**encoder)
+    if data.get("linear_attention") is not None:
+        linear = _mapping(data["linear_attention"], origin, "linear_attention")
+        _check_keys(linear, _LINEAR_FIELDS | {"full_attention_interval"}, origin, "linear_attention.")
+        if "full_attention_interval" in linear:  # Qwen3-Next's pattern: every N-th layer keeps softmax attention
+            every = check_int("linear_attention.full_attention_interval", linear.pop("full_attention_interval"),
+                              (1, num_layers))
+            linear["layers"] = tuple(i for i in range(num_layers) if (i + 1) % every)
+        elif "layers" in linear:
+            linear["layers"] = _layer_list(linear["layers"], num_layers, "linear_attention.layers")
+        data["linear_attention"] = LinearAttentionSpec(**linear)
     if data.get("quantized_weight_exceptions") is not None:
         data["quantized_weight_exceptions"] = _weight_exceptions(data["quantized_weight_exceptions"], num_layers,
                                                                  origin)
