@@ -283,7 +283,7 @@ _NOT_CLASS_FIELDS = {
     "moe_layer_freq": "not read by transformers; DeepSeek's own modeling code's default 1",
     "sliding_window_pattern": "Gemma3TextConfig reads kwargs.get('sliding_window_pattern', 6)",
     "rope_local_base_freq": "Gemma3TextConfig.default_theta['local']",
-    "full_attention_interval": "Qwen3-Next / Qwen3.5 configs' __post_init__ reads kwargs.pop('full_attention_interval', 4)",
+    "full_attention_interval": "Qwen3-Next / Qwen3.5: __post_init__ reads kwargs.pop('full_attention_interval', 4)",
 }
 
 

@@ -140,29 +140,42 @@ def activation_peak(engine: EngineSpec, a: ActivationInputs, tokens: int, sequen
 @dataclass(frozen=True, kw_only=True)
 class KVGroups:
     """How the engine lays one GPU's layers into KV-cache groups that share the block pool (vLLM hybrid
-    allocator): ``group_size`` layer slots per group; ``full_groups`` + ``sliding_groups`` groups;
-    ``padding_layers`` empty slots. One group of all layers when the engine (or the model) is not hybrid."""
+    allocator): ``group_size`` layer slots per group; ``full_groups`` + ``sliding_groups`` + ``state_groups``
+    (Gated DeltaNet layers, one block of state per request) groups; ``padding_layers`` empty slots. One group of
+    all attention layers when the engine (or the model) is not hybrid."""
 
     group_size: int
     full_groups: int
     sliding_groups: int
     padding_layers: int
+    state_groups: int = 0
 
     @property
     def num_groups(self) -> int:
-        return self.full_groups + self.sliding_groups
+        return self.full_groups + self.sliding_groups + self.state_groups
 
 
-def kv_groups(engine: EngineSpec | None, full_layers: int, sliding_layers: int) -> KVGroups:
-    """vLLM kv_cache_utils._get_kv_cache_groups_uniform_page_size: each attention type's layers split into groups
-    of the smallest type's count (the largest type's when they differ by under 25 %), the last group padded."""
-    if engine is None or not engine.kv.hybrid_groups or not full_layers or not sliding_layers:
+def kv_groups(engine: EngineSpec | None, full_layers: int, sliding_layers: int, state_layers: int = 0) -> KVGroups:
+    """vLLM kv_cache_utils._get_kv_cache_groups_uniform_page_size: each layer type's layers (full, sliding, Gated
+    DeltaNet state) split into groups of the smallest type's count (the largest type's when they differ by under
+    25 %), the last group of each type padded."""
+    counts = [n for n in (full_layers, sliding_layers, state_layers) if n]
+    if engine is None or not engine.kv.hybrid_groups or len(counts) < 2:
         return KVGroups(group_size=full_layers + sliding_layers, full_groups=1, sliding_groups=0, padding_layers=0)
-    small, large = min(full_layers, sliding_layers), max(full_layers, sliding_layers)
+    small, large = min(counts), max(counts)
     size = large if large < small * 1.25 else small
-    full, sliding = -(-full_layers // size), -(-sliding_layers // size)
-    return KVGroups(group_size=size, full_groups=full, sliding_groups=sliding,
-                    padding_layers=(full + sliding) * size - full_layers - sliding_layers)
+    full, sliding, state = (-(-n // size) for n in (full_layers, sliding_layers, state_layers))
+    return KVGroups(group_size=size, full_groups=full, sliding_groups=sliding, state_groups=state,
+                    padding_layers=(full + sliding + state) * size - full_layers - sliding_layers - state_layers)
+
+
+def hybrid_block_size(block_size: int, attention_page_bytes_per_token: int, state_bytes: int) -> int:
+    """The attention block vLLM sets for a model with Gated DeltaNet (Mamba-like) layers so that one attention page
+    holds one layer's state for one request: at least 16 x cdiv(state, 16 x one token's page), the user's block when
+    larger; the state page is then padded to the attention page (HybridAttentionMambaModelConfig)."""
+    if not state_bytes or not attention_page_bytes_per_token:
+        return block_size
+    return max(block_size, 16 * -(-state_bytes // (16 * attention_page_bytes_per_token)))
 
 
 def blocks_per_request(engine: EngineSpec, groups: KVGroups, window: int | None, max_model_len: int,
@@ -170,8 +183,8 @@ def blocks_per_request(engine: EngineSpec, groups: KVGroups, window: int | None,
     """Blocks one request of max_model_len tokens needs (vLLM get_max_concurrency_for_kv_cache_config): a full
     group cdiv(L, block); a sliding group cdiv(min(window - 1 + max_num_batched_tokens, L), block) + 1."""
     full = -(-max_model_len // block_size)
-    if not groups.sliding_groups or window is None:
-        return groups.num_groups * full
+    if not groups.sliding_groups or window is None:  # a state group: one block per request
+        return (groups.full_groups + groups.sliding_groups) * full + groups.state_groups
     held = min(window - 1 + max_num_batched_tokens, max_model_len) if engine.kv.sliding_chunk else min(
         window, max_model_len)
-    return groups.full_groups * full + groups.sliding_groups * (-(-held // block_size) + 1)
+    return groups.full_groups * full + groups.sliding_groups * (-(-held // block_size) + 1) + groups.state_groups

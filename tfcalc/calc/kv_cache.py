@@ -5,6 +5,9 @@ MHA/GQA/MQA: each layer caches K and V, 2 x kv_heads x head_dim elements per tok
 MLA: each layer caches the compressed latent plus the shared RoPE key, kv_lora_rank + qk_rope_head_dim
 elements per token (DeepSeek-V2, arXiv:2405.04434 sec. 2.1.2), as DeepSeek and vLLM serve it.
 A sliding-window layer holds at most ``sliding_window`` tokens (Mistral 7B, arXiv:2310.06825 sec. 2).
+A Gated DeltaNet layer (Qwen3-Next, Qwen3.5) caches no tokens: each sequence holds a fixed state instead, its conv's
+last conv_kernel - 1 rows and one key_head_dim x value_head_dim matrix per value head (arXiv:2412.06464; vLLM
+MambaStateShapeCalculator.gated_delta_net_state_shape), whatever the context.
 """
 
 from __future__ import annotations
@@ -29,33 +32,58 @@ def kv_elements_per_token_per_layer(spec: ModelSpec) -> int:
 
 
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: DType) -> int:
-    """Bytes one token adds to the cache if every layer holds it: layers x elements x bytes/element."""
-    return math.ceil(kv_dtype.bytes_for(spec.num_layers * kv_elements_per_token_per_layer(spec)))
+    """Bytes one token adds to the cache if every attention layer holds it: layers x elements x bytes/element
+    (Gated DeltaNet layers hold no tokens)."""
+    return math.ceil(kv_dtype.bytes_for(spec.num_attention_layers * kv_elements_per_token_per_layer(spec)))
 
 
 def tokens_held(spec: ModelSpec, layer: int, context: int) -> int:
-    """min(context, window) on sliding-window layers, else the whole context."""
+    """min(context, window) on sliding-window layers, none on Gated DeltaNet layers, else the whole context."""
     if spec.sliding_window is not None and spec.is_sliding_layer(layer):
         return min(context, spec.sliding_window)
-    return context
+    return 0 if spec.is_linear_layer(layer) else context
 
 
 def tokens_held_all_layers(spec: ModelSpec, context: int) -> int:
-    """sum over layers of tokens_held, grouped: sliding layers x min(context, window) + the others x context
-    (constant time whatever the layer count)."""
+    """sum over layers of tokens_held, grouped: sliding layers x min(context, window) + the other attention layers
+    x context (constant time whatever the layer count)."""
     sliding = spec.num_sliding_layers
     window_tokens = min(context, spec.sliding_window) if sliding and spec.sliding_window is not None else 0
-    return sliding * window_tokens + (spec.num_layers - sliding) * context
+    return sliding * window_tokens + (spec.num_attention_layers - sliding) * context
+
+
+def state_dtypes(spec: ModelSpec) -> tuple[DType, DType]:
+    """Formats of a Gated DeltaNet layer's conv and recurrent states as vLLM keeps them: the model's float dtype
+    (--mamba-cache-dtype auto), the recurrent one in the checkpoint's ``mamba_ssm_dtype`` where it names one (Qwen3.5:
+    float32; vLLM Qwen3_5ForConditionalGenerationConfig), else the same."""
+    native = parse_weight_precision(spec.native_dtype).default
+    conv = native if not native.quantized else get_dtype("bf16")
+    la = spec.linear_attention
+    recurrent = la.recurrent_state_dtype if la is not None else None
+    return conv, get_dtype(recurrent) if recurrent is not None else conv
+
+
+def state_exact_bytes_per_sequence(spec: ModelSpec) -> Fraction:
+    """One sequence's fixed state over every Gated DeltaNet layer: layers x (conv state x its bytes + recurrent
+    state x its bytes); 0 for a model without them."""
+    la = spec.linear_attention
+    if la is None:
+        return Fraction(0)
+    conv, recurrent = state_dtypes(spec)
+    return spec.num_linear_layers * (conv.bytes_for(la.conv_state_elements)
+                                     + recurrent.bytes_for(la.recurrent_state_elements))
 
 
 def kv_cache_exact_bytes(spec: ModelSpec, kv_dtype: DType, context: int, batch: int = 1) -> Fraction:
-    """Unrounded cache bytes for ``batch`` sequences of ``context`` tokens, window caps applied per layer."""
+    """Unrounded cache bytes for ``batch`` sequences of ``context`` tokens, window caps applied per layer, the fixed
+    states of Gated DeltaNet layers included."""
     held = tokens_held_all_layers(spec, context)
-    return kv_dtype.bytes_for(batch * held * kv_elements_per_token_per_layer(spec))
+    return (kv_dtype.bytes_for(batch * held * kv_elements_per_token_per_layer(spec))
+            + batch * state_exact_bytes_per_sequence(spec))
 
 
 def kv_cache_bytes(spec: ModelSpec, kv_dtype: DType, context: int, batch: int = 1) -> int:
-    """batch x sum over layers of tokens_held(layer) x elements x bytes/element, rounded up once."""
+    """batch x (sum over layers of tokens_held(layer) x elements x bytes/element + the fixed state), rounded up."""
     return math.ceil(kv_cache_exact_bytes(spec, kv_dtype, context, batch))
 
 

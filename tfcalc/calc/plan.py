@@ -26,6 +26,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from tfcalc.calc import engine as eng
+from tfcalc.calc.kv_cache import state_dtypes
 from tfcalc.calc.memory import activation_workspace_bytes
 from tfcalc.calc.params import Params
 from tfcalc.calc.shard import (
@@ -150,6 +151,8 @@ class PlanResult:
     kv_budget_bytes_per_gpu_ideal: int | None = None
     max_concurrent_sequences_ideal: int | None = None
     weights_bytes_per_gpu_ideal: int | None = None
+    state_bytes_per_layer: int = 0        # one request's state in one Gated DeltaNet layer on one GPU
+    block_size_asked: int = 0             # the block size before vLLM raised it to hold a state page
 
     @property
     def activation_bytes_per_gpu(self) -> int:
@@ -244,12 +247,14 @@ def _ceil_bytes(dtype: DType, elements: int) -> int:
 
 
 def _ideal_sequences(spec: ModelSpec, census: StageCensus, context: int, block: int, page: int,
-                     budget: int) -> tuple[int, int]:
-    """(bytes per sequence, sequences): ceil(held / block) blocks per layer, held = min(C, window) if sliding."""
+                     budget: int, state: int) -> tuple[int, int]:
+    """(bytes per sequence, sequences): ceil(held / block) blocks per layer, held = min(C, window) if sliding, and
+    ``state`` bytes in each Gated DeltaNet layer."""
     window = spec.sliding_window
     full_blocks = -(-context // block)
     sliding_blocks = -(-min(context, window) // block) if window is not None else full_blocks
-    per_seq = (census.full_layers * full_blocks + census.sliding_layers * sliding_blocks) * page
+    per_seq = (census.full_layers * full_blocks + census.sliding_layers * sliding_blocks) * page + (
+        census.linear_layers * state)
     return per_seq, (max(budget, 0) // per_seq if per_seq else 0)
 
 
@@ -267,13 +272,14 @@ class _Allocation:
 
 
 def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, kv_dtype: DType, kv_elements: int,
-              budget: int, context: int, block: int, mnbt: int) -> _Allocation:
-    """The engine's KV pool of one stage and what one request of ``context`` tokens takes from it."""
+              budget: int, context: int, block: int, mnbt: int, state: int = 0) -> _Allocation:
+    """The engine's KV pool of one stage and what one request of ``context`` tokens takes from it; ``state``: one
+    request's state in one Gated DeltaNet layer (bytes)."""
     page = _ceil_bytes(kv_dtype, block * kv_elements)
-    per_token = _ceil_bytes(kv_dtype, census.layers * kv_elements)
+    per_token = _ceil_bytes(kv_dtype, census.attention_layers * kv_elements)
     window = spec.sliding_window
     free = max(budget, 0)
-    per_seq_ideal, seqs_ideal = _ideal_sequences(spec, census, context, block, page, free)
+    per_seq_ideal, seqs_ideal = _ideal_sequences(spec, census, context, block, page, free, state)
     full_blocks = -(-context // block)
     plain = eng.kv_groups(None, census.full_layers, census.sliding_layers)
     if engine is None:  # blocks counted over all layers, sliding layers capped at their window
@@ -294,11 +300,13 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
             return _Allocation(page=page, per_token=per_token, groups=plain, pool=tokens // block, tokens=tokens,
                                per_request=full_blocks, sequences=seqs, window_aware=seqs,
                                per_seq=math.ceil(full_cell * context + swa_cell * held))
-        blocks = free // (page * census.layers) if page and census.layers else 0
+        layers = census.attention_layers
+        blocks = free // (page * layers) if page and layers else 0
+        per_seq = full_blocks * page * layers + census.linear_layers * state  # a state per request, beside its KV
         return _Allocation(page=page, per_token=per_token, groups=plain, pool=blocks, tokens=blocks * block,
-                           per_request=full_blocks, sequences=blocks // full_blocks, window_aware=seqs_ideal,
-                           per_seq=full_blocks * page * census.layers)
-    groups = eng.kv_groups(engine, census.full_layers, census.sliding_layers)
+                           per_request=full_blocks, sequences=free // per_seq if per_seq else 0,
+                           window_aware=seqs_ideal, per_seq=per_seq)
+    groups = eng.kv_groups(engine, census.full_layers, census.sliding_layers, census.linear_layers)
     pool = free // (page * groups.group_size) if page and groups.group_size else 0
     per_request = eng.blocks_per_request(engine, groups, window, context, mnbt, block)
     if groups.sliding_groups and window is not None:
@@ -306,10 +314,14 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
         window_aware = pool // aware
     else:  # sliding layers (if any) cached as full attention by the engine; the window-aware figure is ideal's
         window_aware = seqs_ideal
+    per_seq = per_request * page * groups.group_size
+    sequences = pool // per_request
+    if census.linear_layers and not groups.state_groups:  # states held beside the block pool
+        per_seq += census.linear_layers * state
+        sequences = free // per_seq
     return _Allocation(page=page, per_token=per_token, groups=groups, pool=pool,
                        tokens=pool // groups.num_groups * block, per_request=per_request,
-                       sequences=pool // per_request, window_aware=window_aware,
-                       per_seq=per_request * page * groups.group_size)
+                       sequences=sequences, window_aware=window_aware, per_seq=per_seq)
 
 
 # --- the plan -----------------------------------------------------------------------------------------------
@@ -351,6 +363,12 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     act_dtype = activation_dtype or get_dtype("bf16")
     act_bytes = max(1, int(act_dtype.bits_per_element) // 8)
     sh, vocab_rows, padded = _engine_shard(spec, par, e, precision)
+    conv_dtype, recurrent_dtype = state_dtypes(spec)
+    state = math.ceil(conv_dtype.bytes_for(sh.state_conv_elements)
+                      + recurrent_dtype.bytes_for(sh.state_recurrent_elements))  # per request, per Gated DeltaNet layer
+    asked = block
+    if e is not None and e.kv.hybrid_groups and memory_model(e) is not None:
+        block = eng.hybrid_block_size(block, _ceil_bytes(kv_dtype, sh.kv_elements), state)
     nominal = gpu.memory_bytes
     capacity = eng.capacity_bytes(gpu) if e is not None else nominal
     startup = eng.startup_bytes(e, par.tp) if e is not None else 0
@@ -398,7 +416,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
                     budget = requested - weights
                 else:
                     budget = math.floor((capacity - weights - startup - non_torch - peak.peak_bytes) * fraction)
-            a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, mnbt)
+            a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, mnbt, state)
             plan = StagePlan(
                 layers=layers, census=census, weights_bytes=weights, activation_peak_bytes=peak.peak_bytes,
                 kv_budget_bytes=budget, kv_bytes_per_token=a.per_token, kv_page_bytes=a.page, kv_groups=a.groups,
@@ -417,7 +435,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     need = -(-cfg.batch // par.dp)
     cap = max(spec.max_context, cfg.context)
     distinct = [plan for plan, _, _, _ in memo.values()]
-    max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, mnbt, need, cap) \
+    max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, mnbt, need, cap, state) \
         if with_max_context else -1
     per_seq = max(st.kv_bytes_per_sequence for st in stages)
     one_request = worst.kv_budget_bytes > 0 and per_replica >= 1
@@ -458,15 +476,16 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         activation_sampler_bytes=sampler,
         kv_budget_bytes_per_gpu_ideal=None if ideal is None else ideal.kv_budget_bytes_per_gpu,
         max_concurrent_sequences_ideal=None if ideal is None else ideal.max_concurrent_sequences,
-        weights_bytes_per_gpu_ideal=None if ideal is None else ideal.weights_bytes_per_gpu)
+        weights_bytes_per_gpu_ideal=None if ideal is None else ideal.weights_bytes_per_gpu,
+        state_bytes_per_layer=state, block_size_asked=asked)
 
 
 def _max_context(spec: ModelSpec, e: EngineSpec | None, stages: list[StagePlan], kv_dtype: DType,
-                 kv_elements: int, block: int, mnbt: int, batch: int, cap: int) -> int:
+                 kv_elements: int, block: int, mnbt: int, batch: int, cap: int, state: int = 0) -> int:
     """Largest context (at most ``cap``) at which ``batch`` sequences fit in every stage; 0 if none."""
     def ok(c: int) -> bool:
         return all(_allocate(spec, e, st.census, kv_dtype, kv_elements, st.kv_budget_bytes, c, block,
-                             mnbt).sequences >= batch for st in stages)
+                             mnbt, state).sequences >= batch for st in stages)
 
     if not ok(1):
         return 0

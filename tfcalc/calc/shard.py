@@ -37,6 +37,8 @@ from tfcalc.calc.params import (
     encoder_shape,
     ffn_shape,
     final_norm_params,
+    linear_attention_shape,
+    linear_norms_shape,
     norms_shape,
     router_params,
     shared_experts_shape,
@@ -73,6 +75,10 @@ def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: 
         raise UsageError(f"tp {tp} does not divide the {spec.num_attention_heads} attention heads of {n}")
     if spec.mla is None and tp % spec.num_kv_heads and spec.num_kv_heads % tp:
         raise UsageError(f"tp {tp} is neither a multiple nor a divisor of the {spec.num_kv_heads} KV heads of {n}")
+    la = spec.linear_attention
+    if la is not None and (la.num_key_heads % tp or la.num_value_heads % tp):
+        raise UsageError(f"tp {tp} does not divide the {la.num_key_heads} key and {la.num_value_heads} value heads "
+                         f"of {n}'s Gated DeltaNet layers")
     if num_gpus % (tp * pp):
         raise UsageError(f"tp x pp = {tp * pp} does not divide the GPU count {num_gpus}")
     if pp > spec.num_layers:
@@ -108,6 +114,10 @@ class Shard:
     kv_elements: int             # per token per layer
     kv_heads: int                # KV heads per GPU (0 for MLA)
     query_heads: int
+    linear_attention: Params = Params()  # per Gated DeltaNet layer
+    linear_norms: Params = Params()      # per Gated DeltaNet layer
+    state_conv_elements: int = 0         # one sequence's conv state in one Gated DeltaNet layer on this GPU
+    state_recurrent_elements: int = 0    # one sequence's recurrent state in one Gated DeltaNet layer on this GPU
 
 
 def expert_tp(par: Parallelism) -> int:
@@ -155,6 +165,7 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
     embedding / lm_head rows before the split (an engine's padded vocabulary; default the model's)."""
     tp = par.tp
     h = spec.hidden_size
+    la = spec.linear_attention  # its heads split over tp (vLLM Qwen3NextGatedDeltaNet), and so its states
     kv_heads = 0 if spec.mla is not None else max(spec.num_kv_heads // tp, 1)
     attention = attention_shape(spec).per_rank(tp, kv_heads)
     kv_elements = spec.mla.latent_elements_per_token_per_layer if spec.mla is not None else 2 * kv_heads * spec.head_dim
@@ -175,7 +186,10 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
         mlp=ffn_shape(spec, spec.intermediate_size, spec.mlp_bias).per_rank(tp), expert=expert,
         experts_resident=resident, experts_active=active, shared_experts=shared, router=router,
         encoder=encoder_shape(spec).per_rank(tp),
-        kv_elements=kv_elements, kv_heads=kv_heads, query_heads=spec.num_attention_heads // tp)
+        kv_elements=kv_elements, kv_heads=kv_heads, query_heads=spec.num_attention_heads // tp,
+        linear_attention=linear_attention_shape(spec).per_rank(tp), linear_norms=linear_norms_shape(spec).per_rank(tp),
+        state_conv_elements=la.conv_state_elements // tp if la is not None else 0,
+        state_recurrent_elements=la.recurrent_state_elements // tp if la is not None else 0)
 
 
 def param_bytes(p: Params, precision: WeightPrecision, component: str) -> Fraction:
@@ -205,13 +219,15 @@ def stage_layers(num_layers: int, pp: int) -> list[range]:
 class _LayerIndex:
     dense: tuple[int, ...]              # sorted dense-MLP layers of an MoE model (every layer if not MoE)
     sliding: tuple[int, ...]            # sorted sliding-window layers
+    linear: tuple[int, ...]             # sorted Gated DeltaNet layers
     exceptions: tuple[tuple[int, ...], ...]  # sorted layers of each quantized_weight_exceptions entry
 
 
 @lru_cache(maxsize=64)
 def _layer_index(spec: ModelSpec) -> _LayerIndex:
     dense = tuple(sorted(set(spec.moe.dense_layers))) if spec.moe is not None else ()
-    return _LayerIndex(dense=dense, sliding=tuple(sorted(set(spec.sliding_window_layers))),
+    linear = tuple(sorted(set(spec.linear_attention.layers))) if spec.linear_attention is not None else ()
+    return _LayerIndex(dense=dense, sliding=tuple(sorted(set(spec.sliding_window_layers))), linear=linear,
                        exceptions=tuple(tuple(sorted(set(x.layers))) for x in spec.quantized_weight_exceptions))
 
 
@@ -231,21 +247,29 @@ class StageCensus:
     layers: int
     moe_layers: int
     sliding_layers: int
+    linear_layers: int = 0
 
     @property
     def dense_layers(self) -> int:
         return self.layers - self.moe_layers
 
     @property
+    def attention_layers(self) -> int:
+        """Layers with a KV cache: all but the Gated DeltaNet ones."""
+        return self.layers - self.linear_layers
+
+    @property
     def full_layers(self) -> int:
-        return self.layers - self.sliding_layers
+        """Attention layers without a window."""
+        return self.layers - self.sliding_layers - self.linear_layers
 
 
 def stage_census(spec: ModelSpec, layers: range) -> StageCensus:
     index = _layer_index(spec)
     moe = 0 if spec.moe is None else len(layers) - _count(index.dense, layers)
     sliding = _count(index.sliding, layers) if spec.sliding_window is not None else 0
-    return StageCensus(layers=len(layers), moe_layers=moe, sliding_layers=sliding)
+    return StageCensus(layers=len(layers), moe_layers=moe, sliding_layers=sliding,
+                       linear_layers=_count(index.linear, layers))
 
 
 def _layer_parts(sh: Shard) -> dict[str, Params]:
@@ -298,9 +322,12 @@ def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, 
                         exceptions: tuple[tuple[int, int], ...], first: bool, last: bool) -> int:
     """``stage_weight_bytes`` from the stage's layer counts (stages alike in counts weigh alike)."""
     per_layer = param_bytes(sh.attention, precision, "attention") + param_bytes(sh.norms, precision, "norms")
+    per_linear = (param_bytes(sh.linear_attention, precision, "attention")
+                  + param_bytes(sh.linear_norms, precision, "norms"))
     moe = (param_bytes(sh.expert * sh.experts_resident, precision, "experts")
            + param_bytes(sh.shared_experts, precision, "shared_experts") + param_bytes(sh.router, precision, "router"))
-    total = (c.layers * per_layer + c.dense_layers * param_bytes(sh.mlp, precision, "mlp") + c.moe_layers * moe
+    total = (c.attention_layers * per_layer + c.linear_layers * per_linear
+             + c.dense_layers * param_bytes(sh.mlp, precision, "mlp") + c.moe_layers * moe
              + sum(exception_deltas(spec, sh, precision, exceptions).values(), Fraction(0)))
     if first:
         total += param_bytes(sh.embedding, precision, "embedding") + param_bytes(sh.encoder, precision, "encoder")

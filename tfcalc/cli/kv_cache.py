@@ -19,9 +19,9 @@ from tfcalc.cli.common import (
 from tfcalc.output import emit, pick, wide
 from tfcalc.units import parse_sizes
 
-COLUMNS = pick("model", "attention", wide("kv_heads", "head_dim", "layers", "sliding_window"), "context", "batch",
-               "kv_dtype", "kv_bytes_per_token", "kv_cache_bytes", "kv_cache_bytes_uncapped",
-               wide("exceeds_max_context"))
+COLUMNS = pick("model", "attention", wide("kv_heads", "head_dim", "layers", "linear_layers", "sliding_window"),
+               "context", "batch", "kv_dtype", "kv_bytes_per_token", "state_bytes", "kv_cache_bytes",
+               "kv_cache_bytes_uncapped", wide("exceeds_max_context"))
 
 
 @handle_errors
@@ -38,11 +38,15 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
     rows = kv_cache_rows(specs, parse_sizes(context, "context"), parse_sizes(batch, "batch"),
                          parse_dtype_list(kv_dtype), compare_attention)
     columns = COLUMNS
-    if all(row["kv_cache_bytes"] == row["kv_cache_bytes_uncapped"] for row in rows):  # no window caps bite
-        columns = pick(*(c.key if c.show == "always" and c.key != "kv_cache_bytes_uncapped" else wide(c.key)
-                         for c in COLUMNS))
+    hidden = {key for key, unused in (
+        ("kv_cache_bytes_uncapped", all(row["kv_cache_bytes"] == row["kv_cache_bytes_uncapped"] for row in rows)),
+        ("state_bytes", all(row["state_bytes"] is None for row in rows))) if unused}  # no window caps, no states
+    columns = pick(*(c.key if c.show == "always" and c.key not in hidden else wide(c.key) for c in COLUMNS))
     notes = ["bytes per token: K and V of one token in every layer; KV cache: batch x context with sliding-window "
              "layers holding at most their window. GiB = 2^30 bytes."]
+    if any(row["state_bytes"] is not None for row in rows):
+        notes.append("Gated DeltaNet layers cache no tokens: each sequence holds a fixed state instead (fixed "
+                     "state: batch x its conv and recurrent states in every such layer), included in the KV cache.")
     over = dict.fromkeys((r["model"], r["context"]) for r in rows if r["exceeds_max_context"])
     notes += [f"note: {model} context {context:,} exceeds its max context" for model, context in over]
     emit(rows, columns, fmt, output, title="KV cache", notes=tuple(notes))

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import math
 
-from tfcalc.calc.kv_cache import attention_variants, default_kv_dtype, kv_bytes_per_token, kv_cache_bytes
+from tfcalc.calc.kv_cache import (
+    attention_variants,
+    default_kv_dtype,
+    kv_bytes_per_token,
+    kv_cache_bytes,
+    state_exact_bytes_per_sequence,
+)
 from tfcalc.dtypes import DType
 from tfcalc.spec.model import ModelSpec
 
@@ -32,22 +39,25 @@ def kv_cache_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int
     for spec in specs:
         variants = ([(_variant_label(spec, kind, variant), variant) for kind, variant in attention_variants(spec)]
                     if compare_attention else [(spec.attention_kind, spec)])
+        state = state_exact_bytes_per_sequence(spec)
         for (label, variant), context, batch, kv_dtype in itertools.product(
                 variants, contexts or [spec.max_context], batches, kv_dtypes or [default_kv_dtype(spec)]):
             per_token = kv_bytes_per_token(variant, kv_dtype)
             rows.append({
                 "model": spec.name,
-                "attention": label,
+                "attention": label if spec.linear_attention is None else f"{label} + Gated DeltaNet",
                 "kv_heads": variant.num_kv_heads if variant.mla is None else None,
                 "head_dim": variant.head_dim if variant.mla is None else None,
                 "layers": variant.num_layers,
+                "linear_layers": variant.num_linear_layers if spec.linear_attention is not None else None,
                 "sliding_window": _window_label(variant),
                 "context": context,
                 "batch": batch,
                 "kv_dtype": kv_dtype.name,
                 "kv_bytes_per_token": per_token,
+                "state_bytes": math.ceil(batch * state) if state else None,
                 "kv_cache_bytes": kv_cache_bytes(variant, kv_dtype, context, batch),
-                "kv_cache_bytes_uncapped": per_token * context * batch,
+                "kv_cache_bytes_uncapped": math.ceil(per_token * context * batch + batch * state),
                 "exceeds_max_context": context > spec.max_context,
             })
     return rows

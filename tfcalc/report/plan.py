@@ -8,6 +8,7 @@ import itertools
 from dataclasses import dataclass, replace
 
 from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit
+from tfcalc.calc.shard import stage_census, stage_layers
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype, parse_weight_precision
 from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
@@ -134,9 +135,19 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         lines.append(f"= {term('kv_budget', 'KV budget')} = {r.kv_budget_bytes_per_gpu:,} B = "
                      f"{_gib(r.kv_budget_bytes_per_gpu)}")
     mla = " (MLA latent, not split by tp)" if spec.mla is not None else ""
-    lines.append(f"KV per token per GPU = {max(r.stage_layer_counts)} layers x "
+    ranges = stage_layers(spec.num_layers, p.pp)
+    attention_layers = max(stage_census(spec, layers).attention_layers for layers in ranges)
+    kind = "attention " if spec.linear_attention is not None else ""
+    lines.append(f"KV per token per GPU = {attention_layers} {kind}layers x "
                  f"{r.kv_elements_per_token_per_layer} elements x {kv_dtype.bits_per_element} bits / 8 = "
                  f"{r.kv_bytes_per_token_per_gpu:,} B{mla}")
+    if r.state_bytes_per_layer:
+        linear = max(stage_census(spec, layers).linear_layers for layers in ranges)
+        lines.append(f"Gated DeltaNet state per request per GPU = {linear} layers x {r.state_bytes_per_layer:,} B "
+                     "(conv + recurrent state)")
+        if r.block_size != r.block_size_asked:
+            lines.append(f"  block_size raised from {r.block_size_asked} to {r.block_size}: one attention page "
+                         "holds one layer's state, one page per request in each state group (vLLM)")
     groups = (f" ({r.kv_groups} groups of {r.kv_group_size} layer slots, {r.kv_padding_layers} padding)"
               if r.kv_groups > 1 else "")
     lines.append(f"{term('kv_tokens', 'KV tokens')} = {r.kv_pool_blocks_per_gpu:,} blocks"

@@ -342,7 +342,18 @@ def _gated_deltanet(c: _Config) -> LinearAttentionSpec:
         num_value_heads=c.int_or_default("linear_num_value_heads", minimum=1),
         key_head_dim=c.int_or_default("linear_key_head_dim", minimum=1),
         value_head_dim=c.int_or_default("linear_value_head_dim", minimum=1),
-        conv_kernel=c.int_or_default("linear_conv_kernel_dim", minimum=1))
+        conv_kernel=c.int_or_default("linear_conv_kernel_dim", minimum=1),
+        recurrent_state_dtype=_state_dtype(c))
+
+
+def _state_dtype(c: _Config) -> str | None:
+    """``mamba_ssm_dtype`` (Qwen3.5: float32), the recurrent state's format vLLM follows; None when absent."""
+    raw = c.data.get("mamba_ssm_dtype")
+    if raw is None:
+        return None
+    if raw not in _TORCH_DTYPES:
+        raise c.error(f"field 'mamba_ssm_dtype' must be one of {', '.join(_TORCH_DTYPES)}, got {raw!r:.40}")
+    return _TORCH_DTYPES[raw]
 
 
 def _mla(c: _Config) -> MLASpec:

@@ -373,9 +373,19 @@ class LinearAttentionSpec:
     key_head_dim: int
     value_head_dim: int
     conv_kernel: int = 4
+    # the recurrent state's format the checkpoint declares (Qwen3.5's mamba_ssm_dtype: float32); None: the model's
+    recurrent_state_dtype: str | None = None
 
     def __post_init__(self) -> None:
         check_fields(self, "linear_attention.")
+        if self.recurrent_state_dtype is not None:
+            from tfcalc.dtypes import get_dtype
+            from tfcalc.errors import UsageError
+
+            try:
+                get_dtype(self.recurrent_state_dtype)
+            except UsageError as exc:
+                raise SpecError(f"linear_attention.recurrent_state_dtype: {exc}") from None
         _require(self.num_value_heads % self.num_key_heads == 0,
                  f"linear_attention.num_value_heads ({self.num_value_heads}) is not a multiple of "
                  f"linear_attention.num_key_heads ({self.num_key_heads})")
