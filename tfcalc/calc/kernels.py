@@ -372,6 +372,33 @@ def elementwise(rates: Rates, nbytes: float, flops: float = 0.0, kernels: int = 
     return _finish(rates, "elementwise", flops, nbytes, 0.0, kernels=kernels, ideal_bytes=ideal_bytes)
 
 
+GDN_CHUNK = 64  # the chunk length of flash-linear-attention's chunk_gated_delta_rule, the prefill kernel vLLM runs
+# its launches: cumulative decay, K K^T, the triangular solve, w / u, the chunk states, the output (fla chunk.py)
+GDN_PREFILL_KERNELS = 6
+
+
+def gated_delta_rule(rates: Rates, *, seqs: float, tokens: float, heads: int, key_dim: int, value_dim: int,
+                     state_bytes: float, io_bytes: float, decode: bool) -> Cost:
+    """Gated DeltaNet's recurrence over ``heads`` value heads (arXiv:2412.06464; flash-linear-attention's kernels,
+    which vLLM and SGLang run). Decode (fused_recurrent, one token per sequence): 7 dk dv FLOPs per head and token
+    (decay, read, delta, write, output), memory-bound on each sequence's state read and written (2 x
+    ``state_bytes``). Prefill (chunk_gated_delta_rule over chunks of C = ``GDN_CHUNK``): per token and head
+    6 dk dv (inter-chunk state reads and update) + 4 C (dk + dv) (intra-chunk scores, UT transform and values)
+    FLOPs on 16-bit tensor cores; each chunk's state written and read back once in 16-bit, the sequence's state read
+    and written once. ``io_bytes``: q, k, v, gates read and the output written."""
+    dkdv = key_dim * value_dim
+    if decode:
+        flops = 7.0 * dkdv * heads * tokens
+        nbytes = 2 * seqs * state_bytes + io_bytes
+        return _finish(rates, "elementwise", flops, nbytes, 0.0, ideal_bytes=2 * seqs * state_bytes)
+    flops = (6.0 * dkdv + 4.0 * GDN_CHUNK * (key_dim + value_dim)) * heads * tokens
+    chunks = tokens / GDN_CHUNK + seqs
+    nbytes = 2 * chunks * heads * dkdv * 2 + 2 * seqs * state_bytes + io_bytes
+    t_compute = flops / rates.gemm_flops_per_s("bf16", key_dim)
+    return _finish(rates, "attention", flops, nbytes, t_compute, kernels=GDN_PREFILL_KERNELS,
+                   ideal_bytes=2 * seqs * state_bytes)
+
+
 def _tiles(tokens: int, past: int, window: int | None) -> tuple[float, float, int]:
     """For one sequence's query tiles (tokens new after ``past`` cached): (sum of key tiles over query tiles,
     key tiles of the longest query tile, query tiles). Query tile i ends at row past + (i+1) x 128 and sees

@@ -36,6 +36,7 @@ from typing import NamedTuple
 from tfcalc.calc import comm, kernels
 from tfcalc.calc.engine import capacity_bytes
 from tfcalc.calc.kernels import Cost, Rates
+from tfcalc.calc.kv_cache import state_dtypes
 from tfcalc.calc.plan import check_parallelism, stage_layers
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
@@ -231,6 +232,15 @@ class _Dims:
     moe_group: int  # GPUs one MoE layer's experts span (ep when ep > tp, else tp)
     qk_norm: bool
     qk_norm_across_heads: bool
+    attention_gate: bool  # q_proj also yields the output gate (Qwen3-Next)
+    # Gated DeltaNet layers per GPU (0 heads: none): key / value heads, their dims, one sequence's state bytes
+    linear_key_heads: int
+    linear_value_heads: int
+    linear_key_dim: int
+    linear_value_dim: int
+    linear_conv_kernel: int
+    linear_conv_state_bytes: float
+    linear_state_bytes: float
     window: int | None
     attn: _Linear
     mlp: _Linear
@@ -242,7 +252,7 @@ class _Dims:
 
 @dataclass(frozen=True)
 class _Stage:
-    counts: tuple[tuple[bool, bool, int], ...]  # (sliding, moe, layers)
+    counts: tuple[tuple[str, bool, int], ...]  # (full | sliding | linear, moe, layers)
     first: bool
     last: bool
 
@@ -307,22 +317,24 @@ def _count_in(sorted_layers: tuple[int, ...], lo: int, hi: int) -> int:
 
 
 def _stages(spec: ModelSpec, pp: int) -> tuple[_Stage, ...]:
-    """Layer kinds (sliding?, MoE?) and their counts per pipeline stage, from the layer lists: O(lists), not O(L)."""
-    dense = tuple(sorted(spec.moe.dense_layers)) if spec.moe is not None else ()
-    sliding = tuple(sorted(spec.sliding_window_layers)) if spec.sliding_window is not None else ()
-    both = tuple(sorted(set(dense) & set(sliding)))
+    """Layer kinds (full / sliding / Gated DeltaNet, MoE?) and their counts per pipeline stage, from the layer
+    lists: O(lists), not O(L)."""
+    every = range(spec.num_layers)
+    dense = set(spec.moe.dense_layers) if spec.moe is not None else set(every)
+    kinds = {"sliding": set(spec.sliding_window_layers) if spec.sliding_window is not None else set(),
+             "linear": set(spec.linear_attention.layers) if spec.linear_attention is not None else set()}
+    lists = {(kind, False): tuple(sorted(layers & dense)) for kind, layers in kinds.items()}
+    lists |= {(kind, True): tuple(sorted(layers - dense)) for kind, layers in kinds.items()}
+    dense_sorted = tuple(sorted(dense))
     out = []
     ranges = stage_layers(spec.num_layers, pp)
     for s, r in enumerate(ranges):
-        n = len(r)
-        n_sliding = _count_in(sliding, r.start, r.stop)
-        if spec.moe is None:
-            counts = [(True, False, n_sliding), (False, False, n - n_sliding)]
-        else:
-            n_dense = _count_in(dense, r.start, r.stop)
-            n_both = _count_in(both, r.start, r.stop)
-            counts = [(True, False, n_both), (False, False, n_dense - n_both),
-                      (True, True, n_sliding - n_both), (False, True, n - n_dense - n_sliding + n_both)]
+        n_dense = _count_in(dense_sorted, r.start, r.stop)
+        found = {key: _count_in(layers, r.start, r.stop) for key, layers in lists.items()}
+        full_dense = n_dense - sum(v for (_, moe), v in found.items() if not moe)
+        full_moe = len(r) - n_dense - sum(v for (_, moe), v in found.items() if moe)
+        counts = [*((kind, moe, v) for (kind, moe), v in found.items()), ("full", False, full_dense),
+                  ("full", True, full_moe)]
         out.append(_Stage(tuple(c for c in counts if c[2] > 0), s == 0, s == len(ranges) - 1))
     return tuple(out)
 
@@ -373,6 +385,8 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
             expert_width = moe.expert_intermediate_size * ep / tp
         shared_width = moe.num_shared_experts * moe.shared_expert_intermediate_size / tp
     weight_only = engine.moe_weight_only_by_gpu.get(engine_kernels_gpu(gpu, engine), frozenset())
+    la = spec.linear_attention
+    conv_dtype, state_dtype = state_dtypes(spec)
 
     def mode(component: str) -> _Linear:
         linear = linear_mode(precision.for_component(component), gpu, compute,
@@ -387,7 +401,13 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  q_rank=q_rank, kv_rank=kv_rank, rope=rope, nope=nope, v_dim=v_dim, gated=spec.ffn_kind == "gated",
                  ffn_width=spec.intermediate_size / tp, experts=experts, top_k=top_k, experts_local=experts_local,
                  expert_width=expert_width, shared_width=shared_width, moe_group=moe_group, qk_norm=spec.qk_norm,
-                 qk_norm_across_heads=spec.qk_norm_across_heads,
+                 qk_norm_across_heads=spec.qk_norm_across_heads, attention_gate=spec.attention_output_gate,
+                 linear_key_heads=la.num_key_heads // tp if la else 0,
+                 linear_value_heads=la.num_value_heads // tp if la else 0,
+                 linear_key_dim=la.key_head_dim if la else 0, linear_value_dim=la.value_head_dim if la else 0,
+                 linear_conv_kernel=la.conv_kernel if la else 0,
+                 linear_conv_state_bytes=float(conv_dtype.bytes_for(la.conv_state_elements // tp)) if la else 0.0,
+                 linear_state_bytes=float(state_dtype.bytes_for(la.recurrent_state_elements // tp)) if la else 0.0,
                  window=spec.sliding_window, attn=mode("attention"), mlp=mode("mlp"), experts_mode=mode("experts"),
                  shared=mode("shared_experts"),
                  head=mode("embedding" if spec.tie_word_embeddings else "lm_head"),
@@ -673,7 +693,7 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
     _elementwise_group(s, "attention", 4 * m * h * ACT_BYTES, ideal_bytes=4 * m * h * ACT_BYTES)
     if not dm.mla:
         q, kv = dm.heads * dm.head_dim, dm.kv_heads * dm.head_dim
-        _gemm(s, "attention", m, q + 2 * kv, h, dm.attn, eng)
+        _gemm(s, "attention", m, q * (2 if dm.attention_gate else 1) + 2 * kv, h, dm.attn, eng)
         if dm.qk_norm:
             _elementwise_group(s, "attention", 2 * m * (q + kv) * ACT_BYTES)
         # rotary on q and k, then the KV-cache write
@@ -724,6 +744,8 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
         if dm.mla:
             _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.v_dim, dm.kv_rank, dm.attn, eng,  # W_UV
                   in_block=True)
+    if dm.attention_gate:  # output x sigmoid(gate): read both, write one
+        _elementwise_group(s, "attention", 3 * m * dm.heads * v_dim * ACT_BYTES)
     _gemm(s, "attention", m, h, dm.heads * v_dim, dm.attn, eng, in_block=dm.mla, after="attention")  # O projection
 
 
@@ -793,11 +815,46 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
             s.add_comm(comm.all_to_all(send, d.ep, link), link.bandwidth_bytes_per_s, "ep")
 
 
-def _layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, moe: bool, ideal: bool) -> None:
-    if d.tp > 1 and d.dims.qk_norm_across_heads:  # the q and k norms' mean squares, fp32 [tokens, 2], summed
-        t, bw = _all_reduce(d, shape.tokens * 2 * 4, d.tp, ideal, s.memo)  # (vLLM MiniMaxText01RMSNormTP)
-        s.add_comm(t, bw, "tp")
-    _attention_layer(s, d, shape, sliding)
+def _linear_attention_layer(s: _Step, d: Deployment, shape: StepShape) -> None:
+    """A Gated DeltaNet layer as vLLM runs it (qwen3_next.py): the fused q/k/v/z and b/a projections, the causal
+    conv (each sequence's conv state read and written), the gated delta rule (``kernels.gated_delta_rule``), the
+    gated RMSNorm and out_proj; its per-sequence state counts as cache traffic (``kv_bytes``)."""
+    dm, eng = d.dims, d.kernels
+    m, h = shape.tokens, dm.h
+    keys, values = dm.linear_key_heads * dm.linear_key_dim, dm.linear_value_heads * dm.linear_value_dim
+    conv = 2 * keys + values
+    _elementwise_group(s, "attention", 4 * m * h * ACT_BYTES, ideal_bytes=4 * m * h * ACT_BYTES)
+    _gemm(s, "attention", m, conv + values, h, dm.attn, eng)
+    _gemm(s, "attention", m, 2 * dm.linear_value_heads, h, dm.attn, eng)
+    seqs = shape.prefill_seqs + shape.decode_seqs
+    _elementwise_group(s, "attention", 2 * m * conv * ACT_BYTES + 2 * seqs * dm.linear_conv_state_bytes,
+                       ideal_bytes=2 * seqs * dm.linear_conv_state_bytes)
+    io = (conv + values) * ACT_BYTES
+    acc = s.groups["attention"]
+    if shape.prefill_seqs and shape.prefill_tokens:
+        n = shape.prefill_seqs * shape.prefill_tokens
+        s.add("attention", kernels.gated_delta_rule(
+            s.rates, seqs=shape.prefill_seqs, tokens=n, heads=dm.linear_value_heads, key_dim=dm.linear_key_dim,
+            value_dim=dm.linear_value_dim, state_bytes=dm.linear_state_bytes, io_bytes=n * io, decode=False))
+        acc.kv_bytes += s.mult * 2 * shape.prefill_seqs * dm.linear_state_bytes
+    if shape.decode_seqs:
+        s.add("attention", kernels.gated_delta_rule(
+            s.rates, seqs=shape.decode_seqs, tokens=shape.decode_seqs, heads=dm.linear_value_heads,
+            key_dim=dm.linear_key_dim, value_dim=dm.linear_value_dim, state_bytes=dm.linear_state_bytes,
+            io_bytes=shape.decode_seqs * io, decode=True))
+        acc.kv_bytes += s.mult * 2 * shape.decode_seqs * dm.linear_state_bytes
+    _elementwise_group(s, "attention", 3 * m * values * ACT_BYTES)  # gated RMSNorm: read core output and z, write
+    _gemm(s, "attention", m, h, values, dm.attn, eng, after="norm")  # out_proj
+
+
+def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool, ideal: bool) -> None:
+    if kind == "linear":
+        _linear_attention_layer(s, d, shape)
+    else:
+        if d.tp > 1 and d.dims.qk_norm_across_heads:  # the q and k norms' mean squares, fp32 [tokens, 2], summed
+            t, bw = _all_reduce(d, shape.tokens * 2 * 4, d.tp, ideal, s.memo)  # (vLLM MiniMaxText01RMSNormTP)
+            s.add_comm(t, bw, "tp")
+        _attention_layer(s, d, shape, kind == "sliding")
     if d.tp > 1:
         t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
         s.add_comm(t, bw, "tp")
@@ -972,9 +1029,9 @@ def _step_cached(d: Deployment, shape: StepShape, phase: str, ideal: bool) -> St
     stage_seconds = []
     for st in d.stages:
         s = total if d.pp == 1 else _Step(rates)
-        for sliding, moe, count in st.counts:
+        for kind, moe, count in st.counts:
             s.mult = count
-            _layer(s, d, shape, sliding, moe, ideal)
+            _layer(s, d, shape, kind, moe, ideal)
         s.mult = 1
         _head(s, d, shape, st.first, st.last, ideal)
         stage_seconds.append(sum(a.seconds for a in s.groups.values()))

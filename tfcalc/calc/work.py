@@ -14,6 +14,9 @@ a test checks it). Counted per GPU of a tensor-parallel group (``make_model(...,
   batch's B rows are gathered) with, for MoE, the distinct routed experts per layer (measured, or under uniform
   routing E x (1 - (1 - k/E)^B)) instead of all E + KV read (B x sum over layers of min(c, window) tokens) + KV
   written + fp32 logits + hidden states; FLOPs = 2 x active linear params x B + attention + lm_head.
+- Gated DeltaNet layers (Qwen3-Next, Qwen3.5) attend nothing and cache no tokens: their recurrence costs
+  ``kernels.gated_delta_rule``'s FLOPs, and each sequence's conv and recurrent states are read and written once per
+  step (prefill or decode).
 Pure math: no I/O.
 """
 
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.calc import kernels
-from tfcalc.calc.kv_cache import tokens_held
+from tfcalc.calc.kv_cache import state_dtypes, tokens_held
 from tfcalc.calc.plan import Shard, check_parallelism, param_bytes, shard
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision
@@ -69,8 +72,12 @@ def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float |
     ``distinct_experts`` replaces the uniform-routing expectation with a measured count (the profiler's).
     """
     sh, spec, p = m.sh, m.spec, m.precision
-    elements = Fraction(sh.attention.matrix)
-    read = param_bytes(sh.attention, p, "attention") + param_bytes(sh.norms, p, "norms")
+    if spec.is_linear_layer(layer):
+        elements = Fraction(sh.linear_attention.matrix)
+        read = param_bytes(sh.linear_attention, p, "attention") + param_bytes(sh.linear_norms, p, "norms")
+    else:
+        elements = Fraction(sh.attention.matrix)
+        read = param_bytes(sh.attention, p, "attention") + param_bytes(sh.norms, p, "norms")
     if spec.is_moe_layer(layer):
         moe = spec.moe
         assert moe is not None
@@ -118,6 +125,21 @@ class Work:
     bytes: float
 
 
+def _recurrence(m: Model, seqs: int, tokens: int, decode: bool) -> tuple[float, float]:
+    """(FLOPs, state bytes read and written) of every Gated DeltaNet layer on this GPU for ``seqs`` sequences and
+    ``tokens`` tokens (``kernels.gated_delta_rule``)."""
+    la, sh = m.spec.linear_attention, m.sh
+    if la is None:
+        return 0.0, 0.0
+    heads = la.num_value_heads * sh.state_recurrent_elements // la.recurrent_state_elements
+    dkdv = la.key_head_dim * la.value_head_dim
+    per_token = 7.0 * dkdv if decode else 6.0 * dkdv + 4.0 * kernels.GDN_CHUNK * (la.key_head_dim + la.value_head_dim)
+    conv, recurrent = state_dtypes(m.spec)
+    state = conv.bytes_for(sh.state_conv_elements) + recurrent.bytes_for(sh.state_recurrent_elements)
+    layers = m.spec.num_linear_layers
+    return layers * per_token * heads * tokens, float(layers * 2 * seqs * state)
+
+
 def prefill_work(m: Model, batch: int, prompt_len: int, distinct_experts: dict[int, float] | None = None) -> Work:
     """FLOPs and bytes of the prefill of ``batch`` prompts of ``prompt_len`` tokens (see the module docstring)."""
     spec, h = m.spec, m.spec.hidden_size
@@ -128,12 +150,13 @@ def prefill_work(m: Model, batch: int, prompt_len: int, distinct_experts: dict[i
     head_flops = 2 * head_elements * batch
     per_key = _attention_flops_per_key(m, decode=False)
     keys = sum(_causal_keys(spec.sliding_window if spec.is_sliding_layer(i) else None, 0, prompt_len)
-               for i in range(spec.num_layers))
+               for i in range(spec.num_layers) if not spec.is_linear_layer(i))
     attention_flops = float(batch * keys * per_key)
-    flops = linear_flops + head_flops + attention_flops
+    recurrence_flops, states = _recurrence(m, batch, tokens, decode=False)
+    flops = linear_flops + head_flops + attention_flops + recurrence_flops
     kv_written = float(m.kv_dtype.bytes_for(batch * _kv_tokens(m, prompt_len) * m.sh.kv_elements))
     hidden = 4 * tokens * h * ACTIVATION_BYTES * spec.num_layers
-    nbytes = float(weights_read + head_read + gathered) + hidden + kv_written
+    nbytes = float(weights_read + head_read + gathered) + hidden + kv_written + states
     return Work(flops=flops, bytes=nbytes)
 
 
@@ -145,9 +168,11 @@ def decode_work(m: Model, batch: int, context: int, distinct_experts: dict[int, 
     head_elements, head_read, gathered = _head(m, batch)
     per_key = _attention_flops_per_key(m, decode=True)
     kv_tokens = _kv_tokens(m, context)
-    flops = 2 * float(elements) * batch + 2 * head_elements * batch + float(batch * kv_tokens * per_key)
-    kv_read = float(m.kv_dtype.bytes_for(batch * kv_tokens * m.sh.kv_elements))
-    kv_write = float(m.kv_dtype.bytes_for(batch * spec.num_layers * m.sh.kv_elements))
+    recurrence_flops, states = _recurrence(m, batch, batch, decode=True)
+    flops = (2 * float(elements) * batch + 2 * head_elements * batch + float(batch * kv_tokens * per_key)
+             + recurrence_flops)
+    kv_read = float(m.kv_dtype.bytes_for(batch * kv_tokens * m.sh.kv_elements)) + states
+    kv_write = float(m.kv_dtype.bytes_for(batch * spec.num_attention_layers * m.sh.kv_elements))
     logits = batch * head_elements // h * 4
     hidden = 4 * batch * h * ACTIVATION_BYTES * spec.num_layers
     weights = float(weights_read + head_read + gathered)
