@@ -1,4 +1,5 @@
-"""Small config.json files of families no preset covers (GLM-4.5 MoE, MiniMax-M2), read the way a user's are."""
+"""Small config.json files of families no preset covers (GLM-4.5 MoE, MiniMax-M2, Qwen3-Next, Qwen3.5), read the way
+a user's are."""
 
 from __future__ import annotations
 
@@ -14,6 +15,21 @@ SMALL_GLM4_MOE = {**_SMALL_COMMON, "model_type": "glm4_moe", "intermediate_size"
                   "attention_bias": True, "partial_rotary_factor": 0.5}
 SMALL_MINIMAX_M2 = {**_SMALL_COMMON, "model_type": "minimax_m2", "intermediate_size": 24, "num_local_experts": 8,
                     "rotary_dim": 8, "scoring_func": "sigmoid", "use_routing_bias": True}
+
+# Gated DeltaNet hybrids: 2 key heads of 8 serving 4 value heads of 12 (every width distinct), a 4-tap conv; gated
+# attention with head_dim 32 of which a quarter (8) is rotated, zero-centred norms and QK-norm.
+_SMALL_LINEAR = {"linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+                 "linear_value_head_dim": 12, "linear_conv_kernel_dim": 4, "head_dim": 32,
+                 "partial_rotary_factor": 0.25, "num_hidden_layers": 4}
+# Qwen3-Next: layers linear, linear, linear, full (full_attention_interval 4); MoE with a gated shared expert on
+# every layer but layer 1 (a dense MLP)
+SMALL_QWEN3_NEXT = {**_SMALL_COMMON, **_SMALL_LINEAR, "model_type": "qwen3_next", "intermediate_size": 64,
+                    "num_experts": 8, "moe_intermediate_size": 24, "shared_expert_intermediate_size": 16,
+                    "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [1]}
+# Qwen3.5 dense (text only, Qwen3_5ForCausalLM): layers linear, full, linear, full; tied embeddings
+SMALL_QWEN3_5 = {**_SMALL_COMMON, **_SMALL_LINEAR, "model_type": "qwen3_5_text", "intermediate_size": 64,
+                 "tie_word_embeddings": True,
+                 "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"]}
 
 
 def small_config_spec(config: dict) -> ModelSpec:

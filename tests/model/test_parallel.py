@@ -1,8 +1,8 @@
 """The sharded decoder (``tfcalc.model.parallel``) on 2 and 4 CPU ranks (gloo): every rank's logits equal the
 one-rank model's (fp32; tolerance 1e-5 of the largest logit, measured 2-4e-7: the sums only change order), prefill
 and cached decode, for dense GQA with tp above the KV heads, soft caps and windows, qkv biases, sinks with expert
-biases, MLA, MoE sliced by tp, placed by ep and dispatched by all-to-all; each rank holds exactly what
-``tfcalc plan`` counts per GPU.
+biases, MLA, MoE sliced by tp, placed by ep and dispatched by all-to-all, Gated DeltaNet layers split by key head
+with gated attention (Qwen3-Next, Qwen3.5); each rank holds exactly what ``tfcalc plan`` counts per GPU.
 
 FP8 weights (quantized whole, each rank keeping its slice and the matching scales) run in fp64 on the dequantized
 path: there a change of summation order (1e-16) never moves an activation across an FP8 rounding boundary, as it
@@ -21,7 +21,7 @@ import pytest
 import torch
 from conftest import small_spec
 from shard_jobs import Case, CompareWithOneRank
-from small_configs import SMALL_MINIMAX_M2, small_config_spec
+from small_configs import SMALL_MINIMAX_M2, SMALL_QWEN3_5, SMALL_QWEN3_NEXT, small_config_spec
 
 from tfcalc.calc.plan import PlanConfig, plan_fit
 from tfcalc.dtypes import WeightPrecision, get_dtype
@@ -88,6 +88,10 @@ def _two_rank_cases(small_spec) -> list[Case]:  # noqa: ANN001
         Case("deepseek-v3 fp8_block tp 2", fp8_mla_spec(), 2, 1, "fp8_block", torch.float64),  # experts sliced
         Case("deepseek-v3 fp8_block ep 2", fp8_mla_spec(), 1, 2, "fp8_block", torch.float64),  # experts placed
         Case("minimax_m2 tp 2", small_config_spec(SMALL_MINIMAX_M2), 2, 1),  # QK-norm across heads, partial RoPE
+        # Gated DeltaNet (one key head and its two value heads per rank), gated attention, MoE with a gated shared
+        # expert sliced by tp; Qwen3.5 dense with a tied head
+        Case("qwen3_next tp 2", small_config_spec(SMALL_QWEN3_NEXT), 2, 1),
+        Case("qwen3_5 tp 2", small_config_spec(SMALL_QWEN3_5), 2, 1),
     ]
 
 
@@ -98,7 +102,17 @@ def _four_rank_cases(small_spec) -> list[Case]:  # noqa: ANN001
         _case(small_spec, "llama3-8b", 4, 1),
         # QK-norm across heads with the two KV heads (and their k-norm columns) each held by two ranks
         Case("minimax_m2 tp 4", small_config_spec(SMALL_MINIMAX_M2).with_overrides(num_attention_heads=8), 4, 1),
+        Case("qwen3_5 tp 4", _wider_qwen3_5(), 4, 1),
     ]
+
+
+def _wider_qwen3_5() -> ModelSpec:
+    """The small Qwen3.5 with 4 linear key heads (8 value heads) and 8 query heads: at tp 4 a rank keeps one key
+    head, two value heads and two query heads, its KV head shared with another rank."""
+    spec = small_config_spec(SMALL_QWEN3_5)
+    assert spec.linear_attention is not None
+    return spec.with_overrides(num_attention_heads=8, linear_attention=replace(
+        spec.linear_attention, num_key_heads=4, num_value_heads=8))
 
 
 def _check(cases: list[Case], results: dict[str, list[dict]]) -> None:
@@ -148,6 +162,11 @@ def test_widths_that_do_not_split_are_refused() -> None:
 
     with pytest.raises(UsageError, match="does not divide the FFN width 100"):
         check_sharding(load_model("llama3-8b").with_overrides(intermediate_size=100), 8, 1)
+    spec = small_config_spec(SMALL_QWEN3_5)
+    assert spec.linear_attention is not None
+    one_key_head = spec.with_overrides(linear_attention=replace(spec.linear_attention, num_key_heads=1))
+    with pytest.raises(UsageError, match=r"^tp 2 does not divide the 1 (linear-attention )?key"):  # planner or model
+        check_sharding(one_key_head, 2, 1)
 
 
 def _meta_shard(spec: ModelSpec, tp: int, ep: int, rank: int, weights: str) -> torch.nn.Module:

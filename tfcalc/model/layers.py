@@ -467,6 +467,8 @@ class Attention(nn.Module):
     buffer on sliding-window layers) and :func:`run_attention`.
 
     Scores are scaled by query_pre_attn_scalar^-1/2 where the spec gives one (Gemma 2), else head_dim^-1/2.
+    ``spec.attention_output_gate`` (Qwen3-Next's gated attention, transformers Qwen3NextAttention): each query head's
+    rows of wqkv are [query D | gate D] and the output becomes y * sigmoid(gate) before wo.
     Attention sinks (gpt-oss) and logit soft-capping (Gemma 2) have no SDPA form: those layers take the explicit
     softmax eagerly and flex_attention in a compiled decode step.
     """
@@ -475,7 +477,9 @@ class Attention(nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        self.wqkv = nn.Linear(spec.hidden_size, q_out + 2 * kv_out, bias=spec.qkv_bias)
+        self.output_gate = spec.attention_output_gate
+        self.wqkv = nn.Linear(spec.hidden_size, q_out * (2 if self.output_gate else 1) + 2 * kv_out,
+                              bias=spec.qkv_bias)
         self.wo = nn.Linear(q_out, spec.hidden_size, bias=spec.o_bias)
         self.qk_norm_across_heads = spec.qk_norm_across_heads
         # a sharded rank's q and k norms across heads, whose statistics span the ranks (tfcalc.model.parallel)
@@ -502,7 +506,11 @@ class Attention(nn.Module):
         assert self.kv_cache is not None, "call Transformer.setup_caches first"
         b, t, _ = x.shape
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        q, k, v = self.wqkv(x).split([q_out, kv_out, kv_out], dim=-1)
+        q, k, v = self.wqkv(x).split([q_out * (2 if self.output_gate else 1), kv_out, kv_out], dim=-1)
+        gate = None
+        if self.output_gate:  # per head [query | gate], as transformers views q_proj's output (heads, 2D)
+            q, gate = q.view(b, t, self.heads, 2 * self.head_dim).chunk(2, dim=-1)
+            q = q.reshape(b, t, q_out)
         if self.qk_norm_over_ranks is not None:
             q, k = self.qk_norm_over_ranks(q, k)
         elif self.q_norm is not None and self.k_norm is not None and self.qk_norm_across_heads:
@@ -516,7 +524,10 @@ class Attention(nn.Module):
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # [B, heads, T, D]
         y = run_attention(q, self.kv_cache.keys(k, v, step), self.scale, self.softcap, self.sinks)
-        return self.wo(y.transpose(1, 2).reshape(b, t, q_out))
+        y = y.transpose(1, 2).reshape(b, t, q_out)
+        if gate is not None:
+            y = y * torch.sigmoid(gate.reshape(b, t, q_out))
+        return self.wo(y)
 
 
 # --- feed-forward --------------------------------------------------------------------------------------

@@ -7,6 +7,11 @@ The layout is the one the planner counts (``tfcalc.calc.shard``, ``tfcalc.calc.p
   (Hkv/tp of them, or when tp > Hkv the one KV head its query heads share, held by tp/Hkv ranks); the output
   projection is row-parallel and one all-reduce sums the ranks' partial outputs. Sinks split by head; QK-norms
   replicated; the output bias replicated and added once (by tp rank 0, before the sum).
+- Gated DeltaNet (Qwen3-Next, Qwen3.5; vLLM qwen3_next.py): split by key head, a rank keeping Hk/tp key heads and
+  the Hv/tp value heads they serve: their q, k, v, z rows of the fused input projection, b and a rows, conv channels,
+  A_log and dt_bias; out_proj row-parallel (one all-reduce), the gated norm over Dv replicated. The states shard
+  alike (each rank holds its heads' conv channels and recurrent matrices).
+- gated attention (Qwen3-Next): each query head's [query | gate] rows of the fused QKV projection go with it.
 - MLA: q_b (or q) and kv_b split by head, o row-parallel; q_a, kv_a and their norms replicated, and so is the
   latent cache: every rank caches the whole latent.
 - FFN: gate and up column-parallel (a rank keeps its I/tp columns of both), down row-parallel; one all-reduce.
@@ -49,6 +54,7 @@ from torch import Tensor, nn
 
 from tfcalc.calc.shard import attention_ranks, check_parallelism, expert_tp
 from tfcalc.errors import UsageError
+from tfcalc.model.deltanet import GatedDeltaNet
 from tfcalc.model.fp8 import FP8Linear, FP8Weight, select
 from tfcalc.model.layers import Attention, FeedForward, MoE, RMSNorm
 from tfcalc.model.mla import MLAttention
@@ -66,6 +72,9 @@ def check_sharding(spec: ModelSpec, tp: int, ep: int) -> None:
     if ep > tp and ep % tp:
         raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
     check_parallelism(spec, world, tp, 1, ep)
+    la = spec.linear_attention
+    if la is not None and spec.num_linear_layers and la.num_key_heads % tp:
+        raise UsageError(f"tp {tp} does not divide the {la.num_key_heads} linear-attention key heads of {spec.name}")
     dense_layers = spec.num_layers - spec.num_moe_layers
     if dense_layers and spec.intermediate_size % tp:
         raise UsageError(f"tp {tp} does not divide the FFN width {spec.intermediate_size} of {spec.name}")
@@ -209,7 +218,9 @@ class Parallel:
     def shard_block(self, block: nn.Module) -> None:
         """Keep this rank's part of one TransformerBlock and hook its all-reduces (attention, FFN)."""
         attention = block.attention
-        if isinstance(attention, MLAttention):
+        if isinstance(attention, GatedDeltaNet):
+            self._shard_deltanet(attention)
+        elif isinstance(attention, MLAttention):
             self._shard_mla(attention)
         else:
             assert isinstance(attention, Attention)
@@ -234,7 +245,10 @@ class Parallel:
         k0 = q0 // (h // hkv)  # the KV head of this rank's first query head
         q_rows = _span(q0 * d, (q0 + heads) * d)
         kv_rows = _span(k0 * d, (k0 + kv_heads) * d)
-        _keep_rows(attn.wqkv, torch.cat([q_rows, h * d + kv_rows, (h + hkv) * d + kv_rows]), "attention.wqkv")
+        qd = 2 * d if attn.output_gate else d  # a query head's rows of wqkv: [query | gate] when gated
+        kv_start = h * qd
+        _keep_rows(attn.wqkv, torch.cat([_span(q0 * qd, (q0 + heads) * qd), kv_start + kv_rows,
+                                         kv_start + hkv * d + kv_rows]), "attention.wqkv")
         attn.wo = RowParallelLinear(attn.wo, q_rows, add_bias=self.tp_rank == 0, name="attention.wo")
         if attn.sinks is not None:
             attn.sinks = nn.Parameter(attn.sinks.detach()[q0:q0 + heads].clone())
@@ -243,6 +257,21 @@ class Parallel:
             attn.qk_norm_over_ranks = RankedQKNorm(attn.q_norm, attn.k_norm, q_rows, kv_rows, self)
             attn.q_norm = attn.k_norm = None
         attn.heads, attn.kv_heads = heads, kv_heads
+
+    def _shard_deltanet(self, net: GatedDeltaNet) -> None:
+        hk, hv, dk, dv = net.key_heads, net.value_heads, net.key_dim, net.value_dim
+        keys, values = hk // self.tp, hv // self.tp
+        k0, v0 = self.tp_rank * keys, self.tp_rank * values  # key head j serves value heads j r .. j r + r - 1
+        key_rows, value_rows = _span(k0 * dk, (k0 + keys) * dk), _span(v0 * dv, (v0 + values) * dv)
+        channels = torch.cat([key_rows, hk * dk + key_rows, 2 * hk * dk + value_rows])  # q, k, v
+        _keep_rows(net.wqkvz, torch.cat([channels, 2 * hk * dk + hv * dv + value_rows]), "attention.wqkvz")
+        heads = _span(v0, v0 + values)
+        _keep_rows(net.wba, torch.cat([heads, hv + heads]), "attention.wba")
+        for name, kept in (("conv_weight", channels), ("A_log", heads), ("dt_bias", heads)):
+            weight = getattr(net, name).detach()
+            setattr(net, name, nn.Parameter(weight[kept.to(weight.device)].contiguous()))
+        net.wo = RowParallelLinear(net.wo, value_rows, add_bias=self.tp_rank == 0, name="attention.wo")
+        net.key_heads, net.value_heads = keys, values
 
     def _shard_mla(self, attn: MLAttention) -> None:
         heads = attn.heads // self.tp

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from tfcalc.errors import SpecError, UsageError
+from tfcalc.model.deltanet import GatedDeltaNet
 from tfcalc.model.fp8 import FORMATS as FP8_FORMATS
 from tfcalc.model.fp8 import quantize_block
 from tfcalc.model.layers import (
@@ -57,12 +58,15 @@ from tfcalc.spec.model import ModelSpec
 # Order "auto" tries: torch's own preference on CUDA (cuDNN first on Hopper with recent cuDNN), math last.
 BACKEND_PREFERENCE = ("cudnn", "flash", "efficient", "math")
 SINKS, SOFTCAP = "explicit (sinks)", "explicit (softcap)"  # what such layers run instead of SDPA
+LINEAR, DELTANET = "linear", "gated deltanet"  # a Gated DeltaNet layer's kind of call and what runs it
 DECODE_ATTENTION = ("auto", LIVE, FLEX, STATIC)
 
 
 class TransformerBlock(nn.Module):
     """x + attn(norm(x)), then x + ffn(norm(x)) (pre-norm, GPT-2 / Llama). With ``norms_per_layer == 4``
-    (Gemma 2, arXiv:2408.00118) each sub-layer's output is normed again before the residual add."""
+    (Gemma 2, arXiv:2408.00118) each sub-layer's output is normed again before the residual add. On a
+    linear-attention layer (``spec.is_linear_layer``: Qwen3-Next, Qwen3.5) the token mixer in ``attention`` is a
+    :class:`~tfcalc.model.deltanet.GatedDeltaNet`."""
 
     def __init__(self, spec: ModelSpec, layer: int, weights_dtype: str | None = None) -> None:
         super().__init__()
@@ -71,8 +75,10 @@ class TransformerBlock(nn.Module):
                             f"not {spec.norms_per_layer}")
         self.sliding = spec.is_sliding_layer(layer)
         self.attention_norm = make_norm(spec, spec.hidden_size)
-        self.attention: Attention | MLAttention = (MLAttention(spec) if spec.mla is not None
-                                                   else Attention(spec, self.sliding))
+        self.linear = spec.is_linear_layer(layer)
+        self.attention: Attention | MLAttention | GatedDeltaNet = (
+            GatedDeltaNet(spec) if self.linear else MLAttention(spec) if spec.mla is not None
+            else Attention(spec, self.sliding))
         self.ffn_norm = make_norm(spec, spec.hidden_size)
         self.ffn: nn.Module = (MoE(spec, weights_dtype) if spec.is_moe_layer(layer)
                                else FeedForward(spec, spec.intermediate_size, spec.mlp_bias))
@@ -147,15 +153,18 @@ class Transformer(nn.Module):
 
     def setup_caches(self, batch: int, max_len: int, kv_dtype: torch.dtype | None = None) -> None:
         """Allocate each layer's cache (zeros: [batch, Hkv, max_len, D] K and V, a window's rolling buffer, or
-        MLA's latent), the RoPE table and the position grid, reset the position to 0, and resolve the attention
-        backends (:meth:`resolve_backends`)."""
+        MLA's latent; a Gated DeltaNet layer's fixed conv and recurrent state instead), the RoPE table and the
+        position grid, reset the position to 0, and resolve the attention backends (:meth:`resolve_backends`)."""
         weight = self.tok_embeddings.weight
         dtype, device = weight.dtype, weight.device
         kv_dtype = kv_dtype or dtype
         if kv_dtype != dtype:
             check_kv_dtype(kv_dtype, device)
         for block in self.layers:
-            block.attention.kv_cache = block.attention.make_cache(batch, max_len, kv_dtype, dtype, device)
+            if isinstance(block.attention, GatedDeltaNet):
+                block.attention.state = block.attention.make_state(batch, dtype, device)
+            else:
+                block.attention.kv_cache = block.attention.make_cache(batch, max_len, kv_dtype, dtype, device)
         self.max_len = max_len
         rope_dim = self.spec.rotary_dim
         # fp32 (or wider) cos/sin: bf16 would round the angle of late positions (RoPE runs fused under compile)
@@ -167,11 +176,15 @@ class Transformer(nn.Module):
             torch.promote_types(dtype, torch.float32), device, rope_dim), persistent=False)  # Gemma 3's local base
         self.register_buffer("positions", torch.arange(max_len, device=device), persistent=False)  # [S]
         self.cache_pos.zero_()
-        if device.type != "meta":
+        if device.type != "meta" and self._attention_layers():
             self.resolve_backends()
 
+    def _attention_layers(self) -> list[Attention | MLAttention]:
+        """The layers with softmax attention (all but Gated DeltaNet ones)."""
+        return [block.attention for block in self.layers if not isinstance(block.attention, GatedDeltaNet)]
+
     def _probe(self, backend: str, kind: str, decode: bool) -> bool:
-        heads, kv_heads, qk, v = _shapes(self.layers[0].attention, decode)
+        heads, kv_heads, qk, v = _shapes(self._attention_layers()[0], decode)
         weight = self.tok_embeddings.weight
         return backend_works(backend, heads, kv_heads, qk, weight.dtype, weight.device, kind=kind,
                              v_dim=None if v == qk else v)
@@ -202,7 +215,9 @@ class Transformer(nn.Module):
         calls = []
         for block in self.layers:
             attn = block.attention
-            if mode == FLEX:
+            if isinstance(attn, GatedDeltaNet):
+                calls.append((LINEAR, DELTANET))
+            elif mode == FLEX:
                 calls.append((FLEX, "flex"))
             elif attn.explicit:
                 calls.append(("explicit", SINKS if attn.sinks is not None else SOFTCAP))
@@ -228,8 +243,13 @@ class Transformer(nn.Module):
         return prefill if prefill == decode else f"{prefill} prefill / {decode} decode"
 
     def kv_cache_bytes(self) -> int:
-        """Bytes held by all layers' caches."""
-        return sum(block.attention.kv_cache.nbytes for block in self.layers if block.attention.kv_cache)
+        """Bytes held by all attention layers' KV caches (Gated DeltaNet states: :meth:`state_bytes`)."""
+        return sum(attn.kv_cache.nbytes for attn in self._attention_layers() if attn.kv_cache is not None)
+
+    def state_bytes(self) -> int:
+        """Bytes of the Gated DeltaNet layers' fixed per-sequence states (conv and recurrent)."""
+        return sum(block.attention.state.nbytes for block in self.layers
+                   if isinstance(block.attention, GatedDeltaNet) and block.attention.state is not None)
 
     def expert_token_counts(self) -> dict[int, Tensor]:
         """Tokens routed to each expert [E] by the last forward, per MoE layer index."""
@@ -251,7 +271,7 @@ class Transformer(nn.Module):
                     None if self.rope_local is None else self.rope_local[input_pos],
                     causal_call=self.causal_backend is not None)
         if mode == FLEX:
-            lengths = {block.attention.kv_cache.length for block in self.layers}
+            lengths = {attn.kv_cache.length for attn in self._attention_layers()}
             step.block_masks = {n: live_block_mask(self.cache_pos, n, input_pos.device) for n in lengths}
         x = self.tok_embeddings(tokens)  # [B, T, hidden]
         if self.embed_scale is not None:
@@ -303,8 +323,12 @@ class Transformer(nn.Module):
         return self.logits(h)
 
     def reset(self) -> None:
-        """Start a new sequence: position 0 (stale cache entries are masked out or never read)."""
+        """Start a new sequence: position 0 (stale cache entries are masked out or never read; Gated DeltaNet
+        states, which carry everything before, are zeroed)."""
         self.cache_pos.zero_()
+        for block in self.layers:
+            if isinstance(block.attention, GatedDeltaNet) and block.attention.state is not None:
+                block.attention.state.reset()
 
 
 def build_model(spec: ModelSpec, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
