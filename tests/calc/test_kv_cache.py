@@ -127,3 +127,42 @@ def test_engine_checkpoint_dtype_key() -> None:
     del data["kv"]["checkpoint_dtype"]
     assert not engine_from_mapping(data, "e.yaml", "e").kv.checkpoint_dtype
     assert load_engine("vllm").kv.checkpoint_dtype
+
+
+# --- Gated DeltaNet (Qwen3-Next, Qwen3.5): no tokens cached, a fixed state per sequence -------------------------
+
+QWEN35_27B_STATE = 48 * (3 * (2 * 16 * 128 + 48 * 128) * 2 + 48 * 128 * 128 * 4)
+
+
+def test_qwen35_27b_cache_by_hand() -> None:
+    """16 attention layers x K and V x 4 KV heads x 256 x 2 B per token; each of the 48 Gated DeltaNet layers holds
+    3 conv rows of 2 x 16 x 128 + 48 x 128 channels (bf16) and 48 value heads' 128 x 128 state in float32 (the
+    checkpoint's mamba_ssm_dtype), whatever the context; an fp8 KV cache leaves the states alone."""
+    spec = load_model("qwen3.5-27b")
+    assert kv_bytes_per_token(spec, BF16) == 16 * 2 * 4 * 256 * 2 == 65_536
+    assert QWEN35_27B_STATE == 153_944_064
+    assert kv_cache_bytes(spec, BF16, 32_768, 3) == 3 * (32_768 * 65_536 + QWEN35_27B_STATE)
+    assert kv_cache_bytes(spec, FP8, 32_768, 1) == 32_768 * 32_768 + QWEN35_27B_STATE
+
+
+def test_qwen3_next_state_follows_the_model_dtype() -> None:
+    """No mamba_ssm_dtype in its config: vLLM keeps both states in the model's bf16 (--mamba-ssm-cache-dtype auto)."""
+    spec = load_model("qwen3-next-80b-a3b")
+    one_token = 12 * 2 * 2 * 256 * 2
+    assert kv_cache_bytes(spec, BF16, 1, 1) - one_token == 36 * (3 * 8192 * 2 + 32 * 128 * 128 * 2) == 39_518_208
+
+
+@given(st.integers(1, 1 << 20), st.integers(1, 1 << 16), st.integers(1, 64),
+       st.sampled_from(["qwen3.5-27b", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b"]))
+def test_hybrid_cache_is_the_per_layer_sum(context: int, more: int, batch: int, name: str) -> None:
+    """Brute force over the layers: an attention layer holds the context's K and V, a Gated DeltaNet layer its state;
+    a longer context adds only attention-layer tokens (linear in batch)."""
+    spec = load_model(name)
+    la = spec.linear_attention
+    assert la is not None
+    elements = 2 * spec.num_kv_heads * spec.head_dim
+    state = 3 * la.conv_dim * 2 + la.recurrent_state_elements * (4 if la.recurrent_state_dtype == "fp32" else 2)
+    by_layer = sum(state if spec.is_linear_layer(i) else context * elements * 2 for i in range(spec.num_layers))
+    assert kv_cache_bytes(spec, BF16, context, batch) == batch * by_layer
+    grown = kv_cache_bytes(spec, BF16, context + more, batch) - kv_cache_bytes(spec, BF16, context, batch)
+    assert grown == batch * more * kv_bytes_per_token(spec, BF16)

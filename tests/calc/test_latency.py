@@ -69,7 +69,8 @@ def _pure_roofline(d, batch: int, prompt: int, gen: int, attention_flops: float 
 
 @pytest.mark.parametrize(("name", "tp", "weights"), [
     ("llama3-8b", 1, "bf16"), ("llama3-70b", 4, "bf16"), ("mixtral-8x7b", 2, "bf16"), ("gemma2-27b", 2, "bf16"),
-    ("gpt-oss-120b", 1, None), ("qwen3-30b-a3b", 1, "bf16"),
+    ("gpt-oss-120b", 1, None), ("qwen3-30b-a3b", 1, "bf16"), ("qwen3-next-80b-a3b", 2, "bf16"),
+    ("qwen3.5-27b", 1, "bf16"),
 ])
 @pytest.mark.parametrize(("batch", "prompt", "gen"), [(1, 1024, 256), (32, 4096, 64)])
 def test_ideal_columns_are_the_pure_roofline_of_the_counted_work(name: str, tp: int, weights: str | None,
@@ -642,3 +643,22 @@ def test_shared_experts_beside_the_routed_ones_per_engine() -> None:
     in_graphs = replace(trtllm, shared_experts_stream_in_graphs=False)
     assert moe("deepseek-v3", "h200", trtllm, prefill) == moe("deepseek-v3", "h200", in_graphs, prefill)
     assert moe("deepseek-v3", "h200", trtllm, big) < moe("deepseek-v3", "h200", in_graphs, big)  # a graph step
+
+
+def test_gated_deltanet_layers_read_their_state_not_the_context() -> None:
+    """Qwen3.5-27B decode: the 16 attention layers read the context's K and V (4 KV heads x 256 x 2 x 2 B per
+    token), the 48 Gated DeltaNet layers read and write each sequence's state once whatever the context; the
+    recurrence's prefill FLOPs grow linearly with the prompt, not quadratically."""
+    d = _d("qwen3.5-27b", "h200", "bf16")
+    state = 3 * (2 * 16 * 128 + 48 * 128) * 2 + 48 * 128 * 128 * 4
+    short, long = (step_time(d, StepShape(decode_seqs=4, decode_context=c)) for c in (1024, 9216))
+    assert long.kv_read_bytes - short.kv_read_bytes == 4 * 8192 * 16 * 2 * 4 * 256 * 2
+    assert short.kv_read_bytes == 4 * 1024 * 16 * 2 * 4 * 256 * 2 + 4 * 48 * 2 * state
+    one, two = (step_time(d, StepShape(prefill_seqs=1, prefill_tokens=n)).groups["attention"].flops
+                for n in (4096, 8192))
+    attention_only = 4 * 24 * 256 * 16 * (8192 * 8193 / 2 - 2 * 4096 * 4097 / 2)  # 16 layers' causal QK, PV
+    recurrence = 48 * 48 * (6 * 128 * 128 + 4 * 64 * 256) * 4096
+    projections = 2 * 4096 * (48 * (5120 * (2 * 2048 + 2 * 6144 + 96) + 6144 * 5120)
+                              + 16 * (5120 * (2 * 6144 + 2 * 1024) + 6144 * 5120))
+    assert two - 2 * one == pytest.approx(attention_only, rel=1e-9)
+    assert one == pytest.approx(recurrence + projections + 4 * 24 * 256 * 16 * 4096 * 4097 / 2, rel=1e-9)

@@ -53,7 +53,7 @@ PRESET_FIXTURES = (
     "llama3-8b", "llama3.1-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b", "mistral-7b",
     "mixtral-8x7b", "mixtral-8x22b", "qwen2.5-7b", "qwen2.5-72b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gemma2-9b",
     "gemma2-27b", "deepseek-v3", "phi3-mini", "gpt-oss-20b", "gpt-oss-120b", "glm-4.6", "glm-4.5-air", "minimax-m2.5",
-    "gemma3-27b",
+    "gemma3-27b", "qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b",
 )
 # Attention modules that read ``config.sliding_window`` on every layer instead of holding a per-layer window.
 _CONFIG_WIDE_WINDOW = {"mistral", "mixtral", "phi3"}
@@ -357,3 +357,18 @@ def test_mla_edge_cases(case: str) -> None:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **cfg))
     assert sum(p.numel() for p in model.parameters()) == count_params(s).total_params
+
+
+def test_qwen3_next_layer_equals_its_published_printout() -> None:
+    """A public reading note prints Qwen/Qwen3-Next-80B-A3B-Instruct cut to one layer (torchinfo: its Gated DeltaNet
+    + MoE decoder layer holds 1,648,531,648 parameters, the embedding 1519 x 2048): tfcalc's count of layer 0."""
+    from tfcalc.calc.params import linear_attention_shape, linear_norms_shape, router_params, shared_experts_shape
+
+    s = load_model("qwen3-next-80b-a3b")
+    assert s.moe is not None and s.is_linear_layer(0) and s.is_moe_layer(0)
+    expert = 3 * 2048 * 512
+    layer = (linear_attention_shape(s).total().total + linear_norms_shape(s).total().total
+             + s.moe.num_experts * expert + shared_experts_shape(s).total().total + router_params(s).total)
+    assert layer == 1_648_531_648
+    one_layer = s.with_overrides(layers=1, vocab_size=1519)
+    assert count_params(one_layer).total_params == 1_654_755_520  # the printout's total

@@ -360,3 +360,58 @@ def test_memory_command_follows_the_same_checkpoint_rules() -> None:
     assert abs(sum(by_component.values()) - one_gpu) <= len(by_component)
     assert by_component["attention"] == 2 * 126 * (2 * 16384 * 16384 + 2 * 16384 * 8 * 128)  # all bf16
     assert by_component["lm_head"] == 2 * 128256 * 16384
+
+
+def test_kv_groups_with_gated_deltanet_state_groups() -> None:
+    """vLLM groups Gated DeltaNet (Mamba-like) layers with the attention layers: Qwen3.5-27B's 16 attention and 48
+    state layers make 1 + 3 groups of 16; a request takes one block in each state group."""
+    e = load_engine("vllm")
+    qwen = eng.kv_groups(e, full_layers=16, sliding_layers=0, state_layers=48)
+    assert (qwen.group_size, qwen.full_groups, qwen.state_groups, qwen.padding_layers) == (16, 1, 3, 0)
+    assert eng.blocks_per_request(e, qwen, None, 32_768, 8192, 784) == 42 + 3
+    near = eng.kv_groups(e, full_layers=10, sliding_layers=0, state_layers=12)  # within 25 %: groups of 12
+    assert (near.group_size, near.full_groups, near.state_groups, near.padding_layers) == (12, 1, 1, 2)
+    assert eng.kv_groups(None, 16, 0, 48).num_groups == 1
+    # the attention block that makes one page hold a layer's state: 16 x cdiv(state, 16 x one token's page)
+    assert eng.hybrid_block_size(16, 4096, 3_207_168) == 16 * -(-3_207_168 // (16 * 4096)) == 784
+    assert eng.hybrid_block_size(1024, 4096, 3_207_168) == 1024  # a larger block the user set stays
+    assert eng.hybrid_block_size(16, 4096, 0) == 16
+
+
+@pytest.mark.parametrize(("tp", "state", "page"), [(1, 3_207_168, 4096), (2, 3_207_168 // 2, 2048)])
+def test_qwen35_27b_vllm_plan_by_hand(tp: int, state: int, page: int) -> None:
+    """Per GPU: each Gated DeltaNet layer's state (conv rows in bf16 + float32 recurrent state, split by head over
+    tp) and one token's K and V in the 16 attention layers; vLLM raises the block to 784 tokens so a page holds a
+    state, groups the 64 layers 16 to a group and gives a request cdiv(C, 784) blocks plus one per state group."""
+    spec = load_model("qwen3.5-27b")
+    r = plan_fit(spec, load_gpu("h100-sxm"), BF16, get_dtype("bf16"),
+                 PlanConfig(num_gpus=tp, tp=tp, context=32_768, engine=load_engine("vllm")))
+    assert r.state_bytes_per_layer == state == (3 * (2 * 16 * 128 + 48 * 128) * 2 + 48 * 128 * 128 * 4) // tp
+    assert r.kv_elements_per_token_per_layer * 2 == page
+    assert r.block_size == 784 and r.block_size_asked == 16 and 784 * page >= state
+    assert (r.kv_groups, r.kv_group_size, r.kv_padding_layers) == (4, 16, 0)
+    assert r.kv_pool_blocks_per_gpu == r.kv_budget_bytes_per_gpu // (784 * page * 16)
+    assert r.kv_tokens_per_gpu == r.kv_pool_blocks_per_gpu // 4 * 784
+    assert r.kv_blocks_per_request == 42 + 3
+    assert r.max_concurrent_sequences == r.kv_pool_blocks_per_gpu // 45
+
+
+def test_hybrid_sequences_pay_their_state_in_every_engine() -> None:
+    """Without vLLM's state groups (SGLang's pool, the ideal arithmetic) a sequence still takes its states beside
+    its KV: fewer sequences than the KV alone allows."""
+    spec = load_model("qwen3.5-27b")
+    for engine in (load_engine("sglang"), None):
+        r = plan_fit(spec, load_gpu("h100-sxm"), BF16, get_dtype("bf16"),
+                     PlanConfig(num_gpus=1, context=4096, engine=engine))
+        kv_only = r.kv_budget_bytes_per_gpu // (4096 * 65_536)
+        with_state = r.kv_budget_bytes_per_gpu // (4096 * 65_536 + 48 * r.state_bytes_per_layer)
+        assert r.max_concurrent_sequences == with_state < kv_only
+
+
+def test_tp_must_split_the_linear_heads() -> None:
+    spec = load_model("qwen3.5-27b")
+    la = spec.linear_attention
+    assert la is not None
+    odd = spec.with_overrides(linear_attention=replace(la, num_key_heads=6, num_value_heads=12))
+    with pytest.raises(UsageError, match="tp 4 does not divide the 6 key and 12 value heads"):
+        plan_fit(odd, load_gpu("h100-sxm"), BF16, get_dtype("bf16"), PlanConfig(num_gpus=4, tp=4, context=4096))

@@ -831,6 +831,7 @@ def _linear_attention_layer(s: _Step, d: Deployment, shape: StepShape) -> None:
                        ideal_bytes=2 * seqs * dm.linear_conv_state_bytes)
     io = (conv + values) * ACT_BYTES
     acc = s.groups["attention"]
+    acc.kv_bytes += s.mult * 2 * seqs * dm.linear_conv_state_bytes
     if shape.prefill_seqs and shape.prefill_tokens:
         n = shape.prefill_seqs * shape.prefill_tokens
         s.add("attention", kernels.gated_delta_rule(
