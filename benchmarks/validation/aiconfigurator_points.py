@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12]
+        | --holdout12 | ... | --holdout20]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -34,6 +34,8 @@ the third (``HOLDOUT_GRID_3``, aiconfigurator_holdout3.json), collected before t
 tfcalc first read after the seventeenth (QK-norm across heads, partial RoPE, 256 sigmoid-routed experts).
 ``--holdout19`` the nineteenth (``HOLDOUT_GRID_19``, aiconfigurator_holdout19.json): NVFP4 experts on the B200,
 collected after the eighteenth's change to them.
+``--holdout20`` the twentieth (``HOLDOUT_GRID_20``, aiconfigurator_holdout20.json): Qwen3.5, hybrid models tfcalc first
+read after the nineteenth (Gated DeltaNet layers with a per-sequence state, gated attention).
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ MODELS = {
     "gpt-oss-120b": ("openai/gpt-oss-120b", "experts=mxfp4,default=bf16", "bfloat16", "w4a16_mxfp4"),
     "gpt-oss-20b": ("openai/gpt-oss-20b", "experts=mxfp4,default=bf16", "bfloat16", "w4a16_mxfp4"),
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3", "fp8_block", "fp8_block", "fp8_block"),
+    "qwen3.5-27b": ("Qwen/Qwen3.5-27B", "bf16", "bfloat16", None),
+    "qwen3.5-35b-a3b": ("Qwen/Qwen3.5-35B-A3B", "bf16", "bfloat16", "bfloat16"),
+    "qwen3.5-35b-a3b-fp8": ("Qwen/Qwen3.5-35B-A3B", "fp8_block", "fp8_block", "fp8_block"),
+    "qwen3.5-397b-a17b": ("Qwen/Qwen3.5-397B-A17B", "bf16", "bfloat16", "bfloat16"),
     "qwen3-8b": ("Qwen/Qwen3-8B", "bf16", "bfloat16", None),
     "llama3.1-405b": ("meta-llama/Meta-Llama-3.1-405B", "bf16", "bfloat16", None),
     "llama3.1-405b-fp8": ("meta-llama/Meta-Llama-3.1-405B", "fp8", "fp8", None),
@@ -484,6 +490,18 @@ HOLDOUT_GRID_19 = [
 ]
 
 
+# Qwen3.5 (dense 27B, MoE 35B-A3B in bf16 and block fp8, the 397B-A17B flagship at ep 8), collected on 2026-12-06
+# (stop 48) after tfcalc first read these models and scored once before any change in response
+HOLDOUT_GRID_20 = [
+    ("qwen3.5-27b", "h200_sxm", [1, 2], [4, 24, 64], [(3000, 400)]),
+    ("qwen3.5-27b", "h100_sxm", [2, 4], [4, 24], [(8000, 250)]),
+    ("qwen3.5-35b-a3b", "h200_sxm", [1, 2], [4, 24, 64], [(2000, 500)]),
+    ("qwen3.5-35b-a3b-fp8", "h100_sxm", [1, 2], [4, 24, 64], [(5000, 300)]),
+    ("qwen3.5-397b-a17b", "h200_sxm", [8], [4, 24, 64], [(3000, 300)], True),
+    ("qwen3.5-397b-a17b", "b200_sxm", [8], [4, 24], [(6000, 300)], True),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -561,7 +579,7 @@ if __name__ == "__main__":
              "--holdout9": HOLDOUT_GRID_9, "--holdout10": HOLDOUT_GRID_10, "--holdout11": HOLDOUT_GRID_11,
              "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13, "--holdout14": HOLDOUT_GRID_14,
              "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16, "--holdout17": HOLDOUT_GRID_17,
-             "--holdout18": HOLDOUT_GRID_18, "--holdout19": HOLDOUT_GRID_19}
+             "--holdout18": HOLDOUT_GRID_18, "--holdout19": HOLDOUT_GRID_19, "--holdout20": HOLDOUT_GRID_20}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

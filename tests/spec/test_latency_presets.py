@@ -1120,3 +1120,40 @@ def test_moe_large_expert_is_validated() -> None:
             ([44, 1], "'kernels.moe_large_expert' must be a mapping of GPU preset names")):
         with pytest.raises(SpecError, match=message):
             kernels_from_mapping({"moe_large_expert": value}, "e.yaml")
+
+
+def test_engine_gdn_efficiency_and_floors() -> None:
+    """kernels.gdn_efficiency: per GPU preset, the fraction of the bf16 peak an engine's chunked Gated DeltaNet
+    prefill reaches (FlashInfer's on vLLM well above the flash-linear-attention Triton chain of SGLang and
+    TensorRT-LLM); a long prefill is its FLOPs at that rate plus the gdn_prefill floor; a GPU without an entry prices
+    at the GEMM rate; decode streams each sequence's state at the HBM rate after its own floor; ideal mode ignores
+    both; bad values are one-line errors."""
+    from tfcalc.calc import kernels as k
+
+    vllm, sglang = load_engine("vllm").kernels, load_engine("sglang").kernels
+    h200 = rates_for(load_gpu("h200"), vllm)
+    assert h200.gdn_efficiency == pytest.approx(0.292)
+    assert rates_for(load_gpu("h200"), sglang).gdn_efficiency == pytest.approx(0.039)
+    assert rates_for(load_gpu("h100-pcie"), vllm).gdn_efficiency == pytest.approx(0.276)  # kernels_as: h100-sxm
+    assert rates_for(load_gpu("a100-80gb"), vllm).gdn_efficiency == 0.0
+    shape = dict(seqs=4, tokens=16_384, heads=32, key_dim=128, value_dim=128, state_bytes=32 * 128 * 128 * 4,
+                 io_bytes=0.0)
+    flops = (6 * 128 * 128 + 4 * 64 * 256) * 32 * 16_384
+    long = k.gated_delta_rule(h200, decode=False, **shape)
+    assert long.flops == flops and long.bound == "compute"
+    assert long.seconds == pytest.approx(flops / (load_gpu("h200").peak_flops("bf16")[1] * 0.292) + 11.8e-6)
+    assert k.gated_delta_rule(rates_for(load_gpu("h200"), sglang), decode=False, **shape).seconds > 7 * long.seconds
+    ideal = h200.as_ideal()
+    assert k.gated_delta_rule(ideal, decode=False, **shape).seconds == pytest.approx(
+        flops / load_gpu("h200").peak_flops("bf16")[1])
+    step = k.gated_delta_rule(h200, decode=True, **{**shape, "tokens": 256, "seqs": 256})
+    assert step.bytes == 2 * 256 * 32 * 128 * 128 * 4 and step.floor_seconds == pytest.approx(4.4e-6)
+    assert step.seconds == pytest.approx(step.bytes / (h200.memory_bandwidth * h200.memory_efficiency) + 4.4e-6,
+                                         rel=0.05)
+    plain = rates_for(load_gpu("h200"), EngineKernels())  # no gdn floors: attention's and elementwise's
+    assert plain.floor("gdn_prefill") == plain.floor("attention") and plain.floor("gdn_decode") == plain.floor(
+        "elementwise")
+    for value, message in (({"h200": 0}, "field 'kernels.gdn_efficiency.h200' must be at least 0.0001"),
+                           ({"h201": 0.3}, "unknown field 'kernels.gdn_efficiency.h201'")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"gdn_efficiency": value}, "e.yaml")

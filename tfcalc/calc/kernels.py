@@ -96,7 +96,10 @@ POWER_LAW_DRAWS = 128
 # Ampere) is taken as int8.
 DEQUANT_OPS = {"int8": 7.4, "fp8": 7.4, "int4": 5.6, "fp4": 7.1}
 
-KERNEL_CLASSES = ("gemm", "elementwise", "attention", "moe")
+KERNEL_CLASSES = ("gemm", "elementwise", "attention", "moe", "gdn_prefill", "gdn_decode")
+# a class without a floor of its own takes this one's (else the GEMM's): Gated DeltaNet's chunked prefill is an
+# attention-like kernel, its one-token recurrence an elementwise one
+FLOOR_FALLBACK = {"gdn_prefill": "attention", "gdn_decode": "elementwise"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +132,10 @@ class Rates:
     # bytes per routed row and hidden element a fused MoE moves beyond the staged rows, by format (its own permute,
     # quantize and finalize kernels: TensorRT-LLM's CUTLASS NVFP4 flow)
     moe_row_bytes: dict[str, float] = field(default_factory=dict, hash=False)
+    # the fraction of the dense bf16 peak the engine's chunked Gated DeltaNet prefill reaches on the FLOPs tfcalc
+    # counts (its kernel, not a GEMM: FlashInfer's on vLLM, flash-linear-attention's Triton chain on SGLang and
+    # TensorRT-LLM); 0: priced at the GEMM rate
+    gdn_efficiency: float = 0.0
     # bits per weight a fused MoE streams, by the experts' storage format, where the engine upcast them at load (no
     # unpacking in the kernel): SGLang's Triton fallback for MXFP4 experts on Hopper runs them as bf16
     moe_stream_bits: dict[str, float] = field(default_factory=dict, hash=False)
@@ -254,6 +261,8 @@ class Rates:
             return self._resolved(own)
         floor = self._floor.get(kind)
         if floor is None:
+            floor = self._floor.get(FLOOR_FALLBACK.get(kind, "gemm"))
+        if floor is None:
             floor = self._floor.get("gemm", 0.0)
         return floor
 
@@ -372,9 +381,7 @@ def elementwise(rates: Rates, nbytes: float, flops: float = 0.0, kernels: int = 
     return _finish(rates, "elementwise", flops, nbytes, 0.0, kernels=kernels, ideal_bytes=ideal_bytes)
 
 
-GDN_CHUNK = 64  # the chunk length of flash-linear-attention's chunk_gated_delta_rule, the prefill kernel vLLM runs
-# its launches: cumulative decay, K K^T, the triangular solve, w / u, the chunk states, the output (fla chunk.py)
-GDN_PREFILL_KERNELS = 6
+GDN_CHUNK = 64  # the chunk length of flash-linear-attention's chunk_gated_delta_rule (and FlashInfer's)
 
 
 def gated_delta_rule(rates: Rates, *, seqs: float, tokens: float, heads: int, key_dim: int, value_dim: int,
@@ -384,19 +391,22 @@ def gated_delta_rule(rates: Rates, *, seqs: float, tokens: float, heads: int, ke
     (decay, read, delta, write, output), memory-bound on each sequence's state read and written (2 x
     ``state_bytes``). Prefill (chunk_gated_delta_rule over chunks of C = ``GDN_CHUNK``): per token and head
     6 dk dv (inter-chunk state reads and update) + 4 C (dk + dv) (intra-chunk scores, UT transform and values)
-    FLOPs on 16-bit tensor cores; each chunk's state written and read back once in 16-bit, the sequence's state read
-    and written once. ``io_bytes``: q, k, v, gates read and the output written."""
+    FLOPs on 16-bit tensor cores, at the engine's measured fraction of the peak (``Rates.gdn_efficiency``: its
+    kernel's own throughput, intermediates such as per-chunk states included) where it has one, else at the GEMM
+    rate; the sequence's state read and written once. ``io_bytes``: q, k, v, gates read and the output written.
+    Floors: the ``gdn_prefill`` and ``gdn_decode`` classes (an engine's measured fixed cost at a few tokens)."""
     dkdv = key_dim * value_dim
     if decode:
         flops = 7.0 * dkdv * heads * tokens
         nbytes = 2 * seqs * state_bytes + io_bytes
-        return _finish(rates, "elementwise", flops, nbytes, 0.0, ideal_bytes=2 * seqs * state_bytes)
+        return _finish(rates, "gdn_decode", flops, nbytes, 0.0, ideal_bytes=2 * seqs * state_bytes)
     flops = (6.0 * dkdv + 4.0 * GDN_CHUNK * (key_dim + value_dim)) * heads * tokens
-    chunks = tokens / GDN_CHUNK + seqs
-    nbytes = 2 * chunks * heads * dkdv * 2 + 2 * seqs * state_bytes + io_bytes
-    t_compute = flops / rates.gemm_flops_per_s("bf16", key_dim)
-    return _finish(rates, "attention", flops, nbytes, t_compute, kernels=GDN_PREFILL_KERNELS,
-                   ideal_bytes=2 * seqs * state_bytes)
+    nbytes = 2 * seqs * state_bytes + io_bytes
+    if rates.gdn_efficiency and not rates.ideal:
+        t_compute = flops / (rates.peak("bf16")[1] * rates.gdn_efficiency)
+    else:
+        t_compute = flops / rates.gemm_flops_per_s("bf16", key_dim)
+    return _finish(rates, "gdn_prefill", flops, nbytes, t_compute, ideal_bytes=2 * seqs * state_bytes)
 
 
 def _tiles(tokens: int, past: int, window: int | None) -> tuple[float, float, int]:

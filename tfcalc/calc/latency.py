@@ -137,6 +137,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                                     **(arch_kernel.floors_s if arch_kernel is not None else {})},
                  moe_ep_floors=dict(engine.moe_ep_floors_by_gpu.get(kernels_gpu, {})),
                  moe_row_bytes=dict(engine.moe_row_bytes_by_gpu.get(kernels_gpu, {})),
+                 gdn_efficiency=engine.gdn_efficiency_by_gpu.get(kernels_gpu, 0.0),
                  linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()
                               if fmt in engine.uncaptured_linears},
                  fp8_kv_attention=engine.fp8_kv_attention_by_gpu.get(kernels_gpu),
@@ -153,7 +154,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     measured it, else the part it shares its silicon with (``latency.kernels_as``: H100 PCIe -> H100 SXM)."""
     tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu,
               engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.moe_ep_floors_by_gpu,
-              engine.moe_row_bytes_by_gpu,
+              engine.moe_row_bytes_by_gpu, engine.gdn_efficiency_by_gpu,
               engine.linear_host_s_by_gpu,
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
               engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,

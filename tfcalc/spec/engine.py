@@ -41,7 +41,7 @@ ConcurrencyRule = Literal["vllm", "pool"]
 # Names of the budget terms, each engine's own word for it in its log (for --explain).
 TERM_KEYS = ("capacity", "requested", "weights", "activation", "non_torch", "cuda_graph", "kv_budget", "kv_tokens",
              "concurrency")
-FLOOR_CLASSES = ("gemm", "elementwise", "attention", "moe")
+FLOOR_CLASSES = ("gemm", "elementwise", "attention", "moe", "gdn_prefill", "gdn_decode")
 BLOCK_CLASSES = ("mla_decode", "mla_prefill")
 
 # Bounds of the YAML's numbers (finite, and at most these): far beyond any real engine, so that a typo or a
@@ -252,6 +252,8 @@ class EngineKernels:
     experts on Hopper take a modular path that routes through the expert map in kernels of its own);
     ``moe_row_bytes_by_gpu``: likewise the bytes per routed row and hidden element the fused MoE moves beyond the
     staged rows tfcalc counts (TensorRT-LLM's CUTLASS NVFP4 flow on a B200: its permute, quantize and finalize);
+    ``gdn_efficiency_by_gpu``: per GPU preset name, the fraction of the dense bf16 peak this engine's chunked Gated
+    DeltaNet prefill kernel reaches (``Rates.gdn_efficiency``; default: the GEMM rate);
     ``linear_host_s_by_gpu``: per GPU preset name and weight storage format, the host seconds one linear layer's
     call takes when it runs outside a CUDA graph (its Python path: input quantisation, scale layout, kernel
     dispatch), as (max tokens, seconds, seconds when the tokens are a multiple of ``kernels.SCALE_ALIGNED_ROWS``
@@ -313,6 +315,7 @@ class EngineKernels:
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_ep_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_row_bytes_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    gdn_efficiency_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
     fp8_kv_prefill_scale_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
@@ -518,7 +521,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_by_architecture", "moe_ep_every_row",
                           "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "moe_ep_floors_us",
-                          "moe_row_bytes", "linear_host_us",
+                          "moe_row_bytes", "gdn_efficiency", "linear_host_us",
                           "fp8_kv_attention", "fp8_kv_prefill_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
@@ -940,6 +943,13 @@ def _dynamic_scale(value: Any, origin: str) -> dict[str, float]:
             for gpu, us in _gpu_entries(value, origin, key, "microseconds").items()}
 
 
+def _gdn_efficiency(value: Any, origin: str) -> dict[str, float]:
+    """``kernels.gdn_efficiency``: GPU preset name -> a fraction of the bf16 peak in (0, 1]."""
+    key = "kernels.gdn_efficiency"
+    return {str(gpu): _num(x, origin, f"{key}.{gpu}", 1e-4, 1.0)
+            for gpu, x in _gpu_entries(value, origin, key, "fractions of the bf16 peak").items()}
+
+
 def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
     """Validate an engine preset's ``kernels:`` block (units as printed: microseconds); absent fields keep
     ``EngineKernels``' defaults."""
@@ -978,6 +988,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_ep_floors_by_gpu=_moe_floors(data.get("moe_ep_floors_us"), origin, "kernels.moe_ep_floors_us"),
         moe_row_bytes_by_gpu=_by_gpu(data.get("moe_row_bytes"), origin, "kernels.moe_row_bytes", MOE_EXPERT_DTYPES,
                                      0.0, MAX_MOE_ROW_BYTES),
+        gdn_efficiency_by_gpu=_gdn_efficiency(data.get("gdn_efficiency"), origin),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
         fp8_kv_prefill_scale_by_gpu=_fp8_kv_prefill(data.get("fp8_kv_prefill_attention"), origin),
