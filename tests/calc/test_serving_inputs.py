@@ -66,6 +66,29 @@ def test_kv_shape_follows_the_engines_pool() -> None:
     assert full.units(1000) == 1000
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "ideal"])
+@pytest.mark.parametrize("tp,context", [(1, 32_768), (2, 8192)])
+def test_kv_shape_counts_gated_deltanet_states(engine: str, tp: int, context: int) -> None:
+    """Qwen3.5-27B's 48 Gated DeltaNet layers hold a state per sequence: in vLLM's pool one 784-token block per state
+    layer (48 x 784 / 64 = 588 tokens of the stack, 294 at tp 2 where the state halves and KV heads split), elsewhere
+    its bytes in the attention layers' tokens; the pool then seats the sequences plan's concurrency counts, and a
+    shared prefix carries no state of its own."""
+    spec, gpu = load_model("qwen3.5-27b"), load_gpu("h100-sxm")
+    e = None if engine == "ideal" else load_engine(engine)
+    shape = kv_shape(spec, e, tp=tp)
+    m = replica_memory(spec, gpu, parse_weight_precision("bf16"), get_dtype("bf16"), tp=tp, pp=1, ep=1, engine=e,
+                       max_model_len=context, max_num_seqs=256, max_num_batched_tokens=8192)
+    state = 48 * (3 * (2 * 16 * 128 + 48 * 128) * 2 + 48 * 128 * 128 * 4) // tp   # bytes per sequence per GPU
+    if engine == "vllm":
+        assert shape.state_units == 48 * 784 / 64 and m.block_size == 784
+    else:
+        assert shape.state_units == pytest.approx(state / (16 * 2 * (4 // tp) * 256 * 2))
+    whole_blocks = -(-context // m.block_size) * m.block_size   # the engine rounds a request up to whole blocks
+    seats = m.kv_capacity_tokens / shape.units(whole_blocks)
+    assert m.max_sequences_at_max_len <= seats < m.max_sequences_at_max_len + 1
+    assert shape.units(1000, state=False) == 1000 * 16 / shape.num_layers
+
+
 def test_simulated_step_is_the_latency_model() -> None:
     step = _step("llama3-8b")
     assert step.time(32, 2048.0, 512, 1024.0, 1) == serving_step_seconds(step.deployment, 32, 2048.0, 512, 1024)

@@ -208,6 +208,7 @@ CASES = [
     ("llama3-8b", 256, 8192, 60_000, 30.0, None, False),      # tight KV: preemptions
     ("llama3-8b", 32, 2048, BIG, None, 48, False),           # closed loop, more clients than seats
     ("gemma2-9b", 64, 2048, 200_000, 15.0, None, False),     # sliding windows
+    ("qwen3.5-27b", 64, 2048, 60_000, 15.0, None, False),    # Gated DeltaNet states: a block per state layer
     ("llama3-8b", 256, 8192, 60_000, 30.0, None, True),       # SGLang's step policy, preemptions
     ("llama3-8b", 32, 2048, BIG, None, 48, True),
     ("llama3-8b", 256, 8192, 60_000, 30.0, None, "reserve"),  # and its admission reserving output tokens

@@ -78,7 +78,8 @@ def test_reference_engines_exist() -> None:
     # the kernel facts issue 9 measured, now in the engine version presets they were measured on
     assert load_engine("vllm").kernels.block_floors_s == pytest.approx({"mla_decode": 79e-6, "mla_prefill": 100e-6})
     assert load_engine("vllm@0.9").kernels == load_engine("vllm").kernels  # shared, not repeated
-    assert load_engine("sglang").kernels.floors_s == pytest.approx({"attention": 9.2e-6, "moe": 22e-6})
+    assert load_engine("sglang").kernels.floors_s == pytest.approx({"attention": 9.2e-6, "moe": 22e-6,
+                                                                    "gdn_prefill": 21.7e-6, "gdn_decode": 4.2e-6})
     trt = load_engine("trtllm").kernels
     assert trt.fused_activation_quant and trt.floors_s["moe"] == pytest.approx(29.4e-6)
     fast = load_engine("gpt-fast")

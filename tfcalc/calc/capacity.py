@@ -427,7 +427,7 @@ def step_source(spec: ModelSpec, space: SearchSpace, engine: EngineSpec | None, 
             _STEPS.clear()
         hit = _STEPS[key] = latency_step(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine=engine,
                                          rates=space.rates, gpus_per_node=space.gpus_per_node,
-                                         routing=space.routing)
+                                         routing=space.routing, block_size=space.block_size)
     return hit
 
 

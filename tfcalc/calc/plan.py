@@ -324,6 +324,20 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
                        sequences=sequences, window_aware=window_aware, per_seq=per_seq)
 
 
+def state_page(spec: ModelSpec, engine: EngineSpec | None, sh: Shard, kv_dtype: DType, block: int) -> tuple[int, int]:
+    """(one request's state in one Gated DeltaNet layer on this GPU in bytes, its conv and recurrent states in their
+    formats (``kv_cache.state_dtypes``); the KV block the engine then uses: vLLM's hybrid allocator raises it until
+    one attention page holds that state, ``engine.hybrid_block_size``)."""
+    if spec.linear_attention is None:
+        return 0, block
+    conv_dtype, recurrent_dtype = state_dtypes(spec)
+    state = math.ceil(conv_dtype.bytes_for(sh.state_conv_elements) + recurrent_dtype.bytes_for(
+        sh.state_recurrent_elements))
+    if engine is not None and engine.kv.hybrid_groups and memory_model(engine) is not None:
+        block = eng.hybrid_block_size(block, _ceil_bytes(kv_dtype, sh.kv_elements), state)
+    return state, block
+
+
 # --- the plan -----------------------------------------------------------------------------------------------
 
 
@@ -363,12 +377,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     act_dtype = activation_dtype or get_dtype("bf16")
     act_bytes = max(1, int(act_dtype.bits_per_element) // 8)
     sh, vocab_rows, padded = _engine_shard(spec, par, e, precision)
-    conv_dtype, recurrent_dtype = state_dtypes(spec)
-    state = math.ceil(conv_dtype.bytes_for(sh.state_conv_elements)
-                      + recurrent_dtype.bytes_for(sh.state_recurrent_elements))  # per request, per Gated DeltaNet layer
     asked = block
-    if e is not None and e.kv.hybrid_groups and memory_model(e) is not None:
-        block = eng.hybrid_block_size(block, _ceil_bytes(kv_dtype, sh.kv_elements), state)
+    state, block = state_page(spec, e, sh, kv_dtype, block)
     nominal = gpu.memory_bytes
     capacity = eng.capacity_bytes(gpu) if e is not None else nominal
     startup = eng.startup_bytes(e, par.tp) if e is not None else 0

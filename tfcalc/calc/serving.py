@@ -175,7 +175,7 @@ def _make_work(r: ReplicaServing) -> _Work:
     accepted = r.spec.tokens_per_step if r.spec else 1.0
     tokens_per_decode = float(r.spec.num_tokens + 1) if r.spec else 1.0
     context = i.mean + (d_m2 + d_mean) / (2 * d_mean) if d_mean > 0 else i.mean
-    live = kv.units(context) - (kv.units(prefix) if h else 0.0) + r.block_size / 2
+    live = kv.units(context) - (kv.units(prefix, state=False) if h else 0.0) + r.block_size / 2
     if r.policy.reserve_output:   # SGLang's admission: the remaining output (mean residual) x its ratio's floor
         remaining = min(context - i.mean, CLIP_MAX_NEW_TOKENS)
         live += RATIO_MIN * (kv.units(context + remaining) - kv.units(context))

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from tfcalc.calc.kernels import UNIFORM, Routing
+from tfcalc.calc.kv_cache import default_kv_dtype
 from tfcalc.calc.latency import Deployment, StepShape, in_flight_seconds, serving_step_seconds
-from tfcalc.calc.plan import PlanConfig, plan_fit
-from tfcalc.calc.shard import attention_ranks
+from tfcalc.calc.plan import DEFAULT_BLOCK_SIZE, PlanConfig, plan_fit, state_page
+from tfcalc.calc.shard import Parallelism, attention_ranks, shard
 from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
@@ -39,32 +40,51 @@ from tfcalc.spec.model import ModelSpec
 
 @dataclass(frozen=True, kw_only=True)
 class KvShape:
-    """Which layers hold the whole context and which at most a window, as the engine's KV pool counts them."""
+    """Which layers hold the whole context and which at most a window, as the engine's KV pool counts them, and the
+    fixed state a sequence holds beside them (Gated DeltaNet layers: ``state_layers`` of them, which hold no tokens,
+    their state worth ``state_units`` of the pool per sequence)."""
 
     num_layers: int
     windows: tuple[tuple[int, int], ...] = ()  # (layer count, window) for sliding-window layers
+    state_layers: int = 0
+    state_units: float = 0.0
 
     def held(self, context: float) -> float:
         """Layer-tokens one sequence of ``context`` tokens holds: full layers x c + sliding x min(c, window)."""
-        if not self.windows:
+        if not self.windows and not self.state_layers:
             return self.num_layers * context
-        full = self.num_layers - sum(count for count, _ in self.windows)
+        full = self.num_layers - self.state_layers - sum(count for count, _ in self.windows)
         return full * context + sum(count * min(context, window) for count, window in self.windows)
 
-    def units(self, context: float) -> float:
-        """KV one sequence holds, in tokens of a layer stack without windows: held(c) / layers (= c without)."""
-        return self.held(context) / self.num_layers
+    def units(self, context: float, state: bool = True) -> float:
+        """KV one sequence holds, in tokens of a layer stack without windows: held(c) / layers (= c without), plus
+        its fixed state (``state``: a cached prefix shared between sequences has none of its own)."""
+        return self.held(context) / self.num_layers + (self.state_units if state else 0.0)
 
 
-def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None) -> KvShape:
+def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, kv_dtype: DType | None = None,
+             block_size: int | None = None) -> KvShape:
     """The model's sliding-window layers as the engine's pool holds them: window-capped for the ideal arithmetic and
     vLLM's hybrid allocator; an engine that caches sliding layers like full ones (or keeps a separate sliding pool,
-    SGLang) counts its pool in full-layer tokens."""
+    SGLang) counts its pool in full-layer tokens. Gated DeltaNet layers hold a state per sequence (``plan.state_page``
+    at this tp and KV format): one block per layer where vLLM's state groups page it, else its bytes counted in
+    tokens of the attention layers' cache."""
     model = memory_model(engine)
+    if spec.linear_attention is not None:
+        fmt = kv_dtype or default_kv_dtype(spec, engine)
+        block = block_size or (engine.block_size if engine is not None else DEFAULT_BLOCK_SIZE)
+        sh = shard(spec, Parallelism(tp=tp))
+        state, block = state_page(spec, engine, sh, fmt, block)
+        layers, attention = spec.num_linear_layers, spec.num_attention_layers
+        if model is not None and model.kv.hybrid_groups:
+            return KvShape(num_layers=spec.num_layers, state_layers=layers,
+                           state_units=layers * block / spec.num_layers)
+        return KvShape(num_layers=attention,   # the pool in tokens of the attention layers' cache
+                       state_units=layers * state / float(attention * fmt.bytes_for(sh.kv_elements)))
     if model is not None and not model.kv.hybrid_groups:
-        return KvShape(num_layers=spec.num_layers)
+        return KvShape(num_layers=spec.num_attention_layers)
     sliding = len(spec.sliding_window_layers) if spec.sliding_window is not None else 0
-    return KvShape(num_layers=spec.num_layers, windows=((sliding, spec.sliding_window),) if sliding else ())
+    return KvShape(num_layers=spec.num_attention_layers, windows=((sliding, spec.sliding_window),) if sliding else ())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +101,7 @@ class ReplicaMemory:
     max_sequences_at_max_len: int    # the engine's "maximum concurrency" at max_model_len
     block_size: int
     engine: str
+    state_bytes_per_layer: int = 0   # one sequence's state in one Gated DeltaNet layer on one GPU
 
 
 @lru_cache(maxsize=65536)
@@ -112,7 +133,8 @@ def replica_memory(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv
                          kv_budget_bytes_per_gpu=r.kv_budget_bytes_per_gpu,
                          kv_bytes_per_token_per_gpu=r.kv_bytes_per_token_per_gpu,
                          kv_capacity_tokens=max(r.kv_tokens_per_gpu, 0),
-                         max_sequences_at_max_len=sequences, block_size=r.block_size, engine=label)
+                         max_sequences_at_max_len=sequences, block_size=r.block_size, engine=label,
+                         state_bytes_per_layer=r.state_bytes_per_layer)
 
 
 # --- (b) speed -------------------------------------------------------------------------------------------
@@ -315,7 +337,7 @@ def cells_priced(step: StepSource) -> int:
 
 def latency_step(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, *, tp: int = 1,
                  pp: int = 1, ep: int = 1, engine: EngineSpec | None = None, rates: Callable | None = None,
-                 gpus_per_node: int = 8, routing: Routing = UNIFORM) -> LatencyStep:
+                 gpus_per_node: int = 8, routing: Routing = UNIFORM, block_size: int | None = None) -> LatencyStep:
     """The step source of one replica: ``deployment`` with the engine's kernels (``None``: the defaults, vLLM's),
     ``rates(gpu, base, phase) -> Rates`` replacing the GPU's rates per phase (calibration, efficiency overrides) and
     the MoE ``routing`` -- as ``tfcalc estimate`` builds it -- and the engine's KV pool shape."""
@@ -329,4 +351,5 @@ def latency_step(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         prefill, decode = rates(gpu, base, "prefill"), rates(gpu, base, "decode")
     d = deployment(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine_kernels=kernels,
                    gpus_per_node=gpus_per_node, rates_prefill=prefill, rates_decode=decode, routing=routing)
-    return LatencyStep(deployment=d, kv=kv_shape(spec, engine), label=engine.label if engine is not None else "ideal")
+    return LatencyStep(deployment=d, kv=kv_shape(spec, engine, tp=tp, kv_dtype=kv_dtype, block_size=block_size),
+                       label=engine.label if engine is not None else "ideal")

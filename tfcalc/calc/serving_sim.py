@@ -322,16 +322,18 @@ class _Engine:
         self.api_busy += self.chunk_s
         return done
 
-    def _units(self, tokens: int) -> int:
-        """Blocks a sequence of ``tokens`` held tokens occupies (window caps applied per layer)."""
-        if not self.kv.windows:
+    def _units(self, tokens: int, state: bool = True) -> int:
+        """Blocks a sequence of ``tokens`` held tokens occupies (window caps applied per layer; its fixed state
+        included unless ``state`` is false)."""
+        if not self.kv.windows and not self.kv.state_layers and not self.kv.state_units:
             return -(-tokens // self.cfg.block_size)
-        return math.ceil(self.kv.units(tokens) / self.cfg.block_size)
+        return math.ceil(self.kv.units(tokens, state) / self.cfg.block_size)
 
     def _blocks_needed(self, seq: _Seq, tokens: int) -> int:
-        """Blocks ``seq`` must add to hold ``tokens`` more (its cached prefix's blocks are shared, not its own)."""
-        if self.kv.windows:
-            return max(self._units(seq.length + tokens) - self._units(seq.cached), 0) - seq.blocks
+        """Blocks ``seq`` must add to hold ``tokens`` more (its cached prefix's blocks are shared, not its own; its
+        fixed state is its own)."""
+        if self.kv.windows or self.kv.state_layers or self.kv.state_units:
+            return max(self._units(seq.length + tokens) - self._units(seq.cached, state=False), 0) - seq.blocks
         size = self.cfg.block_size   # no windows: _units' ceilings inlined (this runs once per sequence and step)
         need = -(-(seq.length + tokens) // size) + (-seq.cached // size)
         return (need if need > 0 else 0) - seq.blocks
