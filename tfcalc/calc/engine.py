@@ -181,7 +181,8 @@ def hybrid_block_size(block_size: int, attention_page_bytes_per_token: int, stat
 def blocks_per_request(engine: EngineSpec, groups: KVGroups, window: int | None, max_model_len: int,
                        max_num_batched_tokens: int, block_size: int) -> int:
     """Blocks one request of max_model_len tokens needs (vLLM get_max_concurrency_for_kv_cache_config): a full
-    group cdiv(L, block); a sliding group cdiv(min(window - 1 + max_num_batched_tokens, L), block) + 1."""
+    group cdiv(L, block); a sliding group cdiv(min(window - 1 + max_num_batched_tokens, L), block) + 1; a state
+    group one block."""
     full = -(-max_model_len // block_size)
     if not groups.sliding_groups or window is None:  # a state group: one block per request
         return (groups.full_groups + groups.sliding_groups) * full + groups.state_groups

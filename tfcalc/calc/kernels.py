@@ -386,8 +386,9 @@ GDN_CHUNK = 64  # the chunk length of flash-linear-attention's chunk_gated_delta
 
 def gated_delta_rule(rates: Rates, *, seqs: float, tokens: float, heads: int, key_dim: int, value_dim: int,
                      state_bytes: float, io_bytes: float, decode: bool) -> Cost:
-    """Gated DeltaNet's recurrence over ``heads`` value heads (arXiv:2412.06464; flash-linear-attention's kernels,
-    which vLLM and SGLang run). Decode (fused_recurrent, one token per sequence): 7 dk dv FLOPs per head and token
+    """Gated DeltaNet's recurrence over ``heads`` value heads (arXiv:2412.06464) as engines run it (FlashInfer's
+    kernels on vLLM 0.24, flash-linear-attention's on SGLang and TensorRT-LLM). Decode (fused recurrent, one token
+    per sequence): 7 dk dv FLOPs per head and token
     (decay, read, delta, write, output), memory-bound on each sequence's state read and written (2 x
     ``state_bytes``). Prefill (chunk_gated_delta_rule over chunks of C = ``GDN_CHUNK``): per token and head
     6 dk dv (inter-chunk state reads and update) + 4 C (dk + dv) (intra-chunk scores, UT transform and values)

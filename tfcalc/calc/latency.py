@@ -234,12 +234,12 @@ class _Dims:
     qk_norm: bool
     qk_norm_across_heads: bool
     attention_gate: bool  # q_proj also yields the output gate (Qwen3-Next)
-    # Gated DeltaNet layers per GPU (0 heads: none): key / value heads, their dims, one sequence's state bytes
+    # Gated DeltaNet layers per GPU (0 heads: none): key / value heads, their dims, one sequence's conv and
+    # recurrent state bytes
     linear_key_heads: int
     linear_value_heads: int
     linear_key_dim: int
     linear_value_dim: int
-    linear_conv_kernel: int
     linear_conv_state_bytes: float
     linear_state_bytes: float
     window: int | None
@@ -406,7 +406,6 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  linear_key_heads=la.num_key_heads // tp if la else 0,
                  linear_value_heads=la.num_value_heads // tp if la else 0,
                  linear_key_dim=la.key_head_dim if la else 0, linear_value_dim=la.value_head_dim if la else 0,
-                 linear_conv_kernel=la.conv_kernel if la else 0,
                  linear_conv_state_bytes=float(conv_dtype.bytes_for(la.conv_state_elements // tp)) if la else 0.0,
                  linear_state_bytes=float(state_dtype.bytes_for(la.recurrent_state_elements // tp)) if la else 0.0,
                  window=spec.sliding_window, attn=mode("attention"), mlp=mode("mlp"), experts_mode=mode("experts"),

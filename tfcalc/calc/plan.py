@@ -325,9 +325,9 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
 
 
 def state_page(spec: ModelSpec, engine: EngineSpec | None, sh: Shard, kv_dtype: DType, block: int) -> tuple[int, int]:
-    """(one request's state in one Gated DeltaNet layer on this GPU in bytes, its conv and recurrent states in their
-    formats (``kv_cache.state_dtypes``); the KV block the engine then uses: vLLM's hybrid allocator raises it until
-    one attention page holds that state, ``engine.hybrid_block_size``)."""
+    """(bytes of one request's state in one Gated DeltaNet layer on this GPU, its conv and recurrent parts in their
+    formats (``kv_cache.state_dtypes``); the KV block the engine uses: vLLM's hybrid allocator raises ``block``
+    until one attention page holds that state, ``engine.hybrid_block_size``)."""
     if spec.linear_attention is None:
         return 0, block
     conv_dtype, recurrent_dtype = state_dtypes(spec)

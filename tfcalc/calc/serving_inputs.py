@@ -72,7 +72,7 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
     model = memory_model(engine)
     if spec.linear_attention is not None:
         fmt = kv_dtype or default_kv_dtype(spec, engine)
-        block = block_size or (engine.block_size if engine is not None else DEFAULT_BLOCK_SIZE)
+        block = block_size or (engine.block_size if engine is not None else None) or DEFAULT_BLOCK_SIZE
         sh = shard(spec, Parallelism(tp=tp))
         state, block = state_page(spec, engine, sh, fmt, block)
         layers, attention = spec.num_linear_layers, spec.num_attention_layers

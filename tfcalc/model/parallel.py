@@ -72,9 +72,6 @@ def check_sharding(spec: ModelSpec, tp: int, ep: int) -> None:
     if ep > tp and ep % tp:
         raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
     check_parallelism(spec, world, tp, 1, ep)
-    la = spec.linear_attention
-    if la is not None and spec.num_linear_layers and la.num_key_heads % tp:
-        raise UsageError(f"tp {tp} does not divide the {la.num_key_heads} linear-attention key heads of {spec.name}")
     dense_layers = spec.num_layers - spec.num_moe_layers
     if dense_layers and spec.intermediate_size % tp:
         raise UsageError(f"tp {tp} does not divide the FFN width {spec.intermediate_size} of {spec.name}")
