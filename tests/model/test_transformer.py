@@ -63,7 +63,7 @@ def test_cached_decode_and_chunked_prefill_equal_full_forward(make_spec, preset:
     assert int(model.cache_pos) == 13
 
 
-@pytest.mark.parametrize("preset", ["llama3.2-1b", "gemma2-9b", "gpt-oss-20b"])
+@pytest.mark.parametrize("preset", ["llama3.2-1b", "gemma2-9b", "gpt-oss-20b", "qwen3.5-27b"])
 def test_perturbing_token_t_changes_no_earlier_output(make_spec, preset: str) -> None:
     torch.manual_seed(0)
     spec = make_spec(preset)
