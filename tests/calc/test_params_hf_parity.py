@@ -53,7 +53,7 @@ PRESET_FIXTURES = (
     "llama3-8b", "llama3.1-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b", "mistral-7b",
     "mixtral-8x7b", "mixtral-8x22b", "qwen2.5-7b", "qwen2.5-72b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gemma2-9b",
     "gemma2-27b", "deepseek-v3", "phi3-mini", "gpt-oss-20b", "gpt-oss-120b", "glm-4.6", "glm-4.5-air", "minimax-m2.5",
-    "gemma3-27b", "qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-397b-a17b",
+    "gemma3-27b", "qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b",
 )
 # Attention modules that read ``config.sliding_window`` on every layer instead of holding a per-layer window.
 _CONFIG_WIDE_WINDOW = {"mistral", "mixtral", "phi3"}
