@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from small_configs import SMALL_QWEN3_5, SMALL_QWEN3_NEXT, small_config_spec
-from test_transformer import _copy_ffn, compiled_decode_error, run_in_chunks
+from test_transformer import _copy_ffn, compiled_decode_error, run_in_chunks, twin_models
 
 from tfcalc.calc.params import count_params
 from tfcalc.model import Transformer, build_model
@@ -145,13 +145,7 @@ def _hybrid_twin(transformers: Any, config: dict, **mutation: bool) -> tuple[Tra
     weight (zero-centred norms, the gated norm, dt_bias) and A_log drawn away from its default so that it matters,
     the embedding scaled to std 0.1.
     ``mutation`` (interleave=False, swap_gate=True) copies a layout wrongly."""
-    torch.manual_seed(0)
-    spec = small_config_spec(config)
-    ours = build_model(spec, dtype=torch.float32)
-    fields = {k: v for k, v in config.items() if k != "model_type"}
-    hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields, attn_implementation="eager",
-                                                  experts_implementation="eager")
-    hf = transformers.AutoModelForCausalLM.from_config(hf_config).float().eval()
+    ours, hf = twin_models(transformers, config, torch.float32)
     fused = config["model_type"] == "qwen3_next"
     with torch.no_grad():
         for p in ours.parameters():

@@ -543,16 +543,21 @@ def test_gemma3_sliding_layers_rotate_by_their_base_and_global_layers_by_theta()
 
 # --- against transformers: GLM-4.5 MoE and MiniMax-M2 (partial RoPE, QK-norm per head and across heads) ----------
 
-def _hf_twin(transformers: Any, config: dict) -> tuple[Transformer, Any]:
-    """Our decoder read from a small config.json, and transformers' model of the same config with our weights
-    (QK-norm weights and router score biases drawn away from their defaults so that they matter)."""
+def twin_models(transformers: Any, config: dict, dtype: torch.dtype) -> tuple[Transformer, Any]:
+    """Our decoder read from a small config.json and transformers' model of the same config (eager attention and
+    experts), both in ``dtype``, seeded; the weights still to be copied."""
     torch.manual_seed(0)
-    spec = small_config_spec(config)
-    ours = build_model(spec, dtype=torch.float64)
+    ours = build_model(small_config_spec(config), dtype=dtype)
     fields = {k: v for k, v in config.items() if k != "model_type"}
     hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields, attn_implementation="eager",
                                                   experts_implementation="eager")
-    hf = transformers.AutoModelForCausalLM.from_config(hf_config).double().eval()
+    return ours, transformers.AutoModelForCausalLM.from_config(hf_config).to(dtype).eval()
+
+
+def _hf_twin(transformers: Any, config: dict) -> tuple[Transformer, Any]:
+    """Our decoder read from a small config.json, and transformers' model of the same config with our weights
+    (QK-norm weights and router score biases drawn away from their defaults so that they matter)."""
+    ours, hf = twin_models(transformers, config, torch.float64)
     with torch.no_grad():
         _copy_ends_to_hf(ours, hf)
         for block, layer in zip(ours.layers, hf.model.layers, strict=True):
