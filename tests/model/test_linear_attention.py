@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from small_configs import SMALL_QWEN3_5, SMALL_QWEN3_NEXT, small_config_spec
-from test_transformer import _copy_ffn, compiled_decode_error, run_in_chunks, twin_models
+from test_transformer import _copy_ffn, compiled_decode_error, copy_norms_and_ffn_to_hf, run_in_chunks, twin_models
 
 from tfcalc.calc.params import count_params
 from tfcalc.model import Transformer, build_model
@@ -164,15 +164,9 @@ def _hybrid_twin(transformers: Any, config: dict, **mutation: bool) -> tuple[Tra
                 _copy_deltanet(block.attention, layer.linear_attn, fused, mutation.get("interleave", True))
             else:
                 _copy_gated_attention(block.attention, layer.self_attn, mutation.get("swap_gate", False))
-            layer.input_layernorm.weight.copy_(block.attention_norm.weight)
-            layer.post_attention_layernorm.weight.copy_(block.ffn_norm.weight)
-            ffn = block.ffn
-            if ffn.__class__.__name__ != "MoE":
-                _copy_ffn(layer.mlp, ffn)
+            ffn = copy_norms_and_ffn_to_hf(block, layer)
+            if ffn is None:
                 continue
-            layer.mlp.gate.weight.copy_(ffn.router.weight)
-            layer.mlp.experts.gate_up_proj.copy_(ffn.w_in)
-            layer.mlp.experts.down_proj.copy_(ffn.w_out)
             _copy_ffn(layer.mlp.shared_expert, ffn.shared)
             layer.mlp.shared_expert_gate.weight.copy_(ffn.shared_gate.weight)
     return ours, hf

@@ -543,6 +543,21 @@ def test_gemma3_sliding_layers_rotate_by_their_base_and_global_layers_by_theta()
 
 # --- against transformers: GLM-4.5 MoE and MiniMax-M2 (partial RoPE, QK-norm per head and across heads) ----------
 
+def copy_norms_and_ffn_to_hf(block: torch.nn.Module, layer: Any) -> torch.nn.Module | None:
+    """One block's pre-norms and FFN into a transformers decoder layer: a dense MLP whole; of a MoE the router and
+    the routed experts, returning it for the family's own extras (None for a dense MLP)."""
+    layer.input_layernorm.weight.copy_(block.attention_norm.weight)
+    layer.post_attention_layernorm.weight.copy_(block.ffn_norm.weight)
+    ffn = block.ffn
+    if ffn.__class__.__name__ != "MoE":
+        _copy_ffn(layer.mlp, ffn)
+        return None
+    layer.mlp.gate.weight.copy_(ffn.router.weight)
+    layer.mlp.experts.gate_up_proj.copy_(ffn.w_in)
+    layer.mlp.experts.down_proj.copy_(ffn.w_out)
+    return ffn
+
+
 def twin_models(transformers: Any, config: dict, dtype: torch.dtype) -> tuple[Transformer, Any]:
     """Our decoder read from a small config.json and transformers' model of the same config (eager attention and
     experts), both in ``dtype``, seeded; the weights still to be copied."""
@@ -566,18 +581,12 @@ def _hf_twin(transformers: Any, config: dict) -> tuple[Transformer, Any]:
             for ours_norm, hf_norm in ((a.q_norm, h.q_norm), (a.k_norm, h.k_norm)):
                 ours_norm.weight.uniform_(0.5, 1.5)
                 hf_norm.weight.copy_(ours_norm.weight)
-            layer.input_layernorm.weight.copy_(block.attention_norm.weight)
-            layer.post_attention_layernorm.weight.copy_(block.ffn_norm.weight)
-            ffn = block.ffn
-            if ffn.__class__.__name__ != "MoE":
-                _copy_ffn(layer.mlp, ffn)
+            ffn = copy_norms_and_ffn_to_hf(block, layer)
+            if ffn is None:
                 continue
             ffn.score_bias.uniform_(-0.1, 0.1)
-            layer.mlp.gate.weight.copy_(ffn.router.weight)
             score_bias = getattr(layer.mlp.gate, "e_score_correction_bias", None)
             (layer.mlp.e_score_correction_bias if score_bias is None else score_bias).copy_(ffn.score_bias)
-            layer.mlp.experts.gate_up_proj.copy_(ffn.w_in)
-            layer.mlp.experts.down_proj.copy_(ffn.w_out)
             if ffn.shared is not None:
                 _copy_ffn(layer.mlp.shared_experts, ffn.shared)
     return ours, hf
