@@ -36,6 +36,7 @@ from tfcalc.calc.params import count_params
 from tfcalc.dtypes import PARAM_COMPONENTS
 from tfcalc.spec.hf_config import (
     FAMILIES,
+    LLAMA4_VISION_DEFAULTS,
     MULTIMODAL,
     PIXTRAL_DEFAULTS,
     QWEN2_5_VL_DEFAULTS,
@@ -126,7 +127,10 @@ def hf_model(name: str) -> HFModel:
     seconds = time.perf_counter() - start
     param_names = {n for n, _ in model.named_parameters(remove_duplicate=False)}
     buffers = tuple((n, tuple(t.shape)) for n, t in model.state_dict().items() if n not in param_names)
-    text = getattr(model.model, "language_model", model.model)  # a multimodal model's decoder
+    # a multimodal model's decoder: model.model.language_model, or Llama 4's model.language_model.model
+    text = model.language_model.model if hasattr(model, "language_model") else getattr(
+        model.model, "language_model", model.model)
+    text_config = getattr(config, "text_config", config)
     windows, head_dims, moe_layers = [], [], []
     linear_layers = []
     for i, layer in enumerate(text.layers):
@@ -138,9 +142,11 @@ def hf_model(name: str) -> HFModel:
             window = getattr(attn, "sliding_window", None)
             if model_type in _CONFIG_WIDE_WINDOW:
                 window = config.sliding_window
+            if getattr(text_config, "layer_types", None) and text_config.layer_types[i] == "chunked_attention":
+                window = text_config.attention_chunk_size  # Llama 4: the chunk its mask keeps
             windows.append(window or None)
             head_dims.append(getattr(attn, "qk_head_dim", getattr(attn, "head_dim", 0)))
-        if hasattr(layer.mlp, "experts"):
+        if hasattr(getattr(layer, "mlp", None) or layer.feed_forward, "experts"):
             moe_layers.append(i)
     first_attention = next(layer for layer in text.layers if hasattr(layer, "self_attn"))
     return HFModel(
@@ -154,7 +160,7 @@ def hf_model(name: str) -> HFModel:
             getattr(text, "rotary_emb", None), "inv_freq", None), torch.Tensor) else None,
         qk_norm=hasattr(first_attention.self_attn, "q_norm"),
         linear_layers=tuple(linear_layers),
-        tied=not any(n.startswith("lm_head") for n, _ in model.named_parameters()),
+        tied=not any(n.startswith(("lm_head", "language_model.lm_head")) for n, _ in model.named_parameters()),
         seconds=seconds,
     )
 
@@ -166,14 +172,16 @@ def spec(name: str) -> ModelSpec:
 
 def _component(name: str) -> str:
     """The ``count_params`` component a transformers parameter or buffer name belongs to."""
-    if ".vision_tower." in name or ".multi_modal_projector." in name or name.startswith("model.visual."):
+    if (".vision_tower." in name or "multi_modal_projector." in name or name.startswith(("model.visual.",
+                                                                                           "vision_model."))):
         return "encoder"
     if "embed_tokens" in name:
         return "embedding"
-    if name.startswith("lm_head"):
+    if name.startswith(("lm_head", "language_model.lm_head")):
         return "lm_head"
     if "norm" in name.rsplit(".", 2)[-2]:  # *_layernorm, q_norm, k_norm, q_a_layernorm, kv_a_layernorm, model.norm
         return "norms"
+    name = name.replace(".feed_forward.", ".mlp.")  # Llama 4's name for the block's FFN
     if ".mlp.experts." in name:
         return "experts"
     if ".mlp.shared_expert" in name:  # shared_expert(s).*, shared_expert_gate
@@ -297,7 +305,8 @@ def test_multimodal_defaults_match_transformers_config_classes() -> None:
     for model_type, m in MULTIMODAL.items():
         text = CONFIG_MAPPING[m.text_type]()
         assert {key: value(text, key) for key in m.text_defaults} == dict(m.text_defaults), model_type
-    for cls, defaults in ((SiglipVisionConfig, SIGLIP_DEFAULTS), (PixtralVisionConfig, PIXTRAL_DEFAULTS)):
+    for cls, defaults in ((SiglipVisionConfig, SIGLIP_DEFAULTS), (PixtralVisionConfig, PIXTRAL_DEFAULTS),
+                          (CONFIG_MAPPING["llama4_vision_model"], LLAMA4_VISION_DEFAULTS)):
         assert {key: getattr(cls(), key) for key in defaults} == defaults
     renamed = {"num_hidden_layers": "depth", "num_channels": "in_channels"}  # tfcalc's names for Qwen's keys
     for qwen, defaults in ((Qwen2_5_VLVisionConfig(), QWEN2_5_VL_DEFAULTS),

@@ -209,11 +209,20 @@ def encoder_shape(spec: ModelSpec) -> TPShape:
     bias-free conv (c t p^2 h). Qwen3.5 (qwen3_vl.py's vision transformer): per block qkv (3h^2 + 3h) and fc1
     (hI + I) column-, proj (h^2 + h) and fc2 (Ih + h) row-parallel, two LayerNorms; the merger's LayerNorm over h,
     fc1 (m^2 h squared + m^2 h) and fc2 (m^2 h x H + H); the conv with bias (c t p^2 h + h) and the position table
-    (positions x h) replicated."""
+    (positions x h) replicated. Llama 4 (mllama4.py): per block q, k, v (3h^2 + 3h) and fc1 (hI + I) column-, o
+    (h^2 + h) and fc2 (Ih + h) row-parallel, two LayerNorms; the bias-free patch linear (c p^2 h), the pixel-shuffle
+    adapter's fc1 (I x adapter_hidden) and fc2 (adapter_output^2) and the projector (vision_output x H) split; the
+    class token (h), position table ((patches + 1) x h) and the LayerNorms before and after replicated."""
     e = spec.encoder
     if e is None:
         return TPShape()
     h, i = e.hidden_size, e.intermediate_size
+    if e.kind == "llama4":
+        split = Params(matrix=(4 * h * h + 2 * h * i) * e.num_layers + e.num_channels * e.patch_size ** 2 * h
+                       + i * e.adapter_hidden_dim + e.adapter_output_dim ** 2 + e.vision_output_dim * spec.hidden_size,
+                       vector=(3 * h + i) * e.num_layers)
+        replicated = Params(matrix=(e.num_patches + 1) * h, vector=(2 * h + 4 * h) * e.num_layers + h + 4 * h)
+        return TPShape(split=split, replicated=replicated)
     if e.kind == "qwen3_5":
         big, wide = spec.hidden_size, e.merge_size ** 2 * h
         split = Params(matrix=(4 * h * h + 2 * h * i) * e.num_layers + wide * wide + wide * big,

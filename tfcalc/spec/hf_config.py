@@ -29,7 +29,7 @@ from tfcalc.spec.model import (
 from tfcalc.spec.model import check_int as check_spec_int
 from tfcalc.spec.presets import read_data_file
 
-SLIDING, FULL, LINEAR = "sliding_attention", "full_attention", "linear_attention"
+SLIDING, FULL, LINEAR, CHUNKED = "sliding_attention", "full_attention", "linear_attention", "chunked_attention"
 MAX_PATH_CHARS = 4096  # PATH_MAX: a repository id or a folder
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _CORE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
@@ -50,12 +50,15 @@ _SPEC_FIELD = {
     "qk_rope_head_dim": "mla.qk_rope_head_dim", "v_head_dim": "mla.v_head_dim",
     "rope_scaling.original_max_position_embeddings": "rope_scaling.original_max_position_embeddings",
     "n_group": "moe.expert_groups", "topk_group": "moe.groups_per_token",
+    "intermediate_size_mlp": "intermediate_size", "attention_chunk_size": "sliding_window",
+    "floor_scale": "attn_temperature_floor_scale",
     **dict.fromkeys(("first_k_dense_replace", "max_window_layers", "moe_layer_freq", "decoder_sparse_step",
-                     "sliding_window_pattern", "mlp_only_layers", "num_nextn_predict_layers"), "num_layers"),
+                     "sliding_window_pattern", "mlp_only_layers", "num_nextn_predict_layers", "moe_layers",
+                     "interleave_moe_layer_step", "no_rope_layer_interval"), "num_layers"),
 }
 
 # config.json number keys -> the ModelSpec field whose bounds (tfcalc.spec.model.FLOAT_LIMITS) they share.
-_SPEC_FLOAT_FIELD = {"routed_scaling_factor": "moe.routed_scaling_factor"}
+_SPEC_FLOAT_FIELD = {"routed_scaling_factor": "moe.routed_scaling_factor", "attn_scale": "attn_temperature_scale"}
 
 
 class _Config:
@@ -356,6 +359,58 @@ def _state_dtype(c: _Config) -> str | None:
     return _TORCH_DTYPES[raw]
 
 
+def _rope_layers(c: _Config) -> list[bool]:
+    """Llama 4: which layers apply RoPE, ``no_rope_layers`` (1: RoPE, 0: NoPE; at least one entry per layer), else
+    every layer but each ``no_rope_layer_interval``-th (transformers Llama4TextConfig)."""
+    value = c.data.get("no_rope_layers")
+    if not value:
+        every = c.int_or_default("no_rope_layer_interval", minimum=1)
+        return [(i + 1) % every != 0 for i in range(c.num_layers)]
+    if (not isinstance(value, list) or len(value) < c.num_layers
+            or any(isinstance(v, bool) or v not in (0, 1) for v in value)):
+        raise c.error(f"field 'no_rope_layers' must be a list of at least {c.num_layers} entries 0 or 1, got "
+                      f"{value!r:.40}")
+    return [v == 1 for v in value[:c.num_layers]]
+
+
+def _llama4_chunks(c: _Config) -> tuple[int | None, tuple[int, ...]]:
+    """Llama 4: the ``layer_types`` marked chunked_attention, else the RoPE layers, attend within chunks of
+    ``attention_chunk_size`` tokens (null: every layer attends to the whole context)."""
+    chunk = c.opt_int("attention_chunk_size", minimum=1)
+    types = c.layer_types((CHUNKED, FULL))
+    if types is None:
+        types = [CHUNKED if rope else FULL for rope in _rope_layers(c)]
+    layers = tuple(i for i, kind in enumerate(types) if kind == CHUNKED)
+    return (chunk, layers) if chunk and layers else (None, ())
+
+
+def _llama4_attention(c: _Config) -> dict[str, Any]:
+    """Llama 4's attention numerics: chunked local layers, NoPE layers with attention temperature tuning, the
+    weightless QK norm of use_qk_norm, RoPE on adjacent pairs (transformers Llama4TextAttention)."""
+    tuning = c.get("attn_temperature_tuning")
+    if not isinstance(tuning, (bool, int)):  # released configs wrote true or a number (4): any non-zero turns it on
+        raise c.error(f"field 'attn_temperature_tuning' must be true or false, got {tuning!r:.40}")
+    return {"local_attention": "chunked", "rope_interleaved": True, "qk_l2_norm": c.flag("use_qk_norm"),
+            "nope_layers": tuple(i for i, rope in enumerate(_rope_layers(c)) if not rope),
+            "attn_temperature_floor_scale": c.int_or_default("floor_scale", minimum=1) if tuning else None,
+            "attn_temperature_scale": c.req_float("attn_scale") if tuning else 0.0}
+
+
+def _llama4_moe(c: _Config) -> MoESpec:
+    """Llama4TextMoe on ``moe_layers`` (else every ``interleave_moe_layer_step``-th layer): top-k of sigmoid scores
+    that scale each expert's input, one shared expert; experts and shared expert of ``intermediate_size``."""
+    if c.data.get("moe_layers") is not None:
+        moe = set(c.int_list("moe_layers"))
+    else:
+        step = c.int_or_default("interleave_moe_layer_step", minimum=1)
+        moe = set(range(step - 1, c.num_layers, step))
+    width = c.req_int("intermediate_size")
+    return MoESpec(num_experts=c.req_int("num_local_experts"), experts_per_token=c.req_int("num_experts_per_tok"),
+                   expert_intermediate_size=width, num_shared_experts=1, shared_expert_intermediate_size=width,
+                   dense_layers=tuple(i for i in range(c.num_layers) if i not in moe), router_scoring="sigmoid",
+                   normalize_top_k=False, router_weights_input=True)
+
+
 def _mla(c: _Config) -> MLASpec:
     q_rank = c.get("q_lora_rank")
     return MLASpec(q_lora_rank=None if q_rank is None else c.int_or_default("q_lora_rank", minimum=1),
@@ -385,6 +440,8 @@ class _Family:
     attention_output_gate: bool = False  # q_proj also yields a sigmoid gate on the attention output (Qwen3-Next)
     norm_weight_offset: float = 0.0  # RMSNorm scales by (offset + w): 1 for Qwen3-Next's zero-centred weights
     dense_mlp: bool = True          # has a dense-MLP ``intermediate_size`` (Qwen3.5-MoE's text config has none)
+    dense_width_key: str = "intermediate_size"  # the dense MLP's width (Llama 4: intermediate_size_mlp)
+    numerics: Callable[[_Config], dict[str, Any]] | None = None  # further ModelSpec fields (Llama 4's attention)
     activation_key: str = "hidden_act"
     activation: str | None = None   # fixed activation name overriding the config's
     convention: str = "all_weights_touched"
@@ -509,6 +566,19 @@ FAMILIES: dict[str, _Family] = {
         required=("num_local_experts", "num_experts_per_tok"),
         attention=_no_bias, moe=_minimax_m2_moe, qk_norm=True, qk_norm_across_heads=True,
         rotary_dim_key="rotary_dim"),
+    # Llama 4 Scout / Maverick: GQA whose RoPE layers attend within 8192-token chunks and every fourth (NoPE) layer
+    # to the whole context, top-1 sigmoid-routed experts plus a shared expert (on every other layer in Maverick, the
+    # rest dense MLPs of intermediate_size_mlp); transformers Llama4TextConfig / Llama4ForCausalLM.
+    "llama4_text": _Family(
+        defaults={**_LLAMA_LIKE, "vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192,
+                  "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40,
+                  "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 131072,
+                  "rope_theta": 500000.0, "attention_bias": False, "num_experts_per_tok": 1, "num_local_experts": 16,
+                  "interleave_moe_layer_step": 1, "use_qk_norm": True, "no_rope_layer_interval": 4,
+                  "attention_chunk_size": 8192, "attn_temperature_tuning": True, "floor_scale": 8192,
+                  "attn_scale": 0.1},
+        sliding=_llama4_chunks, moe=_llama4_moe, dense_width_key="intermediate_size_mlp",
+        numerics=_llama4_attention),
     "gpt_oss": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": 8, "head_dim": 64, "max_position_embeddings": 131072,
                   "attention_bias": True, "sliding_window": 128, "rope_theta": 150000.0},
@@ -526,7 +596,7 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3", "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
     "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForCausalLM": "qwen3_5_text",
-    "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
+    "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text", "Llama4ForCausalLM": "llama4_text",
 }
 
 
@@ -691,6 +761,7 @@ MULTIMODAL: dict[str, _Multimodal] = {
         "max_window_layers": 80, "rope_theta": 1000000.0}),
     "qwen3_5": _Multimodal("qwen3_5_text", "qwen3_5_text", "qwen3_5_vision", {}, ("qwen3_5",)),
     "qwen3_5_moe": _Multimodal("qwen3_5_moe_text", "qwen3_5_moe_text", "qwen3_5_moe_vision", {}, ("qwen3_5_moe",)),
+    "llama4": _Multimodal("llama4_text", "llama4_text", "llama4_vision_model", {}),
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *MULTIMODAL}))
 # transformers' vision-config defaults (SiglipVisionConfig, PixtralVisionConfig, Qwen2_5_VLVisionConfig), under
@@ -704,9 +775,13 @@ QWEN2_5_VL_DEFAULTS = {"hidden_size": 3584, "intermediate_size": 3420, "num_hidd
 QWEN3_5_VISION_DEFAULTS = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "patch_size": 16,
                            "num_channels": 3, "spatial_merge_size": 2, "temporal_patch_size": 2,
                            "num_position_embeddings": 2304}
+LLAMA4_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 5632, "num_hidden_layers": 34, "patch_size": 14,
+                          "image_size": 448, "num_channels": 3, "projector_input_dim": 4096,
+                          "projector_output_dim": 4096, "vision_output_dim": 7680}
 _VISION = {"siglip_vision_model": ("siglip", SIGLIP_DEFAULTS), "pixtral": ("pixtral", PIXTRAL_DEFAULTS),
            "qwen2_5_vl": ("qwen2_5_vl", QWEN2_5_VL_DEFAULTS), "qwen3_5_vision": ("qwen3_5", QWEN3_5_VISION_DEFAULTS),
-           "qwen3_5_moe_vision": ("qwen3_5", QWEN3_5_VISION_DEFAULTS)}
+           "qwen3_5_moe_vision": ("qwen3_5", QWEN3_5_VISION_DEFAULTS),
+           "llama4_vision_model": ("llama4", LLAMA4_VISION_DEFAULTS)}
 _VISION_ALIASES = {"depth": "num_hidden_layers", "in_chans": "num_channels", "in_channels": "num_channels"}
 # top-level keys of a multimodal config.json that describe the whole checkpoint, kept beside its text_config
 _CHECKPOINT_KEYS = ("torch_dtype", "dtype", "quantization_config", "architectures", "_name_or_path", "auto_map")
@@ -742,6 +817,10 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
     extra: dict[str, Any]
     if kind == "siglip":
         extra = {"image_size": c.req_int("image_size"), "pooling_head": c.flag("vision_use_head")}
+    elif kind == "llama4":
+        extra = {"image_size": c.req_int("image_size"), "adapter_hidden_dim": c.req_int("projector_input_dim"),
+                 "adapter_output_dim": c.req_int("projector_output_dim"),
+                 "vision_output_dim": c.req_int("vision_output_dim")}
     elif kind == "pixtral":
         extra = {"merge_size": top.int_or_default("spatial_merge_size", minimum=1),
                  "projector_bias": top.flag("multimodal_projector_bias")}
@@ -812,7 +891,8 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         # no dense MLP (Qwen3.5-MoE): the field holds the expert width, used by no layer
-        intermediate_size=c.req_int("intermediate_size" if family.dense_mlp else "moe_intermediate_size"),
+        intermediate_size=c.req_int("moe_intermediate_size") if not family.dense_mlp else c.int_or_default(
+            family.dense_width_key, minimum=1),
         ffn_kind="gated",
         activation=_activation(c, family),
         tie_word_embeddings=c.flag("tie_word_embeddings"),
@@ -843,6 +923,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         **family.attention(c),
         **({"norm_weight_offset": family.norm_weight_offset} if family.norm_weight_offset else {}),
         **_gemma_numerics(c),
+        **(family.numerics(c) if family.numerics is not None else {}),
     )
     quant = c.data.get("quantization_config")
     native = checkpoint_precision(quant, spec, model_type, spec.native_dtype, c.origin)

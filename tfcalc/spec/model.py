@@ -27,7 +27,10 @@ Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped"]
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
 RouterScoring = Literal["softmax", "sigmoid"]
-EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl", "qwen3_5"]
+EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl", "qwen3_5", "llama4"]
+# How the ``sliding_window_layers`` attend: the last ``sliding_window`` tokens (Mistral, Gemma), or only the tokens
+# of their own ``sliding_window``-token chunk (Llama 4's attention_chunk_size; transformers "chunked_attention").
+LocalAttention = Literal["sliding", "chunked"]
 
 ACTIVE_CONVENTIONS: dict[str, str] = {
     "all_weights_touched": (
@@ -56,6 +59,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "norms_per_layer": (1, 16),
     "num_mtp_layers": (0, 1_000),
     "sliding_window": (1, 1 << 34),
+    "attn_temperature_floor_scale": (1, 1 << 34),
     "mla.q_lora_rank": (1, 1 << 20),
     "mla.kv_lora_rank": (1, 1 << 20),
     "mla.qk_nope_head_dim": (1, 1 << 16),
@@ -83,6 +87,9 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "linear_attention.key_head_dim": (1, 1 << 16),
     "linear_attention.value_head_dim": (1, 1 << 16),
     "linear_attention.conv_kernel": (1, 64),
+    "encoder.adapter_hidden_dim": (0, 1 << 20),
+    "encoder.adapter_output_dim": (0, 1 << 20),
+    "encoder.vision_output_dim": (0, 1 << 20),
 }
 # Inclusive bounds of float fields; every float is finite. POSITIVE as a lower bound means "> 0", the bound of a
 # field not listed here. Zero is allowed where it means "off" (yarn's mscale and mscale_all_dim, as DeepSeek's and
@@ -95,6 +102,7 @@ FLOAT_LIMITS: dict[str, tuple[float, float]] = {
     "final_logit_softcapping": (POSITIVE, 1e6),
     "query_pre_attn_scalar": (POSITIVE, 1 << 20),
     "norm_weight_offset": (-1.0, 1.0),
+    "attn_temperature_scale": (0.0, 1e6),
     "partial_rotary_factor": (POSITIVE, 1.0),
     "moe.routed_scaling_factor": (POSITIVE, 1e6),
     "rope_scaling.factor": (POSITIVE, 1e6),
@@ -328,7 +336,10 @@ class EncoderSpec:
     patch conv over ``temporal_patch_size`` frames, RMSNorms, fused qkv and proj with biases, a gated MLP with
     biases; its merger an RMSNorm and two linears over ``merge_size``^2 patches. ``qwen3_5`` (transformers
     Qwen3_5VisionModel): a 3-D patch conv with bias, a learned table of ``num_position_embeddings`` positions,
-    LayerNorms, fused qkv and proj with biases, a GELU MLP with biases; its merger a LayerNorm and two linears."""
+    LayerNorms, fused qkv and proj with biases, a GELU MLP with biases; its merger a LayerNorm and two linears.
+    ``llama4`` (transformers Llama4VisionModel): a bias-free patch linear, a class token and position table,
+    LayerNorms before and after, MHA with biases, a GELU MLP with biases; a bias-free pixel-shuffle adapter MLP
+    and a bias-free projector into the decoder's width."""
 
     kind: EncoderKind = "siglip"
     hidden_size: int
@@ -342,11 +353,21 @@ class EncoderSpec:
     projector_bias: bool = False  # Mistral 3's multimodal_projector_bias
     temporal_patch_size: int = 1  # Qwen2.5-VL's patches span 2 frames
     num_position_embeddings: int = 0  # Qwen3.5's learned position table (resampled to each image's grid)
+    # Llama 4's pixel-shuffle adapter MLP: fc1 from intermediate_size to adapter_hidden_dim, fc2 from and to
+    # adapter_output_dim (projector_input_dim / projector_output_dim); its projector maps vision_output_dim to the
+    # decoder's width
+    adapter_hidden_dim: int = 0
+    adapter_output_dim: int = 0
+    vision_output_dim: int = 0
 
     def __post_init__(self) -> None:
         check_fields(self, "encoder.")
-        if self.kind == "siglip":
-            _require(self.image_size is not None, "encoder.image_size is required for a siglip encoder")
+        if self.kind in ("siglip", "llama4"):
+            _require(self.image_size is not None, f"encoder.image_size is required for a {self.kind} encoder")
+        if self.kind == "llama4":
+            _require(min(self.adapter_hidden_dim, self.adapter_output_dim, self.vision_output_dim) > 0,
+                     "encoder.adapter_hidden_dim, adapter_output_dim and vision_output_dim are required for a "
+                     "llama4 encoder")
         if self.image_size is not None:
             _require(self.image_size % self.patch_size == 0, f"encoder.image_size ({self.image_size}) is not a "
                      f"multiple of encoder.patch_size ({self.patch_size})")
@@ -433,6 +454,9 @@ class MoESpec:
     router_score_correction_bias: bool = False
     expert_bias: bool = False
     normalize_top_k: bool = True
+    # Llama 4: each chosen expert's score multiplies the token before the expert, not the expert's output
+    # (vLLM fused_moe apply_router_weight_on_input; transformers Llama4TextMoe)
+    router_weights_input: bool = False
     # Routing numerics the bundled decoder reproduces (no size depends on them): DeepSeek-V3 scores experts with a
     # sigmoid, picks the top ``groups_per_token`` of ``expert_groups`` groups first, and scales the routed sum.
     router_scoring: RouterScoring = "softmax"
@@ -499,6 +523,19 @@ class ModelSpec:
     qk_norm_across_heads: bool = False
     sliding_window: int | None = None
     sliding_window_layers: tuple[int, ...] = ()
+    local_attention: LocalAttention = "sliding"
+    # Layers that apply no RoPE (Llama 4's NoPE layers, every fourth, attending to the whole context); their queries
+    # are scaled by 1 + attn_temperature_scale x log(1 + floor((pos + 1) / attn_temperature_floor_scale)) when the
+    # floor scale is set (transformers Llama4TextAttention, attn_temperature_tuning).
+    nope_layers: tuple[int, ...] = ()
+    attn_temperature_floor_scale: int | None = None
+    attn_temperature_scale: float = 0.0
+    # q and k RMS-normalised per head with no weight, after RoPE, on the RoPE layers only (Llama 4 Scout's
+    # use_qk_norm: transformers Llama4TextL2Norm); no parameters, unlike ``qk_norm``.
+    qk_l2_norm: bool = False
+    # RoPE rotates adjacent pairs (x_2i, x_2i+1) as complex numbers (Meta's Llama 4 reference, transformers
+    # Llama4's apply_rotary_emb) instead of the two halves of each head.
+    rope_interleaved: bool = False
     # Gated DeltaNet layers with a fixed per-sequence state (Qwen3-Next, Qwen3.5); the rest are attention layers.
     linear_attention: LinearAttentionSpec | None = None
     # q_proj also yields a sigmoid gate on each attention output channel (Qwen3-Next's gated attention: q_proj of
@@ -578,8 +615,11 @@ class ModelSpec:
                  "an even number of dimensions")
         if self.sliding_window is None:
             _require(not self.sliding_window_layers, f"{n}: sliding_window_layers given without sliding_window")
+            _require(self.local_attention == "sliding", f"{n}: local_attention chunked needs sliding_window (the "
+                     "chunk size)")
         try:
             check_layer_indices("sliding_window_layers", self.sliding_window_layers, self.num_layers)
+            check_layer_indices("nope_layers", self.nope_layers, self.num_layers)
             if self.moe is not None:
                 check_layer_indices("moe.dense_layers", self.moe.dense_layers, self.num_layers)
         except SpecError as exc:
@@ -643,7 +683,13 @@ class ModelSpec:
         return 0 if self.moe is None else self.num_layers - len(self._dense_layer_set)
 
     def is_sliding_layer(self, layer: int) -> bool:
+        """A local-attention layer: a sliding window, or a chunk when ``local_attention`` is chunked."""
         return layer in self._sliding_layer_set
+
+    @property
+    def chunked_attention(self) -> bool:
+        """The local layers attend within fixed chunks of ``sliding_window`` tokens (Llama 4), not a window."""
+        return self.local_attention == "chunked" and self.sliding_window is not None
 
     @functools.cached_property
     def _linear_layer_set(self) -> frozenset[int]:
@@ -681,5 +727,6 @@ class ModelSpec:
             if linear is not None:
                 linear = replace(linear, layers=tuple(i for i in linear.layers if i < n))
             spec = replace(spec, num_layers=n, moe=moe, quantized_weight_exceptions=exceptions, linear_attention=linear,
-                           sliding_window_layers=tuple(i for i in spec.sliding_window_layers if i < n))
+                           sliding_window_layers=tuple(i for i in spec.sliding_window_layers if i < n),
+                           nope_layers=tuple(i for i in spec.nope_layers if i < n))
         return replace(spec, **changes) if changes else spec
