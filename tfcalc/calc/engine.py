@@ -179,13 +179,17 @@ def hybrid_block_size(block_size: int, attention_page_bytes_per_token: int, stat
 
 
 def blocks_per_request(engine: EngineSpec, groups: KVGroups, window: int | None, max_model_len: int,
-                       max_num_batched_tokens: int, block_size: int) -> int:
+                       max_num_batched_tokens: int, block_size: int, chunked: bool = False) -> int:
     """Blocks one request of max_model_len tokens needs (vLLM get_max_concurrency_for_kv_cache_config): a full
-    group cdiv(L, block); a sliding group cdiv(min(window - 1 + max_num_batched_tokens, L), block) + 1; a state
-    group one block."""
+    group cdiv(L, block); a sliding group cdiv(min(window - 1 + max_num_batched_tokens, L), block) + 1, a chunked
+    one (``window`` the chunk) cdiv(min(window + max_num_batched_tokens, L), block) (ChunkedLocalAttentionSpec
+    max_admission_blocks_per_request); a state group one block."""
     full = -(-max_model_len // block_size)
     if not groups.sliding_groups or window is None:  # a state group: one block per request
         return (groups.full_groups + groups.sliding_groups) * full + groups.state_groups
+    if chunked:
+        local = -(-min(window + max_num_batched_tokens, max_model_len) // block_size)
+        return groups.full_groups * full + groups.sliding_groups * local + groups.state_groups
     held = min(window - 1 + max_num_batched_tokens, max_model_len) if engine.kv.sliding_chunk else min(
         window, max_model_len)
     return groups.full_groups * full + groups.sliding_groups * (-(-held // block_size) + 1) + groups.state_groups

@@ -428,13 +428,29 @@ def _tiles(tokens: int, past: int, window: int | None) -> tuple[float, float, in
     return total, longest, q_tiles
 
 
+def _chunked_tiles(tokens: int, past: int, chunk: int) -> tuple[float, float, int]:
+    """``_tiles`` for chunked local attention, as vLLM runs it (make_local_attention_virtual_batches): each chunk's
+    queries a causal attention of their own over that chunk's keys."""
+    first = min(tokens, chunk - past % chunk)  # the rest of the chunk the new tokens start in
+    whole, last = divmod(tokens - first, chunk)
+    pieces = ((first, past % chunk, 1), (chunk, 0, whole), (last, 0, 1))
+    total = longest = 0.0
+    q_tiles = 0
+    for n, p, count in pieces:
+        if n and count:
+            t, lo, q = _tiles(n, p, None)
+            total, longest, q_tiles = total + count * t, max(longest, lo), q_tiles + count * q
+    return total, longest, q_tiles
+
+
 def flash_prefill(rates: Rates, *, seqs: int, tokens: int, past: int, heads: int, qk_dim: int, v_dim: int,
-                  window: int | None, kv_bytes_read: float, exact_flops: float, fp8_cache: bool = False) -> Cost:
+                  window: int | None, kv_bytes_read: float, exact_flops: float, fp8_cache: bool = False,
+                  chunked: bool = False) -> Cost:
     """Causal flash attention for ``seqs`` sequences of ``tokens`` new tokens after ``past`` cached ones.
 
     ``exact_flops`` (2 heads (qk + v) per query-key pair actually attended) is reported; the time follows the
     tile work of the module docstring, times ``rates.fp8_kv_prefill_scale`` over an fp8 cache (``fp8_cache``)
-    where the engine measured its kernel so.
+    where the engine measured its kernel so. ``chunked``: ``window`` is Llama 4's attention chunk.
     """
     if seqs == 0 or tokens == 0:
         return Cost(0.0, 0.0, 0.0, "compute", 0)
@@ -443,7 +459,8 @@ def flash_prefill(rates: Rates, *, seqs: int, tokens: int, past: int, heads: int
     if rates.ideal:
         t_compute = exact_flops / rate
     else:
-        total, longest, _ = _tiles(tokens, past, window)
+        total, longest, _ = (_chunked_tiles(tokens, past, window) if chunked and window
+                             else _tiles(tokens, past, window))
         tile_flops = 2.0 * FLASH_TILE * FLASH_TILE * (qk_dim + v_dim)
         per_sm = rate / rates.sm_count
         work = seqs * heads * (total + (FLASH_PROLOGUE_TILES * -(-tokens // FLASH_TILE)))

@@ -4,7 +4,9 @@ MHA/GQA/MQA: each layer caches K and V, 2 x kv_heads x head_dim elements per tok
 (Shazeer 2019 MQA, arXiv:1911.02150; Ainslie et al. 2023 GQA, arXiv:2305.13245).
 MLA: each layer caches the compressed latent plus the shared RoPE key, kv_lora_rank + qk_rope_head_dim
 elements per token (DeepSeek-V2, arXiv:2405.04434 sec. 2.1.2), as DeepSeek and vLLM serve it.
-A sliding-window layer holds at most ``sliding_window`` tokens (Mistral 7B, arXiv:2310.06825 sec. 2).
+A sliding-window layer holds at most ``sliding_window`` tokens (Mistral 7B, arXiv:2310.06825 sec. 2); a chunked
+local-attention layer (Llama 4) the tokens of its current chunk, at most ``sliding_window`` too (vLLM
+ChunkedLocalAttentionManager frees the blocks of earlier chunks).
 A Gated DeltaNet layer (Qwen3-Next, Qwen3.5) caches no tokens: each sequence holds a fixed state instead, its conv's
 last conv_kernel - 1 rows and one key_head_dim x value_head_dim matrix per value head (arXiv:2412.06464; vLLM
 MambaStateShapeCalculator.gated_delta_net_state_shape), whatever the context.
@@ -38,10 +40,33 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype: DType) -> int:
 
 
 def tokens_held(spec: ModelSpec, layer: int, context: int) -> int:
-    """min(context, window) on sliding-window layers, none on Gated DeltaNet layers, else the whole context."""
+    """min(context, window) on sliding-window and chunked layers (a chunked layer's bound on the way to
+    ``context``), none on Gated DeltaNet layers, else the whole context."""
     if spec.sliding_window is not None and spec.is_sliding_layer(layer):
         return min(context, spec.sliding_window)
     return 0 if spec.is_linear_layer(layer) else context
+
+
+def keys_attended(window: int | None, start: int | float, count: int | float, chunked: bool = False) -> float:
+    """Sum over query positions i = start..start+count-1 of the keys each attends: i + 1 (causal), min(i + 1, window)
+    (sliding window), i mod window + 1 (chunked: the keys of its own window-token chunk, Llama 4)."""
+    def upto(n: int | float) -> float:  # positions 0..n-1
+        if window is None or n <= window:
+            return n * (n + 1) / 2
+        if chunked:
+            whole, rest = divmod(n, window)
+            return whole * window * (window + 1) / 2 + rest * (rest + 1) / 2
+        return window * (window + 1) / 2 + (n - window) * window
+
+    return upto(start + count) - upto(start)
+
+
+def keys_read(spec: ModelSpec, layer: int, context: int | float) -> int | float:
+    """Keys the decode query of a sequence whose cache holds ``context`` tokens (its own included) reads in
+    ``layer``: ``tokens_held``, but (context - 1) mod window + 1 on a chunked layer."""
+    if spec.chunked_attention and spec.is_sliding_layer(layer) and spec.sliding_window is not None:
+        return (context - 1) % spec.sliding_window + 1 if context >= 1 else 0
+    return tokens_held(spec, layer, context)  # type: ignore[arg-type]
 
 
 def tokens_held_all_layers(spec: ModelSpec, context: int) -> int:

@@ -36,7 +36,7 @@ from typing import NamedTuple
 from tfcalc.calc import comm, kernels
 from tfcalc.calc.engine import capacity_bytes
 from tfcalc.calc.kernels import Cost, Rates
-from tfcalc.calc.kv_cache import state_dtypes
+from tfcalc.calc.kv_cache import keys_attended, state_dtypes
 from tfcalc.calc.plan import check_parallelism, stage_layers
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
@@ -243,6 +243,7 @@ class _Dims:
     linear_conv_state_bytes: float
     linear_state_bytes: float
     window: int | None
+    chunked: bool  # the local layers attend within chunks of ``window`` tokens (Llama 4), not a sliding window
     attn: _Linear
     mlp: _Linear
     experts_mode: _Linear
@@ -401,14 +402,16 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  kv_bytes_per_token=float(kv_dtype.bits_per_element) * kv_elements / 8, mla=spec.mla is not None,
                  q_rank=q_rank, kv_rank=kv_rank, rope=rope, nope=nope, v_dim=v_dim, gated=spec.ffn_kind == "gated",
                  ffn_width=spec.intermediate_size / tp, experts=experts, top_k=top_k, experts_local=experts_local,
-                 expert_width=expert_width, shared_width=shared_width, moe_group=moe_group, qk_norm=spec.qk_norm,
+                 expert_width=expert_width, shared_width=shared_width, moe_group=moe_group,
+                 qk_norm=spec.qk_norm or spec.qk_l2_norm,
                  qk_norm_across_heads=spec.qk_norm_across_heads, attention_gate=spec.attention_output_gate,
                  linear_key_heads=la.num_key_heads // tp if la else 0,
                  linear_value_heads=la.num_value_heads // tp if la else 0,
                  linear_key_dim=la.key_head_dim if la else 0, linear_value_dim=la.value_head_dim if la else 0,
                  linear_conv_state_bytes=float(conv_dtype.bytes_for(la.conv_state_elements // tp)) if la else 0.0,
                  linear_state_bytes=float(state_dtype.bytes_for(la.recurrent_state_elements // tp)) if la else 0.0,
-                 window=spec.sliding_window, attn=mode("attention"), mlp=mode("mlp"), experts_mode=mode("experts"),
+                 window=spec.sliding_window, chunked=spec.chunked_attention, attn=mode("attention"), mlp=mode("mlp"),
+                 experts_mode=mode("experts"),
                  shared=mode("shared_experts"),
                  head=mode("embedding" if spec.tie_word_embeddings else "lm_head"),
                  embedding_bits=float(precision.for_component("embedding").bits_per_element))
@@ -658,16 +661,6 @@ def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, eng
             s.add(group, kernels.Cost(host - seconds, 0.0, 0.0, "floor", 0, host - seconds))
 
 
-def _causal_keys(window: int | None, start: int, count: int) -> float:
-    """Sum over query positions start..start+count-1 of keys attended: min(i + 1, window)."""
-    def full(n: int) -> float:
-        if window is None or n <= window:
-            return n * (n + 1) / 2
-        return window * (window + 1) / 2 + (n - window) * window
-
-    return full(start + count) - full(start)
-
-
 def _attention_layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool) -> None:
     acc = s.groups["attention"]
     floors_before, seconds_before = acc.floor_seconds, acc.seconds
@@ -718,20 +711,21 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
     fp8_cache = not dm.mla and d.kv_dtype.name in ("fp8_e4m3", "fp8_e5m2")
     if shape.prefill_seqs and shape.prefill_tokens:
         n, p = shape.prefill_tokens, shape.prefill_past
-        keys = _causal_keys(window, p, n)
+        keys = keys_attended(window, p, n, dm.chunked)
         exact = shape.prefill_seqs * dm.heads * 2.0 * (qk_dim + v_dim) * keys
         if dm.mla:  # expand the latent of all cached and new tokens into per-head K and V (kv_b GEMM)
             _gemm(s, "attention", shape.prefill_seqs * (p + n), dm.heads * (dm.nope + dm.v_dim), dm.kv_rank,
                   dm.attn, eng, in_block=True)
-        held = min(p + n, window) if window else p + n
+        held = keys_attended(window, p + n - 1, 1, dm.chunked)  # the last query's keys, cached ones included
         read = shape.prefill_seqs * held * (kvb if p else 0.0)
         s.groups["attention"].kv_bytes += s.mult * read
         s.add("attention", kernels.flash_prefill(r, seqs=shape.prefill_seqs, tokens=n, past=p, heads=dm.heads,
-                                                 qk_dim=qk_dim, v_dim=v_dim, window=window, kv_bytes_read=read,
+                                                 qk_dim=qk_dim, v_dim=v_dim, window=window, chunked=dm.chunked,
+                                                 kv_bytes_read=read,
                                                  exact_flops=exact, fp8_cache=fp8_cache))
     if shape.decode_seqs:
         ctx = shape.decode_context
-        held = min(ctx, window) if window else ctx
+        held = keys_attended(window, ctx - 1, 1, dm.chunked) if ctx >= 1 else 0.0  # the decode query's keys
         if dm.mla:  # absorbed: scores over kv_rank + rope, values over kv_rank, per head
             _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.kv_rank, dm.nope, dm.attn, eng,  # W_UK
                   in_block=True)

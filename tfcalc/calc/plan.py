@@ -287,9 +287,11 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
         return _Allocation(page=page, per_token=per_token, groups=plain, pool=blocks, tokens=blocks * block,
                            per_request=census.layers * full_blocks, sequences=seqs_ideal, window_aware=seqs_ideal,
                            per_seq=per_seq_ideal)
+    # an engine that does not free a chunked layer's earlier chunks (Llama 4) caches those layers as full ones
+    chunks_full = spec.chunked_attention and not engine.kv.chunked_local
     if engine.kv.concurrency == "pool":
         ratio = engine.kv.swa_full_tokens_ratio
-        if ratio is not None and census.sliding_layers and window is not None:
+        if ratio is not None and census.sliding_layers and window is not None and not chunks_full:
             # SGLang's hybrid SWA pool: the sliding layers' pool holds ratio x the full layers' tokens.
             r = Fraction(ratio).limit_denominator(1000)
             full_cell = kv_dtype.bytes_for(census.full_layers * kv_elements)
@@ -306,9 +308,10 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
         return _Allocation(page=page, per_token=per_token, groups=plain, pool=blocks, tokens=blocks * block,
                            per_request=full_blocks, sequences=free // per_seq if per_seq else 0,
                            window_aware=seqs_ideal, per_seq=per_seq)
-    groups = eng.kv_groups(engine, census.full_layers, census.sliding_layers, census.linear_layers)
+    local = 0 if chunks_full else census.sliding_layers
+    groups = eng.kv_groups(engine, census.attention_layers - local, local, census.linear_layers)
     pool = free // (page * groups.group_size) if page and groups.group_size else 0
-    per_request = eng.blocks_per_request(engine, groups, window, context, mnbt, block)
+    per_request = eng.blocks_per_request(engine, groups, window, context, mnbt, block, spec.chunked_attention)
     if groups.sliding_groups and window is not None:
         aware = groups.full_groups * full_blocks + groups.sliding_groups * -(-min(context, window) // block)
         window_aware = pool // aware

@@ -81,7 +81,7 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
                            state_units=layers * block / spec.num_layers)
         return KvShape(num_layers=attention,   # the pool in tokens of the attention layers' cache
                        state_units=layers * state / float(attention * fmt.bytes_for(sh.kv_elements)))
-    if model is not None and not model.kv.hybrid_groups:
+    if model is not None and (not model.kv.hybrid_groups or (spec.chunked_attention and not model.kv.chunked_local)):
         return KvShape(num_layers=spec.num_attention_layers)
     sliding = len(spec.sliding_window_layers) if spec.sliding_window is not None else 0
     return KvShape(num_layers=spec.num_attention_layers, windows=((sliding, spec.sliding_window),) if sliding else ())

@@ -8,11 +8,13 @@ a test checks it). Counted per GPU of a tensor-parallel group (``make_model(...,
   x T + 2 x h x vocab x B (logits of the last position only, as engines compute them) + attention;
   bytes = weights once (for MoE: the experts the T tokens touch) + hidden-state traffic + KV written.
 - attention FLOPs: per query and attended key, 2 x heads x qk_dim (QK^T) + 2 x heads x v_dim (PV); a causal
-  query at position i attends min(i + 1, window) keys. Query heads, not KV heads, set the FLOPs (GQA-aware);
-  MLA prefill uses the materialised heads (qk 192, v 128), MLA decode the absorbed latent (kv_rank + rope, kv_rank).
+  query at position i attends min(i + 1, window) keys (i mod window + 1 on Llama 4's chunked layers). Query heads,
+  not KV heads, set the FLOPs (GQA-aware); MLA prefill uses the materialised heads (qk 192, v 128), MLA decode the
+  absorbed latent (kv_rank + rope, kv_rank).
 - decode step at context c: bytes = every resident weight except the untied input embedding table (only the
   batch's B rows are gathered) with, for MoE, the distinct routed experts per layer (measured, or under uniform
-  routing E x (1 - (1 - k/E)^B)) instead of all E + KV read (B x sum over layers of min(c, window) tokens) + KV
+  routing E x (1 - (1 - k/E)^B)) instead of all E + KV read (B x sum over layers of the c, min(c, window) or
+  (c - 1) mod chunk + 1 tokens its query attends) + KV
   written + fp32 logits + hidden states; FLOPs = 2 x active linear params x B + attention + lm_head.
 - Gated DeltaNet layers (Qwen3-Next, Qwen3.5) attend nothing and cache no tokens: their recurrence costs
   ``kernels.gated_delta_rule``'s FLOPs, and each sequence's conv and recurrent states are read and written once per
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.calc import kernels
-from tfcalc.calc.kv_cache import state_dtypes, tokens_held
+from tfcalc.calc.kv_cache import keys_attended, keys_read, state_dtypes, tokens_held
 from tfcalc.calc.plan import Shard, check_parallelism, param_bytes, shard
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision
@@ -53,16 +55,6 @@ def _attention_flops_per_key(m: Model, decode: bool) -> int:
             return 2 * heads * (mla.kv_lora_rank + mla.qk_rope_head_dim) + 2 * heads * mla.kv_lora_rank
         return 2 * heads * mla.qk_head_dim + 2 * heads * mla.v_head_dim
     return 4 * heads * spec.head_dim
-
-
-def _causal_keys(window: int | None, start: int, count: int) -> int:
-    """Sum over query positions start..start+count-1 of keys attended: min(i + 1, window)."""
-    def full(n: int) -> int:  # sum_{i<n} (i+1) capped
-        if window is None or n <= window:
-            return n * (n + 1) // 2
-        return window * (window + 1) // 2 + (n - window) * window
-
-    return full(start + count) - full(start)
 
 
 def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float | None = None
@@ -149,8 +141,8 @@ def prefill_work(m: Model, batch: int, prompt_len: int, distinct_experts: dict[i
     linear_flops = 2 * float(elements) * tokens
     head_flops = 2 * head_elements * batch
     per_key = _attention_flops_per_key(m, decode=False)
-    keys = sum(_causal_keys(spec.sliding_window if spec.is_sliding_layer(i) else None, 0, prompt_len)
-               for i in range(spec.num_layers) if not spec.is_linear_layer(i))
+    keys = sum(keys_attended(spec.sliding_window if spec.is_sliding_layer(i) else None, 0, prompt_len,
+                             spec.chunked_attention) for i in range(spec.num_layers) if not spec.is_linear_layer(i))
     attention_flops = float(batch * keys * per_key)
     recurrence_flops, states = _recurrence(m, batch, tokens, decode=False)
     flops = linear_flops + head_flops + attention_flops + recurrence_flops
@@ -167,7 +159,7 @@ def decode_work(m: Model, batch: int, context: int, distinct_experts: dict[int, 
     elements, weights_read = _linear(m, batch, distinct_experts)
     head_elements, head_read, gathered = _head(m, batch)
     per_key = _attention_flops_per_key(m, decode=True)
-    kv_tokens = _kv_tokens(m, context)
+    kv_tokens = sum(int(keys_read(spec, layer, context)) for layer in range(spec.num_layers))
     recurrence_flops, states = _recurrence(m, batch, batch, decode=True)
     flops = (2 * float(elements) * batch + 2 * head_elements * batch + float(batch * kv_tokens * per_key)
              + recurrence_flops)

@@ -44,6 +44,9 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
     columns = pick(*(c.key if c.show == "always" and c.key not in hidden else wide(c.key) for c in COLUMNS))
     notes = ["bytes per token: K and V of one token in every layer; KV cache: batch x context with sliding-window "
              "layers holding at most their window. GiB = 2^30 bytes."]
+    if any(str(row["sliding_window"]).startswith("chunks") for row in rows):
+        notes.append("Chunked local attention (Llama 4): those layers attend within fixed chunks and hold at most "
+                     "one chunk; vLLM frees earlier chunks, SGLang and TensorRT-LLM by default keep them.")
     if any(row["state_bytes"] is not None for row in rows):
         notes.append("Gated DeltaNet layers cache no tokens: each sequence holds a fixed state instead (fixed "
                      "state: batch x its conv and recurrent states in every such layer), included in the KV cache.")

@@ -22,7 +22,8 @@ def _window_label(spec: ModelSpec) -> str:
     if spec.sliding_window is None:
         return ""
     layers = len(spec.sliding_window_layers)
-    return f"{spec.sliding_window} on {layers}/{spec.num_layers} layers"
+    what = "chunks of " if spec.chunked_attention else ""
+    return f"{what}{spec.sliding_window} on {layers}/{spec.num_layers} layers"
 
 
 def _variant_label(spec: ModelSpec, kind: str, variant: ModelSpec) -> str:

@@ -145,6 +145,9 @@ class KVLayout:
     concurrency: ConcurrencyRule
     # --kv-cache-dtype auto stores the cache in the format the checkpoint declares (ModelSpec.checkpoint_kv_dtype)
     checkpoint_dtype: bool = False
+    # chunked local-attention layers (Llama 4) hold only their current chunk (vLLM's hybrid allocator with
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE, on by default since #29627); else cached as full layers
+    chunked_local: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1134,7 +1137,7 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                                                    "cuda_graphs.per_size_mib_tp"),
                             in_budget=_bool(g["in_budget"], origin, "cuda_graphs.in_budget"))
     k = _section(data, "kv", {"hybrid_groups", "sliding_chunk", "concurrency"}, origin,
-                 frozenset({"swa_full_tokens_ratio", "checkpoint_dtype"}))
+                 frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
     kv = KVLayout(hybrid_groups=_bool(k["hybrid_groups"], origin, "kv.hybrid_groups"),
@@ -1142,7 +1145,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   swa_full_tokens_ratio=None if ratio is None else _num(ratio, origin, "kv.swa_full_tokens_ratio",
                                                                         0.0, 1.0),
                   concurrency=k["concurrency"],
-                  checkpoint_dtype=_bool(k.get("checkpoint_dtype", False), origin, "kv.checkpoint_dtype"))
+                  checkpoint_dtype=_bool(k.get("checkpoint_dtype", False), origin, "kv.checkpoint_dtype"),
+                  chunked_local=_bool(k.get("chunked_local", False), origin, "kv.chunked_local"))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin)
     weights = WeightLayout(vocab_padding=_int(w["vocab_padding"], origin, "weights.vocab_padding", 1, 1 << 20),

@@ -443,7 +443,8 @@ def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> 
     with it: the layer count is checked before layer patterns are expanded.
     """
     data = dict(data)
-    _check_keys(data, _MODEL_FIELDS | _DOC_KEYS | {"moe", "mla", "rope_scaling", "sliding_window_layers"}, origin)
+    _check_keys(data, _MODEL_FIELDS | _DOC_KEYS | {"moe", "mla", "rope_scaling", "sliding_window_layers",
+                                                   "nope_layers"}, origin)
     try:
         _check_document_keys(data)
         for key in _DOC_KEYS:
@@ -456,6 +457,8 @@ def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> 
                                                         "sliding_window_layers")
         elif data.get("sliding_window") is not None:
             data["sliding_window_layers"] = tuple(range(num_layers))
+        if "nope_layers" in data:
+            data["nope_layers"] = _layer_list(data["nope_layers"], num_layers, "nope_layers")
         data.setdefault("name", default_name)
         return _build_model(data, num_layers, origin)
     except TypeError as exc:
