@@ -848,3 +848,19 @@ def test_large_m_stream_applies_only_once_tokens_outnumber_the_local_experts() -
         replace(base, bandwidth_points=curve), tokens=33, **args)
     assert slow.with_efficiency(memory=0.5).moe_large_m_memory == {}
 
+
+
+@given(tokens=st.integers(1, 5000), past=st.integers(0, 5000), chunk=st.sampled_from([128, 256, 1000, 2048]))
+def test_chunked_prefill_tiles_are_each_chunks_own_causal_tiles(tokens: int, past: int, chunk: int) -> None:
+    """vLLM's virtual batches: the new tokens split at chunk boundaries, each piece causal over its chunk only."""
+    total = longest = 0.0
+    q_tiles = 0
+    position = past
+    while position < past + tokens:
+        end = min(past + tokens, (position // chunk + 1) * chunk)
+        t, lo, q = kernels._tiles(end - position, position % chunk, None)
+        total, longest, q_tiles = total + t, max(longest, lo), q_tiles + q
+        position = end
+    assert kernels._chunked_tiles(tokens, past, chunk) == (total, longest, q_tiles)
+    if past % chunk + tokens <= chunk:  # inside one chunk: plain causal attention
+        assert kernels._chunked_tiles(tokens, past, chunk) == kernels._tiles(tokens, past % chunk, None)

@@ -166,3 +166,35 @@ def test_hybrid_cache_is_the_per_layer_sum(context: int, more: int, batch: int, 
     assert kv_cache_bytes(spec, BF16, context, batch) == batch * by_layer
     grown = kv_cache_bytes(spec, BF16, context + more, batch) - kv_cache_bytes(spec, BF16, context, batch)
     assert grown == batch * more * kv_bytes_per_token(spec, BF16)
+
+
+# --- Llama 4's chunked local attention ---------------------------------------------------------------------------
+
+def _brute_keys(window: int | None, start: int, count: int, chunked: bool) -> int:
+    """Keys attended, one (query, key) pair at a time: key j <= i inside the window or the query's chunk."""
+    def visible(i: int, j: int) -> bool:
+        if window is None:
+            return True
+        return j // window == i // window if chunked else i - j < window
+    return sum(1 for i in range(start, start + count) for j in range(i + 1) if visible(i, j))
+
+
+@given(window=st.one_of(st.none(), st.integers(1, 40)), start=st.integers(0, 90), count=st.integers(0, 90),
+       chunked=st.booleans())
+def test_keys_attended_equals_counting_the_mask(window: int | None, start: int, count: int, chunked: bool) -> None:
+    from tfcalc.calc.kv_cache import keys_attended
+
+    assert keys_attended(window, start, count, chunked) == _brute_keys(window, start, count, chunked)
+
+
+def test_llama4_scout_decode_reads_its_chunk_and_caches_at_most_one() -> None:
+    from tfcalc.calc.kv_cache import keys_read, tokens_held
+
+    spec = load_model("llama4-scout-17b-16e")
+    # layer 0 is chunked (8192), layer 3 NoPE with full attention
+    assert [keys_read(spec, 0, c) for c in (1, 8192, 8193, 20000)] == [1, 8192, 1, 20000 - 16384]
+    assert [keys_read(spec, 3, c) for c in (1, 8193, 20000)] == [1, 8193, 20000]
+    assert tokens_held(spec, 0, 20000) == 8192 and tokens_held(spec, 3, 20000) == 20000
+    # 12 NoPE layers hold all 131072 tokens, 36 chunked layers one 8192-token chunk: 8 KV heads x 128 x 2 x 2 B
+    bf16 = get_dtype("bf16")
+    assert kv_cache_bytes(spec, bf16, 131072) == (12 * 131072 + 36 * 8192) * 8 * 128 * 2 * 2

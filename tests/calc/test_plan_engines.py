@@ -415,3 +415,25 @@ def test_tp_must_split_the_linear_heads() -> None:
     odd = spec.with_overrides(linear_attention=replace(la, num_key_heads=6, num_value_heads=12))
     with pytest.raises(UsageError, match="tp 4 does not divide the 6 key and 12 value heads"):
         plan_fit(odd, load_gpu("h100-sxm"), BF16, get_dtype("bf16"), PlanConfig(num_gpus=4, tp=4, context=4096))
+
+
+def test_llama4_chunked_layers_in_each_engines_pool() -> None:
+    """Llama 4 Scout at 128K on 8 x H100: vLLM (hybrid allocator, chunked local attention allowed since #29627)
+    groups 12 NoPE and 36 chunked layers in 4 groups of 12, a chunked group admitting cdiv(8192 + 8192, 16) blocks
+    per request (ChunkedLocalAttentionSpec); vLLM 0.11, SGLang (no --hybrid-kvcache-ratio) and TensorRT-LLM cache
+    every layer whole."""
+    spec, gpu = load_model("llama4-scout-17b-16e"), load_gpu("h100-sxm")
+
+    def run(engine: str):  # noqa: ANN202 - PlanResult
+        return plan_fit(spec, gpu, BF16, get_dtype("bf16"),
+                        PlanConfig(num_gpus=8, tp=8, context=131072, engine=load_engine(engine)))
+
+    new, old, sglang = run("vllm"), run("vllm@0.11"), run("sglang")
+    assert (new.kv_groups, new.kv_group_size, new.max_num_batched_tokens) == (4, 12, 8192)
+    assert new.kv_blocks_per_request == 131072 // 16 + 3 * (8192 + 8192) // 16
+    assert new.max_concurrent_sequences == new.kv_pool_blocks_per_gpu // new.kv_blocks_per_request
+    assert (old.kv_groups, old.kv_group_size, old.kv_blocks_per_request) == (1, 48, 131072 // 16)
+    assert old.max_concurrent_sequences == old.kv_pool_blocks_per_gpu // (131072 // 16)
+    assert sglang.kv_blocks_per_request == 131072 and sglang.max_concurrent_sequences == (
+        sglang.kv_pool_blocks_per_gpu // 131072)
+    assert new.max_concurrent_sequences > 3 * old.max_concurrent_sequences

@@ -96,3 +96,18 @@ def test_gemma2_window_caps_decode_and_prefill_attention() -> None:
     linear = 46 * (4608 * (4096 + 2 * 2048) + 4096 * 4608 + 3 * 4608 * 36864)
     flops = 2 * linear * 8192 + 2 * 256000 * 4608 + keys * 4 * 32 * 128
     assert prefill_work(m, 1, 8192).flops == flops == 448_880_296_591_360
+
+
+def test_llama4_chunked_layers_attend_within_their_chunk() -> None:
+    spec = load_model("llama4-scout-17b-16e")
+    m = make_model(spec, BF16, KV)
+    # prefill 16384: 12 NoPE layers 16384 x 16385 / 2 keys, 36 chunked layers two chunks of 8192 x 8193 / 2
+    full_only = make_model(spec.with_overrides(sliding_window=None, sliding_window_layers=(), local_attention="sliding"),
+                           BF16, KV)
+    per_key = 4 * 40 * 128
+    saved = 36 * (16384 * 16385 // 2 - 2 * (8192 * 8193 // 2)) * per_key
+    assert prefill_work(full_only, 1, 16384).flops - prefill_work(m, 1, 16384).flops == saved
+    # decode at 16385 tokens: a chunked layer's query reads only the 1 token of its new chunk
+    kv_per_layer_token = 8 * 128 * 2 * 2
+    assert decode_work(full_only, 1, 16385).bytes - decode_work(m, 1, 16385).bytes == 36 * (16385 - 1) * (
+        kv_per_layer_token)

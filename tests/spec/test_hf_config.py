@@ -692,3 +692,59 @@ def test_qwen2_5_vl_reads_its_flat_text_keys_mrope_and_the_vision_transformer() 
     assert count_params(again).total_params == counts.total_params  # transformers 5's nested layout reads the same
     with pytest.raises(SpecError, match="out_hidden_size"):
         build("qwen2.5-vl-7b", vision_config={**vision, "out_hidden_size": 8192})
+
+
+# --- Llama 4 ----------------------------------------------------------------------------------------------------
+
+def _llama4(name: str = "llama4-scout-17b-16e", **text: Any):
+    data = fixture(name)
+    data["text_config"] = {**data["text_config"], **text}
+    return spec_from_hf_config(data, origin=f"{name}.json", name=name)
+
+
+def test_llama4_layers_follow_transformers_defaults_and_overrides() -> None:
+    scout, maverick = _llama4(), _llama4("llama4-maverick-17b-128e")
+    nope = tuple(range(3, 48, 4))
+    assert scout.nope_layers == maverick.nope_layers == nope
+    assert scout.sliding_window_layers == tuple(i for i in range(48) if i not in nope) and scout.chunked_attention
+    assert scout.num_moe_layers == 48 and maverick.moe.dense_layers == tuple(range(0, 48, 2))
+    assert (scout.qk_l2_norm, maverick.qk_l2_norm, scout.qk_norm) == (True, False, False)
+    assert (scout.attn_temperature_floor_scale, scout.attn_temperature_scale) == (8192, 0.1)
+    # explicit lists win: moe_layers over interleave_moe_layer_step, no_rope_layers over the interval
+    custom = _llama4(moe_layers=[0, 5], no_rope_layers=[1, 0] * 24, attn_temperature_tuning=False)
+    assert custom.num_moe_layers == 2 and custom.nope_layers == tuple(range(1, 48, 2))
+    assert custom.attn_temperature_floor_scale is None
+    # layer_types is authoritative; no chunk size: every layer attends to the whole context
+    assert _llama4(layer_types=["full_attention"] * 47 + ["chunked_attention"]).sliding_window_layers == (47,)
+    assert _llama4(attention_chunk_size=None).sliding_window is None
+    assert _llama4(layer_types=["full_attention"] * 48).local_attention == "sliding"
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("no_rope_layers", [1, 0, 2] * 16, "field 'no_rope_layers' must be a list of at least 48 entries 0 or 1"),
+    ("no_rope_layers", [1] * 47, "field 'no_rope_layers' must be a list of at least 48 entries 0 or 1"),
+    ("attn_temperature_tuning", "yes", "field 'attn_temperature_tuning' must be true or false"),
+    ("attention_chunk_size", 0, "attention_chunk_size"),
+    ("interleave_moe_layer_step", 0, "interleave_moe_layer_step"),
+    ("layer_types", ["sliding_attention"] * 48, "field 'layer_types' has unsupported entry"),
+])
+def test_llama4_bad_fields_are_one_line_errors(field: str, value: object, message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        _llama4(**{field: value})
+    assert str(info.value).startswith("llama4-scout-17b-16e.json: ") and message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_llama4_vision_config_is_read() -> None:
+    e = _llama4().encoder
+    assert (e.kind, e.hidden_size, e.num_layers, e.image_size, e.num_patches) == ("llama4", 1408, 34, 336, 576)
+    assert (e.adapter_hidden_dim, e.adapter_output_dim, e.vision_output_dim) == (4096, 4096, 4096)
+    data = fixture("llama4-scout-17b-16e")
+    data["vision_config"] = {**data["vision_config"], "projector_input_dim": 0}
+    with pytest.raises(SpecError, match=r"^llama4-scout-17b-16e.json: vision_config: .*projector_input_dim"):
+        spec_from_hf_config(data, origin="llama4-scout-17b-16e.json", name="x")
+
+
+def test_chunked_local_attention_needs_a_chunk() -> None:
+    with pytest.raises(SpecError, match="local_attention chunked needs sliding_window"):
+        build("llama3-8b").with_overrides(local_attention="chunked")
