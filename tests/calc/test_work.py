@@ -102,8 +102,8 @@ def test_llama4_chunked_layers_attend_within_their_chunk() -> None:
     spec = load_model("llama4-scout-17b-16e")
     m = make_model(spec, BF16, KV)
     # prefill 16384: 12 NoPE layers 16384 x 16385 / 2 keys, 36 chunked layers two chunks of 8192 x 8193 / 2
-    full_only = make_model(spec.with_overrides(sliding_window=None, sliding_window_layers=(), local_attention="sliding"),
-                           BF16, KV)
+    whole = spec.with_overrides(sliding_window=None, sliding_window_layers=(), local_attention="sliding")
+    full_only = make_model(whole, BF16, KV)
     per_key = 4 * 40 * 128
     saved = 36 * (16384 * 16385 // 2 - 2 * (8192 * 8193 // 2)) * per_key
     assert prefill_work(full_only, 1, 16384).flops - prefill_work(m, 1, 16384).flops == saved

@@ -391,7 +391,8 @@ def _llama4_attention(c: _Config) -> dict[str, Any]:
     if not isinstance(tuning, (bool, int)):  # released configs wrote true or a number (4): any non-zero turns it on
         raise c.error(f"field 'attn_temperature_tuning' must be true or false, got {tuning!r:.40}")
     chunked = _llama4_chunks(c)[0] is not None
-    return {"local_attention": "chunked" if chunked else "sliding", "rope_interleaved": True, "qk_l2_norm": c.flag("use_qk_norm"),
+    return {"local_attention": "chunked" if chunked else "sliding", "rope_interleaved": True,
+            "qk_l2_norm": c.flag("use_qk_norm"),
             "nope_layers": tuple(i for i, rope in enumerate(_rope_layers(c)) if not rope),
             "attn_temperature_floor_scale": c.int_or_default("floor_scale", minimum=1) if tuning else None,
             "attn_temperature_scale": c.req_float("attn_scale") if tuning else 0.0}
