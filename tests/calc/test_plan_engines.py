@@ -418,17 +418,19 @@ def test_tp_must_split_the_linear_heads() -> None:
 
 
 def test_llama4_chunked_layers_in_each_engines_pool() -> None:
-    """Llama 4 Scout at 128K on 8 x H100: vLLM (hybrid allocator, chunked local attention allowed since #29627)
-    groups 12 NoPE and 36 chunked layers in 4 groups of 12, a chunked group admitting cdiv(8192 + 8192, 16) blocks
-    per request (ChunkedLocalAttentionSpec); vLLM 0.11, SGLang (no --hybrid-kvcache-ratio) and TensorRT-LLM cache
-    every layer whole."""
+    """Llama 4 Scout at 128K on 8 x H100: vLLM's hybrid allocator, where chunked local attention is allowed
+    (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1, the default from 0.23), groups 12 NoPE and 36 chunked
+    layers in 4 groups of 12, a chunked group admitting cdiv(8192 + 8192, 16) blocks per request
+    (ChunkedLocalAttentionSpec); the vLLM presets (the variable off by default), SGLang (no
+    --hybrid-kvcache-ratio) and TensorRT-LLM cache every layer whole."""
     spec, gpu = load_model("llama4-scout-17b-16e"), load_gpu("h100-sxm")
 
-    def run(engine: str):  # noqa: ANN202 - PlanResult
-        return plan_fit(spec, gpu, BF16, get_dtype("bf16"),
-                        PlanConfig(num_gpus=8, tp=8, context=131072, engine=load_engine(engine)))
+    def run(e):  # noqa: ANN001, ANN202 - EngineSpec -> PlanResult
+        return plan_fit(spec, gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=8, tp=8, context=131072, engine=e))
 
-    new, old, sglang = run("vllm"), run("vllm@0.11"), run("sglang")
+    vllm = load_engine("vllm")
+    new, old, sglang = run(replace(vllm, kv=replace(vllm.kv, chunked_local=True))), run(vllm), run(
+        load_engine("sglang"))
     assert (new.kv_groups, new.kv_group_size, new.max_num_batched_tokens) == (4, 12, 8192)
     assert new.kv_blocks_per_request == 131072 // 16 + 3 * (8192 + 8192) // 16
     assert new.max_concurrent_sequences == new.kv_pool_blocks_per_gpu // new.kv_blocks_per_request
@@ -437,3 +439,20 @@ def test_llama4_chunked_layers_in_each_engines_pool() -> None:
     assert sglang.kv_blocks_per_request == 131072 and sglang.max_concurrent_sequences == (
         sglang.kv_pool_blocks_per_gpu // 131072)
     assert new.max_concurrent_sequences > 3 * old.max_concurrent_sequences
+
+
+def test_llama4_scout_8m_context_matches_a_vllm_012_log_with_chunked_groups() -> None:
+    """A public vLLM v0.12.0 deployment (Llama-4-Scout-17B-16E-Instruct, 8 x H200, tp 8, --max-model-len 8388608,
+    --gpu-memory-utilization 0.9, VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1) logged "Available KV cache
+    memory: 89.71 GiB", "GPU KV cache size: 3,919,664 tokens" and "Maximum concurrency for 8,388,608 tokens per
+    request: 1.86x". The pool's layout is exact: tokens and concurrency per byte of budget match to 0.1 %."""
+    e = load_engine("vllm@0.11")
+    hybrid = replace(e, kv=replace(e.kv, chunked_local=True))
+    r = plan_fit(load_model("llama4-scout-17b-16e"), load_gpu("h200"), BF16, get_dtype("bf16"),
+                 PlanConfig(num_gpus=8, tp=8, context=8388608, engine=hybrid, gpu_memory_utilization=0.9))
+    logged_budget = 89.71 * 2**30
+    assert r.kv_budget_bytes_per_gpu == pytest.approx(logged_budget, rel=0.03)
+    assert r.kv_tokens_per_gpu / r.kv_budget_bytes_per_gpu == pytest.approx(3_919_664 / logged_budget, rel=1e-3)
+    concurrency = r.kv_pool_blocks_per_gpu / r.kv_blocks_per_request
+    assert concurrency / r.kv_budget_bytes_per_gpu == pytest.approx(1.86 / logged_budget, rel=5e-3)
+    assert r.kv_blocks_per_request == 8388608 // 16 + 3 * (8192 + 8192) // 16

@@ -146,7 +146,8 @@ class KVLayout:
     # --kv-cache-dtype auto stores the cache in the format the checkpoint declares (ModelSpec.checkpoint_kv_dtype)
     checkpoint_dtype: bool = False
     # chunked local-attention layers (Llama 4) hold only their current chunk (vLLM's hybrid allocator with
-    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE, on by default since #29627); else cached as full layers
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1: off by default from #21761 (v0.10.1) until #29627
+    # turned it on, between v0.22 and v0.23 per #46553; a v0.12.0 deployment had to set it); else full layers
     chunked_local: bool = False
 
 
