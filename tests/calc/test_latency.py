@@ -662,3 +662,24 @@ def test_gated_deltanet_layers_read_their_state_not_the_context() -> None:
                               + 16 * (5120 * (2 * 6144 + 2 * 1024) + 6144 * 5120))
     assert two - 2 * one == pytest.approx(attention_only, rel=1e-9)
     assert one == pytest.approx(recurrence + projections + 4 * 24 * 256 * 16 * 4096 * 4097 / 2, rel=1e-9)
+
+
+def test_llama4_chunked_decode_reads_the_mean_keys_over_its_span() -> None:
+    """A chunked layer's keys fall back to 1 at each chunk's start: a step standing for contexts lo .. hi - 1 reads
+    their mean, brute-forced context by context (the KV read is linear in the keys)."""
+    d = _d("llama4-scout-17b-16e", "h200", tp=4, engine_kernels=load_engine("vllm").kernels)
+
+    def kv_read(context: float, span: float = 0.0) -> float:
+        return step_time(d, StepShape(decode_seqs=8, decode_context=context, decode_span=span), "decode").kv_read_bytes
+
+    lo, hi = 7900, 8500  # crosses the chunk boundary at 8192
+    brute = sum(kv_read(c) for c in range(lo, hi)) / (hi - lo)
+    assert kv_read((lo + hi) / 2, hi - lo) == pytest.approx(brute, rel=1e-4)  # half a token on the full layers
+    assert kv_read((lo + hi) / 2) < 0.6 * brute  # the chunked layers' 8 keys at 8,200 alone
+    # the static estimate averages over its generation; full-attention models ignore the span
+    e = estimate_latency(d, 8, 8000, 500)
+    assert e.tpot_s == pytest.approx(step_time(d, StepShape(decode_seqs=8, decode_context=8250, decode_span=500),
+                                               "decode").seconds)
+    dense = _d("llama3-8b")
+    assert step_time(dense, StepShape(decode_seqs=8, decode_context=9000, decode_span=600), "decode").seconds == (
+        step_time(dense, StepShape(decode_seqs=8, decode_context=9000), "decode").seconds)

@@ -479,10 +479,14 @@ class StepShape:
     ``decode_seqs`` sequences each decode one token with ``decode_context`` cached tokens (the new one included;
     a mean over sequences is exact for the KV traffic); ``prefill_seqs`` sequences each prefill ``prefill_tokens``
     new tokens after ``prefill_past`` already cached ones (a chunk of a longer prompt when past > 0).
+    ``decode_span``: the decoding contexts spread evenly over decode_context +- span / 2 (a static batch's whole
+    generation; a serving batch's mix). Only chunked layers read it, whose keys fall back to 1 at each chunk's start:
+    their keys are averaged over that spread (exact where the step's time is affine in context, as elsewhere).
     """
 
     decode_seqs: int = 0
     decode_context: float = 0.0
+    decode_span: float = 0.0
     prefill_seqs: int = 0
     prefill_tokens: int = 0
     prefill_past: int = 0
@@ -725,7 +729,11 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
                                                  exact_flops=exact, fp8_cache=fp8_cache))
     if shape.decode_seqs:
         ctx = shape.decode_context
-        held = keys_attended(window, ctx - 1, 1, dm.chunked) if ctx >= 1 else 0.0  # the decode query's keys
+        if dm.chunked and window and shape.decode_span > 0:  # mean keys over contexts lo .. hi (spread evenly)
+            lo, hi = max(ctx - shape.decode_span / 2, 1.0), ctx + shape.decode_span / 2
+            held = keys_attended(window, lo - 1, hi - lo, True) / (hi - lo)
+        else:
+            held = keys_attended(window, ctx - 1, 1, dm.chunked) if ctx >= 1 else 0.0  # the decode query's keys
         if dm.mla:  # absorbed: scores over kv_rank + rope, values over kv_rank, per head
             _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.kv_rank, dm.nope, dm.attn, eng,  # W_UK
                   in_block=True)
@@ -941,7 +949,7 @@ def _one_step(d: Deployment, seqs: float, context: float, tokens: float, past: f
             for p, wp in (_corners(past, grid=True) if tokens and past > 0 else ((0.0, 1.0),)):
                 if not b and not tokens:
                     continue  # an empty step takes no time
-                shape = StepShape(decode_seqs=int(b), decode_context=float(c),
+                shape = StepShape(decode_seqs=int(b), decode_context=float(c), decode_span=float(c),
                                   prefill_seqs=prefill_seqs if tokens else 0, prefill_tokens=int(tokens),
                                   prefill_past=int(p))
                 total += wb * wc * wp * (in_flight_seconds(d, shape, phase) if pipelined else
@@ -1144,7 +1152,8 @@ def estimate_latency(d: Deployment, batch: int, prompt_len: int, gen_len: int) -
     per_replica = -(-batch // d.dp)
     context = prompt_len + max(gen_len // 2, 1)
     pre = _phase(d, "prefill", lambda b: StepShape(prefill_seqs=b, prefill_tokens=prompt_len), per_replica)
-    dec = _phase(d, "decode", lambda b: StepShape(decode_seqs=b, decode_context=context), per_replica)
+    dec = _phase(d, "decode", lambda b: StepShape(decode_seqs=b, decode_context=context, decode_span=gen_len),
+                 per_replica)
     steps = max(gen_len - 1, 0)
     return LatencyEstimate(
         deployment=d, batch=batch, prompt_len=prompt_len, gen_len=gen_len, decode_context=context, prefill=pre,

@@ -227,6 +227,7 @@ class StepTable:
             per, past = round(tokens / chunks), self.prefix
         decode = round(seqs * self.tokens_per_decode)
         shape = StepShape(decode_seqs=decode, decode_context=self.context if decode else 0.0,
+                          decode_span=self.context if decode else 0.0,
                           prefill_seqs=chunks if per else 0, prefill_tokens=per, prefill_past=round(past) if per else 0)
         if not shape.tokens:
             return 0.0

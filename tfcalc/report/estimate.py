@@ -16,6 +16,7 @@ from tfcalc.calc.kernels import (
     moe_large_expert_slowdown,
     moe_untuned,
 )
+from tfcalc.calc.kv_cache import keys_attended
 from tfcalc.calc.latency import (
     GROUPS,
     Deployment,
@@ -266,6 +267,14 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
     lines.append(f"decode: bytes per GPU per step = weights {step.weight_bytes:.4g} + KV read {step.kv_read_bytes:.4g}"
                  f" + activations, logits, cache writes {step.bytes - step.weight_bytes - step.kv_read_bytes:.4g} "
                  f"= {step.bytes:.4g}; FLOPs {step.flops:.4g}")
+    if spec.chunked_attention and spec.sliding_window is not None:
+        chunk = spec.sliding_window
+        lo = max(e.decode_context - e.gen_len / 2, 1)
+        keys = keys_attended(chunk, lo - 1, e.gen_len, True) / e.gen_len
+        lines.append(f"chunked local attention: {spec.num_sliding_layers} of {spec.num_layers} layers attend within "
+                     f"{chunk:,}-token chunks (each prefill chunk a causal attention of its own); their decode query "
+                     f"reads {keys:,.0f} keys on average over the generation, the other layers "
+                     f"{e.decode_context:,}")
     if spec.moe is not None:
         moe = spec.moe
         tokens = -(-e.batch // d.dp) * d.dp
