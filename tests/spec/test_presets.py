@@ -327,3 +327,10 @@ def test_a_model_file_may_keep_its_notes_and_source(tmp_path: Path) -> None:
     path.write_text("vocab_size: 32\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 4\nnum_kv_heads: 4\n"
                     "head_dim: 16\nintermediate_size: 128\nsource: my notes\nnotes: free text\n")
     assert load_model(str(path)).name == "mine"
+
+
+def test_llama4_scout_text_counts_match_derived() -> None:
+    """derived.yaml counts Scout's decoder only (its facts hold no vision tower): the preset without its encoder."""
+    counts = count_params(load_model("llama4-scout-17b-16e"))
+    assert counts.total_params - counts.total["encoder"].total == 107_769_861_120
+    assert counts.active_params == 17_172_894_720
