@@ -287,3 +287,46 @@ def test_unknown_kv_format_is_refused_in_one_line() -> None:
     with pytest.raises(SpecError, match=r"kv_cache_quant_algo 'FP6' has no tfcalc KV format") as exc:
         kv({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP6"})
     assert "\n" not in str(exc.value)
+
+
+def _llama4(quant: Any, layers: int | None = None) -> Any:
+    data = config("llama4-maverick-17b-128e", quant)
+    if layers is not None:
+        data["text_config"] = {**data["text_config"], "num_hidden_layers": layers}
+    return spec_from_hf_config(data, origin="llama4-maverick-17b-128e.json", name="m")
+
+
+def test_llama4_module_names_are_the_ones_transformers_builds() -> None:
+    """Llama 4's checkpoints name the decoder language_model.model.layers.N and each block's FFN feed_forward."""
+    spec = _llama4(None, layers=4)
+    data = config("llama4-maverick-17b-128e", None)
+    data.pop("quantization_config")
+    data["text_config"] = {**data["text_config"], "num_hidden_layers": 4}
+    data.pop("model_type")
+    with torch.device("meta"):
+        model = transformers.Llama4ForConditionalGeneration(transformers.AutoConfig.for_model("llama4", **data))
+    built = {n for n, _ in model.named_modules()} | {n for n, _ in model.named_parameters()}
+    ours = module_names(spec, "llama4_text")
+    listed = {n for c, namings in ours.items() for names in namings for n in names
+              if c != "experts" or ".experts.gate_up_proj" in names[0]}  # the fused tensors transformers builds
+    assert listed <= built, sorted(listed - built)[:5]
+    assert "language_model.model.layers.0.feed_forward.gate_proj" in ours["mlp"][0]  # layer 0 is dense
+    assert "language_model.model.layers.1.feed_forward.shared_expert.down_proj" in ours["shared_experts"][0]
+
+
+def test_llama4_fbgemm_fp8_and_llm_compressor_checkpoints() -> None:
+    """Meta's FP8 Maverick is written by fbgemm (per-channel fp8 weights, per-token dynamic inputs) with a
+    modules_to_not_convert list; RedHat's FP8-dynamic Llama 4 by llm-compressor, ignoring attention by regex.
+    (Both lists here are shaped like theirs, not copied: which modules Meta's keeps 16-bit is not at hand.)"""
+    kept = ([f"language_model.model.layers.{i}.self_attn" for i in range(48)]
+            + [f"language_model.model.layers.{i}.feed_forward" for i in range(0, 48, 2)]
+            + [f"language_model.model.layers.{i}.feed_forward.shared_expert" for i in range(1, 48, 2)]
+            + ["vision_model", "multi_modal_projector", "language_model.lm_head"])
+    fbgemm = _llama4({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0, "modules_to_not_convert": kept})
+    assert (fbgemm.native_dtype, fbgemm.checkpoint_activation_scale) == ("experts=fp8_e4m3,default=bf16", "dynamic")
+    redhat = _llama4({**CT_FP8_CHANNEL, "ignore": ["re:.*lm_head", "re:.*self_attn", "re:.*router",
+                                                   "re:.*vision_model", "re:.*multi_modal_projector"]})
+    assert redhat.native_dtype == "mlp=fp8_e4m3,experts=fp8_e4m3,shared_experts=fp8_e4m3,default=bf16"
+    assert redhat.checkpoint_activation_scale == "dynamic"
+    with pytest.raises(SpecError, match="part of the mlp as unquantized"):  # half the dense MLPs kept: no one format
+        _llama4({"quant_method": "fbgemm_fp8", "modules_to_not_convert": kept[48:60]})

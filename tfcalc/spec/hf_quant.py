@@ -13,6 +13,9 @@ and the engines that load it do:
 - ``modelopt`` (NVIDIA TensorRT Model Optimizer): ``quant_algo`` FP8 / NVFP4; exceptions in ``exclude_modules``;
   its ``kv_cache_quant_algo`` is the KV cache format the checkpoint declares (``checkpoint_kv_dtype``).
 - ``mxfp4`` (gpt-oss): the experts only.
+- ``fbgemm_fp8`` (transformers FbgemmFp8Config / vLLM FBGEMMFp8Config: Meta's Llama 4 Maverick FP8): per-channel
+  fp8 weights (a scale per output row, negligible beside them: fp8) with per-token dynamic activation scales;
+  exceptions in ``modules_to_not_convert``.
 
 Whatever the method, the embedding, router and norms stay 16-bit, and so does the output head unless named
 (engines build them without a quantized method: tfcalc.dtypes.KEPT_16_BIT). An exception list matches the
@@ -35,18 +38,22 @@ from tfcalc.spec.model import ModelSpec
 
 # The components a quantization method can convert (tfcalc.dtypes.PARAM_COMPONENTS that are linear layers).
 QUANTIZABLE = ("attention", "mlp", "experts", "shared_experts", "lm_head")
-SUPPORTED_METHODS = ("awq", "compressed-tensors", "fp8", "gptq", "modelopt", "mxfp4")
+SUPPORTED_METHODS = ("awq", "compressed-tensors", "fbgemm_fp8", "fp8", "gptq", "modelopt", "mxfp4")
 _MAX_ENTRIES = 100_000  # exception and target lists (a checkpoint may name every layer's module)
 _MAX_PATTERNS = 1_000  # regular expressions and shell patterns among them (each is tried on every module name)
 
 # Module names (below ``model.layers.{i}.``) of each component, as transformers names them per model type.
 _ATTENTION = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
-_MLP = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 _EXPERT = ("gate_proj", "up_proj", "down_proj")
 _MOE_PREFIX = {"mixtral": "block_sparse_moe"}
 _EXPERT_NAMES = {"mixtral": ("w1", "w2", "w3")}
 _SHARED_PREFIX = {"qwen2_moe": "mlp.shared_expert", "deepseek_v2": "mlp.shared_experts",
-                  "deepseek_v3": "mlp.shared_experts"}
+                  "deepseek_v3": "mlp.shared_experts", "llama4_text": "feed_forward.shared_expert"}
+# Llama 4's checkpoints name the decoder under language_model. and each block's FFN feed_forward (its experts fused,
+# or one Linear per expert in llm-compressor's checkpoints)
+_LAYERS = {"llama4_text": "language_model.model.layers."}
+_FFN = {"llama4_text": "feed_forward"}
+_HEAD = {"llama4_text": "language_model.lm_head"}
 
 
 def module_names(spec: ModelSpec, model_type: str) -> dict[str, tuple[tuple[str, ...], ...]]:
@@ -63,25 +70,27 @@ def module_names(spec: ModelSpec, model_type: str) -> dict[str, tuple[tuple[str,
         attention = ("self_attn.qkv_proj", "self_attn.o_proj")
     else:
         attention = _ATTENTION
-    mlp = ("mlp.gate_up_proj", "mlp.down_proj") if model_type == "phi3" else _MLP
+    ffn = _FFN.get(model_type, "mlp")
+    mlp = ("mlp.gate_up_proj", "mlp.down_proj") if model_type == "phi3" else tuple(
+        f"{ffn}.{n}" for n in _EXPERT)
     out: dict[str, list[str]] = {c: [] for c in (*QUANTIZABLE, "fused_experts")}
     for i in layers:
-        base = f"model.layers.{i}."
+        base = f"{_LAYERS.get(model_type, 'model.layers.')}{i}."
         out["attention"] += [base + n for n in attention]
         if i in dense:
             out["mlp"] += [base + n for n in mlp]
             continue
         if spec.moe is None:
             continue
-        out["fused_experts"] += [base + "mlp.experts.gate_up_proj", base + "mlp.experts.down_proj"]
+        out["fused_experts"] += [f"{base}{ffn}.experts.gate_up_proj", f"{base}{ffn}.experts.down_proj"]
         if model_type != "gpt_oss":
-            prefix = _MOE_PREFIX.get(model_type, "mlp")
+            prefix = _MOE_PREFIX.get(model_type, ffn)
             for e in sorted({0, spec.moe.num_experts - 1}):
                 out["experts"] += [f"{base}{prefix}.experts.{e}.{n}" for n in _EXPERT_NAMES.get(model_type, _EXPERT)]
         if spec.moe.num_shared_experts:
             shared = _SHARED_PREFIX.get(model_type, "mlp.shared_expert")
             out["shared_experts"] += [f"{base}{shared}.{n}" for n in _EXPERT]
-    out["lm_head"] = ["lm_head"] if not spec.tie_word_embeddings else []
+    out["lm_head"] = [_HEAD.get(model_type, "lm_head")] if not spec.tie_word_embeddings else []
     fused = tuple(out.pop("fused_experts"))
     names = {c: (tuple(n),) for c, n in out.items() if n}
     if fused:
@@ -245,6 +254,8 @@ def checkpoint_activation_scale(quant: Any, origin: str) -> str | None:
     method = _method(quant)
     if method == "modelopt":
         return "static" if _modelopt_fields(quant).get("quant_algo") == "FP8" else None
+    if method == "fbgemm_fp8":  # FBGEMMFp8LinearMethod: per-token dynamic input scales
+        return "dynamic"
     if method == "fp8":
         if quant.get("weight_block_size") is not None:
             return None
@@ -304,6 +315,9 @@ def checkpoint_precision(quant: Any, spec: ModelSpec, model_type: str, base: str
         targets = [(None, _modelopt_format(quant, origin))]
         field = "exclude_modules"
         exceptions = _strings(quant, field, origin) + _strings(quant, "ignore", origin)
+    elif method == "fbgemm_fp8":
+        targets = [(None, "fp8")]
+        exceptions = _strings(quant, field, origin)
     elif method == "mxfp4":
         targets = [(_Patterns(["re:.*experts"], "experts", origin), "mxfp4")]
         exceptions = _strings(quant, field, origin)
