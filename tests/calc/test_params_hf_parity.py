@@ -41,6 +41,7 @@ from tfcalc.spec.hf_config import (
     PIXTRAL_DEFAULTS,
     QWEN2_5_VL_DEFAULTS,
     QWEN3_5_VISION_DEFAULTS,
+    QWEN3_VL_VISION_DEFAULTS,
     SIGLIP_DEFAULTS,
     load_hf_config,
     spec_from_hf_config,
@@ -312,8 +313,11 @@ def test_multimodal_defaults_match_transformers_config_classes() -> None:
     renamed = {"num_hidden_layers": "depth", "num_channels": "in_channels"}  # tfcalc's names for Qwen's keys
     for qwen, defaults in ((Qwen2_5_VLVisionConfig(), QWEN2_5_VL_DEFAULTS),
                            (CONFIG_MAPPING["qwen3_5_vision"](), QWEN3_5_VISION_DEFAULTS),
-                           (CONFIG_MAPPING["qwen3_5_moe_vision"](), QWEN3_5_VISION_DEFAULTS)):
-        assert {key: getattr(qwen, renamed.get(key, key)) for key in defaults} == defaults
+                           (CONFIG_MAPPING["qwen3_5_moe_vision"](), QWEN3_5_VISION_DEFAULTS),
+                           (CONFIG_MAPPING["qwen3_vl_vision"](), QWEN3_VL_VISION_DEFAULTS),
+                           (CONFIG_MAPPING["qwen3_vl_moe_vision"](), QWEN3_VL_VISION_DEFAULTS)):
+        got = {key: getattr(qwen, renamed.get(key, key)) for key in defaults}
+        assert {key: list(v) if isinstance(v, tuple) else v for key, v in got.items()} == defaults
     mistral3 = CONFIG_MAPPING["mistral3"](text_config={"model_type": "mistral"})
     assert (mistral3.spatial_merge_size, mistral3.multimodal_projector_bias) == (2, False)
 

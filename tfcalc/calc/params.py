@@ -209,10 +209,12 @@ def encoder_shape(spec: ModelSpec) -> TPShape:
     bias-free conv (c t p^2 h). Qwen3.5 (qwen3_vl.py's vision transformer): per block qkv (3h^2 + 3h) and fc1
     (hI + I) column-, proj (h^2 + h) and fc2 (Ih + h) row-parallel, two LayerNorms; the merger's LayerNorm over h,
     fc1 (m^2 h squared + m^2 h) and fc2 (m^2 h x H + H); the conv with bias (c t p^2 h + h) and the position table
-    (positions x h) replicated. Llama 4 (mllama4.py): per block q, k, v (3h^2 + 3h) and fc1 (hI + I) column-, o
-    (h^2 + h) and fc2 (Ih + h) row-parallel, two LayerNorms; the bias-free patch linear (c p^2 h), the pixel-shuffle
-    adapter's fc1 (I x adapter_hidden) and fc2 (adapter_output^2) and the projector (vision_output x H) split; the
-    class token (h), position table ((patches + 1) x h) and the LayerNorms before and after replicated."""
+    (positions x h) replicated; Qwen3-VL's deepstack mergers (qwen3_vl.py, use_postshuffle_norm) each a LayerNorm
+    over m^2 h (replicated) and the same fc1 and fc2. Llama 4 (mllama4.py): per block q, k, v (3h^2 + 3h) and fc1
+    (hI + I) column-, o (h^2 + h) and fc2 (Ih + h) row-parallel, two LayerNorms; the bias-free patch linear
+    (c p^2 h), the pixel-shuffle adapter's fc1 (I x adapter_hidden) and fc2 (adapter_output^2) and the projector
+    (vision_output x H) split; the class token (h), position table ((patches + 1) x h) and the LayerNorms before
+    and after replicated."""
     e = spec.encoder
     if e is None:
         return TPShape()
@@ -225,11 +227,12 @@ def encoder_shape(spec: ModelSpec) -> TPShape:
         return TPShape(split=split, replicated=replicated)
     if e.kind == "qwen3_5":
         big, wide = spec.hidden_size, e.merge_size ** 2 * h
-        split = Params(matrix=(4 * h * h + 2 * h * i) * e.num_layers + wide * wide + wide * big,
-                       vector=(3 * h + i) * e.num_layers + wide)
+        mergers = 1 + e.deepstack_mergers
+        split = Params(matrix=(4 * h * h + 2 * h * i) * e.num_layers + (wide * wide + wide * big) * mergers,
+                       vector=(3 * h + i) * e.num_layers + wide * mergers)
         replicated = Params(matrix=e.num_channels * e.temporal_patch_size * e.patch_size ** 2 * h
                             + e.num_position_embeddings * h,
-                            vector=h + 6 * h * e.num_layers + 2 * h + big)
+                            vector=h + 6 * h * e.num_layers + 2 * h + big + (2 * wide + big) * e.deepstack_mergers)
         return TPShape(split=split, replicated=replicated)
     if e.kind == "qwen2_5_vl":  # qwen2_5_vl.py: qkv, gate_up, merger fc1 column-; proj, down, merger fc2 row-parallel
         big, wide = spec.hidden_size, e.merge_size ** 2 * h

@@ -267,9 +267,11 @@ def _qwen_dense_layers(c: _Config) -> tuple[int, ...]:
     return tuple(i for i in range(c.num_layers) if i in only or (i + 1) % step != 0)
 
 
-def _qwen_moe(shared_expert: bool, every_layer: bool = False) -> MoERule:
+def _qwen_moe(shared_expert: bool, every_layer: bool = False, renormalised: bool = False) -> MoERule:
     """Qwen2-MoE and Qwen3-Next (one shared expert with a sigmoid gate), Qwen3-MoE (no shared expert); Qwen3.5-MoE
-    (``every_layer``): MoE on every layer, top-k scores always renormalised (no mlp_only_layers, no norm_topk_prob)."""
+    (``every_layer``): MoE on every layer, top-k scores always renormalised (no mlp_only_layers, no norm_topk_prob);
+    Qwen3-VL-MoE (``renormalised``): Qwen3-MoE's layers, its top-k scores always renormalised
+    (Qwen3VLMoeTextTopKRouter reads no norm_topk_prob)."""
 
     def rule(c: _Config) -> MoESpec | None:
         experts = c.req_int("num_experts", minimum=0 if not every_layer else 1)
@@ -283,7 +285,7 @@ def _qwen_moe(shared_expert: bool, every_layer: bool = False) -> MoERule:
         return MoESpec(num_experts=experts, experts_per_token=c.req_int("num_experts_per_tok"),
                        expert_intermediate_size=c.req_int("moe_intermediate_size"),
                        dense_layers=() if every_layer else _qwen_dense_layers(c),
-                       normalize_top_k=every_layer or c.flag("norm_topk_prob"), **shared)
+                       normalize_top_k=every_layer or renormalised or c.flag("norm_topk_prob"), **shared)
 
     return rule
 
@@ -499,6 +501,15 @@ FAMILIES: dict[str, _Family] = {
         required=("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
         sliding=_window_every_layer(enabled_key="use_sliding_window"), moe=_qwen_moe(shared_expert=False),
         qk_norm=True),
+    # Qwen3-VL-MoE's decoder (Qwen3VLMoeTextConfig): Qwen3-MoE with renormalised top-k and M-RoPE (a text token's
+    # three position ids are equal: plain RoPE)
+    "qwen3_vl_moe_text": _Family(
+        defaults={**_LLAMA_LIKE, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
+                  "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+                  "max_position_embeddings": 128000, "rope_theta": 500000.0, "attention_bias": False,
+                  "tie_word_embeddings": True, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+                  "decoder_sparse_step": 1, "mlp_only_layers": None},
+        required=("num_experts",), moe=_qwen_moe(shared_expert=False, renormalised=True), qk_norm=True),
     "qwen3_next": _Family(
         defaults={**_QWEN_HYBRID, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
                   "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2,
@@ -761,6 +772,12 @@ MULTIMODAL: dict[str, _Multimodal] = {
         "vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
         "num_attention_heads": 64, "num_key_value_heads": 8, "max_position_embeddings": 32768,
         "max_window_layers": 80, "rope_theta": 1000000.0}),
+    "qwen3_vl": _Multimodal("qwen3", "qwen3_vl_text", "qwen3_vl_vision", {
+        "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 128000,
+        "rope_theta": 500000.0}, ("qwen3_vl",)),
+    "qwen3_vl_moe": _Multimodal("qwen3_vl_moe_text", "qwen3_vl_moe_text", "qwen3_vl_moe_vision", {},
+                                ("qwen3_vl_moe",)),
     "qwen3_5": _Multimodal("qwen3_5_text", "qwen3_5_text", "qwen3_5_vision", {}, ("qwen3_5",)),
     "qwen3_5_moe": _Multimodal("qwen3_5_moe_text", "qwen3_5_moe_text", "qwen3_5_moe_vision", {}, ("qwen3_5_moe",)),
     "llama4": _Multimodal("llama4_text", "llama4_text", "llama4_vision_model", {}),
@@ -780,13 +797,17 @@ QWEN3_5_VISION_DEFAULTS = {"hidden_size": 1152, "intermediate_size": 4304, "num_
 LLAMA4_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 5632, "num_hidden_layers": 34, "patch_size": 14,
                           "image_size": 448, "num_channels": 3, "projector_input_dim": 4096,
                           "projector_output_dim": 4096, "vision_output_dim": 7680}
+QWEN3_VL_VISION_DEFAULTS = {**QWEN3_5_VISION_DEFAULTS, "deepstack_visual_indexes": [8, 16, 24]}
 _VISION = {"siglip_vision_model": ("siglip", SIGLIP_DEFAULTS), "pixtral": ("pixtral", PIXTRAL_DEFAULTS),
            "qwen2_5_vl": ("qwen2_5_vl", QWEN2_5_VL_DEFAULTS), "qwen3_5_vision": ("qwen3_5", QWEN3_5_VISION_DEFAULTS),
            "qwen3_5_moe_vision": ("qwen3_5", QWEN3_5_VISION_DEFAULTS),
+           "qwen3_vl_vision": ("qwen3_5", QWEN3_VL_VISION_DEFAULTS),
+           "qwen3_vl_moe_vision": ("qwen3_5", QWEN3_VL_VISION_DEFAULTS),
            "llama4_vision_model": ("llama4", LLAMA4_VISION_DEFAULTS)}
 _VISION_ALIASES = {"depth": "num_hidden_layers", "in_chans": "num_channels", "in_channels": "num_channels"}
 # top-level keys of a multimodal config.json that describe the whole checkpoint, kept beside its text_config
-_CHECKPOINT_KEYS = ("torch_dtype", "dtype", "quantization_config", "architectures", "_name_or_path", "auto_map")
+_CHECKPOINT_KEYS = ("torch_dtype", "dtype", "quantization_config", "architectures", "_name_or_path", "auto_map",
+                    "tie_word_embeddings")
 
 
 def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[str, Any], EncoderSpec | None]:
@@ -830,8 +851,7 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
         extra = {"merge_size": c.req_int("spatial_merge_size"), "temporal_patch_size": c.req_int("temporal_patch_size")}
         if kind == "qwen3_5":
             extra["num_position_embeddings"] = c.req_int("num_position_embeddings")
-            if c.data.get("deepstack_visual_indexes"):  # Qwen3-VL's extra mergers: not in Qwen3.5's checkpoints
-                raise SpecError(f"{origin}: vision_config: deepstack_visual_indexes is not supported")
+            extra["deepstack_mergers"] = len(c.int_list("deepstack_visual_indexes"))  # Qwen3-VL's (none in 3.5's)
         out = c.opt_int("out_hidden_size", minimum=1)
         width = merged.get("hidden_size")
         if out is not None and out != width:

@@ -82,6 +82,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "encoder.merge_size": (1, 64),
     "encoder.temporal_patch_size": (1, 64),
     "encoder.num_position_embeddings": (0, 1 << 24),
+    "encoder.deepstack_mergers": (0, 10_000),
     "linear_attention.num_key_heads": (1, 1 << 16),
     "linear_attention.num_value_heads": (1, 1 << 16),
     "linear_attention.key_head_dim": (1, 1 << 16),
@@ -336,7 +337,8 @@ class EncoderSpec:
     patch conv over ``temporal_patch_size`` frames, RMSNorms, fused qkv and proj with biases, a gated MLP with
     biases; its merger an RMSNorm and two linears over ``merge_size``^2 patches. ``qwen3_5`` (transformers
     Qwen3_5VisionModel): a 3-D patch conv with bias, a learned table of ``num_position_embeddings`` positions,
-    LayerNorms, fused qkv and proj with biases, a GELU MLP with biases; its merger a LayerNorm and two linears.
+    LayerNorms, fused qkv and proj with biases, a GELU MLP with biases; its merger a LayerNorm and two linears
+    (Qwen3-VL's tower the same, with ``deepstack_mergers`` more mergers).
     ``llama4`` (transformers Llama4VisionModel): a bias-free patch linear, a class token and position table,
     LayerNorms before and after, MHA with biases, a GELU MLP with biases; a bias-free pixel-shuffle adapter MLP
     and a bias-free projector into the decoder's width."""
@@ -353,6 +355,9 @@ class EncoderSpec:
     projector_bias: bool = False  # Mistral 3's multimodal_projector_bias
     temporal_patch_size: int = 1  # Qwen2.5-VL's patches span 2 frames
     num_position_embeddings: int = 0  # Qwen3.5's learned position table (resampled to each image's grid)
+    # Qwen3-VL's deepstack: a further merger (LayerNorm over the merged width) per deepstack_visual_indexes entry,
+    # whose features are added to the decoder's first layers
+    deepstack_mergers: int = 0
     # Llama 4's pixel-shuffle adapter MLP: fc1 from intermediate_size to adapter_hidden_dim, fc2 from and to
     # adapter_output_dim (projector_input_dim / projector_output_dim); its projector maps vision_output_dim to the
     # decoder's width
