@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout20]
+        | --holdout12 | ... | --holdout21]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -36,6 +36,8 @@ tfcalc first read after the seventeenth (QK-norm across heads, partial RoPE, 256
 collected after the eighteenth's change to them.
 ``--holdout20`` the twentieth (``HOLDOUT_GRID_20``, aiconfigurator_holdout20.json): Qwen3.5, hybrid models tfcalc first
 read after the nineteenth (Gated DeltaNet layers with a per-sequence state, gated attention).
+``--holdout21`` the twenty-first (``HOLDOUT_GRID_21``, aiconfigurator_holdout21.json): Qwen3-VL, multimodal checkpoints
+tfcalc first read after the twentieth (text-only requests: the decoders, dense and MoE, 2B to 235B-A22B).
 """
 
 from __future__ import annotations
@@ -83,6 +85,11 @@ MODELS = {
     "minimax-m2.5-nvfp4": ("nvidia/MiniMax-M2.5-NVFP4", "nvfp4", "nvfp4", "nvfp4"),
     "mixtral-8x7b-nvfp4": ("mistralai/Mixtral-8x7B-v0.1", "nvfp4", "nvfp4", "nvfp4"),
     "deepseek-v3-nvfp4": ("deepseek-ai/DeepSeek-V3", "nvfp4", "nvfp4", "nvfp4"),
+    "qwen3-vl-2b": ("Qwen/Qwen3-VL-2B-Instruct", "bf16", "bfloat16", None),
+    "qwen3-vl-8b": ("Qwen/Qwen3-VL-8B-Instruct", "bf16", "bfloat16", None),
+    "qwen3-vl-32b": ("Qwen/Qwen3-VL-32B-Instruct", "bf16", "bfloat16", None),
+    "qwen3-vl-30b-a3b": ("Qwen/Qwen3-VL-30B-A3B-Instruct", "bf16", "bfloat16", "bfloat16"),
+    "qwen3-vl-235b-a22b": ("Qwen/Qwen3-VL-235B-A22B-Instruct", "bf16", "bfloat16", "bfloat16"),
 }
 
 # The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
@@ -502,6 +509,17 @@ HOLDOUT_GRID_20 = [
 ]
 
 
+# Qwen3-VL (dense 2B / 8B / 32B, MoE 30B-A3B and 235B-A22B at ep 8), text-only requests, collected on 2026-12-06
+# (stop 49) after tfcalc first read these checkpoints and scored once before any change in response
+HOLDOUT_GRID_21 = [
+    ("qwen3-vl-8b", "h100_sxm", [1, 2], [4, 24, 64], [(3000, 300)]),
+    ("qwen3-vl-32b", "h200_sxm", [2, 4], [4, 24, 64], [(6000, 400)]),
+    ("qwen3-vl-30b-a3b", "h200_sxm", [1, 2], [4, 24, 64], [(2000, 500)]),
+    ("qwen3-vl-235b-a22b", "h200_sxm", [8], [4, 24, 64], [(4000, 300)], True),
+    ("qwen3-vl-2b", "b200_sxm", [1], [4, 24, 64], [(2000, 200)]),
+]
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -579,7 +597,8 @@ if __name__ == "__main__":
              "--holdout9": HOLDOUT_GRID_9, "--holdout10": HOLDOUT_GRID_10, "--holdout11": HOLDOUT_GRID_11,
              "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13, "--holdout14": HOLDOUT_GRID_14,
              "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16, "--holdout17": HOLDOUT_GRID_17,
-             "--holdout18": HOLDOUT_GRID_18, "--holdout19": HOLDOUT_GRID_19, "--holdout20": HOLDOUT_GRID_20}
+             "--holdout18": HOLDOUT_GRID_18, "--holdout19": HOLDOUT_GRID_19, "--holdout20": HOLDOUT_GRID_20,
+             "--holdout21": HOLDOUT_GRID_21}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

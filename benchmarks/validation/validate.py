@@ -34,8 +34,9 @@ Reference points (each with its source and setting):
   parallelism for MoE models ("aic held-out 16"), aiconfigurator_holdout17.json (``--holdout17``) a seventeenth
   of NVFP4 on the B200 ("aic held-out 17"), aiconfigurator_holdout18.json (``--holdout18``) an eighteenth of
   MiniMax-M2.5, before stop 47's changes ("aic held-out 18"), aiconfigurator_holdout19.json (``--holdout19``) a
-  nineteenth of NVFP4 experts on the B200 after its first ("aic held-out 19") and aiconfigurator_holdout20.json
-  (``--holdout20``) a twentieth of Qwen3.5's hybrid models ("aic held-out 20").
+  nineteenth of NVFP4 experts on the B200 after its first ("aic held-out 19"), aiconfigurator_holdout20.json
+  (``--holdout20``) a twentieth of Qwen3.5's hybrid models ("aic held-out 20") and aiconfigurator_holdout21.json
+  (``--holdout21``) a twenty-first of Qwen3-VL's checkpoints ("aic held-out 21").
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -53,7 +54,7 @@ ROOT = HERE.parent.parent
 LARGE = "aic b128+"
 # The held-out files, aiconfigurator_holdout.json, aiconfigurator_holdout2.json ... (aiconfigurator_points.py
 # --holdoutN), each summarised on its own line
-HELD_OUT_FILES = 20
+HELD_OUT_FILES = 21
 
 
 def holdout(n: int) -> str:
@@ -90,7 +91,8 @@ AIC_UNCAPTURED_LINEARS = {"vllm": frozenset({"fp8_block"})}
 # per-token one fused with the cast on vLLM (1.2 us more than static; nearest: `static`); nothing on SGLang (zeros).
 AIC_FP8_SCALES = {"trtllm": "dynamic", "vllm": "static", "sglang": "static"}
 MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b",
-       "deepseek-v3", "qwen3-coder-480b", "kimi-k2", "minimax-m2.5", "qwen3.5-35b-a3b", "qwen3.5-397b-a17b"}
+       "deepseek-v3", "qwen3-coder-480b", "kimi-k2", "minimax-m2.5", "qwen3.5-35b-a3b", "qwen3.5-397b-a17b",
+       "qwen3-vl-30b-a3b", "qwen3-vl-235b-a22b"}
 
 
 def load_points() -> list[dict]:

@@ -379,6 +379,20 @@ def test_twentieth_held_out_grid_qwen35_hybrid(v: ModuleType) -> None:
                                                                  and p.get("ep", 1) == 8))
 
 
+def test_twenty_first_held_out_grid_qwen3_vl(v: ModuleType) -> None:
+    """The twenty-first held-out file: Qwen3-VL (2B on a B200, 8B on H100s, 32B and 30B-A3B on H200s, 235B-A22B at
+    ep 8), checkpoints tfcalc first read in stop 49, text-only requests, collected after that and scored once with
+    no change in response: TTFT 72 / 72, TPOT 71 / 72; the one miss (SGLang's 235B at batch 24, +24 %) is a decode
+    aiconfigurator interpolates across its power-law workload's switch (caveat "interpolated")."""
+    held = [p for p in v.load_points() if p["source_kind"] == v.holdout(21)]
+    assert len(held) == 72
+    scored = [(p, *(got / ref - 1 for got, ref in zip(v.predict(p), (p["ttft_ms"], p["tpot_ms"]), strict=True)))
+              for p in held]
+    assert all(abs(ttft) <= 0.2 for _, ttft, _ in scored)
+    assert all(abs(tpot) <= 0.2 for p, _, tpot in scored if "caveat" not in p)
+    assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 71
+
+
 def test_vllm_b200_mixtral_prefill_with_large_experts(v: ModuleType) -> None:
     """vLLM's B200 bf16 Mixtral points of every held-out grid (tp 1-8, ep 1-4): with the large-expert slowdown
     (kernels.moe_large_expert) their TTFT stays within 25 % of aiconfigurator whatever the expert's size (-50 % at tp
