@@ -1,5 +1,5 @@
-"""Small config.json files of families no preset covers (GLM-4.5 MoE, MiniMax-M2, Qwen3-Next, Qwen3.5), read the way
-a user's are."""
+"""Small config.json files, read the way a user's are: families no preset covers (GLM-4.5 MoE, MiniMax-M2, Qwen3-Next,
+Qwen3.5), and Llama 4 with a chunk and temperature floor small enough for a short prompt to cross."""
 
 from __future__ import annotations
 
@@ -34,3 +34,22 @@ SMALL_QWEN3_5 = {**_SMALL_COMMON, **_SMALL_LINEAR, "model_type": "qwen3_5_text",
 
 def small_config_spec(config: dict) -> ModelSpec:
     return spec_from_hf_config(config, origin="small", name=config["model_type"])
+
+
+# Llama 4 (Llama4ForCausalLM): 4 layers of hidden 64, 4 query heads of 16 over 2 KV heads, RoPE layers attending within
+# chunks of 8 tokens, NoPE layers with attention temperature tuning at floor_scale 4 (x1.07 from position 3, x1.11 from
+# 7), 4 sigmoid-routed experts of 32 scaling their inputs plus a shared expert of 32, dense MLPs of 96.
+_SMALL_LLAMA4 = {**_SMALL_COMMON, "model_type": "llama4_text", "hidden_size": 64, "num_hidden_layers": 4,
+                 "num_attention_heads": 4, "intermediate_size": 32, "intermediate_size_mlp": 96,
+                 "num_local_experts": 4, "attention_chunk_size": 8, "attn_temperature_tuning": True,
+                 "floor_scale": 4, "attn_scale": 0.1}
+# Scout-like: MoE on every layer (top 1), layers 0-2 chunked with RoPE and the weightless QK norm, layer 3 NoPE and
+# global; llama3 RoPE scaling (factor 8 over an original 16 tokens, so that the prompt's frequencies are scaled)
+SMALL_LLAMA4 = {**_SMALL_LLAMA4, "num_experts_per_tok": 1, "use_qk_norm": True, "interleave_moe_layer_step": 1,
+                "no_rope_layer_interval": 4,
+                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}
+# Maverick-like: MoE (top 2, not renormalised) on odd layers, dense MLPs on even ones, no QK norm; layers 0 (dense)
+# and 1 (MoE) chunked with RoPE, 2 (dense) and 3 (MoE) NoPE and global; plain RoPE
+SMALL_LLAMA4_INTERLEAVED = {**_SMALL_LLAMA4, "num_experts_per_tok": 2, "use_qk_norm": False,
+                            "interleave_moe_layer_step": 2, "no_rope_layers": [1, 1, 0, 0]}

@@ -21,7 +21,14 @@ import pytest
 import torch
 from conftest import small_spec
 from shard_jobs import Case, CompareWithOneRank
-from small_configs import SMALL_MINIMAX_M2, SMALL_QWEN3_5, SMALL_QWEN3_NEXT, small_config_spec
+from small_configs import (
+    SMALL_LLAMA4,
+    SMALL_LLAMA4_INTERLEAVED,
+    SMALL_MINIMAX_M2,
+    SMALL_QWEN3_5,
+    SMALL_QWEN3_NEXT,
+    small_config_spec,
+)
 
 from tfcalc.calc.plan import PlanConfig, plan_fit
 from tfcalc.dtypes import WeightPrecision, get_dtype
@@ -92,6 +99,11 @@ def _two_rank_cases(small_spec) -> list[Case]:  # noqa: ANN001
         # expert sliced by tp; Qwen3.5 dense with a tied head
         Case("qwen3_next tp 2", small_config_spec(SMALL_QWEN3_NEXT), 2, 1),
         Case("qwen3_5 tp 2", small_config_spec(SMALL_QWEN3_5), 2, 1),
+        # Llama 4: chunk rings (decode crosses the chunk boundary at 8), NoPE layers' temperature, QK norm, experts
+        # weighting their inputs sliced by tp, placed by ep, and dispatched by all-to-all with dense layers between
+        Case("llama4 tp 2", small_config_spec(SMALL_LLAMA4), 2, 1),
+        Case("llama4 interleaved tp 2 ep 2", small_config_spec(SMALL_LLAMA4_INTERLEAVED), 2, 2),
+        Case("llama4 interleaved ep 2", small_config_spec(SMALL_LLAMA4_INTERLEAVED), 1, 2),
     ]
 
 

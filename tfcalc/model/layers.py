@@ -53,6 +53,13 @@ class RMSNorm(nn.Module):
         return xf.to(x.dtype) * self.weight
 
 
+def rms_normalize(x: Tensor, eps: float = NORM_EPS) -> Tensor:
+    """x / sqrt(mean(x^2) + eps) over the last dimension, no weight, in at least fp32 (Llama 4's QK norm,
+    transformers Llama4TextL2Norm with rms_norm_eps)."""
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
 def make_norm(spec: ModelSpec, dim: int) -> nn.Module:
     """RMSNorm (weight) or LayerNorm (weight and bias), as ``spec.norm_kind`` says."""
     if spec.norm_kind == "rmsnorm":
@@ -136,9 +143,9 @@ def rope_table(spec: ModelSpec, max_len: int, dtype: torch.dtype, device: torch.
 
 def apply_rope(x: Tensor, table: Tensor, interleaved: bool = False) -> Tensor:
     """Rotate pairs of x by the angles in ``table``: (x_i, x_{i+D/2}) ("rotate half", HF Llama), or with
-    ``interleaved`` the adjacent pairs (x_2i, x_2i+1) of DeepSeek's MLA (its complex view), written out as
-    [rotated evens, rotated odds] like transformers' ``apply_rotary_pos_emb_interleave``: q and k are permuted
-    alike, so their dot products are DeepSeek's.
+    ``interleaved`` the adjacent pairs (x_2i, x_2i+1) of DeepSeek's MLA and Llama 4 (their complex view), written
+    out as [rotated evens, rotated odds] like transformers' ``apply_rotary_pos_emb_interleave``: q and k are
+    permuted alike (and cached so), so their dot products, and a per-head norm after RoPE, are the reference's.
 
     x: [B, T, heads, D]; table: [T, 2, Dr/2] gathered at the tokens' absolute positions. With partial RoPE
     (Dr < D: GLM-4.5, MiniMax-M2) the first Dr dimensions turn and the rest pass through, as transformers'
@@ -182,6 +189,7 @@ class Step:
     rope_local: Tensor | None = None  # the sliding layers' rows where their base differs (spec.rope_local_theta)
     causal_call: bool = True       # FRESH: a backend runs SDPA's is_causal call, else explicit masks
     block_masks: dict[int, Any] = field(default_factory=dict)  # FLEX: cache length -> BlockMask of live slots
+    chunk_block_masks: dict[int, Any] = field(default_factory=dict)  # FLEX: the same for chunked layers' rings
 
     @property
     def t(self) -> int:
@@ -198,10 +206,13 @@ class Keys:
     mask: Any = None         # [T, L] booleans (MASKED) or a BlockMask (FLEX)
 
 
-def causal_mask(q_pos: Tensor, k_pos: Tensor, window: int | None = None) -> Tensor:
-    """[T, L] booleans: key at position j visible to the query at i when j <= i (and j > i - window)."""
+def causal_mask(q_pos: Tensor, k_pos: Tensor, window: int | None = None, chunked: bool = False) -> Tensor:
+    """[T, L] booleans: key at position j visible to the query at i when j <= i (and j > i - window, or with
+    ``chunked`` j // window == i // window: Llama 4's chunks, transformers ``create_chunked_causal_mask``)."""
     allowed = (k_pos[None, :] <= q_pos[:, None]) & (k_pos[None, :] >= 0)
-    if window is not None:
+    if window is not None and chunked:
+        allowed &= k_pos[None, :] // window == q_pos[:, None] // window
+    elif window is not None:
         allowed &= k_pos[None, :] > q_pos[:, None] - window
     return allowed
 
@@ -237,15 +248,16 @@ class KVCache(nn.Module):
     A full-attention layer holds L = S slots, one per position. A sliding-window layer of window W holds a
     rolling buffer of L = min(W, S) slots: position p lives in slot p mod L, RoPE having been applied at the
     absolute position before the write, so the cache holds exactly the tokens the window can see and its bytes
-    are the calculator's window-capped figure. ``dtype`` may be float8_e4m3fn (no scale), read back into the
-    compute dtype.
+    are the calculator's window-capped figure. A ``chunked`` layer (Llama 4, chunks of W tokens) keeps the same
+    ring: a chunk starts at slot 0, so the query at p sees slots 0..p mod L (later slots hold the previous chunk's
+    tail). ``dtype`` may be float8_e4m3fn (no scale), read back into the compute dtype.
     """
 
     def __init__(self, batch: int, kv_heads: int, max_len: int, head_dim: int, dtype: torch.dtype,
                  compute_dtype: torch.dtype, device: torch.device, window: int | None = None,
-                 v_dim: int | None = None) -> None:
+                 v_dim: int | None = None, chunked: bool = False) -> None:
         super().__init__()
-        self.window = window
+        self.window, self.chunked = window, chunked and window is not None
         self.length = min(window, max_len) if window is not None else max_len
         self.compute_dtype = compute_dtype
         self.register_buffer("k", torch.zeros(batch, kv_heads, self.length, head_dim, dtype=dtype, device=device),
@@ -285,7 +297,7 @@ class KVCache(nn.Module):
             self.write(pos, k, v)
             if step.causal_call and (self.window is None or step.t <= self.window):
                 return Keys(k, v, CAUSAL)
-            return Keys(k, v, MASKED, causal_mask(pos, pos, self.window))
+            return Keys(k, v, MASKED, causal_mask(pos, pos, self.window, self.chunked))
         if step.mode == CHUNK:
             assert step.start is not None
             if self.window is None:
@@ -296,18 +308,22 @@ class KVCache(nn.Module):
             ck, cv = self.read(b)  # the ring before this chunk: its slots' positions, then the new keys
             k_pos = torch.cat([self.slot_positions(step.start), pos])
             keys = Keys(torch.cat([ck, k.to(ck.dtype)], dim=2), torch.cat([cv, v.to(cv.dtype)], dim=2), MASKED,
-                        causal_mask(pos, k_pos, self.window))
+                        causal_mask(pos, k_pos, self.window, self.chunked))
             self.write(pos, k, v)
             return keys
         self.write(pos, k, v)  # one new token: write first, then every live slot (its own included) is visible
         if step.mode == LIVE:
             assert step.start is not None
-            ck, cv = self.read(b, min(step.start + 1, self.length))
+            live = step.start % self.length + 1 if self.chunked else min(step.start + 1, self.length)
+            ck, cv = self.read(b, live)
             return Keys(ck, cv, OPEN)
         ck, cv = self.read(b)
         if step.mode == FLEX:
-            return Keys(ck, cv, FLEX, step.block_masks[self.length])
+            masks = step.chunk_block_masks if self.chunked else step.block_masks
+            return Keys(ck, cv, FLEX, masks[self.length])
         slots = torch.arange(self.length, device=pos.device)
+        if self.chunked:
+            return Keys(ck, cv, MASKED, slots[None, :] <= pos[:, None] % self.length)
         return Keys(ck, cv, MASKED, slots[None, :] < (pos[:, None] + 1).clamp(max=self.length))
 
 
@@ -460,6 +476,12 @@ def backend_works(backend: str, heads: int, kv_heads: int, head_dim: int, dtype:
     return True
 
 
+def attention_temperature(positions: Tensor, floor_scale: int, scale: float, dtype: torch.dtype) -> Tensor:
+    """1 + scale log(1 + floor((p + 1) / floor_scale)) per absolute position p [T] (Llama 4's NoPE layers,
+    arXiv:2501.19399; transformers Llama4TextAttention attn_temperature_tuning), the floor taken on integers."""
+    return torch.log1p(torch.div(positions + 1, floor_scale, rounding_mode="floor").to(dtype)) * scale + 1.0
+
+
 class Attention(nn.Module):
     """Multi-head attention with H query and Hkv KV heads (MHA H = Hkv, GQA, MQA Hkv = 1; Ainslie et al. 2023,
     arXiv:2305.13245): fused QKV projection, optional QK-norm per head (Qwen3) or across heads (MiniMax-M2) and
@@ -467,13 +489,16 @@ class Attention(nn.Module):
     buffer on sliding-window layers) and :func:`run_attention`.
 
     Scores are scaled by query_pre_attn_scalar^-1/2 where the spec gives one (Gemma 2), else head_dim^-1/2.
+    Llama 4 (transformers Llama4TextAttention): RoPE on adjacent pairs (``spec.rope_interleaved``), then q and k
+    RMS-normalised per head without a weight (``spec.qk_l2_norm``); a ``nope`` layer applies neither and scales
+    its queries by :func:`attention_temperature`; a ``sliding`` layer of a chunked spec attends within its chunk.
     ``spec.attention_output_gate`` (Qwen3-Next's gated attention, transformers Qwen3NextAttention): each query head's
     rows of wqkv are [query D | gate D] and the output becomes y * sigmoid(gate) before wo.
     Attention sinks (gpt-oss) and logit soft-capping (Gemma 2) have no SDPA form: those layers take the explicit
     softmax eagerly and flex_attention in a compiled decode step.
     """
 
-    def __init__(self, spec: ModelSpec, sliding: bool = False) -> None:
+    def __init__(self, spec: ModelSpec, sliding: bool = False, nope: bool = False) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
@@ -490,6 +515,11 @@ class Attention(nn.Module):
         self.scale = (spec.query_pre_attn_scalar or self.head_dim) ** -0.5
         self.softcap = spec.attn_logit_softcapping
         self.window = spec.sliding_window if sliding else None
+        self.chunked = sliding and spec.chunked_attention
+        self.rotary, self.interleaved = not nope, spec.rope_interleaved
+        self.qk_l2_norm = spec.qk_l2_norm and not nope
+        floor = spec.attn_temperature_floor_scale
+        self.temperature = (floor, spec.attn_temperature_scale) if nope and floor is not None else None
         self.kv_cache: KVCache | None = None
 
     @property
@@ -499,7 +529,8 @@ class Attention(nn.Module):
 
     def make_cache(self, batch: int, max_len: int, dtype: torch.dtype, compute_dtype: torch.dtype,
                    device: torch.device) -> KVCache:
-        return KVCache(batch, self.kv_heads, max_len, self.head_dim, dtype, compute_dtype, device, self.window)
+        return KVCache(batch, self.kv_heads, max_len, self.head_dim, dtype, compute_dtype, device, self.window,
+                       chunked=self.chunked)
 
     def forward(self, x: Tensor, step: Step) -> Tensor:
         """x [B, T, hidden] at positions step.input_pos -> [B, T, hidden]; the new K/V go into the cache."""
@@ -520,8 +551,14 @@ class Attention(nn.Module):
         v = v.view(b, t, self.kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None and not self.qk_norm_across_heads:
             q, k = self.q_norm(q), self.k_norm(k)
-        rope = step.rope_local if self.window is not None and step.rope_local is not None else step.rope
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
+        if self.rotary:
+            rope = step.rope_local if self.window is not None and step.rope_local is not None else step.rope
+            q, k = apply_rope(q, rope, self.interleaved), apply_rope(k, rope, self.interleaved)
+        if self.qk_l2_norm:
+            q, k = rms_normalize(q), rms_normalize(k)
+        if self.temperature is not None:
+            wide = torch.promote_types(q.dtype, torch.float32)
+            q = (q.to(wide) * attention_temperature(step.input_pos, *self.temperature, wide)[:, None, None]).to(q.dtype)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # [B, heads, T, D]
         y = run_attention(q, self.kv_cache.keys(k, v, step), self.scale, self.softcap, self.sinks)
         y = y.transpose(1, 2).reshape(b, t, q_out)
@@ -577,7 +614,9 @@ class MoE(nn.Module):
     (Mixtral, Qwen3). DeepSeek-V3 (``router_scoring: sigmoid``, transformers DeepseekV3TopkRouter): sigmoid
     scores; the choice adds the learned ``e_score_correction_bias`` and is limited to the best
     ``groups_per_token`` of ``expert_groups`` groups (a group scores the sum of its top two); the weights are the
-    unbiased scores of the chosen experts, renormalised, times ``routed_scaling_factor``.
+    unbiased scores of the chosen experts, renormalised, times ``routed_scaling_factor``. Llama 4
+    (``moe.router_weights_input``, transformers Llama4TextMoe): each chosen expert's sigmoid score multiplies its
+    input instead, y = sum_k expert_k(w_k x), not renormalised.
 
     Experts are stacked, w_in [E, 2I or I, hidden] and w_out [E, hidden, I]. Dispatch sorts the N*K
     (token, expert) pairs by expert and runs each expert once on its contiguous slice; reading the per-expert
@@ -596,6 +635,7 @@ class MoE(nn.Module):
         if moe.router_score_correction_bias and moe.router_scoring != "sigmoid":
             raise SpecError(f"{spec.name}: a router score-correction bias needs sigmoid scoring (DeepSeek-V3)")
         self.spec, self.top_k, self.normalize = spec, moe.experts_per_token, moe.normalize_top_k
+        self.weights_input = moe.router_weights_input
         e, h, i = moe.num_experts, spec.hidden_size, moe.expert_intermediate_size
         width = 2 * i if spec.ffn_kind == "gated" else i
         self.router = nn.Linear(h, e, bias=moe.router_bias)
@@ -646,6 +686,16 @@ class MoE(nn.Module):
         b_out = None if self.b_out is None or not self.add_out_bias else self.b_out[e]
         return stacked_linear(activate(self.spec, stacked_linear(x, self.w_in, e, b_in)), self.w_out, e, b_out)
 
+    def weigh_inputs(self, xs: Tensor, weights: Tensor) -> Tensor:
+        """The pairs' expert inputs xs [P, hidden]: scaled by their routing weights [P, 1] where the router weights
+        the input (Llama 4), else as they are."""
+        return xs * weights if self.weights_input else xs
+
+    def weigh_outputs(self, ys: Tensor, weights: Tensor) -> Tensor:
+        """The pairs' expert outputs ys [P, hidden] scaled by their routing weights [P, 1], unless their inputs
+        were."""
+        return ys if self.weights_input else ys * weights
+
     def run_experts(self, xs: Tensor, counts: list[int]) -> Tensor:
         """xs [P, hidden] sorted by expert, ``counts[e]`` rows for expert e of the stack -> outputs [P, hidden]."""
         out = torch.empty_like(xs)
@@ -670,9 +720,9 @@ class MoE(nn.Module):
             local = (flat >= first) & (flat < first + held)
             pair = local.nonzero().squeeze(1)
             pair = pair[flat[pair].argsort(stable=True)]
-        token = pair // self.top_k
-        out = self.run_experts(x[token], counts[first:first + held].tolist())
-        return torch.zeros_like(x).index_add_(0, token, out * weights.flatten()[pair, None])
+        token, w = pair // self.top_k, weights.flatten()[pair, None]
+        out = self.run_experts(self.weigh_inputs(x[token], w), counts[first:first + held].tolist())
+        return torch.zeros_like(x).index_add_(0, token, self.weigh_outputs(out, w))
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape

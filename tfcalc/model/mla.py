@@ -49,6 +49,7 @@ class LatentCache(nn.Module):
                  compute_dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.rank, self.length, self.compute_dtype = rank, max_len, compute_dtype
+        self.chunked = False  # every position has its slot (no local layers with MLA)
         self.register_buffer("latent", torch.zeros(batch, max_len, rank + rope_dim, dtype=dtype, device=device),
                              persistent=False)
 

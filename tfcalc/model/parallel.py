@@ -18,6 +18,7 @@ The layout is the one the planner counts (``tfcalc.calc.shard``, ``tfcalc.calc.p
 - MoE: the router replicated, so every rank routes every token alike. ep = 1: each routed expert sliced like an
   FFN; ep <= tp (ep divides tp): a rank holds E/ep experts sliced tp/ep ways (TensorRT-LLM's moe_tp x moe_ep = tp);
   shared experts sliced by tp; one all-reduce for the whole layer (routed and shared partial sums together).
+  Where the router weights the experts' inputs (Llama 4) a pair's input is scaled before it is sent or sliced.
   ep > tp (data-parallel attention, ep/tp replicas, as SGLang and vLLM run DeepSeek): a rank holds E/ep whole
   experts; each tp rank of a replica routes its 1/tp share of the replica's tokens and sends every (token,
   expert) pair to the expert's rank by all-to-all (after an all-to-all of the counts), which sends the outputs
@@ -454,20 +455,21 @@ class ExpertDispatch:
         moe.expert_counts.copy_(counts)
         held = moe.local_experts
         order = flat.argsort(stable=True)  # pairs by expert, hence by the rank that holds it
-        token = order // moe.top_k
+        token, w = order // moe.top_k, weights.flatten()[order, None]
         per_rank = counts.view(par.world, held).sum(dim=1)
         comm = par.comm
         incoming = comm.all_to_all(per_rank, [1] * par.world, [1] * par.world, par.ep_group)
         send, receive = per_rank.tolist(), incoming.tolist()
         ids = (flat[order] - (flat[order] // held) * held).to(x.dtype)
-        arrived = comm.all_to_all(torch.cat([mine[token], ids[:, None]], dim=1), send, receive, par.ep_group)
+        sent = moe.weigh_inputs(mine[token], w)
+        arrived = comm.all_to_all(torch.cat([sent, ids[:, None]], dim=1), send, receive, par.ep_group)
         local = arrived[:, -1].round().long()
         by_expert = local.argsort(stable=True)
         out = torch.empty_like(arrived[:, :-1])
         out[by_expert] = moe.run_experts(arrived[by_expert, :-1],
                                          torch.bincount(local, minlength=held).tolist())
         back = comm.all_to_all(out, receive, send, par.ep_group)
-        y = torch.zeros_like(mine).index_add_(0, token, back * weights.flatten()[order, None])
+        y = torch.zeros_like(mine).index_add_(0, token, moe.weigh_outputs(back, w))
         if par.tp == 1:
             return y
         full = torch.zeros_like(x)

@@ -1,7 +1,8 @@
 """Scaled-down copies of a model for profiling: fewer layers that keep the layer pattern, narrower widths.
 
 Pure spec arithmetic (no torch), so the CLI can validate overrides before anything is built. A model's layers
-come in kinds: dense or MoE FFN, sliding-window or global attention, Gated DeltaNet (linear) or softmax attention.
+come in kinds: dense or MoE FFN, sliding-window (or chunked) or global attention, Gated DeltaNet (linear) or softmax
+attention, RoPE or NoPE (Llama 4).
 ``layers=N`` keeps each kind in proportion (largest remainder, every kind at least one layer when N allows), picks
 evenly spaced layers of each kind and keeps their original order, so DeepSeek-V3 at 2 layers is one dense and one
 MoE layer, Gemma 2 at 4 layers alternates sliding and global, Qwen3-Next at 4 layers is 3 linear and 1 attention
@@ -18,8 +19,8 @@ from tfcalc.spec.model import ModelSpec
 
 
 def layer_kind(spec: ModelSpec, layer: int) -> str:
-    """``dense``/``moe`` (MoE models), ``sliding``/``global`` (windowed models) and ``linear``/``attention``
-    (Gated DeltaNet models), e.g. "moe global"."""
+    """``dense``/``moe`` (MoE models), ``sliding``/``global`` (windowed models), ``linear``/``attention``
+    (Gated DeltaNet models) and ``nope`` (Llama 4's layers without RoPE), e.g. "moe global nope"."""
     parts = []
     if spec.moe is not None:
         parts.append("moe" if spec.is_moe_layer(layer) else "dense")
@@ -27,6 +28,8 @@ def layer_kind(spec: ModelSpec, layer: int) -> str:
         parts.append("sliding" if spec.is_sliding_layer(layer) else "global")
     if spec.linear_attention is not None:
         parts.append("linear" if spec.is_linear_layer(layer) else "attention")
+    if layer in spec.nope_layers:
+        parts.append("nope")
     return " ".join(parts) or "layer"
 
 
@@ -58,8 +61,8 @@ def pick_layers(spec: ModelSpec, n: int) -> tuple[int, ...]:
 
 
 def keep_layers(spec: ModelSpec, layers: tuple[int, ...]) -> ModelSpec:
-    """``spec`` with only the given original layers, in order (dense, sliding, linear-attention and weight-exception
-    layer lists renumbered)."""
+    """``spec`` with only the given original layers, in order (dense, sliding, linear-attention, NoPE and
+    weight-exception layer lists renumbered)."""
     moe = spec.moe
     if moe is not None:
         moe = replace(moe, dense_layers=tuple(i for i, old in enumerate(layers) if not spec.is_moe_layer(old)))
@@ -69,8 +72,10 @@ def keep_layers(spec: ModelSpec, layers: tuple[int, ...]) -> ModelSpec:
     linear = spec.linear_attention
     if linear is not None:
         linear = replace(linear, layers=tuple(i for i, old in enumerate(layers) if spec.is_linear_layer(old)))
+    nope = tuple(i for i, old in enumerate(layers) if old in spec.nope_layers)
     return replace(spec, num_layers=len(layers), moe=moe, sliding_window_layers=sliding, linear_attention=linear,
-                   sliding_window=spec.sliding_window if sliding else None, quantized_weight_exceptions=exceptions)
+                   sliding_window=spec.sliding_window if sliding else None, quantized_weight_exceptions=exceptions,
+                   local_attention=spec.local_attention if sliding else "sliding", nope_layers=nope)
 
 
 def describe_layers(spec: ModelSpec, layers: tuple[int, ...]) -> str:

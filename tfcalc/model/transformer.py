@@ -66,7 +66,7 @@ class TransformerBlock(nn.Module):
     """x + attn(norm(x)), then x + ffn(norm(x)) (pre-norm, GPT-2 / Llama). With ``norms_per_layer == 4``
     (Gemma 2, arXiv:2408.00118) each sub-layer's output is normed again before the residual add. On a
     linear-attention layer (``spec.is_linear_layer``: Qwen3-Next, Qwen3.5) the token mixer in ``attention`` is a
-    :class:`~tfcalc.model.deltanet.GatedDeltaNet`."""
+    :class:`~tfcalc.model.deltanet.GatedDeltaNet`; a Llama 4 NoPE layer (``spec.nope_layers``) applies no RoPE."""
 
     def __init__(self, spec: ModelSpec, layer: int, weights_dtype: str | None = None) -> None:
         super().__init__()
@@ -78,7 +78,7 @@ class TransformerBlock(nn.Module):
         self.linear = spec.is_linear_layer(layer)
         self.attention: Attention | MLAttention | GatedDeltaNet = (
             GatedDeltaNet(spec) if self.linear else MLAttention(spec) if spec.mla is not None
-            else Attention(spec, self.sliding))
+            else Attention(spec, self.sliding, nope=layer in spec.nope_layers))
         self.ffn_norm = make_norm(spec, spec.hidden_size)
         self.ffn: nn.Module = (MoE(spec, weights_dtype) if spec.is_moe_layer(layer)
                                else FeedForward(spec, spec.intermediate_size, spec.mlp_bias))
@@ -261,9 +261,9 @@ class Transformer(nn.Module):
     def forward(self, tokens: Tensor, input_pos: Tensor, mode: str, start: int | None = None) -> Tensor:
         """tokens [B, T] at absolute positions input_pos [T] -> hidden states [B, T, hidden].
 
-        The query at position p sees keys at positions <= p (and > p - window on sliding layers), however the
-        mode (FRESH, CHUNK, LIVE, STATIC, FLEX) lays them out; ``start`` is the host's copy of input_pos[0]
-        (None in a compiled step).
+        The query at position p sees keys at positions <= p (and > p - window on sliding layers, in p's chunk of
+        window tokens on chunked ones), however the mode (FRESH, CHUNK, LIVE, STATIC, FLEX) lays them out;
+        ``start`` is the host's copy of input_pos[0] (None in a compiled step).
         """
         t = tokens.shape[1]
         calls = self._layer_calls(t, mode)
@@ -271,8 +271,10 @@ class Transformer(nn.Module):
                     None if self.rope_local is None else self.rope_local[input_pos],
                     causal_call=self.causal_backend is not None)
         if mode == FLEX:
-            lengths = {attn.kv_cache.length for attn in self._attention_layers()}
-            step.block_masks = {n: live_block_mask(self.cache_pos, n, input_pos.device) for n in lengths}
+            caches = {(attn.kv_cache.length, attn.kv_cache.chunked) for attn in self._attention_layers()}
+            for n, chunked in caches:  # a chunk's ring holds its chunk from slot 0: live slots 0..position mod n
+                masks = step.chunk_block_masks if chunked else step.block_masks
+                masks[n] = live_block_mask(self.cache_pos % n if chunked else self.cache_pos, n, input_pos.device)
         x = self.tok_embeddings(tokens)  # [B, T, hidden]
         if self.embed_scale is not None:
             x = x * self.embed_scale
