@@ -22,6 +22,8 @@
 #                                256 sigmoid-routed experts)                                               ~90 s
 #     profile_qwen3_next         Qwen3-Next-80B-A3B, bf16, 4 layers (3 Gated DeltaNet + 1 gated attention:
 #                                chunked prefill and recurrent decode with per-sequence states, 512 experts) ~90 s
+#     profile_llama4             Llama 4 Scout, bf16, 4 layers (3 chunked-attention + 1 NoPE, top-1 experts on the
+#                                input + a shared expert), a 12k prompt crossing the 8192-token chunk       ~90 s
 #     profile_fp8 at batch 8, the attention and moe component benchmarks                                   ~150 s
 # With more than one GPU visible, a multi-GPU section (issue 10) follows, on its own budget GPU_CHECK_MULTI_BUDGET_S
 # (300 s; estimated, no machine with several GPUs has run it), so the single-GPU steps keep theirs:
@@ -84,6 +86,7 @@ if [ "$smoke" = 1 ]; then
   deepseek=(--device cpu --layers 2 "${tiny[@]}" --experts 16 --batch 1 --prompt-len 64 --gen-len 4)
   minimax=(--device cpu --layers 2 "${tiny[@]}" --experts 16 --batch 1 --prompt-len 64 --gen-len 4)
   qwen_next=(--device cpu --layers 4 "${tiny[@]}" --experts 16 --batch 1 --prompt-len 64 --gen-len 4)
+  llama4=(--device cpu --layers 4 "${tiny[@]}" --experts 16 --batch 1 --prompt-len 64 --gen-len 4)
   quick=(--warmup 0 --repeats 1)  # last on each profile line: one timed run is enough to check the plumbing
   calibrate_quick=(--quick)
 else
@@ -95,6 +98,7 @@ else
   deepseek=(--gpu 0 --layers 4 --batch 1 --prompt-len 512 --gen-len 32 --repeats 3)
   minimax=(--gpu 0 --layers 4 --batch 1,8 --prompt-len 512 --gen-len 32 --repeats 3)
   qwen_next=(--gpu 0 --layers 4 --batch 1,8 --prompt-len 2048 --gen-len 32 --repeats 3)
+  llama4=(--gpu 0 --layers 4 --batch 1,4 --prompt-len 12288 --gen-len 32 --repeats 3)
   quick=()
   calibrate_quick=()
 fi
@@ -125,6 +129,7 @@ if [ "$full" = 1 ]; then
   step profile_minimax 180 profile "${minimax[@]}" --preset minimax-m2.5 --dtype bf16 --weights-dtype fp8_block \
     "${quick[@]}"
   step profile_qwen3_next 180 profile "${qwen_next[@]}" --preset qwen3-next-80b-a3b --dtype bf16 "${quick[@]}"
+  step profile_llama4 180 profile "${llama4[@]}" --preset llama4-scout-17b-16e --dtype bf16 "${quick[@]}"
   step attention 90 bench attention "${dev[@]}"
   step moe 90 bench moe "${dev[@]}"
 fi
@@ -227,7 +232,7 @@ if ctx is not None and len(ctx) >= 2:
                  last.kv_bytes_read_per_step / first.kv_bytes_read_per_step))
     rows.append(("context sweep: TPOT longest / shortest, measured", last.tpot_s / first.tpot_s))
     rows.append(("context sweep: TPOT longest / shortest, predicted", last.predicted_tpot_s / first.predicted_tpot_s))
-for name in ("profile_gemma2", "profile_deepseek", "profile_minimax", "profile_qwen3_next"):
+for name in ("profile_gemma2", "profile_deepseek", "profile_minimax", "profile_qwen3_next", "profile_llama4"):
     frame = table(name)
     if frame is None:
         print(f"{name}: not run (GPU_CHECK_FULL=1)")

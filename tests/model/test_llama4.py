@@ -224,7 +224,7 @@ def test_scaled_llama4_keeps_its_nope_layers() -> None:
     layers; a model scaled to NoPE layers only has no chunks left."""
     maverick = _fixture_spec("llama4-maverick-17b-128e")
     assert describe_layers(maverick, pick_layers(maverick, 3)).startswith(
-        "dense sliding 1 of 24, moe sliding 1 of 12, moe global nope 1 of 12")
+        "dense chunked 1 of 24, moe chunked 1 of 12, moe global nope 1 of 12")
     kept = keep_layers(maverick, (1, 3, 7))
     assert (kept.nope_layers, kept.sliding_window_layers, kept.chunked_attention) == ((1, 2), (0,), True)
     only_nope = keep_layers(maverick, (3, 7))

@@ -19,13 +19,13 @@ from tfcalc.spec.model import ModelSpec
 
 
 def layer_kind(spec: ModelSpec, layer: int) -> str:
-    """``dense``/``moe`` (MoE models), ``sliding``/``global`` (windowed models), ``linear``/``attention``
+    """``dense``/``moe`` (MoE models), ``sliding`` (or ``chunked``)/``global`` (windowed models), ``linear``/``attention``
     (Gated DeltaNet models) and ``nope`` (Llama 4's layers without RoPE), e.g. "moe global nope"."""
     parts = []
     if spec.moe is not None:
         parts.append("moe" if spec.is_moe_layer(layer) else "dense")
     if spec.sliding_window_layers:
-        parts.append("sliding" if spec.is_sliding_layer(layer) else "global")
+        parts.append(("chunked" if spec.chunked_attention else "sliding") if spec.is_sliding_layer(layer) else "global")
     if spec.linear_attention is not None:
         parts.append("linear" if spec.is_linear_layer(layer) else "attention")
     if layer in spec.nope_layers:
