@@ -19,8 +19,9 @@ from tfcalc.spec.model import ModelSpec
 
 
 def layer_kind(spec: ModelSpec, layer: int) -> str:
-    """``dense``/``moe`` (MoE models), ``sliding`` (or ``chunked``)/``global`` (windowed models), ``linear``/``attention``
-    (Gated DeltaNet models) and ``nope`` (Llama 4's layers without RoPE), e.g. "moe global nope"."""
+    """``dense``/``moe`` (MoE models), ``sliding`` (or ``chunked``)/``global`` (windowed models),
+    ``linear``/``attention`` (Gated DeltaNet models) and ``nope`` (Llama 4's layers without RoPE), e.g. "moe global
+    nope"."""
     parts = []
     if spec.moe is not None:
         parts.append("moe" if spec.is_moe_layer(layer) else "dense")
