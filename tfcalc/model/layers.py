@@ -477,8 +477,8 @@ def backend_works(backend: str, heads: int, kv_heads: int, head_dim: int, dtype:
 
 
 def attention_temperature(positions: Tensor, floor_scale: int, scale: float, dtype: torch.dtype) -> Tensor:
-    """1 + scale log(1 + floor((p + 1) / floor_scale)) per absolute position p [T] (Llama 4's NoPE layers,
-    arXiv:2501.19399; transformers Llama4TextAttention attn_temperature_tuning), the floor taken on integers."""
+    """1 + scale log(1 + floor((p + 1) / floor_scale)) per absolute position p [T] (Llama 4's NoPE layers:
+    transformers Llama4TextAttention attn_temperature_tuning), the floor taken on integers."""
     return torch.log1p(torch.div(positions + 1, floor_scale, rounding_mode="floor").to(dtype)) * scale + 1.0
 
 
