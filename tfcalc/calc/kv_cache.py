@@ -61,6 +61,15 @@ def keys_attended(window: int | None, start: int | float, count: int | float, ch
     return upto(start + count) - upto(start)
 
 
+def mean_keys(window: int | None, context: float, span: float = 0.0, chunked: bool = False) -> float:
+    """Keys a decode query reads at ``context`` cached tokens (its own included), averaged over contexts spread evenly
+    over context +- span / 2 (``keys_attended`` over their positions; span 0: that one query's)."""
+    lo, hi = max(context - span / 2, 1.0), context + span / 2
+    if hi <= lo:
+        return keys_attended(window, context - 1, 1, chunked) if context >= 1 else 0.0
+    return keys_attended(window, lo - 1, hi - lo, chunked) / (hi - lo)
+
+
 def keys_read(spec: ModelSpec, layer: int, context: int | float) -> int | float:
     """Keys the decode query of a sequence whose cache holds ``context`` tokens (its own included) reads in
     ``layer``: ``tokens_held``, but (context - 1) mod window + 1 on a chunked layer."""

@@ -36,7 +36,7 @@ from typing import NamedTuple
 from tfcalc.calc import comm, kernels
 from tfcalc.calc.engine import capacity_bytes
 from tfcalc.calc.kernels import Cost, Rates
-from tfcalc.calc.kv_cache import keys_attended, state_dtypes
+from tfcalc.calc.kv_cache import keys_attended, mean_keys, state_dtypes
 from tfcalc.calc.plan import check_parallelism, stage_layers
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
@@ -729,11 +729,8 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
                                                  exact_flops=exact, fp8_cache=fp8_cache))
     if shape.decode_seqs:
         ctx = shape.decode_context
-        if dm.chunked and window and shape.decode_span > 0:  # mean keys over contexts lo .. hi (spread evenly)
-            lo, hi = max(ctx - shape.decode_span / 2, 1.0), ctx + shape.decode_span / 2
-            held = keys_attended(window, lo - 1, hi - lo, True) / (hi - lo)
-        else:
-            held = keys_attended(window, ctx - 1, 1, dm.chunked) if ctx >= 1 else 0.0  # the decode query's keys
+        # the decode query's keys; a chunked layer's averaged over the contexts the step stands for
+        held = mean_keys(window, ctx, shape.decode_span if dm.chunked else 0.0, dm.chunked)
         if dm.mla:  # absorbed: scores over kv_rank + rope, values over kv_rank, per head
             _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.kv_rank, dm.nope, dm.attn, eng,  # W_UK
                   in_block=True)

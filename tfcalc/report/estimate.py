@@ -16,7 +16,7 @@ from tfcalc.calc.kernels import (
     moe_large_expert_slowdown,
     moe_untuned,
 )
-from tfcalc.calc.kv_cache import keys_attended
+from tfcalc.calc.kv_cache import mean_keys
 from tfcalc.calc.latency import (
     GROUPS,
     Deployment,
@@ -269,8 +269,7 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                  f"= {step.bytes:.4g}; FLOPs {step.flops:.4g}")
     if spec.chunked_attention and spec.sliding_window is not None:
         chunk = spec.sliding_window
-        lo = max(e.decode_context - e.gen_len / 2, 1)
-        keys = keys_attended(chunk, lo - 1, e.gen_len, True) / e.gen_len
+        keys = mean_keys(chunk, e.decode_context, e.gen_len, True)  # as the estimate's decode step prices them
         lines.append(f"chunked local attention: {spec.num_sliding_layers} of {spec.num_layers} layers attend within "
                      f"{chunk:,}-token chunks (each prefill chunk a causal attention of its own); their decode query "
                      f"reads {keys:,.0f} keys on average over the generation, the other layers "
