@@ -139,6 +139,14 @@ def _held_out(v: ModuleType, kind: str, dense_share: float = 0.95, least: int = 
     return scored, dense, moe
 
 
+def _signed_errors(v: ModuleType, n: int, count: int) -> list[tuple[dict, float, float]]:
+    """The n-th held-out file's ``count`` points with their TTFT and TPOT errors (tfcalc / reference - 1)."""
+    held = [p for p in v.load_points() if p["source_kind"] == v.holdout(n)]
+    assert len(held) == count
+    return [(p, *(got / ref - 1 for got, ref in zip(v.predict(p), (p["ttft_ms"], p["tpot_ms"]), strict=True)))
+            for p in held]
+
+
 def test_third_held_out_grid(v: ModuleType) -> None:
     """The third held-out file (collected before the twenty-second round's changes): its dense points stay near
     aiconfigurator, and its MoE points without a reference caveat do not fall below their first scoring."""
@@ -332,10 +340,8 @@ def test_eighteenth_held_out_grid_minimax_m2_and_nvfp4_expert_rows(v: ModuleType
     (kernels.moe_experts) and TensorRT-LLM's CUTLASS NVFP4 flow's own per-row traffic and grouped-GEMM efficiency
     (kernels.moe_row_bytes 16.3, moe_efficiency 1.48 on the B200): TTFT 77 / 78, every vLLM and SGLang point within
     20 %."""
-    held = [p for p in v.load_points() if p["source_kind"] == v.holdout(18)]
-    assert len(held) == 78 and {v._model_name(p) for p in held} == {"minimax-m2.5"}
-    scored = [(p, *(got / ref - 1 for got, ref in zip(v.predict(p), (p["ttft_ms"], p["tpot_ms"]), strict=True)))
-              for p in held]
+    scored = _signed_errors(v, 18, 78)
+    assert {v._model_name(p) for p, _, _ in scored} == {"minimax-m2.5"}
     assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 77
     assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 77
     assert all(abs(ttft) <= 0.2 for p, ttft, _ in scored if p["engine"] != "trtllm" or p["weights"] == "fp8_block")
@@ -350,10 +356,7 @@ def test_nineteenth_held_out_grid_nvfp4_experts(v: ModuleType) -> None:
     Left: TensorRT-LLM's Mixtral (8 wide experts, whose CUTLASS GEMMs run slower than the fit; TTFT -31 ... -42 %,
     TPOT +41 ... +139 % against its min-latency kernel at the HBM roofline) and vLLM's DeepSeek-V3 at ep 4-8 (-29 ...
     -34 %, SGLang within 8 %)."""
-    held = [p for p in v.load_points() if p["source_kind"] == v.holdout(19)]
-    assert len(held) == 63
-    scored = [(p, *(got / ref - 1 for got, ref in zip(v.predict(p), (p["ttft_ms"], p["tpot_ms"]), strict=True)))
-              for p in held]
+    scored = _signed_errors(v, 19, 63)
     assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 53
     assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 54
     assert all(abs(ttft) <= 0.2 for p, ttft, _ in scored if p["engine"] == "sglang")
@@ -368,10 +371,7 @@ def test_twentieth_held_out_grid_qwen35_hybrid(v: ModuleType) -> None:
     engine's Gated DeltaNet prefill rate (kernels.gdn_efficiency and the gdn floors, read off the kernel tables,
     not these points) and to SGLang's FlashInfer TRT-LLM MoE for Qwen3.5-MoE on the B200 (its source): TTFT 73 / 81.
     Left: TensorRT-LLM's bf16 MoE at ep 8 on the H200 (its table 3-4x vLLM's: -62 ... -81 %)."""
-    held = [p for p in v.load_points() if p["source_kind"] == v.holdout(20)]
-    assert len(held) == 81
-    scored = [(p, *(got / ref - 1 for got, ref in zip(v.predict(p), (p["ttft_ms"], p["tpot_ms"]), strict=True)))
-              for p in held]
+    scored = _signed_errors(v, 20, 81)
     assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 73
     assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 76
     assert all(abs(ttft) <= 0.2 and abs(tpot) <= 0.2 for p, ttft, tpot in scored if v._model_name(p) == "qwen3.5-27b")
