@@ -83,7 +83,8 @@ def _norm(spec: ModelSpec, size: int) -> Params:
 def attention_shape(spec: ModelSpec) -> TPShape:
     """One layer's attention projections (norm weights excluded, see ``norm_params_per_layer``).
 
-    GQA/MHA/MQA: q [h, nh*d] and o [nh*d, h] split by head, k and v [h, d] per KV head; biases per
+    GQA/MHA/MQA: q [h, nh*d] and o [nh*d, h] split by head, k and v [h, d] per KV head (k only with
+    ``attention_k_eq_v``; a full layer of Gemma 4: pass ``spec.full_layer_spec``); biases per
     ``qkv_bias``/``o_bias`` (o's bias replicated, it is added after the all-reduce); gpt-oss sinks: one logit per
     head. MLA (DeepSeek-V2 sec. 2.1): q_a [h, q_rank] and kv_a [h, kv_rank+rope] replicated (vLLM
     ReplicatedLinear), q_b [q_rank, nh*(nope+rope)] (or q [h, nh*(nope+rope)] without a q rank), kv_b
@@ -108,7 +109,8 @@ def attention_shape(spec: ModelSpec) -> TPShape:
     gate = q_out if spec.attention_output_gate else 0  # Qwen3-Next: q_proj's second half gates the output
     split = Params(matrix=2 * h * q_out + h * gate,
                    vector=(q_out + gate if spec.qkv_bias else 0) + (nh if spec.attention_sinks else 0))
-    per_kv_head = Params(matrix=2 * h * d, vector=2 * d if spec.qkv_bias else 0)
+    kv = 1 if spec.attention_k_eq_v else 2  # Gemma 4's full layers: values from the k projection, no v_proj
+    per_kv_head = Params(matrix=kv * h * d, vector=kv * d if spec.qkv_bias else 0)
     return TPShape(split=split, replicated=o_bias, per_kv_head=per_kv_head)
 
 
@@ -187,12 +189,14 @@ def shared_experts_shape(spec: ModelSpec) -> TPShape:
 
 
 def router_params(spec: ModelSpec) -> Params:
-    """Router [h, E] + its bias and DeepSeek-V3's score-correction bias; replicated on every rank."""
+    """Router [h, E] + its bias, DeepSeek-V3's score-correction bias and Gemma 4's input scale (h) and per-expert
+    scale (E); replicated on every rank."""
     moe = spec.moe
     if moe is None:
         return Params()
     vector = (moe.num_experts if moe.router_bias else 0) + (moe.num_experts if moe.router_score_correction_bias
-                                                            else 0)
+                                                            else 0) + (spec.hidden_size + moe.num_experts
+                                                                       if moe.router_scales else 0)
     return Params(matrix=spec.hidden_size * moe.num_experts, vector=vector)
 
 
@@ -214,11 +218,18 @@ def encoder_shape(spec: ModelSpec) -> TPShape:
     (hI + I) column-, o (h^2 + h) and fc2 (Ih + h) row-parallel, two LayerNorms; the bias-free patch linear
     (c p^2 h), the pixel-shuffle adapter's fc1 (I x adapter_hidden) and fc2 (adapter_output^2) and the projector
     (vision_output x H) split; the class token (h), position table ((patches + 1) x h) and the LayerNorms before
-    and after replicated."""
+    and after replicated. Gemma 4 (gemma4_mm.py runs transformers' tower): every tensor replicated: per block q, k,
+    v, o (4h^2), the gated MLP (3hI), four RMSNorms and the q / k norms; the patch linear (c p^2 h), the x and y
+    position tables (2 x positions x h) and the projector (h x H)."""
     e = spec.encoder
     if e is None:
         return TPShape()
     h, i = e.hidden_size, e.intermediate_size
+    if e.kind == "gemma4":  # vLLM gemma4_mm.py loads the tower through transformers, whole on every rank
+        return TPShape(replicated=Params(
+            matrix=(4 * h * h + 3 * h * i) * e.num_layers + e.num_channels * e.patch_size ** 2 * h
+            + 2 * e.num_position_embeddings * h + h * spec.hidden_size,
+            vector=(4 * h + 2 * e.head_dim) * e.num_layers))
     if e.kind == "llama4":
         split = Params(matrix=(4 * h * h + 2 * h * i) * e.num_layers + e.num_channels * e.patch_size ** 2 * h
                        + i * e.adapter_hidden_dim + e.adapter_output_dim ** 2 + e.vision_output_dim * spec.hidden_size,
@@ -279,10 +290,14 @@ def count_params(spec: ModelSpec) -> ParamCounts:
     add("norms", final_norm_params(spec))
     layers, moe = spec.num_layers, spec.moe
     moe_layers = spec.num_moe_layers
-    attention_layers, linear_layers = spec.num_attention_layers, spec.num_linear_layers
-    add("attention", attention_params(spec) * attention_layers + linear_attention_shape(spec).total() * linear_layers)
-    add("norms", norm_params_per_layer(spec) * attention_layers + linear_norms_shape(spec).total() * linear_layers)
-    add("mlp", ffn_params(spec, spec.intermediate_size, spec.mlp_bias) * (layers - moe_layers))
+    linear_layers = spec.num_linear_layers
+    full, sliding = spec.full_layer_spec, spec.num_attention_layers - spec.num_full_layers
+    add("attention", attention_params(spec) * sliding + attention_params(full) * spec.num_full_layers
+        + linear_attention_shape(spec).total() * linear_layers)
+    add("norms", norm_params_per_layer(spec) * sliding + norm_params_per_layer(full) * spec.num_full_layers
+        + linear_norms_shape(spec).total() * linear_layers)
+    dense_mlps = layers if moe is not None and moe.dense_mlp_beside else layers - moe_layers
+    add("mlp", ffn_params(spec, spec.intermediate_size, spec.mlp_bias) * dense_mlps)
     if moe is not None and moe_layers:
         expert = ffn_params(spec, moe.expert_intermediate_size, moe.expert_bias)
         add("experts", expert * (moe.num_experts * moe_layers), expert * (moe.experts_per_token * moe_layers))

@@ -19,6 +19,7 @@ from tfcalc.spec.hf_quant import checkpoint_activation_scale, checkpoint_kv_dtyp
 from tfcalc.spec.model import (
     INT_LIMITS,
     EncoderSpec,
+    FullAttentionSpec,
     LinearAttentionSpec,
     MLASpec,
     ModelSpec,
@@ -415,6 +416,52 @@ def _llama4_moe(c: _Config) -> MoESpec:
                    normalize_top_k=False, router_weights_input=True)
 
 
+def _gemma4_pattern(c: _Config, i: int) -> bool:
+    """Gemma 4's class default: every sixth layer global, and the last one always (Gemma4TextConfig)."""
+    return (i + 1) % 6 != 0 and i != c.num_layers - 1
+
+
+def _gemma4_moe(c: _Config) -> MoESpec | None:
+    """Gemma4TextDecoderLayer with ``enable_moe_block``: top-k of a softmax over all experts, renormalised and scaled
+    per expert, beside the layer's dense MLP on every layer."""
+    if not c.flag("enable_moe_block"):
+        return None
+    width = c.opt_int("moe_intermediate_size", minimum=1) or c.opt_int("expert_intermediate_size", minimum=1)
+    if width is None:
+        raise c.error("missing required field 'moe_intermediate_size' (enable_moe_block is set)")
+    return MoESpec(num_experts=c.req_int("num_experts"), experts_per_token=c.req_int("top_k_experts"),
+                   expert_intermediate_size=width, dense_mlp_beside=True, router_scales=True)
+
+
+def _gemma4_layers(c: _Config) -> dict[str, Any]:
+    """Gemma 4's full-attention layers (global_head_dim, num_global_key_value_heads when attention_k_eq_v, a
+    quarter of each head turned by proportional RoPE) and its block norms (4, and 3 more beside the experts);
+    refuses what tfcalc does not model: per-layer embeddings and KV sharing (the E2B / E4B models) and
+    bidirectional text attention."""
+    for key, what in (("hidden_size_per_layer_input", "per-layer input embeddings"),
+                      ("num_kv_shared_layers", "KV sharing across layers")):
+        if c.int_or_default(key):
+            raise c.error(f"field '{key}': Gemma 4's {what} (the E2B / E4B models) are not supported")
+    if c.get("use_bidirectional_attention") == "all":
+        raise c.error("field 'use_bidirectional_attention' all (bidirectional text attention) is not supported")
+    k_eq_v = c.flag("attention_k_eq_v")
+    global_kv = c.opt_int("num_global_key_value_heads", minimum=1) if k_eq_v else None
+    params = c.data.get("rope_parameters")
+    full = params.get(FULL) if isinstance(params, dict) else None
+    full = full if isinstance(full, dict) else {}
+    proportional = full.get("rope_type", "proportional") == "proportional"
+    factor = check_float("rope_parameters.full_attention.partial_rotary_factor",
+                         full.get("partial_rotary_factor", 0.25 if proportional else 1.0))
+    if check_float("rope_parameters.full_attention.factor", full.get("factor", 1.0)) != 1.0:
+        raise c.error("field 'rope_parameters.full_attention.factor': scaled RoPE on Gemma 4's global layers is not "
+                      "supported")
+    fa = FullAttentionSpec(head_dim=c.int_or_default("global_head_dim", minimum=1),
+                           num_kv_heads=global_kv or c.opt_int("num_key_value_heads", minimum=1)
+                           or c.req_int("num_attention_heads"),
+                           k_eq_v=k_eq_v, partial_rotary_factor=factor, proportional_rope=proportional)
+    return {"full_attention": fa, "norms_per_layer": 7 if c.flag("enable_moe_block") else 4, "v_norm": True}
+
+
 def _mla(c: _Config) -> MLASpec:
     q_rank = c.get("q_lora_rank")
     return MLASpec(q_lora_rank=None if q_rank is None else c.int_or_default("q_lora_rank", minimum=1),
@@ -542,6 +589,17 @@ FAMILIES: dict[str, _Family] = {
                   "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256},
         sliding=_window_by_layer_type(_gemma3_pattern), norms_per_layer=4, qk_norm=True,
         activation_key="hidden_activation"),
+    # Gemma 4 (Gemma4TextConfig): sliding layers of head_dim 256, global ones per ``_gemma4_layers``, QK-norm and a
+    # weightless V-norm, no query scaling (Q/K norms instead), an MoE beside the dense MLP when enable_moe_block
+    "gemma4_text": _Family(
+        defaults={"vocab_size": 262144, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 30,
+                  "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "global_head_dim": 512,
+                  "tie_word_embeddings": True, "max_position_embeddings": 131072, "attention_bias": False,
+                  "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "sliding_window": 512,
+                  "hidden_activation": "gelu_pytorch_tanh", "hidden_size_per_layer_input": 256,
+                  "num_kv_shared_layers": 0, "attention_k_eq_v": False, "enable_moe_block": False},
+        sliding=_window_by_layer_type(_gemma4_pattern), moe=_gemma4_moe, qk_norm=True,
+        activation_key="hidden_activation", numerics=_gemma4_layers),
     "phi3": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 4096,
                   "sliding_window": None},
@@ -610,6 +668,7 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
     "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForCausalLM": "qwen3_5_text",
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text", "Llama4ForCausalLM": "llama4_text",
+    "Gemma4ForCausalLM": "gemma4_text",
 }
 
 
@@ -629,7 +688,9 @@ def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
     if not isinstance(scaling, dict):
         raise c.error(f"field 'rope_scaling' must be a mapping or null, got {scaling!r}")
     rope_type = scaling.get("rope_type", scaling.get("type"))
-    if rope_type in (None, "default", "mrope"):  # M-RoPE (Qwen2-VL): a text token's three position ids are equal
+    if rope_type in (None, "default", "mrope", "proportional"):
+        # M-RoPE (Qwen2-VL): a text token's three position ids are equal; Gemma 4's proportional RoPE rotates part
+        # of each head unscaled (its share: ``_gemma4_layers``)
         return float(theta), None
     if c.model_type == "phi3" and rope_type in ("su", "yarn"):  # Phi3Config renames both to longrope
         rope_type = "longrope"
@@ -674,11 +735,15 @@ def _local_rope_theta(c: _Config, family: _Family) -> float | None:
 
 
 def _gemma_numerics(c: _Config) -> dict[str, Any]:
-    """Gemma families: (1 + w) RMSNorm, embeddings times sqrt(hidden); Gemma 2/3 add the query pre-attention
-    scalar and soft-capping (transformers Gemma2Attention / Gemma2ForCausalLM)."""
+    """Gemma families: (1 + w) RMSNorm (Gemma 4: w), embeddings times sqrt(hidden); Gemma 2/3 add the query
+    pre-attention scalar and soft-capping (transformers Gemma2Attention / Gemma2ForCausalLM), Gemma 4 unscaled
+    scores (a scalar of 1)."""
     if not c.model_type.startswith("gemma"):
         return {}
-    out: dict[str, Any] = {"norm_weight_offset": 1.0, "embedding_scale_sqrt_hidden": True}
+    if c.model_type == "gemma4_text":  # plain (w) RMSNorms, scores unscaled (Gemma4TextAttention scaling 1.0)
+        out: dict[str, Any] = {"embedding_scale_sqrt_hidden": True, "query_pre_attn_scalar": 1.0}
+    else:
+        out = {"norm_weight_offset": 1.0, "embedding_scale_sqrt_hidden": True}
     for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
         value = c.opt_float(key)
         if value is not None:
@@ -781,6 +846,7 @@ MULTIMODAL: dict[str, _Multimodal] = {
     "qwen3_5": _Multimodal("qwen3_5_text", "qwen3_5_text", "qwen3_5_vision", {}, ("qwen3_5",)),
     "qwen3_5_moe": _Multimodal("qwen3_5_moe_text", "qwen3_5_moe_text", "qwen3_5_moe_vision", {}, ("qwen3_5_moe",)),
     "llama4": _Multimodal("llama4_text", "llama4_text", "llama4_vision_model", {}),
+    "gemma4": _Multimodal("gemma4_text", "gemma4_text", "gemma4_vision", {}),
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *MULTIMODAL}))
 # transformers' vision-config defaults (SiglipVisionConfig, PixtralVisionConfig, Qwen2_5_VLVisionConfig), under
@@ -798,12 +864,16 @@ LLAMA4_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 5632, "num_hi
                           "image_size": 448, "num_channels": 3, "projector_input_dim": 4096,
                           "projector_output_dim": 4096, "vision_output_dim": 7680}
 QWEN3_VL_VISION_DEFAULTS = {**QWEN3_5_VISION_DEFAULTS, "deepstack_visual_indexes": [8, 16, 24]}
+GEMMA4_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 16, "patch_size": 16,
+                          "num_channels": 3, "num_attention_heads": 12, "num_key_value_heads": 12, "head_dim": 64,
+                          "position_embedding_size": 10240}
 _VISION = {"siglip_vision_model": ("siglip", SIGLIP_DEFAULTS), "pixtral": ("pixtral", PIXTRAL_DEFAULTS),
            "qwen2_5_vl": ("qwen2_5_vl", QWEN2_5_VL_DEFAULTS), "qwen3_5_vision": ("qwen3_5", QWEN3_5_VISION_DEFAULTS),
            "qwen3_5_moe_vision": ("qwen3_5", QWEN3_5_VISION_DEFAULTS),
            "qwen3_vl_vision": ("qwen3_5", QWEN3_VL_VISION_DEFAULTS),
            "qwen3_vl_moe_vision": ("qwen3_5", QWEN3_VL_VISION_DEFAULTS),
-           "llama4_vision_model": ("llama4", LLAMA4_VISION_DEFAULTS)}
+           "llama4_vision_model": ("llama4", LLAMA4_VISION_DEFAULTS),
+           "gemma4_vision": ("gemma4", GEMMA4_VISION_DEFAULTS)}
 _VISION_ALIASES = {"depth": "num_hidden_layers", "in_chans": "num_channels", "in_channels": "num_channels"}
 # top-level keys of a multimodal config.json that describe the whole checkpoint, kept beside its text_config
 _CHECKPOINT_KEYS = ("torch_dtype", "dtype", "quantization_config", "architectures", "_name_or_path", "auto_map",
@@ -844,6 +914,11 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
         extra = {"image_size": c.req_int("image_size"), "adapter_hidden_dim": c.req_int("projector_input_dim"),
                  "adapter_output_dim": c.req_int("projector_output_dim"),
                  "vision_output_dim": c.req_int("vision_output_dim")}
+    elif kind == "gemma4":
+        heads, head_dim = c.req_int("num_attention_heads"), c.req_int("head_dim")
+        if c.int_or_default("num_key_value_heads", minimum=1) != heads or heads * head_dim != c.req_int("hidden_size"):
+            raise c.error("a Gemma 4 vision tower with grouped or resized attention heads is not supported")
+        extra = {"num_position_embeddings": c.req_int("position_embedding_size"), "head_dim": head_dim}
     elif kind == "pixtral":
         extra = {"merge_size": top.int_or_default("spatial_merge_size", minimum=1),
                  "projector_bias": top.flag("multimodal_projector_bias")}
@@ -903,6 +978,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         head_dim = c.opt_int("head_dim", minimum=1) or family.defaults.get("head_dim") or hidden // heads
     window, sliding_layers = family.sliding(c)
     rope_theta, rope_scaling = _rope(c, family)
+    numerics = dict(family.numerics(c)) if family.numerics is not None else {}
 
     spec = ModelSpec(
         name=name,
@@ -921,7 +997,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         attention_sinks=family.attention_sinks,
         mlp_bias=family.mlp_bias and c.flag("mlp_bias"),
         norm_kind="rmsnorm",
-        norms_per_layer=family.norms_per_layer,
+        norms_per_layer=numerics.pop("norms_per_layer", family.norms_per_layer),
         qk_norm=family.qk_norm or (family.qk_norm_key is not None and c.flag(family.qk_norm_key)),
         qk_norm_across_heads=family.qk_norm_across_heads,
         sliding_window=window,
@@ -945,7 +1021,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         **family.attention(c),
         **({"norm_weight_offset": family.norm_weight_offset} if family.norm_weight_offset else {}),
         **_gemma_numerics(c),
-        **(family.numerics(c) if family.numerics is not None else {}),
+        **numerics,
     )
     quant = c.data.get("quantization_config")
     native = checkpoint_precision(quant, spec, model_type, spec.native_dtype, c.origin)

@@ -27,7 +27,7 @@ Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped"]
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
 RouterScoring = Literal["softmax", "sigmoid"]
-EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl", "qwen3_5", "llama4"]
+EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl", "qwen3_5", "llama4", "gemma4"]
 # How the ``sliding_window_layers`` attend: the last ``sliding_window`` tokens (Mistral, Gemma), or only the tokens
 # of their own ``sliding_window``-token chunk (Llama 4's attention_chunk_size; transformers "chunked_attention").
 LocalAttention = Literal["sliding", "chunked"]
@@ -91,6 +91,9 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "encoder.adapter_hidden_dim": (0, 1 << 20),
     "encoder.adapter_output_dim": (0, 1 << 20),
     "encoder.vision_output_dim": (0, 1 << 20),
+    "encoder.head_dim": (0, 1 << 16),
+    "full_attention.head_dim": (1, 1 << 16),
+    "full_attention.num_kv_heads": (1, 1 << 16),
 }
 # Inclusive bounds of float fields; every float is finite. POSITIVE as a lower bound means "> 0", the bound of a
 # field not listed here. Zero is allowed where it means "off" (yarn's mscale and mscale_all_dim, as DeepSeek's and
@@ -105,6 +108,7 @@ FLOAT_LIMITS: dict[str, tuple[float, float]] = {
     "norm_weight_offset": (-1.0, 1.0),
     "attn_temperature_scale": (0.0, 1e6),
     "partial_rotary_factor": (POSITIVE, 1.0),
+    "full_attention.partial_rotary_factor": (POSITIVE, 1.0),
     "moe.routed_scaling_factor": (POSITIVE, 1e6),
     "rope_scaling.factor": (POSITIVE, 1e6),
     "rope_scaling.low_freq_factor": (POSITIVE, 1e6),
@@ -326,6 +330,26 @@ class MLASpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FullAttentionSpec:
+    """The full-attention layers of a model whose sliding-window and full layers differ in shape (Gemma 4: heads of
+    global_head_dim 512 against 256, num_global_key_value_heads KV heads, values from the k projection, a quarter
+    of each head rotated; transformers Gemma4TextConfig per_layer_config, vLLM gemma4.py). The sliding layers keep
+    the model's own head_dim, num_kv_heads and partial_rotary_factor."""
+
+    head_dim: int
+    num_kv_heads: int
+    # attention_k_eq_v: no v_proj; the values are the k projection, v-normed and unrotated (cached apart from K)
+    k_eq_v: bool = False
+    partial_rotary_factor: float = 1.0
+    # transformers' proportional RoPE: frequencies base^(-2i / head_dim) over the whole head, the first
+    # head_dim x partial_rotary_factor / 2 of each half turned, the rest left as they are
+    proportional_rope: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self, "full_attention.")
+
+
+@dataclass(frozen=True, kw_only=True)
 class EncoderSpec:
     """A vision encoder the checkpoint ships beside the decoder and engines load with it: a ViT of ``num_layers``
     pre-norm blocks over patches of ``patch_size`` pixels, and the projector into the decoder's width.
@@ -341,7 +365,9 @@ class EncoderSpec:
     (Qwen3-VL's tower the same, with ``deepstack_mergers`` more mergers).
     ``llama4`` (transformers Llama4VisionModel): a bias-free patch linear, a class token and position table,
     LayerNorms before and after, MHA with biases, a GELU MLP with biases; a bias-free pixel-shuffle adapter MLP
-    and a bias-free projector into the decoder's width."""
+    and a bias-free projector into the decoder's width. ``gemma4`` (transformers Gemma4VisionModel): a bias-free
+    patch linear, two position tables of ``num_position_embeddings`` rows (x and y), RMSNorms (4 per block, q and k
+    norms over ``head_dim``), bias-free MHA and gated MLP; a bias-free projector into the decoder's width."""
 
     kind: EncoderKind = "siglip"
     hidden_size: int
@@ -364,6 +390,7 @@ class EncoderSpec:
     adapter_hidden_dim: int = 0
     adapter_output_dim: int = 0
     vision_output_dim: int = 0
+    head_dim: int = 0  # Gemma 4's per-head q and k norms
 
     def __post_init__(self) -> None:
         check_fields(self, "encoder.")
@@ -462,6 +489,12 @@ class MoESpec:
     # Llama 4: each chosen expert's score multiplies the token before the expert, not the expert's output
     # (vLLM fused_moe apply_router_weight_on_input; transformers Llama4TextMoe)
     router_weights_input: bool = False
+    # Gemma 4: every MoE layer also runs the dense MLP of intermediate_size on the same input, the two outputs
+    # summed (transformers Gemma4TextDecoderLayer, enable_moe_block); vLLM runs it as its own MLP, reduced apart.
+    dense_mlp_beside: bool = False
+    # Gemma 4's router scales its input per channel (``scale``, hidden_size) and its weights per expert
+    # (``per_expert_scale``, num_experts): two more vectors (transformers Gemma4TextRouter)
+    router_scales: bool = False
     # Routing numerics the bundled decoder reproduces (no size depends on them): DeepSeek-V3 scores experts with a
     # sigmoid, picks the top ``groups_per_token`` of ``expert_groups`` groups first, and scales the routed sum.
     router_scoring: RouterScoring = "softmax"
@@ -538,6 +571,8 @@ class ModelSpec:
     # q and k RMS-normalised per head with no weight, after RoPE, on the RoPE layers only (Llama 4 Scout's
     # use_qk_norm: transformers Llama4TextL2Norm); no parameters, unlike ``qk_norm``.
     qk_l2_norm: bool = False
+    # values RMS-normalised per head with no weight before the cache (Gemma 4's v_norm); no parameters
+    v_norm: bool = False
     # RoPE rotates adjacent pairs (x_2i, x_2i+1) as complex numbers (Meta's Llama 4 reference, transformers
     # Llama4's apply_rotary_emb) instead of the two halves of each head.
     rope_interleaved: bool = False
@@ -547,6 +582,11 @@ class ModelSpec:
     # 2 x heads x head_dim).
     attention_output_gate: bool = False
     mla: MLASpec | None = None
+    # the full-attention layers' own shape where it differs from the sliding layers' (Gemma 4); None: the same
+    full_attention: FullAttentionSpec | None = None
+    # each attention layer's values come from its k projection: no v_proj (Gemma 4's full layers; set on
+    # ``full_layer_spec``, or on a model whose every layer does it)
+    attention_k_eq_v: bool = False
     moe: MoESpec | None = None
     # the vision encoder and projector of a multimodal checkpoint (Gemma 3, Mistral 3, Qwen2.5-VL): loaded and
     # counted, never run by decode
@@ -631,6 +671,20 @@ class ModelSpec:
             raise SpecError(f"{n}: {exc}") from None
         if self.mla is not None:
             _require(not self.sliding_window_layers, f"{n}: MLA with sliding-window layers is not supported")
+        fa = self.full_attention
+        if fa is not None:
+            _require(self.mla is None and self.linear_attention is None,
+                     f"{n}: full_attention is for models of sliding and full softmax-attention layers only")
+            _require(self.num_attention_heads % fa.num_kv_heads == 0,
+                     f"{n}: num_attention_heads ({self.num_attention_heads}) is not divisible by "
+                     f"full_attention.num_kv_heads ({fa.num_kv_heads})")
+            rotated_full = fa.head_dim * fa.partial_rotary_factor
+            _require(rotated_full == int(rotated_full) and int(rotated_full) % 2 == 0,
+                     f"{n}: full_attention.partial_rotary_factor ({fa.partial_rotary_factor}) x head_dim "
+                     f"({fa.head_dim}) must be an even number of dimensions")
+        if self.moe is not None and self.moe.dense_mlp_beside:
+            _require(not self.moe.num_shared_experts, f"{n}: moe.dense_mlp_beside with shared experts is not "
+                     "supported")
         if self.linear_attention is not None:
             try:
                 check_layer_indices("linear_attention.layers", self.linear_attention.layers, self.num_layers)
@@ -671,6 +725,25 @@ class ModelSpec:
     @functools.cached_property
     def _sliding_layer_set(self) -> frozenset[int]:
         return frozenset(self.sliding_window_layers)
+
+    @functools.cached_property
+    def full_layer_spec(self) -> ModelSpec:
+        """The model as its full-attention layers are shaped: itself, or with ``full_attention``'s head_dim, KV heads,
+        k_eq_v and rotary share (Gemma 4); per-layer formulas take it for those layers."""
+        fa = self.full_attention
+        if fa is None:
+            return self
+        return replace(self, head_dim=fa.head_dim, num_kv_heads=fa.num_kv_heads, attention_k_eq_v=fa.k_eq_v,
+                       partial_rotary_factor=fa.partial_rotary_factor, full_attention=None)
+
+    def layer_kind_spec(self, sliding: bool) -> ModelSpec:
+        """The shape of a sliding (``sliding``) or full attention layer: ``full_layer_spec`` for a full one."""
+        return self if sliding else self.full_layer_spec
+
+    @property
+    def num_full_layers(self) -> int:
+        """Softmax-attention layers without a window (or chunk)."""
+        return self.num_attention_layers - self.num_sliding_layers
 
     @property
     def rotary_dim(self) -> int:

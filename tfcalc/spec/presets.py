@@ -17,6 +17,7 @@ from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.model import (
     MAX_NAME_CHARS,
     EncoderSpec,
+    FullAttentionSpec,
     LinearAttentionSpec,
     MLASpec,
     ModelSpec,
@@ -391,6 +392,7 @@ def load_preset_document(kind: str, name: str) -> dict[str, Any]:
 _MODEL_FIELDS = {f.name for f in fields(ModelSpec)}
 _MOE_FIELDS = {f.name for f in fields(MoESpec)}
 _MLA_FIELDS = {f.name for f in fields(MLASpec)}
+_FULL_ATTENTION_FIELDS = {f.name for f in fields(FullAttentionSpec)}
 _ROPE_FIELDS = {f.name for f in fields(RopeScaling)}
 _ENCODER_FIELDS = {f.name for f in fields(EncoderSpec)}
 _LINEAR_FIELDS = {f.name for f in fields(LinearAttentionSpec)}
@@ -464,7 +466,8 @@ def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> 
     except TypeError as exc:
         message = str(exc)
         prefix = {"MoESpec": "moe.", "MLASpec": "mla.", "RopeScaling": "rope_scaling.",
-                  "EncoderSpec": "encoder.", "LinearAttentionSpec": "linear_attention."}.get(message.split(".")[0], "")
+                  "EncoderSpec": "encoder.", "LinearAttentionSpec": "linear_attention.",
+                  "FullAttentionSpec": "full_attention."}.get(message.split(".")[0], "")
         match = re.search(r"arguments?: '(\w+)'", message)
         if match:
             raise SpecError(f"{origin}: missing required field '{prefix}{match.group(1)}'") from None
@@ -488,6 +491,10 @@ def _build_model(data: dict[str, Any], num_layers: int, origin: str) -> ModelSpe
         mla = _mapping(data["mla"], origin, "mla")
         _check_keys(mla, _MLA_FIELDS, origin, "mla.")
         data["mla"] = MLASpec(**{"q_lora_rank": None, **mla})
+    if data.get("full_attention") is not None:
+        full = _mapping(data["full_attention"], origin, "full_attention")
+        _check_keys(full, _FULL_ATTENTION_FIELDS, origin, "full_attention.")
+        data["full_attention"] = FullAttentionSpec(**full)
     if data.get("encoder") is not None:
         encoder = _mapping(data["encoder"], origin, "encoder")
         _check_keys(encoder, _ENCODER_FIELDS, origin, "encoder.")
