@@ -749,3 +749,72 @@ def test_llama4_vision_config_is_read() -> None:
 def test_chunked_local_attention_needs_a_chunk() -> None:
     with pytest.raises(SpecError, match="local_attention chunked needs sliding_window"):
         build("llama3-8b").with_overrides(local_attention="chunked")
+
+
+# --- Gemma 4 (gemma4 / gemma4_text) -----------------------------------------------------------------------------
+
+def _gemma4(name: str = "gemma4-26b-a4b", vision: dict[str, Any] | None = None, **text: Any):
+    data = fixture(name)
+    data["text_config"] = {k: v for k, v in {**data["text_config"], **text}.items() if v is not _DROP}
+    if vision is not None:
+        data["vision_config"] = {**data["vision_config"], **vision}
+    return spec_from_hf_config(data, origin=f"{name}.json", name=name)
+
+
+@pytest.mark.parametrize(("name", "decoder", "active"), [
+    # the Gemma 4 model card as its listings quote it: 31B "30.7B dense + ~550M vision encoder", 26B-A4B "25.2B
+    # total parameters but only 3.8B active"
+    ("gemma4-31b", 30.7e9, 30.7e9), ("gemma4-26b-a4b", 25.2e9, 3.8e9)])
+def test_gemma4_against_its_model_card(name: str, decoder: float, active: float) -> None:
+    from tfcalc.calc.params import count_params
+
+    counts = count_params(_gemma4(name))
+    encoder = counts.total["encoder"].total
+    assert counts.total_params - encoder == pytest.approx(decoder, rel=0.002)
+    assert counts.active_params == pytest.approx(active, rel=0.01)
+    assert encoder == pytest.approx(550e6, rel=0.05)
+
+
+def test_gemma4_full_layers_have_their_own_shape() -> None:
+    spec = _gemma4()
+    fa = spec.full_attention
+    assert (spec.head_dim, spec.num_kv_heads, spec.sliding_window, spec.rope_local_theta) == (256, 8, 1024, 1e4)
+    assert (fa.head_dim, fa.num_kv_heads, fa.k_eq_v, fa.partial_rotary_factor, fa.proportional_rope) == (
+        512, 2, True, 0.25, True)
+    assert spec.num_full_layers == 5 and [i for i in range(30) if not spec.is_sliding_layer(i)] == [5, 11, 17, 23, 29]
+    full = spec.full_layer_spec
+    assert (full.head_dim, full.num_kv_heads, full.attention_k_eq_v, full.rotary_dim) == (512, 2, True, 128)
+    assert spec.rope_theta == 1e6 and spec.rope_scaling is None and spec.rotary_dim == 256
+    # numerics: plain-weight RMSNorms, unscaled scores, weightless V-norm, 7 norms beside the experts
+    assert (spec.norm_weight_offset, spec.query_pre_attn_scalar, spec.v_norm, spec.norms_per_layer) == (
+        0.0, 1.0, True, 7)
+    assert spec.moe.dense_mlp_beside and spec.moe.router_scales and spec.moe.normalize_top_k
+    dense = _gemma4("gemma4-31b")
+    assert dense.moe is None and dense.norms_per_layer == 4 and dense.full_attention.num_kv_heads == 4
+    # without attention_k_eq_v the full layers keep num_key_value_heads (Gemma4TextConfig per_layer_config)
+    assert _gemma4(attention_k_eq_v=False).full_attention.num_kv_heads == 8
+
+
+def test_gemma4_default_layer_pattern_ends_on_a_full_layer() -> None:
+    spec = _gemma4(layer_types=_DROP, num_hidden_layers=8)
+    assert [i for i in range(8) if not spec.is_sliding_layer(i)] == [5, 7]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("hidden_size_per_layer_input", 256, "per-layer input embeddings (the E2B / E4B models) are not supported"),
+    ("num_kv_shared_layers", 4, "KV sharing across layers (the E2B / E4B models) are not supported"),
+    ("use_bidirectional_attention", "all", "bidirectional text attention"),
+    ("rope_parameters", {"full_attention": {"rope_type": "proportional", "rope_theta": 1e6, "factor": 8.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}, "scaled RoPE"),
+    ("moe_intermediate_size", _DROP, "moe_intermediate_size"),
+])
+def test_gemma4_what_tfcalc_does_not_model_is_a_one_line_error(field: str, value: object, message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        _gemma4(**{field: value})
+    assert str(info.value).startswith("gemma4-26b-a4b.json: ") and message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_gemma4_vision_tower_with_grouped_heads_is_refused() -> None:
+    with pytest.raises(SpecError, match=r"^gemma4-31b.json: vision_config: .*grouped or resized attention heads"):
+        _gemma4("gemma4-31b", vision={"num_key_value_heads": 4})

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tfcalc.errors import UsageError
 from tfcalc.spec.engine import EngineSpec
 from tfcalc.spec.gpu import GPUSpec
 
@@ -178,13 +179,26 @@ def hybrid_block_size(block_size: int, attention_page_bytes_per_token: int, stat
     return max(block_size, 16 * -(-state_bytes // (16 * attention_page_bytes_per_token)))
 
 
+def unified_block_sizes(block_size: int, pages: tuple[int, int]) -> tuple[int, int]:
+    """(sliding, full) groups' tokens per block once vLLM gives every group the largest page
+    (kv_cache_utils.unify_kv_cache_spec_page_size): block_size x largest / own page; UsageError where a page does
+    not divide the largest, as vLLM refuses ("not divisible by the maximum page size")."""
+    largest = max(pages)
+    if any(p and largest % p for p in pages):
+        raise UsageError(f"KV pages of {pages[0]:,} and {pages[1]:,} bytes per block: vLLM cannot unify them (the "
+                         "larger is not a multiple of the smaller); try another block size")
+    return tuple(block_size * largest // p if p else block_size for p in pages)  # type: ignore[return-value]
+
+
 def blocks_per_request(engine: EngineSpec, groups: KVGroups, window: int | None, max_model_len: int,
-                       max_num_batched_tokens: int, block_size: int, chunked: bool = False) -> int:
+                       max_num_batched_tokens: int, block_size: int, chunked: bool = False,
+                       full_block_size: int | None = None) -> int:
     """Blocks one request of max_model_len tokens needs (vLLM get_max_concurrency_for_kv_cache_config): a full
     group cdiv(L, block); a sliding group cdiv(min(window - 1 + max_num_batched_tokens, L), block) + 1, a chunked
     one (``window`` the chunk) cdiv(min(window + max_num_batched_tokens, L), block) (ChunkedLocalAttentionSpec
-    max_admission_blocks_per_request); a state group one block."""
-    full = -(-max_model_len // block_size)
+    max_admission_blocks_per_request); a state group one block. ``full_block_size``: the full groups' block where
+    it differs (``unified_block_sizes``)."""
+    full = -(-max_model_len // (full_block_size or block_size))
     if not groups.sliding_groups or window is None:  # a state group: one block per request
         return (groups.full_groups + groups.sliding_groups) * full + groups.state_groups
     if chunked:

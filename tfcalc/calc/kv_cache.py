@@ -26,17 +26,33 @@ if TYPE_CHECKING:
     from tfcalc.spec.engine import EngineSpec
 
 
-def kv_elements_per_token_per_layer(spec: ModelSpec) -> int:
-    """2 x kv_heads x head_dim, or kv_lora_rank + qk_rope_head_dim for MLA."""
+def kv_elements_per_token_per_layer(spec: ModelSpec, sliding: bool = True) -> int:
+    """2 x kv_heads x head_dim, or kv_lora_rank + qk_rope_head_dim for MLA; a full layer of Gemma 4 (``sliding``
+    false) with its own KV heads and head_dim (K and V cached apart even where V comes from the k projection)."""
     if spec.mla is not None:
         return spec.mla.latent_elements_per_token_per_layer
-    return 2 * spec.num_kv_heads * spec.head_dim
+    shape = spec.layer_kind_spec(sliding)
+    return 2 * shape.num_kv_heads * shape.head_dim
+
+
+def held_elements(spec: ModelSpec, context: int, sliding_elements: int, full_elements: int) -> int:
+    """Cache elements of one sequence of ``context`` tokens over every layer: sliding layers x min(context, window) x
+    their elements + full layers x context x theirs (per-layer element counts given: a whole model's or one GPU's)."""
+    sliding = spec.num_sliding_layers
+    window_tokens = min(context, spec.sliding_window) if sliding and spec.sliding_window is not None else 0
+    return sliding * window_tokens * sliding_elements + spec.num_full_layers * context * full_elements
+
+
+def kv_elements_per_token(spec: ModelSpec) -> int:
+    """Elements one token adds over every attention layer: sliding x theirs + full x theirs."""
+    return (spec.num_sliding_layers * kv_elements_per_token_per_layer(spec)
+            + spec.num_full_layers * kv_elements_per_token_per_layer(spec, sliding=False))
 
 
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: DType) -> int:
     """Bytes one token adds to the cache if every attention layer holds it: layers x elements x bytes/element
     (Gated DeltaNet layers hold no tokens)."""
-    return math.ceil(kv_dtype.bytes_for(spec.num_attention_layers * kv_elements_per_token_per_layer(spec)))
+    return math.ceil(kv_dtype.bytes_for(kv_elements_per_token(spec)))
 
 
 def tokens_held(spec: ModelSpec, layer: int, context: int) -> int:
@@ -78,14 +94,6 @@ def keys_read(spec: ModelSpec, layer: int, context: int | float) -> int | float:
     return tokens_held(spec, layer, context)  # type: ignore[arg-type]
 
 
-def tokens_held_all_layers(spec: ModelSpec, context: int) -> int:
-    """sum over layers of tokens_held, grouped: sliding layers x min(context, window) + the other attention layers
-    x context (constant time whatever the layer count)."""
-    sliding = spec.num_sliding_layers
-    window_tokens = min(context, spec.sliding_window) if sliding and spec.sliding_window is not None else 0
-    return sliding * window_tokens + (spec.num_attention_layers - sliding) * context
-
-
 def state_dtypes(spec: ModelSpec) -> tuple[DType, DType]:
     """Formats of a Gated DeltaNet layer's conv and recurrent states as vLLM keeps them: the model's float dtype
     (--mamba-cache-dtype auto), the recurrent one in the checkpoint's ``mamba_ssm_dtype`` where it names one (Qwen3.5:
@@ -111,9 +119,9 @@ def state_exact_bytes_per_sequence(spec: ModelSpec) -> Fraction:
 def kv_cache_exact_bytes(spec: ModelSpec, kv_dtype: DType, context: int, batch: int = 1) -> Fraction:
     """Unrounded cache bytes for ``batch`` sequences of ``context`` tokens, window caps applied per layer, the fixed
     states of Gated DeltaNet layers included."""
-    held = tokens_held_all_layers(spec, context)
-    return (kv_dtype.bytes_for(batch * held * kv_elements_per_token_per_layer(spec))
-            + batch * state_exact_bytes_per_sequence(spec))
+    held = held_elements(spec, context, kv_elements_per_token_per_layer(spec),
+                         kv_elements_per_token_per_layer(spec, sliding=False))
+    return kv_dtype.bytes_for(batch * held) + batch * state_exact_bytes_per_sequence(spec)
 
 
 def kv_cache_bytes(spec: ModelSpec, kv_dtype: DType, context: int, batch: int = 1) -> int:
@@ -136,8 +144,12 @@ def attention_variants(spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
         mha = replace(spec, mla=None, num_kv_heads=heads, head_dim=mha_elements // (2 * heads))
         mqa = replace(spec, mla=None, num_kv_heads=1, head_dim=(m.qk_head_dim + m.v_head_dim) // 2)
         return [("MHA", mha), ("MLA", spec), ("MQA", mqa)]
-    variants = {"MHA": replace(spec, num_kv_heads=spec.num_attention_heads), "GQA": spec,
-                "MQA": replace(spec, num_kv_heads=1)}
+    def heads(n: int | None) -> ModelSpec:  # every layer kind with n KV heads (as many as query heads: None)
+        fa = spec.full_attention
+        full = None if fa is None else replace(fa, num_kv_heads=n or spec.num_attention_heads)
+        return replace(spec, num_kv_heads=n or spec.num_attention_heads, full_attention=full)
+
+    variants = {"MHA": heads(None), "GQA": spec, "MQA": heads(1)}
     variants[spec.attention_kind] = spec
     return [(kind, variant) for kind, variant in variants.items() if kind != "GQA" or spec.attention_kind == "GQA"]
 

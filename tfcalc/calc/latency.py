@@ -9,7 +9,9 @@ A step (one forward pass of the scheduler) runs, per layer and per GPU, the kern
   MLA (DeepSeek-V2/V3): fused q_a/kv_a GEMM, two latent norms, q_b GEMM; decode absorbs W_UK/W_UV into per-head
   batched GEMMs around latent attention over kv_rank + rope (the cache is not split by tp); prefill expands the
   latent with kv_b and runs flash attention with qk 192 / v 128.
-- dense FFN: norm, gate/up GEMM, activation, down GEMM, all-reduce.
+  Gemma 4's full-attention layers run with their own head_dim and KV heads (``Deployment.full_dims``).
+- dense FFN: norm, gate/up GEMM, activation, down GEMM, all-reduce (Gemma 4: on every layer, beside the MoE,
+  reduced on its own before it).
 - MoE: norm, router GEMM (replicated), shared-expert FFN, the fused routed-expert kernel (E/ep experts, uniform
   routing, tiles per expert), all-to-all dispatch and combine when experts span data-parallel attention replicas
   (ep > tp), else the tensor-parallel all-reduce. Where the engine runs the shared experts on a second CUDA stream
@@ -285,6 +287,7 @@ class Deployment:
     routing: kernels.Routing
     dims: _Dims = field(repr=False)
     stages: tuple[_Stage, ...] = field(repr=False)
+    full_dims: _Dims | None = field(default=None, repr=False)  # full layers of their own shape (Gemma 4)
     graph_cap_tokens: int | None = None  # the largest step replayed from a CUDA graph here (None: any)
 
     @property
@@ -456,6 +459,8 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                       algorithm=algorithm or interconnect.algorithm, routing=routing,
                       dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute, engine, fp8_scales),
                       stages=_stages(spec, pp),
+                      full_dims=_dims(spec.full_layer_spec, gpu, precision, kv_dtype, tp, ep, compute, engine,
+                                      fp8_scales) if spec.full_attention is not None else None,
                       graph_cap_tokens=engine.graph_token_cap(capacity_bytes(gpu) / 2**30, tp))
 
 
@@ -682,7 +687,8 @@ def _attention_layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool) -
 
 
 def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool) -> None:
-    dm, r, eng = d.dims, s.rates, d.kernels
+    dm = d.dims if sliding or d.full_dims is None else d.full_dims
+    r, eng = s.rates, d.kernels
     m = shape.tokens
     h = dm.h
     window = dm.window if sliding else None
@@ -858,6 +864,12 @@ def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool, idea
     if d.tp > 1:
         t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
         s.add_comm(t, bw, "tp")
+    if moe and d.spec.moe is not None and d.spec.moe.dense_mlp_beside:
+        # Gemma 4: the dense MLP first, reduced on its own (vLLM Gemma4MLP's row-parallel down_proj), then the MoE
+        _ffn_layer(s, d, shape, False, ideal)
+        if d.tp > 1:
+            t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
+            s.add_comm(t, bw, "tp")
     _ffn_layer(s, d, shape, moe, ideal)
     if d.tp > 1:
         t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)

@@ -51,8 +51,10 @@ def activation_workspace_bytes(spec: ModelSpec, batch: int, context: int, activa
         m = spec.mla
         attention_width = spec.num_attention_heads * (2 * m.qk_head_dim + 2 * m.v_head_dim)
     else:
-        attention_width = (2 * spec.num_attention_heads + 2 * spec.num_kv_heads) * spec.head_dim
-    ffn_intermediate = spec.intermediate_size if spec.moe is None or spec.moe.dense_layers else 0
+        attention_width = max((2 * spec.num_attention_heads + 2 * shape.num_kv_heads) * shape.head_dim
+                              for shape in (spec, spec.full_layer_spec))  # Gemma 4's full layers: their own
+    dense = spec.moe is None or bool(spec.moe.dense_layers) or spec.moe.dense_mlp_beside
+    ffn_intermediate = spec.intermediate_size if dense else 0
     if spec.moe is not None:
         moe = spec.moe
         routed = moe.experts_per_token * moe.expert_intermediate_size

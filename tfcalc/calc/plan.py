@@ -163,9 +163,12 @@ class PlanResult:
 
 
 def _rotary_cache_elements(spec: ModelSpec) -> int:
-    """vLLM get_rope: one cos/sin cache [positions, rotary dim] shared by all layers; positions = max_position x
-    factor for linear / dynamic scaling, original x factor for YaRN, max_position otherwise."""
+    """vLLM get_rope: one cos/sin cache [positions, rotary dim] shared by all layers (one per head size: Gemma 4's
+    full layers get their own); positions = max_position x factor for linear / dynamic scaling, original x factor
+    for YaRN, max_position otherwise."""
     rotary = spec.mla.qk_rope_head_dim if spec.mla is not None else spec.head_dim
+    if spec.full_attention is not None:
+        rotary += spec.full_attention.head_dim
     positions = spec.max_context
     s = spec.rope_scaling
     if s is not None:
@@ -213,6 +216,17 @@ def _extra_weight_bytes(spec: ModelSpec, engine: EngineSpec | None, par: Paralle
     return rotary, absorbed
 
 
+def _value_slot_bytes(spec: ModelSpec, engine: EngineSpec | None, sh: Shard, precision: WeightPrecision,
+                      census: StageCensus) -> int:
+    """Gemma 4's k_eq_v layers have no v_proj, but engines fill the V slot of their fused qkv projection with a copy
+    of k_proj (vLLM gemma4.py): full layers x one GPU's k_proj, in the attention's format."""
+    full = spec.full_layer_spec
+    if engine is None or not full.attention_k_eq_v or not census.full_layers:
+        return 0
+    k_proj = Params(matrix=spec.hidden_size * full.head_dim * sh.full_kv_heads)
+    return math.ceil(census.full_layers * param_bytes(k_proj, precision, "attention"))
+
+
 # --- activation inputs --------------------------------------------------------------------------------------
 
 
@@ -222,8 +236,11 @@ def _activation_inputs(spec: ModelSpec, sh: Shard, par: Parallelism, census: Sta
         m = spec.mla
         attention = sh.query_heads * (2 * m.qk_head_dim + 2 * m.v_head_dim)
     else:
-        attention = (2 * sh.query_heads + 2 * sh.kv_heads) * spec.head_dim
-    mlp = 3 * spec.intermediate_size // par.tp if census.dense_layers else 0
+        full = spec.full_layer_spec.head_dim
+        attention = max((2 * sh.query_heads + 2 * sh.kv_heads) * spec.head_dim,
+                        (2 * sh.query_heads + 2 * sh.full_kv_heads) * full if census.full_layers else 0)
+    beside = spec.moe is not None and spec.moe.dense_mlp_beside
+    mlp = 3 * spec.intermediate_size // par.tp if census.dense_layers or beside else 0
     workspace = output = 0
     if spec.moe is not None and census.moe_layers:
         moe = spec.moe
@@ -246,15 +263,15 @@ def _ceil_bytes(dtype: DType, elements: int) -> int:
     return math.ceil(dtype.bytes_for(elements))
 
 
-def _ideal_sequences(spec: ModelSpec, census: StageCensus, context: int, block: int, page: int,
+def _ideal_sequences(spec: ModelSpec, census: StageCensus, context: int, block: int, pages: tuple[int, int],
                      budget: int, state: int) -> tuple[int, int]:
     """(bytes per sequence, sequences): ceil(held / block) blocks per layer, held = min(C, window) if sliding, and
-    ``state`` bytes in each Gated DeltaNet layer."""
+    ``state`` bytes in each Gated DeltaNet layer; ``pages``: one block of a sliding and of a full layer."""
     window = spec.sliding_window
     full_blocks = -(-context // block)
     sliding_blocks = -(-min(context, window) // block) if window is not None else full_blocks
-    per_seq = (census.full_layers * full_blocks + census.sliding_layers * sliding_blocks) * page + (
-        census.linear_layers * state)
+    per_seq = (census.full_layers * full_blocks * pages[1] + census.sliding_layers * sliding_blocks * pages[0]
+               + census.linear_layers * state)
     return per_seq, (max(budget, 0) // per_seq if per_seq else 0)
 
 
@@ -272,14 +289,18 @@ class _Allocation:
 
 
 def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, kv_dtype: DType, kv_elements: int,
-              budget: int, context: int, block: int, mnbt: int, state: int = 0) -> _Allocation:
+              budget: int, context: int, block: int, mnbt: int, state: int = 0,
+              full_elements: int | None = None) -> _Allocation:
     """The engine's KV pool of one stage and what one request of ``context`` tokens takes from it; ``state``: one
-    request's state in one Gated DeltaNet layer (bytes)."""
-    page = _ceil_bytes(kv_dtype, block * kv_elements)
-    per_token = _ceil_bytes(kv_dtype, census.attention_layers * kv_elements)
+    request's state in one Gated DeltaNet layer (bytes); ``full_elements``: a full-attention layer's elements per
+    token where they differ from ``kv_elements`` (Gemma 4)."""
+    full_elements = kv_elements if full_elements is None else full_elements
+    pages = (_ceil_bytes(kv_dtype, block * kv_elements), _ceil_bytes(kv_dtype, block * full_elements))
+    page = max(pages)
+    per_token = _ceil_bytes(kv_dtype, census.sliding_layers * kv_elements + census.full_layers * full_elements)
     window = spec.sliding_window
     free = max(budget, 0)
-    per_seq_ideal, seqs_ideal = _ideal_sequences(spec, census, context, block, page, free, state)
+    per_seq_ideal, seqs_ideal = _ideal_sequences(spec, census, context, block, pages, free, state)
     full_blocks = -(-context // block)
     plain = eng.kv_groups(None, census.full_layers, census.sliding_layers)
     if engine is None:  # blocks counted over all layers, sliding layers capped at their window
@@ -289,12 +310,13 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
                            per_seq=per_seq_ideal)
     # an engine that does not free a chunked layer's earlier chunks (Llama 4) caches those layers as full ones
     chunks_full = spec.chunked_attention and not engine.kv.chunked_local
+    every_layer = census.sliding_layers * pages[0] + census.full_layers * pages[1]  # one block in each layer
     if engine.kv.concurrency == "pool":
         ratio = engine.kv.swa_full_tokens_ratio
         if ratio is not None and census.sliding_layers and window is not None and not chunks_full:
             # SGLang's hybrid SWA pool: the sliding layers' pool holds ratio x the full layers' tokens.
             r = Fraction(ratio).limit_denominator(1000)
-            full_cell = kv_dtype.bytes_for(census.full_layers * kv_elements)
+            full_cell = kv_dtype.bytes_for(census.full_layers * full_elements)
             swa_cell = kv_dtype.bytes_for(census.sliding_layers * kv_elements)
             tokens = int(free / (full_cell + r * swa_cell)) // block * block
             held = min(context, window)
@@ -302,28 +324,36 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
             return _Allocation(page=page, per_token=per_token, groups=plain, pool=tokens // block, tokens=tokens,
                                per_request=full_blocks, sequences=seqs, window_aware=seqs,
                                per_seq=math.ceil(full_cell * context + swa_cell * held))
-        layers = census.attention_layers
-        blocks = free // (page * layers) if page and layers else 0
-        per_seq = full_blocks * page * layers + census.linear_layers * state  # a state per request, beside its KV
+        blocks = free // every_layer if every_layer else 0
+        per_seq = full_blocks * every_layer + census.linear_layers * state  # a state per request, beside its KV
         return _Allocation(page=page, per_token=per_token, groups=plain, pool=blocks, tokens=blocks * block,
                            per_request=full_blocks, sequences=free // per_seq if per_seq else 0,
                            window_aware=seqs_ideal, per_seq=per_seq)
     local = 0 if chunks_full else census.sliding_layers
     groups = eng.kv_groups(engine, census.attention_layers - local, local, census.linear_layers)
-    pool = free // (page * groups.group_size) if page and groups.group_size else 0
-    per_request = eng.blocks_per_request(engine, groups, window, context, mnbt, block, spec.chunked_attention)
+    if groups.sliding_groups or groups.state_groups:
+        # vLLM unify_kv_cache_spec_page_size: every group's page is the largest layer page; a group of smaller
+        # pages holds proportionally more tokens per block
+        blocks = eng.unified_block_sizes(block, pages)
+        slot = page * groups.group_size  # one block id: a page in each layer slot of a group
+    else:  # one group of all layers, each its own page (UniformTypeKVCacheSpecs)
+        blocks, slot = (block, block), every_layer
+    pool = free // slot if slot else 0
+    per_request = eng.blocks_per_request(engine, groups, window, context, mnbt, blocks[0], spec.chunked_attention,
+                                         full_block_size=blocks[1])
     if groups.sliding_groups and window is not None:
-        aware = groups.full_groups * full_blocks + groups.sliding_groups * -(-min(context, window) // block)
+        aware = (groups.full_groups * -(-context // blocks[1])
+                 + groups.sliding_groups * -(-min(context, window) // blocks[0]))
         window_aware = pool // aware
     else:  # sliding layers (if any) cached as full attention by the engine; the window-aware figure is ideal's
         window_aware = seqs_ideal
-    per_seq = per_request * page * groups.group_size
+    per_seq = per_request * slot
     sequences = pool // per_request
     if census.linear_layers and not groups.state_groups:  # states held beside the block pool
         per_seq += census.linear_layers * state
         sequences = free // per_seq
     return _Allocation(page=page, per_token=per_token, groups=groups, pool=pool,
-                       tokens=pool // groups.num_groups * block, per_request=per_request,
+                       tokens=pool // groups.num_groups * min(blocks), per_request=per_request,
                        sequences=sequences, window_aware=window_aware, per_seq=per_seq)
 
 
@@ -409,7 +439,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         key = (census, exceptions, first, last)
         if key not in memo:  # stages alike in their layer counts plan alike: computed once
             rot, absb = _extra_weight_bytes(spec, e, par, len(layers))
-            weights = census_weight_bytes(spec, sh, precision, census, exceptions, first, last) + rot + absb
+            weights = (census_weight_bytes(spec, sh, precision, census, exceptions, first, last) + rot + absb
+                       + _value_slot_bytes(spec, e, sh, precision, census))
             if e is None:
                 act = activation_workspace_bytes(spec, 1, mnbt, act_dtype, mnbt, par.tp)
                 reserved = round(nominal * (1 - fraction)) + cfg.runtime_overhead_bytes + act
@@ -429,7 +460,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
                     budget = requested - weights
                 else:
                     budget = math.floor((capacity - weights - startup - non_torch - peak.peak_bytes) * fraction)
-            a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, mnbt, state)
+            a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, mnbt, state,
+                          sh.full_kv_elements)
             plan = StagePlan(
                 layers=layers, census=census, weights_bytes=weights, activation_peak_bytes=peak.peak_bytes,
                 kv_budget_bytes=budget, kv_bytes_per_token=a.per_token, kv_page_bytes=a.page, kv_groups=a.groups,
@@ -448,8 +480,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     need = -(-cfg.batch // par.dp)
     cap = max(spec.max_context, cfg.context)
     distinct = [plan for plan, _, _, _ in memo.values()]
-    max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, mnbt, need, cap, state) \
-        if with_max_context else -1
+    max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, mnbt, need, cap, state,
+                               sh.full_kv_elements) if with_max_context else -1
     per_seq = max(st.kv_bytes_per_sequence for st in stages)
     one_request = worst.kv_budget_bytes > 0 and per_replica >= 1
     fits = one_request and sequences >= cfg.batch
@@ -494,11 +526,12 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
 
 
 def _max_context(spec: ModelSpec, e: EngineSpec | None, stages: list[StagePlan], kv_dtype: DType,
-                 kv_elements: int, block: int, mnbt: int, batch: int, cap: int, state: int = 0) -> int:
+                 kv_elements: int, block: int, mnbt: int, batch: int, cap: int, state: int = 0,
+                 full_elements: int | None = None) -> int:
     """Largest context (at most ``cap``) at which ``batch`` sequences fit in every stage; 0 if none."""
     def ok(c: int) -> bool:
         return all(_allocate(spec, e, st.census, kv_dtype, kv_elements, st.kv_budget_bytes, c, block,
-                             mnbt, state).sequences >= batch for st in stages)
+                             mnbt, state, full_elements).sequences >= batch for st in stages)
 
     if not ok(1):
         return 0

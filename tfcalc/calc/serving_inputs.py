@@ -48,18 +48,25 @@ class KvShape:
     windows: tuple[tuple[int, int], ...] = ()  # (layer count, window) for sliding-window layers
     state_layers: int = 0
     state_units: float = 0.0
+    # where a full layer's token and a sliding layer's differ in size (Gemma 4): their weights, and the weighted
+    # layer count one pool token stands for (default: num_layers)
+    full_weight: float = 1.0
+    window_weight: float = 1.0
+    per_pool_token: float | None = None
 
     def held(self, context: float) -> float:
-        """Layer-tokens one sequence of ``context`` tokens holds: full layers x c + sliding x min(c, window)."""
+        """Layer-tokens one sequence of ``context`` tokens holds: full layers x c + sliding x min(c, window), each
+        kind times its weight."""
         if not self.windows and not self.state_layers:
-            return self.num_layers * context
+            return self.num_layers * context * self.full_weight
         full = self.num_layers - self.state_layers - sum(count for count, _ in self.windows)
-        return full * context + sum(count * min(context, window) for count, window in self.windows)
+        return (full * context * self.full_weight
+                + sum(count * min(context, window) for count, window in self.windows) * self.window_weight)
 
     def units(self, context: float, state: bool = True) -> float:
-        """KV one sequence holds, in tokens of a layer stack without windows: held(c) / layers (= c without), plus
-        its fixed state (``state``: a cached prefix shared between sequences has none of its own)."""
-        return self.held(context) / self.num_layers + (self.state_units if state else 0.0)
+        """KV one sequence holds, in tokens of the engine's pool: held(c) / layers (= c without windows), plus its
+        fixed state (``state``: a cached prefix shared between sequences has none of its own)."""
+        return self.held(context) / (self.per_pool_token or self.num_layers) + (self.state_units if state else 0.0)
 
 
 def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, kv_dtype: DType | None = None,
@@ -84,7 +91,17 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
     if model is not None and (not model.kv.hybrid_groups or (spec.chunked_attention and not model.kv.chunked_local)):
         return KvShape(num_layers=spec.num_attention_layers)
     sliding = len(spec.sliding_window_layers) if spec.sliding_window is not None else 0
-    return KvShape(num_layers=spec.num_attention_layers, windows=((sliding, spec.sliding_window),) if sliding else ())
+    windows = ((sliding, spec.sliding_window),) if sliding else ()
+    if spec.full_attention is None:
+        return KvShape(num_layers=spec.num_attention_layers, windows=windows)
+    sh = shard(spec, Parallelism(tp=tp))  # Gemma 4: a full layer's token and a sliding one's differ in elements
+    local, full = sh.kv_elements, sh.full_kv_elements
+    if model is None:  # the ideal pool counts tokens of every layer at once
+        return KvShape(num_layers=spec.num_attention_layers, windows=windows, full_weight=full, window_weight=local,
+                       per_pool_token=sliding * local + spec.num_full_layers * full)
+    largest = max(local, full)  # vLLM reports tokens of the group whose page per token is the largest
+    return KvShape(num_layers=spec.num_attention_layers, windows=windows, full_weight=full / largest,
+                   window_weight=local / largest)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -75,6 +75,10 @@ def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: 
         raise UsageError(f"tp {tp} does not divide the {spec.num_attention_heads} attention heads of {n}")
     if spec.mla is None and tp % spec.num_kv_heads and spec.num_kv_heads % tp:
         raise UsageError(f"tp {tp} is neither a multiple nor a divisor of the {spec.num_kv_heads} KV heads of {n}")
+    full_kv = spec.full_layer_spec.num_kv_heads
+    if spec.full_attention is not None and tp % full_kv and full_kv % tp:
+        raise UsageError(f"tp {tp} is neither a multiple nor a divisor of the {full_kv} KV heads of {n}'s "
+                         "full-attention layers")
     la = spec.linear_attention
     if la is not None and (la.num_key_heads % tp or la.num_value_heads % tp):
         raise UsageError(f"tp {tp} does not divide the {la.num_key_heads} key and {la.num_value_heads} value heads "
@@ -102,8 +106,8 @@ class Shard:
     embedding: Params
     lm_head: Params
     final_norm: Params
-    attention: Params            # per layer
-    norms: Params                # per layer
+    attention: Params            # per attention layer (per sliding one where full ones differ: Gemma 4)
+    norms: Params                # per attention layer (likewise)
     mlp: Params                  # per dense layer
     expert: Params               # one routed expert's part on this GPU
     experts_resident: int        # routed experts per MoE layer on this GPU
@@ -118,6 +122,11 @@ class Shard:
     linear_norms: Params = Params()      # per Gated DeltaNet layer
     state_conv_elements: int = 0         # one sequence's conv state in one Gated DeltaNet layer on this GPU
     state_recurrent_elements: int = 0    # one sequence's recurrent state in one Gated DeltaNet layer on this GPU
+    # a full-attention layer's part where its shape differs from the sliding layers' (Gemma 4); else the same
+    full_attention: Params = Params()
+    full_norms: Params = Params()
+    full_kv_elements: int = 0
+    full_kv_heads: int = 0
 
 
 def expert_tp(par: Parallelism) -> int:
@@ -169,6 +178,8 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
     kv_heads = 0 if spec.mla is not None else max(spec.num_kv_heads // tp, 1)
     attention = attention_shape(spec).per_rank(tp, kv_heads)
     kv_elements = spec.mla.latent_elements_per_token_per_layer if spec.mla is not None else 2 * kv_heads * spec.head_dim
+    full = spec.full_layer_spec
+    full_kv_heads = max(full.num_kv_heads // tp, 1) if full is not spec else kv_heads
     rows = -(-(vocab_rows or spec.vocab_size) // tp)
     table = Params(matrix=rows * h)
     expert, resident, active = Params(), 0, Fraction(0)
@@ -189,7 +200,11 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
         kv_elements=kv_elements, kv_heads=kv_heads, query_heads=spec.num_attention_heads // tp,
         linear_attention=linear_attention_shape(spec).per_rank(tp), linear_norms=linear_norms_shape(spec).per_rank(tp),
         state_conv_elements=la.conv_state_elements // tp if la is not None else 0,
-        state_recurrent_elements=la.recurrent_state_elements // tp if la is not None else 0)
+        state_recurrent_elements=la.recurrent_state_elements // tp if la is not None else 0,
+        full_attention=attention_shape(full).per_rank(tp, full_kv_heads) if full is not spec else attention,
+        full_norms=norms_shape(full).per_rank(tp, full_kv_heads),
+        full_kv_elements=2 * full_kv_heads * full.head_dim if full is not spec else kv_elements,
+        full_kv_heads=full_kv_heads)
 
 
 def param_bytes(p: Params, precision: WeightPrecision, component: str) -> Fraction:
@@ -277,34 +292,44 @@ def _layer_parts(sh: Shard) -> dict[str, Params]:
             "experts": sh.expert * sh.experts_resident, "shared_experts": sh.shared_experts, "router": sh.router}
 
 
-def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int], ...]:
-    """Per quantized_weight_exceptions entry: (its layers in this stage, how many of them are dense-MLP layers)."""
+def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int, int], ...]:
+    """Per quantized_weight_exceptions entry: (its layers in this stage, how many of them are dense-MLP layers, how
+    many full-attention layers of a shape of their own, Gemma 4's)."""
     if not spec.quantized_weight_exceptions:
         return ()
     index = _layer_index(spec)
     dense = frozenset(index.dense) if spec.moe is not None else None
+    local = frozenset(index.sliding) if spec.sliding_window is not None else frozenset()
     counts = []
     for sorted_layers in index.exceptions:
         in_stage = _slice(sorted_layers, layers)
-        counts.append((len(in_stage), len(in_stage) if dense is None else sum(1 for i in in_stage if i in dense)))
+        full = sum(1 for i in in_stage if i not in local) if spec.full_attention is not None else 0
+        counts.append((len(in_stage), len(in_stage) if dense is None else sum(1 for i in in_stage if i in dense),
+                       full))
     return tuple(counts)
 
 
 def exception_deltas(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
-                     counts: tuple[tuple[int, int], ...]) -> dict[str, Fraction]:
+                     counts: tuple[tuple[int, int, int], ...]) -> dict[str, Fraction]:
     """Bytes per component the quantized_weight_exceptions add (or remove): their layers keep the exception's
     format when the chosen one is quantized (and one the exception names)."""
     parts, deltas = _layer_parts(sh), {}
-    for x, (in_stage, dense) in zip(spec.quantized_weight_exceptions, counts, strict=True):
+    full_parts = {"attention": sh.full_attention, "norms": sh.full_norms}
+    beside = spec.moe is not None and spec.moe.dense_mlp_beside
+    for x, (in_stage, dense, full) in zip(spec.quantized_weight_exceptions, counts, strict=True):
         formats = {get_dtype(f).name for f in x.formats}
         kept = get_dtype(x.dtype)
         for component in x.components:
             chosen = precision.for_component(component)
             if not in_stage or not chosen.quantized or (formats and chosen.name not in formats):
                 continue
-            count = {"mlp": dense, "experts": in_stage - dense, "shared_experts": in_stage - dense,
-                     "router": in_stage - dense}.get(component, in_stage)
+            count = {"mlp": in_stage if beside else dense, "experts": in_stage - dense,
+                     "shared_experts": in_stage - dense, "router": in_stage - dense}.get(component, in_stage)
             delta = count * (dtype_bytes(parts[component], kept) - dtype_bytes(parts[component], chosen))
+            if full and component in full_parts:  # the full layers among them weigh their own shape
+                part = full_parts[component]
+                delta += full * (dtype_bytes(part, kept) - dtype_bytes(part, chosen)
+                                 - dtype_bytes(parts[component], kept) + dtype_bytes(parts[component], chosen))
             deltas[component] = deltas.get(component, Fraction(0)) + delta
     return deltas
 
@@ -324,10 +349,12 @@ def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, 
     per_layer = param_bytes(sh.attention, precision, "attention") + param_bytes(sh.norms, precision, "norms")
     per_linear = (param_bytes(sh.linear_attention, precision, "attention")
                   + param_bytes(sh.linear_norms, precision, "norms"))
+    per_full = param_bytes(sh.full_attention, precision, "attention") + param_bytes(sh.full_norms, precision, "norms")
     moe = (param_bytes(sh.expert * sh.experts_resident, precision, "experts")
            + param_bytes(sh.shared_experts, precision, "shared_experts") + param_bytes(sh.router, precision, "router"))
-    total = (c.attention_layers * per_layer + c.linear_layers * per_linear
-             + c.dense_layers * param_bytes(sh.mlp, precision, "mlp") + c.moe_layers * moe
+    dense_mlps = c.layers if spec.moe is not None and spec.moe.dense_mlp_beside else c.dense_layers
+    total = (c.sliding_layers * per_layer + c.full_layers * per_full + c.linear_layers * per_linear
+             + dense_mlps * param_bytes(sh.mlp, precision, "mlp") + c.moe_layers * moe
              + sum(exception_deltas(spec, sh, precision, exceptions).values(), Fraction(0)))
     if first:
         total += param_bytes(sh.embedding, precision, "embedding") + param_bytes(sh.encoder, precision, "encoder")

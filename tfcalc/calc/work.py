@@ -47,14 +47,21 @@ class Model:
     kv_dtype: DType
 
 
-def _attention_flops_per_key(m: Model, decode: bool) -> int:
+def _attention_flops_per_key(m: Model, decode: bool, sliding: bool = True) -> int:
+    """Q.K and P.V FLOPs per key on this GPU: 4 x heads x head_dim (that layer kind's head_dim: Gemma 4's full
+    layers' own); MLA's absorbed or expanded dims."""
     spec, heads = m.spec, m.sh.query_heads
     if spec.mla is not None:
         mla = spec.mla
         if decode:  # absorbed: scores over kv_rank + rope, values over kv_rank
             return 2 * heads * (mla.kv_lora_rank + mla.qk_rope_head_dim) + 2 * heads * mla.kv_lora_rank
         return 2 * heads * mla.qk_head_dim + 2 * heads * mla.v_head_dim
-    return 4 * heads * spec.head_dim
+    return 4 * heads * spec.layer_kind_spec(sliding).head_dim
+
+
+def _kv_elements(m: Model, layer: int) -> int:
+    """One token's cache elements in ``layer`` on this GPU (a full layer of Gemma 4: its own)."""
+    return m.sh.kv_elements if m.spec.is_sliding_layer(layer) else m.sh.full_kv_elements
 
 
 def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float | None = None
@@ -68,8 +75,10 @@ def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float |
         elements = Fraction(sh.linear_attention.matrix)
         read = param_bytes(sh.linear_attention, p, "attention") + param_bytes(sh.linear_norms, p, "norms")
     else:
-        elements = Fraction(sh.attention.matrix)
-        read = param_bytes(sh.attention, p, "attention") + param_bytes(sh.norms, p, "norms")
+        attention, norms = (sh.attention, sh.norms) if spec.is_sliding_layer(layer) else (sh.full_attention,
+                                                                                          sh.full_norms)
+        elements = Fraction(attention.matrix)
+        read = param_bytes(attention, p, "attention") + param_bytes(norms, p, "norms")
     if spec.is_moe_layer(layer):
         moe = spec.moe
         assert moe is not None
@@ -79,7 +88,7 @@ def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float |
         resident_share = Fraction(sh.experts_resident, moe.num_experts)
         read += Fraction(distinct).limit_denominator(10**9) * resident_share * param_bytes(sh.expert, p, "experts")
         read += param_bytes(sh.shared_experts, p, "shared_experts") + param_bytes(sh.router, p, "router")
-    else:
+    if not spec.is_moe_layer(layer) or (spec.moe is not None and spec.moe.dense_mlp_beside):
         elements += sh.mlp.matrix
         read += param_bytes(sh.mlp, p, "mlp")
     return elements, read
@@ -105,8 +114,9 @@ def _head(m: Model, batch: int) -> tuple[int, Fraction, Fraction]:
     return head.matrix, param_bytes(head, p, component), gathered
 
 
-def _kv_tokens(m: Model, context: int) -> int:
-    return sum(tokens_held(m.spec, layer, context) for layer in range(m.spec.num_layers))
+def _kv_elements_held(m: Model, context: int) -> int:
+    """Cache elements one sequence of ``context`` tokens holds over every layer on this GPU."""
+    return sum(tokens_held(m.spec, layer, context) * _kv_elements(m, layer) for layer in range(m.spec.num_layers))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,13 +150,13 @@ def prefill_work(m: Model, batch: int, prompt_len: int, distinct_experts: dict[i
     head_elements, head_read, gathered = _head(m, tokens)
     linear_flops = 2 * float(elements) * tokens
     head_flops = 2 * head_elements * batch
-    per_key = _attention_flops_per_key(m, decode=False)
-    keys = sum(keys_attended(spec.sliding_window if spec.is_sliding_layer(i) else None, 0, prompt_len,
-                             spec.chunked_attention) for i in range(spec.num_layers) if not spec.is_linear_layer(i))
-    attention_flops = float(batch * keys * per_key)
+    attention_flops = float(batch * sum(
+        keys_attended(spec.sliding_window if spec.is_sliding_layer(i) else None, 0, prompt_len, spec.chunked_attention)
+        * _attention_flops_per_key(m, False, spec.is_sliding_layer(i))
+        for i in range(spec.num_layers) if not spec.is_linear_layer(i)))
     recurrence_flops, states = _recurrence(m, batch, tokens, decode=False)
     flops = linear_flops + head_flops + attention_flops + recurrence_flops
-    kv_written = float(m.kv_dtype.bytes_for(batch * _kv_tokens(m, prompt_len) * m.sh.kv_elements))
+    kv_written = float(m.kv_dtype.bytes_for(batch * _kv_elements_held(m, prompt_len)))
     hidden = 4 * tokens * h * ACTIVATION_BYTES * spec.num_layers
     nbytes = float(weights_read + head_read + gathered) + hidden + kv_written + states
     return Work(flops=flops, bytes=nbytes)
@@ -158,13 +168,14 @@ def decode_work(m: Model, batch: int, context: int, distinct_experts: dict[int, 
     spec, h = m.spec, m.spec.hidden_size
     elements, weights_read = _linear(m, batch, distinct_experts)
     head_elements, head_read, gathered = _head(m, batch)
-    per_key = _attention_flops_per_key(m, decode=True)
-    kv_tokens = sum(int(keys_read(spec, layer, context)) for layer in range(spec.num_layers))
+    attention = [layer for layer in range(spec.num_layers) if not spec.is_linear_layer(layer)]
+    keys = {layer: int(keys_read(spec, layer, context)) for layer in attention}
+    attention_flops = sum(keys[i] * _attention_flops_per_key(m, True, spec.is_sliding_layer(i)) for i in attention)
     recurrence_flops, states = _recurrence(m, batch, batch, decode=True)
-    flops = (2 * float(elements) * batch + 2 * head_elements * batch + float(batch * kv_tokens * per_key)
+    flops = (2 * float(elements) * batch + 2 * head_elements * batch + float(batch * attention_flops)
              + recurrence_flops)
-    kv_read = float(m.kv_dtype.bytes_for(batch * kv_tokens * m.sh.kv_elements)) + states
-    kv_write = float(m.kv_dtype.bytes_for(batch * spec.num_attention_layers * m.sh.kv_elements))
+    kv_read = float(m.kv_dtype.bytes_for(batch * sum(keys[i] * _kv_elements(m, i) for i in attention))) + states
+    kv_write = float(m.kv_dtype.bytes_for(batch * sum(_kv_elements(m, i) for i in attention)))
     logits = batch * head_elements // h * 4
     hidden = 4 * batch * h * ACTIVATION_BYTES * spec.num_layers
     weights = float(weights_read + head_read + gathered)

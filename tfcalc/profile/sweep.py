@@ -39,7 +39,7 @@ import torch
 from tfcalc.calc import comm, latency, work
 from tfcalc.calc.calibration import Calibration, Efficiency, calibrated_rates
 from tfcalc.calc.kernels import Rates
-from tfcalc.calc.kv_cache import kv_cache_bytes, tokens_held_all_layers
+from tfcalc.calc.kv_cache import held_elements, kv_cache_bytes
 from tfcalc.calc.memory import activation_workspace_bytes, weights_bytes
 from tfcalc.calc.params import count_params
 from tfcalc.calc.shard import Parallelism, shard, stage_weight_bytes
@@ -207,7 +207,7 @@ def predicted_memory_bytes(spec: ModelSpec, dtype: str, batch: int, prompt_len: 
     sh = shard(spec, layout.parallelism)
     held = stage_weight_bytes(spec, sh, precision, range(spec.num_layers), first=True, last=True)
     per_replica = batch // layout.dp
-    kv = fmt.bytes_for(per_replica * tokens_held_all_layers(spec, prompt_len + gen_len) * sh.kv_elements)
+    kv = fmt.bytes_for(per_replica * held_elements(spec, prompt_len + gen_len, sh.kv_elements, sh.full_kv_elements))
     return held + int(kv) + activation_workspace_bytes(spec, per_replica, prompt_len, fmt, per_replica * prompt_len,
                                                        layout.tp)
 
@@ -389,7 +389,8 @@ def row_for(spec: ModelSpec, layers_total: int, ctx: DeviceContext, sweep: Sweep
     contexts = decode_contexts(p, m.decode_attention)
     decode_bytes = sum(work.decode_work(model, per_gpu, c, m.distinct_experts).bytes for c in contexts)
     decode_bytes /= len(contexts)
-    kv_read = sum(float(fmt.bytes_for(per_gpu * tokens_held_all_layers(spec, c) * model.sh.kv_elements))
+    kv_read = sum(float(fmt.bytes_for(per_gpu * held_elements(spec, c, model.sh.kv_elements,
+                                                              model.sh.full_kv_elements)))
                   for c in contexts) / len(contexts)
     achieved_flops, achieved_bytes = prefill.flops / ttft, decode_bytes / tpot
     row.update({
