@@ -198,3 +198,29 @@ def test_llama4_scout_decode_reads_its_chunk_and_caches_at_most_one() -> None:
     # 12 NoPE layers hold all 131072 tokens, 36 chunked layers one 8192-token chunk: 8 KV heads x 128 x 2 x 2 B
     bf16 = get_dtype("bf16")
     assert kv_cache_bytes(spec, bf16, 131072) == (12 * 131072 + 36 * 8192) * 8 * 128 * 2 * 2
+
+
+# --- Gemma 4: full layers of their own shape ---------------------------------------------------------------------
+
+@given(st.integers(1, 1 << 20), st.integers(1, 64), st.sampled_from(["gemma4-31b", "gemma4-26b-a4b"]))
+def test_gemma4_cache_is_the_per_layer_sum(context: int, batch: int, name: str) -> None:
+    """Brute force over the layers: a sliding layer holds min(context, 1024) tokens of K and V over its KV heads of
+    256, a global layer the whole context over its own KV heads of 512 (K and V apart, though V is K's projection)."""
+    spec = load_model(name)
+    local, full = 2 * spec.num_kv_heads * 256, 2 * spec.full_attention.num_kv_heads * 512
+    by_layer = sum(min(context, 1024) * local if spec.is_sliding_layer(i) else context * full
+                   for i in range(spec.num_layers))
+    assert kv_cache_bytes(spec, BF16, context, batch) == batch * by_layer * 2
+    assert kv_bytes_per_token(spec, BF16) == 2 * sum(local if spec.is_sliding_layer(i) else full
+                                                     for i in range(spec.num_layers))
+
+
+def test_gemma4_31b_by_hand_and_its_attention_variants() -> None:
+    spec = load_model("gemma4-31b")
+    # 50 sliding layers x 2 x 16 x 256 + 10 global x 2 x 4 x 512 elements, 2 bytes each
+    assert kv_bytes_per_token(spec, BF16) == (50 * 8192 + 10 * 4096) * 2 == 901_120
+    assert kv_cache_bytes(spec, BF16, 131072, 1) == (50 * 1024 * 8192 + 10 * 131072 * 4096) * 2  # 10.78 GiB
+    sizes = {kind: kv_cache_bytes(variant, BF16, 65536, 1) for kind, variant in attention_variants(spec)}
+    assert sizes["MQA"] < sizes["GQA"] < sizes["MHA"]
+    mha = dict(attention_variants(spec))["MHA"]
+    assert (mha.num_kv_heads, mha.full_attention.num_kv_heads) == (32, 32)

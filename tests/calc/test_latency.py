@@ -683,3 +683,29 @@ def test_llama4_chunked_decode_reads_the_mean_keys_over_its_span() -> None:
     dense = _d("llama3-8b")
     assert step_time(dense, StepShape(decode_seqs=8, decode_context=9000, decode_span=600), "decode").seconds == (
         step_time(dense, StepShape(decode_seqs=8, decode_context=9000), "decode").seconds)
+
+
+# --- Gemma 4 -----------------------------------------------------------------------------------------------------
+
+def test_gemma4_31b_decode_reads_each_layer_kind_with_its_own_shape() -> None:
+    """50 sliding layers read min(context, 1024) keys of 16 KV heads x 256, 10 global layers the whole context of
+    4 x 512; the QKV GEMM of a global layer has the V slot engines fill with K (32 + 2 x 4 heads of 512)."""
+    d = _d("gemma4-31b")
+    step = step_time(d, StepShape(decode_seqs=8, decode_context=4096))
+    assert step.kv_read_bytes == 8 * (50 * 1024 * 2 * 16 * 256 + 10 * 4096 * 2 * 4 * 512) * 2
+    h, local, full = 5376, 5376 * (32 + 2 * 16) * 256, 5376 * (32 + 2 * 4) * 512
+    mlp, o_local, o_full = 3 * 5376 * 21504, 32 * 256 * h, 32 * 512 * h
+    per_layers = 50 * (local + o_local + mlp) + 10 * (full + o_full + mlp)
+    assert step.weight_bytes == (per_layers + 262144 * h) * 2  # + the tied head; the embedding is gathered
+
+
+def test_gemma4_moe_runs_its_dense_mlp_beside_the_experts_and_reduces_it_apart() -> None:
+    d1, d2 = _d("gemma4-26b-a4b"), _d("gemma4-26b-a4b", tp=2)
+    shape = StepShape(decode_seqs=16, decode_context=2048)
+    one, two = step_time(d1, shape), step_time(d2, shape)
+    assert one.groups["dense_ffn"].bytes > 0 and one.groups["moe"].bytes > 0  # every layer runs both
+    without = replace(d2.spec, moe=replace(d2.spec.moe, dense_mlp_beside=False))
+    plain = step_time(deployment(without, d2.gpu, d2.precision, d2.kv_dtype, tp=2), shape)
+    # one more all-reduce of 16 tokens x 2816 x 2 bytes in each of the 30 layers (vLLM Gemma4MLP reduces its own)
+    assert two.comm_bytes - plain.comm_bytes == 30 * 16 * 2816 * 2
+    assert two.tp_comm_seconds > plain.tp_comm_seconds and plain.groups["dense_ffn"].bytes == 0

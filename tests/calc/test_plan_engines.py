@@ -456,3 +456,43 @@ def test_llama4_scout_8m_context_matches_a_vllm_012_log_with_chunked_groups() ->
     concurrency = r.kv_pool_blocks_per_gpu / r.kv_blocks_per_request
     assert concurrency / r.kv_budget_bytes_per_gpu == pytest.approx(1.86 / logged_budget, rel=5e-3)
     assert r.kv_blocks_per_request == 8388608 // 16 + 3 * (8192 + 8192) // 16
+
+
+# --- Gemma 4: layer groups whose pages differ --------------------------------------------------------------------
+
+def test_unified_block_sizes_follow_vllm() -> None:
+    """vLLM unify_kv_cache_spec_page_size: the smaller page's block grows until its page is the largest one."""
+    assert eng.unified_block_sizes(16, (256 * 1024, 128 * 1024)) == (16, 32)
+    assert eng.unified_block_sizes(16, (4096, 4096)) == (16, 16)
+    with pytest.raises(UsageError, match="cannot unify"):
+        eng.unified_block_sizes(16, (3 * 1024, 2 * 1024))
+
+
+def test_gemma4_31b_on_vllm_pages_its_global_group_with_32_token_blocks() -> None:
+    """Gemma 4 31B on one H100: 50 sliding layers of 16 KV heads x 256 (8,192 elements per token, 256 KiB per
+    16-token page) and 10 global ones of 4 x 512 (4,096: 128 KiB, so 32 tokens per unified page); 6 groups of 10."""
+    spec = load_model("gemma4-31b")
+    r = plan_fit(spec, load_gpu("h100-sxm"), BF16, get_dtype("bf16"),
+                 PlanConfig(num_gpus=1, context=8192, engine=load_engine("vllm")))
+    page = 16 * 8192 * 2
+    assert (r.kv_groups, r.kv_group_size, r.kv_padding_layers) == (6, 10, 0)
+    assert r.kv_pool_blocks_per_gpu == r.kv_budget_bytes_per_gpu // (page * 10)
+    assert r.kv_tokens_per_gpu == r.kv_pool_blocks_per_gpu // 6 * 16   # vLLM logs tokens of the smallest block
+    mnbt = r.max_num_batched_tokens
+    per_request = 8192 // 32 + 5 * (-(-min(1023 + mnbt, 8192) // 16) + 1)
+    assert r.max_concurrent_sequences == r.kv_pool_blocks_per_gpu // per_request
+    # weights as vLLM loads them: the checkpoint's plus a copy of each global layer's k_proj in the V slot
+    checkpoint = stage_weight_bytes(spec, shard(spec, r.parallelism, vocab_rows=r.vocab_rows), BF16,
+                                    range(60), first=True, last=True)
+    copies = 10 * 5376 * 4 * 512 * 2
+    assert r.weights_bytes_per_gpu - checkpoint - copies == r.rotary_cache_bytes + r.mla_absorbed_bytes
+
+
+def test_gemma4_26b_a4b_global_kv_heads_bound_tp() -> None:
+    spec = load_model("gemma4-26b-a4b")  # 8 sliding KV heads, 2 global: tp 4 keeps one global head per GPU
+    r = plan_fit(spec, load_gpu("h100-sxm"), BF16, get_dtype("bf16"),
+                 PlanConfig(num_gpus=4, tp=4, context=8192, engine=load_engine("vllm")))
+    assert r.fits
+    with pytest.raises(UsageError, match="KV heads of gemma4-26b-a4b's full-attention layers"):
+        plan_fit(replace(spec, full_attention=replace(spec.full_attention, num_kv_heads=3), num_attention_heads=24),
+                 load_gpu("h100-sxm"), BF16, get_dtype("bf16"), PlanConfig(num_gpus=2, tp=2, context=8192))

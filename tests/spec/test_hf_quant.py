@@ -330,3 +330,46 @@ def test_llama4_fbgemm_fp8_and_llm_compressor_checkpoints() -> None:
     assert redhat.checkpoint_activation_scale == "dynamic"
     with pytest.raises(SpecError, match="part of the mlp as unquantized"):  # half the dense MLPs kept: no one format
         _llama4({"quant_method": "fbgemm_fp8", "modules_to_not_convert": kept[48:60]})
+
+
+def _gemma4(name: str, quant: Any, layers: int | None = None) -> Any:
+    data = config(name, quant)
+    if layers is not None:
+        data["text_config"] = {**data["text_config"], "num_hidden_layers": layers,
+                               "layer_types": data["text_config"]["layer_types"][:layers - 1] + ["full_attention"]}
+    return spec_from_hf_config(data, origin=f"{name}.json", name="g")
+
+
+def test_gemma4_module_names_are_the_ones_transformers_builds() -> None:
+    """Gemma 4 names the decoder model.language_model.layers.N, the experts on the block beside its dense mlp."""
+    spec = _gemma4("gemma4-26b-a4b", None, layers=4)
+    data = config("gemma4-26b-a4b", None)
+    data.pop("quantization_config")
+    data["text_config"] = {**data["text_config"], "num_hidden_layers": 4,
+                           "layer_types": data["text_config"]["layer_types"][:3] + ["full_attention"]}
+    data.pop("model_type")
+    with torch.device("meta"):
+        model = transformers.Gemma4ForConditionalGeneration(transformers.AutoConfig.for_model("gemma4", **data))
+    built = {n for n, _ in model.named_modules()} | {n for n, _ in model.named_parameters()}
+    ours = module_names(spec, "gemma4_text")
+    listed = {n for c, namings in ours.items() for names in namings for n in names
+              if c != "experts" or ".experts.gate_up_proj" in names[0]}
+    # the k_eq_v global layer (3) has no v_proj: its name is listed for the checkpoint lists and built on the others
+    missing = listed - built
+    assert missing == {"model.language_model.layers.3.self_attn.v_proj"}, sorted(missing)[:5]
+    assert "model.language_model.layers.0.mlp.down_proj" in ours["mlp"][0]  # the dense MLP of an MoE layer
+    assert "model.language_model.layers.0.experts.gate_up_proj" in ours["experts"][-1]
+
+
+def test_gemma4_modelopt_nvfp4_checkpoints_keep_attention_16_bit() -> None:
+    """NVIDIA's Gemma-4-31B-IT-NVFP4 excludes every self_attn (and the vision tower), its 26B-A4B every module but
+    the experts, by shell patterns on model.language_model.layers.N (the lists aiconfigurator 0.12 bundles)."""
+    head = ["lm_head", "model.embed_vision*", "model.vision_tower*"]
+    dense = _gemma4("gemma4-31b", {"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8",
+                                   "exclude_modules": head + [f"model.language_model.layers.{i}.self_attn*"
+                                                              for i in range(60)]})
+    assert (dense.native_dtype, dense.checkpoint_kv_dtype) == ("mlp=nvfp4,default=bf16", "fp8")
+    kept = [f"model.language_model.layers.{i}.{m}*" for i in range(30) for m in ("mlp", "router", "self_attn")]
+    moe = _gemma4("gemma4-26b-a4b", {"quant_method": "modelopt", "quant_algo": "NVFP4",
+                                     "exclude_modules": head + kept})
+    assert moe.native_dtype == "experts=nvfp4,default=bf16"

@@ -51,8 +51,10 @@ _SHARED_PREFIX = {"qwen2_moe": "mlp.shared_expert", "deepseek_v2": "mlp.shared_e
                   "deepseek_v3": "mlp.shared_experts", "llama4_text": "feed_forward.shared_expert"}
 # Llama 4's checkpoints name the decoder under language_model. and each block's FFN feed_forward (its experts fused,
 # or one Linear per expert in llm-compressor's checkpoints)
-_LAYERS = {"llama4_text": "language_model.model.layers."}
+_LAYERS = {"llama4_text": "language_model.model.layers.", "gemma4_text": "model.language_model.layers."}
 _FFN = {"llama4_text": "feed_forward"}
+# Gemma 4 keeps its experts and router on the block itself (layers.N.experts), beside the dense mlp of every layer
+_EXPERTS_AT = {"gemma4_text": ""}
 _HEAD = {"llama4_text": "language_model.lm_head"}
 
 
@@ -74,19 +76,20 @@ def module_names(spec: ModelSpec, model_type: str) -> dict[str, tuple[tuple[str,
     mlp = ("mlp.gate_up_proj", "mlp.down_proj") if model_type == "phi3" else tuple(
         f"{ffn}.{n}" for n in _EXPERT)
     out: dict[str, list[str]] = {c: [] for c in (*QUANTIZABLE, "fused_experts")}
+    beside = spec.moe is not None and spec.moe.dense_mlp_beside
+    experts_at = _EXPERTS_AT.get(model_type, f"{ffn}.")
     for i in layers:
         base = f"{_LAYERS.get(model_type, 'model.layers.')}{i}."
         out["attention"] += [base + n for n in attention]
-        if i in dense:
+        if i in dense or beside:
             out["mlp"] += [base + n for n in mlp]
+        if i in dense or spec.moe is None:
             continue
-        if spec.moe is None:
-            continue
-        out["fused_experts"] += [f"{base}{ffn}.experts.gate_up_proj", f"{base}{ffn}.experts.down_proj"]
+        out["fused_experts"] += [f"{base}{experts_at}experts.gate_up_proj", f"{base}{experts_at}experts.down_proj"]
         if model_type != "gpt_oss":
-            prefix = _MOE_PREFIX.get(model_type, ffn)
+            prefix = _EXPERTS_AT.get(model_type, f"{_MOE_PREFIX.get(model_type, ffn)}.")
             for e in sorted({0, spec.moe.num_experts - 1}):
-                out["experts"] += [f"{base}{prefix}.experts.{e}.{n}" for n in _EXPERT_NAMES.get(model_type, _EXPERT)]
+                out["experts"] += [f"{base}{prefix}experts.{e}.{n}" for n in _EXPERT_NAMES.get(model_type, _EXPERT)]
         if spec.moe.num_shared_experts:
             shared = _SHARED_PREFIX.get(model_type, "mlp.shared_expert")
             out["shared_experts"] += [f"{base}{shared}.{n}" for n in _EXPERT]
