@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout21]
+        | --holdout12 | ... | --holdout22]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -38,6 +38,10 @@ collected after the eighteenth's change to them.
 read after the nineteenth (Gated DeltaNet layers with a per-sequence state, gated attention).
 ``--holdout21`` the twenty-first (``HOLDOUT_GRID_21``, aiconfigurator_holdout21.json): Qwen3-VL, multimodal checkpoints
 tfcalc first read after the twentieth (text-only requests: the decoders, dense and MoE, 2B to 235B-A22B).
+``--holdout22`` the twenty-second (``HOLDOUT_GRID_22``, aiconfigurator_holdout22.json): Gemma 4, an architecture tfcalc
+first read after the twenty-first (global layers of their own head size and KV heads, an MoE beside a dense MLP);
+TensorRT-LLM only on the B200 (aiconfigurator 0.12 has no head-256 context attention for it on Hopper, nor for 16
+KV heads of 256 per GPU anywhere: the 31B from tp 2; such points are errors, left out).
 """
 
 from __future__ import annotations
@@ -90,6 +94,10 @@ MODELS = {
     "qwen3-vl-32b": ("Qwen/Qwen3-VL-32B-Instruct", "bf16", "bfloat16", None),
     "qwen3-vl-30b-a3b": ("Qwen/Qwen3-VL-30B-A3B-Instruct", "bf16", "bfloat16", "bfloat16"),
     "qwen3-vl-235b-a22b": ("Qwen/Qwen3-VL-235B-A22B-Instruct", "bf16", "bfloat16", "bfloat16"),
+    "gemma4-26b-a4b": ("google/gemma-4-26B-A4B", "bf16", "bfloat16", "bfloat16"),
+    # aiconfigurator bundles the 31B only as NVIDIA's NVFP4 checkpoint: run in bf16 (an explicit gemm format keeps
+    # every layer in it); its GEMMA4MIX model takes MoE sizes even for the dense 31B (it collapses them)
+    "gemma4-31b": ("nvidia/Gemma-4-31B-IT-NVFP4", "bf16", "bfloat16", "bfloat16"),
 }
 
 # The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
@@ -519,6 +527,17 @@ HOLDOUT_GRID_21 = [
     ("qwen3-vl-2b", "b200_sxm", [1], [4, 24, 64], [(2000, 200)]),
 ]
 
+# Gemma 4 (dense 31B, MoE 26B-A4B at tp 1-2 and ep 2), text-only requests, collected on 2026-12-06 (stop 50) after tfcalc
+# first read these checkpoints and scored once before any change in response
+HOLDOUT_GRID_22 = [
+    ("gemma4-26b-a4b", "h100_sxm", [1, 2], [4, 24, 64], [(2000, 500)]),
+    ("gemma4-26b-a4b", "h200_sxm", [2], [4, 24, 64], [(6000, 300)], True),
+    ("gemma4-26b-a4b", "b200_sxm", [1], [4, 24, 64], [(3000, 300)]),
+    ("gemma4-31b", "h100_sxm", [2, 4], [4, 24, 64], [(3000, 400)]),
+    ("gemma4-31b", "h200_sxm", [2, 4], [4, 24, 64], [(2000, 300)]),
+    ("gemma4-31b", "b200_sxm", [2], [4, 24, 64], [(4000, 300)]),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -598,7 +617,7 @@ if __name__ == "__main__":
              "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13, "--holdout14": HOLDOUT_GRID_14,
              "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16, "--holdout17": HOLDOUT_GRID_17,
              "--holdout18": HOLDOUT_GRID_18, "--holdout19": HOLDOUT_GRID_19, "--holdout20": HOLDOUT_GRID_20,
-             "--holdout21": HOLDOUT_GRID_21}
+             "--holdout21": HOLDOUT_GRID_21, "--holdout22": HOLDOUT_GRID_22}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

@@ -35,8 +35,9 @@ Reference points (each with its source and setting):
   of NVFP4 on the B200 ("aic held-out 17"), aiconfigurator_holdout18.json (``--holdout18``) an eighteenth of
   MiniMax-M2.5, before stop 47's changes ("aic held-out 18"), aiconfigurator_holdout19.json (``--holdout19``) a
   nineteenth of NVFP4 experts on the B200 after its first ("aic held-out 19"), aiconfigurator_holdout20.json
-  (``--holdout20``) a twentieth of Qwen3.5's hybrid models ("aic held-out 20") and aiconfigurator_holdout21.json
-  (``--holdout21``) a twenty-first of Qwen3-VL's checkpoints ("aic held-out 21").
+  (``--holdout20``) a twentieth of Qwen3.5's hybrid models ("aic held-out 20"), aiconfigurator_holdout21.json
+  (``--holdout21``) a twenty-first of Qwen3-VL's checkpoints ("aic held-out 21") and aiconfigurator_holdout22.json
+  (``--holdout22``) a twenty-second of Gemma 4 ("aic held-out 22").
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -54,7 +55,7 @@ ROOT = HERE.parent.parent
 LARGE = "aic b128+"
 # The held-out files, aiconfigurator_holdout.json, aiconfigurator_holdout2.json ... (aiconfigurator_points.py
 # --holdoutN), each summarised on its own line
-HELD_OUT_FILES = 21
+HELD_OUT_FILES = 22
 
 
 def holdout(n: int) -> str:
@@ -80,8 +81,9 @@ AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 CAVEATS = HERE / "aiconfigurator_caveats.json"
 _CAVEAT_KEY = ("source", "model", "gpu", "backend", "tp", "ep", "batch", "isl", "osl", "weights_dtype")
 # aiconfigurator prices MoE layers with its power-law workload (config.py workload_distribution "power_law"):
-# exponent 1.01 for DeepSeek-family models (sdk/models/deepseek.py), 1.2 for the others (sdk/models/moe.py)
-AIC_ROUTING_ALPHA = {"deepseek-v3": 1.01, "kimi-k2": 1.01}
+# exponent 1.01 for DeepSeek-family models (sdk/models/deepseek.py) and Gemma 4 (sdk/models/gemma4.py), 1.2 for the
+# others (sdk/models/moe.py)
+AIC_ROUTING_ALPHA = {"deepseek-v3": 1.01, "kimi-k2": 1.01, "gemma4-26b-a4b": 1.01}
 # aiconfigurator's vLLM GEMM collector times block-fp8 linears without CUDA graphs (collector/vllm/collect_gemm.py
 # use_cuda_graph=gemm_type != "fp8_block"), so its vLLM predictions carry each such linear's host time: priced here
 # with those linears outside the graphs (presets/engines/vllm-0.21.yaml kernels.linear_host_us)
@@ -92,7 +94,7 @@ AIC_UNCAPTURED_LINEARS = {"vllm": frozenset({"fp8_block"})}
 AIC_FP8_SCALES = {"trtllm": "dynamic", "vllm": "static", "sglang": "static"}
 MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b",
        "deepseek-v3", "qwen3-coder-480b", "kimi-k2", "minimax-m2.5", "qwen3.5-35b-a3b", "qwen3.5-397b-a17b",
-       "qwen3-vl-30b-a3b", "qwen3-vl-235b-a22b"}
+       "qwen3-vl-30b-a3b", "qwen3-vl-235b-a22b", "gemma4-26b-a4b"}
 
 
 def load_points() -> list[dict]:
