@@ -296,19 +296,29 @@ def _llama4(quant: Any, layers: int | None = None) -> Any:
     return spec_from_hf_config(data, origin="llama4-maverick-17b-128e.json", name="m")
 
 
+def _names_built_and_listed(spec: Any, name: str, model_type: str, text: dict[str, Any]
+                            ) -> tuple[set[str], set[str], dict[str, Any]]:
+    """The module and parameter names transformers builds for the fixture ``name`` (its text_config changed by
+    ``text``, on the meta device), the names ``module_names`` lists (routed experts: the fused tensors transformers
+    builds) and ``module_names`` itself."""
+    data = config(name, None)
+    data.pop("quantization_config")
+    data["text_config"] = {**data["text_config"], **text}
+    kind = data.pop("model_type")
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(transformers.AutoConfig.for_model(kind, **data))
+    built = {n for n, _ in model.named_modules()} | {n for n, _ in model.named_parameters()}
+    ours = module_names(spec, model_type)
+    listed = {n for c, namings in ours.items() for names in namings for n in names
+              if c != "experts" or ".experts.gate_up_proj" in names[0]}
+    return built, listed, ours
+
+
 def test_llama4_module_names_are_the_ones_transformers_builds() -> None:
     """Llama 4's checkpoints name the decoder language_model.model.layers.N and each block's FFN feed_forward."""
     spec = _llama4(None, layers=4)
-    data = config("llama4-maverick-17b-128e", None)
-    data.pop("quantization_config")
-    data["text_config"] = {**data["text_config"], "num_hidden_layers": 4}
-    data.pop("model_type")
-    with torch.device("meta"):
-        model = transformers.Llama4ForConditionalGeneration(transformers.AutoConfig.for_model("llama4", **data))
-    built = {n for n, _ in model.named_modules()} | {n for n, _ in model.named_parameters()}
-    ours = module_names(spec, "llama4_text")
-    listed = {n for c, namings in ours.items() for names in namings for n in names
-              if c != "experts" or ".experts.gate_up_proj" in names[0]}  # the fused tensors transformers builds
+    built, listed, ours = _names_built_and_listed(spec, "llama4-maverick-17b-128e", "llama4_text",
+                                                  {"num_hidden_layers": 4})
     assert listed <= built, sorted(listed - built)[:5]
     assert "language_model.model.layers.0.feed_forward.gate_proj" in ours["mlp"][0]  # layer 0 is dense
     assert "language_model.model.layers.1.feed_forward.shared_expert.down_proj" in ours["shared_experts"][0]
@@ -343,17 +353,9 @@ def _gemma4(name: str, quant: Any, layers: int | None = None) -> Any:
 def test_gemma4_module_names_are_the_ones_transformers_builds() -> None:
     """Gemma 4 names the decoder model.language_model.layers.N, the experts on the block beside its dense mlp."""
     spec = _gemma4("gemma4-26b-a4b", None, layers=4)
-    data = config("gemma4-26b-a4b", None)
-    data.pop("quantization_config")
-    data["text_config"] = {**data["text_config"], "num_hidden_layers": 4,
-                           "layer_types": data["text_config"]["layer_types"][:3] + ["full_attention"]}
-    data.pop("model_type")
-    with torch.device("meta"):
-        model = transformers.Gemma4ForConditionalGeneration(transformers.AutoConfig.for_model("gemma4", **data))
-    built = {n for n, _ in model.named_modules()} | {n for n, _ in model.named_parameters()}
-    ours = module_names(spec, "gemma4_text")
-    listed = {n for c, namings in ours.items() for names in namings for n in names
-              if c != "experts" or ".experts.gate_up_proj" in names[0]}
+    types = [*config("gemma4-26b-a4b", None)["text_config"]["layer_types"][:3], "full_attention"]
+    built, listed, ours = _names_built_and_listed(spec, "gemma4-26b-a4b", "gemma4_text",
+                                                  {"num_hidden_layers": 4, "layer_types": types})
     # the k_eq_v global layer (3) has no v_proj: its name is listed for the checkpoint lists and built on the others
     missing = listed - built
     assert missing == {"model.language_model.layers.3.self_attn.v_proj"}, sorted(missing)[:5]
