@@ -66,6 +66,20 @@ def test_kv_shape_follows_the_engines_pool() -> None:
     assert full.units(1000) == 1000
 
 
+@pytest.mark.parametrize("engine", ["vllm", "ideal"])
+@pytest.mark.parametrize("context", [2048, 32_768])
+def test_gemma4_kv_units_are_the_pools_window_aware_count(engine: str, context: int) -> None:
+    """Gemma 4's global layers cache half the elements per token of its sliding ones (31B, tp 1): a sequence's units
+    weigh each kind so that the pool's tokens over one sequence's units is the plan's window-aware count (vLLM: its
+    pool in tokens of the 16-token blocks, the global group's blocks holding 32)."""
+    spec, e = load_model("gemma4-31b"), load_engine(engine) if engine != "ideal" else None
+    r = plan_fit(spec, load_gpu("h200"), parse_weight_precision("bf16"), get_dtype("bf16"),
+                 PlanConfig(num_gpus=1, context=context, engine=e))
+    units = kv_shape(spec, e).units(context)
+    assert r.kv_tokens_per_gpu / units == pytest.approx(r.max_concurrent_sequences_window_aware, rel=0.01, abs=1)
+    assert units < context  # the windows hold 1,024 tokens each
+
+
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "ideal"])
 @pytest.mark.parametrize("tp,context", [(1, 32_768), (2, 8192)])
 def test_kv_shape_counts_gated_deltanet_states(engine: str, tp: int, context: int) -> None:
