@@ -503,6 +503,7 @@ def test_every_spec_field_is_checked() -> None:
 
     from tfcalc.spec.model import (
         EncoderSpec,
+        FullAttentionSpec,
         LinearAttentionSpec,
         MLASpec,
         ModelSpec,
@@ -514,7 +515,7 @@ def test_every_spec_field_is_checked() -> None:
 
     for cls, prefix in ((ModelSpec, ""), (MoESpec, "moe."), (MLASpec, "mla."), (RopeScaling, "rope_scaling."),
                         (WeightException, "quantized_weight_exceptions."), (EncoderSpec, "encoder."),
-                        (LinearAttentionSpec, "linear_attention.")):
+                        (LinearAttentionSpec, "linear_attention."), (FullAttentionSpec, "full_attention.")):
         checks = _checkers(cls, prefix)
         assert [name for name, _, _ in checks] == [f.name for f in fields(cls)]
         for name, key, check in checks:
@@ -528,11 +529,21 @@ def _number_checks(annotation: str) -> dict[str, Any]:
     """Dotted field name -> its check, for every spec field declared ``annotation`` or ``annotation | None``."""
     from dataclasses import fields
 
-    from tfcalc.spec.model import EncoderSpec, LinearAttentionSpec, MLASpec, ModelSpec, MoESpec, RopeScaling, _checkers
+    from tfcalc.spec.model import (
+        EncoderSpec,
+        FullAttentionSpec,
+        LinearAttentionSpec,
+        MLASpec,
+        ModelSpec,
+        MoESpec,
+        RopeScaling,
+        _checkers,
+    )
 
     checks = {}
     for cls, prefix in ((ModelSpec, ""), (MoESpec, "moe."), (MLASpec, "mla."), (RopeScaling, "rope_scaling."),
-                        (EncoderSpec, "encoder."), (LinearAttentionSpec, "linear_attention.")):
+                        (EncoderSpec, "encoder."), (LinearAttentionSpec, "linear_attention."),
+                        (FullAttentionSpec, "full_attention.")):
         types = {f.name: str(f.type).removesuffix(" | None") for f in fields(cls)}
         checks.update({key: check for name, key, check in _checkers(cls, prefix) if types[name] == annotation})
     return checks
