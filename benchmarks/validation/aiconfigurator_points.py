@@ -527,8 +527,8 @@ HOLDOUT_GRID_21 = [
     ("qwen3-vl-2b", "b200_sxm", [1], [4, 24, 64], [(2000, 200)]),
 ]
 
-# Gemma 4 (dense 31B, MoE 26B-A4B at tp 1-2 and ep 2), text-only requests, collected on 2026-12-06 (stop 50) after tfcalc
-# first read these checkpoints and scored once before any change in response
+# Gemma 4 (dense 31B, MoE 26B-A4B at tp 1-2 and ep 2), text-only requests, collected on 2026-12-06 (stop 50) after
+# tfcalc first read these checkpoints and scored once before any change in response
 HOLDOUT_GRID_22 = [
     ("gemma4-26b-a4b", "h100_sxm", [1, 2], [4, 24, 64], [(2000, 500)]),
     ("gemma4-26b-a4b", "h200_sxm", [2], [4, 24, 64], [(6000, 300)], True),

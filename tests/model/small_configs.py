@@ -53,3 +53,20 @@ SMALL_LLAMA4 = {**_SMALL_LLAMA4, "num_experts_per_tok": 1, "use_qk_norm": True, 
 # and 1 (MoE) chunked with RoPE, 2 (dense) and 3 (MoE) NoPE and global; plain RoPE
 SMALL_LLAMA4_INTERLEAVED = {**_SMALL_LLAMA4, "num_experts_per_tok": 2, "use_qk_norm": False,
                             "interleave_moe_layer_step": 2, "no_rope_layers": [1, 1, 0, 0]}
+
+# Gemma 4 (Gemma4ForCausalLM): 4 layers of hidden 48, 4 query heads; sliding layers (0, 2) of 2 KV heads of 16 over an
+# 8-token window, global layers (1, 3) of 1 KV head of 32 whose values are the key projection, a quarter of each global
+# head turned by proportional RoPE (base 1e6; 1e4 on the sliding layers), GeGLU MLPs of 64, tied head, logits
+# soft-capped at 30; the MoE variant adds 8 experts of 24 (top 2) beside the MLP on every layer.
+SMALL_GEMMA4 = {**{k: v for k, v in _SMALL_COMMON.items() if k not in ("rope_theta", "num_experts_per_tok")},
+                "model_type": "gemma4_text", "num_hidden_layers": 4, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "global_head_dim": 32, "num_global_key_value_heads": 1,
+                "attention_k_eq_v": True, "intermediate_size": 64, "sliding_window": 8,
+                "hidden_activation": "gelu_pytorch_tanh", "hidden_size_per_layer_input": 0,
+                "num_kv_shared_layers": 0, "tie_word_embeddings": True, "final_logit_softcapping": 30.0,
+                "layer_types": ["sliding_attention", "full_attention"] * 2,
+                "rope_parameters": {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                       "rope_theta": 1e6},
+                                    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}
+SMALL_GEMMA4_MOE = {**SMALL_GEMMA4, "enable_moe_block": True, "num_experts": 8, "top_k_experts": 2,
+                    "moe_intermediate_size": 24}

@@ -22,6 +22,8 @@ import torch
 from conftest import small_spec
 from shard_jobs import Case, CompareWithOneRank
 from small_configs import (
+    SMALL_GEMMA4,
+    SMALL_GEMMA4_MOE,
     SMALL_LLAMA4,
     SMALL_LLAMA4_INTERLEAVED,
     SMALL_MINIMAX_M2,
@@ -104,6 +106,11 @@ def _two_rank_cases(small_spec) -> list[Case]:  # noqa: ANN001
         Case("llama4 tp 2", small_config_spec(SMALL_LLAMA4), 2, 1),
         Case("llama4 interleaved tp 2 ep 2", small_config_spec(SMALL_LLAMA4_INTERLEAVED), 2, 2),
         Case("llama4 interleaved ep 2", small_config_spec(SMALL_LLAMA4_INTERLEAVED), 1, 2),
+        # Gemma 4: global layers' own heads (their one KV head held by both ranks, no V rows), the dense MLP beside
+        # the experts reduced on its own, the experts' own input norm through the all-to-all
+        Case("gemma4 tp 2", small_config_spec(SMALL_GEMMA4), 2, 1),
+        Case("gemma4 moe tp 2", small_config_spec(SMALL_GEMMA4_MOE), 2, 1),
+        Case("gemma4 moe ep 2", small_config_spec(SMALL_GEMMA4_MOE), 1, 2),
     ]
 
 
@@ -136,7 +143,8 @@ def _check(cases: list[Case], results: dict[str, list[dict]]) -> None:
         spec = case.spec
         per_forward = (2 * spec.num_layers + 2 if case.tp > 1 else 0) + (
             3 * spec.num_moe_layers if case.ep > case.tp else 0) + (
-            spec.num_layers if case.tp > 1 and spec.qk_norm_across_heads else 0)  # q and k norm statistics
+            spec.num_layers if case.tp > 1 and spec.qk_norm_across_heads else 0) + (  # q and k norm statistics
+            spec.num_moe_layers if case.tp > 1 and spec.moe is not None and spec.moe.dense_mlp_beside else 0)
         assert {r["collectives"] for r in ranks} == {per_forward}, case.name
         if case.weights is not None:  # bytes held: test_fp8_ranks_hold_what_the_plan_counts
             continue

@@ -141,6 +141,23 @@ def rope_table(spec: ModelSpec, max_len: int, dtype: torch.dtype, device: torch.
     return table.to(device=device, dtype=dtype)
 
 
+def global_rope_table(spec: ModelSpec, max_len: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The full-attention layers' cos / sin table (the only one, unless the sliding layers have their own base):
+    ``rope_table`` over ``spec.rotary_dim``; Gemma 4's global layers (``full_attention.proportional_rope``,
+    transformers ``_compute_proportional_rope_parameters``) over their whole head, frequencies theta^(-2i/D) for the
+    first D x factor / 2 pairs and 0 for the rest (cos 1, sin 0: those dimensions pass through)."""
+    fa = spec.full_attention
+    if fa is None:
+        return rope_table(spec, max_len, dtype, device, spec.rotary_dim)
+    full = spec.full_layer_spec
+    if not fa.proportional_rope:
+        return rope_table(full, max_len, dtype, device, full.rotary_dim)
+    inv_freq = rope_frequencies(full, fa.head_dim)
+    inv_freq[int(fa.head_dim * fa.partial_rotary_factor) // 2:] = 0.0
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
+    return torch.stack([angles.cos(), angles.sin()], dim=1).to(device=device, dtype=dtype)
+
+
 def apply_rope(x: Tensor, table: Tensor, interleaved: bool = False) -> Tensor:
     """Rotate pairs of x by the angles in ``table``: (x_i, x_{i+D/2}) ("rotate half", HF Llama), or with
     ``interleaved`` the adjacent pairs (x_2i, x_2i+1) of DeepSeek's MLA and Llama 4 (their complex view), written
@@ -496,15 +513,20 @@ class Attention(nn.Module):
     rows of wqkv are [query D | gate D] and the output becomes y * sigmoid(gate) before wo.
     Attention sinks (gpt-oss) and logit soft-capping (Gemma 2) have no SDPA form: those layers take the explicit
     softmax eagerly and flex_attention in a compiled decode step.
+    Gemma 4 (transformers Gemma4TextAttention): a full layer takes ``spec.full_layer_spec``'s head_dim and KV heads;
+    with ``attention_k_eq_v`` wqkv holds no V rows and the values are the k projection before its norm and RoPE;
+    ``spec.v_norm`` RMS-normalises the values per head with no weight.
     """
 
     def __init__(self, spec: ModelSpec, sliding: bool = False, nope: bool = False) -> None:
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
+        shape = spec.layer_kind_spec(sliding)
+        self.heads, self.kv_heads, self.head_dim = spec.num_attention_heads, shape.num_kv_heads, shape.head_dim
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
         self.output_gate = spec.attention_output_gate
-        self.wqkv = nn.Linear(spec.hidden_size, q_out * (2 if self.output_gate else 1) + 2 * kv_out,
-                              bias=spec.qkv_bias)
+        self.k_eq_v, self.v_norm = shape.attention_k_eq_v, spec.v_norm
+        self.wqkv = nn.Linear(spec.hidden_size, q_out * (2 if self.output_gate else 1)
+                              + (1 if self.k_eq_v else 2) * kv_out, bias=spec.qkv_bias)
         self.wo = nn.Linear(q_out, spec.hidden_size, bias=spec.o_bias)
         self.qk_norm_across_heads = spec.qk_norm_across_heads
         # a sharded rank's q and k norms across heads, whose statistics span the ranks (tfcalc.model.parallel)
@@ -537,7 +559,11 @@ class Attention(nn.Module):
         assert self.kv_cache is not None, "call Transformer.setup_caches first"
         b, t, _ = x.shape
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        q, k, v = self.wqkv(x).split([q_out * (2 if self.output_gate else 1), kv_out, kv_out], dim=-1)
+        if self.k_eq_v:
+            q, k = self.wqkv(x).split([q_out, kv_out], dim=-1)
+            v = k
+        else:
+            q, k, v = self.wqkv(x).split([q_out * (2 if self.output_gate else 1), kv_out, kv_out], dim=-1)
         gate = None
         if self.output_gate:  # per head [query | gate], as transformers views q_proj's output (heads, 2D)
             q, gate = q.view(b, t, self.heads, 2 * self.head_dim).chunk(2, dim=-1)
@@ -551,6 +577,8 @@ class Attention(nn.Module):
         v = v.view(b, t, self.kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None and not self.qk_norm_across_heads:
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.v_norm:
+            v = rms_normalize(v)
         if self.rotary:
             rope = step.rope_local if self.window is not None and step.rope_local is not None else step.rope
             q, k = apply_rope(q, rope, self.interleaved), apply_rope(k, rope, self.interleaved)
@@ -616,7 +644,10 @@ class MoE(nn.Module):
     ``groups_per_token`` of ``expert_groups`` groups (a group scores the sum of its top two); the weights are the
     unbiased scores of the chosen experts, renormalised, times ``routed_scaling_factor``. Llama 4
     (``moe.router_weights_input``, transformers Llama4TextMoe): each chosen expert's sigmoid score multiplies its
-    input instead, y = sum_k expert_k(w_k x), not renormalised.
+    input instead, y = sum_k expert_k(w_k x), not renormalised. Gemma 4 (``moe.router_scales``, transformers
+    Gemma4TextRouter): the router sees x RMS-normalised without a weight, times a learned ``router_scale`` and
+    hidden^-1/2; its top-k softmax weights, renormalised, are scaled by a learned ``per_expert_scale``; with
+    ``moe.dense_mlp_beside`` the experts see ``input_norm(x)`` (pre_feedforward_layernorm_2) and the router x.
 
     Experts are stacked, w_in [E, 2I or I, hidden] and w_out [E, hidden, I]. Dispatch sorts the N*K
     (token, expert) pairs by expert and runs each expert once on its contiguous slice; reading the per-expert
@@ -640,6 +671,9 @@ class MoE(nn.Module):
         width = 2 * i if spec.ffn_kind == "gated" else i
         self.router = nn.Linear(h, e, bias=moe.router_bias)
         self.score_bias = nn.Parameter(torch.zeros(e)) if moe.router_score_correction_bias else None
+        self.router_scale = nn.Parameter(torch.ones(h)) if moe.router_scales else None
+        self.per_expert_scale = nn.Parameter(torch.ones(e)) if moe.router_scales else None
+        self.input_norm = make_norm(spec, h) if moe.dense_mlp_beside else None
         if weights_dtype is None:
             self.w_in: Tensor | FP8Weight = nn.Parameter(torch.empty(e, width, h).uniform_(-h**-0.5, h**-0.5))
             self.w_out: Tensor | FP8Weight = nn.Parameter(torch.empty(e, h, i).uniform_(-i**-0.5, i**-0.5))
@@ -661,6 +695,8 @@ class MoE(nn.Module):
         """x [N, hidden] -> routing weights [N, K] (in x's dtype) and expert ids [N, K]."""
         moe = self.spec.moe
         assert moe is not None
+        if self.router_scale is not None:
+            x = rms_normalize(x) * self.router_scale * self.spec.hidden_size ** -0.5
         logits = self.router(x)  # [N, E]
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         if moe.router_scoring == "softmax":
@@ -678,7 +714,13 @@ class MoE(nn.Module):
         weights = scores.gather(1, experts)
         if self.normalize:
             weights = weights / (weights.sum(dim=-1, keepdim=True) + (1e-20 if moe.router_scoring == "sigmoid" else 0))
+        if self.per_expert_scale is not None:
+            weights = weights * self.per_expert_scale[experts].to(weights.dtype)
         return (weights * moe.routed_scaling_factor).to(x.dtype), experts
+
+    def expert_inputs(self, x: Tensor) -> Tensor:
+        """What the experts see of x [N, hidden]: its own norm where the MoE sits beside a dense MLP (Gemma 4)."""
+        return x if self.input_norm is None else self.input_norm(x)
 
     def expert(self, e: int, x: Tensor) -> Tensor:
         """Expert e (of this module's stack) on its tokens x [n, hidden] -> [n, hidden]."""
@@ -721,7 +763,7 @@ class MoE(nn.Module):
             pair = local.nonzero().squeeze(1)
             pair = pair[flat[pair].argsort(stable=True)]
         token, w = pair // self.top_k, weights.flatten()[pair, None]
-        out = self.run_experts(self.weigh_inputs(x[token], w), counts[first:first + held].tolist())
+        out = self.run_experts(self.weigh_inputs(self.expert_inputs(x)[token], w), counts[first:first + held].tolist())
         return torch.zeros_like(x).index_add_(0, token, self.weigh_outputs(out, w))
 
     def forward(self, x: Tensor) -> Tensor:

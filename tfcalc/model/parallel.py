@@ -74,6 +74,8 @@ def check_sharding(spec: ModelSpec, tp: int, ep: int) -> None:
         raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
     check_parallelism(spec, world, tp, 1, ep)
     dense_layers = spec.num_layers - spec.num_moe_layers
+    if spec.moe is not None and spec.moe.dense_mlp_beside:
+        dense_layers = spec.num_layers
     if dense_layers and spec.intermediate_size % tp:
         raise UsageError(f"tp {tp} does not divide the FFN width {spec.intermediate_size} of {spec.name}")
     moe = spec.moe
@@ -229,8 +231,11 @@ class Parallel:
         else:
             assert isinstance(ffn, FeedForward)
             _shard_ffn(ffn, self.tp, self.tp_rank, add_bias=self.tp_rank == 0)
+        beside = [block.mlp] if block.mlp is not None else []  # Gemma 4's dense MLP, reduced on its own
+        for mlp in beside:
+            _shard_ffn(mlp, self.tp, self.tp_rank, add_bias=self.tp_rank == 0)
         if self.tp > 1:
-            for module in (attention, ffn):
+            for module in (attention, ffn, *beside):
                 module.register_forward_hook(self._reduce_output)
 
     def _reduce_output(self, module: nn.Module, args: object, output: Tensor) -> Tensor:
@@ -245,8 +250,9 @@ class Parallel:
         kv_rows = _span(k0 * d, (k0 + kv_heads) * d)
         qd = 2 * d if attn.output_gate else d  # a query head's rows of wqkv: [query | gate] when gated
         kv_start = h * qd
-        _keep_rows(attn.wqkv, torch.cat([_span(q0 * qd, (q0 + heads) * qd), kv_start + kv_rows,
-                                         kv_start + hkv * d + kv_rows]), "attention.wqkv")
+        values = [] if attn.k_eq_v else [kv_start + hkv * d + kv_rows]  # Gemma 4's global layers: no V rows
+        _keep_rows(attn.wqkv, torch.cat([_span(q0 * qd, (q0 + heads) * qd), kv_start + kv_rows, *values]),
+                   "attention.wqkv")
         attn.wo = RowParallelLinear(attn.wo, q_rows, add_bias=self.tp_rank == 0, name="attention.wo")
         if attn.sinks is not None:
             attn.sinks = nn.Parameter(attn.sinks.detach()[q0:q0 + heads].clone())
@@ -461,7 +467,7 @@ class ExpertDispatch:
         incoming = comm.all_to_all(per_rank, [1] * par.world, [1] * par.world, par.ep_group)
         send, receive = per_rank.tolist(), incoming.tolist()
         ids = (flat[order] - (flat[order] // held) * held).to(x.dtype)
-        sent = moe.weigh_inputs(mine[token], w)
+        sent = moe.weigh_inputs(moe.expert_inputs(mine)[token], w)
         arrived = comm.all_to_all(torch.cat([sent, ids[:, None]], dim=1), send, receive, par.ep_group)
         local = arrived[:, -1].round().long()
         by_expert = local.argsort(stable=True)

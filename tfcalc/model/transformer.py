@@ -45,6 +45,7 @@ from tfcalc.model.layers import (
     Step,
     backend_works,
     check_kv_dtype,
+    global_rope_table,
     live_block_mask,
     make_norm,
     rope_table,
@@ -66,13 +67,17 @@ class TransformerBlock(nn.Module):
     """x + attn(norm(x)), then x + ffn(norm(x)) (pre-norm, GPT-2 / Llama). With ``norms_per_layer == 4``
     (Gemma 2, arXiv:2408.00118) each sub-layer's output is normed again before the residual add. On a
     linear-attention layer (``spec.is_linear_layer``: Qwen3-Next, Qwen3.5) the token mixer in ``attention`` is a
-    :class:`~tfcalc.model.deltanet.GatedDeltaNet`; a Llama 4 NoPE layer (``spec.nope_layers``) applies no RoPE."""
+    :class:`~tfcalc.model.deltanet.GatedDeltaNet`; a Llama 4 NoPE layer (``spec.nope_layers``) applies no RoPE.
+    Gemma 4's MoE layers (``moe.dense_mlp_beside``, 7 norms; transformers Gemma4TextDecoderLayer) run a dense MLP
+    beside the experts: x + post(post_mlp(mlp(ffn_norm(x))) + post_moe(moe(x))), the MoE norming its experts' input
+    itself and routing on x."""
 
     def __init__(self, spec: ModelSpec, layer: int, weights_dtype: str | None = None) -> None:
         super().__init__()
-        if spec.norms_per_layer not in (2, 4):
-            raise SpecError(f"{spec.name}: the bundled model supports 2 or 4 norms per layer, "
-                            f"not {spec.norms_per_layer}")
+        beside = spec.is_moe_layer(layer) and spec.moe is not None and spec.moe.dense_mlp_beside
+        if spec.norms_per_layer not in ((7,) if beside else (2, 4)):
+            raise SpecError(f"{spec.name}: the bundled model supports 2 or 4 norms per layer (7 with an MoE beside "
+                            f"a dense MLP), not {spec.norms_per_layer}")
         self.sliding = spec.is_sliding_layer(layer)
         self.attention_norm = make_norm(spec, spec.hidden_size)
         self.linear = spec.is_linear_layer(layer)
@@ -82,12 +87,18 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = make_norm(spec, spec.hidden_size)
         self.ffn: nn.Module = (MoE(spec, weights_dtype) if spec.is_moe_layer(layer)
                                else FeedForward(spec, spec.intermediate_size, spec.mlp_bias))
-        post = spec.norms_per_layer == 4
+        post = spec.norms_per_layer >= 4
         self.post_attention_norm = make_norm(spec, spec.hidden_size) if post else nn.Identity()
         self.post_ffn_norm = make_norm(spec, spec.hidden_size) if post else nn.Identity()
+        self.mlp = FeedForward(spec, spec.intermediate_size, spec.mlp_bias) if beside else None
+        self.post_mlp_norm = make_norm(spec, spec.hidden_size) if beside else None
+        self.post_moe_norm = make_norm(spec, spec.hidden_size) if beside else None
 
     def forward(self, x: Tensor, step: Step) -> Tensor:
         x = x + self.post_attention_norm(self.attention(self.attention_norm(x), step))
+        if self.mlp is not None and self.post_mlp_norm is not None and self.post_moe_norm is not None:
+            both = self.post_mlp_norm(self.mlp(self.ffn_norm(x))) + self.post_moe_norm(self.ffn(x))
+            return x + self.post_ffn_norm(both)
         return x + self.post_ffn_norm(self.ffn(self.ffn_norm(x)))
 
 
@@ -168,8 +179,8 @@ class Transformer(nn.Module):
         self.max_len = max_len
         rope_dim = self.spec.rotary_dim
         # fp32 (or wider) cos/sin: bf16 would round the angle of late positions (RoPE runs fused under compile)
-        self.register_buffer("rope", rope_table(self.spec, max_len, torch.promote_types(dtype, torch.float32),
-                                                device, rope_dim), persistent=False)  # [S, 2, Dr/2]
+        self.register_buffer("rope", global_rope_table(self.spec, max_len, torch.promote_types(dtype, torch.float32),
+                                                       device), persistent=False)  # [S, 2, Dr/2]
         local = self.spec.rope_local_theta
         self.register_buffer("rope_local", None if local is None else rope_table(
             replace(self.spec, rope_theta=local, rope_scaling=None), max_len,
