@@ -204,6 +204,25 @@ def test_flash_prefill_over_an_fp8_cache() -> None:
     assert prefill(ideal, True) == prefill(ideal, False)
 
 
+def test_wide_head_prefill_runs_the_whole_triangle_at_the_engines_scale() -> None:
+    """Heads over FlashAttention's 256 on an engine with a measured fallback kernel (SGLang's Triton on Hopper):
+    scale x the flash time of the whole causal triangle, a window skipping no tile; the FLOPs reported stay the
+    window's; other engines and ideal mode ignore it."""
+    seq, window, heads = 8192, 1024, 8
+    exact = 2.0 * heads * 1024 * (window * (window + 1) / 2 + (seq - window) * window)
+
+    def prefill(rates, wide: bool, win: int | None = window):  # noqa: ANN001, ANN202
+        return kernels.flash_prefill(rates, seqs=1, tokens=seq, past=0, heads=heads, qk_dim=512, v_dim=512,
+                                     window=win, kv_bytes_read=0.0, exact_flops=exact, wide_heads=wide)
+
+    assert prefill(RATES, True) == prefill(RATES, False)  # no fallback measured: flash, window skipped
+    triton = replace(RATES, wide_head_prefill_scale=5.0)
+    whole = prefill(RATES, False, None)
+    assert prefill(triton, True).seconds - 10e-6 == pytest.approx(5.0 * (whole.seconds - 10e-6))
+    assert prefill(triton, True).flops == exact and prefill(triton, False) == prefill(RATES, False)
+    assert prefill(triton.as_ideal(), True) == prefill(RATES.as_ideal(), True)
+
+
 def test_decode_attention_streams_kv_with_enough_streams() -> None:
     kv = 64 * 4096 * 2 * 8 * 128 * 2  # batch 64, context 4096, 8 KV heads of 128, K and V, bf16
     c = kernels.decode_attention(RATES, 64, 8, kv, 4.0 * 64 * 32 * 128 * 4096)

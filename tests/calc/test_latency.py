@@ -709,3 +709,22 @@ def test_gemma4_moe_runs_its_dense_mlp_beside_the_experts_and_reduces_it_apart()
     # one more all-reduce of 16 tokens x 2816 x 2 bytes in each of the 30 layers (vLLM Gemma4MLP reduces its own)
     assert two.comm_bytes - plain.comm_bytes == 30 * 16 * 2816 * 2
     assert two.tp_comm_seconds > plain.tp_comm_seconds and plain.groups["dense_ffn"].bytes == 0
+
+
+def test_gemma4_prefill_attention_on_sglangs_hopper_fallback_kernel() -> None:
+    """Gemma 4's heads of 512 exceed FlashAttention's 256: SGLang on an H100 runs every layer's prefill attention on
+    its Triton kernel (the sliding layers' whole triangles too), the rest of the step unchanged; a model of narrower
+    heads is untouched."""
+    sglang = load_engine("sglang").kernels
+    flash = replace(sglang, wide_head_prefill_scale_by_gpu={})
+    shape = StepShape(prefill_seqs=4, prefill_tokens=3000)
+    triton_step, flash_step = (step_time(_d("gemma4-31b", tp=2, engine_kernels=k), shape, "prefill")
+                               for k in (sglang, flash))
+    assert _d("gemma4-31b").widest_head_dim == 512 and _d("llama3-8b").widest_head_dim == 128
+    # the attention group (its projections included) about doubles at 3,000 tokens
+    assert triton_step.groups["attention"].seconds > 1.5 * flash_step.groups["attention"].seconds
+    assert triton_step.groups["dense_ffn"] == flash_step.groups["dense_ffn"]
+    assert triton_step.flops == flash_step.flops  # the FLOPs reported are the window's
+    llama = StepShape(prefill_seqs=4, prefill_tokens=3000)
+    assert step_time(_d("llama3-8b", engine_kernels=sglang), llama, "prefill") == step_time(
+        _d("llama3-8b", engine_kernels=flash), llama, "prefill")

@@ -487,6 +487,18 @@ def test_engine_fp8_kv_attention_per_gpu() -> None:
         assert "\n" not in str(caught.value)
 
 
+def test_engine_wide_head_prefill_attention_per_gpu() -> None:
+    """kernels.wide_head_prefill_attention: SGLang's Triton fallback on Hopper for heads over 256 (5.25 / 5.3 x the
+    whole triangle's flash time), none on the B200 or in vLLM's preset; bad entries are one line."""
+    sglang = load_engine("sglang").kernels
+    assert sglang.wide_head_prefill_scale_by_gpu == {"h100-sxm": 5.25, "h200": 5.3}
+    assert rates_for(load_gpu("h100-pcie"), sglang).wide_head_prefill_scale == 5.25  # its silicon's entry
+    assert rates_for(load_gpu("b200"), sglang).wide_head_prefill_scale is None
+    assert load_engine("vllm").kernels.wide_head_prefill_scale_by_gpu == {}
+    with pytest.raises(SpecError, match="kernels.wide_head_prefill_attention.h200"):
+        kernels_from_mapping({"wide_head_prefill_attention": {"h200": 0.5}}, "e.yaml")
+
+
 def test_engine_fp8_kv_prefill_attention_per_gpu() -> None:
     """kernels.fp8_kv_prefill_attention: per GPU preset, prefill attention over an fp8 cache as scale x the bf16
     cache's time (vLLM: slower on Hopper's FA3, its query bf16; faster on B200's TensorRT-LLM prefill kernel and

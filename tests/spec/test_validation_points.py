@@ -392,17 +392,17 @@ def test_twenty_first_held_out_grid_qwen3_vl(v: ModuleType) -> None:
 
 def test_twenty_second_held_out_grid_gemma4(v: ModuleType) -> None:
     """The twenty-second held-out file: Gemma 4 (26B-A4B at tp 1-2 and ep 2, 31B at tp 2-4; vLLM and SGLang on H100 /
-    H200, the three engines on a B200), checkpoints tfcalc first read in stop 50, scored once with no change in
-    response: TTFT 42 / 60, TPOT 58 / 60. SGLang's Hopper prefills are the misses, tfcalc 4-48 % faster: its
-    collector timed these head sizes (256 windowed, 512) on its Triton backend, whose windowed rows grow with the
-    square of the prompt (no tile skipped outside the window), where tfcalc prices flash attention."""
+    H200, the three engines on a B200), checkpoints tfcalc first read in stop 50. Scored once before any change:
+    TTFT 42 / 60, TPOT 58 / 60, SGLang's 21 Hopper prefills 4-48 % fast. Its collector times Gemma 4's attention on
+    Triton there (heads over FlashAttention's 256), whose windowed rows grow with the square of the prompt: with
+    that kernel's measured rate (sglang preset, kernels.wide_head_prefill_attention, read from the kernel table, not
+    from this grid) TTFT 57 / 60; the three misses are vLLM's 31B at tp 4 (+20 ... +23 %)."""
     scored = _signed_errors(v, 22, 60)
-    assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 42
+    assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 57
     assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 58
     hopper_sglang = [ttft for p, ttft, _ in scored if p["engine"] == "sglang" and p["gpu"] != "b200"]
-    assert len(hopper_sglang) == 21 and all(-0.5 < e < 0 for e in hopper_sglang)
-    rest = [ttft for p, ttft, _ in scored if p["engine"] != "sglang" or p["gpu"] == "b200"]
-    assert len(rest) == 39 and all(abs(e) <= 0.25 for e in rest)
+    assert len(hopper_sglang) == 21 and all(abs(e) <= 0.2 for e in hopper_sglang)
+    assert all(abs(ttft) <= 0.25 for _, ttft, _ in scored)
 
 
 def test_vllm_b200_mixtral_prefill_with_large_experts(v: ModuleType) -> None:

@@ -167,6 +167,9 @@ class Rates:
     fp8_kv_attention: tuple[float, float] | None = None
     # prefill attention over an fp8 cache: scale x its time over a bf16 cache (engine, GPU); None: the same time
     fp8_kv_prefill_scale: float | None = None
+    # a model with heads wider than FlashAttention's 256 (Gemma 4): every prefill attention on the engine's fallback
+    # kernel, this times a flash attention over the whole causal triangle (EngineKernels)
+    wide_head_prefill_scale: float | None = None
     # small-M GEMMs' weight streaming as a fraction of the datasheet bandwidth, by the weights' storage format, where
     # its kernels differ from memory_efficiency (fp8 scaled-mm streams slower than a bf16 GEMV)
     gemm_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
@@ -445,13 +448,18 @@ def _chunked_tiles(tokens: int, past: int, chunk: int) -> tuple[float, float, in
 
 def flash_prefill(rates: Rates, *, seqs: int, tokens: int, past: int, heads: int, qk_dim: int, v_dim: int,
                   window: int | None, kv_bytes_read: float, exact_flops: float, fp8_cache: bool = False,
-                  chunked: bool = False) -> Cost:
+                  chunked: bool = False, wide_heads: bool = False) -> Cost:
     """Causal flash attention for ``seqs`` sequences of ``tokens`` new tokens after ``past`` cached ones.
 
     ``exact_flops`` (2 heads (qk + v) per query-key pair actually attended) is reported; the time follows the
     tile work of the module docstring, times ``rates.fp8_kv_prefill_scale`` over an fp8 cache (``fp8_cache``)
-    where the engine measured its kernel so. ``chunked``: ``window`` is Llama 4's attention chunk.
+    where the engine measured its kernel so. ``chunked``: ``window`` is Llama 4's attention chunk. ``wide_heads``:
+    the model's heads exceed FlashAttention's 256, and an engine with ``rates.wide_head_prefill_scale`` runs its
+    fallback kernel: that times the whole causal triangle's tiles, a window skipping none.
     """
+    wide = wide_heads and rates.wide_head_prefill_scale is not None and not rates.ideal
+    if wide:
+        window, chunked = None, False
     if seqs == 0 or tokens == 0:
         return Cost(0.0, 0.0, 0.0, "compute", 0)
     dtype, peak = rates.peak("bf16")
@@ -467,6 +475,8 @@ def flash_prefill(rates: Rates, *, seqs: int, tokens: int, past: int, heads: int
         t_compute = tile_flops / per_sm * max(work / rates.sm_count, longest + FLASH_PROLOGUE_TILES)
         if fp8_cache and rates.fp8_kv_prefill_scale is not None:
             t_compute *= rates.fp8_kv_prefill_scale
+        if wide and rates.wide_head_prefill_scale is not None:
+            t_compute *= rates.wide_head_prefill_scale
     return _finish(rates, "attention", exact_flops, kv_bytes_read, t_compute, ideal_bytes=kv_bytes_read)
 
 

@@ -144,6 +144,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                               if fmt in engine.uncaptured_linears},
                  fp8_kv_attention=engine.fp8_kv_attention_by_gpu.get(kernels_gpu),
                  fp8_kv_prefill_scale=engine.fp8_kv_prefill_scale_by_gpu.get(kernels_gpu),
+                 wide_head_prefill_scale=engine.wide_head_prefill_scale_by_gpu.get(kernels_gpu),
                  gemm_memory_efficiency=gemm_memory, gemm_efficiency_by_format=engine_gemm,
                  moe_memory_efficiency=moe_memory,
                  dynamic_scale_s=engine.dynamic_scale_s_by_gpu.get(kernels_gpu),
@@ -161,6 +162,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
               engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,
               engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu, engine.moe_by_architecture,
+              engine.wide_head_prefill_scale_by_gpu,
               engine.moe_ep_every_row_by_gpu, engine.moe_tuned_shapes_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
@@ -294,6 +296,12 @@ class Deployment:
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp
 
+    @property
+    def widest_head_dim(self) -> int:
+        """The model's widest attention head (Gemma 4's global layers': 512): above FlashAttention's 256, engines
+        run every layer on a fallback kernel (vLLM Gemma4Config forces TRITON_ATTN)."""
+        return max(self.dims.head_dim, self.full_dims.head_dim if self.full_dims is not None else 0)
+
     def captured(self, shape: StepShape) -> bool:
         """Whether the engine replays ``shape`` from a CUDA graph: a decode-only step (or any, where the engine's
         graphs take prefill tokens: ``EngineKernels.graph_prefill``) of at most ``graph_cap_tokens`` tokens."""
@@ -345,6 +353,7 @@ def _stages(spec: ModelSpec, pp: int) -> tuple[_Stage, ...]:
 
 
 PER_TENSOR_FP8 = ("fp8_e4m3", "fp8_e5m2")
+FLASH_MAX_HEAD_DIM = 256  # FlashAttention 2 / 3's widest head (vLLM Gemma4Config: "head_size <= 256 kernel limit")
 FP8_SCALE_CHOICES = ("auto", "static", "dynamic")
 
 
@@ -732,7 +741,8 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
         s.add("attention", kernels.flash_prefill(r, seqs=shape.prefill_seqs, tokens=n, past=p, heads=dm.heads,
                                                  qk_dim=qk_dim, v_dim=v_dim, window=window, chunked=dm.chunked,
                                                  kv_bytes_read=read,
-                                                 exact_flops=exact, fp8_cache=fp8_cache))
+                                                 exact_flops=exact, fp8_cache=fp8_cache,
+                                                 wide_heads=d.widest_head_dim > FLASH_MAX_HEAD_DIM))
     if shape.decode_seqs:
         ctx = shape.decode_context
         # the decode query's keys; a chunked layer's averaged over the contexts the step stands for

@@ -323,6 +323,7 @@ class EngineKernels:
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
     fp8_kv_prefill_scale_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
+    wide_head_prefill_scale_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     gemm_memory_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     gemm_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     online_fp8_scale: str = "dynamic"
@@ -526,7 +527,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "moe_by_architecture", "moe_ep_every_row",
                           "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "moe_ep_floors_us",
                           "moe_row_bytes", "gdn_efficiency", "linear_host_us",
-                          "fp8_kv_attention", "fp8_kv_prefill_attention",
+                          "fp8_kv_attention", "fp8_kv_prefill_attention", "wide_head_prefill_attention",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
                           "moe_large_m_memory_efficiency", "moe_tuned_shapes", "moe_untuned_efficiency",
@@ -640,6 +641,15 @@ def _fp8_kv_prefill(value: Any, origin: str) -> dict[str, float]:
         out[str(gpu)] = _num(scale, origin, f"{key}.{gpu}", 0.0, 4.0)
         _require(out[str(gpu)] > 0, origin, f"field '{key}.{gpu}' must be in (0, 4], got {_show(scale)}")
     return out
+
+
+def _wide_head_prefill(value: Any, origin: str) -> dict[str, float]:
+    """``kernels.wide_head_prefill_attention``: GPU preset name -> scale in [1, 20]: a model with heads wider than
+    FlashAttention's 256 (Gemma 4) runs every layer's prefill attention on the engine's fallback kernel, scale x the
+    time of a flash attention over the whole causal triangle (no tile outside a window skipped)."""
+    key = "kernels.wide_head_prefill_attention"
+    return {str(gpu): _num(scale, origin, f"{key}.{gpu}", 1.0, 20.0)
+            for gpu, scale in _gpu_entries(value, origin, key, "scales").items()}
 
 
 def _linear_host(value: Any, origin: str) -> dict[str, dict[str, LinearHostSteps]]:
@@ -996,6 +1006,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
         fp8_kv_prefill_scale_by_gpu=_fp8_kv_prefill(data.get("fp8_kv_prefill_attention"), origin),
+        wide_head_prefill_scale_by_gpu=_wide_head_prefill(data.get("wide_head_prefill_attention"), origin),
         gemm_memory_efficiency_by_gpu=_gemm_fractions(data.get("gemm_memory_efficiency"), origin,
                                                       "kernels.gemm_memory_efficiency"),
         gemm_efficiency_by_gpu=_gemm_fractions(data.get("gemm_efficiency"), origin, "kernels.gemm_efficiency"),
