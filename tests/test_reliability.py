@@ -496,11 +496,8 @@ def test_presets_show_finds_either_kind_in_any_case_and_by_alias() -> None:
     assert header == "field,value,source"
 
 
-def test_every_spec_field_is_checked() -> None:
-    """Each field of each spec dataclass refuses a value of no known type (a field added with a type the
-    checker does not read would otherwise go unchecked); ``extra`` is the one free-form field."""
-    from dataclasses import fields
-
+def _spec_classes() -> tuple[tuple[type, str], ...]:
+    """Every spec dataclass and the prefix its fields' keys carry."""
     from tfcalc.spec.model import (
         EncoderSpec,
         FullAttentionSpec,
@@ -510,12 +507,21 @@ def test_every_spec_field_is_checked() -> None:
         MoESpec,
         RopeScaling,
         WeightException,
-        _checkers,
     )
 
-    for cls, prefix in ((ModelSpec, ""), (MoESpec, "moe."), (MLASpec, "mla."), (RopeScaling, "rope_scaling."),
-                        (WeightException, "quantized_weight_exceptions."), (EncoderSpec, "encoder."),
-                        (LinearAttentionSpec, "linear_attention."), (FullAttentionSpec, "full_attention.")):
+    return ((ModelSpec, ""), (MoESpec, "moe."), (MLASpec, "mla."), (RopeScaling, "rope_scaling."),
+            (WeightException, "quantized_weight_exceptions."), (EncoderSpec, "encoder."),
+            (LinearAttentionSpec, "linear_attention."), (FullAttentionSpec, "full_attention."))
+
+
+def test_every_spec_field_is_checked() -> None:
+    """Each field of each spec dataclass refuses a value of no known type (a field added with a type the
+    checker does not read would otherwise go unchecked); ``extra`` is the one free-form field."""
+    from dataclasses import fields
+
+    from tfcalc.spec.model import _checkers
+
+    for cls, prefix in _spec_classes():
         checks = _checkers(cls, prefix)
         assert [name for name, _, _ in checks] == [f.name for f in fields(cls)]
         for name, key, check in checks:
@@ -529,21 +535,10 @@ def _number_checks(annotation: str) -> dict[str, Any]:
     """Dotted field name -> its check, for every spec field declared ``annotation`` or ``annotation | None``."""
     from dataclasses import fields
 
-    from tfcalc.spec.model import (
-        EncoderSpec,
-        FullAttentionSpec,
-        LinearAttentionSpec,
-        MLASpec,
-        ModelSpec,
-        MoESpec,
-        RopeScaling,
-        _checkers,
-    )
+    from tfcalc.spec.model import _checkers
 
     checks = {}
-    for cls, prefix in ((ModelSpec, ""), (MoESpec, "moe."), (MLASpec, "mla."), (RopeScaling, "rope_scaling."),
-                        (EncoderSpec, "encoder."), (LinearAttentionSpec, "linear_attention."),
-                        (FullAttentionSpec, "full_attention.")):
+    for cls, prefix in _spec_classes():
         types = {f.name: str(f.type).removesuffix(" | None") for f in fields(cls)}
         checks.update({key: check for name, key, check in _checkers(cls, prefix) if types[name] == annotation})
     return checks

@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 import torch
 from small_configs import SMALL_GEMMA4, SMALL_GEMMA4_MOE, small_config_spec
-from test_transformer import _copy_ends_to_hf, _copy_ffn, run_in_chunks, twin_models
+from test_transformer import (
+    _copy_ends_to_hf,
+    _copy_ffn,
+    logit_differences,
+    run_in_chunks,
+    spread_vector_weights,
+    twin_models,
+)
 
 from tfcalc.calc.kv_cache import kv_cache_bytes
 from tfcalc.calc.params import count_params
@@ -64,10 +71,8 @@ def _gemma4_twin(transformers: Any, config: dict) -> tuple[Transformer, Any]:
     """Our float32 decoder from a small config.json and transformers' Gemma4ForCausalLM of it with our weights
     (1-D weights drawn away from 1 so that every norm, scale and per-expert scale matters)."""
     ours, hf = twin_models(transformers, config, torch.float32)
+    spread_vector_weights(ours)
     with torch.no_grad():
-        for p in ours.parameters():
-            if p.dim() == 1:
-                p.uniform_(0.5, 1.5)
         _copy_gemma4_to_hf(ours, hf)
     return ours, hf
 
@@ -75,13 +80,8 @@ def _gemma4_twin(transformers: Any, config: dict) -> tuple[Transformer, Any]:
 def _differences(ours: Transformer, hf: Any, tokens: torch.Tensor) -> dict[str, float]:
     """max |our logits - transformers' full forward| for one prefill, a prefill of 14 then 7 cached decode steps, and
     prefill chunks, then decode steps."""
-    ours.setup_caches(batch=tokens.shape[0], max_len=24)
-    with torch.inference_mode():
-        expected = hf(tokens).logits
-        runs = {"prefill": [TOTAL], "decode": [PROMPT] + [1] * (TOTAL - PROMPT),
-                "chunks": [5, 6, 3, 1, 1, 1, 1, 1, 1, 1]}
-        return {name: float((run_in_chunks(ours, tokens, chunks) - expected).abs().max())
-                for name, chunks in runs.items()}
+    runs = {"prefill": [TOTAL], "decode": [PROMPT] + [1] * (TOTAL - PROMPT), "chunks": [5, 6, 3, 1, 1, 1, 1, 1, 1, 1]}
+    return logit_differences(ours, hf, tokens, runs, max_len=24)
 
 
 def _tokens(vocab: int) -> torch.Tensor:

@@ -18,7 +18,9 @@ from test_transformer import (
     _copy_ends_to_hf,
     _copy_ffn,
     compiled_decode_error,
+    logit_differences,
     run_in_chunks,
+    spread_vector_weights,
     twin_models,
 )
 
@@ -79,10 +81,8 @@ def _llama4_twin(transformers: Any, config: dict, **mutation: object) -> tuple[T
     if mutation:
         torch.manual_seed(0)
         ours = build_model(ours.spec.with_overrides(**mutation), dtype=torch.float32)
+    spread_vector_weights(ours)
     with torch.no_grad():
-        for p in ours.parameters():
-            if p.dim() == 1:
-                p.uniform_(0.5, 1.5)
         _copy_llama4_to_hf(ours, hf)
     return ours, hf
 
@@ -90,12 +90,8 @@ def _llama4_twin(transformers: Any, config: dict, **mutation: object) -> tuple[T
 def _differences(ours: Transformer, hf: Any, tokens: torch.Tensor) -> dict[str, float]:
     """max |our logits - transformers' full forward| for one prefill, a prefill of 19 then 8 cached decode steps,
     and prefill chunks that start mid-chunk, then decode steps."""
-    ours.setup_caches(batch=tokens.shape[0], max_len=32)
-    with torch.inference_mode():
-        expected = hf(tokens).logits
-        runs = {"prefill": [TOTAL], "decode": [PROMPT] + [1] * (TOTAL - PROMPT), "chunks": [5, 6, 9, 3, 1, 1, 1, 1]}
-        return {name: float((run_in_chunks(ours, tokens, chunks) - expected).abs().max())
-                for name, chunks in runs.items()}
+    runs = {"prefill": [TOTAL], "decode": [PROMPT] + [1] * (TOTAL - PROMPT), "chunks": [5, 6, 9, 3, 1, 1, 1, 1]}
+    return logit_differences(ours, hf, tokens, runs, max_len=32)
 
 
 def _tokens(spec: ModelSpec) -> torch.Tensor:

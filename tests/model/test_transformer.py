@@ -558,6 +558,24 @@ def copy_norms_and_ffn_to_hf(block: torch.nn.Module, layer: Any) -> torch.nn.Mod
     return ffn
 
 
+def spread_vector_weights(model: Transformer) -> None:
+    """Draw every 1-D weight (norms, scales) in [0.5, 1.5], away from its default, so that each one matters."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+
+
+def logit_differences(ours: Transformer, hf: Any, tokens: torch.Tensor, runs: dict[str, list[int]],
+                      max_len: int) -> dict[str, float]:
+    """max |our logits - transformers' full forward over ``tokens``| for each run of chunks (:func:`run_in_chunks`)."""
+    ours.setup_caches(batch=tokens.shape[0], max_len=max_len)
+    with torch.inference_mode():
+        expected = hf(tokens).logits
+        return {name: float((run_in_chunks(ours, tokens, chunks) - expected).abs().max())
+                for name, chunks in runs.items()}
+
+
 def twin_models(transformers: Any, config: dict, dtype: torch.dtype) -> tuple[Transformer, Any]:
     """Our decoder read from a small config.json and transformers' model of the same config (eager attention and
     experts), both in ``dtype``, seeded; the weights still to be copied."""
