@@ -44,6 +44,16 @@ def test_kv_cache_compare_attention_json() -> None:
     assert isinstance(rows[0]["kv_cache_bytes"], int)
 
 
+def test_kv_cache_compare_attention_gemma4_names_both_kv_head_counts() -> None:
+    """Gemma 4 31B: 16 KV heads on its sliding layers, 4 on its global ones; MHA gives both kinds 32, MQA 1."""
+    result = run("kv-cache", "-p", "gemma4-31b", "--compare-attention", "--context", "32k", "-f", "json")
+    assert result.exit_code == 0, result.output
+    rows = {r["attention"]: r for r in json.loads(result.output)}
+    assert set(rows) == {"MHA", "GQA (as configured, 16 / 4 KV heads)", "MQA"}
+    assert rows["GQA (as configured, 16 / 4 KV heads)"]["kv_bytes_per_token"] == (50 * 8192 + 10 * 4096) * 2
+    assert rows["MHA"]["kv_bytes_per_token"] == (50 * 2 * 32 * 256 + 10 * 2 * 32 * 512) * 2
+
+
 def test_several_models_and_a_config_in_one_table(tmp_path: Path) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps({

@@ -66,6 +66,21 @@ def test_moe_explain_shows_expected_experts() -> None:
     assert "E x (1 - (1 - k/E)^B) = 8 x (1 - (1 - 2/8)^64)" in " ".join(result.stdout.split())
 
 
+def test_explain_says_gemma4s_global_layers_and_sglangs_fallback_prefill() -> None:
+    """Gemma 4's global layers priced with their own shape; SGLang on an H100 runs its heads of 512 on the Triton
+    fallback (said with its rate), vLLM on flash attention (no such line)."""
+    def explain(engine: str) -> str:
+        result = runner.invoke(app, ["estimate", "-p", "gemma4-31b", "--gpu", "h100-sxm", "--engine", engine, "--tp",
+                                     "2", "--batch", "4", "--prompt-len", "3000", "--explain"])
+        assert result.exit_code == 0, result.output
+        return " ".join(result.stdout.split())
+
+    sglang, vllm = explain("sglang"), explain("vllm")
+    assert "global layers: 10 of 60 with heads of 512 over 4 KV heads (the others 256 over 16)" in sglang
+    assert "fallback (Triton) kernel, 5.25 x the flash time of the whole causal triangle" in sglang
+    assert "global layers: 10 of 60" in vllm and "fallback (Triton)" not in vllm
+
+
 def test_explain_says_whether_the_fused_moe_shape_has_a_tuned_config() -> None:
     """SGLang 0.5.14 ships a bf16 Triton config for Mixtral 8x7B's experts at tp 2 on an H200 (8 x 7168), none for
     the 4 local experts of ep 2 (4 x 14336): the explain line says which, and the default tiles' rate."""

@@ -29,7 +29,9 @@ def _window_label(spec: ModelSpec) -> str:
 def _variant_label(spec: ModelSpec, kind: str, variant: ModelSpec) -> str:
     """``GQA (as configured, 8 KV heads)``, ``MHA (materialised K/V)`` for an MLA model, else the kind."""
     if variant is spec:
-        return f"{kind} (as configured, {spec.num_kv_heads} KV heads)" if kind == "GQA" else f"{kind} (as configured)"
+        heads = (f"{spec.num_kv_heads} / {spec.full_attention.num_kv_heads} KV heads" if spec.full_attention is not None
+                 else f"{spec.num_kv_heads} KV heads")  # Gemma 4: the sliding layers', then the global ones'
+        return f"{kind} (as configured, {heads})" if kind == "GQA" else f"{kind} (as configured)"
     return "MHA (materialised K/V)" if kind == "MHA" and spec.mla is not None else kind
 
 
