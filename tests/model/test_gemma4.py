@@ -71,6 +71,7 @@ def _gemma4_twin(transformers: Any, config: dict) -> tuple[Transformer, Any]:
     """Our float32 decoder from a small config.json and transformers' Gemma4ForCausalLM of it with our weights
     (1-D weights drawn away from 1 so that every norm, scale and per-expert scale matters)."""
     ours, hf = twin_models(transformers, config, torch.float32)
+    assert all(bool((layer.layer_scalar == 1).all()) for layer in hf.model.layers)  # ones at init: we leave it out
     spread_vector_weights(ours)
     with torch.no_grad():
         _copy_gemma4_to_hf(ours, hf)
@@ -103,28 +104,35 @@ def test_gemma4_equals_transformers_with_the_same_weights(name: str) -> None:
 
 
 def _mutated(ours: Transformer, change: str) -> Transformer:
-    """Our model without one Gemma 4 feature, the weights the same (or the feature's weights reset)."""
+    """Our model without one Gemma 4 feature, the weights the same (or the feature's weights reset); without k_eq_v
+    the global layers' V rows of wqkv are their own, as drawn."""
     spec, fa = ours.spec, ours.spec.full_attention
     assert fa is not None
     specs = {"no v norm": {"v_norm": False}, "scaled scores": {"query_pre_attn_scalar": None},
-             "plain partial rope": {"full_attention": replace(fa, proportional_rope=False)}}
+             "plain partial rope": {"full_attention": replace(fa, proportional_rope=False)},
+             "values of their own": {"full_attention": replace(fa, k_eq_v=False)}}
     model = build_model(spec.with_overrides(**specs.get(change, {})), dtype=torch.float32)
-    model.load_state_dict(ours.state_dict())
+    state = ours.state_dict()
     with torch.no_grad():
+        for name, weight in model.state_dict().items():  # [q | k] rows, then (without k_eq_v) V rows as drawn
+            weight[:len(state[name])] = state[name]
         for block in model.layers:
             if change == "router scales at 1" and isinstance(block.ffn, MoE):
                 block.ffn.router_scale.fill_(1.0)
                 block.ffn.per_expert_scale.fill_(1.0)
             if change == "no mlp beside the experts" and block.mlp is not None:
                 block.mlp.w_out.weight.zero_()
+            if change == "no experts beside the mlp" and isinstance(block.ffn, MoE):
+                block.ffn.w_out.zero_()
     return model
 
 
 @pytest.mark.parametrize("config, change", [
-    ("dense", "no v norm"), ("dense", "scaled scores"), ("dense", "plain partial rope"),
-    ("moe", "router scales at 1"), ("moe", "no mlp beside the experts")])
+    ("dense", "values of their own"), ("dense", "no v norm"), ("dense", "scaled scores"),
+    ("dense", "plain partial rope"), ("moe", "router scales at 1"), ("moe", "no mlp beside the experts"),
+    ("moe", "no experts beside the mlp")])
 def test_each_gemma4_feature_moves_the_logits(config: str, change: str) -> None:
-    """Our model without one of Gemma 4's features is far from transformers' (more than 1e-2; measured 1.6-8.6
+    """Our model without one of Gemma 4's features is far from transformers' (more than 1e-2; measured 1.6-8.9
     against 1e-5 with all of them)."""
     transformers = pytest.importorskip("transformers")
     ours, hf = _gemma4_twin(transformers, CONFIGS[config])
@@ -148,6 +156,21 @@ def test_every_decode_path_and_chunked_prefill_equal_one_prefill(name: str) -> N
         torch.testing.assert_close(decoded, full, atol=1e-10, rtol=0, msg=mode)
     for chunks in ([8, 8, 5], [7, 2, 10, 1, 1]):
         torch.testing.assert_close(run_in_chunks(model, tokens, chunks), full, atol=1e-10, rtol=0)
+
+
+def test_sliding_layers_without_a_local_base_turn_their_own_heads() -> None:
+    """A Gemma 4 spec without rope_local_theta (a user's YAML) turns its sliding layers' heads of 16 (not the global
+    layers' 32) at rope_theta: the logits of the same weights with the local base set to rope_theta (float64)."""
+    spec = small_config_spec(SMALL_GEMMA4)
+    torch.manual_seed(0)
+    without = build_model(spec.with_overrides(rope_local_theta=None), dtype=torch.float64)
+    with_base = build_model(spec.with_overrides(rope_local_theta=spec.rope_theta), dtype=torch.float64)
+    with_base.load_state_dict(without.state_dict())
+    tokens = _tokens(spec.vocab_size)
+    for model in (without, with_base):
+        model.setup_caches(batch=2, max_len=24)
+    torch.testing.assert_close(run_in_chunks(without, tokens, [PROMPT] + [1] * (TOTAL - PROMPT)),
+                               run_in_chunks(with_base, tokens, [PROMPT] + [1] * (TOTAL - PROMPT)), atol=1e-10, rtol=0)
 
 
 @pytest.mark.parametrize("preset", ["gemma4-31b", "gemma4-26b-a4b"])

@@ -203,7 +203,7 @@ class Step:
     start: int | None              # the host's copy of input_pos[0]; None in a compiled decode step
     mode: str                      # FRESH, CHUNK, LIVE, STATIC or FLEX
     rope: Tensor                   # [T, 2, Dr/2] cos/sin rows at input_pos
-    rope_local: Tensor | None = None  # the sliding layers' rows where their base differs (spec.rope_local_theta)
+    rope_local: Tensor | None = None  # the sliding layers' rows where their base or head size differs (Gemma 3, 4)
     causal_call: bool = True       # FRESH: a backend runs SDPA's is_causal call, else explicit masks
     block_masks: dict[int, Any] = field(default_factory=dict)  # FLEX: cache length -> BlockMask of live slots
     chunk_block_masks: dict[int, Any] = field(default_factory=dict)  # FLEX: the same for chunked layers' rings

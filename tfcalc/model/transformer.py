@@ -181,10 +181,12 @@ class Transformer(nn.Module):
         # fp32 (or wider) cos/sin: bf16 would round the angle of late positions (RoPE runs fused under compile)
         self.register_buffer("rope", global_rope_table(self.spec, max_len, torch.promote_types(dtype, torch.float32),
                                                        device), persistent=False)  # [S, 2, Dr/2]
+        # the sliding layers' own table: Gemma 3's local base (unscaled), or Gemma 4's sliding head size
         local = self.spec.rope_local_theta
-        self.register_buffer("rope_local", None if local is None else rope_table(
-            replace(self.spec, rope_theta=local, rope_scaling=None), max_len,
-            torch.promote_types(dtype, torch.float32), device, rope_dim), persistent=False)  # Gemma 3's local base
+        sliding = (replace(self.spec, rope_theta=local, rope_scaling=None) if local is not None
+                   else self.spec if self.spec.full_attention is not None else None)
+        self.register_buffer("rope_local", None if sliding is None else rope_table(
+            sliding, max_len, torch.promote_types(dtype, torch.float32), device, rope_dim), persistent=False)
         self.register_buffer("positions", torch.arange(max_len, device=device), persistent=False)  # [S]
         self.cache_pos.zero_()
         if device.type != "meta" and self._attention_layers():
