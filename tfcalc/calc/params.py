@@ -127,6 +127,25 @@ def linear_attention_shape(spec: ModelSpec) -> TPShape:
     return TPShape(split=Params(matrix=matrix, vector=la.conv_dim * la.conv_kernel + 2 * la.num_value_heads))
 
 
+def indexer_shape(spec: ModelSpec) -> TPShape:
+    """One DSA lightning indexer (DeepSeek-V3.2, GLM-5; transformers DeepseekV32Indexer): wq_b [q_rank,
+    heads x head_dim], wk [h, head_dim] and weights_proj [h, heads], each held whole by every rank (vLLM's Indexer:
+    ReplicatedLinear); its k_norm: ``indexer_norm_params``. weights_proj is bf16 in the fp8 checkpoints but counted
+    as a matrix (under 0.1 % of the attention)."""
+    si, m = spec.sparse_indexer, spec.mla
+    if si is None or m is None or m.q_lora_rank is None:
+        return TPShape()
+    h = spec.hidden_size
+    matrix = m.q_lora_rank * si.num_heads * si.head_dim + h * si.head_dim + h * si.num_heads
+    return TPShape(replicated=Params(matrix=matrix))
+
+
+def indexer_norm_params(spec: ModelSpec) -> Params:
+    """The indexer's k_norm, a LayerNorm (weight and bias) over head_dim; none without an indexer."""
+    si = spec.sparse_indexer
+    return Params(vector=2 * si.head_dim) if si is not None else Params()
+
+
 def attention_params(spec: ModelSpec) -> Params:
     """One layer's attention parameters, every tensor once (``attention_shape`` totalled)."""
     return attention_shape(spec).total(0 if spec.mla is not None else spec.num_kv_heads)
@@ -293,9 +312,9 @@ def count_params(spec: ModelSpec) -> ParamCounts:
     linear_layers = spec.num_linear_layers
     full, sliding = spec.full_layer_spec, spec.num_attention_layers - spec.num_full_layers
     add("attention", attention_params(spec) * sliding + attention_params(full) * spec.num_full_layers
-        + linear_attention_shape(spec).total() * linear_layers)
+        + linear_attention_shape(spec).total() * linear_layers + indexer_shape(spec).total() * spec.num_indexer_layers)
     add("norms", norm_params_per_layer(spec) * sliding + norm_params_per_layer(full) * spec.num_full_layers
-        + linear_norms_shape(spec).total() * linear_layers)
+        + linear_norms_shape(spec).total() * linear_layers + indexer_norm_params(spec) * spec.num_indexer_layers)
     dense_mlps = layers if moe is not None and moe.dense_mlp_beside else layers - moe_layers
     add("mlp", ffn_params(spec, spec.intermediate_size, spec.mlp_bias) * dense_mlps)
     if moe is not None and moe_layers:

@@ -37,6 +37,8 @@ from tfcalc.calc.params import (
     encoder_shape,
     ffn_shape,
     final_norm_params,
+    indexer_norm_params,
+    indexer_shape,
     linear_attention_shape,
     linear_norms_shape,
     norms_shape,
@@ -127,6 +129,7 @@ class Shard:
     full_norms: Params = Params()
     full_kv_elements: int = 0
     full_kv_heads: int = 0
+    indexer: Params = Params()  # per layer running a DSA indexer (DeepSeek-V3.2, GLM-5), whole on every GPU
 
 
 def expert_tp(par: Parallelism) -> int:
@@ -204,7 +207,7 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
         full_attention=attention_shape(full).per_rank(tp, full_kv_heads) if full is not spec else attention,
         full_norms=norms_shape(full).per_rank(tp, full_kv_heads),
         full_kv_elements=2 * full_kv_heads * full.head_dim if full is not spec else kv_elements,
-        full_kv_heads=full_kv_heads)
+        full_kv_heads=full_kv_heads, indexer=indexer_shape(spec).per_rank(tp) + indexer_norm_params(spec))
 
 
 def param_bytes(p: Params, precision: WeightPrecision, component: str) -> Fraction:
@@ -235,6 +238,7 @@ class _LayerIndex:
     dense: tuple[int, ...]              # sorted dense-MLP layers of an MoE model (every layer if not MoE)
     sliding: tuple[int, ...]            # sorted sliding-window layers
     linear: tuple[int, ...]             # sorted Gated DeltaNet layers
+    indexer: tuple[int, ...]            # sorted layers running a DSA indexer
     exceptions: tuple[tuple[int, ...], ...]  # sorted layers of each quantized_weight_exceptions entry
 
 
@@ -242,7 +246,9 @@ class _LayerIndex:
 def _layer_index(spec: ModelSpec) -> _LayerIndex:
     dense = tuple(sorted(set(spec.moe.dense_layers))) if spec.moe is not None else ()
     linear = tuple(sorted(set(spec.linear_attention.layers))) if spec.linear_attention is not None else ()
+    indexer = tuple(sorted(set(spec.sparse_indexer.layers))) if spec.sparse_indexer is not None else ()
     return _LayerIndex(dense=dense, sliding=tuple(sorted(set(spec.sliding_window_layers))), linear=linear,
+                       indexer=indexer,
                        exceptions=tuple(tuple(sorted(set(x.layers))) for x in spec.quantized_weight_exceptions))
 
 
@@ -263,6 +269,7 @@ class StageCensus:
     moe_layers: int
     sliding_layers: int
     linear_layers: int = 0
+    indexer_layers: int = 0
 
     @property
     def dense_layers(self) -> int:
@@ -284,7 +291,7 @@ def stage_census(spec: ModelSpec, layers: range) -> StageCensus:
     moe = 0 if spec.moe is None else len(layers) - _count(index.dense, layers)
     sliding = _count(index.sliding, layers) if spec.sliding_window is not None else 0
     return StageCensus(layers=len(layers), moe_layers=moe, sliding_layers=sliding,
-                       linear_layers=_count(index.linear, layers))
+                       linear_layers=_count(index.linear, layers), indexer_layers=_count(index.indexer, layers))
 
 
 def _layer_parts(sh: Shard) -> dict[str, Params]:
@@ -354,6 +361,7 @@ def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, 
            + param_bytes(sh.shared_experts, precision, "shared_experts") + param_bytes(sh.router, precision, "router"))
     dense_mlps = c.layers if spec.moe is not None and spec.moe.dense_mlp_beside else c.dense_layers
     total = (c.sliding_layers * per_layer + c.full_layers * per_full + c.linear_layers * per_linear
+             + c.indexer_layers * param_bytes(sh.indexer, precision, "attention")
              + dense_mlps * param_bytes(sh.mlp, precision, "mlp") + c.moe_layers * moe
              + sum(exception_deltas(spec, sh, precision, exceptions).values(), Fraction(0)))
     if first:

@@ -25,6 +25,7 @@ from tfcalc.spec.model import (
     ModelSpec,
     MoESpec,
     RopeScaling,
+    SparseIndexerSpec,
     check_float,
 )
 from tfcalc.spec.model import check_int as check_spec_int
@@ -469,6 +470,30 @@ def _mla(c: _Config) -> MLASpec:
                    qk_rope_head_dim=c.req_int("qk_rope_head_dim"), v_head_dim=c.req_int("v_head_dim"))
 
 
+def _dsa_indexer(c: _Config) -> dict[str, Any]:
+    """DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5): ``index_n_heads`` x ``index_head_dim``,
+    ``index_topk``; the layers that run their own (GLM-5.2's ``indexer_types`` "full", or transformers
+    GlmMoeDsaConfig's pattern / freq / offset), every layer otherwise."""
+    n = c.num_layers
+    types = c.data.get("indexer_types")
+    pattern = c.data.get("index_topk_pattern")
+    if types is None and isinstance(pattern, str):
+        types = [{"F": "full", "S": "shared"}.get(ch, ch) for ch in pattern]
+    if types is None and c.data.get("index_topk_freq") is not None:
+        freq = c.check_int("index_topk_freq", c.data["index_topk_freq"], 1)
+        offset = c.check_int("index_skip_topk_offset", c.data.get("index_skip_topk_offset", 2), 0)
+        types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n)]
+    if types is None:
+        layers = tuple(range(n))
+    elif isinstance(types, list) and len(types) == n and all(t in ("full", "shared") for t in types):
+        layers = tuple(i for i, t in enumerate(types) if t == "full")
+    else:
+        raise c.error(f"field 'indexer_types' must list 'full' or 'shared' for each of the {n} layers")
+    return {"sparse_indexer": SparseIndexerSpec(
+        layers=layers, num_heads=c.req_int("index_n_heads"), head_dim=c.req_int("index_head_dim"),
+        topk=c.req_int("index_topk"))}
+
+
 # --- families ----------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -619,6 +644,28 @@ FAMILIES: dict[str, _Family] = {
         required=("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "kv_lora_rank",
                   "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
         moe=_deepseek_moe(score_correction_bias=True), mla=True, mtp_key="num_nextn_predict_layers"),
+    # DeepSeek-V3.2: V3 with DSA's lightning indexer on every layer (transformers DeepseekV32Config)
+    "deepseek_v32": _Family(
+        defaults={**_LLAMA_LIKE, "head_dim": 64, "num_key_value_heads": 128, "max_position_embeddings": 163840,
+                  "attention_bias": False, "norm_topk_prob": True, "first_k_dense_replace": 3, "moe_layer_freq": 1,
+                  "n_shared_experts": 1, "q_lora_rank": 1536, "n_group": 8, "topk_group": 4,
+                  "routed_scaling_factor": 2.5, "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048},
+        required=("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "kv_lora_rank",
+                  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
+        moe=_deepseek_moe(score_correction_bias=True), mla=True, mtp_key="num_nextn_predict_layers",
+        numerics=_dsa_indexer),
+    # GLM-5 / 5.1 / 5.2: DeepSeek-V3.2's attention and router at GLM's sizes (transformers GlmMoeDsaConfig)
+    "glm_moe_dsa": _Family(
+        defaults={**_LLAMA_LIKE, "head_dim": 64, "vocab_size": 154880, "hidden_size": 6144, "intermediate_size": 12288,
+                  "moe_intermediate_size": 2048, "num_hidden_layers": 78, "num_attention_heads": 64,
+                  "num_key_value_heads": 64, "n_shared_experts": 1, "n_routed_experts": 256,
+                  "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 2048, "qk_rope_head_dim": 64,
+                  "v_head_dim": 256, "qk_nope_head_dim": 192, "n_group": 1, "topk_group": 1,
+                  "num_experts_per_tok": 8, "norm_topk_prob": True, "max_position_embeddings": 202752,
+                  "attention_bias": False, "first_k_dense_replace": 3, "moe_layer_freq": 1, "index_n_heads": 32,
+                  "index_head_dim": 128, "index_topk": 2048},
+        moe=_deepseek_moe(score_correction_bias=True), mla=True, mtp_key="num_nextn_predict_layers",
+        numerics=_dsa_indexer),
     # GLM-4.5 / 4.6 / 4.7: Llama-style GQA (q/k/v biases, optional per-head QK-norm, half the head rotated) with
     # DeepSeek-V3's router and shared expert; transformers Glm4MoeConfig / Glm4MoeForCausalLM.
     "glm4_moe": _Family(
@@ -668,7 +715,8 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
     "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForCausalLM": "qwen3_5_text",
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text", "Llama4ForCausalLM": "llama4_text",
-    "Gemma4ForCausalLM": "gemma4_text",
+    "Gemma4ForCausalLM": "gemma4_text", "DeepseekV32ForCausalLM": "deepseek_v32",
+    "GlmMoeDsaForCausalLM": "glm_moe_dsa",
 }
 
 

@@ -330,6 +330,24 @@ class MLASpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SparseIndexerSpec:
+    """DeepSeek Sparse Attention (DSA, DeepSeek-V3.2, arXiv:2512.02556; GLM-5): a lightning indexer on ``layers``
+    scores every cached token with ``num_heads`` ReLU dot products of ``head_dim`` (q from MLA's q_lora, one key per
+    token from the hidden state, per-head weights from the hidden state) and the MLA attends only the ``topk`` best;
+    the other layers reuse the previous indexed layer's choice (GLM-5.2's "shared" layers). Per indexed layer:
+    wq_b [q_lora_rank, heads x head_dim], wk [h, head_dim], k_norm (LayerNorm), weights_proj [h, heads]
+    (transformers DeepseekV32Indexer), and one key of head_dim cached per token."""
+
+    layers: tuple[int, ...]
+    num_heads: int
+    head_dim: int
+    topk: int
+
+    def __post_init__(self) -> None:
+        check_fields(self, "sparse_indexer.")
+
+
+@dataclass(frozen=True, kw_only=True)
 class FullAttentionSpec:
     """The full-attention layers of a model whose sliding-window and full layers differ in shape (Gemma 4: heads of
     global_head_dim 512 against 256, num_global_key_value_heads KV heads, values from the k projection, a quarter
@@ -586,6 +604,8 @@ class ModelSpec:
     full_attention: FullAttentionSpec | None = None
     # each attention layer's values come from its k projection: no v_proj (Gemma 4's full layers; set on
     # ``full_layer_spec``, or on a model whose every layer does it)
+    # DSA's lightning indexer (DeepSeek-V3.2, GLM-5): the MLA attends at most its top-k tokens
+    sparse_indexer: SparseIndexerSpec | None = None
     attention_k_eq_v: bool = False
     moe: MoESpec | None = None
     # the vision encoder and projector of a multimodal checkpoint (Gemma 3, Mistral 3, Qwen2.5-VL): loaded and
@@ -671,6 +691,19 @@ class ModelSpec:
             raise SpecError(f"{n}: {exc}") from None
         if self.mla is not None:
             _require(not self.sliding_window_layers, f"{n}: MLA with sliding-window layers is not supported")
+        si = self.sparse_indexer
+        if si is not None:
+            _require(self.mla is not None and self.mla.q_lora_rank is not None,
+                     f"{n}: sparse_indexer needs MLA with a q_lora_rank (its queries come from q_lora)")
+            try:
+                check_layer_indices("sparse_indexer.layers", si.layers, self.num_layers)
+            except SpecError as exc:
+                raise SpecError(f"{n}: {exc}") from None
+            _require(0 in si.layers, f"{n}: sparse_indexer.layers must include layer 0 (a later layer reuses the "
+                     "choice of an earlier indexed one)")
+            _require(si.head_dim >= self.rotary_dim and si.head_dim % 128 == 0,
+                     f"{n}: sparse_indexer.head_dim ({si.head_dim}) must be a multiple of 128, at least the rotary "
+                     f"dimensions ({self.rotary_dim})")
         fa = self.full_attention
         if fa is not None:
             _require(self.mla is None and self.linear_attention is None,
@@ -778,6 +811,11 @@ class ModelSpec:
         return layer in self._linear_layer_set
 
     @property
+    def num_indexer_layers(self) -> int:
+        """Layers that run their own DSA indexer (and cache its keys); 0 without one."""
+        return len(self.sparse_indexer.layers) if self.sparse_indexer is not None else 0
+
+    @property
     def num_linear_layers(self) -> int:
         return len(self._linear_layer_set)
 
@@ -804,7 +842,11 @@ class ModelSpec:
             linear = spec.linear_attention
             if linear is not None:
                 linear = replace(linear, layers=tuple(i for i in linear.layers if i < n))
+            indexer = spec.sparse_indexer
+            if indexer is not None:
+                indexer = replace(indexer, layers=tuple(i for i in indexer.layers if i < n))
             spec = replace(spec, num_layers=n, moe=moe, quantized_weight_exceptions=exceptions, linear_attention=linear,
+                           sparse_indexer=indexer,
                            sliding_window_layers=tuple(i for i in spec.sliding_window_layers if i < n),
                            nope_layers=tuple(i for i in spec.nope_layers if i < n))
         return replace(spec, **changes) if changes else spec

@@ -23,6 +23,7 @@ from tfcalc.spec.model import (
     ModelSpec,
     MoESpec,
     RopeScaling,
+    SparseIndexerSpec,
     WeightException,
     check_int,
     check_str,
@@ -396,6 +397,7 @@ _FULL_ATTENTION_FIELDS = {f.name for f in fields(FullAttentionSpec)}
 _ROPE_FIELDS = {f.name for f in fields(RopeScaling)}
 _ENCODER_FIELDS = {f.name for f in fields(EncoderSpec)}
 _LINEAR_FIELDS = {f.name for f in fields(LinearAttentionSpec)}
+_INDEXER_FIELDS = {f.name for f in fields(SparseIndexerSpec)}
 
 
 def _check_keys(data: dict[Any, Any], allowed: set[str], origin: str, prefix: str = "") -> None:
@@ -467,7 +469,8 @@ def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> 
         message = str(exc)
         prefix = {"MoESpec": "moe.", "MLASpec": "mla.", "RopeScaling": "rope_scaling.",
                   "EncoderSpec": "encoder.", "LinearAttentionSpec": "linear_attention.",
-                  "FullAttentionSpec": "full_attention."}.get(message.split(".")[0], "")
+                  "FullAttentionSpec": "full_attention.",
+                  "SparseIndexerSpec": "sparse_indexer."}.get(message.split(".")[0], "")
         match = re.search(r"arguments?: '(\w+)'", message)
         if match:
             raise SpecError(f"{origin}: missing required field '{prefix}{match.group(1)}'") from None
@@ -509,6 +512,11 @@ def _build_model(data: dict[str, Any], num_layers: int, origin: str) -> ModelSpe
         elif "layers" in linear:
             linear["layers"] = _layer_list(linear["layers"], num_layers, "linear_attention.layers")
         data["linear_attention"] = LinearAttentionSpec(**linear)
+    if data.get("sparse_indexer") is not None:
+        indexer = _mapping(data["sparse_indexer"], origin, "sparse_indexer")
+        _check_keys(indexer, _INDEXER_FIELDS, origin, "sparse_indexer.")
+        indexer["layers"] = _layer_list(indexer.get("layers", "all"), num_layers, "sparse_indexer.layers")
+        data["sparse_indexer"] = SparseIndexerSpec(**indexer)
     if data.get("quantized_weight_exceptions") is not None:
         data["quantized_weight_exceptions"] = _weight_exceptions(data["quantized_weight_exceptions"], num_layers,
                                                                  origin)
