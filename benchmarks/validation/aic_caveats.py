@@ -39,6 +39,11 @@ Four caveats, each a mechanism of the collector rather than of the engine:
   rows then time a kernel the point's engine no longer runs (vLLM 0.24's bf16 MoE on the B200 runs Qwen3-30B-A3B's
   experts at moe_tp 2 in 0.74x the time of vLLM 0.22's, median over token counts, 0.58x at 8,192 tokens; vLLM 0.22's
   moe_tp 4 rows price the point).
+- ``dsa_extrapolated``: a DeepSeek Sparse Attention model (DeepSeek-V3.2, GLM-5) whose prefill of prompts longer than
+  the indexer's top-k holds more than ``DSA_EXTRAPOLATED`` times the tokens of the engine's largest such
+  dsa_context_module row: aiconfigurator prices the attention far outside what the collector timed, and not in
+  proportion to the work (SGLang 0.5.14's rows stop at 8,192 tokens on the H200; its context attention for
+  DeepSeek-V3.2 at 6,000-token prompts grows 1.8x from 4 prompts to 24, vLLM's 6.3x).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ SLICED_EXCESS = 1.10
 UNSPLIT_RATIO = 0.9
 INTERPOLATED_SHORTFALL = 0.2
 OLDER_DISAGREEMENT = 0.2
+DSA_EXTRAPOLATED = 4.0
 EXTRAPOLATED_DROP = 0.2
 
 
@@ -218,6 +224,21 @@ def interpolation_shortfall(df, moe_dtype: str, distribution: str, shape: tuple[
     return (1 - w) * (latency[n2] - latency[n1]) / interpolated
 
 
+def dsa_table_tokens(root: Path, system: str, engine: str, version: str, aic_model: str, topk: int) -> int | None:
+    """The most tokens (batch x prompt) of one engine's dsa_context_module rows with prompts longer than ``topk`` for
+    ``aic_model`` (any model's where it has none); None without such a table."""
+    import pandas as pd
+
+    table = root / system / "sparse_attention" / engine / version / "dsa_context_module_perf.parquet"
+    if not table.exists():
+        return None
+    df = pd.read_parquet(table)
+    df = df[df.isl > topk]
+    own = df[df.model == aic_model]
+    rows = own if len(own) else df
+    return int((rows.batch_size * rows.isl).max()) if len(rows) else None
+
+
 def caveats() -> list[dict]:
     """Every aiconfigurator point (validate.py's files) with a caveat, keyed as validate.py keys its points."""
     import aiconfigurator_core
@@ -237,11 +258,18 @@ def caveats() -> list[dict]:
             spec = validate.load_spec(validate.model_file(p["model"]))
             moe = spec.moe
             ep = p.get("ep", 1)
+            si = spec.sparse_indexer
+            dsa = (dsa_table_tokens(root, p["gpu"], p["backend"], p["version"], p["aic_model"], si.topk)
+                   if si is not None and p["isl"] > si.topk else None)
             key = next(k for k, v in collect.MODELS.items() if v[0] == p["aic_model"] and v[1] == p["weights_dtype"])
             aic_moe = collect.MODELS[key][3]
             aic_moe = collect.ENGINE_MOE_QUANT.get((p["backend"], p["gpu"], aic_moe), aic_moe)
             reason = evidence = None
-            if (ep > 1 and p["backend"] in GROUPED_ROUTING_ENGINES and moe.expert_groups > 1
+            if dsa is not None and p["batch"] * p["isl"] > DSA_EXTRAPOLATED * dsa:
+                reason = "dsa_extrapolated"
+                evidence = (f"prefill of {p['batch'] * p['isl']:,} tokens priced from dsa_context_module rows of at "
+                            f"most {dsa:,} ({p['backend']} {p['version']})")
+            elif (ep > 1 and p["backend"] in GROUPED_ROUTING_ENGINES and moe.expert_groups > 1
                     and moe.groups_per_token < moe.expert_groups):
                 rows = timed_rank_rows(moe.num_experts, moe.experts_per_token, moe.expert_groups,
                                        moe.groups_per_token, ep)

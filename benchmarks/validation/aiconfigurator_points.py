@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout22]
+        | --holdout12 | ... | --holdout23]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -42,6 +42,9 @@ tfcalc first read after the twentieth (text-only requests: the decoders, dense a
 first read after the twenty-first (global layers of their own head size and KV heads, an MoE beside a dense MLP);
 TensorRT-LLM only on the B200 (aiconfigurator 0.12 has no head-256 context attention for it on Hopper, nor for 16
 KV heads of 256 per GPU anywhere: the 31B from tp 2; such points are errors, left out).
+``--holdout23`` the twenty-third (``HOLDOUT_GRID_23``, aiconfigurator_holdout23.json): DeepSeek Sparse Attention
+(DeepSeek-V3.2, GLM-5), an architecture tfcalc first read after the twenty-second (a lightning indexer choosing the
+2,048 keys each query's MLA attends).
 """
 
 from __future__ import annotations
@@ -98,6 +101,8 @@ MODELS = {
     # aiconfigurator bundles the 31B only as NVIDIA's NVFP4 checkpoint: run in bf16 (an explicit gemm format keeps
     # every layer in it); its GEMMA4MIX model takes MoE sizes even for the dense 31B (it collapses them)
     "gemma4-31b": ("nvidia/Gemma-4-31B-IT-NVFP4", "bf16", "bfloat16", "bfloat16"),
+    "deepseek-v3.2": ("deepseek-ai/DeepSeek-V3.2", "fp8_block", "fp8_block", "fp8_block"),
+    "glm-5": ("zai-org/GLM-5-FP8", "fp8_block", "fp8_block", "fp8_block"),
 }
 
 # The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
@@ -538,6 +543,16 @@ HOLDOUT_GRID_22 = [
     ("gemma4-31b", "b200_sxm", [2], [4, 24, 64], [(4000, 300)]),
 ]
 
+# DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5: a lightning indexer and top-2048 sparse MLA), collected on 2026-12-06
+# (stop 51) after tfcalc first read these checkpoints and scored once before any change in response
+HOLDOUT_GRID_23 = [
+    ("deepseek-v3.2", "h200_sxm", [8], [4, 24, 64], [(1500, 500), (6000, 300)]),
+    ("deepseek-v3.2", "b200_sxm", [8], [4, 24, 64], [(3000, 400)]),
+    ("deepseek-v3.2", "h200_sxm", [8], [4, 24, 64], [(4000, 300)], True),
+    ("glm-5", "h200_sxm", [8], [4, 24, 64], [(2000, 400), (10000, 200)]),
+    ("glm-5", "b200_sxm", [8], [4, 24, 64], [(5000, 300)]),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -617,7 +632,7 @@ if __name__ == "__main__":
              "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13, "--holdout14": HOLDOUT_GRID_14,
              "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16, "--holdout17": HOLDOUT_GRID_17,
              "--holdout18": HOLDOUT_GRID_18, "--holdout19": HOLDOUT_GRID_19, "--holdout20": HOLDOUT_GRID_20,
-             "--holdout21": HOLDOUT_GRID_21, "--holdout22": HOLDOUT_GRID_22}
+             "--holdout21": HOLDOUT_GRID_21, "--holdout22": HOLDOUT_GRID_22, "--holdout23": HOLDOUT_GRID_23}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

@@ -170,6 +170,10 @@ class Rates:
     # a model with heads wider than FlashAttention's 256 (Gemma 4): every prefill attention on the engine's fallback
     # kernel, this times a flash attention over the whole causal triangle (EngineKernels)
     wide_head_prefill_scale: float | None = None
+    dsa_prefill_head_tile: int = 0  # a DSA model's sparse MLA prefill pads each GPU's query heads up to it
+    dsa_block_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s per layer: decode, prefill
+    dsa_prefill_efficiency: float = 0.0  # the sparse MLA prefill's fraction of the bf16 peak (0: attention's)
+    dsa_prefill_full_topk: bool = False  # it runs every query's top-k slots, valid or not
     # small-M GEMMs' weight streaming as a fraction of the datasheet bandwidth, by the weights' storage format, where
     # its kernels differ from memory_efficiency (fp8 scaled-mm streams slower than a bf16 GEMV)
     gemm_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
@@ -448,14 +452,15 @@ def _chunked_tiles(tokens: int, past: int, chunk: int) -> tuple[float, float, in
 
 def flash_prefill(rates: Rates, *, seqs: int, tokens: int, past: int, heads: int, qk_dim: int, v_dim: int,
                   window: int | None, kv_bytes_read: float, exact_flops: float, fp8_cache: bool = False,
-                  chunked: bool = False, wide_heads: bool = False) -> Cost:
+                  chunked: bool = False, wide_heads: bool = False, efficiency: float = 0.0) -> Cost:
     """Causal flash attention for ``seqs`` sequences of ``tokens`` new tokens after ``past`` cached ones.
 
     ``exact_flops`` (2 heads (qk + v) per query-key pair actually attended) is reported; the time follows the
     tile work of the module docstring, times ``rates.fp8_kv_prefill_scale`` over an fp8 cache (``fp8_cache``)
     where the engine measured its kernel so. ``chunked``: ``window`` is Llama 4's attention chunk. ``wide_heads``:
     the model's heads exceed FlashAttention's 256, and an engine with ``rates.wide_head_prefill_scale`` runs its
-    fallback kernel: that times the whole causal triangle's tiles, a window skipping none.
+    fallback kernel: that times the whole causal triangle's tiles, a window skipping none. ``efficiency``: the
+    kernel's own fraction of the peak where it is not flash attention's (DSA's sparse MLA), else 0.
     """
     wide = wide_heads and rates.wide_head_prefill_scale is not None and not rates.ideal
     if wide:
@@ -463,7 +468,7 @@ def flash_prefill(rates: Rates, *, seqs: int, tokens: int, past: int, heads: int
     if seqs == 0 or tokens == 0:
         return Cost(0.0, 0.0, 0.0, "compute", 0)
     dtype, peak = rates.peak("bf16")
-    rate = peak if rates.ideal else peak * rates.attention_efficiency
+    rate = peak if rates.ideal else peak * (efficiency or rates.attention_efficiency)
     if rates.ideal:
         t_compute = exact_flops / rate
     else:
@@ -478,6 +483,17 @@ def flash_prefill(rates: Rates, *, seqs: int, tokens: int, past: int, heads: int
         if wide and rates.wide_head_prefill_scale is not None:
             t_compute *= rates.wide_head_prefill_scale
     return _finish(rates, "attention", exact_flops, kv_bytes_read, t_compute, ideal_bytes=kv_bytes_read)
+
+
+def indexer_logits(rates: Rates, *, pairs: float, heads: int, head_dim: int, keys_bytes: float) -> Cost:
+    """DSA's lightning indexer over ``pairs`` query-key pairs: an fp8 ReLU dot product of ``heads`` x ``head_dim``
+    per pair (2 heads head_dim FLOPs; DeepGEMM fp8_mqa_logits / fp8_paged_mqa_logits), its fp32 logit written and
+    read again by the top-k selection (8 B per pair), the cached keys (``keys_bytes``) read once."""
+    flops = 2.0 * heads * head_dim * pairs
+    _, peak = rates.peak("fp8")
+    t_compute = flops / (peak if rates.ideal else peak * rates.attention_efficiency)
+    return _finish(rates, "attention", flops, keys_bytes + (0.0 if rates.ideal else 8.0 * pairs), t_compute,
+                   ideal_bytes=keys_bytes)
 
 
 def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, flops: float,

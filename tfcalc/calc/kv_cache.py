@@ -10,6 +10,10 @@ ChunkedLocalAttentionManager frees the blocks of earlier chunks).
 A Gated DeltaNet layer (Qwen3-Next, Qwen3.5) caches no tokens: each sequence holds a fixed state instead, its conv's
 last conv_kernel - 1 rows and one key_head_dim x value_head_dim matrix per value head (arXiv:2412.06464; vLLM
 MambaStateShapeCalculator.gated_delta_net_state_shape), whatever the context.
+DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5) adds its indexer's key to every indexed layer, head_dim fp8 values
+and one fp32 scale per 128 (132 B: vLLM DeepseekV32IndexerCache, SGLang NSATokenToKVPool, TensorRT-LLM
+DSACacheManager), and an 8-bit cache stores the latent as FlashMLA's sparse record: kv_lora_rank fp8 values, one fp32
+scale per 128 of them and the RoPE key in bf16 (656 B for DeepSeek-V3.2's 512 + 64).
 """
 
 from __future__ import annotations
@@ -35,6 +39,41 @@ def kv_elements_per_token_per_layer(spec: ModelSpec, sliding: bool = True) -> in
     return 2 * shape.num_kv_heads * shape.head_dim
 
 
+SCALE_BLOCK = 128  # values per fp32 scale in DSA's fp8 indexer keys and fp8 latent records
+
+
+def indexer_key_bytes(spec: ModelSpec) -> int:
+    """Bytes one token adds to one indexed layer's indexer cache: head_dim fp8 + 4 per 128 (132); 0 without DSA."""
+    si = spec.sparse_indexer
+    return 0 if si is None else si.head_dim + si.head_dim // SCALE_BLOCK * 4
+
+
+def sparse_mla_record(spec: ModelSpec, kv_dtype: DType) -> Fraction | None:
+    """FlashMLA's fp8 sparse record where a DSA model's cache is 8-bit: kv_lora_rank + kv_lora_rank / 128 x 4 +
+    2 x qk_rope_head_dim bytes (656; vLLM fp8_ds_mla, SGLang nsa_kv_cache_store_fp8); None otherwise."""
+    if spec.sparse_indexer is None or spec.mla is None or kv_dtype.bits_per_element != 8:
+        return None
+    m = spec.mla
+    return Fraction(m.kv_lora_rank + -(-m.kv_lora_rank // SCALE_BLOCK) * 4 + 2 * m.qk_rope_head_dim)
+
+
+def kv_layer_bytes(spec: ModelSpec, kv_dtype: DType, sliding: bool = True) -> Fraction:
+    """Bytes one token adds to one attention layer's K/V (or latent) cache: elements x bytes/element, or the sparse
+    record (``sparse_mla_record``); the indexer's keys apart (``indexer_key_bytes``)."""
+    record = sparse_mla_record(spec, kv_dtype)
+    return record if record is not None else kv_dtype.bytes_for(kv_elements_per_token_per_layer(spec, sliding))
+
+
+def held_bytes(spec: ModelSpec, kv_dtype: DType, context: int) -> Fraction:
+    """One sequence's cache of ``context`` tokens over every layer: ``held_elements`` in bytes, the sparse record
+    and the indexer keys included."""
+    if spec.sparse_indexer is None:
+        return kv_dtype.bytes_for(held_elements(spec, context, kv_elements_per_token_per_layer(spec),
+                                                kv_elements_per_token_per_layer(spec, sliding=False)))
+    return context * (spec.num_full_layers * kv_layer_bytes(spec, kv_dtype, sliding=False)
+                      + spec.num_indexer_layers * indexer_key_bytes(spec))
+
+
 def held_elements(spec: ModelSpec, context: int, sliding_elements: int, full_elements: int) -> int:
     """Cache elements of one sequence of ``context`` tokens over every layer: sliding layers x min(context, window) x
     their elements + full layers x context x theirs (per-layer element counts given: a whole model's or one GPU's)."""
@@ -51,8 +90,9 @@ def kv_elements_per_token(spec: ModelSpec) -> int:
 
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: DType) -> int:
     """Bytes one token adds to the cache if every attention layer holds it: layers x elements x bytes/element
-    (Gated DeltaNet layers hold no tokens)."""
-    return math.ceil(kv_dtype.bytes_for(kv_elements_per_token(spec)))
+    (Gated DeltaNet layers hold no tokens), DSA's indexer keys and sparse record included."""
+    return math.ceil(held_bytes(spec, kv_dtype, 1) if spec.sparse_indexer is not None
+                     else kv_dtype.bytes_for(kv_elements_per_token(spec)))
 
 
 def tokens_held(spec: ModelSpec, layer: int, context: int) -> int:
@@ -119,9 +159,7 @@ def state_exact_bytes_per_sequence(spec: ModelSpec) -> Fraction:
 def kv_cache_exact_bytes(spec: ModelSpec, kv_dtype: DType, context: int, batch: int = 1) -> Fraction:
     """Unrounded cache bytes for ``batch`` sequences of ``context`` tokens, window caps applied per layer, the fixed
     states of Gated DeltaNet layers included."""
-    held = held_elements(spec, context, kv_elements_per_token_per_layer(spec),
-                         kv_elements_per_token_per_layer(spec, sliding=False))
-    return kv_dtype.bytes_for(batch * held) + batch * state_exact_bytes_per_sequence(spec)
+    return batch * (held_bytes(spec, kv_dtype, context) + state_exact_bytes_per_sequence(spec))
 
 
 def kv_cache_bytes(spec: ModelSpec, kv_dtype: DType, context: int, batch: int = 1) -> int:
@@ -141,8 +179,8 @@ def attention_variants(spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
         heads = spec.num_attention_heads
         mha_elements = heads * (m.qk_head_dim + m.v_head_dim)
         # An MHA cache with head_dim = (qk + v) / 2 holds exactly heads x (qk + v) elements per layer.
-        mha = replace(spec, mla=None, num_kv_heads=heads, head_dim=mha_elements // (2 * heads))
-        mqa = replace(spec, mla=None, num_kv_heads=1, head_dim=(m.qk_head_dim + m.v_head_dim) // 2)
+        mha = replace(spec, mla=None, sparse_indexer=None, num_kv_heads=heads, head_dim=mha_elements // (2 * heads))
+        mqa = replace(spec, mla=None, sparse_indexer=None, num_kv_heads=1, head_dim=(m.qk_head_dim + m.v_head_dim) // 2)
         return [("MHA", mha), ("MLA", spec), ("MQA", mqa)]
     def heads(n: int | None) -> ModelSpec:  # every layer kind with n KV heads (as many as query heads: None)
         fa = spec.full_attention
@@ -156,8 +194,11 @@ def attention_variants(spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
 
 def default_kv_dtype(spec: ModelSpec, engine: EngineSpec | None = None) -> DType:
     """The format an engine's ``--kv-cache-dtype auto`` keeps the cache in: the one the checkpoint declares
-    (``spec.checkpoint_kv_dtype``) for no engine or one that follows it (``engine.kv.checkpoint_dtype``), else the
-    model's float dtype (bf16 unless the checkpoint is fp16/fp32)."""
+    (``spec.checkpoint_kv_dtype``) for no engine or one that follows it (``engine.kv.checkpoint_dtype``), fp8 for a
+    DSA model on an engine that stores it so (``engine.kv.sparse_mla_fp8``: vLLM's fp8_ds_mla), else the model's
+    float dtype (bf16 unless the checkpoint is fp16/fp32)."""
+    if spec.sparse_indexer is not None and engine is not None and engine.kv is not None and engine.kv.sparse_mla_fp8:
+        return get_dtype("fp8")
     follows = engine is None or (engine.kv is not None and engine.kv.checkpoint_dtype)
     if spec.checkpoint_kv_dtype is not None and follows:
         return get_dtype(spec.checkpoint_kv_dtype)

@@ -38,7 +38,7 @@ from typing import NamedTuple
 from tfcalc.calc import comm, kernels
 from tfcalc.calc.engine import capacity_bytes
 from tfcalc.calc.kernels import Cost, Rates
-from tfcalc.calc.kv_cache import keys_attended, mean_keys, state_dtypes
+from tfcalc.calc.kv_cache import indexer_key_bytes, keys_attended, kv_layer_bytes, mean_keys, state_dtypes
 from tfcalc.calc.plan import check_parallelism, stage_layers
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
@@ -145,6 +145,10 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  fp8_kv_attention=engine.fp8_kv_attention_by_gpu.get(kernels_gpu),
                  fp8_kv_prefill_scale=engine.fp8_kv_prefill_scale_by_gpu.get(kernels_gpu),
                  wide_head_prefill_scale=engine.wide_head_prefill_scale_by_gpu.get(kernels_gpu),
+                 dsa_prefill_head_tile=engine.dsa_prefill_head_tile_by_gpu.get(kernels_gpu, 0),
+                 dsa_block_floors=dict(engine.dsa_block_floors_by_gpu.get(kernels_gpu, {})),
+                 dsa_prefill_efficiency=engine.dsa_prefill_efficiency_by_gpu.get(kernels_gpu, 0.0),
+                 dsa_prefill_full_topk=kernels_gpu in engine.dsa_prefill_full_topk_by_gpu,
                  gemm_memory_efficiency=gemm_memory, gemm_efficiency_by_format=engine_gemm,
                  moe_memory_efficiency=moe_memory,
                  dynamic_scale_s=engine.dynamic_scale_s_by_gpu.get(kernels_gpu),
@@ -162,7 +166,9 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
               engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,
               engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu, engine.moe_by_architecture,
-              engine.wide_head_prefill_scale_by_gpu,
+              engine.wide_head_prefill_scale_by_gpu, engine.dsa_prefill_head_tile_by_gpu,
+              engine.dsa_block_floors_by_gpu, engine.dsa_prefill_efficiency_by_gpu,
+              engine.dsa_prefill_full_topk_by_gpu,
               engine.moe_ep_every_row_by_gpu, engine.moe_tuned_shapes_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
@@ -254,11 +260,17 @@ class _Dims:
     shared: _Linear
     head: _Linear
     embedding_bits: float
+    # DSA (DeepSeek-V3.2, GLM-5): the indexer's heads and head_dim (whole on every GPU), the keys MLA attends at most,
+    # one token's indexer key in bytes; 0: no indexer
+    index_heads: int = 0
+    index_dim: int = 0
+    index_topk: int = 0
+    index_key_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
 class _Stage:
-    counts: tuple[tuple[str, bool, int], ...]  # (full | sliding | linear, moe, layers)
+    counts: tuple[tuple[str, bool, int], ...]  # (full | sliding | linear | shared, moe, layers)
     first: bool
     last: bool
 
@@ -330,12 +342,14 @@ def _count_in(sorted_layers: tuple[int, ...], lo: int, hi: int) -> int:
 
 
 def _stages(spec: ModelSpec, pp: int) -> tuple[_Stage, ...]:
-    """Layer kinds (full / sliding / Gated DeltaNet, MoE?) and their counts per pipeline stage, from the layer
-    lists: O(lists), not O(L)."""
+    """Layer kinds (full / sliding / Gated DeltaNet / a DSA layer reusing an earlier indexer's choice, MoE?) and
+    their counts per pipeline stage, from the layer lists: O(lists), not O(L)."""
     every = range(spec.num_layers)
     dense = set(spec.moe.dense_layers) if spec.moe is not None else set(every)
+    si = spec.sparse_indexer
     kinds = {"sliding": set(spec.sliding_window_layers) if spec.sliding_window is not None else set(),
-             "linear": set(spec.linear_attention.layers) if spec.linear_attention is not None else set()}
+             "linear": set(spec.linear_attention.layers) if spec.linear_attention is not None else set(),
+             "shared": set(every) - set(si.layers) if si is not None else set()}
     lists = {(kind, False): tuple(sorted(layers & dense)) for kind, layers in kinds.items()}
     lists |= {(kind, True): tuple(sorted(layers - dense)) for kind, layers in kinds.items()}
     dense_sorted = tuple(sorted(dense))
@@ -410,8 +424,10 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
             return replace(linear, dynamic_scale=True)
         return linear
 
+    si = spec.sparse_indexer
     return _Dims(h=h, vocab=spec.vocab_size // tp, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                 kv_bytes_per_token=float(kv_dtype.bits_per_element) * kv_elements / 8, mla=spec.mla is not None,
+                 kv_bytes_per_token=float(kv_layer_bytes(spec, kv_dtype, sliding=False)) if si is not None
+                 else float(kv_dtype.bits_per_element) * kv_elements / 8, mla=spec.mla is not None,
                  q_rank=q_rank, kv_rank=kv_rank, rope=rope, nope=nope, v_dim=v_dim, gated=spec.ffn_kind == "gated",
                  ffn_width=spec.intermediate_size / tp, experts=experts, top_k=top_k, experts_local=experts_local,
                  expert_width=expert_width, shared_width=shared_width, moe_group=moe_group,
@@ -426,7 +442,9 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  experts_mode=mode("experts"),
                  shared=mode("shared_experts"),
                  head=mode("embedding" if spec.tie_word_embeddings else "lm_head"),
-                 embedding_bits=float(precision.for_component("embedding").bits_per_element))
+                 embedding_bits=float(precision.for_component("embedding").bits_per_element),
+                 index_heads=si.num_heads if si else 0, index_dim=si.head_dim if si else 0,
+                 index_topk=si.topk if si else 0, index_key_bytes=float(indexer_key_bytes(spec)))
 
 
 def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, *, tp: int = 1,
@@ -679,23 +697,28 @@ def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, eng
             s.add(group, kernels.Cost(host - seconds, 0.0, 0.0, "floor", 0, host - seconds))
 
 
-def _attention_layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool) -> None:
+def _attention_layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, own_indexer: bool = True) -> None:
     acc = s.groups["attention"]
     floors_before, seconds_before = acc.floor_seconds, acc.seconds
-    _attention_kernels(s, d, shape, sliding)
+    _attention_kernels(s, d, shape, sliding, own_indexer)
     if d.dims.mla and not s.rates.ideal:
-        # an engine's measured fixed cost of its fused MLA block replaces the sum of its kernels' floors if larger
-        blocks = d.kernels.block_floors_s
+        # an engine's measured fixed cost of its fused MLA block replaces the sum of its kernels' floors if larger;
+        # a DSA model's whole attention block (indexer included) has its own, per GPU; in a prefill the work hides it,
+        # the block lasting max(fixed cost, its kernels' time) (the engines' DSA context tables: flat, then linear
+        # from the fixed cost's level), in decode it adds (their generation tables: fixed cost + a slope)
+        dsa = s.rates.dsa_block_floors if d.dims.index_topk else {}
+        blocks = {"mla_prefill": dsa["prefill"], "mla_decode": dsa["decode"]} if dsa else d.kernels.block_floors_s
         block = max(blocks.get("mla_prefill", 0.0) if shape.prefill_seqs else 0.0,
                     blocks.get("mla_decode", 0.0) if shape.decode_seqs else 0.0)
-        extra = s.mult * block - (acc.floor_seconds - floors_before)
+        hidden = (acc.seconds - seconds_before) if dsa and shape.prefill_seqs else (acc.floor_seconds - floors_before)
+        extra = s.mult * block - hidden
         if extra > 0 and acc.seconds > seconds_before:
             acc.seconds += extra
             acc.floor_seconds += extra
             acc.by_bound["floor"] = acc.by_bound.get("floor", 0.0) + extra
 
 
-def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool) -> None:
+def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool, own_indexer: bool = True) -> None:
     dm = d.dims if sliding or d.full_dims is None else d.full_dims
     r, eng = s.rates, d.kernels
     m = shape.tokens
@@ -728,7 +751,12 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
     # attention proper
     kvb = dm.kv_bytes_per_token
     fp8_cache = not dm.mla and d.kv_dtype.name in ("fp8_e4m3", "fp8_e5m2")
-    if shape.prefill_seqs and shape.prefill_tokens:
+    dsa = dm.index_topk > 0
+    if dsa:
+        _indexer(s, d, shape, own_indexer)
+    if shape.prefill_seqs and shape.prefill_tokens and dsa and not _dense_prefill(d, shape):
+        _sparse_mla_prefill(s, d, shape)
+    elif shape.prefill_seqs and shape.prefill_tokens:
         n, p = shape.prefill_tokens, shape.prefill_past
         keys = keys_attended(window, p, n, dm.chunked)
         exact = shape.prefill_seqs * dm.heads * 2.0 * (qk_dim + v_dim) * keys
@@ -745,8 +773,10 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
                                                  wide_heads=d.widest_head_dim > FLASH_MAX_HEAD_DIM))
     if shape.decode_seqs:
         ctx = shape.decode_context
-        # the decode query's keys; a chunked layer's averaged over the contexts the step stands for
+        # the decode query's keys; a chunked layer's averaged over the contexts the step stands for; DSA: its top-k
         held = mean_keys(window, ctx, shape.decode_span if dm.chunked else 0.0, dm.chunked)
+        if dsa:
+            held = min(held, float(dm.index_topk))
         if dm.mla:  # absorbed: scores over kv_rank + rope, values over kv_rank, per head
             _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.kv_rank, dm.nope, dm.attn, eng,  # W_UK
                   in_block=True)
@@ -762,6 +792,63 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool)
     if dm.attention_gate:  # output x sigmoid(gate): read both, write one
         _elementwise_group(s, "attention", 3 * m * dm.heads * v_dim * ACT_BYTES)
     _gemm(s, "attention", m, h, dm.heads * v_dim, dm.attn, eng, in_block=dm.mla, after="attention")  # O projection
+
+
+def _dense_prefill(d: Deployment, shape: StepShape) -> bool:
+    """Whether a DSA prefill runs the dense MLA: on an engine that does so (``dsa_dense_short_prefill``) when every key
+    of the chunk fits the indexer's top-k (each query attends all its keys either way)."""
+    return d.kernels.dsa_dense_short_prefill and shape.prefill_past + shape.prefill_tokens <= d.dims.index_topk
+
+
+def _indexer(s: _Step, d: Deployment, shape: StepShape, own: bool) -> None:
+    """DSA's lightning indexer on every GPU (vLLM's Indexer: replicated): wq_b on q_lora, wk and weights_proj on the
+    hidden state, its key's LayerNorm, RoPE and fp8 cache write; on a layer with its own indexer (``own``) the
+    logits of every query against every cached key (``kernels.indexer_logits``) and the top-k, skipped by a dense
+    prefill (``_dense_prefill``); a shared layer reuses the previous one's choice."""
+    dm, eng = d.dims, d.kernels
+    m = shape.tokens
+    if not own:
+        return
+    _gemm(s, "attention", m, dm.index_heads * dm.index_dim, dm.q_rank, dm.attn, eng, in_block=True)  # wq_b
+    _gemm(s, "attention", m, dm.index_dim + dm.index_heads, dm.h, dm.attn, eng, in_block=True)  # wk, weights_proj
+    _elementwise_group(s, "attention", m * (2 * dm.index_heads * dm.index_dim + 3 * dm.index_dim) * ACT_BYTES
+                       + m * dm.index_key_bytes, kernels_count=2, ideal_bytes=m * dm.index_key_bytes)
+    pairs = keys_bytes = 0.0
+    if shape.prefill_seqs and shape.prefill_tokens and not _dense_prefill(d, shape):
+        n, p = shape.prefill_tokens, shape.prefill_past
+        pairs += shape.prefill_seqs * keys_attended(None, p, n)
+        keys_bytes += shape.prefill_seqs * (p + n) * dm.index_key_bytes
+    if shape.decode_seqs:
+        pairs += shape.decode_seqs * shape.decode_context
+        keys_bytes += shape.decode_seqs * shape.decode_context * dm.index_key_bytes
+    if pairs:
+        s.groups["attention"].kv_bytes += s.mult * keys_bytes
+        s.add("attention", kernels.indexer_logits(s.rates, pairs=pairs, heads=dm.index_heads,
+                                                  head_dim=dm.index_dim, keys_bytes=keys_bytes))
+
+
+def _sparse_mla_prefill(s: _Step, d: Deployment, shape: StepShape) -> None:
+    """A DSA prefill on the sparse MLA kernel (vLLM's FLASHMLA_SPARSE, SGLang's flashmla_sparse / flashmla_kv): the
+    absorbed form, queries turned into the latent (W_UK), each attending min(position + 1, top-k) latents of
+    kv_rank + rope with values of kv_rank, its output mapped back per head (W_UV); the kernel pads each GPU's heads
+    to its head tile (``Rates.dsa_prefill_head_tile``), timed as a window of top-k keys at its own efficiency
+    (``Rates.dsa_prefill_efficiency``), or as top-k keys for every query where it runs all slots
+    (``Rates.dsa_prefill_full_topk``)."""
+    dm, eng, r = d.dims, d.kernels, s.rates
+    n, p, seqs = shape.prefill_tokens, shape.prefill_past, shape.prefill_seqs
+    m = seqs * n
+    _gemm(s, "attention", m, dm.heads * dm.kv_rank, dm.nope, dm.attn, eng, in_block=True)  # W_UK
+    keys = keys_attended(dm.index_topk, p, n)
+    exact = seqs * dm.heads * 2.0 * (2 * dm.kv_rank + dm.rope) * keys
+    heads = dm.heads if r.ideal else max(dm.heads, r.dsa_prefill_head_tile)
+    read = seqs * min(p + n, dm.index_topk) * dm.kv_bytes_per_token if p else 0.0
+    s.groups["attention"].kv_bytes += s.mult * read
+    timed_past = max(p, dm.index_topk) if r.dsa_prefill_full_topk and not r.ideal else p  # every slot a key
+    s.add("attention", kernels.flash_prefill(r, seqs=seqs, tokens=n, past=timed_past, heads=heads,
+                                             qk_dim=dm.kv_rank + dm.rope, v_dim=dm.kv_rank, window=dm.index_topk,
+                                             kv_bytes_read=read, exact_flops=exact,
+                                             efficiency=r.dsa_prefill_efficiency))
+    _gemm(s, "attention", m, dm.heads * dm.v_dim, dm.kv_rank, dm.attn, eng, in_block=True)  # W_UV
 
 
 class _Snapshot(NamedTuple):
@@ -870,7 +957,7 @@ def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool, idea
         if d.tp > 1 and d.dims.qk_norm_across_heads:  # the q and k norms' mean squares, fp32 [tokens, 2], summed
             t, bw = _all_reduce(d, shape.tokens * 2 * 4, d.tp, ideal, s.memo)  # (vLLM MiniMaxText01RMSNormTP)
             s.add_comm(t, bw, "tp")
-        _attention_layer(s, d, shape, kind == "sliding")
+        _attention_layer(s, d, shape, kind == "sliding", own_indexer=kind != "shared")
     if d.tp > 1:
         t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
         s.add_comm(t, bw, "tp")

@@ -26,7 +26,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from tfcalc.calc import engine as eng
-from tfcalc.calc.kv_cache import state_dtypes
+from tfcalc.calc.kv_cache import indexer_key_bytes, kv_layer_bytes, state_dtypes
 from tfcalc.calc.memory import activation_workspace_bytes
 from tfcalc.calc.params import Params
 from tfcalc.calc.shard import (
@@ -264,14 +264,15 @@ def _ceil_bytes(dtype: DType, elements: int) -> int:
 
 
 def _ideal_sequences(spec: ModelSpec, census: StageCensus, context: int, block: int, pages: tuple[int, int],
-                     budget: int, state: int) -> tuple[int, int]:
+                     budget: int, state: int, indexer_page: int = 0) -> tuple[int, int]:
     """(bytes per sequence, sequences): ceil(held / block) blocks per layer, held = min(C, window) if sliding, and
-    ``state`` bytes in each Gated DeltaNet layer; ``pages``: one block of a sliding and of a full layer."""
+    ``state`` bytes in each Gated DeltaNet layer; ``pages``: one block of a sliding and of a full layer;
+    ``indexer_page``: one block of a DSA indexer's keys, in each indexed layer."""
     window = spec.sliding_window
     full_blocks = -(-context // block)
     sliding_blocks = -(-min(context, window) // block) if window is not None else full_blocks
     per_seq = (census.full_layers * full_blocks * pages[1] + census.sliding_layers * sliding_blocks * pages[0]
-               + census.linear_layers * state)
+               + census.indexer_layers * full_blocks * indexer_page + census.linear_layers * state)
     return per_seq, (max(budget, 0) // per_seq if per_seq else 0)
 
 
@@ -296,11 +297,16 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
     token where they differ from ``kv_elements`` (Gemma 4)."""
     full_elements = kv_elements if full_elements is None else full_elements
     pages = (_ceil_bytes(kv_dtype, block * kv_elements), _ceil_bytes(kv_dtype, block * full_elements))
-    page = max(pages)
     per_token = _ceil_bytes(kv_dtype, census.sliding_layers * kv_elements + census.full_layers * full_elements)
+    indexer_page = block * indexer_key_bytes(spec)  # DSA: the indexer keys, a page of their own in each layer
+    if spec.sparse_indexer is not None:
+        record = kv_layer_bytes(spec, kv_dtype, sliding=False)  # the fp8 sparse record where the cache is 8-bit
+        pages = (pages[0], math.ceil(block * record))
+        per_token = math.ceil(census.full_layers * record + census.indexer_layers * indexer_key_bytes(spec))
+    page = max(pages)
     window = spec.sliding_window
     free = max(budget, 0)
-    per_seq_ideal, seqs_ideal = _ideal_sequences(spec, census, context, block, pages, free, state)
+    per_seq_ideal, seqs_ideal = _ideal_sequences(spec, census, context, block, pages, free, state, indexer_page)
     full_blocks = -(-context // block)
     plain = eng.kv_groups(None, census.full_layers, census.sliding_layers)
     if engine is None:  # blocks counted over all layers, sliding layers capped at their window
@@ -310,7 +316,8 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
                            per_seq=per_seq_ideal)
     # an engine that does not free a chunked layer's earlier chunks (Llama 4) caches those layers as full ones
     chunks_full = spec.chunked_attention and not engine.kv.chunked_local
-    every_layer = census.sliding_layers * pages[0] + census.full_layers * pages[1]  # one block in each layer
+    every_layer = (census.sliding_layers * pages[0] + census.full_layers * pages[1]  # one block in each layer
+                   + census.indexer_layers * indexer_page)
     if engine.kv.concurrency == "pool":
         ratio = engine.kv.swa_full_tokens_ratio
         if ratio is not None and census.sliding_layers and window is not None and not chunks_full:

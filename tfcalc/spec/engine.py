@@ -149,6 +149,8 @@ class KVLayout:
     # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1: off by default from #21761 (v0.10.1) until #29627
     # turned it on, between v0.22 and v0.23 per #46553; a v0.12.0 deployment had to set it); else full layers
     chunked_local: bool = False
+    # --kv-cache-dtype auto keeps a DSA model's (DeepSeek-V3.2, GLM-5) MLA cache in fp8, FlashMLA's fp8_ds_mla record
+    sparse_mla_fp8: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,7 +296,16 @@ class EngineKernels:
     CUDA stream beside the routed ones (vLLM: up to 256 tokens; TensorRT-LLM: steps replayed from CUDA graphs; 0 /
     false: never). The per-dtype tables (expert floors, efficiency, K0) also take a storage format's name
     (``fp8_block``, ``fp8_e4m3``, ...): its kernel's entry, looked up before the compute dtype's. The defaults
-    describe an engine whose kernels are those the GPU presets measured (vLLM's). """
+    describe an engine whose kernels are those the GPU presets measured (vLLM's). ``dsa_prefill_head_tile_by_gpu``:
+    per GPU preset name, the query-head tile the engine's sparse MLA prefill kernel pads each GPU's heads up to for a
+    DSA model (FlashMLA's sparse prefill: 64 on Hopper, 128 on Blackwell; vLLM FlashMLASparseImpl.prefill_padding);
+    ``dsa_dense_short_prefill``: a prefill whose keys all fit the indexer's top-k runs the dense MLA instead of the
+    indexer and the sparse kernel (SGLang's NSA "dense MHA" path); ``dsa_block_floors_by_gpu``: per GPU preset name,
+    the fixed seconds of a DSA model's whole attention block per layer and phase (decode, prefill), replacing the MLA
+    block floors; ``dsa_prefill_efficiency_by_gpu``: per GPU preset name, the fraction of the dense bf16 peak the
+    sparse MLA prefill reaches on its padded heads' FLOPs (replacing the flash-attention fraction);
+    ``dsa_prefill_full_topk_by_gpu``: the GPU preset names on which that kernel runs all top-k slots of every query,
+    the invalid ones of a query with fewer keys included (TensorRT-LLM on Hopper). """
 
     cuda_graphs: bool = True
     custom_allreduce: bool = True
@@ -324,6 +335,11 @@ class EngineKernels:
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
     fp8_kv_prefill_scale_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     wide_head_prefill_scale_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
+    dsa_prefill_head_tile_by_gpu: dict[str, int] = field(default_factory=dict, hash=False)
+    dsa_dense_short_prefill: bool = False
+    dsa_block_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    dsa_prefill_efficiency_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
+    dsa_prefill_full_topk_by_gpu: frozenset[str] = frozenset()
     gemm_memory_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     gemm_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     online_fp8_scale: str = "dynamic"
@@ -528,6 +544,8 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "moe_ep_floors_us",
                           "moe_row_bytes", "gdn_efficiency", "linear_host_us",
                           "fp8_kv_attention", "fp8_kv_prefill_attention", "wide_head_prefill_attention",
+                          "dsa_prefill_head_tile", "dsa_dense_short_prefill", "dsa_block_floors_us",
+                          "dsa_prefill_efficiency", "dsa_prefill_full_topk",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
                           "moe_large_m_memory_efficiency", "moe_tuned_shapes", "moe_untuned_efficiency",
@@ -641,6 +659,30 @@ def _fp8_kv_prefill(value: Any, origin: str) -> dict[str, float]:
         out[str(gpu)] = _num(scale, origin, f"{key}.{gpu}", 0.0, 4.0)
         _require(out[str(gpu)] > 0, origin, f"field '{key}.{gpu}' must be in (0, 4], got {_show(scale)}")
     return out
+
+
+def _dsa_floors(value: Any, origin: str) -> dict[str, dict[str, float]]:
+    """``kernels.dsa_block_floors_us``: GPU preset name -> {decode, prefill} microseconds, returned in seconds."""
+    key = "kernels.dsa_block_floors_us"
+    out: dict[str, dict[str, float]] = {}
+    for gpu, phases in _gpu_entries(value, origin, key, "mappings of decode and prefill").items():
+        _require(isinstance(phases, dict), origin, f"field '{key}.{gpu}' must be a mapping of decode and prefill")
+        _check_keys(phases, frozenset({"decode", "prefill"}), origin, f"{key}.{gpu}.")
+        out[str(gpu)] = {phase: _num(us, origin, f"{key}.{gpu}.{phase}", 0.0, MAX_MICROSECONDS) * 1e-6
+                         for phase, us in phases.items()}
+    return out
+
+
+def _gpu_list(value: Any, origin: str, key: str) -> frozenset[str]:
+    """A list of GPU preset names (empty when absent)."""
+    from tfcalc.spec.presets import preset_names
+
+    if value is None:
+        return frozenset()
+    names = frozenset(preset_names("gpu"))
+    _require(isinstance(value, list) and all(isinstance(g, str) and g in names for g in value), origin,
+             f"field '{key}' must be a list of GPU preset names")
+    return frozenset(value)
 
 
 def _wide_head_prefill(value: Any, origin: str) -> dict[str, float]:
@@ -1007,6 +1049,19 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
         fp8_kv_prefill_scale_by_gpu=_fp8_kv_prefill(data.get("fp8_kv_prefill_attention"), origin),
         wide_head_prefill_scale_by_gpu=_wide_head_prefill(data.get("wide_head_prefill_attention"), origin),
+        dsa_prefill_head_tile_by_gpu={str(gpu): _int(tile, origin, f"kernels.dsa_prefill_head_tile.{gpu}", 1, 1024)
+                                      for gpu, tile in _gpu_entries(data.get("dsa_prefill_head_tile"), origin,
+                                                                    "kernels.dsa_prefill_head_tile",
+                                                                    "head counts").items()},
+        dsa_dense_short_prefill=_bool(data.get("dsa_dense_short_prefill", False), origin,
+                                      "kernels.dsa_dense_short_prefill"),
+        dsa_block_floors_by_gpu=_dsa_floors(data.get("dsa_block_floors_us"), origin),
+        dsa_prefill_efficiency_by_gpu={str(gpu): _num(eff, origin, f"kernels.dsa_prefill_efficiency.{gpu}", 0.01, 1.0)
+                                       for gpu, eff in _gpu_entries(data.get("dsa_prefill_efficiency"), origin,
+                                                                    "kernels.dsa_prefill_efficiency",
+                                                                    "fractions").items()},
+        dsa_prefill_full_topk_by_gpu=_gpu_list(data.get("dsa_prefill_full_topk"), origin,
+                                               "kernels.dsa_prefill_full_topk"),
         gemm_memory_efficiency_by_gpu=_gemm_fractions(data.get("gemm_memory_efficiency"), origin,
                                                       "kernels.gemm_memory_efficiency"),
         gemm_efficiency_by_gpu=_gemm_fractions(data.get("gemm_efficiency"), origin, "kernels.gemm_efficiency"),
@@ -1149,7 +1204,7 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                                                    "cuda_graphs.per_size_mib_tp"),
                             in_budget=_bool(g["in_budget"], origin, "cuda_graphs.in_budget"))
     k = _section(data, "kv", {"hybrid_groups", "sliding_chunk", "concurrency"}, origin,
-                 frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local"}))
+                 frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local", "sparse_mla_fp8"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
     kv = KVLayout(hybrid_groups=_bool(k["hybrid_groups"], origin, "kv.hybrid_groups"),
@@ -1158,7 +1213,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                                                                         0.0, 1.0),
                   concurrency=k["concurrency"],
                   checkpoint_dtype=_bool(k.get("checkpoint_dtype", False), origin, "kv.checkpoint_dtype"),
-                  chunked_local=_bool(k.get("chunked_local", False), origin, "kv.chunked_local"))
+                  chunked_local=_bool(k.get("chunked_local", False), origin, "kv.chunked_local"),
+                  sparse_mla_fp8=_bool(k.get("sparse_mla_fp8", False), origin, "kv.sparse_mla_fp8"))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin)
     weights = WeightLayout(vocab_padding=_int(w["vocab_padding"], origin, "weights.vocab_padding", 1, 1 << 20),
