@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
+from tfcalc.calc.kv_cache import indexer_key_bytes, kv_layer_bytes, sparse_mla_record
 from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit
 from tfcalc.calc.shard import stage_census, stage_layers
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype, parse_weight_precision
@@ -138,9 +139,17 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     ranges = stage_layers(spec.num_layers, p.pp)
     attention_layers = max(stage_census(spec, layers).attention_layers for layers in ranges)
     kind = "attention " if spec.linear_attention is not None else ""
-    lines.append(f"KV per token per GPU = {attention_layers} {kind}layers x "
-                 f"{r.kv_elements_per_token_per_layer} elements x {kv_dtype.bits_per_element} bits / 8 = "
-                 f"{r.kv_bytes_per_token_per_gpu:,} B{mla}")
+    if spec.sparse_indexer is not None:  # DSA: the latent (or FlashMLA's fp8 record) + the indexer's keys
+        record = kv_layer_bytes(spec, kv_dtype, sliding=False)
+        indexed = max(stage_census(spec, layers).indexer_layers for layers in ranges)
+        lines.append(f"KV per token per GPU = {attention_layers} layers x {float(record):,.0f} B "
+                     f"({'sparse fp8 record' if sparse_mla_record(spec, kv_dtype) else 'latent'}) + {indexed} "
+                     f"indexer layers x {indexer_key_bytes(spec)} B (indexer key) = {r.kv_bytes_per_token_per_gpu:,} B"
+                     f"{mla}")
+    else:
+        lines.append(f"KV per token per GPU = {attention_layers} {kind}layers x "
+                     f"{r.kv_elements_per_token_per_layer} elements x {kv_dtype.bits_per_element} bits / 8 = "
+                     f"{r.kv_bytes_per_token_per_gpu:,} B{mla}")
     if r.state_bytes_per_layer:
         linear = max(stage_census(spec, layers).linear_layers for layers in ranges)
         lines.append(f"Gated DeltaNet state per request per GPU = {linear} layers x {r.state_bytes_per_layer:,} B "
