@@ -22,13 +22,15 @@ class Case:
     ep: int
     weights: str | None = None  # FP8 weights (fp8 / fp8_block), or the compute dtype
     dtype: torch.dtype = torch.float32
+    prompt: int = PROMPT  # tokens prefilled, then ``decode`` cached steps
+    decode: int = DECODE
 
 
 @dataclass(frozen=True)
 class CompareWithOneRank:
     """Each case on every rank: the one-rank model and this rank's shard of it, built from the same seed; the
-    shard's replica runs BATCH prompts (replica r takes rows r*BATCH.. of the one-rank batch), prefill then
-    DECODE cached steps. Rank 0 sends, per case and rank: the largest |logit difference| / max |logit|, the
+    shard's replica runs BATCH prompts (replica r takes rows r*BATCH.. of the one-rank batch), prefill then the
+    case's cached decode steps. Rank 0 sends, per case and rank: the largest |logit difference| / max |logit|, the
     parameters held and the collectives per forward."""
 
     cases: tuple[Case, ...]
@@ -42,21 +44,21 @@ class CompareWithOneRank:
                                   parallel=par)
             generator = torch.Generator().manual_seed(11)
             everyone = BATCH * par.dp
-            prompts = torch.randint(1, case.spec.vocab_size, (everyone, PROMPT), generator=generator)
-            steps = torch.randint(1, case.spec.vocab_size, (everyone, DECODE), generator=generator)
+            prompts = torch.randint(1, case.spec.vocab_size, (everyone, case.prompt), generator=generator)
+            steps = torch.randint(1, case.spec.vocab_size, (everyone, case.decode), generator=generator)
             mine = slice(BATCH * par.replica, BATCH * (par.replica + 1))
-            reference.setup_caches(everyone, PROMPT + DECODE)
-            sharded.setup_caches(BATCH, PROMPT + DECODE)
+            reference.setup_caches(everyone, case.prompt + case.decode)
+            sharded.setup_caches(BATCH, case.prompt + case.decode)
             errors = []
             with torch.inference_mode():
                 pairs = [(reference.prefill(prompts)[mine], sharded.prefill(prompts[mine]))]
-                for j in range(DECODE):
+                for j in range(case.decode):
                     pairs.append((reference.decode_step(steps[:, j:j + 1])[mine],
                                   sharded.decode_step(steps[mine, j:j + 1])))
             for expected, got in pairs:
                 errors.append(float((expected - got).abs().max() / expected.abs().max()))
             results.append({"case": case.name, "rank": ctx.rank, "error": max(errors),
-                            "params": parameter_count(sharded), "collectives": par.comm.calls / (1 + DECODE)})
+                            "params": parameter_count(sharded), "collectives": par.comm.calls / (1 + case.decode)})
         gathered = ctx.gather(results)
         if gathered is not None:
             ctx.send("results", [r for rank in gathered for r in rank])

@@ -1,5 +1,6 @@
 """Small config.json files, read the way a user's are: families no preset covers (GLM-4.5 MoE, MiniMax-M2, Qwen3-Next,
-Qwen3.5), and Llama 4 with a chunk and temperature floor small enough for a short prompt to cross."""
+Qwen3.5, DeepSeek-V3.2 and GLM-5.2 with DSA), and Llama 4 with a chunk and temperature floor small enough for a short
+prompt to cross."""
 
 from __future__ import annotations
 
@@ -70,3 +71,21 @@ SMALL_GEMMA4 = {**{k: v for k, v in _SMALL_COMMON.items() if k not in ("rope_the
                                     "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}
 SMALL_GEMMA4_MOE = {**SMALL_GEMMA4, "enable_moe_block": True, "num_experts": 8, "top_k_experts": 2,
                     "moe_intermediate_size": 24}
+
+# DeepSeek Sparse Attention: MLA of 6 heads (q rank 24, latent 16, nope 8, rope 8, v 12) whose lightning indexer (8
+# heads of 128) keeps the top 8 keys of each query; a dense layer, then MoE layers of 8 sigmoid-routed experts of 24
+# (top 2) with a shared expert. DeepSeek-V3.2 (DeepseekV32ForCausalLM): an indexer on each of 3 layers, yarn (factor
+# 40 over an original 16 tokens, mscale 1/1; 640 positions), 4 expert groups (top 2).
+_SMALL_DSA = {**_SMALL_COMMON, "num_key_value_heads": 6, "intermediate_size": 64, "moe_intermediate_size": 24,
+              "n_routed_experts": 8, "n_shared_experts": 1, "first_k_dense_replace": 1, "routed_scaling_factor": 2.5,
+              "norm_topk_prob": True, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+              "qk_rope_head_dim": 8, "v_head_dim": 12, "index_n_heads": 8, "index_head_dim": 128, "index_topk": 8}
+SMALL_DEEPSEEK_V32 = {**_SMALL_DSA, "model_type": "deepseek_v32", "architectures": ["DeepseekV32ForCausalLM"],
+                      "n_group": 4, "topk_group": 2, "max_position_embeddings": 640,
+                      "rope_scaling": {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 16,
+                                       "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}}
+# GLM-5.2 (GlmMoeDsaForCausalLM): 4 layers whose indexers run on layers 0 and 2, layers 1 and 3 attending the keys the
+# previous one chose (indexer_types "shared"); the indexer's RoPE on adjacent pairs; one expert group.
+SMALL_GLM_DSA = {**_SMALL_DSA, "model_type": "glm_moe_dsa", "architectures": ["GlmMoeDsaForCausalLM"],
+                 "num_hidden_layers": 4, "n_group": 1, "topk_group": 1, "rope_interleave": True,
+                 "indexer_rope_interleave": True, "indexer_types": ["full", "shared", "full", "shared"]}

@@ -207,6 +207,9 @@ class Step:
     causal_call: bool = True       # FRESH: a backend runs SDPA's is_causal call, else explicit masks
     block_masks: dict[int, Any] = field(default_factory=dict)  # FLEX: cache length -> BlockMask of live slots
     chunk_block_masks: dict[int, Any] = field(default_factory=dict)  # FLEX: the same for chunked layers' rings
+    # DSA (tfcalc.model.mla): the keys the last indexed layer chose, indices [B, T, k] into the call's keys and
+    # whether each is visible [B, T, k]; the following shared layers attend the same ones
+    topk: tuple[Tensor, Tensor] | None = None
 
     @property
     def t(self) -> int:
@@ -220,7 +223,7 @@ class Keys:
     k: Tensor
     v: Tensor
     how: str                 # CAUSAL, MASKED, OPEN or FLEX
-    mask: Any = None         # [T, L] booleans (MASKED) or a BlockMask (FLEX)
+    mask: Any = None         # [T, L] (or per sequence [B, 1, T, L]) booleans (MASKED), or a BlockMask (FLEX)
 
 
 def causal_mask(q_pos: Tensor, k_pos: Tensor, window: int | None = None, chunked: bool = False) -> Tensor:
@@ -370,7 +373,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | 
       diagonal; no mask tensor is built or read.
     - otherwise the H/Hkv query heads that share a KV head are folded into the query length, q -> [B, Hkv,
       (H/Hkv)*T, D] (with the mask repeated per head of the group), which makes it plain multi-head attention:
-      ``mask`` [T, S] booleans (MASKED: static-cache decode, chunked prefill, windows) or no mask at all (OPEN: one
+      ``mask`` [T, S] booleans (MASKED: static-cache decode, chunked prefill, windows; [B, 1, T, S] where each
+      sequence sees keys of its own, DSA's top-k) or no mask at all (OPEN: one
       query over the live keys). Flash takes no mask, and mem-efficient took no GQA before pytorch#191085 (2026),
       so a masked ``enable_gqa`` call that cuDNN declines (fp32, head_dim above its limit) fell to math, which
       materialises [B, H, T, S] scores and repeated K/V. Folded, mem-efficient and cuDNN run it (flash too when
@@ -382,7 +386,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | 
     group = h // k.shape[1]
     folded = q.reshape(b, k.shape[1], group * t, q.shape[-1])  # row g*T + i is query i of head g of the group
     if mask is not None and group > 1:
-        mask = mask.repeat(group, 1)
+        mask = mask.repeat(*(1,) * (mask.dim() - 2), group, 1)
     y = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask, scale=scale)
     return y.reshape(b, h, t, v.shape[-1])
 
@@ -465,10 +469,12 @@ def run_attention(q: Tensor, keys: Keys, scale: float | None, softcap: float | N
 
 @functools.cache
 def backend_works(backend: str, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                  device: torch.device, kind: str = MASKED, v_dim: int | None = None) -> bool:
+                  device: torch.device, kind: str = MASKED, v_dim: int | None = None,
+                  per_sequence: bool = False) -> bool:
     """Whether ``backend`` runs this model's ``kind`` of :func:`attend` call on ``device`` and ``dtype`` (probed
     once on tiny inputs: two new tokens for CAUSAL, one and two for MASKED as decode and prefill make it, one
-    for OPEN); ``v_dim`` (default head_dim) is the value width (MLA's differs)."""
+    for OPEN); ``v_dim`` (default head_dim) is the value width (MLA's differs); with ``per_sequence`` a MASKED
+    call's mask differs by sequence, [2, 1, T, S] (DSA's top-k choice)."""
     v_dim = v_dim or head_dim
     calls: list[tuple[int, Tensor | None, bool]]
     if kind == CAUSAL:
@@ -478,15 +484,18 @@ def backend_works(backend: str, heads: int, kv_heads: int, head_dim: int, dtype:
     else:
         calls = [(1, torch.ones(1, 4, dtype=torch.bool, device=device), False),
                  (2, torch.ones(2, 4, dtype=torch.bool, device=device).tril(2), False)]
+        if per_sequence:  # the second sequence does not see key 0
+            calls = [(t, torch.stack([mask, mask.index_fill(-1, torch.tensor([0], device=device), False)])[:, None],
+                      causal) for t, mask, causal in calls if mask is not None]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch warns about each rejected kernel before raising
             with sdpa_context(backend):
                 for t, mask, causal in calls:
-                    length = t if causal else 4
-                    q = torch.randn(1, heads, t, head_dim, dtype=dtype, device=device)
-                    k = torch.randn(1, kv_heads, length, head_dim, dtype=dtype, device=device)
-                    v = torch.randn(1, kv_heads, length, v_dim, dtype=dtype, device=device)
+                    length, batch = t if causal else 4, mask.shape[0] if mask is not None and mask.dim() == 4 else 1
+                    q = torch.randn(batch, heads, t, head_dim, dtype=dtype, device=device)
+                    k = torch.randn(batch, kv_heads, length, head_dim, dtype=dtype, device=device)
+                    v = torch.randn(batch, kv_heads, length, v_dim, dtype=dtype, device=device)
                     attend(q, k, v, mask, causal=causal)
     except RuntimeError:
         return False

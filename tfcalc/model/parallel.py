@@ -13,7 +13,9 @@ The layout is the one the planner counts (``tfcalc.calc.shard``, ``tfcalc.calc.p
   alike (each rank holds its heads' conv channels and recurrent matrices).
 - gated attention (Qwen3-Next): each query head's [query | gate] rows of the fused QKV projection go with it.
 - MLA: q_b (or q) and kv_b split by head, o row-parallel; q_a, kv_a and their norms replicated, and so is the
-  latent cache: every rank caches the whole latent.
+  latent cache: every rank caches the whole latent. DSA's lightning indexer (wq_b, wk, k_norm, weights_proj; vLLM's
+  Indexer: ReplicatedLinear) is replicated with its key cache: every rank scores every key from the same q_lora and
+  hidden state and picks the same top-k, which its own heads then attend.
 - FFN: gate and up column-parallel (a rank keeps its I/tp columns of both), down row-parallel; one all-reduce.
 - MoE: the router replicated, so every rank routes every token alike. ep = 1: each routed expert sliced like an
   FFN; ep <= tp (ep divides tp): a rank holds E/ep experts sliced tp/ep ways (TensorRT-LLM's moe_tp x moe_ep = tp);

@@ -82,7 +82,7 @@ class TransformerBlock(nn.Module):
         self.attention_norm = make_norm(spec, spec.hidden_size)
         self.linear = spec.is_linear_layer(layer)
         self.attention: Attention | MLAttention | GatedDeltaNet = (
-            GatedDeltaNet(spec) if self.linear else MLAttention(spec) if spec.mla is not None
+            GatedDeltaNet(spec) if self.linear else MLAttention(spec, layer) if spec.mla is not None
             else Attention(spec, self.sliding, nope=layer in spec.nope_layers))
         self.ffn_norm = make_norm(spec, spec.hidden_size)
         self.ffn: nn.Module = (MoE(spec, weights_dtype) if spec.is_moe_layer(layer)
@@ -118,7 +118,9 @@ class Transformer(nn.Module):
     chunked prefill, windows longer than the prompt and static-cache decode, OPEN for live decode. Each gets its
     backend (``causal_backend``, ``masked_backend`` for prefill shapes; ``decode_backends`` per kind for decode
     shapes, which MLA's absorbed decode changes), resolved by :meth:`setup_caches`; :attr:`attention_backend`
-    reports what each phase ran.
+    reports what each phase ran. A DSA layer (MLA with ``spec.sparse_indexer``) masks its prefill by the top-k
+    choice (MASKED, never CAUSAL) and decodes over the k latents it gathers: OPEN live (all k visible), MASKED in
+    static and flex decode (k of the whole static cache, of which early positions see fewer).
     """
 
     def __init__(self, spec: ModelSpec, attention_backend: str = "auto", decode_attention: str = "auto",
@@ -199,8 +201,9 @@ class Transformer(nn.Module):
     def _probe(self, backend: str, kind: str, decode: bool) -> bool:
         heads, kv_heads, qk, v = _shapes(self._attention_layers()[0], decode)
         weight = self.tok_embeddings.weight
+        per_sequence = {"per_sequence": True} if self.spec.sparse_indexer is not None else {}  # DSA's top-k masks
         return backend_works(backend, heads, kv_heads, qk, weight.dtype, weight.device, kind=kind,
-                             v_dim=None if v == qk else v)
+                             v_dim=None if v == qk else v, **per_sequence)
 
     def resolve_backends(self) -> None:
         """Pick the backend of each call kind: the requested one where it runs that kind here, else the first of
@@ -228,13 +231,15 @@ class Transformer(nn.Module):
         calls = []
         for block in self.layers:
             attn = block.attention
+            sparse = isinstance(attn, MLAttention) and attn.sparse  # DSA (see the class docstring)
             if isinstance(attn, GatedDeltaNet):
                 calls.append((LINEAR, DELTANET))
-            elif mode == FLEX:
+            elif mode == FLEX and not sparse:
                 calls.append((FLEX, "flex"))
             elif attn.explicit:
                 calls.append(("explicit", SINKS if attn.sinks is not None else SOFTCAP))
-            elif mode == FRESH and self.causal_backend and (attn.window is None or t <= attn.window):
+            elif (mode == FRESH and self.causal_backend and not sparse
+                  and (attn.window is None or t <= attn.window)):
                 calls.append((CAUSAL, self.causal_backend))
             elif mode in (FRESH, CHUNK):
                 calls.append((MASKED, self.masked_backend or "auto"))
