@@ -111,3 +111,31 @@ def test_llama4_chunked_layers_attend_within_their_chunk() -> None:
     kv_per_layer_token = 8 * 128 * 2 * 2
     assert decode_work(full_only, 1, 16385).bytes - decode_work(m, 1, 16385).bytes == 36 * (16385 - 1) * (
         kv_per_layer_token)
+
+
+def test_dsa_decode_reads_top_k_latents_and_every_indexer_key() -> None:
+    """DeepSeek-V3.2, one sequence: past the top-k a decode step's cache read grows by the indexer's 132-byte key per
+    layer and token only (the latents it attends stay 2,048 of 1,152 B), and its FLOPs by 2 x 64 x 128 per layer."""
+    m = make_model(load_model("deepseek-v3.2"), parse_weight_precision("fp8_block"), KV, tp=8)
+    far, near = decode_work(m, 1, 10000), decode_work(m, 1, 4000)
+    assert far.bytes - near.bytes == 61 * 6000 * 132
+    assert far.flops - near.flops == 61 * 6000 * 2 * 64 * 128
+    below, at = decode_work(m, 1, 1000), decode_work(m, 1, 2048)
+    # below the top-k every latent is read: 1,048 more of them and their indexer keys, and the absorbed MLA's
+    # 2 x 16 heads x (2 x 512 + 64) FLOPs per latent
+    assert at.bytes - below.bytes == 61 * 1048 * (1152 + 132)
+    assert at.flops - below.flops == 61 * 1048 * (2 * 16 * (2 * 512 + 64) + 2 * 64 * 128)
+
+
+def test_dsa_prefill_attends_top_k_and_scores_every_pair() -> None:
+    """DeepSeek-V3.2 prefill of 4,096 tokens at tp 8: the MLA's keys are min(i + 1, 2,048) per query (materialised
+    heads: 4 x 16 x (192 + 128) / 2 FLOPs per key), the indexer's every causal pair."""
+    m = make_model(load_model("deepseek-v3.2"), parse_weight_precision("fp8_block"), KV, tp=8)
+    dsa, plain = prefill_work(m, 1, 4096), prefill_work(make_model(load_model("deepseek-v3"),
+                                                                  parse_weight_precision("fp8_block"), KV, tp=8), 1, 4096)
+    sparse_keys = 2048 * 2049 // 2 + 2048 * 2048
+    dense_keys = 4096 * 4097 // 2
+    per_key = 2 * 16 * (192 + 128)
+    indexer_weights = 2 * 4096 * 61 * (1536 * 64 * 128 + 7168 * (128 + 64))
+    expected = (61 * (sparse_keys - dense_keys) * per_key + 61 * dense_keys * 2 * 64 * 128 + indexer_weights)
+    assert dsa.flops - plain.flops == expected

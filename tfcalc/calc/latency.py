@@ -843,8 +843,9 @@ def _sparse_mla_prefill(s: _Step, d: Deployment, shape: StepShape) -> None:
     heads = dm.heads if r.ideal else max(dm.heads, r.dsa_prefill_head_tile)
     read = seqs * min(p + n, dm.index_topk) * dm.kv_bytes_per_token if p else 0.0
     s.groups["attention"].kv_bytes += s.mult * read
-    timed_past = max(p, dm.index_topk) if r.dsa_prefill_full_topk and not r.ideal else p  # every slot a key
-    s.add("attention", kernels.flash_prefill(r, seqs=seqs, tokens=n, past=timed_past, heads=heads,
+    timed = (1, seqs * n, dm.index_topk) if r.dsa_prefill_full_topk and not r.ideal else (seqs, n, p)
+    # all slots: each query's top-k keys whatever its sequence (queries gathered, not tiled per sequence)
+    s.add("attention", kernels.flash_prefill(r, seqs=timed[0], tokens=timed[1], past=timed[2], heads=heads,
                                              qk_dim=dm.kv_rank + dm.rope, v_dim=dm.kv_rank, window=dm.index_topk,
                                              kv_bytes_read=read, exact_flops=exact,
                                              efficiency=r.dsa_prefill_efficiency))

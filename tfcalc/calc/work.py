@@ -16,6 +16,10 @@ a test checks it). Counted per GPU of a tensor-parallel group (``make_model(...,
   routing E x (1 - (1 - k/E)^B)) instead of all E + KV read (B x sum over layers of the c, min(c, window) or
   (c - 1) mod chunk + 1 tokens its query attends) + KV
   written + fp32 logits + hidden states; FLOPs = 2 x active linear params x B + attention + lm_head.
+- DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): a query's MLA attends min(i + 1, top-k) keys (decode:
+  min(c, top-k) latents read, in FlashMLA's fp8 record where the cache is 8-bit); each layer with its own indexer
+  adds 2 x indexer heads x its head_dim FLOPs per query and cached key (every causal pair) and reads, writes its keys
+  as the engines store them (``kv_cache.indexer_key_bytes``; the bundled decoder keeps them in the model dtype).
 - Gated DeltaNet layers (Qwen3-Next, Qwen3.5) attend nothing and cache no tokens: their recurrence costs
   ``kernels.gated_delta_rule``'s FLOPs, and each sequence's conv and recurrent states are read and written once per
   step (prefill or decode).
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.calc import kernels
-from tfcalc.calc.kv_cache import keys_attended, keys_read, state_dtypes, tokens_held
+from tfcalc.calc.kv_cache import indexer_key_bytes, keys_attended, keys_read, kv_layer_bytes, state_dtypes, tokens_held
 from tfcalc.calc.plan import Shard, check_parallelism, param_bytes, shard
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision
@@ -79,6 +83,9 @@ def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float |
                                                                                           sh.full_norms)
         elements = Fraction(attention.matrix)
         read = param_bytes(attention, p, "attention") + param_bytes(norms, p, "norms")
+        if spec.sparse_indexer is not None and layer in spec.sparse_indexer.layers:  # DSA: its own indexer
+            elements += sh.indexer.matrix
+            read += param_bytes(sh.indexer, p, "attention")
     if spec.is_moe_layer(layer):
         moe = spec.moe
         assert moe is not None
@@ -112,6 +119,12 @@ def _head(m: Model, batch: int) -> tuple[int, Fraction, Fraction]:
     gathered = Fraction(0) if spec.tie_word_embeddings else p.for_component("embedding").bytes_for(
         batch * spec.hidden_size)
     return head.matrix, param_bytes(head, p, component), gathered
+
+
+def _indexer_flops_per_key(m: Model) -> float:
+    """A DSA indexer's logits per query and cached key, summed over the layers that run one: 2 x heads x head_dim."""
+    si = m.spec.sparse_indexer
+    return 0.0 if si is None else 2.0 * si.num_heads * si.head_dim * m.spec.num_indexer_layers
 
 
 def _kv_elements_held(m: Model, context: int) -> int:
@@ -150,13 +163,18 @@ def prefill_work(m: Model, batch: int, prompt_len: int, distinct_experts: dict[i
     head_elements, head_read, gathered = _head(m, tokens)
     linear_flops = 2 * float(elements) * tokens
     head_flops = 2 * head_elements * batch
+    si = spec.sparse_indexer
     attention_flops = float(batch * sum(
-        keys_attended(spec.sliding_window if spec.is_sliding_layer(i) else None, 0, prompt_len, spec.chunked_attention)
+        keys_attended(spec.sliding_window if spec.is_sliding_layer(i) else si.topk if si else None, 0, prompt_len,
+                      spec.chunked_attention)
         * _attention_flops_per_key(m, False, spec.is_sliding_layer(i))
         for i in range(spec.num_layers) if not spec.is_linear_layer(i)))
+    attention_flops += batch * keys_attended(None, 0, prompt_len) * _indexer_flops_per_key(m)
     recurrence_flops, states = _recurrence(m, batch, tokens, decode=False)
     flops = linear_flops + head_flops + attention_flops + recurrence_flops
-    kv_written = float(m.kv_dtype.bytes_for(batch * _kv_elements_held(m, prompt_len)))
+    kv_written = float(m.kv_dtype.bytes_for(batch * _kv_elements_held(m, prompt_len)) if si is None
+                       else tokens * (spec.num_layers * kv_layer_bytes(spec, m.kv_dtype, sliding=False)
+                                      + spec.num_indexer_layers * indexer_key_bytes(spec)))
     hidden = 4 * tokens * h * ACTIVATION_BYTES * spec.num_layers
     nbytes = float(weights_read + head_read + gathered) + hidden + kv_written + states
     return Work(flops=flops, bytes=nbytes)
@@ -169,13 +187,20 @@ def decode_work(m: Model, batch: int, context: int, distinct_experts: dict[int, 
     elements, weights_read = _linear(m, batch, distinct_experts)
     head_elements, head_read, gathered = _head(m, batch)
     attention = [layer for layer in range(spec.num_layers) if not spec.is_linear_layer(layer)]
-    keys = {layer: int(keys_read(spec, layer, context)) for layer in attention}
+    si = spec.sparse_indexer
+    keys = {layer: min(int(keys_read(spec, layer, context)), si.topk if si else context) for layer in attention}
     attention_flops = sum(keys[i] * _attention_flops_per_key(m, True, spec.is_sliding_layer(i)) for i in attention)
+    attention_flops += context * _indexer_flops_per_key(m)
     recurrence_flops, states = _recurrence(m, batch, batch, decode=True)
     flops = (2 * float(elements) * batch + 2 * head_elements * batch + float(batch * attention_flops)
              + recurrence_flops)
-    kv_read = float(m.kv_dtype.bytes_for(batch * sum(keys[i] * _kv_elements(m, i) for i in attention))) + states
-    kv_write = float(m.kv_dtype.bytes_for(batch * sum(_kv_elements(m, i) for i in attention)))
+    if si is None:
+        kv_read = float(m.kv_dtype.bytes_for(batch * sum(keys[i] * _kv_elements(m, i) for i in attention))) + states
+        kv_write = float(m.kv_dtype.bytes_for(batch * sum(_kv_elements(m, i) for i in attention)))
+    else:  # the latents a query attends and every indexer key, as the engines store them
+        latent, key = kv_layer_bytes(spec, m.kv_dtype, sliding=False), indexer_key_bytes(spec)
+        kv_read = float(batch * (sum(keys.values()) * latent + context * spec.num_indexer_layers * key))
+        kv_write = float(batch * (len(attention) * latent + spec.num_indexer_layers * key))
     logits = batch * head_elements // h * 4
     hidden = 4 * batch * h * ACTIVATION_BYTES * spec.num_layers
     weights = float(weights_read + head_read + gathered)

@@ -20,7 +20,8 @@ from tfcalc.spec.model import ModelSpec
 
 def layer_kind(spec: ModelSpec, layer: int) -> str:
     """``dense``/``moe`` (MoE models), ``sliding`` (or ``chunked``)/``global`` (windowed models),
-    ``linear``/``attention`` (Gated DeltaNet models) and ``nope`` (Llama 4's layers without RoPE), e.g. "moe global
+    ``linear``/``attention`` (Gated DeltaNet models), ``nope`` (Llama 4's layers without RoPE) and
+    ``indexed``/``shared`` (DSA models whose layers do not all run their own indexer: GLM-5.2), e.g. "moe global
     nope"."""
     parts = []
     if spec.moe is not None:
@@ -31,6 +32,9 @@ def layer_kind(spec: ModelSpec, layer: int) -> str:
         parts.append("linear" if spec.is_linear_layer(layer) else "attention")
     if layer in spec.nope_layers:
         parts.append("nope")
+    si = spec.sparse_indexer
+    if si is not None and len(si.layers) < spec.num_layers:
+        parts.append("indexed" if layer in si.layers else "shared")
     return " ".join(parts) or "layer"
 
 
@@ -62,8 +66,9 @@ def pick_layers(spec: ModelSpec, n: int) -> tuple[int, ...]:
 
 
 def keep_layers(spec: ModelSpec, layers: tuple[int, ...]) -> ModelSpec:
-    """``spec`` with only the given original layers, in order (dense, sliding, linear-attention, NoPE and
-    weight-exception layer lists renumbered)."""
+    """``spec`` with only the given original layers, in order (dense, sliding, linear-attention, NoPE, indexer and
+    weight-exception layer lists renumbered; the first kept layer runs its own DSA indexer, no earlier one being
+    left to share)."""
     moe = spec.moe
     if moe is not None:
         moe = replace(moe, dense_layers=tuple(i for i, old in enumerate(layers) if not spec.is_moe_layer(old)))
@@ -74,7 +79,11 @@ def keep_layers(spec: ModelSpec, layers: tuple[int, ...]) -> ModelSpec:
     if linear is not None:
         linear = replace(linear, layers=tuple(i for i, old in enumerate(layers) if spec.is_linear_layer(old)))
     nope = tuple(i for i, old in enumerate(layers) if old in spec.nope_layers)
+    indexer = spec.sparse_indexer
+    if indexer is not None:
+        indexer = replace(indexer, layers=tuple(i for i, old in enumerate(layers) if i == 0 or old in indexer.layers))
     return replace(spec, num_layers=len(layers), moe=moe, sliding_window_layers=sliding, linear_attention=linear,
+                   sparse_indexer=indexer,
                    sliding_window=spec.sliding_window if sliding else None, quantized_weight_exceptions=exceptions,
                    local_attention=spec.local_attention if sliding else "sliding", nope_layers=nope)
 
