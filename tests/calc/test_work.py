@@ -131,8 +131,8 @@ def test_dsa_prefill_attends_top_k_and_scores_every_pair() -> None:
     """DeepSeek-V3.2 prefill of 4,096 tokens at tp 8: the MLA's keys are min(i + 1, 2,048) per query (materialised
     heads: 4 x 16 x (192 + 128) / 2 FLOPs per key), the indexer's every causal pair."""
     m = make_model(load_model("deepseek-v3.2"), parse_weight_precision("fp8_block"), KV, tp=8)
-    dsa, plain = prefill_work(m, 1, 4096), prefill_work(make_model(load_model("deepseek-v3"),
-                                                                  parse_weight_precision("fp8_block"), KV, tp=8), 1, 4096)
+    v3 = make_model(load_model("deepseek-v3"), parse_weight_precision("fp8_block"), KV, tp=8)
+    dsa, plain = prefill_work(m, 1, 4096), prefill_work(v3, 1, 4096)
     sparse_keys = 2048 * 2049 // 2 + 2048 * 2048
     dense_keys = 4096 * 4097 // 2
     per_key = 2 * 16 * (192 + 128)
