@@ -59,7 +59,7 @@ def test_caveats_name_loaded_points(v: ModuleType) -> None:
     tagged = [p for p in v.load_points() if p.get("caveat")]
     assert len(tagged) == len(json.loads(v.CAVEATS.read_text())) >= 1
     assert {p["caveat"] for p in tagged} <= {"routing", "sliced", "unsplit", "interpolated", "older",
-                                               "extrapolated"}
+                                               "extrapolated", "dsa_extrapolated"}
     assert all(p["source_kind"] != "silicon" for p in tagged)
 
 
