@@ -143,6 +143,16 @@ def hf_model(name: str) -> HFModel:
     windows, head_dims, moe_layers = [], [], []
     linear_layers = []
     for i, layer in enumerate(text.layers):
+        block = getattr(layer, "block_type", None)  # Nemotron-H: one mixer or FFN per block
+        if block is not None:
+            windows.append(None)
+            if block == "linear_attention":
+                linear_layers.append(i)
+            elif block == "full_attention":
+                head_dims.append(layer.mixer.head_dim)
+            elif block == "moe":
+                moe_layers.append(i)
+            continue
         if hasattr(layer, "linear_attn"):  # Qwen3-Next / Qwen3.5's Gated DeltaNet: no window, no heads of head_dim
             linear_layers.append(i)
             windows.append(None)
@@ -157,7 +167,7 @@ def hf_model(name: str) -> HFModel:
             head_dims.append(getattr(attn, "qk_head_dim", getattr(attn, "head_dim", 0)))
         if hasattr(getattr(layer, "mlp", None) or layer.feed_forward, "experts") or hasattr(layer, "experts"):
             moe_layers.append(i)
-    first_attention = next(layer for layer in text.layers if hasattr(layer, "self_attn"))
+    first_attention = next((layer for layer in text.layers if hasattr(layer, "self_attn")), None)
     return HFModel(
         class_name=type(model).__name__,
         params=tuple((n, tuple(p.shape)) for n, p in model.named_parameters()),
@@ -167,7 +177,7 @@ def hf_model(name: str) -> HFModel:
         head_dims=tuple(head_dims),
         rotary_dim=2 * inv_freq.shape[0] if isinstance(inv_freq := getattr(
             getattr(text, "rotary_emb", None), "inv_freq", None), torch.Tensor) else None,
-        qk_norm=hasattr(first_attention.self_attn, "q_norm"),
+        qk_norm=first_attention is not None and hasattr(first_attention.self_attn, "q_norm"),
         linear_layers=tuple(linear_layers),
         tied=not any(n.startswith(("lm_head", "language_model.lm_head")) for n, _ in model.named_parameters()),
         seconds=seconds,
@@ -185,13 +195,18 @@ def _component(name: str) -> str:
                                                                                            "vision_model.",
                                                                                            "model.embed_vision."))):
         return "encoder"
-    if "embed_tokens" in name:
+    if "embed_tokens" in name or name == "model.embeddings.weight":  # Nemotron-H's name for it
         return "embedding"
     if name.startswith(("lm_head", "language_model.lm_head")):
         return "lm_head"
     if "norm" in name.rsplit(".", 2)[-2]:  # *_layernorm, q_norm, k_norm, q_a_layernorm, kv_a_layernorm, model.norm
         return "norms"
     name = name.replace(".feed_forward.", ".mlp.")  # Llama 4's name for the block's FFN
+    if ".mixer." in name:  # Nemotron-H's block: an MoE's parts, an MLP's projections, else a Mamba-2 or attention mixer
+        if re.search(r"\.mixer\.(experts|shared_experts|gate|up_proj|down_proj)\b", name):
+            name = name.replace(".mixer.gate.", ".mlp.gate.").replace(".mixer.", ".mlp.")
+        else:
+            return "attention"
     name = re.sub(r"(\.layers\.\d+)\.(experts|router)\.", r"\1.mlp.\2.", name)  # Gemma 4's beside its dense MLP
     if ".mlp.experts." in name:
         return "experts"
@@ -252,7 +267,7 @@ def test_structure_equals_transformers(name: str) -> None:
     assert len(hf.windows) == s.num_layers
     assert hf.moe_layers == tuple(i for i in range(s.num_layers) if s.is_moe_layer(i))
     assert hf.windows == tuple(s.sliding_window if s.is_sliding_layer(i) else None for i in range(s.num_layers))
-    attention_layers = [i for i in range(s.num_layers) if not s.is_linear_layer(i)]
+    attention_layers = [i for i in range(s.num_layers) if not s.is_linear_layer(i) and s.has_mixer(i)]
     assert hf.head_dims == tuple(s.layer_kind_spec(s.is_sliding_layer(i)).head_dim for i in attention_layers)
     assert hf.qk_norm == s.qk_norm
     assert hf.linear_layers == tuple(i for i in range(s.num_layers) if s.is_linear_layer(i))
@@ -338,7 +353,8 @@ def test_family_defaults_match_transformers_config_classes(model_type: str) -> N
     cls = CONFIG_MAPPING[model_type]
     field_names = {f.name for f in dataclasses.fields(cls)}
     for key, value in FAMILIES[model_type].defaults.items():
-        per_type = cls().rope_parameters if isinstance(cls().rope_parameters.get("full_attention"), dict) else None
+        rope = getattr(cls(), "rope_parameters", None) or {}  # Nemotron-H has none: its attention turns nothing
+        per_type = rope if isinstance(rope.get("full_attention"), dict) else None
         if key in ("rope_theta", "rope_local_base_freq") and per_type is not None:  # Gemma 4: one per layer type
             layer_type = "full_attention" if key == "rope_theta" else "sliding_attention"
             assert value == per_type[layer_type]["rope_theta"]

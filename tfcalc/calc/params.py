@@ -123,6 +123,12 @@ def linear_attention_shape(spec: ModelSpec) -> TPShape:
     if la is None:
         return TPShape()
     h = spec.hidden_size
+    if la.kind == "mamba2":  # in_proj [h, 2 d_inner + 2 groups d_state + heads]; dt_bias, A_log, D per head
+        in_out = h * (2 * la.value_dim + 2 * la.key_dim + la.num_value_heads)
+        vector = (la.conv_dim * la.conv_kernel + (la.conv_dim if la.conv_bias else 0) + 3 * la.num_value_heads
+                  + (in_out // h if la.proj_bias else 0))
+        return TPShape(split=Params(matrix=in_out + la.value_dim * h, vector=vector),
+                       replicated=Params(vector=h if la.proj_bias else 0))
     matrix = h * (2 * la.key_dim + 2 * la.value_dim) + h * 2 * la.num_value_heads + la.value_dim * h
     return TPShape(split=Params(matrix=matrix, vector=la.conv_dim * la.conv_kernel + 2 * la.num_value_heads))
 
@@ -169,11 +175,19 @@ def norms_shape(spec: ModelSpec) -> TPShape:
 
 def linear_norms_shape(spec: ModelSpec) -> TPShape:
     """A Gated DeltaNet layer's norms: the block norms and the gated RMSNorm over value_head_dim (shared by every
-    value head, replicated)."""
+    value head, replicated); Mamba-2's gated RMSNorm spans d_inner (split over tp with its heads)."""
     la = spec.linear_attention
     if la is None:
         return TPShape()
-    return TPShape(replicated=_norm(spec, spec.hidden_size) * spec.norms_per_layer + _norm(spec, la.value_head_dim))
+    if la.kind == "mamba2":
+        return TPShape(split=_norm(spec, la.value_dim), replicated=block_norms(spec))
+    return TPShape(replicated=block_norms(spec) + _norm(spec, la.value_head_dim))
+
+
+def block_norms(spec: ModelSpec) -> Params:
+    """A layer's pre-norms over h (``norms_per_layer``): all a block without a mixer holds (Nemotron-H's MLP and MoE
+    blocks), replicated."""
+    return _norm(spec, spec.hidden_size) * spec.norms_per_layer
 
 
 def norm_params_per_layer(spec: ModelSpec) -> Params:
@@ -307,16 +321,16 @@ def count_params(spec: ModelSpec) -> ParamCounts:
     if not spec.tie_word_embeddings:
         add("lm_head", Params(matrix=v * h))
     add("norms", final_norm_params(spec))
-    layers, moe = spec.num_layers, spec.moe
+    moe = spec.moe
     moe_layers = spec.num_moe_layers
     linear_layers = spec.num_linear_layers
     full, sliding = spec.full_layer_spec, spec.num_attention_layers - spec.num_full_layers
     add("attention", attention_params(spec) * sliding + attention_params(full) * spec.num_full_layers
         + linear_attention_shape(spec).total() * linear_layers + indexer_shape(spec).total() * spec.num_indexer_layers)
     add("norms", norm_params_per_layer(spec) * sliding + norm_params_per_layer(full) * spec.num_full_layers
-        + linear_norms_shape(spec).total() * linear_layers + indexer_norm_params(spec) * spec.num_indexer_layers)
-    dense_mlps = layers if moe is not None and moe.dense_mlp_beside else layers - moe_layers
-    add("mlp", ffn_params(spec, spec.intermediate_size, spec.mlp_bias) * dense_mlps)
+        + linear_norms_shape(spec).total() * linear_layers + indexer_norm_params(spec) * spec.num_indexer_layers
+        + block_norms(spec) * len(spec.mixer_free_layers))
+    add("mlp", ffn_params(spec, spec.intermediate_size, spec.mlp_bias) * spec.num_dense_mlp_layers)
     if moe is not None and moe_layers:
         expert = ffn_params(spec, moe.expert_intermediate_size, moe.expert_bias)
         add("experts", expert * (moe.num_experts * moe_layers), expert * (moe.experts_per_token * moe_layers))

@@ -470,6 +470,69 @@ def _mla(c: _Config) -> MLASpec:
                    qk_rope_head_dim=c.req_int("qk_rope_head_dim"), v_head_dim=c.req_int("v_head_dim"))
 
 
+# Nemotron-H's block letters (hybrid_override_pattern) and names (layers_block_type, transformers 5's and the
+# checkpoints' own): each block holds one mixer or one FFN
+_NEMOTRON_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe", "mamba": "mamba",
+                    "linear_attention": "mamba", "attention": "attention", "full_attention": "attention", "mlp": "mlp",
+                    "moe": "moe"}
+
+
+def _nemotron_blocks(c: _Config) -> list[str]:
+    """Nemotron-H's block per layer (mamba, attention, mlp, moe) from ``hybrid_override_pattern`` or
+    ``layers_block_type``, as long as ``num_hidden_layers``."""
+    raw = c.data.get("hybrid_override_pattern", c.data.get("layers_block_type"))
+    entries = list(raw) if isinstance(raw, str) else raw
+    if not isinstance(entries, list) or len(entries) != c.num_layers or any(
+            not isinstance(e, str) or e not in _NEMOTRON_BLOCKS for e in entries):
+        raise c.error(f"field 'hybrid_override_pattern' must give one of M * - E (or layers_block_type one of mamba, "
+                      f"attention, mlp, moe) for each of the {c.num_layers} layers")
+    return [_NEMOTRON_BLOCKS[e] for e in entries]
+
+
+def _nemotron_h(c: _Config) -> dict[str, Any]:
+    """Nemotron-H (transformers NemotronHForCausalLM): a block per layer holding one of a Mamba-2 mixer, attention
+    without RoPE, a plain relu^2 MLP or an MoE; one RMSNorm before it. The attention and Mamba blocks have no FFN,
+    the MLP and MoE blocks no mixer."""
+    blocks = _nemotron_blocks(c)
+    if c.data.get("moe_latent_size") is not None:
+        raise c.error("field 'moe_latent_size': Nemotron's latent MoE (experts on a projected width: Nemotron 3 Super "
+                      "and Ultra) is not supported")
+    mamba = tuple(i for i, b in enumerate(blocks) if b == "mamba")
+    heads = c.int_or_default("mamba_num_heads", minimum=1)
+    state = _TORCH_DTYPES.get(c.data.get("mamba_ssm_cache_dtype", "float32"))
+    if state is None:
+        raise c.error(f"field 'mamba_ssm_cache_dtype' must be one of {', '.join(_TORCH_DTYPES)}")
+    linear = LinearAttentionSpec(
+        kind="mamba2", layers=mamba, num_key_heads=c.int_or_default("n_groups", minimum=1),
+        num_value_heads=heads, key_head_dim=c.int_or_default("ssm_state_size", minimum=1),
+        value_head_dim=c.int_or_default("mamba_head_dim", minimum=1), conv_kernel=c.int_or_default("conv_kernel"),
+        conv_bias=c.flag("use_conv_bias"), proj_bias=c.flag("mamba_proj_bias"),
+        chunk_size=c.int_or_default("chunk_size", minimum=1), recurrent_state_dtype=state) if mamba else None
+    return {"linear_attention": linear, "norms_per_layer": 1, "ffn_kind": "plain",
+            "ffn_free_layers": tuple(i for i, b in enumerate(blocks) if b in ("mamba", "attention")),
+            "mixer_free_layers": tuple(i for i, b in enumerate(blocks) if b in ("mlp", "moe")),
+            "nope_layers": tuple(i for i, b in enumerate(blocks) if b == "attention")}
+
+
+def _nemotron_moe(c: _Config) -> MoESpec | None:
+    """Nemotron-H's MoE blocks: ``n_routed_experts`` plain relu^2 experts of ``moe_intermediate_size`` and a shared
+    expert of ``moe_shared_expert_intermediate_size``, DeepSeek-V3's router (sigmoid scores, a correction bias,
+    group-limited top-k, scaled); every other block is a "dense" layer (an MLP, or no FFN at all)."""
+    blocks = _nemotron_blocks(c)
+    if "moe" not in blocks:
+        return None
+    shared = c.int_or_default("n_shared_experts")
+    return MoESpec(num_experts=c.req_int("n_routed_experts"), experts_per_token=c.req_int("num_experts_per_tok"),
+                   expert_intermediate_size=c.req_int("moe_intermediate_size"), num_shared_experts=shared,
+                   shared_expert_intermediate_size=c.int_or_default("moe_shared_expert_intermediate_size")
+                   if shared else 0,
+                   dense_layers=tuple(i for i, b in enumerate(blocks) if b != "moe"),
+                   router_score_correction_bias=True, normalize_top_k=c.flag("norm_topk_prob"),
+                   router_scoring="sigmoid", expert_groups=c.int_or_default("n_group", minimum=1),
+                   groups_per_token=c.int_or_default("topk_group", minimum=1),
+                   routed_scaling_factor=c.req_float("routed_scaling_factor"))
+
+
 def _dsa_indexer(c: _Config) -> dict[str, Any]:
     """DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5): ``index_n_heads`` x ``index_head_dim``,
     ``index_topk``; the layers that run their own (GLM-5.2's ``indexer_types`` "full", or transformers
@@ -666,6 +729,19 @@ FAMILIES: dict[str, _Family] = {
                   "index_head_dim": 128, "index_topk": 2048},
         moe=_deepseek_moe(score_correction_bias=True), mla=True, mtp_key="num_nextn_predict_layers",
         numerics=_dsa_indexer),
+    # Nemotron-H / Nemotron 3 (NemotronHConfig): Mamba-2, attention, MLP and MoE blocks per hybrid_override_pattern
+    "nemotron_h": _Family(
+        defaults={"vocab_size": 131072, "hidden_size": 4096, "num_attention_heads": 32,
+                  "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 4096,
+                  "intermediate_size": 21504, "mlp_hidden_act": "relu2", "mlp_bias": False, "ssm_state_size": 128,
+                  "mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8, "conv_kernel": 4,
+                  "use_conv_bias": True, "chunk_size": 128, "mamba_proj_bias": False, "n_routed_experts": 8,
+                  "n_shared_experts": 1, "moe_intermediate_size": 7688, "moe_shared_expert_intermediate_size": 7688,
+                  "num_experts_per_tok": 2, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1,
+                  "norm_topk_prob": True, "num_nextn_predict_layers": 0, "tie_word_embeddings": False,
+                  "attention_bias": False},
+        attention=_no_bias, moe=_nemotron_moe, mlp_bias=True, activation_key="mlp_hidden_act",
+        mtp_key="num_nextn_predict_layers", numerics=_nemotron_h),
     # GLM-4.5 / 4.6 / 4.7: Llama-style GQA (q/k/v biases, optional per-head QK-norm, half the head rotated) with
     # DeepSeek-V3's router and shared expert; transformers Glm4MoeConfig / Glm4MoeForCausalLM.
     "glm4_moe": _Family(
@@ -716,7 +792,7 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForCausalLM": "qwen3_5_text",
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text", "Llama4ForCausalLM": "llama4_text",
     "Gemma4ForCausalLM": "gemma4_text", "DeepseekV32ForCausalLM": "deepseek_v32",
-    "GlmMoeDsaForCausalLM": "glm_moe_dsa",
+    "GlmMoeDsaForCausalLM": "glm_moe_dsa", "NemotronHForCausalLM": "nemotron_h",
 }
 
 
@@ -811,7 +887,7 @@ def _native_dtype(c: _Config) -> str:
 
 # HF ``hidden_act`` names -> the names ModelSpec uses (tfcalc.model.layers.activate); others are refused.
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu",
-                "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
+                "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "relu2": "relu2"}
 
 
 def _activation(c: _Config, family: _Family) -> str:
@@ -1039,7 +1115,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         # no dense MLP (Qwen3.5-MoE): the field holds the expert width, used by no layer
         intermediate_size=c.req_int("moe_intermediate_size") if not family.dense_mlp else c.int_or_default(
             family.dense_width_key, minimum=1),
-        ffn_kind="gated",
+        ffn_kind=numerics.pop("ffn_kind", "gated"),
         activation=_activation(c, family),
         tie_word_embeddings=c.flag("tie_word_embeddings"),
         attention_sinks=family.attention_sinks,
@@ -1050,7 +1126,8 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         qk_norm_across_heads=family.qk_norm_across_heads,
         sliding_window=window,
         sliding_window_layers=sliding_layers,
-        linear_attention=family.linear_attention(c) if family.linear_attention is not None else None,
+        linear_attention=numerics.pop("linear_attention", None) or (
+            family.linear_attention(c) if family.linear_attention is not None else None),
         attention_output_gate=family.attention_output_gate,
         mla=mla,
         moe=family.moe(c) if family.moe is not None else None,

@@ -22,7 +22,8 @@ FfnKind = Literal["gated", "plain"]
 NormKind = Literal["rmsnorm", "layernorm"]
 ActiveConvention = Literal["all_weights_touched", "excludes_input_embedding"]
 # The FFN nonlinearities the decoder implements (tfcalc.model.layers.activate); anything else is refused.
-Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped"]
+Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped", "relu2"]
+LinearKind = Literal["gated_deltanet", "mamba2"]
 # RoPE scalings as transformers names them (modeling_rope_utils.ROPE_INIT_FUNCTIONS); "default" means none.
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
@@ -88,6 +89,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "linear_attention.key_head_dim": (1, 1 << 16),
     "linear_attention.value_head_dim": (1, 1 << 16),
     "linear_attention.conv_kernel": (1, 64),
+    "linear_attention.chunk_size": (1, 1 << 16),
     "encoder.adapter_hidden_dim": (0, 1 << 20),
     "encoder.adapter_output_dim": (0, 1 << 20),
     "encoder.vision_output_dim": (0, 1 << 20),
@@ -436,7 +438,14 @@ class LinearAttentionSpec:
     ``conv_kernel`` taps, an output gate z (value_dim), per-value-head decay a and write strength b, a gated RMSNorm
     over value_head_dim and out_proj. Each sequence holds a fixed state instead of a KV cache: the conv's last
     conv_kernel - 1 input rows and one value_head_dim x key_head_dim matrix per value head (vLLM
-    MambaStateShapeCalculator.gated_delta_net_state_shape)."""
+    MambaStateShapeCalculator.gated_delta_net_state_shape).
+
+    ``kind`` mamba2 (Nemotron-H; Dao & Gu 2024, arXiv:2405.21060; transformers NemotronHMamba2Mixer) reads the same
+    fields as Mamba-2's: key heads = the B/C groups (n_groups), key_head_dim = the state size (d_state), value
+    heads x value_head_dim = the SSM heads x their head_dim (d_inner); one in_proj [h, 2 d_inner + 2 groups d_state +
+    heads] (z, x, B, C, dt), the conv over x, B and C (``conv_bias``), dt_bias, A_log and D per head, a gated RMSNorm
+    over d_inner and out_proj; the same states (vLLM MambaStateShapeCalculator.mamba2_state_shape: conv_dim x
+    (conv_kernel - 1) and heads x head_dim x d_state)."""
 
     layers: tuple[int, ...]
     num_key_heads: int
@@ -444,6 +453,10 @@ class LinearAttentionSpec:
     key_head_dim: int
     value_head_dim: int
     conv_kernel: int = 4
+    kind: LinearKind = "gated_deltanet"
+    conv_bias: bool = False   # Mamba-2's use_conv_bias
+    proj_bias: bool = False   # Mamba-2's in_proj / out_proj biases (mamba_proj_bias)
+    chunk_size: int = 64      # the chunked scan's chunk (Mamba-2's chunk_size; FLA's 64 for Gated DeltaNet)
     # the recurrent state's format the checkpoint declares (Qwen3.5's mamba_ssm_dtype: float32); None: the model's
     recurrent_state_dtype: str | None = None
 
@@ -604,6 +617,9 @@ class ModelSpec:
     full_attention: FullAttentionSpec | None = None
     # each attention layer's values come from its k projection: no v_proj (Gemma 4's full layers; set on
     # ``full_layer_spec``, or on a model whose every layer does it)
+    # Nemotron-H's blocks hold one of a token mixer or an FFN: these layers have no FFN, those no mixer
+    ffn_free_layers: tuple[int, ...] = ()
+    mixer_free_layers: tuple[int, ...] = ()
     # DSA's lightning indexer (DeepSeek-V3.2, GLM-5): the MLA attends at most its top-k tokens
     sparse_indexer: SparseIndexerSpec | None = None
     attention_k_eq_v: bool = False
@@ -691,6 +707,19 @@ class ModelSpec:
             raise SpecError(f"{n}: {exc}") from None
         if self.mla is not None:
             _require(not self.sliding_window_layers, f"{n}: MLA with sliding-window layers is not supported")
+        if self.ffn_free_layers or self.mixer_free_layers:
+            try:
+                check_layer_indices("ffn_free_layers", self.ffn_free_layers, self.num_layers)
+                check_layer_indices("mixer_free_layers", self.mixer_free_layers, self.num_layers)
+            except SpecError as exc:
+                raise SpecError(f"{n}: {exc}") from None
+            _require(not set(self.ffn_free_layers) & set(self.mixer_free_layers),
+                     f"{n}: a layer is listed both without an FFN and without a mixer")
+            _require(self.moe is None or set(self.ffn_free_layers) <= set(self.moe.dense_layers),
+                     f"{n}: a layer without an FFN must be among moe.dense_layers")
+            linear = set(self.linear_attention.layers) if self.linear_attention is not None else set()
+            _require(not set(self.mixer_free_layers) & (linear | set(self.sliding_window_layers)),
+                     f"{n}: a layer without a mixer is listed as a linear-attention or sliding-window layer")
         si = self.sparse_indexer
         if si is not None:
             _require(self.mla is not None and self.mla.q_lora_rank is not None,
@@ -821,8 +850,32 @@ class ModelSpec:
 
     @property
     def num_attention_layers(self) -> int:
-        """Layers with softmax attention and a KV cache: all but the linear-attention ones."""
-        return self.num_layers - self.num_linear_layers
+        """Layers with softmax attention and a KV cache: all but the linear-attention ones and those without a mixer."""
+        return self.num_layers - self.num_linear_layers - len(self.mixer_free_layers)
+
+    @functools.cached_property
+    def _ffn_free_set(self) -> frozenset[int]:
+        return frozenset(self.ffn_free_layers)
+
+    @functools.cached_property
+    def _mixer_free_set(self) -> frozenset[int]:
+        return frozenset(self.mixer_free_layers)
+
+    def has_ffn(self, layer: int) -> bool:
+        """Whether ``layer`` runs an FFN (a dense MLP or experts): all but Nemotron-H's mixer blocks."""
+        return layer not in self._ffn_free_set
+
+    def has_mixer(self, layer: int) -> bool:
+        """Whether ``layer`` mixes tokens (attention or a recurrence): all but Nemotron-H's MLP and MoE blocks."""
+        return layer not in self._mixer_free_set
+
+    @property
+    def num_dense_mlp_layers(self) -> int:
+        """Layers that run the dense MLP: every one with an FFN that is not an MoE layer (every layer when the MoE runs
+        beside the MLP)."""
+        if self.moe is not None and self.moe.dense_mlp_beside:
+            return self.num_layers
+        return self.num_layers - self.num_moe_layers - len(self.ffn_free_layers)
 
     @property
     def num_sliding_layers(self) -> int:
@@ -845,6 +898,8 @@ class ModelSpec:
             indexer = spec.sparse_indexer
             if indexer is not None:
                 indexer = replace(indexer, layers=tuple(i for i in indexer.layers if i < n))
+            spec = replace(spec, ffn_free_layers=tuple(i for i in spec.ffn_free_layers if i < n),
+                           mixer_free_layers=tuple(i for i in spec.mixer_free_layers if i < n))
             spec = replace(spec, num_layers=n, moe=moe, quantized_weight_exceptions=exceptions, linear_attention=linear,
                            sparse_indexer=indexer,
                            sliding_window_layers=tuple(i for i in spec.sliding_window_layers if i < n),
