@@ -98,7 +98,7 @@ def test_memory_default_is_the_checkpoint_format() -> None:
 def test_presets_list_and_show() -> None:
     listing = run("presets", "list", "-f", "json")
     names = [r["name"] for r in json.loads(listing.output)]
-    assert "llama3-70b" in names and "deepseek-v3" in names and len(names) == 34
+    assert "llama3-70b" in names and "deepseek-v3" in names and len(names) == 36
     shown = run("presets", "show", "llama3-70b")
     assert shown.exit_code == 0 and "num_kv_heads" in shown.output and "sku_list.py" in shown.output
 

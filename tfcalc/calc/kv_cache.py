@@ -97,10 +97,10 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype: DType) -> int:
 
 def tokens_held(spec: ModelSpec, layer: int, context: int) -> int:
     """min(context, window) on sliding-window and chunked layers (a chunked layer's bound on the way to
-    ``context``), none on Gated DeltaNet layers, else the whole context."""
+    ``context``), none on Gated DeltaNet / Mamba-2 layers and layers without a mixer, else the whole context."""
     if spec.sliding_window is not None and spec.is_sliding_layer(layer):
         return min(context, spec.sliding_window)
-    return 0 if spec.is_linear_layer(layer) else context
+    return 0 if spec.is_linear_layer(layer) or not spec.has_mixer(layer) else context
 
 
 def keys_attended(window: int | None, start: int | float, count: int | float, chunked: bool = False) -> float:
@@ -132,6 +132,12 @@ def keys_read(spec: ModelSpec, layer: int, context: int | float) -> int | float:
     if spec.chunked_attention and spec.is_sliding_layer(layer) and spec.sliding_window is not None:
         return (context - 1) % spec.sliding_window + 1 if context >= 1 else 0
     return tokens_held(spec, layer, context)  # type: ignore[arg-type]
+
+
+def linear_name(spec: ModelSpec) -> str:
+    """The recurrent layers' name for people: Gated DeltaNet (Qwen3-Next, Qwen3.5) or Mamba-2 (Nemotron-H)."""
+    la = spec.linear_attention
+    return "Mamba-2" if la is not None and la.kind == "mamba2" else "Gated DeltaNet"
 
 
 def state_dtypes(spec: ModelSpec) -> tuple[DType, DType]:

@@ -260,6 +260,8 @@ class _Dims:
     shared: _Linear
     head: _Linear
     embedding_bits: float
+    # Mamba-2 layers (Nemotron-H) instead of Gated DeltaNet: their scan's chunk
+    mamba_chunk: int = 0
     # DSA (DeepSeek-V3.2, GLM-5): the indexer's heads and head_dim (whole on every GPU), the keys MLA attends at most,
     # one token's indexer key in bytes; 0: no indexer
     index_heads: int = 0
@@ -270,7 +272,8 @@ class _Dims:
 
 @dataclass(frozen=True)
 class _Stage:
-    counts: tuple[tuple[str, bool, int], ...]  # (full | sliding | linear | shared, moe, layers)
+    # (full | sliding | linear | shared | none: no mixer, FFN: True MoE / False dense / None none, layers)
+    counts: tuple[tuple[str, bool | None, int], ...]
     first: bool
     last: bool
 
@@ -342,26 +345,25 @@ def _count_in(sorted_layers: tuple[int, ...], lo: int, hi: int) -> int:
 
 
 def _stages(spec: ModelSpec, pp: int) -> tuple[_Stage, ...]:
-    """Layer kinds (full / sliding / Gated DeltaNet / a DSA layer reusing an earlier indexer's choice, MoE?) and
-    their counts per pipeline stage, from the layer lists: O(lists), not O(L)."""
+    """Layer kinds (full / sliding / Gated DeltaNet or Mamba-2 / a DSA layer reusing an earlier indexer's choice /
+    none: no mixer) with their FFN (MoE, dense, none) and their counts per pipeline stage, from the layer lists:
+    O(lists), not O(L)."""
     every = range(spec.num_layers)
-    dense = set(spec.moe.dense_layers) if spec.moe is not None else set(every)
+    no_ffn = set(spec.ffn_free_layers)
+    dense = (set(spec.moe.dense_layers) if spec.moe is not None else set(every)) - no_ffn
+    moe = set(every) - dense - no_ffn
     si = spec.sparse_indexer
     kinds = {"sliding": set(spec.sliding_window_layers) if spec.sliding_window is not None else set(),
              "linear": set(spec.linear_attention.layers) if spec.linear_attention is not None else set(),
-             "shared": set(every) - set(si.layers) if si is not None else set()}
-    lists = {(kind, False): tuple(sorted(layers & dense)) for kind, layers in kinds.items()}
-    lists |= {(kind, True): tuple(sorted(layers - dense)) for kind, layers in kinds.items()}
-    dense_sorted = tuple(sorted(dense))
+             "shared": set(every) - set(si.layers) if si is not None else set(),
+             "none": set(spec.mixer_free_layers)}
+    kinds["full"] = set(every) - set().union(*kinds.values())
+    ffns: dict[bool | None, set[int]] = {False: dense, True: moe, None: no_ffn}
+    lists = {(kind, ffn): tuple(sorted(layers & of)) for kind, layers in kinds.items() for ffn, of in ffns.items()}
     out = []
     ranges = stage_layers(spec.num_layers, pp)
     for s, r in enumerate(ranges):
-        n_dense = _count_in(dense_sorted, r.start, r.stop)
-        found = {key: _count_in(layers, r.start, r.stop) for key, layers in lists.items()}
-        full_dense = n_dense - sum(v for (_, moe), v in found.items() if not moe)
-        full_moe = len(r) - n_dense - sum(v for (_, moe), v in found.items() if moe)
-        counts = [*((kind, moe, v) for (kind, moe), v in found.items()), ("full", False, full_dense),
-                  ("full", True, full_moe)]
+        counts = [(kind, ffn, _count_in(layers, r.start, r.stop)) for (kind, ffn), layers in lists.items()]
         out.append(_Stage(tuple(c for c in counts if c[2] > 0), s == 0, s == len(ranges) - 1))
     return tuple(out)
 
@@ -444,7 +446,8 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  head=mode("embedding" if spec.tie_word_embeddings else "lm_head"),
                  embedding_bits=float(precision.for_component("embedding").bits_per_element),
                  index_heads=si.num_heads if si else 0, index_dim=si.head_dim if si else 0,
-                 index_topk=si.topk if si else 0, index_key_bytes=float(indexer_key_bytes(spec)))
+                 index_topk=si.topk if si else 0, index_key_bytes=float(indexer_key_bytes(spec)),
+                 mamba_chunk=la.chunk_size if la is not None and la.kind == "mamba2" else 0)
 
 
 def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, *, tp: int = 1,
@@ -926,42 +929,56 @@ def _linear_attention_layer(s: _Step, d: Deployment, shape: StepShape) -> None:
     m, h = shape.tokens, dm.h
     keys, values = dm.linear_key_heads * dm.linear_key_dim, dm.linear_value_heads * dm.linear_value_dim
     conv = 2 * keys + values
+    mamba = dm.mamba_chunk > 0  # Mamba-2: one in_proj for z, x, B, C and dt (vLLM MambaMixer2)
     _elementwise_group(s, "attention", 4 * m * h * ACT_BYTES, ideal_bytes=4 * m * h * ACT_BYTES)
-    _gemm(s, "attention", m, conv + values, h, dm.attn, eng)
-    _gemm(s, "attention", m, 2 * dm.linear_value_heads, h, dm.attn, eng)
+    if mamba:
+        _gemm(s, "attention", m, conv + values + dm.linear_value_heads, h, dm.attn, eng)
+    else:
+        _gemm(s, "attention", m, conv + values, h, dm.attn, eng)
+        _gemm(s, "attention", m, 2 * dm.linear_value_heads, h, dm.attn, eng)
     seqs = shape.prefill_seqs + shape.decode_seqs
     _elementwise_group(s, "attention", 2 * m * conv * ACT_BYTES + 2 * seqs * dm.linear_conv_state_bytes,
                        ideal_bytes=2 * seqs * dm.linear_conv_state_bytes)
     io = (conv + values) * ACT_BYTES
     acc = s.groups["attention"]
     acc.kv_bytes += s.mult * 2 * seqs * dm.linear_conv_state_bytes
+    def scan(seqs: float, tokens: float, decode: bool) -> Cost:
+        if mamba:
+            return kernels.mamba2_scan(s.rates, seqs=seqs, tokens=tokens, heads=dm.linear_value_heads,
+                                       state_dim=dm.linear_key_dim, head_dim=dm.linear_value_dim, chunk=dm.mamba_chunk,
+                                       state_bytes=dm.linear_state_bytes, io_bytes=tokens * io, decode=decode)
+        return kernels.gated_delta_rule(s.rates, seqs=seqs, tokens=tokens, heads=dm.linear_value_heads,
+                                        key_dim=dm.linear_key_dim, value_dim=dm.linear_value_dim,
+                                        state_bytes=dm.linear_state_bytes, io_bytes=tokens * io, decode=decode)
+
     if shape.prefill_seqs and shape.prefill_tokens:
-        n = shape.prefill_seqs * shape.prefill_tokens
-        s.add("attention", kernels.gated_delta_rule(
-            s.rates, seqs=shape.prefill_seqs, tokens=n, heads=dm.linear_value_heads, key_dim=dm.linear_key_dim,
-            value_dim=dm.linear_value_dim, state_bytes=dm.linear_state_bytes, io_bytes=n * io, decode=False))
+        s.add("attention", scan(shape.prefill_seqs, shape.prefill_seqs * shape.prefill_tokens, False))
         acc.kv_bytes += s.mult * 2 * shape.prefill_seqs * dm.linear_state_bytes
     if shape.decode_seqs:
-        s.add("attention", kernels.gated_delta_rule(
-            s.rates, seqs=shape.decode_seqs, tokens=shape.decode_seqs, heads=dm.linear_value_heads,
-            key_dim=dm.linear_key_dim, value_dim=dm.linear_value_dim, state_bytes=dm.linear_state_bytes,
-            io_bytes=shape.decode_seqs * io, decode=True))
+        s.add("attention", scan(shape.decode_seqs, shape.decode_seqs, True))
         acc.kv_bytes += s.mult * 2 * shape.decode_seqs * dm.linear_state_bytes
     _elementwise_group(s, "attention", 3 * m * values * ACT_BYTES)  # gated RMSNorm: read core output and z, write
     _gemm(s, "attention", m, h, values, dm.attn, eng, after="norm")  # out_proj
 
 
-def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool, ideal: bool) -> None:
+def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool | None, ideal: bool) -> None:
+    """One layer: its mixer (none in Nemotron-H's MLP and MoE blocks) and its FFN (``moe`` None: none, Nemotron-H's
+    Mamba-2 and attention blocks), each row-parallel output reduced over tp."""
     if kind == "linear":
         _linear_attention_layer(s, d, shape)
-    else:
+    elif kind != "none":
         if d.tp > 1 and d.dims.qk_norm_across_heads:  # the q and k norms' mean squares, fp32 [tokens, 2], summed
             t, bw = _all_reduce(d, shape.tokens * 2 * 4, d.tp, ideal, s.memo)  # (vLLM MiniMaxText01RMSNormTP)
             s.add_comm(t, bw, "tp")
         _attention_layer(s, d, shape, kind == "sliding", own_indexer=kind != "shared")
-    if d.tp > 1:
+    if kind != "none" and d.tp > 1:
         t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
         s.add_comm(t, bw, "tp")
+    if moe is None:
+        return
+    if kind == "none":  # the block's own norm before its FFN (the mixer's layers price theirs with the mixer)
+        _elementwise_group(s, "moe" if moe else "dense_ffn", 4 * shape.tokens * d.dims.h * ACT_BYTES,
+                           ideal_bytes=4 * shape.tokens * d.dims.h * ACT_BYTES)
     if moe and d.spec.moe is not None and d.spec.moe.dense_mlp_beside:
         # Gemma 4: the dense MLP first, reduced on its own (vLLM Gemma4MLP's row-parallel down_proj), then the MoE
         _ffn_layer(s, d, shape, False, ideal)

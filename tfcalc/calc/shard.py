@@ -34,6 +34,7 @@ from functools import lru_cache
 from tfcalc.calc.params import (
     Params,
     attention_shape,
+    block_norms,
     encoder_shape,
     ffn_shape,
     final_norm_params,
@@ -239,6 +240,8 @@ class _LayerIndex:
     sliding: tuple[int, ...]            # sorted sliding-window layers
     linear: tuple[int, ...]             # sorted Gated DeltaNet layers
     indexer: tuple[int, ...]            # sorted layers running a DSA indexer
+    ffn_free: tuple[int, ...]           # sorted layers without an FFN (Nemotron-H's mixer blocks)
+    mixer_free: tuple[int, ...]         # sorted layers without a mixer (Nemotron-H's MLP and MoE blocks)
     exceptions: tuple[tuple[int, ...], ...]  # sorted layers of each quantized_weight_exceptions entry
 
 
@@ -248,7 +251,8 @@ def _layer_index(spec: ModelSpec) -> _LayerIndex:
     linear = tuple(sorted(set(spec.linear_attention.layers))) if spec.linear_attention is not None else ()
     indexer = tuple(sorted(set(spec.sparse_indexer.layers))) if spec.sparse_indexer is not None else ()
     return _LayerIndex(dense=dense, sliding=tuple(sorted(set(spec.sliding_window_layers))), linear=linear,
-                       indexer=indexer,
+                       indexer=indexer, ffn_free=tuple(sorted(set(spec.ffn_free_layers))),
+                       mixer_free=tuple(sorted(set(spec.mixer_free_layers))),
                        exceptions=tuple(tuple(sorted(set(x.layers))) for x in spec.quantized_weight_exceptions))
 
 
@@ -270,20 +274,23 @@ class StageCensus:
     sliding_layers: int
     linear_layers: int = 0
     indexer_layers: int = 0
+    ffn_free_layers: int = 0     # Nemotron-H's mixer blocks: no FFN
+    mixer_free_layers: int = 0   # Nemotron-H's MLP and MoE blocks: no mixer, no cache
 
     @property
     def dense_layers(self) -> int:
-        return self.layers - self.moe_layers
+        """Layers with a dense MLP: all but the MoE ones and those without an FFN."""
+        return self.layers - self.moe_layers - self.ffn_free_layers
 
     @property
     def attention_layers(self) -> int:
-        """Layers with a KV cache: all but the Gated DeltaNet ones."""
-        return self.layers - self.linear_layers
+        """Layers with a KV cache: all but the Gated DeltaNet / Mamba-2 ones and those without a mixer."""
+        return self.layers - self.linear_layers - self.mixer_free_layers
 
     @property
     def full_layers(self) -> int:
         """Attention layers without a window."""
-        return self.layers - self.sliding_layers - self.linear_layers
+        return self.attention_layers - self.sliding_layers
 
 
 def stage_census(spec: ModelSpec, layers: range) -> StageCensus:
@@ -291,7 +298,9 @@ def stage_census(spec: ModelSpec, layers: range) -> StageCensus:
     moe = 0 if spec.moe is None else len(layers) - _count(index.dense, layers)
     sliding = _count(index.sliding, layers) if spec.sliding_window is not None else 0
     return StageCensus(layers=len(layers), moe_layers=moe, sliding_layers=sliding,
-                       linear_layers=_count(index.linear, layers), indexer_layers=_count(index.indexer, layers))
+                       linear_layers=_count(index.linear, layers), indexer_layers=_count(index.indexer, layers),
+                       ffn_free_layers=_count(index.ffn_free, layers),
+                       mixer_free_layers=_count(index.mixer_free, layers))
 
 
 def _layer_parts(sh: Shard) -> dict[str, Params]:
@@ -305,7 +314,7 @@ def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int, in
     if not spec.quantized_weight_exceptions:
         return ()
     index = _layer_index(spec)
-    dense = frozenset(index.dense) if spec.moe is not None else None
+    dense = frozenset(index.dense) - frozenset(index.ffn_free) if spec.moe is not None else None
     local = frozenset(index.sliding) if spec.sliding_window is not None else frozenset()
     counts = []
     for sorted_layers in index.exceptions:
@@ -362,6 +371,7 @@ def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, 
     dense_mlps = c.layers if spec.moe is not None and spec.moe.dense_mlp_beside else c.dense_layers
     total = (c.sliding_layers * per_layer + c.full_layers * per_full + c.linear_layers * per_linear
              + c.indexer_layers * param_bytes(sh.indexer, precision, "attention")
+             + c.mixer_free_layers * param_bytes(block_norms(spec), precision, "norms")
              + dense_mlps * param_bytes(sh.mlp, precision, "mlp") + c.moe_layers * moe
              + sum(exception_deltas(spec, sh, precision, exceptions).values(), Fraction(0)))
     if first:

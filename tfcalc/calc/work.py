@@ -33,6 +33,7 @@ from fractions import Fraction
 
 from tfcalc.calc import kernels
 from tfcalc.calc.kv_cache import indexer_key_bytes, keys_attended, keys_read, kv_layer_bytes, state_dtypes, tokens_held
+from tfcalc.calc.params import block_norms
 from tfcalc.calc.plan import Shard, check_parallelism, param_bytes, shard
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision
@@ -75,7 +76,9 @@ def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float |
     ``distinct_experts`` replaces the uniform-routing expectation with a measured count (the profiler's).
     """
     sh, spec, p = m.sh, m.spec, m.precision
-    if spec.is_linear_layer(layer):
+    if not spec.has_mixer(layer):  # Nemotron-H's MLP and MoE blocks: their norm only
+        elements, read = Fraction(0), param_bytes(block_norms(spec), p, "norms")
+    elif spec.is_linear_layer(layer):
         elements = Fraction(sh.linear_attention.matrix)
         read = param_bytes(sh.linear_attention, p, "attention") + param_bytes(sh.linear_norms, p, "norms")
     else:
@@ -95,6 +98,8 @@ def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float |
         resident_share = Fraction(sh.experts_resident, moe.num_experts)
         read += Fraction(distinct).limit_denominator(10**9) * resident_share * param_bytes(sh.expert, p, "experts")
         read += param_bytes(sh.shared_experts, p, "shared_experts") + param_bytes(sh.router, p, "router")
+    if not spec.has_ffn(layer):  # Nemotron-H's Mamba-2 and attention blocks
+        return elements, read
     if not spec.is_moe_layer(layer) or (spec.moe is not None and spec.moe.dense_mlp_beside):
         elements += sh.mlp.matrix
         read += param_bytes(sh.mlp, p, "mlp")
@@ -148,7 +153,11 @@ def _recurrence(m: Model, seqs: int, tokens: int, decode: bool) -> tuple[float, 
         return 0.0, 0.0
     heads = la.num_value_heads * sh.state_recurrent_elements // la.recurrent_state_elements
     dkdv = la.key_head_dim * la.value_head_dim
-    per_token = 7.0 * dkdv if decode else 6.0 * dkdv + 4.0 * kernels.GDN_CHUNK * (la.key_head_dim + la.value_head_dim)
+    if la.kind == "mamba2":  # kernels.mamba2_scan
+        per_token = 4.0 * dkdv if decode else 4.0 * dkdv + 2.0 * la.chunk_size * (la.key_head_dim + la.value_head_dim)
+    else:
+        per_token = (7.0 * dkdv if decode
+                     else 6.0 * dkdv + 4.0 * kernels.GDN_CHUNK * (la.key_head_dim + la.value_head_dim))
     conv, recurrent = state_dtypes(m.spec)
     state = conv.bytes_for(sh.state_conv_elements) + recurrent.bytes_for(sh.state_recurrent_elements)
     layers = m.spec.num_linear_layers
@@ -168,7 +177,7 @@ def prefill_work(m: Model, batch: int, prompt_len: int, distinct_experts: dict[i
         keys_attended(spec.sliding_window if spec.is_sliding_layer(i) else si.topk if si else None, 0, prompt_len,
                       spec.chunked_attention)
         * _attention_flops_per_key(m, False, spec.is_sliding_layer(i))
-        for i in range(spec.num_layers) if not spec.is_linear_layer(i)))
+        for i in range(spec.num_layers) if not spec.is_linear_layer(i) and spec.has_mixer(i)))
     attention_flops += batch * keys_attended(None, 0, prompt_len) * _indexer_flops_per_key(m)
     recurrence_flops, states = _recurrence(m, batch, tokens, decode=False)
     flops = linear_flops + head_flops + attention_flops + recurrence_flops
@@ -186,7 +195,7 @@ def decode_work(m: Model, batch: int, context: int, distinct_experts: dict[int, 
     spec, h = m.spec, m.spec.hidden_size
     elements, weights_read = _linear(m, batch, distinct_experts)
     head_elements, head_read, gathered = _head(m, batch)
-    attention = [layer for layer in range(spec.num_layers) if not spec.is_linear_layer(layer)]
+    attention = [layer for layer in range(spec.num_layers) if not spec.is_linear_layer(layer) and spec.has_mixer(layer)]
     si = spec.sparse_indexer
     keys = {layer: min(int(keys_read(spec, layer, context)), si.topk if si else context) for layer in attention}
     attention_flops = sum(keys[i] * _attention_flops_per_key(m, True, spec.is_sliding_layer(i)) for i in attention)

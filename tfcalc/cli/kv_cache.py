@@ -48,8 +48,9 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
         notes.append("Chunked local attention (Llama 4): those layers attend within fixed chunks and hold at most "
                      "one chunk; vLLM frees earlier chunks, SGLang and TensorRT-LLM by default keep them.")
     if any(row["state_bytes"] is not None for row in rows):
-        notes.append("Gated DeltaNet layers cache no tokens: each sequence holds a fixed state instead (fixed "
-                     "state: batch x its conv and recurrent states in every such layer), included in the KV cache.")
+        notes.append("Gated DeltaNet / Mamba-2 layers cache no tokens: each sequence holds a fixed state instead "
+                     "(fixed state: batch x its conv and recurrent states in every such layer), included in the KV "
+                     "cache.")
     over = dict.fromkeys((r["model"], r["context"]) for r in rows if r["exceeds_max_context"])
     notes += [f"note: {model} context {context:,} exceeds its max context" for model, context in over]
     emit(rows, columns, fmt, output, title="KV cache", notes=tuple(notes))

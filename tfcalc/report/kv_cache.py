@@ -10,6 +10,7 @@ from tfcalc.calc.kv_cache import (
     default_kv_dtype,
     kv_bytes_per_token,
     kv_cache_bytes,
+    linear_name,
     state_exact_bytes_per_sequence,
 )
 from tfcalc.dtypes import DType
@@ -48,7 +49,7 @@ def kv_cache_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int
             per_token = kv_bytes_per_token(variant, kv_dtype)
             rows.append({
                 "model": spec.name,
-                "attention": label if spec.linear_attention is None else f"{label} + Gated DeltaNet",
+                "attention": label if spec.linear_attention is None else f"{label} + {linear_name(spec)}",
                 "kv_heads": variant.num_kv_heads if variant.mla is None else None,
                 "head_dim": variant.head_dim if variant.mla is None else None,
                 "layers": variant.num_layers,

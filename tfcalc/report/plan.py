@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from tfcalc.calc.kv_cache import indexer_key_bytes, kv_layer_bytes, sparse_mla_record
+from tfcalc.calc.kv_cache import indexer_key_bytes, kv_layer_bytes, linear_name, sparse_mla_record
 from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit
 from tfcalc.calc.shard import stage_census, stage_layers
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype, parse_weight_precision
@@ -152,7 +152,7 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
                      f"{r.kv_bytes_per_token_per_gpu:,} B{mla}")
     if r.state_bytes_per_layer:
         linear = max(stage_census(spec, layers).linear_layers for layers in ranges)
-        lines.append(f"Gated DeltaNet state per request per GPU = {linear} layers x {r.state_bytes_per_layer:,} B "
+        lines.append(f"{linear_name(spec)} state per request per GPU = {linear} layers x {r.state_bytes_per_layer:,} B "
                      "(conv + recurrent state)")
         if r.block_size != r.block_size_asked:
             lines.append(f"  block_size raised from {r.block_size_asked} to {r.block_size}: one attention page "

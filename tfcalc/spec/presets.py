@@ -431,6 +431,24 @@ def _layer_list(value: Any, num_layers: int, key: str) -> tuple[int, ...]:
     raise SpecError(f"field '{key}' must be all, even, odd, none or a list of layer indices")
 
 
+def _hybrid_pattern(data: dict[str, Any], num_layers: int) -> None:
+    """Nemotron-H's ``hybrid_override_pattern`` (one of M * - E per layer: a Mamba-2, attention without RoPE, MLP or
+    MoE block) spread into the layer lists it stands for: Mamba-2 layers, layers without an FFN or a mixer, NoPE
+    layers and the MoE's dense layers."""
+    pattern = data.pop("hybrid_override_pattern")
+    if not isinstance(pattern, str) or len(pattern) != num_layers or set(pattern) - set("M*-E"):
+        raise SpecError(f"field 'hybrid_override_pattern' must give one of M * - E for each of the {num_layers} "
+                        "layers")
+    where = {c: tuple(i for i, x in enumerate(pattern) if x == c) for c in "M*-E"}
+    data["ffn_free_layers"] = tuple(sorted(where["M"] + where["*"]))
+    data["mixer_free_layers"] = tuple(sorted(where["-"] + where["E"]))
+    data["nope_layers"] = where["*"]
+    if isinstance(data.get("linear_attention"), dict):
+        data["linear_attention"] = {**data["linear_attention"], "layers": list(where["M"])}
+    if isinstance(data.get("moe"), dict):
+        data["moe"] = {**data["moe"], "dense_layers": [i for i, x in enumerate(pattern) if x != "E"]}
+
+
 def _check_document_keys(data: dict[str, Any]) -> None:
     """The provenance keys that are shown to people have a type too."""
     if "display_name" in data:
@@ -448,7 +466,7 @@ def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> 
     """
     data = dict(data)
     _check_keys(data, _MODEL_FIELDS | _DOC_KEYS | {"moe", "mla", "rope_scaling", "sliding_window_layers",
-                                                   "nope_layers"}, origin)
+                                                   "nope_layers", "hybrid_override_pattern"}, origin)
     try:
         _check_document_keys(data)
         for key in _DOC_KEYS:
@@ -463,6 +481,11 @@ def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> 
             data["sliding_window_layers"] = tuple(range(num_layers))
         if "nope_layers" in data:
             data["nope_layers"] = _layer_list(data["nope_layers"], num_layers, "nope_layers")
+        for key in ("ffn_free_layers", "mixer_free_layers"):
+            if key in data:
+                data[key] = _layer_list(data[key], num_layers, key)
+        if "hybrid_override_pattern" in data:
+            _hybrid_pattern(data, num_layers)
         data.setdefault("name", default_name)
         return _build_model(data, num_layers, origin)
     except TypeError as exc:
