@@ -44,6 +44,11 @@ Four caveats, each a mechanism of the collector rather than of the engine:
   dsa_context_module row: aiconfigurator prices the attention far outside what the collector timed, and not in
   proportion to the work (SGLang 0.5.14's rows stop at 8,192 tokens on the H200; its context attention for
   DeepSeek-V3.2 at 6,000-token prompts grows 1.8x from 4 prompts to 24, vLLM's 6.3x).
+- ``ssm_unmeasured``: a Mamba-2 model (Nemotron-H) whose decode step, as tfcalc counts it, spends more than
+  ``SSM_STATE_SHARE`` of its bytes reading and writing the sequences' SSM states: aiconfigurator's mamba2 tables hold
+  only the causal-conv kernels (causal_conv1d_fn / _update), and its price for the scan and the state update is all
+  but nothing (Nemotron-H 56B at tp 2, 64 sequences: 1 us per layer and step, where reading and writing 64 states of
+  128 heads x 64 x 256 fp32 takes about 0.2 ms on an H200).
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ UNSPLIT_RATIO = 0.9
 INTERPOLATED_SHORTFALL = 0.2
 OLDER_DISAGREEMENT = 0.2
 DSA_EXTRAPOLATED = 4.0
+SSM_STATE_SHARE = 0.2
 EXTRAPOLATED_DROP = 0.2
 
 
@@ -239,6 +245,21 @@ def dsa_table_tokens(root: Path, system: str, engine: str, version: str, aic_mod
     return int((rows.batch_size * rows.isl).max()) if len(rows) else None
 
 
+def ssm_state_share(spec, p: dict) -> float:  # noqa: ANN001 - ModelSpec
+    """The part of a decode step's bytes (``work.decode_work`` at the point's mean context) that are the Mamba-2 states
+    read and written, on one GPU of the point's tp group."""
+    from tfcalc.calc import work
+    from tfcalc.calc.kv_cache import state_dtypes
+    from tfcalc.dtypes import get_dtype, parse_weight_precision
+
+    m = work.make_model(spec, parse_weight_precision(p["weights_dtype"]),
+                        get_dtype("bf16"), p["tp"], p.get("ep", 1))
+    conv, recurrent = state_dtypes(spec)
+    state = float(conv.bytes_for(m.sh.state_conv_elements) + recurrent.bytes_for(m.sh.state_recurrent_elements))
+    traffic = 2 * p["batch"] * spec.num_linear_layers * state
+    return traffic / work.decode_work(m, p["batch"], p["isl"] + p["osl"] // 2).bytes
+
+
 def caveats() -> list[dict]:
     """Every aiconfigurator point (validate.py's files) with a caveat, keyed as validate.py keys its points."""
     import aiconfigurator_core
@@ -253,9 +274,19 @@ def caveats() -> list[dict]:
         if not path.exists() or not path.name.startswith("aiconfigurator"):
             continue
         for p in json.loads(path.read_text()):
-            if "error" in p or p["model"] not in validate.MOE:
+            if "error" in p:
                 continue
             spec = validate.load_spec(validate.model_file(p["model"]))
+            la = spec.linear_attention
+            if la is not None and la.kind == "mamba2" and (share := ssm_state_share(spec, p)) > SSM_STATE_SHARE:
+                out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
+                            "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
+                            "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": "ssm_unmeasured",
+                            "evidence": f"the SSM states are {share:.0%} of the decode step's bytes; aiconfigurator "
+                                        "has no measured scan or state-update kernel"})
+                continue
+            if p["model"] not in validate.MOE:
+                continue
             moe = spec.moe
             ep = p.get("ep", 1)
             si = spec.sparse_indexer

@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout23]
+        | --holdout12 | ... | --holdout24]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -45,6 +45,9 @@ KV heads of 256 per GPU anywhere: the 31B from tp 2; such points are errors, lef
 ``--holdout23`` the twenty-third (``HOLDOUT_GRID_23``, aiconfigurator_holdout23.json): DeepSeek Sparse Attention
 (DeepSeek-V3.2, GLM-5), an architecture tfcalc first read after the twenty-second (a lightning indexer choosing the
 2,048 keys each query's MLA attends).
+``--holdout24`` the twenty-fourth (``HOLDOUT_GRID_24``, aiconfigurator_holdout24.json): Nemotron-H (Nemotron 3 Nano
+30B-A3B, Nemotron-H 56B), an architecture tfcalc first read after the twenty-third (Mamba-2 blocks with a fixed state
+per sequence, attention without RoPE, blocks holding only an MLP or an MoE).
 """
 
 from __future__ import annotations
@@ -103,6 +106,8 @@ MODELS = {
     "gemma4-31b": ("nvidia/Gemma-4-31B-IT-NVFP4", "bf16", "bfloat16", "bfloat16"),
     "deepseek-v3.2": ("deepseek-ai/DeepSeek-V3.2", "fp8_block", "fp8_block", "fp8_block"),
     "glm-5": ("zai-org/GLM-5-FP8", "fp8_block", "fp8_block", "fp8_block"),
+    "nemotron-3-nano-30b-a3b": ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "bf16", "bfloat16", "bfloat16"),
+    "nemotron-h-56b": ("nvidia/Nemotron-H-56B-Base-8K", "bf16", "bfloat16", None),
 }
 
 # The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
@@ -553,6 +558,17 @@ HOLDOUT_GRID_23 = [
     ("glm-5", "b200_sxm", [8], [4, 24, 64], [(5000, 300)]),
 ]
 
+# Nemotron-H (Nemotron 3 Nano 30B-A3B: Mamba-2, attention and MoE blocks; Nemotron-H 56B: Mamba-2, attention and MLP
+# blocks), collected on 2026-12-06 (stop 51) after tfcalc first read these checkpoints, scored once before any change
+HOLDOUT_GRID_24 = [
+    ("nemotron-3-nano-30b-a3b", "h100_sxm", [1, 2], [4, 24, 64], [(2000, 500), (8000, 300)]),
+    ("nemotron-3-nano-30b-a3b", "h200_sxm", [2], [4, 24, 64], [(4000, 300)], True),
+    ("nemotron-3-nano-30b-a3b", "b200_sxm", [1], [4, 24, 64], [(3000, 400)]),
+    ("nemotron-h-56b", "h100_sxm", [2, 4], [4, 24, 64], [(3000, 400)]),
+    ("nemotron-h-56b", "h200_sxm", [2], [4, 24, 64], [(6000, 300)]),
+    ("nemotron-h-56b", "b200_sxm", [1], [4, 24, 64], [(2000, 500)]),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -632,7 +648,8 @@ if __name__ == "__main__":
              "--holdout12": HOLDOUT_GRID_12, "--holdout13": HOLDOUT_GRID_13, "--holdout14": HOLDOUT_GRID_14,
              "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16, "--holdout17": HOLDOUT_GRID_17,
              "--holdout18": HOLDOUT_GRID_18, "--holdout19": HOLDOUT_GRID_19, "--holdout20": HOLDOUT_GRID_20,
-             "--holdout21": HOLDOUT_GRID_21, "--holdout22": HOLDOUT_GRID_22, "--holdout23": HOLDOUT_GRID_23}
+             "--holdout21": HOLDOUT_GRID_21, "--holdout22": HOLDOUT_GRID_22, "--holdout23": HOLDOUT_GRID_23,
+             "--holdout24": HOLDOUT_GRID_24}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

@@ -27,6 +27,7 @@ from the nvfp4 rows; MXFP4 experts on Hopper run weight-only at the bf16 value (
 does not have. ``--held-out N`` prices the rows with N to --min-tokens tokens (left out of the fit) at the presets'
 own values and prints the median tfcalc / measured (the check of the fit on points it did not see).
 
+``--plain`` prices the rows as experts of two matrices (up, down; Nemotron-H's relu^2 MoE) instead of three.
 ``--engine sglang|trtllm`` fits (or with ``--held-out``, checks) an engine preset's ``kernels.moe_efficiency`` on
 that engine's tables the same way (the held-out check prices at the engine's value where it has one, else the GPU
 preset's); ``--kernel-source TEXT`` keeps the rows of one kernel (an engine's table can hold several: SGLang's bf16
@@ -75,6 +76,9 @@ from pathlib import Path
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "a100_sxm": "a100-80gb", "l40s": "l40s"}
 WEIGHTS = {"bfloat16": "bf16", "fp8_block": "fp8_block", "fp8": "fp8_e4m3", "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4",
            "w4a8_mxfp4_mxfp8": "mxfp4"}
+
+
+GATED = True  # --plain: the rows time experts of two matrices (up, down: Nemotron-H's relu^2), not gate + up + down
 
 
 def table_mode(moe_dtype: str, gpu: object) -> object:
@@ -127,7 +131,7 @@ def expert_floors(root: Path, version: str = "1.3.0rc20") -> None:
                 local = row.num_experts // row.moe_ep_size
                 c = kernels.moe_experts(rates, tokens=1, experts_local=local, experts_total=row.num_experts,
                                         top_k=row.topk, hidden=row.hidden_size,
-                                        expert_width=row.inter_size // row.moe_tp_size, gated=True,
+                                        expert_width=row.inter_size // row.moe_tp_size, gated=GATED,
                                         weight_bits=mode.bits, compute=mode.compute, dequant=mode.dequant,
                                         weight_format=mode.weights)
                 points.append((local, row.moe_ep_size, row.latency * 1e-3 - c.seconds))
@@ -173,7 +177,7 @@ def format_floors(root: Path, engine: str, version: str, weights: str, kernel_so
         for row in rows.itertuples():
             c = kernels.moe_experts(rates, tokens=1, experts_local=row.num_experts, experts_total=row.num_experts,
                                     top_k=row.topk, hidden=row.hidden_size,
-                                    expert_width=row.inter_size // row.moe_tp_size, gated=True,
+                                    expert_width=row.inter_size // row.moe_tp_size, gated=GATED,
                                     weight_bits=mode.bits, compute=mode.compute, dequant=mode.dequant,
                                     weight_format=mode.weights)
             left.append(row.latency * 1e-3 - c.seconds)
@@ -220,7 +224,7 @@ def ep_floors(root: Path, engine: str, version: str, weights: str, kernel_source
         for row in rows.itertuples():
             c = kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts // row.moe_ep_size,
                                     experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
-                                    expert_width=row.inter_size, gated=True, weight_bits=mode.bits,
+                                    expert_width=row.inter_size, gated=GATED, weight_bits=mode.bits,
                                     compute=mode.compute, dequant=mode.dequant, weight_format=mode.weights)
             left.setdefault((row.moe_ep_size > 1, row.num_tokens == 1), []).append(row.latency * 1e-3 - c.seconds)
         if not all(left.get(k) for k in ((True, True), (False, True), (True, False), (False, False))):
@@ -254,7 +258,7 @@ def expert_parallel(root: Path, engine: str, version: str, weights: str) -> None
                 mode = table_mode(row.moe_dtype, gpu)
                 c = kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts // ep,
                                         experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
-                                        expert_width=row.inter_size, gated=True, weight_bits=mode.bits,
+                                        expert_width=row.inter_size, gated=GATED, weight_bits=mode.bits,
                                         compute=mode.compute, dequant=mode.dequant, weight_format=mode.weights)
                 band = "< 256" if row.num_tokens < 256 else "256-4095" if row.num_tokens < 4096 else ">= 4096"
                 bands.setdefault(band, []).append(c.seconds / (row.latency * 1e-3))
@@ -391,7 +395,7 @@ def price_ratios(rates: object, rows: list) -> list[float]:
 
     return [kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts,
                                 experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
-                                expert_width=row.inter_size // row.moe_tp_size, gated=True, weight_bits=mode.bits,
+                                expert_width=row.inter_size // row.moe_tp_size, gated=GATED, weight_bits=mode.bits,
                                 compute=mode.compute, dequant=mode.dequant, weight_format=mode.weights).seconds
             / (row.latency * 1e-3) for row, mode in rows]
 
@@ -521,6 +525,8 @@ def main() -> None:
                         help="price rows with N to --min-tokens tokens at the presets' values")
     parser.add_argument("--expert-floors", action="store_true", help="TensorRT-LLM's per-local-expert cost")
     parser.add_argument("--kernel-source", default="", metavar="TEXT", help="only rows whose kernel_source has TEXT")
+    parser.add_argument("--plain", action="store_true",
+                        help="price the rows as plain experts (up and down, no gate: Nemotron-H's relu^2 MoE)")
     parser.add_argument("--compare", action="store_true",
                         help="--engine's latency / vLLM's on the same shapes, GPU and weight format")
     parser.add_argument("--dequant-ops", action="store_true",
@@ -556,6 +562,8 @@ def main() -> None:
                              "those with a tuned config (yes) or without (no: fits moe_untuned_efficiency, and "
                              "with --large-m moe_untuned_large_m_memory_efficiency)")
     args = parser.parse_args()
+    global GATED
+    GATED = not args.plain
     k0s = [float(x) for x in args.k0.split(",") if x]
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     if args.expert_floors:

@@ -59,7 +59,7 @@ def test_caveats_name_loaded_points(v: ModuleType) -> None:
     tagged = [p for p in v.load_points() if p.get("caveat")]
     assert len(tagged) == len(json.loads(v.CAVEATS.read_text())) >= 1
     assert {p["caveat"] for p in tagged} <= {"routing", "sliced", "unsplit", "interpolated", "older",
-                                               "extrapolated", "dsa_extrapolated"}
+                                               "extrapolated", "dsa_extrapolated", "ssm_unmeasured"}
     assert all(p["source_kind"] != "silicon" for p in tagged)
 
 
@@ -420,6 +420,24 @@ def test_twenty_third_held_out_grid_dsa(v: ModuleType) -> None:
     hopper = [(p, ttft) for p, ttft, _ in scored if p["gpu"] == "h200" and not p.get("caveat")]
     assert len(hopper) >= 30 and sum(abs(e) <= 0.2 for _, e in hopper) >= 0.8 * len(hopper)
     assert all(abs(tpot) <= 0.35 for _, _, tpot in scored)
+
+
+def test_twenty_fourth_held_out_grid_nemotron_h(v: ModuleType) -> None:
+    """The twenty-fourth held-out file: Nemotron-H (Nemotron 3 Nano 30B-A3B on H100s at tp 1-2, H200s at tp 2 / ep 2
+    and a B200; Nemotron-H 56B on H100s at tp 2-4, H200s at tp 2, a B200; the three engines), checkpoints tfcalc first
+    read in stop 51. Scored once before any change: TTFT 62 / 90, TPOT 49 / 90. aiconfigurator's Mamba-2 tables hold
+    only the causal-conv kernels: its decode prices the SSM state update at about nothing, so where the states are a
+    fifth of the step's bytes (the 56B at batch 24-64; caveat "ssm_unmeasured") tfcalc's TPOT is 38-98 % above it.
+    SGLang serves Nano's relu^2 MoE on FlashInfer CUTLASS on Hopper, 3-7x vLLM's Triton time in aiconfigurator's
+    tables: its 15 Hopper points are most of tfcalc's other misses (-40 ... -78 %). With Mamba-2's scan counted per B/C
+    group (a FLOP count corrected after the scoring): TTFT 64 / 90."""
+    scored = _signed_errors(v, 24, 64 + 26)
+    assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 64
+    assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 49
+    unmeasured = [tpot for p, _, tpot in scored if p.get("caveat") == "ssm_unmeasured"]
+    assert len(unmeasured) >= 20 and all(tpot > 0.2 for tpot in unmeasured)
+    vllm_trt = [(ttft, tpot) for p, ttft, tpot in scored if p["engine"] != "sglang" and not p.get("caveat")]
+    assert sum(abs(a) <= 0.2 and abs(b) <= 0.2 for a, b in vllm_trt) >= 0.7 * len(vllm_trt)
 
 
 def test_vllm_b200_mixtral_prefill_with_large_experts(v: ModuleType) -> None:

@@ -417,20 +417,21 @@ def gated_delta_rule(rates: Rates, *, seqs: float, tokens: float, heads: int, ke
     return _finish(rates, "gdn_prefill", flops, nbytes, t_compute, ideal_bytes=2 * seqs * state_bytes)
 
 
-def mamba2_scan(rates: Rates, *, seqs: float, tokens: float, heads: int, state_dim: int, head_dim: int, chunk: int,
-                state_bytes: float, io_bytes: float, decode: bool) -> Cost:
+def mamba2_scan(rates: Rates, *, seqs: float, tokens: float, heads: int, groups: int, state_dim: int, head_dim: int,
+                chunk: int, state_bytes: float, io_bytes: float, decode: bool) -> Cost:
     """Mamba-2's selective state-space scan over ``heads`` heads (SSD, Dao & Gu 2024, arXiv:2405.21060 sec. 6; vLLM's
     mamba_chunk_scan_combined / selective_state_update). Decode: per head and token 4 d_state head_dim FLOPs (the
     state's decay and write, the output read from it), memory-bound on each sequence's state read and written.
-    Prefill over chunks of Q = ``chunk``: per head and token 2 Q (d_state + head_dim) (C B^T and its product with x
-    inside the chunk) + 4 d_state head_dim (the chunk states and the output from them) on 16-bit tensor cores at the
-    GEMM rate (Gated DeltaNet's measured kernel fraction where the engine has one: ``Rates.gdn_efficiency``). Floors:
-    the ``gdn_prefill`` / ``gdn_decode`` classes (the same chunked-scan and recurrent-update kernel shapes)."""
+    Prefill over chunks of Q = ``chunk``: per token 2 Q d_state per B/C group (C B^T inside the chunk, shared by the
+    group's heads) and per head 2 Q head_dim (its product with x) + 4 d_state head_dim (the chunk states and the output
+    from them), on 16-bit tensor cores at the GEMM rate (Gated DeltaNet's measured kernel fraction where the engine
+    has one: ``Rates.gdn_efficiency``). Floors: the ``gdn_prefill`` / ``gdn_decode`` classes (the same chunked-scan
+    and recurrent-update kernel shapes)."""
     nd = state_dim * head_dim
     nbytes = 2 * seqs * state_bytes + io_bytes
     if decode:
         return _finish(rates, "gdn_decode", 4.0 * nd * heads * tokens, nbytes, 0.0, ideal_bytes=2 * seqs * state_bytes)
-    flops = (2.0 * chunk * (state_dim + head_dim) + 4.0 * nd) * heads * tokens
+    flops = (2.0 * chunk * state_dim * groups + (2.0 * chunk * head_dim + 4.0 * nd) * heads) * tokens
     if rates.gdn_efficiency and not rates.ideal:
         t_compute = flops / (rates.peak("bf16")[1] * rates.gdn_efficiency)
     else:

@@ -945,7 +945,8 @@ def _linear_attention_layer(s: _Step, d: Deployment, shape: StepShape) -> None:
     def scan(seqs: float, tokens: float, decode: bool) -> Cost:
         if mamba:
             return kernels.mamba2_scan(s.rates, seqs=seqs, tokens=tokens, heads=dm.linear_value_heads,
-                                       state_dim=dm.linear_key_dim, head_dim=dm.linear_value_dim, chunk=dm.mamba_chunk,
+                                       groups=dm.linear_key_heads, state_dim=dm.linear_key_dim,
+                                       head_dim=dm.linear_value_dim, chunk=dm.mamba_chunk,
                                        state_bytes=dm.linear_state_bytes, io_bytes=tokens * io, decode=decode)
         return kernels.gated_delta_rule(s.rates, seqs=seqs, tokens=tokens, heads=dm.linear_value_heads,
                                         key_dim=dm.linear_key_dim, value_dim=dm.linear_value_dim,

@@ -153,8 +153,10 @@ def _recurrence(m: Model, seqs: int, tokens: int, decode: bool) -> tuple[float, 
         return 0.0, 0.0
     heads = la.num_value_heads * sh.state_recurrent_elements // la.recurrent_state_elements
     dkdv = la.key_head_dim * la.value_head_dim
-    if la.kind == "mamba2":  # kernels.mamba2_scan
-        per_token = 4.0 * dkdv if decode else 4.0 * dkdv + 2.0 * la.chunk_size * (la.key_head_dim + la.value_head_dim)
+    if la.kind == "mamba2":  # kernels.mamba2_scan: per head, plus C B^T per B/C group in prefill
+        groups = max(la.num_key_heads * heads // la.num_value_heads, 1)
+        per_token = 4.0 * dkdv if decode else (4.0 * dkdv + 2.0 * la.chunk_size * la.value_head_dim
+                                               + 2.0 * la.chunk_size * la.key_head_dim * groups / heads)
     else:
         per_token = (7.0 * dkdv if decode
                      else 6.0 * dkdv + 4.0 * kernels.GDN_CHUNK * (la.key_head_dim + la.value_head_dim))
