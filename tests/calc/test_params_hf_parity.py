@@ -144,7 +144,7 @@ def hf_model(name: str) -> HFModel:
     windows, head_dims, moe_layers = [], [], []
     linear_layers = []
     for i, layer in enumerate(text.layers):
-        block = getattr(layer, "block_type", None)  # Nemotron-H: one mixer or FFN per block
+        block = getattr(layer, "block_type", None) if hasattr(layer, "mixer") else None  # Nemotron-H's block
         if block is not None:
             windows.append(None)
             if block == "linear_attention":
