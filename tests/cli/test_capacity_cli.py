@@ -379,3 +379,15 @@ def test_a_remote_code_checkpoint_launches_with_trust_remote_code() -> None:
     plain = run(*base, "-p", "deepseek-v3")
     assert plain.exit_code == 0, plain.output
     assert "trust" not in plain.stdout
+
+
+def test_mamba2_plan_launches_vllm_with_its_fp32_states() -> None:
+    """Nemotron 3 Nano's plan sizes its SSM states in fp32 (the config's mamba_ssm_cache_dtype): the vLLM line asks
+    for them (vLLM's auto would keep the model's bf16)."""
+    result = run("capacity", "-p", "nemotron-3-nano-30b-a3b", "--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs",
+                 "64", "--max-num-batched-tokens", "2048", "--rate", "2", "--input-len", "1000", "--output-len",
+                 "200", "--ttft", "p90=2s", "--tpot", "p90=60ms", "--sim-requests", "200")
+    assert result.exit_code == 0, result.output
+    assert "--mamba-ssm-cache-dtype float32" in result.stdout
+    small = run(*SMALL)
+    assert "--mamba-ssm-cache-dtype" not in small.stdout

@@ -363,6 +363,9 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
         args.append(f"--api-server-count {api_servers}")
     if c.kv_dtype.startswith("fp8"):
         args.append("--kv-cache-dtype fp8")
+    la = spec.linear_attention
+    if la is not None and la.kind == "mamba2" and la.recurrent_state_dtype == "fp32":
+        args.append("--mamba-ssm-cache-dtype float32")  # the plan's fp32 SSM states (vLLM's auto: the model dtype)
     quant, _ = _quantization(c.weights, spec.native_dtype)
     if quant:
         args.append(f"--quantization {quant}")
