@@ -21,6 +21,7 @@ from test_transformer import (
     _copy_ends_to_hf,
     _copy_ffn,
     compiled_decode_error,
+    copy_mla_to_hf,
     copy_norms_and_ffn_to_hf,
     run_in_chunks,
     spread_vector_weights,
@@ -47,10 +48,7 @@ def _copy_dsa_to_hf(ours: Transformer, hf: Any) -> None:
     _copy_ends_to_hf(ours, hf)
     for block, layer in zip(ours.layers, hf.model.layers, strict=True):
         a, h = block.attention, layer.self_attn
-        for dst, src in ((h.q_a_proj, a.wq_a), (h.q_a_layernorm, a.q_norm), (h.q_b_proj, a.wq),
-                         (h.kv_a_proj_with_mqa, a.wkv_a), (h.kv_a_layernorm, a.kv_norm), (h.kv_b_proj, a.wkv_b),
-                         (h.o_proj, a.wo)):
-            dst.weight.copy_(src.weight)
+        copy_mla_to_hf(a, h)
         assert (h.indexer is None) == (a.indexer is None)
         if a.indexer is not None:
             h.indexer.load_state_dict(a.indexer.state_dict())

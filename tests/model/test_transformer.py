@@ -337,11 +337,7 @@ def test_deepseek_v3_equals_transformers_with_the_same_weights(make_spec) -> Non
         hf.lm_head.weight.copy_(ours.lm_head.weight)
         hf.model.norm.weight.copy_(ours.norm.weight)
         for block, layer in zip(ours.layers, hf.model.layers, strict=True):
-            a, h = block.attention, layer.self_attn
-            for dst, src in ((h.q_a_proj, a.wq_a), (h.q_a_layernorm, a.q_norm), (h.q_b_proj, a.wq),
-                             (h.kv_a_proj_with_mqa, a.wkv_a), (h.kv_a_layernorm, a.kv_norm), (h.kv_b_proj, a.wkv_b),
-                             (h.o_proj, a.wo)):
-                dst.weight.copy_(src.weight)
+            copy_mla_to_hf(block.attention, layer.self_attn)
             layer.input_layernorm.weight.copy_(block.attention_norm.weight)
             layer.post_attention_layernorm.weight.copy_(block.ffn_norm.weight)
             if block.ffn.__class__.__name__ == "MoE":
@@ -556,6 +552,15 @@ def copy_norms_and_ffn_to_hf(block: torch.nn.Module, layer: Any) -> torch.nn.Mod
     layer.mlp.experts.gate_up_proj.copy_(ffn.w_in)
     layer.mlp.experts.down_proj.copy_(ffn.w_out)
     return ffn
+
+
+def copy_mla_to_hf(ours: Any, hf: Any) -> None:
+    """One MLA layer's projections and latent norms into transformers' DeepseekV3Attention (q_a, q_a norm, q_b, kv_a,
+    kv_a norm, kv_b, o): the same weights under its names."""
+    for dst, src in ((hf.q_a_proj, ours.wq_a), (hf.q_a_layernorm, ours.q_norm), (hf.q_b_proj, ours.wq),
+                     (hf.kv_a_proj_with_mqa, ours.wkv_a), (hf.kv_a_layernorm, ours.kv_norm), (hf.kv_b_proj, ours.wkv_b),
+                     (hf.o_proj, ours.wo)):
+        dst.weight.copy_(src.weight)
 
 
 def spread_vector_weights(model: Transformer) -> None:
