@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tfcalc.model import build_model
+from tfcalc.model import Transformer, build_model
 from tfcalc.model.parallel import Parallel, parameter_count
 from tfcalc.spec.model import ModelSpec
 
@@ -24,6 +24,24 @@ class Case:
     dtype: torch.dtype = torch.float32
     prompt: int = PROMPT  # tokens prefilled, then ``decode`` cached steps
     decode: int = DECODE
+    # False: build without the planner's sharding checks (``build_model`` refuses what ``tfcalc plan`` refuses), for
+    # a layout the decoder shards but the planner does not count (Mamba-2 groups replicated over ranks)
+    checked: bool = True
+
+
+def build(case: Case, parallel: Parallel | None = None) -> Transformer:
+    """The case's model from seed 7 (``build_model``, or where not ``checked`` the same construction without the
+    planner's checks), this rank's shard of it where ``parallel`` is given."""
+    if case.checked:
+        return build_model(case.spec, dtype=case.dtype, seed=7, weights_dtype=case.weights, parallel=parallel)
+    torch.manual_seed(7)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(case.dtype)
+    try:
+        with torch.no_grad():
+            return Transformer(case.spec, weights_dtype=case.weights, parallel=parallel).eval()
+    finally:
+        torch.set_default_dtype(previous)
 
 
 @dataclass(frozen=True)
@@ -39,9 +57,7 @@ class CompareWithOneRank:
         results = []
         for case in self.cases:
             par = Parallel.create(case.tp, case.ep, ctx.device)
-            reference = build_model(case.spec, dtype=case.dtype, seed=7, weights_dtype=case.weights)
-            sharded = build_model(case.spec, dtype=case.dtype, seed=7, weights_dtype=case.weights,
-                                  parallel=par)
+            reference, sharded = build(case), build(case, par)
             generator = torch.Generator().manual_seed(11)
             everyone = BATCH * par.dp
             prompts = torch.randint(1, case.spec.vocab_size, (everyone, case.prompt), generator=generator)

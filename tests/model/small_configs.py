@@ -89,3 +89,21 @@ SMALL_DEEPSEEK_V32 = {**_SMALL_DSA, "model_type": "deepseek_v32", "architectures
 SMALL_GLM_DSA = {**_SMALL_DSA, "model_type": "glm_moe_dsa", "architectures": ["GlmMoeDsaForCausalLM"],
                  "num_hidden_layers": 4, "n_group": 1, "topk_group": 1, "rope_interleave": True,
                  "indexer_rope_interleave": True, "indexer_types": ["full", "shared", "full", "shared"]}
+
+# Nemotron-H (NemotronHForCausalLM): blocks of one Mamba-2 mixer ("M": 6 heads of 10 reading 2 groups of B/C with a
+# state of 8, a 4-tap conv with bias, 8-token chunks), one attention without RoPE ("*": 6 query heads of 16 over 2 KV
+# heads), one relu^2 MLP ("-", width 64) or one MoE ("E"), each behind one RMSNorm. Every width distinct from the
+# hidden 48: d_inner 60, conv channels 92.
+_SMALL_NEMOTRON_H = {**{k: v for k, v in _SMALL_COMMON.items() if k not in ("rope_theta", "rms_norm_eps")},
+                     "model_type": "nemotron_h", "architectures": ["NemotronHForCausalLM"], "num_hidden_layers": 6,
+                     "max_position_embeddings": 64, "layer_norm_epsilon": 1e-5, "mamba_num_heads": 6,
+                     "mamba_head_dim": 10, "n_groups": 2, "ssm_state_size": 8, "conv_kernel": 4,
+                     "use_conv_bias": True, "chunk_size": 8, "mamba_proj_bias": False, "use_bias": False,
+                     "intermediate_size": 64, "mlp_hidden_act": "relu2", "mamba_ssm_cache_dtype": "float32"}
+# Nemotron 3 Nano-like: Mamba-2, MoE and attention blocks; 8 relu^2 experts of 24 (top 2) in 4 groups (best 2), a
+# shared expert of 16, sigmoid router with a score-correction bias, x2.5
+SMALL_NEMOTRON_NANO = {**_SMALL_NEMOTRON_H, "hybrid_override_pattern": "MEM*EM", "n_routed_experts": 8,
+                       "moe_intermediate_size": 24, "n_shared_experts": 1, "moe_shared_expert_intermediate_size": 16,
+                       "n_group": 4, "topk_group": 2, "routed_scaling_factor": 2.5, "norm_topk_prob": True}
+# Nemotron-H 56B-like: Mamba-2, MLP and attention blocks, no experts
+SMALL_NEMOTRON_H = {**_SMALL_NEMOTRON_H, "hybrid_override_pattern": "M-M*-M"}

@@ -2,7 +2,8 @@
 one-rank model's (fp32; tolerance 1e-5 of the largest logit, measured 2-4e-7: the sums only change order), prefill
 and cached decode, for dense GQA with tp above the KV heads, soft caps and windows, qkv biases, sinks with expert
 biases, MLA, MoE sliced by tp, placed by ep and dispatched by all-to-all, Gated DeltaNet layers split by key head
-with gated attention (Qwen3-Next, Qwen3.5); each rank holds exactly what ``tfcalc plan`` counts per GPU.
+with gated attention (Qwen3-Next, Qwen3.5), Nemotron-H's blocks of one Mamba-2 mixer (split by head, its B/C groups
+split or replicated), attention, MLP or MoE; each rank holds exactly what ``tfcalc plan`` counts per GPU.
 
 FP8 weights (quantized whole, each rank keeping its slice and the matching scales) run in fp64 on the dequantized
 path: there a change of summation order (1e-16) never moves an activation across an FP8 rounding boundary, as it
@@ -27,6 +28,8 @@ from small_configs import (
     SMALL_LLAMA4,
     SMALL_LLAMA4_INTERLEAVED,
     SMALL_MINIMAX_M2,
+    SMALL_NEMOTRON_H,
+    SMALL_NEMOTRON_NANO,
     SMALL_QWEN3_5,
     SMALL_QWEN3_NEXT,
     small_config_spec,
@@ -37,7 +40,7 @@ from tfcalc.dtypes import WeightPrecision, get_dtype
 from tfcalc.errors import UsageError
 from tfcalc.model import build_model
 from tfcalc.model.parallel import Collectives, Parallel, check_sharding, weight_bytes, world_size
-from tfcalc.model.transformer import check_fp8_sharding
+from tfcalc.model.transformer import TransformerBlock, check_fp8_sharding
 from tfcalc.profile.distributed import launch
 from tfcalc.profile.sweep import weight_precision
 from tfcalc.spec.model import MLASpec, ModelSpec
@@ -111,6 +114,12 @@ def _two_rank_cases(small_spec) -> list[Case]:  # noqa: ANN001
         Case("gemma4 tp 2", small_config_spec(SMALL_GEMMA4), 2, 1),
         Case("gemma4 moe tp 2", small_config_spec(SMALL_GEMMA4_MOE), 2, 1),
         Case("gemma4 moe ep 2", small_config_spec(SMALL_GEMMA4_MOE), 1, 2),
+        # Nemotron-H: blocks holding one mixer or one FFN, each reduced once; Mamba-2 heads 3 a rank with their one
+        # B/C group, the conv and SSM states alike; relu^2 experts sliced by tp, placed by ep, dispatched by all-to-all
+        Case("nemotron nano tp 2", small_config_spec(SMALL_NEMOTRON_NANO), 2, 1),
+        Case("nemotron nano tp 2 ep 2", small_config_spec(SMALL_NEMOTRON_NANO), 2, 2),
+        Case("nemotron nano ep 2", small_config_spec(SMALL_NEMOTRON_NANO), 1, 2),
+        Case("nemotron-h tp 2", small_config_spec(SMALL_NEMOTRON_H), 2, 1),
     ]
 
 
@@ -122,7 +131,21 @@ def _four_rank_cases(small_spec) -> list[Case]:  # noqa: ANN001
         # QK-norm across heads with the two KV heads (and their k-norm columns) each held by two ranks
         Case("minimax_m2 tp 4", small_config_spec(SMALL_MINIMAX_M2).with_overrides(num_attention_heads=8), 4, 1),
         Case("qwen3_5 tp 4", _wider_qwen3_5(), 4, 1),
+        # Mamba-2 with 8 heads (2 a rank): 4 groups split one a rank; 2 groups (or 1) each held by the 2 (or 4) ranks
+        # whose heads read it, the gated norm's sums over a group completed by an all-reduce (vLLM MambaMixer2). The
+        # planner refuses groups that tp does not divide, so those two build without its checks.
+        Case("nemotron-h tp 4 groups split", _wider_nemotron_h(4), 4, 1),
+        Case("nemotron-h tp 4 groups replicated", _wider_nemotron_h(2), 4, 1, checked=False),
+        Case("nemotron-h tp 4 one group", _wider_nemotron_h(1), 4, 1, checked=False),
     ]
+
+
+def _wider_nemotron_h(groups: int) -> ModelSpec:
+    """The small Nemotron-H with 8 Mamba-2 heads reading ``groups`` B/C groups and 8 query heads."""
+    spec = small_config_spec(SMALL_NEMOTRON_H)
+    assert spec.linear_attention is not None
+    return spec.with_overrides(num_attention_heads=8, linear_attention=replace(
+        spec.linear_attention, num_value_heads=8, num_key_heads=groups))
 
 
 def _wider_qwen3_5() -> ModelSpec:
@@ -140,13 +163,15 @@ def _check(cases: list[Case], results: dict[str, list[dict]]) -> None:
         assert len(ranks) == world_size(case.tp, case.ep), case.name
         tolerance = TOLERANCE if case.weights is None else FP8_TOLERANCE[case.weights]
         assert max(r["error"] for r in ranks) < tolerance, (case.name, ranks)
-        spec = case.spec
-        per_forward = (2 * spec.num_layers + 2 if case.tp > 1 else 0) + (
+        spec, la = case.spec, case.spec.linear_attention
+        halves = sum(spec.has_mixer(i) + spec.has_ffn(i) for i in range(spec.num_layers))  # each reduced once
+        per_forward = (halves + 2 if case.tp > 1 else 0) + (
             3 * spec.num_moe_layers if case.ep > case.tp else 0) + (
             spec.num_layers if case.tp > 1 and spec.qk_norm_across_heads else 0) + (  # q and k norm statistics
-            spec.num_moe_layers if case.tp > 1 and spec.moe is not None and spec.moe.dense_mlp_beside else 0)
+            spec.num_moe_layers if case.tp > 1 and spec.moe is not None and spec.moe.dense_mlp_beside else 0) + (
+            spec.num_linear_layers if la is not None and la.kind == "mamba2" and la.num_key_heads % case.tp else 0)
         assert {r["collectives"] for r in ranks} == {per_forward}, case.name
-        if case.weights is not None:  # bytes held: test_fp8_ranks_hold_what_the_plan_counts
+        if case.weights is not None or not case.checked:  # FP8 bytes: test_fp8_ranks_hold_what_the_plan_counts
             continue
         precision = WeightPrecision(get_dtype("fp32"))
         plan = plan_fit(case.spec, load_gpu("h100-sxm"), precision, get_dtype("fp32"),
@@ -187,6 +212,20 @@ def test_widths_that_do_not_split_are_refused() -> None:
     one_key_head = spec.with_overrides(linear_attention=replace(spec.linear_attention, num_key_heads=1))
     with pytest.raises(UsageError, match=r"^tp 2 does not divide the 1 key and \d+ value heads"):
         check_sharding(one_key_head, 2, 1)
+
+
+def test_mamba_groups_neither_split_nor_whole_per_rank_are_refused() -> None:
+    """6 Mamba-2 heads in 3 groups over tp 2: a rank's 3 heads would read parts of two groups (vLLM shards groups only
+    where tp divides them or they are replicated), refused as the block is sharded."""
+    spec = small_config_spec(SMALL_NEMOTRON_H)
+    assert spec.linear_attention is not None
+    spec = spec.with_overrides(linear_attention=replace(spec.linear_attention, num_key_heads=3))
+    meta = torch.device("meta")
+    par = Parallel(tp=2, ep=1, rank=0, world=2, comm=Collectives(meta))
+    with torch.device(meta), torch.no_grad():
+        block = TransformerBlock(spec, 0)
+        with pytest.raises(UsageError, match="its 3 groups split evenly or each be held whole"):
+            par.shard_block(block)
 
 
 def _meta_shard(spec: ModelSpec, tp: int, ep: int, rank: int, weights: str) -> torch.nn.Module:

@@ -48,16 +48,16 @@ class GatedRMSNorm(nn.Module):
 class LinearState(nn.Module):
     """One layer's per-sequence state, preallocated like the KV cache (static shapes, written in place): the conv's
     last K - 1 input rows [B, K - 1, C] in the compute dtype and the delta-rule state [B, Hv, Dk, Dv] in float32
-    (or wider)."""
+    (or wider), or in ``recurrent_dtype`` where given (Mamba-2's [B, H, P, N]: :mod:`tfcalc.model.mamba`)."""
 
     def __init__(self, batch: int, conv_rows: int, channels: int, value_heads: int, key_dim: int, value_dim: int,
-                 dtype: torch.dtype, device: torch.device) -> None:
+                 dtype: torch.dtype, device: torch.device, recurrent_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.register_buffer("conv", torch.zeros(batch, conv_rows, channels, dtype=dtype, device=device),
                              persistent=False)
+        wide = recurrent_dtype or torch.promote_types(dtype, torch.float32)
         self.register_buffer("recurrent", torch.zeros(batch, value_heads, key_dim, value_dim, device=device,
-                                                      dtype=torch.promote_types(dtype, torch.float32)),
-                             persistent=False)
+                                                      dtype=wide), persistent=False)
 
     @property
     def nbytes(self) -> int:

@@ -615,11 +615,17 @@ def activate(spec: ModelSpec, h: Tensor) -> Tensor:
     Gated: act(gate) * up with gate, up = h.chunk(2): SwiGLU with silu, GeGLU for gelu* (Shazeer 2020,
     arXiv:2002.05202; ``gelu_tanh`` uses the tanh approximation), gpt-oss's clamped SwiGLU
     gate * sigmoid(1.702 gate) * (up + 1) with gate <= 7 and |up| <= 7 for ``swiglu_clamped``.
+    ``relu2`` is relu(x)^2 (So et al. 2021, Primer, arXiv:2109.08668; Nemotron-H's plain MLPs and experts,
+    transformers ACT2FN["relu2"]), on h itself (plain) or on the gate (gated).
     """
     name = spec.activation
     if spec.ffn_kind == "plain":
+        if name == "relu2":
+            return F.relu(h).square()
         return F.gelu(h, approximate="tanh" if "tanh" in name else "none") if name.startswith("gelu") else F.silu(h)
     gate, up = h.chunk(2, dim=-1)
+    if name == "relu2":
+        return F.relu(gate).square() * up
     if name == "swiglu_clamped":
         gate, up = gate.clamp(max=GPT_OSS_LIMIT), up.clamp(-GPT_OSS_LIMIT, GPT_OSS_LIMIT)
         return gate * torch.sigmoid(GPT_OSS_ALPHA * gate) * (up + 1)

@@ -11,6 +11,13 @@ The layout is the one the planner counts (``tfcalc.calc.shard``, ``tfcalc.calc.p
   the Hv/tp value heads they serve: their q, k, v, z rows of the fused input projection, b and a rows, conv channels,
   A_log and dt_bias; out_proj row-parallel (one all-reduce), the gated norm over Dv replicated. The states shard
   alike (each rank holds its heads' conv channels and recurrent matrices).
+- Mamba-2 (Nemotron-H; vLLM MambaMixer2): split by head, a rank keeping H/tp heads: their z, x and dt rows of
+  in_proj, x conv channels, dt_bias, A_log, D and gated-norm columns; the B/C groups split over tp when tp divides
+  them (a rank's heads read only its G/tp groups, and its norm groups are whole), else, where tp is a multiple of G,
+  each rank keeps the one group its heads read (replicated over tp/G ranks) and the gated norm's sums of squares over
+  that group are completed by one all-reduce (vLLM's Mixer2RMSNormGated does so for one group); out_proj
+  row-parallel (one all-reduce). The conv and SSM states shard alike. Blocks holding only an MLP or MoE shard as
+  those FFNs do; a block reduces only the half it holds.
 - gated attention (Qwen3-Next): each query head's [query | gate] rows of the fused QKV projection go with it.
 - MLA: q_b (or q) and kv_b split by head, o row-parallel; q_a, kv_a and their norms replicated, and so is the
   latent cache: every rank caches the whole latent. DSA's lightning indexer (wq_b, wk, k_norm, weights_proj; vLLM's
@@ -60,6 +67,7 @@ from tfcalc.errors import UsageError
 from tfcalc.model.deltanet import GatedDeltaNet
 from tfcalc.model.fp8 import FP8Linear, FP8Weight, select
 from tfcalc.model.layers import Attention, FeedForward, MoE, RMSNorm
+from tfcalc.model.mamba import Mamba2Mixer
 from tfcalc.model.mla import MLAttention
 from tfcalc.spec.model import ModelSpec
 
@@ -75,10 +83,7 @@ def check_sharding(spec: ModelSpec, tp: int, ep: int) -> None:
     if ep > tp and ep % tp:
         raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
     check_parallelism(spec, world, tp, 1, ep)
-    dense_layers = spec.num_layers - spec.num_moe_layers
-    if spec.moe is not None and spec.moe.dense_mlp_beside:
-        dense_layers = spec.num_layers
-    if dense_layers and spec.intermediate_size % tp:
+    if spec.num_dense_mlp_layers and spec.intermediate_size % tp:
         raise UsageError(f"tp {tp} does not divide the FFN width {spec.intermediate_size} of {spec.name}")
     moe = spec.moe
     if moe is not None and spec.num_moe_layers:
@@ -218,19 +223,21 @@ class Parallel:
     # --- sharding, applied to each module as the one-rank construction builds it ------------------------------
 
     def shard_block(self, block: nn.Module) -> None:
-        """Keep this rank's part of one TransformerBlock and hook its all-reduces (attention, FFN)."""
+        """Keep this rank's part of one TransformerBlock and hook its all-reduces (mixer, FFN: those it holds)."""
         attention = block.attention
         if isinstance(attention, GatedDeltaNet):
             self._shard_deltanet(attention)
+        elif isinstance(attention, Mamba2Mixer):
+            self._shard_mamba(attention)
         elif isinstance(attention, MLAttention):
             self._shard_mla(attention)
-        else:
+        elif attention is not None:
             assert isinstance(attention, Attention)
             self._shard_attention(attention)
         ffn = block.ffn
         if isinstance(ffn, MoE):
             self._shard_moe(ffn)
-        else:
+        elif ffn is not None:
             assert isinstance(ffn, FeedForward)
             _shard_ffn(ffn, self.tp, self.tp_rank, add_bias=self.tp_rank == 0)
         beside = [block.mlp] if block.mlp is not None else []  # Gemma 4's dense MLP, reduced on its own
@@ -238,7 +245,8 @@ class Parallel:
             _shard_ffn(mlp, self.tp, self.tp_rank, add_bias=self.tp_rank == 0)
         if self.tp > 1:
             for module in (attention, ffn, *beside):
-                module.register_forward_hook(self._reduce_output)
+                if module is not None:
+                    module.register_forward_hook(self._reduce_output)
 
     def _reduce_output(self, module: nn.Module, args: object, output: Tensor) -> Tensor:
         return self.comm.all_reduce(output, self.tp_group)
@@ -278,6 +286,31 @@ class Parallel:
             setattr(net, name, nn.Parameter(weight[kept.to(weight.device)].contiguous()))
         net.wo = RowParallelLinear(net.wo, value_rows, add_bias=self.tp_rank == 0, name="attention.wo")
         net.key_heads, net.value_heads = keys, values
+
+    def _shard_mamba(self, net: Mamba2Mixer) -> None:
+        h, p, g, n, tp = net.heads, net.head_dim, net.groups, net.state_size, self.tp
+        if h % tp or (g % tp and tp % g):
+            raise UsageError(f"tp {tp}: a Mamba-2 layer's {h} heads must split evenly and its {g} groups split "
+                             f"evenly or each be held whole by tp / groups ranks")
+        heads = h // tp
+        h0 = self.tp_rank * heads
+        groups = g // tp if g % tp == 0 else 1
+        g0 = self.tp_rank * groups if g % tp == 0 else h0 // (h // g)  # replicated: the one group its heads read
+        inner, bc = h * p, g * n
+        head_rows, group_rows = _span(h0 * p, (h0 + heads) * p), _span(g0 * n, (g0 + groups) * n)
+        channels = torch.cat([head_rows, inner + group_rows, inner + bc + group_rows])  # x, B, C
+        dt = _span(h0, h0 + heads)
+        _keep_rows(net.in_proj, torch.cat([head_rows, inner + channels, 2 * inner + 2 * bc + dt]), "attention.in_proj")
+        kept = {"conv_weight": channels, "conv_bias": channels, "dt_bias": dt, "A_log": dt, "D": dt}
+        for name, rows in kept.items():
+            weight = getattr(net, name)
+            if weight is not None:
+                setattr(net, name, nn.Parameter(weight.detach()[rows.to(weight.device)].contiguous()))
+        net.norm.weight = nn.Parameter(net.norm.weight.detach()[head_rows.to(net.norm.weight.device)].contiguous())
+        if g % tp:
+            net.norm.over_ranks = RankedGroupNorm(g0, g, net.norm.group_size, self)
+        net.out_proj = RowParallelLinear(net.out_proj, head_rows, add_bias=self.tp_rank == 0, name="attention.out_proj")
+        net.heads, net.groups = heads, groups
 
     def _shard_mla(self, attn: MLAttention) -> None:
         heads = attn.heads // self.tp
@@ -391,6 +424,24 @@ class RankedQKNorm(nn.Module):
         qf = qf * torch.rsqrt(squares[..., :1] / (q.shape[-1] * ranks) + self.eps)
         kf = kf * torch.rsqrt(squares[..., 1:] / (k.shape[-1] * ranks) + self.eps)
         return qf.to(q.dtype) * self.q_weight, kf.to(k.dtype) * self.k_weight
+
+
+class RankedGroupNorm(nn.Module):
+    """The RMS statistics of a Mamba-2 gated norm whose group ``group`` (of ``groups``, each ``group_size`` wide)
+    spans several tp ranks (groups replicated: tp a multiple of them): each rank's sum of squares goes in its group's
+    slot of a [..., groups] tensor, zeros elsewhere, and one all-reduce completes every group's sum, of which the rank
+    takes its own: x / sqrt(sum / group_size + eps). vLLM's Mixer2RMSNormGated all-reduces the sums the same way
+    for one group."""
+
+    def __init__(self, group: int, groups: int, group_size: int, par: Parallel) -> None:
+        super().__init__()
+        self.group, self.groups, self.group_size, self.par = group, groups, group_size, par
+
+    def forward(self, x: Tensor, eps: float) -> Tensor:
+        sums = x.new_zeros(*x.shape[:-1], self.groups)
+        sums[..., self.group] = x.pow(2).sum(-1)
+        sums = self.par.all_reduce(sums)
+        return x * torch.rsqrt(sums[..., self.group, None] / self.group_size + eps)
 
 
 class RowParallelLinear(nn.Module):

@@ -1,12 +1,13 @@
 """Scaled-down copies of a model for profiling: fewer layers that keep the layer pattern, narrower widths.
 
 Pure spec arithmetic (no torch), so the CLI can validate overrides before anything is built. A model's layers
-come in kinds: dense or MoE FFN, sliding-window (or chunked) or global attention, Gated DeltaNet (linear) or softmax
-attention, RoPE or NoPE (Llama 4).
+come in kinds: dense or MoE FFN, sliding-window (or chunked) or global attention, Gated DeltaNet (linear), Mamba-2 or
+softmax attention, RoPE or NoPE (Llama 4), and Nemotron-H's blocks holding only a mixer or only an MLP / MoE.
 ``layers=N`` keeps each kind in proportion (largest remainder, every kind at least one layer when N allows), picks
 evenly spaced layers of each kind and keeps their original order, so DeepSeek-V3 at 2 layers is one dense and one
 MoE layer, Gemma 2 at 4 layers alternates sliding and global, Qwen3-Next at 4 layers is 3 linear and 1 attention
-layer, and :func:`describe_layers` says which were kept.
+layer, Nemotron 3 Nano at 4 layers is 2 Mamba-2, 1 MoE and 1 attention block, and :func:`describe_layers` says which
+were kept.
 """
 
 from __future__ import annotations
@@ -20,16 +21,20 @@ from tfcalc.spec.model import ModelSpec
 
 def layer_kind(spec: ModelSpec, layer: int) -> str:
     """``dense``/``moe`` (MoE models), ``sliding`` (or ``chunked``)/``global`` (windowed models),
-    ``linear``/``attention`` (Gated DeltaNet models), ``nope`` (Llama 4's layers without RoPE) and
-    ``indexed``/``shared`` (DSA models whose layers do not all run their own indexer: GLM-5.2), e.g. "moe global
-    nope"."""
+    ``linear``/``attention`` (Gated DeltaNet models; ``mamba``/``attention`` with Mamba-2), ``nope`` (layers without
+    RoPE: Llama 4, Nemotron-H's attention) and ``indexed``/``shared`` (DSA models whose layers do not all run their
+    own indexer: GLM-5.2), e.g. "moe global nope". A block without a mixer is ``mlp`` or ``moe`` alone and a block
+    without an FFN names no FFN (Nemotron-H: "mamba", "attention nope", "mlp", "moe")."""
+    if not spec.has_mixer(layer):
+        return "moe" if spec.is_moe_layer(layer) else "mlp"
     parts = []
-    if spec.moe is not None:
+    if spec.moe is not None and spec.has_ffn(layer):
         parts.append("moe" if spec.is_moe_layer(layer) else "dense")
     if spec.sliding_window_layers:
         parts.append(("chunked" if spec.chunked_attention else "sliding") if spec.is_sliding_layer(layer) else "global")
-    if spec.linear_attention is not None:
-        parts.append("linear" if spec.is_linear_layer(layer) else "attention")
+    la = spec.linear_attention
+    if la is not None:
+        parts.append(("mamba" if la.kind == "mamba2" else "linear") if spec.is_linear_layer(layer) else "attention")
     if layer in spec.nope_layers:
         parts.append("nope")
     si = spec.sparse_indexer
@@ -66,9 +71,9 @@ def pick_layers(spec: ModelSpec, n: int) -> tuple[int, ...]:
 
 
 def keep_layers(spec: ModelSpec, layers: tuple[int, ...]) -> ModelSpec:
-    """``spec`` with only the given original layers, in order (dense, sliding, linear-attention, NoPE, indexer and
-    weight-exception layer lists renumbered; the first kept layer runs its own DSA indexer, no earlier one being
-    left to share)."""
+    """``spec`` with only the given original layers, in order (dense, sliding, linear-attention, NoPE, indexer,
+    FFN-free, mixer-free and weight-exception layer lists renumbered; the first kept layer runs its own DSA indexer,
+    no earlier one being left to share)."""
     moe = spec.moe
     if moe is not None:
         moe = replace(moe, dense_layers=tuple(i for i, old in enumerate(layers) if not spec.is_moe_layer(old)))
@@ -82,8 +87,10 @@ def keep_layers(spec: ModelSpec, layers: tuple[int, ...]) -> ModelSpec:
     indexer = spec.sparse_indexer
     if indexer is not None:
         indexer = replace(indexer, layers=tuple(i for i, old in enumerate(layers) if i == 0 or old in indexer.layers))
+    ffn_free = tuple(i for i, old in enumerate(layers) if not spec.has_ffn(old))
+    mixer_free = tuple(i for i, old in enumerate(layers) if not spec.has_mixer(old))
     return replace(spec, num_layers=len(layers), moe=moe, sliding_window_layers=sliding, linear_attention=linear,
-                   sparse_indexer=indexer,
+                   sparse_indexer=indexer, ffn_free_layers=ffn_free, mixer_free_layers=mixer_free,
                    sliding_window=spec.sliding_window if sliding else None, quantized_weight_exceptions=exceptions,
                    local_attention=spec.local_attention if sliding else "sliding", nope_layers=nope)
 

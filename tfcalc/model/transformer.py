@@ -51,23 +51,43 @@ from tfcalc.model.layers import (
     rope_table,
     sdpa_context,
 )
+from tfcalc.model.mamba import Mamba2Mixer
 from tfcalc.model.mla import MLAttention
 from tfcalc.model.parallel import Collectives, Parallel, check_sharding, world_size
-from tfcalc.model.scaling import scale_spec
+from tfcalc.model.scaling import layer_kind, scale_spec
 from tfcalc.spec.model import ModelSpec
 
 # Order "auto" tries: torch's own preference on CUDA (cuDNN first on Hopper with recent cuDNN), math last.
 BACKEND_PREFERENCE = ("cudnn", "flash", "efficient", "math")
 SINKS, SOFTCAP = "explicit (sinks)", "explicit (softcap)"  # what such layers run instead of SDPA
-LINEAR, DELTANET = "linear", "gated deltanet"  # a Gated DeltaNet layer's kind of call and what runs it
+LINEAR, DELTANET, MAMBA = "linear", "gated deltanet", "mamba2"  # a recurrent layer's kind of call and what runs it
+NO_MIXER = "no mixer"  # the call of a block without a token mixer (Nemotron-H's MLP and MoE blocks): none
+RECURRENT = (GatedDeltaNet, Mamba2Mixer)  # token mixers holding a fixed per-sequence state instead of a KV cache
+Mixer = Attention | MLAttention | GatedDeltaNet | Mamba2Mixer
 DECODE_ATTENTION = ("auto", LIVE, FLEX, STATIC)
+
+
+def make_mixer(spec: ModelSpec, layer: int) -> Mixer:
+    """The token mixer of ``layer``: Gated DeltaNet or Mamba-2 on a linear-attention layer (by
+    ``linear_attention.kind``), MLA where the spec has it, else softmax attention (a sliding window or none, RoPE or
+    NoPE)."""
+    la = spec.linear_attention
+    if spec.is_linear_layer(layer) and la is not None:
+        return Mamba2Mixer(spec) if la.kind == "mamba2" else GatedDeltaNet(spec)
+    if spec.mla is not None:
+        return MLAttention(spec, layer)
+    return Attention(spec, spec.is_sliding_layer(layer), nope=layer in spec.nope_layers)
 
 
 class TransformerBlock(nn.Module):
     """x + attn(norm(x)), then x + ffn(norm(x)) (pre-norm, GPT-2 / Llama). With ``norms_per_layer == 4``
     (Gemma 2, arXiv:2408.00118) each sub-layer's output is normed again before the residual add. On a
-    linear-attention layer (``spec.is_linear_layer``: Qwen3-Next, Qwen3.5) the token mixer in ``attention`` is a
-    :class:`~tfcalc.model.deltanet.GatedDeltaNet`; a Llama 4 NoPE layer (``spec.nope_layers``) applies no RoPE.
+    linear-attention layer (``spec.is_linear_layer``) the token mixer in ``attention`` is a
+    :class:`~tfcalc.model.deltanet.GatedDeltaNet` (Qwen3-Next, Qwen3.5) or a
+    :class:`~tfcalc.model.mamba.Mamba2Mixer` (Nemotron-H); a NoPE layer (``spec.nope_layers``: Llama 4, Nemotron-H's
+    attention) applies no RoPE. A Nemotron-H block holds one of the two halves (``spec.has_mixer`` /
+    ``spec.has_ffn``, transformers NemotronHBlock): x + mixer(norm(x)) or x + ffn(norm(x)), one norm
+    (``norms_per_layer == 1``); the missing half's ``attention`` or ``ffn`` (and its norm) is None.
     Gemma 4's MoE layers (``moe.dense_mlp_beside``, 7 norms; transformers Gemma4TextDecoderLayer) run a dense MLP
     beside the experts: x + post(post_mlp(mlp(ffn_norm(x))) + post_moe(moe(x))), the MoE norming its experts' input
     itself and routing on x."""
@@ -75,18 +95,23 @@ class TransformerBlock(nn.Module):
     def __init__(self, spec: ModelSpec, layer: int, weights_dtype: str | None = None) -> None:
         super().__init__()
         beside = spec.is_moe_layer(layer) and spec.moe is not None and spec.moe.dense_mlp_beside
-        if spec.norms_per_layer not in ((7,) if beside else (2, 4)):
+        mixer, ffn = spec.has_mixer(layer), spec.has_ffn(layer)
+        if not (mixer and ffn):
+            if spec.norms_per_layer != 1:
+                raise SpecError(f"{spec.name}: layer {layer} holds only {'a mixer' if mixer else 'an FFN'}, which the "
+                                f"bundled model runs behind one norm (norms_per_layer 1), not {spec.norms_per_layer}")
+        elif spec.norms_per_layer not in ((7,) if beside else (2, 4)):
             raise SpecError(f"{spec.name}: the bundled model supports 2 or 4 norms per layer (7 with an MoE beside "
                             f"a dense MLP), not {spec.norms_per_layer}")
         self.sliding = spec.is_sliding_layer(layer)
-        self.attention_norm = make_norm(spec, spec.hidden_size)
+        self.attention_norm = make_norm(spec, spec.hidden_size) if mixer else None
         self.linear = spec.is_linear_layer(layer)
-        self.attention: Attention | MLAttention | GatedDeltaNet = (
-            GatedDeltaNet(spec) if self.linear else MLAttention(spec, layer) if spec.mla is not None
-            else Attention(spec, self.sliding, nope=layer in spec.nope_layers))
-        self.ffn_norm = make_norm(spec, spec.hidden_size)
-        self.ffn: nn.Module = (MoE(spec, weights_dtype) if spec.is_moe_layer(layer)
-                               else FeedForward(spec, spec.intermediate_size, spec.mlp_bias))
+        self.attention: Mixer | None = make_mixer(spec, layer) if mixer else None
+        self.ffn_norm = make_norm(spec, spec.hidden_size) if ffn else None
+        self.ffn: nn.Module | None = None
+        if ffn:
+            self.ffn = (MoE(spec, weights_dtype) if spec.is_moe_layer(layer)
+                        else FeedForward(spec, spec.intermediate_size, spec.mlp_bias))
         post = spec.norms_per_layer >= 4
         self.post_attention_norm = make_norm(spec, spec.hidden_size) if post else nn.Identity()
         self.post_ffn_norm = make_norm(spec, spec.hidden_size) if post else nn.Identity()
@@ -95,7 +120,10 @@ class TransformerBlock(nn.Module):
         self.post_moe_norm = make_norm(spec, spec.hidden_size) if beside else None
 
     def forward(self, x: Tensor, step: Step) -> Tensor:
-        x = x + self.post_attention_norm(self.attention(self.attention_norm(x), step))
+        if self.attention is not None and self.attention_norm is not None:
+            x = x + self.post_attention_norm(self.attention(self.attention_norm(x), step))
+        if self.ffn is None or self.ffn_norm is None:
+            return x
         if self.mlp is not None and self.post_mlp_norm is not None and self.post_moe_norm is not None:
             both = self.post_mlp_norm(self.mlp(self.ffn_norm(x))) + self.post_moe_norm(self.ffn(x))
             return x + self.post_ffn_norm(both)
@@ -166,17 +194,18 @@ class Transformer(nn.Module):
 
     def setup_caches(self, batch: int, max_len: int, kv_dtype: torch.dtype | None = None) -> None:
         """Allocate each layer's cache (zeros: [batch, Hkv, max_len, D] K and V, a window's rolling buffer, or
-        MLA's latent; a Gated DeltaNet layer's fixed conv and recurrent state instead), the RoPE table and the
-        position grid, reset the position to 0, and resolve the attention backends (:meth:`resolve_backends`)."""
+        MLA's latent; a Gated DeltaNet or Mamba-2 layer's fixed conv and recurrent state instead; nothing for a block
+        without a mixer), the RoPE table and the position grid, reset the position to 0, and resolve the attention
+        backends (:meth:`resolve_backends`)."""
         weight = self.tok_embeddings.weight
         dtype, device = weight.dtype, weight.device
         kv_dtype = kv_dtype or dtype
         if kv_dtype != dtype:
             check_kv_dtype(kv_dtype, device)
         for block in self.layers:
-            if isinstance(block.attention, GatedDeltaNet):
+            if isinstance(block.attention, RECURRENT):
                 block.attention.state = block.attention.make_state(batch, dtype, device)
-            else:
+            elif block.attention is not None:
                 block.attention.kv_cache = block.attention.make_cache(batch, max_len, kv_dtype, dtype, device)
         self.max_len = max_len
         rope_dim = self.spec.rotary_dim
@@ -195,8 +224,8 @@ class Transformer(nn.Module):
             self.resolve_backends()
 
     def _attention_layers(self) -> list[Attention | MLAttention]:
-        """The layers with softmax attention (all but Gated DeltaNet ones)."""
-        return [block.attention for block in self.layers if not isinstance(block.attention, GatedDeltaNet)]
+        """The layers with softmax attention (all but the recurrent ones and those without a mixer)."""
+        return [block.attention for block in self.layers if isinstance(block.attention, (Attention, MLAttention))]
 
     def _probe(self, backend: str, kind: str, decode: bool) -> bool:
         heads, kv_heads, qk, v = _shapes(self._attention_layers()[0], decode)
@@ -232,8 +261,10 @@ class Transformer(nn.Module):
         for block in self.layers:
             attn = block.attention
             sparse = isinstance(attn, MLAttention) and attn.sparse  # DSA (see the class docstring)
-            if isinstance(attn, GatedDeltaNet):
-                calls.append((LINEAR, DELTANET))
+            if attn is None:
+                calls.append((NO_MIXER, ""))
+            elif isinstance(attn, RECURRENT):
+                calls.append((LINEAR, DELTANET if isinstance(attn, GatedDeltaNet) else MAMBA))
             elif mode == FLEX and not sparse:
                 calls.append((FLEX, "flex"))
             elif attn.explicit:
@@ -249,7 +280,7 @@ class Transformer(nn.Module):
         return calls
 
     def _ran(self, t: int, mode: str) -> tuple[str, ...]:
-        return tuple(sorted({backend for _, backend in self._layer_calls(t, mode)}))
+        return tuple(sorted({backend for _, backend in self._layer_calls(t, mode) if backend}))
 
     @property
     def attention_backend(self) -> str:
@@ -261,13 +292,13 @@ class Transformer(nn.Module):
         return prefill if prefill == decode else f"{prefill} prefill / {decode} decode"
 
     def kv_cache_bytes(self) -> int:
-        """Bytes held by all attention layers' KV caches (Gated DeltaNet states: :meth:`state_bytes`)."""
+        """Bytes held by all attention layers' KV caches (Gated DeltaNet and Mamba-2 states: :meth:`state_bytes`)."""
         return sum(attn.kv_cache.nbytes for attn in self._attention_layers() if attn.kv_cache is not None)
 
     def state_bytes(self) -> int:
-        """Bytes of the Gated DeltaNet layers' fixed per-sequence states (conv and recurrent)."""
+        """Bytes of the recurrent (Gated DeltaNet, Mamba-2) layers' fixed per-sequence states (conv and recurrent)."""
         return sum(block.attention.state.nbytes for block in self.layers
-                   if isinstance(block.attention, GatedDeltaNet) and block.attention.state is not None)
+                   if isinstance(block.attention, RECURRENT) and block.attention.state is not None)
 
     def expert_token_counts(self) -> dict[int, Tensor]:
         """Tokens routed to each expert [E] by the last forward, per MoE layer index."""
@@ -343,11 +374,11 @@ class Transformer(nn.Module):
         return self.logits(h)
 
     def reset(self) -> None:
-        """Start a new sequence: position 0 (stale cache entries are masked out or never read; Gated DeltaNet
-        states, which carry everything before, are zeroed)."""
+        """Start a new sequence: position 0 (stale cache entries are masked out or never read; Gated DeltaNet and
+        Mamba-2 states, which carry everything before, are zeroed)."""
         self.cache_pos.zero_()
         for block in self.layers:
-            if isinstance(block.attention, GatedDeltaNet) and block.attention.state is not None:
+            if isinstance(block.attention, RECURRENT) and block.attention.state is not None:
                 block.attention.state.reset()
 
 
@@ -381,13 +412,15 @@ def build_model(spec: ModelSpec, *, dtype: torch.dtype = torch.float32, device: 
 
 def check_fp8_sharding(spec: ModelSpec, tp: int, ep: int, weights_dtype: str | None) -> None:
     """Refuse, before any rank starts, FP8 block-scaled shards that do not fall on 128x128 blocks
-    (:meth:`~tfcalc.model.fp8.FP8Weight.select`): each tp rank's sharding of the first dense and the first MoE
-    block, built on the meta device (no memory; every replica slices alike). Per-tensor scales shard anywhere."""
+    (:meth:`~tfcalc.model.fp8.FP8Weight.select`): each tp rank's sharding of the first block of each kind
+    (:func:`~tfcalc.model.scaling.layer_kind`: dense / MoE, linear / attention, ...), built on the meta device (no
+    memory; every replica slices alike). Per-tensor scales shard anywhere."""
     if weights_dtype is None or FP8_FORMATS[weights_dtype] != "fp8_block" or tp * ep == 1:
         return
-    moe_layers = [i for i in range(spec.num_layers) if spec.is_moe_layer(i)]
-    dense_layers = [i for i in range(spec.num_layers) if not spec.is_moe_layer(i)]
-    layers = [kind[0] for kind in (dense_layers, moe_layers) if kind]
+    firsts: dict[str, int] = {}
+    for i in range(spec.num_layers):
+        firsts.setdefault(layer_kind(spec, i), i)
+    layers = sorted(firsts.values())
     meta = torch.device("meta")
     for rank in range(tp):
         par = Parallel(tp=tp, ep=ep, rank=rank, world=world_size(tp, ep), comm=Collectives(meta))
