@@ -28,6 +28,8 @@
 #                                with values from its keys; 128 experts beside a dense MLP), an 8k prompt   ~90 s
 #     profile_dsa                DeepSeek-V3.2, FP8 blocks, 4 layers (1 dense + 3 MoE: MLA whose queries attend the
 #                                top 2,048 keys of a lightning indexer), an 8k prompt                      ~90 s
+#     profile_nemotron           Nemotron 3 Nano 30B-A3B, bf16, 6 layers (Mamba-2, attention without RoPE and MoE
+#                                blocks: chunked SSD prefill, recurrent decode with fp32 states), a 4k prompt ~90 s
 #     profile_fp8 at batch 8, the attention and moe component benchmarks                                   ~150 s
 # With more than one GPU visible, a multi-GPU section (issue 10) follows, on its own budget GPU_CHECK_MULTI_BUDGET_S
 # (300 s; estimated, no machine with several GPUs has run it), so the single-GPU steps keep theirs:
@@ -93,6 +95,7 @@ if [ "$smoke" = 1 ]; then
   llama4=(--device cpu --layers 4 "${tiny[@]}" --experts 16 --batch 1 --prompt-len 64 --gen-len 4)
   gemma4=(--device cpu --layers 4 "${tiny[@]}" --experts 16 --batch 1 --prompt-len 64 --gen-len 4)
   dsa=(--device cpu --layers 2 "${tiny[@]}" --experts 16 --batch 1 --prompt-len 64 --gen-len 4)
+  nemotron=(--device cpu --layers 6 "${tiny[@]}" --experts 16 --batch 1 --prompt-len 64 --gen-len 4)
   quick=(--warmup 0 --repeats 1)  # last on each profile line: one timed run is enough to check the plumbing
   calibrate_quick=(--quick)
 else
@@ -107,6 +110,7 @@ else
   llama4=(--gpu 0 --layers 4 --batch 1,4 --prompt-len 12288 --gen-len 32 --repeats 3)
   gemma4=(--gpu 0 --layers 4 --batch 1,8 --prompt-len 8192 --gen-len 32 --repeats 3)
   dsa=(--gpu 0 --layers 4 --batch 1,8 --prompt-len 8192 --gen-len 32 --repeats 3)  # past the top-2048
+  nemotron=(--gpu 0 --layers 6 --batch 1,8 --prompt-len 4096 --gen-len 32 --repeats 3)
   quick=()
   calibrate_quick=()
 fi
@@ -140,6 +144,7 @@ if [ "$full" = 1 ]; then
   step profile_llama4 180 profile "${llama4[@]}" --preset llama4-scout-17b-16e --dtype bf16 "${quick[@]}"
   step profile_gemma4 180 profile "${gemma4[@]}" --preset gemma4-26b-a4b --dtype bf16 "${quick[@]}"
   step profile_dsa 180 profile "${dsa[@]}" --preset deepseek-v3.2 --dtype bf16 --weights-dtype fp8_block "${quick[@]}"
+  step profile_nemotron 180 profile "${nemotron[@]}" --preset nemotron-3-nano-30b-a3b --dtype bf16 "${quick[@]}"
   step attention 90 bench attention "${dev[@]}"
   step moe 90 bench moe "${dev[@]}"
 fi
@@ -243,7 +248,7 @@ if ctx is not None and len(ctx) >= 2:
     rows.append(("context sweep: TPOT longest / shortest, measured", last.tpot_s / first.tpot_s))
     rows.append(("context sweep: TPOT longest / shortest, predicted", last.predicted_tpot_s / first.predicted_tpot_s))
 for name in ("profile_gemma2", "profile_deepseek", "profile_minimax", "profile_qwen3_next", "profile_llama4",
-             "profile_gemma4", "profile_dsa"):
+             "profile_gemma4", "profile_dsa", "profile_nemotron"):
     frame = table(name)
     if frame is None:
         print(f"{name}: not run (GPU_CHECK_FULL=1)")

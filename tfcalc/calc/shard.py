@@ -83,6 +83,9 @@ def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: 
         raise UsageError(f"tp {tp} is neither a multiple nor a divisor of the {full_kv} KV heads of {n}'s "
                          "full-attention layers")
     la = spec.linear_attention
+    if la is not None and la.kind == "mamba2" and (la.num_key_heads % tp or la.num_value_heads % tp):
+        raise UsageError(f"tp {tp} does not divide the {la.num_key_heads} B/C groups and {la.num_value_heads} heads "
+                         f"of {n}'s Mamba-2 layers (groups replicated over more GPUs are not modelled)")
     if la is not None and (la.num_key_heads % tp or la.num_value_heads % tp):
         raise UsageError(f"tp {tp} does not divide the {la.num_key_heads} key and {la.num_value_heads} value heads "
                          f"of {n}'s Gated DeltaNet layers")
