@@ -430,10 +430,10 @@ def test_twenty_fourth_held_out_grid_nemotron_h(v: ModuleType) -> None:
     fifth of the step's bytes (the 56B at batch 24-64; caveat "ssm_unmeasured") tfcalc's TPOT is 38-98 % above it.
     SGLang serves Nano's relu^2 MoE on FlashInfer CUTLASS on Hopper, 3-7x vLLM's Triton time in aiconfigurator's
     tables: its 15 Hopper points are most of tfcalc's other misses (-40 ... -78 %). With Mamba-2's scan counted per B/C
-    group (a FLOP count corrected after the scoring): TTFT 64 / 90."""
+    group (a FLOP count corrected after the scoring) and a block's norm counted once: TTFT 64 / 90, TPOT 50 / 90."""
     scored = _signed_errors(v, 24, 64 + 26)
     assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 64
-    assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 49
+    assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 50
     unmeasured = [tpot for p, _, tpot in scored if p.get("caveat") == "ssm_unmeasured"]
     assert len(unmeasured) >= 20 and all(tpot > 0.2 for tpot in unmeasured)
     vllm_trt = [(ttft, tpot) for p, ttft, tpot in scored if p["engine"] != "sglang" and not p.get("caveat")]

@@ -977,9 +977,6 @@ def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool | Non
         s.add_comm(t, bw, "tp")
     if moe is None:
         return
-    if kind == "none":  # the block's own norm before its FFN (the mixer's layers price theirs with the mixer)
-        _elementwise_group(s, "moe" if moe else "dense_ffn", 4 * shape.tokens * d.dims.h * ACT_BYTES,
-                           ideal_bytes=4 * shape.tokens * d.dims.h * ACT_BYTES)
     if moe and d.spec.moe is not None and d.spec.moe.dense_mlp_beside:
         # Gemma 4: the dense MLP first, reduced on its own (vLLM Gemma4MLP's row-parallel down_proj), then the MoE
         _ffn_layer(s, d, shape, False, ideal)
