@@ -77,13 +77,34 @@ def test_decode_step_shrinks_with_tp_in_ideal_mode(tp: int) -> None:
     assert step[1] < step[0]
 
 
-def test_latent_moe_and_bad_patterns_are_refused() -> None:
+def test_bad_patterns_are_refused() -> None:
     import json
     from pathlib import Path
 
     fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
     nano = json.loads((fixtures / "nemotron-3-nano-30b-a3b.json").read_text())
-    with pytest.raises(SpecError, match="latent MoE"):
-        spec_from_hf_config({**nano, "moe_latent_size": 1024}, "t", "t")
     with pytest.raises(SpecError, match="hybrid_override_pattern"):
         spec_from_hf_config({**nano, "hybrid_override_pattern": "MEX"}, "t", "t")
+
+
+def test_latent_moe_by_hand() -> None:
+    """Nemotron 3 Super: 512 relu^2 experts of 2688 on a latent of 1024 (up and down, 2 x 1024 x 2688 each) and the
+    two latent projections 4096 x 1024 per MoE block, whole on every GPU; 22 experts per token."""
+    from pathlib import Path
+
+    from tfcalc.calc.plan import check_parallelism
+    from tfcalc.calc.shard import shard
+    from tfcalc.spec.hf_config import load_hf_config
+
+    spec = load_hf_config(Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
+                          / "nemotron-3-super-120b-a12b.json")
+    layers = spec.num_moe_layers
+    expert, latent = 2 * 1024 * 2688, 2 * 4096 * 1024
+    counts = count_params(spec)
+    assert counts.total["experts"].total == layers * (512 * expert + latent)
+    assert counts.active["experts"].total == layers * (22 * expert + latent)
+    sh = shard(spec, check_parallelism(spec, 4, 4, 1, 1))
+    assert sh.latent.total == latent and sh.expert.total == expert // 4
+    # a decode step's expert GEMMs run on the latent width: the prefill FLOPs of one token per expert row
+    m = make_model(spec, W16, BF16)
+    assert prefill_work(m, 1, 1).flops > 0

@@ -203,6 +203,8 @@ def _component(name: str) -> str:
     if "norm" in name.rsplit(".", 2)[-2]:  # *_layernorm, q_norm, k_norm, q_a_layernorm, kv_a_layernorm, model.norm
         return "norms"
     name = name.replace(".feed_forward.", ".mlp.")  # Llama 4's name for the block's FFN
+    if "_latent_proj." in name:  # Nemotron 3 Super's latent MoE: counted with the experts it feeds
+        return "experts"
     if ".mixer." in name:  # Nemotron-H's block: an MoE's parts, an MLP's projections, else a Mamba-2 or attention mixer
         if re.search(r"\.mixer\.(experts|shared_experts|gate|up_proj|down_proj)\b", name):
             name = name.replace(".mixer.gate.", ".mlp.gate.").replace(".mixer.", ".mlp.")

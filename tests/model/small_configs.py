@@ -105,5 +105,7 @@ _SMALL_NEMOTRON_H = {**{k: v for k, v in _SMALL_COMMON.items() if k not in ("rop
 SMALL_NEMOTRON_NANO = {**_SMALL_NEMOTRON_H, "hybrid_override_pattern": "MEM*EM", "n_routed_experts": 8,
                        "moe_intermediate_size": 24, "n_shared_experts": 1, "moe_shared_expert_intermediate_size": 16,
                        "n_group": 4, "topk_group": 2, "routed_scaling_factor": 2.5, "norm_topk_prob": True}
+# Nemotron 3 Super-like: Nano's blocks with a latent MoE (experts on a projection of the hidden 48 to 20)
+SMALL_NEMOTRON_SUPER = {**SMALL_NEMOTRON_NANO, "moe_latent_size": 20}
 # Nemotron-H 56B-like: Mamba-2, MLP and attention blocks, no experts
 SMALL_NEMOTRON_H = {**_SMALL_NEMOTRON_H, "hybrid_override_pattern": "M-M*-M"}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from small_configs import SMALL_NEMOTRON_H, SMALL_NEMOTRON_NANO, small_config_spec
+from small_configs import SMALL_NEMOTRON_H, SMALL_NEMOTRON_NANO, SMALL_NEMOTRON_SUPER, small_config_spec
 from test_transformer import compiled_decode_error, logit_differences, run_in_chunks, twin_models
 
 from tfcalc.calc.kv_cache import kv_cache_bytes
@@ -22,7 +22,7 @@ from tfcalc.model.mamba import GroupedGatedRMSNorm, Mamba2Mixer, segment_sum, ss
 from tfcalc.model.scaling import describe_layers, keep_layers, layer_kind, pick_layers
 from tfcalc.spec.hf_config import load_hf_config, spec_from_hf_config
 
-CONFIGS = {"nano": SMALL_NEMOTRON_NANO, "nemotron_h": SMALL_NEMOTRON_H,
+CONFIGS = {"nano": SMALL_NEMOTRON_NANO, "nemotron_h": SMALL_NEMOTRON_H, "super": SMALL_NEMOTRON_SUPER,
            "biases": {**SMALL_NEMOTRON_H, "mamba_proj_bias": True, "use_bias": True}}
 FIXTURES = Path(__file__).parents[1] / "fixtures/hf_configs"
 # 21 tokens: more than two of the 8-token chunks (the last one padded); decode from 10, and prefill chunks shorter
@@ -120,7 +120,7 @@ def test_mamba_layers_hold_a_fixed_state_and_no_kv_cache() -> None:
         assert model.kv_cache_bytes() + model.state_bytes() == kv_cache_bytes(spec, get_dtype("bf16"), length, 3)
 
 
-@pytest.mark.parametrize("fixture", ["nemotron-3-nano-30b-a3b", "nemotron-h-56b"])
+@pytest.mark.parametrize("fixture", ["nemotron-3-nano-30b-a3b", "nemotron-h-56b", "nemotron-3-super-120b-a12b"])
 def test_released_configs_scaled_down_count_as_the_calculator(fixture: str) -> None:
     """The released configs at 6 layers with their real widths (meta device): the layer pattern kept (a block of each
     kind), the FFN-free and mixer-free lists renumbered, and the decoder's parameters the calculator's."""
@@ -128,7 +128,8 @@ def test_released_configs_scaled_down_count_as_the_calculator(fixture: str) -> N
     kept = pick_layers(spec, 6)
     small = keep_layers(spec, kept)
     kinds = {layer_kind(small, i) for i in range(small.num_layers)}
-    assert kinds == ({"mamba", "attention nope", "moe"} if "nano" in fixture else {"mamba", "attention nope", "mlp"})
+    assert kinds == ({"mamba", "attention nope", "mlp"} if fixture == "nemotron-h-56b" else {"mamba", "attention nope",
+                                                                                               "moe"})
     assert [layer_kind(small, i) for i in range(6)] == [layer_kind(spec, old) for old in kept]
     assert set(small.ffn_free_layers) | set(small.mixer_free_layers) == set(range(6))
     assert "mamba" in describe_layers(spec, kept)
@@ -190,6 +191,9 @@ def _copy_to_hf(ours: Transformer, hf: Any) -> None:
             moe.experts.down_proj.copy_(ffn.w_out)
             moe.shared_experts.up_proj.weight.copy_(ffn.shared.w_in.weight)
             moe.shared_experts.down_proj.weight.copy_(ffn.shared.w_out.weight)
+            if ffn.latent_in is not None:  # Nemotron 3 Super's latent MoE
+                moe.fc1_latent_proj.weight.copy_(ffn.latent_in.weight)
+                moe.fc2_latent_proj.weight.copy_(ffn.latent_out.weight)
         else:
             assert isinstance(ffn, FeedForward)
             layer.mixer.up_proj.weight.copy_(ffn.w_in.weight)

@@ -30,6 +30,7 @@ from small_configs import (
     SMALL_MINIMAX_M2,
     SMALL_NEMOTRON_H,
     SMALL_NEMOTRON_NANO,
+    SMALL_NEMOTRON_SUPER,
     SMALL_QWEN3_5,
     SMALL_QWEN3_NEXT,
     small_config_spec,
@@ -120,6 +121,8 @@ def _two_rank_cases(small_spec) -> list[Case]:  # noqa: ANN001
         Case("nemotron nano tp 2 ep 2", small_config_spec(SMALL_NEMOTRON_NANO), 2, 2),
         Case("nemotron nano ep 2", small_config_spec(SMALL_NEMOTRON_NANO), 1, 2),
         Case("nemotron-h tp 2", small_config_spec(SMALL_NEMOTRON_H), 2, 1),
+        Case("nemotron super tp 2", small_config_spec(SMALL_NEMOTRON_SUPER), 2, 1),
+        Case("nemotron super ep 2", small_config_spec(SMALL_NEMOTRON_SUPER), 1, 2),
     ]
 
 

@@ -262,6 +262,8 @@ class _Dims:
     embedding_bits: float
     # Mamba-2 layers (Nemotron-H) instead of Gated DeltaNet: their scan's chunk
     mamba_chunk: int = 0
+    # a latent MoE's width (Nemotron 3 Super): its experts run on it, projected to and from h on every GPU; 0: none
+    moe_latent: int = 0
     # DSA (DeepSeek-V3.2, GLM-5): the indexer's heads and head_dim (whole on every GPU), the keys MLA attends at most,
     # one token's indexer key in bytes; 0: no indexer
     index_heads: int = 0
@@ -447,7 +449,8 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  embedding_bits=float(precision.for_component("embedding").bits_per_element),
                  index_heads=si.num_heads if si else 0, index_dim=si.head_dim if si else 0,
                  index_topk=si.topk if si else 0, index_key_bytes=float(indexer_key_bytes(spec)),
-                 mamba_chunk=la.chunk_size if la is not None and la.kind == "mamba2" else 0)
+                 mamba_chunk=la.chunk_size if la is not None and la.kind == "mamba2" else 0,
+                 moe_latent=spec.moe.latent_size if spec.moe is not None else 0)
 
 
 def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, *, tp: int = 1,
@@ -906,15 +909,20 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
     _gemm(s, "moe", m, dm.experts, h, _Linear(16.0, "bf16", "", False), eng)  # router, replicated, bf16
     routed_tokens = m * d.dp  # every replica's tokens reach the experts of the group
     mode = dm.experts_mode
+    width = dm.moe_latent or h  # the experts' input width: a latent MoE's projection of h (fc1 / fc2, replicated)
+    if dm.moe_latent:
+        _gemm(s, "moe", m, width, h, mode, eng)
     s.add("moe", kernels.moe_experts(s.rates, tokens=routed_tokens, experts_local=dm.experts_local,
-                                     experts_total=dm.experts, top_k=dm.top_k, hidden=h,
+                                     experts_total=dm.experts, top_k=dm.top_k, hidden=width,
                                      expert_width=int(dm.expert_width) or 1, gated=dm.gated, weight_bits=mode.bits,
                                      compute=mode.compute, dequant=mode.dequant, routing=d.routing,
                                      weight_format=mode.weights, replicated=d.dp == 1), mode.compute)
+    if dm.moe_latent:
+        _gemm(s, "moe", m, h, width, mode, eng)
     if start is not None and shared is not None:  # the shared experts' path beside the router's and routed's
         _overlap(acc, start, shared)
     if d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
-        send = m / d.tp * dm.top_k * h * ACT_BYTES
+        send = m / d.tp * dm.top_k * width * ACT_BYTES
         fabric = d.fabric(d.ep)
         link = fabric.nccl.ideal() if ideal else fabric.nccl
         for _ in range(2):

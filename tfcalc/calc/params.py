@@ -8,7 +8,7 @@ elements are biases, norm weights, sinks and router score biases.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tfcalc.dtypes import PARAM_COMPONENTS
 from tfcalc.spec.model import ACTIVE_CONVENTIONS, ModelSpec
@@ -195,10 +195,11 @@ def norm_params_per_layer(spec: ModelSpec) -> Params:
     return norms_shape(spec).total(0 if spec.mla is not None else spec.num_kv_heads)
 
 
-def ffn_shape(spec: ModelSpec, intermediate: int, bias: bool) -> TPShape:
+def ffn_shape(spec: ModelSpec, intermediate: int, bias: bool, hidden: int = 0) -> TPShape:
     """Gated (SwiGLU/GeGLU): gate and up [h, I] + down [I, h]; plain: up + down. The I columns split over tp;
-    biases 2I (or I) split + h (down, added after the all-reduce) replicated."""
-    h = spec.hidden_size
+    biases 2I (or I) split + h (down, added after the all-reduce) replicated. ``hidden``: the width the FFN runs on
+    where it is not h (a latent MoE's experts)."""
+    h = hidden or spec.hidden_size
     gated = spec.ffn_kind == "gated"
     split = Params(matrix=(3 if gated else 2) * h * intermediate,
                    vector=(2 if gated else 1) * intermediate if bias else 0)
@@ -208,6 +209,25 @@ def ffn_shape(spec: ModelSpec, intermediate: int, bias: bool) -> TPShape:
 def ffn_params(spec: ModelSpec, intermediate: int, bias: bool) -> Params:
     """``ffn_shape`` totalled: matrices 3hI (gated) or 2hI, biases 2I + h or I + h."""
     return ffn_shape(spec, intermediate, bias).total()
+
+
+def expert_shape(spec: ModelSpec) -> TPShape:
+    """One routed expert: an FFN of the expert width on h, or on the latent width of a latent MoE."""
+    moe = spec.moe
+    if moe is None:
+        return TPShape()
+    return ffn_shape(spec, moe.expert_intermediate_size, moe.expert_bias, moe.latent_size)
+
+
+def latent_shape(spec: ModelSpec) -> TPShape:
+    """A latent MoE's projections (transformers NemotronHMoE fc1_latent_proj [h, latent], fc2_latent_proj [latent, h],
+    biases as the MLP's), whole on every rank so that the experts see the whole latent (vLLM NemotronHMoE and
+    TensorRT-LLM: ReplicatedLinear)."""
+    moe = spec.moe
+    if moe is None or not moe.latent_size:
+        return TPShape()
+    plain = ffn_shape(replace(spec, ffn_kind="plain"), moe.latent_size, spec.mlp_bias)
+    return TPShape(replicated=plain.split + plain.replicated)
 
 
 def shared_experts_shape(spec: ModelSpec) -> TPShape:
@@ -332,8 +352,10 @@ def count_params(spec: ModelSpec) -> ParamCounts:
         + block_norms(spec) * len(spec.mixer_free_layers))
     add("mlp", ffn_params(spec, spec.intermediate_size, spec.mlp_bias) * spec.num_dense_mlp_layers)
     if moe is not None and moe_layers:
-        expert = ffn_params(spec, moe.expert_intermediate_size, moe.expert_bias)
-        add("experts", expert * (moe.num_experts * moe_layers), expert * (moe.experts_per_token * moe_layers))
+        expert = expert_shape(spec).total()
+        latent = latent_shape(spec).total() * moe_layers  # every token's, beside the routed experts
+        add("experts", expert * (moe.num_experts * moe_layers) + latent,
+            expert * (moe.experts_per_token * moe_layers) + latent)
         add("shared_experts", shared_experts_shape(spec).total() * moe_layers)
         add("router", router_params(spec) * moe_layers)
     add("encoder", encoder_shape(spec).total(), Params())  # text tokens never pass through it

@@ -36,10 +36,12 @@ from tfcalc.calc.params import (
     attention_shape,
     block_norms,
     encoder_shape,
+    expert_shape,
     ffn_shape,
     final_norm_params,
     indexer_norm_params,
     indexer_shape,
+    latent_shape,
     linear_attention_shape,
     linear_norms_shape,
     norms_shape,
@@ -134,6 +136,7 @@ class Shard:
     full_kv_elements: int = 0
     full_kv_heads: int = 0
     indexer: Params = Params()  # per layer running a DSA indexer (DeepSeek-V3.2, GLM-5), whole on every GPU
+    latent: Params = Params()   # per MoE layer: a latent MoE's two projections (Nemotron 3 Super), whole on every GPU
 
 
 def expert_tp(par: Parallelism) -> int:
@@ -193,7 +196,7 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
     shared = router = Params()
     if spec.moe is not None:
         moe = spec.moe
-        expert = ffn_shape(spec, moe.expert_intermediate_size, moe.expert_bias).per_rank(expert_tp(par))
+        expert = expert_shape(spec).per_rank(expert_tp(par))
         resident = moe.num_experts // par.ep
         active = Fraction(moe.experts_per_token, par.ep)
         shared = shared_experts_shape(spec).per_rank(tp)
@@ -211,7 +214,8 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
         full_attention=attention_shape(full).per_rank(tp, full_kv_heads) if full is not spec else attention,
         full_norms=norms_shape(full).per_rank(tp, full_kv_heads),
         full_kv_elements=2 * full_kv_heads * full.head_dim if full is not spec else kv_elements,
-        full_kv_heads=full_kv_heads, indexer=indexer_shape(spec).per_rank(tp) + indexer_norm_params(spec))
+        full_kv_heads=full_kv_heads, indexer=indexer_shape(spec).per_rank(tp) + indexer_norm_params(spec),
+        latent=latent_shape(spec).per_rank(tp))
 
 
 def param_bytes(p: Params, precision: WeightPrecision, component: str) -> Fraction:
@@ -370,6 +374,7 @@ def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, 
                   + param_bytes(sh.linear_norms, precision, "norms"))
     per_full = param_bytes(sh.full_attention, precision, "attention") + param_bytes(sh.full_norms, precision, "norms")
     moe = (param_bytes(sh.expert * sh.experts_resident, precision, "experts")
+           + param_bytes(sh.latent, precision, "experts")
            + param_bytes(sh.shared_experts, precision, "shared_experts") + param_bytes(sh.router, precision, "router"))
     dense_mlps = c.layers if spec.moe is not None and spec.moe.dense_mlp_beside else c.dense_layers
     total = (c.sliding_layers * per_layer + c.full_layers * per_full + c.linear_layers * per_linear

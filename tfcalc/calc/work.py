@@ -92,12 +92,14 @@ def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float |
     if spec.is_moe_layer(layer):
         moe = spec.moe
         assert moe is not None
-        elements += sh.experts_active * sh.expert.matrix + sh.shared_experts.matrix + sh.router.matrix
+        elements += (sh.experts_active * sh.expert.matrix + sh.shared_experts.matrix + sh.router.matrix
+                     + sh.latent.matrix)
         distinct = (kernels.distinct_experts(moe.num_experts, moe.experts_per_token, tokens)
                     if distinct_experts is None else distinct_experts)
         resident_share = Fraction(sh.experts_resident, moe.num_experts)
         read += Fraction(distinct).limit_denominator(10**9) * resident_share * param_bytes(sh.expert, p, "experts")
         read += param_bytes(sh.shared_experts, p, "shared_experts") + param_bytes(sh.router, p, "router")
+        read += param_bytes(sh.latent, p, "experts")
     if not spec.has_ffn(layer):  # Nemotron-H's Mamba-2 and attention blocks
         return elements, read
     if not spec.is_moe_layer(layer) or (spec.moe is not None and spec.moe.dense_mlp_beside):

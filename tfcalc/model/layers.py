@@ -664,9 +664,13 @@ class MoE(nn.Module):
     hidden^-1/2; its top-k softmax weights, renormalised, are scaled by a learned ``per_expert_scale``; with
     ``moe.dense_mlp_beside`` the experts see ``input_norm(x)`` (pre_feedforward_layernorm_2) and the router x.
 
-    Experts are stacked, w_in [E, 2I or I, hidden] and w_out [E, hidden, I]. Dispatch sorts the N*K
-    (token, expert) pairs by expert and runs each expert once on its contiguous slice; reading the per-expert
-    counts back to the host is the one data-dependent step, so an MoE forward is not CUDA-graph capturable.
+    A latent MoE (``moe.latent_size``, Nemotron 3 Super; transformers NemotronHMoE) runs its routed experts on
+    fc1_latent_proj(x) and maps their weighted sum back with fc2_latent_proj; the router and the shared expert see x.
+
+    Experts are stacked, w_in [E, 2I or I, hidden] and w_out [E, hidden, I] (hidden: the latent width where set).
+    Dispatch sorts the N*K (token, expert) pairs by expert and runs each expert once on its contiguous slice; reading
+    the per-expert counts back to the host is the one data-dependent step, so an MoE forward is not CUDA-graph
+    capturable.
     ``expert_counts`` holds the tokens routed to each expert by the last forward.
 
     Sharded (``tfcalc.model.parallel``), a rank holds experts ``first_expert`` .. + ``local_experts`` (or a slice
@@ -682,13 +686,16 @@ class MoE(nn.Module):
             raise SpecError(f"{spec.name}: a router score-correction bias needs sigmoid scoring (DeepSeek-V3)")
         self.spec, self.top_k, self.normalize = spec, moe.experts_per_token, moe.normalize_top_k
         self.weights_input = moe.router_weights_input
-        e, h, i = moe.num_experts, spec.hidden_size, moe.expert_intermediate_size
+        e, i = moe.num_experts, moe.expert_intermediate_size
         width = 2 * i if spec.ffn_kind == "gated" else i
-        self.router = nn.Linear(h, e, bias=moe.router_bias)
+        self.router = nn.Linear(spec.hidden_size, e, bias=moe.router_bias)
+        self.latent_in = nn.Linear(spec.hidden_size, moe.latent_size, bias=spec.mlp_bias) if moe.latent_size else None
+        self.latent_out = nn.Linear(moe.latent_size, spec.hidden_size, bias=spec.mlp_bias) if moe.latent_size else None
+        h = moe.latent_size or spec.hidden_size  # the experts' width
         self.score_bias = nn.Parameter(torch.zeros(e)) if moe.router_score_correction_bias else None
-        self.router_scale = nn.Parameter(torch.ones(h)) if moe.router_scales else None
+        self.router_scale = nn.Parameter(torch.ones(spec.hidden_size)) if moe.router_scales else None
         self.per_expert_scale = nn.Parameter(torch.ones(e)) if moe.router_scales else None
-        self.input_norm = make_norm(spec, h) if moe.dense_mlp_beside else None
+        self.input_norm = make_norm(spec, spec.hidden_size) if moe.dense_mlp_beside else None
         if weights_dtype is None:
             self.w_in: Tensor | FP8Weight = nn.Parameter(torch.empty(e, width, h).uniform_(-h**-0.5, h**-0.5))
             self.w_out: Tensor | FP8Weight = nn.Parameter(torch.empty(e, h, i).uniform_(-i**-0.5, i**-0.5))
@@ -701,7 +708,8 @@ class MoE(nn.Module):
         shared_width = moe.num_shared_experts * moe.shared_expert_intermediate_size
         # n shared experts of width I_s act as one FFN of width n*I_s (their sum is the concatenation).
         self.shared = FeedForward(spec, shared_width, bias=spec.mlp_bias) if shared_width else None
-        self.shared_gate = nn.Linear(h, 1, bias=False) if shared_width and moe.shared_expert_gate else None
+        gated = shared_width and moe.shared_expert_gate
+        self.shared_gate = nn.Linear(spec.hidden_size, 1, bias=False) if gated else None
         self.register_buffer("expert_counts", torch.zeros(e, dtype=torch.long), persistent=False)
         self.first_expert, self.local_experts, self.add_out_bias = 0, e, True
         self.dispatch: Callable[[MoE, Tensor], Tensor] | None = None
@@ -734,8 +742,10 @@ class MoE(nn.Module):
         return (weights * moe.routed_scaling_factor).to(x.dtype), experts
 
     def expert_inputs(self, x: Tensor) -> Tensor:
-        """What the experts see of x [N, hidden]: its own norm where the MoE sits beside a dense MLP (Gemma 4)."""
-        return x if self.input_norm is None else self.input_norm(x)
+        """What the experts see of x [N, hidden]: its own norm where the MoE sits beside a dense MLP (Gemma 4), its
+        latent projection in a latent MoE (Nemotron 3 Super)."""
+        x = x if self.input_norm is None else self.input_norm(x)
+        return x if self.latent_in is None else self.latent_in(x)
 
     def expert(self, e: int, x: Tensor) -> Tensor:
         """Expert e (of this module's stack) on its tokens x [n, hidden] -> [n, hidden]."""
@@ -778,13 +788,16 @@ class MoE(nn.Module):
             pair = local.nonzero().squeeze(1)
             pair = pair[flat[pair].argsort(stable=True)]
         token, w = pair // self.top_k, weights.flatten()[pair, None]
-        out = self.run_experts(self.weigh_inputs(self.expert_inputs(x)[token], w), counts[first:first + held].tolist())
-        return torch.zeros_like(x).index_add_(0, token, self.weigh_outputs(out, w))
+        xs = self.expert_inputs(x)
+        out = self.run_experts(self.weigh_inputs(xs[token], w), counts[first:first + held].tolist())
+        return torch.zeros_like(xs).index_add_(0, token, self.weigh_outputs(out, w))
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x = x.reshape(-1, shape[-1])  # [N, hidden]
         y = self.routed(x) if self.dispatch is None else self.dispatch(self, x)
+        if self.latent_out is not None:
+            y = self.latent_out(y)
         if self.shared is not None:
             shared = self.shared(x)
             y = y + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(x)) * shared)

@@ -350,6 +350,8 @@ class Parallel:
         moe.first_expert, moe.local_experts, moe.add_out_bias = first, held, index == 0
         if moe.shared is not None:
             _shard_ffn(moe.shared, self.tp, self.tp_rank, add_bias=self.tp_rank == 0)
+        if moe.latent_out is not None and moe.latent_out.bias is not None and self.tp_rank:
+            moe.latent_out.bias = None  # a partial sum's projection: its bias once, on rank 0, before the all-reduce
 
     def shard_vocabulary(self, model: nn.Module) -> None:
         """Vocab-parallel embedding and lm_head (a tied head shares the embedding's shard)."""
@@ -528,10 +530,10 @@ class ExpertDispatch:
         out[by_expert] = moe.run_experts(arrived[by_expert, :-1],
                                          torch.bincount(local, minlength=held).tolist())
         back = comm.all_to_all(out, receive, send, par.ep_group)
-        y = torch.zeros_like(mine).index_add_(0, token, moe.weigh_outputs(back, w))
+        y = mine.new_zeros(mine.shape[0], back.shape[-1]).index_add_(0, token, moe.weigh_outputs(back, w))
         if par.tp == 1:
             return y
-        full = torch.zeros_like(x)
+        full = x.new_zeros(x.shape[0], back.shape[-1])  # a latent MoE's sums stay latent until fc2_latent_proj
         full[start:stop] = y
         return full
 

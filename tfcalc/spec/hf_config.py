@@ -494,9 +494,6 @@ def _nemotron_h(c: _Config) -> dict[str, Any]:
     without RoPE, a plain relu^2 MLP or an MoE; one RMSNorm before it. The attention and Mamba blocks have no FFN,
     the MLP and MoE blocks no mixer."""
     blocks = _nemotron_blocks(c)
-    if c.data.get("moe_latent_size") is not None:
-        raise c.error("field 'moe_latent_size': Nemotron's latent MoE (experts on a projected width: Nemotron 3 Super "
-                      "and Ultra) is not supported")
     mamba = tuple(i for i, b in enumerate(blocks) if b == "mamba")
     heads = c.int_or_default("mamba_num_heads", minimum=1)
     state = _TORCH_DTYPES.get(c.data.get("mamba_ssm_cache_dtype", "float32"))
@@ -517,7 +514,8 @@ def _nemotron_h(c: _Config) -> dict[str, Any]:
 def _nemotron_moe(c: _Config) -> MoESpec | None:
     """Nemotron-H's MoE blocks: ``n_routed_experts`` plain relu^2 experts of ``moe_intermediate_size`` and a shared
     expert of ``moe_shared_expert_intermediate_size``, DeepSeek-V3's router (sigmoid scores, a correction bias,
-    group-limited top-k, scaled); every other block is a "dense" layer (an MLP, or no FFN at all)."""
+    group-limited top-k, scaled), the routed experts on a ``moe_latent_size`` projection where set (Nemotron 3 Super,
+    Ultra); every other block is a "dense" layer (an MLP, or no FFN at all)."""
     blocks = _nemotron_blocks(c)
     if "moe" not in blocks:
         return None
@@ -530,7 +528,8 @@ def _nemotron_moe(c: _Config) -> MoESpec | None:
                    router_score_correction_bias=True, normalize_top_k=c.flag("norm_topk_prob"),
                    router_scoring="sigmoid", expert_groups=c.int_or_default("n_group", minimum=1),
                    groups_per_token=c.int_or_default("topk_group", minimum=1),
-                   routed_scaling_factor=c.req_float("routed_scaling_factor"))
+                   routed_scaling_factor=c.req_float("routed_scaling_factor"),
+                   latent_size=c.opt_int("moe_latent_size", minimum=1) or 0)
 
 
 def _dsa_indexer(c: _Config) -> dict[str, Any]:
@@ -1088,6 +1087,9 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         what = "no model_type" if given is None else f"unsupported model_type {given!r}"
         raise SpecError(f"{origin}: {what}; supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
     family = FAMILIES[model_type]
+    pattern = config.get("hybrid_override_pattern", config.get("layers_block_type"))
+    if model_type == "nemotron_h" and "num_hidden_layers" not in config and isinstance(pattern, (str, list)):
+        config = {**config, "num_hidden_layers": len(pattern)}  # transformers 5 derives it from the pattern
     c = _Config(config, origin, model_type, family.defaults)
     for key in (*(_CORE_FIELDS if family.dense_mlp else _CORE_FIELDS[:-1]), *family.required):
         c.require(key)

@@ -214,6 +214,8 @@ def _method(quant: Mapping[str, Any]) -> Any:
     producer = quant.get("producer")
     if method is None and isinstance(producer, Mapping) and producer.get("name") == "modelopt":
         return "modelopt"
+    if method is None and isinstance(quant.get("quantization"), Mapping) and "quant_algo" in quant["quantization"]:
+        return "modelopt"  # hf_quant_config.json's layout (ModelOpt's own file) without its producer block
     if method is None and quant.get("fmt") == "e4m3":
         return "fp8"
     return method

@@ -73,6 +73,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "moe.shared_expert_intermediate_size": (0, 1 << 24),
     "moe.expert_groups": (1, 1 << 16),
     "moe.groups_per_token": (1, 1 << 16),
+    "moe.latent_size": (0, 1 << 20),
     "rope_scaling.original_max_position_embeddings": (1, 1 << 34),
     "encoder.hidden_size": (1, 1 << 20),
     "encoder.intermediate_size": (1, 1 << 24),
@@ -526,6 +527,10 @@ class MoESpec:
     # Gemma 4's router scales its input per channel (``scale``, hidden_size) and its weights per expert
     # (``per_expert_scale``, num_experts): two more vectors (transformers Gemma4TextRouter)
     router_scales: bool = False
+    # Nemotron 3 Super / Ultra's latent MoE: the routed experts run on a projection of the hidden state to this width
+    # (fc1_latent_proj [h, latent] before them, fc2_latent_proj [latent, h] after; router and shared expert on h); 0:
+    # none
+    latent_size: int = 0
     # Routing numerics the bundled decoder reproduces (no size depends on them): DeepSeek-V3 scores experts with a
     # sigmoid, picks the top ``groups_per_token`` of ``expert_groups`` groups first, and scales the routed sum.
     router_scoring: RouterScoring = "softmax"
