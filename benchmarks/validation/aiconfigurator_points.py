@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout24]
+        | --holdout12 | ... | --holdout25]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -48,6 +48,8 @@ KV heads of 256 per GPU anywhere: the 31B from tp 2; such points are errors, lef
 ``--holdout24`` the twenty-fourth (``HOLDOUT_GRID_24``, aiconfigurator_holdout24.json): Nemotron-H (Nemotron 3 Nano
 30B-A3B, Nemotron-H 56B), an architecture tfcalc first read after the twenty-third (Mamba-2 blocks with a fixed state
 per sequence, attention without RoPE, blocks holding only an MLP or an MoE).
+``--holdout25`` the twenty-fifth (``HOLDOUT_GRID_25``, aiconfigurator_holdout25.json): Nemotron 3 Super 120B-A12B in
+FP8, whose latent MoE tfcalc first read after the twenty-fourth.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ MODELS = {
     "glm-5": ("zai-org/GLM-5-FP8", "fp8_block", "fp8_block", "fp8_block"),
     "nemotron-3-nano-30b-a3b": ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "bf16", "bfloat16", "bfloat16"),
     "nemotron-h-56b": ("nvidia/Nemotron-H-56B-Base-8K", "bf16", "bfloat16", None),
+    "nemotron-3-super-120b-a12b": ("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", "fp8", "fp8", "fp8"),
 }
 
 # The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
@@ -569,6 +572,14 @@ HOLDOUT_GRID_24 = [
     ("nemotron-h-56b", "b200_sxm", [1], [4, 24, 64], [(2000, 500)]),
 ]
 
+# Nemotron 3 Super 120B-A12B (FP8: a latent MoE of 512 experts on a 1,024-wide projection), collected on 2026-12-06
+# (stop 51) after tfcalc first read its latent MoE, scored once before any change in response
+HOLDOUT_GRID_25 = [
+    ("nemotron-3-super-120b-a12b", "h100_sxm", [4], [4, 24, 64], [(3000, 400)]),
+    ("nemotron-3-super-120b-a12b", "h200_sxm", [2], [4, 24, 64], [(6000, 300)]),
+    ("nemotron-3-super-120b-a12b", "b200_sxm", [1], [4, 24, 64], [(2000, 500)]),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -649,7 +660,7 @@ if __name__ == "__main__":
              "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16, "--holdout17": HOLDOUT_GRID_17,
              "--holdout18": HOLDOUT_GRID_18, "--holdout19": HOLDOUT_GRID_19, "--holdout20": HOLDOUT_GRID_20,
              "--holdout21": HOLDOUT_GRID_21, "--holdout22": HOLDOUT_GRID_22, "--holdout23": HOLDOUT_GRID_23,
-             "--holdout24": HOLDOUT_GRID_24}
+             "--holdout24": HOLDOUT_GRID_24, "--holdout25": HOLDOUT_GRID_25}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]
