@@ -105,6 +105,11 @@ def test_latent_moe_by_hand() -> None:
     assert counts.active["experts"].total == layers * (22 * expert + latent)
     sh = shard(spec, check_parallelism(spec, 4, 4, 1, 1))
     assert sh.latent.total == latent and sh.expert.total == expert // 4
-    # a decode step's expert GEMMs run on the latent width: the prefill FLOPs of one token per expert row
+    # a token's matmul elements in an MoE block: 22 experts at the latent width, the latent projections, the shared
+    # expert (4096 x 5376 up and down) and the router (512 x 4096)
+    from tfcalc.calc.work import _layer_linear
+
     m = make_model(spec, W16, BF16)
-    assert prefill_work(m, 1, 1).flops > 0
+    moe_layer = next(i for i in range(spec.num_layers) if spec.is_moe_layer(i))
+    elements, _ = _layer_linear(m, moe_layer, 1)
+    assert elements == 22 * expert + latent + 2 * 4096 * 5376 + 512 * 4096
