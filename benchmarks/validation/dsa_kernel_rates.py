@@ -40,10 +40,6 @@ from pathlib import Path
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 TOPK = 2048  # DeepSeek-V3.2's index_topk
 ENGINES = ("vllm", "sglang", "trtllm")
-# heads per tile of the sparse prefill kernel (kernels.dsa_prefill_head_tile): FlashMLA's, 64 on Hopper and 128 on
-# Blackwell (vLLM, SGLang); TensorRT-LLM's tables show the same (1 to 64 heads within 10 % on Hopper, 16 heads priced
-# unpadded on the B200 would reach 4 % of the peak)
-HEAD_TILE = {"h100-sxm": 64, "h200": 64, "b200": 128}
 
 
 def _table(root: Path, system: str, engine: str, phase: str, model: str = "V3.2"):  # -> pandas.DataFrame | None
@@ -81,7 +77,7 @@ def _fit(gpu_name: str, engine: str, rows: list[tuple[int, int, float]], decode_
                           dsa_block_floors_by_gpu={gpu_name: {"decode": decode_us * 1e-6,
                                                               "prefill": prefill_us * 1e-6}},
                           dsa_prefill_full_topk_by_gpu=frozenset({gpu_name} if full else ()),
-                          dsa_prefill_head_tile_by_gpu={gpu_name: HEAD_TILE[gpu_name]})
+                          dsa_prefill_head_tile_by_gpu=base.dsa_prefill_head_tile_by_gpu)
         d = deployment(spec, load_gpu(gpu_name), parse_weight_precision("fp8_block"), get_dtype("bf16"), tp=8,
                        engine_kernels=kernels)
         got = [step_time(d, StepShape(prefill_seqs=int(b), prefill_tokens=int(n)), "prefill").groups["attention"]

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from tfcalc.errors import SpecError
 from tfcalc.spec.hf_quant import checkpoint_activation_scale, checkpoint_kv_dtype, checkpoint_precision
 from tfcalc.spec.model import (
+    HYBRID_BLOCKS,
     INT_LIMITS,
     EncoderSpec,
     FullAttentionSpec,
@@ -472,7 +473,7 @@ def _mla(c: _Config) -> MLASpec:
 
 # Nemotron-H's block letters (hybrid_override_pattern) and names (layers_block_type, transformers 5's and the
 # checkpoints' own): each block holds one mixer or one FFN
-_NEMOTRON_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe", "mamba": "mamba",
+_NEMOTRON_BLOCKS = {**HYBRID_BLOCKS, "mamba": "mamba",
                     "linear_attention": "mamba", "attention": "attention", "full_attention": "attention", "mlp": "mlp",
                     "moe": "moe"}
 

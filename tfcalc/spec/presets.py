@@ -15,6 +15,7 @@ from typing import Any
 
 from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.model import (
+    HYBRID_BLOCKS,
     MAX_NAME_CHARS,
     EncoderSpec,
     FullAttentionSpec,
@@ -436,17 +437,18 @@ def _hybrid_pattern(data: dict[str, Any], num_layers: int) -> None:
     MoE block) spread into the layer lists it stands for: Mamba-2 layers, layers without an FFN or a mixer, NoPE
     layers and the MoE's dense layers."""
     pattern = data.pop("hybrid_override_pattern")
-    if not isinstance(pattern, str) or len(pattern) != num_layers or set(pattern) - set("M*-E"):
-        raise SpecError(f"field 'hybrid_override_pattern' must give one of M * - E for each of the {num_layers} "
-                        "layers")
-    where = {c: tuple(i for i, x in enumerate(pattern) if x == c) for c in "M*-E"}
-    data["ffn_free_layers"] = tuple(sorted(where["M"] + where["*"]))
-    data["mixer_free_layers"] = tuple(sorted(where["-"] + where["E"]))
-    data["nope_layers"] = where["*"]
+    if not isinstance(pattern, str) or len(pattern) != num_layers or set(pattern) - set(HYBRID_BLOCKS):
+        raise SpecError(f"field 'hybrid_override_pattern' must give one of {' '.join(HYBRID_BLOCKS)} for each of the "
+                        f"{num_layers} layers")
+    where = {block: tuple(i for i, x in enumerate(pattern) if HYBRID_BLOCKS[x] == block)
+             for block in HYBRID_BLOCKS.values()}
+    data["ffn_free_layers"] = tuple(sorted(where["mamba"] + where["attention"]))
+    data["mixer_free_layers"] = tuple(sorted(where["mlp"] + where["moe"]))
+    data["nope_layers"] = where["attention"]
     if isinstance(data.get("linear_attention"), dict):
-        data["linear_attention"] = {**data["linear_attention"], "layers": list(where["M"])}
+        data["linear_attention"] = {**data["linear_attention"], "layers": list(where["mamba"])}
     if isinstance(data.get("moe"), dict):
-        data["moe"] = {**data["moe"], "dense_layers": [i for i, x in enumerate(pattern) if x != "E"]}
+        data["moe"] = {**data["moe"], "dense_layers": [i for i in range(num_layers) if i not in where["moe"]]}
 
 
 def _check_document_keys(data: dict[str, Any]) -> None:
