@@ -15,6 +15,7 @@ its kernel tables ship in the package) and run
     python benchmarks/validation/moe_kernel_rates.py --engine sglang --expert-parallel fp8_block
     python benchmarks/validation/moe_kernel_rates.py --ep-floor w4a16_mxfp4 --kernel-source gptoss
     python benchmarks/validation/moe_kernel_rates.py --engine trtllm --row-cost nvfp4 --kernel-source cutlass
+    python benchmarks/validation/moe_kernel_rates.py --autotuned fp8
 
 For every GPU with a measured table (aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<newest>/moe_perf), the
 rows with balanced routing (each expert gets exactly T k / E tokens), >= ``--min-tokens`` tokens and no expert
@@ -57,6 +58,11 @@ weight-only kernel on every GPU (``table_mode``: vLLM's MXFP4 x BF16 on a B200 t
 ``--ep-floor DTYPE`` prices the balanced rows of one table dtype whose experts are split by expert parallelism
 alone at <= 16 tokens and prints what ep 2-16 adds to the fused MoE's fixed cost over ep 1 (the median of measured
 less priced, ep > 1 less ep 1, at 1 token; 2-16 tokens held out): ``kernels.moe_ep_floors_us``.
+
+``--autotuned DTYPE`` prices one table dtype's balanced ep-1 gated rows at the vllm preset, on TensorRT-LLM
+1.3.0rc20's table (its collector autotunes the CUTLASS MoE) and on vLLM's newest (its collector runs FlashInfer's
+CUTLASS MoE at the heuristic tactics, while a vLLM server autotunes them at start-up), and prints tfcalc / measured
+per token band on every GPU but the B200: the per-tensor fp8 (ModelOpt) experts' rates follow the autotuned kernel.
 
 ``--expert-floors`` reads TensorRT-LLM's tables (1.3.0rc20) at 1 token: each row's time less tfcalc's price of it
 without a per-expert cost, against the experts on the GPU (num_experts / ep). The least-squares slope through the
@@ -300,6 +306,49 @@ def compare(root: Path, engine: str, version: str, min_tokens: int, low_tokens: 
             print(f"{preset:9s} {weights:11s} {engine} {mine.parent.name} / vllm {vllm.parent.name}: median "
                   f"{statistics.median(r):.2f}, quartiles {r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f} ({len(r)} "
                   f"rows; {source[:32]} / {other[:32]})")
+
+
+def autotuned(root: Path, weights: str, trtllm_version: str = "1.3.0rc20") -> None:
+    """tfcalc's vLLM price (its preset) over the measured time of one table dtype's balanced ep-1 rows, by token band,
+    on TensorRT-LLM's table (its collector autotunes the CUTLASS MoE) and on vLLM's newest (its collector runs
+    FlashInfer's CUTLASS MoE at the heuristic tactics, no autotune): which of the two tfcalc's vLLM rates follow."""
+    import pandas as pd
+
+    from tfcalc.calc import kernels
+    from tfcalc.calc.latency import rates_for
+    from tfcalc.spec.presets import load_engine, load_gpu
+
+    bands = ((1, 1), (2, 16), (17, 256), (257, 4095), (4096, 1 << 30))
+    kernels.routed_rows = _balanced_rows
+    for system, preset in GPUS.items():
+        tables = {"trtllm " + trtllm_version: root / system / "moe" / "trtllm" / trtllm_version / "moe_perf.parquet",
+                  "vllm (newest)": _newest(root, system, "vllm", "")}
+        gpu = load_gpu(preset)
+        if gpu.name == "b200":  # vLLM's per-tensor FP8 MoE there is FlashInfer's TRT-LLM kernel, not CUTLASS
+            continue
+        rates, mode = rates_for(gpu, load_engine("vllm").kernels), table_mode(weights, gpu)
+        for label, table in tables.items():
+            if table is None or not table.exists():
+                continue
+            df = pd.read_parquet(table)
+            df = df[(df.distribution == "balanced") & (df.moe_ep_size == 1) & (df.moe_dtype == weights)
+                    & ~df.kernel_source.str.contains("nongated")]
+            if df.empty:
+                continue
+            cells = []
+            for lo, hi in bands:
+                r = sorted(kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts,
+                                               experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
+                                               expert_width=row.inter_size // row.moe_tp_size, gated=True,
+                                               weight_bits=mode.bits, compute=mode.compute, dequant=mode.dequant,
+                                               weight_format=mode.weights).seconds / (row.latency * 1e-3)
+                           for row in df.itertuples() if lo <= row.num_tokens <= hi)
+                if r:
+                    cells.append(f"{lo}{'-' + str(hi) if hi < 1 << 30 and hi > lo else '+' if hi > lo else ''}: "
+                                 f"{statistics.median(r):.2f}")
+            kernel = ", ".join(sorted(set(df.kernel_source)))[:40]
+            print(f"{preset:10s} {weights} rows of {label:16s} ({len(df)}, gated, {kernel}): tfcalc vllm / measured "
+                  f"median {'; '.join(cells)}")
 
 
 def row_cost(root: Path, engine: str, version: str, weights: str, kernel_source: str, min_tokens: int) -> None:
@@ -550,6 +599,8 @@ def main() -> None:
     parser.add_argument("--row-cost", default="", metavar="DTYPE",
                         help="the width-independent part of --engine's fused MoE per routed row against vLLM's, one "
                              "table dtype (kernels.moe_row_bytes)")
+    parser.add_argument("--autotuned", default="", metavar="DTYPE",
+                        help="tfcalc's vLLM price of DTYPE's rows on TensorRT-LLM's autotuned table and vLLM's")
     parser.add_argument("--k0", default="", metavar="LIST",
                         help="comma-separated grouped-GEMM K0 values: the fit and its scatter at each")
     parser.add_argument("--moe-stream", action="store_true",
@@ -580,6 +631,9 @@ def main() -> None:
         return
     if args.compare:
         compare(root, args.engine, args.version, args.min_tokens, args.held_out)
+        return
+    if args.autotuned:
+        autotuned(root, args.autotuned)
         return
     if args.row_cost:
         row_cost(root, args.engine, args.version, args.row_cost, args.kernel_source, args.min_tokens)
