@@ -44,6 +44,13 @@ Four caveats, each a mechanism of the collector rather than of the engine:
   dsa_context_module row: aiconfigurator prices the attention far outside what the collector timed, and not in
   proportion to the work (SGLang 0.5.14's rows stop at 8,192 tokens on the H200; its context attention for
   DeepSeek-V3.2 at 6,000-token prompts grows 1.8x from 4 prompts to 24, vLLM's 6.3x).
+- ``untuned``: vLLM's per-tensor FP8 experts (ModelOpt checkpoints) on Hopper, whose rows in aiconfigurator's vLLM
+  table are FlashInfer's CUTLASS fused MoE (kernel_source ``..._flashinfer_cutlass_...``). A vLLM server tunes that
+  kernel's tactics at start-up (vllm/model_executor/warmup/kernel_warmup.py ``flashinfer_autotune``, SM 9.0+ by
+  default); aiconfigurator's vLLM collector (collector/vllm/collect_moe.py) calls no autotune, so the rows time
+  FlashInfer's heuristic tactics. Tagged where they are more than ``UNTUNED_EXCESS`` times TensorRT-LLM's autotuned
+  rows of the same shape and layout (``autotuned_ratio``, median over token counts; Nemotron 3 Super's experts on an
+  H200 at moe_tp 2: 5.2x); vLLM's bf16 FlashInfer CUTLASS rows of Gemma 4 on a B200 are 1.1x, not tagged.
 - ``ssm_unmeasured``: a Mamba-2 model (Nemotron-H) whose decode step, as tfcalc counts it, spends more than
   ``SSM_STATE_SHARE`` of its bytes reading and writing the sequences' SSM states: aiconfigurator's mamba2 tables hold
   only the causal-conv kernels (causal_conv1d_fn / _update), and its price for the scan and the state update is all
@@ -70,6 +77,10 @@ INTERPOLATED_SHORTFALL = 0.2
 OLDER_DISAGREEMENT = 0.2
 DSA_EXTRAPOLATED = 4.0
 SSM_STATE_SHARE = 0.2
+# the engines that tune FlashInfer's MoE tactics at start-up while aiconfigurator's collector for them does not
+# (vllm kernel_warmup.flashinfer_autotune; SGLang leaves flashinfer_cutlass out of its autotune list)
+AUTOTUNING_ENGINES = frozenset({"vllm"})
+UNTUNED_EXCESS = 1.25
 EXTRAPOLATED_DROP = 0.2
 
 
@@ -245,6 +256,31 @@ def dsa_table_tokens(root: Path, system: str, engine: str, version: str, aic_mod
     return int((rows.batch_size * rows.isl).max()) if len(rows) else None
 
 
+def autotuned_ratio(root: Path, system: str, moe_dtype: str, shape: tuple[int, int, int, int], moe_tp: int,
+                    moe_ep: int, vllm_table) -> tuple[str, float] | None:  # noqa: ANN001 - a pandas.DataFrame
+    """(TensorRT-LLM version, median over shared token counts of vLLM's balanced rows / TensorRT-LLM's) for one shape
+    (hidden, full expert width, experts, top-k) and layout, from the newest TensorRT-LLM table holding it (its
+    collector autotunes the CUTLASS MoE); None where none does."""
+    versions = sorted((d.name for d in (root / system / "moe" / "trtllm").iterdir() if d.is_dir()), key=_version_key)
+    own = _layouts(vllm_table, moe_dtype, "balanced", shape).get((moe_tp, moe_ep), {})
+    for version in reversed(versions):
+        table = _tables(root, system, "trtllm", version)
+        other = _layouts(table, moe_dtype, "balanced", shape).get((moe_tp, moe_ep), {}) if table is not None else {}
+        shared = sorted(set(own) & set(other))
+        if shared:
+            return version, statistics.median(own[n] / other[n] for n in shared)
+    return None
+
+
+def flashinfer_cutlass_rows(df, moe_dtype: str, shape: tuple[int, int, int, int]) -> bool:  # noqa: ANN001
+    """Whether a table's rows of ``shape`` (hidden, full expert width, experts, top-k) and ``moe_dtype`` are
+    FlashInfer's CUTLASS fused MoE (their kernel_source)."""
+    hidden, width, experts, top_k = shape
+    rows = df[(df.moe_dtype == moe_dtype) & (df.hidden_size == hidden) & (df.inter_size == width)
+              & (df.num_experts == experts) & (df.topk == top_k)]
+    return bool(len(rows)) and bool(rows.kernel_source.str.contains("flashinfer_cutlass").all())
+
+
 def ssm_state_share(spec, p: dict) -> float:  # noqa: ANN001 - ModelSpec
     """The part of a decode step's bytes (``work.decode_work`` at the point's mean context) that are the Mamba-2 states
     read and written, on one GPU of the point's tp group."""
@@ -312,11 +348,19 @@ def caveats() -> list[dict]:
                 if table_key not in cache:
                     cache[table_key] = _tables(root, *table_key)
                 alpha = validate.AIC_ROUTING_ALPHA.get(p["model"], 1.2)
-                shape = (spec.hidden_size, moe.expert_intermediate_size, moe.num_experts,
+                # the experts' input width: a latent MoE (Nemotron 3 Super) runs them on its projection of h
+                shape = (moe.latent_size or spec.hidden_size, moe.expert_intermediate_size, moe.num_experts,
                          moe.experts_per_token)
                 excess = sliced_excess(cache[table_key], aic_moe, f"power_law_{alpha}", shape, p["tp"] // ep, ep)
                 unsplit = unsplit_ratio(cache[table_key], aic_moe, shape) if ep > 1 else None
-                if excess is not None and excess > SLICED_EXCESS:
+                tuned = (autotuned_ratio(root, p["gpu"], aic_moe, shape, p["tp"] // ep, ep, cache[table_key])
+                         if p["backend"] in AUTOTUNING_ENGINES and cache[table_key] is not None
+                         and flashinfer_cutlass_rows(cache[table_key], aic_moe, shape) else None)
+                if tuned is not None and tuned[1] > UNTUNED_EXCESS:
+                    reason = "untuned"
+                    evidence = (f"FlashInfer CUTLASS MoE rows timed without its autotuner, {tuned[1]:.1f}x "
+                                f"TensorRT-LLM {tuned[0]}'s autotuned rows ({aic_moe}, {p['backend']} {p['version']})")
+                elif excess is not None and excess > SLICED_EXCESS:
                     reason = "sliced"
                     evidence = (f"moe_tp {p['tp'] // ep} rows {excess:.2f}x the moe_tp {p['tp'] // ep // 2} rows "
                                 f"({aic_moe}, {p['backend']} {p['version']})")
