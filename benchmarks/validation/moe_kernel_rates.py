@@ -16,6 +16,8 @@ its kernel tables ship in the package) and run
     python benchmarks/validation/moe_kernel_rates.py --ep-floor w4a16_mxfp4 --kernel-source gptoss
     python benchmarks/validation/moe_kernel_rates.py --engine trtllm --row-cost nvfp4 --kernel-source cutlass
     python benchmarks/validation/moe_kernel_rates.py --autotuned fp8
+    python benchmarks/validation/moe_kernel_rates.py --engine sglang --kernel-source flashinfer_cutlass --plain \
+        --arch-stream
 
 For every GPU with a measured table (aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<newest>/moe_perf), the
 rows with balanced routing (each expert gets exactly T k / E tokens), >= ``--min-tokens`` tokens and no expert
@@ -63,6 +65,11 @@ less priced, ep > 1 less ep 1, at 1 token; 2-16 tokens held out): ``kernels.moe_
 1.3.0rc20's table (its collector autotunes the CUTLASS MoE) and on vLLM's newest (its collector runs FlashInfer's
 CUTLASS MoE at the heuristic tactics, while a vLLM server autotunes them at start-up), and prints tfcalc / measured
 per token band on every GPU but the B200: the per-tensor fp8 (ModelOpt) experts' rates follow the autotuned kernel.
+
+``--arch-stream`` (with ``--kernel-source``) fits one architecture's fused MoE that an engine runs at heuristic
+tactics (SGLang's FlashInfer CUTLASS MoE for Nemotron-H on Hopper, not autotuned): the weight stream at every token
+count and the fixed cost over the balanced ep-1 rows below --min-tokens, the grouped efficiency from --min-tokens up
+(``kernels.moe_by_architecture``'s memory_efficiency, floors_us, efficiency).
 
 ``--expert-floors`` reads TensorRT-LLM's tables (1.3.0rc20) at 1 token: each row's time less tfcalc's price of it
 without a per-expert cost, against the experts on the GPU (num_experts / ep). The least-squares slope through the
@@ -306,6 +313,73 @@ def compare(root: Path, engine: str, version: str, min_tokens: int, low_tokens: 
             print(f"{preset:9s} {weights:11s} {engine} {mine.parent.name} / vllm {vllm.parent.name}: median "
                   f"{statistics.median(r):.2f}, quartiles {r[len(r) // 4]:.2f}-{r[3 * len(r) // 4]:.2f} ({len(r)} "
                   f"rows; {source[:32]} / {other[:32]})")
+
+
+def arch_stream_fit(root: Path, engine: str, version: str, kernel_source: str, min_tokens: int) -> None:
+    """An architecture's fused MoE held at heuristic tactics (``kernels.moe_by_architecture``: memory_efficiency,
+    floors_us, efficiency): on the balanced ep-1 rows of ``kernel_source`` in the engine's table, the weight stream
+    (a fraction of the datasheet at every token count) and fixed cost that minimise the scatter of tfcalc / measured
+    plus the distance of its median from 1 over the rows below ``min_tokens`` (a grid of 0.01 and 5 us), then the
+    grouped efficiency that makes the median 1 over the rows from ``min_tokens`` up (bisection); the medians by
+    token band beside it."""
+    import dataclasses
+
+    import pandas as pd
+
+    from tfcalc.calc import kernels
+    from tfcalc.calc.latency import rates_for
+    from tfcalc.spec.presets import load_engine, load_gpu
+
+    kernels.routed_rows = _balanced_rows
+    bands = ((1, 1), (2, 16), (17, 256), (257, min_tokens - 1), (min_tokens, 1 << 30))
+    for system, preset in GPUS.items():
+        table = _newest(root, system, engine, version)
+        if table is None:
+            continue
+        df = pd.read_parquet(table)
+        df = df[(df.distribution == "balanced") & (df.moe_ep_size == 1)
+                & df.kernel_source.str.contains(kernel_source, regex=False)]
+        if df.empty:
+            continue
+        gpu = load_gpu(preset)
+        base = dataclasses.replace(rates_for(gpu, load_engine(engine).kernels), moe_tuned_shapes={})
+        for weights, rows in df.groupby("moe_dtype"):
+            mode = table_mode(str(weights), gpu)
+            fmt = mode.weights
+
+            def ratios(eff: float, stream: float, floor_s: float, subset: list, fmt: str = fmt,
+                       mode: object = mode, base: object = base) -> list[float]:
+                rates = dataclasses.replace(base, moe_efficiency_by_dtype={**base.moe_efficiency_by_dtype, fmt: eff},
+                                            moe_format_floors={**base.moe_format_floors, fmt: floor_s},
+                                            moe_weight_stream={fmt: stream})
+                return [kernels.moe_experts(rates, tokens=r.num_tokens, experts_local=r.num_experts,
+                                            experts_total=r.num_experts, top_k=r.topk, hidden=r.hidden_size,
+                                            expert_width=r.inter_size // r.moe_tp_size, gated=GATED,
+                                            weight_bits=mode.bits, compute=mode.compute, dequant=mode.dequant,
+                                            weight_format=fmt).seconds / (r.latency * 1e-3) for r in subset]
+
+            small = [r for r in rows.itertuples() if r.num_tokens < min_tokens]
+            large = [r for r in rows.itertuples() if r.num_tokens >= min_tokens]
+            if not small or not large:
+                continue
+            scores = {}
+            for stream in (x / 100 for x in range(5, 51)):
+                for floor_us in range(0, 205, 5):
+                    r = ratios(1.0, stream, floor_us * 1e-6, small)
+                    scores[(stream, floor_us)] = (statistics.pstdev(math.log(x) for x in r)
+                                                  + abs(math.log(statistics.median(r))))
+            stream, floor_us = min(scores, key=scores.__getitem__)
+            eff = fit_efficiency(lambda e, s=stream, f=floor_us, rs=large: ratios(e, s, f * 1e-6, rs))
+            cells = []
+            for lo, hi in bands:
+                r = ratios(eff, stream, floor_us * 1e-6, [x for x in rows.itertuples() if lo <= x.num_tokens <= hi])
+                if r:
+                    cells.append(f"{lo}{'+' if hi == 1 << 30 else '' if hi == lo else f'-{hi}'}: "
+                                 f"{statistics.median(r):.2f}")
+            plain = "" if GATED else ", plain"
+            print(f"{preset:10s} {engine} {table.parent.name} {weights} ({len(rows)} rows{plain}): "
+                  f"memory_efficiency {stream:.2f}, floors_us {floor_us}, efficiency {eff:.3f}; tfcalc / measured "
+                  f"median {'; '.join(cells)}")
 
 
 def autotuned(root: Path, weights: str, trtllm_version: str = "1.3.0rc20") -> None:
@@ -599,6 +673,8 @@ def main() -> None:
     parser.add_argument("--row-cost", default="", metavar="DTYPE",
                         help="the width-independent part of --engine's fused MoE per routed row against vLLM's, one "
                              "table dtype (kernels.moe_row_bytes)")
+    parser.add_argument("--arch-stream", action="store_true",
+                        help="an architecture's fused MoE at heuristic tactics: weight stream, floor, efficiency")
     parser.add_argument("--autotuned", default="", metavar="DTYPE",
                         help="tfcalc's vLLM price of DTYPE's rows on TensorRT-LLM's autotuned table and vLLM's")
     parser.add_argument("--k0", default="", metavar="LIST",
@@ -634,6 +710,9 @@ def main() -> None:
         return
     if args.autotuned:
         autotuned(root, args.autotuned)
+        return
+    if args.arch_stream:
+        arch_stream_fit(root, args.engine, args.version, args.kernel_source, args.min_tokens)
         return
     if args.row_cost:
         row_cost(root, args.engine, args.version, args.row_cost, args.kernel_source, args.min_tokens)

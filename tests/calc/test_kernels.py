@@ -868,6 +868,31 @@ def test_large_m_stream_applies_only_once_tokens_outnumber_the_local_experts() -
     assert slow.with_efficiency(memory=0.5).moe_large_m_memory == {}
 
 
+def test_held_weight_stream_applies_at_every_token_count() -> None:
+    """moe_weight_stream: an architecture's fused MoE at heuristic tactics streams its experts' weights at one
+    fraction of the datasheet whatever the tokens: at one token, between one tile per expert and more tokens than
+    experts (Nemotron 3 Super's top-22 of 512 at 200 tokens, which neither the one-tile stream nor the large-M one
+    reaches), and beyond, over both of those; by hand on memory-bound steps; not for other formats, not under a
+    calibrated curve or after --memory-efficiency."""
+    base = replace(RATES, floors={**RATES.floors, "moe": 0.0})
+    held = replace(base, moe_weight_stream={"bf16": 0.15}, moe_memory_efficiency={"bf16": 0.9},
+                   moe_large_m_memory={"bf16": 0.8})
+    args = {"experts_local": 512, "experts_total": 512, "top_k": 22, "hidden": 1024, "expert_width": 2688,
+            "gated": False, "weight_bits": 16, "compute": "bf16", "weight_format": "bf16"}
+    for tokens in (1, 200, 600):
+        cost = kernels.moe_experts(held, tokens=tokens, **args)
+        assert cost.bound == "memory"
+        assert cost.seconds == pytest.approx(cost.bytes / (0.15 * base.memory_bandwidth), rel=1e-9)
+    assert not kernels.moe_one_tile_per_expert(200, 22, 512)  # the gap the held stream closes
+    other = {**args, "weight_format": "fp8_block"}
+    assert kernels.moe_experts(held, tokens=200, **other) == kernels.moe_experts(
+        replace(base, moe_memory_efficiency={"bf16": 0.9}, moe_large_m_memory={"bf16": 0.8}), tokens=200, **other)
+    curve = ((1e6, 2e12), (1e9, 3e12))
+    assert kernels.moe_experts(replace(held, bandwidth_points=curve), tokens=4, **args) == kernels.moe_experts(
+        replace(base, bandwidth_points=curve), tokens=4, **args)
+    assert held.with_efficiency(memory=0.5).moe_weight_stream == {}
+
+
 
 @given(tokens=st.integers(1, 5000), past=st.integers(0, 5000), chunk=st.sampled_from([128, 256, 1000, 2048]))
 def test_chunked_prefill_tiles_are_each_chunks_own_causal_tiles(tokens: int, past: int, chunk: int) -> None:

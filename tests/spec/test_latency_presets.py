@@ -333,6 +333,21 @@ def test_engine_moe_by_architecture() -> None:
     assert qwen_sglang.moe_efficiency_by_dtype["bf16"] > mixtral["bf16"]  # its tuned Triton shapes too
     # FlashInfer TRT-LLM's bf16 MoE starts sooner than Triton's and computes only its own experts' rows under ep
     assert qwen_sglang.floor("moe", "bf16") < 0.5 * triton.floor("moe", "bf16")
+    # on Hopper SGLang runs Nemotron-H's experts on FlashInfer CUTLASS, untuned: one slow weight stream of its own
+    nano = rates_for(h200, sglang, architecture="NemotronHForCausalLM")
+    assert nano.moe_weight_stream == {"bf16": 0.15} and nano.grouped_efficiency("bf16") == 0.231
+    assert nano.moe_format_floors["bf16"] == pytest.approx(105e-6) and "bf16" not in nano.moe_tuned_shapes
+    assert rates_for(h200, sglang, architecture="MixtralForCausalLM").moe_weight_stream == {}
+    assert rates_for(b200, sglang, architecture="NemotronHForCausalLM").moe_weight_stream == {}
+    stream = kernels_from_mapping({"moe_by_architecture": {"h200": {"NemotronHForCausalLM": {
+        "efficiency": {"bf16": 0.2}, "memory_efficiency": {"bf16": 0.5}}}}}, "e.yaml")
+    assert stream.moe_by_architecture["h200"]["NemotronHForCausalLM"].memory_efficiency == {"bf16": 0.5}
+    for value, message in (({"bf16": 1.5}, "memory_efficiency.bf16' must be at most 1"),
+                           ({"bf17": 0.5}, "unknown field 'kernels.moe_by_architecture.h200.NemotronHForCausalLM."
+                                           "memory_efficiency.bf17'")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"moe_by_architecture": {"h200": {"NemotronHForCausalLM": {
+                "efficiency": {"bf16": 0.2}, "memory_efficiency": value}}}}, "e.yaml")
     assert "bf16" in triton.moe_ep_every_row and "bf16" not in qwen_sglang.moe_ep_every_row
     assert (rates_for(h200, sglang, architecture="Qwen3MoeForCausalLM").moe_efficiency_by_dtype
             == rates_for(h200, sglang, architecture="MixtralForCausalLM").moe_efficiency_by_dtype)

@@ -457,15 +457,21 @@ def test_twenty_fourth_held_out_grid_nemotron_h(v: ModuleType) -> None:
     only the causal-conv kernels: its decode prices the SSM state update at about nothing, so where the states are a
     fifth of the step's bytes (the 56B at batch 24-64; caveat "ssm_unmeasured") tfcalc's TPOT is 38-98 % above it.
     SGLang serves Nano's relu^2 MoE on FlashInfer CUTLASS on Hopper, 3-7x vLLM's Triton time in aiconfigurator's
-    tables: its 15 Hopper points are most of tfcalc's other misses (-40 ... -78 %). With Mamba-2's scan counted per B/C
-    group (a FLOP count corrected after the scoring) and a block's norm counted once: TTFT 64 / 90, TPOT 50 / 90."""
+    tables: its 15 Hopper points were most of tfcalc's other misses (-40 ... -78 %). With Mamba-2's scan counted per
+    B/C group (a FLOP count corrected after the scoring) and a block's norm counted once: TTFT 64 / 90, TPOT 50 / 90;
+    with that kernel's own rates on Hopper (SGLang's architecture entry, stop 52: it runs at FlashInfer's heuristic
+    tactics, SGLang tuning none of them) 79 / 90 and 65 / 90, SGLang's TTFT 29 / 30 and its TPOT off only on the
+    ssm_unmeasured points (Nano's 15 within 16 % in both)."""
     scored = _signed_errors(v, 24, 64 + 26)
-    assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 64
-    assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 50
+    assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 79
+    assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 65
     unmeasured = [tpot for p, _, tpot in scored if p.get("caveat") == "ssm_unmeasured"]
     assert len(unmeasured) >= 20 and all(tpot > 0.2 for tpot in unmeasured)
     vllm_trt = [(ttft, tpot) for p, ttft, tpot in scored if p["engine"] != "sglang" and not p.get("caveat")]
     assert sum(abs(a) <= 0.2 and abs(b) <= 0.2 for a, b in vllm_trt) >= 0.7 * len(vllm_trt)
+    sglang_hopper = [(ttft, tpot) for p, ttft, tpot in scored if p["engine"] == "sglang" and p["gpu"] != "b200"
+                     and "nemotron-3-nano" in p["model"]]
+    assert len(sglang_hopper) == 15 and all(abs(ttft) <= 0.2 and abs(tpot) <= 0.2 for ttft, tpot in sglang_hopper)
 
 
 def test_twenty_fifth_held_out_grid_nemotron_super(v: ModuleType) -> None:

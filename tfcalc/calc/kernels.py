@@ -156,6 +156,10 @@ class Rates:
     # the fused MoE's expert-weight stream as a fraction of the datasheet bandwidth, by storage format, where it
     # differs from memory_efficiency (the GPU preset's GEMV figure)
     moe_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
+    # by storage format, where the fused MoE's expert weights stream at that fraction of the datasheet bandwidth
+    # whatever the tokens (a kernel held at heuristic tactics: SGLang's FlashInfer CUTLASS MoE on Hopper); replaces
+    # moe_memory_efficiency and moe_large_m_memory for the format
+    moe_weight_stream: dict[str, float] = field(default_factory=dict, hash=False)
     # by storage format ("*": every format), where under expert parallelism with every token on every rank (no
     # all-to-all) the fused MoE runs its activation and combine over all T k rows and writes zeros for the rows of
     # other ranks' experts (Triton fused_moe's write_zeros_to_output), not over this rank's rows alone
@@ -299,7 +303,8 @@ class Rates:
                            gemm_efficiency_by_format={})
         if memory is not None:
             changes.update(memory_efficiency=memory, bandwidth_points=(), gemm_memory_efficiency={},
-                           moe_large_m_memory={}, moe_untuned_large_m_memory={}, moe_memory_efficiency={})
+                           moe_large_m_memory={}, moe_untuned_large_m_memory={}, moe_memory_efficiency={},
+                           moe_weight_stream={})
         return replace(self, **changes) if changes else self
 
 
@@ -904,7 +909,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     storage dtype name) picks an engine's entries measured for that format's kernel over its compute dtype's: the
     bits it streams (``Rates.moe_stream_bits``), the GPU's fused-MoE stream for it while the tokens are at most the
     layer's experts (``Rates.moe_memory_efficiency``) and a slower stream once they outnumber the local experts
-    (``Rates.moe_large_m_memory``); where the engine lists its tuned shapes for the format
+    (``Rates.moe_large_m_memory``), or one stream whatever the tokens (``Rates.moe_weight_stream``); where the
+    engine lists its tuned shapes for the format
     (``Rates.moe_tuned_shapes``), a shape (``experts_local``, ``expert_width``) outside the list runs the kernel's
     default configuration, at ``Rates.moe_untuned_efficiency``, ``Rates.moe_untuned_k0`` and
     ``Rates.moe_untuned_large_m_memory``; an expert larger than the engine's ``Rates.moe_large_expert`` runs its
@@ -996,6 +1002,9 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
                if tokens > experts_local and rates._stream else None)
     if large_m:
         bandwidth = min(bandwidth, rates.memory_bandwidth * large_m)
+    held = rates.moe_weight_stream.get(weight_format) if rates._stream else None  # one stream at every token count
+    if held:
+        bandwidth = rates.memory_bandwidth * held
     # a weight-only kernel unpacks each touched expert's weights once, or, where the engine's kernel was measured to
     # (moe_dequant_per_tile), again in every row tile's main loop: hot experts with many rows unpack many times
     unpacks = tiles / distinct if dequant in rates.moe_dequant_per_tile else 1.0

@@ -151,6 +151,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  dsa_prefill_full_topk=kernels_gpu in engine.dsa_prefill_full_topk_by_gpu,
                  gemm_memory_efficiency=gemm_memory, gemm_efficiency_by_format=engine_gemm,
                  moe_memory_efficiency=moe_memory,
+                 moe_weight_stream=dict(arch_kernel.memory_efficiency) if arch_kernel is not None else {},
                  dynamic_scale_s=engine.dynamic_scale_s_by_gpu.get(kernels_gpu),
                  launch_s=engine.eager_launch_s,
                  cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source)

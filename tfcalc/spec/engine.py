@@ -190,12 +190,15 @@ GraphCaps = tuple[tuple[float, int, int], ...]
 class ArchitectureMoe:
     """The fused MoE an engine runs for one model architecture on one GPU in place of its default kernel (SGLang on
     a B200: FlashInfer TRT-LLM's for Qwen3-MoE and DeepSeek-V3, Triton's for the rest): its efficiency per compute
-    dtype or storage format (those formats run it), its fixed cost in seconds per format where measured, and the
-    formats for which it touches every token's top-k rows under expert parallelism (the others: its own rows)."""
+    dtype or storage format (those formats run it), its fixed cost in seconds per format where measured, the
+    formats for which it touches every token's top-k rows under expert parallelism (the others: its own rows), and
+    per format the fraction of the datasheet bandwidth its expert weights stream at whatever the tokens, where that
+    differs from the GPU's fused-MoE stream (a kernel held at heuristic tactics)."""
 
     efficiency: dict[str, float] = field(hash=False)
     floors_s: dict[str, float] = field(default_factory=dict, hash=False)
     ep_every_row: frozenset[str] = frozenset()
+    memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -587,7 +590,7 @@ def _moe_efficiency(value: Any, origin: str) -> dict[str, dict[str, float]]:
 def _moe_by_architecture(value: Any, origin: str) -> dict[str, dict[str, ArchitectureMoe]]:
     """``kernels.moe_by_architecture``: GPU preset name -> model architecture (a class name) -> {efficiency: {compute
     dtype or storage format: efficiency in (0, MAX_MOE_EFFICIENCY]}, floors_us: {format: microseconds}, ep_every_row:
-    [formats]}."""
+    [formats], memory_efficiency: {format: fraction of the datasheet bandwidth in (0, 1]}}."""
     key = "kernels.moe_by_architecture"
     out: dict[str, dict[str, ArchitectureMoe]] = {}
     for gpu, by_arch in _gpu_entries(value, origin, key, "mappings of model architectures").items():
@@ -600,19 +603,23 @@ def _moe_by_architecture(value: Any, origin: str) -> dict[str, dict[str, Archite
             _require(isinstance(arch, str) and arch.isidentifier() and len(arch) <= 128, origin,
                      f"field '{key}.{gpu}' has {_show(arch)}, not an architecture class name")
             _require(isinstance(kernel, dict) and "efficiency" in kernel, origin,
-                     f"field '{where}' must be a mapping with efficiency (and optionally floors_us, ep_every_row)")
-            _check_keys(kernel, frozenset({"efficiency", "floors_us", "ep_every_row"}), origin, f"{where}.")
+                     f"field '{where}' must be a mapping with efficiency (and optionally floors_us, ep_every_row, "
+                     "memory_efficiency)")
+            _check_keys(kernel, frozenset({"efficiency", "floors_us", "ep_every_row", "memory_efficiency"}), origin,
+                        f"{where}.")
             efficiency = _kinds(kernel["efficiency"], origin, f"{where}.efficiency", MOE_EXPERT_DTYPES, 1e-3,
                                 MAX_MOE_EFFICIENCY)
             floors_us = _kinds(kernel.get("floors_us", {}), origin, f"{where}.floors_us", MOE_EXPERT_DTYPES, 0.0,
                                MAX_MICROSECONDS)
+            stream = _kinds(kernel.get("memory_efficiency", {}), origin, f"{where}.memory_efficiency",
+                            MOE_EXPERT_DTYPES, 1e-3, 1.0)
             every_row = kernel.get("ep_every_row", [])
             _require(isinstance(every_row, list) and all(f in efficiency for f in every_row), origin,
                      f"field '{where}.ep_every_row' must be a list of formats its efficiency names, got "
                      f"{_show(every_row)}")
             out[str(gpu)][arch] = ArchitectureMoe(efficiency=efficiency,
                                                   floors_s={fmt: us * 1e-6 for fmt, us in floors_us.items()},
-                                                  ep_every_row=frozenset(every_row))
+                                                  ep_every_row=frozenset(every_row), memory_efficiency=stream)
     return out
 
 
