@@ -605,8 +605,31 @@ def large_expert_fit(preset: str, args: argparse.Namespace, weights: str, rows: 
     def spread(values: list[float]) -> float:
         return statistics.pstdev(math.log(x) for x in values)
 
-    best = min(((mib, slow / 20) for mib in range(4, 257, 2) for slow in range(61)),
-               key=lambda pair: spread(priced(pair, rows)))
+    if args.joint:  # the efficiency refitted at each pair (a coarser grid), kept at most 1 of the peak
+        ceiling = 1 / base.gemm_efficiency.get(base.peak(rows[0][1].compute)[0], 1.0)
+
+        def at(pair: tuple[float, float], start: object = base) -> float:
+            return fit_efficiency(lambda e: price_ratios(dataclasses.replace(
+                start, moe_efficiency_by_dtype={**start.moe_efficiency_by_dtype, fmt: e},
+                moe_large_expert={**start.moe_large_expert, fmt: (pair[0] * 2**20, pair[1])}), rows))
+
+        pairs = [(mib, slow / 4) for mib in (4, 8, 12, 16, 24, 32, 44, 64, 96, 128) for slow in range(13)]
+        fitted = {pair: at(pair) for pair in pairs}
+        allowed = [pair for pair in pairs if fitted[pair] <= ceiling] or pairs
+
+        def joint_spread(pair: tuple[float, float]) -> float:
+            rates = dataclasses.replace(base, moe_efficiency_by_dtype={**base.moe_efficiency_by_dtype,
+                                                                        fmt: fitted[pair]})
+            table = {**rates.moe_large_expert, fmt: (pair[0] * 2**20, pair[1])}
+            return spread(price_ratios(dataclasses.replace(rates, moe_large_expert=table), rows))
+
+        best = min(allowed, key=joint_spread)
+        base = dataclasses.replace(base, moe_efficiency_by_dtype={**base.moe_efficiency_by_dtype, fmt: fitted[best]})
+        print(f"{preset:10s} {args.engine} {weights:12s} joint fit: efficiency {fitted[best]:.2f} at large expert "
+              f"[{best[0]}, {best[1]:.2f}] (efficiency at most {ceiling:.2f}: 1 of the peak)")
+    else:
+        best = min(((mib, slow / 20) for mib in range(4, 257, 2) for slow in range(61)),
+                   key=lambda pair: spread(priced(pair, rows)))
 
     def by_size(values: list[float], subset: list) -> str:
         sizes: dict[int, list[float]] = {}
@@ -684,6 +707,8 @@ def main() -> None:
                              "fitted on the rows whose experts get one smallest row tile each")
     parser.add_argument("--large-expert", action="store_true",
                         help="the engine's large-expert slowdown per table format (kernels.moe_large_expert)")
+    parser.add_argument("--joint", action="store_true",
+                        help="with --large-expert: refit the efficiency at each (MiB, slowdown) pair")
     parser.add_argument("--tuned", choices=("yes", "no"), default="",
                         help="only rows of formats the engine lists tuned shapes for (kernels.moe_tuned_shapes), "
                              "those with a tuned config (yes) or without (no: fits moe_untuned_efficiency, and "

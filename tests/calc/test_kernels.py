@@ -309,6 +309,29 @@ def test_nvfp4_experts_stage_fp4_rows_by_hand() -> None:
     assert heavy.bytes == pytest.approx(nv.bytes + 2 * 4096 * 16.0) and heavy.seconds > nv.seconds
 
 
+def test_fused_fp8_experts_stage_fp8_rows_by_hand() -> None:
+    """An engine's fp8 MoE listed in moe_fused_rows (vLLM's per-tensor FP8 experts on FlashInfer's TRT-LLM MoE on a
+    B200) stages like NVFP4: one quantization as tokens are permuted (read 16-bit, write 8-bit), 8-bit rows into
+    each GEMM, the gated activation fused into the first GEMM's epilogue, 16-bit output rows; the same format
+    elsewhere, block-scale fp8 and the ideal roofline keep their own traffic."""
+    args = dict(tokens=1, experts_local=8, experts_total=8, top_k=2, hidden=4096, expert_width=14336, gated=True,
+                weight_bits=8, compute="fp8")
+    fused_rates = replace(RATES, moe_fused_rows=frozenset({"fp8_e4m3"}))
+    fused = kernels.moe_experts(fused_rates, weight_format="fp8_e4m3", **args)
+    weights = 2 * 3 * 4096 * 14336
+    acts = 2 * (4096 * (2 + 2 * 1) + 14336 * 1) + 2 * (14336 * 1 + 4096 * 2) + 3 * 4096 * 2
+    assert fused.weight_bytes == pytest.approx(weights) and fused.bytes == pytest.approx(weights + acts)
+    staged = kernels.moe_experts(RATES, weight_format="fp8_e4m3", **args)
+    # a quantization before each GEMM (2 B read + 1 B written) and the 16-bit rows through a separate activation
+    assert staged.bytes == pytest.approx(weights + 2 * (4096 * (2 + 3) + 28672 * 2) + 2 * (28672 + 14336) * 2
+                                         + 2 * (14336 * (2 + 3) + 4096 * 2) + 3 * 4096 * 2)
+    assert staged.bytes > fused.bytes and staged.seconds > fused.seconds
+    assert kernels.moe_experts(fused_rates, weight_format="fp8_block", **args) == kernels.moe_experts(
+        RATES, weight_format="fp8_block", **args)
+    assert kernels.moe_experts(fused_rates.as_ideal(), weight_format="fp8_e4m3", **args) == kernels.moe_experts(
+        RATES.as_ideal(), weight_format="fp8_e4m3", **args)
+
+
 def test_moe_expert_parallel_share_and_padding() -> None:
     # 256 tokens, top-8 of 256 experts, 32 of them on this GPU: 256 x 8 / 8 = 256 pairs here
     c = kernels.moe_experts(IDEAL, tokens=256, experts_local=32, experts_total=256, top_k=8, hidden=7168,

@@ -401,6 +401,26 @@ def test_engine_moe_ep_every_row_gpus() -> None:
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 
+def test_engine_moe_fused_rows_per_gpu() -> None:
+    """kernels.moe_fused_rows: per GPU preset, the fp8 expert formats whose fused MoE passes 8-bit rows with the
+    activation fused; vLLM's per-tensor FP8 experts on a B200 (FlashInfer's TRT-LLM MoE), with that kernel's
+    efficiency and large-expert slowdown, and nowhere else; one-line errors for other formats or shapes."""
+    vllm = load_engine("vllm").kernels
+    b200 = rates_for(load_gpu("b200"), vllm)
+    assert b200.moe_fused_rows == frozenset({"fp8_e4m3"})
+    assert b200.grouped_efficiency("fp8", weight_format="fp8_e4m3") == 1.74
+    assert b200.moe_large_expert["fp8_e4m3"] == (pytest.approx(8 * 2**20), 1.0)
+    assert b200.grouped_efficiency("fp8", weight_format="fp8_block") == 0.45  # another kernel: the GPU's value
+    assert rates_for(load_gpu("h200"), vllm).moe_fused_rows == frozenset()
+    assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).moe_fused_rows == frozenset()
+    for value, message in (({"b200": ["nvfp4"]}, "'kernels.moe_fused_rows.b200' must be a list of fp8_e4m3, "
+                                                 "fp8_block"),
+                           (["fp8_e4m3"], "'kernels.moe_fused_rows' must be a mapping")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"moe_fused_rows": value}, "e.yaml")
+        assert "\n" not in str(caught.value)
+
+
 def test_engine_moe_floors_per_gpu_and_format() -> None:
     """kernels.moe_floors_us: per GPU preset and expert storage format, the fused MoE's fixed cost, replacing the
     moe floor for that format only (TensorRT-LLM's MXFP4 backends: Triton on Hopper, TRTLLM-gen on a B200); CUDA

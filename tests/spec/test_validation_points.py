@@ -481,12 +481,15 @@ def test_twenty_fifth_held_out_grid_nemotron_super(v: ModuleType) -> None:
     FlashInfer's CUTLASS MoE, which a vLLM server autotunes at start-up and aiconfigurator's collector times untuned
     (4.2-5.2x TensorRT-LLM's autotuned rows of the shape): those six points carry the caveat "untuned", and tfcalc,
     priced as the tuned kernel (the GPU's fp8 rates, which TensorRT-LLM's autotuned per-tensor fp8 rows bear out),
-    stays well below them in both phases. The B200's TPOT is within 25 %."""
+    stays well below them in both phases. On the B200 vLLM runs them on FlashInfer's TRT-LLM MoE, which passes fp8
+    rows with the activation fused (kernels.moe_fused_rows; its rates fitted on the gated models' rows, Nemotron's
+    plain experts held apart): its prefills went from +60 ... +66 % to within 12 %, its TPOT within 25 %."""
     scored = _signed_errors(v, 25, 9)
     hopper = [(p, ttft, tpot) for p, ttft, tpot in scored if p["gpu"] != "b200"]
     assert len(hopper) == 6 and all(p.get("caveat") == "untuned" for p, _, _ in hopper)
     assert all(ttft < -0.3 and tpot < -0.6 for _, ttft, tpot in hopper)
-    assert all(abs(tpot) <= 0.25 for p, _, tpot in scored if p["gpu"] == "b200")
+    b200 = [(ttft, tpot) for p, ttft, tpot in scored if p["gpu"] == "b200"]
+    assert len(b200) == 3 and all(abs(ttft) <= 0.12 and abs(tpot) <= 0.25 for ttft, tpot in b200)
 
 
 def test_vllm_b200_mixtral_prefill_with_large_experts(v: ModuleType) -> None:

@@ -127,6 +127,7 @@ class Rates:
     moe_dequant_ops: dict[str, float] = field(default_factory=dict, hash=False)  # replaces DEQUANT_OPS in MoE
     moe_k0: dict[str, float] = field(default_factory=dict, hash=False)  # replaces GEMM_K0 in native MoE, by dtype
     moe_dequant_per_tile: frozenset[str] = frozenset()  # weight-only MoE formats unpacked again in every row tile
+    moe_fused_rows: frozenset[str] = frozenset()  # fp8 MoE formats passing 8-bit rows, activation fused (NVFP4's way)
     moe_format_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s, replaces the moe floor by format
     moe_ep_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s it adds under ep, by format
     # bytes per routed row and hidden element a fused MoE moves beyond the staged rows, by format (its own permute,
@@ -947,12 +948,14 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     # the combine reads each row and writes each token, plus the engine's own traffic per routed row, if measured
     combine = (touched + tokens * share) * hidden * act_bytes + touched * hidden * rates.moe_row_bytes.get(
         weight_format, 0.0)
-    if compute == "fp4" and weight_format == "nvfp4" and not rates.ideal:
+    fused_fp8 = compute == "fp8" and weight_format in rates.moe_fused_rows
+    if ((compute == "fp4" and weight_format == "nvfp4") or fused_fp8) and not rates.ideal:
         # NVFP4 MoE kernels (FlashInfer's TRT-LLM-gen and CUTLASS W4A4 experts) quantize each token once as it is
         # permuted, fuse the gated activation and the second quantization into the first GEMM's epilogue and feed
-        # the GEMMs FP4 rows (4 bits + an 8-bit scale per 16): no 16-bit intermediate is written or read again.
-        # MXFP4 experts (gpt-oss) keep 16-bit or MXFP8 rows between their stages (below)
-        staged = FP4_ROW_BYTES_PER_ELEMENT
+        # the GEMMs FP4 rows (4 bits + an 8-bit scale per 16): no 16-bit intermediate is written or read again;
+        # an engine's fp8 kernel measured to do the same (moe_fused_rows) passes 8-bit rows. MXFP4 experts
+        # (gpt-oss) keep 16-bit or MXFP8 rows between their stages (below)
+        staged = 1.0 if fused_fp8 else FP4_ROW_BYTES_PER_ELEMENT
         stages = (
             ("up", 2.0 * pairs * hidden * in_width, 2.0 * rows * hidden * in_width, distinct * hidden * in_width,
              pairs * (hidden * (act_bytes + 2 * staged) + expert_width * staged) + zeroed * expert_width * staged,

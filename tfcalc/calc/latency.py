@@ -125,6 +125,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  floors={**floors, **engine.floors_s}, moe_expert_floors=dict(engine.moe_expert_floors_s),
                  moe_dequant_ops=dict(engine.moe_dequant_ops_by_gpu.get(kernels_gpu, {})), moe_k0=dict(engine_k0),
                  moe_dequant_per_tile=engine.moe_dequant_per_tile_by_gpu.get(kernels_gpu, frozenset()),
+                 moe_fused_rows=engine.moe_fused_rows_by_gpu.get(kernels_gpu, frozenset()),
                  moe_stream_bits=dict(engine.moe_stream_bits_by_gpu.get(kernels_gpu, {})),
                  moe_large_m_memory=dict(engine.moe_large_m_memory_by_gpu.get(kernels_gpu, {})),
                  moe_tuned_shapes=tuned,
@@ -161,7 +162,8 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     """The GPU preset whose entries in the engine's per-GPU kernel tables apply: the GPU's own where the engine
     measured it, else the part it shares its silicon with (``latency.kernels_as``: H100 PCIe -> H100 SXM)."""
     tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu,
-              engine.moe_dequant_per_tile_by_gpu, engine.moe_floors_by_gpu, engine.moe_ep_floors_by_gpu,
+              engine.moe_dequant_per_tile_by_gpu, engine.moe_fused_rows_by_gpu, engine.moe_floors_by_gpu,
+              engine.moe_ep_floors_by_gpu,
               engine.moe_row_bytes_by_gpu, engine.gdn_efficiency_by_gpu,
               engine.linear_host_s_by_gpu,
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,

@@ -244,7 +244,10 @@ class EngineKernels:
     efficiency of this engine's fused-MoE kernel, replacing that GPU preset's ``latency.moe_efficiency`` entry
     (other GPUs and dtypes keep the GPU preset's); ``moe_k0_by_gpu``: per GPU preset name and compute dtype, the
     K-loop elements each output tile of that kernel's grouped GEMMs costs (replacing ``kernels.GEMM_K0`` in its
-    fused MoE: the tile's fixed work); ``moe_dequant_per_tile_by_gpu``: per GPU preset name, the weight-only formats
+    fused MoE: the tile's fixed work); ``moe_fused_rows_by_gpu``: per GPU preset name, the fp8 formats whose fused
+    MoE quantizes each routed row once, fuses the activation and its requantization into the first GEMM's epilogue
+    and passes 8-bit rows between its GEMMs (FlashInfer's TRT-LLM per-tensor FP8 MoE), as NVFP4 kernels pass FP4 rows;
+    ``moe_dequant_per_tile_by_gpu``: per GPU preset name, the weight-only formats
     whose fused-MoE kernel unpacks an expert's weights again in every row tile's main loop (by default, once per
     expert and step); ``moe_weight_only_by_gpu``: per GPU preset name, the formats this engine's fused MoE runs
     weight-only (16-bit activations, the weights unpacked inside the kernel) although the GPU has tensor cores for
@@ -327,6 +330,7 @@ class EngineKernels:
     moe_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_k0_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_dequant_per_tile_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
+    moe_fused_rows_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_weight_only_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_by_architecture: dict[str, dict[str, ArchitectureMoe]] = field(default_factory=dict, hash=False)
     moe_ep_every_row_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
@@ -545,6 +549,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_by_architecture", "moe_ep_every_row",
                           "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "moe_ep_floors_us",
+                          "moe_fused_rows",
                           "moe_row_bytes", "gdn_efficiency", "linear_host_us",
                           "fp8_kv_attention", "fp8_kv_prefill_attention", "wide_head_prefill_attention",
                           "dsa_prefill_head_tile", "dsa_dense_short_prefill", "dsa_block_floors_us",
@@ -792,6 +797,20 @@ def _formats_by_gpu(value: Any, origin: str, key: str) -> dict[str, frozenset[st
     out = {}
     for gpu, formats in _gpu_entries(value, origin, key, f"lists of {allowed}").items():
         _require(isinstance(formats, list) and all(f in DEQUANT_FORMATS for f in formats), origin,
+                 f"field '{key}.{gpu}' must be a list of {allowed}, got {_show(formats)}")
+        out[str(gpu)] = frozenset(str(f) for f in formats)
+    return out
+
+
+FUSED_ROW_FORMATS = ("fp8_e4m3", "fp8_block")
+
+
+def _fused_rows(value: Any, origin: str) -> dict[str, frozenset[str]]:
+    """``kernels.moe_fused_rows``: GPU preset name -> a list of fp8 expert formats (FUSED_ROW_FORMATS)."""
+    key, allowed = "kernels.moe_fused_rows", ", ".join(FUSED_ROW_FORMATS)
+    out = {}
+    for gpu, formats in _gpu_entries(value, origin, key, f"lists of {allowed}").items():
+        _require(isinstance(formats, list) and all(f in FUSED_ROW_FORMATS for f in formats), origin,
                  f"field '{key}.{gpu}' must be a list of {allowed}, got {_show(formats)}")
         out[str(gpu)] = frozenset(str(f) for f in formats)
     return out
@@ -1045,6 +1064,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_k0_by_gpu=k0,
         moe_dequant_per_tile_by_gpu=_formats_by_gpu(data.get("moe_dequant_per_tile"), origin,
                                                     "kernels.moe_dequant_per_tile"),
+        moe_fused_rows_by_gpu=_fused_rows(data.get("moe_fused_rows"), origin),
         moe_weight_only_by_gpu=_formats_by_gpu(data.get("moe_weight_only"), origin, "kernels.moe_weight_only"),
         moe_ep_every_row_by_gpu=_every_row(data.get("moe_ep_every_row"), origin),
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
