@@ -920,7 +920,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     ``replicated``: every token reached every expert-parallel rank (no all-to-all), so a kernel with
     ``Rates.moe_ep_every_row`` for ``weight_format`` activates, zero-fills and combines all T k rows.
     NVFP4 experts pass FP4 rows between their GEMMs (``FP4_ROW_BYTES_PER_ELEMENT``; the activation fused into the
-    first GEMM), other formats 16-bit rows through separate activation and quantization stages; an engine's
+    first GEMM), the fp8 formats of ``Rates.moe_fused_rows`` 8-bit rows the same way, other formats 16-bit rows
+    through separate activation and quantization stages; an engine's
     ``Rates.moe_row_bytes`` adds its own traffic per routed row and hidden element.
     """
     if tokens <= 0 or experts_local == 0:

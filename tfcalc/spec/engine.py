@@ -790,30 +790,20 @@ def _gpu_list(value: Any, origin: str, key: str) -> frozenset[str]:
     return frozenset(value)
 
 
-def _formats_by_gpu(value: Any, origin: str, key: str) -> dict[str, frozenset[str]]:
+def _formats_by_gpu(value: Any, origin: str, key: str,
+                    formats_allowed: tuple[str, ...] = DEQUANT_FORMATS) -> dict[str, frozenset[str]]:
     """``kernels.moe_dequant_per_tile`` or ``kernels.moe_weight_only`` (``key``): GPU preset name -> a list of
-    weight-only formats (DEQUANT_FORMATS)."""
-    allowed = ", ".join(DEQUANT_FORMATS)
+    weight-only formats (DEQUANT_FORMATS); ``kernels.moe_fused_rows``: of fp8 formats (FUSED_ROW_FORMATS)."""
+    allowed = ", ".join(formats_allowed)
     out = {}
     for gpu, formats in _gpu_entries(value, origin, key, f"lists of {allowed}").items():
-        _require(isinstance(formats, list) and all(f in DEQUANT_FORMATS for f in formats), origin,
+        _require(isinstance(formats, list) and all(f in formats_allowed for f in formats), origin,
                  f"field '{key}.{gpu}' must be a list of {allowed}, got {_show(formats)}")
         out[str(gpu)] = frozenset(str(f) for f in formats)
     return out
 
 
 FUSED_ROW_FORMATS = ("fp8_e4m3", "fp8_block")
-
-
-def _fused_rows(value: Any, origin: str) -> dict[str, frozenset[str]]:
-    """``kernels.moe_fused_rows``: GPU preset name -> a list of fp8 expert formats (FUSED_ROW_FORMATS)."""
-    key, allowed = "kernels.moe_fused_rows", ", ".join(FUSED_ROW_FORMATS)
-    out = {}
-    for gpu, formats in _gpu_entries(value, origin, key, f"lists of {allowed}").items():
-        _require(isinstance(formats, list) and all(f in FUSED_ROW_FORMATS for f in formats), origin,
-                 f"field '{key}.{gpu}' must be a list of {allowed}, got {_show(formats)}")
-        out[str(gpu)] = frozenset(str(f) for f in formats)
-    return out
 
 
 def _dequant_ops(value: Any, origin: str) -> dict[str, dict[str, float]]:
@@ -1064,7 +1054,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_k0_by_gpu=k0,
         moe_dequant_per_tile_by_gpu=_formats_by_gpu(data.get("moe_dequant_per_tile"), origin,
                                                     "kernels.moe_dequant_per_tile"),
-        moe_fused_rows_by_gpu=_fused_rows(data.get("moe_fused_rows"), origin),
+        moe_fused_rows_by_gpu=_formats_by_gpu(data.get("moe_fused_rows"), origin, "kernels.moe_fused_rows",
+                                              FUSED_ROW_FORMATS),
         moe_weight_only_by_gpu=_formats_by_gpu(data.get("moe_weight_only"), origin, "kernels.moe_weight_only"),
         moe_ep_every_row_by_gpu=_every_row(data.get("moe_ep_every_row"), origin),
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
