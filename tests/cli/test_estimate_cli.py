@@ -114,6 +114,25 @@ def test_explain_says_whether_an_expert_is_past_the_engines_large_expert_size() 
             "grouped GEMMs take 1.89x as long") in " ".join(upcast.stdout.split())
 
 
+def test_explain_names_flashinfer_moe_stream_and_fused_rows() -> None:
+    """SGLang serves Nemotron-H's experts on an H200 with FlashInfer's CUTLASS MoE, untuned: the explain line gives
+    its one weight stream (0.15 of the datasheet); vLLM there has no such line. vLLM's ModelOpt FP8 experts on a
+    B200 pass 8-bit rows between the GEMMs; its bf16 experts there do not."""
+    base = ["estimate", "-p", "nemotron-3-nano-30b-a3b", "-b", "8", "--explain"]
+    sglang = runner.invoke(app, [*base, "-g", "h200", "-e", "sglang"])
+    vllm = runner.invoke(app, [*base, "-g", "h200", "-e", "vllm"])
+    fp8 = runner.invoke(app, [*base, "-g", "b200", "-e", "vllm", "-w", "fp8_e4m3"])
+    bf16 = runner.invoke(app, [*base, "-g", "b200", "-e", "vllm"])
+    for result in (sglang, vllm, fp8, bf16):
+        assert result.exit_code == 0, result.output
+    text = " ".join(sglang.stdout.split())
+    assert ("the engine's kernel for NemotronHForCausalLM on h200 streams its experts' weights at 0.15 of the "
+            "datasheet bandwidth whatever the tokens (bf16; its tactics untuned)") in text
+    assert "whatever the tokens" not in " ".join(vllm.stdout.split())
+    assert "fp8_e4m3 kernel on b200 passes 8-bit rows between its GEMMs" in " ".join(fp8.stdout.split())
+    assert "8-bit rows" not in " ".join(bf16.stdout.split())
+
+
 def test_explain_names_a_formats_own_moe_floor() -> None:
     """TensorRT-LLM's MXFP4 experts on an H200 pay their backend's fixed cost, not the engine's moe floor, and the
     rates line says which."""

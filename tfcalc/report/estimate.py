@@ -306,6 +306,13 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                              f"default tiles, {rates.moe_untuned_efficiency[fmt]:.2f} of a dense GEMM{k0}")
             else:
                 lines.append(f"fused MoE: the engine ships a tuned kernel config for {shape} on {rates.name}")
+        if fmt in rates.moe_weight_stream:
+            lines.append(f"fused MoE: the engine's kernel for {spec.architecture or 'this model'} on {rates.name} "
+                         f"streams its experts' weights at {rates.moe_weight_stream[fmt]:.2f} of the datasheet "
+                         f"bandwidth whatever the tokens ({fmt}; its tactics untuned)")
+        if fmt in rates.moe_fused_rows and dm.experts_mode.compute == "fp8":
+            lines.append(f"fused MoE: the engine's {fmt} kernel on {rates.name} passes 8-bit rows between its GEMMs, "
+                         "the activation fused into the first")
         if fmt in rates.moe_large_expert:
             matrix = moe_expert_matrix_bytes(rates, fmt, spec.hidden_size, (2 if dm.gated else 1) * width,
                                              dm.experts_mode.bits)
