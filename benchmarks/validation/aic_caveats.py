@@ -60,6 +60,7 @@ Four caveats, each a mechanism of the collector rather than of the engine:
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
@@ -107,7 +108,10 @@ def timed_rank_rows(experts: int, top_k: int, groups: int, groups_per_token: int
     return float((chosen < experts // ep).sum() / tokens)
 
 
+@functools.cache
 def _tables(root: Path, system: str, engine: str, version: str):
+    """One engine version's moe_perf table on one system, read once (None where it has none); callers filter it and
+    never write to it."""
     import pandas as pd
 
     path = root / system / "moe" / engine / version / "moe_perf.parquet"
@@ -305,7 +309,7 @@ def caveats() -> list[dict]:
     import validate
 
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
-    out, cache = [], {}
+    out = []
     for _, path in validate.SOURCES:
         if not path.exists() or not path.name.startswith("aiconfigurator"):
             continue
@@ -345,17 +349,16 @@ def caveats() -> list[dict]:
                             f"(fair: {moe.experts_per_token / ep:g})")
             else:
                 table_key = (p["gpu"], p["backend"], p["version"])
-                if table_key not in cache:
-                    cache[table_key] = _tables(root, *table_key)
+                table = _tables(root, *table_key)
                 alpha = validate.AIC_ROUTING_ALPHA.get(p["model"], 1.2)
                 # the experts' input width: a latent MoE (Nemotron 3 Super) runs them on its projection of h
                 shape = (moe.latent_size or spec.hidden_size, moe.expert_intermediate_size, moe.num_experts,
                          moe.experts_per_token)
-                excess = sliced_excess(cache[table_key], aic_moe, f"power_law_{alpha}", shape, p["tp"] // ep, ep)
-                unsplit = unsplit_ratio(cache[table_key], aic_moe, shape) if ep > 1 else None
-                tuned = (autotuned_ratio(root, p["gpu"], aic_moe, shape, p["tp"] // ep, ep, cache[table_key])
-                         if p["backend"] in AUTOTUNING_ENGINES and cache[table_key] is not None
-                         and flashinfer_cutlass_rows(cache[table_key], aic_moe, shape) else None)
+                excess = sliced_excess(table, aic_moe, f"power_law_{alpha}", shape, p["tp"] // ep, ep)
+                unsplit = unsplit_ratio(table, aic_moe, shape) if ep > 1 else None
+                tuned = (autotuned_ratio(root, p["gpu"], aic_moe, shape, p["tp"] // ep, ep, table)
+                         if p["backend"] in AUTOTUNING_ENGINES and table is not None
+                         and flashinfer_cutlass_rows(table, aic_moe, shape) else None)
                 if tuned is not None and tuned[1] > UNTUNED_EXCESS:
                     reason = "untuned"
                     evidence = (f"FlashInfer CUTLASS MoE rows timed without its autotuner, {tuned[1]:.1f}x "
@@ -375,7 +378,7 @@ def caveats() -> list[dict]:
                     evidence = (f"no moe_tp {p['tp'] // ep} x moe_ep {ep} rows in {p['backend']} {p['version']}: "
                                 f"filled from {donor}, whose moe_tp {near_tp} x moe_ep {near_ep} rows are {ratio:.2f}x "
                                 f"{p['version']}'s ({aic_moe})")
-                elif ((drop := extrapolation_drop(cache[table_key], aic_moe, f"power_law_{alpha}", shape,
+                elif ((drop := extrapolation_drop(table, aic_moe, f"power_law_{alpha}", shape,
                                                   p["tp"] // ep, ep, p["batch"] * p["isl"]))
                       and drop > EXTRAPOLATED_DROP):
                     reason = "extrapolated"
@@ -383,7 +386,7 @@ def caveats() -> list[dict]:
                                 f"token is {drop:.0%} below the row before it ({aic_moe}, {p['backend']} "
                                 f"{p['version']})")
                 else:
-                    short = interpolation_shortfall(cache[table_key], aic_moe, f"power_law_{alpha}", shape,
+                    short = interpolation_shortfall(table, aic_moe, f"power_law_{alpha}", shape,
                                                     p["tp"] // ep, ep, p["batch"])
                     if short is not None and short >= INTERPOLATED_SHORTFALL:
                         reason = "interpolated"

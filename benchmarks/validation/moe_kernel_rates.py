@@ -91,6 +91,7 @@ WEIGHTS = {"bfloat16": "bf16", "fp8_block": "fp8_block", "fp8": "fp8_e4m3", "w4a
            "w4a8_mxfp4_mxfp8": "mxfp4"}
 
 
+ALL_TOKENS = 1 << 30  # the open end of a token band
 GATED = True  # --plain: the rows time experts of two matrices (up, down: Nemotron-H's relu^2), not gate + up + down
 
 
@@ -315,6 +316,18 @@ def compare(root: Path, engine: str, version: str, min_tokens: int, low_tokens: 
                   f"rows; {source[:32]} / {other[:32]})")
 
 
+def band_medians(bands: tuple[tuple[int, int], ...], rows: list, ratios: Callable[[list], list[float]]) -> str:
+    """"lo-hi: median" of ``ratios`` over the (table row, linear mode) pairs of each token band holding any (a band
+    whose hi is ``ALL_TOKENS`` prints as "lo+")."""
+    cells = []
+    for lo, hi in bands:
+        subset = [(row, mode) for row, mode in rows if lo <= row.num_tokens <= hi]
+        if subset:
+            label = f"{lo}+" if hi == ALL_TOKENS else str(lo) if hi == lo else f"{lo}-{hi}"
+            cells.append(f"{label}: {statistics.median(ratios(subset)):.2f}")
+    return "; ".join(cells)
+
+
 def arch_stream_fit(root: Path, engine: str, version: str, kernel_source: str, min_tokens: int) -> None:
     """An architecture's fused MoE held at heuristic tactics (``kernels.moe_by_architecture``: memory_efficiency,
     floors_us, efficiency): on the balanced ep-1 rows of ``kernel_source`` in the engine's table, the weight stream
@@ -331,7 +344,7 @@ def arch_stream_fit(root: Path, engine: str, version: str, kernel_source: str, m
     from tfcalc.spec.presets import load_engine, load_gpu
 
     kernels.routed_rows = _balanced_rows
-    bands = ((1, 1), (2, 16), (17, 256), (257, min_tokens - 1), (min_tokens, 1 << 30))
+    bands = ((1, 1), (2, 16), (17, 256), (257, min_tokens - 1), (min_tokens, ALL_TOKENS))
     for system, preset in GPUS.items():
         table = _newest(root, system, engine, version)
         if table is None:
@@ -343,23 +356,19 @@ def arch_stream_fit(root: Path, engine: str, version: str, kernel_source: str, m
             continue
         gpu = load_gpu(preset)
         base = dataclasses.replace(rates_for(gpu, load_engine(engine).kernels), moe_tuned_shapes={})
-        for weights, rows in df.groupby("moe_dtype"):
+        for weights, group in df.groupby("moe_dtype"):
             mode = table_mode(str(weights), gpu)
-            fmt = mode.weights
+            fmt, rows = mode.weights, [(row, mode) for row in group.itertuples()]
 
             def ratios(eff: float, stream: float, floor_s: float, subset: list, fmt: str = fmt,
-                       mode: object = mode, base: object = base) -> list[float]:
-                rates = dataclasses.replace(base, moe_efficiency_by_dtype={**base.moe_efficiency_by_dtype, fmt: eff},
-                                            moe_format_floors={**base.moe_format_floors, fmt: floor_s},
-                                            moe_weight_stream={fmt: stream})
-                return [kernels.moe_experts(rates, tokens=r.num_tokens, experts_local=r.num_experts,
-                                            experts_total=r.num_experts, top_k=r.topk, hidden=r.hidden_size,
-                                            expert_width=r.inter_size // r.moe_tp_size, gated=GATED,
-                                            weight_bits=mode.bits, compute=mode.compute, dequant=mode.dequant,
-                                            weight_format=fmt).seconds / (r.latency * 1e-3) for r in subset]
+                       base: object = base) -> list[float]:
+                return price_ratios(dataclasses.replace(
+                    base, moe_efficiency_by_dtype={**base.moe_efficiency_by_dtype, fmt: eff},
+                    moe_format_floors={**base.moe_format_floors, fmt: floor_s}, moe_weight_stream={fmt: stream}),
+                    subset)
 
-            small = [r for r in rows.itertuples() if r.num_tokens < min_tokens]
-            large = [r for r in rows.itertuples() if r.num_tokens >= min_tokens]
+            small = [(row, m) for row, m in rows if row.num_tokens < min_tokens]
+            large = [(row, m) for row, m in rows if row.num_tokens >= min_tokens]
             if not small or not large:
                 continue
             scores = {}
@@ -370,16 +379,12 @@ def arch_stream_fit(root: Path, engine: str, version: str, kernel_source: str, m
                                                   + abs(math.log(statistics.median(r))))
             stream, floor_us = min(scores, key=scores.__getitem__)
             eff = fit_efficiency(lambda e, s=stream, f=floor_us, rs=large: ratios(e, s, f * 1e-6, rs))
-            cells = []
-            for lo, hi in bands:
-                r = ratios(eff, stream, floor_us * 1e-6, [x for x in rows.itertuples() if lo <= x.num_tokens <= hi])
-                if r:
-                    cells.append(f"{lo}{'+' if hi == 1 << 30 else '' if hi == lo else f'-{hi}'}: "
-                                 f"{statistics.median(r):.2f}")
+            cells = band_medians(bands, rows, lambda subset, s=stream, f=floor_us, e=eff: ratios(e, s, f * 1e-6,
+                                                                                                    subset))
             plain = "" if GATED else ", plain"
             print(f"{preset:10s} {engine} {table.parent.name} {weights} ({len(rows)} rows{plain}): "
                   f"memory_efficiency {stream:.2f}, floors_us {floor_us}, efficiency {eff:.3f}; tfcalc / measured "
-                  f"median {'; '.join(cells)}")
+                  f"median {cells}")
 
 
 def autotuned(root: Path, weights: str, trtllm_version: str = "1.3.0rc20") -> None:
@@ -392,7 +397,7 @@ def autotuned(root: Path, weights: str, trtllm_version: str = "1.3.0rc20") -> No
     from tfcalc.calc.latency import rates_for
     from tfcalc.spec.presets import load_engine, load_gpu
 
-    bands = ((1, 1), (2, 16), (17, 256), (257, 4095), (4096, 1 << 30))
+    bands = ((1, 1), (2, 16), (17, 256), (257, 4095), (4096, ALL_TOKENS))
     kernels.routed_rows = _balanced_rows
     for system, preset in GPUS.items():
         tables = {"trtllm " + trtllm_version: root / system / "moe" / "trtllm" / trtllm_version / "moe_perf.parquet",
@@ -409,20 +414,11 @@ def autotuned(root: Path, weights: str, trtllm_version: str = "1.3.0rc20") -> No
                     & ~df.kernel_source.str.contains("nongated")]
             if df.empty:
                 continue
-            cells = []
-            for lo, hi in bands:
-                r = sorted(kernels.moe_experts(rates, tokens=row.num_tokens, experts_local=row.num_experts,
-                                               experts_total=row.num_experts, top_k=row.topk, hidden=row.hidden_size,
-                                               expert_width=row.inter_size // row.moe_tp_size, gated=True,
-                                               weight_bits=mode.bits, compute=mode.compute, dequant=mode.dequant,
-                                               weight_format=mode.weights).seconds / (row.latency * 1e-3)
-                           for row in df.itertuples() if lo <= row.num_tokens <= hi)
-                if r:
-                    cells.append(f"{lo}{'-' + str(hi) if hi < 1 << 30 and hi > lo else '+' if hi > lo else ''}: "
-                                 f"{statistics.median(r):.2f}")
+            cells = band_medians(bands, [(row, mode) for row in df.itertuples()],
+                                 lambda subset, rates=rates: price_ratios(rates, subset))
             kernel = ", ".join(sorted(set(df.kernel_source)))[:40]
             print(f"{preset:10s} {weights} rows of {label:16s} ({len(df)}, gated, {kernel}): tfcalc vllm / measured "
-                  f"median {'; '.join(cells)}")
+                  f"median {cells}")
 
 
 def row_cost(root: Path, engine: str, version: str, weights: str, kernel_source: str, min_tokens: int) -> None:
