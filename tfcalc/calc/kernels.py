@@ -873,6 +873,12 @@ def moe_untuned(rates: Rates, weight_format: str, experts_local: int, expert_wid
     return tuned is not None and (experts_local, expert_width) not in tuned
 
 
+def moe_fused_fp8_rows(rates: Rates, compute: str, weight_format: str) -> bool:
+    """Whether an fp8 fused MoE passes 8-bit rows between its GEMMs, the activation fused into the first (an engine's
+    ``Rates.moe_fused_rows``: vLLM's per-tensor FP8 experts on FlashInfer's TRT-LLM MoE on a B200)."""
+    return compute == "fp8" and weight_format in rates.moe_fused_rows and not rates.ideal
+
+
 def moe_one_tile_per_expert(tokens: float, top_k: int, experts: int) -> bool:
     """Whether a step's experts get at most one smallest row tile each on average: T k / E <= ``MOE_OWN_STREAM_ROWS``
     (FlashInfer TRT-LLM's 8-row tiles; a Triton fused MoE's 16-row ones hold at least as many)."""
@@ -949,8 +955,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     # the combine reads each row and writes each token, plus the engine's own traffic per routed row, if measured
     combine = (touched + tokens * share) * hidden * act_bytes + touched * hidden * rates.moe_row_bytes.get(
         weight_format, 0.0)
-    fused_fp8 = compute == "fp8" and weight_format in rates.moe_fused_rows
-    if ((compute == "fp4" and weight_format == "nvfp4") or fused_fp8) and not rates.ideal:
+    fused_fp8 = moe_fused_fp8_rows(rates, compute, weight_format)
+    if (compute == "fp4" and weight_format == "nvfp4" and not rates.ideal) or fused_fp8:
         # NVFP4 MoE kernels (FlashInfer's TRT-LLM-gen and CUTLASS W4A4 experts) quantize each token once as it is
         # permuted, fuse the gated activation and the second quantization into the first GEMM's epilogue and feed
         # the GEMMs FP4 rows (4 bits + an 8-bit scale per 16): no 16-bit intermediate is written or read again;

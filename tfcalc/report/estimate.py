@@ -13,6 +13,7 @@ from tfcalc.calc.kernels import (
     Routing,
     distinct_experts,
     moe_expert_matrix_bytes,
+    moe_fused_fp8_rows,
     moe_large_expert_slowdown,
     moe_untuned,
 )
@@ -310,7 +311,7 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
             lines.append(f"fused MoE: the engine's kernel for {spec.architecture or 'this model'} on {rates.name} "
                          f"streams its experts' weights at {rates.moe_weight_stream[fmt]:.2f} of the datasheet "
                          f"bandwidth whatever the tokens ({fmt}; its tactics untuned)")
-        if fmt in rates.moe_fused_rows and dm.experts_mode.compute == "fp8":
+        if moe_fused_fp8_rows(rates, dm.experts_mode.compute, fmt):
             lines.append(f"fused MoE: the engine's {fmt} kernel on {rates.name} passes 8-bit rows between its GEMMs, "
                          "the activation fused into the first")
         if fmt in rates.moe_large_expert:
