@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout25]
+        | --holdout12 | ... | --holdout27]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -50,6 +50,10 @@ KV heads of 256 per GPU anywhere: the 31B from tp 2; such points are errors, lef
 per sequence, attention without RoPE, blocks holding only an MLP or an MoE).
 ``--holdout25`` the twenty-fifth (``HOLDOUT_GRID_25``, aiconfigurator_holdout25.json): Nemotron 3 Super 120B-A12B in
 FP8, whose latent MoE tfcalc first read after the twenty-fourth.
+``--holdout26`` the twenty-sixth (``HOLDOUT_GRID_26``, aiconfigurator_holdout26.json): the B300 (Blackwell Ultra), a GPU
+tfcalc first had a preset for after the twenty-fifth, its latency block the B200's; dense and MoE models, every format.
+``--holdout27`` the twenty-seventh (``HOLDOUT_GRID_27``, aiconfigurator_holdout27.json): NVFP4 on the B300, whose dense
+FP4 peak is 1.56x the B200's, collected after the twenty-sixth.
 """
 
 from __future__ import annotations
@@ -118,8 +122,8 @@ MODELS = {
 # "bf16" is the opt-in) and TensorRT-LLM's TRTLLM MoE backend runs MXFP8 activations (its gpt-oss deployment guide,
 # MoE backend support matrix); vLLM keeps bf16 activations (FlashInfer MXFP4 x BF16; MXFP8 is the opt-in
 # VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8), the entry above.
-ENGINE_MOE_QUANT = {("sglang", "b200_sxm", "w4a16_mxfp4"): "w4a8_mxfp4_mxfp8",
-                    ("trtllm", "b200_sxm", "w4a16_mxfp4"): "w4a8_mxfp4_mxfp8"}
+ENGINE_MOE_QUANT = {(engine, blackwell, "w4a16_mxfp4"): "w4a8_mxfp4_mxfp8"
+                    for engine in ("sglang", "trtllm") for blackwell in ("b200_sxm", "b300_sxm")}
 
 # (model key, system, tp list, batch list, (isl, osl) list[, expert parallel: ep = tp for the MoE layers])
 GRID = [
@@ -580,6 +584,28 @@ HOLDOUT_GRID_25 = [
     ("nemotron-3-super-120b-a12b", "b200_sxm", [1], [4, 24, 64], [(2000, 500)]),
 ]
 
+# The B300 (Blackwell Ultra: the B200's SMs, 1.5x its HBM, twice its dense FP4), collected on 2026-12-06 (stop 53)
+# after tfcalc first had a preset for it (its latency block the B200's), scored once before any change in response
+HOLDOUT_GRID_26 = [
+    ("llama3.1-8b", "b300_sxm", [1], [4, 24, 64], [(2000, 400)]),
+    ("llama3-70b-fp8", "b300_sxm", [2, 4], [4, 24, 64], [(3000, 300)]),
+    ("qwen3-32b-nvfp4", "b300_sxm", [1], [4, 24, 64], [(4000, 300)]),
+    ("qwen3-30b-a3b", "b300_sxm", [1, 2], [4, 24, 64], [(2000, 500)]),
+    ("gpt-oss-120b", "b300_sxm", [1, 2], [4, 24, 64], [(3000, 300)]),
+    ("deepseek-v3", "b300_sxm", [8], [4, 24, 64], [(2000, 400)]),
+    ("qwen3-235b-a22b", "b300_sxm", [4], [4, 24, 64], [(4000, 300)], True),
+]
+
+# NVFP4 on the B300 (dense and MoE; short and long prompts), collected on 2026-12-06 (stop 53) after the twenty-sixth,
+# scored once before any change in response
+HOLDOUT_GRID_27 = [
+    ("llama3-70b-nvfp4", "b300_sxm", [1, 2], [4, 24, 64], [(1000, 300), (4000, 300)]),
+    ("llama3.1-8b-nvfp4", "b300_sxm", [1], [4, 24, 64], [(2000, 400)]),
+    ("qwen3-30b-a3b-nvfp4", "b300_sxm", [1], [4, 24, 64], [(1000, 400), (5000, 300)]),
+    ("qwen3-235b-a22b-nvfp4", "b300_sxm", [2, 4], [4, 24, 64], [(2000, 300)]),
+    ("deepseek-v3-nvfp4", "b300_sxm", [4], [4, 24, 64], [(3000, 300)]),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -660,7 +686,8 @@ if __name__ == "__main__":
              "--holdout15": HOLDOUT_GRID_15, "--holdout16": HOLDOUT_GRID_16, "--holdout17": HOLDOUT_GRID_17,
              "--holdout18": HOLDOUT_GRID_18, "--holdout19": HOLDOUT_GRID_19, "--holdout20": HOLDOUT_GRID_20,
              "--holdout21": HOLDOUT_GRID_21, "--holdout22": HOLDOUT_GRID_22, "--holdout23": HOLDOUT_GRID_23,
-             "--holdout24": HOLDOUT_GRID_24, "--holdout25": HOLDOUT_GRID_25}
+             "--holdout24": HOLDOUT_GRID_24, "--holdout25": HOLDOUT_GRID_25,
+             "--holdout26": HOLDOUT_GRID_26, "--holdout27": HOLDOUT_GRID_27}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

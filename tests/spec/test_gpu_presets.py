@@ -9,7 +9,8 @@ import pytest
 from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.presets import load_gpu, load_preset_document, preset_names
 
-GPUS = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "l40s", "rtx4090", "mi300x", "mi325x"}
+GPUS = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "b300", "l40s", "rtx4090", "mi300x",
+        "mi325x"}
 GIB = 1 << 30
 DOC_FIELDS = {"display_name", "vendor", "memory_type", "interconnect", "sources", "notes",
               "latency"}  # the latency block carries its own sources (tests/spec/test_latency_presets.py)
@@ -47,6 +48,7 @@ def test_not_the_sparse_figures() -> None:
     # datasheet "with sparsity" figures (docs/research/facts.yaml *_sparse_tflops) must not appear
     assert load_gpu("h100-sxm").dense_flops_per_s["fp8"] == pytest.approx(1979e12)  # not 3958
     assert load_gpu("b200").dense_flops_per_s["fp4"] == pytest.approx(9000e12)  # not 18000
+    assert load_gpu("b300").dense_flops_per_s["fp4"] == pytest.approx(14000e12)  # not 18000 (HGX B300 144 PF / 8)
     assert "fp8" not in load_gpu("a100-80gb").dense_flops_per_s  # no FP8 on Ampere
     assert load_gpu("a100-80gb").peak_flops("fp8") == ("bf16", 312e12)
     assert load_gpu("h100-sxm").interconnect_bandwidth_bytes_per_s == pytest.approx(450e9)  # 900 bidirectional

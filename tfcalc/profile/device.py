@@ -72,6 +72,7 @@ GPU_NAME_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"H100.*PCIe", "h100-pcie"),
     (r"H100", "h100-sxm"),
     (r"B200", "b200"),
+    (r"B300", "b300"),
     (r"A100.*80\s*GB", "a100-80gb"),
     (r"A100", "a100-40gb"),
     (r"L40S", "l40s"),
