@@ -13,7 +13,7 @@ from tfcalc.calc.latency import linear_mode, rates_for
 from tfcalc.dtypes import get_dtype
 from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.engine import EngineKernels, SchedulerPolicy, engine_from_mapping, kernels_from_mapping
-from tfcalc.spec.gpu import latency_from_mapping
+from tfcalc.spec.gpu import gpu_from_mapping, latency_from_mapping
 from tfcalc.spec.interconnect import interconnect_from_mapping, load_interconnect
 from tfcalc.spec.presets import (
     engine_family,
@@ -113,6 +113,9 @@ GOOD = {"sm_count": 132, "gemm_efficiency": {"bf16": 0.8}, "attention_efficiency
     ({"moe_efficiency": {"bf16": 0.7, "fp8": 0}}, "latency.moe_efficiency.fp8' must be positive"),
     ({"moe_efficiency": {"bf16": "fast"}}, "latency.moe_efficiency.bf16' must be a number"),
     ({"moe_efficiency": [0.7]}, "latency.moe_efficiency' must be a number"),
+    ({"kernel_peak_tflops": [9000]}, "latency.kernel_peak_tflops' must be a mapping"),
+    ({"kernel_peak_tflops": {"fp5": 9000}}, "unknown dtype 'latency.kernel_peak_tflops.fp5'"),
+    ({"kernel_peak_tflops": {"fp4": -1}}, "latency.kernel_peak_tflops.fp4' must be positive"),
 ])
 def test_latency_block_errors_name_the_field(change: dict, message: str) -> None:
     with pytest.raises(SpecError, match=message):
@@ -1207,3 +1210,20 @@ def test_engine_gdn_efficiency_and_floors() -> None:
                            ({"h201": 0.3}, "unknown field 'kernels.gdn_efficiency.h201'")):
         with pytest.raises(SpecError, match=message):
             kernels_from_mapping({"gdn_efficiency": value}, "e.yaml")
+
+
+def test_kernel_peak_below_the_datasheet() -> None:
+    """The B300's kernels run NVFP4 at the B200's rate: the latency model prices fp4 at 9,000 TFLOPS, the ideal
+    roofline at the datasheet's 14,000; a kernel peak above the datasheet is a one-line error."""
+    b300 = load_gpu("b300")
+    rates = rates_for(b300, load_engine("vllm").kernels)
+    assert rates.peak("fp4") == ("fp4", pytest.approx(9000e12))
+    assert rates.as_ideal().peak("fp4") == ("fp4", pytest.approx(14000e12))
+    assert rates.peak("bf16") == rates.as_ideal().peak("bf16") == ("bf16", pytest.approx(2250e12))
+    assert "fp4 at the kernels' 9,000 TFLOPS (datasheet 14,000)" in rates.source
+    b200 = rates_for(load_gpu("b200"), load_engine("vllm").kernels)
+    assert b200.datasheet_peak_flops == {} and b200.peak("fp4") == b200.as_ideal().peak("fp4")
+    document = {"memory_gib": 80, "hbm_bandwidth_tb_s": 3, "dense_tflops": {"bf16": 900, "fp4": 9000},
+                "interconnect_bidirectional_gb_s": 900, "latency": {**GOOD, "kernel_peak_tflops": {"fp4": 10000}}}
+    with pytest.raises(SpecError, match="'latency.kernel_peak_tflops.fp4' must not exceed dense_tflops.fp4 .9000."):
+        gpu_from_mapping(document, "gpu.yaml", "gpu")

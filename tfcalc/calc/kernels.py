@@ -107,7 +107,8 @@ class Rates:
     """What one GPU achieves, as the latency model uses it (SI units: FLOP/s, bytes/s, seconds)."""
 
     name: str
-    peak_flops: dict[str, float] = field(hash=False)  # dense datasheet peak per compute dtype
+    peak_flops: dict[str, float] = field(hash=False)  # dense peak per compute dtype the kernels are built for
+    datasheet_peak_flops: dict[str, float] = field(default_factory=dict, hash=False)  # where it differs: the ideal's
     gemm_efficiency: dict[str, float] = field(hash=False)  # large-GEMM fraction of peak per compute dtype
     attention_efficiency: float  # flash-attention prefill fraction of the 16-bit peak on long sequences
     moe_efficiency: float  # grouped expert GEMMs relative to a dense GEMM of the same shape (16-bit)
@@ -200,10 +201,12 @@ class Rates:
         object.__setattr__(self, "_stream", stream)
 
     def peak(self, compute: str) -> tuple[str, float]:
-        """(dtype used, dense FLOP/s); a dtype the chip lacks falls back to bf16, then fp16."""
+        """(dtype used, dense FLOP/s); a dtype the chip lacks falls back to bf16, then fp16. The ideal roofline
+        takes the datasheet's peak where the kernels' differs (``datasheet_peak_flops``)."""
+        peaks = self.datasheet_peak_flops if self.ideal and self.datasheet_peak_flops else self.peak_flops
         for key in (compute, "bf16", "fp16"):
-            if key in self.peak_flops:
-                return key, self.peak_flops[key]
+            if key in peaks:
+                return key, peaks[key]
         raise ValueError(f"{self.name}: no dense throughput for {compute}")
 
     def gemm_flops_per_s(self, compute: str, k: float, grouped: bool = False, weight_format: str = "",

@@ -118,7 +118,13 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
         if kernels_gpu != gpu.name:
             source += f" (its {kernels_gpu} entry: same silicon)"
     fp32 = gpu.dense_flops_per_s.get("fp32", gpu.peak_flops("bf16")[1] / 16)
-    return Rates(name=gpu.name, peak_flops=dict(gpu.dense_flops_per_s), gemm_efficiency=dict(gemm_eff),
+    kernel_peaks = dict(lat.kernel_peak_flops_per_s) if lat is not None else {}
+    for dtype, value in sorted(kernel_peaks.items()):
+        source += (f", {dtype} at the kernels' {value / 1e12:,.0f} TFLOPS (datasheet "
+                   f"{gpu.dense_flops_per_s[dtype] / 1e12:,.0f})")
+    return Rates(name=gpu.name, peak_flops={**gpu.dense_flops_per_s, **kernel_peaks},
+                 datasheet_peak_flops=dict(gpu.dense_flops_per_s) if kernel_peaks else {},
+                 gemm_efficiency=dict(gemm_eff),
                  attention_efficiency=float(attn), moe_efficiency=float(moe), moe_efficiency_by_dtype=moe_by_dtype,
                  memory_bandwidth=gpu.hbm_bandwidth_bytes_per_s,
                  memory_efficiency=float(mem), alu_ops_per_s=fp32 / 2, sm_count=int(sm),

@@ -152,6 +152,10 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
     link = _scaled(_number(data["interconnect_bidirectional_gb_s"], origin, "interconnect_bidirectional_gb_s"),
                    10**9 // 2)  # one direction: half the bidirectional figure
     latency = None if data.get("latency") is None else latency_from_mapping(data["latency"], origin)
+    for dtype, value in (latency.kernel_peak_flops_per_s if latency is not None else {}).items():
+        if value > flops.get(dtype, 0.0):
+            raise SpecError(f"{origin}: field 'latency.kernel_peak_tflops.{dtype}' must not exceed dense_tflops.{dtype}"
+                            f" ({flops.get(dtype, 0.0) / 1e12:g})")
     try:
         return GPUSpec(name=_text(data, "name", origin, default_name), memory_bytes=memory_bytes,
                        runtime_memory_bytes=runtime_bytes,
@@ -168,7 +172,7 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
 
 _LATENCY_KEYS = {"sm_count", "gemm_efficiency", "attention_efficiency", "moe_efficiency", "memory_efficiency",
                  "gemm_memory_efficiency", "moe_memory_efficiency", "floors_us", "interconnect_preset", "kernels_as",
-                 "measured_on", "sources"}
+                 "measured_on", "kernel_peak_tflops", "sources"}
 _FLOOR_KEYS = ("gemm", "elementwise", "attention", "moe")
 MAX_SM_COUNT = 1 << 16
 MAX_FLOOR_US = 1e6  # one second: a kernel floor beyond it is a unit mistake, not a GPU
@@ -187,6 +191,9 @@ class GPULatency:
     expert weights while each expert gets at most one smallest row tile (``kernels.moe_one_tile_per_expert``), by
     storage format, where its kernel streams them differently from a GEMV (the whole layer's experts in one kernel);
     ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
+    ``kernel_peak_flops_per_s``: per compute dtype, the dense rate the engines' kernels are built for where it is
+    below the datasheet's (the B300's NVFP4 kernels run at the B200's FP4 rate): every efficiency of the block and of
+    the engines' entries is a fraction of it; the ideal roofline keeps the datasheet;
     ``interconnect_preset``: the presets/interconnects entry of its GPU-to-GPU fabric;
     ``kernels_as``: the GPU preset of the same silicon whose engine-measured kernel entries (an engine preset's
     per-GPU MoE efficiency and dequantisation cost) apply to this part when the engine names no entry for it;
@@ -207,6 +214,7 @@ class GPULatency:
     moe_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
     kernels_as: str | None = None
     measured_on: str | None = None
+    kernel_peak_flops_per_s: dict[str, float] = field(default_factory=dict, hash=False)
 
     @property
     def measured_here(self) -> bool:
@@ -284,6 +292,15 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
                 f"unknown 'latency.floors_us.{extra[0]}'"
             raise SpecError(f"{which} (give {', '.join(_FLOOR_KEYS)})")
         floors_s = {k: check_float(f"latency.floors_us.{k}", floors[k], MAX_FLOOR_US) * 1e-6 for k in _FLOOR_KEYS}
+        kernel_peaks = data.get("kernel_peak_tflops") or {}
+        if not isinstance(kernel_peaks, dict):
+            raise SpecError("field 'latency.kernel_peak_tflops' must be a mapping such as {fp4: 9000}")
+        for dtype in kernel_peaks:
+            if dtype not in FLOP_DTYPES:
+                raise SpecError(f"unknown dtype 'latency.kernel_peak_tflops.{key_text(dtype)}' "
+                                f"(known: {', '.join(FLOP_DTYPES)})")
+        kernel_peaks_s = {str(k): check_float(f"latency.kernel_peak_tflops.{k}", v, 1e7) * 1e12
+                          for k, v in kernel_peaks.items()}
         return GPULatency(sm_count=check_int("latency.sm_count", data["sm_count"], (1, MAX_SM_COUNT)),
                           gemm_efficiency=efficiencies,
                           attention_efficiency=fraction(data["attention_efficiency"], "latency.attention_efficiency"),
@@ -297,6 +314,7 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
                           kernels_as=None if data.get("kernels_as") is None else
                           check_str("latency.kernels_as", data["kernels_as"], MAX_NAME_CHARS),
                           measured_on=None if data.get("measured_on") is None else
-                          check_str("latency.measured_on", data["measured_on"], MAX_NAME_CHARS))
+                          check_str("latency.measured_on", data["measured_on"], MAX_NAME_CHARS),
+                          kernel_peak_flops_per_s=kernel_peaks_s)
     except SpecError as exc:
         raise SpecError(f"{origin}: {exc}") from None

@@ -1,0 +1,87 @@
+"""How one GPU's measured kernel tables compare with another's, op table by op table: the evidence behind a GPU
+preset whose latency block borrows a measured part's fractions (``latency.measured_on``) and behind what it
+measures on its own tables (presets/gpus/b300.yaml: the B300 against the B200).
+
+aiconfigurator is *not* a tfcalc dependency: install it in a scratch environment (``pip install
+aiconfigurator==0.12.0``; it brings pandas and pyarrow) and run
+
+    python benchmarks/validation/gpu_tables_compare.py [--gpu b300_sxm] [--base b200_sxm]
+
+For every engine's GEMM, fused-MoE and attention tables that both GPUs have (the same engine version), the rows of
+the same shape are matched and the median time ratio (GPU / base, quartiles) is printed per weight or KV format and
+band of M (tokens, prompt length or batch). Then the GPU presets' ``attention_efficiency`` method on each: vLLM's
+flash-attention prefill at 16,384 tokens, batch 1, head dim 128, bf16 cache, no sliding window: median over head
+counts of causal FLOPs (4 x heads x 128 x isl^2 / 2) / time / the bf16 peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+BANDS = (0, 8, 64, 512, 4096, 10**9)
+# (op folder, table file, the column that sizes a row, the column that names its format)
+TABLES = (("gemm", "gemm_perf.parquet", "m", "gemm_dtype"),
+          ("moe", "moe_perf.parquet", "num_tokens", "moe_dtype"),
+          ("attention", "context_attention_perf.parquet", "isl", "kv_cache_dtype"),
+          ("attention", "generation_attention_perf.parquet", "batch_size", "kv_cache_dtype"))
+SYSTEMS = {"b200_sxm": "b200", "b300_sxm": "b300", "h100_sxm": "h100-sxm", "h200_sxm": "h200"}
+
+
+def compare(data: Path, gpu: str, base: str) -> None:
+    import pandas as pd
+
+    for folder, table, size, fmt in TABLES:
+        for engine_dir in sorted((data / gpu / folder).glob("*")):
+            for version_dir in sorted(engine_dir.glob("*")):
+                theirs = data / base / folder / engine_dir.name / version_dir.name / table
+                ours = version_dir / table
+                if not (ours.exists() and theirs.exists()):
+                    continue
+                a, b = pd.read_parquet(theirs), pd.read_parquet(ours)
+                keys = [c for c in a.columns if c not in ("latency", "device", "framework", "version", "energy",
+                                                           "op_name") and not c.startswith("power")]
+                rows = a.merge(b, on=keys, suffixes=("_base", "_gpu"))
+                if rows.empty:
+                    continue
+                rows["ratio"] = rows["latency_gpu"] / rows["latency_base"]
+                rows["band"] = pd.cut(rows[size], BANDS)
+                print(f"{folder}/{engine_dir.name}/{version_dir.name} {table}: {len(rows):,} shared rows, "
+                      f"{gpu} / {base} time by {fmt} and {size}")
+                for (name, band), d in rows.groupby([fmt, "band"], observed=True):
+                    print(f"  {name:<18} {size} {str(band):<18} {len(d):>6,}  median {d.ratio.median():.2f}  "
+                          f"quartiles {d.ratio.quantile(0.25):.2f}-{d.ratio.quantile(0.75):.2f}")
+
+
+def attention_efficiency(data: Path, system: str) -> float:
+    import pandas as pd
+
+    from tfcalc.spec.presets import load_gpu
+
+    rows = pd.read_parquet(data / system / "attention" / "vllm" / "0.24.0" / "context_attention_perf.parquet")
+    rows = rows[(rows.head_dim == 128) & (rows.batch_size == 1) & (rows.kv_cache_dtype == "bfloat16")
+                & (rows.isl == 16384) & (rows.window_size == 0)]
+    peak = load_gpu(SYSTEMS[system]).dense_flops_per_s["bf16"]
+    rows = rows.assign(eff=4 * rows.num_heads * 128 * rows.isl ** 2 / 2 / (rows.latency * 1e-3) / peak)
+    return float(rows.eff.median())
+
+
+def main() -> None:
+    import aiconfigurator_core
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", default="b300_sxm", choices=sorted(SYSTEMS))
+    parser.add_argument("--base", default="b200_sxm", choices=sorted(SYSTEMS))
+    args = parser.parse_args()
+    data = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    compare(data, args.gpu, args.base)
+    for system in (args.base, args.gpu):
+        print(f"attention_efficiency method on {system}: {attention_efficiency(data, system):.3f}")
+
+
+if __name__ == "__main__":
+    main()
