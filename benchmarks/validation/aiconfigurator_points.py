@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout27]
+        | --holdout12 | ... | --holdout28]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -54,6 +54,8 @@ FP8, whose latent MoE tfcalc first read after the twenty-fourth.
 tfcalc first had a preset for after the twenty-fifth, its latency block the B200's; dense and MoE models, every format.
 ``--holdout27`` the twenty-seventh (``HOLDOUT_GRID_27``, aiconfigurator_holdout27.json): NVFP4 on the B300, whose dense
 FP4 peak is 1.56x the B200's, collected after the twenty-sixth.
+``--holdout28`` the twenty-eighth (``HOLDOUT_GRID_28``, aiconfigurator_holdout28.json): the GB200, a GPU tfcalc first
+had a preset for after the twenty-seventh, its latency block the B200's; dense and MoE models, every format.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ MODELS = {
 # MoE backend support matrix); vLLM keeps bf16 activations (FlashInfer MXFP4 x BF16; MXFP8 is the opt-in
 # VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8), the entry above.
 ENGINE_MOE_QUANT = {(engine, blackwell, "w4a16_mxfp4"): "w4a8_mxfp4_mxfp8"
-                    for engine in ("sglang", "trtllm") for blackwell in ("b200_sxm", "b300_sxm")}
+                    for engine in ("sglang", "trtllm") for blackwell in ("b200_sxm", "b300_sxm", "gb200")}
 
 # (model key, system, tp list, batch list, (isl, osl) list[, expert parallel: ep = tp for the MoE layers])
 GRID = [
@@ -606,6 +608,19 @@ HOLDOUT_GRID_27 = [
     ("deepseek-v3-nvfp4", "b300_sxm", [4], [4, 24, 64], [(3000, 300)]),
 ]
 
+# The GB200 (the B200's dies at 1,200 W beside a Grace CPU), collected on 2026-12-06 (stop 53) after tfcalc first had a
+# preset for it (its latency block the B200's), scored once before any change in response
+HOLDOUT_GRID_28 = [
+    ("llama3.1-8b-fp8", "gb200", [1], [4, 24, 64], [(2000, 300)]),
+    ("llama3-70b", "gb200", [4], [4, 24, 64], [(1500, 400)]),
+    ("qwen3-32b-fp8", "gb200", [2], [4, 24, 64], [(3000, 300)]),
+    ("mixtral-8x7b", "gb200", [2], [4, 24, 64], [(2000, 400)]),
+    ("qwen3-30b-a3b-nvfp4", "gb200", [1], [4, 24, 64], [(3000, 300)]),
+    ("gpt-oss-120b", "gb200", [2], [4, 24, 64], [(2000, 500)]),
+    ("qwen3-235b-a22b", "gb200", [4], [4, 24, 64], [(2000, 400)]),
+    ("deepseek-v3", "gb200", [8], [4, 24, 64], [(3000, 300)]),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -687,7 +702,8 @@ if __name__ == "__main__":
              "--holdout18": HOLDOUT_GRID_18, "--holdout19": HOLDOUT_GRID_19, "--holdout20": HOLDOUT_GRID_20,
              "--holdout21": HOLDOUT_GRID_21, "--holdout22": HOLDOUT_GRID_22, "--holdout23": HOLDOUT_GRID_23,
              "--holdout24": HOLDOUT_GRID_24, "--holdout25": HOLDOUT_GRID_25,
-             "--holdout26": HOLDOUT_GRID_26, "--holdout27": HOLDOUT_GRID_27}
+             "--holdout26": HOLDOUT_GRID_26, "--holdout27": HOLDOUT_GRID_27,
+             "--holdout28": HOLDOUT_GRID_28}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

@@ -39,7 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "l40s": "l40s"}
+SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
+           "l40s": "l40s"}
 ENGINES = ("vllm", "trtllm", "sglang")
 # aiconfigurator gemm_dtype -> weight bytes per element (NVFP4: 4 bits and one fp8 scale per 16)
 FORMATS = {"bfloat16": 2, "fp8": 1, "fp8_block": 1, "nvfp4": 9 / 16}

@@ -11,7 +11,10 @@ For every engine's GEMM, fused-MoE and attention tables that both GPUs have (the
 the same shape are matched and the median time ratio (GPU / base, quartiles) is printed per weight or KV format and
 band of M (tokens, prompt length or batch). Then the GPU presets' ``attention_efficiency`` method on each: vLLM's
 flash-attention prefill at 16,384 tokens, batch 1, head dim 128, bf16 cache, no sliding window: median over head
-counts of causal FLOPs (4 x heads x 128 x isl^2 / 2) / time / the bf16 peak.
+counts of causal FLOPs (4 x heads x 128 x isl^2 / 2) / time / the bf16 peak. Then the host path of vLLM's
+block-fp8 linear layers, which aiconfigurator's collector times without CUDA graphs (the vllm preset's
+``kernels.linear_host_us``): the median over the rows with N x K <= 8192^2 at M = 1, and at 2 <= M <= 2,048 apart for
+M not a multiple of 4 and a multiple of 4 (DeepGEMM's scale alignment).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ TABLES = (("gemm", "gemm_perf.parquet", "m", "gemm_dtype"),
           ("moe", "moe_perf.parquet", "num_tokens", "moe_dtype"),
           ("attention", "context_attention_perf.parquet", "isl", "kv_cache_dtype"),
           ("attention", "generation_attention_perf.parquet", "batch_size", "kv_cache_dtype"))
-SYSTEMS = {"b200_sxm": "b200", "b300_sxm": "b300", "h100_sxm": "h100-sxm", "h200_sxm": "h200"}
+SYSTEMS = {"b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200", "h100_sxm": "h100-sxm", "h200_sxm": "h200"}
 
 
 def compare(data: Path, gpu: str, base: str) -> None:
@@ -70,6 +73,18 @@ def attention_efficiency(data: Path, system: str) -> float:
     return float(rows.eff.median())
 
 
+def host_path_us(data: Path, system: str) -> tuple[float, float, float]:
+    """vLLM 0.24's block-fp8 rows on ``system`` (microseconds): the median at M = 1, at 2 <= M <= 2,048 with M not a
+    multiple of 4, and with M a multiple of 4, over N x K <= 8192^2 (flat there: the host path, not the GEMM)."""
+    import pandas as pd
+
+    rows = pd.read_parquet(data / system / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet")
+    rows = rows[(rows.gemm_dtype == "fp8_block") & (rows.n * rows.k <= 8192 ** 2) & (rows.m <= 2048)]
+    us = rows.latency * 1e3
+    return (float(us[rows.m == 1].median()), float(us[(rows.m >= 2) & (rows.m % 4 != 0)].median()),
+            float(us[(rows.m >= 2) & (rows.m % 4 == 0)].median()))
+
+
 def main() -> None:
     import aiconfigurator_core
 
@@ -81,6 +96,9 @@ def main() -> None:
     compare(data, args.gpu, args.base)
     for system in (args.base, args.gpu):
         print(f"attention_efficiency method on {system}: {attention_efficiency(data, system):.3f}")
+        one, unaligned, aligned = host_path_us(data, system)
+        print(f"vLLM block-fp8 host path on {system}: M = 1 {one:.1f} us, M >= 2 {unaligned:.1f} us (M not a multiple "
+              f"of 4) / {aligned:.1f} us (a multiple of 4)")
 
 
 if __name__ == "__main__":

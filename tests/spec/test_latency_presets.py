@@ -673,7 +673,12 @@ def test_engine_linear_host_time_per_gpu_and_format() -> None:
         [271e-6, 234e-6, 234e-6, 178e-6, 178e-6, 234e-6, 178e-6, 178e-6, 234e-6])
     assert rates.linear_host_s("fp8_block", 4.5) == pytest.approx(234e-6)  # a mean token count: not aligned
     vllm = load_engine("vllm").kernels
-    assert vllm.uncaptured_linears == frozenset() and set(vllm.linear_host_s_by_gpu) == {"h100-sxm", "h200", "b200"}
+    assert vllm.uncaptured_linears == frozenset()
+    assert set(vllm.linear_host_s_by_gpu) == {"h100-sxm", "h200", "b200", "gb200"}
+    # the host path is the machine's (the GB200's Grace CPU), beside its silicon's (the B200's) other entries
+    gb200 = rates_for(load_gpu("gb200"), dataclasses.replace(vllm, uncaptured_linears=frozenset({"fp8_block"})))
+    assert gb200.linear_host_s("fp8_block", 1) == pytest.approx(533.3e-6)
+    assert gb200.grouped_efficiency("fp4", weight_format="nvfp4") == 1.29  # the B200's entry (kernels_as)
     for value, message in (
             ({"h200": {"fp9": [[None, 9]]}}, "unknown field 'kernels.linear_host_us.h200.fp9'"),
             ({"h200": {"fp8_block": [[None, -1]]}}, r"field 'kernels.linear_host_us.h200.fp8_block\[0\]' must be at"),

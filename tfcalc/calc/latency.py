@@ -147,7 +147,8 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  moe_ep_floors=dict(engine.moe_ep_floors_by_gpu.get(kernels_gpu, {})),
                  moe_row_bytes=dict(engine.moe_row_bytes_by_gpu.get(kernels_gpu, {})),
                  gdn_efficiency=engine.gdn_efficiency_by_gpu.get(kernels_gpu, 0.0),
-                 linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(kernels_gpu, {}).items()
+                 linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(
+                     gpu.name, engine.linear_host_s_by_gpu.get(kernels_gpu, {})).items()
                               if fmt in engine.uncaptured_linears},
                  fp8_kv_attention=engine.fp8_kv_attention_by_gpu.get(kernels_gpu),
                  fp8_kv_prefill_scale=engine.fp8_kv_prefill_scale_by_gpu.get(kernels_gpu),
@@ -166,12 +167,13 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
 
 def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     """The GPU preset whose entries in the engine's per-GPU kernel tables apply: the GPU's own where the engine
-    measured it, else the part it shares its silicon with (``latency.kernels_as``: H100 PCIe -> H100 SXM)."""
+    measured it, else the part it shares its silicon with (``latency.kernels_as``: H100 PCIe -> H100 SXM). The
+    host path of linears outside the CUDA graphs (``linear_host_s_by_gpu``) is the machine's CPU, not the silicon's:
+    a part's own entry there is read beside its silicon's other entries (``rates_for``)."""
     tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu,
               engine.moe_dequant_per_tile_by_gpu, engine.moe_fused_rows_by_gpu, engine.moe_floors_by_gpu,
               engine.moe_ep_floors_by_gpu,
               engine.moe_row_bytes_by_gpu, engine.gdn_efficiency_by_gpu,
-              engine.linear_host_s_by_gpu,
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
               engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,
               engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu, engine.moe_by_architecture,

@@ -71,6 +71,7 @@ GPU_NAME_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"H200", "h200"),
     (r"H100.*PCIe", "h100-pcie"),
     (r"H100", "h100-sxm"),
+    (r"GB200", "gb200"),
     (r"B200", "b200"),
     (r"B300", "b300"),
     (r"A100.*80\s*GB", "a100-80gb"),
