@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout28]
+        | --holdout12 | ... | --holdout29]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -56,6 +56,8 @@ tfcalc first had a preset for after the twenty-fifth, its latency block the B200
 FP4 peak is 1.56x the B200's, collected after the twenty-sixth.
 ``--holdout28`` the twenty-eighth (``HOLDOUT_GRID_28``, aiconfigurator_holdout28.json): the GB200, a GPU tfcalc first
 had a preset for after the twenty-seventh, its latency block the B200's; dense and MoE models, every format.
+``--holdout29`` the twenty-ninth (``HOLDOUT_GRID_29``, aiconfigurator_holdout29.json): the GB300, first given a preset
+after the twenty-eighth (the B200's latency block with the B300's FP4 kernel rate).
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ MODELS = {
 # MoE backend support matrix); vLLM keeps bf16 activations (FlashInfer MXFP4 x BF16; MXFP8 is the opt-in
 # VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8), the entry above.
 ENGINE_MOE_QUANT = {(engine, blackwell, "w4a16_mxfp4"): "w4a8_mxfp4_mxfp8"
-                    for engine in ("sglang", "trtllm") for blackwell in ("b200_sxm", "b300_sxm", "gb200")}
+                    for engine in ("sglang", "trtllm") for blackwell in ("b200_sxm", "b300_sxm", "gb200", "gb300")}
 
 # (model key, system, tp list, batch list, (isl, osl) list[, expert parallel: ep = tp for the MoE layers])
 GRID = [
@@ -621,6 +623,19 @@ HOLDOUT_GRID_28 = [
     ("deepseek-v3", "gb200", [8], [4, 24, 64], [(3000, 300)]),
 ]
 
+# The GB300 (the B300's dies at 1,400 W beside a Grace CPU), collected on 2026-12-06 (stop 53) after tfcalc first had a
+# preset for it (the B200's latency block, the B300's FP4 kernel rate), scored once before any change in response
+HOLDOUT_GRID_29 = [
+    ("qwen3-8b", "gb300", [1], [4, 24, 64], [(3000, 300)]),
+    ("llama3-70b-nvfp4", "gb300", [1], [4, 24, 64], [(2000, 400)]),
+    ("qwen3-32b", "gb300", [2], [4, 24, 64], [(2000, 500)]),
+    ("qwen3-30b-a3b", "gb300", [2], [4, 24, 64], [(4000, 300)]),
+    ("gpt-oss-20b", "gb300", [1], [4, 24, 64], [(2000, 500)]),
+    ("qwen3-235b-a22b-nvfp4", "gb300", [4], [4, 24, 64], [(3000, 300)]),
+    ("deepseek-v3", "gb300", [8], [4, 24, 64], [(2000, 300)]),
+    ("kimi-k2", "gb300", [8], [4, 24, 64], [(2000, 300)]),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -703,7 +718,7 @@ if __name__ == "__main__":
              "--holdout21": HOLDOUT_GRID_21, "--holdout22": HOLDOUT_GRID_22, "--holdout23": HOLDOUT_GRID_23,
              "--holdout24": HOLDOUT_GRID_24, "--holdout25": HOLDOUT_GRID_25,
              "--holdout26": HOLDOUT_GRID_26, "--holdout27": HOLDOUT_GRID_27,
-             "--holdout28": HOLDOUT_GRID_28}
+             "--holdout28": HOLDOUT_GRID_28, "--holdout29": HOLDOUT_GRID_29}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

@@ -32,7 +32,8 @@ TABLES = (("gemm", "gemm_perf.parquet", "m", "gemm_dtype"),
           ("moe", "moe_perf.parquet", "num_tokens", "moe_dtype"),
           ("attention", "context_attention_perf.parquet", "isl", "kv_cache_dtype"),
           ("attention", "generation_attention_perf.parquet", "batch_size", "kv_cache_dtype"))
-SYSTEMS = {"b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200", "h100_sxm": "h100-sxm", "h200_sxm": "h200"}
+SYSTEMS = {"b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300", "h100_sxm": "h100-sxm",
+           "h200_sxm": "h200"}
 
 
 def compare(data: Path, gpu: str, base: str) -> None:

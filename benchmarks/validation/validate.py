@@ -55,7 +55,7 @@ ROOT = HERE.parent.parent
 LARGE = "aic b128+"
 # The held-out files, aiconfigurator_holdout.json, aiconfigurator_holdout2.json ... (aiconfigurator_points.py
 # --holdoutN), each summarised on its own line
-HELD_OUT_FILES = 28
+HELD_OUT_FILES = 29
 
 
 def holdout(n: int) -> str:
@@ -71,7 +71,8 @@ SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_
            (LARGE, HERE / "aiconfigurator_large_batch.json"),
            *((holdout(n), HERE / f"aiconfigurator_holdout{n if n > 1 else ''}.json")
              for n in range(1, HELD_OUT_FILES + 1))]
-AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200"}
+AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
+           "gb300": "gb300"}
 # aiconfigurator points whose kernel-table rows no engine would time (aic_caveats.py writes the file and says why:
 # "routing", the collector's tied group-limited top-k; "sliced", a row slower than the same experts on half the GPUs;
 # "unsplit", rows at ep 2 no faster than at ep 1: SGLang's collector computes the timed rank's remote rows;

@@ -132,7 +132,8 @@ def test_layers_that_fit_shrinks_to_free_memory() -> None:
     ("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"),
     ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("NVIDIA L40S", "l40s"),
     ("NVIDIA GeForce RTX 4090", "rtx4090"), ("AMD Instinct MI300X", "mi300x"), ("NVIDIA B200", "b200"),
-    ("NVIDIA B300 SXM6 AC", "b300"), ("NVIDIA GB200", "gb200"), ("AMD Instinct MI325X", "mi325x"), ("Tesla T4", None),
+    ("NVIDIA B300 SXM6 AC", "b300"), ("NVIDIA GB200", "gb200"),
+    ("NVIDIA GB300", "gb300"), ("AMD Instinct MI325X", "mi325x"), ("Tesla T4", None),
 ])
 def test_device_names_match_gpu_presets(name: str, preset: str | None) -> None:
     assert match_gpu_preset(name) == preset

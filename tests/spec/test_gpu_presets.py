@@ -9,8 +9,8 @@ import pytest
 from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.presets import load_gpu, load_preset_document, preset_names
 
-GPUS = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "b300", "gb200", "l40s", "rtx4090",
-        "mi300x", "mi325x"}
+GPUS = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "b300", "gb200", "gb300", "l40s",
+        "rtx4090", "mi300x", "mi325x"}
 GIB = 1 << 30
 DOC_FIELDS = {"display_name", "vendor", "memory_type", "interconnect", "sources", "notes",
               "latency"}  # the latency block carries its own sources (tests/spec/test_latency_presets.py)

@@ -674,7 +674,7 @@ def test_engine_linear_host_time_per_gpu_and_format() -> None:
     assert rates.linear_host_s("fp8_block", 4.5) == pytest.approx(234e-6)  # a mean token count: not aligned
     vllm = load_engine("vllm").kernels
     assert vllm.uncaptured_linears == frozenset()
-    assert set(vllm.linear_host_s_by_gpu) == {"h100-sxm", "h200", "b200", "gb200"}
+    assert set(vllm.linear_host_s_by_gpu) == {"h100-sxm", "h200", "b200", "gb200", "gb300"}
     # the host path is the machine's (the GB200's Grace CPU), beside its silicon's (the B200's) other entries
     gb200 = rates_for(load_gpu("gb200"), dataclasses.replace(vllm, uncaptured_linears=frozenset({"fp8_block"})))
     assert gb200.linear_host_s("fp8_block", 1) == pytest.approx(533.3e-6)

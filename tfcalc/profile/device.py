@@ -73,6 +73,7 @@ GPU_NAME_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"H100", "h100-sxm"),
     (r"GB200", "gb200"),
     (r"B200", "b200"),
+    (r"GB300", "gb300"),
     (r"B300", "b300"),
     (r"A100.*80\s*GB", "a100-80gb"),
     (r"A100", "a100-40gb"),
