@@ -285,7 +285,8 @@ def test_moe_one_token_reads_k_experts_by_hand() -> None:
 
 
 def test_nvfp4_experts_stage_fp4_rows_by_hand() -> None:
-    """NVFP4 experts: one quantization as tokens are permuted (read 16-bit, write FP4), FP4 rows into each GEMM, the
+    """NVFP4 experts: one quantization as tokens are permuted (each token's 16-bit row read once, an FP4 copy written
+    per routed row), FP4 rows into each GEMM, the
     gated activation fused into the first GEMM's epilogue (no separate pass), 16-bit output rows; MXFP4 experts keep
     the staged 16-bit rows and a quantization before each GEMM."""
     fp4 = replace(RATES, peak_flops={**RATES.peak_flops, "fp4": 4000e12}, gemm_efficiency={**RATES.gemm_efficiency,
@@ -295,9 +296,10 @@ def test_nvfp4_experts_stage_fp4_rows_by_hand() -> None:
     nv = kernels.moe_experts(fp4, weight_format="nvfp4", **args)
     row = 4.5 / 8  # E2M1 + an E4M3 scale per 16
     weights = 2 * 3 * 4096 * 14336 * 4.5 / 8
-    # per pair: up reads 4096 x 2 B and writes 4096 FP4 (quantize), reads 4096 FP4 (GEMM), writes 14336 FP4 (fused
-    # SwiGLU + quantize); down reads 14336 FP4 and writes 4096 x 2 B; combine reads 2 pairs + writes 1 token (bf16)
-    acts = 2 * (4096 * (2 + 2 * row) + 14336 * row) + 2 * (14336 * row + 4096 * 2) + 3 * 4096 * 2
+    # the token's 4096 x 2 B read once (quantize); per pair: up writes 4096 FP4 (quantize), reads 4096 FP4 (GEMM),
+    # writes 14336 FP4 (fused SwiGLU + quantize); down reads 14336 FP4 and writes 4096 x 2 B; combine reads 2 pairs +
+    # writes 1 token (bf16)
+    acts = 4096 * 2 + 2 * (4096 * 2 * row + 14336 * row) + 2 * (14336 * row + 4096 * 2) + 3 * 4096 * 2
     assert nv.weight_bytes == pytest.approx(weights)
     assert nv.bytes == pytest.approx(weights + acts)
     mx = kernels.moe_experts(fp4, weight_format="mxfp4", **args)
@@ -311,7 +313,8 @@ def test_nvfp4_experts_stage_fp4_rows_by_hand() -> None:
 
 def test_fused_fp8_experts_stage_fp8_rows_by_hand() -> None:
     """An engine's fp8 MoE listed in moe_fused_rows (vLLM's per-tensor FP8 experts on FlashInfer's TRT-LLM MoE on a
-    B200) stages like NVFP4: one quantization as tokens are permuted (read 16-bit, write 8-bit), 8-bit rows into
+    B200) stages like NVFP4: one quantization as tokens are permuted (each token's 16-bit row read once, an 8-bit
+    copy written per routed row), 8-bit rows into
     each GEMM, the gated activation fused into the first GEMM's epilogue, 16-bit output rows; the same format
     elsewhere, block-scale fp8 and the ideal roofline keep their own traffic."""
     args = dict(tokens=1, experts_local=8, experts_total=8, top_k=2, hidden=4096, expert_width=14336, gated=True,
@@ -319,7 +322,7 @@ def test_fused_fp8_experts_stage_fp8_rows_by_hand() -> None:
     fused_rates = replace(RATES, moe_fused_rows=frozenset({"fp8_e4m3"}))
     fused = kernels.moe_experts(fused_rates, weight_format="fp8_e4m3", **args)
     weights = 2 * 3 * 4096 * 14336
-    acts = 2 * (4096 * (2 + 2 * 1) + 14336 * 1) + 2 * (14336 * 1 + 4096 * 2) + 3 * 4096 * 2
+    acts = 4096 * 2 + 2 * (4096 * 2 * 1 + 14336 * 1) + 2 * (14336 * 1 + 4096 * 2) + 3 * 4096 * 2
     assert fused.weight_bytes == pytest.approx(weights) and fused.bytes == pytest.approx(weights + acts)
     staged = kernels.moe_experts(RATES, weight_format="fp8_e4m3", **args)
     # a quantization before each GEMM (2 B read + 1 B written) and the 16-bit rows through a separate activation

@@ -411,8 +411,8 @@ def test_engine_moe_fused_rows_per_gpu() -> None:
     vllm = load_engine("vllm").kernels
     b200 = rates_for(load_gpu("b200"), vllm)
     assert b200.moe_fused_rows == frozenset({"fp8_e4m3"})
-    assert b200.grouped_efficiency("fp8", weight_format="fp8_e4m3") == 1.74
-    assert b200.moe_large_expert["fp8_e4m3"] == (pytest.approx(8 * 2**20), 1.0)
+    assert b200.grouped_efficiency("fp8", weight_format="fp8_e4m3") == 1.10
+    assert b200.moe_large_expert["fp8_e4m3"] == (pytest.approx(64 * 2**20), 2.0)
     assert b200.grouped_efficiency("fp8", weight_format="fp8_block") == 0.45  # another kernel: the GPU's value
     assert rates_for(load_gpu("h200"), vllm).moe_fused_rows == frozenset()
     assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).moe_fused_rows == frozenset()
@@ -678,7 +678,7 @@ def test_engine_linear_host_time_per_gpu_and_format() -> None:
     # the host path is the machine's (the GB200's Grace CPU), beside its silicon's (the B200's) other entries
     gb200 = rates_for(load_gpu("gb200"), dataclasses.replace(vllm, uncaptured_linears=frozenset({"fp8_block"})))
     assert gb200.linear_host_s("fp8_block", 1) == pytest.approx(533.3e-6)
-    assert gb200.grouped_efficiency("fp4", weight_format="nvfp4") == 1.29  # the B200's entry (kernels_as)
+    assert gb200.grouped_efficiency("fp4", weight_format="nvfp4") == 1.05  # the B200's entry (kernels_as)
     for value, message in (
             ({"h200": {"fp9": [[None, 9]]}}, "unknown field 'kernels.linear_host_us.h200.fp9'"),
             ({"h200": {"fp8_block": [[None, -1]]}}, r"field 'kernels.linear_host_us.h200.fp8_block\[0\]' must be at"),

@@ -366,7 +366,8 @@ def test_eighteenth_held_out_grid_minimax_m2_and_nvfp4_expert_rows(v: ModuleType
     points scored once: TTFT 65 / 78, TPOT 77 / 78, every block-fp8 TTFT within 16 %, the misses NVFP4 prefill (vLLM
     and SGLang +12 ... +32 %, TensorRT-LLM -16 ... -36 %). With NVFP4 experts staging FP4 rows between their GEMMs
     (kernels.moe_experts) and TensorRT-LLM's CUTLASS NVFP4 flow's own per-row traffic and grouped-GEMM efficiency
-    (kernels.moe_row_bytes 16.3, moe_efficiency 1.48 on the B200): TTFT 77 / 78, every vLLM and SGLang point within
+    (kernels.moe_row_bytes 16.3, moe_efficiency 1.48 on the B200; 1.21 since the fused kernels read each token's
+    16-bit row once, stop 53): TTFT 77 / 78, every vLLM and SGLang point within
     20 %."""
     scored = _signed_errors(v, 18, 78)
     assert {v._model_name(p) for p, _, _ in scored} == {"minimax-m2.5"}

@@ -928,10 +928,10 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     ``Rates.moe_ep_floors`` adds to the fixed cost.
     ``replicated``: every token reached every expert-parallel rank (no all-to-all), so a kernel with
     ``Rates.moe_ep_every_row`` for ``weight_format`` activates, zero-fills and combines all T k rows.
-    NVFP4 experts pass FP4 rows between their GEMMs (``FP4_ROW_BYTES_PER_ELEMENT``; the activation fused into the
-    first GEMM), the fp8 formats of ``Rates.moe_fused_rows`` 8-bit rows the same way, other formats 16-bit rows
-    through separate activation and quantization stages; an engine's
-    ``Rates.moe_row_bytes`` adds its own traffic per routed row and hidden element.
+    NVFP4 experts read each token's 16-bit row once and pass FP4 rows between their GEMMs
+    (``FP4_ROW_BYTES_PER_ELEMENT``; the activation fused into the first GEMM), the fp8 formats of
+    ``Rates.moe_fused_rows`` 8-bit rows the same way, other formats 16-bit rows through separate activation and
+    quantization stages; an engine's ``Rates.moe_row_bytes`` adds its own traffic per routed row and hidden element.
     """
     if tokens <= 0 or experts_local == 0:
         return Cost(0.0, 0.0, 0.0, "memory", 0)
@@ -961,15 +961,16 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     fused_fp8 = moe_fused_fp8_rows(rates, compute, weight_format)
     if (compute == "fp4" and weight_format == "nvfp4" and not rates.ideal) or fused_fp8:
         # NVFP4 MoE kernels (FlashInfer's TRT-LLM-gen and CUTLASS W4A4 experts) quantize each token once as it is
-        # permuted, fuse the gated activation and the second quantization into the first GEMM's epilogue and feed
-        # the GEMMs FP4 rows (4 bits + an 8-bit scale per 16): no 16-bit intermediate is written or read again;
+        # permuted -- its 16-bit row read once, not once per routed copy --, fuse the gated activation and the second
+        # quantization into the first GEMM's epilogue and feed the GEMMs FP4 rows (4 bits + an 8-bit scale per 16):
+        # no 16-bit intermediate is written or read again;
         # an engine's fp8 kernel measured to do the same (moe_fused_rows) passes 8-bit rows. MXFP4 experts
         # (gpt-oss) keep 16-bit or MXFP8 rows between their stages (below)
         staged = 1.0 if fused_fp8 else FP4_ROW_BYTES_PER_ELEMENT
         stages = (
             ("up", 2.0 * pairs * hidden * in_width, 2.0 * rows * hidden * in_width, distinct * hidden * in_width,
-             pairs * (hidden * (act_bytes + 2 * staged) + expert_width * staged) + zeroed * expert_width * staged,
-             hidden),
+             min(pairs, tokens) * hidden * act_bytes + pairs * (2 * hidden + expert_width) * staged
+             + zeroed * expert_width * staged, hidden),
             ("down", 2.0 * pairs * expert_width * hidden, 2.0 * rows * expert_width * hidden,
              distinct * expert_width * hidden,
              pairs * (expert_width * staged + hidden * act_bytes) + zeroed * hidden * act_bytes, expert_width),
