@@ -23,8 +23,11 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+from validate import AIC_GPU  # noqa: E402 - aiconfigurator's system -> tfcalc's GPU preset
 
 BANDS = (0, 8, 64, 512, 4096, 10**9)
 # (op folder, table file, the column that sizes a row, the column that names its format)
@@ -32,8 +35,6 @@ TABLES = (("gemm", "gemm_perf.parquet", "m", "gemm_dtype"),
           ("moe", "moe_perf.parquet", "num_tokens", "moe_dtype"),
           ("attention", "context_attention_perf.parquet", "isl", "kv_cache_dtype"),
           ("attention", "generation_attention_perf.parquet", "batch_size", "kv_cache_dtype"))
-SYSTEMS = {"b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300", "h100_sxm": "h100-sxm",
-           "h200_sxm": "h200"}
 
 
 def compare(data: Path, gpu: str, base: str) -> None:
@@ -69,7 +70,7 @@ def attention_efficiency(data: Path, system: str) -> float:
     rows = pd.read_parquet(data / system / "attention" / "vllm" / "0.24.0" / "context_attention_perf.parquet")
     rows = rows[(rows.head_dim == 128) & (rows.batch_size == 1) & (rows.kv_cache_dtype == "bfloat16")
                 & (rows.isl == 16384) & (rows.window_size == 0)]
-    peak = load_gpu(SYSTEMS[system]).dense_flops_per_s["bf16"]
+    peak = load_gpu(AIC_GPU[system]).dense_flops_per_s["bf16"]
     rows = rows.assign(eff=4 * rows.num_heads * 128 * rows.isl ** 2 / 2 / (rows.latency * 1e-3) / peak)
     return float(rows.eff.median())
 
@@ -90,8 +91,8 @@ def main() -> None:
     import aiconfigurator_core
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpu", default="b300_sxm", choices=sorted(SYSTEMS))
-    parser.add_argument("--base", default="b200_sxm", choices=sorted(SYSTEMS))
+    parser.add_argument("--gpu", default="b300_sxm", choices=sorted(AIC_GPU))
+    parser.add_argument("--base", default="b200_sxm", choices=sorted(AIC_GPU))
     args = parser.parse_args()
     data = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     compare(data, args.gpu, args.base)

@@ -963,9 +963,9 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
         # NVFP4 MoE kernels (FlashInfer's TRT-LLM-gen and CUTLASS W4A4 experts) quantize each token once as it is
         # permuted -- its 16-bit row read once, not once per routed copy --, fuse the gated activation and the second
         # quantization into the first GEMM's epilogue and feed the GEMMs FP4 rows (4 bits + an 8-bit scale per 16):
-        # no 16-bit intermediate is written or read again;
-        # an engine's fp8 kernel measured to do the same (moe_fused_rows) passes 8-bit rows. MXFP4 experts
-        # (gpt-oss) keep 16-bit or MXFP8 rows between their stages (below)
+        # no 16-bit intermediate is written or read again; an engine's fp8 kernel measured to do the same
+        # (moe_fused_rows) passes 8-bit rows. MXFP4 experts (gpt-oss) keep 16-bit or MXFP8 rows between their stages
+        # (below)
         staged = 1.0 if fused_fp8 else FP4_ROW_BYTES_PER_ELEMENT
         stages = (
             ("up", 2.0 * pairs * hidden * in_width, 2.0 * rows * hidden * in_width, distinct * hidden * in_width,
