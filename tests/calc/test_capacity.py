@@ -416,11 +416,11 @@ def test_verified_choice_monotone_when_the_simulation_disagrees(ttft: float, fac
 
 def test_data_parallel_attention_layouts_and_sizing() -> None:
     """SearchSpace.attention_dp: an MoE model gets layouts of dp ranks of tp GPUs sharing the experts at ep = tp x dp
-    (within a node, one pipeline stage), a dense model none. A replica is one rank: its KV pool and sequences are
-    plan_fit's for the whole group of tp x dp GPUs divided over the ranks, its replicas come in whole groups, and for
-    DeepSeek-V3's MLA cache (one latent head, held whole by every tp rank: the same bytes per token per GPU) eight
-    tp-1 ranks hold five times the sequences of one tp-8 replica on the same eight GPUs (800 against 153; each rank
-    also holds the whole attention's weights)."""
+    (one pipeline stage, across nodes up to the GPU limit), a dense model none. A replica is one rank: its KV pool and
+    sequences are plan_fit's for the whole group of tp x dp GPUs divided over the ranks, its replicas come in whole
+    groups, and for DeepSeek-V3's MLA cache (one latent head, held whole by every tp rank: the same bytes per token
+    per GPU) eight tp-1 ranks hold five times the sequences of one tp-8 replica on the same eight GPUs (800 against
+    153; each rank also holds the whole attention's weights)."""
     from tfcalc.calc.capacity import _layouts
     from tfcalc.calc.plan import PlanConfig, plan_fit
     from tfcalc.calc.serving_inputs import replica_memory
@@ -428,8 +428,9 @@ def test_data_parallel_attention_layouts_and_sizing() -> None:
     deepseek, h200 = load_model("deepseek-v3"), load_gpu("h200")
     space = _space(("h200", 3.0), tps=(1, 2, 4, 8), attention_dp=(1, 2, 4, 8), max_gpus=64)
     layouts = _layouts(deepseek, space)
-    assert {(1, 1, 8), (2, 1, 8), (4, 1, 8), (1, 1, 4), (2, 1, 4)} <= set(layouts)
-    assert all(tp * (ep // tp if ep > tp else 1) <= 8 for tp, _, ep in layouts)
+    assert {(1, 1, 8), (2, 1, 8), (4, 1, 8), (1, 1, 4), (2, 1, 4), (4, 1, 32), (8, 1, 64)} <= set(layouts)
+    assert all(tp * (ep // tp if ep > tp else 1) <= 64 for tp, _, ep in layouts)
+    assert (8, 1, 64) not in _layouts(deepseek, replace(space, max_gpus=32))
     assert _layouts(SPEC, space) == _layouts(SPEC, replace(space, attention_dp=(1,)))   # dense: nothing new
     fp8 = parse_weight_precision("fp8_block")
     rank = replica_memory(deepseek, h200, fp8, get_dtype("fp8"), tp=1, pp=1, ep=8, engine=VLLM, max_model_len=8192,

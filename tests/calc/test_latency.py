@@ -272,6 +272,35 @@ def test_expert_parallel_over_attention_replicas() -> None:
     assert tp8.decode.step.ep_comm_seconds == 0 and tp8.decode.step.tp_comm_seconds > 0
 
 
+def test_wide_expert_parallelism_fabrics_by_hand() -> None:
+    """ep beyond a node: the all-to-all crosses InfiniBand on HGX H100s (8 GPUs per NVLink domain) but stays on
+    NVLink across a GB200 NVL72's 72. A decode step sends each token's top-k copies (DeepEP's low-latency kernels; fp8
+    for fp8 experts, bf16 back), a prefill step one copy per other node its experts reach (its normal kernels)."""
+    from tfcalc.calc import comm
+    from tfcalc.calc.latency import FP8_DISPATCH_BYTES
+
+    h100, gb200 = _d("deepseek-v3", "h100-sxm", tp=1, ep=32), _d("deepseek-v3", "gb200", tp=1, ep=64)
+    assert (h100.nvlink_domain, gb200.nvlink_domain) == (8, 72)
+    assert h100.fabric(32) is h100.inter and h100.fabric(8) is h100.intra and gb200.fabric(64) is gb200.intra
+    moe_layers = 61 - 3
+    intra, inter = h100.intra.expert_link, h100.inter.expert_link
+    copies = 128 * 8 * 7168
+    decode = step_time(h100, StepShape(decode_seqs=128, decode_context=2048))
+    one_layer = sum(comm.expert_all_to_all(copies * b, 32, 8, intra, inter).seconds for b in (FP8_DISPATCH_BYTES, 2))
+    assert decode.ep_comm_seconds == pytest.approx(moe_layers * one_layer)
+    prefill = step_time(h100, StepShape(prefill_seqs=1, prefill_tokens=4096))
+    nodes = comm.remote_domains_touched(256, 8, 4)
+    assert 2.6 < nodes < 3  # of 6 remote copies (8 x 24 / 32) per token
+    one_layer = sum(comm.expert_all_to_all(4096 * 8 * 7168 * b, 32, 8, intra, inter,
+                                           network_bytes=4096 * nodes * 7168 * b).seconds
+                    for b in (FP8_DISPATCH_BYTES, 2))
+    assert prefill.ep_comm_seconds == pytest.approx(moe_layers * one_layer)
+    nvl = step_time(gb200, StepShape(decode_seqs=128, decode_context=2048))
+    link = gb200.intra.expert_link
+    assert nvl.ep_comm_seconds == pytest.approx(moe_layers * sum(
+        comm.expert_all_to_all(copies * b, 64, 72, link, link).seconds for b in (FP8_DISPATCH_BYTES, 2)))
+
+
 def test_mixtral_batch1_reads_two_experts() -> None:
     d = _d("mixtral-8x7b", "h100-sxm", tp=1)
     step = step_time(d, StepShape(decode_seqs=1, decode_context=1))

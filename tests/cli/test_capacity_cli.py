@@ -205,7 +205,7 @@ def test_lengths_csv(tmp_path: Path) -> None:
     (["--rate", "5", "--ttft", "p90=1s", "--api-server-count", "0"], "--api-server-count must be 1 to 4096"),
     (["--rate", "5", "--ttft", "p90=99999999s"], "must be between 0 and"),
     (["--rate", "1e400", "--ttft", "p90=1s"], "--rate"),
-    (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "16"], "--attention-dp"),
+    (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "128"], "--attention-dp"),
     (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "0"], "--attention-dp"),
     (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "8", "--ep", "off"], "needs --ep auto or on"),
     (["--rate", "5", "--ttft", "p90=1s", "--max-simulations", "0"], "--max-simulations 1 to 10,000"),
@@ -362,6 +362,24 @@ def test_data_parallel_attention_plan_and_its_launch_flags() -> None:
     narrow = [{"256": "128", "2048": "512"}.get(arg, arg) for arg in base]
     eight = json.loads(run(*narrow, "--attention-dp", "8", "--tp", "1", "--max-gpus", "128", "-f", "json").stdout)[0]
     assert eight["dp"] == 8 and eight["num_gpus"] == 80 and eight["max_num_seqs"] == 128
+
+
+def test_data_parallel_attention_across_nodes_and_its_launch_flags() -> None:
+    """--attention-dp beyond a node: sixteen tp-1 ranks of DeepSeek-V3 on H200s span two 8-GPU nodes, their
+    all-to-all over InfiniBand; each engine's head-node command says so (SGLang --nnodes / --node-rank with DeepEP,
+    vLLM --data-parallel-size-local 8 with its DeepEP low-latency backend), and the sentence says where to run it."""
+    result = run("capacity", "-p", "deepseek-v3", "--gpu", "h200", "--engine", "sglang", "--rate", "10",
+                 "--input-len", "2k", "--output-len", "500", "--length-dist", "fixed", "--ttft", "p90=10s",
+                 "--tpot", "p90=1s", "--weights-dtype", "fp8_block", "--kv-dtype", "fp8", "--max-num-seqs", "128",
+                 "--max-num-batched-tokens", "2048", "--no-simulate", "--attention-dp", "16", "--tp", "1",
+                 "--ep", "on", "--max-gpus", "64")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "tp1·dp16·ep16" in text and "each across 2 nodes" in text
+    assert "--nnodes 2 \\ --node-rank 0 \\ --dist-init-addr HEAD_NODE_IP:5000 \\ --moe-a2a-backend deepep" in text
+    assert "--data-parallel-size 16 \\ --data-parallel-size-local 8" in text
+    assert "--all2all-backend deepep_low_latency" in text
+    assert all(len(line) <= 100 for line in result.stdout.splitlines())
 
 
 def test_a_remote_code_checkpoint_launches_with_trust_remote_code() -> None:

@@ -926,6 +926,24 @@ def test_interconnect_and_engine_errors() -> None:
         engine_from_mapping({**ideal, "sources": None}, "e.yaml", "e")
 
 
+def test_expert_all_to_all_blocks_parse_and_fail_clearly() -> None:
+    base = {"bandwidth_gb_s": 450, "nccl": {"efficiency": 0.78, "launch_us": 4.6, "step_latency_us": 0.87}}
+    plain = interconnect_from_mapping(base, "x.yaml", "x")
+    assert plain.expert_all_to_all is None and plain.expert_link is plain.nccl
+    fabric = interconnect_from_mapping({**base, "expert_all_to_all": {"launch_us": 11.3, "efficiency": 0.55}},
+                                       "x.yaml", "x")
+    link = fabric.expert_link
+    assert (link.launch_s, link.step_latency_s, link.beta) == (pytest.approx(11.3e-6), 0.0, pytest.approx(247.5e9))
+    for value, message in (({"launch_us": 1}, "missing required field 'expert_all_to_all.efficiency'"),
+                           ({"launch_us": 1, "efficiency": 1.2}, "efficiency' must be at most 1"),
+                           ({"launch_us": 1, "efficiency": 0.5, "step_us": 1}, "unknown field 'expert_all_to_all.s"),
+                           ([1, 0.5], "field 'expert_all_to_all' must be a mapping")):
+        with pytest.raises(SpecError, match=message):
+            interconnect_from_mapping({**base, "expert_all_to_all": value}, "x.yaml", "x")
+    assert load_interconnect("nvlink5").expert_all_to_all is not None
+    assert load_interconnect("infiniband-ndr").expert_all_to_all is None
+
+
 def test_custom_allreduce_blocks_parse_and_fail_clearly() -> None:
     base = {"bandwidth_gb_s": 450, "nccl": {"efficiency": 0.78, "launch_us": 4.6, "step_latency_us": 0.87}}
     custom = {"launch_us": 4.6, "one_shot_efficiency": 0.59, "two_shot_efficiency": 0.74, "two_shot_latency_us": 3.7}

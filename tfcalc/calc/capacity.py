@@ -209,7 +209,8 @@ class SearchResult:
 
 def _layouts(spec: ModelSpec, space: SearchSpace) -> list[tuple[int, int, int]]:
     """(tp, pp, ep) allowed by the model: tp within a node, ep 1 or tp (whole experts per GPU), or for an MoE
-    model without pipeline stages ep = tp x dp with dp data-parallel attention ranks (``attention_dp``) in a node."""
+    model without pipeline stages ep = tp x dp with dp data-parallel attention ranks (``attention_dp``), across
+    nodes where tp x dp is more than a node (the all-to-all crosses the network beyond the GPU's NVLink domain)."""
     from tfcalc.calc.plan import check_parallelism
 
     tps = space.tps or tuple(t for t in (1, 2, 4, 8, 16) if t <= space.gpus_per_node)
@@ -226,7 +227,7 @@ def _layouts(spec: ModelSpec, space: SearchSpace) -> list[tuple[int, int, int]]:
                     continue
                 out.append((tp, pp, ep))
             for dp in sorted(d for d in set(space.attention_dp) if d > 1):
-                if spec.moe is None or pp > 1 or tp * dp > min(space.gpus_per_node, space.max_gpus):
+                if spec.moe is None or pp > 1 or tp * dp > space.max_gpus:
                     continue
                 try:
                     check_parallelism(spec, tp * dp, tp, 1, tp * dp)

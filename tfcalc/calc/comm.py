@@ -8,6 +8,8 @@ of Collective Communication Operations in MPICH", IJHPCA 19(1), 2005; NCCL's rin
 - all-reduce, tree (reduce to a root, broadcast back; pipelined): 2 ceil(log2 n) alpha + 2 S / beta
 - all-gather / reduce-scatter, ring (S = the gathered total): (n - 1) alpha + (n - 1) / n x S / beta
 - all-to-all, pairwise exchange (S = what one GPU sends in all): (n - 1) alpha + (n - 1) / n x S / beta
+- MoE dispatch / combine (DeepEP, TensorRT-LLM's NVLink all-to-all; ``expert_all_to_all``): every peer written at
+  once, launch + S (l - 1) / n / beta_NVLink beside launch + S (n - l) / n / beta_network, l GPUs of one NVLink domain
 - point-to-point: alpha + S / beta
 - custom all-reduce (vLLM / SGLang / TensorRT-LLM over peer memory; ``custom_all_reduce``), one-shot: every GPU
   reads each peer's whole buffer and reduces locally, launch + (n - 1) x S / beta_1; two-shot (reduce-scatter,
@@ -107,6 +109,40 @@ def all_to_all(send_bytes: float, n: int, link: Link) -> CommTime:
     moved = (n - 1) / n * send_bytes
     return CommTime(seconds=link.launch_s + (n - 1) * link.step_latency_s + moved / link.beta,
                     algorithm="pairwise", bytes_per_gpu=moved)
+
+
+def expert_all_to_all(send_bytes: float, n: int, domain: int, intra: Link, inter: Link,
+                      network_bytes: float | None = None) -> CommTime:
+    """MoE dispatch or combine over ``n`` GPUs as DeepEP's and TensorRT-LLM's kernels run it: every peer written at
+    once, one launch, no step per peer. Of the ``send_bytes`` a GPU sends, spread evenly over the n, the share for
+    the other GPUs of its NVLink domain (``domain`` GPUs) crosses ``intra`` while the rest crosses ``inter`` at the
+    same time: max(launch + S (l - 1) / n / beta_intra, launch + S (n - l) / n / beta_inter), l = min(n, domain).
+    ``network_bytes`` replaces S (n - l) / n where a kernel sends each token once per remote domain (DeepEP's
+    normal kernels: ``remote_domains_touched``). ``bytes_per_gpu``: what crosses the fabric that bounds it.
+    Against DeepEP's published low-latency figures (EP 16-256 over 400 Gb/s NICs): -13 ... +1 %
+    (benchmarks/validation/expert_all_to_all_fit.py)."""
+    _check(n, send_bytes, "ring")
+    if n == 1 or send_bytes == 0:
+        return CommTime(seconds=0.0, algorithm="none", bytes_per_gpu=0.0)
+    local = min(n, domain)
+    network = send_bytes * (n - local) / n if network_bytes is None else network_bytes
+    seconds, moved = max((link.launch_s + link.step_latency_s + nbytes / link.beta, nbytes)
+                         for link, nbytes, peers in ((intra, send_bytes * (local - 1) / n, local - 1),
+                                                     (inter, network, n - local)) if peers > 0)
+    return CommTime(seconds=seconds, algorithm="one-shot" if local == n else "one-shot, two fabrics",
+                    bytes_per_gpu=moved)
+
+
+def remote_domains_touched(experts: int, top_k: int, domains: int) -> float:
+    """How many of the other domains a token's top-k experts reach when the experts are spread evenly over
+    ``domains`` NVLink domains and picked uniformly: (D - 1) (1 - C(E - E/D, k) / C(E, k)) (each other domain is
+    missed with the probability that all k picks fall outside its E / D experts)."""
+    if domains <= 1:
+        return 0.0
+    outside, missed = experts - experts / domains, 1.0
+    for i in range(min(top_k, experts)):
+        missed *= max(outside - i, 0.0) / (experts - i)
+    return (domains - 1) * (1 - missed)
 
 
 def point_to_point(nbytes: float, link: Link) -> CommTime:

@@ -49,6 +49,7 @@ from tfcalc.spec.interconnect import Interconnect
 from tfcalc.spec.model import ModelSpec
 
 ACT_BYTES = 2.0  # bf16 activations, all-reduce payloads and logits
+FP8_DISPATCH_BYTES = 1 + 4 / 128  # an fp8 value and its share of one fp32 scale per 128 (DeepEP's fp8 dispatch)
 GROUPS = ("attention", "dense_ffn", "moe", "lm_head", "communication")
 COMPUTE_CHOICES = ("auto", "bf16", "fp16", "fp8", "int8", "fp4")
 
@@ -315,6 +316,7 @@ class Deployment:
     gpus_per_node: int
     algorithm: str
     routing: kernels.Routing
+    nvlink_domain: int  # GPUs one NVLink fabric joins: the node's, or the rack's (GB200 NVL72: 72)
     dims: _Dims = field(repr=False)
     stages: tuple[_Stage, ...] = field(repr=False)
     full_dims: _Dims | None = field(default=None, repr=False)  # full layers of their own shape (Gemma 4)
@@ -338,8 +340,8 @@ class Deployment:
         return self.graph_cap_tokens is None or shape.tokens <= self.graph_cap_tokens
 
     def fabric(self, group_size: int) -> Interconnect:
-        """The fabric a collective over ``group_size`` GPUs crosses: the node's, or the inter-node one beyond it."""
-        return self.intra if group_size <= self.gpus_per_node else self.inter
+        """The fabric a collective over ``group_size`` GPUs crosses: NVLink's within its domain, else the network."""
+        return self.intra if group_size <= self.nvlink_domain else self.inter
 
     def shared_experts_beside_routed(self, shape: StepShape, rates: Rates) -> bool:
         """Whether the engine runs the shared experts on a second CUDA stream beside the routed ones in ``shape``:
@@ -500,6 +502,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     return Deployment(spec=spec, gpu=gpu, precision=precision, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, dp=dp,
                       kernels=engine, rates_prefill=rates_prefill or base, rates_decode=rates_decode or base,
                       intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,
+                      nvlink_domain=max(gpus_per_node, gpu.nvlink_domain_gpus or 0),
                       algorithm=algorithm or interconnect.algorithm, routing=routing,
                       dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute, engine, fp8_scales),
                       stages=_stages(spec, pp),
@@ -933,11 +936,25 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
     if start is not None and shared is not None:  # the shared experts' path beside the router's and routed's
         _overlap(acc, start, shared)
     if d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
-        send = m / d.tp * dm.top_k * width * ACT_BYTES
-        fabric = d.fabric(d.ep)
-        link = fabric.nccl.ideal() if ideal else fabric.nccl
-        for _ in range(2):
-            s.add_comm(comm.all_to_all(send, d.ep, link), link.bandwidth_bytes_per_s, "ep")
+        copies = m / d.tp * dm.top_k * width
+        intra, inter = d.intra.expert_link, d.inter.expert_link
+        if ideal:
+            intra, inter = intra.ideal(), inter.ideal()
+        network = None  # a prefill's normal kernels (DeepEP): one copy per remote domain, spread by NVLink there
+        if shape.prefill_seqs and d.ep > d.nvlink_domain:
+            network = m / d.tp * width * comm.remote_domains_touched(dm.experts, dm.top_k,
+                                                                     math.ceil(d.ep / d.nvlink_domain))
+        for value_bytes in (dispatch_bytes(mode), ACT_BYTES):
+            s.add_comm(comm.expert_all_to_all(copies * value_bytes, d.ep, d.nvlink_domain, intra, inter,
+                                              None if network is None else network * value_bytes),
+                       (intra if d.ep <= d.nvlink_domain else inter).bandwidth_bytes_per_s, "ep")
+
+
+def dispatch_bytes(mode: _Linear) -> float:
+    """Bytes per value an MoE dispatch sends: experts on fp8 tensor cores take their input quantised before it
+    leaves the GPU (DeepEP's fp8 dispatch in SGLang and vLLM, TensorRT-LLM's fp8 all-to-all), others bf16; the
+    combine sends bf16 results."""
+    return FP8_DISPATCH_BYTES if mode.compute == "fp8" else ACT_BYTES
 
 
 def _linear_attention_layer(s: _Step, d: Deployment, shape: StepShape) -> None:
@@ -1200,7 +1217,7 @@ def _step_cached(d: Deployment, shape: StepShape, phase: str, ideal: bool) -> St
         total.ep_comm += s.ep_comm
     p2p = 0.0
     if d.pp > 1 and shape.tokens:
-        fabric = d.inter if d.num_gpus > d.gpus_per_node else d.intra
+        fabric = d.fabric(d.num_gpus)
         link = fabric.nccl.ideal() if ideal else fabric.nccl
         p2p = comm.point_to_point(2 * shape.tokens * d.dims.h * ACT_BYTES, link).seconds
     groups = {g: GroupTime(seconds=a.seconds, floor_seconds=a.floor_seconds, flops=a.flops, bytes=a.bytes,

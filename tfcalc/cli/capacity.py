@@ -266,8 +266,10 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                  "--ep", help="Expert parallel for MoE models: auto (try both), on (ep = tp), off.")] = "auto",
              attention_dp: Annotated[list[str] | None, typer.Option(
                  "--attention-dp", help="Data-parallel attention ranks to try for MoE models (DeepSeek-style wide "
-                 "ep: dp ranks of tp GPUs, each its own scheduler, share the experts at ep = tp x dp within a "
-                 "node), e.g. 1,2,4,8.", show_default="1")] = None,
+                 "ep: dp ranks of tp GPUs, each its own scheduler, share the experts at ep = tp x dp; beyond the "
+                 "GPU's NVLink domain (8; GB200/GB300 NVL72: 72) the all-to-all crosses InfiniBand NDR), e.g. "
+                 "1,2,4,8,32.",
+                 show_default="1")] = None,
              weights_dtype: WeightsOpt = None, kv_dtype: KvDtypeOpt = None, kv_cache_dtype: KvCacheDtypeOpt = None,
              max_num_seqs: MaxNumSeqsOpt = None, max_num_batched_tokens: MaxNumBatchedTokensOpt = None,
              max_model_len: MaxModelLenOpt = None, gpu_memory_utilization: GpuMemoryUtilizationOpt = None,
@@ -357,7 +359,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         raise UsageError(f"unknown length distribution '{length_dist}' (fixed, uniform, lognormal, exponential)")
     if ep not in ("auto", "on", "off"):
         raise UsageError(f"--ep must be auto, on or off, got '{ep}'")
-    ranks = tuple(parse_sizes(attention_dp or ["1"], "--attention-dp", maximum=gpus_per_node))
+    ranks = tuple(parse_sizes(attention_dp or ["1"], "--attention-dp", maximum=max(max_gpus, 1)))
     if ep == "off" and max(ranks) > 1:
         raise UsageError("--attention-dp shares the experts over ep = tp x dp: it needs --ep auto or on")
     if not 1 <= top <= 10_000 or not 10 <= sim_requests <= 1_000_000 or not 1 <= max_gpus <= 1 << 20 or \

@@ -340,6 +340,11 @@ def _quantization(weights: str, native: str) -> tuple[str | None, str | None]:
     return None, None
 
 
+def instance_nodes(c: Candidate, space: SearchSpace) -> int:
+    """Nodes of ``space.gpus_per_node`` GPUs one data-parallel-attention instance spans (1 for other plans)."""
+    return math.ceil(c.tp * c.dp / space.gpus_per_node) if c.dp > 1 else 1
+
+
 def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace, prefix_caching: bool,
                  draft_model: str = "DRAFT_MODEL", api_servers: int = 1) -> list[str]:
     """``vllm serve`` for one replica (lines to join with a backslash), and how many to run."""
@@ -351,6 +356,9 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
         args.append(f"--pipeline-parallel-size {c.pp}")
     if c.dp > 1:   # each data-parallel rank its own scheduler: max_num_seqs and the token budget are per rank
         args.append(f"--data-parallel-size {c.dp}")
+    if instance_nodes(c, space) > 1:  # the head node's line; the others add --headless --data-parallel-start-rank
+        args += [f"--data-parallel-size-local {max(space.gpus_per_node // c.tp, 1)}",
+                 "--data-parallel-address HEAD_NODE_IP", "--all2all-backend deepep_low_latency"]
     if c.ep > 1:
         args.append("--enable-expert-parallel")
     args += [f"--max-model-len {space.max_model_len}", f"--max-num-seqs {c.max_num_seqs}",
@@ -391,6 +399,10 @@ def sglang_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
         args += [f"--dp {c.dp}", "--enable-dp-attention"]
     if c.ep > 1:
         args.append(f"--ep-size {c.ep}")
+    nodes = instance_nodes(c, space)
+    if nodes > 1:  # node 0's line; the others run it with their --node-rank
+        args += [f"--nnodes {nodes}", "--node-rank 0", "--dist-init-addr HEAD_NODE_IP:5000",
+                 "--moe-a2a-backend deepep"]
     args += [f"--context-length {space.max_model_len}", f"--max-running-requests {c.max_num_seqs * c.dp}",
              f"--chunked-prefill-size {c.chunk}"]
     if space.gpu_memory_utilization is not None:
@@ -459,8 +471,11 @@ def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     line, to print as they are: a shell line cannot be re-wrapped)."""
     c = e.candidate
     online, note = _quantization(c.weights, spec.native_dtype)
+    nodes = instance_nodes(c, space)
+    across = (f", each across {nodes} nodes (the same command on every node: SGLang with its --node-rank, vLLM's "
+              f"others with --headless --data-parallel-start-rank)" if nodes > 1 else "")
     replicas = (f"run {e.replicas // c.dp} instance(s) of {c.dp * c.gpus_per_replica} GPUs ({c.dp} data-parallel "
-                f"attention ranks of tp {c.tp} sharing the experts at ep {c.ep}) behind a load balancer"
+                f"attention ranks of tp {c.tp} sharing the experts at ep {c.ep}){across} behind a load balancer"
                 if c.dp > 1 else
                 f"run {e.replicas} replica(s) of {c.gpus_per_replica} GPU(s) behind a load balancer"
                 if c.mode == "aggregated" else

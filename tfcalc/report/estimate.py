@@ -26,6 +26,7 @@ from tfcalc.calc.latency import (
     PhaseTime,
     StepShape,
     deployment,
+    dispatch_bytes,
     estimate_latency,
     turning_point_batch,
 )
@@ -359,8 +360,11 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
     else:
         lines.append("tp 1: no all-reduce")
     if d.dp > 1:
-        lines.append(f"ep {d.ep} over {d.dp} attention replicas: all-to-all dispatch + combine of tokens x top-k x "
-                     f"{dm.h} x 2 B per MoE layer: prefill {format_seconds(pre.step.ep_comm_seconds)}, decode "
+        fabric = (d.intra.display_name if d.ep <= d.nvlink_domain else
+                  f"{d.intra.display_name} within {d.nvlink_domain} GPUs, {d.inter.display_name} beyond")
+        lines.append(f"ep {d.ep} over {d.dp} attention replicas: dispatch ({dispatch_bytes(dm.experts_mode):g} B a "
+                     f"value) + combine (2 B) of tokens x top-k x {dm.moe_latent or dm.h} per MoE layer over "
+                     f"{fabric}: prefill {format_seconds(pre.step.ep_comm_seconds)}, decode "
                      f"{format_seconds(dec.step.ep_comm_seconds)} per step")
     elif d.ep > 1:
         lines.append(f"ep {d.ep} <= tp {d.tp}: experts split over the tp group, combined by its all-reduce")

@@ -7,6 +7,8 @@ may add ``custom_allreduce``, the one-/two-shot kernels vLLM, SGLang and TensorR
 (``CustomAllReduce``; which of the two an engine runs is the engine's: ``EngineKernels.one_shot_allreduce``).
 ``forward_sync_us_per_peer``: what an all-reduce inside a model's forward pays beyond its kernel timed back to back,
 per peer GPU (the ranks meet at every all-reduce of the step; docs/estimate.md, "Communication").
+``expert_all_to_all`` (launch, efficiency): the MoE dispatch / combine kernels (DeepEP, TensorRT-LLM's NVLink
+all-to-all) where they were measured on the fabric; elsewhere they see NCCL's link (``Interconnect.expert_link``).
 """
 
 from __future__ import annotations
@@ -58,9 +60,11 @@ class CustomAllReduce:
     source: str = ""
 
 
-_KEYS = {"display_name", "bandwidth_gb_s", "nccl", "custom_allreduce", "forward_sync_us_per_peer", "sources", "notes"}
+_KEYS = {"display_name", "bandwidth_gb_s", "nccl", "custom_allreduce", "expert_all_to_all", "forward_sync_us_per_peer",
+         "sources", "notes"}
 _IMPL_KEYS = {"efficiency", "launch_us", "step_latency_us", "algorithm"}
 _CUSTOM_KEYS = {"launch_us", "one_shot_efficiency", "two_shot_efficiency", "two_shot_latency_us"}
+_EXPERT_KEYS = {"launch_us", "efficiency"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +77,12 @@ class Interconnect:
     algorithm: str
     custom_allreduce: CustomAllReduce | None = None
     forward_sync_s_per_peer: float = 0.0  # each all-reduce of a forward, per peer GPU (module docstring)
+    expert_all_to_all: Link | None = None  # the MoE dispatch / combine kernels' own link, where measured
+
+    @property
+    def expert_link(self) -> Link:
+        """The link MoE dispatch and combine see: their kernels' measured one (``expert_all_to_all``), else NCCL's."""
+        return self.expert_all_to_all or self.nccl
 
 
 MAX_BANDWIDTH_GB_S = 1e7  # as GPU_LIMITS' interconnect_bidirectional_gb_s: 1000x today's fastest fabric
@@ -134,6 +144,24 @@ def _custom(data: Any, origin: str, name: str, bandwidth: float) -> CustomAllRed
         source=origin)
 
 
+def _expert(data: Any, origin: str, name: str, bandwidth: float) -> Link:
+    from tfcalc.spec.model import key_text
+
+    key = "expert_all_to_all"
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: field '{key}' must be a mapping of {', '.join(sorted(_EXPERT_KEYS))}")
+    unknown = sorted(key_text(k) for k in data if k not in _EXPERT_KEYS)
+    if unknown:
+        raise SpecError(f"{origin}: unknown field '{key}.{unknown[0]}' (known: {', '.join(sorted(_EXPERT_KEYS))})")
+    for required in sorted(_EXPERT_KEYS):
+        if data.get(required) is None:
+            raise SpecError(f"{origin}: missing required field '{key}.{required}'")
+    return Link(name=name, bandwidth_bytes_per_s=bandwidth,
+                efficiency=_number(data["efficiency"], origin, f"{key}.efficiency", upper=1.0), step_latency_s=0.0,
+                launch_s=_number(data["launch_us"], origin, f"{key}.launch_us", MAX_MICROSECONDS,
+                                 allow_zero=True) * 1e-6, source=origin)
+
+
 def interconnect_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> Interconnect:
     """Validate an interconnect preset mapping (module docstring) into an ``Interconnect``."""
     from tfcalc.spec.model import MAX_NAME_CHARS, check_str, key_text
@@ -157,11 +185,15 @@ def interconnect_from_mapping(data: dict[str, Any], origin: str, default_name: s
     custom = None
     if data.get("custom_allreduce") is not None:
         custom = _custom(data["custom_allreduce"], origin, f"{default_name} custom all-reduce", bandwidth)
+    expert = None
+    if data.get("expert_all_to_all") is not None:
+        expert = _expert(data["expert_all_to_all"], origin, f"{default_name} MoE all-to-all", bandwidth)
     sync = data.get("forward_sync_us_per_peer")
     sync_s = 0.0 if sync is None else _number(sync, origin, "forward_sync_us_per_peer", MAX_MICROSECONDS,
                                               allow_zero=True) * 1e-6
     return Interconnect(name=default_name, display_name=str(data.get("display_name", default_name)), nccl=nccl,
-                        algorithm=algorithm, custom_allreduce=custom, forward_sync_s_per_peer=sync_s)
+                        algorithm=algorithm, custom_allreduce=custom, forward_sync_s_per_peer=sync_s,
+                        expert_all_to_all=expert)
 
 
 def load_interconnect(name_or_path: str) -> Interconnect:
