@@ -67,7 +67,8 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                  "--interconnect", help="Fabric within a node (nvlink4, pcie5, ... or a YAML file); default: the "
                  "GPU preset's.", show_default=False)] = None,
              inter_node: Annotated[str, typer.Option(
-                 "--inter-node", help="Fabric between nodes, for groups larger than --gpus-per-node.")]
+                 "--inter-node", help="Fabric between nodes, for groups larger than the NVLink domain "
+                 "(--gpus-per-node, or the GPU preset's: 72 on a GB200/GB300 NVL72).")]
              = "infiniband-ndr",
              gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.", min=1)] = 8,
              allreduce: Annotated[str | None, typer.Option(
