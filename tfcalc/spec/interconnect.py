@@ -97,17 +97,25 @@ def _number(value: Any, origin: str, key: str, upper: float, allow_zero: bool = 
     return in_file(origin, check_float, key, value, high=upper, low=0.0 if allow_zero else None)
 
 
-def _link(data: Any, origin: str, key: str, name: str, bandwidth: float) -> tuple[Link, str]:
+def _checked_block(data: Any, origin: str, key: str, known: set[str], required: set[str]) -> dict[str, Any]:
+    """A preset block: a mapping of known fields with the required ones present, else one clear error."""
     from tfcalc.spec.model import key_text
 
     if not isinstance(data, dict):
-        raise SpecError(f"{origin}: field '{key}' must be a mapping of {', '.join(sorted(_IMPL_KEYS))}")
-    unknown = sorted(key_text(k) for k in data if k not in _IMPL_KEYS)
+        raise SpecError(f"{origin}: field '{key}' must be a mapping of {', '.join(sorted(known))}")
+    unknown = sorted(key_text(k) for k in data if k not in known)
     if unknown:
-        raise SpecError(f"{origin}: unknown field '{key}.{unknown[0]}' (known: {', '.join(sorted(_IMPL_KEYS))})")
-    for required in sorted(_IMPL_KEYS - {"algorithm"}):
-        if data.get(required) is None:
-            raise SpecError(f"{origin}: missing required field '{key}.{required}'")
+        raise SpecError(f"{origin}: unknown field '{key}.{unknown[0]}' (known: {', '.join(sorted(known))})")
+    for field_name in sorted(required):
+        if data.get(field_name) is None:
+            raise SpecError(f"{origin}: missing required field '{key}.{field_name}'")
+    return data
+
+
+def _link(data: Any, origin: str, key: str, name: str, bandwidth: float) -> tuple[Link, str]:
+    from tfcalc.spec.model import key_text
+
+    data = _checked_block(data, origin, key, _IMPL_KEYS, _IMPL_KEYS - {"algorithm"})
     algorithm = data.get("algorithm", "ring")
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise SpecError(f"{origin}: field '{key}.algorithm' must be one of {', '.join(ALGORITHMS)}, got "
@@ -123,17 +131,8 @@ def _link(data: Any, origin: str, key: str, name: str, bandwidth: float) -> tupl
 
 
 def _custom(data: Any, origin: str, name: str, bandwidth: float) -> CustomAllReduce:
-    from tfcalc.spec.model import key_text
-
     key = "custom_allreduce"
-    if not isinstance(data, dict):
-        raise SpecError(f"{origin}: field '{key}' must be a mapping of {', '.join(sorted(_CUSTOM_KEYS))}")
-    unknown = sorted(key_text(k) for k in data if k not in _CUSTOM_KEYS)
-    if unknown:
-        raise SpecError(f"{origin}: unknown field '{key}.{unknown[0]}' (known: {', '.join(sorted(_CUSTOM_KEYS))})")
-    for required in sorted(_CUSTOM_KEYS):
-        if data.get(required) is None:
-            raise SpecError(f"{origin}: missing required field '{key}.{required}'")
+    data = _checked_block(data, origin, key, _CUSTOM_KEYS, _CUSTOM_KEYS)
     return CustomAllReduce(
         name=name, bandwidth_bytes_per_s=bandwidth,
         launch_s=_number(data["launch_us"], origin, f"{key}.launch_us", MAX_MICROSECONDS, allow_zero=True) * 1e-6,
@@ -145,17 +144,8 @@ def _custom(data: Any, origin: str, name: str, bandwidth: float) -> CustomAllRed
 
 
 def _expert(data: Any, origin: str, name: str, bandwidth: float) -> Link:
-    from tfcalc.spec.model import key_text
-
     key = "expert_all_to_all"
-    if not isinstance(data, dict):
-        raise SpecError(f"{origin}: field '{key}' must be a mapping of {', '.join(sorted(_EXPERT_KEYS))}")
-    unknown = sorted(key_text(k) for k in data if k not in _EXPERT_KEYS)
-    if unknown:
-        raise SpecError(f"{origin}: unknown field '{key}.{unknown[0]}' (known: {', '.join(sorted(_EXPERT_KEYS))})")
-    for required in sorted(_EXPERT_KEYS):
-        if data.get(required) is None:
-            raise SpecError(f"{origin}: missing required field '{key}.{required}'")
+    data = _checked_block(data, origin, key, _EXPERT_KEYS, _EXPERT_KEYS)
     return Link(name=name, bandwidth_bytes_per_s=bandwidth,
                 efficiency=_number(data["efficiency"], origin, f"{key}.efficiency", upper=1.0), step_latency_s=0.0,
                 launch_s=_number(data["launch_us"], origin, f"{key}.launch_us", MAX_MICROSECONDS,
