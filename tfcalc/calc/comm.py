@@ -142,7 +142,7 @@ def remote_domains_touched(experts: int, top_k: int, domains: int) -> float:
     outside, missed = experts - experts / domains, 1.0
     for i in range(min(top_k, experts)):
         missed *= max(outside - i, 0.0) / (experts - i)
-    return (domains - 1) * (1 - missed)
+    return min((domains - 1) * (1 - missed), float(domains - 1), float(top_k))  # E / D < 1: at most k or D - 1
 
 
 def point_to_point(nbytes: float, link: Link) -> CommTime:
