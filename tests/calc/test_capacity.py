@@ -449,7 +449,7 @@ def test_data_parallel_attention_layouts_and_sizing() -> None:
     result = search(deepseek, traffic, (Target(metric="tpot", percentile=90, seconds=0.08),),
                     replace(space, weight_precisions=(fp8,), kv_dtypes=(get_dtype("fp8"),), tps=(1, 8),
                             max_num_seqs=(128,), chunk_sizes=(8192,), attention_dp=(1, 8), max_gpus=128), OVERHEADS)
-    wide = [e for e in result.evaluations if e.candidate.dp == 8 and e.feasible]
+    wide = [e for e in result.evaluations if e.candidate.dp == 8 and e.candidate.tp == 1 and e.feasible]
     assert wide and all(e.replicas % 8 == 0 and e.num_gpus == e.replicas for e in wide)
     assert all(math.ceil(30.0 / e.capacity_rate_per_s / 8) * 8 == e.replicas for e in wide)
     assert "dp8" in wide[0].candidate.label

@@ -243,6 +243,22 @@ def test_remote_domains_touched_by_enumeration() -> None:
     assert comm.remote_domains_touched(256, 8, 1) == 0
 
 
+def test_group_limited_remote_domains_by_enumeration() -> None:
+    """DeepSeek-style routing (k experts among the top g of G groups, the groups picked uniformly) against every
+    pick of groups and of experts in them: whole groups per domain, one group per domain, a group over domains."""
+    from itertools import combinations as subsets
+
+    for experts, groups, g, k, domains in ((8, 4, 2, 2, 2), (8, 4, 2, 3, 4), (8, 4, 2, 2, 8), (12, 6, 3, 4, 3),
+                                           (16, 4, 2, 3, 8)):
+        per_group, per_domain = experts // groups, experts // domains
+        hits = []
+        for picked in subsets(range(groups), g):
+            eligible = [e for e in range(experts) if e // per_group in picked]
+            hits += [len({e // per_domain for e in pick} - {0}) for pick in subsets(eligible, k)]
+        assert comm.remote_domains_touched(experts, k, domains, groups, g) == pytest.approx(sum(hits) / len(hits))
+    assert comm.remote_domains_touched(256, 8, 4, 8, 4) < comm.remote_domains_touched(256, 8, 4)  # 2.20 < 2.71
+
+
 @settings(max_examples=200, deadline=None)
 @given(send=st.floats(1e3, 1e10), extra=st.floats(0, 1e10), n=st.integers(2, 512), domain=st.integers(1, 128))
 def test_expert_all_to_all_properties(send: float, extra: float, n: int, domain: int) -> None:

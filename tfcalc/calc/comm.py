@@ -133,16 +133,35 @@ def expert_all_to_all(send_bytes: float, n: int, domain: int, intra: Link, inter
                     bytes_per_gpu=moved)
 
 
-def remote_domains_touched(experts: int, top_k: int, domains: int) -> float:
+def remote_domains_touched(experts: int, top_k: int, domains: int, groups: int = 1,
+                           groups_per_token: int = 1) -> float:
     """How many of the other domains a token's top-k experts reach when the experts are spread evenly over
     ``domains`` NVLink domains and picked uniformly: (D - 1) (1 - C(E - E/D, k) / C(E, k)) (each other domain is
-    missed with the probability that all k picks fall outside its E / D experts)."""
+    missed with the probability that all k picks fall outside its E / D experts). With group-limited routing
+    (DeepSeek-V3: the k experts among the top ``groups_per_token`` of ``groups`` groups) and groups aligned with the
+    domains (whole groups per domain, or whole domains per group), a domain is missed when none of its groups is
+    picked or the k picks avoid its j picked ones: P(miss) = sum_j P(j) C(gE/G - j s, k) / C(gE/G, k), j
+    hypergeometric over the domain's groups, s their experts in it."""
     if domains <= 1:
         return 0.0
-    outside, missed = experts - experts / domains, 1.0
-    for i in range(min(top_k, experts)):
-        missed *= max(outside - i, 0.0) / (experts - i)
-    return min((domains - 1) * (1 - missed), float(domains - 1), float(top_k))  # E / D < 1: at most k or D - 1
+    k = min(top_k, experts)
+    if groups <= 1 or groups_per_token >= groups or (groups % domains and domains % groups):
+        return min((domains - 1) * (1 - _all_miss(experts, experts / domains, k)), float(domains - 1), float(k))
+    own = max(groups // domains, 1)                   # groups that hold this domain's experts
+    share = experts / max(groups, domains)            # experts of one such group inside the domain
+    eligible = groups_per_token * experts / groups    # the experts of the picked groups
+    total = math.comb(groups, groups_per_token)
+    missed = sum(math.comb(own, j) * math.comb(groups - own, groups_per_token - j) / total
+                 * _all_miss(eligible, j * share, k) for j in range(min(own, groups_per_token) + 1))
+    return min((domains - 1) * (1 - missed), float(domains - 1), float(k))
+
+
+def _all_miss(pool: float, avoided: float, picks: int) -> float:
+    """The probability that ``picks`` draws without replacement from ``pool`` all miss ``avoided`` of them."""
+    outside, missed = pool - avoided, 1.0
+    for i in range(min(picks, int(pool))):
+        missed *= max(outside - i, 0.0) / (pool - i)
+    return missed
 
 
 def point_to_point(nbytes: float, link: Link) -> CommTime:

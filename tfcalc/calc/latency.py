@@ -942,8 +942,9 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
             intra, inter = intra.ideal(), inter.ideal()
         network = None  # a prefill's normal kernels (DeepEP): one copy per remote domain, spread by NVLink there
         if shape.prefill_seqs and d.ep > d.nvlink_domain:
-            network = m / d.tp * width * comm.remote_domains_touched(dm.experts, dm.top_k,
-                                                                     math.ceil(d.ep / d.nvlink_domain))
+            moe = d.spec.moe
+            network = m / d.tp * width * comm.remote_domains_touched(
+                dm.experts, dm.top_k, math.ceil(d.ep / d.nvlink_domain), moe.expert_groups, moe.groups_per_token)
         for value_bytes in (dispatch_bytes(mode), ACT_BYTES):
             s.add_comm(comm.expert_all_to_all(copies * value_bytes, d.ep, d.nvlink_domain, intra, inter,
                                               None if network is None else network * value_bytes),
