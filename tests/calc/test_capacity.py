@@ -431,6 +431,9 @@ def test_data_parallel_attention_layouts_and_sizing() -> None:
     assert {(1, 1, 8), (2, 1, 8), (4, 1, 8), (1, 1, 4), (2, 1, 4), (4, 1, 32), (8, 1, 64)} <= set(layouts)
     assert all(tp * (ep // tp if ep > tp else 1) <= 64 for tp, _, ep in layouts)
     assert (8, 1, 64) not in _layouts(deepseek, replace(space, max_gpus=32))
+    eplb = replace(space, tps=(1,), attention_dp=(8, 36, 64, 72), max_gpus=72)
+    assert {ep for _, _, ep in _layouts(deepseek, eplb)} == {1, 8, 64}          # 256 experts: not 36 or 72
+    assert {ep for _, _, ep in _layouts(deepseek, replace(eplb, redundant_experts=32))} == {1, 8, 36, 72}   # 288
     assert _layouts(SPEC, space) == _layouts(SPEC, replace(space, attention_dp=(1,)))   # dense: nothing new
     fp8 = parse_weight_precision("fp8_block")
     rank = replica_memory(deepseek, h200, fp8, get_dtype("fp8"), tp=1, pp=1, ep=8, engine=VLLM, max_model_len=8192,

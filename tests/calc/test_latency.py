@@ -302,6 +302,18 @@ def test_wide_expert_parallelism_fabrics_by_hand() -> None:
         comm.expert_all_to_all(copies * b, 64, 72, link, link).seconds for b in (FP8_DISPATCH_BYTES, 2)))
 
 
+def test_redundant_experts_by_hand() -> None:
+    """EPLB's 32 replicas of DeepSeek-V3 over ep 72: 4 experts a GPU, the tokens spread over all 288 slots, so each
+    GPU's experts see what ep 64's do at the same tokens a rank (128 x 72 x 8 / 288 = 128 x 64 x 8 / 256); the
+    router still scores the model's 256."""
+    eplb = _d("deepseek-v3", "gb200", tp=1, ep=72, redundant_experts=32)
+    plain = _d("deepseek-v3", "gb200", tp=1, ep=64)
+    assert (eplb.dims.experts_local, eplb.dims.expert_slots, eplb.dims.experts) == (4, 288, 256)
+    shape = StepShape(decode_seqs=128, decode_context=2048)
+    moe = step_time(eplb, shape).groups["moe"].seconds
+    assert moe == pytest.approx(step_time(plain, shape).groups["moe"].seconds, rel=1e-3)  # rows per slot alike
+
+
 def test_mixtral_batch1_reads_two_experts() -> None:
     d = _d("mixtral-8x7b", "h100-sxm", tp=1)
     step = step_time(d, StepShape(decode_seqs=1, decode_context=1))

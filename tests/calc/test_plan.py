@@ -303,3 +303,34 @@ def test_a_vision_encoder_sits_on_the_first_stage_split_like_siglip() -> None:
             last = [stage_weight_bytes(s, shard(s, par), precision, range(31, 62), first=False, last=True)
                     for s in (spec, text)]
             assert last[0] == last[1]
+
+
+def test_redundant_experts_spread_with_the_experts() -> None:
+    """EPLB's replicas: DeepSeek-V3's 256 experts + 32 redundant = 288 over ep 72 put 4 on each GPU (the LMSYS
+    large-scale-EP deployment's layout), the 4 that ep 64 puts there without them: the same expert bytes per GPU by
+    hand (58 MoE layers x 4 experts x 3 x 7168 x 2048 fp8 values and their 128 x 128 block scales)."""
+    from tfcalc.calc.shard import shard
+
+    spec, gpu, fp8 = load_model("deepseek-v3"), load_gpu("h200"), parse_weight_precision("fp8_block")
+    eplb = check_parallelism(spec, 72, 1, 1, 72, redundant_experts=32)
+    assert (eplb.redundant_experts, shard(spec, eplb).experts_resident, shard(spec, eplb).expert_slots) == (32, 4, 288)
+    plain = PlanConfig(num_gpus=64, tp=1, ep=64, context=4096)
+    wide = PlanConfig(num_gpus=72, tp=1, ep=72, redundant_experts=32, context=4096)
+    r64, r72 = (plan_fit(spec, gpu, fp8, get_dtype("fp8"), cfg) for cfg in (plain, wide))
+    assert r72.weights_bytes_per_gpu == r64.weights_bytes_per_gpu
+    one_expert = 3 * 7168 * 2048 * (1 + 4 / 128 ** 2)
+    sixty_three = plan_fit(spec, gpu, fp8, get_dtype("fp8"), PlanConfig(num_gpus=8, tp=1, ep=8, context=4096,
+                                                                         redundant_experts=32))
+    assert sixty_three.weights_bytes_per_gpu - r64.weights_bytes_per_gpu == pytest.approx(
+        58 * (36 - 4) * one_expert, rel=1e-9)   # 288 / 8 = 36 experts a GPU against 4
+    for args, message in (((72, 1, 1, 72), "does not divide the 256 experts of deepseek-v3 \\(redundant"),
+                          ((72, 1, 1, 72, 16), "does not divide the 256 \\+ 16 redundant experts"),
+                          ((8, 8, 1, 8, 32), None), ((8, 8, 1, 1, 32), "need an MoE model and whole experts"),
+                          ((16, 8, 1, 4, 32), "need an MoE model and whole experts")):
+        if message is None:
+            assert check_parallelism(spec, *args[:4], redundant_experts=args[4]).redundant_experts == 32
+            continue
+        with pytest.raises(UsageError, match=message):
+            check_parallelism(spec, *args[:4], **({"redundant_experts": args[4]} if len(args) > 4 else {}))
+    with pytest.raises(UsageError, match="need an MoE model"):
+        check_parallelism(load_model("llama3-8b"), 8, 1, 1, 8, redundant_experts=8)

@@ -382,6 +382,27 @@ def test_data_parallel_attention_across_nodes_and_its_launch_flags() -> None:
     assert all(len(line) <= 100 for line in result.stdout.splitlines())
 
 
+def test_redundant_experts_plan_and_launch_flags() -> None:
+    """--redundant-experts 32: DeepSeek-V3 on a GB200 NVL72 may run 72 ranks (288 expert slots over ep 72); the
+    rows say it, and each engine's command starts EPLB with the replicas (SGLang --enable-eplb
+    --ep-num-redundant-experts, vLLM --enable-eplb --eplb-config, TensorRT-LLM's load balancer of 288 slots)."""
+    base = ["capacity", "-p", "deepseek-v3", "--gpu", "gb200", "--price", "gb200=6", "--engine", "sglang", "--rate",
+            "30", "--input-len", "2k", "--output-len", "500", "--ttft", "p90=5s", "--tpot", "p90=100ms",
+            "--weights-dtype", "fp8_block", "--kv-dtype", "fp8", "--no-simulate", "--attention-dp", "72", "--tp", "1",
+            "--ep", "on", "--max-gpus", "144", "--max-num-seqs", "128", "--max-num-batched-tokens", "512"]
+    without = run(*base)
+    assert without.exit_code != 0 and "dp72" not in without.output   # 256 experts: ep 72 is no layout
+    result = run(*base, "--redundant-experts", "32")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "tp1·dp72·ep72+32r" in text
+    assert "--enable-eplb \\ --ep-num-redundant-experts 32" in text
+    assert "--enable-eplb \\ --eplb-config '{\"num_redundant_experts\": 32}'" in text
+    assert "moe_config: {load_balancer: {num_slots: 288}}" in text
+    rows = json.loads(run(*base, "--redundant-experts", "32", "-f", "json").stdout)
+    assert rows and all(row["redundant_experts"] == 32 for row in rows)
+
+
 def test_a_remote_code_checkpoint_launches_with_trust_remote_code() -> None:
     """Kimi K2's config.json (model_type kimi_k2, its own code in auto_map; read as DeepSeek-V3 by its architecture)
     plans like any DeepSeek-V3-shaped model, and every engine's command loads its code: vLLM and SGLang

@@ -375,3 +375,18 @@ def test_explain_says_where_shared_experts_run_beside_the_routed_ones() -> None:
         in texts["vllm", "16"]
     assert "(decode here: no)" in texts["vllm", "300"]
     assert "second CUDA stream" not in texts["sglang", "16"]
+
+
+def test_redundant_experts_open_ep_72() -> None:
+    """ep 72 of DeepSeek-V3's 256 experts is refused in one line that names the way out; with --redundant-experts 32
+    (288 slots) it runs, the rows say so, and the expert-parallel GPUs hold 4 experts each, as at ep 64."""
+    base = ["estimate", "-p", "deepseek-v3", "-g", "gb200", "-e", "sglang", "--tp", "1", "-b", "9216", "--prompt-len",
+            "2000", "--gen-len", "2", "-w", "fp8_block", "--kv-dtype", "fp8", "-f", "json"]
+    refused = runner.invoke(app, [*base, "--ep", "72"])
+    assert refused.exit_code != 0
+    assert refused.output.strip().splitlines()[-1].startswith("error: ep 72 does not divide the 256 experts")
+    rows = json.loads(runner.invoke(app, [*base, "--ep", "72", "--redundant-experts", "32"]).stdout)
+    assert rows[0]["redundant_experts"] == 32 and rows[0]["ep"] == 72 and rows[0]["dp"] == 72
+    plain = json.loads(runner.invoke(app, [*base[:10], "8192", *base[11:], "--ep", "64"]).stdout)[0]
+    assert rows[0]["weights_bytes_per_gpu"] == plain["weights_bytes_per_gpu"]
+    assert "redundant_experts" not in plain

@@ -91,7 +91,14 @@ class SearchSpace:
     disaggregated: bool = False
     kv_transfer_bytes_per_s: float = 50e9
     routing: Routing = UNIFORM                        # how MoE tokens pick experts (kernels.Routing)
+    redundant_experts: int = 0                        # EPLB's replicas on every layout with whole experts per GPU
     rates: Callable | None = field(default=None, compare=False)   # (gpu, base rates, phase) -> Rates: calibration
+
+    def redundant_for(self, tp: int, ep: int) -> int:
+        """The redundant experts a layout holds (``shard.layout_redundant_experts``)."""
+        from tfcalc.calc.shard import layout_redundant_experts
+
+        return layout_redundant_experts(self.redundant_experts, tp, ep)
 
     def offer(self, gpu_name: str) -> GpuOffer:
         """The offer of the GPU a candidate names."""
@@ -126,6 +133,7 @@ class Candidate:
     mode: str = "aggregated"      # or "disaggregated" (then the fields describe the decode pool)
     prefill_tp: int = 0
     prefill_replicas: int = 0
+    redundant_experts: int = 0    # EPLB's expert replicas the layout holds (SearchSpace.redundant_for)
 
     @property
     def dp(self) -> int:
@@ -139,7 +147,8 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        ep = (f" dp{self.dp}" if self.dp > 1 else "") + (f" ep{self.ep}" if self.ep > 1 else "")
+        ep = ((f" dp{self.dp}" if self.dp > 1 else "") + (f" ep{self.ep}" if self.ep > 1 else "")
+              + (f"+{self.redundant_experts}r" if self.redundant_experts else ""))
         pp = f" pp{self.pp}" if self.pp > 1 else ""
         spec = f" spec{self.spec.num_tokens}" if self.spec else ""
         pre = f" +{self.prefill_replicas}x tp{self.prefill_tp} prefill" if self.mode == "disaggregated" else ""
@@ -222,7 +231,7 @@ def _layouts(spec: ModelSpec, space: SearchSpace) -> list[tuple[int, int, int]]:
             eps = sorted({tp if (ep and spec.moe is not None and tp > 1) else 1 for ep in space.expert_parallel})
             for ep in eps:
                 try:
-                    check_parallelism(spec, tp * pp, tp, pp, ep)
+                    check_parallelism(spec, tp * pp, tp, pp, ep, space.redundant_for(tp, ep))
                 except UsageError:
                     continue
                 out.append((tp, pp, ep))
@@ -230,7 +239,7 @@ def _layouts(spec: ModelSpec, space: SearchSpace) -> list[tuple[int, int, int]]:
                 if spec.moe is None or pp > 1 or tp * dp > space.max_gpus:
                     continue
                 try:
-                    check_parallelism(spec, tp * dp, tp, 1, tp * dp)
+                    check_parallelism(spec, tp * dp, tp, 1, tp * dp, space.redundant_for(tp, tp * dp))
                 except UsageError:
                     continue
                 out.append((tp, 1, tp * dp))
@@ -415,7 +424,8 @@ def _memory(spec: ModelSpec, space: SearchSpace, engine: EngineSpec | None, gpu:
             chunk: int) -> ReplicaMemory:
     return replica_memory(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine=engine,
                           max_model_len=space.max_model_len, max_num_seqs=seqs, max_num_batched_tokens=chunk,
-                          gpu_memory_utilization=space.gpu_memory_utilization, block_size=space.block_size)
+                          gpu_memory_utilization=space.gpu_memory_utilization, block_size=space.block_size,
+                          redundant_experts=space.redundant_for(tp, ep))
 
 
 def step_source(spec: ModelSpec, space: SearchSpace, engine: EngineSpec | None, gpu: GPUSpec,
@@ -428,7 +438,8 @@ def step_source(spec: ModelSpec, space: SearchSpace, engine: EngineSpec | None, 
             _STEPS.clear()
         hit = _STEPS[key] = latency_step(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine=engine,
                                          rates=space.rates, gpus_per_node=space.gpus_per_node,
-                                         routing=space.routing, block_size=space.block_size)
+                                         routing=space.routing, block_size=space.block_size,
+                                         redundant_experts=space.redundant_for(tp, ep))
     return hit
 
 
@@ -470,7 +481,8 @@ class _Job:
                             step = step_source(spec, space, engine, offer.gpu, precision, kv_dtype, tp, pp, ep)
                         cand = Candidate(gpu=offer.gpu.name, engine=engine_label(engine), tp=tp, pp=pp, ep=ep,
                                          weights=precision.label, kv_dtype=kv_dtype.name, max_num_seqs=seqs,
-                                         chunk=chunk, spec=spec_dec)
+                                         chunk=chunk, spec=spec_dec,
+                                         redundant_experts=space.redundant_for(tp, ep))
                         previous = _evaluate(cand, offer, memory, step, self.traffic, self.targets, space,
                                              overheads, spec_dec, previous, hints, self.operating,
                                              policy=scheduler_policy(engine))

@@ -250,6 +250,7 @@ class _Dims:
     experts: int
     top_k: int
     experts_local: int
+    expert_slots: int  # the routed experts over all GPUs: the model's + EPLB's redundant replicas
     expert_width: float  # routed expert intermediate per GPU
     shared_width: float  # shared experts (summed) per GPU
     moe_group: int  # GPUs one MoE layer's experts span (ep when ep > tp, else tp)
@@ -402,7 +403,7 @@ def fp8_input_scale(spec: ModelSpec, precision: WeightPrecision, component: str,
 
 
 def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, tp: int, ep: int,
-          compute: str, engine: EngineKernels, fp8_scales: str = "auto") -> _Dims:
+          compute: str, engine: EngineKernels, fp8_scales: str = "auto", redundant_experts: int = 0) -> _Dims:
     h = spec.hidden_size
     heads = spec.num_attention_heads // tp
     if spec.mla is not None:
@@ -422,7 +423,7 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
     if spec.moe is not None:
         moe = spec.moe
         experts, top_k = moe.num_experts, moe.experts_per_token
-        experts_local = experts // ep
+        experts_local = (experts + redundant_experts) // ep
         if ep >= tp:
             expert_width = float(moe.expert_intermediate_size) if ep > 1 else moe.expert_intermediate_size / tp
             moe_group = max(ep, tp)
@@ -447,6 +448,7 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  else float(kv_dtype.bits_per_element) * kv_elements / 8, mla=spec.mla is not None,
                  q_rank=q_rank, kv_rank=kv_rank, rope=rope, nope=nope, v_dim=v_dim, gated=spec.ffn_kind == "gated",
                  ffn_width=spec.intermediate_size / tp, experts=experts, top_k=top_k, experts_local=experts_local,
+                 expert_slots=experts + redundant_experts,
                  expert_width=expert_width, shared_width=shared_width, moe_group=moe_group,
                  qk_norm=spec.qk_norm or spec.qk_l2_norm,
                  qk_norm_across_heads=spec.qk_norm_across_heads, attention_gate=spec.attention_output_gate,
@@ -472,12 +474,14 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                gpus_per_node: int = 8, algorithm: str | None = None, compute: str = "auto",
                cuda_graphs: bool | None = None, rates_prefill: Rates | None = None,
                rates_decode: Rates | None = None, routing: kernels.Routing = kernels.UNIFORM,
-               fp8_scales: str = "auto") -> Deployment:
+               fp8_scales: str = "auto", redundant_experts: int = 0) -> Deployment:
     """Validate the parallelism and precompute per-GPU shapes. ``ep > tp`` makes ep / tp data-parallel attention
     replicas; ``engine_kernels`` is the engine's kernel behaviour (an ``EngineSpec.kernels``; default
     ``EngineKernels()``); ``interconnect`` defaults to the GPU preset's fabric, ``inter_node`` to InfiniBand NDR;
     ``routing`` is how MoE tokens pick experts (uniform, Zipf or power-law: ``kernels.Routing``); ``fp8_scales``
-    how per-tensor fp8 linears scale their inputs (auto, static, dynamic: ``fp8_input_scale``)."""
+    how per-tensor fp8 linears scale their inputs (auto, static, dynamic: ``fp8_input_scale``);
+    ``redundant_experts``: EPLB's replicas, spread with the experts over ep (``shard``), the tokens over every
+    slot."""
     from tfcalc.spec.interconnect import load_interconnect
 
     if compute not in COMPUTE_CHOICES:
@@ -489,7 +493,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     dp = attention_ranks(tp, ep)
     if ep > tp and ep % tp:
         raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
-    check_weight_blocks(spec, check_parallelism(spec, tp * pp * dp, tp, pp, ep), precision)
+    check_weight_blocks(spec, check_parallelism(spec, tp * pp * dp, tp, pp, ep, redundant_experts), precision)
     engine = engine_kernels or EngineKernels()
     if interconnect is None:
         name = gpu.latency.interconnect_preset if gpu.latency is not None else None
@@ -504,10 +508,11 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                       intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,
                       nvlink_domain=max(gpus_per_node, gpu.nvlink_domain_gpus or 0),
                       algorithm=algorithm or interconnect.algorithm, routing=routing,
-                      dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute, engine, fp8_scales),
+                      dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute, engine, fp8_scales,
+                                 redundant_experts),
                       stages=_stages(spec, pp),
                       full_dims=_dims(spec.full_layer_spec, gpu, precision, kv_dtype, tp, ep, compute, engine,
-                                      fp8_scales) if spec.full_attention is not None else None,
+                                      fp8_scales, redundant_experts) if spec.full_attention is not None else None,
                       graph_cap_tokens=engine.graph_token_cap(capacity_bytes(gpu) / 2**30, tp))
 
 
@@ -927,7 +932,7 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
     if dm.moe_latent:
         _gemm(s, "moe", m, width, h, mode, eng)
     s.add("moe", kernels.moe_experts(s.rates, tokens=routed_tokens, experts_local=dm.experts_local,
-                                     experts_total=dm.experts, top_k=dm.top_k, hidden=width,
+                                     experts_total=dm.expert_slots, top_k=dm.top_k, hidden=width,
                                      expert_width=int(dm.expert_width) or 1, gated=dm.gated, weight_bits=mode.bits,
                                      compute=mode.compute, dequant=mode.dequant, routing=d.routing,
                                      weight_format=mode.weights, replicated=d.dp == 1), mode.compute)

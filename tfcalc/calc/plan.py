@@ -70,6 +70,7 @@ class PlanConfig:
     tp: int = 1
     pp: int = 1
     ep: int = 1
+    redundant_experts: int = 0   # EPLB's expert replicas, spread over ep with the experts (``shard``)
     context: int = 4096
     batch: int = 1
     engine: EngineSpec | None = None
@@ -411,7 +412,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         raise UsageError("block size, max_num_seqs and max_num_batched_tokens must be positive")
     if cfg.context < 1 or cfg.batch < 1:
         raise UsageError("context and batch must be positive")
-    par = check_parallelism(spec, cfg.num_gpus, cfg.tp, cfg.pp, cfg.ep)
+    par = check_parallelism(spec, cfg.num_gpus, cfg.tp, cfg.pp, cfg.ep, cfg.redundant_experts)
     check_weight_blocks(spec, par, precision)
     e = cfg.engine
     act_dtype = activation_dtype or get_dtype("bf16")

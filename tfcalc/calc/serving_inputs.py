@@ -125,12 +125,13 @@ class ReplicaMemory:
 def replica_memory(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, *, tp: int, pp: int,
                    ep: int, engine: EngineSpec | None, max_model_len: int, max_num_seqs: int,
                    max_num_batched_tokens: int, gpu_memory_utilization: float | None = None,
-                   block_size: int | None = None) -> ReplicaMemory:
+                   block_size: int | None = None, redundant_experts: int = 0) -> ReplicaMemory:
     """``plan_fit`` of one replica at context max_model_len for the engine (``None``: the ideal arithmetic) with
     this max_num_seqs and max_num_batched_tokens; ``None`` utilization / block size: the engine's defaults. With ep >
     tp the replica is one of ep / tp data-parallel attention ranks (its KV pool; the experts spread over all)."""
     dp = attention_ranks(tp, ep)   # data-parallel attention ranks sharing the experts: per rank below
-    cfg = PlanConfig(num_gpus=tp * pp * dp, tp=tp, pp=pp, ep=ep, context=max_model_len, batch=1, engine=engine,
+    cfg = PlanConfig(num_gpus=tp * pp * dp, tp=tp, pp=pp, ep=ep, redundant_experts=redundant_experts,
+                     context=max_model_len, batch=1, engine=engine,
                      gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     r = plan_fit(spec, gpu, precision, kv_dtype, cfg, with_ideal=False, with_max_context=False)
@@ -355,7 +356,8 @@ def cells_priced(step: StepSource) -> int:
 
 def latency_step(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, *, tp: int = 1,
                  pp: int = 1, ep: int = 1, engine: EngineSpec | None = None, rates: Callable | None = None,
-                 gpus_per_node: int = 8, routing: Routing = UNIFORM, block_size: int | None = None) -> LatencyStep:
+                 gpus_per_node: int = 8, routing: Routing = UNIFORM, block_size: int | None = None,
+                 redundant_experts: int = 0) -> LatencyStep:
     """The step source of one replica: ``deployment`` with the engine's kernels (``None``: the defaults, vLLM's),
     ``rates(gpu, base, phase) -> Rates`` replacing the GPU's rates per phase (calibration, efficiency overrides) and
     the MoE ``routing`` -- as ``tfcalc estimate`` builds it -- and the engine's KV pool shape."""
@@ -368,6 +370,7 @@ def latency_step(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         base = rates_for(gpu, kernels, architecture=spec.architecture)
         prefill, decode = rates(gpu, base, "prefill"), rates(gpu, base, "decode")
     d = deployment(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine_kernels=kernels,
-                   gpus_per_node=gpus_per_node, rates_prefill=prefill, rates_decode=decode, routing=routing)
+                   gpus_per_node=gpus_per_node, rates_prefill=prefill, rates_decode=decode, routing=routing,
+                   redundant_experts=redundant_experts)
     return LatencyStep(deployment=d, kv=kv_shape(spec, engine, tp=tp, kv_dtype=kv_dtype, block_size=block_size),
                        label=engine.label if engine is not None else "ideal")

@@ -16,7 +16,9 @@ Sharding follows what serving engines (vLLM, SGLang, TensorRT-LLM) do:
   over tp as vLLM's vision towers are (``params.encoder_shape``);
 - expert parallel (ep) places num_experts / ep routed experts per GPU; when ep < tp each of them is still
   sliced tp / ep ways (TensorRT-LLM's moe_tp x moe_ep = tp), when ep >= tp they are whole (vLLM's EP over
-  tp x dp ranks), so ep must divide tp or be a multiple of it;
+  tp x dp ranks), so ep must divide tp or be a multiple of it; with ``redundant_experts`` R (EPLB: vLLM
+  --enable-eplb, SGLang --ep-num-redundant-experts, TensorRT-LLM's load balancer slots) each GPU holds
+  (num_experts + R) / ep, replicas of the busiest experts among them (DeepSeek-V3's 256 + 32 = 288 over ep 72);
 - data parallel replicas: num_gpus / (tp x pp) copies of the model; concurrent sequences add up over them.
 
 Per-layer work is done once per kind of layer (dense / MoE, full / sliding, per-layer format exceptions) and
@@ -59,6 +61,7 @@ class Parallelism:
     pp: int = 1
     ep: int = 1
     dp: int = 1
+    redundant_experts: int = 0  # expert replicas beyond the model's experts, spread with them over ep (EPLB)
 
     @property
     def num_gpus(self) -> int:
@@ -71,11 +74,23 @@ def attention_ranks(tp: int, ep: int) -> int:
     return ep // tp if ep > tp else 1
 
 
-def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: int = 1) -> Parallelism:
-    """Validate tp / pp / ep against the model and the GPU count; UsageError with the reason otherwise."""
+def layout_redundant_experts(redundant_experts: int, tp: int, ep: int) -> int:
+    """The redundant experts (EPLB's replicas) a layout holds: all of them where every GPU holds whole experts
+    (ep >= tp, ep >= 2), none where the experts are sliced or not spread."""
+    return redundant_experts if ep >= max(tp, 2) else 0
+
+
+def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: int = 1,
+                      redundant_experts: int = 0) -> Parallelism:
+    """Validate tp / pp / ep (and redundant experts) against the model and the GPU count; UsageError with the reason
+    otherwise."""
     n = spec.name
     if min(num_gpus, tp, pp, ep) < 1:
         raise UsageError("num_gpus, tp, pp and ep must be positive")
+    if redundant_experts:
+        if redundant_experts < 0 or spec.moe is None or ep < max(tp, 2):
+            raise UsageError(f"redundant experts ({redundant_experts}) need an MoE model and whole experts per GPU "
+                             f"(ep >= tp, ep >= 2; got ep {ep}, tp {tp})")
     if spec.num_attention_heads % tp:
         raise UsageError(f"tp {tp} does not divide the {spec.num_attention_heads} attention heads of {n}")
     if spec.mla is None and tp % spec.num_kv_heads and spec.num_kv_heads % tp:
@@ -100,11 +115,14 @@ def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: 
             raise UsageError(f"ep {ep} given but {n} has no experts")
         if ep % tp and tp % ep:
             raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
-        if spec.moe.num_experts % ep:
-            raise UsageError(f"ep {ep} does not divide the {spec.moe.num_experts} experts of {n}")
+        slots = spec.moe.num_experts + redundant_experts
+        if slots % ep:
+            extra = f" + {redundant_experts} redundant" if redundant_experts else ""
+            hint = "" if redundant_experts or ep < tp else " (redundant experts can make up the difference)"
+            raise UsageError(f"ep {ep} does not divide the {spec.moe.num_experts}{extra} experts of {n}{hint}")
         if (num_gpus // pp) % ep:
             raise UsageError(f"ep {ep} does not divide the {num_gpus // pp} GPUs of one pipeline stage")
-    return Parallelism(tp=tp, pp=pp, ep=ep, dp=num_gpus // (tp * pp))
+    return Parallelism(tp=tp, pp=pp, ep=ep, dp=num_gpus // (tp * pp), redundant_experts=redundant_experts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +137,7 @@ class Shard:
     mlp: Params                  # per dense layer
     expert: Params               # one routed expert's part on this GPU
     experts_resident: int        # routed experts per MoE layer on this GPU
+    expert_slots: int = 0        # routed experts of a layer over all its GPUs: the model's + redundant (EPLB)
     experts_active: Fraction     # routed experts one token uses on this GPU, on average
     shared_experts: Params       # per MoE layer
     router: Params               # per MoE layer
@@ -197,7 +216,7 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
     if spec.moe is not None:
         moe = spec.moe
         expert = expert_shape(spec).per_rank(expert_tp(par))
-        resident = moe.num_experts // par.ep
+        resident = (moe.num_experts + par.redundant_experts) // par.ep
         active = Fraction(moe.experts_per_token, par.ep)
         shared = shared_experts_shape(spec).per_rank(tp)
         router = router_params(spec)
@@ -206,6 +225,7 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
         final_norm=final_norm_params(spec), attention=attention, norms=norms_shape(spec).per_rank(tp, kv_heads),
         mlp=ffn_shape(spec, spec.intermediate_size, spec.mlp_bias).per_rank(tp), expert=expert,
         experts_resident=resident, experts_active=active, shared_experts=shared, router=router,
+        expert_slots=spec.moe.num_experts + par.redundant_experts if spec.moe is not None else 0,
         encoder=encoder_shape(spec).per_rank(tp),
         kv_elements=kv_elements, kv_heads=kv_heads, query_heads=spec.num_attention_heads // tp,
         linear_attention=linear_attention_shape(spec).per_rank(tp), linear_norms=linear_norms_shape(spec).per_rank(tp),

@@ -94,9 +94,10 @@ def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float |
         assert moe is not None
         elements += (sh.experts_active * sh.expert.matrix + sh.shared_experts.matrix + sh.router.matrix
                      + sh.latent.matrix)
-        distinct = (kernels.distinct_experts(moe.num_experts, moe.experts_per_token, tokens)
+        slots = sh.expert_slots or moe.num_experts  # EPLB's replicas: the picks spread over every slot
+        distinct = (kernels.distinct_experts(slots, moe.experts_per_token, tokens)
                     if distinct_experts is None else distinct_experts)
-        resident_share = Fraction(sh.experts_resident, moe.num_experts)
+        resident_share = Fraction(sh.experts_resident, slots)
         read += Fraction(distinct).limit_denominator(10**9) * resident_share * param_bytes(sh.expert, p, "experts")
         read += param_bytes(sh.shared_experts, p, "shared_experts") + param_bytes(sh.router, p, "router")
         read += param_bytes(sh.latent, p, "experts")

@@ -29,6 +29,7 @@ from tfcalc.cli.common import (
     PipelineParallelOpt,
     PlotOpt,
     PresetOpt,
+    RedundantExpertsOpt,
     TensorParallelOpt,
     WeightsOpt,
     engine_list,
@@ -264,6 +265,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              pp: PipelineParallelOpt = None,
              ep: Annotated[str, typer.Option(
                  "--ep", help="Expert parallel for MoE models: auto (try both), on (ep = tp), off.")] = "auto",
+             redundant_experts: RedundantExpertsOpt = 0,
              attention_dp: Annotated[list[str] | None, typer.Option(
                  "--attention-dp", help="Data-parallel attention ranks to try for MoE models (DeepSeek-style wide "
                  "ep: dp ranks of tp GPUs, each its own scheduler, share the experts at ep = tp x dp; beyond the "
@@ -440,7 +442,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             if utilization is not None else None,
             block_size=parse_size(block, "block size") if block is not None else None,
             speculative=tuple(spec_options), disaggregated=disaggregated,
-            kv_transfer_bytes_per_s=kv_transfer_gbps * 1e9, routing=parse_routing(routing), rates=rates[0][0])
+            kv_transfer_bytes_per_s=kv_transfer_gbps * 1e9, routing=parse_routing(routing), rates=rates[0][0],
+            redundant_experts=redundant_experts)
         update, close = _progress(count_candidates(spec, space))
         search_workers = workers if workers is not None else min(os.cpu_count() or 1, 4)
         try:

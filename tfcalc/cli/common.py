@@ -121,6 +121,10 @@ GpuMemoryUtilizationOpt = Annotated[ListOpt, typer.Option(
     "free_gpu_memory_fraction); default: the engine's.", show_default=False)]
 BlockSizeOpt = Annotated[ListOpt, typer.Option(
     "--block-size", help="KV block size(s) in tokens; default: the engine's (vLLM 16).", show_default=False)]
+RedundantExpertsOpt = Annotated[int, typer.Option(
+    "--redundant-experts", min=0, max=1 << 16, help="EPLB's expert replicas (vLLM --eplb-config "
+    "num_redundant_experts, SGLang --ep-num-redundant-experts): each GPU of an expert-parallel layout holds (experts "
+    "+ N) / ep of them, so ep need divide experts + N (DeepSeek-V3 with 32: ep 72).")]
 MaxNumSeqsOpt = Annotated[ListOpt, typer.Option(
     "--max-num-seqs", help="Sequences the engine schedules at once (vLLM --max-num-seqs; sizes its sampler and CUDA "
     "graphs); default: the engine's for the GPU (vLLM 1024 on >= 70 GiB GPUs).", show_default=False)]

@@ -15,6 +15,7 @@ from tfcalc.cli.common import (
     OutputOpt,
     PlotOpt,
     PresetOpt,
+    RedundantExpertsOpt,
     WeightsOpt,
     engine_list,
     float_list,
@@ -87,6 +88,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                  "--fp8-scales", help="How per-tensor fp8 linears scale their inputs: auto (the checkpoint's; "
                  "the engine's online quantisation for a 16-bit one: dynamic in vLLM/SGLang), static, dynamic "
                  "(a max reduction per call).")] = "auto",
+             redundant_experts: RedundantExpertsOpt = 0,
              routing_skew: Annotated[str | None, typer.Option(
                  "--routing-skew", help="Shorthand for --routing zipf:S (0 = uniform).", show_default=False)] = None,
              compute_efficiency: Annotated[list[str] | None, typer.Option(
@@ -147,7 +149,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     overrides = rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0),
                                 float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0), calibration)
     memory = PlanConfig(
-        num_gpus=1, cuda_graphs_in_budget=cuda_graph_memory,
+        num_gpus=1, cuda_graphs_in_budget=cuda_graph_memory, redundant_experts=redundant_experts,
         gpu_memory_utilization=None if gpu_memory_utilization is None else parse_float(
             gpu_memory_utilization, "gpu memory utilization", 0.0, 1.0),
         block_size=None if block_size is None else parse_size(block_size, "block size"),

@@ -22,6 +22,7 @@ from tfcalc.cli.common import (
     PipelineParallelOpt,
     PlotOpt,
     PresetOpt,
+    RedundantExpertsOpt,
     TensorParallelOpt,
     WeightsOpt,
     complete_preset,
@@ -99,6 +100,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
          ep: Annotated[list[str], typer.Option(
              "--ep", help="Expert-parallel degree(s): routed experts split over ep GPUs (1 = tp-sliced).")]
          = ["1"],  # noqa: B006
+         redundant_experts: RedundantExpertsOpt = 0,
          context: MaxModelLenOpt = None,
          batch: BatchOpt = ["1"],  # noqa: B006
          weights_dtype: WeightsOpt = None,
@@ -140,7 +142,8 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
         block_sizes=parse_sizes(block_size, "block size"), max_num_seqs=parse_sizes(max_num_seqs, "max_num_seqs"),
         max_num_batched_tokens=parse_sizes(max_num_batched_tokens, "max_num_batched_tokens"),
         runtime_overheads=parse_sizes(runtime_overhead, "runtime overhead"), cuda_graphs_in_budget=cuda_graph_memory,
-        find_min_gpus=find_min_gpus, max_gpus=max_gpus, gpus_per_node=gpus_per_node)
+        find_min_gpus=find_min_gpus, max_gpus=max_gpus, gpus_per_node=gpus_per_node,
+        redundant_experts=redundant_experts)
     rows, traces = plan_rows(specs, gpus, sweep)
     notes = (*dict.fromkeys(engine_note(e) for e in engines),
              "KV tokens: what the engine logs; max seqs add up over data-parallel replicas. GiB = 2^30 bytes.",

@@ -110,6 +110,7 @@ REGISTRY: Mapping[str, Column] = _Registry(
     # --- what a row is about: model, hardware, engine, parallelism, shape ------------------------------------------
     ("model", "model"), ("gpu", "GPU"), ("engine", "engine"), ("engine_display_name", "engine name", "prose"),
     ("num_gpus", "GPUs", "int"), ("tp", "tp", "int"), ("pp", "pp", "int"), ("ep", "ep", "int"), ("dp", "dp", "int"),
+    ("redundant_experts", "redundant experts", "int"),
     ("context", "context", "int"), ("batch", "batch", "int"), ("prompt_len", "prompt", "int"),
     ("gen_len", "gen", "int"), ("weights_dtype", "weights dtype", "list"), ("kv_dtype", "KV dtype"),
     ("compute_dtype", "compute dtype"), ("dtype", "dtype"), ("native_dtype", "native dtype", "list"),

@@ -27,7 +27,7 @@ def short_dtype(label: str, native: str) -> str:
 def layout(e: Evaluation) -> str:
     c = e.candidate
     parts = ([f"tp{c.tp}"] + ([f"pp{c.pp}"] if c.pp > 1 else []) + ([f"dp{c.dp}"] if c.dp > 1 else [])
-             + ([f"ep{c.ep}"] if c.ep > 1 else []))
+             + ([f"ep{c.ep}" + (f"+{c.redundant_experts}r" if c.redundant_experts else "")] if c.ep > 1 else []))
     text = "·".join(parts)
     if c.mode == "disaggregated":
         text = f"P tp{c.prefill_tp}+D {text}"
@@ -48,7 +48,8 @@ def long_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]
     for e in result.evaluations:
         c = e.candidate
         base: Row = {"model": spec.name, "engine": c.engine, "gpu": c.gpu, "mode": c.mode, "tp": c.tp, "pp": c.pp,
-                     "ep": c.ep, "dp": c.dp,
+                     "ep": c.ep, "dp": c.dp, **({"redundant_experts": c.redundant_experts} if c.redundant_experts
+                                                else {}),
                      "weights_dtype": c.weights, "kv_dtype": c.kv_dtype, "max_num_seqs": c.max_num_seqs,
                      "max_num_batched_tokens": c.chunk, "speculative_tokens": c.spec.num_tokens if c.spec else 0}
         if c.mode == "disaggregated":
@@ -91,7 +92,9 @@ def wide_row(spec: ModelSpec, e: Evaluation, targets: tuple[Target, ...], role: 
     point."""
     c = e.candidate
     row: Row = {"model": spec.name, "role": role, "engine": c.engine, "gpu": c.gpu, "mode": c.mode, "tp": c.tp,
-                "pp": c.pp, "ep": c.ep, "dp": c.dp, "layout": layout(e), "weights_dtype": c.weights,
+                "pp": c.pp, "ep": c.ep, "dp": c.dp,
+                **({"redundant_experts": c.redundant_experts} if c.redundant_experts else {}),
+                "layout": layout(e), "weights_dtype": c.weights,
                 "kv_dtype": c.kv_dtype,
                 "formats": f"{short_dtype(c.weights, spec.native_dtype)}/{short_dtype(c.kv_dtype, '')}",
                 "seqs_chunk": f"{c.max_num_seqs}/{c.chunk}",
@@ -361,6 +364,8 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
                  "--data-parallel-address HEAD_NODE_IP", "--all2all-backend deepep_low_latency"]
     if c.ep > 1:
         args.append("--enable-expert-parallel")
+    if c.redundant_experts:
+        args += ["--enable-eplb", f"--eplb-config '{json.dumps({'num_redundant_experts': c.redundant_experts})}'"]
     args += [f"--max-model-len {space.max_model_len}", f"--max-num-seqs {c.max_num_seqs}",
              f"--max-num-batched-tokens {c.chunk}"]
     if space.gpu_memory_utilization is not None:
@@ -399,6 +404,8 @@ def sglang_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
         args += [f"--dp {c.dp}", "--enable-dp-attention"]
     if c.ep > 1:
         args.append(f"--ep-size {c.ep}")
+    if c.redundant_experts:
+        args += ["--enable-eplb", f"--ep-num-redundant-experts {c.redundant_experts}"]
     nodes = instance_nodes(c, space)
     if nodes > 1:  # node 0's line; the others run it with their --node-rank
         args += [f"--nnodes {nodes}", "--node-rank 0", "--dist-init-addr HEAD_NODE_IP:5000",
@@ -449,6 +456,8 @@ def trtllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
     extra: dict = {"kv_cache_config": kv_cache, "enable_chunked_prefill": True}
     if c.dp > 1:   # attention data-parallel over the tp_size ranks (at tp 1 each), the experts over ep_size
         extra["enable_attention_dp"] = True
+    if c.redundant_experts:   # its load balancer's slots: the experts and their replicas
+        extra["moe_config"] = {"load_balancer": {"num_slots": spec.moe.num_experts + c.redundant_experts}}
     if c.spec is not None:
         extra["speculative_config"] = {"decoding_type": "Eagle", "max_draft_len": c.spec.num_tokens,
                                        "speculative_model_dir": draft_model}

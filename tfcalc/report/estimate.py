@@ -31,6 +31,7 @@ from tfcalc.calc.latency import (
     turning_point_batch,
 )
 from tfcalc.calc.plan import PlanConfig, PlanResult, plan_fit
+from tfcalc.calc.shard import layout_redundant_experts
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
 from tfcalc.report.plan import engine_label
 from tfcalc.spec.engine import EngineKernels, EngineSpec, limit_for_gpus
@@ -97,6 +98,7 @@ def fit_columns(d: Deployment, memory: PlanConfig, batch: int, context: int, lon
     """Does ``batch`` at ``context`` fit? ``plan`` at the sweep's longest context answers most rows at once: the
     sequences that fit only grow as the context shrinks, so a batch within that count fits at every shorter context
     too, and weights that overflow overflow everywhere. Only the rest ask ``plan`` at their own context."""
+    memory = replace(memory, redundant_experts=d.dims.expert_slots - d.dims.experts)
     key = (d.spec, d.gpu, d.precision, d.kv_dtype, memory, d.tp, d.pp, d.ep, d.dp)
     fit = _fit(*key, longest, 1)
     exact = context == longest or fit.kv_budget_bytes_per_gpu <= 0
@@ -156,6 +158,7 @@ def estimate_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         "decode_tokens_per_s_ideal": e.decode_tokens_per_s_ideal,
         "prefill_bound": pre.step.bound, "decode_bound": dec.step.bound,
         "pp": d.pp, "ep": d.ep, "dp": d.dp, "num_gpus": d.num_gpus, "engine": engine_label(options.engine),
+        **({"redundant_experts": d.dims.expert_slots - d.dims.experts} if options.memory.redundant_experts else {}),
         "weights_dtype": precision.label, "kv_dtype": kv_dtype.name, "compute_dtype": compute,
         "e2e_s": e2e, "e2e_s_ideal": e.e2e_s_ideal, "decode_tokens_per_s_per_seq": 1 / tpot,
         "decode_tokens_per_s_per_seq_ideal": e.decode_tokens_per_s_per_seq_ideal,
@@ -209,11 +212,13 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSw
             base = rates_for(gpu, kernels, options.cuda_graphs, spec.architecture)
             prefill_rates = options.rates(gpu, base, "prefill") if options.rates else None
             decode_rates = options.rates(gpu, base, "decode") if options.rates else None
+            redundant = layout_redundant_experts(options.memory.redundant_experts, tp, ep)
             d = deployment(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine_kernels=kernels,
                            interconnect=options.interconnect, inter_node=options.inter_node,
                            gpus_per_node=options.gpus_per_node, algorithm=options.algorithm,
                            compute=options.compute, cuda_graphs=options.cuda_graphs, rates_prefill=prefill_rates,
-                           rates_decode=decode_rates, routing=options.routing, fp8_scales=options.fp8_scales)
+                           rates_decode=decode_rates, routing=options.routing, fp8_scales=options.fp8_scales,
+                           redundant_experts=redundant)
             longest = max(sweep.prompt_lens) + max(sweep.gen_lens)
             for batch, prompt, gen in itertools.product(sweep.batches, sweep.prompt_lens, sweep.gen_lens):
                 e = estimate_latency(d, batch, prompt, gen)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 from tfcalc.calc.kv_cache import indexer_key_bytes, kv_layer_bytes, linear_name, sparse_mla_record
 from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit
-from tfcalc.calc.shard import stage_census, stage_layers
+from tfcalc.calc.shard import layout_redundant_experts, stage_census, stage_layers
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype, parse_weight_precision
 from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
@@ -204,7 +204,8 @@ def _plan_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         "max_concurrent_sequences_ideal": r.max_concurrent_sequences_ideal,
         "weights_bytes_per_gpu_ideal": r.weights_bytes_per_gpu_ideal,
         "engine_display_name": r.engine.display_name if r.engine is not None else "ideal arithmetic",
-        "ep": p.ep, "dp": p.dp, "gpu_memory_bytes": r.memory_bytes_per_gpu, "memory_fraction": r.memory_fraction,
+        "ep": p.ep, "dp": p.dp, **({"redundant_experts": p.redundant_experts} if p.redundant_experts else {}),
+        "gpu_memory_bytes": r.memory_bytes_per_gpu, "memory_fraction": r.memory_fraction,
         "block_size": r.block_size, "max_num_seqs": r.max_num_seqs, "max_num_batched_tokens": r.max_num_batched_tokens,
         "runtime_overhead_bytes_per_gpu": cfg.runtime_overhead_bytes if memory_model(r.engine) is None else None,
         "shortfall_bytes_per_gpu": r.shortfall_bytes_per_gpu, "note": plan_note(spec, gpu, precision, kv_dtype, r),
@@ -234,6 +235,7 @@ class PlanSweep:
     find_min_gpus: bool = False
     max_gpus: int = 512
     gpus_per_node: int = 8
+    redundant_experts: int = 0   # EPLB's replicas, on the layouts with whole experts per GPU
 
 
 def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
@@ -278,7 +280,8 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
                     n = (tp or 1) * pp
                 if not tp and n % pp:
                     raise UsageError(f"pp {pp} does not divide the GPU count {n}")
-                cfg = replace(base, num_gpus=n, tp=tp or n // pp, pp=pp, ep=ep)
+                cfg = replace(base, num_gpus=n, tp=tp or n // pp, pp=pp, ep=ep,
+                              redundant_experts=layout_redundant_experts(w.redundant_experts, tp or n // pp, ep))
                 r = plan_fit(spec, gpu, precision, kv_dtype, cfg)
                 rows.append(_plan_row(spec, gpu, precision, kv_dtype, cfg, r))
                 traces.append(plan_explain(spec, gpu, precision, kv_dtype, cfg, r))
