@@ -390,3 +390,7 @@ def test_redundant_experts_open_ep_72() -> None:
     plain = json.loads(runner.invoke(app, [*base[:10], "8192", *base[11:], "--ep", "64"]).stdout)[0]
     assert rows[0]["weights_bytes_per_gpu"] == plain["weights_bytes_per_gpu"]
     assert "redundant_experts" not in plain
+    explain = " ".join(runner.invoke(app, [*base[:-2], "--ep", "72", "--redundant-experts", "32", "--explain"]
+                                     ).stdout.split())
+    assert "= 288 (256 + 32 redundant) x (1 - (1 - 8/288)^9216)" in explain and "each GPU holds 4 experts" in explain
+    assert "(HGX B200) across 72 GPUs" in explain   # the NVL72's NVLink domain

@@ -294,14 +294,15 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
     if spec.moe is not None:
         moe = spec.moe
         tokens = -(-e.batch // d.dp) * d.dp
-        uniform = moe.num_experts * (1 - (1 - moe.experts_per_token / moe.num_experts) ** tokens)
+        slots, k = dm.expert_slots, moe.experts_per_token   # E: the experts and EPLB's redundant replicas
+        uniform = slots * (1 - (1 - k / slots) ** tokens)
         other = ""
         if d.routing != UNIFORM:
-            routed = distinct_experts(moe.num_experts, moe.experts_per_token, tokens, d.routing)
+            routed = distinct_experts(slots, k, tokens, d.routing)
             other = f" under uniform routing; {routed:.3f} under {d.routing} routing"
+        replicas = f" ({moe.num_experts} + {slots - moe.num_experts} redundant)" if slots > moe.num_experts else ""
         lines.append(f"decode: routed experts read per MoE layer (all GPUs of the group): E x (1 - (1 - k/E)^B) = "
-                     f"{moe.num_experts} x (1 - (1 - {moe.experts_per_token}/{moe.num_experts})^{tokens}) = "
-                     f"{uniform:.3f}{other}"
+                     f"{slots}{replicas} x (1 - (1 - {k}/{slots})^{tokens}) = {uniform:.3f}{other}"
                      + f"; each GPU holds {dm.experts_local} expert{'s' if dm.experts_local != 1 else ''} of width "
                      f"{dm.expert_width:g}")
         rates, fmt, width = d.rates_decode, dm.experts_mode.weights, int(dm.expert_width) or 1
@@ -343,8 +344,9 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
         lines.append(f"{'/'.join(scaled)} linears scale their inputs dynamically (a max reduction before each GEMM, "
                      f">= {format_seconds(d.rates_decode.dynamic_scale_floor())}; --fp8-scales static for a "
                      "calibrated checkpoint)")
+    domain = f" across {d.nvlink_domain} GPUs" if d.nvlink_domain > d.gpus_per_node else ""
     lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {d.num_gpus} GPUs, ep {d.ep}; "
-                 f"fabric {d.intra.display_name}, {d.algorithm} all-reduce"
+                 f"fabric {d.intra.display_name}{domain}, {d.algorithm} all-reduce"
                  + (", engine one-/two-shot custom all-reduce below 8 MiB" if d.kernels.custom_allreduce
                     and d.intra.custom_allreduce is not None else ""))
     own = d.kernels.custom_allreduce_two_shot.get(d.intra.name) if d.intra.custom_allreduce is not None else None
