@@ -22,7 +22,7 @@ from tfcalc.calc.capacity import (
     tokens_per_gpu,
     tokens_per_user,
 )
-from tfcalc.calc.serving import SpecDecoding
+from tfcalc.calc.serving import SpecDecoding, prefill_only_at
 from tfcalc.calc.serving_traffic import LengthDist, Target, Traffic, engine_overheads
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
@@ -138,6 +138,34 @@ def test_disaggregated_and_speculative_candidates() -> None:
         assert e.num_gpus == e.replicas * e.candidate.gpus_per_replica + \
             e.candidate.prefill_replicas * e.candidate.prefill_tp
     assert any(e.candidate.spec is not None and e.feasible for e in result.evaluations)
+    for e in disagg:   # a request's TTFT: the prefill pool's, then the KV transfer and the decode side's first step
+        assert e.prefill is not None and e.operating is not None
+        pre = prefill_only_at(e.prefill.model, _traffic().load / e.candidate.prefill_replicas)
+        for t in _targets():
+            if t.metric == "ttft":
+                assert e.numbers[t.key] == pytest.approx(pre.ttft(t.percentile) + e.operating.ttft(t.percentile))
+                assert e.numbers[t.key] > pre.ttft(t.percentile)
+
+
+def test_disaggregated_pools_of_data_parallel_ranks() -> None:
+    """PD disaggregation with wide expert parallelism (SGLang's large-scale EP deployments): either pool may be
+    groups of data-parallel attention ranks; each comes in whole groups, and the GPUs add up."""
+    deepseek = load_model("deepseek-v3")
+    fp8 = parse_weight_precision("fp8_block")
+    traffic = Traffic(input_len=LengthDist(kind="fixed", mean=2000), output_len=LengthDist(kind="fixed", mean=500),
+                      rate_per_s=50.0)
+    space = _space(("h100-sxm", 3.0), disaggregated=True, weight_precisions=(fp8,), kv_dtypes=(get_dtype("fp8"),),
+                   tps=(1,), attention_dp=(8, 16, 32), max_num_seqs=(128,), chunk_sizes=(2048,), max_gpus=128,
+                   engines=(load_engine("sglang"),), max_model_len=4096)
+    result = search(deepseek, traffic, (Target(metric="tpot", percentile=90, seconds=0.1),
+                                        Target(metric="ttft", percentile=90, seconds=5.0)), space, OVERHEADS)
+    wide = [e for e in result.evaluations if e.candidate.mode == "disaggregated" and e.candidate.dp > 1]
+    assert wide and any(e.feasible for e in wide)
+    for e in wide:
+        c = e.candidate
+        assert c.prefill_dp > 1 and c.prefill_replicas % c.prefill_dp == 0 and e.replicas % c.dp == 0
+        assert e.num_gpus == e.replicas * c.gpus_per_replica + c.prefill_replicas * c.prefill_tp
+        assert f"+{c.prefill_replicas}x tp1 dp{c.prefill_dp} ep{c.prefill_ep} prefill" in c.label
 
 
 def test_simulation_of_the_chosen_plan_agrees() -> None:

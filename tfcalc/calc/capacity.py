@@ -133,6 +133,7 @@ class Candidate:
     mode: str = "aggregated"      # or "disaggregated" (then the fields describe the decode pool)
     prefill_tp: int = 0
     prefill_replicas: int = 0
+    prefill_ep: int = 0           # the prefill pool's ep (0: no expert parallelism beyond its tp)
     redundant_experts: int = 0    # EPLB's expert replicas the layout holds (SearchSpace.redundant_for)
 
     @property
@@ -140,6 +141,17 @@ class Candidate:
         """Data-parallel attention ranks that share the experts (ep > tp); each rank is one replica here (its own
         scheduler, max_num_seqs and KV pool), and replicas come in groups of dp."""
         return attention_ranks(self.tp, self.ep)
+
+    @property
+    def prefill_dp(self) -> int:
+        """Data-parallel attention ranks of the prefill pool's groups (disaggregated plans)."""
+        return attention_ranks(self.prefill_tp, self.prefill_ep) if self.prefill_tp else 1
+
+    @property
+    def prefill_layout(self) -> str:
+        """The prefill pool's layout in the decode's notation: tp1 dp32 ep32, or tp8."""
+        dp = f" dp{self.prefill_dp}" if self.prefill_dp > 1 else ""
+        return f"tp{self.prefill_tp}{dp}" + (f" ep{self.prefill_ep}" if self.prefill_ep > 1 else "")
 
     @property
     def gpus_per_replica(self) -> int:
@@ -151,7 +163,7 @@ class Candidate:
               + (f"+{self.redundant_experts}r" if self.redundant_experts else ""))
         pp = f" pp{self.pp}" if self.pp > 1 else ""
         spec = f" spec{self.spec.num_tokens}" if self.spec else ""
-        pre = f" +{self.prefill_replicas}x tp{self.prefill_tp} prefill" if self.mode == "disaggregated" else ""
+        pre = f" +{self.prefill_replicas}x {self.prefill_layout} prefill" if self.mode == "disaggregated" else ""
         return (f"{self.engine} {self.gpu} tp{self.tp}{pp}{ep} w={self.weights} kv={self.kv_dtype} "
                 f"seqs={self.max_num_seqs} chunk={self.chunk}{spec}{pre}")
 
@@ -517,7 +529,7 @@ def _size(capacity: Capacity, traffic: Traffic, group: int = 1) -> tuple[int, fl
     if per <= 0:
         return 0, 0.0
     replicas = max(1, math.ceil(traffic.load / per - 1e-9))
-    return -(-replicas // group) * group, per
+    return _whole_groups(replicas, group), per
 
 
 def _seats_idle(capacity: Capacity, seats: float) -> bool:
@@ -694,11 +706,10 @@ def _disaggregated(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...
     for e in aggregated:
         if e.fits and e.model is None and e.capacity_rate_per_s > 0:
             e = full_evaluation(spec, traffic, targets, space, overheads, e)
-        if e.fits and e.model is not None and e.candidate.dp == 1:   # pools of data-parallel ranks: not modelled
+        if e.fits and e.model is not None:   # a pool of data-parallel ranks comes in whole groups, as aggregated
             c = e.candidate
             by_group.setdefault((c.engine, c.gpu, c.weights, c.kv_dtype, c.spec), []).append(e)
     decode_targets = tuple(t for t in targets if t.metric in ("tpot", "itl"))
-    e2e_targets = tuple(t for t in targets if t.metric == "e2e")
     for group in by_group.values():
         price = group[0].price_per_gpu_hour
         best_prefill: tuple[float, Evaluation, float] | None = None
@@ -713,7 +724,7 @@ def _disaggregated(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...
         if best_prefill is None:
             continue
         _, pre, pre_rate = best_prefill
-        pre_replicas = max(1, math.ceil(traffic.load / pre_rate - 1e-9))
+        pre_replicas = _whole_groups(max(1, math.ceil(traffic.load / pre_rate - 1e-9)), pre.candidate.dp)
         for e in group:
             assert e.model is not None and e.memory is not None
             kv_bytes = e.memory.kv_bytes_per_token_per_gpu * e.candidate.tp * traffic.input_len.mean
@@ -722,14 +733,18 @@ def _disaggregated(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...
             cap = max_rate(dec_model, decode_targets) if decode_targets else max_rate(dec_model, ())
             if cap.rate_per_s <= 0:
                 continue
-            replicas = max(1, math.ceil(traffic.load / cap.rate_per_s - 1e-9))
+            replicas = _whole_groups(max(1, math.ceil(traffic.load / cap.rate_per_s - 1e-9)), e.candidate.dp)
             gpus = replicas * e.candidate.gpus_per_replica + pre_replicas * pre.candidate.gpus_per_replica
             cost = gpus * price
             operating = at_rate(dec_model, traffic.load / replicas)
             pre_point = prefill_only_at(pre.model, traffic.load / pre_replicas)  # type: ignore[arg-type]
-            late = [t for t in e2e_targets if pre_point.ttft(t.percentile) + operating.e2e(t.percentile) > t.seconds]
+            # a request's TTFT is the prefill pool's plus the decode side's (KV transfer, its wait, the first
+            # step): percentiles added, an upper bound, as the e2e targets are checked
+            whole = {t.key: pre_point.ttft(t.percentile) + operating.metric(t)
+                     for t in targets if t.metric in ("ttft", "e2e")}
+            late = [t for t in targets if t.key in whole and whole[t.key] > t.seconds]
             cand = replace(e.candidate, mode="disaggregated", prefill_tp=pre.candidate.tp,
-                           prefill_replicas=pre_replicas)
+                           prefill_replicas=pre_replicas, prefill_ep=pre.candidate.ep)
             feasible = gpus <= space.max_gpus and not late
             reason = (cap.binding if feasible else f"{late[0].label} above target" if late else
                       f"needs {gpus} GPUs, more than the limit of {space.max_gpus}")
@@ -738,12 +753,18 @@ def _disaggregated(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...
             pre_gpus = pre_replicas * pre.candidate.gpus_per_replica
             cin = per_s * pre_gpus / gpus / (out_rate * traffic.input_len.mean) * 1e6
             cout = per_s * (gpus - pre_gpus) / gpus / (out_rate * traffic.output_len.mean) * 1e6
-            out.append(_with_numbers(Evaluation(
+            ev = _with_numbers(Evaluation(
                 candidate=cand, fits=True, feasible=feasible, reason=reason,
                 price_per_gpu_hour=price, memory=e.memory, capacity_rate_per_s=cap.rate_per_s, binding=cap.binding,
                 replicas=replicas, num_gpus=gpus, cost_per_hour=cost, operating=operating, frontier=None,
-                cost_per_m_input=cin, cost_per_m_output=cout, model=dec_model, prefill=pre), targets))
+                cost_per_m_input=cin, cost_per_m_output=cout, model=dec_model, prefill=pre), targets)
+            out.append(replace(ev, numbers={**ev.numbers, **whole}))
     return out
+
+
+def _whole_groups(replicas: int, group: int) -> int:
+    """``replicas`` rounded up to whole groups of ``group`` data-parallel ranks."""
+    return -(-replicas // group) * group
 
 
 def speculative_break_even(model: ReplicaServing, without: ReplicaServing, limit: int = 1024) -> int | None:

@@ -231,7 +231,7 @@ REGISTRY: Mapping[str, Column] = _Registry(
     ("role", "role"), ("mode", "mode"), ("layout", "layout"), ("formats", "weights/KV"),
     ("seqs_chunk", "seqs/chunk"), ("speculative_tokens", "draft tokens", "int"),
     ("feasible", "meets targets", "bool"), ("replicas", "replicas", "int"), ("prefill_tp", "prefill tp", "int"),
-    ("prefill_replicas", "prefill replicas", "int"),
+    ("prefill_ep", "prefill ep", "int"), ("prefill_replicas", "prefill replicas", "int"),
     ("price_per_gpu_hour", "$ per GPU-hour", "usd"), ("cost_per_hour", "$ per hour", "usd"),
     ("cost_per_million_input_tokens", "$ per M input tokens", "usd"),
     ("cost_per_million_output_tokens", "$ per M output tokens", "usd"),

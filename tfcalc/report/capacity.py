@@ -30,7 +30,7 @@ def layout(e: Evaluation) -> str:
              + ([f"ep{c.ep}" + (f"+{c.redundant_experts}r" if c.redundant_experts else "")] if c.ep > 1 else []))
     text = "·".join(parts)
     if c.mode == "disaggregated":
-        text = f"P tp{c.prefill_tp}+D {text}"
+        text = f"P {c.prefill_layout.replace(' ', '·')}+D {text}"
     if c.spec is not None:
         text += f" +spec{c.spec.num_tokens}"
     return text
@@ -53,7 +53,7 @@ def long_rows(spec: ModelSpec, result: SearchResult, targets: tuple[Target, ...]
                      "weights_dtype": c.weights, "kv_dtype": c.kv_dtype, "max_num_seqs": c.max_num_seqs,
                      "max_num_batched_tokens": c.chunk, "speculative_tokens": c.spec.num_tokens if c.spec else 0}
         if c.mode == "disaggregated":
-            base.update(prefill_tp=c.prefill_tp, prefill_replicas=c.prefill_replicas)
+            base.update(prefill_tp=c.prefill_tp, prefill_ep=c.prefill_ep, prefill_replicas=c.prefill_replicas)
         values: list[tuple[str, object, str]] = [
             ("chosen", best is not None and e.candidate == best.candidate, "bool"), ("fits", e.fits, "bool"),
             ("feasible", e.feasible, "bool"),
@@ -177,13 +177,19 @@ def _unit(c: Candidate) -> str:
     return "data-parallel rank" if c.dp > 1 else "replica"
 
 
+def _pool(replicas: int, dp: int, role: str) -> str:
+    """A disaggregated pool in words: replicas, or groups of data-parallel ranks."""
+    return (f"{replicas // dp} {role} group(s) of {dp} data-parallel rank(s)" if dp > 1 else
+            f"{replicas} {role} replica(s)")
+
+
 def describe(e: Evaluation, spec: ModelSpec) -> str:
     c = e.candidate
     formats = f"weights {c.weights}, KV {c.kv_dtype}"
     if c.mode == "disaggregated":
-        return (f"{e.num_gpus} x {c.gpu}: {c.prefill_replicas} prefill replica(s) at tp {c.prefill_tp} + "
-                f"{e.replicas} decode replica(s) at {layout(e).split('+D ')[-1]}, {formats}, max_num_seqs "
-                f"{c.max_num_seqs}")
+        return (f"{e.num_gpus} x {c.gpu}: {_pool(c.prefill_replicas, c.prefill_dp, 'prefill')} at "
+                f"{c.prefill_layout.replace(' ', '·')} + {_pool(e.replicas, c.dp, 'decode')} at "
+                f"{layout(e).split('+D ')[-1]}, {formats}, max_num_seqs {c.max_num_seqs}")
     if c.dp > 1:   # a replica is one data-parallel attention rank; ranks come in groups of dp
         return (f"{e.replicas // c.dp} group(s) of {c.dp} data-parallel rank(s) x {layout(e)} = {e.num_gpus} x "
                 f"{c.gpu}, {formats}, max_num_seqs {c.max_num_seqs} and max_num_batched_tokens {c.chunk} per rank")
@@ -483,13 +489,14 @@ def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     nodes = instance_nodes(c, space)
     across = (f", each across {nodes} nodes (the same command on every node: SGLang with its --node-rank, vLLM's "
               f"others with --headless --data-parallel-start-rank)" if nodes > 1 else "")
-    replicas = (f"run {e.replicas // c.dp} instance(s) of {c.dp * c.gpus_per_replica} GPUs ({c.dp} data-parallel "
+    replicas = (f"run {_pool(c.prefill_replicas, c.prefill_dp, 'prefill')} at "
+                f"{c.prefill_layout.replace(' ', '·')} (SGLang --disaggregation-mode prefill) and "
+                f"{_pool(e.replicas, c.dp, 'decode')} as below{across}, with a disaggregation router"
+                if c.mode == "disaggregated" else
+                f"run {e.replicas // c.dp} instance(s) of {c.dp * c.gpus_per_replica} GPUs ({c.dp} data-parallel "
                 f"attention ranks of tp {c.tp} sharing the experts at ep {c.ep}){across} behind a load balancer"
                 if c.dp > 1 else
-                f"run {e.replicas} replica(s) of {c.gpus_per_replica} GPU(s) behind a load balancer"
-                if c.mode == "aggregated" else
-                f"run {c.prefill_replicas} prefill replica(s) at tp {c.prefill_tp} (SGLang --disaggregation-mode "
-                f"prefill) and {e.replicas} decode replica(s) as below, with a disaggregation router")
+                f"run {e.replicas} replica(s) of {c.gpus_per_replica} GPU(s) behind a load balancer")
     trtllm, extra = trtllm_command(model_path, spec, e, space, prefix_caching)
     indent = " " * 9
     # vLLM and SGLang quantise a 16-bit checkpoint online (--quantization); trtllm-serve cannot
