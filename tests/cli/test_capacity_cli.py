@@ -403,6 +403,22 @@ def test_redundant_experts_plan_and_launch_flags() -> None:
     assert rows and all(row["redundant_experts"] == 32 for row in rows)
 
 
+def test_disaggregated_wide_ep_pools_in_words() -> None:
+    """A disaggregated plan of data-parallel pools says both pools' groups and layouts, and where to run them."""
+    import re
+
+    result = run("capacity", "-p", "deepseek-v3", "--gpu", "h100-sxm", "--engine", "sglang", "--rate", "50",
+                 "--input-len", "2k", "--output-len", "500", "--ttft", "p90=5s", "--tpot", "p90=100ms",
+                 "--weights-dtype", "fp8_block", "--kv-dtype", "fp8", "--no-simulate", "--attention-dp", "8,16,32",
+                 "--tp", "1", "--ep", "on", "--max-gpus", "128", "--disaggregated")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    pool = r"\d+ (prefill|decode) group\(s\) of \d+ data-parallel rank\(s\) at tp1·dp\d+·ep\d+"
+    assert re.search(rf"cheapest plan for deepseek-v3 at 50 req/s: \d+ x h100-sxm: {pool} \+ {pool}", text)
+    assert re.search(r"launch: run \d+ prefill group\(s\) of \d+ data-parallel rank\(s\) at tp1·dp\d+·ep\d+ "
+                     r"\(SGLang --disaggregation-mode prefill\) and \d+ decode group\(s\)", text)
+
+
 def test_a_remote_code_checkpoint_launches_with_trust_remote_code() -> None:
     """Kimi K2's config.json (model_type kimi_k2, its own code in auto_map; read as DeepSeek-V3 by its architecture)
     plans like any DeepSeek-V3-shaped model, and every engine's command loads its code: vLLM and SGLang
