@@ -12,7 +12,9 @@ routing, DeepSeek-V3's experts (256 of width 2048 on 7168, top-8, fp8 with 128 x
 ``num_tokens`` as the tokens of all ep ranks (the tokens a rank holds x ep): the tokens the experts of the group
 see, as ``tfcalc.calc.kernels.moe_experts`` takes them (``tokens``: every rank's; ``replicated=False``: they came by
 all-to-all). Generation rows are DeepGEMM's masked layout under CUDA graphs, context rows its contiguous layout; each
-is priced at the sglang preset's rates on that GPU (``rates_for``) with CUDA graphs for generation only.
+is priced at the sglang preset's rates on that GPU (``rates_for``) with CUDA graphs for generation only, and at the
+tables' routing: every local expert gets exactly T k / E rows (``moe_kernel_rates._balanced_rows``) and no rank more
+than its share (``kernels.rank_imbalance`` 1), where serving prices random routing's busiest rank.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ def main() -> None:
     from tfcalc.dtypes import get_dtype
     from tfcalc.spec.presets import load_engine, load_gpu
 
+    from moe_kernel_rates import _balanced_rows
+
+    kernels.routed_rows = _balanced_rows   # the tables' deterministic routing, not random routing
+    kernels.rank_imbalance = lambda *args: 1.0
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     engine = load_engine("sglang").kernels
     for system, preset in GPUS.items():
