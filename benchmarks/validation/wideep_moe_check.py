@@ -38,13 +38,12 @@ def _newest(directory: Path, name: str) -> Path | None:
 def main() -> None:
     import aiconfigurator_core
     import pandas as pd
+    from moe_kernel_rates import _balanced_rows
 
     from tfcalc.calc import kernels
     from tfcalc.calc.latency import linear_mode, rates_for
     from tfcalc.dtypes import get_dtype
     from tfcalc.spec.presets import load_engine, load_gpu
-
-    from moe_kernel_rates import _balanced_rows
 
     kernels.routed_rows = _balanced_rows   # the tables' deterministic routing, not random routing
     kernels.rank_imbalance = lambda *args: 1.0
