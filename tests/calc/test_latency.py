@@ -302,6 +302,27 @@ def test_wide_expert_parallelism_fabrics_by_hand() -> None:
         comm.expert_all_to_all(copies * b, 64, 72, link, link).seconds for b in (FP8_DISPATCH_BYTES, 2)))
 
 
+def test_vllm_data_parallel_ranks_gather_every_token_by_hand() -> None:
+    """vLLM's default expert-parallel backend within a node (allgather_reducescatter): each MoE layer all-gathers
+    every rank's tokens and router logits over the dp ranks and reduce-scatters the results (NCCL's ring, the same
+    cost), and each rank's experts run every gathered token; SGLang (DeepEP) sends the top-k copies instead."""
+    from tfcalc.calc import comm
+
+    vllm = _d("deepseek-v3", "h200", tp=1, ep=8, engine_kernels=load_engine("vllm").kernels)
+    sglang = _d("deepseek-v3", "h200", tp=1, ep=8, engine_kernels=load_engine("sglang").kernels)
+    assert vllm.kernels.ep_dispatch == "allgather" and sglang.kernels.ep_dispatch == "all_to_all"
+    link, tokens = vllm.intra.nccl, 16 * 8
+    step = step_time(vllm, StepShape(decode_seqs=16, decode_context=2048))
+    per_layer = (comm.all_gather(tokens * (7168 + 256) * 2, 8, link).seconds
+                 + comm.all_gather(tokens * 7168 * 2, 8, link).seconds)
+    assert step.ep_comm_seconds == pytest.approx(58 * per_layer)
+    beyond = _d("deepseek-v3", "h200", tp=1, ep=16, engine_kernels=load_engine("vllm").kernels)
+    copies = 16 * 8 * 7168   # across nodes the plans launch DeepEP: the top-k copies again
+    one = sum(comm.expert_all_to_all(copies * b, 16, 8, beyond.intra.expert_link, beyond.inter.expert_link).seconds
+              for b in (1 + 4 / 128, 2))
+    assert step_time(beyond, StepShape(decode_seqs=16, decode_context=2048)).ep_comm_seconds == pytest.approx(58 * one)
+
+
 def test_redundant_experts_by_hand() -> None:
     """EPLB's 32 replicas of DeepSeek-V3 over ep 72: 4 experts a GPU, the tokens spread over all 288 slots, so each
     GPU's experts see what ep 64's do at the same tokens a rank (128 x 72 x 8 / 288 = 128 x 64 x 8 / 256); the

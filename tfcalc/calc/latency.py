@@ -927,6 +927,8 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
     shared = _Snapshot.of(acc) if beside else None
     _gemm(s, "moe", m, dm.experts, h, _Linear(16.0, "bf16", "", False), eng)  # router, replicated, bf16
     routed_tokens = m * d.dp  # every replica's tokens reach the experts of the group
+    # vLLM's default within a node: every rank all-gathers every rank's tokens, its experts see them all
+    gathered = d.dp > 1 and eng.ep_dispatch == "allgather" and d.ep <= d.nvlink_domain
     mode = dm.experts_mode
     width = dm.moe_latent or h  # the experts' input width: a latent MoE's projection of h (fc1 / fc2, replicated)
     if dm.moe_latent:
@@ -935,12 +937,16 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
                                      experts_total=dm.expert_slots, top_k=dm.top_k, hidden=width,
                                      expert_width=int(dm.expert_width) or 1, gated=dm.gated, weight_bits=mode.bits,
                                      compute=mode.compute, dequant=mode.dequant, routing=d.routing,
-                                     weight_format=mode.weights, replicated=d.dp == 1), mode.compute)
+                                     weight_format=mode.weights, replicated=d.dp == 1 or gathered), mode.compute)
     if dm.moe_latent:
         _gemm(s, "moe", m, h, width, mode, eng)
     if start is not None and shared is not None:  # the shared experts' path beside the router's and routed's
         _overlap(acc, start, shared)
-    if d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
+    if gathered:  # all-gather of the tokens and router logits, reduce-scatter of the results (the same ring cost)
+        link = d.intra.nccl.ideal() if ideal else d.intra.nccl
+        for nbytes in (routed_tokens * (width + dm.experts) * ACT_BYTES, routed_tokens * width * ACT_BYTES):
+            s.add_comm(comm.all_gather(nbytes, d.dp, link), link.bandwidth_bytes_per_s, "ep")
+    elif d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
         copies = m / d.tp * dm.top_k * width
         intra, inter = d.intra.expert_link, d.inter.expert_link
         if ideal:

@@ -281,7 +281,11 @@ class EngineKernels:
     of the compute dtype's peak its large dense GEMMs of that format reach, replacing the GPU preset's
     ``latency.gemm_efficiency`` for them; ``online_fp8_scale``: how per-tensor fp8 linears scale their inputs when
     the engine quantises a 16-bit checkpoint itself (``dynamic``: vLLM's and SGLang's ``--quantization fp8``;
-    ``static``: an engine that serves calibrated checkpoints only); ``dynamic_scale_s_by_gpu``: per GPU preset name,
+    ``static``: an engine that serves calibrated checkpoints only); ``ep_dispatch``: how data-parallel attention
+    ranks within one NVLink domain reach the experts (``all_to_all``: each token's top-k copies, DeepEP's kernels;
+    ``allgather``: every rank all-gathers every rank's tokens and reduce-scatters the results, vLLM's default
+    ``allgather_reducescatter`` backend; beyond the domain the plans launch DeepEP either way);
+    ``dynamic_scale_s_by_gpu``: per GPU preset name,
     the fixed seconds of one dynamic scale (its max reduction) at small M (default: an elementwise kernel's floor);
     ``moe_stream_bits_by_gpu``: per GPU preset name and expert storage format, the bits per weight this engine's
     fused MoE streams where it upcast the experts at load (SGLang's Triton fallback for MXFP4 on Hopper: 16, run as
@@ -350,6 +354,7 @@ class EngineKernels:
     gemm_memory_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     gemm_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     online_fp8_scale: str = "dynamic"
+    ep_dispatch: str = "all_to_all"   # or "allgather": data-parallel ranks gather every rank's tokens (vLLM's default)
     dynamic_scale_s_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     moe_stream_bits_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_large_m_memory_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
@@ -555,7 +560,8 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "dsa_prefill_head_tile", "dsa_dense_short_prefill", "dsa_block_floors_us",
                           "dsa_prefill_efficiency", "dsa_prefill_full_topk",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
-                          "gemm_efficiency", "online_fp8_scale", "dynamic_scale_us", "moe_stream_bits",
+                          "gemm_efficiency", "online_fp8_scale", "ep_dispatch", "dynamic_scale_us",
+                          "moe_stream_bits",
                           "moe_large_m_memory_efficiency", "moe_tuned_shapes", "moe_untuned_efficiency",
                           "moe_untuned_large_m_memory_efficiency", "moe_untuned_k0", "moe_large_expert",
                           "shared_experts_stream", "sources"})
@@ -1090,6 +1096,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_large_expert_by_gpu=_large_expert(data.get("moe_large_expert"), origin),
         online_fp8_scale=_choice(data.get("online_fp8_scale", d.online_fp8_scale), origin,
                                  "kernels.online_fp8_scale", ("static", "dynamic")),
+        ep_dispatch=_choice(data.get("ep_dispatch", d.ep_dispatch), origin, "kernels.ep_dispatch",
+                            ("all_to_all", "allgather")),
         dynamic_scale_s_by_gpu=_dynamic_scale(data.get("dynamic_scale_us"), origin),
         uncaptured_linears=_formats(data.get("uncaptured_linears"), origin, "kernels.uncaptured_linears"),
         graph_prefill=_bool(data.get("graph_prefill", d.graph_prefill), origin, "kernels.graph_prefill"),
