@@ -399,6 +399,8 @@ def test_redundant_experts_plan_and_launch_flags() -> None:
     assert "--enable-eplb \\ --ep-num-redundant-experts 32" in text
     assert "--enable-eplb \\ --eplb-config '{\"num_redundant_experts\": 32}'" in text
     assert "moe_config: {load_balancer: {num_slots: 288}}" in text
+    assert "--nnodes 18" in text and "--data-parallel-size-local 4" in text   # 72 ranks on compute trays of 4
+    assert "each across 18 nodes" in text
     rows = json.loads(run(*base, "--redundant-experts", "32", "-f", "json").stdout)
     assert rows and all(row["redundant_experts"] == 32 for row in rows)
 

@@ -73,12 +73,17 @@ def test_user_gpu_yaml(tmp_path: Path) -> None:
 def test_nvlink_domain(tmp_path: Path) -> None:
     """GB200 / GB300 NVL72 join 72 GPUs in one NVLink domain; other parts leave it to the node; a bad value fails."""
     assert load_gpu("gb200").nvlink_domain_gpus == load_gpu("gb300").nvlink_domain_gpus == 72
-    assert load_gpu("h200").nvlink_domain_gpus is None
+    assert load_gpu("gb200").gpus_per_host == load_gpu("gb300").gpus_per_host == 4   # a compute tray
+    assert load_gpu("h200").nvlink_domain_gpus is None and load_gpu("h200").gpus_per_host is None
     path = tmp_path / "mygpu.yaml"
     for value in ("0", "8.5", "true", "many"):
         path.write_text("memory_gb: 96\nhbm_bandwidth_gb_s: 4000\ndense_tflops: {bf16: 500}\n"
                         f"interconnect_bidirectional_gb_s: 200\nnvlink_domain_gpus: {value}\n")
         with pytest.raises(SpecError, match="nvlink_domain_gpus' must be a whole number"):
+            load_gpu(str(path))
+        path.write_text("memory_gb: 96\nhbm_bandwidth_gb_s: 4000\ndense_tflops: {bf16: 500}\n"
+                        f"interconnect_bidirectional_gb_s: 200\ngpus_per_host: {value}\n")
+        with pytest.raises(SpecError, match="gpus_per_host' must be a whole number"):
             load_gpu(str(path))
 
 

@@ -349,9 +349,15 @@ def _quantization(weights: str, native: str) -> tuple[str | None, str | None]:
     return None, None
 
 
+def host_gpus(c: Candidate, space: SearchSpace) -> int:
+    """GPUs one host drives: the GPU preset's (a GB200 compute tray's 4) or ``space.gpus_per_node``."""
+    return space.offer(c.gpu).gpu.gpus_per_host or space.gpus_per_node
+
+
 def instance_nodes(c: Candidate, space: SearchSpace) -> int:
-    """Nodes of ``space.gpus_per_node`` GPUs one data-parallel-attention instance spans (1 for other plans)."""
-    return math.ceil(c.tp * c.dp / space.gpus_per_node) if c.dp > 1 else 1
+    """Hosts one data-parallel-attention instance spans (1 for other plans): nodes of ``space.gpus_per_node`` GPUs,
+    or the GPU's own hosts (``host_gpus``)."""
+    return math.ceil(c.tp * c.dp / host_gpus(c, space)) if c.dp > 1 else 1
 
 
 def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace, prefix_caching: bool,
@@ -366,7 +372,7 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     if c.dp > 1:   # each data-parallel rank its own scheduler: max_num_seqs and the token budget are per rank
         args.append(f"--data-parallel-size {c.dp}")
     if instance_nodes(c, space) > 1:  # the head node's line; the others add --headless --data-parallel-start-rank
-        args += [f"--data-parallel-size-local {max(space.gpus_per_node // c.tp, 1)}",
+        args += [f"--data-parallel-size-local {max(host_gpus(c, space) // c.tp, 1)}",
                  "--data-parallel-address HEAD_NODE_IP", "--all2all-backend deepep_low_latency"]
     if c.ep > 1:
         args.append("--enable-expert-parallel")

@@ -19,6 +19,8 @@ uses the units datasheets print and is converted here, in ``gpu_from_mapping``:
   ring all-reduce can use.
 - ``nvlink_domain_gpus`` (optional): how many GPUs one NVLink fabric joins when that is more than a node's eight
   (GB200 / GB300 NVL72: 72); collectives over at most that many GPUs stay on NVLink.
+- ``gpus_per_host`` (optional): GPUs one host (one OS, one launch of an engine's process group) drives where that
+  is not a node's eight (GB200 / GB300 compute trays: 4); the launch lines count hosts by it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class GPUSpec:
     display_name: str = ""
     vendor: str = ""
     nvlink_domain_gpus: int | None = None  # GPUs one NVLink fabric joins, where more than a node (NVL72: 72)
+    gpus_per_host: int | None = None  # GPUs one host drives, where not a node's eight (GB200 compute tray: 4)
     latency: GPULatency | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
@@ -58,8 +61,10 @@ class GPUSpec:
             raise SpecError(f"{n}: memory bandwidth must be positive")
         if self.interconnect_bandwidth_bytes_per_s <= 0:
             raise SpecError(f"{n}: interconnect bandwidth must be positive")
-        if self.nvlink_domain_gpus is not None and not 1 <= self.nvlink_domain_gpus <= MAX_NVLINK_DOMAIN:
-            raise SpecError(f"{n}: nvlink_domain_gpus must be 1-{MAX_NVLINK_DOMAIN}")
+        for key in ("nvlink_domain_gpus", "gpus_per_host"):
+            value = getattr(self, key)
+            if value is not None and not 1 <= value <= MAX_NVLINK_DOMAIN:
+                raise SpecError(f"{n}: {key} must be 1-{MAX_NVLINK_DOMAIN}")
         if "bf16" not in self.dense_flops_per_s and "fp16" not in self.dense_flops_per_s:
             raise SpecError(f"{n}: dense_tflops needs at least bf16 or fp16")
         for key, value in self.dense_flops_per_s.items():
@@ -79,7 +84,7 @@ class GPUSpec:
 _ALLOWED = {"name", "memory_gib", "runtime_memory_gib", "memory_gb",
             "hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s", "dense_tflops",
             "interconnect", "interconnect_bidirectional_gb_s", "display_name", "vendor", "memory_type",
-            "sources", "notes", "kind", "published", "aliases", "latency", "nvlink_domain_gpus"}
+            "sources", "notes", "kind", "published", "aliases", "latency", "nvlink_domain_gpus", "gpus_per_host"}
 MAX_NVLINK_DOMAIN = 1 << 16
 
 
@@ -158,11 +163,12 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
     link = _scaled(_number(data["interconnect_bidirectional_gb_s"], origin, "interconnect_bidirectional_gb_s"),
                    10**9 // 2)  # one direction: half the bidirectional figure
     latency = None if data.get("latency") is None else latency_from_mapping(data["latency"], origin)
-    domain = data.get("nvlink_domain_gpus")
-    if domain is not None and (isinstance(domain, bool) or not isinstance(domain, int)
-                               or not 1 <= domain <= MAX_NVLINK_DOMAIN):
-        raise SpecError(f"{origin}: field 'nvlink_domain_gpus' must be a whole number 1-{MAX_NVLINK_DOMAIN}, got "
-                        f"{key_text(domain)!r}")
+    counts = {key: data.get(key) for key in ("nvlink_domain_gpus", "gpus_per_host")}
+    for key, value in counts.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 1 <= value <= MAX_NVLINK_DOMAIN):
+            raise SpecError(f"{origin}: field '{key}' must be a whole number 1-{MAX_NVLINK_DOMAIN}, got "
+                            f"{key_text(value)!r}")
     for dtype, value in (latency.kernel_peak_flops_per_s if latency is not None else {}).items():
         if value > flops.get(dtype, 0.0):
             raise SpecError(f"{origin}: field 'latency.kernel_peak_tflops.{dtype}' must not exceed dense_tflops.{dtype}"
@@ -173,7 +179,8 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
                        hbm_bandwidth_bytes_per_s=bandwidth, dense_flops_per_s=flops,
                        interconnect_bandwidth_bytes_per_s=link, interconnect=_text(data, "interconnect", origin),
                        display_name=_text(data, "display_name", origin, default_name),
-                       vendor=_text(data, "vendor", origin), nvlink_domain_gpus=domain,
+                       vendor=_text(data, "vendor", origin), nvlink_domain_gpus=counts["nvlink_domain_gpus"],
+                       gpus_per_host=counts["gpus_per_host"],
                        latency=latency)
     except SpecError as exc:
         raise SpecError(f"{origin}: {exc}") from None
