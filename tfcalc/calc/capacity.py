@@ -50,7 +50,7 @@ from tfcalc.calc.serving import (
 )
 from tfcalc.calc.serving_inputs import ReplicaMemory, StepSource, latency_step, replica_memory
 from tfcalc.calc.serving_traffic import Overheads, Target, Traffic, engine_overheads
-from tfcalc.calc.shard import Parallelism, attention_ranks, check_weight_blocks
+from tfcalc.calc.shard import Parallelism, attention_ranks, check_weight_blocks, layout_redundant_experts
 from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.errors import UsageError
 from tfcalc.spec.engine import EngineSpec, SchedulerPolicy
@@ -96,8 +96,6 @@ class SearchSpace:
 
     def redundant_for(self, tp: int, ep: int) -> int:
         """The redundant experts a layout holds (``shard.layout_redundant_experts``)."""
-        from tfcalc.calc.shard import layout_redundant_experts
-
         return layout_redundant_experts(self.redundant_experts, tp, ep)
 
     def offer(self, gpu_name: str) -> GpuOffer:

@@ -146,14 +146,17 @@ def remote_domains_touched(experts: int, top_k: int, domains: int, groups: int =
         return 0.0
     k = min(top_k, experts)
     if groups <= 1 or groups_per_token >= groups or (groups % domains and domains % groups):
-        return min((domains - 1) * (1 - _all_miss(experts, experts / domains, k)), float(domains - 1), float(k))
-    own = max(groups // domains, 1)                   # groups that hold this domain's experts
-    share = experts / max(groups, domains)            # experts of one such group inside the domain
-    eligible = groups_per_token * experts / groups    # the experts of the picked groups
-    total = math.comb(groups, groups_per_token)
-    missed = sum(math.comb(own, j) * math.comb(groups - own, groups_per_token - j) / total
-                 * _all_miss(eligible, j * share, k) for j in range(min(own, groups_per_token) + 1))
-    return min((domains - 1) * (1 - missed), float(domains - 1), float(k))
+        missed = _all_miss(experts, experts / domains, k)
+    else:
+        own = max(groups // domains, 1)                   # groups that hold this domain's experts
+        share = experts / max(groups, domains)            # experts of one such group inside the domain
+        eligible = groups_per_token * experts / groups    # the experts of the picked groups
+        total = math.comb(groups, groups_per_token)
+        missed = sum(math.comb(own, j) * math.comb(groups - own, groups_per_token - j) / total
+                     * _all_miss(eligible, j * share, k) for j in range(min(own, groups_per_token) + 1))
+    touched = (domains - 1) * (1 - missed)
+    # fewer experts than domains (a fraction of one each): the formula is no count, bound it
+    return min(touched, float(domains - 1), float(k)) if experts < domains else touched
 
 
 def _all_miss(pool: float, avoided: float, picks: int) -> float:

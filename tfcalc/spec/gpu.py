@@ -63,8 +63,8 @@ class GPUSpec:
             raise SpecError(f"{n}: interconnect bandwidth must be positive")
         for key in ("nvlink_domain_gpus", "gpus_per_host"):
             value = getattr(self, key)
-            if value is not None and not 1 <= value <= MAX_NVLINK_DOMAIN:
-                raise SpecError(f"{n}: {key} must be 1-{MAX_NVLINK_DOMAIN}")
+            if value is not None and not 1 <= value <= MAX_GPU_COUNT:
+                raise SpecError(f"{n}: {key} must be 1-{MAX_GPU_COUNT}")
         if "bf16" not in self.dense_flops_per_s and "fp16" not in self.dense_flops_per_s:
             raise SpecError(f"{n}: dense_tflops needs at least bf16 or fp16")
         for key, value in self.dense_flops_per_s.items():
@@ -85,7 +85,7 @@ _ALLOWED = {"name", "memory_gib", "runtime_memory_gib", "memory_gb",
             "hbm_bandwidth_tb_s", "hbm_bandwidth_gb_s", "dense_tflops",
             "interconnect", "interconnect_bidirectional_gb_s", "display_name", "vendor", "memory_type",
             "sources", "notes", "kind", "published", "aliases", "latency", "nvlink_domain_gpus", "gpus_per_host"}
-MAX_NVLINK_DOMAIN = 1 << 16
+MAX_GPU_COUNT = 1 << 16
 
 
 # Upper bounds of the datasheet-unit fields (finite, positive, and at most these): 1000x today's largest parts.
@@ -166,8 +166,8 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
     counts = {key: data.get(key) for key in ("nvlink_domain_gpus", "gpus_per_host")}
     for key, value in counts.items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or not 1 <= value <= MAX_NVLINK_DOMAIN):
-            raise SpecError(f"{origin}: field '{key}' must be a whole number 1-{MAX_NVLINK_DOMAIN}, got "
+                                  or not 1 <= value <= MAX_GPU_COUNT):
+            raise SpecError(f"{origin}: field '{key}' must be a whole number 1-{MAX_GPU_COUNT}, got "
                             f"{key_text(value)!r}")
     for dtype, value in (latency.kernel_peak_flops_per_s if latency is not None else {}).items():
         if value > flops.get(dtype, 0.0):
