@@ -14,9 +14,11 @@ least squares of the relative error of launch + bytes x (n - 1) / n / beta -> la
 beta over the fabric's bandwidth). Rows:
 - nvlink4: systems/data/h200_sxm/comm/sglang/0.5.12/wideep_deepep_ll_perf (8 x H200, DeepSeek-V3's shape);
 - nvlink5: systems/data/gb200/comm/trtllm/1.3.0rc10/trtllm_alltoall_perf (NVLinkTwoSided, bf16, ep 8-64 across
-  the NVL72's trays: at ep 2-4 a token goes once to each rank, not once per expert) and
-  systems/data/gb200/comm/sglang/0.5.12/wideep_deepep_ll_perf (4 GPUs of a tray).
-``--check`` prices every row with the presets as they are and prints median and worst |tfcalc / measured - 1|, and
+  the NVL72's trays) and systems/data/gb200/comm/sglang/0.5.12/wideep_deepep_ll_perf (4 GPUs of a tray).
+``--check`` prices every row with the presets as they are and prints median and worst |tfcalc / measured - 1|; the
+TensorRT-LLM rows at ep 2-4, left out of the fit, priced both ways: its kernels send a token once to each rank that
+holds any of its experts (the collector's balanced routing: every rank, min(ep, k) copies) or, as DeepEP's
+low-latency kernels do, once per expert (k copies); and
 DeepEP's published low-latency table (docs/legacy.md of deepseek-ai/DeepEP: H800 with one 400 Gb/s CX7 NIC each,
 128 tokens a rank, hidden 7168, top-8, fp8 dispatch, bf16 combine; EP 16-256 over nodes of 8) against the
 infiniband-ndr preset, whose link was not fitted to it.
@@ -90,6 +92,24 @@ def check(fabric: str, data: list[Row]) -> None:
           f"worst {errors[-1][0]:.1%} ({errors[-1][1]}: {errors[-1][2] * 1e6:.1f} us vs {errors[-1][3] * 1e6:.1f})")
 
 
+def check_per_rank() -> None:
+    import pandas as pd
+
+    from tfcalc.calc.comm import expert_all_to_all
+    from tfcalc.spec.interconnect import load_interconnect
+
+    link = load_interconnect("nvlink5").expert_link
+    t = pd.read_parquet(_data() / "gb200/comm/trtllm/1.3.0rc10/trtllm_alltoall_perf.parquet")
+    t = t[(t.kernel_source == "NVLinkTwoSided") & (t.moe_dtype == "bfloat16") & (t.moe_ep_size < 8)
+          & t.op_name.isin(["alltoall_dispatch", "alltoall_combine"])]
+    print("TensorRT-LLM's all-to-all at ep 2-4 (not fitted), tfcalc / measured:")
+    for ep, rows_ep in t.groupby("moe_ep_size"):
+        ratios = {copies: [expert_all_to_all(r.num_tokens * copies * HIDDEN * BF16_BYTES, ep, ep, link, link).seconds
+                           / (r.latency * 1e-3) for r in rows_ep.itertuples()] for copies in (min(ep, TOP_K), TOP_K)}
+        print(f"  ep {ep}: {len(rows_ep)} rows; a copy per rank: median {statistics.median(ratios[min(ep, TOP_K)]):.2f}"
+              f", a copy per expert: {statistics.median(ratios[TOP_K]):.2f}")
+
+
 def check_published() -> None:
     from tfcalc.calc.comm import expert_all_to_all
     from tfcalc.spec.interconnect import load_interconnect
@@ -119,6 +139,7 @@ def main() -> None:
         if args.check:
             check(fabric, data)
     if args.check:
+        check_per_rank()
         check_published()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -275,8 +276,8 @@ def test_expert_parallel_over_attention_replicas() -> None:
 def test_wide_expert_parallelism_fabrics_by_hand() -> None:
     """ep beyond a node: the all-to-all crosses InfiniBand on HGX H100s (8 GPUs per NVLink domain) but stays on
     NVLink across a GB200 NVL72's 72. A decode step sends each token's top-k copies (DeepEP's low-latency kernels; fp8
-    for fp8 experts, bf16 back), a prefill step one copy per other node its experts reach (its normal kernels; under
-    DeepSeek-V3's group-limited routing)."""
+    for fp8 experts, bf16 back), a prefill step one copy per other node its experts reach and per GPU of a node (its
+    normal kernels; under DeepSeek-V3's group-limited routing)."""
     from tfcalc.calc import comm
     from tfcalc.calc.latency import FP8_DISPATCH_BYTES
 
@@ -292,7 +293,9 @@ def test_wide_expert_parallelism_fabrics_by_hand() -> None:
     prefill = step_time(h100, StepShape(prefill_seqs=1, prefill_tokens=4096))
     nodes = comm.remote_domains_touched(256, 8, 4, 8, 4)  # its experts among the top 4 of 8 groups
     assert 2.1 < nodes < 2.3  # of 6 remote copies (8 x 24 / 32) per token
-    one_layer = sum(comm.expert_all_to_all(4096 * 8 * 7168 * b, 32, 8, intra, inter,
+    ranks = comm.remote_domains_touched(256, 8, 32, 8, 4) * 32 / 31   # and one copy per rank over NVLink
+    assert 6.5 < ranks < 6.7  # of 8 (group-limited: 7.27 without)
+    one_layer = sum(comm.expert_all_to_all(4096 * ranks * 7168 * b, 32, 8, intra, inter,
                                            network_bytes=4096 * nodes * 7168 * b).seconds
                     for b in (FP8_DISPATCH_BYTES, 2))
     assert prefill.ep_comm_seconds == pytest.approx(moe_layers * one_layer)
@@ -321,6 +324,25 @@ def test_vllm_data_parallel_ranks_gather_every_token_by_hand() -> None:
     one = sum(comm.expert_all_to_all(copies * b, 16, 8, beyond.intra.expert_link, beyond.inter.expert_link).seconds
               for b in (1 + 4 / 128, 2))
     assert step_time(beyond, StepShape(decode_seqs=16, decode_context=2048)).ep_comm_seconds == pytest.approx(58 * one)
+
+
+def test_tensorrt_llm_all_to_all_sends_one_copy_per_rank_by_hand() -> None:
+    """TensorRT-LLM's MoE all-to-all sends a token once to each rank holding any of its experts, in every step:
+    Qwen3-235B-A22B (128 experts, top 8) at ep 8 reaches 8 (1 - C(112, 8) / C(128, 8)) = 5.34 ranks, not 8 copies;
+    DeepEP's low-latency decode (SGLang) sends the 8."""
+    from tfcalc.calc import comm
+
+    trtllm = _d("qwen3-235b-a22b", "h200", tp=1, ep=8, engine_kernels=load_engine("trtllm").kernels)
+    sglang = _d("qwen3-235b-a22b", "h200", tp=1, ep=8, engine_kernels=load_engine("sglang").kernels)
+    assert trtllm.kernels.ep_dispatch == "per_rank"
+    ranks = 8 * (1 - math.comb(112, 8) / math.comb(128, 8))
+    assert ranks == pytest.approx(5.339, abs=1e-3)
+    link, layers = trtllm.intra.expert_link, 94
+    shape = StepShape(decode_seqs=64, decode_context=2048)
+    for d, copies in ((trtllm, ranks), (sglang, 8)):
+        value = 1 + 4 / 128 if d.dims.experts_mode.compute == "fp8" else 2
+        one = sum(comm.expert_all_to_all(64 * copies * 4096 * b, 8, 8, link, link).seconds for b in (value, 2))
+        assert step_time(d, shape).ep_comm_seconds == pytest.approx(layers * one)
 
 
 def test_redundant_experts_by_hand() -> None:

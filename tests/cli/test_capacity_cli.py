@@ -355,6 +355,7 @@ def test_data_parallel_attention_plan_and_its_launch_flags() -> None:
     assert "5 group(s) of 2 data-parallel rank(s) x tp4·dp2·ep8 = 40" in text and "instance(s) of 8 GPUs" in text
     assert "--tensor-parallel-size 4 \\ --data-parallel-size 2" in text and "--enable-expert-parallel" in text
     assert "--tp 8 \\ --dp 2 \\ --enable-dp-attention" in text and "--max-running-requests 512" in text
+    assert "--ep-size 8 \\ --moe-a2a-backend deepep" in text and "--nnodes" not in text  # priced as DeepEP
     assert "enable_attention_dp: true" in text and "--tp_size 8" in text
     gpus = [json.loads(run(*args, "-f", "json").stdout)[0]["num_gpus"] for args in (base + ["--attention-dp", "1,2"],
                                                                                   base)]
@@ -376,7 +377,8 @@ def test_data_parallel_attention_across_nodes_and_its_launch_flags() -> None:
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert "tp1·dp16·ep16" in text and "each across 2 nodes" in text
-    assert "--nnodes 2 \\ --node-rank 0 \\ --dist-init-addr HEAD_NODE_IP:5000 \\ --moe-a2a-backend deepep" in text
+    assert "--moe-a2a-backend deepep" in text
+    assert "--nnodes 2 \\ --node-rank 0 \\ --dist-init-addr HEAD_NODE_IP:5000" in text
     assert "--data-parallel-size 16 \\ --data-parallel-size-local 8" in text
     assert "--all2all-backend deepep_low_latency" in text
     assert all(len(line) <= 100 for line in result.stdout.splitlines())

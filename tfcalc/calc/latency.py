@@ -946,16 +946,22 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
         link = d.intra.nccl.ideal() if ideal else d.intra.nccl
         for nbytes in (routed_tokens * (width + dm.experts) * ACT_BYTES, routed_tokens * width * ACT_BYTES):
             s.add_comm(comm.all_gather(nbytes, d.dp, link), link.bandwidth_bytes_per_s, "ep")
-    elif d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' top-k copies and gets them back
-        copies = m / d.tp * dm.top_k * width
+    elif d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' copies and gets them back
+        moe = d.spec.moe
+        # DeepEP's normal kernels (a step with prefill under SGLang) and TensorRT-LLM's all-to-all send a token once
+        # to each rank that holds any of its experts; DeepEP's low-latency kernels send each of its top-k copies
+        per_rank = eng.ep_dispatch == "per_rank" or (shape.prefill_seqs > 0 and eng.ep_dispatch == "all_to_all")
+        ranks = (comm.remote_domains_touched(dm.expert_slots, dm.top_k, d.ep, moe.expert_groups,
+                                             moe.groups_per_token) * d.ep / (d.ep - 1)) if per_rank else dm.top_k
+        copies = m / d.tp * ranks * width
         intra, inter = d.intra.expert_link, d.inter.expert_link
         if ideal:
             intra, inter = intra.ideal(), inter.ideal()
-        network = None  # a prefill's normal kernels (DeepEP): one copy per remote domain, spread by NVLink there
-        if shape.prefill_seqs and d.ep > d.nvlink_domain:
-            moe = d.spec.moe
+        network = None  # DeepEP's normal kernels: one copy per remote domain, spread by NVLink there
+        if shape.prefill_seqs and eng.ep_dispatch == "all_to_all" and d.ep > d.nvlink_domain:
             network = m / d.tp * width * comm.remote_domains_touched(
-                dm.experts, dm.top_k, math.ceil(d.ep / d.nvlink_domain), moe.expert_groups, moe.groups_per_token)
+                dm.expert_slots, dm.top_k, math.ceil(d.ep / d.nvlink_domain), moe.expert_groups,
+                moe.groups_per_token)
         for value_bytes in (dispatch_bytes(mode), ACT_BYTES):
             s.add_comm(comm.expert_all_to_all(copies * value_bytes, d.ep, d.nvlink_domain, intra, inter,
                                               None if network is None else network * value_bytes),

@@ -416,12 +416,13 @@ def sglang_command(model_path: str, spec: ModelSpec, e: Evaluation, space: Searc
         args += [f"--dp {c.dp}", "--enable-dp-attention"]
     if c.ep > 1:
         args.append(f"--ep-size {c.ep}")
+    if c.dp > 1 and c.ep > 1:  # DeepEP's all-to-all, as priced (without it the dp ranks gather every token)
+        args.append("--moe-a2a-backend deepep")
     if c.redundant_experts:
         args += ["--enable-eplb", f"--ep-num-redundant-experts {c.redundant_experts}"]
     nodes = instance_nodes(c, space)
     if nodes > 1:  # node 0's line; the others run it with their --node-rank
-        args += [f"--nnodes {nodes}", "--node-rank 0", "--dist-init-addr HEAD_NODE_IP:5000",
-                 "--moe-a2a-backend deepep"]
+        args += [f"--nnodes {nodes}", "--node-rank 0", "--dist-init-addr HEAD_NODE_IP:5000"]
     args += [f"--context-length {space.max_model_len}", f"--max-running-requests {c.max_num_seqs * c.dp}",
              f"--chunked-prefill-size {c.chunk}"]
     if space.gpu_memory_utilization is not None:

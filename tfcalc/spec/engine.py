@@ -282,9 +282,11 @@ class EngineKernels:
     ``latency.gemm_efficiency`` for them; ``online_fp8_scale``: how per-tensor fp8 linears scale their inputs when
     the engine quantises a 16-bit checkpoint itself (``dynamic``: vLLM's and SGLang's ``--quantization fp8``;
     ``static``: an engine that serves calibrated checkpoints only); ``ep_dispatch``: how data-parallel attention
-    ranks within one NVLink domain reach the experts (``all_to_all``: each token's top-k copies, DeepEP's kernels;
-    ``allgather``: every rank all-gathers every rank's tokens and reduce-scatters the results, vLLM's default
-    ``allgather_reducescatter`` backend; beyond the domain the plans launch DeepEP either way);
+    ranks reach the experts (``all_to_all``: DeepEP's kernels, each token's top-k copies in decode and one copy per
+    rank holding any of its experts in steps with prefill; ``per_rank``: one copy per such rank in every step,
+    TensorRT-LLM's all-to-all; ``allgather``: within one NVLink domain every rank all-gathers every rank's tokens and
+    reduce-scatters the results, vLLM's default ``allgather_reducescatter`` backend, beyond it DeepEP's low-latency
+    kernels);
     ``dynamic_scale_s_by_gpu``: per GPU preset name,
     the fixed seconds of one dynamic scale (its max reduction) at small M (default: an elementwise kernel's floor);
     ``moe_stream_bits_by_gpu``: per GPU preset name and expert storage format, the bits per weight this engine's
@@ -354,7 +356,7 @@ class EngineKernels:
     gemm_memory_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     gemm_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     online_fp8_scale: str = "dynamic"
-    ep_dispatch: str = "all_to_all"   # or "allgather": data-parallel ranks gather every rank's tokens (vLLM's default)
+    ep_dispatch: str = "all_to_all"   # DeepEP; "per_rank": TensorRT-LLM's; "allgather": vLLM's default
     dynamic_scale_s_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     moe_stream_bits_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_large_m_memory_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
@@ -1097,7 +1099,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         online_fp8_scale=_choice(data.get("online_fp8_scale", d.online_fp8_scale), origin,
                                  "kernels.online_fp8_scale", ("static", "dynamic")),
         ep_dispatch=_choice(data.get("ep_dispatch", d.ep_dispatch), origin, "kernels.ep_dispatch",
-                            ("all_to_all", "allgather")),
+                            ("all_to_all", "per_rank", "allgather")),
         dynamic_scale_s_by_gpu=_dynamic_scale(data.get("dynamic_scale_us"), origin),
         uncaptured_linears=_formats(data.get("uncaptured_linears"), origin, "kernels.uncaptured_linears"),
         graph_prefill=_bool(data.get("graph_prefill", d.graph_prefill), origin, "kernels.graph_prefill"),
