@@ -341,7 +341,7 @@ def test_quantized_weights_of_a_16_bit_preset_tell_trtllm_to_serve_a_quantized_c
 def test_data_parallel_attention_plan_and_its_launch_flags() -> None:
     """--attention-dp: DeepSeek-V3 at 30 req/s on H200s under SGLang (256 sequences and 2,048-token chunks a rank)
     takes two tp-4 ranks sharing the experts (40 GPUs, which its simulation confirms, against 48 at tp 8; eight tp-1
-    ranks would need 80: every rank's 512-token prefill steps hold the group's decodes), sized in whole groups, and
+    ranks would need 64: every rank's 512-token prefill steps hold the group's decodes), sized in whole groups, and
     each engine's command starts it as one instance: vLLM --data-parallel-size, SGLang --tp 8 --dp 2
     --enable-dp-attention (its request cap counts every rank), TensorRT-LLM enable_attention_dp."""
     base = ["capacity", "-p", "deepseek-v3", "--gpu", "h200", "--engine", "sglang", "--rate", "30", "--input-len",
@@ -362,7 +362,7 @@ def test_data_parallel_attention_plan_and_its_launch_flags() -> None:
     assert gpus == [40, 48]
     narrow = [{"256": "128", "2048": "512"}.get(arg, arg) for arg in base]
     eight = json.loads(run(*narrow, "--attention-dp", "8", "--tp", "1", "--max-gpus", "128", "-f", "json").stdout)[0]
-    assert eight["dp"] == 8 and eight["num_gpus"] == 80 and eight["max_num_seqs"] == 128
+    assert eight["dp"] == 8 and eight["num_gpus"] == 64 and eight["max_num_seqs"] == 128
 
 
 def test_data_parallel_attention_across_nodes_and_its_launch_flags() -> None:
