@@ -345,6 +345,42 @@ def test_tensorrt_llm_all_to_all_sends_one_copy_per_rank_by_hand() -> None:
         assert step_time(d, shape).ep_comm_seconds == pytest.approx(layers * one)
 
 
+def test_experts_behind_deepep_run_the_engines_own_kernel_by_hand() -> None:
+    """SGLang's data-parallel ranks (DeepEP) run DeepSeek-V3's experts on DeepGEMM's masked grouped GEMMs in
+    decode-only steps: the routed experts' cost is kernels.moe_experts at the preset's deepep_moe entry over the
+    fused MoE's rates; prefill steps, ranks without DeepEP (vLLM within a node gathers tokens) and the ideal roofline
+    keep the fused MoE."""
+    from tfcalc.calc.latency import _with_moe_kernel, linear_mode, rates_for
+
+    sglang = load_engine("sglang").kernels
+    gpu = load_gpu("h200")
+    d = _d("deepseek-v3", "h200", weights="fp8_block", tp=1, ep=64, engine_kernels=sglang)
+    assert d.deepep_moe is sglang.deepep_moe_by_gpu["h200"]
+    assert _d("deepseek-v3", "h200", weights="fp8_block", tp=1, ep=8,
+              engine_kernels=load_engine("vllm").kernels).deepep_moe is None
+    assert _d("deepseek-v3", "h200", weights="fp8_block", tp=8, ep=8, engine_kernels=sglang).deepep_moe is None
+    mode = linear_mode(get_dtype("fp8_block"), gpu)
+
+    def experts(rates, tokens: int) -> float:  # noqa: ANN001 - one layer's routed experts, all ranks' tokens
+        return kernels.moe_experts(rates, tokens=tokens, experts_local=4, experts_total=256, top_k=8, hidden=7168,
+                                   expert_width=2048, gated=True, weight_bits=mode.bits, compute=mode.compute,
+                                   dequant=mode.dequant, weight_format=mode.weights, replicated=False).seconds
+
+    fused = rates_for(gpu, sglang, architecture="DeepseekV3ForCausalLM")
+    deepgemm = _with_moe_kernel(fused, d.deepep_moe)
+    assert deepgemm.grouped_efficiency("fp8", "", "fp8_block") == 1.2 and "fp8_block" in deepgemm.moe_fused_rows
+    decode = StepShape(decode_seqs=128, decode_context=2048)  # 256 rows an expert
+    assert d.captured(decode)
+    base = _d("deepseek-v3", "h200", weights="fp8_block", tp=1, ep=64,
+              engine_kernels=replace(sglang, deepep_moe_by_gpu={}))
+    gap = step_time(base, decode).groups["moe"].seconds - step_time(d, decode).groups["moe"].seconds
+    assert gap == pytest.approx(58 * (experts(fused, 128 * 64) - experts(deepgemm, 128 * 64)), rel=1e-9)
+    assert gap > 0.2 * 58 * experts(fused, 128 * 64)  # compute-bound rows: DeepGEMM is the faster kernel
+    prefill = StepShape(prefill_seqs=1, prefill_tokens=2048)
+    assert step_time(d, prefill).seconds == step_time(base, prefill).seconds
+    assert step_time(d, decode, ideal=True).seconds == step_time(base, decode, ideal=True).seconds
+
+
 def test_redundant_experts_by_hand() -> None:
     """EPLB's 32 replicas of DeepSeek-V3 over ep 72: 4 experts a GPU, the tokens spread over all 288 slots, so each
     GPU's experts see what ep 64's do at the same tokens a rank (128 x 72 x 8 / 288 = 128 x 64 x 8 / 256); the

@@ -301,6 +301,29 @@ def test_engine_moe_weight_only_per_gpu() -> None:
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 
+def test_engine_deepep_moe_kernel() -> None:
+    """kernels.deepep_moe: per GPU preset, the experts' kernel where DeepEP brings the tokens (SGLang: DeepGEMM's
+    masked grouped GEMMs on fp8 rows), parsed as a moe_by_architecture entry with its 8-bit rows; bad entries fail
+    in one line that names the field."""
+    entry = {"efficiency": {"fp8_block": 1.2}, "memory_efficiency": {"fp8_block": 0.8},
+             "floors_us": {"fp8_block": 20}, "fused_rows": ["fp8_block"]}
+    parsed = kernels_from_mapping({"deepep_moe": {"h200": entry}}, "e.yaml")
+    kernel = parsed.deepep_moe_by_gpu["h200"]
+    assert kernel.efficiency == {"fp8_block": 1.2} and kernel.fused_rows == {"fp8_block"}
+    assert kernel.floors_s == {"fp8_block": pytest.approx(20e-6)} and kernel.memory_efficiency == {"fp8_block": 0.8}
+    sglang = load_engine("sglang").kernels
+    assert {"h100-sxm", "h200", "b200"} <= set(sglang.deepep_moe_by_gpu)
+    assert not load_engine("vllm").kernels.deepep_moe_by_gpu
+    for value, message in (({"h200": {"efficiency": {"fp8_block": 1.2}, "fused_rows": ["bf16"]}},
+                            "kernels.deepep_moe.h200.fused_rows' must be a list of fp8_e4m3, fp8_block"),
+                           ({"h200": {"memory_efficiency": {"fp8_block": 0.8}}},
+                            "kernels.deepep_moe.h200' must be a mapping with efficiency"),
+                           ({"h900": {"efficiency": {"fp8_block": 1.2}}}, "unknown field 'kernels.deepep_moe.h900'")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"deepep_moe": value}, "e.yaml")
+        assert "\n" not in str(caught.value)
+
+
 def test_engine_moe_by_architecture() -> None:
     """kernels.moe_by_architecture: per GPU preset and model architecture, the fused MoE the engine runs for it (its
     efficiency, fixed cost and expert-parallel rows), over the engine's per-GPU entries. SGLang on a B200 serves

@@ -43,7 +43,7 @@ from tfcalc.calc.plan import check_parallelism, stage_layers
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
 from tfcalc.errors import UsageError
-from tfcalc.spec.engine import MOE_EXPERT_DTYPES, EngineKernels
+from tfcalc.spec.engine import MOE_EXPERT_DTYPES, ArchitectureMoe, EngineKernels
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.interconnect import Interconnect
 from tfcalc.spec.model import ModelSpec
@@ -178,6 +178,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
               engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,
               engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu, engine.moe_by_architecture,
+              engine.deepep_moe_by_gpu,
               engine.wide_head_prefill_scale_by_gpu, engine.dsa_prefill_head_tile_by_gpu,
               engine.dsa_block_floors_by_gpu, engine.dsa_prefill_efficiency_by_gpu,
               engine.dsa_prefill_full_topk_by_gpu,
@@ -322,6 +323,7 @@ class Deployment:
     stages: tuple[_Stage, ...] = field(repr=False)
     full_dims: _Dims | None = field(default=None, repr=False)  # full layers of their own shape (Gemma 4)
     graph_cap_tokens: int | None = None  # the largest step replayed from a CUDA graph here (None: any)
+    deepep_moe: ArchitectureMoe | None = None  # the experts' kernel in decode-only steps behind DeepEP, if its own
 
     @property
     def num_gpus(self) -> int:
@@ -513,7 +515,32 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                       stages=_stages(spec, pp),
                       full_dims=_dims(spec.full_layer_spec, gpu, precision, kv_dtype, tp, ep, compute, engine,
                                       fp8_scales, redundant_experts) if spec.full_attention is not None else None,
-                      graph_cap_tokens=engine.graph_token_cap(capacity_bytes(gpu) / 2**30, tp))
+                      graph_cap_tokens=engine.graph_token_cap(capacity_bytes(gpu) / 2**30, tp),
+                      deepep_moe=_deepep_kernel(gpu, engine, dp, ep, max(gpus_per_node, gpu.nvlink_domain_gpus or 0)))
+
+
+def _deepep_kernel(gpu: GPUSpec, engine: EngineKernels, dp: int, ep: int, domain: int) -> ArchitectureMoe | None:
+    """The engine's experts' kernel behind DeepEP on this GPU (``EngineKernels.deepep_moe_by_gpu``), where
+    DeepEP brings the tokens: data-parallel attention ranks on an ``all_to_all`` engine, or on an ``allgather`` one
+    beyond its NVLink domain."""
+    deepep = dp > 1 and (engine.ep_dispatch == "all_to_all" or (engine.ep_dispatch == "allgather" and ep > domain))
+    return engine.deepep_moe_by_gpu.get(engine_kernels_gpu(gpu, engine)) if deepep else None
+
+
+@lru_cache(maxsize=256)
+def _with_moe_kernel(rates: Rates, kernel: ArchitectureMoe) -> Rates:
+    """``rates`` with ``kernel`` as the experts' kernel for the formats it covers: its efficiency, fixed cost,
+    weight stream and row width in place of the default fused MoE's, and none of that kernel's tuned shapes,
+    per-expert-parallel floors or every-row traffic."""
+    own = set(kernel.efficiency)
+    return replace(rates, moe_efficiency_by_dtype={**rates.moe_efficiency_by_dtype, **kernel.efficiency},
+                   moe_format_floors={**rates.moe_format_floors, **kernel.floors_s},
+                   moe_weight_stream={**rates.moe_weight_stream, **kernel.memory_efficiency},
+                   moe_fused_rows=rates.moe_fused_rows | kernel.fused_rows,
+                   moe_ep_every_row=frozenset(rates.moe_ep_every_row - own) | kernel.ep_every_row,
+                   moe_ep_floors={k: v for k, v in rates.moe_ep_floors.items() if k not in own},
+                   moe_tuned_shapes={k: v for k, v in rates.moe_tuned_shapes.items() if k not in own},
+                   source=rates.source + f", {'/'.join(sorted(own))} experts behind DeepEP at the engine's kernel")
 
 
 def _generic_link(gpu: GPUSpec) -> Interconnect:
@@ -1202,7 +1229,9 @@ def _step_cached(d: Deployment, shape: StepShape, phase: str, ideal: bool) -> St
     rates = d.rates_prefill if phase == "prefill" else d.rates_decode
     if ideal:
         rates = rates.as_ideal()
-    elif rates.cuda_graphs and not d.captured(shape):
+    elif d.deepep_moe is not None and not shape.prefill_seqs:
+        rates = _with_moe_kernel(rates, d.deepep_moe)
+    if not ideal and rates.cuda_graphs and not d.captured(shape):
         rates = _without_graphs(rates)
     total = _Step(rates)
     stage_seconds = []

@@ -396,4 +396,11 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                                                    for k, v in sorted(r.gemm_efficiency_by_format.items())) + ")"
     lines.append(f"rates: {r.source}; GEMM {gemm} of peak x K/(K + K0); attention {r.attention_efficiency:.2f}; "
                  f"MoE {moe} of dense; HBM {r.memory_efficiency:.2f}{_gemm_streaming(r)}; floors {floors}; {graphs}")
+    if d.deepep_moe is not None and not r.ideal:
+        k = d.deepep_moe
+        lines.append("decode-only steps: the experts behind DeepEP run the engine's own kernel there (" + "; ".join(
+            f"{fmt}: MoE {eff:.2f} of dense"
+            + (f", weights at {k.memory_efficiency[fmt]:.2f} of HBM" if fmt in k.memory_efficiency else "")
+            + (f", fixed {format_seconds(k.floors_s[fmt])}" if fmt in k.floors_s else "")
+            for fmt, eff in sorted(k.efficiency.items())) + ")")
     return tuple(lines)

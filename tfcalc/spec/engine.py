@@ -193,12 +193,15 @@ class ArchitectureMoe:
     dtype or storage format (those formats run it), its fixed cost in seconds per format where measured, the
     formats for which it touches every token's top-k rows under expert parallelism (the others: its own rows), and
     per format the fraction of the datasheet bandwidth its expert weights stream at whatever the tokens, where that
-    differs from the GPU's fused-MoE stream (a kernel held at heuristic tactics)."""
+    differs from the GPU's fused-MoE stream (a kernel held at heuristic tactics), and the fp8 formats whose rows it
+    takes and passes in 8 bits (``Rates.moe_fused_rows``). Also the experts' kernel behind DeepEP's all-to-all
+    (``EngineKernels.deepep_moe_by_gpu``)."""
 
     efficiency: dict[str, float] = field(hash=False)
     floors_s: dict[str, float] = field(default_factory=dict, hash=False)
     ep_every_row: frozenset[str] = frozenset()
     memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
+    fused_rows: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -254,7 +257,9 @@ class EngineKernels:
     them (vLLM's code default for MXFP4 experts on Blackwell, bf16 activations; its shipped preset does not set
     it: the measured B200 runs are as fast as MXFP8 activations); ``moe_by_architecture``: per GPU preset name and
     model architecture (``ModelSpec.architecture``), the fused MoE the engine runs for that architecture there
-    (``ArchitectureMoe``), looked up before the per-GPU tables for the formats it covers;
+    (``ArchitectureMoe``), looked up before the per-GPU tables for the formats it covers; ``deepep_moe_by_gpu``:
+    per GPU preset name, the experts' kernel in decode-only steps where DeepEP's all-to-all brings the tokens
+    (data-parallel attention: SGLang's DeepGEMM masked grouped GEMMs), in place of the default fused MoE;
     ``moe_ep_every_row_by_gpu``: per GPU preset name, the expert storage formats ("*": every one; the YAML's list of
     GPU names) for which this engine's fused MoE, under expert parallelism with the tokens on every rank, activates,
     zero-fills and combines every token's top-k rows rather than its own experts' (``Rates.moe_ep_every_row``);
@@ -339,6 +344,7 @@ class EngineKernels:
     moe_fused_rows_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_weight_only_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_by_architecture: dict[str, dict[str, ArchitectureMoe]] = field(default_factory=dict, hash=False)
+    deepep_moe_by_gpu: dict[str, ArchitectureMoe] = field(default_factory=dict, hash=False)
     moe_ep_every_row_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_ep_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
@@ -554,7 +560,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "custom_allreduce_two_shot",
                           "fused_activation_quant", "unfused_activation_quant", "eager_launch_us", "floors_us",
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
-                          "moe_by_architecture", "moe_ep_every_row",
+                          "moe_by_architecture", "deepep_moe", "moe_ep_every_row",
                           "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "moe_ep_floors_us",
                           "moe_fused_rows",
                           "moe_row_bytes", "gdn_efficiency", "linear_host_us",
@@ -612,28 +618,45 @@ def _moe_by_architecture(value: Any, origin: str) -> dict[str, dict[str, Archite
                  "fused MoE")
         out[str(gpu)] = {}
         for arch, kernel in by_arch.items():
-            where = f"{key}.{gpu}.{arch}"
             _require(isinstance(arch, str) and arch.isidentifier() and len(arch) <= 128, origin,
                      f"field '{key}.{gpu}' has {_show(arch)}, not an architecture class name")
-            _require(isinstance(kernel, dict) and "efficiency" in kernel, origin,
-                     f"field '{where}' must be a mapping with efficiency (and optionally floors_us, ep_every_row, "
-                     "memory_efficiency)")
-            _check_keys(kernel, frozenset({"efficiency", "floors_us", "ep_every_row", "memory_efficiency"}), origin,
-                        f"{where}.")
-            efficiency = _kinds(kernel["efficiency"], origin, f"{where}.efficiency", MOE_EXPERT_DTYPES, 1e-3,
-                                MAX_MOE_EFFICIENCY)
-            floors_us = _kinds(kernel.get("floors_us", {}), origin, f"{where}.floors_us", MOE_EXPERT_DTYPES, 0.0,
-                               MAX_MICROSECONDS)
-            stream = _kinds(kernel.get("memory_efficiency", {}), origin, f"{where}.memory_efficiency",
-                            MOE_EXPERT_DTYPES, 1e-3, 1.0)
-            every_row = kernel.get("ep_every_row", [])
-            _require(isinstance(every_row, list) and all(f in efficiency for f in every_row), origin,
-                     f"field '{where}.ep_every_row' must be a list of formats its efficiency names, got "
-                     f"{_show(every_row)}")
-            out[str(gpu)][arch] = ArchitectureMoe(efficiency=efficiency,
-                                                  floors_s={fmt: us * 1e-6 for fmt, us in floors_us.items()},
-                                                  ep_every_row=frozenset(every_row), memory_efficiency=stream)
+            out[str(gpu)][arch] = _moe_kernel(kernel, origin, f"{key}.{gpu}.{arch}")
     return out
+
+
+def _deepep_moe(value: Any, origin: str) -> dict[str, ArchitectureMoe]:
+    """``kernels.deepep_moe``: GPU preset name -> the experts' kernel behind DeepEP (as one entry of
+    ``kernels.moe_by_architecture``)."""
+    key = "kernels.deepep_moe"
+    return {str(gpu): _moe_kernel(kernel, origin, f"{key}.{gpu}")
+            for gpu, kernel in _gpu_entries(value, origin, key, "mappings of the experts' kernel").items()}
+
+
+def _moe_kernel(kernel: Any, origin: str, where: str) -> ArchitectureMoe:
+    """One fused-MoE kernel: {efficiency: {compute dtype or storage format: efficiency in (0,
+    MAX_MOE_EFFICIENCY]}, floors_us: {format: microseconds}, ep_every_row: [formats], memory_efficiency: {format:
+    fraction of the datasheet bandwidth in (0, 1]}, fused_rows: [fp8 formats]}."""
+    _require(isinstance(kernel, dict) and "efficiency" in kernel, origin,
+             f"field '{where}' must be a mapping with efficiency (and optionally floors_us, ep_every_row, "
+             "memory_efficiency, fused_rows)")
+    _check_keys(kernel, frozenset({"efficiency", "floors_us", "ep_every_row", "memory_efficiency", "fused_rows"}),
+                origin, f"{where}.")
+    efficiency = _kinds(kernel["efficiency"], origin, f"{where}.efficiency", MOE_EXPERT_DTYPES, 1e-3,
+                        MAX_MOE_EFFICIENCY)
+    floors_us = _kinds(kernel.get("floors_us", {}), origin, f"{where}.floors_us", MOE_EXPERT_DTYPES, 0.0,
+                       MAX_MICROSECONDS)
+    stream = _kinds(kernel.get("memory_efficiency", {}), origin, f"{where}.memory_efficiency", MOE_EXPERT_DTYPES,
+                    1e-3, 1.0)
+    lists = {}
+    for name, allowed, what in (("ep_every_row", tuple(efficiency), "formats its efficiency names"),
+                                ("fused_rows", FUSED_ROW_FORMATS, ", ".join(FUSED_ROW_FORMATS))):
+        formats = kernel.get(name, [])
+        _require(isinstance(formats, list) and all(f in allowed for f in formats), origin,
+                 f"field '{where}.{name}' must be a list of {what}, got {_show(formats)}")
+        lists[name] = frozenset(formats)
+    return ArchitectureMoe(efficiency=efficiency, floors_s={fmt: us * 1e-6 for fmt, us in floors_us.items()},
+                           ep_every_row=lists["ep_every_row"], memory_efficiency=stream,
+                           fused_rows=lists["fused_rows"])
 
 
 def _kinds(value: Any, origin: str, key: str, allowed: tuple[str, ...], low: float,
@@ -1059,6 +1082,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_dequant_ops_by_gpu=_dequant_ops(data.get("moe_dequant_ops"), origin),
         moe_efficiency_by_gpu=efficiency,
         moe_by_architecture=_moe_by_architecture(data.get("moe_by_architecture"), origin),
+        deepep_moe_by_gpu=_deepep_moe(data.get("deepep_moe"), origin),
         moe_k0_by_gpu=k0,
         moe_dequant_per_tile_by_gpu=_formats_by_gpu(data.get("moe_dequant_per_tile"), origin,
                                                     "kernels.moe_dequant_per_tile"),
