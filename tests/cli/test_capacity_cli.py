@@ -208,13 +208,40 @@ def test_lengths_csv(tmp_path: Path) -> None:
     (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "128"], "--attention-dp"),
     (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "0"], "--attention-dp"),
     (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "8", "--ep", "off"], "needs --ep auto or on"),
-    (["--rate", "5", "--ttft", "p90=1s", "--max-simulations", "0"], "--max-simulations 1 to 10,000"),
+    (["--rate", "5", "--ttft", "p90=1s", "--max-simulations", "0"], "--max-simulations must be 1 to 10,000, got 0"),
+    (["--rate", "5", "--ttft", "p90=1s", "--max-gpus", "0"], "--max-gpus must be 1 to"),
+    (["--rate", "5", "--ttft", "p90=1s", "--speculative", "1000"], "--speculative must be 0 to 64, got 1000"),
+    (["--rate", "5", "--ttft", "p90=1s", "--speculative", "3", "--draft-cost", "inf"], "--draft-cost must be in [0"),
+    (["--rate", "5", "--ttft", "p90=1s", "--speculative", "3", "--draft-cost", "-1"], "--draft-cost must be in [0"),
+    (["--rate", "5", "--ttft", "p90=1s", "--length-dist", "lognormal", "--input-spread", "1e155"],
+     "lognormal spread (coefficient of variation) must be in (0, 100]"),
+    (["--rate", "5", "--ttft", "p90=1s", "--length-dist", "lognormal", "--output-spread", "nan"], "got nan"),
+    (["--rate", "5", "--ttft", "p90=1s", "--input-spread", "2"], "--input-spread needs --length-dist"),
+    (["--rate", "5", "--ttft", "p90=1s", "--compute-efficiency", "1e-200"], "compute efficiency '1e-200'"),
+    (["--rate", "5", "--ttft", "p90=1s", "--redundant-experts", "8"], "--redundant-experts needs an MoE model"),
+    (["--rate", "5", "--ttft", "p90=1s", "--max-model-len", "1"], "does not fit --max-model-len of 1 tokens"),
+    (["--rate", "5", "--ttft", "p90=1s", "--max-model-len", "1m"], "exceeds llama3-8b's context of 8,192"),
+    (["--rate", "5", "--ttft", "p90=1s", "--input-len", "16k"], "does not fit llama3-8b's context of 8,192"),
 ])
 def test_bad_input_is_one_line(args: list[str], message: str) -> None:
     result = run("capacity", "-p", "llama3-8b", *args)
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.output
+
+
+def test_rate_overrides_reach_the_worker_processes(tmp_path: Path) -> None:
+    """--compute-efficiency and --calibration are handed to the search's worker processes (picklable), so a
+    search on two workers answers as one does."""
+    base = [*SMALL, "--no-simulate", "-f", "json", "--compute-efficiency", "0.5"]
+    one, two = run(*base, "--workers", "1"), run(*base, "--workers", "2")
+    assert one.exit_code == 0 and two.exit_code == 0, two.output
+    assert json.loads(one.stdout) == json.loads(two.stdout)
+    calibration = tmp_path / "cal.json"
+    calibration.write_text(json.dumps({"compute_efficiency": {"prefill": 0.6, "decode": 0.5},
+                                       "bandwidth_efficiency": {"prefill": 0.8, "decode": 0.7}}))
+    result = run(*SMALL, "--no-simulate", "--workers", "2", "--calibration", str(calibration))
+    assert result.exit_code == 0, result.output
 
 
 def test_max_simulations_reaches_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:

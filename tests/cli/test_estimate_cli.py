@@ -266,6 +266,9 @@ def test_engines_and_fabrics(tmp_path: Path) -> None:
     (["--pp", "64"], "pp 64 exceeds the 32 layers"),
     (["--tp", "3"], "tp 3 does not divide the 32 attention heads"),
     (["--ep", "2"], "ep 2 given but llama3-8b has no experts"),
+    (["--redundant-experts", "8"], "--redundant-experts needs an MoE model: llama3-8b has no experts"),
+    (["--compute-efficiency", "1e-200"], "invalid compute efficiency '1e-200': must be greater than 0.01"),
+    (["--bandwidth-efficiency", "5e-324"], "invalid bandwidth efficiency"),
 ])
 def test_usage_errors(args: list[str], message: str) -> None:
     result = runner.invoke(app, [*ARGS, *args])

@@ -39,6 +39,16 @@ def test_table_sweep_and_explain() -> None:
     assert result.exit_code == 0, result.output
     assert "Available KV cache memory = " in result.stdout and "a100-40gb" in result.stdout
     assert "torch peak memory increase" in result.stdout and "Maximum concurrency" in result.stdout
+    wide = run("plan", "-p", "deepseek-v3", "-tp", "8", "--explain")  # each trace's header wraps at 80 columns
+    assert "# model=deepseek-v3, gpu=h100-sxm" in wide.stdout and "\n# context=163840, batch=1" in wide.stdout
+    assert all(len(line) <= 80 for line in wide.stdout.splitlines() if line.startswith("#"))
+
+
+def test_redundant_experts_need_expert_parallelism() -> None:
+    dense = run("plan", "-p", "llama3-8b", "--redundant-experts", "8")
+    assert dense.exit_code == 2 and "--redundant-experts needs an MoE model" in dense.output
+    sliced = run("plan", "-p", "deepseek-v3", "-g", "h200", "-tp", "8", "--ep", "1", "--redundant-experts", "8")
+    assert sliced.exit_code == 2 and "needs whole experts per GPU" in sliced.output
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])

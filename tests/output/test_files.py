@@ -186,7 +186,7 @@ def _tiny_config(path: Path) -> None:
 
 
 @pytest.mark.parametrize("case", ["preset", "config", "calibration", "save-calibration", "plot", "profile-plot",
-                                  "profile-calibration", "profile-preset"])
+                                  "profile-calibration", "profile-preset", "engine", "interconnect", "inter-node"])
 def test_cli_refuses_to_overwrite_an_input_before_any_work(tmp_path: Path, case: str) -> None:
     yaml_model = tmp_path / "mine.yaml"
     yaml_model.write_text("vocab_size: 100\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 4\n"
@@ -195,6 +195,9 @@ def test_cli_refuses_to_overwrite_an_input_before_any_work(tmp_path: Path, case:
     _tiny_config(config)
     calibration = tmp_path / "cal.json"
     calibration.write_text("{}\n")
+    engine, link = tmp_path / "engine.yaml", tmp_path / "link.yaml"
+    engine.write_text("name: mine\n")
+    link.write_text("name: mine\n")
     args = {
         "preset": ["kv-cache", "-p", str(yaml_model), "-f", "csv", "-o", str(yaml_model)],
         "config": ["params", "-c", str(config), "-o", str(config)],
@@ -209,6 +212,11 @@ def test_cli_refuses_to_overwrite_an_input_before_any_work(tmp_path: Path, case:
         "profile-calibration": ["profile", "--device", "cpu", "--calibration", str(calibration),
                                 "--save-calibration", str(calibration)],
         "profile-preset": ["profile", "--device", "cpu", "-p", str(yaml_model), "-f", "csv", "-o", str(yaml_model)],
+        "engine": ["estimate", "-p", "llama3-8b", "-e", str(engine), "-f", "csv", "-o", str(engine)],
+        "interconnect": ["estimate", "-p", "llama3-8b", "--tp", "2", "--interconnect", str(link), "-f", "csv", "-o",
+                         str(link)],
+        "inter-node": ["estimate", "-p", "llama3-8b", "--tp", "8", "--pp", "2", "--inter-node", str(link), "-f",
+                       "csv", "-o", str(link)],
     }[case]
     before = {p: p.read_bytes() for p in tmp_path.iterdir()}
     result = runner.invoke(app, args)
@@ -238,8 +246,15 @@ def test_bundled_presets_are_inputs_too() -> None:
     for args in (["kv-cache", "-p", "llama3-8b", "-f", "csv", "-o", str(path)],
                  ["presets", "show", "llama3-8b", "-f", "csv", "-o", str(path)]):
         result = runner.invoke(app, args)
-        assert result.exit_code == 2 and "overwrite an input" in result.output, result.output
+        assert result.exit_code == 2, result.output
+        assert "overwrite an input" in result.output or "inside tfcalc's preset folder" in result.output
     assert path.read_bytes() == before
+    engine = preset_path("engine", "vllm-0.21")
+    before = engine.read_bytes()
+    for target in (engine, engine.parent / "new.csv"):   # -e vllm names no file; the preset folder is refused
+        result = runner.invoke(app, ["estimate", "-p", "llama3-8b", "-e", "vllm", "-f", "csv", "-o", str(target)])
+        assert result.exit_code == 2 and "inside tfcalc's preset folder" in result.output, result.output
+    assert engine.read_bytes() == before and not (engine.parent / "new.csv").exists()
 
 
 def test_stdout_on_a_full_disk_or_closed() -> None:

@@ -327,3 +327,26 @@ def calibrated_rates(base: Rates, calibration: Calibration | Efficiency, phase: 
     else:
         rates = base.with_efficiency(calibration.compute_decode, calibration.bandwidth_decode)
     return replace(rates, source=calibration.source)
+
+
+@dataclass(frozen=True)
+class CalibratedRates:
+    """``(gpu, base rates, phase) -> rates`` with ``calibration`` applied (``calibrated_rates``): a function a
+    search can hand to its worker processes (picklable, unlike a closure)."""
+
+    calibration: Calibration | Efficiency
+
+    def __call__(self, gpu: object, base: Rates, phase: str) -> Rates:
+        return calibrated_rates(base, self.calibration, phase)
+
+
+@dataclass(frozen=True)
+class EfficiencyRates:
+    """``(gpu, base rates, phase) -> rates`` with every compute and/or the memory efficiency replaced
+    (``Rates.with_efficiency``); picklable like ``CalibratedRates``."""
+
+    compute: float | None = None
+    bandwidth: float | None = None
+
+    def __call__(self, gpu: object, base: Rates, phase: str) -> Rates:
+        return base.with_efficiency(self.compute, self.bandwidth)

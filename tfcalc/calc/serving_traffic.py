@@ -24,6 +24,7 @@ DistKind = Literal["fixed", "uniform", "lognormal", "exponential", "empirical"]
 Metric = Literal["ttft", "tpot", "itl", "e2e"]
 METRICS: tuple[Metric, ...] = ("ttft", "tpot", "itl", "e2e")
 METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "end-to-end"}
+MAX_LOGNORMAL_SPREAD = 100.0  # coefficient of variation: sigma^2 = ln(1 + cv^2) stays finite
 
 
 def _normal_quantile(p: float) -> float:
@@ -71,8 +72,9 @@ class LengthDist:
             raise UsageError(f"mean length must be at least 1 token, got {self.mean}")
         if self.kind == "uniform" and not 0 <= self.spread < 1:
             raise UsageError(f"uniform range ratio must be in [0, 1), got {self.spread}")
-        if self.kind == "lognormal" and self.spread <= 0:
-            raise UsageError(f"lognormal spread (coefficient of variation) must be positive, got {self.spread}")
+        if self.kind == "lognormal" and not 0 < self.spread <= MAX_LOGNORMAL_SPREAD:
+            raise UsageError(f"lognormal spread (coefficient of variation) must be in (0, {MAX_LOGNORMAL_SPREAD:g}], "
+                             f"got {self.spread}")
 
     @property
     def second_moment(self) -> float:

@@ -9,11 +9,12 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from tfcalc.cli.common import (
+    MIN_EFFICIENCY,
     BlockSizeOpt,
     ConfigOpt,
     EngineOpt,
@@ -32,6 +33,7 @@ from tfcalc.cli.common import (
     RedundantExpertsOpt,
     TensorParallelOpt,
     WeightsOpt,
+    check_redundant_experts,
     engine_list,
     fail,
     float_list,
@@ -88,12 +90,22 @@ def parse_targets(values: list[str] | None, metric: str) -> list:
     return targets
 
 
+def _check_model_len(spec: Any, model_len: int, request_tokens: float, given: bool) -> None:
+    """The context the engines are launched with must hold the mean request and stay within the model's."""
+    if given and model_len > spec.max_context:
+        raise UsageError(f"--max-model-len {model_len:,} exceeds {spec.name}'s context of {spec.max_context:,} tokens")
+    if request_tokens > model_len:
+        where = "--max-model-len" if given else f"{spec.name}'s context"
+        raise UsageError(f"the mean request ({request_tokens:,.0f} tokens in and out) does not fit {where} of "
+                         f"{model_len:,} tokens")
+
+
 def _length(mean: str, spread: float | None, kind: str, what: str):
     from tfcalc.calc.serving_traffic import LengthDist
 
     tokens = parse_size(mean, what)
     if kind == "fixed" and spread:
-        raise UsageError(f"--{what.replace(' ', '-')}-spread needs --length-dist uniform or lognormal")
+        raise UsageError(f"--{what.split()[0]}-spread needs --length-dist uniform or lognormal")
     return LengthDist(kind=kind, mean=float(tokens), spread=spread or (0.5 if kind in ("lognormal",) else 0.0))  # type: ignore[arg-type]
 
 
@@ -364,12 +376,18 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     ranks = tuple(parse_sizes(attention_dp or ["1"], "--attention-dp", maximum=max(max_gpus, 1)))
     if ep == "off" and max(ranks) > 1:
         raise UsageError("--attention-dp shares the experts over ep = tp x dp: it needs --ep auto or on")
-    if not 1 <= top <= 10_000 or not 10 <= sim_requests <= 1_000_000 or not 1 <= max_gpus <= 1 << 20 or \
-            not 1 <= gpus_per_node <= 1024 or not 1 <= max_simulations <= 10_000:
-        raise UsageError("--top (1-10,000), --max-gpus, --gpus-per-node must be positive, --sim-requests 10 to "
-                         "1,000,000 and --max-simulations 1 to 10,000")
-    if not 0 <= speculative <= 64 or not 0 <= acceptance <= 1 or not 0 < kv_transfer_gbps <= 1e7:
-        raise UsageError("--speculative must be 0-64, --acceptance in [0, 1], --kv-transfer-gbps positive")
+    for flag, value, low, high in (("--top", top, 1, 10_000), ("--max-gpus", max_gpus, 1, 1 << 20),
+                                   ("--gpus-per-node", gpus_per_node, 1, 1024),
+                                   ("--sim-requests", sim_requests, 10, 1_000_000),
+                                   ("--max-simulations", max_simulations, 1, 10_000),
+                                   ("--speculative", speculative, 0, 64)):
+        if not low <= value <= high:
+            raise UsageError(f"{flag} must be {low:,} to {high:,}, got {value}")
+    for flag, number, low, high, closed in (("--acceptance", acceptance, 0.0, 1.0, True),
+                                            ("--draft-cost", draft_cost, 0.0, 1.0, True),
+                                            ("--kv-transfer-gbps", kv_transfer_gbps, 0.0, 1e7, False)):
+        if number is not None and not (low <= number <= high if closed else low < number <= high):
+            raise UsageError(f"{flag} must be in {'[' if closed else '('}{low:g}, {high:g}], got {number}")
     if not 0 <= prefix_hit < 1:
         raise UsageError(f"--prefix-hit must be in [0, 1), got {prefix_hit}")
     if api_server_count is not None and not 1 <= api_server_count <= 4096:
@@ -377,6 +395,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     if workers is not None and not 1 <= workers <= 64:
         raise UsageError(f"--workers must be 1 to 64, got {workers}")
     specs = resolve_models(preset, config)
+    check_redundant_experts(specs, redundant_experts, (1,) if ep == "off" else (2,))
     engines = engine_list(engine)
     if enable_mixed_chunk:
         from tfcalc.spec.engine import with_mixed_chunk
@@ -402,8 +421,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                          "--e2e p99=30s")
     overheads = _overheads(engines, api_server_count, request_overhead, api_request_overhead, api_token_overhead,
                            step_overhead, stream_overhead)
-    rates = rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0),
-                           float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0), calibration)
+    rates = rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0, MIN_EFFICIENCY),
+                           float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0, MIN_EFFICIENCY), calibration)
     if len(rates) != 1:
         raise UsageError("give one --compute-efficiency and one --bandwidth-efficiency")
     utilization = _one(gpu_memory_utilization, "--gpu-memory-utilization")
@@ -426,6 +445,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             list(dict.fromkeys([*(default_kv_dtype(spec, e) for e in engines or [None]), get_dtype("fp8")]))
         model_len = parse_size(model_len_text, "max model len") if model_len_text else min(
             spec.max_context, max(2048, math.ceil((inputs.quantile(0.999) + outputs.quantile(0.999)) / 1024) * 1024))
+        _check_model_len(spec, model_len, inputs.mean + outputs.mean, bool(model_len_text))
         spec_options: list = [None]
         if speculative:
             cost = draft_cost if draft_cost is not None else 1 / spec.num_layers

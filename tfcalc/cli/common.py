@@ -125,6 +125,23 @@ RedundantExpertsOpt = Annotated[int, typer.Option(
     "--redundant-experts", min=0, max=1 << 16, help="EPLB's expert replicas (vLLM --eplb-config "
     "num_redundant_experts, SGLang --ep-num-redundant-experts): each GPU of an expert-parallel layout holds (experts "
     "+ N) / ep of them, so ep need divide experts + N (DeepSeek-V3 with 32: ep 72).")]
+
+
+def check_redundant_experts(specs: Sequence[Any], redundant_experts: int, eps: Sequence[int] = (2,),
+                            tps: Sequence[int] = ()) -> None:
+    """--redundant-experts needs MoE models and, in some layout asked for, whole experts per GPU (ep >= tp, ep >= 2:
+    ``shard.layout_redundant_experts``)."""
+    from tfcalc.calc.shard import layout_redundant_experts
+
+    if not redundant_experts:
+        return
+    dense = [spec.name for spec in specs if spec.moe is None]
+    if dense:
+        raise UsageError(f"--redundant-experts needs an MoE model: {', '.join(dense)} has no experts")
+    if not any(layout_redundant_experts(1, tp, ep) for tp in tps or (1,) for ep in eps):
+        raise UsageError("--redundant-experts needs whole experts per GPU: give --ep 2 or more, at least --tp")
+
+
 MaxNumSeqsOpt = Annotated[ListOpt, typer.Option(
     "--max-num-seqs", help="Sequences the engine schedules at once (vLLM --max-num-seqs; sizes its sampler and CUDA "
     "graphs); default: the engine's for the GPU (vLLM 1024 on >= 70 GiB GPUs).", show_default=False)]
@@ -145,10 +162,13 @@ def engine_list(values: list[str] | None) -> list:
     return [None if name == "ideal" else load_engine(name) for name in names]
 
 
-def float_list(values: list[str] | None, what: str, high: float | None = None) -> list[float]:
+def float_list(values: list[str] | None, what: str, high: float | None = None, low: float = 0.0) -> list[float]:
     from tfcalc.units import parse_float
 
-    return [parse_float(item, what, 0.0, high) for value in values or [] for item in split_list(value)]
+    return [parse_float(item, what, low, high) for value in values or [] for item in split_list(value)]
+
+
+MIN_EFFICIENCY = 0.01  # --compute/--bandwidth-efficiency: 1 % of peak and up (below, no GPU runs a kernel)
 
 
 def weight_precisions(values: list[str] | None) -> list:
@@ -177,18 +197,19 @@ def rate_overrides(compute: list[float], bandwidth: list[float], calibration: Pa
     if calibration is not None:
         if compute or bandwidth:
             raise UsageError("give --calibration or --compute-efficiency/--bandwidth-efficiency, not both")
-        from tfcalc.calc.calibration import calibrated_rates
+        from tfcalc.calc.calibration import CalibratedRates
 
         cal = read_calibration(calibration)
-        return [(lambda gpu, base, phase: calibrated_rates(base, cal, phase), cal.source)]
+        return [(CalibratedRates(cal), cal.source)]
     if not compute and not bandwidth:
         return [(None, "")]
+    from tfcalc.calc.calibration import EfficiencyRates
+
     out = []
     for c in compute or [None]:
         for b in bandwidth or [None]:
             parts = ([f"compute {c}"] if c else []) + ([f"bandwidth {b}"] if b else [])
-            out.append((lambda gpu, base, phase, c=c, b=b: base.with_efficiency(c, b),
-                        "command line: " + ", ".join(parts)))
+            out.append((EfficiencyRates(c, b), "command line: " + ", ".join(parts)))
     return out
 
 
@@ -221,7 +242,10 @@ def parse_table_view(wide: bool, columns: list[str] | None):  # -> tfcalc.output
 # Options whose values are written (outputs) or read (inputs), checked against each other before any work.
 OUTPUT_OPTIONS = {"output": "--output", "plot": "--plot", "save_calibration": "--save-calibration", "save": "--save"}
 INPUT_OPTIONS = {"preset": "--preset", "config": "--config", "calibration": "--calibration", "gpu": "--gpu",
-                 "lengths_csv": "--lengths-csv"}
+                 "lengths_csv": "--lengths-csv", "engine": "--engine", "interconnect": "--interconnect",
+                 "inter_node": "--inter-node"}
+PRESET_OPTIONS = (("preset", "model"), ("gpu", "gpu"), ("engine", "engine"), ("interconnect", "interconnect"),
+                  ("inter_node", "interconnect"))  # options that name a bundled preset, and its kind
 
 
 def print_error(message: str) -> None:
@@ -254,8 +278,9 @@ def check_before_work(options: dict[str, object]) -> None:
     """Usage checks every command gets before it does any work, from its options by name.
 
     ``--format`` against ``--output``'s extension, ``--plot``'s file type, and the output paths (``output``,
-    ``plot``, ``save_calibration``, ``save``) against each other and against the input files (``preset``, ``config``,
-    ``calibration``, ``gpu`` values that are files): see ``tfcalc.output.files.check_outputs``.
+    ``plot``, ``save_calibration``, ``save``) against each other and against the input files (``INPUT_OPTIONS``
+    values that are files, and the bundled presets ``PRESET_OPTIONS`` name): see
+    ``tfcalc.output.files.check_outputs``.
     """
     outputs = [(flag, options[name]) for name, flag in OUTPUT_OPTIONS.items() if options.get(name) is not None]
     if "output" in options and "fmt" in options:
@@ -268,14 +293,18 @@ def check_before_work(options: dict[str, object]) -> None:
         check_plot_path(Path(options["plot"]))  # type: ignore[arg-type]
     if outputs:
         from tfcalc.output.files import check_outputs
-        from tfcalc.spec.presets import find_preset, preset_path
+        from tfcalc.spec.presets import find_preset, preset_path, preset_root
 
         inputs = [(flag, path) for name, flag in INPUT_OPTIONS.items() for path in _paths(options.get(name))]
         # A preset named by name is an input file too (writing over the bundled presets is refused).
-        for name, kind in (("preset", "model"), ("gpu", "gpu")):
-            inputs += [(f"--{name}", preset_path(kind, str(value))) for value in _paths(options.get(name))
+        for name, kind in PRESET_OPTIONS:
+            inputs += [(INPUT_OPTIONS[name], preset_path(kind, str(value))) for value in _paths(options.get(name))
                        if isinstance(value, str) and find_preset(kind, value) is not None]
         check_outputs(outputs, inputs)  # type: ignore[arg-type]
+        root = preset_root().resolve()  # nor any other file of the bundled presets (an engine named by family)
+        for flag, path in outputs:
+            if root in Path(os.path.abspath(path)).resolve().parents:  # type: ignore[arg-type]
+                raise UsageError(f"{flag} {path} is inside tfcalc's preset folder; refusing to write there")
 
 
 def handle_errors(command: Callable[P, R]) -> Callable[P, R]:

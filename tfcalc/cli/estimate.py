@@ -6,6 +6,7 @@ from typing import Annotated
 import typer
 
 from tfcalc.cli.common import (
+    MIN_EFFICIENCY,
     BatchOpt,
     ConfigOpt,
     EngineOpt,
@@ -17,6 +18,7 @@ from tfcalc.cli.common import (
     PresetOpt,
     RedundantExpertsOpt,
     WeightsOpt,
+    check_redundant_experts,
     engine_list,
     float_list,
     handle_errors,
@@ -136,6 +138,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     from tfcalc.spec.interconnect import load_interconnect
 
     specs = resolve_models(preset, config)
+    check_redundant_experts(specs, redundant_experts, parse_sizes(ep, "ep"), parse_sizes(tp or [], "tp"))
     gpus = gpu_list(gpu)
     engines = engine_list(engine)
     if allreduce is not None and allreduce not in ("ring", "tree", "auto"):
@@ -146,8 +149,9 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
             raise UsageError("give either --routing or --routing-skew, not both")
         skew = parse_float(routing_skew, "routing skew", 0.0, 4.0)
         expert_routing = Routing("zipf", skew) if skew > 0 else UNIFORM
-    overrides = rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0),
-                                float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0), calibration)
+    overrides = rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0, MIN_EFFICIENCY),
+                               float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0, MIN_EFFICIENCY),
+                               calibration)
     memory = PlanConfig(
         num_gpus=1, cuda_graphs_in_budget=cuda_graph_memory, redundant_experts=redundant_experts,
         gpu_memory_utilization=None if gpu_memory_utilization is None else parse_float(

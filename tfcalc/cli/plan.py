@@ -25,6 +25,7 @@ from tfcalc.cli.common import (
     RedundantExpertsOpt,
     TensorParallelOpt,
     WeightsOpt,
+    check_redundant_experts,
     complete_preset,
     engine_list,
     fail,
@@ -79,9 +80,12 @@ def gpu_list(values: list[str]) -> list:
 
 
 def traces_text(rows: list[dict], traces: list[tuple[str, ...]], keys: tuple[str, ...]) -> str:
-    """Each row's trace under a ``# key=value, ...`` line naming it."""
-    return "".join("\n# " + ", ".join(f"{k}={row[k]}" for k in keys) + "\n" + explanation_lines(trace)
-                   for row, trace in zip(rows, traces, strict=True))
+    """Each row's trace under ``# key=value, ...`` lines naming it (wrapped at 80 columns)."""
+    import textwrap
+
+    return "".join("\n" + textwrap.fill(", ".join(f"{k}={row[k]}" for k in keys), 80, initial_indent="# ",
+                                        subsequent_indent="# ", break_on_hyphens=False, break_long_words=False)
+                   + "\n" + explanation_lines(trace) for row, trace in zip(rows, traces, strict=True))
 
 
 def _merged(*values: list[str] | None) -> list[str] | None:
@@ -130,6 +134,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     if max_gpus < 1 or gpus_per_node < 1:
         raise UsageError(f"--max-gpus ({max_gpus}) and --gpus-per-node ({gpus_per_node}) must be at least 1")
     specs = resolve_models(preset, config)
+    check_redundant_experts(specs, redundant_experts, parse_sizes(ep, "ep"), parse_sizes(tp or [], "tp"))
     gpus = gpu_list(gpu)
     engines = engine_list(engine)
     precisions = weight_precisions(weights_dtype)

@@ -397,7 +397,7 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     args.append("--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching")
     if c.spec is not None:
         config = {"method": "eagle", "model": draft_model, "num_speculative_tokens": c.spec.num_tokens}
-        args.append(f"--speculative-config '{json.dumps(config)}'")
+        args.append(f"--speculative-config '{json.dumps(config, separators=(',', ':'))}'")  # fits 100 columns
     if c.mode == "disaggregated":
         args.append("--kv-transfer-config '{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}'")
     return args
@@ -487,6 +487,14 @@ def _yaml(value: object) -> str:
     return str(value)
 
 
+def _yaml_entry(key: str, value: object, indent: str, width: int = 100) -> str:
+    """``key: value`` under ``indent``, a mapping in flow style where the line fits ``width``, else as a block."""
+    line = f"\n{indent}{key}: {_yaml(value)}"
+    if len(line) - 1 <= width or not isinstance(value, dict):
+        return line
+    return f"\n{indent}{key}:" + "".join(_yaml_entry(k, v, indent + "  ", width) for k, v in value.items())
+
+
 def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace,
                  prefix_caching: bool, api_servers: int = 1) -> tuple[str, list[str]]:
     """(what to run, in a sentence; each engine's command for the chosen plan, its own engine's first, one flag per
@@ -515,7 +523,7 @@ def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     commands = {
         "vllm": ("vLLM:   ", vllm_command(model_path, spec, e, space, prefix_caching, api_servers=api_servers), ""),
         "sglang": ("SGLang: ", sglang_command(model_path, spec, e, space, prefix_caching), ""),
-        "trtllm": ("TRT-LLM:", trtllm, f"\n{indent}extra.yml:" + "".join(f"\n{indent}  {k}: {_yaml(v)}"
+        "trtllm": ("TRT-LLM:", trtllm, f"\n{indent}extra.yml:" + "".join(_yaml_entry(k, v, indent + "  ")
                                                                          for k, v in extra.items())
                     + trtllm_note),
     }
