@@ -17,6 +17,7 @@ _SIZE = re.compile(r"(\d[\d_]*)(?:\.(\d+))?\s*([kmgt]?)", re.IGNORECASE)
 # 2^62: far above any token count, batch or byte size tfcalc reasons about (1 EiB = 2^60 bytes), and small
 # enough that products of a few sizes stay exact in a float's exponent range.
 MAX_SIZE = 1 << 62
+MAX_TOKENS = 1 << 40  # a sequence length: far past any model, exact as a float (the latency model's arithmetic)
 _MAX_DIGITS = 60  # longer numbers are refused before any arithmetic on them
 
 

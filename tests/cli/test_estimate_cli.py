@@ -269,6 +269,7 @@ def test_engines_and_fabrics(tmp_path: Path) -> None:
     (["--redundant-experts", "8"], "--redundant-experts needs an MoE model: llama3-8b has no experts"),
     (["--compute-efficiency", "1e-200"], "invalid compute efficiency '1e-200': must be greater than 0.01"),
     (["--bandwidth-efficiency", "5e-324"], "invalid bandwidth efficiency"),
+    (["--prompt-len", str(1 << 54)], "at most 1,099,511,627,776"),  # lengths stay exact in the float arithmetic
 ])
 def test_usage_errors(args: list[str], message: str) -> None:
     result = runner.invoke(app, [*ARGS, *args])

@@ -44,7 +44,7 @@ from tfcalc.cli.common import (
 )
 from tfcalc.errors import UsageError
 from tfcalc.output import Column, Verbatim, pick, print_stderr, varies, wide
-from tfcalc.units import parse_float, parse_size, parse_sizes, split_list
+from tfcalc.units import MAX_TOKENS, parse_float, parse_size, parse_sizes, split_list
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|us|µs)?", re.IGNORECASE)
 
@@ -103,7 +103,7 @@ def _check_model_len(spec: Any, model_len: int, request_tokens: float, given: bo
 def _length(mean: str, spread: float | None, kind: str, what: str):
     from tfcalc.calc.serving_traffic import LengthDist
 
-    tokens = parse_size(mean, what)
+    tokens = parse_size(mean, what, MAX_TOKENS)
     if kind == "fixed" and spread:
         raise UsageError(f"--{what.split()[0]}-spread needs --length-dist uniform or lognormal")
     return LengthDist(kind=kind, mean=float(tokens), spread=spread or (0.5 if kind in ("lognormal",) else 0.0))  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ from tfcalc.cli.common import (
 )
 from tfcalc.cli.plan import GpuOpt, gpu_list
 from tfcalc.output import emit, emit_explanation, explanation_lines, pick, print_stderr, varies, wide
-from tfcalc.units import parse_float, parse_size, parse_sizes
+from tfcalc.units import MAX_TOKENS, parse_float, parse_size, parse_sizes
 
 COLUMNS = pick("model", "gpu", varies("engine"), "tp", varies("pp", "ep"), "batch", "prompt_len", "gen_len",
                varies("weights_dtype", "kv_dtype"), "ttft_s", "tpot_s", "decode_tokens_per_s",
@@ -168,8 +168,9 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                   compute=compute_dtype, cuda_graphs=cuda_graphs, routing=expert_routing, ideal=ideal, fit=fit,
                   memory=memory, fp8_scales=fp8_scales)
     sweep = EstimateSweep(tps=parse_sizes(tp, "tp"), pps=parse_sizes(pp, "pp"), eps=parse_sizes(ep, "ep"),
-                          batches=parse_sizes(batch, "batch"), prompt_lens=parse_sizes(prompt_len, "prompt length"),
-                          gen_lens=parse_sizes(gen_len, "generation length"),
+                          batches=parse_sizes(batch, "batch"),
+                          prompt_lens=parse_sizes(prompt_len, "prompt length", MAX_TOKENS),
+                          gen_lens=parse_sizes(gen_len, "generation length", MAX_TOKENS),
                           precisions=weight_precisions(weights_dtype), kv_dtypes=kv_dtypes)
     rows: list[dict] = []
     handles: list = []
