@@ -222,6 +222,8 @@ def test_lengths_csv(tmp_path: Path) -> None:
     (["--rate", "5", "--ttft", "p90=1s", "--max-model-len", "1"], "does not fit --max-model-len of 1 tokens"),
     (["--rate", "5", "--ttft", "p90=1s", "--max-model-len", "1m"], "exceeds llama3-8b's context of 8,192"),
     (["--rate", "5", "--ttft", "p90=1s", "--input-len", "16k"], "does not fit llama3-8b's context of 8,192"),
+    (["--rate", "5", "--ttft", "p90=1s", "-tp", "3"], "fits the limits (max GPUs 64, 8 per node): tp 3 does not "
+                                                     "divide the 32 attention heads"),
 ])
 def test_bad_input_is_one_line(args: list[str], message: str) -> None:
     result = run("capacity", "-p", "llama3-8b", *args)

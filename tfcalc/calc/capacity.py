@@ -226,10 +226,11 @@ class SearchResult:
     candidates: int                          # configurations considered (before pruning by fit)
 
 
-def _layouts(spec: ModelSpec, space: SearchSpace) -> list[tuple[int, int, int]]:
+def _layouts(spec: ModelSpec, space: SearchSpace, reasons: list[str] | None = None) -> list[tuple[int, int, int]]:
     """(tp, pp, ep) allowed by the model: tp within a node, ep 1 or tp (whole experts per GPU), or for an MoE
     model without pipeline stages ep = tp x dp with dp data-parallel attention ranks (``attention_dp``), across
-    nodes where tp x dp is more than a node (the all-to-all crosses the network beyond the GPU's NVLink domain)."""
+    nodes where tp x dp is more than a node (the all-to-all crosses the network beyond the GPU's NVLink domain).
+    ``reasons`` collects why the layouts left out were refused."""
     from tfcalc.calc.plan import check_parallelism
 
     tps = space.tps or tuple(t for t in (1, 2, 4, 8, 16) if t <= space.gpus_per_node)
@@ -242,7 +243,9 @@ def _layouts(spec: ModelSpec, space: SearchSpace) -> list[tuple[int, int, int]]:
             for ep in eps:
                 try:
                     check_parallelism(spec, tp * pp, tp, pp, ep, space.redundant_for(tp, ep))
-                except UsageError:
+                except UsageError as refused:
+                    if reasons is not None:
+                        reasons.append(str(refused))
                     continue
                 out.append((tp, pp, ep))
             for dp in sorted(d for d in set(space.attention_dp) if d > 1):
@@ -308,10 +311,11 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
         raise UsageError("no GPU type to search")
     if not targets:
         raise UsageError("give at least one latency target (--ttft, --tpot, --itl or --e2e)")
-    layouts = _layouts(spec, space)
+    reasons: list[str] = []
+    layouts = _layouts(spec, space, reasons)
     if not layouts:
         raise UsageError(f"no tensor/pipeline-parallel layout of {spec.name} fits the limits (max GPUs "
-                         f"{space.max_gpus}, {space.gpus_per_node} per node)")
+                         f"{space.max_gpus}, {space.gpus_per_node} per node)" + (f": {reasons[0]}" if reasons else ""))
     loadable = [(tp, pp, ep, precision) for tp, pp, ep in layouts for precision in space.weight_precisions
                 if _whole_blocks(spec, tp, ep, precision) is None]
     if not loadable:
