@@ -29,3 +29,10 @@ def test_names_and_int4_groups() -> None:
         get_dtype("fp4")
     with pytest.raises(UsageError, match="unknown dtype 'fp9'"):
         get_dtype("fp9")
+
+
+@pytest.mark.parametrize("name", ["int4-g7", "int4-g0", "int4-g4", "int4-g16384", "int4-g99999999999999"])
+def test_int4_groups_are_powers_of_two_from_8(name: str) -> None:
+    with pytest.raises(UsageError, match="group size must be a power of two from 8 to 8,192"):
+        get_dtype(name)
+    assert get_dtype("int4-g8").block_size == 8 and get_dtype("int4-g8192").block_size == 8192

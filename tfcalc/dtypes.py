@@ -103,14 +103,18 @@ _ALIAS_KEYS = {_key(alias): name for alias, name in ALIASES.items()}
 
 
 def get_dtype(name: str) -> DType:
-    """Look up a storage format by name or alias; ``int4-gN`` takes any positive group size."""
+    """Look up a storage format by name or alias; ``int4-gN`` takes a power-of-two group size from 8 to 8,192
+    (GPTQ / AWQ use 32-128; a group wider than a matrix's input is per-channel)."""
     key = _key(name)
     key = _ALIAS_KEYS.get(key, key)
     if key in DTYPES:
         return DTYPES[key]
     match = _INT4_GROUP.fullmatch(key)
-    if match and int(match.group(1)) > 0:
-        return _int4(int(match.group(1)))
+    if match:
+        group = int(match.group(1)) if len(match.group(1)) < 8 else 0
+        if not (8 <= group <= 8192 and group & (group - 1) == 0):
+            raise UsageError(f"invalid dtype '{name}': the int4 group size must be a power of two from 8 to 8,192")
+        return _int4(group)
     if key == "fp4":
         raise UsageError("ambiguous dtype 'fp4': use mxfp4 (4.25 bits/element) or nvfp4 (4.5 bits/element)")
     import difflib

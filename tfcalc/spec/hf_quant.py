@@ -167,9 +167,9 @@ def _group_format(bits: int | None, group: Any, what: str, origin: str) -> str:
     if bits != 4:
         raise SpecError(f"{origin}: quantization_config: {what} with {bits}-bit weights has no tfcalc format "
                         "(supported: 4-bit groups, int4-gN)")
-    if isinstance(group, bool) or not isinstance(group, int) or group <= 0:
+    if isinstance(group, bool) or not isinstance(group, int) or not 8 <= group <= 8192 or group & (group - 1):
         raise SpecError(f"{origin}: quantization_config: {what} group_size {group!r:.40} has no tfcalc format "
-                        "(supported: a positive group of input channels, int4-gN)")
+                        "(supported: a power-of-two group of 8 to 8,192 input channels, int4-gN)")
     return f"int4-g{group}"
 
 
