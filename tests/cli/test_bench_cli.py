@@ -141,6 +141,14 @@ def test_usage_errors() -> None:
     assert result.exit_code == 2 and "no MoE layers" in result.stderr
     result = run(*CEILINGS, "--dtype", "fp8")
     assert result.exit_code == 2 and "unknown dtype 'fp8'" in result.stderr
+    for args, message in ((["--heads", "0"], "--heads and --head-dim must be positive"),
+                          (["--head-dim", "0"], "--heads and --head-dim must be positive"),
+                          (["--peak-tflops", "-1"], "--peak-tflops must be a positive number"),
+                          (["--peak-tflops", "nan"], "--peak-tflops must be a positive number"),
+                          (["--heads", "100000000", "--kv-heads", "1"], "lower --seq-len, --heads")):
+        result = run(*ATTENTION, *args)
+        assert result.exit_code == 2 and message in result.stderr, result.output
+        assert len(result.stderr.strip().splitlines()) == 1
 
 
 NO_TORCH = """

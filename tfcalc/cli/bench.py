@@ -119,12 +119,21 @@ def attention(
     backends = list(dict.fromkeys(backends))
     seq_lens = parse_sizes(seq_len or defaults["seq_len"], "sequence length")
     kv_list = parse_sizes(kv_heads or defaults["kv_heads"], "kv heads")
-    h = heads or defaults["heads"]
-    d = head_dim or defaults["head_dim"]
+    h = heads if heads is not None else defaults["heads"]
+    d = head_dim if head_dim is not None else defaults["head_dim"]
     if h <= 0 or d <= 0:
         raise UsageError("--heads and --head-dim must be positive")
+    if peak_tflops is not None and not 0 < peak_tflops < 1e9:
+        raise UsageError(f"--peak-tflops must be a positive number, got {peak_tflops}")
     kv_list = kv_list if kv_heads else [kv for kv in kv_list if kv <= h and h % kv == 0] or [h]
     names = dtype_names(dtype, "fp32" if devices[0].type == "cpu" else "bf16")
+    longest, widest = max(seq_lens), max(kv_list)
+    for torch_device in devices:  # the largest case's q, k, v, output and (SDPA's math backend) fp32 scores
+        element = max(dev.torch_dtype(name).itemsize for name in names)
+        tensors = max(batch, decode_batch or defaults["decode_batch"]) * longest * (2 * h + 2 * widest) * d * element
+        scores = batch * h * longest * longest * 4 if "math" in backends else 0
+        dev.check_fits(torch_device, tensors + scores, f"attention at sequence length {longest:,}",
+                       "lower --seq-len, --heads, --head-dim or --batch")
     show = progress_printer()
     rows: list[dict] = []
     peaks_used: list[str] = []

@@ -211,10 +211,11 @@ def _with_note(info: DeviceInfo, note: str) -> DeviceInfo:
 
 
 def check_fits(device: torch.device, nbytes: int, what: str, hint: str) -> None:
-    """Refuse up front when ``nbytes`` of weights exceed 80 % of the GPU's free memory."""
-    if device.type != "cuda":
+    """Refuse up front when ``nbytes`` exceed 80 % of the device's free memory (a GPU's, or what Linux reports
+    available to the CPU: an allocation past it may not raise there, the OOM killer ends the process instead)."""
+    free = available_memory_bytes(device)
+    if free is None:
         return
-    free, _ = torch.cuda.mem_get_info(device)
     if nbytes > 0.8 * free:
         raise UsageError(f"{what} needs {nbytes / (1 << 30):,.1f} GiB but {device} has {free / (1 << 30):,.1f} GiB "
                          f"free; {hint}")
