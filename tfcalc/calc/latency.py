@@ -505,10 +505,11 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     measured = (rates_decode or rates_prefill or base).collectives
     if measured is not None:  # a calibration's measured link replaces the intra-node fabric's NCCL link
         interconnect = replace(interconnect, nccl=comm.calibrated_link(measured, interconnect.nccl))
+    domain = max(gpus_per_node, gpu.nvlink_domain_gpus or 0)  # the GPUs one NVLink fabric joins
     return Deployment(spec=spec, gpu=gpu, precision=precision, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, dp=dp,
                       kernels=engine, rates_prefill=rates_prefill or base, rates_decode=rates_decode or base,
                       intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,
-                      nvlink_domain=max(gpus_per_node, gpu.nvlink_domain_gpus or 0),
+                      nvlink_domain=domain,
                       algorithm=algorithm or interconnect.algorithm, routing=routing,
                       dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute, engine, fp8_scales,
                                  redundant_experts),
@@ -516,7 +517,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                       full_dims=_dims(spec.full_layer_spec, gpu, precision, kv_dtype, tp, ep, compute, engine,
                                       fp8_scales, redundant_experts) if spec.full_attention is not None else None,
                       graph_cap_tokens=engine.graph_token_cap(capacity_bytes(gpu) / 2**30, tp),
-                      deepep_moe=_deepep_kernel(gpu, engine, dp, ep, max(gpus_per_node, gpu.nvlink_domain_gpus or 0)))
+                      deepep_moe=_deepep_kernel(gpu, engine, dp, ep, domain))
 
 
 def _deepep_kernel(gpu: GPUSpec, engine: EngineKernels, dp: int, ep: int, domain: int) -> ArchitectureMoe | None:
