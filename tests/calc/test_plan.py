@@ -334,3 +334,24 @@ def test_redundant_experts_spread_with_the_experts() -> None:
             check_parallelism(spec, *args[:4], **({"redundant_experts": args[4]} if len(args) > 4 else {}))
     with pytest.raises(UsageError, match="need an MoE model"):
         check_parallelism(load_model("llama3-8b"), 8, 1, 1, 8, redundant_experts=8)
+
+
+def test_hybrid_stages_without_attention_bound_nothing() -> None:
+    """Nemotron-H-56B at pp 60 (118 layers: about 2 a stage) has stages of MLP layers only (nothing kept per
+    request) and of Mamba layers only (a state, no KV): the pool and the sequences are the stages' that hold them,
+    so more stages never fit fewer sequences (pp 30: 1,039 at 8K; before, pp 60 showed 0 KV tokens and no fit)."""
+    from tfcalc.calc.plan import stage_census
+    from tfcalc.spec.presets import load_engine
+
+    spec, gpu, vllm = load_model("nemotron-h-56b"), load_gpu("h100-sxm"), load_engine("vllm")
+    precision, bf16 = parse_weight_precision(spec.native_dtype), get_dtype("bf16")
+    censuses = [stage_census(spec, layers) for layers in stage_layers(spec.num_layers, 60)]
+    assert any(c.attention_layers == 0 and c.linear_layers == 0 for c in censuses)   # MLP layers only
+    assert any(c.attention_layers == 0 and c.linear_layers > 0 for c in censuses)    # Mamba layers only
+    plans = {pp: plan_fit(spec, gpu, precision, bf16, PlanConfig(num_gpus=pp, tp=1, pp=pp, context=8192,
+                                                                  engine=vllm), with_ideal=False)
+             for pp in (30, 60)}
+    for plan in plans.values():
+        assert plan.fits and plan.kv_tokens_per_gpu > 0 and plan.max_context_at_batch == 8192
+        assert plan.shortfall_bytes_per_gpu == 0
+    assert plans[60].max_concurrent_sequences >= plans[30].max_concurrent_sequences

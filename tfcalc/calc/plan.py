@@ -480,11 +480,15 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         stages.append(replace(plan, layers=layers))
         if last:
             rotary, absorbed, forward, sampler = rot, absb, peak.forward_bytes, peak.sampler_bytes
+    # a stage of a hybrid model may hold no KV (Mamba layers only) or nothing per request at all (MLP layers only,
+    # Nemotron-H at a high pp): it bounds neither the tokens nor the sequences, only its own budget
+    caching = [st for st in stages if st.kv_bytes_per_token > 0] or stages
+    holding = [st for st in stages if st.kv_bytes_per_sequence > 0] or stages
     worst = min(stages, key=lambda st: (st.kv_budget_bytes, st.sequences))
-    tightest = min(stages, key=lambda st: (st.kv_tokens, st.kv_budget_bytes))
-    per_replica = min(st.sequences for st in stages)
+    tightest = min(caching, key=lambda st: (st.kv_tokens, st.kv_budget_bytes))
+    per_replica = min(st.sequences for st in holding)
     sequences = per_replica * par.dp
-    window_aware = min(st.sequences_window_aware for st in stages) * par.dp
+    window_aware = min(st.sequences_window_aware for st in holding) * par.dp
     need = -(-cfg.batch // par.dp)
     cap = max(spec.max_context, cfg.context)
     distinct = [plan for plan, _, _, _ in memo.values()]
@@ -536,10 +540,13 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
 def _max_context(spec: ModelSpec, e: EngineSpec | None, stages: list[StagePlan], kv_dtype: DType,
                  kv_elements: int, block: int, mnbt: int, batch: int, cap: int, state: int = 0,
                  full_elements: int | None = None) -> int:
-    """Largest context (at most ``cap``) at which ``batch`` sequences fit in every stage; 0 if none."""
+    """Largest context (at most ``cap``) at which ``batch`` sequences fit in every stage that holds something per
+    request (``_plan``: a stage of MLP layers only holds nothing); 0 if none."""
+    holding = [st for st in stages if st.kv_bytes_per_sequence > 0] or stages
+
     def ok(c: int) -> bool:
         return all(_allocate(spec, e, st.census, kv_dtype, kv_elements, st.kv_budget_bytes, c, block,
-                             mnbt, state, full_elements).sequences >= batch for st in stages)
+                             mnbt, state, full_elements).sequences >= batch for st in holding)
 
     if not ok(1):
         return 0
