@@ -90,6 +90,9 @@ def parse_targets(values: list[str] | None, metric: str) -> list:
     return targets
 
 
+MAX_SIMULATED_REQUESTS = 2_000_000  # --sim-requests x --max-simulations: the simulation check's worst case
+
+
 def _check_model_len(spec: Any, model_len: int, request_tokens: float, given: bool) -> None:
     """The context the engines are launched with must hold the mean request and stay within the model's."""
     if given and model_len > spec.max_context:
@@ -383,6 +386,10 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                                    ("--speculative", speculative, 0, 64)):
         if not low <= value <= high:
             raise UsageError(f"{flag} must be {low:,} to {high:,}, got {value}")
+    if simulate and sim_requests * max_simulations > MAX_SIMULATED_REQUESTS:
+        raise UsageError(f"--sim-requests {sim_requests:,} x --max-simulations {max_simulations:,} could simulate "
+                         f"{sim_requests * max_simulations:,} requests, past tfcalc's {MAX_SIMULATED_REQUESTS:,} "
+                         "(minutes at a few thousand a second): lower one of them")
     for flag, number, low, high, closed in (("--acceptance", acceptance, 0.0, 1.0, True),
                                             ("--draft-cost", draft_cost, 0.0, 1.0, True),
                                             ("--kv-transfer-gbps", kv_transfer_gbps, 0.0, 1e7, False)):
