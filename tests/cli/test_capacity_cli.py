@@ -210,6 +210,8 @@ def test_lengths_csv(tmp_path: Path) -> None:
     (["--rate", "5", "--ttft", "p90=1s", "--attention-dp", "8", "--ep", "off"], "needs --ep auto or on"),
     (["--rate", "5", "--ttft", "p90=1s", "--max-simulations", "0"], "--max-simulations must be 1 to 10,000, got 0"),
     (["--rate", "5", "--ttft", "p90=1s", "--max-gpus", "0"], "--max-gpus must be 1 to"),
+    (["--rate", "5", "--ttft", "p90=1s", "--acceptance", "0.8"], "--acceptance and --draft-cost describe speculative"),
+    (["--rate", "5", "--ttft", "p90=1s", "--kv-transfer-gbps", "25"], "the disaggregated pools' link: add --disagg"),
     (["--rate", "5", "--ttft", "p90=1s", "--sim-requests", "1000000", "--max-simulations", "3"],
      "could simulate 3,000,000 requests, past tfcalc's 2,000,000"),
     (["--rate", "5", "--ttft", "p90=1s", "--speculative", "1000"], "--speculative must be 0 to 64, got 1000"),

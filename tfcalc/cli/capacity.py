@@ -90,6 +90,7 @@ def parse_targets(values: list[str] | None, metric: str) -> list:
     return targets
 
 
+DEFAULT_ACCEPTANCE = 0.7  # --acceptance: a draft token's acceptance probability when none is given
 MAX_SIMULATED_REQUESTS = 2_000_000  # --sim-requests x --max-simulations: the simulation check's worst case
 
 
@@ -313,8 +314,9 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                  "--prefix-hit", help="Share of each prompt found in the prefix cache (0-1).")] = 0.0,
              speculative: Annotated[int, typer.Option(
                  "--speculative", help="Also try speculative decoding with this many draft tokens (0: off).")] = 0,
-             acceptance: Annotated[float, typer.Option(
-                 "--acceptance", help="Probability each draft token is accepted.")] = 0.7,
+             acceptance: Annotated[float | None, typer.Option(
+                 "--acceptance", help=f"Probability each draft token is accepted (default {DEFAULT_ACCEPTANCE}).",
+                 show_default=False)] = None,
              draft_cost: Annotated[float | None, typer.Option(
                  "--draft-cost", help="Draft forward time / target decode step (default: one layer, 1/layers).",
                  show_default=False)] = None,
@@ -324,8 +326,9 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              enable_mixed_chunk: Annotated[bool, typer.Option(
                  "--enable-mixed-chunk", help="SGLang: prefill chunks share the decode batch's step (its "
                  "--enable-mixed-chunk) instead of running in steps of their own first (its default).")] = False,
-             kv_transfer_gbps: Annotated[float, typer.Option(
-                 "--kv-transfer-gbps", help="GB/s for KV from prefill to decode pool (400 Gb/s IB = 50).")] = 50.0,
+             kv_transfer_gbps: Annotated[float | None, typer.Option(
+                 "--kv-transfer-gbps", help="GB/s for KV from prefill to decode pool (default 50: 400 Gb/s IB).",
+                 show_default=False)] = None,
              routing: Annotated[str, typer.Option(
                  "--routing", help="How MoE tokens pick experts: uniform, zipf:S or power-law:ALPHA "
                  "(aiconfigurator's workload), as in estimate.")] = "uniform",
@@ -390,6 +393,10 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         raise UsageError(f"--sim-requests {sim_requests:,} x --max-simulations {max_simulations:,} could simulate "
                          f"{sim_requests * max_simulations:,} requests, past tfcalc's {MAX_SIMULATED_REQUESTS:,} "
                          "(minutes at a few thousand a second): lower one of them")
+    if not speculative and (acceptance is not None or draft_cost is not None):
+        raise UsageError("--acceptance and --draft-cost describe speculative decoding: add --speculative N")
+    if not disaggregated and kv_transfer_gbps is not None:
+        raise UsageError("--kv-transfer-gbps is the disaggregated pools' link: add --disaggregated")
     for flag, number, low, high, closed in (("--acceptance", acceptance, 0.0, 1.0, True),
                                             ("--draft-cost", draft_cost, 0.0, 1.0, True),
                                             ("--kv-transfer-gbps", kv_transfer_gbps, 0.0, 1e7, False)):
@@ -456,7 +463,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         spec_options: list = [None]
         if speculative:
             cost = draft_cost if draft_cost is not None else 1 / spec.num_layers
-            spec_options.append(SpecDecoding(num_tokens=speculative, acceptance=acceptance, draft_cost=cost))
+            spec_options.append(SpecDecoding(num_tokens=speculative, acceptance=DEFAULT_ACCEPTANCE if acceptance is None
+                                             else acceptance, draft_cost=cost))
         space = SearchSpace(
             gpus=tuple(offers), weight_precisions=tuple(precisions), kv_dtypes=tuple(kv_dtypes),
             tps=tuple(parse_sizes(tp, "tp")), pps=tuple(parse_sizes(pp or ["1"], "pp")),
@@ -469,7 +477,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             if utilization is not None else None,
             block_size=parse_size(block, "block size") if block is not None else None,
             speculative=tuple(spec_options), disaggregated=disaggregated,
-            kv_transfer_bytes_per_s=kv_transfer_gbps * 1e9, routing=parse_routing(routing), rates=rates[0][0],
+            routing=parse_routing(routing), rates=rates[0][0],
+            **({} if kv_transfer_gbps is None else {"kv_transfer_bytes_per_s": kv_transfer_gbps * 1e9}),
             redundant_experts=redundant_experts)
         update, close = _progress(count_candidates(spec, space))
         search_workers = workers if workers is not None else min(os.cpu_count() or 1, 4)
