@@ -244,8 +244,6 @@ OUTPUT_OPTIONS = {"output": "--output", "plot": "--plot", "save_calibration": "-
 INPUT_OPTIONS = {"preset": "--preset", "config": "--config", "calibration": "--calibration", "gpu": "--gpu",
                  "lengths_csv": "--lengths-csv", "engine": "--engine", "interconnect": "--interconnect",
                  "inter_node": "--inter-node"}
-PRESET_OPTIONS = (("preset", "model"), ("gpu", "gpu"), ("engine", "engine"), ("interconnect", "interconnect"),
-                  ("inter_node", "interconnect"))  # options that name a bundled preset, and its kind
 
 
 def print_error(message: str) -> None:
@@ -278,8 +276,8 @@ def check_before_work(options: dict[str, object]) -> None:
     """Usage checks every command gets before it does any work, from its options by name.
 
     ``--format`` against ``--output``'s extension, ``--plot``'s file type, and the output paths (``output``,
-    ``plot``, ``save_calibration``, ``save``) against each other and against the input files (``INPUT_OPTIONS``
-    values that are files, and the bundled presets ``PRESET_OPTIONS`` name): see
+    ``plot``, ``save_calibration``, ``save``) against each other, against the input files (``INPUT_OPTIONS``
+    values that are files, a model or GPU preset named by name) and the bundled preset folder: see
     ``tfcalc.output.files.check_outputs``.
     """
     outputs = [(flag, options[name]) for name, flag in OUTPUT_OPTIONS.items() if options.get(name) is not None]
@@ -297,11 +295,11 @@ def check_before_work(options: dict[str, object]) -> None:
 
         inputs = [(flag, path) for name, flag in INPUT_OPTIONS.items() for path in _paths(options.get(name))]
         # A preset named by name is an input file too (writing over the bundled presets is refused).
-        for name, kind in PRESET_OPTIONS:
-            inputs += [(INPUT_OPTIONS[name], preset_path(kind, str(value))) for value in _paths(options.get(name))
+        for name, kind in (("preset", "model"), ("gpu", "gpu")):
+            inputs += [(f"--{name}", preset_path(kind, str(value))) for value in _paths(options.get(name))
                        if isinstance(value, str) and find_preset(kind, value) is not None]
         check_outputs(outputs, inputs)  # type: ignore[arg-type]
-        root = preset_root().resolve()  # nor any other file of the bundled presets (an engine named by family)
+        root = preset_root().resolve()  # nor any other bundled preset (an engine or a link named by name)
         for flag, path in outputs:
             if root in Path(os.path.abspath(path)).resolve().parents:  # type: ignore[arg-type]
                 raise UsageError(f"{flag} {path} is inside tfcalc's preset folder; refusing to write there")
