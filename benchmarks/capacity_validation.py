@@ -37,6 +37,7 @@ from pathlib import Path
 
 from tfcalc.calc.engine import scheduler_defaults
 from tfcalc.calc.kv_cache import default_kv_dtype
+from tfcalc.calc.params import count_params
 from tfcalc.calc.serving_inputs import latency_step, replica_memory
 from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
 from tfcalc.calc.serving_traffic import LengthDist, Overheads, engine_overheads
@@ -275,10 +276,12 @@ def served(point: dict) -> tuple:
     return spec, load_gpu(point["gpu"]), engine, parse_weight_precision(point["weights"]), kv
 
 
-def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, phases: str = "lockstep") -> dict:
+def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, phases: str = "lockstep",
+                prefix_hit: float = 0.0) -> dict:
     """One measured serving run at concurrency ``batch``, fixed lengths, the engine's latest preset (or the version
     the run names when a preset covers it). ``phases``: every client sends its first request at once (``lockstep``,
-    as the benchmark starts) or at a random time within one request's lifetime (``random``: clients out of step)."""
+    as the benchmark starts) or at a random time within one request's lifetime (``random``: clients out of step).
+    ``prefix_hit``: the share of each prompt replayed as found in the prefix cache (0: every prompt computed)."""
     spec, gpu, engine, precision, kv = served(point)
     ranks = point.get("dp", 1)   # data-parallel attention ranks: all simulated, in lockstep, each its share of clients
     clients = point.get("concurrency", point.get("batch")) // ranks
@@ -296,7 +299,7 @@ def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, p
     load = Workload(input_len=LengthDist(kind="fixed", mean=point["prompt"]),
                     output_len=LengthDist(kind="fixed", mean=point["gen"]),
                     num_requests=clients * ranks * requests_per_client, concurrency=clients * ranks, seed=1,
-                    start_spread_s=lifetime)
+                    start_spread_s=lifetime, prefix_hit_ratio=prefix_hit)
     sim = simulate(step, cfg, load, ranks=ranks)
     reported = closed_loop_tok_s(clients * ranks, point["gen"], point["ttft_ms"] / 1e3, point["tpot_ms"] / 1e3)
     return {"point": point, "sim": sim, "reported_tok_s": reported, "engine": engine.label, "fits": memory.fits}
@@ -324,12 +327,17 @@ def main() -> None:
     parser.add_argument("--save", help="--silicon-all: write every run's prediction to this JSON file")
     parser.add_argument("--phases", choices=("lockstep", "random"), default="lockstep",
                         help="--silicon-all: clients start at once, or out of step (the TTFT bracket's lower end)")
+    parser.add_argument("--prefix-hit", type=float, default=0.0,
+                        help="--silicon-all: replay every prompt with this share found in the prefix cache (a "
+                             "diagnosis: the runs do not state one)")
     args = parser.parse_args()
     if args.silicon:
         _silicon(args.markdown)
         return
     if args.silicon_all:
-        _silicon_all(args.markdown, args.jobs, args.only, args.save, args.phases)
+        if not 0 <= args.prefix_hit < 1:
+            parser.error("--prefix-hit must be in [0, 1)")
+        _silicon_all(args.markdown, args.jobs, args.only, args.save, args.phases, args.prefix_hit)
         return
     if args.silicon_dp:
         _silicon_dp(args.phases)
@@ -416,13 +424,13 @@ def _silicon_dp(phases: str = "lockstep") -> None:
           f"(median {statistics.median(tpots) * 100:+.0f} %)")
 
 
-def _replay(point: dict, phases: str = "lockstep") -> dict:
+def _replay(point: dict, phases: str = "lockstep", prefix_hit: float = 0.0) -> dict:
     """One run of silicon_runs.json: predicted throughput (the reported one's formula), TTFT and TPOT, or
     ``fits: False`` where tfcalc's memory model has no room for the run's KV cache."""
     clients = point["concurrency"]
     per_client = max(2, min(6, 768 // clients))   # 6 requests a client, at most ~768 in all (2 a client at 512)
     try:
-        r = run_silicon(point, requests_per_client=per_client, phases=phases)
+        r = run_silicon(point, requests_per_client=per_client, phases=phases, prefix_hit=prefix_hit)
     except UsageError as exc:  # a configuration tfcalc rejects is a row of the table, with its reason
         return {**point, "fits": False, "reason": str(exc)}
     sim = r["sim"]
@@ -477,6 +485,33 @@ def _disagreements(rows: list[dict], markdown: bool) -> None:
         print("| " + " | ".join(cells) + " |" if markdown else "  " + "  ".join(cells))
 
 
+def prompt_peak_share(point: dict) -> float:
+    """The share of the run's GPUs' dense datasheet peak that its prompts' matrix products alone need: measured
+    requests/s x prompt tokens x 2 x the active parameters outside the embedding and lm_head, over tp GPUs' peak in
+    the weights' narrowest format (fp4 for any fp4 weights, fp8 for fp8). Attention, decode and every overhead come
+    on top, so a share near the engines' best GEMM efficiency means prompts the engine did not compute."""
+    spec, gpu, *_ = served(point)
+    counts = count_params(spec)
+    linear = sum(p.total for name, p in counts.active.items() if name not in ("embedding", "lm_head"))
+    weights = point["weights"]
+    peak = gpu.peak_flops("fp4" if "fp4" in weights else "fp8" if "fp8" in weights else "bf16")[1]
+    requests_per_s = closed_loop_tok_s(point["concurrency"], point["gen"], point["ttft_ms"] / 1e3,
+                                       point["tpot_ms"] / 1e3) / point["gen"]
+    return requests_per_s * point["prompt"] * 2 * linear / (peak * point["tp"] * point.get("dp", 1))
+
+
+def _prompt_work(points: list[dict]) -> None:
+    """Per engine and data set, the largest share of the dense peak that the measured prompts need."""
+    shares: dict[str, list[float]] = {}
+    for p in points:
+        shares.setdefault(f"{p['engine']} {p['source']}", []).append(prompt_peak_share(p))
+    print("\nthe prompts' matrix products alone, at the measured rate, as a share of the dense datasheet peak "
+          "(largest; runs above 0.5):")
+    for label in sorted(shares, key=lambda k: -max(shares[k])):
+        values = shares[label]
+        print(f"  {label}  {max(values):.2f}  {sum(v > 0.5 for v in values)} of {len(values)}")
+
+
 def _bucket(concurrency: int) -> str:
     for top, label in ((4, "1-4"), (8, "5-8"), (32, "9-32"), (128, "33-128")):
         if concurrency <= top:
@@ -484,7 +519,8 @@ def _bucket(concurrency: int) -> str:
     return "129-512"
 
 
-def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None, phases: str) -> None:
+def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None, phases: str,
+                 prefix_hit: float = 0.0) -> None:
     import json
     from functools import partial
     from multiprocessing import Pool
@@ -492,7 +528,7 @@ def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None, 
     points = distinct_measurements([p for p in silicon_points("silicon_runs.json") if not only or only in p["id"]])
     start = time.perf_counter()
     with Pool(max(1, jobs)) as pool:
-        rows = pool.map(partial(_replay, phases=phases), points, chunksize=8)
+        rows = pool.map(partial(_replay, phases=phases, prefix_hit=prefix_hit), points, chunksize=8)
     if save:
         Path(save).write_text(json.dumps(rows))
     ran = [r for r in rows if r["fits"]]
@@ -504,6 +540,7 @@ def _silicon_all(markdown: bool, jobs: int, only: str | None, save: str | None, 
           f"{time.perf_counter() - start:.0f} s; left out below, as tfcalc rejects them: "
           f"{', '.join(f'{n} ({why})' for why, n in reasons.items()) or 'none'}")
     _disagreements(rows, markdown)
+    _prompt_work(points)
 
     def line(label: str, group: list[dict]) -> str:
         def within(key: str, ref: str) -> str:
