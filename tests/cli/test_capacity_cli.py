@@ -483,3 +483,24 @@ def test_mamba2_plan_launches_vllm_with_its_fp32_states() -> None:
     assert "--mamba-ssm-cache-dtype float32" in result.stdout
     small = run(*SMALL)
     assert "--mamba-ssm-cache-dtype" not in small.stdout
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_search_progress_without_a_terminal_is_a_line_every_ten_seconds(monkeypatch, capsys, terminal: bool) -> None:
+    """A CI log or a pipe gets plain lines (none in the first 10 s, then one per 10 s); a terminal gets one status
+    line that each update rewrites, from the first second, cleared at the end."""
+    import tfcalc.cli.capacity as capacity_cli
+
+    clock = iter([100.0, 100.5, 105.0, 110.5, 112.0, 121.0])
+    monkeypatch.setattr(capacity_cli.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
+    update, close = capacity_cli._progress(2000)
+    for done in (10, 100, 300, 400, 900):
+        update(done)
+    close()
+    err = capsys.readouterr().err
+    if terminal:
+        assert err.count("\r\x1b[K") == 5 and "300 / 2,000 configurations, 10.5 s" in err and err.endswith("\x1b[K")
+    else:
+        assert err.splitlines() == ["searching: 300 / 2,000 configurations, 10.5 s",
+                                    "searching: 900 / 2,000 configurations, 21.0 s"]

@@ -92,6 +92,7 @@ def parse_targets(values: list[str] | None, metric: str) -> list:
 
 DEFAULT_ACCEPTANCE = 0.7  # --acceptance: a draft token's acceptance probability when none is given
 MAX_SIMULATED_REQUESTS = 2_000_000  # --sim-requests x --max-simulations: the simulation check's worst case
+PLAIN_PROGRESS_EVERY_S = 10.0  # without a terminal on stderr: one progress line per this many seconds
 
 
 def _check_model_len(spec: Any, model_len: int, request_tokens: float, given: bool) -> None:
@@ -191,17 +192,24 @@ def summary_columns(targets: list) -> list[Column]:
 
 
 def _progress(total: int):
-    """A status line on stderr (a terminal only) once the search has run for a second: configurations done."""
-    from tfcalc.output import show_progress
+    """Progress on stderr once the search has run for a second: a status line on a terminal, else (a CI log, a
+    pipe) a plain line every PLAIN_PROGRESS_EVERY_S seconds."""
+    from tfcalc.output import print_stderr, show_progress
 
     start = time.perf_counter()
     shown = [False]
+    last_line = [start]
     terminal = sys.stderr is not None and sys.stderr.isatty()
 
     def update(done: int) -> None:
-        if terminal and (shown[0] or time.perf_counter() - start >= 1.0):
+        now = time.perf_counter()
+        message = f"searching: {done:,} / {total:,} configurations, {now - start:,.1f} s"
+        if terminal and (shown[0] or now - start >= 1.0):
             shown[0] = True
-            show_progress(f"searching: {done:,} / {total:,} configurations, {time.perf_counter() - start:,.1f} s")
+            show_progress(message)
+        elif not terminal and now - last_line[0] >= PLAIN_PROGRESS_EVERY_S:
+            last_line[0] = now
+            print_stderr(message)
 
     def close() -> None:
         if shown[0]:
