@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from tfcalc.cli import app
 from tfcalc.cli.capacity import parse_duration, parse_targets
+from tfcalc.errors import UsageError
 
 runner = CliRunner()
 SMALL = ["capacity", "-p", "llama3-8b", "--gpu", "h100-sxm,l40s", "--tp", "1,2", "--max-num-seqs", "32,128",
@@ -288,6 +289,27 @@ def test_parsers() -> None:
     (a, b) = parse_targets(["p50=200ms,p99.9=2s"], "ttft")
     assert (a.percentile, a.seconds, b.percentile, b.seconds) == (50, 0.2, 99.9, 2.0)
     assert parse_targets(["mean=40ms"], "tpot")[0].percentile == 0
+    for twice in (["p90=1s", "p90=2s"], ["p90=1s,P90=1s"], ["mean=1s,avg=2s"]):
+        with pytest.raises(UsageError, match="given twice"):
+            parse_targets(twice, "ttft")
+    assert len(parse_targets(["p90=1s,p99=2s"], "ttft")) == 2
+
+
+@pytest.mark.parametrize(("price", "message"), [
+    ("h100sxm=0.5", "--price: unknown gpu preset 'h100sxm'"),   # a typo was ignored when --gpu was not given
+    ("h100-sxm=0.5,H100-SXM=0.7", "--price for 'h100-sxm' is given twice (H100-SXM)"),
+])
+def test_every_price_names_a_gpu_once(price: str, message: str) -> None:
+    result = run("capacity", "-p", "llama3-8b", "--price", price, "--rate", "1", "--tpot", "p90=100ms",
+                 "--no-simulate")
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_a_price_by_another_spelling_of_the_preset_applies() -> None:
+    result = run("capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--price", "H100-SXM=0.5", "--tp", "1",
+                 "--max-num-seqs", "64", "--rate", "1", "--tpot", "p90=100ms", "--no-simulate", "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0]["price_per_gpu_hour"] == 0.5   # the preset's own price is not 0.5
 
 
 FAST = ["--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs", "64", "--max-num-batched-tokens", "2048", "--rate", "4",

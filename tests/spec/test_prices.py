@@ -47,6 +47,6 @@ def test_good_file_and_overrides(tmp_path: Path) -> None:
     path.write_text(GOOD)
     assert load_prices(path)["h100-sxm"].usd_per_gpu_hour == 2.5
     assert parse_price_overrides(["h100-sxm=$2.49,a100-80gb=1.5"]) == {"h100-sxm": 2.49, "a100-80gb": 1.5}
-    for bad in ("h100-sxm", "h100-sxm=abc", "h100-sxm=0", "h100-sxm=inf", "h100-sxm=1e6"):
+    for bad in ("h100-sxm", "h100-sxm=abc", "h100-sxm=0", "h100-sxm=inf", "h100-sxm=1e6", "h200=2,h200=3"):
         with pytest.raises(UsageError):
             parse_price_overrides([bad])

@@ -42,7 +42,7 @@ from tfcalc.cli.common import (
     resolve_models,
     weight_precisions,
 )
-from tfcalc.errors import UsageError
+from tfcalc.errors import TfcalcError, UsageError
 from tfcalc.output import Column, Verbatim, pick, print_stderr, varies, wide
 from tfcalc.units import MAX_TOKENS, parse_float, parse_size, parse_sizes, split_list
 
@@ -65,7 +65,7 @@ MAX_SECONDS = 1e6
 
 
 def parse_targets(values: list[str] | None, metric: str) -> list:
-    """``p90=500ms,p99=1s`` / ``mean=40ms`` items for one metric -> Targets."""
+    """``p90=500ms,p99=1s`` / ``mean=40ms`` items for one metric -> Targets; a percentile given twice is an error."""
     from tfcalc.calc.serving_traffic import Target
 
     targets = []
@@ -86,6 +86,8 @@ def parse_targets(values: list[str] | None, metric: str) -> list:
             seconds = parse_duration(limit, f"--{metric} target")
             if seconds <= 0:
                 raise UsageError(f"invalid --{metric} '{item}': the target must be positive")
+            if any(t.percentile == percentile for t in targets):
+                raise UsageError(f"--{metric} {which} is given twice")
             targets.append(Target(metric=metric, percentile=percentile, seconds=seconds))  # type: ignore[arg-type]
     return targets
 
@@ -154,7 +156,15 @@ def _offers(gpu_names: list[str] | None, price_overrides: list[str] | None) -> l
     from tfcalc.spec.prices import load_prices, parse_price_overrides
 
     prices = load_prices()
-    overrides = parse_price_overrides(price_overrides)
+    overrides: dict[str, float] = {}
+    for name, usd in parse_price_overrides(price_overrides).items():  # by the preset's own name: H100-SXM, a file
+        try:
+            canonical = load_gpu(name).name
+        except TfcalcError as exc:
+            raise UsageError(f"--price: {exc}") from None
+        if canonical in overrides:
+            raise UsageError(f"--price for '{canonical}' is given twice ({name})")
+        overrides[canonical] = usd
     names = [n for value in gpu_names or [] for n in split_list(value)]
     if not names:
         names = [n for n in preset_names("gpu") if n in prices or n in overrides]
@@ -169,7 +179,7 @@ def _offers(gpu_names: list[str] | None, price_overrides: list[str] | None) -> l
         else:
             raise UsageError(f"no price for GPU '{gpu.name}': pass --price {gpu.name}=USD_PER_GPU_HOUR")
     unknown = sorted(set(overrides) - {o.gpu.name for o in offers})
-    if unknown and gpu_names:
+    if unknown:
         raise UsageError(f"--price given for '{unknown[0]}', which is not among the GPUs searched")
     return offers
 

@@ -73,7 +73,7 @@ def load_prices(path: Path | str | None = None) -> dict[str, GpuPrice]:
 
 
 def parse_price_overrides(values: list[str] | None) -> dict[str, float]:
-    """``h100-sxm=2.49`` items (comma lists allowed) -> {gpu: USD per GPU-hour}."""
+    """``h100-sxm=2.49`` items (comma lists allowed) -> {gpu: USD per GPU-hour}; a GPU priced twice is an error."""
     from tfcalc.units import split_list
 
     out: dict[str, float] = {}
@@ -89,5 +89,7 @@ def parse_price_overrides(values: list[str] | None) -> dict[str, float]:
             if not (math.isfinite(number) and 0 < number <= MAX_USD_PER_GPU_HOUR):
                 raise UsageError(f"invalid price '{item}': must be positive and at most "
                                  f"{MAX_USD_PER_GPU_HOUR:,.0f} USD per GPU-hour")
+            if name in out:
+                raise UsageError(f"--price for '{name}' is given twice")
             out[name] = number
     return out
