@@ -212,6 +212,18 @@ def test_gpt_fast_plans_with_the_plain_arithmetic_and_says_so() -> None:
     assert "runtime capacity of" not in text  # the plain arithmetic uses the nominal capacity by design
 
 
+
+@pytest.mark.parametrize("command", ["plan", "estimate"])
+def test_runtime_overhead_needs_an_engine_that_uses_it(command: str) -> None:
+    """A serving engine's budget measures startup's memory itself: --runtime-overhead with only such engines was
+    accepted and changed nothing; beside ideal or gpt-fast it applies to those rows."""
+    refused = run(command, "-p", "llama3-8b", "-g", "h100-sxm", "-e", "vllm,sglang", "--runtime-overhead", "2g")
+    assert refused.exit_code == 2
+    assert "--runtime-overhead applies to --engine ideal or gpt-fast only; the budget of vllm, sglang" in \
+        refused.output
+    assert run(command, "-p", "llama3-8b", "-g", "h100-sxm", "-e", "vllm,ideal", "--runtime-overhead",
+               "2g").exit_code == 0
+
 def test_engine_from_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("TFCALC_ENGINE", "vllm@0.19")
     result = run("plan", "-p", "llama3-8b", "-f", "json")

@@ -127,6 +127,14 @@ RedundantExpertsOpt = Annotated[int, typer.Option(
     "+ N) / ep of them, so ep need divide experts + N (DeepSeek-V3 with 32: ep 72).")]
 
 
+def check_runtime_overhead(given: bool, engines: list) -> None:
+    """--runtime-overhead sizes the reserve of the plain arithmetic (--engine ideal, gpt-fast) only; a serving
+    engine measures its own at startup (its profiling run), so the option with no such engine is an error."""
+    if given and all(e is not None and e.budget != "ideal" for e in engines):
+        raise UsageError("--runtime-overhead applies to --engine ideal or gpt-fast only; the budget of "
+                         f"{', '.join(e.name for e in engines)} counts startup's own memory itself")
+
+
 def check_redundant_experts(specs: Sequence[Any], redundant_experts: int, eps: Sequence[int] = (2,),
                             tps: Sequence[int] = ()) -> None:
     """--redundant-experts needs MoE models and, in some layout asked for, whole experts per GPU (ep >= tp, ep >= 2:

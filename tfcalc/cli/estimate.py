@@ -19,6 +19,7 @@ from tfcalc.cli.common import (
     RedundantExpertsOpt,
     WeightsOpt,
     check_redundant_experts,
+    check_runtime_overhead,
     engine_list,
     float_list,
     handle_errors,
@@ -141,6 +142,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     check_redundant_experts(specs, redundant_experts, parse_sizes(ep, "ep"), parse_sizes(tp or [], "tp"))
     gpus = gpu_list(gpu)
     engines = engine_list(engine)
+    check_runtime_overhead(runtime_overhead is not None, engines)
     if allreduce is not None and allreduce not in ("ring", "tree", "auto"):
         raise UsageError(f"invalid --allreduce '{allreduce}': choose ring, tree or auto")
     expert_routing = parse_routing(routing)

@@ -26,6 +26,7 @@ from tfcalc.cli.common import (
     TensorParallelOpt,
     WeightsOpt,
     check_redundant_experts,
+    check_runtime_overhead,
     complete_preset,
     engine_list,
     fail,
@@ -137,6 +138,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     check_redundant_experts(specs, redundant_experts, parse_sizes(ep, "ep"), parse_sizes(tp or [], "tp"))
     gpus = gpu_list(gpu)
     engines = engine_list(engine)
+    check_runtime_overhead(bool(runtime_overhead), engines)
     precisions = weight_precisions(weights_dtype)
     kv_dtypes = parse_dtype_list(_merged(kv_dtype, kv_cache_dtype))
     sweep = PlanSweep(
