@@ -191,6 +191,22 @@ def test_lengths_csv(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "needs columns input_tokens and output_tokens" in result.output
 
 
+def test_lengths_csv_as_a_spreadsheet_writes_it(tmp_path: Path) -> None:
+    """A byte-order mark and spaces around the column names (Excel's "CSV UTF-8") read as the plain file does;
+    a length past units.MAX_TOKENS is refused on its line."""
+    from tfcalc.cli.capacity import read_lengths_csv
+
+    plain, excel = tmp_path / "plain.csv", tmp_path / "excel.csv"
+    plain.write_text("input_tokens,output_tokens\n500,100\n1500,300\n")
+    excel.write_bytes(b"\xef\xbb\xbfinput_tokens , output_tokens\r\n500,100\r\n1500,300\r\n")
+    assert read_lengths_csv(excel) == read_lengths_csv(plain)
+    assert read_lengths_csv(plain)[0].values == (500, 1500)
+    huge = tmp_path / "huge.csv"
+    huge.write_text(f"input_tokens,output_tokens\n500,100\n{2**41},1\n")
+    with pytest.raises(UsageError, match=r"huge.csv:3: token counts must be 1 to 1,099,511,627,776"):
+        read_lengths_csv(huge)
+
+
 @pytest.mark.parametrize("args,message", [
     (["--rate", "5"], "give at least one latency target"),
     (["--ttft", "p90=1s"], "give the traffic as --rate"),

@@ -118,7 +118,8 @@ def _length(mean: str, spread: float | None, kind: str, what: str):
 
 def read_lengths_csv(path: Path) -> tuple:
     """(input lengths, output lengths) from a CSV with columns input_tokens and output_tokens (one row per
-    request); one-line errors for anything else."""
+    request; a byte-order mark and spaces around the names are allowed, as spreadsheets write them); one-line
+    errors for anything else."""
     import csv
 
     from tfcalc.calc.serving_traffic import LengthDist
@@ -126,9 +127,10 @@ def read_lengths_csv(path: Path) -> tuple:
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
-            fields = reader.fieldnames or []
+            fields = [name.strip() for name in reader.fieldnames or []]
+            reader.fieldnames = fields
             names = {"input_tokens", "output_tokens"}
             if not names <= set(fields):
                 raise UsageError(f"{path}: needs columns input_tokens and output_tokens (found: "
@@ -139,8 +141,8 @@ def read_lengths_csv(path: Path) -> tuple:
                     i, o = int(row["input_tokens"]), int(row["output_tokens"])
                 except (TypeError, ValueError):
                     raise UsageError(f"{path}:{line}: input_tokens and output_tokens must be integers") from None
-                if i < 1 or o < 1:
-                    raise UsageError(f"{path}:{line}: token counts must be at least 1")
+                if not (1 <= i <= MAX_TOKENS and 1 <= o <= MAX_TOKENS):
+                    raise UsageError(f"{path}:{line}: token counts must be 1 to {MAX_TOKENS:,}")
                 inputs.append(i)
                 outputs.append(o)
     except (OSError, UnicodeDecodeError) as exc:
