@@ -236,4 +236,4 @@ def emit(rows: list[dict[str, object]], columns: list[Column], fmt: str | None =
 
     write_atomic(output, text)
     if announce:
-        print_stderr(f"wrote {len(rows)} rows to {output}")
+        print_stderr(f"wrote {len(rows):,} row{'' if len(rows) == 1 else 's'} to {output}")
