@@ -205,6 +205,24 @@ def test_presets_show_without_kind_and_by_alias() -> None:
     assert "llama-3.1-70b" in shown.output  # the aliases, as one comma-separated value
 
 
+
+def test_presets_show_cites_nested_fields_and_sections() -> None:
+    """Every field gets the citation of its own key or of the nearest section the preset cites: the datasheet for
+    dense_tflops.bf16 (its sources key is dense_tflops), a section's own sources block for latency.* and
+    kernels.* (no longer printed as values); a list of mappings is one field per entry."""
+    def rows(name: str) -> dict[str, dict]:
+        return {r["field"]: r for r in json.loads(run("presets", "show", name, "-f", "json").output)}
+
+    gpu = rows("h100-sxm")
+    assert "datasheet" in gpu["dense_tflops.bf16"]["source"]
+    assert gpu["dense_tflops.bf16"]["source"] == gpu["hbm_bandwidth_tb_s"]["source"]
+    assert "aiconfigurator" in gpu["latency.gemm_efficiency.bf16"]["source"]
+    assert not any(".sources." in field or field.startswith("sources.") for field in gpu)
+    engine = rows("vllm-0.21")
+    assert engine["scheduler_defaults[0].max_num_seqs"]["value"] == 1024
+    assert engine["scheduler_defaults[0].max_num_seqs"]["source"]
+    assert not any(".sources." in field for field in engine) and engine["kernels.cuda_graphs"]["source"]
+
 def test_csv_booleans_read_as_booleans() -> None:
     rows = list(csv.DictReader(io.StringIO(run("kv-cache", "-p", "gemma2-27b", "--context", "8k,1m", "-f",
                                                "csv").output)))

@@ -2,30 +2,55 @@
 
 from __future__ import annotations
 
+import re
+
 from tfcalc.calc.params import count_params
 
 Row = dict[str, object]
 
 
 def _flatten(mapping: dict[str, object], prefix: str = "") -> list[tuple[str, object]]:
+    """(dotted field, value) for every leaf, each ``sources`` block left out (``source_index`` reads them); a list
+    of mappings (an engine's scheduler defaults by GPU) gives one field per entry, ``scheduler_defaults[0].max_...``."""
     items: list[tuple[str, object]] = []
     for key, value in mapping.items():
+        if key == "sources" and isinstance(value, dict):
+            continue
         if isinstance(value, dict):
             items.extend(_flatten(value, f"{prefix}{key}."))
+        elif isinstance(value, list) and value and all(isinstance(entry, dict) for entry in value):
+            for i, entry in enumerate(value):
+                items.extend(_flatten(entry, f"{prefix}{key}[{i}]."))
         else:
             items.append((f"{prefix}{key}", value))
     return items
 
 
-def source_index(document: dict[str, object]) -> dict[str, str]:
-    """``sources`` keys are comma-separated field names; map each field to its citation."""
+def source_index(document: dict[str, object], prefix: str = "") -> dict[str, str]:
+    """Every ``sources`` block, at the top or inside a section (``latency.sources`` cites ``latency.*`` fields): its
+    keys are comma-separated field names relative to that block's section; map each dotted field to its citation."""
     index: dict[str, str] = {}
-    sources = document.get("sources") or {}
-    if isinstance(sources, dict):
-        for keys, citation in sources.items():
-            for key in str(keys).split(","):
-                index[key.strip()] = " ".join(str(citation).split())
+    for key, value in document.items():
+        if not isinstance(value, dict):
+            continue
+        if key == "sources":
+            for keys, citation in value.items():
+                for field in str(keys).split(","):
+                    index[prefix + field.strip()] = " ".join(str(citation).split())
+        else:
+            index.update(source_index(value, f"{prefix}{key}."))
     return index
+
+
+def _source_of(field: str, sources: dict[str, str]) -> str:
+    """The citation of ``field`` or of the nearest section that holds it (``dense_tflops`` cites
+    ``dense_tflops.bf16``)."""
+    parts = re.sub(r"\[\d+\]", "", field).split(".")
+    for end in range(len(parts), 0, -1):
+        citation = sources.get(".".join(parts[:end]))
+        if citation is not None:
+            return citation
+    return ""
 
 
 def preset_field_rows(kind: str, name: str) -> list[Row]:
@@ -34,8 +59,8 @@ def preset_field_rows(kind: str, name: str) -> list[Row]:
 
     document = load_preset_document(kind, name)
     sources = source_index(document)
-    body = {k: v for k, v in document.items() if k != "sources"}
-    return [{"field": key, "value": _cell(value), "source": sources.get(key, "")} for key, value in _flatten(body)]
+    return [{"field": key, "value": _cell(value), "source": _source_of(key, sources)}
+            for key, value in _flatten(document)]
 
 
 def _cell(value: object) -> object:
