@@ -267,6 +267,10 @@ def test_verified_choice_meets_its_own_simulation() -> None:
     v = _verify(result, traffic, targets, space)
     assert v.verified and v.plan is not None and _sim_ok(v.plan, traffic, targets)
     assert v.plan.cost_per_hour >= result.best.cost_per_hour
+    # the confirmed plan's simulated values are the walk's own simulation of it (same requests, same seed)
+    sim = simulate_evaluation(v.plan, traffic, num_requests=300)
+    assert v.simulated == {t.key: pytest.approx(sim.metric(t.metric, t.percentile)) for t in targets}
+    assert all(v.simulated[t.key] <= t.seconds for t in targets)
 
 
 class _Verdict:

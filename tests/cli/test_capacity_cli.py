@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,18 @@ def test_table_names_the_plan_and_the_checkpoint_to_serve() -> None:
     assert "simulation of one of 1 replica(s)" in out or "simulation of one of 2 replica(s)" in out
     assert "Pareto frontier" in out
 
+
+
+def test_the_chosen_plan_reports_its_simulation_beside_the_model() -> None:
+    """Where the simulation confirmed the plan, the sentence gives its values first (the model's beside them) and
+    the JSON summary's chosen row carries them; each within its target."""
+    text = " ".join(run(*SMALL).stdout.split())
+    assert re.search(r"TTFT p90 [\d,.]+ ms simulated, [\d,.]+ ms by the model \(target 800 ms\)", text), text
+    chosen = json.loads(run(*SMALL, "-f", "json").stdout)[0]
+    assert chosen["role"] == "chosen"
+    assert 0 < chosen["simulated_ttft_p90_s"] <= 0.8 and 0 < chosen["simulated_tpot_p90_s"] <= 0.06
+    unchecked = json.loads(run(*SMALL, "--no-simulate", "-f", "json").stdout)[0]
+    assert not any(key.startswith("simulated_") for key in unchecked)
 
 def test_the_default_question_answers_in_an_80_column_table() -> None:
     """The issue's question with every default: Llama 3 70B, 2 req/s, 1k in / 256 out, TTFT p90 1 s, TPOT p90

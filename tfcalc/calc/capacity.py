@@ -820,12 +820,14 @@ def resize(e: Evaluation, replicas: int, traffic: Traffic, targets: tuple[Target
 
 @dataclass(frozen=True, kw_only=True)
 class Verified:
-    """The plan the simulation confirmed (or the model's, when none was), and one line per simulation."""
+    """The plan the simulation confirmed (or the model's, when none was), one line per simulation, and the confirmed
+    plan's simulated value of each target (``Target.key`` -> seconds; empty when none was confirmed)."""
 
     plan: Evaluation | None
     verified: bool
     lines: tuple[str, ...]
     simulations: int
+    simulated: dict[str, float] = field(default_factory=dict)
 
 
 _WALK: tuple | None = None   # verified_choice's context, inherited by its forked simulation workers
@@ -960,6 +962,7 @@ def _walk(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], s
     num_requests = sims.num_requests
     best: Evaluation | None = None
     best_cost = math.inf
+    best_values: dict[str, float] = {}
     lines: list[str] = []
     misses: list[str] = []
     runs = 0
@@ -994,6 +997,7 @@ def _walk(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], s
                     f"{measured} -> {'meets the targets' if ok else 'misses a target'}")
             if ok:
                 best, best_cost = plan, plan.cost_per_hour
+                best_values = {t.key: sim.metric(t.metric, t.percentile) for t in targets}
                 lines.append(line)
                 break
             misses.append(line)
@@ -1010,4 +1014,4 @@ def _walk(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], s
     if best is None:
         lines.append("simulation: no plan tried met every target in simulation; the model's choice is shown")
         return Verified(plan=result.best, verified=False, lines=tuple(lines), simulations=runs)
-    return Verified(plan=best, verified=True, lines=tuple(lines), simulations=runs)
+    return Verified(plan=best, verified=True, lines=tuple(lines), simulations=runs, simulated=best_values)

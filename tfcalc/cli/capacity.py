@@ -514,9 +514,9 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         if simulate and result.best is not None:
             checked = verified_choice(result, traffic, targets, space, full, num_requests=sim_requests,
                                       max_simulations=max_simulations, workers=search_workers)
-            chosen, sim_lines = checked.plan, list(checked.lines)
+            chosen, sim_lines, simulated = checked.plan, list(checked.lines), checked.simulated
         else:
-            chosen, sim_lines = result.best, []
+            chosen, sim_lines, simulated = result.best, [], {}
         result = replace(result, best=chosen)
         if chosen is None:
             failed.append(spec.name)
@@ -532,6 +532,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                                       listed, targets))
         if launch_args is not None and points != "all":
             rows[0]["launch_command"] = report.launch_command(*launch_args)
+            rows[0].update({f"simulated_{key}": value for key, value in simulated.items()})
         if not table:
             all_rows.extend(rows)
         summary.extend(row for row in rows if row.get("role") != "frontier")
@@ -545,7 +546,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                          + (f"; the closest, {closest.candidate.label}, fails on {closest.reason}" if closest else ""))
         else:
             rich = full(chosen)  # with its operating point and costs (the search's own evaluation may lack them)
-            notes.append(report.chosen_sentence(spec, rich, traffic, targets))
+            notes.append(report.chosen_sentence(spec, rich, traffic, targets, simulated))
             trust = report.trust_sentence(space.offer(rich.candidate.gpu).gpu, calibrated=calibration is not None)
             if trust:
                 notes.append(trust)

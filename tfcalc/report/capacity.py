@@ -197,11 +197,21 @@ def describe(e: Evaluation, spec: ModelSpec) -> str:
             f"{c.max_num_seqs}, max_num_batched_tokens {c.chunk}")
 
 
-def chosen_sentence(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tuple[Target, ...]) -> str:
+def chosen_sentence(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tuple[Target, ...],
+                    simulated: dict[str, float] | None = None) -> str:
+    """The chosen plan, its cost and each target's value: the simulation's where it confirmed the plan (the model's
+    beside it), else the model's."""
     load = (f"{traffic.rate_per_s:g} req/s" if traffic.rate_per_s is not None
             else f"{traffic.concurrency} concurrent requests")
-    parts = ", ".join(f"{t.label} {_ms(e.numbers[t.key])} (target {_ms(t.seconds)})"
-                      for t in targets if t.key in e.numbers)
+    simulated = simulated or {}
+
+    def value(t: Target) -> str:
+        if t.key in simulated:
+            return (f"{t.label} {_ms(simulated[t.key])} simulated, {_ms(e.numbers[t.key])} by the model (target "
+                    f"{_ms(t.seconds)})")
+        return f"{t.label} {_ms(e.numbers[t.key])} (target {_ms(t.seconds)})"
+
+    parts = ", ".join(value(t) for t in targets if t.key in e.numbers)
     return (f"cheapest plan for {spec.name} at {load}: {describe(e, spec)}; ${e.cost_per_hour:,.2f}/h, "
             f"${e.cost_per_m_input:,.3f} per million input and ${e.cost_per_m_output:,.3f} per million output "
             f"tokens; {parts}")
