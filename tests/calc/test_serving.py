@@ -198,6 +198,35 @@ def test_lockstep_ranks_agree_with_their_simulation(case: tuple) -> None:
         assert alone.tpot(q) < 0.75 * sim.metric("tpot", q)
 
 
+
+@pytest.mark.parametrize("rate", [1.0, 2.0])
+def test_lockstep_prompts_chunked_over_several_steps(rate: float) -> None:
+    """vLLM's chunked prefill with prompts four times the room beside the decodes (2,048 tokens, a budget of 512):
+    each prompt keeps its rank prefilling four steps running whatever arrives, so the peers' long steps are at least
+    the ranks' independent share 1 - (1 - q)^n - q. Eight ranks of Qwen3-30B-A3B against their simulation in
+    lockstep: TPOT within 20 % (the single-step arrival chain put it 21-36 % low; +8 ... +15 % now), TTFT within
+    10 %."""
+    ranks, budget = 8, 512
+    spec = load_model("qwen3-30b-a3b")
+    engine = load_engine("vllm")
+    step = latency_step(spec, load_gpu("h200"), parse_weight_precision(spec.native_dtype), get_dtype("fp8"), tp=1,
+                        ep=ranks, engine=engine)
+    inputs, outputs = LengthDist(kind="fixed", mean=2048), LengthDist(kind="fixed", mean=300)
+    r = ReplicaServing(step=step, input_len=inputs, output_len=outputs, max_num_seqs=128,
+                       max_num_batched_tokens=budget, kv_capacity_tokens=400_000,
+                       overheads=engine_overheads(engine), policy=engine.scheduler, lockstep_ranks=ranks)
+    p = at_rate(r, rate)
+    q = p.prefill_step_share
+    assert p.stable and p.peer_step_share >= 1 - (1 - q) ** ranks - q - 1e-9
+    sim = simulate(step, SimConfig(max_num_seqs=128, max_num_batched_tokens=budget, kv_capacity_tokens=400_000,
+                                   overheads=r.overheads, policy=engine.scheduler),
+                   Workload(input_len=inputs, output_len=outputs, num_requests=250 * ranks, rate_per_s=rate * ranks,
+                            warmup_fraction=0.1), ranks=ranks)
+    for metric, percentile, tolerance in (("ttft", 50, 0.10), ("ttft", 90, 0.10), ("tpot", 0, 0.20),
+                                          ("tpot", 90, 0.20)):
+        model = p.ttft(percentile) if metric == "ttft" else p.tpot(percentile)
+        assert model == pytest.approx(sim.metric(metric, percentile), rel=tolerance), f"{metric} p{percentile}"
+
 def test_the_rest_of_a_running_lockstep_step_is_its_length_biased_mixture() -> None:
     """The nodes TTFT's percentiles take for the rest of the running step in a lockstep group are the means of
     equal-probability bins of its distribution: each lies between its bin's ends, checked against the CDF written out

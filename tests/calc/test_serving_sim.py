@@ -216,9 +216,15 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(x) for x in c))
+@pytest.mark.parametrize("case", [*CASES,
+                                  # data-parallel attention ranks in lockstep: the runs of every rank together
+                                  ("llama3-8b", 64, 2048, BIG, 20.0, None, False, 2),
+                                  ("llama3-8b", 32, 2048, BIG, None, 48, True, 3),
+                                  ("llama3-8b", 256, 8192, 60_000, 30.0, None, "reserve", 4),
+                                  ("llama3-8b", 16, 512, BIG, None, 96, False, 8)],   # idle ranks between runs
+                         ids=lambda c: "-".join(str(x) for x in c))
 def test_fast_forward_changes_nothing(case: tuple) -> None:
-    name, seats, budget, kv, rate, clients, prefill_first = case
+    name, seats, budget, kv, rate, clients, prefill_first, *ranks = case
     spec = load_model(name)
     step = latency_step(spec, load_gpu("h100-sxm"), parse_weight_precision("bf16"), get_dtype("bf16"))
     load = Workload(input_len=LengthDist(kind="lognormal", mean=800, spread=0.6),
@@ -228,7 +234,9 @@ def test_fast_forward_changes_nothing(case: tuple) -> None:
                     overheads=Overheads(request_s=0.01, step_s=1e-4, stream_s=1e-3),
                     policy=SchedulerPolicy(prefill_first=bool(prefill_first),
                                            reserve_output=prefill_first == "reserve"))
-    fast, slow = simulate(step, cfg, load, fast_forward=True), simulate(step, cfg, load, fast_forward=False)
+    ranks = ranks[0] if ranks else 1
+    fast = simulate(step, cfg, load, fast_forward=True, ranks=ranks)
+    slow = simulate(step, cfg, load, fast_forward=False, ranks=ranks)
     assert fast.steps == slow.steps and fast.preemptions == slow.preemptions
     assert fast.ttft_s == pytest.approx(slow.ttft_s, rel=1e-9)
     assert fast.e2e_s == pytest.approx(slow.e2e_s, rel=1e-9)

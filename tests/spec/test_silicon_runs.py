@@ -129,10 +129,10 @@ def test_extractor_keeps_data_parallel_attention_runs_apart(extractor: ModuleTyp
 
 def test_data_parallel_runs_replay_every_rank(benchmark_script: Callable[[str], ModuleType]) -> None:
     """capacity_validation replays a data-parallel run as every rank in lockstep, each with its share of the clients
-    (about 40 s: no decode-only fast path across ranks), and reports the throughput of all of them: on the measured
-    runs (silicon_runs_dp.json) most land within 25 % (9 of 12 at the
-    round that added them; the misses: TensorRT-LLM's DeepSeek-R1 on B200s at 8,192 output tokens, two measurements
-    of which disagree 1.8x, and the H200's 8,192-token prompts, where a prefilling rank holds the others)."""
+    (about 1 s: the ranks' decode-only runs advance together in closed form), and reports the throughput of all of
+    them: on the measured runs (silicon_runs_dp.json) most land within 25 % (9 of 12 at the round that added them;
+    the misses: TensorRT-LLM's DeepSeek-R1 on B200s at 8,192 output tokens, two measurements of which disagree 1.8x,
+    and the H200's 8,192-token prompts, where a prefilling rank holds the others)."""
     cv = benchmark_script("capacity_validation.py")
     runs = json.loads((ROOT / "benchmarks" / "validation" / "silicon_runs_dp.json").read_text())
     assert len(runs) >= 12 and all(r["dp"] > 1 and r["ep"] == r["dp"] * r["tp"] for r in runs)

@@ -745,8 +745,11 @@ def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> 
             limit = limit or "prefill throughput"
             rho_steps = 0.999
         # Prompts arrive Poisson: a step finds new prefill work with probability 1 - exp(-prompts per step);
-        # a step carries at most the capacity, so under load q = N / capacity.
-        pieces = 1.0
+        # a step carries at most the capacity, so under load q = N / capacity. A prompt longer than the room left
+        # beside the decodes is prefilled in chunks over consecutive steps (running sequences first), which keep a
+        # lockstep rank prefilling whatever arrives meanwhile (``_peer_share``): ``pieces`` counts them in full
+        # steps' worth of tokens, so that a prompt a few tokens over the room counts as one step, not two.
+        pieces = r.input_len.steps_of(capacity / (1 - r.prefix_hit_ratio))
         q = max(1 - math.exp(-prompts), rho_steps) if prefill_per_step > 0 else 0.0
         chunk = prefill_per_step / q if q else 0.0
     tau_p = w.step(beside, chunk, chunk / w.prefill_mean) if chunk else tau_d
@@ -832,8 +835,8 @@ def _peer_share(q: float, prompts_per_step: float, ranks: int, tau_d: float, tau
     (n ranks, each's prompts Poisson at lam = prompts per step / mean step). Long steps draw the arrivals that make
     the next one long: the chain's stationary share of long steps is Q = a / (1 - b + a) (solved with the mean step
     it implies), against 1 - (1 - q)^n for ranks prefilling independently; the peers' part is Q - q. Prompts of
-    ``pieces`` >= 2 steps each (prefill first, in chunks of the budget) keep their ranks prefilling whatever arrives:
-    Q is then at least the independent share."""
+    ``pieces`` >= 2 steps each (in chunks of the budget: SGLang's prefill steps, or vLLM's chunks beside the decodes)
+    keep their ranks prefilling whatever arrives: Q is then at least the independent share."""
     if q <= 0 or prompts_per_step <= 0:
         return 0.0
     share = 1 - (1 - q) ** ranks

@@ -180,7 +180,7 @@ def simulate(step: StepSource, cfg: SimConfig, load: Workload, fast_forward: boo
         return _engine(step, cfg, load).run(fast_forward)
     engines = [_engine(step, cfg, share) for share in (_rank_share(load, r, ranks) for r in range(ranks))
                if share.num_requests > 0 and share.concurrency != 0]
-    _lockstep(engines)
+    _lockstep(engines, fast_forward)
     return _merged(engines)
 
 
@@ -205,9 +205,11 @@ def _rank_share(load: Workload, rank: int, ranks: int) -> Workload:
                    seed=load.seed + 7919 * rank)
 
 
-def _lockstep(engines: list[_Engine]) -> None:
+def _lockstep(engines: list[_Engine], fast_forward: bool = True) -> None:
     """Every engine's steps in lockstep: each rank with work plans its step, all of them end together after the
-    longest; an idle rank waits (its requests arriving during a step start with the next)."""
+    longest; an idle rank waits (its requests arriving during a step start with the next). Where every rank with
+    work only decodes and none can admit, and no idle rank's request is due, the ranks advance together in closed
+    form (``_lockstep_run``)."""
     for e in engines:
         e._start()
     t = 0.0
@@ -215,12 +217,17 @@ def _lockstep(engines: list[_Engine]) -> None:
         live = [e for e in engines if len(e.done) < e.load.num_requests]
         if not live:
             return
+        busy = [e for e in live if e._arrive(t)]
+        if fast_forward and busy:
+            end = _lockstep_run(live, busy, t)
+            if end is not None:
+                t = end
+                continue
         plans = []
-        for e in live:
-            if e._arrive(t):
-                plan = e._plan(t)
-                if plan is not None:
-                    plans.append((e, plan))
+        for e in busy:
+            plan = e._plan(t)
+            if plan is not None:
+                plans.append((e, plan))
         if not plans:
             if not any(e.running or e.waiting for e in live):   # else a head failed: schedule again at t
                 t = min(e._idle_until(t) for e in live)
@@ -229,6 +236,35 @@ def _lockstep(engines: list[_Engine]) -> None:
         for e, (scheduled, _, k1) in plans:
             e._commit(scheduled, k1, end)
         t = end
+
+
+def _lockstep_run(live: list[_Engine], busy: list[_Engine], t: float) -> float | None:
+    """A decode-only run of every busy rank together from ``t``, each step as long as the slowest rank's (the
+    single-rank run's limits, the fewest steps of any rank, stopped by the first request that could change a rank's
+    next step, an idle rank's included); its end, or None where the next step must run the general path."""
+    limits = []
+    for e in busy:
+        if not (e._decode_only() and e._admission_blocked()):
+            return None
+        limit = e._decode_run_limit()
+        if limit is None:
+            return None
+        limits.append(limit)
+    k = min(steps for steps, _ in limits)
+    stop = min(until for _, until in limits)
+    for e in live:
+        if not (e.running or e.waiting):   # an idle rank starts its next request with the step after it is ready
+            stop = min(stop, e._next_change())
+    times = [e._decode_step_time() for e in busy]
+
+    def duration(j: int) -> float:
+        return max(time(j) for time in times)
+
+    _, pieces = _advance(duration, k, t, stop)
+    ends = _step_ends(pieces, t)
+    for e in busy:
+        e._commit_decode_run(ends)
+    return ends[-1]
 
 
 def _merged(engines: list[_Engine]) -> SimResult:
@@ -609,11 +645,22 @@ class _Engine:
         """Steps in which every running sequence decodes one token and nothing else can change, advanced with
         scalar arithmetic; stops before a step where a sequence finishes, a block could be missing, a request
         becomes ready (or is sent, when it could be admitted), or a sliding window fills."""
+        run = self._decode_run_limit()
+        if run is None:
+            return self._one_step(t)
+        k, stop = run
+        done, pieces = _advance(self._decode_step_time(), k, t, stop)
+        ends = _step_ends(pieces, t)
+        self._commit_decode_run(ends)
+        return ends[-1]
+
+    def _decode_run_limit(self) -> tuple[int, float] | None:
+        """(the most decode-only steps that may run from here, the time by which the run must stop: a request that
+        could be admitted becoming ready or sent), or None where the next step must run the general path."""
         cfg = self.cfg
         running = self.running
-        b = len(running)
-        if cfg.spec is not None or b > cfg.max_num_batched_tokens:
-            return self._one_step(t)
+        if cfg.spec is not None or len(running) > cfg.max_num_batched_tokens:
+            return None
         kv = self.kv
         k = min(s.output - s.generated for s in running) - 1   # the finishing step runs the general path
         for s in running:
@@ -628,31 +675,37 @@ class _Engine:
             if need > self.free_blocks:
                 k = 0
         if k < 1:
-            return self._one_step(t)
-        context = sum(s.length + 1 for s in running) / b
-        stop = math.inf
-        if self._could_admit_later():
-            if self.arrivals:
-                stop = self.arrivals[0][0]
-            if self.sends:
-                stop = min(stop, self.sends[0][0])
-        step_time, overhead = self.step.time, cfg.overheads.step_s
+            return None
+        return k, self._next_change() if self._could_admit_later() else math.inf
+
+    def _next_change(self) -> float:
+        """When the next request becomes ready or is sent (inf: none pending)."""
+        stop = self.arrivals[0][0] if self.arrivals else math.inf
+        return min(stop, self.sends[0][0]) if self.sends else stop
+
+    def _decode_step_time(self) -> Callable[[int], float]:
+        """Step j of a decode-only run from here: every running sequence decodes, the mean context grown by j."""
+        b = len(self.running)
+        context = sum(s.length + 1 for s in self.running) / b
+        step_time, overhead = self.step.time, self.cfg.overheads.step_s
 
         def duration(j: int) -> float:
             return step_time(b, context + j, 0, 0.0, 0, 1) + overhead
 
-        done, pieces = _advance(duration, k, t, stop)
-        ends = _step_ends(pieces, t)
+        return duration
+
+    def _commit_decode_run(self, ends: list[float]) -> None:
+        """A decode-only run of ``len(ends)`` steps ending at ``ends``: tokens streamed, blocks allocated."""
+        running = self.running
+        done = len(ends)
         self.steps += done
-        self.batch_sum += b * done
+        self.batch_sum += len(running) * done
         self.ratio = max(self.ratio - done * RATIO_DECAY, RATIO_MIN)
-        t_end = ends[-1]
         self._stream_run(ends)
         for s in running:
             self._allocate(s, done, self._blocks_needed(s, done))
             s.generated += done
             s.target = s.length
-        return t_end
 
     def _stream_run(self, ends: list[float]) -> None:
         """The chunks of a decode-only run through the API servers: one bulk per step, in running order, sent

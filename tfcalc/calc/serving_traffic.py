@@ -145,6 +145,16 @@ class LengthDist:
             self._derived[key] = cached
         return cached
 
+    def steps_of(self, size: float) -> float:
+        """E[max(draw / size, 1)]: the steps' worth of tokens a draw fills in steps of ``size`` (at least one), over
+        the nodes; ``pieces`` without rounding the last, partly filled step up."""
+        key = ("steps_of", size)
+        cached = self._derived.get(key)
+        if cached is None:
+            cached = sum(weight * max(x / size, 1.0) for x, weight in self.nodes()) if size > 0 else 1.0
+            self._derived[key] = cached
+        return cached
+
     def _quantile(self, p: float) -> float:
         m = self.mean
         if self.kind == "fixed":
