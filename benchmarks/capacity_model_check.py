@@ -6,7 +6,9 @@ steps of their own first); the simulation runs 3,000 requests and leaves the fir
 analytic / simulated - 1 for TTFT mean, p50, p90, p99, TPOT mean, p90, ITL p50, p90, p99 and end-to-end p90, the API
 server's utilization (model / simulation), and the closed-form limits (M/M/1, M/D/1, the API server as M/D/1).
 
-Usage: python benchmarks/capacity_model_check.py [--lockstep]   (--lockstep: data-parallel attention ranks only)
+Usage: python benchmarks/capacity_model_check.py [--lockstep | --lockstep-chunked]
+(--lockstep: data-parallel attention ranks only; --lockstep-chunked: ranks whose prompts are chunked over several
+steps under vLLM's policy, fixed lengths)
 """
 
 from __future__ import annotations
@@ -153,8 +155,44 @@ def lockstep() -> None:
                 print(f"| {ranks} | {label} | {rate:g} | {cells} |", flush=True)
 
 
+
+CHUNKED = [  # model, ranks, budget, req/s per rank, prompt, output, KV tokens a rank
+    ("qwen3-30b-a3b", 8, 512, 1.0, 2048, 300, 400_000), ("qwen3-30b-a3b", 4, 512, 2.0, 2048, 300, 400_000),
+    ("qwen3-30b-a3b", 8, 512, 2.0, 2048, 300, 400_000),
+    ("deepseek-v3", 8, 512, 0.15, 2048, 1024, 877_632), ("deepseek-v3", 8, 512, 0.3125, 2048, 1024, 877_632),
+    ("deepseek-v3", 8, 512, 0.6, 2048, 1024, 877_632), ("deepseek-v3", 4, 512, 0.3125, 2048, 1024, 877_632),
+    ("deepseek-v3", 2, 512, 0.5, 2048, 1024, 877_632), ("deepseek-v3", 4, 1024, 0.4, 2048, 1024, 877_632),
+]
+
+
+def lockstep_chunked() -> None:
+    """Data-parallel attention ranks under vLLM's policy with prompts several times the room beside the decodes
+    (H200s, ep = ranks, fp8 KV, 128 seats, 250 requests a rank): analytic / simulated - 1."""
+    print("\n| model | ranks | budget | req/s per rank | TTFT p50 | p90 | TPOT mean | p90 |")
+    print("|---|---|---|---|---|---|---|---|")
+    engine = load_engine("vllm")
+    for name, ranks, budget, rate, prompt, output, kv in CHUNKED:
+        spec = load_model(name)
+        step = latency_step(spec, load_gpu("h200"), parse_weight_precision(spec.native_dtype), get_dtype("fp8"),
+                            tp=1, ep=ranks, engine=engine)
+        inputs, outputs = LengthDist(kind="fixed", mean=prompt), LengthDist(kind="fixed", mean=output)
+        r = ReplicaServing(step=step, input_len=inputs, output_len=outputs, max_num_seqs=128,
+                           max_num_batched_tokens=budget, kv_capacity_tokens=kv, overheads=engine_overheads(engine),
+                           policy=engine.scheduler, lockstep_ranks=ranks)
+        p = at_rate(r, rate)
+        sim = simulate(step, SimConfig(max_num_seqs=128, max_num_batched_tokens=budget, kv_capacity_tokens=kv,
+                                       overheads=r.overheads, policy=engine.scheduler),
+                       Workload(input_len=inputs, output_len=outputs, num_requests=250 * ranks,
+                                rate_per_s=rate * ranks, warmup_fraction=0.1), ranks=ranks)
+        pairs = [(p.ttft(q), sim.metric("ttft", q)) for q in (50, 90)] + [(p.tpot(q), sim.metric("tpot", q))
+                                                                          for q in (0, 90)]
+        cells = " | ".join(f"{(a / b - 1) * 100:+.0f} %" for a, b in pairs)
+        print(f"| {name} | {ranks} | {budget} | {rate:g} | {cells} |", flush=True)
+
 if __name__ == "__main__":
     if "--lockstep" in sys.argv:
         lockstep()
+    elif "--lockstep-chunked" in sys.argv:
+        lockstep_chunked()
     else:
         main()
