@@ -649,7 +649,7 @@ class _Engine:
         if run is None:
             return self._one_step(t)
         k, stop = run
-        done, pieces = _advance(self._decode_step_time(), k, t, stop)
+        _, pieces = _advance(self._decode_step_time(), k, t, stop)
         ends = _step_ends(pieces, t)
         self._commit_decode_run(ends)
         return ends[-1]
