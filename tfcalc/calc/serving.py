@@ -749,7 +749,7 @@ def _mix(r: ReplicaServing, w: _Work, batch: float, prefill_per_step: float) -> 
         # beside the decodes is prefilled in chunks over consecutive steps (running sequences first), which keep a
         # lockstep rank prefilling whatever arrives meanwhile (``_peer_share``): ``pieces`` counts them in full
         # steps' worth of tokens, so that a prompt a few tokens over the room counts as one step, not two.
-        pieces = r.input_len.steps_of(capacity / (1 - r.prefix_hit_ratio))
+        pieces = r.input_len.steps_of(capacity / (1 - r.prefix_hit_ratio)) if r.lockstep_ranks > 1 else 1.0
         q = max(1 - math.exp(-prompts), rho_steps) if prefill_per_step > 0 else 0.0
         chunk = prefill_per_step / q if q else 0.0
     tau_p = w.step(beside, chunk, chunk / w.prefill_mean) if chunk else tau_d

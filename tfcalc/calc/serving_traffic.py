@@ -147,13 +147,9 @@ class LengthDist:
 
     def steps_of(self, size: float) -> float:
         """E[max(draw / size, 1)]: the steps' worth of tokens a draw fills in steps of ``size`` (at least one), over
-        the nodes; ``pieces`` without rounding the last, partly filled step up."""
-        key = ("steps_of", size)
-        cached = self._derived.get(key)
-        if cached is None:
-            cached = sum(weight * max(x / size, 1.0) for x, weight in self.nodes()) if size > 0 else 1.0
-            self._derived[key] = cached
-        return cached
+        the nodes; ``pieces`` without rounding the last, partly filled step up. Not cached: ``size`` is the room a
+        search's every operating point leaves, a continuum."""
+        return sum(weight * max(x / size, 1.0) for x, weight in self.nodes()) if size > 0 else 1.0
 
     def _quantile(self, p: float) -> float:
         m = self.mean
