@@ -6,9 +6,10 @@ steps of their own first); the simulation runs 3,000 requests and leaves the fir
 analytic / simulated - 1 for TTFT mean, p50, p90, p99, TPOT mean, p90, ITL p50, p90, p99 and end-to-end p90, the API
 server's utilization (model / simulation), and the closed-form limits (M/M/1, M/D/1, the API server as M/D/1).
 
-Usage: python benchmarks/capacity_model_check.py [--lockstep | --lockstep-chunked]
+Usage: python benchmarks/capacity_model_check.py [--lockstep | --lockstep-chunked | --fixed-lengths]
 (--lockstep: data-parallel attention ranks only; --lockstep-chunked: ranks whose prompts are chunked over several
-steps under vLLM's policy, fixed lengths)
+steps under vLLM's policy, fixed lengths; --fixed-lengths: one replica under fixed lengths toward its capacity, with
+the spread of the prompts that arrive during a request's decode, the open gap in docs/capacity.md)
 """
 
 from __future__ import annotations
@@ -189,10 +190,50 @@ def lockstep_chunked() -> None:
         cells = " | ".join(f"{(a / b - 1) * 100:+.0f} %" for a, b in pairs)
         print(f"| {name} | {ranks} | {budget} | {rate:g} | {cells} |", flush=True)
 
+
+def fixed_lengths() -> None:
+    """Qwen3-30B-A3B fp8 on one H200 (vLLM, 256 seats, 8,192-token budget), 2,000 / 300 fixed lengths, toward its
+    capacity: analytic / simulated - 1, and in the simulation the standard deviation of the prompts that arrive during
+    a request's decode against a Poisson count's (the request's life stretches with the prefill work arriving in it)."""
+    import bisect
+    import statistics
+
+    from tfcalc.calc.serving_inputs import replica_memory
+    from tfcalc.calc.serving_sim import _engine
+
+    spec, engine, gpu = load_model("qwen3-30b-a3b"), load_engine("vllm"), load_gpu("h200")
+    precision, kv = parse_weight_precision("fp8"), get_dtype("fp8")
+    step = latency_step(spec, gpu, precision, kv, tp=1, engine=engine)
+    memory = replica_memory(spec, gpu, precision, kv, tp=1, pp=1, ep=1, engine=engine, max_model_len=3072,
+                            max_num_seqs=256, max_num_batched_tokens=8192)
+    inputs, outputs = LengthDist(kind="fixed", mean=2000), LengthDist(kind="fixed", mean=300)
+    r = ReplicaServing(step=step, input_len=inputs, output_len=outputs, max_num_seqs=256, max_num_batched_tokens=8192,
+                       kv_capacity_tokens=memory.kv_capacity_tokens, block_size=memory.block_size,
+                       overheads=engine_overheads(engine), policy=engine.scheduler)
+    cfg = SimConfig(max_num_seqs=256, max_num_batched_tokens=8192, kv_capacity_tokens=memory.kv_capacity_tokens,
+                    block_size=memory.block_size, overheads=r.overheads, policy=engine.scheduler)
+    print("\n| req/s | TTFT p50 | p90 | TPOT mean | p90 | prompts during a decode: sd / Poisson sd |")
+    print("|---|---|---|---|---|---|")
+    for rate in (10.0, 12.0, 14.0, 16.0):
+        p = at_rate(r, rate)
+        sim = _engine(step, cfg, Workload(input_len=inputs, output_len=outputs, num_requests=3000, rate_per_s=rate,
+                                          warmup_fraction=0.1))
+        result = sim.run(True)
+        arrivals = sorted(s.arrival for s in sim.done)
+        counts = [bisect.bisect(arrivals, s.last_token) - bisect.bisect(arrivals, s.first_token)
+                  for s in sim.done if s.kept]
+        spread = statistics.pstdev(counts) / statistics.mean(counts) ** 0.5
+        pairs = [(p.ttft(q), result.metric("ttft", q)) for q in (50, 90)] + [(p.tpot(q), result.metric("tpot", q))
+                                                                             for q in (0, 90)]
+        cells = " | ".join(f"{(a / b - 1) * 100:+.0f} %" for a, b in pairs)
+        print(f"| {rate:g} | {cells} | {spread:.1f} |", flush=True)
+
 if __name__ == "__main__":
     if "--lockstep" in sys.argv:
         lockstep()
     elif "--lockstep-chunked" in sys.argv:
         lockstep_chunked()
+    elif "--fixed-lengths" in sys.argv:
+        fixed_lengths()
     else:
         main()
