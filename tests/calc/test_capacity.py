@@ -273,6 +273,24 @@ def test_verified_choice_meets_its_own_simulation() -> None:
     assert all(v.simulated[t.key] <= t.seconds for t in targets)
 
 
+
+def test_explain_says_when_the_simulation_check_added_replicas() -> None:
+    """The explanation's replica count is the model's (ceil of the load over one replica's capacity); a plan the walk
+    resized says both: "= 2; 3 after the simulation check"."""
+    from tfcalc.calc.capacity import full_evaluation, resize
+    from tfcalc.report.capacity import explain_lines
+
+    space = _space(("h100-sxm", 3.0), tps=(1,), max_num_seqs=(64,), chunk_sizes=(2048,))
+    traffic, targets = _traffic(9.0), _targets(ttft=0.35, tpot=0.045)
+    best = full_evaluation(SPEC, traffic, targets, space, OVERHEADS, search(SPEC, traffic, targets, space,
+                                                                            OVERHEADS).best)
+    modelled = best.replicas
+    line = next(x for x in explain_lines(SPEC, best, traffic, targets, space) if x.startswith("capacity:"))
+    assert line.endswith(f" = {modelled}")
+    bigger = resize(best, modelled + 1, traffic, targets, space)
+    line = next(x for x in explain_lines(SPEC, bigger, traffic, targets, space) if x.startswith("capacity:"))
+    assert line.endswith(f" = {modelled}; {modelled + 1} after the simulation check")
+
 class _Verdict:
     """A stand-in for a simulation: misses the targets unless the plan has enough replicas for its GPU type."""
 

@@ -520,7 +520,7 @@ def _replica(step, memory: ReplicaMemory, traffic: Traffic, seqs: int, chunk: in
                           policy=policy, lockstep_ranks=lockstep_ranks)
 
 
-def _size(capacity: Capacity, traffic: Traffic, group: int = 1) -> tuple[int, float]:
+def replicas_needed(capacity: Capacity, traffic: Traffic, group: int = 1) -> tuple[int, float]:
     """Replicas needed, a multiple of ``group`` (a data-parallel deployment's ranks), and the per-replica capacity
     in the traffic's unit (req/s or concurrent requests)."""
     if traffic.rate_per_s is not None:
@@ -593,7 +593,7 @@ def _evaluate(cand: Candidate, offer: GpuOffer, memory: ReplicaMemory, step, tra
             numbers.update(tokens_per_gpu=frontier.rate_per_s * traffic.output_len.mean / cand.gpus_per_replica,
                            tokens_per_user=tokens_per_user(frontier))
     concurrency = cap.rate_per_s * (cap.point.e2e(0) + overheads.stream_s) if cap.rate_per_s > 0 else 0.0
-    replicas, _ = _size(cap, traffic, cand.dp)
+    replicas, _ = replicas_needed(cap, traffic, cand.dp)
     stored = Capacity(rate_per_s=cap.rate_per_s, point=cap.point, binding=cap.binding)
     if replicas == 0:
         return Evaluation(candidate=cand, fits=True, feasible=False, price_per_gpu_hour=price, memory=memory,

@@ -327,11 +327,15 @@ def explain_lines(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tup
     for t in targets:
         lines.append(f"{t.label}: {_ms(op.metric(t))} at the operating point (target {_ms(t.seconds)})")
     if cap is not None:
+        from tfcalc.calc.capacity import replicas_needed
+
         unit = _unit(c)
+        modelled, _ = replicas_needed(cap, traffic, c.dp)
+        checked = f"; {e.replicas} after the simulation check" if modelled != e.replicas else ""
         lines.append(f"capacity: one {unit} carries {cap.rate_per_s:,.3f} req/s before {cap.binding} binds "
                      f"(decode batch {cap.point.batch:,.1f}); {unit}s = ceil({traffic.load:g} / "
                      f"{e.capacity_rate_per_s if traffic.rate_per_s is not None else e.capacity_concurrency:,.3f})"
-                     + (f", rounded up to groups of {c.dp}" if c.dp > 1 else "") + f" = {e.replicas}")
+                     + (f", rounded up to groups of {c.dp}" if c.dp > 1 else "") + f" = {modelled}{checked}")
     lines.append(f"cost: {e.num_gpus} GPUs x ${e.price_per_gpu_hour:,.3f} = ${e.cost_per_hour:,.2f}/h; per million "
                  f"tokens ${e.cost_per_m_input:,.3f} input, ${e.cost_per_m_output:,.3f} output (GPU time split by "
                  "prefill's share of step time)")
