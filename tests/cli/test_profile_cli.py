@@ -337,11 +337,25 @@ def test_progress_labels_from_a_file_are_text_on_a_terminal(monkeypatch) -> None
                         gen_lens=[2], dtypes=["fp32"], backends=["auto"], compile_decode=False)
     stop = profiler.StopRequested()
 
-    def fake_run_sweep(sweep, devices, on_row, stop, advance):  # noqa: ANN001, ANN202
+    def fake_run_sweep(sweep, devices, on_row, stop, advance, on_build):  # noqa: ANN001, ANN202
         stop.requested = True  # the notice column renders too
+        on_build(f"{sweep.spec.name} fp32: building the model (1.00 MiB of random weights on cpu)")
         advance(f"{sweep.spec.name} fp32 auto batch 1 prompt 8")
         return False
 
     assert profile_cli._with_bar(sweep, [torch.device("cpu")], print, stop, 1, fake_run_sweep) is False
     shown = screen.getvalue()
     assert "profiling [/][bold]x" in shown and "owned" not in shown and "\x1b]0" not in shown
+
+
+def test_without_a_terminal_each_build_is_a_line_before_its_rows() -> None:
+    """Random weights take minutes on a CPU for a model of tens of GB: a CI log says what is being built, and how
+    big, before the rows of that model."""
+    result = runner.invoke(app, ["profile", *MODEL, "--prompt-len", "8", "--gen-len", "2", "--dtype", "fp32,bf16",
+                                 "--repeats", "1", "--warmup", "0", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    lines = [line.strip() for line in result.stderr.splitlines()]
+    builds = [i for i, line in enumerate(lines) if ": building the model (" in line]
+    assert [lines[i].split(":")[0] for i in builds] == ["llama3.2-1b fp32", "llama3.2-1b bf16"]
+    assert all("of random weights on cpu)" in lines[i] for i in builds)
+    assert lines[builds[0] + 1].startswith("1/2 llama3.2-1b fp32") and lines[builds[1] + 1].startswith("2/2")

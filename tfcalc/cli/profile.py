@@ -332,7 +332,8 @@ def _run_with_progress(sweep, devices, on_row, stop) -> bool:  # noqa: ANN001 - 
     print_stderr(f"profiling {sweep.spec.name}: {total} points on {', '.join(map(str, devices))}")
     done = iter(range(1, total + 1))
     return run_sweep(sweep, devices, on_row, stop,
-                     advance=lambda label: print_stderr(f"  {next(done)}/{total} {label}"))
+                     advance=lambda label: print_stderr(f"  {next(done)}/{total} {label}"),
+                     on_build=lambda what: print_stderr(f"  {what}"))
 
 
 def _with_bar(sweep, devices, on_row, stop, total: int, run_sweep) -> bool:  # noqa: ANN001
@@ -357,4 +358,5 @@ def _with_bar(sweep, devices, on_row, stop, total: int, run_sweep) -> bool:  # n
     with progress:
         task = progress.add_task(label(sweep.spec.name), total=total)
         return run_sweep(sweep, devices, on_row, stop,
-                         advance=lambda text: progress.update(task, advance=1, description=label(text)))
+                         advance=lambda text: progress.update(task, advance=1, description=label(text)),
+                         on_build=lambda text: progress.update(task, description=label(text)))

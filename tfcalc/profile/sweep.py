@@ -59,6 +59,7 @@ from tfcalc.spec.engine import EngineKernels
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.interconnect import Interconnect, Link
 from tfcalc.spec.model import ModelSpec
+from tfcalc.units import format_bytes
 
 Row = dict[str, object]
 # Fraction of free device memory the profiled model may use; the rest is left to the allocator and kernels.
@@ -440,8 +441,11 @@ def parallel_columns(layout: Layout, estimate: latency.LatencyEstimate, ranks: l
 
 
 def run_sweep(sweep: Sweep, devices: list[torch.device], on_row: Callable[[Row], None],
-              stop: StopRequested | None = None, advance: Callable[[str], None] | None = None) -> bool:
+              stop: StopRequested | None = None, advance: Callable[[str], None] | None = None,
+              on_build: Callable[[str], None] | None = None) -> bool:
     """Profile every point on every device, calling ``on_row`` per row. Returns False if stopped early.
+    ``on_build`` hears, before each model is built, what is built (random weights are drawn at about 10^8 values a
+    second on a CPU: minutes for a model of tens of GB).
 
     Out-of-memory on any device (CUDA's OutOfMemoryError, the CPU allocator's RuntimeError, MemoryError) while
     building the model or measuring a point marks the row ``oom``, releases memory and the sweep goes on (on the
@@ -471,6 +475,10 @@ def run_sweep(sweep: Sweep, devices: list[torch.device], on_row: Callable[[Row],
             need = {p: predicted_memory_bytes(spec, dtype, p.batch, p.prompt_len, p.gen_len, weights) for p in group}
             model = None
             if available is None or min(need.values()) <= available:
+                if on_build:
+                    held = weights_bytes(count_params(spec), weight_precision(dtype, weights))
+                    on_build(f"{spec.name} {dtype}{'/' + weights if weights else ''}: building the model "
+                             f"({format_bytes(held)} of random weights on {device})")
                 try:
                     model = build_model(spec, dtype=torch_dtype(dtype), device=device, weights_dtype=weights,
                                         decode_attention=sweep.decode_attention)
