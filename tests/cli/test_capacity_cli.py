@@ -539,19 +539,32 @@ def test_mamba2_plan_launches_vllm_with_its_fp32_states() -> None:
 @pytest.mark.parametrize("terminal", [False, True])
 def test_search_progress_without_a_terminal_is_a_line_every_ten_seconds(monkeypatch, capsys, terminal: bool) -> None:
     """A CI log or a pipe gets plain lines (none in the first 10 s, then one per 10 s); a terminal gets one status
-    line that each update rewrites, from the first second, cleared at the end."""
+    line that each update rewrites, from the first second, cleared at the end. The simulation check reports through
+    the same clock."""
     import tfcalc.cli.capacity as capacity_cli
 
-    clock = iter([100.0, 100.5, 105.0, 110.5, 112.0, 121.0])
+    clock = iter([100.0, 100.5, 105.0, 110.5, 112.0, 121.0, 122.0, 131.5])
     monkeypatch.setattr(capacity_cli.time, "perf_counter", lambda: next(clock))
     monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
-    update, close = capacity_cli._progress(2000)
+    update, simulating, close = capacity_cli._progress(2000)
     for done in (10, 100, 300, 400, 900):
         update(done)
+    from tfcalc.calc.capacity import Candidate, Evaluation
+
+    def plan(gpus: int):  # noqa: ANN202 - an Evaluation as the walk hands it over
+        candidate = Candidate(engine="vllm", gpu="h100-sxm", tp=2, pp=1, ep=1, weights="bf16", kv_dtype="bf16",
+                              max_num_seqs=64, chunk=2048)
+        return Evaluation(candidate=candidate, fits=True, feasible=True, reason="", price_per_gpu_hour=1.0,
+                          replicas=gpus // 2, num_gpus=gpus)
+
+    simulating(1, plan(4))
+    simulating(2, plan(6))
     close()
     err = capsys.readouterr().err
     if terminal:
-        assert err.count("\r\x1b[K") == 5 and "300 / 2,000 configurations, 10.5 s" in err and err.endswith("\x1b[K")
+        assert err.count("\r\x1b[K") == 7 and "300 / 2,000 configurations, 10.5 s" in err and err.endswith("\x1b[K")
+        assert "checking by simulation: 2 (6 x h100-sxm tp2), 31.5 s" in err
     else:
         assert err.splitlines() == ["searching: 300 / 2,000 configurations, 10.5 s",
-                                    "searching: 900 / 2,000 configurations, 21.0 s"]
+                                    "searching: 900 / 2,000 configurations, 21.0 s",
+                                    "checking by simulation: 2 (6 x h100-sxm tp2), 31.5 s"]

@@ -934,7 +934,8 @@ def _children() -> set[int]:
 
 def verified_choice(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
                     full: Callable[[Evaluation], Evaluation], num_requests: int = 2000,
-                    max_simulations: int = 12, workers: int = 1) -> Verified:
+                    max_simulations: int = 12, workers: int = 1,
+                    progress: Callable[[int, Evaluation], None] | None = None) -> Verified:
     """The cheapest plan whose simulated replica meets every target: configurations in the model's cost order, each
     at the replicas the model asks for and, when the simulation misses a target, one more replica at a time; a
     configuration's cost in the model is a lower bound on its verified cost, so the walk stops once it reaches the
@@ -947,17 +948,18 @@ def verified_choice(result: SearchResult, traffic: Traffic, targets: tuple[Targe
     -- exactly, as long as the walk ends within ``max_simulations``. More traffic needs more replicas in the model,
     but a simulation at a lower load is not proven to meet targets it meets at a higher one, so that property is the
     model's (docs/capacity.md, "Monotonicity"). ``workers`` > 1 runs simulations ahead in forked processes
-    (``_Simulations``): the same answer, sooner.
+    (``_Simulations``): the same answer, sooner. ``progress`` hears each simulation's number and plan as it starts.
     """
     sims = _Simulations(result, traffic, targets, space, full, num_requests, workers)
     try:
-        return _walk(result, traffic, targets, space, sims, max_simulations)
+        return _walk(result, traffic, targets, space, sims, max_simulations, progress)
     finally:
         sims.close()
 
 
 def _walk(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], space: SearchSpace,
-          sims: _Simulations, max_simulations: int) -> Verified:
+          sims: _Simulations, max_simulations: int,
+          progress: Callable[[int, Evaluation], None] | None = None) -> Verified:
     """verified_choice's walk (its docstring), its simulations from ``sims``."""
     num_requests = sims.num_requests
     best: Evaluation | None = None
@@ -984,6 +986,8 @@ def _walk(result: SearchResult, traffic: Traffic, targets: tuple[Target, ...], s
             plan = rich if replicas == rich.replicas else resize(rich, replicas, traffic, targets, space)
             if not plan.feasible or plan.cost_per_hour >= best_cost:
                 break
+            if progress:
+                progress(runs + 1, plan)
             sim = sims.run(index, plan, best_cost)
             runs += 1
             assert sim is not None

@@ -205,7 +205,8 @@ def summary_columns(targets: list) -> list[Column]:
 
 def _progress(total: int):
     """Progress on stderr once the search has run for a second: a status line on a terminal, else (a CI log, a
-    pipe) a plain line every PLAIN_PROGRESS_EVERY_S seconds."""
+    pipe) a plain line every PLAIN_PROGRESS_EVERY_S seconds. ``update(done)`` during the search, ``simulating(n,
+    plan)`` as the simulation check starts its n-th simulation, ``close()`` at the end."""
     from tfcalc.output import print_stderr, show_progress
 
     start = time.perf_counter()
@@ -213,9 +214,9 @@ def _progress(total: int):
     last_line = [start]
     terminal = sys.stderr is not None and sys.stderr.isatty()
 
-    def update(done: int) -> None:
+    def say(message: str) -> None:
         now = time.perf_counter()
-        message = f"searching: {done:,} / {total:,} configurations, {now - start:,.1f} s"
+        message = f"{message}, {now - start:,.1f} s"
         if terminal and (shown[0] or now - start >= 1.0):
             shown[0] = True
             show_progress(message)
@@ -223,11 +224,19 @@ def _progress(total: int):
             last_line[0] = now
             print_stderr(message)
 
+    def update(done: int) -> None:
+        say(f"searching: {done:,} / {total:,} configurations")
+
+    def simulating(number: int, plan: Any) -> None:   # an Evaluation
+        from tfcalc.report.capacity import layout
+
+        say(f"checking by simulation: {number} ({plan.num_gpus} x {plan.candidate.gpu} {layout(plan)})")
+
     def close() -> None:
         if shown[0]:
             show_progress("")
 
-    return update, close
+    return update, simulating, close
 
 
 def _one(values: list[str] | None, what: str) -> str | None:
@@ -500,23 +509,24 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             routing=parse_routing(routing), rates=rates[0][0],
             **({} if kv_transfer_gbps is None else {"kv_transfer_bytes_per_s": kv_transfer_gbps * 1e9}),
             redundant_experts=redundant_experts)
-        update, close = _progress(count_candidates(spec, space))
+        update, simulating, close = _progress(count_candidates(spec, space))
         search_workers = workers if workers is not None else min(os.cpu_count() or 1, 4)
-        try:
-            result = search(spec, traffic, targets, space, overheads, progress=update, workers=search_workers,
-                            operating=not table and points == "all")
-        finally:
-            close()
 
         def full(e, spec=spec, space=space):  # noqa: ANN001, ANN202 - an Evaluation with its model objects
             return full_evaluation(spec, traffic, targets, space, overheads, e)
 
-        if simulate and result.best is not None:
-            checked = verified_choice(result, traffic, targets, space, full, num_requests=sim_requests,
-                                      max_simulations=max_simulations, workers=search_workers)
-            chosen, sim_lines, simulated = checked.plan, list(checked.lines), checked.simulated
-        else:
-            chosen, sim_lines, simulated = result.best, [], {}
+        try:
+            result = search(spec, traffic, targets, space, overheads, progress=update, workers=search_workers,
+                            operating=not table and points == "all")
+            if simulate and result.best is not None:
+                checked = verified_choice(result, traffic, targets, space, full, num_requests=sim_requests,
+                                          max_simulations=max_simulations, workers=search_workers,
+                                          progress=simulating)
+                chosen, sim_lines, simulated = checked.plan, list(checked.lines), checked.simulated
+            else:
+                chosen, sim_lines, simulated = result.best, [], {}
+        finally:
+            close()
         result = replace(result, best=chosen)
         if chosen is None:
             failed.append(spec.name)
