@@ -53,6 +53,37 @@ def test_engine_yaml_is_validated(tmp_path: Path) -> None:
     bad.write_text(text.replace("budget: utilization", "budget: generous"))
     with pytest.raises(SpecError, match="field 'budget' must be"):
         load_engine(str(bad))
+    bad.write_text(text.replace("float32_as: bf16", "float32_as: fp8"))
+    with pytest.raises(SpecError, match="field 'weights.float32_as' must be bf16 or fp16, got 'fp8'"):
+        load_engine(str(bad))
+
+
+def test_a_float32_checkpoint_is_served_in_16_bits(tmp_path: Path) -> None:
+    """vLLM's "Downcast for float32 models" (bf16 from 0.10.1, fp16 before) and SGLang's float16: a float32
+    checkpoint's weights and cache take 2 bytes an element on those engines, the plain arithmetic (and an engine that
+    says nothing) keeps its 4. Llama 3.1 8B saved in float32: half the weights of the plain arithmetic's."""
+    from tfcalc.calc.engine import served_precision
+    from tfcalc.calc.kv_cache import default_kv_dtype
+    from tfcalc.spec.hf_config import load_hf_config
+
+    data = json.loads((FIXTURES.parent / "hf_configs" / "llama3.1-8b.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**data, "torch_dtype": "float32"}))
+    spec = load_hf_config(path)
+    assert spec.native_dtype == "fp32"
+    expected = {"vllm": "bf16", "vllm@0.8": "fp16", "sglang": "fp16", "trtllm": "fp32", None: "fp32"}
+    for name, dtype in expected.items():
+        engine = load_engine(name) if name else None
+        assert served_precision(spec, engine).label == dtype, name
+        assert default_kv_dtype(spec, engine).name == dtype, name
+    bf16 = load_hf_config(FIXTURES.parent / "hf_configs" / "llama3.1-8b.json")
+    assert served_precision(bf16, load_engine("vllm")).label == "bf16"   # a 16-bit checkpoint is as it is
+    vllm = PlanConfig(num_gpus=1, context=8192, engine=load_engine("vllm"))
+    ideal = PlanConfig(num_gpus=1, context=8192)
+    gpu = load_gpu("h100-sxm")
+    served = plan_fit(spec, gpu, served_precision(spec, vllm.engine), default_kv_dtype(spec, vllm.engine), vllm)
+    plain = plan_fit(spec, gpu, served_precision(spec, None), default_kv_dtype(spec, None), ideal)
+    assert plain.weights_bytes_per_gpu == 2 * served.weights_bytes_per_gpu_ideal   # the engine's padding aside
 
 
 def test_vllm_019_llama31_8b_by_hand() -> None:

@@ -818,3 +818,42 @@ def test_gemma4_what_tfcalc_does_not_model_is_a_one_line_error(field: str, value
 def test_gemma4_vision_tower_with_grouped_heads_is_refused() -> None:
     with pytest.raises(SpecError, match=r"^gemma4-31b.json: vision_config: .*grouped or resized attention heads"):
         _gemma4("gemma4-31b", vision={"num_key_value_heads": 4})
+
+
+def test_heads_that_do_not_divide_the_hidden_size_need_a_head_dim(tmp_path: Path) -> None:
+    """transformers' head_dim fallback (hidden_size // num_attention_heads) refuses a hidden size the heads do not
+    divide ("The hidden size (4100) is not a multiple of the number of attention heads (32)"): so does tfcalc, where
+    it floored to 128 and counted a model that cannot be built. A config that gives head_dim is read as written
+    (Mistral-Nemo: 32 heads x 128 != 5,120)."""
+    data = json.loads((FIXTURE_DIR / "llama3.1-8b.json").read_text())
+    with pytest.raises(SpecError, match="hidden_size 4100 is not a multiple of num_attention_heads 32 and no "
+                                        "head_dim is given"):
+        load_hf_config(write(tmp_path, {**data, "hidden_size": 4100}))
+    spec = load_hf_config(write(tmp_path, {**data, "hidden_size": 4100, "head_dim": 128}))
+    assert spec.head_dim == 128 and spec.hidden_size == 4100
+
+
+def test_a_config_of_any_file_name_is_read_as_json(tmp_path: Path) -> None:
+    """--config reads JSON whatever the file is called (a pipe, /dev/stdin, a file named "config"): YAML would read a
+    JSON number such as 25e-1 as text. Empty and null files say what they hold."""
+    data = json.loads((FIXTURE_DIR / "deepseek-v3.json").read_text())
+    text = json.dumps({**data, "routed_scaling_factor": 2.5}).replace('"routed_scaling_factor": 2.5',
+                                                                       '"routed_scaling_factor": 25e-1')
+    bare = tmp_path / "config"
+    bare.write_text(text)
+    named = tmp_path / "named.json"
+    named.write_text(text)
+    assert load_hf_config(bare).moe == load_hf_config(named).moe
+    assert load_hf_config(bare).moe.routed_scaling_factor == 2.5
+    empty = tmp_path / "empty.json"
+    empty.write_text("  \n")
+    with pytest.raises(SpecError, match="empty.json: the file is empty"):
+        load_hf_config(empty)
+    null = tmp_path / "null.json"
+    null.write_text("null")
+    with pytest.raises(SpecError, match="got nothing \\(an empty file or null\\)"):
+        load_hf_config(null)
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(SpecError, match="at the top level, got a list"):
+        load_hf_config(listed)

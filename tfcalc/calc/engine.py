@@ -13,11 +13,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tfcalc.dtypes import WeightPrecision, get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.spec.engine import EngineSpec
 from tfcalc.spec.gpu import GPUSpec
+from tfcalc.spec.model import ModelSpec
 
 MIB = 1 << 20
+
+
+def served_precision(spec: ModelSpec, engine: EngineSpec | None) -> WeightPrecision:
+    """The weight format an engine serves ``spec``'s checkpoint in by default (--dtype auto): the checkpoint's own,
+    except that a float32 checkpoint is loaded in 16 bits where the engine says so (``weights.float32_as``: vLLM's
+    "Downcast for float32 models" to bf16 where the GPU has it, SGLang's float16)."""
+    native = parse_weight_precision(spec.native_dtype)
+    layout = engine.weights if engine is not None else None
+    if layout is None or layout.float32_as is None or native.per_component or native.default.name != "fp32":
+        return native
+    return WeightPrecision(get_dtype(layout.float32_as))
 
 
 def capacity_bytes(gpu: GPUSpec) -> int:

@@ -202,11 +202,17 @@ def default_kv_dtype(spec: ModelSpec, engine: EngineSpec | None = None) -> DType
     """The format an engine's ``--kv-cache-dtype auto`` keeps the cache in: the one the checkpoint declares
     (``spec.checkpoint_kv_dtype``) for no engine or one that follows it (``engine.kv.checkpoint_dtype``), fp8 for a
     DSA model on an engine that stores it so (``engine.kv.sparse_mla_fp8``: vLLM's fp8_ds_mla), else the model's
-    float dtype (bf16 unless the checkpoint is fp16/fp32)."""
+    float dtype (bf16 unless the checkpoint is fp16/fp32), as the engine serves it (``served_precision``: a float32
+    checkpoint in 16 bits on vLLM and SGLang)."""
     if spec.sparse_indexer is not None and engine is not None and engine.kv is not None and engine.kv.sparse_mla_fp8:
         return get_dtype("fp8")
     follows = engine is None or (engine.kv is not None and engine.kv.checkpoint_dtype)
     if spec.checkpoint_kv_dtype is not None and follows:
         return get_dtype(spec.checkpoint_kv_dtype)
-    native = parse_weight_precision(spec.native_dtype).default
+    if engine is None:
+        native = parse_weight_precision(spec.native_dtype).default
+    else:
+        from tfcalc.calc.engine import served_precision  # the engine presets' module, only when one is named
+
+        native = served_precision(spec, engine).default
     return native if not native.quantized else get_dtype("bf16")

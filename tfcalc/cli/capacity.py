@@ -394,6 +394,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     """The cheapest GPU configuration that serves a traffic within latency targets: Pareto frontier, cost per
     million tokens, why the runners-up lose, and vLLM / SGLang / TensorRT-LLM launch flags."""
     from tfcalc.calc.capacity import SearchSpace, count_candidates, full_evaluation, search, verified_choice
+    from tfcalc.calc.engine import served_precision
     from tfcalc.calc.kernels import parse_routing
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.serving import SpecDecoding
@@ -480,7 +481,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     extra: list = []
     explained: list[str] = []
     for spec in specs:
-        native = parse_weight_precision(spec.native_dtype)
+        native = served_precision(spec, next((e for e in engines if e is not None), None))
         # a quantized checkpoint is served as it is stored; a 16-bit one also as the engine's online fp8
         precisions = weight_precisions(weights_dtype) or ([native] if native.quantized else list(dict.fromkeys(
             [native, parse_weight_precision("fp8")])))

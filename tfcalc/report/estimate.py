@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from tfcalc.calc.engine import served_precision
 from tfcalc.calc.kernels import (
     UNIFORM,
     Rates,
@@ -32,7 +33,7 @@ from tfcalc.calc.latency import (
 )
 from tfcalc.calc.plan import PlanConfig, PlanResult, plan_fit
 from tfcalc.calc.shard import layout_redundant_experts
-from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
+from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.report.plan import engine_label
 from tfcalc.spec.engine import EngineKernels, EngineSpec, limit_for_gpus
 from tfcalc.spec.gpu import GPUSpec
@@ -206,7 +207,7 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSw
     memory = replace(options.memory, engine=options.engine)
     for spec, gpu in itertools.product(specs, gpus):
         for precision, kv_dtype, tp, pp, ep in itertools.product(
-                sweep.precisions or [parse_weight_precision(spec.native_dtype)],
+                sweep.precisions or [served_precision(spec, options.engine)],
                 sweep.kv_dtypes or [default_kv_dtype(spec, options.engine)], sweep.tps, sweep.pps, sweep.eps):
             kernels = options.engine.kernels if options.engine is not None else EngineKernels()
             base = rates_for(gpu, kernels, options.cuda_graphs, spec.architecture)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
+from tfcalc.calc.engine import served_precision
 from tfcalc.calc.kv_cache import indexer_key_bytes, kv_layer_bytes, linear_name, sparse_mla_record
 from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit
 from tfcalc.calc.shard import layout_redundant_experts, stage_census, stage_layers
-from tfcalc.dtypes import DType, WeightPrecision, get_dtype, parse_weight_precision
+from tfcalc.dtypes import DType, WeightPrecision, get_dtype
 from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
@@ -252,10 +253,11 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
     traces: list[tuple[str, ...]] = []
     for spec, gpu in itertools.product(specs, gpus):
         for precision, kv, context, batch, engine, util, block, seqs, mnbt, overhead in itertools.product(
-                w.precisions or [parse_weight_precision(spec.native_dtype)], w.kv_dtypes or [None],
+                w.precisions or [None], w.kv_dtypes or [None],
                 w.contexts or [spec.max_context], w.batches or [1], w.engines or [None], w.utilizations or [None],
                 w.block_sizes or [None], w.max_num_seqs or [None], w.max_num_batched_tokens or [None],
                 w.runtime_overheads or [None]):
+            precision = precision or served_precision(spec, engine)
             kv_dtype = kv or default_kv_dtype(spec, engine)
             base = PlanConfig(num_gpus=1, context=context, batch=batch, engine=engine, gpu_memory_utilization=util,
                               block_size=block, max_num_seqs=seqs, max_num_batched_tokens=mnbt,
@@ -306,7 +308,7 @@ def memory_by_context(specs: list[ModelSpec], gpus: list[GPUSpec], row: Row, pre
     overhead = ({} if memory_model(engine) is not None else
                 {"runtime_overhead_bytes": int(str(row["runtime_overhead_bytes_per_gpu"]))})
     series = []
-    for precision in precisions or [parse_weight_precision(spec.native_dtype)]:
+    for precision in precisions or [served_precision(spec, engine)]:
         for kv in kv_dtypes or [default_kv_dtype(spec, engine)]:
             values = []
             for context in contexts:

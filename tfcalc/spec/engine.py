@@ -160,6 +160,7 @@ class WeightLayout:
     mla_absorbed_copy: bool
     mxfp4_pad_hidden: int
     mxfp4_pad_intermediate: int
+    float32_as: str | None = None   # the 16-bit format a float32 checkpoint is served in (--dtype auto); None: fp32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1268,13 +1269,17 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   chunked_local=_bool(k.get("chunked_local", False), origin, "kv.chunked_local"),
                   sparse_mla_fp8=_bool(k.get("sparse_mla_fp8", False), origin, "kv.sparse_mla_fp8"))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
-                                   "mxfp4_pad_intermediate"}, origin)
+                                   "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as"}))
+    float32_as = w.get("float32_as")
+    _require(float32_as in (None, "bf16", "fp16"), origin,
+             f"field 'weights.float32_as' must be bf16 or fp16, got {float32_as!r}")
     weights = WeightLayout(vocab_padding=_int(w["vocab_padding"], origin, "weights.vocab_padding", 1, 1 << 20),
                            rotary_cache=_bool(w["rotary_cache"], origin, "weights.rotary_cache"),
                            mla_absorbed_copy=_bool(w["mla_absorbed_copy"], origin, "weights.mla_absorbed_copy"),
                            mxfp4_pad_hidden=_int(w["mxfp4_pad_hidden"], origin, "weights.mxfp4_pad_hidden", 1, 1 << 20),
                            mxfp4_pad_intermediate=_int(w["mxfp4_pad_intermediate"], origin,
-                                                       "weights.mxfp4_pad_intermediate", 1, 1 << 20))
+                                                       "weights.mxfp4_pad_intermediate", 1, 1 << 20),
+                           float32_as=float32_as)
     rule = None
     if data.get("static_fraction_rule") is not None:
         r = _section(data, "static_fraction_rule", {"base_mib", "per_prefill_token_mib", "per_graph_bs_mib",

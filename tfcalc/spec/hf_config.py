@@ -1102,7 +1102,12 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
     if mla is not None:
         head_dim = mla.qk_head_dim  # q/k head dim; what MLA caches is described by ``mla``
     else:
-        head_dim = c.opt_int("head_dim", minimum=1) or family.defaults.get("head_dim") or hidden // heads
+        head_dim = c.opt_int("head_dim", minimum=1) or family.defaults.get("head_dim")
+        if head_dim is None:   # transformers' fallback, which refuses a hidden size the heads do not divide
+            if hidden % heads:
+                raise c.error(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads} and no "
+                              "head_dim is given")
+            head_dim = hidden // heads
     window, sliding_layers = family.sliding(c)
     rope_theta, rope_scaling = _rope(c, family)
     numerics = dict(family.numerics(c)) if family.numerics is not None else {}
@@ -1169,11 +1174,11 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    data = read_data_file(path)
+    data = read_data_file(path, as_json=True)
     origin = str(path)
     sidecar = path.parent / "hf_quant_config.json"
     if isinstance(data, dict) and data.get("quantization_config") is None and sidecar.is_file():
-        data = {**data, "quantization_config": read_data_file(sidecar)}
+        data = {**data, "quantization_config": read_data_file(sidecar, as_json=True)}
         origin = f"{path} (quantization from {sidecar.name})"
     if name is None:
         name = path.parent.name if path.stem == "config" and path.parent.name else path.stem

@@ -156,8 +156,10 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def read_data_file(path: Path | str, allow_list: bool = False) -> Any:
-    """Parse a YAML or JSON file into a mapping (or a list of mappings, if allowed), with one-line errors.
+def read_data_file(path: Path | str, allow_list: bool = False, as_json: bool | None = None) -> Any:
+    """Parse a YAML or JSON file into a mapping (or a list of mappings, if allowed), with one-line errors: JSON by a
+    ``.json`` suffix, or always with ``as_json`` (a config.json read through a pipe or a file of another name, whose
+    numbers such as ``25e-1`` YAML would read as text).
 
     Bounded: at most MAX_YAML_BYTES / MAX_JSON_BYTES read, aliases expanded to at most MAX_YAML_VALUES values,
     nesting at most MAX_NESTING; duplicate keys are refused (YAML and JSON alike) rather than the last one
@@ -168,7 +170,7 @@ def read_data_file(path: Path | str, allow_list: bool = False) -> Any:
         raise UsageError(f"{path}: no such file")
     if path.is_dir():
         raise UsageError(f"{path}: is a folder, not a file")
-    is_json = path.suffix.lower() == ".json"
+    is_json = path.suffix.lower() == ".json" if as_json is None else as_json
     limit = MAX_JSON_BYTES if is_json else MAX_YAML_BYTES
     try:
         with open(path, "rb") as handle:
@@ -184,6 +186,8 @@ def read_data_file(path: Path | str, allow_list: bool = False) -> Any:
         raise SpecError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     import json
 
+    if not text.strip():
+        raise SpecError(f"{path}: the file is empty")
     try:
         if is_json:
             data = json.loads(text, object_pairs_hook=_json_object)
@@ -208,7 +212,10 @@ def read_data_file(path: Path | str, allow_list: bool = False) -> Any:
     if allow_list and isinstance(data, list) and all(isinstance(item, dict) for item in data):
         return data
     if not isinstance(data, dict):
-        raise SpecError(f"{path}: expected a mapping of fields at the top level, got {type(data).__name__}")
+        found = ("nothing (an empty file or null)" if data is None else
+                 {list: "a list", str: "text", bool: "a boolean", int: "a number", float: "a number"}.get(
+                     type(data), type(data).__name__))
+        raise SpecError(f"{path}: expected a mapping of fields at the top level, got {found}")
     return data
 
 
