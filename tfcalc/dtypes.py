@@ -72,6 +72,10 @@ DTYPES: dict[str, DType] = {
         DType("int8", 8, quantized=True, description="8-bit integer with per-tensor/per-channel scales (not counted)",
               source="LLM.int8() arXiv:2208.07339; SmoothQuant arXiv:2211.10438"),
         _int4(128),
+        DType("nf4", 4, 64, 32, True,
+              "4-bit NormalFloat, one fp32 absmax per 64 weights = 4.5 bits (bitsandbytes, as vLLM holds it)",
+              "Dettmers et al., QLoRA, arXiv:2305.14314 (NF4, blocks of 64); vLLM BitsAndBytesModelLoader "
+              "_dequantize_dq (a double-quantised absmax is expanded to fp32 at load)"),
         DType("mxfp4", 4, 32, 8, True, "FP4 E2M1, one E8M0 scale per 32 values = 4.25 bits",
               "OCP Microscaling Formats (MX) Specification v1.0, 2023 (block 32, E8M0 shared scale)"),
         DType("nvfp4", 4, 16, 8, True,

@@ -849,3 +849,38 @@ def test_gemma4_prefill_attention_on_sglangs_hopper_fallback_kernel() -> None:
     llama = StepShape(prefill_seqs=4, prefill_tokens=3000)
     assert step_time(_d("llama3-8b", engine_kernels=sglang), llama, "prefill") == step_time(
         _d("llama3-8b", engine_kernels=flash), llama, "prefill")
+
+
+def test_bitsandbytes_nf4_unpacks_a_matrix_before_a_gemm_of_more_than_one_row() -> None:
+    """bitsandbytes' matmul_4bit runs its fused GEMV for one token row only; any more rows unpack the whole matrix
+    to 16 bits (F.dequantize_4bit) and multiply in bf16. Llama 3 8B on an H100: one row decodes faster than bf16
+    (4.5 instead of 16 bits a weight read), eight rows slower, by the unpacking pass over each matrix (reading
+    4.5 bits and writing 16 a weight); a 2k-token prefill too, as users report (vllm-project/vllm#9535: a
+    batched bitsandbytes run 71 s against 45 s in bf16). The ideal columns keep the pure roofline."""
+    spec = load_model("llama3-8b")
+    nf4, bf16 = (deployment(spec, load_gpu("h100-sxm"), parse_weight_precision(w), KV) for w in ("nf4", "bf16"))
+    one, one16 = step_time(nf4, StepShape(decode_seqs=1, decode_context=1024)), step_time(
+        bf16, StepShape(decode_seqs=1, decode_context=1024))
+    assert one.seconds < 0.6 * one16.seconds
+    eight = step_time(nf4, StepShape(decode_seqs=8, decode_context=1024))
+    eight16 = step_time(bf16, StepShape(decode_seqs=8, decode_context=1024))
+    linear = 32 * (4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336)  # the head stays bf16
+    unpack = linear * (4.5 / 8 + 2)
+    assert eight.seconds - eight16.seconds == pytest.approx(unpack / nf4.gpu.hbm_bandwidth_bytes_per_s, rel=0.35)
+    assert eight.seconds > 1.2 * eight16.seconds
+    prefill = estimate_latency(nf4, 1, 2048, 2)
+    assert prefill.ttft_s > estimate_latency(bf16, 1, 2048, 2).ttft_s
+    assert step_time(nf4, StepShape(decode_seqs=8, decode_context=1024), ideal=True).seconds < eight16.seconds
+
+
+def test_a_w4a16_nvfp4_checkpoint_runs_weight_only_where_nvfp4_runs_on_fp4_tensor_cores() -> None:
+    """ModelOpt W4A16_NVFP4 keeps 16-bit activations: on a B200 (fp4 tensor cores) its MLP is a weight-only GEMM
+    (bf16 MMA after unpacking), NVFP4 W4A4 an fp4 GEMM; a long prefill, compute-bound, is therefore slower. The
+    same weights re-quantised by the engine (a 16-bit checkpoint served as nvfp4) are not the checkpoint's."""
+    spec = replace(load_model("llama3-8b"), native_dtype="nvfp4")
+    w4a16 = replace(spec, checkpoint_weight_only=("attention", "mlp"))
+    gpu, precision = load_gpu("b200"), parse_weight_precision("nvfp4")
+    a4, a16 = (estimate_latency(deployment(s, gpu, precision, KV), 1, 8192, 2) for s in (spec, w4a16))
+    assert a16.ttft_s > 1.3 * a4.ttft_s
+    served = estimate_latency(deployment(replace(w4a16, native_dtype="bf16"), gpu, precision, KV), 1, 8192, 2)
+    assert served.ttft_s == a4.ttft_s

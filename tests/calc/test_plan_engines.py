@@ -56,6 +56,23 @@ def test_engine_yaml_is_validated(tmp_path: Path) -> None:
     bad.write_text(text.replace("float32_as: bf16", "float32_as: fp8"))
     with pytest.raises(SpecError, match="field 'weights.float32_as' must be bf16 or fp16, got 'fp8'"):
         load_engine(str(bad))
+    bad.write_text(text.replace("float32_as: bf16", "float32_as: bf16\n  unsupported: [nf5]"))
+    with pytest.raises(SpecError, match=r"field 'weights.unsupported' must be a list of weight formats \(fp32, "):
+        load_engine(str(bad))
+
+
+def test_an_engine_refuses_weights_it_cannot_serve() -> None:
+    """TensorRT-LLM serves no bitsandbytes (nf4) checkpoint: a plan of one is a one-line error, vLLM's is not."""
+    spec, gpu = load_model("llama3-8b"), load_gpu("l40s")
+    nf4 = parse_weight_precision("nf4")
+    def cfg(engine: str) -> PlanConfig:
+        return PlanConfig(num_gpus=1, engine=load_engine(engine), context=4096)
+
+    with pytest.raises(UsageError, match="^trtllm does not serve nf4 weights$"):
+        plan_fit(spec, gpu, nf4, get_dtype("bf16"), cfg("trtllm"))
+    assert plan_fit(spec, gpu, nf4, get_dtype("bf16"), cfg("vllm")).fits
+    assert eng.unserved_format(load_engine("trtllm"), parse_weight_precision("experts=nf4,default=fp8")) == \
+        "trtllm does not serve nf4 weights"
 
 
 def test_a_float32_checkpoint_is_served_in_16_bits(tmp_path: Path) -> None:

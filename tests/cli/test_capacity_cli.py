@@ -422,6 +422,17 @@ def test_quantized_weights_of_a_16_bit_preset_tell_trtllm_to_serve_a_quantized_c
     assert "pre-quantized" not in bf16.stdout
 
 
+def test_bitsandbytes_weights_quantise_in_flight_and_trtllm_gets_no_command() -> None:
+    """nf4 weights of a 16-bit checkpoint: vLLM and SGLang quantise them at load (--quantization bitsandbytes);
+    TensorRT-LLM serves no bitsandbytes format, so its command line says so, and searching it is an error."""
+    nf4 = run(*SMALL, "--weights-dtype", "nf4", "--no-simulate")
+    assert nf4.exit_code == 0, nf4.output
+    assert nf4.stdout.count("--quantization bitsandbytes") == 2
+    assert "TRT-LLM: (trtllm does not serve nf4 weights)" in nf4.stdout
+    only = run(*SMALL, "--weights-dtype", "nf4", "--engine", "trtllm")
+    assert only.exit_code == 2 and only.output.strip() == "error: trtllm does not serve nf4 weights"
+
+
 def test_data_parallel_attention_plan_and_its_launch_flags() -> None:
     """--attention-dp: DeepSeek-V3 at 30 req/s on H200s under SGLang (256 sequences and 2,048-token chunks a rank)
     takes two tp-4 ranks sharing the experts (40 GPUs, which its simulation confirms, against 48 at tp 8; eight tp-1

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tfcalc.calc.memory import weights_bytes
+from tfcalc.calc.memory import weights_bytes, weights_bytes_by_component
 from tfcalc.calc.params import count_params
 from tfcalc.dtypes import parse_weight_precision
 from tfcalc.errors import SpecError
@@ -31,6 +31,11 @@ CT_FP8_CHANNEL = {"quant_method": "compressed-tensors", "format": "float-quantiz
                       "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}}}}
 AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm",
        "modules_to_not_convert": None}
+# unsloth/llama-3-8b-Instruct-bnb-4bit's (transformers BitsAndBytesConfig, written by to_dict)
+BNB = {"_load_in_4bit": True, "_load_in_8bit": False, "bnb_4bit_compute_dtype": "bfloat16",
+       "bnb_4bit_quant_storage": "uint8", "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
+       "llm_int8_enable_fp32_cpu_offload": False, "llm_int8_has_fp16_weight": False, "llm_int8_skip_modules": None,
+       "llm_int8_threshold": 6.0, "load_in_4bit": True, "load_in_8bit": False, "quant_method": "bitsandbytes"}
 
 
 def config(name: str, quant: Any) -> dict[str, Any]:
@@ -61,6 +66,7 @@ def ct(weights: dict[str, Any], targets: list[str] | None = None, ignore: list[s
     (ct({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}), "nvfp4"),
     (ct({"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32}), "mxfp4"),
     (AWQ, "int4-g128"),
+    (BNB, "nf4"),
     ({"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": False, "sym": True}, "int4-g64"),
     ({"quant_method": "gptq", "bits": 4, "group_size": 128, "lm_head": True}, "lm_head=int4-g128,default=int4-g128"),
     ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8_e4m3"),
@@ -113,7 +119,8 @@ def test_moe_checkpoints() -> None:
 
 
 @pytest.mark.parametrize(("quant", "message"), [
-    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "quant_method 'bitsandbytes' is not supported"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "bitsandbytes 4-bit fp4 weights"),  # the default type
+    ({"quant_method": "bitsandbytes"}, "bitsandbytes unsized weights have no tfcalc format"),
     ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "gptq with 8-bit weights has no tfcalc format"),
     ({"quant_method": "awq", "bits": 4, "group_size": -1}, "group_size -1 has no tfcalc format"),
     ({"quant_method": "fp8", "weight_block_size": [64, 64]}, r"weight_block_size \[64, 64\] has no tfcalc format"),
@@ -126,6 +133,8 @@ def test_moe_checkpoints() -> None:
     ({**AWQ, "modules_to_not_convert": ["re:("]}, "bad pattern"),
     ({"quant_method": "gptq", "bits": True, "group_size": 128}, "bits must be an integer"),
     ("fp8", "field 'quantization_config' must be an object"),
+    ({**BNB, "load_in_4bit": False, "_load_in_4bit": False, "load_in_8bit": True},
+     r"bitsandbytes 8-bit \(LLM.int8\) weights have no tfcalc format \(supported: 4-bit nf4\)"),
     # one layer's module excepted: the component has no single format
     ({**AWQ, "modules_to_not_convert": ["model.layers.0.self_attn.kv_b_proj"]}, None),
     ({**AWQ, "modules_to_not_convert": ["model.layers.0.mlp.down_proj"]},
@@ -204,6 +213,8 @@ def _brute_force_bytes(name: str, bits_per_quantized_weight: Fraction) -> Fracti
     (CT_FP8_CHANNEL, Fraction(8)),  # per-channel fp32 scales are not counted (tfcalc.dtypes)
     # AutoAWQ: qweight int32 [in, out/8], qzeros int32 [in/128, out/8], scales fp16 [in/128, out]
     (AWQ, Fraction(4) + Fraction(16 + 4, 128)),
+    # bitsandbytes NF4 as vLLM holds it: two weights a byte and an fp32 absmax per 64 (double quantisation undone)
+    (BNB, Fraction(4) + Fraction(32, 64)),
 ])
 def test_weight_bytes_equal_a_count_over_the_checkpoint_layout(quant: dict, bits: Fraction) -> None:
     spec = spec_from_hf_config(config("llama3-8b", quant), origin="x", name="x")
@@ -338,8 +349,18 @@ def test_llama4_fbgemm_fp8_and_llm_compressor_checkpoints() -> None:
                                                    "re:.*vision_model", "re:.*multi_modal_projector"]})
     assert redhat.native_dtype == "mlp=fp8_e4m3,experts=fp8_e4m3,shared_experts=fp8_e4m3,default=bf16"
     assert redhat.checkpoint_activation_scale == "dynamic"
-    with pytest.raises(SpecError, match="part of the mlp as unquantized"):  # half the dense MLPs kept: no one format
-        _llama4({"quant_method": "fbgemm_fp8", "modules_to_not_convert": kept[48:60]})
+    # half the dense MLPs kept 16-bit: fp8 with those layers as exceptions, 12 layers x the MLP at 1 byte more
+    half = _llama4({"quant_method": "fbgemm_fp8", "modules_to_not_convert": kept[48:60]})
+    assert half.native_dtype == "fp8_e4m3"
+    (exception,) = half.quantized_weight_exceptions
+    assert (exception.layers, exception.components, exception.dtype) == (tuple(range(0, 24, 2)), ("mlp",), "bf16")
+    precision = parse_weight_precision("fp8")
+    plain = weights_bytes_by_component(count_params(half), precision)["mlp"]
+    assert weights_bytes_by_component(count_params(half), precision, spec=half)["mlp"] == plain * 3 // 2
+    with pytest.raises(SpecError, match=r"part of the attention as fp8 \(.*q_proj\) and part as unquantized "
+                                        r"\(.*layers.0.self_attn.o_proj\) in one layer"):
+        _llama4({"quant_method": "fbgemm_fp8",
+                 "modules_to_not_convert": ["language_model.model.layers.0.self_attn.o_proj"]})
 
 
 def _gemma4(name: str, quant: Any, layers: int | None = None) -> Any:
@@ -375,3 +396,173 @@ def test_gemma4_modelopt_nvfp4_checkpoints_keep_attention_16_bit() -> None:
     moe = _gemma4("gemma4-26b-a4b", {"quant_method": "modelopt", "quant_algo": "NVFP4",
                                      "exclude_modules": head + kept})
     assert moe.native_dtype == "experts=nvfp4,default=bf16"
+
+
+def _four_layers(data: dict[str, Any]) -> dict[str, Any]:
+    """A hybrid config cut to its first four layers (and four experts), both kinds of mixer kept."""
+    text = dict(data.get("text_config", data))
+    if "hybrid_override_pattern" in text:  # Nemotron-H: M (Mamba-2), * (attention), - (MLP), E (experts)
+        text["hybrid_override_pattern"] = "M*-E"
+    if "layer_types" in text:
+        text["layer_types"] = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
+    text["num_hidden_layers"] = 4
+    for key in ("num_experts", "n_routed_experts"):
+        if key in text:
+            text[key] = 4
+    if "num_experts_per_tok" in text:
+        text["num_experts_per_tok"] = 2
+    if "text_config" in data:
+        return {**data, "text_config": text, "vision_config": {**data["vision_config"], "depth": 1}}
+    return text
+
+
+HYBRIDS = {"qwen3-next-80b-a3b": "model.layers.", "qwen3.5-27b": "model.language_model.layers.",
+           "qwen3.5-35b-a3b": "model.language_model.layers.", "nemotron-3-nano-30b-a3b": "model.layers.",
+           "nemotron-3-super-120b-a12b": "model.layers."}
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_hybrid_module_names_are_the_ones_transformers_builds(name: str) -> None:
+    """A hybrid's attention component lists each linear-attention layer's projections (Gated DeltaNet's or
+    Mamba-2's) and each attention layer's; Qwen3.5's multimodal checkpoints name the decoder under
+    language_model, Nemotron-H's under backbone (transformers 5 builds model.layers). Every listed name under the
+    prefix transformers builds exists there, and every 2-D projection of a layer is listed, bar the per-head b/a
+    projections and the latent MoE's, which are counted in their layer's format (``_GDN``)."""
+    data = _four_layers(config(name, None))
+    data.pop("quantization_config")
+    spec = spec_from_hf_config(data, origin=name, name=name)
+    model_type = data.pop("model_type")
+    auto = transformers.AutoModelForImageTextToText if "vision_config" in data else transformers.AutoModelForCausalLM
+    with torch.device("meta"):
+        model = auto.from_config(transformers.AutoConfig.for_model(model_type, **data))
+    built = {n for n, _ in model.named_modules()} | {n for n, _ in model.named_parameters()}
+    family = "nemotron_h" if model_type == "nemotron_h" else ("qwen3_next" if model_type == "qwen3_next" else
+                                                             f"{model_type}_text")
+    ours = module_names(spec, family)
+    prefix = HYBRIDS[name]
+    listed = {n for c, namings in ours.items() for names in namings for n in names
+              if n.startswith(prefix) or n == "lm_head"}
+    listed = {n for n in listed if ".experts." not in n or n.rsplit(".", 1)[0].endswith("experts")}  # fused only
+    assert listed <= built, sorted(listed - built)[:5]
+    minor = ("in_proj_b", "in_proj_a", "in_proj_ba", "latent_proj", ".gate.", "shared_expert_gate", "norm", "conv1d")
+    linear = {n.rsplit(".", 1)[0] for n, p in model.named_parameters()
+              if p.dim() == 2 and n.startswith(prefix) and not any(k in n for k in minor)}
+    assert linear <= listed, sorted(linear - listed)[:5]
+    kinds = {n.split(".")[-2] for n in ours["attention"][0]}
+    assert kinds == {"linear_attn", "self_attn"} if "qwen" in name else {"mixer"}
+
+
+# --- ModelOpt's other algorithms and its per-layer (MIXED_PRECISION) checkpoints ----------------------------------
+
+
+@pytest.mark.parametrize(("algo", "weights", "scale", "weight_only"), [
+    ("FP8_PB_WO", "fp8_block", None, ()),  # 128x128 weight blocks, run as block-fp8 GEMMs
+    ("fp8_pb_wo", "fp8_block", None, ()),  # ModelOpt may write it lower-case; vLLM upper-cases it
+    ("FP8_PER_CHANNEL_PER_TOKEN", "fp8_e4m3", "dynamic", ()),
+    ("W4A16_NVFP4", "nvfp4", None, ("attention", "mlp")),
+])
+def test_modelopt_algorithms(algo: str, weights: str, scale: str | None, weight_only: tuple[str, ...]) -> None:
+    spec = spec_from_hf_config(config("llama3-8b", {"quant_method": "modelopt", "quant_algo": algo,
+                                                    "exclude_modules": ["lm_head"]}), origin="x", name="x")
+    assert (spec.native_dtype, spec.checkpoint_activation_scale, spec.checkpoint_weight_only) == (
+        weights, scale, weight_only)
+
+
+def test_a_modelopt_algorithm_without_a_format_is_refused_in_one_line() -> None:
+    with pytest.raises(SpecError, match=r"quant_algo 'W4A8_AWQ' has no tfcalc format \(supported: FP8, .*"
+                                        r"MIXED_PRECISION\)") as info:
+        native("llama3-8b", {"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"})
+    assert "\n" not in str(info.value)
+    with pytest.raises(SpecError, match="quantized_layers must map module names"):
+        native("llama3-8b", {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"})
+    with pytest.raises(SpecError, match=r"quantized_layers.model.layers.0.mlp.up_proj.quant_algo 'INT8_SQ'"):
+        native("llama3-8b", {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+                             "quantized_layers": {"model.layers.0.mlp.up_proj": {"quant_algo": "INT8_SQ"}}})
+
+
+QWEN36 = "qwen3.6-27b-nvfp4"  # nvidia/Qwen3.6-27B-NVFP4's config.json as aiconfigurator 0.12 bundles it
+
+
+def test_mixed_precision_checkpoint_reads_each_layers_algorithm() -> None:
+    """nvidia/Qwen3.6-27B-NVFP4 names 401 modules: every attention projection (Gated DeltaNet's and softmax's) FP8,
+    every MLP and the output head W4A16_NVFP4; what it does not name (the embedding, the vision tower, the per-head
+    b/a projections) stays bf16. Its hf_quant_config.json (``quantization``, no config_groups) reads the same."""
+    data = json.loads((FIXTURE_DIR / f"{QWEN36}.json").read_text())
+    spec = spec_from_hf_config(data, origin=QWEN36, name=QWEN36)
+    assert spec.native_dtype == "attention=fp8_e4m3,mlp=nvfp4,lm_head=nvfp4,default=bf16"
+    assert (spec.checkpoint_weight_only, spec.checkpoint_activation_scale, spec.checkpoint_kv_dtype) == (
+        ("mlp", "lm_head"), "static", "fp8")
+    quant = data["quantization_config"]
+    sidecar = {"producer": quant["producer"], "quantization": {
+        "quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": "FP8", "exclude_modules": quant["ignore"],
+        "quantized_layers": quant["quantized_layers"]}}
+    other = spec_from_hf_config({**data, "quantization_config": sidecar}, origin=QWEN36, name=QWEN36)
+    assert other == spec
+    # a layer the list names nothing of is left in bf16: its attention splits, which one format cannot hold
+    del quant["quantized_layers"]["model.language_model.layers.5.linear_attn.in_proj_z"]
+    with pytest.raises(SpecError, match=r"part of the attention as fp8 \(.*\) and part as unquantized "
+                                        r"\(.*layers.5.linear_attn.in_proj_z\)"):
+        spec_from_hf_config({**data, "quantization_config": quant}, origin=QWEN36, name=QWEN36)
+
+
+def test_mixed_precision_bytes_equal_a_count_over_the_modules_transformers_builds() -> None:
+    """The weights of nvidia/Qwen3.6-27B-NVFP4 summed over transformers' parameters (meta device), each module at
+    the width its quantized_layers entry gives (FP8 8 bits, NVFP4 4.5 with its fp8 scale per 16), the rest 16
+    bits: tfcalc's total matches to within the per-head b/a projections it counts at their layer's 8 bits, which
+    the checkpoint keeps at 16 (48 layers x 2 x 48 heads x 5,120 bytes)."""
+    data = json.loads((FIXTURE_DIR / f"{QWEN36}.json").read_text())
+    spec = spec_from_hf_config(data, origin=QWEN36, name=QWEN36)
+    layers = data.pop("quantization_config")["quantized_layers"]
+    kind = data.pop("model_type")
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(transformers.AutoConfig.for_model(kind, **data))
+    bits = {"FP8": Fraction(8), "W4A16_NVFP4": Fraction(9, 2)}
+    total = Fraction(0)
+    for name, p in model.named_parameters():
+        entry = layers.get(name.removesuffix(".weight")) if name.endswith(".weight") else None
+        total += p.numel() * (bits[entry["quant_algo"]] if entry else Fraction(16)) / 8
+    ours = weights_bytes(count_params(spec), parse_weight_precision(spec.native_dtype))
+    gap = 48 * 2 * 48 * 5120
+    assert ours == total - gap, float(ours - total)
+
+
+def test_layers_kept_16_bit_are_exceptions_weighed_by_their_own_shape() -> None:
+    """An FP8 Nemotron-H checkpoint (ModelOpt, named backbone.layers.N.mixer) keeping every attention layer and
+    the Mamba-2 layer before each one in bf16, as NVIDIA's Nemotron-3-Nano FP8 release does: the attention
+    component is fp8 with those 12 layers as a bf16 exception, each weighed by its own shape (Mamba-2's or the
+    softmax attention's). The bytes equal a sum over the modules transformers builds (model.layers.N)."""
+    name = "nemotron-3-nano-30b-a3b"
+    pattern = config(name, None)["hybrid_override_pattern"]
+    kept_layers = [i for i, k in enumerate(pattern) if k == "*" or (k == "M" and pattern[i + 1:i + 2] == "*")]
+    quant = {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8",
+             "exclude_modules": ["lm_head", *(f"backbone.layers.{i}.mixer*" for i in kept_layers)]}
+    spec = spec_from_hf_config(config(name, quant), origin=name, name=name)
+    assert spec.native_dtype == "fp8_e4m3"
+    (exception,) = spec.quantized_weight_exceptions
+    assert (exception.layers, exception.components, exception.dtype) == (tuple(kept_layers), ("attention",), "bf16")
+    ours = sum(weights_bytes_by_component(count_params(spec), parse_weight_precision("fp8"), spec=spec).values())
+    data = config(name, None)
+    data.pop("quantization_config")
+    kind = data.pop("model_type")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(kind, **data))
+    total = 0
+    for n, p in model.named_parameters():
+        parts = n.split(".")
+        quantized = (n.startswith("model.layers.") and int(parts[2]) not in kept_layers and p.dim() >= 2
+                     and not any(k in n for k in ("conv1d", ".gate.", "norm")))
+        total += p.numel() * (1 if quantized else 2)
+    # the router's score-correction bias is a buffer there (a 16-bit vector here, as every router vector)
+    total += sum(b.numel() * 2 for n, b in model.named_buffers() if n.endswith("e_score_correction_bias"))
+    assert ours == total
+
+
+def test_bitsandbytes_skip_list_keeps_whole_layers_16_bit() -> None:
+    """unsloth's dynamic 4-bit checkpoints skip a few whole modules (llm_int8_skip_modules, matched by dotted parts
+    as vLLM's BitsAndBytesLinearMethod does): the first layer's MLP kept 16-bit is an exception of that layer."""
+    spec = spec_from_hf_config(config("llama3-8b", {**BNB, "llm_int8_skip_modules": ["lm_head",
+                                                                                      "model.layers.0.mlp"]}),
+                               origin="x", name="x")
+    assert spec.native_dtype == "nf4"
+    (kept,) = spec.quantized_weight_exceptions
+    assert (kept.layers, kept.components, kept.dtype, kept.formats) == ((0,), ("mlp",), "bf16", ("nf4",))

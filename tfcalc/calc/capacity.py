@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tfcalc.calc.engine import unserved_format
 from tfcalc.calc.kernels import UNIFORM, Routing
 from tfcalc.calc.serving import (
     HALFIN_WHITT,
@@ -322,7 +323,10 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
         tp, _, ep = layouts[0]
         raise UsageError(_whole_blocks(spec, tp, ep, space.weight_precisions[0]) or "no layout")
     groups = [(e, tp, pp, ep, precision, kv_dtype) for e in range(len(space.engines)) for tp, pp, ep, precision
-              in loadable for kv_dtype in space.kv_dtypes]
+              in loadable for kv_dtype in space.kv_dtypes if unserved_format(space.engines[e], precision) is None]
+    if not groups:
+        raise UsageError(next(why for e in space.engines for p in space.weight_precisions
+                              if (why := unserved_format(e, p)) is not None))
     pool, others = _executor(workers, len(groups))
     job = _Job(spec, traffic, targets, space, overheads, slim=pool is not None, operating=operating)
     evaluations: list[Evaluation] = []

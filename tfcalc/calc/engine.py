@@ -33,6 +33,16 @@ def served_precision(spec: ModelSpec, engine: EngineSpec | None) -> WeightPrecis
     return WeightPrecision(get_dtype(layout.float32_as))
 
 
+def unserved_format(engine: EngineSpec | None, precision: WeightPrecision) -> str | None:
+    """Why ``engine`` cannot serve weights stored as ``precision`` (a format its preset lists as unsupported), or
+    None where it can."""
+    if engine is None:
+        return None
+    formats = {precision.default.name, *(d.name for _, d in precision.per_component)}
+    bad = sorted(formats & set(engine.weights.unsupported))
+    return f"{engine.name} does not serve {', '.join(bad)} weights" if bad else None
+
+
 def capacity_bytes(gpu: GPUSpec) -> int:
     """What the CUDA runtime reports (``runtime_memory_gib``) when the preset knows it, else the nominal capacity."""
     return gpu.runtime_memory_bytes or gpu.memory_bytes

@@ -387,8 +387,18 @@ def _stages(spec: ModelSpec, pp: int) -> tuple[_Stage, ...]:
 
 
 PER_TENSOR_FP8 = ("fp8_e4m3", "fp8_e5m2")
+# Formats whose kernels unpack a whole weight matrix to 16 bits before multiplying: bitsandbytes' matmul_4bit
+# runs a fused GEMV for one token row only (else F.dequantize_4bit, then a 16-bit GEMM), and vLLM's
+# BitsAndBytesMoEMethod unpacks every resident expert each step before its fused-MoE kernel.
+DEQUANTISED_FIRST = frozenset({"nf4"})
 FLASH_MAX_HEAD_DIM = 256  # FlashAttention 2 / 3's widest head (vLLM Gemma4Config: "head_size <= 256 kernel limit")
 FP8_SCALE_CHOICES = ("auto", "static", "dynamic")
+
+
+def stored_format(spec: ModelSpec, precision: WeightPrecision, component: str) -> bool:
+    """Whether ``component`` is served in the format its checkpoint stores (not re-quantised by the engine)."""
+    return parse_weight_precision(spec.native_dtype).for_component(component).name == \
+        precision.for_component(component).name
 
 
 def fp8_input_scale(spec: ModelSpec, precision: WeightPrecision, component: str, engine: EngineKernels,
@@ -398,8 +408,7 @@ def fp8_input_scale(spec: ModelSpec, precision: WeightPrecision, component: str,
     scheme where the engine quantises a 16-bit checkpoint itself (``EngineKernels.online_fp8_scale``)."""
     if choice != "auto":
         return choice
-    served = precision.for_component(component).name
-    if parse_weight_precision(spec.native_dtype).for_component(component).name == served:
+    if stored_format(spec, precision, component):
         return spec.checkpoint_activation_scale or "static"
     return engine.online_fp8_scale
 
@@ -437,8 +446,10 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
     conv_dtype, state_dtype = state_dtypes(spec)
 
     def mode(component: str) -> _Linear:
-        linear = linear_mode(precision.for_component(component), gpu, compute,
-                             weight_only if component == "experts" else frozenset())
+        kinds = weight_only if component == "experts" else frozenset()
+        if component in spec.checkpoint_weight_only and stored_format(spec, precision, component):
+            kinds = kinds | {"fp4"}  # a W4A16 checkpoint's 16-bit activations (ModelOpt W4A16_NVFP4)
+        linear = linear_mode(precision.for_component(component), gpu, compute, kinds)
         if linear.quantised_input and linear.weights in PER_TENSOR_FP8 and \
                 fp8_input_scale(spec, precision, component, engine, fp8_scales) == "dynamic":
             return replace(linear, dynamic_scale=True)
@@ -732,6 +743,9 @@ def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, eng
     if m <= 0 or n <= 0 or k <= 0:
         return
     r = s.rates
+    if mode.weights in DEQUANTISED_FIRST and m > 1 and not r.ideal:  # the whole matrix to 16 bits, then a GEMM
+        _elementwise_group(s, group, n * k * (mode.bits / 8 + ACT_BYTES))
+        mode = _Linear(16.0, "bf16", "", False, "bf16")
     cost = kernels.gemm(r, m, n, k, mode.bits, mode.compute, dequant=mode.dequant, weight_format=mode.weights)
     s.add(group, cost, mode.compute)
     seconds = cost.seconds
@@ -961,6 +975,10 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
     width = dm.moe_latent or h  # the experts' input width: a latent MoE's projection of h (fc1 / fc2, replicated)
     if dm.moe_latent:
         _gemm(s, "moe", m, width, h, mode, eng)
+    if mode.weights in DEQUANTISED_FIRST and not ideal:  # every resident expert to 16 bits, each step
+        matrices = (3 if dm.gated else 2) * width * dm.expert_width * dm.experts_local
+        _elementwise_group(s, "moe", matrices * (mode.bits / 8 + ACT_BYTES))
+        mode = _Linear(16.0, "bf16", "", False, "bf16")
     s.add("moe", kernels.moe_experts(s.rates, tokens=routed_tokens, experts_local=dm.experts_local,
                                      experts_total=dm.expert_slots, top_k=dm.top_k, hidden=width,
                                      expert_width=int(dm.expert_width) or 1, gated=dm.gated, weight_bits=mode.bits,

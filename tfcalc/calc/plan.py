@@ -415,6 +415,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     par = check_parallelism(spec, cfg.num_gpus, cfg.tp, cfg.pp, cfg.ep, cfg.redundant_experts)
     check_weight_blocks(spec, par, precision)
     e = cfg.engine
+    if (why := eng.unserved_format(e, precision)) is not None:
+        raise UsageError(why)
     act_dtype = activation_dtype or get_dtype("bf16")
     act_bytes = max(1, int(act_dtype.bits_per_element) // 8)
     sh, vocab_rows, padded = _engine_shard(spec, par, e, precision)

@@ -335,9 +335,9 @@ def _layer_parts(sh: Shard) -> dict[str, Params]:
             "experts": sh.expert * sh.experts_resident, "shared_experts": sh.shared_experts, "router": sh.router}
 
 
-def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int, int], ...]:
+def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int, int, int], ...]:
     """Per quantized_weight_exceptions entry: (its layers in this stage, how many of them are dense-MLP layers, how
-    many full-attention layers of a shape of their own, Gemma 4's)."""
+    many full-attention layers of a shape of their own, Gemma 4's, how many linear-attention layers)."""
     if not spec.quantized_weight_exceptions:
         return ()
     index = _layer_index(spec)
@@ -348,18 +348,20 @@ def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int, in
         in_stage = _slice(sorted_layers, layers)
         full = sum(1 for i in in_stage if i not in local) if spec.full_attention is not None else 0
         counts.append((len(in_stage), len(in_stage) if dense is None else sum(1 for i in in_stage if i in dense),
-                       full))
+                       full, len(set(in_stage) & set(index.linear)) if index.linear else 0))
     return tuple(counts)
 
 
 def exception_deltas(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
-                     counts: tuple[tuple[int, int, int], ...]) -> dict[str, Fraction]:
+                     counts: tuple[tuple[int, int, int, int], ...]) -> dict[str, Fraction]:
     """Bytes per component the quantized_weight_exceptions add (or remove): their layers keep the exception's
-    format when the chosen one is quantized (and one the exception names)."""
+    format when the chosen one is quantized (and one the exception names); a linear-attention layer's attention
+    and norms weigh its own shape."""
     parts, deltas = _layer_parts(sh), {}
     full_parts = {"attention": sh.full_attention, "norms": sh.full_norms}
+    linear_parts = {"attention": sh.linear_attention, "norms": sh.linear_norms}
     beside = spec.moe is not None and spec.moe.dense_mlp_beside
-    for x, (in_stage, dense, full) in zip(spec.quantized_weight_exceptions, counts, strict=True):
+    for x, (in_stage, dense, full, linear) in zip(spec.quantized_weight_exceptions, counts, strict=True):
         formats = {get_dtype(f).name for f in x.formats}
         kept = get_dtype(x.dtype)
         for component in x.components:
@@ -373,6 +375,10 @@ def exception_deltas(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
                 part = full_parts[component]
                 delta += full * (dtype_bytes(part, kept) - dtype_bytes(part, chosen)
                                  - dtype_bytes(parts[component], kept) + dtype_bytes(parts[component], chosen))
+            if linear and component in linear_parts:
+                part = linear_parts[component]
+                delta += linear * (dtype_bytes(part, kept) - dtype_bytes(part, chosen)
+                                   - dtype_bytes(parts[component], kept) + dtype_bytes(parts[component], chosen))
             deltas[component] = deltas.get(component, Fraction(0)) + delta
     return deltas
 
@@ -387,7 +393,7 @@ def stage_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, l
 
 @lru_cache(maxsize=4096)
 def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, c: StageCensus,
-                        exceptions: tuple[tuple[int, int], ...], first: bool, last: bool) -> int:
+                        exceptions: tuple[tuple[int, int, int, int], ...], first: bool, last: bool) -> int:
     """``stage_weight_bytes`` from the stage's layer counts (stages alike in counts weigh alike)."""
     per_layer = param_bytes(sh.attention, precision, "attention") + param_bytes(sh.norms, precision, "norms")
     per_linear = (param_bytes(sh.linear_attention, precision, "attention")

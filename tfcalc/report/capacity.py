@@ -8,7 +8,9 @@ import math
 import shlex
 
 from tfcalc.calc.capacity import Candidate, Evaluation, SearchResult, SearchSpace
+from tfcalc.calc.engine import unserved_format
 from tfcalc.calc.serving_traffic import Target, Traffic
+from tfcalc.spec.engine import EngineSpec
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
 
@@ -360,6 +362,8 @@ def _quantization(weights: str, native: str) -> tuple[str | None, str | None]:
         return None, "serve a W8A8 int8 checkpoint (compressed-tensors) of the model"
     if weights in ("nvfp4", "mxfp4"):
         return None, f"serve an {weights} checkpoint of the model"
+    if weights == "nf4":  # quantised in flight, or a bitsandbytes checkpoint the engine detects
+        return "bitsandbytes", None
     return None, None
 
 
@@ -542,9 +546,21 @@ def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
                     + trtllm_note),
     }
     family = c.engine.split()[0]
+    precision = next(p for p in space.weight_precisions if p.label == c.weights)
+    for other in [f for f in commands if f != family]:  # an engine that cannot serve these weights gets no command
+        if (why := unserved_format(_engine_of(other, space), precision)) is not None:
+            commands[other] = (commands[other][0], [f"({why})"], "")
     lines = [f"{label} " + f" \\\n{indent}".join(args) + after
              for _, (label, args, after) in sorted(commands.items(), key=lambda item: item[0] != family)]
     return f"launch: {replicas}" + (f"; {note}" if note else ""), lines
+
+
+def _engine_of(family: str, space: SearchSpace) -> EngineSpec:
+    """The searched engine of ``family``, else its current preset."""
+    from tfcalc.spec.presets import load_engine
+
+    searched = [e for e in space.engines if e is not None and e.name.split()[0] == family]
+    return searched[0] if searched else load_engine(family)
 
 
 def launch_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchSpace, prefix_caching: bool,

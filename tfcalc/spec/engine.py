@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from tfcalc.dtypes import DTYPES
 from tfcalc.errors import SpecError
 
 if TYPE_CHECKING:
@@ -161,6 +162,7 @@ class WeightLayout:
     mxfp4_pad_hidden: int
     mxfp4_pad_intermediate: int
     float32_as: str | None = None   # the 16-bit format a float32 checkpoint is served in (--dtype auto); None: fp32
+    unsupported: tuple[str, ...] = ()  # weight storage formats the engine cannot serve (tfcalc.dtypes names)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1269,8 +1271,12 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   chunked_local=_bool(k.get("chunked_local", False), origin, "kv.chunked_local"),
                   sparse_mla_fp8=_bool(k.get("sparse_mla_fp8", False), origin, "kv.sparse_mla_fp8"))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
-                                   "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as"}))
+                                   "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as", "unsupported"}))
     float32_as = w.get("float32_as")
+    unsupported = w.get("unsupported", [])
+    _require(isinstance(unsupported, list) and all(isinstance(f, str) and f in DTYPES for f in unsupported), origin,
+             f"field 'weights.unsupported' must be a list of weight formats ({', '.join(DTYPES)}), got "
+             f"{_show(unsupported)}")
     _require(float32_as in (None, "bf16", "fp16"), origin,
              f"field 'weights.float32_as' must be bf16 or fp16, got {float32_as!r}")
     weights = WeightLayout(vocab_padding=_int(w["vocab_padding"], origin, "weights.vocab_padding", 1, 1 << 20),
@@ -1279,7 +1285,7 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                            mxfp4_pad_hidden=_int(w["mxfp4_pad_hidden"], origin, "weights.mxfp4_pad_hidden", 1, 1 << 20),
                            mxfp4_pad_intermediate=_int(w["mxfp4_pad_intermediate"], origin,
                                                        "weights.mxfp4_pad_intermediate", 1, 1 << 20),
-                           float32_as=float32_as)
+                           float32_as=float32_as, unsupported=tuple(unsupported))
     rule = None
     if data.get("static_fraction_rule") is not None:
         r = _section(data, "static_fraction_rule", {"base_mib", "per_prefill_token_mib", "per_graph_bs_mib",

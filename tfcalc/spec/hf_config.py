@@ -14,8 +14,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tfcalc.dtypes import parse_weight_precision
 from tfcalc.errors import SpecError
-from tfcalc.spec.hf_quant import checkpoint_activation_scale, checkpoint_kv_dtype, checkpoint_precision
+from tfcalc.spec.hf_quant import (
+    checkpoint_activation_scale,
+    checkpoint_kv_dtype,
+    checkpoint_precision,
+    checkpoint_weight_only,
+)
 from tfcalc.spec.model import (
     HYBRID_BLOCKS,
     INT_LIMITS,
@@ -1157,11 +1163,15 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         **numerics,
     )
     quant = c.data.get("quantization_config")
-    native = checkpoint_precision(quant, spec, model_type, spec.native_dtype, c.origin)
+    native, kept = checkpoint_precision(quant, spec, model_type, spec.native_dtype, c.origin)
     kv, scale = checkpoint_kv_dtype(quant, c.origin), checkpoint_activation_scale(quant, c.origin)
+    stored = parse_weight_precision(native)
+    weight_only = tuple(part for part in checkpoint_weight_only(quant, spec, model_type, c.origin)
+                        if stored.for_component(part).name == "nvfp4")
     if native == spec.native_dtype and kv is None and scale is None:
         return spec
-    return replace(spec, native_dtype=native, checkpoint_kv_dtype=kv, checkpoint_activation_scale=scale)
+    return replace(spec, native_dtype=native, checkpoint_kv_dtype=kv, checkpoint_activation_scale=scale,
+                   checkpoint_weight_only=weight_only, quantized_weight_exceptions=kept)
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:

@@ -10,19 +10,26 @@ and the engines that load it do:
   ``targets`` match (``Linear`` = every linear layer); exceptions in ``ignore`` (names or ``re:`` patterns).
 - ``awq`` / ``gptq``: ``bits`` 4 with ``group_size`` G -> int4-gG; exceptions in ``modules_to_not_convert``;
   GPTQ's ``lm_head: true`` quantizes the output head too.
-- ``modelopt`` (NVIDIA TensorRT Model Optimizer): ``quant_algo`` FP8 / NVFP4; exceptions in ``exclude_modules``;
-  its ``kv_cache_quant_algo`` is the KV cache format the checkpoint declares (``checkpoint_kv_dtype``).
+- ``modelopt`` (NVIDIA TensorRT Model Optimizer): ``quant_algo`` FP8, FP8_PER_CHANNEL_PER_TOKEN (fp8), FP8_PB_WO
+  (fp8_block), NVFP4 and W4A16_NVFP4 (nvfp4; the latter's 16-bit activations: ``checkpoint_weight_only``), or
+  MIXED_PRECISION, whose ``quantized_layers`` give each module (or module prefix) its algorithm and leave the
+  modules they do not name 16-bit; exceptions in ``exclude_modules`` / ``ignore``; its ``kv_cache_quant_algo``
+  is the KV cache format the checkpoint declares (``checkpoint_kv_dtype``).
 - ``mxfp4`` (gpt-oss): the experts only.
 - ``fbgemm_fp8`` (transformers FbgemmFp8Config / vLLM FBGEMMFp8Config: Meta's Llama 4 Maverick FP8): per-channel
   fp8 weights (a scale per output row, negligible beside them: fp8) with per-token dynamic activation scales;
   exceptions in ``modules_to_not_convert``.
+- ``bitsandbytes``: 4-bit NF4 -> nf4 (as vLLM holds it); exceptions in ``llm_int8_skip_modules``.
 
 Whatever the method, the embedding, router and norms stay 16-bit, and so does the output head unless named
 (engines build them without a quantized method: tfcalc.dtypes.KEPT_16_BIT). An exception list matches the
-module names transformers gives the model (``model.layers.3.self_attn.q_proj``): ``re:`` entries as regular
-expressions (``re.match``), entries with ``*`` as shell patterns, others as whole dotted parts of a name. A
-component some of whose modules are excepted and some not has no single format: that is refused, as is any
-method or scheme with no tfcalc format (bitsandbytes' NF4, 8-bit GPTQ), so a number is never silently bf16.
+module names transformers gives the model (``model.layers.3.self_attn.q_proj``; ``module_names``): ``re:``
+entries as regular expressions (``re.match``), entries with ``*`` as shell patterns, others as whole dotted parts
+of a name. A component stored in different formats layer by layer (the first and last layers kept 16-bit, the
+Mamba-2 layer before each attention layer) takes the format of most of its layers, the others becoming
+``ModelSpec.quantized_weight_exceptions``; one layer's modules stored in different formats are refused, as is any
+method or scheme with no tfcalc format (bitsandbytes' FP4 and 8-bit, 8-bit GPTQ), so a number is never silently
+bf16.
 """
 
 from __future__ import annotations
@@ -30,75 +37,105 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from tfcalc.dtypes import parse_weight_precision
 from tfcalc.errors import SpecError, UsageError
-from tfcalc.spec.model import ModelSpec
+from tfcalc.spec.model import ModelSpec, WeightException
 
 # The components a quantization method can convert (tfcalc.dtypes.PARAM_COMPONENTS that are linear layers).
 QUANTIZABLE = ("attention", "mlp", "experts", "shared_experts", "lm_head")
-SUPPORTED_METHODS = ("awq", "compressed-tensors", "fbgemm_fp8", "fp8", "gptq", "modelopt", "mxfp4")
+SUPPORTED_METHODS = ("awq", "bitsandbytes", "compressed-tensors", "fbgemm_fp8", "fp8", "gptq", "modelopt", "mxfp4")
 _MAX_ENTRIES = 100_000  # exception and target lists (a checkpoint may name every layer's module)
 _MAX_PATTERNS = 1_000  # regular expressions and shell patterns among them (each is tried on every module name)
 
-# Module names (below ``model.layers.{i}.``) of each component, as transformers names them per model type.
+# Module names (below the decoder's layer prefix) of each component, as transformers names them per model type.
 _ATTENTION = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
 _EXPERT = ("gate_proj", "up_proj", "down_proj")
 _MOE_PREFIX = {"mixtral": "block_sparse_moe"}
-_EXPERT_NAMES = {"mixtral": ("w1", "w2", "w3")}
+_EXPERT_NAMES = {"mixtral": ("w1", "w2", "w3"), "nemotron_h": ("up_proj", "down_proj")}
+_SHARED_NAMES = {"nemotron_h": ("up_proj", "down_proj")}  # Nemotron-H's FFNs are ungated (relu2)
 _SHARED_PREFIX = {"qwen2_moe": "mlp.shared_expert", "deepseek_v2": "mlp.shared_experts",
-                  "deepseek_v3": "mlp.shared_experts", "llama4_text": "feed_forward.shared_expert"}
-# Llama 4's checkpoints name the decoder under language_model. and each block's FFN feed_forward (its experts fused,
-# or one Linear per expert in llm-compressor's checkpoints)
-_LAYERS = {"llama4_text": "language_model.model.layers.", "gemma4_text": "model.language_model.layers."}
-_FFN = {"llama4_text": "feed_forward"}
+                  "deepseek_v3": "mlp.shared_experts", "llama4_text": "feed_forward.shared_expert",
+                  "nemotron_h": "mixer.shared_experts"}
+# The decoder's layers by the names checkpoints give them, first the one transformers builds. Llama 4's and
+# Gemma 4's name it under language_model; other multimodal checkpoints one of three ways, by the transformers
+# release that wrote them (Qwen3.5's model.language_model, Qwen2.5-VL's model, Gemma 3's and Mistral 3's
+# language_model.model before 4.52), so all are listed (``_MULTIMODAL_LAYERS``); Nemotron-H's name it backbone.
+_LAYERS = {"llama4_text": ("language_model.model.layers.",), "gemma4_text": ("model.language_model.layers.",),
+           "nemotron_h": ("backbone.layers.", "model.layers.")}
+_MULTIMODAL_LAYERS = ("model.language_model.layers.", "model.layers.", "language_model.model.layers.")
+# each block's FFN (Llama 4: feed_forward; Nemotron-H's blocks hold one mixer, an MLP or the experts as well)
+_FFN = {"llama4_text": "feed_forward", "nemotron_h": "mixer"}
+_MLP = {"phi3": ("mlp.gate_up_proj", "mlp.down_proj"), "nemotron_h": ("mixer.up_proj", "mixer.down_proj")}
+_ATTENTION_AT = {"phi3": ("self_attn.qkv_proj", "self_attn.o_proj"),
+                 "nemotron_h": ("mixer.q_proj", "mixer.k_proj", "mixer.v_proj", "mixer.o_proj")}
+# Linear-attention layers' projections. Gated DeltaNet's per-head b and a projections (in_proj_ba; Qwen3.5's
+# in_proj_b and in_proj_a: one output per value head, under 1 % of a layer's weights, which FP8 and NVFP4
+# checkpoints leave 16-bit) are not listed: they are counted in the layer's format whatever the checkpoint stores.
+_GDN = {"qwen3_next": ("linear_attn.in_proj_qkvz", "linear_attn.out_proj"),
+        "qwen3_5_text": ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.out_proj")}
+_GDN["qwen3_5_moe_text"] = _GDN["qwen3_5_text"]
+_MAMBA = ("mixer.in_proj", "mixer.out_proj")
 # Gemma 4 keeps its experts and router on the block itself (layers.N.experts), beside the dense mlp of every layer
 _EXPERTS_AT = {"gemma4_text": ""}
+# Nemotron-H's latent MoE projects into and out of the experts' width (fc1/fc2_latent_proj, counted with the
+# experts: under 1 % of a layer's expert weights, not listed, like the b/a projections above)
 _HEAD = {"llama4_text": "language_model.lm_head"}
 
 
 def module_names(spec: ModelSpec, model_type: str) -> dict[str, tuple[tuple[str, ...], ...]]:
     """The linear modules of each quantizable component, by their transformers names: one tuple per naming a
-    checkpoint's lists may use. Routed experts have two: the checkpoint's own (one module per expert, Mixtral's
-    under ``block_sparse_moe`` as w1/w2/w3; the first and the last expert of each layer stand for all) and the
-    fused per-layer tensors of transformers 5 (``mlp.experts.gate_up_proj``), which gpt-oss checkpoints use too."""
-    layers = range(spec.num_layers)
-    dense = set(spec.moe.dense_layers) if spec.moe is not None else set(layers)
+    checkpoint's lists may use. The decoder's layers may be named more than one way (``_LAYERS``), and routed
+    experts two ways: the checkpoint's own (one module per expert, Mixtral's under ``block_sparse_moe`` as
+    w1/w2/w3; the first and the last expert of each layer stand for all) and the fused per-layer tensors of
+    transformers 5 (``mlp.experts.gate_up_proj``), which gpt-oss checkpoints use too. A hybrid model's attention
+    component lists its linear-attention layers' projections (Gated DeltaNet, Mamba-2) for those layers."""
     if spec.mla is not None:
         q = ("self_attn.q_a_proj", "self_attn.q_b_proj") if spec.mla.q_lora_rank else ("self_attn.q_proj",)
         attention: tuple[str, ...] = (*q, "self_attn.kv_a_proj_with_mqa", "self_attn.kv_b_proj", "self_attn.o_proj")
-    elif model_type == "phi3":
-        attention = ("self_attn.qkv_proj", "self_attn.o_proj")
     else:
-        attention = _ATTENTION
+        attention = _ATTENTION_AT.get(model_type, _ATTENTION)
+    linear = _MAMBA if spec.linear_attention is not None and spec.linear_attention.kind == "mamba2" else \
+        _GDN.get(model_type, ())
     ffn = _FFN.get(model_type, "mlp")
-    mlp = ("mlp.gate_up_proj", "mlp.down_proj") if model_type == "phi3" else tuple(
-        f"{ffn}.{n}" for n in _EXPERT)
-    out: dict[str, list[str]] = {c: [] for c in (*QUANTIZABLE, "fused_experts")}
-    beside = spec.moe is not None and spec.moe.dense_mlp_beside
+    mlp = _MLP.get(model_type, tuple(f"{ffn}.{n}" for n in _EXPERT))
     experts_at = _EXPERTS_AT.get(model_type, f"{ffn}.")
-    for i in layers:
-        base = f"{_LAYERS.get(model_type, 'model.layers.')}{i}."
-        out["attention"] += [base + n for n in attention]
-        if i in dense or beside:
-            out["mlp"] += [base + n for n in mlp]
-        if i in dense or spec.moe is None:
-            continue
-        out["fused_experts"] += [f"{base}{experts_at}experts.gate_up_proj", f"{base}{experts_at}experts.down_proj"]
-        if model_type != "gpt_oss":
-            prefix = _EXPERTS_AT.get(model_type, f"{_MOE_PREFIX.get(model_type, ffn)}.")
-            for e in sorted({0, spec.moe.num_experts - 1}):
-                out["experts"] += [f"{base}{prefix}experts.{e}.{n}" for n in _EXPERT_NAMES.get(model_type, _EXPERT)]
-        if spec.moe.num_shared_experts:
-            shared = _SHARED_PREFIX.get(model_type, "mlp.shared_expert")
-            out["shared_experts"] += [f"{base}{shared}.{n}" for n in _EXPERT]
-    out["lm_head"] = [_HEAD.get(model_type, "lm_head")] if not spec.tie_word_embeddings else []
-    fused = tuple(out.pop("fused_experts"))
-    names = {c: (tuple(n),) for c, n in out.items() if n}
-    if fused:
-        names["experts"] = (*names.get("experts", ()), fused)
-    return names
+    prefix = _EXPERTS_AT.get(model_type, f"{_MOE_PREFIX.get(model_type, ffn)}.")
+    expert_names = _EXPERT_NAMES.get(model_type, _EXPERT)
+    fused_names = ("up_proj", "down_proj") if model_type == "nemotron_h" else ("gate_up_proj", "down_proj")
+    dense = set(spec.moe.dense_layers) if spec.moe is not None else set(range(spec.num_layers))
+    beside = spec.moe is not None and spec.moe.dense_mlp_beside
+    layer_prefixes = _LAYERS.get(model_type) or (_MULTIMODAL_LAYERS if spec.encoder is not None else
+                                                 ("model.layers.",))
+    namings: dict[str, list[tuple[str, ...]]] = {}
+    for layers in layer_prefixes:
+        out: dict[str, list[str]] = {c: [] for c in (*QUANTIZABLE, "fused_experts")}
+        for i in range(spec.num_layers):
+            base = f"{layers}{i}."
+            if spec.has_mixer(i):
+                out["attention"] += [base + n for n in (linear if spec.is_linear_layer(i) else attention)]
+            if not spec.has_ffn(i):
+                continue
+            if i in dense or beside:
+                out["mlp"] += [base + n for n in mlp]
+            if i in dense or spec.moe is None:
+                continue
+            out["fused_experts"] += [f"{base}{experts_at}experts.{n}" for n in fused_names]
+            if model_type != "gpt_oss":
+                for e in sorted({0, spec.moe.num_experts - 1}):
+                    out["experts"] += [f"{base}{prefix}experts.{e}.{n}" for n in expert_names]
+            if spec.moe.num_shared_experts:
+                shared = _SHARED_PREFIX.get(model_type, "mlp.shared_expert")
+                out["shared_experts"] += [f"{base}{shared}.{n}" for n in _SHARED_NAMES.get(model_type, _EXPERT)]
+        out["lm_head"] = [_HEAD.get(model_type, "lm_head")] if not spec.tie_word_embeddings else []
+        fused = tuple(out.pop("fused_experts"))
+        for c, n in out.items():
+            if n:
+                namings.setdefault(c, []).append(tuple(n))
+        if fused:
+            namings.setdefault("experts", []).append(fused)
+    return {c: tuple(dict.fromkeys(n)) for c, n in namings.items()}
 
 
 class _Patterns:
@@ -198,13 +235,61 @@ def _compressed_scheme(weights: Any, group: str, origin: str) -> str:
                     "channel, int4 groups, fp4 groups of 16 or 32)")
 
 
-def _modelopt_format(quant: Mapping[str, Any], origin: str) -> str:
+# ModelOpt's weight algorithms as vLLM serves them (vllm/model_executor/layers/quantization/modelopt.py QUANT_ALGOS):
+# per-tensor FP8 with static input scales; per-channel FP8 with per-token dynamic ones; FP8_PB_WO's 128x128 weight
+# blocks (run as block-fp8 GEMMs); NVFP4 W4A4, and W4A16_NVFP4 (16-bit activations: a weight-only kernel)
+_MODELOPT_FORMATS = {"FP8": "fp8", "FP8_PER_CHANNEL_PER_TOKEN": "fp8", "FP8_PB_WO": "fp8_block", "NVFP4": "nvfp4",
+                     "W4A16_NVFP4": "nvfp4"}
+_MODELOPT_SCALES = {"FP8": "static", "FP8_PER_CHANNEL_PER_TOKEN": "dynamic"}
+_MIXED = "MIXED_PRECISION"
+
+
+def _modelopt_algo(value: Any, origin: str, where: str = "quant_algo") -> str:
+    """A ModelOpt ``quant_algo``, upper-cased as vLLM reads it; one without a tfcalc format is refused."""
+    algo = value.upper() if isinstance(value, str) else value
+    if algo not in _MODELOPT_FORMATS:
+        raise SpecError(f"{origin}: quantization_config.{where} {value!r:.40} has no tfcalc format "
+                        f"(supported: {', '.join([*_MODELOPT_FORMATS, _MIXED])})")
+    return algo
+
+
+def _modelopt_layers(quant: Mapping[str, Any], origin: str) -> dict[str, str]:
+    """A MIXED_PRECISION checkpoint's ``quantized_layers``: each module (or module prefix) -> its ModelOpt algorithm;
+    modules it does not name are left unquantized (vLLM ModelOptMixedPrecisionConfig)."""
+    layers = quant.get("quantized_layers")
+    if not isinstance(layers, Mapping) or not layers or len(layers) > _MAX_ENTRIES:
+        raise SpecError(f"{origin}: quantization_config.quantized_layers must map module names to their quant_algo "
+                        "(a MIXED_PRECISION checkpoint)")
+    out = {}
+    for name, entry in layers.items():
+        algo = entry.get("quant_algo") if isinstance(entry, Mapping) else None
+        out[str(name)] = _modelopt_algo(algo, origin, f"quantized_layers.{name!s:.60}.quant_algo")
+    return out
+
+
+def _modelopt_targets(quant: Mapping[str, Any], origin: str) -> list[tuple[_Patterns | None, str, str]]:
+    """(modules covered, None = every linear layer; tfcalc format; ModelOpt algorithm) of a ModelOpt config."""
     algo = quant.get("quant_algo")
-    formats = {"FP8": "fp8", "NVFP4": "nvfp4"}
-    if not isinstance(algo, str) or algo not in formats:
-        raise SpecError(f"{origin}: quantization_config.quant_algo {algo!r:.40} has no tfcalc format "
-                        f"(supported: {', '.join(formats)})")
-    return formats[algo]
+    if isinstance(algo, str) and algo.upper() == _MIXED:
+        by_algo: dict[str, list[str]] = {}
+        for name, layer_algo in _modelopt_layers(quant, origin).items():
+            by_algo.setdefault(layer_algo, []).append(name)
+        return [(_Patterns(names, "quantized_layers", origin), _MODELOPT_FORMATS[a], a) for a, names in by_algo.items()]
+    algo = _modelopt_algo(algo, origin)
+    return [(None, _MODELOPT_FORMATS[algo], algo)]
+
+
+def _bnb_format(quant: Mapping[str, Any], origin: str) -> str:
+    """bitsandbytes: 4-bit NF4 (``load_in_4bit``, ``bnb_4bit_quant_type`` nf4) -> nf4; its FP4 type and 8-bit
+    LLM.int8 (outlier columns multiplied apart) have no tfcalc format or kernel model."""
+    four = quant.get("load_in_4bit", quant.get("_load_in_4bit"))
+    kind = quant.get("bnb_4bit_quant_type", "fp4")  # transformers BitsAndBytesConfig's default
+    if four is True and kind == "nf4":
+        return "nf4"
+    eight = quant.get("load_in_8bit", quant.get("_load_in_8bit"))
+    what = f"4-bit {kind!s:.20}" if four is True else "8-bit (LLM.int8)" if eight is True else "unsized"
+    raise SpecError(f"{origin}: quantization_config: bitsandbytes {what} weights have no tfcalc format "
+                    "(supported: 4-bit nf4)")
 
 
 def _method(quant: Mapping[str, Any]) -> Any:
@@ -257,8 +342,10 @@ def checkpoint_activation_scale(quant: Any, origin: str) -> str | None:
     if not isinstance(quant, Mapping):
         return None
     method = _method(quant)
-    if method == "modelopt":
-        return "static" if _modelopt_fields(quant).get("quant_algo") == "FP8" else None
+    if method == "modelopt":  # the first per-tensor fp8 algorithm among its layers
+        scales = [_MODELOPT_SCALES[a] for _, _, a in _modelopt_targets(_modelopt_fields(quant), origin)
+                  if a in _MODELOPT_SCALES]
+        return scales[0] if scales else None
     if method == "fbgemm_fp8":  # FBGEMMFp8LinearMethod: per-token dynamic input scales
         return "dynamic"
     if method == "fp8":
@@ -279,11 +366,33 @@ def checkpoint_activation_scale(quant: Any, origin: str) -> str | None:
     return None
 
 
-def checkpoint_precision(quant: Any, spec: ModelSpec, model_type: str, base: str, origin: str) -> str:
-    """The weight format string (``tfcalc.dtypes.parse_weight_precision``) a checkpoint with this
-    ``quantization_config`` stores, for a model whose unquantized weights are ``base``."""
+def checkpoint_weight_only(quant: Any, spec: ModelSpec, model_type: str, origin: str) -> tuple[str, ...]:
+    """The components a ModelOpt checkpoint stores as W4A16_NVFP4: 4-bit float weights that multiply 16-bit
+    activations (vLLM ModelOptNvFp4W4A16LinearMethod, a weight-only kernel, on any GPU); () for any other."""
+    if not isinstance(quant, Mapping) or _method(quant) != "modelopt":
+        return ()
+    targets = _modelopt_targets(_modelopt_fields(quant), origin)
+    if not any(a == "W4A16_NVFP4" for _, _, a in targets):
+        return ()
+    names = module_names(spec, model_type)
+    return tuple(c for c in QUANTIZABLE if c in names and any(
+        a == "W4A16_NVFP4" and (covered is None or covered.match(naming[0]))
+        for covered, _, a in targets for naming in names[c]))
+
+
+class CheckpointWeights(NamedTuple):
+    """How a checkpoint stores its weights: a format per component (``tfcalc.dtypes.parse_weight_precision``) and
+    the layers of a component it keeps in another format (``ModelSpec.quantized_weight_exceptions``)."""
+
+    precision: str
+    exceptions: tuple[WeightException, ...] = ()
+
+
+def checkpoint_precision(quant: Any, spec: ModelSpec, model_type: str, base: str, origin: str) -> CheckpointWeights:
+    """The weight formats a checkpoint with this ``quantization_config`` stores, for a model whose unquantized
+    weights are ``base``."""
     if quant is None:
-        return base
+        return CheckpointWeights(base)
     if not isinstance(quant, Mapping):
         raise SpecError(f"{origin}: field 'quantization_config' must be an object")
     method = _method(quant)
@@ -317,9 +426,13 @@ def checkpoint_precision(quant: Any, spec: ModelSpec, model_type: str, base: str
         field = "ignore"
         exceptions = _strings(quant, field, origin)
     elif method == "modelopt":
-        targets = [(None, _modelopt_format(quant, origin))]
+        targets = [(covered, fmt) for covered, fmt, _ in _modelopt_targets(quant, origin)]
         field = "exclude_modules"
         exceptions = _strings(quant, field, origin) + _strings(quant, "ignore", origin)
+    elif method == "bitsandbytes":
+        targets = [(None, _bnb_format(quant, origin))]
+        field = "llm_int8_skip_modules"
+        exceptions = _strings(quant, field, origin)
     elif method == "fbgemm_fp8":
         targets = [(None, "fp8")]
         exceptions = _strings(quant, field, origin)
@@ -330,39 +443,82 @@ def checkpoint_precision(quant: Any, spec: ModelSpec, model_type: str, base: str
         raise SpecError(f"{origin}: quantization_config.quant_method {method!r:.40} is not supported (supported: "
                         f"{', '.join(SUPPORTED_METHODS)})")
     excepted = _Patterns(exceptions, field, origin)
-    formats = {c: _component_format(c, names[c], targets, excepted, origin) for c in names}
+    formats: dict[str, str | None] = {}
+    kept: list[WeightException] = []
+    for c in names:
+        formats[c], by_layer = _component_format(c, names[c], targets, excepted, origin)
+        kept += [WeightException(layers=layers, components=(c,), dtype=fmt or base, formats=(str(formats[c]),))
+                 for fmt, layers in by_layer.items()]
     if method == "gptq" and quant.get("lm_head") is True and "lm_head" in names:
         formats["lm_head"] = targets[0][1]
-    elif "lm_head" in formats:
+    elif "lm_head" in formats and not (method == "modelopt" and targets[0][0] is not None):  # a mixed one names it
         formats["lm_head"] = None  # engines keep the output head 16-bit (see the module docstring)
-    return _precision(formats, base, origin)
+    return CheckpointWeights(_precision(formats, base, origin), tuple(kept))
+
+
+_LAYER = re.compile(r"layers\.(\d+)\.")
 
 
 def _component_format(component: str, namings: Sequence[Sequence[str]],
-                      targets: Sequence[tuple[_Patterns | None, str]], excepted: _Patterns, origin: str) -> str | None:
-    """The one format all of a component's modules are stored in (None: left in the base dtype), under the naming
-    the checkpoint's lists were written in: the one in which an entry names a module, else any."""
-    results: list[tuple[bool, str | None]] = []  # (an entry named one of its modules, format)
-    refusal = None
+                      targets: Sequence[tuple[_Patterns | None, str]], excepted: _Patterns, origin: str
+                      ) -> tuple[str | None, dict[str | None, tuple[int, ...]]]:
+    """The format a component's modules are stored in (None: left in the base dtype), under the naming the
+    checkpoint's lists were written in (the one in which an entry names a module, else any), and the layers
+    stored in another format, by format (``_by_layer``)."""
+    results: list[tuple[bool, str | None, dict[str | None, tuple[int, ...]]]] = []  # (named, format, others)
+    refusal, refused_named = None, False
     for names in namings:
-        seen: dict[str | None, str] = {}
+        seen: dict[str | None, list[str]] = {}
         named = False
         for name in names:
             fmt, covered = (None, True) if excepted.match(name) else _target_format(name, targets)
             named = named or covered
-            seen.setdefault(fmt, name)
-        if len(seen) == 1:
-            results.append((named, next(iter(seen))))
-        elif refusal is None:
-            (a, first), (b, second) = list(seen.items())[:2]
-            refusal = SpecError(f"{origin}: quantization_config stores part of the {component} as "
-                                f"{a or 'unquantized'} ({first}) and part as {b or 'unquantized'} ({second}); "
-                                "tfcalc holds one format per component")
-    if not results:  # every naming splits the component
-        assert refusal is not None
+            seen.setdefault(fmt, []).append(name)
+        split = _by_layer(seen) if len(seen) > 1 else (next(iter(seen)), {})
+        if split is not None:
+            results.append((named, *split))
+        elif refusal is None or (named and not refused_named):
+            refusal, refused_named = _split_error(component, seen, origin), named
+    chosen = [(fmt, others) for named, fmt, others in results if named]
+    if refusal is not None and (refused_named and not chosen or not results):  # the naming the lists use splits it
         raise refusal
-    chosen = [fmt for named, fmt in results if named] or [fmt for _, fmt in results]
-    return chosen[0]
+    return (chosen or [(fmt, others) for _, fmt, others in results])[0]
+
+
+def _by_layer(seen: Mapping[str | None, Sequence[str]]) -> tuple[str | None, dict[str | None, tuple[int, ...]]] | None:
+    """A component stored in several formats, layer by layer: (the quantized format of the most layers, the other
+    layers by their format), as a checkpoint keeps its first or last layers 16-bit; None where one layer's modules
+    differ (or a module belongs to no layer): a split one format per component cannot hold."""
+    layer_format: dict[int, str | None] = {}
+    for fmt, names in seen.items():
+        for name in names:
+            match = _LAYER.search(name)
+            if match is None or layer_format.setdefault(int(match.group(1)), fmt) != fmt:
+                return None
+    counts: dict[str | None, int] = {}
+    for fmt in layer_format.values():
+        counts[fmt] = counts.get(fmt, 0) + 1
+    main = max(counts, key=lambda f: (f is not None, counts[f]))
+    others: dict[str | None, list[int]] = {}
+    for layer, fmt in sorted(layer_format.items()):
+        if fmt != main:
+            others.setdefault(fmt, []).append(layer)
+    return main, {fmt: tuple(layers) for fmt, layers in others.items()}
+
+
+def _split_error(component: str, seen: Mapping[str | None, Sequence[str]], origin: str) -> SpecError:
+    """The refusal of a component whose modules within one layer are stored in different formats."""
+    layers: dict[str, dict[str | None, str]] = {}
+    for fmt, names in seen.items():
+        for name in names:
+            match = _LAYER.search(name)
+            layers.setdefault(match.group(0) if match else name, {}).setdefault(fmt, name)
+    pair = next((list(f.items()) for f in layers.values() if len(f) > 1), None) or \
+        [(fmt, names[0]) for fmt, names in list(seen.items())[:2]]
+    (a, first), (b, second) = pair[:2]
+    return SpecError(f"{origin}: quantization_config stores part of the {component} as {a or 'unquantized'} "
+                     f"({first}) and part as {b or 'unquantized'} ({second}) in one layer; tfcalc holds one format "
+                     "per component of a layer")
 
 
 def _target_format(name: str, targets: Sequence[tuple[_Patterns | None, str]]) -> tuple[str | None, bool]:

@@ -657,6 +657,9 @@ class ModelSpec:
     # How the checkpoint's per-tensor fp8 linear layers scale their inputs: "static" (calibrated scales shipped in
     # it, as ModelOpt's) or "dynamic" (a max reduction per call); None: not declared, taken as static.
     checkpoint_activation_scale: str | None = None
+    # The components whose 4-bit float checkpoint weights multiply 16-bit activations (ModelOpt W4A16_NVFP4): a
+    # weight-only kernel even on chips with fp4 tensor cores.
+    checkpoint_weight_only: tuple[str, ...] = ()
     active_params_convention: ActiveConvention = "all_weights_touched"
     quantized_weight_exceptions: tuple[WeightException, ...] = ()
     # DeepSeek-V3's multi-token-prediction module(s) (num_nextn_predict_layers): shipped in the checkpoint for
@@ -681,7 +684,7 @@ class ModelSpec:
         _require(self.num_attention_heads % self.num_kv_heads == 0,
                  f"{n}: num_attention_heads ({self.num_attention_heads}) is not divisible by "
                  f"num_kv_heads ({self.num_kv_heads})")
-        from tfcalc.dtypes import get_dtype, parse_weight_precision
+        from tfcalc.dtypes import PARAM_COMPONENTS, get_dtype, parse_weight_precision
         from tfcalc.errors import UsageError
 
         try:
@@ -696,6 +699,8 @@ class ModelSpec:
         _require(self.checkpoint_activation_scale in (None, "static", "dynamic"),
                  f"{n}: checkpoint_activation_scale must be static or dynamic, got "
                  f"{self.checkpoint_activation_scale!r:.40}")
+        _require(set(self.checkpoint_weight_only) <= set(PARAM_COMPONENTS),
+                 f"{n}: checkpoint_weight_only names a component that is not one of {', '.join(PARAM_COMPONENTS)}")
         _require(not self.qk_norm_across_heads or self.qk_norm, f"{n}: qk_norm_across_heads needs qk_norm")
         rotated = self.head_dim * self.partial_rotary_factor
         _require(self.mla is not None or (rotated == int(rotated) and int(rotated) % 2 == 0),
