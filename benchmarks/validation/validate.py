@@ -122,7 +122,7 @@ def load_points() -> list[dict]:
                      "routing": f"power-law:{AIC_ROUTING_ALPHA.get(model, 1.2)}",
                      "uncaptured_linears": sorted(AIC_UNCAPTURED_LINEARS.get(p["backend"], ())),
                      "fp8_scales": AIC_FP8_SCALES.get(p["backend"], "auto") if p["weights_dtype"] == "fp8" else
-                     "auto", **({"caveat": caveat} if caveat else {})}
+                     "auto", "one_format": True, **({"caveat": caveat} if caveat else {})}
             elif kind == "silicon":  # the runs served calibrated checkpoints (ModelOpt: static input scales)
                 p = {**p, "fp8_scales": "static"}
             if p["engine"] == "gpt-fast" and p["weights"] not in ("bf16", "fp16"):
@@ -168,6 +168,8 @@ def predict(p: dict) -> tuple[float, float]:
     from tfcalc.spec.presets import load_engine, load_gpu
 
     spec, gpu = load_spec(p["model"]), load_gpu(p["gpu"])
+    if p.get("one_format"):  # aiconfigurator quantises every GEMM in its one gemm_quant_mode, from the model's
+        spec = replace(spec, quantized_weight_exceptions=())  # bf16 config: no layer kept 16-bit (Llama 3.1 405B)
     precision = parse_weight_precision(p["weights"])
     kv = get_dtype(p["kv"]) if p.get("kv") else default_kv_dtype(spec)
     engine = load_engine(p["engine"]).kernels

@@ -60,7 +60,7 @@ def test_latency_census_and_block_kinds() -> None:
     """The latency model's layers of each kind: Mamba-2 and attention without an FFN, MoE blocks without a mixer."""
     nano = load_model("nemotron-3-nano-30b-a3b")
     (stage,) = _stages(nano, 1)
-    assert dict(((k, f), n) for k, f, n in stage.counts) == {("linear", None): 23, ("full", None): 6,
+    assert dict(((k, f), n) for k, f, n, _ in stage.counts) == {("linear", None): 23, ("full", None): 6,
                                                                ("none", True): 23}
     d = deployment(nano, load_gpu("h100-sxm"), W16, BF16, engine_kernels=load_engine("vllm-0.21").kernels)
     near = step_time(d, StepShape(decode_seqs=8, decode_context=1000))

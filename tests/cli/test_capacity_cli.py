@@ -433,6 +433,23 @@ def test_bitsandbytes_weights_quantise_in_flight_and_trtllm_gets_no_command() ->
     assert only.exit_code == 2 and only.output.strip() == "error: trtllm does not serve nf4 weights"
 
 
+def test_each_engine_searches_a_float32_checkpoint_in_the_format_it_serves() -> None:
+    """SmolLM 1.7B ships float32: vLLM serves it in bf16 (its weights and default cache), TensorRT-LLM as it is
+    (no downcast in its preset); searched together, each engine is priced only in its own formats (and fp8). Before,
+    both took the first engine's bf16."""
+    config = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs" / "smollm-1.7b.json"
+    result = run("capacity", "--config", str(config), "--gpu", "l40s", "--tp", "1", "--rate", "5", "--input-len",
+                 "1k", "--output-len", "200", "--ttft", "p90=1s", "--no-simulate", "-e", "vllm,trtllm",
+                 "--max-num-seqs", "64", "--max-num-batched-tokens", "2048", "--points", "all", "-f", "json")
+    assert result.exit_code == 0, result.output
+    formats: dict[str, set[tuple[str, str]]] = {}
+    for row in json.loads(result.stdout):
+        formats.setdefault(row["engine"].split()[0], set()).add((row["weights_dtype"], row["kv_dtype"]))
+    fp8 = "fp8_e4m3"
+    assert formats == {"vllm": {(w, k) for w in ("bf16", fp8) for k in ("bf16", fp8)},
+                       "trtllm": {(w, k) for w in ("fp32", fp8) for k in ("fp32", fp8)}}
+
+
 def test_data_parallel_attention_plan_and_its_launch_flags() -> None:
     """--attention-dp: DeepSeek-V3 at 30 req/s on H200s under SGLang (256 sequences and 2,048-token chunks a rank)
     takes two tp-4 ranks sharing the experts (40 GPUs, which its simulation confirms, against 48 at tp 8; eight tp-1

@@ -83,6 +83,10 @@ class SearchSpace:
     max_num_seqs: tuple[int, ...] = DEFAULT_MAX_NUM_SEQS
     chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS
     engines: tuple[EngineSpec | None, ...] = (None,)   # None: the ideal memory arithmetic, default kernels
+    # per engine, the weight formats (WeightPrecision labels) searched with it; None: every one (a float32
+    # checkpoint is served in 16 bits by vLLM and SGLang but as it is by TensorRT-LLM: weights.float32_as)
+    engine_weights: tuple[frozenset[str], ...] | None = None
+    engine_kv: tuple[frozenset[str], ...] | None = None  # the same for KV formats (DType names)
     max_gpus: int = 64
     gpus_per_node: int = 8
     max_model_len: int = 8192
@@ -323,7 +327,9 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
         tp, _, ep = layouts[0]
         raise UsageError(_whole_blocks(spec, tp, ep, space.weight_precisions[0]) or "no layout")
     groups = [(e, tp, pp, ep, precision, kv_dtype) for e in range(len(space.engines)) for tp, pp, ep, precision
-              in loadable for kv_dtype in space.kv_dtypes if unserved_format(space.engines[e], precision) is None]
+              in loadable for kv_dtype in space.kv_dtypes if unserved_format(space.engines[e], precision) is None
+              and (space.engine_weights is None or precision.label in space.engine_weights[e])
+              and (space.engine_kv is None or kv_dtype.name in space.engine_kv[e])]
     if not groups:
         raise UsageError(next(why for e in space.engines for p in space.weight_precisions
                               if (why := unserved_format(e, p)) is not None))

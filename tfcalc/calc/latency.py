@@ -29,6 +29,7 @@ hidden state and residual. ``step_time`` is the time of one scheduler step -- th
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -41,7 +42,7 @@ from tfcalc.calc.kernels import Cost, Rates
 from tfcalc.calc.kv_cache import indexer_key_bytes, keys_attended, kv_layer_bytes, mean_keys, state_dtypes
 from tfcalc.calc.plan import check_parallelism, stage_layers
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
-from tfcalc.dtypes import DType, WeightPrecision, parse_weight_precision
+from tfcalc.dtypes import DType, WeightPrecision, get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.spec.engine import MOE_EXPERT_DTYPES, ArchitectureMoe, EngineKernels
 from tfcalc.spec.gpu import GPUSpec
@@ -288,8 +289,9 @@ class _Dims:
 
 @dataclass(frozen=True)
 class _Stage:
-    # (full | sliding | linear | shared | none: no mixer, FFN: True MoE / False dense / None none, layers)
-    counts: tuple[tuple[str, bool | None, int], ...]
+    # (full | sliding | linear | shared | none: no mixer, FFN: True MoE / False dense / None none, layers, formats:
+    # 0, or the 1-based index of the layers' own weight formats in ``Deployment.variants``)
+    counts: tuple[tuple[str, bool | None, int, int], ...]
     first: bool
     last: bool
 
@@ -322,12 +324,22 @@ class Deployment:
     dims: _Dims = field(repr=False)
     stages: tuple[_Stage, ...] = field(repr=False)
     full_dims: _Dims | None = field(default=None, repr=False)  # full layers of their own shape (Gemma 4)
+    # (dims, full_dims) of layers a checkpoint keeps in other formats (``ModelSpec.quantized_weight_exceptions``)
+    variants: tuple[tuple[_Dims, _Dims | None], ...] = field(default=(), repr=False)
     graph_cap_tokens: int | None = None  # the largest step replayed from a CUDA graph here (None: any)
     deepep_moe: ArchitectureMoe | None = None  # the experts' kernel in decode-only steps behind DeepEP, if its own
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp
+
+    @functools.cached_property
+    def _variant_deployments(self) -> tuple[Deployment, ...]:
+        return tuple(replace(self, dims=dims, full_dims=full, variants=()) for dims, full in self.variants)
+
+    def variant(self, index: int) -> Deployment:
+        """This deployment for layers of weight-format variant ``index`` (0: the model's own formats)."""
+        return self if index == 0 else self._variant_deployments[index - 1]
 
     @property
     def widest_head_dim(self) -> int:
@@ -362,10 +374,10 @@ def _count_in(sorted_layers: tuple[int, ...], lo: int, hi: int) -> int:
     return bisect.bisect_left(sorted_layers, hi) - bisect.bisect_left(sorted_layers, lo)
 
 
-def _stages(spec: ModelSpec, pp: int) -> tuple[_Stage, ...]:
+def _stages(spec: ModelSpec, pp: int, variant_of: dict[int, int] | None = None) -> tuple[_Stage, ...]:
     """Layer kinds (full / sliding / Gated DeltaNet or Mamba-2 / a DSA layer reusing an earlier indexer's choice /
-    none: no mixer) with their FFN (MoE, dense, none) and their counts per pipeline stage, from the layer lists:
-    O(lists), not O(L)."""
+    none: no mixer) with their FFN (MoE, dense, none), weight-format variant (``variant_of``: layer -> index, the
+    others 0) and their counts per pipeline stage, from the layer lists: O(lists), not O(L)."""
     every = range(spec.num_layers)
     no_ffn = set(spec.ffn_free_layers)
     dense = (set(spec.moe.dense_layers) if spec.moe is not None else set(every)) - no_ffn
@@ -377,13 +389,43 @@ def _stages(spec: ModelSpec, pp: int) -> tuple[_Stage, ...]:
              "none": set(spec.mixer_free_layers)}
     kinds["full"] = set(every) - set().union(*kinds.values())
     ffns: dict[bool | None, set[int]] = {False: dense, True: moe, None: no_ffn}
-    lists = {(kind, ffn): tuple(sorted(layers & of)) for kind, layers in kinds.items() for ffn, of in ffns.items()}
+    variant_of = variant_of or {}
+    variants: dict[int, set[int]] = {0: set(every) - set(variant_of)}
+    for layer, index in variant_of.items():
+        variants.setdefault(index, set()).add(layer)
+    lists = {(kind, ffn, v): tuple(sorted(layers & of & in_v)) for kind, layers in kinds.items()
+             for ffn, of in ffns.items() for v, in_v in variants.items()}
     out = []
     ranges = stage_layers(spec.num_layers, pp)
     for s, r in enumerate(ranges):
-        counts = [(kind, ffn, _count_in(layers, r.start, r.stop)) for (kind, ffn), layers in lists.items()]
+        counts = [(kind, ffn, _count_in(layers, r.start, r.stop), v) for (kind, ffn, v), layers in lists.items()]
         out.append(_Stage(tuple(c for c in counts if c[2] > 0), s == 0, s == len(ranges) - 1))
     return tuple(out)
+
+
+def _format_variants(spec: ModelSpec, precision: WeightPrecision) -> tuple[dict[int, int], list[WeightPrecision]]:
+    """The layers a checkpoint keeps in other formats (``quantized_weight_exceptions`` that apply to
+    ``precision``, as ``calc.shard.exception_deltas`` applies them): layer -> 1-based variant, and each variant's
+    precision."""
+    changes: dict[int, dict[str, DType]] = {}
+    for x in spec.quantized_weight_exceptions:
+        formats = {get_dtype(f).name for f in x.formats}
+        for component in x.components:
+            chosen = precision.for_component(component)
+            if chosen.quantized and (not formats or chosen.name in formats):
+                for layer in x.layers:
+                    changes.setdefault(layer, {})[component] = get_dtype(x.dtype)
+    signatures: dict[tuple[tuple[str, str], ...], int] = {}
+    variant_of: dict[int, int] = {}
+    precisions: list[WeightPrecision] = []
+    for layer, change in sorted(changes.items()):
+        key = tuple(sorted((c, d.name) for c, d in change.items()))
+        if key not in signatures:
+            signatures[key] = len(precisions) + 1
+            kept = tuple((c, d) for c, d in precision.per_component if c not in change)
+            precisions.append(WeightPrecision(precision.default, kept + tuple(sorted(change.items()))))
+        variant_of[layer] = signatures[key]
+    return variant_of, precisions
 
 
 PER_TENSOR_FP8 = ("fp8_e4m3", "fp8_e5m2")
@@ -517,16 +559,20 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     if measured is not None:  # a calibration's measured link replaces the intra-node fabric's NCCL link
         interconnect = replace(interconnect, nccl=comm.calibrated_link(measured, interconnect.nccl))
     domain = max(gpus_per_node, gpu.nvlink_domain_gpus or 0)  # the GPUs one NVLink fabric joins
+    variant_of, variant_precisions = _format_variants(spec, precision)
+
+    def dims_of(p: WeightPrecision) -> tuple[_Dims, _Dims | None]:
+        return (_dims(spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales, redundant_experts),
+                _dims(spec.full_layer_spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales, redundant_experts)
+                if spec.full_attention is not None else None)
+
     return Deployment(spec=spec, gpu=gpu, precision=precision, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, dp=dp,
                       kernels=engine, rates_prefill=rates_prefill or base, rates_decode=rates_decode or base,
                       intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,
                       nvlink_domain=domain,
                       algorithm=algorithm or interconnect.algorithm, routing=routing,
-                      dims=_dims(spec, gpu, precision, kv_dtype, tp, ep, compute, engine, fp8_scales,
-                                 redundant_experts),
-                      stages=_stages(spec, pp),
-                      full_dims=_dims(spec.full_layer_spec, gpu, precision, kv_dtype, tp, ep, compute, engine,
-                                      fp8_scales, redundant_experts) if spec.full_attention is not None else None,
+                      dims=dims_of(precision)[0], full_dims=dims_of(precision)[1],
+                      stages=_stages(spec, pp, variant_of), variants=tuple(dims_of(p) for p in variant_precisions),
                       graph_cap_tokens=engine.graph_token_cap(capacity_bytes(gpu) / 2**30, tp),
                       deepep_moe=_deepep_kernel(gpu, engine, dp, ep, domain))
 
@@ -1256,9 +1302,9 @@ def _step_cached(d: Deployment, shape: StepShape, phase: str, ideal: bool) -> St
     stage_seconds = []
     for st in d.stages:
         s = total if d.pp == 1 else _Step(rates)
-        for kind, moe, count in st.counts:
+        for kind, moe, count, variant in st.counts:
             s.mult = count
-            _layer(s, d, shape, kind, moe, ideal)
+            _layer(s, d.variant(variant), shape, kind, moe, ideal)
         s.mult = 1
         _head(s, d, shape, st.first, st.last, ideal)
         stage_seconds.append(sum(a.seconds for a in s.groups.values()))

@@ -481,12 +481,18 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     extra: list = []
     explained: list[str] = []
     for spec in specs:
-        native = served_precision(spec, next((e for e in engines if e is not None), None))
-        # a quantized checkpoint is served as it is stored; a 16-bit one also as the engine's online fp8
-        precisions = weight_precisions(weights_dtype) or ([native] if native.quantized else list(dict.fromkeys(
-            [native, parse_weight_precision("fp8")])))
-        kv_dtypes = [get_dtype(k) for v in [*(kv_dtype or []), *(kv_cache_dtype or [])] for k in split_list(v)] or \
-            list(dict.fromkeys([*(default_kv_dtype(spec, e) for e in engines or [None]), get_dtype("fp8")]))
+        # a quantized checkpoint is served as it is stored; a 16-bit one also as the engine's online fp8 (each
+        # engine's own 16-bit format for a float32 checkpoint)
+        per_engine = [[native] if native.quantized else [native, parse_weight_precision("fp8")]
+                      for native in (served_precision(spec, e) for e in engines)]
+        precisions = weight_precisions(weights_dtype) or list(dict.fromkeys(p for ps in per_engine for p in ps))
+        engine_weights = None if weights_dtype or len({tuple(ps) for ps in per_engine}) == 1 else tuple(
+            frozenset(p.label for p in ps) for ps in per_engine)
+        kv_given = [get_dtype(k) for v in [*(kv_dtype or []), *(kv_cache_dtype or [])] for k in split_list(v)]
+        per_engine_kv = [list(dict.fromkeys([default_kv_dtype(spec, e), get_dtype("fp8")])) for e in engines]
+        kv_dtypes = kv_given or list(dict.fromkeys(k for ks in per_engine_kv for k in ks))
+        engine_kv = None if kv_given or len({tuple(ks) for ks in per_engine_kv}) == 1 else tuple(
+            frozenset(k.name for k in ks) for ks in per_engine_kv)
         model_len = parse_size(model_len_text, "max model len") if model_len_text else min(
             spec.max_context, max(2048, math.ceil((inputs.quantile(0.999) + outputs.quantile(0.999)) / 1024) * 1024))
         _check_model_len(spec, model_len, inputs.mean + outputs.mean, bool(model_len_text))
@@ -497,6 +503,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                                              else acceptance, draft_cost=cost))
         space = SearchSpace(
             gpus=tuple(offers), weight_precisions=tuple(precisions), kv_dtypes=tuple(kv_dtypes),
+            engine_weights=engine_weights, engine_kv=engine_kv,
             tps=tuple(parse_sizes(tp, "tp")), pps=tuple(parse_sizes(pp or ["1"], "pp")),
             expert_parallel={"auto": (False, True), "on": (True,), "off": (False,)}[ep],
             attention_dp=ranks,
