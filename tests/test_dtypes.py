@@ -25,13 +25,17 @@ def test_names_and_int4_groups() -> None:
     assert get_dtype("mxfp4-e2m1").bits_per_element == Fraction(17, 4)  # 4 + 8/32
     assert get_dtype("FP8-E4M3") is DTYPES["fp8_e4m3"] and get_dtype("int4").name == "int4-g128"
     assert get_dtype("int4-g32").bits_per_element == Fraction(4) + Fraction(20, 32)
+    # GPTQ 8-bit groups: an fp16 scale and an 8-bit zero per group; plain int8 stays per channel
+    assert get_dtype("INT8-G128").name == "int8-g128" and get_dtype("int8-g128").whole_blocks == (1, 128)
+    assert get_dtype("int8-g128").bits_per_element == Fraction(8) + Fraction(24, 128)
+    assert get_dtype("int8").bits_per_element == 8 and get_dtype("nf4").bits_per_element == Fraction(9, 2)
     with pytest.raises(UsageError, match="ambiguous dtype 'fp4'"):
         get_dtype("fp4")
     with pytest.raises(UsageError, match="unknown dtype 'fp9'"):
         get_dtype("fp9")
 
 
-@pytest.mark.parametrize("name", ["int4-g7", "int4-g0", "int4-g4", "int4-g16384", "int4-g99999999999999"])
+@pytest.mark.parametrize("name", ["int4-g7", "int4-g0", "int4-g4", "int4-g16384", "int4-g99999999999999", "int8-g24"])
 def test_int4_groups_are_powers_of_two_from_8(name: str) -> None:
     with pytest.raises(UsageError, match="group size must be a power of two from 8 to 8,192"):
         get_dtype(name)

@@ -45,12 +45,13 @@ class DType:
         return elements * self.bits_per_element / 8
 
 
-def _int4(group_size: int) -> DType:
+def _int_group(bits: int, group_size: int) -> DType:
+    """int4-gN / int8-gN: ``bits``-bit integers, an fp16 scale and a packed ``bits``-bit zero point per group."""
     return DType(
-        f"int4-g{group_size}", 4, group_size, 16 + 4, True,
-        f"4-bit integer, one fp16 scale and one packed 4-bit zero point per {group_size} weights",
-        "AutoGPTQ/AutoAWQ checkpoint layout: qweight (4-bit packed), scales fp16 and qzeros (4-bit packed) "
-        "per group of group_size input channels", whole_blocks=(1, group_size),
+        f"int{bits}-g{group_size}", bits, group_size, 16 + bits, True,
+        f"{bits}-bit integer, one fp16 scale and one packed {bits}-bit zero point per {group_size} weights",
+        f"AutoGPTQ/AutoAWQ checkpoint layout: qweight ({bits}-bit packed), scales fp16 and qzeros ({bits}-bit "
+        "packed) per group of group_size input channels", whole_blocks=(1, group_size),
     )
 
 
@@ -71,7 +72,7 @@ DTYPES: dict[str, DType] = {
               whole_blocks=(128, 128)),
         DType("int8", 8, quantized=True, description="8-bit integer with per-tensor/per-channel scales (not counted)",
               source="LLM.int8() arXiv:2208.07339; SmoothQuant arXiv:2211.10438"),
-        _int4(128),
+        _int_group(4, 128),
         DType("nf4", 4, 64, 32, True,
               "4-bit NormalFloat, one fp32 absmax per 64 weights = 4.5 bits (bitsandbytes, as vLLM holds it)",
               "Dettmers et al., QLoRA, arXiv:2305.14314 (NF4, blocks of 64); vLLM BitsAndBytesModelLoader "
@@ -90,35 +91,37 @@ ALIASES: dict[str, str] = {
     "int4": "int4-g128", "mxfp4-e2m1": "mxfp4",
 }
 
-_INT4_GROUP = re.compile(r"int4-g(\d+)")
+_INT_GROUP = re.compile(r"int([48])-g(\d+)")
 
 
 def dtype_names() -> list[str]:
-    return [*DTYPES, "int4-gN"]
+    return [*DTYPES, "int4-gN", "int8-gN"]
 
 
 def _key(name: str) -> str:
-    """A name as looked up: any case, '-' and '_' alike (``fp8-e4m3`` is ``fp8_e4m3``), except in ``int4-gN``."""
+    """A name as looked up: any case, '-' and '_' alike (``fp8-e4m3`` is ``fp8_e4m3``), except in ``int4-gN`` and
+    ``int8-gN``."""
     key = name.strip().lower()
-    return key if key.startswith("int4") else key.replace("-", "_")
+    return key if key.startswith(("int4", "int8-")) else key.replace("-", "_")
 
 
 _ALIAS_KEYS = {_key(alias): name for alias, name in ALIASES.items()}
 
 
 def get_dtype(name: str) -> DType:
-    """Look up a storage format by name or alias; ``int4-gN`` takes a power-of-two group size from 8 to 8,192
-    (GPTQ / AWQ use 32-128; a group wider than a matrix's input is per-channel)."""
+    """Look up a storage format by name or alias; ``int4-gN`` and ``int8-gN`` take a power-of-two group size from 8
+    to 8,192 (GPTQ / AWQ use 32-128; a group wider than a matrix's input is per-channel)."""
     key = _key(name)
     key = _ALIAS_KEYS.get(key, key)
     if key in DTYPES:
         return DTYPES[key]
-    match = _INT4_GROUP.fullmatch(key)
+    match = _INT_GROUP.fullmatch(key)
     if match:
-        group = int(match.group(1)) if len(match.group(1)) < 8 else 0
+        bits, group = int(match.group(1)), int(match.group(2)) if len(match.group(2)) < 8 else 0
         if not (8 <= group <= 8192 and group & (group - 1) == 0):
-            raise UsageError(f"invalid dtype '{name}': the int4 group size must be a power of two from 8 to 8,192")
-        return _int4(group)
+            raise UsageError(f"invalid dtype '{name}': the int{bits} group size must be a power of two from 8 to "
+                             "8,192")
+        return _int_group(bits, group)
     if key == "fp4":
         raise UsageError("ambiguous dtype 'fp4': use mxfp4 (4.25 bits/element) or nvfp4 (4.5 bits/element)")
     import difflib

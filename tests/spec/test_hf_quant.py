@@ -67,6 +67,10 @@ def ct(weights: dict[str, Any], targets: list[str] | None = None, ignore: list[s
     (ct({"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32}), "mxfp4"),
     (AWQ, "int4-g128"),
     (BNB, "nf4"),
+    # Qwen's GPTQ-Int8 releases (Qwen2.5-7B-Instruct-GPTQ-Int8: bits 8, group_size 128); per channel: int8
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128, "desc_act": False, "sym": True}, "int8-g128"),
+    ({"quant_method": "gptq", "bits": 8, "group_size": -1}, "int8"),
+    (ct({"num_bits": 8, "type": "int", "strategy": "group", "group_size": 64}), "int8-g64"),
     ({"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": False, "sym": True}, "int4-g64"),
     ({"quant_method": "gptq", "bits": 4, "group_size": 128, "lm_head": True}, "lm_head=int4-g128,default=int4-g128"),
     ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8_e4m3"),
@@ -121,7 +125,8 @@ def test_moe_checkpoints() -> None:
 @pytest.mark.parametrize(("quant", "message"), [
     ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "bitsandbytes 4-bit fp4 weights"),  # the default type
     ({"quant_method": "bitsandbytes"}, "bitsandbytes unsized weights have no tfcalc format"),
-    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "gptq with 8-bit weights has no tfcalc format"),
+    ({"quant_method": "gptq", "bits": 3, "group_size": 128}, "gptq with 3-bit weights has no tfcalc format"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": -1}, r"group_size -1 has no tfcalc format .*int4-gN\)"),
     ({"quant_method": "awq", "bits": 4, "group_size": -1}, "group_size -1 has no tfcalc format"),
     ({"quant_method": "fp8", "weight_block_size": [64, 64]}, r"weight_block_size \[64, 64\] has no tfcalc format"),
     ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "quant_algo 'W4A8_AWQ' has no tfcalc format"),
@@ -215,6 +220,8 @@ def _brute_force_bytes(name: str, bits_per_quantized_weight: Fraction) -> Fracti
     (AWQ, Fraction(4) + Fraction(16 + 4, 128)),
     # bitsandbytes NF4 as vLLM holds it: two weights a byte and an fp32 absmax per 64 (double quantisation undone)
     (BNB, Fraction(4) + Fraction(32, 64)),
+    # AutoGPTQ 8-bit: qweight int32 [in/4, out], qzeros int32 [in/128, out/4], scales fp16 [in/128, out]
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128, "sym": True}, Fraction(8) + Fraction(16 + 8, 128)),
 ])
 def test_weight_bytes_equal_a_count_over_the_checkpoint_layout(quant: dict, bits: Fraction) -> None:
     spec = spec_from_hf_config(config("llama3-8b", quant), origin="x", name="x")

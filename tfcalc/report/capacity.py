@@ -358,6 +358,8 @@ def _quantization(weights: str, native: str) -> tuple[str | None, str | None]:
         return "fp8", None
     if weights.startswith("int4"):
         return None, "serve an AWQ or GPTQ int4 checkpoint of the model (the engine detects its format)"
+    if weights.startswith("int8-"):
+        return None, "serve a GPTQ int8 checkpoint of the model (the engine detects its format)"
     if weights == "int8":
         return None, "serve a W8A8 int8 checkpoint (compressed-tensors) of the model"
     if weights in ("nvfp4", "mxfp4"):

@@ -8,7 +8,8 @@ and the engines that load it do:
   per-tensor fp8; exceptions in ``modules_to_not_convert`` / ``ignored_layers``.
 - ``compressed-tensors`` (llm-compressor): each ``config_groups`` entry's ``weights`` scheme for the modules its
   ``targets`` match (``Linear`` = every linear layer); exceptions in ``ignore`` (names or ``re:`` patterns).
-- ``awq`` / ``gptq``: ``bits`` 4 with ``group_size`` G -> int4-gG; exceptions in ``modules_to_not_convert``;
+- ``awq`` / ``gptq``: ``bits`` 4 or 8 with ``group_size`` G -> int4-gG / int8-gG (8 bits per channel: int8);
+  exceptions in ``modules_to_not_convert``;
   GPTQ's ``lm_head: true`` quantizes the output head too.
 - ``modelopt`` (NVIDIA TensorRT Model Optimizer): ``quant_algo`` FP8, FP8_PER_CHANNEL_PER_TOKEN (fp8), FP8_PB_WO
   (fp8_block), NVFP4 and W4A16_NVFP4 (nvfp4; the latter's 16-bit activations: ``checkpoint_weight_only``), or
@@ -28,7 +29,7 @@ entries as regular expressions (``re.match``), entries with ``*`` as shell patte
 of a name. A component stored in different formats layer by layer (the first and last layers kept 16-bit, the
 Mamba-2 layer before each attention layer) takes the format of most of its layers, the others becoming
 ``ModelSpec.quantized_weight_exceptions``; one layer's modules stored in different formats are refused, as is any
-method or scheme with no tfcalc format (bitsandbytes' FP4 and 8-bit, 8-bit GPTQ), so a number is never silently
+method or scheme with no tfcalc format (bitsandbytes' FP4 and 8-bit, 3-bit GPTQ), so a number is never silently
 bf16.
 """
 
@@ -200,14 +201,17 @@ def _bits(quant: Mapping[str, Any], field: str, origin: str, where: str = "") ->
 
 
 def _group_format(bits: int | None, group: Any, what: str, origin: str) -> str:
-    """AWQ / GPTQ / compressed-tensors integer weights: 4 bits in groups of G -> int4-gG."""
-    if bits != 4:
+    """AWQ / GPTQ / compressed-tensors integer weights: 4 or 8 bits in groups of G -> int4-gG / int8-gG; 8 bits
+    per output channel (GPTQ's group_size -1) -> int8."""
+    if bits not in (4, 8):
         raise SpecError(f"{origin}: quantization_config: {what} with {bits}-bit weights has no tfcalc format "
-                        "(supported: 4-bit groups, int4-gN)")
+                        "(supported: 4- and 8-bit groups, int4-gN / int8-gN)")
+    if bits == 8 and group == -1:
+        return "int8"
     if isinstance(group, bool) or not isinstance(group, int) or not 8 <= group <= 8192 or group & (group - 1):
         raise SpecError(f"{origin}: quantization_config: {what} group_size {group!r:.40} has no tfcalc format "
-                        "(supported: a power-of-two group of 8 to 8,192 input channels, int4-gN)")
-    return f"int4-g{group}"
+                        f"(supported: a power-of-two group of 8 to 8,192 input channels, int{bits}-gN)")
+    return f"int{bits}-g{group}"
 
 
 def _compressed_scheme(weights: Any, group: str, origin: str) -> str:
@@ -228,7 +232,7 @@ def _compressed_scheme(weights: Any, group: str, origin: str) -> str:
         return "nvfp4" if size == 16 else "mxfp4"
     if kind == "int" and bits == 8 and strategy in ("channel", "tensor"):
         return "int8"
-    if kind == "int" and bits == 4 and strategy == "group":
+    if kind == "int" and bits in (4, 8) and strategy == "group":
         return _group_format(bits, size, "compressed-tensors", origin)
     raise SpecError(f"{origin}: quantization_config.{where[:-1]}: {kind} {bits}-bit weights with strategy "
                     f"{strategy!r:.20} have no tfcalc format (supported: fp8, fp8 128x128 blocks, int8 per "
