@@ -873,7 +873,7 @@ def test_bitsandbytes_nf4_unpacks_a_matrix_before_a_gemm_of_more_than_one_row() 
     assert step_time(nf4, StepShape(decode_seqs=8, decode_context=1024), ideal=True).seconds < eight16.seconds
 
 
-def test_a_w4a16_nvfp4_checkpoint_runs_weight_only_where_nvfp4_runs_on_fp4_tensor_cores() -> None:
+def test_weight_only_float_checkpoints_run_on_16_bit_tensor_cores() -> None:
     """ModelOpt W4A16_NVFP4 keeps 16-bit activations: on a B200 (fp4 tensor cores) its MLP is a weight-only GEMM
     (bf16 MMA after unpacking), NVFP4 W4A4 an fp4 GEMM; a long prefill, compute-bound, is therefore slower. The
     same weights re-quantised by the engine (a 16-bit checkpoint served as nvfp4) are not the checkpoint's."""
@@ -884,6 +884,11 @@ def test_a_w4a16_nvfp4_checkpoint_runs_weight_only_where_nvfp4_runs_on_fp4_tenso
     assert a16.ttft_s > 1.3 * a4.ttft_s
     served = estimate_latency(deployment(replace(w4a16, native_dtype="bf16"), gpu, precision, KV), 1, 8192, 2)
     assert served.ttft_s == a4.ttft_s
+    # FP8 weight-only (compressed-tensors W8A16) on an H100: bf16 MMA after unpacking, not the fp8 peak
+    fp8 = replace(load_model("llama3-8b"), native_dtype="fp8")
+    a8, a16_fp8 = (estimate_latency(deployment(s, load_gpu("h100-sxm"), parse_weight_precision("fp8"), KV), 1, 8192,
+                                    2) for s in (fp8, replace(fp8, checkpoint_weight_only=("attention", "mlp"))))
+    assert a16_fp8.ttft_s > 1.2 * a8.ttft_s
 
 
 def test_layers_a_checkpoint_keeps_16_bit_are_timed_in_16_bits() -> None:

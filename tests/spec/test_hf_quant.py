@@ -573,3 +573,18 @@ def test_bitsandbytes_skip_list_keeps_whole_layers_16_bit() -> None:
     assert spec.native_dtype == "nf4"
     (kept,) = spec.quantized_weight_exceptions
     assert (kept.layers, kept.components, kept.dtype, kept.formats) == ((0,), ("mlp",), "bf16", ("nf4",))
+
+
+@pytest.mark.parametrize(("quant", "weights", "weight_only"), [
+    # RedHatAI's NVFP4A16 (llm-compressor): fp4 weights, no input_activations -> vLLM CompressedTensorsW4A16Fp4
+    (ct({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}), "nvfp4",
+     ("attention", "mlp")),
+    # FP8 weight-only (W8A16: CompressedTensorsW8A16Fp8)
+    (ct({"num_bits": 8, "type": "float", "strategy": "channel"}), "fp8_e4m3", ("attention", "mlp")),
+    (CT_FP8_CHANNEL, "fp8_e4m3", ()),  # FP8-dynamic: its inputs are quantised too (W8A8)
+    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}), "int4-g128", ()),  # int: always
+])
+def test_compressed_tensors_float_weights_without_quantised_inputs_run_weight_only(
+        quant: dict, weights: str, weight_only: tuple[str, ...]) -> None:
+    spec = spec_from_hf_config(config("llama3-8b", quant), origin="x", name="x")
+    assert (spec.native_dtype, spec.checkpoint_weight_only) == (weights, weight_only)

@@ -490,7 +490,7 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
     def mode(component: str) -> _Linear:
         kinds = weight_only if component == "experts" else frozenset()
         if component in spec.checkpoint_weight_only and stored_format(spec, precision, component):
-            kinds = kinds | {"fp4"}  # a W4A16 checkpoint's 16-bit activations (ModelOpt W4A16_NVFP4)
+            kinds = kinds | {"fp8", "fp4"}  # float weights beside 16-bit activations (W4A16 NVFP4, W8A16 FP8)
         linear = linear_mode(precision.for_component(component), gpu, compute, kinds)
         if linear.quantised_input and linear.weights in PER_TENSOR_FP8 and \
                 fp8_input_scale(spec, precision, component, engine, fp8_scales) == "dynamic":

@@ -1167,7 +1167,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
     kv, scale = checkpoint_kv_dtype(quant, c.origin), checkpoint_activation_scale(quant, c.origin)
     stored = parse_weight_precision(native)
     weight_only = tuple(part for part in checkpoint_weight_only(quant, spec, model_type, c.origin)
-                        if stored.for_component(part).name == "nvfp4")
+                        if stored.for_component(part).name.startswith(("fp8", "nvfp4", "mxfp4")))
     if native == spec.native_dtype and kv is None and scale is None:
         return spec
     return replace(spec, native_dtype=native, checkpoint_kv_dtype=kv, checkpoint_activation_scale=scale,

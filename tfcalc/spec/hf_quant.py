@@ -371,17 +371,34 @@ def checkpoint_activation_scale(quant: Any, origin: str) -> str | None:
 
 
 def checkpoint_weight_only(quant: Any, spec: ModelSpec, model_type: str, origin: str) -> tuple[str, ...]:
-    """The components a ModelOpt checkpoint stores as W4A16_NVFP4: 4-bit float weights that multiply 16-bit
-    activations (vLLM ModelOptNvFp4W4A16LinearMethod, a weight-only kernel, on any GPU); () for any other."""
-    if not isinstance(quant, Mapping) or _method(quant) != "modelopt":
+    """The components whose float weights (fp8, fp4) the checkpoint pairs with 16-bit activations, which engines run
+    in a weight-only kernel on any GPU: ModelOpt's W4A16_NVFP4 (vLLM ModelOptNvFp4W4A16LinearMethod) and a
+    compressed-tensors group of float weights without ``input_activations`` (vLLM CompressedTensorsW4A16Fp4,
+    CompressedTensorsW8A16Fp8: RedHatAI's NVFP4A16 and FP8 weight-only checkpoints); () for any other."""
+    if not isinstance(quant, Mapping):
         return ()
-    targets = _modelopt_targets(_modelopt_fields(quant), origin)
-    if not any(a == "W4A16_NVFP4" for _, _, a in targets):
+    method = _method(quant)
+    targets: list[tuple[_Patterns | None, bool]] = []  # (modules covered, None = every linear; weight-only)
+    if method == "modelopt":
+        targets = [(covered, a == "W4A16_NVFP4") for covered, _, a in _modelopt_targets(_modelopt_fields(quant),
+                                                                                          origin)]
+    elif method == "compressed-tensors" and isinstance(quant.get("config_groups"), Mapping):
+        for key, group in quant["config_groups"].items():
+            if not isinstance(group, Mapping):
+                continue
+            weights = group.get("weights")
+            covered = _strings(group, "targets", origin, f"config_groups.{key}.") or ["Linear"]
+            targets.append((None if "Linear" in covered else _Patterns(covered, "targets", origin),
+                            isinstance(weights, Mapping) and weights.get("type") == "float"
+                            and group.get("input_activations") is None))
+    if not any(only for _, only in targets):
         return ()
     names = module_names(spec, model_type)
-    return tuple(c for c in QUANTIZABLE if c in names and any(
-        a == "W4A16_NVFP4" and (covered is None or covered.match(naming[0]))
-        for covered, _, a in targets for naming in names[c]))
+
+    def first_target(name: str) -> bool:
+        return next((only for covered, only in targets if covered is None or covered.match(name)), False)
+
+    return tuple(c for c in QUANTIZABLE if c in names and any(first_target(naming[0]) for naming in names[c]))
 
 
 class CheckpointWeights(NamedTuple):

@@ -657,8 +657,8 @@ class ModelSpec:
     # How the checkpoint's per-tensor fp8 linear layers scale their inputs: "static" (calibrated scales shipped in
     # it, as ModelOpt's) or "dynamic" (a max reduction per call); None: not declared, taken as static.
     checkpoint_activation_scale: str | None = None
-    # The components whose 4-bit float checkpoint weights multiply 16-bit activations (ModelOpt W4A16_NVFP4): a
-    # weight-only kernel even on chips with fp4 tensor cores.
+    # The components whose float checkpoint weights multiply 16-bit activations (ModelOpt W4A16_NVFP4,
+    # compressed-tensors NVFP4A16 / FP8 W8A16): a weight-only kernel even on chips with fp4 / fp8 tensor cores.
     checkpoint_weight_only: tuple[str, ...] = ()
     active_params_convention: ActiveConvention = "all_weights_touched"
     quantized_weight_exceptions: tuple[WeightException, ...] = ()
