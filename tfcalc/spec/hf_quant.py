@@ -236,7 +236,7 @@ def _compressed_scheme(weights: Any, group: str, origin: str) -> str:
         return _group_format(bits, size, "compressed-tensors", origin)
     raise SpecError(f"{origin}: quantization_config.{where[:-1]}: {kind} {bits}-bit weights with strategy "
                     f"{strategy!r:.20} have no tfcalc format (supported: fp8, fp8 128x128 blocks, int8 per "
-                    "channel, int4 groups, fp4 groups of 16 or 32)")
+                    "channel, int4 and int8 groups, fp4 groups of 16 or 32)")
 
 
 # ModelOpt's weight algorithms as vLLM serves them (vllm/model_executor/layers/quantization/modelopt.py QUANT_ALGOS):
@@ -250,7 +250,7 @@ _MIXED = "MIXED_PRECISION"
 
 def _modelopt_algo(value: Any, origin: str, where: str = "quant_algo") -> str:
     """A ModelOpt ``quant_algo``, upper-cased as vLLM reads it; one without a tfcalc format is refused."""
-    algo = value.upper() if isinstance(value, str) else value
+    algo = value.upper() if isinstance(value, str) else None
     if algo not in _MODELOPT_FORMATS:
         raise SpecError(f"{origin}: quantization_config.{where} {value!r:.40} has no tfcalc format "
                         f"(supported: {', '.join([*_MODELOPT_FORMATS, _MIXED])})")
