@@ -95,6 +95,15 @@ def test_memory_default_is_the_checkpoint_format() -> None:
     assert round(rows[0]["weights_bytes"] / 2**30, 1) == 60.8
 
 
+def test_memory_says_which_layers_the_checkpoint_keeps_16_bit() -> None:
+    """Llama 3.1 405B at fp8 counts its checkpoint's bf16 attention and two bf16 MLPs; the note says so, and
+    says nothing for a model without such layers."""
+    text = " ".join(run("memory", "-p", "llama3.1-405b", "-w", "fp8", "--context", "8k").output.split())
+    assert ("llama3.1-405b: as its checkpoint ships, attention of every layer in bf16 (when fp8_e4m3); mlp of "
+            "layers 0, 125 in bf16 (when fp8_e4m3)") in text
+    assert "as its checkpoint ships" not in run("memory", "-p", "llama3-70b", "-w", "fp8").output
+
+
 def test_presets_list_and_show() -> None:
     listing = run("presets", "list", "-f", "json")
     names = [r["name"] for r in json.loads(listing.output)]

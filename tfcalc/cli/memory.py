@@ -49,7 +49,7 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
            fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Memory for weights, KV cache and activation workspace, per weight / KV format, context and batch."""
     from tfcalc.dtypes import get_dtype
-    from tfcalc.report.memory import ACTIVATION_FORMULA, memory_rows
+    from tfcalc.report.memory import ACTIVATION_FORMULA, exception_notes, memory_rows
     from tfcalc.report.params import mtp_notes
 
     specs = resolve_models(preset, config)
@@ -60,5 +60,5 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
     notes = ("weights include scale overhead of block formats; as quantized checkpoints ship, a quantized format "
              f"leaves biases, norms, the embedding, {kept} in bf16 unless named (default=fp8,lm_head=fp8 "
              "quantizes lm_head too); the same rule as 'tfcalc plan'. GiB = 2^30 bytes.", ACTIVATION_FORMULA + ".",
-             *mtp_notes(specs))
+             *exception_notes(specs), *mtp_notes(specs))
     emit(rows, COLUMNS, fmt, output, title="Memory", notes=notes)

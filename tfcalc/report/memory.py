@@ -50,3 +50,21 @@ def memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int],
                 row[f"{component}_weights_bytes"] = by_component[component]
             rows.append(row)
     return rows
+
+
+def exception_notes(specs: list[ModelSpec]) -> tuple[str, ...]:
+    """The layers each model's checkpoint keeps in another format (``quantized_weight_exceptions``), which the
+    weights above count wherever the chosen format is one the exception names."""
+    notes = []
+    for spec in specs:
+        parts = []
+        for x in spec.quantized_weight_exceptions:
+            layers = sorted(set(x.layers))
+            where = ("every layer" if len(layers) == spec.num_layers else
+                     f"layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}" if len(layers) <= 4 else
+                     f"{len(layers)} layers")
+            formats = f" (when {' or '.join(x.formats)})" if x.formats else ""
+            parts.append(f"{' and '.join(x.components)} of {where} in {x.dtype}{formats}")
+        if parts:
+            notes.append(f"{spec.name}: as its checkpoint ships, {'; '.join(parts)}")
+    return tuple(notes)
