@@ -57,8 +57,9 @@ _MOE_PREFIX = {"mixtral": "block_sparse_moe"}
 _EXPERT_NAMES = {"mixtral": ("w1", "w2", "w3"), "nemotron_h": ("up_proj", "down_proj")}
 _SHARED_NAMES = {"nemotron_h": ("up_proj", "down_proj")}  # Nemotron-H's FFNs are ungated (relu2)
 _SHARED_PREFIX = {"qwen2_moe": "mlp.shared_expert", "deepseek_v2": "mlp.shared_experts",
-                  "deepseek_v3": "mlp.shared_experts", "llama4_text": "feed_forward.shared_expert",
-                  "nemotron_h": "mixer.shared_experts"}
+                  "deepseek_v3": "mlp.shared_experts", "deepseek_v32": "mlp.shared_experts",
+                  "glm4_moe": "mlp.shared_experts", "glm_moe_dsa": "mlp.shared_experts",
+                  "llama4_text": "feed_forward.shared_expert", "nemotron_h": "mixer.shared_experts"}
 # The decoder's layers by the names checkpoints give them, first the one transformers builds. Llama 4's and
 # Gemma 4's name it under language_model; other multimodal checkpoints one of three ways, by the transformers
 # release that wrote them (Qwen3.5's model.language_model, Qwen2.5-VL's model, Gemma 3's and Mistral 3's
@@ -78,6 +79,9 @@ _GDN = {"qwen3_next": ("linear_attn.in_proj_qkvz", "linear_attn.out_proj"),
         "qwen3_5_text": ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.out_proj")}
 _GDN["qwen3_5_moe_text"] = _GDN["qwen3_5_text"]
 _MAMBA = ("mixer.in_proj", "mixer.out_proj")
+# A DSA layer's lightning indexer (DeepSeek-V3.2, GLM-5), part of the attention component; its per-head weights_proj
+# (h x heads, which the fp8 checkpoints keep 16-bit: calc.params.indexer_shape) is not listed, like the b/a above
+_INDEXER = ("self_attn.indexer.wq_b", "self_attn.indexer.wk")
 # Gemma 4 keeps its experts and router on the block itself (layers.N.experts), beside the dense mlp of every layer
 _EXPERTS_AT = {"gemma4_text": ""}
 # Nemotron-H's latent MoE projects into and out of the experts' width (fc1/fc2_latent_proj, counted with the
@@ -107,6 +111,7 @@ def module_names(spec: ModelSpec, model_type: str) -> dict[str, tuple[tuple[str,
     fused_names = ("up_proj", "down_proj") if model_type == "nemotron_h" else ("gate_up_proj", "down_proj")
     dense = set(spec.moe.dense_layers) if spec.moe is not None else set(range(spec.num_layers))
     beside = spec.moe is not None and spec.moe.dense_mlp_beside
+    indexed = set(spec.sparse_indexer.layers) if spec.sparse_indexer is not None else set()
     layer_prefixes = _LAYERS.get(model_type) or (_MULTIMODAL_LAYERS if spec.encoder is not None else
                                                  ("model.layers.",))
     namings: dict[str, list[tuple[str, ...]]] = {}
@@ -116,6 +121,8 @@ def module_names(spec: ModelSpec, model_type: str) -> dict[str, tuple[tuple[str,
             base = f"{layers}{i}."
             if spec.has_mixer(i):
                 out["attention"] += [base + n for n in (linear if spec.is_linear_layer(i) else attention)]
+            if i in indexed:
+                out["attention"] += [base + n for n in _INDEXER]
             if not spec.has_ffn(i):
                 continue
             if i in dense or beside:
