@@ -913,3 +913,30 @@ def test_layers_a_checkpoint_keeps_16_bit_are_timed_in_16_bits() -> None:
     bf16 = deployment(spec, load_gpu("h100-sxm"), BF16, KV, tp=8)
     assert bf16.variants == () and step_time(bf16, StepShape(decode_seqs=1, decode_context=1024)).weight_bytes == \
         pytest.approx((126 * (attention + mlp) + vocab * h) * 2 / 8)
+
+
+def test_mla_projections_kept_16_bit_beside_a_quantized_o_proj_are_timed_so() -> None:
+    """NVIDIA's DeepSeek-V3.2-NVFP4 keeps MLA's q_a / q_b / kv_a / kv_b and the indexer in bf16, o_proj nvfp4: on
+    8 B200s a batch-1 decode step reads those projections at 2 bytes a weight and o_proj at 0.5625, per GPU as
+    tensor parallelism lays them out (q_a, kv_a and the indexer whole on every GPU), and o_proj in its own format;
+    before, every projection was timed nvfp4."""
+    from tfcalc.calc.params import attention_modules, indexer_modules
+    from tfcalc.spec.model import WeightException
+
+    base = replace(load_model("deepseek-v3.2"), native_dtype="nvfp4")
+    kept = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "indexer.wq_b", "indexer.wk",
+            "indexer.weights_proj")
+    spec = replace(base, quantized_weight_exceptions=(WeightException(
+        layers=tuple(range(base.num_layers)), components=("attention",), dtype="bf16", formats=("nvfp4",),
+        modules=kept),))
+    nvfp4 = parse_weight_precision("nvfp4")
+    shape = StepShape(decode_seqs=1, decode_context=2048)
+    steps = [step_time(deployment(s, load_gpu("b200"), nvfp4, get_dtype("fp8"), tp=8), shape) for s in (base, spec)]
+    modules = {**attention_modules(spec), **indexer_modules(spec)}
+    per_gpu = sum(modules[m].per_rank(8).matrix for m in kept)
+    assert steps[1].weight_bytes - steps[0].weight_bytes == pytest.approx(
+        base.num_layers * per_gpu * (2 - 4.5 / 8), rel=0.02)
+    ideal = [step_time(deployment(s, load_gpu("b200"), nvfp4, get_dtype("fp8"), tp=8), shape, ideal=True)
+             for s in (base, spec)]
+    assert ideal[1].seconds > ideal[0].seconds  # more bytes; the real step may not be slower: the nvfp4 GEMMs'
+    # input quantisation kernels are gone (at batch 1 those projections are floor-bound)

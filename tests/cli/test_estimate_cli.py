@@ -267,7 +267,7 @@ def test_engines_and_fabrics(tmp_path: Path) -> None:
     (["--tp", "3"], "tp 3 does not divide the 32 attention heads"),
     (["--ep", "2"], "ep 2 given but llama3-8b has no experts"),
     (["--redundant-experts", "8"], "--redundant-experts needs an MoE model: llama3-8b has no experts"),
-    (["--compute-efficiency", "1e-200"], "invalid compute efficiency '1e-200': must be greater than 0.01"),
+    (["--compute-efficiency", "1e-200"], "invalid compute efficiency '1e-200': must be greater than 0.001"),
     (["--bandwidth-efficiency", "5e-324"], "invalid bandwidth efficiency"),
     (["--prompt-len", str(1 << 54)], "at most 1,099,511,627,776"),  # lengths stay exact in the float arithmetic
 ])

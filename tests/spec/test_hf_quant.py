@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -140,21 +141,16 @@ def test_moe_checkpoints() -> None:
     ("fp8", "field 'quantization_config' must be an object"),
     ({**BNB, "load_in_4bit": False, "_load_in_4bit": False, "load_in_8bit": True},
      r"bitsandbytes 8-bit \(LLM.int8\) weights have no tfcalc format \(supported: 4-bit nf4\)"),
-    # one layer's module excepted: the component has no single format
-    ({**AWQ, "modules_to_not_convert": ["model.layers.0.self_attn.kv_b_proj"]}, None),
-    ({**AWQ, "modules_to_not_convert": ["model.layers.0.mlp.down_proj"]},
-     r"stores part of the mlp as int4-g128 \(model.layers.0.mlp.gate_proj\) and part as unquantized "
-     r"\(model.layers.0.mlp.down_proj\)"),
+    # one expert's module excepted (routed experts are held whole or not at all, module by module they are not)
+    ({**AWQ, "modules_to_not_convert": ["model.layers.0.mlp.experts.0.down_proj"]},
+     r"stores part of the experts as int4-g128 \(model.layers.0.mlp.experts.0.gate_proj\) and part as unquantized "
+     r"\(model.layers.0.mlp.experts.0.down_proj\) in one layer"),
 ])
-def test_refused_with_one_line(quant: Any, message: str | None) -> None:
-    if message is None:  # kv_b_proj is DeepSeek's: for Llama the list excepts nothing
-        assert native("llama3-8b", quant) == "int4-g128"
-        with pytest.raises(SpecError, match="stores part of the attention"):
-            native("deepseek-v3", quant)
-        return
+def test_refused_with_one_line(quant: Any, message: str) -> None:
+    name = "qwen3-30b-a3b" if "experts" in str(quant) else "llama3-8b"
     with pytest.raises(SpecError, match=message) as err:
-        native("llama3-8b", quant)
-    assert "\n" not in str(err.value) and str(err.value).startswith("llama3-8b.json: ")
+        native(name, quant)
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"{name}.json: ")
 
 
 # --- against transformers: the module names, and the bytes ------------------------------------------------------
@@ -195,7 +191,7 @@ def test_module_names_are_the_ones_transformers_builds(name: str) -> None:
     assert fused <= built, sorted(fused - built)[:5]
     last = spec.moe.num_experts - 1 if spec.moe is not None else 0
     linear = {n.rsplit(".", 1)[0] for n, shape in params if len(shape) == 2 and n.startswith("model.layers.")
-              and not any(k in n for k in (".gate.", ".router.", "shared_expert_gate", "norm", "weights_proj"))}
+              and not any(k in n for k in (".gate.", ".router.", "shared_expert_gate", "norm"))}
     linear = {n for n in linear if not any(f".experts.{e}." in n + "." for e in range(1, last))}
     assert linear <= listed | {n.rsplit(".", 1)[0] for n in listed}, sorted(linear - listed)[:5]
 
@@ -364,10 +360,14 @@ def test_llama4_fbgemm_fp8_and_llm_compressor_checkpoints() -> None:
     precision = parse_weight_precision("fp8")
     plain = weights_bytes_by_component(count_params(half), precision)["mlp"]
     assert weights_bytes_by_component(count_params(half), precision, spec=half)["mlp"] == plain * 3 // 2
-    with pytest.raises(SpecError, match=r"part of the attention as fp8 \(.*q_proj\) and part as unquantized "
-                                        r"\(.*layers.0.self_attn.o_proj\) in one layer"):
-        _llama4({"quant_method": "fbgemm_fp8",
-                 "modules_to_not_convert": ["language_model.model.layers.0.self_attn.o_proj"]})
+    # one module of one layer kept: that module alone, 5,120 x 5,120 weights at 1 byte more
+    one = _llama4({"quant_method": "fbgemm_fp8",
+                   "modules_to_not_convert": ["language_model.model.layers.0.self_attn.o_proj"]})
+    (exception,) = one.quantized_weight_exceptions
+    assert (exception.layers, exception.components, exception.modules) == ((0,), ("attention",), ("o_proj",))
+    by_component = weights_bytes_by_component(count_params(one), precision, spec=one)
+    assert by_component["attention"] - weights_bytes_by_component(count_params(one), precision)["attention"] == \
+        5120 * 5120
 
 
 def _gemma4(name: str, quant: Any, layers: int | None = None) -> Any:
@@ -588,3 +588,29 @@ def test_compressed_tensors_float_weights_without_quantised_inputs_run_weight_on
         quant: dict, weights: str, weight_only: tuple[str, ...]) -> None:
     spec = spec_from_hf_config(config("llama3-8b", quant), origin="x", name="x")
     assert (spec.native_dtype, spec.checkpoint_weight_only) == (weights, weight_only)
+
+
+def test_mla_projections_kept_beside_a_quantized_o_proj() -> None:
+    """NVIDIA's DeepSeek-V3.2-NVFP4 (ModelOpt, hf_quant_config.json as aiconfigurator bundles it) excludes, in every
+    layer, MLA's q_a / q_b / kv_a / kv_b projections and the indexer, leaving o_proj nvfp4 with the FFNs: the
+    attention is nvfp4 with those modules as a bf16 exception. Its bytes equal a sum over transformers' attention
+    parameters (norms aside) at those widths: o_proj 4.5 bits a weight, the rest 16."""
+    name = "deepseek-v3.2"
+    layers = config(name, None)["num_hidden_layers"]
+    kept = [f"model.layers.{i}.self_attn.{m}" for i in range(layers)
+            for m in ("indexer*", "kv_a_proj_with_mqa", "kv_b_proj", "q_a_proj", "q_b_proj")]
+    quant = {"producer": {"name": "modelopt"}, "quantization": {
+        "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8", "group_size": 16, "exclude_modules": ["lm_head", *kept]}}
+    spec = spec_from_hf_config(config(name, quant), origin=name, name=name)
+    assert spec.native_dtype == "nvfp4" and spec.checkpoint_kv_dtype == "fp8"
+    (exception,) = spec.quantized_weight_exceptions
+    assert exception.modules == ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "indexer.wq_b",
+                                 "indexer.wk", "indexer.weights_proj") and exception.layers == tuple(range(layers))
+    _, params = hf_modules(name)
+    expected = Fraction(0)
+    for n, shape in params:
+        if ".self_attn." in n and "norm" not in n:
+            numel = math.prod(shape)
+            expected += numel * (Fraction(9, 16) if ".o_proj." in n else 2)
+    ours = weights_bytes_by_component(count_params(spec), parse_weight_precision("nvfp4"), spec=spec)["attention"]
+    assert ours == math.ceil(expected)

@@ -336,3 +336,21 @@ def test_llama4_scout_text_counts_match_derived() -> None:
     counts = count_params(load_model("llama4-scout-17b-16e"))
     assert counts.total_params - counts.total["encoder"].total == 107_769_861_120
     assert counts.active_params == 17_172_894_720
+
+
+def test_a_model_file_may_keep_some_modules_of_a_layer_apart(tmp_path: Path) -> None:
+    """``quantized_weight_exceptions.modules``: Llama 3 8B at fp8 with layer 0's down_proj kept in bf16 weighs one
+    4,096 x 14,336 matrix a byte more; a module of no component named is a one-line error."""
+    from tfcalc.calc.memory import weights_bytes_by_component
+    from tfcalc.dtypes import parse_weight_precision
+    from tfcalc.errors import SpecError
+
+    text = (Path(__file__).resolve().parents[2] / "presets" / "models" / "llama3-8b.yaml").read_text()
+    path = tmp_path / "mine.yaml"
+    path.write_text(text + "quantized_weight_exceptions:\n  - {layers: [0], components: [mlp], modules: [down_proj]}\n")
+    spec, fp8 = load_model(str(path)), parse_weight_precision("fp8")
+    kept = weights_bytes_by_component(count_params(spec), fp8, spec=spec)["mlp"]
+    assert kept - weights_bytes_by_component(count_params(spec), fp8)["mlp"] == 4096 * 14336
+    path.write_text(text + "quantized_weight_exceptions:\n  - {layers: [0], components: [mlp], modules: [w2]}\n")
+    with pytest.raises(SpecError, match="quantized_weight_exceptions modules name modules of one component"):
+        load_model(str(path))

@@ -40,6 +40,7 @@ from tfcalc.calc import comm, kernels
 from tfcalc.calc.engine import capacity_bytes
 from tfcalc.calc.kernels import Cost, Rates
 from tfcalc.calc.kv_cache import indexer_key_bytes, keys_attended, kv_layer_bytes, mean_keys, state_dtypes
+from tfcalc.calc.params import attention_modules, ffn_modules, indexer_modules
 from tfcalc.calc.plan import check_parallelism, stage_layers
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype, parse_weight_precision
@@ -285,6 +286,7 @@ class _Dims:
     index_dim: int = 0
     index_topk: int = 0
     index_key_bytes: float = 0.0
+    attn_o: _Linear | None = None  # the O projection where a checkpoint stores it apart (None: as ``attn``)
 
 
 @dataclass(frozen=True)
@@ -403,29 +405,58 @@ def _stages(spec: ModelSpec, pp: int, variant_of: dict[int, int] | None = None) 
     return tuple(out)
 
 
-def _format_variants(spec: ModelSpec, precision: WeightPrecision) -> tuple[dict[int, int], list[WeightPrecision]]:
+def _format_variants(spec: ModelSpec, precision: WeightPrecision
+                     ) -> tuple[dict[int, int], list[tuple[WeightPrecision, WeightPrecision | None]]]:
     """The layers a checkpoint keeps in other formats (``quantized_weight_exceptions`` that apply to
     ``precision``, as ``calc.shard.exception_deltas`` applies them): layer -> 1-based variant, and each variant's
-    precision."""
+    precision with, where its O projection is stored apart from the other attention projections, the O's. An
+    exception naming modules moves the O projection where it names o_proj, and the other projections (or an MLP)
+    where the modules it names hold at least half of their parameters."""
     changes: dict[int, dict[str, DType]] = {}
     for x in spec.quantized_weight_exceptions:
         formats = {get_dtype(f).name for f in x.formats}
         for component in x.components:
             chosen = precision.for_component(component)
-            if chosen.quantized and (not formats or chosen.name in formats):
-                for layer in x.layers:
-                    changes.setdefault(layer, {})[component] = get_dtype(x.dtype)
+            if not chosen.quantized or (formats and chosen.name not in formats):
+                continue
+            moved = [component, "attention.o"] if component == "attention" else [component]
+            if x.modules:
+                moved = [key for key, held in _module_shares(spec, component, x.modules).items() if held >= 0.5]
+            for layer in x.layers:
+                changes.setdefault(layer, {}).update(dict.fromkeys(moved, get_dtype(x.dtype)))
     signatures: dict[tuple[tuple[str, str], ...], int] = {}
     variant_of: dict[int, int] = {}
-    precisions: list[WeightPrecision] = []
+    variants: list[tuple[WeightPrecision, WeightPrecision | None]] = []
+
+    def with_formats(change: dict[str, DType]) -> WeightPrecision:
+        kept = tuple((c, d) for c, d in precision.per_component if c not in change)
+        return WeightPrecision(precision.default, kept + tuple(sorted(change.items())))
+
     for layer, change in sorted(changes.items()):
         key = tuple(sorted((c, d.name) for c, d in change.items()))
         if key not in signatures:
-            signatures[key] = len(precisions) + 1
-            kept = tuple((c, d) for c, d in precision.per_component if c not in change)
-            precisions.append(WeightPrecision(precision.default, kept + tuple(sorted(change.items()))))
+            signatures[key] = len(variants) + 1
+            o = change.pop("attention.o", precision.for_component("attention"))  # unmoved: the chosen format
+            main = with_formats(change)
+            apart = o.name != main.for_component("attention").name
+            variants.append((main, with_formats({**change, "attention": o}) if apart else None))
         variant_of[layer] = signatures[key]
-    return variant_of, precisions
+    return variant_of, variants
+
+
+def _module_shares(spec: ModelSpec, component: str, modules: tuple[str, ...]) -> dict[str, float]:
+    """The share of a component's parameters (the attention's apart from its O projection, "attention.o": the O
+    projection's) that ``modules`` hold."""
+    if component != "attention":
+        every = ffn_modules(spec, spec.intermediate_size, spec.mlp_bias)
+        total = sum(x.total().total for x in every.values())
+        return {component: sum(every[m].total().total for m in modules if m in every) / total if total else 0.0}
+    every = {**attention_modules(spec), **indexer_modules(spec)}
+    kv_heads = spec.num_kv_heads if spec.mla is None else 0
+    rest = {m: x.total(kv_heads).total for m, x in every.items() if m not in ("o_proj", "sinks")}
+    total = sum(rest.values())
+    return {"attention": sum(rest.get(m, 0) for m in modules) / total if total else 0.0,
+            "attention.o": 1.0 if "o_proj" in modules else 0.0}
 
 
 PER_TENSOR_FP8 = ("fp8_e4m3", "fp8_e5m2")
@@ -561,10 +592,13 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     domain = max(gpus_per_node, gpu.nvlink_domain_gpus or 0)  # the GPUs one NVLink fabric joins
     variant_of, variant_precisions = _format_variants(spec, precision)
 
-    def dims_of(p: WeightPrecision) -> tuple[_Dims, _Dims | None]:
-        return (_dims(spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales, redundant_experts),
-                _dims(spec.full_layer_spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales, redundant_experts)
-                if spec.full_attention is not None else None)
+    def dims_of(p: WeightPrecision, o: WeightPrecision | None = None) -> tuple[_Dims, _Dims | None]:
+        dims = _dims(spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales, redundant_experts)
+        if o is not None:  # the O projection stored apart from the other attention projections
+            dims = replace(dims, attn_o=_dims(spec, gpu, o, kv_dtype, tp, ep, compute, engine, fp8_scales,
+                                              redundant_experts).attn)
+        return (dims, _dims(spec.full_layer_spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales,
+                            redundant_experts) if spec.full_attention is not None else None)
 
     return Deployment(spec=spec, gpu=gpu, precision=precision, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, dp=dp,
                       kernels=engine, rates_prefill=rates_prefill or base, rates_decode=rates_decode or base,
@@ -572,7 +606,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                       nvlink_domain=domain,
                       algorithm=algorithm or interconnect.algorithm, routing=routing,
                       dims=dims_of(precision)[0], full_dims=dims_of(precision)[1],
-                      stages=_stages(spec, pp, variant_of), variants=tuple(dims_of(p) for p in variant_precisions),
+                      stages=_stages(spec, pp, variant_of), variants=tuple(dims_of(*v) for v in variant_precisions),
                       graph_cap_tokens=engine.graph_token_cap(capacity_bytes(gpu) / 2**30, tp),
                       deepep_moe=_deepep_kernel(gpu, engine, dp, ep, domain))
 
@@ -904,7 +938,8 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool,
                   in_block=True)
     if dm.attention_gate:  # output x sigmoid(gate): read both, write one
         _elementwise_group(s, "attention", 3 * m * dm.heads * v_dim * ACT_BYTES)
-    _gemm(s, "attention", m, h, dm.heads * v_dim, dm.attn, eng, in_block=dm.mla, after="attention")  # O projection
+    _gemm(s, "attention", m, h, dm.heads * v_dim, dm.attn_o or dm.attn, eng, in_block=dm.mla,
+          after="attention")  # O projection
 
 
 def _dense_prefill(d: Deployment, shape: StepShape) -> bool:

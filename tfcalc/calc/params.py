@@ -8,6 +8,7 @@ elements are biases, norm weights, sinks and router score biases.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from tfcalc.dtypes import PARAM_COMPONENTS
@@ -80,8 +81,9 @@ def _norm(spec: ModelSpec, size: int) -> Params:
     return Params(vector=size * (2 if spec.norm_kind == "layernorm" else 1))
 
 
-def attention_shape(spec: ModelSpec) -> TPShape:
-    """One layer's attention projections (norm weights excluded, see ``norm_params_per_layer``).
+def attention_modules(spec: ModelSpec) -> dict[str, TPShape]:
+    """One layer's attention projections, module by module (``tfcalc.spec.model.ATTENTION_MODULES``' names; gpt-oss's
+    sinks under "sinks"; norm weights excluded, see ``norm_params_per_layer``).
 
     GQA/MHA/MQA: q [h, nh*d] and o [nh*d, h] split by head, k and v [h, d] per KV head (k only with
     ``attention_k_eq_v``; a full layer of Gemma 4: pass ``spec.full_layer_spec``); biases per
@@ -91,27 +93,48 @@ def attention_shape(spec: ModelSpec) -> TPShape:
     [kv_rank, nh*(nope+v)] and o [nh*v, h] split by head.
     """
     h, nh = spec.hidden_size, spec.num_attention_heads
-    o_bias = Params(vector=h if spec.o_bias else 0)
+    o = TPShape(replicated=Params(vector=h if spec.o_bias else 0))
     if spec.mla is not None:
         m = spec.mla
         q_out, kv_a_out = nh * m.qk_head_dim, m.kv_lora_rank + m.qk_rope_head_dim
+        modules = {}
         if m.q_lora_rank is not None:
-            q_split = Params(matrix=m.q_lora_rank * q_out)
-            q_replicated = Params(matrix=h * m.q_lora_rank, vector=m.q_lora_rank if spec.qkv_bias else 0)
+            modules["q_a_proj"] = TPShape(replicated=Params(matrix=h * m.q_lora_rank,
+                                                            vector=m.q_lora_rank if spec.qkv_bias else 0))
+            modules["q_b_proj"] = TPShape(split=Params(matrix=m.q_lora_rank * q_out))
         else:  # q_proj has no bias even when attention_bias is set (transformers DeepseekV2Attention)
-            q_split, q_replicated = Params(matrix=h * q_out), Params()
-        kv_replicated = Params(matrix=h * kv_a_out, vector=kv_a_out if spec.qkv_bias else 0)
-        kv_b, o = m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim), nh * m.v_head_dim * h
-        split = q_split + Params(matrix=kv_b + o)
-        return TPShape(split=split, replicated=q_replicated + kv_replicated + o_bias)
+            modules["q_proj"] = TPShape(split=Params(matrix=h * q_out))
+        modules["kv_a_proj_with_mqa"] = TPShape(replicated=Params(matrix=h * kv_a_out,
+                                                                  vector=kv_a_out if spec.qkv_bias else 0))
+        modules["kv_b_proj"] = TPShape(split=Params(matrix=m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)))
+        modules["o_proj"] = TPShape(split=Params(matrix=nh * m.v_head_dim * h), replicated=o.replicated)
+        return modules
     d = spec.head_dim
     q_out = nh * d
     gate = q_out if spec.attention_output_gate else 0  # Qwen3-Next: q_proj's second half gates the output
-    split = Params(matrix=2 * h * q_out + h * gate,
-                   vector=(q_out + gate if spec.qkv_bias else 0) + (nh if spec.attention_sinks else 0))
-    kv = 1 if spec.attention_k_eq_v else 2  # Gemma 4's full layers: values from the k projection, no v_proj
-    per_kv_head = Params(matrix=kv * h * d, vector=kv * d if spec.qkv_bias else 0)
-    return TPShape(split=split, replicated=o_bias, per_kv_head=per_kv_head)
+    per_head = Params(matrix=h * d, vector=d if spec.qkv_bias else 0)
+    modules = {"q_proj": TPShape(split=Params(matrix=h * (q_out + gate), vector=q_out + gate if spec.qkv_bias else 0)),
+               "k_proj": TPShape(per_kv_head=per_head)}
+    if not spec.attention_k_eq_v:  # Gemma 4's full layers: values from the k projection, no v_proj
+        modules["v_proj"] = TPShape(per_kv_head=per_head)
+    modules["o_proj"] = TPShape(split=Params(matrix=q_out * h), replicated=o.replicated)
+    if spec.attention_sinks:
+        modules["sinks"] = TPShape(split=Params(vector=nh))
+    return modules
+
+
+def _summed(shapes: Iterable[TPShape]) -> TPShape:
+    total = TPShape()
+    for x in shapes:
+        total = TPShape(split=total.split + x.split, replicated=total.replicated + x.replicated,
+                        per_kv_head=total.per_kv_head + x.per_kv_head)
+    return total
+
+
+def attention_shape(spec: ModelSpec) -> TPShape:
+    """One layer's attention projections (norm weights excluded, see ``norm_params_per_layer``): its
+    ``attention_modules`` summed."""
+    return _summed(attention_modules(spec).values())
 
 
 def linear_attention_shape(spec: ModelSpec) -> TPShape:
@@ -133,17 +156,23 @@ def linear_attention_shape(spec: ModelSpec) -> TPShape:
     return TPShape(split=Params(matrix=matrix, vector=la.conv_dim * la.conv_kernel + 2 * la.num_value_heads))
 
 
-def indexer_shape(spec: ModelSpec) -> TPShape:
-    """One DSA lightning indexer (DeepSeek-V3.2, GLM-5; transformers DeepseekV32Indexer): wq_b [q_rank,
-    heads x head_dim], wk [h, head_dim] and weights_proj [h, heads], each held whole by every rank (vLLM's Indexer:
-    ReplicatedLinear); its k_norm: ``indexer_norm_params``. weights_proj is bf16 in the fp8 checkpoints but counted
-    as a matrix (under 0.1 % of the attention)."""
+def indexer_modules(spec: ModelSpec) -> dict[str, TPShape]:
+    """One DSA lightning indexer (DeepSeek-V3.2, GLM-5; transformers DeepseekV32Indexer), module by module: wq_b
+    [q_rank, heads x head_dim], wk [h, head_dim] and weights_proj [h, heads], each held whole by every rank (vLLM's
+    Indexer: ReplicatedLinear); its k_norm: ``indexer_norm_params``. weights_proj is bf16 in the fp8 checkpoints but
+    counted as a matrix (under 0.1 % of the attention)."""
     si, m = spec.sparse_indexer, spec.mla
     if si is None or m is None or m.q_lora_rank is None:
-        return TPShape()
+        return {}
     h = spec.hidden_size
-    matrix = m.q_lora_rank * si.num_heads * si.head_dim + h * si.head_dim + h * si.num_heads
-    return TPShape(replicated=Params(matrix=matrix))
+    return {"indexer.wq_b": TPShape(replicated=Params(matrix=m.q_lora_rank * si.num_heads * si.head_dim)),
+            "indexer.wk": TPShape(replicated=Params(matrix=h * si.head_dim)),
+            "indexer.weights_proj": TPShape(replicated=Params(matrix=h * si.num_heads))}
+
+
+def indexer_shape(spec: ModelSpec) -> TPShape:
+    """One DSA lightning indexer: its ``indexer_modules`` summed."""
+    return _summed(indexer_modules(spec).values())
 
 
 def indexer_norm_params(spec: ModelSpec) -> Params:
@@ -195,15 +224,21 @@ def norm_params_per_layer(spec: ModelSpec) -> Params:
     return norms_shape(spec).total(0 if spec.mla is not None else spec.num_kv_heads)
 
 
-def ffn_shape(spec: ModelSpec, intermediate: int, bias: bool, hidden: int = 0) -> TPShape:
-    """Gated (SwiGLU/GeGLU): gate and up [h, I] + down [I, h]; plain: up + down. The I columns split over tp;
-    biases 2I (or I) split + h (down, added after the all-reduce) replicated. ``hidden``: the width the FFN runs on
-    where it is not h (a latent MoE's experts)."""
+def ffn_modules(spec: ModelSpec, intermediate: int, bias: bool, hidden: int = 0) -> dict[str, TPShape]:
+    """An FFN module by module: gate (gated FFNs) and up [h, I] with their I biases split over tp, down [I, h] split
+    by its input, its h bias replicated (added after the all-reduce). ``hidden``: the width the FFN runs on where
+    it is not h (a latent MoE's experts)."""
     h = hidden or spec.hidden_size
-    gated = spec.ffn_kind == "gated"
-    split = Params(matrix=(3 if gated else 2) * h * intermediate,
-                   vector=(2 if gated else 1) * intermediate if bias else 0)
-    return TPShape(split=split, replicated=Params(vector=h if bias else 0))
+    column = TPShape(split=Params(matrix=h * intermediate, vector=intermediate if bias else 0))
+    up = {"gate_proj": column, "up_proj": column} if spec.ffn_kind == "gated" else {"up_proj": column}
+    return {**up, "down_proj": TPShape(split=Params(matrix=intermediate * h), replicated=Params(vector=h if bias
+                                                                                                 else 0))}
+
+
+def ffn_shape(spec: ModelSpec, intermediate: int, bias: bool, hidden: int = 0) -> TPShape:
+    """Gated (SwiGLU/GeGLU): gate and up [h, I] + down [I, h]; plain: up + down (``ffn_modules`` summed). The I
+    columns split over tp; biases 2I (or I) split + h (down, added after the all-reduce) replicated."""
+    return _summed(ffn_modules(spec, intermediate, bias, hidden).values())
 
 
 def ffn_params(spec: ModelSpec, intermediate: int, bias: bool) -> Params:

@@ -35,12 +35,15 @@ from functools import lru_cache
 
 from tfcalc.calc.params import (
     Params,
+    attention_modules,
     attention_shape,
     block_norms,
     encoder_shape,
     expert_shape,
+    ffn_modules,
     ffn_shape,
     final_norm_params,
+    indexer_modules,
     indexer_norm_params,
     indexer_shape,
     latent_shape,
@@ -156,6 +159,9 @@ class Shard:
     full_kv_heads: int = 0
     indexer: Params = Params()  # per layer running a DSA indexer (DeepSeek-V3.2, GLM-5), whole on every GPU
     latent: Params = Params()   # per MoE layer: a latent MoE's two projections (Nemotron 3 Super), whole on every GPU
+    # per quantized_weight_exceptions entry naming modules: (their part of a layer's component, their part of its
+    # DSA indexer) on this GPU; None for an entry covering whole components
+    exception_parts: tuple[tuple[Params, Params] | None, ...] = ()
 
 
 def expert_tp(par: Parallelism) -> int:
@@ -235,7 +241,23 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
         full_norms=norms_shape(full).per_rank(tp, full_kv_heads),
         full_kv_elements=2 * full_kv_heads * full.head_dim if full is not spec else kv_elements,
         full_kv_heads=full_kv_heads, indexer=indexer_shape(spec).per_rank(tp) + indexer_norm_params(spec),
-        latent=latent_shape(spec).per_rank(tp))
+        latent=latent_shape(spec).per_rank(tp), exception_parts=_exception_parts(spec, tp, kv_heads))
+
+
+def _exception_parts(spec: ModelSpec, tp: int, kv_heads: int) -> tuple[tuple[Params, Params] | None, ...]:
+    """``Shard.exception_parts``: the modules each exception names, as tensor parallelism lays them out."""
+    parts: list[tuple[Params, Params] | None] = []
+    for x in spec.quantized_weight_exceptions:
+        if not x.modules:
+            parts.append(None)
+            continue
+        modules = (attention_modules(spec) if x.components[0] == "attention"
+                   else ffn_modules(spec, spec.intermediate_size, spec.mlp_bias))
+        indexer = indexer_modules(spec)
+        layer = sum((modules[m].per_rank(tp, kv_heads) for m in x.modules if m in modules), Params())
+        own = sum((indexer[m].per_rank(tp) for m in x.modules if m in indexer), Params())
+        parts.append((layer, own))
+    return tuple(parts)
 
 
 def param_bytes(p: Params, precision: WeightPrecision, component: str) -> Fraction:
@@ -335,9 +357,10 @@ def _layer_parts(sh: Shard) -> dict[str, Params]:
             "experts": sh.expert * sh.experts_resident, "shared_experts": sh.shared_experts, "router": sh.router}
 
 
-def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int, int, int], ...]:
+def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int, int, int, int], ...]:
     """Per quantized_weight_exceptions entry: (its layers in this stage, how many of them are dense-MLP layers, how
-    many full-attention layers of a shape of their own, Gemma 4's, how many linear-attention layers)."""
+    many full-attention layers of a shape of their own, Gemma 4's, how many linear-attention layers, how many run
+    their own DSA indexer)."""
     if not spec.quantized_weight_exceptions:
         return ()
     index = _layer_index(spec)
@@ -348,12 +371,13 @@ def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int, in
         in_stage = _slice(sorted_layers, layers)
         full = sum(1 for i in in_stage if i not in local) if spec.full_attention is not None else 0
         counts.append((len(in_stage), len(in_stage) if dense is None else sum(1 for i in in_stage if i in dense),
-                       full, len(set(in_stage) & set(index.linear)) if index.linear else 0))
+                       full, len(set(in_stage) & set(index.linear)) if index.linear else 0,
+                       len(set(in_stage) & set(index.indexer)) if index.indexer else 0))
     return tuple(counts)
 
 
 def exception_deltas(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
-                     counts: tuple[tuple[int, int, int, int], ...]) -> dict[str, Fraction]:
+                     counts: tuple[tuple[int, int, int, int, int], ...]) -> dict[str, Fraction]:
     """Bytes per component the quantized_weight_exceptions add (or remove): their layers keep the exception's
     format when the chosen one is quantized (and one the exception names); a linear-attention layer's attention
     and norms weigh its own shape."""
@@ -361,7 +385,8 @@ def exception_deltas(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
     full_parts = {"attention": sh.full_attention, "norms": sh.full_norms}
     linear_parts = {"attention": sh.linear_attention, "norms": sh.linear_norms}
     beside = spec.moe is not None and spec.moe.dense_mlp_beside
-    for x, (in_stage, dense, full, linear) in zip(spec.quantized_weight_exceptions, counts, strict=True):
+    for x, (in_stage, dense, full, linear, indexed), modules in zip(spec.quantized_weight_exceptions, counts,
+                                                                    sh.exception_parts, strict=True):
         formats = {get_dtype(f).name for f in x.formats}
         kept = get_dtype(x.dtype)
         for component in x.components:
@@ -370,6 +395,12 @@ def exception_deltas(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
                 continue
             count = {"mlp": in_stage if beside else dense, "experts": in_stage - dense,
                      "shared_experts": in_stage - dense, "router": in_stage - dense}.get(component, in_stage)
+            if modules is not None:  # only these modules of the component (and of its layers' indexers)
+                layer, own = modules
+                deltas[component] = deltas.get(component, Fraction(0)) + count * (
+                    dtype_bytes(layer, kept) - dtype_bytes(layer, chosen)) + indexed * (
+                    dtype_bytes(own, kept) - dtype_bytes(own, chosen))
+                continue
             delta = count * (dtype_bytes(parts[component], kept) - dtype_bytes(parts[component], chosen))
             if full and component in full_parts:  # the full layers among them weigh their own shape
                 part = full_parts[component]
@@ -393,7 +424,7 @@ def stage_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, l
 
 @lru_cache(maxsize=4096)
 def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, c: StageCensus,
-                        exceptions: tuple[tuple[int, int, int, int], ...], first: bool, last: bool) -> int:
+                        exceptions: tuple[tuple[int, int, int, int, int], ...], first: bool, last: bool) -> int:
     """``stage_weight_bytes`` from the stage's layer counts (stages alike in counts weigh alike)."""
     per_layer = param_bytes(sh.attention, precision, "attention") + param_bytes(sh.norms, precision, "norms")
     per_linear = (param_bytes(sh.linear_attention, precision, "attention")

@@ -64,7 +64,8 @@ def exception_notes(specs: list[ModelSpec]) -> tuple[str, ...]:
                      f"layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}" if len(layers) <= 4 else
                      f"{len(layers)} layers")
             formats = f" (when {' or '.join(x.formats)})" if x.formats else ""
-            parts.append(f"{' and '.join(x.components)} of {where} in {x.dtype}{formats}")
+            what = f"{', '.join(x.modules)} of the {x.components[0]}" if x.modules else ' and '.join(x.components)
+            parts.append(f"{what} of {where} in {x.dtype}{formats}")
         if parts:
             notes.append(f"{spec.name}: as its checkpoint ships, {'; '.join(parts)}")
     return tuple(notes)

@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 from tfcalc.dtypes import parse_weight_precision
 from tfcalc.errors import SpecError, UsageError
-from tfcalc.spec.model import ModelSpec, WeightException
+from tfcalc.spec.model import LAYER_MODULES, ModelSpec, WeightException
 
 # The components a quantization method can convert (tfcalc.dtypes.PARAM_COMPONENTS that are linear layers).
 QUANTIZABLE = ("attention", "mlp", "experts", "shared_experts", "lm_head")
@@ -79,9 +79,8 @@ _GDN = {"qwen3_next": ("linear_attn.in_proj_qkvz", "linear_attn.out_proj"),
         "qwen3_5_text": ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.out_proj")}
 _GDN["qwen3_5_moe_text"] = _GDN["qwen3_5_text"]
 _MAMBA = ("mixer.in_proj", "mixer.out_proj")
-# A DSA layer's lightning indexer (DeepSeek-V3.2, GLM-5), part of the attention component; its per-head weights_proj
-# (h x heads, which the fp8 checkpoints keep 16-bit: calc.params.indexer_shape) is not listed, like the b/a above
-_INDEXER = ("self_attn.indexer.wq_b", "self_attn.indexer.wk")
+# A DSA layer's lightning indexer (DeepSeek-V3.2, GLM-5), part of the attention component
+_INDEXER = ("self_attn.indexer.wq_b", "self_attn.indexer.wk", "self_attn.indexer.weights_proj")
 # Gemma 4 keeps its experts and router on the block itself (layers.N.experts), beside the dense mlp of every layer
 _EXPERTS_AT = {"gemma4_text": ""}
 # Nemotron-H's latent MoE projects into and out of the experts' width (fc1/fc2_latent_proj, counted with the
@@ -473,10 +472,12 @@ def checkpoint_precision(quant: Any, spec: ModelSpec, model_type: str, base: str
     excepted = _Patterns(exceptions, field, origin)
     formats: dict[str, str | None] = {}
     kept: list[WeightException] = []
+    hybrid = spec.linear_attention is not None or spec.full_attention is not None  # modules of one layer kind
     for c in names:
-        formats[c], by_layer = _component_format(c, names[c], targets, excepted, origin)
-        kept += [WeightException(layers=layers, components=(c,), dtype=fmt or base, formats=(str(formats[c]),))
-                 for fmt, layers in by_layer.items()]
+        formats[c], others = _component_format(c, names[c], targets, excepted, origin,
+                                               modules_apart=c == "mlp" or (c == "attention" and not hybrid))
+        kept += [WeightException(layers=layers, components=(c,), dtype=fmt or base, formats=(str(formats[c]),),
+                                 modules=modules) for fmt, layers, modules in others]
     if method == "gptq" and quant.get("lm_head") is True and "lm_head" in names:
         formats["lm_head"] = targets[0][1]
     elif "lm_head" in formats and not (method == "modelopt" and targets[0][0] is not None):  # a mixed one names it
@@ -487,13 +488,17 @@ def checkpoint_precision(quant: Any, spec: ModelSpec, model_type: str, base: str
 _LAYER = re.compile(r"layers\.(\d+)\.")
 
 
+# (format, layers, modules: () for the whole component) a component keeps apart from its main format
+Others = list[tuple[str | None, tuple[int, ...], tuple[str, ...]]]
+
+
 def _component_format(component: str, namings: Sequence[Sequence[str]],
-                      targets: Sequence[tuple[_Patterns | None, str]], excepted: _Patterns, origin: str
-                      ) -> tuple[str | None, dict[str | None, tuple[int, ...]]]:
+                      targets: Sequence[tuple[_Patterns | None, str]], excepted: _Patterns, origin: str,
+                      modules_apart: bool = False) -> tuple[str | None, Others]:
     """The format a component's modules are stored in (None: left in the base dtype), under the naming the
-    checkpoint's lists were written in (the one in which an entry names a module, else any), and the layers
-    stored in another format, by format (``_by_layer``)."""
-    results: list[tuple[bool, str | None, dict[str | None, tuple[int, ...]]]] = []  # (named, format, others)
+    checkpoint's lists were written in (the one in which an entry names a module, else any), and the layers (or,
+    where ``modules_apart``, the modules of layers) stored in another format (``_split``)."""
+    results: list[tuple[bool, str | None, Others]] = []  # (named, format, others)
     refusal, refused_named = None, False
     for names in namings:
         seen: dict[str | None, list[str]] = {}
@@ -502,7 +507,7 @@ def _component_format(component: str, namings: Sequence[Sequence[str]],
             fmt, covered = (None, True) if excepted.match(name) else _target_format(name, targets)
             named = named or covered
             seen.setdefault(fmt, []).append(name)
-        split = _by_layer(seen) if len(seen) > 1 else (next(iter(seen)), {})
+        split = _split(component, seen, modules_apart) if len(seen) > 1 else (next(iter(seen)), [])
         if split is not None:
             results.append((named, *split))
         elif refusal is None or (named and not refused_named):
@@ -513,25 +518,41 @@ def _component_format(component: str, namings: Sequence[Sequence[str]],
     return (chosen or [(fmt, others) for _, fmt, others in results])[0]
 
 
-def _by_layer(seen: Mapping[str | None, Sequence[str]]) -> tuple[str | None, dict[str | None, tuple[int, ...]]] | None:
-    """A component stored in several formats, layer by layer: (the quantized format of the most layers, the other
-    layers by their format), as a checkpoint keeps its first or last layers 16-bit; None where one layer's modules
-    differ (or a module belongs to no layer): a split one format per component cannot hold."""
-    layer_format: dict[int, str | None] = {}
+_MODULE_PREFIXES = ("self_attn.", "mlp.", "mixer.", "feed_forward.")
+
+
+def _split(component: str, seen: Mapping[str | None, Sequence[str]], modules_apart: bool
+           ) -> tuple[str | None, Others] | None:
+    """A component stored in several formats: (the quantized format of the most of its modules, what is stored
+    otherwise), as checkpoints keep their first or last layers 16-bit (whole layers), or MLA's down- and
+    up-projections beside a quantized o_proj (modules, where ``modules_apart`` and each is one of
+    ``LAYER_MODULES``); None where a split cannot be held that way (a module of no layer, other modules)."""
+    by_layer: dict[int, dict[str, str | None]] = {}
+    counts: dict[str | None, int] = {}
     for fmt, names in seen.items():
+        counts[fmt] = counts.get(fmt, 0) + len(names)
         for name in names:
             match = _LAYER.search(name)
-            if match is None or layer_format.setdefault(int(match.group(1)), fmt) != fmt:
+            if match is None:
                 return None
-    counts: dict[str | None, int] = {}
-    for fmt in layer_format.values():
-        counts[fmt] = counts.get(fmt, 0) + 1
+            module = name[match.end():]
+            for prefix in _MODULE_PREFIXES:
+                module = module.removeprefix(prefix)
+            by_layer.setdefault(int(match.group(1)), {})[module] = fmt
     main = max(counts, key=lambda f: (f is not None, counts[f]))
-    others: dict[str | None, list[int]] = {}
-    for layer, fmt in sorted(layer_format.items()):
-        if fmt != main:
-            others.setdefault(fmt, []).append(layer)
-    return main, {fmt: tuple(layers) for fmt, layers in others.items()}
+    groups: dict[tuple[str | None, tuple[str, ...]], list[int]] = {}
+    for layer, modules in sorted(by_layer.items()):
+        apart = {m: f for m, f in modules.items() if f != main}
+        if not apart:
+            continue
+        if len(apart) == len(modules) and len(set(apart.values())) == 1:  # the whole layer in another format
+            groups.setdefault((next(iter(apart.values())), ()), []).append(layer)
+            continue
+        if not modules_apart or not set(apart) <= set(LAYER_MODULES.get(component, ())):
+            return None
+        for fmt in dict.fromkeys(apart.values()):
+            groups.setdefault((fmt, tuple(m for m, f in apart.items() if f == fmt)), []).append(layer)
+    return main, [(fmt, tuple(layers), modules) for (fmt, modules), layers in groups.items()]
 
 
 def _split_error(component: str, seen: Mapping[str | None, Sequence[str]], origin: str) -> SpecError:

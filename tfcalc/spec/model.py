@@ -555,18 +555,25 @@ class MoESpec:
 
 # The per-layer components a quantized checkpoint may keep in another format (see ``WeightException``).
 LAYER_COMPONENTS = ("attention", "mlp", "experts", "shared_experts", "router", "norms")
+# The modules of a layer's component a checkpoint may keep apart (``WeightException.modules``; the names of
+# ``tfcalc.calc.params.attention_modules``, ``indexer_modules`` and ``ffn_modules``)
+LAYER_MODULES = {"attention": ("q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa",
+                               "kv_b_proj", "indexer.wq_b", "indexer.wk", "indexer.weights_proj"),
+                 "mlp": ("gate_proj", "up_proj", "down_proj")}
 
 
 @dataclass(frozen=True, kw_only=True)
 class WeightException:
     """Layers whose ``components`` a quantized checkpoint keeps in ``dtype`` (Llama-3.1-405B-FP8 keeps every
-    attention and the first and last layers' MLP in bf16). Applies when the component's chosen format is one of
-    ``formats`` (any quantized format when empty)."""
+    attention and the first and last layers' MLP in bf16), or only some ``modules`` of one component (NVIDIA's
+    DeepSeek-V3.2 NVFP4 keeps MLA's q_a, q_b, kv_a, kv_b and the indexer in bf16 beside an nvfp4 o_proj). Applies
+    when the component's chosen format is one of ``formats`` (any quantized format when empty)."""
 
     layers: tuple[int, ...]
     components: tuple[str, ...]
     dtype: str = "bf16"
     formats: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_fields(self, "quantized_weight_exceptions.")
@@ -771,6 +778,13 @@ class ModelSpec:
             for c in x.components:
                 _require(c in LAYER_COMPONENTS, f"{n}: quantized_weight_exceptions component '{c}' is not one of "
                          f"{', '.join(LAYER_COMPONENTS)}")
+            if x.modules:
+                (c, *more), known = x.components, LAYER_MODULES.get(x.components[0], ())
+                _require(not more and set(x.modules) <= set(known), f"{n}: quantized_weight_exceptions modules "
+                         f"name modules of one component: attention or mlp, got {', '.join(x.modules)} of "
+                         f"{', '.join(x.components)}")
+                _require(c != "attention" or not (self.linear_attention or self.full_attention), f"{n}: "
+                         "quantized_weight_exceptions modules of a hybrid or Gemma 4 attention are not supported")
             try:
                 check_layer_indices("quantized_weight_exceptions.layers", x.layers, self.num_layers)
                 for name in (x.dtype, *x.formats):

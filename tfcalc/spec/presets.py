@@ -561,7 +561,8 @@ def _build_model(data: dict[str, Any], num_layers: int, origin: str) -> ModelSpe
 
 def _weight_exceptions(value: Any, num_layers: int, origin: str) -> tuple[WeightException, ...]:
     """``[{layers: [0, 125] | {first: N, last: M} | all/even/odd, components: [mlp], dtype: bf16,
-    formats: [fp8]}, ...]`` (formats: the chosen weight formats it applies to; any quantized one if omitted)."""
+    formats: [fp8], modules: [down_proj]}, ...]`` (formats: the chosen weight formats it applies to; any quantized one
+    if omitted; modules: some modules of the one component named, ``LAYER_MODULES``; all if omitted)."""
     key = "quantized_weight_exceptions"
     if not isinstance(value, list):
         raise SpecError(f"{origin}: field '{key}' must be a list of {{layers, components, dtype}} mappings")
@@ -569,7 +570,7 @@ def _weight_exceptions(value: Any, num_layers: int, origin: str) -> tuple[Weight
     for item in value:
         if not isinstance(item, dict):
             raise SpecError(f"{origin}: each '{key}' entry must be a mapping with layers, components and dtype")
-        _check_keys(item, {"layers", "components", "dtype", "formats", "source"}, origin, f"{key}.")
+        _check_keys(item, {"layers", "components", "dtype", "formats", "modules", "source"}, origin, f"{key}.")
         layers = item.get("layers")
         if isinstance(layers, dict):
             _check_keys(layers, {"first", "last"}, origin, f"{key}.layers.")
@@ -578,10 +579,11 @@ def _weight_exceptions(value: Any, num_layers: int, origin: str) -> tuple[Weight
             indices = tuple(sorted({*range(min(first, num_layers)), *range(max(num_layers - last, 0), num_layers)}))
         else:
             indices = _layer_list(layers, num_layers, f"{key}.layers")
-        components, formats = item.get("components"), item.get("formats", [])
-        for name, names in (("components", components), ("formats", formats)):
+        components, formats, modules = item.get("components"), item.get("formats", []), item.get("modules", [])
+        for name, names in (("components", components), ("formats", formats), ("modules", modules)):
             if not isinstance(names, list) or not all(isinstance(c, str) for c in names):
                 raise SpecError(f"{origin}: field '{key}.{name}' must be a list of names")
         result.append(WeightException(layers=indices, components=tuple(components), formats=tuple(formats),
+                                      modules=tuple(modules),
                                       dtype=check_str(f"{key}.dtype", item.get("dtype", "bf16"))))
     return tuple(result)
