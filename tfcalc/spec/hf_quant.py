@@ -165,6 +165,8 @@ class _Patterns:
                 self.plain.add(entry)
         if len(self.regexes) + len(self.globs) > _MAX_PATTERNS:
             raise SpecError(f"{origin}: quantization_config.{field} holds more than {_MAX_PATTERNS:,} patterns")
+        # every shell pattern in one expression (a checkpoint may list one per layer: hundreds, tried on each name)
+        self.any_glob = re.compile("|".join(fnmatch.translate(g) for g in self.globs)) if self.globs else None
 
     def match(self, name: str) -> str | None:
         """The first entry that names ``name`` (or a module it belongs to), else None."""
@@ -178,11 +180,10 @@ class _Patterns:
         for entry, pattern in self.regexes:
             if pattern.match(name):
                 return entry
-        if self.globs:
+        if self.any_glob is not None:
             prefixes = [".".join(parts[:n]) for n in range(1, len(parts) + 1)]
-            for entry in self.globs:
-                if any(fnmatch.fnmatchcase(p, entry) for p in prefixes):
-                    return entry
+            if any(self.any_glob.match(p) for p in prefixes):
+                return next(entry for entry in self.globs if any(fnmatch.fnmatchcase(p, entry) for p in prefixes))
         return None
 
 
