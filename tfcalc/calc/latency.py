@@ -436,10 +436,11 @@ def _format_variants(spec: ModelSpec, precision: WeightPrecision
         key = tuple(sorted((c, d.name) for c, d in change.items()))
         if key not in signatures:
             signatures[key] = len(variants) + 1
-            o = change.pop("attention.o", precision.for_component("attention"))  # unmoved: the chosen format
-            main = with_formats(change)
+            rest = {c: d for c, d in change.items() if c != "attention.o"}
+            o = change.get("attention.o", precision.for_component("attention"))  # unmoved: the chosen format
+            main = with_formats(rest)
             apart = o.name != main.for_component("attention").name
-            variants.append((main, with_formats({**change, "attention": o}) if apart else None))
+            variants.append((main, with_formats({**rest, "attention": o}) if apart else None))
         variant_of[layer] = signatures[key]
     return variant_of, variants
 
