@@ -103,6 +103,29 @@ def test_a_float32_checkpoint_is_served_in_16_bits(tmp_path: Path) -> None:
     assert plain.weights_bytes_per_gpu == 2 * served.weights_bytes_per_gpu_ideal   # the engine's padding aside
 
 
+def test_a_float32_hybrids_states_follow_the_16_bit_format_it_is_served_in() -> None:
+    """Qwen3-Next saved in float32 (no mamba_ssm_dtype): vLLM serves it in bf16 and keeps its Gated DeltaNet conv and
+    recurrent states in the model dtype (--mamba-cache-dtype auto), 2 bytes an element; the plain arithmetic keeps
+    the checkpoint's 4, and so does a state the checkpoint names float32 (Qwen3.5's mamba_ssm_dtype)."""
+    from tfcalc.calc.kv_cache import state_dtypes
+    from tfcalc.calc.plan import state_page
+    from tfcalc.calc.shard import Parallelism, shard
+    from tfcalc.spec.hf_config import spec_from_hf_config
+
+    data = json.loads((FIXTURES.parent / "hf_configs" / "qwen3-next-80b-a3b.json").read_text())
+    spec = spec_from_hf_config({**data, "torch_dtype": "float32"}, origin="x", name="x")
+    sh = shard(spec, Parallelism())
+    vllm_state, _ = state_page(spec, load_engine("vllm"), sh, get_dtype("bf16"), 16)
+    plain_state, _ = state_page(spec, None, sh, get_dtype("fp32"), 16)
+    assert plain_state == 2 * vllm_state == 4 * (sh.state_conv_elements + sh.state_recurrent_elements)
+    named = replace(spec, linear_attention=replace(spec.linear_attention, recurrent_state_dtype="fp32"))
+    assert [d.name for d in state_dtypes(named, "bf16")] == ["bf16", "fp32"]
+    from tfcalc.calc.latency import deployment  # the latency model reads and writes them in that format too
+
+    served = deployment(spec, load_gpu("h100-sxm"), parse_weight_precision("bf16"), get_dtype("bf16"))
+    assert served.dims.linear_conv_state_bytes == 2 * sh.state_conv_elements
+
+
 def test_vllm_019_llama31_8b_by_hand() -> None:
     """Every term derived by hand from vLLM's source, then against the logged figures (shared/realworld)."""
     e, gpu = load_engine("vllm@0.19"), load_gpu("h100-sxm")

@@ -140,12 +140,15 @@ def linear_name(spec: ModelSpec) -> str:
     return "Mamba-2" if la is not None and la.kind == "mamba2" else "Gated DeltaNet"
 
 
-def state_dtypes(spec: ModelSpec) -> tuple[DType, DType]:
+def state_dtypes(spec: ModelSpec, float32_as: str | None = None) -> tuple[DType, DType]:
     """Formats of a Gated DeltaNet layer's conv and recurrent states as vLLM keeps them: the model's float dtype
-    (--mamba-cache-dtype auto), the recurrent one in the checkpoint's ``mamba_ssm_dtype`` where it names one (Qwen3.5:
-    float32; vLLM Qwen3_5ForConditionalGenerationConfig), else the same."""
+    (--mamba-cache-dtype auto; a float32 checkpoint's the 16-bit one an engine serves it in, ``float32_as``), the
+    recurrent one in the checkpoint's ``mamba_ssm_dtype`` where it names one (Qwen3.5: float32; vLLM
+    Qwen3_5ForConditionalGenerationConfig), else the same."""
     native = parse_weight_precision(spec.native_dtype).default
     conv = native if not native.quantized else get_dtype("bf16")
+    if float32_as is not None and conv.name == "fp32":
+        conv = get_dtype(float32_as)
     la = spec.linear_attention
     recurrent = la.recurrent_state_dtype if la is not None else None
     return conv, get_dtype(recurrent) if recurrent is not None else conv

@@ -517,7 +517,8 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
         shared_width = moe.num_shared_experts * moe.shared_expert_intermediate_size / tp
     weight_only = engine.moe_weight_only_by_gpu.get(engine_kernels_gpu(gpu, engine), frozenset())
     la = spec.linear_attention
-    conv_dtype, state_dtype = state_dtypes(spec)
+    served = precision.default  # a float32 checkpoint served in 16 bits keeps its states in them too
+    conv_dtype, state_dtype = state_dtypes(spec, served.name if served.name in ("bf16", "fp16") else None)
 
     def mode(component: str) -> _Linear:
         kinds = weight_only if component == "experts" else frozenset()
