@@ -331,8 +331,8 @@ def search(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ...], space
               and (space.engine_weights is None or precision.label in space.engine_weights[e])
               and (space.engine_kv is None or kv_dtype.name in space.engine_kv[e])]
     if not groups:
-        raise UsageError(next(why for e in space.engines for p in space.weight_precisions
-                              if (why := unserved_format(e, p)) is not None))
+        raise UsageError(next((why for e in space.engines for p in space.weight_precisions
+                               if (why := unserved_format(e, p)) is not None), "no engine serves these formats"))
     pool, others = _executor(workers, len(groups))
     job = _Job(spec, traffic, targets, space, overheads, slim=pool is not None, operating=operating)
     evaluations: list[Evaluation] = []

@@ -42,7 +42,7 @@ from tfcalc.calc.kernels import Cost, Rates
 from tfcalc.calc.kv_cache import indexer_key_bytes, keys_attended, kv_layer_bytes, mean_keys, state_dtypes
 from tfcalc.calc.params import attention_modules, ffn_modules, indexer_modules
 from tfcalc.calc.plan import check_parallelism, stage_layers
-from tfcalc.calc.shard import attention_ranks, check_weight_blocks
+from tfcalc.calc.shard import attention_ranks, check_weight_blocks, exception_applies
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.spec.engine import MOE_EXPERT_DTYPES, ArchitectureMoe, EngineKernels
@@ -414,10 +414,8 @@ def _format_variants(spec: ModelSpec, precision: WeightPrecision
     where the modules it names hold at least half of their parameters."""
     changes: dict[int, dict[str, DType]] = {}
     for x in spec.quantized_weight_exceptions:
-        formats = {get_dtype(f).name for f in x.formats}
         for component in x.components:
-            chosen = precision.for_component(component)
-            if not chosen.quantized or (formats and chosen.name not in formats):
+            if not exception_applies(x, precision.for_component(component)):
                 continue
             moved = [component, "attention.o"] if component == "attention" else [component]
             if x.modules:
@@ -602,12 +600,13 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
         return (dims, _dims(spec.full_layer_spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales,
                             redundant_experts) if spec.full_attention is not None else None)
 
+    own = dims_of(precision)
     return Deployment(spec=spec, gpu=gpu, precision=precision, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, dp=dp,
                       kernels=engine, rates_prefill=rates_prefill or base, rates_decode=rates_decode or base,
                       intra=interconnect, inter=inter_node, gpus_per_node=gpus_per_node,
                       nvlink_domain=domain,
                       algorithm=algorithm or interconnect.algorithm, routing=routing,
-                      dims=dims_of(precision)[0], full_dims=dims_of(precision)[1],
+                      dims=own[0], full_dims=own[1],
                       stages=_stages(spec, pp, variant_of), variants=tuple(dims_of(*v) for v in variant_precisions),
                       graph_cap_tokens=engine.graph_token_cap(capacity_bytes(gpu) / 2**30, tp),
                       deepep_moe=_deepep_kernel(gpu, engine, dp, ep, domain))

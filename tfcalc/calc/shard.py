@@ -55,7 +55,7 @@ from tfcalc.calc.params import (
 )
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype, vector_dtype
 from tfcalc.errors import UsageError
-from tfcalc.spec.model import ModelSpec
+from tfcalc.spec.model import ModelSpec, WeightException
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -376,6 +376,12 @@ def exception_counts(spec: ModelSpec, layers: range) -> tuple[tuple[int, int, in
     return tuple(counts)
 
 
+def exception_applies(x: WeightException, chosen: DType) -> bool:
+    """Whether exception ``x`` holds for a component served in ``chosen``: a quantized format, and one ``x`` names
+    (any quantized one where it names none)."""
+    return chosen.quantized and (not x.formats or chosen.name in {get_dtype(f).name for f in x.formats})
+
+
 def exception_deltas(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
                      counts: tuple[tuple[int, int, int, int, int], ...]) -> dict[str, Fraction]:
     """Bytes per component the quantized_weight_exceptions add (or remove): their layers keep the exception's
@@ -387,11 +393,10 @@ def exception_deltas(spec: ModelSpec, sh: Shard, precision: WeightPrecision,
     beside = spec.moe is not None and spec.moe.dense_mlp_beside
     for x, (in_stage, dense, full, linear, indexed), modules in zip(spec.quantized_weight_exceptions, counts,
                                                                     sh.exception_parts, strict=True):
-        formats = {get_dtype(f).name for f in x.formats}
         kept = get_dtype(x.dtype)
         for component in x.components:
             chosen = precision.for_component(component)
-            if not in_stage or not chosen.quantized or (formats and chosen.name not in formats):
+            if not in_stage or not exception_applies(x, chosen):
                 continue
             count = {"mlp": in_stage if beside else dense, "experts": in_stage - dense,
                      "shared_experts": in_stage - dense, "router": in_stage - dense}.get(component, in_stage)
