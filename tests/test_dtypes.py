@@ -29,6 +29,12 @@ def test_names_and_int4_groups() -> None:
     assert get_dtype("INT8-G128").name == "int8-g128" and get_dtype("int8-g128").whole_blocks == (1, 128)
     assert get_dtype("int8-g128").bits_per_element == Fraction(8) + Fraction(24, 128)
     assert get_dtype("int8").bits_per_element == 8 and get_dtype("nf4").bits_per_element == Fraction(9, 2)
+    # symmetric groups (compressed-tensors stores no zero point for them): the 16-bit scale alone
+    assert get_dtype("INT4-G32-SYM").name == "int4-g32-sym" and get_dtype("int4-g32-sym").whole_blocks == (1, 32)
+    assert get_dtype("int4-g32-sym").bits_per_element == Fraction(9, 2)
+    assert get_dtype("int8-g128-sym").bits_per_element == Fraction(8) + Fraction(16, 128)
+    with pytest.raises(UsageError, match="unknown dtype 'int4-g32-asym'"):
+        get_dtype("int4-g32-asym")
     with pytest.raises(UsageError, match="ambiguous dtype 'fp4'"):
         get_dtype("fp4")
     with pytest.raises(UsageError, match="unknown dtype 'fp9'"):

@@ -45,8 +45,16 @@ class DType:
         return elements * self.bits_per_element / 8
 
 
-def _int_group(bits: int, group_size: int) -> DType:
-    """int4-gN / int8-gN: ``bits``-bit integers, an fp16 scale and a packed ``bits``-bit zero point per group."""
+def _int_group(bits: int, group_size: int, zero_point: bool = True) -> DType:
+    """int4-gN / int8-gN: ``bits``-bit integers, an fp16 scale and a packed ``bits``-bit zero point per group;
+    int4-gN-sym / int8-gN-sym: symmetric, the scale alone (compressed-tensors stores no zero point for them)."""
+    if not zero_point:
+        return DType(
+            f"int{bits}-g{group_size}-sym", bits, group_size, 16, True,
+            f"{bits}-bit integer, symmetric: one 16-bit scale per {group_size} weights, no zero point",
+            "compressed-tensors pack-quantized layout (weight_packed, weight_scale per group; weight_zero_point "
+            "only for symmetric: false), e.g. moonshotai/Kimi-K2-Thinking's int4 experts", whole_blocks=(1, group_size),
+        )
     return DType(
         f"int{bits}-g{group_size}", bits, group_size, 16 + bits, True,
         f"{bits}-bit integer, one fp16 scale and one packed {bits}-bit zero point per {group_size} weights",
@@ -91,11 +99,11 @@ ALIASES: dict[str, str] = {
     "int4": "int4-g128", "mxfp4-e2m1": "mxfp4",
 }
 
-_INT_GROUP = re.compile(r"int([48])-g(\d+)")
+_INT_GROUP = re.compile(r"int([48])-g(\d+)(-sym)?")
 
 
 def dtype_names() -> list[str]:
-    return [*DTYPES, "int4-gN", "int8-gN"]
+    return [*DTYPES, "int4-gN", "int8-gN", "int4-gN-sym", "int8-gN-sym"]
 
 
 def _key(name: str) -> str:
@@ -121,7 +129,7 @@ def get_dtype(name: str) -> DType:
         if not (8 <= group <= 8192 and group & (group - 1) == 0):
             raise UsageError(f"invalid dtype '{name}': the int{bits} group size must be a power of two from 8 to "
                              "8,192")
-        return _int_group(bits, group)
+        return _int_group(bits, group, zero_point=match.group(3) is None)
     if key == "fp4":
         raise UsageError("ambiguous dtype 'fp4': use mxfp4 (4.25 bits/element) or nvfp4 (4.5 bits/element)")
     import difflib

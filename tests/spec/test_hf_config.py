@@ -44,7 +44,8 @@ def write(tmp_path: Path, data: dict[str, Any], filename: str = "config.json") -
 def test_supported_types() -> None:
     assert SUPPORTED_MODEL_TYPES == (
         "deepseek_v2", "deepseek_v3", "deepseek_v32", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma4",
-        "gemma4_text", "glm4_moe", "glm_moe_dsa", "gpt_oss", "llama", "llama4", "llama4_text", "minimax_m2", "mistral",
+        "gemma4_text", "glm4_moe", "glm_moe_dsa", "gpt_oss", "kimi_k25", "llama", "llama4", "llama4_text", "minimax_m2",
+        "mistral",
         "mistral3", "mixtral", "nemotron_h", "phi3", "qwen2", "qwen2_5_vl",
         "qwen2_moe", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next",
         "qwen3_vl", "qwen3_vl_moe", "qwen3_vl_moe_text")
@@ -818,6 +819,74 @@ def test_gemma4_what_tfcalc_does_not_model_is_a_one_line_error(field: str, value
 def test_gemma4_vision_tower_with_grouped_heads_is_refused() -> None:
     with pytest.raises(SpecError, match=r"^gemma4-31b.json: vision_config: .*grouped or resized attention heads"):
         _gemma4("gemma4-31b", vision={"num_key_value_heads": 4})
+
+
+# --- Kimi K2.5 / K2.6: a DeepSeek-V3 decoder and MoonViT -----------------------------------------------------------
+
+def _kimi(vision: dict[str, Any] | None = None, **changes: Any):
+    data = fixture("kimi-k2.5", **changes)
+    if vision is not None:
+        data["vision_config"] = {**data["vision_config"], **vision}
+    return spec_from_hf_config(data, origin="kimi-k2.5.json", name="kimi-k2.5")
+
+
+def test_kimi_k25_reads_its_deepseek_v3_decoder_int4_experts_and_moonvit() -> None:
+    """moonshotai/Kimi-K2.5: model card 1T total / 32B activated, 384 experts (8 per token, 1 shared), 61 layers, a
+    MoonViT encoder; native int4 (QAT) routed experts in symmetric groups of 32 (compressed-tensors, inside
+    text_config), attention, shared experts, the dense MLP and the head left bf16 by its ignore list."""
+    from tfcalc.calc.params import count_params
+
+    spec = _kimi()
+    text = spec_from_hf_config({**fixture("kimi-k2.5")["text_config"], "architectures": ["DeepseekV3ForCausalLM"]},
+                               origin="t.json", name="text")
+    assert spec.mla is not None and spec.moe is not None and (spec.num_layers, spec.moe.num_experts) == (61, 384)
+    assert spec.native_dtype == "experts=int4-g32-sym,default=bf16" and not spec.quantized_weight_exceptions
+    assert spec.remote_code and spec.architecture == "KimiK25ForConditionalGeneration"  # --trust-remote-code
+    e = spec.encoder
+    assert (e.kind, e.hidden_size, e.intermediate_size, e.num_layers, e.patch_size, e.merge_size,
+            e.num_position_embeddings) == ("moonvit", 1152, 4304, 27, 14, 2, 64 * 64)
+    counts = count_params(spec)
+    assert counts.total_params - count_params(text).total_params == counts.total["encoder"].total == 471_143_920
+    assert 1.02e12 < counts.total_params < 1.04e12 and 32.0e9 < counts.active_params < 33.5e9
+
+
+def test_nvidia_kimi_k26_nvfp4_keeps_what_its_exclude_list_names() -> None:
+    """nvidia/Kimi-K2.6-NVFP4 (ModelOpt 0.44 config.json): a deepseek_v3 text_config, a vision_config whose
+    model_type is empty, and an exclude list naming language_model.model.layers.0*, each layer's self_attn and
+    shared_experts, the head, vision_tower* and mm_projector*: the routed experts alone are nvfp4, the cache fp8."""
+    text = {k: v for k, v in fixture("kimi-k2.5")["text_config"].items() if k != "quantization_config"}
+    layers = [f"language_model.model.layers.{i}.{m}*" for i in range(1, 61)
+              for m in ("self_attn", "mlp.shared_experts")]
+    quant = {"quant_method": "modelopt", "quant_algo": "NVFP4", "producer": {"name": "modelopt", "version": "0.44.0"},
+             "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"},
+             "ignore": ["language_model.lm_head", "language_model.model.layers.0*", *layers, "mm_projector*",
+                        "vision_tower*"]}
+    spec = _kimi(text_config={**text, "model_type": "deepseek_v3"}, quantization_config=quant,
+                 vision={"model_type": ""})
+    assert (spec.native_dtype, spec.checkpoint_kv_dtype) == ("experts=nvfp4,default=bf16", "fp8")
+    assert spec.encoder is not None and spec.encoder.kind == "moonvit"
+
+
+@pytest.mark.parametrize("vision, message", [
+    ({"mm_projector_type": "patchmergerv2"}, "field 'mm_projector_type' 'patchmergerv2' is not supported"),
+    ({"norm_type": "rmsnorm"}, "field 'norm_type' 'rmsnorm' is not supported"),
+    ({"merge_kernel_size": [2, 1]}, "field 'merge_kernel_size' [2, 1] is not supported"),
+    ({"qkv_hidden_size": 1536}, "field 'qkv_hidden_size' (1536) is not supported"),
+    ({"mm_hidden_size": 4096}, "field 'mm_hidden_size' (4096) is not the decoder's hidden_size (7168)"),
+    ({"model_type": "moonvit"}, "vision_config of model_type kimi_k25_vision"),
+])
+def test_kimi_k25_towers_tfcalc_does_not_count_are_refused_in_one_line(vision: dict[str, Any], message: str) -> None:
+    """Kimi K3's MoonViT (RMSNorms, a 1,536-wide qkv, patchmergerv2) and other variants: refused, not miscounted."""
+    with pytest.raises(SpecError) as info:
+        _kimi(vision)
+    assert str(info.value).startswith("kimi-k2.5.json: ") and message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_kimi_k25_text_config_must_be_deepseek_v3() -> None:
+    text = fixture("kimi-k2.5")["text_config"]
+    with pytest.raises(SpecError, match="reads text_config of model_type deepseek_v3"):
+        _kimi(text_config={**text, "model_type": "kimi_linear"})
 
 
 def test_heads_that_do_not_divide_the_hidden_size_need_a_head_dim(tmp_path: Path) -> None:

@@ -62,8 +62,11 @@ def ct(weights: dict[str, Any], targets: list[str] | None = None, ignore: list[s
     (ct({"num_bits": 8, "type": "float", "strategy": "tensor"}), "fp8_e4m3"),
     (ct({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}), "fp8_block"),
     (ct({"num_bits": 8, "type": "int", "strategy": "channel"}), "int8"),
-    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}), "int4-g128"),
-    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}), "int4-g32"),
+    # compressed-tensors integer groups are symmetric unless they say not (QuantizationArgs.symmetric = True): no
+    # zero point is stored then (pack_quantized: weight_zero_point only for symmetric false)
+    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}), "int4-g128-sym"),
+    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32, "symmetric": True}), "int4-g32-sym"),
+    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": False}), "int4-g128"),
     (ct({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}), "nvfp4"),
     (ct({"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32}), "mxfp4"),
     (AWQ, "int4-g128"),
@@ -71,7 +74,8 @@ def ct(weights: dict[str, Any], targets: list[str] | None = None, ignore: list[s
     # Qwen's GPTQ-Int8 releases (Qwen2.5-7B-Instruct-GPTQ-Int8: bits 8, group_size 128); per channel: int8
     ({"quant_method": "gptq", "bits": 8, "group_size": 128, "desc_act": False, "sym": True}, "int8-g128"),
     ({"quant_method": "gptq", "bits": 8, "group_size": -1}, "int8"),
-    (ct({"num_bits": 8, "type": "int", "strategy": "group", "group_size": 64}), "int8-g64"),
+    (ct({"num_bits": 8, "type": "int", "strategy": "group", "group_size": 64}), "int8-g64-sym"),
+    (ct({"num_bits": 8, "type": "int", "strategy": "group", "group_size": 64, "symmetric": False}), "int8-g64"),
     ({"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": False, "sym": True}, "int4-g64"),
     ({"quant_method": "gptq", "bits": 4, "group_size": 128, "lm_head": True}, "lm_head=int4-g128,default=int4-g128"),
     ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8_e4m3"),
@@ -111,15 +115,16 @@ def test_moe_checkpoints() -> None:
     # experts-only int4 (targets by regex), the rest of Qwen3-30B-A3B in bf16
     experts_only = ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
                       targets=["re:.*mlp.experts.*"])
-    assert native("qwen3-30b-a3b", experts_only) == "experts=int4-g128,default=bf16"
+    assert native("qwen3-30b-a3b", experts_only) == "experts=int4-g128-sym,default=bf16"
     # DeepSeek-V3 block fp8 with the dense layers' MLP, the shared experts and MLA attention all in fp8
     assert native("deepseek-v3", {"quant_method": "fp8", "weight_block_size": [128, 128]}) == "fp8_block"
     # Mixtral's checkpoint names its experts w1/w2/w3 under block_sparse_moe, transformers 5 fuses them under mlp:
     # a list in either naming means the same experts
     int4 = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}
     for pattern in ("re:.*block_sparse_moe.experts.*", "re:.*mlp.experts.*"):
-        assert native("mixtral-8x7b", ct(int4, targets=[pattern])) == "experts=int4-g128,default=bf16"
-        assert native("mixtral-8x7b", ct(int4, ignore=["lm_head", pattern])) == "attention=int4-g128,default=bf16"
+        assert native("mixtral-8x7b", ct(int4, targets=[pattern])) == "experts=int4-g128-sym,default=bf16"
+        assert native("mixtral-8x7b", ct(int4, ignore=["lm_head", pattern])) == \
+            "attention=int4-g128-sym,default=bf16"
     assert native("mixtral-8x7b", {**AWQ, "modules_to_not_convert": ["gate"]}) == "int4-g128"  # router: 16-bit
 
 
@@ -218,6 +223,12 @@ def _brute_force_bytes(name: str, bits_per_quantized_weight: Fraction) -> Fracti
     (BNB, Fraction(4) + Fraction(32, 64)),
     # AutoGPTQ 8-bit: qweight int32 [in/4, out], qzeros int32 [in/128, out/4], scales fp16 [in/128, out]
     ({"quant_method": "gptq", "bits": 8, "group_size": 128, "sym": True}, Fraction(8) + Fraction(16 + 8, 128)),
+    # compressed-tensors pack-quantized, symmetric: weight_packed int32 [out, in/8], weight_scale bf16 [out, in/32]
+    # (and a 2-element weight_shape per matrix, 16 bytes, not counted)
+    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}), Fraction(4) + Fraction(16, 32)),
+    # asymmetric: weight_zero_point int32 [out/8, in/128] besides
+    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": False}),
+     Fraction(4) + Fraction(16 + 4, 128)),
 ])
 def test_weight_bytes_equal_a_count_over_the_checkpoint_layout(quant: dict, bits: Fraction) -> None:
     spec = spec_from_hf_config(config("llama3-8b", quant), origin="x", name="x")
@@ -582,7 +593,7 @@ def test_bitsandbytes_skip_list_keeps_whole_layers_16_bit() -> None:
     # FP8 weight-only (W8A16: CompressedTensorsW8A16Fp8)
     (ct({"num_bits": 8, "type": "float", "strategy": "channel"}), "fp8_e4m3", ("attention", "mlp")),
     (CT_FP8_CHANNEL, "fp8_e4m3", ()),  # FP8-dynamic: its inputs are quantised too (W8A8)
-    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}), "int4-g128", ()),  # int: always
+    (ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}), "int4-g128-sym", ()),  # int: always
 ])
 def test_compressed_tensors_float_weights_without_quantised_inputs_run_weight_only(
         quant: dict, weights: str, weight_only: tuple[str, ...]) -> None:

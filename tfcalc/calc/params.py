@@ -308,7 +308,10 @@ def encoder_shape(spec: ModelSpec) -> TPShape:
     (vision_output x H) split; the class token (h), position table ((patches + 1) x h) and the LayerNorms before
     and after replicated. Gemma 4 (gemma4_mm.py runs transformers' tower): every tensor replicated: per block q, k,
     v, o (4h^2), the gated MLP (3hI), four RMSNorms and the q / k norms; the patch linear (c p^2 h), the x and y
-    position tables (2 x positions x h) and the projector (h x H)."""
+    position tables (2 x positions x h) and the projector (h x H). MoonViT (kimi_k25_vit.py): per block qkv
+    (3h^2 + 3h) and fc0 (hI + I) column-, wo (h^2 + h) and fc1 (Ih + h) row-parallel, two LayerNorms; the conv with
+    bias (c p^2 h + h), the position table (positions x h), the final LayerNorm and the projector (ReplicatedLinear:
+    a LayerNorm over h, m^2 h squared + m^2 h, m^2 h x H + H) replicated."""
     e = spec.encoder
     if e is None:
         return TPShape()
@@ -323,6 +326,13 @@ def encoder_shape(spec: ModelSpec) -> TPShape:
                        + i * e.adapter_hidden_dim + e.adapter_output_dim ** 2 + e.vision_output_dim * spec.hidden_size,
                        vector=(3 * h + i) * e.num_layers)
         replicated = Params(matrix=(e.num_patches + 1) * h, vector=(2 * h + 4 * h) * e.num_layers + h + 4 * h)
+        return TPShape(split=split, replicated=replicated)
+    if e.kind == "moonvit":
+        big, wide = spec.hidden_size, e.merge_size ** 2 * h
+        split = Params(matrix=(4 * h * h + 2 * h * i) * e.num_layers, vector=(3 * h + i) * e.num_layers)
+        replicated = Params(matrix=e.num_channels * e.patch_size ** 2 * h + e.num_position_embeddings * h
+                            + wide * wide + wide * big,
+                            vector=h + 6 * h * e.num_layers + 2 * h + 2 * h + wide + big)
         return TPShape(split=split, replicated=replicated)
     if e.kind == "qwen3_5":
         big, wide = spec.hidden_size, e.merge_size ** 2 * h

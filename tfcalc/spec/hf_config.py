@@ -952,6 +952,9 @@ class _Multimodal(NamedTuple):
     vision_type: str                  # transformers' model_type of its vision config
     text_defaults: Mapping[str, Any]  # that text config class's defaults where they differ from the family's
     vision_aliases: tuple[str, ...] = ()  # other vision model_types checkpoints carry (Qwen3.5's legacy "qwen3_5")
+    text_aliases: tuple[str, ...] = ()    # other text model_types checkpoints carry (Kimi K2.5's "kimi_k2")
+    # the checkpoint's own code (tokenizer, config) is needed to serve it when its config.json has an auto_map
+    remote_code: bool = False
 
 
 # Multimodal checkpoints tfcalc reads as their text decoder plus a vision encoder (a nested text_config, or the text
@@ -977,6 +980,9 @@ MULTIMODAL: dict[str, _Multimodal] = {
     "qwen3_5_moe": _Multimodal("qwen3_5_moe_text", "qwen3_5_moe_text", "qwen3_5_moe_vision", {}, ("qwen3_5_moe",)),
     "llama4": _Multimodal("llama4_text", "llama4_text", "llama4_vision_model", {}),
     "gemma4": _Multimodal("gemma4_text", "gemma4_text", "gemma4_vision", {}),
+    # Kimi K2.5 / K2.6: a DeepSeek-V3 decoder (Moonshot's text_config says kimi_k2, NVIDIA's deepseek_v3) and MoonViT;
+    # its tiktoken tokenizer is the checkpoint's own code (its model card serves it with --trust-remote-code)
+    "kimi_k25": _Multimodal("deepseek_v3", "deepseek_v3", "kimi_k25_vision", {}, ("",), ("kimi_k2",), True),
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *MULTIMODAL}))
 # transformers' vision-config defaults (SiglipVisionConfig, PixtralVisionConfig, Qwen2_5_VLVisionConfig), under
@@ -994,6 +1000,10 @@ LLAMA4_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 5632, "num_hi
                           "image_size": 448, "num_channels": 3, "projector_input_dim": 4096,
                           "projector_output_dim": 4096, "vision_output_dim": 7680}
 QWEN3_VL_VISION_DEFAULTS = {**QWEN3_5_VISION_DEFAULTS, "deepstack_visual_indexes": [8, 16, 24]}
+# transformers' Kimi_K25VisionConfig (its pos_emb_height / width are init_pos_emb_* in the checkpoints' config.json)
+KIMI_K25_VISION_DEFAULTS = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "patch_size": 14,
+                            "num_channels": 3, "init_pos_emb_height": 64, "init_pos_emb_width": 64,
+                            "merge_kernel_size": [2, 2]}
 GEMMA4_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 16, "patch_size": 16,
                           "num_channels": 3, "num_attention_heads": 12, "num_key_value_heads": 12, "head_dim": 64,
                           "position_embedding_size": 10240}
@@ -1003,8 +1013,18 @@ _VISION = {"siglip_vision_model": ("siglip", SIGLIP_DEFAULTS), "pixtral": ("pixt
            "qwen3_vl_vision": ("qwen3_5", QWEN3_VL_VISION_DEFAULTS),
            "qwen3_vl_moe_vision": ("qwen3_5", QWEN3_VL_VISION_DEFAULTS),
            "llama4_vision_model": ("llama4", LLAMA4_VISION_DEFAULTS),
-           "gemma4_vision": ("gemma4", GEMMA4_VISION_DEFAULTS)}
-_VISION_ALIASES = {"depth": "num_hidden_layers", "in_chans": "num_channels", "in_channels": "num_channels"}
+           "gemma4_vision": ("gemma4", GEMMA4_VISION_DEFAULTS),
+           "kimi_k25_vision": ("moonvit", KIMI_K25_VISION_DEFAULTS)}
+# Moonshot's vt_* names are its remote code's (engines read the plain ones, whose defaults the released configs
+# repeat); pos_emb_* are transformers' names for init_pos_emb_*
+_VISION_ALIASES = {"depth": "num_hidden_layers", "in_chans": "num_channels", "in_channels": "num_channels",
+                   "vt_hidden_size": "hidden_size", "vt_intermediate_size": "intermediate_size",
+                   "vt_num_hidden_layers": "num_hidden_layers", "vt_num_attention_heads": "num_attention_heads",
+                   "pos_emb_height": "init_pos_emb_height", "pos_emb_width": "init_pos_emb_width"}
+# MoonViT variants tfcalc does not count (Kimi K3's tower: RMSNorms, bias-free linears, a wider qkv, patchmergerv2)
+_MOONVIT_FIXED = {"mm_projector_type": "patchmerger", "merge_type": "sd2_tpool", "pos_emb_type": "divided_fixed",
+                  "norm_type": "layernorm", "mlp_type": "mlp2", "attn_bias": True, "linear_bias": True,
+                  "patch_embed_proj_bias": True}
 # top-level keys of a multimodal config.json that describe the whole checkpoint, kept beside its text_config
 _CHECKPOINT_KEYS = ("torch_dtype", "dtype", "quantization_config", "architectures", "_name_or_path", "auto_map",
                     "tie_word_embeddings")
@@ -1024,12 +1044,14 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
     for key, value in (("text_config", text), ("vision_config", vision)):
         if not isinstance(value, dict):
             raise SpecError(f"{origin}: field '{key}' must be a mapping, got {value!r:.40}")
-    if (text.get("model_type", m.text_type) not in (m.text_type, m.family)
+    if (text.get("model_type", m.text_type) not in (m.text_type, m.family, *m.text_aliases)
             or vision.get("model_type", m.vision_type) not in (m.vision_type, *m.vision_aliases)):
         raise SpecError(f"{origin}: a {model_type} config reads text_config of model_type {m.text_type} and "
                         f"vision_config of model_type {m.vision_type}")
     kept = {key: config[key] for key in _CHECKPOINT_KEYS if key in config}
-    merged = {**m.text_defaults, **kept, **text, "model_type": m.family}
+    # the checkpoint's class is the top level's (Kimi K2.5's text_config names its decoder's, DeepseekV3ForCausalLM)
+    whole = {"architectures": config["architectures"]} if "architectures" in config else {}
+    merged = {**m.text_defaults, **kept, **text, "model_type": m.family, **whole}
     kind, defaults = _VISION[m.vision_type]
     named = {_VISION_ALIASES.get(k, k): val for k, val in vision.items() if val is not None}
     c = _Config({**defaults, **named}, f"{origin}: vision_config", m.vision_type, defaults)
@@ -1049,6 +1071,8 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
         if c.int_or_default("num_key_value_heads", minimum=1) != heads or heads * head_dim != c.req_int("hidden_size"):
             raise c.error("a Gemma 4 vision tower with grouped or resized attention heads is not supported")
         extra = {"num_position_embeddings": c.req_int("position_embedding_size"), "head_dim": head_dim}
+    elif kind == "moonvit":
+        extra = _moonvit(c, merged.get("hidden_size"))
     elif kind == "pixtral":
         extra = {"merge_size": top.int_or_default("spatial_merge_size", minimum=1),
                  "projector_bias": top.flag("multimodal_projector_bias")}
@@ -1074,6 +1098,28 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
     return merged, encoder
 
 
+def _moonvit(c: _Config, width: Any) -> dict[str, Any]:
+    """MoonViT's fields beyond a ViT's (vLLM kimi_k25_vit.py; transformers Kimi_K25VisionModel): its learned
+    position table of init_pos_emb_height x width entries, a square merge_kernel_size, and a projector into the
+    decoder's width (mm_hidden_size, which KimiK25Config sets to the decoder's when it equals the tower's)."""
+    for key, value in _MOONVIT_FIXED.items():
+        if c.data.get(key, value) != value:
+            raise c.error(f"field '{key}' {c.data[key]!r:.40} is not supported (a MoonViT with {key} {value!r})")
+    kernel = c.get("merge_kernel_size")
+    if not isinstance(kernel, list) or len(kernel) != 2 or kernel[0] != kernel[1]:
+        raise c.error(f"field 'merge_kernel_size' {kernel!r:.40} is not supported (a square kernel, [2, 2])")
+    hidden = c.req_int("hidden_size")
+    qkv = c.opt_int("qkv_hidden_size", minimum=1)
+    out = c.opt_int("mm_hidden_size", minimum=1)
+    if qkv not in (None, hidden):
+        raise c.error(f"field 'qkv_hidden_size' ({qkv}) is not supported (a MoonViT whose qkv width is its "
+                      f"hidden_size, {hidden})")
+    if out not in (None, hidden, width):
+        raise c.error(f"field 'mm_hidden_size' ({out}) is not the decoder's hidden_size ({width!r:.20})")
+    return {"merge_size": c.check_int("merge_kernel_size", kernel[0], 1),
+            "num_position_embeddings": c.req_int("init_pos_emb_height") * c.req_int("init_pos_emb_width")}
+
+
 def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
     """Build the ModelSpec that the transformers implementation of ``config['model_type']`` would instantiate.
 
@@ -1087,6 +1133,8 @@ def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> Mo
 
 
 def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
+    wrapper = MULTIMODAL.get(config["model_type"]) if isinstance(config.get("model_type"), str) else None
+    own_code = wrapper is not None and wrapper.remote_code and isinstance(config.get("auto_map"), dict)
     config, encoder = _text_and_encoder(config, origin)
     model_type = _family_type(config)
     if model_type is None:
@@ -1156,7 +1204,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         num_mtp_layers=(c.opt_int(family.mtp_key) or 0) if family.mtp_key is not None else 0,
         hf_repo=_name_or_path(c),
         architecture=_architecture(c),
-        remote_code=config.get("model_type") != model_type,
+        remote_code=own_code or config.get("model_type") != model_type,
         **family.attention(c),
         **({"norm_weight_offset": family.norm_weight_offset} if family.norm_weight_offset else {}),
         **_gemma_numerics(c),

@@ -207,9 +207,9 @@ def _bits(quant: Mapping[str, Any], field: str, origin: str, where: str = "") ->
     return value
 
 
-def _group_format(bits: int | None, group: Any, what: str, origin: str) -> str:
-    """AWQ / GPTQ / compressed-tensors integer weights: 4 or 8 bits in groups of G -> int4-gG / int8-gG; 8 bits
-    per output channel (GPTQ's group_size -1) -> int8."""
+def _group_format(bits: int | None, group: Any, what: str, origin: str, zero_point: bool = True) -> str:
+    """AWQ / GPTQ / compressed-tensors integer weights: 4 or 8 bits in groups of G -> int4-gG / int8-gG (-sym where
+    the checkpoint stores no zero point); 8 bits per output channel (GPTQ's group_size -1) -> int8."""
     if bits not in (4, 8):
         raise SpecError(f"{origin}: quantization_config: {what} with {bits}-bit weights has no tfcalc format "
                         "(supported: 4- and 8-bit groups, int4-gN / int8-gN)")
@@ -218,7 +218,7 @@ def _group_format(bits: int | None, group: Any, what: str, origin: str) -> str:
     if isinstance(group, bool) or not isinstance(group, int) or not 8 <= group <= 8192 or group & (group - 1):
         raise SpecError(f"{origin}: quantization_config: {what} group_size {group!r:.40} has no tfcalc format "
                         f"(supported: a power-of-two group of 8 to 8,192 input channels, int{bits}-gN)")
-    return f"int{bits}-g{group}"
+    return f"int{bits}-g{group}" + ("" if zero_point else "-sym")
 
 
 def _compressed_scheme(weights: Any, group: str, origin: str) -> str:
@@ -239,8 +239,11 @@ def _compressed_scheme(weights: Any, group: str, origin: str) -> str:
         return "nvfp4" if size == 16 else "mxfp4"
     if kind == "int" and bits == 8 and strategy in ("channel", "tensor"):
         return "int8"
-    if kind == "int" and bits in (4, 8) and strategy == "group":
-        return _group_format(bits, size, "compressed-tensors", origin)
+    if kind == "int" and bits in (4, 8) and strategy == "group":  # QuantizationArgs.symmetric defaults to true
+        symmetric = weights.get("symmetric", True)
+        if not isinstance(symmetric, bool):
+            raise SpecError(f"{origin}: quantization_config.{where}symmetric must be true or false")
+        return _group_format(bits, size, "compressed-tensors", origin, zero_point=not symmetric)
     raise SpecError(f"{origin}: quantization_config.{where[:-1]}: {kind} {bits}-bit weights with strategy "
                     f"{strategy!r:.20} have no tfcalc format (supported: fp8, fp8 128x128 blocks, int8 per "
                     "channel, int4 and int8 groups, fp4 groups of 16 or 32)")

@@ -30,7 +30,7 @@ HYBRID_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
 RouterScoring = Literal["softmax", "sigmoid"]
-EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl", "qwen3_5", "llama4", "gemma4"]
+EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl", "qwen3_5", "llama4", "gemma4", "moonvit"]
 # How the ``sliding_window_layers`` attend: the last ``sliding_window`` tokens (Mistral, Gemma), or only the tokens
 # of their own ``sliding_window``-token chunk (Llama 4's attention_chunk_size; transformers "chunked_attention").
 LocalAttention = Literal["sliding", "chunked"]
@@ -390,7 +390,10 @@ class EncoderSpec:
     LayerNorms before and after, MHA with biases, a GELU MLP with biases; a bias-free pixel-shuffle adapter MLP
     and a bias-free projector into the decoder's width. ``gemma4`` (transformers Gemma4VisionModel): a bias-free
     patch linear, two position tables of ``num_position_embeddings`` rows (x and y), RMSNorms (4 per block, q and k
-    norms over ``head_dim``), bias-free MHA and gated MLP; a bias-free projector into the decoder's width."""
+    norms over ``head_dim``), bias-free MHA and gated MLP; a bias-free projector into the decoder's width.
+    ``moonvit`` (Kimi K2.5's MoonViT; transformers Kimi_K25VisionModel): a patch conv with bias, a learned table of
+    ``num_position_embeddings`` positions, LayerNorms (one more after the last block), MHA with biases, a GELU MLP
+    with biases; its projector a LayerNorm over h and two linears with biases over ``merge_size``^2 patches."""
 
     kind: EncoderKind = "siglip"
     hidden_size: int
