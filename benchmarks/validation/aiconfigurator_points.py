@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout30]
+        | --holdout12 | ... | --holdout31]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -60,6 +60,8 @@ had a preset for after the twenty-seventh, its latency block the B200's; dense a
 after the twenty-eighth (the B200's latency block with the B300's FP4 kernel rate).
 ``--holdout30`` the thirtieth (``HOLDOUT_GRID_30``, aiconfigurator_holdout30.json): Kimi K2.5, first read after the
 twenty-ninth (int4 weight-only routed experts in symmetric groups of 32, MoonViT beside the decoder).
+``--holdout31`` the thirty-first (``HOLDOUT_GRID_31``, aiconfigurator_holdout31.json): NVIDIA's Kimi K2.5 NVFP4 on the
+B200 and B300.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ MODELS = {
     "kimi-k2": ("moonshotai/Kimi-K2-Instruct", "fp8_block", "fp8_block", "fp8_block"),
     # Moonshot's native int4 experts (symmetric groups of 32) beside bf16 attention, shared experts and dense MLP
     "kimi-k2.5": ("moonshotai/Kimi-K2.5", "experts=int4-g32-sym,default=bf16", "bfloat16", "int4_wo"),
+    "kimi-k2.5-nvfp4": ("nvidia/Kimi-K2.5-NVFP4", "nvfp4", "nvfp4", "nvfp4"),
     "qwen3-0.6b": ("Qwen/Qwen3-0.6B", "bf16", "bfloat16", None),
     "qwen3-1.7b": ("Qwen/Qwen3-1.7B", "bf16", "bfloat16", None),
     "qwen3-1.7b-fp8": ("Qwen/Qwen3-1.7B", "fp8", "fp8", None),
@@ -648,6 +651,13 @@ HOLDOUT_GRID_30 = [
     ("kimi-k2.5", "b200_sxm", [8], [1, 4, 24, 64], [(3000, 300)]),
 ]
 
+# NVIDIA's Kimi K2.5 NVFP4 on Blackwell, collected on 2026-12-07 (stop 58) after SGLang's DeepSeek-family MoE runner
+# was extended to its architecture (KimiK25ForConditionalGeneration), scored once before any change in response
+HOLDOUT_GRID_31 = [
+    ("kimi-k2.5-nvfp4", "b200_sxm", [4, 8], [1, 4, 24, 64], [(3000, 300)]),
+    ("kimi-k2.5-nvfp4", "b300_sxm", [8], [4, 24, 64], [(2000, 500)]),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -730,7 +740,8 @@ if __name__ == "__main__":
              "--holdout21": HOLDOUT_GRID_21, "--holdout22": HOLDOUT_GRID_22, "--holdout23": HOLDOUT_GRID_23,
              "--holdout24": HOLDOUT_GRID_24, "--holdout25": HOLDOUT_GRID_25,
              "--holdout26": HOLDOUT_GRID_26, "--holdout27": HOLDOUT_GRID_27,
-             "--holdout28": HOLDOUT_GRID_28, "--holdout29": HOLDOUT_GRID_29, "--holdout30": HOLDOUT_GRID_30}
+             "--holdout28": HOLDOUT_GRID_28, "--holdout29": HOLDOUT_GRID_29, "--holdout30": HOLDOUT_GRID_30,
+             "--holdout31": HOLDOUT_GRID_31}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

@@ -149,12 +149,17 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
     assert rates_for(load_gpu("h200"), EngineKernels()).grouped_efficiency("fp8") == 0.53
     sglang = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
     assert sglang.grouped_efficiency("fp8") == 0.75 and sglang.grouped_efficiency("bf16") == 0.95  # tuned shapes
-    assert sglang.source.endswith(", bf16/fp4/fp8 MoE efficiency from the engine preset")  # the dtypes it replaces
+    assert sglang.source.endswith(", bf16/fp4/fp8/int4 MoE efficiency from the engine preset")  # those it replaces
     assert sglang.grouped_efficiency("bf16", "fp4") == 0.63  # MXFP4 experts upcast to bf16 on Hopper
     vllm = rates_for(load_gpu("h200"), load_engine("vllm").kernels)
     # Triton bf16 and MXFP4 experts; ModelOpt FP8 experts (FlashInfer CUTLASS, autotuned) keep the GPU's fp8 value
-    assert vllm.source.endswith(", bf16/fp4 MoE efficiency from the engine preset")
+    assert vllm.source.endswith(", bf16/fp4/int4 MoE efficiency from the engine preset")
     assert vllm.grouped_efficiency("bf16", "fp4") == 0.87 and vllm.grouped_efficiency("fp8") == 0.53
+    # int4 groups (Kimi K2.5's experts) on each engine's own weight-only kernel: Marlin on Hopper (and vLLM's B200),
+    # FlashInfer TRT-LLM's on SGLang's B200
+    assert vllm.grouped_efficiency("bf16", "int4") == 0.38 and sglang.grouped_efficiency("bf16", "int4") == 0.41
+    assert rates_for(load_gpu("b200"), load_engine("vllm").kernels).grouped_efficiency("bf16", "int4") == 0.19
+    assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).grouped_efficiency("bf16", "int4") == 0.65
     assert vllm.grouped_efficiency("fp8", weight_format="fp8_e4m3") == 0.53 and not vllm.moe_format_floors
     assert vllm.grouped_efficiency("bf16") == 0.83 and vllm.moe_untuned_efficiency == {"bf16": 0.76}
     assert "engine" not in rates_for(load_gpu("a100-80gb"), load_engine("vllm").kernels).source
@@ -174,7 +179,7 @@ def test_engine_moe_efficiency_is_validated() -> None:
             ({"h200": {"fp8": 4}}, "field 'kernels.moe_efficiency.h200.fp8' must be at most 3"),
             ({"h200": {"fp8": float("nan")}}, "kernels.moe_efficiency.h200.fp8' must be a finite number"),
             ({"h200": {"fp8": True}}, "kernels.moe_efficiency.h200.fp8' must be a number"),
-            ({"h200": 0.9}, "field 'kernels.moe_efficiency.h200' must be a mapping of bf16, fp16, fp8, int8, fp4, "
+            ({"h200": 0.9}, "field 'kernels.moe_efficiency.h200' must be a mapping of bf16, fp16, fp8, int8, int4, fp4, "
                             "fp8_e4m3, fp8_e5m2, fp8_block, mxfp4, nvfp4$"),
             (0.9, "field 'kernels.moe_efficiency' must be a mapping of GPU preset names")):
         with pytest.raises(SpecError, match=message) as caught:
@@ -263,17 +268,18 @@ def test_engine_moe_k0_is_validated() -> None:
 
 def test_engine_moe_dequant_per_tile_per_gpu() -> None:
     """kernels.moe_dequant_per_tile: per GPU preset, the weight-only formats that engine's fused MoE unpacks again in
-    every row tile; vLLM's and TensorRT-LLM's MXFP4 experts on Hopper do, SGLang's do not, and no other GPU is
-    affected."""
+    every row tile; vLLM's and TensorRT-LLM's MXFP4 experts on Hopper do, SGLang's do not; vLLM's and SGLang's int4
+    experts (Marlin; FlashInfer TRT-LLM's on SGLang's B200) do; no other GPU is affected."""
     parsed = kernels_from_mapping({"moe_dequant_per_tile": {"h200": ["fp4", "int4"]}}, "e.yaml")
     assert parsed.moe_dequant_per_tile_by_gpu == {"h200": frozenset({"fp4", "int4"})}
     assert rates_for(load_gpu("h200"), parsed).moe_dequant_per_tile == {"fp4", "int4"}
     assert rates_for(load_gpu("a100-80gb"), parsed).moe_dequant_per_tile == frozenset()
-    for engine in ("vllm", "trtllm"):
+    for engine, hopper in (("vllm", {"fp4", "int4"}), ("trtllm", {"fp4"})):
         for gpu in ("h100-sxm", "h200", "h100-pcie"):  # the PCIe part through kernels_as
-            assert rates_for(load_gpu(gpu), load_engine(engine).kernels).moe_dequant_per_tile == {"fp4"}
+            assert rates_for(load_gpu(gpu), load_engine(engine).kernels).moe_dequant_per_tile == hopper
         assert rates_for(load_gpu("a100-80gb"), load_engine(engine).kernels).moe_dequant_per_tile == frozenset()
-    assert rates_for(load_gpu("h200"), load_engine("sglang").kernels).moe_dequant_per_tile == frozenset()
+    for engine, gpu in (("sglang", "h200"), ("sglang", "b200"), ("vllm", "b200")):
+        assert rates_for(load_gpu(gpu), load_engine(engine).kernels).moe_dequant_per_tile == {"int4"}
     for value, message in (
             ({"h200": "fp4"}, "field 'kernels.moe_dequant_per_tile.h200' must be a list of int8, fp8, int4, fp4, got"),
             ({"h200": ["fp5"]}, "field 'kernels.moe_dequant_per_tile.h200' must be a list of"),
@@ -781,7 +787,7 @@ def test_sglang_runs_mxfp4_experts_on_hopper_as_upcast_bf16() -> None:
 
     sglang = rates_for(load_gpu("h200"), load_engine("sglang").kernels)
     assert sglang.moe_stream_bits == {"mxfp4": 16.0} and 0 < sglang.moe_large_m_memory["mxfp4"] < 1
-    assert sglang.moe_dequant_ops == {}
+    assert "fp4" not in sglang.moe_dequant_ops
     for gpu, engine in (("b200", "sglang"), ("h200", "vllm"), ("a100-80gb", "sglang")):
         other = rates_for(load_gpu(gpu), load_engine(engine).kernels)
         assert other.moe_stream_bits == {} and other.moe_large_m_memory == {}

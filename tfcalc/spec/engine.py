@@ -577,7 +577,10 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "moe_untuned_large_m_memory_efficiency", "moe_untuned_k0", "moe_large_expert",
                           "shared_experts_stream", "sources"})
 QUANT_PLACES = ("norm", "attention", "activation")  # the kernels a GEMM's input comes from (its quantisation's host)
-MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4", "nvfp4")
+# MoE weight formats an engine's kernel tables are keyed by: compute kinds, storage formats, and int4 (int4-gN groups,
+# a weight-only kind: Marlin's fused MoE)
+MOE_EXPERT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4", "fp8_e4m3", "fp8_e5m2", "fp8_block", "mxfp4",
+                     "nvfp4")
 MAX_MOE_EFFICIENCY = 3.0  # relative to a dense GEMM of the shape at large K; moe_kernel_rates.py's search bound
 MAX_MOE_K0 = 65536.0  # K-loop elements per output tile
 MAX_MOE_ROW_BYTES = 1024.0  # bytes per routed row and hidden element
