@@ -179,8 +179,8 @@ def test_engine_moe_efficiency_is_validated() -> None:
             ({"h200": {"fp8": 4}}, "field 'kernels.moe_efficiency.h200.fp8' must be at most 3"),
             ({"h200": {"fp8": float("nan")}}, "kernels.moe_efficiency.h200.fp8' must be a finite number"),
             ({"h200": {"fp8": True}}, "kernels.moe_efficiency.h200.fp8' must be a number"),
-            ({"h200": 0.9}, "field 'kernels.moe_efficiency.h200' must be a mapping of bf16, fp16, fp8, int8, int4, fp4, "
-                            "fp8_e4m3, fp8_e5m2, fp8_block, mxfp4, nvfp4$"),
+            ({"h200": 0.9}, "field 'kernels.moe_efficiency.h200' must be a mapping of bf16, fp16, fp8, int8, int4, "
+                            "fp4, fp8_e4m3, fp8_e5m2, fp8_block, mxfp4, nvfp4$"),
             (0.9, "field 'kernels.moe_efficiency' must be a mapping of GPU preset names")):
         with pytest.raises(SpecError, match=message) as caught:
             kernels_from_mapping({"moe_efficiency": value}, "e.yaml")
