@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from tfcalc.dtypes import ALIASES, DTYPES, get_dtype
+from tfcalc.dtypes import ALIASES, DTYPES, generic_name, get_dtype
 from tfcalc.errors import UsageError
 
 
@@ -35,6 +35,9 @@ def test_names_and_int4_groups() -> None:
     assert get_dtype("int8-g128-sym").bits_per_element == Fraction(8) + Fraction(16, 128)
     with pytest.raises(UsageError, match="unknown dtype 'int4-g32-asym'"):
         get_dtype("int4-g32-asym")
+    # the family an engine lists (weights.unsupported): the group size as N
+    assert [generic_name(n) for n in ("int4-g32-sym", "int8-g128", "nvfp4", "fp8_block")] == [
+        "int4-gN-sym", "int8-gN", "nvfp4", "fp8_block"]
     with pytest.raises(UsageError, match="ambiguous dtype 'fp4'"):
         get_dtype("fp4")
     with pytest.raises(UsageError, match="unknown dtype 'fp9'"):

@@ -106,6 +106,11 @@ def dtype_names() -> list[str]:
     return [*DTYPES, "int4-gN", "int8-gN", "int4-gN-sym", "int8-gN-sym"]
 
 
+def generic_name(name: str) -> str:
+    """A format's name with its group size as N (``int4-g32-sym`` -> ``int4-gN-sym``): the family engines list."""
+    return re.sub(r"-g\d+", "-gN", name) if _INT_GROUP.fullmatch(name) else name
+
+
 def _key(name: str) -> str:
     """A name as looked up: any case, '-' and '_' alike (``fp8-e4m3`` is ``fp8_e4m3``), except in ``int4-gN`` and
     ``int8-gN``."""

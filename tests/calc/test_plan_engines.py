@@ -56,9 +56,11 @@ def test_engine_yaml_is_validated(tmp_path: Path) -> None:
     bad.write_text(text.replace("float32_as: bf16", "float32_as: fp8"))
     with pytest.raises(SpecError, match="field 'weights.float32_as' must be bf16 or fp16, got 'fp8'"):
         load_engine(str(bad))
-    bad.write_text(text.replace("float32_as: bf16", "float32_as: bf16\n  unsupported: [nf5]"))
-    with pytest.raises(SpecError, match=r"field 'weights.unsupported' must be a list of weight formats \(fp32, "):
-        load_engine(str(bad))
+    for entry in ("nf5", "int4-g32-sym"):  # a family is named by its group as N
+        bad.write_text(text.replace("float32_as: bf16", f"float32_as: bf16\n  unsupported: [{entry}]"))
+        with pytest.raises(SpecError, match=r"field 'weights.unsupported' must be a list of weight formats \(fp32, "
+                                            r".*int4-gN-sym"):
+            load_engine(str(bad))
 
 
 def test_an_engine_refuses_weights_it_cannot_serve() -> None:
@@ -73,6 +75,12 @@ def test_an_engine_refuses_weights_it_cannot_serve() -> None:
     assert plan_fit(spec, gpu, nf4, get_dtype("bf16"), cfg("vllm")).fits
     assert eng.unserved_format(load_engine("trtllm"), parse_weight_precision("experts=nf4,default=fp8")) == \
         "trtllm does not serve nf4 weights"
+    # a family listed by its group as N (int4-gN-sym: compressed-tensors' int4 groups, Kimi K2.5's experts): every
+    # group size of it, and no other family
+    assert eng.unserved_format(load_engine("trtllm"), parse_weight_precision("experts=int4-g32-sym,default=bf16")) \
+        == "trtllm does not serve int4-g32-sym weights"
+    assert eng.unserved_format(load_engine("trtllm"), parse_weight_precision("int4-g128")) is None  # AWQ / GPTQ
+    assert eng.unserved_format(load_engine("vllm"), parse_weight_precision("int4-g32-sym")) is None
 
 
 def test_a_float32_checkpoint_is_served_in_16_bits(tmp_path: Path) -> None:

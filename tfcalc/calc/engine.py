@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tfcalc.dtypes import WeightPrecision, get_dtype, parse_weight_precision
+from tfcalc.dtypes import WeightPrecision, generic_name, get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.spec.engine import EngineSpec
 from tfcalc.spec.gpu import GPUSpec
@@ -39,7 +39,7 @@ def unserved_format(engine: EngineSpec | None, precision: WeightPrecision) -> st
     if engine is None:
         return None
     formats = {precision.default.name, *(d.name for _, d in precision.per_component)}
-    bad = sorted(formats & set(engine.weights.unsupported))
+    bad = sorted(f for f in formats if {f, generic_name(f)} & set(engine.weights.unsupported))
     return f"{engine.name} does not serve {', '.join(bad)} weights" if bad else None
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from tfcalc.dtypes import DTYPES
+from tfcalc.dtypes import dtype_names
 from tfcalc.errors import SpecError
 
 if TYPE_CHECKING:
@@ -1277,8 +1277,9 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                                    "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as", "unsupported"}))
     float32_as = w.get("float32_as")
     unsupported = w.get("unsupported", [])
-    _require(isinstance(unsupported, list) and all(isinstance(f, str) and f in DTYPES for f in unsupported), origin,
-             f"field 'weights.unsupported' must be a list of weight formats ({', '.join(DTYPES)}), got "
+    formats = dtype_names()  # int4-gN and the like: every group size of the family
+    _require(isinstance(unsupported, list) and all(isinstance(f, str) and f in formats for f in unsupported), origin,
+             f"field 'weights.unsupported' must be a list of weight formats ({', '.join(formats)}), got "
              f"{_show(unsupported)}")
     _require(float32_as in (None, "bf16", "fp16"), origin,
              f"field 'weights.float32_as' must be bf16 or fp16, got {float32_as!r}")
