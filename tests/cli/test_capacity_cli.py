@@ -552,6 +552,21 @@ def test_a_remote_code_checkpoint_launches_with_trust_remote_code() -> None:
     assert "trust" not in plain.stdout
 
 
+def test_kimi_k25_int4_experts_launch_on_vllm_and_sglang_with_their_code_and_not_on_trtllm() -> None:
+    """Kimi K2.5 (preset and config.json alike): its native int4 experts are compressed-tensors groups TensorRT-LLM
+    does not load, so its line says so; vLLM and SGLang serve the checkpoint as it is, with its own code."""
+    base = ["capacity", "--gpu", "h200", "--tp", "8", "--rate", "1", "--input-len", "2k", "--output-len", "300",
+            "--ttft", "p90=5s", "--tpot", "p90=80ms", "--max-num-seqs", "32", "--max-num-batched-tokens", "4096",
+            "--no-simulate"]
+    result = run(*base, "-p", "kimi-k2.5")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "TRT-LLM: (trtllm does not serve int4-g32-sym weights)" in text
+    assert "vllm serve moonshotai/Kimi-K2.5" in text and text.count("--trust-remote-code") == 2
+    only = run(*base, "-p", "kimi-k2.5", "--engine", "trtllm")
+    assert only.exit_code == 2 and only.output.strip() == "error: trtllm does not serve int4-g32-sym weights"
+
+
 def test_mamba2_plan_launches_vllm_with_its_fp32_states() -> None:
     """Nemotron 3 Nano's plan sizes its SSM states in fp32 (the config's mamba_ssm_cache_dtype): the vLLM line asks
     for them (vLLM's auto would keep the model's bf16)."""
