@@ -320,6 +320,7 @@ def _transformers_default(cls: type, key: str) -> object:
 _NOT_CLASS_FIELDS = {
     "head_dim": "no field: the attention uses getattr(config, 'head_dim', hidden // heads); DERIVED (None)",
     "moe_layer_freq": "not read by transformers; DeepSeek's own modeling code's default 1",
+    "first_k_dense_replace": "Glm4MoeLiteConfig: its mlp_layer_types defaults to one dense layer first",
     "sliding_window_pattern": "Gemma3TextConfig reads kwargs.get('sliding_window_pattern', 6)",
     "rope_local_base_freq": "Gemma3TextConfig.default_theta['local']",
     "full_attention_interval": "Qwen3-Next / Qwen3.5: __post_init__ reads kwargs.pop('full_attention_interval', 4)",

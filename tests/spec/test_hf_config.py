@@ -44,9 +44,8 @@ def write(tmp_path: Path, data: dict[str, Any], filename: str = "config.json") -
 def test_supported_types() -> None:
     assert SUPPORTED_MODEL_TYPES == (
         "deepseek_v2", "deepseek_v3", "deepseek_v32", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma4",
-        "gemma4_text", "glm4_moe", "glm_moe_dsa", "gpt_oss", "kimi_k25", "llama", "llama4", "llama4_text", "minimax_m2",
-        "mistral",
-        "mistral3", "mixtral", "nemotron_h", "phi3", "qwen2", "qwen2_5_vl",
+        "gemma4_text", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "gpt_oss", "kimi_k25", "llama", "llama4",
+        "llama4_text", "minimax_m2", "mistral", "mistral3", "mixtral", "nemotron_h", "phi3", "qwen2", "qwen2_5_vl",
         "qwen2_moe", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next",
         "qwen3_vl", "qwen3_vl_moe", "qwen3_vl_moe_text")
 
@@ -819,6 +818,26 @@ def test_gemma4_what_tfcalc_does_not_model_is_a_one_line_error(field: str, value
 def test_gemma4_vision_tower_with_grouped_heads_is_refused() -> None:
     with pytest.raises(SpecError, match=r"^gemma4-31b.json: vision_config: .*grouped or resized attention heads"):
         _gemma4("gemma4-31b", vision={"num_key_value_heads": 4})
+
+
+def test_glm_4_7_flash_is_deepseek_v3_attention_and_routing_at_glm_sizes() -> None:
+    """zai-org/GLM-4.7-Flash (glm4_moe_lite; its card: 30B-A3B): MLA (20 heads, q rank 768, kv rank 512, 192 + 64
+    q/k, values of 256), 64 sigmoid-routed experts of 1536 (top 4, one shared, x1.8), one dense layer first, one
+    MTP layer not counted. transformers' class lists the dense layers in mlp_layer_types, which wins where given."""
+    from tfcalc.calc.params import count_params
+
+    spec = build("glm-4.7-flash")
+    counts = count_params(spec)
+    assert spec.mla is not None and (spec.mla.q_lora_rank, spec.mla.v_head_dim, spec.num_attention_heads) == (
+        768, 256, 20)
+    assert spec.moe is not None and (spec.moe.num_experts, spec.moe.experts_per_token) == (64, 4)
+    assert spec.moe.dense_layers == (0,) and spec.moe.routed_scaling_factor == 1.8 and spec.num_mtp_layers == 1
+    assert 29.5e9 < counts.total_params < 30.5e9 and 3.0e9 < counts.active_params < 4.0e9
+    kinds = ["dense", "dense"] + ["sparse"] * 45
+    assert build("glm-4.7-flash", mlp_layer_types=kinds).moe.dense_layers == (0, 1)
+    with pytest.raises(SpecError, match="^glm-4.7-flash.json: field 'mlp_layer_types' must list 'dense' or 'sparse' "
+                                        "for each of the 47 layers"):
+        build("glm-4.7-flash", mlp_layer_types=["dense"] * 3)
 
 
 # --- Kimi K2.5 / K2.6: a DeepSeek-V3 decoder and MoonViT -----------------------------------------------------------

@@ -126,6 +126,10 @@ def test_moe_checkpoints() -> None:
         assert native("mixtral-8x7b", ct(int4, ignore=["lm_head", pattern])) == \
             "attention=int4-g128-sym,default=bf16"
     assert native("mixtral-8x7b", {**AWQ, "modules_to_not_convert": ["gate"]}) == "int4-g128"  # router: 16-bit
+    # Kimi K2 Thinking's layout on GLM-4.7-Flash (its shared experts under mlp.shared_experts, as DeepSeek's): the
+    # routed experts alone are int4
+    kimi_like = ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"]
+    assert native("glm-4.7-flash", ct(int4, ignore=kimi_like)) == "experts=int4-g128-sym,default=bf16"
 
 
 @pytest.mark.parametrize(("quant", "message"), [

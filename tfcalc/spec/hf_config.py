@@ -304,7 +304,8 @@ def _deepseek_moe(score_correction_bias: bool) -> MoERule:
 
     ``moe_layer_freq`` follows DeepSeek's own modeling code (MoE when ``i % moe_layer_freq == 0``); transformers'
     port ignores it, which agrees for every released checkpoint (all use 1). V3's router also holds
-    ``e_score_correction_bias`` (one per expert).
+    ``e_score_correction_bias`` (one per expert). A config that lists ``mlp_layer_types`` (GLM-4.7-Flash's
+    transformers class: "dense" or "sparse" per layer) is read by it.
     """
 
     def rule(c: _Config) -> MoESpec:
@@ -312,6 +313,13 @@ def _deepseek_moe(score_correction_bias: bool) -> MoERule:
         first_dense = c.int_or_default("first_k_dense_replace")
         freq = c.int_or_default("moe_layer_freq", minimum=1)
         dense = tuple(i for i in range(c.num_layers) if i < first_dense or i % freq != 0)
+        kinds = c.data.get("mlp_layer_types")
+        if kinds is not None:
+            if (not isinstance(kinds, list) or len(kinds) != c.num_layers
+                    or not all(kind in ("dense", "sparse") for kind in kinds)):
+                raise c.error(f"field 'mlp_layer_types' must list 'dense' or 'sparse' for each of the "
+                              f"{c.num_layers} layers, got {kinds!r:.60}")
+            dense = tuple(i for i, kind in enumerate(kinds) if kind == "dense")
         shared = c.int_or_default("n_shared_experts")
         moe_size = c.req_int("moe_intermediate_size")
         routing = {}
@@ -735,6 +743,17 @@ FAMILIES: dict[str, _Family] = {
                   "index_head_dim": 128, "index_topk": 2048},
         moe=_deepseek_moe(score_correction_bias=True), mla=True, mtp_key="num_nextn_predict_layers",
         numerics=_dsa_indexer),
+    # GLM-4.7-Flash: DeepSeek-V3's MLA and router at GLM's sizes, one dense layer first (transformers
+    # Glm4MoeLiteConfig, whose mlp_layer_types replaces first_k_dense_replace)
+    "glm4_moe_lite": _Family(
+        defaults={**_LLAMA_LIKE, "vocab_size": 154880, "hidden_size": 2048, "intermediate_size": 10240,
+                  "moe_intermediate_size": 1536, "num_hidden_layers": 47, "num_attention_heads": 20,
+                  "num_key_value_heads": 20, "n_shared_experts": 1, "n_routed_experts": 64,
+                  "routed_scaling_factor": 1.8, "kv_lora_rank": 512, "q_lora_rank": 768, "qk_rope_head_dim": 64,
+                  "v_head_dim": 256, "qk_nope_head_dim": 192, "n_group": 1, "topk_group": 1,
+                  "num_experts_per_tok": 4, "norm_topk_prob": True, "max_position_embeddings": 202752,
+                  "attention_bias": False, "first_k_dense_replace": 1, "moe_layer_freq": 1},
+        moe=_deepseek_moe(score_correction_bias=True), mla=True, mtp_key="num_nextn_predict_layers"),
     # Nemotron-H / Nemotron 3 (NemotronHConfig): Mamba-2, attention, MLP and MoE blocks per hybrid_override_pattern
     "nemotron_h": _Family(
         defaults={"vocab_size": 131072, "hidden_size": 4096, "num_attention_heads": 32,
@@ -798,6 +817,7 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForCausalLM": "qwen3_5_text",
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text", "Llama4ForCausalLM": "llama4_text",
     "Gemma4ForCausalLM": "gemma4_text", "DeepseekV32ForCausalLM": "deepseek_v32",
+    "Glm4MoeLiteForCausalLM": "glm4_moe_lite",
     "GlmMoeDsaForCausalLM": "glm_moe_dsa", "NemotronHForCausalLM": "nemotron_h",
 }
 

@@ -59,6 +59,7 @@ _SHARED_NAMES = {"nemotron_h": ("up_proj", "down_proj")}  # Nemotron-H's FFNs ar
 _SHARED_PREFIX = {"qwen2_moe": "mlp.shared_expert", "deepseek_v2": "mlp.shared_experts",
                   "deepseek_v3": "mlp.shared_experts", "deepseek_v32": "mlp.shared_experts",
                   "glm4_moe": "mlp.shared_experts", "glm_moe_dsa": "mlp.shared_experts",
+                  "glm4_moe_lite": "mlp.shared_experts",
                   "llama4_text": "feed_forward.shared_expert", "nemotron_h": "mixer.shared_experts"}
 # The decoder's layers by the names checkpoints give them, first the one transformers builds. Llama 4's and
 # Gemma 4's name it under language_model; other multimodal checkpoints one of three ways, by the transformers
