@@ -374,6 +374,24 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str]) -> None:
     assert result.stderr.startswith("error:") and result.stderr.count("\n") == 1, result.stderr
 
 
+@pytest.mark.parametrize("args, option", [
+    (["kv-cache", "-p", "llama3-8b", "-o", ""], "'--output' / '-o'"),
+    (["memory", "-c", " "], "'--config' / '-c'"),
+    (["estimate", "-p", "llama3-8b", "-g", "h100-sxm", "--calibration", ""], "'--calibration'"),
+    (["capacity", "-p", "llama3-8b", "-g", "h100-sxm", "--rate", "1", "--lengths-csv", "", "--ttft", "p90=1s",
+      "--tpot", "p90=50ms"], "'--lengths-csv'"),
+    (["capacity", "-p", "llama3-8b", "-g", "h100-sxm", "--rate", "1", "--input-len", "100", "--output-len", "100",
+      "--ttft", "p90=1s", "--tpot", "p90=50ms", "--plot", ""], "'--plot'"),
+])
+def test_an_empty_file_name_is_named_as_such(args: list[str], option: str) -> None:
+    """An empty file name was the folder "." (Path("")): "cannot write .: it is a folder", "config.json: no such
+    file". It is refused as what it is, before any work."""
+    result = invoke(args)
+    assert_clean_ending(result, (2,))
+    assert result.stderr.startswith(f"error: invalid value for {option}: an empty file name"), result.stderr
+    assert result.stderr.count("\n") == 1
+
+
 TOKENS = ["kv-cache", "params", "memory", "presets", "list", "show", "nope", "-p", "--preset", "-c", "--config",
           "--context", "--batch", "-b", "--kv-dtype", "-f", "--format", "-o", "--compare-attention", "-w",
           "--kind", "--version", "-h", "llama3-8b", "Meta-Llama/Llama-3.1-70B", "gpu", "h100-sxm", "x", "0", "-1",

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from tfcalc.cli.common import FormatOpt, OutputOpt, handle_errors
+from tfcalc.cli.common import FormatOpt, OutputOpt, file_path, handle_errors
 from tfcalc.errors import TfcalcError, UsageError, missing_torch_message
 from tfcalc.output import emit, pick, show_progress, varies, wide
 from tfcalc.units import format_si, parse_size, parse_sizes, split_list
@@ -301,7 +301,7 @@ def calibrate(
     device: DeviceOpt = "cuda", gpu: GpuOpt = None,
     save: Annotated[Path | None, typer.Option(
         "--save", help="Write the calibration file here (JSON) for 'tfcalc estimate --calibration'.",
-        show_default=False)] = None,
+        show_default=False, parser=file_path)] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Small shapes only (seconds, also on a GPU).")] = False,
     fmt: FormatOpt = None, output: OutputOpt = None,
 ) -> None:
@@ -397,7 +397,7 @@ def collectives(
                                          "the CPU.", min=1)] = 5,
     save: Annotated[Path | None, typer.Option(
         "--save", help="Write the timings to this calibration file (JSON) for 'tfcalc estimate --calibration' "
-        "(an existing calibration file keeps its other sections).", show_default=False)] = None,
+        "(an existing calibration file keeps its other sections).", show_default=False, parser=file_path)] = None,
     fmt: FormatOpt = None, output: OutputOpt = None,
 ) -> None:
     """All-reduce, all-gather, reduce-scatter and all-to-all over message sizes on torch.distributed (NCCL on GPUs,

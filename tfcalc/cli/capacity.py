@@ -36,6 +36,7 @@ from tfcalc.cli.common import (
     check_redundant_experts,
     engine_list,
     fail,
+    file_path,
     float_list,
     handle_errors,
     rate_overrides,
@@ -288,7 +289,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                                                                  help="Spread of output lengths.")] = None,
              lengths_csv: Annotated[Path | None, typer.Option(
                  "--lengths-csv", help="CSV of requests (columns input_tokens, output_tokens) instead of the "
-                 "length options.", show_default=False)] = None,
+                 "length options.", show_default=False,
+                 parser=file_path)] = None,
              rate: Annotated[str | None, typer.Option("--rate", help="Requests per second (Poisson arrivals).",
                                                       show_default=False)] = None,
              concurrency: Annotated[str | None, typer.Option(
@@ -369,7 +371,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              = None,
              calibration: Annotated[Path | None, typer.Option(
                  "--calibration", help="'tfcalc bench calibrate' output or a calibration of efficiencies (as for "
-                 "estimate).", show_default=False)] = None,
+                 "estimate).", show_default=False,
+                 parser=file_path)] = None,
              simulate: Annotated[bool, typer.Option(
                  "--simulate/--no-simulate", help="Check the chosen plan with the discrete-event simulation.")]
              = True,

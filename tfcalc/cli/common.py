@@ -71,8 +71,17 @@ def complete_columns(incomplete: str) -> list[str]:
 PresetOpt = Annotated[list[str] | None, typer.Option(
     "--preset", "-p", help="Model preset name or a YAML file in the preset format; repeat or comma-separate "
     "to compare models.", show_default=False, autocompletion=complete_preset("model"))]
+
+
+def file_path(text: str) -> Path:
+    """A file option's name as given: an empty one is refused (``Path("")`` would be the folder ".")."""
+    if not text.strip():
+        raise typer.BadParameter("an empty file name")
+    return Path(text)
+
+
 ConfigOpt = Annotated[list[Path] | None, typer.Option(
-    "--config", "-c", help="A Hugging Face config.json; repeatable.", show_default=False)]
+    "--config", "-c", help="A Hugging Face config.json; repeatable.", show_default=False, parser=file_path)]
 ContextOpt = Annotated[list[str] | None, typer.Option(
     "--context", help="Context length(s) in tokens: 8192, 128k (=131072), 1m, lists 4k,32k; "
     "default: the model's max context.", show_default=False)]
@@ -87,14 +96,14 @@ FormatOpt = Annotated[str | None, typer.Option(
     show_default=False)]
 OutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", help="Write to this file (replaced atomically; devices and - are written to) instead of "
-    "stdout.", show_default=False)]
+    "stdout.", show_default=False, parser=file_path)]
 
 
 WeightsOpt = Annotated[list[str] | None, typer.Option(
     "--weights-dtype", "-w", help="Weight format(s): bf16, fp8, int4-g128, nvfp4, lists, or per component "
     "(experts=mxfp4,default=bf16); default: the checkpoint's.", show_default=False)]
 PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Also draw a PNG chart here (needs matplotlib).",
-                                              show_default=False)]
+                                              show_default=False, parser=file_path)]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the formula trace behind each row.")]
 EngineOpt = Annotated[list[str] | None, typer.Option(
     "--engine", "-e", help="Engine version: vllm (default; its current version), vllm@0.19 (the one covering a "

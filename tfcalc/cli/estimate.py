@@ -21,6 +21,7 @@ from tfcalc.cli.common import (
     check_redundant_experts,
     check_runtime_overhead,
     engine_list,
+    file_path,
     float_list,
     handle_errors,
     parse_dtype_list,
@@ -102,7 +103,8 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                  show_default=False)] = None,
              calibration: Annotated[Path | None, typer.Option(
                  "--calibration", help="'tfcalc bench calibrate' output, a calibration of efficiencies or 'tfcalc "
-                 "profile' JSON rows (docs/estimate.md).", show_default=False)] = None,
+                 "profile' JSON rows (docs/estimate.md).", show_default=False,
+                 parser=file_path)] = None,
              ideal: Annotated[bool, typer.Option(
                  "--ideal", help="Report the pure roofline (100 % of the peaks, no floors or latencies) as TTFT/TPOT."
              )] = False,

@@ -28,6 +28,7 @@ from tfcalc.cli.common import (
     FormatOpt,
     OutputOpt,
     PresetOpt,
+    file_path,
     handle_errors,
     read_calibration,
     resolve_models,
@@ -121,12 +122,14 @@ def profile(
     warmup: Annotated[int, typer.Option(help="Untimed runs before timing.")] = 2,
     repeats: Annotated[int, typer.Option(help="Timed runs; the median is reported.")] = 5,
     calibration: Annotated[Path | None, typer.Option(
-        help="Efficiencies for the predicted column (a calibration or profile JSON).", show_default=False)] = None,
+        help="Efficiencies for the predicted column (a calibration or profile JSON).", show_default=False,
+        parser=file_path)] = None,
     save_calibration: Annotated[Path | None, typer.Option(
-        help="Write the measured efficiencies here for 'tfcalc estimate --calibration'.", show_default=False)]
-    = None,
+        help="Write the measured efficiencies here for 'tfcalc estimate --calibration'.", show_default=False,
+        parser=file_path)] = None,
     plot: Annotated[Path | None, typer.Option(
-        help="Write a PNG of time per token vs context, measured beside predicted.", show_default=False)] = None,
+        help="Write a PNG of time per token vs context, measured beside predicted.", show_default=False,
+        parser=file_path)] = None,
     fmt: FormatOpt = None, output: OutputOpt = None,
 ) -> None:
     """Measure prefill and decode of the bundled decoder (random weights) on this GPU or CPU, with FLOP/s,
