@@ -130,6 +130,9 @@ def test_moe_checkpoints() -> None:
     # routed experts alone are int4
     kimi_like = ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"]
     assert native("glm-4.7-flash", ct(int4, ignore=kimi_like)) == "experts=int4-g128-sym,default=bf16"
+    # Kimi K2 Thinking: Kimi K2's config with the int4 quantization_config Kimi K2.5 ships in its text_config
+    thinking = json.loads((FIXTURE_DIR / "kimi-k2.5.json").read_text())["text_config"]["quantization_config"]
+    assert native("kimi-k2", thinking) == "experts=int4-g32-sym,default=bf16"
 
 
 @pytest.mark.parametrize(("quant", "message"), [
