@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout31]
+        | --holdout12 | ... | --holdout32]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -62,6 +62,8 @@ after the twenty-eighth (the B200's latency block with the B300's FP4 kernel rat
 twenty-ninth (int4 weight-only routed experts in symmetric groups of 32, MoonViT beside the decoder).
 ``--holdout31`` the thirty-first (``HOLDOUT_GRID_31``, aiconfigurator_holdout31.json): NVIDIA's Kimi K2.5 NVFP4 on the
 B200 and B300.
+``--holdout32`` the thirty-second (``HOLDOUT_GRID_32``, aiconfigurator_holdout32.json): Kimi K2.5's int4 experts under
+expert parallelism, after grid 30's int4 kernel rates.
 """
 
 from __future__ import annotations
@@ -658,6 +660,13 @@ HOLDOUT_GRID_31 = [
     ("kimi-k2.5-nvfp4", "b300_sxm", [8], [4, 24, 64], [(2000, 500)]),
 ]
 
+# Kimi K2.5's int4 experts under expert parallelism (ep = tp = 8), collected on 2026-12-07 (stop 58) after grid 30's
+# int4 kernel rates, scored once before any change in response
+HOLDOUT_GRID_32 = [
+    ("kimi-k2.5", "h200_sxm", [8], [4, 24, 64], [(3000, 300)], True),
+    ("kimi-k2.5", "b200_sxm", [8], [4, 24, 64], [(2000, 500)], True),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -741,7 +750,7 @@ if __name__ == "__main__":
              "--holdout24": HOLDOUT_GRID_24, "--holdout25": HOLDOUT_GRID_25,
              "--holdout26": HOLDOUT_GRID_26, "--holdout27": HOLDOUT_GRID_27,
              "--holdout28": HOLDOUT_GRID_28, "--holdout29": HOLDOUT_GRID_29, "--holdout30": HOLDOUT_GRID_30,
-             "--holdout31": HOLDOUT_GRID_31}
+             "--holdout31": HOLDOUT_GRID_31, "--holdout32": HOLDOUT_GRID_32}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]
