@@ -139,3 +139,20 @@ def test_dsa_prefill_attends_top_k_and_scores_every_pair() -> None:
     indexer_weights = 2 * 4096 * 61 * (1536 * 64 * 128 + 7168 * (128 + 64))
     expected = (61 * (sparse_keys - dense_keys) * per_key + 61 * dense_keys * 2 * 64 * 128 + indexer_weights)
     assert dsa.flops - plain.flops == expected
+
+
+def test_values_narrower_than_keys_count_at_their_own_width() -> None:
+    """MiMo-V2-Flash: keys of 192, values of 128. Q.K costs 2 x 192 and P.V 2 x 128 FLOPs per head and key, and a
+    token caches kv_heads x (192 + 128) elements (8 KV heads on sliding layers, 4 on full ones), each at its width."""
+    from pathlib import Path
+
+    from tfcalc.calc.work import _attention_flops_per_key
+    from tfcalc.spec.hf_config import load_hf_config
+
+    spec = load_hf_config(Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs" / "mimo-v2-flash.json")
+    m = make_model(spec, parse_weight_precision("bf16"), BF16, tp=4)
+    assert m.sh.query_heads == 16 and (m.sh.kv_heads, m.sh.full_kv_heads) == (2, 1)
+    assert (m.sh.kv_elements, m.sh.full_kv_elements) == (2 * (192 + 128), 1 * (192 + 128))
+    for decode in (True, False):
+        for sliding in (True, False):
+            assert _attention_flops_per_key(m, decode, sliding) == 2 * 16 * (192 + 128)

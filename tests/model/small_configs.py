@@ -109,3 +109,12 @@ SMALL_NEMOTRON_NANO = {**_SMALL_NEMOTRON_H, "hybrid_override_pattern": "MEM*EM",
 SMALL_NEMOTRON_SUPER = {**SMALL_NEMOTRON_NANO, "moe_latent_size": 20}
 # Nemotron-H 56B-like: Mamba-2, MLP and attention blocks, no experts
 SMALL_NEMOTRON_H = {**_SMALL_NEMOTRON_H, "hybrid_override_pattern": "M-M*-M"}
+
+
+# MiMo-V2-Flash: full (0), sliding, sliding, full layers; keys of 16, values of 8; 2 KV heads on full layers, 4 on
+# sliding ones (transformers' default: twice), sinks on the sliding layers
+SMALL_MIMO_V2_FLASH = {**_SMALL_COMMON, "model_type": "mimo_v2_flash", "num_hidden_layers": 4, "v_head_dim": 8,
+                       "num_attention_heads": 4,
+                       "hybrid_layer_pattern": [0, 1, 1, 0], "sliding_window_size": 8, "intermediate_size": 64,
+                       "moe_intermediate_size": 24, "n_routed_experts": 8, "moe_layer_freq": [0, 1, 1, 1],
+                       "add_swa_attention_sink_bias": True, "partial_rotary_factor": 0.5}

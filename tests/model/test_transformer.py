@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from small_configs import SMALL_GLM4_MOE, SMALL_MINIMAX_M2, small_config_spec
+from small_configs import SMALL_GLM4_MOE, SMALL_MIMO_V2_FLASH, SMALL_MINIMAX_M2, small_config_spec
 
 from tfcalc.calc.kv_cache import kv_cache_bytes
 from tfcalc.calc.params import count_params
@@ -631,3 +631,15 @@ def test_partial_rope_and_qk_norm_families_equal_transformers(config: dict) -> N
         expected = hf(tokens).logits
         torch.testing.assert_close(run_in_chunks(ours, tokens, [11]), expected, atol=1e-6, rtol=1e-6)
         torch.testing.assert_close(run_in_chunks(ours, tokens, [5] + [1] * 6), expected, atol=1e-6, rtol=1e-6)
+
+
+def test_values_narrower_than_keys_are_refused_by_the_bundled_model() -> None:
+    """MiMo-V2-Flash's values (v_head_dim) are narrower than its keys: the calculator counts and times them, the
+    bundled decoder does not run them and says so in one line (not a wrong-shaped model)."""
+    from tfcalc.errors import SpecError
+
+    spec = small_config_spec(SMALL_MIMO_V2_FLASH)
+    assert (spec.head_dim, spec.value_head_dim, spec.full_layer_spec.num_kv_heads, spec.num_kv_heads) == (16, 8, 2, 4)
+    with pytest.raises(SpecError, match=r"^mimo_v2_flash: the bundled model runs values as wide as keys, not values "
+                                        r"of 8 beside keys of 16 \(v_head_dim\)$"):
+        build_model(spec)

@@ -45,7 +45,8 @@ def test_supported_types() -> None:
     assert SUPPORTED_MODEL_TYPES == (
         "deepseek_v2", "deepseek_v3", "deepseek_v32", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma4",
         "gemma4_text", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "gpt_oss", "kimi_k25", "llama", "llama4",
-        "llama4_text", "minimax_m2", "mistral", "mistral3", "mixtral", "nemotron_h", "phi3", "qwen2", "qwen2_5_vl",
+        "llama4_text", "mimo_v2_flash", "minimax_m2", "mistral", "mistral3", "mixtral", "nemotron_h", "phi3", "qwen2",
+        "qwen2_5_vl",
         "qwen2_moe", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next",
         "qwen3_vl", "qwen3_vl_moe", "qwen3_vl_moe_text")
 
@@ -838,6 +839,43 @@ def test_glm_4_7_flash_is_deepseek_v3_attention_and_routing_at_glm_sizes() -> No
     with pytest.raises(SpecError, match="^glm-4.7-flash.json: field 'mlp_layer_types' must list 'dense' or 'sparse' "
                                         "for each of the 47 layers"):
         build("glm-4.7-flash", mlp_layer_types=["dense"] * 3)
+
+
+def test_mimo_v2_flash_layers_of_two_kinds_with_values_narrower_than_keys() -> None:
+    """XiaomiMiMo/MiMo-V2-Flash (its card: 309B total, 15B active): 39 sliding layers (window 128 + the query, 8 KV
+    heads, a sink per head, RoPE base 10,000) and 9 full ones (4 KV heads, no sinks, base 5,000,000); keys and queries
+    of 192 with 64 dimensions turned (0.334 x 192, as int()), values of 128; 256 experts, top 8, the first layer
+    dense; its released weights block fp8."""
+    from tfcalc.calc.kv_cache import kv_elements_per_token_per_layer
+    from tfcalc.calc.params import count_params
+
+    spec = build("mimo-v2-flash")
+    full = spec.full_layer_spec
+    assert (spec.sliding_window, len(spec.sliding_window_layers), spec.num_full_layers) == (129, 39, 9)
+    assert [i for i in range(48) if not spec.is_sliding_layer(i)] == [0, 5, 11, 17, 23, 29, 35, 41, 47]
+    assert (spec.num_kv_heads, spec.head_dim, spec.value_head_dim, spec.attention_sinks) == (8, 192, 128, True)
+    assert (full.num_kv_heads, full.head_dim, full.value_head_dim, full.attention_sinks) == (4, 192, 128, False)
+    assert spec.rotary_dim == full.rotary_dim == 64 and (spec.rope_theta, spec.rope_local_theta) == (5e6, 1e4)
+    assert spec.moe is not None and spec.moe.dense_layers == (0,) and spec.moe.num_shared_experts == 0
+    assert (kv_elements_per_token_per_layer(spec), kv_elements_per_token_per_layer(spec, sliding=False)) == (
+        8 * (192 + 128), 4 * (192 + 128))
+    counts = count_params(spec)
+    assert 308e9 < counts.total_params < 310e9 and 15.0e9 < counts.active_params < 16.0e9
+    assert spec.native_dtype == "fp8_block"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"swa_head_dim": 128}, "field 'swa_head_dim' (128) is not supported"),
+    ({"swa_num_attention_heads": 32}, "field 'swa_num_attention_heads' (32) is not supported"),
+    ({"hybrid_layer_pattern": [0, 1]}, "field 'hybrid_layer_pattern' must hold 0 or 1 for each of the 48 layers"),
+    ({"moe_layer_freq": [0, 2]}, "'moe_layer_freq' must mark each of the 48 layers"),
+    ({"n_shared_experts": 1}, "shared experts are not supported for MiMo-V2-Flash"),
+])
+def test_mimo_v2_flash_shapes_tfcalc_does_not_model_are_one_line_errors(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        build("mimo-v2-flash", **changes)
+    assert str(info.value).startswith("mimo-v2-flash.json: ") and message in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 # --- Kimi K2.5 / K2.6: a DeepSeek-V3 decoder and MoonViT -----------------------------------------------------------

@@ -1,7 +1,8 @@
 """KV-cache sizes for MHA / GQA / MQA, DeepSeek MLA and sliding-window layers.
 
 MHA/GQA/MQA: each layer caches K and V, 2 x kv_heads x head_dim elements per token
-(Shazeer 2019 MQA, arXiv:1911.02150; Ainslie et al. 2023 GQA, arXiv:2305.13245).
+(Shazeer 2019 MQA, arXiv:1911.02150; Ainslie et al. 2023 GQA, arXiv:2305.13245); kv_heads x (head_dim +
+value_head_dim) where values are narrower than keys (MiMo-V2-Flash).
 MLA: each layer caches the compressed latent plus the shared RoPE key, kv_lora_rank + qk_rope_head_dim
 elements per token (DeepSeek-V2, arXiv:2405.04434 sec. 2.1.2), as DeepSeek and vLLM serve it.
 A sliding-window layer holds at most ``sliding_window`` tokens (Mistral 7B, arXiv:2310.06825 sec. 2); a chunked
@@ -31,12 +32,14 @@ if TYPE_CHECKING:
 
 
 def kv_elements_per_token_per_layer(spec: ModelSpec, sliding: bool = True) -> int:
-    """2 x kv_heads x head_dim, or kv_lora_rank + qk_rope_head_dim for MLA; a full layer of Gemma 4 (``sliding``
-    false) with its own KV heads and head_dim (K and V cached apart even where V comes from the k projection)."""
+    """kv_heads x (head_dim + value_head_dim) (2 x kv_heads x head_dim where K and V are as wide; MiMo-V2-Flash's
+    values are narrower, cached at their own width: vLLM FlashAttentionDiffKV), or kv_lora_rank + qk_rope_head_dim
+    for MLA; a full layer of Gemma 4 (``sliding`` false) with its own KV heads and head_dim (K and V cached apart
+    even where V comes from the k projection)."""
     if spec.mla is not None:
         return spec.mla.latent_elements_per_token_per_layer
     shape = spec.layer_kind_spec(sliding)
-    return 2 * shape.num_kv_heads * shape.head_dim
+    return shape.num_kv_heads * (shape.head_dim + shape.value_head_dim)
 
 
 SCALE_BLOCK = 128  # values per fp32 scale in DSA's fp8 indexer keys and fp8 latent records

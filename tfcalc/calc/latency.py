@@ -497,9 +497,9 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
             m.qk_nope_head_dim, m.v_head_dim
     else:
         kv_heads, head_dim = max(spec.num_kv_heads // tp, 1), spec.head_dim
-        kv_elements = 2 * kv_heads * head_dim
+        v_dim = spec.value_head_dim
+        kv_elements = kv_heads * (head_dim + v_dim)
         q_rank = kv_rank = rope = nope = 0
-        v_dim = head_dim
     experts = top_k = experts_local = 0
     expert_width = shared_width = 0.0
     moe_group = tp
@@ -875,14 +875,14 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool,
     # fused residual add + RMSNorm: read 2, write 2 (the pure roofline's hidden-state traffic of the layer)
     _elementwise_group(s, "attention", 4 * m * h * ACT_BYTES, ideal_bytes=4 * m * h * ACT_BYTES)
     if not dm.mla:
-        q, kv = dm.heads * dm.head_dim, dm.kv_heads * dm.head_dim
-        _gemm(s, "attention", m, q * (2 if dm.attention_gate else 1) + 2 * kv, h, dm.attn, eng)
+        q, kv, kv_v = dm.heads * dm.head_dim, dm.kv_heads * dm.head_dim, dm.kv_heads * dm.v_dim
+        _gemm(s, "attention", m, q * (2 if dm.attention_gate else 1) + kv + kv_v, h, dm.attn, eng)
         if dm.qk_norm:
             _elementwise_group(s, "attention", 2 * m * (q + kv) * ACT_BYTES)
         # rotary on q and k, then the KV-cache write
-        _elementwise_group(s, "attention", 2 * m * (q + kv) * ACT_BYTES + m * (2 * kv * ACT_BYTES)
+        _elementwise_group(s, "attention", 2 * m * (q + kv) * ACT_BYTES + m * ((kv + kv_v) * ACT_BYTES)
                            + m * dm.kv_bytes_per_token, kernels_count=2, ideal_bytes=m * dm.kv_bytes_per_token)
-        qk_dim = v_dim = dm.head_dim
+        qk_dim, v_dim = dm.head_dim, dm.v_dim
     else:
         q_out = dm.heads * (dm.nope + dm.rope)
         if dm.q_rank:

@@ -85,7 +85,8 @@ def attention_modules(spec: ModelSpec) -> dict[str, TPShape]:
     """One layer's attention projections, module by module (``tfcalc.spec.model.ATTENTION_MODULES``' names; gpt-oss's
     sinks under "sinks"; norm weights excluded, see ``norm_params_per_layer``).
 
-    GQA/MHA/MQA: q [h, nh*d] and o [nh*d, h] split by head, k and v [h, d] per KV head (k only with
+    GQA/MHA/MQA: q [h, nh*d] and o [nh*dv, h] split by head, k [h, d] and v [h, dv] per KV head (dv the values'
+    head size, ``value_head_dim``; k only with
     ``attention_k_eq_v``; a full layer of Gemma 4: pass ``spec.full_layer_spec``); biases per
     ``qkv_bias``/``o_bias`` (o's bias replicated, it is added after the all-reduce); gpt-oss sinks: one logit per
     head. MLA (DeepSeek-V2 sec. 2.1): q_a [h, q_rank] and kv_a [h, kv_rank+rope] replicated (vLLM
@@ -109,15 +110,15 @@ def attention_modules(spec: ModelSpec) -> dict[str, TPShape]:
         modules["kv_b_proj"] = TPShape(split=Params(matrix=m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)))
         modules["o_proj"] = TPShape(split=Params(matrix=nh * m.v_head_dim * h), replicated=o.replicated)
         return modules
-    d = spec.head_dim
+    d, dv = spec.head_dim, spec.value_head_dim
     q_out = nh * d
     gate = q_out if spec.attention_output_gate else 0  # Qwen3-Next: q_proj's second half gates the output
     per_head = Params(matrix=h * d, vector=d if spec.qkv_bias else 0)
     modules = {"q_proj": TPShape(split=Params(matrix=h * (q_out + gate), vector=q_out + gate if spec.qkv_bias else 0)),
                "k_proj": TPShape(per_kv_head=per_head)}
     if not spec.attention_k_eq_v:  # Gemma 4's full layers: values from the k projection, no v_proj
-        modules["v_proj"] = TPShape(per_kv_head=per_head)
-    modules["o_proj"] = TPShape(split=Params(matrix=q_out * h), replicated=o.replicated)
+        modules["v_proj"] = TPShape(per_kv_head=Params(matrix=h * dv, vector=dv if spec.qkv_bias else 0))
+    modules["o_proj"] = TPShape(split=Params(matrix=nh * dv * h), replicated=o.replicated)
     if spec.attention_sinks:
         modules["sinks"] = TPShape(split=Params(vector=nh))
     return modules

@@ -237,9 +237,10 @@ def _activation_inputs(spec: ModelSpec, sh: Shard, par: Parallelism, census: Sta
         m = spec.mla
         attention = sh.query_heads * (2 * m.qk_head_dim + 2 * m.v_head_dim)
     else:
-        full = spec.full_layer_spec.head_dim
-        attention = max((2 * sh.query_heads + 2 * sh.kv_heads) * spec.head_dim,
-                        (2 * sh.query_heads + 2 * sh.full_kv_heads) * full if census.full_layers else 0)
+        full = spec.full_layer_spec  # q, k, v and the attention output: heads x (head_dim + value_head_dim)
+        attention = max((sh.query_heads + sh.kv_heads) * (spec.head_dim + spec.value_head_dim),
+                        (sh.query_heads + sh.full_kv_heads) * (full.head_dim + full.value_head_dim)
+                        if census.full_layers else 0)
     beside = spec.moe is not None and spec.moe.dense_mlp_beside
     mlp = 3 * spec.intermediate_size // par.tp if census.dense_layers or beside else 0
     workspace = output = 0

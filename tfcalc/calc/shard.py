@@ -179,8 +179,8 @@ def check_weight_blocks(spec: ModelSpec, par: Parallelism, precision: WeightPrec
         heads = spec.num_attention_heads // tp
         slices.append(("attention", "query heads", heads * spec.mla.qk_head_dim, heads * spec.mla.v_head_dim, tp))
     else:
-        query = spec.num_attention_heads // tp * spec.head_dim
-        slices.append(("attention", "query heads", query, query, tp))
+        heads = spec.num_attention_heads // tp
+        slices.append(("attention", "query heads", heads * spec.head_dim, heads * spec.value_head_dim, tp))
         if spec.num_kv_heads >= tp:
             slices.append(("attention", "KV heads", spec.num_kv_heads // tp * spec.head_dim, 0, tp))
     if spec.moe is None or spec.moe.dense_layers:
@@ -212,7 +212,8 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
     la = spec.linear_attention  # its heads split over tp (vLLM Qwen3NextGatedDeltaNet), and so its states
     kv_heads = 0 if spec.mla is not None else max(spec.num_kv_heads // tp, 1)
     attention = attention_shape(spec).per_rank(tp, kv_heads)
-    kv_elements = spec.mla.latent_elements_per_token_per_layer if spec.mla is not None else 2 * kv_heads * spec.head_dim
+    kv_elements = spec.mla.latent_elements_per_token_per_layer if spec.mla is not None else \
+        kv_heads * (spec.head_dim + spec.value_head_dim)
     full = spec.full_layer_spec
     full_kv_heads = max(full.num_kv_heads // tp, 1) if full is not spec else kv_heads
     rows = -(-(vocab_rows or spec.vocab_size) // tp)
@@ -239,7 +240,7 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
         state_recurrent_elements=la.recurrent_state_elements // tp if la is not None else 0,
         full_attention=attention_shape(full).per_rank(tp, full_kv_heads) if full is not spec else attention,
         full_norms=norms_shape(full).per_rank(tp, full_kv_heads),
-        full_kv_elements=2 * full_kv_heads * full.head_dim if full is not spec else kv_elements,
+        full_kv_elements=full_kv_heads * (full.head_dim + full.value_head_dim) if full is not spec else kv_elements,
         full_kv_heads=full_kv_heads, indexer=indexer_shape(spec).per_rank(tp) + indexer_norm_params(spec),
         latent=latent_shape(spec).per_rank(tp), exception_parts=_exception_parts(spec, tp, kv_heads))
 

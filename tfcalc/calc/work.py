@@ -53,15 +53,16 @@ class Model:
 
 
 def _attention_flops_per_key(m: Model, decode: bool, sliding: bool = True) -> int:
-    """Q.K and P.V FLOPs per key on this GPU: 4 x heads x head_dim (that layer kind's head_dim: Gemma 4's full
-    layers' own); MLA's absorbed or expanded dims."""
+    """Q.K and P.V FLOPs per key on this GPU: 2 x heads x (head_dim + value_head_dim), that layer kind's (Gemma 4's
+    full layers' own; MiMo-V2-Flash's values narrower than its keys); MLA's absorbed or expanded dims."""
     spec, heads = m.spec, m.sh.query_heads
     if spec.mla is not None:
         mla = spec.mla
         if decode:  # absorbed: scores over kv_rank + rope, values over kv_rank
             return 2 * heads * (mla.kv_lora_rank + mla.qk_rope_head_dim) + 2 * heads * mla.kv_lora_rank
         return 2 * heads * mla.qk_head_dim + 2 * heads * mla.v_head_dim
-    return 4 * heads * spec.layer_kind_spec(sliding).head_dim
+    shape = spec.layer_kind_spec(sliding)
+    return 2 * heads * (shape.head_dim + shape.value_head_dim)
 
 
 def _kv_elements(m: Model, layer: int) -> int:

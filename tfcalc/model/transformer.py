@@ -96,6 +96,10 @@ class TransformerBlock(nn.Module):
         super().__init__()
         beside = spec.is_moe_layer(layer) and spec.moe is not None and spec.moe.dense_mlp_beside
         mixer, ffn = spec.has_mixer(layer), spec.has_ffn(layer)
+        shape = spec.layer_kind_spec(spec.is_sliding_layer(layer))
+        if shape.mla is None and shape.value_head_dim != shape.head_dim:
+            raise SpecError(f"{spec.name}: the bundled model runs values as wide as keys, not values of "
+                            f"{shape.value_head_dim} beside keys of {shape.head_dim} (v_head_dim)")
         if not (mixer and ffn):
             if spec.norms_per_layer != 1:
                 raise SpecError(f"{spec.name}: layer {layer} holds only {'a mixer' if mixer else 'an FFN'}, which the "

@@ -432,6 +432,76 @@ def _llama4_moe(c: _Config) -> MoESpec:
                    normalize_top_k=False, router_weights_input=True)
 
 
+def _mimo_sliding(c: _Config) -> tuple[int | None, tuple[int, ...]]:
+    """MiMo-V2-Flash's sliding layers: ``hybrid_layer_pattern`` (1 slides; vLLM reads it), else ``layer_types``, else
+    MiMoV2FlashConfig's default (layer 0 and every sixth layer full). Its window is transformers':
+    ``sliding_window_size`` + 1 ("previous tokens plus the query", as SGLang attends), else ``sliding_window``."""
+    size = c.opt_int("sliding_window_size", minimum=1)
+    window = size + 1 if size is not None else c.int_or_default("sliding_window", minimum=1)
+    pattern = c.data.get("hybrid_layer_pattern")
+    if pattern is not None:
+        if not isinstance(pattern, list) or len(pattern) != c.num_layers or not all(v in (0, 1) for v in pattern):
+            raise c.error(f"field 'hybrid_layer_pattern' must hold 0 or 1 for each of the {c.num_layers} layers, got "
+                          f"{pattern!r:.60}")
+        return window, tuple(i for i, v in enumerate(pattern) if v == 1)
+    types = c.layer_types() or [FULL if i == 0 or (i + 1) % 6 == 0 else SLIDING for i in range(c.num_layers)]
+    return window, tuple(i for i, kind in enumerate(types) if kind == SLIDING)
+
+
+def _mimo_moe(c: _Config) -> MoESpec:
+    """MiMoV2FlashMoE: sigmoid scores plus a correction bias choose the top k of ``n_routed_experts``, renormalised
+    and scaled; no shared expert; the MoE layers are ``moe_layer_freq``'s 1s (vLLM) or ``mlp_layer_types``' sparse
+    ones (transformers), else every layer but the first."""
+    kinds = c.data.get("mlp_layer_types")
+    freq = c.data.get("moe_layer_freq")
+    if isinstance(kinds, list):
+        dense = tuple(i for i, kind in enumerate(kinds) if kind == "dense")
+        valid = len(kinds) == c.num_layers and all(kind in ("dense", "sparse") for kind in kinds)
+    elif isinstance(freq, list):
+        dense = tuple(i for i, v in enumerate(freq) if not v)
+        valid = len(freq) == c.num_layers and all(v in (0, 1) for v in freq)
+    else:
+        dense, valid = (0,), kinds is None and freq is None
+    if not valid:
+        raise c.error(f"fields 'mlp_layer_types' / 'moe_layer_freq' must mark each of the {c.num_layers} layers")
+    if c.opt_int("n_shared_experts"):  # null in the released config
+        raise c.error("field 'n_shared_experts': shared experts are not supported for MiMo-V2-Flash")
+    return MoESpec(num_experts=c.req_int("n_routed_experts"), experts_per_token=c.req_int("num_experts_per_tok"),
+                   expert_intermediate_size=c.req_int("moe_intermediate_size"), dense_layers=dense,
+                   router_score_correction_bias=True, normalize_top_k=c.flag("norm_topk_prob"),
+                   router_scoring="sigmoid", expert_groups=c.int_or_default("n_group", minimum=1),
+                   groups_per_token=c.int_or_default("topk_group", minimum=1),
+                   routed_scaling_factor=c.opt_float("routed_scaling_factor") or 1.0)
+
+
+def _mimo_layers(c: _Config) -> dict[str, Any]:
+    """MiMo-V2-Flash's two layer kinds (MiMoV2FlashAttention; vLLM mimo_v2_flash.py): sliding layers with
+    ``swa_num_key_value_heads`` KV heads (transformers: twice the full layers') and one attention sink per head, full
+    layers with ``num_key_value_heads`` and sinks only where ``add_full_attention_sink_bias``; keys of head_dim,
+    values of ``v_head_dim``; RoPE on int(head_dim x partial_rotary_factor) dimensions (0.334 of 192: 64), base
+    ``swa_rope_theta`` on the sliding layers."""
+    head_dim = c.int_or_default("head_dim", minimum=1)
+    for key, base in (("swa_head_dim", head_dim), ("swa_num_attention_heads", c.req_int("num_attention_heads"))):
+        if c.opt_int(key, minimum=1) not in (None, base):
+            raise c.error(f"field '{key}' ({c.data[key]}) is not supported (sliding and full layers of one "
+                          f"{key.removeprefix('swa_')}, {base})")
+    full_kv = c.int_or_default("num_key_value_heads", minimum=1)
+    v_dim = c.int_or_default("v_head_dim", minimum=1)
+    swa_v = c.opt_int("swa_v_head_dim", minimum=1) or v_dim
+    params = c.data.get("rope_parameters")  # transformers 5 keeps the factor per layer type
+    full = params.get(FULL) if isinstance(params, dict) else None
+    factor = check_float("partial_rotary_factor", c.data.get("partial_rotary_factor") or (
+        full.get("partial_rotary_factor") if isinstance(full, dict) else None) or 0.334)
+    rotated = int(head_dim * factor)
+    local = c.opt_float("swa_rope_theta")
+    fa = FullAttentionSpec(head_dim=head_dim, num_kv_heads=full_kv, v_head_dim=v_dim,
+                           attention_sinks=c.flag("add_full_attention_sink_bias"),
+                           partial_rotary_factor=rotated / head_dim)
+    return {"num_kv_heads": c.opt_int("swa_num_key_value_heads", minimum=1) or 2 * full_kv, "v_head_dim": swa_v,
+            "attention_sinks": c.flag("add_swa_attention_sink_bias"), "partial_rotary_factor": rotated / head_dim,
+            "full_attention": fa, **({"rope_local_theta": float(local)} if local else {})}
+
+
 def _gemma4_pattern(c: _Config, i: int) -> bool:
     """Gemma 4's class default: every sixth layer global, and the last one always (Gemma4TextConfig)."""
     return (i + 1) % 6 != 0 and i != c.num_layers - 1
@@ -754,6 +824,16 @@ FAMILIES: dict[str, _Family] = {
                   "num_experts_per_tok": 4, "norm_topk_prob": True, "max_position_embeddings": 202752,
                   "attention_bias": False, "first_k_dense_replace": 1, "moe_layer_freq": 1},
         moe=_deepseek_moe(score_correction_bias=True), mla=True, mtp_key="num_nextn_predict_layers"),
+    # MiMo-V2-Flash (MiMoV2FlashConfig): sliding (128 + 1) and full layers of their own KV heads, values narrower
+    # than keys, sinks on the sliding layers, 256 sigmoid-routed experts
+    "mimo_v2_flash": _Family(
+        defaults={**_LLAMA_LIKE, "vocab_size": 152576, "hidden_size": 4096, "intermediate_size": 16384,
+                  "num_hidden_layers": 48, "num_attention_heads": 64, "num_key_value_heads": 4,
+                  "max_position_embeddings": 131072, "attention_bias": False, "moe_intermediate_size": 2048,
+                  "num_experts_per_tok": 8, "n_routed_experts": 256, "n_group": 1, "topk_group": 1,
+                  "norm_topk_prob": True, "head_dim": 192, "v_head_dim": 128, "sliding_window": 129,
+                  "rope_theta": 5_000_000.0, "rope_local_base_freq": 10_000.0},
+        sliding=_mimo_sliding, moe=_mimo_moe, numerics=_mimo_layers),
     # Nemotron-H / Nemotron 3 (NemotronHConfig): Mamba-2, attention, MLP and MoE blocks per hybrid_override_pattern
     "nemotron_h": _Family(
         defaults={"vocab_size": 131072, "hidden_size": 4096, "num_attention_heads": 32,
@@ -817,7 +897,7 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForCausalLM": "qwen3_5_text",
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text", "Llama4ForCausalLM": "llama4_text",
     "Gemma4ForCausalLM": "gemma4_text", "DeepseekV32ForCausalLM": "deepseek_v32",
-    "Glm4MoeLiteForCausalLM": "glm4_moe_lite",
+    "Glm4MoeLiteForCausalLM": "glm4_moe_lite", "MiMoV2FlashForCausalLM": "mimo_v2_flash",
     "GlmMoeDsaForCausalLM": "glm_moe_dsa", "NemotronHForCausalLM": "nemotron_h",
 }
 
@@ -1185,6 +1265,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
     window, sliding_layers = family.sliding(c)
     rope_theta, rope_scaling = _rope(c, family)
     numerics = dict(family.numerics(c)) if family.numerics is not None else {}
+    kv_heads = numerics.pop("num_kv_heads", kv_heads)  # a family whose sliding layers hold their own (MiMo-V2-Flash)
 
     spec = ModelSpec(
         name=name,
@@ -1200,7 +1281,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         ffn_kind=numerics.pop("ffn_kind", "gated"),
         activation=_activation(c, family),
         tie_word_embeddings=c.flag("tie_word_embeddings"),
-        attention_sinks=family.attention_sinks,
+        attention_sinks=numerics.pop("attention_sinks", family.attention_sinks),
         mlp_bias=family.mlp_bias and c.flag("mlp_bias"),
         norm_kind="rmsnorm",
         norms_per_layer=numerics.pop("norms_per_layer", family.norms_per_layer),
@@ -1216,8 +1297,9 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         encoder=encoder,
         rope_theta=rope_theta,
         rope_scaling=rope_scaling,
-        partial_rotary_factor=_partial_rotary_factor(c, family, head_dim) if mla is None else 1.0,
-        rope_local_theta=_local_rope_theta(c, family),
+        partial_rotary_factor=numerics.pop("partial_rotary_factor", None) or (
+            _partial_rotary_factor(c, family, head_dim) if mla is None else 1.0),
+        rope_local_theta=numerics.pop("rope_local_theta", None) or _local_rope_theta(c, family),
         max_context=c.int_or_default("max_position_embeddings", minimum=1),
         native_dtype=_native_dtype(c),
         active_params_convention=family.convention,  # type: ignore[arg-type]

@@ -57,6 +57,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "num_attention_heads": (1, 1 << 16),
     "num_kv_heads": (1, 1 << 16),
     "head_dim": (1, 1 << 16),
+    "v_head_dim": (1, 1 << 16),
     "intermediate_size": (1, 1 << 24),
     "max_context": (1, 1 << 34),
     "norms_per_layer": (1, 16),
@@ -99,6 +100,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "encoder.head_dim": (0, 1 << 16),
     "full_attention.head_dim": (1, 1 << 16),
     "full_attention.num_kv_heads": (1, 1 << 16),
+    "full_attention.v_head_dim": (1, 1 << 16),
 }
 # Inclusive bounds of float fields; every float is finite. POSITIVE as a lower bound means "> 0", the bound of a
 # field not listed here. Zero is allowed where it means "off" (yarn's mscale and mscale_all_dim, as DeepSeek's and
@@ -367,6 +369,10 @@ class FullAttentionSpec:
     # transformers' proportional RoPE: frequencies base^(-2i / head_dim) over the whole head, the first
     # head_dim x partial_rotary_factor / 2 of each half turned, the rest left as they are
     proportional_rope: bool = False
+    # the values' head size where it differs from the sliding layers' (None: theirs), and whether these layers hold
+    # attention sinks where the sliding ones' differ (None: as theirs; MiMo-V2-Flash: sinks on sliding layers only)
+    v_head_dim: int | None = None
+    attention_sinks: bool | None = None
 
     def __post_init__(self) -> None:
         check_fields(self, "full_attention.")
@@ -640,6 +646,9 @@ class ModelSpec:
     # DSA's lightning indexer (DeepSeek-V3.2, GLM-5): the MLA attends at most its top-k tokens
     sparse_indexer: SparseIndexerSpec | None = None
     attention_k_eq_v: bool = False
+    # the values' head size where it differs from head_dim, the keys' (MiMo-V2-Flash: keys and queries of 192, values
+    # of 128; v_proj and o_proj are that narrow and engines cache each at its own width); None: head_dim
+    v_head_dim: int | None = None
     moe: MoESpec | None = None
     # the vision encoder and projector of a multimodal checkpoint (Gemma 3, Mistral 3, Qwen2.5-VL): loaded and
     # counted, never run by decode
@@ -755,8 +764,12 @@ class ModelSpec:
             _require(si.head_dim >= self.rotary_dim and si.head_dim % 128 == 0,
                      f"{n}: sparse_indexer.head_dim ({si.head_dim}) must be a multiple of 128, at least the rotary "
                      f"dimensions ({self.rotary_dim})")
+        _require(self.v_head_dim is None or (self.mla is None and not self.attention_k_eq_v),
+                 f"{n}: v_head_dim is for attention with its own v projection (MLA gives mla.v_head_dim)")
         fa = self.full_attention
         if fa is not None:
+            _require(fa.v_head_dim is None or not fa.k_eq_v,
+                     f"{n}: full_attention.v_head_dim is for layers with their own v projection")
             _require(self.mla is None and self.linear_attention is None,
                      f"{n}: full_attention is for models of sliding and full softmax-attention layers only")
             _require(self.num_attention_heads % fa.num_kv_heads == 0,
@@ -825,7 +838,14 @@ class ModelSpec:
         if fa is None:
             return self
         return replace(self, head_dim=fa.head_dim, num_kv_heads=fa.num_kv_heads, attention_k_eq_v=fa.k_eq_v,
-                       partial_rotary_factor=fa.partial_rotary_factor, full_attention=None)
+                       partial_rotary_factor=fa.partial_rotary_factor, full_attention=None,
+                       v_head_dim=fa.v_head_dim if fa.v_head_dim is not None else self.v_head_dim,
+                       attention_sinks=self.attention_sinks if fa.attention_sinks is None else fa.attention_sinks)
+
+    @property
+    def value_head_dim(self) -> int:
+        """The values' head size: ``v_head_dim`` where set, else head_dim (MLA's is ``mla.v_head_dim``)."""
+        return self.v_head_dim if self.v_head_dim is not None else self.head_dim
 
     def layer_kind_spec(self, sliding: bool) -> ModelSpec:
         """The shape of a sliding (``sliding``) or full attention layer: ``full_layer_spec`` for a full one."""
