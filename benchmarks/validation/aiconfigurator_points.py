@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout32]
+        | --holdout12 | ... | --holdout33]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -64,6 +64,7 @@ twenty-ninth (int4 weight-only routed experts in symmetric groups of 32, MoonViT
 B200 and B300.
 ``--holdout32`` the thirty-second (``HOLDOUT_GRID_32``, aiconfigurator_holdout32.json): Kimi K2.5's int4 experts under
 expert parallelism, after grid 30's int4 kernel rates.
+``--holdout33`` the thirty-third (``HOLDOUT_GRID_33``, aiconfigurator_holdout33.json): MiMo-V2-Flash, first read then.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ MODELS = {
     # Moonshot's native int4 experts (symmetric groups of 32) beside bf16 attention, shared experts and dense MLP
     "kimi-k2.5": ("moonshotai/Kimi-K2.5", "experts=int4-g32-sym,default=bf16", "bfloat16", "int4_wo"),
     "kimi-k2.5-nvfp4": ("nvidia/Kimi-K2.5-NVFP4", "nvfp4", "nvfp4", "nvfp4"),
+    "mimo-v2-flash": ("XiaomiMiMo/MiMo-V2-Flash", "fp8_block", "fp8_block", "fp8_block"),
     "qwen3-0.6b": ("Qwen/Qwen3-0.6B", "bf16", "bfloat16", None),
     "qwen3-1.7b": ("Qwen/Qwen3-1.7B", "bf16", "bfloat16", None),
     "qwen3-1.7b-fp8": ("Qwen/Qwen3-1.7B", "fp8", "fp8", None),
@@ -667,6 +669,15 @@ HOLDOUT_GRID_32 = [
     ("kimi-k2.5", "b200_sxm", [8], [4, 24, 64], [(2000, 500)], True),
 ]
 
+# MiMo-V2-Flash (sliding and full layers of their own KV heads, values narrower than keys), collected on 2026-12-07
+# (stop 58) after tfcalc first read it, scored once before any change in response; aiconfigurator 0.12 has no
+# head-192 context attention on the B200 but SGLang's (the others' points there are errors). tp 4 only: at tp 8 a
+# sliding layer's one KV head of 192 per GPU cuts its fp8 128-wide blocks, which tfcalc refuses as vLLM does
+HOLDOUT_GRID_33 = [
+    ("mimo-v2-flash", "h200_sxm", [4], [4, 24, 64], [(2000, 300), (8000, 500)]),
+    ("mimo-v2-flash", "b200_sxm", [4], [4, 24, 64], [(3000, 300)]),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -750,7 +761,8 @@ if __name__ == "__main__":
              "--holdout24": HOLDOUT_GRID_24, "--holdout25": HOLDOUT_GRID_25,
              "--holdout26": HOLDOUT_GRID_26, "--holdout27": HOLDOUT_GRID_27,
              "--holdout28": HOLDOUT_GRID_28, "--holdout29": HOLDOUT_GRID_29, "--holdout30": HOLDOUT_GRID_30,
-             "--holdout31": HOLDOUT_GRID_31, "--holdout32": HOLDOUT_GRID_32}
+             "--holdout31": HOLDOUT_GRID_31, "--holdout32": HOLDOUT_GRID_32,
+             "--holdout33": HOLDOUT_GRID_33}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]
