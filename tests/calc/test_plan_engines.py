@@ -575,3 +575,14 @@ def test_gemma4_26b_a4b_global_kv_heads_bound_tp() -> None:
     with pytest.raises(UsageError, match="KV heads of gemma4-26b-a4b's full-attention layers"):
         plan_fit(replace(spec, full_attention=replace(spec.full_attention, num_kv_heads=3), num_attention_heads=24),
                  load_gpu("h100-sxm"), BF16, get_dtype("bf16"), PlanConfig(num_gpus=2, tp=2, context=8192))
+
+
+def test_vllm_rotary_cache_is_as_wide_as_the_dimensions_turned() -> None:
+    """vLLM get_rope caches cos and sin of rotary_dim / 2 frequencies each over the positions (RotaryEmbedding
+    _compute_cos_sin_cache), in the model's dtype: Qwen3.5-27B turns 64 of its 256 dimensions, so 262,144 x 64 x 2
+    bytes (before, 256 wide: 4x); Llama 3.1 8B turns all 128 of 131,072 x 8 (llama3 scaling keeps the positions)."""
+    cfg = PlanConfig(num_gpus=1, context=8192, engine=load_engine("vllm"))
+    qwen = plan_fit(load_model("qwen3.5-27b"), load_gpu("h200"), BF16, get_dtype("bf16"), cfg)
+    assert qwen.rotary_cache_bytes == 262_144 * 64 * 2
+    llama = plan_fit(load_model("llama3.1-8b"), load_gpu("h100-sxm"), BF16, get_dtype("bf16"), cfg)
+    assert llama.rotary_cache_bytes == 131_072 * 128 * 2

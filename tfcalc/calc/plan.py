@@ -165,11 +165,12 @@ class PlanResult:
 
 def _rotary_cache_elements(spec: ModelSpec) -> int:
     """vLLM get_rope: one cos/sin cache [positions, rotary dim] shared by all layers (one per head size: Gemma 4's
-    full layers get their own); positions = max_position x factor for linear / dynamic scaling, original x factor
-    for YaRN, max_position otherwise."""
-    rotary = spec.mla.qk_rope_head_dim if spec.mla is not None else spec.head_dim
+    and MiMo-V2-Flash's full layers get their own), the rotary dim the dimensions turned (RotaryEmbedding
+    _compute_cos_sin_cache: cos and sin of rotary_dim / 2 frequencies each); positions = max_position x factor for
+    linear / dynamic scaling, original x factor for YaRN, max_position otherwise."""
+    rotary = spec.rotary_dim
     if spec.full_attention is not None:
-        rotary += spec.full_attention.head_dim
+        rotary += spec.full_layer_spec.rotary_dim
     positions = spec.max_context
     s = spec.rope_scaling
     if s is not None:
