@@ -398,3 +398,14 @@ def test_redundant_experts_open_ep_72() -> None:
                                      ).stdout.split())
     assert "= 288 (256 + 32 redundant) x (1 - (1 - 8/288)^9216)" in explain and "each GPU holds 4 experts" in explain
     assert "(HGX B200) across 72 GPUs" in explain   # the NVL72's NVLink domain
+
+
+def test_values_narrower_than_keys_are_named_in_the_explanation() -> None:
+    """MiMo-V2-Flash: the explanation names its global layers' shape and its values' width beside the keys'."""
+    config = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs" / "mimo-v2-flash.json"
+    result = runner.invoke(app, ["estimate", "-c", str(config), "--gpu", "h200", "--tp", "4", "--batch", "8",
+                                 "--prompt-len", "4k", "--gen-len", "500", "--explain"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "global layers: 9 of 48 with heads of 192 over 4 KV heads (the others 192 over 8)" in text
+    assert "values: heads of 128 beside keys of 192 (v_head_dim), cached and multiplied at their own width" in text

@@ -288,6 +288,9 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
         lines.append(f"global layers: {spec.num_full_layers} of {spec.num_layers} with heads of {fa.head_dim} over "
                      f"{fa.num_kv_heads} KV heads (the others {spec.head_dim} over {spec.num_kv_heads}), each priced "
                      "with its own shape")
+        if spec.value_head_dim != spec.head_dim:
+            lines.append(f"values: heads of {spec.value_head_dim} beside keys of {spec.head_dim} (v_head_dim), "
+                         "cached and multiplied at their own width")
         if d.widest_head_dim > FLASH_MAX_HEAD_DIM and rates.wide_head_prefill_scale is not None:
             lines.append(f"prefill attention: heads of {d.widest_head_dim} exceed FlashAttention's "
                          f"{FLASH_MAX_HEAD_DIM}: the engine's fallback (Triton) kernel, "
