@@ -59,7 +59,7 @@ PRESET_FIXTURES = (
     "gemma2-27b", "deepseek-v3", "phi3-mini", "gpt-oss-20b", "gpt-oss-120b", "glm-4.6", "glm-4.5-air", "minimax-m2.5",
     "gemma3-27b", "qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b",
     "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "gemma4-31b", "gemma4-26b-a4b", "deepseek-v3.2", "glm-5",
-    "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5",
+    "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash",
 )
 # Attention modules that read ``config.sliding_window`` on every layer instead of holding a per-layer window.
 _CONFIG_WIDE_WINDOW = {"mistral", "mixtral", "phi3"}
