@@ -39,7 +39,7 @@ def kv_elements_per_token_per_layer(spec: ModelSpec, sliding: bool = True) -> in
     if spec.mla is not None:
         return spec.mla.latent_elements_per_token_per_layer
     shape = spec.layer_kind_spec(sliding)
-    return shape.num_kv_heads * (shape.head_dim + shape.value_head_dim)
+    return shape.num_kv_heads * shape.head_kv_elements
 
 
 SCALE_BLOCK = 128  # values per fp32 scale in DSA's fp8 indexer keys and fp8 latent records

@@ -498,7 +498,7 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
     else:
         kv_heads, head_dim = max(spec.num_kv_heads // tp, 1), spec.head_dim
         v_dim = spec.value_head_dim
-        kv_elements = kv_heads * (head_dim + v_dim)
+        kv_elements = kv_heads * spec.head_kv_elements
         q_rank = kv_rank = rope = nope = 0
     experts = top_k = experts_local = 0
     expert_width = shared_width = 0.0

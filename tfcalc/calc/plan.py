@@ -239,8 +239,8 @@ def _activation_inputs(spec: ModelSpec, sh: Shard, par: Parallelism, census: Sta
         attention = sh.query_heads * (2 * m.qk_head_dim + 2 * m.v_head_dim)
     else:
         full = spec.full_layer_spec  # q, k, v and the attention output: heads x (head_dim + value_head_dim)
-        attention = max((sh.query_heads + sh.kv_heads) * (spec.head_dim + spec.value_head_dim),
-                        (sh.query_heads + sh.full_kv_heads) * (full.head_dim + full.value_head_dim)
+        attention = max((sh.query_heads + sh.kv_heads) * spec.head_kv_elements,
+                        (sh.query_heads + sh.full_kv_heads) * full.head_kv_elements
                         if census.full_layers else 0)
     beside = spec.moe is not None and spec.moe.dense_mlp_beside
     mlp = 3 * spec.intermediate_size // par.tp if census.dense_layers or beside else 0

@@ -213,7 +213,7 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
     kv_heads = 0 if spec.mla is not None else max(spec.num_kv_heads // tp, 1)
     attention = attention_shape(spec).per_rank(tp, kv_heads)
     kv_elements = spec.mla.latent_elements_per_token_per_layer if spec.mla is not None else \
-        kv_heads * (spec.head_dim + spec.value_head_dim)
+        kv_heads * spec.head_kv_elements
     full = spec.full_layer_spec
     full_kv_heads = max(full.num_kv_heads // tp, 1) if full is not spec else kv_heads
     rows = -(-(vocab_rows or spec.vocab_size) // tp)
@@ -240,7 +240,7 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
         state_recurrent_elements=la.recurrent_state_elements // tp if la is not None else 0,
         full_attention=attention_shape(full).per_rank(tp, full_kv_heads) if full is not spec else attention,
         full_norms=norms_shape(full).per_rank(tp, full_kv_heads),
-        full_kv_elements=full_kv_heads * (full.head_dim + full.value_head_dim) if full is not spec else kv_elements,
+        full_kv_elements=full_kv_heads * full.head_kv_elements if full is not spec else kv_elements,
         full_kv_heads=full_kv_heads, indexer=indexer_shape(spec).per_rank(tp) + indexer_norm_params(spec),
         latent=latent_shape(spec).per_rank(tp), exception_parts=_exception_parts(spec, tp, kv_heads))
 

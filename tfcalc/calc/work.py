@@ -62,7 +62,7 @@ def _attention_flops_per_key(m: Model, decode: bool, sliding: bool = True) -> in
             return 2 * heads * (mla.kv_lora_rank + mla.qk_rope_head_dim) + 2 * heads * mla.kv_lora_rank
         return 2 * heads * mla.qk_head_dim + 2 * heads * mla.v_head_dim
     shape = spec.layer_kind_spec(sliding)
-    return 2 * heads * (shape.head_dim + shape.value_head_dim)
+    return 2 * heads * shape.head_kv_elements
 
 
 def _kv_elements(m: Model, layer: int) -> int:

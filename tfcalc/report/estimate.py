@@ -283,14 +283,14 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                      f"{chunk:,}-token chunks (each prefill chunk a causal attention of its own); their decode query "
                      f"reads {keys:,.0f} keys on average over the generation, the other layers "
                      f"{e.decode_context:,}")
+    if spec.mla is None and spec.value_head_dim != spec.head_dim:
+        lines.append(f"values: heads of {spec.value_head_dim} beside keys of {spec.head_dim} (v_head_dim), "
+                     "cached and multiplied at their own width")
     if spec.full_attention is not None:
         fa, rates = spec.full_attention, d.rates_prefill
         lines.append(f"global layers: {spec.num_full_layers} of {spec.num_layers} with heads of {fa.head_dim} over "
                      f"{fa.num_kv_heads} KV heads (the others {spec.head_dim} over {spec.num_kv_heads}), each priced "
                      "with its own shape")
-        if spec.value_head_dim != spec.head_dim:
-            lines.append(f"values: heads of {spec.value_head_dim} beside keys of {spec.head_dim} (v_head_dim), "
-                         "cached and multiplied at their own width")
         if d.widest_head_dim > FLASH_MAX_HEAD_DIM and rates.wide_head_prefill_scale is not None:
             lines.append(f"prefill attention: heads of {d.widest_head_dim} exceed FlashAttention's "
                          f"{FLASH_MAX_HEAD_DIM}: the engine's fallback (Triton) kernel, "

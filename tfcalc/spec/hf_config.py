@@ -299,6 +299,18 @@ def _qwen_moe(shared_expert: bool, every_layer: bool = False, renormalised: bool
     return rule
 
 
+def _listed_dense_layers(c: _Config) -> tuple[int, ...] | None:
+    """The dense layers a config's ``mlp_layer_types`` names ("dense" or "sparse" per layer: transformers'
+    GLM-4.7-Flash and MiMo-V2-Flash classes), or None where it gives none."""
+    kinds = c.data.get("mlp_layer_types")
+    if kinds is None:
+        return None
+    if not isinstance(kinds, list) or len(kinds) != c.num_layers or not all(k in ("dense", "sparse") for k in kinds):
+        raise c.error(f"field 'mlp_layer_types' must list 'dense' or 'sparse' for each of the {c.num_layers} layers, "
+                      f"got {kinds!r:.60}")
+    return tuple(i for i, kind in enumerate(kinds) if kind == "dense")
+
+
 def _deepseek_moe(score_correction_bias: bool) -> MoERule:
     """DeepSeek V2/V3: dense MLP before ``first_k_dense_replace``; ``n_shared_experts`` of ``moe_intermediate_size``.
 
@@ -312,14 +324,9 @@ def _deepseek_moe(score_correction_bias: bool) -> MoERule:
         experts = c.req_int("n_routed_experts")
         first_dense = c.int_or_default("first_k_dense_replace")
         freq = c.int_or_default("moe_layer_freq", minimum=1)
-        dense = tuple(i for i in range(c.num_layers) if i < first_dense or i % freq != 0)
-        kinds = c.data.get("mlp_layer_types")
-        if kinds is not None:
-            if (not isinstance(kinds, list) or len(kinds) != c.num_layers
-                    or not all(kind in ("dense", "sparse") for kind in kinds)):
-                raise c.error(f"field 'mlp_layer_types' must list 'dense' or 'sparse' for each of the "
-                              f"{c.num_layers} layers, got {kinds!r:.60}")
-            dense = tuple(i for i, kind in enumerate(kinds) if kind == "dense")
+        dense = _listed_dense_layers(c)
+        if dense is None:
+            dense = tuple(i for i in range(c.num_layers) if i < first_dense or i % freq != 0)
         shared = c.int_or_default("n_shared_experts")
         moe_size = c.req_int("moe_intermediate_size")
         routing = {}
@@ -452,22 +459,18 @@ def _mimo_moe(c: _Config) -> MoESpec:
     """MiMoV2FlashMoE: sigmoid scores plus a correction bias choose the top k of ``n_routed_experts``, renormalised
     and scaled; no shared expert; the MoE layers are ``moe_layer_freq``'s 1s (vLLM) or ``mlp_layer_types``' sparse
     ones (transformers), else every layer but the first."""
-    kinds = c.data.get("mlp_layer_types")
+    dense = _listed_dense_layers(c)
     freq = c.data.get("moe_layer_freq")
-    if isinstance(kinds, list):
-        dense = tuple(i for i, kind in enumerate(kinds) if kind == "dense")
-        valid = len(kinds) == c.num_layers and all(kind in ("dense", "sparse") for kind in kinds)
-    elif isinstance(freq, list):
+    if dense is None and freq is not None:
+        if not isinstance(freq, list) or len(freq) != c.num_layers or not all(v in (0, 1) for v in freq):
+            raise c.error(f"field 'moe_layer_freq' must mark each of the {c.num_layers} layers with 0 or 1, got "
+                          f"{freq!r:.60}")
         dense = tuple(i for i, v in enumerate(freq) if not v)
-        valid = len(freq) == c.num_layers and all(v in (0, 1) for v in freq)
-    else:
-        dense, valid = (0,), kinds is None and freq is None
-    if not valid:
-        raise c.error(f"fields 'mlp_layer_types' / 'moe_layer_freq' must mark each of the {c.num_layers} layers")
     if c.opt_int("n_shared_experts"):  # null in the released config
         raise c.error("field 'n_shared_experts': shared experts are not supported for MiMo-V2-Flash")
     return MoESpec(num_experts=c.req_int("n_routed_experts"), experts_per_token=c.req_int("num_experts_per_tok"),
-                   expert_intermediate_size=c.req_int("moe_intermediate_size"), dense_layers=dense,
+                   expert_intermediate_size=c.req_int("moe_intermediate_size"), dense_layers=(0,) if dense is None
+                   else dense,
                    router_score_correction_bias=True, normalize_top_k=c.flag("norm_topk_prob"),
                    router_scoring="sigmoid", expert_groups=c.int_or_default("n_group", minimum=1),
                    groups_per_token=c.int_or_default("topk_group", minimum=1),

@@ -847,6 +847,11 @@ class ModelSpec:
         """The values' head size: ``v_head_dim`` where set, else head_dim (MLA's is ``mla.v_head_dim``)."""
         return self.v_head_dim if self.v_head_dim is not None else self.head_dim
 
+    @property
+    def head_kv_elements(self) -> int:
+        """One KV head's key and value per token: head_dim + value_head_dim (2 x head_dim where they are as wide)."""
+        return self.head_dim + self.value_head_dim
+
     def layer_kind_spec(self, sliding: bool) -> ModelSpec:
         """The shape of a sliding (``sliding``) or full attention layer: ``full_layer_spec`` for a full one."""
         return self if sliding else self.full_layer_spec
