@@ -517,6 +517,7 @@ def test_presets_show_finds_either_kind_in_any_case_and_by_alias() -> None:
 def _spec_classes() -> tuple[tuple[type, str], ...]:
     """Every spec dataclass and the prefix its fields' keys carry."""
     from tfcalc.spec.model import (
+        CompressedAttentionSpec,
         EncoderSpec,
         FullAttentionSpec,
         LinearAttentionSpec,
@@ -529,7 +530,8 @@ def _spec_classes() -> tuple[tuple[type, str], ...]:
 
     return ((ModelSpec, ""), (MoESpec, "moe."), (MLASpec, "mla."), (RopeScaling, "rope_scaling."),
             (WeightException, "quantized_weight_exceptions."), (EncoderSpec, "encoder."),
-            (LinearAttentionSpec, "linear_attention."), (FullAttentionSpec, "full_attention."))
+            (LinearAttentionSpec, "linear_attention."), (FullAttentionSpec, "full_attention."),
+            (CompressedAttentionSpec, "compressed_attention."))
 
 
 def test_every_spec_field_is_checked() -> None:

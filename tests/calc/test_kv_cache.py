@@ -224,3 +224,71 @@ def test_gemma4_31b_by_hand_and_its_attention_variants() -> None:
     assert sizes["MQA"] < sizes["GQA"] < sizes["MHA"]
     mha = dict(attention_variants(spec))["MHA"]
     assert (mha.num_kv_heads, mha.full_attention.num_kv_heads) == (32, 32)
+
+
+# --- DeepSeek-V4: a window on every layer, compressed entries on CSA / HCA layers ---------------------------------
+
+def test_deepseek_v4_flash_fp8_cache_by_hand() -> None:
+    """An fp8 entry is FlashMLA's record, 448 fp8 + 7 E8M0 scales + 64 x 2 bf16 + 1 pad = 584 B; a CSA indexer key 128
+    fp8 + a 4-byte scale = 132 B. At 131,072 tokens: 43 layers x 128 window entries, 21 CSA layers x 32,768 (entry +
+    key), 20 HCA layers x 1,024 entries; the compressors' fp32 states: 21 x (8 x 2,048 + 8 x 512) x 4 + 20 x 128 x
+    1,024 x 4."""
+    from tfcalc.calc.kv_cache import compressed_entry_bytes, state_exact_bytes_per_sequence
+
+    spec = load_model("deepseek-v4-flash")
+    assert compressed_entry_bytes(spec, FP8) == 448 + 7 + 128 + 1 == 584
+    state = 21 * (8 * 2048 + 8 * 512) * 4 + 20 * 128 * 1024 * 4
+    assert state_exact_bytes_per_sequence(spec) == state
+    held = 43 * 128 * 584 + 21 * 32768 * (584 + 132) + 20 * 1024 * 584
+    assert kv_cache_bytes(spec, FP8, 131_072, 2) == 2 * (held + state)
+    assert kv_bytes_per_token(spec, FP8) == -(-(43 * 584 * 512 + 21 * 716 * 128 + 20 * 584 * 4) // 512)
+
+
+def test_deepseek_v4_cache_counts_what_transformers_caches() -> None:
+    """A small DeepSeek-V4 run by transformers 5.25 on the CPU: each layer keeps min(n, window - 1) window tokens
+    between steps (tfcalc holds min(n, window): the token the next step writes, as vLLM's SWA cache does), and
+    exactly as many compressed entries (and CSA indexer keys) as tfcalc counts, floor(n / ratio)."""
+    import torch  # noqa: TID251 - test-only comparison with transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tfcalc.calc.kv_cache import compressed_held_bytes
+    from tfcalc.spec.hf_config import spec_from_hf_config
+
+    config = {"model_type": "deepseek_v4", "vocab_size": 64, "hidden_size": 64, "moe_intermediate_size": 32,
+              "num_hidden_layers": 4, "num_attention_heads": 4, "head_dim": 32, "q_lora_rank": 16,
+              "num_experts_per_tok": 2, "n_routed_experts": 4, "o_groups": 2, "o_lora_rank": 16, "index_n_heads": 2,
+              "index_head_dim": 16, "index_topk": 4, "sliding_window": 8, "qk_rope_head_dim": 8, "num_hash_layers": 1,
+              "layer_types": ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
+                              "compressed_sparse_attention"],
+              "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 16}}
+    spec = spec_from_hf_config(config, origin="tiny.json", name="tiny")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config)).eval()
+    for n in (3, 37, 64):
+        with torch.no_grad():
+            cache = model(torch.randint(0, 64, (1, n)), use_cache=True).past_key_values
+        elements = 0
+        for layer in cache.layers:
+            assert layer.keys.shape[-2] == min(n, 8 - 1)
+            elements += min(n, 8) * 32
+            for entries in getattr(layer, "compressed_kv", {}).values():
+                elements += entries.shape[1] * entries.shape[2]
+        assert compressed_held_bytes(spec, BF16, n) == 2 * elements, n
+
+
+@given(st.sampled_from(["deepseek-v4-flash", "deepseek-v4-pro"]), st.integers(1, 2_000_000),
+       st.integers(1, 2_000_000), st.integers(1, 64))
+def test_deepseek_v4_cache_monotonic_in_context_and_linear_in_batch(name: str, c1: int, c2: int, batch: int) -> None:
+    spec = load_model(name)
+    lo, hi = sorted((c1, c2))
+    assert kv_cache_bytes(spec, FP8, lo, batch) <= kv_cache_bytes(spec, FP8, hi, batch)
+    assert kv_cache_bytes(spec, FP8, hi, batch) == batch * kv_cache_bytes(spec, FP8, hi, 1)
+    assert kv_cache_bytes(spec, FP8, hi, 1) <= hi * kv_bytes_per_token(spec, FP8) + kv_cache_bytes(spec, FP8, 0, 1)
+
+
+def test_deepseek_v4_has_no_attention_variants_and_defaults_to_fp8() -> None:
+    from tfcalc.calc.kv_cache import default_kv_dtype
+
+    spec = load_model("deepseek-v4-pro")
+    assert attention_variants(spec) == [("CSA/HCA", spec)]
+    assert default_kv_dtype(spec).name == FP8.name

@@ -59,7 +59,8 @@ PRESET_FIXTURES = (
     "gemma2-27b", "deepseek-v3", "phi3-mini", "gpt-oss-20b", "gpt-oss-120b", "glm-4.6", "glm-4.5-air", "minimax-m2.5",
     "gemma3-27b", "qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b",
     "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "gemma4-31b", "gemma4-26b-a4b", "deepseek-v3.2", "glm-5",
-    "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash",
+    "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash", "deepseek-v4-flash",
+    "deepseek-v4-pro",
 )
 # Attention modules that read ``config.sliding_window`` on every layer instead of holding a per-layer window.
 _CONFIG_WIDE_WINDOW = {"mistral", "mixtral", "phi3"}
@@ -200,6 +201,8 @@ def _component(name: str) -> str:
         return "embedding"
     if name.startswith(("lm_head", "language_model.lm_head")):
         return "lm_head"
+    if re.search(r"\.(attn_hc|ffn_hc)\.|^model\.hc_head\.", name):  # DeepSeek-V4's hyper-connections
+        return "norms"
     if "norm" in name.rsplit(".", 2)[-2]:  # *_layernorm, q_norm, k_norm, q_a_layernorm, kv_a_layernorm, model.norm
         return "norms"
     name = name.replace(".feed_forward.", ".mlp.")  # Llama 4's name for the block's FFN
@@ -225,10 +228,12 @@ def _component(name: str) -> str:
 
 
 def _score_bias_elements(s: ModelSpec) -> int:
-    """Router score-correction biases: counted by count_params, held as buffers by transformers."""
+    """Router score-correction biases, and DeepSeek-V4's hash-routing tables (vocab x top-k on each hash-routed layer,
+    which has no score bias): counted by count_params, held as buffers by transformers."""
     if s.moe is None or not s.moe.router_score_correction_bias:
         return 0
-    return s.moe.num_experts * s.num_moe_layers
+    hashed = s.moe.hash_layers
+    return s.moe.num_experts * (s.num_moe_layers - hashed) + s.vocab_size * s.moe.experts_per_token * hashed
 
 
 def test_fixture_set_is_complete() -> None:

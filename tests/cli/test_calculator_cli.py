@@ -107,7 +107,7 @@ def test_memory_says_which_layers_the_checkpoint_keeps_16_bit() -> None:
 def test_presets_list_and_show() -> None:
     listing = run("presets", "list", "-f", "json")
     names = [r["name"] for r in json.loads(listing.output)]
-    assert "llama3-70b" in names and "deepseek-v3" in names and len(names) == 38
+    assert "llama3-70b" in names and "deepseek-v3" in names and len(names) == 40
     shown = run("presets", "show", "llama3-70b")
     assert shown.exit_code == 0 and "num_kv_heads" in shown.output and "sku_list.py" in shown.output
 
@@ -270,3 +270,20 @@ def test_presets_show_an_unknown_repo_id_suggests_the_preset() -> None:
     assert result.exit_code == 2 and "unknown preset 'meta-llama/Llama-3.1-8B-FP8'; did you mean llama3.1-8b" in (
         result.stderr)
     assert "is not a preset name" in run("presets", "show", "../x").stderr
+
+
+def test_deepseek_v4_is_counted_and_the_rest_refuses_in_one_line() -> None:
+    """params, kv-cache and memory read DeepSeek-V4; plan, estimate and capacity say in one line that they do not
+    model its compressed attention (exit 1), never a number from an MQA model it is not."""
+    kv = run("kv-cache", "-p", "deepseek-v4-flash", "--context", "1m", "-f", "json")
+    assert kv.exit_code == 0, kv.output
+    (row,) = json.loads(kv.output)
+    assert (row["attention"], row["kv_dtype"], row["kv_heads"], row["head_dim"]) == ("CSA/HCA", "fp8_e4m3", 1, 512)
+    memory = run("memory", "-p", "deepseek-v4-pro", "--context", "8k", "-f", "json")
+    assert memory.exit_code == 0, memory.output
+    for args in (["plan", "-p", "deepseek-v4-flash", "-g", "h200", "-n", "8"],
+                 ["estimate", "-p", "deepseek-v4-flash", "-g", "h200", "--tp", "8"],
+                 ["capacity", "-p", "deepseek-v4-flash", "-g", "h200", "--rate", "1", "--ttft", "p90=2s"]):
+        result = run(*args)
+        assert result.exit_code == 1, (args, result.output)
+        assert result.output.count("\n") == 1 and "do not model it yet" in result.output, result.output

@@ -146,8 +146,15 @@ def test_expert_counts_reported_for_moe_layers_only(make_spec) -> None:
 def test_parameter_count_equals_calculator(preset: str) -> None:
     """Every preset at 2 layers with its real widths (meta device: no memory), MoE and MLA included; the bundled
     decoder is the text model, so a multimodal preset's vision encoder (which engines load beside it) is not in it.
-    A preset whose values are narrower than its keys (MiMo-V2-Flash) is refused by it, in one line."""
+    A preset whose values are narrower than its keys (MiMo-V2-Flash) or whose attention is DeepSeek-V4's is refused
+    by it, in one line."""
     spec = load_model(preset)
+    if spec.compressed_attention is not None:
+        from tfcalc.errors import SpecError
+
+        with pytest.raises(SpecError, match="the bundled model does not run DeepSeek-V4's compressed attention"):
+            build_model(spec, layers=2, device="meta")
+        return
     if spec.value_head_dim != spec.head_dim:
         from tfcalc.errors import SpecError
 

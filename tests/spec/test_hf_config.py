@@ -43,8 +43,8 @@ def write(tmp_path: Path, data: dict[str, Any], filename: str = "config.json") -
 
 def test_supported_types() -> None:
     assert SUPPORTED_MODEL_TYPES == (
-        "deepseek_v2", "deepseek_v3", "deepseek_v32", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma4",
-        "gemma4_text", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "gpt_oss", "kimi_k25", "llama", "llama4",
+        "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "gemma", "gemma2", "gemma3", "gemma3_text",
+        "gemma4", "gemma4_text", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "gpt_oss", "kimi_k25", "llama", "llama4",
         "llama4_text", "mimo_v2_flash", "minimax_m2", "mistral", "mistral3", "mixtral", "nemotron_h", "phi3", "qwen2",
         "qwen2_5_vl",
         "qwen2_moe", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next",
@@ -983,3 +983,78 @@ def test_a_config_of_any_file_name_is_read_as_json(tmp_path: Path) -> None:
     listed.write_text("[1, 2]")
     with pytest.raises(SpecError, match="at the top level, got a list"):
         load_hf_config(listed)
+
+
+# --- DeepSeek-V4: a window on every layer, CSA / HCA compressed entries, hyper-connections ------------------------
+
+@pytest.mark.parametrize("name, total, active", [("deepseek-v4-flash", "284", "13"), ("deepseek-v4-pro", "1.6", "49")])
+def test_deepseek_v4_against_its_model_card(name: str, total: str, active: str) -> None:
+    """The card (as featherless.ai and deepseekfr.org quote it): Flash 284B total / 13B activated, Pro 1.6T / 49B.
+    The total rounds to the card's figure at its precision (billions for Flash, trillions for Pro); the activated
+    figure is the count without the embedding table, rounded."""
+    from tfcalc.calc.params import count_params
+
+    counts = count_params(build(name))
+    scale = 1e12 if "." in total else 1e9
+    assert f"{counts.total_params / scale:.{len(total.partition('.')[2])}f}" == total
+    assert f"{(counts.active_params - counts.active['embedding'].total) / 1e9:.0f}" == active
+
+
+def test_deepseek_v4_flash_layers_experts_and_formats() -> None:
+    """deepseek-ai/DeepSeek-V4-Flash's config.json: compress_ratios 0, 0, then 4 / 128 alternating (the 44th entry,
+    0, the MTP layer's), MoE on all 43 layers (the first 3 hash-routed), fp8 128 x 128 blocks with expert_dtype fp4:
+    MXFP4 experts; RoPE on 64 of 512."""
+    spec = build("deepseek-v4-flash")
+    ca = spec.compressed_attention
+    assert ca is not None and spec.moe is not None
+    assert (ca.csa_layers, ca.hca_layers) == (tuple(range(2, 43, 2)), tuple(range(3, 42, 2)))
+    assert (spec.num_kv_heads, spec.head_dim, spec.rotary_dim, spec.sliding_window) == (1, 512, 64, 128)
+    assert len(spec.sliding_window_layers) == 43 and spec.attention_kind == "CSA/HCA"
+    assert (spec.moe.dense_layers, spec.moe.hash_layers, spec.moe.router_scoring) == ((), 3, "sqrtsoftplus")
+    assert spec.native_dtype == "experts=mxfp4,default=fp8_block" and spec.num_mtp_layers == 1
+
+
+def test_deepseek_v4_layer_kinds_follow_transformers() -> None:
+    """layer_types as given, else compress_ratios, else DeepseekV4Config's default (2 HCA, then HCA / CSA
+    alternating): the same kinds transformers 5.25 derives."""
+    from transformers import CONFIG_MAPPING
+
+    for changes in ({"layer_types": ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
+                                     "compressed_sparse_attention"]},
+                    {"compress_ratios": [128, 0, 4, 128, 0]}, {}):
+        data = {k: v for k, v in fixture("deepseek-v4-flash").items() if k != "compress_ratios"}
+        data.update(num_hidden_layers=4, **changes)
+        spec = spec_from_hf_config(data, origin="v4.json", name="v4")
+        hf = CONFIG_MAPPING["deepseek_v4"](**{k: v for k, v in data.items() if k != "model_type"})
+        ca = spec.compressed_attention
+        assert ca is not None
+        kinds = ["compressed_sparse_attention" if i in ca.csa_layers else "heavily_compressed_attention"
+                 if i in ca.hca_layers else "sliding_attention" for i in range(4)]
+        assert kinds == hf.layer_types, changes
+
+
+@pytest.mark.parametrize("changes, native", [
+    ({"expert_dtype": "fp8"}, "fp8_block"),
+    ({"expert_dtype": None}, "fp8_block"),
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128], "moe_quant_algo": "NVFP4"}},
+     "experts=nvfp4,default=fp8_block"),
+])
+def test_deepseek_v4_expert_formats(changes: dict[str, Any], native: str) -> None:
+    """expert_dtype fp4 (DeepSeek's releases): MXFP4 experts; fp8 or absent (sgl-project's FP8 requantization):
+    the checkpoint's format; NVIDIA's moe_quant_algo NVFP4: NVFP4."""
+    data = {k: v for k, v in fixture("deepseek-v4-flash", **changes).items() if v is not None}
+    assert spec_from_hf_config(data, origin="v4.json", name="v4").native_dtype == native
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"compress_ratios": [0, 8]}, "field 'compress_ratios' must give 0, 4 or 128 for each of the 43 layers"),
+    ({"layer_types": ["full_attention"] * 43}, "field 'layer_types' must name sliding_attention"),
+    ({"mlp_layer_types": ["moe", "hash_moe"] + ["moe"] * 41}, "hash-routed layers after a learned-routing one"),
+    ({"scoring_func": "tanh"}, "field 'scoring_func' 'tanh' is not supported"),
+    ({"expert_dtype": "int4"}, "field 'expert_dtype' 'int4' is not supported"),
+    ({"o_groups": 5}, "compressed_attention.o_groups (5) must divide the attention heads (64)"),
+])
+def test_deepseek_v4_malformed_configs_are_one_line_errors(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        build("deepseek-v4-flash", **changes)
+    assert message in str(info.value) and "\n" not in str(info.value)

@@ -19,14 +19,14 @@ MODEL_PRESETS = {
     "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "glm-4.6", "glm-4.5-air", "minimax-m2.5", "gemma3-27b",
     "qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b",
     "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "gemma4-31b", "gemma4-26b-a4b", "deepseek-v3.2", "glm-5",
-    "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash",
+    "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash", "deepseek-v4-flash", "deepseek-v4-pro",
 }
 # MoE presets without a derived.yaml entry: equal to their config.json and to transformers in every component
 # (tests/calc/test_params_hf_parity.py) and within 1 % of their cards' totals (tests/spec/test_hf_config.py).
 MOE_FROM_CONFIG = {"glm-4.6", "glm-4.5-air", "minimax-m2.5", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b",
                    "qwen3.5-122b-a10b", "qwen3.5-397b-a17b", "llama4-scout-17b-16e", "llama4-maverick-17b-128e",
                    "gemma4-26b-a4b", "deepseek-v3.2", "glm-5", "nemotron-3-nano-30b-a3b", "kimi-k2.5",
-                   "mimo-v2-flash"}
+                   "mimo-v2-flash", "deepseek-v4-flash", "deepseek-v4-pro"}
 # a multimodal preset: its vision encoder is counted, never active for text tokens (tests/spec/test_hf_config.py)
 WITH_ENCODER = {"gemma3-27b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b",
                 "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "gemma4-31b", "gemma4-26b-a4b", "kimi-k2.5"}

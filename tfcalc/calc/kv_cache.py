@@ -15,6 +15,11 @@ DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5) adds its indexer's key to every
 and one fp32 scale per 128 (132 B: vLLM DeepseekV32IndexerCache, SGLang NSATokenToKVPool, TensorRT-LLM
 DSACacheManager), and an 8-bit cache stores the latent as FlashMLA's sparse record: kv_lora_rank fp8 values, one fp32
 scale per 128 of them and the RoPE key in bf16 (656 B for DeepSeek-V3.2's 512 + 64).
+DeepSeek-V4 caches one K=V entry of head_dim per token of its 128-token window on every layer, plus one compressed
+entry per 4 tokens on a CSA layer (with the indexer's compressed key) and per 128 on an HCA layer (DeepSeek-V4
+sec. 2.3); each sequence also keeps its compressors' unfinished windows in fp32 (vLLM CompressorStateCache). An 8-bit
+cache stores an entry as FlashMLA's record: the non-RoPE part fp8 with an E8M0 scale per 64, the RoPE part bf16,
+one pad byte (584 B for 448 + 64; vLLM DeepseekV4MultiHeadLatentAttentionWrapper head_bytes).
 """
 
 from __future__ import annotations
@@ -60,6 +65,54 @@ def sparse_mla_record(spec: ModelSpec, kv_dtype: DType) -> Fraction | None:
     return Fraction(m.kv_lora_rank + -(-m.kv_lora_rank // SCALE_BLOCK) * 4 + 2 * m.qk_rope_head_dim)
 
 
+V4_SCALE_BLOCK = 64  # non-RoPE values per E8M0 scale in DeepSeek-V4's fp8 entries
+
+
+def compressed_entry_bytes(spec: ModelSpec, kv_dtype: DType) -> Fraction:
+    """One cached DeepSeek-V4 entry (a window token or a compressed one) of its K=V head: at 8 bits (head_dim - rope)
+    fp8 + (head_dim - rope) / 64 scales + rope x 2 bf16 + 1 pad byte (584), else head_dim x bytes/element."""
+    if kv_dtype.bits_per_element != 8:
+        return kv_dtype.bytes_for(spec.head_dim)
+    nope = spec.head_dim - spec.rotary_dim
+    return Fraction(nope + -(-nope // V4_SCALE_BLOCK) + 2 * spec.rotary_dim + 1)
+
+
+def compressed_indexer_bytes(spec: ModelSpec, kv_dtype: DType) -> Fraction:
+    """One compressed indexer key of a DeepSeek-V4 CSA layer: at 8 bits index_head_dim fp8 + an fp32 scale per 128
+    (132, DSA's layout, which vLLM allocates whether it fills it with fp8 or MXFP4), else index_head_dim x bytes."""
+    ca = spec.compressed_attention
+    if ca is None:
+        return Fraction(0)
+    i = ca.index_head_dim
+    return Fraction(i + -(-i // SCALE_BLOCK) * 4) if kv_dtype.bits_per_element == 8 else kv_dtype.bytes_for(i)
+
+
+def compressed_held_bytes(spec: ModelSpec, kv_dtype: DType, context: int) -> Fraction:
+    """One sequence's DeepSeek-V4 cache at ``context`` tokens: layers x min(context, window) entries + on each CSA
+    layer floor(context / csa_ratio) entries and indexer keys + on each HCA layer floor(context / hca_ratio)
+    entries (``compressed_entry_bytes``, ``compressed_indexer_bytes``); the compressors' states apart."""
+    ca = spec.compressed_attention
+    assert ca is not None and spec.sliding_window is not None
+    entry, key = compressed_entry_bytes(spec, kv_dtype), compressed_indexer_bytes(spec, kv_dtype)
+    return (spec.num_layers * min(context, spec.sliding_window) * entry
+            + len(ca.csa_layers) * (context // ca.csa_ratio) * (entry + key)
+            + len(ca.hca_layers) * (context // ca.hca_ratio) * entry)
+
+
+def compressor_state_bytes(spec: ModelSpec) -> Fraction:
+    """One sequence's DeepSeek-V4 compressor states in fp32: each compressor keeps its last c x ratio tokens' kv and
+    score of c x width (c = 2 on a CSA layer, whose windows overlap; 1 on an HCA layer): 8 x 2,048 x 4 B for a CSA
+    layer's 512-wide compressor and 8 x 512 x 4 B for its indexer's, 128 x 1,024 x 4 B for an HCA layer's (vLLM
+    CompressorStateCache: window c x ratio, state_dim 2 c width, float32); 0 for other models."""
+    ca = spec.compressed_attention
+    if ca is None:
+        return Fraction(0)
+    d, i = spec.head_dim, ca.index_head_dim
+    csa = 2 * ca.csa_ratio * 4 * (2 * 2 * d + 2 * 2 * i)
+    hca = ca.hca_ratio * 4 * 2 * d
+    return Fraction(len(ca.csa_layers) * csa + len(ca.hca_layers) * hca)
+
+
 def kv_layer_bytes(spec: ModelSpec, kv_dtype: DType, sliding: bool = True) -> Fraction:
     """Bytes one token adds to one attention layer's K/V (or latent) cache: elements x bytes/element, or the sparse
     record (``sparse_mla_record``); the indexer's keys apart (``indexer_key_bytes``)."""
@@ -69,7 +122,9 @@ def kv_layer_bytes(spec: ModelSpec, kv_dtype: DType, sliding: bool = True) -> Fr
 
 def held_bytes(spec: ModelSpec, kv_dtype: DType, context: int) -> Fraction:
     """One sequence's cache of ``context`` tokens over every layer: ``held_elements`` in bytes, the sparse record
-    and the indexer keys included."""
+    and the indexer keys included; DeepSeek-V4's per ``compressed_held_bytes``."""
+    if spec.compressed_attention is not None:
+        return compressed_held_bytes(spec, kv_dtype, context)
     if spec.sparse_indexer is None:
         return kv_dtype.bytes_for(held_elements(spec, context, kv_elements_per_token_per_layer(spec),
                                                 kv_elements_per_token_per_layer(spec, sliding=False)))
@@ -93,7 +148,14 @@ def kv_elements_per_token(spec: ModelSpec) -> int:
 
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: DType) -> int:
     """Bytes one token adds to the cache if every attention layer holds it: layers x elements x bytes/element
-    (Gated DeltaNet layers hold no tokens), DSA's indexer keys and sparse record included."""
+    (Gated DeltaNet layers hold no tokens), DSA's indexer keys and sparse record included; DeepSeek-V4's: every
+    layer's window entry + a CSA layer's (entry + indexer key) / csa_ratio + an HCA layer's entry / hca_ratio."""
+    ca = spec.compressed_attention
+    if ca is not None:
+        entry = compressed_entry_bytes(spec, kv_dtype)
+        return math.ceil(spec.num_layers * entry
+                         + len(ca.csa_layers) * (entry + compressed_indexer_bytes(spec, kv_dtype)) / ca.csa_ratio
+                         + len(ca.hca_layers) * entry / ca.hca_ratio)
     return math.ceil(held_bytes(spec, kv_dtype, 1) if spec.sparse_indexer is not None
                      else kv_dtype.bytes_for(kv_elements_per_token(spec)))
 
@@ -159,10 +221,11 @@ def state_dtypes(spec: ModelSpec, float32_as: str | None = None) -> tuple[DType,
 
 def state_exact_bytes_per_sequence(spec: ModelSpec) -> Fraction:
     """One sequence's fixed state over every Gated DeltaNet layer: layers x (conv state x its bytes + recurrent
-    state x its bytes); 0 for a model without them."""
+    state x its bytes), or DeepSeek-V4's compressor states (``compressor_state_bytes``); 0 for a model without
+    them."""
     la = spec.linear_attention
     if la is None:
-        return Fraction(0)
+        return compressor_state_bytes(spec)
     conv, recurrent = state_dtypes(spec)
     return spec.num_linear_layers * (conv.bytes_for(la.conv_state_elements)
                                      + recurrent.bytes_for(la.recurrent_state_elements))
@@ -186,6 +249,8 @@ def attention_variants(spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
     For an MLA model the MHA variant is the materialised cache (K of qk_head_dim and V of v_head_dim per head, what
     non-absorbed MLA kernels store), then the latent as configured, then a single-head MQA cache.
     """
+    if spec.compressed_attention is not None:  # one shared K=V head already: no MHA / MQA counterpart to draw
+        return [(spec.attention_kind, spec)]
     if spec.mla is not None:
         m = spec.mla
         heads = spec.num_attention_heads
@@ -209,8 +274,11 @@ def default_kv_dtype(spec: ModelSpec, engine: EngineSpec | None = None) -> DType
     (``spec.checkpoint_kv_dtype``) for no engine or one that follows it (``engine.kv.checkpoint_dtype``), fp8 for a
     DSA model on an engine that stores it so (``engine.kv.sparse_mla_fp8``: vLLM's fp8_ds_mla), else the model's
     float dtype (bf16 unless the checkpoint is fp16/fp32), as the engine serves it (``served_precision``: a float32
-    checkpoint in 16 bits on vLLM and SGLang)."""
+    checkpoint in 16 bits on vLLM and SGLang); fp8 for DeepSeek-V4 on any engine (its cache is FlashMLA's fp8
+    record; vLLM DeepseekV4MLAAttention asserts an fp8 cache)."""
     if spec.sparse_indexer is not None and engine is not None and engine.kv is not None and engine.kv.sparse_mla_fp8:
+        return get_dtype("fp8")
+    if spec.compressed_attention is not None:  # DeepSeek's FlashMLA record; vLLM serves DeepSeek-V4 in nothing else
         return get_dtype("fp8")
     follows = engine is None or (engine.kv is not None and engine.kv.checkpoint_dtype)
     if spec.checkpoint_kv_dtype is not None and follows:

@@ -91,10 +91,22 @@ def attention_modules(spec: ModelSpec) -> dict[str, TPShape]:
     ``qkv_bias``/``o_bias`` (o's bias replicated, it is added after the all-reduce); gpt-oss sinks: one logit per
     head. MLA (DeepSeek-V2 sec. 2.1): q_a [h, q_rank] and kv_a [h, kv_rank+rope] replicated (vLLM
     ReplicatedLinear), q_b [q_rank, nh*(nope+rope)] (or q [h, nh*(nope+rope)] without a q rank), kv_b
-    [kv_rank, nh*(nope+v)] and o [nh*v, h] split by head.
+    [kv_rank, nh*(nope+v)] and o [nh*v, h] split by head. DeepSeek-V4 (transformers DeepseekV4Attention): q_a
+    [h, q_rank] and the shared K=V head's kv [h, d], q_b [q_rank, nh*d], the grouped output projection's o_a
+    (o_groups blocks of [nh*d / g, o_rank]: nh*d*o_rank) and o_b [g*o_rank, h], a sink per head; its compressors:
+    ``compressor_modules``.
     """
     h, nh = spec.hidden_size, spec.num_attention_heads
     o = TPShape(replicated=Params(vector=h if spec.o_bias else 0))
+    ca = spec.compressed_attention
+    if ca is not None:
+        d = spec.head_dim
+        return {"q_a_proj": TPShape(replicated=Params(matrix=h * ca.q_lora_rank)),
+                "kv_proj": TPShape(replicated=Params(matrix=h * d)),
+                "q_b_proj": TPShape(split=Params(matrix=ca.q_lora_rank * nh * d)),
+                "o_a_proj": TPShape(split=Params(matrix=nh * d * ca.o_lora_rank)),
+                "o_b_proj": TPShape(split=Params(matrix=ca.o_groups * ca.o_lora_rank * h)),
+                "sinks": TPShape(split=Params(vector=nh))}
     if spec.mla is not None:
         m = spec.mla
         q_out, kv_a_out = nh * m.qk_head_dim, m.kv_lora_rank + m.qk_rope_head_dim
@@ -122,6 +134,58 @@ def attention_modules(spec: ModelSpec) -> dict[str, TPShape]:
     if spec.attention_sinks:
         modules["sinks"] = TPShape(split=Params(vector=nh))
     return modules
+
+
+def compressor_modules(spec: ModelSpec, csa: bool) -> dict[str, TPShape]:
+    """One DeepSeek-V4 compressor (transformers DeepseekV4HCACompressor / DeepseekV4CSACompressor), module by module:
+    kv and gate projections [h, c x d] and a position bias [ratio, c x d] (c = 2 for CSA's overlapping windows, 1
+    for HCA); a CSA one's lightning indexer adds its own [h, 2 i] kv and gate, a [ratio, 2 i] bias, q_b [q_rank,
+    heads x i] and weights_proj [h, heads] (i = index_head_dim). Each held whole by every rank (vLLM
+    DeepseekCompressor: disable_tp); their kv norms: ``compressor_norm_params``. {} without compressed attention."""
+    ca = spec.compressed_attention
+    if ca is None:
+        return {}
+    h, d, i = spec.hidden_size, spec.head_dim, ca.index_head_dim
+    c, ratio = (2, ca.csa_ratio) if csa else (1, ca.hca_ratio)
+    modules = {"compressor.kv_proj": TPShape(replicated=Params(matrix=h * c * d)),
+               "compressor.gate_proj": TPShape(replicated=Params(matrix=h * c * d)),
+               "compressor.position_bias": TPShape(replicated=Params(vector=ratio * c * d))}
+    if csa:
+        modules.update({
+            "indexer.kv_proj": TPShape(replicated=Params(matrix=h * 2 * i)),
+            "indexer.gate_proj": TPShape(replicated=Params(matrix=h * 2 * i)),
+            "indexer.position_bias": TPShape(replicated=Params(vector=ratio * 2 * i)),
+            "indexer.q_b_proj": TPShape(replicated=Params(matrix=ca.q_lora_rank * ca.index_heads * i)),
+            "indexer.weights_proj": TPShape(replicated=Params(matrix=h * ca.index_heads))})
+    return modules
+
+
+def compressor_norm_params(spec: ModelSpec, csa: bool) -> Params:
+    """A DeepSeek-V4 compressor's RMSNorm over head_dim, and its indexer's over index_head_dim (CSA)."""
+    ca = spec.compressed_attention
+    if ca is None:
+        return Params()
+    return _norm(spec, spec.head_dim) + (_norm(spec, ca.index_head_dim) if csa else Params())
+
+
+def hyper_connection_params(spec: ModelSpec) -> Params:
+    """One layer's manifold-constrained hyper-connections (DeepSeek-V4, transformers DeepseekV4HyperConnection), one
+    around attention and one around the FFN: each a mixing matrix [(2 + n) n, n h], its bias (2 + n) n and 3 scales
+    (n = hc_mult streams); none without them."""
+    ca = spec.compressed_attention
+    if ca is None:
+        return Params()
+    n = ca.hc_mult
+    return Params(matrix=(2 + n) * n * n * spec.hidden_size, vector=(2 + n) * n + 3) * 2
+
+
+def hyper_head_params(spec: ModelSpec) -> Params:
+    """DeepSeek-V4's final collapse of the n streams (DeepseekV4HyperHead): [n, n h], n biases and a scale."""
+    ca = spec.compressed_attention
+    if ca is None:
+        return Params()
+    n = ca.hc_mult
+    return Params(matrix=n * n * spec.hidden_size, vector=n + 1)
 
 
 def _summed(shapes: Iterable[TPShape]) -> TPShape:
@@ -188,8 +252,9 @@ def attention_params(spec: ModelSpec) -> Params:
 
 
 def norms_shape(spec: ModelSpec) -> TPShape:
-    """Block norms (2 pre-norms; 4 in Gemma 2/3) + QK-norm over head_dim + MLA's q_a/kv_a latent norms, all
-    replicated; MiniMax-M2's QK-norm across all heads splits like q and k (vLLM MiniMaxText01RMSNormTP)."""
+    """Block norms (2 pre-norms; 4 in Gemma 2/3) + QK-norm over head_dim + MLA's q_a/kv_a latent norms (DeepSeek-V4's
+    q_a and kv norms), all replicated; MiniMax-M2's QK-norm across all heads splits like q and k (vLLM
+    MiniMaxText01RMSNormTP)."""
     p = _norm(spec, spec.hidden_size) * spec.norms_per_layer
     if spec.qk_norm and spec.qk_norm_across_heads:
         return TPShape(split=_norm(spec, spec.num_attention_heads * spec.head_dim), replicated=p,
@@ -200,6 +265,8 @@ def norms_shape(spec: ModelSpec) -> TPShape:
         if spec.mla.q_lora_rank is not None:
             p = p + _norm(spec, spec.mla.q_lora_rank)
         p = p + _norm(spec, spec.mla.kv_lora_rank)
+    if spec.compressed_attention is not None:  # q_a's and the K=V head's; the per-head q norm holds no weight
+        p = p + _norm(spec, spec.compressed_attention.q_lora_rank) + _norm(spec, spec.head_dim)
     return TPShape(replicated=p)
 
 
@@ -277,12 +344,15 @@ def shared_experts_shape(spec: ModelSpec) -> TPShape:
     return TPShape(split=shared.split, replicated=shared.replicated + gate)
 
 
-def router_params(spec: ModelSpec) -> Params:
+def router_params(spec: ModelSpec, hashed: bool = False) -> Params:
     """Router [h, E] + its bias, DeepSeek-V3's score-correction bias and Gemma 4's input scale (h) and per-expert
-    scale (E); replicated on every rank."""
+    scale (E); replicated on every rank. A DeepSeek-V4 hash-routed layer's (``hashed``): [h, E] and its token-id
+    table [vocab, top-k] (a checkpoint tensor, tid2eid), no score-correction bias."""
     moe = spec.moe
     if moe is None:
         return Params()
+    if hashed:
+        return Params(matrix=spec.hidden_size * moe.num_experts + spec.vocab_size * moe.experts_per_token)
     vector = (moe.num_experts if moe.router_bias else 0) + (moe.num_experts if moe.router_score_correction_bias
                                                             else 0) + (spec.hidden_size + moe.num_experts
                                                                        if moe.router_scales else 0)
@@ -403,6 +473,13 @@ def count_params(spec: ModelSpec) -> ParamCounts:
         add("experts", expert * (moe.num_experts * moe_layers) + latent,
             expert * (moe.experts_per_token * moe_layers) + latent)
         add("shared_experts", shared_experts_shape(spec).total() * moe_layers)
-        add("router", router_params(spec) * moe_layers)
+        hashed = moe.hash_layers
+        add("router", router_params(spec) * (moe_layers - hashed) + router_params(spec, hashed=True) * hashed)
+    ca = spec.compressed_attention
+    if ca is not None:  # DeepSeek-V4: each CSA / HCA layer's compressor, every layer's hyper-connections
+        for csa, layers in ((True, len(ca.csa_layers)), (False, len(ca.hca_layers))):
+            add("attention", _summed(compressor_modules(spec, csa).values()).total() * layers)
+            add("norms", compressor_norm_params(spec, csa) * layers)
+        add("norms", hyper_connection_params(spec) * spec.num_layers + hyper_head_params(spec))
     add("encoder", encoder_shape(spec).total(), Params())  # text tokens never pass through it
     return ParamCounts(total=total, active=active, convention=ACTIVE_CONVENTIONS[spec.active_params_convention])

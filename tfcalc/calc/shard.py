@@ -54,7 +54,7 @@ from tfcalc.calc.params import (
     shared_experts_shape,
 )
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype, vector_dtype
-from tfcalc.errors import UsageError
+from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.model import ModelSpec, WeightException
 
 
@@ -86,8 +86,11 @@ def layout_redundant_experts(redundant_experts: int, tp: int, ep: int) -> int:
 def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: int = 1,
                       redundant_experts: int = 0) -> Parallelism:
     """Validate tp / pp / ep (and redundant experts) against the model and the GPU count; UsageError with the reason
-    otherwise."""
+    otherwise, SpecError for a model no parallel layout is modelled for (DeepSeek-V4)."""
     n = spec.name
+    if spec.compressed_attention is not None:
+        raise SpecError(f"{n}: DeepSeek-V4's compressed attention (CSA/HCA) is counted by params, kv-cache and memory; "
+                        "plan, estimate, capacity and profile do not model it yet")
     if min(num_gpus, tp, pp, ep) < 1:
         raise UsageError("num_gpus, tp, pp and ep must be positive")
     if redundant_experts:

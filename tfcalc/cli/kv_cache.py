@@ -47,7 +47,11 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
     if any(str(row["sliding_window"]).startswith("chunks") for row in rows):
         notes.append("Chunked local attention (Llama 4): those layers attend within fixed chunks and hold at most "
                      "one chunk; vLLM frees earlier chunks, SGLang and TensorRT-LLM by default keep them.")
-    if any(row["state_bytes"] is not None for row in rows):
+    if any(row["attention"] == "CSA/HCA" for row in rows):
+        notes.append("DeepSeek-V4 (CSA/HCA): every layer holds its window; a CSA layer adds one entry and one indexer "
+                     "key per 4 tokens, an HCA layer one entry per 128; the fixed state is its compressors' unfinished "
+                     "windows in fp32. An fp8 entry is FlashMLA's 584-byte record.")
+    if any(row["state_bytes"] is not None and row["attention"] != "CSA/HCA" for row in rows):
         notes.append("Gated DeltaNet / Mamba-2 layers cache no tokens: each sequence holds a fixed state instead "
                      "(fixed state: batch x its conv and recurrent states in every such layer), included in the KV "
                      "cache.")

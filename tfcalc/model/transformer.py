@@ -399,6 +399,9 @@ def build_model(spec: ModelSpec, *, dtype: torch.dtype = torch.float32, device: 
     device; ``parallel`` keeps this rank's shard of that same model (:mod:`tfcalc.model.parallel`)."""
     if weights_dtype is not None and weights_dtype not in FP8_FORMATS:
         raise UsageError(f"unknown weights dtype '{weights_dtype}' (choose {', '.join(sorted(FP8_FORMATS))})")
+    if spec.compressed_attention is not None:
+        raise SpecError(f"{spec.name}: the bundled model does not run DeepSeek-V4's compressed attention (CSA/HCA) or "
+                        "hyper-connections")
     spec = scale_spec(spec, **overrides)
     if parallel is not None:
         check_sharding(spec, parallel.tp, parallel.ep)

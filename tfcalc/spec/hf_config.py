@@ -25,6 +25,7 @@ from tfcalc.spec.hf_quant import (
 from tfcalc.spec.model import (
     HYBRID_BLOCKS,
     INT_LIMITS,
+    CompressedAttentionSpec,
     EncoderSpec,
     FullAttentionSpec,
     LinearAttentionSpec,
@@ -505,6 +506,79 @@ def _mimo_layers(c: _Config) -> dict[str, Any]:
             "full_attention": fa, **({"rope_local_theta": float(local)} if local else {})}
 
 
+_CSA, _HCA = "compressed_sparse_attention", "heavily_compressed_attention"
+
+
+def _deepseek_v4_layers(c: _Config) -> dict[str, Any]:
+    """DeepSeek-V4's attention (DeepseekV4Config; vLLM deepseek_v4.py): per layer the window alone, CSA or HCA from
+    ``layer_types``, else the checkpoints' ``compress_ratios`` (0 / the CSA rate / the HCA rate per layer; the extra
+    entry for the MTP layer dropped), else the class default (two HCA layers, then HCA and CSA alternating); the
+    rates from ``compress_rates`` or ``compress_rate_csa`` / ``compress_rate_hca`` (4, 128); one shared K=V head
+    with a sink per query head; RoPE on ``qk_rope_head_dim`` of head_dim (64 of 512)."""
+    rates = c.data.get("compress_rates")
+    rates = rates if isinstance(rates, dict) else {}
+    csa = c.check_int("compress_rates.compressed_sparse_attention", rates.get(_CSA, c.data.get(
+        "compress_rate_csa", 4)), 2)
+    hca = c.check_int("compress_rates.heavily_compressed_attention", rates.get(_HCA, c.data.get(
+        "compress_rate_hca", 128)), 2)
+    n = c.num_layers
+    types = c.data.get("layer_types")
+    ratios = c.data.get("compress_ratios")
+    if types is None and ratios is not None:
+        by_rate = {0: SLIDING, csa: _CSA, hca: _HCA}
+        if not isinstance(ratios, list) or len(ratios) < n or any(r not in by_rate for r in ratios[:n]):
+            raise c.error(f"field 'compress_ratios' must give 0, {csa} or {hca} for each of the {n} layers, got "
+                          f"{ratios!r:.60}")
+        types = [by_rate[r] for r in ratios[:n]]
+    if types is None:
+        types = [_HCA] * min(n, 2) + [_CSA if i % 2 else _HCA for i in range(max(n - 2, 0))]
+    if not isinstance(types, list) or len(types) < n or any(t not in (SLIDING, _CSA, _HCA) for t in types[:n]):
+        raise c.error(f"field 'layer_types' must name sliding_attention, {_CSA} or {_HCA} for each of the {n} "
+                      f"layers, got {types!r:.60}")
+    head_dim = c.int_or_default("head_dim", minimum=1)
+    params = c.data.get("rope_parameters")
+    main = params.get("main") if isinstance(params, dict) else None
+    factor = c.data.get("partial_rotary_factor") or (main.get("partial_rotary_factor") if isinstance(main, dict)
+                                                     else None)
+    rotated = (check_float("partial_rotary_factor", factor) * head_dim if factor is not None
+               else c.opt_int("qk_rope_head_dim", minimum=1) or 64)
+    ca = CompressedAttentionSpec(
+        q_lora_rank=c.int_or_default("q_lora_rank", minimum=1), o_groups=c.int_or_default("o_groups", minimum=1),
+        o_lora_rank=c.int_or_default("o_lora_rank", minimum=1),
+        csa_layers=tuple(i for i, t in enumerate(types[:n]) if t == _CSA),
+        hca_layers=tuple(i for i, t in enumerate(types[:n]) if t == _HCA), csa_ratio=csa, hca_ratio=hca,
+        index_heads=c.int_or_default("index_n_heads", minimum=1),
+        index_head_dim=c.int_or_default("index_head_dim", minimum=1),
+        index_topk=c.int_or_default("index_topk", minimum=1), hc_mult=c.int_or_default("hc_mult", minimum=1))
+    return {"compressed_attention": ca, "partial_rotary_factor": rotated / head_dim}
+
+
+def _deepseek_v4_moe(c: _Config) -> MoESpec:
+    """DeepSeek-V4's MoE on every layer: sqrt-softplus scores, renormalised top-k and scaled; one shared expert of
+    the experts' width; the first layers hash-routed (``mlp_layer_types``' hash_moe, else ``num_hash_layers``, else
+    3), each holding a vocab x top-k expert table (tid2eid) and no score-correction bias."""
+    n = c.num_layers
+    kinds = c.data.get("mlp_layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) < n or any(k not in ("hash_moe", "moe") for k in kinds[:n]):
+            raise c.error(f"field 'mlp_layer_types' must name hash_moe or moe for each of the {n} layers, got "
+                          f"{kinds!r:.60}")
+        hashed = sum(k == "hash_moe" for k in kinds[:n])
+        if kinds[:hashed] != ["hash_moe"] * hashed:
+            raise c.error("field 'mlp_layer_types': hash-routed layers after a learned-routing one are not supported")
+    else:
+        hashed = min(n, c.opt_int("num_hash_layers") if c.data.get("num_hash_layers") is not None else 3)
+    scoring = c.data.get("scoring_func", "sqrtsoftplus")
+    if scoring not in ("sqrtsoftplus", "sigmoid", "softmax"):
+        raise c.error(f"field 'scoring_func' {scoring!r:.40} is not supported (sqrtsoftplus, sigmoid, softmax)")
+    shared, size = c.int_or_default("n_shared_experts"), c.req_int("moe_intermediate_size")
+    return MoESpec(num_experts=c.req_int("n_routed_experts"), experts_per_token=c.req_int("num_experts_per_tok"),
+                   expert_intermediate_size=size, num_shared_experts=shared,
+                   shared_expert_intermediate_size=size if shared else 0, router_score_correction_bias=True,
+                   normalize_top_k=c.flag("norm_topk_prob"), router_scoring=scoring,
+                   routed_scaling_factor=c.opt_float("routed_scaling_factor") or 1.0, hash_layers=hashed)
+
+
 def _gemma4_pattern(c: _Config, i: int) -> bool:
     """Gemma 4's class default: every sixth layer global, and the last one always (Gemma4TextConfig)."""
     return (i + 1) % 6 != 0 and i != c.num_layers - 1
@@ -837,6 +911,17 @@ FAMILIES: dict[str, _Family] = {
                   "norm_topk_prob": True, "head_dim": 192, "v_head_dim": 128, "sliding_window": 129,
                   "rope_theta": 5_000_000.0, "rope_local_base_freq": 10_000.0},
         sliding=_mimo_sliding, moe=_mimo_moe, numerics=_mimo_layers),
+    # DeepSeek-V4 (DeepseekV4Config): one K=V head of 512 over a 128-token window on every layer, CSA / HCA
+    # compressed entries beside it, grouped output projection, hyper-connections, MoE on every layer
+    "deepseek_v4": _Family(
+        defaults={**_LLAMA_LIKE, "vocab_size": 129280, "hidden_size": 4096, "moe_intermediate_size": 2048,
+                  "num_hidden_layers": 43, "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512,
+                  "q_lora_rank": 1024, "num_experts_per_tok": 6, "n_routed_experts": 256, "n_shared_experts": 1,
+                  "norm_topk_prob": True, "routed_scaling_factor": 1.5, "max_position_embeddings": 1048576,
+                  "sliding_window": 128, "o_groups": 8, "o_lora_rank": 1024, "index_n_heads": 64,
+                  "index_head_dim": 128, "index_topk": 512, "hc_mult": 4, "attention_bias": False},
+        sliding=_window_every_layer(), moe=_deepseek_v4_moe, dense_mlp=False, attention=_no_bias,
+        attention_sinks=True, mtp_key="num_nextn_predict_layers", numerics=_deepseek_v4_layers),
     # Nemotron-H / Nemotron 3 (NemotronHConfig): Mamba-2, attention, MLP and MoE blocks per hybrid_override_pattern
     "nemotron_h": _Family(
         defaults={"vocab_size": 131072, "hidden_size": 4096, "num_attention_heads": 32,
@@ -1317,6 +1402,8 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
     )
     quant = c.data.get("quantization_config")
     native, kept = checkpoint_precision(quant, spec, model_type, spec.native_dtype, c.origin)
+    if model_type == "deepseek_v4":
+        native = _deepseek_v4_experts(c, quant, native)
     kv, scale = checkpoint_kv_dtype(quant, c.origin), checkpoint_activation_scale(quant, c.origin)
     stored = parse_weight_precision(native)
     weight_only = tuple(part for part in checkpoint_weight_only(quant, spec, model_type, c.origin)
@@ -1325,6 +1412,25 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         return spec
     return replace(spec, native_dtype=native, checkpoint_kv_dtype=kv, checkpoint_activation_scale=scale,
                    checkpoint_weight_only=weight_only, quantized_weight_exceptions=kept)
+
+
+def _deepseek_v4_experts(c: _Config, quant: Any, native: str) -> str:
+    """DeepSeek-V4's fp8 checkpoints whose ``expert_dtype`` is fp4 (top level, or in quantization_config as
+    transformers moves it) store the routed experts as MXFP4, FP4 with an E8M0 scale per 32 (vLLM
+    DeepseekV4FP8Config: Mxfp4MoEMethod); NVIDIA's, whose ``moe_quant_algo`` is NVFP4, as NVFP4. ``fp8`` or no
+    ``expert_dtype``: the experts in the checkpoint's format."""
+    expert_dtype = c.data.get("expert_dtype")
+    if expert_dtype is None and isinstance(quant, Mapping):
+        expert_dtype = quant.get("expert_dtype")
+    if expert_dtype is None or expert_dtype == "fp8":
+        return native
+    if expert_dtype != "fp4":
+        raise c.error(f"field 'expert_dtype' {expert_dtype!r:.40} is not supported (fp4, fp8)")
+    nvfp4 = isinstance(quant, Mapping) and quant.get("moe_quant_algo") == "NVFP4"
+    precision = parse_weight_precision(native)
+    others = [(k, d) for k, d in precision.per_component if k != "experts"]
+    parts = [f"experts={'nvfp4' if nvfp4 else 'mxfp4'}", *(f"{k}={d.name}" for k, d in others)]
+    return parse_weight_precision(",".join([*parts, f"default={precision.default.name}"])).label
 
 
 def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:

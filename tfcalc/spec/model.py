@@ -29,7 +29,7 @@ HYBRID_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 # RoPE scalings as transformers names them (modeling_rope_utils.ROPE_INIT_FUNCTIONS); "default" means none.
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
-RouterScoring = Literal["softmax", "sigmoid"]
+RouterScoring = Literal["softmax", "sigmoid", "sqrtsoftplus"]
 EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl", "qwen3_5", "llama4", "gemma4", "moonvit"]
 # How the ``sliding_window_layers`` attend: the last ``sliding_window`` tokens (Mistral, Gemma), or only the tokens
 # of their own ``sliding_window``-token chunk (Llama 4's attention_chunk_size; transformers "chunked_attention").
@@ -77,6 +77,16 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "moe.expert_groups": (1, 1 << 16),
     "moe.groups_per_token": (1, 1 << 16),
     "moe.latent_size": (0, 1 << 20),
+    "moe.hash_layers": (0, 10_000),
+    "compressed_attention.q_lora_rank": (1, 1 << 20),
+    "compressed_attention.o_lora_rank": (1, 1 << 20),
+    "compressed_attention.o_groups": (1, 1 << 16),
+    "compressed_attention.csa_ratio": (2, 1 << 20),
+    "compressed_attention.hca_ratio": (2, 1 << 20),
+    "compressed_attention.index_heads": (1, 1 << 16),
+    "compressed_attention.index_head_dim": (1, 1 << 16),
+    "compressed_attention.index_topk": (1, 1 << 34),
+    "compressed_attention.hc_mult": (1, 64),
     "rope_scaling.original_max_position_embeddings": (1, 1 << 34),
     "encoder.hidden_size": (1, 1 << 20),
     "encoder.intermediate_size": (1, 1 << 24),
@@ -379,6 +389,41 @@ class FullAttentionSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CompressedAttentionSpec:
+    """DeepSeek-V4's attention (arXiv DeepSeek-V4 sec. 2.3; transformers DeepseekV4Attention): one shared K=V head of
+    head_dim over a sliding window of the last ``sliding_window`` tokens on every layer (the model's own fields),
+    plus, on ``csa_layers``, one compressed entry per ``csa_ratio`` tokens (overlapping windows of 2 x ratio) of
+    which a lightning indexer (``index_heads`` x ``index_head_dim``, its own compressed keys) picks the
+    ``index_topk``, and on ``hca_layers`` one entry per ``hca_ratio`` tokens, all attended. Queries come from a q
+    LoRA of ``q_lora_rank``; the heads' output is projected in ``o_groups`` groups to ``o_lora_rank`` each, then to
+    the hidden size. Every block is wrapped in manifold-constrained hyper-connections of ``hc_mult`` residual
+    streams."""
+
+    q_lora_rank: int
+    o_groups: int
+    o_lora_rank: int
+    csa_layers: tuple[int, ...] = ()
+    hca_layers: tuple[int, ...] = ()
+    csa_ratio: int = 4
+    hca_ratio: int = 128
+    index_heads: int = 64
+    index_head_dim: int = 128
+    index_topk: int = 512
+    hc_mult: int = 4
+
+    def __post_init__(self) -> None:
+        check_fields(self, "compressed_attention.")
+        _require(self.csa_ratio >= 2 and self.hca_ratio >= 2,
+                 "compressed_attention.csa_ratio and hca_ratio must be at least 2")
+        _require(not set(self.csa_layers) & set(self.hca_layers),
+                 "compressed_attention: a layer is listed both as CSA and as HCA")
+
+    def ratio(self, layer: int) -> int:
+        """Tokens per compressed entry in ``layer``: csa_ratio, hca_ratio, or 0 (the window alone)."""
+        return self.csa_ratio if layer in self.csa_layers else self.hca_ratio if layer in self.hca_layers else 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class EncoderSpec:
     """A vision encoder the checkpoint ships beside the decoder and engines load with it: a ViT of ``num_layers``
     pre-norm blocks over patches of ``patch_size`` pixels, and the projector into the decoder's width.
@@ -548,6 +593,9 @@ class MoESpec:
     expert_groups: int = 1
     groups_per_token: int = 1
     routed_scaling_factor: float = 1.0
+    # DeepSeek-V4's hash routing: the first ``hash_layers`` MoE layers pick experts from a fixed token-id table
+    # (vocab x experts_per_token, a checkpoint tensor: tid2eid) and hold no score-correction bias
+    hash_layers: int = 0
 
     def __post_init__(self) -> None:
         check_fields(self, "moe.")
@@ -645,6 +693,8 @@ class ModelSpec:
     mixer_free_layers: tuple[int, ...] = ()
     # DSA's lightning indexer (DeepSeek-V3.2, GLM-5): the MLA attends at most its top-k tokens
     sparse_indexer: SparseIndexerSpec | None = None
+    # DeepSeek-V4's sliding window + compressed (CSA / HCA) attention and hyper-connections
+    compressed_attention: CompressedAttentionSpec | None = None
     attention_k_eq_v: bool = False
     # the values' head size where it differs from head_dim, the keys' (MiMo-V2-Flash: keys and queries of 192, values
     # of 128; v_proj and o_proj are that narrow and engines cache each at its own width); None: head_dim
@@ -764,6 +814,25 @@ class ModelSpec:
             _require(si.head_dim >= self.rotary_dim and si.head_dim % 128 == 0,
                      f"{n}: sparse_indexer.head_dim ({si.head_dim}) must be a multiple of 128, at least the rotary "
                      f"dimensions ({self.rotary_dim})")
+        ca = self.compressed_attention
+        if ca is not None:
+            _require(self.mla is None and self.linear_attention is None and self.full_attention is None
+                     and self.sparse_indexer is None, f"{n}: compressed_attention is a model's only attention kind")
+            _require(self.num_kv_heads == 1 and self.sliding_window is not None
+                     and len(self.sliding_window_layers) == self.num_layers,
+                     f"{n}: compressed_attention needs one KV head and a sliding window on every layer")
+            _require((self.num_attention_heads * self.head_dim) % ca.o_groups == 0
+                     and self.num_attention_heads % ca.o_groups == 0,
+                     f"{n}: compressed_attention.o_groups ({ca.o_groups}) must divide the attention heads "
+                     f"({self.num_attention_heads})")
+            try:
+                check_layer_indices("compressed_attention.csa_layers", ca.csa_layers, self.num_layers)
+                check_layer_indices("compressed_attention.hca_layers", ca.hca_layers, self.num_layers)
+            except SpecError as exc:
+                raise SpecError(f"{n}: {exc}") from None
+        if self.moe is not None and self.moe.hash_layers:
+            _require(self.moe.hash_layers <= self.num_moe_layers,
+                     f"{n}: moe.hash_layers ({self.moe.hash_layers}) exceeds the {self.num_moe_layers} MoE layers")
         _require(self.v_head_dim is None or (self.mla is None and not self.attention_k_eq_v),
                  f"{n}: v_head_dim is for attention with its own v projection (MLA gives mla.v_head_dim)")
         fa = self.full_attention
@@ -813,9 +882,11 @@ class ModelSpec:
     # --- derived shape facts -------------------------------------------------------------
     @property
     def attention_kind(self) -> str:
-        """MLA, MHA (kv heads == heads), MQA (one kv head) or GQA (in between)."""
+        """MLA, CSA/HCA (DeepSeek-V4), MHA (kv heads == heads), MQA (one kv head) or GQA (in between)."""
         if self.mla is not None:
             return "MLA"
+        if self.compressed_attention is not None:
+            return "CSA/HCA"
         if self.num_kv_heads == self.num_attention_heads:
             return "MHA"
         if self.num_kv_heads == 1:

@@ -17,6 +17,7 @@ from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.model import (
     HYBRID_BLOCKS,
     MAX_NAME_CHARS,
+    CompressedAttentionSpec,
     EncoderSpec,
     FullAttentionSpec,
     LinearAttentionSpec,
@@ -406,6 +407,7 @@ _ROPE_FIELDS = {f.name for f in fields(RopeScaling)}
 _ENCODER_FIELDS = {f.name for f in fields(EncoderSpec)}
 _LINEAR_FIELDS = {f.name for f in fields(LinearAttentionSpec)}
 _INDEXER_FIELDS = {f.name for f in fields(SparseIndexerSpec)}
+_COMPRESSED_FIELDS = {f.name for f in fields(CompressedAttentionSpec)}
 
 
 def _check_keys(data: dict[Any, Any], allowed: set[str], origin: str, prefix: str = "") -> None:
@@ -502,7 +504,8 @@ def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> 
         prefix = {"MoESpec": "moe.", "MLASpec": "mla.", "RopeScaling": "rope_scaling.",
                   "EncoderSpec": "encoder.", "LinearAttentionSpec": "linear_attention.",
                   "FullAttentionSpec": "full_attention.",
-                  "SparseIndexerSpec": "sparse_indexer."}.get(message.split(".")[0], "")
+                  "SparseIndexerSpec": "sparse_indexer.",
+                  "CompressedAttentionSpec": "compressed_attention."}.get(message.split(".")[0], "")
         match = re.search(r"arguments?: '(\w+)'", message)
         if match:
             raise SpecError(f"{origin}: missing required field '{prefix}{match.group(1)}'") from None
@@ -549,6 +552,13 @@ def _build_model(data: dict[str, Any], num_layers: int, origin: str) -> ModelSpe
         _check_keys(indexer, _INDEXER_FIELDS, origin, "sparse_indexer.")
         indexer["layers"] = _layer_list(indexer.get("layers", "all"), num_layers, "sparse_indexer.layers")
         data["sparse_indexer"] = SparseIndexerSpec(**indexer)
+    if data.get("compressed_attention") is not None:
+        compressed = _mapping(data["compressed_attention"], origin, "compressed_attention")
+        _check_keys(compressed, _COMPRESSED_FIELDS, origin, "compressed_attention.")
+        for key in ("csa_layers", "hca_layers"):
+            if key in compressed:
+                compressed[key] = _layer_list(compressed[key], num_layers, f"compressed_attention.{key}")
+        data["compressed_attention"] = CompressedAttentionSpec(**compressed)
     if data.get("quantized_weight_exceptions") is not None:
         data["quantized_weight_exceptions"] = _weight_exceptions(data["quantized_weight_exceptions"], num_layers,
                                                                  origin)
