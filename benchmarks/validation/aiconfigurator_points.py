@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout33]
+        | --holdout12 | ... | --holdout34]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -65,6 +65,8 @@ B200 and B300.
 ``--holdout32`` the thirty-second (``HOLDOUT_GRID_32``, aiconfigurator_holdout32.json): Kimi K2.5's int4 experts under
 expert parallelism, after grid 30's int4 kernel rates.
 ``--holdout33`` the thirty-third (``HOLDOUT_GRID_33``, aiconfigurator_holdout33.json): MiMo-V2-Flash, first read then.
+``--holdout34`` the thirty-fourth (``HOLDOUT_GRID_34``, aiconfigurator_holdout34.json): DeepSeek-V4-Flash, first priced
+then.
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ MODELS = {
     "kimi-k2.5": ("moonshotai/Kimi-K2.5", "experts=int4-g32-sym,default=bf16", "bfloat16", "int4_wo"),
     "kimi-k2.5-nvfp4": ("nvidia/Kimi-K2.5-NVFP4", "nvfp4", "nvfp4", "nvfp4"),
     "mimo-v2-flash": ("XiaomiMiMo/MiMo-V2-Flash", "fp8_block", "fp8_block", "fp8_block"),
+    # sgl-project's FP8 requantization: fp8 blocks everywhere, the experts included (DeepSeek's own keep MXFP4 ones)
+    "deepseek-v4-flash-fp8": ("sgl-project/DeepSeek-V4-Flash-FP8", "fp8_block", "fp8_block", "fp8_block"),
     "qwen3-0.6b": ("Qwen/Qwen3-0.6B", "bf16", "bfloat16", None),
     "qwen3-1.7b": ("Qwen/Qwen3-1.7B", "bf16", "bfloat16", None),
     "qwen3-1.7b-fp8": ("Qwen/Qwen3-1.7B", "fp8", "fp8", None),
@@ -679,6 +683,19 @@ HOLDOUT_GRID_33 = [
 ]
 
 
+# DeepSeek-V4-Flash (a 128-token window on every layer, CSA / HCA compressed entries, hyper-connections), collected
+# on 2026-12-07 (stop 59) after tfcalc first priced it (its attention layers' fixed costs and sparse prefill rate from
+# aiconfigurator's dsv4 module tables: benchmarks/validation/dsv4_kernel_rates.py), scored once before any change in
+# response; its cache is fp8 (FlashMLA's record), as every engine serves it
+HOLDOUT_GRID_34 = [
+    ("deepseek-v4-flash-fp8", "h200_sxm", [8], [1, 4, 24, 64], [(2000, 300), (8000, 500)]),
+    ("deepseek-v4-flash-fp8", "b200_sxm", [4, 8], [4, 24, 64], [(3000, 300)]),
+    ("deepseek-v4-flash-fp8", "h100_sxm", [8], [4, 24], [(2000, 300)]),
+]
+# aiconfigurator's KV-cache mode per model where it is not bf16 (its DeepSeek-V4 tables are fp8 only)
+KV_CACHE_MODE = {"deepseek-v4-flash-fp8": "fp8"}
+
+
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
     registered under their Hub name and would otherwise be downloaded)."""
@@ -711,8 +728,9 @@ def main(out: str, quick: bool, backends: list[str]) -> None:
                 tp, pp = layout if isinstance(layout, tuple) else (layout, 1)   # (tp, pp): pipeline stages
                 for batch in batches[:2] if quick else batches:
                     for isl, osl in lens:
+                        kv_mode = KV_CACHE_MODE.get(key, "bfloat16")
                         kwargs = dict(mode="static", backend_name=backend, isl=isl, osl=osl, batch_size=batch,
-                                      tp_size=tp, pp_size=pp, gemm_quant_mode=gemm, kvcache_quant_mode="bfloat16")
+                                      tp_size=tp, pp_size=pp, gemm_quant_mode=gemm, kvcache_quant_mode=kv_mode)
                         ep = tp if expert_parallel and expert_parallel[0] else 1
                         if moe is not None:
                             kwargs.update(moe_tp_size=tp // ep, moe_ep_size=ep,
@@ -723,6 +741,8 @@ def main(out: str, quick: bool, backends: list[str]) -> None:
                                  "osl": osl}
                         if ep > 1:
                             point["ep"] = ep
+                        if kv_mode != "bfloat16":
+                            point["kv"] = kv_mode
                         if pp > 1:
                             point["pp"] = pp
                         if moe is not None and kwargs["moe_quant_mode"] != moe:
@@ -762,7 +782,7 @@ if __name__ == "__main__":
              "--holdout26": HOLDOUT_GRID_26, "--holdout27": HOLDOUT_GRID_27,
              "--holdout28": HOLDOUT_GRID_28, "--holdout29": HOLDOUT_GRID_29, "--holdout30": HOLDOUT_GRID_30,
              "--holdout31": HOLDOUT_GRID_31, "--holdout32": HOLDOUT_GRID_32,
-             "--holdout33": HOLDOUT_GRID_33}
+             "--holdout33": HOLDOUT_GRID_33, "--holdout34": HOLDOUT_GRID_34}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

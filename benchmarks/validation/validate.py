@@ -55,7 +55,7 @@ ROOT = HERE.parent.parent
 LARGE = "aic b128+"
 # The held-out files, aiconfigurator_holdout.json, aiconfigurator_holdout2.json ... (aiconfigurator_points.py
 # --holdoutN), each summarised on its own line
-HELD_OUT_FILES = 33
+HELD_OUT_FILES = 34
 
 
 def holdout(n: int) -> str:
@@ -86,7 +86,7 @@ _CAVEAT_KEY = ("source", "model", "gpu", "backend", "tp", "ep", "batch", "isl", 
 # others (sdk/models/moe.py)
 AIC_ROUTING_ALPHA = {"deepseek-v3": 1.01, "kimi-k2": 1.01, "kimi-k2.5": 1.01, "gemma4-26b-a4b": 1.01,
                      "deepseek-v3.2": 1.01, "glm-5": 1.01, "nemotron-3-nano-30b-a3b": 1.01,
-                     "nemotron-3-super-120b-a12b": 1.01, "mimo-v2-flash": 1.01}
+                     "nemotron-3-super-120b-a12b": 1.01, "mimo-v2-flash": 1.01, "deepseek-v4-flash": 1.01}
 # aiconfigurator's vLLM GEMM collector times block-fp8 linears without CUDA graphs (collector/vllm/collect_gemm.py
 # use_cuda_graph=gemm_type != "fp8_block"), so its vLLM predictions carry each such linear's host time: priced here
 # with those linears outside the graphs (presets/engines/vllm-0.21.yaml kernels.linear_host_us)
@@ -98,7 +98,7 @@ AIC_FP8_SCALES = {"trtllm": "dynamic", "vllm": "static", "sglang": "static"}
 MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b",
        "deepseek-v3", "qwen3-coder-480b", "kimi-k2", "kimi-k2.5", "minimax-m2.5", "qwen3.5-35b-a3b",
        "qwen3.5-397b-a17b", "qwen3-vl-30b-a3b", "qwen3-vl-235b-a22b", "gemma4-26b-a4b", "mimo-v2-flash",
-       "deepseek-v3.2", "glm-5", "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b"}
+       "deepseek-v3.2", "glm-5", "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b", "deepseek-v4-flash"}
 
 
 def load_points() -> list[dict]:
@@ -116,7 +116,7 @@ def load_points() -> list[dict]:
                 p = {"reference": f"aiconfigurator 0.12 static prediction, {p['backend']} {p.get('version', '')}",
                      "kind": "predicted", "engine": p["backend"], "model": model_file(model),
                      "gpu": AIC_GPU[p["gpu"]],
-                     "weights": p["weights_dtype"], "kv": "bf16", "tp": p["tp"], "ep": p.get("ep", 1),
+                     "weights": p["weights_dtype"], "kv": p.get("kv", "bf16"), "tp": p["tp"], "ep": p.get("ep", 1),
                      "pp": p.get("pp", 1),
                      "batch": p["batch"],
                      "prompt": p["isl"], "gen": p["osl"], "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"],

@@ -272,18 +272,21 @@ def test_presets_show_an_unknown_repo_id_suggests_the_preset() -> None:
     assert "is not a preset name" in run("presets", "show", "../x").stderr
 
 
-def test_deepseek_v4_is_counted_and_the_rest_refuses_in_one_line() -> None:
-    """params, kv-cache and memory read DeepSeek-V4; plan, estimate and capacity say in one line that they do not
-    model its compressed attention (exit 1), never a number from an MQA model it is not."""
+def test_deepseek_v4_through_every_calculator_command_and_the_profiler_refuses() -> None:
+    """params, kv-cache, memory, plan, estimate and capacity read DeepSeek-V4; the profiler, whose bundled decoder
+    does not run its attention, says so in one line (exit 1)."""
     kv = run("kv-cache", "-p", "deepseek-v4-flash", "--context", "1m", "-f", "json")
     assert kv.exit_code == 0, kv.output
     (row,) = json.loads(kv.output)
     assert (row["attention"], row["kv_dtype"], row["kv_heads"], row["head_dim"]) == ("CSA/HCA", "fp8_e4m3", 1, 512)
-    memory = run("memory", "-p", "deepseek-v4-pro", "--context", "8k", "-f", "json")
-    assert memory.exit_code == 0, memory.output
-    for args in (["plan", "-p", "deepseek-v4-flash", "-g", "h200", "-n", "8"],
-                 ["estimate", "-p", "deepseek-v4-flash", "-g", "h200", "--tp", "8"],
-                 ["capacity", "-p", "deepseek-v4-flash", "-g", "h200", "--rate", "1", "--ttft", "p90=2s"]):
-        result = run(*args)
-        assert result.exit_code == 1, (args, result.output)
-        assert result.output.count("\n") == 1 and "do not model it yet" in result.output, result.output
+    for args in (["memory", "-p", "deepseek-v4-pro", "--context", "8k"],
+                 ["plan", "-p", "deepseek-v4-flash", "-g", "h200", "-n", "8", "--context", "128k"],
+                 ["estimate", "-p", "deepseek-v4-flash", "-g", "h200", "--tp", "8", "--batch", "1,16"],
+                 ["capacity", "-p", "deepseek-v4-flash", "-g", "b200", "--rate", "1", "--input-len", "2000",
+                  "--output-len", "200", "--ttft", "p90=2s", "--max-gpus", "8"]):
+        result = run(*args, "-f", "json")
+        assert result.exit_code == 0, (args, result.output)
+        assert json.loads(result.output), args
+    profiled = run("profile", "-p", "deepseek-v4-flash", "--device", "cpu")
+    assert profiled.exit_code == 1
+    assert profiled.output.strip().splitlines()[-1].startswith("error: deepseek-v4-flash: the profiler's work counts")

@@ -180,6 +180,7 @@ class Rates:
     dsa_block_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s per layer: decode, prefill
     dsa_prefill_efficiency: float = 0.0  # the sparse MLA prefill's fraction of the bf16 peak (0: attention's)
     dsa_prefill_full_topk: bool = False  # it runs every query's top-k slots, valid or not
+    v4_prefill_efficiency: float = 0.0  # DeepSeek-V4's sparse prefill attention, of the bf16 peak (0: attention's)
     # small-M GEMMs' weight streaming as a fraction of the datasheet bandwidth, by the weights' storage format, where
     # its kernels differ from memory_efficiency (fp8 scaled-mm streams slower than a bf16 GEMV)
     gemm_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
@@ -525,6 +526,16 @@ def indexer_logits(rates: Rates, *, pairs: float, heads: int, head_dim: int, key
     t_compute = flops / (peak if rates.ideal else peak * rates.attention_efficiency)
     return _finish(rates, "attention", flops, keys_bytes + (0.0 if rates.ideal else 8.0 * pairs), t_compute,
                    ideal_bytes=keys_bytes)
+
+
+def sparse_attention(rates: Rates, *, flops: float, nbytes: float, efficiency: float = 0.0,
+                     ideal_bytes: float = 0.0) -> Cost:
+    """An attention over gathered keys (FlashMLA's sparse prefill for DeepSeek-V4: each query its own index list):
+    ``flops`` at ``efficiency`` of the bf16 peak (0: ``attention_efficiency``), ``nbytes`` streamed, whichever is
+    longer."""
+    _, peak = rates.peak("bf16")
+    t_compute = flops / (peak if rates.ideal else peak * (efficiency or rates.attention_efficiency))
+    return _finish(rates, "attention", flops, nbytes, t_compute, ideal_bytes=ideal_bytes)
 
 
 def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, flops: float,

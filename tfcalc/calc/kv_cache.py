@@ -107,10 +107,19 @@ def compressor_state_bytes(spec: ModelSpec) -> Fraction:
     ca = spec.compressed_attention
     if ca is None:
         return Fraction(0)
-    d, i = spec.head_dim, ca.index_head_dim
-    csa = 2 * ca.csa_ratio * 4 * (2 * 2 * d + 2 * 2 * i)
-    hca = ca.hca_ratio * 4 * 2 * d
-    return Fraction(len(ca.csa_layers) * csa + len(ca.hca_layers) * hca)
+    return (len(ca.csa_layers) * compressor_state_bytes_per_layer(spec, csa=True)
+            + len(ca.hca_layers) * compressor_state_bytes_per_layer(spec, csa=False))
+
+
+def compressor_state_bytes_per_layer(spec: ModelSpec, csa: bool) -> Fraction:
+    """One sequence's fp32 compressor states in one DeepSeek-V4 CSA layer (its compressor's and its indexer's: 2 x
+    ratio tokens of 2 x 2 x width each) or HCA layer (ratio tokens of 2 x head_dim); 0 for other models."""
+    ca = spec.compressed_attention
+    if ca is None:
+        return Fraction(0)
+    if csa:
+        return Fraction(2 * ca.csa_ratio * 4 * (2 * 2 * spec.head_dim + 2 * 2 * ca.index_head_dim))
+    return Fraction(ca.hca_ratio * 4 * 2 * spec.head_dim)
 
 
 def kv_layer_bytes(spec: ModelSpec, kv_dtype: DType, sliding: bool = True) -> Fraction:

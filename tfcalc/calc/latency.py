@@ -39,7 +39,15 @@ from typing import NamedTuple
 from tfcalc.calc import comm, kernels
 from tfcalc.calc.engine import capacity_bytes
 from tfcalc.calc.kernels import Cost, Rates
-from tfcalc.calc.kv_cache import indexer_key_bytes, keys_attended, kv_layer_bytes, mean_keys, state_dtypes
+from tfcalc.calc.kv_cache import (
+    compressed_entry_bytes,
+    compressed_indexer_bytes,
+    indexer_key_bytes,
+    keys_attended,
+    kv_layer_bytes,
+    mean_keys,
+    state_dtypes,
+)
 from tfcalc.calc.params import attention_modules, ffn_modules, indexer_modules
 from tfcalc.calc.plan import check_parallelism, stage_layers
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks, exception_applies
@@ -160,6 +168,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  dsa_block_floors=dict(engine.dsa_block_floors_by_gpu.get(kernels_gpu, {})),
                  dsa_prefill_efficiency=engine.dsa_prefill_efficiency_by_gpu.get(kernels_gpu, 0.0),
                  dsa_prefill_full_topk=kernels_gpu in engine.dsa_prefill_full_topk_by_gpu,
+                 v4_prefill_efficiency=engine.v4_prefill_efficiency_by_gpu.get(kernels_gpu, 0.0),
                  gemm_memory_efficiency=gemm_memory, gemm_efficiency_by_format=engine_gemm,
                  moe_memory_efficiency=moe_memory,
                  moe_weight_stream=dict(arch_kernel.memory_efficiency) if arch_kernel is not None else {},
@@ -183,7 +192,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
               engine.deepep_moe_by_gpu,
               engine.wide_head_prefill_scale_by_gpu, engine.dsa_prefill_head_tile_by_gpu,
               engine.dsa_block_floors_by_gpu, engine.dsa_prefill_efficiency_by_gpu,
-              engine.dsa_prefill_full_topk_by_gpu,
+              engine.dsa_prefill_full_topk_by_gpu, engine.v4_prefill_efficiency_by_gpu,
               engine.moe_ep_every_row_by_gpu, engine.moe_tuned_shapes_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
@@ -287,6 +296,15 @@ class _Dims:
     index_topk: int = 0
     index_key_bytes: float = 0.0
     attn_o: _Linear | None = None  # the O projection where a checkpoint stores it apart (None: as ``attn``)
+    # DeepSeek-V4 (CSA / HCA): its q LoRA rank, output groups per GPU and their rank, one cached entry's bytes,
+    # hyper-connection streams and compression ratios (the indexer's in ``index_*``); 0: another model
+    v4_q_rank: int = 0
+    v4_o_groups: float = 0.0
+    v4_o_rank: int = 0
+    v4_entry_bytes: float = 0.0
+    v4_hc: int = 0
+    v4_csa_ratio: int = 0
+    v4_hca_ratio: int = 0
 
 
 @dataclass(frozen=True)
@@ -378,14 +396,18 @@ def _count_in(sorted_layers: tuple[int, ...], lo: int, hi: int) -> int:
 
 def _stages(spec: ModelSpec, pp: int, variant_of: dict[int, int] | None = None) -> tuple[_Stage, ...]:
     """Layer kinds (full / sliding / Gated DeltaNet or Mamba-2 / a DSA layer reusing an earlier indexer's choice /
-    none: no mixer) with their FFN (MoE, dense, none), weight-format variant (``variant_of``: layer -> index, the
-    others 0) and their counts per pipeline stage, from the layer lists: O(lists), not O(L)."""
+    DeepSeek-V4's CSA and HCA layers, its window-only ones as sliding / none: no mixer) with their FFN (MoE, dense,
+    none), weight-format variant (``variant_of``: layer -> index, the others 0) and their counts per pipeline stage,
+    from the layer lists: O(lists), not O(L)."""
     every = range(spec.num_layers)
     no_ffn = set(spec.ffn_free_layers)
     dense = (set(spec.moe.dense_layers) if spec.moe is not None else set(every)) - no_ffn
     moe = set(every) - dense - no_ffn
-    si = spec.sparse_indexer
-    kinds = {"sliding": set(spec.sliding_window_layers) if spec.sliding_window is not None else set(),
+    si, ca = spec.sparse_indexer, spec.compressed_attention
+    compressed = {"csa": set(ca.csa_layers), "hca": set(ca.hca_layers)} if ca is not None else {}
+    kinds = {**compressed,
+             "sliding": (set(spec.sliding_window_layers) if spec.sliding_window is not None else set()) - set().union(
+                 set(), *compressed.values()),
              "linear": set(spec.linear_attention.layers) if spec.linear_attention is not None else set(),
              "shared": set(every) - set(si.layers) if si is not None else set(),
              "none": set(spec.mixer_free_layers)}
@@ -529,9 +551,16 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
         return linear
 
     si = spec.sparse_indexer
+    ca = spec.compressed_attention
+    v4: dict[str, float | int] = {}
+    if ca is not None:
+        v4 = {"v4_q_rank": ca.q_lora_rank, "v4_o_groups": ca.o_groups / tp, "v4_o_rank": ca.o_lora_rank,
+              "v4_entry_bytes": float(compressed_entry_bytes(spec, kv_dtype)), "v4_hc": ca.hc_mult,
+              "v4_csa_ratio": ca.csa_ratio, "v4_hca_ratio": ca.hca_ratio, "index_heads": ca.index_heads,
+              "index_dim": ca.index_head_dim, "index_topk": ca.index_topk,
+              "index_key_bytes": float(compressed_indexer_bytes(spec, kv_dtype)), "kv_bytes_per_token": 0.0}
     return _Dims(h=h, vocab=spec.vocab_size // tp, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                 kv_bytes_per_token=float(kv_layer_bytes(spec, kv_dtype, sliding=False)) if si is not None
-                 else float(kv_dtype.bits_per_element) * kv_elements / 8, mla=spec.mla is not None,
+                 mla=spec.mla is not None,
                  q_rank=q_rank, kv_rank=kv_rank, rope=rope, nope=nope, v_dim=v_dim, gated=spec.ffn_kind == "gated",
                  ffn_width=spec.intermediate_size / tp, experts=experts, top_k=top_k, experts_local=experts_local,
                  expert_slots=experts + redundant_experts,
@@ -548,8 +577,10 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  shared=mode("shared_experts"),
                  head=mode("embedding" if spec.tie_word_embeddings else "lm_head"),
                  embedding_bits=float(precision.for_component("embedding").bits_per_element),
-                 index_heads=si.num_heads if si else 0, index_dim=si.head_dim if si else 0,
-                 index_topk=si.topk if si else 0, index_key_bytes=float(indexer_key_bytes(spec)),
+                 **{"index_heads": si.num_heads if si else 0, "index_dim": si.head_dim if si else 0,
+                    "index_topk": si.topk if si else 0, "index_key_bytes": float(indexer_key_bytes(spec)),
+                    "kv_bytes_per_token": float(kv_layer_bytes(spec, kv_dtype, sliding=False)) if si is not None
+                    else float(kv_dtype.bits_per_element) * kv_elements / 8, **v4},
                  mamba_chunk=la.chunk_size if la is not None and la.kind == "mamba2" else 0,
                  moe_latent=spec.moe.latent_size if spec.moe is not None else 0)
 
@@ -1001,6 +1032,135 @@ def _sparse_mla_prefill(s: _Step, d: Deployment, shape: StepShape) -> None:
     _gemm(s, "attention", m, dm.heads * dm.v_dim, dm.kv_rank, dm.attn, eng, in_block=True)  # W_UV
 
 
+def _compressed_keys(ratio: int, topk: int | None, past: float, tokens: float) -> float:
+    """Sum over query positions past..past+tokens-1 of the compressed entries a DeepSeek-V4 query attends (or an
+    indexer scores): min(floor((i + 1) / ratio), topk), exactly (a test counts it entry by entry)."""
+    def upto(n: float) -> float:  # sum over j = 0..n of floor(j / ratio)
+        if n < 0:
+            return 0.0
+        q, rem = divmod(int(n), ratio)
+        return ratio * q * (q - 1) / 2 + q * (rem + 1)
+
+    def capped(n: float) -> float:  # sum over j = 0..n of min(floor(j / ratio), topk)
+        if topk is None or n < topk * ratio:
+            return upto(n)
+        return upto(topk * ratio - 1) + topk * (n - topk * ratio + 1)
+
+    return capped(past + tokens) - capped(past)
+
+
+def _hyper_connection(s: _Step, d: Deployment, group: str, m: float) -> None:
+    """DeepSeek-V4's mHC around one block beyond the residual add and norm every block is priced with: the n streams
+    read to mix them ((2 + n) n weights per token from a [n h] projection) and collapse them, the block's output
+    expanded back into n streams beside the mixed residual: (3 n + 2) h values per token moved in all, 4 h of them
+    already counted (vLLM MHCPreOp / MHCPostOp)."""
+    dm = d.dims
+    n, h = dm.v4_hc, dm.h
+    extra = m * (3 * n - 2) * h * ACT_BYTES
+    s.add(group, kernels.elementwise(s.rates, extra, flops=2.0 * m * (2 + n) * n * n * h, kernels=2,
+                                     ideal_bytes=extra))
+
+
+def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind: str) -> None:
+    """A DeepSeek-V4 attention layer as vLLM runs it (deepseek_v4_attention.py), ``kind`` csa, hca or sliding (the
+    window alone): the fused q_a + kv projection (replicated), q_b (split by head), the shared K=V head's norm, RoPE
+    and fp8 cache write; on a compressed layer its compressor's bf16 kv and gate projection (replicated, fp32 out)
+    and pooling into one cached entry per ratio tokens; on a CSA layer the lightning indexer (its own compressor,
+    q_b on the q latent, weights_proj, and fp8 logits of every query against every compressed key, then the top-k);
+    the attention (FlashMLA: heads padded to 64 or 128, qk and v of head_dim over the window's keys plus the
+    compressed entries: a CSA query min(floor((i + 1) / 4), top-k) of them, an HCA query every floor((i + 1) / 128);
+    a prefill first gathers its sequences' entries into a bf16 workspace); then the inverse RoPE and fp8 cast of
+    the output, the grouped o_a (fp8 einsum) and o_b. Where the engine measured a layer's fixed cost per phase
+    (``dsa_block_floors`` ``<kind>_decode`` / ``<kind>_prefill``) it replaces the kernels' floors: added to their
+    work in decode (on a CSA layer whose entries outnumber the top-k, plus ``csa_topk_decode`` x the excess over
+    one more top-k, at most 1: the engines' tables ramp so), the layer lasting max(fixed cost, work) in a prefill."""
+    dm, eng, r = d.dims, d.kernels, s.rates
+    acc = s.groups["attention"]
+    floors_before, seconds_before = acc.floor_seconds, acc.seconds
+    m, h, d_head = shape.tokens, dm.h, dm.head_dim
+    q_width = dm.heads * d_head
+    bf16 = _Linear(16.0, "bf16", "", False)
+    ratio = dm.v4_csa_ratio if kind == "csa" else dm.v4_hca_ratio if kind == "hca" else 0
+    window = dm.window or 0
+    _elementwise_group(s, "attention", 4 * m * h * ACT_BYTES, ideal_bytes=4 * m * h * ACT_BYTES)
+    _gemm(s, "attention", m, dm.v4_q_rank + d_head, h, dm.attn, eng, in_block=True)  # fused q_a + kv
+    if ratio:  # the compressor's kv and gate (bf16, fp32 out), 2 x head_dim each on a CSA layer's overlapping windows
+        _gemm(s, "attention", m, 2 * (2 if kind == "csa" else 1) * d_head, h, bf16, eng, in_block=True)
+    _elementwise_group(s, "attention", 2 * m * (dm.v4_q_rank + d_head) * ACT_BYTES)  # q_a and kv norms
+    _gemm(s, "attention", m, q_width, dm.v4_q_rank, dm.attn, eng, in_block=True)  # q_b
+    # q norm + RoPE, the K=V entry's RoPE, quantisation and cache write
+    _elementwise_group(s, "attention", 2 * m * q_width * ACT_BYTES + m * d_head * ACT_BYTES
+                       + m * dm.v4_entry_bytes, ideal_bytes=m * dm.v4_entry_bytes)
+    seqs_prefill, n, p = shape.prefill_seqs, shape.prefill_tokens, shape.prefill_past
+    if ratio:  # pooling: the per-token fp32 kv and score state written, each closed window pooled into an entry
+        c = 2 if kind == "csa" else 1
+        entries = m / ratio
+        _elementwise_group(s, "attention", m * 2 * c * d_head * 4 * 2 + entries * dm.v4_entry_bytes, kernels_count=2,
+                           ideal_bytes=entries * dm.v4_entry_bytes)
+    keys = 0.0  # query-key pairs of this step over all its sequences
+    kv_read = 0.0
+    heads = dm.heads if r.ideal else (64 if dm.heads <= 64 else 128)  # FlashMLA's head tile
+    if kind == "csa":
+        _gemm(s, "attention", m, dm.index_heads + 2 * 2 * dm.index_dim, h, bf16, eng, in_block=True)
+        _gemm(s, "attention", m, dm.index_heads * dm.index_dim, dm.v4_q_rank, dm.attn, eng, in_block=True)
+        _elementwise_group(s, "attention", m * 2 * 2 * dm.index_dim * 4 * 2 + m / ratio * dm.index_key_bytes
+                           + 2 * m * dm.index_heads * dm.index_dim * ACT_BYTES, kernels_count=3,
+                           ideal_bytes=m / ratio * dm.index_key_bytes)
+        pairs = keys_bytes = 0.0
+        if seqs_prefill and n:
+            pairs += seqs_prefill * _compressed_keys(ratio, None, p, n)
+            keys_bytes += seqs_prefill * (p + n) / ratio * dm.index_key_bytes
+        if shape.decode_seqs:
+            pairs += shape.decode_seqs * math.floor(shape.decode_context / ratio)
+            keys_bytes += shape.decode_seqs * math.floor(shape.decode_context / ratio) * dm.index_key_bytes
+        if pairs:
+            acc.kv_bytes += s.mult * keys_bytes
+            s.add("attention", kernels.indexer_logits(r, pairs=pairs, heads=dm.index_heads, head_dim=dm.index_dim,
+                                                      keys_bytes=keys_bytes))
+    topk = dm.index_topk if kind == "csa" else None
+    if seqs_prefill and n:
+        keys = seqs_prefill * (keys_attended(window, p, n) + (_compressed_keys(ratio, topk, p, n) if ratio else 0.0))
+        held = min(p + n, window) + ((p + n) / ratio if ratio else 0.0)  # gathered per sequence into bf16
+        gathered = seqs_prefill * held * (dm.v4_entry_bytes + d_head * ACT_BYTES)
+        _elementwise_group(s, "attention", gathered)
+        read = seqs_prefill * held * dm.v4_entry_bytes if p else 0.0
+        acc.kv_bytes += s.mult * read
+        s.add("attention", kernels.sparse_attention(r, flops=keys * heads * 2.0 * 2 * d_head,
+                                                    nbytes=seqs_prefill * held * d_head * ACT_BYTES
+                                                    + seqs_prefill * n * heads * d_head * 2 * ACT_BYTES,
+                                                    efficiency=r.v4_prefill_efficiency))
+    if shape.decode_seqs:
+        ctx = shape.decode_context
+        per_seq = min(ctx, window) + (min(math.floor(ctx / ratio), topk if topk is not None else math.inf)
+                                      if ratio else 0.0)
+        kv_read = shape.decode_seqs * per_seq * dm.v4_entry_bytes
+        acc.kv_bytes += s.mult * kv_read
+        s.add("attention", kernels.decode_attention(r, shape.decode_seqs, 1, kv_read,
+                                                    shape.decode_seqs * heads * 2.0 * 2 * d_head * per_seq))
+    # inverse RoPE on the output and its fp8 cast, the grouped o_a (fp8 einsum) and o_b
+    _elementwise_group(s, "attention", m * q_width * (ACT_BYTES + 1))
+    _gemm(s, "attention", m, dm.v4_o_groups * dm.v4_o_rank, q_width / dm.v4_o_groups if dm.v4_o_groups else 0,
+          dm.attn, eng, in_block=True, after="attention")
+    _gemm(s, "attention", m, h, dm.v4_o_groups * dm.v4_o_rank, dm.attn, eng, in_block=True, after="attention")
+    floors = r.dsa_block_floors
+    decode_block = floors.get(f"{kind}_decode", 0.0) if shape.decode_seqs else 0.0
+    if decode_block and kind == "csa":  # the top-k selection runs once the entries outnumber the top-k: its cost
+        over = (shape.decode_context / ratio - dm.index_topk) / dm.index_topk  # ramps up over the next top-k entries
+        decode_block += floors.get("csa_topk_decode", 0.0) * min(max(over, 0.0), 1.0)
+    block = max(floors.get(f"{kind}_prefill", 0.0) if shape.prefill_seqs else 0.0, decode_block)
+    if r.ideal or not block:
+        return
+    # the engine's measured fixed cost of the whole layer replaces its kernels' floors: added to their work in a
+    # decode step, the layer's time in a prefill until its work outgrows it (the tables: flat, then linear)
+    kernel_floors = acc.floor_seconds - floors_before
+    work = acc.seconds - seconds_before - kernel_floors
+    layer = max(s.mult * block, work) if shape.prefill_seqs else work + s.mult * block
+    change = layer - (acc.seconds - seconds_before)
+    acc.seconds += change
+    acc.floor_seconds += layer - work - kernel_floors
+    acc.by_bound["floor"] = acc.by_bound.get("floor", 0.0) + max(layer - work, 0.0) - kernel_floors
+
+
 class _Snapshot(NamedTuple):
     """An accumulator's time, fixed part and time by bound at one moment (the start of a path of kernels)."""
 
@@ -1149,6 +1309,9 @@ def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool | Non
     Mamba-2 and attention blocks), each row-parallel output reduced over tp."""
     if kind == "linear":
         _linear_attention_layer(s, d, shape)
+    elif d.dims.v4_hc:  # DeepSeek-V4: its own attention inside hyper-connections
+        _hyper_connection(s, d, "attention", shape.tokens)
+        _compressed_attention_layer(s, d, shape, kind)
     elif kind != "none":
         if d.tp > 1 and d.dims.qk_norm_across_heads:  # the q and k norms' mean squares, fp32 [tokens, 2], summed
             t, bw = _all_reduce(d, shape.tokens * 2 * 4, d.tp, ideal, s.memo)  # (vLLM MiniMaxText01RMSNormTP)
@@ -1159,6 +1322,8 @@ def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool | Non
         s.add_comm(t, bw, "tp")
     if moe is None:
         return
+    if d.dims.v4_hc:
+        _hyper_connection(s, d, "moe" if moe else "dense_ffn", shape.tokens)
     if moe and d.spec.moe is not None and d.spec.moe.dense_mlp_beside:
         # Gemma 4: the dense MLP first, reduced on its own (vLLM Gemma4MLP's row-parallel down_proj), then the MoE
         _ffn_layer(s, d, shape, False, ideal)

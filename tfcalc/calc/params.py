@@ -160,6 +160,11 @@ def compressor_modules(spec: ModelSpec, csa: bool) -> dict[str, TPShape]:
     return modules
 
 
+def compressor_shape(spec: ModelSpec, csa: bool) -> TPShape:
+    """One DeepSeek-V4 compressor (and a CSA one's indexer): its ``compressor_modules`` summed."""
+    return _summed(compressor_modules(spec, csa).values())
+
+
 def compressor_norm_params(spec: ModelSpec, csa: bool) -> Params:
     """A DeepSeek-V4 compressor's RMSNorm over head_dim, and its indexer's over index_head_dim (CSA)."""
     ca = spec.compressed_attention
@@ -478,7 +483,7 @@ def count_params(spec: ModelSpec) -> ParamCounts:
     ca = spec.compressed_attention
     if ca is not None:  # DeepSeek-V4: each CSA / HCA layer's compressor, every layer's hyper-connections
         for csa, layers in ((True, len(ca.csa_layers)), (False, len(ca.hca_layers))):
-            add("attention", _summed(compressor_modules(spec, csa).values()).total() * layers)
+            add("attention", compressor_shape(spec, csa).total() * layers)
             add("norms", compressor_norm_params(spec, csa) * layers)
         add("norms", hyper_connection_params(spec) * spec.num_layers + hyper_head_params(spec))
     add("encoder", encoder_shape(spec).total(), Params())  # text tokens never pass through it

@@ -26,7 +26,14 @@ from fractions import Fraction
 from functools import lru_cache
 
 from tfcalc.calc import engine as eng
-from tfcalc.calc.kv_cache import indexer_key_bytes, kv_layer_bytes, state_dtypes
+from tfcalc.calc.kv_cache import (
+    compressed_entry_bytes,
+    compressed_indexer_bytes,
+    compressor_state_bytes_per_layer,
+    indexer_key_bytes,
+    kv_layer_bytes,
+    state_dtypes,
+)
 from tfcalc.calc.memory import activation_workspace_bytes
 from tfcalc.calc.params import Params
 from tfcalc.calc.shard import (
@@ -298,6 +305,8 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
     """The engine's KV pool of one stage and what one request of ``context`` tokens takes from it; ``state``: one
     request's state in one Gated DeltaNet layer (bytes); ``full_elements``: a full-attention layer's elements per
     token where they differ from ``kv_elements`` (Gemma 4)."""
+    if spec.compressed_attention is not None:
+        return _compressed_allocation(spec, census, kv_dtype, max(budget, 0), context, block)
     full_elements = kv_elements if full_elements is None else full_elements
     pages = (_ceil_bytes(kv_dtype, block * kv_elements), _ceil_bytes(kv_dtype, block * full_elements))
     per_token = _ceil_bytes(kv_dtype, census.sliding_layers * kv_elements + census.full_layers * full_elements)
@@ -365,6 +374,39 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
     return _Allocation(page=page, per_token=per_token, groups=groups, pool=pool,
                        tokens=pool // groups.num_groups * min(blocks), per_request=per_request,
                        sequences=sequences, window_aware=window_aware, per_seq=per_seq)
+
+
+def compressed_rate(spec: ModelSpec, census: StageCensus, kv_dtype: DType) -> Fraction:
+    """Bytes one more token adds to a DeepSeek-V4 stage's cache once past the window: its CSA layers' (entry +
+    indexer key) / csa_ratio + its HCA layers' entry / hca_ratio."""
+    ca = spec.compressed_attention
+    assert ca is not None
+    entry = compressed_entry_bytes(spec, kv_dtype)
+    return (census.csa_layers * (entry + compressed_indexer_bytes(spec, kv_dtype)) / ca.csa_ratio
+            + census.hca_layers * entry / ca.hca_ratio)
+
+
+def _compressed_allocation(spec: ModelSpec, census: StageCensus, kv_dtype: DType, free: int, context: int,
+                           block: int) -> _Allocation:
+    """DeepSeek-V4's cache on one GPU of a stage (its one K=V head whole on every GPU, as MLA's latent): each layer's
+    window, the CSA and HCA layers' compressed entries (and indexer keys) and the compressors' fp32 states, at
+    their own size for every engine (vLLM packs its hybrid groups' pages into shared blocks and reserves windows
+    by max_num_batched_tokens: not modelled); the pool counted in tokens of the rate past the window
+    (``compressed_rate``)."""
+    ca = spec.compressed_attention
+    assert ca is not None and spec.sliding_window is not None
+    entry, key = compressed_entry_bytes(spec, kv_dtype), compressed_indexer_bytes(spec, kv_dtype)
+    states = (census.csa_layers * compressor_state_bytes_per_layer(spec, csa=True)
+              + census.hca_layers * compressor_state_bytes_per_layer(spec, csa=False))
+    per_seq = math.ceil(census.attention_layers * min(context, spec.sliding_window) * entry
+                        + census.csa_layers * (context // ca.csa_ratio) * (entry + key)
+                        + census.hca_layers * (context // ca.hca_ratio) * entry + states)
+    rate = compressed_rate(spec, census, kv_dtype)
+    tokens = math.floor(free / rate) if rate else 0
+    sequences = free // per_seq if per_seq else 0
+    return _Allocation(page=math.ceil(block * entry), per_token=math.ceil(rate), groups=eng.kv_groups(
+        None, census.full_layers, census.sliding_layers), pool=tokens // block, tokens=tokens,
+        per_request=-(-context // block), sequences=sequences, window_aware=sequences, per_seq=per_seq)
 
 
 def state_page(spec: ModelSpec, engine: EngineSpec | None, sh: Shard, kv_dtype: DType, block: int) -> tuple[int, int]:

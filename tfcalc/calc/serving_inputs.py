@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from tfcalc.calc.kernels import UNIFORM, Routing
-from tfcalc.calc.kv_cache import default_kv_dtype
+from tfcalc.calc.kv_cache import compressed_entry_bytes, compressor_state_bytes_per_layer, default_kv_dtype
 from tfcalc.calc.latency import Deployment, StepShape, in_flight_seconds, serving_step_seconds
-from tfcalc.calc.plan import DEFAULT_BLOCK_SIZE, PlanConfig, plan_fit, state_page
-from tfcalc.calc.shard import Parallelism, attention_ranks, shard
+from tfcalc.calc.plan import DEFAULT_BLOCK_SIZE, PlanConfig, compressed_rate, plan_fit, state_page
+from tfcalc.calc.shard import Parallelism, attention_ranks, shard, stage_census
 from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
@@ -77,6 +77,8 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
     at this tp and KV format): one block per layer where vLLM's state groups page it, else its bytes counted in
     tokens of the attention layers' cache."""
     model = memory_model(engine)
+    if spec.compressed_attention is not None:
+        return _compressed_kv_shape(spec, kv_dtype or default_kv_dtype(spec, engine))
     if spec.linear_attention is not None:
         fmt = kv_dtype or default_kv_dtype(spec, engine)
         block = block_size or (engine.block_size if engine is not None else None) or DEFAULT_BLOCK_SIZE
@@ -102,6 +104,21 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
     largest = max(local, full)  # vLLM reports tokens of the group whose page per token is the largest
     return KvShape(num_layers=spec.num_attention_layers, windows=windows, full_weight=full / largest,
                    window_weight=local / largest)
+
+
+def _compressed_kv_shape(spec: ModelSpec, kv_dtype: DType) -> KvShape:
+    """DeepSeek-V4's cache in tokens of its pool (``plan.compressed_rate``: bytes per token past the window): one
+    layer's worth weighted by that rate holds the context, every layer its window of entries, and the compressors'
+    states a fixed share per sequence (the compressed entries counted per token, not per ratio tokens)."""
+    ca = spec.compressed_attention
+    assert ca is not None and spec.sliding_window is not None
+    census = stage_census(spec, range(spec.num_layers))
+    rate = float(compressed_rate(spec, census, kv_dtype))
+    states = float(compressor_state_bytes_per_layer(spec, csa=True) * census.csa_layers
+                   + compressor_state_bytes_per_layer(spec, csa=False) * census.hca_layers)
+    return KvShape(num_layers=spec.num_layers + 1, windows=((spec.num_layers, spec.sliding_window),),
+                   full_weight=rate, window_weight=float(compressed_entry_bytes(spec, kv_dtype)),
+                   per_pool_token=rate, state_units=states / rate)
 
 
 @dataclass(frozen=True, kw_only=True)

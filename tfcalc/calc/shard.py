@@ -38,11 +38,15 @@ from tfcalc.calc.params import (
     attention_modules,
     attention_shape,
     block_norms,
+    compressor_norm_params,
+    compressor_shape,
     encoder_shape,
     expert_shape,
     ffn_modules,
     ffn_shape,
     final_norm_params,
+    hyper_connection_params,
+    hyper_head_params,
     indexer_modules,
     indexer_norm_params,
     indexer_shape,
@@ -54,7 +58,7 @@ from tfcalc.calc.params import (
     shared_experts_shape,
 )
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype, vector_dtype
-from tfcalc.errors import SpecError, UsageError
+from tfcalc.errors import UsageError
 from tfcalc.spec.model import ModelSpec, WeightException
 
 
@@ -86,11 +90,8 @@ def layout_redundant_experts(redundant_experts: int, tp: int, ep: int) -> int:
 def check_parallelism(spec: ModelSpec, num_gpus: int, tp: int, pp: int = 1, ep: int = 1,
                       redundant_experts: int = 0) -> Parallelism:
     """Validate tp / pp / ep (and redundant experts) against the model and the GPU count; UsageError with the reason
-    otherwise, SpecError for a model no parallel layout is modelled for (DeepSeek-V4)."""
+    otherwise."""
     n = spec.name
-    if spec.compressed_attention is not None:
-        raise SpecError(f"{n}: DeepSeek-V4's compressed attention (CSA/HCA) is counted by params, kv-cache and memory; "
-                        "plan, estimate, capacity and profile do not model it yet")
     if min(num_gpus, tp, pp, ep) < 1:
         raise UsageError("num_gpus, tp, pp and ep must be positive")
     if redundant_experts:
@@ -162,6 +163,13 @@ class Shard:
     full_kv_heads: int = 0
     indexer: Params = Params()  # per layer running a DSA indexer (DeepSeek-V3.2, GLM-5), whole on every GPU
     latent: Params = Params()   # per MoE layer: a latent MoE's two projections (Nemotron 3 Super), whole on every GPU
+    # DeepSeek-V4, whole on every GPU: a CSA and an HCA layer's compressor (with its norms; CSA: and its indexer),
+    # every layer's hyper-connections, the final stream collapse, a hash-routed layer's router
+    compressor_csa: Params = Params()
+    compressor_hca: Params = Params()
+    hyper: Params = Params()
+    hyper_head: Params = Params()
+    router_hashed: Params = Params()
     # per quantized_weight_exceptions entry naming modules: (their part of a layer's component, their part of its
     # DSA indexer) on this GPU; None for an entry covering whole components
     exception_parts: tuple[tuple[Params, Params] | None, ...] = ()
@@ -245,7 +253,11 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
         full_norms=norms_shape(full).per_rank(tp, full_kv_heads),
         full_kv_elements=full_kv_heads * full.head_kv_elements if full is not spec else kv_elements,
         full_kv_heads=full_kv_heads, indexer=indexer_shape(spec).per_rank(tp) + indexer_norm_params(spec),
-        latent=latent_shape(spec).per_rank(tp), exception_parts=_exception_parts(spec, tp, kv_heads))
+        latent=latent_shape(spec).per_rank(tp), exception_parts=_exception_parts(spec, tp, kv_heads),
+        compressor_csa=compressor_shape(spec, True).per_rank(tp) + compressor_norm_params(spec, True),
+        compressor_hca=compressor_shape(spec, False).per_rank(tp) + compressor_norm_params(spec, False),
+        hyper=hyper_connection_params(spec), hyper_head=hyper_head_params(spec),
+        router_hashed=router_params(spec, hashed=True) if spec.moe is not None and spec.moe.hash_layers else Params())
 
 
 def _exception_parts(spec: ModelSpec, tp: int, kv_heads: int) -> tuple[tuple[Params, Params] | None, ...]:
@@ -296,6 +308,9 @@ class _LayerIndex:
     ffn_free: tuple[int, ...]           # sorted layers without an FFN (Nemotron-H's mixer blocks)
     mixer_free: tuple[int, ...]         # sorted layers without a mixer (Nemotron-H's MLP and MoE blocks)
     exceptions: tuple[tuple[int, ...], ...]  # sorted layers of each quantized_weight_exceptions entry
+    csa: tuple[int, ...] = ()           # sorted DeepSeek-V4 CSA, HCA and hash-routed layers
+    hca: tuple[int, ...] = ()
+    hashed: tuple[int, ...] = ()
 
 
 @lru_cache(maxsize=64)
@@ -303,10 +318,14 @@ def _layer_index(spec: ModelSpec) -> _LayerIndex:
     dense = tuple(sorted(set(spec.moe.dense_layers))) if spec.moe is not None else ()
     linear = tuple(sorted(set(spec.linear_attention.layers))) if spec.linear_attention is not None else ()
     indexer = tuple(sorted(set(spec.sparse_indexer.layers))) if spec.sparse_indexer is not None else ()
+    ca, moe = spec.compressed_attention, spec.moe
+    hashed = tuple(i for i in range(spec.num_layers) if spec.is_moe_layer(i))[:moe.hash_layers] if moe else ()
     return _LayerIndex(dense=dense, sliding=tuple(sorted(set(spec.sliding_window_layers))), linear=linear,
                        indexer=indexer, ffn_free=tuple(sorted(set(spec.ffn_free_layers))),
                        mixer_free=tuple(sorted(set(spec.mixer_free_layers))),
-                       exceptions=tuple(tuple(sorted(set(x.layers))) for x in spec.quantized_weight_exceptions))
+                       exceptions=tuple(tuple(sorted(set(x.layers))) for x in spec.quantized_weight_exceptions),
+                       csa=tuple(sorted(ca.csa_layers)) if ca else (), hca=tuple(sorted(ca.hca_layers)) if ca else (),
+                       hashed=hashed)
 
 
 def _count(sorted_layers: tuple[int, ...], layers: range) -> int:
@@ -329,6 +348,9 @@ class StageCensus:
     indexer_layers: int = 0
     ffn_free_layers: int = 0     # Nemotron-H's mixer blocks: no FFN
     mixer_free_layers: int = 0   # Nemotron-H's MLP and MoE blocks: no mixer, no cache
+    csa_layers: int = 0          # DeepSeek-V4's CSA and HCA layers (the others attend their window alone)
+    hca_layers: int = 0
+    hash_layers: int = 0         # DeepSeek-V4's hash-routed MoE layers
 
     @property
     def dense_layers(self) -> int:
@@ -353,7 +375,8 @@ def stage_census(spec: ModelSpec, layers: range) -> StageCensus:
     return StageCensus(layers=len(layers), moe_layers=moe, sliding_layers=sliding,
                        linear_layers=_count(index.linear, layers), indexer_layers=_count(index.indexer, layers),
                        ffn_free_layers=_count(index.ffn_free, layers),
-                       mixer_free_layers=_count(index.mixer_free, layers))
+                       mixer_free_layers=_count(index.mixer_free, layers), csa_layers=_count(index.csa, layers),
+                       hca_layers=_count(index.hca, layers), hash_layers=_count(index.hashed, layers))
 
 
 def _layer_parts(sh: Shard) -> dict[str, Params]:
@@ -448,6 +471,14 @@ def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, 
              + c.mixer_free_layers * param_bytes(block_norms(spec), precision, "norms")
              + dense_mlps * param_bytes(sh.mlp, precision, "mlp") + c.moe_layers * moe
              + sum(exception_deltas(spec, sh, precision, exceptions).values(), Fraction(0)))
+    if spec.compressed_attention is not None:  # DeepSeek-V4's compressors, hyper-connections, hash tables
+        total += (c.csa_layers * param_bytes(sh.compressor_csa, precision, "attention")
+                  + c.hca_layers * param_bytes(sh.compressor_hca, precision, "attention")
+                  + c.layers * param_bytes(sh.hyper, precision, "norms")
+                  + c.hash_layers * (param_bytes(sh.router_hashed, precision, "router")
+                                     - param_bytes(sh.router, precision, "router")))
+        if last:
+            total += param_bytes(sh.hyper_head, precision, "norms")
     if first:
         total += param_bytes(sh.embedding, precision, "embedding") + param_bytes(sh.encoder, precision, "encoder")
     if last:

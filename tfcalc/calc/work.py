@@ -37,6 +37,7 @@ from tfcalc.calc.params import block_norms
 from tfcalc.calc.plan import Shard, check_parallelism, param_bytes, shard
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision
+from tfcalc.errors import SpecError
 from tfcalc.spec.model import ModelSpec
 
 ACTIVATION_BYTES = 2  # bf16 hidden states
@@ -225,7 +226,11 @@ def decode_work(m: Model, batch: int, context: int, distinct_experts: dict[int, 
 
 def make_model(spec: ModelSpec, precision: WeightPrecision, kv_dtype: DType, tp: int = 1, ep: int = 1) -> Model:
     """``spec`` on one GPU of a ``tp``-way tensor-parallel group (its experts over ``ep`` GPUs: ep / tp attention
-    replicas when ep > tp), in the given weight and KV formats."""
+    replicas when ep > tp), in the given weight and KV formats. DeepSeek-V4 is refused: the bundled decoder, whose
+    work this counts, does not run its attention."""
+    if spec.compressed_attention is not None:
+        raise SpecError(f"{spec.name}: the profiler's work counts follow the bundled decoder, which does not run "
+                        "DeepSeek-V4's compressed attention (CSA/HCA)")
     par = check_parallelism(spec, tp * attention_ranks(tp, ep), tp, 1, ep)
     check_weight_blocks(spec, par, precision)
     return Model(spec=spec, sh=shard(spec, par), precision=precision, kv_dtype=kv_dtype)

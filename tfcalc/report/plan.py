@@ -72,7 +72,11 @@ def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         parts.append(f"runtime capacity of {gpu.name} unknown: nominal {_gib(r.capacity_bytes)} used")
     if r.kv_padding_layers:
         parts.append(f"KV in {r.kv_groups} groups of {r.kv_group_size} layers, {r.kv_padding_layers} padding layer(s)")
-    if r.kv_heads_per_gpu and r.kv_heads_per_gpu * r.parallelism.tp > spec.num_kv_heads:
+    if spec.compressed_attention is not None:
+        parts.append("DeepSeek-V4's cache at its own size on every GPU (window, compressed entries, indexer keys, "
+                     "compressor states); KV tokens: at its rate past the window. vLLM logs tokens and concurrency of "
+                     "its packed hybrid groups, not modelled")
+    elif r.kv_heads_per_gpu and r.kv_heads_per_gpu * r.parallelism.tp > spec.num_kv_heads:
         parts.append(f"KV heads replicated: {r.kv_heads_per_gpu} per GPU at tp {r.parallelism.tp}")
     return "; ".join(parts)
 

@@ -325,7 +325,9 @@ class EngineKernels:
     block floors; ``dsa_prefill_efficiency_by_gpu``: per GPU preset name, the fraction of the dense bf16 peak the
     sparse MLA prefill reaches on its padded heads' FLOPs (replacing the flash-attention fraction);
     ``dsa_prefill_full_topk_by_gpu``: the GPU preset names on which that kernel runs all top-k slots of every query,
-    the invalid ones of a query with fewer keys included (TensorRT-LLM on Hopper). """
+    the invalid ones of a query with fewer keys included (TensorRT-LLM on Hopper); ``v4_prefill_efficiency_by_gpu``:
+    per GPU preset name, the fraction of the bf16 peak DeepSeek-V4's sparse prefill attention reaches on its padded
+    heads' FLOPs. """
 
     cuda_graphs: bool = True
     custom_allreduce: bool = True
@@ -362,6 +364,7 @@ class EngineKernels:
     dsa_block_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     dsa_prefill_efficiency_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     dsa_prefill_full_topk_by_gpu: frozenset[str] = frozenset()
+    v4_prefill_efficiency_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     gemm_memory_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     gemm_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     online_fp8_scale: str = "dynamic"
@@ -569,7 +572,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "moe_row_bytes", "gdn_efficiency", "linear_host_us",
                           "fp8_kv_attention", "fp8_kv_prefill_attention", "wide_head_prefill_attention",
                           "dsa_prefill_head_tile", "dsa_dense_short_prefill", "dsa_block_floors_us",
-                          "dsa_prefill_efficiency", "dsa_prefill_full_topk",
+                          "dsa_prefill_efficiency", "dsa_prefill_full_topk", "v4_prefill_efficiency",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "ep_dispatch", "dynamic_scale_us",
                           "moe_stream_bits",
@@ -710,13 +713,20 @@ def _fp8_kv_prefill(value: Any, origin: str) -> dict[str, float]:
     return out
 
 
+# a DSA model's block per phase; DeepSeek-V4's CSA and HCA layers' per phase
+DSA_FLOOR_KEYS = frozenset({"decode", "prefill", "csa_decode", "csa_prefill", "hca_decode", "hca_prefill",
+                            "csa_topk_decode"})
+
+
 def _dsa_floors(value: Any, origin: str) -> dict[str, dict[str, float]]:
-    """``kernels.dsa_block_floors_us``: GPU preset name -> {decode, prefill} microseconds, returned in seconds."""
+    """``kernels.dsa_block_floors_us``: GPU preset name -> {decode, prefill} microseconds (DeepSeek-V3.2's block;
+    DeepSeek-V4's layers: csa_decode, csa_prefill, hca_decode, hca_prefill, and csa_topk_decode, a CSA layer's extra
+    fixed cost in decode once its compressed entries outnumber the top-k), returned in seconds."""
     key = "kernels.dsa_block_floors_us"
     out: dict[str, dict[str, float]] = {}
     for gpu, phases in _gpu_entries(value, origin, key, "mappings of decode and prefill").items():
         _require(isinstance(phases, dict), origin, f"field '{key}.{gpu}' must be a mapping of decode and prefill")
-        _check_keys(phases, frozenset({"decode", "prefill"}), origin, f"{key}.{gpu}.")
+        _check_keys(phases, DSA_FLOOR_KEYS, origin, f"{key}.{gpu}.")
         out[str(gpu)] = {phase: _num(us, origin, f"{key}.{gpu}.{phase}", 0.0, MAX_MICROSECONDS) * 1e-6
                          for phase, us in phases.items()}
     return out
@@ -1118,6 +1128,10 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
                                                                     "fractions").items()},
         dsa_prefill_full_topk_by_gpu=_gpu_list(data.get("dsa_prefill_full_topk"), origin,
                                                "kernels.dsa_prefill_full_topk"),
+        v4_prefill_efficiency_by_gpu={str(gpu): _num(eff, origin, f"kernels.v4_prefill_efficiency.{gpu}", 0.01, 1.0)
+                                      for gpu, eff in _gpu_entries(data.get("v4_prefill_efficiency"), origin,
+                                                                   "kernels.v4_prefill_efficiency",
+                                                                   "fractions").items()},
         gemm_memory_efficiency_by_gpu=_gemm_fractions(data.get("gemm_memory_efficiency"), origin,
                                                       "kernels.gemm_memory_efficiency"),
         gemm_efficiency_by_gpu=_gemm_fractions(data.get("gemm_efficiency"), origin, "kernels.gemm_efficiency"),

@@ -1,0 +1,117 @@
+"""DeepSeek-V4's compressed attention (CSA / HCA) through the step model, the plan and the serving pool: hand counts,
+a brute-force count of the entries each query attends, and invariants."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfcalc.calc.kv_cache import (
+    compressed_entry_bytes,
+    compressed_held_bytes,
+    compressed_indexer_bytes,
+    compressor_state_bytes,
+)
+from tfcalc.calc.latency import StepShape, _compressed_keys, deployment, step_time
+from tfcalc.calc.plan import PlanConfig, plan_fit
+from tfcalc.calc.serving_inputs import kv_shape
+from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.presets import load_engine, load_gpu, load_model
+
+FP8 = get_dtype("fp8")
+FLASH = load_model("deepseek-v4-flash")
+
+
+def _d(tp: int = 8, engine: str | None = "vllm-0.21", gpu: str = "h200"):  # noqa: ANN202 - a Deployment
+    kernels = load_engine(engine).kernels if engine else None
+    return deployment(FLASH, load_gpu(gpu), parse_weight_precision("fp8_block"), FP8, tp=tp, engine_kernels=kernels)
+
+
+@given(st.sampled_from([4, 16, 128]), st.one_of(st.none(), st.integers(1, 600)), st.integers(0, 3000),
+       st.integers(0, 3000))
+def test_compressed_keys_equal_counting_them(ratio: int, topk: int | None, past: int, tokens: int) -> None:
+    """A query at position i attends min(floor((i + 1) / ratio), top-k) compressed entries: summed in closed form
+    over past..past+tokens-1, as a loop over the positions counts them."""
+    brute = sum(min((i + 1) // ratio, topk if topk is not None else 1 << 62) for i in range(past, past + tokens))
+    assert _compressed_keys(ratio, topk, past, tokens) == brute
+
+
+def test_decode_reads_each_layers_window_and_entries_by_hand() -> None:
+    """A decode step at context c reads, per sequence, every layer's min(c, 128) window entries, a CSA layer's
+    min(floor(c / 4), 512) selected entries and floor(c / 4) indexer keys, an HCA layer's floor(c / 128) entries:
+    FlashMLA's 584-byte records and the 132-byte keys."""
+    d = _d()
+    batch, context = 8, 10_000
+    per_seq = (43 * 128 * 584 + 21 * (min(context // 4, 512) * 584 + context // 4 * 132)
+               + 20 * (context // 128) * 584)
+    got = step_time(d, StepShape(decode_seqs=batch, decode_context=context), ideal=True)
+    assert got.kv_read_bytes == batch * per_seq
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 500_000), st.integers(1, 500_000), st.sampled_from([1, 16, 128]))
+def test_decode_step_monotonic_in_context(c1: int, c2: int, batch: int) -> None:
+    d = _d()
+    lo, hi = sorted((c1, c2))
+    for ideal in (True, False):
+        assert step_time(d, StepShape(decode_seqs=batch, decode_context=lo), ideal=ideal).seconds <= step_time(
+            d, StepShape(decode_seqs=batch, decode_context=hi), ideal=ideal).seconds
+
+
+def test_engine_fixed_costs_replace_the_kernels_floors() -> None:
+    """With the engine's measured fixed cost per layer (vLLM on the H200: CSA 61 us, HCA 36 us in decode), a
+    decode step's attention is the kernels' work plus those costs: the floors no longer depend on the kernels' count;
+    without them (no engine) the kernels' own floors stand."""
+    engine = load_engine("vllm-0.21").kernels
+    floors = engine.dsa_block_floors_by_gpu["h200"]
+    shape = StepShape(decode_seqs=1, decode_context=512)
+    base = step_time(_d(), shape).groups["attention"]
+    more = replace(engine, dsa_block_floors_by_gpu={"h200": {**floors, "csa_decode": floors["csa_decode"] + 1e-5}})
+    bumped = deployment(FLASH, load_gpu("h200"), parse_weight_precision("fp8_block"), FP8, tp=8,
+                        engine_kernels=more)
+    assert abs(step_time(bumped, shape).groups["attention"].seconds - base.seconds - 21 * 1e-5) < 1e-9
+
+
+def test_sglang_selection_cost_ramps_past_the_top_k() -> None:
+    """SGLang's CSA layers slow down once their entries outnumber the top-k (512 at 2,048 tokens), fully from twice
+    that (its tables: 75 us at 2,048, 156 us from 4,096 at batch 1 on the H200)."""
+    d = _d(engine="sglang-0.5")
+    extra = load_engine("sglang-0.5").kernels.dsa_block_floors_by_gpu["h200"]["csa_topk_decode"]
+
+    def attention(context: int) -> float:
+        return step_time(d, StepShape(decode_seqs=1, decode_context=context)).groups["attention"].seconds
+
+    assert attention(4096) - attention(2048) > 21 * extra
+    assert abs((attention(3072) - attention(2048)) - (attention(4096) - attention(3072))) < 21 * extra * 0.2
+
+
+def test_plan_holds_the_whole_cache_on_every_gpu() -> None:
+    """One K=V head is no split: at tp 8 each GPU holds a sequence's whole cache, window + entries + indexer keys +
+    the compressors' states (``compressed_held_bytes`` + ``compressor_state_bytes``), and the sequences are the KV
+    budget over that; the weights at tp 1 are ``tfcalc memory``'s (before vLLM's own additions: its rotary cache)."""
+    from tfcalc.calc.memory import weights_bytes
+    from tfcalc.calc.params import count_params
+
+    precision = parse_weight_precision(FLASH.native_dtype)
+    for tp in (1, 8):
+        cfg = PlanConfig(num_gpus=tp, tp=tp, context=32_768, batch=1, engine=load_engine("vllm-0.21"))
+        r = plan_fit(FLASH, load_gpu("b200"), precision, FP8, cfg)
+        per_seq = compressed_held_bytes(FLASH, FP8, 32_768) + compressor_state_bytes(FLASH)
+        assert r.kv_bytes_per_sequence_per_gpu == -(-per_seq.numerator // per_seq.denominator)
+        assert r.max_concurrent_sequences == r.kv_budget_bytes_per_gpu // r.kv_bytes_per_sequence_per_gpu
+        if tp == 1:
+            assert r.weights_bytes_per_gpu_ideal == weights_bytes(count_params(FLASH), precision)
+
+
+@given(st.integers(1, 2_000_000))
+def test_serving_pool_units_are_the_cache_bytes(context: int) -> None:
+    """The serving model's pool tokens for a sequence times the bytes per pool token are its cache and states, up to
+    the rounding of whole compressed entries (one entry per layer at most)."""
+    shape = kv_shape(FLASH, load_engine("vllm-0.21"), tp=8, kv_dtype=FP8)
+    rate = shape.per_pool_token
+    assert rate is not None
+    held = float(compressed_held_bytes(FLASH, FP8, context) + compressor_state_bytes(FLASH))
+    slack = 41 * float(compressed_entry_bytes(FLASH, FP8) + compressed_indexer_bytes(FLASH, FP8))
+    assert held - 1e-6 * held <= shape.units(context) * rate <= held + slack
