@@ -89,14 +89,15 @@ def test_sglang_selection_cost_ramps_past_the_top_k() -> None:
 
 def test_plan_holds_the_whole_cache_on_every_gpu() -> None:
     """One K=V head is no split: at tp 8 each GPU holds a sequence's whole cache, window + entries + indexer keys +
-    the compressors' states (``compressed_held_bytes`` + ``compressor_state_bytes``), and the sequences are the KV
-    budget over that; the weights at tp 1 are ``tfcalc memory``'s (before vLLM's own additions: its rotary cache)."""
+    the compressors' states (``compressed_held_bytes`` + ``compressor_state_bytes``) under an engine that holds it at
+    its own size (SGLang), and the sequences are the KV budget over that; the weights at tp 1 are ``tfcalc
+    memory``'s (before the engine's own additions)."""
     from tfcalc.calc.memory import weights_bytes
     from tfcalc.calc.params import count_params
 
     precision = parse_weight_precision(FLASH.native_dtype)
     for tp in (1, 8):
-        cfg = PlanConfig(num_gpus=tp, tp=tp, context=32_768, batch=1, engine=load_engine("vllm-0.21"))
+        cfg = PlanConfig(num_gpus=tp, tp=tp, context=32_768, batch=1, engine=load_engine("sglang-0.5"))
         r = plan_fit(FLASH, load_gpu("b200"), precision, FP8, cfg)
         per_seq = compressed_held_bytes(FLASH, FP8, 32_768) + compressor_state_bytes(FLASH)
         assert r.kv_bytes_per_sequence_per_gpu == -(-per_seq.numerator // per_seq.denominator)
@@ -107,11 +108,53 @@ def test_plan_holds_the_whole_cache_on_every_gpu() -> None:
 
 @given(st.integers(1, 2_000_000))
 def test_serving_pool_units_are_the_cache_bytes(context: int) -> None:
-    """The serving model's pool tokens for a sequence times the bytes per pool token are its cache and states, up to
-    the rounding of whole compressed entries (one entry per layer at most)."""
-    shape = kv_shape(FLASH, load_engine("vllm-0.21"), tp=8, kv_dtype=FP8)
+    """Under an engine that holds the cache at its own size (SGLang here) the serving model's pool tokens for a
+    sequence times the bytes per pool token are its cache and states, up to the rounding of whole compressed entries
+    (one entry per layer at most)."""
+    shape = kv_shape(FLASH, load_engine("sglang-0.5"), tp=8, kv_dtype=FP8)
     rate = shape.per_pool_token
     assert rate is not None
     held = float(compressed_held_bytes(FLASH, FP8, context) + compressor_state_bytes(FLASH))
     slack = 41 * float(compressed_entry_bytes(FLASH, FP8) + compressed_indexer_bytes(FLASH, FP8))
     assert held - 1e-6 * held <= shape.units(context) * rate <= held + slack
+
+
+def test_vllm_groups_reproduce_its_log() -> None:
+    """vLLM 0.22 on 2 GH200s serving DeepSeek-V4-Flash (vllm-project/vllm issue #44376, the LLM class: 16,384 tokens
+    per step) logged "6.66 GiB KV cache is needed" for max_model_len 30,000 and, with 5.44 GiB available,
+    "estimated maximum model length is 13528": its DeepSeek-V4 groups (block ids of 1,051,776 B: 22 x the three
+    compressed pages, 37,440 + 8,640 + 1,728) give both."""
+    from tfcalc.calc.plan import v4_engine_layout
+    from tfcalc.calc.shard import stage_census
+
+    layout = v4_engine_layout(FLASH, stage_census(FLASH, range(FLASH.num_layers)), FP8)
+    assert layout.bytes_per_block == 22 * (37_440 + 8_640 + 1_728) == 1_051_776
+    gib = 1 << 30
+    assert f"{layout.needed_bytes(30_000, 16_384) / gib:.2f}" == "6.66"
+    available = layout.needed_bytes(13_528, 16_384)
+    assert f"{available / gib:.2f}" == "5.44" < f"{layout.needed_bytes(13_529, 16_384) / gib:.3f}"
+    longest = max(n for n in range(13_000, 14_000) if layout.needed_bytes(n, 16_384) <= available)
+    assert longest == 13_528
+
+
+def test_vllm_plan_reports_its_concurrency_and_the_serving_pool_its_blocks() -> None:
+    """Under vLLM the plan's sequences are its "Maximum concurrency" (block ids over a request's reserved blocks,
+    none under the bytes it checks one request against); the serving pool counts block ids of 256 tokens, a
+    running sequence cdiv(c, 256) of them plus its sliding groups' blocks over their windows."""
+    from tfcalc.calc.plan import v4_engine_layout
+    from tfcalc.calc.serving_inputs import replica_memory
+    from tfcalc.calc.shard import stage_census
+
+    engine = load_engine("vllm-0.21")
+    precision = parse_weight_precision(FLASH.native_dtype)
+    cfg = PlanConfig(num_gpus=8, tp=8, context=65_536, batch=1, engine=engine, max_num_batched_tokens=8192)
+    r = plan_fit(FLASH, load_gpu("h200"), precision, FP8, cfg)
+    layout = v4_engine_layout(FLASH, stage_census(FLASH, range(FLASH.num_layers)), FP8)
+    blocks = r.kv_budget_bytes_per_gpu // layout.bytes_per_block
+    assert r.kv_pool_blocks_per_gpu == blocks
+    assert r.max_concurrent_sequences == blocks // layout.blocks_per_request(65_536, 8192)
+    memory = replica_memory(FLASH, load_gpu("h200"), precision, FP8, tp=8, pp=1, ep=1, engine=engine,
+                            max_model_len=65_536, max_num_seqs=256, max_num_batched_tokens=8192)
+    assert memory.kv_capacity_tokens == memory.kv_budget_bytes_per_gpu // layout.bytes_per_block * 256
+    shape = kv_shape(FLASH, engine, tp=8, kv_dtype=FP8)
+    assert shape.units(65_536) == 65_536 + 256 * (2 * 3 + 3 + 17)  # windows: 2 x (cdiv(127, 64) + 1), 3, 17

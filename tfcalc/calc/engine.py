@@ -230,3 +230,105 @@ def blocks_per_request(engine: EngineSpec, groups: KVGroups, window: int | None,
     held = min(window - 1 + max_num_batched_tokens, max_model_len) if engine.kv.sliding_chunk else min(
         window, max_model_len)
     return groups.full_groups * full + groups.sliding_groups * (-(-held // block_size) + 1) + groups.state_groups
+
+
+# --- DeepSeek-V4 under vLLM's DeepSeek-V4 grouping (0.20-0.22) ---------------------------------------------------
+
+V4_MLA_BLOCK = 256   # tokens per block of its compressed caches: the only size its FlashMLA backends take
+V4_SWA_BLOCK = 64    # DeepseekV4SWACache's fixed block
+
+
+@dataclass(frozen=True, kw_only=True)
+class V4Group:
+    """One KV-cache group of DeepSeek-V4's layout: its bytes per block (its layers' pages, padded), tokens per block
+    and sliding window (None: the compressed caches, which hold the whole context)."""
+
+    bytes: int
+    block: int
+    window: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class V4Layout:
+    """vLLM's DeepSeek-V4 cache layout on one GPU: its groups and the bytes one block id costs."""
+
+    groups: tuple[V4Group, ...]
+    bytes_per_block: int
+
+    def pages(self, max_model_len: int, in_flight_tokens: int) -> tuple[int, ...]:
+        """Blocks each group reserves for one request of max_model_len tokens (vLLM max_memory_usage_bytes): a
+        compressed group cdiv(L, 256); a sliding one cdiv(min(window - 1 + tokens in flight, L), block) + 1."""
+        return tuple(-(-max_model_len // g.block) if g.window is None
+                     else -(-min(g.window - 1 + in_flight_tokens, max_model_len) // g.block) + 1 for g in self.groups)
+
+    def needed_bytes(self, max_model_len: int, in_flight_tokens: int) -> int:
+        """The KV memory vLLM checks a request of max_model_len against at startup: bytes per block x every
+        group's reserved blocks ("... KV cache is needed, which is larger than the available KV cache memory")."""
+        return self.bytes_per_block * sum(self.pages(max_model_len, in_flight_tokens))
+
+    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
+        """The "Maximum concurrency" denominator: cdiv(sum of each group's pages x its bytes, the compressed group's
+        bytes)."""
+        reserved = sum(p * g.bytes for p, g in zip(self.pages(max_model_len, in_flight_tokens), self.groups,
+                                                   strict=True))
+        return -(-reserved // self.groups[0].bytes)
+
+    def held_blocks(self, context: float) -> float:
+        """Blocks one running request of ``context`` tokens holds: cdiv(c, 256) of the compressed group (as a
+        fraction), and in each sliding group the blocks over its last window - 1 tokens, + 1."""
+        return sum(context / g.block if g.window is None else -(-min(g.window - 1, int(context)) // g.block) + 1
+                   for g in self.groups)
+
+
+def _approximate_gcd(values: list[int], lower_bound: int) -> int:
+    """vLLM's repeat count for hybrid groups: the d in [lower_bound, max(values)] with the fewest padding slots
+    (sum of -x mod d), the larger on ties."""
+    best, best_pad = lower_bound, None
+    for d in range(lower_bound, max(values) + 1):
+        pad = sum(-x % d for x in values)
+        if best_pad is None or pad < best_pad or (pad == best_pad and d > best):
+            best, best_pad = d, pad
+    return best
+
+
+def v4_layout(layers: int, csa_layers: int, hca_layers: int, csa_ratio: int, hca_ratio: int, entry_bytes: int,
+              key_bytes: int, state_bytes: tuple[int, int, int], alignment: int) -> V4Layout:
+    """vLLM 0.20-0.22's grouping of DeepSeek-V4's caches (kv_cache_utils, _get_kv_cache_config_deepseek_v4): pages
+    rounded up to ``alignment`` bytes (576 with fp8_ds_mla); one group of the compressed caches (a CSA layer's
+    entries and indexer keys, 64 per 256-token block; an HCA layer's 2); the sliding caches (every layer's window,
+    64 tokens per block; a CSA layer's compressor and indexer-compressor states, 4 per block over 8; an HCA layer's,
+    8 per block over 128), each page padded to the smallest compressed page at least as large, in groups of a
+    repeat count (``_approximate_gcd`` of the layer counts); a block id costs the compressed pages once per repeat.
+    ``state_bytes``: one token's CSA compressor, CSA indexer-compressor and HCA compressor state."""
+    def page(n: int, size: int) -> int:
+        return -(-n * size // alignment) * alignment
+
+    full = [(csa_layers, page(V4_MLA_BLOCK // csa_ratio, entry_bytes)), (csa_layers,
+                                                                         page(V4_MLA_BLOCK // csa_ratio, key_bytes)),
+            (hca_layers, page(V4_MLA_BLOCK // hca_ratio, entry_bytes))]
+    full = [(n, p) for n, p in full if n]
+    full_pages = sorted({p for _, p in full})
+
+    def padded(p: int) -> int:
+        return min((x for x in full_pages if x >= p), default=p)
+
+    sliding = [(V4_SWA_BLOCK, 128, [(layers, page(V4_SWA_BLOCK, entry_bytes))]),
+               (4, 2 * csa_ratio, [(csa_layers, page(4, state_bytes[0])), (csa_layers, page(4, state_bytes[1]))]),
+               (8, hca_ratio, [(hca_layers, page(8, state_bytes[2]))])]
+    sliding = [(block, window, [(n, p) for n, p in kinds if n]) for block, window, kinds in sliding]
+    sliding = [s for s in sliding if s[2]]
+    by_count: dict[int, int] = {}
+    for n, p in full:
+        by_count[p] = by_count.get(p, 0) + n
+    tuples = [max(by_count.values())] + [max(n for n, _ in kinds) for _, _, kinds in sliding]
+    repeats = _approximate_gcd(tuples, tuples[0])
+    groups = [V4Group(bytes=sum(n * p for n, p in full), block=V4_MLA_BLOCK, window=None)]
+    widest = max(by_count.values())
+    for block, window, kinds in sliding:
+        count = kinds[0][0]
+        split = -(-count // repeats)
+        for i in range(split):
+            share = len(range(i, count, split))
+            groups.append(V4Group(bytes=share * sum(padded(p) for _, p in kinds), block=block, window=window))
+            widest = max(widest, share)
+    return V4Layout(groups=tuple(groups), bytes_per_block=sum(full_pages) * widest)

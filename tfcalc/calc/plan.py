@@ -306,7 +306,7 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
     request's state in one Gated DeltaNet layer (bytes); ``full_elements``: a full-attention layer's elements per
     token where they differ from ``kv_elements`` (Gemma 4)."""
     if spec.compressed_attention is not None:
-        return _compressed_allocation(spec, census, kv_dtype, max(budget, 0), context, block)
+        return _compressed_allocation(spec, engine, census, kv_dtype, max(budget, 0), context, block, mnbt)
     full_elements = kv_elements if full_elements is None else full_elements
     pages = (_ceil_bytes(kv_dtype, block * kv_elements), _ceil_bytes(kv_dtype, block * full_elements))
     per_token = _ceil_bytes(kv_dtype, census.sliding_layers * kv_elements + census.full_layers * full_elements)
@@ -386,15 +386,41 @@ def compressed_rate(spec: ModelSpec, census: StageCensus, kv_dtype: DType) -> Fr
             + census.hca_layers * entry / ca.hca_ratio)
 
 
-def _compressed_allocation(spec: ModelSpec, census: StageCensus, kv_dtype: DType, free: int, context: int,
-                           block: int) -> _Allocation:
-    """DeepSeek-V4's cache on one GPU of a stage (its one K=V head whole on every GPU, as MLA's latent): each layer's
-    window, the CSA and HCA layers' compressed entries (and indexer keys) and the compressors' fp32 states, at
-    their own size for every engine (vLLM packs its hybrid groups' pages into shared blocks and reserves windows
-    by max_num_batched_tokens: not modelled); the pool counted in tokens of the rate past the window
-    (``compressed_rate``)."""
+def v4_engine_layout(spec: ModelSpec, census: StageCensus, kv_dtype: DType) -> eng.V4Layout:
+    """vLLM's grouping of a DeepSeek-V4 stage's caches (``engine.v4_layout``): FlashMLA's records and the indexer's
+    keys in pages aligned to 576 bytes where the cache is fp8 (fp8_ds_mla), 512 otherwise; fp32 compressor states
+    of 2 x 2 x 512, 2 x 2 x 128 and 2 x 512 values per token."""
+    ca = spec.compressed_attention
+    assert ca is not None
+    fp8 = kv_dtype.bits_per_element == 8
+    d, i = spec.head_dim, ca.index_head_dim
+    return eng.v4_layout(census.attention_layers, census.csa_layers, census.hca_layers, ca.csa_ratio, ca.hca_ratio,
+                         math.ceil(compressed_entry_bytes(spec, kv_dtype)),
+                         math.ceil(compressed_indexer_bytes(spec, kv_dtype)),
+                         (2 * 2 * d * 4, 2 * 2 * i * 4, 2 * d * 4), 576 if fp8 else 512)
+
+
+def _compressed_allocation(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, kv_dtype: DType,
+                           free: int, context: int, block: int, mnbt: int) -> _Allocation:
+    """DeepSeek-V4's cache on one GPU of a stage (its one K=V head whole on every GPU, as MLA's latent). Under an
+    engine with vLLM's DeepSeek-V4 groups (``kv.v4_tuple_groups``): block ids of ``V4Layout.bytes_per_block``, a
+    request of ``context`` tokens reserving each group's pages (its windows by max_num_batched_tokens), vLLM's
+    "Maximum concurrency" and tokens, none where the budget is under what it checks one request against. Else each
+    layer's window, the CSA and HCA layers' compressed entries (and indexer keys) and the compressors' fp32 states
+    at their own size, the pool counted in tokens of the rate past the window (``compressed_rate``)."""
     ca = spec.compressed_attention
     assert ca is not None and spec.sliding_window is not None
+    if engine is not None and engine.kv.v4_tuple_groups:
+        layout = v4_engine_layout(spec, census, kv_dtype)
+        blocks = free // layout.bytes_per_block
+        per_request = layout.blocks_per_request(context, mnbt)
+        needed = layout.needed_bytes(context, mnbt)
+        concurrency = Fraction(blocks, per_request)
+        return _Allocation(page=layout.bytes_per_block, per_token=math.ceil(layout.bytes_per_block / eng.V4_MLA_BLOCK),
+                           groups=eng.kv_groups(None, census.full_layers, census.sliding_layers), pool=blocks,
+                           tokens=math.floor(concurrency * context), per_request=per_request,
+                           sequences=math.floor(concurrency) if free >= needed else 0,
+                           window_aware=math.floor(concurrency) if free >= needed else 0, per_seq=needed)
     entry, key = compressed_entry_bytes(spec, kv_dtype), compressed_indexer_bytes(spec, kv_dtype)
     states = (census.csa_layers * compressor_state_bytes_per_layer(spec, csa=True)
               + census.hca_layers * compressor_state_bytes_per_layer(spec, csa=False))

@@ -25,10 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from tfcalc.calc.engine import V4_MLA_BLOCK
 from tfcalc.calc.kernels import UNIFORM, Routing
 from tfcalc.calc.kv_cache import compressed_entry_bytes, compressor_state_bytes_per_layer, default_kv_dtype
 from tfcalc.calc.latency import Deployment, StepShape, in_flight_seconds, serving_step_seconds
-from tfcalc.calc.plan import DEFAULT_BLOCK_SIZE, PlanConfig, compressed_rate, plan_fit, state_page
+from tfcalc.calc.plan import DEFAULT_BLOCK_SIZE, PlanConfig, compressed_rate, plan_fit, state_page, v4_engine_layout
 from tfcalc.calc.shard import Parallelism, attention_ranks, shard, stage_census
 from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.spec.engine import EngineSpec, memory_model
@@ -78,7 +79,7 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
     tokens of the attention layers' cache."""
     model = memory_model(engine)
     if spec.compressed_attention is not None:
-        return _compressed_kv_shape(spec, kv_dtype or default_kv_dtype(spec, engine))
+        return _compressed_kv_shape(spec, engine, kv_dtype or default_kv_dtype(spec, engine))
     if spec.linear_attention is not None:
         fmt = kv_dtype or default_kv_dtype(spec, engine)
         block = block_size or (engine.block_size if engine is not None else None) or DEFAULT_BLOCK_SIZE
@@ -106,13 +107,20 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
                    window_weight=local / largest)
 
 
-def _compressed_kv_shape(spec: ModelSpec, kv_dtype: DType) -> KvShape:
-    """DeepSeek-V4's cache in tokens of its pool (``plan.compressed_rate``: bytes per token past the window): one
-    layer's worth weighted by that rate holds the context, every layer its window of entries, and the compressors'
-    states a fixed share per sequence (the compressed entries counted per token, not per ratio tokens)."""
+def _compressed_kv_shape(spec: ModelSpec, engine: EngineSpec | None, kv_dtype: DType) -> KvShape:
+    """DeepSeek-V4's cache in tokens of its pool. Under vLLM's DeepSeek-V4 groups (``kv.v4_tuple_groups``) the pool
+    is its block ids x 256 tokens and a running sequence holds cdiv(c, 256) compressed blocks plus its sliding
+    groups' blocks over their windows (``V4Layout.held_blocks``, a fixed share). Else in tokens of
+    ``plan.compressed_rate`` (bytes per token past the window): one layer's worth weighted by that rate holds the
+    context, every layer its window of entries, and the compressors' states a fixed share per sequence (the
+    compressed entries counted per token, not per ratio tokens)."""
     ca = spec.compressed_attention
     assert ca is not None and spec.sliding_window is not None
     census = stage_census(spec, range(spec.num_layers))
+    if engine is not None and engine.kv.v4_tuple_groups:
+        layout = v4_engine_layout(spec, census, kv_dtype)
+        long = float(1 << 30)
+        return KvShape(num_layers=1, state_units=(layout.held_blocks(long) - long / V4_MLA_BLOCK) * V4_MLA_BLOCK)
     rate = float(compressed_rate(spec, census, kv_dtype))
     states = float(compressor_state_bytes_per_layer(spec, csa=True) * census.csa_layers
                    + compressor_state_bytes_per_layer(spec, csa=False) * census.hca_layers)
@@ -153,6 +161,8 @@ def replica_memory(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv
                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     r = plan_fit(spec, gpu, precision, kv_dtype, cfg, with_ideal=False, with_max_context=False)
     sequences = r.max_concurrent_sequences // dp   # plan_fit adds them up over the ranks
+    # DeepSeek-V4 under vLLM's groups: the pool in block ids x 256 tokens (``kv_shape`` counts a sequence so)
+    v4_blocks = spec.compressed_attention is not None and engine is not None and engine.kv.v4_tuple_groups
     gib = 1 << 30
     label = engine.label if engine is not None else "ideal"
     if r.kv_budget_bytes_per_gpu <= 0:
@@ -167,7 +177,8 @@ def replica_memory(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv
                          weights_bytes_per_gpu=r.weights_bytes_per_gpu, reserved_bytes_per_gpu=r.reserved_bytes_per_gpu,
                          kv_budget_bytes_per_gpu=r.kv_budget_bytes_per_gpu,
                          kv_bytes_per_token_per_gpu=r.kv_bytes_per_token_per_gpu,
-                         kv_capacity_tokens=max(r.kv_tokens_per_gpu, 0),
+                         kv_capacity_tokens=max(r.kv_pool_blocks_per_gpu * V4_MLA_BLOCK if v4_blocks
+                                                else r.kv_tokens_per_gpu, 0),
                          max_sequences_at_max_len=sequences, block_size=r.block_size, engine=label,
                          state_bytes_per_layer=r.state_bytes_per_layer)
 

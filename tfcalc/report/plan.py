@@ -8,8 +8,16 @@ import itertools
 from dataclasses import dataclass, replace
 
 from tfcalc.calc.engine import served_precision
-from tfcalc.calc.kv_cache import indexer_key_bytes, kv_layer_bytes, linear_name, sparse_mla_record
-from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit
+from tfcalc.calc.kv_cache import (
+    compressed_entry_bytes,
+    compressed_indexer_bytes,
+    compressor_state_bytes,
+    indexer_key_bytes,
+    kv_layer_bytes,
+    linear_name,
+    sparse_mla_record,
+)
+from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit, v4_engine_layout
 from tfcalc.calc.shard import layout_redundant_experts, stage_census, stage_layers
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype
 from tfcalc.spec.engine import EngineSpec, memory_model
@@ -72,13 +80,41 @@ def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         parts.append(f"runtime capacity of {gpu.name} unknown: nominal {_gib(r.capacity_bytes)} used")
     if r.kv_padding_layers:
         parts.append(f"KV in {r.kv_groups} groups of {r.kv_group_size} layers, {r.kv_padding_layers} padding layer(s)")
-    if spec.compressed_attention is not None:
+    if spec.compressed_attention is not None and r.engine is not None and r.engine.kv.v4_tuple_groups:
+        parts.append(f"DeepSeek-V4's caches in vLLM 0.20-0.22's groups, whole on every GPU: "
+                     f"{r.kv_pool_blocks_per_gpu:,} block ids, {r.kv_blocks_per_request:,} per request (its windows "
+                     "reserved by max_num_batched_tokens); 0.23+ group them otherwise, not modelled")
+    elif spec.compressed_attention is not None:
         parts.append("DeepSeek-V4's cache at its own size on every GPU (window, compressed entries, indexer keys, "
-                     "compressor states); KV tokens: at its rate past the window. vLLM logs tokens and concurrency of "
-                     "its packed hybrid groups, not modelled")
+                     "compressor states); KV tokens: at its rate past the window")
     elif r.kv_heads_per_gpu and r.kv_heads_per_gpu * r.parallelism.tp > spec.num_kv_heads:
         parts.append(f"KV heads replicated: {r.kv_heads_per_gpu} per GPU at tp {r.parallelism.tp}")
     return "; ".join(parts)
+
+
+def _compressed_lines(spec: ModelSpec, kv_dtype: DType, cfg: PlanConfig, r: PlanResult) -> list[str]:
+    """DeepSeek-V4's cache per GPU: one sequence's bytes at the context (its own size), the rate past the window, and
+    under vLLM's groups the block ids and what a request reserves."""
+    ca = spec.compressed_attention
+    assert ca is not None and spec.sliding_window is not None
+    entry, key = compressed_entry_bytes(spec, kv_dtype), compressed_indexer_bytes(spec, kv_dtype)
+    lines = [f"one sequence of {cfg.context:,} tokens per GPU (DeepSeek-V4, not split by tp) = {spec.num_layers} "
+             f"layers x {min(cfg.context, spec.sliding_window)} window entries x {float(entry):,.0f} B + "
+             f"{len(ca.csa_layers)} CSA layers x {cfg.context // ca.csa_ratio:,} x ({float(entry):,.0f} + "
+             f"{float(key):,.0f}) B + {len(ca.hca_layers)} HCA layers x {cfg.context // ca.hca_ratio:,} x "
+             f"{float(entry):,.0f} B + compressor states {float(compressor_state_bytes(spec)):,.0f} B"]
+    if r.engine is not None and r.engine.kv.v4_tuple_groups:
+        widest = max((stage_census(spec, layers) for layers in stage_layers(spec.num_layers, r.parallelism.pp)),
+                     key=lambda c: c.attention_layers)
+        block = v4_engine_layout(spec, widest, kv_dtype).bytes_per_block
+        lines.append(f"vLLM's groups: block ids of {block:,} B, a request of "
+                     f"{cfg.context:,} tokens checked against {r.kv_bytes_per_sequence_per_gpu:,} B "
+                     f"({_gib(r.kv_bytes_per_sequence_per_gpu)}) with its windows reserved by max_num_batched_tokens "
+                     f"{r.max_num_batched_tokens:,}")
+    else:
+        lines.append(f"KV tokens = KV budget / {r.kv_bytes_per_token_per_gpu:,} B per token past the window = "
+                     f"{r.kv_tokens_per_gpu:,}")
+    return lines
 
 
 def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig,
@@ -144,7 +180,9 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     ranges = stage_layers(spec.num_layers, p.pp)
     attention_layers = max(stage_census(spec, layers).attention_layers for layers in ranges)
     kind = "attention " if spec.linear_attention is not None else ""
-    if spec.sparse_indexer is not None:  # DSA: the latent (or FlashMLA's fp8 record) + the indexer's keys
+    if spec.compressed_attention is not None:
+        lines += _compressed_lines(spec, kv_dtype, cfg, r)
+    elif spec.sparse_indexer is not None:  # DSA: the latent (or FlashMLA's fp8 record) + the indexer's keys
         record = kv_layer_bytes(spec, kv_dtype, sliding=False)
         indexed = max(stage_census(spec, layers).indexer_layers for layers in ranges)
         lines.append(f"KV per token per GPU = {attention_layers} layers x {float(record):,.0f} B "
@@ -164,11 +202,21 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
                          "holds one layer's state, one page per request in each state group (vLLM)")
     groups = (f" ({r.kv_groups} groups of {r.kv_group_size} layer slots, {r.kv_padding_layers} padding)"
               if r.kv_groups > 1 else "")
-    lines.append(f"{term('kv_tokens', 'KV tokens')} = {r.kv_pool_blocks_per_gpu:,} blocks"
-                 + (f" // {r.kv_groups} groups" if r.kv_groups > 1 else "")
-                 + f" x {r.block_size} = {r.kv_tokens_per_gpu:,} tokens{groups}")
+    v4_groups = spec.compressed_attention is not None and e is not None and e.kv.v4_tuple_groups
+    if spec.compressed_attention is None:
+        lines.append(f"{term('kv_tokens', 'KV tokens')} = {r.kv_pool_blocks_per_gpu:,} blocks"
+                     + (f" // {r.kv_groups} groups" if r.kv_groups > 1 else "")
+                     + f" x {r.block_size} = {r.kv_tokens_per_gpu:,} tokens{groups}")
     per_replica = r.max_concurrent_sequences // p.dp
-    if e is not None and e.kv.concurrency == "vllm":
+    if v4_groups:
+        lines.append(f"{term('concurrency', 'max sequences')} for {cfg.context:,} tokens per request = "
+                     f"{r.kv_pool_blocks_per_gpu:,} block ids / {r.kv_blocks_per_request:,} per request = "
+                     f"{r.kv_pool_blocks_per_gpu / r.kv_blocks_per_request:,.2f}x -> {per_replica:,} sequences; "
+                     f"{term('kv_tokens', 'KV tokens')} = that x {cfg.context:,} = {r.kv_tokens_per_gpu:,}")
+    elif spec.compressed_attention is not None:
+        lines.append(f"{term('concurrency', 'max sequences')} at {cfg.context:,} tokens = KV budget // "
+                     f"{r.kv_bytes_per_sequence_per_gpu:,} B = {per_replica:,} sequences")
+    elif e is not None and e.kv.concurrency == "vllm":
         lines.append(f"{term('concurrency', 'max sequences')} for {cfg.context:,} tokens per request = "
                      f"{r.kv_pool_blocks_per_gpu:,} blocks / {r.kv_blocks_per_request:,} per request = "
                      f"{r.kv_pool_blocks_per_gpu / r.kv_blocks_per_request:,.2f}x -> {per_replica:,} sequences")

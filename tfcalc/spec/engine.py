@@ -152,6 +152,8 @@ class KVLayout:
     chunked_local: bool = False
     # --kv-cache-dtype auto keeps a DSA model's (DeepSeek-V3.2, GLM-5) MLA cache in fp8, FlashMLA's fp8_ds_mla record
     sparse_mla_fp8: bool = False
+    # DeepSeek-V4's caches in vLLM 0.20-0.22's groups (calc.engine.v4_layout); else at their own size
+    v4_tuple_groups: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1276,7 +1278,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                                                    "cuda_graphs.per_size_mib_tp"),
                             in_budget=_bool(g["in_budget"], origin, "cuda_graphs.in_budget"))
     k = _section(data, "kv", {"hybrid_groups", "sliding_chunk", "concurrency"}, origin,
-                 frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local", "sparse_mla_fp8"}))
+                 frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local", "sparse_mla_fp8",
+                            "v4_tuple_groups"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
     kv = KVLayout(hybrid_groups=_bool(k["hybrid_groups"], origin, "kv.hybrid_groups"),
@@ -1286,7 +1289,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   concurrency=k["concurrency"],
                   checkpoint_dtype=_bool(k.get("checkpoint_dtype", False), origin, "kv.checkpoint_dtype"),
                   chunked_local=_bool(k.get("chunked_local", False), origin, "kv.chunked_local"),
-                  sparse_mla_fp8=_bool(k.get("sparse_mla_fp8", False), origin, "kv.sparse_mla_fp8"))
+                  sparse_mla_fp8=_bool(k.get("sparse_mla_fp8", False), origin, "kv.sparse_mla_fp8"),
+                  v4_tuple_groups=_bool(k.get("v4_tuple_groups", False), origin, "kv.v4_tuple_groups"))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as", "unsupported"}))
     float32_as = w.get("float32_as")
