@@ -18,6 +18,9 @@ layer kind, for DeepSeek-V4-Flash at 8 query heads per GPU (tp 8):
   top-k's compressed entries: the selection runs in full; the tables ramp up to it from the top-k's 2,048 tokens)
   less the median at up to 512 (``csa_topk_decode``; 0 where it is not slower);
 - ``prefill``: the median of the one-sequence prompts of at most 16 tokens (``<kind>_prefill``);
+- ``/seq``: per layer kind, the median over the rows of 256 or more sequences at contexts up to 2,048 of their time
+  less tfcalc's layer (with the values above), per sequence (``<kind>_decode_seq``): a cost per decoding sequence the
+  priced kernels leave, about 0.1 us on vLLM and SGLang, its mechanism not identified;
 - ``efficiency``: the fraction of the dense bf16 peak at which the sparse prefill attention (on FlashMLA's padded
   heads' FLOPs) makes tfcalc's layer (``latency._compressed_attention_layer``, with the floors above) take the
   tables' time: the median of tfcalc / measured over both kinds' rows of prompts of 4,096 to 65,535 tokens per step
@@ -35,6 +38,8 @@ import glob
 import statistics
 from dataclasses import replace
 from pathlib import Path
+
+from tfcalc.spec.presets import load_engine
 
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 ENGINES = {"vllm": "vllm-0.21", "sglang": "sglang-0.5", "trtllm": "trtllm-1.0"}
@@ -93,8 +98,6 @@ def _shape(phase: str, batch: int, isl: int, step: int):  # noqa: ANN201
 
 def _fit(gpu_name: str, engine: str, floors: dict[str, float], rows: list[tuple[str, int, int, float]]) -> float:
     """The sparse prefill efficiency at which tfcalc's layers match the rows (median ratio 1)."""
-    from tfcalc.spec.presets import load_engine
-
     base = load_engine(ENGINES[engine]).kernels
     if not rows:
         return float("nan")
@@ -156,7 +159,7 @@ def main() -> None:
 
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     print(f"{'engine':7s} {'gpu':9s} {'csa decode':>10s} {'csa prefill':>11s} {'hca decode':>10s} "
-          f"{'hca prefill':>11s} {'csa top-k':>10s} {'efficiency':>10s}")
+          f"{'hca prefill':>11s} {'csa top-k':>10s} {'efficiency':>10s} {'csa /seq':>8s} {'hca /seq':>8s}")
     for engine in ENGINES:
         for system, gpu_name in GPUS.items():
             floors: dict[str, float] = {}
@@ -187,9 +190,18 @@ def main() -> None:
             if len(floors) < 4:
                 continue
             eff = _fit(gpu_name, engine, floors, long_rows)
+            with_floors = _deployment("deepseek-v4-flash", gpu_name, replace(
+                load_engine(ENGINES[engine]).kernels, dsa_block_floors_by_gpu={
+                    gpu_name: {k: v * 1e-6 for k, v in floors.items()}}))
+            for kind in KINDS:  # the cost per decoding sequence the kernels leave: many sequences, short contexts
+                gen = _table(root, system, engine, kind, "generation")
+                many = gen[(gen.batch_size >= 256) & (gen.step <= 2048) & (gen.num_heads == 8)]
+                floors[f"{kind}_decode_seq"] = round(statistics.median(
+                    (ms * 1e3 - _layer_seconds(with_floors, _shape("generation", int(b), 1, int(step)), kind) * 1e6)
+                    / b for b, step, ms in zip(many.batch_size, many.step, many.latency, strict=True)), 3)
             print(f"{engine:7s} {gpu_name:9s} {floors['csa_decode']:10.0f} {floors['csa_prefill']:11.0f} "
                   f"{floors['hca_decode']:10.0f} {floors['hca_prefill']:11.0f} {floors['csa_topk_decode']:10.0f} "
-                  f"{eff:10.3f}")
+                  f"{eff:10.3f} {floors['csa_decode_seq']:8.3f} {floors['hca_decode_seq']:8.3f}")
     if args.check:
         _check(root)
 

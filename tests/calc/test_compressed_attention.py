@@ -158,3 +158,17 @@ def test_vllm_plan_reports_its_concurrency_and_the_serving_pool_its_blocks() -> 
     assert memory.kv_capacity_tokens == memory.kv_budget_bytes_per_gpu // layout.bytes_per_block * 256
     shape = kv_shape(FLASH, engine, tp=8, kv_dtype=FP8)
     assert shape.units(65_536) == 65_536 + 256 * (2 * 3 + 3 + 17)  # windows: 2 x (cdiv(127, 64) + 1), 3, 17
+
+
+def test_engine_cost_per_decoding_sequence_is_linear_in_the_batch() -> None:
+    """The tables' cost per decoding sequence (vLLM on the H200: 0.117 us per CSA, 0.124 us per HCA layer) adds that
+    much per sequence to every layer of its kind; without it the step is that much shorter."""
+    engine = load_engine("vllm-0.21").kernels
+    floors = engine.dsa_block_floors_by_gpu["h200"]
+    without = replace(engine, dsa_block_floors_by_gpu={"h200": {**floors, "csa_decode_seq": 0.0,
+                                                                "hca_decode_seq": 0.0}})
+    bare = deployment(FLASH, load_gpu("h200"), parse_weight_precision("fp8_block"), FP8, tp=8,
+                      engine_kernels=without)
+    shape = StepShape(decode_seqs=256, decode_context=1024)
+    gap = step_time(_d(), shape).groups["attention"].seconds - step_time(bare, shape).groups["attention"].seconds
+    assert abs(gap - 256 * (21 * floors["csa_decode_seq"] + 20 * floors["hca_decode_seq"])) < 1e-9

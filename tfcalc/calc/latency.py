@@ -1073,7 +1073,9 @@ def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind:
     the output, the grouped o_a (fp8 einsum) and o_b. Where the engine measured a layer's fixed cost per phase
     (``dsa_block_floors`` ``<kind>_decode`` / ``<kind>_prefill``) it replaces the kernels' floors: added to their
     work in decode (on a CSA layer whose entries outnumber the top-k, plus ``csa_topk_decode`` x the excess over
-    one more top-k, at most 1: the engines' tables ramp so), the layer lasting max(fixed cost, work) in a prefill."""
+    one more top-k, at most 1: the engines' tables ramp so; plus ``<kind>_decode_seq`` per decoding sequence: the
+    tables' cost per sequence beyond the kernels tfcalc prices, about 0.1 us on vLLM and SGLang, its mechanism not
+    identified), the layer lasting max(fixed cost, work) in a prefill."""
     dm, eng, r = d.dims, d.kernels, s.rates
     acc = s.groups["attention"]
     floors_before, seconds_before = acc.floor_seconds, acc.seconds
@@ -1147,6 +1149,8 @@ def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind:
     if decode_block and kind == "csa":  # the top-k selection runs once the entries outnumber the top-k: its cost
         over = (shape.decode_context / ratio - dm.index_topk) / dm.index_topk  # ramps up over the next top-k entries
         decode_block += floors.get("csa_topk_decode", 0.0) * min(max(over, 0.0), 1.0)
+    if decode_block:  # the engine's measured cost per decoding sequence beyond the kernels' work
+        decode_block += floors.get(f"{kind}_decode_seq", 0.0) * shape.decode_seqs
     block = max(floors.get(f"{kind}_prefill", 0.0) if shape.prefill_seqs else 0.0, decode_block)
     if r.ideal or not block:
         return
