@@ -5,7 +5,7 @@ round). Run with aiconfigurator installed (it reads its bundled tables):
     python benchmarks/validation/aic_caveats.py            # write the file
     python benchmarks/validation/aic_caveats.py --show     # the evidence, table by table
 
-Four caveats, each a mechanism of the collector rather than of the engine:
+Caveats, each a mechanism of the collector or of aiconfigurator's model rather than of the engine:
 
 - ``routing``: vLLM's and SGLang's MoE collectors route a DeepSeek-V3-style model (``n_group`` > ``topk_group``)
   through group-limited top-k with a zero correction bias, on synthetic logits in which every group ties. Ties go to
@@ -32,6 +32,11 @@ Four caveats, each a mechanism of the collector rather than of the engine:
   that row scaled, L(n_max) T / n_max -- where that row's time per token is more than ``EXTRAPOLATED_DROP`` below the
   row before it (one power-law draw lighter than its neighbours: gpt-oss-20b's SGLang rows on the H100 at moe_ep 4
   take 5.74 ms at 12,288 tokens and 5.63 ms at 16,384), every token of the prefill inherits that draw's light loads.
+- ``unreduced``: a DeepSeek-V4 point at tp > 1. aiconfigurator's model (sdk/models/deepseek_v4.py) has no
+  all-reduce after attention, and its attention module tables are timed on one GPU with the tp shapes, the
+  all-reduce short-circuited at world size 1 (collector/sglang/collect_dsv4_attn.py ``_tp_load_model_patch``); the
+  engines reduce the row-parallel wo_b's output (vLLM, SGLang: RowParallelLinear with reduce_results). Its TTFT and
+  TPOT leave out one all-reduce of tokens x hidden x 2 bytes per layer.
 - ``older``: the point's engine version has no rows for its MoE layout (moe_tp x moe_ep), and aiconfigurator fills
   the gap from the nearest earlier version that has them (aiconfigurator_core/sdk/perf_database.py: "older versions
   fill only missing shapes") -- another release's kernel. Tagged where the two versions disagree on the nearest
@@ -324,6 +329,14 @@ def caveats() -> list[dict]:
                             "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": "ssm_unmeasured",
                             "evidence": f"the SSM states are {share:.0%} of the decode step's bytes; aiconfigurator "
                                         "has no measured scan or state-update kernel"})
+                continue
+            if spec.compressed_attention is not None and p["tp"] > 1:
+                out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
+                            "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
+                            "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": "unreduced",
+                            "evidence": f"no all-reduce after attention at tp {p['tp']}: aiconfigurator's DeepSeek-V4 "
+                                        "model adds none and its attention module is timed at world size 1, where "
+                                        "the engines reduce wo_b's row-parallel output"})
                 continue
             if p["model"] not in validate.MOE:
                 continue

@@ -21,6 +21,8 @@ layer kind, for DeepSeek-V4-Flash at 8 query heads per GPU (tp 8):
 - ``/seq``: per layer kind, the median over the rows of 256 or more sequences at contexts up to 2,048 of their time
   less tfcalc's layer (with the values above), per sequence (``<kind>_decode_seq``): a cost per decoding sequence the
   priced kernels leave, about 0.1 us on vLLM and SGLang, its mechanism not identified;
+- ``hc pre`` / ``hc post``: the hyper-connections' pre and post kernels of one layer (both sites) at their fewest
+  tokens, from the engine's mhc/<version>/mhc_module_perf table (``hc_pre`` / ``hc_post``);
 - ``efficiency``: the fraction of the dense bf16 peak at which the sparse prefill attention (on FlashMLA's padded
   heads' FLOPs) makes tfcalc's layer (``latency._compressed_attention_layer``, with the floors above) take the
   tables' time: the median of tfcalc / measured over both kinds' rows of prompts of 4,096 to 65,535 tokens per step
@@ -55,6 +57,13 @@ def _table(root: Path, system: str, engine: str, kind: str, phase: str, model: s
         return None
     d = pd.read_parquet(tables[-1])
     return d[d.model.str.contains(model, regex=False) & (d.gemm_type == "fp8_block")]
+
+
+def _mhc_table(root: Path, system: str, engine: str):  # noqa: ANN202 - a pandas.DataFrame or None
+    import pandas as pd
+
+    tables = sorted(glob.glob(str(root / system / "mhc" / engine / "*" / "mhc_module_perf.parquet")))
+    return pd.read_parquet(tables[-1]) if tables else None
 
 
 def _layer_seconds(d, shape, kind: str) -> float:  # noqa: ANN001 - a latency.Deployment and StepShape
@@ -159,7 +168,8 @@ def main() -> None:
 
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     print(f"{'engine':7s} {'gpu':9s} {'csa decode':>10s} {'csa prefill':>11s} {'hca decode':>10s} "
-          f"{'hca prefill':>11s} {'csa top-k':>10s} {'efficiency':>10s} {'csa /seq':>8s} {'hca /seq':>8s}")
+          f"{'hca prefill':>11s} {'csa top-k':>10s} {'efficiency':>10s} {'csa /seq':>8s} {'hca /seq':>8s} "
+          f"{'hc pre':>6s} {'hc post':>6s}")
     for engine in ENGINES:
         for system, gpu_name in GPUS.items():
             floors: dict[str, float] = {}
@@ -199,9 +209,15 @@ def main() -> None:
                 floors[f"{kind}_decode_seq"] = round(statistics.median(
                     (ms * 1e3 - _layer_seconds(with_floors, _shape("generation", int(b), 1, int(step)), kind) * 1e6)
                     / b for b, step, ms in zip(many.batch_size, many.step, many.latency, strict=True)), 3)
+            hc = _mhc_table(root, system, engine)
+            if hc is not None:  # the hyper-connections' pre and post kernels of a layer at their fewest tokens
+                for op in ("pre", "post"):
+                    rows = hc[(hc.op_name == op) & (hc.hidden_size == 4096)]
+                    floors[f"hc_{op}"] = round(float(rows.sort_values("num_tokens").latency.iloc[0]) * 1e3, 1)
             print(f"{engine:7s} {gpu_name:9s} {floors['csa_decode']:10.0f} {floors['csa_prefill']:11.0f} "
                   f"{floors['hca_decode']:10.0f} {floors['hca_prefill']:11.0f} {floors['csa_topk_decode']:10.0f} "
-                  f"{eff:10.3f} {floors['csa_decode_seq']:8.3f} {floors['hca_decode_seq']:8.3f}")
+                  f"{eff:10.3f} {floors['csa_decode_seq']:8.3f} {floors['hca_decode_seq']:8.3f} "
+                  f"{floors.get('hc_pre', float('nan')):6.1f} {floors.get('hc_post', float('nan')):6.1f}")
     if args.check:
         _check(root)
 

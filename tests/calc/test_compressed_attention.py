@@ -172,3 +172,23 @@ def test_engine_cost_per_decoding_sequence_is_linear_in_the_batch() -> None:
     shape = StepShape(decode_seqs=256, decode_context=1024)
     gap = step_time(_d(), shape).groups["attention"].seconds - step_time(bare, shape).groups["attention"].seconds
     assert abs(gap - 256 * (21 * floors["csa_decode_seq"] + 20 * floors["hca_decode_seq"])) < 1e-9
+
+
+def test_hyper_connection_site_costs_the_engines_measured_fixed_time() -> None:
+    """A hyper-connection site (one of a layer's two) costs the engine's measured fixed time, half its pre and post
+    kernels per layer (vLLM on the H200: 17.5 + 6.2 us), plus the time its stream traffic takes; with no measured
+    time, its two kernels' floors."""
+    from tfcalc.calc import latency
+
+    d = _d()
+    floors = load_engine("vllm-0.21").kernels.dsa_block_floors_by_gpu["h200"]
+    step = latency._Step(d.rates_decode)
+    latency._hyper_connection(step, d, "attention", 1)
+    site = step.groups["attention"]
+    assert site.floor_seconds == (floors["hc_pre"] + floors["hc_post"]) / 2
+    assert abs(site.floor_seconds - (17.5 + 6.2) / 2 * 1e-6) < 1e-12
+    assert site.seconds > site.floor_seconds and site.kernels == 2
+    bare = _d(engine=None)
+    plain = latency._Step(bare.rates_decode)
+    latency._hyper_connection(plain, bare, "attention", 1)
+    assert plain.groups["attention"].floor_seconds < site.floor_seconds

@@ -60,7 +60,8 @@ def test_caveats_name_loaded_points(v: ModuleType) -> None:
     tagged = [p for p in v.load_points() if p.get("caveat")]
     assert len(tagged) == len(json.loads(v.CAVEATS.read_text())) >= 1
     assert {p["caveat"] for p in tagged} <= {"routing", "sliced", "unsplit", "interpolated", "older",
-                                               "extrapolated", "dsa_extrapolated", "ssm_unmeasured", "untuned"}
+                                               "extrapolated", "dsa_extrapolated", "ssm_unmeasured", "untuned",
+                                               "unreduced"}
     assert all(p["source_kind"] != "silicon" for p in tagged)
 
 

@@ -1053,12 +1053,19 @@ def _hyper_connection(s: _Step, d: Deployment, group: str, m: float) -> None:
     """DeepSeek-V4's mHC around one block beyond the residual add and norm every block is priced with: the n streams
     read to mix them ((2 + n) n weights per token from a [n h] projection) and collapse them, the block's output
     expanded back into n streams beside the mixed residual: (3 n + 2) h values per token moved in all, 4 h of them
-    already counted (vLLM MHCPreOp / MHCPostOp)."""
+    already counted (vLLM MHCPreOp / MHCPostOp). Where the engine measured them, a site's fixed cost is half its
+    pre and post kernels' per layer (``dsa_block_floors`` ``hc_pre`` / ``hc_post``: 20 Sinkhorn iterations run in
+    sequence), replacing the two kernels' floors."""
     dm = d.dims
     n, h = dm.v4_hc, dm.h
     extra = m * (3 * n - 2) * h * ACT_BYTES
-    s.add(group, kernels.elementwise(s.rates, extra, flops=2.0 * m * (2 + n) * n * n * h, kernels=2,
-                                     ideal_bytes=extra))
+    cost = kernels.elementwise(s.rates, extra, flops=2.0 * m * (2 + n) * n * n * h, kernels=2, ideal_bytes=extra)
+    floors = s.rates.dsa_block_floors
+    if not s.rates.ideal and "hc_pre" in floors:  # the engine's measured fixed cost of one site replaces the floors
+        site = (floors["hc_pre"] + floors.get("hc_post", 0.0)) / 2
+        cost = cost._replace(seconds=cost.seconds - cost.floor_seconds + site, floor_seconds=site,
+                             bound="floor" if site > cost.seconds - cost.floor_seconds else cost.bound)
+    s.add(group, cost)
 
 
 def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind: str) -> None:

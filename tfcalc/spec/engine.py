@@ -717,14 +717,15 @@ def _fp8_kv_prefill(value: Any, origin: str) -> dict[str, float]:
 
 # a DSA model's block per phase; DeepSeek-V4's CSA and HCA layers' per phase
 DSA_FLOOR_KEYS = frozenset({"decode", "prefill", "csa_decode", "csa_prefill", "hca_decode", "hca_prefill",
-                            "csa_topk_decode", "csa_decode_seq", "hca_decode_seq"})
+                            "csa_topk_decode", "csa_decode_seq", "hca_decode_seq", "hc_pre", "hc_post"})
 
 
 def _dsa_floors(value: Any, origin: str) -> dict[str, dict[str, float]]:
     """``kernels.dsa_block_floors_us``: GPU preset name -> {decode, prefill} microseconds (DeepSeek-V3.2's block;
     DeepSeek-V4's layers: csa_decode, csa_prefill, hca_decode, hca_prefill, csa_topk_decode, a CSA layer's extra
-    fixed cost in decode once its compressed entries outnumber the top-k, and csa_decode_seq / hca_decode_seq, a
-    layer's cost per decoding sequence beyond its kernels' work), returned in seconds."""
+    fixed cost in decode once its compressed entries outnumber the top-k, csa_decode_seq / hca_decode_seq, a layer's
+    cost per decoding sequence beyond its kernels' work, and hc_pre / hc_post, its hyper-connections' fixed cost
+    per layer), returned in seconds."""
     key = "kernels.dsa_block_floors_us"
     out: dict[str, dict[str, float]] = {}
     for gpu, phases in _gpu_entries(value, origin, key, "mappings of decode and prefill").items():
