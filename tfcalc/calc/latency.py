@@ -1106,8 +1106,6 @@ def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind:
         entries = m / ratio
         _elementwise_group(s, "attention", m * 2 * c * d_head * 4 * 2 + entries * dm.v4_entry_bytes, kernels_count=2,
                            ideal_bytes=entries * dm.v4_entry_bytes)
-    keys = 0.0  # query-key pairs of this step over all its sequences
-    kv_read = 0.0
     heads = dm.heads if r.ideal else (64 if dm.heads <= 64 else 128)  # FlashMLA's head tile
     if kind == "csa":
         _gemm(s, "attention", m, dm.index_heads + 2 * 2 * dm.index_dim, h, bf16, eng, in_block=True)
@@ -1127,7 +1125,7 @@ def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind:
             s.add("attention", kernels.indexer_logits(r, pairs=pairs, heads=dm.index_heads, head_dim=dm.index_dim,
                                                       keys_bytes=keys_bytes))
     topk = dm.index_topk if kind == "csa" else None
-    if seqs_prefill and n:
+    if seqs_prefill and n:  # query-key pairs of the prefill over all its sequences
         keys = seqs_prefill * (keys_attended(window, p, n) + (_compressed_keys(ratio, topk, p, n) if ratio else 0.0))
         held = min(p + n, window) + ((p + n) / ratio if ratio else 0.0)  # gathered per sequence into bf16
         gathered = seqs_prefill * held * (dm.v4_entry_bytes + d_head * ACT_BYTES)
