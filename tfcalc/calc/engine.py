@@ -273,11 +273,11 @@ class V4Layout:
                                                    strict=True))
         return -(-reserved // self.groups[0].bytes)
 
-    def held_blocks(self, context: float) -> float:
-        """Blocks one running request of ``context`` tokens holds: cdiv(c, 256) of the compressed group (as a
-        fraction), and in each sliding group the blocks over its last window - 1 tokens, + 1."""
-        return sum(context / g.block if g.window is None else -(-min(g.window - 1, int(context)) // g.block) + 1
-                   for g in self.groups)
+    @property
+    def sliding_blocks(self) -> int:
+        """Blocks a running request past its windows holds in the sliding groups: in each, the blocks over its last
+        window - 1 tokens, + 1 (its compressed group adds cdiv(c, 256))."""
+        return sum(-(-(g.window - 1) // g.block) + 1 for g in self.groups if g.window is not None)
 
 
 def _approximate_gcd(values: list[int], lower_bound: int) -> int:

@@ -87,39 +87,52 @@ def compressed_indexer_bytes(spec: ModelSpec, kv_dtype: DType) -> Fraction:
     return Fraction(i + -(-i // SCALE_BLOCK) * 4) if kv_dtype.bits_per_element == 8 else kv_dtype.bytes_for(i)
 
 
-def compressed_held_bytes(spec: ModelSpec, kv_dtype: DType, context: int) -> Fraction:
+CompressedCounts = tuple[int, int, int]  # (layers, CSA layers, HCA layers) of a DeepSeek-V4 model or stage
+
+
+def compressed_counts(spec: ModelSpec) -> CompressedCounts:
+    """The whole DeepSeek-V4 model's (layers, CSA layers, HCA layers)."""
+    ca = spec.compressed_attention
+    assert ca is not None
+    return spec.num_layers, len(ca.csa_layers), len(ca.hca_layers)
+
+
+def compressed_rate(spec: ModelSpec, kv_dtype: DType, counts: CompressedCounts | None = None) -> Fraction:
+    """Bytes one more token adds to a DeepSeek-V4 cache once past the window: its CSA layers' (entry + indexer key) /
+    csa_ratio + its HCA layers' entry / hca_ratio (``counts``: a stage's; default the whole model's)."""
+    ca = spec.compressed_attention
+    assert ca is not None
+    _, csa, hca = counts or compressed_counts(spec)
+    entry = compressed_entry_bytes(spec, kv_dtype)
+    return csa * (entry + compressed_indexer_bytes(spec, kv_dtype)) / ca.csa_ratio + hca * entry / ca.hca_ratio
+
+
+def compressed_held_bytes(spec: ModelSpec, kv_dtype: DType, context: int,
+                          counts: CompressedCounts | None = None) -> Fraction:
     """One sequence's DeepSeek-V4 cache at ``context`` tokens: layers x min(context, window) entries + on each CSA
     layer floor(context / csa_ratio) entries and indexer keys + on each HCA layer floor(context / hca_ratio)
-    entries (``compressed_entry_bytes``, ``compressed_indexer_bytes``); the compressors' states apart."""
+    entries (``compressed_entry_bytes``, ``compressed_indexer_bytes``); the compressors' states apart. ``counts``: a
+    stage's layers; default the whole model's."""
     ca = spec.compressed_attention
     assert ca is not None and spec.sliding_window is not None
+    layers, csa, hca = counts or compressed_counts(spec)
     entry, key = compressed_entry_bytes(spec, kv_dtype), compressed_indexer_bytes(spec, kv_dtype)
-    return (spec.num_layers * min(context, spec.sliding_window) * entry
-            + len(ca.csa_layers) * (context // ca.csa_ratio) * (entry + key)
-            + len(ca.hca_layers) * (context // ca.hca_ratio) * entry)
+    return (layers * min(context, spec.sliding_window) * entry + csa * (context // ca.csa_ratio) * (entry + key)
+            + hca * (context // ca.hca_ratio) * entry)
 
 
-def compressor_state_bytes(spec: ModelSpec) -> Fraction:
+def compressor_state_bytes(spec: ModelSpec, counts: CompressedCounts | None = None) -> Fraction:
     """One sequence's DeepSeek-V4 compressor states in fp32: each compressor keeps its last c x ratio tokens' kv and
     score of c x width (c = 2 on a CSA layer, whose windows overlap; 1 on an HCA layer): 8 x 2,048 x 4 B for a CSA
     layer's 512-wide compressor and 8 x 512 x 4 B for its indexer's, 128 x 1,024 x 4 B for an HCA layer's (vLLM
-    CompressorStateCache: window c x ratio, state_dim 2 c width, float32); 0 for other models."""
+    CompressorStateCache: window c x ratio, state_dim 2 c width, float32); ``counts``: a stage's layers (default the
+    whole model's); 0 for other models."""
     ca = spec.compressed_attention
     if ca is None:
         return Fraction(0)
-    return (len(ca.csa_layers) * compressor_state_bytes_per_layer(spec, csa=True)
-            + len(ca.hca_layers) * compressor_state_bytes_per_layer(spec, csa=False))
-
-
-def compressor_state_bytes_per_layer(spec: ModelSpec, csa: bool) -> Fraction:
-    """One sequence's fp32 compressor states in one DeepSeek-V4 CSA layer (its compressor's and its indexer's: 2 x
-    ratio tokens of 2 x 2 x width each) or HCA layer (ratio tokens of 2 x head_dim); 0 for other models."""
-    ca = spec.compressed_attention
-    if ca is None:
-        return Fraction(0)
-    if csa:
-        return Fraction(2 * ca.csa_ratio * 4 * (2 * 2 * spec.head_dim + 2 * 2 * ca.index_head_dim))
-    return Fraction(ca.hca_ratio * 4 * 2 * spec.head_dim)
+    _, csa, hca = counts or compressed_counts(spec)
+    d, i = spec.head_dim, ca.index_head_dim
+    return Fraction(csa * 2 * ca.csa_ratio * 4 * (2 * 2 * d + 2 * 2 * i) + hca * ca.hca_ratio * 4 * 2 * d)
 
 
 def kv_layer_bytes(spec: ModelSpec, kv_dtype: DType, sliding: bool = True) -> Fraction:
@@ -159,12 +172,8 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype: DType) -> int:
     """Bytes one token adds to the cache if every attention layer holds it: layers x elements x bytes/element
     (Gated DeltaNet layers hold no tokens), DSA's indexer keys and sparse record included; DeepSeek-V4's: every
     layer's window entry + a CSA layer's (entry + indexer key) / csa_ratio + an HCA layer's entry / hca_ratio."""
-    ca = spec.compressed_attention
-    if ca is not None:
-        entry = compressed_entry_bytes(spec, kv_dtype)
-        return math.ceil(spec.num_layers * entry
-                         + len(ca.csa_layers) * (entry + compressed_indexer_bytes(spec, kv_dtype)) / ca.csa_ratio
-                         + len(ca.hca_layers) * entry / ca.hca_ratio)
+    if spec.compressed_attention is not None:
+        return math.ceil(spec.num_layers * compressed_entry_bytes(spec, kv_dtype) + compressed_rate(spec, kv_dtype))
     return math.ceil(held_bytes(spec, kv_dtype, 1) if spec.sparse_indexer is not None
                      else kv_dtype.bytes_for(kv_elements_per_token(spec)))
 

@@ -296,12 +296,12 @@ class _Dims:
     index_topk: int = 0
     index_key_bytes: float = 0.0
     attn_o: _Linear | None = None  # the O projection where a checkpoint stores it apart (None: as ``attn``)
-    # DeepSeek-V4 (CSA / HCA): its q LoRA rank, output groups per GPU and their rank, one cached entry's bytes,
-    # hyper-connection streams and compression ratios (the indexer's in ``index_*``); 0: another model
+    # DeepSeek-V4 (CSA / HCA): its q LoRA rank, output groups per GPU and their rank, hyper-connection streams and
+    # compression ratios (one cached entry's bytes in ``kv_bytes_per_token``, the indexer's in ``index_*``); 0:
+    # another model
     v4_q_rank: int = 0
     v4_o_groups: float = 0.0
     v4_o_rank: int = 0
-    v4_entry_bytes: float = 0.0
     v4_hc: int = 0
     v4_csa_ratio: int = 0
     v4_hca_ratio: int = 0
@@ -407,7 +407,7 @@ def _stages(spec: ModelSpec, pp: int, variant_of: dict[int, int] | None = None) 
     compressed = {"csa": set(ca.csa_layers), "hca": set(ca.hca_layers)} if ca is not None else {}
     kinds = {**compressed,
              "sliding": (set(spec.sliding_window_layers) if spec.sliding_window is not None else set()) - set().union(
-                 set(), *compressed.values()),
+                 *compressed.values()),
              "linear": set(spec.linear_attention.layers) if spec.linear_attention is not None else set(),
              "shared": set(every) - set(si.layers) if si is not None else set(),
              "none": set(spec.mixer_free_layers)}
@@ -550,15 +550,19 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
             return replace(linear, dynamic_scale=True)
         return linear
 
-    si = spec.sparse_indexer
-    ca = spec.compressed_attention
-    v4: dict[str, float | int] = {}
+    si, ca = spec.sparse_indexer, spec.compressed_attention
+    # the cache one token adds to a layer and DSA's indexer; DeepSeek-V4's entry, indexer and layer shape instead
+    cache: dict[str, float | int] = {
+        "index_heads": si.num_heads if si else 0, "index_dim": si.head_dim if si else 0,
+        "index_topk": si.topk if si else 0, "index_key_bytes": float(indexer_key_bytes(spec)),
+        "kv_bytes_per_token": float(kv_layer_bytes(spec, kv_dtype, sliding=False)) if si is not None
+        else float(kv_dtype.bits_per_element) * kv_elements / 8}
     if ca is not None:
-        v4 = {"v4_q_rank": ca.q_lora_rank, "v4_o_groups": ca.o_groups / tp, "v4_o_rank": ca.o_lora_rank,
-              "v4_entry_bytes": float(compressed_entry_bytes(spec, kv_dtype)), "v4_hc": ca.hc_mult,
-              "v4_csa_ratio": ca.csa_ratio, "v4_hca_ratio": ca.hca_ratio, "index_heads": ca.index_heads,
-              "index_dim": ca.index_head_dim, "index_topk": ca.index_topk,
-              "index_key_bytes": float(compressed_indexer_bytes(spec, kv_dtype)), "kv_bytes_per_token": 0.0}
+        cache = {"v4_q_rank": ca.q_lora_rank, "v4_o_groups": ca.o_groups / tp, "v4_o_rank": ca.o_lora_rank,
+                 "kv_bytes_per_token": float(compressed_entry_bytes(spec, kv_dtype)), "v4_hc": ca.hc_mult,
+                 "v4_csa_ratio": ca.csa_ratio, "v4_hca_ratio": ca.hca_ratio, "index_heads": ca.index_heads,
+                 "index_dim": ca.index_head_dim, "index_topk": ca.index_topk,
+                 "index_key_bytes": float(compressed_indexer_bytes(spec, kv_dtype))}
     return _Dims(h=h, vocab=spec.vocab_size // tp, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                  mla=spec.mla is not None,
                  q_rank=q_rank, kv_rank=kv_rank, rope=rope, nope=nope, v_dim=v_dim, gated=spec.ffn_kind == "gated",
@@ -577,10 +581,7 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  shared=mode("shared_experts"),
                  head=mode("embedding" if spec.tie_word_embeddings else "lm_head"),
                  embedding_bits=float(precision.for_component("embedding").bits_per_element),
-                 **{"index_heads": si.num_heads if si else 0, "index_dim": si.head_dim if si else 0,
-                    "index_topk": si.topk if si else 0, "index_key_bytes": float(indexer_key_bytes(spec)),
-                    "kv_bytes_per_token": float(kv_layer_bytes(spec, kv_dtype, sliding=False)) if si is not None
-                    else float(kv_dtype.bits_per_element) * kv_elements / 8, **v4},
+                 **cache,
                  mamba_chunk=la.chunk_size if la is not None and la.kind == "mamba2" else 0,
                  moe_latent=spec.moe.latent_size if spec.moe is not None else 0)
 
@@ -1099,13 +1100,13 @@ def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind:
     _gemm(s, "attention", m, q_width, dm.v4_q_rank, dm.attn, eng, in_block=True)  # q_b
     # q norm + RoPE, the K=V entry's RoPE, quantisation and cache write
     _elementwise_group(s, "attention", 2 * m * q_width * ACT_BYTES + m * d_head * ACT_BYTES
-                       + m * dm.v4_entry_bytes, ideal_bytes=m * dm.v4_entry_bytes)
+                       + m * dm.kv_bytes_per_token, ideal_bytes=m * dm.kv_bytes_per_token)
     seqs_prefill, n, p = shape.prefill_seqs, shape.prefill_tokens, shape.prefill_past
     if ratio:  # pooling: the per-token fp32 kv and score state written, each closed window pooled into an entry
         c = 2 if kind == "csa" else 1
         entries = m / ratio
-        _elementwise_group(s, "attention", m * 2 * c * d_head * 4 * 2 + entries * dm.v4_entry_bytes, kernels_count=2,
-                           ideal_bytes=entries * dm.v4_entry_bytes)
+        _elementwise_group(s, "attention", m * 2 * c * d_head * 4 * 2 + entries * dm.kv_bytes_per_token,
+                           kernels_count=2, ideal_bytes=entries * dm.kv_bytes_per_token)
     heads = dm.heads if r.ideal else (64 if dm.heads <= 64 else 128)  # FlashMLA's head tile
     if kind == "csa":
         _gemm(s, "attention", m, dm.index_heads + 2 * 2 * dm.index_dim, h, bf16, eng, in_block=True)
@@ -1128,9 +1129,9 @@ def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind:
     if seqs_prefill and n:  # query-key pairs of the prefill over all its sequences
         keys = seqs_prefill * (keys_attended(window, p, n) + (_compressed_keys(ratio, topk, p, n) if ratio else 0.0))
         held = min(p + n, window) + ((p + n) / ratio if ratio else 0.0)  # gathered per sequence into bf16
-        gathered = seqs_prefill * held * (dm.v4_entry_bytes + d_head * ACT_BYTES)
+        gathered = seqs_prefill * held * (dm.kv_bytes_per_token + d_head * ACT_BYTES)
         _elementwise_group(s, "attention", gathered)
-        read = seqs_prefill * held * dm.v4_entry_bytes if p else 0.0
+        read = seqs_prefill * held * dm.kv_bytes_per_token if p else 0.0
         acc.kv_bytes += s.mult * read
         s.add("attention", kernels.sparse_attention(r, flops=keys * heads * 2.0 * 2 * d_head,
                                                     nbytes=seqs_prefill * held * d_head * ACT_BYTES
@@ -1140,7 +1141,7 @@ def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind:
         ctx = shape.decode_context
         per_seq = min(ctx, window) + (min(math.floor(ctx / ratio), topk if topk is not None else math.inf)
                                       if ratio else 0.0)
-        kv_read = shape.decode_seqs * per_seq * dm.v4_entry_bytes
+        kv_read = shape.decode_seqs * per_seq * dm.kv_bytes_per_token
         acc.kv_bytes += s.mult * kv_read
         s.add("attention", kernels.decode_attention(r, shape.decode_seqs, 1, kv_read,
                                                     shape.decode_seqs * heads * 2.0 * 2 * d_head * per_seq))

@@ -28,8 +28,10 @@ from functools import lru_cache
 from tfcalc.calc import engine as eng
 from tfcalc.calc.kv_cache import (
     compressed_entry_bytes,
+    compressed_held_bytes,
     compressed_indexer_bytes,
-    compressor_state_bytes_per_layer,
+    compressed_rate,
+    compressor_state_bytes,
     indexer_key_bytes,
     kv_layer_bytes,
     state_dtypes,
@@ -376,16 +378,6 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
                        sequences=sequences, window_aware=window_aware, per_seq=per_seq)
 
 
-def compressed_rate(spec: ModelSpec, census: StageCensus, kv_dtype: DType) -> Fraction:
-    """Bytes one more token adds to a DeepSeek-V4 stage's cache once past the window: its CSA layers' (entry +
-    indexer key) / csa_ratio + its HCA layers' entry / hca_ratio."""
-    ca = spec.compressed_attention
-    assert ca is not None
-    entry = compressed_entry_bytes(spec, kv_dtype)
-    return (census.csa_layers * (entry + compressed_indexer_bytes(spec, kv_dtype)) / ca.csa_ratio
-            + census.hca_layers * entry / ca.hca_ratio)
-
-
 def v4_engine_layout(spec: ModelSpec, census: StageCensus, kv_dtype: DType) -> eng.V4Layout:
     """vLLM's grouping of a DeepSeek-V4 stage's caches (``engine.v4_layout``): FlashMLA's records and the indexer's
     keys in pages aligned to 576 bytes where the cache is fp8 (fp8_ds_mla), 512 otherwise; fp32 compressor states
@@ -407,7 +399,7 @@ def _compressed_allocation(spec: ModelSpec, engine: EngineSpec | None, census: S
     request of ``context`` tokens reserving each group's pages (its windows by max_num_batched_tokens), vLLM's
     "Maximum concurrency" and tokens, none where the budget is under what it checks one request against. Else each
     layer's window, the CSA and HCA layers' compressed entries (and indexer keys) and the compressors' fp32 states
-    at their own size, the pool counted in tokens of the rate past the window (``compressed_rate``)."""
+    at their own size, the pool counted in tokens of the rate past the window (``kv_cache.compressed_rate``)."""
     ca = spec.compressed_attention
     assert ca is not None and spec.sliding_window is not None
     if engine is not None and engine.kv.v4_tuple_groups:
@@ -421,18 +413,15 @@ def _compressed_allocation(spec: ModelSpec, engine: EngineSpec | None, census: S
                            tokens=math.floor(concurrency * context), per_request=per_request,
                            sequences=math.floor(concurrency) if free >= needed else 0,
                            window_aware=math.floor(concurrency) if free >= needed else 0, per_seq=needed)
-    entry, key = compressed_entry_bytes(spec, kv_dtype), compressed_indexer_bytes(spec, kv_dtype)
-    states = (census.csa_layers * compressor_state_bytes_per_layer(spec, csa=True)
-              + census.hca_layers * compressor_state_bytes_per_layer(spec, csa=False))
-    per_seq = math.ceil(census.attention_layers * min(context, spec.sliding_window) * entry
-                        + census.csa_layers * (context // ca.csa_ratio) * (entry + key)
-                        + census.hca_layers * (context // ca.hca_ratio) * entry + states)
-    rate = compressed_rate(spec, census, kv_dtype)
+    counts = (census.attention_layers, census.csa_layers, census.hca_layers)
+    per_seq = math.ceil(compressed_held_bytes(spec, kv_dtype, context, counts) + compressor_state_bytes(spec, counts))
+    rate = compressed_rate(spec, kv_dtype, counts)
     tokens = math.floor(free / rate) if rate else 0
     sequences = free // per_seq if per_seq else 0
-    return _Allocation(page=math.ceil(block * entry), per_token=math.ceil(rate), groups=eng.kv_groups(
-        None, census.full_layers, census.sliding_layers), pool=tokens // block, tokens=tokens,
-        per_request=-(-context // block), sequences=sequences, window_aware=sequences, per_seq=per_seq)
+    return _Allocation(page=math.ceil(block * compressed_entry_bytes(spec, kv_dtype)), per_token=math.ceil(rate),
+                       groups=eng.kv_groups(None, census.full_layers, census.sliding_layers), pool=tokens // block,
+                       tokens=tokens, per_request=-(-context // block), sequences=sequences,
+                       window_aware=sequences, per_seq=per_seq)
 
 
 def state_page(spec: ModelSpec, engine: EngineSpec | None, sh: Shard, kv_dtype: DType, block: int) -> tuple[int, int]:

@@ -27,9 +27,9 @@ from functools import lru_cache
 
 from tfcalc.calc.engine import V4_MLA_BLOCK
 from tfcalc.calc.kernels import UNIFORM, Routing
-from tfcalc.calc.kv_cache import compressed_entry_bytes, compressor_state_bytes_per_layer, default_kv_dtype
+from tfcalc.calc.kv_cache import compressed_entry_bytes, compressed_rate, compressor_state_bytes, default_kv_dtype
 from tfcalc.calc.latency import Deployment, StepShape, in_flight_seconds, serving_step_seconds
-from tfcalc.calc.plan import DEFAULT_BLOCK_SIZE, PlanConfig, compressed_rate, plan_fit, state_page, v4_engine_layout
+from tfcalc.calc.plan import DEFAULT_BLOCK_SIZE, PlanConfig, plan_fit, state_page, v4_engine_layout
 from tfcalc.calc.shard import Parallelism, attention_ranks, shard, stage_census
 from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.spec.engine import EngineSpec, memory_model
@@ -110,23 +110,18 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
 def _compressed_kv_shape(spec: ModelSpec, engine: EngineSpec | None, kv_dtype: DType) -> KvShape:
     """DeepSeek-V4's cache in tokens of its pool. Under vLLM's DeepSeek-V4 groups (``kv.v4_tuple_groups``) the pool
     is its block ids x 256 tokens and a running sequence holds cdiv(c, 256) compressed blocks plus its sliding
-    groups' blocks over their windows (``V4Layout.held_blocks``, a fixed share). Else in tokens of
-    ``plan.compressed_rate`` (bytes per token past the window): one layer's worth weighted by that rate holds the
+    groups' blocks over their windows (``V4Layout.sliding_blocks``, a fixed share). Else in tokens of
+    ``kv_cache.compressed_rate`` (bytes per token past the window): one layer's worth weighted by that rate holds the
     context, every layer its window of entries, and the compressors' states a fixed share per sequence (the
     compressed entries counted per token, not per ratio tokens)."""
-    ca = spec.compressed_attention
-    assert ca is not None and spec.sliding_window is not None
-    census = stage_census(spec, range(spec.num_layers))
+    assert spec.compressed_attention is not None and spec.sliding_window is not None
     if engine is not None and engine.kv.v4_tuple_groups:
-        layout = v4_engine_layout(spec, census, kv_dtype)
-        long = float(1 << 30)
-        return KvShape(num_layers=1, state_units=(layout.held_blocks(long) - long / V4_MLA_BLOCK) * V4_MLA_BLOCK)
-    rate = float(compressed_rate(spec, census, kv_dtype))
-    states = float(compressor_state_bytes_per_layer(spec, csa=True) * census.csa_layers
-                   + compressor_state_bytes_per_layer(spec, csa=False) * census.hca_layers)
+        layout = v4_engine_layout(spec, stage_census(spec, range(spec.num_layers)), kv_dtype)
+        return KvShape(num_layers=1, state_units=layout.sliding_blocks * V4_MLA_BLOCK)
+    rate = float(compressed_rate(spec, kv_dtype))
     return KvShape(num_layers=spec.num_layers + 1, windows=((spec.num_layers, spec.sliding_window),),
                    full_weight=rate, window_weight=float(compressed_entry_bytes(spec, kv_dtype)),
-                   per_pool_token=rate, state_units=states / rate)
+                   per_pool_token=rate, state_units=float(compressor_state_bytes(spec)) / rate)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -98,14 +98,15 @@ def _compressed_lines(spec: ModelSpec, kv_dtype: DType, cfg: PlanConfig, r: Plan
     ca = spec.compressed_attention
     assert ca is not None and spec.sliding_window is not None
     entry, key = compressed_entry_bytes(spec, kv_dtype), compressed_indexer_bytes(spec, kv_dtype)
-    lines = [f"one sequence of {cfg.context:,} tokens per GPU (DeepSeek-V4, not split by tp) = {spec.num_layers} "
+    widest = max((stage_census(spec, layers) for layers in stage_layers(spec.num_layers, r.parallelism.pp)),
+                 key=lambda c: c.attention_layers)  # the stage with the most layers: its GPUs hold the most
+    counts = (widest.attention_layers, widest.csa_layers, widest.hca_layers)
+    lines = [f"one sequence of {cfg.context:,} tokens per GPU (DeepSeek-V4, not split by tp) = {counts[0]} "
              f"layers x {min(cfg.context, spec.sliding_window)} window entries x {float(entry):,.0f} B + "
-             f"{len(ca.csa_layers)} CSA layers x {cfg.context // ca.csa_ratio:,} x ({float(entry):,.0f} + "
-             f"{float(key):,.0f}) B + {len(ca.hca_layers)} HCA layers x {cfg.context // ca.hca_ratio:,} x "
-             f"{float(entry):,.0f} B + compressor states {float(compressor_state_bytes(spec)):,.0f} B"]
+             f"{counts[1]} CSA layers x {cfg.context // ca.csa_ratio:,} x ({float(entry):,.0f} + "
+             f"{float(key):,.0f}) B + {counts[2]} HCA layers x {cfg.context // ca.hca_ratio:,} x "
+             f"{float(entry):,.0f} B + compressor states {float(compressor_state_bytes(spec, counts)):,.0f} B"]
     if r.engine is not None and r.engine.kv.v4_tuple_groups:
-        widest = max((stage_census(spec, layers) for layers in stage_layers(spec.num_layers, r.parallelism.pp)),
-                     key=lambda c: c.attention_layers)
         block = v4_engine_layout(spec, widest, kv_dtype).bytes_per_block
         lines.append(f"vLLM's groups: block ids of {block:,} B, a request of "
                      f"{cfg.context:,} tokens checked against {r.kv_bytes_per_sequence_per_gpu:,} B "

@@ -418,10 +418,6 @@ class CompressedAttentionSpec:
         _require(not set(self.csa_layers) & set(self.hca_layers),
                  "compressed_attention: a layer is listed both as CSA and as HCA")
 
-    def ratio(self, layer: int) -> int:
-        """Tokens per compressed entry in ``layer``: csa_ratio, hca_ratio, or 0 (the window alone)."""
-        return self.csa_ratio if layer in self.csa_layers else self.hca_ratio if layer in self.hca_layers else 0
-
 
 @dataclass(frozen=True, kw_only=True)
 class EncoderSpec:
