@@ -127,8 +127,8 @@ def test_vllm_groups_reproduce_its_log() -> None:
     from tfcalc.calc.plan import v4_engine_layout
     from tfcalc.calc.shard import stage_census
 
-    layout = v4_engine_layout(FLASH, stage_census(FLASH, range(FLASH.num_layers)), FP8)
-    assert layout.bytes_per_block == 22 * (37_440 + 8_640 + 1_728) == 1_051_776
+    layout = v4_engine_layout(FLASH, load_engine("vllm@0.22"), stage_census(FLASH, range(FLASH.num_layers)), FP8)
+    assert layout is not None and layout.bytes_per_block == 22 * (37_440 + 8_640 + 1_728) == 1_051_776
     gib = 1 << 30
     assert f"{layout.needed_bytes(30_000, 16_384) / gib:.2f}" == "6.66"
     available = layout.needed_bytes(13_528, 16_384)
@@ -149,7 +149,8 @@ def test_vllm_plan_reports_its_concurrency_and_the_serving_pool_its_blocks() -> 
     precision = parse_weight_precision(FLASH.native_dtype)
     cfg = PlanConfig(num_gpus=8, tp=8, context=65_536, batch=1, engine=engine, max_num_batched_tokens=8192)
     r = plan_fit(FLASH, load_gpu("h200"), precision, FP8, cfg)
-    layout = v4_engine_layout(FLASH, stage_census(FLASH, range(FLASH.num_layers)), FP8)
+    layout = v4_engine_layout(FLASH, engine, stage_census(FLASH, range(FLASH.num_layers)), FP8)
+    assert layout is not None
     blocks = r.kv_budget_bytes_per_gpu // layout.bytes_per_block
     assert r.kv_pool_blocks_per_gpu == blocks
     assert r.max_concurrent_sequences == blocks // layout.blocks_per_request(65_536, 8192)
@@ -192,3 +193,57 @@ def test_hyper_connection_site_costs_the_engines_measured_fixed_time() -> None:
     plain = latency._Step(bare.rates_decode)
     latency._hyper_connection(plain, bare, "attention", 1)
     assert plain.groups["attention"].floor_seconds < site.floor_seconds
+
+
+def _flash_layout(grouping: str, concurrency: str = "pages"):  # noqa: ANN202 - a V4Layout
+    from tfcalc.calc.engine import v4_layout
+
+    return v4_layout(43, 21, 20, 4, 128, 584, 132, (2 * 2 * 512 * 4, 2 * 2 * 128 * 4, 2 * 512 * 4), 576, grouping,
+                     concurrency)
+
+
+def test_vllm_later_groupings_price_a_block_id_as_its_planner_does() -> None:
+    """vLLM 0.23-0.28 (_get_kv_cache_config_packed) charge a block id each page size times the most layers of it in
+    one group: 22 x 37,440 + 21 x 8,640 + 20 x 1,728 (the compressor states padded to 37,440 as in 0.20-0.22). 0.29+
+    (_get_packed_kv_cache_groups) pad nothing and charge the widest of five groups: the compressed caches'. The
+    group bytes and blocks per request are those vLLM 0.34's own functions give for DeepSeek-V4-Flash
+    (benchmarks/validation/vllm_v4_layout.py runs them)."""
+    packed = _flash_layout("packed", "weighted")
+    assert packed.bytes_per_block == 22 * 37_440 + 21 * 8_640 + 20 * 1_728 == 1_039_680
+    assert [g.bytes for g in packed.groups] == [1_002_240, 823_680, 786_240, 967_680, 748_800]
+    outermost = _flash_layout("outermost")
+    assert outermost.bytes_per_block == 21 * 37_440 + 21 * 8_640 + 20 * 1_728 == 1_002_240
+    assert sorted(g.bytes for g in outermost.groups) == [656_640, 786_240, 823_680, 870_912, 1_002_240]
+    assert [outermost.blocks_per_request(n, t) for n, t in [(1_048_576, 16_384), (30_000, 8192), (200, 8192)]] == [
+        10_778, 3472, 88]
+
+
+def test_vllm_026_log_holds_150k_tokens_in_7_7_gib() -> None:
+    """vllm-project/vllm issue #51041 (vLLM 0.26.0, H20, tp 2, DeepSeek-V4-Flash-0731, max_model_len 121,344,
+    --max-num-batched-tokens 8192): "KV cache holds only 150K tokens in 7.7 GiB". 0.26 reserves the sliding groups
+    for two batches in flight (async scheduling: max_in_flight_tokens); with one batch it would report 280K."""
+    from tfcalc.calc.engine import in_flight_tokens
+
+    layout = _flash_layout("packed", "weighted")
+    vllm = load_engine("vllm")
+    async_026 = replace(vllm, kv=replace(vllm.kv, in_flight="pipeline_async"))
+    context = 121_344
+
+    def tokens(in_flight: int, gib: float) -> int:
+        blocks = int(gib * (1 << 30)) // layout.bytes_per_block
+        return blocks * context // layout.blocks_per_request(context, in_flight)
+
+    two = in_flight_tokens(async_026, 1, 8192)
+    assert two == 16_384 == in_flight_tokens(async_026, 1, 8192) == 2 * in_flight_tokens(vllm, 1, 8192)
+    assert 149_000 < tokens(two, 7.65) <= tokens(two, 7.75) < 152_500
+    assert tokens(8192, 7.7) > 275_000
+
+
+def test_in_flight_tokens_follow_the_pipeline() -> None:
+    """vLLM 0.26+ VllmConfig.max_in_flight_tokens: (pp, + 1 under async scheduling) x max_num_batched_tokens."""
+    from tfcalc.calc.engine import in_flight_tokens
+
+    vllm = load_engine("vllm")
+    assert [in_flight_tokens(replace(vllm, kv=replace(vllm.kv, in_flight=rule)), 4, 100)
+            for rule in ("batch", "pipeline", "pipeline_async")] == [100, 400, 500]
+    assert in_flight_tokens(None, 4, 100) == 100

@@ -35,8 +35,11 @@ def test_every_engine_preset_loads_and_cites_its_source() -> None:
     for name in names:
         e = load_engine(name)
         assert e.sources and all(text.strip() for text in e.sources.values())
-    assert load_engine("vllm").releases == "0.21+"  # the default is the current release line
-    assert load_engine("vllm@0.19.1").releases == "0.17-0.20"
+    assert load_engine("vllm").releases == "0.20-0.22"  # the default is the newest release line modelled
+    assert load_engine("vllm@0.19.1").releases == "0.17-0.19"
+    assert load_engine("vllm@0.20.1").releases == "0.20-0.22"
+    with pytest.raises(UsageError, match="no vllm engine preset covers version 0.23"):
+        load_engine("vllm@0.23")
     assert load_engine("vllm@0.9").releases == "0.8-0.10"
     with pytest.raises(UsageError, match="no vllm engine preset covers version 0.7"):
         load_engine("vllm@0.7")
@@ -470,8 +473,10 @@ def test_qwen35_27b_vllm_plan_by_hand(tp: int, state: int, page: int) -> None:
     assert r.block_size == 784 and r.block_size_asked == 16 and 784 * page >= state
     assert (r.kv_groups, r.kv_group_size, r.kv_padding_layers) == (4, 16, 0)
     assert r.kv_pool_blocks_per_gpu == r.kv_budget_bytes_per_gpu // (784 * page * 16)
-    assert r.kv_tokens_per_gpu == r.kv_pool_blocks_per_gpu // 4 * 784
+    assert r.kv_pool_tokens_per_gpu == r.kv_pool_blocks_per_gpu // 4 * 784
     assert r.kv_blocks_per_request == 42 + 3
+    # "GPU KV cache size" (0.20.1+): int(Maximum concurrency x max_model_len)
+    assert r.kv_tokens_per_gpu == r.kv_pool_blocks_per_gpu * 32_768 // 45
     assert r.max_concurrent_sequences == r.kv_pool_blocks_per_gpu // 45
 
 
@@ -498,17 +503,19 @@ def test_tp_must_split_the_linear_heads() -> None:
 
 def test_llama4_chunked_layers_in_each_engines_pool() -> None:
     """Llama 4 Scout at 128K on 8 x H100: vLLM's hybrid allocator, where chunked local attention is allowed
-    (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1, the default from 0.23), groups 12 NoPE and 36 chunked
-    layers in 4 groups of 12, a chunked group admitting cdiv(8192 + 8192, 16) blocks per request
-    (ChunkedLocalAttentionSpec); the vLLM presets (the variable off by default), SGLang (no
-    --hybrid-kvcache-ratio) and TensorRT-LLM cache every layer whole."""
+    (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1, the default from 0.14: vllm-0.17, vllm-0.21), groups 12
+    NoPE and 36 chunked layers in 4 groups of 12, a chunked group admitting cdiv(8192 + 8192, 16) blocks per request
+    (ChunkedLocalAttentionSpec); vllm-0.11 (the variable off until 0.13), SGLang (no --hybrid-kvcache-ratio) and
+    TensorRT-LLM cache every layer whole."""
     spec, gpu = load_model("llama4-scout-17b-16e"), load_gpu("h100-sxm")
 
     def run(e):  # noqa: ANN001, ANN202 - EngineSpec -> PlanResult
         return plan_fit(spec, gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=8, tp=8, context=131072, engine=e))
 
     vllm = load_engine("vllm")
-    new, old, sglang = run(replace(vllm, kv=replace(vllm.kv, chunked_local=True))), run(vllm), run(
+    assert vllm.kv.chunked_local and load_engine("vllm@0.19").kv.chunked_local
+    assert not load_engine("vllm@0.11").kv.chunked_local
+    new, old, sglang = run(vllm), run(replace(vllm, kv=replace(vllm.kv, chunked_local=False))), run(
         load_engine("sglang"))
     assert (new.kv_groups, new.kv_group_size, new.max_num_batched_tokens) == (4, 12, 8192)
     assert new.kv_blocks_per_request == 131072 // 16 + 3 * (8192 + 8192) // 16
@@ -556,10 +563,11 @@ def test_gemma4_31b_on_vllm_pages_its_global_group_with_32_token_blocks() -> Non
     page = 16 * 8192 * 2
     assert (r.kv_groups, r.kv_group_size, r.kv_padding_layers) == (6, 10, 0)
     assert r.kv_pool_blocks_per_gpu == r.kv_budget_bytes_per_gpu // (page * 10)
-    assert r.kv_tokens_per_gpu == r.kv_pool_blocks_per_gpu // 6 * 16   # vLLM logs tokens of the smallest block
+    assert r.kv_pool_tokens_per_gpu == r.kv_pool_blocks_per_gpu // 6 * 16   # the pool in the smallest block
     mnbt = r.max_num_batched_tokens
     per_request = 8192 // 32 + 5 * (-(-min(1023 + mnbt, 8192) // 16) + 1)
     assert r.max_concurrent_sequences == r.kv_pool_blocks_per_gpu // per_request
+    assert r.kv_tokens_per_gpu == r.kv_pool_blocks_per_gpu * 8192 // per_request   # concurrency x max_model_len
     # weights as vLLM loads them: the checkpoint's plus a copy of each global layer's k_proj in the V slot
     checkpoint = stage_weight_bytes(spec, shard(spec, r.parallelism, vocab_rows=r.vocab_rows), BF16,
                                     range(60), first=True, last=True)

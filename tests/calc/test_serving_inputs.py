@@ -41,7 +41,7 @@ def test_replica_memory_is_plan_fit(engine: str, name: str, tp: int) -> None:
                        max_num_batched_tokens=4096)
     r = plan_fit(spec, gpu, precision, kv, PlanConfig(num_gpus=tp, tp=tp, context=8192, engine=e, max_num_seqs=256,
                                                       max_num_batched_tokens=4096))
-    assert m.kv_capacity_tokens == r.kv_tokens_per_gpu
+    assert m.kv_capacity_tokens == r.kv_pool_tokens_per_gpu
     assert m.max_sequences_at_max_len == r.max_concurrent_sequences
     assert m.fits == (r.max_concurrent_sequences >= 1)
     assert m.engine == (e.label if e else "ideal")
@@ -76,7 +76,8 @@ def test_gemma4_kv_units_are_the_pools_window_aware_count(engine: str, context: 
     r = plan_fit(spec, load_gpu("h200"), parse_weight_precision("bf16"), get_dtype("bf16"),
                  PlanConfig(num_gpus=1, context=context, engine=e))
     units = kv_shape(spec, e).units(context)
-    assert r.kv_tokens_per_gpu / units == pytest.approx(r.max_concurrent_sequences_window_aware, rel=0.01, abs=1)
+    assert r.kv_pool_tokens_per_gpu / units == pytest.approx(r.max_concurrent_sequences_window_aware, rel=0.01,
+                                                             abs=1)
     assert units < context  # the windows hold 1,024 tokens each
 
 

@@ -70,11 +70,16 @@ def test_indexer_needs_mla_and_layer_zero() -> None:
                                                                            topk=64))
 
 
-def test_vllm_keeps_a_dsa_cache_in_fp8_by_default() -> None:
+def test_only_vllm_011_keeps_a_dsa_cache_in_fp8_by_default() -> None:
+    """vLLM 0.11.x turned --kv-cache-dtype auto into fp8_ds_mla for a DSA model (``kv.sparse_mla_fp8``); from 0.12
+    auto stays the model dtype, as in every vLLM preset (their releases' wheels) and SGLang."""
     spec = load_model("deepseek-v3.2")
-    assert default_kv_dtype(spec, load_engine("vllm-0.21")).name == "fp8_e4m3"
-    assert default_kv_dtype(spec, load_engine("sglang-0.5")).name == "bf16"
-    assert default_kv_dtype(load_model("deepseek-v3"), load_engine("vllm-0.21")).name == "bf16"
+    vllm = load_engine("vllm-0.21")
+    assert default_kv_dtype(spec, replace(vllm, kv=replace(vllm.kv, sparse_mla_fp8=True))).name == "fp8_e4m3"
+    for engine in ("vllm-0.21", "vllm-0.17", "vllm-0.11", "sglang-0.5"):
+        assert default_kv_dtype(spec, load_engine(engine)).name == "bf16"
+    assert default_kv_dtype(load_model("deepseek-v3"), replace(vllm, kv=replace(vllm.kv, sparse_mla_fp8=True))
+                            ).name == "bf16"
 
 
 def test_plan_pool_holds_the_record_and_the_indexer_keys() -> None:

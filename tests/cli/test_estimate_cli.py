@@ -333,7 +333,7 @@ def test_estimate_and_plan_read_engines_alike(tmp_path: Path) -> None:
 def test_engine_from_the_environment_and_lists(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TFCALC_ENGINE", "vllm@0.19")
     (row,) = _json(*ARGS[1:])
-    assert row["engine"] == "vllm 0.17-0.20"
+    assert row["engine"] == "vllm 0.17-0.19"
     rows = _json(*ARGS[1:], "--engine", "sglang,trtllm")
     assert [r["engine"] for r in rows] == ["sglang 0.5+", "trtllm 1.0+"]
     result = runner.invoke(app, [*ARGS, "--engine", "sglang,trtllm"])

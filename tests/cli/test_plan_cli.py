@@ -40,7 +40,7 @@ def test_table_sweep_and_explain() -> None:
     assert "Available KV cache memory = " in result.stdout and "a100-40gb" in result.stdout
     assert "torch peak memory increase" in result.stdout and "Maximum concurrency" in result.stdout
     wide = run("plan", "-p", "deepseek-v3", "-tp", "8", "--explain")  # each trace's header wraps at 80 columns
-    assert "# model=deepseek-v3, gpu=h100-sxm" in wide.stdout and "\n# context=163840, batch=1" in wide.stdout
+    assert "# model=deepseek-v3, gpu=h100-sxm" in wide.stdout and "\n# pp=1, context=163840, batch=1" in wide.stdout
     assert all(len(line) <= 80 for line in wide.stdout.splitlines() if line.startswith("#"))
 
 
@@ -188,8 +188,10 @@ def test_engines_compare_and_name_themselves() -> None:
     result = run("plan", "-p", "llama3-8b", "--engine", "vllm,vllm@0.19,sglang,trtllm,ideal", "-f", "json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert [r["engine"] for r in rows] == ["vllm 0.21+", "vllm 0.17-0.20", "sglang 0.5+", "trtllm 1.0+", "ideal"]
-    assert rows[0]["kv_budget_bytes_per_gpu_ideal"] == rows[4]["kv_budget_bytes_per_gpu"]
+    assert [r["engine"] for r in rows] == ["vllm 0.20-0.22", "vllm 0.17-0.19", "sglang 0.5+", "trtllm 1.0+", "ideal"]
+    assert rows[1]["kv_budget_bytes_per_gpu_ideal"] == rows[4]["kv_budget_bytes_per_gpu"]  # both at 0.9
+    assert rows[0]["memory_fraction"] == 0.92 and rows[0]["kv_budget_bytes_per_gpu_ideal"] > rows[4][
+        "kv_budget_bytes_per_gpu"]
     assert rows[4]["kv_budget_bytes_per_gpu_ideal"] is None
     assert all(r["capacity_bytes"] == round(79.19 * (1 << 30)) for r in rows[:4])
 
@@ -227,7 +229,7 @@ def test_runtime_overhead_needs_an_engine_that_uses_it(command: str) -> None:
 def test_engine_from_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("TFCALC_ENGINE", "vllm@0.19")
     result = run("plan", "-p", "llama3-8b", "-f", "json")
-    assert result.exit_code == 0 and json.loads(result.stdout)[0]["engine"] == "vllm 0.17-0.20"
+    assert result.exit_code == 0 and json.loads(result.stdout)[0]["engine"] == "vllm 0.17-0.19"
 
 
 def test_explain_names_each_term_as_the_engine_logs_it() -> None:

@@ -2,7 +2,7 @@
 the terms of one GPU's budget. Pure math, no I/O; every rule cites the engine source in the preset it reads.
 
     vLLM (budget "utilization"):   KV = capacity x gpu_memory_utilization - weights - activation peak - non-torch
-                                        [- CUDA graphs from 0.21] [- startup memory before 0.11]
+                                        [- CUDA graphs from 0.20] [- startup memory before 0.11]
     SGLang ("static_fraction"):    KV = (capacity - startup) x mem_fraction_static - weights
     TensorRT-LLM ("free_fraction"): KV = (capacity - weights - startup - non-torch - activation peak)
                                          x free_gpu_memory_fraction
@@ -181,13 +181,13 @@ class KVGroups:
 
 def kv_groups(engine: EngineSpec | None, full_layers: int, sliding_layers: int, state_layers: int = 0) -> KVGroups:
     """vLLM kv_cache_utils._get_kv_cache_groups_uniform_page_size: each layer type's layers (full, sliding, Gated
-    DeltaNet state) split into groups of the smallest type's count (the largest type's when they differ by under
-    25 %), the last group of each type padded."""
+    DeltaNet state) split into groups of the smallest type's count (the largest type's while it is under
+    ``kv.group_size_ratio`` times the smallest), the last group of each type padded."""
     counts = [n for n in (full_layers, sliding_layers, state_layers) if n]
     if engine is None or not engine.kv.hybrid_groups or len(counts) < 2:
         return KVGroups(group_size=full_layers + sliding_layers, full_groups=1, sliding_groups=0, padding_layers=0)
     small, large = min(counts), max(counts)
-    size = large if large < small * 1.25 else small
+    size = large if large < small * engine.kv.group_size_ratio else small
     full, sliding, state = (-(-n // size) for n in (full_layers, sliding_layers, state_layers))
     return KVGroups(group_size=size, full_groups=full, sliding_groups=sliding, state_groups=state,
                     padding_layers=(full + sliding + state) * size - full_layers - sliding_layers - state_layers)
@@ -213,26 +213,35 @@ def unified_block_sizes(block_size: int, pages: tuple[int, int]) -> tuple[int, i
     return tuple(block_size * largest // p if p else block_size for p in pages)  # type: ignore[return-value]
 
 
+def in_flight_tokens(engine: EngineSpec | None, pp: int, max_num_batched_tokens: int) -> int:
+    """Tokens scheduled but not yet settled, which a sliding or chunked group reserves room for beside its window
+    (``kv.in_flight``): one batch of max_num_batched_tokens (vLLM until 0.25), or one per concurrent batch, pp of
+    them, + 1 under async scheduling (0.26+ VllmConfig.max_in_flight_tokens)."""
+    rule = engine.kv.in_flight if engine is not None else "batch"
+    batches = {"batch": 1, "pipeline": pp, "pipeline_async": pp + 1}[rule]
+    return batches * max_num_batched_tokens
+
+
 def blocks_per_request(engine: EngineSpec, groups: KVGroups, window: int | None, max_model_len: int,
-                       max_num_batched_tokens: int, block_size: int, chunked: bool = False,
+                       in_flight: int, block_size: int, chunked: bool = False,
                        full_block_size: int | None = None) -> int:
     """Blocks one request of max_model_len tokens needs (vLLM get_max_concurrency_for_kv_cache_config): a full
-    group cdiv(L, block); a sliding group cdiv(min(window - 1 + max_num_batched_tokens, L), block) + 1, a chunked
-    one (``window`` the chunk) cdiv(min(window + max_num_batched_tokens, L), block) (ChunkedLocalAttentionSpec
-    max_admission_blocks_per_request); a state group one block. ``full_block_size``: the full groups' block where
-    it differs (``unified_block_sizes``)."""
+    group cdiv(L, block); a sliding group cdiv(min(window - 1 + in_flight, L), block) + 1, a chunked one
+    (``window`` the chunk) cdiv(min(window + in_flight, L), block) (ChunkedLocalAttentionSpec
+    max_admission_blocks_per_request), ``in_flight`` the tokens in flight (``in_flight_tokens``); a state group one
+    block. ``full_block_size``: the full groups' block where it differs (``unified_block_sizes``)."""
     full = -(-max_model_len // (full_block_size or block_size))
     if not groups.sliding_groups or window is None:  # a state group: one block per request
         return (groups.full_groups + groups.sliding_groups) * full + groups.state_groups
     if chunked:
-        local = -(-min(window + max_num_batched_tokens, max_model_len) // block_size)
+        local = -(-min(window + in_flight, max_model_len) // block_size)
         return groups.full_groups * full + groups.sliding_groups * local + groups.state_groups
-    held = min(window - 1 + max_num_batched_tokens, max_model_len) if engine.kv.sliding_chunk else min(
+    held = min(window - 1 + in_flight, max_model_len) if engine.kv.sliding_chunk else min(
         window, max_model_len)
     return groups.full_groups * full + groups.sliding_groups * (-(-held // block_size) + 1) + groups.state_groups
 
 
-# --- DeepSeek-V4 under vLLM's DeepSeek-V4 grouping (0.20-0.22) ---------------------------------------------------
+# --- DeepSeek-V4 under vLLM's DeepSeek-V4 groupings (0.20+) -------------------------------------------------------
 
 V4_MLA_BLOCK = 256   # tokens per block of its compressed caches: the only size its FlashMLA backends take
 V4_SWA_BLOCK = 64    # DeepseekV4SWACache's fixed block
@@ -250,10 +259,13 @@ class V4Group:
 
 @dataclass(frozen=True, kw_only=True)
 class V4Layout:
-    """vLLM's DeepSeek-V4 cache layout on one GPU: its groups and the bytes one block id costs."""
+    """vLLM's DeepSeek-V4 cache layout on one GPU: its groups (the compressed one first), the bytes one block id
+    costs, and how its "Maximum concurrency" counts a request (``weighted``: 0.20-0.26's group bytes over the
+    compressed group's; ``pages``: 0.27+'s sum of every group's blocks)."""
 
     groups: tuple[V4Group, ...]
     bytes_per_block: int
+    concurrency: str = "weighted"
 
     def pages(self, max_model_len: int, in_flight_tokens: int) -> tuple[int, ...]:
         """Blocks each group reserves for one request of max_model_len tokens (vLLM max_memory_usage_bytes): a
@@ -267,10 +279,12 @@ class V4Layout:
         return self.bytes_per_block * sum(self.pages(max_model_len, in_flight_tokens))
 
     def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
-        """The "Maximum concurrency" denominator: cdiv(sum of each group's pages x its bytes, the compressed group's
-        bytes)."""
-        reserved = sum(p * g.bytes for p, g in zip(self.pages(max_model_len, in_flight_tokens), self.groups,
-                                                   strict=True))
+        """The "Maximum concurrency" denominator: the sum of every group's reserved blocks (``pages``), or
+        cdiv(sum of each group's blocks x its bytes, the compressed group's bytes) (``weighted``)."""
+        pages = self.pages(max_model_len, in_flight_tokens)
+        if self.concurrency == "pages":
+            return sum(pages)
+        reserved = sum(p * g.bytes for p, g in zip(pages, self.groups, strict=True))
         return -(-reserved // self.groups[0].bytes)
 
     @property
@@ -291,44 +305,87 @@ def _approximate_gcd(values: list[int], lower_bound: int) -> int:
     return best
 
 
-def v4_layout(layers: int, csa_layers: int, hca_layers: int, csa_ratio: int, hca_ratio: int, entry_bytes: int,
-              key_bytes: int, state_bytes: tuple[int, int, int], alignment: int) -> V4Layout:
-    """vLLM 0.20-0.22's grouping of DeepSeek-V4's caches (kv_cache_utils, _get_kv_cache_config_deepseek_v4): pages
-    rounded up to ``alignment`` bytes (576 with fp8_ds_mla); one group of the compressed caches (a CSA layer's
-    entries and indexer keys, 64 per 256-token block; an HCA layer's 2); the sliding caches (every layer's window,
-    64 tokens per block; a CSA layer's compressor and indexer-compressor states, 4 per block over 8; an HCA layer's,
-    8 per block over 128), each page padded to the smallest compressed page at least as large, in groups of a
-    repeat count (``_approximate_gcd`` of the layer counts); a block id costs the compressed pages once per repeat.
-    ``state_bytes``: one token's CSA compressor, CSA indexer-compressor and HCA compressor state."""
+# one bucket of same-kind caches: (tokens per block, sliding window or None, {page bytes: layers})
+_Bucket = tuple[int, int | None, dict[int, int]]
+
+
+def _v4_buckets(layers: int, csa_layers: int, hca_layers: int, csa_ratio: int, hca_ratio: int, entry_bytes: int,
+                key_bytes: int, state_bytes: tuple[int, int, int], alignment: int) -> list[_Bucket]:
+    """DeepSeek-V4's caches by kind, each page rounded up to ``alignment``: the compressed caches first (a CSA
+    layer's entries and indexer keys, 256 / 4 per block; an HCA layer's entries, 256 / 128), then every layer's
+    window (64 tokens per block over 128), a CSA layer's compressor and indexer-compressor states (4 per block
+    over 8) and an HCA layer's compressor state (8 per block over 128)."""
     def page(n: int, size: int) -> int:
         return -(-n * size // alignment) * alignment
 
-    full = [(csa_layers, page(V4_MLA_BLOCK // csa_ratio, entry_bytes)), (csa_layers,
-                                                                         page(V4_MLA_BLOCK // csa_ratio, key_bytes)),
-            (hca_layers, page(V4_MLA_BLOCK // hca_ratio, entry_bytes))]
-    full = [(n, p) for n, p in full if n]
-    full_pages = sorted({p for _, p in full})
+    kinds = [(V4_MLA_BLOCK, None, [(csa_layers, page(V4_MLA_BLOCK // csa_ratio, entry_bytes)),
+                                   (csa_layers, page(V4_MLA_BLOCK // csa_ratio, key_bytes)),
+                                   (hca_layers, page(V4_MLA_BLOCK // hca_ratio, entry_bytes))]),
+             (V4_SWA_BLOCK, 128, [(layers, page(V4_SWA_BLOCK, entry_bytes))]),
+             (4, 2 * csa_ratio, [(csa_layers, page(4, state_bytes[0])), (csa_layers, page(4, state_bytes[1]))]),
+             (8, hca_ratio, [(hca_layers, page(8, state_bytes[2]))])]
+    buckets: list[_Bucket] = []
+    for block, window, pages in kinds:
+        by_page: dict[int, int] = {}
+        for n, p in pages:
+            if n:
+                by_page[p] = by_page.get(p, 0) + n
+        if by_page:
+            buckets.append((block, window, by_page))
+    return buckets
 
-    def padded(p: int) -> int:
-        return min((x for x in full_pages if x >= p), default=p)
 
-    sliding = [(V4_SWA_BLOCK, 128, [(layers, page(V4_SWA_BLOCK, entry_bytes))]),
-               (4, 2 * csa_ratio, [(csa_layers, page(4, state_bytes[0])), (csa_layers, page(4, state_bytes[1]))]),
-               (8, hca_ratio, [(hca_layers, page(8, state_bytes[2]))])]
-    sliding = [(block, window, [(n, p) for n, p in kinds if n]) for block, window, kinds in sliding]
-    sliding = [s for s in sliding if s[2]]
-    by_count: dict[int, int] = {}
-    for n, p in full:
-        by_count[p] = by_count.get(p, 0) + n
-    tuples = [max(by_count.values())] + [max(n for n, _ in kinds) for _, _, kinds in sliding]
-    repeats = _approximate_gcd(tuples, tuples[0])
-    groups = [V4Group(bytes=sum(n * p for n, p in full), block=V4_MLA_BLOCK, window=None)]
-    widest = max(by_count.values())
-    for block, window, kinds in sliding:
-        count = kinds[0][0]
-        split = -(-count // repeats)
-        for i in range(split):
-            share = len(range(i, count, split))
-            groups.append(V4Group(bytes=share * sum(padded(p) for _, p in kinds), block=block, window=window))
-            widest = max(widest, share)
-    return V4Layout(groups=tuple(groups), bytes_per_block=sum(full_pages) * widest)
+def _split(count: int, parts: int) -> list[int]:
+    """Repeats of a layer pattern in each of ``parts`` groups dealt round-robin ([i::parts])."""
+    return [len(range(i, count, parts)) for i in range(parts)]
+
+
+def v4_layout(layers: int, csa_layers: int, hca_layers: int, csa_ratio: int, hca_ratio: int, entry_bytes: int,
+              key_bytes: int, state_bytes: tuple[int, int, int], alignment: int, grouping: str = "tuple",
+              concurrency: str = "weighted") -> V4Layout:
+    """vLLM's grouping of DeepSeek-V4's caches (``_v4_buckets``; ``state_bytes``: one token's CSA compressor, CSA
+    indexer-compressor and HCA compressor state). ``tuple`` (0.20-0.22, kv_cache_utils
+    _get_kv_cache_config_deepseek_v4) and ``packed`` (0.23-0.28, _get_kv_cache_config_packed): the compressed
+    caches one group; each sliding kind split into groups of a repeat count (``_approximate_gcd`` of the layer
+    counts, at least the compressed group's), its pages padded to the smallest compressed page at least as large;
+    a block id costs the compressed pages once per repeat (tuple), or each page size times the most layers of it in
+    one group (packed). ``outermost`` (0.29+, kv_cache_planning _get_packed_kv_cache_groups): no padding; a kind
+    whose page sizes have equal layer counts splits into groups of the repeat count (``_approximate_gcd`` of those
+    kinds' counts, at least the largest count of one holding several page sizes), others stay whole; a block id
+    costs the largest group."""
+    buckets = _v4_buckets(layers, csa_layers, hca_layers, csa_ratio, hca_ratio, entry_bytes, key_bytes,
+                          state_bytes, alignment)
+    if grouping == "outermost":
+        even = [len(set(by_page.values())) == 1 for _, _, by_page in buckets]
+        floor = max((max(b[2].values()) for b, e in zip(buckets, even, strict=True) if e and len(b[2]) > 1),
+                    default=0)
+        repeats = (_approximate_gcd([max(b[2].values()) for b, e in zip(buckets, even, strict=True) if e], floor)
+                   if floor else 0)
+        groups = []
+        for (block, window, by_page), e in zip(buckets, even, strict=True):
+            count = max(by_page.values())
+            parts = -(-count // repeats) if e and repeats else 1
+            shares = ([sum(p * n for p, n in by_page.items())] if parts == 1
+                      else [k * sum(by_page) for k in _split(count, parts)])
+            groups += [V4Group(bytes=b, block=block, window=window) for b in shares]
+        return V4Layout(groups=tuple(groups), bytes_per_block=max(g.bytes for g in groups), concurrency=concurrency)
+    (_, _, full), sliding = buckets[0], buckets[1:]
+    groups = [V4Group(bytes=sum(p * n for p, n in full.items()), block=V4_MLA_BLOCK, window=None)]
+    pages = sorted(full)
+    repeats = _approximate_gcd([max(full.values())] + [max(b[2].values()) for b in sliding], max(full.values()))
+    slots = dict(full)   # per page size, the most layers of it in one group
+    for block, window, by_page in sliding:
+        count = max(by_page.values())
+        for share in _split(count, -(-count // repeats)):
+            padded: dict[int, int] = {}
+            for p in by_page:
+                q = min((x for x in pages if x >= p), default=p)
+                padded[q] = padded.get(q, 0) + share
+            groups.append(V4Group(bytes=sum(q * n for q, n in padded.items()), block=block, window=window))
+            for q, n in padded.items():
+                slots[q] = max(slots.get(q, 0), n)
+    if grouping == "packed":
+        per_block = sum(q * n for q, n in slots.items())
+    else:
+        per_block = sum(pages) * max(slots.values())
+    return V4Layout(groups=tuple(groups), bytes_per_block=per_block, concurrency=concurrency)

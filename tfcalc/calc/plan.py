@@ -105,6 +105,7 @@ class StagePlan:
     kv_groups: eng.KVGroups
     kv_pool_blocks: int            # blocks the engine allocates (vLLM num_gpu_blocks)
     kv_tokens: int                 # tokens the engine reports ("GPU KV cache size")
+    kv_pool_tokens: int            # tokens its pool holds in each layer group (blocks // groups x block)
     blocks_per_request: int        # blocks one request of `context` tokens needs (engine's definition)
     sequences: int                 # engine's max concurrency at `context`, floored
     sequences_window_aware: int    # sliding layers holding min(context, window) only
@@ -134,6 +135,7 @@ class PlanResult:
     kv_bytes_per_token_per_gpu: int
     kv_bytes_per_sequence_per_gpu: int
     kv_tokens_per_gpu: int
+    kv_pool_tokens_per_gpu: int           # tokens the pool holds in each layer group (the serving model's pool)
     kv_blocks_per_gpu: int                # kv_tokens / block_size
     kv_pool_blocks_per_gpu: int
     kv_blocks_per_request: int            # blocks one request of `context` tokens takes (engine's definition)
@@ -295,6 +297,7 @@ class _Allocation:
     groups: eng.KVGroups
     pool: int                 # blocks allocated per layer slot
     tokens: int               # tokens the engine reports
+    pool_tokens: int          # tokens the pool holds in each layer group
     per_request: int          # blocks one request of `context` tokens takes (in layer-slot blocks)
     sequences: int
     window_aware: int
@@ -302,13 +305,14 @@ class _Allocation:
 
 
 def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, kv_dtype: DType, kv_elements: int,
-              budget: int, context: int, block: int, mnbt: int, state: int = 0,
+              budget: int, context: int, block: int, in_flight: int, state: int = 0,
               full_elements: int | None = None) -> _Allocation:
-    """The engine's KV pool of one stage and what one request of ``context`` tokens takes from it; ``state``: one
-    request's state in one Gated DeltaNet layer (bytes); ``full_elements``: a full-attention layer's elements per
-    token where they differ from ``kv_elements`` (Gemma 4)."""
+    """The engine's KV pool of one stage and what one request of ``context`` tokens takes from it (its sliding
+    groups reserving room for ``in_flight`` tokens, ``engine.in_flight_tokens``); ``state``: one request's state in
+    one Gated DeltaNet layer (bytes); ``full_elements``: a full-attention layer's elements per token where they
+    differ from ``kv_elements`` (Gemma 4)."""
     if spec.compressed_attention is not None:
-        return _compressed_allocation(spec, engine, census, kv_dtype, max(budget, 0), context, block, mnbt)
+        return _compressed_allocation(spec, engine, census, kv_dtype, max(budget, 0), context, block, in_flight)
     full_elements = kv_elements if full_elements is None else full_elements
     pages = (_ceil_bytes(kv_dtype, block * kv_elements), _ceil_bytes(kv_dtype, block * full_elements))
     per_token = _ceil_bytes(kv_dtype, census.sliding_layers * kv_elements + census.full_layers * full_elements)
@@ -326,7 +330,8 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
     if engine is None:  # blocks counted over all layers, sliding layers capped at their window
         blocks = free // (block * per_token) if per_token else 0
         return _Allocation(page=page, per_token=per_token, groups=plain, pool=blocks, tokens=blocks * block,
-                           per_request=census.layers * full_blocks, sequences=seqs_ideal, window_aware=seqs_ideal,
+                           pool_tokens=blocks * block, per_request=census.layers * full_blocks,
+                           sequences=seqs_ideal, window_aware=seqs_ideal,
                            per_seq=per_seq_ideal)
     # an engine that does not free a chunked layer's earlier chunks (Llama 4) caches those layers as full ones
     chunks_full = spec.chunked_attention and not engine.kv.chunked_local
@@ -343,12 +348,14 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
             held = min(context, window)
             seqs = min(tokens // context, int(tokens * r) // held)
             return _Allocation(page=page, per_token=per_token, groups=plain, pool=tokens // block, tokens=tokens,
+                               pool_tokens=tokens,
                                per_request=full_blocks, sequences=seqs, window_aware=seqs,
                                per_seq=math.ceil(full_cell * context + swa_cell * held))
         blocks = free // every_layer if every_layer else 0
         per_seq = full_blocks * every_layer + census.linear_layers * state  # a state per request, beside its KV
         return _Allocation(page=page, per_token=per_token, groups=plain, pool=blocks, tokens=blocks * block,
-                           per_request=full_blocks, sequences=free // per_seq if per_seq else 0,
+                           pool_tokens=blocks * block, per_request=full_blocks,
+                           sequences=free // per_seq if per_seq else 0,
                            window_aware=seqs_ideal, per_seq=per_seq)
     local = 0 if chunks_full else census.sliding_layers
     groups = eng.kv_groups(engine, census.attention_layers - local, local, census.linear_layers)
@@ -360,7 +367,7 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
     else:  # one group of all layers, each its own page (UniformTypeKVCacheSpecs)
         blocks, slot = (block, block), every_layer
     pool = free // slot if slot else 0
-    per_request = eng.blocks_per_request(engine, groups, window, context, mnbt, blocks[0], spec.chunked_attention,
+    per_request = eng.blocks_per_request(engine, groups, window, context, in_flight, blocks[0], spec.chunked_attention,
                                          full_block_size=blocks[1])
     if groups.sliding_groups and window is not None:
         aware = (groups.full_groups * -(-context // blocks[1])
@@ -373,44 +380,52 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
     if census.linear_layers and not groups.state_groups:  # states held beside the block pool
         per_seq += census.linear_layers * state
         sequences = free // per_seq
-    return _Allocation(page=page, per_token=per_token, groups=groups, pool=pool,
-                       tokens=pool // groups.num_groups * min(blocks), per_request=per_request,
-                       sequences=sequences, window_aware=window_aware, per_seq=per_seq)
+    pool_tokens = pool // groups.num_groups * min(blocks)
+    tokens = math.floor(Fraction(pool, per_request) * context) if engine.kv.tokens == "concurrency" else pool_tokens
+    return _Allocation(page=page, per_token=per_token, groups=groups, pool=pool, tokens=tokens,
+                       pool_tokens=pool_tokens, per_request=per_request, sequences=sequences,
+                       window_aware=window_aware, per_seq=per_seq)
 
 
-def v4_engine_layout(spec: ModelSpec, census: StageCensus, kv_dtype: DType) -> eng.V4Layout:
-    """vLLM's grouping of a DeepSeek-V4 stage's caches (``engine.v4_layout``): FlashMLA's records and the indexer's
-    keys in pages aligned to 576 bytes where the cache is fp8 (fp8_ds_mla), 512 otherwise; fp32 compressor states
-    of 2 x 2 x 512, 2 x 2 x 128 and 2 x 512 values per token."""
+def v4_engine_layout(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus,
+                     kv_dtype: DType) -> eng.V4Layout | None:
+    """The engine's grouping of a DeepSeek-V4 stage's caches (``kv.v4_groups``, ``engine.v4_layout``), None where it
+    holds them at their own size: FlashMLA's records and the indexer's keys in pages aligned to 576 bytes where the
+    cache is fp8 (fp8_ds_mla), 512 otherwise; fp32 compressor states of 2 x 2 x 512, 2 x 2 x 128 and 2 x 512
+    values per token."""
     ca = spec.compressed_attention
     assert ca is not None
+    if engine is None or engine.kv.v4_groups is None:
+        return None
     fp8 = kv_dtype.bits_per_element == 8
     d, i = spec.head_dim, ca.index_head_dim
     return eng.v4_layout(census.attention_layers, census.csa_layers, census.hca_layers, ca.csa_ratio, ca.hca_ratio,
                          math.ceil(compressed_entry_bytes(spec, kv_dtype)),
                          math.ceil(compressed_indexer_bytes(spec, kv_dtype)),
-                         (2 * 2 * d * 4, 2 * 2 * i * 4, 2 * d * 4), 576 if fp8 else 512)
+                         (2 * 2 * d * 4, 2 * 2 * i * 4, 2 * d * 4), 576 if fp8 else 512, engine.kv.v4_groups,
+                         engine.kv.v4_concurrency)
 
 
 def _compressed_allocation(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, kv_dtype: DType,
-                           free: int, context: int, block: int, mnbt: int) -> _Allocation:
+                           free: int, context: int, block: int, in_flight: int) -> _Allocation:
     """DeepSeek-V4's cache on one GPU of a stage (its one K=V head whole on every GPU, as MLA's latent). Under an
-    engine with vLLM's DeepSeek-V4 groups (``kv.v4_tuple_groups``): block ids of ``V4Layout.bytes_per_block``, a
-    request of ``context`` tokens reserving each group's pages (its windows by max_num_batched_tokens), vLLM's
+    engine with vLLM's DeepSeek-V4 groups (``v4_engine_layout``): block ids of ``V4Layout.bytes_per_block``, a
+    request of ``context`` tokens reserving each group's pages (its windows by the tokens in flight), vLLM's
     "Maximum concurrency" and tokens, none where the budget is under what it checks one request against. Else each
     layer's window, the CSA and HCA layers' compressed entries (and indexer keys) and the compressors' fp32 states
     at their own size, the pool counted in tokens of the rate past the window (``kv_cache.compressed_rate``)."""
     ca = spec.compressed_attention
     assert ca is not None and spec.sliding_window is not None
-    if engine is not None and engine.kv.v4_tuple_groups:
-        layout = v4_engine_layout(spec, census, kv_dtype)
+    layout = v4_engine_layout(spec, engine, census, kv_dtype)
+    if layout is not None:
         blocks = free // layout.bytes_per_block
-        per_request = layout.blocks_per_request(context, mnbt)
-        needed = layout.needed_bytes(context, mnbt)
+        per_request = layout.blocks_per_request(context, in_flight)
+        needed = layout.needed_bytes(context, in_flight)
         concurrency = Fraction(blocks, per_request)
         return _Allocation(page=layout.bytes_per_block, per_token=math.ceil(layout.bytes_per_block / eng.V4_MLA_BLOCK),
                            groups=eng.kv_groups(None, census.full_layers, census.sliding_layers), pool=blocks,
-                           tokens=math.floor(concurrency * context), per_request=per_request,
+                           tokens=math.floor(concurrency * context), pool_tokens=blocks * eng.V4_MLA_BLOCK,
+                           per_request=per_request,
                            sequences=math.floor(concurrency) if free >= needed else 0,
                            window_aware=math.floor(concurrency) if free >= needed else 0, per_seq=needed)
     counts = (census.attention_layers, census.csa_layers, census.hca_layers)
@@ -420,7 +435,7 @@ def _compressed_allocation(spec: ModelSpec, engine: EngineSpec | None, census: S
     sequences = free // per_seq if per_seq else 0
     return _Allocation(page=math.ceil(block * compressed_entry_bytes(spec, kv_dtype)), per_token=math.ceil(rate),
                        groups=eng.kv_groups(None, census.full_layers, census.sliding_layers), pool=tokens // block,
-                       tokens=tokens, per_request=-(-context // block), sequences=sequences,
+                       tokens=tokens, pool_tokens=tokens, per_request=-(-context // block), sequences=sequences,
                        window_aware=sequences, per_seq=per_seq)
 
 
@@ -474,6 +489,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     par = check_parallelism(spec, cfg.num_gpus, cfg.tp, cfg.pp, cfg.ep, cfg.redundant_experts)
     check_weight_blocks(spec, par, precision)
     e = cfg.engine
+    in_flight = eng.in_flight_tokens(e, par.pp, mnbt)
     if (why := eng.unserved_format(e, precision)) is not None:
         raise UsageError(why)
     act_dtype = activation_dtype or get_dtype("bf16")
@@ -529,12 +545,13 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
                     budget = requested - weights
                 else:
                     budget = math.floor((capacity - weights - startup - non_torch - peak.peak_bytes) * fraction)
-            a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, mnbt, state,
+            a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, in_flight, state,
                           sh.full_kv_elements)
             plan = StagePlan(
                 layers=layers, census=census, weights_bytes=weights, activation_peak_bytes=peak.peak_bytes,
                 kv_budget_bytes=budget, kv_bytes_per_token=a.per_token, kv_page_bytes=a.page, kv_groups=a.groups,
-                kv_pool_blocks=a.pool, kv_tokens=a.tokens, blocks_per_request=a.per_request,
+                kv_pool_blocks=a.pool, kv_tokens=a.tokens, kv_pool_tokens=a.pool_tokens,
+                blocks_per_request=a.per_request,
                 sequences=a.sequences, sequences_window_aware=a.window_aware, kv_bytes_per_sequence=a.per_seq)
             memo[key] = (plan, rot, absb, peak)
         plan, rot, absb, peak = memo[key]
@@ -553,7 +570,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     need = -(-cfg.batch // par.dp)
     cap = max(spec.max_context, cfg.context)
     distinct = [plan for plan, _, _, _ in memo.values()]
-    max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, mnbt, need, cap, state,
+    max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, in_flight, need, cap, state,
                                sh.full_kv_elements) if with_max_context else -1
     per_seq = max(st.kv_bytes_per_sequence for st in stages)
     one_request = worst.kv_budget_bytes > 0 and per_replica >= 1
@@ -581,6 +598,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         kv_budget_bytes_per_gpu=worst.kv_budget_bytes,
         kv_bytes_per_token_per_gpu=max(st.kv_bytes_per_token for st in stages),
         kv_bytes_per_sequence_per_gpu=per_seq, kv_tokens_per_gpu=tightest.kv_tokens,
+        kv_pool_tokens_per_gpu=min(st.kv_pool_tokens for st in caching),
         kv_blocks_per_gpu=tightest.kv_tokens // block, kv_pool_blocks_per_gpu=tightest.kv_pool_blocks,
         kv_blocks_per_request=tightest.blocks_per_request,
         kv_groups=tightest.kv_groups.num_groups, kv_group_size=tightest.kv_groups.group_size,
@@ -599,7 +617,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
 
 
 def _max_context(spec: ModelSpec, e: EngineSpec | None, stages: list[StagePlan], kv_dtype: DType,
-                 kv_elements: int, block: int, mnbt: int, batch: int, cap: int, state: int = 0,
+                 kv_elements: int, block: int, in_flight: int, batch: int, cap: int, state: int = 0,
                  full_elements: int | None = None) -> int:
     """Largest context (at most ``cap``) at which ``batch`` sequences fit in every stage that holds something per
     request (``_plan``: a stage of MLP layers only holds nothing); 0 if none."""
@@ -607,7 +625,7 @@ def _max_context(spec: ModelSpec, e: EngineSpec | None, stages: list[StagePlan],
 
     def ok(c: int) -> bool:
         return all(_allocate(spec, e, st.census, kv_dtype, kv_elements, st.kv_budget_bytes, c, block,
-                             mnbt, state, full_elements).sequences >= batch for st in holding)
+                             in_flight, state, full_elements).sequences >= batch for st in holding)
 
     if not ok(1):
         return 0

@@ -108,15 +108,15 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
 
 
 def _compressed_kv_shape(spec: ModelSpec, engine: EngineSpec | None, kv_dtype: DType) -> KvShape:
-    """DeepSeek-V4's cache in tokens of its pool. Under vLLM's DeepSeek-V4 groups (``kv.v4_tuple_groups``) the pool
+    """DeepSeek-V4's cache in tokens of its pool. Under vLLM's DeepSeek-V4 groups (``plan.v4_engine_layout``) the pool
     is its block ids x 256 tokens and a running sequence holds cdiv(c, 256) compressed blocks plus its sliding
     groups' blocks over their windows (``V4Layout.sliding_blocks``, a fixed share). Else in tokens of
     ``kv_cache.compressed_rate`` (bytes per token past the window): one layer's worth weighted by that rate holds the
     context, every layer its window of entries, and the compressors' states a fixed share per sequence (the
     compressed entries counted per token, not per ratio tokens)."""
     assert spec.compressed_attention is not None and spec.sliding_window is not None
-    if engine is not None and engine.kv.v4_tuple_groups:
-        layout = v4_engine_layout(spec, stage_census(spec, range(spec.num_layers)), kv_dtype)
+    layout = v4_engine_layout(spec, engine, stage_census(spec, range(spec.num_layers)), kv_dtype)
+    if layout is not None:
         return KvShape(num_layers=1, state_units=layout.sliding_blocks * V4_MLA_BLOCK)
     rate = float(compressed_rate(spec, kv_dtype))
     return KvShape(num_layers=spec.num_layers + 1, windows=((spec.num_layers, spec.sliding_window),),
@@ -156,8 +156,6 @@ def replica_memory(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv
                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     r = plan_fit(spec, gpu, precision, kv_dtype, cfg, with_ideal=False, with_max_context=False)
     sequences = r.max_concurrent_sequences // dp   # plan_fit adds them up over the ranks
-    # DeepSeek-V4 under vLLM's groups: the pool in block ids x 256 tokens (``kv_shape`` counts a sequence so)
-    v4_blocks = spec.compressed_attention is not None and engine is not None and engine.kv.v4_tuple_groups
     gib = 1 << 30
     label = engine.label if engine is not None else "ideal"
     if r.kv_budget_bytes_per_gpu <= 0:
@@ -172,8 +170,7 @@ def replica_memory(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv
                          weights_bytes_per_gpu=r.weights_bytes_per_gpu, reserved_bytes_per_gpu=r.reserved_bytes_per_gpu,
                          kv_budget_bytes_per_gpu=r.kv_budget_bytes_per_gpu,
                          kv_bytes_per_token_per_gpu=r.kv_bytes_per_token_per_gpu,
-                         kv_capacity_tokens=max(r.kv_pool_blocks_per_gpu * V4_MLA_BLOCK if v4_blocks
-                                                else r.kv_tokens_per_gpu, 0),
+                         kv_capacity_tokens=max(r.kv_pool_tokens_per_gpu, 0),
                          max_sequences_at_max_len=sequences, block_size=r.block_size, engine=label,
                          state_bytes_per_layer=r.state_bytes_per_layer)
 

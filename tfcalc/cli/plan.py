@@ -55,7 +55,7 @@ ENGINE_NOTES = {
              "KV budget = capacity - weights - reserved; window caps applied",
     "vllm": "vllm: KV = capacity (as CUDA reports it) x gpu_memory_utilization - weights - torch peak of the "
             "profiling run (forward of max_num_batched_tokens, sampler over max_num_seqs rows of logits) - "
-            "non-torch [- CUDA graphs from 0.21]; max seqs = vLLM's 'Maximum concurrency'",
+            "non-torch [- CUDA graphs from 0.20]; max seqs = vLLM's 'Maximum concurrency'",
     "sglang": "sglang: KV pool = memory free at start x mem_fraction_static - weights (pool tokens; max seqs = "
               "tokens // context)",
     "trtllm": "trtllm: KV = (capacity - peak of the dry run) x free_gpu_memory_fraction, blocks of 32 tokens",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from tfcalc.calc.engine import served_precision
+from tfcalc.calc.engine import in_flight_tokens, served_precision
 from tfcalc.calc.kv_cache import (
     compressed_entry_bytes,
     compressed_indexer_bytes,
@@ -26,6 +26,8 @@ from tfcalc.spec.model import ModelSpec
 
 Row = dict[str, object]
 GIB = 1 << 30
+# the vLLM releases each DeepSeek-V4 grouping (kv.v4_groups) belongs to
+_V4_RELEASES = {"tuple": "0.20-0.22", "packed": "0.23-0.28", "outermost": "0.29+"}
 
 
 def _gib(value: float) -> str:
@@ -80,10 +82,10 @@ def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         parts.append(f"runtime capacity of {gpu.name} unknown: nominal {_gib(r.capacity_bytes)} used")
     if r.kv_padding_layers:
         parts.append(f"KV in {r.kv_groups} groups of {r.kv_group_size} layers, {r.kv_padding_layers} padding layer(s)")
-    if spec.compressed_attention is not None and r.engine is not None and r.engine.kv.v4_tuple_groups:
-        parts.append(f"DeepSeek-V4's caches in vLLM 0.20-0.22's groups, whole on every GPU: "
-                     f"{r.kv_pool_blocks_per_gpu:,} block ids, {r.kv_blocks_per_request:,} per request (its windows "
-                     "reserved by max_num_batched_tokens); 0.23+ group them otherwise, not modelled")
+    if spec.compressed_attention is not None and r.engine is not None and r.engine.kv.v4_groups is not None:
+        parts.append(f"DeepSeek-V4's caches in vLLM {_V4_RELEASES[r.engine.kv.v4_groups]}'s groups, whole on every "
+                     f"GPU: {r.kv_pool_blocks_per_gpu:,} block ids, {r.kv_blocks_per_request:,} per request (its "
+                     "windows reserved by the tokens in flight)")
     elif spec.compressed_attention is not None:
         parts.append("DeepSeek-V4's cache at its own size on every GPU (window, compressed entries, indexer keys, "
                      "compressor states); KV tokens: at its rate past the window")
@@ -106,12 +108,12 @@ def _compressed_lines(spec: ModelSpec, kv_dtype: DType, cfg: PlanConfig, r: Plan
              f"{counts[1]} CSA layers x {cfg.context // ca.csa_ratio:,} x ({float(entry):,.0f} + "
              f"{float(key):,.0f}) B + {counts[2]} HCA layers x {cfg.context // ca.hca_ratio:,} x "
              f"{float(entry):,.0f} B + compressor states {float(compressor_state_bytes(spec, counts)):,.0f} B"]
-    if r.engine is not None and r.engine.kv.v4_tuple_groups:
-        block = v4_engine_layout(spec, widest, kv_dtype).bytes_per_block
-        lines.append(f"vLLM's groups: block ids of {block:,} B, a request of "
+    layout = v4_engine_layout(spec, r.engine, widest, kv_dtype)
+    if layout is not None:
+        lines.append(f"vLLM's groups: block ids of {layout.bytes_per_block:,} B, a request of "
                      f"{cfg.context:,} tokens checked against {r.kv_bytes_per_sequence_per_gpu:,} B "
-                     f"({_gib(r.kv_bytes_per_sequence_per_gpu)}) with its windows reserved by max_num_batched_tokens "
-                     f"{r.max_num_batched_tokens:,}")
+                     f"({_gib(r.kv_bytes_per_sequence_per_gpu)}) with its windows reserved by "
+                     f"{in_flight_tokens(r.engine, r.parallelism.pp, r.max_num_batched_tokens):,} tokens in flight")
     else:
         lines.append(f"KV tokens = KV budget / {r.kv_bytes_per_token_per_gpu:,} B per token past the window = "
                      f"{r.kv_tokens_per_gpu:,}")
@@ -203,11 +205,12 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
                          "holds one layer's state, one page per request in each state group (vLLM)")
     groups = (f" ({r.kv_groups} groups of {r.kv_group_size} layer slots, {r.kv_padding_layers} padding)"
               if r.kv_groups > 1 else "")
-    v4_groups = spec.compressed_attention is not None and e is not None and e.kv.v4_tuple_groups
+    v4_groups = spec.compressed_attention is not None and e is not None and e.kv.v4_groups is not None
+    logged = e is not None and e.kv.concurrency == "vllm" and e.kv.tokens == "concurrency"
     if spec.compressed_attention is None:
-        lines.append(f"{term('kv_tokens', 'KV tokens')} = {r.kv_pool_blocks_per_gpu:,} blocks"
+        lines.append(f"{'pool' if logged else term('kv_tokens', 'KV tokens')} = {r.kv_pool_blocks_per_gpu:,} blocks"
                      + (f" // {r.kv_groups} groups" if r.kv_groups > 1 else "")
-                     + f" x {r.block_size} = {r.kv_tokens_per_gpu:,} tokens{groups}")
+                     + f" x {r.block_size} = {r.kv_pool_tokens_per_gpu:,} tokens{groups}")
     per_replica = r.max_concurrent_sequences // p.dp
     if v4_groups:
         lines.append(f"{term('concurrency', 'max sequences')} for {cfg.context:,} tokens per request = "
@@ -221,6 +224,8 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         lines.append(f"{term('concurrency', 'max sequences')} for {cfg.context:,} tokens per request = "
                      f"{r.kv_pool_blocks_per_gpu:,} blocks / {r.kv_blocks_per_request:,} per request = "
                      f"{r.kv_pool_blocks_per_gpu / r.kv_blocks_per_request:,.2f}x -> {per_replica:,} sequences")
+        if logged:
+            lines.append(f"{term('kv_tokens', 'KV tokens')} = that x {cfg.context:,} = {r.kv_tokens_per_gpu:,}")
     else:
         lines.append(f"{term('concurrency', 'max sequences')} at {cfg.context:,} tokens = {per_replica:,} sequences")
     lines.append(f"max sequences = {p.dp} replica(s) x {per_replica:,} = {r.max_concurrent_sequences:,} "

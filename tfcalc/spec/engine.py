@@ -138,6 +138,12 @@ class CudaGraphModel:
     in_budget: bool
 
 
+# vLLM's groupings of DeepSeek-V4's caches by release (calc.engine.v4_layout)
+V4_GROUPINGS = ("tuple", "packed", "outermost")
+# tokens in flight a sliding group reserves room for (calc.engine.in_flight_tokens)
+IN_FLIGHT_RULES = ("batch", "pipeline", "pipeline_async")
+
+
 @dataclass(frozen=True, kw_only=True)
 class KVLayout:
     hybrid_groups: bool
@@ -152,8 +158,19 @@ class KVLayout:
     chunked_local: bool = False
     # --kv-cache-dtype auto keeps a DSA model's (DeepSeek-V3.2, GLM-5) MLA cache in fp8, FlashMLA's fp8_ds_mla record
     sparse_mla_fp8: bool = False
-    # DeepSeek-V4's caches in vLLM 0.20-0.22's groups (calc.engine.v4_layout); else at their own size
-    v4_tuple_groups: bool = False
+    # DeepSeek-V4's caches in vLLM's groups (calc.engine.v4_layout: tuple 0.20-0.22, packed 0.23-0.28, outermost
+    # 0.29+), "Maximum concurrency" counting a request as weighted (0.20-0.26) or pages (0.27+); None: at their size
+    v4_groups: str | None = None
+    v4_concurrency: str = "weighted"
+    # what its "GPU KV cache size" reports: blocks (num_blocks // groups x block size, vLLM 0.20.0 and before) or
+    # concurrency (int(Maximum concurrency x max_model_len), 0.20.1+)
+    tokens: str = "blocks"
+    # hybrid groups take the largest layer type's count as their size while it is under this times the smallest's
+    # (vLLM _get_kv_cache_groups_uniform_page_size: 1.25 until 0.17, 1.5 from 0.18)
+    group_size_ratio: float = 1.25
+    # tokens a sliding or chunked group reserves room for beside its window: one batch (max_num_batched_tokens,
+    # vLLM until 0.25), pipeline (pp batches) or pipeline_async (pp + 1: 0.26+ max_in_flight_tokens)
+    in_flight: str = "batch"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1281,9 +1298,18 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                             in_budget=_bool(g["in_budget"], origin, "cuda_graphs.in_budget"))
     k = _section(data, "kv", {"hybrid_groups", "sliding_chunk", "concurrency"}, origin,
                  frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local", "sparse_mla_fp8",
-                            "v4_tuple_groups"}))
+                            "v4_groups", "v4_concurrency", "tokens", "group_size_ratio", "in_flight"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
+    v4_groups, v4_concurrency = k.get("v4_groups"), k.get("v4_concurrency", "weighted")
+    _require(v4_groups is None or v4_groups in V4_GROUPINGS, origin,
+             f"field 'kv.v4_groups' must be one of {', '.join(V4_GROUPINGS)}, got {_show(v4_groups)}")
+    _require(v4_concurrency in ("weighted", "pages"), origin,
+             f"field 'kv.v4_concurrency' must be weighted or pages, got {_show(v4_concurrency)}")
+    _require(k.get("tokens", "blocks") in ("blocks", "concurrency"), origin,
+             f"field 'kv.tokens' must be blocks or concurrency, got {_show(k.get('tokens'))}")
+    _require(k.get("in_flight", "batch") in IN_FLIGHT_RULES, origin,
+             f"field 'kv.in_flight' must be one of {', '.join(IN_FLIGHT_RULES)}, got {_show(k.get('in_flight'))}")
     kv = KVLayout(hybrid_groups=_bool(k["hybrid_groups"], origin, "kv.hybrid_groups"),
                   sliding_chunk=_bool(k["sliding_chunk"], origin, "kv.sliding_chunk"),
                   swa_full_tokens_ratio=None if ratio is None else _num(ratio, origin, "kv.swa_full_tokens_ratio",
@@ -1292,7 +1318,9 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   checkpoint_dtype=_bool(k.get("checkpoint_dtype", False), origin, "kv.checkpoint_dtype"),
                   chunked_local=_bool(k.get("chunked_local", False), origin, "kv.chunked_local"),
                   sparse_mla_fp8=_bool(k.get("sparse_mla_fp8", False), origin, "kv.sparse_mla_fp8"),
-                  v4_tuple_groups=_bool(k.get("v4_tuple_groups", False), origin, "kv.v4_tuple_groups"))
+                  v4_groups=v4_groups, v4_concurrency=v4_concurrency, tokens=k.get("tokens", "blocks"),
+                  group_size_ratio=_num(k.get("group_size_ratio", 1.25), origin, "kv.group_size_ratio", 1.0, 16.0),
+                  in_flight=k.get("in_flight", "batch"))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as", "unsupported"}))
     float32_as = w.get("float32_as")
