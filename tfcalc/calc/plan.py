@@ -136,7 +136,7 @@ class PlanResult:
     kv_bytes_per_sequence_per_gpu: int
     kv_tokens_per_gpu: int
     kv_pool_tokens_per_gpu: int           # tokens the pool holds in each layer group (the serving model's pool)
-    kv_blocks_per_gpu: int                # kv_tokens / block_size
+    kv_blocks_per_gpu: int                # kv_pool_tokens / block_size
     kv_pool_blocks_per_gpu: int
     kv_blocks_per_request: int            # blocks one request of `context` tokens takes (engine's definition)
     kv_groups: int
@@ -599,7 +599,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         kv_bytes_per_token_per_gpu=max(st.kv_bytes_per_token for st in stages),
         kv_bytes_per_sequence_per_gpu=per_seq, kv_tokens_per_gpu=tightest.kv_tokens,
         kv_pool_tokens_per_gpu=min(st.kv_pool_tokens for st in caching),
-        kv_blocks_per_gpu=tightest.kv_tokens // block, kv_pool_blocks_per_gpu=tightest.kv_pool_blocks,
+        kv_blocks_per_gpu=min(st.kv_pool_tokens for st in caching) // block,
+        kv_pool_blocks_per_gpu=tightest.kv_pool_blocks,
         kv_blocks_per_request=tightest.blocks_per_request,
         kv_groups=tightest.kv_groups.num_groups, kv_group_size=tightest.kv_groups.group_size,
         kv_padding_layers=tightest.kv_groups.padding_layers, block_size=block, max_num_seqs=max_seqs,
