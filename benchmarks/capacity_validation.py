@@ -265,9 +265,9 @@ def served(point: dict) -> tuple:
     name = point["engine"]
     version = (point.get("engine_version") or "").split(".post")[0]
     engine = load_engine(name)
-    if version and name == "vllm":
+    if version and name in ("vllm", "sglang"):
         try:
-            engine = load_engine(f"vllm@{'.'.join(version.split('.')[:2])}")
+            engine = load_engine(f"{name}@{'.'.join(version.split('.')[:3])}")
         except Exception:  # noqa: BLE001 - no preset covers it: the latest
             engine = load_engine(name)
     spec = replace(spec, native_dtype=point["weights"], checkpoint_kv_dtype=point.get("checkpoint_kv"),

@@ -90,14 +90,14 @@ def test_sglang_selection_cost_ramps_past_the_top_k() -> None:
 def test_plan_holds_the_whole_cache_on_every_gpu() -> None:
     """One K=V head is no split: at tp 8 each GPU holds a sequence's whole cache, window + entries + indexer keys +
     the compressors' states (``compressed_held_bytes`` + ``compressor_state_bytes``) under an engine that holds it at
-    its own size (SGLang), and the sequences are the KV budget over that; the weights at tp 1 are ``tfcalc
-    memory``'s (before the engine's own additions)."""
+    its own size (TensorRT-LLM's preset), and the sequences are the KV budget over that; the weights at tp 1 are
+    ``tfcalc memory``'s (before the engine's own additions)."""
     from tfcalc.calc.memory import weights_bytes
     from tfcalc.calc.params import count_params
 
     precision = parse_weight_precision(FLASH.native_dtype)
     for tp in (1, 8):
-        cfg = PlanConfig(num_gpus=tp, tp=tp, context=32_768, batch=1, engine=load_engine("sglang-0.5"))
+        cfg = PlanConfig(num_gpus=tp, tp=tp, context=32_768, batch=1, engine=load_engine("trtllm"))
         r = plan_fit(FLASH, load_gpu("b200"), precision, FP8, cfg)
         per_seq = compressed_held_bytes(FLASH, FP8, 32_768) + compressor_state_bytes(FLASH)
         assert r.kv_bytes_per_sequence_per_gpu == -(-per_seq.numerator // per_seq.denominator)
@@ -108,10 +108,10 @@ def test_plan_holds_the_whole_cache_on_every_gpu() -> None:
 
 @given(st.integers(1, 2_000_000))
 def test_serving_pool_units_are_the_cache_bytes(context: int) -> None:
-    """Under an engine that holds the cache at its own size (SGLang here) the serving model's pool tokens for a
-    sequence times the bytes per pool token are its cache and states, up to the rounding of whole compressed entries
-    (one entry per layer at most)."""
-    shape = kv_shape(FLASH, load_engine("sglang-0.5"), tp=8, kv_dtype=FP8)
+    """Under an engine that holds the cache at its own size (TensorRT-LLM's preset) the serving model's pool tokens
+    for a sequence times the bytes per pool token are its cache and states, up to the rounding of whole compressed
+    entries (one entry per layer at most)."""
+    shape = kv_shape(FLASH, load_engine("trtllm"), tp=8, kv_dtype=FP8)
     rate = shape.per_pool_token
     assert rate is not None
     held = float(compressed_held_bytes(FLASH, FP8, context) + compressor_state_bytes(FLASH))
@@ -247,3 +247,47 @@ def test_in_flight_tokens_follow_the_pipeline() -> None:
     assert [in_flight_tokens(replace(vllm, kv=replace(vllm.kv, in_flight=rule)), 4, 100)
             for rule in ("batch", "pipeline", "pipeline_async")] == [100, 400, 500]
     assert in_flight_tokens(None, 4, 100) == 100
+
+
+def test_sglang_v4_pools_by_hand() -> None:
+    """SGLang 0.5.21+ (DSV4PoolConfigurator, ratio mode at 0.1): pages of n 584-byte entries padded to 576 B (585 B
+    per window token and CSA entry, 864 per HCA entry), 8 fp32 compressor rows of 8,192 + 2,048 B per 256-token window
+    page on each CSA layer, 132-byte indexer keys; the HCA compressor states fixed for 257 request slots, (257 x 128 +
+    129 rows to a multiple of 128) x 1,024 x 4 B on each of 20 layers."""
+    from tfcalc.calc.engine import sglang_v4_pool
+
+    per_full = 0.1 * (43 * 585 + 21 * 8 / 256 * 10_240) + 21 * (585 + 132) / 4 + 20 * 864 / 128
+    assert per_full == 7086.75
+    budget = 100 << 30
+    pool = sglang_v4_pool(budget, 43, 21, 20, 4, 128, 584, 132, 512, 128, 0.1, 256)
+    assert pool.fixed_bytes == 33_152 * 1024 * 4 * 20 and f"{pool.fixed_bytes / (1 << 30):.2f}" == "2.53"
+    assert pool.bytes_per_full_token == per_full
+    assert pool.full_tokens == int((budget - pool.fixed_bytes) / per_full) // 256 * 256
+    assert pool.swa_tokens == int(pool.full_tokens * 0.1) // 256 * 256
+    # a request holds its context in whole pages; short ones are bound by the window pool (768 slots each at most)
+    assert pool.sequences(131_072, 256) == pool.full_tokens // 131_072
+    assert pool.sequences(1000, 10**6) == min(pool.full_tokens // 1024, pool.swa_tokens // 768)
+    assert pool.sequences(10, 256) == 256
+
+
+def test_sglang_plans_and_serves_deepseek_v4_in_its_pools() -> None:
+    """Under SGLang the plan's KV tokens are its full-token slots (max_total_num_tokens) and the serving pool holds a
+    sequence's context in them: fewer tokens than the cache at its own size, whose window entries are per request."""
+    from tfcalc.calc.plan import sglang_v4_engine_pool
+    from tfcalc.calc.serving_inputs import replica_memory
+    from tfcalc.calc.shard import stage_census
+
+    engine, gpu = load_engine("sglang"), load_gpu("h200")
+    precision = parse_weight_precision(FLASH.native_dtype)
+    r = plan_fit(FLASH, gpu, precision, FP8, PlanConfig(num_gpus=8, tp=8, context=131_072, engine=engine))
+    pool = sglang_v4_engine_pool(FLASH, engine, stage_census(FLASH, range(FLASH.num_layers)), FP8,
+                                 r.kv_budget_bytes_per_gpu)
+    assert pool is not None and r.kv_tokens_per_gpu == pool.full_tokens
+    assert r.max_concurrent_sequences == pool.full_tokens // 131_072
+    own_size = plan_fit(FLASH, gpu, precision, FP8, PlanConfig(
+        num_gpus=8, tp=8, context=131_072, engine=replace(engine, kv=replace(engine.kv, v4_pool=None))))
+    assert r.kv_tokens_per_gpu < 0.6 * own_size.kv_tokens_per_gpu
+    memory = replica_memory(FLASH, gpu, precision, FP8, tp=8, pp=1, ep=1, engine=engine, max_model_len=131_072,
+                            max_num_seqs=256, max_num_batched_tokens=8192)
+    assert memory.kv_capacity_tokens == pool.full_tokens
+    assert kv_shape(FLASH, engine, tp=8, kv_dtype=FP8).units(50_000) == 50_000

@@ -203,7 +203,7 @@ def test_kv_groups_follow_vllm_hybrid_allocator() -> None:
     assert (gemma3.group_size, gemma3.full_groups, gemma3.sliding_groups, gemma3.padding_layers) == (10, 1, 6, 8)
     assert eng.kv_groups(e, 23, 23) == eng.KVGroups(group_size=23, full_groups=1, sliding_groups=1,
                                                     padding_layers=0)
-    assert eng.kv_groups(e, 9, 11).group_size == 11  # within 25 %: the larger count, one group each
+    assert eng.kv_groups(e, 9, 11).group_size == 11  # within 1.5 x: the larger count, one group each
     assert eng.kv_groups(None, 10, 52).num_groups == 1
     # one request of 8192 tokens: full groups 512 blocks; a sliding group min(window - 1 + 8192, 8192) / 16 + 1
     assert eng.blocks_per_request(e, gemma3, 1024, 8192, 8192, 16) == 512 + 6 * 513
@@ -228,6 +228,16 @@ def test_sglang_default_fraction_and_pool() -> None:
     assert eng.static_fraction(e, gpu, tp=4, pp=1, chunked_prefill=8192) == round((81090.56 - 14336) / 81090.56, 3)
     # tp 1: 512 + 12288 + 512 + 128 = 13,440 MiB
     assert eng.static_fraction(e, gpu, tp=1, pp=1, chunked_prefill=8192) == round((81090.56 - 13440) / 81090.56, 3)
+    # 0.5.10+ also reserves its prefill CUDA graphs: 8 MiB x 58 capture sizes up to 8192 tokens (MHA), 1.5 GiB (MLA),
+    # none at pp > 1 or for DeepSeek-V4 (graphs off); 0.5-0.5.9 none
+    dense, mla, v4 = load_model("llama3-8b"), load_model("deepseek-v3"), load_model("deepseek-v4-flash")
+    assert [len(eng.prefill_graph_sizes(n)) for n in (2048, 4096, 8192, 16384)] == [42, 50, 58, 74]
+    assert eng.static_fraction(e, gpu, 1, 1, 8192, dense) == round((81090.56 - 13440 - 58 * 8) / 81090.56, 3) == 0.829
+    assert eng.static_fraction(e, gpu, 1, 1, 8192, mla) == round((81090.56 - 13440 - 1536) / 81090.56, 3)
+    for spec_, pp in ((v4, 1), (dense, 2)):
+        assert eng.static_fraction(e, gpu, 1, pp, 8192, spec_) == round((81090.56 - 13440 - (pp - 1) * 128) / 81090.56,
+                                                                        3)
+    assert eng.static_fraction(load_engine("sglang@0.5.4"), gpu, 1, 1, 8192, dense) == 0.834
     spec = load_model("qwen2.5-7b")
     r = plan_fit(spec, gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=32768, engine=e,
                                                                  gpu_memory_utilization=0.88))
@@ -444,6 +454,32 @@ def test_memory_command_follows_the_same_checkpoint_rules() -> None:
     assert by_component["lm_head"] == 2 * 128256 * 16384
 
 
+def test_group_size_ratio_follows_the_release() -> None:
+    """vLLM takes the larger layer type's count as the group size while it is under 1.25 x the smaller's (until
+    0.17) or 1.5 x (0.18+, kv.group_size_ratio): 12 full and 16 sliding layers make one group each of 16 (four
+    padding slots) from 0.18, and groups of 12 (3 sliding groups, 8 padding slots) before."""
+    new, old = load_engine("vllm"), load_engine("vllm@0.11")
+    assert (new.kv.group_size_ratio, load_engine("vllm@0.19").kv.group_size_ratio, old.kv.group_size_ratio) == (
+        1.5, 1.5, 1.25)
+    assert eng.kv_groups(new, 12, 16) == eng.KVGroups(group_size=16, full_groups=1, sliding_groups=1,
+                                                      padding_layers=4)
+    assert eng.kv_groups(old, 12, 16) == eng.KVGroups(group_size=12, full_groups=1, sliding_groups=2,
+                                                      padding_layers=8)
+    assert eng.kv_groups(new, 10, 15).group_size == 10   # 15 is not under 1.5 x 10
+
+
+def test_dense_kv_tokens_are_the_pool_either_way() -> None:
+    """One full-attention group and a max_model_len that is a multiple of the block: vLLM 0.20.1+'s "GPU KV cache
+    size" (int(concurrency x max_model_len)) equals the blocks x block size of the releases before."""
+    spec, gpu = load_model("llama3-8b"), load_gpu("h100-sxm")
+    cfg = PlanConfig(num_gpus=1, context=8192, engine=load_engine("vllm"))
+    r = plan_fit(spec, gpu, BF16, get_dtype("bf16"), cfg)
+    blocks = load_engine("vllm")
+    old = plan_fit(spec, gpu, BF16, get_dtype("bf16"), replace(cfg, engine=replace(blocks, kv=replace(
+        blocks.kv, tokens="blocks"))))
+    assert r.kv_tokens_per_gpu == old.kv_tokens_per_gpu == r.kv_pool_blocks_per_gpu * 16 == r.kv_pool_tokens_per_gpu
+
+
 def test_kv_groups_with_gated_deltanet_state_groups() -> None:
     """vLLM groups Gated DeltaNet (Mamba-like) layers with the attention layers: Qwen3.5-27B's 16 attention and 48
     state layers make 1 + 3 groups of 16; a request takes one block in each state group."""
@@ -451,7 +487,7 @@ def test_kv_groups_with_gated_deltanet_state_groups() -> None:
     qwen = eng.kv_groups(e, full_layers=16, sliding_layers=0, state_layers=48)
     assert (qwen.group_size, qwen.full_groups, qwen.state_groups, qwen.padding_layers) == (16, 1, 3, 0)
     assert eng.blocks_per_request(e, qwen, None, 32_768, 8192, 784) == 42 + 3
-    near = eng.kv_groups(e, full_layers=10, sliding_layers=0, state_layers=12)  # within 25 %: groups of 12
+    near = eng.kv_groups(e, full_layers=10, sliding_layers=0, state_layers=12)  # within 1.5 x: groups of 12
     assert (near.group_size, near.full_groups, near.state_groups, near.padding_layers) == (12, 1, 1, 2)
     assert eng.kv_groups(None, 16, 0, 48).num_groups == 1
     # the attention block that makes one page hold a layer's state: 16 x cdiv(state, 16 x one token's page)

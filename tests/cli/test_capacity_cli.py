@@ -143,7 +143,7 @@ def test_engines_are_searched_like_plan_reads_them() -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     engines = {r["engine"] for r in data}
-    assert engines == {"sglang 0.5+", "vllm 0.11-0.16", "ideal"}
+    assert engines == {"sglang 0.5.10+", "vllm 0.11-0.16", "ideal"}
     kv = {r["engine"]: r["value"] for r in data if r["metric"] == "kv_capacity_tokens_per_replica"
           and r["weights_dtype"] == "bf16" and r["kv_dtype"] == "bf16"}
     assert len(set(kv.values())) == 3          # three memory models, three KV pools

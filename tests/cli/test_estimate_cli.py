@@ -335,7 +335,7 @@ def test_engine_from_the_environment_and_lists(monkeypatch: pytest.MonkeyPatch) 
     (row,) = _json(*ARGS[1:])
     assert row["engine"] == "vllm 0.17-0.19"
     rows = _json(*ARGS[1:], "--engine", "sglang,trtllm")
-    assert [r["engine"] for r in rows] == ["sglang 0.5+", "trtllm 1.0+"]
+    assert [r["engine"] for r in rows] == ["sglang 0.5.10+", "trtllm 1.0+"]
     result = runner.invoke(app, [*ARGS, "--engine", "sglang,trtllm"])
     assert result.exit_code == 0 and "engine" in result.stdout.splitlines()[1]  # a column when engines compare
 

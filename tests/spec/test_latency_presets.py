@@ -734,7 +734,9 @@ def test_engine_graph_coverage_keys() -> None:
     assert [k.graph_token_cap(gib, tp) for gib, tp in ((24, 1), (48, 1), (48, 8), (79.2, 1), (79.2, 4), (139.8, 2),
                                                        (178, 1))] == [24, 32, 160, 256, 512, 256, 512]
     sglang, vllm, trtllm = (load_engine(e).kernels for e in ("sglang", "vllm", "trtllm"))
-    assert sglang.graph_max_tokens == tuple(tuple(r) for r in rows) and not sglang.graph_prefill
+    # SGLang 0.5.20+: 8 below 20 GiB, 48 / 160 from 20 GiB (arg_groups/fields tiers)
+    assert sglang.graph_max_tokens == ((0, 8, 8), (20, 48, 160), (35, 32, 160), (60, 256, 512), (160, 512, 512))
+    assert not sglang.graph_prefill
     assert vllm.graph_prefill and vllm.graph_token_cap(80, 8) == 512
     assert not trtllm.graph_prefill and trtllm.graph_token_cap(80, 1) is None
     for value, message in (
@@ -1045,11 +1047,13 @@ def test_engine_yaml_numbers_are_finite_and_bounded(tmp_path: Path) -> None:
 
 
 def test_engine_scheduler_section(tmp_path: Path) -> None:
-    """SGLang fills a step prefill first with max_prefill_tokens 16384; an engine without the section runs its
-    default version's policy (vLLM's where it has none); a bad section is a one-line error naming the field."""
+    """SGLang fills a step prefill first, with max_prefill_tokens 16384 until 0.5.12 and none binding from 0.5.13; an
+    engine without the section runs its default version's policy (vLLM's where it has none); a bad section is a
+    one-line error naming the field."""
     sglang = load_engine("sglang").scheduler
     assert (sglang.prefill_first, sglang.max_prefill_tokens, sglang.chunked_prefill, sglang.reserve_output) == \
-        (True, 16384, True, True)
+        (True, None, True, True)
+    assert load_engine("sglang@0.5.6").scheduler == dataclasses.replace(sglang, max_prefill_tokens=16384)
     for name in ("vllm", "trtllm"):
         assert load_engine(name).scheduler == SchedulerPolicy()
     text = (preset_root() / "engines" / "sglang-0.5.yaml").read_text()

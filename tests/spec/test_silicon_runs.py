@@ -108,7 +108,7 @@ def test_replay_takes_the_generators_limits(benchmark_script: Callable[[str], Mo
     assert (vllm_budget, policy.chunked_prefill, policy.prefill_first) == (budget, True, False)
     defaults = replay.deployment_limits({**run, "deployment": None}, load_engine("trtllm"), gpu)
     assert defaults[:2] == (2048, 8192) and defaults[2].chunked_prefill
-    sglang = load_engine("sglang")
+    sglang = load_engine("sglang@0.5.6")
     assert (sglang.scheduler.prefill_first, sglang.scheduler.max_prefill_tokens) == (True, 16384)
     later = replay.deployment_limits({**run, "engine": "sglang", "engine_version": "0.5.6.post2"}, sglang, gpu)
     assert later[1:] == (8192, replace(sglang.scheduler, prefill_first=False, max_prefill_tokens=2524))

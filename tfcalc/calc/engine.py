@@ -60,10 +60,22 @@ def scheduler_defaults(engine: EngineSpec, gpu: GPUSpec) -> tuple[int, int]:
     return last.max_num_seqs, last.max_num_batched_tokens
 
 
-def static_fraction(engine: EngineSpec, gpu: GPUSpec, tp: int, pp: int, chunked_prefill: int) -> float:
+def prefill_graph_sizes(max_tokens: int) -> list[int]:
+    """SGLang's prefill CUDA-graph capture sizes up to ``max_tokens`` (the chunked prefill size): 4..32 by 4,
+    48..256 by 16, 288..512 by 32, 576..1024 by 64, 1280..4096 by 256, then by 512 (cuda_graph_hook.py
+    generate_prefill_cuda_graph_batch_sizes)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, max_tokens + 1, 512)]
+    return [s for s in sizes if s <= max_tokens]
+
+
+def static_fraction(engine: EngineSpec, gpu: GPUSpec, tp: int, pp: int, chunked_prefill: int,
+                    spec: ModelSpec | None = None) -> float:
     """SGLang's default mem_fraction_static: round((gpu_mem - reserved) / gpu_mem, 3), gpu_mem in MiB,
-    reserved = base + max(chunked_prefill, 2048) x 1.5 + cuda_graph_max_bs x 2 + tp x pp / 8 x 1024 MiB
-    (at least the floor above 60 GiB). Falls back to ``memory_fraction`` without a rule."""
+    reserved = base + max(chunked_prefill, 2048) x 1.5 + cuda_graph_max_bs x 2 + tp x pp / 8 x 1024 MiB + its
+    prefill CUDA graphs' reserve where it captures them (0.5.10+: 8 MiB per capture size, 1.5 GiB for an MLA model;
+    none at pp > 1, for DeepSeek-V4 or a model with a vision encoder: memory_hook.reserve_for_graph_mb) (at least
+    the floor above 60 GiB). Falls back to ``memory_fraction`` without a rule."""
     rule = engine.static_fraction_rule
     if rule is None:
         assert engine.memory_fraction is not None
@@ -73,6 +85,12 @@ def static_fraction(engine: EngineSpec, gpu: GPUSpec, tp: int, pp: int, chunked_
     max_bs = tier[2] if tp < 4 else tier[3]
     reserved = (rule.base_mib + max(chunked_prefill, 2048) * rule.per_prefill_token_mib + max_bs * rule.per_graph_bs_mib
                 + tp * pp / 8 * 1024)
+    graphs = rule.per_prefill_graph_mib > 0 and pp == 1 and spec is not None and (
+        spec.compressed_attention is None and spec.encoder is None)
+    if graphs:
+        assert spec is not None
+        reserved += (rule.mla_prefill_graph_mib if spec.mla is not None
+                     else rule.per_prefill_graph_mib * len(prefill_graph_sizes(chunked_prefill)))
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, rule.floor_mib)
     return round((gpu_mib - reserved) / gpu_mib, 3)
@@ -389,3 +407,57 @@ def v4_layout(layers: int, csa_layers: int, hca_layers: int, csa_ratio: int, hca
     else:
         per_block = sum(pages) * max(slots.values())
     return V4Layout(groups=tuple(groups), bytes_per_block=per_block, concurrency=concurrency)
+
+
+# --- DeepSeek-V4 under SGLang's DSV4 pools ------------------------------------------------------------------------
+
+SGLANG_V4_PAGE = 256          # its DeepSeek-V4 page size (model_overrides/deepseek_v4.py)
+SGLANG_SWA_EVICTION = 128     # SGLANG_SWA_EVICTION_INTERVAL: window tokens freed this many at a time
+
+
+@dataclass(frozen=True, kw_only=True)
+class SGLangV4Pool:
+    """SGLang's DeepSeek-V4 pools on one GPU (pool_configurator.DSV4PoolConfigurator, ratio mode): full-token slots
+    (``full_tokens``: what it logs as max_total_num_tokens), a window pool of ``swa_ratio`` x them, the bytes one
+    full-token slot costs and the fixed HCA compressor-state pool taken first."""
+
+    full_tokens: int
+    swa_tokens: int
+    bytes_per_full_token: float
+    fixed_bytes: int
+
+    def sequences(self, context: int, max_running_requests: int) -> int:
+        """Requests of ``context`` tokens held at once: the full pool in whole pages, the window pool at its worst
+        case per request (window + eviction interval + a page of alignment + a decode page:
+        compute_swa_request_cap), and the request cap."""
+        pages = -(-context // SGLANG_V4_PAGE) * SGLANG_V4_PAGE
+        return max(0, min(self.full_tokens // pages, self.swa_tokens // self.window_tokens_per_request,
+                          max_running_requests))
+
+    @property
+    def window_tokens_per_request(self) -> int:
+        """Window-pool slots one request may hold (compute_swa_request_cap): the 128-token window, the eviction
+        interval, a page of alignment and a decode page."""
+        return 128 + SGLANG_SWA_EVICTION + 2 * SGLANG_V4_PAGE
+
+
+def sglang_v4_pool(budget: int, layers: int, csa_layers: int, hca_layers: int, csa_ratio: int, hca_ratio: int,
+                   entry_bytes: int, key_bytes: int, head_dim: int, index_head_dim: int, swa_ratio: float,
+                   max_running_requests: int, alignment: int = 576) -> SGLangV4Pool:
+    """SGLang 0.5.21+'s sizing: a page of n entries costs cdiv(n x entry, 576) x 576 B (KVLayout.V4.page_bytes), so
+    per full-token slot: swa_ratio x (every layer's window entry + a CSA layer's 8 fp32 compressor and
+    indexer-compressor state rows per 256-token window page) + a CSA layer's (entry + indexer key) / 4 + an HCA layer's
+    entry / 128; first the HCA compressor states, (slots x 128 + 129 rows, to a multiple of 128) x 2 x head_dim fp32
+    per HCA layer for max_running_requests + 1 slots; full tokens and window tokens in whole 256-token pages."""
+    def per_entry(n: int) -> float:
+        return -(-n * entry_bytes // alignment) * alignment / n
+
+    state = 2 * 2 * (head_dim + index_head_dim) * 4                 # one CSA compressor + indexer-compressor row
+    per_swa = per_entry(SGLANG_V4_PAGE) * layers + 8 / SGLANG_V4_PAGE * state * csa_layers
+    per_full = (swa_ratio * per_swa + csa_layers * (per_entry(SGLANG_V4_PAGE // csa_ratio) + key_bytes) / csa_ratio
+                + hca_layers * per_entry(SGLANG_V4_PAGE // hca_ratio) / hca_ratio)
+    rows = -(-((max_running_requests + 1) * hca_ratio + hca_ratio + 1) // 128) * 128
+    fixed = rows * 2 * head_dim * 4 * hca_layers if hca_layers else 0
+    full = int(max(budget - fixed, 0) / per_full) // SGLANG_V4_PAGE * SGLANG_V4_PAGE
+    swa = int(full * swa_ratio) // SGLANG_V4_PAGE * SGLANG_V4_PAGE
+    return SGLangV4Pool(full_tokens=full, swa_tokens=swa, bytes_per_full_token=per_full, fixed_bytes=fixed)

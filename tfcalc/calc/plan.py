@@ -406,14 +406,30 @@ def v4_engine_layout(spec: ModelSpec, engine: EngineSpec | None, census: StageCe
                          engine.kv.v4_concurrency)
 
 
+def sglang_v4_engine_pool(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, kv_dtype: DType,
+                          budget: int) -> eng.SGLangV4Pool | None:
+    """SGLang's DeepSeek-V4 pools for a stage's budget (``kv.v4_pool``, ``engine.sglang_v4_pool``), None where the
+    engine holds the cache otherwise: FlashMLA's records (584 B in 8 bits) and the indexer's keys (132 B)."""
+    ca = spec.compressed_attention
+    if ca is None or engine is None or engine.kv.v4_pool is None:
+        return None
+    rule = engine.kv.v4_pool
+    return eng.sglang_v4_pool(budget, census.attention_layers, census.csa_layers, census.hca_layers, ca.csa_ratio,
+                              ca.hca_ratio, math.ceil(compressed_entry_bytes(spec, kv_dtype)),
+                              math.ceil(compressed_indexer_bytes(spec, kv_dtype)), spec.head_dim, ca.index_head_dim,
+                              rule.swa_ratio, rule.max_running_requests)
+
+
 def _compressed_allocation(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, kv_dtype: DType,
                            free: int, context: int, block: int, in_flight: int) -> _Allocation:
     """DeepSeek-V4's cache on one GPU of a stage (its one K=V head whole on every GPU, as MLA's latent). Under an
     engine with vLLM's DeepSeek-V4 groups (``v4_engine_layout``): block ids of ``V4Layout.bytes_per_block``, a
     request of ``context`` tokens reserving each group's pages (its windows by the tokens in flight), vLLM's
-    "Maximum concurrency" and tokens, none where the budget is under what it checks one request against. Else each
-    layer's window, the CSA and HCA layers' compressed entries (and indexer keys) and the compressors' fp32 states
-    at their own size, the pool counted in tokens of the rate past the window (``kv_cache.compressed_rate``)."""
+    "Maximum concurrency" and tokens, none where the budget is under what it checks one request against. Under
+    SGLang's DSV4 pools (``sglang_v4_engine_pool``): its full-token slots, a request holding its context in
+    256-token pages. Else each layer's window, the CSA and HCA layers' compressed entries (and indexer keys) and the
+    compressors' fp32 states at their own size, the pool counted in tokens of the rate past the window
+    (``kv_cache.compressed_rate``)."""
     ca = spec.compressed_attention
     assert ca is not None and spec.sliding_window is not None
     layout = v4_engine_layout(spec, engine, census, kv_dtype)
@@ -428,6 +444,18 @@ def _compressed_allocation(spec: ModelSpec, engine: EngineSpec | None, census: S
                            per_request=per_request,
                            sequences=math.floor(concurrency) if free >= needed else 0,
                            window_aware=math.floor(concurrency) if free >= needed else 0, per_seq=needed)
+    pools = sglang_v4_engine_pool(spec, engine, census, kv_dtype, free)
+    if pools is not None:
+        assert engine is not None and engine.kv.v4_pool is not None
+        sequences = pools.sequences(context, engine.kv.v4_pool.max_running_requests)
+        pages = -(-context // eng.SGLANG_V4_PAGE) * eng.SGLANG_V4_PAGE
+        return _Allocation(page=math.ceil(eng.SGLANG_V4_PAGE * pools.bytes_per_full_token),
+                           per_token=math.ceil(pools.bytes_per_full_token),
+                           groups=eng.kv_groups(None, census.full_layers, census.sliding_layers),
+                           pool=pools.full_tokens // eng.SGLANG_V4_PAGE, tokens=pools.full_tokens,
+                           pool_tokens=pools.full_tokens, per_request=pages // eng.SGLANG_V4_PAGE,
+                           sequences=sequences, window_aware=sequences,
+                           per_seq=math.ceil(pages * pools.bytes_per_full_token))
     counts = (census.attention_layers, census.csa_layers, census.hca_layers)
     per_seq = math.ceil(compressed_held_bytes(spec, kv_dtype, context, counts) + compressor_state_bytes(spec, counts))
     rate = compressed_rate(spec, kv_dtype, counts)
@@ -505,7 +533,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     graphs_in = (e.cuda_graphs.in_budget if cfg.cuda_graphs_in_budget is None else cfg.cuda_graphs_in_budget
                  ) if e is not None else False
     if e is not None and fraction is None:
-        fraction = eng.static_fraction(e, gpu, par.tp, par.pp, mnbt)
+        fraction = eng.static_fraction(e, gpu, par.tp, par.pp, mnbt, spec)
     assert fraction is not None
     ranges = stage_layers(spec.num_layers, par.pp)
     if e is None or e.budget == "free_fraction":

@@ -110,7 +110,9 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
 def _compressed_kv_shape(spec: ModelSpec, engine: EngineSpec | None, kv_dtype: DType) -> KvShape:
     """DeepSeek-V4's cache in tokens of its pool. Under vLLM's DeepSeek-V4 groups (``plan.v4_engine_layout``) the pool
     is its block ids x 256 tokens and a running sequence holds cdiv(c, 256) compressed blocks plus its sliding
-    groups' blocks over their windows (``V4Layout.sliding_blocks``, a fixed share). Else in tokens of
+    groups' blocks over their windows (``V4Layout.sliding_blocks``, a fixed share). Under SGLang's DSV4 pools
+    (``kv.v4_pool``) the pool is its full-token slots and a sequence holds its context (its window pool, a tenth of
+    them, binds only for short contexts: not counted here). Else in tokens of
     ``kv_cache.compressed_rate`` (bytes per token past the window): one layer's worth weighted by that rate holds the
     context, every layer its window of entries, and the compressors' states a fixed share per sequence (the
     compressed entries counted per token, not per ratio tokens)."""
@@ -118,6 +120,8 @@ def _compressed_kv_shape(spec: ModelSpec, engine: EngineSpec | None, kv_dtype: D
     layout = v4_engine_layout(spec, engine, stage_census(spec, range(spec.num_layers)), kv_dtype)
     if layout is not None:
         return KvShape(num_layers=1, state_units=layout.sliding_blocks * V4_MLA_BLOCK)
+    if engine is not None and engine.kv.v4_pool is not None:
+        return KvShape(num_layers=1)
     rate = float(compressed_rate(spec, kv_dtype))
     return KvShape(num_layers=spec.num_layers + 1, windows=((spec.num_layers, spec.sliding_window),),
                    full_weight=rate, window_weight=float(compressed_entry_bytes(spec, kv_dtype)),

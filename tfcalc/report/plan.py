@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from tfcalc.calc.engine import in_flight_tokens, served_precision
+from tfcalc.calc.engine import SGLANG_V4_PAGE, in_flight_tokens, served_precision
 from tfcalc.calc.kv_cache import (
     compressed_entry_bytes,
     compressed_indexer_bytes,
@@ -17,7 +17,7 @@ from tfcalc.calc.kv_cache import (
     linear_name,
     sparse_mla_record,
 )
-from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit, v4_engine_layout
+from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit, sglang_v4_engine_pool, v4_engine_layout
 from tfcalc.calc.shard import layout_redundant_experts, stage_census, stage_layers
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype
 from tfcalc.spec.engine import EngineSpec, memory_model
@@ -86,6 +86,11 @@ def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         parts.append(f"DeepSeek-V4's caches in vLLM {_V4_RELEASES[r.engine.kv.v4_groups]}'s groups, whole on every "
                      f"GPU: {r.kv_pool_blocks_per_gpu:,} block ids, {r.kv_blocks_per_request:,} per request (its "
                      "windows reserved by the tokens in flight)")
+    elif spec.compressed_attention is not None and r.engine is not None and r.engine.kv.v4_pool is not None:
+        parts.append(f"DeepSeek-V4's cache in SGLang's DSV4 pools, whole on every GPU: {r.kv_tokens_per_gpu:,} "
+                     f"full-token slots at {r.kv_bytes_per_token_per_gpu:,} B each (a window pool of "
+                     f"{r.engine.kv.v4_pool.swa_ratio:g} x them and the compressor states included) after the fixed "
+                     "HCA compressor states")
     elif spec.compressed_attention is not None:
         parts.append("DeepSeek-V4's cache at its own size on every GPU (window, compressed entries, indexer keys, "
                      "compressor states); KV tokens: at its rate past the window")
@@ -109,7 +114,13 @@ def _compressed_lines(spec: ModelSpec, kv_dtype: DType, cfg: PlanConfig, r: Plan
              f"{float(key):,.0f}) B + {counts[2]} HCA layers x {cfg.context // ca.hca_ratio:,} x "
              f"{float(entry):,.0f} B + compressor states {float(compressor_state_bytes(spec, counts)):,.0f} B"]
     layout = v4_engine_layout(spec, r.engine, widest, kv_dtype)
-    if layout is not None:
+    pools = sglang_v4_engine_pool(spec, r.engine, widest, kv_dtype, r.kv_budget_bytes_per_gpu)
+    if pools is not None:
+        lines.append(f"SGLang's DSV4 pools: (KV budget - {_gib(pools.fixed_bytes)} of HCA compressor states) / "
+                     f"{pools.bytes_per_full_token:,.2f} B per full-token slot = {pools.full_tokens:,} slots "
+                     f"(256-token pages), a window pool of {pools.swa_tokens:,} ({pools.window_tokens_per_request} "
+                     "per request at most)")
+    elif layout is not None:
         lines.append(f"vLLM's groups: block ids of {layout.bytes_per_block:,} B, a request of "
                      f"{cfg.context:,} tokens checked against {r.kv_bytes_per_sequence_per_gpu:,} B "
                      f"({_gib(r.kv_bytes_per_sequence_per_gpu)}) with its windows reserved by "
@@ -217,6 +228,11 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
                      f"{r.kv_pool_blocks_per_gpu:,} block ids / {r.kv_blocks_per_request:,} per request = "
                      f"{r.kv_pool_blocks_per_gpu / r.kv_blocks_per_request:,.2f}x -> {per_replica:,} sequences; "
                      f"{term('kv_tokens', 'KV tokens')} = that x {cfg.context:,} = {r.kv_tokens_per_gpu:,}")
+    elif spec.compressed_attention is not None and e is not None and e.kv.v4_pool is not None:
+        pages = -(-cfg.context // SGLANG_V4_PAGE) * SGLANG_V4_PAGE
+        lines.append(f"{term('concurrency', 'max sequences')} at {cfg.context:,} tokens = min({r.kv_tokens_per_gpu:,} "
+                     f"slots // {pages:,}, the window pool's, {e.kv.v4_pool.max_running_requests} requests) = "
+                     f"{per_replica:,} sequences")
     elif spec.compressed_attention is not None:
         lines.append(f"{term('concurrency', 'max sequences')} at {cfg.context:,} tokens = KV budget // "
                      f"{r.kv_bytes_per_sequence_per_gpu:,} B = {per_replica:,} sequences")

@@ -145,6 +145,14 @@ IN_FLIGHT_RULES = ("batch", "pipeline", "pipeline_async")
 
 
 @dataclass(frozen=True, kw_only=True)
+class V4PoolRule:
+    """SGLang's DeepSeek-V4 pool defaults (model_overrides/deepseek_v4.py, deepseek_v4_hook.py)."""
+
+    swa_ratio: float
+    max_running_requests: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class KVLayout:
     hybrid_groups: bool
     sliding_chunk: bool
@@ -162,6 +170,9 @@ class KVLayout:
     # 0.29+), "Maximum concurrency" counting a request as weighted (0.20-0.26) or pages (0.27+); None: at their size
     v4_groups: str | None = None
     v4_concurrency: str = "weighted"
+    # DeepSeek-V4 in SGLang's DSV4 pools (calc.engine.sglang_v4_pool): the window pool's ratio to the full-token
+    # pool and the request cap the fixed compressor states are sized for; None: not this engine's layout
+    v4_pool: V4PoolRule | None = None
     # what its "GPU KV cache size" reports: blocks (num_blocks // groups x block size, vLLM 0.20.0 and before) or
     # concurrency (int(Maximum concurrency x max_model_len), 0.20.1+)
     tokens: str = "blocks"
@@ -187,7 +198,8 @@ class WeightLayout:
 @dataclass(frozen=True, kw_only=True)
 class StaticFractionRule:
     """SGLang's automatic mem_fraction_static: (capacity - reserved) / capacity, reserved in MiB =
-    base + max(chunked_prefill, 2048) x per_prefill_token + cuda_graph_max_bs x per_graph_bs + tp x pp / 8 x 1024,
+    base + max(chunked_prefill, 2048) x per_prefill_token + cuda_graph_max_bs x per_graph_bs + tp x pp / 8 x 1024
+    (+ the prefill CUDA graphs' reserve, ``per_prefill_graph_mib`` per capture size or ``mla_prefill_graph_mib``),
     at least ``floor_mib`` on GPUs above 60 GiB. ``tiers``: (memory below GiB, chunked_prefill, max bs tp < 4,
     max bs tp >= 4)."""
 
@@ -196,6 +208,8 @@ class StaticFractionRule:
     per_graph_bs_mib: float
     floor_mib: float
     tiers: tuple[tuple[float, int, int, int], ...]
+    per_prefill_graph_mib: float = 0.0    # 0: no prefill CUDA graphs (before SGLang 0.5.10)
+    mla_prefill_graph_mib: float = 0.0
 
 
 # vLLM csrc/custom_all_reduce.cuh (SGLang sgl-kernel/csrc/allreduce/custom_all_reduce.cuh the same): the one-shot
@@ -522,6 +536,17 @@ def _show(value: Any) -> str:
     from tfcalc.spec.model import _show as show
 
     return show(value)
+
+
+def _v4_pool(data: Any, origin: str) -> V4PoolRule | None:
+    """``kv.v4_pool``: {swa_ratio, max_running_requests}, or absent."""
+    if data is None:
+        return None
+    _require(isinstance(data, dict) and set(data) == {"swa_ratio", "max_running_requests"}, origin,
+             "field 'kv.v4_pool' must be a mapping of swa_ratio and max_running_requests")
+    return V4PoolRule(swa_ratio=_num(data["swa_ratio"], origin, "kv.v4_pool.swa_ratio", 0.001, 1.0),
+                      max_running_requests=_int(data["max_running_requests"], origin,
+                                                "kv.v4_pool.max_running_requests", 1))
 
 
 def _num(value: Any, origin: str, key: str, low: float = 0.0, high: float = MAX_COUNT) -> float:
@@ -1298,7 +1323,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                             in_budget=_bool(g["in_budget"], origin, "cuda_graphs.in_budget"))
     k = _section(data, "kv", {"hybrid_groups", "sliding_chunk", "concurrency"}, origin,
                  frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local", "sparse_mla_fp8",
-                            "v4_groups", "v4_concurrency", "tokens", "group_size_ratio", "in_flight"}))
+                            "v4_groups", "v4_concurrency", "tokens", "group_size_ratio", "in_flight",
+                            "v4_pool"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
     v4_groups, v4_concurrency = k.get("v4_groups"), k.get("v4_concurrency", "weighted")
@@ -1320,7 +1346,7 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   sparse_mla_fp8=_bool(k.get("sparse_mla_fp8", False), origin, "kv.sparse_mla_fp8"),
                   v4_groups=v4_groups, v4_concurrency=v4_concurrency, tokens=k.get("tokens", "blocks"),
                   group_size_ratio=_num(k.get("group_size_ratio", 1.25), origin, "kv.group_size_ratio", 1.0, 16.0),
-                  in_flight=k.get("in_flight", "batch"))
+                  in_flight=k.get("in_flight", "batch"), v4_pool=_v4_pool(k.get("v4_pool"), origin))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as", "unsupported"}))
     float32_as = w.get("float32_as")
@@ -1341,7 +1367,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
     rule = None
     if data.get("static_fraction_rule") is not None:
         r = _section(data, "static_fraction_rule", {"base_mib", "per_prefill_token_mib", "per_graph_bs_mib",
-                                                    "floor_mib", "tiers"}, origin)
+                                                    "floor_mib", "tiers"}, origin,
+                     frozenset({"per_prefill_graph_mib", "mla_prefill_graph_mib"}))
         tiers = r["tiers"]
         _require(isinstance(tiers, list) and all(isinstance(t, list) and len(t) == 4 for t in tiers), origin,
                  "field 'static_fraction_rule.tiers' must be a list of [below_gib, chunked_prefill, bs_tp_lt4, "
@@ -1355,7 +1382,11 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                                   high=MAX_MIB),
             floor_mib=_num(r["floor_mib"], origin, "static_fraction_rule.floor_mib", high=MAX_MIB),
             tiers=tuple((_num(t[0], origin, key, high=MAX_GIB), _int(t[1], origin, key, 1), _int(t[2], origin, key, 1),
-                         _int(t[3], origin, key, 1)) for t in tiers))
+                         _int(t[3], origin, key, 1)) for t in tiers),
+            per_prefill_graph_mib=_num(r.get("per_prefill_graph_mib", 0), origin,
+                                       "static_fraction_rule.per_prefill_graph_mib", high=MAX_MIB),
+            mla_prefill_graph_mib=_num(r.get("mla_prefill_graph_mib", 0), origin,
+                                       "static_fraction_rule.mla_prefill_graph_mib", high=MAX_MIB))
     _require(fraction is not None or rule is not None, origin,
              "give memory_fraction, or a static_fraction_rule that computes it")
     scheduler = (scheduler_from_mapping(data["scheduler"], origin) if data.get("scheduler") is not None

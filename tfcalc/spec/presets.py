@@ -376,8 +376,8 @@ def load_engine(name_or_path: str):  # -> tfcalc.spec.engine.EngineSpec
         low, _, high = c.releases.partition("-")
         if low.endswith("+"):
             low, high = low[:-1], ""
-        if _version_tuple(low, c.releases)[:len(wanted)] <= wanted and (
-                not high or wanted[:2] <= _version_tuple(high, c.releases)[:2]):
+        top = _version_tuple(high, c.releases) if high else None
+        if _version_tuple(low, c.releases)[:len(wanted)] <= wanted and (top is None or wanted[:len(top)] <= top):
             return c
     known = ", ".join(f"{c.name}@{c.releases}" for c in candidates if c.releases)
     if not known:
