@@ -561,3 +561,16 @@ def test_a_worker_killed_mid_result_does_not_hang_the_exit(tmp_path: Path) -> No
     assert not manager.is_alive() and time.monotonic() - started < 5
     assert capacity._children() <= others and job.done() and not job.cancelled()
     _RESULT_PIPE.clear()
+
+
+def test_sglang_state_slots_cap_the_seats() -> None:
+    """Qwen3.5-27B under SGLang: its state pool admits fewer running requests than max_num_seqs, and every
+    evaluated configuration's serving model seats no more than that cap."""
+    spec = load_model("qwen3.5-27b")
+    sglang = load_engine("sglang")
+    space = _space(("h100-sxm", 3.0), engines=(sglang,), tps=(1,), max_num_seqs=(256,), chunk_sizes=(8192,),
+                   weight_precisions=(parse_weight_precision("bf16"),))
+    result = search(spec, _traffic(1.0), _targets(5.0, 0.2), space, engine_overheads(sglang))
+    capped = [e for e in result.evaluations if e.model is not None]
+    assert capped and all(e.memory is not None and e.memory.max_running is not None
+                          and e.model.max_num_seqs == min(256, e.memory.max_running) < 256 for e in capped)

@@ -517,15 +517,25 @@ def test_qwen35_27b_vllm_plan_by_hand(tp: int, state: int, page: int) -> None:
 
 
 def test_hybrid_sequences_pay_their_state_in_every_engine() -> None:
-    """Without vLLM's state groups (SGLang's pool, the ideal arithmetic) a sequence still takes its states beside
-    its KV: fewer sequences than the KV alone allows."""
+    """Without vLLM's state groups (the ideal arithmetic) a sequence still takes its states beside its KV: fewer
+    sequences than the KV alone allows. SGLang splits a pool of state slots off the budget first (0.9 : 1, one
+    padding slot), a running request keeping 3 + 2 of them (Gated DeltaNet's extra buffer; Nemotron-H's Mamba-2: 3)."""
     spec = load_model("qwen3.5-27b")
-    for engine in (load_engine("sglang"), None):
+    r = plan_fit(spec, load_gpu("h100-sxm"), BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=4096))
+    kv_only = r.kv_budget_bytes_per_gpu // (4096 * 65_536)
+    with_state = r.kv_budget_bytes_per_gpu // (4096 * 65_536 + 48 * r.state_bytes_per_layer)
+    assert r.max_concurrent_sequences == with_state < kv_only and r.max_running_requests is None
+    for model, slots in (("qwen3.5-27b", 5), ("nemotron-h-56b", 3)):
+        spec = load_model(model)
+        tp = 1 if model == "qwen3.5-27b" else 2
         r = plan_fit(spec, load_gpu("h100-sxm"), BF16, get_dtype("bf16"),
-                     PlanConfig(num_gpus=1, context=4096, engine=engine))
-        kv_only = r.kv_budget_bytes_per_gpu // (4096 * 65_536)
-        with_state = r.kv_budget_bytes_per_gpu // (4096 * 65_536 + 48 * r.state_bytes_per_layer)
-        assert r.max_concurrent_sequences == with_state < kv_only
+                     PlanConfig(num_gpus=tp, tp=tp, context=4096, engine=load_engine("sglang")))
+        free, per_request = r.kv_budget_bytes_per_gpu, spec.num_linear_layers * r.state_bytes_per_layer
+        states = int((free * 0.9 / 1.9 - per_request) // per_request)
+        assert states == eng.state_pool_slots(free, per_request, 0.9) and r.max_running_requests == states // slots
+        token = r.kv_bytes_per_token_per_gpu
+        assert r.kv_tokens_per_gpu == (free - (states + 1) * per_request) // token
+        assert r.max_concurrent_sequences == min(r.kv_tokens_per_gpu // 4096, states // slots)
 
 
 def test_tp_must_split_the_linear_heads() -> None:

@@ -85,9 +85,10 @@ def test_gemma4_kv_units_are_the_pools_window_aware_count(engine: str, context: 
 @pytest.mark.parametrize("tp,context", [(1, 32_768), (2, 8192)])
 def test_kv_shape_counts_gated_deltanet_states(engine: str, tp: int, context: int) -> None:
     """Qwen3.5-27B's 48 Gated DeltaNet layers hold a state per sequence: in vLLM's pool one 784-token block per state
-    layer (48 x 784 / 64 = 588 tokens of the stack, 294 at tp 2 where the state halves and KV heads split), elsewhere
-    its bytes in the attention layers' tokens; the pool then seats the sequences plan's concurrency counts, and a
-    shared prefix carries no state of its own."""
+    layer (48 x 784 / 64 = 588 tokens of the stack, 294 at tp 2 where the state halves and KV heads split), in
+    SGLang's a pool of their own (none in the KV pool; its slots cap the running requests), elsewhere its bytes in
+    the attention layers' tokens; the pool then seats the sequences plan's concurrency counts (SGLang: within its
+    running cap), and a shared prefix carries no state of its own."""
     spec, gpu = load_model("qwen3.5-27b"), load_gpu("h100-sxm")
     e = None if engine == "ideal" else load_engine(engine)
     shape = kv_shape(spec, e, tp=tp)
@@ -96,10 +97,14 @@ def test_kv_shape_counts_gated_deltanet_states(engine: str, tp: int, context: in
     state = 48 * (3 * (2 * 16 * 128 + 48 * 128) * 2 + 48 * 128 * 128 * 4) // tp   # bytes per sequence per GPU
     if engine == "vllm":
         assert shape.state_units == 48 * 784 / 64 and m.block_size == 784
+    elif engine == "sglang":
+        assert shape.state_units == 0 and m.max_running is not None
     else:
         assert shape.state_units == pytest.approx(state / (16 * 2 * (4 // tp) * 256 * 2))
     whole_blocks = -(-context // m.block_size) * m.block_size   # the engine rounds a request up to whole blocks
     seats = m.kv_capacity_tokens / shape.units(whole_blocks)
+    if m.max_running is not None:
+        seats = min(seats, m.max_running)
     assert m.max_sequences_at_max_len <= seats < m.max_sequences_at_max_len + 1
     assert shape.units(1000, state=False) == 1000 * 16 / shape.num_layers
 

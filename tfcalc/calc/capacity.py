@@ -523,6 +523,8 @@ class _Job:
 
 def _replica(step, memory: ReplicaMemory, traffic: Traffic, seqs: int, chunk: int, overheads: Overheads,
              spec_dec: SpecDecoding | None, policy: SchedulerPolicy, lockstep_ranks: int = 1) -> ReplicaServing:
+    if memory.max_running is not None:   # the engine's own cap (SGLang's state slots) binds below max_num_seqs
+        seqs = max(1, min(seqs, memory.max_running))
     return ReplicaServing(step=step, input_len=traffic.input_len, output_len=traffic.output_len, max_num_seqs=seqs,
                           max_num_batched_tokens=chunk, kv_capacity_tokens=memory.kv_capacity_tokens,
                           block_size=memory.block_size, overheads=overheads,

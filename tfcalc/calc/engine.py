@@ -211,6 +211,15 @@ def kv_groups(engine: EngineSpec | None, full_layers: int, sliding_layers: int, 
                     padding_layers=(full + sliding + state) * size - full_layers - sliding_layers - state_layers)
 
 
+def state_pool_slots(budget: int, per_request: int, memory_ratio: float) -> int:
+    """State slots SGLang sizes beside the KV pool (kv_cache_configurator._handle_max_mamba_cache, 0.5.23): the
+    states take ratio / (1 + ratio) of the budget, less one padding slot: int((budget x r / (1 + r) - per_request) //
+    per_request); the KV pool keeps the budget less (slots + 1) states."""
+    if per_request <= 0:
+        return 0
+    return max(0, int((budget * memory_ratio / (1 + memory_ratio) - per_request) // per_request))
+
+
 def hybrid_block_size(block_size: int, attention_page_bytes_per_token: int, state_bytes: int) -> int:
     """The attention block vLLM sets for a model with Gated DeltaNet (Mamba-like) layers so that one attention page
     holds one layer's state for one request: at least 16 x cdiv(state, 16 x one token's page), the user's block when

@@ -110,6 +110,7 @@ class StagePlan:
     sequences: int                 # engine's max concurrency at `context`, floored
     sequences_window_aware: int    # sliding layers holding min(context, window) only
     kv_bytes_per_sequence: int     # bytes one sequence of `context` tokens takes, the engine's way
+    running_cap: int | None = None  # the engine's own cap on running requests (SGLang's state slots), if any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,6 +166,7 @@ class PlanResult:
     weights_bytes_per_gpu_ideal: int | None = None
     state_bytes_per_layer: int = 0        # one request's state in one Gated DeltaNet layer on one GPU
     block_size_asked: int = 0             # the block size before vLLM raised it to hold a state page
+    max_running_requests: int | None = None   # per replica, the engine's own cap from its state pool (SGLang)
 
     @property
     def activation_bytes_per_gpu(self) -> int:
@@ -302,6 +304,7 @@ class _Allocation:
     sequences: int
     window_aware: int
     per_seq: int              # bytes one sequence takes
+    running_cap: int | None = None  # running requests the engine's state pool admits at most (SGLang)
 
 
 def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, kv_dtype: DType, kv_elements: int,
@@ -351,6 +354,20 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
                                pool_tokens=tokens,
                                per_request=full_blocks, sequences=seqs, window_aware=seqs,
                                per_seq=math.ceil(full_cell * context + swa_cell * held))
+        rule = engine.kv.state_pool
+        if rule is not None and census.linear_layers and state and every_layer:
+            # SGLang: a pool of state slots split off the budget first; a running request keeps
+            # slots_per_request of them (+ the extra buffer's for Gated DeltaNet)
+            per_request = census.linear_layers * state
+            slots = eng.state_pool_slots(free, per_request, rule.memory_ratio)
+            blocks = max(free - (slots + 1) * per_request, 0) // every_layer
+            assert spec.linear_attention is not None
+            cap = slots // (rule.slots_per_request + (rule.extra_buffer_slots
+                                                      if spec.linear_attention.kind == "gated_deltanet" else 0))
+            seqs = min(blocks // full_blocks, cap)
+            return _Allocation(page=page, per_token=per_token, groups=plain, pool=blocks, tokens=blocks * block,
+                               pool_tokens=blocks * block, per_request=full_blocks, sequences=seqs,
+                               window_aware=seqs, per_seq=full_blocks * every_layer, running_cap=cap)
         blocks = free // every_layer if every_layer else 0
         per_seq = full_blocks * every_layer + census.linear_layers * state  # a state per request, beside its KV
         return _Allocation(page=page, per_token=per_token, groups=plain, pool=blocks, tokens=blocks * block,
@@ -580,7 +597,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
                 kv_budget_bytes=budget, kv_bytes_per_token=a.per_token, kv_page_bytes=a.page, kv_groups=a.groups,
                 kv_pool_blocks=a.pool, kv_tokens=a.tokens, kv_pool_tokens=a.pool_tokens,
                 blocks_per_request=a.per_request,
-                sequences=a.sequences, sequences_window_aware=a.window_aware, kv_bytes_per_sequence=a.per_seq)
+                sequences=a.sequences, sequences_window_aware=a.window_aware, kv_bytes_per_sequence=a.per_seq,
+                running_cap=a.running_cap)
             memo[key] = (plan, rot, absb, peak)
         plan, rot, absb, peak = memo[key]
         stages.append(replace(plan, layers=layers))
@@ -642,7 +660,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         kv_budget_bytes_per_gpu_ideal=None if ideal is None else ideal.kv_budget_bytes_per_gpu,
         max_concurrent_sequences_ideal=None if ideal is None else ideal.max_concurrent_sequences,
         weights_bytes_per_gpu_ideal=None if ideal is None else ideal.weights_bytes_per_gpu,
-        state_bytes_per_layer=state, block_size_asked=asked)
+        state_bytes_per_layer=state, block_size_asked=asked,
+        max_running_requests=min((st.running_cap for st in holding if st.running_cap is not None), default=None))
 
 
 def _max_context(spec: ModelSpec, e: EngineSpec | None, stages: list[StagePlan], kv_dtype: DType,

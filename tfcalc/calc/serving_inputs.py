@@ -75,8 +75,9 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
     """The model's sliding-window layers as the engine's pool holds them: window-capped for the ideal arithmetic and
     vLLM's hybrid allocator; an engine that caches sliding layers like full ones (or keeps a separate sliding pool,
     SGLang) counts its pool in full-layer tokens. Gated DeltaNet layers hold a state per sequence (``plan.state_page``
-    at this tp and KV format): one block per layer where vLLM's state groups page it, else its bytes counted in
-    tokens of the attention layers' cache."""
+    at this tp and KV format): one block per layer where vLLM's state groups page it, none where SGLang keeps the
+    states in a pool of their own (``kv.state_pool``: it caps the running requests instead), else its bytes counted
+    in tokens of the attention layers' cache."""
     model = memory_model(engine)
     if spec.compressed_attention is not None:
         return _compressed_kv_shape(spec, engine, kv_dtype or default_kv_dtype(spec, engine))
@@ -89,6 +90,8 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
         if model is not None and model.kv.hybrid_groups:
             return KvShape(num_layers=spec.num_layers, state_layers=layers,
                            state_units=layers * block / spec.num_layers)
+        if model is not None and model.kv.state_pool is not None:   # SGLang: the states in a pool of their own
+            return KvShape(num_layers=attention)
         return KvShape(num_layers=attention,   # the pool in tokens of the attention layers' cache
                        state_units=layers * state / float(attention * fmt.bytes_for(sh.kv_elements)))
     if model is not None and (not model.kv.hybrid_groups or (spec.chunked_attention and not model.kv.chunked_local)):
@@ -143,6 +146,7 @@ class ReplicaMemory:
     block_size: int
     engine: str
     state_bytes_per_layer: int = 0   # one sequence's state in one Gated DeltaNet layer on one GPU
+    max_running: int | None = None   # running requests the engine admits at most beside max_num_seqs (SGLang's states)
 
 
 @lru_cache(maxsize=65536)
@@ -176,7 +180,7 @@ def replica_memory(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv
                          kv_bytes_per_token_per_gpu=r.kv_bytes_per_token_per_gpu,
                          kv_capacity_tokens=max(r.kv_pool_tokens_per_gpu, 0),
                          max_sequences_at_max_len=sequences, block_size=r.block_size, engine=label,
-                         state_bytes_per_layer=r.state_bytes_per_layer)
+                         state_bytes_per_layer=r.state_bytes_per_layer, max_running=r.max_running_requests)
 
 
 # --- (b) speed -------------------------------------------------------------------------------------------

@@ -211,6 +211,10 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         linear = max(stage_census(spec, layers).linear_layers for layers in ranges)
         lines.append(f"{linear_name(spec)} state per request per GPU = {linear} layers x {r.state_bytes_per_layer:,} B "
                      "(conv + recurrent state)")
+        if e is not None and e.kv.state_pool is not None and r.max_running_requests is not None:
+            lines.append(f"  {e.name}'s state pool takes {e.kv.state_pool.memory_ratio:g} / "
+                         f"{1 + e.kv.state_pool.memory_ratio:g} of the KV budget first: running requests at most "
+                         f"{r.max_running_requests:,} (its state slots // slots per request)")
         if r.block_size != r.block_size_asked:
             lines.append(f"  block_size raised from {r.block_size_asked} to {r.block_size}: one attention page "
                          "holds one layer's state, one page per request in each state group (vLLM)")

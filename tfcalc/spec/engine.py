@@ -145,6 +145,18 @@ IN_FLIGHT_RULES = ("batch", "pipeline", "pipeline_async")
 
 
 @dataclass(frozen=True, kw_only=True)
+class StatePoolRule:
+    """SGLang's pool of Mamba / Gated DeltaNet states beside the KV pool (kv_cache_configurator
+    _handle_max_mamba_cache): ``memory_ratio`` of state to KV memory, state slots a running request keeps
+    (``slots_per_request``; ``extra_buffer_slots`` more for Gated DeltaNet models, whose radix cache keeps an extra
+    buffer under the overlap scheduler)."""
+
+    memory_ratio: float
+    slots_per_request: int
+    extra_buffer_slots: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class V4PoolRule:
     """SGLang's DeepSeek-V4 pool defaults (model_overrides/deepseek_v4.py, deepseek_v4_hook.py)."""
 
@@ -173,6 +185,9 @@ class KVLayout:
     # DeepSeek-V4 in SGLang's DSV4 pools (calc.engine.sglang_v4_pool): the window pool's ratio to the full-token
     # pool and the request cap the fixed compressor states are sized for; None: not this engine's layout
     v4_pool: V4PoolRule | None = None
+    # Mamba / Gated DeltaNet states in a pool of their own split off the KV budget (SGLang); None: beside each
+    # request's KV (vLLM pages them in its groups)
+    state_pool: StatePoolRule | None = None
     # what its "GPU KV cache size" reports: blocks (num_blocks // groups x block size, vLLM 0.20.0 and before) or
     # concurrency (int(Maximum concurrency x max_model_len), 0.20.1+)
     tokens: str = "blocks"
@@ -536,6 +551,20 @@ def _show(value: Any) -> str:
     from tfcalc.spec.model import _show as show
 
     return show(value)
+
+
+def _state_pool(data: Any, origin: str) -> StatePoolRule | None:
+    """``kv.state_pool``: {memory_ratio, slots_per_request, extra_buffer_slots}, or absent."""
+    if data is None:
+        return None
+    keys = {"memory_ratio", "slots_per_request", "extra_buffer_slots"}
+    _require(isinstance(data, dict) and set(data) == keys, origin,
+             "field 'kv.state_pool' must be a mapping of memory_ratio, slots_per_request and extra_buffer_slots")
+    return StatePoolRule(memory_ratio=_num(data["memory_ratio"], origin, "kv.state_pool.memory_ratio", 0.001, 1000.0),
+                         slots_per_request=_int(data["slots_per_request"], origin, "kv.state_pool.slots_per_request",
+                                                1, 64),
+                         extra_buffer_slots=_int(data["extra_buffer_slots"], origin,
+                                                 "kv.state_pool.extra_buffer_slots", 0, 64))
 
 
 def _v4_pool(data: Any, origin: str) -> V4PoolRule | None:
@@ -1324,7 +1353,7 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
     k = _section(data, "kv", {"hybrid_groups", "sliding_chunk", "concurrency"}, origin,
                  frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local", "sparse_mla_fp8",
                             "v4_groups", "v4_concurrency", "tokens", "group_size_ratio", "in_flight",
-                            "v4_pool"}))
+                            "v4_pool", "state_pool"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
     v4_groups, v4_concurrency = k.get("v4_groups"), k.get("v4_concurrency", "weighted")
@@ -1346,7 +1375,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   sparse_mla_fp8=_bool(k.get("sparse_mla_fp8", False), origin, "kv.sparse_mla_fp8"),
                   v4_groups=v4_groups, v4_concurrency=v4_concurrency, tokens=k.get("tokens", "blocks"),
                   group_size_ratio=_num(k.get("group_size_ratio", 1.25), origin, "kv.group_size_ratio", 1.0, 16.0),
-                  in_flight=k.get("in_flight", "batch"), v4_pool=_v4_pool(k.get("v4_pool"), origin))
+                  in_flight=k.get("in_flight", "batch"), v4_pool=_v4_pool(k.get("v4_pool"), origin),
+                  state_pool=_state_pool(k.get("state_pool"), origin))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as", "unsupported"}))
     float32_as = w.get("float32_as")
