@@ -238,6 +238,19 @@ def test_sglang_default_fraction_and_pool() -> None:
         assert eng.static_fraction(e, gpu, 1, pp, 8192, spec_) == round((81090.56 - 13440 - (pp - 1) * 128) / 81090.56,
                                                                         3)
     assert eng.static_fraction(load_engine("sglang@0.5.4"), gpu, 1, 1, 8192, dense) == 0.834
+    # data-parallel attention (tfcalc's ep > tp): SGLang's --tp spans the 8 ranks, so cuda_graph_max_bs is the tp >= 4
+    # tier's 512 and the tp x pp / 8 term 1,024 MiB, and the ranks add 512 x 8 x (3 + 1.5) MiB
+    h200 = load_gpu("h200")
+    g = eng.capacity_bytes(h200) / 2**20
+    reserved = 512 + 8192 * 1.5 + 512 * 2 + 1024 + 512 * 8 * 4.5 + 1536
+    assert eng.static_fraction(e, h200, 1, 1, 8192, mla, attention_dp=8) == round((g - reserved) / g, 3) == 0.757
+    # 0.5.22+: a --max-running-requests of 128 lowers cuda_graph_max_bs to it (0.5-0.5.9 keep the tier's 512)
+    clamped = 512 + 8192 * 1.5 + 128 * 2 + 1024 + 128 * 8 * 3 + 1536
+    assert eng.static_fraction(e, h200, 1, 1, 8192, mla, attention_dp=8, max_running=128) == round((g - clamped) / g,
+                                                                                                    3)
+    old = load_engine("sglang@0.5.4")
+    assert eng.static_fraction(old, h200, 1, 1, 8192, mla, 8, 128) == eng.static_fraction(old, h200, 1, 1, 8192, mla,
+                                                                                          8)
     spec = load_model("qwen2.5-7b")
     r = plan_fit(spec, gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=32768, engine=e,
                                                                  gpu_memory_utilization=0.88))

@@ -70,21 +70,30 @@ def prefill_graph_sizes(max_tokens: int) -> list[int]:
 
 
 def static_fraction(engine: EngineSpec, gpu: GPUSpec, tp: int, pp: int, chunked_prefill: int,
-                    spec: ModelSpec | None = None) -> float:
-    """SGLang's default mem_fraction_static: round((gpu_mem - reserved) / gpu_mem, 3), gpu_mem in MiB,
-    reserved = base + max(chunked_prefill, 2048) x 1.5 + cuda_graph_max_bs x 2 + tp x pp / 8 x 1024 MiB + its
-    prefill CUDA graphs' reserve where it captures them (0.5.10+: 8 MiB per capture size, 1.5 GiB for an MLA model;
-    none at pp > 1, for DeepSeek-V4 or a model with a vision encoder: memory_hook.reserve_for_graph_mb) (at least
-    the floor above 60 GiB). Falls back to ``memory_fraction`` without a rule."""
+                    spec: ModelSpec | None = None, attention_dp: int = 1, max_running: int | None = None) -> float:
+    """SGLang's default mem_fraction_static: round((gpu_mem - reserved) / gpu_mem, 3), gpu_mem in MiB, T = its
+    --tp (tp x the data-parallel attention ranks), reserved = base + max(chunked_prefill, 2048) x 1.5 +
+    cuda_graph_max_bs (by tier and T) x 2 + T x pp / 8 x 1024 MiB + under data-parallel attention cuda_graph_max_bs
+    x ranks x 3 (+ x 1.5 above 300) + its prefill CUDA graphs' reserve where it captures them (0.5.10+: 8 MiB per
+    capture size, 1.5 GiB for an MLA model; none at pp > 1, for DeepSeek-V4 or a model with a vision encoder:
+    memory_hook.reserve_for_graph_mb) (at least the floor above 60 GiB); cuda_graph_max_bs no larger than
+    ``max_running`` (--max-running-requests) where the rule says so (0.5.22+). Falls back to ``memory_fraction``
+    without a rule."""
     rule = engine.static_fraction_rule
     if rule is None:
         assert engine.memory_fraction is not None
         return engine.memory_fraction
     gpu_mib = capacity_bytes(gpu) / MIB
     tier = next((t for t in rule.tiers if gpu_mib < t[0] * 1024), rule.tiers[-1])
-    max_bs = tier[2] if tp < 4 else tier[3]
+    total_tp = tp * attention_dp
+    max_bs = tier[2] if total_tp < 4 else tier[3]
+    if rule.graph_bs_within_running and max_running is not None:
+        max_bs = min(max_bs, max_running)
     reserved = (rule.base_mib + max(chunked_prefill, 2048) * rule.per_prefill_token_mib + max_bs * rule.per_graph_bs_mib
-                + tp * pp / 8 * 1024)
+                + total_tp * pp / 8 * 1024)
+    if attention_dp > 1:
+        reserved += max_bs * attention_dp * (rule.per_dp_graph_bs_mib
+                                             + (rule.per_dp_graph_bs_mib_above_300 if max_bs > 300 else 0.0))
     graphs = rule.per_prefill_graph_mib > 0 and pp == 1 and spec is not None and (
         spec.compressed_attention is None and spec.encoder is None)
     if graphs:

@@ -42,6 +42,7 @@ from tfcalc.calc.shard import (
     Parallelism,
     Shard,
     StageCensus,
+    attention_ranks,
     census_weight_bytes,
     check_parallelism,
     check_weight_blocks,
@@ -550,7 +551,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     graphs_in = (e.cuda_graphs.in_budget if cfg.cuda_graphs_in_budget is None else cfg.cuda_graphs_in_budget
                  ) if e is not None else False
     if e is not None and fraction is None:
-        fraction = eng.static_fraction(e, gpu, par.tp, par.pp, mnbt, spec)
+        fraction = eng.static_fraction(e, gpu, par.tp, par.pp, mnbt, spec, attention_ranks(par.tp, par.ep), max_seqs)
     assert fraction is not None
     ranges = stage_layers(spec.num_layers, par.pp)
     if e is None or e.budget == "free_fraction":

@@ -225,6 +225,11 @@ class StaticFractionRule:
     tiers: tuple[tuple[float, int, int, int], ...]
     per_prefill_graph_mib: float = 0.0    # 0: no prefill CUDA graphs (before SGLang 0.5.10)
     mla_prefill_graph_mib: float = 0.0
+    # data-parallel attention: cuda_graph_max_bs x attention ranks x this, + the second term above 300 sequences
+    per_dp_graph_bs_mib: float = 0.0
+    per_dp_graph_bs_mib_above_300: float = 0.0
+    # cuda_graph_max_bs no larger than --max-running-requests (SGLang 0.5.22+)
+    graph_bs_within_running: bool = False
 
 
 # vLLM csrc/custom_all_reduce.cuh (SGLang sgl-kernel/csrc/allreduce/custom_all_reduce.cuh the same): the one-shot
@@ -1398,7 +1403,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
     if data.get("static_fraction_rule") is not None:
         r = _section(data, "static_fraction_rule", {"base_mib", "per_prefill_token_mib", "per_graph_bs_mib",
                                                     "floor_mib", "tiers"}, origin,
-                     frozenset({"per_prefill_graph_mib", "mla_prefill_graph_mib"}))
+                     frozenset({"per_prefill_graph_mib", "mla_prefill_graph_mib", "per_dp_graph_bs_mib",
+                                "per_dp_graph_bs_mib_above_300", "graph_bs_within_running"}))
         tiers = r["tiers"]
         _require(isinstance(tiers, list) and all(isinstance(t, list) and len(t) == 4 for t in tiers), origin,
                  "field 'static_fraction_rule.tiers' must be a list of [below_gib, chunked_prefill, bs_tp_lt4, "
@@ -1416,7 +1422,13 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
             per_prefill_graph_mib=_num(r.get("per_prefill_graph_mib", 0), origin,
                                        "static_fraction_rule.per_prefill_graph_mib", high=MAX_MIB),
             mla_prefill_graph_mib=_num(r.get("mla_prefill_graph_mib", 0), origin,
-                                       "static_fraction_rule.mla_prefill_graph_mib", high=MAX_MIB))
+                                       "static_fraction_rule.mla_prefill_graph_mib", high=MAX_MIB),
+            per_dp_graph_bs_mib=_num(r.get("per_dp_graph_bs_mib", 0), origin,
+                                     "static_fraction_rule.per_dp_graph_bs_mib", high=MAX_MIB),
+            per_dp_graph_bs_mib_above_300=_num(r.get("per_dp_graph_bs_mib_above_300", 0), origin,
+                                               "static_fraction_rule.per_dp_graph_bs_mib_above_300", high=MAX_MIB),
+            graph_bs_within_running=_bool(r.get("graph_bs_within_running", False), origin,
+                                          "static_fraction_rule.graph_bs_within_running"))
     _require(fraction is not None or rule is not None, origin,
              "give memory_fraction, or a static_fraction_rule that computes it")
     scheduler = (scheduler_from_mapping(data["scheduler"], origin) if data.get("scheduler") is not None
