@@ -94,10 +94,8 @@ def static_fraction(engine: EngineSpec, gpu: GPUSpec, tp: int, pp: int, chunked_
     if attention_dp > 1:
         reserved += max_bs * attention_dp * (rule.per_dp_graph_bs_mib
                                              + (rule.per_dp_graph_bs_mib_above_300 if max_bs > 300 else 0.0))
-    graphs = rule.per_prefill_graph_mib > 0 and pp == 1 and spec is not None and (
-        spec.compressed_attention is None and spec.encoder is None)
-    if graphs:
-        assert spec is not None
+    if (rule.per_prefill_graph_mib > 0 and pp == 1 and spec is not None and spec.compressed_attention is None
+            and spec.encoder is None):   # the prefill graphs it captures
         reserved += (rule.mla_prefill_graph_mib if spec.mla is not None
                      else rule.per_prefill_graph_mib * len(prefill_graph_sizes(chunked_prefill)))
     if gpu_mib > 60 * 1024:
@@ -443,6 +441,7 @@ class SGLangV4Pool:
     swa_tokens: int
     bytes_per_full_token: float
     fixed_bytes: int
+    window: int = 128
 
     def sequences(self, context: int, max_running_requests: int) -> int:
         """Requests of ``context`` tokens held at once: the full pool in whole pages, the window pool at its worst
@@ -454,14 +453,14 @@ class SGLangV4Pool:
 
     @property
     def window_tokens_per_request(self) -> int:
-        """Window-pool slots one request may hold (compute_swa_request_cap): the 128-token window, the eviction
-        interval, a page of alignment and a decode page."""
-        return 128 + SGLANG_SWA_EVICTION + 2 * SGLANG_V4_PAGE
+        """Window-pool slots one request may hold (compute_swa_request_cap): its window, the eviction interval, a
+        page of alignment and a decode page."""
+        return self.window + SGLANG_SWA_EVICTION + 2 * SGLANG_V4_PAGE
 
 
 def sglang_v4_pool(budget: int, layers: int, csa_layers: int, hca_layers: int, csa_ratio: int, hca_ratio: int,
                    entry_bytes: int, key_bytes: int, head_dim: int, index_head_dim: int, swa_ratio: float,
-                   max_running_requests: int, alignment: int = 576) -> SGLangV4Pool:
+                   max_running_requests: int, window: int = 128, alignment: int = 576) -> SGLangV4Pool:
     """SGLang 0.5.21+'s sizing: a page of n entries costs cdiv(n x entry, 576) x 576 B (KVLayout.V4.page_bytes), so
     per full-token slot: swa_ratio x (every layer's window entry + a CSA layer's 8 fp32 compressor and
     indexer-compressor state rows per 256-token window page) + a CSA layer's (entry + indexer key) / 4 + an HCA layer's
@@ -478,4 +477,5 @@ def sglang_v4_pool(budget: int, layers: int, csa_layers: int, hca_layers: int, c
     fixed = rows * 2 * head_dim * 4 * hca_layers if hca_layers else 0
     full = int(max(budget - fixed, 0) / per_full) // SGLANG_V4_PAGE * SGLANG_V4_PAGE
     swa = int(full * swa_ratio) // SGLANG_V4_PAGE * SGLANG_V4_PAGE
-    return SGLangV4Pool(full_tokens=full, swa_tokens=swa, bytes_per_full_token=per_full, fixed_bytes=fixed)
+    return SGLangV4Pool(full_tokens=full, swa_tokens=swa, bytes_per_full_token=per_full, fixed_bytes=fixed,
+                        window=window)

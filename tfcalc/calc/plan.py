@@ -435,7 +435,7 @@ def sglang_v4_engine_pool(spec: ModelSpec, engine: EngineSpec | None, census: St
     return eng.sglang_v4_pool(budget, census.attention_layers, census.csa_layers, census.hca_layers, ca.csa_ratio,
                               ca.hca_ratio, math.ceil(compressed_entry_bytes(spec, kv_dtype)),
                               math.ceil(compressed_indexer_bytes(spec, kv_dtype)), spec.head_dim, ca.index_head_dim,
-                              rule.swa_ratio, rule.max_running_requests)
+                              rule.swa_ratio, rule.max_running_requests, spec.sliding_window or 0)
 
 
 def _compressed_allocation(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, kv_dtype: DType,

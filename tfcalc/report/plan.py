@@ -118,7 +118,8 @@ def _compressed_lines(spec: ModelSpec, kv_dtype: DType, cfg: PlanConfig, r: Plan
     if pools is not None:
         lines.append(f"SGLang's DSV4 pools: (KV budget - {_gib(pools.fixed_bytes)} of HCA compressor states) / "
                      f"{pools.bytes_per_full_token:,.2f} B per full-token slot = {pools.full_tokens:,} slots "
-                     f"(256-token pages), a window pool of {pools.swa_tokens:,} ({pools.window_tokens_per_request} "
+                     f"({SGLANG_V4_PAGE}-token pages), a window pool of {pools.swa_tokens:,} "
+                     f"({pools.window_tokens_per_request} "
                      "per request at most)")
     elif layout is not None:
         lines.append(f"vLLM's groups: block ids of {layout.bytes_per_block:,} B, a request of "
