@@ -56,7 +56,7 @@ from tfcalc.errors import UsageError
 from tfcalc.spec.engine import MOE_EXPERT_DTYPES, ArchitectureMoe, EngineKernels
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.interconnect import Interconnect
-from tfcalc.spec.model import ModelSpec
+from tfcalc.spec.model import CompressedAttentionSpec, ModelSpec
 
 ACT_BYTES = 2.0  # bf16 activations, all-reduce payloads and logits
 FP8_DISPATCH_BYTES = 1 + 4 / 128  # an fp8 value and its share of one fp32 scale per 128 (DeepEP's fp8 dispatch)
@@ -296,15 +296,11 @@ class _Dims:
     index_topk: int = 0
     index_key_bytes: float = 0.0
     attn_o: _Linear | None = None  # the O projection where a checkpoint stores it apart (None: as ``attn``)
-    # DeepSeek-V4 (CSA / HCA): its q LoRA rank, output groups per GPU and their rank, hyper-connection streams and
-    # compression ratios (one cached entry's bytes in ``kv_bytes_per_token``, the indexer's in ``index_*``); 0:
-    # another model
-    v4_q_rank: int = 0
+    # DeepSeek-V4 (CSA / HCA): its attention's spec (q LoRA rank, output groups' rank, hyper-connection streams,
+    # compression ratios) and its output groups per GPU (one cached entry's bytes in ``kv_bytes_per_token``, the
+    # indexer's in ``index_*``); None / 0: another model
+    v4: CompressedAttentionSpec | None = None
     v4_o_groups: float = 0.0
-    v4_o_rank: int = 0
-    v4_hc: int = 0
-    v4_csa_ratio: int = 0
-    v4_hca_ratio: int = 0
 
 
 @dataclass(frozen=True)
@@ -552,15 +548,14 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
 
     si, ca = spec.sparse_indexer, spec.compressed_attention
     # the cache one token adds to a layer and DSA's indexer; DeepSeek-V4's entry, indexer and layer shape instead
-    cache: dict[str, float | int] = {
+    cache: dict[str, float | int | CompressedAttentionSpec] = {
         "index_heads": si.num_heads if si else 0, "index_dim": si.head_dim if si else 0,
         "index_topk": si.topk if si else 0, "index_key_bytes": float(indexer_key_bytes(spec)),
         "kv_bytes_per_token": float(kv_layer_bytes(spec, kv_dtype, sliding=False)) if si is not None
         else float(kv_dtype.bits_per_element) * kv_elements / 8}
     if ca is not None:
-        cache = {"v4_q_rank": ca.q_lora_rank, "v4_o_groups": ca.o_groups / tp, "v4_o_rank": ca.o_lora_rank,
-                 "kv_bytes_per_token": float(compressed_entry_bytes(spec, kv_dtype)), "v4_hc": ca.hc_mult,
-                 "v4_csa_ratio": ca.csa_ratio, "v4_hca_ratio": ca.hca_ratio, "index_heads": ca.index_heads,
+        cache = {"v4": ca, "v4_o_groups": ca.o_groups / tp,
+                 "kv_bytes_per_token": float(compressed_entry_bytes(spec, kv_dtype)), "index_heads": ca.index_heads,
                  "index_dim": ca.index_head_dim, "index_topk": ca.index_topk,
                  "index_key_bytes": float(compressed_indexer_bytes(spec, kv_dtype))}
     return _Dims(h=h, vocab=spec.vocab_size // tp, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
@@ -1058,7 +1053,8 @@ def _hyper_connection(s: _Step, d: Deployment, group: str, m: float) -> None:
     pre and post kernels' per layer (``dsa_block_floors`` ``hc_pre`` / ``hc_post``: 20 Sinkhorn iterations run in
     sequence), replacing the two kernels' floors."""
     dm = d.dims
-    n, h = dm.v4_hc, dm.h
+    assert dm.v4 is not None
+    n, h = dm.v4.hc_mult, dm.h
     extra = m * (3 * n - 2) * h * ACT_BYTES
     cost = kernels.elementwise(s.rates, extra, flops=2.0 * m * (2 + n) * n * n * h, kernels=2, ideal_bytes=extra)
     floors = s.rates.dsa_block_floors
@@ -1090,14 +1086,16 @@ def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind:
     m, h, d_head = shape.tokens, dm.h, dm.head_dim
     q_width = dm.heads * d_head
     bf16 = _Linear(16.0, "bf16", "", False)
-    ratio = dm.v4_csa_ratio if kind == "csa" else dm.v4_hca_ratio if kind == "hca" else 0
+    ca = dm.v4
+    assert ca is not None
+    ratio = ca.csa_ratio if kind == "csa" else ca.hca_ratio if kind == "hca" else 0
     window = dm.window or 0
     _elementwise_group(s, "attention", 4 * m * h * ACT_BYTES, ideal_bytes=4 * m * h * ACT_BYTES)
-    _gemm(s, "attention", m, dm.v4_q_rank + d_head, h, dm.attn, eng, in_block=True)  # fused q_a + kv
+    _gemm(s, "attention", m, ca.q_lora_rank + d_head, h, dm.attn, eng, in_block=True)  # fused q_a + kv
     if ratio:  # the compressor's kv and gate (bf16, fp32 out), 2 x head_dim each on a CSA layer's overlapping windows
         _gemm(s, "attention", m, 2 * (2 if kind == "csa" else 1) * d_head, h, bf16, eng, in_block=True)
-    _elementwise_group(s, "attention", 2 * m * (dm.v4_q_rank + d_head) * ACT_BYTES)  # q_a and kv norms
-    _gemm(s, "attention", m, q_width, dm.v4_q_rank, dm.attn, eng, in_block=True)  # q_b
+    _elementwise_group(s, "attention", 2 * m * (ca.q_lora_rank + d_head) * ACT_BYTES)  # q_a and kv norms
+    _gemm(s, "attention", m, q_width, ca.q_lora_rank, dm.attn, eng, in_block=True)  # q_b
     # q norm + RoPE, the K=V entry's RoPE, quantisation and cache write
     _elementwise_group(s, "attention", 2 * m * q_width * ACT_BYTES + m * d_head * ACT_BYTES
                        + m * dm.kv_bytes_per_token, ideal_bytes=m * dm.kv_bytes_per_token)
@@ -1110,7 +1108,7 @@ def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind:
     heads = dm.heads if r.ideal else (64 if dm.heads <= 64 else 128)  # FlashMLA's head tile
     if kind == "csa":
         _gemm(s, "attention", m, dm.index_heads + 2 * 2 * dm.index_dim, h, bf16, eng, in_block=True)
-        _gemm(s, "attention", m, dm.index_heads * dm.index_dim, dm.v4_q_rank, dm.attn, eng, in_block=True)
+        _gemm(s, "attention", m, dm.index_heads * dm.index_dim, ca.q_lora_rank, dm.attn, eng, in_block=True)
         _elementwise_group(s, "attention", m * 2 * 2 * dm.index_dim * 4 * 2 + m / ratio * dm.index_key_bytes
                            + 2 * m * dm.index_heads * dm.index_dim * ACT_BYTES, kernels_count=3,
                            ideal_bytes=m / ratio * dm.index_key_bytes)
@@ -1147,9 +1145,9 @@ def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind:
                                                     shape.decode_seqs * heads * 2.0 * 2 * d_head * per_seq))
     # inverse RoPE on the output and its fp8 cast, the grouped o_a (fp8 einsum) and o_b
     _elementwise_group(s, "attention", m * q_width * (ACT_BYTES + 1))
-    _gemm(s, "attention", m, dm.v4_o_groups * dm.v4_o_rank, q_width / dm.v4_o_groups if dm.v4_o_groups else 0,
+    _gemm(s, "attention", m, dm.v4_o_groups * ca.o_lora_rank, q_width / dm.v4_o_groups if dm.v4_o_groups else 0,
           dm.attn, eng, in_block=True, after="attention")
-    _gemm(s, "attention", m, h, dm.v4_o_groups * dm.v4_o_rank, dm.attn, eng, in_block=True, after="attention")
+    _gemm(s, "attention", m, h, dm.v4_o_groups * ca.o_lora_rank, dm.attn, eng, in_block=True, after="attention")
     floors = r.dsa_block_floors
     decode_block = floors.get(f"{kind}_decode", 0.0) if shape.decode_seqs else 0.0
     if decode_block and kind == "csa":  # the top-k selection runs once the entries outnumber the top-k: its cost
@@ -1319,7 +1317,7 @@ def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool | Non
     Mamba-2 and attention blocks), each row-parallel output reduced over tp."""
     if kind == "linear":
         _linear_attention_layer(s, d, shape)
-    elif d.dims.v4_hc:  # DeepSeek-V4: its own attention inside hyper-connections
+    elif d.dims.v4 is not None:  # DeepSeek-V4: its own attention inside hyper-connections
         _hyper_connection(s, d, "attention", shape.tokens)
         _compressed_attention_layer(s, d, shape, kind)
     elif kind != "none":
@@ -1332,7 +1330,7 @@ def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool | Non
         s.add_comm(t, bw, "tp")
     if moe is None:
         return
-    if d.dims.v4_hc:
+    if d.dims.v4 is not None:
         _hyper_connection(s, d, "moe" if moe else "dense_ffn", shape.tokens)
     if moe and d.spec.moe is not None and d.spec.moe.dense_mlp_beside:
         # Gemma 4: the dense MLP first, reduced on its own (vLLM Gemma4MLP's row-parallel down_proj), then the MoE
