@@ -35,11 +35,13 @@ def test_every_engine_preset_loads_and_cites_its_source() -> None:
     for name in names:
         e = load_engine(name)
         assert e.sources and all(text.strip() for text in e.sources.values())
-    assert load_engine("vllm").releases == "0.20-0.22"  # the default is the newest release line modelled
+    assert load_engine("vllm").releases == "0.20-0.22"  # the default: the newest line run on aiconfigurator's tables
     assert load_engine("vllm@0.19.1").releases == "0.17-0.19"
     assert load_engine("vllm@0.20.1").releases == "0.20-0.22"
-    with pytest.raises(UsageError, match="no vllm engine preset covers version 0.23"):
-        load_engine("vllm@0.23")
+    assert load_engine("vllm@0.29").releases == load_engine("vllm@0.31.2").releases == "0.29-0.31"
+    for version in ("0.23", "0.28.1", "0.32", "0.34"):  # runners by model (0.23-0.28), later budgets (0.32+)
+        with pytest.raises(UsageError, match=f"no vllm engine preset covers version {version}"):
+            load_engine(f"vllm@{version}")
     assert load_engine("vllm@0.9").releases == "0.8-0.10"
     with pytest.raises(UsageError, match="no vllm engine preset covers version 0.7"):
         load_engine("vllm@0.7")
@@ -653,3 +655,80 @@ def test_vllm_rotary_cache_is_as_wide_as_the_dimensions_turned() -> None:
     assert qwen.rotary_cache_bytes == 262_144 * 64 * 2
     llama = plan_fit(load_model("llama3.1-8b"), load_gpu("h100-sxm"), BF16, get_dtype("bf16"), cfg)
     assert llama.rotary_cache_bytes == 131_072 * 128 * 2
+
+
+def test_vllm_029_llama31_8b_by_hand() -> None:
+    """vLLM 0.29-0.31 (the V2 model runner) from its code: the profiling sampler keeps bf16 logits (2 B each, no
+    fp32 copy or Triton buffer), the penalty state [max_num_seqs, vocab] int32 + its bit mask is counted since
+    0.27, the CUDA-graph estimate is subtracted at 0.92."""
+    e, gpu = load_engine("vllm@0.30"), load_gpu("h100-sxm")
+    assert e.releases == "0.29-0.31" and not e.default
+    r = plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=8192, engine=e))
+    assert (r.max_num_seqs, r.max_num_batched_tokens, r.memory_fraction) == (1024, 8192, 0.92)
+    forward = 8192 * 2 * (2 * 4096 + 3 * 14336)
+    sampler = 1024 * 128256 * 2 + 2 * 8192 * 4096 * 2
+    state = 1024 * 128256 * 4 + 1024 * 4008 * 4   # output_bin_counts + prompt_bin_mask: cdiv(128,256, 32) words
+    assert eng.penalty_state_bytes(1024, 128256) == state == 541_753_344
+    assert r.activation_forward_bytes == forward and r.activation_sampler_bytes == sampler
+    assert r.activation_state_bytes == state and r.activation_peak_bytes == max(forward, sampler) + state
+    graphs = 256 * MIB + 50 * 12 * MIB
+    assert r.cuda_graph_bytes == graphs and r.cuda_graphs_in_budget
+    budget = (math.floor(r.capacity_bytes * 0.92) - r.weights_bytes_per_gpu - forward - state - round(0.25 * GIB)
+              - graphs)
+    assert r.kv_budget_bytes_per_gpu == budget
+    older = plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"),
+                     PlanConfig(num_gpus=1, context=8192, engine=load_engine("vllm")))
+    assert older.activation_state_bytes == 0   # V1 keeps no such state
+
+
+def test_vllm_029_on_sm100_parts() -> None:
+    """From 0.28 an SM100 part captures batches up to 1,024 (83 sizes at 1,024 sequences, 51 elsewhere) and a GPU of
+    160 GiB or more schedules 16,384 tokens a step; a GPU file whose kernels are the B200's takes its ceiling."""
+    e, old = load_engine("vllm-0.29"), load_engine("vllm-0.21")
+    b200, h200 = load_gpu("b200"), load_gpu("h200")
+    assert len(eng.capture_sizes("vllm", 1024, 1024)) == 83 and len(eng.capture_sizes("vllm", 1024)) == 51
+    assert eng.capture_sizes("vllm", 300, 1024)[-1] == 592   # min(2 x max_num_seqs, ceiling)
+    assert (eng.capture_ceiling(e, b200), eng.capture_ceiling(e, h200), eng.capture_ceiling(old, b200)) == (
+        1024, 512, 512)
+    assert eng.capture_ceiling(e, load_gpu("gb300")) == 1024
+    assert b200.latency is not None
+    twin = replace(b200, name="my-b200", latency=replace(b200.latency, kernels_as="b200"))
+    assert eng.capture_ceiling(e, twin) == 1024
+    assert eng.cuda_graph_bytes(e, 1024, 1, b200) == 256 * MIB + 82 * 12 * MIB
+    assert eng.cuda_graph_bytes(old, 1024, 1, b200) == 256 * MIB + 50 * 12 * MIB
+    assert eng.scheduler_defaults(e, b200) == (1024, 16384) and eng.scheduler_defaults(e, h200) == (1024, 8192)
+    assert eng.scheduler_defaults(old, b200) == (1024, 8192)
+    r = plan_fit(llama31_8b(), b200, BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=8192, engine=e))
+    assert r.max_num_batched_tokens == 16384 and r.activation_forward_bytes == 16384 * 2 * (2 * 4096 + 3 * 14336)
+
+
+def test_vllm_029_keeps_two_state_blocks_per_hybrid_request() -> None:
+    """Prefix caching's "align" mode (hybrid models from 0.26; MambaSpec: 2 blocks a running request): Qwen3.5-27B's
+    request takes 2 blocks in each of its 3 state groups where 0.20-0.22 took 1; the serving model counts the same."""
+    from tfcalc.calc.serving_inputs import kv_shape
+
+    new, old = load_engine("vllm-0.29"), load_engine("vllm-0.21")
+    groups = eng.kv_groups(new, full_layers=16, sliding_layers=0, state_layers=48)
+    assert eng.blocks_per_request(new, groups, None, 32_768, 8192, 784) == 42 + 6
+    assert eng.blocks_per_request(old, groups, None, 32_768, 8192, 784) == 42 + 3
+    spec, gpu = load_model("qwen3.5-27b"), load_gpu("h200")
+    cfg = PlanConfig(num_gpus=1, context=32_768)
+    r_new = plan_fit(spec, gpu, BF16, get_dtype("bf16"), replace(cfg, engine=new))
+    r_old = plan_fit(spec, gpu, BF16, get_dtype("bf16"), replace(cfg, engine=old))
+    assert r_new.kv_blocks_per_request - r_old.kv_blocks_per_request == r_old.kv_groups - 1 == 3
+    assert kv_shape(spec, new).state_units == 2 * kv_shape(spec, old).state_units > 0
+
+
+def test_engine_yaml_checks_the_029_fields(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parent.parent.parent / "presets" / "engines" / "vllm-0.29.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    for old, new, message in (
+            ("state_blocks: 2", "state_blocks: 0", "kv.state_blocks"),
+            ("penalty_state: true", "penalty_state: 1", "field 'activation.penalty_state' must be true or false"),
+            ("{b200: 1024,", "{b200: -4,", "cuda_graphs.max_size_by_gpu.b200"),
+            ("max_size_by_gpu: {b200: 1024, b300: 1024, gb200: 1024, gb300: 1024}", "max_size_by_gpu: [1024]",
+             "field 'cuda_graphs.max_size_by_gpu' must map GPU preset names to batch sizes")):
+        assert old in text
+        bad.write_text(text.replace(old, new))
+        with pytest.raises(SpecError, match=message):
+            load_engine(str(bad))

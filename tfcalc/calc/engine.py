@@ -117,12 +117,13 @@ def non_torch_bytes(engine: EngineSpec, tp: int, pp: int) -> int:
     return o.non_torch_bytes_pp if pp > 1 else o.non_torch_bytes_tp1
 
 
-def capture_sizes(rule: str, max_num_seqs: int) -> list[int]:
+def capture_sizes(rule: str, max_num_seqs: int, ceiling: int = 512) -> list[int]:
     """CUDA-graph batch sizes: vLLM [1, 2, 4] + 8..248 step 8 + 256..max step 16, max = min(2 x max_num_seqs,
-    512) (config/compilation.py); vLLM 0.8 [1, 2, 4] + 8..512 step 8; SGLang [1, 2, 4, 8, 12] + 16..256 step 8 +
-    272..496 step 16 + 512.. step 32 up to cuda_graph_max_bs (server_args._generate_cuda_graph_batch_sizes)."""
+    ``ceiling``) (512; 1024 on SM100 parts from 0.28: config/vllm.py _set_cudagraph_sizes); vLLM 0.8 [1, 2, 4] +
+    8..512 step 8; SGLang [1, 2, 4, 8, 12] + 16..256 step 8 + 272..496 step 16 + 512.. step 32 up to
+    cuda_graph_max_bs (server_args._generate_cuda_graph_batch_sizes)."""
     if rule == "vllm":
-        top = min(2 * max_num_seqs, 512)
+        top = min(2 * max_num_seqs, ceiling)
         sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
         return [s for s in sizes if s <= top]
     if rule == "vllm-0.8":
@@ -133,10 +134,20 @@ def capture_sizes(rule: str, max_num_seqs: int) -> list[int]:
     return []
 
 
-def cuda_graph_bytes(engine: EngineSpec, max_num_seqs: int, tp: int = 1) -> int:
+def capture_ceiling(engine: EngineSpec, gpu: GPUSpec | None) -> int:
+    """The largest batch the engine captures by default on ``gpu``: its ``cuda_graphs.max_size_by_gpu`` entry for the
+    GPU preset (or the preset whose kernels it shares, ``latency.kernels_as``), else 512."""
+    ceilings = dict(engine.cuda_graphs.max_size_by_gpu)
+    if gpu is None or not ceilings:
+        return 512
+    shared = gpu.latency.kernels_as if gpu.latency is not None else None
+    return ceilings.get(gpu.name, ceilings.get(shared or "", 512))
+
+
+def cuda_graph_bytes(engine: EngineSpec, max_num_seqs: int, tp: int = 1, gpu: GPUSpec | None = None) -> int:
     """vLLM's estimate: first capture + (sizes - 1) x per-size memory (gpu_model_runner.profile_cudagraph_memory);
     more per size at tp > 1."""
-    sizes = capture_sizes(engine.cuda_graphs.capture, max_num_seqs)
+    sizes = capture_sizes(engine.cuda_graphs.capture, max_num_seqs, capture_ceiling(engine, gpu))
     if not sizes:
         return 0
     g = engine.cuda_graphs
@@ -155,6 +166,7 @@ class ActivationInputs:
     vocab: int                  # logits columns after the all-gather (padded vocabulary)
     last_stage: bool
     receives_activations: bool  # a pipeline stage after the first holds the received hidden + residual
+    model_vocab: int = 0        # the model's own vocabulary (the sampler's per-request state is this wide)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,6 +174,13 @@ class ActivationPeak:
     forward_bytes: int
     sampler_bytes: int
     peak_bytes: int
+    state_bytes: int = 0        # the sampler's persistent per-request state, within peak_bytes
+
+
+def penalty_state_bytes(max_num_seqs: int, vocab: int) -> int:
+    """vLLM's V2-runner penalty statistics (v1/worker/gpu/sample/penalties.py PenaltiesState): output token counts
+    [max_num_seqs, vocab] int32 + the prompt's bit mask [max_num_seqs, cdiv(vocab, 32)] int32."""
+    return max_num_seqs * (vocab + -(-vocab // 32)) * 4
 
 
 def activation_peak(engine: EngineSpec, a: ActivationInputs, tokens: int, sequences: int,
@@ -172,7 +191,8 @@ def activation_peak(engine: EngineSpec, a: ActivationInputs, tokens: int, sequen
     sampler  = persistent (copies x T x h, MoE workspace) + R x V x bytes_per_logit + min(rows, R) x V x 4,
     peak     = max(forward, sampler) on the last pipeline stage (the only one that samples), forward elsewhere;
     T = max_num_batched_tokens, R = min(max_num_seqs, T); a later pipeline stage also holds the received
-    hidden + residual [T, h]."""
+    hidden + residual [T, h]; the last stage adds the sampler's persistent penalty state where the engine counts
+    it (``penalty_state_bytes``, ``sequences`` = max_num_seqs)."""
     m = engine.activation
     received = 2 * tokens * a.hidden * activation_bytes if a.receives_activations else 0
     moe_ws = tokens * a.moe_workspace * activation_bytes if m.moe_workspace else 0
@@ -183,7 +203,9 @@ def activation_peak(engine: EngineSpec, a: ActivationInputs, tokens: int, sequen
         rows = min(sequences, tokens)
         sampler = (math.ceil(rows * a.vocab * m.sampler_bytes_per_logit) + min(m.sampler_scratch_rows, rows) * a.vocab
                    * 4 + m.hidden_copies * tokens * a.hidden * activation_bytes + moe_ws + received)
-    return ActivationPeak(forward_bytes=forward, sampler_bytes=sampler, peak_bytes=max(forward, sampler))
+    state = penalty_state_bytes(sequences, a.model_vocab or a.vocab) if a.last_stage and m.penalty_state else 0
+    return ActivationPeak(forward_bytes=forward, sampler_bytes=sampler, peak_bytes=max(forward, sampler) + state,
+                          state_bytes=state)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,17 +284,19 @@ def blocks_per_request(engine: EngineSpec, groups: KVGroups, window: int | None,
     """Blocks one request of max_model_len tokens needs (vLLM get_max_concurrency_for_kv_cache_config): a full
     group cdiv(L, block); a sliding group cdiv(min(window - 1 + in_flight, L), block) + 1, a chunked one
     (``window`` the chunk) cdiv(min(window + in_flight, L), block) (ChunkedLocalAttentionSpec
-    max_admission_blocks_per_request), ``in_flight`` the tokens in flight (``in_flight_tokens``); a state group one
-    block. ``full_block_size``: the full groups' block where it differs (``unified_block_sizes``)."""
+    max_admission_blocks_per_request), ``in_flight`` the tokens in flight (``in_flight_tokens``); a state group
+    ``kv.state_blocks`` blocks (MambaSpec: 1, or 2 in its "align" prefix-caching mode). ``full_block_size``: the
+    full groups' block where it differs (``unified_block_sizes``)."""
     full = -(-max_model_len // (full_block_size or block_size))
-    if not groups.sliding_groups or window is None:  # a state group: one block per request
-        return (groups.full_groups + groups.sliding_groups) * full + groups.state_groups
+    states = groups.state_groups * engine.kv.state_blocks
+    if not groups.sliding_groups or window is None:
+        return (groups.full_groups + groups.sliding_groups) * full + states
     if chunked:
         local = -(-min(window + in_flight, max_model_len) // block_size)
-        return groups.full_groups * full + groups.sliding_groups * local + groups.state_groups
+        return groups.full_groups * full + groups.sliding_groups * local + states
     held = min(window - 1 + in_flight, max_model_len) if engine.kv.sliding_chunk else min(
         window, max_model_len)
-    return groups.full_groups * full + groups.sliding_groups * (-(-held // block_size) + 1) + groups.state_groups
+    return groups.full_groups * full + groups.sliding_groups * (-(-held // block_size) + 1) + states
 
 
 # --- DeepSeek-V4 under vLLM's DeepSeek-V4 groupings (0.20+) -------------------------------------------------------

@@ -162,6 +162,7 @@ class PlanResult:
     kv_elements_per_token_per_layer: int
     activation_forward_bytes: int
     activation_sampler_bytes: int
+    activation_state_bytes: int = 0       # the sampler's persistent penalty state, within the activation peak
     kv_budget_bytes_per_gpu_ideal: int | None = None
     max_concurrent_sequences_ideal: int | None = None
     weights_bytes_per_gpu_ideal: int | None = None
@@ -269,7 +270,7 @@ def _activation_inputs(spec: ModelSpec, sh: Shard, par: Parallelism, census: Sta
         output = top_k * spec.hidden_size + 3 * shared
     return eng.ActivationInputs(hidden=spec.hidden_size, attention_width=attention, mlp_width=mlp,
                                 moe_workspace=workspace, moe_output=output, vocab=vocab_rows, last_stage=last,
-                                receives_activations=not first)
+                                receives_activations=not first, model_vocab=spec.vocab_size)
 
 
 # --- KV allocation ------------------------------------------------------------------------------------------
@@ -547,7 +548,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     capacity = eng.capacity_bytes(gpu) if e is not None else nominal
     startup = eng.startup_bytes(e, par.tp) if e is not None else 0
     non_torch = eng.non_torch_bytes(e, par.tp, par.pp) if e is not None else 0
-    graphs = eng.cuda_graph_bytes(e, max_seqs, par.tp) if e is not None else 0
+    graphs = eng.cuda_graph_bytes(e, max_seqs, par.tp, gpu) if e is not None else 0
     graphs_in = (e.cuda_graphs.in_budget if cfg.cuda_graphs_in_budget is None else cfg.cuda_graphs_in_budget
                  ) if e is not None else False
     if e is not None and fraction is None:
@@ -561,7 +562,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     else:
         requested = math.floor((capacity - startup) * fraction)
     stages: list[StagePlan] = []
-    rotary = absorbed = forward = sampler = 0
+    rotary = absorbed = forward = sampler = sampler_state = 0
     memo: dict[tuple[object, ...], tuple[StagePlan, int, int, eng.ActivationPeak]] = {}
     for s, layers in enumerate(ranges):
         first, last = s == 0, s == len(ranges) - 1
@@ -605,6 +606,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         stages.append(replace(plan, layers=layers))
         if last:
             rotary, absorbed, forward, sampler = rot, absb, peak.forward_bytes, peak.sampler_bytes
+            sampler_state = peak.state_bytes
     # a stage of a hybrid model may hold no KV (Mamba layers only) or nothing per request at all (MLP layers only,
     # Nemotron-H at a high pp): it bounds neither the tokens nor the sequences, only its own budget
     caching = [st for st in stages if st.kv_bytes_per_token > 0] or stages
@@ -657,7 +659,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         rotary_cache_bytes=rotary, mla_absorbed_bytes=absorbed, vocab_rows=vocab_rows,
         mxfp4_padded_hidden=padded[0], mxfp4_padded_intermediate=padded[1], kv_heads_per_gpu=sh.kv_heads,
         kv_elements_per_token_per_layer=sh.kv_elements, activation_forward_bytes=forward,
-        activation_sampler_bytes=sampler,
+        activation_sampler_bytes=sampler, activation_state_bytes=sampler_state,
         kv_budget_bytes_per_gpu_ideal=None if ideal is None else ideal.kv_budget_bytes_per_gpu,
         max_concurrent_sequences_ideal=None if ideal is None else ideal.max_concurrent_sequences,
         weights_bytes_per_gpu_ideal=None if ideal is None else ideal.weights_bytes_per_gpu,

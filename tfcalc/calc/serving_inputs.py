@@ -75,9 +75,9 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
     """The model's sliding-window layers as the engine's pool holds them: window-capped for the ideal arithmetic and
     vLLM's hybrid allocator; an engine that caches sliding layers like full ones (or keeps a separate sliding pool,
     SGLang) counts its pool in full-layer tokens. Gated DeltaNet layers hold a state per sequence (``plan.state_page``
-    at this tp and KV format): one block per layer where vLLM's state groups page it, none where SGLang keeps the
-    states in a pool of their own (``kv.state_pool``: it caps the running requests instead), else its bytes counted
-    in tokens of the attention layers' cache."""
+    at this tp and KV format): ``kv.state_blocks`` blocks per layer where vLLM's state groups page it, none where
+    SGLang keeps the states in a pool of their own (``kv.state_pool``: it caps the running requests instead), else
+    its bytes counted in tokens of the attention layers' cache."""
     model = memory_model(engine)
     if spec.compressed_attention is not None:
         return _compressed_kv_shape(spec, engine, kv_dtype or default_kv_dtype(spec, engine))
@@ -89,7 +89,7 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
         layers, attention = spec.num_linear_layers, spec.num_attention_layers
         if model is not None and model.kv.hybrid_groups:
             return KvShape(num_layers=spec.num_layers, state_layers=layers,
-                           state_units=layers * block / spec.num_layers)
+                           state_units=layers * block * model.kv.state_blocks / spec.num_layers)
         if model is not None and model.kv.state_pool is not None:   # SGLang: the states in a pool of their own
             return KvShape(num_layers=attention)
         return KvShape(num_layers=attention,   # the pool in tokens of the attention layers' cache

@@ -179,6 +179,9 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
             act += (f", sampler {_gib(r.activation_sampler_bytes)}: {min(r.max_num_seqs, r.max_num_batched_tokens):,} "
                     f"rows x {r.vocab_rows:,} logits x {e.activation.sampler_bytes_per_logit:g} B + hidden states)"
                     if r.activation_sampler_bytes else ")")
+            if r.activation_state_bytes:
+                act += (f" + penalty state {_gib(r.activation_state_bytes)} ({r.max_num_seqs:,} sequences x "
+                        f"{spec.vocab_size:,} x 4 B + bit mask)")
             lines += [act, f"- {term('non_torch', 'non-torch')} = {_gib(r.non_torch_bytes)} "
                            f"({'tp > 1: NCCL and all-reduce buffers' if p.tp > 1 else 'tp 1'})"]
         if r.startup_bytes and e.overheads.startup_in_budget:

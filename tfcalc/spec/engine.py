@@ -127,6 +127,9 @@ class ActivationModel:
     sampler_scratch_rows: int
     hidden_copies: int
     moe_workspace: bool
+    # the V2 model runner's penalty statistics, kept from start-up and counted in the budget (vLLM 0.27+): output
+    # token counts [max_num_seqs, vocab] int32 and the prompt's bit mask [max_num_seqs, vocab / 32] int32
+    penalty_state: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +139,9 @@ class CudaGraphModel:
     per_size_bytes: int
     per_size_bytes_tp: int      # at tp > 1 (custom all-reduce buffers registered per graph)
     in_budget: bool
+    # the largest captured batch where the engine raises it on a GPU (vLLM 0.28+: 1024 on SM100 parts), by GPU
+    # preset name (or the preset its kernels are read as); 512 elsewhere
+    max_size_by_gpu: tuple[tuple[str, int], ...] = ()
 
 
 # vLLM's groupings of DeepSeek-V4's caches by release (calc.engine.v4_layout)
@@ -197,6 +203,9 @@ class KVLayout:
     # tokens a sliding or chunked group reserves room for beside its window: one batch (max_num_batched_tokens,
     # vLLM until 0.25), pipeline (pp batches) or pipeline_async (pp + 1: 0.26+ max_in_flight_tokens)
     in_flight: str = "batch"
+    # blocks a running request keeps in each Mamba / Gated DeltaNet state group: 1, or 2 where prefix caching keeps
+    # an aligned checkpoint beside the running state (vLLM's mamba_cache_mode "align", 0.28-0.31)
+    state_blocks: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1338,15 +1347,19 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
         non_torch_bytes_tp=_gib(o["non_torch_gib_tp"], origin, "overheads.non_torch_gib_tp"),
         non_torch_bytes_pp=_gib(o["non_torch_gib_pp"], origin, "overheads.non_torch_gib_pp"))
     a = _section(data, "activation", {"sampler_bytes_per_logit", "sampler_scratch_rows", "hidden_copies",
-                                      "moe_workspace"}, origin)
+                                      "moe_workspace"}, origin, frozenset({"penalty_state"}))
     activation = ActivationModel(
         sampler_bytes_per_logit=_num(a["sampler_bytes_per_logit"], origin, "activation.sampler_bytes_per_logit",
                                      high=1024.0),
         sampler_scratch_rows=_int(a["sampler_scratch_rows"], origin, "activation.sampler_scratch_rows"),
         hidden_copies=_int(a["hidden_copies"], origin, "activation.hidden_copies", high=1024),
-        moe_workspace=_bool(a["moe_workspace"], origin, "activation.moe_workspace"))
+        moe_workspace=_bool(a["moe_workspace"], origin, "activation.moe_workspace"),
+        penalty_state=_bool(a.get("penalty_state", False), origin, "activation.penalty_state"))
     g = _section(data, "cuda_graphs", {"capture", "first_capture_mib", "per_size_mib", "in_budget"}, origin,
-                 frozenset({"per_size_mib_tp"}))
+                 frozenset({"per_size_mib_tp", "max_size_by_gpu"}))
+    ceilings = g.get("max_size_by_gpu") or {}
+    _require(isinstance(ceilings, dict) and all(isinstance(n, str) for n in ceilings), origin,
+             "field 'cuda_graphs.max_size_by_gpu' must map GPU preset names to batch sizes")
     _require(g["capture"] in ("vllm", "vllm-0.8", "sglang", "none"), origin,
              f"field 'cuda_graphs.capture' must be vllm, vllm-0.8, sglang or none, got {_show(g['capture'])}")
     graphs = CudaGraphModel(capture=g["capture"], first_capture_bytes=_mib(g["first_capture_mib"], origin,
@@ -1354,11 +1367,14 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                             per_size_bytes=_mib(g["per_size_mib"], origin, "cuda_graphs.per_size_mib"),
                             per_size_bytes_tp=_mib(g.get("per_size_mib_tp", g["per_size_mib"]), origin,
                                                    "cuda_graphs.per_size_mib_tp"),
-                            in_budget=_bool(g["in_budget"], origin, "cuda_graphs.in_budget"))
+                            in_budget=_bool(g["in_budget"], origin, "cuda_graphs.in_budget"),
+                            max_size_by_gpu=tuple(sorted(
+                                (n, _int(v, origin, f"cuda_graphs.max_size_by_gpu.{n}", 1, 1 << 16))
+                                for n, v in ceilings.items())))
     k = _section(data, "kv", {"hybrid_groups", "sliding_chunk", "concurrency"}, origin,
                  frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local", "sparse_mla_fp8",
                             "v4_groups", "v4_concurrency", "tokens", "group_size_ratio", "in_flight",
-                            "v4_pool", "state_pool"}))
+                            "v4_pool", "state_pool", "state_blocks"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
     v4_groups, v4_concurrency = k.get("v4_groups"), k.get("v4_concurrency", "weighted")
@@ -1381,7 +1397,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   v4_groups=v4_groups, v4_concurrency=v4_concurrency, tokens=k.get("tokens", "blocks"),
                   group_size_ratio=_num(k.get("group_size_ratio", 1.25), origin, "kv.group_size_ratio", 1.0, 16.0),
                   in_flight=k.get("in_flight", "batch"), v4_pool=_v4_pool(k.get("v4_pool"), origin),
-                  state_pool=_state_pool(k.get("state_pool"), origin))
+                  state_pool=_state_pool(k.get("state_pool"), origin),
+                  state_blocks=_int(k.get("state_blocks", 1), origin, "kv.state_blocks", 1, 64))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as", "unsupported"}))
     float32_as = w.get("float32_as")
