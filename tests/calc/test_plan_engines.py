@@ -39,7 +39,8 @@ def test_every_engine_preset_loads_and_cites_its_source() -> None:
     assert load_engine("vllm@0.19.1").releases == "0.17-0.19"
     assert load_engine("vllm@0.20.1").releases == "0.20-0.22"
     assert load_engine("vllm@0.29").releases == load_engine("vllm@0.31.2").releases == "0.29-0.31"
-    for version in ("0.23", "0.28.1", "0.32", "0.34"):  # runners by model (0.23-0.28), later budgets (0.32+)
+    assert load_engine("vllm@0.34").releases == load_engine("vllm@0.35.1").releases == "0.34+"
+    for version in ("0.23", "0.28.1", "0.32", "0.33.1"):  # runners by model (0.23-0.28); 0.32-0.33's own rules
         with pytest.raises(UsageError, match=f"no vllm engine preset covers version {version}"):
             load_engine(f"vllm@{version}")
     assert load_engine("vllm@0.9").releases == "0.8-0.10"
@@ -732,3 +733,82 @@ def test_engine_yaml_checks_the_029_fields(tmp_path: Path) -> None:
         bad.write_text(text.replace(old, new))
         with pytest.raises(SpecError, match=message):
             load_engine(str(bad))
+
+
+def test_vllm_034_sizes_the_cache_after_warm_up_by_hand() -> None:
+    """vLLM 0.34's extensible KV cache (measure_kv_cache_bytes) at gpu_memory_utilization 1.0: capacity - startup -
+    weights - non-torch - CUDA graphs - penalty state - max(1 GiB, 0.75 T) - T, T the transient peak (the fp32
+    warm-up sampler pass, 14 B a logit); 64-token blocks. An explicit utilization u caps it at u x capacity - what
+    the engine holds, startup and margin aside."""
+    e, gpu = load_engine("vllm@0.34"), load_gpu("h100-sxm")
+    assert (e.budget, e.memory_fraction, e.block_size) == ("measured", 1.0, 64)
+    r = plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=8192, engine=e))
+    transient = 1024 * 128256 * 14 + 2 * 8192 * 4096 * 2          # above the forward's 8192 x 2 x 51,200 B
+    state = eng.penalty_state_bytes(1024, 128256)
+    assert r.activation_sampler_bytes == transient > r.activation_forward_bytes
+    assert r.activation_peak_bytes == transient + state
+    margin = max(GIB, int(0.75 * transient))
+    assert r.sizing_margin_bytes == margin
+    held = r.weights_bytes_per_gpu + round(0.25 * GIB) + (256 * MIB + 50 * 12 * MIB) + state
+    budget = r.capacity_bytes - round(0.51 * GIB) - held - margin - transient
+    assert r.kv_budget_bytes_per_gpu == budget
+    assert r.kv_pool_blocks_per_gpu == budget // (64 * 2 * 8 * 128 * 2 * 32)   # 64-token pages of 32 layers
+    assert r.kv_blocks_per_request == 8192 // 64 and r.max_concurrent_sequences == r.kv_pool_blocks_per_gpu // 128
+    capped = plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"),
+                      PlanConfig(num_gpus=1, context=8192, engine=e, gpu_memory_utilization=0.9))
+    assert capped.kv_budget_bytes_per_gpu == math.floor(r.capacity_bytes * 0.9) - held - transient
+
+
+@settings(max_examples=30, deadline=None)
+@given(low=st.floats(0.5, 1.0), high=st.floats(0.5, 1.0))
+def test_vllm_034_budget_never_falls_with_utilization(low: float, high: float) -> None:
+    """The explicit utilization only caps the measured budget: a higher one never gives less, and at 1.0 the device
+    binds (capacity - startup - margin), not the request."""
+    e, gpu = load_engine("vllm-0.34"), load_gpu("h100-sxm")
+    low, high = sorted((low, high))
+    def budget(u: float) -> int:
+        cfg = PlanConfig(num_gpus=1, context=8192, engine=e, gpu_memory_utilization=u)
+        return plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"), cfg).kv_budget_bytes_per_gpu
+    assert budget(low) <= budget(high) <= budget(1.0)
+
+
+def test_vllm_034_hybrid_state_blocks_and_margin_rules(tmp_path: Path) -> None:
+    """A Mamba2 / FlashInfer Gated DeltaNet request keeps 3 state blocks (2 + a prefill checkpoint); the sizing
+    margin belongs to budget: measured alone."""
+    new = load_engine("vllm-0.34")
+    groups = eng.kv_groups(new, full_layers=16, sliding_layers=0, state_layers=48)
+    assert eng.blocks_per_request(new, groups, None, 32_768, 8192, 832) == 40 + 9
+    text = (Path(__file__).resolve().parent.parent.parent / "presets" / "engines" / "vllm-0.34.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    kept = [line for line in text.splitlines()
+            if not line.startswith(("sizing_margin:", "  floor_gib:", "  fraction: 0.75"))]
+    assert len(kept) == len(text.splitlines()) - 3
+    bad.write_text("\n".join(kept))
+    with pytest.raises(SpecError, match="field 'sizing_margin' goes with budget: measured, and only with it"):
+        load_engine(str(bad))
+    bad.write_text(text.replace("budget: measured", "budget: utilization"))
+    with pytest.raises(SpecError, match="field 'sizing_margin' goes with budget: measured"):
+        load_engine(str(bad))
+    bad.write_text(text.replace("fraction: 0.75", "fraction: -1"))
+    with pytest.raises(SpecError, match="sizing_margin.fraction"):
+        load_engine(str(bad))
+
+
+def test_prefix_caching_off_keeps_one_state_block() -> None:
+    """--no-enable-prefix-caching (what `capacity` launches when no prompt is reused) leaves vLLM's "none" mode: one
+    state block a hybrid request, so more Qwen3.5-27B sequences fit than with prefix caching's checkpoints; an
+    engine without extra state blocks is returned as it is."""
+    from tfcalc.calc.serving_inputs import replica_memory
+    from tfcalc.spec.engine import with_prefix_caching
+
+    on = load_engine("vllm-0.34")
+    off = with_prefix_caching(on, False)
+    assert off is not None and off.kv is not None and on.kv is not None
+    assert (on.kv.state_blocks, off.kv.state_blocks) == (3, 1) and with_prefix_caching(on, True) is on
+    assert with_prefix_caching(load_engine("vllm-0.21"), False) == load_engine("vllm-0.21")
+    assert with_prefix_caching(None, False) is None
+    spec, gpu = load_model("qwen3.5-27b"), load_gpu("h200")
+    memory = {name: replica_memory(spec, gpu, BF16, get_dtype("bf16"), tp=1, pp=1, ep=1, engine=e,
+                                   max_model_len=32_768, max_num_seqs=256, max_num_batched_tokens=8192)
+              for name, e in (("on", on), ("off", off))}
+    assert memory["off"].max_sequences_at_max_len > memory["on"].max_sequences_at_max_len

@@ -290,3 +290,18 @@ def test_deepseek_v4_through_every_calculator_command_and_the_profiler_refuses()
     profiled = run("profile", "-p", "deepseek-v4-flash", "--device", "cpu")
     assert profiled.exit_code == 1
     assert profiled.output.strip().splitlines()[-1].startswith("error: deepseek-v4-flash: the profiler's work counts")
+
+
+def test_plan_prefix_caching_flag_sets_the_hybrid_state_blocks() -> None:
+    """vLLM 0.34 with prefix caching keeps 3 state blocks a Qwen3.5 request, 1 with --no-enable-prefix-caching:
+    same budget, more sequences."""
+    def row(*extra: str) -> dict:
+        result = run("plan", "-p", "qwen3.5-27b", "--gpu", "h200", "--max-model-len", "32k", "--engine", "vllm@0.34",
+                     "--format", "json", *extra)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)[0]
+
+    on, off = row(), row("--no-enable-prefix-caching")
+    assert on["kv_budget_bytes_per_gpu"] == off["kv_budget_bytes_per_gpu"]
+    assert off["max_concurrent_sequences"] > on["max_concurrent_sequences"] == row("--enable-prefix-caching")[
+        "max_concurrent_sequences"]

@@ -3,6 +3,7 @@ the terms of one GPU's budget. Pure math, no I/O; every rule cites the engine so
 
     vLLM (budget "utilization"):   KV = capacity x gpu_memory_utilization - weights - activation peak - non-torch
                                         [- CUDA graphs from 0.20] [- startup memory before 0.11]
+    vLLM 0.34 ("measured"):        KV = min(requested - used, capacity - startup - used - margin) - transient peak
     SGLang ("static_fraction"):    KV = (capacity - startup) x mem_fraction_static - weights
     TensorRT-LLM ("free_fraction"): KV = (capacity - weights - startup - non-torch - activation peak)
                                          x free_gpu_memory_fraction
@@ -206,6 +207,18 @@ def activation_peak(engine: EngineSpec, a: ActivationInputs, tokens: int, sequen
     state = penalty_state_bytes(sequences, a.model_vocab or a.vocab) if a.last_stage and m.penalty_state else 0
     return ActivationPeak(forward_bytes=forward, sampler_bytes=sampler, peak_bytes=max(forward, sampler) + state,
                           state_bytes=state)
+
+
+def measured_kv_budget(e: EngineSpec, capacity: int, requested: int, startup: int, used: int,
+                       peak: ActivationPeak) -> int:
+    """KV bytes of a cache sized from memory measured after warm-up (vLLM 0.34 measure_kv_cache_bytes):
+    min(requested - used, capacity - startup - used - margin) - T, ``used`` what the engine holds since its baseline
+    (weights, non-torch, CUDA graphs; + the sampler's state), T the transient peak kept free, margin max(floor,
+    fraction x T)."""
+    assert e.sizing_margin is not None
+    transient = peak.peak_bytes - peak.state_bytes
+    used += peak.state_bytes
+    return min(requested - used, capacity - startup - used - e.sizing_margin.bytes_for(transient)) - transient
 
 
 @dataclass(frozen=True, kw_only=True)

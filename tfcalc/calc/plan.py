@@ -163,6 +163,7 @@ class PlanResult:
     activation_forward_bytes: int
     activation_sampler_bytes: int
     activation_state_bytes: int = 0       # the sampler's persistent penalty state, within the activation peak
+    sizing_margin_bytes: int = 0          # budget "measured": kept free beside the transient peak
     kv_budget_bytes_per_gpu_ideal: int | None = None
     max_concurrent_sequences_ideal: int | None = None
     weights_bytes_per_gpu_ideal: int | None = None
@@ -557,7 +558,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     ranges = stage_layers(spec.num_layers, par.pp)
     if e is None or e.budget == "free_fraction":
         requested = capacity
-    elif e.budget == "utilization":
+    elif e.budget in ("utilization", "measured"):
         requested = math.floor(capacity * fraction)
     else:
         requested = math.floor((capacity - startup) * fraction)
@@ -588,6 +589,9 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
                 if e.budget == "utilization":
                     budget = (requested - weights - peak.peak_bytes - non_torch - held_back
                               - (graphs if graphs_in else 0))
+                elif e.budget == "measured":
+                    budget = eng.measured_kv_budget(e, capacity, requested, startup, weights + non_torch + (
+                        graphs if graphs_in else 0), peak)
                 elif e.budget == "static_fraction":
                     budget = requested - weights
                 else:
@@ -660,6 +664,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         mxfp4_padded_hidden=padded[0], mxfp4_padded_intermediate=padded[1], kv_heads_per_gpu=sh.kv_heads,
         kv_elements_per_token_per_layer=sh.kv_elements, activation_forward_bytes=forward,
         activation_sampler_bytes=sampler, activation_state_bytes=sampler_state,
+        sizing_margin_bytes=(e.sizing_margin.bytes_for(activation_max - sampler_state)
+                             if e is not None and e.sizing_margin is not None else 0),
         kv_budget_bytes_per_gpu_ideal=None if ideal is None else ideal.kv_budget_bytes_per_gpu,
         max_concurrent_sequences_ideal=None if ideal is None else ideal.max_concurrent_sequences,
         weights_bytes_per_gpu_ideal=None if ideal is None else ideal.weights_bytes_per_gpu,

@@ -405,6 +405,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     from tfcalc.dtypes import get_dtype, parse_weight_precision
     from tfcalc.output import emit, emit_explanation, explanation_lines, resolve_format
     from tfcalc.report import capacity as report
+    from tfcalc.spec.engine import with_prefix_caching
 
     if points not in POINTS:
         raise UsageError(f"--points must be frontier or all, got '{points}'")
@@ -512,7 +513,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             attention_dp=ranks,
             max_num_seqs=tuple(parse_sizes(max_num_seqs or ["8,16,32,64,128,256,512"], "max_num_seqs")),
             chunk_sizes=tuple(parse_sizes(max_num_batched_tokens or ["512,2048,8192"], "max_num_batched_tokens")),
-            engines=tuple(engines), max_gpus=max_gpus, gpus_per_node=gpus_per_node, max_model_len=model_len,
+            engines=tuple(with_prefix_caching(e, prefix_hit > 0) for e in engines), max_gpus=max_gpus,
+            gpus_per_node=gpus_per_node, max_model_len=model_len,
             gpu_memory_utilization=parse_float(utilization, "gpu memory utilization", 0.0, 1.0)
             if utilization is not None else None,
             block_size=parse_size(block, "block size") if block is not None else None,

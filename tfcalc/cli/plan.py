@@ -68,6 +68,11 @@ def engine_note(engine: "EngineSpec | None") -> str:
         return ENGINE_NOTES["ideal"]
     if not engine.models_memory:
         return f"{engine.name}: no KV pool of its own to model (its preset says budget: ideal): the ideal arithmetic"
+    if engine.budget == "measured" and engine.sizing_margin is not None:
+        m = engine.sizing_margin
+        return (f"{engine.label}: KV = capacity - startup - weights - non-torch - CUDA graphs - sampler state - "
+                f"the transient peak of its warm-up steps - a margin of max({m.floor_bytes / (1 << 30):g} GiB, "
+                f"{m.fraction:g} x that peak), sized after warm-up; max seqs = vLLM's 'Maximum concurrency'")
     return ENGINE_NOTES.get(engine.name, engine.name)
 
 
@@ -122,6 +127,9 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
              "--cuda-graph-memory/--no-cuda-graph-memory", help="Subtract the CUDA-graph estimate from the KV "
              "budget (vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS); default: as the engine version does.",
              show_default=False)] = None,
+         prefix_caching: Annotated[bool, typer.Option(
+             "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching (on by default): "
+             "0.29+ keeps 2-3 state blocks a hybrid (Mamba / Gated DeltaNet) request with it, 1 without.")] = True,
          find_min_gpus: Annotated[bool, typer.Option(
              "--min-gpus", help="Search the smallest GPU count that fits: tp within a node, pp only across whole "
              "nodes (vLLM's advice), unless --tp/--pp name the degrees allowed.")] = False,
@@ -137,7 +145,9 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     specs = resolve_models(preset, config)
     check_redundant_experts(specs, redundant_experts, parse_sizes(ep, "ep"), parse_sizes(tp or [], "tp"))
     gpus = gpu_list(gpu)
-    engines = engine_list(engine)
+    from tfcalc.spec.engine import with_prefix_caching
+
+    engines = [with_prefix_caching(e, prefix_caching) for e in engine_list(engine)]
     check_runtime_overhead(bool(runtime_overhead), engines)
     precisions = weight_precisions(weights_dtype)
     kv_dtypes = parse_dtype_list(_merged(kv_dtype, kv_cache_dtype))

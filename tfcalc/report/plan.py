@@ -189,6 +189,14 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         if r.cuda_graph_bytes:
             verb = "subtracted" if r.cuda_graphs_in_budget else "not subtracted (captured in the slack)"
             lines.append(f"- {term('cuda_graph', 'CUDA graphs')} = {_gib(r.cuda_graph_bytes)}, {verb}")
+        if e.budget == "measured":
+            m = e.sizing_margin
+            assert m is not None
+            lines.append(f"- sizing margin = max({_gib(m.floor_bytes)}, {m.fraction:g} x transient peak) = "
+                         f"{_gib(r.sizing_margin_bytes)}, and the transient peak "
+                         f"{_gib(r.activation_peak_bytes - r.activation_state_bytes)} kept free")
+            lines.append(f"  (capacity {_gib(r.capacity_bytes)} - startup {_gib(r.startup_bytes)} - the terms above; "
+                         "or requested - the terms but startup, margin and peak, if smaller)")
         if e.budget == "utilization":
             lines.append(f"  (vLLM's 'Total non KV cache memory' = weights + torch peak + non-torch = "
                          f"{_gib(r.weights_bytes_per_gpu + r.activation_peak_bytes + r.non_torch_bytes)})")

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 GIB = 1 << 30
 MIB = 1 << 20
-BudgetKind = Literal["utilization", "static_fraction", "free_fraction", "ideal"]
-BUDGET_KINDS = ("utilization", "static_fraction", "free_fraction", "ideal")
+BudgetKind = Literal["utilization", "measured", "static_fraction", "free_fraction", "ideal"]
+BUDGET_KINDS = ("utilization", "measured", "static_fraction", "free_fraction", "ideal")
 CaptureRule = Literal["vllm", "vllm-0.8", "sglang", "none"]
 ConcurrencyRule = Literal["vllm", "pool"]
 
@@ -486,6 +486,18 @@ class EngineKernels:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SizingMargin:
+    """What a KV cache sized from memory measured after warm-up keeps free beyond the transient peak T (vLLM 0.34's
+    extensible KV cache, measure_kv_cache_bytes): max(``floor_bytes``, ``fraction`` x T)."""
+
+    floor_bytes: int
+    fraction: float
+
+    def bytes_for(self, transient_bytes: int) -> int:
+        return max(self.floor_bytes, int(transient_bytes * self.fraction))
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineSpec:
     """One engine version's memory accounting and kernel behaviour (see the module docstring). The memory
     sections are None exactly when ``budget`` is ``ideal``."""
@@ -506,6 +518,7 @@ class EngineSpec:
     kv: KVLayout | None = None
     weights: WeightLayout | None = None
     static_fraction_rule: StaticFractionRule | None = None
+    sizing_margin: SizingMargin | None = None   # budget "measured": the margin kept free beside the transient peak
     kernels: EngineKernels = field(default_factory=EngineKernels)
     default: bool = False
     terms: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
@@ -527,6 +540,15 @@ def with_mixed_chunk(engine: EngineSpec) -> EngineSpec:
     if not engine.scheduler.prefill_first:
         return engine
     return replace(engine, scheduler=replace(engine.scheduler, prefill_first=False))
+
+
+def with_prefix_caching(engine: EngineSpec | None, enabled: bool) -> EngineSpec | None:
+    """``engine`` launched with prefix caching on (its default) or off (--no-enable-prefix-caching): off, a Mamba /
+    Gated DeltaNet request keeps one state block (vLLM's mamba_cache_mode "none") where ``kv.state_blocks`` counts
+    the aligned checkpoints prefix caching keeps."""
+    if enabled or engine is None or engine.kv is None or engine.kv.state_blocks == 1:
+        return engine
+    return replace(engine, kv=replace(engine.kv, state_blocks=1))
 
 
 def memory_model(engine: EngineSpec | None) -> EngineSpec | None:
@@ -1242,7 +1264,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
 
 
 _MEMORY_KEYS = ("memory_fraction", "block_size", "scheduler_defaults", "scheduler", "requests", "overheads",
-                "activation", "cuda_graphs", "kv", "weights", "static_fraction_rule", "terms")
+                "activation", "cuda_graphs", "kv", "weights", "static_fraction_rule", "sizing_margin", "terms")
 _TOP = {"name", "version", "releases", "display_name", "default", "budget", "kernels", "sources", *_MEMORY_KEYS}
 
 
@@ -1278,8 +1300,10 @@ def engine_from_mapping(data: dict[str, Any], origin: str, default_name: str,
         return EngineSpec(budget=budget, **common)
     for key in ("version", "releases", "block_size", "scheduler_defaults"):
         _require(key in data, origin, f"missing required field '{key}'")
-    return EngineSpec(budget=budget, **common, **_memory_sections(data, origin, inherited_scheduler,
-                                                                  inherited_requests))
+    sections = _memory_sections(data, origin, inherited_scheduler, inherited_requests)
+    _require((budget == "measured") == (sections["sizing_margin"] is not None), origin,
+             "field 'sizing_margin' goes with budget: measured, and only with it")
+    return EngineSpec(budget=budget, **common, **sections)
 
 
 def scheduler_from_mapping(data: Any, origin: str) -> SchedulerPolicy:
@@ -1448,6 +1472,11 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                                           "static_fraction_rule.graph_bs_within_running"))
     _require(fraction is not None or rule is not None, origin,
              "give memory_fraction, or a static_fraction_rule that computes it")
+    margin = None
+    if data.get("sizing_margin") is not None:
+        m = _section(data, "sizing_margin", {"floor_gib", "fraction"}, origin)
+        margin = SizingMargin(floor_bytes=_gib(m["floor_gib"], origin, "sizing_margin.floor_gib"),
+                              fraction=_num(m["fraction"], origin, "sizing_margin.fraction", 0.0, 16.0))
     scheduler = (scheduler_from_mapping(data["scheduler"], origin) if data.get("scheduler") is not None
                  else inherited_scheduler or SchedulerPolicy())
     requests = (requests_from_mapping(data["requests"], origin) if data.get("requests") is not None
@@ -1455,5 +1484,5 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
     return dict(memory_fraction=fraction, block_size=_int(data["block_size"], origin, "block_size", 1, 1 << 20),
                 scheduler_defaults=tuple(defaults), scheduler=scheduler, requests=requests,
                 overheads=overheads, activation=activation, cuda_graphs=graphs, kv=kv, weights=weights,
-                static_fraction_rule=rule,
+                static_fraction_rule=rule, sizing_margin=margin,
                 terms=_texts(data.get("terms", {}), origin, "terms", TERM_KEYS))
