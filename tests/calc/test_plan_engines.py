@@ -40,7 +40,8 @@ def test_every_engine_preset_loads_and_cites_its_source() -> None:
     assert load_engine("vllm@0.20.1").releases == "0.20-0.22"
     assert load_engine("vllm@0.29").releases == load_engine("vllm@0.31.2").releases == "0.29-0.31"
     assert load_engine("vllm@0.34").releases == load_engine("vllm@0.35.1").releases == "0.34+"
-    for version in ("0.23", "0.28.1", "0.32", "0.33.1"):  # runners by model (0.23-0.28); 0.32-0.33's own rules
+    assert load_engine("vllm@0.32.1").releases == "0.32" and load_engine("vllm@0.33").releases == "0.33"
+    for version in ("0.23", "0.28.1"):  # the runner depends on the model in 0.23-0.28
         with pytest.raises(UsageError, match=f"no vllm engine preset covers version {version}"):
             load_engine(f"vllm@{version}")
     assert load_engine("vllm@0.9").releases == "0.8-0.10"
@@ -812,3 +813,56 @@ def test_prefix_caching_off_keeps_one_state_block() -> None:
                                    max_model_len=32_768, max_num_seqs=256, max_num_batched_tokens=8192)
               for name, e in (("on", on), ("off", off))}
     assert memory["off"].max_sequences_at_max_len > memory["on"].max_sequences_at_max_len
+
+
+
+def test_an_engine_file_lays_its_changes_over_a_base(tmp_path: Path) -> None:
+    """vllm-0.32 and vllm-0.33 hold only what changed from vllm-0.29 (``base:``): every other rule and source is the
+    base's, ``default`` is never inherited; a base must be an engine preset of the same engine."""
+    from tfcalc.spec.presets import load_preset_document
+
+    base, v32, v33 = load_engine("vllm-0.29"), load_engine("vllm-0.32"), load_engine("vllm-0.33")
+    assert base.kv is not None and v32.kv is not None and v33.kv is not None
+    assert v32.kv.state_blocks_by_kind == (("gated_deltanet", 2), ("mamba2", 3))
+    assert replace(v32.kv, state_blocks_by_kind=(), state_blocks=2) == base.kv
+    assert (v32.activation, v32.cuda_graphs, v32.overheads, v32.weights) == (
+        base.activation, base.cuda_graphs, base.overheads, base.weights)
+    assert v33.activation is not None and v33.activation.sampler_bytes_per_logit == 14
+    assert v33.kv.checkpoint_align_for("gated_deltanet") == 64 and v33.kv.checkpoint_align_for("mamba2") == 1
+    assert not v32.default and v32.releases == "0.32" and v32.kernels == load_engine("vllm").kernels
+    document = load_preset_document("engine", "vllm-0.32")
+    assert "base" not in document and "kv.state_blocks" in document["sources"]
+    assert document["sources"]["kv.v4_groups, kv.v4_concurrency"] == base.sources["kv.v4_groups, kv.v4_concurrency"]
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("base: vllm-0.34\nname: vllm\nversion: '0.34'\nmemory_fraction: 0.95\n")
+    assert load_engine(str(mine)).memory_fraction == 0.95 and load_engine(str(mine)).budget == "measured"
+    for text, message in (("base: vllm-9\n", "field 'base' must name an engine preset"),
+                          ("base: sglang-0.5\nname: vllm\n", "must name a preset of the same engine")):
+        mine.write_text(text)
+        with pytest.raises(SpecError, match=message):
+            load_engine(str(mine))
+
+
+def test_hybrid_blocks_by_linear_kind_and_checkpoint_grid() -> None:
+    """vLLM's hybrid attention block is a x cdiv(state, a x page), a = lcm(max(16, block), the checkpoint grid):
+    a user's 32-token block gives 800 where 16 gives 784, FlashInfer GDN's 64-token grid (0.33+) 832; 0.32 keeps 3
+    state blocks for a Mamba2 request and 2 for a Gated DeltaNet one."""
+    page, state = 4096, 3_207_168
+    assert eng.hybrid_block_size(16, page, state) == 784
+    assert eng.hybrid_block_size(32, page, state) == 32 * -(-state // (32 * page)) == 800
+    assert eng.hybrid_block_size(16, page, state, 64) == eng.hybrid_block_size(64, page, state) == 832
+    assert eng.hybrid_block_size(1024, page, state, 64) == 1024
+    v32 = load_engine("vllm@0.32")
+    groups = eng.kv_groups(v32, full_layers=16, sliding_layers=0, state_layers=48)
+    assert eng.blocks_per_request(v32, groups, None, 32_768, 8192, 784, linear_kind="gated_deltanet") == 42 + 6
+    assert eng.blocks_per_request(v32, groups, None, 32_768, 8192, 784, linear_kind="mamba2") == 42 + 9
+    nano, gpu = load_model("nemotron-3-nano-30b-a3b"), load_gpu("h200")
+    assert nano.linear_attention is not None and nano.linear_attention.kind == "mamba2"
+    cfg = PlanConfig(num_gpus=1, context=32_768)
+    r31, r32 = (plan_fit(nano, gpu, BF16, get_dtype("bf16"), replace(cfg, engine=load_engine(v)))
+                for v in ("vllm@0.31", "vllm@0.32"))
+    assert r31.kv_budget_bytes_per_gpu == r32.kv_budget_bytes_per_gpu
+    assert r32.kv_blocks_per_request - r31.kv_blocks_per_request == r31.kv_groups - 1   # one more per state group
+    qwen = load_model("qwen3.5-27b")
+    r33 = plan_fit(qwen, gpu, BF16, get_dtype("bf16"), replace(cfg, engine=load_engine("vllm@0.33")))
+    assert r33.block_size % 64 == 0 and r33.block_size_asked == 16

@@ -262,13 +262,16 @@ def state_pool_slots(budget: int, per_request: int, memory_ratio: float) -> int:
     return max(0, int((budget * memory_ratio / (1 + memory_ratio) - per_request) // per_request))
 
 
-def hybrid_block_size(block_size: int, attention_page_bytes_per_token: int, state_bytes: int) -> int:
+def hybrid_block_size(block_size: int, attention_page_bytes_per_token: int, state_bytes: int,
+                      checkpoint_align: int = 1) -> int:
     """The attention block vLLM sets for a model with Gated DeltaNet (Mamba-like) layers so that one attention page
-    holds one layer's state for one request: at least 16 x cdiv(state, 16 x one token's page), the user's block when
-    larger; the state page is then padded to the attention page (HybridAttentionMambaModelConfig)."""
+    holds one layer's state for one request: a x cdiv(state, a x one token's page), a = lcm(max(16, block), the
+    prefill checkpoints' alignment), the block when larger; the state page is then padded to the attention page
+    (platforms/interface.py _align_hybrid_block_size; 16 the attention kernels' smallest block)."""
     if not state_bytes or not attention_page_bytes_per_token:
         return block_size
-    return max(block_size, 16 * -(-state_bytes // (16 * attention_page_bytes_per_token)))
+    a = math.lcm(max(16, block_size), checkpoint_align)
+    return max(block_size, a * -(-state_bytes // (a * attention_page_bytes_per_token)))
 
 
 def unified_block_sizes(block_size: int, pages: tuple[int, int]) -> tuple[int, int]:
@@ -293,15 +296,15 @@ def in_flight_tokens(engine: EngineSpec | None, pp: int, max_num_batched_tokens:
 
 def blocks_per_request(engine: EngineSpec, groups: KVGroups, window: int | None, max_model_len: int,
                        in_flight: int, block_size: int, chunked: bool = False,
-                       full_block_size: int | None = None) -> int:
+                       full_block_size: int | None = None, linear_kind: str | None = None) -> int:
     """Blocks one request of max_model_len tokens needs (vLLM get_max_concurrency_for_kv_cache_config): a full
     group cdiv(L, block); a sliding group cdiv(min(window - 1 + in_flight, L), block) + 1, a chunked one
     (``window`` the chunk) cdiv(min(window + in_flight, L), block) (ChunkedLocalAttentionSpec
     max_admission_blocks_per_request), ``in_flight`` the tokens in flight (``in_flight_tokens``); a state group
-    ``kv.state_blocks`` blocks (MambaSpec: 1, or 2 in its "align" prefix-caching mode). ``full_block_size``: the
-    full groups' block where it differs (``unified_block_sizes``)."""
+    ``kv.state_blocks`` blocks for the model's ``linear_kind`` (MambaSpec: 1, or 2-3 in its "align" prefix-caching
+    mode). ``full_block_size``: the full groups' block where it differs (``unified_block_sizes``)."""
     full = -(-max_model_len // (full_block_size or block_size))
-    states = groups.state_groups * engine.kv.state_blocks
+    states = groups.state_groups * engine.kv.state_blocks_for(linear_kind)
     if not groups.sliding_groups or window is None:
         return (groups.full_groups + groups.sliding_groups) * full + states
     if chunked:

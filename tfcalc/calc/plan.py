@@ -388,7 +388,8 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
         blocks, slot = (block, block), every_layer
     pool = free // slot if slot else 0
     per_request = eng.blocks_per_request(engine, groups, window, context, in_flight, blocks[0], spec.chunked_attention,
-                                         full_block_size=blocks[1])
+                                         full_block_size=blocks[1], linear_kind=spec.linear_attention.kind
+                                         if spec.linear_attention is not None else None)
     if groups.sliding_groups and window is not None:
         aware = (groups.full_groups * -(-context // blocks[1])
                  + groups.sliding_groups * -(-min(context, window) // blocks[0]))
@@ -497,7 +498,8 @@ def state_page(spec: ModelSpec, engine: EngineSpec | None, sh: Shard, kv_dtype: 
     state = math.ceil(conv_dtype.bytes_for(sh.state_conv_elements) + recurrent_dtype.bytes_for(
         sh.state_recurrent_elements))
     if engine is not None and engine.kv.hybrid_groups and memory_model(engine) is not None:
-        block = eng.hybrid_block_size(block, _ceil_bytes(kv_dtype, sh.kv_elements), state)
+        block = eng.hybrid_block_size(block, _ceil_bytes(kv_dtype, sh.kv_elements), state,
+                                      engine.kv.checkpoint_align_for(spec.linear_attention.kind))
     return state, block
 
 

@@ -89,7 +89,8 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
         layers, attention = spec.num_linear_layers, spec.num_attention_layers
         if model is not None and model.kv.hybrid_groups:
             return KvShape(num_layers=spec.num_layers, state_layers=layers,
-                           state_units=layers * block * model.kv.state_blocks / spec.num_layers)
+                           state_units=layers * block * model.kv.state_blocks_for(spec.linear_attention.kind)
+                           / spec.num_layers)
         if model is not None and model.kv.state_pool is not None:   # SGLang: the states in a pool of their own
             return KvShape(num_layers=attention)
         return KvShape(num_layers=attention,   # the pool in tokens of the attention layers' cache

@@ -203,9 +203,22 @@ class KVLayout:
     # tokens a sliding or chunked group reserves room for beside its window: one batch (max_num_batched_tokens,
     # vLLM until 0.25), pipeline (pp batches) or pipeline_async (pp + 1: 0.26+ max_in_flight_tokens)
     in_flight: str = "batch"
-    # blocks a running request keeps in each Mamba / Gated DeltaNet state group: 1, or 2 where prefix caching keeps
-    # an aligned checkpoint beside the running state (vLLM's mamba_cache_mode "align", 0.28-0.31)
+    # blocks a running request keeps in each Mamba / Gated DeltaNet state group: 1, or more where prefix caching keeps
+    # aligned checkpoints beside the running state (vLLM's mamba_cache_mode "align": 2, + 1 prefill checkpoint for
+    # the layers that export one); by the model's linear-attention kind where they differ
     state_blocks: int = 1
+    state_blocks_by_kind: tuple[tuple[str, int], ...] = ()
+
+    # tokens a hybrid model's attention block is also a multiple of where prefix caching keeps prefill checkpoints
+    # on block boundaries (vLLM 0.33+: FlashInfer's Gated DeltaNet prefill, 64), by linear-attention kind
+    checkpoint_align_by_kind: tuple[tuple[str, int], ...] = ()
+
+    def state_blocks_for(self, kind: str | None) -> int:
+        """State blocks a request keeps in one state group of a model whose linear layers are of ``kind``."""
+        return dict(self.state_blocks_by_kind).get(kind or "", self.state_blocks)
+
+    def checkpoint_align_for(self, kind: str | None) -> int:
+        return dict(self.checkpoint_align_by_kind).get(kind or "", 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -545,10 +558,12 @@ def with_mixed_chunk(engine: EngineSpec) -> EngineSpec:
 def with_prefix_caching(engine: EngineSpec | None, enabled: bool) -> EngineSpec | None:
     """``engine`` launched with prefix caching on (its default) or off (--no-enable-prefix-caching): off, a Mamba /
     Gated DeltaNet request keeps one state block (vLLM's mamba_cache_mode "none") where ``kv.state_blocks`` counts
-    the aligned checkpoints prefix caching keeps."""
-    if enabled or engine is None or engine.kv is None or engine.kv.state_blocks == 1:
+    the aligned checkpoints prefix caching keeps, and the attention block needs no checkpoint alignment."""
+    if enabled or engine is None or engine.kv is None or (engine.kv.state_blocks == 1 and not (
+            engine.kv.state_blocks_by_kind or engine.kv.checkpoint_align_by_kind)):
         return engine
-    return replace(engine, kv=replace(engine.kv, state_blocks=1))
+    return replace(engine, kv=replace(engine.kv, state_blocks=1, state_blocks_by_kind=(),
+                                      checkpoint_align_by_kind=()))
 
 
 def memory_model(engine: EngineSpec | None) -> EngineSpec | None:
@@ -587,6 +602,22 @@ def _show(value: Any) -> str:
     from tfcalc.spec.model import _show as show
 
     return show(value)
+
+
+def _by_linear_kind(data: Any, origin: str, key: str, high: int) -> tuple[tuple[str, int], ...]:
+    """{linear-attention kind: positive count}, sorted."""
+    from tfcalc.spec.model import LINEAR_KINDS
+
+    _require(isinstance(data, dict) and all(kind in LINEAR_KINDS for kind in data), origin,
+             f"field '{key}' maps linear-attention kinds ({', '.join(LINEAR_KINDS)}) to counts, got {_show(data)}")
+    return tuple(sorted((kind, _int(n, origin, f"{key}.{kind}", 1, high)) for kind, n in data.items()))
+
+
+def _state_blocks(data: Any, origin: str) -> dict[str, Any]:
+    """``kv.state_blocks``: a count for every linear-attention kind, or {kind: count} (an unnamed kind keeps 1)."""
+    if not isinstance(data, dict):
+        return {"state_blocks": _int(data, origin, "kv.state_blocks", 1, 64)}
+    return {"state_blocks_by_kind": _by_linear_kind(data, origin, "kv.state_blocks", 64)}
 
 
 def _state_pool(data: Any, origin: str) -> StatePoolRule | None:
@@ -1398,7 +1429,7 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
     k = _section(data, "kv", {"hybrid_groups", "sliding_chunk", "concurrency"}, origin,
                  frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local", "sparse_mla_fp8",
                             "v4_groups", "v4_concurrency", "tokens", "group_size_ratio", "in_flight",
-                            "v4_pool", "state_pool", "state_blocks"}))
+                            "v4_pool", "state_pool", "state_blocks", "checkpoint_align"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
     v4_groups, v4_concurrency = k.get("v4_groups"), k.get("v4_concurrency", "weighted")
@@ -1422,7 +1453,9 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   group_size_ratio=_num(k.get("group_size_ratio", 1.25), origin, "kv.group_size_ratio", 1.0, 16.0),
                   in_flight=k.get("in_flight", "batch"), v4_pool=_v4_pool(k.get("v4_pool"), origin),
                   state_pool=_state_pool(k.get("state_pool"), origin),
-                  state_blocks=_int(k.get("state_blocks", 1), origin, "kv.state_blocks", 1, 64))
+                  **_state_blocks(k.get("state_blocks", 1), origin),
+                  checkpoint_align_by_kind=_by_linear_kind(k.get("checkpoint_align", {}), origin,
+                                                           "kv.checkpoint_align", 1 << 16))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as", "unsupported"}))
     float32_as = w.get("float32_as")

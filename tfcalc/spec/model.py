@@ -24,6 +24,7 @@ ActiveConvention = Literal["all_weights_touched", "excludes_input_embedding"]
 # The FFN nonlinearities the decoder implements (tfcalc.model.layers.activate); anything else is refused.
 Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped", "relu2"]
 LinearKind = Literal["gated_deltanet", "mamba2"]
+LINEAR_KINDS: tuple[str, ...] = ("gated_deltanet", "mamba2")
 # Nemotron-H's block letters (hybrid_override_pattern): each block holds one mixer or one FFN
 HYBRID_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 # RoPE scalings as transformers names them (modeling_rope_utils.ROPE_INIT_FUNCTIONS); "default" means none.

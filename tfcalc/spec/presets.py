@@ -328,12 +328,41 @@ def _default_engine_section(engine: str, key: str, exclude: str | None = None): 
     return None
 
 
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes`` laid over it: mappings merge key by key, any other value replaces."""
+    merged = dict(base)
+    for key, value in changes.items():
+        old = merged.get(key)
+        merged[key] = _merged(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return merged
+
+
+def engine_document(path: Path, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An engine file's mapping with its ``base:`` (another engine preset of the same engine, by name) laid under
+    it: the release's changes are all its file holds. A base is never the default (``default`` is the file's own)."""
+    data = read_data_file(path)
+    if not isinstance(data, dict) or "base" not in data:
+        return data
+    base = data.pop("base")
+    names = preset_names("engine")
+    if not isinstance(base, str) or base not in names:
+        raise SpecError(f"{path}: field 'base' must name an engine preset ({', '.join(names)}), got {base!r}")
+    if base in seen:
+        raise SpecError(f"{path}: engine presets base themselves on each other ({' -> '.join((*seen, base))})")
+    under = engine_document(_preset_file("engine", base), (*seen, base))
+    if under.get("name") != data.get("name", under.get("name")):
+        raise SpecError(f"{path}: field 'base' must name a preset of the same engine ({under.get('name')} is not "
+                        f"{data.get('name')})")
+    under.pop("default", None)
+    return _merged(under, data)
+
+
 def _engine_from_file(path: Path, default_name: str, preset: str | None = None):  # -> EngineSpec
     """One engine file; without a ``kernels:``, ``scheduler:`` or ``requests:`` block it runs its kernels, schedules
     its steps and serves its requests as its engine's default version does."""
     from tfcalc.spec.engine import engine_from_mapping
 
-    data = read_data_file(path)
+    data = engine_document(path)
     inherited = {"kernels": None, "scheduler": None, "requests": None}
     for key in inherited:
         if data.get(key) is None and isinstance(data.get("name"), str):
@@ -373,9 +402,11 @@ def load_engine(name_or_path: str):  # -> tfcalc.spec.engine.EngineSpec
     for c in candidates:
         if not c.releases:
             continue
-        low, _, high = c.releases.partition("-")
-        if low.endswith("+"):
+        low, dash, high = c.releases.partition("-")
+        if low.endswith("+"):   # "0.34+": that release and every later one
             low, high = low[:-1], ""
+        elif not dash:          # "0.32": that release line alone
+            high = low
         top = _version_tuple(high, c.releases) if high else None
         if _version_tuple(low, c.releases)[:len(wanted)] <= wanted and (top is None or wanted[:len(top)] <= top):
             return c
@@ -393,8 +424,9 @@ def _version_tuple(text: str, origin: str) -> tuple[int, ...]:
 
 
 def load_preset_document(kind: str, name: str) -> dict[str, Any]:
-    """The raw preset mapping (with sources and published figures), for ``presets show`` and tests."""
-    return read_data_file(preset_path(kind, name))
+    """The raw preset mapping (with sources and published figures), for ``presets show`` and tests; an engine file's
+    with its base laid under it (``engine_document``)."""
+    return engine_document(preset_path(kind, name)) if kind == "engine" else read_data_file(preset_path(kind, name))
 
 
 # --- mapping -> ModelSpec ------------------------------------------------------------------------
