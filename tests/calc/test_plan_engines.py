@@ -723,7 +723,6 @@ def test_vllm_029_keeps_two_state_blocks_per_hybrid_request() -> None:
 
 def test_engine_yaml_checks_the_029_fields(tmp_path: Path) -> None:
     text = (Path(__file__).resolve().parent.parent.parent / "presets" / "engines" / "vllm-0.29.yaml").read_text()
-    bad = tmp_path / "bad.yaml"
     for old, new, message in (
             ("state_blocks: 2", "state_blocks: 0", "kv.state_blocks"),
             ("penalty_state: true", "penalty_state: 1", "field 'activation.penalty_state' must be true or false"),
@@ -731,9 +730,7 @@ def test_engine_yaml_checks_the_029_fields(tmp_path: Path) -> None:
             ("max_size_by_gpu: {b200: 1024, b300: 1024, gb200: 1024, gb300: 1024}", "max_size_by_gpu: [1024]",
              "field 'cuda_graphs.max_size_by_gpu' must map GPU preset names to batch sizes")):
         assert old in text
-        bad.write_text(text.replace(old, new))
-        with pytest.raises(SpecError, match=message):
-            load_engine(str(bad))
+        _refused(tmp_path, text.replace(old, new), message)
 
 
 def test_vllm_034_sizes_the_cache_after_warm_up_by_hand() -> None:
@@ -773,6 +770,14 @@ def test_vllm_034_budget_never_falls_with_utilization(low: float, high: float) -
     assert budget(low) <= budget(high) <= budget(1.0)
 
 
+def _refused(tmp_path: Path, text: str, message: str) -> None:
+    """An engine file of ``text`` is refused with ``message``."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(SpecError, match=message):
+        load_engine(str(bad))
+
+
 def test_vllm_034_hybrid_state_blocks_and_margin_rules(tmp_path: Path) -> None:
     """A Mamba2 / FlashInfer Gated DeltaNet request keeps 3 state blocks (2 + a prefill checkpoint); the sizing
     margin belongs to budget: measured alone."""
@@ -780,19 +785,13 @@ def test_vllm_034_hybrid_state_blocks_and_margin_rules(tmp_path: Path) -> None:
     groups = eng.kv_groups(new, full_layers=16, sliding_layers=0, state_layers=48)
     assert eng.blocks_per_request(new, groups, None, 32_768, 8192, 832) == 40 + 9
     text = (Path(__file__).resolve().parent.parent.parent / "presets" / "engines" / "vllm-0.34.yaml").read_text()
-    bad = tmp_path / "bad.yaml"
     kept = [line for line in text.splitlines()
             if not line.startswith(("sizing_margin:", "  floor_gib:", "  fraction: 0.75"))]
     assert len(kept) == len(text.splitlines()) - 3
-    bad.write_text("\n".join(kept))
-    with pytest.raises(SpecError, match="field 'sizing_margin' goes with budget: measured, and only with it"):
-        load_engine(str(bad))
-    bad.write_text(text.replace("budget: measured", "budget: utilization"))
-    with pytest.raises(SpecError, match="field 'sizing_margin' goes with budget: measured"):
-        load_engine(str(bad))
-    bad.write_text(text.replace("fraction: 0.75", "fraction: -1"))
-    with pytest.raises(SpecError, match="sizing_margin.fraction"):
-        load_engine(str(bad))
+    _refused(tmp_path, "\n".join(kept), "field 'sizing_margin' goes with budget: measured, and only with it")
+    _refused(tmp_path, text.replace("budget: measured", "budget: utilization"),
+             "field 'sizing_margin' goes with budget: measured")
+    _refused(tmp_path, text.replace("fraction: 0.75", "fraction: -1"), "sizing_margin.fraction")
 
 
 def test_prefix_caching_off_keeps_one_state_block() -> None:
@@ -836,11 +835,8 @@ def test_an_engine_file_lays_its_changes_over_a_base(tmp_path: Path) -> None:
     mine = tmp_path / "mine.yaml"
     mine.write_text("base: vllm-0.34\nname: vllm\nversion: '0.34'\nmemory_fraction: 0.95\n")
     assert load_engine(str(mine)).memory_fraction == 0.95 and load_engine(str(mine)).budget == "measured"
-    for text, message in (("base: vllm-9\n", "field 'base' must name an engine preset"),
-                          ("base: sglang-0.5\nname: vllm\n", "must name a preset of the same engine")):
-        mine.write_text(text)
-        with pytest.raises(SpecError, match=message):
-            load_engine(str(mine))
+    _refused(tmp_path, "base: vllm-9\n", "field 'base' must name an engine preset")
+    _refused(tmp_path, "base: sglang-0.5\nname: vllm\n", "must name a preset of the same engine")
 
 
 def test_hybrid_blocks_by_linear_kind_and_checkpoint_grid() -> None:
