@@ -862,3 +862,29 @@ def test_hybrid_blocks_by_linear_kind_and_checkpoint_grid() -> None:
     qwen = load_model("qwen3.5-27b")
     r33 = plan_fit(qwen, gpu, BF16, get_dtype("bf16"), replace(cfg, engine=load_engine("vllm@0.33")))
     assert r33.block_size % 64 == 0 and r33.block_size_asked == 16
+
+
+def test_pcie_gpus_hold_less_for_tensor_parallelism(tmp_path: Path) -> None:
+    """PCIe-only GPUs at tp > 1 (no custom all-reduce, few NCCL channels): the CUDA context at start-up and 0.25 +
+    0.28 GiB of non-torch memory, against 1.51 / 2.1 GiB over NVLink; tp 1 and NVLink GPUs as before. Against the
+    published figure of vLLM 0.28.0 on 2 x RTX 4090 (PR #54479: Qwen3-32B-AWQ, tp 2, utilization 0.85,
+    max_model_len 8,192, 5,120 batched tokens, 72 sequences: 10.37-10.38 GiB, 5,311-5,315 blocks per GPU; the V2
+    runner then estimated no CUDA graphs)."""
+    e = load_engine("vllm@0.30")
+    pcie, nvlink = load_gpu("rtx4090"), load_gpu("h100-sxm")
+    assert (eng.startup_bytes(e, 2, pcie), eng.non_torch_bytes(e, 2, 1, pcie)) == (round(0.51 * GIB), round(0.53 * GIB))
+    assert (eng.startup_bytes(e, 2, nvlink), eng.non_torch_bytes(e, 2, 1, nvlink)) == (round(1.51 * GIB),
+                                                                                         round(2.1 * GIB))
+    assert eng.non_torch_bytes(e, 1, 1, pcie) == eng.non_torch_bytes(e, 1, 1, nvlink) == round(0.25 * GIB)
+    assert eng.non_torch_bytes(e, 2, 1, load_gpu("l40s")) == round(0.53 * GIB)
+    assert eng.non_torch_bytes(e, 2, 1, load_gpu("h100-pcie")) == round(0.53 * GIB)
+    spec = load_model(str(Path(__file__).resolve().parent.parent.parent / "benchmarks" / "validation" / "models"
+                          / "qwen3-32b.yaml"))
+    r = plan_fit(spec, pcie, parse_weight_precision("int4-g128"), get_dtype("bf16"),
+                 PlanConfig(num_gpus=2, tp=2, context=8192, engine=e, gpu_memory_utilization=0.85,
+                            max_num_seqs=72, max_num_batched_tokens=5120, cuda_graphs_in_budget=False))
+    assert abs(r.kv_budget_bytes_per_gpu / GIB - 10.375) / 10.375 < 0.01
+    assert abs(r.kv_pool_blocks_per_gpu - 5313) / 5313 < 0.01
+    text = (Path(__file__).resolve().parent.parent.parent / "presets" / "engines" / "vllm-0.21.yaml").read_text()
+    _refused(tmp_path, text.replace("pcie5: {startup_gib_tp: 0.51, non_torch_gib_tp: 0.53}", "pcie5: 0.5"),
+             "field 'overheads.by_fabric' must map interconnect presets")

@@ -104,17 +104,24 @@ def static_fraction(engine: EngineSpec, gpu: GPUSpec, tp: int, pp: int, chunked_
     return round((gpu_mib - reserved) / gpu_mib, 3)
 
 
-def startup_bytes(engine: EngineSpec, tp: int) -> int:
-    """CUDA context (and NCCL communicators at tp > 1) already allocated when the engine takes its baseline."""
+def _fabric(gpu: GPUSpec | None) -> str | None:
+    """The interconnect preset the GPU's peers talk over (``latency.interconnect_preset``), where it names one."""
+    return gpu.latency.interconnect_preset if gpu is not None and gpu.latency is not None else None
+
+
+def startup_bytes(engine: EngineSpec, tp: int, gpu: GPUSpec | None = None) -> int:
+    """CUDA context (and NCCL communicators at tp > 1, by the GPU's fabric: ``overheads.by_fabric``) already
+    allocated when the engine takes its baseline."""
     o = engine.overheads
-    return o.startup_bytes_tp if tp > 1 else o.startup_bytes_tp1
+    return o.tp_bytes(_fabric(gpu))[0] if tp > 1 else o.startup_bytes_tp1
 
 
-def non_torch_bytes(engine: EngineSpec, tp: int, pp: int) -> int:
-    """Non-torch memory the profiling run adds: NCCL / custom all-reduce buffers at tp > 1, P2P at pp > 1."""
+def non_torch_bytes(engine: EngineSpec, tp: int, pp: int, gpu: GPUSpec | None = None) -> int:
+    """Non-torch memory the profiling run adds: NCCL / custom all-reduce buffers at tp > 1 (by the GPU's fabric),
+    P2P at pp > 1."""
     o = engine.overheads
     if tp > 1:
-        return o.non_torch_bytes_tp
+        return o.tp_bytes(_fabric(gpu))[1]
     return o.non_torch_bytes_pp if pp > 1 else o.non_torch_bytes_tp1
 
 

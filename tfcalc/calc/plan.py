@@ -549,8 +549,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     state, block = state_page(spec, e, sh, kv_dtype, block)
     nominal = gpu.memory_bytes
     capacity = eng.capacity_bytes(gpu) if e is not None else nominal
-    startup = eng.startup_bytes(e, par.tp) if e is not None else 0
-    non_torch = eng.non_torch_bytes(e, par.tp, par.pp) if e is not None else 0
+    startup = eng.startup_bytes(e, par.tp, gpu) if e is not None else 0
+    non_torch = eng.non_torch_bytes(e, par.tp, par.pp, gpu) if e is not None else 0
     graphs = eng.cuda_graph_bytes(e, max_seqs, par.tp, gpu) if e is not None else 0
     graphs_in = (e.cuda_graphs.in_budget if cfg.cuda_graphs_in_budget is None else cfg.cuda_graphs_in_budget
                  ) if e is not None else False

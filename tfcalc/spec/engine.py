@@ -116,6 +116,14 @@ class Overheads:
     non_torch_bytes_tp1: int
     non_torch_bytes_tp: int
     non_torch_bytes_pp: int
+    # (startup, non-torch) bytes at tp > 1 where the GPUs talk over another fabric than the figures above were
+    # logged on, by the GPU preset's interconnect preset (latency.interconnect_preset: pcie4, ...)
+    tp_bytes_by_fabric: tuple[tuple[str, int, int], ...] = ()
+
+    def tp_bytes(self, fabric: str | None) -> tuple[int, int]:
+        """(startup, non-torch) bytes at tp > 1 over ``fabric``."""
+        return next(((start, rest) for name, start, rest in self.tp_bytes_by_fabric if name == fabric),
+                    (self.startup_bytes_tp, self.non_torch_bytes_tp))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1393,14 +1401,22 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                                 high=MAX_GIB),
             exclude_gpus=tuple(exclude)))
     o = _section(data, "overheads", {"startup_gib_tp1", "startup_gib_tp", "startup_in_budget", "non_torch_gib_tp1",
-                                     "non_torch_gib_tp", "non_torch_gib_pp"}, origin)
+                                     "non_torch_gib_tp", "non_torch_gib_pp"}, origin, frozenset({"by_fabric"}))
+    fabrics = o.get("by_fabric") or {}
+    _require(isinstance(fabrics, dict) and all(isinstance(v, dict) and set(v) == {"startup_gib_tp", "non_torch_gib_tp"}
+                                               for v in fabrics.values()), origin,
+             "field 'overheads.by_fabric' must map interconnect presets to {startup_gib_tp, non_torch_gib_tp}")
     overheads = Overheads(
         startup_bytes_tp1=_gib(o["startup_gib_tp1"], origin, "overheads.startup_gib_tp1"),
         startup_bytes_tp=_gib(o["startup_gib_tp"], origin, "overheads.startup_gib_tp"),
         startup_in_budget=_bool(o["startup_in_budget"], origin, "overheads.startup_in_budget"),
         non_torch_bytes_tp1=_gib(o["non_torch_gib_tp1"], origin, "overheads.non_torch_gib_tp1"),
         non_torch_bytes_tp=_gib(o["non_torch_gib_tp"], origin, "overheads.non_torch_gib_tp"),
-        non_torch_bytes_pp=_gib(o["non_torch_gib_pp"], origin, "overheads.non_torch_gib_pp"))
+        non_torch_bytes_pp=_gib(o["non_torch_gib_pp"], origin, "overheads.non_torch_gib_pp"),
+        tp_bytes_by_fabric=tuple(sorted(
+            (str(name), _gib(v["startup_gib_tp"], origin, f"overheads.by_fabric.{name}.startup_gib_tp"),
+             _gib(v["non_torch_gib_tp"], origin, f"overheads.by_fabric.{name}.non_torch_gib_tp"))
+            for name, v in fabrics.items())))
     a = _section(data, "activation", {"sampler_bytes_per_logit", "sampler_scratch_rows", "hidden_copies",
                                       "moe_workspace"}, origin, frozenset({"penalty_state"}))
     activation = ActivationModel(

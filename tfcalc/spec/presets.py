@@ -7,6 +7,7 @@ Model presets live in ``presets/models/NAME.yaml``, GPU presets in ``presets/gpu
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 from dataclasses import fields, replace
@@ -322,10 +323,16 @@ def _default_engine_section(engine: str, key: str, exclude: str | None = None): 
     for name in preset_names("engine"):
         if name == exclude or engine_family(name) != engine:
             continue
-        document = read_data_file(_preset_file("engine", name))
+        document = _engine_preset_file_document(name)
         if document.get("default") is True and document.get(key) is not None:
-            return read(document[key], str(_preset_file("engine", name)))
+            return read(copy.deepcopy(document[key]), str(_preset_file("engine", name)))
     return None
+
+
+@functools.cache
+def _engine_preset_file_document(name: str) -> dict[str, Any]:
+    """An engine preset's file as written (read once; callers copy what they change)."""
+    return read_data_file(_preset_file("engine", name))
 
 
 def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -340,7 +347,7 @@ def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 def engine_document(path: Path, seen: tuple[str, ...] = ()) -> dict[str, Any]:
     """An engine file's mapping with its ``base:`` (another engine preset of the same engine, by name) laid under
     it: the release's changes are all its file holds. A base is never the default (``default`` is the file's own)."""
-    data = read_data_file(path)
+    data = read_data_file(path) if not seen else copy.deepcopy(_engine_preset_file_document(seen[-1]))
     if not isinstance(data, dict) or "base" not in data:
         return data
     base = data.pop("base")
