@@ -192,7 +192,7 @@ def _overheads(engine: object, mode: str) -> Overheads:
 def run(case: Case, requests: int | None = None, mode: str = "full") -> dict:
     spec, gpu = _spec(case.model), load_gpu(case.gpu)
     engine = load_engine(f"vllm@{case.vllm}")
-    precision, kv = parse_weight_precision(spec.native_dtype), default_kv_dtype(spec, engine)
+    precision, kv = parse_weight_precision(spec.native_dtype), default_kv_dtype(spec, engine, gpu)
     seats, budget = scheduler_defaults(engine, gpu)
     max_len = case.max_model_len or spec.max_context
     memory = replica_memory(spec, gpu, precision, kv, tp=case.tp, pp=1, ep=1, engine=engine, max_model_len=max_len,
@@ -272,8 +272,9 @@ def served(point: dict) -> tuple:
             engine = load_engine(name)
     spec = replace(spec, native_dtype=point["weights"], checkpoint_kv_dtype=point.get("checkpoint_kv"),
                    checkpoint_activation_scale="static")
-    kv = get_dtype(point["kv"]) if point.get("kv") else default_kv_dtype(spec, engine)
-    return spec, load_gpu(point["gpu"]), engine, parse_weight_precision(point["weights"]), kv
+    gpu = load_gpu(point["gpu"])
+    kv = get_dtype(point["kv"]) if point.get("kv") else default_kv_dtype(spec, engine, gpu)
+    return spec, gpu, engine, parse_weight_precision(point["weights"]), kv
 
 
 def run_silicon(point: dict, mode: str = "full", requests_per_client: int = 6, phases: str = "lockstep",

@@ -888,3 +888,29 @@ def test_pcie_gpus_hold_less_for_tensor_parallelism(tmp_path: Path) -> None:
     text = (Path(__file__).resolve().parent.parent.parent / "presets" / "engines" / "vllm-0.21.yaml").read_text()
     _refused(tmp_path, text.replace("pcie5: {startup_gib_tp: 0.51, non_torch_gib_tp: 0.53}", "pcie5: 0.5"),
              "field 'overheads.by_fabric' must map interconnect presets")
+
+
+def test_sglang_keeps_dsa_fp8_raw_on_sm100() -> None:
+    """SGLang on compute capability 10+ serves a DSA model's auto cache in fp8 (bf16 on Hopper), and from 0.5.10
+    through its TensorRT-LLM kernels as the raw 576-byte latent (calculate_mla_kv_cache_dim), not FlashMLA's
+    656-byte record, + 132 B of indexer keys a layer; vLLM keeps auto in bf16 everywhere."""
+    from tfcalc.calc.kv_cache import default_kv_dtype
+
+    spec = load_model("deepseek-v3.2")
+    new, old, vllm = load_engine("sglang@0.5.12"), load_engine("sglang@0.5.8"), load_engine("vllm")
+    b200, h200 = load_gpu("b200"), load_gpu("h200")
+    assert b200.latency is not None
+    twin = replace(b200, name="my-b200", latency=replace(b200.latency, kernels_as="b200"))
+    for gpu, expected in ((b200, "fp8_e4m3"), (load_gpu("gb300"), "fp8_e4m3"), (twin, "fp8_e4m3"), (h200, "bf16")):
+        assert default_kv_dtype(spec, new, gpu).name == default_kv_dtype(spec, old, gpu).name == expected, gpu.name
+    assert default_kv_dtype(spec, new).name == default_kv_dtype(spec, vllm, b200).name == "bf16"
+    assert (eng.sparse_mla_raw(new, b200), eng.sparse_mla_raw(new, h200), eng.sparse_mla_raw(old, b200)) == (
+        True, False, False)
+    fp8 = get_dtype("fp8")
+    cfg = PlanConfig(num_gpus=8, tp=8, context=131_072)
+    layers = spec.num_layers
+    raw = plan_fit(spec, b200, parse_weight_precision("fp8_block"), fp8, replace(cfg, engine=new))
+    record = plan_fit(spec, b200, parse_weight_precision("fp8_block"), fp8, replace(cfg, engine=old))
+    hopper = plan_fit(spec, h200, parse_weight_precision("fp8_block"), fp8, replace(cfg, engine=new))
+    assert raw.kv_bytes_per_token_per_gpu == layers * (576 + 132)
+    assert record.kv_bytes_per_token_per_gpu == hopper.kv_bytes_per_token_per_gpu == layers * (656 + 132)

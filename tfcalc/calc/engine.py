@@ -142,6 +142,20 @@ def capture_sizes(rule: str, max_num_seqs: int, ceiling: int = 512) -> list[int]
     return []
 
 
+def gpu_listed(names: tuple[str, ...], gpu: GPUSpec | None) -> bool:
+    """Whether an engine preset's list of GPU presets names ``gpu`` (or the preset whose kernels it shares,
+    ``latency.kernels_as``: a B300 or a user's B200 file as the B200)."""
+    if gpu is None or not names:
+        return False
+    return gpu.name in names or (gpu.latency is not None and gpu.latency.kernels_as in names)
+
+
+def sparse_mla_raw(engine: EngineSpec | None, gpu: GPUSpec | None) -> bool:
+    """Whether the engine stores an 8-bit DSA cache on ``gpu`` as the raw latent (kv_lora_rank + rope bytes, no
+    scales: SGLang's TensorRT-LLM DSA kernels on SM100) rather than FlashMLA's record."""
+    return engine is not None and engine.kv is not None and gpu_listed(engine.kv.sparse_mla_raw_gpus, gpu)
+
+
 def capture_ceiling(engine: EngineSpec, gpu: GPUSpec | None) -> int:
     """The largest batch the engine captures by default on ``gpu``: its ``cuda_graphs.max_size_by_gpu`` entry for the
     GPU preset (or the preset whose kernels it shares, ``latency.kernels_as``), else 512."""

@@ -34,6 +34,7 @@ from tfcalc.spec.model import ModelSpec
 
 if TYPE_CHECKING:
     from tfcalc.spec.engine import EngineSpec
+    from tfcalc.spec.gpu import GPUSpec
 
 
 def kv_elements_per_token_per_layer(spec: ModelSpec, sliding: bool = True) -> int:
@@ -135,9 +136,12 @@ def compressor_state_bytes(spec: ModelSpec, counts: CompressedCounts | None = No
     return Fraction(csa * 2 * ca.csa_ratio * 4 * (2 * 2 * d + 2 * 2 * i) + hca * ca.hca_ratio * 4 * 2 * d)
 
 
-def kv_layer_bytes(spec: ModelSpec, kv_dtype: DType, sliding: bool = True) -> Fraction:
+def kv_layer_bytes(spec: ModelSpec, kv_dtype: DType, sliding: bool = True, record: bool = True) -> Fraction:
     """Bytes one token adds to one attention layer's K/V (or latent) cache: elements x bytes/element, or the sparse
-    record (``sparse_mla_record``); the indexer's keys apart (``indexer_key_bytes``)."""
+    record (``sparse_mla_record``; ``record=False``: an engine that keeps the raw latent instead); the indexer's keys
+    apart (``indexer_key_bytes``)."""
+    if not record:
+        return kv_dtype.bytes_for(kv_elements_per_token_per_layer(spec, sliding))
     record = sparse_mla_record(spec, kv_dtype)
     return record if record is not None else kv_dtype.bytes_for(kv_elements_per_token_per_layer(spec, sliding))
 
@@ -287,15 +291,19 @@ def attention_variants(spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
     return [(kind, variant) for kind, variant in variants.items() if kind != "GQA" or spec.attention_kind == "GQA"]
 
 
-def default_kv_dtype(spec: ModelSpec, engine: EngineSpec | None = None) -> DType:
+def default_kv_dtype(spec: ModelSpec, engine: EngineSpec | None = None, gpu: GPUSpec | None = None) -> DType:
     """The format an engine's ``--kv-cache-dtype auto`` keeps the cache in: the one the checkpoint declares
     (``spec.checkpoint_kv_dtype``) for no engine or one that follows it (``engine.kv.checkpoint_dtype``), fp8 for a
     DSA model on an engine that stores it so (``engine.kv.sparse_mla_fp8``: vLLM's fp8_ds_mla), else the model's
     float dtype (bf16 unless the checkpoint is fp16/fp32), as the engine serves it (``served_precision``: a float32
     checkpoint in 16 bits on vLLM and SGLang); fp8 for DeepSeek-V4 on any engine (its cache is FlashMLA's fp8
-    record; vLLM DeepseekV4MLAAttention asserts an fp8 cache)."""
-    if spec.sparse_indexer is not None and engine is not None and engine.kv is not None and engine.kv.sparse_mla_fp8:
-        return get_dtype("fp8")
+    record; vLLM DeepseekV4MLAAttention asserts an fp8 cache). On ``gpu`` where the engine says so
+    (``kv.sparse_mla_fp8_gpus``: SGLang on compute capability 10+) a DSA model's cache is fp8 too."""
+    if spec.sparse_indexer is not None and engine is not None and engine.kv is not None:
+        from tfcalc.calc.engine import gpu_listed
+
+        if engine.kv.sparse_mla_fp8 or gpu_listed(engine.kv.sparse_mla_fp8_gpus, gpu):
+            return get_dtype("fp8")
     if spec.compressed_attention is not None:  # DeepSeek's FlashMLA record; vLLM serves DeepSeek-V4 in nothing else
         return get_dtype("fp8")
     follows = engine is None or (engine.kv is not None and engine.kv.checkpoint_dtype)

@@ -312,11 +312,12 @@ class _Allocation:
 
 def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, kv_dtype: DType, kv_elements: int,
               budget: int, context: int, block: int, in_flight: int, state: int = 0,
-              full_elements: int | None = None) -> _Allocation:
+              full_elements: int | None = None, sparse_record: bool = True) -> _Allocation:
     """The engine's KV pool of one stage and what one request of ``context`` tokens takes from it (its sliding
     groups reserving room for ``in_flight`` tokens, ``engine.in_flight_tokens``); ``state``: one request's state in
     one Gated DeltaNet layer (bytes); ``full_elements``: a full-attention layer's elements per token where they
-    differ from ``kv_elements`` (Gemma 4)."""
+    differ from ``kv_elements`` (Gemma 4); ``sparse_record``: an 8-bit DSA cache in FlashMLA's record (else the raw
+    latent, ``engine.sparse_mla_raw``)."""
     if spec.compressed_attention is not None:
         return _compressed_allocation(spec, engine, census, kv_dtype, max(budget, 0), context, block, in_flight)
     full_elements = kv_elements if full_elements is None else full_elements
@@ -324,7 +325,7 @@ def _allocate(spec: ModelSpec, engine: EngineSpec | None, census: StageCensus, k
     per_token = _ceil_bytes(kv_dtype, census.sliding_layers * kv_elements + census.full_layers * full_elements)
     indexer_page = block * indexer_key_bytes(spec)  # DSA: the indexer keys, a page of their own in each layer
     if spec.sparse_indexer is not None:
-        record = kv_layer_bytes(spec, kv_dtype, sliding=False)  # the fp8 sparse record where the cache is 8-bit
+        record = kv_layer_bytes(spec, kv_dtype, sliding=False, record=sparse_record)  # fp8: FlashMLA's record
         pages = (pages[0], math.ceil(block * record))
         per_token = math.ceil(census.full_layers * record + census.indexer_layers * indexer_key_bytes(spec))
     page = max(pages)
@@ -540,6 +541,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     check_weight_blocks(spec, par, precision)
     e = cfg.engine
     in_flight = eng.in_flight_tokens(e, par.pp, mnbt)
+    sparse_record = not eng.sparse_mla_raw(e, gpu)
     if (why := eng.unserved_format(e, precision)) is not None:
         raise UsageError(why)
     act_dtype = activation_dtype or get_dtype("bf16")
@@ -599,7 +601,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
                 else:
                     budget = math.floor((capacity - weights - startup - non_torch - peak.peak_bytes) * fraction)
             a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, in_flight, state,
-                          sh.full_kv_elements)
+                          sh.full_kv_elements, sparse_record)
             plan = StagePlan(
                 layers=layers, census=census, weights_bytes=weights, activation_peak_bytes=peak.peak_bytes,
                 kv_budget_bytes=budget, kv_bytes_per_token=a.per_token, kv_page_bytes=a.page, kv_groups=a.groups,
@@ -626,7 +628,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     cap = max(spec.max_context, cfg.context)
     distinct = [plan for plan, _, _, _ in memo.values()]
     max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, in_flight, need, cap, state,
-                               sh.full_kv_elements) if with_max_context else -1
+                               sh.full_kv_elements, sparse_record) if with_max_context else -1
     per_seq = max(st.kv_bytes_per_sequence for st in stages)
     one_request = worst.kv_budget_bytes > 0 and per_replica >= 1
     fits = one_request and sequences >= cfg.batch
@@ -677,14 +679,14 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
 
 def _max_context(spec: ModelSpec, e: EngineSpec | None, stages: list[StagePlan], kv_dtype: DType,
                  kv_elements: int, block: int, in_flight: int, batch: int, cap: int, state: int = 0,
-                 full_elements: int | None = None) -> int:
+                 full_elements: int | None = None, sparse_record: bool = True) -> int:
     """Largest context (at most ``cap``) at which ``batch`` sequences fit in every stage that holds something per
     request (``_plan``: a stage of MLP layers only holds nothing); 0 if none."""
     holding = [st for st in stages if st.kv_bytes_per_sequence > 0] or stages
 
     def ok(c: int) -> bool:
         return all(_allocate(spec, e, st.census, kv_dtype, kv_elements, st.kv_budget_bytes, c, block,
-                             in_flight, state, full_elements).sequences >= batch for st in holding)
+                             in_flight, state, full_elements, sparse_record).sequences >= batch for st in holding)
 
     if not ok(1):
         return 0

@@ -208,7 +208,7 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSw
     for spec, gpu in itertools.product(specs, gpus):
         for precision, kv_dtype, tp, pp, ep in itertools.product(
                 sweep.precisions or [served_precision(spec, options.engine)],
-                sweep.kv_dtypes or [default_kv_dtype(spec, options.engine)], sweep.tps, sweep.pps, sweep.eps):
+                sweep.kv_dtypes or [default_kv_dtype(spec, options.engine, gpu)], sweep.tps, sweep.pps, sweep.eps):
             kernels = options.engine.kernels if options.engine is not None else EngineKernels()
             base = rates_for(gpu, kernels, options.cuda_graphs, spec.architecture)
             prefill_rates = options.rates(gpu, base, "prefill") if options.rates else None

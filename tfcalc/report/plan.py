@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from tfcalc.calc.engine import SGLANG_V4_PAGE, in_flight_tokens, served_precision
+from tfcalc.calc.engine import SGLANG_V4_PAGE, in_flight_tokens, served_precision, sparse_mla_raw
 from tfcalc.calc.kv_cache import (
     compressed_entry_bytes,
     compressed_indexer_bytes,
@@ -209,10 +209,12 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     if spec.compressed_attention is not None:
         lines += _compressed_lines(spec, kv_dtype, cfg, r)
     elif spec.sparse_indexer is not None:  # DSA: the latent (or FlashMLA's fp8 record) + the indexer's keys
-        record = kv_layer_bytes(spec, kv_dtype, sliding=False)
+        in_record = not sparse_mla_raw(e, gpu)
+        record = kv_layer_bytes(spec, kv_dtype, sliding=False, record=in_record)
         indexed = max(stage_census(spec, layers).indexer_layers for layers in ranges)
         lines.append(f"KV per token per GPU = {attention_layers} layers x {float(record):,.0f} B "
-                     f"({'sparse fp8 record' if sparse_mla_record(spec, kv_dtype) else 'latent'}) + {indexed} "
+                     f"({'sparse fp8 record' if in_record and sparse_mla_record(spec, kv_dtype) else 'latent'}) + "
+                     f"{indexed} "
                      f"indexer layers x {indexer_key_bytes(spec)} B (indexer key) = {r.kv_bytes_per_token_per_gpu:,} B"
                      f"{mla}")
     else:
@@ -348,7 +350,7 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
                 w.block_sizes or [None], w.max_num_seqs or [None], w.max_num_batched_tokens or [None],
                 w.runtime_overheads or [None]):
             precision = precision or served_precision(spec, engine)
-            kv_dtype = kv or default_kv_dtype(spec, engine)
+            kv_dtype = kv or default_kv_dtype(spec, engine, gpu)
             base = PlanConfig(num_gpus=1, context=context, batch=batch, engine=engine, gpu_memory_utilization=util,
                               block_size=block, max_num_seqs=seqs, max_num_batched_tokens=mnbt,
                               cuda_graphs_in_budget=w.cuda_graphs_in_budget,
@@ -399,7 +401,7 @@ def memory_by_context(specs: list[ModelSpec], gpus: list[GPUSpec], row: Row, pre
                 {"runtime_overhead_bytes": int(str(row["runtime_overhead_bytes_per_gpu"]))})
     series = []
     for precision in precisions or [served_precision(spec, engine)]:
-        for kv in kv_dtypes or [default_kv_dtype(spec, engine)]:
+        for kv in kv_dtypes or [default_kv_dtype(spec, engine, gpu)]:
             values = []
             for context in contexts:
                 cfg = PlanConfig(num_gpus=number["num_gpus"], tp=number["tp"], pp=number["pp"], ep=number["ep"],

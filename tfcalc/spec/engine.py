@@ -192,6 +192,11 @@ class KVLayout:
     chunked_local: bool = False
     # --kv-cache-dtype auto keeps a DSA model's (DeepSeek-V3.2, GLM-5) MLA cache in fp8, FlashMLA's fp8_ds_mla record
     sparse_mla_fp8: bool = False
+    # the same on these GPU presets only (SGLang: compute capability 10 and up)
+    sparse_mla_fp8_gpus: tuple[str, ...] = ()
+    # GPU presets on which an 8-bit DSA cache is the raw latent, kv_lora_rank + rope bytes without scales (SGLang's
+    # TensorRT-LLM kernels on SM100), not FlashMLA's record
+    sparse_mla_raw_gpus: tuple[str, ...] = ()
     # DeepSeek-V4's caches in vLLM's groups (calc.engine.v4_layout: tuple 0.20-0.22, packed 0.23-0.28, outermost
     # 0.29+), "Maximum concurrency" counting a request as weighted (0.20-0.26) or pages (0.27+); None: at their size
     v4_groups: str | None = None
@@ -610,6 +615,13 @@ def _show(value: Any) -> str:
     from tfcalc.spec.model import _show as show
 
     return show(value)
+
+
+def _names(data: Any, origin: str, key: str) -> tuple[str, ...]:
+    """A list of GPU preset names."""
+    _require(isinstance(data, list) and all(isinstance(n, str) and n for n in data), origin,
+             f"field '{key}' must be a list of GPU preset names, got {_show(data)}")
+    return tuple(data)
 
 
 def _by_linear_kind(data: Any, origin: str, key: str, high: int) -> tuple[tuple[str, int], ...]:
@@ -1445,7 +1457,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
     k = _section(data, "kv", {"hybrid_groups", "sliding_chunk", "concurrency"}, origin,
                  frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local", "sparse_mla_fp8",
                             "v4_groups", "v4_concurrency", "tokens", "group_size_ratio", "in_flight",
-                            "v4_pool", "state_pool", "state_blocks", "checkpoint_align"}))
+                            "v4_pool", "state_pool", "state_blocks", "checkpoint_align", "sparse_mla_fp8_gpus",
+                            "sparse_mla_raw_gpus"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
     v4_groups, v4_concurrency = k.get("v4_groups"), k.get("v4_concurrency", "weighted")
@@ -1465,6 +1478,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   checkpoint_dtype=_bool(k.get("checkpoint_dtype", False), origin, "kv.checkpoint_dtype"),
                   chunked_local=_bool(k.get("chunked_local", False), origin, "kv.chunked_local"),
                   sparse_mla_fp8=_bool(k.get("sparse_mla_fp8", False), origin, "kv.sparse_mla_fp8"),
+                  sparse_mla_fp8_gpus=_names(k.get("sparse_mla_fp8_gpus", []), origin, "kv.sparse_mla_fp8_gpus"),
+                  sparse_mla_raw_gpus=_names(k.get("sparse_mla_raw_gpus", []), origin, "kv.sparse_mla_raw_gpus"),
                   v4_groups=v4_groups, v4_concurrency=v4_concurrency, tokens=k.get("tokens", "blocks"),
                   group_size_ratio=_num(k.get("group_size_ratio", 1.25), origin, "kv.group_size_ratio", 1.0, 16.0),
                   in_flight=k.get("in_flight", "batch"), v4_pool=_v4_pool(k.get("v4_pool"), origin),
