@@ -221,7 +221,6 @@ class KVLayout:
     # the layers that export one); by the model's linear-attention kind where they differ
     state_blocks: int = 1
     state_blocks_by_kind: tuple[tuple[str, int], ...] = ()
-
     # tokens a hybrid model's attention block is also a multiple of where prefix caching keeps prefill checkpoints
     # on block boundaries (vLLM 0.33+: FlashInfer's Gated DeltaNet prefill, 64), by linear-attention kind
     checkpoint_align_by_kind: tuple[tuple[str, int], ...] = ()
@@ -231,6 +230,7 @@ class KVLayout:
         return dict(self.state_blocks_by_kind).get(kind or "", self.state_blocks)
 
     def checkpoint_align_for(self, kind: str | None) -> int:
+        """Tokens the hybrid attention block of a model whose linear layers are of ``kind`` is a multiple of."""
         return dict(self.checkpoint_align_by_kind).get(kind or "", 1)
 
 
