@@ -866,7 +866,8 @@ def test_hybrid_blocks_by_linear_kind_and_checkpoint_grid() -> None:
 
 def test_pcie_gpus_hold_less_for_tensor_parallelism(tmp_path: Path) -> None:
     """PCIe-only GPUs at tp > 1 (no custom all-reduce, few NCCL channels): the CUDA context at start-up and 0.25 +
-    0.28 GiB of non-torch memory, against 1.51 / 2.1 GiB over NVLink; tp 1 and NVLink GPUs as before. Against the
+    0.28 GiB of non-torch memory, against 1.51 / 2.1 GiB over NVLink (SGLang, profiling nothing after start: the
+    context + 0.28 at start); tp 1 and NVLink GPUs as before. Against the
     published figure of vLLM 0.28.0 on 2 x RTX 4090 (PR #54479: Qwen3-32B-AWQ, tp 2, utilization 0.85,
     max_model_len 8,192, 5,120 batched tokens, 72 sequences: 10.37-10.38 GiB, 5,311-5,315 blocks per GPU; the V2
     runner then estimated no CUDA graphs)."""
@@ -878,6 +879,11 @@ def test_pcie_gpus_hold_less_for_tensor_parallelism(tmp_path: Path) -> None:
     assert eng.non_torch_bytes(e, 1, 1, pcie) == eng.non_torch_bytes(e, 1, 1, nvlink) == round(0.25 * GIB)
     assert eng.non_torch_bytes(e, 2, 1, load_gpu("l40s")) == round(0.53 * GIB)
     assert eng.non_torch_bytes(e, 2, 1, load_gpu("h100-pcie")) == round(0.53 * GIB)
+    sglang, trtllm, l40s = load_engine("sglang"), load_engine("trtllm"), load_gpu("l40s")
+    assert (eng.startup_bytes(sglang, 2, l40s), eng.non_torch_bytes(sglang, 2, 1, l40s)) == (round(0.79 * GIB), 0)
+    assert eng.startup_bytes(sglang, 2, nvlink) == round(1.51 * GIB)
+    assert (eng.startup_bytes(trtllm, 2, l40s), eng.non_torch_bytes(trtllm, 2, 1, l40s)) == (round(0.51 * GIB),
+                                                                                             round(0.53 * GIB))
     spec = load_model(str(Path(__file__).resolve().parent.parent.parent / "benchmarks" / "validation" / "models"
                           / "qwen3-32b.yaml"))
     r = plan_fit(spec, pcie, parse_weight_precision("int4-g128"), get_dtype("bf16"),
