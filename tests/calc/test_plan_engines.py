@@ -755,6 +755,10 @@ def test_vllm_034_sizes_the_cache_after_warm_up_by_hand() -> None:
     capped = plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"),
                       PlanConfig(num_gpus=1, context=8192, engine=e, gpu_memory_utilization=0.9))
     assert capped.kv_budget_bytes_per_gpu == math.floor(r.capacity_bytes * 0.9) - held - transient
+    # sized after capture: the graphs are held back whatever the estimate's switch says
+    unswitched = plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"),
+                          PlanConfig(num_gpus=1, context=8192, engine=e, cuda_graphs_in_budget=False))
+    assert unswitched.kv_budget_bytes_per_gpu == budget and unswitched.cuda_graphs_in_budget
 
 
 @settings(max_examples=30, deadline=None)

@@ -554,8 +554,9 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     startup = eng.startup_bytes(e, par.tp, gpu) if e is not None else 0
     non_torch = eng.non_torch_bytes(e, par.tp, par.pp, gpu) if e is not None else 0
     graphs = eng.cuda_graph_bytes(e, max_seqs, par.tp, gpu) if e is not None else 0
-    graphs_in = (e.cuda_graphs.in_budget if cfg.cuda_graphs_in_budget is None else cfg.cuda_graphs_in_budget
-                 ) if e is not None else False
+    # a cache sized after capture (budget "measured") always holds the graphs back, whatever the estimate's switch
+    graphs_in = (e.cuda_graphs.in_budget if cfg.cuda_graphs_in_budget is None or e.budget == "measured"
+                 else cfg.cuda_graphs_in_budget) if e is not None else False
     if e is not None and fraction is None:
         fraction = eng.static_fraction(e, gpu, par.tp, par.pp, mnbt, spec, attention_ranks(par.tp, par.ep), max_seqs)
     assert fraction is not None

@@ -125,7 +125,8 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
              "per GPU (bytes; 1g = 2^30; default 1g).", show_default=False)] = None,
          cuda_graph_memory: Annotated[bool | None, typer.Option(
              "--cuda-graph-memory/--no-cuda-graph-memory", help="Subtract the CUDA-graph estimate from the KV "
-             "budget (vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS); default: as the engine version does.",
+             "budget (vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS); default: as the engine version does (vLLM "
+             "0.34+ sizes its cache after capture: always).",
              show_default=False)] = None,
          prefix_caching: Annotated[bool, typer.Option(
              "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching (on by default): "
