@@ -924,3 +924,20 @@ def test_sglang_keeps_dsa_fp8_raw_on_sm100() -> None:
     hopper = plan_fit(spec, h200, parse_weight_precision("fp8_block"), fp8, replace(cfg, engine=new))
     assert raw.kv_bytes_per_token_per_gpu == layers * (576 + 132)
     assert record.kv_bytes_per_token_per_gpu == hopper.kv_bytes_per_token_per_gpu == layers * (656 + 132)
+
+
+def test_vllm_034_keeps_the_moe_workspace_out_of_the_transient_peak() -> None:
+    """vLLM's workspace manager keeps the fused-MoE workspace once made, so 0.34's sizing finds it held, not in the
+    allocated peak - current it keeps free with its margin: Qwen3-30B-A3B on an H100, workspace [8192 tokens, top_k
+    8, max(2 x 768, 2048) + 768] bf16 = 0.34 GiB."""
+    e, gpu, spec = load_engine("vllm@0.34"), load_gpu("h100-sxm"), load_model("qwen3-30b-a3b")
+    r = plan_fit(spec, gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=32_768, engine=e))
+    workspace = 8192 * 8 * (2048 + 768) * 2
+    assert r.activation_workspace_bytes == workspace
+    transient = r.activation_peak_bytes - r.activation_state_bytes - workspace
+    assert r.activation_sampler_bytes > r.activation_forward_bytes and r.sizing_margin_bytes == int(0.75 * transient)
+    held = (r.weights_bytes_per_gpu + round(0.25 * GIB) + r.cuda_graph_bytes + r.activation_state_bytes + workspace)
+    assert r.kv_budget_bytes_per_gpu == (r.capacity_bytes - round(0.51 * GIB) - held - r.sizing_margin_bytes
+                                         - transient)
+    dense = plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=8192, engine=e))
+    assert dense.activation_workspace_bytes == 0

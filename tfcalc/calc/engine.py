@@ -197,6 +197,7 @@ class ActivationPeak:
     sampler_bytes: int
     peak_bytes: int
     state_bytes: int = 0        # the sampler's persistent per-request state, within peak_bytes
+    workspace_bytes: int = 0    # the fused-MoE workspace the workspace manager keeps, within peak_bytes
 
 
 def penalty_state_bytes(max_num_seqs: int, vocab: int) -> int:
@@ -226,19 +227,22 @@ def activation_peak(engine: EngineSpec, a: ActivationInputs, tokens: int, sequen
         sampler = (math.ceil(rows * a.vocab * m.sampler_bytes_per_logit) + min(m.sampler_scratch_rows, rows) * a.vocab
                    * 4 + m.hidden_copies * tokens * a.hidden * activation_bytes + moe_ws + received)
     state = penalty_state_bytes(sequences, a.model_vocab or a.vocab) if a.last_stage and m.penalty_state else 0
+    # the fused-MoE workspace stays allocated once made: in the peak where the sampler's pass or the MoE rows bind
+    kept = moe_ws if sampler >= forward or widest == a.moe_workspace + a.moe_output else 0
     return ActivationPeak(forward_bytes=forward, sampler_bytes=sampler, peak_bytes=max(forward, sampler) + state,
-                          state_bytes=state)
+                          state_bytes=state, workspace_bytes=kept)
 
 
 def measured_kv_budget(e: EngineSpec, capacity: int, requested: int, startup: int, used: int,
                        peak: ActivationPeak) -> int:
     """KV bytes of a cache sized from memory measured after warm-up (vLLM 0.34 measure_kv_cache_bytes):
     min(requested - used, capacity - startup - used - margin) - T, ``used`` what the engine holds since its baseline
-    (weights, non-torch, CUDA graphs; + the sampler's state), T the transient peak kept free, margin max(floor,
-    fraction x T)."""
+    (weights, non-torch, CUDA graphs; + the sampler's state and the fused-MoE workspace it keeps), T the transient
+    peak kept free (allocated peak - current), margin max(floor, fraction x T)."""
     assert e.sizing_margin is not None
-    transient = peak.peak_bytes - peak.state_bytes
-    used += peak.state_bytes
+    held = peak.state_bytes + peak.workspace_bytes
+    transient = peak.peak_bytes - held
+    used += held
     return min(requested - used, capacity - startup - used - e.sizing_margin.bytes_for(transient)) - transient
 
 

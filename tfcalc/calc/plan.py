@@ -163,6 +163,7 @@ class PlanResult:
     activation_forward_bytes: int
     activation_sampler_bytes: int
     activation_state_bytes: int = 0       # the sampler's persistent penalty state, within the activation peak
+    activation_workspace_bytes: int = 0   # the fused-MoE workspace kept once made, within the activation peak
     sizing_margin_bytes: int = 0          # budget "measured": kept free beside the transient peak
     kv_budget_bytes_per_gpu_ideal: int | None = None
     max_concurrent_sequences_ideal: int | None = None
@@ -568,7 +569,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     else:
         requested = math.floor((capacity - startup) * fraction)
     stages: list[StagePlan] = []
-    rotary = absorbed = forward = sampler = sampler_state = 0
+    rotary = absorbed = forward = sampler = sampler_state = sampler_workspace = 0
     memo: dict[tuple[object, ...], tuple[StagePlan, int, int, eng.ActivationPeak]] = {}
     for s, layers in enumerate(ranges):
         first, last = s == 0, s == len(ranges) - 1
@@ -615,7 +616,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         stages.append(replace(plan, layers=layers))
         if last:
             rotary, absorbed, forward, sampler = rot, absb, peak.forward_bytes, peak.sampler_bytes
-            sampler_state = peak.state_bytes
+            sampler_state, sampler_workspace = peak.state_bytes, peak.workspace_bytes
     # a stage of a hybrid model may hold no KV (Mamba layers only) or nothing per request at all (MLP layers only,
     # Nemotron-H at a high pp): it bounds neither the tokens nor the sequences, only its own budget
     caching = [st for st in stages if st.kv_bytes_per_token > 0] or stages
@@ -669,7 +670,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         mxfp4_padded_hidden=padded[0], mxfp4_padded_intermediate=padded[1], kv_heads_per_gpu=sh.kv_heads,
         kv_elements_per_token_per_layer=sh.kv_elements, activation_forward_bytes=forward,
         activation_sampler_bytes=sampler, activation_state_bytes=sampler_state,
-        sizing_margin_bytes=(e.sizing_margin.bytes_for(activation_max - sampler_state)
+        activation_workspace_bytes=sampler_workspace,
+        sizing_margin_bytes=(e.sizing_margin.bytes_for(activation_max - sampler_state - sampler_workspace)
                              if e is not None and e.sizing_margin is not None else 0),
         kv_budget_bytes_per_gpu_ideal=None if ideal is None else ideal.kv_budget_bytes_per_gpu,
         max_concurrent_sequences_ideal=None if ideal is None else ideal.max_concurrent_sequences,
