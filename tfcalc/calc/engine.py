@@ -142,12 +142,18 @@ def capture_sizes(rule: str, max_num_seqs: int, ceiling: int = 512) -> list[int]
     return []
 
 
+def _gpu_names(gpu: GPUSpec | None) -> tuple[str, ...]:
+    """The names an engine preset's per-GPU entry may list ``gpu`` under: its own, then the preset whose kernels it
+    shares (``latency.kernels_as``: a B300 or a user's B200 file as the B200)."""
+    if gpu is None:
+        return ()
+    shared = gpu.latency.kernels_as if gpu.latency is not None else None
+    return (gpu.name,) if shared is None else (gpu.name, shared)
+
+
 def gpu_listed(names: tuple[str, ...], gpu: GPUSpec | None) -> bool:
-    """Whether an engine preset's list of GPU presets names ``gpu`` (or the preset whose kernels it shares,
-    ``latency.kernels_as``: a B300 or a user's B200 file as the B200)."""
-    if gpu is None or not names:
-        return False
-    return gpu.name in names or (gpu.latency is not None and gpu.latency.kernels_as in names)
+    """Whether an engine preset's list of GPU presets names ``gpu`` (``_gpu_names``)."""
+    return any(name in names for name in _gpu_names(gpu))
 
 
 def sparse_mla_raw(engine: EngineSpec | None, gpu: GPUSpec | None) -> bool:
@@ -158,12 +164,9 @@ def sparse_mla_raw(engine: EngineSpec | None, gpu: GPUSpec | None) -> bool:
 
 def capture_ceiling(engine: EngineSpec, gpu: GPUSpec | None) -> int:
     """The largest batch the engine captures by default on ``gpu``: its ``cuda_graphs.max_size_by_gpu`` entry for the
-    GPU preset (or the preset whose kernels it shares, ``latency.kernels_as``), else 512."""
+    GPU (``_gpu_names``), else 512."""
     ceilings = dict(engine.cuda_graphs.max_size_by_gpu)
-    if gpu is None or not ceilings:
-        return 512
-    shared = gpu.latency.kernels_as if gpu.latency is not None else None
-    return ceilings.get(gpu.name, ceilings.get(shared or "", 512))
+    return next((ceilings[name] for name in _gpu_names(gpu) if name in ceilings), 512)
 
 
 def cuda_graph_bytes(engine: EngineSpec, max_num_seqs: int, tp: int = 1, gpu: GPUSpec | None = None) -> int:
@@ -198,6 +201,11 @@ class ActivationPeak:
     peak_bytes: int
     state_bytes: int = 0        # the sampler's persistent per-request state, within peak_bytes
     workspace_bytes: int = 0    # the fused-MoE workspace the workspace manager keeps, within peak_bytes
+
+    @property
+    def transient_bytes(self) -> int:
+        """The peak less what stays allocated after it (allocated peak - current)."""
+        return self.peak_bytes - self.state_bytes - self.workspace_bytes
 
 
 def penalty_state_bytes(max_num_seqs: int, vocab: int) -> int:
@@ -240,9 +248,8 @@ def measured_kv_budget(e: EngineSpec, capacity: int, requested: int, startup: in
     (weights, non-torch, CUDA graphs; + the sampler's state and the fused-MoE workspace it keeps), T the transient
     peak kept free (allocated peak - current), margin max(floor, fraction x T)."""
     assert e.sizing_margin is not None
-    held = peak.state_bytes + peak.workspace_bytes
-    transient = peak.peak_bytes - held
-    used += held
+    transient = peak.transient_bytes
+    used += peak.peak_bytes - transient
     return min(requested - used, capacity - startup - used - e.sizing_margin.bytes_for(transient)) - transient
 
 

@@ -164,7 +164,6 @@ class PlanResult:
     activation_sampler_bytes: int
     activation_state_bytes: int = 0       # the sampler's persistent penalty state, within the activation peak
     activation_workspace_bytes: int = 0   # the fused-MoE workspace kept once made, within the activation peak
-    sizing_margin_bytes: int = 0          # budget "measured": kept free beside the transient peak
     kv_budget_bytes_per_gpu_ideal: int | None = None
     max_concurrent_sequences_ideal: int | None = None
     weights_bytes_per_gpu_ideal: int | None = None
@@ -175,6 +174,17 @@ class PlanResult:
     @property
     def activation_bytes_per_gpu(self) -> int:
         return self.activation_peak_bytes
+
+    @property
+    def activation_transient_bytes(self) -> int:
+        """The activation peak less what stays allocated after it (the sampler's state, the fused-MoE workspace)."""
+        return self.activation_peak_bytes - self.activation_state_bytes - self.activation_workspace_bytes
+
+    @property
+    def sizing_margin_bytes(self) -> int:
+        """Budget "measured": what the engine keeps free beside the transient peak (0 for other budgets)."""
+        m = self.engine.sizing_margin if self.engine is not None else None
+        return m.bytes_for(self.activation_transient_bytes) if m is not None else 0
 
 
 # --- engine-specific weights --------------------------------------------------------------------------------
@@ -671,8 +681,6 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         kv_elements_per_token_per_layer=sh.kv_elements, activation_forward_bytes=forward,
         activation_sampler_bytes=sampler, activation_state_bytes=sampler_state,
         activation_workspace_bytes=sampler_workspace,
-        sizing_margin_bytes=(e.sizing_margin.bytes_for(activation_max - sampler_state - sampler_workspace)
-                             if e is not None and e.sizing_margin is not None else 0),
         kv_budget_bytes_per_gpu_ideal=None if ideal is None else ideal.kv_budget_bytes_per_gpu,
         max_concurrent_sequences_ideal=None if ideal is None else ideal.max_concurrent_sequences,
         weights_bytes_per_gpu_ideal=None if ideal is None else ideal.weights_bytes_per_gpu,

@@ -192,9 +192,9 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         if e.budget == "measured":
             m = e.sizing_margin
             assert m is not None
-            transient = r.activation_peak_bytes - r.activation_state_bytes - r.activation_workspace_bytes
             lines.append(f"- sizing margin = max({_gib(m.floor_bytes)}, {m.fraction:g} x transient peak) = "
-                         f"{_gib(r.sizing_margin_bytes)}, and the transient peak {_gib(transient)} kept free"
+                         f"{_gib(r.sizing_margin_bytes)}, and the transient peak "
+                         f"{_gib(r.activation_transient_bytes)} kept free"
                          + (f" (the peak less the {_gib(r.activation_workspace_bytes)} fused-MoE workspace kept)"
                             if r.activation_workspace_bytes else ""))
             lines.append(f"  (capacity {_gib(r.capacity_bytes)} - startup {_gib(r.startup_bytes)} - the terms above; "

@@ -344,10 +344,11 @@ def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def engine_document(path: Path, seen: tuple[str, ...] = ()) -> dict[str, Any]:
-    """An engine file's mapping with its ``base:`` (another engine preset of the same engine, by name) laid under
-    it: the release's changes are all its file holds. A base is never the default (``default`` is the file's own)."""
-    data = read_data_file(path) if not seen else copy.deepcopy(_engine_preset_file_document(seen[-1]))
+def engine_document(path: Path, preset: str | None = None, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An engine file's mapping (``preset``: that engine preset's, read once) with its ``base:`` (another engine
+    preset of the same engine, by name) laid under it: the release's changes are all its file holds. A base is never
+    the default (``default`` is the file's own)."""
+    data = copy.deepcopy(_engine_preset_file_document(preset)) if preset is not None else read_data_file(path)
     if not isinstance(data, dict) or "base" not in data:
         return data
     base = data.pop("base")
@@ -356,7 +357,7 @@ def engine_document(path: Path, seen: tuple[str, ...] = ()) -> dict[str, Any]:
         raise SpecError(f"{path}: field 'base' must name an engine preset ({', '.join(names)}), got {base!r}")
     if base in seen:
         raise SpecError(f"{path}: engine presets base themselves on each other ({' -> '.join((*seen, base))})")
-    under = engine_document(_preset_file("engine", base), (*seen, base))
+    under = engine_document(_preset_file("engine", base), base, (*seen, base))
     if under.get("name") != data.get("name", under.get("name")):
         raise SpecError(f"{path}: field 'base' must name a preset of the same engine ({under.get('name')} is not "
                         f"{data.get('name')})")
@@ -369,7 +370,7 @@ def _engine_from_file(path: Path, default_name: str, preset: str | None = None):
     its steps and serves its requests as its engine's default version does."""
     from tfcalc.spec.engine import engine_from_mapping
 
-    data = engine_document(path)
+    data = engine_document(path, preset)
     inherited = {"kernels": None, "scheduler": None, "requests": None}
     for key in inherited:
         if data.get(key) is None and isinstance(data.get("name"), str):
@@ -433,7 +434,10 @@ def _version_tuple(text: str, origin: str) -> tuple[int, ...]:
 def load_preset_document(kind: str, name: str) -> dict[str, Any]:
     """The raw preset mapping (with sources and published figures), for ``presets show`` and tests; an engine file's
     with its base laid under it (``engine_document``)."""
-    return engine_document(preset_path(kind, name)) if kind == "engine" else read_data_file(preset_path(kind, name))
+    if kind == "engine":
+        preset = resolve_preset(kind, name)
+        return engine_document(_preset_file(kind, preset), preset)
+    return read_data_file(preset_path(kind, name))
 
 
 # --- mapping -> ModelSpec ------------------------------------------------------------------------
