@@ -221,12 +221,15 @@ def test_vllm_later_groupings_price_a_block_id_as_its_planner_does() -> None:
 def test_vllm_026_log_holds_150k_tokens_in_7_7_gib() -> None:
     """vllm-project/vllm issue #51041 (vLLM 0.26.0, H20, tp 2, DeepSeek-V4-Flash-0731, max_model_len 121,344,
     --max-num-batched-tokens 8192): "KV cache holds only 150K tokens in 7.7 GiB". 0.26 reserves the sliding groups
-    for two batches in flight (async scheduling: max_in_flight_tokens); with one batch it would report 280K."""
-    from tfcalc.calc.engine import in_flight_tokens
+    for two batches in flight (async scheduling: max_in_flight_tokens, on the V1 model runner that release runs
+    DeepSeek-V4 on); with one batch it would report 280K."""
+    from tfcalc.calc.engine import in_flight_tokens, runner_for, served_precision
 
     layout = _flash_layout("packed", "weighted")
-    vllm = load_engine("vllm")
-    async_026 = replace(vllm, kv=replace(vllm.kv, in_flight="pipeline_async"))
+    vllm, flash = load_engine("vllm"), load_model("deepseek-v4-flash")
+    async_026 = runner_for(load_engine("vllm@0.26"), flash, served_precision(flash, None))
+    assert async_026 is not None and async_026.runner == "V1" and async_026.kv.v4_groups == "packed"
+    assert in_flight_tokens(async_026, 2, 8192) == 16_384 and in_flight_tokens(async_026, 4, 8192) == 4 * 8192
     context = 121_344
 
     def tokens(in_flight: int, gib: float) -> int:

@@ -35,15 +35,16 @@ def test_every_engine_preset_loads_and_cites_its_source() -> None:
     for name in names:
         e = load_engine(name)
         assert e.sources and all(text.strip() for text in e.sources.values())
-    assert load_engine("vllm").releases == "0.20-0.22"  # the default: the newest line run on aiconfigurator's tables
+    assert load_engine("vllm").releases == "0.20-0.21"  # the default: the newest line run on aiconfigurator's tables
     assert load_engine("vllm@0.19.1").releases == "0.17-0.19"
-    assert load_engine("vllm@0.20.1").releases == "0.20-0.22"
+    assert load_engine("vllm@0.20.1").releases == "0.20-0.21"
     assert load_engine("vllm@0.29").releases == load_engine("vllm@0.31.2").releases == "0.29-0.31"
     assert load_engine("vllm@0.34").releases == load_engine("vllm@0.35.1").releases == "0.34+"
     assert load_engine("vllm@0.32.1").releases == "0.32" and load_engine("vllm@0.33").releases == "0.33"
-    for version in ("0.23", "0.28.1"):  # the runner depends on the model in 0.23-0.28
-        with pytest.raises(UsageError, match=f"no vllm engine preset covers version {version}"):
-            load_engine(f"vllm@{version}")
+    for version in ("0.22", "0.23", "0.24", "0.25", "0.26", "0.27", "0.28"):  # one release line each, two runners
+        e = load_engine(f"vllm@{version}.1")
+        assert e.releases == version and e.runner == "V1" and e.second_runner is not None
+        assert e.second_runner.runner == "V2" and e.second_runner.releases == version
     assert load_engine("vllm@0.9").releases == "0.8-0.10"
     with pytest.raises(UsageError, match="no vllm engine preset covers version 0.7"):
         load_engine("vllm@0.7")
@@ -873,9 +874,9 @@ def test_pcie_gpus_hold_less_for_tensor_parallelism(tmp_path: Path) -> None:
     0.28 GiB of non-torch memory, against 1.51 / 2.1 GiB over NVLink (SGLang, profiling nothing after start: the
     context + 0.28 at start); tp 1 and NVLink GPUs as before. Against the
     published figure of vLLM 0.28.0 on 2 x RTX 4090 (PR #54479: Qwen3-32B-AWQ, tp 2, utilization 0.85,
-    max_model_len 8,192, 5,120 batched tokens, 72 sequences: 10.37-10.38 GiB, 5,311-5,315 blocks per GPU; the V2
-    runner then estimated no CUDA graphs)."""
-    e = load_engine("vllm@0.30")
+    max_model_len 8,192, 5,120 batched tokens, 72 sequences: 10.37-10.38 GiB, 5,311-5,315 blocks per GPU), replayed
+    with that release's preset: a dense model on its V2 runner, which estimated no CUDA graphs."""
+    e = load_engine("vllm@0.28")
     pcie, nvlink = load_gpu("rtx4090"), load_gpu("h100-sxm")
     assert (eng.startup_bytes(e, 2, pcie), eng.non_torch_bytes(e, 2, 1, pcie)) == (round(0.51 * GIB), round(0.53 * GIB))
     assert (eng.startup_bytes(e, 2, nvlink), eng.non_torch_bytes(e, 2, 1, nvlink)) == (round(1.51 * GIB),
@@ -892,7 +893,8 @@ def test_pcie_gpus_hold_less_for_tensor_parallelism(tmp_path: Path) -> None:
                           / "qwen3-32b.yaml"))
     r = plan_fit(spec, pcie, parse_weight_precision("int4-g128"), get_dtype("bf16"),
                  PlanConfig(num_gpus=2, tp=2, context=8192, engine=e, gpu_memory_utilization=0.85,
-                            max_num_seqs=72, max_num_batched_tokens=5120, cuda_graphs_in_budget=False))
+                            max_num_seqs=72, max_num_batched_tokens=5120))
+    assert r.engine is not None and r.engine.runner == "V2" and not r.cuda_graphs_in_budget
     assert abs(r.kv_budget_bytes_per_gpu / GIB - 10.375) / 10.375 < 0.01
     assert abs(r.kv_pool_blocks_per_gpu - 5313) / 5313 < 0.01
     text = (Path(__file__).resolve().parent.parent.parent / "presets" / "engines" / "vllm-0.21.yaml").read_text()
@@ -941,3 +943,121 @@ def test_vllm_034_keeps_the_moe_workspace_out_of_the_transient_peak() -> None:
                                          - transient)
     dense = plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=8192, engine=e))
     assert dense.activation_workspace_bytes == 0
+
+
+# Which runner vLLM 0.22-0.28 picks, read from each wheel's vllm/config/vllm.py (DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES
+# and _is_default_v2_model_runner_model): (release, architecture, moe, quantized, hybrid) -> the V2 runner or not.
+# Two rows are also logged: vllm issue #49224 (0.25.1 runs Llama-3.1-70B FP8 on "Model Runner V2 (now default for
+# dense models)") and #50159 (0.26.0 auto-selects V2 for Gemma-4-31B AWQ, "MRv2 (auto-selected)").
+_V2_DEFAULTS = [
+    ("0.22", "Qwen3ForCausalLM", False, False, False, True),
+    ("0.22", "Qwen3ForCausalLM", False, True, False, False),       # "not is_quantized"
+    ("0.22", "LlamaForCausalLM", False, False, False, False),      # not listed until 0.23
+    ("0.23", "LlamaForCausalLM", False, False, False, True),
+    ("0.23", "MistralForCausalLM", False, True, False, False),
+    ("0.23", "Gemma3ForConditionalGeneration", False, False, False, False),
+    ("0.24", "LlamaForCausalLM", False, True, False, True),        # no quantization test from 0.24
+    ("0.24", "Qwen2MoeForCausalLM", True, False, False, True),     # nor an MoE one
+    ("0.24", "Qwen3MoeForCausalLM", True, False, False, False),
+    ("0.24", "Gemma3ForConditionalGeneration", False, False, False, False),
+    ("0.25", "Gemma3ForConditionalGeneration", False, False, False, True),   # every non-MoE model
+    ("0.25", "LlamaForCausalLM", False, True, False, True),        # #49224
+    ("0.26", "Gemma4ForConditionalGeneration", False, True, False, True),    # #50159
+    ("0.25", "Qwen3MoeForCausalLM", True, False, False, False),
+    ("0.25", "DeepseekV2ForCausalLM", True, True, False, True),
+    ("0.25", "Qwen3_5ForConditionalGeneration", False, False, True, False),  # not is_hybrid
+    ("0.26", "GptOssForCausalLM", True, True, False, False),
+    ("0.27", "Qwen3NextForCausalLM", True, False, True, False),
+    ("0.27", "NemotronHForCausalLM", False, False, True, False),   # hybrid: listed ones only
+    ("0.28", "DeepseekV4ForCausalLM", True, True, False, True),
+    ("0.28", "DeepseekV3ForCausalLM", True, True, False, False),
+    ("0.28", "MixtralForCausalLM", True, False, False, False),
+    ("0.28", None, False, False, False, True),                     # a user's dense model without an architecture
+    ("0.28", None, True, False, False, False),
+]
+
+
+@pytest.mark.parametrize(("release", "architecture", "moe", "quantized", "hybrid", "v2"), _V2_DEFAULTS)
+def test_vllm_022_028_pick_the_model_runner_as_their_wheels_do(release: str, architecture: str | None, moe: bool,
+                                                               quantized: bool, hybrid: bool, v2: bool) -> None:
+    rule = load_engine(f"vllm@{release}").model_runner
+    assert rule is not None
+    assert rule.picks(architecture, moe=moe, quantized=quantized, hybrid=hybrid, attention_free=False) is v2
+    assert not rule.picks(architecture, moe=moe, quantized=quantized, hybrid=True, attention_free=True)
+
+
+def test_runner_for_reads_the_models_traits() -> None:
+    """Architecture, experts, weight format and linear-attention layers, from the model presets."""
+    e23, e25 = load_engine("vllm@0.23"), load_engine("vllm@0.25")
+    llama, qwen_moe, hybrid = llama31_8b(), load_model("qwen3-30b-a3b"), load_model("qwen3.5-27b")
+    assert eng.runner_for(e23, llama, BF16) is e23.second_runner
+    assert eng.runner_for(e23, llama, parse_weight_precision("fp8")) is e23
+    assert eng.runner_for(e25, llama, parse_weight_precision("int4-g128")) is e25.second_runner
+    assert eng.runner_for(e25, qwen_moe, BF16) is e25 and eng.runner_for(e25, hybrid, BF16) is e25
+    assert eng.runner_for(load_engine("vllm@0.29"), qwen_moe, BF16).runner == ""
+    assert eng.runner_for(None, llama, BF16) is None
+
+
+def test_vllm_v2_runner_of_022_027_subtracts_no_graphs_and_keeps_a_6_byte_sampler() -> None:
+    """Llama 3.1 8B on one H100 under vLLM 0.23, V1 (an fp8 checkpoint) against V2 (bf16): the V2 runner's profiling
+    sampler holds bf16 logits and their fp32 copy (6 B, against V1's 14 B and a Triton scratch row per SM) and its
+    profile_cudagraph_memory returns 0, so the budget keeps the graphs' memory."""
+    e, gpu = load_engine("vllm@0.23"), load_gpu("h100-sxm")
+    cfg = PlanConfig(num_gpus=1, context=8192, engine=e)
+    v2 = plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"), cfg)
+    v1 = plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"), replace(cfg, engine=replace(e, model_runner=None)))
+    assert v2.engine is e.second_runner and v1.engine.runner == "V1"
+    assert v1.cuda_graphs_in_budget and not v2.cuda_graphs_in_budget and v2.cuda_graph_bytes == v1.cuda_graph_bytes
+    rows, vocab = 1024, 128_256
+    assert v2.activation_sampler_bytes - v1.activation_sampler_bytes == rows * vocab * (6 - 14) - 132 * vocab * 4
+    assert v2.kv_budget_bytes_per_gpu - v1.kv_budget_bytes_per_gpu == (
+        v1.cuda_graph_bytes + v1.activation_peak_bytes - v2.activation_peak_bytes)
+    assert v2.max_concurrent_sequences > v1.max_concurrent_sequences
+    forced = plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"), replace(cfg, cuda_graphs_in_budget=True))
+    assert not forced.cuda_graphs_in_budget and forced.kv_budget_bytes_per_gpu == v2.kv_budget_bytes_per_gpu
+
+
+def test_vllm_027_counts_the_v2_penalty_state_and_028_drops_the_fp32_copy() -> None:
+    spec, gpu = llama31_8b(), load_gpu("h100-sxm")
+    cfg = PlanConfig(num_gpus=1, context=8192)
+    r = {v: plan_fit(spec, gpu, BF16, get_dtype("bf16"), replace(cfg, engine=load_engine(f"vllm@{v}")))
+         for v in ("0.26", "0.27", "0.28")}
+    assert all(x.engine.runner == "V2" for x in r.values())
+    penalty = eng.penalty_state_bytes(1024, 128_256)
+    assert r["0.26"].kv_budget_bytes_per_gpu - r["0.27"].kv_budget_bytes_per_gpu == penalty == 541_753_344
+    assert r["0.28"].activation_sampler_bytes < r["0.27"].activation_sampler_bytes
+
+
+def test_vllm_026_027_keep_hybrid_prefix_caching_opt_in() -> None:
+    """Hybrid models may turn prefix caching on from 0.26 (2 "align" state blocks a request) but keep it off by
+    default until 0.28; off, one block. ``with_prefix_caching`` reaches the second runner's accounting too."""
+    from tfcalc.spec.engine import with_prefix_caching
+
+    spec, gpu = load_model("qwen3.5-27b"), load_gpu("h200")
+    cfg = PlanConfig(num_gpus=1, context=32_768)
+
+    def blocks(version: str, enabled: bool | None) -> int:
+        e = with_prefix_caching(load_engine(f"vllm@{version}"), enabled)
+        return plan_fit(spec, gpu, BF16, get_dtype("bf16"), replace(cfg, engine=e)).kv_blocks_per_request
+
+    assert blocks("0.26", None) == blocks("0.26", False) == blocks("0.28", False) == blocks("0.25", True)
+    assert blocks("0.26", True) == blocks("0.27", True) == blocks("0.28", None) == blocks("0.26", None) + 3
+    e = with_prefix_caching(load_engine("vllm@0.28"), False)
+    assert e.second_runner is not None and e.second_runner.kv.state_blocks == e.kv.state_blocks == 1
+
+
+def test_engine_yaml_checks_the_model_runner(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parent.parent.parent / "presets" / "engines" / "vllm-0.22.yaml").read_text()
+    for old, new, message in (
+            ("runners: [V1, V2]", "runners: [V1]", "model_runner.runners"),
+            ("listed_requires: [dense, unquantized]", "listed_requires: [small]", "model_runner.listed_requires"),
+            ("architectures: [Qwen3ForCausalLM]", "architectures: Qwen3ForCausalLM", "model_runner.architectures"),
+            ("    cuda_graphs:\n      in_budget: false", "    weights:\n      vocab_padding: 1",
+             "unknown field 'model_runner.changes.weights'"),
+            ("  listed_requires: [dense, unquantized]", "  listed_requires: [dense, unquantized]\n  dense: 1",
+             "model_runner.dense")):
+        assert old in text
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text.replace(old, new))
+        with pytest.raises(SpecError, match=message):
+            load_engine(str(bad))

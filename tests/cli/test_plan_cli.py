@@ -188,7 +188,7 @@ def test_engines_compare_and_name_themselves() -> None:
     result = run("plan", "-p", "llama3-8b", "--engine", "vllm,vllm@0.19,sglang,trtllm,ideal", "-f", "json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert [r["engine"] for r in rows] == ["vllm 0.20-0.22", "vllm 0.17-0.19", "sglang 0.5.10+", "trtllm 1.0+", "ideal"]
+    assert [r["engine"] for r in rows] == ["vllm 0.20-0.21", "vllm 0.17-0.19", "sglang 0.5.10+", "trtllm 1.0+", "ideal"]
     assert rows[1]["kv_budget_bytes_per_gpu_ideal"] == rows[4]["kv_budget_bytes_per_gpu"]  # both at 0.9
     assert rows[0]["memory_fraction"] == 0.92 and rows[0]["kv_budget_bytes_per_gpu_ideal"] > rows[4][
         "kv_budget_bytes_per_gpu"]

@@ -34,6 +34,17 @@ def served_precision(spec: ModelSpec, engine: EngineSpec | None) -> WeightPrecis
     return WeightPrecision(get_dtype(layout.float32_as))
 
 
+def runner_for(engine: EngineSpec | None, spec: ModelSpec, precision: WeightPrecision) -> EngineSpec | None:
+    """``engine`` as it runs ``spec`` at ``precision``: its second model runner's accounting where the release's
+    rule picks that runner for the model (vLLM 0.22-0.28's V2 runner, by architecture and traits), else itself."""
+    if engine is None or engine.model_runner is None or engine.second_runner is None:
+        return engine
+    hybrid = spec.num_linear_layers > 0
+    picked = engine.model_runner.picks(spec.architecture, moe=spec.moe is not None, quantized=precision.quantized,
+                                       hybrid=hybrid, attention_free=hybrid and spec.num_attention_layers == 0)
+    return engine.second_runner if picked else engine
+
+
 def unserved_format(engine: EngineSpec | None, precision: WeightPrecision) -> str | None:
     """Why ``engine`` cannot serve weights stored as ``precision`` (a format its preset lists as unsupported), or
     None where it can."""
@@ -320,9 +331,10 @@ def unified_block_sizes(block_size: int, pages: tuple[int, int]) -> tuple[int, i
 def in_flight_tokens(engine: EngineSpec | None, pp: int, max_num_batched_tokens: int) -> int:
     """Tokens scheduled but not yet settled, which a sliding or chunked group reserves room for beside its window
     (``kv.in_flight``): one batch of max_num_batched_tokens (vLLM until 0.25), or one per concurrent batch, pp of
-    them, + 1 under async scheduling (0.26+ VllmConfig.max_in_flight_tokens)."""
+    them, + 1 under async scheduling (0.26+ VllmConfig.max_in_flight_tokens), which the V1 model runner gives only
+    a single stage (``async_v1``: 2 at pp 1, else pp; max_concurrent_batches)."""
     rule = engine.kv.in_flight if engine is not None else "batch"
-    batches = {"batch": 1, "pipeline": pp, "pipeline_async": pp + 1}[rule]
+    batches = {"batch": 1, "pipeline": pp, "pipeline_async": pp + 1, "async_v1": max(2, pp)}[rule]
     return batches * max_num_batched_tokens
 
 

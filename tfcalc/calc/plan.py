@@ -535,12 +535,16 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
              with_max_context: bool = True) -> PlanResult:
     """Weights, every reserved term and the KV budget per GPU; sequences at ``cfg.context``; context at
     ``cfg.batch``; as ``cfg.engine`` accounts for them (``None``, or an engine with ``budget: ideal``: the ideal
-    arithmetic, the result still naming that engine). ``with_max_context=False`` skips the search for the longest
+    arithmetic, the result still naming that engine; a release that runs the model on its second model runner: that
+    runner's accounting, which the result names). ``with_max_context=False`` skips the search for the longest
     context at the batch (``max_context_at_batch`` is then -1): a capacity search asks only for the KV pool."""
     if cfg.engine is not None and memory_model(cfg.engine) is None:
         plain = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=None), activation_dtype, with_ideal,
                          with_max_context)
         return replace(plain, engine=cfg.engine)
+    if (runner := eng.runner_for(cfg.engine, spec, precision)) is not cfg.engine:
+        return plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=runner), activation_dtype, with_ideal,
+                        with_max_context)
     fraction, block, max_seqs, mnbt = _resolved(cfg, gpu)
     if fraction is not None and not 0 < fraction <= 1:
         raise UsageError(f"gpu memory utilization must be in (0, 1], got {fraction}")
@@ -565,9 +569,10 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     startup = eng.startup_bytes(e, par.tp, gpu) if e is not None else 0
     non_torch = eng.non_torch_bytes(e, par.tp, par.pp, gpu) if e is not None else 0
     graphs = eng.cuda_graph_bytes(e, max_seqs, par.tp, gpu) if e is not None else 0
-    # a cache sized after capture (budget "measured") always holds the graphs back, whatever the estimate's switch
+    # a cache sized after capture (budget "measured") always holds the graphs back, and a runner without an
+    # estimate never does, whatever the estimate's switch
     graphs_in = (e.cuda_graphs.in_budget if cfg.cuda_graphs_in_budget is None or e.budget == "measured"
-                 else cfg.cuda_graphs_in_budget) if e is not None else False
+                 or not e.cuda_graphs.estimated else cfg.cuda_graphs_in_budget) if e is not None else False
     if e is not None and fraction is None:
         fraction = eng.static_fraction(e, gpu, par.tp, par.pp, mnbt, spec, attention_ranks(par.tp, par.ep), max_seqs)
     assert fraction is not None

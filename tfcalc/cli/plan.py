@@ -126,11 +126,12 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
          cuda_graph_memory: Annotated[bool | None, typer.Option(
              "--cuda-graph-memory/--no-cuda-graph-memory", help="Subtract the CUDA-graph estimate from the KV "
              "budget (vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS); default: as the engine version does (vLLM "
-             "0.34+ sizes its cache after capture: always).",
+             "0.34+ sizes its cache after capture: always; the V2 runner of 0.22-0.28 has no estimate: never).",
              show_default=False)] = None,
-         prefix_caching: Annotated[bool, typer.Option(
-             "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching (on by default): "
-             "0.29+ keeps 2-3 state blocks a hybrid (Mamba / Gated DeltaNet) request with it, 1 without.")] = True,
+         prefix_caching: Annotated[bool | None, typer.Option(
+             "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching: with it, 0.26+ "
+             "keeps 2-3 state blocks a hybrid (Mamba / Gated DeltaNet) request, 1 without. Default: as the engine "
+             "version does (on; for hybrid models from 0.28).", show_default=False)] = None,
          find_min_gpus: Annotated[bool, typer.Option(
              "--min-gpus", help="Search the smallest GPU count that fits: tp within a node, pp only across whole "
              "nodes (vLLM's advice), unless --tp/--pp name the degrees allowed.")] = False,

@@ -109,6 +109,7 @@ _TARGET_METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 REGISTRY: Mapping[str, Column] = _Registry(
     # --- what a row is about: model, hardware, engine, parallelism, shape ------------------------------------------
     ("model", "model"), ("gpu", "GPU"), ("engine", "engine"), ("engine_display_name", "engine name", "prose"),
+    ("model_runner", "model runner"),
     ("num_gpus", "GPUs", "int"), ("tp", "tp", "int"), ("pp", "pp", "int"), ("ep", "ep", "int"), ("dp", "dp", "int"),
     ("redundant_experts", "redundant experts", "int"),
     ("context", "context", "int"), ("batch", "batch", "int"), ("prompt_len", "prompt", "int"),

@@ -66,6 +66,9 @@ def plan_reason(spec: ModelSpec, cfg: PlanConfig, r: PlanResult) -> str:
 def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, r: PlanResult) -> str:
     """What the row assumed that a reader would not guess: checkpoint formats, padding, capacity, KV layout."""
     parts = []
+    if r.engine is not None and r.engine.runner:
+        parts.append(f"{engine_label(r.engine)} runs {spec.architecture or 'this model'} on its {r.engine.runner} "
+                     "model runner")
     if spec.checkpoint_kv_dtype is not None:
         declared = get_dtype(spec.checkpoint_kv_dtype).name
         parts.append(f"KV cache {declared} as the checkpoint declares" if kv_dtype.name == declared else
@@ -299,6 +302,7 @@ def _plan_row(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         "max_concurrent_sequences_ideal": r.max_concurrent_sequences_ideal,
         "weights_bytes_per_gpu_ideal": r.weights_bytes_per_gpu_ideal,
         "engine_display_name": r.engine.display_name if r.engine is not None else "ideal arithmetic",
+        "model_runner": r.engine.runner if r.engine is not None and r.engine.runner else None,
         "ep": p.ep, "dp": p.dp, **({"redundant_experts": p.redundant_experts} if p.redundant_experts else {}),
         "gpu_memory_bytes": r.memory_bytes_per_gpu, "memory_fraction": r.memory_fraction,
         "block_size": r.block_size, "max_num_seqs": r.max_num_seqs, "max_num_batched_tokens": r.max_num_batched_tokens,

@@ -147,6 +147,9 @@ class CudaGraphModel:
     per_size_bytes: int
     per_size_bytes_tp: int      # at tp > 1 (custom all-reduce buffers registered per graph)
     in_budget: bool
+    # False: the engine has no estimate to subtract (vLLM's V2 runner until 0.29), whatever the switch
+    # (--cuda-graph-memory, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS) says
+    estimated: bool = True
     # the largest captured batch where the engine raises it on a GPU (vLLM 0.28+: 1024 on SM100 parts), by GPU
     # preset name (or the preset its kernels are read as); 512 elsewhere
     max_size_by_gpu: tuple[tuple[str, int], ...] = ()
@@ -155,7 +158,35 @@ class CudaGraphModel:
 # vLLM's groupings of DeepSeek-V4's caches by release (calc.engine.v4_layout)
 V4_GROUPINGS = ("tuple", "packed", "outermost")
 # tokens in flight a sliding group reserves room for (calc.engine.in_flight_tokens)
-IN_FLIGHT_RULES = ("batch", "pipeline", "pipeline_async")
+IN_FLIGHT_RULES = ("batch", "pipeline", "pipeline_async", "async_v1")
+# what a listed architecture must also be for ModelRunnerRule to pick the second runner
+RUNNER_REQUIREMENTS = ("dense", "unquantized")
+# the sections a second model runner's ``changes`` may lay over its release's
+RUNNER_CHANGES = ("display_name", "activation", "cuda_graphs", "kv", "terms")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRunnerRule:
+    """Which models a release runs on its second model runner (vLLM 0.22-0.28: the V2 runner by default for some
+    models, VllmConfig.use_v2_model_runner / _is_default_v2_model_runner_model): a listed architecture that also
+    meets ``listed_requires`` (dense: no routed experts; unquantized: no quantized weights), and with ``dense``
+    every model without routed experts; a model with linear-attention layers only when ``hybrid_listed`` and it is
+    listed, an attention-free one never."""
+
+    architectures: tuple[str, ...]
+    runners: tuple[str, str]           # the two runners' names (V1, V2)
+    listed_requires: tuple[str, ...] = ()
+    dense: bool = False
+    hybrid_listed: bool = False
+
+    def picks(self, architecture: str | None, *, moe: bool, quantized: bool, hybrid: bool,
+              attention_free: bool) -> bool:
+        """Whether a model of these traits runs on the second runner."""
+        listed = architecture in self.architectures and not (
+            ("dense" in self.listed_requires and moe) or ("unquantized" in self.listed_requires and quantized))
+        if attention_free or (hybrid and not (self.hybrid_listed and listed)):
+            return False
+        return listed or (self.dense and not moe)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,7 +245,8 @@ class KVLayout:
     # (vLLM _get_kv_cache_groups_uniform_page_size: 1.25 until 0.17, 1.5 from 0.18)
     group_size_ratio: float = 1.25
     # tokens a sliding or chunked group reserves room for beside its window: one batch (max_num_batched_tokens,
-    # vLLM until 0.25), pipeline (pp batches) or pipeline_async (pp + 1: 0.26+ max_in_flight_tokens)
+    # vLLM until 0.25), pipeline (pp batches), pipeline_async (pp + 1: 0.26+ max_in_flight_tokens) or async_v1 (the
+    # V1 model runner's: 2 at pp 1, else pp)
     in_flight: str = "batch"
     # blocks a running request keeps in each Mamba / Gated DeltaNet state group: 1, or more where prefix caching keeps
     # aligned checkpoints beside the running state (vLLM's mamba_cache_mode "align": 2, + 1 prefill checkpoint for
@@ -224,6 +256,9 @@ class KVLayout:
     # tokens a hybrid model's attention block is also a multiple of where prefix caching keeps prefill checkpoints
     # on block boundaries (vLLM 0.33+: FlashInfer's Gated DeltaNet prefill, 64), by linear-attention kind
     checkpoint_align_by_kind: tuple[tuple[str, int], ...] = ()
+    # prefix caching is on by default for a hybrid model (vLLM 0.28+); off, only --enable-prefix-caching keeps the
+    # aligned state blocks above (vLLM 0.26-0.27: supported, opt-in)
+    hybrid_prefix_caching: bool = True
 
     def state_blocks_for(self, kind: str | None) -> int:
         """State blocks a request keeps in one state group of a model whose linear layers are of ``kind``."""
@@ -545,6 +580,10 @@ class EngineSpec:
     weights: WeightLayout | None = None
     static_fraction_rule: StaticFractionRule | None = None
     sizing_margin: SizingMargin | None = None   # budget "measured": the margin kept free beside the transient peak
+    # the models this release runs on a second model runner, and that runner's accounting (``runner_for``)
+    model_runner: ModelRunnerRule | None = None
+    second_runner: EngineSpec | None = None
+    runner: str = ""                            # the model runner this accounting is for, where a release has two
     kernels: EngineKernels = field(default_factory=EngineKernels)
     default: bool = False
     terms: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
@@ -560,23 +599,38 @@ class EngineSpec:
         return self.budget != "ideal"
 
 
+def merged_mapping(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes`` laid over it: mappings merge key by key, any other value replaces."""
+    merged = dict(base)
+    for key, value in changes.items():
+        old = merged.get(key)
+        merged[key] = merged_mapping(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return merged
+
+
 def with_mixed_chunk(engine: EngineSpec) -> EngineSpec:
     """``engine`` run with SGLang's --enable-mixed-chunk: prefill chunks share the decode batch's step instead of
     running in steps of their own first (an engine that already mixes them is returned as it is)."""
     if not engine.scheduler.prefill_first:
         return engine
-    return replace(engine, scheduler=replace(engine.scheduler, prefill_first=False))
+    second = with_mixed_chunk(engine.second_runner) if engine.second_runner is not None else None
+    return replace(engine, scheduler=replace(engine.scheduler, prefill_first=False), second_runner=second)
 
 
-def with_prefix_caching(engine: EngineSpec | None, enabled: bool) -> EngineSpec | None:
-    """``engine`` launched with prefix caching on (its default) or off (--no-enable-prefix-caching): off, a Mamba /
-    Gated DeltaNet request keeps one state block (vLLM's mamba_cache_mode "none") where ``kv.state_blocks`` counts
-    the aligned checkpoints prefix caching keeps, and the attention block needs no checkpoint alignment."""
-    if enabled or engine is None or engine.kv is None or (engine.kv.state_blocks == 1 and not (
-            engine.kv.state_blocks_by_kind or engine.kv.checkpoint_align_by_kind)):
+def with_prefix_caching(engine: EngineSpec | None, enabled: bool | None) -> EngineSpec | None:
+    """``engine`` launched with prefix caching on (--enable-prefix-caching), off (--no-enable-prefix-caching) or as
+    it defaults (None: on, for a hybrid model only where ``kv.hybrid_prefix_caching``): off, a Mamba / Gated
+    DeltaNet request keeps one state block (vLLM's mamba_cache_mode "none") where ``kv.state_blocks`` counts the
+    aligned checkpoints prefix caching keeps, and the attention block needs no checkpoint alignment."""
+    if engine is None or engine.kv is None:
         return engine
-    return replace(engine, kv=replace(engine.kv, state_blocks=1, state_blocks_by_kind=(),
-                                      checkpoint_align_by_kind=()))
+    second = with_prefix_caching(engine.second_runner, enabled) if engine.second_runner is not None else None
+    kv = engine.kv
+    if (enabled if enabled is not None else kv.hybrid_prefix_caching) or (
+            kv.state_blocks == 1 and not (kv.state_blocks_by_kind or kv.checkpoint_align_by_kind)):
+        return engine if second is engine.second_runner else replace(engine, second_runner=second)
+    return replace(engine, kv=replace(kv, state_blocks=1, state_blocks_by_kind=(), checkpoint_align_by_kind=()),
+                   second_runner=second)
 
 
 def memory_model(engine: EngineSpec | None) -> EngineSpec | None:
@@ -1315,7 +1369,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
 
 
 _MEMORY_KEYS = ("memory_fraction", "block_size", "scheduler_defaults", "scheduler", "requests", "overheads",
-                "activation", "cuda_graphs", "kv", "weights", "static_fraction_rule", "sizing_margin", "terms")
+                "activation", "cuda_graphs", "kv", "weights", "static_fraction_rule", "sizing_margin", "terms",
+                "model_runner")
 _TOP = {"name", "version", "releases", "display_name", "default", "budget", "kernels", "sources", *_MEMORY_KEYS}
 
 
@@ -1354,7 +1409,41 @@ def engine_from_mapping(data: dict[str, Any], origin: str, default_name: str,
     sections = _memory_sections(data, origin, inherited_scheduler, inherited_requests)
     _require((budget == "measured") == (sections["sizing_margin"] is not None), origin,
              "field 'sizing_margin' goes with budget: measured, and only with it")
-    return EngineSpec(budget=budget, **common, **sections)
+    rule, second = None, None
+    if data.get("model_runner") is not None:
+        rule, changes = _model_runner(data["model_runner"], origin)
+        own = {k: v for k, v in data.items() if k != "model_runner"}
+        second = replace(engine_from_mapping(merged_mapping(own, changes), origin, default_name, kernels,
+                                             inherited_scheduler, inherited_requests), runner=rule.runners[1])
+    return EngineSpec(budget=budget, **common, **sections, model_runner=rule, second_runner=second,
+                      runner=rule.runners[0] if rule is not None else "")
+
+
+def _model_runner(data: Any, origin: str) -> tuple[ModelRunnerRule, dict[str, Any]]:
+    """``model_runner``: {runners, architectures, listed_requires, dense, hybrid_listed, changes} -> the rule and the
+    changes (``RUNNER_CHANGES`` sections) that give the second runner's accounting."""
+    _require(isinstance(data, dict), origin, "field 'model_runner' must be a mapping")
+    _check_keys(data, {"runners", "architectures", "listed_requires", "dense", "hybrid_listed", "changes"}, origin,
+                "model_runner.")
+    runners = data.get("runners")
+    _require(isinstance(runners, list) and len(runners) == 2 and all(isinstance(n, str) and n for n in runners),
+             origin, f"field 'model_runner.runners' must name the two runners, got {_show(runners)}")
+    names = data.get("architectures", [])
+    _require(isinstance(names, list) and all(isinstance(n, str) and n for n in names), origin,
+             f"field 'model_runner.architectures' must be a list of architecture names, got {_show(names)}")
+    requires = data.get("listed_requires", [])
+    _require(isinstance(requires, list) and all(r in RUNNER_REQUIREMENTS for r in requires), origin,
+             f"field 'model_runner.listed_requires' must list some of {', '.join(RUNNER_REQUIREMENTS)}, got "
+             f"{_show(requires)}")
+    changes = data.get("changes")
+    _require(isinstance(changes, dict) and bool(changes), origin,
+             "field 'model_runner.changes' must be a mapping of what the second runner changes")
+    _check_keys(changes, set(RUNNER_CHANGES), origin, "model_runner.changes.")
+    return ModelRunnerRule(architectures=tuple(names), runners=(runners[0], runners[1]),
+                           listed_requires=tuple(requires),
+                           dense=_bool(data.get("dense", False), origin, "model_runner.dense"),
+                           hybrid_listed=_bool(data.get("hybrid_listed", False), origin,
+                                               "model_runner.hybrid_listed")), changes
 
 
 def scheduler_from_mapping(data: Any, origin: str) -> SchedulerPolicy:
@@ -1439,7 +1528,7 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
         moe_workspace=_bool(a["moe_workspace"], origin, "activation.moe_workspace"),
         penalty_state=_bool(a.get("penalty_state", False), origin, "activation.penalty_state"))
     g = _section(data, "cuda_graphs", {"capture", "first_capture_mib", "per_size_mib", "in_budget"}, origin,
-                 frozenset({"per_size_mib_tp", "max_size_by_gpu"}))
+                 frozenset({"per_size_mib_tp", "max_size_by_gpu", "estimated"}))
     ceilings = g.get("max_size_by_gpu") or {}
     _require(isinstance(ceilings, dict) and all(isinstance(n, str) for n in ceilings), origin,
              "field 'cuda_graphs.max_size_by_gpu' must map GPU preset names to batch sizes")
@@ -1451,6 +1540,7 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                             per_size_bytes_tp=_mib(g.get("per_size_mib_tp", g["per_size_mib"]), origin,
                                                    "cuda_graphs.per_size_mib_tp"),
                             in_budget=_bool(g["in_budget"], origin, "cuda_graphs.in_budget"),
+                            estimated=_bool(g.get("estimated", True), origin, "cuda_graphs.estimated"),
                             max_size_by_gpu=tuple(sorted(
                                 (n, _int(v, origin, f"cuda_graphs.max_size_by_gpu.{n}", 1, 1 << 16))
                                 for n, v in ceilings.items())))
@@ -1458,7 +1548,7 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                  frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local", "sparse_mla_fp8",
                             "v4_groups", "v4_concurrency", "tokens", "group_size_ratio", "in_flight",
                             "v4_pool", "state_pool", "state_blocks", "checkpoint_align", "sparse_mla_fp8_gpus",
-                            "sparse_mla_raw_gpus"}))
+                            "sparse_mla_raw_gpus", "hybrid_prefix_caching"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
     v4_groups, v4_concurrency = k.get("v4_groups"), k.get("v4_concurrency", "weighted")
@@ -1486,7 +1576,9 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   state_pool=_state_pool(k.get("state_pool"), origin),
                   **_state_blocks(k.get("state_blocks", 1), origin),
                   checkpoint_align_by_kind=_by_linear_kind(k.get("checkpoint_align", {}), origin,
-                                                           "kv.checkpoint_align", 1 << 16))
+                                                           "kv.checkpoint_align", 1 << 16),
+                  hybrid_prefix_caching=_bool(k.get("hybrid_prefix_caching", True), origin,
+                                              "kv.hybrid_prefix_caching"))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as", "unsupported"}))
     float32_as = w.get("float32_as")

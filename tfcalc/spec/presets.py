@@ -335,19 +335,12 @@ def _engine_preset_file_document(name: str) -> dict[str, Any]:
     return read_data_file(_preset_file("engine", name))
 
 
-def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``changes`` laid over it: mappings merge key by key, any other value replaces."""
-    merged = dict(base)
-    for key, value in changes.items():
-        old = merged.get(key)
-        merged[key] = _merged(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
-    return merged
-
-
 def engine_document(path: Path, preset: str | None = None, seen: tuple[str, ...] = ()) -> dict[str, Any]:
     """An engine file's mapping (``preset``: that engine preset's, read once) with its ``base:`` (another engine
     preset of the same engine, by name) laid under it: the release's changes are all its file holds. A base is never
     the default (``default`` is the file's own)."""
+    from tfcalc.spec.engine import merged_mapping
+
     data = copy.deepcopy(_engine_preset_file_document(preset)) if preset is not None else read_data_file(path)
     if not isinstance(data, dict) or "base" not in data:
         return data
@@ -362,7 +355,7 @@ def engine_document(path: Path, preset: str | None = None, seen: tuple[str, ...]
         raise SpecError(f"{path}: field 'base' must name a preset of the same engine ({under.get('name')} is not "
                         f"{data.get('name')})")
     under.pop("default", None)
-    return _merged(under, data)
+    return merged_mapping(under, data)
 
 
 def _engine_from_file(path: Path, default_name: str, preset: str | None = None):  # -> EngineSpec
@@ -397,28 +390,33 @@ def load_engine(name_or_path: str):  # -> tfcalc.spec.engine.EngineSpec
     if name_or_path in names:
         return _engine_from_file(_preset_file("engine", name_or_path), name_or_path, name_or_path)
     engine, _, version = name_or_path.partition("@")
-    candidates = [_engine_from_file(_preset_file("engine", n), n, n) for n in names if engine_family(n) == engine]
-    if not candidates:
+    family = [n for n in names if engine_family(n) == engine]
+    if not family:
         families = ["ideal", *sorted({engine_family(n) for n in names})]
         hints = suggest(name_or_path, engine_choices())
         raise UsageError(f"unknown engine '{name_or_path}' (choose {', '.join(families)}, NAME@VERSION, a preset "
                          "such as vllm-0.17, or an engine YAML file)" + (f"; did you mean {', '.join(hints)}?"
                                                                           if hints else ""))
+    # chosen by the files' own ``default`` and ``releases`` (never inherited), so that one preset is built
+    documents = {n: _engine_preset_file_document(n) for n in family}
     if not version:
-        return next((c for c in candidates if c.default), candidates[-1])
+        chosen = next((n for n in family if isinstance(documents[n], dict) and documents[n].get("default") is True),
+                      family[-1])
+        return _engine_from_file(_preset_file("engine", chosen), chosen, chosen)
     wanted = _version_tuple(version, name_or_path)
-    for c in candidates:
-        if not c.releases:
+    releases = {n: str(d.get("releases", "")) if isinstance(d, dict) else "" for n, d in documents.items()}
+    for n in family:
+        if not releases[n]:
             continue
-        low, dash, high = c.releases.partition("-")
+        low, dash, high = releases[n].partition("-")
         if low.endswith("+"):   # "0.34+": that release and every later one
             low, high = low[:-1], ""
         elif not dash:          # "0.32": that release line alone
             high = low
-        top = _version_tuple(high, c.releases) if high else None
-        if _version_tuple(low, c.releases)[:len(wanted)] <= wanted and (top is None or wanted[:len(top)] <= top):
-            return c
-    known = ", ".join(f"{c.name}@{c.releases}" for c in candidates if c.releases)
+        top = _version_tuple(high, releases[n]) if high else None
+        if _version_tuple(low, releases[n])[:len(wanted)] <= wanted and (top is None or wanted[:len(top)] <= top):
+            return _engine_from_file(_preset_file("engine", n), n, n)
+    known = ", ".join(f"{engine}@{releases[n]}" for n in family if releases[n])
     if not known:
         raise UsageError(f"{engine} has no versions to choose from: use --engine {engine}")
     raise UsageError(f"no {engine} engine preset covers version {version} (known: {known})")
