@@ -108,6 +108,23 @@ def test_decode_reads_top_k_latents_and_every_indexer_key() -> None:
         assert step.kv_read_bytes == pytest.approx(61 * (min(context, 2048) * 1152 + context * 132))
 
 
+def test_an_fp8_cache_read_as_the_engine_stores_it() -> None:
+    """fp8: FlashMLA's 656-byte record per latent (512 fp8 values, 4 fp32 scales, 64 bf16 RoPE values), or the raw
+    576 bytes where the engine keeps them (SGLang 0.5.10+ on SM100: ``calc.engine.sparse_mla_raw``); what a decode
+    step reads follows, as the plan's pool does."""
+    from tfcalc.calc.engine import sparse_mla_raw
+
+    spec, gpu, fp8 = load_model("deepseek-v3.2"), load_gpu("b200"), get_dtype("fp8")
+    bf16 = parse_weight_precision("bf16")
+    record, raw = (deployment(spec, gpu, bf16, fp8, tp=8, raw_sparse_latent=r) for r in (False, True))
+    assert sparse_mla_raw(load_engine("sglang"), gpu) and not sparse_mla_raw(load_engine("sglang"), load_gpu("h200"))
+    assert not sparse_mla_raw(load_engine("vllm"), gpu)
+    shape = StepShape(decode_seqs=1, decode_context=65536)
+    layers, keys = spec.num_layers, spec.sparse_indexer.topk
+    read = {name: step_time(d, shape).kv_read_bytes for name, d in (("record", record), ("raw", raw))}
+    assert read["record"] - read["raw"] == pytest.approx(layers * keys * (656 - 576))
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.integers(1, 60000), st.integers(1, 60000))
 def test_decode_step_monotonic_in_context(c1: int, c2: int) -> None:

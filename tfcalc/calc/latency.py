@@ -504,7 +504,8 @@ def fp8_input_scale(spec: ModelSpec, precision: WeightPrecision, component: str,
 
 
 def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, tp: int, ep: int,
-          compute: str, engine: EngineKernels, fp8_scales: str = "auto", redundant_experts: int = 0) -> _Dims:
+          compute: str, engine: EngineKernels, fp8_scales: str = "auto", redundant_experts: int = 0,
+          raw_sparse_latent: bool = False) -> _Dims:
     h = spec.hidden_size
     heads = spec.num_attention_heads // tp
     if spec.mla is not None:
@@ -551,7 +552,8 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
     cache: dict[str, float | int | CompressedAttentionSpec] = {
         "index_heads": si.num_heads if si else 0, "index_dim": si.head_dim if si else 0,
         "index_topk": si.topk if si else 0, "index_key_bytes": float(indexer_key_bytes(spec)),
-        "kv_bytes_per_token": float(kv_layer_bytes(spec, kv_dtype, sliding=False)) if si is not None
+        "kv_bytes_per_token": float(kv_layer_bytes(spec, kv_dtype, sliding=False, record=not raw_sparse_latent))
+        if si is not None
         else float(kv_dtype.bits_per_element) * kv_elements / 8}
     if ca is not None:
         cache = {"v4": ca, "v4_o_groups": ca.o_groups / tp,
@@ -587,14 +589,15 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                gpus_per_node: int = 8, algorithm: str | None = None, compute: str = "auto",
                cuda_graphs: bool | None = None, rates_prefill: Rates | None = None,
                rates_decode: Rates | None = None, routing: kernels.Routing = kernels.UNIFORM,
-               fp8_scales: str = "auto", redundant_experts: int = 0) -> Deployment:
+               fp8_scales: str = "auto", redundant_experts: int = 0, raw_sparse_latent: bool = False) -> Deployment:
     """Validate the parallelism and precompute per-GPU shapes. ``ep > tp`` makes ep / tp data-parallel attention
     replicas; ``engine_kernels`` is the engine's kernel behaviour (an ``EngineSpec.kernels``; default
     ``EngineKernels()``); ``interconnect`` defaults to the GPU preset's fabric, ``inter_node`` to InfiniBand NDR;
     ``routing`` is how MoE tokens pick experts (uniform, Zipf or power-law: ``kernels.Routing``); ``fp8_scales``
     how per-tensor fp8 linears scale their inputs (auto, static, dynamic: ``fp8_input_scale``);
     ``redundant_experts``: EPLB's replicas, spread with the experts over ep (``shard``), the tokens over every
-    slot."""
+    slot; ``raw_sparse_latent``: an 8-bit DSA cache read as the raw latent, not FlashMLA's record
+    (``calc.engine.sparse_mla_raw``)."""
     from tfcalc.spec.interconnect import load_interconnect
 
     if compute not in COMPUTE_CHOICES:
@@ -620,12 +623,13 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     variant_of, variant_precisions = _format_variants(spec, precision)
 
     def dims_of(p: WeightPrecision, o: WeightPrecision | None = None) -> tuple[_Dims, _Dims | None]:
-        dims = _dims(spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales, redundant_experts)
+        dims = _dims(spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales, redundant_experts,
+                     raw_sparse_latent)
         if o is not None:  # the O projection stored apart from the other attention projections
             dims = replace(dims, attn_o=_dims(spec, gpu, o, kv_dtype, tp, ep, compute, engine, fp8_scales,
-                                              redundant_experts).attn)
+                                              redundant_experts, raw_sparse_latent).attn)
         return (dims, _dims(spec.full_layer_spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales,
-                            redundant_experts) if spec.full_attention is not None else None)
+                            redundant_experts, raw_sparse_latent) if spec.full_attention is not None else None)
 
     own = dims_of(precision)
     return Deployment(spec=spec, gpu=gpu, precision=precision, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, dp=dp,
