@@ -181,6 +181,17 @@ class PlanResult:
         return self.activation_peak_bytes - self.activation_state_bytes - self.activation_workspace_bytes
 
     @property
+    def capture_headroom_bytes(self) -> int | None:
+        """Memory free when a utilization engine that does not budget its CUDA graphs captures them, after the KV cache
+        is allocated (vLLM 0.17-0.19, the V2 runner of 0.22-0.28): capacity - startup - requested + the transient
+        peak the allocator gave back; None where the graphs are budgeted or the budget is another kind."""
+        e = self.engine
+        if (e is None or e.budget != "utilization" or e.overheads is None or e.overheads.startup_in_budget
+                or self.cuda_graphs_in_budget):
+            return None
+        return self.capacity_bytes - self.startup_bytes - self.requested_bytes + self.activation_transient_bytes
+
+    @property
     def sizing_margin_bytes(self) -> int:
         """Budget "measured": what the engine keeps free beside the transient peak (0 for other budgets)."""
         m = self.engine.sizing_margin if self.engine is not None else None

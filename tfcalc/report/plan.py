@@ -81,6 +81,11 @@ def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         parts.append(f"MXFP4 experts padded to hidden {r.mxfp4_padded_hidden:,} and intermediate/GPU "
                      f"{r.mxfp4_padded_intermediate:,} (the engine's MoE kernel layout; GPUs with native FP4 pad "
                      "too in vLLM's FlashInfer path)")
+    headroom = r.capture_headroom_bytes
+    if headroom is not None and r.cuda_graph_bytes > headroom:
+        parts.append(f"the CUDA graphs ({_gib(r.cuda_graph_bytes)}, captured after the KV cache) need more than the "
+                     f"{_gib(max(headroom, 0))} then free (capacity x (1 - {r.memory_fraction:g}) - startup + the "
+                     "freed activation peak): capture may run out of memory; lower --gpu-memory-utilization")
     if memory_model(r.engine) is not None and not r.capacity_is_runtime:
         parts.append(f"runtime capacity of {gpu.name} unknown: nominal {_gib(r.capacity_bytes)} used")
     if r.kv_padding_layers:
