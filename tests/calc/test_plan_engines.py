@@ -1083,3 +1083,31 @@ def test_graphs_captured_after_the_kv_cache_must_fit_what_is_left() -> None:
     assert "capture" not in plan_note(spec, gpu, fp8, get_dtype("bf16"), roomy)
     v1 = plan_fit(spec, gpu, fp8, get_dtype("bf16"), replace(cfg, engine=load_engine("vllm@0.21")))
     assert v1.capture_headroom_bytes is None
+
+
+def test_trtllm_allocates_recurrent_states_for_max_num_seqs_before_sizing_the_kv_cache() -> None:
+    """TensorRT-LLM 1.0-1.2's MambaHybridCacheManager: conv [layers, max_batch_size, conv_dim / tp, d_conv - 1] and
+    SSM [layers, max_batch_size, heads / tp, head_dim, d_state] states, both in the model dtype (mamba_ssm_cache_dtype
+    auto), allocated before the dry run: inside the peak the KV budget leaves out. Counted by hand from Nemotron 3
+    Nano's config.json (tests/fixtures/hf_configs): 23 Mamba layers, 64 heads of 64, d_state 128, 8 groups, d_conv 4;
+    at the default max_batch_size of 2,048 they outgrow an H100."""
+    config = json.loads((FIXTURES.parent / "hf_configs" / "nemotron-3-nano-30b-a3b.json").read_text())
+    layers = config["hybrid_override_pattern"].count("M")
+    heads, head_dim, d_state, groups = (config[k] for k in ("mamba_num_heads", "mamba_head_dim", "ssm_state_size",
+                                                            "n_groups"))
+    spec, gpu, e = load_model("nemotron-3-nano-30b-a3b"), load_gpu("h100-sxm"), load_engine("trtllm")
+    for tp, seqs in ((1, 64), (2, 256)):
+        conv = (heads * head_dim + 2 * groups * d_state) // tp * (config["conv_kernel"] - 1) * 2
+        ssm = heads // tp * head_dim * d_state * 2
+        cfg = PlanConfig(num_gpus=tp, tp=tp, context=32_768, engine=e, max_num_seqs=seqs)
+        r = plan_fit(spec, gpu, BF16, get_dtype("bf16"), cfg)
+        assert r.state_slot_bytes_per_gpu == layers * seqs * (conv + ssm)
+        assert r.fits and r.max_concurrent_sequences <= seqs == r.max_running_requests
+        more = plan_fit(spec, gpu, BF16, get_dtype("bf16"), replace(cfg, max_num_seqs=2 * seqs))
+        assert r.kv_budget_bytes_per_gpu - more.kv_budget_bytes_per_gpu == pytest.approx(
+            0.9 * r.state_slot_bytes_per_gpu, abs=2)
+    default = plan_fit(spec, gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=32_768, engine=e))
+    assert default.max_num_seqs == 2048 and not default.fits and default.kv_budget_bytes_per_gpu < 0
+    vllm = plan_fit(spec, gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=32_768,
+                                                                   engine=load_engine("vllm")))
+    assert vllm.state_slot_bytes_per_gpu == 0 and vllm.fits

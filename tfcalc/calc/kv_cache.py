@@ -227,17 +227,19 @@ def linear_name(spec: ModelSpec) -> str:
     return "Mamba-2" if la is not None and la.kind == "mamba2" else "Gated DeltaNet"
 
 
-def state_dtypes(spec: ModelSpec, float32_as: str | None = None) -> tuple[DType, DType]:
+def state_dtypes(spec: ModelSpec, float32_as: str | None = None,
+                 recurrent_as_conv: bool = False) -> tuple[DType, DType]:
     """Formats of a Gated DeltaNet layer's conv and recurrent states as vLLM keeps them: the model's float dtype
     (--mamba-cache-dtype auto; a float32 checkpoint's the 16-bit one an engine serves it in, ``float32_as``), the
     recurrent one in the checkpoint's ``mamba_ssm_dtype`` where it names one (Qwen3.5: float32; vLLM
-    Qwen3_5ForConditionalGenerationConfig), else the same."""
+    Qwen3_5ForConditionalGenerationConfig), else the same; ``recurrent_as_conv``: the model's for both (TensorRT-LLM
+    1.0-1.2's mamba_ssm_cache_dtype auto, model_loader validate_and_set_mamba_ssm_cache_dtype)."""
     native = parse_weight_precision(spec.native_dtype).default
     conv = native if not native.quantized else get_dtype("bf16")
     if float32_as is not None and conv.name == "fp32":
         conv = get_dtype(float32_as)
     la = spec.linear_attention
-    recurrent = la.recurrent_state_dtype if la is not None else None
+    recurrent = la.recurrent_state_dtype if la is not None and not recurrent_as_conv else None
     return conv, get_dtype(recurrent) if recurrent is not None else conv
 
 

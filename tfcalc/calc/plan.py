@@ -168,6 +168,7 @@ class PlanResult:
     max_concurrent_sequences_ideal: int | None = None
     weights_bytes_per_gpu_ideal: int | None = None
     state_bytes_per_layer: int = 0        # one request's state in one Gated DeltaNet layer on one GPU
+    state_slot_bytes_per_gpu: int = 0     # max_num_seqs states allocated before the KV cache (kv.state_slots)
     block_size_asked: int = 0             # the block size before vLLM raised it to hold a state page
     max_running_requests: int | None = None   # per replica, the engine's own cap from its state pool (SGLang)
 
@@ -517,7 +518,9 @@ def state_page(spec: ModelSpec, engine: EngineSpec | None, sh: Shard, kv_dtype: 
     until one attention page holds that state, ``engine.hybrid_block_size``)."""
     if spec.linear_attention is None:
         return 0, block
-    conv_dtype, recurrent_dtype = state_dtypes(spec, engine.weights.float32_as if engine is not None else None)
+    conv_dtype, recurrent_dtype = state_dtypes(spec, engine.weights.float32_as if engine is not None else None,
+                                               engine is not None and engine.kv is not None
+                                               and engine.kv.state_dtype == "model")
     state = math.ceil(conv_dtype.bytes_for(sh.state_conv_elements) + recurrent_dtype.bytes_for(
         sh.state_recurrent_elements))
     if engine is not None and engine.kv.hybrid_groups and memory_model(engine) is not None:
@@ -575,6 +578,10 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     sh, vocab_rows, padded = _engine_shard(spec, par, e, precision)
     asked = block
     state, block = state_page(spec, e, sh, kv_dtype, block)
+    # TensorRT-LLM 1.0-1.2: a state for each of max_num_seqs requests in every linear layer, allocated before the KV
+    # cache is sized (``kv.state_slots``); else a running request's state comes out of the pool beside its KV
+    slots_bytes = max_seqs * state if e is not None and e.kv is not None and e.kv.state_slots == "max_num_seqs" else 0
+    request_state = 0 if slots_bytes else state
     nominal = gpu.memory_bytes
     capacity = eng.capacity_bytes(gpu) if e is not None else nominal
     startup = eng.startup_bytes(e, par.tp, gpu) if e is not None else 0
@@ -618,18 +625,22 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
                     inputs = _activation_inputs(spec, sh, par, census, vocab_rows, first, last, precision)
                     peak = eng.activation_peak(e, inputs, mnbt, max_seqs, act_bytes)
                 held_back = startup if e.overheads.startup_in_budget else 0
+                held = weights + slots_bytes * census.linear_layers  # the state slots: held like the weights
                 if e.budget == "utilization":
-                    budget = (requested - weights - peak.peak_bytes - non_torch - held_back
+                    budget = (requested - held - peak.peak_bytes - non_torch - held_back
                               - (graphs if graphs_in else 0))
                 elif e.budget == "measured":
-                    budget = eng.measured_kv_budget(e, capacity, requested, startup, weights + non_torch + (
+                    budget = eng.measured_kv_budget(e, capacity, requested, startup, held + non_torch + (
                         graphs if graphs_in else 0), peak)
                 elif e.budget == "static_fraction":
-                    budget = requested - weights
+                    budget = requested - held
                 else:
-                    budget = math.floor((capacity - weights - startup - non_torch - peak.peak_bytes) * fraction)
-            a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, in_flight, state,
-                          sh.full_kv_elements, sparse_record)
+                    budget = math.floor((capacity - held - startup - non_torch - peak.peak_bytes) * fraction)
+            a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, in_flight,
+                          request_state, sh.full_kv_elements, sparse_record)
+            if slots_bytes and census.linear_layers:  # a running request takes one of the max_num_seqs slots
+                a = replace(a, sequences=min(a.sequences, max_seqs), window_aware=min(a.window_aware, max_seqs),
+                            running_cap=max_seqs)
             plan = StagePlan(
                 layers=layers, census=census, weights_bytes=weights, activation_peak_bytes=peak.peak_bytes,
                 kv_budget_bytes=budget, kv_bytes_per_token=a.per_token, kv_page_bytes=a.page, kv_groups=a.groups,
@@ -655,8 +666,10 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     need = -(-cfg.batch // par.dp)
     cap = max(spec.max_context, cfg.context)
     distinct = [plan for plan, _, _, _ in memo.values()]
-    max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, in_flight, need, cap, state,
-                               sh.full_kv_elements, sparse_record) if with_max_context else -1
+    max_context = _max_context(spec, e, distinct, kv_dtype, sh.kv_elements, block, in_flight, need, cap,
+                               request_state, sh.full_kv_elements, sparse_record) if with_max_context else -1
+    if slots_bytes and need > max_seqs and spec.num_linear_layers:
+        max_context = 0  # more requests than state slots: none fits, whatever the context
     per_seq = max(st.kv_bytes_per_sequence for st in stages)
     one_request = worst.kv_budget_bytes > 0 and per_replica >= 1
     fits = one_request and sequences >= cfg.batch
@@ -701,6 +714,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         max_concurrent_sequences_ideal=None if ideal is None else ideal.max_concurrent_sequences,
         weights_bytes_per_gpu_ideal=None if ideal is None else ideal.weights_bytes_per_gpu,
         state_bytes_per_layer=state, block_size_asked=asked,
+        state_slot_bytes_per_gpu=slots_bytes * max(st.census.linear_layers for st in stages),
         max_running_requests=min((st.running_cap for st in holding if st.running_cap is not None), default=None))
 
 

@@ -76,7 +76,8 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
     vLLM's hybrid allocator; an engine that caches sliding layers like full ones (or keeps a separate sliding pool,
     SGLang) counts its pool in full-layer tokens. Gated DeltaNet layers hold a state per sequence (``plan.state_page``
     at this tp and KV format): ``kv.state_blocks`` blocks per layer where vLLM's state groups page it, none where
-    SGLang keeps the states in a pool of their own (``kv.state_pool``: it caps the running requests instead), else
+    SGLang keeps the states in a pool of their own (``kv.state_pool``: it caps the running requests instead) or
+    TensorRT-LLM in max_num_seqs slots (``kv.state_slots``), else
     its bytes counted in tokens of the attention layers' cache."""
     model = memory_model(engine)
     if spec.compressed_attention is not None:
@@ -91,8 +92,8 @@ def kv_shape(spec: ModelSpec, engine: EngineSpec | None = None, *, tp: int = 1, 
             return KvShape(num_layers=spec.num_layers, state_layers=layers,
                            state_units=layers * block * model.kv.state_blocks_for(spec.linear_attention.kind)
                            / spec.num_layers)
-        if model is not None and model.kv.state_pool is not None:   # SGLang: the states in a pool of their own
-            return KvShape(num_layers=attention)
+        if model is not None and (model.kv.state_pool is not None or model.kv.state_slots == "max_num_seqs"):
+            return KvShape(num_layers=attention)   # the states in a pool or slots of their own: none in the KV pool
         return KvShape(num_layers=attention,   # the pool in tokens of the attention layers' cache
                        state_units=layers * state / float(attention * fmt.bytes_for(sh.kv_elements)))
     if model is not None and (not model.kv.hybrid_groups or (spec.chunked_attention and not model.kv.chunked_local)):

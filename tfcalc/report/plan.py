@@ -81,6 +81,10 @@ def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         parts.append(f"MXFP4 experts padded to hidden {r.mxfp4_padded_hidden:,} and intermediate/GPU "
                      f"{r.mxfp4_padded_intermediate:,} (the engine's MoE kernel layout; GPUs with native FP4 pad "
                      "too in vLLM's FlashInfer path)")
+    if r.state_slot_bytes_per_gpu:
+        parts.append(f"{r.state_slot_bytes_per_gpu / GIB:,.2f} GiB per GPU of recurrent states allocated first, one "
+                     f"for each of max_num_seqs {r.max_num_seqs:,} requests (TensorRT-LLM's MambaHybridCacheManager; "
+                     "--max-num-seqs sets it)")
     headroom = r.capture_headroom_bytes
     if headroom is not None and r.cuda_graph_bytes > headroom:
         parts.append(f"the CUDA graphs ({_gib(r.cuda_graph_bytes)}, captured after the KV cache) need more than the "
@@ -194,6 +198,9 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
                            f"({'tp > 1: NCCL and all-reduce buffers' if p.tp > 1 else 'tp 1'})"]
         if r.startup_bytes and e.overheads.startup_in_budget:
             lines.append(f"- startup (CUDA context{', NCCL' if p.tp > 1 else ''}) = {_gib(r.startup_bytes)}")
+        if r.state_slot_bytes_per_gpu:
+            lines.append(f"- {linear_name(spec)} states for max_num_seqs {r.max_num_seqs:,} requests, allocated "
+                         f"first = {_gib(r.state_slot_bytes_per_gpu)}")
         if r.cuda_graph_bytes:
             verb = "subtracted" if r.cuda_graphs_in_budget else "not subtracted (captured in the slack)"
             lines.append(f"- {term('cuda_graph', 'CUDA graphs')} = {_gib(r.cuda_graph_bytes)}, {verb}")
@@ -239,6 +246,9 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
             lines.append(f"  {e.name}'s state pool takes {e.kv.state_pool.memory_ratio:g} / "
                          f"{1 + e.kv.state_pool.memory_ratio:g} of the KV budget first: running requests at most "
                          f"{r.max_running_requests:,} (its state slots // slots per request)")
+        if r.state_slot_bytes_per_gpu:
+            lines.append(f"  the states of max_num_seqs {r.max_num_seqs:,} requests come first (above), none from "
+                         f"the KV pool: running requests at most {r.max_num_seqs:,}")
         if r.block_size != r.block_size_asked:
             lines.append(f"  block_size raised from {r.block_size_asked} to {r.block_size}: one attention page "
                          "holds one layer's state, one page per request in each state group (vLLM)")

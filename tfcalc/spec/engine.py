@@ -259,6 +259,13 @@ class KVLayout:
     # prefix caching is on by default for a hybrid model (vLLM 0.28+); off, only --enable-prefix-caching keeps the
     # aligned state blocks above (vLLM 0.26-0.27: supported, opt-in)
     hybrid_prefix_caching: bool = True
+    # where a Mamba / Gated DeltaNet request's state lives when neither vLLM's groups nor SGLang's pool hold it:
+    # beside its KV, taken from the pool per running request ("requests"), or in max_num_seqs slots allocated before
+    # the KV cache is sized ("max_num_seqs": TensorRT-LLM 1.0-1.2's MambaHybridCacheManager)
+    state_slots: str = "requests"
+    # the recurrent state's format: the checkpoint's (its declared mamba_ssm_cache_dtype, else the model's) or the
+    # model's ("model": TensorRT-LLM 1.0-1.2's mamba_ssm_cache_dtype auto)
+    state_dtype: str = "checkpoint"
 
     def state_blocks_for(self, kind: str | None) -> int:
         """State blocks a request keeps in one state group of a model whose linear layers are of ``kind``."""
@@ -1548,7 +1555,7 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                  frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local", "sparse_mla_fp8",
                             "v4_groups", "v4_concurrency", "tokens", "group_size_ratio", "in_flight",
                             "v4_pool", "state_pool", "state_blocks", "checkpoint_align", "sparse_mla_fp8_gpus",
-                            "sparse_mla_raw_gpus", "hybrid_prefix_caching"}))
+                            "sparse_mla_raw_gpus", "hybrid_prefix_caching", "state_slots", "state_dtype"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
     v4_groups, v4_concurrency = k.get("v4_groups"), k.get("v4_concurrency", "weighted")
@@ -1578,7 +1585,11 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   checkpoint_align_by_kind=_by_linear_kind(k.get("checkpoint_align", {}), origin,
                                                            "kv.checkpoint_align", 1 << 16),
                   hybrid_prefix_caching=_bool(k.get("hybrid_prefix_caching", True), origin,
-                                              "kv.hybrid_prefix_caching"))
+                                              "kv.hybrid_prefix_caching"),
+                  state_slots=_choice(k.get("state_slots", "requests"), origin, "kv.state_slots",
+                                      ("requests", "max_num_seqs")),
+                  state_dtype=_choice(k.get("state_dtype", "checkpoint"), origin, "kv.state_dtype",
+                                      ("checkpoint", "model")))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as", "unsupported"}))
     float32_as = w.get("float32_as")
