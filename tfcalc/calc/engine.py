@@ -167,6 +167,12 @@ def gpu_listed(names: tuple[str, ...], gpu: GPUSpec | None) -> bool:
     return any(name in names for name in _gpu_names(gpu))
 
 
+def recurrent_state_as_model(engine: EngineSpec | None) -> bool:
+    """Whether ``engine`` keeps Mamba / Gated DeltaNet states in the model's dtype whatever SSM dtype the checkpoint
+    declares (``kv.state_dtype: model``, TensorRT-LLM 1.0-1.2's mamba_ssm_cache_dtype auto)."""
+    return engine is not None and engine.kv is not None and engine.kv.state_dtype == "model"
+
+
 def sparse_mla_raw(engine: EngineSpec | None, gpu: GPUSpec | None) -> bool:
     """Whether the engine stores an 8-bit DSA cache on ``gpu`` as the raw latent (kv_lora_rank + rope bytes, no
     scales: SGLang's TensorRT-LLM DSA kernels on SM100) rather than FlashMLA's record."""

@@ -505,7 +505,7 @@ def fp8_input_scale(spec: ModelSpec, precision: WeightPrecision, component: str,
 
 def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, tp: int, ep: int,
           compute: str, engine: EngineKernels, fp8_scales: str = "auto", redundant_experts: int = 0,
-          raw_sparse_latent: bool = False) -> _Dims:
+          raw_sparse_latent: bool = False, recurrent_state_as_model: bool = False) -> _Dims:
     h = spec.hidden_size
     heads = spec.num_attention_heads // tp
     if spec.mla is not None:
@@ -535,7 +535,8 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
     weight_only = engine.moe_weight_only_by_gpu.get(engine_kernels_gpu(gpu, engine), frozenset())
     la = spec.linear_attention
     served = precision.default  # a float32 checkpoint served in 16 bits keeps its states in them too
-    conv_dtype, state_dtype = state_dtypes(spec, served.name if served.name in ("bf16", "fp16") else None)
+    conv_dtype, state_dtype = state_dtypes(spec, served.name if served.name in ("bf16", "fp16") else None,
+                                           recurrent_state_as_model)
 
     def mode(component: str) -> _Linear:
         kinds = weight_only if component == "experts" else frozenset()
@@ -589,7 +590,8 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                gpus_per_node: int = 8, algorithm: str | None = None, compute: str = "auto",
                cuda_graphs: bool | None = None, rates_prefill: Rates | None = None,
                rates_decode: Rates | None = None, routing: kernels.Routing = kernels.UNIFORM,
-               fp8_scales: str = "auto", redundant_experts: int = 0, raw_sparse_latent: bool = False) -> Deployment:
+               fp8_scales: str = "auto", redundant_experts: int = 0, raw_sparse_latent: bool = False,
+               recurrent_state_as_model: bool = False) -> Deployment:
     """Validate the parallelism and precompute per-GPU shapes. ``ep > tp`` makes ep / tp data-parallel attention
     replicas; ``engine_kernels`` is the engine's kernel behaviour (an ``EngineSpec.kernels``; default
     ``EngineKernels()``); ``interconnect`` defaults to the GPU preset's fabric, ``inter_node`` to InfiniBand NDR;
@@ -597,7 +599,8 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     how per-tensor fp8 linears scale their inputs (auto, static, dynamic: ``fp8_input_scale``);
     ``redundant_experts``: EPLB's replicas, spread with the experts over ep (``shard``), the tokens over every
     slot; ``raw_sparse_latent``: an 8-bit DSA cache read as the raw latent, not FlashMLA's record
-    (``calc.engine.sparse_mla_raw``)."""
+    (``calc.engine.sparse_mla_raw``); ``recurrent_state_as_model``: Mamba / Gated DeltaNet states kept in the model's
+    dtype, not the checkpoint's declared SSM dtype (TensorRT-LLM 1.0-1.2, ``kv.state_dtype``)."""
     from tfcalc.spec.interconnect import load_interconnect
 
     if compute not in COMPUTE_CHOICES:
@@ -623,13 +626,13 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     variant_of, variant_precisions = _format_variants(spec, precision)
 
     def dims_of(p: WeightPrecision, o: WeightPrecision | None = None) -> tuple[_Dims, _Dims | None]:
-        dims = _dims(spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales, redundant_experts,
-                     raw_sparse_latent)
+        formats = (raw_sparse_latent, recurrent_state_as_model)
+        dims = _dims(spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales, redundant_experts, *formats)
         if o is not None:  # the O projection stored apart from the other attention projections
             dims = replace(dims, attn_o=_dims(spec, gpu, o, kv_dtype, tp, ep, compute, engine, fp8_scales,
-                                              redundant_experts, raw_sparse_latent).attn)
+                                              redundant_experts, *formats).attn)
         return (dims, _dims(spec.full_layer_spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales,
-                            redundant_experts, raw_sparse_latent) if spec.full_attention is not None else None)
+                            redundant_experts, *formats) if spec.full_attention is not None else None)
 
     own = dims_of(precision)
     return Deployment(spec=spec, gpu=gpu, precision=precision, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, dp=dp,
