@@ -787,9 +787,9 @@ def test_gated_deltanet_layers_read_their_state_not_the_context() -> None:
 
 def test_an_engine_keeping_states_in_the_model_dtype_reads_half_the_recurrent_state() -> None:
     """Qwen3.5-27B's checkpoint declares its recurrent state in float32 (vLLM keeps it so); TensorRT-LLM 1.0-1.2
-    keeps it in the model's bf16 (``recurrent_state_as_model``): a decode step reads and writes 48 layers x 48 heads
+    keeps it in the model's bf16 (``recurrent_state_rule`` "model"): a decode step reads and writes 48 layers x 48 heads
     x 128 x 128 x 2 B less per sequence, its conv state unchanged."""
-    fp32, bf16 = (_d("qwen3.5-27b", "h200", "bf16", recurrent_state_as_model=m) for m in (False, True))
+    fp32, bf16 = (_d("qwen3.5-27b", "h200", "bf16", recurrent_state_rule=m) for m in ("checkpoint", "model"))
     shape = StepShape(decode_seqs=4, decode_context=1024)
     saved = step_time(fp32, shape).kv_read_bytes - step_time(bf16, shape).kv_read_bytes
     assert saved == 4 * 2 * 48 * 48 * 128 * 128 * (4 - 2)

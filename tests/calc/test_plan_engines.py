@@ -1111,3 +1111,24 @@ def test_trtllm_allocates_recurrent_states_for_max_num_seqs_before_sizing_the_kv
     vllm = plan_fit(spec, gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=32_768,
                                                                    engine=load_engine("vllm")))
     assert vllm.state_slot_bytes_per_gpu == 0 and vllm.fits
+
+
+def test_each_engine_keeps_the_recurrent_state_in_its_own_format() -> None:
+    """Qwen3-Next's checkpoint declares no SSM dtype: vLLM keeps its Gated DeltaNet state in the model's bf16,
+    SGLang in float32 (--mamba-ssm-dtype float32, 0.5.3+), TensorRT-LLM 1.0-1.2 in the model's dtype. At tp 2 a
+    layer holds 16 value heads x 128 x 128 state values and (2 x 16 x 128 + 32 x 128) / 2 x 3 bf16 conv values.
+    Qwen3.5, which declares float32, keeps it so in vLLM and SGLang; TensorRT-LLM still takes bf16."""
+    conv, values = 4096 * 3 * 2, 16 * 128 * 128
+    gpu = load_gpu("h200")
+    for model, declared in (("qwen3-next-80b-a3b", None), ("qwen3.5-27b", "fp32")):
+        spec = load_model(model)
+        for engine, recurrent in (("vllm", declared or "bf16"), ("sglang", "fp32"), ("trtllm", "bf16")):
+            r = plan_fit(spec, gpu, BF16, get_dtype("bf16"),
+                         PlanConfig(num_gpus=2, tp=2, context=8192, engine=load_engine(engine), max_num_seqs=64))
+            la = spec.linear_attention
+            assert la is not None
+            per_gpu = la.num_value_heads // 2 * la.value_head_dim * la.key_head_dim
+            conv_values = (2 * la.num_key_heads * la.key_head_dim + la.num_value_heads * la.value_head_dim) // 2 * 3
+            assert r.state_bytes_per_layer == conv_values * 2 + per_gpu * get_dtype(recurrent).bytes_for(1), engine
+            if model == "qwen3-next-80b-a3b":
+                assert (conv_values, per_gpu) == (conv // 2, values)

@@ -167,10 +167,11 @@ def gpu_listed(names: tuple[str, ...], gpu: GPUSpec | None) -> bool:
     return any(name in names for name in _gpu_names(gpu))
 
 
-def recurrent_state_as_model(engine: EngineSpec | None) -> bool:
-    """Whether ``engine`` keeps Mamba / Gated DeltaNet states in the model's dtype whatever SSM dtype the checkpoint
-    declares (``kv.state_dtype: model``, TensorRT-LLM 1.0-1.2's mamba_ssm_cache_dtype auto)."""
-    return engine is not None and engine.kv is not None and engine.kv.state_dtype == "model"
+def recurrent_state_rule(engine: EngineSpec | None) -> str:
+    """The format ``engine`` keeps Mamba / Gated DeltaNet recurrent states in (``kv.state_dtype``, read by
+    ``kv_cache.state_dtypes``): the checkpoint's (vLLM, the plain arithmetic), the model's (TensorRT-LLM 1.0-1.2) or
+    the checkpoint's else float32 (SGLang)."""
+    return engine.kv.state_dtype if engine is not None and engine.kv is not None else "checkpoint"
 
 
 def sparse_mla_raw(engine: EngineSpec | None, gpu: GPUSpec | None) -> bool:

@@ -228,18 +228,22 @@ def linear_name(spec: ModelSpec) -> str:
 
 
 def state_dtypes(spec: ModelSpec, float32_as: str | None = None,
-                 recurrent_as_conv: bool = False) -> tuple[DType, DType]:
+                 recurrent_rule: str = "checkpoint") -> tuple[DType, DType]:
     """Formats of a Gated DeltaNet layer's conv and recurrent states as vLLM keeps them: the model's float dtype
     (--mamba-cache-dtype auto; a float32 checkpoint's the 16-bit one an engine serves it in, ``float32_as``), the
     recurrent one in the checkpoint's ``mamba_ssm_dtype`` where it names one (Qwen3.5: float32; vLLM
-    Qwen3_5ForConditionalGenerationConfig), else the same; ``recurrent_as_conv``: the model's for both (TensorRT-LLM
-    1.0-1.2's mamba_ssm_cache_dtype auto, model_loader validate_and_set_mamba_ssm_cache_dtype)."""
+    Qwen3_5ForConditionalGenerationConfig), else the same. ``recurrent_rule`` (an engine's ``kv.state_dtype``):
+    "checkpoint" as above; "model": the model's for both (TensorRT-LLM 1.0-1.2's mamba_ssm_cache_dtype auto,
+    model_loader validate_and_set_mamba_ssm_cache_dtype); "fp32": the checkpoint's, else float32 (SGLang's
+    mamba2_state_dtype default)."""
     native = parse_weight_precision(spec.native_dtype).default
     conv = native if not native.quantized else get_dtype("bf16")
     if float32_as is not None and conv.name == "fp32":
         conv = get_dtype(float32_as)
     la = spec.linear_attention
-    recurrent = la.recurrent_state_dtype if la is not None and not recurrent_as_conv else None
+    recurrent = la.recurrent_state_dtype if la is not None and recurrent_rule != "model" else None
+    if recurrent is None and la is not None and recurrent_rule == "fp32":
+        recurrent = "fp32"
     return conv, get_dtype(recurrent) if recurrent is not None else conv
 
 

@@ -505,7 +505,7 @@ def fp8_input_scale(spec: ModelSpec, precision: WeightPrecision, component: str,
 
 def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, tp: int, ep: int,
           compute: str, engine: EngineKernels, fp8_scales: str = "auto", redundant_experts: int = 0,
-          raw_sparse_latent: bool = False, recurrent_state_as_model: bool = False) -> _Dims:
+          raw_sparse_latent: bool = False, recurrent_state_rule: str = "checkpoint") -> _Dims:
     h = spec.hidden_size
     heads = spec.num_attention_heads // tp
     if spec.mla is not None:
@@ -536,7 +536,7 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
     la = spec.linear_attention
     served = precision.default  # a float32 checkpoint served in 16 bits keeps its states in them too
     conv_dtype, state_dtype = state_dtypes(spec, served.name if served.name in ("bf16", "fp16") else None,
-                                           recurrent_state_as_model)
+                                           recurrent_state_rule)
 
     def mode(component: str) -> _Linear:
         kinds = weight_only if component == "experts" else frozenset()
@@ -591,7 +591,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
                cuda_graphs: bool | None = None, rates_prefill: Rates | None = None,
                rates_decode: Rates | None = None, routing: kernels.Routing = kernels.UNIFORM,
                fp8_scales: str = "auto", redundant_experts: int = 0, raw_sparse_latent: bool = False,
-               recurrent_state_as_model: bool = False) -> Deployment:
+               recurrent_state_rule: str = "checkpoint") -> Deployment:
     """Validate the parallelism and precompute per-GPU shapes. ``ep > tp`` makes ep / tp data-parallel attention
     replicas; ``engine_kernels`` is the engine's kernel behaviour (an ``EngineSpec.kernels``; default
     ``EngineKernels()``); ``interconnect`` defaults to the GPU preset's fabric, ``inter_node`` to InfiniBand NDR;
@@ -599,8 +599,8 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     how per-tensor fp8 linears scale their inputs (auto, static, dynamic: ``fp8_input_scale``);
     ``redundant_experts``: EPLB's replicas, spread with the experts over ep (``shard``), the tokens over every
     slot; ``raw_sparse_latent``: an 8-bit DSA cache read as the raw latent, not FlashMLA's record
-    (``calc.engine.sparse_mla_raw``); ``recurrent_state_as_model``: Mamba / Gated DeltaNet states kept in the model's
-    dtype, not the checkpoint's declared SSM dtype (TensorRT-LLM 1.0-1.2, ``kv.state_dtype``)."""
+    (``calc.engine.sparse_mla_raw``); ``recurrent_state_rule``: the format of Mamba / Gated DeltaNet states
+    (``calc.engine.recurrent_state_rule``)."""
     from tfcalc.spec.interconnect import load_interconnect
 
     if compute not in COMPUTE_CHOICES:
@@ -626,7 +626,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     variant_of, variant_precisions = _format_variants(spec, precision)
 
     def dims_of(p: WeightPrecision, o: WeightPrecision | None = None) -> tuple[_Dims, _Dims | None]:
-        formats = (raw_sparse_latent, recurrent_state_as_model)
+        formats = (raw_sparse_latent, recurrent_state_rule)
         dims = _dims(spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales, redundant_experts, *formats)
         if o is not None:  # the O projection stored apart from the other attention projections
             dims = replace(dims, attn_o=_dims(spec, gpu, o, kv_dtype, tp, ep, compute, engine, fp8_scales,

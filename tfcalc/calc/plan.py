@@ -519,7 +519,7 @@ def state_page(spec: ModelSpec, engine: EngineSpec | None, sh: Shard, kv_dtype: 
     if spec.linear_attention is None:
         return 0, block
     conv_dtype, recurrent_dtype = state_dtypes(spec, engine.weights.float32_as if engine is not None else None,
-                                               eng.recurrent_state_as_model(engine))
+                                               eng.recurrent_state_rule(engine))
     state = math.ceil(conv_dtype.bytes_for(sh.state_conv_elements) + recurrent_dtype.bytes_for(
         sh.state_recurrent_elements))
     if engine is not None and engine.kv.hybrid_groups and memory_model(engine) is not None:

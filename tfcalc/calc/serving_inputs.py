@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from tfcalc.calc.engine import V4_MLA_BLOCK, recurrent_state_as_model, sparse_mla_raw
+from tfcalc.calc.engine import V4_MLA_BLOCK, recurrent_state_rule, sparse_mla_raw
 from tfcalc.calc.kernels import UNIFORM, Routing
 from tfcalc.calc.kv_cache import compressed_entry_bytes, compressed_rate, compressor_state_bytes, default_kv_dtype
 from tfcalc.calc.latency import Deployment, StepShape, in_flight_seconds, serving_step_seconds
@@ -402,6 +402,6 @@ def latency_step(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     d = deployment(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine_kernels=kernels,
                    gpus_per_node=gpus_per_node, rates_prefill=prefill, rates_decode=decode, routing=routing,
                    redundant_experts=redundant_experts, raw_sparse_latent=sparse_mla_raw(engine, gpu),
-                   recurrent_state_as_model=recurrent_state_as_model(engine))
+                   recurrent_state_rule=recurrent_state_rule(engine))
     return LatencyStep(deployment=d, kv=kv_shape(spec, engine, tp=tp, kv_dtype=kv_dtype, block_size=block_size),
                        label=engine.label if engine is not None else "ideal")

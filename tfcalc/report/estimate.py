@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from tfcalc.calc.engine import recurrent_state_as_model, served_precision, sparse_mla_raw
+from tfcalc.calc.engine import recurrent_state_rule, served_precision, sparse_mla_raw
 from tfcalc.calc.kernels import (
     UNIFORM,
     Rates,
@@ -220,7 +220,7 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSw
                            compute=options.compute, cuda_graphs=options.cuda_graphs, rates_prefill=prefill_rates,
                            rates_decode=decode_rates, routing=options.routing, fp8_scales=options.fp8_scales,
                            redundant_experts=redundant, raw_sparse_latent=sparse_mla_raw(options.engine, gpu),
-                           recurrent_state_as_model=recurrent_state_as_model(options.engine))
+                           recurrent_state_rule=recurrent_state_rule(options.engine))
             longest = max(sweep.prompt_lens) + max(sweep.gen_lens)
             for batch, prompt, gen in itertools.product(sweep.batches, sweep.prompt_lens, sweep.gen_lens):
                 e = estimate_latency(d, batch, prompt, gen)

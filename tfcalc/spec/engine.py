@@ -263,8 +263,8 @@ class KVLayout:
     # beside its KV, taken from the pool per running request ("requests"), or in max_num_seqs slots allocated before
     # the KV cache is sized ("max_num_seqs": TensorRT-LLM 1.0-1.2's MambaHybridCacheManager)
     state_slots: str = "requests"
-    # the recurrent state's format: the checkpoint's (its declared mamba_ssm_cache_dtype, else the model's) or the
-    # model's ("model": TensorRT-LLM 1.0-1.2's mamba_ssm_cache_dtype auto)
+    # the recurrent state's format: the checkpoint's (its declared SSM dtype, else the model's: vLLM), the model's
+    # ("model": TensorRT-LLM 1.0-1.2's mamba_ssm_cache_dtype auto) or the checkpoint's else float32 ("fp32": SGLang)
     state_dtype: str = "checkpoint"
 
     def state_blocks_for(self, kind: str | None) -> int:
@@ -1589,7 +1589,7 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   state_slots=_choice(k.get("state_slots", "requests"), origin, "kv.state_slots",
                                       ("requests", "max_num_seqs")),
                   state_dtype=_choice(k.get("state_dtype", "checkpoint"), origin, "kv.state_dtype",
-                                      ("checkpoint", "model")))
+                                      ("checkpoint", "model", "fp32")))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as", "unsupported"}))
     float32_as = w.get("float32_as")
