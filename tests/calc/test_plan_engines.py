@@ -1132,3 +1132,21 @@ def test_each_engine_keeps_the_recurrent_state_in_its_own_format() -> None:
             assert r.state_bytes_per_layer == conv_values * 2 + per_gpu * get_dtype(recurrent).bytes_for(1), engine
             if model == "qwen3-next-80b-a3b":
                 assert (conv_values, per_gpu) == (conv // 2, values)
+
+
+def test_the_state_slot_hint_is_the_largest_max_num_seqs_that_fits() -> None:
+    """Where TensorRT-LLM's default 2,048 state slots leave no room, the note names the largest --max-num-seqs that
+    leaves one request's KV: that plan fits, one more slot does not (brute force over the neighbours)."""
+    from tfcalc.report.plan import plan_note
+
+    spec, gpu, e = load_model("nemotron-3-nano-30b-a3b"), load_gpu("h100-sxm"), load_engine("trtllm")
+    cfg = PlanConfig(num_gpus=1, context=32_768, engine=e)
+    r = plan_fit(spec, gpu, BF16, get_dtype("bf16"), cfg)
+    most = r.state_slots_that_fit(1)
+    assert most is not None and 0 < most < 2048 and f"--max-num-seqs {most:,} or fewer" in plan_note(
+        spec, gpu, BF16, get_dtype("bf16"), r)
+    at = {n: plan_fit(spec, gpu, BF16, get_dtype("bf16"), replace(cfg, max_num_seqs=n)).fits
+          for n in (most - 1, most, most + 1)}
+    assert at == {most - 1: True, most: True, most + 1: False}
+    assert plan_fit(spec, gpu, BF16, get_dtype("bf16"), PlanConfig(
+        num_gpus=1, context=32_768, engine=load_engine("vllm"))).state_slots_that_fit(1) is None

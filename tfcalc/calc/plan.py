@@ -192,6 +192,17 @@ class PlanResult:
             return None
         return self.capacity_bytes - self.startup_bytes - self.requested_bytes + self.activation_transient_bytes
 
+    def state_slots_that_fit(self, sequences: int) -> int | None:
+        """The most max_num_seqs state slots (``kv.state_slots``) beside which ``sequences`` requests' KV still fit
+        on every GPU: the KV budget (X - slots x slot) x fraction, X read back from this plan; None where the
+        engine keeps no such slots or sizes its KV otherwise than from the free memory."""
+        if not self.state_slot_bytes_per_gpu or self.engine is None or self.engine.budget != "free_fraction":
+            return None
+        slot = self.state_slot_bytes_per_gpu / self.max_num_seqs
+        held = self.kv_budget_bytes_per_gpu / self.memory_fraction + self.state_slot_bytes_per_gpu
+        return max(math.floor((held - sequences * self.kv_bytes_per_sequence_per_gpu / self.memory_fraction)
+                              / slot), 0)
+
     @property
     def sizing_margin_bytes(self) -> int:
         """Budget "measured": what the engine keeps free beside the transient peak (0 for other budgets)."""

@@ -85,6 +85,9 @@ def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
         parts.append(f"{r.state_slot_bytes_per_gpu / GIB:,.2f} GiB per GPU of recurrent states allocated first, one "
                      f"for each of max_num_seqs {r.max_num_seqs:,} requests (TensorRT-LLM's MambaHybridCacheManager; "
                      "--max-num-seqs sets it)")
+        most = r.state_slots_that_fit(1)
+        if most is not None and r.max_concurrent_sequences == 0 and 0 < most < r.max_num_seqs:
+            parts.append(f"--max-num-seqs {most:,} or fewer leaves room for one request at this context")
     headroom = r.capture_headroom_bytes
     if headroom is not None and r.cuda_graph_bytes > headroom:
         parts.append(f"the CUDA graphs ({_gib(r.cuda_graph_bytes)}, captured after the KV cache) need more than the "
