@@ -169,6 +169,7 @@ class PlanResult:
     weights_bytes_per_gpu_ideal: int | None = None
     state_bytes_per_layer: int = 0        # one request's state in one Gated DeltaNet layer on one GPU
     state_slot_bytes_per_gpu: int = 0     # max_num_seqs states allocated before the KV cache (kv.state_slots)
+    uncounted_state_bytes: int = 0        # the sampler's penalty state held outside every budget term (the slack)
     block_size_asked: int = 0             # the block size before vLLM raised it to hold a state page
     max_running_requests: int | None = None   # per replica, the engine's own cap from its state pool (SGLang)
 
@@ -185,12 +186,14 @@ class PlanResult:
     def capture_headroom_bytes(self) -> int | None:
         """Memory free when a utilization engine that does not budget its CUDA graphs captures them, after the KV cache
         is allocated (vLLM 0.17-0.19, the V2 runner of 0.22-0.28): capacity - startup - requested + the transient
-        peak the allocator gave back; None where the graphs are budgeted or the budget is another kind."""
+        peak the allocator gave back - what the budget counts nowhere (the V2 runner's penalty state until 0.27);
+        None where the graphs are budgeted or the budget is another kind."""
         e = self.engine
         if (e is None or e.budget != "utilization" or e.overheads is None or e.overheads.startup_in_budget
                 or self.cuda_graphs_in_budget):
             return None
-        return self.capacity_bytes - self.startup_bytes - self.requested_bytes + self.activation_transient_bytes
+        return (self.capacity_bytes - self.startup_bytes - self.requested_bytes + self.activation_transient_bytes
+                - self.uncounted_state_bytes)
 
     def state_slots_that_fit(self, sequences: int) -> int | None:
         """The most max_num_seqs state slots (``kv.state_slots``) beside which ``sequences`` requests' KV still fit
@@ -725,6 +728,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         weights_bytes_per_gpu_ideal=None if ideal is None else ideal.weights_bytes_per_gpu,
         state_bytes_per_layer=state, block_size_asked=asked,
         state_slot_bytes_per_gpu=slots_bytes * max(st.census.linear_layers for st in stages),
+        uncounted_state_bytes=eng.penalty_state_bytes(max_seqs, spec.vocab_size) if (
+            e is not None and e.activation is not None and e.activation.penalty_state_uncounted) else 0,
         max_running_requests=min((st.running_cap for st in holding if st.running_cap is not None), default=None))
 
 

@@ -92,7 +92,8 @@ def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
     if headroom is not None and r.cuda_graph_bytes > headroom:
         parts.append(f"the CUDA graphs ({_gib(r.cuda_graph_bytes)}, captured after the KV cache) need more than the "
                      f"{_gib(max(headroom, 0))} then free (capacity x (1 - {r.memory_fraction:g}) - startup + the "
-                     "freed activation peak): capture may run out of memory; lower --gpu-memory-utilization")
+                     "freed activation peak" + (" - the uncounted penalty state" if r.uncounted_state_bytes else "")
+                     + "): capture may run out of memory; lower --gpu-memory-utilization")
     if memory_model(r.engine) is not None and not r.capacity_is_runtime:
         parts.append(f"runtime capacity of {gpu.name} unknown: nominal {_gib(r.capacity_bytes)} used")
     if r.kv_padding_layers:
@@ -197,6 +198,9 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
             if r.activation_state_bytes:
                 act += (f" + penalty state {_gib(r.activation_state_bytes)} ({r.max_num_seqs:,} sequences x "
                         f"{spec.vocab_size:,} x 4 B + bit mask)")
+            if r.uncounted_state_bytes:
+                act += (f"; the sampler's penalty state ({_gib(r.uncounted_state_bytes)}) is counted nowhere: "
+                        "it takes room in the slack")
             lines += [act, f"- {term('non_torch', 'non-torch')} = {_gib(r.non_torch_bytes)} "
                            f"({'tp > 1: NCCL and all-reduce buffers' if p.tp > 1 else 'tp 1'})"]
         if r.startup_bytes and e.overheads.startup_in_budget:

@@ -138,6 +138,9 @@ class ActivationModel:
     # the V2 model runner's penalty statistics, kept from start-up and counted in the budget (vLLM 0.27+): output
     # token counts [max_num_seqs, vocab] int32 and the prompt's bit mask [max_num_seqs, vocab / 32] int32
     penalty_state: bool = False
+    # the same statistics allocated after the weights are measured but counted nowhere (YAML penalty_state:
+    # uncounted; the V2 runner of 0.22-0.26): they take room in the 1 - utilization slack
+    penalty_state_uncounted: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -692,6 +695,13 @@ def _by_linear_kind(data: Any, origin: str, key: str, high: int) -> tuple[tuple[
     _require(isinstance(data, dict) and all(kind in LINEAR_KINDS for kind in data), origin,
              f"field '{key}' maps linear-attention kinds ({', '.join(LINEAR_KINDS)}) to counts, got {_show(data)}")
     return tuple(sorted((kind, _int(n, origin, f"{key}.{kind}", 1, high)) for kind, n in data.items()))
+
+
+def _penalty_state(value: Any, origin: str) -> dict[str, bool]:
+    """``activation.penalty_state``: true (counted in the budget), false (none) or uncounted (held in the slack)."""
+    if value == "uncounted":
+        return {"penalty_state": False, "penalty_state_uncounted": True}
+    return {"penalty_state": _bool(value, origin, "activation.penalty_state")}
 
 
 def _state_blocks(data: Any, origin: str) -> dict[str, Any]:
@@ -1533,7 +1543,7 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
         sampler_scratch_rows=_int(a["sampler_scratch_rows"], origin, "activation.sampler_scratch_rows"),
         hidden_copies=_int(a["hidden_copies"], origin, "activation.hidden_copies", high=1024),
         moe_workspace=_bool(a["moe_workspace"], origin, "activation.moe_workspace"),
-        penalty_state=_bool(a.get("penalty_state", False), origin, "activation.penalty_state"))
+        **_penalty_state(a.get("penalty_state", False), origin))
     g = _section(data, "cuda_graphs", {"capture", "first_capture_mib", "per_size_mib", "in_budget"}, origin,
                  frozenset({"per_size_mib_tp", "max_size_by_gpu", "estimated"}))
     ceilings = g.get("max_size_by_gpu") or {}
