@@ -274,3 +274,32 @@ def test_a_modelopt_checkpoint_is_planned_with_the_kv_format_its_engine_uses(tmp
     assert int(rows["vllm"]["kv_tokens_per_gpu"]) > 1.9 * int(rows["vllm@0.11"]["kv_tokens_per_gpu"])
     assert "KV cache fp8_e4m3 as the checkpoint declares" in rows["trtllm"]["note"]
     assert "the checkpoint declares fp8_e4m3 for the KV cache; this row holds bf16" in rows["vllm@0.11"]["note"]
+
+
+def test_vllm_022_028_rows_name_their_model_runner() -> None:
+    """`--engine vllm@0.22,vllm@0.23`: Llama 3 8B runs on V1 in 0.22 and V2 in 0.23 (a dense, unquantized Llama),
+    which the CSV's model_runner column, the note and --explain say; an fp8 checkpoint stays on V1 in 0.23."""
+    result = run("plan", "-p", "llama3-8b", "--max-model-len", "8k", "--engine", "vllm@0.22,vllm@0.23",
+                 "--format", "csv")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.output)))
+    assert [(r["engine"], r["model_runner"]) for r in rows] == [("vllm 0.22", "V1"), ("vllm 0.23", "V2")]
+    assert "vllm 0.23 runs LlamaForCausalLM on its V2 model runner" in rows[1]["note"]
+    assert rows[1]["cuda_graphs_in_budget"] == "FALSE" and rows[0]["cuda_graphs_in_budget"] == "TRUE"
+    fp8 = run("plan", "-p", "llama3-8b", "--engine", "vllm@0.23", "-w", "fp8", "--format", "json")
+    assert json.loads(fp8.output)[0]["model_runner"] == "V1"
+    explain = run("plan", "-p", "llama3-8b", "--engine", "vllm@0.23", "--explain")
+    assert "vLLM 0.23 (V2 model runner)" in explain.output and "not estimated" in explain.output
+
+
+def test_prefix_caching_defaults_as_the_release_does() -> None:
+    """Hybrid models keep prefix caching off unless asked in vLLM 0.26 (1 state block a request), on in 0.28 (2)."""
+    def blocks(*flags: str) -> tuple[int, int]:
+        result = run("plan", "-p", "qwen3.5-27b", "-g", "h200", "--max-model-len", "32k", "--format", "json", *flags)
+        assert result.exit_code == 0, result.output
+        (row,) = json.loads(result.output)
+        return row["kv_blocks_per_gpu"], row["max_concurrent_sequences"]
+
+    assert blocks("--engine", "vllm@0.26") == blocks("--engine", "vllm@0.28", "--no-enable-prefix-caching")
+    assert blocks("--engine", "vllm@0.26", "--enable-prefix-caching") == blocks("--engine", "vllm@0.28")
+    assert blocks("--engine", "vllm@0.26")[1] > blocks("--engine", "vllm@0.28")[1]
