@@ -303,3 +303,20 @@ def test_prefix_caching_defaults_as_the_release_does() -> None:
     assert blocks("--engine", "vllm@0.26") == blocks("--engine", "vllm@0.28", "--no-enable-prefix-caching")
     assert blocks("--engine", "vllm@0.26", "--enable-prefix-caching") == blocks("--engine", "vllm@0.28")
     assert blocks("--engine", "vllm@0.26")[1] > blocks("--engine", "vllm@0.28")[1]
+
+
+def test_model_runner_can_be_forced_as_vllm_s_environment_does() -> None:
+    """--model-runner V1 / V2 (VLLM_USE_V2_MODEL_RUNNER=0 / 1) overrides the release's choice by model where a
+    release has two runners, leaves other engines alone, and refuses a runner no engine asked has."""
+    def runner_of(*flags: str) -> list[tuple[str, str]]:
+        result = run("plan", "-p", "qwen3-30b-a3b", "--max-model-len", "8k", "--format", "csv", *flags)
+        assert result.exit_code == 0, result.output
+        return [(r["engine"], r["model_runner"]) for r in csv.DictReader(io.StringIO(result.output))]
+
+    assert runner_of("--engine", "vllm@0.25") == [("vllm 0.25", "V1")]  # MoE: V1 by default
+    assert runner_of("--engine", "vllm@0.25,sglang", "--model-runner", "v2") == [("vllm 0.25", "V2"),
+                                                                                  ("sglang 0.5.10+", "")]
+    for flags, message in ((("--engine", "vllm@0.25", "--model-runner", "V3"), "must be V1 or V2 for vllm 0.25"),
+                           (("--engine", "vllm@0.30", "--model-runner", "V1"), "no engine asked has two")):
+        result = run("plan", "-p", "llama3-8b", *flags)
+        assert result.exit_code != 0 and message in result.output and "Traceback" not in result.output

@@ -128,6 +128,9 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
              "budget (vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS); default: as the engine version does (vLLM "
              "0.34+ sizes its cache after capture: always; the V2 runner of 0.22-0.28 has no estimate: never).",
              show_default=False)] = None,
+         model_runner: Annotated[str | None, typer.Option(
+             "--model-runner", help="vLLM 0.22-0.28: run the model on V1 or V2 whatever the release picks for it "
+             "(VLLM_USE_V2_MODEL_RUNNER=0 / 1). Default: the release's choice by model.", show_default=False)] = None,
          prefix_caching: Annotated[bool | None, typer.Option(
              "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching: with it, 0.26+ "
              "keeps 2-3 state blocks a hybrid (Mamba / Gated DeltaNet) request, 1 without. Default: as the engine "
@@ -147,9 +150,9 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     specs = resolve_models(preset, config)
     check_redundant_experts(specs, redundant_experts, parse_sizes(ep, "ep"), parse_sizes(tp or [], "tp"))
     gpus = gpu_list(gpu)
-    from tfcalc.spec.engine import with_prefix_caching
+    from tfcalc.spec.engine import with_model_runners, with_prefix_caching
 
-    engines = [with_prefix_caching(e, prefix_caching) for e in engine_list(engine)]
+    engines = [with_prefix_caching(e, prefix_caching) for e in with_model_runners(engine_list(engine), model_runner)]
     check_runtime_overhead(bool(runtime_overhead), engines)
     precisions = weight_precisions(weights_dtype)
     kv_dtypes = parse_dtype_list(_merged(kv_dtype, kv_cache_dtype))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from tfcalc.dtypes import dtype_names
-from tfcalc.errors import SpecError
+from tfcalc.errors import SpecError, UsageError
 
 if TYPE_CHECKING:
     from tfcalc.spec.interconnect import CustomAllReduce, Interconnect
@@ -641,6 +641,30 @@ def with_prefix_caching(engine: EngineSpec | None, enabled: bool | None) -> Engi
         return engine if second is engine.second_runner else replace(engine, second_runner=second)
     return replace(engine, kv=replace(kv, state_blocks=1, state_blocks_by_kind=(), checkpoint_align_by_kind=()),
                    second_runner=second)
+
+
+def with_model_runners(engines: list[EngineSpec | None], runner: str | None) -> list[EngineSpec | None]:
+    """``engines`` with the model runner forced (vLLM 0.22-0.28's VLLM_USE_V2_MODEL_RUNNER=0 / 1) where a release
+    has two; None keeps each release's choice by model. Naming a runner no engine has is an error."""
+    if runner is None:
+        return engines
+    chosen = [_forced_runner(e, runner) for e in engines]
+    if all(e is None or e.model_runner is None for e in engines):
+        raise UsageError(f"--model-runner {runner}: no engine asked has two model runners (vLLM 0.22-0.28 do)")
+    return chosen
+
+
+def _forced_runner(engine: EngineSpec | None, runner: str) -> EngineSpec | None:
+    rule = engine.model_runner if engine is not None else None
+    if engine is None or rule is None:
+        return engine
+    first, second = (name.lower() for name in rule.runners)
+    if runner.lower() == first:
+        return replace(engine, model_runner=None, second_runner=None)
+    if runner.lower() == second:
+        return engine.second_runner
+    raise UsageError(f"--model-runner must be {rule.runners[0]} or {rule.runners[1]} for {engine.label}, got "
+                     f"'{runner}'")
 
 
 def memory_model(engine: EngineSpec | None) -> EngineSpec | None:
