@@ -994,7 +994,8 @@ def test_runner_for_reads_the_models_traits() -> None:
     assert eng.runner_for(e23, llama, parse_weight_precision("fp8")) is e23
     assert eng.runner_for(e25, llama, parse_weight_precision("int4-g128")) is e25.second_runner
     assert eng.runner_for(e25, qwen_moe, BF16) is e25 and eng.runner_for(e25, hybrid, BF16) is e25
-    assert eng.runner_for(load_engine("vllm@0.29"), qwen_moe, BF16).runner == ""
+    assert eng.runner_for(load_engine("vllm@0.29"), qwen_moe, BF16).runner == "V2"  # on NVIDIA GPUs
+    assert eng.runner_for(load_engine("vllm@0.34"), qwen_moe, BF16).runner == ""   # one runner, unnamed
     assert eng.runner_for(None, llama, BF16) is None
 
 
@@ -1153,3 +1154,27 @@ def test_the_state_slot_hint_is_the_largest_max_num_seqs_that_fits() -> None:
     assert at == {most - 1: True, most: True, most + 1: False}
     assert plan_fit(spec, gpu, BF16, get_dtype("bf16"), PlanConfig(
         num_gpus=1, context=32_768, engine=load_engine("vllm"))).state_slots_that_fit(1) is None
+
+
+def test_amd_gpus_keep_some_architectures_on_v1() -> None:
+    """ROCm: vLLM 0.27 leaves Kimi K3 and 0.28 DeepSeek-V4 out of the V2 list (both MoE, so V1), and 0.29-0.31 run
+    DeepSeek-V3.2, DeepSeek-V4 and GLM-5 on V1 (ROCM_DEFAULT_MRV1_ARCHITECTURES); 0.32 runs everything on V2."""
+    kimi = "KimiK3ForConditionalGeneration"
+    traits = dict(moe=True, quantized=False, hybrid=False, attention_free=False)
+    rule27 = load_engine("vllm@0.27").model_runner
+    assert rule27 is not None and rule27.picks(kimi, **traits) and not rule27.picks(kimi, **traits, amd=True)
+    spec, h200, mi300x = load_model("deepseek-v3.2"), load_gpu("h200"), load_gpu("mi300x")
+    fp8 = parse_weight_precision("fp8_block")
+    for version, nvidia, amd in (("0.29", "V2", "V1"), ("0.31", "V2", "V1"), ("0.32", "", ""), ("0.25", "V1", "V1")):
+        e = load_engine(f"vllm@{version}")
+        assert (eng.runner_for(e, spec, fp8, h200).runner, eng.runner_for(e, spec, fp8, mi300x).runner) == (
+            nvidia, amd), version
+    v4, e28 = load_model("deepseek-v4-flash"), load_engine("vllm@0.28")
+    native = eng.served_precision(v4, e28)
+    assert (eng.runner_for(e28, v4, native, h200).runner, eng.runner_for(e28, v4, native, mi300x).runner) == (
+        "V2", "V1")
+    v1 = plan_fit(spec, mi300x, fp8, get_dtype("bf16"), PlanConfig(num_gpus=8, tp=8, context=32_768,
+                                                                   engine=load_engine("vllm@0.30")))
+    v2 = plan_fit(spec, h200, fp8, get_dtype("bf16"), PlanConfig(num_gpus=8, tp=8, context=32_768,
+                                                                 engine=load_engine("vllm@0.30")))
+    assert v1.activation_state_bytes == 0 < v2.activation_state_bytes  # V1 keeps no penalty state

@@ -317,6 +317,6 @@ def test_model_runner_can_be_forced_as_vllm_s_environment_does() -> None:
     assert runner_of("--engine", "vllm@0.25,sglang", "--model-runner", "v2") == [("vllm 0.25", "V2"),
                                                                                   ("sglang 0.5.10+", "")]
     for flags, message in ((("--engine", "vllm@0.25", "--model-runner", "V3"), "must be V1 or V2 for vllm 0.25"),
-                           (("--engine", "vllm@0.30", "--model-runner", "V1"), "no engine asked has two")):
+                           (("--engine", "vllm@0.34", "--model-runner", "V1"), "no engine asked has two")):
         result = run("plan", "-p", "llama3-8b", *flags)
         assert result.exit_code != 0 and message in result.output and "Traceback" not in result.output

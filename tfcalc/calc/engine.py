@@ -34,14 +34,17 @@ def served_precision(spec: ModelSpec, engine: EngineSpec | None) -> WeightPrecis
     return WeightPrecision(get_dtype(layout.float32_as))
 
 
-def runner_for(engine: EngineSpec | None, spec: ModelSpec, precision: WeightPrecision) -> EngineSpec | None:
-    """``engine`` as it runs ``spec`` at ``precision``: its second model runner's accounting where the release's
-    rule picks that runner for the model (vLLM 0.22-0.28's V2 runner, by architecture and traits), else itself."""
+def runner_for(engine: EngineSpec | None, spec: ModelSpec, precision: WeightPrecision,
+               gpu: GPUSpec | None = None) -> EngineSpec | None:
+    """``engine`` as it runs ``spec`` at ``precision`` on ``gpu``: its second model runner's accounting where the
+    release's rule picks that runner for the model (vLLM 0.22-0.28's V2 runner, by architecture and traits; V1 on
+    AMD GPUs for some architectures in 0.29-0.31), else itself."""
     if engine is None or engine.model_runner is None or engine.second_runner is None:
         return engine
     hybrid = spec.num_linear_layers > 0
     picked = engine.model_runner.picks(spec.architecture, moe=spec.moe is not None, quantized=precision.quantized,
-                                       hybrid=hybrid, attention_free=hybrid and spec.num_attention_layers == 0)
+                                       hybrid=hybrid, attention_free=hybrid and spec.num_attention_layers == 0,
+                                       amd=gpu is not None and gpu.vendor.upper() == "AMD")
     return engine.second_runner if picked else engine
 
 

@@ -569,7 +569,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         plain = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=None), activation_dtype, with_ideal,
                          with_max_context)
         return replace(plain, engine=cfg.engine)
-    if (runner := eng.runner_for(cfg.engine, spec, precision)) is not cfg.engine:
+    if (runner := eng.runner_for(cfg.engine, spec, precision, gpu)) is not cfg.engine:
         return plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=runner), activation_dtype, with_ideal,
                         with_max_context)
     fraction, block, max_seqs, mnbt = _resolved(cfg, gpu)

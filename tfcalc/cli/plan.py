@@ -129,7 +129,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
              "0.34+ sizes its cache after capture: always; the V2 runner of 0.22-0.28 has no estimate: never).",
              show_default=False)] = None,
          model_runner: Annotated[str | None, typer.Option(
-             "--model-runner", help="vLLM 0.22-0.28: run the model on V1 or V2 whatever the release picks for it "
+             "--model-runner", help="vLLM 0.22-0.31: run the model on V1 or V2 whatever the release picks for it "
              "(VLLM_USE_V2_MODEL_RUNNER=0 / 1). Default: the release's choice by model.", show_default=False)] = None,
          prefix_caching: Annotated[bool | None, typer.Option(
              "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching: with it, 0.26+ "

@@ -174,18 +174,24 @@ class ModelRunnerRule:
     models, VllmConfig.use_v2_model_runner / _is_default_v2_model_runner_model): a listed architecture that also
     meets ``listed_requires`` (dense: no routed experts; unquantized: no quantized weights), and with ``dense``
     every model without routed experts; a model with linear-attention layers only when ``hybrid_listed`` and it is
-    listed, an attention-free one never."""
+    listed, an attention-free one never. On AMD GPUs (ROCm) the ``amd_unlisted`` architectures are not listed
+    (vLLM 0.27-0.28 ROCM_EXCLUDED_V2_MODEL_RUNNER_ARCHITECTURES) and the ``amd_second`` ones take the second runner
+    whatever else (0.29-0.31 ROCM_DEFAULT_MRV1_ARCHITECTURES, whose second runner is V1)."""
 
     architectures: tuple[str, ...]
     runners: tuple[str, str]           # the two runners' names (V1, V2)
     listed_requires: tuple[str, ...] = ()
     dense: bool = False
     hybrid_listed: bool = False
+    amd_unlisted: tuple[str, ...] = ()
+    amd_second: tuple[str, ...] = ()
 
     def picks(self, architecture: str | None, *, moe: bool, quantized: bool, hybrid: bool,
-              attention_free: bool) -> bool:
-        """Whether a model of these traits runs on the second runner."""
-        listed = architecture in self.architectures and not (
+              attention_free: bool, amd: bool = False) -> bool:
+        """Whether a model of these traits runs on the second runner (``amd``: on an AMD GPU)."""
+        if amd and architecture in self.amd_second:
+            return True
+        listed = architecture in self.architectures and not (amd and architecture in self.amd_unlisted) and not (
             ("dense" in self.listed_requires and moe) or ("unquantized" in self.listed_requires and quantized))
         if attention_free or (hybrid and not (self.hybrid_listed and listed)):
             return False
@@ -644,13 +650,13 @@ def with_prefix_caching(engine: EngineSpec | None, enabled: bool | None) -> Engi
 
 
 def with_model_runners(engines: list[EngineSpec | None], runner: str | None) -> list[EngineSpec | None]:
-    """``engines`` with the model runner forced (vLLM 0.22-0.28's VLLM_USE_V2_MODEL_RUNNER=0 / 1) where a release
+    """``engines`` with the model runner forced (vLLM 0.22-0.31's VLLM_USE_V2_MODEL_RUNNER=0 / 1) where a release
     has two; None keeps each release's choice by model. Naming a runner no engine has is an error."""
     if runner is None:
         return engines
     chosen = [_forced_runner(e, runner) for e in engines]
     if all(e is None or e.model_runner is None for e in engines):
-        raise UsageError(f"--model-runner {runner}: no engine asked has two model runners (vLLM 0.22-0.28 do)")
+        raise UsageError(f"--model-runner {runner}: no engine asked has two model runners (vLLM 0.22-0.31 do)")
     return chosen
 
 
@@ -1464,14 +1470,17 @@ def _model_runner(data: Any, origin: str) -> tuple[ModelRunnerRule, dict[str, An
     """``model_runner``: {runners, architectures, listed_requires, dense, hybrid_listed, changes} -> the rule and the
     changes (``RUNNER_CHANGES`` sections) that give the second runner's accounting."""
     _require(isinstance(data, dict), origin, "field 'model_runner' must be a mapping")
-    _check_keys(data, {"runners", "architectures", "listed_requires", "dense", "hybrid_listed", "changes"}, origin,
-                "model_runner.")
+    _check_keys(data, {"runners", "architectures", "listed_requires", "dense", "hybrid_listed", "amd_unlisted",
+                       "amd_second", "changes"}, origin, "model_runner.")
     runners = data.get("runners")
     _require(isinstance(runners, list) and len(runners) == 2 and all(isinstance(n, str) and n for n in runners),
              origin, f"field 'model_runner.runners' must name the two runners, got {_show(runners)}")
-    names = data.get("architectures", [])
-    _require(isinstance(names, list) and all(isinstance(n, str) and n for n in names), origin,
-             f"field 'model_runner.architectures' must be a list of architecture names, got {_show(names)}")
+    lists = {}
+    for key in ("architectures", "amd_unlisted", "amd_second"):
+        names = data.get(key, [])
+        _require(isinstance(names, list) and all(isinstance(n, str) and n for n in names), origin,
+                 f"field 'model_runner.{key}' must be a list of architecture names, got {_show(names)}")
+        lists[key] = tuple(names)
     requires = data.get("listed_requires", [])
     _require(isinstance(requires, list) and all(r in RUNNER_REQUIREMENTS for r in requires), origin,
              f"field 'model_runner.listed_requires' must list some of {', '.join(RUNNER_REQUIREMENTS)}, got "
@@ -1480,7 +1489,7 @@ def _model_runner(data: Any, origin: str) -> tuple[ModelRunnerRule, dict[str, An
     _require(isinstance(changes, dict) and bool(changes), origin,
              "field 'model_runner.changes' must be a mapping of what the second runner changes")
     _check_keys(changes, set(RUNNER_CHANGES), origin, "model_runner.changes.")
-    return ModelRunnerRule(architectures=tuple(names), runners=(runners[0], runners[1]),
+    return ModelRunnerRule(**lists, runners=(runners[0], runners[1]),
                            listed_requires=tuple(requires),
                            dense=_bool(data.get("dense", False), origin, "model_runner.dense"),
                            hybrid_listed=_bool(data.get("hybrid_listed", False), origin,
