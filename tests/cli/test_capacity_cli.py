@@ -611,3 +611,17 @@ def test_search_progress_without_a_terminal_is_a_line_every_ten_seconds(monkeypa
         assert err.splitlines() == ["searching: 300 / 2,000 configurations, 10.5 s",
                                     "searching: 900 / 2,000 configurations, 21.0 s",
                                     "checking by simulation: 2 (6 x h100-sxm tp2), 31.5 s"]
+
+
+def test_a_forced_model_runner_reaches_the_launch_line() -> None:
+    """--model-runner V2 on vLLM 0.25 (whose Qwen3-30B-A3B, an MoE model, runs on V1 by default) plans with the V2
+    runner and launches with VLLM_USE_V2_MODEL_RUNNER=1; without it, the line sets nothing."""
+    small = ["capacity", "-p", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs", "64",
+             "--max-num-batched-tokens", "2048", "--rate", "2", "--input-len", "1000", "--output-len", "200",
+             "--ttft", "p90=1s", "--tpot", "p90=60ms", "--no-simulate", "--engine", "vllm@0.25"]
+    forced, chosen = run(*small, "--model-runner", "V2"), run(*small)
+    assert forced.exit_code == 0 and chosen.exit_code == 0, forced.output + chosen.output
+    assert "VLLM_USE_V2_MODEL_RUNNER=1 vllm serve Qwen/Qwen3-30B-A3B" in forced.stdout
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in chosen.stdout and "vllm serve Qwen/Qwen3-30B-A3B" in chosen.stdout
+    bad = run(*small, "--model-runner", "V9")
+    assert bad.exit_code != 0 and "must be V1 or V2" in bad.output

@@ -384,7 +384,10 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
                  draft_model: str = "DRAFT_MODEL", api_servers: int = 1) -> list[str]:
     """``vllm serve`` for one replica (lines to join with a backslash), and how many to run."""
     c = e.candidate
-    args = [f"vllm serve {shlex.quote(model_path)}", f"--tensor-parallel-size {c.tp}"]
+    engine = next((x for x in space.engines if x is not None and x.label == c.engine), None)
+    forced = engine is not None and engine.runner and engine.model_runner is None  # --model-runner named it
+    env = f"VLLM_USE_V2_MODEL_RUNNER={int(engine.runner.upper() == 'V2')} " if forced and engine else ""
+    args = [f"{env}vllm serve {shlex.quote(model_path)}", f"--tensor-parallel-size {c.tp}"]
     if spec.remote_code:
         args.append("--trust-remote-code")
     if c.pp > 1:
