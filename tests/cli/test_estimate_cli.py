@@ -409,3 +409,14 @@ def test_values_narrower_than_keys_are_named_in_the_explanation() -> None:
     text = " ".join(result.stdout.split())
     assert "global layers: 9 of 48 with heads of 192 over 4 KV heads (the others 192 over 8)" in text
     assert "values: heads of 128 beside keys of 192 (v_head_dim), cached and multiplied at their own width" in text
+
+
+def test_model_runner_reaches_the_fit_check() -> None:
+    """--model-runner sets the runner of vLLM 0.22-0.31 for the fit check, and refuses one the release lacks."""
+    base = ["estimate", "-p", "qwen3-30b-a3b", "--engine", "vllm@0.25", "--batch", "8", "--prompt-len", "1024",
+            "--gen-len", "128", "--format", "json"]
+    ok = CliRunner().invoke(app, [*base, "--model-runner", "V2"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)[0]["fits"] is True
+    bad = CliRunner().invoke(app, [*base, "--model-runner", "V7"])
+    assert bad.exit_code != 0 and "must be V1 or V2 for vllm 0.25" in bad.output

@@ -130,6 +130,9 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              cuda_graph_memory: Annotated[bool | None, typer.Option(
                  "--cuda-graph-memory/--no-cuda-graph-memory", help="For the fit check: subtract the CUDA-graph "
                  "estimate from the KV budget; default: as the engine version does.", show_default=False)] = None,
+             model_runner: Annotated[str | None, typer.Option(
+                 "--model-runner", help="For the fit check, vLLM 0.22-0.31: V1 or V2 whatever the release picks "
+                 "(VLLM_USE_V2_MODEL_RUNNER).", show_default=False)] = None,
              explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None,
              output: OutputOpt = None) -> None:
     """TTFT, TPOT and tokens/s per GPU from every kernel's time (GEMMs, attention, MoE, norms, communication, floors),
@@ -143,7 +146,9 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     specs = resolve_models(preset, config)
     check_redundant_experts(specs, redundant_experts, parse_sizes(ep, "ep"), parse_sizes(tp or [], "tp"))
     gpus = gpu_list(gpu)
-    engines = engine_list(engine)
+    from tfcalc.spec.engine import with_model_runners
+
+    engines = with_model_runners(engine_list(engine), model_runner)
     check_runtime_overhead(runtime_overhead is not None, engines)
     if allreduce is not None and allreduce not in ("ring", "tree", "auto"):
         raise UsageError(f"invalid --allreduce '{allreduce}': choose ring, tree or auto")
