@@ -385,8 +385,8 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     """``vllm serve`` for one replica (lines to join with a backslash), and how many to run."""
     c = e.candidate
     engine = next((x for x in space.engines if x is not None and x.label == c.engine), None)
-    forced = engine is not None and engine.runner and engine.model_runner is None  # --model-runner named it
-    env = f"VLLM_USE_V2_MODEL_RUNNER={int(engine.runner.upper() == 'V2')} " if forced and engine else ""
+    env = (f"VLLM_USE_V2_MODEL_RUNNER={int(engine.runner.upper() == 'V2')} "
+           if engine is not None and engine.runner_forced else "")
     args = [f"{env}vllm serve {shlex.quote(model_path)}", f"--tensor-parallel-size {c.tp}"]
     if spec.remote_code:
         args.append("--trust-remote-code")

@@ -600,6 +600,7 @@ class EngineSpec:
     model_runner: ModelRunnerRule | None = None
     second_runner: EngineSpec | None = None
     runner: str = ""                            # the model runner this accounting is for, where a release has two
+    runner_forced: bool = False                 # --model-runner chose it (VLLM_USE_V2_MODEL_RUNNER), not the rule
     kernels: EngineKernels = field(default_factory=EngineKernels)
     default: bool = False
     terms: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
@@ -666,9 +667,9 @@ def _forced_runner(engine: EngineSpec | None, runner: str) -> EngineSpec | None:
         return engine
     first, second = (name.lower() for name in rule.runners)
     if runner.lower() == first:
-        return replace(engine, model_runner=None, second_runner=None)
+        return replace(engine, model_runner=None, second_runner=None, runner_forced=True)
     if runner.lower() == second:
-        return engine.second_runner
+        return replace(engine.second_runner, runner_forced=True)
     raise UsageError(f"--model-runner must be {rule.runners[0]} or {rule.runners[1]} for {engine.label}, got "
                      f"'{runner}'")
 
