@@ -16,6 +16,7 @@ from tfcalc.calc.plan import PlanConfig, min_gpus, plan_fit
 from tfcalc.calc.shard import shard, stage_weight_bytes
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.errors import SpecError, UsageError
+from tfcalc.spec import engine as eng_spec
 from tfcalc.spec.presets import load_engine, load_gpu, load_model, preset_names
 
 GIB = 1 << 30
@@ -760,6 +761,50 @@ def test_vllm_034_sizes_the_cache_after_warm_up_by_hand() -> None:
     unswitched = plan_fit(llama31_8b(), gpu, BF16, get_dtype("bf16"),
                           PlanConfig(num_gpus=1, context=8192, engine=e, cuda_graphs_in_budget=False))
     assert unswitched.kv_budget_bytes_per_gpu == budget and unswitched.cuda_graphs_in_budget
+
+
+def test_vllm_034_without_its_extensible_cache_sizes_as_033_with_64_token_blocks(tmp_path: Path) -> None:
+    """Off (--no-enable-extensible-kv-cache, --kv-cache-memory-bytes, NIXL without IMEX), 0.34 runs 0.33's
+    determine_available_memory at utilization 0.92: 0.33's every rule, its own 64-token blocks. The KV budget is
+    0.33's to the byte; the blocks are 64 tokens each, so there are a quarter as many, to within one."""
+    from dataclasses import fields
+
+    on, v33 = load_engine("vllm@0.34"), load_engine("vllm@0.33")
+    off = on.extensible_off
+    assert off is not None and v33.extensible_off is None
+    assert (off.budget, off.memory_fraction, off.block_size, off.label) == ("utilization", 0.92, 64, on.label)
+    differ = {f.name for f in fields(off) if getattr(off, f.name) != getattr(v33, f.name)}
+    assert differ == {"version", "releases", "display_name", "block_size", "sources"}
+    assert "extensible_off" in off.sources and "releases" in off.sources
+    gpu, spec = load_gpu("h100-sxm"), llama31_8b()
+
+    def fit(engine, **kw):
+        return plan_fit(spec, gpu, BF16, get_dtype("bf16"), PlanConfig(num_gpus=1, context=8192, engine=engine, **kw))
+
+    mine, theirs = fit(off), fit(v33, block_size=64)
+    assert mine.kv_budget_bytes_per_gpu == theirs.kv_budget_bytes_per_gpu == fit(v33).kv_budget_bytes_per_gpu
+    assert mine.kv_pool_blocks_per_gpu == theirs.kv_pool_blocks_per_gpu
+    assert fit(v33).kv_pool_blocks_per_gpu // 4 == mine.kv_pool_blocks_per_gpu
+    assert fit(on).kv_budget_bytes_per_gpu > mine.kv_budget_bytes_per_gpu   # 1.0 after warm-up against 0.92
+    # a file based on 0.34 inherits the fallback; a malformed one is refused in one line
+    mine_file = tmp_path / "mine.yaml"
+    mine_file.write_text("base: vllm-0.34\nname: vllm\nversion: '0.34'\nextensible_off: {block_size: 32}\n")
+    assert load_engine(str(mine_file)).extensible_off.block_size == 32
+    _refused(tmp_path, "base: vllm-0.34\nname: vllm\nextensible_off: {base: vllm-9}\n",
+             "field 'extensible_off' must be a mapping whose 'base' names an engine preset")
+
+
+def test_the_extensible_cache_switch_applies_where_an_engine_has_one() -> None:
+    """--no-enable-extensible-kv-cache swaps in the fallback accounting of the engines that have one and marks it
+    (the launch line says so); --enable-... keeps the default; either is an error where no engine asked has one."""
+    on, v21 = load_engine("vllm@0.34"), load_engine("vllm")
+    assert eng_spec.with_extensible_kv_cache([on, v21, None], None) == [on, v21, None]
+    assert eng_spec.with_extensible_kv_cache([on, v21], True) == [on, v21]
+    off, same = eng_spec.with_extensible_kv_cache([on, v21], False)
+    assert off == replace(on.extensible_off, extensible_forced_off=True) and same is v21
+    for flag in (True, False):
+        with pytest.raises(UsageError, match="no engine asked has an extensible KV cache"):
+            eng_spec.with_extensible_kv_cache([v21, None], flag)
 
 
 @settings(max_examples=30, deadline=None)

@@ -535,6 +535,26 @@ def test_disaggregated_wide_ep_pools_in_words() -> None:
                      r"\(SGLang --disaggregation-mode prefill\) and \d+ decode group\(s\)", text)
 
 
+def test_vllm_034_extensible_cache_off_reaches_the_launch_line() -> None:
+    """--no-enable-extensible-kv-cache plans vLLM 0.34+ without its extensible cache and its vllm serve line says
+    so; a disaggregated vLLM 0.34+ plan (NixlConnector) warns that hosts without an IMEX channel run it off."""
+    small = ["capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs", "64",
+             "--max-num-batched-tokens", "2048", "--rate", "2", "--input-len", "1000", "--output-len", "200",
+             "--ttft", "p90=1s", "--tpot", "p90=60ms", "--no-simulate", "--engine", "vllm@0.34"]
+    off, on = run(*small, "--no-enable-extensible-kv-cache"), run(*small)
+    assert off.exit_code == 0 and on.exit_code == 0, off.output + on.output
+    assert "--no-enable-extensible-kv-cache" in off.stdout and "extensible" not in on.stdout
+    split = run("capacity", "-p", "deepseek-v3", "--gpu", "h100-sxm", "--engine", "vllm@0.34", "--rate", "50",
+                "--input-len", "2k", "--output-len", "500", "--ttft", "p90=5s", "--tpot", "p90=100ms",
+                "--weights-dtype", "fp8_block", "--kv-dtype", "fp8", "--no-simulate", "--attention-dp", "8,16",
+                "--tp", "1", "--ep", "on", "--max-gpus", "128", "--disaggregated")
+    assert split.exit_code == 0, split.output
+    text = " ".join(split.stdout.split())
+    assert "NixlConnector" in text
+    assert ("vllm 0.34+ keeps its extensible KV cache off under NixlConnector on hosts without an IMEX channel: "
+            "there, plan with --no-enable-extensible-kv-cache") in text
+
+
 def test_a_remote_code_checkpoint_launches_with_trust_remote_code() -> None:
     """Kimi K2's config.json (model_type kimi_k2, its own code in auto_map; read as DeepSeek-V3 by its architecture)
     plans like any DeepSeek-V3-shaped model, and every engine's command loads its code: vLLM and SGLang

@@ -320,3 +320,21 @@ def test_model_runner_can_be_forced_as_vllm_s_environment_does() -> None:
                            (("--engine", "vllm@0.34", "--model-runner", "V1"), "no engine asked has two")):
         result = run("plan", "-p", "llama3-8b", *flags)
         assert result.exit_code != 0 and message in result.output and "Traceback" not in result.output
+
+
+def test_vllm_034_extensible_cache_can_be_turned_off() -> None:
+    """--no-enable-extensible-kv-cache plans vLLM 0.34+ as it sizes its cache without one (0.33's way at 0.92,
+    64-token blocks): fewer KV tokens than by default; other engines are left alone, and asking it of none is a
+    one-line error."""
+    def tokens(*flags: str) -> list[tuple[str, int]]:
+        result = run("plan", "-p", "llama3-8b", "--max-model-len", "8k", "--format", "csv", *flags)
+        assert result.exit_code == 0, result.output
+        return [(r["engine"], int(r["kv_tokens_per_gpu"])) for r in csv.DictReader(io.StringIO(result.output))]
+
+    (default,), (on,) = tokens("--engine", "vllm@0.34"), tokens("--engine", "vllm@0.34", "--enable-extensible-kv-cache")
+    (off, v33) = tokens("--engine", "vllm@0.34,vllm@0.33", "--no-enable-extensible-kv-cache")
+    assert default == on and off[0] == "vllm 0.34+" and off[1] < on[1]
+    assert off[1] % 64 == 0 and abs(off[1] - v33[1]) < 64 and v33 == tokens("--engine", "vllm@0.33")[0]
+    result = run("plan", "-p", "llama3-8b", "--engine", "vllm", "--no-enable-extensible-kv-cache")
+    assert result.exit_code != 0 and "no engine asked has an extensible KV cache" in result.output
+    assert "Traceback" not in result.output

@@ -11,6 +11,7 @@ from tfcalc.cli.common import (
     ConfigOpt,
     EngineOpt,
     ExplainOpt,
+    ExtensibleKvCacheOpt,
     FormatOpt,
     KvDtypeOpt,
     OutputOpt,
@@ -133,6 +134,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              model_runner: Annotated[str | None, typer.Option(
                  "--model-runner", help="For the fit check, vLLM 0.22-0.31: V1 or V2 whatever the release picks "
                  "(VLLM_USE_V2_MODEL_RUNNER).", show_default=False)] = None,
+             extensible_kv_cache: ExtensibleKvCacheOpt = None,
              explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None,
              output: OutputOpt = None) -> None:
     """TTFT, TPOT and tokens/s per GPU from every kernel's time (GEMMs, attention, MoE, norms, communication, floors),
@@ -146,9 +148,9 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     specs = resolve_models(preset, config)
     check_redundant_experts(specs, redundant_experts, parse_sizes(ep, "ep"), parse_sizes(tp or [], "tp"))
     gpus = gpu_list(gpu)
-    from tfcalc.spec.engine import with_model_runners
+    from tfcalc.spec.engine import with_extensible_kv_cache, with_model_runners
 
-    engines = with_model_runners(engine_list(engine), model_runner)
+    engines = with_model_runners(with_extensible_kv_cache(engine_list(engine), extensible_kv_cache), model_runner)
     check_runtime_overhead(runtime_overhead is not None, engines)
     if allreduce is not None and allreduce not in ("ring", "tree", "auto"):
         raise UsageError(f"invalid --allreduce '{allreduce}': choose ring, tree or auto")

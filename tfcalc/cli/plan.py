@@ -10,6 +10,7 @@ from tfcalc.cli.common import (
     ConfigOpt,
     EngineOpt,
     ExplainOpt,
+    ExtensibleKvCacheOpt,
     FormatOpt,
     GpuMemoryUtilizationOpt,
     KvCacheDtypeOpt,
@@ -135,6 +136,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
              "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching: with it, 0.26+ "
              "keeps 2-3 state blocks a hybrid (Mamba / Gated DeltaNet) request, 1 without. Default: as the engine "
              "version does (on; for hybrid models from 0.28).", show_default=False)] = None,
+         extensible_kv_cache: ExtensibleKvCacheOpt = None,
          find_min_gpus: Annotated[bool, typer.Option(
              "--min-gpus", help="Search the smallest GPU count that fits: tp within a node, pp only across whole "
              "nodes (vLLM's advice), unless --tp/--pp name the degrees allowed.")] = False,
@@ -150,9 +152,10 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     specs = resolve_models(preset, config)
     check_redundant_experts(specs, redundant_experts, parse_sizes(ep, "ep"), parse_sizes(tp or [], "tp"))
     gpus = gpu_list(gpu)
-    from tfcalc.spec.engine import with_model_runners, with_prefix_caching
+    from tfcalc.spec.engine import with_extensible_kv_cache, with_model_runners, with_prefix_caching
 
-    engines = [with_prefix_caching(e, prefix_caching) for e in with_model_runners(engine_list(engine), model_runner)]
+    engines = [with_prefix_caching(e, prefix_caching) for e in with_model_runners(
+        with_extensible_kv_cache(engine_list(engine), extensible_kv_cache), model_runner)]
     check_runtime_overhead(bool(runtime_overhead), engines)
     precisions = weight_precisions(weights_dtype)
     kv_dtypes = parse_dtype_list(_merged(kv_dtype, kv_cache_dtype))

@@ -421,6 +421,8 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
     if c.spec is not None:
         config = {"method": "eagle", "model": draft_model, "num_speculative_tokens": c.spec.num_tokens}
         args.append(f"--speculative-config '{json.dumps(config, separators=(',', ':'))}'")  # fits 100 columns
+    if engine is not None and engine.extensible_forced_off:
+        args.append("--no-enable-extensible-kv-cache")
     if c.mode == "disaggregated":
         args.append("--kv-transfer-config '{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}'")
     return args
@@ -557,6 +559,10 @@ def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
             commands[other] = (commands[other][0], [f"({why})"], "")
     lines = [f"{label} " + f" \\\n{indent}".join(args) + after
              for _, (label, args, after) in sorted(commands.items(), key=lambda item: item[0] != family)]
+    chosen = next((x for x in space.engines if x is not None and x.label == c.engine), None)
+    if c.mode == "disaggregated" and chosen is not None and chosen.extensible_off is not None:
+        note = ((f"{note}; " if note else "") + f"{chosen.label} keeps its extensible KV cache off under "
+                "NixlConnector on hosts without an IMEX channel: there, plan with --no-enable-extensible-kv-cache")
     return f"launch: {replicas}" + (f"; {note}" if note else ""), lines
 
 

@@ -601,6 +601,9 @@ class EngineSpec:
     second_runner: EngineSpec | None = None
     runner: str = ""                            # the model runner this accounting is for, where a release has two
     runner_forced: bool = False                 # --model-runner chose it (VLLM_USE_V2_MODEL_RUNNER), not the rule
+    # vLLM 0.34+: the accounting with its extensible KV cache off (sized from profiling estimates instead)
+    extensible_off: EngineSpec | None = None
+    extensible_forced_off: bool = False         # --no-enable-extensible-kv-cache chose it
     kernels: EngineKernels = field(default_factory=EngineKernels)
     default: bool = False
     terms: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
@@ -659,6 +662,21 @@ def with_model_runners(engines: list[EngineSpec | None], runner: str | None) -> 
     if all(e is None or e.model_runner is None for e in engines):
         raise UsageError(f"--model-runner {runner}: no engine asked has two model runners (vLLM 0.22-0.31 do)")
     return chosen
+
+
+def with_extensible_kv_cache(engines: list[EngineSpec | None], enabled: bool | None) -> list[EngineSpec | None]:
+    """``engines`` with vLLM's extensible KV cache on (0.34+'s default where supported) or off (its
+    ``extensible_off`` accounting: the cache sized from profiling estimates); None keeps each release's default.
+    Naming it where no engine asked has one is an error."""
+    if enabled is None:
+        return engines
+    if all(e is None or e.extensible_off is None for e in engines):
+        raise UsageError(f"--{'' if enabled else 'no-'}enable-extensible-kv-cache: no engine asked has an extensible "
+                         "KV cache (vLLM 0.34+ has)")
+    if enabled:
+        return engines
+    return [replace(e.extensible_off, extensible_forced_off=True) if e is not None and e.extensible_off is not None
+            else e for e in engines]
 
 
 def _forced_runner(engine: EngineSpec | None, runner: str) -> EngineSpec | None:

@@ -364,13 +364,38 @@ def _engine_from_file(path: Path, default_name: str, preset: str | None = None):
     from tfcalc.spec.engine import engine_from_mapping
 
     data = engine_document(path, preset)
+    fallback = data.pop("extensible_off", None) if isinstance(data, dict) else None
     inherited = {"kernels": None, "scheduler": None, "requests": None}
     for key in inherited:
         if data.get(key) is None and isinstance(data.get("name"), str):
             inherited[key] = _default_engine_section(data["name"], key, exclude=preset)
-    return engine_from_mapping(data, origin=str(path), default_name=default_name,
-                               inherited_kernels=inherited["kernels"], inherited_scheduler=inherited["scheduler"],
-                               inherited_requests=inherited["requests"])
+    engine = engine_from_mapping(data, origin=str(path), default_name=default_name,
+                                 inherited_kernels=inherited["kernels"], inherited_scheduler=inherited["scheduler"],
+                                 inherited_requests=inherited["requests"])
+    if fallback is None:
+        return engine
+    off = _extensible_off_mapping(fallback, data, path)
+    return replace(engine, extensible_off=engine_from_mapping(
+        off, origin=f"{path} (extensible_off)", default_name=default_name, inherited_kernels=inherited["kernels"],
+        inherited_scheduler=inherited["scheduler"], inherited_requests=inherited["requests"]))
+
+
+def _extensible_off_mapping(section: Any, data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``extensible_off``: {base: the preset whose sizing the release falls back to without its extensible KV cache,
+    and what the release changes beside} -> that accounting's mapping, under the release's own version and name."""
+    from tfcalc.spec.engine import merged_mapping
+
+    names = preset_names("engine")
+    if not isinstance(section, dict) or section.get("base") not in names:
+        raise SpecError(f"{path}: field 'extensible_off' must be a mapping whose 'base' names an engine preset "
+                        f"({', '.join(names)})")
+    base = section["base"]
+    under = engine_document(_preset_file("engine", base), base)
+    under.pop("default", None)
+    own = {key: value for key, value in section.items() if key != "base"}
+    release = {key: data[key] for key in ("name", "version", "releases") if key in data}
+    sources = {**(under.get("sources") or {}), **(data.get("sources") or {})}
+    return merged_mapping(under, {**own, **release, "sources": sources})
 
 
 def engine_choices() -> list[str]:
