@@ -794,6 +794,43 @@ def test_vllm_034_without_its_extensible_cache_sizes_as_033_with_64_token_blocks
              "field 'extensible_off' must be a mapping whose 'base' names an engine preset")
 
 
+def test_kv_cache_memory_bytes_sets_the_budget_and_checks_the_rest_fits() -> None:
+    """vLLM 0.11+'s --kv-cache-memory-bytes is the KV budget outright (determine_available_memory returns it): the
+    pool is that over the page size, whatever the utilization; the plan fails, by exactly what the engine holds
+    beside it past the capacity (startup, weights, activation peak, non-torch, CUDA graphs captured after it), when
+    they do not fit together. 0.34+ runs without its extensible cache then; engines without the setting refuse."""
+    gpu, spec = load_gpu("h100-sxm"), llama31_8b()
+
+    def fit(engine, size, **kw):
+        return plan_fit(spec, gpu, BF16, get_dtype("bf16"), PlanConfig(
+            num_gpus=1, context=8192, engine=engine, kv_cache_memory_bytes=size, **kw))
+
+    v21 = load_engine("vllm")
+    r = fit(v21, 40 * GIB, gpu_memory_utilization=0.5)
+    assert r.kv_budget_set and r.kv_budget_bytes_per_gpu == 40 * GIB and r.fits and r.overcommit_bytes_per_gpu == 0
+    assert r.kv_pool_blocks_per_gpu == 40 * GIB // (16 * 2 * 8 * 128 * 2 * 32)   # 16-token pages of 32 layers
+    held = (r.startup_bytes + r.weights_bytes_per_gpu + r.activation_peak_bytes + r.non_torch_bytes
+            + r.cuda_graph_bytes)
+    room = r.capacity_bytes - held            # the largest KV cache that fits beside the rest
+    assert fit(v21, room).fits and fit(v21, room).overcommit_bytes_per_gpu == 0
+    over = fit(v21, room + GIB)
+    assert not over.fits and over.overcommit_bytes_per_gpu == GIB == over.shortfall_bytes_per_gpu
+    assert over.max_concurrent_sequences > 0 and over.capture_headroom_bytes is None
+    # the V2 runner of 0.25 holds its uncounted penalty state besides
+    v25 = fit(load_engine("vllm@0.25"), GIB)
+    counted = (v25.startup_bytes + v25.weights_bytes_per_gpu + v25.activation_peak_bytes + v25.non_torch_bytes
+               + v25.cuda_graph_bytes)
+    v25 = fit(load_engine("vllm@0.25"), v25.capacity_bytes - counted)
+    assert v25.uncounted_state_bytes > 0 and v25.overcommit_bytes_per_gpu == v25.uncounted_state_bytes
+    on = load_engine("vllm@0.34")
+    assert fit(on, 40 * GIB).engine == on.extensible_off and fit(on, 40 * GIB).block_size == 64
+    for engine in (load_engine("sglang"), load_engine("vllm@0.9"), None):
+        with pytest.raises(UsageError, match="--kv-cache-memory-bytes sets vLLM's KV cache"):
+            fit(engine, 40 * GIB)
+    with pytest.raises(UsageError, match="must be positive"):
+        fit(v21, 0)
+
+
 def test_the_extensible_cache_switch_applies_where_an_engine_has_one() -> None:
     """--no-enable-extensible-kv-cache swaps in the fallback accounting of the engines that have one and marks it
     (the launch line says so); --enable-... keeps the default; either is an error where no engine asked has one."""

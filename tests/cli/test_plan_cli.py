@@ -338,3 +338,18 @@ def test_vllm_034_extensible_cache_can_be_turned_off() -> None:
     result = run("plan", "-p", "llama3-8b", "--engine", "vllm", "--no-enable-extensible-kv-cache")
     assert result.exit_code != 0 and "no engine asked has an extensible KV cache" in result.output
     assert "Traceback" not in result.output
+
+
+def test_kv_cache_memory_bytes_is_vllm_s_set_kv_cache() -> None:
+    """--kv-cache-memory-bytes (or --kv-cache-memory) sets vLLM's KV cache per GPU; other engines in the same sweep
+    size theirs; past what the GPU holds the row says by how much; an engine-less request is a one-line error."""
+    result = run("plan", "-p", "llama3-8b", "--max-model-len", "8k", "--engine", "vllm,sglang", "--format", "csv",
+                 "--kv-cache-memory-bytes", "40g")
+    assert result.exit_code == 0, result.output
+    vllm, sglang = csv.DictReader(io.StringIO(result.output))
+    assert int(vllm["kv_budget_bytes_per_gpu"]) == 40 << 30 and int(sglang["kv_budget_bytes_per_gpu"]) != 40 << 30
+    too_big = run("plan", "-p", "llama3-8b", "--max-model-len", "8k", "--kv-cache-memory", "70g")
+    assert too_big.exit_code == 0 and "runs out of memory" in " ".join(too_big.stdout.split())
+    for flags, message in ((("--engine", "sglang"), "no engine asked takes it"), ((), "must be positive")):
+        bad = run("plan", "-p", "llama3-8b", "--kv-cache-memory", "0" if not flags else "1g", *flags)
+        assert bad.exit_code != 0 and message in bad.output and "Traceback" not in bad.output

@@ -90,6 +90,7 @@ class PlanConfig:
     max_num_batched_tokens: int | None = None
     runtime_overhead_bytes: int = DEFAULT_RUNTIME_OVERHEAD
     cuda_graphs_in_budget: bool | None = None
+    kv_cache_memory_bytes: int | None = None   # vLLM --kv-cache-memory-bytes: the KV cache per GPU, set outright
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,6 +173,10 @@ class PlanResult:
     uncounted_state_bytes: int = 0        # the sampler's penalty state held outside every budget term (the slack)
     block_size_asked: int = 0             # the block size before vLLM raised it to hold a state page
     max_running_requests: int | None = None   # per replica, the engine's own cap from its state pool (SGLang)
+    kv_budget_set: bool = False           # the KV budget is --kv-cache-memory-bytes, not the engine's sizing
+    # what the set KV cache and everything else the engine holds (startup, weights, activation peak, non-torch, CUDA
+    # graphs, state the budget counts nowhere) take beyond the capacity; 0 where they fit or the engine sizes the cache
+    overcommit_bytes_per_gpu: int = 0
 
     @property
     def activation_bytes_per_gpu(self) -> int:
@@ -190,7 +195,7 @@ class PlanResult:
         None where the graphs are budgeted or the budget is another kind."""
         e = self.engine
         if (e is None or e.budget != "utilization" or e.overheads is None or e.overheads.startup_in_budget
-                or self.cuda_graphs_in_budget):
+                or self.cuda_graphs_in_budget or self.kv_budget_set):
             return None
         return (self.capacity_bytes - self.startup_bytes - self.requested_bytes + self.activation_transient_bytes
                 - self.uncounted_state_bytes)
@@ -565,6 +570,16 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     arithmetic, the result still naming that engine; a release that runs the model on its second model runner: that
     runner's accounting, which the result names). ``with_max_context=False`` skips the search for the longest
     context at the batch (``max_context_at_batch`` is then -1): a capacity search asks only for the KV pool."""
+    if cfg.kv_cache_memory_bytes is not None:
+        e = cfg.engine
+        if e is None or e.kv is None or not e.kv.explicit_budget:
+            raise UsageError(f"--kv-cache-memory-bytes sets vLLM's KV cache (0.11+): "
+                             f"{'no engine' if e is None else e.label} has no such setting")
+        if cfg.kv_cache_memory_bytes < 1:
+            raise UsageError(f"--kv-cache-memory-bytes must be positive, got {cfg.kv_cache_memory_bytes}")
+        if e.extensible_off is not None:  # vLLM 0.34+: a set size turns the extensible KV cache off
+            return plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=e.extensible_off), activation_dtype,
+                            with_ideal, with_max_context)
     if cfg.engine is not None and memory_model(cfg.engine) is None:
         plain = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=None), activation_dtype, with_ideal,
                          with_max_context)
@@ -615,7 +630,9 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     else:
         requested = math.floor((capacity - startup) * fraction)
     stages: list[StagePlan] = []
-    rotary = absorbed = forward = sampler = sampler_state = sampler_workspace = 0
+    rotary = absorbed = forward = sampler = sampler_state = sampler_workspace = overcommit = 0
+    uncounted = eng.penalty_state_bytes(max_seqs, spec.vocab_size) if (
+        e is not None and e.activation is not None and e.activation.penalty_state_uncounted) else 0
     memo: dict[tuple[object, ...], tuple[StagePlan, int, int, eng.ActivationPeak]] = {}
     for s, layers in enumerate(ranges):
         first, last = s == 0, s == len(ranges) - 1
@@ -649,6 +666,10 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
                     budget = requested - held
                 else:
                     budget = math.floor((capacity - held - startup - non_torch - peak.peak_bytes) * fraction)
+                if cfg.kv_cache_memory_bytes is not None:  # vLLM takes it as the budget; the graphs come after
+                    budget = cfg.kv_cache_memory_bytes
+                    overcommit = max(overcommit, startup + held + peak.peak_bytes + non_torch + graphs + uncounted
+                                     + budget - capacity)
             a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, in_flight,
                           request_state, sh.full_kv_elements, sparse_record)
             if slots_bytes and census.linear_layers:  # a running request takes one of the max_num_seqs slots
@@ -685,20 +706,20 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         max_context = 0  # more requests than state slots: none fits, whatever the context
     per_seq = max(st.kv_bytes_per_sequence for st in stages)
     one_request = worst.kv_budget_bytes > 0 and per_replica >= 1
-    fits = one_request and sequences >= cfg.batch
+    fits = one_request and sequences >= cfg.batch and overcommit <= 0
     if worst.kv_budget_bytes <= 0:
         short = -worst.kv_budget_bytes + per_seq * need
     elif fits:
         short = 0
     else:
-        short = max(per_seq * need - worst.kv_budget_bytes, 0)
+        short = max(per_seq * need - worst.kv_budget_bytes, overcommit, 0)
     weights_max = max(st.weights_bytes for st in stages)
     activation_max = max(st.activation_peak_bytes for st in stages)
     ideal = None
     if e is not None and with_ideal:
         ideal = plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, engine=None, gpu_memory_utilization=(
-            fraction if e.budget == "utilization" else None), block_size=block, max_num_batched_tokens=mnbt),
-            activation_dtype)
+            fraction if e.budget == "utilization" else None), block_size=block, max_num_batched_tokens=mnbt,
+            kv_cache_memory_bytes=None), activation_dtype)
     return PlanResult(
         parallelism=par, engine=e, capacity_bytes=capacity, capacity_is_runtime=capacity != nominal,
         memory_bytes_per_gpu=nominal, memory_fraction=fraction,
@@ -728,9 +749,9 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         weights_bytes_per_gpu_ideal=None if ideal is None else ideal.weights_bytes_per_gpu,
         state_bytes_per_layer=state, block_size_asked=asked,
         state_slot_bytes_per_gpu=slots_bytes * max(st.census.linear_layers for st in stages),
-        uncounted_state_bytes=eng.penalty_state_bytes(max_seqs, spec.vocab_size) if (
-            e is not None and e.activation is not None and e.activation.penalty_state_uncounted) else 0,
-        max_running_requests=min((st.running_cap for st in holding if st.running_cap is not None), default=None))
+        uncounted_state_bytes=uncounted,
+        max_running_requests=min((st.running_cap for st in holding if st.running_cap is not None), default=None),
+        kv_budget_set=cfg.kv_cache_memory_bytes is not None, overcommit_bytes_per_gpu=max(overcommit, 0))
 
 
 def _max_context(spec: ModelSpec, e: EngineSpec | None, stages: list[StagePlan], kv_dtype: DType,

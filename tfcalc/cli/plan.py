@@ -39,7 +39,7 @@ from tfcalc.cli.common import (
 )
 from tfcalc.errors import UsageError
 from tfcalc.output import emit, emit_explanation, explanation_lines, pick, print_stderr, varies, wide
-from tfcalc.units import parse_sizes, split_list
+from tfcalc.units import parse_size, parse_sizes, split_list
 
 if TYPE_CHECKING:
     from tfcalc.spec.engine import EngineSpec
@@ -137,6 +137,10 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
              "keeps 2-3 state blocks a hybrid (Mamba / Gated DeltaNet) request, 1 without. Default: as the engine "
              "version does (on; for hybrid models from 0.28).", show_default=False)] = None,
          extensible_kv_cache: ExtensibleKvCacheOpt = None,
+         kv_cache_memory: Annotated[str | None, typer.Option(
+             "--kv-cache-memory-bytes", "--kv-cache-memory", help="vLLM 0.11+: the KV cache per GPU, set outright "
+             "(bytes; 40g = 40 x 2^30): utilization no longer sizes it; the row says whether the rest still fits "
+             "beside it (0.34+ runs without its extensible cache then).", show_default=False)] = None,
          find_min_gpus: Annotated[bool, typer.Option(
              "--min-gpus", help="Search the smallest GPU count that fits: tp within a node, pp only across whole "
              "nodes (vLLM's advice), unless --tp/--pp name the degrees allowed.")] = False,
@@ -145,7 +149,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
          explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Weights, every reserved term and the KV budget per GPU as the serving engine counts them; KV tokens; max
     sequences at a context; max context at a batch; verdict."""
-    from tfcalc.report.plan import PlanSweep, plan_rows
+    from tfcalc.report.plan import PlanSweep, plan_rows, takes_kv_cache_memory
 
     if max_gpus < 1 or gpus_per_node < 1:
         raise UsageError(f"--max-gpus ({max_gpus}) and --gpus-per-node ({gpus_per_node}) must be at least 1")
@@ -157,6 +161,9 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     engines = [with_prefix_caching(e, prefix_caching) for e in with_model_runners(
         with_extensible_kv_cache(engine_list(engine), extensible_kv_cache), model_runner)]
     check_runtime_overhead(bool(runtime_overhead), engines)
+    kv_memory = None if kv_cache_memory is None else parse_size(kv_cache_memory, "--kv-cache-memory-bytes")
+    if kv_memory is not None and not any(takes_kv_cache_memory(e) for e in engines):
+        raise UsageError("--kv-cache-memory-bytes sets vLLM's KV cache (0.11+): no engine asked takes it")
     precisions = weight_precisions(weights_dtype)
     kv_dtypes = parse_dtype_list(_merged(kv_dtype, kv_cache_dtype))
     sweep = PlanSweep(
@@ -167,6 +174,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
         block_sizes=parse_sizes(block_size, "block size"), max_num_seqs=parse_sizes(max_num_seqs, "max_num_seqs"),
         max_num_batched_tokens=parse_sizes(max_num_batched_tokens, "max_num_batched_tokens"),
         runtime_overheads=parse_sizes(runtime_overhead, "runtime overhead"), cuda_graphs_in_budget=cuda_graph_memory,
+        kv_cache_memory_bytes=kv_memory,
         find_min_gpus=find_min_gpus, max_gpus=max_gpus, gpus_per_node=gpus_per_node,
         redundant_experts=redundant_experts)
     rows, traces = plan_rows(specs, gpus, sweep)

@@ -45,6 +45,10 @@ def plan_reason(spec: ModelSpec, cfg: PlanConfig, r: PlanResult) -> str:
         text = (f"weights {_gib(r.weights_bytes_per_gpu)} and {_gib(r.reserved_bytes_per_gpu)} reserved exceed the "
                 f"{_gib(r.capacity_bytes)} per GPU: short by {_gib(-r.kv_budget_bytes_per_gpu)} before any KV "
                 f"cache, {_gib(r.shortfall_bytes_per_gpu)} for batch {cfg.batch:,} at context {cfg.context:,}")
+    elif r.overcommit_bytes_per_gpu > 0:
+        text = (f"the KV cache set ({_gib(r.kv_budget_bytes_per_gpu)}) and what the engine holds besides exceed the "
+                f"{_gib(r.capacity_bytes)} per GPU by {_gib(r.overcommit_bytes_per_gpu)}: it runs out of memory "
+                f"(at most {_gib(r.kv_budget_bytes_per_gpu - r.overcommit_bytes_per_gpu)} of KV cache fits)")
     elif r.fits:
         noun = "sequence" if r.max_concurrent_sequences == 1 else "sequences"
         text = f"fits: {r.max_concurrent_sequences:,} {noun} of {cfg.context:,} tokens, batch {cfg.batch:,} asked"
@@ -224,8 +228,19 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         if e.budget == "utilization":
             lines.append(f"  (vLLM's 'Total non KV cache memory' = weights + torch peak + non-torch = "
                          f"{_gib(r.weights_bytes_per_gpu + r.activation_peak_bytes + r.non_torch_bytes)})")
-        lines.append(f"= {term('kv_budget', 'KV budget')} = {r.kv_budget_bytes_per_gpu:,} B = "
-                     f"{_gib(r.kv_budget_bytes_per_gpu)}")
+        if r.kv_budget_set:
+            held = (r.startup_bytes + r.weights_bytes_per_gpu + r.state_slot_bytes_per_gpu + r.activation_peak_bytes
+                    + r.non_torch_bytes + r.cuda_graph_bytes + r.uncounted_state_bytes)
+            lines.append(f"= {term('kv_budget', 'KV budget')} = {r.kv_budget_bytes_per_gpu:,} B = "
+                         f"{_gib(r.kv_budget_bytes_per_gpu)}, as --kv-cache-memory-bytes sets it (the terms above "
+                         "do not size it)")
+            lines.append(f"  held besides: startup + the terms above, CUDA graphs included = {_gib(held)}; with the KV "
+                         f"cache {_gib(held + r.kv_budget_bytes_per_gpu)} of {_gib(r.capacity_bytes)}"
+                         + (f": over by {_gib(r.overcommit_bytes_per_gpu)}" if r.overcommit_bytes_per_gpu else
+                            f": {_gib(r.capacity_bytes - held - r.kv_budget_bytes_per_gpu)} free"))
+        else:
+            lines.append(f"= {term('kv_budget', 'KV budget')} = {r.kv_budget_bytes_per_gpu:,} B = "
+                         f"{_gib(r.kv_budget_bytes_per_gpu)}")
     mla = " (MLA latent, not split by tp)" if spec.mla is not None else ""
     ranges = stage_layers(spec.num_layers, p.pp)
     attention_layers = max(stage_census(spec, layers).attention_layers for layers in ranges)
@@ -353,10 +368,16 @@ class PlanSweep:
     max_num_batched_tokens: list[int]
     runtime_overheads: list[int]
     cuda_graphs_in_budget: bool | None = None
+    kv_cache_memory_bytes: int | None = None   # vLLM's set KV cache, for the engines that take one
     find_min_gpus: bool = False
     max_gpus: int = 512
     gpus_per_node: int = 8
     redundant_experts: int = 0   # EPLB's replicas, on the layouts with whole experts per GPU
+
+
+def takes_kv_cache_memory(engine: EngineSpec | None) -> bool:
+    """Whether ``engine`` takes a KV cache size outright (vLLM 0.11+'s --kv-cache-memory-bytes)."""
+    return engine is not None and engine.kv is not None and engine.kv.explicit_budget
 
 
 def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
@@ -382,6 +403,7 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
             base = PlanConfig(num_gpus=1, context=context, batch=batch, engine=engine, gpu_memory_utilization=util,
                               block_size=block, max_num_seqs=seqs, max_num_batched_tokens=mnbt,
                               cuda_graphs_in_budget=w.cuda_graphs_in_budget,
+                              kv_cache_memory_bytes=w.kv_cache_memory_bytes if takes_kv_cache_memory(engine) else None,
                               **({} if overhead is None else {"runtime_overhead_bytes": overhead}))
             if w.find_min_gpus:
                 r = min_gpus(spec, gpu, precision, kv_dtype, base, w.max_gpus, w.gpus_per_node, w.tps or None,

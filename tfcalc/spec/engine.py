@@ -275,6 +275,8 @@ class KVLayout:
     # the recurrent state's format: the checkpoint's (its declared SSM dtype, else the model's: vLLM), the model's
     # ("model": TensorRT-LLM 1.0-1.2's mamba_ssm_cache_dtype auto) or the checkpoint's else float32 ("fp32": SGLang)
     state_dtype: str = "checkpoint"
+    # --kv-cache-memory-bytes sets each GPU's KV cache outright, utilization and profiling aside (vLLM 0.11+)
+    explicit_budget: bool = False
 
     def state_blocks_for(self, kind: str | None) -> int:
         """State blocks a request keeps in one state group of a model whose linear layers are of ``kind``."""
@@ -1617,7 +1619,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                  frozenset({"swa_full_tokens_ratio", "checkpoint_dtype", "chunked_local", "sparse_mla_fp8",
                             "v4_groups", "v4_concurrency", "tokens", "group_size_ratio", "in_flight",
                             "v4_pool", "state_pool", "state_blocks", "checkpoint_align", "sparse_mla_fp8_gpus",
-                            "sparse_mla_raw_gpus", "hybrid_prefix_caching", "state_slots", "state_dtype"}))
+                            "sparse_mla_raw_gpus", "hybrid_prefix_caching", "state_slots", "state_dtype",
+                            "explicit_budget"}))
     _require(k["concurrency"] in ("vllm", "pool"), origin, "field 'kv.concurrency' must be vllm or pool")
     ratio = k.get("swa_full_tokens_ratio")
     v4_groups, v4_concurrency = k.get("v4_groups"), k.get("v4_concurrency", "weighted")
@@ -1651,7 +1654,8 @@ def _memory_sections(data: dict[str, Any], origin: str, inherited_scheduler: Sch
                   state_slots=_choice(k.get("state_slots", "requests"), origin, "kv.state_slots",
                                       ("requests", "max_num_seqs")),
                   state_dtype=_choice(k.get("state_dtype", "checkpoint"), origin, "kv.state_dtype",
-                                      ("checkpoint", "model", "fp32")))
+                                      ("checkpoint", "model", "fp32")),
+                  explicit_budget=_bool(k.get("explicit_budget", False), origin, "kv.explicit_budget"))
     w = _section(data, "weights", {"vocab_padding", "rotary_cache", "mla_absorbed_copy", "mxfp4_pad_hidden",
                                    "mxfp4_pad_intermediate"}, origin, frozenset({"float32_as", "unsupported"}))
     float32_as = w.get("float32_as")
