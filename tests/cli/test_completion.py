@@ -42,6 +42,6 @@ def test_completes_commands_options_and_names() -> None:
     assert _complete("tfcalc kv") == ["kv-cache"]
     assert "--max-model-len" in _complete("tfcalc plan --max")
     assert _complete("tfcalc kv-cache --preset mixtral") == ["mixtral-8x22b", "mixtral-8x7b"]
-    assert _complete("tfcalc plan --gpu h1") == ["h100-pcie", "h100-sxm"]
+    assert _complete("tfcalc plan --gpu h1") == ["h100-nvl", "h100-pcie", "h100-sxm"]
     assert "vllm-0.21" in _complete("tfcalc estimate --engine vllm")
     assert _complete("tfcalc plan --columns model,kv_tok") == ["model,kv_tokens_per_gpu"]

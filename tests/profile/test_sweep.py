@@ -134,6 +134,9 @@ def test_layers_that_fit_shrinks_to_free_memory() -> None:
     ("NVIDIA GeForce RTX 4090", "rtx4090"), ("AMD Instinct MI300X", "mi300x"), ("NVIDIA B200", "b200"),
     ("NVIDIA B300 SXM6 AC", "b300"), ("NVIDIA GB200", "gb200"),
     ("NVIDIA GB300", "gb300"), ("AMD Instinct MI325X", "mi325x"), ("Tesla T4", None),
+    ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA L4", "l4"),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
+    ("AMD Instinct MI355X", "mi355x"), ("AMD Instinct MI350X", "mi350x"),
 ])
 def test_device_names_match_gpu_presets(name: str, preset: str | None) -> None:
     assert match_gpu_preset(name) == preset

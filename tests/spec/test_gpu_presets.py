@@ -9,8 +9,8 @@ import pytest
 from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.presets import load_gpu, load_preset_document, preset_names
 
-GPUS = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "b300", "gb200", "gb300", "l40s",
-        "rtx4090", "mi300x", "mi325x"}
+GPUS = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h100-nvl", "h200", "b200", "b300", "gb200", "gb300",
+        "l40s", "l4", "rtx4090", "rtx-pro-6000", "mi300x", "mi325x", "mi350x", "mi355x"}
 GIB = 1 << 30
 DOC_FIELDS = {"display_name", "vendor", "memory_type", "interconnect", "sources", "notes",
               "latency"}  # the latency block carries its own sources (tests/spec/test_latency_presets.py)
@@ -36,6 +36,11 @@ def test_every_number_names_a_source(name: str) -> None:
     ("mi300x", 192, 1307.4e12, 5.3e12),
     ("mi325x", 256, 1307.4e12, 6.0e12),
     ("rtx4090", 24, 165.2e12, 1.008e12),
+    ("h100-nvl", 94, 835.5e12, 3.9e12),
+    ("l4", 24, 121e12, 0.3e12),
+    ("rtx-pro-6000", 96, 480e12, 1.597e12),
+    ("mi355x", 288, 2516.6e12, 8.0e12),
+    ("mi350x", 288, 2306.9e12, 8.0e12),
 ])
 def test_values_dense_and_binary(name: str, gib: int, bf16: float, bandwidth: float) -> None:
     gpu = load_gpu(name)
@@ -121,3 +126,60 @@ def test_trust_sentence_only_for_parts_measured_elsewhere() -> None:
     assert "measured on h100-sxm" in trust_sentence(load_gpu("h100-pcie"), calibrated=False)
     assert trust_sentence(load_gpu("h200"), calibrated=False) is None
     assert trust_sentence(load_gpu("mi300x"), calibrated=True) is None   # the user's own measurements
+
+
+# The new parts' cited figures (each preset's sources): dense = the datasheet's with-sparsity figure / 2 where the
+# vendor prints one; runtime capacity as the CUDA runtime reports it; GPU-to-GPU bandwidth one direction.
+NEW_PARTS = {
+    # name: (runtime GiB, {dtype: dense TFLOPS}, interconnect GB/s one way, SMs / CUs, fabric, kernels_as, measured_on)
+    "h100-nvl": (93.09, {"fp32": 60, "tf32": 835 / 2, "bf16": 1671 / 2, "fp8": 3341 / 2, "int8": 3341 / 2}, 64, 132,
+                 "pcie5", "h100-sxm", "h100-sxm"),
+    "l4": (22.03, {"fp32": 30.3, "tf32": 120 / 2, "bf16": 242 / 2, "fp8": 485 / 2, "int8": 485 / 2}, 32, 58, "pcie4",
+           "l40s", "l40s"),
+    "rtx-pro-6000": (95.01, {"fp32": 120, "bf16": 480, "fp8": 960, "int8": 960, "fp4": 1920}, 64, 188, "pcie5", "l40s",
+                     "l40s"),
+    "mi355x": (None, {"fp32": 157.3, "bf16": 2516.6, "fp8": 5033.2, "int8": 5033.2, "fp4": 10066.3}, 537.6, 256,
+               "xgmi-mi350", None, "none"),
+    "mi350x": (None, {"fp32": 144.2, "bf16": 2306.9, "fp8": 4613.7, "int8": 4613.7, "fp4": 9227.5}, 537.6, 256,
+               "xgmi-mi350", None, "none"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_PARTS))
+def test_new_parts_match_their_sources(name: str) -> None:
+    runtime, tflops, link, sms, fabric, shared, measured = NEW_PARTS[name]
+    gpu = load_gpu(name)
+    assert gpu.runtime_memory_bytes == (None if runtime is None else round(runtime * GIB))
+    assert {k: v / 1e12 for k, v in gpu.dense_flops_per_s.items() if k != "fp16"} == pytest.approx(tflops)
+    assert gpu.dense_flops_per_s["fp16"] == gpu.dense_flops_per_s["bf16"]
+    assert gpu.interconnect_bandwidth_bytes_per_s == pytest.approx(link * 1e9)
+    lat = gpu.latency
+    assert (lat.sm_count, lat.interconnect_preset, lat.kernels_as, lat.measured_on) == (sms, fabric, shared, measured)
+    assert gpu.vendor == ("AMD" if name.startswith("mi") else "NVIDIA")
+
+
+def test_new_parts_memory_and_ratios() -> None:
+    """Each sparse-only datasheet figure is halved once; the CDNA 4 peaks are one per-CU-clock rate at two clocks."""
+    assert load_gpu("h100-nvl").runtime_memory_bytes < load_gpu("h100-nvl").memory_bytes
+    assert load_gpu("l4").runtime_memory_bytes / GIB == pytest.approx(23034 / 1024 - 0.46, abs=0.01)  # nvidia-smi
+    mi355x, mi350x = load_gpu("mi355x").dense_flops_per_s, load_gpu("mi350x").dense_flops_per_s
+    for dtype, per_cu_clock in (("bf16", 4096), ("fp8", 8192), ("fp4", 16384), ("fp32", 256)):
+        assert mi355x[dtype] == pytest.approx(256 * per_cu_clock * 2.4e9, rel=5e-4)  # as printed, to 0.1 TFLOPS
+        assert mi350x[dtype] == pytest.approx(256 * per_cu_clock * 2.2e9, rel=5e-4)
+    assert "tf32" not in mi355x and "tf32" not in mi350x  # CDNA 4 has no TF32 matrix path: falls back to bf16
+    pro = load_gpu("rtx-pro-6000").dense_flops_per_s
+    assert pro["bf16"] == 4 * pro["fp32"] and pro["fp4"] == 4 * pro["bf16"]  # GB202: 1,024 / 256 FLOPs a SM-clock
+
+
+@pytest.mark.parametrize(("device_name", "preset"), [
+    ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+    ("NVIDIA L4", "l4"), ("NVIDIA L40S", "l40s"), ("NVIDIA L40", None),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", None),  # 1,792 GB/s: a different part
+    ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", None),
+    ("AMD Instinct MI355X", "mi355x"), ("AMD Instinct MI350X", "mi350x"), ("AMD Instinct MI300X", "mi300x"),
+])
+def test_device_names_of_the_new_parts(device_name: str, preset: str | None) -> None:
+    from tfcalc.profile.device import match_gpu_preset
+
+    assert match_gpu_preset(device_name) == preset

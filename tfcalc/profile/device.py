@@ -69,6 +69,7 @@ def available_memory_bytes(device: torch.device) -> int | None:
 # Device-name patterns (as NVML / torch report them) -> GPU preset. First match wins; more specific first.
 GPU_NAME_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"H200", "h200"),
+    (r"H100.*NVL", "h100-nvl"),
     (r"H100.*PCIe", "h100-pcie"),
     (r"H100", "h100-sxm"),
     (r"GB200", "gb200"),
@@ -78,9 +79,13 @@ GPU_NAME_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"A100.*80\s*GB", "a100-80gb"),
     (r"A100", "a100-40gb"),
     (r"L40S", "l40s"),
+    (r"\bL4\b", "l4"),  # "NVIDIA L4"; not the L40 / L40S
     (r"RTX 4090", "rtx4090"),
+    (r"RTX PRO 6000 Blackwell Server", "rtx-pro-6000"),  # the Server Edition only (Workstation: 1,792 GB/s)
     (r"MI300X", "mi300x"),
     (r"MI325X", "mi325x"),
+    (r"MI355X", "mi355x"),
+    (r"MI350X", "mi350x"),
 )
 
 
