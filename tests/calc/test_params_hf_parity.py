@@ -134,7 +134,9 @@ def hf_model(name: str) -> HFModel:
         else:
             model = AutoModelForCausalLM.from_config(config)
     seconds = time.perf_counter() - start
-    param_names = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    # ERNIE 4.5 holds its router's score-correction bias as a frozen nn.Parameter (moe_statics), DeepSeek-V3 as a buffer
+    param_names = {n for n, _ in model.named_parameters(remove_duplicate=False)
+                   if not n.endswith(".e_score_correction_bias")}
     # Gemma 4's per-layer output scalar and its vision tower's standardisation vectors are checkpoint buffers, not
     # parameters (2,334 elements in 26B-A4B): left out of the comparison, as of the published counts
     buffers = tuple((n, tuple(t.shape)) for n, t in model.state_dict().items() if n not in param_names
@@ -168,19 +170,21 @@ def hf_model(name: str) -> HFModel:
                 window = text_config.attention_chunk_size  # Llama 4: the chunk its mask keeps
             windows.append(window or None)
             head_dims.append(getattr(attn, "qk_head_dim", getattr(attn, "head_dim", 0)))
-        if hasattr(getattr(layer, "mlp", None) or layer.feed_forward, "experts") or hasattr(layer, "experts"):
+        ffn = getattr(layer, "mlp", None) or getattr(layer, "feed_forward", None) or layer.block_sparse_moe  # Granite
+        if hasattr(ffn, "experts") or hasattr(layer, "experts"):
             moe_layers.append(i)
     first_attention = next((layer for layer in text.layers if hasattr(layer, "self_attn")), None)
     return HFModel(
         class_name=type(model).__name__,
-        params=tuple((n, tuple(p.shape)) for n, p in model.named_parameters()),
+        params=tuple((n, tuple(p.shape)) for n, p in model.named_parameters() if n in param_names),
         buffers=buffers,
         moe_layers=tuple(moe_layers),
         windows=tuple(windows),
         head_dims=tuple(head_dims),
         rotary_dim=2 * inv_freq.shape[0] if isinstance(inv_freq := getattr(
             getattr(text, "rotary_emb", None), "inv_freq", None), torch.Tensor) else None,
-        qk_norm=first_attention is not None and hasattr(first_attention.self_attn, "q_norm"),
+        qk_norm=first_attention is not None and any(hasattr(first_attention.self_attn, name)
+                                                    for name in ("q_norm", "query_layernorm")),  # Hunyuan's name
         linear_layers=tuple(linear_layers),
         tied=not any(n.startswith(("lm_head", "language_model.lm_head")) for n, _ in model.named_parameters()),
         seconds=seconds,
@@ -205,7 +209,9 @@ def _component(name: str) -> str:
         return "norms"
     if "norm" in name.rsplit(".", 2)[-2]:  # *_layernorm, q_norm, k_norm, q_a_layernorm, kv_a_layernorm, model.norm
         return "norms"
-    name = name.replace(".feed_forward.", ".mlp.")  # Llama 4's name for the block's FFN
+    name = name.replace(".feed_forward.", ".mlp.").replace(".block_sparse_moe.", ".mlp.")  # Llama 4's, Granite's
+    if ".shared_mlp." in name:  # Hunyuan's and Granite's shared expert
+        return "shared_experts"
     if "_latent_proj." in name:  # Nemotron 3 Super's latent MoE: counted with the experts it feeds
         return "experts"
     if ".mixer." in name:  # Nemotron-H's block: an MoE's parts, an MLP's projections, else a Mamba-2 or attention mixer

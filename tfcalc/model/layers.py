@@ -657,7 +657,8 @@ class MoE(nn.Module):
     (Mixtral, Qwen3). DeepSeek-V3 (``router_scoring: sigmoid``, transformers DeepseekV3TopkRouter): sigmoid
     scores; the choice adds the learned ``e_score_correction_bias`` and is limited to the best
     ``groups_per_token`` of ``expert_groups`` groups (a group scores the sum of its top two); the weights are the
-    unbiased scores of the chosen experts, renormalised, times ``routed_scaling_factor``. Llama 4
+    unbiased scores of the chosen experts, renormalised, times ``routed_scaling_factor``; ERNIE 4.5 biases the choice
+    among its softmax scores the same way (transformers Ernie4_5_MoeTopKRouter's moe_statics). Llama 4
     (``moe.router_weights_input``, transformers Llama4TextMoe): each chosen expert's sigmoid score multiplies its
     input instead, y = sum_k expert_k(w_k x), not renormalised. Gemma 4 (``moe.router_scales``, transformers
     Gemma4TextRouter): the router sees x RMS-normalised without a weight, times a learned ``router_scale`` and
@@ -682,8 +683,9 @@ class MoE(nn.Module):
         super().__init__()
         moe = spec.moe
         assert moe is not None
-        if moe.router_score_correction_bias and moe.router_scoring != "sigmoid":
-            raise SpecError(f"{spec.name}: a router score-correction bias needs sigmoid scoring (DeepSeek-V3)")
+        if moe.router_score_correction_bias and moe.router_scoring not in ("sigmoid", "softmax"):
+            raise SpecError(f"{spec.name}: a router score-correction bias needs sigmoid (DeepSeek-V3) or softmax "
+                            "(ERNIE 4.5) scoring")
         self.spec, self.top_k, self.normalize = spec, moe.experts_per_token, moe.normalize_top_k
         self.weights_input = moe.router_weights_input
         e, i = moe.num_experts, moe.expert_intermediate_size

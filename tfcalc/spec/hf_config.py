@@ -694,6 +694,111 @@ def _nemotron_moe(c: _Config) -> MoESpec | None:
                    latent_size=c.opt_int("moe_latent_size", minimum=1) or 0)
 
 
+# MoE families (ERNIE 4.5, Hunyuan-A13B, Phi-3.5-MoE, Granite MoE, dots.llm1)
+
+def _ernie_moe_layers(c: _Config) -> list[int]:
+    """Ernie4_5_MoeDecoderLayer: MoE where (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <=
+    moe_layer_end_index (-1, as the class default, or null: the last layer)."""
+    n = c.num_layers
+    start = c.int_or_default("moe_layer_start_index")
+    end = c.get("moe_layer_end_index")
+    end = n - 1 if end is None or (type(end) is int and end == -1) else c.check_int("moe_layer_end_index", end, 0)
+    every = c.int_or_default("moe_layer_interval", minimum=1)
+    return [i for i in range(n) if (i + 1) % every == 0 and start <= i <= end]
+
+
+def _ernie_moe(c: _Config) -> MoESpec | None:
+    """Ernie4_5_MoeSparseMoeBlock on ``_ernie_moe_layers`` (dense MLPs of intermediate_size elsewhere): softmax scores
+    whose choice adds the score-correction bias (moe_statics, one per expert), the chosen scores renormalised, and
+    moe_num_shared_experts shared experts run as one MLP of moe_intermediate_size x that count."""
+    moe = set(_ernie_moe_layers(c))
+    if not moe:  # transformers builds dense MLPs everywhere
+        return None
+    shared = c.int_or_default("moe_num_shared_experts")
+    size = c.int_or_default("moe_intermediate_size", minimum=1)
+    return MoESpec(num_experts=c.int_or_default("moe_num_experts", minimum=1),
+                   experts_per_token=c.int_or_default("moe_k", minimum=1), expert_intermediate_size=size,
+                   num_shared_experts=shared, shared_expert_intermediate_size=size if shared else 0,
+                   dense_layers=tuple(i for i in range(c.num_layers) if i not in moe),
+                   router_score_correction_bias=True, normalize_top_k=True)
+
+
+def _ernie_layers(c: _Config) -> dict[str, Any]:
+    """ERNIE 4.5's attention numerics: RoPE on adjacent pairs (transformers Ernie4_5_MoeAttention's rotate_half over
+    x[0::2], x[1::2]); refuses ``use_bias``, which also puts a bias on the lm_head (Ernie4_5_MoeForCausalLM)."""
+    if c.flag("use_bias"):
+        raise c.error("field 'use_bias' true (biases on every projection and on the lm_head) is not supported")
+    return {"rope_interleaved": True}
+
+
+def _hunyuan_per_layer(c: _Config, key: str, minimum: int = 1) -> int | None:
+    """A HunYuan key given once or once per layer (moe_topk, moe_intermediate_size, num_shared_expert) as one integer;
+    None when absent. A list that varies by layer is refused: tfcalc sizes every MoE layer alike."""
+    value = c.get(key)
+    if value is None:
+        return None
+    if isinstance(value, list):
+        if len(value) != c.num_layers or len({c.check_int(key, v, minimum) for v in value}) != 1:
+            raise c.error(f"field '{key}' must hold one value or the same value for each of the {c.num_layers} "
+                          f"layers, got {value!r:.60}")
+        value = value[0]
+    return c.check_int(key, value, minimum)
+
+
+def _hunyuan_moe(c: _Config) -> MoESpec:
+    """HunYuanMoEV1Moe on every layer: softmax top-``moe_topk`` renormalised, ``num_experts`` experts and one shared
+    MLP (shared_mlp) beside them, all of intermediate_size (transformers' port). A checkpoint whose per-layer
+    moe_intermediate_size or num_shared_expert (vLLM's reading) says otherwise is refused, as is cross-layer KV
+    sharing (use_cla) and a model without the shared MLP (use_mixed_mlp_moe false)."""
+    width = c.req_int("intermediate_size")
+    if _hunyuan_per_layer(c, "moe_intermediate_size") not in (None, width):
+        raise c.error(f"field 'moe_intermediate_size' ({c.data['moe_intermediate_size']!r:.40}) is not supported "
+                      f"(experts as wide as intermediate_size, {width})")
+    if _hunyuan_per_layer(c, "num_shared_expert", minimum=0) not in (None, 1):
+        raise c.error("field 'num_shared_expert' is not supported (one shared MLP per layer)")
+    for key, unsupported, what in (("use_cla", True, "cross-layer KV sharing"),
+                                   ("use_mixed_mlp_moe", False, "MoE layers without the shared MLP")):
+        if c.data.get(key) is unsupported:
+            raise c.error(f"field '{key}' {str(unsupported).lower()} ({what}) is not supported")
+    return MoESpec(num_experts=c.int_or_default("num_experts", minimum=1),
+                   experts_per_token=_hunyuan_per_layer(c, "moe_topk") or c.int_or_default("moe_topk", minimum=1),
+                   expert_intermediate_size=width, num_shared_experts=1, shared_expert_intermediate_size=width,
+                   normalize_top_k=True)
+
+
+def _hunyuan_layers(c: _Config) -> dict[str, Any]:
+    """Hunyuan's legacy ``attention_head_dim`` must agree with the head_dim tfcalc reads (head_dim, else hidden /
+    heads). No further ModelSpec fields: its per-head query/key RMSNorms follow RoPE (HunYuanMoEV1Attention), which
+    the bundled decoder runs before it (no size or cost depends on the order)."""
+    legacy = c.opt_int("attention_head_dim", minimum=1)
+    head_dim = c.opt_int("head_dim", minimum=1) or c.req_int("hidden_size") // c.req_int("num_attention_heads")
+    if legacy not in (None, head_dim):
+        raise c.error(f"field 'attention_head_dim' ({legacy}) is not the head_dim ({head_dim}) transformers uses")
+    return {}
+
+
+def _granite_moe(shared_expert: bool) -> MoERule:
+    """GraniteMoeMoE on every layer: the top k router logits softmaxed among themselves (a softmax top-k, renormalised)
+    over experts of intermediate_size; GraniteMoeShared adds a shared MLP of ``shared_intermediate_size`` (none
+    when 0) on the same input."""
+
+    def rule(c: _Config) -> MoESpec:
+        shared = c.int_or_default("shared_intermediate_size") if shared_expert else 0
+        return MoESpec(num_experts=c.int_or_default("num_local_experts", minimum=1),
+                       experts_per_token=c.int_or_default("num_experts_per_tok", minimum=1),
+                       expert_intermediate_size=c.req_int("intermediate_size"), num_shared_experts=1 if shared else 0,
+                       shared_expert_intermediate_size=shared, normalize_top_k=True)
+
+    return rule
+
+
+def _granite_layers(c: _Config) -> dict[str, Any]:
+    """Granite's attention scale ``attention_multiplier`` m in place of head_dim^-1/2 (GraniteMoeAttention), as the
+    query_pre_attn_scalar 1 / m^2. Its embedding_multiplier, residual_multiplier and logits_scaling scale
+    activations only: the bundled decoder runs without them (no size or cost depends on them)."""
+    return {"query_pre_attn_scalar": c.req_float("attention_multiplier") ** -2}
+
+
 def _dsa_indexer(c: _Config) -> dict[str, Any]:
     """DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5): ``index_n_heads`` x ``index_head_dim``,
     ``index_topk``; the layers that run their own (GLM-5.2's ``indexer_types`` "full", or transformers
@@ -796,6 +901,42 @@ FAMILIES: dict[str, _Family] = {
                   "decoder_sparse_step": 1, "norm_topk_prob": False, "mlp_only_layers": None},
         required=("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
         sliding=_window_every_layer(enabled_key="use_sliding_window"), moe=_qwen_moe(shared_expert=False),
+        qk_norm=True),
+    # ERNIE 4.5 MoE (Ernie4_5_MoeConfig): dense first layer(s) by moe_layer_start_index / interval / end index,
+    # softmax router with a score-correction bias, shared experts, RoPE on adjacent pairs
+    "ernie4_5_moe": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 4, "max_position_embeddings": 131072,
+                  "tie_word_embeddings": True, "rope_theta": 500000.0, "use_bias": False, "moe_intermediate_size": 1536,
+                  "moe_k": 6, "moe_num_experts": 64, "moe_num_shared_experts": 2, "moe_layer_start_index": 1,
+                  "moe_layer_end_index": -1, "moe_layer_interval": 1},
+        attention=_no_bias, moe=_ernie_moe, mtp_key="num_nextn_predict_layers", numerics=_ernie_layers),
+    # Hunyuan-A13B (HunYuanMoEV1Config): MoE on every layer with one shared MLP, experts and shared MLP of
+    # intermediate_size, per-head QK-norm after RoPE, NTK-alpha RoPE (rope_scaling alpha)
+    "hunyuan_v1_moe": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
+                  "attention_bias": False, "num_experts": 1, "moe_topk": 1},
+        moe=_hunyuan_moe, qk_norm=True, numerics=_hunyuan_layers),
+    # Granite 3.x MoE (GraniteMoeConfig): MoE on every layer, top-k softmax, attention_multiplier scaling
+    "granitemoe": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
+                  "attention_bias": False, "num_local_experts": 8, "num_experts_per_tok": 2,
+                  "attention_multiplier": 1.0},
+        moe=_granite_moe(shared_expert=False), numerics=_granite_layers),
+    # Granite MoE with a shared expert (GraniteMoeSharedConfig): granitemoe plus shared_mlp of shared_intermediate_size
+    "granitemoeshared": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
+                  "attention_bias": False, "num_local_experts": 8, "num_experts_per_tok": 2,
+                  "attention_multiplier": 1.0, "shared_intermediate_size": 0},
+        moe=_granite_moe(shared_expert=True), numerics=_granite_layers),
+    # dots.llm1 (Dots1Config): DeepSeek-V3's router and shared experts with plain attention (MHA in the release) and
+    # per-head QK-norm, dense MLPs before first_k_dense_replace, sliding layers from max_window_layers on
+    "dots1": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 32, "max_position_embeddings": 2048,
+                  "attention_bias": False, "sliding_window": 4096, "max_window_layers": 62,
+                  "first_k_dense_replace": 0, "moe_layer_freq": 1, "n_shared_experts": None, "norm_topk_prob": False,
+                  "n_group": 1, "topk_group": 1, "routed_scaling_factor": 1.0},
+        required=("n_routed_experts", "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size"),
+        sliding=_window_by_layer_type(_qwen_upper_layers), moe=_deepseek_moe(score_correction_bias=True),
         qk_norm=True),
     # Qwen3-VL-MoE's decoder (Qwen3VLMoeTextConfig): Qwen3-MoE with renormalised top-k and M-RoPE (a text token's
     # three position ids are equal: plain RoPE)
@@ -980,6 +1121,8 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3_moe", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
+    "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "Dots1ForCausalLM": "dots1",
+    "GraniteMoeForCausalLM": "granitemoe", "GraniteMoeSharedForCausalLM": "granitemoeshared",
     "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3", "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3", "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
     "MiniMaxM2ForCausalLM": "minimax_m2", "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForCausalLM": "qwen3_5_text",
@@ -1006,6 +1149,8 @@ def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
     if not isinstance(scaling, dict):
         raise c.error(f"field 'rope_scaling' must be a mapping or null, got {scaling!r}")
     rope_type = scaling.get("rope_type", scaling.get("type"))
+    if rope_type == "dynamic" and scaling.get("alpha") is not None:
+        return _ntk_alpha_theta(c, float(theta), scaling["alpha"]), None
     if rope_type in (None, "default", "mrope", "proportional"):
         # M-RoPE (Qwen2-VL): a text token's three position ids are equal; Gemma 4's proportional RoPE rotates part
         # of each head unscaled (its share: ``_gemma4_layers``)
@@ -1025,6 +1170,15 @@ def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
         low_freq_factor=number("low_freq_factor"), high_freq_factor=number("high_freq_factor"),
         beta_fast=number("beta_fast"), beta_slow=number("beta_slow"), mscale=number("mscale"),
         mscale_all_dim=number("mscale_all_dim"))
+
+
+def _ntk_alpha_theta(c: _Config, theta: float, alpha: Any) -> float:
+    """Hunyuan's "dynamic" RoPE with an ``alpha`` (transformers HunYuanMoEV1RotaryEmbedding, ntk_alpha): a fixed base
+    theta x alpha^(d / (d - 2)) over head_dim d, unscaled otherwise and independent of the sequence length."""
+    dim = c.opt_int("head_dim", minimum=1) or c.req_int("hidden_size") // c.req_int("num_attention_heads")
+    if dim <= 2:
+        raise c.error(f"rope_scaling alpha needs a head_dim above 2, got {dim}")
+    return check_float("rope_theta", theta * check_float("rope_scaling.alpha", alpha) ** (dim / (dim - 2)))
 
 
 def _partial_rotary_factor(c: _Config, family: _Family, head_dim: int) -> float:
