@@ -166,6 +166,8 @@ def hf_model(name: str) -> HFModel:
             window = getattr(attn, "sliding_window", None)
             if model_type in _CONFIG_WIDE_WINDOW:
                 window = config.sliding_window
+            if getattr(attn, "is_sliding", True) is False:  # Exaone4Attention keeps the window on global layers too
+                window = None
             if getattr(text_config, "layer_types", None) and text_config.layer_types[i] == "chunked_attention":
                 window = text_config.attention_chunk_size  # Llama 4: the chunk its mask keeps
             windows.append(window or None)

@@ -42,16 +42,15 @@ def write(tmp_path: Path, data: dict[str, Any], filename: str = "config.json") -
 # --- errors --------------------------------------------------------------------------------------------------
 
 def test_supported_types() -> None:
-    assert SUPPORTED_MODEL_TYPES == (
-        "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "dots1", "ernie4_5_moe",
-        "gemma", "gemma2", "gemma3", "gemma3_text",
-        "gemma4", "gemma4_text", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "gpt_oss",
-        "granitemoe", "granitemoeshared", "hunyuan_v1_moe",
-        "kimi_k25", "llama", "llama4",
+    assert SUPPORTED_MODEL_TYPES == tuple(sorted({
+        "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "gemma", "gemma2", "gemma3", "gemma3_text",
+        "gemma4", "gemma4_text", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "gpt_oss", "kimi_k25", "llama", "llama4",
         "llama4_text", "mimo_v2_flash", "minimax_m2", "mistral", "mistral3", "mixtral", "nemotron_h", "phi3", "qwen2",
         "qwen2_5_vl",
         "qwen2_moe", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next",
-        "qwen3_vl", "qwen3_vl_moe", "qwen3_vl_moe_text")
+        "qwen3_vl", "qwen3_vl_moe", "qwen3_vl_moe_text",
+        "seed_oss", "glm4", "olmo2", "olmo3", "smollm3", "exaone4", "granite",
+        "dots1", "ernie4_5_moe", "granitemoe", "granitemoeshared", "hunyuan_v1_moe"}))
 
 
 @pytest.mark.parametrize("model_type", ["falcon", None, 7])

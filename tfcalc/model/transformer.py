@@ -1,4 +1,4 @@
-"""The bundled decoder: embedding, N pre-norm residual blocks, final norm, lm_head; prefill and decode.
+"""The bundled decoder: embedding, N pre- or post-norm residual blocks, final norm, lm_head; prefill and decode.
 
 Built from the calculator's :class:`~tfcalc.spec.model.ModelSpec` with random weights (no checkpoints), so
 its parameter count and KV-cache bytes can be checked against ``tfcalc params`` and ``tfcalc kv-cache``.
@@ -90,7 +90,9 @@ class TransformerBlock(nn.Module):
     (``norms_per_layer == 1``); the missing half's ``attention`` or ``ffn`` (and its norm) is None.
     Gemma 4's MoE layers (``moe.dense_mlp_beside``, 7 norms; transformers Gemma4TextDecoderLayer) run a dense MLP
     beside the experts: x + post(post_mlp(mlp(ffn_norm(x))) + post_moe(moe(x))), the MoE norming its experts' input
-    itself and routing on x."""
+    itself and routing on x. ``norm_placement`` post (OLMo 2, EXAONE 4; transformers Olmo2DecoderLayer): x +
+    norm(attn(x)), then x + norm(ffn(x)). Granite's ``residual_multiplier`` r: x + r attn(norm(x)), then
+    x + r ffn(norm(x))."""
 
     def __init__(self, spec: ModelSpec, layer: int, weights_dtype: str | None = None) -> None:
         super().__init__()
@@ -108,15 +110,19 @@ class TransformerBlock(nn.Module):
             raise SpecError(f"{spec.name}: the bundled model supports 2 or 4 norms per layer (7 with an MoE beside "
                             f"a dense MLP), not {spec.norms_per_layer}")
         self.sliding = spec.is_sliding_layer(layer)
-        self.attention_norm = make_norm(spec, spec.hidden_size) if mixer else None
+        pre = spec.norm_placement == "pre"  # "post": the inputs go un-normed, the two norms sit on the outputs
+        self.attention_norm = (make_norm(spec, spec.hidden_size) if pre else nn.Identity()) if mixer else None
         self.linear = spec.is_linear_layer(layer)
         self.attention: Mixer | None = make_mixer(spec, layer) if mixer else None
-        self.ffn_norm = make_norm(spec, spec.hidden_size) if ffn else None
+        self.ffn_norm = (make_norm(spec, spec.hidden_size) if pre else nn.Identity()) if ffn else None
         self.ffn: nn.Module | None = None
         if ffn:
             self.ffn = (MoE(spec, weights_dtype) if spec.is_moe_layer(layer)
                         else FeedForward(spec, spec.intermediate_size, spec.mlp_bias))
-        post = spec.norms_per_layer >= 4
+        post = spec.norms_per_layer >= 4 or not pre
+        # Granite's residual_multiplier, None where it is 1: the usual block's forward stays what it was (a float
+        # attribute read in forward would enter torch.compile's guards)
+        self.residual = None if spec.residual_multiplier == 1.0 else spec.residual_multiplier
         self.post_attention_norm = make_norm(spec, spec.hidden_size) if post else nn.Identity()
         self.post_ffn_norm = make_norm(spec, spec.hidden_size) if post else nn.Identity()
         self.mlp = FeedForward(spec, spec.intermediate_size, spec.mlp_bias) if beside else None
@@ -125,13 +131,17 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: Tensor, step: Step) -> Tensor:
         if self.attention is not None and self.attention_norm is not None:
-            x = x + self.post_attention_norm(self.attention(self.attention_norm(x), step))
+            x = x + self._scaled(self.post_attention_norm(self.attention(self.attention_norm(x), step)))
         if self.ffn is None or self.ffn_norm is None:
             return x
         if self.mlp is not None and self.post_mlp_norm is not None and self.post_moe_norm is not None:
             both = self.post_mlp_norm(self.mlp(self.ffn_norm(x))) + self.post_moe_norm(self.ffn(x))
-            return x + self.post_ffn_norm(both)
-        return x + self.post_ffn_norm(self.ffn(self.ffn_norm(x)))
+            return x + self._scaled(self.post_ffn_norm(both))
+        return x + self._scaled(self.post_ffn_norm(self.ffn(self.ffn_norm(x))))
+
+    def _scaled(self, out: Tensor) -> Tensor:
+        """A sub-layer's output as the residual adds it: times Granite's residual_multiplier (1 elsewhere)."""
+        return out if self.residual is None else out * self.residual
 
 
 def _shapes(attention: nn.Module, decode: bool) -> tuple[int, int, int, int]:
@@ -191,6 +201,9 @@ class Transformer(nn.Module):
         # Python float so that a captured step holds no CPU tensor
         self.embed_scale = float(torch.tensor(math.sqrt(spec.hidden_size), dtype=torch.get_default_dtype(),
                                               device="cpu")) if spec.embedding_scale_sqrt_hidden else None
+        if spec.embedding_multiplier != 1.0:  # Granite: inputs_embeds * embedding_multiplier
+            self.embed_scale = (self.embed_scale or 1.0) * spec.embedding_multiplier
+        self.logits_scale = None if spec.logits_scaling == 1.0 else spec.logits_scaling  # Granite's; None where 1
         self.register_buffer("cache_pos", torch.zeros((), dtype=torch.long), persistent=False)
         self.max_len = 0
 
@@ -341,8 +354,11 @@ class Transformer(nn.Module):
         return self.norm(x)
 
     def logits(self, h: Tensor) -> Tensor:
-        """lm_head, soft-capped to c tanh(z / c) where the spec caps final logits (Gemma 2)."""
+        """lm_head, divided by Granite's logits_scaling and soft-capped to c tanh(z / c) where the spec caps final
+        logits (Gemma 2)."""
         z = self.lm_head(h)
+        if self.logits_scale is not None:
+            z = z / self.logits_scale
         cap = self.spec.final_logit_softcapping
         return z if cap is None else cap * torch.tanh(z / cap)
 

@@ -9,6 +9,7 @@ with transformers on the meta device and checks the parameter count to the singl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from tfcalc.spec.hf_quant import (
     checkpoint_weight_only,
 )
 from tfcalc.spec.model import (
+    FLOAT_LIMITS,
     HYBRID_BLOCKS,
     INT_LIMITS,
     CompressedAttentionSpec,
@@ -823,6 +825,108 @@ def _dsa_indexer(c: _Config) -> dict[str, Any]:
         topk=c.req_int("index_topk"))}
 
 
+# dense families (Seed-OSS, GLM-4, OLMo 2/3, SmolLM3, EXAONE 4, Granite)
+
+def _seed_oss_bias(c: _Config) -> dict[str, bool]:
+    """SeedOssAttention: ``attention_bias`` puts a bias on q, k and v, ``attention_out_bias`` one on o_proj."""
+    return {"qkv_bias": c.flag("attention_bias"), "o_bias": c.flag("attention_out_bias")}
+
+
+def _glm4_numerics(c: _Config) -> dict[str, Any]:
+    """Glm4Attention's RoPE turns adjacent pairs (x_2i, x_2i+1) of each head's rotated part (its rotate_half over
+    0::2 / 1::2, cos and sin repeat_interleave'd)."""
+    return {"rope_interleaved": True}
+
+
+def _post_norm(c: _Config) -> dict[str, Any]:
+    """Olmo2DecoderLayer / Exaone4DecoderLayer: no norm before attention or MLP; post_attention_layernorm and
+    post_feedforward_layernorm norm their outputs before the residual add."""
+    return {"norm_placement": "post"}
+
+
+def _every_fourth_full(c: _Config, i: int) -> bool:
+    """Olmo3Config's default ``layer_types``: layers 3, 7, 11, ... full, the rest slide."""
+    return (i + 1) % 4 != 0
+
+
+def _olmo3_numerics(c: _Config) -> dict[str, Any]:
+    """OLMo 3: post-norm as OLMo 2; a classic ``rope_scaling`` scales the full_attention layers only
+    (Olmo3Config.convert_rope_params_to_dict), the sliding ones keep ``rope_theta`` unscaled. YaRN's
+    ``attention_factor`` must be its default 0.1 ln(factor) + 1 (what tfcalc applies)."""
+    out = _post_norm(c)
+    scaling = c.data.get("rope_scaling")
+    if not isinstance(scaling, dict) or scaling.get("rope_type", scaling.get("type")) in (None, "default"):
+        return out
+    given = scaling.get("attention_factor")
+    if scaling.get("rope_type", scaling.get("type")) == "yarn" and given is not None:
+        factor = check_float("rope_scaling.factor", scaling.get("factor", 1.0))
+        expected = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+        if abs(check_float("rope_scaling.attention_factor", given) - expected) > 1e-9:
+            raise c.error(f"field 'rope_scaling.attention_factor' {given!r:.20} is not supported (yarn's default "
+                          f"0.1 ln(factor) + 1 = {expected:.6f})")
+    return {**out, "rope_local_theta": float(check_float("rope_theta", c.get("rope_theta")))}
+
+
+def _smollm3_nope(c: _Config) -> dict[str, Any]:
+    """SmolLM3Attention: the layers whose ``no_rope_layers`` entry is 0 (else every ``no_rope_layer_interval``-th)
+    apply no RoPE."""
+    return {"nope_layers": tuple(i for i, rope in enumerate(_rope_layers(c)) if not rope)}
+
+
+def _smollm3_nope_slides(c: _Config, i: int) -> bool:
+    """SmolLM3Config's default ``layer_types``: with ``use_sliding_window``, the NoPE layers slide."""
+    return not _rope_layers(c)[i]
+
+
+# Exaone4Config.sliding_window_pattern's default (every 4th layer full); not among the family defaults, whose test
+# reads that key as Gemma 3's (6)
+_EXAONE4_PATTERN = 4
+
+
+def _exaone4_pattern(c: _Config, i: int) -> bool:
+    """Exaone4Config's default ``layer_types``: every ``sliding_window_pattern``-th layer full, the rest slide. A
+    string pattern ("LLLG") without ``layer_types`` is refused: transformers cannot read it either."""
+    pattern = c.data.get("sliding_window_pattern", _EXAONE4_PATTERN)
+    if isinstance(pattern, str):
+        raise c.error(f"field 'sliding_window_pattern' {pattern!r:.20} without 'layer_types' is not supported "
+                      "(an integer, or layer_types)")
+    return (i + 1) % c.check_int("sliding_window_pattern", pattern, 1) != 0
+
+
+_exaone4_sliding = _window_by_layer_type(_exaone4_pattern)
+
+
+def _exaone4_numerics(c: _Config) -> dict[str, Any]:
+    """Exaone4Attention: post-norm as OLMo 2; with a ``sliding_window`` configured its full-attention layers apply
+    no RoPE ("global NoPE": ``if self.sliding_window is None or self.is_sliding``)."""
+    out = _post_norm(c)
+    if c.get("sliding_window") is None:
+        return out
+    sliding = set(_exaone4_sliding(c)[1])
+    return {**out, "nope_layers": tuple(i for i in range(c.num_layers) if i not in sliding)}
+
+
+def _granite_numerics(c: _Config) -> dict[str, Any]:
+    """GraniteModel's multipliers: embeddings x ``embedding_multiplier``, each residual branch x
+    ``residual_multiplier``, logits / ``logits_scaling``; scores scaled by ``attention_multiplier`` instead of
+    head_dim^-1/2 (query_pre_attn_scalar = attention_multiplier^-2)."""
+    scale = c.req_float("attention_multiplier")
+    limit = FLOAT_LIMITS["query_pre_attn_scalar"][1]
+    if scale ** -2 > limit:
+        raise c.error(f"field 'attention_multiplier' must be at least {limit ** -0.5:g}, got {scale:g}")
+    return {"embedding_multiplier": c.req_float("embedding_multiplier"),
+            "residual_multiplier": c.req_float("residual_multiplier"),
+            "logits_scaling": c.req_float("logits_scaling"), "query_pre_attn_scalar": scale ** -2}
+
+
+# the dense families' causal-LM classes, read by ARCHITECTURE_FAMILIES
+_DENSE_ARCHITECTURES = {
+    "SeedOssForCausalLM": "seed_oss", "Glm4ForCausalLM": "glm4", "Olmo2ForCausalLM": "olmo2",
+    "Olmo3ForCausalLM": "olmo3", "SmolLM3ForCausalLM": "smollm3", "Exaone4ForCausalLM": "exaone4",
+    "GraniteForCausalLM": "granite",
+}
+
+
 # --- families ----------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -871,6 +975,44 @@ FAMILIES: dict[str, _Family] = {
         defaults={**_LLAMA_LIKE, "num_key_value_heads": 8, "max_position_embeddings": 131072,
                   "sliding_window": 4096},
         attention=_no_bias, sliding=_window_every_layer()),
+    # Seed-OSS (SeedOssConfig): Llama with q/k/v biases (attention_bias), o_proj's own (attention_out_bias)
+    "seed_oss": _Family(
+        defaults={**_LLAMA_LIKE, "head_dim": 128, "num_key_value_heads": 8, "max_position_embeddings": 524288,
+                  "attention_bias": True, "attention_out_bias": False, "mlp_bias": False},
+        attention=_seed_oss_bias, mlp_bias=True),
+    # GLM-4-0414 (Glm4Config): q/k/v biases, 4 sandwich norms, interleaved RoPE on half of each head, fused gate_up
+    "glm4": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 2, "head_dim": 128, "max_position_embeddings": 131072,
+                  "attention_bias": True, "partial_rotary_factor": 0.5},
+        attention=_qkv_bias_from_attention_bias, norms_per_layer=4, numerics=_glm4_numerics),
+    # OLMo 2 (Olmo2Config): post-norm, QK-norm over all heads at once, biases per attention_bias
+    "olmo2": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
+                  "attention_bias": False},
+        qk_norm=True, qk_norm_across_heads=True, numerics=_post_norm),
+    # OLMo 3 (Olmo3Config): OLMo 2 with sliding-window layers (3 of every 4 by default), RoPE scaling on full layers
+    "olmo3": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
+                  "attention_bias": False, "rope_theta": 500000.0, "sliding_window": 4096},
+        sliding=_window_by_layer_type(_every_fourth_full), qk_norm=True, qk_norm_across_heads=True,
+        numerics=_olmo3_numerics),
+    # SmolLM3 (SmolLM3Config): Llama with NoPE layers (no_rope_layers; every 4th by default), tied embeddings
+    "smollm3": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 4, "max_position_embeddings": 32768,
+                  "tie_word_embeddings": True, "rope_theta": 2000000.0, "attention_bias": False, "mlp_bias": False,
+                  "use_sliding_window": False, "sliding_window": None, "no_rope_layer_interval": 4},
+        sliding=_window_by_layer_type(_smollm3_nope_slides, enabled_key="use_sliding_window"), mlp_bias=True,
+        numerics=_smollm3_nope),
+    # EXAONE 4.0 (Exaone4Config): post-norm, per-head QK-norm, bias-free; sliding layers and NoPE full layers
+    "exaone4": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": 32, "max_position_embeddings": 2048, "sliding_window": 4096},
+        attention=_no_bias, sliding=_exaone4_sliding, qk_norm=True, numerics=_exaone4_numerics),
+    # Granite 3.x (GraniteConfig): Llama with embedding / residual / attention / logits multipliers (numerics only)
+    "granite": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
+                  "attention_bias": False, "mlp_bias": False, "embedding_multiplier": 1.0,
+                  "residual_multiplier": 1.0, "attention_multiplier": 1.0, "logits_scaling": 1.0},
+        mlp_bias=True, numerics=_granite_numerics),
     "mixtral": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": 8, "max_position_embeddings": 131072,
                   "sliding_window": None, "rope_theta": 1000000.0},
@@ -1119,6 +1261,7 @@ FAMILIES: dict[str, _Family] = {
 # out take the family's defaults.
 ARCHITECTURE_FAMILIES: dict[str, str] = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
+    **_DENSE_ARCHITECTURES,
     "Qwen2ForCausalLM": "qwen2", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3_moe", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
     "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "Dots1ForCausalLM": "dots1",

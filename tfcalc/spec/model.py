@@ -20,6 +20,9 @@ T = TypeVar("T")
 
 FfnKind = Literal["gated", "plain"]
 NormKind = Literal["rmsnorm", "layernorm"]
+# Where a layer's norms sit: before its attention and FFN ("pre", Llama), or only on their outputs before the residual
+# add ("post": OLMo 2 / 3, EXAONE 4's QK-Reorder-Norm; transformers Olmo2DecoderLayer).
+NormPlacement = Literal["pre", "post"]
 ActiveConvention = Literal["all_weights_touched", "excludes_input_embedding"]
 # The FFN nonlinearities the decoder implements (tfcalc.model.layers.activate); anything else is refused.
 Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped", "relu2"]
@@ -123,6 +126,9 @@ FLOAT_LIMITS: dict[str, tuple[float, float]] = {
     "attn_logit_softcapping": (POSITIVE, 1e6),
     "final_logit_softcapping": (POSITIVE, 1e6),
     "query_pre_attn_scalar": (POSITIVE, 1 << 20),
+    "embedding_multiplier": (POSITIVE, 1e6),
+    "residual_multiplier": (POSITIVE, 1e6),
+    "logits_scaling": (POSITIVE, 1e6),
     "norm_weight_offset": (-1.0, 1.0),
     "attn_temperature_scale": (0.0, 1e6),
     "partial_rotary_factor": (POSITIVE, 1.0),
@@ -654,6 +660,8 @@ class ModelSpec:
     mlp_bias: bool = False
     norm_kind: NormKind = "rmsnorm"
     norms_per_layer: int = 2
+    # "post": the layer's two norms apply to its attention and FFN outputs, none to their inputs (OLMo 2, EXAONE 4)
+    norm_placement: NormPlacement = "pre"
     qk_norm: bool = False
     # q_norm / k_norm span all heads' projections at once (MiniMax-M2: RMSNorm over num_heads x head_dim, whose
     # statistics a tensor-parallel engine all-reduces) instead of each head's head_dim (Qwen3).
@@ -714,6 +722,12 @@ class ModelSpec:
     query_pre_attn_scalar: float | None = None
     norm_weight_offset: float = 0.0
     embedding_scale_sqrt_hidden: bool = False
+    # Granite's multipliers (transformers GraniteModel / GraniteDecoderLayer / GraniteForCausalLM): embeddings times
+    # embedding_multiplier, each attention and FFN output times residual_multiplier before its residual add, logits
+    # divided by logits_scaling. No size depends on them.
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    logits_scaling: float = 1.0
     max_context: int = 4096
     native_dtype: str = "bf16"
     # The KV cache format the checkpoint declares (ModelOpt's kv_cache_quant_algo or kv_cache_scheme): engines whose
@@ -768,6 +782,8 @@ class ModelSpec:
         _require(set(self.checkpoint_weight_only) <= set(PARAM_COMPONENTS),
                  f"{n}: checkpoint_weight_only names a component that is not one of {', '.join(PARAM_COMPONENTS)}")
         _require(not self.qk_norm_across_heads or self.qk_norm, f"{n}: qk_norm_across_heads needs qk_norm")
+        _require(self.norm_placement == "pre" or self.norms_per_layer == 2,
+                 f"{n}: norm_placement post needs norms_per_layer 2 (one norm per output), not {self.norms_per_layer}")
         rotated = self.head_dim * self.partial_rotary_factor
         _require(self.mla is not None or (rotated == int(rotated) and int(rotated) % 2 == 0),
                  f"{n}: partial_rotary_factor ({self.partial_rotary_factor}) x head_dim ({self.head_dim}) must be "

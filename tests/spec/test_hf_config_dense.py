@@ -1,0 +1,367 @@
+"""Dense families read from config.json: Seed-OSS, GLM-4-0414, OLMo 2 / 3, SmolLM3, EXAONE 4.0 and Granite 3.x.
+
+Their parameter counts equal transformers' (tests/calc/test_params_hf_parity.py runs every fixture); here: the totals
+against what the model cards publish, the per-layer sliding / NoPE patterns against ``layer_types`` and the
+transformers config classes, KV bytes per token against a hand count, one-line errors, and the bundled decoder run
+against transformers with the same weights for each family's numerics (post-norm, sandwich norms, interleaved partial
+RoPE, NoPE layers, Granite's multipliers).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tfcalc.calc.kv_cache import kv_bytes_per_token, kv_cache_bytes
+from tfcalc.calc.params import count_params
+from tfcalc.dtypes import get_dtype
+from tfcalc.errors import SpecError
+from tfcalc.model import Transformer, build_model
+from tfcalc.spec.hf_config import ARCHITECTURE_FAMILIES, FAMILIES, load_hf_config, spec_from_hf_config
+from tfcalc.spec.model import ModelSpec
+
+FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
+DENSE = ("seed-oss-36b", "glm-4-9b-0414", "olmo2-7b", "olmo3-7b", "smollm3-3b", "exaone4-32b", "exaone4-1.2b",
+         "granite-3.3-8b")
+BF16 = get_dtype("bf16")
+
+
+def fixture(name: str, **changes: Any) -> dict[str, Any]:
+    data = json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    return {**{k: v for k, v in data.items() if k not in changes or changes[k] is not _DROP},
+            **{k: v for k, v in changes.items() if v is not _DROP}}
+
+
+_DROP = object()
+
+
+def build(name: str, **changes: Any) -> ModelSpec:
+    return spec_from_hf_config(fixture(name, **changes), origin=f"{name}.json", name=name)
+
+
+def non_embedding(spec: ModelSpec) -> int:
+    """Total parameters less the input embedding and an untied output head (the EXAONE cards' "without
+    embeddings")."""
+    counts = count_params(spec)
+    head = 0 if spec.tie_word_embeddings else counts.total["lm_head"].total
+    return counts.total_params - counts.total["embedding"].total - head
+
+
+# --- totals against the model cards ----------------------------------------------------------------------------
+
+def test_seed_oss_total_is_the_checkpoints_own_count() -> None:
+    """Seed-OSS-36B: 36,151,104,512 parameters, the count a public snapshot of the Instruct and Base checkpoints'
+    config / safetensors index records; the card's "36B" (ByteDance-Seed/Seed-OSS-36B-Instruct, Model Summary)."""
+    total = count_params(build("seed-oss-36b")).total_params
+    assert total == 36_151_104_512
+    assert round(total / 1e9) == 36
+
+
+@pytest.mark.parametrize(("name", "card"), [("exaone4-32b", 30.95e9), ("exaone4-1.2b", 1.07e9)])
+def test_exaone4_non_embedding_count_is_the_cards(name: str, card: float) -> None:
+    """The EXAONE 4.0 cards (LGAI-EXAONE/EXAONE-4.0-32B and -1.2B, Model Configuration) publish "Number of Parameters
+    (without embeddings)": 30.95B and 1.07B; tfcalc's, without the embedding and untied head, within 0.5 %."""
+    assert non_embedding(build(name)) == pytest.approx(card, rel=0.005)
+
+
+@pytest.mark.parametrize(("name", "nominal", "total"), [
+    ("glm-4-9b-0414", 9, 9_400_279_040), ("olmo2-7b", 7, 7_298_617_344), ("olmo3-7b", 7, 7_298_011_136),
+    ("smollm3-3b", 3, 3_075_098_624), ("granite-3.3-8b", 8, 8_170_864_640)])
+def test_totals_round_to_the_cards_sizes(name: str, nominal: int, total: int) -> None:
+    """The cards of GLM-4-9B-0414, OLMo 2 7B, OLMo 3 7B, SmolLM3-3B and Granite 3.3 8B publish only the rounded size
+    in the name (9B, 7B, 7B, 3B, 8B): tfcalc's total rounds to it (9.40 / 7.30 / 7.30 / 3.08 / 8.17 B, pinned)."""
+    got = count_params(build(name)).total_params
+    assert got == total
+    assert round(got / 1e9) == nominal
+
+
+# --- what each family reads ------------------------------------------------------------------------------------
+
+def test_seed_oss_biases_q_k_v_and_o_apart() -> None:
+    """SeedOssAttention: attention_bias on q, k and v, attention_out_bias on o_proj (false in the release)."""
+    spec = build("seed-oss-36b")
+    assert (spec.qkv_bias, spec.o_bias, spec.mlp_bias, spec.head_dim) == (True, False, False, 128)
+    assert build("seed-oss-36b", attention_out_bias=True).o_bias
+    assert not build("seed-oss-36b", attention_bias=False).qkv_bias
+
+
+def test_glm4_reads_sandwich_norms_and_interleaved_partial_rope() -> None:
+    spec = build("glm-4-9b-0414")
+    assert (spec.norms_per_layer, spec.qkv_bias, spec.o_bias, spec.rope_interleaved) == (4, True, False, True)
+    assert (spec.partial_rotary_factor, spec.rotary_dim, spec.num_kv_heads) == (0.5, 64, 2)
+
+
+@pytest.mark.parametrize("name", ["olmo2-7b", "olmo3-7b"])
+def test_olmo_is_post_norm_with_qk_norm_across_heads(name: str) -> None:
+    spec = build(name)
+    assert (spec.norm_placement, spec.norms_per_layer, spec.qk_norm, spec.qk_norm_across_heads) == ("post", 2, True,
+                                                                                                  True)
+    assert not spec.qkv_bias and not spec.o_bias
+    assert build(name, attention_bias=True).o_bias  # Olmo2Attention: attention_bias on q, k, v and o
+
+
+def test_post_norm_needs_two_norms_per_layer() -> None:
+    with pytest.raises(SpecError, match=r"^olmo2-7b: norm_placement post needs norms_per_layer 2 \(one norm per "
+                                        r"output\), not 4$"):
+        build("olmo2-7b").with_overrides(norms_per_layer=4)
+
+
+def test_olmo3_windows_follow_layer_types_and_yarn_scales_full_layers_only() -> None:
+    data = fixture("olmo3-7b")
+    spec = build("olmo3-7b")
+    assert spec.sliding_window == 4096
+    assert spec.sliding_window_layers == tuple(i for i, t in enumerate(data["layer_types"]) if t == "sliding_attention")
+    assert spec.num_sliding_layers == 24 and spec.num_full_layers == 8
+    assert spec.rope_scaling is not None and (spec.rope_scaling.rope_type, spec.rope_scaling.factor) == ("yarn", 8.0)
+    assert spec.rope_local_theta == spec.rope_theta == 500000.0  # Olmo3Config: sliding layers unscaled
+    assert build("olmo3-7b", rope_scaling=None).rope_local_theta is None
+
+
+def test_olmo3_default_pattern_is_transformers() -> None:
+    from transformers import Olmo3Config
+
+    spec = build("olmo3-7b", layer_types=_DROP)
+    expected = Olmo3Config(num_hidden_layers=32).layer_types
+    assert spec.sliding_window_layers == tuple(i for i, t in enumerate(expected) if t == "sliding_attention")
+
+
+def test_smollm3_nope_layers_follow_no_rope_layers() -> None:
+    data = fixture("smollm3-3b")
+    spec = build("smollm3-3b")
+    assert spec.nope_layers == tuple(i for i, rope in enumerate(data["no_rope_layers"]) if not rope)
+    assert spec.nope_layers == tuple(range(3, 36, 4))
+    assert spec.sliding_window is None and spec.tie_word_embeddings
+    assert build("smollm3-3b", no_rope_layers=_DROP, no_rope_layer_interval=3).nope_layers == tuple(range(2, 36, 3))
+
+
+def test_smollm3_sliding_layers_are_transformers() -> None:
+    """With use_sliding_window and a window, SmolLM3Config's default layer_types slide the NoPE layers."""
+    from transformers import SmolLM3Config
+
+    data = fixture("smollm3-3b", use_sliding_window=True, sliding_window=4096)
+    spec = spec_from_hf_config(data, origin="smollm3", name="smollm3")
+    fields = {k: v for k, v in data.items() if k not in ("_comment", "model_type")}
+    expected = SmolLM3Config(**fields).layer_types
+    assert spec.sliding_window == 4096
+    assert spec.sliding_window_layers == tuple(i for i, t in enumerate(expected) if t == "sliding_attention")
+    assert spec.sliding_window_layers == spec.nope_layers
+
+
+def test_exaone4_hybrid_layers_and_global_nope_are_transformers() -> None:
+    """EXAONE 4.0 32B: sliding_window_pattern 4 gives 3 sliding layers to 1 global, and the global layers apply no
+    RoPE (Exaone4Attention: "We use global NoPE for hybrid attention model")."""
+    from transformers import Exaone4Config
+
+    data = fixture("exaone4-32b")
+    spec = build("exaone4-32b")
+    fields = {k: v for k, v in data.items() if k not in ("_comment", "model_type")}
+    expected = Exaone4Config(**fields).layer_types
+    sliding = tuple(i for i, t in enumerate(expected) if t == "sliding_attention")
+    assert spec.sliding_window == 4096 and spec.sliding_window_layers == sliding
+    assert spec.nope_layers == tuple(i for i, t in enumerate(expected) if t == "full_attention") == tuple(
+        range(3, 64, 4))
+    assert (spec.norm_placement, spec.qk_norm, spec.qk_norm_across_heads, spec.qkv_bias) == ("post", True, False,
+                                                                                             False)
+
+
+def test_exaone4_layer_types_rule_and_the_small_model_has_no_window() -> None:
+    from transformers import Exaone4Config
+
+    from tfcalc.spec.hf_config import _EXAONE4_PATTERN
+
+    assert _EXAONE4_PATTERN == Exaone4Config().sliding_window_pattern
+    types = ["sliding_attention", "full_attention"] * 32
+    spec = build("exaone4-32b", layer_types=types, sliding_window_pattern="LG")
+    assert spec.sliding_window_layers == tuple(range(0, 64, 2)) and spec.nope_layers == tuple(range(1, 64, 2))
+    small = build("exaone4-1.2b")
+    assert (small.sliding_window, small.sliding_window_layers, small.nope_layers) == (None, (), ())
+    assert small.tie_word_embeddings and small.head_dim == 64
+
+
+def test_granite_multipliers_are_numerics() -> None:
+    spec = build("granite-3.3-8b")
+    assert (spec.embedding_multiplier, spec.residual_multiplier, spec.logits_scaling) == (12.0, 0.22, 16.0)
+    assert spec.query_pre_attn_scalar == 16384.0  # attention_multiplier 1/128 = query_pre_attn_scalar^-1/2
+    plain = build("granite-3.3-8b", embedding_multiplier=1.0, residual_multiplier=1.0, logits_scaling=1.0,
+                  attention_multiplier=_DROP)
+    assert count_params(plain).total_params == count_params(spec).total_params
+
+
+def test_dense_architectures_read_remote_code_configs() -> None:
+    """A remote-code config naming one of these classes is read as its family (vLLM picks by architectures)."""
+    for cls, family in {"SeedOssForCausalLM": "seed_oss", "Glm4ForCausalLM": "glm4", "Olmo2ForCausalLM": "olmo2",
+                        "Olmo3ForCausalLM": "olmo3", "SmolLM3ForCausalLM": "smollm3",
+                        "Exaone4ForCausalLM": "exaone4", "GraniteForCausalLM": "granite"}.items():
+        assert ARCHITECTURE_FAMILIES[cls] == family and family in FAMILIES
+
+
+# --- KV cache against a hand count -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "per_token"), [
+    ("seed-oss-36b", 64 * 2 * 8 * 128 * 2), ("glm-4-9b-0414", 40 * 2 * 2 * 128 * 2),
+    ("olmo2-7b", 32 * 2 * 32 * 128 * 2), ("olmo3-7b", 32 * 2 * 32 * 128 * 2), ("smollm3-3b", 36 * 2 * 4 * 128 * 2),
+    ("exaone4-32b", 64 * 2 * 8 * 128 * 2), ("exaone4-1.2b", 30 * 2 * 8 * 64 * 2),
+    ("granite-3.3-8b", 40 * 2 * 8 * 128 * 2)])
+def test_kv_bytes_per_token_by_hand(name: str, per_token: int) -> None:
+    """layers x (K + V) x KV heads x head_dim x 2 bytes (bf16)."""
+    assert kv_bytes_per_token(build(name), BF16) == per_token
+
+
+@pytest.mark.parametrize(("name", "full", "sliding", "kv_heads"), [("olmo3-7b", 8, 24, 32), ("exaone4-32b", 16, 48, 8)])
+def test_window_caps_the_sliding_layers_cache(name: str, full: int, sliding: int, kv_heads: int) -> None:
+    """At 32k tokens the full layers hold every token, the sliding layers their 4096-token window."""
+    per_layer_token = 2 * kv_heads * 128 * 2
+    expected = full * 32768 * per_layer_token + sliding * 4096 * per_layer_token
+    assert kv_cache_bytes(build(name), BF16, 32768) == expected
+
+
+# --- one-line errors -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "field"), [
+    ("seed-oss-36b", "hidden_size"), ("glm-4-9b-0414", "num_attention_heads"), ("olmo2-7b", "intermediate_size"),
+    ("olmo3-7b", "num_hidden_layers"), ("smollm3-3b", "vocab_size"), ("exaone4-32b", "hidden_size"),
+    ("granite-3.3-8b", "intermediate_size")])
+def test_missing_required_field_is_one_line(tmp_path: Path, name: str, field: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(fixture(name, **{field: _DROP})), encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        load_hf_config(path)
+    model_type = fixture(name)["model_type"]
+    assert str(info.value) == f"{path}: missing required field '{field}' (model_type {model_type})"
+
+
+@pytest.mark.parametrize(("name", "changes", "message"), [
+    ("exaone4-32b", {"sliding_window_pattern": "LLLG"}, "field 'sliding_window_pattern' 'LLLG' without "
+                                                        "'layer_types' is not supported"),
+    ("exaone4-32b", {"layer_types": ["sliding_attention"] * 3}, "field 'layer_types' must be a list of 64 entries"),
+    ("olmo3-7b", {"rope_scaling": {"rope_type": "yarn", "factor": 8.0, "attention_factor": 1.0,
+                                   "original_max_position_embeddings": 8192}},
+     "field 'rope_scaling.attention_factor' 1.0 is not supported"),
+    ("granite-3.3-8b", {"attention_multiplier": 1e-4}, "field 'attention_multiplier' must be at least"),
+    ("granite-3.3-8b", {"residual_multiplier": "0.22"}, "field 'residual_multiplier' must be a number"),
+    ("smollm3-3b", {"no_rope_layers": [1, 0]}, "field 'no_rope_layers' must be a list of at least 36 entries"),
+])
+def test_unsupported_values_are_one_line(name: str, changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        build(name, **changes)
+    text = str(info.value)
+    assert "\n" not in text and text.startswith(f"{name}.json: ") and message in text
+
+
+# --- the bundled decoder against transformers ----------------------------------------------------------------
+
+_SMALL = {"vocab_size": 97, "hidden_size": 48, "num_hidden_layers": 3, "num_attention_heads": 6,
+          "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 40, "max_position_embeddings": 64,
+          "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False, "pad_token_id": 0,
+          "bos_token_id": 1, "eos_token_id": 2}
+SMALL = {
+    # q/k/v and o biases set apart
+    "seed_oss": {**_SMALL, "attention_bias": True, "attention_out_bias": True},
+    # sandwich norms, q/k/v biases, interleaved RoPE on half of each head, fused gate_up
+    "glm4": {**_SMALL, "attention_bias": True, "partial_rotary_factor": 0.5},
+    # post-norm, QK-norm over all heads at once, every projection biased
+    "olmo2": {**_SMALL, "attention_bias": True},
+    # layers sliding, sliding, full (a 4-token window), YaRN x2 on the full layer only; rope_theta Olmo3Config's
+    # default, which transformers 5.25 gives the sliding layers whatever rope_theta says (its
+    # convert_rope_params_to_dict pops rope_theta for the full layers first): the released 7B and 32B use it
+    "olmo3": {**_SMALL, "sliding_window": 4, "rope_theta": 500000.0,
+              "rope_scaling": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32,
+                               "beta_fast": 32.0, "beta_slow": 1.0},
+              "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]},
+    # layer 1 without RoPE, tied embeddings
+    "smollm3": {**_SMALL, "no_rope_layers": [1, 0, 1], "tie_word_embeddings": True},
+    # 4 layers: sliding, global (NoPE), sliding, global (NoPE); per-head QK-norm, post-norm
+    "exaone4": {**_SMALL, "num_hidden_layers": 4, "sliding_window": 4, "sliding_window_pattern": 2},
+    # every multiplier away from 1, the attention scale too (1/8, not 16^-1/2)
+    "granite": {**_SMALL, "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.125,
+                "logits_scaling": 8.0},
+}
+
+
+def _copy_to_transformers(ours: Transformer, hf: Any) -> None:
+    """Our weights under transformers' names: wqkv split into q, k, v (and their biases), wo, QK-norms, the MLP
+    (GLM-4's fused gate_up as it is) and each layer's norms by where they sit."""
+    spec = ours.spec
+    hf.model.embed_tokens.weight.copy_(ours.tok_embeddings.weight)
+    hf.model.norm.weight.copy_(ours.norm.weight)
+    if not spec.tie_word_embeddings:
+        hf.lm_head.weight.copy_(ours.lm_head.weight)
+    widths = [spec.num_attention_heads * spec.head_dim] + [spec.num_kv_heads * spec.head_dim] * 2
+    for block, layer in zip(ours.layers, hf.model.layers, strict=True):
+        a, h = block.attention, layer.self_attn
+        for name, w in zip(("q_proj", "k_proj", "v_proj"), a.wqkv.weight.split(widths), strict=True):
+            getattr(h, name).weight.copy_(w)
+        if a.wqkv.bias is not None:
+            for name, b in zip(("q_proj", "k_proj", "v_proj"), a.wqkv.bias.split(widths), strict=True):
+                getattr(h, name).bias.copy_(b)
+        h.o_proj.weight.copy_(a.wo.weight)
+        if a.wo.bias is not None:
+            h.o_proj.bias.copy_(a.wo.bias)
+        if a.q_norm is not None:
+            h.q_norm.weight.copy_(a.q_norm.weight)
+            h.k_norm.weight.copy_(a.k_norm.weight)
+        mlp = layer.mlp
+        if hasattr(mlp, "gate_up_proj"):
+            mlp.gate_up_proj.weight.copy_(block.ffn.w_in.weight)
+        else:
+            gate, up = block.ffn.w_in.weight.chunk(2)
+            mlp.gate_proj.weight.copy_(gate)
+            mlp.up_proj.weight.copy_(up)
+        mlp.down_proj.weight.copy_(block.ffn.w_out.weight)
+        if spec.norm_placement == "post":
+            pairs = ((layer.post_attention_layernorm, block.post_attention_norm),
+                     (layer.post_feedforward_layernorm, block.post_ffn_norm))
+        elif spec.norms_per_layer == 4:
+            pairs = ((layer.input_layernorm, block.attention_norm), (layer.post_self_attn_layernorm,
+                                                                     block.post_attention_norm),
+                     (layer.post_attention_layernorm, block.ffn_norm), (layer.post_mlp_layernorm, block.post_ffn_norm))
+        else:
+            pairs = ((layer.input_layernorm, block.attention_norm), (layer.post_attention_layernorm, block.ffn_norm))
+        for dst, src in pairs:
+            dst.weight.copy_(src.weight)
+
+
+def _run(model: Transformer, tokens: torch.Tensor, chunks: list[int]) -> torch.Tensor:
+    """Prefill the chunks in turn (a chunk of 1 is a decode step); logits for every token."""
+    model.reset()
+    out, start = [], 0
+    with torch.inference_mode():
+        for n in chunks:
+            piece = tokens[:, start:start + n]
+            out.append(model.decode_step(piece) if n == 1 else model.prefill(piece))
+            start += n
+    return torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("model_type", sorted(SMALL))
+def test_bundled_decoder_equals_transformers(model_type: str) -> None:
+    """Each family's small config.json, run by the bundled decoder and by transformers' ForCausalLM with the same
+    weights (every norm and bias drawn away from its default): the same logits for one prefill of 11 tokens (past
+    the 4-token windows) and for a prefill of 5 then cached decode. transformers' norms run in float32 inside a
+    float64 model, which bounds the agreement near 1e-7."""
+    transformers = pytest.importorskip("transformers")
+    config = {**SMALL[model_type], "model_type": model_type}
+    torch.manual_seed(0)
+    ours = build_model(spec_from_hf_config(config, origin="small", name=model_type), dtype=torch.float64)
+    with torch.no_grad():
+        for p in ours.parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+    fields = {k: v for k, v in config.items() if k != "model_type"}
+    hf_config = transformers.AutoConfig.for_model(model_type, **fields, attn_implementation="eager")
+    hf = transformers.AutoModelForCausalLM.from_config(hf_config).to(torch.float64).eval()
+    with torch.no_grad():
+        _copy_to_transformers(ours, hf)
+    assert sum(p.numel() for p in hf.parameters()) == count_params(ours.spec).total_params
+    tokens = torch.randint(1, ours.spec.vocab_size, (2, 11))
+    ours.setup_caches(batch=2, max_len=16)
+    with torch.inference_mode():
+        expected = hf(tokens).logits
+    for chunks in ([11], [5] + [1] * 6):
+        torch.testing.assert_close(_run(ours, tokens, chunks), expected, atol=1e-6, rtol=1e-6)
+    assert math.isfinite(float(expected.abs().max()))
