@@ -158,7 +158,9 @@ def hf_model(name: str) -> HFModel:
             elif block == "moe":
                 moe_layers.append(i)
             continue
-        if hasattr(layer, "linear_attn"):  # Qwen3-Next / Qwen3.5's Gated DeltaNet: no window, no heads of head_dim
+        # Qwen3-Next / Qwen3.5's Gated DeltaNet, Granite 4.0's Mamba-2 (its layers hold mamba or self_attn, the other
+        # None): no window, no heads of head_dim
+        if hasattr(layer, "linear_attn") or getattr(layer, "mamba", None) is not None:
             linear_layers.append(i)
             windows.append(None)
         else:
@@ -172,13 +174,15 @@ def hf_model(name: str) -> HFModel:
                 window = text_config.attention_chunk_size  # Llama 4: the chunk its mask keeps
             windows.append(window or None)
             head_dims.append(getattr(attn, "qk_head_dim", getattr(attn, "head_dim", 0)))
-        ffn = getattr(layer, "mlp", None) or getattr(layer, "feed_forward", None) or layer.block_sparse_moe  # Granite
+        ffn = getattr(layer, "mlp", None) or getattr(layer, "feed_forward", None) or getattr(layer, "block_sparse_moe",
+                                                                                            None)
         if hasattr(ffn, "experts") or hasattr(layer, "experts"):
             moe_layers.append(i)
     first_attention = next((layer for layer in text.layers if hasattr(layer, "self_attn")), None)
     return HFModel(
         class_name=type(model).__name__,
-        params=tuple((n, tuple(p.shape)) for n, p in model.named_parameters() if n in param_names),
+        params=tuple((_granite_name(n, bool(moe_layers)), tuple(p.shape)) for n, p in model.named_parameters()
+                     if n in param_names),
         buffers=buffers,
         moe_layers=tuple(moe_layers),
         windows=tuple(windows),
@@ -191,6 +195,13 @@ def hf_model(name: str) -> HFModel:
         tied=not any(n.startswith(("lm_head", "language_model.lm_head")) for n, _ in model.named_parameters()),
         seconds=seconds,
     )
+
+
+def _granite_name(name: str, moe: bool) -> str:
+    """Granite 4.0's FFN names as the other families': block_sparse_moe (router, experts) as mlp, its shared_mlp as
+    the shared expert beside experts, else as the layer's dense MLP."""
+    name = name.replace(".block_sparse_moe.", ".mlp.")
+    return name.replace(".shared_mlp.", ".mlp.shared_expert." if moe else ".mlp.")
 
 
 @functools.cache
@@ -230,7 +241,7 @@ def _component(name: str) -> str:
         return "router"  # MiniMax-M2 keeps the score bias on the block, not the gate
     if ".mlp." in name:
         return "mlp"
-    if ".self_attn." in name or ".linear_attn." in name:
+    if ".self_attn." in name or ".linear_attn." in name or ".mamba." in name:  # Granite 4.0's Mamba-2 mixer
         return "attention"
     raise AssertionError(f"unclassified transformers parameter {name}")
 
@@ -269,8 +280,10 @@ def test_components_equal_transformers(name: str) -> None:
     got = {c: [0, 0] for c in PARAM_COMPONENTS}
     for tensor_name, shape in (*hf.params, *hf.buffers):
         # gpt-oss stacks expert biases into 2-D tensors (experts x width): still biases, i.e. vector elements; a
-        # Gated DeltaNet's depthwise conv taps (channels x 1 x kernel) are per-channel vectors, never quantized
-        is_vector = len(shape) == 1 or tensor_name.endswith(("bias", "conv1d.weight"))
+        # Gated DeltaNet's depthwise conv taps (channels x 1 x kernel) are per-channel vectors, never quantized, and so
+        # are Command R+'s per-head q and k norm weights (heads x head_dim)
+        is_vector = len(shape) == 1 or tensor_name.endswith(("bias", "conv1d.weight", "q_norm.weight",
+                                                              "k_norm.weight"))
         got[_component(tensor_name)][1 if is_vector else 0] += _numel(shape)
     expected = {c: [p.matrix, p.vector] for c, p in counts.total.items()}
     assert got == expected

@@ -43,8 +43,10 @@ def write(tmp_path: Path, data: dict[str, Any], filename: str = "config.json") -
 
 def test_supported_types() -> None:
     assert SUPPORTED_MODEL_TYPES == tuple(sorted({
+        "cohere", "cohere2",
         "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "gemma", "gemma2", "gemma3", "gemma3_text",
-        "gemma4", "gemma4_text", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "gpt_oss", "kimi_k25", "llama", "llama4",
+        "gemma4", "gemma4_text", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "gpt_oss", "granitemoehybrid", "kimi_k25",
+        "llama", "llama4",
         "llama4_text", "mimo_v2_flash", "minimax_m2", "mistral", "mistral3", "mixtral", "nemotron_h", "phi3", "qwen2",
         "qwen2_5_vl",
         "qwen2_moe", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next",

@@ -77,8 +77,9 @@ class TPShape:
 
 
 def _norm(spec: ModelSpec, size: int) -> Params:
-    """RMSNorm has a weight of ``size``; LayerNorm a weight and a bias."""
-    return Params(vector=size * (2 if spec.norm_kind == "layernorm" else 1))
+    """RMSNorm has a weight of ``size``; LayerNorm a weight and a bias (a weight only without ``norm_bias``:
+    Cohere's)."""
+    return Params(vector=size * (2 if spec.norm_kind == "layernorm" and spec.norm_bias else 1))
 
 
 def attention_modules(spec: ModelSpec) -> dict[str, TPShape]:
@@ -259,9 +260,9 @@ def attention_params(spec: ModelSpec) -> Params:
 def norms_shape(spec: ModelSpec) -> TPShape:
     """Block norms (2 pre-norms; 4 in Gemma 2/3) + QK-norm over head_dim + MLA's q_a/kv_a latent norms (DeepSeek-V4's
     q_a and kv norms), all replicated; MiniMax-M2's QK-norm across all heads splits like q and k (vLLM
-    MiniMaxText01RMSNormTP)."""
+    MiniMaxText01RMSNormTP), and so does Command R+'s, a weight per head (vLLM commandr.py LayerNorm((heads, d)))."""
     p = _norm(spec, spec.hidden_size) * spec.norms_per_layer
-    if spec.qk_norm and spec.qk_norm_across_heads:
+    if spec.qk_norm and (spec.qk_norm_across_heads or spec.qk_norm_weights_per_head):
         return TPShape(split=_norm(spec, spec.num_attention_heads * spec.head_dim), replicated=p,
                        per_kv_head=_norm(spec, spec.head_dim))
     if spec.qk_norm:

@@ -61,10 +61,34 @@ def rms_normalize(x: Tensor, eps: float = NORM_EPS) -> Tensor:
 
 
 def make_norm(spec: ModelSpec, dim: int) -> nn.Module:
-    """RMSNorm (weight) or LayerNorm (weight and bias), as ``spec.norm_kind`` says."""
+    """RMSNorm (weight) or LayerNorm (weight and bias; no bias without ``spec.norm_bias``, Cohere's), as
+    ``spec.norm_kind`` says."""
     if spec.norm_kind == "rmsnorm":
         return RMSNorm(dim, offset=spec.norm_weight_offset)
-    return nn.LayerNorm(dim, eps=NORM_EPS)
+    return nn.LayerNorm(dim, eps=NORM_EPS, bias=spec.norm_bias)
+
+
+class HeadNorm(nn.Module):
+    """A norm over each head's last dimension with a weight per head, [heads, head_dim] (Command R+'s q and k norms:
+    transformers CohereLayerNorm((heads, head_dim)) normalises over head_dim): y = (x - mean) / sqrt(var + eps) x
+    w_head (+ b_head) for a LayerNorm spec, x / sqrt(mean(x^2) + eps) x w_head for an RMSNorm one, in at least fp32
+    (the weight applied before the cast back, as CohereLayerNorm does)."""
+
+    def __init__(self, spec: ModelSpec, heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.centred = spec.norm_kind == "layernorm"
+        self.weight = nn.Parameter(torch.ones(heads, head_dim))
+        self.bias = nn.Parameter(torch.zeros(heads, head_dim)) if self.centred and spec.norm_bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x [..., heads, head_dim] -> the same shape."""
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        if self.centred:
+            xf = xf - xf.mean(-1, keepdim=True)
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS) * self.weight.to(xf.dtype)
+        if self.bias is not None:
+            xf = xf + self.bias.to(xf.dtype)
+        return xf.to(x.dtype)
 
 
 # --- rotary position embeddings ------------------------------------------------------------------------
@@ -510,8 +534,8 @@ def attention_temperature(positions: Tensor, floor_scale: int, scale: float, dty
 
 class Attention(nn.Module):
     """Multi-head attention with H query and Hkv KV heads (MHA H = Hkv, GQA, MQA Hkv = 1; Ainslie et al. 2023,
-    arXiv:2305.13245): fused QKV projection, optional QK-norm per head (Qwen3) or across heads (MiniMax-M2) and
-    biases, RoPE (or partial RoPE), a KV cache (a rolling
+    arXiv:2305.13245): fused QKV projection, optional QK-norm per head (Qwen3; Command R+: a weight per head) or
+    across heads (MiniMax-M2) and biases, RoPE (or partial RoPE), a KV cache (a rolling
     buffer on sliding-window layers) and :func:`run_attention`.
 
     Scores are scaled by query_pre_attn_scalar^-1/2 where the spec gives one (Gemma 2), else head_dim^-1/2.
@@ -540,8 +564,14 @@ class Attention(nn.Module):
         self.qk_norm_across_heads = spec.qk_norm_across_heads
         # a sharded rank's q and k norms across heads, whose statistics span the ranks (tfcalc.model.parallel)
         self.qk_norm_over_ranks: nn.Module | None = None
-        self.q_norm = make_norm(spec, q_out if spec.qk_norm_across_heads else self.head_dim) if spec.qk_norm else None
-        self.k_norm = make_norm(spec, kv_out if spec.qk_norm_across_heads else self.head_dim) if spec.qk_norm else None
+        self.q_norm: nn.Module | None = None
+        self.k_norm: nn.Module | None = None
+        if spec.qk_norm and spec.qk_norm_weights_per_head:  # Command R+: a weight per head
+            self.q_norm, self.k_norm = HeadNorm(spec, self.heads, self.head_dim), HeadNorm(spec, self.kv_heads,
+                                                                                         self.head_dim)
+        elif spec.qk_norm:
+            self.q_norm = make_norm(spec, q_out if spec.qk_norm_across_heads else self.head_dim)
+            self.k_norm = make_norm(spec, kv_out if spec.qk_norm_across_heads else self.head_dim)
         self.sinks = nn.Parameter(torch.randn(self.heads)) if spec.attention_sinks else None
         self.scale = (spec.query_pre_attn_scalar or self.head_dim) ** -0.5
         self.softcap = spec.attn_logit_softcapping

@@ -66,7 +66,7 @@ from tfcalc.calc.shard import attention_ranks, check_parallelism, expert_tp
 from tfcalc.errors import UsageError
 from tfcalc.model.deltanet import GatedDeltaNet
 from tfcalc.model.fp8 import FP8Linear, FP8Weight, select
-from tfcalc.model.layers import Attention, FeedForward, MoE, RMSNorm
+from tfcalc.model.layers import Attention, FeedForward, HeadNorm, MoE, RMSNorm
 from tfcalc.model.mamba import Mamba2Mixer
 from tfcalc.model.mla import MLAttention
 from tfcalc.spec.model import ModelSpec
@@ -266,6 +266,11 @@ class Parallel:
         attn.wo = RowParallelLinear(attn.wo, q_rows, add_bias=self.tp_rank == 0, name="attention.wo")
         if attn.sinks is not None:
             attn.sinks = nn.Parameter(attn.sinks.detach()[q0:q0 + heads].clone())
+        if isinstance(attn.q_norm, HeadNorm) and isinstance(attn.k_norm, HeadNorm):  # this rank's heads' weights
+            for norm, first, count in ((attn.q_norm, q0, heads), (attn.k_norm, k0, kv_heads)):
+                norm.weight = nn.Parameter(norm.weight.detach()[first:first + count].clone())
+                if norm.bias is not None:
+                    norm.bias = nn.Parameter(norm.bias.detach()[first:first + count].clone())
         if attn.qk_norm_across_heads and self.tp > 1:
             assert isinstance(attn.q_norm, RMSNorm) and isinstance(attn.k_norm, RMSNorm) and not attn.q_norm.offset
             attn.qk_norm_over_ranks = RankedQKNorm(attn.q_norm, attn.k_norm, q_rows, kv_rows, self)

@@ -92,7 +92,8 @@ class TransformerBlock(nn.Module):
     beside the experts: x + post(post_mlp(mlp(ffn_norm(x))) + post_moe(moe(x))), the MoE norming its experts' input
     itself and routing on x. ``norm_placement`` post (OLMo 2, EXAONE 4; transformers Olmo2DecoderLayer): x +
     norm(attn(x)), then x + norm(ffn(x)). Granite's ``residual_multiplier`` r: x + r attn(norm(x)), then
-    x + r ffn(norm(x))."""
+    x + r ffn(norm(x)). A parallel block (``spec.parallel_block``: Command R, transformers CohereDecoderLayer)
+    runs both halves on one norm's output: x + attn(n) + ffn(n), n = norm(x)."""
 
     def __init__(self, spec: ModelSpec, layer: int, weights_dtype: str | None = None) -> None:
         super().__init__()
@@ -106,7 +107,7 @@ class TransformerBlock(nn.Module):
             if spec.norms_per_layer != 1:
                 raise SpecError(f"{spec.name}: layer {layer} holds only {'a mixer' if mixer else 'an FFN'}, which the "
                                 f"bundled model runs behind one norm (norms_per_layer 1), not {spec.norms_per_layer}")
-        elif spec.norms_per_layer not in ((7,) if beside else (2, 4)):
+        elif spec.norms_per_layer not in ((7,) if beside else (1,) if spec.parallel_block else (2, 4)):
             raise SpecError(f"{spec.name}: the bundled model supports 2 or 4 norms per layer (7 with an MoE beside "
                             f"a dense MLP), not {spec.norms_per_layer}")
         self.sliding = spec.is_sliding_layer(layer)
@@ -114,7 +115,9 @@ class TransformerBlock(nn.Module):
         self.attention_norm = (make_norm(spec, spec.hidden_size) if pre else nn.Identity()) if mixer else None
         self.linear = spec.is_linear_layer(layer)
         self.attention: Mixer | None = make_mixer(spec, layer) if mixer else None
-        self.ffn_norm = (make_norm(spec, spec.hidden_size) if pre else nn.Identity()) if ffn else None
+        self.parallel = spec.parallel_block
+        self.ffn_norm = ((make_norm(spec, spec.hidden_size) if pre else nn.Identity())
+                         if ffn and not self.parallel else None)
         self.ffn: nn.Module | None = None
         if ffn:
             self.ffn = (MoE(spec, weights_dtype) if spec.is_moe_layer(layer)
@@ -130,6 +133,9 @@ class TransformerBlock(nn.Module):
         self.post_moe_norm = make_norm(spec, spec.hidden_size) if beside else None
 
     def forward(self, x: Tensor, step: Step) -> Tensor:
+        if self.parallel and self.attention is not None and self.attention_norm is not None and self.ffn is not None:
+            normed = self.attention_norm(x)
+            return x + self.attention(normed, step) + self.ffn(normed)
         if self.attention is not None and self.attention_norm is not None:
             x = x + self._scaled(self.post_attention_norm(self.attention(self.attention_norm(x), step)))
         if self.ffn is None or self.ffn_norm is None:

@@ -675,6 +675,109 @@ def _nemotron_h(c: _Config) -> dict[str, Any]:
             "nope_layers": tuple(i for i, b in enumerate(blocks) if b == "attention")}
 
 
+# hybrid and parallel-block families (Granite 4.0, Command R / R7B / A)
+
+# Granite 4.0's layer_types entries: the checkpoints' mamba / attention and transformers 5's names for them
+_GRANITE_MIXERS = {"mamba": LINEAR, LINEAR: LINEAR, "attention": FULL, FULL: FULL}
+
+
+def _granite_layer_types(c: _Config) -> list[str]:
+    """Granite 4.0's mixer per layer, linear_attention (Mamba-2) or full_attention, from ``layer_types`` (or its
+    alias ``layers_block_type``); GraniteMoeHybridConfig's default without either: Mamba-2 on every layer."""
+    key = "layers_block_type" if "layer_types" not in c.data and "layers_block_type" in c.data else "layer_types"
+    raw = c.data.get(key)
+    if raw is None:
+        return [LINEAR] * c.num_layers
+    if not isinstance(raw, list) or len(raw) != c.num_layers or any(
+            not isinstance(t, str) or t not in _GRANITE_MIXERS for t in raw):
+        raise c.error(f"field '{key}' must give mamba or attention for each of the {c.num_layers} layers")
+    return [_GRANITE_MIXERS[t] for t in raw]
+
+
+def _granite_mamba(c: _Config, layers: tuple[int, ...]) -> LinearAttentionSpec | None:
+    """GraniteMoeHybridMambaLayer, a Mamba-2 mixer of mamba_n_heads heads of mamba_d_head ("auto": mamba_expand x
+    hidden_size / heads), mamba_n_groups B/C groups of mamba_d_state; its state kept in the model's dtype (vLLM's
+    --mamba-ssm-cache-dtype auto: these configs name none). None without Mamba-2 layers."""
+    if not layers:
+        return None
+    inner = c.int_or_default("mamba_expand", minimum=1) * c.req_int("hidden_size")
+    heads = c.int_or_default("mamba_n_heads", minimum=1)
+    raw = c.get("mamba_d_head")
+    head_dim = inner // heads if raw == "auto" else c.check_int("mamba_d_head", raw, 1)
+    if heads * head_dim != inner:
+        raise c.error(f"mamba_n_heads ({heads}) x mamba_d_head ({head_dim}) must be mamba_expand x hidden_size "
+                      f"({inner})")
+    return LinearAttentionSpec(
+        kind="mamba2", layers=layers, num_key_heads=c.int_or_default("mamba_n_groups", minimum=1),
+        num_value_heads=heads, key_head_dim=c.int_or_default("mamba_d_state", minimum=1), value_head_dim=head_dim,
+        conv_kernel=c.int_or_default("mamba_d_conv", minimum=1), conv_bias=c.flag("mamba_conv_bias"),
+        proj_bias=c.flag("mamba_proj_bias"), chunk_size=c.int_or_default("mamba_chunk_size", minimum=1))
+
+
+def _granite_hybrid(c: _Config) -> dict[str, Any]:
+    """Granite 4.0 (transformers GraniteMoeHybridDecoderLayer): a Mamba-2 mixer or attention per ``layer_types``,
+    then an FFN on every layer, each behind its own RMSNorm; attention applies RoPE only when
+    position_embedding_type is "rope" (else NoPE); Granite's multipliers as ``_granite_numerics`` reads them."""
+    types = _granite_layer_types(c)
+    attention = tuple(i for i, t in enumerate(types) if t == FULL)
+    return {**_granite_numerics(c),
+            "linear_attention": _granite_mamba(c, tuple(i for i, t in enumerate(types) if t == LINEAR)),
+            "nope_layers": () if c.get("position_embedding_type") == "rope" else attention}
+
+
+def _granite_hybrid_moe(c: _Config) -> MoESpec | None:
+    """GraniteMoeHybridMoE on every layer while num_local_experts > 0: a softmax over the top-k router logits (top-k
+    renormalised), experts of intermediate_size, beside the ungated shared MLP of shared_intermediate_size (one
+    shared expert); with no experts each layer runs that MLP alone, its dense FFN."""
+    experts = c.int_or_default("num_local_experts")
+    if experts == 0:
+        return None
+    return MoESpec(num_experts=experts, experts_per_token=c.int_or_default("num_experts_per_tok", minimum=1),
+                   expert_intermediate_size=c.req_int("intermediate_size"), num_shared_experts=1,
+                   shared_expert_intermediate_size=c.int_or_default("shared_intermediate_size", minimum=1),
+                   normalize_top_k=True)
+
+
+def _cohere_block(c: _Config) -> dict[str, Any]:
+    """Cohere's decoder layer (transformers CohereDecoderLayer, Cohere2DecoderLayer): one LayerNorm with a weight and
+    no bias, attention and the gated MLP side by side on its output, RoPE on adjacent pairs (CohereRotaryEmbedding's
+    repeat_interleave); the logits times ``logit_scale``, as dividing them by logits_scaling = 1 / logit_scale."""
+    scale = c.req_float("logit_scale")
+    if scale <= 0:
+        raise c.error(f"field 'logit_scale' must be positive, got {scale:g}")
+    return {"norm_kind": "layernorm", "norm_bias": False, "norms_per_layer": 1, "parallel_block": True,
+            "rope_interleaved": True, "logits_scaling": 1 / scale}
+
+
+def _cohere(c: _Config) -> dict[str, Any]:
+    """Command R / R+ (CohereForCausalLM): ``_cohere_block``; with ``use_qk_norm`` (Command R+) q and k are
+    LayerNormed per head over head_dim before RoPE, each head with its own weight (CohereLayerNorm((heads, d)))."""
+    return {**_cohere_block(c), "qk_norm_weights_per_head": c.flag("use_qk_norm")}
+
+
+def _cohere2_pattern(c: _Config, i: int) -> bool:
+    """Cohere2Config without layer_types: every ``sliding_window_pattern``-th layer global (kwargs.pop's default
+    4), the others slide."""
+    return (i + 1) % (c.opt_int("sliding_window_pattern", minimum=1) or 4) != 0
+
+
+_cohere2_sliding = _window_by_layer_type(_cohere2_pattern)
+
+
+def _cohere2(c: _Config) -> dict[str, Any]:
+    """Command R7B / A (Cohere2ForCausalLM): ``_cohere_block``; only the sliding layers rotate q and k, the global
+    ones (and every layer when sliding_window is null) apply no RoPE (Cohere2Attention). head_dim is always
+    hidden_size // num_attention_heads (Cohere2Config.__post_init__): a config.json head_dim that differs is
+    refused rather than ignored."""
+    hidden, heads = c.req_int("hidden_size"), c.req_int("num_attention_heads")
+    given = c.opt_int("head_dim", minimum=1)
+    if given is not None and given != hidden // heads:
+        raise c.error(f"field 'head_dim' ({given}) is not supported: Cohere2Config sets it to hidden_size // "
+                      f"num_attention_heads ({hidden // heads})")
+    sliding = set(_cohere2_sliding(c)[1])
+    return {**_cohere_block(c), "nope_layers": tuple(i for i in range(c.num_layers) if i not in sliding)}
+
+
 def _nemotron_moe(c: _Config) -> MoESpec | None:
     """Nemotron-H's MoE blocks: ``n_routed_experts`` plain relu^2 experts of ``moe_intermediate_size`` and a shared
     expert of ``moe_shared_expert_intermediate_size``, DeepSeek-V3's router (sigmoid scores, a correction bias,
@@ -792,13 +895,6 @@ def _granite_moe(shared_expert: bool) -> MoERule:
                        shared_expert_intermediate_size=shared, normalize_top_k=True)
 
     return rule
-
-
-def _granite_layers(c: _Config) -> dict[str, Any]:
-    """Granite's attention scale ``attention_multiplier`` m in place of head_dim^-1/2 (GraniteMoeAttention), as the
-    query_pre_attn_scalar 1 / m^2. Its embedding_multiplier, residual_multiplier and logits_scaling scale
-    activations only: the bundled decoder runs without them (no size or cost depends on them)."""
-    return {"query_pre_attn_scalar": c.req_float("attention_multiplier") ** -2}
 
 
 def _dsa_indexer(c: _Config) -> dict[str, Any]:
@@ -1062,14 +1158,16 @@ FAMILIES: dict[str, _Family] = {
     "granitemoe": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
                   "attention_bias": False, "num_local_experts": 8, "num_experts_per_tok": 2,
-                  "attention_multiplier": 1.0},
-        moe=_granite_moe(shared_expert=False), numerics=_granite_layers),
+                  "attention_multiplier": 1.0, "embedding_multiplier": 1.0, "residual_multiplier": 1.0,
+                  "logits_scaling": 1.0},
+        moe=_granite_moe(shared_expert=False), numerics=_granite_numerics),
     # Granite MoE with a shared expert (GraniteMoeSharedConfig): granitemoe plus shared_mlp of shared_intermediate_size
     "granitemoeshared": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
                   "attention_bias": False, "num_local_experts": 8, "num_experts_per_tok": 2,
-                  "attention_multiplier": 1.0, "shared_intermediate_size": 0},
-        moe=_granite_moe(shared_expert=True), numerics=_granite_layers),
+                  "attention_multiplier": 1.0, "shared_intermediate_size": 0, "embedding_multiplier": 1.0,
+                  "residual_multiplier": 1.0, "logits_scaling": 1.0},
+        moe=_granite_moe(shared_expert=True), numerics=_granite_numerics),
     # dots.llm1 (Dots1Config): DeepSeek-V3's router and shared experts with plain attention (MHA in the release) and
     # per-head QK-norm, dense MLPs before first_k_dense_replace, sliding layers from max_window_layers on
     "dots1": _Family(
@@ -1218,6 +1316,33 @@ FAMILIES: dict[str, _Family] = {
                   "attention_bias": False},
         attention=_no_bias, moe=_nemotron_moe, mlp_bias=True, activation_key="mlp_hidden_act",
         mtp_key="num_nextn_predict_layers", numerics=_nemotron_h),
+    # Granite 4.0 H-Small / H-Tiny / H-Micro / Micro (GraniteMoeHybridConfig): Mamba-2 or NoPE attention per
+    # layer_types, and on every layer an FFN as well (MoE plus a shared expert, or the shared MLP alone), attention
+    # scores scaled by attention_multiplier
+    "granitemoehybrid": _Family(
+        defaults={"num_key_value_heads": None, "head_dim": DERIVED, "hidden_act": "silu",
+                  "max_position_embeddings": 2048, "tie_word_embeddings": False, "attention_bias": False,
+                  "rope_theta": 10000.0, "num_local_experts": 8, "num_experts_per_tok": 2,
+                  "shared_intermediate_size": 1024, "position_embedding_type": None, "attention_multiplier": 1.0,
+                  "mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_head": "auto",
+                  "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256, "mamba_conv_bias": True,
+                  "mamba_proj_bias": False, "embedding_multiplier": 1.0, "residual_multiplier": 1.0,
+                  "logits_scaling": 1.0},
+        moe=_granite_hybrid_moe, dense_width_key="shared_intermediate_size", numerics=_granite_hybrid),
+    # Command R7B / A (Cohere2Config): parallel attention + MLP behind one bias-free LayerNorm, 3 sliding-window
+    # layers (RoPE) to 1 global NoPE layer, tied embeddings
+    "cohere2": _Family(
+        defaults={"num_key_value_heads": None, "head_dim": DERIVED, "hidden_act": "silu",
+                  "max_position_embeddings": 8192, "tie_word_embeddings": True, "attention_bias": False,
+                  "rope_theta": 10000.0, "sliding_window": 4096, "logit_scale": 0.0625},
+        sliding=_cohere2_sliding, numerics=_cohere2),
+    # Command R / R+ (CohereConfig): parallel attention + MLP behind one bias-free LayerNorm, RoPE on every layer,
+    # per-head QK LayerNorms where use_qk_norm, tied embeddings
+    "cohere": _Family(
+        defaults={"num_key_value_heads": None, "head_dim": DERIVED, "hidden_act": "silu",
+                  "max_position_embeddings": 8192, "tie_word_embeddings": True, "attention_bias": False,
+                  "use_qk_norm": False, "rope_theta": 500000.0, "logit_scale": 0.0625},
+        qk_norm_key="use_qk_norm", numerics=_cohere),
     # GLM-4.5 / 4.6 / 4.7: Llama-style GQA (q/k/v biases, optional per-head QK-norm, half the head rotated) with
     # DeepSeek-V3's router and shared expert; transformers Glm4MoeConfig / Glm4MoeForCausalLM.
     "glm4_moe": _Family(
@@ -1273,6 +1398,7 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "Gemma4ForCausalLM": "gemma4_text", "DeepseekV32ForCausalLM": "deepseek_v32",
     "Glm4MoeLiteForCausalLM": "glm4_moe_lite", "MiMoV2FlashForCausalLM": "mimo_v2_flash",
     "GlmMoeDsaForCausalLM": "glm_moe_dsa", "NemotronHForCausalLM": "nemotron_h",
+    "GraniteMoeHybridForCausalLM": "granitemoehybrid", "Cohere2ForCausalLM": "cohere2", "CohereForCausalLM": "cohere",
 }
 
 
@@ -1668,7 +1794,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         tie_word_embeddings=c.flag("tie_word_embeddings"),
         attention_sinks=numerics.pop("attention_sinks", family.attention_sinks),
         mlp_bias=family.mlp_bias and c.flag("mlp_bias"),
-        norm_kind="rmsnorm",
+        norm_kind=numerics.pop("norm_kind", "rmsnorm"),
         norms_per_layer=numerics.pop("norms_per_layer", family.norms_per_layer),
         qk_norm=family.qk_norm or (family.qk_norm_key is not None and c.flag(family.qk_norm_key)),
         qk_norm_across_heads=family.qk_norm_across_heads,

@@ -659,13 +659,21 @@ class ModelSpec:
     attention_sinks: bool = False
     mlp_bias: bool = False
     norm_kind: NormKind = "rmsnorm"
+    # a LayerNorm's bias (Cohere's LayerNorms hold a weight only: transformers CohereLayerNorm); RMSNorm has none
+    norm_bias: bool = True
     norms_per_layer: int = 2
     # "post": the layer's two norms apply to its attention and FFN outputs, none to their inputs (OLMo 2, EXAONE 4)
     norm_placement: NormPlacement = "pre"
+    # attention and FFN read the same normed input and both outputs join the residual: x + attn(n) + ffn(n), n =
+    # norm(x), one norm per layer (Cohere's Command R / R7B / A: transformers CohereDecoderLayer)
+    parallel_block: bool = False
     qk_norm: bool = False
     # q_norm / k_norm span all heads' projections at once (MiniMax-M2: RMSNorm over num_heads x head_dim, whose
     # statistics a tensor-parallel engine all-reduces) instead of each head's head_dim (Qwen3).
     qk_norm_across_heads: bool = False
+    # q_norm / k_norm normalise each head over head_dim but hold a weight per head, [heads, head_dim] and
+    # [kv_heads, head_dim] (Command R+'s use_qk_norm: CohereLayerNorm((heads, head_dim))), split over tp with them
+    qk_norm_weights_per_head: bool = False
     sliding_window: int | None = None
     sliding_window_layers: tuple[int, ...] = ()
     local_attention: LocalAttention = "sliding"
@@ -784,6 +792,14 @@ class ModelSpec:
         _require(not self.qk_norm_across_heads or self.qk_norm, f"{n}: qk_norm_across_heads needs qk_norm")
         _require(self.norm_placement == "pre" or self.norms_per_layer == 2,
                  f"{n}: norm_placement post needs norms_per_layer 2 (one norm per output), not {self.norms_per_layer}")
+        _require(not self.qk_norm_weights_per_head or (self.qk_norm and not self.qk_norm_across_heads),
+                 f"{n}: qk_norm_weights_per_head needs qk_norm, per head (not qk_norm_across_heads)")
+        _require(self.norm_bias or self.norm_kind == "layernorm", f"{n}: norm_bias false is for LayerNorms (an "
+                 "RMSNorm has no bias)")
+        _require(not self.parallel_block or (self.norms_per_layer == 1 and not self.ffn_free_layers
+                                             and not self.mixer_free_layers),
+                 f"{n}: parallel_block needs one norm per layer (norms_per_layer 1) and a mixer and an FFN in "
+                 "every layer")
         rotated = self.head_dim * self.partial_rotary_factor
         _require(self.mla is not None or (rotated == int(rotated) and int(rotated) % 2 == 0),
                  f"{n}: partial_rotary_factor ({self.partial_rotary_factor}) x head_dim ({self.head_dim}) must be "
