@@ -7,26 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hf_fixtures import DROP as _DROP
+from hf_fixtures import FIXTURE_DIR, fixture
 
 from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.hf_config import SUPPORTED_MODEL_TYPES, load_hf_config, spec_from_hf_config
 from tfcalc.spec.model import MLASpec, RopeScaling
 
-FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
 FIXTURES = sorted(p.stem for p in FIXTURE_DIR.glob("*.json"))
 
 
-def fixture(name: str, **changes: Any) -> dict[str, Any]:
-    data = json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
-    for key, value in changes.items():
-        if value is _DROP:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    return data
 
 
-_DROP = object()
 
 
 def build(name: str, **changes: Any):

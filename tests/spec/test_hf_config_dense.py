@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 import torch
+from hf_fixtures import DROP as _DROP
+from hf_fixtures import build, fixture
 
 from tfcalc.calc.kv_cache import kv_bytes_per_token, kv_cache_bytes
 from tfcalc.calc.params import count_params
@@ -25,23 +27,15 @@ from tfcalc.model import Transformer, build_model
 from tfcalc.spec.hf_config import ARCHITECTURE_FAMILIES, FAMILIES, load_hf_config, spec_from_hf_config
 from tfcalc.spec.model import ModelSpec
 
-FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
 DENSE = ("seed-oss-36b", "glm-4-9b-0414", "olmo2-7b", "olmo3-7b", "smollm3-3b", "exaone4-32b", "exaone4-1.2b",
          "granite-3.3-8b")
 BF16 = get_dtype("bf16")
 
 
-def fixture(name: str, **changes: Any) -> dict[str, Any]:
-    data = json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
-    return {**{k: v for k, v in data.items() if k not in changes or changes[k] is not _DROP},
-            **{k: v for k, v in changes.items() if v is not _DROP}}
 
 
-_DROP = object()
 
 
-def build(name: str, **changes: Any) -> ModelSpec:
-    return spec_from_hf_config(fixture(name, **changes), origin=f"{name}.json", name=name)
 
 
 def non_embedding(spec: ModelSpec) -> int:

@@ -5,39 +5,26 @@ the bundled decoder against transformers: tests/model/test_cohere_granite.py).""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from hf_fixtures import DROP as _DROP
+from hf_fixtures import FIXTURE_DIR, build, fixture
 
 from tfcalc.calc.kv_cache import kv_bytes_per_token, kv_cache_bytes, state_exact_bytes_per_sequence
 from tfcalc.calc.params import count_params, norm_params_per_layer, norms_shape
 from tfcalc.dtypes import get_dtype
 from tfcalc.errors import SpecError
-from tfcalc.spec.hf_config import ARCHITECTURE_FAMILIES, FAMILIES, load_hf_config, spec_from_hf_config
-from tfcalc.spec.model import ModelSpec
+from tfcalc.spec.hf_config import ARCHITECTURE_FAMILIES, FAMILIES, load_hf_config
 
-FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
 GRANITE = ("granite-4.0-h-small", "granite-4.0-h-tiny", "granite-4.0-h-micro", "granite-4.0-micro")
 COHERE2 = ("command-r7b", "command-a")
 COHERE = ("command-r-v01", "command-r-plus")
 BF16, FP16 = get_dtype("bf16"), get_dtype("fp16")
-_DROP = object()
 
 
-def fixture(name: str, **changes: Any) -> dict[str, Any]:
-    data = json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
-    for key, value in changes.items():
-        if value is _DROP:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    return data
 
 
-def build(name: str, **changes: Any) -> ModelSpec:
-    return spec_from_hf_config(fixture(name, **changes), origin=f"{name}.json", name=name)
 
 
 def test_families_are_registered_by_type_and_architecture() -> None:

@@ -4,33 +4,16 @@ small variants against transformers on the meta device, and ERNIE's router in th
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from hf_fixtures import DROP as _DROP
+from hf_fixtures import build, fixture
 
 from tfcalc.calc.params import count_params
 from tfcalc.errors import SpecError
 from tfcalc.spec.hf_config import spec_from_hf_config
 from tfcalc.spec.model import ModelSpec
-
-FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
-_DROP = object()
-
-
-def fixture(name: str, **changes: Any) -> dict[str, Any]:
-    data = json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
-    for key, value in changes.items():
-        if value is _DROP:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    return data
-
-
-def build(name: str, **changes: Any) -> ModelSpec:
-    return spec_from_hf_config(fixture(name, **changes), origin=f"{name}.json", name=name)
 
 
 def _non_embedding_active(spec: ModelSpec) -> int:
