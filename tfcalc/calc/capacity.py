@@ -678,7 +678,8 @@ def pareto_frontier(evaluations: list[Evaluation]) -> list[Evaluation]:
     return front
 
 
-def _engine_of(space: SearchSpace, label: str) -> EngineSpec | None:
+def searched_engine(space: SearchSpace, label: str) -> EngineSpec | None:
+    """The engine of ``space`` a candidate names by its label (None for the ideal arithmetic)."""
     return next(e for e in space.engines if engine_label(e) == label)
 
 
@@ -694,7 +695,7 @@ def full_evaluation(spec: ModelSpec, traffic: Traffic, targets: tuple[Target, ..
     offer = space.offer(c.gpu)
     precision = next(p for p in space.weight_precisions if p.label == c.weights)
     kv_dtype = next(k for k in space.kv_dtypes if k.name == c.kv_dtype)
-    engine = _engine_of(space, c.engine)
+    engine = searched_engine(space, c.engine)
     step = step_source(spec, space, engine, offer.gpu, precision, kv_dtype, c.tp, c.pp, c.ep)
     assert e.memory is not None
     return _evaluate(c, offer, e.memory, step, traffic, targets, space, overheads_for(overheads, engine), c.spec,

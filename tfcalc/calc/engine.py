@@ -170,6 +170,12 @@ def gpu_listed(names: tuple[str, ...], gpu: GPUSpec | None) -> bool:
     return any(name in names for name in _gpu_names(gpu))
 
 
+def takes_kv_cache_memory(engine: EngineSpec | None) -> bool:
+    """Whether ``engine`` takes a KV cache size outright (``kv.explicit_budget``: vLLM 0.11+'s
+    --kv-cache-memory-bytes)."""
+    return engine is not None and engine.kv is not None and engine.kv.explicit_budget
+
+
 def recurrent_state_rule(engine: EngineSpec | None) -> str:
     """The format ``engine`` keeps Mamba / Gated DeltaNet recurrent states in (``kv.state_dtype``, read by
     ``kv_cache.state_dtypes``): the checkpoint's (vLLM, the plain arithmetic), the model's (TensorRT-LLM 1.0-1.2) or

@@ -173,14 +173,24 @@ class PlanResult:
     uncounted_state_bytes: int = 0        # the sampler's penalty state held outside every budget term (the slack)
     block_size_asked: int = 0             # the block size before vLLM raised it to hold a state page
     max_running_requests: int | None = None   # per replica, the engine's own cap from its state pool (SGLang)
-    kv_budget_set: bool = False           # the KV budget is --kv-cache-memory-bytes, not the engine's sizing
-    # what the set KV cache and everything else the engine holds (startup, weights, activation peak, non-torch, CUDA
-    # graphs, state the budget counts nowhere) take beyond the capacity; 0 where they fit or the engine sizes the cache
-    overcommit_bytes_per_gpu: int = 0
+    # a KV cache set outright (--kv-cache-memory-bytes): the capacity less it and everything else the engine holds
+    # (startup, weights, activation peak, non-torch, CUDA graphs, state the budget counts nowhere), on the tightest
+    # GPU, negative where they do not fit; None where the engine sizes the cache
+    kv_set_headroom_bytes: int | None = None
 
     @property
     def activation_bytes_per_gpu(self) -> int:
         return self.activation_peak_bytes
+
+    @property
+    def kv_budget_set(self) -> bool:
+        """The KV budget is --kv-cache-memory-bytes, not the engine's sizing."""
+        return self.kv_set_headroom_bytes is not None
+
+    @property
+    def overcommit_bytes_per_gpu(self) -> int:
+        """What a set KV cache and the rest take beyond the capacity (0 where they fit or nothing is set)."""
+        return max(-(self.kv_set_headroom_bytes or 0), 0)
 
     @property
     def activation_transient_bytes(self) -> int:
@@ -572,7 +582,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     context at the batch (``max_context_at_batch`` is then -1): a capacity search asks only for the KV pool."""
     if cfg.kv_cache_memory_bytes is not None:
         e = cfg.engine
-        if e is None or e.kv is None or not e.kv.explicit_budget:
+        if e is None or not eng.takes_kv_cache_memory(e):
             raise UsageError(f"--kv-cache-memory-bytes sets vLLM's KV cache (0.11+): "
                              f"{'no engine' if e is None else e.label} has no such setting")
         if cfg.kv_cache_memory_bytes < 1:
@@ -630,7 +640,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     else:
         requested = math.floor((capacity - startup) * fraction)
     stages: list[StagePlan] = []
-    rotary = absorbed = forward = sampler = sampler_state = sampler_workspace = overcommit = 0
+    rotary = absorbed = forward = sampler = sampler_state = sampler_workspace = 0
+    headroom: int | None = None
     uncounted = eng.penalty_state_bytes(max_seqs, spec.vocab_size) if (
         e is not None and e.activation is not None and e.activation.penalty_state_uncounted) else 0
     memo: dict[tuple[object, ...], tuple[StagePlan, int, int, eng.ActivationPeak]] = {}
@@ -668,8 +679,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
                     budget = math.floor((capacity - held - startup - non_torch - peak.peak_bytes) * fraction)
                 if cfg.kv_cache_memory_bytes is not None:  # vLLM takes it as the budget; the graphs come after
                     budget = cfg.kv_cache_memory_bytes
-                    overcommit = max(overcommit, startup + held + peak.peak_bytes + non_torch + graphs + uncounted
-                                     + budget - capacity)
+                    room = capacity - startup - held - peak.peak_bytes - non_torch - graphs - uncounted - budget
+                    headroom = room if headroom is None else min(headroom, room)
             a = _allocate(spec, e, census, kv_dtype, sh.kv_elements, budget, cfg.context, block, in_flight,
                           request_state, sh.full_kv_elements, sparse_record)
             if slots_bytes and census.linear_layers:  # a running request takes one of the max_num_seqs slots
@@ -706,7 +717,8 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         max_context = 0  # more requests than state slots: none fits, whatever the context
     per_seq = max(st.kv_bytes_per_sequence for st in stages)
     one_request = worst.kv_budget_bytes > 0 and per_replica >= 1
-    fits = one_request and sequences >= cfg.batch and overcommit <= 0
+    overcommit = max(-(headroom or 0), 0)
+    fits = one_request and sequences >= cfg.batch and not overcommit
     if worst.kv_budget_bytes <= 0:
         short = -worst.kv_budget_bytes + per_seq * need
     elif fits:
@@ -751,7 +763,7 @@ def plan_fit(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
         state_slot_bytes_per_gpu=slots_bytes * max(st.census.linear_layers for st in stages),
         uncounted_state_bytes=uncounted,
         max_running_requests=min((st.running_cap for st in holding if st.running_cap is not None), default=None),
-        kv_budget_set=cfg.kv_cache_memory_bytes is not None, overcommit_bytes_per_gpu=max(overcommit, 0))
+        kv_set_headroom_bytes=headroom)
 
 
 def _max_context(spec: ModelSpec, e: EngineSpec | None, stages: list[StagePlan], kv_dtype: DType,

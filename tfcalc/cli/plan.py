@@ -149,7 +149,8 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
          explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Weights, every reserved term and the KV budget per GPU as the serving engine counts them; KV tokens; max
     sequences at a context; max context at a batch; verdict."""
-    from tfcalc.report.plan import PlanSweep, plan_rows, takes_kv_cache_memory
+    from tfcalc.calc.engine import takes_kv_cache_memory
+    from tfcalc.report.plan import PlanSweep, plan_rows
 
     if max_gpus < 1 or gpus_per_node < 1:
         raise UsageError(f"--max-gpus ({max_gpus}) and --gpus-per-node ({gpus_per_node}) must be at least 1")

@@ -7,7 +7,7 @@ import json
 import math
 import shlex
 
-from tfcalc.calc.capacity import Candidate, Evaluation, SearchResult, SearchSpace
+from tfcalc.calc.capacity import Candidate, Evaluation, SearchResult, SearchSpace, searched_engine
 from tfcalc.calc.engine import unserved_format
 from tfcalc.calc.serving_traffic import Target, Traffic
 from tfcalc.spec.engine import EngineSpec
@@ -384,7 +384,7 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
                  draft_model: str = "DRAFT_MODEL", api_servers: int = 1) -> list[str]:
     """``vllm serve`` for one replica (lines to join with a backslash), and how many to run."""
     c = e.candidate
-    engine = next((x for x in space.engines if x is not None and x.label == c.engine), None)
+    engine = searched_engine(space, c.engine)
     env = (f"VLLM_USE_V2_MODEL_RUNNER={int(engine.runner.upper() == 'V2')} "
            if engine is not None and engine.runner_forced else "")
     args = [f"{env}vllm serve {shlex.quote(model_path)}", f"--tensor-parallel-size {c.tp}"]
@@ -559,7 +559,7 @@ def launch_lines(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
             commands[other] = (commands[other][0], [f"({why})"], "")
     lines = [f"{label} " + f" \\\n{indent}".join(args) + after
              for _, (label, args, after) in sorted(commands.items(), key=lambda item: item[0] != family)]
-    chosen = next((x for x in space.engines if x is not None and x.label == c.engine), None)
+    chosen = searched_engine(space, c.engine)
     if c.mode == "disaggregated" and chosen is not None and chosen.extensible_off is not None:
         note = ((f"{note}; " if note else "") + f"{chosen.label} keeps its extensible KV cache off under "
                 "NixlConnector on hosts without an IMEX channel: there, plan with --no-enable-extensible-kv-cache")

@@ -7,7 +7,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from tfcalc.calc.engine import SGLANG_V4_PAGE, in_flight_tokens, served_precision, sparse_mla_raw
+from tfcalc.calc.engine import (
+    SGLANG_V4_PAGE,
+    in_flight_tokens,
+    served_precision,
+    sparse_mla_raw,
+    takes_kv_cache_memory,
+)
 from tfcalc.calc.kv_cache import (
     compressed_entry_bytes,
     compressed_indexer_bytes,
@@ -228,16 +234,15 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
         if e.budget == "utilization":
             lines.append(f"  (vLLM's 'Total non KV cache memory' = weights + torch peak + non-torch = "
                          f"{_gib(r.weights_bytes_per_gpu + r.activation_peak_bytes + r.non_torch_bytes)})")
-        if r.kv_budget_set:
-            held = (r.startup_bytes + r.weights_bytes_per_gpu + r.state_slot_bytes_per_gpu + r.activation_peak_bytes
-                    + r.non_torch_bytes + r.cuda_graph_bytes + r.uncounted_state_bytes)
+        if r.kv_set_headroom_bytes is not None:
+            held = r.capacity_bytes - r.kv_budget_bytes_per_gpu - r.kv_set_headroom_bytes
             lines.append(f"= {term('kv_budget', 'KV budget')} = {r.kv_budget_bytes_per_gpu:,} B = "
                          f"{_gib(r.kv_budget_bytes_per_gpu)}, as --kv-cache-memory-bytes sets it (the terms above "
                          "do not size it)")
             lines.append(f"  held besides: startup + the terms above, CUDA graphs included = {_gib(held)}; with the KV "
                          f"cache {_gib(held + r.kv_budget_bytes_per_gpu)} of {_gib(r.capacity_bytes)}"
                          + (f": over by {_gib(r.overcommit_bytes_per_gpu)}" if r.overcommit_bytes_per_gpu else
-                            f": {_gib(r.capacity_bytes - held - r.kv_budget_bytes_per_gpu)} free"))
+                            f": {_gib(r.kv_set_headroom_bytes)} free"))
         else:
             lines.append(f"= {term('kv_budget', 'KV budget')} = {r.kv_budget_bytes_per_gpu:,} B = "
                          f"{_gib(r.kv_budget_bytes_per_gpu)}")
@@ -373,11 +378,6 @@ class PlanSweep:
     max_gpus: int = 512
     gpus_per_node: int = 8
     redundant_experts: int = 0   # EPLB's replicas, on the layouts with whole experts per GPU
-
-
-def takes_kv_cache_memory(engine: EngineSpec | None) -> bool:
-    """Whether ``engine`` takes a KV cache size outright (vLLM 0.11+'s --kv-cache-memory-bytes)."""
-    return engine is not None and engine.kv is not None and engine.kv.explicit_budget
 
 
 def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
