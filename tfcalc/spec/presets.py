@@ -339,9 +339,14 @@ def engine_document(path: Path, preset: str | None = None, seen: tuple[str, ...]
     """An engine file's mapping (``preset``: that engine preset's, read once) with its ``base:`` (another engine
     preset of the same engine, by name) laid under it: the release's changes are all its file holds. A base is never
     the default (``default`` is the file's own)."""
+    data = copy.deepcopy(_engine_preset_file_document(preset)) if preset is not None else read_data_file(path)
+    return _laid_over_base(data, path, seen)
+
+
+def _laid_over_base(data: Any, path: Path, seen: tuple[str, ...] = ()) -> Any:
+    """An engine mapping with the preset its ``base:`` names laid under it (``engine_document``)."""
     from tfcalc.spec.engine import merged_mapping
 
-    data = copy.deepcopy(_engine_preset_file_document(preset)) if preset is not None else read_data_file(path)
     if not isinstance(data, dict) or "base" not in data:
         return data
     base = data.pop("base")
@@ -383,19 +388,12 @@ def _engine_from_file(path: Path, default_name: str, preset: str | None = None):
 def _extensible_off_mapping(section: Any, data: dict[str, Any], path: Path) -> dict[str, Any]:
     """``extensible_off``: {base: the preset whose sizing the release falls back to without its extensible KV cache,
     and what the release changes beside} -> that accounting's mapping, under the release's own version and name."""
-    from tfcalc.spec.engine import merged_mapping
-
     names = preset_names("engine")
     if not isinstance(section, dict) or section.get("base") not in names:
         raise SpecError(f"{path}: field 'extensible_off' must be a mapping whose 'base' names an engine preset "
                         f"({', '.join(names)})")
-    base = section["base"]
-    under = engine_document(_preset_file("engine", base), base)
-    under.pop("default", None)
-    own = {key: value for key, value in section.items() if key != "base"}
-    release = {key: data[key] for key in ("name", "version", "releases") if key in data}
-    sources = {**(under.get("sources") or {}), **(data.get("sources") or {})}
-    return merged_mapping(under, {**own, **release, "sources": sources})
+    release = {key: data[key] for key in ("name", "version", "releases", "sources") if key in data}
+    return _laid_over_base({**section, **release}, path)
 
 
 def engine_choices() -> list[str]:
