@@ -162,9 +162,9 @@ def test_exaone4_hybrid_layers_and_global_nope_are_transformers() -> None:
 def test_exaone4_layer_types_rule_and_the_small_model_has_no_window() -> None:
     from transformers import Exaone4Config
 
-    from tfcalc.spec.hf_config import _EXAONE4_PATTERN
+    from tfcalc.spec.hf_config import _GLOBAL_PATTERN
 
-    assert _EXAONE4_PATTERN == Exaone4Config().sliding_window_pattern
+    assert _GLOBAL_PATTERN == Exaone4Config().sliding_window_pattern
     types = ["sliding_attention", "full_attention"] * 32
     spec = build("exaone4-32b", layer_types=types, sliding_window_pattern="LG")
     assert spec.sliding_window_layers == tuple(range(0, 64, 2)) and spec.nope_layers == tuple(range(1, 64, 2))

@@ -251,6 +251,32 @@ def _gemma3_pattern(c: _Config, i: int) -> bool:
     return (i + 1) % pattern != 0
 
 
+# Exaone4Config's sliding_window_pattern default, Cohere2Config's (kwargs.pop) too; not a family default, a key
+# the family-defaults test reads as Gemma 3's (6)
+_GLOBAL_PATTERN = 4
+
+
+def _every_fourth_global(c: _Config, i: int) -> bool:
+    """Cohere2Config's and Exaone4Config's default ``layer_types``: every ``sliding_window_pattern``-th layer global
+    (``_GLOBAL_PATTERN`` where the config names none), the rest slide. A string pattern ("LLLG") without
+    ``layer_types`` is refused: transformers cannot read it either."""
+    pattern = c.data.get("sliding_window_pattern", _GLOBAL_PATTERN)
+    if isinstance(pattern, str):
+        raise c.error(f"field 'sliding_window_pattern' {pattern!r:.20} without 'layer_types' is not supported "
+                      "(an integer, or layer_types)")
+    return (i + 1) % c.check_int("sliding_window_pattern", pattern, 1) != 0
+
+
+_every_fourth_global_sliding = _window_by_layer_type(_every_fourth_global)
+
+
+def _global_nope(c: _Config) -> tuple[int, ...]:
+    """The layers ``_every_fourth_global_sliding`` leaves global, which apply no RoPE (Cohere2Attention,
+    Exaone4Attention: RoPE only ``if self.sliding_window is None or self.is_sliding``)."""
+    sliding = set(_every_fourth_global_sliding(c)[1])
+    return tuple(i for i in range(c.num_layers) if i not in sliding)
+
+
 def _qwen_upper_layers(c: _Config, i: int) -> bool:
     """Qwen2/Qwen3: layers from ``max_window_layers`` on use the window."""
     return i >= c.int_or_default("max_window_layers")
@@ -755,15 +781,6 @@ def _cohere(c: _Config) -> dict[str, Any]:
     return {**_cohere_block(c), "qk_norm_weights_per_head": c.flag("use_qk_norm")}
 
 
-def _cohere2_pattern(c: _Config, i: int) -> bool:
-    """Cohere2Config without layer_types: every ``sliding_window_pattern``-th layer global (kwargs.pop's default
-    4), the others slide."""
-    return (i + 1) % (c.opt_int("sliding_window_pattern", minimum=1) or 4) != 0
-
-
-_cohere2_sliding = _window_by_layer_type(_cohere2_pattern)
-
-
 def _cohere2(c: _Config) -> dict[str, Any]:
     """Command R7B / A (Cohere2ForCausalLM): ``_cohere_block``; only the sliding layers rotate q and k, the global
     ones (and every layer when sliding_window is null) apply no RoPE (Cohere2Attention). head_dim is always
@@ -774,8 +791,7 @@ def _cohere2(c: _Config) -> dict[str, Any]:
     if given is not None and given != hidden // heads:
         raise c.error(f"field 'head_dim' ({given}) is not supported: Cohere2Config sets it to hidden_size // "
                       f"num_attention_heads ({hidden // heads})")
-    sliding = set(_cohere2_sliding(c)[1])
-    return {**_cohere_block(c), "nope_layers": tuple(i for i in range(c.num_layers) if i not in sliding)}
+    return {**_cohere_block(c), "nope_layers": _global_nope(c)}
 
 
 def _nemotron_moe(c: _Config) -> MoESpec | None:
@@ -799,7 +815,7 @@ def _nemotron_moe(c: _Config) -> MoESpec | None:
                    latent_size=c.opt_int("moe_latent_size", minimum=1) or 0)
 
 
-# MoE families (ERNIE 4.5, Hunyuan-A13B, Phi-3.5-MoE, Granite MoE, dots.llm1)
+# MoE families (ERNIE 4.5, Hunyuan-A13B, Granite MoE, dots.llm1)
 
 def _ernie_moe_layers(c: _Config) -> list[int]:
     """Ernie4_5_MoeDecoderLayer: MoE where (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <=
@@ -974,32 +990,11 @@ def _smollm3_nope_slides(c: _Config, i: int) -> bool:
     return not _rope_layers(c)[i]
 
 
-# Exaone4Config.sliding_window_pattern's default (every 4th layer full); not among the family defaults, whose test
-# reads that key as Gemma 3's (6)
-_EXAONE4_PATTERN = 4
-
-
-def _exaone4_pattern(c: _Config, i: int) -> bool:
-    """Exaone4Config's default ``layer_types``: every ``sliding_window_pattern``-th layer full, the rest slide. A
-    string pattern ("LLLG") without ``layer_types`` is refused: transformers cannot read it either."""
-    pattern = c.data.get("sliding_window_pattern", _EXAONE4_PATTERN)
-    if isinstance(pattern, str):
-        raise c.error(f"field 'sliding_window_pattern' {pattern!r:.20} without 'layer_types' is not supported "
-                      "(an integer, or layer_types)")
-    return (i + 1) % c.check_int("sliding_window_pattern", pattern, 1) != 0
-
-
-_exaone4_sliding = _window_by_layer_type(_exaone4_pattern)
-
-
 def _exaone4_numerics(c: _Config) -> dict[str, Any]:
     """Exaone4Attention: post-norm as OLMo 2; with a ``sliding_window`` configured its full-attention layers apply
     no RoPE ("global NoPE": ``if self.sliding_window is None or self.is_sliding``)."""
     out = _post_norm(c)
-    if c.get("sliding_window") is None:
-        return out
-    sliding = set(_exaone4_sliding(c)[1])
-    return {**out, "nope_layers": tuple(i for i in range(c.num_layers) if i not in sliding)}
+    return out if c.get("sliding_window") is None else {**out, "nope_layers": _global_nope(c)}
 
 
 def _granite_numerics(c: _Config) -> dict[str, Any]:
@@ -1013,14 +1008,6 @@ def _granite_numerics(c: _Config) -> dict[str, Any]:
     return {"embedding_multiplier": c.req_float("embedding_multiplier"),
             "residual_multiplier": c.req_float("residual_multiplier"),
             "logits_scaling": c.req_float("logits_scaling"), "query_pre_attn_scalar": scale ** -2}
-
-
-# the dense families' causal-LM classes, read by ARCHITECTURE_FAMILIES
-_DENSE_ARCHITECTURES = {
-    "SeedOssForCausalLM": "seed_oss", "Glm4ForCausalLM": "glm4", "Olmo2ForCausalLM": "olmo2",
-    "Olmo3ForCausalLM": "olmo3", "SmolLM3ForCausalLM": "smollm3", "Exaone4ForCausalLM": "exaone4",
-    "GraniteForCausalLM": "granite",
-}
 
 
 # --- families ----------------------------------------------------------------------------------------------------
@@ -1102,7 +1089,7 @@ FAMILIES: dict[str, _Family] = {
     # EXAONE 4.0 (Exaone4Config): post-norm, per-head QK-norm, bias-free; sliding layers and NoPE full layers
     "exaone4": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": 32, "max_position_embeddings": 2048, "sliding_window": 4096},
-        attention=_no_bias, sliding=_exaone4_sliding, qk_norm=True, numerics=_exaone4_numerics),
+        attention=_no_bias, sliding=_every_fourth_global_sliding, qk_norm=True, numerics=_exaone4_numerics),
     # Granite 3.x (GraniteConfig): Llama with embedding / residual / attention / logits multipliers (numerics only)
     "granite": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
@@ -1335,7 +1322,7 @@ FAMILIES: dict[str, _Family] = {
         defaults={"num_key_value_heads": None, "head_dim": DERIVED, "hidden_act": "silu",
                   "max_position_embeddings": 8192, "tie_word_embeddings": True, "attention_bias": False,
                   "rope_theta": 10000.0, "sliding_window": 4096, "logit_scale": 0.0625},
-        sliding=_cohere2_sliding, numerics=_cohere2),
+        sliding=_every_fourth_global_sliding, numerics=_cohere2),
     # Command R / R+ (CohereConfig): parallel attention + MLP behind one bias-free LayerNorm, RoPE on every layer,
     # per-head QK LayerNorms where use_qk_norm, tied embeddings
     "cohere": _Family(
@@ -1386,7 +1373,9 @@ FAMILIES: dict[str, _Family] = {
 # out take the family's defaults.
 ARCHITECTURE_FAMILIES: dict[str, str] = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
-    **_DENSE_ARCHITECTURES,
+    "SeedOssForCausalLM": "seed_oss", "Glm4ForCausalLM": "glm4", "Olmo2ForCausalLM": "olmo2",
+    "Olmo3ForCausalLM": "olmo3", "SmolLM3ForCausalLM": "smollm3", "Exaone4ForCausalLM": "exaone4",
+    "GraniteForCausalLM": "granite",
     "Qwen2ForCausalLM": "qwen2", "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3_moe", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
     "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "Dots1ForCausalLM": "dots1",

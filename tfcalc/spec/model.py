@@ -732,7 +732,7 @@ class ModelSpec:
     embedding_scale_sqrt_hidden: bool = False
     # Granite's multipliers (transformers GraniteModel / GraniteDecoderLayer / GraniteForCausalLM): embeddings times
     # embedding_multiplier, each attention and FFN output times residual_multiplier before its residual add, logits
-    # divided by logits_scaling. No size depends on them.
+    # divided by logits_scaling (Cohere's logit_scale s as 1 / s). No size depends on them.
     embedding_multiplier: float = 1.0
     residual_multiplier: float = 1.0
     logits_scaling: float = 1.0
