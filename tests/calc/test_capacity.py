@@ -243,6 +243,31 @@ def test_nothing_fits() -> None:
     assert all(e.reason.startswith("does not fit") for e in result.evaluations)
 
 
+
+def test_a_set_kv_cache_is_vllm_s_budget_and_fits_only_beside_the_rest() -> None:
+    """--kv-cache-memory-bytes: each vLLM candidate's KV budget is the set size (SGLang sizes its own); a smaller set
+    cache holds fewer KV tokens than vLLM's own sizing; a size the GPU cannot hold beside the weights and the rest fits
+    nowhere, and says by how much."""
+    sglang = load_engine("sglang")
+    free = search(SPEC, _traffic(), _targets(), _space(("h100-sxm", 3.0), engines=(VLLM, sglang)), OVERHEADS)
+    set20 = search(SPEC, _traffic(), _targets(), _space(("h100-sxm", 3.0), engines=(VLLM, sglang),
+                                                        kv_cache_memory_bytes=20 << 30), OVERHEADS)
+    own = {e.candidate: e for e in free.evaluations}
+    assert len(own) == len(set20.evaluations)
+    for b in set20.evaluations:
+        a = own[b.candidate]
+        assert a.memory is not None and b.memory is not None
+        if a.candidate.engine.startswith("sglang"):
+            assert b.memory == a.memory
+        else:
+            assert b.memory.kv_budget_bytes_per_gpu == 20 << 30 < a.memory.kv_budget_bytes_per_gpu
+            assert b.memory.kv_capacity_tokens < a.memory.kv_capacity_tokens
+    too_big = search(SPEC, _traffic(), _targets(), _space(("h100-sxm", 3.0), kv_cache_memory_bytes=75 << 30),
+                     OVERHEADS)
+    assert too_big.best is None and not any(e.fits for e in too_big.evaluations)
+    assert all("set KV cache of 75.00 GiB per GPU and the rest exceed the GPU by" in e.reason
+               for e in too_big.evaluations)
+
 # --- the command's choice: the cheapest plan the simulation confirms -------------------------------------------
 
 def _verify(result, traffic, targets, space, requests: int = 300, workers: int = 1):  # noqa: ANN001, ANN202

@@ -645,3 +645,23 @@ def test_a_forced_model_runner_reaches_the_launch_line() -> None:
     assert "VLLM_USE_V2_MODEL_RUNNER" not in chosen.stdout and "vllm serve Qwen/Qwen3-30B-A3B" in chosen.stdout
     bad = run(*small, "--model-runner", "V9")
     assert bad.exit_code != 0 and "must be V1 or V2" in bad.output
+
+
+def test_a_set_kv_cache_reaches_the_vllm_line_and_nothing_fitting_says_why() -> None:
+    """--kv-cache-memory-bytes goes on the vllm serve line (in bytes) and not on SGLang's; a size no GPU holds beside
+    the rest makes every configuration fail, and the notes give the reason of the roomiest; an engine list without
+    vLLM 0.11+ is a one-line error."""
+    small = ["capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs", "64",
+             "--max-num-batched-tokens", "2048", "--rate", "2", "--input-len", "1000", "--output-len", "200",
+             "--ttft", "p90=1s", "--tpot", "p90=60ms", "--no-simulate"]
+    result = run(*small, "--kv-cache-memory", "20g")
+    assert result.exit_code == 0, result.output
+    vllm_line = result.stdout[result.stdout.index("vllm serve"):result.stdout.index("SGLang:")]
+    assert f"--kv-cache-memory-bytes {20 << 30}" in vllm_line
+    assert "kv-cache-memory" not in result.stdout[result.stdout.index("SGLang:"):]
+    over = run(*small, "--kv-cache-memory", "75g", "--engine", "vllm")
+    text = " ".join(over.stdout.split())
+    assert over.exit_code != 0 and "0 fit" in text and "none fits, the roomiest" in text
+    assert "the set KV cache of 75.00 GiB per GPU and the rest exceed the GPU by" in text
+    bad = run(*small, "--kv-cache-memory", "20g", "--engine", "sglang")
+    assert bad.exit_code != 0 and "no engine asked takes it" in bad.output and "Traceback" not in bad.output

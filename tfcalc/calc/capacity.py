@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tfcalc.calc.engine import unserved_format
+from tfcalc.calc.engine import takes_kv_cache_memory, unserved_format
 from tfcalc.calc.kernels import UNIFORM, Routing
 from tfcalc.calc.serving import (
     HALFIN_WHITT,
@@ -92,6 +92,7 @@ class SearchSpace:
     max_model_len: int = 8192
     gpu_memory_utilization: float | None = None      # None: each engine's default
     block_size: int | None = None                    # None: each engine's default
+    kv_cache_memory_bytes: int | None = None         # vLLM's KV cache per GPU, set outright (engines that take it)
     speculative: tuple[SpecDecoding | None, ...] = (None,)
     disaggregated: bool = False
     kv_transfer_bytes_per_s: float = 50e9
@@ -449,7 +450,8 @@ def _memory(spec: ModelSpec, space: SearchSpace, engine: EngineSpec | None, gpu:
     return replica_memory(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine=engine,
                           max_model_len=space.max_model_len, max_num_seqs=seqs, max_num_batched_tokens=chunk,
                           gpu_memory_utilization=space.gpu_memory_utilization, block_size=space.block_size,
-                          redundant_experts=space.redundant_for(tp, ep))
+                          redundant_experts=space.redundant_for(tp, ep),
+                          kv_cache_memory_bytes=space.kv_cache_memory_bytes if takes_kv_cache_memory(engine) else None)
 
 
 def step_source(spec: ModelSpec, space: SearchSpace, engine: EngineSpec | None, gpu: GPUSpec,

@@ -155,20 +155,26 @@ class ReplicaMemory:
 def replica_memory(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, *, tp: int, pp: int,
                    ep: int, engine: EngineSpec | None, max_model_len: int, max_num_seqs: int,
                    max_num_batched_tokens: int, gpu_memory_utilization: float | None = None,
-                   block_size: int | None = None, redundant_experts: int = 0) -> ReplicaMemory:
+                   block_size: int | None = None, redundant_experts: int = 0,
+                   kv_cache_memory_bytes: int | None = None) -> ReplicaMemory:
     """``plan_fit`` of one replica at context max_model_len for the engine (``None``: the ideal arithmetic) with
     this max_num_seqs and max_num_batched_tokens; ``None`` utilization / block size: the engine's defaults. With ep >
-    tp the replica is one of ep / tp data-parallel attention ranks (its KV pool; the experts spread over all)."""
+    tp the replica is one of ep / tp data-parallel attention ranks (its KV pool; the experts spread over all).
+    ``kv_cache_memory_bytes``: vLLM's KV cache per GPU, set outright; the replica fits if the rest fits beside it."""
     dp = attention_ranks(tp, ep)   # data-parallel attention ranks sharing the experts: per rank below
     cfg = PlanConfig(num_gpus=tp * pp * dp, tp=tp, pp=pp, ep=ep, redundant_experts=redundant_experts,
                      context=max_model_len, batch=1, engine=engine,
                      gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
-                     max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+                     max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                     kv_cache_memory_bytes=kv_cache_memory_bytes)
     r = plan_fit(spec, gpu, precision, kv_dtype, cfg, with_ideal=False, with_max_context=False)
     sequences = r.max_concurrent_sequences // dp   # plan_fit adds them up over the ranks
     gib = 1 << 30
     label = engine.label if engine is not None else "ideal"
-    if r.kv_budget_bytes_per_gpu <= 0:
+    if r.overcommit_bytes_per_gpu > 0:
+        reason = (f"the set KV cache of {r.kv_budget_bytes_per_gpu / gib:,.2f} GiB per GPU and the rest exceed the GPU "
+                  f"by {r.overcommit_bytes_per_gpu / gib:,.2f} GiB ({label})")
+    elif r.kv_budget_bytes_per_gpu <= 0:
         reason = (f"weights {r.weights_bytes_per_gpu / gib:,.2f} GiB per GPU leave no KV budget ({label}: "
                   f"{r.kv_budget_bytes_per_gpu / gib:,.2f} GiB)")
     elif sequences < 1:
@@ -176,7 +182,8 @@ def replica_memory(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv
                   f"GiB per GPU, {r.kv_budget_bytes_per_gpu / gib:,.2f} GiB left ({label})")
     else:
         reason = f"fits: {sequences:,} sequences of {max_model_len:,} tokens ({label})"
-    return ReplicaMemory(fits=r.kv_budget_bytes_per_gpu > 0 and sequences >= 1, reason=reason,
+    fits = r.kv_budget_bytes_per_gpu > 0 and sequences >= 1 and r.overcommit_bytes_per_gpu == 0
+    return ReplicaMemory(fits=fits, reason=reason,
                          weights_bytes_per_gpu=r.weights_bytes_per_gpu, reserved_bytes_per_gpu=r.reserved_bytes_per_gpu,
                          kv_budget_bytes_per_gpu=r.kv_budget_bytes_per_gpu,
                          kv_bytes_per_token_per_gpu=r.kv_bytes_per_token_per_gpu,

@@ -23,6 +23,7 @@ from tfcalc.cli.common import (
     FormatOpt,
     GpuMemoryUtilizationOpt,
     KvCacheDtypeOpt,
+    KvCacheMemoryOpt,
     KvDtypeOpt,
     MaxModelLenOpt,
     MaxNumBatchedTokensOpt,
@@ -40,6 +41,7 @@ from tfcalc.cli.common import (
     file_path,
     float_list,
     handle_errors,
+    kv_cache_memory_bytes,
     rate_overrides,
     resolve_models,
     weight_precisions,
@@ -346,6 +348,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                  "--model-runner", help="vLLM 0.22-0.31: run the model on V1 or V2 whatever the release picks for "
                  "it; the launch line sets VLLM_USE_V2_MODEL_RUNNER.", show_default=False)] = None,
              extensible_kv_cache: ExtensibleKvCacheOpt = None,
+             kv_cache_memory: KvCacheMemoryOpt = None,
              prefix_hit: Annotated[float, typer.Option(
                  "--prefix-hit", help="Share of each prompt found in the prefix cache (0-1).")] = 0.0,
              speculative: Annotated[int, typer.Option(
@@ -479,6 +482,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     if len(rates) != 1:
         raise UsageError("give one --compute-efficiency and one --bandwidth-efficiency")
     utilization = _one(gpu_memory_utilization, "--gpu-memory-utilization")
+    kv_memory = kv_cache_memory_bytes(kv_cache_memory, engines)
     block = _one(block_size, "--block-size")
     model_len_text = _one(max_model_len, "--max-model-len")
     offers = _offers(gpu, price)
@@ -523,7 +527,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             gpu_memory_utilization=parse_float(utilization, "gpu memory utilization", 0.0, 1.0)
             if utilization is not None else None,
             block_size=parse_size(block, "block size") if block is not None else None,
-            speculative=tuple(spec_options), disaggregated=disaggregated,
+            kv_cache_memory_bytes=kv_memory, speculative=tuple(spec_options), disaggregated=disaggregated,
             routing=parse_routing(routing), rates=rates[0][0],
             **({} if kv_transfer_gbps is None else {"kv_transfer_bytes_per_s": kv_transfer_gbps * 1e9}),
             redundant_experts=redundant_experts)
@@ -570,8 +574,11 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         if chosen is None:
             closest = min((e for e in result.evaluations if e.fits), default=None,
                           key=lambda e: (e.replicas == 0, -e.capacity_rate_per_s))
-            notes.append(f"{spec.name}: no configuration meets the targets"
-                         + (f"; the closest, {closest.candidate.label}, fails on {closest.reason}" if closest else ""))
+            roomiest = max((e for e in result.evaluations if e.memory is not None), default=None,
+                           key=lambda e: e.memory.kv_budget_bytes_per_gpu)  # type: ignore[union-attr]
+            why = (f"; the closest, {closest.candidate.label}, fails on {closest.reason}" if closest else
+                   f"; none fits, the roomiest ({roomiest.candidate.label}): {roomiest.reason}" if roomiest else "")
+            notes.append(f"{spec.name}: no configuration meets the targets{why}")
         else:
             rich = full(chosen)  # with its operating point and costs (the search's own evaluation may lack them)
             notes.append(report.chosen_sentence(spec, rich, traffic, targets, simulated))

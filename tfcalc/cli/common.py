@@ -35,7 +35,7 @@ from tfcalc.errors import (
     UsageError,
 )
 from tfcalc.spec.model import ModelSpec
-from tfcalc.units import split_list
+from tfcalc.units import parse_size, split_list
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -166,11 +166,26 @@ ExtensibleKvCacheOpt = Annotated[bool | None, typer.Option(
     "--enable-extensible-kv-cache/--no-enable-extensible-kv-cache", help="vLLM 0.34+: size the KV cache after "
     "warm-up (on, the default where supported) or from profiling estimates at utilization 0.92 (off: as with "
     "--kv-cache-memory-bytes, or NIXL without an IMEX channel).", show_default=False)]
+KvCacheMemoryOpt = Annotated[str | None, typer.Option(
+    "--kv-cache-memory-bytes", "--kv-cache-memory", help="vLLM 0.11+: the KV cache per GPU, set outright (bytes; 40g "
+    "= 40 x 2^30): utilization no longer sizes it; a configuration fits only if the rest still fits beside it "
+    "(0.34+ runs without its extensible cache then). Other engines size their own.", show_default=False)]
 MaxNumBatchedTokensOpt = Annotated[ListOpt, typer.Option(
     "--max-num-batched-tokens", "--prefill-chunk", help="Tokens per forward pass, the chunked-prefill budget (vLLM "
     "--max-num-batched-tokens); default: the engine's for the GPU (vLLM 8192 on >= 70 GiB GPUs).",
     show_default=False)]
 
+
+def kv_cache_memory_bytes(text: str | None, engines: list) -> int | None:
+    """--kv-cache-memory-bytes in bytes, checked: at least one engine asked takes a set size (vLLM 0.11+)."""
+    from tfcalc.calc.engine import takes_kv_cache_memory
+
+    if text is None:
+        return None
+    size = parse_size(text, "--kv-cache-memory-bytes")
+    if not any(takes_kv_cache_memory(e) for e in engines):
+        raise UsageError("--kv-cache-memory-bytes sets vLLM's KV cache (0.11+): no engine asked takes it")
+    return size
 
 def engine_list(values: list[str] | None) -> list:
     """``ideal`` (None: the plain memory arithmetic), ``vllm``, ``vllm@0.19``, ``sglang``, ``trtllm``, ``gpt-fast``,

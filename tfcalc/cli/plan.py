@@ -14,6 +14,7 @@ from tfcalc.cli.common import (
     FormatOpt,
     GpuMemoryUtilizationOpt,
     KvCacheDtypeOpt,
+    KvCacheMemoryOpt,
     KvDtypeOpt,
     ListOpt,
     MaxModelLenOpt,
@@ -33,13 +34,14 @@ from tfcalc.cli.common import (
     fail,
     float_list,
     handle_errors,
+    kv_cache_memory_bytes,
     parse_dtype_list,
     resolve_models,
     weight_precisions,
 )
 from tfcalc.errors import UsageError
 from tfcalc.output import emit, emit_explanation, explanation_lines, pick, print_stderr, varies, wide
-from tfcalc.units import parse_size, parse_sizes, split_list
+from tfcalc.units import parse_sizes, split_list
 
 if TYPE_CHECKING:
     from tfcalc.spec.engine import EngineSpec
@@ -137,10 +139,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
              "keeps 2-3 state blocks a hybrid (Mamba / Gated DeltaNet) request, 1 without. Default: as the engine "
              "version does (on; for hybrid models from 0.28).", show_default=False)] = None,
          extensible_kv_cache: ExtensibleKvCacheOpt = None,
-         kv_cache_memory: Annotated[str | None, typer.Option(
-             "--kv-cache-memory-bytes", "--kv-cache-memory", help="vLLM 0.11+: the KV cache per GPU, set outright "
-             "(bytes; 40g = 40 x 2^30): utilization no longer sizes it; the row says whether the rest still fits "
-             "beside it (0.34+ runs without its extensible cache then).", show_default=False)] = None,
+         kv_cache_memory: KvCacheMemoryOpt = None,
          find_min_gpus: Annotated[bool, typer.Option(
              "--min-gpus", help="Search the smallest GPU count that fits: tp within a node, pp only across whole "
              "nodes (vLLM's advice), unless --tp/--pp name the degrees allowed.")] = False,
@@ -149,7 +148,6 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
          explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Weights, every reserved term and the KV budget per GPU as the serving engine counts them; KV tokens; max
     sequences at a context; max context at a batch; verdict."""
-    from tfcalc.calc.engine import takes_kv_cache_memory
     from tfcalc.report.plan import PlanSweep, plan_rows
 
     if max_gpus < 1 or gpus_per_node < 1:
@@ -162,9 +160,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     engines = [with_prefix_caching(e, prefix_caching) for e in with_model_runners(
         with_extensible_kv_cache(engine_list(engine), extensible_kv_cache), model_runner)]
     check_runtime_overhead(bool(runtime_overhead), engines)
-    kv_memory = None if kv_cache_memory is None else parse_size(kv_cache_memory, "--kv-cache-memory-bytes")
-    if kv_memory is not None and not any(takes_kv_cache_memory(e) for e in engines):
-        raise UsageError("--kv-cache-memory-bytes sets vLLM's KV cache (0.11+): no engine asked takes it")
+    kv_memory = kv_cache_memory_bytes(kv_cache_memory, engines)
     precisions = weight_precisions(weights_dtype)
     kv_dtypes = parse_dtype_list(_merged(kv_dtype, kv_cache_dtype))
     sweep = PlanSweep(

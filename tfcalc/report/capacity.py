@@ -8,7 +8,7 @@ import math
 import shlex
 
 from tfcalc.calc.capacity import Candidate, Evaluation, SearchResult, SearchSpace, searched_engine
-from tfcalc.calc.engine import unserved_format
+from tfcalc.calc.engine import takes_kv_cache_memory, unserved_format
 from tfcalc.calc.serving_traffic import Target, Traffic
 from tfcalc.spec.engine import EngineSpec
 from tfcalc.spec.gpu import GPUSpec
@@ -407,6 +407,9 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
         args.append(f"--gpu-memory-utilization {space.gpu_memory_utilization}")
     if space.block_size is not None:
         args.append(f"--block-size {space.block_size}")
+    if space.kv_cache_memory_bytes is not None and (engine is None or engine.name != "vllm"
+                                                    or takes_kv_cache_memory(engine)):
+        args.append(f"--kv-cache-memory-bytes {space.kv_cache_memory_bytes}")
     if api_servers > 1:
         args.append(f"--api-server-count {api_servers}")
     if c.kv_dtype.startswith("fp8"):
