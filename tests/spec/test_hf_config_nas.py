@@ -164,3 +164,17 @@ def test_commands_run_without_a_traceback(command: list[str]) -> None:
     result = CliRunner().invoke(app, [*command, "--config", str(FIXTURE_DIR / f"{NAME}.json")])
     assert result.exit_code == 0, result.output
     assert result.exception is None and "Traceback" not in result.output
+
+
+def test_latency_streams_each_layer_width() -> None:
+    """A decode step of one token streams every weight once: the latency model's weight bytes are the model's bf16
+    bytes (2 per parameter, the embedding's gathered row aside), which the per-layer MLP widths make 49.87B, not
+    the 80 x 28,672-wide MLPs of a uniform reading."""
+    from tfcalc.calc.latency import StepShape, deployment, step_time
+    from tfcalc.spec.presets import load_gpu
+
+    spec = build(NAME)
+    d = deployment(spec, load_gpu("h100-sxm"), parse_weight_precision("bf16"), BF16)
+    streamed = step_time(d, StepShape(decode_seqs=1, decode_context=1)).weight_bytes
+    without_table = 2 * (count_params(spec).total_params - spec.vocab_size * spec.hidden_size)
+    assert abs(streamed - without_table) / without_table < 1e-3
