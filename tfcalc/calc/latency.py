@@ -306,7 +306,7 @@ class _Dims:
 @dataclass(frozen=True)
 class _Stage:
     # (full | sliding | linear | shared | none: no mixer, FFN: True MoE / False dense / None none, layers, formats:
-    # 0, or the 1-based index of the layers' own weight formats in ``Deployment.variants``)
+    # 0, or the 1-based index of the layers' own weight formats or MLP width in ``Deployment.variants``)
     counts: tuple[tuple[str, bool | None, int, int], ...]
     first: bool
     last: bool
@@ -340,7 +340,8 @@ class Deployment:
     dims: _Dims = field(repr=False)
     stages: tuple[_Stage, ...] = field(repr=False)
     full_dims: _Dims | None = field(default=None, repr=False)  # full layers of their own shape (Gemma 4)
-    # (dims, full_dims) of layers a checkpoint keeps in other formats (``ModelSpec.quantized_weight_exceptions``)
+    # (dims, full_dims) of layers a checkpoint keeps in other formats (``ModelSpec.quantized_weight_exceptions``) or
+    # whose dense MLP has a width of its own (``ModelSpec.layer_intermediate_sizes``)
     variants: tuple[tuple[_Dims, _Dims | None], ...] = field(default=(), repr=False)
     graph_cap_tokens: int | None = None  # the largest step replayed from a CUDA graph here (None: any)
     deepep_moe: ArchitectureMoe | None = None  # the experts' kernel in decode-only steps behind DeepEP, if its own
@@ -354,7 +355,7 @@ class Deployment:
         return tuple(replace(self, dims=dims, full_dims=full, variants=()) for dims, full in self.variants)
 
     def variant(self, index: int) -> Deployment:
-        """This deployment for layers of weight-format variant ``index`` (0: the model's own formats)."""
+        """This deployment for layers of variant ``index`` (0: the model's own formats and MLP width)."""
         return self if index == 0 else self._variant_deployments[index - 1]
 
     @property
@@ -459,6 +460,29 @@ def _format_variants(spec: ModelSpec, precision: WeightPrecision
             variants.append((main, with_formats({**rest, "attention": o}) if apart else None))
         variant_of[layer] = signatures[key]
     return variant_of, variants
+
+
+def _layer_variants(spec: ModelSpec, precision: WeightPrecision
+                    ) -> tuple[dict[int, int], list[tuple[WeightPrecision, WeightPrecision | None, int | None]]]:
+    """``_format_variants`` split further by dense MLP width where the layers' widths differ (DeciLM's
+    ``layer_intermediate_sizes``): layer -> 1-based variant, and each variant's formats and MLP width (None: the
+    model's intermediate_size)."""
+    variant_of, formats = _format_variants(spec, precision)
+    if not spec.layer_intermediate_sizes:
+        return variant_of, [(main, o, None) for main, o in formats]
+    keys: dict[tuple[int, int], int] = {}
+    split: dict[int, int] = {}
+    variants: list[tuple[WeightPrecision, WeightPrecision | None, int | None]] = []
+    for layer in range(spec.num_layers):
+        key = (variant_of.get(layer, 0), spec.ffn_width(layer) or spec.intermediate_size)
+        if key == (0, spec.intermediate_size):
+            continue
+        if key not in keys:
+            keys[key] = len(variants) + 1
+            main, o = formats[key[0] - 1] if key[0] else (precision, None)
+            variants.append((main, o, key[1]))
+        split[layer] = keys[key]
+    return split, variants
 
 
 def _module_shares(spec: ModelSpec, component: str, modules: tuple[str, ...]) -> dict[str, float]:
@@ -623,14 +647,17 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
     if measured is not None:  # a calibration's measured link replaces the intra-node fabric's NCCL link
         interconnect = replace(interconnect, nccl=comm.calibrated_link(measured, interconnect.nccl))
     domain = max(gpus_per_node, gpu.nvlink_domain_gpus or 0)  # the GPUs one NVLink fabric joins
-    variant_of, variant_precisions = _format_variants(spec, precision)
+    variant_of, variant_precisions = _layer_variants(spec, precision)
 
-    def dims_of(p: WeightPrecision, o: WeightPrecision | None = None) -> tuple[_Dims, _Dims | None]:
+    def dims_of(p: WeightPrecision, o: WeightPrecision | None = None, width: int | None = None
+                ) -> tuple[_Dims, _Dims | None]:
         formats = (raw_sparse_latent, recurrent_state_rule)
         dims = _dims(spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales, redundant_experts, *formats)
         if o is not None:  # the O projection stored apart from the other attention projections
             dims = replace(dims, attn_o=_dims(spec, gpu, o, kv_dtype, tp, ep, compute, engine, fp8_scales,
                                               redundant_experts, *formats).attn)
+        if width is not None:  # a layer's own dense MLP width (DeciLM)
+            dims = replace(dims, ffn_width=width / tp)
         return (dims, _dims(spec.full_layer_spec, gpu, p, kv_dtype, tp, ep, compute, engine, fp8_scales,
                             redundant_experts, *formats) if spec.full_attention is not None else None)
 

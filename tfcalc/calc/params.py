@@ -288,9 +288,15 @@ def linear_norms_shape(spec: ModelSpec) -> TPShape:
 
 
 def block_norms(spec: ModelSpec) -> Params:
-    """A layer's pre-norms over h (``norms_per_layer``): all a block without a mixer holds (Nemotron-H's MLP and MoE
-    blocks), replicated."""
+    """A layer's pre-norms over h (``norms_per_layer``), replicated."""
     return _norm(spec, spec.hidden_size) * spec.norms_per_layer
+
+
+def mixer_free_norms(spec: ModelSpec) -> Params:
+    """The norms of a layer that holds an FFN and no mixer, replicated: its FFN's half of the pre-norms over h, one
+    of 1 (Nemotron-H's MLP and MoE blocks) or of 2 (DeciLM's no-op attention keeps post_attention_layernorm only:
+    vLLM nemotron_nas.py DeciLMDecoderLayer)."""
+    return _norm(spec, spec.hidden_size) * max(spec.norms_per_layer // 2, 1)
 
 
 def norm_params_per_layer(spec: ModelSpec) -> Params:
@@ -471,8 +477,9 @@ def count_params(spec: ModelSpec) -> ParamCounts:
         + linear_attention_shape(spec).total() * linear_layers + indexer_shape(spec).total() * spec.num_indexer_layers)
     add("norms", norm_params_per_layer(spec) * sliding + norm_params_per_layer(full) * spec.num_full_layers
         + linear_norms_shape(spec).total() * linear_layers + indexer_norm_params(spec) * spec.num_indexer_layers
-        + block_norms(spec) * len(spec.mixer_free_layers))
-    add("mlp", ffn_params(spec, spec.intermediate_size, spec.mlp_bias) * spec.num_dense_mlp_layers)
+        + mixer_free_norms(spec) * len(spec.mixer_free_layers))
+    add("mlp", sum((ffn_params(spec, width, spec.mlp_bias) * layers for width, layers in spec.dense_mlp_widths),
+                   Params()))
     if moe is not None and moe_layers:
         expert = expert_shape(spec).total()
         latent = latent_shape(spec).total() * moe_layers  # every token's, beside the routed experts

@@ -37,7 +37,6 @@ from tfcalc.calc.params import (
     Params,
     attention_modules,
     attention_shape,
-    block_norms,
     compressor_norm_params,
     compressor_shape,
     encoder_shape,
@@ -53,6 +52,7 @@ from tfcalc.calc.params import (
     latent_shape,
     linear_attention_shape,
     linear_norms_shape,
+    mixer_free_norms,
     norms_shape,
     router_params,
     shared_experts_shape,
@@ -173,6 +173,12 @@ class Shard:
     # per quantized_weight_exceptions entry naming modules: (their part of a layer's component, their part of its
     # DSA indexer) on this GPU; None for an entry covering whole components
     exception_parts: tuple[tuple[Params, Params] | None, ...] = ()
+    # (width, one dense MLP of that width on this GPU) per width where the layers' widths differ (DeciLM)
+    mlp_widths: tuple[tuple[int, Params], ...] = ()
+
+    def mlp_of(self, width: int) -> Params:
+        """A dense MLP of ``width`` on this GPU: ``mlp`` unless the layers' widths differ."""
+        return dict(self.mlp_widths).get(width, self.mlp)
 
 
 def expert_tp(par: Parallelism) -> int:
@@ -194,8 +200,8 @@ def check_weight_blocks(spec: ModelSpec, par: Parallelism, precision: WeightPrec
         slices.append(("attention", "query heads", heads * spec.head_dim, heads * spec.value_head_dim, tp))
         if spec.num_kv_heads >= tp:
             slices.append(("attention", "KV heads", spec.num_kv_heads // tp * spec.head_dim, 0, tp))
-    if spec.moe is None or spec.moe.dense_layers:
-        slices.append(("mlp", "the MLP", spec.intermediate_size // tp, spec.intermediate_size // tp, tp))
+    for width, _ in spec.dense_mlp_widths:
+        slices.append(("mlp", "the MLP", width // tp, width // tp, tp))
     if spec.moe is not None:
         moe, ways = spec.moe, expert_tp(par)
         slices.append(("experts", "each expert", moe.expert_intermediate_size // ways,
@@ -257,7 +263,9 @@ def shard(spec: ModelSpec, par: Parallelism, vocab_rows: int | None = None) -> S
         compressor_csa=compressor_shape(spec, True).per_rank(tp) + compressor_norm_params(spec, True),
         compressor_hca=compressor_shape(spec, False).per_rank(tp) + compressor_norm_params(spec, False),
         hyper=hyper_connection_params(spec), hyper_head=hyper_head_params(spec),
-        router_hashed=router_params(spec, hashed=True) if spec.moe is not None and spec.moe.hash_layers else Params())
+        router_hashed=router_params(spec, hashed=True) if spec.moe is not None and spec.moe.hash_layers else Params(),
+        mlp_widths=tuple((width, ffn_shape(spec, width, spec.mlp_bias).per_rank(tp))
+                         for width, _ in spec.dense_mlp_widths) if spec.layer_intermediate_sizes else ())
 
 
 def _exception_parts(spec: ModelSpec, tp: int, kv_heads: int) -> tuple[tuple[Params, Params] | None, ...]:
@@ -311,6 +319,7 @@ class _LayerIndex:
     csa: tuple[int, ...] = ()           # sorted DeepSeek-V4 CSA, HCA and hash-routed layers
     hca: tuple[int, ...] = ()
     hashed: tuple[int, ...] = ()
+    widths: tuple[tuple[int, tuple[int, ...]], ...] = ()  # per dense MLP width: its sorted layers (DeciLM)
 
 
 @lru_cache(maxsize=64)
@@ -325,7 +334,9 @@ def _layer_index(spec: ModelSpec) -> _LayerIndex:
                        mixer_free=tuple(sorted(set(spec.mixer_free_layers))),
                        exceptions=tuple(tuple(sorted(set(x.layers))) for x in spec.quantized_weight_exceptions),
                        csa=tuple(sorted(ca.csa_layers)) if ca else (), hca=tuple(sorted(ca.hca_layers)) if ca else (),
-                       hashed=hashed)
+                       hashed=hashed,
+                       widths=tuple((w, tuple(i for i, x in enumerate(spec.layer_intermediate_sizes) if x == w))
+                                    for w, _ in spec.dense_mlp_widths) if spec.layer_intermediate_sizes else ())
 
 
 def _count(sorted_layers: tuple[int, ...], layers: range) -> int:
@@ -351,6 +362,7 @@ class StageCensus:
     csa_layers: int = 0          # DeepSeek-V4's CSA and HCA layers (the others attend their window alone)
     hca_layers: int = 0
     hash_layers: int = 0         # DeepSeek-V4's hash-routed MoE layers
+    mlp_widths: tuple[tuple[int, int], ...] = ()  # (width, dense MLP layers) where the widths differ (DeciLM)
 
     @property
     def dense_layers(self) -> int:
@@ -376,7 +388,8 @@ def stage_census(spec: ModelSpec, layers: range) -> StageCensus:
                        linear_layers=_count(index.linear, layers), indexer_layers=_count(index.indexer, layers),
                        ffn_free_layers=_count(index.ffn_free, layers),
                        mixer_free_layers=_count(index.mixer_free, layers), csa_layers=_count(index.csa, layers),
-                       hca_layers=_count(index.hca, layers), hash_layers=_count(index.hashed, layers))
+                       hca_layers=_count(index.hca, layers), hash_layers=_count(index.hashed, layers),
+                       mlp_widths=tuple((w, n) for w, of in index.widths if (n := _count(of, layers))))
 
 
 def _layer_parts(sh: Shard) -> dict[str, Params]:
@@ -468,8 +481,10 @@ def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, 
     dense_mlps = c.layers if spec.moe is not None and spec.moe.dense_mlp_beside else c.dense_layers
     total = (c.sliding_layers * per_layer + c.full_layers * per_full + c.linear_layers * per_linear
              + c.indexer_layers * param_bytes(sh.indexer, precision, "attention")
-             + c.mixer_free_layers * param_bytes(block_norms(spec), precision, "norms")
-             + dense_mlps * param_bytes(sh.mlp, precision, "mlp") + c.moe_layers * moe
+             + c.mixer_free_layers * param_bytes(mixer_free_norms(spec), precision, "norms")
+             + (sum((n * param_bytes(sh.mlp_of(w), precision, "mlp") for w, n in c.mlp_widths), Fraction(0))
+                if spec.layer_intermediate_sizes else dense_mlps * param_bytes(sh.mlp, precision, "mlp"))
+             + c.moe_layers * moe
              + sum(exception_deltas(spec, sh, precision, exceptions).values(), Fraction(0)))
     if spec.compressed_attention is not None:  # DeepSeek-V4's compressors, hyper-connections, hash tables
         total += (c.csa_layers * param_bytes(sh.compressor_csa, precision, "attention")

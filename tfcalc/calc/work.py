@@ -33,7 +33,7 @@ from fractions import Fraction
 
 from tfcalc.calc import kernels
 from tfcalc.calc.kv_cache import indexer_key_bytes, keys_attended, keys_read, kv_layer_bytes, state_dtypes, tokens_held
-from tfcalc.calc.params import block_norms
+from tfcalc.calc.params import mixer_free_norms
 from tfcalc.calc.plan import Shard, check_parallelism, param_bytes, shard
 from tfcalc.calc.shard import attention_ranks, check_weight_blocks
 from tfcalc.dtypes import DType, WeightPrecision
@@ -79,7 +79,7 @@ def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float |
     """
     sh, spec, p = m.sh, m.spec, m.precision
     if not spec.has_mixer(layer):  # Nemotron-H's MLP and MoE blocks: their norm only
-        elements, read = Fraction(0), param_bytes(block_norms(spec), p, "norms")
+        elements, read = Fraction(0), param_bytes(mixer_free_norms(spec), p, "norms")
     elif spec.is_linear_layer(layer):
         elements = Fraction(sh.linear_attention.matrix)
         read = param_bytes(sh.linear_attention, p, "attention") + param_bytes(sh.linear_norms, p, "norms")
@@ -106,8 +106,9 @@ def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float |
     if not spec.has_ffn(layer):  # Nemotron-H's Mamba-2 and attention blocks
         return elements, read
     if not spec.is_moe_layer(layer) or (spec.moe is not None and spec.moe.dense_mlp_beside):
-        elements += sh.mlp.matrix
-        read += param_bytes(sh.mlp, p, "mlp")
+        mlp = sh.mlp_of(spec.ffn_width(layer))
+        elements += mlp.matrix
+        read += param_bytes(mlp, p, "mlp")
     return elements, read
 
 

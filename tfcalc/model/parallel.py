@@ -83,8 +83,9 @@ def check_sharding(spec: ModelSpec, tp: int, ep: int) -> None:
     if ep > tp and ep % tp:
         raise UsageError(f"ep {ep} must divide tp {tp} or be a multiple of it")
     check_parallelism(spec, world, tp, 1, ep)
-    if spec.num_dense_mlp_layers and spec.intermediate_size % tp:
-        raise UsageError(f"tp {tp} does not divide the FFN width {spec.intermediate_size} of {spec.name}")
+    for width, _ in spec.dense_mlp_widths:
+        if width % tp:
+            raise UsageError(f"tp {tp} does not divide the FFN width {width} of {spec.name}")
     moe = spec.moe
     if moe is not None and spec.num_moe_layers:
         slices = expert_tp(_parallelism(tp, ep))

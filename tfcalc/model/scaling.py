@@ -89,7 +89,9 @@ def keep_layers(spec: ModelSpec, layers: tuple[int, ...]) -> ModelSpec:
         indexer = replace(indexer, layers=tuple(i for i, old in enumerate(layers) if i == 0 or old in indexer.layers))
     ffn_free = tuple(i for i, old in enumerate(layers) if not spec.has_ffn(old))
     mixer_free = tuple(i for i, old in enumerate(layers) if not spec.has_mixer(old))
+    widths = tuple(spec.layer_intermediate_sizes[old] for old in layers) if spec.layer_intermediate_sizes else ()
     return replace(spec, num_layers=len(layers), moe=moe, sliding_window_layers=sliding, linear_attention=linear,
+                   layer_intermediate_sizes=widths,
                    sparse_indexer=indexer, ffn_free_layers=ffn_free, mixer_free_layers=mixer_free,
                    sliding_window=spec.sliding_window if sliding else None, quantized_weight_exceptions=exceptions,
                    local_attention=spec.local_attention if sliding else "sliding", nope_layers=nope)
@@ -115,7 +117,8 @@ def scale_spec(spec: ModelSpec, *, layers: int | None = None, hidden: int | None
     """A scaled-down copy of ``spec``: ``layers`` by :func:`pick_layers`, the rest through ``with_overrides``.
 
     ``experts_per_token`` is capped at ``experts``; expert groups shrink to a divisor of ``experts``; a shared
-    expert keeps its width unless ``expert_intermediate`` is given, which sets both. Values that cannot make a
+    expert keeps its width unless ``expert_intermediate`` is given, which sets both; per-layer MLP widths scale with
+    ``intermediate``. Values that cannot make a
     model (vocab below 2, more layers than the model has) are refused with a UsageError naming the option.
     """
     for name, value in (("layers", layers), ("hidden", hidden), ("heads", heads), ("kv-heads", kv_heads),
@@ -134,6 +137,9 @@ def scale_spec(spec: ModelSpec, *, layers: int | None = None, hidden: int | None
     if spec.mla is not None and heads is not None and kv_heads is None:
         changes["num_kv_heads"] = heads  # MLA's config field equals the head count; its cache is the latent
     scaled = keep_layers(spec, pick_layers(spec, layers)) if layers is not None else spec
+    if intermediate is not None and scaled.layer_intermediate_sizes:  # per-layer widths shrink in proportion
+        changes["layer_intermediate_sizes"] = tuple(max(1, w * intermediate // scaled.intermediate_size) if w else 0
+                                                    for w in scaled.layer_intermediate_sizes)
     moe = scaled.moe
     if moe is not None and (experts or experts_per_token or expert_intermediate):
         e = experts or moe.num_experts

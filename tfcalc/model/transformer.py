@@ -87,7 +87,8 @@ class TransformerBlock(nn.Module):
     :class:`~tfcalc.model.mamba.Mamba2Mixer` (Nemotron-H); a NoPE layer (``spec.nope_layers``: Llama 4, Nemotron-H's
     attention) applies no RoPE. A Nemotron-H block holds one of the two halves (``spec.has_mixer`` /
     ``spec.has_ffn``, transformers NemotronHBlock): x + mixer(norm(x)) or x + ffn(norm(x)), one norm
-    (``norms_per_layer == 1``); the missing half's ``attention`` or ``ffn`` (and its norm) is None.
+    (``norms_per_layer == 1``); the missing half's ``attention`` or ``ffn`` (and its norm) is None, as in a DeciLM
+    layer with a no-op attention (vLLM nemotron_nas.py). Each dense MLP is ``spec.ffn_width(layer)`` wide.
     Gemma 4's MoE layers (``moe.dense_mlp_beside``, 7 norms; transformers Gemma4TextDecoderLayer) run a dense MLP
     beside the experts: x + post(post_mlp(mlp(ffn_norm(x))) + post_moe(moe(x))), the MoE norming its experts' input
     itself and routing on x. ``norm_placement`` post (OLMo 2, EXAONE 4; transformers Olmo2DecoderLayer): x +
@@ -103,10 +104,11 @@ class TransformerBlock(nn.Module):
         if shape.mla is None and shape.value_head_dim != shape.head_dim:
             raise SpecError(f"{spec.name}: the bundled model runs values as wide as keys, not values of "
                             f"{shape.value_head_dim} beside keys of {shape.head_dim} (v_head_dim)")
-        if not (mixer and ffn):
-            if spec.norms_per_layer != 1:
+        if not (mixer and ffn):  # one pre-norm, its half's (Nemotron-H: 1 per layer; DeciLM: 1 of 2)
+            if spec.norms_per_layer not in (1, 2) or spec.norm_placement != "pre":
                 raise SpecError(f"{spec.name}: layer {layer} holds only {'a mixer' if mixer else 'an FFN'}, which the "
-                                f"bundled model runs behind one norm (norms_per_layer 1), not {spec.norms_per_layer}")
+                                f"bundled model runs behind its one pre-norm (norms_per_layer 1 or 2), not "
+                                f"{spec.norms_per_layer}")
         elif spec.norms_per_layer not in ((7,) if beside else (1,) if spec.parallel_block else (2, 4)):
             raise SpecError(f"{spec.name}: the bundled model supports 2 or 4 norms per layer (7 with an MoE beside "
                             f"a dense MLP), not {spec.norms_per_layer}")
@@ -121,7 +123,7 @@ class TransformerBlock(nn.Module):
         self.ffn: nn.Module | None = None
         if ffn:
             self.ffn = (MoE(spec, weights_dtype) if spec.is_moe_layer(layer)
-                        else FeedForward(spec, spec.intermediate_size, spec.mlp_bias))
+                        else FeedForward(spec, spec.ffn_width(layer), spec.mlp_bias))
         post = spec.norms_per_layer >= 4 or not pre
         # Granite's residual_multiplier, None where it is 1: the usual block's forward stays what it was (a float
         # attribute read in forward would enter torch.compile's guards)

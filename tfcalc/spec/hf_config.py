@@ -701,6 +701,52 @@ def _nemotron_h(c: _Config) -> dict[str, Any]:
             "nope_layers": tuple(i for i, b in enumerate(blocks) if b == "attention")}
 
 
+def _nemotron_nas(c: _Config) -> dict[str, Any]:
+    """DeciLM / Llama-Nemotron NAS (vLLM nemotron_nas.py DeciLMDecoderLayer): ``block_configs`` give each layer GQA of
+    num_attention_heads / n_heads_in_group KV heads or none (attention no_op, and no input_layernorm), and a SwiGLU
+    of its ffn intermediate_size or of _ffn_mult_to_intermediate_size: int(2 x ffn_mult x h / 3) rounded up to a
+    multiple of 256. Linear replacements (vLLM builds none), layers without an FFN and attention layers of different
+    KV head counts are refused."""
+    blocks = c.data.get("block_configs")
+    if not isinstance(blocks, list) or len(blocks) != c.num_layers or not all(
+            isinstance(b, dict) and isinstance(b.get("attention"), dict) and isinstance(b.get("ffn"), dict)
+            for b in blocks):
+        raise c.error(f"field 'block_configs' must give an attention and an ffn entry for each of the "
+                      f"{c.num_layers} layers")
+    heads, hidden = c.req_int("num_attention_heads"), c.req_int("hidden_size")
+    kv_heads: set[int] = set()
+    widths: list[int] = []
+    no_attention: list[int] = []
+    for i, block in enumerate(blocks):
+        where = f"block_configs[{i}]"
+        for part in ("attention", "ffn"):
+            if block[part].get("replace_with_linear"):
+                raise c.error(f"{where}.{part}.replace_with_linear is not supported (a linear layer in place of the "
+                              f"{part}; vLLM's nemotron_nas.py builds none)")
+        attention, ffn = block["attention"], block["ffn"]
+        if ffn.get("no_op"):
+            raise c.error(f"{where}.ffn.no_op is not supported (a layer without an FFN)")
+        if attention.get("no_op"):
+            no_attention.append(i)
+        else:
+            group = c.check_int(f"{where}.attention.n_heads_in_group", attention.get("n_heads_in_group"), 1)
+            if heads % group:
+                raise c.error(f"{where}.attention.n_heads_in_group ({group}) does not divide num_attention_heads "
+                              f"({heads})")
+            kv_heads.add(heads // group)
+        if ffn.get("ffn_mult") is None:
+            widths.append(c.check_int(f"{where}.ffn.intermediate_size", ffn.get("intermediate_size"), 1))
+        else:
+            mult = check_float(f"{where}.ffn.ffn_mult", ffn["ffn_mult"], high=1e6)
+            widths.append(-(-int(2 * mult * hidden / 3) // 256) * 256)
+    if len(kv_heads) != 1:
+        raise c.error(f"block_configs give {'no attention layer' if not kv_heads else 'attention layers of '}"
+                      f"{', '.join(map(str, sorted(kv_heads)))}{' KV heads' if kv_heads else ''}; tfcalc models "
+                      "one KV head count on every attention layer")
+    return {"num_kv_heads": kv_heads.pop(), "intermediate_size": max(widths), "layer_intermediate_sizes": tuple(widths),
+            "mixer_free_layers": tuple(no_attention), "remote_code": True}
+
+
 # hybrid and parallel-block families (Granite 4.0, Command R / R7B / A)
 
 # Granite 4.0's layer_types entries: the checkpoints' mamba / attention and transformers 5's names for them
@@ -1033,6 +1079,7 @@ class _Family:
     norm_weight_offset: float = 0.0  # RMSNorm scales by (offset + w): 1 for Qwen3-Next's zero-centred weights
     dense_mlp: bool = True          # has a dense-MLP ``intermediate_size`` (Qwen3.5-MoE's text config has none)
     dense_width_key: str = "intermediate_size"  # the dense MLP's width (Llama 4: intermediate_size_mlp)
+    per_layer_ffn: bool = False     # numerics give the MLP widths, layer by layer (DeciLM's block_configs)
     numerics: Callable[[_Config], dict[str, Any]] | None = None  # further ModelSpec fields (Llama 4's attention)
     activation_key: str = "hidden_act"
     activation: str | None = None   # fixed activation name overriding the config's
@@ -1054,6 +1101,12 @@ FAMILIES: dict[str, _Family] = {
         defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
                   "attention_bias": False, "mlp_bias": False},
         mlp_bias=True),
+    # Llama-3.x-Nemotron Super / Ultra (DeciLMForCausalLM, remote code; vLLM nemotron_nas.py): Llama 3 with each
+    # layer's attention and MLP from block_configs
+    "nemotron-nas": _Family(
+        defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
+                  "attention_bias": False, "mlp_bias": False},
+        required=("block_configs",), mlp_bias=True, per_layer_ffn=True, numerics=_nemotron_nas),
     "mistral": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": 8, "max_position_embeddings": 131072,
                   "sliding_window": 4096},
@@ -1746,7 +1799,8 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
     if model_type == "nemotron_h" and "num_hidden_layers" not in config and isinstance(pattern, (str, list)):
         config = {**config, "num_hidden_layers": len(pattern)}  # transformers 5 derives it from the pattern
     c = _Config(config, origin, model_type, family.defaults)
-    for key in (*(_CORE_FIELDS if family.dense_mlp else _CORE_FIELDS[:-1]), *family.required):
+    for key in (*(_CORE_FIELDS if family.dense_mlp and not family.per_layer_ffn else _CORE_FIELDS[:-1]),
+                *family.required):
         c.require(key)
 
     heads = c.req_int("num_attention_heads")
@@ -1776,8 +1830,8 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         # no dense MLP (Qwen3.5-MoE): the field holds the expert width, used by no layer
-        intermediate_size=c.req_int("moe_intermediate_size") if not family.dense_mlp else c.int_or_default(
-            family.dense_width_key, minimum=1),
+        intermediate_size=numerics.pop("intermediate_size") if family.per_layer_ffn else c.req_int(
+            "moe_intermediate_size") if not family.dense_mlp else c.int_or_default(family.dense_width_key, minimum=1),
         ffn_kind=numerics.pop("ffn_kind", "gated"),
         activation=_activation(c, family),
         tie_word_embeddings=c.flag("tie_word_embeddings"),
@@ -1806,7 +1860,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         num_mtp_layers=(c.opt_int(family.mtp_key) or 0) if family.mtp_key is not None else 0,
         hf_repo=_name_or_path(c),
         architecture=_architecture(c),
-        remote_code=own_code or config.get("model_type") != model_type,
+        remote_code=own_code or config.get("model_type") != model_type or numerics.pop("remote_code", False),
         **family.attention(c),
         **({"norm_weight_offset": family.norm_weight_offset} if family.norm_weight_offset else {}),
         **_gemma_numerics(c),

@@ -704,6 +704,10 @@ class ModelSpec:
     # Nemotron-H's blocks hold one of a token mixer or an FFN: these layers have no FFN, those no mixer
     ffn_free_layers: tuple[int, ...] = ()
     mixer_free_layers: tuple[int, ...] = ()
+    # each layer's dense MLP width where the layers differ (DeciLM / Llama-Nemotron NAS block_configs' ffn_mult;
+    # vLLM nemotron_nas.py), 0 on the layers without an FFN; empty: intermediate_size on every layer, which is then
+    # the widest (the activations' peak)
+    layer_intermediate_sizes: tuple[int, ...] = ()
     # DSA's lightning indexer (DeepSeek-V3.2, GLM-5): the MLA attends at most its top-k tokens
     sparse_indexer: SparseIndexerSpec | None = None
     # DeepSeek-V4's sliding window + compressed (CSA / HCA) attention and hyper-connections
@@ -830,6 +834,16 @@ class ModelSpec:
             linear = set(self.linear_attention.layers) if self.linear_attention is not None else set()
             _require(not set(self.mixer_free_layers) & (linear | set(self.sliding_window_layers)),
                      f"{n}: a layer without a mixer is listed as a linear-attention or sliding-window layer")
+        widths = self.layer_intermediate_sizes
+        if widths:
+            _require(len(widths) == self.num_layers and self.moe is None,
+                     f"{n}: layer_intermediate_sizes needs one width per layer ({self.num_layers}) and no MoE")
+            for i, w in enumerate(widths):
+                _require((w == 0) == (i in self._ffn_free_set) and 0 <= w <= self.intermediate_size,
+                         f"{n}: layer_intermediate_sizes[{i}] ({w}) must be 0 on a layer without an FFN, else "
+                         f"1..intermediate_size ({self.intermediate_size})")
+            _require(all(not set(x.components) & {"mlp"} for x in self.quantized_weight_exceptions),
+                     f"{n}: quantized_weight_exceptions of the MLP with per-layer MLP widths are not supported")
         si = self.sparse_indexer
         if si is not None:
             _require(self.mla is not None and self.mla.q_lora_rank is not None,
@@ -1023,6 +1037,22 @@ class ModelSpec:
         """Whether ``layer`` mixes tokens (attention or a recurrence): all but Nemotron-H's MLP and MoE blocks."""
         return layer not in self._mixer_free_set
 
+    def ffn_width(self, layer: int) -> int:
+        """``layer``'s dense MLP width: its ``layer_intermediate_sizes`` entry, else intermediate_size."""
+        return self.layer_intermediate_sizes[layer] if self.layer_intermediate_sizes else self.intermediate_size
+
+    @functools.cached_property
+    def dense_mlp_widths(self) -> tuple[tuple[int, int], ...]:
+        """(width, layers) of the dense MLPs, widest first: one entry, (intermediate_size, num_dense_mlp_layers),
+        unless the widths differ per layer (``layer_intermediate_sizes``)."""
+        if not self.layer_intermediate_sizes:
+            return ((self.intermediate_size, self.num_dense_mlp_layers),) if self.num_dense_mlp_layers else ()
+        counts: dict[int, int] = {}
+        for w in self.layer_intermediate_sizes:
+            if w:
+                counts[w] = counts.get(w, 0) + 1
+        return tuple(sorted(counts.items(), reverse=True))
+
     @property
     def num_dense_mlp_layers(self) -> int:
         """Layers that run the dense MLP: every one with an FFN that is not an MoE layer (every layer when the MoE runs
@@ -1053,7 +1083,8 @@ class ModelSpec:
             if indexer is not None:
                 indexer = replace(indexer, layers=tuple(i for i in indexer.layers if i < n))
             spec = replace(spec, ffn_free_layers=tuple(i for i in spec.ffn_free_layers if i < n),
-                           mixer_free_layers=tuple(i for i in spec.mixer_free_layers if i < n))
+                           mixer_free_layers=tuple(i for i in spec.mixer_free_layers if i < n),
+                           layer_intermediate_sizes=spec.layer_intermediate_sizes[:n])
             spec = replace(spec, num_layers=n, moe=moe, quantized_weight_exceptions=exceptions, linear_attention=linear,
                            sparse_indexer=indexer,
                            sliding_window_layers=tuple(i for i in spec.sliding_window_layers if i < n),
