@@ -87,6 +87,8 @@ DTYPES: dict[str, DType] = {
               "_dequantize_dq (a double-quantised absmax is expanded to fp32 at load)"),
         DType("mxfp4", 4, 32, 8, True, "FP4 E2M1, one E8M0 scale per 32 values = 4.25 bits",
               "OCP Microscaling Formats (MX) Specification v1.0, 2023 (block 32, E8M0 shared scale)"),
+        DType("mxfp8", 8, 32, 8, True, "FP8 E4M3, one E8M0 scale per 32 values = 8.25 bits",
+              "OCP Microscaling Formats (MX) Specification v1.0, 2023 (MXFP8: E4M3 elements, block 32, E8M0 scale)"),
         DType("nvfp4", 4, 16, 8, True,
               "FP4 E2M1, one FP8 E4M3 scale per 16 values (+ one fp32 per tensor) = 4.5 bits",
               "NVIDIA, Introducing NVFP4 for Efficient and Accurate Low-Precision Inference (2025)"),

@@ -65,6 +65,11 @@ PRESET_FIXTURES = (
     "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash", "deepseek-v4-flash",
     "deepseek-v4-pro",
 )
+# tfcalc families whose text config transformers knows only under another model_type (MiniMax-M3's decoder is
+# MiniMaxM3VLTextConfig, whose causal LM is MiniMaxM3VLForCausalLM)
+_TRANSFORMERS_TYPE = {"minimax_m3": "minimax_m3_vl_text"}
+# checkpoint classes transformers builds under its own name
+_CLASS_NAMES = {"MiniMaxM3ForCausalLM": "MiniMaxM3VLForCausalLM"}
 # Attention modules that read ``config.sliding_window`` on every layer instead of holding a per-layer window.
 _CONFIG_WIDE_WINDOW = {"mistral", "mixtral", "phi3"}
 
@@ -111,8 +116,8 @@ def _config(name: str) -> dict:
 def _transformers_type(cfg: dict) -> str:
     """The config's model type, or for a remote-code one (Kimi K2's kimi_k2) the built-in type whose causal-LM class
     its architectures[0] names, by transformers' own auto mapping."""
-    if cfg["model_type"] in CONFIG_MAPPING:
-        return cfg["model_type"]
+    if cfg["model_type"] in CONFIG_MAPPING or cfg["model_type"] in _TRANSFORMERS_TYPE:
+        return _TRANSFORMERS_TYPE.get(cfg["model_type"], cfg["model_type"])
     by_class = {cls: kind for kind, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
     return by_class[cfg["architectures"][0]]
 
@@ -125,8 +130,9 @@ def hf_model(name: str) -> HFModel:
     if "text_config" in cfg and "tie_word_embeddings" not in cfg:
         # transformers 5 ties a multimodal model's output head by the top-level flag (Mistral3Config: True by
         # default); vLLM and transformers 4 build the decoder from text_config and tie by its flag, as tfcalc does
-        cfg["tie_word_embeddings"] = cfg["text_config"].get(
-            "tie_word_embeddings", CONFIG_MAPPING[cfg["text_config"]["model_type"]]().tie_word_embeddings)
+        text = cfg["text_config"]
+        cfg["tie_word_embeddings"] = text["tie_word_embeddings"] if "tie_word_embeddings" in text else \
+            CONFIG_MAPPING[text["model_type"]]().tie_word_embeddings
     start = time.perf_counter()
     config = AutoConfig.for_model(model_type, **cfg)
     with torch.device("meta"):
@@ -297,7 +303,8 @@ def test_components_equal_transformers(name: str) -> None:
 def test_structure_equals_transformers(name: str) -> None:
     hf, s = hf_model(name), spec(name)
     # transformers' port of a remote-code checkpoint may spell its class apart (Kimi_K25ForConditionalGeneration)
-    assert hf.class_name.replace("_", "") == _config(name)["architectures"][0].replace("_", "")
+    declared = _config(name)["architectures"][0]
+    assert hf.class_name.replace("_", "") == _CLASS_NAMES.get(declared, declared).replace("_", "")
     assert len(hf.windows) == s.num_layers
     assert hf.moe_layers == tuple(i for i in range(s.num_layers) if s.is_moe_layer(i))
     assert hf.windows == tuple(s.sliding_window if s.is_sliding_layer(i) else None for i in range(s.num_layers))
@@ -390,7 +397,7 @@ def test_multimodal_defaults_match_transformers_config_classes() -> None:
 
 @pytest.mark.parametrize("model_type", sorted(set(FAMILIES) - set(WITHOUT_TRANSFORMERS.values())))
 def test_family_defaults_match_transformers_config_classes(model_type: str) -> None:
-    cls = CONFIG_MAPPING[model_type]
+    cls = CONFIG_MAPPING[_TRANSFORMERS_TYPE.get(model_type, model_type)]
     field_names = {f.name for f in dataclasses.fields(cls)}
     for key, value in FAMILIES[model_type].defaults.items():
         rope = getattr(cls(), "rope_parameters", None) or {}  # Nemotron-H has none: its attention turns nothing

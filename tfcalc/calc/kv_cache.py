@@ -51,9 +51,15 @@ def kv_elements_per_token_per_layer(spec: ModelSpec, sliding: bool = True) -> in
 SCALE_BLOCK = 128  # values per fp32 scale in DSA's fp8 indexer keys and fp8 latent records
 
 
+MSA_KEY_BYTES = 2  # MiniMax-M3's index keys: bf16, as transformers' MiniMaxM3VLSparseCacheLayer holds idx_keys
+
+
 def indexer_key_bytes(spec: ModelSpec) -> int:
-    """Bytes one token adds to one indexed layer's indexer cache: head_dim fp8 + 4 per 128 (132); 0 without DSA."""
+    """Bytes one token adds to one indexed layer's indexer cache: DSA's head_dim fp8 + 4 per 128 (132); MiniMax-M3's
+    head_dim in bf16 (256, whatever the K/V format: no engine's layout for it is known here); 0 without an indexer."""
     si = spec.sparse_indexer
+    if si is not None and si.kind == "minimax_m3":
+        return si.head_dim * MSA_KEY_BYTES
     return 0 if si is None else si.head_dim + si.head_dim // SCALE_BLOCK * 4
 
 
@@ -305,7 +311,8 @@ def default_kv_dtype(spec: ModelSpec, engine: EngineSpec | None = None, gpu: GPU
     checkpoint in 16 bits on vLLM and SGLang); fp8 for DeepSeek-V4 on any engine (its cache is FlashMLA's fp8
     record; vLLM DeepseekV4MLAAttention asserts an fp8 cache). On ``gpu`` where the engine says so
     (``kv.sparse_mla_fp8_gpus``: SGLang on compute capability 10+) a DSA model's cache is fp8 too."""
-    if spec.sparse_indexer is not None and engine is not None and engine.kv is not None:
+    if spec.sparse_indexer is not None and spec.sparse_indexer.kind == "dsa" and engine is not None \
+            and engine.kv is not None:
         from tfcalc.calc.engine import gpu_listed
 
         if engine.kv.sparse_mla_fp8 or gpu_listed(engine.kv.sparse_mla_fp8_gpus, gpu):

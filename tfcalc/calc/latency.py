@@ -226,7 +226,7 @@ def linear_mode(dtype: DType, gpu: GPUSpec, choice: str = "auto",
     if not dtype.quantized:
         native = "fp16" if name == "fp16" else ("fp32" if name == "fp32" else "bf16")
         return _Linear(bits, native, "", False, name)
-    if name.startswith("fp8"):
+    if name.startswith("fp8") or name == "mxfp8":  # MXFP8: fp8 MMA with block scales (Blackwell's tcgen05)
         kind = "fp8"
     elif name in ("mxfp4", "nvfp4"):
         kind = "fp4"
@@ -401,6 +401,8 @@ def _stages(spec: ModelSpec, pp: int, variant_of: dict[int, int] | None = None) 
     dense = (set(spec.moe.dense_layers) if spec.moe is not None else set(every)) - no_ffn
     moe = set(every) - dense - no_ffn
     si, ca = spec.sparse_indexer, spec.compressed_attention
+    if si is not None and si.kind != "dsa":  # MiniMax-M3's MSA: priced as dense GQA attention (docs/calculator.md)
+        si = None
     compressed = {"csa": set(ca.csa_layers), "hca": set(ca.hca_layers)} if ca is not None else {}
     kinds = {**compressed,
              "sliding": (set(spec.sliding_window_layers) if spec.sliding_window is not None else set()) - set().union(
@@ -573,6 +575,8 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
         return linear
 
     si, ca = spec.sparse_indexer, spec.compressed_attention
+    if si is not None and si.kind != "dsa":  # MiniMax-M3's MSA: its K/V read densely, its index keys not priced
+        si = None
     # the cache one token adds to a layer and DSA's indexer; DeepSeek-V4's entry, indexer and layer shape instead
     cache: dict[str, float | int | CompressedAttentionSpec] = {
         "index_heads": si.num_heads if si else 0, "index_dim": si.head_dim if si else 0,

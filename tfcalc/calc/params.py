@@ -231,11 +231,15 @@ def indexer_modules(spec: ModelSpec) -> dict[str, TPShape]:
     """One DSA lightning indexer (DeepSeek-V3.2, GLM-5; transformers DeepseekV32Indexer), module by module: wq_b
     [q_rank, heads x head_dim], wk [h, head_dim] and weights_proj [h, heads], each held whole by every rank (vLLM's
     Indexer: ReplicatedLinear); its k_norm: ``indexer_norm_params``. weights_proj is bf16 in the fp8 checkpoints but
-    counted as a matrix (under 0.1 % of the attention)."""
+    counted as a matrix (under 0.1 % of the attention). MiniMax-M3's MSA indexer (transformers MiniMaxM3VLIndexer):
+    q_proj [h, heads x head_dim] and k_proj [h, head_dim] on the hidden state, held whole like DSA's."""
     si, m = spec.sparse_indexer, spec.mla
+    h = spec.hidden_size
+    if si is not None and si.kind == "minimax_m3":
+        return {"index_q_proj": TPShape(replicated=Params(matrix=h * si.num_heads * si.head_dim)),
+                "index_k_proj": TPShape(replicated=Params(matrix=h * si.head_dim))}
     if si is None or m is None or m.q_lora_rank is None:
         return {}
-    h = spec.hidden_size
     return {"indexer.wq_b": TPShape(replicated=Params(matrix=m.q_lora_rank * si.num_heads * si.head_dim)),
             "indexer.wk": TPShape(replicated=Params(matrix=h * si.head_dim)),
             "indexer.weights_proj": TPShape(replicated=Params(matrix=h * si.num_heads))}
@@ -247,7 +251,8 @@ def indexer_shape(spec: ModelSpec) -> TPShape:
 
 
 def indexer_norm_params(spec: ModelSpec) -> Params:
-    """The indexer's k_norm, a LayerNorm (weight and bias) over head_dim; none without an indexer."""
+    """The indexer's norms over head_dim: DSA's k_norm, a LayerNorm (weight and bias); MiniMax-M3's q_norm and
+    k_norm, RMSNorms (a weight each); none without an indexer."""
     si = spec.sparse_indexer
     return Params(vector=2 * si.head_dim) if si is not None else Params()
 
@@ -394,11 +399,22 @@ def encoder_shape(spec: ModelSpec) -> TPShape:
     position tables (2 x positions x h) and the projector (h x H). MoonViT (kimi_k25_vit.py): per block qkv
     (3h^2 + 3h) and fc0 (hI + I) column-, wo (h^2 + h) and fc1 (Ih + h) row-parallel, two LayerNorms; the conv with
     bias (c p^2 h + h), the position table (positions x h), the final LayerNorm and the projector (ReplicatedLinear:
-    a LayerNorm over h, m^2 h squared + m^2 h, m^2 h x H + H) replicated."""
+    a LayerNorm over h, m^2 h squared + m^2 h, m^2 h x H + H) replicated. MiniMax-M3 (transformers
+    MiniMaxM3VLVisionModel, laid out as SigLIP's): per block q, k, v, out (4h^2 + 4h), fc1 and fc2 (2hI + I + h) split
+    as SigLIP's, two LayerNorms; the bias-free 3-D conv (c t p^2 h) and the LayerNorm before the blocks replicated,
+    the projector's linear_1 (h x P + P), linear_2 (P x H + H), merge_linear_1 (m^2 H x P + P) and merge_linear_2
+    (P x H + H) replicated (P: ``adapter_hidden_dim``, the config's projector_hidden_size)."""
     e = spec.encoder
     if e is None:
         return TPShape()
     h, i = e.hidden_size, e.intermediate_size
+    if e.kind == "minimax_m3":
+        big, p = spec.hidden_size, e.adapter_hidden_dim
+        split = Params(matrix=(4 * h * h + 2 * h * i) * e.num_layers, vector=(3 * h + i) * e.num_layers)
+        replicated = Params(matrix=e.num_channels * e.temporal_patch_size * e.patch_size ** 2 * h + h * p + p * big
+                            + e.merge_size ** 2 * big * p + p * big,
+                            vector=(2 * h + 4 * h) * e.num_layers + 2 * h + 2 * p + 2 * big)
+        return TPShape(split=split, replicated=replicated)
     if e.kind == "gemma4":  # vLLM gemma4_mm.py loads the tower through transformers, whole on every rank
         return TPShape(replicated=Params(
             matrix=(4 * h * h + 3 * h * i) * e.num_layers + e.num_channels * e.patch_size ** 2 * h

@@ -232,6 +232,9 @@ def make_model(spec: ModelSpec, precision: WeightPrecision, kv_dtype: DType, tp:
     if spec.compressed_attention is not None:
         raise SpecError(f"{spec.name}: the profiler's work counts follow the bundled decoder, which does not run "
                         "DeepSeek-V4's compressed attention (CSA/HCA)")
+    if spec.sparse_indexer is not None and spec.sparse_indexer.kind != "dsa":
+        raise SpecError(f"{spec.name}: the profiler's work counts follow the bundled decoder, which does not run "
+                        "MiniMax-M3's block-sparse attention (MSA)")
     par = check_parallelism(spec, tp * attention_ranks(tp, ep), tp, 1, ep)
     check_weight_blocks(spec, par, precision)
     return Model(spec=spec, sh=shard(spec, par), precision=precision, kv_dtype=kv_dtype)

@@ -426,6 +426,8 @@ def build_model(spec: ModelSpec, *, dtype: torch.dtype = torch.float32, device: 
     if spec.compressed_attention is not None:
         raise SpecError(f"{spec.name}: the bundled model does not run DeepSeek-V4's compressed attention (CSA/HCA) or "
                         "hyper-connections")
+    if spec.sparse_indexer is not None and spec.sparse_indexer.kind != "dsa":
+        raise SpecError(f"{spec.name}: the bundled model does not run MiniMax-M3's block-sparse attention (MSA)")
     spec = scale_spec(spec, **overrides)
     if parallel is not None:
         check_sharding(spec, parallel.tp, parallel.ep)

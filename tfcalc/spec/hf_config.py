@@ -983,6 +983,80 @@ def _dsa_indexer(c: _Config) -> dict[str, Any]:
         topk=c.req_int("index_topk"))}
 
 
+
+def _minimax_m3_moe(c: _Config) -> MoESpec:
+    """MiniMaxM3VLSparseMoeBlock on the layers ``mlp_layer_types`` calls "sparse" (else where ``moe_layer_freq``
+    lists 1; transformers MiniMaxM3VLTextConfig reads no first_k_dense_replace): experts of ``intermediate_size``
+    chosen by sigmoid scores plus a correction bias, renormalised and scaled by ``routed_scaling_factor``, beside one
+    shared expert of ``shared_intermediate_size``; the other layers a dense MLP of ``dense_intermediate_size``."""
+    n = c.num_layers
+    dense = _listed_dense_layers(c)
+    if dense is None:
+        freq = c.data.get("moe_layer_freq")
+        if freq is None:
+            dense = ()
+        elif isinstance(freq, list) and len(freq) == n and all(f in (0, 1) and not isinstance(f, bool) for f in freq):
+            dense = tuple(i for i, f in enumerate(freq) if not f)
+        else:
+            raise c.error(f"field 'moe_layer_freq' must list 0 (dense) or 1 (MoE) for each of the {n} layers")
+    if c.data.get("n_shared_experts", 1) != 1:
+        raise c.error(f"field 'n_shared_experts' {c.data['n_shared_experts']!r:.20} is not supported "
+                      "(MiniMaxM3VLSparseMoeBlock builds one shared expert)")
+    return MoESpec(num_experts=c.req_int("num_local_experts"), experts_per_token=c.req_int("num_experts_per_tok"),
+                   expert_intermediate_size=c.req_int("intermediate_size"), num_shared_experts=1,
+                   shared_expert_intermediate_size=c.int_or_default("shared_intermediate_size", minimum=1),
+                   dense_layers=dense, router_scoring="sigmoid", router_score_correction_bias=True,
+                   normalize_top_k=True, routed_scaling_factor=c.req_float("routed_scaling_factor"))
+
+
+# MiniMax-M3's legacy sparse_attention_config keys -> transformers MiniMaxM3VLTextConfig's flat names
+_MSA_KEYS = {"sparse_num_index_heads": "index_n_heads", "sparse_index_dim": "index_head_dim",
+             "sparse_block_size": "index_block_size", "sparse_topk_blocks": "index_topk_blocks",
+             "sparse_local_block": "index_local_blocks"}
+_MSA_SPARSE = "minimax_m3_sparse"
+
+
+def _minimax_m3_layers(c: _Config) -> dict[str, Any]:
+    """MiniMax-M3's per-head QK-norm and MSA block indexer (transformers MiniMaxM3VLTextConfig.__post_init__): the
+    sparse layers are ``layer_types`` "minimax_m3_sparse", else ``sparse_attention_config``'s sparse_attention_freq;
+    its sparse_* keys give the indexer's sizes, which the flat index_* keys otherwise do. Variants transformers does
+    not build (an index-value path, initial blocks, a score other than max, attention_output_gate) are refused."""
+    n = c.num_layers
+    if c.get("qk_norm_type") not in (None, "per_head") or c.flag("attention_output_gate"):
+        raise c.error("only per-head QK-norm (qk_norm_type per_head) without attention_output_gate is supported "
+                      "(MiniMaxM3VLAttention)")
+    msa = c.data.get("sparse_attention_config") or {}
+    if not isinstance(msa, dict):
+        raise c.error("field 'sparse_attention_config' must be a mapping")
+    if msa.get("use_sparse_attention", True) is not True:
+        raise c.error("field 'sparse_attention_config.use_sparse_attention' false is not supported")
+    if msa.get("sparse_init_block", 0) != 0 or msa.get("sparse_score_type", "max") != "max":
+        raise c.error("sparse_attention_config: only sparse_init_block 0 and sparse_score_type max are supported "
+                      "(MiniMaxM3VLIndexer)")
+    types = c.data.get("layer_types")
+    if types is None and msa.get("sparse_attention_freq") is not None:
+        types = [_MSA_SPARSE if f else FULL for f in msa["sparse_attention_freq"]]
+    if types is None:
+        return {}
+    if not isinstance(types, list) or len(types) != n or not all(t in (_MSA_SPARSE, FULL) for t in types):
+        raise c.error(f"field 'layer_types' (or sparse_attention_config.sparse_attention_freq) must give "
+                      f"'{_MSA_SPARSE}' or '{FULL}' (1 or 0) for each of the {n} layers")
+    layers = tuple(i for i, t in enumerate(types) if t == _MSA_SPARSE)
+    no_value = msa.get("sparse_disable_index_value")
+    if no_value is not None and (not isinstance(no_value, list) or len(no_value) != n
+                                 or any(not no_value[i] for i in layers)):
+        raise c.error("sparse_attention_config: an index-value path (sparse_disable_index_value 0 on a sparse layer) "
+                      "is not supported (MiniMaxM3VLIndexer has none)")
+    if not layers:
+        return {}
+    sizes = _Config({**c.data, **{flat: msa[key] for key, flat in _MSA_KEYS.items() if key in msa}}, c.origin,
+                    c.model_type, c.defaults)
+    return {"sparse_indexer": SparseIndexerSpec(
+        layers=layers, num_heads=sizes.int_or_default("index_n_heads", minimum=1),
+        head_dim=sizes.int_or_default("index_head_dim", minimum=1),
+        topk=sizes.int_or_default("index_topk_blocks", minimum=1), kind="minimax_m3",
+        block_size=sizes.int_or_default("index_block_size", minimum=1))}
+
 # dense families (Seed-OSS, GLM-4, OLMo 2/3, SmolLM3, EXAONE 4, Granite)
 
 def _seed_oss_bias(c: _Config) -> dict[str, bool]:
@@ -1401,6 +1475,20 @@ FAMILIES: dict[str, _Family] = {
         required=("num_local_experts", "num_experts_per_tok"),
         attention=_no_bias, moe=_minimax_m2_moe, qk_norm=True, qk_norm_across_heads=True,
         rotary_dim_key="rotary_dim"),
+    # MiniMax-M3 (transformers MiniMaxM3VLTextConfig, model_type minimax_m3_vl_text): GQA with per-head QK-norm and
+    # partial RoPE, MSA's block indexer on the sparse layers, dense MLPs of dense_intermediate_size first, then 128
+    # sigmoid-routed experts beside one shared expert; Gemma-style (1 + w) RMSNorms, clamped SwiGLU
+    "minimax_m3": _Family(
+        defaults={**_LLAMA_LIKE, "vocab_size": 200064, "hidden_size": 6144, "intermediate_size": 3072,
+                  "num_hidden_layers": 60, "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128,
+                  "max_position_embeddings": 524288, "rope_theta": 5000000.0, "num_experts_per_tok": 4,
+                  "num_local_experts": 128, "dense_intermediate_size": 12288, "shared_intermediate_size": 3072,
+                  "routed_scaling_factor": 2.0, "rotary_dim": 64, "index_n_heads": 4, "index_head_dim": 128,
+                  "index_block_size": 128, "index_topk_blocks": 16},
+        required=("num_local_experts", "num_experts_per_tok"),
+        attention=_no_bias, moe=_minimax_m3_moe, qk_norm=True, rotary_dim_key="rotary_dim",
+        mtp_key="num_nextn_predict_layers", norm_weight_offset=1.0, dense_width_key="dense_intermediate_size",
+        activation="swiglu_clamped", numerics=_minimax_m3_layers),
     # Llama 4 Scout / Maverick: GQA whose RoPE layers attend within 8192-token chunks and every fourth (NoPE) layer
     # to the whole context, top-1 sigmoid-routed experts plus a shared expert (on every other layer in Maverick, the
     # rest dense MLPs of intermediate_size_mlp); transformers Llama4TextConfig / Llama4ForCausalLM.
@@ -1441,6 +1529,7 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "Glm4MoeLiteForCausalLM": "glm4_moe_lite", "MiMoV2FlashForCausalLM": "mimo_v2_flash",
     "GlmMoeDsaForCausalLM": "glm_moe_dsa", "NemotronHForCausalLM": "nemotron_h",
     "GraniteMoeHybridForCausalLM": "granitemoehybrid", "Cohere2ForCausalLM": "cohere2", "CohereForCausalLM": "cohere",
+    "MiniMaxM3ForCausalLM": "minimax_m3", "MiniMaxM3SparseForCausalLM": "minimax_m3",
 }
 
 
@@ -1635,6 +1724,9 @@ MULTIMODAL: dict[str, _Multimodal] = {
     "gemma4": _Multimodal("gemma4_text", "gemma4_text", "gemma4_vision", {}),
     # Kimi K2.5 / K2.6: a DeepSeek-V3 decoder (Moonshot's text_config says kimi_k2, NVIDIA's deepseek_v3) and MoonViT;
     # its tiktoken tokenizer is the checkpoint's own code (its model card serves it with --trust-remote-code)
+    # MiniMax-M3 (transformers MiniMaxM3VLConfig): the minimax_m3 decoder and a CLIP-style tower with 3-D RoPE
+    "minimax_m3_vl": _Multimodal("minimax_m3", "minimax_m3_vl_text", "minimax_m3_vl_vision", {},
+                                 ("clip_vision_model",)),
     "kimi_k25": _Multimodal("deepseek_v3", "deepseek_v3", "kimi_k25_vision", {}, ("",), ("kimi_k2",), True),
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *MULTIMODAL}))
@@ -1657,6 +1749,11 @@ QWEN3_VL_VISION_DEFAULTS = {**QWEN3_5_VISION_DEFAULTS, "deepstack_visual_indexes
 KIMI_K25_VISION_DEFAULTS = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "patch_size": 14,
                             "num_channels": 3, "init_pos_emb_height": 64, "init_pos_emb_width": 64,
                             "merge_kernel_size": [2, 2]}
+# transformers MiniMaxM3VLVisionConfig (spatial_merge_size and temporal_patch_size are its own keys; NVIDIA's copy
+# nests them in img_token_compression_config, which the class does not read)
+MINIMAX_M3_VISION_DEFAULTS = {"hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 32,
+                              "patch_size": 14, "image_size": 2016, "num_channels": 3, "spatial_merge_size": 2,
+                              "temporal_patch_size": 2}
 GEMMA4_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 16, "patch_size": 16,
                           "num_channels": 3, "num_attention_heads": 12, "num_key_value_heads": 12, "head_dim": 64,
                           "position_embedding_size": 10240}
@@ -1667,7 +1764,8 @@ _VISION = {"siglip_vision_model": ("siglip", SIGLIP_DEFAULTS), "pixtral": ("pixt
            "qwen3_vl_moe_vision": ("qwen3_5", QWEN3_VL_VISION_DEFAULTS),
            "llama4_vision_model": ("llama4", LLAMA4_VISION_DEFAULTS),
            "gemma4_vision": ("gemma4", GEMMA4_VISION_DEFAULTS),
-           "kimi_k25_vision": ("moonvit", KIMI_K25_VISION_DEFAULTS)}
+           "kimi_k25_vision": ("moonvit", KIMI_K25_VISION_DEFAULTS),
+           "minimax_m3_vl_vision": ("minimax_m3", MINIMAX_M3_VISION_DEFAULTS)}
 # Moonshot's vt_* names are its remote code's (engines read the plain ones, whose defaults the released configs
 # repeat); pos_emb_* are transformers' names for init_pos_emb_*
 _VISION_ALIASES = {"depth": "num_hidden_layers", "in_chans": "num_channels", "in_channels": "num_channels",
@@ -1726,6 +1824,10 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
         extra = {"num_position_embeddings": c.req_int("position_embedding_size"), "head_dim": head_dim}
     elif kind == "moonvit":
         extra = _moonvit(c, merged.get("hidden_size"))
+    elif kind == "minimax_m3":  # MiniMaxM3VLMultiModalProjector: linear_1 / merge_linear_1 to projector_hidden_size
+        extra = {"merge_size": c.req_int("spatial_merge_size"), "temporal_patch_size": c.req_int("temporal_patch_size"),
+                 "adapter_hidden_dim": _Config(config, origin, model_type, {"projector_hidden_size": 6144})
+                 .int_or_default("projector_hidden_size", minimum=1), "image_size": None}
     elif kind == "pixtral":
         extra = {"merge_size": top.int_or_default("spatial_merge_size", minimum=1),
                  "projector_bias": top.flag("multimodal_projector_bias")}
@@ -1873,7 +1975,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
     kv, scale = checkpoint_kv_dtype(quant, c.origin), checkpoint_activation_scale(quant, c.origin)
     stored = parse_weight_precision(native)
     weight_only = tuple(part for part in checkpoint_weight_only(quant, spec, model_type, c.origin)
-                        if stored.for_component(part).name.startswith(("fp8", "nvfp4", "mxfp4")))
+                        if stored.for_component(part).name.startswith(("fp8", "nvfp4", "mxfp4", "mxfp8")))
     if native == spec.native_dtype and kv is None and scale is None:
         return spec
     return replace(spec, native_dtype=native, checkpoint_kv_dtype=kv, checkpoint_activation_scale=scale,

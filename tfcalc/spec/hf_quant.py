@@ -53,13 +53,14 @@ _MAX_PATTERNS = 1_000  # regular expressions and shell patterns among them (each
 # Module names (below the decoder's layer prefix) of each component, as transformers names them per model type.
 _ATTENTION = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
 _EXPERT = ("gate_proj", "up_proj", "down_proj")
-_MOE_PREFIX = {"mixtral": "block_sparse_moe"}
-_EXPERT_NAMES = {"mixtral": ("w1", "w2", "w3"), "nemotron_h": ("up_proj", "down_proj")}
+_MOE_PREFIX = {"mixtral": "block_sparse_moe", "minimax_m3": "block_sparse_moe"}
+_EXPERT_NAMES = {"mixtral": ("w1", "w2", "w3"), "minimax_m3": ("w1", "w2", "w3"),
+                 "nemotron_h": ("up_proj", "down_proj")}
 _SHARED_NAMES = {"nemotron_h": ("up_proj", "down_proj")}  # Nemotron-H's FFNs are ungated (relu2)
 _SHARED_PREFIX = {"qwen2_moe": "mlp.shared_expert", "deepseek_v2": "mlp.shared_experts",
                   "deepseek_v3": "mlp.shared_experts", "deepseek_v32": "mlp.shared_experts",
                   "glm4_moe": "mlp.shared_experts", "glm_moe_dsa": "mlp.shared_experts",
-                  "glm4_moe_lite": "mlp.shared_experts",
+                  "glm4_moe_lite": "mlp.shared_experts", "minimax_m3": "block_sparse_moe.shared_experts",
                   "llama4_text": "feed_forward.shared_expert", "nemotron_h": "mixer.shared_experts"}
 # The decoder's layers by the names checkpoints give them, first the one transformers builds. Llama 4's and
 # Gemma 4's name it under language_model; other multimodal checkpoints one of three ways, by the transformers
@@ -82,6 +83,8 @@ _GDN["qwen3_5_moe_text"] = _GDN["qwen3_5_text"]
 _MAMBA = ("mixer.in_proj", "mixer.out_proj")
 # A DSA layer's lightning indexer (DeepSeek-V3.2, GLM-5), part of the attention component
 _INDEXER = ("self_attn.indexer.wq_b", "self_attn.indexer.wk", "self_attn.indexer.weights_proj")
+# MiniMax-M3's MSA indexer as its checkpoints name it (transformers' MiniMaxM3VLIndexer: self_attn.indexer.q_proj)
+_MSA_INDEXER = ("self_attn.index_q_proj", "self_attn.index_k_proj")
 # Gemma 4 keeps its experts and router on the block itself (layers.N.experts), beside the dense mlp of every layer
 _EXPERTS_AT = {"gemma4_text": ""}
 # Nemotron-H's latent MoE projects into and out of the experts' width (fc1/fc2_latent_proj, counted with the
@@ -122,7 +125,8 @@ def module_names(spec: ModelSpec, model_type: str) -> dict[str, tuple[tuple[str,
             if spec.has_mixer(i):
                 out["attention"] += [base + n for n in (linear if spec.is_linear_layer(i) else attention)]
             if i in indexed:
-                out["attention"] += [base + n for n in _INDEXER]
+                out["attention"] += [base + n for n in (_MSA_INDEXER if spec.sparse_indexer.kind == "minimax_m3"
+                                                        else _INDEXER)]
             if not spec.has_ffn(i):
                 continue
             if i in dense or beside:
@@ -254,6 +258,7 @@ def _compressed_scheme(weights: Any, group: str, origin: str) -> str:
 # per-tensor FP8 with static input scales; per-channel FP8 with per-token dynamic ones; FP8_PB_WO's 128x128 weight
 # blocks (run as block-fp8 GEMMs); NVFP4 W4A4, and W4A16_NVFP4 (16-bit activations: a weight-only kernel)
 _MODELOPT_FORMATS = {"FP8": "fp8", "FP8_PER_CHANNEL_PER_TOKEN": "fp8", "FP8_PB_WO": "fp8_block", "NVFP4": "nvfp4",
+                     "MXFP8": "mxfp8",
                      "W4A16_NVFP4": "nvfp4"}
 _MODELOPT_SCALES = {"FP8": "static", "FP8_PER_CHANNEL_PER_TOKEN": "dynamic"}
 _MIXED = "MIXED_PRECISION"

@@ -34,7 +34,9 @@ HYBRID_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
 RouterScoring = Literal["softmax", "sigmoid", "sqrtsoftplus"]
-EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl", "qwen3_5", "llama4", "gemma4", "moonvit"]
+EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl", "qwen3_5", "llama4", "gemma4", "moonvit", "minimax_m3"]
+# "dsa": DeepSeek Sparse Attention's lightning indexer on MLA; "minimax_m3": MiniMax Sparse Attention's block indexer
+IndexerKind = Literal["dsa", "minimax_m3"]
 # How the ``sliding_window_layers`` attend: the last ``sliding_window`` tokens (Mistral, Gemma), or only the tokens
 # of their own ``sliding_window``-token chunk (Llama 4's attention_chunk_size; transformers "chunked_attention").
 LocalAttention = Literal["sliding", "chunked"]
@@ -366,9 +368,25 @@ class SparseIndexerSpec:
     num_heads: int
     head_dim: int
     topk: int
+    # MiniMax-M3's MSA (transformers MiniMaxM3VLIndexer; kind "minimax_m3"): q [h, heads x head_dim] and k [h, head_dim]
+    # from the hidden state, per-head RMSNorms q_norm and k_norm (head_dim each), no weights_proj; each indexer head
+    # (one per KV head) keeps the ``topk`` best blocks of ``block_size`` keys (max-pooled scores, the query's own
+    # block always among them); the layers without an indexer attend every key (not the previous choice)
+    kind: IndexerKind = "dsa"
+    block_size: int = 1
 
     def __post_init__(self) -> None:
         check_fields(self, "sparse_indexer.")
+
+    @property
+    def keys_selected(self) -> int:
+        """The most keys a query of an indexed layer attends: topk x block_size (DSA: top-k tokens, blocks of 1)."""
+        return self.topk * self.block_size
+
+    def sparse_layer(self, layer: int) -> bool:
+        """Whether ``layer`` attends only the selected keys: every layer under DSA (its unindexed ones reuse the
+        previous choice), only the indexed ones under MiniMax-M3's MSA."""
+        return self.kind == "dsa" or layer in self.layers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -447,7 +465,11 @@ class EncoderSpec:
     norms over ``head_dim``), bias-free MHA and gated MLP; a bias-free projector into the decoder's width.
     ``moonvit`` (Kimi K2.5's MoonViT; transformers Kimi_K25VisionModel): a patch conv with bias, a learned table of
     ``num_position_embeddings`` positions, LayerNorms (one more after the last block), MHA with biases, a GELU MLP
-    with biases; its projector a LayerNorm over h and two linears with biases over ``merge_size``^2 patches."""
+    with biases; its projector a LayerNorm over h and two linears with biases over ``merge_size``^2 patches.
+    ``minimax_m3`` (transformers MiniMaxM3VLVisionModel): a bias-free 3-D patch conv over ``temporal_patch_size``
+    frames, a LayerNorm before the blocks, MHA and a GELU MLP with biases, 3-D RoPE; its projector a GELU MLP per
+    patch to the decoder's width then one over ``merge_size``^2 merged patches, both through ``adapter_hidden_dim``
+    (projector_hidden_size), all with biases."""
 
     kind: EncoderKind = "siglip"
     hidden_size: int
@@ -845,9 +867,18 @@ class ModelSpec:
             _require(all(not set(x.components) & {"mlp"} for x in self.quantized_weight_exceptions),
                      f"{n}: quantized_weight_exceptions of the MLP with per-layer MLP widths are not supported")
         si = self.sparse_indexer
-        if si is not None:
+        if si is not None and si.kind == "minimax_m3":
+            _require(self.mla is None and self.linear_attention is None and self.num_kv_heads == si.num_heads,
+                     f"{n}: a minimax_m3 sparse_indexer needs GQA attention with one indexer head per KV head "
+                     f"({si.num_heads} indexer heads, {self.num_kv_heads} KV heads)")
+            try:
+                check_layer_indices("sparse_indexer.layers", si.layers, self.num_layers)
+            except SpecError as exc:
+                raise SpecError(f"{n}: {exc}") from None
+        elif si is not None:
             _require(self.mla is not None and self.mla.q_lora_rank is not None,
                      f"{n}: sparse_indexer needs MLA with a q_lora_rank (its queries come from q_lora)")
+            _require(si.block_size == 1, f"{n}: a dsa sparse_indexer selects single tokens (block_size 1)")
             try:
                 check_layer_indices("sparse_indexer.layers", si.layers, self.num_layers)
             except SpecError as exc:
