@@ -63,13 +63,20 @@ PRESET_FIXTURES = (
     "gemma3-27b", "qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b",
     "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "gemma4-31b", "gemma4-26b-a4b", "deepseek-v3.2", "glm-5",
     "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash", "deepseek-v4-flash",
-    "deepseek-v4-pro",
+    "deepseek-v4-pro", "qwen3-8b", "qwen3-32b", "qwen3-coder-480b-a35b", "kimi-k2", "nemotron-3-super-120b-a12b",
+    "mistral-small-3.2-24b", "mistral-nemo-12b", "minimax-m2.7",
 )
 # tfcalc families whose text config transformers knows only under another model_type (MiniMax-M3's decoder is
 # MiniMaxM3VLTextConfig, whose causal LM is MiniMaxM3VLForCausalLM)
 _TRANSFORMERS_TYPE = {"minimax_m3": "minimax_m3_vl_text"}
 # checkpoint classes transformers builds under its own name
 _CLASS_NAMES = {"MiniMaxM3ForCausalLM": "MiniMaxM3VLForCausalLM"}
+# Checkpoints whose config.json equals a bundled preset's but for metadata: the fixture, that preset, and the repository
+# id (an alias of it) that names the checkpoint.
+ALIAS_FIXTURES = {
+    "deepseek-r1": ("deepseek-v3", "deepseek-ai/DeepSeek-R1"),
+    "glm-5.1": ("glm-5", "zai-org/GLM-5.1"),
+}
 # Attention modules that read ``config.sliding_window`` on every layer instead of holding a per-layer window.
 _CONFIG_WIDE_WINDOW = {"mistral", "mixtral", "phi3"}
 
@@ -332,17 +339,29 @@ def test_preset_agrees_with_config_and_transformers(name: str) -> None:
     assert kv_fields(preset) == kv_fields(from_config)
 
 
+def _differing_fields(preset: ModelSpec, from_config: ModelSpec) -> dict[str, tuple[object, object]]:
+    """Every ModelSpec field where the two differ, but the name, a quantized checkpoint's exceptions (its
+    modules_to_not_convert) and hf_repo (the checkpoint to serve: the preset's sourced choice), which are no shapes."""
+    skip = {"name", "quantized_weight_exceptions", "hf_repo"}
+    return {f.name: (getattr(preset, f.name), getattr(from_config, f.name)) for f in dataclasses.fields(ModelSpec)
+            if f.name not in skip and getattr(preset, f.name) != getattr(from_config, f.name)}
+
+
 @pytest.mark.parametrize("name", PRESET_FIXTURES)
 def test_preset_equals_config_spec_in_every_field(name: str) -> None:
     """Beyond counts and KV fields: the preset and its config.json agree on biases, MoE, rope, dtype, context..."""
-    preset, from_config = load_model(name), spec(name)
-    # quantized_weight_exceptions describe a quantized checkpoint (its modules_to_not_convert), not this config
-    # and hf_repo the checkpoint to serve (the preset's sourced choice, a config's _name_or_path), not a shape
-    skip = {"name", "quantized_weight_exceptions", "hf_repo"}
-    differing = {f.name: (getattr(preset, f.name), getattr(from_config, f.name))
-                 for f in dataclasses.fields(ModelSpec)
-                 if f.name not in skip and getattr(preset, f.name) != getattr(from_config, f.name)}
+    differing = _differing_fields(load_model(name), spec(name))
     assert not differing, f"preset vs config.json: {differing}"
+
+
+@pytest.mark.parametrize("name", sorted(ALIAS_FIXTURES))
+def test_an_alias_checkpoint_is_its_preset_in_every_field(name: str) -> None:
+    """DeepSeek-R1 and GLM-5.1 ship DeepSeek-V3's and GLM-5's config.json: named by their repository ids, the presets
+    serve those checkpoints and agree with their configs in every field (and with transformers, as every fixture)."""
+    preset_name, repo = ALIAS_FIXTURES[name]
+    preset = load_model(repo)
+    assert (preset.name, preset.hf_repo) == (preset_name, repo)
+    assert not _differing_fields(preset, spec(name)), f"preset vs config.json: {_differing_fields(preset, spec(name))}"
 
 def _transformers_default(cls: type, key: str) -> object:
     for f in dataclasses.fields(cls):

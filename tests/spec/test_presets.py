@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tfcalc.calc.params import count_params
+from tfcalc.calc.params import ParamCounts, count_params
 from tfcalc.spec.presets import load_model, load_preset_document, preset_names
 
 MODEL_PRESETS = {
@@ -20,16 +20,20 @@ MODEL_PRESETS = {
     "qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b",
     "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "gemma4-31b", "gemma4-26b-a4b", "deepseek-v3.2", "glm-5",
     "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash", "deepseek-v4-flash", "deepseek-v4-pro",
+    "qwen3-8b", "qwen3-32b", "qwen3-coder-480b-a35b", "kimi-k2", "nemotron-3-super-120b-a12b", "mistral-small-3.2-24b",
+    "mistral-nemo-12b", "minimax-m2.7",
 }
 # MoE presets without a derived.yaml entry: equal to their config.json and to transformers in every component
 # (tests/calc/test_params_hf_parity.py) and within 1 % of their cards' totals (tests/spec/test_hf_config.py).
 MOE_FROM_CONFIG = {"glm-4.6", "glm-4.5-air", "minimax-m2.5", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b",
                    "qwen3.5-122b-a10b", "qwen3.5-397b-a17b", "llama4-scout-17b-16e", "llama4-maverick-17b-128e",
                    "gemma4-26b-a4b", "deepseek-v3.2", "glm-5", "nemotron-3-nano-30b-a3b", "kimi-k2.5",
-                   "mimo-v2-flash", "deepseek-v4-flash", "deepseek-v4-pro"}
+                   "mimo-v2-flash", "deepseek-v4-flash", "deepseek-v4-pro", "qwen3-coder-480b-a35b", "kimi-k2",
+                   "nemotron-3-super-120b-a12b", "minimax-m2.7"}
 # a multimodal preset: its vision encoder is counted, never active for text tokens (tests/spec/test_hf_config.py)
 WITH_ENCODER = {"gemma3-27b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b",
-                "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "gemma4-31b", "gemma4-26b-a4b", "kimi-k2.5"}
+                "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "gemma4-31b", "gemma4-26b-a4b", "kimi-k2.5",
+                "mistral-small-3.2-24b"}
 
 # Exact counts from docs/research/derived.yaml: recomputed by docs/research/derive.py from the sourced
 # configs in docs/research/facts.yaml (every weight incl. norms and biases, a tied embedding counted once). They are not
@@ -105,6 +109,11 @@ def _billions(n: int, digits: int) -> float:
     return round(n / 1e9, digits)
 
 
+def _embedding_tables(counts: ParamCounts) -> int:
+    """The input embedding and the output head (one table when tied): what a card's non-embedding count leaves out."""
+    return counts.total["embedding"].total + counts.total["lm_head"].total
+
+
 def test_published_headline_figures() -> None:
     mixtral = count_params(load_model("mixtral-8x7b"))
     # mistral.ai/news/mixtral-of-experts: "46.7B total parameters but only uses 12.9B parameters per token"
@@ -131,6 +140,31 @@ def test_published_headline_figures() -> None:
     # (docs/research/facts.yaml published_total_params_note; the model card says 8B)
     assert _billions(count_params(load_model("llama3-8b")).total_params, 2) == 8.03
 
+    # Qwen/Qwen3-8B model card: "Number of Parameters: 8.2B", "Number of Paramaters (Non-Embedding): 6.95B"
+    qwen3_8b = count_params(load_model("qwen3-8b"))
+    assert _billions(qwen3_8b.total_params, 1) == 8.2
+    assert _billions(qwen3_8b.total_params - _embedding_tables(qwen3_8b), 2) == 6.95
+    # Qwen3-32B: 32.8B parameters (its card's figure as apxml.com and grokipedia.com quote it)
+    assert _billions(count_params(load_model("qwen3-32b")).total_params, 1) == 32.8
+    # Qwen3-Coder-480B-A35B-Instruct: 480B total, 35B active
+    coder = count_params(load_model("qwen3-coder-480b-a35b"))
+    assert (_billions(coder.total_params, 0), _billions(coder.active_params, 0)) == (480, 35)
+    # moonshotai/Kimi-K2-Instruct card: "Total Parameters 1T", "Activated Parameters 32B" (32.9B with the embedding
+    # row and lm_head, 31.7B without the embedding row: the card's figures are whole, hence the truncation)
+    kimi = count_params(load_model("kimi-k2"))
+    assert round(kimi.total_params / 1e12) == 1 and int(kimi.active_params / 1e9) == 32
+    # research.nvidia.com Nemotron-3-Super page: 120B total, 12B active (120.6B and 12.7B as quoted to one decimal)
+    super_ = count_params(load_model("nemotron-3-super-120b-a12b"))
+    assert (int(super_.total_params / 1e8), int(super_.active_params / 1e8)) == (1206, 127)
+    # mistralai Mistral Small 3.1 / 3.2 cards: 24 billion parameters (decoder and Pixtral encoder);
+    # mistral.ai/news/mistral-nemo: "a 12B model"
+    assert _billions(count_params(load_model("mistral-small-3.2-24b")).total_params, 0) == 24
+    assert _billions(count_params(load_model("mistral-nemo-12b")).total_params, 0) == 12
+    # Hub safetensors count for MiniMaxAI/MiniMax-M2.7: 229B; the M2 family's 10B activated (without the two tables)
+    minimax = count_params(load_model("minimax-m2.7"))
+    assert _billions(minimax.total_params, 0) == 229
+    assert _billions(minimax.active_params - _embedding_tables(minimax), 0) == 10
+
 
 @pytest.mark.parametrize(("name", "non_embedding"), [
     # Gemma 2 paper arXiv:2408.00118 Table 2, non-embedding parameters
@@ -139,8 +173,7 @@ def test_published_headline_figures() -> None:
 ])
 def test_gemma2_non_embedding_params_match_paper(name: str, non_embedding: int) -> None:
     counts = count_params(load_model(name))
-    embedding = counts.total["embedding"].total + counts.total["lm_head"].total
-    assert counts.total_params - embedding == non_embedding
+    assert counts.total_params - _embedding_tables(counts) == non_embedding
 
 
 def _walk(mapping: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -190,7 +223,8 @@ def test_published_figures_name_a_source(name: str) -> None:
     assert [f for f in published if not _is_sourced(f, sourced)] == []
 
 
-@pytest.mark.parametrize("name", ["gemma2-9b", "gemma2-27b", "qwen3-30b-a3b", "gpt-oss-120b"])
+@pytest.mark.parametrize("name", ["gemma2-9b", "gemma2-27b", "qwen3-30b-a3b", "gpt-oss-120b", "qwen3-32b",
+                                  "qwen3-coder-480b-a35b", "mistral-nemo-12b", "mistral-small-3.2-24b"])
 def test_head_dim_is_not_hidden_over_heads(name: str) -> None:
     spec = load_model(name)
     assert spec.head_dim * spec.num_attention_heads != spec.hidden_size
@@ -213,6 +247,8 @@ def test_mistral_slides_on_every_layer() -> None:
     ("phi3-mini", "MHA"),
     ("llama3-70b", "GQA"),
     ("deepseek-v3", "MLA"),
+    ("kimi-k2", "MLA"),
+    ("qwen3-32b", "GQA"),
 ])
 def test_attention_kind(name: str, kind: str) -> None:
     assert load_model(name).attention_kind == kind
@@ -221,7 +257,7 @@ def test_attention_kind(name: str, kind: str) -> None:
 def test_model_facts() -> None:
     qwen25 = load_model("qwen2.5-7b")
     assert (qwen25.qkv_bias, qwen25.o_bias) == (True, False)
-    for name in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
+    for name in ("qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-coder-480b-a35b"):
         spec = load_model(name)
         assert spec.moe is not None
         assert spec.qk_norm and spec.moe.normalize_top_k
