@@ -10,7 +10,8 @@ from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.presets import load_gpu, load_preset_document, preset_names
 
 GPUS = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h100-nvl", "h200", "b200", "b300", "gb200", "gb300",
-        "l40s", "l4", "rtx4090", "rtx-pro-6000", "mi300x", "mi325x", "mi350x", "mi355x"}
+        "l40s", "l4", "rtx4090", "rtx-pro-6000", "mi300x", "mi325x", "mi350x", "mi355x",
+        "a10g", "a10", "l40", "h20", "rtx5090"}
 GIB = 1 << 30
 DOC_FIELDS = {"display_name", "vendor", "memory_type", "interconnect", "sources", "notes",
               "latency"}  # the latency block carries its own sources (tests/spec/test_latency_presets.py)
@@ -41,6 +42,11 @@ def test_every_number_names_a_source(name: str) -> None:
     ("rtx-pro-6000", 96, 480e12, 1.597e12),
     ("mi355x", 288, 2516.6e12, 8.0e12),
     ("mi350x", 288, 2306.9e12, 8.0e12),
+    ("a10g", 24, 70.04e12, 0.6e12),
+    ("a10", 24, 125e12, 0.6e12),
+    ("l40", 48, 181.05e12, 0.864e12),
+    ("h20", 96, 148e12, 4.0e12),
+    ("rtx5090", 32, 209.5e12, 1.792e12),
 ])
 def test_values_dense_and_binary(name: str, gib: int, bf16: float, bandwidth: float) -> None:
     gpu = load_gpu(name)
@@ -142,6 +148,16 @@ NEW_PARTS = {
                "xgmi-mi350", None, "none"),
     "mi350x": (None, {"fp32": 144.2, "bf16": 2306.9, "fp8": 4613.7, "int8": 4613.7, "fp4": 9227.5}, 537.6, 256,
                "xgmi-mi350", None, "none"),
+    # A10 datasheet (dense = sparse*/2); L40 datasheet column; H20 partner-sheet figures (printed dense); the A10G's
+    # and RTX 5090's are derived (test_derived_tensor_rates below checks the arithmetic against the printed figures)
+    "a10": (22.06, {"fp32": 31.2, "tf32": 125 / 2, "bf16": 250 / 2, "int8": 500 / 2}, 32, 72, "pcie4", "l40s", "l40s"),
+    "a10g": (22.06, {"fp32": 35.02, "tf32": 35.02, "bf16": 70.04, "int8": 280.17}, 32, 80, "pcie4", "l40s", "l40s"),
+    "l40": (44.4, {"fp32": 90.5, "tf32": 181 / 2, "bf16": 362.1 / 2, "fp8": 724 / 2, "int8": 724 / 2}, 32, 142, "pcie4",
+            "l40s", "l40s"),
+    "h20": (95.0, {"fp32": 44, "tf32": 74, "bf16": 148, "fp8": 296, "int8": 296}, 450, 78, "nvlink4", "h100-sxm",
+            "h100-sxm"),
+    "rtx5090": (31.36, {"fp32": 104.8, "tf32": 104.8, "bf16": 209.5, "fp8": 419, "int8": 838, "fp4": 1676}, 64, 170,
+                "pcie5", "l40s", "l40s"),
 }
 
 
@@ -171,9 +187,51 @@ def test_new_parts_memory_and_ratios() -> None:
     assert pro["bf16"] == 4 * pro["fp32"] and pro["fp4"] == 4 * pro["bf16"]  # GB202: 1,024 / 256 FLOPs a SM-clock
 
 
+def test_derived_tensor_rates() -> None:
+    """The derived dense rates redone from their sources' printed figures: per SM-clock rates x SMs x boost clock."""
+    a10, a10g = load_gpu("a10").dense_flops_per_s, load_gpu("a10g").dense_flops_per_s
+    per_sm_clock = 125e12 / (72 * 1.695e9)  # A10 datasheet BF16 over its 72 SMs at 1,695 MHz: 1,024 FLOPs
+    assert per_sm_clock == pytest.approx(1024, rel=1e-3)
+    assert a10["fp32"] == pytest.approx(72 * 128 * 2 * 1.695e9, rel=2e-3)  # 31.24 printed as 31.2
+    assert a10g["bf16"] == pytest.approx(80 * per_sm_clock / 2 * 1.71e9, rel=1e-3)  # half rate, 80 SMs, 1,710 MHz
+    assert a10g["fp32"] == pytest.approx(80 * 128 * 2 * 1.71e9, rel=1e-3)
+    assert a10g["int8"] == pytest.approx(a10["int8"] / (72 * 1.695e9) * 80 * 1.71e9, rel=1e-3)
+    assert a10g["tf32"] == a10g["bf16"] / 2 and a10["tf32"] == a10["bf16"] / 2
+    assert "fp8" not in a10 and "fp8" not in a10g  # Ampere: fp8 falls back to bf16
+    assert load_gpu("a10g").peak_flops("fp8") == ("bf16", 70.04e12)
+    l40, l40s = load_gpu("l40").dense_flops_per_s, load_gpu("l40s").dense_flops_per_s
+    assert l40["bf16"] == pytest.approx(142 * 512 * 2.49e9, rel=1e-3)  # half the L40S's 1,024 per SM-clock
+    assert l40["bf16"] == pytest.approx(l40s["bf16"] / 2, rel=1e-3) and l40["fp8"] == 2 * 181e12
+    rtx = load_gpu("rtx5090").dense_flops_per_s
+    assert rtx["bf16"] == pytest.approx(838.4e12 / 4, rel=1e-3)  # sparse FP16-accumulate / 2 (sparsity) / 2 (FP32 acc)
+    assert rtx["bf16"] == pytest.approx(170 * 512 * 2.407e9, rel=1e-3)  # the 4090's per SM-clock rate
+    assert rtx["fp32"] == pytest.approx(170 * 128 * 2 * 2.407e9, rel=1e-3)
+    assert rtx["fp4"] == 3352e12 / 2 == 8 * rtx["bf16"] and rtx["int8"] == 4 * rtx["bf16"] == 2 * rtx["fp8"]
+    h20, h100 = load_gpu("h20").dense_flops_per_s, load_gpu("h100-sxm").dense_flops_per_s
+    assert h20["bf16"] / h100["bf16"] == pytest.approx(1 / 7, abs=0.01)  # "~15 % of the H100"
+    assert h20["fp8"] == h20["int8"] == 2 * h20["bf16"]
+
+
+def test_new_parts_runtime_memory_below_nvidia_smi() -> None:
+    """The CUDA runtime's total sits 0.4-0.6 GiB under nvidia-smi's (the MiB totals each preset's sources quote)."""
+    for name, smi_mib in (("a10g", 23028), ("a10", 23028), ("l40", 46068), ("h20", 97871), ("rtx5090", 32607)):
+        gpu = load_gpu(name)
+        gap = smi_mib / 1024 - gpu.runtime_memory_bytes / GIB
+        assert 0.4 <= gap <= 0.6, (name, gap)
+        assert gpu.runtime_memory_bytes < smi_mib * (1 << 20) < gpu.memory_bytes
+    assert load_gpu("a10g").runtime_memory_bytes / GIB == pytest.approx(22587 / 1024, abs=0.005)  # torch MiB
+    assert load_gpu("h20").runtime_memory_bytes / GIB == pytest.approx(97285 / 1024, abs=0.005)
+
+
 @pytest.mark.parametrize(("device_name", "preset"), [
     ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
-    ("NVIDIA L4", "l4"), ("NVIDIA L40S", "l40s"), ("NVIDIA L40", None),
+    ("NVIDIA L4", "l4"), ("NVIDIA L40S", "l40s"), ("NVIDIA L40", "l40"),
+    ("NVIDIA A10G", "a10g"), ("NVIDIA A10", "a10"), ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+    ("NVIDIA A100-PCIE-40GB", "a100-40gb"), ("NVIDIA A100 80GB PCIe", "a100-80gb"),
+    ("NVIDIA H20", "h20"), ("NVIDIA H200", "h200"), ("NVIDIA H200 NVL", "h200"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+    ("NVIDIA GeForce RTX 5090", "rtx5090"), ("NVIDIA GeForce RTX 5090 D", None), ("NVIDIA GeForce RTX 5090 D v2", None),
+    ("NVIDIA GeForce RTX 5090 Laptop GPU", None), ("NVIDIA GeForce RTX 4090", "rtx4090"), ("NVIDIA A40", None),
+    ("NVIDIA A16", None), ("NVIDIA GeForce RTX 5080", None),
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
     ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", None),  # 1,792 GB/s: a different part
     ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", None),

@@ -172,7 +172,7 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
 
 def test_engine_moe_efficiency_is_validated() -> None:
     for value, message in (
-            ({"h201": {"fp8": 0.9}}, r"unknown field 'kernels.moe_efficiency.h201' \(did you mean "
+            ({"h200x": {"fp8": 0.9}}, r"unknown field 'kernels.moe_efficiency.h200x' \(did you mean "
                                      r"'kernels.moe_efficiency.h200'\?\)$"),
             ({"h200": {"fp9": 0.9}}, "unknown field 'kernels.moe_efficiency.h200.fp9'"),
             ({"h200": {"fp8": 0}}, "field 'kernels.moe_efficiency.h200.fp8' must be at least 0.001, got 0$"),

@@ -50,3 +50,11 @@ def test_good_file_and_overrides(tmp_path: Path) -> None:
     for bad in ("h100-sxm", "h100-sxm=abc", "h100-sxm=0", "h100-sxm=inf", "h100-sxm=1e6", "h200=2,h200=3"):
         with pytest.raises(UsageError):
             parse_price_overrides([bad])
+
+
+def test_new_parts_prices_follow_their_sources() -> None:
+    """RunPod's per-second active rate x 3,600 (the L40 shares the L40/L40S pool line); AWS's hourly g5.xlarge rate."""
+    prices = load_prices()
+    assert prices["l40"].usd_per_gpu_hour == pytest.approx(0.00037 * 3600) == prices["l40s"].usd_per_gpu_hour
+    assert prices["a10g"].usd_per_gpu_hour == 1.006 and "g5.xlarge" in prices["a10g"].source
+    assert not {"a10", "h20", "rtx5090"} & set(prices)  # no named source read: --price NAME=USD

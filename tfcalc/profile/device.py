@@ -76,11 +76,16 @@ GPU_NAME_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"B200", "b200"),
     (r"GB300", "gb300"),
     (r"B300", "b300"),
+    (r"\bH20\b", "h20"),  # "NVIDIA H20" (the 96 GB part); not the H200 above
     (r"A100.*80\s*GB", "a100-80gb"),
     (r"A100", "a100-40gb"),
+    (r"\bA10G\b", "a10g"),  # AWS's "NVIDIA A10G"
+    (r"\bA10\b", "a10"),  # "NVIDIA A10"; not the A100 / A10G
     (r"L40S", "l40s"),
+    (r"\bL40\b", "l40"),  # "NVIDIA L40"; not the L40S
     (r"\bL4\b", "l4"),  # "NVIDIA L4"; not the L40 / L40S
     (r"RTX 4090", "rtx4090"),
+    (r"RTX 5090(?!\s*(D\b|Laptop))", "rtx5090"),  # not the RTX 5090 D (capped tensor rate) or the Laptop GPU (GB203)
     (r"RTX PRO 6000 Blackwell Server", "rtx-pro-6000"),  # the Server Edition only (Workstation: 1,792 GB/s)
     (r"MI300X", "mi300x"),
     (r"MI325X", "mi325x"),
