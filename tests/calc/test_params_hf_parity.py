@@ -105,9 +105,21 @@ def _config(name: str) -> dict:
     return json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
 
 
+# Model types whose transformers reference is another class: MiMo-7B's remote-code MiMoConfig is a Qwen2Config (no
+# mimo class in transformers; its MTP layer is not part of Qwen2ForCausalLM, nor of tfcalc's count); aiconfigurator's
+# flat Step-3.7-Flash copy is the text_config of transformers' multimodal Step3p7Config (Step3p7TextConfig, model type
+# step3p5), built as Step3p7TextModel plus an untied lm_head (_step3p7_text_model)
+_REFERENCE_TYPE = {"mimo": "qwen2", "step3p7": "step3p5"}
+_REFERENCE_CLASS = {"mimo": "Qwen2ForCausalLM", "step3p7": "Step3p7TextModel"}
+# aiconfigurator's names in the flat Step-3.7 copy -> Step3p7TextConfig's (which would otherwise take its defaults)
+_STEP3P7_KEYS = {"num_experts": "n_routed_experts"}
+
+
 def _transformers_type(cfg: dict) -> str:
     """The config's model type, or for a remote-code one (Kimi K2's kimi_k2) the built-in type whose causal-LM class
-    its architectures[0] names, by transformers' own auto mapping."""
+    its architectures[0] names, by transformers' own auto mapping; ``_REFERENCE_TYPE``'s reference where it has one."""
+    if cfg["model_type"] in _REFERENCE_TYPE:
+        return _REFERENCE_TYPE[cfg["model_type"]]
     if cfg["model_type"] in CONFIG_MAPPING:
         return cfg["model_type"]
     by_class = {cls: kind for kind, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
@@ -125,9 +137,13 @@ def hf_model(name: str) -> HFModel:
         cfg["tie_word_embeddings"] = cfg["text_config"].get(
             "tie_word_embeddings", CONFIG_MAPPING[cfg["text_config"]["model_type"]]().tie_word_embeddings)
     start = time.perf_counter()
+    if model_type == "step3p5":
+        cfg = _step3p7_fields(cfg)
     config = AutoConfig.for_model(model_type, **cfg)
     with torch.device("meta"):
-        if model_type == "gemma3_text":
+        if model_type == "step3p5":
+            model = _step3p7_text_model(config)
+        elif model_type == "gemma3_text":
             model = Gemma3ForCausalLM(config)
         elif "vision_config" in cfg:  # a multimodal checkpoint: its ...ForConditionalGeneration
             model = AutoModelForImageTextToText.from_config(config)
@@ -180,7 +196,7 @@ def hf_model(name: str) -> HFModel:
             moe_layers.append(i)
     first_attention = next((layer for layer in text.layers if hasattr(layer, "self_attn")), None)
     return HFModel(
-        class_name=type(model).__name__,
+        class_name="Step3p7TextModel" if model_type == "step3p5" else type(model).__name__,
         params=tuple((_granite_name(n, bool(moe_layers)), tuple(p.shape)) for n, p in model.named_parameters()
                      if n in param_names),
         buffers=buffers,
@@ -195,6 +211,27 @@ def hf_model(name: str) -> HFModel:
         tied=not any(n.startswith(("lm_head", "language_model.lm_head")) for n, _ in model.named_parameters()),
         seconds=seconds,
     )
+
+
+def _step3p7_fields(cfg: dict) -> dict:
+    """aiconfigurator's flat Step-3.7 config in Step3p7TextConfig's names: num_experts as n_routed_experts, and
+    first_k_dense_replace as moe_layers_enum (the MoE layers from it on), which the config class reads."""
+    out = {_STEP3P7_KEYS.get(k, k): v for k, v in cfg.items()}
+    if "first_k_dense_replace" in out and "moe_layers_enum" not in out:
+        out["moe_layers_enum"] = ",".join(str(i) for i in range(out.pop("first_k_dense_replace"),
+                                                                out["num_hidden_layers"]))
+    return out
+
+
+def _step3p7_text_model(config: object) -> torch.nn.Module:
+    """Step3p7TextModel under ``model`` beside an untied lm_head [vocab, hidden], the parameter names of
+    Step3p7ForConditionalGeneration's decoder without its vision tower."""
+    from transformers.models.step3p7.modeling_step3p7 import Step3p7TextModel
+
+    holder = torch.nn.Module()
+    holder.model = Step3p7TextModel(config)
+    holder.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+    return holder
 
 
 def _granite_name(name: str, moe: bool) -> str:
@@ -293,7 +330,9 @@ def test_components_equal_transformers(name: str) -> None:
 def test_structure_equals_transformers(name: str) -> None:
     hf, s = hf_model(name), spec(name)
     # transformers' port of a remote-code checkpoint may spell its class apart (Kimi_K25ForConditionalGeneration)
-    assert hf.class_name.replace("_", "") == _config(name)["architectures"][0].replace("_", "")
+    cfg = _config(name)
+    assert hf.class_name.replace("_", "") == _REFERENCE_CLASS.get(cfg["model_type"],
+                                                                  cfg["architectures"][0]).replace("_", "")
     assert len(hf.windows) == s.num_layers
     assert hf.moe_layers == tuple(i for i in range(s.num_layers) if s.is_moe_layer(i))
     assert hf.windows == tuple(s.sliding_window if s.is_sliding_layer(i) else None for i in range(s.num_layers))
@@ -346,7 +385,8 @@ def _transformers_default(cls: type, key: str) -> object:
 _NOT_CLASS_FIELDS = {
     "head_dim": "no field: the attention uses getattr(config, 'head_dim', hidden // heads); DERIVED (None)",
     "moe_layer_freq": "not read by transformers; DeepSeek's own modeling code's default 1",
-    "first_k_dense_replace": "Glm4MoeLiteConfig: its mlp_layer_types defaults to one dense layer first",
+    "first_k_dense_replace": "Glm4MoeLiteConfig: its mlp_layer_types defaults to one dense layer first; "
+                             "Step3p7TextConfig: to three (MoE from layer 3 on)",
     "sliding_window_pattern": "Gemma3TextConfig reads kwargs.get('sliding_window_pattern', 6)",
     "rope_local_base_freq": "Gemma3TextConfig.default_theta['local']",
     "full_attention_interval": "Qwen3-Next / Qwen3.5: __post_init__ reads kwargs.pop('full_attention_interval', 4)",
@@ -386,7 +426,7 @@ def test_multimodal_defaults_match_transformers_config_classes() -> None:
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))
 def test_family_defaults_match_transformers_config_classes(model_type: str) -> None:
-    cls = CONFIG_MAPPING[model_type]
+    cls = CONFIG_MAPPING[_REFERENCE_TYPE.get(model_type, model_type)]
     field_names = {f.name for f in dataclasses.fields(cls)}
     for key, value in FAMILIES[model_type].defaults.items():
         rope = getattr(cls(), "rope_parameters", None) or {}  # Nemotron-H has none: its attention turns nothing
