@@ -1861,6 +1861,9 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         what = "no model_type" if given is None else f"unsupported model_type {given!r}"
         raise SpecError(f"{origin}: {what}; supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
     family = FAMILIES[model_type]
+    if model_type == "step3p7" and isinstance(config.get("text_config"), dict):  # Step3p7Config's multimodal form
+        raise SpecError(f"{origin}: field 'text_config': Step-3.7's multimodal config (its vision tower) is not "
+                        "supported; read its text_config alone (model_type step3p7)")
     pattern = config.get("hybrid_override_pattern", config.get("layers_block_type"))
     if model_type == "nemotron_h" and "num_hidden_layers" not in config and isinstance(pattern, (str, list)):
         config = {**config, "num_hidden_layers": len(pattern)}  # transformers 5 derives it from the pattern
