@@ -66,11 +66,6 @@ PRESET_FIXTURES = (
     "deepseek-v4-pro", "qwen3-8b", "qwen3-32b", "qwen3-coder-480b-a35b", "kimi-k2", "nemotron-3-super-120b-a12b",
     "mistral-small-3.2-24b", "mistral-nemo-12b", "minimax-m2.7",
 )
-# tfcalc families whose text config transformers knows only under another model_type (MiniMax-M3's decoder is
-# MiniMaxM3VLTextConfig, whose causal LM is MiniMaxM3VLForCausalLM)
-_TRANSFORMERS_TYPE = {"minimax_m3": "minimax_m3_vl_text"}
-# checkpoint classes transformers builds under its own name
-_CLASS_NAMES = {"MiniMaxM3ForCausalLM": "MiniMaxM3VLForCausalLM"}
 # Checkpoints whose config.json equals a bundled preset's but for metadata: the fixture, that preset, and the repository
 # id (an alias of it) that names the checkpoint.
 ALIAS_FIXTURES = {
@@ -120,11 +115,24 @@ def _config(name: str) -> dict:
     return json.loads((FIXTURE_DIR / f"{name}.json").read_text(encoding="utf-8"))
 
 
+# Model types whose transformers reference is another class: MiMo-7B's remote-code MiMoConfig is a Qwen2Config (no
+# mimo class in transformers; its MTP layer is not part of Qwen2ForCausalLM, nor of tfcalc's count); aiconfigurator's
+# flat Step-3.7-Flash copy is the text_config of transformers' multimodal Step3p7Config (Step3p7TextConfig, model type
+# step3p5), built as Step3p7TextModel plus an untied lm_head (_step3p7_text_model); MiniMax-M3's decoder is
+# transformers' MiniMaxM3VLTextConfig, whose causal LM is MiniMaxM3VLForCausalLM
+_REFERENCE_TYPE = {"mimo": "qwen2", "step3p7": "step3p5", "minimax_m3": "minimax_m3_vl_text"}
+_REFERENCE_CLASS = {"mimo": "Qwen2ForCausalLM", "step3p7": "Step3p7TextModel", "minimax_m3": "MiniMaxM3VLForCausalLM"}
+# aiconfigurator's names in the flat Step-3.7 copy -> Step3p7TextConfig's (which would otherwise take its defaults)
+_STEP3P7_KEYS = {"num_experts": "n_routed_experts"}
+
+
 def _transformers_type(cfg: dict) -> str:
     """The config's model type, or for a remote-code one (Kimi K2's kimi_k2) the built-in type whose causal-LM class
-    its architectures[0] names, by transformers' own auto mapping."""
-    if cfg["model_type"] in CONFIG_MAPPING or cfg["model_type"] in _TRANSFORMERS_TYPE:
-        return _TRANSFORMERS_TYPE.get(cfg["model_type"], cfg["model_type"])
+    its architectures[0] names, by transformers' own auto mapping; ``_REFERENCE_TYPE``'s reference where it has one."""
+    if cfg["model_type"] in _REFERENCE_TYPE:
+        return _REFERENCE_TYPE[cfg["model_type"]]
+    if cfg["model_type"] in CONFIG_MAPPING:
+        return cfg["model_type"]
     by_class = {cls: kind for kind, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()}
     return by_class[cfg["architectures"][0]]
 
@@ -141,9 +149,13 @@ def hf_model(name: str) -> HFModel:
         cfg["tie_word_embeddings"] = text["tie_word_embeddings"] if "tie_word_embeddings" in text else \
             CONFIG_MAPPING[text["model_type"]]().tie_word_embeddings
     start = time.perf_counter()
+    if model_type == "step3p5":
+        cfg = _step3p7_fields(cfg)
     config = AutoConfig.for_model(model_type, **cfg)
     with torch.device("meta"):
-        if model_type == "gemma3_text":
+        if model_type == "step3p5":
+            model = _step3p7_text_model(config)
+        elif model_type == "gemma3_text":
             model = Gemma3ForCausalLM(config)
         elif "vision_config" in cfg:  # a multimodal checkpoint: its ...ForConditionalGeneration
             model = AutoModelForImageTextToText.from_config(config)
@@ -196,7 +208,7 @@ def hf_model(name: str) -> HFModel:
             moe_layers.append(i)
     first_attention = next((layer for layer in text.layers if hasattr(layer, "self_attn")), None)
     return HFModel(
-        class_name=type(model).__name__,
+        class_name="Step3p7TextModel" if model_type == "step3p5" else type(model).__name__,
         params=tuple((_granite_name(n, bool(moe_layers)), tuple(p.shape)) for n, p in model.named_parameters()
                      if n in param_names),
         buffers=buffers,
@@ -211,6 +223,27 @@ def hf_model(name: str) -> HFModel:
         tied=not any(n.startswith(("lm_head", "language_model.lm_head")) for n, _ in model.named_parameters()),
         seconds=seconds,
     )
+
+
+def _step3p7_fields(cfg: dict) -> dict:
+    """aiconfigurator's flat Step-3.7 config in Step3p7TextConfig's names: num_experts as n_routed_experts, and
+    first_k_dense_replace as moe_layers_enum (the MoE layers from it on), which the config class reads."""
+    out = {_STEP3P7_KEYS.get(k, k): v for k, v in cfg.items()}
+    if "first_k_dense_replace" in out and "moe_layers_enum" not in out:
+        out["moe_layers_enum"] = ",".join(str(i) for i in range(out.pop("first_k_dense_replace"),
+                                                                out["num_hidden_layers"]))
+    return out
+
+
+def _step3p7_text_model(config: object) -> torch.nn.Module:
+    """Step3p7TextModel under ``model`` beside an untied lm_head [vocab, hidden], the parameter names of
+    Step3p7ForConditionalGeneration's decoder without its vision tower."""
+    from transformers.models.step3p7.modeling_step3p7 import Step3p7TextModel
+
+    holder = torch.nn.Module()
+    holder.model = Step3p7TextModel(config)
+    holder.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+    return holder
 
 
 def _granite_name(name: str, moe: bool) -> str:
@@ -310,8 +343,9 @@ def test_components_equal_transformers(name: str) -> None:
 def test_structure_equals_transformers(name: str) -> None:
     hf, s = hf_model(name), spec(name)
     # transformers' port of a remote-code checkpoint may spell its class apart (Kimi_K25ForConditionalGeneration)
-    declared = _config(name)["architectures"][0]
-    assert hf.class_name.replace("_", "") == _CLASS_NAMES.get(declared, declared).replace("_", "")
+    cfg = _config(name)
+    assert hf.class_name.replace("_", "") == _REFERENCE_CLASS.get(cfg["model_type"],
+                                                                  cfg["architectures"][0]).replace("_", "")
     assert len(hf.windows) == s.num_layers
     assert hf.moe_layers == tuple(i for i in range(s.num_layers) if s.is_moe_layer(i))
     assert hf.windows == tuple(s.sliding_window if s.is_sliding_layer(i) else None for i in range(s.num_layers))
@@ -376,7 +410,8 @@ def _transformers_default(cls: type, key: str) -> object:
 _NOT_CLASS_FIELDS = {
     "head_dim": "no field: the attention uses getattr(config, 'head_dim', hidden // heads); DERIVED (None)",
     "moe_layer_freq": "not read by transformers; DeepSeek's own modeling code's default 1",
-    "first_k_dense_replace": "Glm4MoeLiteConfig: its mlp_layer_types defaults to one dense layer first",
+    "first_k_dense_replace": "Glm4MoeLiteConfig: its mlp_layer_types defaults to one dense layer first; "
+                             "Step3p7TextConfig: to three (MoE from layer 3 on)",
     "sliding_window_pattern": "Gemma3TextConfig reads kwargs.get('sliding_window_pattern', 6)",
     "rope_local_base_freq": "Gemma3TextConfig.default_theta['local']",
     "full_attention_interval": "Qwen3-Next / Qwen3.5: __post_init__ reads kwargs.pop('full_attention_interval', 4)",
@@ -416,7 +451,7 @@ def test_multimodal_defaults_match_transformers_config_classes() -> None:
 
 @pytest.mark.parametrize("model_type", sorted(set(FAMILIES) - set(WITHOUT_TRANSFORMERS.values())))
 def test_family_defaults_match_transformers_config_classes(model_type: str) -> None:
-    cls = CONFIG_MAPPING[_TRANSFORMERS_TYPE.get(model_type, model_type)]
+    cls = CONFIG_MAPPING[_REFERENCE_TYPE.get(model_type, model_type)]
     field_names = {f.name for f in dataclasses.fields(cls)}
     for key, value in FAMILIES[model_type].defaults.items():
         rope = getattr(cls(), "rope_parameters", None) or {}  # Nemotron-H has none: its attention turns nothing

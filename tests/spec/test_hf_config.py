@@ -46,7 +46,8 @@ def test_supported_types() -> None:
         "qwen2_moe", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_moe", "qwen3_next",
         "qwen3_vl", "qwen3_vl_moe", "qwen3_vl_moe_text",
         "seed_oss", "glm4", "olmo2", "olmo3", "smollm3", "exaone4", "granite",
-        "dots1", "ernie4_5_moe", "granitemoe", "granitemoeshared", "hunyuan_v1_moe"}))
+        "dots1", "ernie4_5_moe", "granitemoe", "granitemoeshared", "hunyuan_v1_moe", "step3p7", "mimo",
+        "deepseek_ref"}))
 
 
 @pytest.mark.parametrize("model_type", ["falcon", None, 7])

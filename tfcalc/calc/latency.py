@@ -269,6 +269,7 @@ class _Dims:
     qk_norm: bool
     qk_norm_across_heads: bool
     attention_gate: bool  # q_proj also yields the output gate (Qwen3-Next)
+    head_gate: bool  # a g_proj yields one output gate per query head (Step-3.7)
     # Gated DeltaNet layers per GPU (0 heads: none): key / value heads, their dims, one sequence's conv and
     # recurrent state bytes
     linear_key_heads: int
@@ -597,6 +598,7 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  expert_width=expert_width, shared_width=shared_width, moe_group=moe_group,
                  qk_norm=spec.qk_norm or spec.qk_l2_norm,
                  qk_norm_across_heads=spec.qk_norm_across_heads, attention_gate=spec.attention_output_gate,
+                 head_gate=spec.attention_head_gate,
                  linear_key_heads=la.num_key_heads // tp if la else 0,
                  linear_value_heads=la.num_value_heads // tp if la else 0,
                  linear_key_dim=la.key_head_dim if la else 0, linear_value_dim=la.value_head_dim if la else 0,
@@ -941,7 +943,8 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool,
     _elementwise_group(s, "attention", 4 * m * h * ACT_BYTES, ideal_bytes=4 * m * h * ACT_BYTES)
     if not dm.mla:
         q, kv, kv_v = dm.heads * dm.head_dim, dm.kv_heads * dm.head_dim, dm.kv_heads * dm.v_dim
-        _gemm(s, "attention", m, q * (2 if dm.attention_gate else 1) + kv + kv_v, h, dm.attn, eng)
+        gates = q if dm.attention_gate else dm.heads if dm.head_gate else 0  # Qwen3-Next: per channel; Step: per head
+        _gemm(s, "attention", m, q + gates + kv + kv_v, h, dm.attn, eng)
         if dm.qk_norm:
             _elementwise_group(s, "attention", 2 * m * (q + kv) * ACT_BYTES)
         # rotary on q and k, then the KV-cache write
@@ -1002,8 +1005,9 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool,
         if dm.mla:
             _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.v_dim, dm.kv_rank, dm.attn, eng,  # W_UV
                   in_block=True)
-    if dm.attention_gate:  # output x sigmoid(gate): read both, write one
-        _elementwise_group(s, "attention", 3 * m * dm.heads * v_dim * ACT_BYTES)
+    if dm.attention_gate or dm.head_gate:  # output x sigmoid(gate): read both (a gate per channel or per head), write
+        gate = dm.heads * (v_dim if dm.attention_gate else 1)
+        _elementwise_group(s, "attention", (2 * m * dm.heads * v_dim + m * gate) * ACT_BYTES)
     _gemm(s, "attention", m, h, dm.heads * v_dim, dm.attn_o or dm.attn, eng, in_block=dm.mla,
           after="attention")  # O projection
 

@@ -90,7 +90,8 @@ def attention_modules(spec: ModelSpec) -> dict[str, TPShape]:
     head size, ``value_head_dim``; k only with
     ``attention_k_eq_v``; a full layer of Gemma 4: pass ``spec.full_layer_spec``); biases per
     ``qkv_bias``/``o_bias`` (o's bias replicated, it is added after the all-reduce); gpt-oss sinks: one logit per
-    head. MLA (DeepSeek-V2 sec. 2.1): q_a [h, q_rank] and kv_a [h, kv_rank+rope] replicated (vLLM
+    head; Step-3.7's per-head gate g [h, nh] (``attention_head_gate``) split by head. MLA (DeepSeek-V2 sec. 2.1):
+    q_a [h, q_rank] and kv_a [h, kv_rank+rope] replicated (vLLM
     ReplicatedLinear), q_b [q_rank, nh*(nope+rope)] (or q [h, nh*(nope+rope)] without a q rank), kv_b
     [kv_rank, nh*(nope+v)] and o [nh*v, h] split by head. DeepSeek-V4 (transformers DeepseekV4Attention): q_a
     [h, q_rank] and the shared K=V head's kv [h, d], q_b [q_rank, nh*d], the grouped output projection's o_a
@@ -132,6 +133,8 @@ def attention_modules(spec: ModelSpec) -> dict[str, TPShape]:
     if not spec.attention_k_eq_v:  # Gemma 4's full layers: values from the k projection, no v_proj
         modules["v_proj"] = TPShape(per_kv_head=Params(matrix=h * dv, vector=dv if spec.qkv_bias else 0))
     modules["o_proj"] = TPShape(split=Params(matrix=nh * dv * h), replicated=o.replicated)
+    if spec.attention_head_gate:  # Step-3.7's g_proj: one gate per query head, split with the heads
+        modules["g_proj"] = TPShape(split=Params(matrix=h * nh))
     if spec.attention_sinks:
         modules["sinks"] = TPShape(split=Params(vector=nh))
     return modules

@@ -544,6 +544,8 @@ class Attention(nn.Module):
     its queries by :func:`attention_temperature`; a ``sliding`` layer of a chunked spec attends within its chunk.
     ``spec.attention_output_gate`` (Qwen3-Next's gated attention, transformers Qwen3NextAttention): each query head's
     rows of wqkv are [query D | gate D] and the output becomes y * sigmoid(gate) before wo.
+    ``spec.attention_head_gate`` (Step-3.7, transformers Step3p7Attention's g_proj): wqkv ends with one row per query
+    head, g, and each head's output becomes y_head * sigmoid(g_head) before wo.
     Attention sinks (gpt-oss) and logit soft-capping (Gemma 2) have no SDPA form: those layers take the explicit
     softmax eagerly and flex_attention in a compiled decode step.
     Gemma 4 (transformers Gemma4TextAttention): a full layer takes ``spec.full_layer_spec``'s head_dim and KV heads;
@@ -556,10 +558,11 @@ class Attention(nn.Module):
         shape = spec.layer_kind_spec(sliding)
         self.heads, self.kv_heads, self.head_dim = spec.num_attention_heads, shape.num_kv_heads, shape.head_dim
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        self.output_gate = spec.attention_output_gate
+        self.output_gate, self.head_gate = spec.attention_output_gate, spec.attention_head_gate
         self.k_eq_v, self.v_norm = shape.attention_k_eq_v, spec.v_norm
         self.wqkv = nn.Linear(spec.hidden_size, q_out * (2 if self.output_gate else 1)
-                              + (1 if self.k_eq_v else 2) * kv_out, bias=spec.qkv_bias)
+                              + (1 if self.k_eq_v else 2) * kv_out + (self.heads if self.head_gate else 0),
+                              bias=spec.qkv_bias)
         self.wo = nn.Linear(q_out, spec.hidden_size, bias=spec.o_bias)
         self.qk_norm_across_heads = spec.qk_norm_across_heads
         # a sharded rank's q and k norms across heads, whose statistics span the ranks (tfcalc.model.parallel)
@@ -598,11 +601,15 @@ class Attention(nn.Module):
         assert self.kv_cache is not None, "call Transformer.setup_caches first"
         b, t, _ = x.shape
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        qkv = self.wqkv(x)
+        head_gate = None
+        if self.head_gate:  # Step-3.7: the last rows, one gate per query head
+            qkv, head_gate = qkv.split([qkv.shape[-1] - self.heads, self.heads], dim=-1)
         if self.k_eq_v:
-            q, k = self.wqkv(x).split([q_out, kv_out], dim=-1)
+            q, k = qkv.split([q_out, kv_out], dim=-1)
             v = k
         else:
-            q, k, v = self.wqkv(x).split([q_out * (2 if self.output_gate else 1), kv_out, kv_out], dim=-1)
+            q, k, v = qkv.split([q_out * (2 if self.output_gate else 1), kv_out, kv_out], dim=-1)
         gate = None
         if self.output_gate:  # per head [query | gate], as transformers views q_proj's output (heads, 2D)
             q, gate = q.view(b, t, self.heads, 2 * self.head_dim).chunk(2, dim=-1)
@@ -631,6 +638,8 @@ class Attention(nn.Module):
         y = y.transpose(1, 2).reshape(b, t, q_out)
         if gate is not None:
             y = y * torch.sigmoid(gate.reshape(b, t, q_out))
+        if head_gate is not None:
+            y = (y.view(b, t, self.heads, self.head_dim) * torch.sigmoid(head_gate)[..., None]).reshape(b, t, q_out)
         return self.wo(y)
 
 

@@ -262,7 +262,9 @@ class Parallel:
         qd = 2 * d if attn.output_gate else d  # a query head's rows of wqkv: [query | gate] when gated
         kv_start = h * qd
         values = [] if attn.k_eq_v else [kv_start + hkv * d + kv_rows]  # Gemma 4's global layers: no V rows
-        _keep_rows(attn.wqkv, torch.cat([_span(q0 * qd, (q0 + heads) * qd), kv_start + kv_rows, *values]),
+        gate_start = kv_start + (1 if attn.k_eq_v else 2) * hkv * d
+        gates = [gate_start + _span(q0, q0 + heads)] if attn.head_gate else []  # Step-3.7: a gate row per query head
+        _keep_rows(attn.wqkv, torch.cat([_span(q0 * qd, (q0 + heads) * qd), kv_start + kv_rows, *values, *gates]),
                    "attention.wqkv")
         attn.wo = RowParallelLinear(attn.wo, q_rows, add_bias=self.tp_rank == 0, name="attention.wo")
         if attn.sinks is not None:

@@ -70,7 +70,8 @@ _SPEC_FIELD = {
 }
 
 # config.json number keys -> the ModelSpec field whose bounds (tfcalc.spec.model.FLOAT_LIMITS) they share.
-_SPEC_FLOAT_FIELD = {"routed_scaling_factor": "moe.routed_scaling_factor", "attn_scale": "attn_temperature_scale"}
+_SPEC_FLOAT_FIELD = {"routed_scaling_factor": "moe.routed_scaling_factor", "attn_scale": "attn_temperature_scale",
+                     "moe_router_scaling_factor": "moe.routed_scaling_factor"}
 
 
 class _Config:
@@ -154,11 +155,14 @@ class _Config:
     def num_layers(self) -> int:
         return self.req_int("num_hidden_layers")
 
-    def layer_types(self, kinds: tuple[str, ...] = (SLIDING, FULL)) -> list[str] | None:
-        """``layer_types`` validated against the layer count and the family's ``kinds``, or None when absent."""
+    def layer_types(self, kinds: tuple[str, ...] = (SLIDING, FULL), padding: int = 0) -> list[str] | None:
+        """``layer_types`` validated against the layer count and the family's ``kinds``, or None when absent; a list
+        ``padding`` entries longer (Step-3.7's, one per MTP layer) is cut to the layer count."""
         value = self.data.get("layer_types")
         if value is None:
             return None
+        if padding and isinstance(value, list) and len(value) == self.num_layers + padding:
+            value = value[:self.num_layers]
         if not isinstance(value, list) or len(value) != self.num_layers:
             got = f"{len(value)} entries" if isinstance(value, list) else repr(value)
             raise self.error(f"field 'layer_types' must be a list of {self.num_layers} entries, got {got}")
@@ -222,8 +226,9 @@ def _window_every_layer(enabled_key: str | None = None) -> SlidingRule:
 
 
 def _window_by_layer_type(default_sliding: Callable[[_Config, int], bool],
-                          enabled_key: str | None = None) -> SlidingRule:
-    """Families whose attention reads ``layer_types`` (authoritative when present; else the class's pattern)."""
+                          enabled_key: str | None = None, mtp_padded: bool = False) -> SlidingRule:
+    """Families whose attention reads ``layer_types`` (authoritative when present; else the class's pattern);
+    ``mtp_padded``: a list with an entry more per MTP layer is cut to the layer count (Step3p7TextConfig)."""
 
     def rule(c: _Config) -> tuple[int | None, tuple[int, ...]]:
         if enabled_key is not None and not c.flag(enabled_key):
@@ -231,13 +236,23 @@ def _window_by_layer_type(default_sliding: Callable[[_Config, int], bool],
         window = c.opt_int("sliding_window")
         if not window:
             return None, ()
-        types = c.layer_types()
+        types = c.layer_types(padding=_mtp_layers(c) if mtp_padded else 0)
         if types is None:
             types = [SLIDING if default_sliding(c, i) else FULL for i in range(c.num_layers)]
         layers = tuple(i for i, kind in enumerate(types) if kind == SLIDING)
         return (window, layers) if layers else (None, ())
 
     return rule
+
+
+def _mtp_layers(c: _Config) -> int:
+    """``num_nextn_predict_layers``: the multi-token-prediction layers a checkpoint ships beside its decoder."""
+    return c.opt_int("num_nextn_predict_layers") or 0
+
+
+def _no_default_sliding(c: _Config, i: int) -> bool:
+    """Step3p7TextConfig: without ``layer_types`` every layer is a full-attention one."""
+    return False
 
 
 def _even_layers(c: _Config, i: int) -> bool:
@@ -328,12 +343,15 @@ def _qwen_moe(shared_expert: bool, every_layer: bool = False, renormalised: bool
     return rule
 
 
-def _listed_dense_layers(c: _Config) -> tuple[int, ...] | None:
+def _listed_dense_layers(c: _Config, padding: int = 0) -> tuple[int, ...] | None:
     """The dense layers a config's ``mlp_layer_types`` names ("dense" or "sparse" per layer: transformers'
-    GLM-4.7-Flash and MiMo-V2-Flash classes), or None where it gives none."""
+    GLM-4.7-Flash, MiMo-V2-Flash and Step-3.7 classes; a list ``padding`` entries longer, one per MTP layer, cut to
+    the layer count as Step3p7TextConfig does), or None where it gives none."""
     kinds = c.data.get("mlp_layer_types")
     if kinds is None:
         return None
+    if padding and isinstance(kinds, list) and len(kinds) == c.num_layers + padding:
+        kinds = kinds[:c.num_layers]
     if not isinstance(kinds, list) or len(kinds) != c.num_layers or not all(k in ("dense", "sparse") for k in kinds):
         raise c.error(f"field 'mlp_layer_types' must list 'dense' or 'sparse' for each of the {c.num_layers} layers, "
                       f"got {kinds!r:.60}")
@@ -607,6 +625,79 @@ def _deepseek_v4_moe(c: _Config) -> MoESpec:
                    routed_scaling_factor=c.opt_float("routed_scaling_factor") or 1.0, hash_layers=hashed)
 
 
+def _first_present(c: _Config, keys: tuple[str, ...]) -> str:
+    """The first of ``keys`` the config carries, else the first (whose family default then applies)."""
+    return next((key for key in keys if c.data.get(key) is not None), keys[0])
+
+
+# Step3p7TextConfig's names for the experts (n_routed_experts; attribute_map: moe_num_experts, num_local_experts) and
+# aiconfigurator's flat copy's (num_experts)
+_STEP_EXPERTS = ("n_routed_experts", "moe_num_experts", "num_local_experts", "num_experts")
+
+
+def _step3p7_dense_layers(c: _Config) -> tuple[int, ...]:
+    """Step-3.7's dense-MLP layers: ``mlp_layer_types``' dense ones, else those missing from ``moe_layers_enum``
+    (indices, a list or "3,4,..."), else the first ``first_k_dense_replace`` (aiconfigurator's copy), else 3
+    (Step3p7TextConfig: MoE from layer 3 on)."""
+    n = c.num_layers
+    listed = _listed_dense_layers(c, padding=_mtp_layers(c))
+    if listed is not None:
+        return listed
+    enum = c.data.get("moe_layers_enum")
+    if enum is not None:
+        items = enum.split(",") if isinstance(enum, str) else enum
+        items = [i for i in items if str(i).strip()] if isinstance(items, list) else items
+        if not isinstance(items, list) or not all(str(i).strip().isdigit() for i in items):
+            raise c.error(f"field 'moe_layers_enum' must list layer indices, got {enum!r:.60}")
+        moe = {int(str(i)) for i in items}
+        return tuple(i for i in range(n) if i not in moe)
+    return tuple(range(min(n, c.int_or_default("first_k_dense_replace"))))
+
+
+def _step3p7_moe(c: _Config) -> MoESpec:
+    """Step3p7SparseMoeBlock: sigmoid scores plus a correction bias choose the top k, whose scores are renormalised
+    and scaled by ``moe_router_scaling_factor``; one shared expert of ``share_expert_dim`` beside them, ungated."""
+    if c.opt_int("n_shared_experts") not in (None, 1):
+        raise c.error(f"field 'n_shared_experts' ({c.data['n_shared_experts']}) is not supported (Step-3.7 builds "
+                      "one shared expert)")
+    if c.data.get("scoring_func", "sigmoid") != "sigmoid":
+        raise c.error(f"field 'scoring_func' {c.data['scoring_func']!r:.40} is not supported (Step-3.7 scores "
+                      "experts with a sigmoid)")
+    top_k = _first_present(c, ("num_experts_per_tok", "moe_top_k"))
+    shared = _first_present(c, ("share_expert_dim", "share_expert_dims"))
+    return MoESpec(num_experts=c.int_or_default(_first_present(c, _STEP_EXPERTS), minimum=1),
+                   experts_per_token=c.int_or_default(top_k, minimum=1),
+                   expert_intermediate_size=c.int_or_default("moe_intermediate_size", minimum=1),
+                   num_shared_experts=1, shared_expert_intermediate_size=c.int_or_default(shared, minimum=1),
+                   dense_layers=_step3p7_dense_layers(c), router_scoring="sigmoid",
+                   router_score_correction_bias=c.get("use_moe_router_bias") is not False, normalize_top_k=True,
+                   routed_scaling_factor=c.req_float("moe_router_scaling_factor"))
+
+
+def _step3p7_attention(c: _Config) -> dict[str, Any]:
+    """Step-3.7's attention (transformers Step3p7Attention): a sigmoid gate per query head (g_proj; ``gating`` true
+    or "per-head"), scores scaled by ``query_pre_attn_scalar``^-1/2 (head_dim when absent). Refused: sliding layers
+    with their own head count (``num_sliding_attention_heads``, ``attention_other_setting``), per-layer RoPE shares
+    (``partial_rotary_factors``) and bidirectional attention."""
+    heads = c.req_int("num_attention_heads")
+    other = c.data.get("attention_other_setting")
+    key = "num_sliding_attention_heads" if c.data.get("num_sliding_attention_heads") is not None else None
+    sliding_heads = c.data.get(key) if key else other.get("num_attention_heads") if isinstance(other, dict) else None
+    if sliding_heads is not None and sliding_heads != heads:
+        raise c.error(f"field '{key or 'attention_other_setting'}': sliding layers of {sliding_heads!r:.20} heads "
+                      f"beside {heads} on the full layers are not supported")
+    gating = c.data.get("gating", True)
+    if gating is not True and gating != "per-head":
+        raise c.error(f"field 'gating' {gating!r:.40} is not supported (true or per-head: a gate per query head)")
+    factors = c.data.get("partial_rotary_factors")
+    if factors is not None and (not isinstance(factors, list) or any(f != 1 for f in factors)):
+        raise c.error("field 'partial_rotary_factors': RoPE on part of the head per layer is not supported")
+    if c.get("use_bidirectional_attention"):
+        raise c.error("field 'use_bidirectional_attention': bidirectional attention is not supported")
+    scalar = c.opt_float("query_pre_attn_scalar")
+    return {"attention_head_gate": True, **({"query_pre_attn_scalar": scalar} if scalar is not None else {})}
+
+
 def _gemma4_pattern(c: _Config, i: int) -> bool:
     """Gemma 4's class default: every sixth layer global, and the last one always (Gemma4TextConfig)."""
     return (i + 1) % 6 != 0 and i != c.num_layers - 1
@@ -744,7 +835,7 @@ def _nemotron_nas(c: _Config) -> dict[str, Any]:
                       f"{', '.join(map(str, sorted(kv_heads)))}{' KV heads' if kv_heads else ''}; tfcalc models "
                       "one KV head count on every attention layer")
     return {"num_kv_heads": kv_heads.pop(), "intermediate_size": max(widths), "layer_intermediate_sizes": tuple(widths),
-            "mixer_free_layers": tuple(no_attention), "remote_code": True}
+            "mixer_free_layers": tuple(no_attention)}
 
 
 # hybrid and parallel-block families (Granite 4.0, Command R / R7B / A)
@@ -1158,6 +1249,7 @@ class _Family:
     activation_key: str = "hidden_act"
     activation: str | None = None   # fixed activation name overriding the config's
     convention: str = "all_weights_touched"
+    remote_code: bool = False       # transformers has no class for it: engines load its own code (MiMo-7B, DeciLM)
 
 
 _LLAMA_LIKE = {"head_dim": DERIVED, "tie_word_embeddings": False, "rope_theta": 10000.0, "hidden_act": "silu"}
@@ -1170,6 +1262,13 @@ _QWEN_HYBRID = {**_LLAMA_LIKE, "head_dim": 256, "max_position_embeddings": 32768
 _HYBRID = {"linear_attention": _gated_deltanet, "attention_output_gate": True, "norm_weight_offset": 1.0,
            "qk_norm": True, "mtp_key": "mtp_num_hidden_layers"}
 
+# Qwen2 (Qwen2Config): q/k/v biases, a window from max_window_layers on where use_sliding_window
+_QWEN2 = _Family(
+    defaults={**_LLAMA_LIKE, "num_key_value_heads": 32, "max_position_embeddings": 32768,
+              "sliding_window": 4096, "use_sliding_window": False, "max_window_layers": 28},
+    attention=_qwen2_bias,
+    sliding=_window_by_layer_type(_qwen_upper_layers, enabled_key="use_sliding_window"))
+
 FAMILIES: dict[str, _Family] = {
     "llama": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
@@ -1180,7 +1279,7 @@ FAMILIES: dict[str, _Family] = {
     "nemotron-nas": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": None, "max_position_embeddings": 2048,
                   "attention_bias": False, "mlp_bias": False},
-        required=("block_configs",), mlp_bias=True, per_layer_ffn=True, numerics=_nemotron_nas),
+        required=("block_configs",), mlp_bias=True, per_layer_ffn=True, numerics=_nemotron_nas, remote_code=True),
     "mistral": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": 8, "max_position_embeddings": 131072,
                   "sliding_window": 4096},
@@ -1228,11 +1327,10 @@ FAMILIES: dict[str, _Family] = {
                   "sliding_window": None, "rope_theta": 1000000.0},
         required=("num_local_experts", "num_experts_per_tok"),
         attention=_no_bias, sliding=_window_every_layer(), moe=_mixtral_moe),
-    "qwen2": _Family(
-        defaults={**_LLAMA_LIKE, "num_key_value_heads": 32, "max_position_embeddings": 32768,
-                  "sliding_window": 4096, "use_sliding_window": False, "max_window_layers": 28},
-        attention=_qwen2_bias,
-        sliding=_window_by_layer_type(_qwen_upper_layers, enabled_key="use_sliding_window")),
+    "qwen2": _QWEN2,
+    # MiMo-7B (XiaomiMiMo's remote-code MiMoConfig, a Qwen2Config; vLLM mimo.py runs it as Qwen2): Qwen2's decoder,
+    # with num_nextn_predict_layers MTP layers shipped for speculative decoding (vLLM mimo_mtp.py), not counted in it
+    "mimo": replace(_QWEN2, mtp_key="num_nextn_predict_layers", remote_code=True),
     "qwen2_moe": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": 16, "max_position_embeddings": 32768,
                   "sliding_window": 4096, "use_sliding_window": False, "max_window_layers": 28, "qkv_bias": True,
@@ -1417,6 +1515,19 @@ FAMILIES: dict[str, _Family] = {
                   "index_head_dim": 128, "index_topk": 512, "hc_mult": 4, "attention_bias": False},
         sliding=_window_every_layer(), moe=_deepseek_v4_moe, dense_mlp=False, attention=_no_bias,
         attention_sinks=True, mtp_key="num_nextn_predict_layers", numerics=_deepseek_v4_layers),
+    # Step-3.7-Flash's decoder (transformers Step3p7TextConfig, the text_config of Step3p7Config; aiconfigurator's
+    # flat copy of it): full and sliding layers by layer_types, per-head QK-norm and a sigmoid gate per head,
+    # zero-centred RMSNorms, sigmoid-routed experts with a correction bias and one shared expert after the first dense
+    # layers, num_nextn_predict_layers MTP layers (not counted in the decoder)
+    "step3p7": _Family(
+        defaults={**_LLAMA_LIKE, "vocab_size": 128815, "hidden_size": 4096, "intermediate_size": 11264,
+                  "num_hidden_layers": 45, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+                  "max_position_embeddings": 128000, "attention_bias": False, "mlp_bias": False,
+                  "sliding_window": None, "num_experts_per_tok": 8, "moe_intermediate_size": 1280,
+                  "n_routed_experts": 288, "share_expert_dim": 1280, "moe_router_scaling_factor": 1.0,
+                  "first_k_dense_replace": 3},
+        sliding=_window_by_layer_type(_no_default_sliding, mtp_padded=True), moe=_step3p7_moe, qk_norm=True,
+        norm_weight_offset=1.0, mtp_key="num_nextn_predict_layers", activation="silu", numerics=_step3p7_attention),
     # Nemotron-H / Nemotron 3 (NemotronHConfig): Mamba-2, attention, MLP and MoE blocks per hybrid_override_pattern
     "nemotron_h": _Family(
         defaults={"vocab_size": 131072, "hidden_size": 4096, "num_attention_heads": 32,
@@ -1531,6 +1642,12 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "GraniteMoeHybridForCausalLM": "granitemoehybrid", "Cohere2ForCausalLM": "cohere2", "CohereForCausalLM": "cohere",
     "MiniMaxM3ForCausalLM": "minimax_m3", "MiniMaxM3SparseForCausalLM": "minimax_m3",
 }
+
+
+# Model types that name a supported family's config under another name. sgl-project's DeepSeek-V4-Flash-FP8 and
+# -Pro-FP8 (SGLang's deepseek_ref) carry DeepseekV4Config's fields field for field (tests/spec/test_hf_config_moe.py
+# compares them with deepseek-ai's configs) and its architecture, DeepseekV4ForCausalLM.
+MODEL_TYPE_ALIASES: dict[str, str] = {"deepseek_ref": "deepseek_v4"}
 
 
 # --- shared field mapping ------------------------------------------------------------------------------------------
@@ -1674,11 +1791,13 @@ def _architecture(c: _Config) -> str | None:
 
 
 def _family_type(config: Mapping[str, Any]) -> str | None:
-    """The supported model type ``config`` is read as: its own, else a remote-code config's architecture's
-    (``ARCHITECTURE_FAMILIES``)."""
+    """The supported model type ``config`` is read as: its own, its alias's (``MODEL_TYPE_ALIASES``), else a
+    remote-code config's architecture's (``ARCHITECTURE_FAMILIES``)."""
     model_type = config.get("model_type")
     if isinstance(model_type, str) and model_type in FAMILIES:
         return model_type
+    if isinstance(model_type, str) and model_type in MODEL_TYPE_ALIASES:
+        return MODEL_TYPE_ALIASES[model_type]
     architectures = config.get("architectures")
     if (isinstance(model_type, str) and isinstance(config.get("auto_map"), dict) and isinstance(architectures, list)
             and architectures):
@@ -1729,7 +1848,7 @@ MULTIMODAL: dict[str, _Multimodal] = {
                                  ("clip_vision_model",)),
     "kimi_k25": _Multimodal("deepseek_v3", "deepseek_v3", "kimi_k25_vision", {}, ("",), ("kimi_k2",), True),
 }
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *MULTIMODAL}))
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *MULTIMODAL, *MODEL_TYPE_ALIASES}))
 # transformers' vision-config defaults (SiglipVisionConfig, PixtralVisionConfig, Qwen2_5_VLVisionConfig), under
 # tfcalc's names (Qwen's depth / in_chans are num_hidden_layers / num_channels here)
 SIGLIP_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "patch_size": 16,
@@ -1897,6 +2016,9 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         what = "no model_type" if given is None else f"unsupported model_type {given!r}"
         raise SpecError(f"{origin}: {what}; supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
     family = FAMILIES[model_type]
+    if model_type == "step3p7" and isinstance(config.get("text_config"), dict):  # Step3p7Config's multimodal form
+        raise SpecError(f"{origin}: field 'text_config': Step-3.7's multimodal config (its vision tower) is not "
+                        "supported; read its text_config alone (model_type step3p7)")
     pattern = config.get("hybrid_override_pattern", config.get("layers_block_type"))
     if model_type == "nemotron_h" and "num_hidden_layers" not in config and isinstance(pattern, (str, list)):
         config = {**config, "num_hidden_layers": len(pattern)}  # transformers 5 derives it from the pattern
@@ -1962,7 +2084,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         num_mtp_layers=(c.opt_int(family.mtp_key) or 0) if family.mtp_key is not None else 0,
         hf_repo=_name_or_path(c),
         architecture=_architecture(c),
-        remote_code=own_code or config.get("model_type") != model_type or numerics.pop("remote_code", False),
+        remote_code=own_code or family.remote_code or config.get("model_type") != model_type,
         **family.attention(c),
         **({"norm_weight_offset": family.norm_weight_offset} if family.norm_weight_offset else {}),
         **_gemma_numerics(c),

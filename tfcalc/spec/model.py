@@ -718,6 +718,9 @@ class ModelSpec:
     # q_proj also yields a sigmoid gate on each attention output channel (Qwen3-Next's gated attention: q_proj of
     # 2 x heads x head_dim).
     attention_output_gate: bool = False
+    # a g_proj [hidden, heads] yields one sigmoid gate per query head, scaling that head's attention output before
+    # o_proj (Step-3.7's per-head gating: transformers Step3p7Attention, gating true)
+    attention_head_gate: bool = False
     mla: MLASpec | None = None
     # the full-attention layers' own shape where it differs from the sliding layers' (Gemma 4); None: the same
     full_attention: FullAttentionSpec | None = None
@@ -816,6 +819,9 @@ class ModelSpec:
         _require(set(self.checkpoint_weight_only) <= set(PARAM_COMPONENTS),
                  f"{n}: checkpoint_weight_only names a component that is not one of {', '.join(PARAM_COMPONENTS)}")
         _require(not self.qk_norm_across_heads or self.qk_norm, f"{n}: qk_norm_across_heads needs qk_norm")
+        _require(not self.attention_head_gate or (self.mla is None and self.compressed_attention is None
+                                                  and not self.attention_output_gate),
+                 f"{n}: attention_head_gate is for GQA / MHA attention without attention_output_gate")
         _require(self.norm_placement == "pre" or self.norms_per_layer == 2,
                  f"{n}: norm_placement post needs norms_per_layer 2 (one norm per output), not {self.norms_per_layer}")
         _require(not self.qk_norm_weights_per_head or (self.qk_norm and not self.qk_norm_across_heads),
