@@ -13,7 +13,7 @@ from tfcalc.calc.shard import Parallelism, check_weight_blocks
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.report.plan import plan_reason
-from tfcalc.spec.presets import load_gpu, load_model
+from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
 GIB = 1 << 30
 FP8 = parse_weight_precision("fp8")
@@ -355,3 +355,26 @@ def test_hybrid_stages_without_attention_bound_nothing() -> None:
         assert plan.fits and plan.kv_tokens_per_gpu > 0 and plan.max_context_at_batch == 8192
         assert plan.shortfall_bytes_per_gpu == 0
     assert plans[60].max_concurrent_sequences >= plans[30].max_concurrent_sequences
+
+
+def test_min_gpus_tries_expert_parallelism_and_skips_layouts_that_cut_weight_blocks() -> None:
+    """MiniMax-M2.7 in fp8 blocks of 128: at tp 8 each expert (1,536 wide) is cut into 192-wide slices, which engines
+    refuse; with the experts whole on their GPUs (ep 8) the 8-GPU layout is served. The search skips the refused
+    layout instead of stopping at it, and a dense model is never given an ep."""
+    from tfcalc.calc.plan import searched_layouts
+    from tfcalc.dtypes import parse_weight_precision
+
+    spec, gpu = load_model("minimax-m2.7"), load_gpu("h100-sxm")
+    fp8 = parse_weight_precision("fp8_block")
+    assert spec.moe is not None and spec.moe.expert_intermediate_size // 8 % 128
+    layouts = searched_layouts(spec, fp8, 8, 8)
+    assert (8, 1, 8) in layouts and (8, 1, 1) not in layouts and (4, 2, 1) in layouts
+    assert all(ep in (1, tp) for tp, _, ep in layouts)
+    with pytest.raises(UsageError, match="not a whole number"):
+        plan_fit(spec, gpu, fp8, get_dtype("bf16"), PlanConfig(num_gpus=8, tp=8, context=204800, batch=1))
+    vllm = PlanConfig(num_gpus=1, context=204800, batch=1, engine=load_engine("vllm@0.21"))
+    r = min_gpus(spec, gpu, fp8, get_dtype("bf16"), vllm)   # vLLM's 4 GPUs fall 0.24 GiB short of a sequence
+    assert r is not None and r.fits
+    assert (r.parallelism.num_gpus, r.parallelism.tp, r.parallelism.ep) == (8, 8, 8)
+    dense = searched_layouts(load_model("llama3-70b"), BF16, 8, 8)
+    assert [(tp, ep) for tp, _, ep in dense] == [(8, 1), (4, 1), (2, 1), (1, 1)][:len(dense)]

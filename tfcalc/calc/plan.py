@@ -816,6 +816,22 @@ def candidate_layouts(spec: ModelSpec, num_gpus: int, gpus_per_node: int, tps: l
     return layouts
 
 
+def searched_layouts(spec: ModelSpec, precision: WeightPrecision, num_gpus: int, gpus_per_node: int,
+                     tps: list[int] | None = None, pps: list[int] | None = None) -> list[tuple[int, int, int]]:
+    """(tp, pp, ep) of ``candidate_layouts``, an MoE model's each also with its experts spread over the tp GPUs
+    (ep = tp, vLLM's --enable-expert-parallel); a layout whose tensor-parallel slices cut the weights' quantization
+    blocks is left out, as engines refuse it (``check_weight_blocks``)."""
+    layouts = []
+    for tp, pp in candidate_layouts(spec, num_gpus, gpus_per_node, tps, pps):
+        for ep in (1, tp) if spec.moe is not None and tp > 1 else (1,):
+            try:
+                check_weight_blocks(spec, check_parallelism(spec, num_gpus, tp, pp, ep), precision)
+            except UsageError:
+                continue
+            layouts.append((tp, pp, ep))
+    return layouts
+
+
 MAX_LAYOUTS_COMPARED = 2048
 
 
@@ -835,8 +851,9 @@ def min_gpus(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
              max_gpus: int = 512, gpus_per_node: int = 8, tps: list[int] | None = None,
              pps: list[int] | None = None) -> PlanResult | None:
     """The smallest GPU count where ``cfg.batch`` sequences of ``cfg.context`` tokens fit: one replica of a
-    (tp, pp) layout from ``candidate_layouts`` (one request at least), times the data-parallel replicas the
-    batch needs; ties go to fewer replicas. None up to ``max_gpus``.
+    (tp, pp) layout from ``candidate_layouts`` (one request at least; an MoE model's experts also spread over the tp
+    GPUs, vLLM's --enable-expert-parallel, ``searched_layouts``), times the data-parallel replicas the batch needs;
+    ties go to fewer replicas, then to no expert parallelism. None up to ``max_gpus``.
 
     Bounded: pp never exceeds the layers, so beyond one node only whole nodes up to gpus_per_node x num_layers
     are candidates; the first that holds one request is found by bisection (more stages leave each GPU fewer
@@ -847,20 +864,20 @@ def min_gpus(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     if max_gpus > MAX_SEARCH_GPUS:
         raise UsageError(f"--max-gpus {max_gpus:,} exceeds the search limit of {MAX_SEARCH_GPUS:,}")
     probe = replace(cfg, batch=1, ep=1)
-    best: tuple[int, int, int, int] | None = None  # (total GPUs, replica GPUs, tp, pp)
+    best: tuple[int, int, int, int, int] | None = None  # (total GPUs, replica GPUs, tp, pp, ep)
 
     def replica(n: int) -> bool:
         """Try every layout of n GPUs as one replica; True if one holds a request."""
         nonlocal best
         held = False
-        for tp, pp in candidate_layouts(spec, n, gpus_per_node, tps, pps):
-            r = _plan(spec, gpu, precision, kv_dtype, replace(probe, num_gpus=n, tp=tp, pp=pp))
+        for tp, pp, ep in searched_layouts(spec, precision, n, gpus_per_node, tps, pps):
+            r = _plan(spec, gpu, precision, kv_dtype, replace(probe, num_gpus=n, tp=tp, pp=pp, ep=ep))
             if r.max_concurrent_sequences < 1:
                 continue
             held = True
             total = n * -(-cfg.batch // r.max_concurrent_sequences)
             if total <= max_gpus and (best is None or total < best[0]):
-                best = (total, n, tp, pp)
+                best = (total, n, tp, pp, ep)
         return held
 
     sizes, nodes_max = _layout_sizes(spec, max_gpus, gpus_per_node, tps, pps)
@@ -873,8 +890,8 @@ def min_gpus(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
     if nodes_max >= 2 and (best is None or 2 * gpus_per_node < best[0]):
         def holds(k: int) -> bool:
             return any(_plan(spec, gpu, precision, kv_dtype, replace(probe, num_gpus=k * gpus_per_node, tp=tp,
-                                                                       pp=pp)).max_concurrent_sequences >= 1
-                       for tp, pp in candidate_layouts(spec, k * gpus_per_node, gpus_per_node))
+                                                                       pp=pp, ep=ep)).max_concurrent_sequences >= 1
+                       for tp, pp, ep in searched_layouts(spec, precision, k * gpus_per_node, gpus_per_node))
         lo, hi = 1, 2
         while hi < nodes_max and not holds(hi):
             lo, hi = hi, min(hi * 2, nodes_max)
@@ -889,8 +906,8 @@ def min_gpus(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype
                 compared += 1
     if best is None:
         return None
-    total, _, tp, pp = best
-    return plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, num_gpus=total, tp=tp, pp=pp, ep=1))
+    total, _, tp, pp, ep = best
+    return plan_fit(spec, gpu, precision, kv_dtype, replace(cfg, num_gpus=total, tp=tp, pp=pp, ep=ep))
 
 
 def _plan(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, cfg: PlanConfig) -> PlanResult:

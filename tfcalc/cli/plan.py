@@ -142,7 +142,8 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
          kv_cache_memory: KvCacheMemoryOpt = None,
          find_min_gpus: Annotated[bool, typer.Option(
              "--min-gpus", help="Search the smallest GPU count that fits: tp within a node, pp only across whole "
-             "nodes (vLLM's advice), unless --tp/--pp name the degrees allowed.")] = False,
+             "nodes (vLLM's advice), unless --tp/--pp name the degrees allowed; an MoE model also with its experts "
+             "spread over the tp GPUs (ep = tp).")] = False,
          max_gpus: Annotated[int, typer.Option(help="Upper bound for --min-gpus.")] = 512,
          gpus_per_node: Annotated[int, typer.Option(help="Largest tp for --min-gpus.")] = 8,
          explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None, output: OutputOpt = None) -> None:
@@ -177,7 +178,8 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     rows, traces = plan_rows(specs, gpus, sweep)
     notes = (*dict.fromkeys(engine_note(e) for e in engines),
              "KV tokens: what the engine logs; max seqs add up over data-parallel replicas. GiB = 2^30 bytes.",
-             *(f"{r['model']} on {r['num_gpus']} x {r['gpu']} ({r['engine']}), batch {r['batch']}, context "
+             *(f"{r['model']} on {r['num_gpus']} x {r['gpu']}" + (f" (ep {r['ep']})" if int(r["ep"]) > 1 else "")
+               + f" ({r['engine']}), batch {r['batch']}, context "
                f"{r['context']:,}: {r['reason']}" + (f" [{r['note']}]" if r["note"] else "") for r in rows))
     emit(rows, COLUMNS, fmt, output, title="Plan", notes=notes)
     if explain:

@@ -389,7 +389,8 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
 
     w = sweep
     if w.find_min_gpus and (w.num_gpus or any(ep != 1 for ep in w.eps)):
-        raise UsageError("--min-gpus searches the GPU count: drop --num-gpus (and --ep, which it does not search)")
+        raise UsageError("--min-gpus searches the GPU count: drop --num-gpus (and --ep: an MoE model's layouts are "
+                         "tried with ep 1 and ep = tp)")
     rows: list[Row] = []
     traces: list[tuple[str, ...]] = []
     for spec, gpu in itertools.product(specs, gpus):
@@ -412,7 +413,8 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
                     raise UsageError(f"{spec.name} batch {batch:,} at context {context:,} does not fit on up to "
                                      f"{w.max_gpus:,} x {gpu.name} ({precision.label}, KV {kv_dtype.name}, "
                                      f"{engine_label(engine)})")
-                cfg = replace(base, num_gpus=r.parallelism.num_gpus, tp=r.parallelism.tp, pp=r.parallelism.pp)
+                cfg = replace(base, num_gpus=r.parallelism.num_gpus, tp=r.parallelism.tp, pp=r.parallelism.pp,
+                              ep=r.parallelism.ep)
                 rows.append(_plan_row(spec, gpu, precision, kv_dtype, cfg, r))
                 line = f"--min-gpus: {r.parallelism.num_gpus} is the smallest GPU count that fits with " + (
                     f"tp in {w.tps or 'any'}, pp in {w.pps or 'any'}" if w.tps or w.pps else
