@@ -1,0 +1,191 @@
+"""tfcalc's serving model against TensorRT-LLM's published throughput tables (docs/capacity.md, "TensorRT-LLM's
+published throughput").
+
+Each row of benchmarks/validation/trtllm_perf_overview.json is one `trtllm-bench throughput` result of TensorRT-LLM
+1.2's perf-overview.md (output tokens/s per GPU): a model, GPU, layout (TPn, TPn,PPm or DEPn = attention data
+parallel over n ranks with the experts over n GPUs), checkpoint format and fixed input / output lengths, every request
+queued at once. tfcalc replays it with the engine preset (``trtllm``), the checkpoint's format, ``replica_memory``
+at the free fraction 0.95 the doc says it used "in many cases", ``latency_step`` and the discrete-event simulation
+(``serving_sim.simulate``, one engine per attention rank in lockstep), with the limits trtllm-bench sets itself:
+
+- max_batch_size and max_num_tokens from its heuristic when neither is given (``trtllm_bench_limits``), then
+  max_num_tokens raised to the longest prompt + max_batch_size, chunked prefill off (its default), so a step takes
+  whole prompts;
+- the scheduler policy GUARANTEED_NO_EVICT (trtllm-bench's --scheduler_policy default): a request is admitted only
+  when the pool holds its whole prompt + output, which with fixed lengths caps the running requests at the pool's
+  sequences of isl + osl tokens;
+- no API server (trtllm-bench drives the LLM API in-process), as capacity_validation's ``--mode latency``.
+
+Nothing is fitted. Usage: python benchmarks/trtllm_overview_validation.py [--markdown] [--only TEXT] [--requests N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from capacity_validation import _overheads, served
+
+from tfcalc.calc.engine import scheduler_defaults
+from tfcalc.calc.params import count_params
+from tfcalc.calc.serving_inputs import latency_step, replica_memory
+from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
+from tfcalc.calc.serving_traffic import LengthDist
+from tfcalc.errors import UsageError
+from tfcalc.spec.gpu import GPUSpec
+from tfcalc.spec.model import ModelSpec
+
+DATA = Path(__file__).parent / "validation" / "trtllm_perf_overview.json"
+KV_FREE_FRACTION = 0.95     # perf-overview.md: "--kv_cache_free_gpu_mem_fraction 0.95" in many cases (default 0.90)
+# perf-overview.md, "Preparing a Dataset": requests per ISL/OSL
+DOC_REQUESTS = {(1024, 1024): 3000, (8192, 1024): 1500, (1024, 8192): 1500, (32768, 1024): 1000, (1024, 32768): 1000}
+# tensorrt_llm/bench/build/tuning.py@04cba88 BYTES_PER_ELEM: bytes per weight / KV element by quantisation
+HEURISTIC_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5}
+
+
+def load() -> dict:
+    return json.loads(DATA.read_text())
+
+
+def rows(only: str = "") -> list[dict]:
+    """The table's rows whose model, GPU or layout label contains ``only``, each with its id."""
+    out = []
+    for r in load()["rows"]:
+        layout = f"dp{r['dp']}ep{r['ep']}" if r["dp"] > 1 else f"tp{r['tp']}pp{r['pp']}"
+        row = {**r, "id": f"{r['model']} {r['gpu']} {layout} {r['isl']}/{r['osl']}"}
+        if only in row["id"]:
+            out.append(row)
+    return out
+
+
+def trtllm_bench_limits(spec: ModelSpec, gpu: GPUSpec, row: dict, engine: object,
+                        fraction: float = KV_FREE_FRACTION) -> tuple[int, int]:
+    """(max_batch_size, max_num_tokens) trtllm-bench runs with when not given them: tensorrt_llm/bench/build/
+    tuning.py@04cba88 calc_engine_setting / finetune_setting -- requests = fraction x (GPU memory x tp x pp - params x
+    bytes) / (2 x layers x max(tp, kv heads) x head size x KV bytes x (isl + osl)), batch = min(requests, 4096) / pp
+    rounded up (64 at least; to 32 below 256, 128 below 1024, else 256), tokens = min(batch x (1 + isl / osl), 32768)
+    rounded up (2048 at least; to 256 below 4096, 512 below 8192, else 1024); a format outside its table (gpt-oss's
+    MXFP4) takes BuildConfig's 2048 / 8192 (build.py get_benchmark_engine_settings; the engine preset's defaults).
+    Then benchmark/utils/general.py@0171265 get_settings: without chunked prefill, tokens >= longest prompt + batch."""
+    isl, osl, tp, pp = row["isl"], row["osl"], row["tp"] * row["dp"], row["pp"]
+    if row["weights"] not in HEURISTIC_BYTES:
+        batch, tokens = scheduler_defaults(engine, gpu)
+    else:
+        # bench/build/dataclasses.py ModelConfig: head_size = config head_dim, else hidden / heads (DeepSeek's
+        # config.json has none: 7168 / 128); num_key_value_heads as config.json gives it (128 for DeepSeek)
+        head = spec.hidden_size // spec.num_attention_heads if spec.mla is not None else spec.head_dim
+        kv_heads = spec.num_attention_heads if spec.mla is not None else spec.num_kv_heads
+        gib = float(1 << 30)
+        per_token = 2 * spec.num_layers * max(tp, kv_heads) * head * HEURISTIC_BYTES.get(row["kv"], 2.0) / gib
+        memory = (gpu.runtime_memory_bytes or gpu.memory_bytes) / gib * tp * pp
+        weights = count_params(spec).total_params * HEURISTIC_BYTES[row["weights"]] / gib
+        requests = fraction * (memory - weights) / (per_token * (isl + osl))
+        raw_bs = min(requests, 4096) / pp
+        raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
+        if raw_bs < 256:
+            batch = max(64, 32 * math.ceil(raw_bs / 32))
+        else:
+            batch = (128 if raw_bs < 1024 else 256) * math.ceil(raw_bs / (128 if raw_bs < 1024 else 256))
+        if raw_tokens < 4096:
+            tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
+        else:
+            tokens = (512 if raw_tokens < 8192 else 1024) * math.ceil(raw_tokens / (512 if raw_tokens < 8192 else 1024))
+    return batch, max(tokens, isl + batch)
+
+
+def replay(row: dict, requests: int | None = None) -> dict:
+    """One row through tfcalc: predicted output tokens/s per GPU, or ``fits: False`` with tfcalc's reason."""
+    point = {"model": row["model"], "engine": "trtllm", "weights": row["weights"], "gpu": row["gpu"],
+             "kv": row["kv"], "checkpoint_kv": row["kv"] if row["kv"] == "fp8" else None}
+    spec, gpu, engine, precision, kv = served(point)
+    batch, tokens = trtllm_bench_limits(spec, gpu, row, engine)
+    isl, osl, ranks = row["isl"], row["osl"], row["dp"]
+    try:
+        memory = replica_memory(spec, gpu, precision, kv, tp=row["tp"], pp=row["pp"], ep=row["ep"], engine=engine,
+                                max_model_len=isl + osl, max_num_seqs=batch, max_num_batched_tokens=tokens,
+                                gpu_memory_utilization=KV_FREE_FRACTION)
+        step = latency_step(spec, gpu, precision, kv, tp=row["tp"], pp=row["pp"], ep=row["ep"], engine=engine)
+    except UsageError as exc:
+        return {**row, "fits": False, "reason": str(exc)}
+    # each of pp micro-batches in flight holds up to max_batch_size (the heuristic divides by pp for it); the
+    # simulation's step is all pp of them. GUARANTEED_NO_EVICT: only whole requests (isl + osl) in the pool
+    seats = min(batch * row["pp"], memory.max_sequences_at_max_len)
+    if not memory.fits or seats < 1:
+        return {**row, "fits": False, "reason": memory.reason or "no room for one request", "batch": batch}
+    cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=tokens * row["pp"],
+                    kv_capacity_tokens=memory.kv_capacity_tokens, block_size=memory.block_size,
+                    overheads=_overheads(engine, "latency"), policy=replace(engine.scheduler, chunked_prefill=False))
+    n = requests or DOC_REQUESTS[(isl, osl)]
+    n = max(n, 2 * seats * ranks) if requests else n
+    load_ = Workload(input_len=LengthDist(kind="fixed", mean=isl), output_len=LengthDist(kind="fixed", mean=osl),
+                     num_requests=n, concurrency=n, seed=1)
+    start = time.perf_counter()
+    sim = simulate(step, cfg, load_, ranks=ranks)
+    predicted = sim.output_throughput / row["gpus"]
+    return {**row, "fits": True, "batch": batch, "tokens": tokens, "seats": seats, "requests": n,
+            "kv_tokens": memory.kv_capacity_tokens, "mean_batch": sim.mean_batch, "predicted": predicted,
+            "error": predicted / row["output_tok_s_per_gpu"] - 1, "seconds": time.perf_counter() - start}
+
+
+def summary(label: str, group: list[dict]) -> str:
+    errors = [abs(r["error"]) for r in group]
+    signed = statistics.median(r["error"] for r in group)
+    inside = sum(e <= 0.25 for e in errors)
+    return (f"| {label} | {len(group)} | {inside} ({100 * inside / len(group):.0f} %) | "
+            f"{statistics.median(errors) * 100:.0f} % | {signed * 100:+.0f} % |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="the rows whose id (model gpu layout isl/osl) contains this")
+    parser.add_argument("--requests", type=int, default=0,
+                        help="simulate this many requests a row (at least two full batches) instead of the doc's")
+    parser.add_argument("--markdown", action="store_true", help="print the docs/capacity.md tables")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    results = []
+    if args.markdown:
+        print("| model | GPU | layout | ISL/OSL | batch / tokens (heuristic) | running (pool) | reported tok/s/GPU | "
+              "predicted | error |\n|---|---|---|---|---|---|--:|--:|--:|")
+    for row in rows(args.only):
+        r = replay(row, args.requests or None)
+        results.append(r)
+        layout = f"DEP{r['dp']}" if r["dp"] > 1 else (f"TP{r['tp']},PP{r['pp']}" if r["pp"] > 1 else f"TP{r['tp']}")
+        gpu = r["gpu"] + (" (beta)" if r["beta"] else "")
+        if not r["fits"]:
+            print(f"| {r['model']} | {gpu} | {layout} | {r['isl']}/{r['osl']} | — | — | "
+                  f"{r['output_tok_s_per_gpu']:,} | not run: {r['reason']} | — |" if args.markdown
+                  else f"{r['id']:45s} not run: {r['reason']}", flush=True)
+            continue
+        if args.markdown:
+            print(f"| {r['model']} | {gpu} | {layout} | {r['isl']}/{r['osl']} | {r['batch']} / {r['tokens']} | "
+                  f"{r['mean_batch']:.0f} ({r['seats']}) | {r['output_tok_s_per_gpu']:,} | {r['predicted']:,.0f} | "
+                  f"{r['error'] * 100:+.0f} % |", flush=True)
+        else:
+            print(f"{r['id']:45s} reported {r['output_tok_s_per_gpu']:7,} predicted {r['predicted']:9,.0f} "
+                  f"({r['error'] * 100:+4.0f} %)  batch {r['batch']} tokens {r['tokens']} seats {r['seats']} "
+                  f"mean running {r['mean_batch']:.0f}  {r['seconds']:.1f} s", flush=True)
+    ran = [r for r in results if r["fits"]]
+    print(f"\n{len(ran)} of {len(results)} rows replayed ({len(results) - len(ran)} not run) in "
+          f"{time.perf_counter() - start:.0f} s\n")
+    if not ran:
+        return
+    print("| group | rows | within ±25 % | median abs error | median error |\n|---|--:|---|--:|--:|")
+    print(summary("all", ran))
+    for key in ("gpu", "model"):
+        for value in sorted({r[key] for r in ran}):
+            print(summary(value, [r for r in ran if r[key] == value]))
+    for name, test in (("ISL > OSL", lambda r: r["isl"] > r["osl"]), ("OSL > ISL", lambda r: r["osl"] > r["isl"]),
+                       ("ISL = OSL", lambda r: r["osl"] == r["isl"])):
+        group = [r for r in ran if test(r)]
+        if group:
+            print(summary(name, group))
+
+
+if __name__ == "__main__":
+    main()
