@@ -81,6 +81,22 @@ def test_min_gpus() -> None:
     assert result.exit_code == 2 and "drop --num-gpus" in result.stderr
 
 
+def test_min_gpus_spreads_experts_and_the_table_names_the_ep() -> None:
+    """MiniMax-M2.7 in fp8 blocks: tp 8 alone cuts its experts' blocks (a one-line error when asked for), --min-gpus
+    finds 8 GPUs with the experts spread (ep 8), and the table shows the ep column for that one row."""
+    asked = run("plan", "-p", "minimax-m2.7", "-n", "8")
+    assert asked.exit_code != 0 and "use expert parallelism" in asked.output and "Traceback" not in asked.output
+    found = run("plan", "-p", "minimax-m2.7", "--min-gpus", "-f", "json")
+    assert found.exit_code == 0, found.output
+    row = json.loads(found.stdout)[0]
+    assert (row["num_gpus"], row["tp"], row["ep"], row["fits"]) == (8, 8, 8, True)
+    header = next(line for line in run("plan", "-p", "minimax-m2.7", "--min-gpus").stdout.splitlines()
+                  if line.startswith("model"))
+    assert " ep " in header
+    plain = next(line for line in run("plan", "-p", "llama3-8b").stdout.splitlines() if line.startswith("model"))
+    assert " ep " not in plain
+
+
 def test_batch1_shortfall_not_the_batch_shortfall() -> None:
     # fp8 llama3-70b (embedding and lm_head in bf16) on one H100 at 128k, ideal arithmetic: budget 1.77 GiB, one
     # sequence needs 20 GiB -> 18.23 GiB short at batch 1 (the row's batch 8 is 158.23 GiB short; the message

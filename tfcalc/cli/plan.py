@@ -178,10 +178,12 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     rows, traces = plan_rows(specs, gpus, sweep)
     notes = (*dict.fromkeys(engine_note(e) for e in engines),
              "KV tokens: what the engine logs; max seqs add up over data-parallel replicas. GiB = 2^30 bytes.",
-             *(f"{r['model']} on {r['num_gpus']} x {r['gpu']}" + (f" (ep {r['ep']})" if int(r["ep"]) > 1 else "")
-               + f" ({r['engine']}), batch {r['batch']}, context "
+             *(f"{r['model']} on {r['num_gpus']} x {r['gpu']} ({r['engine']}), batch {r['batch']}, context "
                f"{r['context']:,}: {r['reason']}" + (f" [{r['note']}]" if r["note"] else "") for r in rows))
-    emit(rows, COLUMNS, fmt, output, title="Plan", notes=notes)
+    # a layout with its experts spread (ep > 1) always names its ep, even where every row shares it
+    spread = any(int(str(r["ep"])) > 1 for r in rows)
+    columns = [c._replace(show="always") if c.key == "ep" and spread else c for c in COLUMNS]
+    emit(rows, columns, fmt, output, title="Plan", notes=notes)
     if explain:
         emit_explanation(traces_text(rows, traces, ("model", "gpu", "engine", "num_gpus", "tp", "pp", "context",
                                                      "batch")), fmt, output)
