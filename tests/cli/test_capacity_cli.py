@@ -23,6 +23,10 @@ runner = CliRunner()
 SMALL = ["capacity", "-p", "llama3-8b", "--gpu", "h100-sxm,l40s", "--tp", "1,2", "--max-num-seqs", "32,128",
          "--max-num-batched-tokens", "2048", "--rate", "8", "--input-len", "1000", "--output-len", "200", "--ttft",
          "p90=800ms", "--tpot", "p90=60ms", "--sim-requests", "400"]
+# a small llama3-8b search on one H100 at tp 1, for the engine-flag tests
+ONE_H100 = ["capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs", "64",
+            "--max-num-batched-tokens", "2048", "--rate", "2", "--input-len", "1000", "--output-len", "200",
+            "--ttft", "p90=1s", "--tpot", "p90=60ms", "--no-simulate"]
 
 
 def run(*args: str):
@@ -519,14 +523,19 @@ def test_redundant_experts_plan_and_launch_flags() -> None:
     assert rows and all(row["redundant_experts"] == 32 for row in rows)
 
 
+def _wide_ep(engine: str, attention_dp: str) -> list[str]:
+    """DeepSeek-V3 on H100s at 50 req/s, disaggregated, data-parallel attention ranks over expert parallelism."""
+    return ["capacity", "-p", "deepseek-v3", "--gpu", "h100-sxm", "--engine", engine, "--rate", "50",
+            "--input-len", "2k", "--output-len", "500", "--ttft", "p90=5s", "--tpot", "p90=100ms",
+            "--weights-dtype", "fp8_block", "--kv-dtype", "fp8", "--no-simulate", "--attention-dp", attention_dp,
+            "--tp", "1", "--ep", "on", "--max-gpus", "128", "--disaggregated"]
+
+
 def test_disaggregated_wide_ep_pools_in_words() -> None:
     """A disaggregated plan of data-parallel pools says both pools' groups and layouts, and where to run them."""
     import re
 
-    result = run("capacity", "-p", "deepseek-v3", "--gpu", "h100-sxm", "--engine", "sglang", "--rate", "50",
-                 "--input-len", "2k", "--output-len", "500", "--ttft", "p90=5s", "--tpot", "p90=100ms",
-                 "--weights-dtype", "fp8_block", "--kv-dtype", "fp8", "--no-simulate", "--attention-dp", "8,16,32",
-                 "--tp", "1", "--ep", "on", "--max-gpus", "128", "--disaggregated")
+    result = run(*_wide_ep("sglang", "8,16,32"))
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     pool = r"\d+ (prefill|decode) group\(s\) of \d+ data-parallel rank\(s\) at tp1·dp\d+·ep\d+"
@@ -538,16 +547,11 @@ def test_disaggregated_wide_ep_pools_in_words() -> None:
 def test_vllm_034_extensible_cache_off_reaches_the_launch_line() -> None:
     """--no-enable-extensible-kv-cache plans vLLM 0.34+ without its extensible cache and its vllm serve line says
     so; a disaggregated vLLM 0.34+ plan (NixlConnector) warns that hosts without an IMEX channel run it off."""
-    small = ["capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs", "64",
-             "--max-num-batched-tokens", "2048", "--rate", "2", "--input-len", "1000", "--output-len", "200",
-             "--ttft", "p90=1s", "--tpot", "p90=60ms", "--no-simulate", "--engine", "vllm@0.34"]
+    small = [*ONE_H100, "--engine", "vllm@0.34"]
     off, on = run(*small, "--no-enable-extensible-kv-cache"), run(*small)
     assert off.exit_code == 0 and on.exit_code == 0, off.output + on.output
     assert "--no-enable-extensible-kv-cache" in off.stdout and "extensible" not in on.stdout
-    split = run("capacity", "-p", "deepseek-v3", "--gpu", "h100-sxm", "--engine", "vllm@0.34", "--rate", "50",
-                "--input-len", "2k", "--output-len", "500", "--ttft", "p90=5s", "--tpot", "p90=100ms",
-                "--weights-dtype", "fp8_block", "--kv-dtype", "fp8", "--no-simulate", "--attention-dp", "8,16",
-                "--tp", "1", "--ep", "on", "--max-gpus", "128", "--disaggregated")
+    split = run(*_wide_ep("vllm@0.34", "8,16"))
     assert split.exit_code == 0, split.output
     text = " ".join(split.stdout.split())
     assert "NixlConnector" in text
@@ -651,17 +655,14 @@ def test_a_set_kv_cache_reaches_the_vllm_line_and_nothing_fitting_says_why() -> 
     """--kv-cache-memory-bytes goes on the vllm serve line (in bytes) and not on SGLang's; a size no GPU holds beside
     the rest makes every configuration fail, and the notes give the reason of the roomiest; an engine list without
     vLLM 0.11+ is a one-line error."""
-    small = ["capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--tp", "1", "--max-num-seqs", "64",
-             "--max-num-batched-tokens", "2048", "--rate", "2", "--input-len", "1000", "--output-len", "200",
-             "--ttft", "p90=1s", "--tpot", "p90=60ms", "--no-simulate"]
-    result = run(*small, "--kv-cache-memory", "20g")
+    result = run(*ONE_H100, "--kv-cache-memory", "20g")
     assert result.exit_code == 0, result.output
     vllm_line = result.stdout[result.stdout.index("vllm serve"):result.stdout.index("SGLang:")]
     assert f"--kv-cache-memory-bytes {20 << 30}" in vllm_line
     assert "kv-cache-memory" not in result.stdout[result.stdout.index("SGLang:"):]
-    over = run(*small, "--kv-cache-memory", "75g", "--engine", "vllm")
+    over = run(*ONE_H100, "--kv-cache-memory", "75g", "--engine", "vllm")
     text = " ".join(over.stdout.split())
     assert over.exit_code != 0 and "0 fit" in text and "none fits, the roomiest" in text
     assert "the set KV cache of 75.00 GiB per GPU and the rest exceed the GPU by" in text
-    bad = run(*small, "--kv-cache-memory", "20g", "--engine", "sglang")
+    bad = run(*ONE_H100, "--kv-cache-memory", "20g", "--engine", "sglang")
     assert bad.exit_code != 0 and "no engine asked takes it" in bad.output and "Traceback" not in bad.output

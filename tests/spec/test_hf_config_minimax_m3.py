@@ -55,8 +55,8 @@ def test_layout_and_sparse_attention_follow_the_config() -> None:
     assert (si.kind, si.num_heads, si.head_dim, si.topk, si.block_size) == (
         "minimax_m3", msa["sparse_num_index_heads"], msa["sparse_index_dim"], msa["sparse_topk_blocks"],
         msa["sparse_block_size"])
-    assert si.keys_selected == 16 * 128
-    assert not si.sparse_layer(0) and si.sparse_layer(3)
+    assert si.topk * si.block_size == 16 * 128   # the most keys a sparse layer's query attends
+    assert 0 not in si.layers and 3 in si.layers  # layer 0 attends every key, layer 3 the selected blocks
     assert spec.rotary_dim == cfg["rotary_dim"] and spec.intermediate_size == cfg["dense_intermediate_size"]
     assert spec.num_mtp_layers == cfg["num_nextn_predict_layers"]  # not num_mtp_modules (7 here, 1 in NVIDIA's)
 

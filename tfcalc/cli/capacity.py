@@ -28,6 +28,7 @@ from tfcalc.cli.common import (
     MaxModelLenOpt,
     MaxNumBatchedTokensOpt,
     MaxNumSeqsOpt,
+    ModelRunnerOpt,
     OutputOpt,
     PipelineParallelOpt,
     PlotOpt,
@@ -36,7 +37,7 @@ from tfcalc.cli.common import (
     TensorParallelOpt,
     WeightsOpt,
     check_redundant_experts,
-    engine_list,
+    engines_asked,
     fail,
     file_path,
     float_list,
@@ -344,9 +345,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              stream_overhead: Annotated[str | None, typer.Option(
                  "--stream-overhead", help="Latency from the API server to the client.", show_default=False)]
              = None,
-             model_runner: Annotated[str | None, typer.Option(
-                 "--model-runner", help="vLLM 0.22-0.31: run the model on V1 or V2 whatever the release picks for "
-                 "it; the launch line sets VLLM_USE_V2_MODEL_RUNNER.", show_default=False)] = None,
+             model_runner: ModelRunnerOpt = None,
              extensible_kv_cache: ExtensibleKvCacheOpt = None,
              kv_cache_memory: KvCacheMemoryOpt = None,
              prefix_hit: Annotated[float, typer.Option(
@@ -413,7 +412,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     from tfcalc.dtypes import get_dtype, parse_weight_precision
     from tfcalc.output import emit, emit_explanation, explanation_lines, resolve_format
     from tfcalc.report import capacity as report
-    from tfcalc.spec.engine import with_extensible_kv_cache, with_model_runners, with_prefix_caching
+    from tfcalc.spec.engine import with_prefix_caching
 
     if points not in POINTS:
         raise UsageError(f"--points must be frontier or all, got '{points}'")
@@ -452,7 +451,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         raise UsageError(f"--workers must be 1 to 64, got {workers}")
     specs = resolve_models(preset, config)
     check_redundant_experts(specs, redundant_experts, (1,) if ep == "off" else (2,))
-    engines = with_model_runners(with_extensible_kv_cache(engine_list(engine), extensible_kv_cache), model_runner)
+    engines = engines_asked(engine, extensible_kv_cache, model_runner)
     if enable_mixed_chunk:
         from tfcalc.spec.engine import with_mixed_chunk
 

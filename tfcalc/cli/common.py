@@ -170,6 +170,10 @@ KvCacheMemoryOpt = Annotated[str | None, typer.Option(
     "--kv-cache-memory-bytes", "--kv-cache-memory", help="vLLM 0.11+: the KV cache per GPU, set outright (bytes; 40g "
     "= 40 x 2^30): utilization no longer sizes it; a configuration fits only if the rest still fits beside it "
     "(0.34+ runs without its extensible cache then). Other engines size their own.", show_default=False)]
+ModelRunnerOpt = Annotated[str | None, typer.Option(
+    "--model-runner", help="vLLM 0.22-0.31: run the model on V1 or V2 whatever the release picks for it "
+    "(VLLM_USE_V2_MODEL_RUNNER=0 / 1, which capacity's vllm serve line sets). Default: the release's choice by "
+    "model.", show_default=False)]
 MaxNumBatchedTokensOpt = Annotated[ListOpt, typer.Option(
     "--max-num-batched-tokens", "--prefill-chunk", help="Tokens per forward pass, the chunked-prefill budget (vLLM "
     "--max-num-batched-tokens); default: the engine's for the GPU (vLLM 8192 on >= 70 GiB GPUs).",
@@ -186,6 +190,15 @@ def kv_cache_memory_bytes(text: str | None, engines: list) -> int | None:
     if not any(takes_kv_cache_memory(e) for e in engines):
         raise UsageError("--kv-cache-memory-bytes sets vLLM's KV cache (0.11+): no engine asked takes it")
     return size
+
+
+def engines_asked(values: list[str] | None, extensible_kv_cache: bool | None, model_runner: str | None) -> list:
+    """``engine_list`` with vLLM's extensible KV cache (``--[no-]enable-extensible-kv-cache``) and model runner
+    (``--model-runner``) as asked; None keeps each release's own."""
+    from tfcalc.spec.engine import with_extensible_kv_cache, with_model_runners
+
+    return with_model_runners(with_extensible_kv_cache(engine_list(values), extensible_kv_cache), model_runner)
+
 
 def engine_list(values: list[str] | None) -> list:
     """``ideal`` (None: the plain memory arithmetic), ``vllm``, ``vllm@0.19``, ``sglang``, ``trtllm``, ``gpt-fast``,

@@ -14,6 +14,7 @@ from tfcalc.cli.common import (
     ExtensibleKvCacheOpt,
     FormatOpt,
     KvDtypeOpt,
+    ModelRunnerOpt,
     OutputOpt,
     PlotOpt,
     PresetOpt,
@@ -21,7 +22,7 @@ from tfcalc.cli.common import (
     WeightsOpt,
     check_redundant_experts,
     check_runtime_overhead,
-    engine_list,
+    engines_asked,
     file_path,
     float_list,
     handle_errors,
@@ -131,9 +132,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              cuda_graph_memory: Annotated[bool | None, typer.Option(
                  "--cuda-graph-memory/--no-cuda-graph-memory", help="For the fit check: subtract the CUDA-graph "
                  "estimate from the KV budget; default: as the engine version does.", show_default=False)] = None,
-             model_runner: Annotated[str | None, typer.Option(
-                 "--model-runner", help="For the fit check, vLLM 0.22-0.31: V1 or V2 whatever the release picks "
-                 "(VLLM_USE_V2_MODEL_RUNNER).", show_default=False)] = None,
+             model_runner: ModelRunnerOpt = None,
              extensible_kv_cache: ExtensibleKvCacheOpt = None,
              explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None,
              output: OutputOpt = None) -> None:
@@ -148,9 +147,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     specs = resolve_models(preset, config)
     check_redundant_experts(specs, redundant_experts, parse_sizes(ep, "ep"), parse_sizes(tp or [], "tp"))
     gpus = gpu_list(gpu)
-    from tfcalc.spec.engine import with_extensible_kv_cache, with_model_runners
-
-    engines = with_model_runners(with_extensible_kv_cache(engine_list(engine), extensible_kv_cache), model_runner)
+    engines = engines_asked(engine, extensible_kv_cache, model_runner)
     check_runtime_overhead(runtime_overhead is not None, engines)
     if allreduce is not None and allreduce not in ("ring", "tree", "auto"):
         raise UsageError(f"invalid --allreduce '{allreduce}': choose ring, tree or auto")

@@ -20,6 +20,7 @@ from tfcalc.cli.common import (
     MaxModelLenOpt,
     MaxNumBatchedTokensOpt,
     MaxNumSeqsOpt,
+    ModelRunnerOpt,
     OutputOpt,
     PipelineParallelOpt,
     PlotOpt,
@@ -30,7 +31,7 @@ from tfcalc.cli.common import (
     check_redundant_experts,
     check_runtime_overhead,
     complete_preset,
-    engine_list,
+    engines_asked,
     fail,
     float_list,
     handle_errors,
@@ -131,9 +132,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
              "budget (vLLM VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS); default: as the engine version does (vLLM "
              "0.34+ sizes its cache after capture: always; the V2 runner of 0.22-0.28 has no estimate: never).",
              show_default=False)] = None,
-         model_runner: Annotated[str | None, typer.Option(
-             "--model-runner", help="vLLM 0.22-0.31: run the model on V1 or V2 whatever the release picks for it "
-             "(VLLM_USE_V2_MODEL_RUNNER=0 / 1). Default: the release's choice by model.", show_default=False)] = None,
+         model_runner: ModelRunnerOpt = None,
          prefix_caching: Annotated[bool | None, typer.Option(
              "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching: with it, 0.26+ "
              "keeps 2-3 state blocks a hybrid (Mamba / Gated DeltaNet) request, 1 without. Default: as the engine "
@@ -156,10 +155,10 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     specs = resolve_models(preset, config)
     check_redundant_experts(specs, redundant_experts, parse_sizes(ep, "ep"), parse_sizes(tp or [], "tp"))
     gpus = gpu_list(gpu)
-    from tfcalc.spec.engine import with_extensible_kv_cache, with_model_runners, with_prefix_caching
+    from tfcalc.spec.engine import with_prefix_caching
 
-    engines = [with_prefix_caching(e, prefix_caching) for e in with_model_runners(
-        with_extensible_kv_cache(engine_list(engine), extensible_kv_cache), model_runner)]
+    engines = [with_prefix_caching(e, prefix_caching)
+               for e in engines_asked(engine, extensible_kv_cache, model_runner)]
     check_runtime_overhead(bool(runtime_overhead), engines)
     kv_memory = kv_cache_memory_bytes(kv_cache_memory, engines)
     precisions = weight_precisions(weights_dtype)

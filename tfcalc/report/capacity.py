@@ -384,7 +384,8 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
                  draft_model: str = "DRAFT_MODEL", api_servers: int = 1) -> list[str]:
     """``vllm serve`` for one replica (lines to join with a backslash), and how many to run."""
     c = e.candidate
-    engine = searched_engine(space, c.engine)
+    chosen = searched_engine(space, c.engine)   # the candidate's vLLM, else the searched one (another engine chosen)
+    engine = chosen if chosen is not None and chosen.name == "vllm" else _engine_of("vllm", space)
     env = (f"VLLM_USE_V2_MODEL_RUNNER={int(engine.runner.upper() == 'V2')} "
            if engine is not None and engine.runner_forced else "")
     args = [f"{env}vllm serve {shlex.quote(model_path)}", f"--tensor-parallel-size {c.tp}"]
@@ -407,8 +408,7 @@ def vllm_command(model_path: str, spec: ModelSpec, e: Evaluation, space: SearchS
         args.append(f"--gpu-memory-utilization {space.gpu_memory_utilization}")
     if space.block_size is not None:
         args.append(f"--block-size {space.block_size}")
-    if space.kv_cache_memory_bytes is not None and (engine is None or engine.name != "vllm"
-                                                    or takes_kv_cache_memory(engine)):
+    if space.kv_cache_memory_bytes is not None and takes_kv_cache_memory(engine):
         args.append(f"--kv-cache-memory-bytes {space.kv_cache_memory_bytes}")
     if api_servers > 1:
         args.append(f"--api-server-count {api_servers}")

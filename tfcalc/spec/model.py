@@ -378,16 +378,6 @@ class SparseIndexerSpec:
     def __post_init__(self) -> None:
         check_fields(self, "sparse_indexer.")
 
-    @property
-    def keys_selected(self) -> int:
-        """The most keys a query of an indexed layer attends: topk x block_size (DSA: top-k tokens, blocks of 1)."""
-        return self.topk * self.block_size
-
-    def sparse_layer(self, layer: int) -> bool:
-        """Whether ``layer`` attends only the selected keys: every layer under DSA (its unindexed ones reuse the
-        previous choice), only the indexed ones under MiniMax-M3's MSA."""
-        return self.kind == "dsa" or layer in self.layers
-
 
 @dataclass(frozen=True, kw_only=True)
 class FullAttentionSpec:
@@ -873,22 +863,19 @@ class ModelSpec:
             _require(all(not set(x.components) & {"mlp"} for x in self.quantized_weight_exceptions),
                      f"{n}: quantized_weight_exceptions of the MLP with per-layer MLP widths are not supported")
         si = self.sparse_indexer
+        if si is not None:
+            try:
+                check_layer_indices("sparse_indexer.layers", si.layers, self.num_layers)
+            except SpecError as exc:
+                raise SpecError(f"{n}: {exc}") from None
         if si is not None and si.kind == "minimax_m3":
             _require(self.mla is None and self.linear_attention is None and self.num_kv_heads == si.num_heads,
                      f"{n}: a minimax_m3 sparse_indexer needs GQA attention with one indexer head per KV head "
                      f"({si.num_heads} indexer heads, {self.num_kv_heads} KV heads)")
-            try:
-                check_layer_indices("sparse_indexer.layers", si.layers, self.num_layers)
-            except SpecError as exc:
-                raise SpecError(f"{n}: {exc}") from None
         elif si is not None:
             _require(self.mla is not None and self.mla.q_lora_rank is not None,
                      f"{n}: sparse_indexer needs MLA with a q_lora_rank (its queries come from q_lora)")
             _require(si.block_size == 1, f"{n}: a dsa sparse_indexer selects single tokens (block_size 1)")
-            try:
-                check_layer_indices("sparse_indexer.layers", si.layers, self.num_layers)
-            except SpecError as exc:
-                raise SpecError(f"{n}: {exc}") from None
             _require(0 in si.layers, f"{n}: sparse_indexer.layers must include layer 0 (a later layer reuses the "
                      "choice of an earlier indexed one)")
             _require(si.head_dim >= self.rotary_dim and si.head_dim % 128 == 0,
