@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from tfcalc.cli import app
 from tfcalc.cli.capacity import parse_duration, parse_targets
 from tfcalc.errors import UsageError
+from tfcalc.spec.presets import load_gpu
 
 runner = CliRunner()
 SMALL = ["capacity", "-p", "llama3-8b", "--gpu", "h100-sxm,l40s", "--tp", "1,2", "--max-num-seqs", "32,128",
@@ -76,8 +77,10 @@ def test_the_default_question_answers_in_an_80_column_table() -> None:
     words = " ".join(result.stdout.split())
     assert "cheapest plan for llama3-70b at 2 req/s" in words
     assert "-> meets the targets" in words
-    # a plan on a GPU tfcalc has no kernel measurements of says so (mi300x: presets/gpus/mi300x.yaml measured_on)
-    assert ("note: mi300x: tfcalc has no kernel measurements" in words) == (" x mi300x, weights" in words)
+    # a plan on a GPU tfcalc has no kernel measurements of says so (measured_on: none, as presets/gpus/mi300x.yaml)
+    chosen = re.search(r"cheapest plan for llama3-70b at 2 req/s: .*? = \d+ x ([\w-]+), weights", words).group(1)
+    unmeasured = load_gpu(chosen).latency.measured_on == "none"
+    assert (f"note: {chosen}: tfcalc has no kernel measurements" in words) == unmeasured
 
 
 def test_every_point_in_long_format_and_a_summary_by_default() -> None:
@@ -123,6 +126,34 @@ def test_plot_and_explain(tmp_path: Path) -> None:
     as_json = run(*SMALL, "--explain", "--no-simulate", "-f", "json")  # the trace goes to stderr: stdout parses
     assert as_json.exit_code == 0 and json.loads(as_json.stdout)[0]["role"] == "chosen"
     assert "TTFT = request latency" in as_json.stderr and "TTFT = request latency" not in as_json.stdout
+
+
+# GPU presets priced in presets/prices.yaml on 2026-12-07 (tests/spec/test_prices.py checks each against its source)
+NEWLY_PRICED = ("h100-pcie", "b300", "a100-40gb", "a10", "rtx5090", "gb200", "mi325x")
+ONE_GPU_SEARCH = ["--tp", "1", "--max-num-seqs", "64", "--max-num-batched-tokens", "2048", "--rate", "2",
+                  "--input-len", "1000", "--output-len", "200", "--ttft", "p90=2s", "--tpot", "p90=100ms",
+                  "--no-simulate", "-f", "json"]
+
+
+@pytest.mark.parametrize("gpu", NEWLY_PRICED)
+def test_a_newly_priced_gpu_is_searched_without_price(gpu: str) -> None:
+    """``--gpu NAME`` with no --price takes the bundled price, and the default search (no --gpu) covers it."""
+    from tfcalc.spec.prices import load_prices
+
+    result = run("capacity", "-p", "llama3-8b", "--gpu", gpu, *ONE_GPU_SEARCH)
+    assert result.exit_code == 0, result.output
+    chosen = json.loads(result.stdout)[0]
+    assert chosen["gpu"] == gpu and chosen["price_per_gpu_hour"] == load_prices()[gpu].usd_per_gpu_hour
+    assert chosen["cost_per_hour"] == pytest.approx(chosen["num_gpus"] * chosen["price_per_gpu_hour"])
+
+
+def test_the_default_search_covers_every_priced_gpu() -> None:
+    from tfcalc.spec.prices import load_prices
+
+    result = run("capacity", "-p", "llama3-8b", *ONE_GPU_SEARCH, "--points", "all")
+    assert result.exit_code == 0, result.output
+    searched = {row["gpu"] for row in json.loads(result.stdout)}
+    assert searched == set(load_prices()) and set(NEWLY_PRICED) <= searched
 
 
 def test_concurrency_options_and_overrides() -> None:
@@ -230,7 +261,7 @@ def test_lengths_csv_as_a_spreadsheet_writes_it(tmp_path: Path) -> None:
     (["--rate", "5", "--concurrency", "4", "--ttft", "p90=1s"], "one of them"),
     (["--rate", "5", "--ttft", "p90=soon"], "invalid --ttft target 'soon'"),
     (["--rate", "5", "--ttft", "q90=1s"], "is not p50"),
-    (["--rate", "5", "--ttft", "p90=1s", "--gpu", "a100-40gb"], "no price for GPU 'a100-40gb'"),
+    (["--rate", "5", "--ttft", "p90=1s", "--gpu", "h20"], "no price for GPU 'h20'"),
     (["--rate", "5", "--ttft", "p90=1s", "--price", "h100-sxm=free"], "is not a number"),
     (["--rate", "-1", "--ttft", "p90=1s"], "invalid --rate '-1'"),
     (["--rate", "5", "--ttft", "p90=1s", "--engine", "tgi"], "unknown engine 'tgi'"),

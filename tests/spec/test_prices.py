@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -57,4 +58,34 @@ def test_new_parts_prices_follow_their_sources() -> None:
     prices = load_prices()
     assert prices["l40"].usd_per_gpu_hour == pytest.approx(0.00037 * 3600) == prices["l40s"].usd_per_gpu_hour
     assert prices["a10g"].usd_per_gpu_hour == 1.006 and "g5.xlarge" in prices["a10g"].source
-    assert not {"a10", "h20", "rtx5090"} & set(prices)  # no named source read: --price NAME=USD
+
+
+# Each rate as its source states it (the figure, the text the entry quotes it by, the GPUs it covers): the entry's
+# price is that figure / those GPUs, its source names the page and its as_of the date the page was read.
+SOURCE_RATES = [
+    ("h100-pcie", 2.89, "$2.89/hr", 1, "runpod.io/pricing", "2026-11-09"),        # RunPod Pods, Secure Cloud
+    ("b300", 7.89, "$7.89/hr", 1, "runpod.io/pricing", "2026-10-07"),             # RunPod Pods
+    ("a100-40gb", 1.99, "$1.99 per GPU per hour", 1, "lambda.ai/instances", "2026-09-20"),
+    ("a10", 1.29, "$1.29 per GPU per hour", 1, "lambda.ai/instances", "2026-09-20"),
+    ("rtx5090", 0.67, "$0.67/hr", 1, "akash.network/pricing/gpus", "2026-09-20"),
+    ("gb200", 42.00, "$42.00/hr for 4 GPUs", 4, "coreweave.com/pricing", "2026-09-20"),  # one 4-GPU tray of an NVL72
+    ("mi325x", 1.95, "$1.95 per GPU-hour", 1, "cliffcenter.com/research/amd-inference-economics", "2026-05-18"),
+]
+
+
+@pytest.mark.parametrize("gpu,rate,quoted,gpus,page,date", SOURCE_RATES)
+def test_added_prices_are_their_sources_rate_per_gpu(gpu: str, rate: float, quoted: str, gpus: int, page: str,
+                                                      date: str) -> None:
+    price = load_prices()[gpu]
+    assert price.usd_per_gpu_hour == pytest.approx(rate / gpus)
+    assert quoted in price.source and page in price.source and price.as_of == date
+
+
+def test_the_trailing_comment_names_exactly_the_unpriced_gpus() -> None:
+    """The comment after the last entry lists every GPU preset without a price, and no priced one."""
+    from tfcalc.spec.presets import preset_root
+
+    text = (preset_root() / "prices.yaml").read_text()
+    comment = " ".join(line.strip(" #") for line in text.rsplit("as_of:", 1)[1].splitlines()[1:])
+    named = set(re.split(r",\s*|\s+and\s+", comment.split(" have no price")[0].strip()))
+    assert named == set(preset_names("gpu")) - set(load_prices()) == {"gb300", "mi350x", "mi355x", "h20"}
