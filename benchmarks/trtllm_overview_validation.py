@@ -14,7 +14,10 @@ at the free fraction 0.95 the doc says it used "in many cases", ``latency_step``
 - the scheduler policy GUARANTEED_NO_EVICT (trtllm-bench's --scheduler_policy default): a request is admitted only
   when the pool holds its whole prompt + output, which with fixed lengths caps the running requests at the pool's
   sequences of isl + osl tokens;
-- no API server (trtllm-bench drives the LLM API in-process), as capacity_validation's ``--mode latency``.
+- no API server (trtllm-bench drives the LLM API in-process), as capacity_validation's ``--mode latency``;
+- the doc's llm_options for every model: ``cuda_graph_config: {enable_padding: true, batch_sizes: [1, 2, 4, ...,
+  8192]}``, so a generation-only batch runs the captured graph of the next listed size, the gap filled with dummy
+  requests (``GraphPaddedStep``).
 
 Nothing is fitted. Usage: python benchmarks/trtllm_overview_validation.py [--markdown] [--only TEXT] [--requests N]
 """
@@ -22,18 +25,19 @@ Nothing is fitted. Usage: python benchmarks/trtllm_overview_validation.py [--mar
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from capacity_validation import _overheads, served
 
 from tfcalc.calc.engine import scheduler_defaults
 from tfcalc.calc.params import count_params
-from tfcalc.calc.serving_inputs import latency_step, replica_memory
+from tfcalc.calc.serving_inputs import KvShape, StepFunction, StepSource, latency_step, replica_memory
 from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
 from tfcalc.calc.serving_traffic import LengthDist
 from tfcalc.errors import UsageError
@@ -46,6 +50,54 @@ KV_FREE_FRACTION = 0.95     # perf-overview.md: "--kv_cache_free_gpu_mem_fractio
 DOC_REQUESTS = {(1024, 1024): 3000, (8192, 1024): 1500, (1024, 8192): 1500, (32768, 1024): 1000, (1024, 32768): 1000}
 # tensorrt_llm/bench/build/tuning.py@04cba88 BYTES_PER_ELEM: bytes per weight / KV element by quantisation
 HEURISTIC_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5}
+# perf-overview.md (release/1.2), "Running the Benchmark": every model's llm_options.yml sets
+# cuda_graph_config.enable_padding: true with these batch_sizes
+DOC_GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
+
+
+def graph_batch_sizes(listed: tuple[int, ...], max_batch_size: int, max_num_tokens: int) -> tuple[int, ...]:
+    """The decode batch sizes TensorRT-LLM captures: the listed ones up to min(max_batch_size, max_num_tokens),
+    then that bound itself where padding is on and a listed size passes it (tensorrt_llm/_torch/pyexecutor/
+    model_engine.py _filter_cuda_graph_batch_sizes: "padding to max_cuda_graph_bs is acceptable")."""
+    bound = min(max_batch_size, max_num_tokens)
+    kept = [b for b in sorted(listed) if b <= bound]
+    if any(b > bound for b in listed) and (not kept or kept[-1] != bound):
+        kept.append(bound)
+    return tuple(kept)
+
+
+def padded_batch(batch: int, sizes: tuple[int, ...]) -> int:
+    """The batch a generation-only step runs: the smallest captured size >= batch, or batch itself above the
+    largest (run without a graph) -- cuda_graph_runner.py _get_padded_batch / _round_up_batch_size."""
+    i = bisect.bisect_left(sizes, batch)
+    return sizes[i] if batch > 0 and i < len(sizes) else batch
+
+
+@dataclass(eq=False, kw_only=True)
+class GraphPaddedStep(StepSource):
+    """A step source whose generation-only steps run padded CUDA graphs: each of the pp micro-batches is filled
+    with dummy requests to its captured size (cuda_graph_runner.py _get_padded_batch adds CUDA_GRAPH_DUMMY_REQUEST_ID
+    generation requests of a token or two), priced as that many decoding sequences holding the real ones' KV.
+    Steps with a prompt run without graphs (scheduler.py can_run_cuda_graph = not context_requests), unpadded."""
+
+    inner: StepSource
+    sizes: tuple[int, ...]
+    pp: int = 1
+    kv: KvShape
+    label: str = ""
+
+    def busy_step(self, decode_context: float, prompt_tokens: float, prefix_tokens: float,
+                  tokens_per_decode: float = 1.0, extra_s: float = 0.0) -> StepFunction:
+        return self.inner.busy_step(decode_context, prompt_tokens, prefix_tokens, tokens_per_decode, extra_s)
+
+    def time(self, decode_seqs: int, decode_context: float, prefill_tokens: int, prefill_past: float,
+             prefill_seqs: int, tokens_per_decode: int = 1) -> float:
+        if decode_seqs > 0 and not prefill_tokens:
+            padded = padded_batch(math.ceil(decode_seqs / self.pp), self.sizes) * self.pp
+            if padded > decode_seqs:
+                decode_context, decode_seqs = decode_context * decode_seqs / padded, padded
+        return self.inner.time(decode_seqs, decode_context, prefill_tokens, prefill_past, prefill_seqs,
+                               tokens_per_decode)
 
 
 def load() -> dict:
@@ -98,8 +150,9 @@ def trtllm_bench_limits(spec: ModelSpec, gpu: GPUSpec, row: dict, engine: object
     return batch, max(tokens, isl + batch)
 
 
-def replay(row: dict, requests: int | None = None) -> dict:
-    """One row through tfcalc: predicted output tokens/s per GPU, or ``fits: False`` with tfcalc's reason."""
+def replay(row: dict, requests: int | None = None, padding: bool = True) -> dict:
+    """One row through tfcalc: predicted output tokens/s per GPU, or ``fits: False`` with tfcalc's reason;
+    ``padding``: the doc's padded CUDA graphs (``GraphPaddedStep``)."""
     point = {"model": row["model"], "engine": "trtllm", "weights": row["weights"], "gpu": row["gpu"],
              "kv": row["kv"], "checkpoint_kv": row["kv"] if row["kv"] == "fp8" else None}
     spec, gpu, engine, precision, kv = served(point)
@@ -120,6 +173,9 @@ def replay(row: dict, requests: int | None = None) -> dict:
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=tokens * row["pp"],
                     kv_capacity_tokens=memory.kv_capacity_tokens, block_size=memory.block_size,
                     overheads=_overheads(engine, "latency"), policy=replace(engine.scheduler, chunked_prefill=False))
+    if padding:
+        step = GraphPaddedStep(kv=step.kv, label=step.label, inner=step, pp=row["pp"],
+                               sizes=graph_batch_sizes(DOC_GRAPH_BATCH_SIZES, batch, tokens))
     n = requests or DOC_REQUESTS[(isl, osl)]
     n = max(n, 2 * seats * ranks) if requests else n
     load_ = Workload(input_len=LengthDist(kind="fixed", mean=isl), output_len=LengthDist(kind="fixed", mean=osl),
@@ -146,6 +202,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=0,
                         help="simulate this many requests a row (at least two full batches) instead of the doc's")
     parser.add_argument("--markdown", action="store_true", help="print the docs/capacity.md tables")
+    parser.add_argument("--no-padding", action="store_true",
+                        help="every decode batch priced at its own size (no padded CUDA graphs)")
     args = parser.parse_args()
     start = time.perf_counter()
     results = []
@@ -153,7 +211,7 @@ def main() -> None:
         print("| model | GPU | layout | ISL/OSL | batch / tokens (heuristic) | running (pool) | reported tok/s/GPU | "
               "predicted | error |\n|---|---|---|---|---|---|--:|--:|--:|")
     for row in rows(args.only):
-        r = replay(row, args.requests or None)
+        r = replay(row, args.requests or None, padding=not args.no_padding)
         results.append(r)
         layout = f"DEP{r['dp']}" if r["dp"] > 1 else (f"TP{r['tp']},PP{r['pp']}" if r["pp"] > 1 else f"TP{r['tp']}")
         gpu = r["gpu"] + (" (beta)" if r["beta"] else "")

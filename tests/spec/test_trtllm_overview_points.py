@@ -58,3 +58,50 @@ def test_heuristic_follows_tuning_rules(replay: ModuleType) -> None:
         else:
             step = 32 if batch < 256 else 128 if batch < 1024 else 256
             assert batch >= 64 and batch % step == 0, r["id"]
+
+
+def test_graph_sizes_follow_filter_rule(replay: ModuleType) -> None:
+    """model_engine.py _filter_cuda_graph_batch_sizes: the listed sizes up to min(max_batch_size, max_num_tokens),
+    that bound appended once when padding and a larger size is listed; none appended when the bound is listed."""
+    listed = replay.DOC_GRAPH_BATCH_SIZES
+    assert replay.graph_batch_sizes(listed, 1792, 3584) == (*listed[:listed.index(1024) + 1], 1792)
+    assert replay.graph_batch_sizes(listed, 2048, 8192) == listed[:listed.index(2048) + 1]
+    assert replay.graph_batch_sizes(listed, 4096, 3000)[-1] == 3000          # the token budget bounds it too
+    assert replay.graph_batch_sizes((1, 2, 4), 64, 8192) == (1, 2, 4)         # nothing listed above: no bound added
+
+
+def test_padded_batch_rounds_up_to_a_captured_size(replay: ModuleType) -> None:
+    """cuda_graph_runner.py _round_up_batch_size: the smallest captured size >= the batch; above the largest the
+    batch runs without a graph at its own size; an empty batch stays empty."""
+    sizes = replay.graph_batch_sizes(replay.DOC_GRAPH_BATCH_SIZES, 1792, 3584)
+    for batch in range(0, 2000, 7):
+        padded = replay.padded_batch(batch, sizes)
+        if batch == 0 or batch > sizes[-1]:
+            assert padded == batch
+        else:
+            assert padded in sizes and padded >= batch
+            assert all(s < batch for s in sizes if s < padded)   # no smaller captured size would hold it
+
+
+def test_padded_step_prices_dummies_on_decode_only_steps(replay: ModuleType) -> None:
+    """A decode-only step is priced at the padded count per micro-batch with the real sequences' KV spread over it
+    (the dummies hold a token or two); a step with a prompt is passed through unchanged."""
+    from tfcalc.calc.serving_inputs import KvShape, StepSource
+
+    calls: list[tuple] = []
+
+    class Recorder(StepSource):
+        kv, label = KvShape(num_layers=1), "recorder"
+
+        def time(self, *args: float) -> float:
+            calls.append(args)
+            return 1.0
+
+    step = replay.GraphPaddedStep(inner=Recorder(), sizes=(1, 2, 4, 8, 16), pp=2, kv=KvShape(num_layers=1))
+    step.time(10, 300.0, 0, 0.0, 0, 1)         # 5 per micro-batch -> 8 each
+    seqs, context = calls[-1][:2]
+    assert seqs == 16 and context * seqs == 300.0 * 10
+    step.time(10, 300.0, 1024, 0.0, 1, 1)      # a prompt in the step: no graph, no padding
+    assert calls[-1] == (10, 300.0, 1024, 0.0, 1, 1)
+    step.time(40, 300.0, 0, 0.0, 0, 1)         # 20 per micro-batch, above the largest size: unpadded
+    assert calls[-1][:2] == (40, 300.0)
