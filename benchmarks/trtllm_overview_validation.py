@@ -150,18 +150,19 @@ def trtllm_bench_limits(spec: ModelSpec, gpu: GPUSpec, row: dict, engine: object
     return batch, max(tokens, isl + batch)
 
 
-def replay(row: dict, requests: int | None = None, padding: bool = True) -> dict:
+def replay(row: dict, requests: int | None = None, padding: bool = True,
+           fraction: float = KV_FREE_FRACTION) -> dict:
     """One row through tfcalc: predicted output tokens/s per GPU, or ``fits: False`` with tfcalc's reason;
-    ``padding``: the doc's padded CUDA graphs (``GraphPaddedStep``)."""
+    ``padding``: the doc's padded CUDA graphs (``GraphPaddedStep``); ``fraction``: the KV free-memory fraction."""
     point = {"model": row["model"], "engine": "trtllm", "weights": row["weights"], "gpu": row["gpu"],
              "kv": row["kv"], "checkpoint_kv": row["kv"] if row["kv"] == "fp8" else None}
     spec, gpu, engine, precision, kv = served(point)
-    batch, tokens = trtllm_bench_limits(spec, gpu, row, engine)
+    batch, tokens = trtllm_bench_limits(spec, gpu, row, engine, fraction)
     isl, osl, ranks = row["isl"], row["osl"], row["dp"]
     try:
         memory = replica_memory(spec, gpu, precision, kv, tp=row["tp"], pp=row["pp"], ep=row["ep"], engine=engine,
                                 max_model_len=isl + osl, max_num_seqs=batch, max_num_batched_tokens=tokens,
-                                gpu_memory_utilization=KV_FREE_FRACTION)
+                                gpu_memory_utilization=fraction)
         step = latency_step(spec, gpu, precision, kv, tp=row["tp"], pp=row["pp"], ep=row["ep"], engine=engine)
     except UsageError as exc:
         return {**row, "fits": False, "reason": str(exc)}
@@ -204,6 +205,8 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the docs/capacity.md tables")
     parser.add_argument("--no-padding", action="store_true",
                         help="every decode batch priced at its own size (no padded CUDA graphs)")
+    parser.add_argument("--free-fraction", type=float, default=KV_FREE_FRACTION,
+                        help="kv_cache_free_gpu_mem_fraction (trtllm-bench's default: 0.90)")
     args = parser.parse_args()
     start = time.perf_counter()
     results = []
@@ -211,7 +214,7 @@ def main() -> None:
         print("| model | GPU | layout | ISL/OSL | batch / tokens (heuristic) | running (pool) | reported tok/s/GPU | "
               "predicted | error |\n|---|---|---|---|---|---|--:|--:|--:|")
     for row in rows(args.only):
-        r = replay(row, args.requests or None, padding=not args.no_padding)
+        r = replay(row, args.requests or None, padding=not args.no_padding, fraction=args.free_fraction)
         results.append(r)
         layout = f"DEP{r['dp']}" if r["dp"] > 1 else (f"TP{r['tp']},PP{r['pp']}" if r["pp"] > 1 else f"TP{r['tp']}")
         gpu = r["gpu"] + (" (beta)" if r["beta"] else "")
