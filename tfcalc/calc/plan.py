@@ -260,13 +260,14 @@ def _engine_shard(spec: ModelSpec, par: Parallelism, engine: EngineSpec | None, 
     padded = (0, 0)
     if spec.moe is not None and precision.for_component("experts").name == "mxfp4":
         w, moe = engine.weights, spec.moe
-        h = -(-spec.hidden_size // w.mxfp4_pad_hidden) * w.mxfp4_pad_hidden
+        width = moe.latent_size or spec.hidden_size  # a latent MoE's experts run on the latent (Kimi K3)
+        h = -(-width // w.mxfp4_pad_hidden) * w.mxfp4_pad_hidden
         inter = -(-(moe.expert_intermediate_size // expert_tp(par)) // w.mxfp4_pad_intermediate) * (
             w.mxfp4_pad_intermediate)
         gated = spec.ffn_kind == "gated"
         matrix = (3 if gated else 2) * h * inter
         vector = ((2 if gated else 1) * inter + h) if moe.expert_bias else 0
-        if (h, inter) != (spec.hidden_size, moe.expert_intermediate_size // expert_tp(par)):
+        if (h, inter) != (width, moe.expert_intermediate_size // expert_tp(par)):
             padded = (h, inter)
         sh = replace(sh, expert=Params(matrix=matrix, vector=vector))
     return sh, rows, padded
