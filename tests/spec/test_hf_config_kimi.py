@@ -179,3 +179,9 @@ def test_mxfp4_latent_experts_pad_their_latent_width() -> None:
                                   parse_weight_precision(spec.native_dtype))
     assert padded == (3584, 256)
     assert sh.expert.matrix == 3 * 3584 * 256
+
+
+def test_the_bundled_model_refuses_kimi_k3s_parts() -> None:
+    """K3's MLA layer 3 (after its KDA layers) names what the bundled decoder lacks."""
+    with pytest.raises(SpecError, match="SiTU activation, gated MLA, attention residuals, latent-MoE norm"):
+        TransformerBlock(build(K3), 3)
