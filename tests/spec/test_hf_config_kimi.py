@@ -185,3 +185,14 @@ def test_the_bundled_model_refuses_kimi_k3s_parts() -> None:
     """K3's MLA layer 3 (after its KDA layers) names what the bundled decoder lacks."""
     with pytest.raises(SpecError, match="SiTU activation, gated MLA, attention residuals, latent-MoE norm"):
         TransformerBlock(build(K3), 3)
+
+
+def test_nope_mla_holds_no_rotary_cache() -> None:
+    """Kimi's MLA turns no RoPE (transformers KimiLinearAttention; vLLM MultiHeadLatentAttention use_rope False), so
+    vLLM builds no cos/sin cache for it."""
+    from tfcalc.calc.plan import _rotary_cache_elements
+
+    for name in (LINEAR, K3):
+        spec = build(name)
+        assert set(spec.nope_layers) == {i for i in range(spec.num_layers) if not spec.is_linear_layer(i)}
+        assert _rotary_cache_elements(spec) == 0

@@ -235,7 +235,11 @@ def _rotary_cache_elements(spec: ModelSpec) -> int:
     """vLLM get_rope: one cos/sin cache [positions, rotary dim] shared by all layers (one per head size: Gemma 4's
     and MiMo-V2-Flash's full layers get their own), the rotary dim the dimensions turned (RotaryEmbedding
     _compute_cos_sin_cache: cos and sin of rotary_dim / 2 frequencies each); positions = max_position x factor for
-    linear / dynamic scaling, original x factor for YaRN, max_position otherwise."""
+    linear / dynamic scaling, original x factor for YaRN, max_position otherwise. None where every attention layer
+    is NoPE (Nemotron-H's; Kimi Linear's MLA: vLLM MultiHeadLatentAttention use_rope False)."""
+    attention = {i for i in range(spec.num_layers) if spec.has_mixer(i) and not spec.is_linear_layer(i)}
+    if attention <= set(spec.nope_layers):
+        return 0
     rotary = spec.rotary_dim
     if spec.full_attention is not None:
         rotary += spec.full_layer_spec.rotary_dim

@@ -497,7 +497,8 @@ def _kimi_linear(c: _Config) -> dict[str, Any]:
                       "supported (sigmoid, as transformers KimiLinearTopkRouter builds)")
     if c.data.get("dsa_config") is not None:
         raise c.error("field 'dsa_config': Kimi K3's sparse (DSA) MLA layers are not supported")
-    return {"attention_output_gate": c.flag("mla_use_output_gate"),
+    mla_layers = tuple(sorted(set(range(c.num_layers)) - set(_kda_layers(c))))
+    return {"attention_output_gate": c.flag("mla_use_output_gate"), "nope_layers": mla_layers,
             "attention_residual_block": c.opt_int("attn_res_block_size", minimum=1) or 0}
 
 
