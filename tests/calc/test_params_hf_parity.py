@@ -53,8 +53,9 @@ from tfcalc.spec.presets import load_model
 
 FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
 # Remote-code families transformers has no class for (DeciLM's nemotron-nas): counted against a brute-force count of
-# their block_configs in tests/spec/test_hf_config_nas.py instead
-WITHOUT_TRANSFORMERS = {"llama-3.3-nemotron-super-49b-v1": "nemotron-nas"}
+# their block_configs in tests/spec/test_hf_config_nas.py instead; Kimi K3 (kimi_k3), against one from vLLM's code in
+# tests/spec/test_hf_config_kimi.py
+WITHOUT_TRANSFORMERS = {"llama-3.3-nemotron-super-49b-v1": "nemotron-nas", "kimi-k3": "kimi_k3"}
 FIXTURES = sorted(p.stem for p in FIXTURE_DIR.glob("*.json") if p.stem not in WITHOUT_TRANSFORMERS)
 PRESET_FIXTURES = (
     "llama3-8b", "llama3.1-8b", "llama3-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b", "mistral-7b",
@@ -188,7 +189,9 @@ def hf_model(name: str) -> HFModel:
             continue
         # Qwen3-Next / Qwen3.5's Gated DeltaNet, Granite 4.0's Mamba-2 (its layers hold mamba or self_attn, the other
         # None): no window, no heads of head_dim
-        if hasattr(layer, "linear_attn") or getattr(layer, "mamba", None) is not None:
+        # (Kimi Linear's KDA sits in self_attn, its layer's block_type linear_attention)
+        if hasattr(layer, "linear_attn") or getattr(layer, "mamba", None) is not None or getattr(
+                layer, "block_type", None) == "linear_attention":
             linear_layers.append(i)
             windows.append(None)
         else:
@@ -307,7 +310,7 @@ def _score_bias_elements(s: ModelSpec) -> int:
 def test_fixture_set_is_complete() -> None:
     assert set(PRESET_FIXTURES) <= set(FIXTURES)
     assert len(FIXTURES) >= len(PRESET_FIXTURES) + 7
-    kinds = {_config(n)["model_type"] for n in FIXTURES}
+    kinds = {_config(n)["model_type"] for n in (*FIXTURES, *WITHOUT_TRANSFORMERS)}
     read_as = kinds | {MULTIMODAL[kind].family for kind in kinds & set(MULTIMODAL)}  # a multimodal one's decoder
     read_as |= set(WITHOUT_TRANSFORMERS.values())
     assert read_as >= set(FAMILIES) and kinds >= set(MULTIMODAL), "every supported model_type has a fixture"
@@ -331,9 +334,9 @@ def test_components_equal_transformers(name: str) -> None:
     for tensor_name, shape in (*hf.params, *hf.buffers):
         # gpt-oss stacks expert biases into 2-D tensors (experts x width): still biases, i.e. vector elements; a
         # Gated DeltaNet's depthwise conv taps (channels x 1 x kernel) are per-channel vectors, never quantized, and so
-        # are Command R+'s per-head q and k norm weights (heads x head_dim)
+        # are Command R+'s per-head q and k norm weights (heads x head_dim) and KDA's A_log (1 x 1 x heads x 1)
         is_vector = len(shape) == 1 or tensor_name.endswith(("bias", "conv1d.weight", "q_norm.weight",
-                                                              "k_norm.weight"))
+                                                              "k_norm.weight", "A_log"))
         got[_component(tensor_name)][1 if is_vector else 0] += _numel(shape)
     expected = {c: [p.matrix, p.vector] for c, p in counts.total.items()}
     assert got == expected
@@ -411,7 +414,8 @@ _NOT_CLASS_FIELDS = {
     "head_dim": "no field: the attention uses getattr(config, 'head_dim', hidden // heads); DERIVED (None)",
     "moe_layer_freq": "not read by transformers; DeepSeek's own modeling code's default 1",
     "first_k_dense_replace": "Glm4MoeLiteConfig: its mlp_layer_types defaults to one dense layer first; "
-                             "Step3p7TextConfig: to three (MoE from layer 3 on)",
+                             "Step3p7TextConfig: to three (MoE from layer 3 on); KimiLinearConfig reads "
+                             "kwargs.get('first_k_dense_replace', 1)",
     "sliding_window_pattern": "Gemma3TextConfig reads kwargs.get('sliding_window_pattern', 6)",
     "rope_local_base_freq": "Gemma3TextConfig.default_theta['local']",
     "full_attention_interval": "Qwen3-Next / Qwen3.5: __post_init__ reads kwargs.pop('full_attention_interval', 4)",

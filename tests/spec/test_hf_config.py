@@ -38,7 +38,7 @@ def test_supported_types() -> None:
         "cohere", "cohere2",
         "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "gemma", "gemma2", "gemma3", "gemma3_text",
         "gemma4", "gemma4_text", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "gpt_oss", "granitemoehybrid", "kimi_k25",
-        "minimax_m3", "minimax_m3_vl",
+        "minimax_m3", "minimax_m3_vl", "kimi_linear", "kimi_k3",
         "llama", "llama4",
         "llama4_text", "mimo_v2_flash", "minimax_m2", "mistral", "mistral3", "mixtral", "nemotron_h", "nemotron-nas",
         "phi3", "qwen2",

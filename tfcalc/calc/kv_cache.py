@@ -228,9 +228,10 @@ def keys_read(spec: ModelSpec, layer: int, context: int | float) -> int | float:
 
 
 def linear_name(spec: ModelSpec) -> str:
-    """The recurrent layers' name for people: Gated DeltaNet (Qwen3-Next, Qwen3.5) or Mamba-2 (Nemotron-H)."""
+    """The recurrent layers' name for people: Gated DeltaNet (Qwen3-Next, Qwen3.5), Mamba-2 (Nemotron-H) or KDA
+    (Kimi Linear)."""
     la = spec.linear_attention
-    return "Mamba-2" if la is not None and la.kind == "mamba2" else "Gated DeltaNet"
+    return {"mamba2": "Mamba-2", "kda": "KDA"}.get(la.kind if la is not None else "", "Gated DeltaNet")
 
 
 def state_dtypes(spec: ModelSpec, float32_as: str | None = None,

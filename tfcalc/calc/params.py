@@ -123,6 +123,8 @@ def attention_modules(spec: ModelSpec) -> dict[str, TPShape]:
                                                                   vector=kv_a_out if spec.qkv_bias else 0))
         modules["kv_b_proj"] = TPShape(split=Params(matrix=m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)))
         modules["o_proj"] = TPShape(split=Params(matrix=nh * m.v_head_dim * h), replicated=o.replicated)
+        if spec.attention_output_gate:  # Kimi K3's g_proj (vLLM kimi_k3 mla.py, fused into fused_qkv_a_g_proj)
+            modules["g_proj"] = TPShape(split=Params(matrix=h * nh * m.v_head_dim))
         return modules
     d, dv = spec.head_dim, spec.value_head_dim
     q_out = nh * d
@@ -180,19 +182,22 @@ def compressor_norm_params(spec: ModelSpec, csa: bool) -> Params:
 def hyper_connection_params(spec: ModelSpec) -> Params:
     """One layer's manifold-constrained hyper-connections (DeepSeek-V4, transformers DeepseekV4HyperConnection), one
     around attention and one around the FFN: each a mixing matrix [(2 + n) n, n h], its bias (2 + n) n and 3 scales
-    (n = hc_mult streams); none without them."""
+    (n = hc_mult streams). Kimi K3's attention residuals (vLLM kimi_k3 KimiDecoderLayer): the attention's and the
+    FFN's RMSNorm over h and [h, 1] projection (ReplicatedLinear, quant_config None: kept 16-bit), 4h. None without
+    either."""
     ca = spec.compressed_attention
     if ca is None:
-        return Params()
+        return Params(vector=4 * spec.hidden_size if spec.attention_residual_block else 0)
     n = ca.hc_mult
     return Params(matrix=(2 + n) * n * n * spec.hidden_size, vector=(2 + n) * n + 3) * 2
 
 
 def hyper_head_params(spec: ModelSpec) -> Params:
-    """DeepSeek-V4's final collapse of the n streams (DeepseekV4HyperHead): [n, n h], n biases and a scale."""
+    """DeepSeek-V4's final collapse of the n streams (DeepseekV4HyperHead): [n, n h], n biases and a scale; Kimi K3's
+    output attention residual (vLLM KimiLinearModel output_attn_res_norm and output_attn_res_proj [h, 1]), 2h."""
     ca = spec.compressed_attention
     if ca is None:
-        return Params()
+        return Params(vector=2 * spec.hidden_size if spec.attention_residual_block else 0)
     n = ca.hc_mult
     return Params(matrix=n * n * spec.hidden_size, vector=n + 1)
 
@@ -215,7 +220,9 @@ def linear_attention_shape(spec: ModelSpec) -> TPShape:
     """One Gated DeltaNet layer (Qwen3-Next / Qwen3.5) as vLLM lays it out (qwen3_next.py): the q, k, v, z
     projections [h, 2 key_dim + 2 value_dim], the b and a projections [h, 2 x value heads], the conv taps
     (conv_dim x conv_kernel, no bias), A_log and dt_bias (one per value head) split by head; out_proj [value_dim, h]
-    row-parallel. The conv taps count as vector elements: per-channel, kept 16-bit. Its gated norm: ``norms_shape``."""
+    row-parallel. The conv taps count as vector elements: per-channel, kept 16-bit. Its gated norm: ``norms_shape``.
+    KDA (Kimi Linear): q, k, v [h, 3P], b [h, heads], f_b [d, P], g_b [d, P] (or Kimi K3's g [h, P]) and o_proj
+    [P, h] split, f_a and g_a [h, d] replicated; conv taps 3P x kernel, dt_bias P and A_log per head."""
     la = spec.linear_attention
     if la is None:
         return TPShape()
@@ -226,6 +233,12 @@ def linear_attention_shape(spec: ModelSpec) -> TPShape:
                   + (in_out // h if la.proj_bias else 0))
         return TPShape(split=Params(matrix=in_out + la.value_dim * h, vector=vector),
                        replicated=Params(vector=h if la.proj_bias else 0))
+    if la.kind == "kda":  # vLLM kimi_gdn_linear_attn.py: f_a and g_a ReplicatedLinear, the rest split by head
+        d, p = la.key_head_dim, la.value_dim
+        gate = h * p if la.full_rank_gate else d * p  # full-rank g [h, P] (Kimi K3), else g_b [d, P] after g_a
+        return TPShape(split=Params(matrix=h * 3 * p + d * p + h * la.num_value_heads + gate + p * h,
+                                    vector=la.conv_dim * la.conv_kernel + p + la.num_value_heads),
+                       replicated=Params(matrix=h * d * (1 if la.full_rank_gate else 2)))
     matrix = h * (2 * la.key_dim + 2 * la.value_dim) + h * 2 * la.num_value_heads + la.value_dim * h
     return TPShape(split=Params(matrix=matrix, vector=la.conv_dim * la.conv_kernel + 2 * la.num_value_heads))
 
@@ -344,13 +357,14 @@ def expert_shape(spec: ModelSpec) -> TPShape:
 
 def latent_shape(spec: ModelSpec) -> TPShape:
     """A latent MoE's projections (transformers NemotronHMoE fc1_latent_proj [h, latent], fc2_latent_proj [latent, h],
-    biases as the MLP's), whole on every rank so that the experts see the whole latent (vLLM NemotronHMoE and
-    TensorRT-LLM: ReplicatedLinear)."""
+    biases as the MLP's; Kimi K3's routed_expert_down_proj / up_proj and the RMSNorm between them), whole on every
+    rank so that the experts see the whole latent (vLLM NemotronHMoE, KimiMoE and TensorRT-LLM: ReplicatedLinear)."""
     moe = spec.moe
     if moe is None or not moe.latent_size:
         return TPShape()
     plain = ffn_shape(replace(spec, ffn_kind="plain"), moe.latent_size, spec.mlp_bias)
-    return TPShape(replicated=plain.split + plain.replicated)
+    norm = _norm(spec, moe.latent_size) if moe.latent_norm else Params()  # Kimi K3's routed_expert_norm
+    return TPShape(replicated=plain.split + plain.replicated + norm)
 
 
 def shared_experts_shape(spec: ModelSpec) -> TPShape:
@@ -402,7 +416,9 @@ def encoder_shape(spec: ModelSpec) -> TPShape:
     position tables (2 x positions x h) and the projector (h x H). MoonViT (kimi_k25_vit.py): per block qkv
     (3h^2 + 3h) and fc0 (hI + I) column-, wo (h^2 + h) and fc1 (Ih + h) row-parallel, two LayerNorms; the conv with
     bias (c p^2 h + h), the position table (positions x h), the final LayerNorm and the projector (ReplicatedLinear:
-    a LayerNorm over h, m^2 h squared + m^2 h, m^2 h x H + H) replicated. MiniMax-M3 (transformers
+    a LayerNorm over h, m^2 h squared + m^2 h, m^2 h x H + H) replicated; MoonViT-V2 (Kimi K3, the same code with
+    KimiK3VisionConfig) the same without biases, RMSNorms, wqkv 3ha and wo ah (a: attention_width), its
+    patchmergerv2 projector m^2 h squared + m^2 h x H and an RMSNorm over H. MiniMax-M3 (transformers
     MiniMaxM3VLVisionModel, laid out as SigLIP's): per block q, k, v, out (4h^2 + 4h), fc1 and fc2 (2hI + I + h) split
     as SigLIP's, two LayerNorms; the bias-free 3-D conv (c t p^2 h) and the LayerNorm before the blocks replicated,
     the projector's linear_1 (h x P + P), linear_2 (P x H + H), merge_linear_1 (m^2 H x P + P) and merge_linear_2
@@ -428,6 +444,12 @@ def encoder_shape(spec: ModelSpec) -> TPShape:
                        + i * e.adapter_hidden_dim + e.adapter_output_dim ** 2 + e.vision_output_dim * spec.hidden_size,
                        vector=(3 * h + i) * e.num_layers)
         replicated = Params(matrix=(e.num_patches + 1) * h, vector=(2 * h + 4 * h) * e.num_layers + h + 4 * h)
+        return TPShape(split=split, replicated=replicated)
+    if e.kind == "moonvit2":
+        big, wide, a = spec.hidden_size, e.merge_size ** 2 * h, e.attention_width or h
+        split = Params(matrix=(3 * h * a + a * h + 2 * h * i) * e.num_layers)
+        replicated = Params(matrix=e.num_channels * e.patch_size ** 2 * h + e.num_position_embeddings * h
+                            + wide * wide + wide * big, vector=2 * h * e.num_layers + h + big)
         return TPShape(split=split, replicated=replicated)
     if e.kind == "moonvit":
         big, wide = spec.hidden_size, e.merge_size ** 2 * h
@@ -512,6 +534,6 @@ def count_params(spec: ModelSpec) -> ParamCounts:
         for csa, layers in ((True, len(ca.csa_layers)), (False, len(ca.hca_layers))):
             add("attention", compressor_shape(spec, csa).total() * layers)
             add("norms", compressor_norm_params(spec, csa) * layers)
-        add("norms", hyper_connection_params(spec) * spec.num_layers + hyper_head_params(spec))
+    add("norms", hyper_connection_params(spec) * spec.num_layers + hyper_head_params(spec))
     add("encoder", encoder_shape(spec).total(), Params())  # text tokens never pass through it
     return ParamCounts(total=total, active=active, convention=ACTIVE_CONVENTIONS[spec.active_params_convention])

@@ -235,7 +235,11 @@ def _rotary_cache_elements(spec: ModelSpec) -> int:
     """vLLM get_rope: one cos/sin cache [positions, rotary dim] shared by all layers (one per head size: Gemma 4's
     and MiMo-V2-Flash's full layers get their own), the rotary dim the dimensions turned (RotaryEmbedding
     _compute_cos_sin_cache: cos and sin of rotary_dim / 2 frequencies each); positions = max_position x factor for
-    linear / dynamic scaling, original x factor for YaRN, max_position otherwise."""
+    linear / dynamic scaling, original x factor for YaRN, max_position otherwise. None where every attention layer
+    is NoPE (Nemotron-H's; Kimi Linear's MLA: vLLM MultiHeadLatentAttention use_rope False)."""
+    attention = {i for i in range(spec.num_layers) if spec.has_mixer(i) and not spec.is_linear_layer(i)}
+    if attention <= set(spec.nope_layers):
+        return 0
     rotary = spec.rotary_dim
     if spec.full_attention is not None:
         rotary += spec.full_layer_spec.rotary_dim
@@ -260,13 +264,14 @@ def _engine_shard(spec: ModelSpec, par: Parallelism, engine: EngineSpec | None, 
     padded = (0, 0)
     if spec.moe is not None and precision.for_component("experts").name == "mxfp4":
         w, moe = engine.weights, spec.moe
-        h = -(-spec.hidden_size // w.mxfp4_pad_hidden) * w.mxfp4_pad_hidden
+        width = moe.latent_size or spec.hidden_size  # a latent MoE's experts run on the latent (Kimi K3)
+        h = -(-width // w.mxfp4_pad_hidden) * w.mxfp4_pad_hidden
         inter = -(-(moe.expert_intermediate_size // expert_tp(par)) // w.mxfp4_pad_intermediate) * (
             w.mxfp4_pad_intermediate)
         gated = spec.ffn_kind == "gated"
         matrix = (3 if gated else 2) * h * inter
         vector = ((2 if gated else 1) * inter + h) if moe.expert_bias else 0
-        if (h, inter) != (spec.hidden_size, moe.expert_intermediate_size // expert_tp(par)):
+        if (h, inter) != (width, moe.expert_intermediate_size // expert_tp(par)):
             padded = (h, inter)
         sh = replace(sh, expert=Params(matrix=matrix, vector=vector))
     return sh, rows, padded

@@ -486,14 +486,15 @@ def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, 
                 if spec.layer_intermediate_sizes else dense_mlps * param_bytes(sh.mlp, precision, "mlp"))
              + c.moe_layers * moe
              + sum(exception_deltas(spec, sh, precision, exceptions).values(), Fraction(0)))
-    if spec.compressed_attention is not None:  # DeepSeek-V4's compressors, hyper-connections, hash tables
+    # DeepSeek-V4's hyper-connections, Kimi K3's attention residuals (none elsewhere)
+    total += c.layers * param_bytes(sh.hyper, precision, "norms")
+    if last:
+        total += param_bytes(sh.hyper_head, precision, "norms")
+    if spec.compressed_attention is not None:  # DeepSeek-V4's compressors, hash tables
         total += (c.csa_layers * param_bytes(sh.compressor_csa, precision, "attention")
                   + c.hca_layers * param_bytes(sh.compressor_hca, precision, "attention")
-                  + c.layers * param_bytes(sh.hyper, precision, "norms")
                   + c.hash_layers * (param_bytes(sh.router_hashed, precision, "router")
                                      - param_bytes(sh.router, precision, "router")))
-        if last:
-            total += param_bytes(sh.hyper_head, precision, "norms")
     if first:
         total += param_bytes(sh.embedding, precision, "embedding") + param_bytes(sh.encoder, precision, "encoder")
     if last:

@@ -101,6 +101,17 @@ class TransformerBlock(nn.Module):
         beside = spec.is_moe_layer(layer) and spec.moe is not None and spec.moe.dense_mlp_beside
         mixer, ffn = spec.has_mixer(layer), spec.has_ffn(layer)
         shape = spec.layer_kind_spec(spec.is_sliding_layer(layer))
+        la = spec.linear_attention
+        if la is not None and la.kind == "kda" and spec.is_linear_layer(layer):
+            raise SpecError(f"{spec.name}: the bundled model has no Kimi Delta Attention (KDA) layer; tfcalc params, "
+                            "kv-cache, plan and estimate size it")
+        k3 = [name for name, used in (("SiTU activation", spec.activation == "situ"),
+                                      ("gated MLA", spec.mla is not None and spec.attention_output_gate),
+                                      ("attention residuals", spec.attention_residual_block > 0),
+                                      ("latent-MoE norm", spec.moe is not None and spec.moe.latent_norm)) if used]
+        if k3:  # Kimi K3's parts
+            raise SpecError(f"{spec.name}: the bundled model has no {', '.join(k3)}; tfcalc params, kv-cache, plan "
+                            "and estimate size it")
         if shape.mla is None and shape.value_head_dim != shape.head_dim:
             raise SpecError(f"{spec.name}: the bundled model runs values as wide as keys, not values of "
                             f"{shape.value_head_dim} beside keys of {shape.head_dim} (v_head_dim)")

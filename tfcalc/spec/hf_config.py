@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -358,17 +359,18 @@ def _listed_dense_layers(c: _Config, padding: int = 0) -> tuple[int, ...] | None
     return tuple(i for i, kind in enumerate(kinds) if kind == "dense")
 
 
-def _deepseek_moe(score_correction_bias: bool) -> MoERule:
+def _deepseek_moe(score_correction_bias: bool, experts_key: str = "n_routed_experts") -> MoERule:
     """DeepSeek V2/V3: dense MLP before ``first_k_dense_replace``; ``n_shared_experts`` of ``moe_intermediate_size``.
 
     ``moe_layer_freq`` follows DeepSeek's own modeling code (MoE when ``i % moe_layer_freq == 0``); transformers'
     port ignores it, which agrees for every released checkpoint (all use 1). V3's router also holds
     ``e_score_correction_bias`` (one per expert). A config that lists ``mlp_layer_types`` (GLM-4.7-Flash's
-    transformers class: "dense" or "sparse" per layer) is read by it.
+    transformers class: "dense" or "sparse" per layer) is read by it. ``experts_key``: the expert count's key
+    (KimiLinearConfig's num_local_experts).
     """
 
     def rule(c: _Config) -> MoESpec:
-        experts = c.req_int("n_routed_experts")
+        experts = c.int_or_default(experts_key, minimum=1)
         first_dense = c.int_or_default("first_k_dense_replace")
         freq = c.int_or_default("moe_layer_freq", minimum=1)
         dense = _listed_dense_layers(c)
@@ -430,6 +432,74 @@ def _state_dtype(c: _Config) -> str | None:
     if raw not in _TORCH_DTYPES:
         raise c.error(f"field 'mamba_ssm_dtype' must be one of {', '.join(_TORCH_DTYPES)}, got {raw!r:.40}")
     return _TORCH_DTYPES[raw]
+
+
+def _kda_layers(c: _Config) -> tuple[int, ...]:
+    """Kimi Linear's KDA layers (0-based): ``linear_attn_config``'s kda_layers, 1-based beside full_attn_layers and
+    together naming every layer once (transformers KimiLinearConfig, vLLM is_kda_layer), else ``layer_types``, else
+    every layer but each fourth from layer 4 (KimiLinearConfig's default: full_attention where i % 4 == 0, i > 0)."""
+    n = c.num_layers
+    la = c.data.get("linear_attn_config") or {}
+    if not isinstance(la, dict):
+        raise c.error("field 'linear_attn_config' must be a mapping")
+    if "kda_layers" in la and "full_attn_layers" in la:
+        kda, full = la["kda_layers"], la["full_attn_layers"]
+        if (not isinstance(kda, list) or not isinstance(full, list) or any(type(i) is not int for i in kda + full)
+                or sorted(kda + full) != list(range(1, n + 1))):
+            raise c.error(f"linear_attn_config: kda_layers and full_attn_layers must name each of the layers "
+                          f"1..{n} once (1-based)")
+        return tuple(sorted(i - 1 for i in kda))
+    types = c.layer_types((LINEAR, FULL))
+    if types is None:
+        types = [FULL if i and i % 4 == 0 else LINEAR for i in range(n)]
+    return tuple(i for i, kind in enumerate(types) if kind == LINEAR)
+
+
+def _kda(c: _Config) -> LinearAttentionSpec:
+    """Kimi Delta Attention (transformers KimiLinearDeltaAttention): ``linear_attn_config``'s num_heads x head_dim
+    for q, k and v alike, short_conv_kernel_size taps (else the flat linear_* keys, else KimiLinearConfig's
+    defaults); the recurrent state in float32 (vLLM MambaStateDtypeCalculator.kda_state_dtype: mamba_ssm_cache_dtype
+    auto), the conv state in the model's dtype."""
+    layers = _kda_layers(c)  # checks linear_attn_config is a mapping
+    la = c.data.get("linear_attn_config") or {}
+    nested = _Config({**c.data, **{flat: la[key] for key, flat in _KDA_KEYS.items() if key in la}}, c.origin,
+                     c.model_type, c.defaults)
+    heads = nested.int_or_default("linear_num_heads", minimum=1)
+    dim = nested.int_or_default("linear_head_dim", minimum=1)
+    full_rank = la.get("use_full_rank_gate", False)
+    if not isinstance(full_rank, bool):
+        raise c.error(f"field 'linear_attn_config.use_full_rank_gate' must be true or false, got {full_rank!r:.20}")
+    return LinearAttentionSpec(kind="kda", layers=layers, num_key_heads=heads, num_value_heads=heads,
+                               key_head_dim=dim, value_head_dim=dim,
+                               conv_kernel=nested.int_or_default("linear_conv_kernel_dim", minimum=1),
+                               recurrent_state_dtype="fp32", full_rank_gate=full_rank)
+
+
+# linear_attn_config's keys -> KimiLinearConfig's flat names (its __post_init__ reads them so)
+_KDA_KEYS = {"num_heads": "linear_num_heads", "head_dim": "linear_head_dim",
+             "short_conv_kernel_size": "linear_conv_kernel_dim"}
+
+
+def _kimi_moe(c: _Config) -> MoESpec:
+    """DeepSeek-V3's router and shared experts (KimiLinearConfig's names), and Kimi K3's latent MoE (vLLM KimiMoE):
+    the routed experts on routed_expert_hidden_size, an RMSNorm over it where latent_moe_use_norm."""
+    moe = _deepseek_moe(score_correction_bias=True, experts_key="num_local_experts")(c)
+    latent = c.opt_int("routed_expert_hidden_size", minimum=1)
+    return replace(moe, latent_size=latent, latent_norm=c.flag("latent_moe_use_norm")) if latent else moe
+
+
+def _kimi_linear(c: _Config) -> dict[str, Any]:
+    """Kimi Linear's router (vLLM KimiMoE): sigmoid scores with a correction bias only; its MLA layers are NoPE
+    (transformers KimiLinearAttention turns no RoPE). Kimi K3's (vLLM kimi_k3 model.py): an output gate on MLA
+    (mla_use_output_gate) and attention residuals (attn_res_block_size); its DSA indexer (dsa_config) is refused."""
+    if c.data.get("moe_router_activation_func", "sigmoid") != "sigmoid":
+        raise c.error(f"field 'moe_router_activation_func' {c.data['moe_router_activation_func']!r:.20} is not "
+                      "supported (sigmoid, as transformers KimiLinearTopkRouter builds)")
+    if c.data.get("dsa_config") is not None:
+        raise c.error("field 'dsa_config': Kimi K3's sparse (DSA) MLA layers are not supported")
+    mla_layers = tuple(sorted(set(range(c.num_layers)) - set(_kda_layers(c))))
+    return {"attention_output_gate": c.flag("mla_use_output_gate"), "nope_layers": mla_layers,
+            "attention_residual_block": c.opt_int("attn_res_block_size", minimum=1) or 0}
 
 
 def _rope_layers(c: _Config) -> list[bool]:
@@ -1250,6 +1320,8 @@ class _Family:
     activation: str | None = None   # fixed activation name overriding the config's
     convention: str = "all_weights_touched"
     remote_code: bool = False       # transformers has no class for it: engines load its own code (MiMo-7B, DeciLM)
+    # a checkpoint's key -> the config class's name for it, read where that name is absent (its attribute_map)
+    key_aliases: Mapping[str, str] = dataclass_field(default_factory=dict)
 
 
 _LLAMA_LIKE = {"head_dim": DERIVED, "tie_word_embeddings": False, "rope_theta": 10000.0, "hidden_act": "silu"}
@@ -1613,6 +1685,23 @@ FAMILIES: dict[str, _Family] = {
                   "attn_scale": 0.1},
         sliding=_llama4_chunks, moe=_llama4_moe, dense_width_key="intermediate_size_mlp",
         numerics=_llama4_attention),
+    # Kimi Linear (transformers KimiLinearConfig / KimiLinearForCausalLM): KDA on the linear_attn_config kda_layers,
+    # NoPE MLA on the rest, DeepSeek-V3's sigmoid router and shared experts after first_k_dense_replace dense layers;
+    # the checkpoints' num_experts, num_experts_per_token, ... are the class's attribute_map names
+    "kimi_linear": _Family(
+        defaults={"vocab_size": 163840, "hidden_size": 2304, "intermediate_size": 9216, "moe_intermediate_size": 1024,
+                  "num_hidden_layers": 27, "num_attention_heads": 32, "num_key_value_heads": 32,
+                  "n_shared_experts": 1, "routed_scaling_factor": 2.446, "kv_lora_rank": 512, "q_lora_rank": None,
+                  "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "n_group": 1, "topk_group": 1,
+                  "num_experts_per_tok": 8, "norm_topk_prob": True, "hidden_act": "silu",
+                  "max_position_embeddings": 1048576, "tie_word_embeddings": False, "attention_bias": False,
+                  "num_local_experts": 256, "linear_head_dim": 128, "linear_num_heads": 32,
+                  "linear_conv_kernel_dim": 4, "first_k_dense_replace": 1, "moe_layer_freq": 1},
+        moe=_kimi_moe, mla=True,
+        linear_attention=_kda, mtp_key="num_nextn_predict_layers", numerics=_kimi_linear,
+        key_aliases={"num_experts": "num_local_experts", "num_experts_per_token": "num_experts_per_tok",
+                     "num_shared_experts": "n_shared_experts", "moe_renormalize": "norm_topk_prob",
+                     "num_expert_group": "n_group", "model_max_length": "max_position_embeddings"}),
     "gpt_oss": _Family(
         defaults={**_LLAMA_LIKE, "num_key_value_heads": 8, "head_dim": 64, "max_position_embeddings": 131072,
                   "attention_bias": True, "sliding_window": 128, "rope_theta": 150000.0},
@@ -1641,6 +1730,7 @@ ARCHITECTURE_FAMILIES: dict[str, str] = {
     "GlmMoeDsaForCausalLM": "glm_moe_dsa", "NemotronHForCausalLM": "nemotron_h",
     "GraniteMoeHybridForCausalLM": "granitemoehybrid", "Cohere2ForCausalLM": "cohere2", "CohereForCausalLM": "cohere",
     "MiniMaxM3ForCausalLM": "minimax_m3", "MiniMaxM3SparseForCausalLM": "minimax_m3",
+    "KimiLinearForCausalLM": "kimi_linear",
 }
 
 
@@ -1752,7 +1842,7 @@ def _native_dtype(c: _Config) -> str:
 
 # HF ``hidden_act`` names -> the names ModelSpec uses (tfcalc.model.layers.activate); others are refused.
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu",
-                "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "relu2": "relu2"}
+                "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "relu2": "relu2", "situ": "situ"}
 
 
 def _activation(c: _Config, family: _Family) -> str:
@@ -1847,6 +1937,8 @@ MULTIMODAL: dict[str, _Multimodal] = {
     "minimax_m3_vl": _Multimodal("minimax_m3", "minimax_m3_vl_text", "minimax_m3_vl_vision", {},
                                  ("clip_vision_model",)),
     "kimi_k25": _Multimodal("deepseek_v3", "deepseek_v3", "kimi_k25_vision", {}, ("",), ("kimi_k2",), True),
+    # Kimi K3 (vLLM KimiK3Config, remote code): a kimi_linear decoder (KDA + MLA, latent MoE) and MoonViT-V2
+    "kimi_k3": _Multimodal("kimi_linear", "kimi_linear", "kimi_k3_vision", {}, remote_code=True),
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *MULTIMODAL, *MODEL_TYPE_ALIASES}))
 # transformers' vision-config defaults (SiglipVisionConfig, PixtralVisionConfig, Qwen2_5_VLVisionConfig), under
@@ -1876,6 +1968,10 @@ MINIMAX_M3_VISION_DEFAULTS = {"hidden_size": 1280, "intermediate_size": 5120, "n
 GEMMA4_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 16, "patch_size": 16,
                           "num_channels": 3, "num_attention_heads": 12, "num_key_value_heads": 12, "head_dim": 64,
                           "position_embedding_size": 10240}
+# Kimi K3's MoonViT-V2 (vLLM KimiK3VisionConfig; kimi_k25_vit.py): vLLM KimiK3VisionConfig's defaults
+KIMI_K3_VISION_DEFAULTS = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 27, "patch_size": 14,
+                           "num_channels": 3, "init_pos_emb_height": 64, "init_pos_emb_width": 64,
+                           "merge_kernel_size": [2, 2], "qkv_hidden_size": 1536, "num_attention_heads": 12}
 _VISION = {"siglip_vision_model": ("siglip", SIGLIP_DEFAULTS), "pixtral": ("pixtral", PIXTRAL_DEFAULTS),
            "qwen2_5_vl": ("qwen2_5_vl", QWEN2_5_VL_DEFAULTS), "qwen3_5_vision": ("qwen3_5", QWEN3_5_VISION_DEFAULTS),
            "qwen3_5_moe_vision": ("qwen3_5", QWEN3_5_VISION_DEFAULTS),
@@ -1884,14 +1980,19 @@ _VISION = {"siglip_vision_model": ("siglip", SIGLIP_DEFAULTS), "pixtral": ("pixt
            "llama4_vision_model": ("llama4", LLAMA4_VISION_DEFAULTS),
            "gemma4_vision": ("gemma4", GEMMA4_VISION_DEFAULTS),
            "kimi_k25_vision": ("moonvit", KIMI_K25_VISION_DEFAULTS),
-           "minimax_m3_vl_vision": ("minimax_m3", MINIMAX_M3_VISION_DEFAULTS)}
+           "minimax_m3_vl_vision": ("minimax_m3", MINIMAX_M3_VISION_DEFAULTS),
+           "kimi_k3_vision": ("moonvit2", KIMI_K3_VISION_DEFAULTS)}
 # Moonshot's vt_* names are its remote code's (engines read the plain ones, whose defaults the released configs
 # repeat); pos_emb_* are transformers' names for init_pos_emb_*
 _VISION_ALIASES = {"depth": "num_hidden_layers", "in_chans": "num_channels", "in_channels": "num_channels",
                    "vt_hidden_size": "hidden_size", "vt_intermediate_size": "intermediate_size",
                    "vt_num_hidden_layers": "num_hidden_layers", "vt_num_attention_heads": "num_attention_heads",
                    "pos_emb_height": "init_pos_emb_height", "pos_emb_width": "init_pos_emb_width"}
-# MoonViT variants tfcalc does not count (Kimi K3's tower: RMSNorms, bias-free linears, a wider qkv, patchmergerv2)
+# the MoonViT layouts tfcalc counts (K2.5's, and K3's MoonViT-V2: RMSNorms, bias-free linears, a wider qkv,
+# patchmergerv2); any other value of these keys is refused
+_MOONVIT2_FIXED = {"mm_projector_type": "patchmergerv2", "merge_type": "sd2_tpool", "pos_emb_type": "divided_fixed",
+                   "norm_type": "rmsnorm", "mlp_type": "mlp2", "attn_bias": False, "linear_bias": False,
+                   "patch_embed_proj_bias": False}
 _MOONVIT_FIXED = {"mm_projector_type": "patchmerger", "merge_type": "sd2_tpool", "pos_emb_type": "divided_fixed",
                   "norm_type": "layernorm", "mlp_type": "mlp2", "attn_bias": True, "linear_bias": True,
                   "patch_embed_proj_bias": True}
@@ -1941,8 +2042,8 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
         if c.int_or_default("num_key_value_heads", minimum=1) != heads or heads * head_dim != c.req_int("hidden_size"):
             raise c.error("a Gemma 4 vision tower with grouped or resized attention heads is not supported")
         extra = {"num_position_embeddings": c.req_int("position_embedding_size"), "head_dim": head_dim}
-    elif kind == "moonvit":
-        extra = _moonvit(c, merged.get("hidden_size"))
+    elif kind in ("moonvit", "moonvit2"):
+        extra = _moonvit(c, merged.get("hidden_size"), v2=kind == "moonvit2")
     elif kind == "minimax_m3":  # MiniMaxM3VLMultiModalProjector: linear_1 / merge_linear_1 to projector_hidden_size
         extra = {"merge_size": c.req_int("spatial_merge_size"), "temporal_patch_size": c.req_int("temporal_patch_size"),
                  "adapter_hidden_dim": _Config(config, origin, model_type, {"projector_hidden_size": 6144})
@@ -1972,11 +2073,13 @@ def _text_and_encoder(config: Mapping[str, Any], origin: str) -> tuple[Mapping[s
     return merged, encoder
 
 
-def _moonvit(c: _Config, width: Any) -> dict[str, Any]:
+def _moonvit(c: _Config, width: Any, v2: bool = False) -> dict[str, Any]:
     """MoonViT's fields beyond a ViT's (vLLM kimi_k25_vit.py; transformers Kimi_K25VisionModel): its learned
     position table of init_pos_emb_height x width entries, a square merge_kernel_size, and a projector into the
-    decoder's width (mm_hidden_size, which KimiK25Config sets to the decoder's when it equals the tower's)."""
-    for key, value in _MOONVIT_FIXED.items():
+    decoder's width (mm_hidden_size, which KimiK25Config sets to the decoder's when it equals the tower's).
+    MoonViT-V2 (``v2``, Kimi K3): q, k and v of qkv_hidden_size (attention_width), heads dividing it; its
+    patchmergerv2 projector reads no mm_hidden_size (merge^2 x hidden_size in, the decoder's width out)."""
+    for key, value in (_MOONVIT2_FIXED if v2 else _MOONVIT_FIXED).items():
         if c.data.get(key, value) != value:
             raise c.error(f"field '{key}' {c.data[key]!r:.40} is not supported (a MoonViT with {key} {value!r})")
     kernel = c.get("merge_kernel_size")
@@ -1985,13 +2088,19 @@ def _moonvit(c: _Config, width: Any) -> dict[str, Any]:
     hidden = c.req_int("hidden_size")
     qkv = c.opt_int("qkv_hidden_size", minimum=1)
     out = c.opt_int("mm_hidden_size", minimum=1)
+    merge = {"merge_size": c.check_int("merge_kernel_size", kernel[0], 1),
+             "num_position_embeddings": c.req_int("init_pos_emb_height") * c.req_int("init_pos_emb_width")}
+    if v2:
+        width = qkv or hidden
+        if width % c.req_int("num_attention_heads"):
+            raise c.error(f"qkv_hidden_size ({width}) is not a multiple of num_attention_heads")
+        return {**merge, "attention_width": width}
     if qkv not in (None, hidden):
         raise c.error(f"field 'qkv_hidden_size' ({qkv}) is not supported (a MoonViT whose qkv width is its "
                       f"hidden_size, {hidden})")
     if out not in (None, hidden, width):
         raise c.error(f"field 'mm_hidden_size' ({out}) is not the decoder's hidden_size ({width!r:.20})")
-    return {"merge_size": c.check_int("merge_kernel_size", kernel[0], 1),
-            "num_position_embeddings": c.req_int("init_pos_emb_height") * c.req_int("init_pos_emb_width")}
+    return merge
 
 
 def spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> ModelSpec:
@@ -2022,6 +2131,8 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
     pattern = config.get("hybrid_override_pattern", config.get("layers_block_type"))
     if model_type == "nemotron_h" and "num_hidden_layers" not in config and isinstance(pattern, (str, list)):
         config = {**config, "num_hidden_layers": len(pattern)}  # transformers 5 derives it from the pattern
+    config = {**config, **{new: config[old] for old, new in family.key_aliases.items()
+                           if old in config and new not in config}}
     c = _Config(config, origin, model_type, family.defaults)
     for key in (*(_CORE_FIELDS if family.dense_mlp and not family.per_layer_ffn else _CORE_FIELDS[:-1]),
                 *family.required):
@@ -2069,7 +2180,7 @@ def _spec_from_hf_config(config: Mapping[str, Any], origin: str, name: str) -> M
         sliding_window_layers=sliding_layers,
         linear_attention=numerics.pop("linear_attention", None) or (
             family.linear_attention(c) if family.linear_attention is not None else None),
-        attention_output_gate=family.attention_output_gate,
+        attention_output_gate=numerics.pop("attention_output_gate", family.attention_output_gate),
         mla=mla,
         moe=family.moe(c) if family.moe is not None else None,
         encoder=encoder,

@@ -53,15 +53,16 @@ _MAX_PATTERNS = 1_000  # regular expressions and shell patterns among them (each
 # Module names (below the decoder's layer prefix) of each component, as transformers names them per model type.
 _ATTENTION = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
 _EXPERT = ("gate_proj", "up_proj", "down_proj")
-_MOE_PREFIX = {"mixtral": "block_sparse_moe", "minimax_m3": "block_sparse_moe"}
-_EXPERT_NAMES = {"mixtral": ("w1", "w2", "w3"), "minimax_m3": ("w1", "w2", "w3"),
+_MOE_PREFIX = {"mixtral": "block_sparse_moe", "minimax_m3": "block_sparse_moe", "kimi_linear": "block_sparse_moe"}
+_EXPERT_NAMES = {"mixtral": ("w1", "w2", "w3"), "minimax_m3": ("w1", "w2", "w3"), "kimi_linear": ("w1", "w2", "w3"),
                  "nemotron_h": ("up_proj", "down_proj")}
 _SHARED_NAMES = {"nemotron_h": ("up_proj", "down_proj")}  # Nemotron-H's FFNs are ungated (relu2)
 _SHARED_PREFIX = {"qwen2_moe": "mlp.shared_expert", "deepseek_v2": "mlp.shared_experts",
                   "deepseek_v3": "mlp.shared_experts", "deepseek_v32": "mlp.shared_experts",
                   "glm4_moe": "mlp.shared_experts", "glm_moe_dsa": "mlp.shared_experts",
                   "glm4_moe_lite": "mlp.shared_experts", "minimax_m3": "block_sparse_moe.shared_experts",
-                  "llama4_text": "feed_forward.shared_expert", "nemotron_h": "mixer.shared_experts"}
+                  "llama4_text": "feed_forward.shared_expert", "nemotron_h": "mixer.shared_experts",
+                  "kimi_linear": "block_sparse_moe.shared_experts"}
 # The decoder's layers by the names checkpoints give them, first the one transformers builds. Llama 4's and
 # Gemma 4's name it under language_model; other multimodal checkpoints one of three ways, by the transformers
 # release that wrote them (Qwen3.5's model.language_model, Qwen2.5-VL's model, Gemma 3's and Mistral 3's
@@ -80,6 +81,8 @@ _ATTENTION_AT = {"phi3": ("self_attn.qkv_proj", "self_attn.o_proj"),
 _GDN = {"qwen3_next": ("linear_attn.in_proj_qkvz", "linear_attn.out_proj"),
         "qwen3_5_text": ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.out_proj")}
 _GDN["qwen3_5_moe_text"] = _GDN["qwen3_5_text"]
+# Kimi Linear's KDA (its checkpoints' names): q, k, v and o; the low-rank gates and b (under 2 % of a layer) not listed
+_GDN["kimi_linear"] = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
 _MAMBA = ("mixer.in_proj", "mixer.out_proj")
 # A DSA layer's lightning indexer (DeepSeek-V3.2, GLM-5), part of the attention component
 _INDEXER = ("self_attn.indexer.wq_b", "self_attn.indexer.wk", "self_attn.indexer.weights_proj")

@@ -25,16 +25,17 @@ NormKind = Literal["rmsnorm", "layernorm"]
 NormPlacement = Literal["pre", "post"]
 ActiveConvention = Literal["all_weights_touched", "excludes_input_embedding"]
 # The FFN nonlinearities the decoder implements (tfcalc.model.layers.activate); anything else is refused.
-Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped", "relu2"]
-LinearKind = Literal["gated_deltanet", "mamba2"]
-LINEAR_KINDS: tuple[str, ...] = ("gated_deltanet", "mamba2")
+Activation = Literal["silu", "gelu", "gelu_tanh", "swiglu_clamped", "relu2", "situ"]
+LinearKind = Literal["gated_deltanet", "mamba2", "kda"]
+LINEAR_KINDS: tuple[str, ...] = ("gated_deltanet", "mamba2", "kda")
 # Nemotron-H's block letters (hybrid_override_pattern): each block holds one mixer or one FFN
 HYBRID_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 # RoPE scalings as transformers names them (modeling_rope_utils.ROPE_INIT_FUNCTIONS); "default" means none.
 RopeType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 # How a MoE router turns logits into expert scores (transformers' DeepseekV3TopkRouter: sigmoid).
 RouterScoring = Literal["softmax", "sigmoid", "sqrtsoftplus"]
-EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl", "qwen3_5", "llama4", "gemma4", "moonvit", "minimax_m3"]
+EncoderKind = Literal["siglip", "pixtral", "qwen2_5_vl", "qwen3_5", "llama4", "gemma4", "moonvit", "minimax_m3",
+                      "moonvit2"]
 # "dsa": DeepSeek Sparse Attention's lightning indexer on MLA; "minimax_m3": MiniMax Sparse Attention's block indexer
 IndexerKind = Literal["dsa", "minimax_m3"]
 # How the ``sliding_window_layers`` attend: the last ``sliding_window`` tokens (Mistral, Gemma), or only the tokens
@@ -84,6 +85,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "moe.groups_per_token": (1, 1 << 16),
     "moe.latent_size": (0, 1 << 20),
     "moe.hash_layers": (0, 10_000),
+    "attention_residual_block": (0, 10_000),
     "compressed_attention.q_lora_rank": (1, 1 << 20),
     "compressed_attention.o_lora_rank": (1, 1 << 20),
     "compressed_attention.o_groups": (1, 1 << 16),
@@ -114,6 +116,7 @@ INT_LIMITS: dict[str, tuple[int, int]] = {
     "encoder.adapter_output_dim": (0, 1 << 20),
     "encoder.vision_output_dim": (0, 1 << 20),
     "encoder.head_dim": (0, 1 << 16),
+    "encoder.attention_width": (0, 1 << 20),
     "full_attention.head_dim": (1, 1 << 16),
     "full_attention.num_kv_heads": (1, 1 << 16),
     "full_attention.v_head_dim": (1, 1 << 16),
@@ -459,7 +462,10 @@ class EncoderSpec:
     ``minimax_m3`` (transformers MiniMaxM3VLVisionModel): a bias-free 3-D patch conv over ``temporal_patch_size``
     frames, a LayerNorm before the blocks, MHA and a GELU MLP with biases, 3-D RoPE; its projector a GELU MLP per
     patch to the decoder's width then one over ``merge_size``^2 merged patches, both through ``adapter_hidden_dim``
-    (projector_hidden_size), all with biases."""
+    (projector_hidden_size), all with biases. ``moonvit2`` (Kimi K3's MoonViT-V2; vLLM kimi_k25_vit.py with
+    KimiK3VisionConfig): MoonViT with RMSNorms and no biases anywhere, q, k and v of ``attention_width``; its
+    projector (patchmergerv2) two bias-free linears over ``merge_size``^2 patches and an RMSNorm over the decoder's
+    width."""
 
     kind: EncoderKind = "siglip"
     hidden_size: int
@@ -483,6 +489,7 @@ class EncoderSpec:
     adapter_output_dim: int = 0
     vision_output_dim: int = 0
     head_dim: int = 0  # Gemma 4's per-head q and k norms
+    attention_width: int = 0  # MoonViT-V2's q, k and v width where it is not hidden_size (qkv_hidden_size); 0: h
 
     def __post_init__(self) -> None:
         check_fields(self, "encoder.")
@@ -517,7 +524,12 @@ class LinearAttentionSpec:
     heads x value_head_dim = the SSM heads x their head_dim (d_inner); one in_proj [h, 2 d_inner + 2 groups d_state +
     heads] (z, x, B, C, dt), the conv over x, B and C (``conv_bias``), dt_bias, A_log and D per head, a gated RMSNorm
     over d_inner and out_proj; the same states (vLLM MambaStateShapeCalculator.mamba2_state_shape: conv_dim x
-    (conv_kernel - 1) and heads x head_dim x d_state)."""
+    (conv_kernel - 1) and heads x head_dim x d_state).
+
+    ``kind`` kda (Kimi Delta Attention, arXiv:2510.26692; transformers KimiLinearDeltaAttention, vLLM
+    kimi_gdn_linear_attn.py): Gated DeltaNet's states and fields (key heads = value heads, one head_dim), its decay a
+    low-rank projection per channel (f_a [h, d], f_b [d, P], dt_bias P, A_log per head) and its output gate g_a [h, d]
+    then g_b [d, P], or one g [h, P] where ``full_rank_gate`` (Kimi K3, vLLM KimiK3DeltaAttention); P = heads x d."""
 
     layers: tuple[int, ...]
     num_key_heads: int
@@ -531,6 +543,7 @@ class LinearAttentionSpec:
     chunk_size: int = 64      # the chunked scan's chunk (Mamba-2's chunk_size; FLA's 64 for Gated DeltaNet)
     # the recurrent state's format the checkpoint declares (Qwen3.5's mamba_ssm_dtype: float32); None: the model's
     recurrent_state_dtype: str | None = None
+    full_rank_gate: bool = False  # KDA's output gate one [h, P] projection (Kimi K3's use_full_rank_gate)
 
     def __post_init__(self) -> None:
         check_fields(self, "linear_attention.")
@@ -602,6 +615,8 @@ class MoESpec:
     # (fc1_latent_proj [h, latent] before them, fc2_latent_proj [latent, h] after; router and shared expert on h); 0:
     # none
     latent_size: int = 0
+    # an RMSNorm over the latent before fc2 (Kimi K3's latent_moe_use_norm: vLLM KimiMoE routed_expert_norm)
+    latent_norm: bool = False
     # Routing numerics the bundled decoder reproduces (no size depends on them): DeepSeek-V3 scores experts with a
     # sigmoid, picks the top ``groups_per_token`` of ``expert_groups`` groups first, and scales the routed sum.
     router_scoring: RouterScoring = "softmax"
@@ -706,8 +721,12 @@ class ModelSpec:
     # Gated DeltaNet layers with a fixed per-sequence state (Qwen3-Next, Qwen3.5); the rest are attention layers.
     linear_attention: LinearAttentionSpec | None = None
     # q_proj also yields a sigmoid gate on each attention output channel (Qwen3-Next's gated attention: q_proj of
-    # 2 x heads x head_dim).
+    # 2 x heads x head_dim); with MLA its own g_proj [h, heads x v_head_dim] (Kimi K3's mla_use_output_gate).
     attention_output_gate: bool = False
+    # Kimi K3's attention residuals (attn_res_block_size; vLLM kimi_k3 KimiDecoderLayer): each layer's attention and
+    # FFN read a learned mix of the earlier blocks' outputs, through an RMSNorm and a [h, 1] projection each (and one
+    # pair before the final norm); 0: none. Only their parameters are counted.
+    attention_residual_block: int = 0
     # a g_proj [hidden, heads] yields one sigmoid gate per query head, scaling that head's attention output before
     # o_proj (Step-3.7's per-head gating: transformers Step3p7Attention, gating true)
     attention_head_gate: bool = False
@@ -923,7 +942,8 @@ class ModelSpec:
                 check_layer_indices("linear_attention.layers", self.linear_attention.layers, self.num_layers)
             except SpecError as exc:
                 raise SpecError(f"{n}: {exc}") from None
-            _require(self.mla is None, f"{n}: MLA with linear-attention layers is not supported")
+            _require(self.mla is None or self.linear_attention.kind == "kda",
+                     f"{n}: MLA with linear-attention layers other than KDA (Kimi Linear) is not supported")
             _require(not set(self.linear_attention.layers) & set(self.sliding_window_layers),
                      f"{n}: a layer is both a linear-attention and a sliding-window layer")
         for x in self.quantized_weight_exceptions:
