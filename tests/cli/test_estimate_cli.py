@@ -263,6 +263,11 @@ def test_engines_and_fabrics(tmp_path: Path) -> None:
     (["--routing", "lognormal:1"], "invalid routing 'lognormal:1'"),
     (["--routing", "power-law:9"], "invalid power-law routing exponent '9'"),
     (["--routing", "zipf:1", "--routing-skew", "1"], "give either --routing or --routing-skew"),
+    (["--routing-skew", "1", "--routing", "uniform"], "give either --routing or --routing-skew"),  # was: skew kept
+    (["--ideal", "--compute-efficiency", "0.5"], "--ideal reports 100 % of the peaks: drop --compute-efficiency"),
+    (["--ideal", "--bandwidth-efficiency", "0.5"], "--ideal reports 100 % of the peaks"),  # was: silently ignored
+    (["--engine", "vllm@"], "name a version after the @"),
+    (["--batch", ""], "invalid batch '': empty"),
     (["--pp", "64"], "pp 64 exceeds the 32 layers"),
     (["--tp", "3"], "tp 3 does not divide the 32 attention heads"),
     (["--ep", "2"], "ep 2 given but llama3-8b has no experts"),

@@ -214,7 +214,7 @@ def engine_list(values: list[str] | None) -> list:
 def float_list(values: list[str] | None, what: str, high: float | None = None, low: float = 0.0) -> list[float]:
     from tfcalc.units import parse_float
 
-    return [parse_float(item, what, low, high) for value in values or [] for item in split_list(value)]
+    return [parse_float(item, what, low, high) for value in values or [] for item in split_list(value, what)]
 
 
 # --compute/--bandwidth-efficiency: 0.1 % of peak and up, as low as a profile measures (a tiny model on a CPU
@@ -277,7 +277,7 @@ def parse_table_view(wide: bool, columns: list[str] | None):  # -> tfcalc.output
     from tfcalc.output import TableView
     from tfcalc.output.columns import REGISTRY, suggest_columns
 
-    keys = tuple(dict.fromkeys(item.lower() for value in columns or [] for item in split_list(value)))
+    keys = tuple(dict.fromkeys(item.lower() for value in columns or [] for item in split_list(value, "--columns")))
     if columns is not None and not keys:
         raise UsageError("--columns needs at least one column name (the CSV/JSON keys: run with -f csv)")
     if keys and wide:
@@ -518,7 +518,7 @@ def resolve_models(presets: list[str] | None, configs: list[Path] | None) -> lis
     """Presets (names or YAML paths, comma lists allowed) then config.json files, in the order given."""
     from tfcalc.spec.presets import load_model
 
-    specs = [load_model(name) for value in presets or [] for name in split_list(value)]
+    specs = [load_model(name) for value in presets or [] for name in split_list(value, "--preset")]
     if configs:
         from tfcalc.spec.hf_config import load_hf_config
 
@@ -531,4 +531,4 @@ def resolve_models(presets: list[str] | None, configs: list[Path] | None) -> lis
 def parse_dtype_list(values: list[str] | None) -> list:
     from tfcalc.dtypes import get_dtype
 
-    return [get_dtype(item) for value in values or [] for item in split_list(value)]
+    return [get_dtype(item) for value in values or [] for item in split_list(value, "dtype")]

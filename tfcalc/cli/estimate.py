@@ -87,9 +87,10 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              cuda_graphs: Annotated[bool | None, typer.Option(
                  "--cuda-graphs/--no-cuda-graphs", help="Replay steps from CUDA graphs (default: the engine's); "
                  "without, each kernel waits for its host launch.", show_default=False)] = None,
-             routing: Annotated[str, typer.Option(
-                 "--routing", help="How MoE tokens pick experts: uniform, zipf:S (popularity ~ rank^-S) or "
-                 "power-law:ALPHA (aiconfigurator's workload; it predicts with 1.2, DeepSeek 1.01).")] = "uniform",
+             routing: Annotated[str | None, typer.Option(
+                 "--routing", help="How MoE tokens pick experts: uniform (default), zipf:S (popularity ~ rank^-S) or "
+                 "power-law:ALPHA (aiconfigurator's workload; it predicts with 1.2, DeepSeek 1.01).",
+                 show_default=False)] = None,
              fp8_scales: Annotated[str, typer.Option(
                  "--fp8-scales", help="How per-tensor fp8 linears scale their inputs: auto (the checkpoint's; "
                  "the engine's online quantisation for a 16-bit one: dynamic in vLLM/SGLang), static, dynamic "
@@ -151,12 +152,15 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     check_runtime_overhead(runtime_overhead is not None, engines)
     if allreduce is not None and allreduce not in ("ring", "tree", "auto"):
         raise UsageError(f"invalid --allreduce '{allreduce}': choose ring, tree or auto")
-    expert_routing = parse_routing(routing)
+    expert_routing = parse_routing(routing or "uniform")
     if routing_skew is not None:
-        if expert_routing != UNIFORM:
+        if routing is not None:  # --routing uniform too: one of the two would be dropped silently
             raise UsageError("give either --routing or --routing-skew, not both")
         skew = parse_float(routing_skew, "routing skew", 0.0, 4.0)
         expert_routing = Routing("zipf", skew) if skew > 0 else UNIFORM
+    if ideal and (compute_efficiency or bandwidth_efficiency or calibration is not None):
+        raise UsageError("--ideal reports 100 % of the peaks: drop --compute-efficiency, --bandwidth-efficiency and "
+                         "--calibration (or --ideal)")
     overrides = rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0, MIN_EFFICIENCY),
                                float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0, MIN_EFFICIENCY),
                                calibration)

@@ -422,6 +422,8 @@ def load_engine(name_or_path: str):  # -> tfcalc.spec.engine.EngineSpec
                                                                           if hints else ""))
     # chosen by the files' own ``default`` and ``releases`` (never inherited), so that one preset is built
     documents = {n: _engine_preset_file_document(n) for n in family}
+    if _ and not version.strip():
+        raise UsageError(f"--engine '{name_or_path}': name a version after the @ ({engine}@0.19), or drop the @")
     if not version:
         chosen = next((n for n in family if isinstance(documents[n], dict) and documents[n].get("default") is True),
                       family[-1])
