@@ -134,6 +134,14 @@ def test_python_dash_m_entry_point() -> None:
     (["kv-cache", "-p", "llama3-8b", "-o", "out.xlsx"], 2, "cannot tell the format"),
     (["kv-cache", "-p", "llama3-8b", "-o", "/nonexistent/dir/out.csv"], 1, "does not exist"),
     (["kv-cache", "--config", "/nonexistent/config.json"], 2, "no such file"),
+    # an empty list item names the option it was typed in (it read "invalid list ''")
+    (["kv-cache", "-p", ""], 2, "invalid --preset '': empty"),
+    (["kv-cache", "-p", "llama3-8b", "--kv-dtype", "bf16,"], 2, "invalid dtype 'bf16,': empty item"),
+    (["kv-cache", "-p", "llama3-8b", "--context", "4k,,8k"], 2, "invalid context '4k,,8k': empty item"),
+    (["kv-cache", "-p", "llama3-8b", "--columns", ""], 2, "invalid --columns '': empty"),
+    (["plan", "-p", "llama3-8b", "--gpu", "h100-sxm,"], 2, "invalid --gpu 'h100-sxm,': empty item"),
+    (["memory", "-p", "llama3-8b", "-w", "fp8,"], 2, "invalid --weights-dtype 'fp8,': empty item"),
+    (["kv-cache", "-p", "llama3-8b", "--batch", "-8"], 2, "invalid batch '-8': must be positive"),
 ])
 def test_errors_are_one_line_with_exit_code(args: list[str], code: int, message: str) -> None:
     result = run(*args)

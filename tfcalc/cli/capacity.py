@@ -75,7 +75,7 @@ def parse_targets(values: list[str] | None, metric: str) -> list:
 
     targets = []
     for value in values or []:
-        for item in split_list(value):
+        for item in split_list(value, f"--{metric}"):
             which, sep, limit = (part.strip() for part in item.partition("="))
             if not sep:
                 raise UsageError(f"invalid --{metric} '{item}': expected PERCENTILE=DURATION, e.g. p90=500ms or "
@@ -185,7 +185,7 @@ def _offers(gpu_names: list[str] | None, price_overrides: list[str] | None) -> l
         if canonical in overrides:
             raise UsageError(f"--price for '{canonical}' is given twice ({name})")
         overrides[canonical] = usd
-    names = [n for value in gpu_names or [] for n in split_list(value)]
+    names = [n for value in gpu_names or [] for n in split_list(value, "--gpu")]
     if not names:
         names = [n for n in preset_names("gpu") if n in prices or n in overrides]
     offers = []
@@ -258,7 +258,7 @@ def _progress(total: int):
 
 
 def _one(values: list[str] | None, what: str) -> str | None:
-    items = [item for value in values or [] for item in split_list(value)]
+    items = [item for value in values or [] for item in split_list(value, what)]
     if len(items) > 1:
         raise UsageError(f"give one {what} (capacity searches one value; got {', '.join(items[:4])})")
     return items[0] if items else None

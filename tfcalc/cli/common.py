@@ -205,7 +205,7 @@ def engine_list(values: list[str] | None) -> list:
     a preset name (``vllm-0.17``) or an engine YAML; the one reading of ``--engine`` for every command."""
     from tfcalc.spec.presets import load_engine
 
-    names = [item for value in values or ["vllm"] for item in split_list(value)]
+    names = [item for value in values or ["vllm"] for item in split_list(value, "--engine")]
     if not names:
         raise UsageError("name an engine: --engine vllm (or sglang, trtllm, gpt-fast, ideal, NAME@VERSION)")
     return [None if name == "ideal" else load_engine(name) for name in names]

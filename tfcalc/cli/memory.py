@@ -29,7 +29,7 @@ def parse_weight_dtypes(values: list[str] | None) -> list:
 
     precisions = []
     for value in values or []:
-        items = [value] if "=" in value else split_list(value)
+        items = [value] if "=" in value else split_list(value, "--weights-dtype")
         precisions.extend(parse_weight_precision(item) for item in items)
     return precisions
 

@@ -83,7 +83,7 @@ def engine_note(engine: "EngineSpec | None") -> str:
 def gpu_list(values: list[str]) -> list:
     from tfcalc.spec.presets import load_gpu
 
-    names = [item for value in values for item in split_list(value)]
+    names = [item for value in values for item in split_list(value, "--gpu")]
     if not names:
         raise UsageError("name a GPU: --gpu h100-sxm (see 'tfcalc presets list --kind gpu')")
     return [load_gpu(name) for name in names]
