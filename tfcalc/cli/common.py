@@ -528,6 +528,21 @@ def resolve_models(presets: list[str] | None, configs: list[Path] | None) -> lis
     return specs
 
 
+# Rows one calculator run may sweep (the product of its lists): 100,000 plan rows take about a minute on one core;
+# a 2,000 x 2,000 sweep ran for half an hour with nothing to show
+MAX_SWEEP_ROWS = 100_000
+
+
+def check_sweep_size(*lists: Sequence[object]) -> None:
+    """Refuse, before any work, a sweep whose lists multiply past ``MAX_SWEEP_ROWS`` rows (an empty list counts 1)."""
+    rows = 1
+    for items in lists:
+        rows *= max(len(items), 1)
+    if rows > MAX_SWEEP_ROWS:
+        raise UsageError(f"the lists given sweep {rows:,} rows, past tfcalc's {MAX_SWEEP_ROWS:,} a run: shorten them "
+                         "or split the run")
+
+
 def parse_dtype_list(values: list[str] | None) -> list:
     from tfcalc.dtypes import get_dtype
 

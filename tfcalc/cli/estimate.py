@@ -22,6 +22,7 @@ from tfcalc.cli.common import (
     WeightsOpt,
     check_redundant_experts,
     check_runtime_overhead,
+    check_sweep_size,
     engines_asked,
     file_path,
     float_list,
@@ -184,6 +185,8 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                           prompt_lens=parse_sizes(prompt_len, "prompt length", MAX_TOKENS),
                           gen_lens=parse_sizes(gen_len, "generation length", MAX_TOKENS),
                           precisions=weight_precisions(weights_dtype), kv_dtypes=kv_dtypes)
+    check_sweep_size(specs, gpus, engines, overrides, sweep.tps, sweep.pps, sweep.eps, sweep.batches, sweep.prompt_lens,
+                     sweep.gen_lens, sweep.precisions, sweep.kv_dtypes)
     rows: list[dict] = []
     handles: list = []
     for engine_spec in engines:
