@@ -276,6 +276,7 @@ def test_lengths_csv_as_a_spreadsheet_writes_it(tmp_path: Path) -> None:
     (["--rate", "5", "--ttft", "p90=1s", "--length-dist", "exponential", "--output-spread", "2"],
      "--output-spread needs --length-dist uniform or lognormal (the exponential distribution has no spread"),
     (["--ttft", "p90=1s", "--concurrency", "-4"], "invalid --concurrency '-4': must be positive"),
+    (["--rate", "5", "--ttft", "p90=1s", "--model-path", " "], "--model-path is empty"),
     (["--rate", "5", "--ttft", "p90=1s", "--compute-efficiency", "1e-200"], "compute efficiency '1e-200'"),
     (["--rate", "5", "--ttft", "p90=1s", "--redundant-experts", "8"], "--redundant-experts needs an MoE model"),
     (["--rate", "5", "--ttft", "p90=1s", "--max-model-len", "1"], "does not fit --max-model-len of 1 tokens"),

@@ -267,6 +267,7 @@ def test_engines_and_fabrics(tmp_path: Path) -> None:
     (["--ideal", "--compute-efficiency", "0.5"], "--ideal reports 100 % of the peaks: drop --compute-efficiency"),
     (["--ideal", "--bandwidth-efficiency", "0.5"], "--ideal reports 100 % of the peaks"),  # was: silently ignored
     (["--engine", "vllm@"], "name a version after the @"),
+    (["--no-fit", "--gpu-memory-utilization", "0.5"], "--gpu-memory-utilization sizes the fit check: drop --no-fit"),
     (["--batch", ""], "invalid batch '': empty"),
     (["--pp", "64"], "pp 64 exceeds the 32 layers"),
     (["--tp", "3"], "tp 3 does not divide the 32 attention heads"),

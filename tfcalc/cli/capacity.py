@@ -462,6 +462,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         raise UsageError(f"--api-server-count must be 1 to 4096, got {api_server_count}")
     if workers is not None and not 1 <= workers <= 64:
         raise UsageError(f"--workers must be 1 to 64, got {workers}")
+    if model_path is not None and not model_path.strip():  # not the preset's checkpoint, silently
+        raise UsageError("--model-path is empty: name a Hugging Face repo or a local checkpoint folder")
     specs = resolve_models(preset, config)
     check_redundant_experts(specs, redundant_experts, (1,) if ep == "off" else (2,))
     engines = engines_asked(engine, extensible_kv_cache, model_runner)

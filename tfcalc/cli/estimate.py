@@ -159,6 +159,12 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
             raise UsageError("give either --routing or --routing-skew, not both")
         skew = parse_float(routing_skew, "routing skew", 0.0, 4.0)
         expert_routing = Routing("zipf", skew) if skew > 0 else UNIFORM
+    fit_flags = {"--gpu-memory-utilization": gpu_memory_utilization, "--block-size": block_size,
+                 "--max-num-seqs": max_num_seqs, "--max-num-batched-tokens": max_num_batched_tokens,
+                 "--runtime-overhead": runtime_overhead, "--cuda-graph-memory": cuda_graph_memory}
+    if not fit and any(value is not None for value in fit_flags.values()):
+        raise UsageError(f"{next(f for f, v in fit_flags.items() if v is not None)} sizes the fit check: drop "
+                         "--no-fit or the flag")
     if ideal and (compute_efficiency or bandwidth_efficiency or calibration is not None):
         raise UsageError("--ideal reports 100 % of the peaks: drop --compute-efficiency, --bandwidth-efficiency and "
                          "--calibration (or --ideal)")
