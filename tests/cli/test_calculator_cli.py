@@ -142,6 +142,10 @@ def test_python_dash_m_entry_point() -> None:
     (["plan", "-p", "llama3-8b", "--gpu", "h100-sxm,"], 2, "invalid --gpu 'h100-sxm,': empty item"),
     (["memory", "-p", "llama3-8b", "-w", "fp8,"], 2, "invalid --weights-dtype 'fp8,': empty item"),
     (["kv-cache", "-p", "llama3-8b", "--batch", "-8"], 2, "invalid batch '-8': must be positive"),
+    # a name past the file system's 255 bytes (ENAMETOOLONG) was an internal error
+    (["kv-cache", "-p", "a" * 300], 2, "unknown model preset 'aaaa"),
+    (["kv-cache", "-c", "a" * 300 + ".json"], 1, "aaaaa.json (305 characters): File name too long"),
+    (["estimate", "-p", "llama3-8b", "--calibration", "b" * 300], 1, "(300 characters): File name too long"),
     # 400 x 400 x 2 rows: refused before any work (a 2,000 x 2,000 plan ran for half an hour)
     (["kv-cache", "-p", "llama3-8b,llama3-70b", "--batch", ",".join(map(str, range(1, 401))), "--context",
       ",".join(map(str, range(1, 401)))], 2, "the lists given sweep 320,000 rows, past tfcalc's 100,000 a run"),

@@ -386,6 +386,12 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(EXIT_FAILURE) from None
         except (typer.Exit, typer.Abort, click_exceptions.ClickException):
             raise
+        except OSError as exc:  # a file name the system refuses (too long, a loop of links): the file's, not a bug
+            if exc.filename is None:
+                raise fail(f"internal error ({type(exc).__name__}): {exc}", EXIT_FAILURE) from None
+            name = str(exc.filename)
+            shown = name if len(name) <= 80 else f"{name[:40]}...{name[-30:]} ({len(name):,} characters)"
+            raise fail(f"{shown}: {exc.strerror or exc}", EXIT_FAILURE) from None
         except Exception as exc:  # a bug: still one line, with the type to report it by
             raise fail(f"internal error ({type(exc).__name__}): {exc}", EXIT_FAILURE) from None
 
