@@ -426,3 +426,11 @@ def test_model_runner_reaches_the_fit_check() -> None:
     assert json.loads(ok.stdout)[0]["fits"] is True
     bad = CliRunner().invoke(app, [*base, "--model-runner", "V7"])
     assert bad.exit_code != 0 and "must be V1 or V2 for vllm 0.25" in bad.output
+
+
+def test_a_length_past_the_models_context_is_noted() -> None:
+    """As kv-cache notes it: llama3-8b's 8,192 tokens (its card) are past by 8k + 256, not by 1k + 256."""
+    result = runner.invoke(app, [*ARGS, "--prompt-len", "1k,8k"])
+    assert result.exit_code == 0, result.output
+    assert "note: llama3-8b: prompt + gen 8,448 exceeds its max context of 8,192 tokens" in result.stdout
+    assert "1,280 exceeds" not in result.stdout

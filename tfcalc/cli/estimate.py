@@ -211,7 +211,11 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              + (f" fits: memory as 'tfcalc plan' counts it for the same engine ({engine_names}) at max_model_len = "
                 "prompt + gen." if fit else ""),
              *dict.fromkeys(fit_sentence(r) for r in rows if r.get("fits") is False),
-             *dict.fromkeys(_turning_note(r) for r in rows))
+             *dict.fromkeys(_turning_note(r) for r in rows),
+             *dict.fromkeys(f"note: {spec.name}: prompt + gen {length:,} exceeds its max context of "
+                            f"{spec.max_context:,} tokens" for spec in specs
+                            for length in sorted({p + g for p in sweep.prompt_lens for g in sweep.gen_lens})
+                            if length > spec.max_context))
     emit(rows, COLUMNS, fmt, output, title="Estimate", notes=notes)
     if explain:
         parts = []
