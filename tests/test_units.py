@@ -17,8 +17,8 @@ def test_parse_size(text: str, value: int) -> None:
 
 
 @pytest.mark.parametrize("text, message", [
-    ("0", "must be positive"), ("-4", "expected an integer"), ("12q", "expected an integer"), ("", "expected"),
-    ("1.3", "whole number"), ("k", "expected an integer"),
+    ("0", "must be positive"), ("-4", "must be positive"), ("-0", "must be positive"), ("-1.5k", "must be positive"),
+    ("12q", "expected an integer"), ("", "expected"), ("1.3", "whole number"), ("k", "expected an integer"),
 ])
 def test_parse_size_rejects(text: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
@@ -27,8 +27,10 @@ def test_parse_size_rejects(text: str, message: str) -> None:
 
 def test_parse_sizes_lists_keep_order_and_drop_duplicates() -> None:
     assert parse_sizes(["4k,32k", "128k", "4096"], "context") == [4096, 32_768, 131_072]
-    with pytest.raises(UsageError, match="empty item"):
+    with pytest.raises(UsageError, match="invalid context '4k,,8k': empty item"):
         parse_sizes(["4k,,8k"], "context")
+    with pytest.raises(UsageError, match="invalid batch '': empty"):  # names the option, not "invalid list"
+        parse_sizes([""], "batch")
 
 
 @pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e400"])

@@ -24,6 +24,8 @@ _MAX_DIGITS = 60  # longer numbers are refused before any arithmetic on them
 def parse_size(text: str, what: str = "size", maximum: int = MAX_SIZE) -> int:
     """``131072``, ``128k``/``128K`` (x1024), ``1m`` (x1024^2), ``1_000``, ``1.5k`` (= 1536); 1..maximum."""
     match = _SIZE.fullmatch(text.strip())
+    if not match and _SIZE.fullmatch(text.strip().removeprefix("-")):
+        raise UsageError(f"invalid {what} '{text}': must be positive")
     if not match:
         raise UsageError(f"invalid {what} '{text}': expected an integer such as 4096, 128k or 1m")
     whole, fraction, suffix = match.groups()
@@ -44,11 +46,11 @@ def parse_size(text: str, what: str = "size", maximum: int = MAX_SIZE) -> int:
     return int(value)
 
 
-def split_list(text: str) -> list[str]:
-    """``a,b , c`` -> [a, b, c]; empty items are errors."""
+def split_list(text: str, what: str = "list") -> list[str]:
+    """``a,b , c`` -> [a, b, c]; empty items are errors, named by ``what`` (the option's name for its values)."""
     items = [item.strip() for item in text.split(",")]
     if any(not item for item in items):
-        raise UsageError(f"invalid list '{text}': empty item")
+        raise UsageError(f"invalid {what} '{text}': " + ("empty" if len(items) == 1 else "empty item in the list"))
     return items
 
 
@@ -56,7 +58,7 @@ def parse_sizes(values: list[str] | None, what: str, maximum: int = MAX_SIZE) ->
     """Every ``--opt a,b --opt c`` value parsed as a size, order kept, duplicates dropped."""
     sizes: list[int] = []
     for value in values or []:
-        for item in split_list(value):
+        for item in split_list(value, what):
             size = parse_size(item, what, maximum)
             if size not in sizes:
                 sizes.append(size)

@@ -9,6 +9,7 @@ import pytest
 
 from tfcalc.calc import kernels
 from tfcalc.calc.calibration import (
+    MIN_EFFICIENCY_FACTOR,
     Calibration,
     Efficiency,
     calibrated_rates,
@@ -107,6 +108,12 @@ def test_efficiency_calibration_schema() -> None:
         load_calibration({**good, "bandwidth_efficiency": {"prefill": 0.8, "decode": 1.5}}, "cal.json")
     with pytest.raises(SpecError, match="unknown calibration field"):
         load_calibration({**good, "compute": 1}, "cal.json")
+    # a vanishing factor (1e-300 of peak) overflowed the latency arithmetic into an internal error: refused below
+    # the smallest factor a profile writes (tfcalc.profile.efficiency's clamp), which still loads
+    with pytest.raises(SpecError, match=r"compute_efficiency.prefill' must be a number in \[1e-06, 1\], got 1e-300"):
+        load_calibration({**good, "compute_efficiency": {"prefill": 1e-300, "decode": 0.5}}, "cal.json")
+    floor = {"prefill": MIN_EFFICIENCY_FACTOR, "decode": MIN_EFFICIENCY_FACTOR}
+    assert load_calibration({**good, "compute_efficiency": floor}, "cal.json").compute_decode == MIN_EFFICIENCY_FACTOR
     for not_a_mapping in ([{"status": "ok"}], "x"):  # profile rows are tfcalc.profile.efficiency's to read
         with pytest.raises(SpecError, match="cal.json: a calibration must be a JSON object"):
             load_calibration(not_a_mapping, "cal.json")

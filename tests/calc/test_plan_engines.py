@@ -51,6 +51,8 @@ def test_every_engine_preset_loads_and_cites_its_source() -> None:
         load_engine("vllm@0.7")
     with pytest.raises(UsageError, match="unknown engine"):
         load_engine("vlm")
+    with pytest.raises(UsageError, match="name a version after the @"):  # not silently the default version
+        load_engine("vllm@")
 
 
 def test_engine_yaml_is_validated(tmp_path: Path) -> None:

@@ -134,6 +134,23 @@ def test_python_dash_m_entry_point() -> None:
     (["kv-cache", "-p", "llama3-8b", "-o", "out.xlsx"], 2, "cannot tell the format"),
     (["kv-cache", "-p", "llama3-8b", "-o", "/nonexistent/dir/out.csv"], 1, "does not exist"),
     (["kv-cache", "--config", "/nonexistent/config.json"], 2, "no such file"),
+    # an empty list item names the option it was typed in (it read "invalid list ''")
+    (["kv-cache", "-p", ""], 2, "invalid --preset '': empty"),
+    (["kv-cache", "-p", "llama3-8b", "--kv-dtype", "bf16,"], 2, "invalid dtype 'bf16,': empty item"),
+    (["kv-cache", "-p", "llama3-8b", "--context", "4k,,8k"], 2, "invalid context '4k,,8k': empty item"),
+    (["kv-cache", "-p", "llama3-8b", "--columns", ""], 2, "invalid --columns '': empty"),
+    (["plan", "-p", "llama3-8b", "--gpu", "h100-sxm,"], 2, "invalid --gpu 'h100-sxm,': empty item"),
+    (["memory", "-p", "llama3-8b", "-w", "fp8,"], 2, "invalid --weights-dtype 'fp8,': empty item"),
+    (["kv-cache", "-p", "llama3-8b", "--batch", "-8"], 2, "invalid batch '-8': must be positive"),
+    # a name past the file system's 255 bytes (ENAMETOOLONG) was an internal error
+    (["kv-cache", "-p", "a" * 300], 2, "unknown model preset 'aaaa"),
+    (["kv-cache", "-c", "a" * 300 + ".json"], 1, "aaaaa.json (305 characters): File name too long"),
+    (["estimate", "-p", "llama3-8b", "--calibration", "b" * 300], 1, "(300 characters): File name too long"),
+    # 400 x 400 x 2 rows: refused before any work (a 2,000 x 2,000 plan ran for half an hour)
+    (["kv-cache", "-p", "llama3-8b,llama3-70b", "--batch", ",".join(map(str, range(1, 401))), "--context",
+      ",".join(map(str, range(1, 401)))], 2, "the lists given sweep 320,000 rows, past tfcalc's 100,000 a run"),
+    (["plan", "-p", "llama3-8b", "--batch", ",".join(map(str, range(1, 401))), "--context",
+      ",".join(map(str, range(1, 401)))], 2, "the lists given sweep 160,000 rows"),
 ])
 def test_errors_are_one_line_with_exit_code(args: list[str], code: int, message: str) -> None:
     result = run(*args)
@@ -305,3 +322,12 @@ def test_plan_prefix_caching_flag_sets_the_hybrid_state_blocks() -> None:
     assert on["kv_budget_bytes_per_gpu"] == off["kv_budget_bytes_per_gpu"]
     assert off["max_concurrent_sequences"] > on["max_concurrent_sequences"] == row("--enable-prefix-caching")[
         "max_concurrent_sequences"]
+
+
+def test_sweep_limit_is_the_product_of_the_lists() -> None:
+    from tfcalc.cli.common import MAX_SWEEP_ROWS, check_sweep_size
+    from tfcalc.errors import UsageError
+
+    check_sweep_size([0] * 1000, [], [0] * (MAX_SWEEP_ROWS // 1000))  # an empty list (a default) counts once
+    with pytest.raises(UsageError, match=f"sweep {MAX_SWEEP_ROWS + 1:,} rows"):
+        check_sweep_size([0] * (MAX_SWEEP_ROWS + 1), [0])

@@ -237,6 +237,10 @@ def test_lengths_csv(tmp_path: Path) -> None:
     bad.write_text("prompt,completion\n1,2\n")
     result = run("capacity", "-p", "llama3-8b", "--rate", "5", "--lengths-csv", str(bad), "--ttft", "p90=1s")
     assert result.exit_code == 2 and "needs columns input_tokens and output_tokens" in result.output
+    ignored = run("capacity", "-p", "llama3-8b", "--rate", "5", "--lengths-csv", str(path), "--ttft", "p90=1s",
+                  "--input-len", "4k", "--length-dist", "lognormal")  # the file's lengths, not these
+    assert ignored.exit_code == 2, ignored.output
+    assert "--lengths-csv gives the request lengths: drop --input-len, --length-dist" in ignored.output
 
 
 def test_lengths_csv_as_a_spreadsheet_writes_it(tmp_path: Path) -> None:
@@ -249,6 +253,17 @@ def test_lengths_csv_as_a_spreadsheet_writes_it(tmp_path: Path) -> None:
     excel.write_bytes(b"\xef\xbb\xbfinput_tokens , output_tokens\r\n500,100\r\n1500,300\r\n")
     assert read_lengths_csv(excel) == read_lengths_csv(plain)
     assert read_lengths_csv(plain)[0].values == (500, 1500)
+    for text, message in (("input_tokens,input_tokens,output_tokens\n1,2,3\n", "column input_tokens appears twice"),
+                          ("input_tokens,output_tokens\n500,100,7\n", "plain.csv:2: 3 cells, the header names 2"),
+                          ("input_tokens,output_tokens\n500,100\n\n\nx,1\n", "plain.csv:5: input_tokens and")):
+        plain.write_text(text)  # never a column silently dropped or chosen, and errors at the file's own line
+        with pytest.raises(UsageError, match=message):
+            read_lengths_csv(plain)
+    plain.write_bytes(b"input_tokens,output_tokens\n\xff\xfe,1\n")
+    with pytest.raises(UsageError, match="plain.csv: not UTF-8 text"):
+        read_lengths_csv(plain)
+    with pytest.raises(UsageError, match="is a folder, not a file"):
+        read_lengths_csv(tmp_path)
     huge = tmp_path / "huge.csv"
     huge.write_text(f"input_tokens,output_tokens\n500,100\n{2**41},1\n")
     with pytest.raises(UsageError, match=r"huge.csv:3: token counts must be 1 to 1,099,511,627,776"):
@@ -286,6 +301,13 @@ def test_lengths_csv_as_a_spreadsheet_writes_it(tmp_path: Path) -> None:
      "lognormal spread (coefficient of variation) must be in (0, 100]"),
     (["--rate", "5", "--ttft", "p90=1s", "--length-dist", "lognormal", "--output-spread", "nan"], "got nan"),
     (["--rate", "5", "--ttft", "p90=1s", "--input-spread", "2"], "--input-spread needs --length-dist"),
+    # a spread of 0 is checked, never replaced by lognormal's default 0.5
+    (["--rate", "5", "--ttft", "p90=1s", "--length-dist", "lognormal", "--input-spread", "0"],
+     "lognormal spread (coefficient of variation) must be in (0, 100], got 0.0"),
+    (["--rate", "5", "--ttft", "p90=1s", "--length-dist", "exponential", "--output-spread", "2"],
+     "--output-spread needs --length-dist uniform or lognormal (the exponential distribution has no spread"),
+    (["--ttft", "p90=1s", "--concurrency", "-4"], "invalid --concurrency '-4': must be positive"),
+    (["--rate", "5", "--ttft", "p90=1s", "--model-path", " "], "--model-path is empty"),
     (["--rate", "5", "--ttft", "p90=1s", "--compute-efficiency", "1e-200"], "compute efficiency '1e-200'"),
     (["--rate", "5", "--ttft", "p90=1s", "--redundant-experts", "8"], "--redundant-experts needs an MoE model"),
     (["--rate", "5", "--ttft", "p90=1s", "--max-model-len", "1"], "does not fit --max-model-len of 1 tokens"),

@@ -263,6 +263,12 @@ def test_engines_and_fabrics(tmp_path: Path) -> None:
     (["--routing", "lognormal:1"], "invalid routing 'lognormal:1'"),
     (["--routing", "power-law:9"], "invalid power-law routing exponent '9'"),
     (["--routing", "zipf:1", "--routing-skew", "1"], "give either --routing or --routing-skew"),
+    (["--routing-skew", "1", "--routing", "uniform"], "give either --routing or --routing-skew"),  # was: skew kept
+    (["--ideal", "--compute-efficiency", "0.5"], "--ideal reports 100 % of the peaks: drop --compute-efficiency"),
+    (["--ideal", "--bandwidth-efficiency", "0.5"], "--ideal reports 100 % of the peaks"),  # was: silently ignored
+    (["--engine", "vllm@"], "name a version after the @"),
+    (["--no-fit", "--gpu-memory-utilization", "0.5"], "--gpu-memory-utilization sizes the fit check: drop --no-fit"),
+    (["--batch", ""], "invalid batch '': empty"),
     (["--pp", "64"], "pp 64 exceeds the 32 layers"),
     (["--tp", "3"], "tp 3 does not divide the 32 attention heads"),
     (["--ep", "2"], "ep 2 given but llama3-8b has no experts"),
@@ -420,3 +426,11 @@ def test_model_runner_reaches_the_fit_check() -> None:
     assert json.loads(ok.stdout)[0]["fits"] is True
     bad = CliRunner().invoke(app, [*base, "--model-runner", "V7"])
     assert bad.exit_code != 0 and "must be V1 or V2 for vllm 0.25" in bad.output
+
+
+def test_a_length_past_the_models_context_is_noted() -> None:
+    """As kv-cache notes it: llama3-8b's 8,192 tokens (its card) are past by 8k + 256, not by 1k + 256."""
+    result = runner.invoke(app, [*ARGS, "--prompt-len", "1k,8k"])
+    assert result.exit_code == 0, result.output
+    assert "note: llama3-8b: prompt + gen 8,448 exceeds its max context of 8,192 tokens" in result.stdout
+    assert "1,280 exceeds" not in result.stdout

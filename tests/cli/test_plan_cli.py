@@ -136,6 +136,10 @@ def test_tp_errors() -> None:
     assert result.exit_code == 2 and "does not divide the GPU count" in result.stderr
     result = run("plan", "-p", "llama3-70b", "--num-gpus", "1", "--pp", "2")
     assert result.exit_code == 2 and "pp 2 does not divide the GPU count 1" in result.stderr
+    result = run("plan", "-p", "llama3-70b", "--num-gpus", "3")  # the tp it names comes from --num-gpus: say so
+    assert result.exit_code == 2 and result.stderr.startswith("error: --num-gpus 3 means tp 3 x pp 1"), result.stderr
+    assert "tp 3 does not divide the 64 attention heads" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_bad_utilization() -> None:

@@ -70,6 +70,8 @@ def test_no_torch_says_what_to_install(monkeypatch) -> None:
     (["--dtype", "fp8"], "unknown profile dtype"),
     (["--layers", "0"], "must be positive"),
     (["--repeats", "0"], "--repeats"),
+    (["--dtype", "bf16,,fp16"], "invalid --dtype 'bf16,,fp16': empty item"),  # it read "invalid list"
+    (["--attn-backend", ""], "invalid --attn-backend '': empty"),
 ])
 def test_bad_profile_options(args: list[str], message: str) -> None:
     result = runner.invoke(app, ["profile", *TINY, *args])

@@ -57,6 +57,9 @@ _MEMORY = ("bytes", "seconds")
 _ATTENTION = ("phase", "batch", "heads", "kv_heads", "head_dim", "seq_len", "seconds")
 _COLLECTIVES = ("op", "ranks", "bytes", "seconds")
 GEMM_DTYPES = ("bf16", "fp16", "fp32", "fp8", "int8")
+# The smallest efficiency factor a file may hold: what tfcalc.profile.efficiency clamps a profile's to; smaller ones
+# overflow the latency arithmetic (1e-300 of peak is no device)
+MIN_EFFICIENCY_FACTOR = 1e-6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,8 +300,10 @@ def load_efficiency(data: dict, origin: str) -> Efficiency:
             raise SpecError(f"{origin}: unknown phase '{kind}.{extra[0]}' (use prefill and decode)")
         for phase in ("prefill", "decode"):
             value = block.get(phase)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-                raise SpecError(f"{origin}: '{kind}.{phase}' must be a number in (0, 1], got {value!r}")
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not MIN_EFFICIENCY_FACTOR <= value <= 1:
+                raise SpecError(f"{origin}: '{kind}.{phase}' must be a number in [{MIN_EFFICIENCY_FACTOR:g}, 1], got "
+                                f"{value!r}")
             values[f"{kind.split('_')[0]}_{phase}"] = float(value)
     device = data.get("device_name", "")
     return Efficiency(**values, source=f"calibration {origin}" + (f" ({device})" if device else ""))

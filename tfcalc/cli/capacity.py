@@ -75,7 +75,7 @@ def parse_targets(values: list[str] | None, metric: str) -> list:
 
     targets = []
     for value in values or []:
-        for item in split_list(value):
+        for item in split_list(value, f"--{metric}"):
             which, sep, limit = (part.strip() for part in item.partition("="))
             if not sep:
                 raise UsageError(f"invalid --{metric} '{item}': expected PERCENTILE=DURATION, e.g. p90=500ms or "
@@ -99,6 +99,7 @@ def parse_targets(values: list[str] | None, metric: str) -> list:
 
 DEFAULT_ACCEPTANCE = 0.7  # --acceptance: a draft token's acceptance probability when none is given
 MAX_SIMULATED_REQUESTS = 2_000_000  # --sim-requests x --max-simulations: the simulation check's worst case
+INPUT_LEN, OUTPUT_LEN = "1k", "256"  # --input-len / --output-len defaults (a --lengths-csv run refuses others)
 PLAIN_PROGRESS_EVERY_S = 10.0  # without a terminal on stderr: one progress line per this many seconds
 
 
@@ -116,9 +117,12 @@ def _length(mean: str, spread: float | None, kind: str, what: str):
     from tfcalc.calc.serving_traffic import LengthDist
 
     tokens = parse_size(mean, what, MAX_TOKENS)
-    if kind == "fixed" and spread:
-        raise UsageError(f"--{what.split()[0]}-spread needs --length-dist uniform or lognormal")
-    return LengthDist(kind=kind, mean=float(tokens), spread=spread or (0.5 if kind in ("lognormal",) else 0.0))  # type: ignore[arg-type]
+    if kind in ("fixed", "exponential") and spread:
+        raise UsageError(f"--{what.split()[0]}-spread needs --length-dist uniform or lognormal (the {kind} "
+                         "distribution has no spread to set)")
+    if spread is None:  # a spread given, 0 included, is checked by LengthDist, never replaced by the default
+        spread = 0.5 if kind == "lognormal" else 0.0
+    return LengthDist(kind=kind, mean=float(tokens), spread=spread)  # type: ignore[arg-type]
 
 
 def read_lengths_csv(path: Path) -> tuple:
@@ -130,7 +134,7 @@ def read_lengths_csv(path: Path) -> tuple:
     from tfcalc.calc.serving_traffic import LengthDist
 
     if not path.is_file():
-        raise UsageError(f"{path}: no such file")
+        raise UsageError(f"{path}: " + ("is a folder, not a file" if path.is_dir() else "no such file"))
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
@@ -140,8 +144,15 @@ def read_lengths_csv(path: Path) -> tuple:
             if not names <= set(fields):
                 raise UsageError(f"{path}: needs columns input_tokens and output_tokens (found: "
                                  f"{', '.join(fields) or 'none'})")
+            twice = sorted(name for name in names if fields.count(name) > 1)
+            if twice:  # csv.DictReader would keep the last column of a name, silently
+                raise UsageError(f"{path}: column {twice[0]} appears twice in the header")
             inputs, outputs = [], []
-            for line, row in enumerate(reader, start=2):
+            for row in reader:
+                line = reader.line_num  # the file's own line (blank lines are skipped, yet counted)
+                if row.get(None):  # csv.DictReader's key for the cells past the header's
+                    raise UsageError(f"{path}:{line}: {len(fields) + len(row[None])} cells, the header names "
+                                     f"{len(fields)}")
                 try:
                     i, o = int(row["input_tokens"]), int(row["output_tokens"])
                 except (TypeError, ValueError):
@@ -150,8 +161,10 @@ def read_lengths_csv(path: Path) -> tuple:
                     raise UsageError(f"{path}:{line}: token counts must be 1 to {MAX_TOKENS:,}")
                 inputs.append(i)
                 outputs.append(o)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not inputs:
         raise UsageError(f"{path}: no requests")
     return (LengthDist(kind="empirical", values=tuple(inputs)), LengthDist(kind="empirical", values=tuple(outputs)))
@@ -172,7 +185,7 @@ def _offers(gpu_names: list[str] | None, price_overrides: list[str] | None) -> l
         if canonical in overrides:
             raise UsageError(f"--price for '{canonical}' is given twice ({name})")
         overrides[canonical] = usd
-    names = [n for value in gpu_names or [] for n in split_list(value)]
+    names = [n for value in gpu_names or [] for n in split_list(value, "--gpu")]
     if not names:
         names = [n for n in preset_names("gpu") if n in prices or n in overrides]
     offers = []
@@ -245,7 +258,7 @@ def _progress(total: int):
 
 
 def _one(values: list[str] | None, what: str) -> str | None:
-    items = [item for value in values or [] for item in split_list(value)]
+    items = [item for value in values or [] for item in split_list(value, what)]
     if len(items) > 1:
         raise UsageError(f"give one {what} (capacity searches one value; got {', '.join(items[:4])})")
     return items[0] if items else None
@@ -282,8 +295,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              price: Annotated[list[str] | None, typer.Option(
                  "--price", help="GPU=USD per GPU-hour, overrides presets/prices.yaml (repeatable).",
                  show_default=False)] = None,
-             input_len: Annotated[str, typer.Option("--input-len", help="Mean prompt tokens (1k = 1024).")] = "1k",
-             output_len: Annotated[str, typer.Option("--output-len", help="Mean output tokens.")] = "256",
+             input_len: Annotated[str, typer.Option("--input-len", help="Mean prompt tokens (1k = 1024).")] = INPUT_LEN,
+             output_len: Annotated[str, typer.Option("--output-len", help="Mean output tokens.")] = OUTPUT_LEN,
              length_dist: Annotated[str, typer.Option(
                  "--length-dist", help="fixed | uniform (spread = range ratio) | lognormal (spread = coefficient "
                  "of variation) | exponential.")] = "fixed",
@@ -449,6 +462,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
         raise UsageError(f"--api-server-count must be 1 to 4096, got {api_server_count}")
     if workers is not None and not 1 <= workers <= 64:
         raise UsageError(f"--workers must be 1 to 64, got {workers}")
+    if model_path is not None and not model_path.strip():  # not the preset's checkpoint, silently
+        raise UsageError("--model-path is empty: name a Hugging Face repo or a local checkpoint folder")
     specs = resolve_models(preset, config)
     check_redundant_experts(specs, redundant_experts, (1,) if ep == "off" else (2,))
     engines = engines_asked(engine, extensible_kv_cache, model_runner)
@@ -459,6 +474,12 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             raise UsageError("--enable-mixed-chunk is SGLang's: add --engine sglang")
         engines = [with_mixed_chunk(e) if e is not None else e for e in engines]
     if lengths_csv is not None:
+        given = (("--input-len", input_len, INPUT_LEN), ("--output-len", output_len, OUTPUT_LEN),
+                 ("--length-dist", length_dist, "fixed"), ("--input-spread", input_spread, None),
+                 ("--output-spread", output_spread, None))
+        ignored = [flag for flag, value, default in given if value != default]
+        if ignored:
+            raise UsageError(f"--lengths-csv gives the request lengths: drop {', '.join(ignored)}")
         inputs, outputs = read_lengths_csv(lengths_csv)
     else:
         inputs = _length(input_len, input_spread, length_dist, "input len")

@@ -205,7 +205,7 @@ def engine_list(values: list[str] | None) -> list:
     a preset name (``vllm-0.17``) or an engine YAML; the one reading of ``--engine`` for every command."""
     from tfcalc.spec.presets import load_engine
 
-    names = [item for value in values or ["vllm"] for item in split_list(value)]
+    names = [item for value in values or ["vllm"] for item in split_list(value, "--engine")]
     if not names:
         raise UsageError("name an engine: --engine vllm (or sglang, trtllm, gpt-fast, ideal, NAME@VERSION)")
     return [None if name == "ideal" else load_engine(name) for name in names]
@@ -214,7 +214,7 @@ def engine_list(values: list[str] | None) -> list:
 def float_list(values: list[str] | None, what: str, high: float | None = None, low: float = 0.0) -> list[float]:
     from tfcalc.units import parse_float
 
-    return [parse_float(item, what, low, high) for value in values or [] for item in split_list(value)]
+    return [parse_float(item, what, low, high) for value in values or [] for item in split_list(value, what)]
 
 
 # --compute/--bandwidth-efficiency: 0.1 % of peak and up, as low as a profile measures (a tiny model on a CPU
@@ -277,7 +277,7 @@ def parse_table_view(wide: bool, columns: list[str] | None):  # -> tfcalc.output
     from tfcalc.output import TableView
     from tfcalc.output.columns import REGISTRY, suggest_columns
 
-    keys = tuple(dict.fromkeys(item.lower() for value in columns or [] for item in split_list(value)))
+    keys = tuple(dict.fromkeys(item.lower() for value in columns or [] for item in split_list(value, "--columns")))
     if columns is not None and not keys:
         raise UsageError("--columns needs at least one column name (the CSV/JSON keys: run with -f csv)")
     if keys and wide:
@@ -386,6 +386,12 @@ def handle_errors(command: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(EXIT_FAILURE) from None
         except (typer.Exit, typer.Abort, click_exceptions.ClickException):
             raise
+        except OSError as exc:  # a file name the system refuses (too long, a loop of links): the file's, not a bug
+            if exc.filename is None:
+                raise fail(f"internal error ({type(exc).__name__}): {exc}", EXIT_FAILURE) from None
+            name = str(exc.filename)
+            shown = name if len(name) <= 80 else f"{name[:40]}...{name[-30:]} ({len(name):,} characters)"
+            raise fail(f"{shown}: {exc.strerror or exc}", EXIT_FAILURE) from None
         except Exception as exc:  # a bug: still one line, with the type to report it by
             raise fail(f"internal error ({type(exc).__name__}): {exc}", EXIT_FAILURE) from None
 
@@ -518,7 +524,7 @@ def resolve_models(presets: list[str] | None, configs: list[Path] | None) -> lis
     """Presets (names or YAML paths, comma lists allowed) then config.json files, in the order given."""
     from tfcalc.spec.presets import load_model
 
-    specs = [load_model(name) for value in presets or [] for name in split_list(value)]
+    specs = [load_model(name) for value in presets or [] for name in split_list(value, "--preset")]
     if configs:
         from tfcalc.spec.hf_config import load_hf_config
 
@@ -528,7 +534,22 @@ def resolve_models(presets: list[str] | None, configs: list[Path] | None) -> lis
     return specs
 
 
+# Rows one calculator run may sweep (the product of its lists): 100,000 plan rows take about a minute on one core;
+# a 2,000 x 2,000 sweep ran for half an hour with nothing to show
+MAX_SWEEP_ROWS = 100_000
+
+
+def check_sweep_size(*lists: Sequence[object]) -> None:
+    """Refuse, before any work, a sweep whose lists multiply past ``MAX_SWEEP_ROWS`` rows (an empty list counts 1)."""
+    rows = 1
+    for items in lists:
+        rows *= max(len(items), 1)
+    if rows > MAX_SWEEP_ROWS:
+        raise UsageError(f"the lists given sweep {rows:,} rows, past tfcalc's {MAX_SWEEP_ROWS:,} a run: shorten them "
+                         "or split the run")
+
+
 def parse_dtype_list(values: list[str] | None) -> list:
     from tfcalc.dtypes import get_dtype
 
-    return [get_dtype(item) for value in values or [] for item in split_list(value)]
+    return [get_dtype(item) for value in values or [] for item in split_list(value, "dtype")]

@@ -22,6 +22,7 @@ from tfcalc.cli.common import (
     WeightsOpt,
     check_redundant_experts,
     check_runtime_overhead,
+    check_sweep_size,
     engines_asked,
     file_path,
     float_list,
@@ -87,9 +88,10 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              cuda_graphs: Annotated[bool | None, typer.Option(
                  "--cuda-graphs/--no-cuda-graphs", help="Replay steps from CUDA graphs (default: the engine's); "
                  "without, each kernel waits for its host launch.", show_default=False)] = None,
-             routing: Annotated[str, typer.Option(
-                 "--routing", help="How MoE tokens pick experts: uniform, zipf:S (popularity ~ rank^-S) or "
-                 "power-law:ALPHA (aiconfigurator's workload; it predicts with 1.2, DeepSeek 1.01).")] = "uniform",
+             routing: Annotated[str | None, typer.Option(
+                 "--routing", help="How MoE tokens pick experts: uniform (default), zipf:S (popularity ~ rank^-S) or "
+                 "power-law:ALPHA (aiconfigurator's workload; it predicts with 1.2, DeepSeek 1.01).",
+                 show_default=False)] = None,
              fp8_scales: Annotated[str, typer.Option(
                  "--fp8-scales", help="How per-tensor fp8 linears scale their inputs: auto (the checkpoint's; "
                  "the engine's online quantisation for a 16-bit one: dynamic in vLLM/SGLang), static, dynamic "
@@ -151,12 +153,21 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     check_runtime_overhead(runtime_overhead is not None, engines)
     if allreduce is not None and allreduce not in ("ring", "tree", "auto"):
         raise UsageError(f"invalid --allreduce '{allreduce}': choose ring, tree or auto")
-    expert_routing = parse_routing(routing)
+    expert_routing = parse_routing(routing or "uniform")
     if routing_skew is not None:
-        if expert_routing != UNIFORM:
+        if routing is not None:  # --routing uniform too: one of the two would be dropped silently
             raise UsageError("give either --routing or --routing-skew, not both")
         skew = parse_float(routing_skew, "routing skew", 0.0, 4.0)
         expert_routing = Routing("zipf", skew) if skew > 0 else UNIFORM
+    fit_flags = {"--gpu-memory-utilization": gpu_memory_utilization, "--block-size": block_size,
+                 "--max-num-seqs": max_num_seqs, "--max-num-batched-tokens": max_num_batched_tokens,
+                 "--runtime-overhead": runtime_overhead, "--cuda-graph-memory": cuda_graph_memory}
+    if not fit and any(value is not None for value in fit_flags.values()):
+        raise UsageError(f"{next(f for f, v in fit_flags.items() if v is not None)} sizes the fit check: drop "
+                         "--no-fit or the flag")
+    if ideal and (compute_efficiency or bandwidth_efficiency or calibration is not None):
+        raise UsageError("--ideal reports 100 % of the peaks: drop --compute-efficiency, --bandwidth-efficiency and "
+                         "--calibration (or --ideal)")
     overrides = rate_overrides(float_list(compute_efficiency, "compute efficiency", 1.0, MIN_EFFICIENCY),
                                float_list(bandwidth_efficiency, "bandwidth efficiency", 1.0, MIN_EFFICIENCY),
                                calibration)
@@ -180,6 +191,8 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                           prompt_lens=parse_sizes(prompt_len, "prompt length", MAX_TOKENS),
                           gen_lens=parse_sizes(gen_len, "generation length", MAX_TOKENS),
                           precisions=weight_precisions(weights_dtype), kv_dtypes=kv_dtypes)
+    check_sweep_size(specs, gpus, engines, overrides, sweep.tps, sweep.pps, sweep.eps, sweep.batches, sweep.prompt_lens,
+                     sweep.gen_lens, sweep.precisions, sweep.kv_dtypes)
     rows: list[dict] = []
     handles: list = []
     for engine_spec in engines:
@@ -198,7 +211,11 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              + (f" fits: memory as 'tfcalc plan' counts it for the same engine ({engine_names}) at max_model_len = "
                 "prompt + gen." if fit else ""),
              *dict.fromkeys(fit_sentence(r) for r in rows if r.get("fits") is False),
-             *dict.fromkeys(_turning_note(r) for r in rows))
+             *dict.fromkeys(_turning_note(r) for r in rows),
+             *dict.fromkeys(f"note: {spec.name}: prompt + gen {length:,} exceeds its max context of "
+                            f"{spec.max_context:,} tokens" for spec in specs
+                            for length in sorted({p + g for p in sweep.prompt_lens for g in sweep.gen_lens})
+                            if length > spec.max_context))
     emit(rows, COLUMNS, fmt, output, title="Estimate", notes=notes)
     if explain:
         parts = []

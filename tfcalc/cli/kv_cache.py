@@ -12,6 +12,7 @@ from tfcalc.cli.common import (
     KvDtypeOpt,
     OutputOpt,
     PresetOpt,
+    check_sweep_size,
     handle_errors,
     parse_dtype_list,
     resolve_models,
@@ -35,8 +36,10 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
     from tfcalc.report.kv_cache import kv_cache_rows
 
     specs = resolve_models(preset, config)
-    rows = kv_cache_rows(specs, parse_sizes(context, "context"), parse_sizes(batch, "batch"),
-                         parse_dtype_list(kv_dtype), compare_attention)
+    contexts, batches = parse_sizes(context, "context"), parse_sizes(batch, "batch")
+    kv_dtypes = parse_dtype_list(kv_dtype)
+    check_sweep_size(specs, contexts, batches, kv_dtypes, [0] * (3 if compare_attention else 1))
+    rows = kv_cache_rows(specs, contexts, batches, kv_dtypes, compare_attention)
     columns = COLUMNS
     hidden = {key for key, unused in (
         ("kv_cache_bytes_uncapped", all(row["kv_cache_bytes"] == row["kv_cache_bytes_uncapped"] for row in rows)),

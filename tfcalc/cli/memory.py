@@ -12,6 +12,7 @@ from tfcalc.cli.common import (
     KvDtypeOpt,
     OutputOpt,
     PresetOpt,
+    check_sweep_size,
     handle_errors,
     parse_dtype_list,
     resolve_models,
@@ -29,7 +30,7 @@ def parse_weight_dtypes(values: list[str] | None) -> list:
 
     precisions = []
     for value in values or []:
-        items = [value] if "=" in value else split_list(value)
+        items = [value] if "=" in value else split_list(value, "--weights-dtype")
         precisions.extend(parse_weight_precision(item) for item in items)
     return precisions
 
@@ -53,8 +54,11 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
     from tfcalc.report.params import mtp_notes
 
     specs = resolve_models(preset, config)
-    rows = memory_rows(specs, parse_sizes(context, "context"), parse_sizes(batch, "batch"),
-                       parse_weight_dtypes(weights_dtype), parse_dtype_list(kv_dtype), get_dtype(activation_dtype),
+    contexts, batches = parse_sizes(context, "context"), parse_sizes(batch, "batch")
+    kv_dtypes = parse_dtype_list(kv_dtype)
+    precisions = parse_weight_dtypes(weights_dtype)
+    check_sweep_size(specs, contexts, batches, precisions, kv_dtypes)
+    rows = memory_rows(specs, contexts, batches, precisions, kv_dtypes, get_dtype(activation_dtype),
                        parse_size(prefill_chunk, "prefill chunk"))
     kept = "lm_head, router and vision encoder" if any(s.encoder is not None for s in specs) else "lm_head and router"
     notes = ("weights include scale overhead of block formats; as quantized checkpoints ship, a quantized format "

@@ -30,6 +30,7 @@ from tfcalc.cli.common import (
     WeightsOpt,
     check_redundant_experts,
     check_runtime_overhead,
+    check_sweep_size,
     complete_preset,
     engines_asked,
     fail,
@@ -83,7 +84,7 @@ def engine_note(engine: "EngineSpec | None") -> str:
 def gpu_list(values: list[str]) -> list:
     from tfcalc.spec.presets import load_gpu
 
-    names = [item for value in values for item in split_list(value)]
+    names = [item for value in values for item in split_list(value, "--gpu")]
     if not names:
         raise UsageError("name a GPU: --gpu h100-sxm (see 'tfcalc presets list --kind gpu')")
     return [load_gpu(name) for name in names]
@@ -174,6 +175,9 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
         kv_cache_memory_bytes=kv_memory,
         find_min_gpus=find_min_gpus, max_gpus=max_gpus, gpus_per_node=gpus_per_node,
         redundant_experts=redundant_experts)
+    check_sweep_size(specs, gpus, engines, sweep.num_gpus, sweep.tps, sweep.pps, sweep.eps, sweep.contexts,
+                     sweep.batches, precisions, kv_dtypes, sweep.utilizations, sweep.block_sizes, sweep.max_num_seqs,
+                     sweep.max_num_batched_tokens, sweep.runtime_overheads)
     rows, traces = plan_rows(specs, gpus, sweep)
     notes = (*dict.fromkeys(engine_note(e) for e in engines),
              "KV tokens: what the engine logs; max seqs add up over data-parallel replicas. GiB = 2^30 bytes.",

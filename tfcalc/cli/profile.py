@@ -74,8 +74,8 @@ def _require_torch() -> None:
         raise TfcalcError(missing_torch_message())
 
 
-def _items(values: list[str] | None) -> list[str]:
-    return [item for value in values or [] for item in split_list(value)]
+def _items(values: list[str] | None, what: str) -> list[str]:
+    return [item for value in values or [] for item in split_list(value, what)]
 
 
 def _check_choices(values: list[str], known: tuple[str, ...], what: str) -> None:
@@ -154,14 +154,14 @@ def profile(
     else:  # one device, or this torchrun rank's (cuda:LOCAL_RANK)
         devices = select_devices(None if under_torchrun is not None and world > 1 else gpu, device)
     on_cpu = devices[0].type == "cpu"
-    dtypes = _items(dtype)
+    dtypes = _items(dtype, "--dtype")
     for d in dtypes:
         if d not in DTYPES:
             raise UsageError(f"unknown profile dtype '{d}' (choose {', '.join(DTYPES)}; FP8 weights: "
                              "--weights-dtype fp8 or fp8_block)")
-    weights = _items(weights_dtype)
+    weights = _items(weights_dtype, "--weights-dtype")
     _check_choices(weights, profiler.WEIGHTS_DTYPES, "--weights-dtype")
-    backends = _items(attn_backend)
+    backends = _items(attn_backend, "--attn-backend")
     _check_choices(backends, profiler.ATTENTION_BACKENDS, "attention backend")
     _check_choices([decode_attention], profiler.DECODE_ATTENTION, "--decode-attention")
     gens = parse_sizes(gen_len or ["16" if on_cpu else "128"], "gen-len")
@@ -169,7 +169,7 @@ def profile(
         raise UsageError("--gen-len must be at least 2 (the first token comes from prefill)")
     if context and prompt_len:
         raise UsageError("--context sweeps the prompt length: give it or --prompt-len, not both")
-    auto_context = [c.lower() for c in _items(context)] == ["auto"]
+    auto_context = [c.lower() for c in _items(context, "context")] == ["auto"]
     prompts = [] if auto_context else parse_sizes(
         (context if context else prompt_len) or ["128" if on_cpu else "512"], "context" if context else "prompt-len")
     if preset or config:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from tfcalc.calc.calibration import MIN_EFFICIENCY_FACTOR
 from tfcalc.errors import SpecError
 
 
@@ -45,8 +46,8 @@ def efficiency_from_rows(rows: list[dict], origin: str = "profile rows") -> dict
     except (KeyError, ValueError):
         raise SpecError(f"{origin}: profile rows without a numeric '{compute_key}' and '{bandwidth_key}'") from None
 
-    def clamp(value: float) -> float:  # efficiencies live in (0, 1]
-        return min(max(value, 1e-6), 1.0)
+    def clamp(value: float) -> float:  # efficiencies live in [MIN_EFFICIENCY_FACTOR, 1], as load_efficiency reads them
+        return min(max(value, MIN_EFFICIENCY_FACTOR), 1.0)
 
     return {
         "device_name": str(ok[0].get("device_name", "")),

@@ -428,7 +428,13 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
                     raise UsageError(f"pp {pp} does not divide the GPU count {n}")
                 cfg = replace(base, num_gpus=n, tp=tp or n // pp, pp=pp, ep=ep,
                               redundant_experts=layout_redundant_experts(w.redundant_experts, tp or n // pp, ep))
-                r = plan_fit(spec, gpu, precision, kv_dtype, cfg)
+                try:
+                    r = plan_fit(spec, gpu, precision, kv_dtype, cfg)
+                except UsageError as exc:  # the tp the user never typed: say where it came from
+                    if tp or not w.num_gpus:
+                        raise
+                    raise UsageError(f"--num-gpus {n} means tp {cfg.tp} x pp {pp} (tp = GPUs / pp when --tp is not "
+                                     f"given): {exc}; give --tp and --pp") from None
                 rows.append(_plan_row(spec, gpu, precision, kv_dtype, cfg, r))
                 traces.append(plan_explain(spec, gpu, precision, kv_dtype, cfg, r))
     return rows, traces

@@ -244,11 +244,19 @@ def preset_aliases(kind: str) -> dict[str, str]:
     return aliases
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name the file system refuses (longer than its 255 bytes: ENAMETOOLONG)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def find_preset(kind: str, name: str) -> str | None:
     """The preset called ``name`` (any case) or aliased so, else None. Only names in the preset folder's
     listing are ever turned into file names: ``../x`` is not a preset name."""
     key = name.strip().lower()
-    if re.fullmatch(_NAME, key) and _preset_file(kind, key).is_file():  # a plain name: no separator, no dot first
+    if re.fullmatch(_NAME, key) and _is_file(_preset_file(kind, key)):  # a plain name: no separator, no dot first
         return key
     return preset_aliases(kind).get(key) if re.fullmatch(_ALIAS, key) else None
 
@@ -422,6 +430,8 @@ def load_engine(name_or_path: str):  # -> tfcalc.spec.engine.EngineSpec
                                                                           if hints else ""))
     # chosen by the files' own ``default`` and ``releases`` (never inherited), so that one preset is built
     documents = {n: _engine_preset_file_document(n) for n in family}
+    if _ and not version.strip():
+        raise UsageError(f"--engine '{name_or_path}': name a version after the @ ({engine}@0.19), or drop the @")
     if not version:
         chosen = next((n for n in family if isinstance(documents[n], dict) and documents[n].get("default") is True),
                       family[-1])
