@@ -5,6 +5,10 @@ docs/estimate-validation.md.
 
 Reference points (each with its source and setting):
 - public_points.json: gpt-fast README decode rates, TensorRT-LLM v0.5 first-token latencies (static batches);
+  a point may give ``e2e_ms`` instead, a static batch's whole latency as a harness times it (vLLM's
+  benchmark_latency, TensorRT-LLM's gptSessionBenchmark: one prefill, then gen - 1 decode steps), compared with
+  tfcalc's TTFT + (gen - 1) x TPOT on a line of its own ("E2E"); an optional ``note`` says how a published figure
+  was converted and is not read;
 - silicon_points.json: measured serving runs at concurrency <= 4 from aiconfigurator's silicon_sample.csv
   (TPOT ~ the decode step at that batch, context prompt + gen/2; TTFT is compared with one prompt's prefill, but
   adds request handling and queueing a step model does not price, so it is shown and not counted); the KV cache
@@ -162,6 +166,11 @@ def _model_name(point: dict) -> str:
 
 def predict(p: dict) -> tuple[float, float]:
     """(TTFT, TPOT) in ms from tfcalc with the point's engine, GPU and parallelism."""
+    return predict_all(p)[:2]
+
+
+def predict_all(p: dict) -> tuple[float, float, float]:
+    """(TTFT, TPOT, end-to-end latency of the static batch) in ms: e2e = prefill + (gen - 1) decode steps."""
     from tfcalc.calc.kernels import parse_routing
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.latency import deployment, estimate_latency
@@ -185,7 +194,8 @@ def predict(p: dict) -> tuple[float, float]:
     ttft = e.ttft_s if pp == 1 else e.prefill.step.seconds
     if p.get("kind") == "measured-serving":  # a server prefills each arriving prompt on its own
         ttft = estimate_latency(d, 1, p["prompt"], max(p["gen"], 2)).ttft_s
-    return ttft * 1e3, e.tpot_s * 1e3
+    e2e = e.e2e_s if p["gen"] >= 2 else estimate_latency(d, p["batch"] * pp, p["prompt"], 1).e2e_s
+    return ttft * 1e3, e.tpot_s * 1e3, e2e * 1e3
 
 
 def _err(pred: float, ref: float | None) -> float | None:
@@ -199,15 +209,18 @@ def main() -> None:
     points = load_points()
     rows = []
     for p in points:
-        ttft, tpot = predict(p)
-        row = {**p, "tfcalc_ttft_ms": ttft, "tfcalc_tpot_ms": tpot, "ttft_err": _err(ttft, p.get("ttft_ms")),
-               "tpot_err": _err(tpot, p.get("tpot_ms"))}
+        ttft, tpot, e2e = predict_all(p)
+        row = {**p, "tfcalc_ttft_ms": ttft, "tfcalc_tpot_ms": tpot, "tfcalc_e2e_ms": e2e,
+               "ttft_err": _err(ttft, p.get("ttft_ms")), "tpot_err": _err(tpot, p.get("tpot_ms")),
+               "e2e_err": _err(e2e, p.get("e2e_ms"))}
         rows.append(row)
     if args.markdown:
         print("| source | model | GPU | engine | weights | tp | ep | batch | prompt | gen | TTFT ref | TTFT tfcalc "
               "| err | TPOT ref | TPOT tfcalc | err |")
         print("|---|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for r in rows:
+            if r.get("e2e_ms") and not (r.get("ttft_ms") or r.get("tpot_ms")):
+                continue  # in the end-to-end table below
             model = _model_name(r)
             ttft = (f"{r['ttft_ms']:.1f} | {r['tfcalc_ttft_ms']:.1f} | {r['ttft_err']:+.0%}" if r.get("ttft_ms")
                     else "— | " + f"{r['tfcalc_ttft_ms']:.1f} | —")
@@ -217,6 +230,15 @@ def main() -> None:
             print(f"| {source} | {model} | {r['gpu']} | {r['engine']} | {r['weights'].replace('=', ':')} | "
                   f"{r['tp']}{f' pp {pp}' if (pp := r.get('pp', 1)) > 1 else ''} | {r.get('ep', 1)} | {r['batch']} | "
                   f"{r['prompt']} | {r['gen']} | {ttft} | {tpot} |")
+        print("\nStatic batches timed end to end (TTFT + (gen - 1) x TPOT):\n")
+        print("| source | model | GPU | engine | weights | KV | tp | batch | prompt | gen | E2E ref (ms) "
+              "| E2E tfcalc | err |")
+        print("|---|---|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|")
+        for r in rows:
+            if r.get("e2e_ms"):
+                print(f"| {r['source_kind']} | {_model_name(r)} | {r['gpu']} | {r['engine']} | {r['weights']} | "
+                      f"{r.get('kv', '')} | {r['tp']} | {r['batch']} | {r['prompt']} | {r['gen']} | "
+                      f"{r['e2e_ms']:.0f} | {r['tfcalc_e2e_ms']:.0f} | {r['e2e_err']:+.0%} |")
     summary(rows, "tfcalc", "ttft_err", "tpot_err")
 
 
@@ -251,7 +273,7 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
         groups[f"caveat: {caveat}"] = [r for r in everything if r.get("caveat") == caveat]
     for name, rs in groups.items():
         parts = []
-        for metric, key in (("TTFT", ttft_key), ("TPOT", tpot_key)):
+        for metric, key in (("TTFT", ttft_key), ("TPOT", tpot_key), ("E2E", "e2e_err")):
             errs = [abs(r[key]) for r in rs if r.get(key) is not None and not (
                 metric == "TTFT" and r["source_kind"] == "silicon")]
             if errs:

@@ -550,3 +550,14 @@ def test_sliced_excess_is_the_median_ratio_to_half_the_slicing(benchmark_script:
     assert c.sliced_excess(df, *key, 8, 1) == pytest.approx(2.5)  # ratios 2, 2.5, 3 (16 tokens left out)
     assert c.sliced_excess(df, *key, 4, 1) is None  # no moe_tp 2 rows
     assert c.sliced_excess(df, *key, 1, 1) is None and c.sliced_excess(None, *key, 8, 1) is None
+
+
+def test_public_end_to_end_points(v: ModuleType) -> None:
+    """Each published static batch timed end to end names its page and conversion, and is compared with one prefill
+    plus gen - 1 decode steps (vLLM's benchmark_latency, TensorRT-LLM's gptSessionBenchmark)."""
+    e2e = [p for p in v.load_points() if p["source_kind"] == "public" and p.get("e2e_ms")]
+    assert len(e2e) >= 13 and all(p["url"].startswith("https://") and p["note"] and p["reference"] for p in e2e)
+    for p in e2e:
+        ttft, tpot, total = v.predict_all(p)
+        assert total == pytest.approx(ttft + (p["gen"] - 1) * tpot, rel=1e-9)
+        assert (ttft, tpot) == v.predict(p)
