@@ -14,15 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfcalc.calc.capacity import (
+    Candidate,
+    Evaluation,
     GpuOffer,
     SearchSpace,
     count_candidates,
+    nearest_miss,
     search,
     simulate_evaluation,
     tokens_per_gpu,
     tokens_per_user,
 )
 from tfcalc.calc.serving import SpecDecoding, prefill_only_at
+from tfcalc.calc.serving_inputs import ReplicaMemory
 from tfcalc.calc.serving_traffic import LengthDist, Target, Traffic, engine_overheads
 from tfcalc.dtypes import get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
@@ -599,3 +603,28 @@ def test_sglang_state_slots_cap_the_seats() -> None:
     capped = [e for e in result.evaluations if e.model is not None]
     assert capped and all(e.memory is not None and e.memory.max_running is not None
                           and e.model.max_num_seqs == min(256, e.memory.max_running) < 256 for e in capped)
+
+
+def _miss(label: str, fits: bool, rate: float = 0.0, kv_budget: int | None = None) -> Evaluation:
+    """A failing evaluation whose candidate is told apart by its chunk; memory only where ``kv_budget`` is given."""
+    memory = None if kv_budget is None else ReplicaMemory(
+        fits=fits, reason=label, weights_bytes_per_gpu=0, reserved_bytes_per_gpu=0, kv_budget_bytes_per_gpu=kv_budget,
+        kv_bytes_per_token_per_gpu=1, kv_capacity_tokens=max(kv_budget, 0), max_sequences_at_max_len=0, block_size=16,
+        engine="ideal")
+    cand = Candidate(gpu="l40s", tp=1, pp=1, ep=1, weights="bf16", kv_dtype="bf16", max_num_seqs=8,
+                     chunk=len(label))
+    return Evaluation(candidate=cand, fits=fits, feasible=False, reason=label, price_per_gpu_hour=1.0, memory=memory,
+                      capacity_rate_per_s=rate)
+
+
+def test_nearest_miss_prefers_a_fitting_candidate_then_the_smallest_shortfall() -> None:
+    """Fitting candidates beat non-fitting ones whatever their memory, the most traffic first; among the rest the
+    largest KV budget (a shortfall is a negative budget); no candidate with memory or fit: None."""
+    short_a, short_b = _miss("a", False, kv_budget=-5 << 30), _miss("bb", False, kv_budget=-1 << 30)
+    slow, faster = _miss("ccc", True, rate=0.5, kv_budget=1 << 30), _miss("dddd", True, rate=2.0, kv_budget=0)
+    assert nearest_miss([short_a, short_b]) is short_b
+    assert nearest_miss([short_a, slow, short_b, faster]) is faster
+    assert nearest_miss([_miss("e", False)]) is None
+    assert nearest_miss([]) is None
+    won = replace(faster, feasible=True)
+    assert nearest_miss([won, slow]) is slow

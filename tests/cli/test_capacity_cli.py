@@ -719,3 +719,13 @@ def test_a_set_kv_cache_reaches_the_vllm_line_and_nothing_fitting_says_why() -> 
     assert "the set KV cache of 75.00 GiB per GPU and the rest exceed the GPU by" in text
     bad = run(*ONE_H100, "--kv-cache-memory", "20g", "--engine", "sglang")
     assert bad.exit_code != 0 and "no engine asked takes it" in bad.output and "Traceback" not in bad.output
+
+
+def test_a_cheaper_gpu_that_never_fits_is_explained_by_its_roomiest_layout() -> None:
+    """Llama 3 70B, RTX 4090s beside an H100: the plan is 4 x 4090 (tp4, fp8); every cheaper 4090 layout is short of
+    memory, and the line names the one short by least (tp2, fp8) -- not the first searched (tp1, bf16)."""
+    result = run("capacity", "-p", "llama3-70b", "--gpu", "h100-sxm,rtx4090", "--rate", "0.5", "--tpot", "p90=80ms",
+                 "--max-num-seqs", "16", "--max-num-batched-tokens", "2048", "--no-simulate", "--format", "table")
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("cheaper rtx4090"))
+    assert "weights fp8_e4m3" in line and "does not fit" in line and "tp1," not in line

@@ -28,7 +28,7 @@ never makes a feasible plan infeasible (tests/calc/test_capacity.py checks all t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -217,6 +217,17 @@ def _with_numbers(e: Evaluation, targets: tuple[Target, ...]) -> Evaluation:
     if e.frontier is not None:
         numbers.update(tokens_per_gpu=tokens_per_gpu(e), tokens_per_user=tokens_per_user(e.frontier))
     return replace(e, numbers=numbers)
+
+
+def nearest_miss(evaluations: Iterable[Evaluation]) -> Evaluation | None:
+    """The failing candidate nearest to serving: one that fits and carries the most traffic within the targets,
+    else the one whose weights leave the most KV budget per GPU (the smallest shortfall); None without either."""
+    failing = [e for e in evaluations if not e.feasible]
+    fitting = [e for e in failing if e.fits]
+    if fitting:
+        return max(fitting, key=lambda e: e.capacity_rate_per_s)
+    sized = [e for e in failing if e.memory is not None]
+    return max(sized, key=lambda e: e.memory.kv_budget_bytes_per_gpu, default=None)  # type: ignore[union-attr]
 
 
 def slim(e: Evaluation) -> Evaluation:

@@ -7,7 +7,7 @@ import json
 import math
 import shlex
 
-from tfcalc.calc.capacity import Candidate, Evaluation, SearchResult, SearchSpace, searched_engine
+from tfcalc.calc.capacity import Candidate, Evaluation, SearchResult, SearchSpace, nearest_miss, searched_engine
 from tfcalc.calc.engine import takes_kv_cache_memory, unserved_format
 from tfcalc.calc.serving_traffic import Target, Traffic
 from tfcalc.spec.engine import EngineSpec
@@ -258,17 +258,17 @@ def runner_up_sentences(spec: ModelSpec, result: SearchResult, limit: int = 4) -
 
 
 def _cheaper_failures(result: SearchResult, best: Evaluation) -> list[str]:
-    """The cheapest GPU types or layouts that fail, with the constraint that stops them (one per GPU type)."""
+    """The GPU types whose configurations under the chosen plan's cost all fail, with the constraint that stops the
+    nearest of them (``nearest_miss``; the three cheapest types per GPU)."""
     out: list[str] = []
-    per_gpu: dict[str, Evaluation] = {}
+    cheaper: dict[str, list[Evaluation]] = {}
     for e in result.evaluations:
         if e.feasible or e.candidate.mode != "aggregated":
             continue
         if e.price_per_gpu_hour * e.candidate.gpus_per_replica >= best.cost_per_hour:
             continue
-        key = e.candidate.gpu
-        if key not in per_gpu or (e.fits and not per_gpu[key].fits):
-            per_gpu[key] = e
+        cheaper.setdefault(e.candidate.gpu, []).append(e)
+    per_gpu = {gpu: miss for gpu, group in cheaper.items() if (miss := nearest_miss(group)) is not None}
     for gpu, e in sorted(per_gpu.items(), key=lambda kv: kv[1].price_per_gpu_hour)[:3]:
         c = e.candidate
         out.append(f"cheaper {gpu} ({layout(e)}, weights {c.weights}) loses: {e.reason}")
