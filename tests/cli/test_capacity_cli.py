@@ -662,9 +662,10 @@ def test_search_progress_without_a_terminal_is_a_line_every_ten_seconds(monkeypa
     line that each update rewrites, from the first second, cleared at the end. The simulation check reports through
     the same clock."""
     import tfcalc.cli.capacity as capacity_cli
+    import tfcalc.output.progress as progress
 
     clock = iter([100.0, 100.5, 105.0, 110.5, 112.0, 121.0, 122.0, 131.5])
-    monkeypatch.setattr(capacity_cli.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
     monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
     update, simulating, close = capacity_cli._progress(2000)
     for done in (10, 100, 300, 400, 900):
