@@ -720,3 +720,16 @@ def test_a_set_kv_cache_reaches_the_vllm_line_and_nothing_fitting_says_why() -> 
     assert "the set KV cache of 75.00 GiB per GPU and the rest exceed the GPU by" in text
     bad = run(*ONE_H100, "--kv-cache-memory", "20g", "--engine", "sglang")
     assert bad.exit_code != 0 and "no engine asked takes it" in bad.output and "Traceback" not in bad.output
+
+
+def test_enumerated_options_take_any_case() -> None:
+    """--points ALL, --length-dist Fixed, --ep AUTO, --format CSV read as their lower-case names (the same rows);
+    a value that is no choice is still a usage error."""
+    lower = run(*ONE_H100, "--no-simulate", "--points", "all", "--length-dist", "fixed", "--ep", "auto", "-f", "csv")
+    upper = run(*ONE_H100, "--no-simulate", "--points", "ALL", "--length-dist", "Fixed", "--ep", "AUTO", "-f", "CSV")
+    assert lower.exit_code == 0 and upper.exit_code == 0, lower.output + upper.output
+    assert upper.stdout == lower.stdout and len(lower.stdout.splitlines()) > 10
+    for flag, value, message in (("--points", "Some", "--points must be frontier or all, got 'some'"),
+                                 ("--ep", "Maybe", "--ep must be auto, on or off, got 'maybe'")):
+        bad = run(*ONE_H100, "--no-simulate", flag, value)
+        assert bad.exit_code == 2 and bad.output.strip() == f"error: {message}"
