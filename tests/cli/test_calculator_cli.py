@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import json
 from pathlib import Path
@@ -331,3 +332,26 @@ def test_sweep_limit_is_the_product_of_the_lists() -> None:
     check_sweep_size([0] * 1000, [], [0] * (MAX_SWEEP_ROWS // 1000))  # an empty list (a default) counts once
     with pytest.raises(UsageError, match=f"sweep {MAX_SWEEP_ROWS + 1:,} rows"):
         check_sweep_size([0] * (MAX_SWEEP_ROWS + 1), [0])
+
+
+def test_enumerated_options_take_any_case_and_refuse_unknown_values() -> None:
+    """--format CSV, --allreduce RING, --compute-dtype FP8, --fp8-scales Static, --device CPU, --kind GPU are their
+    lower-case choices; unknown values are still one-line usage errors."""
+    assert run("kv-cache", "-p", "llama3-8b", "-f", "CSV").stdout == run("kv-cache", "-p", "llama3-8b", "-f",
+                                                                        "csv").stdout
+    lower = run("estimate", "-p", "llama3-8b", "--tp", "2", "--allreduce", "ring", "--compute-dtype", "fp8",
+                "--fp8-scales", "static", "-w", "fp8", "-f", "json")
+    upper = run("estimate", "-p", "llama3-8b", "--tp", "2", "--allreduce", "RING", "--compute-dtype", "FP8",
+                "--fp8-scales", "Static", "-w", "fp8", "-f", "JSON")
+    assert lower.exit_code == 0 and upper.stdout == lower.stdout, upper.output
+    assert run("presets", "list", "--kind", "GPU").stdout == run("presets", "list", "--kind", "gpu").stdout
+    for args, message in ((("kv-cache", "-p", "llama3-8b", "-f", "XML"), "unknown format 'xml'"),
+                          (("estimate", "-p", "llama3-8b", "--allreduce", "Bus"), "invalid --allreduce 'bus'"),
+                          (("estimate", "-p", "llama3-8b", "--compute-dtype", "FP9"), "fp9")):
+        result = run(*args)
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+        assert result.output.startswith("error: ") and message in result.output
+    if importlib.util.find_spec("torch") is not None:  # --device CPU is the CPU: a GPU index with it is refused
+        cpu = run("profile", "--device", "CPU", "--gpu", "0")
+        assert cpu.exit_code == 2 and "--device cpu profiles the CPU" in cpu.output
+        assert "unknown device 'tpu'" in run("profile", "--device", "TPU").output

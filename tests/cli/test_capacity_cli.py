@@ -662,9 +662,10 @@ def test_search_progress_without_a_terminal_is_a_line_every_ten_seconds(monkeypa
     line that each update rewrites, from the first second, cleared at the end. The simulation check reports through
     the same clock."""
     import tfcalc.cli.capacity as capacity_cli
+    import tfcalc.output.progress as progress
 
     clock = iter([100.0, 100.5, 105.0, 110.5, 112.0, 121.0, 122.0, 131.5])
-    monkeypatch.setattr(capacity_cli.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
     monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
     update, simulating, close = capacity_cli._progress(2000)
     for done in (10, 100, 300, 400, 900):
@@ -729,3 +730,16 @@ def test_a_cheaper_gpu_that_never_fits_is_explained_by_its_roomiest_layout() -> 
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if x.startswith("cheaper rtx4090"))
     assert "weights fp8_e4m3" in line and "does not fit" in line and "tp1," not in line
+
+
+def test_enumerated_options_take_any_case() -> None:
+    """--points ALL, --length-dist Fixed, --ep AUTO, --format CSV read as their lower-case names (the same rows);
+    a value that is no choice is still a usage error."""
+    lower = run(*ONE_H100, "--no-simulate", "--points", "all", "--length-dist", "fixed", "--ep", "auto", "-f", "csv")
+    upper = run(*ONE_H100, "--no-simulate", "--points", "ALL", "--length-dist", "Fixed", "--ep", "AUTO", "-f", "CSV")
+    assert lower.exit_code == 0 and upper.exit_code == 0, lower.output + upper.output
+    assert upper.stdout == lower.stdout and len(lower.stdout.splitlines()) > 10
+    for flag, value, message in (("--points", "Some", "--points must be frontier or all, got 'some'"),
+                                 ("--ep", "Maybe", "--ep must be auto, on or off, got 'maybe'")):
+        bad = run(*ONE_H100, "--no-simulate", flag, value)
+        assert bad.exit_code == 2 and bad.output.strip() == f"error: {message}"

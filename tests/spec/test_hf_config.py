@@ -1057,3 +1057,38 @@ def test_deepseek_v4_malformed_configs_are_one_line_errors(changes: dict[str, An
     with pytest.raises(SpecError) as info:
         build("deepseek-v4-flash", **changes)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+# A scaled RoPE without a key its type needs: transformers 5.25 refuses the config (KeyError, "Missing required keys in
+# `rope_parameters`"), so tfcalc does, in one line naming the key; complete, both accept it.
+SMALL_LLAMA = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "max_position_embeddings": 4096}
+COMPLETE_ROPE = {
+    "linear": {"type": "linear", "factor": 2.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 2.0},
+    "yarn": {"rope_type": "yarn", "factor": 4.0},
+    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+    "longrope": {"rope_type": "longrope", "short_factor": [1.0] * 32, "long_factor": [1.0] * 32},
+}
+
+
+@pytest.mark.parametrize("where", ["rope_scaling", "rope_parameters"])
+@pytest.mark.parametrize(("rope_type", "dropped"), [(t, k) for t, scaling in COMPLETE_ROPE.items() for k in scaling
+                                                    if k not in ("type", "rope_type")])
+def test_scaled_rope_without_a_required_key_is_refused_as_transformers_does(where: str, rope_type: str,
+                                                                            dropped: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = {**SMALL_LLAMA, where: COMPLETE_ROPE[rope_type]}
+    transformers.LlamaConfig(**json.loads(json.dumps(config)))  # the reference accepts the complete one
+    assert spec_from_hf_config(config, origin="config.json", name="small").rope_scaling.rope_type == rope_type
+    broken = {**SMALL_LLAMA, where: {k: v for k, v in COMPLETE_ROPE[rope_type].items() if k != dropped}}
+    with pytest.raises(KeyError, match=dropped):
+        transformers.LlamaConfig(**json.loads(json.dumps(broken)))
+    with pytest.raises(SpecError) as caught:
+        spec_from_hf_config(broken, origin="config.json", name="small")
+    message = str(caught.value)
+    assert "\n" not in message and f"'{dropped}'" in message and f"'{where}'" in message and rope_type in message
+    with pytest.raises(SpecError, match=f"'{dropped}'"):  # null is no value either
+        spec_from_hf_config({**SMALL_LLAMA, where: {**COMPLETE_ROPE[rope_type], dropped: None}},
+                            origin="config.json", name="small")

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from tfcalc.cli.common import FormatOpt, OutputOpt, file_path, handle_errors
+from tfcalc.cli.common import FormatOpt, OutputOpt, choice, file_path, handle_errors
 from tfcalc.errors import TfcalcError, UsageError, missing_torch_message
 from tfcalc.output import emit, pick, show_progress, varies, wide
 from tfcalc.units import format_si, parse_size, parse_sizes, split_list
@@ -24,11 +24,12 @@ app = typer.Typer(help="Component benchmarks: SDPA attention backends, MoE vs de
 
 
 DeviceOpt = Annotated[str, typer.Option(
-    "--device", help="cuda | cpu. Default cuda; without a visible GPU pass --device cpu.")]
+    "--device", help="cuda | cpu. Default cuda; without a visible GPU pass --device cpu.", parser=choice)]
 GpuOpt = Annotated[str | None, typer.Option(
     "--gpu", "-g", help="GPU index (0), list (0,1) or all; default 0.", show_default=False)]
 DtypeOpt = Annotated[list[str] | None, typer.Option(
-    "--dtype", help="bf16 | fp16 | fp32, lists allowed; default bf16 on a GPU, fp32 on the CPU.", show_default=False)]
+    "--dtype", help="bf16 | fp16 | fp32, lists allowed; default bf16 on a GPU, fp32 on the CPU.", show_default=False,
+    parser=choice)]
 WarmupOpt = Annotated[int, typer.Option("--warmup", help="Untimed calls before timing.", min=0)]
 RepeatsOpt = Annotated[int, typer.Option("--repeats", help="Timed calls; the median is reported.", min=1)]
 
@@ -238,7 +239,7 @@ def ceilings(
     device: DeviceOpt = "cuda", gpu: GpuOpt = None,
     dtype: Annotated[list[str] | None, typer.Option(
         "--dtype", help="Matmul dtypes bf16 | fp16 | fp32, lists; default bf16,fp16,fp32 on a GPU, fp32,bf16 on "
-        "the CPU.", show_default=False)] = None,
+        "the CPU.", show_default=False, parser=choice)] = None,
     copy_size: Annotated[str | None, typer.Option(
         "--copy-size", help="Copy buffer in bytes (256m, 1g), far above the last-level cache; default 1 GiB on a "
         "GPU, 256 MiB on the CPU.",
@@ -388,7 +389,8 @@ def collectives(
         "--max-size", help="Largest message; sizes double from --min-size. Default 1 GiB on GPUs, 4 MiB on the "
         "CPU; capped to what fits in a third of free memory.", show_default=False)] = None,
     dtype: Annotated[str | None, typer.Option(
-        "--dtype", help="bf16 | fp16 | fp32; default bf16 on GPUs, fp32 on the CPU.", show_default=False)] = None,
+        "--dtype", help="bf16 | fp16 | fp32; default bf16 on GPUs, fp32 on the CPU.", show_default=False,
+        parser=choice)] = None,
     iters: Annotated[int | None, typer.Option(
         "--iters", help="Calls timed back to back per timing; default 20 on GPUs, 5 on the CPU.", min=1,
         show_default=False)] = None,

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -37,6 +35,7 @@ from tfcalc.cli.common import (
     TensorParallelOpt,
     WeightsOpt,
     check_redundant_experts,
+    choice,
     engines_asked,
     fail,
     file_path,
@@ -100,7 +99,6 @@ def parse_targets(values: list[str] | None, metric: str) -> list:
 DEFAULT_ACCEPTANCE = 0.7  # --acceptance: a draft token's acceptance probability when none is given
 MAX_SIMULATED_REQUESTS = 2_000_000  # --sim-requests x --max-simulations: the simulation check's worst case
 INPUT_LEN, OUTPUT_LEN = "1k", "256"  # --input-len / --output-len defaults (a --lengths-csv run refuses others)
-PLAIN_PROGRESS_EVERY_S = 10.0  # without a terminal on stderr: one progress line per this many seconds
 
 
 def _check_model_len(spec: Any, model_len: int, request_tokens: float, given: bool) -> None:
@@ -222,39 +220,22 @@ def summary_columns(targets: list) -> list[Column]:
 
 
 def _progress(total: int):
-    """Progress on stderr once the search has run for a second: a status line on a terminal, else (a CI log, a
-    pipe) a plain line every PLAIN_PROGRESS_EVERY_S seconds. ``update(done)`` during the search, ``simulating(n,
-    plan)`` as the simulation check starts its n-th simulation, ``close()`` at the end."""
-    from tfcalc.output import print_stderr, show_progress
+    """Progress on stderr once the search has run for a second (``tfcalc.output.progress.Progress``): a status line
+    on a terminal, else (a CI log, a pipe) a plain line every ten seconds. ``update(done)`` during the search,
+    ``simulating(n, plan)`` as the simulation check starts its n-th simulation, ``close()`` at the end."""
+    from tfcalc.output.progress import Progress
 
-    start = time.perf_counter()
-    shown = [False]
-    last_line = [start]
-    terminal = sys.stderr is not None and sys.stderr.isatty()
-
-    def say(message: str) -> None:
-        now = time.perf_counter()
-        message = f"{message}, {now - start:,.1f} s"
-        if terminal and (shown[0] or now - start >= 1.0):
-            shown[0] = True
-            show_progress(message)
-        elif not terminal and now - last_line[0] >= PLAIN_PROGRESS_EVERY_S:
-            last_line[0] = now
-            print_stderr(message)
+    progress = Progress()
 
     def update(done: int) -> None:
-        say(f"searching: {done:,} / {total:,} configurations")
+        progress.say(f"searching: {done:,} / {total:,} configurations")
 
     def simulating(number: int, plan: Any) -> None:   # an Evaluation
         from tfcalc.report.capacity import layout
 
-        say(f"checking by simulation: {number} ({plan.num_gpus} x {plan.candidate.gpu} {layout(plan)})")
+        progress.say(f"checking by simulation: {number} ({plan.num_gpus} x {plan.candidate.gpu} {layout(plan)})")
 
-    def close() -> None:
-        if shown[0]:
-            show_progress("")
-
-    return update, simulating, close
+    return update, simulating, progress.close
 
 
 def _one(values: list[str] | None, what: str) -> str | None:
@@ -299,7 +280,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              output_len: Annotated[str, typer.Option("--output-len", help="Mean output tokens.")] = OUTPUT_LEN,
              length_dist: Annotated[str, typer.Option(
                  "--length-dist", help="fixed | uniform (spread = range ratio) | lognormal (spread = coefficient "
-                 "of variation) | exponential.")] = "fixed",
+                 "of variation) | exponential.", parser=choice)] = "fixed",
              input_spread: Annotated[float | None, typer.Option("--input-spread", show_default=False,
                                                                 help="Spread of prompt lengths.")] = None,
              output_spread: Annotated[float | None, typer.Option("--output-spread", show_default=False,
@@ -328,7 +309,8 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              tp: TensorParallelOpt = None,
              pp: PipelineParallelOpt = None,
              ep: Annotated[str, typer.Option(
-                 "--ep", help="Expert parallel for MoE models: auto (try both), on (ep = tp), off.")] = "auto",
+                 "--ep", help="Expert parallel for MoE models: auto (try both), on (ep = tp), off.", parser=choice)]
+             = "auto",
              redundant_experts: RedundantExpertsOpt = 0,
              attention_dp: Annotated[list[str] | None, typer.Option(
                  "--attention-dp", help="Data-parallel attention ranks to try for MoE models (DeepSeek-style wide "
@@ -407,7 +389,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              top: Annotated[int, typer.Option("--top", help="Configurations listed in the table.")] = 10,
              points: Annotated[str, typer.Option(
                  "--points", help="CSV/JSON rows: frontier (the chosen plan, the cheapest listed and the Pareto "
-                 "frontier, one row each) or all (every evaluated point, long format).")] = "frontier",
+                 "frontier, one row each) or all (every evaluated point, long format).", parser=choice)] = "frontier",
              workers: Annotated[int | None, typer.Option(
                  "--workers", help="Processes for the search and its simulation check (default: the CPU count, "
                  "at most 4).",

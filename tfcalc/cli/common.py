@@ -11,9 +11,10 @@ import os
 import signal
 import sys
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, Generic, ParamSpec, TypeVar
 
 import typer
 from typer.core import TyperGroup
@@ -39,6 +40,7 @@ from tfcalc.units import parse_size, split_list
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 def complete_preset(kind: str) -> Callable[[str], list[str]]:
@@ -80,6 +82,12 @@ def file_path(text: str) -> Path:
     return Path(text)
 
 
+def choice(text: str) -> str:
+    """An enumerated option's value as its choices are spelled, in lower case (``--format CSV`` is csv, ``--device
+    CPU`` cpu): Typer's ``parser`` for them; a value that is no choice is still refused by the option's check."""
+    return text.lower()
+
+
 ConfigOpt = Annotated[list[Path] | None, typer.Option(
     "--config", "-c", help="A Hugging Face config.json; repeatable.", show_default=False, parser=file_path)]
 ContextOpt = Annotated[list[str] | None, typer.Option(
@@ -93,7 +101,7 @@ KvDtypeOpt = Annotated[list[str] | None, typer.Option(
     show_default=False)]
 FormatOpt = Annotated[str | None, typer.Option(
     "--format", "-f", help="table | csv | json (default: from --output's extension, else table).",
-    show_default=False)]
+    show_default=False, parser=choice)]
 OutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", help="Write to this file (replaced atomically; devices and - are written to) instead of "
     "stdout.", show_default=False, parser=file_path)]
@@ -539,14 +547,61 @@ def resolve_models(presets: list[str] | None, configs: list[Path] | None) -> lis
 MAX_SWEEP_ROWS = 100_000
 
 
-def check_sweep_size(*lists: Sequence[object]) -> None:
-    """Refuse, before any work, a sweep whose lists multiply past ``MAX_SWEEP_ROWS`` rows (an empty list counts 1)."""
+def check_sweep_size(*lists: Sequence[object]) -> int:
+    """The rows a sweep over ``lists`` makes (their lengths multiplied; an empty list counts 1), refused before any
+    work past ``MAX_SWEEP_ROWS``."""
     rows = 1
     for items in lists:
         rows *= max(len(items), 1)
     if rows > MAX_SWEEP_ROWS:
         raise UsageError(f"the lists given sweep {rows:,} rows, past tfcalc's {MAX_SWEEP_ROWS:,} a run: shorten them "
                          "or split the run")
+    return rows
+
+
+@dataclass(frozen=True)
+class Swept(Generic[T]):
+    """What a calculator sweep made: its items in order, the number it set out to make, and the Ctrl-C or SIGTERM
+    that stopped it (None: it ran to the end)."""
+
+    items: list[T]
+    total: int
+    stopped: KeyboardInterrupt | None = None
+
+    def finish(self) -> None:
+        """Call once the kept rows are written: a stopped sweep then ends as ``Interrupted`` (exit 130 / 143) with
+        one line saying how far it got."""
+        if self.stopped is not None:
+            raise _stopped(self.stopped, len(self.items), self.total)
+
+
+def _stopped(exc: KeyboardInterrupt, kept: int, total: int) -> Interrupted:
+    reason = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+    what = f"kept the {kept:,} of {total:,} rows computed before {reason}" if kept else \
+        f"no row of {total:,} computed before {reason}; nothing written"
+    return Interrupted.from_exception(exc, what)
+
+
+def run_sweep(items: Iterable[T], total: int, what: str) -> Swept[T]:
+    """Collect a calculator sweep's items (rows, or rows with their traces), with progress on stderr once it runs
+    past a second (``tfcalc.output.progress``). Ctrl-C or SIGTERM (``Terminated``) stops it and keeps what was made,
+    for the command to write as a complete run would and then call ``finish()``; stopped before the first item it
+    raises ``Interrupted`` at once, so that no output (an existing ``--output`` file) is replaced by nothing."""
+    from tfcalc.output.progress import Progress
+
+    progress = Progress(total)
+    kept: list[T] = []
+    try:
+        for item in items:
+            kept.append(item)
+            progress.say(f"{what}: row {len(kept):,} of {total:,}", len(kept))
+    except KeyboardInterrupt as exc:
+        if not kept:
+            raise _stopped(exc, 0, total) from None
+        return Swept(kept, total, exc)
+    finally:
+        progress.close()
+    return Swept(kept, total)
 
 
 def parse_dtype_list(values: list[str] | None) -> list:

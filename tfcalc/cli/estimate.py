@@ -23,6 +23,7 @@ from tfcalc.cli.common import (
     check_redundant_experts,
     check_runtime_overhead,
     check_sweep_size,
+    choice,
     engines_asked,
     file_path,
     float_list,
@@ -30,6 +31,7 @@ from tfcalc.cli.common import (
     parse_dtype_list,
     rate_overrides,
     resolve_models,
+    run_sweep,
     weight_precisions,
 )
 from tfcalc.cli.plan import GpuOpt, gpu_list
@@ -81,10 +83,11 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.", min=1)] = 8,
              allreduce: Annotated[str | None, typer.Option(
                  "--allreduce", help="NCCL all-reduce algorithm: ring, tree or auto (the faster); default: the "
-                 "fabric's.", show_default=False)] = None,
+                 "fabric's.", show_default=False, parser=choice)] = None,
              compute_dtype: Annotated[str, typer.Option(
                  "--compute-dtype", help="Tensor-core format of quantised weights: auto (fp8 W8A8, fp4 where the chip "
-                 "has it, int8/int4 weight-only), int8 (W8A8), fp8, fp4, bf16 (weight-only everything).")] = "auto",
+                 "has it, int8/int4 weight-only), int8 (W8A8), fp8, fp4, bf16 (weight-only everything).",
+                 parser=choice)] = "auto",
              cuda_graphs: Annotated[bool | None, typer.Option(
                  "--cuda-graphs/--no-cuda-graphs", help="Replay steps from CUDA graphs (default: the engine's); "
                  "without, each kernel waits for its host launch.", show_default=False)] = None,
@@ -95,7 +98,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              fp8_scales: Annotated[str, typer.Option(
                  "--fp8-scales", help="How per-tensor fp8 linears scale their inputs: auto (the checkpoint's; "
                  "the engine's online quantisation for a 16-bit one: dynamic in vLLM/SGLang), static, dynamic "
-                 "(a max reduction per call).")] = "auto",
+                 "(a max reduction per call).", parser=choice)] = "auto",
              redundant_experts: RedundantExpertsOpt = 0,
              routing_skew: Annotated[str | None, typer.Option(
                  "--routing-skew", help="Shorthand for --routing zipf:S (0 = uniform).", show_default=False)] = None,
@@ -143,7 +146,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     from tfcalc.calc.kernels import UNIFORM, Routing, parse_routing
     from tfcalc.calc.plan import PlanConfig
     from tfcalc.errors import UsageError
-    from tfcalc.report.estimate import EstimateOptions, EstimateSweep, estimate_rows, explain_lines, fit_sentence
+    from tfcalc.report.estimate import EstimateOptions, EstimateSweep, explain_lines, fit_sentence, iter_estimate_rows
     from tfcalc.spec.interconnect import load_interconnect
 
     specs = resolve_models(preset, config)
@@ -191,16 +194,12 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                           prompt_lens=parse_sizes(prompt_len, "prompt length", MAX_TOKENS),
                           gen_lens=parse_sizes(gen_len, "generation length", MAX_TOKENS),
                           precisions=weight_precisions(weights_dtype), kv_dtypes=kv_dtypes)
-    check_sweep_size(specs, gpus, engines, overrides, sweep.tps, sweep.pps, sweep.eps, sweep.batches, sweep.prompt_lens,
-                     sweep.gen_lens, sweep.precisions, sweep.kv_dtypes)
-    rows: list[dict] = []
-    handles: list = []
-    for engine_spec in engines:
-        for rates, source in overrides:
-            options = EstimateOptions(**common, engine=engine_spec, rates=rates, rates_source=source)
-            more_rows, more_handles = estimate_rows(specs, gpus, sweep, options)
-            rows += more_rows
-            handles += more_handles
+    total = check_sweep_size(specs, gpus, engines, overrides, sweep.tps, sweep.pps, sweep.eps, sweep.batches,
+                             sweep.prompt_lens, sweep.gen_lens, sweep.precisions, sweep.kv_dtypes)
+    swept = run_sweep((pair for engine_spec in engines for rates, source in overrides
+                       for pair in iter_estimate_rows(specs, gpus, sweep, EstimateOptions(
+                           **common, engine=engine_spec, rates=rates, rates_source=source))), total, "estimate")
+    rows, handles = [row for row, _ in swept.items], [handle for _, handle in swept.items]
     engine_names = ", ".join(dict.fromkeys(str(r["engine"]) for r in rows))
     model = ("pure roofline (100 % of dense peak and HBM bandwidth, no floors or latencies)" if ideal else
              f"per-kernel latency model, engine {engine_names}, rates: "
@@ -230,3 +229,4 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
 
         plot_roofline(plot, rows)
         print_stderr(f"wrote plot to {plot}")
+    swept.finish()

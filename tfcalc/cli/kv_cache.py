@@ -16,6 +16,7 @@ from tfcalc.cli.common import (
     handle_errors,
     parse_dtype_list,
     resolve_models,
+    run_sweep,
 )
 from tfcalc.output import emit, pick, wide
 from tfcalc.units import parse_sizes
@@ -33,13 +34,15 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
                  "--compare-attention", help="Show the same model as MHA, as configured, and MQA.")] = False,
              fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """KV-cache bytes per token (all layers) and in total for batch x context, window caps applied."""
-    from tfcalc.report.kv_cache import kv_cache_rows
+    from tfcalc.report.kv_cache import iter_kv_cache_rows, kv_cache_row_count
 
     specs = resolve_models(preset, config)
     contexts, batches = parse_sizes(context, "context"), parse_sizes(batch, "batch")
     kv_dtypes = parse_dtype_list(kv_dtype)
     check_sweep_size(specs, contexts, batches, kv_dtypes, [0] * (3 if compare_attention else 1))
-    rows = kv_cache_rows(specs, contexts, batches, kv_dtypes, compare_attention)
+    swept = run_sweep(iter_kv_cache_rows(specs, contexts, batches, kv_dtypes, compare_attention),
+                      kv_cache_row_count(specs, contexts, batches, kv_dtypes, compare_attention), "kv-cache")
+    rows = swept.items
     columns = COLUMNS
     hidden = {key for key, unused in (
         ("kv_cache_bytes_uncapped", all(row["kv_cache_bytes"] == row["kv_cache_bytes_uncapped"] for row in rows)),
@@ -61,3 +64,4 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
     over = dict.fromkeys((r["model"], r["context"]) for r in rows if r["exceeds_max_context"])
     notes += [f"note: {model} context {context:,} exceeds its max context" for model, context in over]
     emit(rows, columns, fmt, output, title="KV cache", notes=tuple(notes))
+    swept.finish()

@@ -16,6 +16,7 @@ from tfcalc.cli.common import (
     handle_errors,
     parse_dtype_list,
     resolve_models,
+    run_sweep,
 )
 from tfcalc.output import emit, pick
 from tfcalc.units import parse_size, parse_sizes, split_list
@@ -50,19 +51,21 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
            fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Memory for weights, KV cache and activation workspace, per weight / KV format, context and batch."""
     from tfcalc.dtypes import get_dtype
-    from tfcalc.report.memory import ACTIVATION_FORMULA, exception_notes, memory_rows
+    from tfcalc.report.memory import ACTIVATION_FORMULA, exception_notes, iter_memory_rows
     from tfcalc.report.params import mtp_notes
 
     specs = resolve_models(preset, config)
     contexts, batches = parse_sizes(context, "context"), parse_sizes(batch, "batch")
     kv_dtypes = parse_dtype_list(kv_dtype)
     precisions = parse_weight_dtypes(weights_dtype)
-    check_sweep_size(specs, contexts, batches, precisions, kv_dtypes)
-    rows = memory_rows(specs, contexts, batches, precisions, kv_dtypes, get_dtype(activation_dtype),
-                       parse_size(prefill_chunk, "prefill chunk"))
+    total = check_sweep_size(specs, contexts, batches, precisions, kv_dtypes)
+    swept = run_sweep(iter_memory_rows(specs, contexts, batches, precisions, kv_dtypes, get_dtype(activation_dtype),
+                                       parse_size(prefill_chunk, "prefill chunk")), total, "memory")
+    rows = swept.items
     kept = "lm_head, router and vision encoder" if any(s.encoder is not None for s in specs) else "lm_head and router"
     notes = ("weights include scale overhead of block formats; as quantized checkpoints ship, a quantized format "
              f"leaves biases, norms, the embedding, {kept} in bf16 unless named (default=fp8,lm_head=fp8 "
              "quantizes lm_head too); the same rule as 'tfcalc plan'. GiB = 2^30 bytes.", ACTIVATION_FORMULA + ".",
              *exception_notes(specs), *mtp_notes(specs))
     emit(rows, COLUMNS, fmt, output, title="Memory", notes=notes)
+    swept.finish()

@@ -39,6 +39,7 @@ from tfcalc.cli.common import (
     kv_cache_memory_bytes,
     parse_dtype_list,
     resolve_models,
+    run_sweep,
     weight_precisions,
 )
 from tfcalc.errors import UsageError
@@ -149,7 +150,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
          explain: ExplainOpt = False, plot: PlotOpt = None, fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Weights, every reserved term and the KV budget per GPU as the serving engine counts them; KV tokens; max
     sequences at a context; max context at a batch; verdict."""
-    from tfcalc.report.plan import PlanSweep, plan_rows
+    from tfcalc.report.plan import PlanSweep, iter_plan_rows, plan_row_count
 
     if max_gpus < 1 or gpus_per_node < 1:
         raise UsageError(f"--max-gpus ({max_gpus}) and --gpus-per-node ({gpus_per_node}) must be at least 1")
@@ -178,7 +179,8 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
     check_sweep_size(specs, gpus, engines, sweep.num_gpus, sweep.tps, sweep.pps, sweep.eps, sweep.contexts,
                      sweep.batches, precisions, kv_dtypes, sweep.utilizations, sweep.block_sizes, sweep.max_num_seqs,
                      sweep.max_num_batched_tokens, sweep.runtime_overheads)
-    rows, traces = plan_rows(specs, gpus, sweep)
+    swept = run_sweep(iter_plan_rows(specs, gpus, sweep), plan_row_count(specs, gpus, sweep), "plan")
+    rows, traces = [row for row, _ in swept.items], [trace for _, trace in swept.items]
     notes = (*dict.fromkeys(engine_note(e) for e in engines),
              "KV tokens: what the engine logs; max seqs add up over data-parallel replicas. GiB = 2^30 bytes.",
              *(f"{r['model']} on {r['num_gpus']} x {r['gpu']} ({r['engine']}), batch {r['batch']}, context "
@@ -196,6 +198,7 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
 
         plot_plan(plot, *memory_by_context(specs, gpus, rows[0], precisions, kv_dtypes, engines))
         print_stderr(f"wrote plot to {plot}")
+    swept.finish()
     if rows and all(r["max_concurrent_sequences"] == 0 for r in rows):
         # What one sequence lacks (not the row's batch): its KV bytes minus the budget (negative when weights overflow).
         def one(r: dict) -> int:

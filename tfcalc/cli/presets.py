@@ -4,17 +4,17 @@ from typing import Annotated
 
 import typer
 
-from tfcalc.cli.common import FormatOpt, OutputOpt, handle_errors
+from tfcalc.cli.common import FormatOpt, OutputOpt, choice, handle_errors
 from tfcalc.errors import UsageError
 from tfcalc.output import emit, pick, resolve_format, wide
 
 app = typer.Typer(help="List and show the bundled presets: models, GPUs, engine versions and interconnects.",
                   no_args_is_help=True)
 
-KindOpt = Annotated[str, typer.Option("--kind", "-k", help="model | gpu | engine | interconnect")]
+KindOpt = Annotated[str, typer.Option("--kind", "-k", help="model | gpu | engine | interconnect", parser=choice)]
 ShowKindOpt = Annotated[str | None, typer.Option(
     "--kind", "-k", help="model | gpu | engine | interconnect (default: whichever has a preset of that name or "
-    "alias).", show_default=False)]
+    "alias).", show_default=False, parser=choice)]
 
 _FLOPS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 LIST_COLUMNS = {

@@ -28,6 +28,7 @@ from tfcalc.cli.common import (
     FormatOpt,
     OutputOpt,
     PresetOpt,
+    choice,
     file_path,
     handle_errors,
     read_calibration,
@@ -89,7 +90,7 @@ def profile(
     preset: PresetOpt = None, config: ConfigOpt = None,
     gpu: Annotated[str | None, typer.Option(help="GPU index, list (0,1) or all; default 0.", show_default=False)]
     = None,
-    device: Annotated[str, typer.Option(help="cuda or cpu.")] = "cuda",
+    device: Annotated[str, typer.Option(help="cuda or cpu.", parser=choice)] = "cuda",
     batch: Annotated[list[str], typer.Option(help="Batch sizes (list: 1,8,64).")] = ["1"],  # noqa: B006
     prompt_len: Annotated[list[str] | None, typer.Option(
         help="Prompt lengths (default 512 on a GPU, 128 on the CPU).", show_default=False)] = None,
@@ -99,16 +100,16 @@ def profile(
     gen_len: Annotated[list[str] | None, typer.Option(
         help="Generated tokens per sequence, >= 2 (default 128 on a GPU, 16 on the CPU).", show_default=False)]
     = None,
-    dtype: Annotated[list[str], typer.Option(help="Compute dtype: bf16, fp16, fp32; lists sweep.")]
+    dtype: Annotated[list[str], typer.Option(help="Compute dtype: bf16, fp16, fp32; lists sweep.", parser=choice)]
     = ["bf16"],  # noqa: B006
     weights_dtype: Annotated[list[str] | None, typer.Option(
         help="FP8 weights: fp8 (one scale per matrix) or fp8_block (128x128 block scales); default: the compute "
-        "dtype.", show_default=False)] = None,
+        "dtype.", show_default=False, parser=choice)] = None,
     attn_backend: Annotated[list[str], typer.Option(
-        help="SDPA backend(s): auto, flash, efficient, cudnn, math.")] = ["auto"],  # noqa: B006
+        help="SDPA backend(s): auto, flash, efficient, cudnn, math.", parser=choice)] = ["auto"],  # noqa: B006
     decode_attention: Annotated[str, typer.Option(
         help="How decode reads the cache: auto (flex over the live blocks when compiled, else live), live, flex, "
-        "static (the whole cache).")] = "auto",
+        "static (the whole cache).", parser=choice)] = "auto",
     layers: Overrides = None, hidden: Overrides = None, intermediate: Overrides = None, vocab: Overrides = None,
     experts: Overrides = None,
     tp: Annotated[int, typer.Option(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -199,11 +199,22 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSw
                   progress: Callable[[int], None] | None = None
                   ) -> tuple[list[Row], list[tuple[LatencyEstimate, Deployment]]]:
     """One row per combination, and the estimate behind each (``explain_lines`` turns one into text on demand)."""
+    rows: list[Row] = []
+    handles: list[tuple[LatencyEstimate, Deployment]] = []
+    for row, handle in iter_estimate_rows(specs, gpus, sweep, options):
+        rows.append(row)
+        handles.append(handle)
+        if progress is not None:
+            progress(len(rows))
+    return rows, handles
+
+
+def iter_estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSweep, options: EstimateOptions
+                       ) -> Iterator[tuple[Row, tuple[LatencyEstimate, Deployment]]]:
+    """``estimate_rows``' (row, estimate) pairs one at a time (a sweep stopped part-way keeps the rows made)."""
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.latency import rates_for
 
-    rows: list[Row] = []
-    handles: list[tuple[LatencyEstimate, Deployment]] = []
     memory = replace(options.memory, engine=options.engine)
     for spec, gpu in itertools.product(specs, gpus):
         for precision, kv_dtype, tp, pp, ep in itertools.product(
@@ -227,11 +238,7 @@ def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSw
                 fit = fit_columns(d, memory, batch, prompt + gen, longest) if options.fit else None
                 row = estimate_row(spec, gpu, precision, kv_dtype, e, d, options, fit)
                 row["decode_turning_point_batch"] = turning_point_batch(d, e.decode_context)
-                rows.append(row)
-                handles.append((e, d))
-                if progress is not None:
-                    progress(len(rows))
-    return rows, handles
+                yield row, (e, d)
 
 
 def _graphs_text(d: Deployment, r: Rates) -> str:

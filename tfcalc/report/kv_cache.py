@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 
 from tfcalc.calc.kv_cache import (
     attention_variants,
@@ -39,7 +40,19 @@ def _variant_label(spec: ModelSpec, kind: str, variant: ModelSpec) -> str:
 def kv_cache_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int], kv_dtypes: list[DType],
                   compare_attention: bool = False) -> list[Row]:
     """One row per model x attention variant x context x batch x dtype; ``kv_bytes_per_token`` is uncapped."""
-    rows: list[Row] = []
+    return list(iter_kv_cache_rows(specs, contexts, batches, kv_dtypes, compare_attention))
+
+
+def kv_cache_row_count(specs: list[ModelSpec], contexts: list[int], batches: list[int], kv_dtypes: list[DType],
+                       compare_attention: bool = False) -> int:
+    """How many rows ``kv_cache_rows`` makes (the attention variants differ by model)."""
+    variants = sum(len(attention_variants(spec)) if compare_attention else 1 for spec in specs)
+    return variants * max(len(contexts), 1) * max(len(batches), 1) * max(len(kv_dtypes), 1)
+
+
+def iter_kv_cache_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int], kv_dtypes: list[DType],
+                       compare_attention: bool = False) -> Iterator[Row]:
+    """``kv_cache_rows`` one at a time (a sweep stopped part-way keeps the rows made)."""
     for spec in specs:
         variants = ([(_variant_label(spec, kind, variant), variant) for kind, variant in attention_variants(spec)]
                     if compare_attention else [(spec.attention_kind, spec)])
@@ -47,7 +60,7 @@ def kv_cache_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int
         for (label, variant), context, batch, kv_dtype in itertools.product(
                 variants, contexts or [spec.max_context], batches, kv_dtypes or [default_kv_dtype(spec)]):
             per_token = kv_bytes_per_token(variant, kv_dtype)
-            rows.append({
+            yield {
                 "model": spec.name,
                 "attention": label if spec.linear_attention is None else f"{label} + {linear_name(spec)}",
                 "kv_heads": variant.num_kv_heads if variant.mla is None else None,
@@ -63,5 +76,4 @@ def kv_cache_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int
                 "kv_cache_bytes": kv_cache_bytes(variant, kv_dtype, context, batch),
                 "kv_cache_bytes_uncapped": math.ceil(per_token * context * batch + batch * state),
                 "exceeds_max_context": context > spec.max_context,
-            })
-    return rows
+            }

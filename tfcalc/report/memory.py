@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 from tfcalc.calc.kv_cache import default_kv_dtype, kv_cache_bytes
 from tfcalc.calc.memory import activation_workspace_bytes, weights_bytes_by_component
@@ -25,7 +26,14 @@ def memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int],
                 weight_precisions: list[WeightPrecision], kv_dtypes: list[DType], activation_dtype: DType,
                 prefill_chunk_tokens: int) -> list[Row]:
     """Weights + KV cache + activation workspace, one row per combination, with per-component weight bytes."""
-    rows: list[Row] = []
+    return list(iter_memory_rows(specs, contexts, batches, weight_precisions, kv_dtypes, activation_dtype,
+                                 prefill_chunk_tokens))
+
+
+def iter_memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int],
+                     weight_precisions: list[WeightPrecision], kv_dtypes: list[DType], activation_dtype: DType,
+                     prefill_chunk_tokens: int) -> Iterator[Row]:
+    """``memory_rows`` one at a time (a sweep stopped part-way keeps the rows made)."""
     for spec in specs:
         counts = count_params(spec)
         precisions = weight_precisions or [parse_weight_precision(spec.native_dtype)]
@@ -48,8 +56,7 @@ def memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int],
             }
             for component in PARAM_COMPONENTS:
                 row[f"{component}_weights_bytes"] = by_component[component]
-            rows.append(row)
-    return rows
+            yield row
 
 
 def exception_notes(specs: list[ModelSpec]) -> tuple[str, ...]:

@@ -5,6 +5,8 @@ own name so it lines up with the engine's log. No I/O."""
 from __future__ import annotations
 
 import itertools
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from tfcalc.calc.engine import (
@@ -384,6 +386,24 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
               ) -> tuple[list[Row], list[tuple[str, ...]]]:
     """One row per combination (sweeps multiply) and its --explain trace; with ``find_min_gpus`` the GPU count
     is searched over the layouts ``candidate_layouts`` allows (``tps`` / ``pps``, when given, restrict them)."""
+    pairs = list(iter_plan_rows(specs, gpus, sweep))
+    return [row for row, _ in pairs], [trace for _, trace in pairs]
+
+
+def plan_row_count(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep) -> int:
+    """How many rows ``plan_rows`` makes: every list multiplies (an empty one counts 1), but ``find_min_gpus``
+    makes one row per configuration whatever ``tps`` / ``pps`` allow."""
+    w = sweep
+    lists = [specs, gpus, w.precisions, w.kv_dtypes, w.contexts, w.batches, w.engines, w.utilizations, w.block_sizes,
+             w.max_num_seqs, w.max_num_batched_tokens, w.runtime_overheads]
+    if not w.find_min_gpus:
+        lists += [w.num_gpus, w.tps, w.pps, w.eps]
+    return math.prod(max(len(items), 1) for items in lists)
+
+
+def iter_plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
+                   ) -> Iterator[tuple[Row, tuple[str, ...]]]:
+    """``plan_rows``' (row, trace) pairs one at a time (a sweep stopped part-way keeps the rows made)."""
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.errors import UsageError
 
@@ -391,8 +411,6 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
     if w.find_min_gpus and (w.num_gpus or any(ep != 1 for ep in w.eps)):
         raise UsageError("--min-gpus searches the GPU count: drop --num-gpus (and --ep: an MoE model's layouts are "
                          "tried with ep 1 and ep = tp)")
-    rows: list[Row] = []
-    traces: list[tuple[str, ...]] = []
     for spec, gpu in itertools.product(specs, gpus):
         for precision, kv, context, batch, engine, util, block, seqs, mnbt, overhead in itertools.product(
                 w.precisions or [None], w.kv_dtypes or [None],
@@ -415,11 +433,11 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
                                      f"{engine_label(engine)})")
                 cfg = replace(base, num_gpus=r.parallelism.num_gpus, tp=r.parallelism.tp, pp=r.parallelism.pp,
                               ep=r.parallelism.ep)
-                rows.append(_plan_row(spec, gpu, precision, kv_dtype, cfg, r))
                 line = f"--min-gpus: {r.parallelism.num_gpus} is the smallest GPU count that fits with " + (
                     f"tp in {w.tps or 'any'}, pp in {w.pps or 'any'}" if w.tps or w.pps else
                     f"tp within a node of {w.gpus_per_node}, pp only across whole nodes")
-                traces.append((line, *plan_explain(spec, gpu, precision, kv_dtype, cfg, r)))
+                yield (_plan_row(spec, gpu, precision, kv_dtype, cfg, r),
+                       (line, *plan_explain(spec, gpu, precision, kv_dtype, cfg, r)))
                 continue
             for n, tp, pp, ep in itertools.product(w.num_gpus or [0], w.tps or [0], w.pps or [1], w.eps or [1]):
                 if not n:
@@ -435,9 +453,8 @@ def plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
                         raise
                     raise UsageError(f"--num-gpus {n} means tp {cfg.tp} x pp {pp} (tp = GPUs / pp when --tp is not "
                                      f"given): {exc}; give --tp and --pp") from None
-                rows.append(_plan_row(spec, gpu, precision, kv_dtype, cfg, r))
-                traces.append(plan_explain(spec, gpu, precision, kv_dtype, cfg, r))
-    return rows, traces
+                yield _plan_row(spec, gpu, precision, kv_dtype, cfg, r), plan_explain(spec, gpu, precision, kv_dtype,
+                                                                                      cfg, r)
 
 
 def memory_by_context(specs: list[ModelSpec], gpus: list[GPUSpec], row: Row, precisions: list[WeightPrecision],

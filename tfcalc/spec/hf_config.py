@@ -1742,6 +1742,16 @@ MODEL_TYPE_ALIASES: dict[str, str] = {"deepseek_ref": "deepseek_v4"}
 
 # --- shared field mapping ------------------------------------------------------------------------------------------
 
+# Keys a scaled RoPE must carry, by type, that transformers does not fill in itself (it fills rope_theta and
+# original_max_position_embeddings from the config): transformers 5.25 modeling_rope_utils.py,
+# RotaryEmbeddingConfigMixin._validate_{linear,dynamic,yarn,longrope,llama3}_rope_parameters' required_keys (a KeyError
+# when one is absent) less what standardize_rope_params sets
+ROPE_REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
+    "linear": ("factor",), "dynamic": ("factor",), "yarn": ("factor",), "longrope": ("short_factor", "long_factor"),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+}
+
+
 def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
     """``rope_theta`` and ``rope_scaling`` from the classic keys or transformers 5's ``rope_parameters``."""
     params = c.data.get("rope_parameters")
@@ -1764,6 +1774,10 @@ def _rope(c: _Config, family: _Family) -> tuple[float, RopeScaling | None]:
         return float(theta), None
     if c.model_type == "phi3" and rope_type in ("su", "yarn"):  # Phi3Config renames both to longrope
         rope_type = "longrope"
+    missing = [key for key in ROPE_REQUIRED_KEYS.get(rope_type, ()) if scaling.get(key) is None]
+    if missing:
+        where = "rope_scaling" if c.data.get("rope_scaling") is not None else "rope_parameters"
+        raise c.error(f"field '{where}': rope_type {rope_type} needs '{missing[0]}' (transformers refuses it without)")
     original = scaling.get("original_max_position_embeddings", c.data.get("original_max_position_embeddings"))
 
     def number(key: str) -> float | None:
