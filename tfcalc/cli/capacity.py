@@ -398,7 +398,14 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              output: OutputOpt = None) -> None:
     """The cheapest GPU configuration that serves a traffic within latency targets: Pareto frontier, cost per
     million tokens, why the runners-up lose, and vLLM / SGLang / TensorRT-LLM launch flags."""
-    from tfcalc.calc.capacity import SearchSpace, count_candidates, full_evaluation, search, verified_choice
+    from tfcalc.calc.capacity import (
+        SearchSpace,
+        count_candidates,
+        full_evaluation,
+        nearest_miss,
+        search,
+        verified_choice,
+    )
     from tfcalc.calc.engine import served_precision
     from tfcalc.calc.kernels import parse_routing
     from tfcalc.calc.kv_cache import default_kv_dtype
@@ -574,12 +581,9 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
                      f"{sum(e.fits for e in result.evaluations):,} fit, "
                      f"{sum(e.feasible for e in result.evaluations):,} meet the targets within {max_gpus} GPUs")
         if chosen is None:
-            closest = min((e for e in result.evaluations if e.fits), default=None,
-                          key=lambda e: (e.replicas == 0, -e.capacity_rate_per_s))
-            roomiest = max((e for e in result.evaluations if e.memory is not None), default=None,
-                           key=lambda e: e.memory.kv_budget_bytes_per_gpu)  # type: ignore[union-attr]
-            why = (f"; the closest, {closest.candidate.label}, fails on {closest.reason}" if closest else
-                   f"; none fits, the roomiest ({roomiest.candidate.label}): {roomiest.reason}" if roomiest else "")
+            miss = nearest_miss(result.evaluations)
+            why = ("" if miss is None else f"; the closest, {miss.candidate.label}, fails on {miss.reason}" if miss.fits
+                   else f"; none fits, the roomiest ({miss.candidate.label}): {miss.reason}")
             notes.append(f"{spec.name}: no configuration meets the targets{why}")
         else:
             rich = full(chosen)  # with its operating point and costs (the search's own evaluation may lack them)
