@@ -146,13 +146,19 @@ def test_expert_counts_reported_for_moe_layers_only(make_spec) -> None:
 def test_parameter_count_equals_calculator(preset: str) -> None:
     """Every preset at 2 layers with its real widths (meta device: no memory), MoE and MLA included; the bundled
     decoder is the text model, so a multimodal preset's vision encoder (which engines load beside it) is not in it.
-    A preset whose values are narrower than its keys (MiMo-V2-Flash) or whose attention is DeepSeek-V4's is refused
-    by it, in one line."""
+    A preset whose values are narrower than its keys (MiMo-V2-Flash) or whose attention is DeepSeek-V4's or
+    MiniMax-M3's is refused by it, in one line."""
     spec = load_model(preset)
     if spec.compressed_attention is not None:
         from tfcalc.errors import SpecError
 
         with pytest.raises(SpecError, match="the bundled model does not run DeepSeek-V4's compressed attention"):
+            build_model(spec, layers=2, device="meta")
+        return
+    if spec.sparse_indexer is not None and spec.sparse_indexer.kind == "minimax_m3":
+        from tfcalc.errors import SpecError
+
+        with pytest.raises(SpecError, match="the bundled model does not run MiniMax-M3's block-sparse attention"):
             build_model(spec, layers=2, device="meta")
         return
     if spec.value_head_dim != spec.head_dim:
