@@ -66,7 +66,7 @@ PRESET_FIXTURES = (
     "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash", "deepseek-v4-flash",
     "deepseek-v4-pro", "qwen3-8b", "qwen3-32b", "qwen3-coder-480b-a35b", "kimi-k2", "nemotron-3-super-120b-a12b",
     "mistral-small-3.2-24b", "mistral-nemo-12b", "minimax-m2.7", "qwen3-14b", "qwen3-4b", "qwen3-1.7b", "qwen3-0.6b",
-    "phi-4", "qwen2.5-32b", "qwen2.5-14b", "minimax-m3",
+    "phi-4", "qwen2.5-32b", "qwen2.5-14b", "minimax-m3", "kimi-linear-48b-a3b",
 )
 # Checkpoints whose config.json equals a bundled preset's but for metadata: the fixture, that preset, and the repository
 # id (an alias of it) that names the checkpoint.
