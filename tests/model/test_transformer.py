@@ -142,23 +142,31 @@ def test_expert_counts_reported_for_moe_layers_only(make_spec) -> None:
     assert all(int(c.sum()) == 2 * spec.moe.experts_per_token for c in model.expert_token_counts().values())
 
 
+def _refusal(spec: ModelSpec) -> str | None:
+    """The one-line refusal the bundled decoder gives a preset it cannot build, else None."""
+    if spec.compressed_attention is not None:
+        return "the bundled model does not run DeepSeek-V4's compressed attention"
+    if spec.sparse_indexer is not None and spec.sparse_indexer.kind == "minimax_m3":
+        return "the bundled model does not run MiniMax-M3's block-sparse attention"
+    if spec.linear_attention is not None and spec.linear_attention.kind == "kda":
+        return r"the bundled model has no Kimi Delta Attention \(KDA\) layer"
+    if spec.value_head_dim != spec.head_dim:
+        return "the bundled model runs values as wide as keys"
+    return None
+
+
 @pytest.mark.parametrize("preset", preset_names())
 def test_parameter_count_equals_calculator(preset: str) -> None:
     """Every preset at 2 layers with its real widths (meta device: no memory), MoE and MLA included; the bundled
     decoder is the text model, so a multimodal preset's vision encoder (which engines load beside it) is not in it.
-    A preset whose values are narrower than its keys (MiMo-V2-Flash) or whose attention is DeepSeek-V4's is refused
-    by it, in one line."""
+    A preset whose values are narrower than its keys (MiMo-V2-Flash) or whose attention is DeepSeek-V4's,
+    MiniMax-M3's or Kimi Linear's KDA is refused by it, in one line."""
     spec = load_model(preset)
-    if spec.compressed_attention is not None:
+    refusal = _refusal(spec)
+    if refusal is not None:
         from tfcalc.errors import SpecError
 
-        with pytest.raises(SpecError, match="the bundled model does not run DeepSeek-V4's compressed attention"):
-            build_model(spec, layers=2, device="meta")
-        return
-    if spec.value_head_dim != spec.head_dim:
-        from tfcalc.errors import SpecError
-
-        with pytest.raises(SpecError, match="the bundled model runs values as wide as keys"):
+        with pytest.raises(SpecError, match=refusal):
             build_model(spec, layers=2, device="meta")
         return
     model = build_model(spec, layers=2, device="meta")

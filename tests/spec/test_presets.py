@@ -21,7 +21,8 @@ MODEL_PRESETS = {
     "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "gemma4-31b", "gemma4-26b-a4b", "deepseek-v3.2", "glm-5",
     "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash", "deepseek-v4-flash", "deepseek-v4-pro",
     "qwen3-8b", "qwen3-32b", "qwen3-coder-480b-a35b", "kimi-k2", "nemotron-3-super-120b-a12b", "mistral-small-3.2-24b",
-    "mistral-nemo-12b", "minimax-m2.7",
+    "mistral-nemo-12b", "minimax-m2.7", "qwen3-14b", "qwen3-4b", "qwen3-1.7b", "qwen3-0.6b", "phi-4", "qwen2.5-32b",
+    "qwen2.5-14b", "minimax-m3", "kimi-linear-48b-a3b",
 }
 # MoE presets without a derived.yaml entry: equal to their config.json and to transformers in every component
 # (tests/calc/test_params_hf_parity.py) and within 1 % of their cards' totals (tests/spec/test_hf_config.py).
@@ -29,7 +30,8 @@ MOE_FROM_CONFIG = {"glm-4.6", "glm-4.5-air", "minimax-m2.5", "qwen3-next-80b-a3b
                    "qwen3.5-122b-a10b", "qwen3.5-397b-a17b", "llama4-scout-17b-16e", "llama4-maverick-17b-128e",
                    "gemma4-26b-a4b", "deepseek-v3.2", "glm-5", "nemotron-3-nano-30b-a3b", "kimi-k2.5",
                    "mimo-v2-flash", "deepseek-v4-flash", "deepseek-v4-pro", "qwen3-coder-480b-a35b", "kimi-k2",
-                   "nemotron-3-super-120b-a12b", "minimax-m2.7"}
+                   "nemotron-3-super-120b-a12b", "minimax-m2.7", "minimax-m3",
+                   "kimi-linear-48b-a3b"}
 # a multimodal preset: its vision encoder is counted, never active for text tokens (tests/spec/test_hf_config.py)
 WITH_ENCODER = {"gemma3-27b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b",
                 "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "gemma4-31b", "gemma4-26b-a4b", "kimi-k2.5",
@@ -164,6 +166,37 @@ def test_published_headline_figures() -> None:
     minimax = count_params(load_model("minimax-m2.7"))
     assert _billions(minimax.total_params, 0) == 229
     assert _billions(minimax.active_params - _embedding_tables(minimax), 0) == 10
+
+
+@pytest.mark.parametrize(("name", "total", "non_embedding"), [
+    # Qwen/Qwen3-* model cards, Model Overview: "Number of Parameters" and "Number of Paramaters (Non-Embedding)"
+    ("qwen3-14b", 14.8, 13.2),
+    ("qwen3-4b", 4.0, 3.6),
+    ("qwen3-1.7b", 1.7, 1.4),
+    ("qwen3-0.6b", 0.6, 0.44),
+])
+def test_qwen3_dense_cards(name: str, total: float, non_embedding: float) -> None:
+    counts = count_params(load_model(name))
+    assert _billions(counts.total_params, 1) == total
+    assert _billions(counts.total_params - _embedding_tables(counts), 2 if non_embedding < 1 else 1) == non_embedding
+
+
+def test_phi4_qwen25_minimax_m3_and_kimi_linear_cards() -> None:
+    # Phi-4 Technical Report arXiv:2412.08905: "phi-4, a 14-billion parameter language model"
+    assert int(count_params(load_model("phi-4")).total_params / 1e9) == 14
+    # Qwen2.5-14B card "Number of Parameters: 14.7B" (truncated: the count is 14.77B)
+    assert int(count_params(load_model("qwen2.5-14b")).total_params / 1e8) == 147
+    # Qwen2.5-32B card "Number of Parameters: 32.5B": the exact count of its config (32.76B, equal to transformers')
+    # is 0.8 % over it
+    assert abs(count_params(load_model("qwen2.5-32b")).total_params / 32.5e9 - 1) < 0.01
+    # MiniMaxAI/MiniMax-M3 card: "Total Parameters ~428B", "Activated Parameters ~23B" (without the embedding row and
+    # the output head)
+    m3 = count_params(load_model("minimax-m3"))
+    assert abs(m3.total_params / 428e9 - 1) < 0.01
+    assert abs((m3.active_params - _embedding_tables(m3)) / 23e9 - 1) < 0.03
+    # moonshotai/Kimi-Linear-48B-A3B-Instruct: its safetensors index totals 49,122,681,728 (the card: 48B, 3B activated)
+    kimi_linear = count_params(load_model("kimi-linear-48b-a3b"))
+    assert kimi_linear.total_params == 49_122_681_728 and round(kimi_linear.active_params / 1e9) == 3
 
 
 @pytest.mark.parametrize(("name", "non_embedding"), [
