@@ -68,6 +68,8 @@ PRESET_FIXTURES = (
     "mistral-small-3.2-24b", "mistral-nemo-12b", "minimax-m2.7", "qwen3-14b", "qwen3-4b", "qwen3-1.7b", "qwen3-0.6b",
     "phi-4", "qwen2.5-32b", "qwen2.5-14b", "minimax-m3", "kimi-linear-48b-a3b",
 )
+# Presets of the families without a transformers class: the preset and its WITHOUT_TRANSFORMERS fixture
+PRESETS_WITHOUT_TRANSFORMERS = {"llama-3.3-nemotron-super-49b": "llama-3.3-nemotron-super-49b-v1"}
 # Checkpoints whose config.json equals a bundled preset's but for metadata: the fixture, that preset, and the repository
 # id (an alias of it) that names the checkpoint.
 ALIAS_FIXTURES = {
@@ -391,6 +393,18 @@ def test_preset_equals_config_spec_in_every_field(name: str) -> None:
     """Beyond counts and KV fields: the preset and its config.json agree on biases, MoE, rope, dtype, context..."""
     differing = _differing_fields(load_model(name), spec(name))
     assert not differing, f"preset vs config.json: {differing}"
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS_WITHOUT_TRANSFORMERS))
+def test_preset_without_transformers_equals_its_config_in_every_field(name: str) -> None:
+    """Llama-3.3-Nemotron-Super-49B: the preset's per-layer MLP widths and attention-free layers are what the
+    family reader derives from block_configs (its count is checked against a brute-force one in
+    tests/spec/test_hf_config_nas.py); its repository id names it."""
+    preset, from_config = load_model(name), spec(PRESETS_WITHOUT_TRANSFORMERS[name])
+    differing = _differing_fields(preset, from_config)
+    assert not differing, f"preset vs config.json: {differing}"
+    assert count_params(preset).total == count_params(from_config).total
+    assert preset.hf_repo is not None and load_model(preset.hf_repo).name == name
 
 
 @pytest.mark.parametrize("name", sorted(ALIAS_FIXTURES))

@@ -58,6 +58,18 @@ def test_total_equals_brute_force_and_the_published_count() -> None:
     assert round(counts.total_params / 1e9, 2) == 49.87
 
 
+def test_preset_holds_the_brute_force_blocks() -> None:
+    """The bundled preset's per-layer MLP widths and attention-free layers, computed here from block_configs as vLLM
+    does, and its total, the brute-force count."""
+    from tfcalc.spec.presets import load_model
+
+    cfg, preset = fixture(NAME), load_model("llama-3.3-nemotron-super-49b")
+    blocks = cfg["block_configs"]
+    assert preset.layer_intermediate_sizes == tuple(_width(b["ffn"], cfg["hidden_size"]) for b in blocks)
+    assert preset.mixer_free_layers == tuple(i for i, b in enumerate(blocks) if b["attention"]["no_op"])
+    assert count_params(preset).total_params == _brute_force(cfg)[0]
+
+
 def test_block_configs_read_layer_by_layer() -> None:
     cfg, spec = fixture(NAME), build(NAME)
     blocks = cfg["block_configs"]

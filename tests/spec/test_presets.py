@@ -22,7 +22,7 @@ MODEL_PRESETS = {
     "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash", "deepseek-v4-flash", "deepseek-v4-pro",
     "qwen3-8b", "qwen3-32b", "qwen3-coder-480b-a35b", "kimi-k2", "nemotron-3-super-120b-a12b", "mistral-small-3.2-24b",
     "mistral-nemo-12b", "minimax-m2.7", "qwen3-14b", "qwen3-4b", "qwen3-1.7b", "qwen3-0.6b", "phi-4", "qwen2.5-32b",
-    "qwen2.5-14b", "minimax-m3", "kimi-linear-48b-a3b",
+    "qwen2.5-14b", "minimax-m3", "kimi-linear-48b-a3b", "llama-3.3-nemotron-super-49b",
 }
 # MoE presets without a derived.yaml entry: equal to their config.json and to transformers in every component
 # (tests/calc/test_params_hf_parity.py) and within 1 % of their cards' totals (tests/spec/test_hf_config.py).
@@ -197,6 +197,13 @@ def test_phi4_qwen25_minimax_m3_and_kimi_linear_cards() -> None:
     # moonshotai/Kimi-Linear-48B-A3B-Instruct: its safetensors index totals 49,122,681,728 (the card: 48B, 3B activated)
     kimi_linear = count_params(load_model("kimi-linear-48b-a3b"))
     assert kimi_linear.total_params == 49_122_681_728 and round(kimi_linear.active_params / 1e9) == 3
+
+
+def test_nemotron_super_49b_card() -> None:
+    """The Hub's safetensors count for nvidia/Llama-3_3-Nemotron-Super-49B-v1: 49.87B (the card's text: 49B); dense,
+    every weight touched per token."""
+    counts = count_params(load_model("llama-3.3-nemotron-super-49b"))
+    assert round(counts.total_params / 1e9, 2) == 49.87 and counts.active_params == counts.total_params
 
 
 @pytest.mark.parametrize(("name", "non_embedding"), [
@@ -424,3 +431,24 @@ def test_a_model_file_may_keep_some_modules_of_a_layer_apart(tmp_path: Path) -> 
     path.write_text(text + "quantized_weight_exceptions:\n  - {layers: [0], components: [mlp], modules: [w2]}\n")
     with pytest.raises(SpecError, match="quantized_weight_exceptions modules name modules of one component"):
         load_model(str(path))
+
+
+@pytest.mark.parametrize(("widths", "message"), [
+    ("[128, 128, 128]", r"field 'layer_intermediate_sizes' must be a list of one MLP width per layer \(2\), got 3"),
+    ("128", r"field 'layer_intermediate_sizes' must be a list of one MLP width per layer \(2\), got int"),
+    ("[128, x]", r"field 'layer_intermediate_sizes\[1\]' must be an integer"),
+    ("[128, -1]", r"field 'layer_intermediate_sizes\[1\]' must be at least 0"),
+    ("[128, 256]", r"layer_intermediate_sizes\[1\] \(256\) must be 0 on a layer without an FFN, else "
+                   r"1..intermediate_size \(128\)"),
+])
+def test_bad_layer_widths_are_one_line_errors(tmp_path: Path, widths: str, message: str) -> None:
+    """A preset's per-layer MLP widths (Nemotron-Super-49B's): one per layer, each an integer within
+    intermediate_size; anything else names the field in one line."""
+    from tfcalc.errors import SpecError
+
+    path = tmp_path / "mine.yaml"
+    path.write_text("vocab_size: 32\nhidden_size: 64\nnum_layers: 2\nnum_attention_heads: 4\nnum_kv_heads: 4\n"
+                    f"head_dim: 16\nintermediate_size: 128\nlayer_intermediate_sizes: {widths}\n")
+    with pytest.raises(SpecError, match=message) as info:
+        load_model(str(path))
+    assert "\n" not in str(info.value)

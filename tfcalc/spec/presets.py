@@ -515,6 +515,14 @@ def _layer_list(value: Any, num_layers: int, key: str) -> tuple[int, ...]:
     raise SpecError(f"field '{key}' must be all, even, odd, none or a list of layer indices")
 
 
+def _width_list(value: Any, num_layers: int, key: str) -> tuple[int, ...]:
+    """One MLP width per layer (0 on a layer without an FFN; ModelSpec checks each against intermediate_size)."""
+    if not isinstance(value, list) or len(value) != num_layers:
+        raise SpecError(f"field '{key}' must be a list of one MLP width per layer ({num_layers}), got "
+                        f"{len(value) if isinstance(value, list) else type(value).__name__}")
+    return tuple(check_int(f"{key}[{i}]", w, (0, 1 << 24)) for i, w in enumerate(value))
+
+
 def _hybrid_pattern(data: dict[str, Any], num_layers: int) -> None:
     """Nemotron-H's ``hybrid_override_pattern`` (one of M * - E per layer: a Mamba-2, attention without RoPE, MLP or
     MoE block) spread into the layer lists it stands for: Mamba-2 layers, layers without an FFN or a mixer, NoPE
@@ -571,6 +579,9 @@ def model_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> 
                 data[key] = _layer_list(data[key], num_layers, key)
         if "hybrid_override_pattern" in data:
             _hybrid_pattern(data, num_layers)
+        if "layer_intermediate_sizes" in data:
+            data["layer_intermediate_sizes"] = _width_list(data["layer_intermediate_sizes"], num_layers,
+                                                           "layer_intermediate_sizes")
         data.setdefault("name", default_name)
         return _build_model(data, num_layers, origin)
     except TypeError as exc:
