@@ -129,7 +129,7 @@ def test_plot_and_explain(tmp_path: Path) -> None:
 
 
 # GPU presets priced in presets/prices.yaml on 2026-12-07 (tests/spec/test_prices.py checks each against its source)
-NEWLY_PRICED = ("h100-pcie", "b300", "a100-40gb", "a10", "rtx5090", "gb200", "mi325x")
+NEWLY_PRICED = ("h100-pcie", "b300", "a100-40gb", "a10", "rtx5090", "gb200", "mi325x", "gh200")
 ONE_GPU_SEARCH = ["--tp", "1", "--max-num-seqs", "64", "--max-num-batched-tokens", "2048", "--rate", "2",
                   "--input-len", "1000", "--output-len", "200", "--ttft", "p90=2s", "--tpot", "p90=100ms",
                   "--no-simulate", "-f", "json"]

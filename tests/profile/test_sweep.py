@@ -137,6 +137,8 @@ def test_layers_that_fit_shrinks_to_free_memory() -> None:
     ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA L4", "l4"),
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
     ("AMD Instinct MI355X", "mi355x"), ("AMD Instinct MI350X", "mi350x"),
+    ("NVIDIA GH200 480GB", "gh200"), ("NVIDIA GH200 144G HBM3e", "gh200-144gb"), ("NVIDIA RTX A6000", "rtx-a6000"),
+    ("NVIDIA RTX 6000 Ada Generation", "rtx6000-ada"), ("NVIDIA A40", "a40"),
 ])
 def test_device_names_match_gpu_presets(name: str, preset: str | None) -> None:
     assert match_gpu_preset(name) == preset

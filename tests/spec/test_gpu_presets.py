@@ -11,7 +11,7 @@ from tfcalc.spec.presets import load_gpu, load_preset_document, preset_names
 
 GPUS = {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h100-nvl", "h200", "b200", "b300", "gb200", "gb300",
         "l40s", "l4", "rtx4090", "rtx-pro-6000", "mi300x", "mi325x", "mi350x", "mi355x",
-        "a10g", "a10", "l40", "h20", "rtx5090"}
+        "a10g", "a10", "l40", "h20", "rtx5090", "gh200", "gh200-144gb", "rtx-a6000", "rtx6000-ada", "a40"}
 GIB = 1 << 30
 DOC_FIELDS = {"display_name", "vendor", "memory_type", "interconnect", "sources", "notes",
               "latency"}  # the latency block carries its own sources (tests/spec/test_latency_presets.py)
@@ -47,6 +47,11 @@ def test_every_number_names_a_source(name: str) -> None:
     ("l40", 48, 181.05e12, 0.864e12),
     ("h20", 96, 148e12, 4.0e12),
     ("rtx5090", 32, 209.5e12, 1.792e12),
+    ("gh200", 96, 990e12, 4.0e12),  # GH200 datasheet: "96GB HBM3 | 144GB HBM3e", "Up to 4TB/s | Up to 4.9TB/s"
+    ("gh200-144gb", 144, 990e12, 4.9e12),
+    ("rtx-a6000", 48, 309.7e12 / 2, 0.768e12),  # datasheet "Tensor Performance 309.7 TFLOPS" (sparse), 768 GB/s
+    ("rtx6000-ada", 48, 1457.0e12 / 4, 0.96e12),  # datasheet sparse FP8 1,457.0: / 2 (dense) / 2 (16-bit)
+    ("a40", 48, 149.7e12, 0.696e12),  # datasheet "BF16 ... with FP32 Accumulate 149.7 | 299.4*", 696 GB/s
 ])
 def test_values_dense_and_binary(name: str, gib: int, bf16: float, bandwidth: float) -> None:
     gpu = load_gpu(name)
@@ -158,6 +163,19 @@ NEW_PARTS = {
             "h100-sxm"),
     "rtx5090": (31.36, {"fp32": 104.8, "tf32": 104.8, "bf16": 209.5, "fp8": 419, "int8": 838, "fp4": 1676}, 64, 170,
                 "pcie5", "l40s", "l40s"),
+    # GH200 datasheet's dense column (printed after each sparse* figure); the driver's totals (97,280 MiB, OpenCL;
+    # 153,008,209,920 B, cuDeviceTotalMem); 18 NVLink 4 links (NV18) = 900 GB/s, 450 one way
+    "gh200": (97280 / 1024, {"fp32": 67, "tf32": 494, "bf16": 990, "fp8": 1979, "int8": 1979}, 450, 132, "nvlink4",
+              "h100-sxm", "h100-sxm"),
+    "gh200-144gb": (153_008_209_920 / GIB, {"fp32": 67, "tf32": 494, "bf16": 990, "fp8": 1979, "int8": 1979}, 450, 132,
+                    "nvlink4", "h200", "h200"),
+    # A40 datasheet (dense as printed); the RTX A6000's and RTX 6000 Ada's are derived (test_derived_tensor_rates);
+    # torch total_memory 45,416 / 48,676 / 48,622 MiB; PCIe 4.0 x16 64 GB/s bidirectional
+    "a40": (45416 / 1024, {"fp32": 37.4, "tf32": 74.8, "bf16": 149.7, "int8": 299.3}, 32, 84, "pcie4", "l40s", "l40s"),
+    "rtx-a6000": (48676 / 1024, {"fp32": 38.7, "tf32": 309.7 / 4, "bf16": 309.7 / 2, "int8": 309.7}, 32, 84, "pcie4",
+                  "l40s", "l40s"),
+    "rtx6000-ada": (48622 / 1024, {"fp32": 91.1, "tf32": 1457 / 8, "bf16": 1457 / 4, "fp8": 1457 / 2, "int8": 1457 / 2},
+                    32, 142, "pcie4", "l40s", "l40s"),
 }
 
 
@@ -165,7 +183,7 @@ NEW_PARTS = {
 def test_new_parts_match_their_sources(name: str) -> None:
     runtime, tflops, link, sms, fabric, shared, measured = NEW_PARTS[name]
     gpu = load_gpu(name)
-    assert gpu.runtime_memory_bytes == (None if runtime is None else round(runtime * GIB))
+    assert gpu.runtime_memory_bytes == (None if runtime is None else pytest.approx(runtime * GIB, abs=0.005 * GIB))
     assert {k: v / 1e12 for k, v in gpu.dense_flops_per_s.items() if k != "fp16"} == pytest.approx(tflops)
     assert gpu.dense_flops_per_s["fp16"] == gpu.dense_flops_per_s["bf16"]
     assert gpu.interconnect_bandwidth_bytes_per_s == pytest.approx(link * 1e9)
@@ -210,6 +228,23 @@ def test_derived_tensor_rates() -> None:
     h20, h100 = load_gpu("h20").dense_flops_per_s, load_gpu("h100-sxm").dense_flops_per_s
     assert h20["bf16"] / h100["bf16"] == pytest.approx(1 / 7, abs=0.01)  # "~15 % of the H100"
     assert h20["fp8"] == h20["int8"] == 2 * h20["bf16"]
+    a6000 = load_gpu("rtx-a6000").dense_flops_per_s  # datasheet: 38.7 FP32, 309.7 sparse tensor, 84 SMs at 1.80 GHz
+    assert a6000["fp32"] == pytest.approx(84 * 128 * 2 * 1.80e9, rel=2e-3)
+    assert a6000["bf16"] == pytest.approx(84 * per_sm_clock * 1.80e9, rel=1e-3)  # the A10's full per SM-clock rate
+    assert a6000["tf32"] == pytest.approx(a6000["bf16"] / 2) and a6000["int8"] == pytest.approx(2 * a6000["bf16"])
+    a40 = load_gpu("a40").dense_flops_per_s  # datasheet: 149.7 dense BF16, 84 SMs at 1.74 GHz
+    assert a40["bf16"] == pytest.approx(84 * per_sm_clock * 1.74e9, rel=1e-3)
+    assert "fp8" not in a40 and "fp8" not in a6000  # Ampere
+    ada = load_gpu("rtx6000-ada").dense_flops_per_s  # datasheet: 91.1 FP32, 1,457.0 sparse FP8, 142 SMs at 2.505 GHz
+    assert ada["fp32"] == pytest.approx(18176 * 2 * 2.505e9, rel=1e-3)
+    assert ada["fp8"] == pytest.approx(142 * 2048 * 2.505e9, rel=1e-3)  # the L40S's rate (733 = 142 x 2,048 x 2.52)
+    assert ada["bf16"] == ada["fp8"] / 2 and ada["int8"] == ada["fp8"] and ada["tf32"] == pytest.approx(ada["bf16"] / 2,
+                                                                                                        rel=1e-4)
+    gh200, gh200e = load_gpu("gh200").dense_flops_per_s, load_gpu("gh200-144gb").dense_flops_per_s
+    assert gh200 == gh200e  # one datasheet column for both memory variants
+    for dtype, sparse in (("tf32", 989), ("bf16", 1979), ("fp8", 3958), ("int8", 3958)):
+        assert gh200[dtype] == pytest.approx(sparse * 1e12 / 2, rel=1.5e-3)  # printed dense = sparse* / 2, rounded
+    assert gh200["bf16"] == pytest.approx(h100["bf16"], rel=1e-3)  # the H100 SXM's GH100 peaks
 
 
 def test_new_parts_runtime_memory_below_nvidia_smi() -> None:
@@ -221,6 +256,21 @@ def test_new_parts_runtime_memory_below_nvidia_smi() -> None:
         assert gpu.runtime_memory_bytes < smi_mib * (1 << 20) < gpu.memory_bytes
     assert load_gpu("a10g").runtime_memory_bytes / GIB == pytest.approx(22587 / 1024, abs=0.005)  # torch MiB
     assert load_gpu("h20").runtime_memory_bytes / GIB == pytest.approx(97285 / 1024, abs=0.005)
+    # the second batch's nvidia-smi totals (each preset's memory_gib source): ECC off on the workstation cards
+    for name, smi_mib in (("rtx-a6000", 49140), ("rtx6000-ada", 49140), ("a40", 46068), ("gh200", 97871),
+                          ("gh200-144gb", 146831)):
+        gpu = load_gpu(name)
+        assert 0.4 <= smi_mib / 1024 - gpu.runtime_memory_bytes / GIB <= 0.9, name  # GH200: 591 / 911 MiB
+        assert gpu.runtime_memory_bytes < smi_mib * (1 << 20) <= gpu.memory_bytes
+
+
+def test_gh200_hosts_and_fabric() -> None:
+    """Lambda rents a GH200 one to a host; a GH200 NVL2 server holds two; both join GPUs by NVLink 4, not the C2C."""
+    one, pair = load_gpu("gh200"), load_gpu("gh200-144gb")
+    assert (one.gpus_per_host, pair.gpus_per_host) == (1, 2)
+    assert one.nvlink_domain_gpus is None and pair.nvlink_domain_gpus is None
+    assert one.interconnect_bandwidth_bytes_per_s == load_gpu("h100-sxm").interconnect_bandwidth_bytes_per_s
+    assert one.memory_bytes < pair.memory_bytes and one.hbm_bandwidth_bytes_per_s < pair.hbm_bandwidth_bytes_per_s
 
 
 @pytest.mark.parametrize(("device_name", "preset"), [
@@ -230,7 +280,11 @@ def test_new_parts_runtime_memory_below_nvidia_smi() -> None:
     ("NVIDIA A100-PCIE-40GB", "a100-40gb"), ("NVIDIA A100 80GB PCIe", "a100-80gb"),
     ("NVIDIA H20", "h20"), ("NVIDIA H200", "h200"), ("NVIDIA H200 NVL", "h200"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
     ("NVIDIA GeForce RTX 5090", "rtx5090"), ("NVIDIA GeForce RTX 5090 D", None), ("NVIDIA GeForce RTX 5090 D v2", None),
-    ("NVIDIA GeForce RTX 5090 Laptop GPU", None), ("NVIDIA GeForce RTX 4090", "rtx4090"), ("NVIDIA A40", None),
+    ("NVIDIA GeForce RTX 5090 Laptop GPU", None), ("NVIDIA GeForce RTX 4090", "rtx4090"), ("NVIDIA A40", "a40"),
+    ("NVIDIA GH200 480GB", "gh200"), ("NVIDIA GH200 144G HBM3e", "gh200-144gb"), ("NVIDIA GH200 120GB", "gh200"),
+    ("NVIDIA RTX A6000", "rtx-a6000"), ("NVIDIA RTX 6000 Ada Generation", "rtx6000-ada"), ("Quadro RTX 6000", None),
+    ("NVIDIA RTX A4000", None), ("NVIDIA RTX A400", None), ("NVIDIA RTX 5000 Ada Generation", None),
+    ("NVIDIA L20", None),
     ("NVIDIA A16", None), ("NVIDIA GeForce RTX 5080", None),
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
     ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", None),  # 1,792 GB/s: a different part

@@ -70,6 +70,7 @@ SOURCE_RATES = [
     ("rtx5090", 0.67, "$0.67/hr", 1, "akash.network/pricing/gpus", "2026-09-20"),
     ("gb200", 42.00, "$42.00/hr for 4 GPUs", 4, "coreweave.com/pricing", "2026-09-20"),  # one 4-GPU tray of an NVL72
     ("mi325x", 1.95, "$1.95 per GPU-hour", 1, "cliffcenter.com/research/amd-inference-economics", "2026-05-18"),
+    ("gh200", 2.29, "$2.29 per GPU per hour", 1, "lambda.ai/instances", "2026-09-20"),  # Lambda "1x NVIDIA GH200"
 ]
 
 
@@ -88,4 +89,5 @@ def test_the_trailing_comment_names_exactly_the_unpriced_gpus() -> None:
     text = (preset_root() / "prices.yaml").read_text()
     comment = " ".join(line.strip(" #") for line in text.rsplit("as_of:", 1)[1].splitlines()[1:])
     named = set(re.split(r",\s*|\s+and\s+", comment.split(" have no price")[0].strip()))
-    assert named == set(preset_names("gpu")) - set(load_prices()) == {"gb300", "mi350x", "mi355x", "h20"}
+    assert named == set(preset_names("gpu")) - set(load_prices()) == {
+        "gb300", "mi350x", "mi355x", "h20", "gh200-144gb", "rtx-a6000", "a40", "rtx6000-ada"}

@@ -68,6 +68,8 @@ def available_memory_bytes(device: torch.device) -> int | None:
 
 # Device-name patterns (as NVML / torch report them) -> GPU preset. First match wins; more specific first.
 GPU_NAME_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"GH200.*144\s*G", "gh200-144gb"),  # "NVIDIA GH200 144G HBM3e"; before the H200, whose name it contains
+    (r"GH200", "gh200"),  # "NVIDIA GH200 480GB" (96 GB HBM3; 480 GB is the Grace CPU's LPDDR5X)
     (r"H200", "h200"),
     (r"H100.*NVL", "h100-nvl"),
     (r"H100.*PCIe", "h100-pcie"),
@@ -81,11 +83,14 @@ GPU_NAME_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"A100", "a100-40gb"),
     (r"\bA10G\b", "a10g"),  # AWS's "NVIDIA A10G"
     (r"\bA10\b", "a10"),  # "NVIDIA A10"; not the A100 / A10G
+    (r"\bA40\b", "a40"),  # "NVIDIA A40"; not the A400 / A4000
     (r"L40S", "l40s"),
     (r"\bL40\b", "l40"),  # "NVIDIA L40"; not the L40S
     (r"\bL4\b", "l4"),  # "NVIDIA L4"; not the L40 / L40S
     (r"RTX 4090", "rtx4090"),
     (r"RTX 5090(?!\s*(D\b|Laptop))", "rtx5090"),  # not the RTX 5090 D (capped tensor rate) or the Laptop GPU (GB203)
+    (r"RTX A6000", "rtx-a6000"),  # "NVIDIA RTX A6000" (Ampere); not the RTX 6000 Ada or RTX PRO 6000
+    (r"RTX 6000 Ada", "rtx6000-ada"),  # "NVIDIA RTX 6000 Ada Generation"; not Turing's "Quadro RTX 6000"
     (r"RTX PRO 6000 Blackwell Server", "rtx-pro-6000"),  # the Server Edition only (Workstation: 1,792 GB/s)
     (r"MI300X", "mi300x"),
     (r"MI325X", "mi325x"),
