@@ -58,6 +58,11 @@ def test_new_parts_prices_follow_their_sources() -> None:
     prices = load_prices()
     assert prices["l40"].usd_per_gpu_hour == pytest.approx(0.00037 * 3600) == prices["l40s"].usd_per_gpu_hour
     assert prices["a10g"].usd_per_gpu_hour == 1.006 and "g5.xlarge" in prices["a10g"].source
+    for gpu, per_second, pool in (("rtx-a6000", 0.00024, '"A6000, A40"'), ("a40", 0.00024, '"A6000, A40"'),
+                                  ("rtx6000-ada", 0.00037, '"L40, L40S, 6000 Ada PRO"')):
+        price = prices[gpu]
+        assert price.usd_per_gpu_hour == pytest.approx(per_second * 3600)
+        assert pool in price.source and f"${per_second:.5f}/s" in price.source
 
 
 # Each rate as its source states it (the figure, the text the entry quotes it by, the GPUs it covers): the entry's
@@ -90,4 +95,4 @@ def test_the_trailing_comment_names_exactly_the_unpriced_gpus() -> None:
     comment = " ".join(line.strip(" #") for line in text.rsplit("as_of:", 1)[1].splitlines()[1:])
     named = set(re.split(r",\s*|\s+and\s+", comment.split(" have no price")[0].strip()))
     assert named == set(preset_names("gpu")) - set(load_prices()) == {
-        "gb300", "mi350x", "mi355x", "h20", "gh200-144gb", "rtx-a6000", "a40", "rtx6000-ada"}
+        "gb300", "mi350x", "mi355x", "h20", "gh200-144gb"}
