@@ -357,3 +357,16 @@ def test_enumerated_options_take_any_case_and_refuse_unknown_values() -> None:
         cpu = run("profile", "--device", "CPU", "--gpu", "0")
         assert cpu.exit_code == 2 and "--device cpu profiles the CPU" in cpu.output
         assert "unknown device 'tpu'" in run("profile", "--device", "TPU").output
+
+
+def test_kv_cache_state_note_names_the_recurrent_layers_the_models_have() -> None:
+    """The fixed-state note names each listed model's recurrent layers (Qwen3.5: Gated DeltaNet; Kimi Linear: KDA;
+    Nemotron-H: Mamba-2) and no others; a model without them adds no note."""
+    def note(*presets: str) -> str:
+        result = run("kv-cache", "-p", ",".join(presets))
+        assert result.exit_code == 0, result.output
+        return " ".join(result.output.split())
+
+    assert "Gated DeltaNet layers cache no tokens" in note("qwen3.5-27b", "llama3-8b")
+    assert "KDA and Mamba-2 layers cache no tokens" in note("kimi-linear-48b-a3b", "nemotron-h-56b")
+    assert "cache no tokens" not in note("llama3-8b", "deepseek-v4-flash")

@@ -34,6 +34,7 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
                  "--compare-attention", help="Show the same model as MHA, as configured, and MQA.")] = False,
              fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """KV-cache bytes per token (all layers) and in total for batch x context, window caps applied."""
+    from tfcalc.calc.kv_cache import linear_name
     from tfcalc.report.kv_cache import iter_kv_cache_rows, kv_cache_row_count
 
     specs = resolve_models(preset, config)
@@ -57,8 +58,10 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
         notes.append("DeepSeek-V4 (CSA/HCA): every layer holds its window; a CSA layer adds one entry and one indexer "
                      "key per 4 tokens, an HCA layer one entry per 128; the fixed state is its compressors' unfinished "
                      "windows in fp32. An fp8 entry is FlashMLA's 584-byte record.")
-    if any(row["state_bytes"] is not None and row["attention"] != "CSA/HCA" for row in rows):
-        notes.append("Gated DeltaNet / Mamba-2 layers cache no tokens: each sequence holds a fixed state instead "
+    kinds = dict.fromkeys(linear_name(spec) for spec in specs if spec.linear_attention is not None
+                          and any(row["model"] == spec.name and row["state_bytes"] is not None for row in rows))
+    if kinds:
+        notes.append(f"{' and '.join(kinds)} layers cache no tokens: each sequence holds a fixed state instead "
                      "(fixed state: batch x its conv and recurrent states in every such layer), included in the KV "
                      "cache.")
     over = dict.fromkeys((r["model"], r["context"]) for r in rows if r["exceeds_max_context"])
