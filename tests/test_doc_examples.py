@@ -1,5 +1,6 @@
-"""README's console examples reproduce: every line a block shows appears, in order, in what the command prints today
-(compared word by word, so the terminal width the block was captured at does not matter)."""
+"""The console examples of README.md and docs/ reproduce: every line a block shows appears, in order, in what the
+command prints today (compared word by word, so the terminal width the block was captured at does not matter; a
+"..." line marks output left out)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,17 @@ from typer.testing import CliRunner
 
 from tfcalc.cli import app
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-# profile times the machine it runs on: its numbers are an example, not a reproducible result
-NOT_REPRODUCIBLE = ("tfcalc profile",)
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+# profile and bench time the machine they run on: their numbers are examples, not reproducible results
+NOT_REPRODUCIBLE = ("tfcalc profile", "tfcalc bench")
 
 
 def _examples() -> list[tuple[str, list[str]]]:
     """(command line, the output lines shown under it) for each `$ tfcalc ...` in a console block."""
     out: list[tuple[str, list[str]]] = []
-    for block in re.findall(r"```console\n(.*?)```", README.read_text(), re.S):
+    blocks = [block for page in PAGES for block in re.findall(r"```console\n(.*?)```", page.read_text(), re.S)]
+    for block in blocks:
         current: list | None = None
         for line in block.splitlines():
             if line.startswith("$ "):
@@ -30,14 +33,14 @@ def _examples() -> list[tuple[str, list[str]]]:
                 current[0] = current[0][:-1] + " " + line.strip()
             elif current is not None:
                 current[1].append(line)
-    return [(cmd, lines) for cmd, lines in out if not cmd.startswith(NOT_REPRODUCIBLE)]
+    return [(cmd, lines) for cmd, lines in out if cmd.startswith("tfcalc ") and not cmd.startswith(NOT_REPRODUCIBLE)]
 
 
 EXAMPLES = _examples()
 
 
-def test_the_readme_has_examples() -> None:
-    assert len(EXAMPLES) >= 10
+def test_the_pages_have_examples() -> None:
+    assert len(EXAMPLES) >= 15
 
 
 @pytest.mark.parametrize("command,shown", EXAMPLES, ids=[c[:60] for c, _ in EXAMPLES])
@@ -49,9 +52,9 @@ def test_readme_example_reproduces(command: str, shown: list[str]) -> None:
     at = 0
     for line in shown:
         want = line.split()
-        if not want or set(line.strip()) <= set("─━-"):
+        if not want or set(line.strip()) <= set("─━-") or line.strip() == "...":
             continue
         found = next((i for i in range(at, len(words) - len(want) + 1) if words[i:i + len(want)] == want), None)
-        assert found is not None, f"README line not in today's output of `{command}`:\n{line}\n--- output:\n" + \
+        assert found is not None, f"example line not in today's output of `{command}`:\n{line}\n--- output:\n" + \
             result.output
         at = found + len(want)
