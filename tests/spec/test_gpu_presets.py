@@ -149,7 +149,7 @@ NEW_PARTS = {
            "l40s", "l40s"),
     "rtx-pro-6000": (95.01, {"fp32": 120, "bf16": 480, "fp8": 960, "int8": 960, "fp4": 1920}, 64, 188, "pcie5", "l40s",
                      "l40s"),
-    "mi355x": (None, {"fp32": 157.3, "bf16": 2516.6, "fp8": 5033.2, "int8": 5033.2, "fp4": 10066.3}, 537.6, 256,
+    "mi355x": (287.98, {"fp32": 157.3, "bf16": 2516.6, "fp8": 5033.2, "int8": 5033.2, "fp4": 10066.3}, 537.6, 256,
                "xgmi-mi350", None, "none"),
     "mi350x": (None, {"fp32": 144.2, "bf16": 2306.9, "fp8": 4613.7, "int8": 4613.7, "fp4": 9227.5}, 537.6, 256,
                "xgmi-mi350", None, "none"),
@@ -295,3 +295,37 @@ def test_device_names_of_the_new_parts(device_name: str, preset: str | None) -> 
     from tfcalc.profile.device import match_gpu_preset
 
     assert match_gpu_preset(device_name) == preset
+
+
+# Printed runtime totals (each preset's runtime_memory_gib source), redone here from the figure as printed: torch's
+# total_memory in MiB ("MB" in its repr) / 1,024, or a GiB figure printed to 0.01 by vLLM or torch.
+RUNTIME_PRINTED_GIB = {
+    "a100-40gb": 39.49,            # "NVIDIA A100-SXM4-40GB (39.49 GiB usable)", vLLM "total_gpu_memory (39.49GiB)"
+    "a100-80gb": 79.15,            # "A100-SXM4-80GB (79.15 GB VRAM)", torch OOM "79.15 GiB total capacity"
+    "h100-pcie": 81008 / 1024,     # "name='NVIDIA H100 PCIe' ... total_memory=81008MB"
+    "b200": 182631 / 1024,         # "name='NVIDIA B200' ... total_memory=182631MB"; vLLM "(.../178.35 GiB)"
+    "mi300x": 196592 / 1024,       # "name='AMD Instinct MI300X' ... total_memory=196592MB" (ROCm/ROCm #4203)
+    "mi355x": 287.98,              # vLLM on ROCm "Free memory on device cuda:0 (84.11/287.98 GiB) on startup"
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUNTIME_PRINTED_GIB))
+def test_runtime_memory_matches_the_printed_figure(name: str) -> None:
+    """runtime_memory_gib is the printed runtime total to the preset's two decimals, below the nominal capacity."""
+    gpu = load_gpu(name)
+    assert gpu.runtime_memory_bytes == pytest.approx(RUNTIME_PRINTED_GIB[name] * GIB, abs=0.005 * GIB)
+    assert gpu.runtime_memory_bytes < gpu.memory_bytes
+
+
+def test_runtime_memory_cross_checks() -> None:
+    """The second printed figure each source names agrees; the runtime keeps 0.4-0.9 GiB under nvidia-smi's total on
+    NVIDIA parts and a few MiB of the ROCm-listed capacity on AMD parts."""
+    gib = {name: load_gpu(name).runtime_memory_bytes / GIB for name in RUNTIME_PRINTED_GIB}
+    assert gib["b200"] == pytest.approx(178.35, abs=0.005)  # vLLM "Free memory on device cuda:0 (48.48/178.35 GiB)"
+    assert gib["mi300x"] == pytest.approx(182.39 / 0.95, abs=0.01)  # vLLM "(0.95, 182.39 GiB)" on the MI300X
+    assert gib["mi355x"] == pytest.approx(273.59 / 0.95, abs=0.01)  # vLLM "(0.95, 273.59 GiB)" on the MI355X
+    assert gib["h100-pcie"] == pytest.approx(79.1, abs=0.05)  # "NVIDIA H100 PCIe (79.1GB)"
+    for name, smi_mib in (("a100-40gb", 40960), ("a100-80gb", 81920)):
+        assert 0.4 <= smi_mib / 1024 - gib[name] <= 0.9, name
+    for name, listed in (("mi300x", 192), ("mi355x", 288)):
+        assert 0 < listed - gib[name] < 0.05, name  # ROCm's "VRAM (GiB)" table
