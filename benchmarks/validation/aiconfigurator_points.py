@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout34]
+        | --holdout12 | ... | --holdout35]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -67,6 +67,8 @@ expert parallelism, after grid 30's int4 kernel rates.
 ``--holdout33`` the thirty-third (``HOLDOUT_GRID_33``, aiconfigurator_holdout33.json): MiMo-V2-Flash, first read then.
 ``--holdout34`` the thirty-fourth (``HOLDOUT_GRID_34``, aiconfigurator_holdout34.json): DeepSeek-V4-Flash, first priced
 then.
+``--holdout35`` the thirty-fifth (``HOLDOUT_GRID_35``, aiconfigurator_holdout35.json): Kimi K3, MiniMax-M3 and
+Llama-3.3-Nemotron-Super-49B, read since stop 64; each model on the engines aiconfigurator 0.12 has its kernels for.
 """
 
 from __future__ import annotations
@@ -134,6 +136,14 @@ MODELS = {
     "nemotron-3-nano-30b-a3b": ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "bf16", "bfloat16", "bfloat16"),
     "nemotron-h-56b": ("nvidia/Nemotron-H-56B-Base-8K", "bf16", "bfloat16", None),
     "nemotron-3-super-120b-a12b": ("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", "fp8", "fp8", "fp8"),
+    # Moonshot's MXFP4 routed experts (groups of 32; config.json quantization_config ignores attention, shared experts,
+    # dense MLPs and lm_head, which stay bf16)
+    "kimi-k3": ("moonshotai/Kimi-K3", "experts=mxfp4,default=bf16", "bfloat16", "w4a16_mxfp4"),
+    "minimax-m3": ("MiniMaxAI/MiniMax-M3", "bf16", "bfloat16", "bfloat16"),
+    # NVIDIA's checkpoint keeps attention, dense MLPs and shared experts in MXFP8; aiconfigurator's one gemm mode (and
+    # validate.py's one_format) runs every GEMM in NVFP4, as for Kimi K2.5's
+    "minimax-m3-nvfp4": ("nvidia/MiniMax-M3-NVFP4", "nvfp4", "nvfp4", "nvfp4"),
+    "llama-3.3-nemotron-super-49b": ("nvidia/Llama-3_3-Nemotron-Super-49B-v1", "bf16", "bfloat16", None),
 }
 
 # The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
@@ -695,6 +705,27 @@ HOLDOUT_GRID_34 = [
 # aiconfigurator's KV-cache mode per model where it is not bf16 (its DeepSeek-V4 tables are fp8 only)
 KV_CACHE_MODE = {"deepseek-v4-flash-fp8": "fp8"}
 
+# Kimi K3 (KDA and MLA layers, a latent MoE of 896 MXFP4 experts), MiniMax-M3 (MSA block-sparse attention; bf16 on the
+# H200, NVIDIA's NVFP4 on the B200) and Llama-3.3-Nemotron-Super-49B (NAS blocks), collected on 2026-12-07 after tfcalc
+# first read them (since stop 64), scored once before any change in response. Kimi K3 on the B300 only: its MXFP4
+# weights are 187 GB a GPU at tp 8 (aiconfigurator's memory), over an H200's or B200's memory. Step-3.7-Flash is left
+# out: aiconfigurator 0.12 has no MoE rows for its 288 experts of 1,280 on 4,096 (every point an error).
+HOLDOUT_GRID_35 = [
+    ("kimi-k3", "b300_sxm", [8], [1, 4, 24, 64], [(2000, 300)]),
+    ("kimi-k3", "b300_sxm", [8], [4, 24, 64], [(8000, 500)], True),
+    ("minimax-m3", "h200_sxm", [8], [1, 4, 24, 64], [(3000, 300)]),
+    ("minimax-m3-nvfp4", "b200_sxm", [4], [4, 24, 64], [(2000, 500)]),
+    ("llama-3.3-nemotron-super-49b", "h100_sxm", [4], [1, 4, 24, 64], [(2000, 500)]),
+    ("llama-3.3-nemotron-super-49b", "h200_sxm", [2], [4, 24, 64], [(6000, 300)]),
+]
+# The engines a model's points run on where aiconfigurator 0.12 lacks another's kernels: KDA tables are vLLM and
+# SGLang only (systems/data/*/kda); SGLang's MSA module table has no NVFP4 rows (its points are errors)
+MODEL_BACKENDS = {"kimi-k3": ("vllm", "sglang"), "minimax-m3-nvfp4": ("vllm", "trtllm")}
+# The engine version a model's points run where its tables exist only there (MSA: systems/data/*/msa holds SGLang
+# 0.5.16 and TensorRT-LLM 1.3.0rc23 only; the default versions have no MSA rows)
+BACKEND_VERSION = {(model, engine): version for model in ("minimax-m3", "minimax-m3-nvfp4")
+                   for engine, version in (("sglang", "0.5.16"), ("trtllm", "1.3.0rc23"))}
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -723,13 +754,15 @@ def main(out: str, quick: bool, backends: list[str]) -> None:
     points = []
     for key, system, tps, batches, lens, *expert_parallel in GRID:
         path, weights, gemm, moe = MODELS[key]
-        for backend in backends:
+        for backend in (b for b in backends if b in MODEL_BACKENDS.get(key, backends)):
             for layout in tps:
                 tp, pp = layout if isinstance(layout, tuple) else (layout, 1)   # (tp, pp): pipeline stages
                 for batch in batches[:2] if quick else batches:
                     for isl, osl in lens:
                         kv_mode = KV_CACHE_MODE.get(key, "bfloat16")
-                        kwargs = dict(mode="static", backend_name=backend, isl=isl, osl=osl, batch_size=batch,
+                        kwargs = dict(mode="static", backend_name=backend,
+                                      backend_version=BACKEND_VERSION.get((key, backend)), isl=isl, osl=osl,
+                                      batch_size=batch,
                                       tp_size=tp, pp_size=pp, gemm_quant_mode=gemm, kvcache_quant_mode=kv_mode)
                         ep = tp if expert_parallel and expert_parallel[0] else 1
                         if moe is not None:
@@ -782,7 +815,7 @@ if __name__ == "__main__":
              "--holdout26": HOLDOUT_GRID_26, "--holdout27": HOLDOUT_GRID_27,
              "--holdout28": HOLDOUT_GRID_28, "--holdout29": HOLDOUT_GRID_29, "--holdout30": HOLDOUT_GRID_30,
              "--holdout31": HOLDOUT_GRID_31, "--holdout32": HOLDOUT_GRID_32,
-             "--holdout33": HOLDOUT_GRID_33, "--holdout34": HOLDOUT_GRID_34}
+             "--holdout33": HOLDOUT_GRID_33, "--holdout34": HOLDOUT_GRID_34, "--holdout35": HOLDOUT_GRID_35}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

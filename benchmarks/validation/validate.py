@@ -41,7 +41,10 @@ Reference points (each with its source and setting):
   nineteenth of NVFP4 experts on the B200 after its first ("aic held-out 19"), aiconfigurator_holdout20.json
   (``--holdout20``) a twentieth of Qwen3.5's hybrid models ("aic held-out 20"), aiconfigurator_holdout21.json
   (``--holdout21``) a twenty-first of Qwen3-VL's checkpoints ("aic held-out 21") and aiconfigurator_holdout22.json
-  (``--holdout22``) a twenty-second of Gemma 4 ("aic held-out 22").
+  (``--holdout22``) a twenty-second of Gemma 4 ("aic held-out 22"), ... and aiconfigurator_holdout35.json
+  (``--holdout35``) a thirty-fifth of Kimi K3, MiniMax-M3 and Llama-3.3-Nemotron-Super-49B ("aic held-out 35"); a
+  point's model is a preset, a file in benchmarks/validation/models, or else the config.json fixture of that name
+  in tests/fixtures/hf_configs (Kimi K3, which has no preset).
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -57,9 +60,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 LARGE = "aic b128+"
+FIXTURES = ROOT / "tests" / "fixtures" / "hf_configs"
 # The held-out files, aiconfigurator_holdout.json, aiconfigurator_holdout2.json ... (aiconfigurator_points.py
 # --holdoutN), each summarised on its own line
-HELD_OUT_FILES = 34
+HELD_OUT_FILES = 35
 
 
 def holdout(n: int) -> str:
@@ -90,7 +94,8 @@ _CAVEAT_KEY = ("source", "model", "gpu", "backend", "tp", "ep", "batch", "isl", 
 # others (sdk/models/moe.py)
 AIC_ROUTING_ALPHA = {"deepseek-v3": 1.01, "kimi-k2": 1.01, "kimi-k2.5": 1.01, "gemma4-26b-a4b": 1.01,
                      "deepseek-v3.2": 1.01, "glm-5": 1.01, "nemotron-3-nano-30b-a3b": 1.01,
-                     "nemotron-3-super-120b-a12b": 1.01, "mimo-v2-flash": 1.01, "deepseek-v4-flash": 1.01}
+                     "nemotron-3-super-120b-a12b": 1.01, "mimo-v2-flash": 1.01, "deepseek-v4-flash": 1.01,
+                     "kimi-k3": 1.01, "minimax-m3": 1.01}  # sdk/models/kimi_k3.py, minimax_m3.py: power_law_1.01
 # aiconfigurator's vLLM GEMM collector times block-fp8 linears without CUDA graphs (collector/vllm/collect_gemm.py
 # use_cuda_graph=gemm_type != "fp8_block"), so its vLLM predictions carry each such linear's host time: priced here
 # with those linears outside the graphs (presets/engines/vllm-0.21.yaml kernels.linear_host_us)
@@ -102,7 +107,8 @@ AIC_FP8_SCALES = {"trtllm": "dynamic", "vllm": "static", "sglang": "static"}
 MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b",
        "deepseek-v3", "qwen3-coder-480b", "kimi-k2", "kimi-k2.5", "minimax-m2.5", "qwen3.5-35b-a3b",
        "qwen3.5-397b-a17b", "qwen3-vl-30b-a3b", "qwen3-vl-235b-a22b", "gemma4-26b-a4b", "mimo-v2-flash",
-       "deepseek-v3.2", "glm-5", "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b", "deepseek-v4-flash"}
+       "deepseek-v3.2", "glm-5", "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b", "deepseek-v4-flash",
+       "kimi-k3", "minimax-m3"}
 
 
 def load_points() -> list[dict]:
@@ -141,10 +147,15 @@ def load_points() -> list[dict]:
 
 def model_file(model: str) -> str:
     """A model without a preset: its file in benchmarks/validation/models (a YAML spec, or the config.json that
-    aiconfigurator bundles, read as a user's would be); else the preset's name."""
+    aiconfigurator bundles, read as a user's would be); else the preset's name; else, for a name no preset has, the
+    config.json fixture of that name in tests/fixtures/hf_configs (aiconfigurator's bundled copy, verbatim)."""
+    from tfcalc.spec.presets import find_preset
+
     for suffix in (".yaml", ".json"):
         if (HERE / "models" / f"{model}{suffix}").exists():
             return f"benchmarks/validation/models/{model}{suffix}"
+    if find_preset("model", model) is None and (FIXTURES / f"{model}.json").exists():
+        return str((FIXTURES / f"{model}.json").relative_to(ROOT))
     return model
 
 
