@@ -548,11 +548,15 @@ MAX_SWEEP_ROWS = 100_000
 
 
 def check_sweep_size(*lists: Sequence[object]) -> int:
-    """The rows a sweep over ``lists`` makes (their lengths multiplied; an empty list counts 1), refused before any
-    work past ``MAX_SWEEP_ROWS``."""
-    rows = 1
-    for items in lists:
-        rows *= max(len(items), 1)
+    """The rows a sweep over ``lists`` makes (``tfcalc.report.sweep_rows``), refused before any work past
+    ``MAX_SWEEP_ROWS``."""
+    from tfcalc.report import sweep_rows
+
+    return check_sweep_rows(sweep_rows(*lists))
+
+
+def check_sweep_rows(rows: int) -> int:
+    """``rows``, refused before any work past ``MAX_SWEEP_ROWS`` (a command that counts its own rows)."""
     if rows > MAX_SWEEP_ROWS:
         raise UsageError(f"the lists given sweep {rows:,} rows, past tfcalc's {MAX_SWEEP_ROWS:,} a run: shorten them "
                          "or split the run")

@@ -12,7 +12,7 @@ from tfcalc.cli.common import (
     KvDtypeOpt,
     OutputOpt,
     PresetOpt,
-    check_sweep_size,
+    check_sweep_rows,
     handle_errors,
     parse_dtype_list,
     resolve_models,
@@ -40,9 +40,8 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
     specs = resolve_models(preset, config)
     contexts, batches = parse_sizes(context, "context"), parse_sizes(batch, "batch")
     kv_dtypes = parse_dtype_list(kv_dtype)
-    check_sweep_size(specs, contexts, batches, kv_dtypes, [0] * (3 if compare_attention else 1))
-    swept = run_sweep(iter_kv_cache_rows(specs, contexts, batches, kv_dtypes, compare_attention),
-                      kv_cache_row_count(specs, contexts, batches, kv_dtypes, compare_attention), "kv-cache")
+    total = check_sweep_rows(kv_cache_row_count(specs, contexts, batches, kv_dtypes, compare_attention))
+    swept = run_sweep(iter_kv_cache_rows(specs, contexts, batches, kv_dtypes, compare_attention), total, "kv-cache")
     rows = swept.items
     columns = COLUMNS
     hidden = {key for key, unused in (

@@ -30,7 +30,7 @@ from tfcalc.cli.common import (
     WeightsOpt,
     check_redundant_experts,
     check_runtime_overhead,
-    check_sweep_size,
+    check_sweep_rows,
     complete_preset,
     engines_asked,
     fail,
@@ -176,10 +176,8 @@ def plan(preset: PresetOpt = None, config: ConfigOpt = None,
         kv_cache_memory_bytes=kv_memory,
         find_min_gpus=find_min_gpus, max_gpus=max_gpus, gpus_per_node=gpus_per_node,
         redundant_experts=redundant_experts)
-    check_sweep_size(specs, gpus, engines, sweep.num_gpus, sweep.tps, sweep.pps, sweep.eps, sweep.contexts,
-                     sweep.batches, precisions, kv_dtypes, sweep.utilizations, sweep.block_sizes, sweep.max_num_seqs,
-                     sweep.max_num_batched_tokens, sweep.runtime_overheads)
-    swept = run_sweep(iter_plan_rows(specs, gpus, sweep), plan_row_count(specs, gpus, sweep), "plan")
+    total = check_sweep_rows(plan_row_count(specs, gpus, sweep))
+    swept = run_sweep(iter_plan_rows(specs, gpus, sweep), total, "plan")
     rows, traces = [row for row, _ in swept.items], [trace for _, trace in swept.items]
     notes = (*dict.fromkeys(engine_note(e) for e in engines),
              "KV tokens: what the engine logs; max seqs add up over data-parallel replicas. GiB = 2^30 bytes.",

@@ -2,3 +2,13 @@
 
 No I/O here: the CLI hands these rows to ``tfcalc.output``.
 """
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sized
+
+
+def sweep_rows(*lists: Sized) -> int:
+    """The rows a sweep over ``lists`` makes: their lengths multiplied, an empty list (a default) counting 1."""
+    return math.prod(max(len(items), 1) for items in lists)

@@ -195,18 +195,11 @@ def _gemm_streaming(r: Rates) -> str:
     return " (GEMM weights " + ", ".join(f"{k} {v:.3g}" for k, v in sorted(r.gemm_memory_efficiency.items())) + ")"
 
 
-def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSweep, options: EstimateOptions,
-                  progress: Callable[[int], None] | None = None
+def estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSweep, options: EstimateOptions
                   ) -> tuple[list[Row], list[tuple[LatencyEstimate, Deployment]]]:
     """One row per combination, and the estimate behind each (``explain_lines`` turns one into text on demand)."""
-    rows: list[Row] = []
-    handles: list[tuple[LatencyEstimate, Deployment]] = []
-    for row, handle in iter_estimate_rows(specs, gpus, sweep, options):
-        rows.append(row)
-        handles.append(handle)
-        if progress is not None:
-            progress(len(rows))
-    return rows, handles
+    pairs = list(iter_estimate_rows(specs, gpus, sweep, options))
+    return [row for row, _ in pairs], [handle for _, handle in pairs]
 
 
 def iter_estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: EstimateSweep, options: EstimateOptions

@@ -15,6 +15,7 @@ from tfcalc.calc.kv_cache import (
     state_exact_bytes_per_sequence,
 )
 from tfcalc.dtypes import DType
+from tfcalc.report import sweep_rows
 from tfcalc.spec.model import ModelSpec
 
 Row = dict[str, object]
@@ -47,7 +48,7 @@ def kv_cache_row_count(specs: list[ModelSpec], contexts: list[int], batches: lis
                        compare_attention: bool = False) -> int:
     """How many rows ``kv_cache_rows`` makes (the attention variants differ by model)."""
     variants = sum(len(attention_variants(spec)) if compare_attention else 1 for spec in specs)
-    return variants * max(len(contexts), 1) * max(len(batches), 1) * max(len(kv_dtypes), 1)
+    return variants * sweep_rows(contexts, batches, kv_dtypes)
 
 
 def iter_kv_cache_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int], kv_dtypes: list[DType],

@@ -5,7 +5,6 @@ own name so it lines up with the engine's log. No I/O."""
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -28,6 +27,7 @@ from tfcalc.calc.kv_cache import (
 from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit, sglang_v4_engine_pool, v4_engine_layout
 from tfcalc.calc.shard import layout_redundant_experts, stage_census, stage_layers
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype
+from tfcalc.report import sweep_rows
 from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
@@ -398,7 +398,7 @@ def plan_row_count(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
              w.max_num_seqs, w.max_num_batched_tokens, w.runtime_overheads]
     if not w.find_min_gpus:
         lists += [w.num_gpus, w.tps, w.pps, w.eps]
-    return math.prod(max(len(items), 1) for items in lists)
+    return sweep_rows(*lists)
 
 
 def iter_plan_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: PlanSweep
