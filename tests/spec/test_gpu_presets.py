@@ -151,7 +151,7 @@ NEW_PARTS = {
                      "l40s"),
     "mi355x": (287.98, {"fp32": 157.3, "bf16": 2516.6, "fp8": 5033.2, "int8": 5033.2, "fp4": 10066.3}, 537.6, 256,
                "xgmi-mi350", None, "none"),
-    "mi350x": (None, {"fp32": 144.2, "bf16": 2306.9, "fp8": 4613.7, "int8": 4613.7, "fp4": 9227.5}, 537.6, 256,
+    "mi350x": (287.98, {"fp32": 144.2, "bf16": 2306.9, "fp8": 4613.7, "int8": 4613.7, "fp4": 9227.5}, 537.6, 256,
                "xgmi-mi350", None, "none"),
     # A10 datasheet (dense = sparse*/2); L40 datasheet column; H20 partner-sheet figures (printed dense); the A10G's
     # and RTX 5090's are derived (test_derived_tensor_rates below checks the arithmetic against the printed figures)
@@ -306,6 +306,11 @@ RUNTIME_PRINTED_GIB = {
     "b200": 182631 / 1024,         # "name='NVIDIA B200' ... total_memory=182631MB"; vLLM "(.../178.35 GiB)"
     "mi300x": 196592 / 1024,       # "name='AMD Instinct MI300X' ... total_memory=196592MB" (ROCm/ROCm #4203)
     "mi355x": 287.98,              # vLLM on ROCm "Free memory on device cuda:0 (84.11/287.98 GiB) on startup"
+    "b300": 287_428_771_840 / GIB,  # torch "device_total_bytes=287428771840"; vLLM "(264.8/267.69 GiB)"
+    "gb200": 184.31,               # torch "GPU 3 has a total capacity of 184.31 GiB" (vllm issue #43951)
+    "gb300": 276.50,               # torch "GPU 0 has a total capacity of 276.50 GiB" (64 x GB300 FSDP sweep)
+    "mi325x": 255.98,              # torch on ROCm "GPU 0 has a total capacity of 255.98 GiB" (vllm issue #41962)
+    "mi350x": 287.98,              # torch on ROCm "GPU N has a total capacity of 287.98 GiB" (8 x MI350X, vLLM 0.25.1)
 }
 
 
@@ -319,7 +324,7 @@ def test_runtime_memory_matches_the_printed_figure(name: str) -> None:
 
 def test_runtime_memory_cross_checks() -> None:
     """The second printed figure each source names agrees; the runtime keeps 0.4-0.9 GiB under nvidia-smi's total on
-    NVIDIA parts and a few MiB of the ROCm-listed capacity on AMD parts."""
+    Ampere and Hopper parts, 0.7-1.1 GiB on Blackwell ones, and a few MiB of the ROCm-listed capacity on AMD parts."""
     gib = {name: load_gpu(name).runtime_memory_bytes / GIB for name in RUNTIME_PRINTED_GIB}
     assert gib["b200"] == pytest.approx(178.35, abs=0.005)  # vLLM "Free memory on device cuda:0 (48.48/178.35 GiB)"
     assert gib["mi300x"] == pytest.approx(182.39 / 0.95, abs=0.01)  # vLLM "(0.95, 182.39 GiB)" on the MI300X
@@ -327,5 +332,13 @@ def test_runtime_memory_cross_checks() -> None:
     assert gib["h100-pcie"] == pytest.approx(79.1, abs=0.05)  # "NVIDIA H100 PCIe (79.1GB)"
     for name, smi_mib in (("a100-40gb", 40960), ("a100-80gb", 81920)):
         assert 0.4 <= smi_mib / 1024 - gib[name] <= 0.9, name
-    for name, listed in (("mi300x", 192), ("mi355x", 288)):
+    for name, listed in (("mi300x", 192), ("mi355x", 288), ("mi325x", 256), ("mi350x", 288)):
         assert 0 < listed - gib[name] < 0.05, name  # ROCm's "VRAM (GiB)" table
+    assert gib["b300"] == pytest.approx(267.69, abs=0.005)  # vLLM "Free memory on device (264.8/267.69 GiB)"
+    assert gib["b300"] == pytest.approx(208.8 / 0.78, abs=0.01)  # vLLM "(0.78, 208.8 GiB)" on the same node
+    # nvidia-smi's MiB totals (memory_gib's sources): the Blackwell parts' runtime keeps 0.7-1.1 GiB of them (B200:
+    # 183,359 MiB against 178.35 GiB), more than the Hopper and Ampere parts' 0.4-0.9
+    for name, smi_mib in (("b300", 275_040), ("gb200", 189_471), ("gb300", 284_208), ("b200", 183_359)):
+        assert 0.7 <= smi_mib / 1024 - gib[name] <= 1.1, name
+    for name, smi_mib in (("b300", 275_040), ("gb200", 189_471), ("gb300", 284_208)):
+        assert load_gpu(name).memory_bytes == pytest.approx(smi_mib * (1 << 20), abs=0.005 * GIB), name
