@@ -76,6 +76,8 @@ SOURCE_RATES = [
     ("gb200", 42.00, "$42.00/hr for 4 GPUs", 4, "coreweave.com/pricing", "2026-09-20"),  # one 4-GPU tray of an NVL72
     ("mi325x", 1.95, "$1.95 per GPU-hour", 1, "cliffcenter.com/research/amd-inference-economics", "2026-05-18"),
     ("gh200", 2.29, "$2.29 per GPU per hour", 1, "lambda.ai/instances", "2026-09-20"),  # Lambda "1x NVIDIA GH200"
+    ("gb300", 18.00, '$18.00 per "GPU Per Hour"', 1, "oracle.com/cloud/price-list", "2026-09-19"),  # OCI B112140
+    ("mi355x", 2.590, "$2.590 per GPU/hr", 1, "vultr.com/pricing", "2026-09-26"),  # Vultr, 8-GPU VM
 ]
 
 
@@ -87,6 +89,16 @@ def test_added_prices_are_their_sources_rate_per_gpu(gpu: str, rate: float, quot
     assert quoted in price.source and page in price.source and price.as_of == date
 
 
+def test_mi355x_rents_as_an_8_gpu_vm_and_gb300_at_ocis_rate() -> None:
+    """Vultr sells the MI355X only as 8 GPUs ($20.72 an hour for the VM, the zerv report's figure, = 8 x $2.59); OCI's
+    GB300 rate is its GB200 one ($16.00, quoted beside it) + $2.00, and above CoreWeave's GB200 rate."""
+    prices = load_prices()
+    assert prices["mi355x"].usd_per_gpu_hour * 8 == pytest.approx(20.72)
+    assert "8 GPUs" in prices["mi355x"].source and "$8.60" in prices["mi355x"].source
+    assert prices["gb300"].usd_per_gpu_hour - 16.00 == pytest.approx(2.00) and "$16.00" in prices["gb300"].source
+    assert prices["gb300"].usd_per_gpu_hour > prices["gb200"].usd_per_gpu_hour
+
+
 def test_the_trailing_comment_names_exactly_the_unpriced_gpus() -> None:
     """The comment after the last entry lists every GPU preset without a price, and no priced one."""
     from tfcalc.spec.presets import preset_root
@@ -94,5 +106,4 @@ def test_the_trailing_comment_names_exactly_the_unpriced_gpus() -> None:
     text = (preset_root() / "prices.yaml").read_text()
     comment = " ".join(line.strip(" #") for line in text.rsplit("as_of:", 1)[1].splitlines()[1:])
     named = set(re.split(r",\s*|\s+and\s+", comment.split(" have no price")[0].strip()))
-    assert named == set(preset_names("gpu")) - set(load_prices()) == {
-        "gb300", "mi350x", "mi355x", "h20", "gh200-144gb"}
+    assert named == set(preset_names("gpu")) - set(load_prices()) == {"mi350x", "h20", "gh200-144gb"}
