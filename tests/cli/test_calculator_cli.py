@@ -77,6 +77,15 @@ def test_params_formats() -> None:
     assert "input embedding" in rows[1]["active_convention"]
 
 
+def test_each_active_convention_reads_on_its_own() -> None:
+    # "as above" pointed at nothing when gpt-oss was alone, and at a line printed below it when it came first
+    (row,) = json.loads(run("params", "-p", "gpt-oss-120b", "-f", "json").output)
+    assert "above" not in row["active_convention"] and "lm_head" in row["active_convention"]
+    # what it says holds: every component counted active but the input embedding (model card: 5.1B active)
+    touched = sum(v for k, v in row.items() if k.endswith("_active_params") and not k.startswith("embedding"))
+    assert row["active_params"] == touched == 5_132_849_472 and row["embedding_active_params"] == 0
+
+
 def test_memory_mixed_precision_and_output_file(tmp_path: Path) -> None:
     out = tmp_path / "plan.csv"
     result = run("memory", "-p", "gpt-oss-120b", "--weights-dtype", "experts=mxfp4,default=bf16",
