@@ -379,3 +379,18 @@ def test_kv_cache_state_note_names_the_recurrent_layers_the_models_have() -> Non
     assert "Gated DeltaNet layers cache no tokens" in note("qwen3.5-27b", "llama3-8b")
     assert "KDA and Mamba-2 layers cache no tokens" in note("kimi-linear-48b-a3b", "nemotron-h-56b")
     assert "cache no tokens" not in note("llama3-8b", "deepseek-v4-flash")
+
+
+def test_kv_cache_says_what_an_mla_token_holds() -> None:
+    """The note under every table reads "K and V of one token"; an MLA row holds neither, and says what it holds:
+    DeepSeek-V3 (config.json: kv_lora_rank 512, qk_rope_head_dim 64, 61 layers) 576 bf16 values per layer."""
+    result = run("kv-cache", "-p", "deepseek-v3,llama3-8b", "--context", "4k")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "MLA caches no K and V" in text and "kv_lora_rank + qk_rope_head_dim values per MLA layer" in text
+    assert "Sparse Attention" not in text  # DeepSeek-V3 has no indexer
+    assert "70,272 B" in text and 70_272 == (512 + 64) * 61 * 2
+    # DeepSeek-V3.2: + the indexer key, 61 x (1,152 + 132) = 78,324 B (vLLM DeepseekV32IndexerCache)
+    dsa = " ".join(run("kv-cache", "-p", "deepseek-v3.2", "--context", "4k", "--kv-dtype", "bf16").output.split())
+    assert "indexer's 132-byte key" in dsa and "78,324 B" in dsa
+    assert "MLA caches" not in " ".join(run("kv-cache", "-p", "llama3-8b").output.split())
