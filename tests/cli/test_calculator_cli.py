@@ -394,3 +394,10 @@ def test_kv_cache_says_what_an_mla_token_holds() -> None:
     dsa = " ".join(run("kv-cache", "-p", "deepseek-v3.2", "--context", "4k", "--kv-dtype", "bf16").output.split())
     assert "indexer's 132-byte key" in dsa and "78,324 B" in dsa
     assert "MLA caches" not in " ".join(run("kv-cache", "-p", "llama3-8b").output.split())
+
+
+@pytest.mark.parametrize("command", ["kv-cache", "params", "memory", "plan"])
+def test_columns_help_suggests_no_key_the_command_lacks(command: str) -> None:
+    # it read "(e.g. model,ttft_s,tpot_s)" under every command; those are estimate's keys, shown empty elsewhere
+    text = " ".join(runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "ttft_s" not in text and "the first line of -f csv lists this command's" in text

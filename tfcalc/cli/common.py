@@ -276,8 +276,8 @@ def rate_overrides(compute: list[float], bandwidth: list[float], calibration: Pa
 WideOpt = Annotated[bool, typer.Option(
     "--wide", help="Show every column in the table (CSV and JSON always carry every column).")]
 ColumnsOpt = Annotated[list[str] | None, typer.Option(
-    "--columns", help="Show exactly these columns, by their CSV/JSON names (e.g. model,ttft_s,tpot_s); also "
-    "selects the CSV/JSON columns.", show_default=False, autocompletion=complete_columns)]
+    "--columns", help="Show exactly these columns, by their CSV/JSON names (the first line of -f csv lists "
+    "this command's); also selects the CSV/JSON columns.", show_default=False, autocompletion=complete_columns)]
 
 
 def parse_table_view(wide: bool, columns: list[str] | None):  # -> tfcalc.output.TableView
