@@ -399,5 +399,5 @@ def test_kv_cache_says_what_an_mla_token_holds() -> None:
 @pytest.mark.parametrize("command", ["kv-cache", "params", "memory", "plan"])
 def test_columns_help_suggests_no_key_the_command_lacks(command: str) -> None:
     # it read "(e.g. model,ttft_s,tpot_s)" under every command; those are estimate's keys, shown empty elsewhere
-    text = " ".join(runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output.split())
+    text = " ".join(runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output.replace("│", " ").split())
     assert "ttft_s" not in text and "the first line of -f csv lists this command's" in text
