@@ -401,3 +401,15 @@ def test_columns_help_suggests_no_key_the_command_lacks(command: str) -> None:
     # it read "(e.g. model,ttft_s,tpot_s)" under every command; those are estimate's keys, shown empty elsewhere
     text = " ".join(runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output.replace("│", " ").split())
     assert "ttft_s" not in text and "the first line of -f csv lists this command's" in text
+
+
+def test_memory_states_the_mla_attention_width_it_counts() -> None:
+    """DeepSeek-V3's workspace, by hand from its config (hidden 7,168, 128 heads, qk_head_dim 128 + 64,
+    v_head_dim 128, dense intermediate 18,432, 8 x 2,048 routed + 2,048 shared, vocab 129,280): attention width
+    128 x (2 x 192 + 2 x 128) = 81,920 beats the FFN's 3 x 18,432 = 55,296, so 8,192 tokens x (2 x 7,168 + 81,920)
+    x 2 B + 129,280 x 4 B; the note gives that width, which the GQA formula above it does not."""
+    (row,) = json.loads(run("memory", "-p", "deepseek-v3", "--context", "32k", "-f", "json").output)
+    assert row["activation_bytes"] == 8192 * (2 * 7168 + 128 * (2 * 192 + 2 * 128)) * 2 + 129_280 * 4
+    text = " ".join(run("memory", "-p", "deepseek-v3", "--context", "32k").output.split())
+    assert "MLA's attention width = heads x (2 qk_head_dim + 2 v_head_dim)" in text
+    assert "MLA's attention width" not in " ".join(run("memory", "-p", "llama3-8b").output.split())

@@ -20,6 +20,9 @@ ACTIVATION_FORMULA = (
     "attention width = (heads + 2 kv_heads) x head_dim + heads x head_dim; FFN width = 3 x intermediate "
     "(gate, up, product) of the widest FFN the tokens pass (top-k experts for MoE)"
 )
+# calc.memory.activation_workspace_bytes: MLA's prefill materialises per-head q, k (qk_head_dim) and v, o (v_head_dim)
+MLA_ACTIVATION = ("MLA's attention width = heads x (2 qk_head_dim + 2 v_head_dim): the q, k, v and output its prefill "
+                  "materialises from the latent")
 
 
 def memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int],
