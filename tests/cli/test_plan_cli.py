@@ -388,3 +388,14 @@ def test_the_default_scheduler_limits_are_the_ones_help_names() -> None:
                          .replace("│", " ").split())
     assert "vLLM 1024 on GPUs of >= 70 GiB but the A100, else 256" in help_text
     assert "vLLM 8192 on GPUs of >= 70 GiB but the A100, else 2048" in help_text
+
+
+def test_explanations_count_one_gpu_in_the_singular() -> None:
+    def said(*args: str) -> str:
+        return " ".join(CliRunner().invoke(app, [*args, "--explain"], env={"COLUMNS": "200"}).output.split())
+
+    assert "dp 1 = 1 GPU, ep 1" in said("plan", "-p", "llama3-8b")
+    assert "dp 1 = 2 GPUs, ep 1" in said("plan", "-p", "llama3-8b", "--tp", "2")
+    assert "dp 1 = 1 GPU, ep 1" in said("estimate", "-p", "llama3-8b")
+    assert "cost: 1 GPU x $" in said("capacity", "-p", "llama3.2-1b", "--rate", "1", "--input-len", "512",
+                                     "--output-len", "64", "--tpot", "p90=100ms", "--gpu", "l4", "--tp", "1")

@@ -364,7 +364,8 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                      f">= {format_seconds(d.rates_decode.dynamic_scale_floor())}; --fp8-scales static for a "
                      "calibrated checkpoint)")
     domain = f" across {d.nvlink_domain} GPUs" if d.nvlink_domain > d.gpus_per_node else ""
-    lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {d.num_gpus} GPUs, ep {d.ep}; "
+    lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {d.num_gpus} GPU{'s' if d.num_gpus != 1 else ''}, "
+                 f"ep {d.ep}; "
                  f"fabric {d.intra.display_name}{domain}, {d.algorithm} all-reduce"
                  + (", engine one-/two-shot custom all-reduce below 8 MiB" if d.kernels.custom_allreduce
                     and d.intra.custom_allreduce is not None else ""))

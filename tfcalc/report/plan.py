@@ -180,7 +180,8 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     lines = [f"engine: {engine_label(r.engine)}" + described
              + f"; max_num_seqs {r.max_num_seqs:,}, max_num_batched_tokens {r.max_num_batched_tokens:,}, "
              f"block_size {r.block_size}",
-             f"parallelism: tp {p.tp} x pp {p.pp} x dp {p.dp} = {p.num_gpus} GPUs, ep {p.ep}"
+             f"parallelism: tp {p.tp} x pp {p.pp} x dp {p.dp} = {p.num_gpus} GPU{'s' if p.num_gpus != 1 else ''}, "
+             f"ep {p.ep}"
              + (f"; layers per stage {'/'.join(map(str, r.stage_layer_counts))}" if p.pp > 1 else "")]
     cap = term("capacity", "capacity")
     lines.append(f"{cap} = {r.capacity_bytes:,} B = {_gib(r.capacity_bytes)}"
