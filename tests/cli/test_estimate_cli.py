@@ -453,3 +453,12 @@ def test_sentences_about_one_row_name_the_swept_format_they_belong_to() -> None:
     # one format: the sentence stays as short as before
     single = " ".join(runner.invoke(app, ARGS).stdout.split())
     assert "llama3-8b on h100-sxm (tp 1, prompt 1,024, gen 256): decode never turns" in single
+
+
+def test_an_expert_parallel_row_shows_its_ep() -> None:
+    # ep was a 'varies' column: a single --ep 2 row (or a sweep all at ep 2) hid it, and read as plain tp 2
+    out = runner.invoke(app, ["estimate", "-p", "qwen3-30b-a3b", "--tp", "2", "--ep", "2"], env={"COLUMNS": "80"})
+    assert out.exit_code == 0, out.output
+    assert [line.split() for line in out.output.splitlines()[:6]][3:6] == [["tp", "2"], ["ep", "2"], ["batch", "1"]]
+    plain = runner.invoke(app, [*ARGS], env={"COLUMNS": "80"}).output
+    assert not any(line.split()[:1] in (["ep"], ["pp"]) for line in plain.splitlines())

@@ -228,7 +228,10 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                             f"{spec.max_context:,} tokens" for spec in specs
                             for length in sorted({p + g for p in sweep.prompt_lens for g in sweep.gen_lens})
                             if length > spec.max_context))
-    emit(rows, COLUMNS, fmt, output, title="Estimate", notes=notes)
+    # a pp or ep other than 1 is shown even when every row has it (else a single --ep 2 row reads as plain tp)
+    split = {k for k in ("pp", "ep") if any(row.get(k, 1) != 1 for row in rows)}
+    columns = [c._replace(show="always") if c.key in split else c for c in COLUMNS]
+    emit(rows, columns, fmt, output, title="Estimate", notes=notes)
     if explain:
         parts = []
         for row, handle in zip(rows, handles, strict=True):
