@@ -77,6 +77,15 @@ def test_params_formats() -> None:
     assert "input embedding" in rows[1]["active_convention"]
 
 
+def test_each_active_convention_reads_on_its_own() -> None:
+    # "as above" pointed at nothing when gpt-oss was alone, and at a line printed below it when it came first
+    (row,) = json.loads(run("params", "-p", "gpt-oss-120b", "-f", "json").output)
+    assert "above" not in row["active_convention"] and "lm_head" in row["active_convention"]
+    # what it says holds: every component counted active but the input embedding (model card: 5.1B active)
+    touched = sum(v for k, v in row.items() if k.endswith("_active_params") and not k.startswith("embedding"))
+    assert row["active_params"] == touched == 5_132_849_472 and row["embedding_active_params"] == 0
+
+
 def test_memory_mixed_precision_and_output_file(tmp_path: Path) -> None:
     out = tmp_path / "plan.csv"
     result = run("memory", "-p", "gpt-oss-120b", "--weights-dtype", "experts=mxfp4,default=bf16",
@@ -370,3 +379,37 @@ def test_kv_cache_state_note_names_the_recurrent_layers_the_models_have() -> Non
     assert "Gated DeltaNet layers cache no tokens" in note("qwen3.5-27b", "llama3-8b")
     assert "KDA and Mamba-2 layers cache no tokens" in note("kimi-linear-48b-a3b", "nemotron-h-56b")
     assert "cache no tokens" not in note("llama3-8b", "deepseek-v4-flash")
+
+
+def test_kv_cache_says_what_an_mla_token_holds() -> None:
+    """The note under every table reads "K and V of one token"; an MLA row holds neither, and says what it holds:
+    DeepSeek-V3 (config.json: kv_lora_rank 512, qk_rope_head_dim 64, 61 layers) 576 bf16 values per layer."""
+    result = run("kv-cache", "-p", "deepseek-v3,llama3-8b", "--context", "4k")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "MLA caches no K and V" in text and "kv_lora_rank + qk_rope_head_dim values per MLA layer" in text
+    assert "Sparse Attention" not in text  # DeepSeek-V3 has no indexer
+    assert "70,272 B" in text and 70_272 == (512 + 64) * 61 * 2
+    # DeepSeek-V3.2: + the indexer key, 61 x (1,152 + 132) = 78,324 B (vLLM DeepseekV32IndexerCache)
+    dsa = " ".join(run("kv-cache", "-p", "deepseek-v3.2", "--context", "4k", "--kv-dtype", "bf16").output.split())
+    assert "indexer's 132-byte key" in dsa and "78,324 B" in dsa
+    assert "MLA caches" not in " ".join(run("kv-cache", "-p", "llama3-8b").output.split())
+
+
+@pytest.mark.parametrize("command", ["kv-cache", "params", "memory", "plan"])
+def test_columns_help_suggests_no_key_the_command_lacks(command: str) -> None:
+    # it read "(e.g. model,ttft_s,tpot_s)" under every command; those are estimate's keys, shown empty elsewhere
+    text = " ".join(runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output.replace("│", " ").split())
+    assert "ttft_s" not in text and "the first line of -f csv lists this command's" in text
+
+
+def test_memory_states_the_mla_attention_width_it_counts() -> None:
+    """DeepSeek-V3's workspace, by hand from its config (hidden 7,168, 128 heads, qk_head_dim 128 + 64,
+    v_head_dim 128, dense intermediate 18,432, 8 x 2,048 routed + 2,048 shared, vocab 129,280): attention width
+    128 x (2 x 192 + 2 x 128) = 81,920 beats the FFN's 3 x 18,432 = 55,296, so 8,192 tokens x (2 x 7,168 + 81,920)
+    x 2 B + 129,280 x 4 B; the note gives that width, which the GQA formula above it does not."""
+    (row,) = json.loads(run("memory", "-p", "deepseek-v3", "--context", "32k", "-f", "json").output)
+    assert row["activation_bytes"] == 8192 * (2 * 7168 + 128 * (2 * 192 + 2 * 128)) * 2 + 129_280 * 4
+    text = " ".join(run("memory", "-p", "deepseek-v3", "--context", "32k").output.split())
+    assert "MLA's attention width = heads x (2 qk_head_dim + 2 v_head_dim)" in text
+    assert "MLA's attention width" not in " ".join(run("memory", "-p", "llama3-8b").output.split())

@@ -434,3 +434,31 @@ def test_a_length_past_the_models_context_is_noted() -> None:
     assert result.exit_code == 0, result.output
     assert "note: llama3-8b: prompt + gen 8,448 exceeds its max context of 8,192 tokens" in result.stdout
     assert "1,280 exceeds" not in result.stdout
+
+
+def test_sentences_about_one_row_name_the_swept_format_they_belong_to() -> None:
+    # a weights sweep gives each format its own turning point and fit; a sentence that does not say which format
+    # it is about reads as three contradictory verdicts on the same model, GPU and tp
+    args = ["estimate", "-p", "llama3-70b", "--gpu", "h100-sxm", "--weights-dtype", "nvfp4,fp8,bf16"]
+    rows = json.loads(runner.invoke(app, [*args, "-f", "json"]).stdout)
+    text = " ".join(runner.invoke(app, args, env={"COLUMNS": "80"}).stdout.split())
+    for row in rows:
+        turning = row["decode_turning_point_batch"]
+        verdict = f"decode turns compute-bound from batch {turning:,}" if turning else "decode never turns"
+        assert (f"(tp 1, weights {row['weights_dtype']}, compute {row['compute_dtype']}, prompt 1,024, gen 256): "
+                f"{verdict}") in text
+    # bf16 weights (131.42 GiB, tfcalc memory) cannot fit one 80 GB H100, the quantized ones can
+    assert [r["fits"] for r in rows] == [True, True, False]
+    assert "(tp 1, pp 1, ep 1, weights bf16, compute bf16), batch 1 at context 1,280: does not fit" in text
+    # one format: the sentence stays as short as before
+    single = " ".join(runner.invoke(app, ARGS).stdout.split())
+    assert "llama3-8b on h100-sxm (tp 1, prompt 1,024, gen 256): decode never turns" in single
+
+
+def test_an_expert_parallel_row_shows_its_ep() -> None:
+    # ep was a 'varies' column: a single --ep 2 row (or a sweep all at ep 2) hid it, and read as plain tp 2
+    out = runner.invoke(app, ["estimate", "-p", "qwen3-30b-a3b", "--tp", "2", "--ep", "2"], env={"COLUMNS": "80"})
+    assert out.exit_code == 0, out.output
+    assert [line.split() for line in out.output.splitlines()[:6]][3:6] == [["tp", "2"], ["ep", "2"], ["batch", "1"]]
+    plain = runner.invoke(app, [*ARGS], env={"COLUMNS": "80"}).output
+    assert not any(line.split()[:1] in (["ep"], ["pp"]) for line in plain.splitlines())

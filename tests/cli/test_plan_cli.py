@@ -373,3 +373,29 @@ def test_kv_cache_memory_bytes_is_vllm_s_set_kv_cache() -> None:
     for flags, message in ((("--engine", "sglang"), "no engine asked takes it"), ((), "must be positive")):
         bad = run("plan", "-p", "llama3-8b", "--kv-cache-memory", "0" if not flags else "1g", *flags)
         assert bad.exit_code != 0 and message in bad.output and "Traceback" not in bad.output
+
+
+def test_the_default_scheduler_limits_are_the_ones_help_names() -> None:
+    """--help: vLLM 1024 sequences / 8192 tokens on GPUs of >= 70 GiB but the A100, else 256 / 2048 (vLLM
+    EngineArgs._set_default_args: device memory >= 70 GiB and "a100" not in the device name); it said ">= 70 GiB"
+    alone, which an A100 80GB reader takes to mean 1024."""
+    def limits(gpu: str) -> tuple[int, int]:
+        (row,) = json.loads(CliRunner().invoke(app, ["plan", "-p", "llama3-8b", "--gpu", gpu, "-f", "json"]).output)
+        return row["max_num_seqs"], row["max_num_batched_tokens"]
+
+    assert limits("h100-sxm") == (1024, 8192) and limits("a100-80gb") == (256, 2048) and limits("l40s") == (256, 2048)
+    help_text = " ".join(CliRunner().invoke(app, ["plan", "--help"], env={"COLUMNS": "200"}).output
+                         .replace("│", " ").split())
+    assert "vLLM 1024 on GPUs of >= 70 GiB but the A100, else 256" in help_text
+    assert "vLLM 8192 on GPUs of >= 70 GiB but the A100, else 2048" in help_text
+
+
+def test_explanations_count_one_gpu_in_the_singular() -> None:
+    def said(*args: str) -> str:
+        return " ".join(CliRunner().invoke(app, [*args, "--explain"], env={"COLUMNS": "200"}).output.split())
+
+    assert "dp 1 = 1 GPU, ep 1" in said("plan", "-p", "llama3-8b")
+    assert "dp 1 = 2 GPUs, ep 1" in said("plan", "-p", "llama3-8b", "--tp", "2")
+    assert "dp 1 = 1 GPU, ep 1" in said("estimate", "-p", "llama3-8b")
+    assert "cost: 1 GPU x $" in said("capacity", "-p", "llama3.2-1b", "--rate", "1", "--input-len", "512",
+                                     "--output-len", "64", "--tpot", "p90=100ms", "--gpu", "l4", "--tp", "1")

@@ -136,3 +136,14 @@ def test_step_group_headers_read_as_explain_names_them() -> None:
     for group in GROUPS:
         for phase in ("prefill", "decode"):
             assert REGISTRY[f"{phase}_{group}_s"].header == f"{phase} {GROUP_LABELS[group]}"
+
+
+def test_the_recurrent_layer_count_is_not_named_after_one_kind() -> None:
+    # the header read "Gated DeltaNet layers" over Nemotron-H's Mamba-2 and Kimi Linear's KDA counts as well
+    result = runner.invoke(app, ["kv-cache", "-p", "nemotron-h-56b,kimi-linear-48b-a3b", "--context", "8k", "--wide"],
+                           env={"COLUMNS": "240"})
+    assert result.exit_code == 0, result.output
+    assert "DeltaNet" not in result.output and REGISTRY["linear_layers"].header == "recurrent layers"
+    rows = json.loads(runner.invoke(app, ["kv-cache", "-p", "nemotron-h-56b,kimi-linear-48b-a3b", "-f", "json"]).output)
+    # Nemotron-H 56B: 54 Mamba-2 of its 118 blocks (hybrid_override_pattern); Kimi Linear: 20 KDA of 27 layers
+    assert [(r["attention"], r["linear_layers"]) for r in rows] == [("GQA + Mamba-2", 54), ("MLA + KDA", 20)]

@@ -169,7 +169,8 @@ def check_redundant_experts(specs: Sequence[Any], redundant_experts: int, eps: S
 
 MaxNumSeqsOpt = Annotated[ListOpt, typer.Option(
     "--max-num-seqs", help="Sequences the engine schedules at once (vLLM --max-num-seqs; sizes its sampler and CUDA "
-    "graphs); default: the engine's for the GPU (vLLM 1024 on >= 70 GiB GPUs).", show_default=False)]
+    "graphs); default: the engine's for the GPU (vLLM 1024 on GPUs of >= 70 GiB but the A100, else 256).",
+    show_default=False)]
 ExtensibleKvCacheOpt = Annotated[bool | None, typer.Option(
     "--enable-extensible-kv-cache/--no-enable-extensible-kv-cache", help="vLLM 0.34+: size the KV cache after "
     "warm-up (on, the default where supported) or from profiling estimates at utilization 0.92 (off: as with "
@@ -184,7 +185,8 @@ ModelRunnerOpt = Annotated[str | None, typer.Option(
     "model.", show_default=False)]
 MaxNumBatchedTokensOpt = Annotated[ListOpt, typer.Option(
     "--max-num-batched-tokens", "--prefill-chunk", help="Tokens per forward pass, the chunked-prefill budget (vLLM "
-    "--max-num-batched-tokens); default: the engine's for the GPU (vLLM 8192 on >= 70 GiB GPUs).",
+    "--max-num-batched-tokens); default: the engine's for the GPU (vLLM 8192 on GPUs of >= 70 GiB but the A100, "
+    "else 2048).",
     show_default=False)]
 
 
@@ -276,8 +278,8 @@ def rate_overrides(compute: list[float], bandwidth: list[float], calibration: Pa
 WideOpt = Annotated[bool, typer.Option(
     "--wide", help="Show every column in the table (CSV and JSON always carry every column).")]
 ColumnsOpt = Annotated[list[str] | None, typer.Option(
-    "--columns", help="Show exactly these columns, by their CSV/JSON names (e.g. model,ttft_s,tpot_s); also "
-    "selects the CSV/JSON columns.", show_default=False, autocompletion=complete_columns)]
+    "--columns", help="Show exactly these columns, by their CSV/JSON names (the first line of -f csv lists "
+    "this command's); also selects the CSV/JSON columns.", show_default=False, autocompletion=complete_columns)]
 
 
 def parse_table_view(wide: bool, columns: list[str] | None):  # -> tfcalc.output.TableView

@@ -45,9 +45,14 @@ COLUMNS = pick("model", "gpu", varies("engine"), "tp", varies("pp", "ep"), "batc
 OneValue = Annotated[str | None, typer.Option(show_default=False)]
 
 
-def _turning_note(row: dict) -> str:
-    """The decode batch from which the step is compute-bound; it does not depend on the row's own batch."""
-    where = f"{row['model']} on {row['gpu']} (tp {row['tp']}, prompt {row['prompt_len']:,}, gen {row['gen_len']:,})"
+def _turning_note(row: dict, keys: tuple[str, ...] = ()) -> str:
+    """The decode batch from which the step is compute-bound; it does not depend on the row's own batch, but on
+    the parallelism and the formats (``keys``: the swept ones, named)."""
+    from tfcalc.report.estimate import row_choices
+
+    split = "".join(f", {k} {row[k]}" for k in ("pp", "ep") if row.get(k, 1) != 1)
+    where = (f"{row['model']} on {row['gpu']} (tp {row['tp']}{split}{row_choices(row, keys)}, "
+             f"prompt {row['prompt_len']:,}, gen {row['gen_len']:,})")
     if row["decode_turning_point_batch"]:
         return f"{where}: decode turns compute-bound from batch {row['decode_turning_point_batch']:,}"
     return (f"{where}: decode never turns compute-bound: each sequence's KV reads keep its FLOP/byte below the "
@@ -146,7 +151,14 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     from tfcalc.calc.kernels import UNIFORM, Routing, parse_routing
     from tfcalc.calc.plan import PlanConfig
     from tfcalc.errors import UsageError
-    from tfcalc.report.estimate import EstimateOptions, EstimateSweep, explain_lines, fit_sentence, iter_estimate_rows
+    from tfcalc.report.estimate import (
+        EstimateOptions,
+        EstimateSweep,
+        explain_lines,
+        fit_sentence,
+        iter_estimate_rows,
+        varying_keys,
+    )
     from tfcalc.spec.interconnect import load_interconnect
 
     specs = resolve_models(preset, config)
@@ -201,6 +213,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                            **common, engine=engine_spec, rates=rates, rates_source=source))), total, "estimate")
     rows, handles = [row for row, _ in swept.items], [handle for _, handle in swept.items]
     engine_names = ", ".join(dict.fromkeys(str(r["engine"]) for r in rows))
+    varying = varying_keys(rows)
     model = ("pure roofline (100 % of dense peak and HBM bandwidth, no floors or latencies)" if ideal else
              f"per-kernel latency model, engine {engine_names}, rates: "
              + ", ".join(dict.fromkeys(str(r["efficiency_source"]) for r in rows)))
@@ -209,13 +222,16 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
              "step's time goes to."
              + (f" fits: memory as 'tfcalc plan' counts it for the same engine ({engine_names}) at max_model_len = "
                 "prompt + gen." if fit else ""),
-             *dict.fromkeys(fit_sentence(r) for r in rows if r.get("fits") is False),
-             *dict.fromkeys(_turning_note(r) for r in rows),
+             *dict.fromkeys(fit_sentence(r, varying) for r in rows if r.get("fits") is False),
+             *dict.fromkeys(_turning_note(r, varying) for r in rows),
              *dict.fromkeys(f"note: {spec.name}: prompt + gen {length:,} exceeds its max context of "
                             f"{spec.max_context:,} tokens" for spec in specs
                             for length in sorted({p + g for p in sweep.prompt_lens for g in sweep.gen_lens})
                             if length > spec.max_context))
-    emit(rows, COLUMNS, fmt, output, title="Estimate", notes=notes)
+    # a pp or ep other than 1 is shown even when every row has it (else a single --ep 2 row reads as plain tp)
+    split = {k for k in ("pp", "ep") if any(row.get(k, 1) != 1 for row in rows)}
+    columns = [c._replace(show="always") if c.key in split else c for c in COLUMNS]
+    emit(rows, columns, fmt, output, title="Estimate", notes=notes)
     if explain:
         parts = []
         for row, handle in zip(rows, handles, strict=True):

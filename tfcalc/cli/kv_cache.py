@@ -50,6 +50,14 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
     columns = pick(*(c.key if c.show == "always" and c.key not in hidden else wide(c.key) for c in COLUMNS))
     notes = ["bytes per token: K and V of one token in every layer; KV cache: batch x context with sliding-window "
              "layers holding at most their window. GiB = 2^30 bytes."]
+    mla = [spec for spec in specs if spec.mla is not None
+           and any(row["model"] == spec.name and str(row["attention"]).startswith("MLA") for row in rows)]
+    if mla:  # DeepSeek-V2 paper sec. 2.1.2; DSA's indexer key: vLLM DeepseekV32IndexerCache (docs/calculator.md)
+        dsa = any(s.sparse_indexer is not None and s.sparse_indexer.kind == "dsa" for s in mla)
+        notes.append("MLA caches no K and V: its bytes per token are the compressed latent and the shared RoPE key, "
+                     "kv_lora_rank + qk_rope_head_dim values per MLA layer"
+                     + ("; DeepSeek Sparse Attention adds its indexer's 132-byte key per indexed layer, and an 8-bit "
+                        "cache stores the latent as FlashMLA's 656-byte record" if dsa else "") + ".")
     if any(str(row["sliding_window"]).startswith("chunks") for row in rows):
         notes.append("Chunked local attention (Llama 4): those layers attend within fixed chunks and hold at most "
                      "one chunk; vLLM frees earlier chunks, SGLang and TensorRT-LLM by default keep them.")

@@ -51,7 +51,7 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
            fmt: FormatOpt = None, output: OutputOpt = None) -> None:
     """Memory for weights, KV cache and activation workspace, per weight / KV format, context and batch."""
     from tfcalc.dtypes import get_dtype
-    from tfcalc.report.memory import ACTIVATION_FORMULA, exception_notes, iter_memory_rows
+    from tfcalc.report.memory import ACTIVATION_FORMULA, MLA_ACTIVATION, exception_notes, iter_memory_rows
     from tfcalc.report.params import mtp_notes
 
     specs = resolve_models(preset, config)
@@ -66,6 +66,7 @@ def memory(preset: PresetOpt = None, config: ConfigOpt = None, context: ContextO
     notes = ("weights include scale overhead of block formats; as quantized checkpoints ship, a quantized format "
              f"leaves biases, norms, the embedding, {kept} in bf16 unless named (default=fp8,lm_head=fp8 "
              "quantizes lm_head too); the same rule as 'tfcalc plan'. GiB = 2^30 bytes.", ACTIVATION_FORMULA + ".",
+             *((MLA_ACTIVATION + ".",) if any(s.mla is not None for s in specs) else ()),
              *exception_notes(specs), *mtp_notes(specs))
     emit(rows, COLUMNS, fmt, output, title="Memory", notes=notes)
     swept.finish()

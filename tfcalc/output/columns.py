@@ -122,7 +122,7 @@ REGISTRY: Mapping[str, Column] = _Registry(
     # --- kv-cache ----------------------------------------------------------------------------------------------------
     ("kv_bytes_per_token", "bytes per token", "bytes_exact"), ("kv_cache_bytes", "KV cache", "bytes"),
     ("kv_cache_bytes_uncapped", "without window caps", "bytes"),
-    ("state_bytes", "fixed state", "bytes"), ("linear_layers", "Gated DeltaNet layers", "int"),
+    ("state_bytes", "fixed state", "bytes"), ("linear_layers", "recurrent layers", "int"),
     # --- params: the summary (abbreviated) and the breakdown table (exact) -----------------------------------------
     ("total_params", "total params", "params"), ("active_params", "active params", "params"),
     ("non_embedding_params", "non-embedding", "params"), ("active_convention", "active convention", "prose"),

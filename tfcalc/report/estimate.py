@@ -111,10 +111,24 @@ def fit_columns(d: Deployment, memory: PlanConfig, batch: int, context: int, lon
             "weights_bytes_per_gpu": fit.weights_bytes_per_gpu}
 
 
-def fit_sentence(row: Row) -> str:
-    """Why a row does not fit (the numbers come from ``plan``)."""
-    where = (f"{row['model']} on {row['num_gpus']} x {row['gpu']} (tp {row['tp']}, pp {row['pp']}, ep {row['ep']}), "
-             f"batch {row['batch']:,} at context {row['context']:,}")
+# The swept choices a sentence about one row names when they differ between the rows (else the table says them once)
+_LABELS = {"engine": "engine", "weights_dtype": "weights", "kv_dtype": "KV", "compute_dtype": "compute"}
+
+
+def varying_keys(rows: list[Row]) -> tuple[str, ...]:
+    """The keys of ``_LABELS`` whose values differ between ``rows``."""
+    return tuple(k for k in _LABELS if len({str(row.get(k)) for row in rows}) > 1)
+
+
+def row_choices(row: Row, keys: tuple[str, ...]) -> str:
+    """", weights nvfp4, KV fp8_e4m3" for ``keys``: what tells this row apart from the others of its sweep."""
+    return "".join(f", {_LABELS[k]} {row.get(k)}" for k in keys)
+
+
+def fit_sentence(row: Row, keys: tuple[str, ...] = ()) -> str:
+    """Why a row does not fit (the numbers come from ``plan``); ``keys``: the swept choices that tell it apart."""
+    where = (f"{row['model']} on {row['num_gpus']} x {row['gpu']} (tp {row['tp']}, pp {row['pp']}, ep {row['ep']}"
+             f"{row_choices(row, keys)}), batch {row['batch']:,} at context {row['context']:,}")
     budget = int(str(row["kv_budget_bytes_per_gpu"]))
     if budget <= 0:
         return (f"{where}: does not fit -- the weights alone leave no room for the KV cache "
@@ -350,7 +364,8 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                      f">= {format_seconds(d.rates_decode.dynamic_scale_floor())}; --fp8-scales static for a "
                      "calibrated checkpoint)")
     domain = f" across {d.nvlink_domain} GPUs" if d.nvlink_domain > d.gpus_per_node else ""
-    lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {d.num_gpus} GPUs, ep {d.ep}; "
+    lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {d.num_gpus} GPU{'s' if d.num_gpus != 1 else ''}, "
+                 f"ep {d.ep}; "
                  f"fabric {d.intra.display_name}{domain}, {d.algorithm} all-reduce"
                  + (", engine one-/two-shot custom all-reduce below 8 MiB" if d.kernels.custom_allreduce
                     and d.intra.custom_allreduce is not None else ""))

@@ -9,7 +9,7 @@ from tfcalc.calc.kv_cache import default_kv_dtype, kv_cache_bytes
 from tfcalc.calc.memory import activation_workspace_bytes, weights_bytes_by_component
 from tfcalc.calc.params import count_params
 from tfcalc.dtypes import PARAM_COMPONENTS, DType, WeightPrecision, parse_weight_precision
-from tfcalc.spec.model import ModelSpec
+from tfcalc.spec.model import ModelSpec, WeightException
 
 Row = dict[str, object]
 
@@ -20,6 +20,9 @@ ACTIVATION_FORMULA = (
     "attention width = (heads + 2 kv_heads) x head_dim + heads x head_dim; FFN width = 3 x intermediate "
     "(gate, up, product) of the widest FFN the tokens pass (top-k experts for MoE)"
 )
+# calc.memory.activation_workspace_bytes: MLA's prefill materialises per-head q, k (qk_head_dim) and v, o (v_head_dim)
+MLA_ACTIVATION = ("MLA's attention width = heads x (2 qk_head_dim + 2 v_head_dim): the q, k, v and output its prefill "
+                  "materialises from the latent")
 
 
 def memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[int],
@@ -59,20 +62,23 @@ def iter_memory_rows(specs: list[ModelSpec], contexts: list[int], batches: list[
             yield row
 
 
+def exception_phrase(spec: ModelSpec, x: WeightException) -> str:
+    """One ``quantized_weight_exceptions`` entry in words: "mlp of layers 0, 125 in bf16"."""
+    layers = sorted(set(x.layers))
+    where = ("every layer" if len(layers) == spec.num_layers else
+             f"layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}" if len(layers) <= 4 else
+             f"{len(layers)} layers")
+    what = f"{', '.join(x.modules)} of the {x.components[0]}" if x.modules else ' and '.join(x.components)
+    return f"{what} of {where} in {x.dtype}"
+
+
 def exception_notes(specs: list[ModelSpec]) -> tuple[str, ...]:
     """The layers each model's checkpoint keeps in another format (``quantized_weight_exceptions``), which the
     weights above count wherever the chosen format is one the exception names."""
     notes = []
     for spec in specs:
-        parts = []
-        for x in spec.quantized_weight_exceptions:
-            layers = sorted(set(x.layers))
-            where = ("every layer" if len(layers) == spec.num_layers else
-                     f"layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}" if len(layers) <= 4 else
-                     f"{len(layers)} layers")
-            formats = f" (when {' or '.join(x.formats)})" if x.formats else ""
-            what = f"{', '.join(x.modules)} of the {x.components[0]}" if x.modules else ' and '.join(x.components)
-            parts.append(f"{what} of {where} in {x.dtype}{formats}")
+        parts = [exception_phrase(spec, x) + (f" (when {' or '.join(x.formats)})" if x.formats else "")
+                 for x in spec.quantized_weight_exceptions]
         if parts:
             notes.append(f"{spec.name}: as its checkpoint ships, {'; '.join(parts)}")
     return tuple(notes)

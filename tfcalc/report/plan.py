@@ -25,9 +25,10 @@ from tfcalc.calc.kv_cache import (
     sparse_mla_record,
 )
 from tfcalc.calc.plan import PlanConfig, PlanResult, min_gpus, plan_fit, sglang_v4_engine_pool, v4_engine_layout
-from tfcalc.calc.shard import layout_redundant_experts, stage_census, stage_layers
+from tfcalc.calc.shard import exception_applies, layout_redundant_experts, stage_census, stage_layers
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype
 from tfcalc.report import sweep_rows
+from tfcalc.report.memory import exception_phrase
 from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
@@ -89,6 +90,10 @@ def plan_note(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtyp
             and not (c == "lm_head" and spec.tie_word_embeddings) and not (c == "encoder" and spec.encoder is None)]
     if kept:
         parts.append(f"{', '.join(kept)} kept in bf16 as quantized checkpoints ship them")
+    applied = [exception_phrase(spec, x) for x in spec.quantized_weight_exceptions
+               if any(exception_applies(x, precision.for_component(c)) for c in x.components)]
+    if applied:  # the preset's per-layer exceptions, counted in the weights (shard.exception_deltas)
+        parts.append(f"the checkpoint also keeps {', '.join(applied)} (counted in the weights)")
     if r.mxfp4_padded_hidden:
         parts.append(f"MXFP4 experts padded to hidden {r.mxfp4_padded_hidden:,} and intermediate/GPU "
                      f"{r.mxfp4_padded_intermediate:,} (the engine's MoE kernel layout; GPUs with native FP4 pad "
@@ -175,7 +180,8 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     lines = [f"engine: {engine_label(r.engine)}" + described
              + f"; max_num_seqs {r.max_num_seqs:,}, max_num_batched_tokens {r.max_num_batched_tokens:,}, "
              f"block_size {r.block_size}",
-             f"parallelism: tp {p.tp} x pp {p.pp} x dp {p.dp} = {p.num_gpus} GPUs, ep {p.ep}"
+             f"parallelism: tp {p.tp} x pp {p.pp} x dp {p.dp} = {p.num_gpus} GPU{'s' if p.num_gpus != 1 else ''}, "
+             f"ep {p.ep}"
              + (f"; layers per stage {'/'.join(map(str, r.stage_layer_counts))}" if p.pp > 1 else "")]
     cap = term("capacity", "capacity")
     lines.append(f"{cap} = {r.capacity_bytes:,} B = {_gib(r.capacity_bytes)}"

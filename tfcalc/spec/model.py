@@ -48,8 +48,8 @@ ACTIVE_CONVENTIONS: dict[str, str] = {
         "top-k routed + shared experts, router, norms, lm_head (Mixtral, Qwen3, DeepSeek-V3 cards)"
     ),
     "excludes_input_embedding": (
-        "active = as above but without the input embedding table, which is a lookup, not a matmul "
-        "(gpt-oss model card)"
+        "active = every weight a token touches but the input embedding table, a lookup rather than a matmul: "
+        "attention, dense MLP, top-k routed + shared experts, router, norms, lm_head (gpt-oss model card)"
     ),
 }
 
