@@ -40,6 +40,7 @@ from tfcalc.calc.params import count_params
 from tfcalc.calc.serving_inputs import KvShape, StepFunction, StepSource, latency_step, replica_memory
 from tfcalc.calc.serving_sim import SimConfig, Workload, simulate
 from tfcalc.calc.serving_traffic import LengthDist
+from tfcalc.dtypes import WeightPrecision, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
@@ -115,6 +116,22 @@ def rows(only: str = "") -> list[dict]:
     return out
 
 
+def checkpoint_elements(spec: ModelSpec, precision: WeightPrecision) -> float:
+    """The element count trtllm-bench reads off a checkpoint's safetensors headers (bench/build/dataclasses.py@04cba88
+    ModelConfig.get_param_count: sum(metadata.parameter_count.values()), every dtype alike): a matrix in a sub-byte
+    format is stored packed, element_bits / 8 U8 elements per weight, its block scales one element each (NVFP4:
+    0.5 + 1/16 per weight); byte and wider formats and the 16-bit vectors one per weight. Priced at the quantisation's
+    bytes per element, that is the engine-size bug NVIDIA/TensorRT-LLM PR #13498 (2026-04-27, after 1.2) fixed:
+    DeepSeek-V3.2-NVFP4 "buggy=183.70 GB vs fixed=386.54 GB"."""
+    total = 0.0
+    for component, p in count_params(spec).total.items():
+        fmt = precision.for_component(component)
+        packed = p.matrix * fmt.element_bits / 8 if fmt.element_bits < 8 else p.matrix
+        scales = p.matrix / fmt.block_size if fmt.scale_bits else 0.0
+        total += packed + scales + p.vector
+    return total
+
+
 def trtllm_bench_limits(spec: ModelSpec, gpu: GPUSpec, row: dict, engine: object,
                         fraction: float = KV_FREE_FRACTION) -> tuple[int, int]:
     """(max_batch_size, max_num_tokens) trtllm-bench runs with when not given them: tensorrt_llm/bench/build/
@@ -123,7 +140,9 @@ def trtllm_bench_limits(spec: ModelSpec, gpu: GPUSpec, row: dict, engine: object
     rounded up (64 at least; to 32 below 256, 128 below 1024, else 256), tokens = min(batch x (1 + isl / osl), 32768)
     rounded up (2048 at least; to 256 below 4096, 512 below 8192, else 1024); a format outside its table (gpt-oss's
     MXFP4) takes BuildConfig's 2048 / 8192 (build.py get_benchmark_engine_settings; the engine preset's defaults).
-    Then benchmark/utils/general.py@0171265 get_settings: without chunked prefill, tokens >= longest prompt + batch."""
+    The params are the checkpoint's safetensors element count (``checkpoint_elements``; ModelConfig.get_param_count),
+    not the model's parameters. Then benchmark/utils/general.py@0171265 get_settings: without chunked prefill,
+    tokens >= longest prompt + batch."""
     isl, osl, tp, pp = row["isl"], row["osl"], row["tp"] * row["dp"], row["pp"]
     if row["weights"] not in HEURISTIC_BYTES:
         batch, tokens = scheduler_defaults(engine, gpu)
@@ -135,7 +154,8 @@ def trtllm_bench_limits(spec: ModelSpec, gpu: GPUSpec, row: dict, engine: object
         gib = float(1 << 30)
         per_token = 2 * spec.num_layers * max(tp, kv_heads) * head * HEURISTIC_BYTES.get(row["kv"], 2.0) / gib
         memory = (gpu.runtime_memory_bytes or gpu.memory_bytes) / gib * tp * pp
-        weights = count_params(spec).total_params * HEURISTIC_BYTES[row["weights"]] / gib
+        elements = checkpoint_elements(spec, parse_weight_precision(row["weights"]))
+        weights = elements * HEURISTIC_BYTES[row["weights"]] / gib
         requests = fraction * (memory - weights) / (per_token * (isl + osl))
         raw_bs = min(requests, 4096) / pp
         raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
