@@ -42,7 +42,9 @@ Reference points (each with its source and setting):
   (``--holdout20``) a twentieth of Qwen3.5's hybrid models ("aic held-out 20"), aiconfigurator_holdout21.json
   (``--holdout21``) a twenty-first of Qwen3-VL's checkpoints ("aic held-out 21") and aiconfigurator_holdout22.json
   (``--holdout22``) a twenty-second of Gemma 4 ("aic held-out 22"), ... and aiconfigurator_holdout35.json
-  (``--holdout35``) a thirty-fifth of Kimi K3, MiniMax-M3 and Llama-3.3-Nemotron-Super-49B ("aic held-out 35"); a
+  (``--holdout35``) a thirty-fifth of Kimi K3, MiniMax-M3 and Llama-3.3-Nemotron-Super-49B ("aic held-out 35") and
+  aiconfigurator_holdout36.json (``--holdout36``) a thirty-sixth of presets no earlier file has and the A100 ("aic
+  held-out 36"); a
   point's model is a preset, a file in benchmarks/validation/models, or else the config.json fixture of that name
   in tests/fixtures/hf_configs (Kimi K3, which has no preset).
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
@@ -63,7 +65,7 @@ LARGE = "aic b128+"
 FIXTURES = ROOT / "tests" / "fixtures" / "hf_configs"
 # The held-out files, aiconfigurator_holdout.json, aiconfigurator_holdout2.json ... (aiconfigurator_points.py
 # --holdoutN), each summarised on its own line
-HELD_OUT_FILES = 35
+HELD_OUT_FILES = 36
 
 
 def holdout(n: int) -> str:
@@ -80,7 +82,7 @@ SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_
            *((holdout(n), HERE / f"aiconfigurator_holdout{n if n > 1 else ''}.json")
              for n in range(1, HELD_OUT_FILES + 1))]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
-           "gb300": "gb300"}
+           "gb300": "gb300", "a100_sxm": "a100-80gb"}  # a100_sxm.yaml: mem_capacity 80 GiB
 # aiconfigurator points whose kernel-table rows no engine would time (aic_caveats.py writes the file and says why:
 # "routing", the collector's tied group-limited top-k; "sliced", a row slower than the same experts on half the GPUs;
 # "unsplit", rows at ep 2 no faster than at ep 1: SGLang's collector computes the timed rank's remote rows;
@@ -108,7 +110,7 @@ MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt
        "deepseek-v3", "qwen3-coder-480b", "kimi-k2", "kimi-k2.5", "minimax-m2.5", "qwen3.5-35b-a3b",
        "qwen3.5-397b-a17b", "qwen3-vl-30b-a3b", "qwen3-vl-235b-a22b", "gemma4-26b-a4b", "mimo-v2-flash",
        "deepseek-v3.2", "glm-5", "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b", "deepseek-v4-flash",
-       "kimi-k3", "minimax-m3"}
+       "kimi-k3", "minimax-m3", "qwen3.5-122b-a10b", "minimax-m2.7"}
 
 
 def load_points() -> list[dict]:

@@ -510,6 +510,23 @@ def test_thirty_fifth_held_out_grid_models_from_fixtures(v: ModuleType) -> None:
     dense = [(ttft, tpot) for p, ttft, tpot in scored if v._model_name(p) not in v.MOE]
     assert len(dense) == 21 and all(abs(ttft) <= 0.2 and abs(tpot) <= 0.2 for ttft, tpot in dense)
 
+def test_thirty_sixth_held_out_grid_new_presets_and_the_a100(v: ModuleType,
+                                                            benchmark_script: Callable[[str], ModuleType]) -> None:
+    """The thirty-sixth held-out file: presets no earlier grid holds (four of them handed to aiconfigurator as tfcalc's
+    config.json fixtures) and the A100 (aiconfigurator's a100_sxm, 80 GiB: the a100-80gb preset), every point on all
+    three engines. Scored once with no change: its dense points within 20 % on both phases."""
+    collect = benchmark_script("validation/aiconfigurator_points.py")
+    assert all((v.FIXTURES / name).exists() for name in collect.FIXTURE_CONFIGS.values())
+    assert v.AIC_GPU["a100_sxm"] == "a100-80gb"
+    scored = _signed_errors(v, 36, 60)
+    models = {v._model_name(p) for p, _, _ in scored}
+    assert all({p["engine"] for p, _, _ in scored if v._model_name(p) == m} == {"vllm", "sglang", "trtllm"}
+               for m in models)
+    assert {p["gpu"] for p, _, _ in scored} == {"h100-sxm", "h200", "b300", "a100-80gb"}
+    dense = [(ttft, tpot) for p, ttft, tpot in scored if v._model_name(p) not in v.MOE]
+    assert len(dense) == 42 and all(abs(ttft) <= 0.2 and abs(tpot) <= 0.2 for ttft, tpot in dense)
+
+
 def test_vllm_b200_mixtral_prefill_with_large_experts(v: ModuleType) -> None:
     """vLLM's B200 bf16 Mixtral points of every held-out grid (tp 1-8, ep 1-4): with the large-expert slowdown
     (kernels.moe_large_expert) their TTFT stays within 25 % of aiconfigurator whatever the expert's size (-50 % at tp
