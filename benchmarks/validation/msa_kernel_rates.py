@@ -1,6 +1,7 @@
-"""TensorRT-LLM's MiniMax-M3 sparse attention (MSA) from aiconfigurator 0.12's msa_{context,generation}_module tables:
-the engine preset's ``msa_decode`` / ``msa_prefill`` block floors (``dsa_block_floors_us``) and the
-``msa_fp32_expansion`` fractions (presets/engines/trtllm-1.0.yaml). Run with aiconfigurator installed:
+"""MiniMax-M3's sparse attention (MSA) from aiconfigurator 0.12's msa_{context,generation}_module tables: TensorRT-LLM's
+``msa_decode`` / ``msa_prefill`` block floors (``dsa_block_floors_us``) and ``msa_fp32_expansion`` fractions
+(presets/engines/trtllm-1.0.yaml), SGLang's ``msa_prefill`` floor (presets/engines/sglang-0.5.10.yaml). Run with
+aiconfigurator installed:
 
     python benchmarks/validation/msa_kernel_rates.py
 
@@ -16,8 +17,11 @@ tp 8 / tp 4), bf16 GEMMs on the H200, NVFP4 on the B200:
   + slope of dsa_block_floors' decode) over rows of 1-64 sequences at 1,024-16,384 tokens; the rows' own fractions
   (median, 10th and 90th percentile) beside it.
 
-The B200's context rows (kernel_source msa_fmha_sm100, timed eagerly) are printed to show they are no function of the
-work (docs/estimate-validation.md); no prefill rate is taken from them.
+SGLang 0.5.16 (kernel_source sglang_minimax_prefill_triton_sparse on both GPUs, timed eagerly as its prefill runs):
+the median of its one-sequence prompts of at most 16 tokens, bf16, 8 and 16 heads per GPU (tp 8 and 4).
+
+The B200's TensorRT-LLM context rows (kernel_source msa_fmha_sm100, timed eagerly) are printed to show they are no
+function of the work (docs/estimate-validation.md); no prefill rate is taken from them.
 """
 
 from __future__ import annotations
@@ -37,13 +41,14 @@ BANDWIDTH = {"h200_sxm": 4.8e12}  # presets/gpus/h200.yaml hbm_bandwidth
 KV_GROUP, INDEX_HEADS, INDEX_DIM, HEAD_DIM = 16, 4, 128, 128  # MiniMax-M3: 64 / 4 heads, a 4-head indexer of 128
 
 
-def _table(system: str, phase: str):  # noqa: ANN202 - a pandas.DataFrame
+def _table(system: str, phase: str, engine: str = "trtllm", version: str = VERSION):  # noqa: ANN202 - a DataFrame
     import aiconfigurator_core
     import pandas as pd
 
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
-    df = pd.read_parquet(root / system / "msa" / "trtllm" / VERSION / f"msa_{phase}_module_perf.parquet")
-    df = df[(df.gemm_type == GEMM[system]) & (df.kv_cache_dtype == "bfloat16") & df.num_heads.isin(HEADS)]
+    df = pd.read_parquet(root / system / "msa" / engine / version / f"msa_{phase}_module_perf.parquet")
+    gemm = GEMM[system] if engine == "trtllm" else "bfloat16"
+    df = df[(df.gemm_type == gemm) & (df.kv_cache_dtype == "bfloat16") & df.num_heads.isin(HEADS)]
     return df[df.step == 0] if phase == "context" else df
 
 
@@ -82,8 +87,15 @@ def expansion(system: str) -> dict[str, tuple[float, float, float, float]]:
     return out
 
 
+def sglang_prefill_floor(system: str) -> float:
+    """Microseconds: SGLang 0.5.16's MSA prefill block at its fewest tokens (module docstring)."""
+    ctx = _table(system, "context", "sglang", "0.5.16")
+    return 1e3 * statistics.median(ctx[(ctx.batch_size == 1) & (ctx.isl <= 16)].latency)
+
+
 def main() -> None:
     for system in GEMM:
+        print(system, f"SGLang 0.5.16 msa_prefill {sglang_prefill_floor(system):.1f} us")
         print(system, {k: round(v, 1) for k, v in floors(system).items()}, "us")
         if system in BANDWIDTH:
             for phase, (slope, med, lo, hi) in expansion(system).items():

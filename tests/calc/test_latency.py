@@ -996,3 +996,18 @@ def test_msa_layers_price_as_full_attention_elsewhere() -> None:
     dense = replace(d, spec=replace(d.spec, sparse_indexer=None))
     for shape in (StepShape(prefill_seqs=2, prefill_tokens=1500), StepShape(decode_seqs=8, decode_context=2000)):
         assert step_time(d, shape).seconds == pytest.approx(step_time(dense, shape).seconds)
+
+
+def test_msa_prefill_block_floor_on_sglang() -> None:
+    # SGLang runs MiniMax-M3's sparse prefill eagerly with a fixed cost per layer (its msa_context_module rows: flat
+    # 0.69-0.83 ms up to 1,024 tokens): a short prompt's attention is at least 57 of them; a long batch's kernels
+    # hide it; vLLM has none
+    sglang, vllm = _minimax_m3("sglang"), _minimax_m3("vllm")
+    floor = sglang.rates_prefill.dsa_block_floors["msa_prefill"]
+    short = StepShape(prefill_seqs=1, prefill_tokens=256)
+    assert step_time(sglang, short, "prefill").groups["attention"].seconds >= 57 * floor
+    assert step_time(vllm, short, "prefill").groups["attention"].seconds < 57 * floor
+    long = StepShape(prefill_seqs=24, prefill_tokens=3000)
+    assert step_time(sglang, long, "prefill").groups["attention"].seconds == pytest.approx(
+        step_time(replace(sglang, spec=replace(sglang.spec, sparse_indexer=None)), long, "prefill")
+        .groups["attention"].seconds)

@@ -1023,7 +1023,7 @@ def _dsa_floors(value: Any, origin: str) -> dict[str, dict[str, float]]:
     DeepSeek-V4's layers: csa_decode, csa_prefill, hca_decode, hca_prefill, csa_topk_decode, a CSA layer's extra
     fixed cost in decode once its compressed entries outnumber the top-k, csa_decode_seq / hca_decode_seq, a layer's
     cost per decoding sequence beyond its kernels' work, and hc_pre / hc_post, its hyper-connections' fixed cost
-    per layer), returned in seconds."""
+    per layer; MiniMax-M3's MSA block: msa_decode, msa_prefill), returned in seconds."""
     key = "kernels.dsa_block_floors_us"
     out: dict[str, dict[str, float]] = {}
     for gpu, phases in _gpu_entries(value, origin, key, "mappings of decode and prefill").items():
