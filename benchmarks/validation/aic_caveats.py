@@ -56,6 +56,18 @@ Caveats, each a mechanism of the collector or of aiconfigurator's model rather t
   FlashInfer's heuristic tactics. Tagged where they are more than ``UNTUNED_EXCESS`` times TensorRT-LLM's autotuned
   rows of the same shape and layout (``autotuned_ratio``, median over token counts; Nemotron 3 Super's experts on an
   H200 at moe_tp 2: 5.2x); vLLM's bf16 FlashInfer CUTLASS rows of Gemma 4 on a B200 are 1.1x, not tagged.
+- ``msa_disordered``: a MiniMax-M3 point whose engine's msa_context_module rows (its query heads per GPU, its GEMM
+  format) are no function of the work: some row takes more than ``MSA_DISORDER`` times a row with at least as many
+  sequences of at least as long prompts. TensorRT-LLM 1.3.0rc23's B200 rows (kernel_source msa_fmha_sm100, timed
+  eagerly: collector/trtllm/collect_msa_module.py ``use_cuda_graph = not (msa_fmha_sm100 and is_context)``, the
+  indexer planning fmha_sm100 with host-side work in the timed loop) jump between 3 and 490 ms: at 16 heads two
+  one-token prompts take 35.2 ms and two of 32 tokens 3.2 ms; one prompt of 16,384 tokens 80.3 ms, of 32,768 37.0.
+- ``msa_extrapolated``: a MiniMax-M3 point whose prefill holds more sequences than any msa_context_module row of the
+  engine at prompts at least as long (the collector caps sequences x tokens), where those rows' time per sequence
+  grows with the sequences (by more than ``MSA_GROWTH`` from one sequence to the most): aiconfigurator prices
+  the batch beyond its rows for less than its rows' per-sequence time. TensorRT-LLM's H200 rows (its Triton MSA
+  path, per-query FP32 copies of the keys) hold 1-32 prompts of 3,072 tokens at 11.4-12.8 ms each; at 64 prompts
+  of 3,000 aiconfigurator prices the layer at 557 ms, 8.7 ms a prompt.
 - ``ssm_unmeasured``: a Mamba-2 model (Nemotron-H) whose decode step, as tfcalc counts it, spends more than
   ``SSM_STATE_SHARE`` of its bytes reading and writing the sequences' SSM states: aiconfigurator's mamba2 tables hold
   only the causal-conv kernels (causal_conv1d_fn / _update), and its price for the scan and the state update is all
@@ -88,6 +100,8 @@ SSM_STATE_SHARE = 0.2
 AUTOTUNING_ENGINES = frozenset({"vllm"})
 UNTUNED_EXCESS = 1.25
 EXTRAPOLATED_DROP = 0.2
+MSA_DISORDER = 2.0
+MSA_GROWTH = 0.05
 
 
 def timed_rank_rows(experts: int, top_k: int, groups: int, groups_per_token: int, ep: int,
@@ -290,6 +304,49 @@ def flashinfer_cutlass_rows(df, moe_dtype: str, shape: tuple[int, int, int, int]
     return bool(len(rows)) and bool(rows.kernel_source.str.contains("flashinfer_cutlass").all())
 
 
+def msa_context_rows(root: Path, p: dict, heads: int, gemm: str):  # noqa: ANN201 - a pandas.DataFrame or None
+    """The point's engine's msa_context_module rows without a cached prefix at its query heads per GPU (TensorRT-LLM
+    and vLLM store a GPU's heads at tp_size 1, SGLang the model's heads at the tp) and GEMM format; None without a
+    table."""
+    import pandas as pd
+
+    path = root / p["gpu"] / "msa" / p["backend"] / p["version"] / "msa_context_module_perf.parquet"
+    if not path.exists():
+        return None
+    df = pd.read_parquet(path)
+    df = df[(df.gemm_type == gemm) & (df.kv_cache_dtype == "bfloat16") & (df.step == 0)]
+    local = df[(df.tp_size == 1) & (df.num_heads == heads // p["tp"])]
+    return local if len(local) else df[(df.tp_size == p["tp"]) & (df.num_heads == heads)]
+
+
+def msa_disorder(rows) -> tuple[float, tuple, tuple]:  # noqa: ANN001 - a pandas.DataFrame
+    """The largest ratio of a row's latency to that of a row with at least as many sequences and at least as long
+    prompts, with the two rows as (sequences, tokens, ms)."""
+    cells = list(zip(rows.batch_size, rows.isl, rows.latency, strict=True))
+    worst = (0.0, (), ())
+    for b1, s1, t1 in cells:
+        for b2, s2, t2 in cells:
+            if b2 >= b1 and s2 >= s1 and t1 / t2 > worst[0]:
+                worst = (t1 / t2, (b1, s1, t1), (b2, s2, t2))
+    return worst
+
+
+def msa_beyond(rows, batch: int, isl: int) -> tuple[int, int, float] | None:  # noqa: ANN001 - a pandas.DataFrame
+    """Where ``batch`` prompts of ``isl`` tokens lie beyond the rows at the shortest prompt length of at least
+    ``isl``: (that length, its most sequences, the growth of its time per sequence from one to them); None where
+    a row holds them."""
+    longer = rows[rows.isl >= isl]
+    if not len(longer):
+        return None
+    at = longer[longer.isl == longer.isl.min()]
+    most = int(at.batch_size.max())
+    if most >= batch or 1 not in set(at.batch_size):
+        return None
+    one = float(at[at.batch_size == 1].latency.iloc[0])
+    per_seq = float(at[at.batch_size == most].latency.iloc[0]) / most
+    return int(at.isl.iloc[0]), most, per_seq / one - 1
+
+
 def ssm_state_share(spec, p: dict) -> float:  # noqa: ANN001 - ModelSpec
     """The part of a decode step's bytes (``work.decode_work`` at the point's mean context) that are the Mamba-2 states
     read and written, on one GPU of the point's tp group."""
@@ -338,6 +395,30 @@ def caveats() -> list[dict]:
                                         "model adds none and its attention module is timed at world size 1, where "
                                         "the engines reduce wo_b's row-parallel output"})
                 continue
+            si = spec.sparse_indexer
+            rows = (msa_context_rows(root, p, spec.num_attention_heads,
+                                     collect.MODELS[next(k for k, v in collect.MODELS.items()
+                                                         if v[0] == p["aic_model"] and v[1] == p["weights_dtype"])][2])
+                    if si is not None and si.kind == "minimax_m3" else None)
+            if rows is not None and len(rows):
+                reason = evidence = None
+                ratio, slow, fast = msa_disorder(rows)
+                beyond = msa_beyond(rows, p["batch"], p["isl"])
+                if ratio > MSA_DISORDER:
+                    reason = "msa_disordered"
+                    evidence = (f"msa_context_module rows: {slow[0]} x {slow[1]} tokens {slow[2]:.1f} ms, {fast[0]} x "
+                                f"{fast[1]} tokens {fast[2]:.1f} ms ({p['backend']} {p['version']})")
+                elif beyond is not None and beyond[2] > MSA_GROWTH:
+                    reason = "msa_extrapolated"
+                    evidence = (f"{p['batch']} prompts beyond the msa_context_module rows (at most {beyond[1]} of "
+                                f"{beyond[0]:,} tokens, {beyond[2]:.0%} slower per prompt than one; {p['backend']} "
+                                f"{p['version']})")
+                if reason:
+                    out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
+                                "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
+                                "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": reason,
+                                "evidence": evidence})
+                    continue
             if p["model"] not in validate.MOE:
                 continue
             moe = spec.moe

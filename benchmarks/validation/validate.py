@@ -282,7 +282,7 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
         groups[f"{kind} MoE"] = [r for r in points if _model_name(r) in MOE]
     everything = [*rows, *large, *(r for points in held_out.values() for r in points)]
     for caveat in ("routing", "sliced", "unsplit", "interpolated", "older", "extrapolated", "dsa_extrapolated",
-                    "ssm_unmeasured", "untuned"):
+                    "ssm_unmeasured", "untuned", "msa_disordered", "msa_extrapolated"):
         groups[f"caveat: {caveat}"] = [r for r in everything if r.get("caveat") == caveat]
     for name, rs in groups.items():
         parts = []

@@ -934,3 +934,66 @@ def test_chunked_prefill_tiles_are_each_chunks_own_causal_tiles(tokens: int, pas
     assert kernels._chunked_tiles(tokens, past, chunk) == (total, longest, q_tiles)
     if past % chunk + tokens <= chunk:  # inside one chunk: plain causal attention
         assert kernels._chunked_tiles(tokens, past, chunk) == kernels._tiles(tokens, past % chunk, None)
+
+
+def _msa_tensor_bytes(seqs: int, lens: list[int], kv_heads: int, q_heads: int, d: int, index_heads: int,
+                      index_dim: int, chunk_gqa: int, chunk_index: int) -> int:
+    """TensorRT-LLM's Triton MSA path (sparse/minimax_m3/triton_backend.py) tensor by tensor for one layer and step:
+    each tensor it writes or reads, in bytes (bf16 2, fp32 4), with the query rows of every sequence (``lens``)
+    padded to the longest (max_k) and the given query rows per chunk."""
+    k, q = max(lens), sum(lens)
+    g = q_heads // kv_heads
+    total = 0
+    # _gather_paged_batched on the paged K, V (bf16) and index-K caches: read and written, [seqs, max_k, ...]
+    total += 2 * (2 * seqs * k * kv_heads * d * 2) + 2 * seqs * k * index_dim * 2
+    # _index_attention_and_select, per chunk: idx_k_padded.to(float32) (read bf16, write fp32) then index_select
+    # (read fp32 rows of the chunk, write [chunk, max_k, d_i] fp32), the einsum reading that slab
+    for start in range(0, q, chunk_index):
+        rows = min(chunk_index, q - start)
+        total += seqs * k * index_dim * (2 + 4) + rows * k * index_dim * (4 + 4) + rows * k * index_dim * 4
+    # qk [q, index_heads, max_k] fp32 written by the einsum, read and written by masked_fill, read by the block max
+    total += q * index_heads * k * 4 * 4
+    # _sparse_gqa_masked, per chunk, for K and for V: to(float32), index_select, read by its einsum
+    for start in range(0, q, chunk_gqa):
+        rows = min(chunk_gqa, q - start)
+        total += 2 * (seqs * k * kv_heads * d * (2 + 4) + rows * k * kv_heads * d * (4 + 4 + 4))
+    # qk [q, kv_heads, g, max_k] fp32: einsum writes, masked_fill reads and writes, softmax reads and writes its
+    # attn, the second einsum reads attn
+    total += q * kv_heads * g * k * 4 * 6
+    return total
+
+
+@pytest.mark.parametrize(("lens", "kv_heads", "q_heads"), [([5, 5], 1, 8), ([7], 2, 8), ([3, 3, 3], 4, 16)])
+def test_msa_fp32_expansion_bytes_tensor_by_tensor(lens: list[int], kv_heads: int, q_heads: int) -> None:
+    # small shapes, one chunk (the 512 MiB budget holds every query)
+    got = kernels.msa_fp32_expansion_bytes(seqs=len(lens), queries=sum(lens), keys=max(lens), kv_heads=kv_heads,
+                                           q_heads=q_heads, head_dim=16, index_heads=4, index_dim=8)
+    assert got == _msa_tensor_bytes(len(lens), lens, kv_heads, q_heads, 16, 4, 8, 10 ** 9, 10 ** 9)
+
+
+def test_msa_fp32_expansion_chunks_follow_the_engine_budget() -> None:
+    # MiniMax-M3 at tp 8 (8 query heads, 1 KV head of 128, 4 index heads of 128), 24 prompts of 3,000 tokens:
+    # TensorRT-LLM's _compute_sparse_gqa_chunk_q: 512 MiB // (3000 x 1 x 128 x 4 x 2 + 1 x 8 x 3000 x 4 x 2) = 164
+    # query rows; _compute_index_attn_chunk_q: 512 MiB // (3000 x 128 x 4 + 4 x 3000 x 4) = 338
+    assert 512 * 2 ** 20 // (3000 * 128 * 8 + 8 * 3000 * 8) == 164
+    assert 512 * 2 ** 20 // (3000 * 128 * 4 + 4 * 3000 * 4) == 338
+    got = kernels.msa_fp32_expansion_bytes(seqs=24, queries=72000, keys=3000, kv_heads=1, q_heads=8, head_dim=128,
+                                           index_heads=4, index_dim=128)
+    by_hand = (72000 * 3000 * (24 * 128 + 24 * 8 + 12 * 128 + 16 * 4) + math.ceil(72000 / 164) * 24 * 3000 * 12 * 128
+               + math.ceil(72000 / 338) * 24 * 3000 * 6 * 128 + 24 * 3000 * (8 * 128 + 4 * 128))
+    assert got == by_hand
+    # the whole-batch conversions per chunk grow with the batch squared: 24 prompts cost more than 24 x one
+    one = kernels.msa_fp32_expansion_bytes(seqs=1, queries=3000, keys=3000, kv_heads=1, q_heads=8, head_dim=128,
+                                           index_heads=4, index_dim=128)
+    assert got > 24 * one
+
+
+def test_msa_fp32_expansion_time_against_the_engine_table() -> None:
+    # aiconfigurator 0.12 h200_sxm msa/trtllm/1.3.0rc23 msa_context_module_perf (bf16, 8 heads, step 0): one prompt
+    # of 3,072 tokens 11.3589 ms, of 16,384 tokens 373.34 ms; the layer's fixed cost 0.19 ms (the engine preset)
+    h200 = replace(RATES, memory_bandwidth=4.8e12)
+    for tokens, measured in ((3072, 11.3589e-3), (16384, 373.3412e-3)):
+        c = kernels.msa_fp32_expansion(h200, seqs=1, queries=tokens, keys=tokens, kv_heads=1, q_heads=8,
+                                       head_dim=128, index_heads=4, index_dim=128, efficiency=0.70)
+        assert c.bound == "memory"
+        assert c.seconds + 0.19e-3 == pytest.approx(measured, rel=0.25)

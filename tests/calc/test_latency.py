@@ -950,3 +950,64 @@ def test_mla_projections_kept_16_bit_beside_a_quantized_o_proj_are_timed_so() ->
              for s in (base, spec)]
     assert ideal[1].seconds > ideal[0].seconds  # more bytes; the real step may not be slower: the nvfp4 GEMMs'
     # input quantisation kernels are gone (at batch 1 those projections are floor-bound)
+
+
+def _minimax_m3(engine: str, gpu: str = "h200", tp: int = 8, weights: str = "bf16"):  # noqa: ANN202 - Deployment
+    return _d("minimax-m3", gpu, weights, tp=tp, engine_kernels=load_engine(engine).kernels)
+
+
+def test_msa_on_tensorrt_llm_hopper_is_the_fp32_expansion() -> None:
+    # TensorRT-LLM's Triton MSA path (its only one off SM100) copies every query's keys to FP32: the MiniMax-M3
+    # prefill grows with prompt x prompt on its 57 sparse layers, and is many times vLLM's sparse kernel's
+    trt, vllm = _minimax_m3("trtllm"), _minimax_m3("vllm")
+    shape = StepShape(prefill_seqs=1, prefill_tokens=3000)
+    t_trt, t_vllm = step_time(trt, shape, "prefill"), step_time(vllm, shape, "prefill")
+    assert t_trt.seconds > 5 * t_vllm.seconds
+    expansion = kernels.msa_fp32_expansion(trt.rates_prefill, seqs=1, queries=3000, keys=3000, kv_heads=1, q_heads=8,
+                                           head_dim=128, index_heads=4, index_dim=128,
+                                           efficiency=trt.rates_prefill.msa_fp32_expansion["prefill"])
+    assert t_trt.groups["attention"].seconds >= 57 * expansion.seconds
+    longer = step_time(trt, StepShape(prefill_seqs=1, prefill_tokens=6000), "prefill")
+    assert t_trt.groups["attention"].seconds * 3.5 < longer.groups["attention"].seconds
+    # the pure roofline does not change with the engine's path
+    assert step_time(trt, shape, "prefill", ideal=True).seconds == pytest.approx(
+        step_time(vllm, shape, "prefill", ideal=True).seconds)
+
+
+def test_msa_block_floors_in_decode() -> None:
+    # TensorRT-LLM's MSA block's fixed cost per sparse layer (57 of MiniMax-M3's 60) bounds a decode step from below
+    # on the H200 (Triton path) and on the B200 (fmha_sm100 path), where vLLM has none
+    for gpu, tp, weights in (("h200", 8, "bf16"), ("b200", 4, "nvfp4")):
+        trt = _minimax_m3("trtllm", gpu, tp, weights)
+        floor = trt.rates_decode.dsa_block_floors["msa_decode"]
+        shape = StepShape(decode_seqs=1, decode_context=256)
+        assert step_time(trt, shape).groups["attention"].seconds >= 57 * floor
+        vllm = _minimax_m3("vllm", gpu, tp, weights)
+        assert step_time(vllm, shape).groups["attention"].seconds < 57 * floor
+    # decode on the Triton path grows with the batch's keys
+    trt = _minimax_m3("trtllm")
+    steps = [step_time(trt, StepShape(decode_seqs=b, decode_context=3150)).seconds for b in (1, 4, 24, 64)]
+    assert steps == sorted(steps)
+
+
+def test_msa_layers_price_as_full_attention_elsewhere() -> None:
+    # an engine without an MSA path prices MiniMax-M3's sparse layers exactly as its dense-attention layers
+    d = _minimax_m3("vllm")
+    dense = replace(d, spec=replace(d.spec, sparse_indexer=None))
+    for shape in (StepShape(prefill_seqs=2, prefill_tokens=1500), StepShape(decode_seqs=8, decode_context=2000)):
+        assert step_time(d, shape).seconds == pytest.approx(step_time(dense, shape).seconds)
+
+
+def test_msa_prefill_block_floor_on_sglang() -> None:
+    # SGLang runs MiniMax-M3's sparse prefill eagerly with a fixed cost per layer (its msa_context_module rows: flat
+    # 0.69-0.83 ms up to 1,024 tokens): a short prompt's attention is at least 57 of them; a long batch's kernels
+    # hide it; vLLM has none
+    sglang, vllm = _minimax_m3("sglang"), _minimax_m3("vllm")
+    floor = sglang.rates_prefill.dsa_block_floors["msa_prefill"]
+    short = StepShape(prefill_seqs=1, prefill_tokens=256)
+    assert step_time(sglang, short, "prefill").groups["attention"].seconds >= 57 * floor
+    assert step_time(vllm, short, "prefill").groups["attention"].seconds < 57 * floor
+    long = StepShape(prefill_seqs=24, prefill_tokens=3000)
+    assert step_time(sglang, long, "prefill").groups["attention"].seconds == pytest.approx(
+        step_time(replace(sglang, spec=replace(sglang.spec, sparse_indexer=None)), long, "prefill")
+        .groups["attention"].seconds)

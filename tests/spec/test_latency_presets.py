@@ -477,6 +477,25 @@ def test_engine_moe_floors_per_gpu_and_format() -> None:
             kernels_from_mapping({"moe_floors_us": value}, "e.yaml")
 
 
+def test_engine_msa_fp32_expansion_per_gpu_and_phase() -> None:
+    """kernels.msa_fp32_expansion: per GPU preset, the fractions of the datasheet bandwidth of MiniMax-M3's FP32
+    expansion path, decode and prefill both; TensorRT-LLM's names the H200 only (its Triton path is the only one off
+    SM100; the B200 runs fmha_sm100); bad values are one-line errors."""
+    kernels = kernels_from_mapping({"msa_fp32_expansion": {"h200": {"decode": 0.3, "prefill": 0.7}}}, "e.yaml")
+    assert rates_for(load_gpu("h200"), kernels).msa_fp32_expansion == {"decode": 0.3, "prefill": 0.7}
+    assert rates_for(load_gpu("b200"), kernels).msa_fp32_expansion == {}
+    trtllm = load_engine("trtllm").kernels
+    assert set(trtllm.msa_fp32_expansion_by_gpu) == {"h200"}
+    assert "msa_decode" in trtllm.dsa_block_floors_by_gpu["b200"]
+    assert not load_engine("vllm").kernels.msa_fp32_expansion_by_gpu
+    for value, message in (
+            ({"h200": {"decode": 0.3}}, "field 'kernels.msa_fp32_expansion.h200' must be a mapping of decode and"),
+            ({"h200": {"decode": 0.3, "prefill": 2}}, "field 'kernels.msa_fp32_expansion.h200.prefill' must be at"),
+            ({"h201": {"decode": 0.3, "prefill": 0.7}}, "unknown field 'kernels.msa_fp32_expansion.h201'")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"msa_fp32_expansion": value}, "e.yaml")
+
+
 def test_engine_moe_ep_floors_add_under_expert_parallelism() -> None:
     """kernels.moe_ep_floors_us: per GPU preset and expert format, what the fused MoE adds under expert parallelism
     (vLLM's MXFP4 experts on Hopper route through the expert map in kernels of their own): exactly that much more at

@@ -181,6 +181,9 @@ class Rates:
     dsa_prefill_efficiency: float = 0.0  # the sparse MLA prefill's fraction of the bf16 peak (0: attention's)
     dsa_prefill_full_topk: bool = False  # it runs every query's top-k slots, valid or not
     v4_prefill_efficiency: float = 0.0  # DeepSeek-V4's sparse prefill attention, of the bf16 peak (0: attention's)
+    # MiniMax-M3's MSA run as per-query FP32 copies of every key (TensorRT-LLM's Triton path off SM100): the fraction
+    # of the datasheet bandwidth those copies move at, by phase (prefill, decode); empty: the engine runs no such path
+    msa_fp32_expansion: dict[str, float] = field(default_factory=dict, hash=False)
     # small-M GEMMs' weight streaming as a fraction of the datasheet bandwidth, by the weights' storage format, where
     # its kernels differ from memory_efficiency (fp8 scaled-mm streams slower than a bf16 GEMV)
     gemm_memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
@@ -536,6 +539,46 @@ def sparse_attention(rates: Rates, *, flops: float, nbytes: float, efficiency: f
     _, peak = rates.peak("bf16")
     t_compute = flops / (peak if rates.ideal else peak * (efficiency or rates.attention_efficiency))
     return _finish(rates, "attention", flops, nbytes, t_compute, ideal_bytes=ideal_bytes)
+
+
+# TensorRT-LLM's per-chunk budget for the FP32 copies of its Triton MSA path (sparse/minimax_m3/triton_backend.py
+# _DEFAULT_SPARSE_CHUNK_BUDGET_BYTES, 512 MiB): the queries of one chunk share one conversion of the batch's keys
+MSA_CHUNK_BUDGET_BYTES = 512 * 1024 * 1024
+
+
+def msa_fp32_expansion_bytes(*, seqs: int, queries: int, keys: int, kv_heads: int, q_heads: int, head_dim: int,
+                             index_heads: int, index_dim: int) -> float:
+    """Bytes TensorRT-LLM's Triton MiniMax-M3 sparse attention moves on one GPU for one layer and step
+    (sparse/minimax_m3/triton_backend.py: _gather_paged_batched, _index_attention_and_select, _sparse_gqa_masked).
+    ``queries`` rows (all sequences' tokens of the step) each attend a padded ``keys`` (the longest sequence's
+    length), the selected blocks kept by a mask over all of them. Per (query, key) pair: K and V copied to FP32 for
+    the query (index_select written 8 Hkv d, its source read 8 Hkv d, the einsum reading it 8 Hkv d: 24 Hkv d), the
+    scores of its q_heads (written, masked, softmaxed, read: 24 q_heads), the index key copied likewise (12 d_i) and
+    the index scores (16 index_heads). Per chunk of ``floor(512 MiB / (8 keys Hkv (d + g)))`` queries (index:
+    ``/ (4 keys (d_i + index_heads))``) the whole batch's padded K, V (12 Hkv d per sequence and key: bf16 read, FP32
+    written) and index keys (6 d_i) are converted again; once per step the paged caches are gathered (8 Hkv d + 4 d_i
+    per sequence and key)."""
+    pairs = float(queries) * keys
+    group = q_heads // kv_heads
+    per_pair = 24 * kv_heads * head_dim + 24 * q_heads + 12 * index_dim + 16 * index_heads
+    chunk_gqa = max(1, MSA_CHUNK_BUDGET_BYTES // (8 * keys * kv_heads * (head_dim + group)))
+    chunk_index = max(1, MSA_CHUNK_BUDGET_BYTES // (4 * keys * (index_dim + index_heads)))
+    held = float(seqs) * keys
+    return (pairs * per_pair + math.ceil(queries / chunk_gqa) * held * 12 * kv_heads * head_dim
+            + math.ceil(queries / chunk_index) * held * 6 * index_dim
+            + held * (8 * kv_heads * head_dim + 4 * index_dim))
+
+
+def msa_fp32_expansion(rates: Rates, *, seqs: int, queries: int, keys: int, kv_heads: int, q_heads: int,
+                       head_dim: int, index_heads: int, index_dim: int, efficiency: float) -> Cost:
+    """TensorRT-LLM's Triton MSA path for one layer and step: ``msa_fp32_expansion_bytes`` at ``efficiency`` of the
+    datasheet bandwidth (aiconfigurator's msa_*_module tables, ``Rates.msa_fp32_expansion``). Its FP32 einsums
+    (2 (2 q_heads d + index_heads d_i) FLOPs a pair: scores and weighted values, index scores) run at about one FLOP
+    a byte, far below the GPU's ridge, so the bytes bound it."""
+    nbytes = msa_fp32_expansion_bytes(seqs=seqs, queries=queries, keys=keys, kv_heads=kv_heads, q_heads=q_heads,
+                                      head_dim=head_dim, index_heads=index_heads, index_dim=index_dim)
+    flops = 2.0 * float(queries) * keys * (2 * q_heads * head_dim + index_heads * index_dim)
+    return Cost(nbytes / (rates.memory_bandwidth * efficiency), flops, nbytes, "memory", 1, 0.0)
 
 
 def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, flops: float,

@@ -169,6 +169,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  dsa_prefill_efficiency=engine.dsa_prefill_efficiency_by_gpu.get(kernels_gpu, 0.0),
                  dsa_prefill_full_topk=kernels_gpu in engine.dsa_prefill_full_topk_by_gpu,
                  v4_prefill_efficiency=engine.v4_prefill_efficiency_by_gpu.get(kernels_gpu, 0.0),
+                 msa_fp32_expansion=dict(engine.msa_fp32_expansion_by_gpu.get(kernels_gpu, {})),
                  gemm_memory_efficiency=gemm_memory, gemm_efficiency_by_format=engine_gemm,
                  moe_memory_efficiency=moe_memory,
                  moe_weight_stream=dict(arch_kernel.memory_efficiency) if arch_kernel is not None else {},
@@ -193,6 +194,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
               engine.wide_head_prefill_scale_by_gpu, engine.dsa_prefill_head_tile_by_gpu,
               engine.dsa_block_floors_by_gpu, engine.dsa_prefill_efficiency_by_gpu,
               engine.dsa_prefill_full_topk_by_gpu, engine.v4_prefill_efficiency_by_gpu,
+              engine.msa_fp32_expansion_by_gpu,
               engine.moe_ep_every_row_by_gpu, engine.moe_tuned_shapes_by_gpu)
     shared = gpu.latency.kernels_as if gpu.latency is not None else None
     if shared is None or any(gpu.name in t for t in tables) or not any(shared in t for t in tables):
@@ -302,6 +304,9 @@ class _Dims:
     # indexer's in ``index_*``); None / 0: another model
     v4: CompressedAttentionSpec | None = None
     v4_o_groups: float = 0.0
+    # MiniMax-M3's MSA: its block indexer's heads and head_dim (whole on every GPU); 0: no MSA
+    msa_index_heads: int = 0
+    msa_index_dim: int = 0
 
 
 @dataclass(frozen=True)
@@ -402,8 +407,9 @@ def _stages(spec: ModelSpec, pp: int, variant_of: dict[int, int] | None = None) 
     dense = (set(spec.moe.dense_layers) if spec.moe is not None else set(every)) - no_ffn
     moe = set(every) - dense - no_ffn
     si, ca = spec.sparse_indexer, spec.compressed_attention
-    if si is not None and si.kind != "dsa":  # MiniMax-M3's MSA: priced as dense GQA attention (docs/calculator.md)
-        si = None
+    msa = set(si.layers) if si is not None and si.kind == "minimax_m3" else set()
+    if si is not None and si.kind != "dsa":  # MiniMax-M3's MSA: its own kind, priced as dense GQA attention where
+        si = None                            # the engine runs no FP32-expansion path (docs/calculator.md)
     compressed = {"csa": set(ca.csa_layers), "hca": set(ca.hca_layers)} if ca is not None else {}
     kinds = {**compressed,
              "sliding": (set(spec.sliding_window_layers) if spec.sliding_window is not None else set()) - set().union(
@@ -412,6 +418,8 @@ def _stages(spec: ModelSpec, pp: int, variant_of: dict[int, int] | None = None) 
              "shared": set(every) - set(si.layers) if si is not None else set(),
              "none": set(spec.mixer_free_layers)}
     kinds["full"] = set(every) - set().union(*kinds.values())
+    kinds["msa"] = kinds["full"] & msa  # MiniMax-M3's MSA layers: full attention but for an engine's MSA path
+    kinds["full"] -= msa
     ffns: dict[bool | None, set[int]] = {False: dense, True: moe, None: no_ffn}
     variant_of = variant_of or {}
     variants: dict[int, set[int]] = {0: set(every) - set(variant_of)}
@@ -576,6 +584,8 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
         return linear
 
     si, ca = spec.sparse_indexer, spec.compressed_attention
+    msa = {"msa_index_heads": si.num_heads, "msa_index_dim": si.head_dim} if si is not None and \
+        si.kind == "minimax_m3" else {}
     if si is not None and si.kind != "dsa":  # MiniMax-M3's MSA: its K/V read densely, its index keys not priced
         si = None
     # the cache one token adds to a layer and DSA's indexer; DeepSeek-V4's entry, indexer and layer shape instead
@@ -609,7 +619,7 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  shared=mode("shared_experts"),
                  head=mode("embedding" if spec.tie_word_embeddings else "lm_head"),
                  embedding_bits=float(precision.for_component("embedding").bits_per_element),
-                 **cache,
+                 **cache, **msa,
                  mamba_chunk=la.chunk_size if la is not None and la.kind == "mamba2" else 0,
                  moe_latent=spec.moe.latent_size if spec.moe is not None else 0)
 
@@ -912,10 +922,24 @@ def _gemm(s: _Step, group: str, m: float, n: float, k: float, mode: _Linear, eng
             s.add(group, kernels.Cost(host - seconds, 0.0, 0.0, "floor", 0, host - seconds))
 
 
-def _attention_layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, own_indexer: bool = True) -> None:
+def _attention_layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, own_indexer: bool = True,
+                     msa: bool = False) -> None:
     acc = s.groups["attention"]
     floors_before, seconds_before = acc.floor_seconds, acc.seconds
-    _attention_kernels(s, d, shape, sliding, own_indexer)
+    _attention_kernels(s, d, shape, sliding, own_indexer, msa)
+    floors = s.rates.dsa_block_floors
+    if msa and not s.rates.ideal and (floors.get("msa_prefill") or floors.get("msa_decode")):
+        # MiniMax-M3's MSA block where the engine measured its fixed cost per layer (TensorRT-LLM's, both paths), as
+        # DSA's block floors: a prefill lasts max(fixed cost, its kernels' time), in decode the fixed cost replaces
+        # the kernels' floors where larger
+        block = max(floors.get("msa_prefill", 0.0) if shape.prefill_seqs else 0.0,
+                    floors.get("msa_decode", 0.0) if shape.decode_seqs else 0.0)
+        hidden = (acc.seconds - seconds_before) if shape.prefill_seqs else (acc.floor_seconds - floors_before)
+        extra = s.mult * block - hidden
+        if extra > 0:
+            acc.seconds += extra
+            acc.floor_seconds += extra
+            acc.by_bound["floor"] = acc.by_bound.get("floor", 0.0) + extra
     if d.dims.mla and not s.rates.ideal:
         # an engine's measured fixed cost of its fused MLA block replaces the sum of its kernels' floors if larger;
         # a DSA model's whole attention block (indexer included) has its own, per GPU; in a prefill the work hides it,
@@ -933,7 +957,8 @@ def _attention_layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, o
             acc.by_bound["floor"] = acc.by_bound.get("floor", 0.0) + extra
 
 
-def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool, own_indexer: bool = True) -> None:
+def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool, own_indexer: bool = True,
+                       msa: bool = False) -> None:
     dm = d.dims if sliding or d.full_dims is None else d.full_dims
     r, eng = s.rates, d.kernels
     m = shape.tokens
@@ -968,10 +993,16 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool,
     kvb = dm.kv_bytes_per_token
     fp8_cache = not dm.mla and d.kv_dtype.name in ("fp8_e4m3", "fp8_e5m2")
     dsa = dm.index_topk > 0
+    expand = r.msa_fp32_expansion if msa and not r.ideal else {}
     if dsa:
         _indexer(s, d, shape, own_indexer)
     if shape.prefill_seqs and shape.prefill_tokens and dsa and not _dense_prefill(d, shape):
         _sparse_mla_prefill(s, d, shape)
+    elif shape.prefill_seqs and shape.prefill_tokens and expand:
+        n, p = shape.prefill_tokens, shape.prefill_past
+        s.groups["attention"].kv_bytes += s.mult * shape.prefill_seqs * p * kvb
+        s.add("attention", _msa_expansion(r, dm, shape.prefill_seqs, shape.prefill_seqs * n, p + n,
+                                          expand["prefill"]))
     elif shape.prefill_seqs and shape.prefill_tokens:
         n, p = shape.prefill_tokens, shape.prefill_past
         keys = keys_attended(window, p, n, dm.chunked)
@@ -987,7 +1018,11 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool,
                                                  kv_bytes_read=read,
                                                  exact_flops=exact, fp8_cache=fp8_cache,
                                                  wide_heads=d.widest_head_dim > FLASH_MAX_HEAD_DIM))
-    if shape.decode_seqs:
+    if shape.decode_seqs and expand:
+        keys = math.ceil(shape.decode_context)
+        s.groups["attention"].kv_bytes += s.mult * shape.decode_seqs * keys * kvb
+        s.add("attention", _msa_expansion(r, dm, shape.decode_seqs, shape.decode_seqs, keys, expand["decode"]))
+    elif shape.decode_seqs:
         ctx = shape.decode_context
         # the decode query's keys; a chunked layer's averaged over the contexts the step stands for; DSA: its top-k
         held = mean_keys(window, ctx, shape.decode_span if dm.chunked else 0.0, dm.chunked)
@@ -1010,6 +1045,14 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool,
         _elementwise_group(s, "attention", (2 * m * dm.heads * v_dim + m * gate) * ACT_BYTES)
     _gemm(s, "attention", m, h, dm.heads * v_dim, dm.attn_o or dm.attn, eng, in_block=dm.mla,
           after="attention")  # O projection
+
+
+def _msa_expansion(r: Rates, dm: _Dims, seqs: int, queries: int, keys: int, efficiency: float) -> Cost:
+    """MiniMax-M3's sparse attention on TensorRT-LLM's Triton path (``kernels.msa_fp32_expansion``): every query of
+    the step against the longest sequence's ``keys``, this GPU's heads, the indexer's heads whole."""
+    return kernels.msa_fp32_expansion(r, seqs=seqs, queries=queries, keys=keys, kv_heads=dm.kv_heads,
+                                      q_heads=dm.heads, head_dim=dm.head_dim, index_heads=dm.msa_index_heads,
+                                      index_dim=dm.msa_index_dim, efficiency=efficiency)
 
 
 def _dense_prefill(d: Deployment, shape: StepShape) -> bool:
@@ -1366,7 +1409,7 @@ def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool | Non
         if d.tp > 1 and d.dims.qk_norm_across_heads:  # the q and k norms' mean squares, fp32 [tokens, 2], summed
             t, bw = _all_reduce(d, shape.tokens * 2 * 4, d.tp, ideal, s.memo)  # (vLLM MiniMaxText01RMSNormTP)
             s.add_comm(t, bw, "tp")
-        _attention_layer(s, d, shape, kind == "sliding", own_indexer=kind != "shared")
+        _attention_layer(s, d, shape, kind == "sliding", own_indexer=kind != "shared", msa=kind == "msa")
     if kind != "none" and d.tp > 1:
         t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
         s.add_comm(t, bw, "tp")

@@ -468,7 +468,10 @@ class EngineKernels:
     ``dsa_prefill_full_topk_by_gpu``: the GPU preset names on which that kernel runs all top-k slots of every query,
     the invalid ones of a query with fewer keys included (TensorRT-LLM on Hopper); ``v4_prefill_efficiency_by_gpu``:
     per GPU preset name, the fraction of the bf16 peak DeepSeek-V4's sparse prefill attention reaches on its padded
-    heads' FLOPs. """
+    heads' FLOPs; ``msa_fp32_expansion_by_gpu``: per GPU preset name, the fraction of the datasheet bandwidth, per
+    phase (decode, prefill), at which the engine's MiniMax-M3 sparse attention moves per-query FP32 copies of every
+    key (TensorRT-LLM's Triton path, the one it runs off SM100); a GPU it names runs that path (``msa_decode`` /
+    ``msa_prefill`` in ``dsa_block_floors_by_gpu``: the MSA block's fixed seconds). """
 
     cuda_graphs: bool = True
     custom_allreduce: bool = True
@@ -506,6 +509,7 @@ class EngineKernels:
     dsa_prefill_efficiency_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     dsa_prefill_full_topk_by_gpu: frozenset[str] = frozenset()
     v4_prefill_efficiency_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
+    msa_fp32_expansion_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     gemm_memory_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     gemm_efficiency_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     online_fp8_scale: str = "dynamic"
@@ -855,6 +859,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "fp8_kv_attention", "fp8_kv_prefill_attention", "wide_head_prefill_attention",
                           "dsa_prefill_head_tile", "dsa_dense_short_prefill", "dsa_block_floors_us",
                           "dsa_prefill_efficiency", "dsa_prefill_full_topk", "v4_prefill_efficiency",
+                          "msa_fp32_expansion",
                           "uncaptured_linears", "graph_prefill", "graph_max_tokens", "gemm_memory_efficiency",
                           "gemm_efficiency", "online_fp8_scale", "ep_dispatch", "dynamic_scale_us",
                           "moe_stream_bits",
@@ -995,9 +1000,22 @@ def _fp8_kv_prefill(value: Any, origin: str) -> dict[str, float]:
     return out
 
 
-# a DSA model's block per phase; DeepSeek-V4's CSA and HCA layers' per phase
+# a DSA model's block per phase; DeepSeek-V4's CSA and HCA layers' per phase; MiniMax-M3's MSA block per phase
 DSA_FLOOR_KEYS = frozenset({"decode", "prefill", "csa_decode", "csa_prefill", "hca_decode", "hca_prefill",
-                            "csa_topk_decode", "csa_decode_seq", "hca_decode_seq", "hc_pre", "hc_post"})
+                            "csa_topk_decode", "csa_decode_seq", "hca_decode_seq", "hc_pre", "hc_post",
+                            "msa_decode", "msa_prefill"})
+MSA_EXPANSION_PHASES = frozenset({"decode", "prefill"})
+
+
+def _msa_expansion(value: Any, origin: str) -> dict[str, dict[str, float]]:
+    """``kernels.msa_fp32_expansion``: GPU preset name -> {decode, prefill} fractions of the datasheet bandwidth."""
+    key = "kernels.msa_fp32_expansion"
+    out: dict[str, dict[str, float]] = {}
+    for gpu, phases in _gpu_entries(value, origin, key, "mappings of decode and prefill").items():
+        _require(isinstance(phases, dict) and set(phases) == MSA_EXPANSION_PHASES, origin,
+                 f"field '{key}.{gpu}' must be a mapping of decode and prefill")
+        out[str(gpu)] = {phase: _num(eff, origin, f"{key}.{gpu}.{phase}", 0.01, 1.0) for phase, eff in phases.items()}
+    return out
 
 
 def _dsa_floors(value: Any, origin: str) -> dict[str, dict[str, float]]:
@@ -1005,7 +1023,7 @@ def _dsa_floors(value: Any, origin: str) -> dict[str, dict[str, float]]:
     DeepSeek-V4's layers: csa_decode, csa_prefill, hca_decode, hca_prefill, csa_topk_decode, a CSA layer's extra
     fixed cost in decode once its compressed entries outnumber the top-k, csa_decode_seq / hca_decode_seq, a layer's
     cost per decoding sequence beyond its kernels' work, and hc_pre / hc_post, its hyper-connections' fixed cost
-    per layer), returned in seconds."""
+    per layer; MiniMax-M3's MSA block: msa_decode, msa_prefill), returned in seconds."""
     key = "kernels.dsa_block_floors_us"
     out: dict[str, dict[str, float]] = {}
     for gpu, phases in _gpu_entries(value, origin, key, "mappings of decode and prefill").items():
@@ -1416,6 +1434,7 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
                                       for gpu, eff in _gpu_entries(data.get("v4_prefill_efficiency"), origin,
                                                                    "kernels.v4_prefill_efficiency",
                                                                    "fractions").items()},
+        msa_fp32_expansion_by_gpu=_msa_expansion(data.get("msa_fp32_expansion"), origin),
         gemm_memory_efficiency_by_gpu=_gemm_fractions(data.get("gemm_memory_efficiency"), origin,
                                                       "kernels.gemm_memory_efficiency"),
         gemm_efficiency_by_gpu=_gemm_fractions(data.get("gemm_efficiency"), origin, "kernels.gemm_efficiency"),
