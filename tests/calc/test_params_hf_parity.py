@@ -66,7 +66,7 @@ PRESET_FIXTURES = (
     "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash", "deepseek-v4-flash",
     "deepseek-v4-pro", "qwen3-8b", "qwen3-32b", "qwen3-coder-480b-a35b", "kimi-k2", "nemotron-3-super-120b-a12b",
     "mistral-small-3.2-24b", "mistral-nemo-12b", "minimax-m2.7", "qwen3-14b", "qwen3-4b", "qwen3-1.7b", "qwen3-0.6b",
-    "phi-4", "qwen2.5-32b", "qwen2.5-14b", "minimax-m3", "kimi-linear-48b-a3b",
+    "phi-4", "qwen2.5-32b", "qwen2.5-14b", "minimax-m3", "kimi-linear-48b-a3b", "nemotron-3-ultra-550b-a55b", "glm-5.2",
 )
 # Presets of the families without a transformers class: the preset and its WITHOUT_TRANSFORMERS fixture
 PRESETS_WITHOUT_TRANSFORMERS = {"llama-3.3-nemotron-super-49b": "llama-3.3-nemotron-super-49b-v1"}
@@ -75,6 +75,7 @@ PRESETS_WITHOUT_TRANSFORMERS = {"llama-3.3-nemotron-super-49b": "llama-3.3-nemot
 ALIAS_FIXTURES = {
     "deepseek-r1": ("deepseek-v3", "deepseek-ai/DeepSeek-R1"),
     "glm-5.1": ("glm-5", "zai-org/GLM-5.1"),
+    "glm-5.3": ("glm-5.2", "zai-org/GLM-5.3"),
     "llama3.1-70b": ("llama3-70b", "meta-llama/Meta-Llama-3.1-70B"),
 }
 # Attention modules that read ``config.sliding_window`` on every layer instead of holding a per-layer window.
@@ -409,9 +410,9 @@ def test_preset_without_transformers_equals_its_config_in_every_field(name: str)
 
 @pytest.mark.parametrize("name", sorted(ALIAS_FIXTURES))
 def test_an_alias_checkpoint_is_its_preset_in_every_field(name: str) -> None:
-    """DeepSeek-R1 and GLM-5.1 ship DeepSeek-V3's and GLM-5's config.json, Meta-Llama-3.1-70B the llama3-70b preset's:
-    named by their repository ids, the presets serve those checkpoints and agree with their configs in every field (and
-    with transformers, as every fixture)."""
+    """DeepSeek-R1, GLM-5.1 and GLM-5.3 ship DeepSeek-V3's, GLM-5's and GLM-5.2's config.json, Meta-Llama-3.1-70B the
+    llama3-70b preset's: named by their repository ids, the presets serve those checkpoints and agree with their
+    configs in every field (and with transformers, as every fixture)."""
     preset_name, repo = ALIAS_FIXTURES[name]
     preset = load_model(repo)
     assert (preset.name, preset.hf_repo) == (preset_name, repo)

@@ -117,7 +117,7 @@ def test_memory_says_which_layers_the_checkpoint_keeps_16_bit() -> None:
 def test_presets_list_and_show() -> None:
     listing = run("presets", "list", "-f", "json")
     names = [r["name"] for r in json.loads(listing.output)]
-    assert "llama3-70b" in names and "deepseek-v3" in names and len(names) == 58
+    assert "llama3-70b" in names and "deepseek-v3" in names and len(names) == 60
     assert {"qwen3-14b", "qwen3-4b", "qwen3-1.7b", "qwen3-0.6b", "phi-4", "qwen2.5-32b", "qwen2.5-14b",
             "minimax-m3", "kimi-linear-48b-a3b", "llama-3.3-nemotron-super-49b"} <= set(names)
     shown = run("presets", "show", "llama3-70b")

@@ -549,6 +549,26 @@ def test_an_error_in_the_sidecar_names_it(tmp_path: Path) -> None:
         load_hf_config(tmp_path)
 
 
+@pytest.mark.parametrize(("algo", "dtype", "scale"), [("FP8", "fp8_e4m3", "static"), ("NVFP4", "nvfp4", None)])
+def test_nemotron_3_ultra_quantized_releases_read_their_sidecar(tmp_path: Path, algo: str, dtype: str,
+                                                                 scale: str | None) -> None:
+    """nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8 and -NVFP4 ship the BF16 release's config.json key for key (as
+    aiconfigurator 0.12 bundles all three) and their format in hf_quant_config.json ({"quantization": {"quant_algo":
+    algo, "kv_cache_quant_algo": "FP8"}} in aiconfigurator's copies): the preset's shapes, that format, an fp8 KV
+    (ModelOpt FP8's static activation scale; NVFP4 scales its blocks as it goes)."""
+    import dataclasses
+
+    from tfcalc.spec.presets import load_model
+
+    write(tmp_path, fixture("nemotron-3-ultra-550b-a55b"))
+    write(tmp_path, {"quantization": {"quant_algo": algo, "kv_cache_quant_algo": "FP8"}}, "hf_quant_config.json")
+    spec = load_hf_config(tmp_path)
+    assert (spec.native_dtype, spec.checkpoint_kv_dtype, spec.checkpoint_activation_scale) == (dtype, "fp8", scale)
+    preset = load_model("nemotron-3-ultra-550b-a55b")
+    assert dataclasses.replace(spec, name=preset.name, native_dtype="bf16", checkpoint_kv_dtype=None,
+                               checkpoint_activation_scale=None, hf_repo=preset.hf_repo) == preset
+
+
 # --- GLM-4.5 / 4.6 (glm4_moe) and MiniMax-M2 (minimax_m2) ------------------------------------------------------
 
 @pytest.mark.parametrize("name, published_total, published_active", [

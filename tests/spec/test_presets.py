@@ -22,7 +22,8 @@ MODEL_PRESETS = {
     "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "kimi-k2.5", "mimo-v2-flash", "deepseek-v4-flash", "deepseek-v4-pro",
     "qwen3-8b", "qwen3-32b", "qwen3-coder-480b-a35b", "kimi-k2", "nemotron-3-super-120b-a12b", "mistral-small-3.2-24b",
     "mistral-nemo-12b", "minimax-m2.7", "qwen3-14b", "qwen3-4b", "qwen3-1.7b", "qwen3-0.6b", "phi-4", "qwen2.5-32b",
-    "qwen2.5-14b", "minimax-m3", "kimi-linear-48b-a3b", "llama-3.3-nemotron-super-49b",
+    "qwen2.5-14b", "minimax-m3", "kimi-linear-48b-a3b", "llama-3.3-nemotron-super-49b", "nemotron-3-ultra-550b-a55b",
+    "glm-5.2",
 }
 # MoE presets without a derived.yaml entry: equal to their config.json and to transformers in every component
 # (tests/calc/test_params_hf_parity.py) and within 1 % of their cards' totals (tests/spec/test_hf_config.py).
@@ -31,7 +32,7 @@ MOE_FROM_CONFIG = {"glm-4.6", "glm-4.5-air", "minimax-m2.5", "qwen3-next-80b-a3b
                    "gemma4-26b-a4b", "deepseek-v3.2", "glm-5", "nemotron-3-nano-30b-a3b", "kimi-k2.5",
                    "mimo-v2-flash", "deepseek-v4-flash", "deepseek-v4-pro", "qwen3-coder-480b-a35b", "kimi-k2",
                    "nemotron-3-super-120b-a12b", "minimax-m2.7", "minimax-m3",
-                   "kimi-linear-48b-a3b"}
+                   "kimi-linear-48b-a3b", "nemotron-3-ultra-550b-a55b", "glm-5.2"}
 # a multimodal preset: its vision encoder is counted, never active for text tokens (tests/spec/test_hf_config.py)
 WITH_ENCODER = {"gemma3-27b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b",
                 "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "gemma4-31b", "gemma4-26b-a4b", "kimi-k2.5",
@@ -197,6 +198,21 @@ def test_phi4_qwen25_minimax_m3_and_kimi_linear_cards() -> None:
     # moonshotai/Kimi-Linear-48B-A3B-Instruct: its safetensors index totals 49,122,681,728 (the card: 48B, 3B activated)
     kimi_linear = count_params(load_model("kimi-linear-48b-a3b"))
     assert kimi_linear.total_params == 49_122_681_728 and round(kimi_linear.active_params / 1e9) == 3
+
+
+def test_nemotron_3_ultra_and_glm_5_2_cards() -> None:
+    """Nemotron 3 Ultra, arXiv:2606.15007: "550 billion total and 55 billion active" (549.31B and 56.06B with the
+    embedding row and lm_head, 53.91B without: the 55B lies between). GLM-5.2's card: 744B-A40B; the Hub's 753B
+    safetensors count holds the MTP layer, one more MoE layer of the decoder's own shape."""
+    ultra = count_params(load_model("nemotron-3-ultra-550b-a55b"))
+    assert round(ultra.total_params / 1e9) == 549 and abs(ultra.total_params / 550e9 - 1) < 0.002
+    assert ultra.active_params - _embedding_tables(ultra) < 55e9 < ultra.active_params
+    glm = load_model("glm-5.2")
+    counts = count_params(glm)
+    assert abs(counts.total_params / 744e9 - 1) < 0.001
+    assert round((counts.active_params - _embedding_tables(counts)) / 1e9) == 39 and round(
+        counts.active_params / 1e9) == 41  # "A40B" lies between
+    assert round(count_params(glm.with_overrides(layers=glm.num_layers + 1)).total_params / 1e9) == 753
 
 
 def test_nemotron_super_49b_card() -> None:
