@@ -73,6 +73,16 @@ Caveats, each a mechanism of the collector or of aiconfigurator's model rather t
   only the causal-conv kernels (causal_conv1d_fn / _update), and its price for the scan and the state update is all
   but nothing (Nemotron-H 56B at tp 2, 64 sequences: 1 us per layer and step, where reading and writing 64 states of
   128 heads x 64 x 256 fp32 takes about 0.2 ms on an H200).
+- ``kda_conv``: a Kimi Delta Attention model (Kimi K3) whose prefill aiconfigurator prices with a KDA convolution row
+  that times a host path, where that row's excess over the kernel is more than ``KDA_CONV_SHARE`` of the point's
+  TTFT. Its vLLM KDA collector (collector/vllm/collect_kda.py run_kda_context_benchmark) calls causal_conv1d_fn three
+  times per layer without the step's metadata and outside CUDA graphs, so each call copies query_start_loc to the
+  host, builds its program map in numpy and copies it back (vllm/model_executor/layers/mamba/ops/causal_conv1d.py,
+  ``metadata is None``): 0.45 ms per layer at 1 token on the B300 (systems/data/b300_sxm/kda/vllm/0.1.dev19262,
+  causal_conv1d_fn_qkv3). vLLM's KDA layer passes ``metadata=attn_metadata`` (vllm/model_executor/layers/kda.py
+  KimiDeltaAttention._forward), built once per step; SGLang's own rows of the kernel (kda/sglang/0.5.16) take 7-21
+  us. SGLang 0.5.14, the version aiconfigurator runs, has no KDA table, and its points take the vLLM rows too. The
+  excess: (the row the point's engine version queries - SGLang 0.5.16's row) x the KDA layers.
 """
 
 from __future__ import annotations
@@ -102,6 +112,8 @@ UNTUNED_EXCESS = 1.25
 EXTRAPOLATED_DROP = 0.2
 MSA_DISORDER = 2.0
 MSA_GROWTH = 0.05
+KDA_CONV_SHARE = 0.05  # a quarter of the accuracy goal's 20 %
+KDA_KERNEL_VERSION = "0.5.16"  # SGLang's KDA table: the conv kernel without a host path
 
 
 def timed_rank_rows(experts: int, top_k: int, groups: int, groups_per_token: int, ep: int,
@@ -362,6 +374,28 @@ def ssm_state_share(spec, p: dict) -> float:  # noqa: ANN001 - ModelSpec
     return traffic / work.decode_work(m, p["batch"], p["isl"] + p["osl"] // 2).bytes
 
 
+def kda_conv_excess(spec, p: dict) -> tuple[float, bool]:  # noqa: ANN001 - ModelSpec
+    """(ms that aiconfigurator's KDA prefill convolution adds to the point's TTFT over the kernel's own time, whether
+    the point's engine version has a KDA table of its own): the causal_conv1d_fn_qkv3 row its engine version
+    queries less SGLang 0.5.16's, at the point's batch, prompt and KDA heads per GPU, times the KDA layers."""
+    import aiconfigurator_core
+    from aiconfigurator_core.sdk import operations as ops
+    from aiconfigurator_core.sdk.perf_database import get_database
+
+    la = spec.linear_attention
+    heads = la.num_value_heads // p["tp"]
+    op = ops.KDAKernel("conv", 1, "causal_conv1d_fn_qkv3", "context", spec.hidden_size, heads, la.key_head_dim,
+                       heads, la.value_head_dim, la.conv_kernel)
+
+    def row(backend: str, version: str) -> float:
+        db = get_database(p["gpu"], backend, version, allow_unlisted_version=True)
+        return float(op._engine_query(db, batch_size=p["batch"], s=p["isl"], prefix=0))
+
+    own = (Path(aiconfigurator_core.__file__).parent / "systems" / "data" / p["gpu"] / "kda" / p["backend"]
+           / p["version"]).is_dir()
+    return (row(p["backend"], p["version"]) - row("sglang", KDA_KERNEL_VERSION)) * spec.num_linear_layers, own
+
+
 def caveats() -> list[dict]:
     """Every aiconfigurator point (validate.py's files) with a caveat, keyed as validate.py keys its points."""
     import aiconfigurator_core
@@ -387,6 +421,18 @@ def caveats() -> list[dict]:
                             "evidence": f"the SSM states are {share:.0%} of the decode step's bytes; aiconfigurator "
                                         "has no measured scan or state-update kernel"})
                 continue
+            if la is not None and la.kind == "kda":
+                excess, own = kda_conv_excess(spec, p)
+                if excess > KDA_CONV_SHARE * p["ttft_ms"]:
+                    out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
+                                "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
+                                "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": "kda_conv",
+                                "evidence": f"the KDA prefill conv rows time a host path: {excess:.1f} ms "
+                                            f"({excess / p['ttft_ms']:.0%} of the TTFT) over the kernel's own rows "
+                                            f"(sglang {KDA_KERNEL_VERSION})" + ("" if own or p["backend"] == "vllm"
+                                            else f"; {p['backend']} {p['version']} has no KDA table, filled "
+                                            "from vLLM's")})
+                    continue
             if spec.compressed_attention is not None and p["tp"] > 1:
                 out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
                             "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],

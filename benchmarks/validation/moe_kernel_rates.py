@@ -71,6 +71,10 @@ tactics (SGLang's FlashInfer CUTLASS MoE for Nemotron-H on Hopper, not autotuned
 count and the fixed cost over the balanced ep-1 rows below --min-tokens, the grouped efficiency from --min-tokens up
 (``kernels.moe_by_architecture``'s memory_efficiency, floors_us, efficiency).
 
+``--architecture CLASS`` prices at the engine's fused MoE for that model architecture (``kernels.moe_by_architecture``:
+its efficiency, floors, weight-only kinds and expert-parallel rows) in ``--held-out``, ``--format-floor`` and
+``--expert-parallel``: vLLM's Marlin experts for Kimi K3 (``--kernel-source marlin``).
+
 ``--expert-floors`` reads TensorRT-LLM's tables (1.3.0rc20) at 1 token: each row's time less tfcalc's price of it
 without a per-expert cost, against the experts on the GPU (num_experts / ep). The least-squares slope through the
 origin over the ep-1 rows with 128-512 experts on the H200 is the trtllm preset's per-local-expert cost; the same
@@ -94,6 +98,7 @@ WEIGHTS = {"bfloat16": "bf16", "fp8_block": "fp8_block", "fp8": "fp8_e4m3", "w4a
 
 ALL_TOKENS = 1 << 30  # the open end of a token band
 GATED = True  # --plain: the rows time experts of two matrices (up, down: Nemotron-H's relu^2), not gate + up + down
+ARCHITECTURE = None  # --architecture: price at the engine's kernel for that model architecture (moe_by_architecture)
 
 
 def table_mode(moe_dtype: str, gpu: object) -> object:
@@ -184,7 +189,7 @@ def format_floors(root: Path, engine: str, version: str, weights: str, kernel_so
         if rows.empty:
             continue
         gpu = load_gpu(preset)
-        base = rates_for(gpu, kernels_spec)
+        base = rates_for(gpu, kernels_spec, architecture=ARCHITECTURE)
         rates = dataclasses.replace(base, floors={**base.floors, "moe": 0.0}, moe_format_floors={},
                                     moe_expert_floors={})
         mode = table_mode(weights, gpu)
@@ -251,20 +256,21 @@ def ep_floors(root: Path, engine: str, version: str, weights: str, kernel_source
               f"tokens: {held * 1e6:.1f} us ({len(left[(True, False)])} / {len(left[(False, False)])})")
 
 
-def expert_parallel(root: Path, engine: str, version: str, weights: str) -> None:
-    """tfcalc / measured over the balanced rows of ``weights`` with experts sliced by expert parallelism only
-    (moe_tp 1), per ep and token band, each row priced at its local experts (E / ep): whether an engine's fused MoE
-    shrinks with its share of the experts as the model does."""
+def expert_parallel(root: Path, engine: str, version: str, weights: str, kernel_source: str = "") -> None:
+    """tfcalc / measured over the balanced rows of ``weights`` (of one kernel where ``kernel_source`` names it) with
+    experts sliced by expert parallelism only (moe_tp 1), per ep and token band, each row priced at its local experts
+    (E / ep): whether an engine's fused MoE shrinks with its share of the experts as the model does."""
     from tfcalc.calc import kernels
     from tfcalc.calc.latency import rates_for
     from tfcalc.spec.presets import load_engine, load_gpu
 
     for preset, table_version, df in _newest_tables(root, engine, version):
-        df = df[(df.distribution == "balanced") & (df.moe_dtype == weights) & (df.moe_tp_size == 1)]
+        df = df[(df.distribution == "balanced") & (df.moe_dtype == weights) & (df.moe_tp_size == 1)
+                & df.kernel_source.str.contains(kernel_source, regex=False)]
         if df.empty:
             continue
         gpu = load_gpu(preset)
-        rates = rates_for(gpu, load_engine(engine).kernels)
+        rates = rates_for(gpu, load_engine(engine).kernels, architecture=ARCHITECTURE)
         for ep, rows in df.groupby("moe_ep_size"):
             if ep > 16:
                 continue
@@ -710,16 +716,20 @@ def main() -> None:
                         help="only rows of formats the engine lists tuned shapes for (kernels.moe_tuned_shapes), "
                              "those with a tuned config (yes) or without (no: fits moe_untuned_efficiency, and "
                              "with --large-m moe_untuned_large_m_memory_efficiency)")
+    parser.add_argument("--architecture", default=None, metavar="CLASS",
+                        help="price at the engine's fused MoE for that model architecture (kernels.moe_by_architecture:"
+                             " --format-floor, --expert-parallel, --held-out)")
     args = parser.parse_args()
-    global GATED
+    global GATED, ARCHITECTURE
     GATED = not args.plain
+    ARCHITECTURE = args.architecture
     k0s = [float(x) for x in args.k0.split(",") if x]
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     if args.expert_floors:
         expert_floors(root)
         return
     if args.expert_parallel:
-        expert_parallel(root, args.engine, args.version, args.expert_parallel)
+        expert_parallel(root, args.engine, args.version, args.expert_parallel, args.kernel_source)
         return
     if args.format_floor:
         format_floors(root, args.engine, args.version, args.format_floor, args.kernel_source)
@@ -756,7 +766,7 @@ def main() -> None:
             shapes = {tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")}
             df = df[[(r.hidden_size, r.inter_size) in shapes for r in df.itertuples()]]
         gpu = load_gpu(preset)
-        base = rates_for(gpu, load_engine(args.engine).kernels)
+        base = rates_for(gpu, load_engine(args.engine).kernels, architecture=ARCHITECTURE)
         if args.tuned:
             df = df[[WEIGHTS[r.moe_dtype] in base.moe_tuned_shapes
                      and kernels.moe_untuned(base, WEIGHTS[r.moe_dtype], r.num_experts // r.moe_ep_size,

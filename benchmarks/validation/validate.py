@@ -88,7 +88,8 @@ AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300
 # "unsplit", rows at ep 2 no faster than at ep 1: SGLang's collector computes the timed rank's remote rows;
 # "interpolated", a decode step priced between two rows across which the power-law workload changes its loads;
 # "older", a layout the engine version's table lacks, filled from an earlier version whose kernel times differ;
-# "extrapolated", a prefill beyond the table's last row scaled from that row where it is lighter than its neighbour)
+# "extrapolated", a prefill beyond the table's last row scaled from that row where it is lighter than its neighbour;
+# "kda_conv", a KDA prefill convolution row that times the collector's host path, not the kernel)
 CAVEATS = HERE / "aiconfigurator_caveats.json"
 _CAVEAT_KEY = ("source", "model", "gpu", "backend", "tp", "ep", "batch", "isl", "osl", "weights_dtype")
 # aiconfigurator prices MoE layers with its power-law workload (config.py workload_distribution "power_law"):
@@ -282,7 +283,7 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
         groups[f"{kind} MoE"] = [r for r in points if _model_name(r) in MOE]
     everything = [*rows, *large, *(r for points in held_out.values() for r in points)]
     for caveat in ("routing", "sliced", "unsplit", "interpolated", "older", "extrapolated", "dsa_extrapolated",
-                    "ssm_unmeasured", "untuned", "msa_disordered", "msa_extrapolated"):
+                    "ssm_unmeasured", "untuned", "msa_disordered", "msa_extrapolated", "kda_conv"):
         groups[f"caveat: {caveat}"] = [r for r in everything if r.get("caveat") == caveat]
     for name, rs in groups.items():
         parts = []

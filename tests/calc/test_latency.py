@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -470,6 +471,33 @@ def test_an_engine_running_mxfp4_experts_weight_only_on_b200() -> None:
     slow = estimate_latency(_d("gpt-oss-120b", "b200", engine_kernels=bf16_acts), 8, 2048, 64)
     fast = estimate_latency(_d("gpt-oss-120b", "b200", engine_kernels=vllm), 8, 2048, 64)
     assert slow.ttft_s > 1.5 * fast.ttft_s
+
+
+def test_vllm_runs_kimi_k3_mxfp4_experts_on_marlin_sglang_on_fp4_cores() -> None:
+    """Kimi K3's MXFP4 experts (compressed-tensors without input_activations, SiTU activation) on a B300: vLLM's
+    compressed-tensors MXFP4 MoE has no CUTLASS kernel for SiTU and falls to Marlin (weight-only: bf16 MMA, the
+    weights unpacked; its own rate and floor; every token's rows touched under ep), SGLang quantises the inputs to
+    MXFP8 (the fp4 path); attention and shared experts stay bf16 (the checkpoint ignores them). Another MXFP4 model
+    (gpt-oss) keeps vLLM's default kernel, and a long prefill, compute-bound, is slower on Marlin."""
+    from tfcalc.spec.hf_config import load_hf_config
+
+    spec = load_hf_config(Path(__file__).parents[1] / "fixtures" / "hf_configs" / "kimi-k3.json", name="kimi-k3")
+    b300, precision = load_gpu("b300"), parse_weight_precision("experts=mxfp4,default=bf16")
+
+    def dep(engine: str):  # noqa: ANN202 - Deployment
+        return deployment(spec, b300, precision, KV, tp=8, engine_kernels=load_engine(engine).kernels)
+
+    vllm, sglang = dep("vllm"), dep("sglang")
+    assert (vllm.dims.experts_mode.compute, vllm.dims.experts_mode.dequant) == ("bf16", "fp4")
+    assert (sglang.dims.experts_mode.compute, sglang.dims.experts_mode.dequant) == ("fp4", "")
+    assert vllm.dims.attn.compute == vllm.dims.shared.compute == "bf16"
+    rates = vllm.rates_prefill
+    assert rates.grouped_efficiency("bf16", "fp4", "mxfp4") == 0.19
+    assert rates.moe_format_floors["mxfp4"] == pytest.approx(55.7e-6) and "mxfp4" in rates.moe_ep_every_row
+    assert "mxfp4" not in sglang.rates_prefill.moe_ep_every_row
+    assert _d("gpt-oss-120b", "b300", engine_kernels=load_engine("vllm").kernels).dims.experts_mode.compute == "fp4"
+    marlin, fp4 = (estimate_latency(d, 4, 8192, 2).prefill.step for d in (vllm, sglang))
+    assert marlin.groups["moe"].seconds > 3 * fp4.groups["moe"].seconds
 
 
 def test_engine_block_floor_for_mla() -> None:

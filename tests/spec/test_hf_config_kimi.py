@@ -137,6 +137,17 @@ def test_kimi_k3_reads_its_parts() -> None:
     assert spec.remote_code and spec.encoder is not None and spec.encoder.attention_width == 1536
 
 
+def test_kimi_k3_mxfp4_experts_are_not_weight_only() -> None:
+    """Its MXFP4 group has no input_activations, yet the routed experts are not a weight-only component: vLLM's
+    compressed-tensors MoE takes an MXFP4 group by its weights alone (CompressedTensorsW4A4Mxfp4MoEMethod) and
+    SGLang quantises their inputs to MXFP8; a dense MLP in that group would be (CompressedTensorsW4A16Mxfp4)."""
+    assert build(K3).checkpoint_weight_only == ()
+    quant = fixture(K3)["text_config"]["quantization_config"]
+    everything = {**quant, "ignore": []}
+    text = {**fixture(K3)["text_config"], "quantization_config": everything}
+    assert build(K3, text_config=text).checkpoint_weight_only == ("attention", "mlp", "shared_experts")
+
+
 @pytest.mark.parametrize(("name", "changes", "message"), [
     (LINEAR, {"linear_attn_config": {"kda_layers": [1, 2], "full_attn_layers": [4]}}, "name each of the layers"),
     (LINEAR, {"moe_router_activation_func": "softmax"}, "moe_router_activation_func"),

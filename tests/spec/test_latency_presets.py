@@ -383,8 +383,16 @@ def test_engine_moe_by_architecture() -> None:
     assert "bf16" in triton.moe_ep_every_row and "bf16" not in qwen_sglang.moe_ep_every_row
     assert (rates_for(h200, sglang, architecture="Qwen3MoeForCausalLM").moe_efficiency_by_dtype
             == rates_for(h200, sglang, architecture="MixtralForCausalLM").moe_efficiency_by_dtype)
-    for engine in ("vllm", "trtllm"):
-        assert load_engine(engine).kernels.moe_by_architecture == {}
+    assert load_engine("trtllm").kernels.moe_by_architecture == {}
+    # vLLM: Kimi K3's MXFP4 experts alone, on Marlin (weight-only fp4) on Blackwell
+    (k3,) = load_engine("vllm").kernels.moe_by_architecture["b200"].values()
+    assert k3.weight_only == {"fp4"} and k3.ep_every_row == {"mxfp4"}
+    assert kernels_from_mapping({"moe_by_architecture": {"b200": {"X": {
+        "efficiency": {"mxfp4": 0.2}, "weight_only": ["fp4"]}}}}, "e.yaml").moe_by_architecture["b200"]["X"] \
+        .weight_only == {"fp4"}
+    with pytest.raises(SpecError, match="weight_only' must be a list of int8, fp8, int4, fp4"):
+        kernels_from_mapping({"moe_by_architecture": {"b200": {"X": {
+            "efficiency": {"mxfp4": 0.2}, "weight_only": ["mxfp4"]}}}}, "e.yaml")
     arch = "Qwen3MoeForCausalLM"
     for value, message in (
             ({"b200": {arch: {"efficiency": {"bf17": 1.0}}}},

@@ -567,7 +567,11 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
         else:
             expert_width = moe.expert_intermediate_size * ep / tp
         shared_width = moe.num_shared_experts * moe.shared_expert_intermediate_size / tp
-    weight_only = engine.moe_weight_only_by_gpu.get(engine_kernels_gpu(gpu, engine), frozenset())
+    kernels_gpu = engine_kernels_gpu(gpu, engine)
+    weight_only = engine.moe_weight_only_by_gpu.get(kernels_gpu, frozenset())
+    arch_kernel = engine.moe_by_architecture.get(kernels_gpu, {}).get(spec.architecture or "")
+    if arch_kernel is not None:  # the architecture's own fused MoE there (vLLM's Marlin experts for Kimi K3)
+        weight_only = weight_only | arch_kernel.weight_only
     la = spec.linear_attention
     served = precision.default  # a float32 checkpoint served in 16 bits keeps its states in them too
     conv_dtype, state_dtype = state_dtypes(spec, served.name if served.name in ("bf16", "fp16") else None,

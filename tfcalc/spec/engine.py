@@ -338,7 +338,9 @@ class ArchitectureMoe:
     formats for which it touches every token's top-k rows under expert parallelism (the others: its own rows), and
     per format the fraction of the datasheet bandwidth its expert weights stream at whatever the tokens, where that
     differs from the GPU's fused-MoE stream (a kernel held at heuristic tactics), and the fp8 formats whose rows it
-    takes and passes in 8 bits (``Rates.moe_fused_rows``). Also the experts' kernel behind DeepEP's all-to-all
+    takes and passes in 8 bits (``Rates.moe_fused_rows``), and the weight kinds (DEQUANT_FORMATS) it runs weight-only,
+    16-bit activations and the weights unpacked in the kernel, though the GPU has tensor cores for them (vLLM's
+    Marlin experts for Kimi K3's MXFP4 on Blackwell). Also the experts' kernel behind DeepEP's all-to-all
     (``EngineKernels.deepep_moe_by_gpu``)."""
 
     efficiency: dict[str, float] = field(hash=False)
@@ -346,6 +348,7 @@ class ArchitectureMoe:
     ep_every_row: frozenset[str] = frozenset()
     memory_efficiency: dict[str, float] = field(default_factory=dict, hash=False)
     fused_rows: frozenset[str] = frozenset()
+    weight_only: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -931,12 +934,12 @@ def _deepep_moe(value: Any, origin: str) -> dict[str, ArchitectureMoe]:
 def _moe_kernel(kernel: Any, origin: str, where: str) -> ArchitectureMoe:
     """One fused-MoE kernel: {efficiency: {compute dtype or storage format: efficiency in (0,
     MAX_MOE_EFFICIENCY]}, floors_us: {format: microseconds}, ep_every_row: [formats], memory_efficiency: {format:
-    fraction of the datasheet bandwidth in (0, 1]}, fused_rows: [fp8 formats]}."""
+    fraction of the datasheet bandwidth in (0, 1]}, fused_rows: [fp8 formats], weight_only: [DEQUANT_FORMATS]}."""
     _require(isinstance(kernel, dict) and "efficiency" in kernel, origin,
              f"field '{where}' must be a mapping with efficiency (and optionally floors_us, ep_every_row, "
-             "memory_efficiency, fused_rows)")
-    _check_keys(kernel, frozenset({"efficiency", "floors_us", "ep_every_row", "memory_efficiency", "fused_rows"}),
-                origin, f"{where}.")
+             "memory_efficiency, fused_rows, weight_only)")
+    _check_keys(kernel, frozenset({"efficiency", "floors_us", "ep_every_row", "memory_efficiency", "fused_rows",
+                                   "weight_only"}), origin, f"{where}.")
     efficiency = _kinds(kernel["efficiency"], origin, f"{where}.efficiency", MOE_EXPERT_DTYPES, 1e-3,
                         MAX_MOE_EFFICIENCY)
     floors_us = _kinds(kernel.get("floors_us", {}), origin, f"{where}.floors_us", MOE_EXPERT_DTYPES, 0.0,
@@ -945,14 +948,15 @@ def _moe_kernel(kernel: Any, origin: str, where: str) -> ArchitectureMoe:
                     1e-3, 1.0)
     lists = {}
     for name, allowed, what in (("ep_every_row", tuple(efficiency), "formats its efficiency names"),
-                                ("fused_rows", FUSED_ROW_FORMATS, ", ".join(FUSED_ROW_FORMATS))):
+                                ("fused_rows", FUSED_ROW_FORMATS, ", ".join(FUSED_ROW_FORMATS)),
+                                ("weight_only", DEQUANT_FORMATS, ", ".join(DEQUANT_FORMATS))):
         formats = kernel.get(name, [])
         _require(isinstance(formats, list) and all(f in allowed for f in formats), origin,
                  f"field '{where}.{name}' must be a list of {what}, got {_show(formats)}")
         lists[name] = frozenset(formats)
     return ArchitectureMoe(efficiency=efficiency, floors_s={fmt: us * 1e-6 for fmt, us in floors_us.items()},
                            ep_every_row=lists["ep_every_row"], memory_efficiency=stream,
-                           fused_rows=lists["fused_rows"])
+                           fused_rows=lists["fused_rows"], weight_only=lists["weight_only"])
 
 
 def _kinds(value: Any, origin: str, key: str, allowed: tuple[str, ...], low: float,

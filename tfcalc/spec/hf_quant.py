@@ -393,31 +393,40 @@ def checkpoint_weight_only(quant: Any, spec: ModelSpec, model_type: str, origin:
     """The components whose float weights (fp8, fp4) the checkpoint pairs with 16-bit activations, which engines run
     in a weight-only kernel on any GPU: ModelOpt's W4A16_NVFP4 (vLLM ModelOptNvFp4W4A16LinearMethod) and a
     compressed-tensors group of float weights without ``input_activations`` (vLLM CompressedTensorsW4A16Fp4,
-    CompressedTensorsW8A16Fp8: RedHatAI's NVFP4A16 and FP8 weight-only checkpoints); () for any other."""
+    CompressedTensorsW8A16Fp8: RedHatAI's NVFP4A16 and FP8 weight-only checkpoints), but for the routed experts of an
+    MXFP4 group (float, 4 bits, groups of 32): vLLM's compressed-tensors MoE takes them by their weights alone
+    (compressed_tensors_moe.py get_moe_method: ``_is_mxfp4(weight_quant)`` -> CompressedTensorsW4A4Mxfp4MoEMethod,
+    which never reads input_activations; CUTLASS W4A4 on SM100) and SGLang's Kimi K3 MXFP4 MoE quantises their
+    inputs to MXFP8 on Blackwell (aiconfigurator sdk/models/helpers.py resolve_kimi_k3_moe_arch_mode); () for any
+    other."""
     if not isinstance(quant, Mapping):
         return ()
     method = _method(quant)
-    targets: list[tuple[_Patterns | None, bool]] = []  # (modules covered, None = every linear; weight-only)
+    # (modules covered, None = every linear; weight-only; an MXFP4 group, whose routed experts are not)
+    targets: list[tuple[_Patterns | None, bool, bool]] = []
     if method == "modelopt":
-        targets = [(covered, a == "W4A16_NVFP4") for covered, _, a in _modelopt_targets(_modelopt_fields(quant),
-                                                                                          origin)]
+        targets = [(covered, a == "W4A16_NVFP4", False)
+                   for covered, _, a in _modelopt_targets(_modelopt_fields(quant), origin)]
     elif method == "compressed-tensors" and isinstance(quant.get("config_groups"), Mapping):
         for key, group in quant["config_groups"].items():
             if not isinstance(group, Mapping):
                 continue
             weights = group.get("weights")
             covered = _strings(group, "targets", origin, f"config_groups.{key}.") or ["Linear"]
+            floats = isinstance(weights, Mapping) and weights.get("type") == "float"
+            mxfp4 = floats and weights.get("num_bits") == 4 and weights.get("group_size") == 32
             targets.append((None if "Linear" in covered else _Patterns(covered, "targets", origin),
-                            isinstance(weights, Mapping) and weights.get("type") == "float"
-                            and group.get("input_activations") is None))
-    if not any(only for _, only in targets):
+                            floats and group.get("input_activations") is None, mxfp4))
+    if not any(only for _, only, _ in targets):
         return ()
     names = module_names(spec, model_type)
 
-    def first_target(name: str) -> bool:
-        return next((only for covered, only in targets if covered is None or covered.match(name)), False)
+    def first_target(name: str, component: str) -> bool:
+        return next((only and not (mxfp4 and component == "experts") for covered, only, mxfp4 in targets
+                     if covered is None or covered.match(name)), False)
 
-    return tuple(c for c in QUANTIZABLE if c in names and any(first_target(naming[0]) for naming in names[c]))
+    return tuple(c for c in QUANTIZABLE
+                 if c in names and any(first_target(naming[0], c) for naming in names[c]))
 
 
 class CheckpointWeights(NamedTuple):
