@@ -8,7 +8,8 @@ Reference points (each with its source and setting):
   a point may give ``e2e_ms`` instead, a static batch's whole latency as a harness times it (vLLM's
   benchmark_latency, TensorRT-LLM's gptSessionBenchmark: one prefill, then gen - 1 decode steps), compared with
   tfcalc's TTFT + (gen - 1) x TPOT on a line of its own ("E2E"); an optional ``note`` says how a published figure
-  was converted and is not read;
+  was converted and ``engine_version`` which release ran it (2025-2026 points), neither read; a model may be a
+  config.json fixture's path;
 - silicon_points.json: measured serving runs at concurrency <= 4 from aiconfigurator's silicon_sample.csv
   (TPOT ~ the decode step at that batch, context prompt + gen/2; TTFT is compared with one prompt's prefill, but
   adds request handling and queueing a step model does not price, so it is shown and not counted); the KV cache

@@ -629,3 +629,18 @@ def test_public_end_to_end_points(v: ModuleType) -> None:
         ttft, tpot, total = v.predict_all(p)
         assert total == pytest.approx(ttft + (p["gen"] - 1) * tpot, rel=1e-9)
         assert (ttft, tpot) == v.predict(p)
+
+
+def test_public_2025_points_state_their_setting(v: ModuleType) -> None:
+    """The 2025-2026 published points (those naming an ``engine_version``) each carry their page, the quoted figure
+    and its conversion, one measured metric, batch 1-4 at tp 1-16, and a model tfcalc loads: a TPOT derived from a
+    published tok/s or fit stays the decode step of one sequence (milliseconds, not seconds or tok/s)."""
+    new = [p for p in v.load_points() if p["source_kind"] == "public" and p.get("engine_version")]
+    assert len(new) >= 15
+    for p in new:
+        assert p["url"].startswith("https://") and p["note"] and p["reference"]
+        assert sum(bool(p.get(k)) for k in ("ttft_ms", "tpot_ms", "e2e_ms")) == 1
+        assert 1 <= p["batch"] <= 4 and 1 <= p["tp"] <= 16 and p["prompt"] >= 1 and p["gen"] >= 2
+        assert v.load_spec(p["model"]).num_layers > 0
+        if p.get("tpot_ms"):
+            assert 1.0 < p["tpot_ms"] < 50.0
