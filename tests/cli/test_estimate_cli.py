@@ -462,3 +462,17 @@ def test_an_expert_parallel_row_shows_its_ep() -> None:
     assert [line.split() for line in out.output.splitlines()[:6]][3:6] == [["tp", "2"], ["ep", "2"], ["batch", "1"]]
     plain = runner.invoke(app, [*ARGS], env={"COLUMNS": "80"}).output
     assert not any(line.split()[:1] in (["ep"], ["pp"]) for line in plain.splitlines())
+
+
+def test_low_precision_weights_without_their_tensor_cores_are_noted() -> None:
+    """NVFP4 on a Hopper and fp8 on an A100 run weight-only in bf16 (no fp4 / fp8 tensor cores there): the table
+    says so once per GPU and format; native rows (fp8 on the H200, nvfp4 on the B200) get no such note, and a dense
+    model's rates name no MoE kernel."""
+    result = runner.invoke(app, ["estimate", "-p", "llama3-70b", "-w", "nvfp4,fp8", "--gpu", "h200,a100-80gb,b200",
+                                 "--tp", "2"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if "tensor cores" in line]
+    assert [n.split(":")[1].strip() for n in notes] == ["nvfp4 weights on h200", "nvfp4 weights on a100-80gb",
+                                                        "fp8_e4m3 weights on a100-80gb"]
+    assert "(W4A16)" in notes[0] and "(W8A16)" in notes[2]
+    assert "MoE" not in result.output

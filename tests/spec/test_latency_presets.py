@@ -1310,3 +1310,13 @@ def test_kernel_peak_below_the_datasheet() -> None:
                 "interconnect_bidirectional_gb_s": 900, "latency": {**GOOD, "kernel_peak_tflops": {"fp4": 10000}}}
     with pytest.raises(SpecError, match="'latency.kernel_peak_tflops.fp4' must not exceed dense_tflops.fp4 .9000."):
         gpu_from_mapping(document, "gpu.yaml", "gpu")
+
+
+def test_dense_model_rates_name_no_moe_kernel() -> None:
+    """A model without experts never runs the engine's fused MoE: its rates' source names none of its tuned shapes
+    or efficiencies (estimate's note for Llama-3-70B read 'bf16 fused-MoE shapes without a tuned config...'); the
+    MoE rates themselves are the same, and an MoE model's source still names them."""
+    gpu, kernels = load_gpu("h100-sxm"), load_engine("vllm").kernels
+    dense, moe = rates_for(gpu, kernels, has_experts=False), rates_for(gpu, kernels)
+    assert "MoE" not in dense.source and "MoE efficiency from the engine preset" in moe.source
+    assert dense.moe_efficiency_by_dtype == moe.moe_efficiency_by_dtype

@@ -76,10 +76,11 @@ GENERIC_LATENCY = {"sm_count": 132, "gemm_efficiency": {"bf16": 0.78, "fp16": 0.
 
 
 def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = None,
-              architecture: str | None = None) -> Rates:
+              architecture: str | None = None, has_experts: bool = True) -> Rates:
     """The GPU's achievable rates (its preset's latency block, or generic values) with the engine's floors and,
     where the engine preset measured its own fused-MoE kernel on this GPU, its grouped-GEMM efficiency -- the one
-    of the kernel it runs for the model's ``architecture`` there, where it picks by architecture."""
+    of the kernel it runs for the model's ``architecture`` there, where it picks by architecture. ``has_experts``
+    False (a dense model): the source names no MoE kernel, whose rates such a model never uses."""
     lat = gpu.latency
     if lat is not None:
         sm, gemm_eff, attn, moe, mem, floors = (lat.sm_count, lat.gemm_efficiency, lat.attention_efficiency,
@@ -117,11 +118,12 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
     # an architecture served by another kernel there (arch_moe) does not take the Triton kernel's tuned shapes
     tuned = {fmt: shapes for fmt, shapes in engine.moe_tuned_shapes_by_gpu.get(kernels_gpu, {}).items()
              if fmt not in arch_moe}
-    if tuned:
+    if tuned and has_experts:
         source += (f", {'/'.join(sorted(tuned))} fused-MoE shapes without a tuned config at the engine's default "
                    "tiles")
     if engine_moe:
         moe_by_dtype = {**moe_by_dtype, **engine_moe}
+    if engine_moe and has_experts:
         source += (f", {'/'.join(sorted(engine_moe))} MoE efficiency from the engine preset"  # the dtypes it covers
                    + (f" ({architecture}'s kernel)" if arch_moe else ""))
         if engine_k0:
@@ -662,7 +664,7 @@ def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dty
         name = gpu.latency.interconnect_preset if gpu.latency is not None else None
         interconnect = load_interconnect(name) if name else _generic_link(gpu)
     inter_node = inter_node or load_interconnect("infiniband-ndr")
-    base = rates_for(gpu, engine, cuda_graphs, spec.architecture)
+    base = rates_for(gpu, engine, cuda_graphs, spec.architecture, has_experts=spec.moe is not None)
     measured = (rates_decode or rates_prefill or base).collectives
     if measured is not None:  # a calibration's measured link replaces the intra-node fabric's NCCL link
         interconnect = replace(interconnect, nccl=comm.calibrated_link(measured, interconnect.nccl))

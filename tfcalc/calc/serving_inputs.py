@@ -404,7 +404,7 @@ def latency_step(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     kernels = engine.kernels if engine is not None else EngineKernels()
     prefill = decode = None
     if rates is not None:
-        base = rates_for(gpu, kernels, architecture=spec.architecture)
+        base = rates_for(gpu, kernels, architecture=spec.architecture, has_experts=spec.moe is not None)
         prefill, decode = rates(gpu, base, "prefill"), rates(gpu, base, "decode")
     d = deployment(spec, gpu, precision, kv_dtype, tp=tp, pp=pp, ep=ep, engine_kernels=kernels,
                    gpus_per_node=gpus_per_node, rates_prefill=prefill, rates_decode=decode, routing=routing,

@@ -154,6 +154,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
     from tfcalc.report.estimate import (
         EstimateOptions,
         EstimateSweep,
+        dequant_sentence,
         explain_lines,
         fit_sentence,
         iter_estimate_rows,
@@ -213,6 +214,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                            **common, engine=engine_spec, rates=rates, rates_source=source))), total, "estimate")
     rows, handles = [row for row, _ in swept.items], [handle for _, handle in swept.items]
     engine_names = ", ".join(dict.fromkeys(str(r["engine"]) for r in rows))
+    by_name = {g.name: g for g in gpus}
     varying = varying_keys(rows)
     model = ("pure roofline (100 % of dense peak and HBM bandwidth, no floors or latencies)" if ideal else
              f"per-kernel latency model, engine {engine_names}, rates: "
@@ -224,6 +226,7 @@ def estimate(preset: PresetOpt = None, config: ConfigOpt = None,
                 "prompt + gen." if fit else ""),
              *dict.fromkeys(fit_sentence(r, varying) for r in rows if r.get("fits") is False),
              *dict.fromkeys(_turning_note(r, varying) for r in rows),
+             *dict.fromkeys(n for r in rows if (n := dequant_sentence(r, by_name[str(r['gpu'])]))),
              *dict.fromkeys(f"note: {spec.name}: prompt + gen {length:,} exceeds its max context of "
                             f"{spec.max_context:,} tokens" for spec in specs
                             for length in sorted({p + g for p in sweep.prompt_lens for g in sweep.gen_lens})

@@ -137,6 +137,19 @@ def fit_sentence(row: Row, keys: tuple[str, ...] = ()) -> str:
             "the times assume the whole batch did")
 
 
+def dequant_sentence(row: Row, gpu: GPUSpec) -> str:
+    """Why fp8 / fp4 weights compute in bf16 here: the GPU has no tensor cores of that kind (fp8 before Ada and
+    Hopper, fp4 before Blackwell), so its GEMMs read the small weights and dequantise them (weight-only, W8A16 /
+    W4A16); "" where the row runs natively or the format is mixed (one label per component)."""
+    weights = str(row.get("weights_dtype", ""))
+    kind = "fp4" if weights in ("nvfp4", "mxfp4") else "fp8" if weights.startswith("fp8") else ""
+    if not kind or row.get("compute_dtype") != "bf16" or kind in gpu.dense_flops_per_s:
+        return ""
+    return (f"note: {weights} weights on {gpu.name}: it has no {kind} tensor cores, so the GEMMs run in bf16 on "
+            f"weights dequantised as they load (W{kind[-1]}A16): the memory saving stays, the {kind} compute peak "
+            "does not apply")
+
+
 def _groups(prefix: str, phase: PhaseTime) -> Row:
     row: Row = {}
     for g in GROUPS:
@@ -228,7 +241,7 @@ def iter_estimate_rows(specs: list[ModelSpec], gpus: list[GPUSpec], sweep: Estim
                 sweep.precisions or [served_precision(spec, options.engine)],
                 sweep.kv_dtypes or [default_kv_dtype(spec, options.engine, gpu)], sweep.tps, sweep.pps, sweep.eps):
             kernels = options.engine.kernels if options.engine is not None else EngineKernels()
-            base = rates_for(gpu, kernels, options.cuda_graphs, spec.architecture)
+            base = rates_for(gpu, kernels, options.cuda_graphs, spec.architecture, has_experts=spec.moe is not None)
             prefill_rates = options.rates(gpu, base, "prefill") if options.rates else None
             decode_rates = options.rates(gpu, base, "decode") if options.rates else None
             redundant = layout_redundant_experts(options.memory.redundant_experts, tp, ep)
