@@ -123,3 +123,26 @@ def test_explanation_lines_fit_80_columns_and_keep_every_word(lines: list[str], 
     for out in text.splitlines():
         assert len(out) <= 80 or len(out.split()) == 1
         assert out.startswith(" " * (2 + indent))
+
+
+@given(st.lists(st.text("abcXYZ_0", min_size=1, max_size=40), min_size=2, max_size=8), st.integers(4, 60))
+def test_a_dotted_field_wraps_after_its_dots_and_keeps_every_character(parts: list[str], width: int) -> None:
+    """A prose cell without spaces but with dots (a preset field: kernels.moe_by_architecture.b200.KimiK3...)
+    breaks after a dot where one falls inside the width, else anywhere: every line fits, nothing is lost."""
+    from tfcalc.output.table import _wrap
+
+    text = ".".join(parts)
+    lines = _wrap(text, width)
+    assert "".join(lines) == text and all(len(line) <= width for line in lines)
+    assert all(line.endswith(".") or len(line) == width for line in lines[:-1])
+
+
+def test_presets_show_fits_80_columns_with_an_architecture_key() -> None:
+    """`presets show vllm-0.21` at 80 columns: the Kimi K3 entry's 80-character field names wrap after a dot."""
+    from tfcalc.cli.presets import SHOW_COLUMNS
+    from tfcalc.report.presets import preset_field_rows
+
+    rows = preset_field_rows("engine", "vllm-0.21")
+    lines = render_table(rows, SHOW_COLUMNS, width=80).splitlines()
+    assert all(cell_len(line) <= 80 for line in lines)
+    assert any(line.startswith("kernels.moe_by_architecture.b200.") for line in lines)

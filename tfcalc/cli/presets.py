@@ -19,7 +19,7 @@ ShowKindOpt = Annotated[str | None, typer.Option(
 _FLOPS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 LIST_COLUMNS = {
     "model": pick("name", wide("display_name"), "attention", wide("layers", "hidden_size"), "moe", "total_params",
-                  "active_params", "max_context", "native_dtype"),
+                  "active_params", wide("max_context", "native_dtype")),  # the default fits 80 columns
     "gpu": pick("name", wide("display_name"), "gpu_memory_bytes", "hbm_bandwidth_bytes_per_s",
                 wide("fp32_dense_flops_per_s", "tf32_dense_flops_per_s"), "bf16_dense_flops_per_s",
                 wide("fp16_dense_flops_per_s"), "fp8_dense_flops_per_s",

@@ -193,7 +193,7 @@ REGISTRY: Mapping[str, Column] = _Registry(
     ("link_bandwidth_bytes_per_s", "bandwidth one way", "si", "B/s"), ("nccl_algorithm", "NCCL algorithm"),
     ("custom_allreduce", "custom all-reduce", "bool"), ("releases", "releases"),
     ("default", "default", "bool"), ("budget", "memory model"),
-    ("field", "field"), ("value", "value", "prose"), ("source", "source", "prose"), ("ref", "source"),
+    ("field", "field", "prose"), ("value", "value", "prose"), ("source", "source", "prose"), ("ref", "source"),
     # --- profile (measured on this device) -----------------------------------------------------------------------
     ("device", "device"), ("device_name", "device name", "prose"), ("gpu_preset", "GPU preset"),
     ("layers_run", "layers", "int"), ("layers_total", "of", "int"), ("layer_pattern", "layers run", "prose"),

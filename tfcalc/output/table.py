@@ -110,9 +110,22 @@ def _fit(columns: list[Column], cells: list[list[str]], width: int | None) -> li
 
 
 def _wrap(text: str, width: int) -> list[str]:
-    """``text`` wrapped between words at ``width``; a word longer than ``width`` is broken (prose only: numbers and
-    identifiers never reach here, and headers are never narrower than their longest word)."""
-    return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+    """``text`` wrapped between words at ``width``; a word longer than ``width`` is broken, after one of its dots
+    where it has them (a dotted preset field, ``kernels.moe_by_architecture.b200...``), else anywhere (prose only:
+    numbers and identifiers never reach here, and headers are never narrower than their longest word)."""
+    if " " in text or "." not in text or len(text) <= width:
+        return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+    *heads, tail = text.split(".")
+    lines, line = [], ""
+    for part in [head + "." for head in heads] + [tail]:
+        if line and len(line) + len(part) > width:
+            lines.append(line)
+            line = ""
+        line += part
+        while len(line) > width:  # one part wider than the column: broken anywhere
+            lines.append(line[:width])
+            line = line[width:]
+    return [*lines, line] if line else lines
 
 
 def _prose_minimum(cells: list[list[str]], i: int, longest: int) -> int:
