@@ -644,3 +644,24 @@ def test_public_2025_points_state_their_setting(v: ModuleType) -> None:
         assert v.load_spec(p["model"]).num_layers > 0
         if p.get("tpot_ms"):
             assert 1.0 < p["tpot_ms"] < 50.0
+
+
+def test_gpt_oss_vllm_triton_kernels_regression(v: ModuleType) -> None:
+    """vLLM PR #43135's H100 gpt-oss-20b steps (tp 1, concurrency 1, 1024 / 1024): tfcalc, whose vLLM kernels are
+    measured on 0.24, is within 20 % of the builds without the triton_kernels 3.6.0 routing regression (v0.16.0, the
+    fix), and tfcalc plus the regression's published cost (regressed build less the fix: 1.09 ms a step) is within
+    20 % of the regressed build and of the vLLM 0.19.1 blog's H100 points (docs/estimate-validation.md)."""
+    points = v.load_points()
+    pr = [p for p in points if p.get("url") == "https://github.com/vllm-project/vllm/pull/43135"]
+    regressed = [p for p in pr if p["engine_version"].startswith("main before")]
+    fixed = [p for p in pr if p not in regressed]
+    assert len(regressed) == 1 and len(fixed) == 2
+    cost = regressed[0]["tpot_ms"] - min(p["tpot_ms"] for p in fixed)
+    assert cost == pytest.approx(1.09, abs=0.02)
+    for p in fixed:
+        assert abs(v.predict(p)[1] / p["tpot_ms"] - 1) <= 0.2
+    blog = [p for p in points if p.get("url") == "https://vllm.ai/blog/2026-04-22-fp8-kvcache"
+            and p["model"] == "gpt-oss-20b" and p["gpu"] == "h100-sxm"]
+    assert len(blog) == 4
+    for p in [*regressed, *blog]:
+        assert abs((v.predict(p)[1] + cost) / p["tpot_ms"] - 1) <= 0.2
