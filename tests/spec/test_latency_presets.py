@@ -133,7 +133,7 @@ def test_moe_efficiency_per_compute_dtype() -> None:
     assert rates.grouped_efficiency("fp8") == 0.53  # bf16: vLLM's Triton kernel on its tuned shapes (0.83)
     assert rates_for(load_gpu("h200"), EngineKernels()).grouped_efficiency("bf16") == 0.79  # the GPU preset's
     assert rates_for(load_gpu("h200"), load_engine("trtllm").kernels).moe_expert_floors == pytest.approx(
-        {"fp8_block": 0.245e-6})
+        {"fp8_block": 0.245e-6, "nvfp4": 0.133e-6})
     assert rates_for(load_gpu("h200"), load_engine("vllm").kernels).moe_expert_floors == {}
 
 
@@ -550,6 +550,28 @@ def test_engine_moe_row_bytes_per_gpu_and_format() -> None:
                            ({"b201": {"nvfp4": 9}}, "unknown field 'kernels.moe_row_bytes.b201'")):
         with pytest.raises(SpecError, match=message):
             kernels_from_mapping({"moe_row_bytes": value}, "e.yaml")
+
+
+def test_trtllm_nvfp4_experts_pay_its_cutlass_cost_per_local_expert() -> None:
+    """TensorRT-LLM runs NVFP4 experts on its CUTLASS MoE at every batch (MoeConfig backend AUTO -> CUTLASS): its
+    fixed cost grows by 0.133 us per expert on the GPU (kernels.moe_expert_floors_us nvfp4), so Kimi K2.5's 384
+    experts at one token cost 384 x 0.133 = 51.1 us more than without it, 48 of them at ep 8 one eighth of that; the
+    work is unchanged, vLLM's NVFP4 experts (FlashInfer) pay none, and ideal mode none."""
+    from tfcalc.calc import kernels as k
+
+    b200 = rates_for(load_gpu("b200"), load_engine("trtllm").kernels)
+    without = dataclasses.replace(b200, moe_expert_floors={})
+    shape = dict(tokens=1, experts_local=384, experts_total=384, top_k=8, hidden=7168, expert_width=256, gated=True,
+                 weight_bits=4.5, compute="fp4", weight_format="nvfp4")
+    mine, base = k.moe_experts(b200, **shape), k.moe_experts(without, **shape)
+    assert mine.floor_seconds - base.floor_seconds == pytest.approx(384 * 0.133e-6)
+    assert mine.seconds - mine.floor_seconds == pytest.approx(base.seconds - base.floor_seconds)
+    ep8 = {**shape, "experts_local": 48}
+    assert (k.moe_experts(b200, **ep8).floor_seconds - k.moe_experts(without, **ep8).floor_seconds
+            == pytest.approx(48 * 0.133e-6))
+    vllm = rates_for(load_gpu("b200"), load_engine("vllm").kernels)
+    assert "nvfp4" not in vllm.moe_expert_floors
+    assert k.moe_experts(b200.as_ideal(), **shape).seconds == k.moe_experts(without.as_ideal(), **shape).seconds
 
 
 def test_engine_fp8_kv_attention_per_gpu() -> None:
