@@ -75,6 +75,14 @@ Caveats, each a mechanism of the collector or of aiconfigurator's model rather t
   B300 ones and Kimi K2.5's 384 experts the CUTLASS rows. TensorRT-LLM runs it only when asked (moe_config.backend
   TRTLLM): its default, AUTO, resolves NVFP4 experts to CUTLASS (tensorrt_llm/_torch/model_config.py
   resolve_moe_backend), which takes 1.3-4x the min-latency kernel's time on the same rows.
+- ``double_reduce``: a vLLM point at tp > 1 of a model aiconfigurator prices with its DeepSeek model (families
+  DEEPSEEK and KIMIK25: DeepSeek-V3, Kimi K2, Kimi K2.5). sdk/models/deepseek.py adds vLLM's two all-reduces per
+  layer (``context_tp_allreduce`` / ``generation_tp_allreduce``) beside its MoE pre- and post-dispatch ops, which on
+  vLLM are custom all-reduces of their own (aic-core operators/moe_dispatch.rs: the pre-dispatch one is "a proxy for
+  the attention-output all-reduce", skipped only where the model sets ``attn_ar_modeled``, which this model does
+  not): four all-reduces of the hidden states per layer where vLLM runs two, o_proj's and the MoE block's
+  (vllm/model_executor/models/deepseek_v2.py: RowParallelLinear reduces o_proj, DeepseekV2MoE.forward reduces the
+  routed and shared experts' sum once). Tagged only where no other caveat applies.
 - ``ssm_unmeasured``: a Mamba-2 model (Nemotron-H) whose decode step, as tfcalc counts it, spends more than
   ``SSM_STATE_SHARE`` of its bytes reading and writing the sequences' SSM states: aiconfigurator's mamba2 tables hold
   only the causal-conv kernels (causal_conv1d_fn / _update), and its price for the scan and the state update is all
@@ -109,6 +117,8 @@ UNTUNED_EXCESS = 1.25
 EXTRAPOLATED_DROP = 0.2
 MSA_DISORDER = 2.0
 MSA_GROWTH = 0.05
+# aiconfigurator's model families whose vLLM model prices its all-reduces twice (sdk/models/deepseek.py)
+DOUBLE_REDUCE = frozenset({"DEEPSEEK", "KIMIK25"})
 
 
 def timed_rank_rows(experts: int, top_k: int, groups: int, groups_per_token: int, ep: int,
@@ -373,6 +383,25 @@ def min_latency_ratio(df, shape: tuple[int, int, int, int], distribution: str, m
     return statistics.median(ratios) if ratios else None
 
 
+@functools.cache
+def aic_family(aic_model: str) -> str:
+    """aiconfigurator's model family of a checkpoint (sdk/common.py ARCHITECTURE_TO_MODEL_FAMILY of its bundled
+    config.json's first architecture, or of tfcalc's fixture where it bundles none); "" where unknown."""
+    import aiconfigurator_core
+    from aiconfigurator_core.sdk.common import ARCHITECTURE_TO_MODEL_FAMILY
+
+    sys.path.insert(0, str(HERE))
+    import aiconfigurator_points as collect
+
+    path = Path(aiconfigurator_core.__file__).parent / "model_configs" / (aic_model.replace("/", "--") + "_config.json")
+    if aic_model in collect.FIXTURE_CONFIGS:
+        path = HERE.parent.parent / "tests" / "fixtures" / "hf_configs" / collect.FIXTURE_CONFIGS[aic_model]
+    if not path.exists():
+        return ""
+    architectures = json.loads(path.read_text()).get("architectures") or [""]
+    return ARCHITECTURE_TO_MODEL_FAMILY.get(architectures[0], "")
+
+
 def ssm_state_share(spec, p: dict) -> float:  # noqa: ANN001 - ModelSpec
     """The part of a decode step's bytes (``work.decode_work`` at the point's mean context) that are the Mamba-2 states
     read and written, on one GPU of the point's tp group."""
@@ -519,6 +548,10 @@ def caveats() -> list[dict]:
                         evidence = (f"decode at {p['batch']} tokens priced from the opt-in TRTLLM-gen min-latency MoE "
                                     f"rows, {fast:.2f}x the default CUTLASS rows up to 128 tokens ({p['backend']} "
                                     f"{p['version']})")
+            if not reason and p["backend"] == "vllm" and p["tp"] > 1 and aic_family(p["aic_model"]) in DOUBLE_REDUCE:
+                reason = "double_reduce"
+                evidence = (f"four all-reduces of the hidden states per layer at tp {p['tp']} (tp_allreduce x 2 and "
+                            "the MoE pre- / post-dispatch custom all-reduces), where vLLM runs two")
             if reason:
                 out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
                             "tp": p["tp"], "ep": ep, "batch": p["batch"], "isl": p["isl"], "osl": p["osl"],

@@ -496,6 +496,39 @@ def test_engine_msa_fp32_expansion_per_gpu_and_phase() -> None:
             kernels_from_mapping({"msa_fp32_expansion": value}, "e.yaml")
 
 
+def test_vllm_mla_block_floor_is_the_gpus_own_where_it_runs_flashinfer_mla() -> None:
+    """vLLM runs FlashAttention MLA on Hopper and FlashInfer MLA on Blackwell: its block floor per layer is 79 us on the
+    H200 (block_floors_us) and the B200's own 30 us (dsa_block_floors_us b200 mla_decode), no more than the kernels'
+    floors of Kimi K2.5's bf16 attention there, so its B200 decode block at one sequence and 256 tokens costs what
+    its kernels cost without any block floor (and the B300 takes the B200's: kernels_as); the H200's costs 79 us and
+    its kernels' work. A mla_decode key is accepted per GPU; a DSA model's decode / prefill keep their own."""
+    from tfcalc.calc.latency import StepShape, deployment, step_time
+    from tfcalc.dtypes import parse_weight_precision
+    from tfcalc.spec.presets import load_model
+
+    vllm = load_engine("vllm").kernels
+    assert vllm.block_floors_s["mla_decode"] == pytest.approx(79e-6)
+    assert vllm.dsa_block_floors_by_gpu["b200"]["mla_decode"] == pytest.approx(30e-6)
+    assert "mla_decode" not in vllm.dsa_block_floors_by_gpu["h200"]
+    spec = load_model("kimi-k2.5")
+    shape = StepShape(decode_seqs=1, decode_context=256)
+
+    def attention(gpu: str, kernels: EngineKernels) -> object:
+        d = deployment(spec, load_gpu(gpu), parse_weight_precision("default=nvfp4,attention=bf16"), get_dtype("bf16"),
+                       tp=8, engine_kernels=kernels)
+        return step_time(d, shape, "decode").groups["attention"]
+
+    bare = dataclasses.replace(vllm, block_floors_s={})
+    for gpu in ("b200", "b300"):
+        assert attention(gpu, vllm).seconds == pytest.approx(attention(gpu, bare).seconds)
+        assert attention(gpu, vllm).floor_seconds / spec.num_layers > 30e-6
+    h200, h200_bare = attention("h200", vllm), attention("h200", bare)
+    assert h200.floor_seconds / spec.num_layers == pytest.approx(79e-6)
+    assert h200.seconds - h200.floor_seconds == pytest.approx(h200_bare.seconds - h200_bare.floor_seconds)
+    mine = kernels_from_mapping({"dsa_block_floors_us": {"b200": {"mla_decode": 30}}}, "e.yaml")
+    assert mine.dsa_block_floors_by_gpu == {"b200": {"mla_decode": pytest.approx(30e-6)}}
+
+
 def test_engine_moe_ep_floors_add_under_expert_parallelism() -> None:
     """kernels.moe_ep_floors_us: per GPU preset and expert format, what the fused MoE adds under expert parallelism
     (vLLM's MXFP4 experts on Hopper route through the expert map in kernels of their own): exactly that much more at

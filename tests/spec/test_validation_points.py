@@ -61,7 +61,8 @@ def test_caveats_name_loaded_points(v: ModuleType) -> None:
     assert len(tagged) == len(json.loads(v.CAVEATS.read_text())) >= 1
     assert {p["caveat"] for p in tagged} <= {"routing", "sliced", "unsplit", "interpolated", "older",
                                                "extrapolated", "dsa_extrapolated", "ssm_unmeasured", "untuned",
-                                               "unreduced", "msa_disordered", "msa_extrapolated", "min_latency"}
+                                               "unreduced", "msa_disordered", "msa_extrapolated", "min_latency",
+                                               "double_reduce"}
     assert all(p["source_kind"] != "silicon" for p in tagged)
 
 
@@ -180,8 +181,8 @@ def test_third_held_out_grid(v: ModuleType) -> None:
     """The third held-out file (collected before the twenty-second round's changes): its dense points stay near
     aiconfigurator, and its MoE points without a reference caveat do not fall below their first scoring."""
     _, _, moe = _held_out(v, v.holdout(3))
-    # first scoring: 102 of 114
-    assert len(moe) >= 100 and sum(e <= 0.2 for e in moe) >= 0.85 * len(moe)
+    # first scoring: 102 of 114; vLLM's DeepSeek-V3 at tp 8 (6 values) since tagged "double_reduce"
+    assert len(moe) >= 98 and sum(e <= 0.2 for e in moe) >= 0.85 * len(moe)
 
 
 def test_fourth_held_out_grid(v: ModuleType) -> None:
@@ -192,7 +193,8 @@ def test_fourth_held_out_grid(v: ModuleType) -> None:
     scored, _, moe = _held_out(v, v.holdout(4))
     untuned_ep = [errors for p, errors in scored if p["model"] == "qwen3-30b-a3b" and p["engine"] == "sglang"]
     assert len(untuned_ep) == 3 and all(errors[0] <= 0.2 for errors in untuned_ep)  # -22 ... -25 % at first
-    assert len(moe) >= 96 and sum(e <= 0.2 for e in moe) >= 92  # 12 values since tagged "interpolated"
+    # 12 values since tagged "interpolated", 6 (vLLM's DeepSeek-V3 at tp 8) "double_reduce"
+    assert len(moe) >= 92 and sum(e <= 0.2 for e in moe) >= 87
 
 
 def test_fifth_held_out_grid(v: ModuleType) -> None:
@@ -270,7 +272,7 @@ def test_tenth_held_out_grid(v: ModuleType) -> None:
     +23 %), and its MoE points without a reference caveat keep their first scoring (164 of 172 values)."""
     moe, synced = _dense_tp8_above(v, v.holdout(10))
     assert len(synced) == 9 and all(0.1 < e <= 0.3 for e in synced)
-    assert len(moe) >= 170 and sum(e <= 0.2 for e in moe) >= 164
+    assert len(moe) >= 166 and sum(e <= 0.2 for e in moe) >= 159  # 6 values since tagged "double_reduce"
 
 
 def test_eleventh_held_out_grid(v: ModuleType) -> None:
@@ -282,7 +284,7 @@ def test_eleventh_held_out_grid(v: ModuleType) -> None:
     (kernels.custom_allreduce_two_shot; -22 % without it), within 20 %."""
     moe, synced = _dense_tp8_above(v, v.holdout(11))
     assert len(synced) == 18 and all(0.0 < e <= 0.3 for e in synced)
-    assert len(moe) >= 150 and sum(e <= 0.2 for e in moe) >= 139
+    assert len(moe) >= 148 and sum(e <= 0.2 for e in moe) >= 135  # 6 values since tagged "double_reduce"
     two_shot = [p for p in v.load_points() if p["source_kind"] == v.holdout(11) and p["engine"] == "vllm"
                 and p["gpu"] == "b200" and p["model"] == "llama3.1-8b" and p["batch"] == 46]
     assert len(two_shot) == 1 and abs(v.predict(two_shot[0])[1] / two_shot[0]["tpot_ms"] - 1) <= 0.2
@@ -295,7 +297,7 @@ def test_twelfth_held_out_grid(v: ModuleType) -> None:
     whose decode all-reduces run its two-shot kernel (fp8 Llama 3 70B and Mixtral 8x7B at tp 8, Qwen3-32B at tp 4,
     batches 19-58; -31 % at worst without kernels.custom_allreduce_two_shot) within 20 % on TPOT."""
     _, _, moe = _held_out(v, v.holdout(12))
-    assert len(moe) >= 100 and sum(e <= 0.2 for e in moe) >= 93
+    assert len(moe) >= 100 and sum(e <= 0.2 for e in moe) >= 90  # 6 values (3 within) since "double_reduce"
     two_shot = [p for p in v.load_points() if p["source_kind"] == v.holdout(12) and p["engine"] == "vllm"
                 and p["gpu"] == "b200" and v._model_name(p) in ("llama3-70b", "qwen3-32b", "mixtral-8x7b")]
     assert len(two_shot) == 9
@@ -309,7 +311,8 @@ def test_thirteenth_held_out_grid(v: ModuleType) -> None:
     every dense value within 20 % and 73 of the 82 MoE values without a reference caveat; Kimi K2's TPOT within
     20 % on all three engines."""
     scored, dense, moe = _held_out(v, v.holdout(13), dense_share=1.0)
-    assert len(dense) >= 100 and len(moe) >= 80 and sum(e <= 0.2 for e in moe) >= 73
+    # Kimi K2 on vLLM (6 values, all within 20 %) since tagged "double_reduce"
+    assert len(dense) >= 100 and len(moe) >= 76 and sum(e <= 0.2 for e in moe) >= 67
     models = {v._model_name(p) for p, _ in scored}
     assert {"qwen3-8b", "llama3.1-405b", "qwen3-coder-480b", "kimi-k2"} <= models
     kimi = [errors for p, errors in scored if v._model_name(p) == "kimi-k2"]
@@ -553,7 +556,12 @@ def test_thirty_first_held_out_grid_trtllm_kimi_k25_nvfp4_decode(v: ModuleType) 
     (no min-latency rows above 256 experts), with its cost per local expert puts every TPOT within 23 % (first
     -19 ... -33 %, all below), with both signs now present; and the B300's NVFP4 MoE points of grid 27 (no
     min-latency rows on SM103) within 22 % (first 9 of 15 within 20 %, worst -29 %)."""
-    kimi = [(p, tpot) for p, _, tpot in _signed_errors(v, 31, 33) if p["engine"] == "trtllm"]
+    scored = _signed_errors(v, 31, 33)
+    # aiconfigurator keeps the checkpoint's attention in bf16 (its self_attn layers are not quantized)
+    assert {p["weights"] for p, _, _ in scored} == {"default=nvfp4,attention=bf16"}
+    # its vLLM points price four all-reduces per layer
+    assert {p.get("caveat") for p, _, _ in scored if p["engine"] == "vllm"} == {"double_reduce"}
+    kimi = [(p, tpot) for p, _, tpot in scored if p["engine"] == "trtllm"]
     assert len(kimi) == 11 and all(abs(e) <= 0.23 for _, e in kimi)
     assert min(e for _, e in kimi) < 0 < max(e for _, e in kimi)
     b300 = [tpot for p, _, tpot in _signed_errors(v, 27, 84) if p["engine"] == "trtllm" and p["weights"] == "nvfp4"

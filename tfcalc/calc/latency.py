@@ -945,8 +945,10 @@ def _attention_layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, o
         # a DSA model's whole attention block (indexer included) has its own, per GPU; in a prefill the work hides it,
         # the block lasting max(fixed cost, its kernels' time) (the engines' DSA context tables: flat, then linear
         # from the fixed cost's level), in decode it adds (their generation tables: fixed cost + a slope)
-        dsa = s.rates.dsa_block_floors if d.dims.index_topk else {}
-        blocks = {"mla_prefill": dsa["prefill"], "mla_decode": dsa["decode"]} if dsa else d.kernels.block_floors_s
+        dsa = s.rates.dsa_block_floors if d.dims.index_topk and "decode" in s.rates.dsa_block_floors else {}
+        # the GPU's own MLA block where the engine runs another backend there (vLLM: FlashInfer MLA on Blackwell)
+        blocks = ({"mla_prefill": dsa["prefill"], "mla_decode": dsa["decode"]} if dsa else
+                  {k: s.rates.dsa_block_floors.get(k, v) for k, v in d.kernels.block_floors_s.items()})
         block = max(blocks.get("mla_prefill", 0.0) if shape.prefill_seqs else 0.0,
                     blocks.get("mla_decode", 0.0) if shape.decode_seqs else 0.0)
         hidden = (acc.seconds - seconds_before) if dsa and shape.prefill_seqs else (acc.floor_seconds - floors_before)
