@@ -74,7 +74,9 @@ count and the fixed cost over the balanced ep-1 rows below --min-tokens, the gro
 ``--expert-floors`` reads TensorRT-LLM's tables (1.3.0rc20) at 1 token: each row's time less tfcalc's price of it
 without a per-expert cost, against the experts on the GPU (num_experts / ep). The least-squares slope through the
 origin over the ep-1 rows with 128-512 experts on the H200 is the trtllm preset's per-local-expert cost; the same
-slope on the H100 and B200, and the residuals of the ep > 1 rows (1-256 local experts) at it, are held out.
+slope on the H100 and B200, and the residuals of the ep > 1 rows (1-256 local experts) at it, are held out. The
+nvfp4 rows (its CUTLASS flow only, not the opt-in min-latency kernel) are fitted on the B200 the same way, the B300
+and the ep > 1 rows held out (the preset's nvfp4 entry).
 """
 
 from __future__ import annotations
