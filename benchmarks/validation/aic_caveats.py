@@ -68,6 +68,21 @@ Caveats, each a mechanism of the collector or of aiconfigurator's model rather t
   the batch beyond its rows for less than its rows' per-sequence time. TensorRT-LLM's H200 rows (its Triton MSA
   path, per-query FP32 copies of the keys) hold 1-32 prompts of 3,072 tokens at 11.4-12.8 ms each; at 64 prompts
   of 3,000 aiconfigurator prices the layer at 557 ms, 8.7 ms a prompt.
+- ``min_latency``: a TensorRT-LLM point with NVFP4 experts whose decode step (at most 128 tokens, gated experts)
+  aiconfigurator prices from the table's TRTLLM-gen min-latency rows (kernel_source ``moe_torch_flow_min_latency``;
+  aic-core operators/moe.rs probes that grid first for nvfp4 at <= 128 tokens). Its collector times that kernel only
+  on SM100 for at most 256 experts (collector/trtllm/collect_moe.py), so B200 and GB200 points of such shapes get it,
+  B300 ones and Kimi K2.5's 384 experts the CUTLASS rows. TensorRT-LLM runs it only when asked (moe_config.backend
+  TRTLLM): its default, AUTO, resolves NVFP4 experts to CUTLASS (tensorrt_llm/_torch/model_config.py
+  resolve_moe_backend), which takes 1.3-4x the min-latency kernel's time on the same rows.
+- ``double_reduce``: a vLLM point at tp > 1 of a model aiconfigurator prices with its DeepSeek model (families
+  DEEPSEEK and KIMIK25: DeepSeek-V3, Kimi K2, Kimi K2.5). sdk/models/deepseek.py adds vLLM's two all-reduces per
+  layer (``context_tp_allreduce`` / ``generation_tp_allreduce``) beside its MoE pre- and post-dispatch ops, which on
+  vLLM are custom all-reduces of their own (aic-core operators/moe_dispatch.rs: the pre-dispatch one is "a proxy for
+  the attention-output all-reduce", skipped only where the model sets ``attn_ar_modeled``, which this model does
+  not): four all-reduces of the hidden states per layer where vLLM runs two, o_proj's and the MoE block's
+  (vllm/model_executor/models/deepseek_v2.py: RowParallelLinear reduces o_proj, DeepseekV2MoE.forward reduces the
+  routed and shared experts' sum once). Tagged only where no other caveat applies.
 - ``ssm_unmeasured``: a Mamba-2 model (Nemotron-H) whose decode step, as tfcalc counts it, spends more than
   ``SSM_STATE_SHARE`` of its bytes reading and writing the sequences' SSM states: aiconfigurator's mamba2 tables hold
   only the causal-conv kernels (causal_conv1d_fn / _update), and its price for the scan and the state update is all
@@ -114,6 +129,8 @@ MSA_DISORDER = 2.0
 MSA_GROWTH = 0.05
 KDA_CONV_SHARE = 0.05  # a quarter of the accuracy goal's 20 %
 KDA_KERNEL_VERSION = "0.5.16"  # SGLang's KDA table: the conv kernel without a host path
+# aiconfigurator's model families whose vLLM model prices its all-reduces twice (sdk/models/deepseek.py)
+DOUBLE_REDUCE = frozenset({"DEEPSEEK", "KIMIK25"})
 
 
 def timed_rank_rows(experts: int, top_k: int, groups: int, groups_per_token: int, ep: int,
@@ -359,6 +376,44 @@ def msa_beyond(rows, batch: int, isl: int) -> tuple[int, int, float] | None:  # 
     return int(at.isl.iloc[0]), most, per_seq / one - 1
 
 
+def min_latency_ratio(df, shape: tuple[int, int, int, int], distribution: str, moe_tp: int, moe_ep: int,
+                      tokens: int) -> float | None:
+    """Where aiconfigurator prices a TensorRT-LLM NVFP4 decode of ``tokens`` (<= 128) from the min-latency rows of
+    ``shape`` (hidden, full expert width, experts, top-k) at (``moe_tp``, ``moe_ep``): the median over the token counts
+    up to 128 of those rows' latency / the CUTLASS rows'; None where the table has no such rows."""
+    if df is None or tokens > 128 or "kernel_source" not in df:
+        return None
+    hidden, width, experts, top_k = shape
+    rows = df[(df.moe_dtype == "nvfp4") & (df.distribution == distribution) & (df.hidden_size == hidden)
+              & (df.inter_size == width) & (df.num_experts == experts) & (df.topk == top_k)
+              & (df.moe_tp_size == moe_tp) & (df.moe_ep_size == moe_ep) & (df.num_tokens <= 128)]
+    fast = dict(zip(*(rows[rows.kernel_source == "moe_torch_flow_min_latency"][c] for c in ("num_tokens", "latency")),
+                    strict=True))
+    slow = dict(zip(*(rows[rows.kernel_source == "moe_torch_flow_cutlass"][c] for c in ("num_tokens", "latency")),
+                    strict=True))
+    ratios = [fast[t] / slow[t] for t in fast if t in slow and slow[t] > 0]
+    return statistics.median(ratios) if ratios else None
+
+
+@functools.cache
+def aic_family(aic_model: str) -> str:
+    """aiconfigurator's model family of a checkpoint (sdk/common.py ARCHITECTURE_TO_MODEL_FAMILY of its bundled
+    config.json's first architecture, or of tfcalc's fixture where it bundles none); "" where unknown."""
+    import aiconfigurator_core
+    from aiconfigurator_core.sdk.common import ARCHITECTURE_TO_MODEL_FAMILY
+
+    sys.path.insert(0, str(HERE))
+    import aiconfigurator_points as collect
+
+    path = Path(aiconfigurator_core.__file__).parent / "model_configs" / (aic_model.replace("/", "--") + "_config.json")
+    if aic_model in collect.FIXTURE_CONFIGS:
+        path = HERE.parent.parent / "tests" / "fixtures" / "hf_configs" / collect.FIXTURE_CONFIGS[aic_model]
+    if not path.exists():
+        return ""
+    architectures = json.loads(path.read_text()).get("architectures") or [""]
+    return ARCHITECTURE_TO_MODEL_FAMILY.get(architectures[0], "")
+
+
 def ssm_state_share(spec, p: dict) -> float:  # noqa: ANN001 - ModelSpec
     """The part of a decode step's bytes (``work.decode_work`` at the point's mean context) that are the Mamba-2 states
     read and written, on one GPU of the point's tp group."""
@@ -528,10 +583,21 @@ def caveats() -> list[dict]:
                 else:
                     short = interpolation_shortfall(table, aic_moe, f"power_law_{alpha}", shape,
                                                     p["tp"] // ep, ep, p["batch"])
+                    fast = (min_latency_ratio(table, shape, f"power_law_{alpha}", p["tp"] // ep, ep, p["batch"])
+                            if p["backend"] == "trtllm" and aic_moe == "nvfp4" else None)
                     if short is not None and short >= INTERPOLATED_SHORTFALL:
                         reason = "interpolated"
                         evidence = (f"decode at {p['batch']} tokens interpolated across the power-law loads' switch, "
                                     f"up to {short:.0%} short ({aic_moe}, {p['backend']} {p['version']})")
+                    elif fast is not None:
+                        reason = "min_latency"
+                        evidence = (f"decode at {p['batch']} tokens priced from the opt-in TRTLLM-gen min-latency MoE "
+                                    f"rows, {fast:.2f}x the default CUTLASS rows up to 128 tokens ({p['backend']} "
+                                    f"{p['version']})")
+            if not reason and p["backend"] == "vllm" and p["tp"] > 1 and aic_family(p["aic_model"]) in DOUBLE_REDUCE:
+                reason = "double_reduce"
+                evidence = (f"four all-reduces of the hidden states per layer at tp {p['tp']} (tp_allreduce x 2 and "
+                            "the MoE pre- / post-dispatch custom all-reduces), where vLLM runs two")
             if reason:
                 out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
                             "tp": p["tp"], "ep": ep, "batch": p["batch"], "isl": p["isl"], "osl": p["osl"],

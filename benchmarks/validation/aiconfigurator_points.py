@@ -143,7 +143,8 @@ MODELS = {
     "kimi-k3": ("moonshotai/Kimi-K3", "experts=mxfp4,default=bf16", "bfloat16", "w4a16_mxfp4"),
     "minimax-m3": ("MiniMaxAI/MiniMax-M3", "bf16", "bfloat16", "bfloat16"),
     # NVIDIA's checkpoint keeps attention, dense MLPs and shared experts in MXFP8; aiconfigurator's one gemm mode (and
-    # validate.py's one_format) runs every GEMM in NVFP4, as for Kimi K2.5's
+    # validate.py's one_format) runs every GEMM in NVFP4 (its DeepSeek-family model keeps Kimi K2.5's bf16 attention:
+    # validate.py AIC_BF16_ATTENTION)
     "minimax-m3-nvfp4": ("nvidia/MiniMax-M3-NVFP4", "nvfp4", "nvfp4", "nvfp4"),
     "llama-3.3-nemotron-super-49b": ("nvidia/Llama-3_3-Nemotron-Super-49B-v1", "bf16", "bfloat16", None),
     "qwen3-14b": ("Qwen/Qwen3-14B", "bf16", "bfloat16", None),

@@ -78,7 +78,9 @@ its efficiency, floors, weight-only kinds and expert-parallel rows) in ``--held-
 ``--expert-floors`` reads TensorRT-LLM's tables (1.3.0rc20) at 1 token: each row's time less tfcalc's price of it
 without a per-expert cost, against the experts on the GPU (num_experts / ep). The least-squares slope through the
 origin over the ep-1 rows with 128-512 experts on the H200 is the trtllm preset's per-local-expert cost; the same
-slope on the H100 and B200, and the residuals of the ep > 1 rows (1-256 local experts) at it, are held out.
+slope on the H100 and B200, and the residuals of the ep > 1 rows (1-256 local experts) at it, are held out. The
+nvfp4 rows (its CUTLASS flow only, not the opt-in min-latency kernel) are fitted on the B200 the same way, the B300
+and the ep > 1 rows held out (the preset's nvfp4 entry).
 """
 
 from __future__ import annotations
@@ -136,17 +138,20 @@ def expert_floors(root: Path, version: str = "1.3.0rc20") -> None:
     from tfcalc.spec.presets import load_engine, load_gpu
 
     fitted = None
-    for system in ("h200_sxm", "h100_sxm", "b200_sxm"):
+    nvfp4 = None  # the CUTLASS NVFP4 slope, fitted on the B200 (B300 held out)
+    for system in ("h200_sxm", "h100_sxm", "b200_sxm", "b300_sxm"):
         table = root / system / "moe" / "trtllm" / version / "moe_perf.parquet"
         if not table.exists():
             continue
         df = pd.read_parquet(table)
         gpu = load_gpu(GPUS[system])
         rates = dataclasses.replace(rates_for(gpu, load_engine("trtllm").kernels), moe_expert_floors={})
-        for weights in ("fp8_block", "bfloat16", "fp8"):
+        for weights in ("fp8_block", "bfloat16", "fp8", "nvfp4"):
             mode = table_mode(weights, gpu)
             points = []  # (local experts, ep, measured - priced seconds)
             rows = df[(df.num_tokens == 1) & (df.distribution == "balanced") & (df.moe_dtype == weights)]
+            if weights == "nvfp4":  # the default CUTLASS flow (not the opt-in TRTLLM-gen min-latency kernel)
+                rows = rows[rows.kernel_source == "moe_torch_flow_cutlass"]
             for row in rows.itertuples():
                 local = row.num_experts // row.moe_ep_size
                 c = kernels.moe_experts(rates, tokens=1, experts_local=local, experts_total=row.num_experts,
@@ -161,9 +166,12 @@ def expert_floors(root: Path, version: str = "1.3.0rc20") -> None:
             slope = sum(x * y for x, y in train) / sum(x * x for x, _ in train)
             if system == "h200_sxm" and weights == "fp8_block":
                 fitted = slope
-            held = [abs(y - (fitted or slope) * x) for x, ep, y in points if ep > 1]
+            if system == "b200_sxm" and weights == "nvfp4":
+                nvfp4 = slope
+            at = (nvfp4 if weights == "nvfp4" else fitted) or slope
+            held = [abs(y - at * x) for x, ep, y in points if ep > 1]
             print(f"{GPUS[system]:10s} trtllm {version} {weights:10s} slope {slope * 1e6:.3f} us per local expert "
-                  f"({len(train)} rows, ep 1, 128-512 experts); ep > 1 rows at {(fitted or slope) * 1e6:.3f}: median "
+                  f"({len(train)} rows, ep 1, 128-512 experts); ep > 1 rows at {at * 1e6:.3f}: median "
                   f"|residual| {statistics.median(held) * 1e6:.1f} us ({len(held)} rows)")
 
 

@@ -90,7 +90,9 @@ AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300
 # "interpolated", a decode step priced between two rows across which the power-law workload changes its loads;
 # "older", a layout the engine version's table lacks, filled from an earlier version whose kernel times differ;
 # "extrapolated", a prefill beyond the table's last row scaled from that row where it is lighter than its neighbour;
-# "kda_conv", a KDA prefill convolution row that times the collector's host path, not the kernel)
+# "kda_conv", a KDA prefill convolution row that times the collector's host path, not the kernel; "min_latency", a
+# TensorRT-LLM NVFP4 decode priced from its opt-in min-latency MoE rows; "double_reduce", a vLLM DeepSeek-family point
+# at tp > 1 priced with four all-reduces per layer)
 CAVEATS = HERE / "aiconfigurator_caveats.json"
 _CAVEAT_KEY = ("source", "model", "gpu", "backend", "tp", "ep", "batch", "isl", "osl", "weights_dtype")
 # aiconfigurator prices MoE layers with its power-law workload (config.py workload_distribution "power_law"):
@@ -108,6 +110,11 @@ AIC_UNCAPTURED_LINEARS = {"vllm": frozenset({"fp8_block"})}
 # per-tensor dynamic scale on TensorRT-LLM (a torch max reduction, 7.4 us on an H100: tfcalc's `dynamic`); a
 # per-token one fused with the cast on vLLM (1.2 us more than static; nearest: `static`); nothing on SGLang (zeros).
 AIC_FP8_SCALES = {"trtllm": "dynamic", "vllm": "static", "sglang": "static"}
+# The checkpoints whose attention aiconfigurator keeps in 16 bits whatever its gemm mode: its DeepSeek-family model
+# reads each attention projection's format from the checkpoint's quantization_config (sdk/models/deepseek.py
+# attention_projection_exclusions; NVIDIA's Kimi K2.5 NVFP4 "ignore"s every layer's self_attn), its MLA module rows
+# keyed bf16
+AIC_BF16_ATTENTION = frozenset({"nvidia/Kimi-K2.5-NVFP4"})
 MOE = {"mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b",
        "deepseek-v3", "qwen3-coder-480b", "kimi-k2", "kimi-k2.5", "minimax-m2.5", "qwen3.5-35b-a3b",
        "qwen3.5-397b-a17b", "qwen3-vl-30b-a3b", "qwen3-vl-235b-a22b", "gemma4-26b-a4b", "mimo-v2-flash",
@@ -130,7 +137,9 @@ def load_points() -> list[dict]:
                 p = {"reference": f"aiconfigurator 0.12 static prediction, {p['backend']} {p.get('version', '')}",
                      "kind": "predicted", "engine": p["backend"], "model": model_file(model),
                      "gpu": AIC_GPU[p["gpu"]],
-                     "weights": p["weights_dtype"], "kv": p.get("kv", "bf16"), "tp": p["tp"], "ep": p.get("ep", 1),
+                     "weights": (f"default={p['weights_dtype']},attention=bf16"
+                                 if p.get("aic_model") in AIC_BF16_ATTENTION else p["weights_dtype"]),
+                     "kv": p.get("kv", "bf16"), "tp": p["tp"], "ep": p.get("ep", 1),
                      "pp": p.get("pp", 1),
                      "batch": p["batch"],
                      "prompt": p["isl"], "gen": p["osl"], "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"],
@@ -284,7 +293,8 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
         groups[f"{kind} MoE"] = [r for r in points if _model_name(r) in MOE]
     everything = [*rows, *large, *(r for points in held_out.values() for r in points)]
     for caveat in ("routing", "sliced", "unsplit", "interpolated", "older", "extrapolated", "dsa_extrapolated",
-                    "ssm_unmeasured", "untuned", "msa_disordered", "msa_extrapolated", "kda_conv"):
+                    "ssm_unmeasured", "untuned", "msa_disordered", "msa_extrapolated", "kda_conv", "min_latency",
+                    "double_reduce"):
         groups[f"caveat: {caveat}"] = [r for r in everything if r.get("caveat") == caveat]
     for name, rs in groups.items():
         parts = []

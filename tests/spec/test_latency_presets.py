@@ -133,7 +133,7 @@ def test_moe_efficiency_per_compute_dtype() -> None:
     assert rates.grouped_efficiency("fp8") == 0.53  # bf16: vLLM's Triton kernel on its tuned shapes (0.83)
     assert rates_for(load_gpu("h200"), EngineKernels()).grouped_efficiency("bf16") == 0.79  # the GPU preset's
     assert rates_for(load_gpu("h200"), load_engine("trtllm").kernels).moe_expert_floors == pytest.approx(
-        {"fp8_block": 0.245e-6})
+        {"fp8_block": 0.245e-6, "nvfp4": 0.133e-6})
     assert rates_for(load_gpu("h200"), load_engine("vllm").kernels).moe_expert_floors == {}
 
 
@@ -504,6 +504,41 @@ def test_engine_msa_fp32_expansion_per_gpu_and_phase() -> None:
             kernels_from_mapping({"msa_fp32_expansion": value}, "e.yaml")
 
 
+def test_vllm_mla_block_floor_is_the_gpus_own_where_it_runs_flashinfer_mla() -> None:
+    """vLLM runs FlashAttention MLA on Hopper and FlashInfer MLA on Blackwell: its block floor per layer is 79 us on the
+    H200 (block_floors_us) and the B200's own 30 us (dsa_block_floors_us b200 mla_decode), no more than the kernels'
+    floors of Kimi K2.5's bf16 attention there, so its B200 decode block at one sequence and 256 tokens costs what
+    its kernels cost without any block floor; the B300's own rows give it 67 us (read beside the B200's other
+    entries), the H200's 79 us, each plus its kernels' work. A mla_decode key is accepted per GPU; a DSA model's
+    decode / prefill keep their own."""
+    from tfcalc.calc.latency import StepShape, deployment, step_time
+    from tfcalc.dtypes import parse_weight_precision
+    from tfcalc.spec.presets import load_model
+
+    vllm = load_engine("vllm").kernels
+    assert vllm.block_floors_s["mla_decode"] == pytest.approx(79e-6)
+    assert vllm.dsa_block_floors_by_gpu["b200"]["mla_decode"] == pytest.approx(30e-6)
+    assert "mla_decode" not in vllm.dsa_block_floors_by_gpu["h200"]
+    spec = load_model("kimi-k2.5")
+    shape = StepShape(decode_seqs=1, decode_context=256)
+
+    def attention(gpu: str, kernels: EngineKernels) -> object:
+        d = deployment(spec, load_gpu(gpu), parse_weight_precision("default=nvfp4,attention=bf16"), get_dtype("bf16"),
+                       tp=8, engine_kernels=kernels)
+        return step_time(d, shape, "decode").groups["attention"]
+
+    bare = dataclasses.replace(vllm, block_floors_s={})
+    assert attention("b200", vllm).seconds == pytest.approx(attention("b200", bare).seconds)
+    assert attention("b200", vllm).floor_seconds / spec.num_layers > 30e-6
+    for gpu, block in (("h200", 79e-6), ("b300", 67e-6)):  # the B300's own rows, beside the B200's other entries
+        floored, unfloored = attention(gpu, vllm), attention(gpu, bare)
+        assert floored.floor_seconds / spec.num_layers == pytest.approx(block)
+        assert floored.seconds - floored.floor_seconds == pytest.approx(unfloored.seconds - unfloored.floor_seconds)
+    assert vllm.dsa_block_floors_by_gpu["b300"] == {"mla_decode": pytest.approx(67e-6)}
+    mine = kernels_from_mapping({"dsa_block_floors_us": {"b200": {"mla_decode": 30}}}, "e.yaml")
+    assert mine.dsa_block_floors_by_gpu == {"b200": {"mla_decode": pytest.approx(30e-6)}}
+
+
 def test_engine_moe_ep_floors_add_under_expert_parallelism() -> None:
     """kernels.moe_ep_floors_us: per GPU preset and expert format, what the fused MoE adds under expert parallelism
     (vLLM's MXFP4 experts on Hopper route through the expert map in kernels of their own): exactly that much more at
@@ -558,6 +593,28 @@ def test_engine_moe_row_bytes_per_gpu_and_format() -> None:
                            ({"b201": {"nvfp4": 9}}, "unknown field 'kernels.moe_row_bytes.b201'")):
         with pytest.raises(SpecError, match=message):
             kernels_from_mapping({"moe_row_bytes": value}, "e.yaml")
+
+
+def test_trtllm_nvfp4_experts_pay_its_cutlass_cost_per_local_expert() -> None:
+    """TensorRT-LLM runs NVFP4 experts on its CUTLASS MoE at every batch (MoeConfig backend AUTO -> CUTLASS): its
+    fixed cost grows by 0.133 us per expert on the GPU (kernels.moe_expert_floors_us nvfp4), so Kimi K2.5's 384
+    experts at one token cost 384 x 0.133 = 51.1 us more than without it, 48 of them at ep 8 one eighth of that; the
+    work is unchanged, vLLM's NVFP4 experts (FlashInfer) pay none, and ideal mode none."""
+    from tfcalc.calc import kernels as k
+
+    b200 = rates_for(load_gpu("b200"), load_engine("trtllm").kernels)
+    without = dataclasses.replace(b200, moe_expert_floors={})
+    shape = dict(tokens=1, experts_local=384, experts_total=384, top_k=8, hidden=7168, expert_width=256, gated=True,
+                 weight_bits=4.5, compute="fp4", weight_format="nvfp4")
+    mine, base = k.moe_experts(b200, **shape), k.moe_experts(without, **shape)
+    assert mine.floor_seconds - base.floor_seconds == pytest.approx(384 * 0.133e-6)
+    assert mine.seconds - mine.floor_seconds == pytest.approx(base.seconds - base.floor_seconds)
+    ep8 = {**shape, "experts_local": 48}
+    assert (k.moe_experts(b200, **ep8).floor_seconds - k.moe_experts(without, **ep8).floor_seconds
+            == pytest.approx(48 * 0.133e-6))
+    vllm = rates_for(load_gpu("b200"), load_engine("vllm").kernels)
+    assert "nvfp4" not in vllm.moe_expert_floors
+    assert k.moe_experts(b200.as_ideal(), **shape).seconds == k.moe_experts(without.as_ideal(), **shape).seconds
 
 
 def test_engine_fp8_kv_attention_per_gpu() -> None:

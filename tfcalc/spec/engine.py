@@ -474,7 +474,8 @@ class EngineKernels:
     heads' FLOPs; ``msa_fp32_expansion_by_gpu``: per GPU preset name, the fraction of the datasheet bandwidth, per
     phase (decode, prefill), at which the engine's MiniMax-M3 sparse attention moves per-query FP32 copies of every
     key (TensorRT-LLM's Triton path, the one it runs off SM100); a GPU it names runs that path (``msa_decode`` /
-    ``msa_prefill`` in ``dsa_block_floors_by_gpu``: the MSA block's fixed seconds). """
+    ``msa_prefill`` in ``dsa_block_floors_by_gpu``: the MSA block's fixed seconds; ``mla_decode`` / ``mla_prefill``
+    there: the MLA block's on that GPU, where the engine runs another MLA backend, replacing ``block_floors_s``). """
 
     cuda_graphs: bool = True
     custom_allreduce: bool = True
@@ -1004,10 +1005,11 @@ def _fp8_kv_prefill(value: Any, origin: str) -> dict[str, float]:
     return out
 
 
-# a DSA model's block per phase; DeepSeek-V4's CSA and HCA layers' per phase; MiniMax-M3's MSA block per phase
+# a DSA model's block per phase; DeepSeek-V4's CSA and HCA layers' per phase; MiniMax-M3's MSA block per phase; an
+# MLA block's on that GPU (replacing block_floors_us' there)
 DSA_FLOOR_KEYS = frozenset({"decode", "prefill", "csa_decode", "csa_prefill", "hca_decode", "hca_prefill",
                             "csa_topk_decode", "csa_decode_seq", "hca_decode_seq", "hc_pre", "hc_post",
-                            "msa_decode", "msa_prefill"})
+                            "msa_decode", "msa_prefill", *BLOCK_CLASSES})
 MSA_EXPANSION_PHASES = frozenset({"decode", "prefill"})
 
 
