@@ -235,8 +235,8 @@ def test_decode_attention_streams_kv_with_enough_streams() -> None:
 
 def test_decode_attention_over_an_fp8_cache() -> None:
     """Without a measured fp8 kernel an fp8 cache streams at the bf16 kernel's bandwidth (half the bytes, half the
-    memory time); with one (vLLM's FA3: fixed + scale x the bf16-cache time) it costs that; ideal mode and a bf16
-    cache ignore it."""
+    memory time); with one (vLLM's FA3: fixed, scale) its streaming time is scale x the bf16 cache's for the same
+    tokens and fixed is added beside the floor; ideal mode and a bf16 cache ignore it."""
     fp8 = 64 * 4096 * 2 * 8 * 128  # the cache above in one byte per element
     flops = 4.0 * 64 * 32 * 128 * 4096
     wide = kernels.decode_attention(RATES, 64, 8, 2 * fp8, flops)
@@ -244,12 +244,53 @@ def test_decode_attention_over_an_fp8_cache() -> None:
     assert plain.seconds - 10e-6 == pytest.approx((wide.seconds - 10e-6) / 2)
     measured = replace(RATES, fp8_kv_attention=(4e-6, 0.8))
     c = kernels.decode_attention(measured, 64, 8, fp8, flops, fp8_cache=True)
-    assert c.seconds == pytest.approx(4e-6 + 0.8 * wide.seconds) and c.bytes == fp8 and c.bound == "memory"
-    assert c.floor_seconds == pytest.approx(4e-6 + 0.8 * wide.floor_seconds)
+    assert c.seconds == pytest.approx(4e-6 + 10e-6 + 0.8 * (wide.seconds - 10e-6))
+    assert c.bytes == fp8 and c.bound == "memory" and c.floor_seconds == pytest.approx(14e-6)
     assert kernels.decode_attention(measured, 64, 8, fp8, flops) == plain
     ideal = measured.as_ideal()
     assert kernels.decode_attention(ideal, 64, 8, fp8, flops, fp8_cache=True) == kernels.decode_attention(
         ideal, 64, 8, fp8, flops)
+
+
+# the decode kernel a GPU preset measured (latency.decode_attention): streaming fraction, u_half, s per stream
+MEASURED_DECODE = replace(RATES, decode_attention_memory=0.95, decode_streams_half=0.5, decode_stream_s=15e-9)
+
+
+def test_decode_attention_at_the_gpus_measured_kernel() -> None:
+    """t = floor + u x stream_s + bytes / (datasheet x fraction x u / (u + u_half)), by hand; MLA (FlashMLA, not
+    the table's kernel), the ideal roofline and a calibrated bandwidth curve keep the generic pricing."""
+    kv = 8 * 65536 * 2 * 128 * 2  # batch 1, 64k context, 8 KV heads of 128, K and V, bf16
+    c = kernels.decode_attention(MEASURED_DECODE, 1, 8, kv, 1.0)
+    assert c.seconds == pytest.approx(10e-6 + 8 * 15e-9 + kv / (4e12 * 0.95 * 8 / 8.5))
+    assert c.floor_seconds == pytest.approx(10e-6 + 8 * 15e-9) and c.bound == "memory"
+    assert kernels.decode_attention(MEASURED_DECODE, 1, 8, kv, 1.0, mla=True) == kernels.decode_attention(
+        RATES, 1, 8, kv, 1.0)
+    ideal = kernels.decode_attention(MEASURED_DECODE.as_ideal(), 1, 8, kv, 1.0)
+    assert ideal == kernels.decode_attention(IDEAL, 1, 8, kv, 1.0) and ideal.seconds == pytest.approx(kv / 4e12)
+    curve = replace(MEASURED_DECODE, bandwidth_points=((1e6, 2e12), (1e9, 3e12)))
+    assert kernels.decode_attention(curve, 1, 8, kv, 1.0).seconds == pytest.approx(
+        10e-6 + kv / (curve.bandwidth(kv) * 8 / (8 + kernels.DECODE_STREAMS_HALF)))
+    assert RATES.with_efficiency(memory=0.5).decode_attention_memory == 0.0
+    assert MEASURED_DECODE.with_efficiency(memory=0.5).decode_attention_memory == 0.0
+
+
+@given(st.integers(1, 256), st.integers(1, 16), st.integers(1, 1 << 17), st.booleans(), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_decode_attention_monotone_in_context_and_fp8_never_slower_when_long(
+        seqs: int, kv_heads: int, context: int, measured_kernel: bool, fp8: bool) -> None:
+    """One more token of context never makes decode attention faster, with or without a measured kernel or an fp8
+    cache; where the bf16 cache is bandwidth-bound (>= 64 MiB, beyond L2) an fp8 cache (half the bytes) is never
+    slower, at vLLM's FA3 on an H200 (the slowest fp8 kernel of the engine presets: fixed 1.5 us, scale 0.74)."""
+    rates = replace(MEASURED_DECODE if measured_kernel else RATES, fp8_kv_attention=(1.5e-6, 0.74))
+
+    def t(ctx: int, cache_fp8: bool) -> float:
+        kv = seqs * kv_heads * 2 * 128 * (1 if cache_fp8 else 2) * ctx
+        return kernels.decode_attention(rates, seqs, kv_heads, kv, 4.0 * seqs * kv_heads * 4 * 128 * ctx,
+                                        fp8_cache=cache_fp8).seconds
+
+    assert t(context + 1, fp8) >= t(context, fp8)
+    if seqs * kv_heads * 2 * 128 * 2 * context >= 64 * 2**20:
+        assert t(context, True) <= t(context, False)
 
 
 @pytest.mark.parametrize(("experts", "k", "tokens", "expected"), [

@@ -32,7 +32,11 @@ one away from the ridge.
   SMs the longest one sets the time.
 - **Decode attention** streams the KV cache; split-KV kernels need enough (sequence, KV head) streams in flight
   to reach full bandwidth: with u streams they reach u / (u + u_half) of it (u_half = 2.8 fits FlashAttention-3
-  decode on an H200 within 10 % from 1 to 256 streams, aiconfigurator vLLM 0.24 table).
+  decode on an H200 within 10 % from 1 to 256 streams, aiconfigurator vLLM 0.24 table). Where the GPU preset
+  measured its decode kernel (``latency.decode_attention``) it streams at that kernel's own fraction of the
+  datasheet (0.92-0.96: FA3 and FlashInfer read the cache faster than a GEMV), with its own u_half, and pays a fixed
+  time per stream (CTA setup, query and output: 4-17 ns); fitted on caches too large for L2
+  (benchmarks/validation/decode_attention_fit.py).
 
 ``ideal=True`` rates turn every efficiency to 1 and every floor to 0: the pure roofline.
 Pure math: no I/O.
@@ -168,9 +172,14 @@ class Rates:
     moe_ep_every_row: frozenset[str] = frozenset()
     # formats whose linear layers run outside CUDA graphs: their host seconds per call, (max tokens | None, s) steps
     linear_host: dict[str, LinearHostSteps] = field(default_factory=dict, hash=False)
-    # decode attention over an fp8 cache: (fixed seconds, scale) x the time over a bf16 cache (engine, GPU); None:
-    # the fp8 cache streams at the bf16 kernel's bandwidth
+    # decode attention over an fp8 cache: (fixed seconds, scale): fixed + the bf16 kernel's time over the same
+    # tokens with its KV streaming time x scale (engine, GPU); None: the fp8 cache streams at the bf16 kernel's rate
     fp8_kv_attention: tuple[float, float] | None = None
+    # the decode attention kernel measured on this GPU (GPU preset's latency.decode_attention): its fraction of the
+    # datasheet bandwidth (0: the streaming rate, ``bandwidth``), u_half and fixed seconds per (sequence, KV head)
+    decode_attention_memory: float = 0.0
+    decode_streams_half: float = DECODE_STREAMS_HALF
+    decode_stream_s: float = 0.0
     # prefill attention over an fp8 cache: scale x its time over a bf16 cache (engine, GPU); None: the same time
     fp8_kv_prefill_scale: float | None = None
     # a model with heads wider than FlashAttention's 256 (Gemma 4): every prefill attention on the engine's fallback
@@ -311,6 +320,7 @@ class Rates:
                            gemm_efficiency_by_format={})
         if memory is not None:
             changes.update(memory_efficiency=memory, bandwidth_points=(), gemm_memory_efficiency={},
+                           decode_attention_memory=0.0,
                            moe_large_m_memory={}, moe_untuned_large_m_memory={}, moe_memory_efficiency={},
                            moe_weight_stream={})
         return replace(self, **changes) if changes else self
@@ -582,26 +592,32 @@ def msa_fp32_expansion(rates: Rates, *, seqs: int, queries: int, keys: int, kv_h
 
 
 def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, flops: float,
-                     compute_rate_dtype: str = "bf16", fp8_cache: bool = False) -> Cost:
+                     compute_rate_dtype: str = "bf16", fp8_cache: bool = False, mla: bool = False) -> Cost:
     """One query token per sequence against its cache: streams ``kv_bytes``; ``kv_heads`` per GPU (1 for MLA).
-    An fp8 cache (``fp8_cache``) on an engine with a measured fp8 kernel (``rates.fp8_kv_attention``: fixed, scale)
-    takes fixed + scale x the time of the same kernel over the bf16 cache (twice the bytes)."""
+    u = seqs x kv_heads streams: time = max(FLOPs / attention rate, bytes / (bandwidth x u / (u + u_half)))
+    + floor + u x stream_s, at the GPU's measured decode kernel (``Rates.decode_attention_memory``, u_half,
+    stream_s: FA3 / FlashInfer GQA tables) unless ``mla`` (FlashMLA's kernel: the streaming rate, ``DECODE_STREAMS_
+    HALF``, no per-stream time). An fp8 cache (``fp8_cache``) on an engine with a measured fp8 kernel
+    (``rates.fp8_kv_attention``: fixed, scale) streams in scale x the bf16 cache's time for the same tokens (twice
+    the bytes) and adds fixed (aiconfigurator 0.12 generation_attention tables, decode_attention_fit.py)."""
     if seqs == 0:
         return Cost(0.0, 0.0, 0.0, "memory", 0)
-    if fp8_cache and rates.fp8_kv_attention is not None and not rates.ideal:
-        fixed, scale = rates.fp8_kv_attention
-        wide = decode_attention(rates, seqs, kv_heads, 2 * kv_bytes, flops, compute_rate_dtype)
-        floor = fixed + scale * wide.floor_seconds
-        return Cost(fixed + scale * wide.seconds, flops, kv_bytes, "floor" if floor > scale * (
-            wide.seconds - wide.floor_seconds) else wide.bound, 1, floor, 0.0, kv_bytes)
     _, peak = rates.peak(compute_rate_dtype)
     rate = peak if rates.ideal else peak * rates.attention_efficiency
     t_compute = flops / rate
     streams = seqs * max(kv_heads, 1)
-    util = 1.0 if rates.ideal else streams / (streams + DECODE_STREAMS_HALF)
-    t_memory = kv_bytes / (rates.bandwidth(kv_bytes) * util) if kv_bytes else 0.0
+    own = not mla and not rates.ideal and rates.decode_attention_memory > 0 and not rates.bandwidth_points
+    half = rates.decode_streams_half if own else DECODE_STREAMS_HALF
+    util = 1.0 if rates.ideal else streams / (streams + half)
+    bandwidth = rates.memory_bandwidth * rates.decode_attention_memory if own else rates.bandwidth(kv_bytes)
+    t_memory = kv_bytes / (bandwidth * util) if kv_bytes else 0.0
+    extra = streams * rates.decode_stream_s if own else 0.0
+    if fp8_cache and rates.fp8_kv_attention is not None and not rates.ideal:
+        fixed, scale = rates.fp8_kv_attention
+        t_memory *= 2.0 * scale  # the bf16 cache of the same tokens holds twice the bytes
+        extra += fixed
     work = max(t_compute, t_memory)
-    floor = rates.fixed(rates.floor("attention"), work)
+    floor = rates.fixed(rates.floor("attention"), work) + extra
     bound = "floor" if floor > work else ("compute" if t_compute >= t_memory else "memory")
     return Cost(work + floor, flops, kv_bytes, bound, 1, floor, 0.0, kv_bytes)
 

@@ -130,6 +130,9 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
             source += f" (grouped-GEMM K0 {', '.join(f'{k} {v:g}' for k, v in sorted(engine_k0.items()))})"
         if kernels_gpu != gpu.name:
             source += f" (its {kernels_gpu} entry: same silicon)"
+    decode = lat.decode_attention if lat is not None else None
+    decode_rates = ({"decode_attention_memory": decode[0], "decode_streams_half": decode[1],
+                     "decode_stream_s": decode[2]} if decode is not None else {})
     fp32 = gpu.dense_flops_per_s.get("fp32", gpu.peak_flops("bf16")[1] / 16)
     kernel_peaks = dict(lat.kernel_peak_flops_per_s) if lat is not None else {}
     for dtype, value in sorted(kernel_peaks.items()):
@@ -178,7 +181,8 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  moe_weight_stream=dict(arch_kernel.memory_efficiency) if arch_kernel is not None else {},
                  dynamic_scale_s=engine.dynamic_scale_s_by_gpu.get(kernels_gpu),
                  launch_s=engine.eager_launch_s,
-                 cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source)
+                 cuda_graphs=engine.cuda_graphs if cuda_graphs is None else cuda_graphs, source=source,
+                 **decode_rates)
 
 
 def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
@@ -1045,7 +1049,8 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool,
         else:
             flops = shape.decode_seqs * dm.heads * 2.0 * (qk_dim + v_dim) * held
         s.add("attention", kernels.decode_attention(r, shape.decode_seqs, dm.kv_heads,
-                                                    shape.decode_seqs * held * kvb, flops, fp8_cache=fp8_cache))
+                                                    shape.decode_seqs * held * kvb, flops, fp8_cache=fp8_cache,
+                                                    mla=dm.mla))
         s.groups["attention"].kv_bytes += s.mult * shape.decode_seqs * held * kvb
         if dm.mla:
             _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.v_dim, dm.kv_rank, dm.attn, eng,  # W_UV
@@ -1237,7 +1242,8 @@ def _compressed_attention_layer(s: _Step, d: Deployment, shape: StepShape, kind:
         kv_read = shape.decode_seqs * per_seq * dm.kv_bytes_per_token
         acc.kv_bytes += s.mult * kv_read
         s.add("attention", kernels.decode_attention(r, shape.decode_seqs, 1, kv_read,
-                                                    shape.decode_seqs * heads * 2.0 * 2 * d_head * per_seq))
+                                                    shape.decode_seqs * heads * 2.0 * 2 * d_head * per_seq,
+                                                    mla=True))
     # inverse RoPE on the output and its fp8 cast, the grouped o_a (fp8 einsum) and o_b
     _elementwise_group(s, "attention", m * q_width * (ACT_BYTES + 1))
     _gemm(s, "attention", m, dm.v4_o_groups * ca.o_lora_rank, q_width / dm.v4_o_groups if dm.v4_o_groups else 0,

@@ -983,7 +983,8 @@ def _moe_floors(value: Any, origin: str, key: str = "kernels.moe_floors_us") -> 
 
 def _fp8_kv_attention(value: Any, origin: str) -> dict[str, tuple[float, float]]:
     """``kernels.fp8_kv_attention``: GPU preset name -> {fixed_us, scale}: decode attention over an fp8 cache takes
-    fixed_us + scale x the same kernel's time over a bf16 cache; returned as (seconds, scale)."""
+    fixed_us + the same kernel's time over a bf16 cache of the same tokens with its KV streaming time x scale
+    (``kernels.decode_attention``); returned as (seconds, scale)."""
     key = "kernels.fp8_kv_attention"
     fits = _by_gpu(value, origin, key, ("fixed_us", "scale"), 0.0, MAX_MICROSECONDS)
     out = {}

@@ -190,7 +190,10 @@ def gpu_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> GP
 
 _LATENCY_KEYS = {"sm_count", "gemm_efficiency", "attention_efficiency", "moe_efficiency", "memory_efficiency",
                  "gemm_memory_efficiency", "moe_memory_efficiency", "floors_us", "interconnect_preset", "kernels_as",
-                 "measured_on", "kernel_peak_tflops", "sources"}
+                 "measured_on", "kernel_peak_tflops", "decode_attention", "sources"}
+_DECODE_ATTENTION_KEYS = ("memory_efficiency", "streams_half", "stream_ns")
+MAX_STREAMS_HALF = 1e3  # streams: a u_half beyond it is a unit mistake
+MAX_STREAM_NS = 1e4  # 10 us per (sequence, KV head): beyond it, a unit mistake
 _FLOOR_KEYS = ("gemm", "elementwise", "attention", "moe")
 MAX_SM_COUNT = 1 << 16
 MAX_FLOOR_US = 1e6  # one second: a kernel floor beyond it is a unit mistake, not a GPU
@@ -209,6 +212,9 @@ class GPULatency:
     expert weights while each expert gets at most one smallest row tile (``kernels.moe_one_tile_per_expert``), by
     storage format, where its kernel streams them differently from a GEMV (the whole layer's experts in one kernel);
     ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
+    ``decode_attention``: the decode attention kernel measured on this part, (fraction of the datasheet bandwidth it
+    streams the KV cache at, u_half of its u / (u + u_half) stream utilisation, seconds per (sequence, KV head)),
+    or None (the streaming fraction, ``kernels.DECODE_STREAMS_HALF``, no per-stream time);
     ``kernel_peak_flops_per_s``: per compute dtype, the dense rate the engines' kernels are built for where it is
     below the datasheet's (the B300's NVFP4 kernels run at the B200's FP4 rate): every efficiency of the block and of
     the engines' entries is a fraction of it; the ideal roofline keeps the datasheet;
@@ -233,6 +239,7 @@ class GPULatency:
     kernels_as: str | None = None
     measured_on: str | None = None
     kernel_peak_flops_per_s: dict[str, float] = field(default_factory=dict, hash=False)
+    decode_attention: tuple[float, float, float] | None = None
 
     @property
     def measured_here(self) -> bool:
@@ -319,6 +326,15 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
                                 f"(known: {', '.join(FLOP_DTYPES)})")
         kernel_peaks_s = {str(k): check_float(f"latency.kernel_peak_tflops.{k}", v, 1e7) * 1e12
                           for k, v in kernel_peaks.items()}
+        decode = data.get("decode_attention")
+        if decode is not None:
+            if not isinstance(decode, dict) or set(decode) != set(_DECODE_ATTENTION_KEYS):
+                raise SpecError("field 'latency.decode_attention' must be a mapping of "
+                                f"{', '.join(_DECODE_ATTENTION_KEYS)}")
+            decode = (fraction(decode["memory_efficiency"], "latency.decode_attention.memory_efficiency"),
+                      check_float("latency.decode_attention.streams_half", decode["streams_half"], MAX_STREAMS_HALF),
+                      check_float("latency.decode_attention.stream_ns", decode["stream_ns"], MAX_STREAM_NS,
+                                  low=0.0) * 1e-9)
         return GPULatency(sm_count=check_int("latency.sm_count", data["sm_count"], (1, MAX_SM_COUNT)),
                           gemm_efficiency=efficiencies,
                           attention_efficiency=fraction(data["attention_efficiency"], "latency.attention_efficiency"),
@@ -333,6 +349,6 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
                           check_str("latency.kernels_as", data["kernels_as"], MAX_NAME_CHARS),
                           measured_on=None if data.get("measured_on") is None else
                           check_str("latency.measured_on", data["measured_on"], MAX_NAME_CHARS),
-                          kernel_peak_flops_per_s=kernel_peaks_s)
+                          kernel_peak_flops_per_s=kernel_peaks_s, decode_attention=decode)
     except SpecError as exc:
         raise SpecError(f"{origin}: {exc}") from None
