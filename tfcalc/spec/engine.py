@@ -1041,18 +1041,6 @@ def _dsa_floors(value: Any, origin: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def _gpu_list(value: Any, origin: str, key: str) -> frozenset[str]:
-    """A list of GPU preset names (empty when absent)."""
-    from tfcalc.spec.presets import preset_names
-
-    if value is None:
-        return frozenset()
-    names = frozenset(preset_names("gpu"))
-    _require(isinstance(value, list) and all(isinstance(g, str) and g in names for g in value), origin,
-             f"field '{key}' must be a list of GPU preset names")
-    return frozenset(value)
-
-
 def _wide_head_prefill(value: Any, origin: str) -> dict[str, float]:
     """``kernels.wide_head_prefill_attention``: GPU preset name -> scale in [1, 20]: a model with heads wider than
     FlashAttention's 256 (Gemma 4) runs every layer's prefill attention on the engine's fallback kernel, scale x the
