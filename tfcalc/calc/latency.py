@@ -944,31 +944,31 @@ def _attention_layer(s: _Step, d: Deployment, shape: StepShape, sliding: bool, o
         # MiniMax-M3's MSA block where the engine measured its fixed cost per layer (TensorRT-LLM's, both paths), as
         # DSA's block floors: a prefill lasts max(fixed cost, its kernels' time), in decode the fixed cost replaces
         # the kernels' floors where larger
-        block = max(floors.get("msa_prefill", 0.0) if shape.prefill_seqs else 0.0,
-                    floors.get("msa_decode", 0.0) if shape.decode_seqs else 0.0)
         hidden = (acc.seconds - seconds_before) if shape.prefill_seqs else (acc.floor_seconds - floors_before)
-        extra = s.mult * block - hidden
-        if extra > 0:
-            acc.seconds += extra
-            acc.floor_seconds += extra
-            acc.by_bound["floor"] = acc.by_bound.get("floor", 0.0) + extra
-    if d.dims.mla and not s.rates.ideal:
+        _block_floor(s, acc, shape, floors.get("msa_prefill", 0.0), floors.get("msa_decode", 0.0), hidden)
+    if d.dims.mla and not s.rates.ideal and acc.seconds > seconds_before:
         # an engine's measured fixed cost of its fused MLA block replaces the sum of its kernels' floors if larger;
         # a DSA model's whole attention block (indexer included) has its own, per GPU; in a prefill the work hides it,
         # the block lasting max(fixed cost, its kernels' time) (the engines' DSA context tables: flat, then linear
         # from the fixed cost's level), in decode it adds (their generation tables: fixed cost + a slope)
-        dsa = s.rates.dsa_block_floors if d.dims.index_topk and "decode" in s.rates.dsa_block_floors else {}
+        dsa = floors if d.dims.index_topk and "decode" in floors else {}
         # the GPU's own MLA block where the engine runs another backend there (vLLM: FlashInfer MLA on Blackwell)
         blocks = ({"mla_prefill": dsa["prefill"], "mla_decode": dsa["decode"]} if dsa else
-                  {k: s.rates.dsa_block_floors.get(k, v) for k, v in d.kernels.block_floors_s.items()})
-        block = max(blocks.get("mla_prefill", 0.0) if shape.prefill_seqs else 0.0,
-                    blocks.get("mla_decode", 0.0) if shape.decode_seqs else 0.0)
+                  {k: floors.get(k, v) for k, v in d.kernels.block_floors_s.items()})
         hidden = (acc.seconds - seconds_before) if dsa and shape.prefill_seqs else (acc.floor_seconds - floors_before)
-        extra = s.mult * block - hidden
-        if extra > 0 and acc.seconds > seconds_before:
-            acc.seconds += extra
-            acc.floor_seconds += extra
-            acc.by_bound["floor"] = acc.by_bound.get("floor", 0.0) + extra
+        _block_floor(s, acc, shape, blocks.get("mla_prefill", 0.0), blocks.get("mla_decode", 0.0), hidden)
+
+
+def _block_floor(s: _Step, acc: _Acc, shape: StepShape, prefill_s: float, decode_s: float,
+                 hidden: float) -> None:
+    """A fused block's measured fixed cost per layer (the larger of its phases in the step) in place of ``hidden``,
+    the part of its kernels' time it covers, where larger: the difference is added as floor time."""
+    block = max(prefill_s if shape.prefill_seqs else 0.0, decode_s if shape.decode_seqs else 0.0)
+    extra = s.mult * block - hidden
+    if extra > 0:
+        acc.seconds += extra
+        acc.floor_seconds += extra
+        acc.by_bound["floor"] = acc.by_bound.get("floor", 0.0) + extra
 
 
 def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool, own_indexer: bool = True,
