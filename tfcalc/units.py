@@ -111,3 +111,8 @@ def format_seconds(value: float) -> str:
     if value >= 1e-3:
         return f"{value * 1e3:,.2f} ms"
     return f"{value * 1e6:,.1f} µs"
+
+
+def format_count(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless one: "1 GPU", "8 GPUs" (counts printed with thousands separators)."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"

@@ -13,6 +13,7 @@ from tfcalc.calc.serving_traffic import Target, Traffic
 from tfcalc.spec.engine import EngineSpec
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
+from tfcalc.units import format_count
 
 Row = dict[str, object]
 
@@ -338,10 +339,9 @@ def explain_lines(spec: ModelSpec, e: Evaluation, traffic: Traffic, targets: tup
                      f"(decode batch {cap.point.batch:,.1f}); {unit}s = ceil({traffic.load:g} / "
                      f"{e.capacity_rate_per_s if traffic.rate_per_s is not None else e.capacity_concurrency:,.3f})"
                      + (f", rounded up to groups of {c.dp}" if c.dp > 1 else "") + f" = {modelled}{checked}")
-    gpus = f"{e.num_gpus} GPU{'s' if e.num_gpus != 1 else ''}"
-    lines.append(f"cost: {gpus} x ${e.price_per_gpu_hour:,.3f} = ${e.cost_per_hour:,.2f}/h; per million "
-                 f"tokens ${e.cost_per_m_input:,.3f} input, ${e.cost_per_m_output:,.3f} output (GPU time split by "
-                 "prefill's share of step time)")
+    lines.append(f"cost: {format_count(e.num_gpus, 'GPU')} x ${e.price_per_gpu_hour:,.3f} = "
+                 f"${e.cost_per_hour:,.2f}/h; per million tokens ${e.cost_per_m_input:,.3f} input, "
+                 f"${e.cost_per_m_output:,.3f} output (GPU time split by prefill's share of step time)")
     if m.spec is not None:
         lines.append(f"speculative decoding: {m.spec.num_tokens} draft tokens, acceptance {m.spec.acceptance}, "
                      f"{m.spec.tokens_per_step:.2f} tokens per verification step")

@@ -39,7 +39,7 @@ from tfcalc.spec.engine import EngineKernels, EngineSpec, limit_for_gpus
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.interconnect import Interconnect
 from tfcalc.spec.model import ModelSpec
-from tfcalc.units import format_seconds
+from tfcalc.units import format_count, format_seconds
 
 Row = dict[str, object]
 GROUP_LABELS = {"attention": "attention", "dense_ffn": "dense FFN", "moe": "MoE", "lm_head": "embedding + lm_head",
@@ -335,7 +335,7 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
         replicas = f" ({moe.num_experts} + {slots - moe.num_experts} redundant)" if slots > moe.num_experts else ""
         lines.append(f"decode: routed experts read per MoE layer (all GPUs of the group): E x (1 - (1 - k/E)^B) = "
                      f"{slots}{replicas} x (1 - (1 - {k}/{slots})^{tokens}) = {uniform:.3f}{other}"
-                     + f"; each GPU holds {dm.experts_local} expert{'s' if dm.experts_local != 1 else ''} of width "
+                     + f"; each GPU holds {format_count(dm.experts_local, 'expert')} of width "
                      f"{dm.expert_width:g}")
         rates, fmt, width = d.rates_decode, dm.experts_mode.weights, int(dm.expert_width) or 1
         if fmt in rates.moe_tuned_shapes:
@@ -377,7 +377,7 @@ def explain_lines(e: LatencyEstimate, d: Deployment) -> tuple[str, ...]:
                      f">= {format_seconds(d.rates_decode.dynamic_scale_floor())}; --fp8-scales static for a "
                      "calibrated checkpoint)")
     domain = f" across {d.nvlink_domain} GPUs" if d.nvlink_domain > d.gpus_per_node else ""
-    lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {d.num_gpus} GPU{'s' if d.num_gpus != 1 else ''}, "
+    lines.append(f"parallelism: tp {d.tp} x pp {d.pp} x dp {d.dp} = {format_count(d.num_gpus, 'GPU')}, "
                  f"ep {d.ep}; "
                  f"fabric {d.intra.display_name}{domain}, {d.algorithm} all-reduce"
                  + (", engine one-/two-shot custom all-reduce below 8 MiB" if d.kernels.custom_allreduce

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tfcalc.calc.params import count_params
 from tfcalc.dtypes import PARAM_COMPONENTS
 from tfcalc.spec.model import ModelSpec
+from tfcalc.units import format_count
 
 Row = dict[str, object]
 
@@ -62,6 +63,6 @@ def params_notes(specs: list[ModelSpec]) -> tuple[str, ...]:
 
 def mtp_notes(specs: list[ModelSpec]) -> tuple[str, ...]:
     """Models whose checkpoint also ships multi-token-prediction layers, which no count here includes."""
-    return tuple(f"{spec.name}: not counted: the {spec.num_mtp_layers} multi-token-prediction layer"
-                 f"{'s' if spec.num_mtp_layers != 1 else ''} its checkpoint also ships for speculative decoding"
+    return tuple(f"{spec.name}: not counted: the {format_count(spec.num_mtp_layers, 'multi-token-prediction layer')}"
+                 " its checkpoint also ships for speculative decoding"
                  for spec in specs if spec.num_mtp_layers)

@@ -32,6 +32,7 @@ from tfcalc.report.memory import exception_phrase
 from tfcalc.spec.engine import EngineSpec, memory_model
 from tfcalc.spec.gpu import GPUSpec
 from tfcalc.spec.model import ModelSpec
+from tfcalc.units import format_count
 
 Row = dict[str, object]
 GIB = 1 << 30
@@ -180,7 +181,7 @@ def plan_explain(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_d
     lines = [f"engine: {engine_label(r.engine)}" + described
              + f"; max_num_seqs {r.max_num_seqs:,}, max_num_batched_tokens {r.max_num_batched_tokens:,}, "
              f"block_size {r.block_size}",
-             f"parallelism: tp {p.tp} x pp {p.pp} x dp {p.dp} = {p.num_gpus} GPU{'s' if p.num_gpus != 1 else ''}, "
+             f"parallelism: tp {p.tp} x pp {p.pp} x dp {p.dp} = {format_count(p.num_gpus, 'GPU')}, "
              f"ep {p.ep}"
              + (f"; layers per stage {'/'.join(map(str, r.stage_layer_counts))}" if p.pp > 1 else "")]
     cap = term("capacity", "capacity")
