@@ -53,11 +53,17 @@ def kv_cache(preset: PresetOpt = None, config: ConfigOpt = None, context: Contex
     mla = [spec for spec in specs if spec.mla is not None
            and any(row["model"] == spec.name and str(row["attention"]).startswith("MLA") for row in rows)]
     if mla:  # DeepSeek-V2 paper sec. 2.1.2; DSA's indexer key: vLLM DeepseekV32IndexerCache (docs/calculator.md)
-        dsa = any(s.sparse_indexer is not None and s.sparse_indexer.kind == "dsa" for s in mla)
+        from tfcalc.calc.kv_cache import indexer_key_bytes, sparse_mla_record
+        from tfcalc.dtypes import get_dtype
+
+        dsa = [s for s in mla if s.sparse_indexer is not None and s.sparse_indexer.kind == "dsa"]
+        keys = "/".join(str(n) for n in sorted({indexer_key_bytes(s) for s in dsa}))
+        records = "/".join(str(n) for n in sorted({int(sparse_mla_record(s, get_dtype("fp8_e4m3")) or 0)
+                                                    for s in dsa}))
         notes.append("MLA caches no K and V: its bytes per token are the compressed latent and the shared RoPE key, "
                      "kv_lora_rank + qk_rope_head_dim values per MLA layer"
-                     + ("; DeepSeek Sparse Attention adds its indexer's 132-byte key per indexed layer, and an 8-bit "
-                        "cache stores the latent as FlashMLA's 656-byte record" if dsa else "") + ".")
+                     + (f"; DeepSeek Sparse Attention adds its indexer's {keys}-byte key per indexed layer, and an "
+                        f"8-bit cache stores the latent as FlashMLA's {records}-byte record" if dsa else "") + ".")
     if any(str(row["sliding_window"]).startswith("chunks") for row in rows):
         notes.append("Chunked local attention (Llama 4): those layers attend within fixed chunks and hold at most "
                      "one chunk; vLLM frees earlier chunks, SGLang and TensorRT-LLM by default keep them.")
