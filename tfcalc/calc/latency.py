@@ -225,6 +225,14 @@ class _Linear:
     dynamic_scale: bool = False  # per-tensor fp8 whose input scale is computed per call (a max reduction first)
 
 
+def float_kind(name: str) -> str:
+    """The tensor cores a float weight format runs on natively: "fp8" (fp8 formats; MXFP8, fp8 MMA with block scales
+    on Blackwell's tcgen05), "fp4" (MXFP4, NVFP4), "" for any other (16-bit or integer)."""
+    if name.startswith("fp8") or name == "mxfp8":
+        return "fp8"
+    return "fp4" if name in ("mxfp4", "nvfp4") else ""
+
+
 def linear_mode(dtype: DType, gpu: GPUSpec, choice: str = "auto",
                 weight_only: frozenset[str] = frozenset()) -> _Linear:
     """fp8 weights run W8A8 on fp8 tensor cores; fp4 (mxfp4/nvfp4) W4A4 where the chip has fp4; int8 and int4
@@ -236,12 +244,7 @@ def linear_mode(dtype: DType, gpu: GPUSpec, choice: str = "auto",
     if not dtype.quantized:
         native = "fp16" if name == "fp16" else ("fp32" if name == "fp32" else "bf16")
         return _Linear(bits, native, "", False, name)
-    if name.startswith("fp8") or name == "mxfp8":  # MXFP8: fp8 MMA with block scales (Blackwell's tcgen05)
-        kind = "fp8"
-    elif name in ("mxfp4", "nvfp4"):
-        kind = "fp4"
-    else:
-        kind = "int8" if dtype.element_bits >= 8 else "int4"
+    kind = float_kind(name) or ("int8" if dtype.element_bits >= 8 else "int4")
     peaks = gpu.dense_flops_per_s
     native = kind not in weight_only
     if kind == "fp8" and native and choice in ("auto", "fp8") and "fp8" in peaks:

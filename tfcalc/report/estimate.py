@@ -29,6 +29,7 @@ from tfcalc.calc.latency import (
     deployment,
     dispatch_bytes,
     estimate_latency,
+    float_kind,
     turning_point_batch,
 )
 from tfcalc.calc.plan import PlanConfig, PlanResult, plan_fit
@@ -142,7 +143,7 @@ def dequant_sentence(row: Row, gpu: GPUSpec) -> str:
     Hopper, fp4 before Blackwell), so its GEMMs read the small weights and dequantise them (weight-only, W8A16 /
     W4A16); "" where the row runs natively or the format is mixed (one label per component)."""
     weights = str(row.get("weights_dtype", ""))
-    kind = "fp4" if weights in ("nvfp4", "mxfp4") else "fp8" if weights.startswith("fp8") else ""
+    kind = float_kind(weights)
     if not kind or row.get("compute_dtype") != "bf16" or kind in gpu.dense_flops_per_s:
         return ""
     return (f"note: {weights} weights on {gpu.name}: it has no {kind} tensor cores, so the GEMMs run in bf16 on "
