@@ -49,3 +49,9 @@ def test_parse_size_is_exact_and_bounded() -> None:
     for text in (str(MAX_SIZE + 1), "9" * 401, "1." + "0" * 80 + "1k"):
         with pytest.raises(UsageError, match="at most"):
             parse_size(text, "batch")
+
+
+def test_format_count_is_singular_only_for_one() -> None:
+    from tfcalc.units import format_count
+
+    assert [format_count(n, "GPU") for n in (0, 1, 2, 1024)] == ["0 GPUs", "1 GPU", "2 GPUs", "1,024 GPUs"]
