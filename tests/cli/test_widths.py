@@ -178,3 +178,23 @@ def test_real_terminal_width() -> None:
     assert "22.45 ms" in text or "ms" in text
     piped = subprocess.run(command, capture_output=True, text=True, env=env, check=True).stdout
     assert max(cell_len(line) for line in piped.splitlines()) > 80  # a pipe keeps the natural width
+
+
+
+@pytest.mark.parametrize("command", [["--help"], ["bench", "--help"], ["presets", "--help"]])
+def test_command_list_fills_each_line(command: list[str]) -> None:
+    """A command's summary in a group's list wraps at the panel's width, not where its docstring's source line
+    ended (Typer's rich list keeps those breaks: "KV tokens; max" once ended a line 30 columns short)."""
+    from tfcalc.cli import COMMANDS, build_app
+
+    lines = runner.invoke(build_app(COMMANDS), command).output.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("╭─ Commands")))
+    rows = [line[2:-1] for line in lines[start + 1:] if line.startswith("│ ")]
+    column = max(len(row) - len(row.lstrip()) for row in rows)  # where a continued summary starts
+    assert column or command == ["presets", "--help"]  # only presets' summaries all fit on one line
+    width = len(rows[0]) - column - 1  # a space of padding before the border
+    for row, following in zip(rows, rows[1:], strict=False):
+        if not column or following[:column].strip():  # the next row is the next command
+            continue
+        text, next_word = row[column:].rstrip(), following[column:].split()[0]
+        assert len(text) + 1 + len(next_word) > width, (text, next_word)

@@ -6,6 +6,7 @@ full tree, for ``--help`` and tests) is built on first use.
 """
 
 import importlib
+import inspect
 import sys
 from collections.abc import Iterable
 from typing import Annotated
@@ -38,6 +39,15 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _summarise_commands(app: typer.Typer) -> None:
+    """Give each command without a ``short_help`` its docstring's first paragraph on one line: Typer's rich
+    command list keeps the docstring's line breaks, which break a summary mid-sentence in the table."""
+    for info in app.registered_commands:
+        if info.short_help is None and info.callback is not None:
+            paragraph = (inspect.getdoc(info.callback) or "").split("\n\n")[0]
+            info.short_help = " ".join(paragraph.split())
+
+
 def build_app(names: Iterable[str] = COMMANDS) -> typer.Typer:
     """A Typer app with the named commands (all by default), ending every run through ``TfcalcGroup``."""
     from tfcalc.cli.common import TfcalcGroup
@@ -56,9 +66,11 @@ def build_app(names: Iterable[str] = COMMANDS) -> typer.Typer:
         module, attribute, is_group = COMMANDS[name]
         target = getattr(importlib.import_module(module), attribute)
         if is_group:
+            _summarise_commands(target)
             root.add_typer(target, name=name)
         else:
             root.command(name)(target)
+    _summarise_commands(root)
     return root
 
 
