@@ -70,7 +70,11 @@ class Case:
     doc: str
     max_model_len: int = 0     # 0: the model's own
     before_output_tok_s: float = 0.0   # the first version's prediction (docs/capacity.md at 2d6e0bd)
-    vllm: str = "0.11"         # the vLLM release the run used
+    release: str = "0.11"      # the engine release the run used
+    engine: str = "vllm"       # the engine: vllm, sglang or trtllm
+    ep: int = 1                # expert parallel size (TensorRT-LLM's --ep_size)
+    sharegpt_cap: int = 1024   # ShareGPT lengths' cap: vLLM's loader; guidellm keeps the model's context
+    published: str = ""        # held-out cases: the page's last change (its repository's commit date)
 
 
 def _sharegpt(mean: float, cap: int) -> LengthDist:
@@ -101,82 +105,187 @@ CASES = [
     # Qwen3-8B, one H100 SXM, vLLM 0.11.0, ShareGPT, 100 prompts, max concurrency 1 / 4 / 8.
     Case("qwen3-8b/h100 sharegpt c=1", "tests/fixtures/hf_configs/qwen3-8b.json", "h100-sxm", 1, "sharegpt", 100, 1,
          232.6, 220.61, 0, 0.0, 132.86, 59.01, 7.28, "qwen3-8b/h100-latency.md (Other Benchmark Cases, BS=1)",
-         before_output_tok_s=129, vllm="0.11"),
+         before_output_tok_s=129, release="0.11"),
     Case("qwen3-8b/h100 sharegpt c=4", "tests/fixtures/hf_configs/qwen3-8b.json", "h100-sxm", 1, "sharegpt", 100, 4,
          232.6, 220.61, 0, 1020.76, 496.88, 64.00, 7.38, "qwen3-8b/h100-latency.md (BS=4)",
-         before_output_tok_s=477, vllm="0.11"),
+         before_output_tok_s=477, release="0.11"),
     Case("qwen3-8b/h100 sharegpt c=8", "tests/fixtures/hf_configs/qwen3-8b.json", "h100-sxm", 1, "sharegpt", 100, 8,
          232.6, 220.61, 0, 0.0, 917.28, 74.57, 7.71, "qwen3-8b/h100-latency.md (BS=8)",
-         before_output_tok_s=853, vllm="0.11"),
+         before_output_tok_s=853, release="0.11"),
     # Qwen3-14B (bf16), one H100 SXM / one A100 SXM 80GB, vLLM 0.11.0, rate inf.
     Case("qwen3-14b/h100 sharegpt", "benchmarks/configs/qwen3-14b.json", "h100-sxm", 1, "sharegpt", 1000, 1000,
          217.39, 201.65, 0, 0.0, 3173.92, 22141.21, 226.03, "qwen3-14b/h100.md (1. Choosing the Inference Engine)",
-         before_output_tok_s=6263, vllm="0.11"),
+         before_output_tok_s=6263, release="0.11"),
     Case("qwen3-14b/h100 random 4k/200", "benchmarks/configs/qwen3-14b.json", "h100-sxm", 1, "random", 500, 500,
          3995.9, 199.61, 200, 0.0, 438.56, 112716.92, 132.45, "qwen3-14b/h100.md (Other Benchmark Cases)",
-         before_output_tok_s=683, vllm="0.11"),
+         before_output_tok_s=683, release="0.11"),
     Case("qwen3-14b/h100 random 2k/100", "benchmarks/configs/qwen3-14b.json", "h100-sxm", 1, "random", 500, 500,
          1996.35, 100.0, 100, 0.0, 505.51, 50716.13, 206.51, "qwen3-14b/h100.md (Other Benchmark Cases)",
-         before_output_tok_s=866, vllm="0.11"),
+         before_output_tok_s=866, release="0.11"),
     Case("qwen3-14b/a100 sharegpt", "benchmarks/configs/qwen3-14b.json", "a100-80gb", 1, "sharegpt", 1000, 1000,
          217.39, 201.61, 0, 0.0, 1887.31, 41875.09, 114.34, "qwen3-14b/a100.md (1. Choosing the Inference Engine)",
-         before_output_tok_s=2480, vllm="0.11"),
+         before_output_tok_s=2480, release="0.11"),
     Case("qwen3-14b/a100 random 2k/100", "benchmarks/configs/qwen3-14b.json", "a100-80gb", 1, "random", 500, 500,
          1996.35, 100.0, 100, 0.0, 284.64, 86908.30, 301.73, "qwen3-14b/a100.md (Other Benchmark Cases)",
-         before_output_tok_s=321, vllm="0.11"),
+         before_output_tok_s=321, release="0.11"),
     # Qwen3-32B (bf16), one H100 SXM: 61 GiB of weights leave little KV cache.
     Case("qwen3-32b/h100 sharegpt", "benchmarks/configs/qwen3-32b.json", "h100-sxm", 1, "sharegpt", 1000, 1000,
          217.39, 201.42, 0, 0.0, 1131.55, 78118.74, 88.09, "qwen3-32b/h100.md (1. Choosing the Inference Engine)",
-         before_output_tok_s=1556, vllm="0.11"),
+         before_output_tok_s=1556, release="0.11"),
     Case("qwen3-32b/h100 random 2k/100", "benchmarks/configs/qwen3-32b.json", "h100-sxm", 1, "random", 500, 500,
          1996.35, 100.0, 100, 0.0, 152.42, 163909.40, 86.62, "qwen3-32b/h100.md (Other Benchmark Cases)",
-         before_output_tok_s=229, vllm="0.11"),
+         before_output_tok_s=229, release="0.11"),
     # gpt-oss-120b, one H100 SXM (no -tp), vLLM 0.10.2, --max-model-len 32768, rate inf.
     Case("gpt-oss-120b/h100 sharegpt", "gpt-oss-120b", "h100-sxm", 1, "sharegpt", 1000, 1000, 215.31, 195.54, 0,
          6095.37, 2901.05, 24830.45, 54.10, "gpt-oss-120b/h100.md (1. Choosing the Inference Engine, vLLM)",
          32768,
-         before_output_tok_s=6348, vllm="0.10"),
+         before_output_tok_s=6348, release="0.10"),
     Case("gpt-oss-120b/h100 sharegpt c=4", "gpt-oss-120b", "h100-sxm", 1, "sharegpt", 100, 4, 229.46, 216.91, 0,
          0.0, 453.04, 49.00, 8.31, "gpt-oss-120b/h100.md (Other Benchmark Cases, ShareGPT batch size 4)", 32768,
-         before_output_tok_s=691, vllm="0.10"),
+         before_output_tok_s=691, release="0.10"),
     Case("gpt-oss-120b/h100 random 4k/200", "gpt-oss-120b", "h100-sxm", 1, "random", 500, 500, 3998.5, 134.41, 200,
          14247.47, 463.35, 72954.68, 31.70, "gpt-oss-120b/h100.md (Other Benchmark Cases)", 32768,
-         before_output_tok_s=1204, vllm="0.10"),
+         before_output_tok_s=1204, release="0.10"),
     Case("gpt-oss-120b/h100 random 2k/100", "gpt-oss-120b", "h100-sxm", 1, "random", 500, 500, 1998.2, 98.39, 100,
          14385.69, 675.11, 36234.76, 41.35, "gpt-oss-120b/h100.md (Other Benchmark Cases)", 32768,
-         before_output_tok_s=1849, vllm="0.10"),
+         before_output_tok_s=1849, release="0.10"),
     Case("gpt-oss-120b/h100 random 128/4", "gpt-oss-120b", "h100-sxm", 1, "random", 1000, 1000, 127.76, 4.0, 4,
          17059.15, 517.91, 4850.46, 304.80, "gpt-oss-120b/h100.md (Other Benchmark Cases)", 32768,
-         before_output_tok_s=1851, vllm="0.10"),
+         before_output_tok_s=1851, release="0.10"),
     # gpt-oss-20b, one H100 SXM, vLLM 0.11.0, rate inf.
     Case("gpt-oss-20b/h100 sharegpt", "gpt-oss-20b", "h100-sxm", 1, "sharegpt", 1000, 1000, 215.31, 193.98, 0,
          16493.75, 7817.03, 4881.62, 91.00, "gpt-oss-20b/h100.md (1. Choosing the Inference Engine, vLLM)",
-         before_output_tok_s=19359, vllm="0.11"),
+         before_output_tok_s=19359, release="0.11"),
     Case("gpt-oss-20b/h100 random 4k/200", "gpt-oss-20b", "h100-sxm", 1, "random", 500, 500, 3998.5, 104.62, 200,
          33236.17, 847.43, 31245.12, 184.26, "gpt-oss-20b/h100.md (Other Benchmark Cases)",
-         before_output_tok_s=2208, vllm="0.11"),
+         before_output_tok_s=2208, release="0.11"),
     # gpt-oss-20b, one A100 SXM 80GB, vLLM 0.11.0, rate inf.
     Case("gpt-oss-20b/a100 sharegpt", "gpt-oss-20b", "a100-80gb", 1, "sharegpt", 1000, 1000, 215.31, 194.17, 0,
          9743.28, 4620.12, 13654.59, 48.57, "gpt-oss-20b/a100.md (1. Choosing the Inference Engine, vLLM)",
-         before_output_tok_s=8626, vllm="0.11"),
+         before_output_tok_s=8626, release="0.11"),
     Case("gpt-oss-20b/a100 random 2k/100", "gpt-oss-20b", "a100-80gb", 1, "random", 500, 500, 1998.2, 94.45, 100,
          18021.34, 813.35, 31669.55, 100.32, "gpt-oss-20b/a100.md (Other Benchmark Cases)",
-         before_output_tok_s=1292, vllm="0.11"),
+         before_output_tok_s=1292, release="0.11"),
     # gpt-oss-120b, one A100 SXM 80GB (no -tp), vLLM 0.11.0, --max-model-len 32768, rate inf.
     Case("gpt-oss-120b/a100 sharegpt", "gpt-oss-120b", "a100-80gb", 1, "sharegpt", 1000, 1000, 215.31, 196.66, 0,
          4768.75, 2276.40, 25918.79, 97.57, "gpt-oss-120b/a100.md (1. Choosing the Inference Engine, vLLM)",
          32768,
-         before_output_tok_s=3021, vllm="0.11"),
+         before_output_tok_s=3021, release="0.11"),
     Case("gpt-oss-120b/a100 sharegpt c=4", "gpt-oss-120b", "a100-80gb", 1, "sharegpt", 100, 4, 229.46, 216.91, 0,
          0.0, 326.09, 61.91, 11.67, "gpt-oss-120b/a100.md (Other Benchmark Cases, ShareGPT batch size 4)", 32768,
-         before_output_tok_s=423, vllm="0.11"),
+         before_output_tok_s=423, release="0.11"),
     # Qwen3-235B-A22B (bf16), 8 x H100 SXM, tp 8, vLLM 0.11.0, rate inf (984 prompts passed the filter).
     Case("qwen3-235b-a22b/8xh100 sharegpt", "qwen3-235b-a22b", "h100-sxm", 8, "sharegpt", 984, 984, 216.36, 197.02,
          0, 8424.86, 4015.36, 8730.69, 147.56, "qwen3-235b-a22b/h100.md (1. Choosing the Inference Engine, vLLM)",
-         before_output_tok_s=5573, vllm="0.11"),
+         before_output_tok_s=5573, release="0.11"),
     Case("qwen3-235b-a22b/8xh100 random 2k/100", "qwen3-235b-a22b", "h100-sxm", 8, "random", 500, 500, 1996.35,
          99.0, 100, 23858.69, 1127.26, 21313.79, 101.08, "qwen3-235b-a22b/h100.md (Other Benchmark Cases)",
-         before_output_tok_s=1740, vllm="0.11"),
+         before_output_tok_s=1740, release="0.11"),
+]
+
+
+# Held-out cases (issue 13), scored once before any change (docs/capacity.md, "Held-out serving runs"): the same
+# lab's later pages (each page's last commit 2026-01-06, 2026-03-30 for Qwen3.5), baseline `vllm serve` /
+# `sglang.launch_server` / `trtllm-serve` runs with only the flags named in the id, `vllm bench serve --backend
+# openai-chat` (rate inf) unless the id says guidellm (GPUStack's benchmark-runner: constant rate 1000/s, the
+# concurrency it reports). Prompt and output means are the reports' token totals over the requests.
+D = "deepseek-r1/h200.md"
+V = "deepseek-v3.2/h200.md"
+G = "glm-4.5-air/"
+Q = "qwen3-235b-a22b/a100.md"
+Q35 = "qwen3.5-35b-a3b/h200.md"
+PUBLIC_CASES = [
+    # DeepSeek-R1-0528 (fp8 blocks), 8 x H200, tp 8: vLLM 0.11.0, SGLang 0.5.3, TensorRT-LLM 1.0.0 (--ep_size 8).
+    Case("deepseek-r1/8xh200 vllm sharegpt", "deepseek-v3", "h200", 8, "sharegpt", 1000, 1000, 219.171, 200.752, 0,
+         5482.59, 2621.05, 17743.08, 227.45, D + " (1. Choosing the Inference Engine, vLLM)", release="0.11",
+         published="2026-01-06"),
+    Case("deepseek-r1/8xh200 sglang sharegpt", "deepseek-v3", "h200", 8, "sharegpt", 1000, 1000, 219.171, 200.767,
+         0, 6635.73, 3172.46, 6948.08, 420.18, D + " (1. Choosing the Inference Engine, SGLang)", release="0.5.3",
+         engine="sglang", published="2026-01-06"),
+    Case("deepseek-r1/8xh200 trtllm ep8 sharegpt", "deepseek-v3", "h200", 8, "sharegpt", 1000, 1000, 219.171,
+         200.813, 0, 3385.88, 1618.94, 20253.9, 221.31, D + " (1. Choosing the Inference Engine, TensorRT-LLM)",
+         release="1.0", engine="trtllm", ep=8, published="2026-01-06"),
+    Case("deepseek-r1/8xh200 vllm sharegpt c=4", "deepseek-v3", "h200", 8, "sharegpt", 100, 4, 228.36, 213.38, 0,
+         407.45, 196.81, 123.3, 19.36, D + " (Other Benchmark Cases, ShareGPT batch size 4)", release="0.11",
+         published="2026-01-06"),
+    Case("deepseek-r1/8xh200 vllm random 32k/100", "deepseek-v3", "h200", 8, "random", 100, 100, 31999.0, 100.0,
+         100, 15514.57, 48.33, 101351.99, 365.79, D + " (Other Benchmark Cases)", release="0.11",
+         published="2026-01-06"),
+    Case("deepseek-r1/8xh200 vllm random 4k/200", "deepseek-v3", "h200", 8, "random", 500, 500, 3995.06, 200.0, 200,
+         15808.55, 753.67, 63058.71, 164.23, D + " (Other Benchmark Cases)", release="0.11", published="2026-01-06"),
+    Case("deepseek-r1/8xh200 vllm random 2k/100", "deepseek-v3", "h200", 8, "random", 500, 500, 1996.79, 100.0, 100,
+         17690.89, 843.71, 28911.9, 237.02, D + " (Other Benchmark Cases)", release="0.11", published="2026-01-06"),
+    Case("deepseek-r1/8xh200 vllm random 128/4", "deepseek-v3", "h200", 8, "random", 1000, 1000, 126.88, 4.0, 4,
+         5931.25, 181.27, 19392.11, 351.83, D + " (Other Benchmark Cases)", release="0.11", published="2026-01-06"),
+    # DeepSeek-V3.2 (fp8 blocks, sparse attention), 8 x H200, tp 8: vLLM 0.13.0, SGLang 0.5.6.post2, TensorRT-LLM
+    # 1.2.0rc5 (--tp_size 8 only).
+    Case("deepseek-v3.2/8xh200 vllm sharegpt", "deepseek-v3.2", "h200", 8, "sharegpt", 1000, 1000, 219.111, 196.599,
+         0, 5713.95, 2702.26, 13054.63, 275.03, V + " (1. Baseline of the Inference Engine, vLLM)", release="0.13",
+         published="2026-01-06"),
+    Case("deepseek-v3.2/8xh200 sglang sharegpt", "deepseek-v3.2", "h200", 8, "sharegpt", 1000, 1000, 219.111,
+         197.337, 0, 3012.37, 1427.44, 11470.15, 1103.96, V + " (1. Baseline of the Inference Engine, SGLang)",
+         release="0.5.6", engine="sglang", published="2026-01-06"),
+    Case("deepseek-v3.2/8xh200 trtllm sharegpt", "deepseek-v3.2", "h200", 8, "sharegpt", 984, 984, 218.67, 198.06,
+         0, 1732.48, 823.39, 65710.22, 1391.76, V + " (1. Baseline of the Inference Engine, TensorRT-LLM)",
+         release="1.2", engine="trtllm", published="2026-01-06"),
+    # GLM-4.5-Air (bf16), 4 x H100 SXM / 4 x A100 SXM 80GB, tp 4: vLLM 0.11.0, SGLang 0.5.4.post2.
+    Case("glm-4.5-air/4xh100 vllm sharegpt", "glm-4.5-air", "h100-sxm", 4, "sharegpt", 1000, 1000, 214.465, 199.895,
+         0, 7909.53, 3815.71, 16383.88, 134.47, G + "h100.md (1. Choosing the Inference Engine, vLLM)",
+         release="0.11", published="2026-01-06"),
+    Case("glm-4.5-air/4xh100 sglang sharegpt", "glm-4.5-air", "h100-sxm", 4, "sharegpt", 1000, 1000, 214.465,
+         199.904, 0, 9395.49, 4532.66, 4371.21, 222.86, G + "h100.md (1. Choosing the Inference Engine, SGLang)",
+         release="0.5.4", engine="sglang", published="2026-01-06"),
+    Case("glm-4.5-air/4xh100 vllm random 4k/200", "glm-4.5-air", "h100-sxm", 4, "random", 500, 500, 3999.57, 199.09,
+         200, 6975.1, 330.75, 142573.31, 267.38, G + "h100.md (Other Benchmark Cases)", release="0.11",
+         published="2026-01-06"),
+    Case("glm-4.5-air/4xh100 vllm random 2k/100", "glm-4.5-air", "h100-sxm", 4, "random", 500, 500, 1998.86, 100.0,
+         100, 8643.75, 411.83, 60300.0, 204.31, G + "h100.md (Other Benchmark Cases)", release="0.11",
+         published="2026-01-06"),
+    Case("glm-4.5-air/4xh100 vllm random 128/4", "glm-4.5-air", "h100-sxm", 4, "random", 1000, 1000, 127.88, 4.0, 4,
+         6271.24, 190.21, 16583.77, 153.0, G + "h100.md (Other Benchmark Cases)", release="0.11",
+         published="2026-01-06"),
+    Case("glm-4.5-air/4xa100 vllm sharegpt", "glm-4.5-air", "a100-80gb", 4, "sharegpt", 1000, 1000, 214.465,
+         199.904, 0, 3903.44, 1883.14, 38971.22, 104.59, G + "a100.md (1. Choosing the Inference Engine, vLLM)",
+         release="0.11", published="2026-01-06"),
+    Case("glm-4.5-air/4xa100 sglang sharegpt", "glm-4.5-air", "a100-80gb", 4, "sharegpt", 1000, 1000, 214.465,
+         199.873, 0, 6160.72, 2971.88, 14772.52, 328.21, G + "a100.md (1. Choosing the Inference Engine, SGLang)",
+         release="0.5.4", engine="sglang", published="2026-01-06"),
+    # Qwen3-235B-A22B-Instruct-2507 (bf16), 8 x A100 SXM 80GB, tp 8: vLLM 0.11.0, SGLang 0.5.5.post1.
+    Case("qwen3-235b-a22b/8xa100 vllm sharegpt", "qwen3-235b-a22b", "a100-80gb", 8, "sharegpt", 1000, 1000, 217.393,
+         196.004, 0, 3792.5, 1798.14, 38065.91, 123.36, Q + " (1. Choosing the Inference Engine, vLLM)",
+         release="0.11", published="2026-01-06"),
+    Case("qwen3-235b-a22b/8xa100 sglang sharegpt", "qwen3-235b-a22b", "a100-80gb", 8, "sharegpt", 1000, 1000,
+         217.393, 196.763, 0, 4635.31, 2202.21, 21130.67, 235.1, Q + " (1. Choosing the Inference Engine, SGLang)",
+         release="0.5.5", engine="sglang", published="2026-01-06"),
+    Case("qwen3-235b-a22b/8xa100 vllm random 32k/100", "qwen3-235b-a22b", "a100-80gb", 8, "random", 100, 100,
+         32000.0, 81.91, 100, 6657.49, 17.0, 240229.05, 298.86, Q + " (Other Benchmark Cases)", release="0.11",
+         published="2026-01-06"),
+    Case("qwen3-235b-a22b/8xa100 vllm random 4k/200", "qwen3-235b-a22b", "a100-80gb", 8, "random", 500, 500,
+         3995.88, 182.70, 200, 8170.72, 357.26, 122190.64, 205.64, Q + " (Other Benchmark Cases)", release="0.11",
+         published="2026-01-06"),
+    Case("qwen3-235b-a22b/8xa100 vllm random 2k/100", "qwen3-235b-a22b", "a100-80gb", 8, "random", 500, 500,
+         1996.35, 99.26, 100, 9342.67, 442.54, 54722.5, 190.79, Q + " (Other Benchmark Cases)", release="0.11",
+         published="2026-01-06"),
+    Case("qwen3-235b-a22b/8xa100 vllm random 128/4", "qwen3-235b-a22b", "a100-80gb", 8, "random", 1000, 1000,
+         127.70, 4.0, 4, 7449.43, 226.26, 12767.63, 155.16, Q + " (Other Benchmark Cases)", release="0.11",
+         published="2026-01-06"),
+    # Qwen3.5-35B-A3B (bf16, gated delta-net hybrid), one H200: vLLM 0.17.1, SGLang 0.5.9, --max-model-len /
+    # --context-length 32768, guidellm.
+    Case("qwen3.5-35b-a3b/h200 vllm sharegpt guidellm", "qwen3.5-35b-a3b", "h200", 1, "sharegpt", 1000, 512,
+         342.058, 281.412, 0, 9632.01, 4347.55, 4072.64, 25.89, Q35 + " (Baseline of the Inference Engine, vLLM)",
+         32768, release="0.17", sharegpt_cap=32768, published="2026-03-30"),
+    Case("qwen3.5-35b-a3b/h200 sglang sharegpt guidellm", "qwen3.5-35b-a3b", "h200", 1, "sharegpt", 1000, 512,
+         342.058, 281.412, 0, 4995.66, 2254.86, 34359.37, 180.73, Q35 + " (Baseline of the Inference Engine, SGLang)",
+         32768, release="0.5.9", engine="sglang", sharegpt_cap=32768, published="2026-03-30"),
+    Case("qwen3.5-35b-a3b/h200 vllm random 1k/128 guidellm", "qwen3.5-35b-a3b", "h200", 1, "random", 1000, 512,
+         1033.93, 128.0, 128, 37934.72, 4178.94, 5809.82, 45.39, Q35 + " (Other Benchmark Cases, Throughput)", 32768,
+         release="0.17", published="2026-03-30"),
+    Case("qwen3.5-35b-a3b/h200 vllm random 32k/100 guidellm", "qwen3.5-35b-a3b", "h200", 1, "random", 100, 100,
+         32009.93, 100.0, 100, 44993.2, 140.12, 31979.13, 319.79, Q35 + " (Other Benchmark Cases, Long Context)",
+         32768, release="0.17", published="2026-03-30"),
+    Case("qwen3.5-35b-a3b/h200 vllm random 1k/2k guidellm", "qwen3.5-35b-a3b", "h200", 1, "random", 200, 200,
+         1009.91, 2000.0, 2000, 10455.38, 6947.3, 1915.55, 2.48, Q35 + " (Other Benchmark Cases, Generation Heavy)",
+         32768, release="0.17", published="2026-03-30"),
 ]
 
 
@@ -191,21 +300,22 @@ def _overheads(engine: object, mode: str) -> Overheads:
 
 def run(case: Case, requests: int | None = None, mode: str = "full") -> dict:
     spec, gpu = _spec(case.model), load_gpu(case.gpu)
-    engine = load_engine(f"vllm@{case.vllm}")
+    engine = load_engine(f"{case.engine}@{case.release}")
     precision, kv = parse_weight_precision(spec.native_dtype), default_kv_dtype(spec, engine, gpu)
     seats, budget = scheduler_defaults(engine, gpu)
     max_len = case.max_model_len or spec.max_context
-    memory = replica_memory(spec, gpu, precision, kv, tp=case.tp, pp=1, ep=1, engine=engine, max_model_len=max_len,
-                            max_num_seqs=seats, max_num_batched_tokens=budget)
-    step = latency_step(spec, gpu, precision, kv, tp=case.tp, engine=engine)
+    memory = replica_memory(spec, gpu, precision, kv, tp=case.tp, pp=1, ep=case.ep, engine=engine,
+                            max_model_len=max_len, max_num_seqs=seats, max_num_batched_tokens=budget)
+    step = latency_step(spec, gpu, precision, kv, tp=case.tp, ep=case.ep, engine=engine)
     if case.dataset == "sharegpt":
-        inputs = _sharegpt(case.input_mean, 1024)
-        outputs = _sharegpt(case.output_mean, 1024)
+        inputs = _sharegpt(case.input_mean, case.sharegpt_cap)
+        outputs = _sharegpt(case.output_mean, case.sharegpt_cap)
     else:
         inputs = LengthDist(kind="fixed", mean=case.input_mean)
         outputs = _eos_capped(case.output_mean, case.output_cap)
     cfg = SimConfig(max_num_seqs=seats, max_num_batched_tokens=budget, kv_capacity_tokens=memory.kv_capacity_tokens,
-                    block_size=memory.block_size, overheads=_overheads(engine, mode))
+                    block_size=memory.block_size, overheads=_overheads(engine, mode),
+                    policy=engine.scheduler if case.engine != "vllm" else SchedulerPolicy())
     n = requests or case.prompts
     load = Workload(input_len=inputs, output_len=outputs, num_requests=n, concurrency=min(case.concurrency, n),
                     seed=1)
@@ -320,6 +430,8 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the docs/capacity.md table")
     parser.add_argument("--only", help="run the cases whose id contains this")
     parser.add_argument("--silicon", action="store_true", help="the aiconfigurator measured runs instead")
+    parser.add_argument("--public", action="store_true",
+                        help="the held-out runs (PUBLIC_CASES: vLLM, SGLang, TensorRT-LLM; issue 13)")
     parser.add_argument("--silicon-all", action="store_true",
                         help="every measured run at every concurrency (validation/silicon_runs.json), summarised")
     parser.add_argument("--silicon-dp", action="store_true",
@@ -334,6 +446,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.silicon:
         _silicon(args.markdown)
+        return
+    if args.public:
+        _public(args.markdown, args.only, args.jobs)
         return
     if args.silicon_all:
         if not 0 <= args.prefix_hit < 1:
@@ -376,6 +491,33 @@ def main() -> None:
             errors = [abs(v / c.reported_output_tok_s - 1) for v, (c, _, _, _) in zip(values, rows, strict=True)]
             print(f"\n{label}: {sum(e <= 0.25 for e in errors)} of {len(rows)} cases within ±25 % on output "
                   f"throughput; median |error| {sorted(errors)[len(errors) // 2] * 100:.0f} %")
+
+
+def _public(markdown: bool, only: str | None, jobs: int) -> None:
+    """The held-out runs: predicted against reported output throughput, TTFT and TPOT (means), and the summary."""
+    from multiprocessing import Pool
+
+    cases = [c for c in PUBLIC_CASES if not only or only in c.id]
+    with Pool(max(1, jobs)) as pool:
+        results = pool.map(run, cases, chunksize=1)
+    if markdown:
+        print("| case | engine | GPU x tp | prompts, concurrency | output tok/s reported | predicted | error | "
+              "TTFT mean reported / predicted | TPOT mean reported / predicted |")
+        print("|---|---|---|---|---|---|---|---|---|")
+    errors = []
+    for case, r in zip(cases, results, strict=True):
+        sim, rep = r["sim"], case.reported_output_tok_s
+        errors.append(sim.output_throughput / rep - 1)
+        conc = "rate inf" if case.concurrency == case.prompts else f"concurrency {case.concurrency}"
+        cells = (case.id, f"{case.engine} {case.release}", f"{case.gpu} x {case.tp}", f"{case.prompts}, {conc}",
+                 f"{rep:,.0f}", f"{sim.output_throughput:,.0f}", _error(sim.output_throughput, rep),
+                 f"{case.reported_ttft_ms:,.0f} / {sim.metric('ttft', 0) * 1e3:,.0f} ms",
+                 f"{case.reported_tpot_ms:.1f} / {sim.metric('tpot', 0) * 1e3:.1f} ms")
+        print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells), flush=True)
+    inside = sum(abs(e) <= 0.25 for e in errors)
+    print(f"\n{inside} of {len(errors)} held-out runs within ±25 % on output throughput; median |error| "
+          f"{statistics.median(abs(e) for e in errors) * 100:.0f} %, median error "
+          f"{statistics.median(errors) * 100:+.0f} %")
 
 
 def _silicon(markdown: bool) -> None:
