@@ -1039,3 +1039,18 @@ def test_msa_prefill_block_floor_on_sglang() -> None:
     assert step_time(sglang, long, "prefill").groups["attention"].seconds == pytest.approx(
         step_time(replace(sglang, spec=replace(sglang.spec, sparse_indexer=None)), long, "prefill")
         .groups["attention"].seconds)
+
+
+# aiconfigurator 0.12 generation_attention_perf rows (vLLM's FlashAttention-2, bf16 cache, head dim 128): 16
+# sequences of 8,192 tokens, 32 query and 8 KV heads (512 MiB of KV): A100 vllm/0.14.0 342.0 us, L40S vllm/0.24.0
+# 838.0 us; and the A100's GQA row of 4 sequences of 131,072 tokens, 8 query heads, 1 KV head (256 MiB), 193.4 us
+@pytest.mark.parametrize(("gpu", "seqs", "ctx", "kv_heads", "measured_us"), [
+    ("a100-80gb", 16, 8192, 8, 342.0), ("l40s", 16, 8192, 8, 838.0), ("a100-80gb", 4, 131072, 1, 193.4)])
+def test_fa2_decode_attention_against_aiconfigurator_rows(gpu: str, seqs: int, ctx: int, kv_heads: int,
+                                                          measured_us: float) -> None:
+    from tfcalc.calc.latency import rates_for
+
+    rates = rates_for(load_gpu(gpu), load_engine("vllm-0.21").kernels)
+    kv = 2.0 * seqs * ctx * kv_heads * 128 * 2
+    t = kernels.decode_attention(rates, seqs, kv_heads, kv, 4.0 * seqs * 4 * kv_heads * 128 * ctx).seconds
+    assert t * 1e6 == pytest.approx(measured_us, rel=0.10)

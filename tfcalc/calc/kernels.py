@@ -34,9 +34,9 @@ one away from the ridge.
   to reach full bandwidth: with u streams they reach u / (u + u_half) of it (u_half = 2.8 fits FlashAttention-3
   decode on an H200 within 10 % from 1 to 256 streams, aiconfigurator vLLM 0.24 table). Where the GPU preset
   measured its decode kernel (``latency.decode_attention``) it streams at that kernel's own fraction of the
-  datasheet (0.92-0.96: FA3 and FlashInfer read the cache faster than a GEMV), with its own u_half, and pays a fixed
-  time per stream (CTA setup, query and output: 4-17 ns); fitted on caches too large for L2
-  (benchmarks/validation/decode_attention_fit.py).
+  datasheet (0.92-0.96: FA3 and FlashInfer read the cache faster than a GEMV; 0.77 / 0.81: FlashAttention-2 on the
+  A100 / L40S, fitted on GQA rows), with its own u_half, and pays a fixed time per stream (CTA setup, query and
+  output: 4-17 ns); fitted on caches too large for L2 (benchmarks/validation/decode_attention_fit.py).
 
 ``ideal=True`` rates turn every efficiency to 1 and every floor to 0: the pure roofline.
 Pure math: no I/O.
