@@ -20,6 +20,7 @@ from tfcalc.calc.capacity import (
     SearchSpace,
     count_candidates,
     nearest_miss,
+    scheduler_policy,
     search,
     simulate_evaluation,
     tokens_per_gpu,
@@ -200,6 +201,17 @@ def test_sglang_plans_run_its_scheduler_policy() -> None:
     assert sim.metric("ttft", 90) == pytest.approx(best.operating.ttft(90), rel=0.2)
     assert sim.metric("tpot", 0) == pytest.approx(best.operating.tpot(0), rel=0.1)
     assert sim.metric("tpot", 90) == pytest.approx(best.operating.tpot(90), rel=0.15)
+
+
+def test_planned_trtllm_replicas_chunk_prompts_as_their_launch_command_sets() -> None:
+    """TensorRT-LLM schedules whole prompts by default (enable_chunked_prefill False), but the trtllm-serve
+    options the plan prints turn chunking on, so its replicas are simulated chunked; the rest of a policy is the
+    engine's (SGLang keeps prefill first)."""
+    trtllm, sglang = load_engine("trtllm"), load_engine("sglang")
+    assert not trtllm.scheduler.chunked_prefill
+    assert scheduler_policy(trtllm) == replace(trtllm.scheduler, chunked_prefill=True)
+    assert scheduler_policy(sglang) == sglang.scheduler and scheduler_policy(sglang).prefill_first
+    assert scheduler_policy(None) == scheduler_policy(VLLM)
 
 
 def test_two_workers_give_the_same_answer() -> None:

@@ -1175,15 +1175,16 @@ def test_engine_yaml_numbers_are_finite_and_bounded(tmp_path: Path) -> None:
 
 
 def test_engine_scheduler_section(tmp_path: Path) -> None:
-    """SGLang fills a step prefill first, with max_prefill_tokens 16384 until 0.5.12 and none binding from 0.5.13; an
+    """SGLang fills a step prefill first, with max_prefill_tokens 16384 until 0.5.12 and none binding from 0.5.13;
+    TensorRT-LLM takes whole prompts (its LLM API's and trtllm-serve's enable_chunked_prefill default False); an
     engine without the section runs its default version's policy (vLLM's where it has none); a bad section is a
     one-line error naming the field."""
     sglang = load_engine("sglang").scheduler
     assert (sglang.prefill_first, sglang.max_prefill_tokens, sglang.chunked_prefill, sglang.reserve_output) == \
         (True, None, True, True)
     assert load_engine("sglang@0.5.6").scheduler == dataclasses.replace(sglang, max_prefill_tokens=16384)
-    for name in ("vllm", "trtllm"):
-        assert load_engine(name).scheduler == SchedulerPolicy()
+    assert load_engine("vllm").scheduler == SchedulerPolicy()
+    assert load_engine("trtllm").scheduler == SchedulerPolicy(chunked_prefill=False)
     text = (preset_root() / "engines" / "sglang-0.5.yaml").read_text()
     mine = tmp_path / "my-sglang.yaml"   # a user's copy without the section schedules as SGLang does
     mine.write_text(text[:text.index("scheduler:")] + text[text.index("overheads:"):])

@@ -98,7 +98,8 @@ def test_replay_takes_the_generators_limits(benchmark_script: Callable[[str], Mo
     """The gap analysis's runs: budget = concurrency + prompt + 1500 in whole 32-token blocks, TensorRT-LLM without
     chunked prefill; SGLang from 0.5.6 with mixed chunks, its prefill capped at prompt + 1500 in its default chunk,
     earlier SGLang with its defaults (prefill steps first, max_prefill_tokens 16384); the other runs: the engine's
-    defaults, chunked."""
+    defaults, except that TensorRT-LLM's unrecorded runs are replayed chunked (its default, whole prompts, cannot
+    have served their 8,192-token prompts beside running decodes)."""
     replay = benchmark_script("capacity_validation.py")
     gpu = load_gpu("h100-sxm")
     run = {"engine": "trtllm", "concurrency": 16, "prompt": 1024, "deployment": "aiconfigurator"}
@@ -108,6 +109,7 @@ def test_replay_takes_the_generators_limits(benchmark_script: Callable[[str], Mo
     assert (vllm_budget, policy.chunked_prefill, policy.prefill_first) == (budget, True, False)
     defaults = replay.deployment_limits({**run, "deployment": None}, load_engine("trtllm"), gpu)
     assert defaults[:2] == (2048, 8192) and defaults[2].chunked_prefill
+    assert not load_engine("trtllm").scheduler.chunked_prefill
     sglang = load_engine("sglang@0.5.6")
     assert (sglang.scheduler.prefill_first, sglang.scheduler.max_prefill_tokens) == (True, 16384)
     later = replay.deployment_limits({**run, "engine": "sglang", "engine_version": "0.5.6.post2"}, sglang, gpu)

@@ -114,8 +114,10 @@ def engine_label(engine: EngineSpec | None) -> str:
 
 
 def scheduler_policy(engine: EngineSpec | None) -> SchedulerPolicy:
-    """How the engine fills a step (no engine: vLLM's policy, chunked prefill beside the decodes)."""
-    return engine.scheduler if engine is not None else SchedulerPolicy()
+    """How a planned replica fills a step: its engine's policy with chunked prefill on, as the launch command the
+    plan prints sets it (TensorRT-LLM defaults it off; the command's extra options turn enable_chunked_prefill on,
+    tfcalc.report.capacity); no engine: vLLM's policy, chunked prefill beside the decodes."""
+    return replace(engine.scheduler, chunked_prefill=True) if engine is not None else SchedulerPolicy()
 
 
 def engine_family(engine: EngineSpec | None) -> str:
