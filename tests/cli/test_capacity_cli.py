@@ -156,6 +156,37 @@ def test_the_default_search_covers_every_priced_gpu() -> None:
     assert searched == set(load_prices()) and set(NEWLY_PRICED) <= searched
 
 
+def test_price_tier_keeps_one_kind_of_rate() -> None:
+    """--price-tier hyperscaler searches only the GPUs priced at a hyperscaler's rate (AWS's A10G, OCI's GB300);
+    a --price joins any tier; the note names the rate the plan is costed at and, when the GPUs searched mix
+    neocloud and hyperscaler rates, says so."""
+    from tfcalc.spec.prices import load_prices
+
+    hyperscaler = {g for g, p in load_prices().items() if p.provider_kind == "hyperscaler"}
+    result = run("capacity", "-p", "llama3-8b", *ONE_GPU_SEARCH, "--points", "all", "--price-tier", "hyperscaler")
+    assert result.exit_code == 0, result.output
+    assert {row["gpu"] for row in json.loads(result.stdout)} == hyperscaler == {"a10g", "gb300"}
+    base = ["capacity", "-p", "llama3-8b", "--tp", "1", "--rate", "1", "--tpot", "p90=100ms", "--no-simulate"]
+    result = run(*base, "--gpu", "a10g,l4", "--price-tier", "neocloud", "--price", "a10g=0.3")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "price: a10g at $0.300 per GPU-hour, given with --price" in text and "mix" not in text
+    result = run(*base, "--gpu", "a10g,l4")
+    text = " ".join(result.stdout.split())
+    assert "price: l4 at $0.468 per GPU-hour, a neocloud rate (page undated; read 2026-12-01;" in text
+    assert "mix neocloud and hyperscaler rates (hyperscaler: a10g): --price-tier neocloud" in text
+
+
+def test_presets_show_gives_a_gpus_price_and_its_kind() -> None:
+    result = run("presets", "show", "gb300", "-f", "json")
+    assert result.exit_code == 0, result.output
+    rows = {row["field"]: row for row in json.loads(result.stdout)}
+    assert rows["price.usd_per_gpu_hour"]["value"] == 18.0 and rows["price.provider_kind"]["value"] == "hyperscaler"
+    assert rows["price.as_of"]["value"] == "2026-09-19" and "oracle.com" in rows["price.as_of"]["source"]
+    unpriced = run("presets", "show", "h20", "-f", "json")
+    assert not [row for row in json.loads(unpriced.stdout) if row["field"].startswith("price.")]
+
+
 def test_concurrency_options_and_overrides() -> None:
     result = run("capacity", "-p", "llama3-8b", "--gpu", "h100-sxm", "--price", "h100-sxm=2.00", "-tp", "1",
                  "--max-num-seqs", "64", "--prefill-chunk", "2048", "--concurrency", "40", "--length-dist",
@@ -277,6 +308,11 @@ def test_lengths_csv_as_a_spreadsheet_writes_it(tmp_path: Path) -> None:
     (["--rate", "5", "--ttft", "p90=soon"], "invalid --ttft target 'soon'"),
     (["--rate", "5", "--ttft", "q90=1s"], "is not p50"),
     (["--rate", "5", "--ttft", "p90=1s", "--gpu", "h20"], "no price for GPU 'h20'"),
+    (["--rate", "5", "--ttft", "p90=1s", "--price-tier", "cheap"],
+     "--price-tier must be any, neocloud or hyperscaler, not 'cheap'"),
+    (["--rate", "5", "--ttft", "p90=1s", "--gpu", "gb300", "--price-tier", "neocloud"],
+     "GPU 'gb300' has only a hyperscaler price, not a neocloud one: pass --price gb300=USD_PER_GPU_HOUR or "
+     "--price-tier any"),
     (["--rate", "5", "--ttft", "p90=1s", "--price", "h100-sxm=free"], "is not a number"),
     (["--rate", "-1", "--ttft", "p90=1s"], "invalid --rate '-1'"),
     (["--rate", "5", "--ttft", "p90=1s", "--engine", "tgi"], "unknown engine 'tgi'"),

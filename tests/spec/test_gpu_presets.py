@@ -311,6 +311,8 @@ RUNTIME_PRINTED_GIB = {
     "gb300": 276.50,               # torch "GPU 0 has a total capacity of 276.50 GiB" (64 x GB300 FSDP sweep)
     "mi325x": 255.98,              # torch on ROCm "GPU 0 has a total capacity of 255.98 GiB" (vllm issue #41962)
     "mi350x": 287.98,              # torch on ROCm "GPU N has a total capacity of 287.98 GiB" (8 x MI350X, vLLM 0.25.1)
+    "l4": 19.83 / 0.9,             # vLLM "Free memory on device cuda:0 (2.3/22.03 GiB) ... (0.9, 19.83 GiB)"
+    "rtx5090": 28.22 / 0.9,        # vLLM 0.28 "Free memory on device (30.86/31.36 GiB) ... (0.9, 28.22 GiB)"
 }
 
 

@@ -9,16 +9,16 @@ import pytest
 
 from tfcalc.errors import SpecError, UsageError
 from tfcalc.spec.presets import preset_names
-from tfcalc.spec.prices import load_prices, parse_price_overrides
+from tfcalc.spec.prices import PROVIDER_KINDS, load_prices, parse_price_overrides
 
-GOOD = "prices:\n  h100-sxm: {usd_per_gpu_hour: 2.5, source: a listing, as_of: '2026-01-01'}\n"
+GOOD = "prices:\n  h100-sxm: {usd_per_gpu_hour: 2.5, provider_kind: neocloud, source: a listing, as_of: '2026-01-01'}\n"
 
 
 def test_bundled_prices_name_gpu_presets_with_sources() -> None:
     prices = load_prices()
     assert prices and set(prices) <= set(preset_names("gpu"))
     for p in prices.values():
-        assert 0 < p.usd_per_gpu_hour < 100 and p.source and p.as_of
+        assert 0 < p.usd_per_gpu_hour < 100 and p.source and p.as_of and p.provider_kind in PROVIDER_KINDS
 
 
 @pytest.mark.parametrize("text,message", [
@@ -34,6 +34,10 @@ def test_bundled_prices_name_gpu_presets_with_sources() -> None:
     ("prices: [1, 2]\n", "field 'prices' must be a mapping"),
     ("prices:\n  h100-sxm: 2.5\n", "field 'prices.h100-sxm' must be a mapping"),
     (GOOD + "  h100-sxm: {usd_per_gpu_hour: 3, source: b, as_of: c}\n", "duplicate key 'h100-sxm'"),
+    (GOOD.replace("neocloud", "aws"), "field 'prices.h100-sxm.provider_kind' must be one of neocloud, hyperscaler, "
+                                      "not 'aws'"),
+    (GOOD.replace(" provider_kind: neocloud,", ""), "missing required field 'prices.h100-sxm.provider_kind'"),
+    (GOOD.replace("provider_kind", "provider_type"), "unknown field 'prices.h100-sxm.provider_type' (did you mean"),
 ])
 def test_malformed_prices_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "prices.yaml"
@@ -74,7 +78,8 @@ SOURCE_RATES = [
     ("a10", 1.29, "$1.29 per GPU per hour", 1, "lambda.ai/instances", "2026-09-20"),
     ("rtx5090", 0.67, "$0.67/hr", 1, "akash.network/pricing/gpus", "2026-09-20"),
     ("gb200", 42.00, "$42.00/hr for 4 GPUs", 4, "coreweave.com/pricing", "2026-09-20"),  # one 4-GPU tray of an NVL72
-    ("mi325x", 1.95, "$1.95 per GPU-hour", 1, "cliffcenter.com/research/amd-inference-economics", "2026-05-18"),
+    ("mi325x", 2.000, "$2.000 per GPU/hr", 1, "vultr.com/pricing", "2026-09-26"),  # Vultr, 8-GPU VM
+    ("mi300x", 1.850, "$1.850 per GPU/hr", 1, "vultr.com/pricing", "2026-09-26"),  # Vultr, 8-GPU VM
     ("gh200", 2.29, "$2.29 per GPU per hour", 1, "lambda.ai/instances", "2026-09-20"),  # Lambda "1x NVIDIA GH200"
     ("gb300", 18.00, '$18.00 per "GPU Per Hour"', 1, "oracle.com/cloud/price-list", "2026-09-19"),  # OCI B112140
     ("mi355x", 2.590, "$2.590 per GPU/hr", 1, "vultr.com/pricing", "2026-09-26"),  # Vultr, 8-GPU VM
@@ -107,3 +112,28 @@ def test_the_trailing_comment_names_exactly_the_unpriced_gpus() -> None:
     comment = " ".join(line.strip(" #") for line in text.rsplit("as_of:", 1)[1].splitlines()[1:])
     named = set(re.split(r",\s*|\s+and\s+", comment.split(" have no price")[0].strip()))
     assert named == set(preset_names("gpu")) - set(load_prices()) == {"mi350x", "h20", "gh200-144gb"}
+
+
+# Who sells at each rate: the general-purpose clouds' (AWS, Azure, Google, Oracle) are hyperscaler rates, the GPU
+# clouds' (RunPod, Lambda, CoreWeave, Vultr, Akash) neocloud ones; the seller named first in each source decides.
+HYPERSCALERS = ("AWS", "Azure", "Google Cloud", "Oracle Cloud")
+NEOCLOUDS = ("RunPod", "Lambda", "CoreWeave", "Vultr", "Akash")
+
+
+def test_provider_kind_follows_the_seller_the_source_names_first() -> None:
+    for gpu, price in load_prices().items():
+        sellers = {name: price.source.find(name) for name in HYPERSCALERS + NEOCLOUDS if name in price.source}
+        first = min(sellers, key=sellers.__getitem__)
+        assert price.provider_kind == ("hyperscaler" if first in HYPERSCALERS else "neocloud"), gpu
+    assert {g for g, p in load_prices().items() if p.provider_kind == "hyperscaler"} == {"a10g", "gb300"}
+
+
+def test_amd_parts_are_priced_by_one_seller() -> None:
+    """MI300X, MI325X and MI355X all at Vultr's on-demand 8-GPU VM rates (one page, read 2026-09-26), so the three
+    compare like with like; the MI325X's DigitalOcean rate ($3.80) is quoted beside it, not used."""
+    prices = load_prices()
+    for gpu in ("mi300x", "mi325x", "mi355x"):
+        assert prices[gpu].source.startswith("Vultr Cloud GPU") and "8 GPUs" in prices[gpu].source
+        assert prices[gpu].as_of == "2026-09-26"
+    assert prices["mi300x"].usd_per_gpu_hour < prices["mi325x"].usd_per_gpu_hour < prices["mi355x"].usd_per_gpu_hour
+    assert "$3.80" in prices["mi325x"].source

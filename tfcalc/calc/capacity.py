@@ -67,6 +67,8 @@ class GpuOffer:
     gpu: GPUSpec
     price_per_hour: float
     price_source: str = ""
+    price_kind: str = ""      # who sells at the rate (spec.prices.PROVIDER_KINDS); "" for a --price
+    price_as_of: str = ""     # when the rate was read
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -168,12 +168,15 @@ def read_lengths_csv(path: Path) -> tuple:
     return (LengthDist(kind="empirical", values=tuple(inputs)), LengthDist(kind="empirical", values=tuple(outputs)))
 
 
-def _offers(gpu_names: list[str] | None, price_overrides: list[str] | None) -> list:
+def _offers(gpu_names: list[str] | None, price_overrides: list[str] | None, tier: str = "any") -> list:
+    """The GPUs searched and their prices: --price first, else presets/prices.yaml's rate, of the --price-tier kind
+    (neocloud / hyperscaler) unless 'any'; by default every GPU with such a price."""
     from tfcalc.calc.capacity import GpuOffer
     from tfcalc.spec.presets import load_gpu, preset_names
     from tfcalc.spec.prices import load_prices, parse_price_overrides
 
-    prices = load_prices()
+    prices = {name: p for name, p in load_prices().items() if tier in ("any", p.provider_kind)}
+    others = {name: p.provider_kind for name, p in load_prices().items() if name not in prices}
     overrides: dict[str, float] = {}
     for name, usd in parse_price_overrides(price_overrides).items():  # by the preset's own name: H100-SXM, a file
         try:
@@ -193,7 +196,11 @@ def _offers(gpu_names: list[str] | None, price_overrides: list[str] | None) -> l
             offers.append(GpuOffer(gpu=gpu, price_per_hour=overrides[gpu.name], price_source="command line"))
         elif gpu.name in prices:
             p = prices[gpu.name]
-            offers.append(GpuOffer(gpu=gpu, price_per_hour=p.usd_per_gpu_hour, price_source=f"{p.source}, {p.as_of}"))
+            offers.append(GpuOffer(gpu=gpu, price_per_hour=p.usd_per_gpu_hour, price_source=p.source,
+                                   price_kind=p.provider_kind, price_as_of=p.as_of))
+        elif gpu.name in others:
+            raise UsageError(f"GPU '{gpu.name}' has only a {others[gpu.name]} price, not a {tier} one: pass --price "
+                             f"{gpu.name}=USD_PER_GPU_HOUR or --price-tier any")
         else:
             raise UsageError(f"no price for GPU '{gpu.name}': pass --price {gpu.name}=USD_PER_GPU_HOUR")
     unknown = sorted(set(overrides) - {o.gpu.name for o in offers})
@@ -276,6 +283,10 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
              price: Annotated[list[str] | None, typer.Option(
                  "--price", help="GPU=USD per GPU-hour, overrides presets/prices.yaml (repeatable).",
                  show_default=False)] = None,
+             price_tier: Annotated[str, typer.Option(
+                 "--price-tier", help="Which presets/prices.yaml rates to use: any, neocloud (GPU clouds) or "
+                 "hyperscaler (AWS, Azure, Google, Oracle); a GPU without one needs --price.",
+                 parser=choice)] = "any",
              input_len: Annotated[str, typer.Option("--input-len", help="Mean prompt tokens (1k = 1024).")] = INPUT_LEN,
              output_len: Annotated[str, typer.Option("--output-len", help="Mean output tokens.")] = OUTPUT_LEN,
              length_dist: Annotated[str, typer.Option(
@@ -415,11 +426,14 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     from tfcalc.output import emit, emit_explanation, explanation_lines, resolve_format
     from tfcalc.report import capacity as report
     from tfcalc.spec.engine import with_prefix_caching
+    from tfcalc.spec.prices import PROVIDER_KINDS
 
     if points not in POINTS:
         raise UsageError(f"--points must be frontier or all, got '{points}'")
     if length_dist not in ("fixed", "uniform", "lognormal", "exponential"):
         raise UsageError(f"unknown length distribution '{length_dist}' (fixed, uniform, lognormal, exponential)")
+    if price_tier not in ("any", *PROVIDER_KINDS):
+        raise UsageError(f"--price-tier must be any, {' or '.join(PROVIDER_KINDS)}, not '{price_tier}'")
     if ep not in ("auto", "on", "off"):
         raise UsageError(f"--ep must be auto, on or off, got '{ep}'")
     ranks = tuple(parse_sizes(attention_dp or ["1"], "--attention-dp", maximum=max(max_gpus, 1)))
@@ -494,7 +508,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
     kv_memory = kv_cache_memory_bytes(kv_cache_memory, engines)
     block = _one(block_size, "--block-size")
     model_len_text = _one(max_model_len, "--max-model-len")
-    offers = _offers(gpu, price)
+    offers = _offers(gpu, price, price_tier)
     table = resolve_format(fmt, output) == "table"
     all_rows: list[dict] = []
     failed: list[str] = []
@@ -591,6 +605,7 @@ def capacity(preset: PresetOpt = None, config: ConfigOpt = None,
             trust = report.trust_sentence(space.offer(rich.candidate.gpu).gpu, calibrated=calibration is not None)
             if trust:
                 notes.append(trust)
+            notes.append(report.price_sentence(space.offer(rich.candidate.gpu), space.gpus))
             notes.extend(sim_lines)
             notes.extend(report.runner_up_sentences(spec, result))
             what, commands = report.launch_lines(*launch_args)  # type: ignore[misc]

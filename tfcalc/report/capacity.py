@@ -7,7 +7,15 @@ import json
 import math
 import shlex
 
-from tfcalc.calc.capacity import Candidate, Evaluation, SearchResult, SearchSpace, nearest_miss, searched_engine
+from tfcalc.calc.capacity import (
+    Candidate,
+    Evaluation,
+    GpuOffer,
+    SearchResult,
+    SearchSpace,
+    nearest_miss,
+    searched_engine,
+)
 from tfcalc.calc.engine import takes_kv_cache_memory, unserved_format
 from tfcalc.calc.serving_traffic import Target, Traffic
 from tfcalc.spec.engine import EngineSpec
@@ -229,6 +237,22 @@ def trust_sentence(gpu: GPUSpec, calibrated: bool) -> str | None:
              if lat.measured_on == "none" else f"its kernel rates were measured on {lat.measured_on}")
     return (f"note: {gpu.name}: {where}, so its plans carry more error than the measured GPUs'; measure it with "
             f"'tfcalc bench calibrate --save calib.json' and pass --calibration calib.json")
+
+
+def price_sentence(offer: GpuOffer, offers: tuple[GpuOffer, ...]) -> str:
+    """Which price the chosen plan is costed at (its kind and date, or --price), and whether the GPUs searched mix
+    neocloud and hyperscaler rates, whose gap can decide the choice (presets/prices.yaml)."""
+    if not offer.price_kind:
+        text = f"price: {offer.gpu.name} at ${offer.price_per_hour:,.3f} per GPU-hour, given with --price"
+    else:
+        text = (f"price: {offer.gpu.name} at ${offer.price_per_hour:,.3f} per GPU-hour, a {offer.price_kind} rate "
+                f"({offer.price_as_of}; presets/prices.yaml)")
+    kinds = {o.price_kind for o in offers if o.price_kind}
+    if len(kinds) > 1:
+        few = sorted(o.gpu.name for o in offers if o.price_kind == "hyperscaler")
+        text += (f"; the GPUs searched mix neocloud and hyperscaler rates (hyperscaler: {', '.join(few)}): "
+                 "--price-tier neocloud compares like with like")
+    return text
 
 
 def runner_up_sentences(spec: ModelSpec, result: SearchResult, limit: int = 4) -> list[str]:

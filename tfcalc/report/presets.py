@@ -59,8 +59,25 @@ def preset_field_rows(kind: str, name: str) -> list[Row]:
 
     document = load_preset_document(kind, name)
     sources = source_index(document)
-    return [{"field": key, "value": _cell(value), "source": _source_of(key, sources)}
-            for key, value in _flatten(document)]
+    rows: list[Row] = [{"field": key, "value": _cell(value), "source": _source_of(key, sources)}
+                       for key, value in _flatten(document)]
+    if kind == "gpu":
+        rows.extend(_price_rows(name))
+    return rows
+
+
+def _price_rows(gpu: str) -> list[Row]:
+    """The GPU's rate in presets/prices.yaml, which `capacity` costs plans at: price.usd_per_gpu_hour,
+    price.provider_kind (neocloud / hyperscaler) and price.as_of, cited by the entry's source; none if unpriced."""
+    from tfcalc.spec.prices import load_prices
+
+    price = load_prices().get(gpu)
+    if price is None:
+        return []
+    source = f"{' '.join(price.source.split())} (presets/prices.yaml)"
+    return [{"field": f"price.{field}", "value": value, "source": source}
+            for field, value in (("usd_per_gpu_hour", price.usd_per_gpu_hour),
+                                 ("provider_kind", price.provider_kind), ("as_of", price.as_of))]
 
 
 def _cell(value: object) -> object:

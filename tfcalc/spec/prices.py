@@ -14,7 +14,11 @@ from typing import Any
 from tfcalc.errors import SpecError, UsageError
 
 MAX_USD_PER_GPU_HOUR = 10_000.0   # far above any listed GPU: a typo (a price per month) is refused
-PRICE_FIELDS = ("usd_per_gpu_hour", "source", "as_of")
+PRICE_FIELDS = ("usd_per_gpu_hour", "provider_kind", "source", "as_of")
+# Who sells at the rate: a GPU cloud (RunPod, Lambda, CoreWeave, Vultr, Akash) or a general-purpose cloud (AWS, Azure,
+# Google, Oracle), whose on-demand rate for the same GPU is often 1.5-2x (OCI's GB200 $16.00 against CoreWeave's
+# $10.50, presets/prices.yaml gb300); `capacity --price-tier` keeps one kind so that GPUs are compared like with like.
+PROVIDER_KINDS = ("neocloud", "hyperscaler")
 MAX_TEXT_CHARS = 1000
 
 
@@ -22,12 +26,13 @@ MAX_TEXT_CHARS = 1000
 class GpuPrice:
     gpu: str
     usd_per_gpu_hour: float
+    provider_kind: str     # one of PROVIDER_KINDS
     source: str
     as_of: str
 
 
 def prices_from_mapping(data: dict[str, Any], origin: str) -> dict[str, GpuPrice]:
-    """Validate ``{prices: {gpu: {usd_per_gpu_hour, source, as_of}}}`` into GpuPrices by GPU preset name."""
+    """Validate ``{prices: {gpu: {usd_per_gpu_hour, provider_kind, source, as_of}}}`` into GpuPrices by GPU name."""
     from tfcalc.spec.model import check_float, check_str, key_text
     from tfcalc.spec.presets import suggest
 
@@ -39,7 +44,7 @@ def prices_from_mapping(data: dict[str, Any], origin: str) -> dict[str, GpuPrice
         raise fail(f"unknown field '{unknown[0]}' (the file holds one mapping, 'prices')")
     table = data.get("prices")
     if not isinstance(table, dict):
-        raise fail("field 'prices' must be a mapping of GPU names to {usd_per_gpu_hour, source, as_of}")
+        raise fail("field 'prices' must be a mapping of GPU names to {" + ", ".join(PRICE_FIELDS) + "}")
     prices: dict[str, GpuPrice] = {}
     for name, entry in table.items():
         key = f"prices.{key_text(name)}"
@@ -56,11 +61,14 @@ def prices_from_mapping(data: dict[str, Any], origin: str) -> dict[str, GpuPrice
                 raise fail(f"missing required field '{key}.{field_name}'")
         try:
             usd = check_float(f"{key}.usd_per_gpu_hour", entry["usd_per_gpu_hour"], MAX_USD_PER_GPU_HOUR)
+            kind = check_str(f"{key}.provider_kind", entry["provider_kind"], MAX_TEXT_CHARS)
             source = check_str(f"{key}.source", entry["source"], MAX_TEXT_CHARS)
             as_of = check_str(f"{key}.as_of", entry["as_of"], MAX_TEXT_CHARS)
         except SpecError as exc:
             raise fail(str(exc)) from None
-        prices[name] = GpuPrice(gpu=name, usd_per_gpu_hour=usd, source=source, as_of=as_of)
+        if kind not in PROVIDER_KINDS:
+            raise fail(f"field '{key}.provider_kind' must be one of {', '.join(PROVIDER_KINDS)}, not '{kind}'")
+        prices[name] = GpuPrice(gpu=name, usd_per_gpu_hour=usd, provider_kind=kind, source=source, as_of=as_of)
     return prices
 
 
