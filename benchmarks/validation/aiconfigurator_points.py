@@ -7,7 +7,7 @@ it runs offline from its bundled, measured kernel tables) and run
     python benchmarks/validation/aiconfigurator_points.py OUT.json [--quick] [--backends=vllm,sglang,trtllm]
         [--models=mixtral-8x7b,...] [--large-batch | --holdout | --holdout2 | --holdout3 | --holdout4
         | --holdout5 | --holdout6 | --holdout7 | --holdout8 | --holdout9 | --holdout10 | --holdout11
-        | --holdout12 | ... | --holdout36]
+        | --holdout12 | ... | --holdout37]
 
 Each point is one ``aiconfigurator cli estimate --estimate-mode static`` call: a batch of B prompts of ISL tokens
 prefilled together (TTFT), then OSL tokens decoded (TPOT = mean decode step). ``--large-batch`` runs
@@ -71,6 +71,9 @@ then.
 Llama-3.3-Nemotron-Super-49B, read since stop 64; each model on the engines aiconfigurator 0.12 has its kernels for.
 ``--holdout36`` the thirty-sixth (``HOLDOUT_GRID_36``, aiconfigurator_holdout36.json): presets no earlier grid holds
 (Qwen3-14B, Qwen3-4B, Qwen2.5-32B, Llama 3.2 3B, Qwen3.5-122B-A10B, MiniMax-M2.7) and the A100.
+``--holdout37`` the thirty-seventh (``HOLDOUT_GRID_37``, aiconfigurator_holdout37.json): the LLAMA-family presets grid
+36 left for later (Qwen2.5-7B / 14B / 72B, Llama 3.2 1B, Llama 3 8B), the L40S and RTX PRO 6000 (no grid held them),
+the GB200, GB300, B300 and A100, prompts of 128 to 32,000 tokens.
 """
 
 from __future__ import annotations
@@ -155,11 +158,23 @@ MODELS = {
     "qwen3.5-122b-a10b": ("Qwen/Qwen3.5-122B-A10B", "bf16", "bfloat16", "bfloat16"),
     # block fp8 as MiniMax ships it (config.json quantization_config weight_block_size [128, 128])
     "minimax-m2.7": ("MiniMaxAI/MiniMax-M2.7", "fp8_block", "fp8_block", "fp8_block"),
+    "qwen3-4b": ("Qwen/Qwen3-4B", "bf16", "bfloat16", None),
+    "qwen2.5-7b": ("Qwen/Qwen2.5-7B", "bf16", "bfloat16", None),
+    "qwen2.5-7b-fp8": ("Qwen/Qwen2.5-7B", "fp8", "fp8", None),
+    "qwen2.5-14b": ("Qwen/Qwen2.5-14B", "bf16", "bfloat16", None),
+    "qwen2.5-14b-fp8": ("Qwen/Qwen2.5-14B", "fp8", "fp8", None),
+    "qwen2.5-72b": ("Qwen/Qwen2.5-72B", "bf16", "bfloat16", None),
+    "qwen2.5-72b-fp8": ("Qwen/Qwen2.5-72B", "fp8", "fp8", None),
+    "llama3.2-1b": ("meta-llama/Llama-3.2-1B", "bf16", "bfloat16", None),
+    "llama3-8b": ("meta-llama/Meta-Llama-3-8B", "bf16", "bfloat16", None),
 }
 # The config.json of a model aiconfigurator 0.12 does not bundle (it reads any such file whose architecture it knows:
 # sdk/common.py's architecture map): tfcalc's verbatim copy in tests/fixtures/hf_configs
 FIXTURE_CONFIGS = {"Qwen/Qwen3-14B": "qwen3-14b.json", "Qwen/Qwen3-4B": "qwen3-4b.json",
-                   "Qwen/Qwen2.5-32B": "qwen2.5-32b.json", "meta-llama/Llama-3.2-3B": "llama3.2-3b.json"}
+                   "Qwen/Qwen2.5-32B": "qwen2.5-32b.json", "meta-llama/Llama-3.2-3B": "llama3.2-3b.json",
+                   "Qwen/Qwen2.5-7B": "qwen2.5-7b.json", "Qwen/Qwen2.5-14B": "qwen2.5-14b.json",
+                   "Qwen/Qwen2.5-72B": "qwen2.5-72b.json", "meta-llama/Llama-3.2-1B": "llama3.2-1b.json",
+                   "meta-llama/Meta-Llama-3-8B": "llama3-8b.json"}
 
 # The MoE format an engine runs by default where it differs from the model's entry above: on Blackwell, SGLang's
 # FlashInfer MXFP4 MoE quantises its activations to MXFP8 (server_args flashinfer_mxfp4_moe_precision "default";
@@ -760,6 +775,39 @@ HOLDOUT_GRID_36 = [
     ("llama3-70b", "a100_sxm", [8], [4, 24], [(1500, 300)]),
 ]
 
+# The LLAMA-family presets grid 36 left for a later grid (Qwen2.5-7B / 14B / 72B, Llama 3.2 1B, Llama 3 8B; each
+# handed to aiconfigurator as tfcalc's config.json fixture) and bf16 Qwen3-4B, on GPUs earlier grids held least: the
+# L40S and RTX PRO 6000 Server (PCIe cards no grid held; aiconfigurator 0.12 has vLLM 0.24, SGLang 0.5.14 and
+# TensorRT-LLM 1.3.0rc20 tables for both), the GB200, GB300, B300 and A100; MoE models on them (Mixtral 8x7B and
+# Qwen3-30B-A3B on L40S, Qwen3-30B-A3B on the RTX PRO 6000, Mixtral 8x22B on GB200s, block-fp8 MiniMax-M2.7 on
+# GB300s). One batch (1-64) and one (ISL, OSL) per entry, from 128 / 1,000 to 32,000 / 200. Collected on 2026-12-08,
+# scored once with no change to tfcalc's model. Left out as in grid 36: Llama 4 (no shared expert in aiconfigurator's
+# HYBRIDMOE), DeepSeek-V4-Pro (no all-reduce after attention), Nemotron-3-Ultra (aiconfigurator prices no Mamba-2
+# state in decode: grid 24's reading)
+HOLDOUT_GRID_37 = [
+    ("qwen2.5-7b", "l40s", [1], [1], [(16000, 200)]),
+    ("qwen2.5-7b", "l40s", [2], [32], [(128, 512)]),
+    ("llama3.2-1b", "l40s", [1], [64], [(2000, 500)]),
+    ("qwen3-14b-fp8", "l40s", [1], [8], [(4000, 300)]),
+    ("mixtral-8x7b", "l40s", [4], [16], [(1000, 300)]),
+    ("qwen3-30b-a3b", "l40s", [2], [4], [(8000, 300)]),
+    ("qwen2.5-14b", "rtx_pro_6000_server", [1], [8], [(4000, 300)]),
+    ("qwen2.5-14b-fp8", "rtx_pro_6000_server", [1], [64], [(128, 256)]),
+    ("qwen2.5-32b", "rtx_pro_6000_server", [2], [4], [(30000, 200)]),
+    ("qwen3-30b-a3b", "rtx_pro_6000_server", [1], [4], [(16000, 200)]),
+    ("llama3-8b", "a100_sxm", [1], [32], [(6000, 300)]),
+    ("qwen2.5-72b", "a100_sxm", [8], [1], [(32000, 200)]),
+    ("qwen2.5-14b", "a100_sxm", [2], [4], [(16000, 300)]),
+    ("qwen2.5-72b", "gb200", [4], [16], [(16000, 300)]),
+    ("qwen2.5-7b-fp8", "gb200", [1], [64], [(2000, 400)]),
+    ("mixtral-8x22b", "gb200", [4], [4], [(16000, 300)]),
+    ("qwen3-4b", "gb300", [1], [16], [(24000, 300)]),
+    ("llama3-8b", "gb300", [1], [64], [(8000, 128)]),
+    ("minimax-m2.7", "gb300", [4], [64], [(128, 500)]),
+    ("qwen2.5-72b-fp8", "b300_sxm", [2], [64], [(128, 1000)]),
+    ("llama3.2-1b", "b300_sxm", [1], [1], [(32000, 128)]),
+]
+
 
 def _local_config(path: str) -> str:
     """aiconfigurator's own bundled config.json for ``path`` in a folder of its own (some bundled models are not
@@ -853,7 +901,7 @@ if __name__ == "__main__":
              "--holdout28": HOLDOUT_GRID_28, "--holdout29": HOLDOUT_GRID_29, "--holdout30": HOLDOUT_GRID_30,
              "--holdout31": HOLDOUT_GRID_31, "--holdout32": HOLDOUT_GRID_32,
              "--holdout33": HOLDOUT_GRID_33, "--holdout34": HOLDOUT_GRID_34, "--holdout35": HOLDOUT_GRID_35,
-             "--holdout36": HOLDOUT_GRID_36}
+             "--holdout36": HOLDOUT_GRID_36, "--holdout37": HOLDOUT_GRID_37}
     chosen = [grids[f] for f in flags if f in grids]
     if chosen:
         GRID[:] = chosen[-1]

@@ -45,9 +45,10 @@ Reference points (each with its source and setting):
   (``--holdout22``) a twenty-second of Gemma 4 ("aic held-out 22"), ... and aiconfigurator_holdout35.json
   (``--holdout35``) a thirty-fifth of Kimi K3, MiniMax-M3 and Llama-3.3-Nemotron-Super-49B ("aic held-out 35") and
   aiconfigurator_holdout36.json (``--holdout36``) a thirty-sixth of presets no earlier file has and the A100 ("aic
-  held-out 36"); a
-  point's model is a preset, a file in benchmarks/validation/models, or else the config.json fixture of that name
-  in tests/fixtures/hf_configs (Kimi K3, which has no preset).
+  held-out 36") and aiconfigurator_holdout37.json (``--holdout37``) a thirty-seventh of the LLAMA-family presets
+  left after it, the L40S and RTX PRO 6000 ("aic held-out 37"); a point's model is a preset, a file in
+  benchmarks/validation/models, or else the config.json fixture of that name in tests/fixtures/hf_configs (Kimi K3,
+  which has no preset).
 tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
 nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
@@ -66,7 +67,7 @@ LARGE = "aic b128+"
 FIXTURES = ROOT / "tests" / "fixtures" / "hf_configs"
 # The held-out files, aiconfigurator_holdout.json, aiconfigurator_holdout2.json ... (aiconfigurator_points.py
 # --holdoutN), each summarised on its own line
-HELD_OUT_FILES = 36
+HELD_OUT_FILES = 37
 
 
 def holdout(n: int) -> str:
@@ -83,7 +84,9 @@ SOURCES = [("public", HERE / "public_points.json"), ("silicon", HERE / "silicon_
            *((holdout(n), HERE / f"aiconfigurator_holdout{n if n > 1 else ''}.json")
              for n in range(1, HELD_OUT_FILES + 1))]
 AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
-           "gb300": "gb300", "a100_sxm": "a100-80gb"}  # a100_sxm.yaml: mem_capacity 80 GiB
+           "gb300": "gb300", "a100_sxm": "a100-80gb",  # a100_sxm.yaml: mem_capacity 80 GiB
+           # rtx_pro_6000_server.yaml: sm_version 120, mem_capacity 97,887 MiB (the Server Edition's nvidia-smi total)
+           "l40s": "l40s", "rtx_pro_6000_server": "rtx-pro-6000"}
 # aiconfigurator points whose kernel-table rows no engine would time (aic_caveats.py writes the file and says why:
 # "routing", the collector's tied group-limited top-k; "sliced", a row slower than the same experts on half the GPUs;
 # "unsplit", rows at ep 2 no faster than at ep 1: SGLang's collector computes the timed rank's remote rows;
