@@ -8,19 +8,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-import yaml
 
 from tfcalc.calc import kernels
 from tfcalc.calc.latency import linear_mode, rates_for
 from tfcalc.dtypes import get_dtype
 from tfcalc.errors import SpecError, UsageError
-from tfcalc.spec.engine import (
-    EngineKernels,
-    SchedulerPolicy,
-    engine_from_mapping,
-    kernels_from_mapping,
-    merged_mapping,
-)
+from tfcalc.spec.engine import EngineKernels, SchedulerPolicy, engine_from_mapping, kernels_from_mapping
 from tfcalc.spec.gpu import gpu_from_mapping, latency_from_mapping
 from tfcalc.spec.interconnect import interconnect_from_mapping, load_interconnect
 from tfcalc.spec.presets import (
@@ -70,31 +63,22 @@ def test_engine_kernel_blocks_sourced_and_valid(name: str) -> None:
     engine = load_engine(name)
     assert engine.name == engine_family(name)
     block = document.get("kernels")
-    if block is None and "base" in document:   # a release laid over another: that one's kernels
-        assert engine.kernels == load_engine(document["base"]).kernels
-        return
     if block is None:
         default = load_engine(engine.name)
         assert default.default and default is not engine and read_data_file(
             preset_root() / "engines" / f"{engine.name}-{default.version}.yaml").get("kernels") is not None
         assert engine.kernels == default.kernels and engine.kernels.sources == default.kernels.sources
         return
-    numbers = [k for k in block if k not in ("sources", "base")]
+    numbers = [k for k in block if k != "sources"]
     assert [k for k in numbers if k not in _sourced(block)] == []
-    laid = load_preset_document("engine", name)["kernels"]   # a file's base: laid under it
-    if "base" in block:   # kernels.base: another release's block under this one's changes
-        changes = {k: v for k, v in block.items() if k != "base"}
-        laid = merged_mapping(load_preset_document("engine", block["base"])["kernels"], changes)
-        assert load_engine(block["base"]).name == engine.name
-    assert engine.kernels == kernels_from_mapping(laid, name)
+    assert engine.kernels == kernels_from_mapping(block, name)
 
 
 def test_reference_engines_exist() -> None:
     assert {"vllm", "sglang", "trtllm", "gpt-fast"} <= {engine_family(n) for n in ENGINES}
     # the kernel facts issue 9 measured, now in the engine version presets they were measured on
     assert load_engine("vllm").kernels.block_floors_s == pytest.approx({"mla_decode": 79e-6, "mla_prefill": 100e-6})
-    assert load_engine("vllm@0.19").kernels == load_engine("vllm").kernels  # shared, not repeated
-    assert load_engine("vllm@0.9").kernels == load_engine("vllm-0.22").kernels  # kernels.base: before v3.6.0
+    assert load_engine("vllm@0.9").kernels == load_engine("vllm").kernels  # shared, not repeated
     assert load_engine("sglang").kernels.floors_s == pytest.approx({"attention": 9.2e-6, "moe": 22e-6,
                                                                     "gdn_prefill": 21.7e-6, "gdn_decode": 4.2e-6})
     trt = load_engine("trtllm").kernels
@@ -184,8 +168,7 @@ def test_engine_moe_efficiency_replaces_the_gpu_value_on_its_gpus() -> None:
     assert vllm.grouped_efficiency("bf16", "int4") == 0.38 and sglang.grouped_efficiency("bf16", "int4") == 0.41
     assert rates_for(load_gpu("b200"), load_engine("vllm").kernels).grouped_efficiency("bf16", "int4") == 0.19
     assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).grouped_efficiency("bf16", "int4") == 0.65
-    assert vllm.grouped_efficiency("fp8", weight_format="fp8_e4m3") == 0.53
-    assert set(vllm.moe_format_floors) == {"mxfp4"}   # 0.20-0.21's unfused MXFP4 routing alone (vllm-0.22: none)
+    assert vllm.grouped_efficiency("fp8", weight_format="fp8_e4m3") == 0.53 and not vllm.moe_format_floors
     assert vllm.grouped_efficiency("bf16") == 0.83 and vllm.moe_untuned_efficiency == {"bf16": 0.76}
     assert "engine" not in rates_for(load_gpu("a100-80gb"), load_engine("vllm").kernels).source
     assert rates_for(load_gpu("b200"), load_engine("sglang").kernels).grouped_efficiency("fp8") == 0.45
@@ -1438,44 +1421,3 @@ def test_dense_model_rates_name_no_moe_kernel() -> None:
     dense, moe = rates_for(gpu, kernels, has_experts=False), rates_for(gpu, kernels)
     assert "MoE" not in dense.source and "MoE efficiency from the engine preset" in moe.source
     assert dense.moe_efficiency_by_dtype == moe.moe_efficiency_by_dtype
-
-
-VLLM_RELEASES = ("vllm-0.8", "vllm-0.11", "vllm-0.17", "vllm-0.21", "vllm-0.22", "vllm-0.24", "vllm-0.29", "vllm-0.34")
-
-
-def test_vllm_mxfp4_moe_routing_cost_only_on_0_17_to_0_21_hopper() -> None:
-    """vLLM 0.17-0.21 (triton_kernels v3.6.0, routing unfused at ep 1) pay vLLM PR #43135's A/B per MoE layer on
-    Hopper for MXFP4 experts: (4.32 - 3.22) ms ITL over gpt-oss-20b's 24 layers (the PR's table), on top of the moe
-    floor every other release keeps; other formats, the B200 and releases before 0.17 or from 0.22 keep it."""
-    per_layer = (4.32 - 3.22) / 24 * 1e-3
-    fixed = load_engine("vllm-0.22").kernels
-    for gpu_name in ("h100-sxm", "h200", "h100-pcie", "b200"):
-        gpu = load_gpu(gpu_name)
-        base = rates_for(gpu, fixed)
-        for preset in VLLM_RELEASES:
-            rates = rates_for(gpu, load_engine(preset).kernels)
-            regressed = preset in ("vllm-0.17", "vllm-0.21") and gpu_name != "b200"
-            extra = per_layer if regressed else 0.0
-            assert rates.floor("moe", "mxfp4") - base.floor("moe", "mxfp4") == pytest.approx(extra, rel=0.01, abs=1e-9)
-            for fmt in ("bf16", "fp8_block", "nvfp4"):
-                assert rates.floor("moe", fmt) == base.floor("moe", fmt)
-    assert load_engine("vllm").kernels == load_engine("vllm-0.21").kernels   # the default is 0.20-0.21
-
-
-def test_engine_kernels_base_runs_another_releases_kernels(tmp_path: Path) -> None:
-    """``kernels: {base: PRESET, ...}`` lays the block over that preset's kernels; a bad name is a one-line error."""
-    document = read_data_file(preset_root() / "engines" / "vllm-0.17.yaml")
-    path = tmp_path / "mine.yaml"
-    for block, floor_us in (({"base": "vllm-0.22"}, None),
-                            ({"base": "vllm-0.22", "moe_floors_us": {"h200": {"mxfp4": 50}}}, 50)):
-        path.write_text(yaml.safe_dump({**document, "kernels": block}))
-        engine = load_engine(str(path)).kernels
-        assert engine.moe_floors_by_gpu.get("h200", {}).get("mxfp4") == (None if floor_us is None
-                                                                          else pytest.approx(floor_us * 1e-6))
-        assert engine.moe_ep_floors_by_gpu == load_engine("vllm-0.22").kernels.moe_ep_floors_by_gpu
-    for base, message in (("vllm-9", "field 'kernels.base' must name an engine preset"),
-                          ("sglang-0.5", "field 'kernels.base' must name a preset of the same engine")):
-        path.write_text(yaml.safe_dump({**document, "kernels": {"base": base}}))
-        with pytest.raises(SpecError, match=message) as caught:
-            load_engine(str(path))
-        assert "\n" not in str(caught.value)

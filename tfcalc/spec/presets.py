@@ -377,8 +377,6 @@ def _engine_from_file(path: Path, default_name: str, preset: str | None = None):
     from tfcalc.spec.engine import engine_from_mapping
 
     data = engine_document(path, preset)
-    if isinstance(data, dict):
-        data = _kernels_over_base(data, path)
     fallback = data.pop("extensible_off", None) if isinstance(data, dict) else None
     inherited = {"kernels": None, "scheduler": None, "requests": None}
     for key in inherited:
@@ -395,28 +393,6 @@ def _engine_from_file(path: Path, default_name: str, preset: str | None = None):
         inherited_scheduler=inherited["scheduler"], inherited_requests=inherited["requests"]))
 
 
-def _kernels_over_base(data: dict[str, Any], path: Path) -> dict[str, Any]:
-    """``kernels: {base: PRESET, ...}``: that engine preset's ``kernels:`` block (its own ``base:`` laid under it)
-    with the rest of this block laid over it, so a release can run a later release's kernels (vllm-0.11.yaml: 0.22's,
-    without the 0.17-0.21 MXFP4 MoE routing cost)."""
-    kernels = data.get("kernels")
-    if not isinstance(kernels, dict) or "base" not in kernels:
-        return data
-    changes = dict(kernels)
-    base = changes.pop("base")
-    names = preset_names("engine")
-    if not isinstance(base, str) or base not in names:
-        raise SpecError(f"{path}: field 'kernels.base' must name an engine preset ({', '.join(names)}), got "
-                        f"{base!r}")
-    under = engine_document(_preset_file("engine", base), base)
-    if not isinstance(under.get("kernels"), dict) or under.get("name") != data.get("name"):
-        raise SpecError(f"{path}: field 'kernels.base' must name a preset of the same engine with a 'kernels' "
-                        f"block ({base} has none or is another engine's)")
-    from tfcalc.spec.engine import merged_mapping
-
-    return {**data, "kernels": merged_mapping(under["kernels"], changes)}
-
-
 def _extensible_off_mapping(section: Any, data: dict[str, Any], path: Path) -> dict[str, Any]:
     """``extensible_off``: {base: the preset whose sizing the release falls back to without its extensible KV cache,
     and what the release changes beside} -> that accounting's mapping, under the release's own version and name."""
@@ -425,7 +401,7 @@ def _extensible_off_mapping(section: Any, data: dict[str, Any], path: Path) -> d
         raise SpecError(f"{path}: field 'extensible_off' must be a mapping whose 'base' names an engine preset "
                         f"({', '.join(names)})")
     release = {key: data[key] for key in ("name", "version", "releases", "sources") if key in data}
-    return _kernels_over_base(_laid_over_base({**section, **release}, path), path)
+    return _laid_over_base({**section, **release}, path)
 
 
 def engine_choices() -> list[str]:
