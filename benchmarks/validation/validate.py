@@ -8,8 +8,10 @@ Reference points (each with its source and setting):
   a point may give ``e2e_ms`` instead, a static batch's whole latency as a harness times it (vLLM's
   benchmark_latency, TensorRT-LLM's gptSessionBenchmark: one prefill, then gen - 1 decode steps), compared with
   tfcalc's TTFT + (gen - 1) x TPOT on a line of its own ("E2E"); an optional ``note`` says how a published figure
-  was converted and ``engine_version`` which release ran it (2025-2026 points), neither read; a model may be a
-  config.json fixture's path;
+  was converted (not read) and ``engine_version`` which release ran it (2025-2026 points): a vLLM point whose
+  version is a release (``0.19.1``) is priced with the vLLM preset whose ``releases`` cover it (``engine_preset``),
+  a build named otherwise (``main + #43135``) with the default preset; a model may be a config.json fixture's
+  path;
 - silicon_points.json: measured serving runs at concurrency <= 4 from aiconfigurator's silicon_sample.csv
   (TPOT ~ the decode step at that batch, context prompt + gen/2; TTFT is compared with one prompt's prefill, but
   adds request handling and queueing a step model does not price, so it is shown and not counted); the KV cache
@@ -49,14 +51,17 @@ Reference points (each with its source and setting):
   left after it, the L40S and RTX PRO 6000 ("aic held-out 37"); a point's model is a preset, a file in
   benchmarks/validation/models, or else the config.json fixture of that name in tests/fixtures/hf_configs (Kimi K3,
   which has no preset).
-tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast), its GPU preset and defaults:
-nothing is tuned per point. Errors are tfcalc / reference - 1.
+tfcalc runs with the engine preset the reference used (vllm, sglang, trtllm, gpt-fast; for vLLM the release's
+preset where the point names a release, aiconfigurator's points the release of their vLLM tables), its GPU preset
+and defaults: nothing is tuned per point. Errors are tfcalc / reference - 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import re
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -138,7 +143,8 @@ def load_points() -> list[dict]:
                 model = p["model"]
                 caveat = caveats.get(tuple({**p, "source": path.name, "ep": p.get("ep", 1)}[k] for k in _CAVEAT_KEY))
                 p = {"reference": f"aiconfigurator 0.12 static prediction, {p['backend']} {p.get('version', '')}",
-                     "kind": "predicted", "engine": p["backend"], "model": model_file(model),
+                     "kind": "predicted", "engine": p["backend"], "engine_version": p.get("version") or "",
+                     "model": model_file(model),
                      "gpu": AIC_GPU[p["gpu"]],
                      "weights": (f"default={p['weights_dtype']},attention=bf16"
                                  if p.get("aic_model") in AIC_BF16_ATTENTION else p["weights_dtype"]),
@@ -191,6 +197,36 @@ def _model_name(point: dict) -> str:
     return Path(model).stem if model.endswith((".yaml", ".yml", ".json")) else model
 
 
+_RELEASE = re.compile(r"\d+\.\d+(\.\d+)?")
+
+
+def engine_preset(p: dict) -> str:
+    """The engine preset that prices a point: for vLLM, the preset whose ``releases`` cover the point's
+    ``engine_version`` when that is a release number (``0.19.1``, ``0.24.0``), else the engine's default."""
+    version = str(p.get("engine_version") or "")
+    if p["engine"] != "vllm" or not _RELEASE.fullmatch(version):
+        return p["engine"]
+    return _release_preset(p["engine"], version)
+
+
+@functools.cache
+def _release_preset(engine: str, version: str) -> str:
+    """The name of ``engine``'s preset whose ``releases`` cover ``version`` (presets.load_engine's choice)."""
+    from tfcalc.spec.presets import engine_family, load_engine, load_preset_document, preset_names
+
+    releases = load_engine(f"{engine}@{version}").releases
+    return next(n for n in preset_names("engine") if engine_family(n) == engine
+                and str(load_preset_document("engine", n).get("releases", "")) == releases)
+
+
+@functools.cache
+def _kernels(preset: str):  # -> tfcalc.spec.engine.EngineKernels
+    """An engine preset's kernels block, loaded once."""
+    from tfcalc.spec.presets import load_engine
+
+    return load_engine(preset).kernels
+
+
 def predict(p: dict) -> tuple[float, float]:
     """(TTFT, TPOT) in ms from tfcalc with the point's engine, GPU and parallelism."""
     return predict_all(p)[:2]
@@ -202,14 +238,14 @@ def predict_all(p: dict) -> tuple[float, float, float]:
     from tfcalc.calc.kv_cache import default_kv_dtype
     from tfcalc.calc.latency import deployment, estimate_latency
     from tfcalc.dtypes import get_dtype, parse_weight_precision
-    from tfcalc.spec.presets import load_engine, load_gpu
+    from tfcalc.spec.presets import load_gpu
 
     spec, gpu = load_spec(p["model"]), load_gpu(p["gpu"])
     if p.get("one_format"):  # aiconfigurator quantises every GEMM in its one gemm_quant_mode, from the model's
         spec = replace(spec, quantized_weight_exceptions=())  # bf16 config: no layer kept 16-bit (Llama 3.1 405B)
     precision = parse_weight_precision(p["weights"])
     kv = get_dtype(p["kv"]) if p.get("kv") else default_kv_dtype(spec)
-    engine = load_engine(p["engine"]).kernels
+    engine = _kernels(engine_preset(p))
     if p.get("uncaptured_linears"):
         engine = replace(engine, uncaptured_linears=frozenset(p["uncaptured_linears"]))
     d = deployment(spec, gpu, precision, kv, tp=p["tp"], pp=p.get("pp", 1), ep=p.get("ep", 1), engine_kernels=engine,
@@ -237,13 +273,13 @@ def main() -> None:
     rows = []
     for p in points:
         ttft, tpot, e2e = predict_all(p)
-        row = {**p, "tfcalc_ttft_ms": ttft, "tfcalc_tpot_ms": tpot, "tfcalc_e2e_ms": e2e,
+        row = {**p, "preset": engine_preset(p), "tfcalc_ttft_ms": ttft, "tfcalc_tpot_ms": tpot, "tfcalc_e2e_ms": e2e,
                "ttft_err": _err(ttft, p.get("ttft_ms")), "tpot_err": _err(tpot, p.get("tpot_ms")),
                "e2e_err": _err(e2e, p.get("e2e_ms"))}
         rows.append(row)
     if args.markdown:
-        print("| source | model | GPU | engine | weights | tp | ep | batch | prompt | gen | TTFT ref | TTFT tfcalc "
-              "| err | TPOT ref | TPOT tfcalc | err |")
+        print("| source | model | GPU | engine preset | weights | tp | ep | batch | prompt | gen | TTFT ref "
+              "| TTFT tfcalc | err | TPOT ref | TPOT tfcalc | err |")
         print("|---|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for r in rows:
             if r.get("e2e_ms") and not (r.get("ttft_ms") or r.get("tpot_ms")):
@@ -254,16 +290,16 @@ def main() -> None:
             tpot = (f"{r['tpot_ms']:.2f} | {r['tfcalc_tpot_ms']:.2f} | {r['tpot_err']:+.0%}" if r.get("tpot_ms")
                     else "— | " + f"{r['tfcalc_tpot_ms']:.2f} | —")
             source = r["source_kind"] + (f" [{r['caveat']}]" if r.get("caveat") else "")
-            print(f"| {source} | {model} | {r['gpu']} | {r['engine']} | {r['weights'].replace('=', ':')} | "
+            print(f"| {source} | {model} | {r['gpu']} | {r['preset']} | {r['weights'].replace('=', ':')} | "
                   f"{r['tp']}{f' pp {pp}' if (pp := r.get('pp', 1)) > 1 else ''} | {r.get('ep', 1)} | {r['batch']} | "
                   f"{r['prompt']} | {r['gen']} | {ttft} | {tpot} |")
         print("\nStatic batches timed end to end (TTFT + (gen - 1) x TPOT):\n")
-        print("| source | model | GPU | engine | weights | KV | tp | batch | prompt | gen | E2E ref (ms) "
+        print("| source | model | GPU | engine preset | weights | KV | tp | batch | prompt | gen | E2E ref (ms) "
               "| E2E tfcalc | err |")
         print("|---|---|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|")
         for r in rows:
             if r.get("e2e_ms"):
-                print(f"| {r['source_kind']} | {_model_name(r)} | {r['gpu']} | {r['engine']} | {r['weights']} | "
+                print(f"| {r['source_kind']} | {_model_name(r)} | {r['gpu']} | {r['preset']} | {r['weights']} | "
                       f"{r.get('kv', '')} | {r['tp']} | {r['batch']} | {r['prompt']} | {r['gen']} | "
                       f"{r['e2e_ms']:.0f} | {r['tfcalc_e2e_ms']:.0f} | {r['e2e_err']:+.0%} |")
     summary(rows, "tfcalc", "ttft_err", "tpot_err")

@@ -740,3 +740,20 @@ def test_gpt_oss_vllm_triton_kernels_regression(v: ModuleType) -> None:
     assert len(blog) == 4
     for p in [*regressed, *blog]:
         assert abs((v.predict(p)[1] + cost) / p["tpot_ms"] - 1) <= 0.2
+
+
+
+def test_vllm_points_priced_by_their_release(v: ModuleType) -> None:
+    """A vLLM point naming a release is priced with the preset whose releases cover it (0.19.1 -> vllm-0.17, 0.10.2
+    -> vllm-0.8, aiconfigurator's 0.24.0 tables -> vllm-0.24); a build named otherwise, and other engines, with the
+    engine's default."""
+    point = {"engine": "vllm", "engine_version": "0.19.1"}
+    assert v.engine_preset(point) == "vllm-0.17"
+    assert v.engine_preset({**point, "engine_version": "0.10.2"}) == "vllm-0.8"
+    assert v.engine_preset({**point, "engine_version": "0.24.0"}) == "vllm-0.24"
+    assert v.engine_preset({**point, "engine_version": "0.21"}) == "vllm-0.21"
+    assert v.engine_preset({**point, "engine_version": "main + #43135 (merged 2026-05-19)"}) == "vllm"
+    assert v.engine_preset({**point, "engine_version": ""}) == "vllm"
+    assert v.engine_preset({"engine": "sglang", "engine_version": "0.5.1"}) == "sglang"
+    aic = [p for p in v.load_points() if p["source_kind"] == "aiconfigurator" and p["engine"] == "vllm"]
+    assert aic and {v.engine_preset(p) for p in aic} <= {"vllm-0.24", "vllm-0.11"}
