@@ -482,6 +482,8 @@ def test_vllm_runs_kimi_k3_mxfp4_experts_on_marlin_sglang_on_fp4_cores() -> None
     from tfcalc.spec.hf_config import load_hf_config
 
     spec = load_hf_config(Path(__file__).parents[1] / "fixtures" / "hf_configs" / "kimi-k3.json", name="kimi-k3")
+    # the experts' kernels alone: the bf16 latent projections, alike on both engines, priced in the experts' format
+    spec = replace(spec, moe=replace(spec.moe, latent_16_bit=False))
     b300, precision = load_gpu("b300"), parse_weight_precision("experts=mxfp4,default=bf16")
 
     def dep(engine: str):  # noqa: ANN202 - Deployment
@@ -1054,3 +1056,48 @@ def test_fa2_decode_attention_against_aiconfigurator_rows(gpu: str, seqs: int, c
     kv = 2.0 * seqs * ctx * kv_heads * 128 * 2
     t = kernels.decode_attention(rates, seqs, kv_heads, kv, 4.0 * seqs * 4 * kv_heads * 128 * ctx).seconds
     assert t * 1e6 == pytest.approx(measured_us, rel=0.10)
+
+
+def _kimi_k3_sglang(**spec_changes):  # noqa: ANN202 - Deployment
+    from tfcalc.spec.hf_config import load_hf_config
+
+    spec = load_hf_config(Path(__file__).parents[1] / "fixtures" / "hf_configs" / "kimi-k3.json", name="kimi-k3")
+    return deployment(replace(spec, **spec_changes), load_gpu("b300"),
+                      parse_weight_precision("experts=mxfp4,default=bf16"), KV, tp=8,
+                      engine_kernels=load_engine("sglang").kernels)
+
+
+# aiconfigurator 0.12 gemm_perf rows, B300 sglang/0.5.14, bfloat16, m = 64: [3584 x 7168] 12.73 us (Kimi K3's
+# routed_expert_down_proj), [7168 x 3584] 11.86 us (its up_proj)
+@pytest.mark.parametrize(("n", "k", "row_us"), [(3584, 7168, 12.73), (7168, 3584, 11.86)])
+def test_kimi_k3_latent_projections_are_bf16_gemms_against_aiconfigurator_rows(n: int, k: int,
+                                                                             row_us: float) -> None:
+    """Kimi K3's latent projections stay bf16 beside the MXFP4 experts (SGLang KimiK3MoE: ReplicatedLinear with
+    quant_config=None): a decode step of 64 tokens spends one such GEMM more per MoE layer (92) with them than
+    without the latent, within 20 % of aiconfigurator's bf16 rows (priced in MXFP4, 7 us: 45 % short)."""
+    d = _kimi_k3_sglang()
+    assert d.dims.latent_mode is not None and d.dims.latent_mode.bits == 16
+    rates = d.rates_decode
+    t = kernels.gemm(rates, 64, n, k, 16, "bf16").seconds
+    assert t * 1e6 == pytest.approx(row_us, rel=0.20)
+    mxfp4 = replace(d.dims, latent_mode=None)
+    assert kernels.gemm(rates, 64, n, k, mxfp4.experts_mode.bits, mxfp4.experts_mode.compute,
+                        dequant=mxfp4.experts_mode.dequant, weight_format=mxfp4.experts_mode.weights
+                        ).seconds < 0.7 * t
+
+
+def test_kimi_k3_attention_residuals_norm_and_kda_decay_against_aiconfigurator() -> None:
+    """At 64 decode tokens (context 2,150) aiconfigurator's SGLang B300 prediction of Kimi K3 spends 723 us a step
+    on the attention residuals (two aggregations a layer, 93 layers: generation_attn_res), 303 us on the latent
+    RMSNorm (92 MoE layers: generation_latent_norm) and 150 us on KDA's f_b [128 -> 1,536] (69 layers:
+    generation_kda_fb_gemm); each within 35 % here, and absent without the part."""
+    shape = StepShape(decode_seqs=64, decode_context=2150, decode_span=300)
+    full = step_time(_kimi_k3_sglang(), shape).seconds
+    no_res = step_time(_kimi_k3_sglang(attention_residual_block=0), shape).seconds
+    assert (full - no_res) * 1e6 == pytest.approx(723, rel=0.35)
+    d = _kimi_k3_sglang()
+    assert d.dims.latent_norm and d.dims.kda
+    norm = kernels.elementwise(d.rates_decode, 2 * 64 * 3584 * 2).seconds * 92
+    assert norm * 1e6 == pytest.approx(303, rel=0.35)
+    f_b = kernels.gemm(d.rates_decode, 64, 1536, 128, 16, "bf16").seconds * 69
+    assert f_b * 1e6 == pytest.approx(150, rel=0.35)

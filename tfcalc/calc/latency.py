@@ -303,6 +303,15 @@ class _Dims:
     mamba_chunk: int = 0
     # a latent MoE's width (Nemotron 3 Super): its experts run on it, projected to and from h on every GPU; 0: none
     moe_latent: int = 0
+    # its projections' format where it is not the experts' (Kimi K3: bf16, ``MoESpec.latent_16_bit``), and whether
+    # an RMSNorm runs over the reduced latent (Kimi K3's routed_expert_norm)
+    latent_mode: _Linear | None = None
+    latent_norm: bool = False
+    # Kimi K3's KDA layers (Gated DeltaNet's fields): a decay projection f_a [h, d] (replicated) then f_b [d, P]
+    kda: bool = False
+    # Kimi K3's attention residuals: the block outputs (and the current block's partial sum) one aggregation reads, as
+    # a mean over the layers; 0: none
+    attn_res_inputs: float = 0.0
     # DSA (DeepSeek-V3.2, GLM-5): the indexer's heads and head_dim (whole on every GPU), the keys MLA attends at most,
     # one token's indexer key in bytes; 0: no indexer
     index_heads: int = 0
@@ -636,7 +645,19 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  embedding_bits=float(precision.for_component("embedding").bits_per_element),
                  **cache, **msa,
                  mamba_chunk=la.chunk_size if la is not None and la.kind == "mamba2" else 0,
-                 moe_latent=spec.moe.latent_size if spec.moe is not None else 0)
+                 moe_latent=spec.moe.latent_size if spec.moe is not None else 0,
+                 latent_mode=_Linear(16.0, "bf16", "", False) if spec.moe is not None and spec.moe.latent_16_bit
+                 else None,
+                 latent_norm=spec.moe is not None and spec.moe.latent_norm and bool(spec.moe.latent_size),
+                 kda=la is not None and la.kind == "kda", attn_res_inputs=_attn_res_inputs(spec))
+
+
+def _attn_res_inputs(spec: ModelSpec) -> float:
+    """Inputs one attention-residual aggregation reads, averaged over the layers: the blocks of
+    ``attention_residual_block`` layers completed before the layer plus the current block's partial sum (Kimi K3;
+    SGLang kimi_k3.py AttnResidual / aggregate_stream); 0 for a model without them."""
+    block, n = spec.attention_residual_block, spec.num_layers
+    return sum(layer // block + 1 for layer in range(n)) / n if block else 0.0
 
 
 def deployment(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: DType, *, tp: int = 1,
@@ -995,13 +1016,16 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool,
         qk_dim, v_dim = dm.head_dim, dm.v_dim
     else:
         q_out = dm.heads * (dm.nope + dm.rope)
+        # Kimi K3's output gate g [h, heads x v_dim] rides in the same GEMM, its heads split by tp (vLLM kimi_k3
+        # mla.py fused_qkv_a_g_proj, KimiK3MergedQKVGateLinear)
+        gate = dm.heads * dm.v_dim if dm.attention_gate else 0
         if dm.q_rank:
             # fused q_a + kv_a
-            _gemm(s, "attention", m, dm.q_rank + dm.kv_rank + dm.rope, h, dm.attn, eng, in_block=True)
+            _gemm(s, "attention", m, dm.q_rank + dm.kv_rank + dm.rope + gate, h, dm.attn, eng, in_block=True)
             _elementwise_group(s, "attention", 2 * m * (dm.q_rank + dm.kv_rank) * ACT_BYTES, kernels_count=2)
             _gemm(s, "attention", m, q_out, dm.q_rank, dm.attn, eng, in_block=True)
         else:
-            _gemm(s, "attention", m, q_out + dm.kv_rank + dm.rope, h, dm.attn, eng, in_block=True)
+            _gemm(s, "attention", m, q_out + dm.kv_rank + dm.rope + gate, h, dm.attn, eng, in_block=True)
             _elementwise_group(s, "attention", 2 * m * dm.kv_rank * ACT_BYTES)
         _elementwise_group(s, "attention", 2 * m * (q_out + dm.rope) * ACT_BYTES + m * dm.kv_bytes_per_token,
                            kernels_count=2, ideal_bytes=m * dm.kv_bytes_per_token)  # rotary + latent cache write
@@ -1328,7 +1352,7 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
     mode = dm.experts_mode
     width = dm.moe_latent or h  # the experts' input width: a latent MoE's projection of h (fc1 / fc2, replicated)
     if dm.moe_latent:
-        _gemm(s, "moe", m, width, h, mode, eng)
+        _gemm(s, "moe", m, width, h, dm.latent_mode or mode, eng)
     if mode.weights in DEQUANTISED_FIRST and not ideal:  # every resident expert to 16 bits, each step
         matrices = (3 if dm.gated else 2) * width * dm.expert_width * dm.experts_local
         _elementwise_group(s, "moe", matrices * (mode.bits / 8 + ACT_BYTES))
@@ -1338,8 +1362,10 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
                                      expert_width=int(dm.expert_width) or 1, gated=dm.gated, weight_bits=mode.bits,
                                      compute=mode.compute, dequant=mode.dequant, routing=d.routing,
                                      weight_format=mode.weights, replicated=d.dp == 1 or gathered), mode.compute)
+    if dm.latent_norm:  # RMSNorm over the reduced latent: read, write
+        _elementwise_group(s, "moe", 2 * m * width * ACT_BYTES)
     if dm.moe_latent:
-        _gemm(s, "moe", m, h, width, mode, eng)
+        _gemm(s, "moe", m, h, width, dm.latent_mode or mode, eng)
     if start is not None and shared is not None:  # the shared experts' path beside the router's and routed's
         _overlap(acc, start, shared)
     if gathered:  # all-gather of the tokens and router logits, reduce-scatter of the results (the same ring cost)
@@ -1389,7 +1415,11 @@ def _linear_attention_layer(s: _Step, d: Deployment, shape: StepShape) -> None:
         _gemm(s, "attention", m, conv + values + dm.linear_value_heads, h, dm.attn, eng)
     else:
         _gemm(s, "attention", m, conv + values, h, dm.attn, eng)
-        _gemm(s, "attention", m, 2 * dm.linear_value_heads, h, dm.attn, eng)
+        if dm.kda:  # beta per head beside f_a [h, d]; then f_b [d, P] (SGLang / vLLM kimi_k3 KDA: f_b_proj)
+            _gemm(s, "attention", m, dm.linear_value_heads + dm.linear_key_dim, h, dm.attn, eng)
+            _gemm(s, "attention", m, values, dm.linear_key_dim, dm.attn, eng, after="gemm")
+        else:
+            _gemm(s, "attention", m, 2 * dm.linear_value_heads, h, dm.attn, eng)
     seqs = shape.prefill_seqs + shape.decode_seqs
     _elementwise_group(s, "attention", 2 * m * conv * ACT_BYTES + 2 * seqs * dm.linear_conv_state_bytes,
                        ideal_bytes=2 * seqs * dm.linear_conv_state_bytes)
@@ -1419,6 +1449,9 @@ def _linear_attention_layer(s: _Step, d: Deployment, shape: StepShape) -> None:
 def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool | None, ideal: bool) -> None:
     """One layer: its mixer (none in Nemotron-H's MLP and MoE blocks) and its FFN (``moe`` None: none, Nemotron-H's
     Mamba-2 and attention blocks), each row-parallel output reduced over tp."""
+    attn_res = d.dims.attn_res_inputs
+    if attn_res and kind != "none":  # Kimi K3: the mixer's input, a learned mix of the block outputs so far
+        _attention_residual(s, "attention", shape.tokens, d.dims.h, attn_res)
     if kind == "linear":
         _linear_attention_layer(s, d, shape)
     elif d.dims.v4 is not None:  # DeepSeek-V4: its own attention inside hyper-connections
@@ -1436,6 +1469,8 @@ def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool | Non
         return
     if d.dims.v4 is not None:
         _hyper_connection(s, d, "moe" if moe else "dense_ffn", shape.tokens)
+    if attn_res:  # and the FFN's
+        _attention_residual(s, "moe" if moe else "dense_ffn", shape.tokens, d.dims.h, attn_res)
     if moe and d.spec.moe is not None and d.spec.moe.dense_mlp_beside:
         # Gemma 4: the dense MLP first, reduced on its own (vLLM Gemma4MLP's row-parallel down_proj), then the MoE
         _ffn_layer(s, d, shape, False, ideal)
@@ -1444,8 +1479,18 @@ def _layer(s: _Step, d: Deployment, shape: StepShape, kind: str, moe: bool | Non
             s.add_comm(t, bw, "tp")
     _ffn_layer(s, d, shape, moe, ideal)
     if d.tp > 1:
-        t, bw = _all_reduce(d, shape.tokens * d.dims.h * ACT_BYTES, d.tp, ideal, s.memo)
+        # a normed latent's TP-partial routed sums are reduced before the norm, in the shared experts' collective
+        # (SGLang kimi_k3.py KimiK3MoE._forward_fused: one all-reduce of [latent | h]); an all-to-all's combine
+        # returns them whole
+        latent = d.dims.moe_latent if moe and d.dims.latent_norm and d.dp == 1 else 0
+        t, bw = _all_reduce(d, shape.tokens * (d.dims.h + latent) * ACT_BYTES, d.tp, ideal, s.memo)
         s.add_comm(t, bw, "tp")
+
+
+def _attention_residual(s: _Step, group: str, m: float, h: int, inputs: float) -> None:
+    """One attention-residual aggregation (Kimi K3; SGLang kimi_k3.py AttnResidual): RMS-normed keys of ``inputs``
+    block outputs scored by a [h, 1] query, their softmax-weighted sum written: (inputs + 1) x m x h values."""
+    _elementwise_group(s, group, (inputs + 1) * m * h * ACT_BYTES)
 
 
 def _head(s: _Step, d: Deployment, shape: StepShape, first: bool, last: bool, ideal: bool) -> None:

@@ -482,10 +482,12 @@ _KDA_KEYS = {"num_heads": "linear_num_heads", "head_dim": "linear_head_dim",
 
 def _kimi_moe(c: _Config) -> MoESpec:
     """DeepSeek-V3's router and shared experts (KimiLinearConfig's names), and Kimi K3's latent MoE (vLLM KimiMoE):
-    the routed experts on routed_expert_hidden_size, an RMSNorm over it where latent_moe_use_norm."""
+    the routed experts on routed_expert_hidden_size, an RMSNorm over it where latent_moe_use_norm; its projections
+    in bf16 (SGLang kimi_k3.py KimiK3MoE: routed_expert_down_proj / up_proj ReplicatedLinear(quant_config=None))."""
     moe = _deepseek_moe(score_correction_bias=True, experts_key="num_local_experts")(c)
     latent = c.opt_int("routed_expert_hidden_size", minimum=1)
-    return replace(moe, latent_size=latent, latent_norm=c.flag("latent_moe_use_norm")) if latent else moe
+    return replace(moe, latent_size=latent, latent_norm=c.flag("latent_moe_use_norm"),
+                   latent_16_bit=True) if latent else moe
 
 
 def _kimi_linear(c: _Config) -> dict[str, Any]:
