@@ -98,6 +98,28 @@ Caveats, each a mechanism of the collector or of aiconfigurator's model rather t
   KimiDeltaAttention._forward), built once per step; SGLang's own rows of the kernel (kda/sglang/0.5.16) take 7-21
   us. SGLang 0.5.14, the version aiconfigurator runs, has no KDA table, and its points take the vLLM rows too. The
   excess: (the row the point's engine version queries - SGLang 0.5.16's row) x the KDA layers.
+- ``moe_extrapolated``: a prefill whose tokens T at the MoE op (batch x prompt) lie beyond the last row n2 of the
+  engine's moe_perf rows of the point's shape and layout, where aiconfigurator's price falls short of the table's
+  last segment carried on by more than ``MOE_EXTRAPOLATED_SHARE`` of the point's TTFT. Beyond the last row aic-core
+  holds the row's utilization against its MoE roofline (perf_database/moe.rs ``k_tail=1`` util-hold; operators/moe.rs
+  ``moe_sol``: max(FLOPs / peak, bytes / bandwidth) with a fixed expert-weight term), so its price grows as that
+  roofline, not as the rows: Kimi K2.5 NVFP4 on the B200 at tp 8 (TensorRT-LLM 1.3.0rc20): 1.71 / 2.84 ms at 8,192 /
+  16,384 tokens (0.137 us per added token), 7.49 ms at 72,000 -- 2.6x the last row for 4.4x the tokens, 0.084 us per
+  added token; its last segment carried on gives 10.5 ms. The shortfall: (L(n2) + (T - n2)(L(n2) - L(n1)) / (n2 -
+  n1) - L(T)) x the MoE layers, L aiconfigurator's own MoE op queried at T and at the last two rows n1 < n2. The
+  rows' time per added token still falls from segment to segment (0.185 us from 4,096 to 8,192 tokens), so the
+  carried-on segment is the rows' own rate without further gain, an upper bound on what the engine would take.
+- ``gdn_tp_table``: a TensorRT-LLM point of a Gated DeltaNet model at tp > 1. aiconfigurator's TensorRT-LLM gdn_perf
+  tables (systems/data/*/linear_attention/trtllm/1.3.0rc20) hold one head shape per d_model, the unsharded one
+  (16 key heads), while its model asks for the GPU's heads (sdk/models/qwen35.py ``gdn_nk_per_tp`` /
+  ``gdn_nv_per_tp``). The shape is then filled across engines (systems/perf_data_reuse_manifest.yaml: causal_conv1d_fn
+  and chunk_gated_delta_rule ``tier: shared`` for sglang, trtllm and vllm; perf_database/source_resolution.rs channel
+  4 takes the other frameworks in sorted order, sglang first) from SGLang 0.5.14's rows, whose scan costs 4.3x
+  TensorRT-LLM's own rows at the unsharded shape (Qwen3.5-122B's 16 / 64 heads, 24 x 2,000 tokens on the H200: 21.1
+  against 4.95 ms). TensorRT-LLM's own rows are a function of the heads (d_model 4,096, 16 x 2,048 tokens: 1.78 ms at
+  32 value heads, 3.38 at 64), so the excess is the borrowed rows (scan and conv) less TensorRT-LLM's own at the
+  unsharded shape x (the GPU's value heads / the model's), over the GDN layers; tagged where it is more than
+  ``GDN_TP_SHARE`` of the TTFT.
 """
 
 from __future__ import annotations
@@ -129,6 +151,9 @@ MSA_DISORDER = 2.0
 MSA_GROWTH = 0.05
 KDA_CONV_SHARE = 0.05  # a quarter of the accuracy goal's 20 %
 KDA_KERNEL_VERSION = "0.5.16"  # SGLang's KDA table: the conv kernel without a host path
+MOE_EXTRAPOLATED_SHARE = 0.10  # half the accuracy goal's 20 %: the carried-on segment bounds the shortfall from above
+GDN_TP_SHARE = 0.05  # a quarter of the accuracy goal's 20 %, as KDA_CONV_SHARE
+MIN_LATENCY_SOURCE = "moe_torch_flow_min_latency"  # TensorRT-LLM's opt-in decode rows in the same moe_perf table
 # aiconfigurator's model families whose vLLM model prices its all-reduces twice (sdk/models/deepseek.py)
 DOUBLE_REDUCE = frozenset({"DEEPSEEK", "KIMIK25"})
 
@@ -451,6 +476,91 @@ def kda_conv_excess(spec, p: dict) -> tuple[float, bool]:  # noqa: ANN001 - Mode
     return (row(p["backend"], p["version"]) - row("sglang", KDA_KERNEL_VERSION)) * spec.num_linear_layers, own
 
 
+@functools.cache
+def _default_rows(root: Path, system: str, engine: str, version: str):  # noqa: ANN202 - a pandas.DataFrame or None
+    """One engine version's moe_perf rows without TensorRT-LLM's min-latency kernel (aic-core probes those only for
+    NVFP4 decodes of at most 128 tokens), read once."""
+    df = _tables(root, system, engine, version)
+    if df is None or "kernel_source" not in df:
+        return df
+    return df[df.kernel_source != MIN_LATENCY_SOURCE]
+
+
+def moe_context_shortfall(root: Path, p: dict, spec, moe_dtype: str,  # noqa: ANN001 - ModelSpec
+                          distribution: str) -> tuple[int, float, float, float] | None:
+    """Where the prefill's tokens T = batch x prompt exceed the largest row n2 of the point's engine table for its MoE
+    shape and layout: (n2, aiconfigurator's MoE op at T, the table's last segment carried on to T, both ms a layer,
+    and the ms their difference adds up to over the MoE layers); None elsewhere or where the layout has no own rows."""
+    import logging
+
+    from aiconfigurator_core.sdk import common
+    from aiconfigurator_core.sdk import operations as ops
+    from aiconfigurator_core.sdk.perf_database import get_database
+
+    moe = spec.moe
+    ep = p.get("ep", 1)
+    tokens = p["batch"] * p["isl"]
+    shape = (moe.latent_size or spec.hidden_size, moe.expert_intermediate_size, moe.num_experts,
+             moe.experts_per_token)
+    table = _default_rows(root, p["gpu"], p["backend"], p["version"])
+    rows = (_layouts(table, moe_dtype, distribution, shape) or _layouts(table, moe_dtype, "uniform", shape)).get(
+        (p["tp"] // ep, ep), {})
+    if len(rows) < 2 or tokens <= max(rows):
+        return None
+    n1, n2 = sorted(rows)[-2:]
+    logging.disable(logging.WARNING)
+    db = get_database(p["gpu"], p["backend"], p["version"])
+    op = ops.MoE("context_moe", 1, *shape[:2], shape[3], shape[2], p["tp"] // ep, ep, common.MoEQuantMode[moe_dtype],
+                 distribution, 1, is_gated=spec.ffn_kind == "gated")
+    l1, l2, at = (float(op._engine_query(db, x=x)) for x in (n1, n2, tokens))
+    carried = l2 + (tokens - n2) * (l2 - l1) / (n2 - n1)
+    return n2, at, carried, (carried - at) * spec.num_moe_layers
+
+
+def gdn_tp_excess(root: Path, p: dict, spec) -> tuple[float, float, float, str] | None:  # noqa: ANN001 - ModelSpec
+    """Where a TensorRT-LLM Gated DeltaNet point's engine table holds the unsharded heads but not the GPU's: (the scan's
+    ms a layer as aiconfigurator prices it, TensorRT-LLM's own unsharded row x the GPU's share of the value heads,
+    the ms the borrowed scan and conv rows add over the GDN layers, the engine whose rows aiconfigurator took);
+    None elsewhere."""
+    import logging
+
+    import pandas as pd
+    from aiconfigurator_core.sdk import operations as ops
+    from aiconfigurator_core.sdk.perf_database import get_database
+
+    la = spec.linear_attention
+    tp = p["tp"]
+    path = root / p["gpu"] / "linear_attention" / p["backend"] / p["version"] / "gdn_perf.parquet"
+    if tp == 1 or not path.exists():
+        return None
+    df = pd.read_parquet(path)
+    df = df[(df.phase == "context") & (df.d_model == spec.hidden_size)]
+    def held(split: int) -> bool:
+        return bool(((df.num_k_heads == la.num_key_heads // split)
+                     & (df.num_v_heads == la.num_value_heads // split)).any())
+
+    if held(tp) or not held(1):
+        return None
+    logging.disable(logging.WARNING)
+    db = get_database(p["gpu"], p["backend"], p["version"])
+    args = dict(batch_size=p["batch"], s=p["isl"], prefix=0)
+
+    def kernel(source: str, split: int) -> ops.GDNKernel:
+        return ops.GDNKernel(source, 1, source, "context", spec.hidden_size, la.num_key_heads // split,
+                             la.key_head_dim, la.num_value_heads // split, la.value_head_dim, la.conv_kernel)
+
+    excess, priced, own = 0.0, 0.0, 0.0
+    for source in ("causal_conv1d_fn", "chunk_gated_delta_rule"):
+        borrowed = float(kernel(source, tp)._engine_query(db, **args))
+        scaled = float(kernel(source, 1)._engine_query(db, **args)) / tp
+        excess += (borrowed - scaled) * spec.num_linear_layers
+        priced, own = borrowed, scaled
+    donor = next((engine for engine, version in (("sglang", "0.5.14"), ("vllm", "0.24.0"))
+                  if abs(float(kernel("chunk_gated_delta_rule", tp)._engine_query(
+                      get_database(p["gpu"], engine, version), **args)) - priced) < 1e-9 * priced), "another engine")
+    return priced, own, excess, donor
+
+
 def caveats() -> list[dict]:
     """Every aiconfigurator point (validate.py's files) with a caveat, keyed as validate.py keys its points."""
     import aiconfigurator_core
@@ -520,6 +630,17 @@ def caveats() -> list[dict]:
                                 "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": reason,
                                 "evidence": evidence})
                     continue
+            if (la is not None and la.kind == "gated_deltanet" and p["backend"] == "trtllm"
+                    and (gdn := gdn_tp_excess(root, p, spec)) and gdn[2] > GDN_TP_SHARE * p["ttft_ms"]):
+                priced, own, excess, donor = gdn
+                out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
+                            "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
+                            "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": "gdn_tp_table",
+                            "evidence": f"no gdn rows at tp {p['tp']}'s heads: the scan priced from {donor}'s, "
+                                        f"{priced:.2f} ms a layer against {own:.2f} from the engine's own "
+                                        f"unsharded row / {p['tp']}; +{excess:.0f} ms "
+                                        f"({excess / p['ttft_ms']:.0%} of the TTFT)"})
+                continue
             if p["model"] not in validate.MOE:
                 continue
             moe = spec.moe
@@ -580,6 +701,13 @@ def caveats() -> list[dict]:
                     evidence = (f"prefill of {p['batch'] * p['isl']:,} tokens scaled from the last row, whose time per "
                                 f"token is {drop:.0%} below the row before it ({aic_moe}, {p['backend']} "
                                 f"{p['version']})")
+                elif ((beyond := moe_context_shortfall(root, p, spec, aic_moe, f"power_law_{alpha}"))
+                      and beyond[3] > MOE_EXTRAPOLATED_SHARE * p["ttft_ms"]):
+                    last, at, carried, lost = beyond
+                    reason = "moe_extrapolated"
+                    evidence = (f"prefill of {p['batch'] * p['isl']:,} tokens beyond the MoE rows' last ({last:,}): "
+                                f"{at:.2f} ms a layer against {carried:.2f} on the last segment's rate; -{lost:.0f} ms "
+                                f"({lost / p['ttft_ms']:.0%} of the TTFT; {aic_moe}, {p['backend']} {p['version']})")
                 else:
                     short = interpolation_shortfall(table, aic_moe, f"power_law_{alpha}", shape,
                                                     p["tp"] // ep, ep, p["batch"])
