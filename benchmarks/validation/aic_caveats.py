@@ -98,6 +98,17 @@ Caveats, each a mechanism of the collector or of aiconfigurator's model rather t
   KimiDeltaAttention._forward), built once per step; SGLang's own rows of the kernel (kda/sglang/0.5.16) take 7-21
   us. SGLang 0.5.14, the version aiconfigurator runs, has no KDA table, and its points take the vLLM rows too. The
   excess: (the row the point's engine version queries - SGLang 0.5.16's row) x the KDA layers.
+- ``gdn_tp_table``: a TensorRT-LLM point of a Gated DeltaNet model at tp > 1. aiconfigurator's TensorRT-LLM gdn_perf
+  tables (systems/data/*/linear_attention/trtllm/1.3.0rc20) hold one head shape per d_model, the unsharded one
+  (16 key heads), while its model asks for the GPU's heads (sdk/models/qwen35.py ``gdn_nk_per_tp`` /
+  ``gdn_nv_per_tp``). The shape is then filled across engines (systems/perf_data_reuse_manifest.yaml: causal_conv1d_fn
+  and chunk_gated_delta_rule ``tier: shared`` for sglang, trtllm and vllm; perf_database/source_resolution.rs channel
+  4 takes the other frameworks in sorted order, sglang first) from SGLang 0.5.14's rows, whose scan costs 4.3x
+  TensorRT-LLM's own rows at the unsharded shape (Qwen3.5-122B's 16 / 64 heads, 24 x 2,000 tokens on the H200: 21.1
+  against 4.95 ms). TensorRT-LLM's own rows are a function of the heads (d_model 4,096, 16 x 2,048 tokens: 1.78 ms at
+  32 value heads, 3.38 at 64), so the excess is the borrowed rows (scan and conv) less TensorRT-LLM's own at the
+  unsharded shape x (the GPU's value heads / the model's), over the GDN layers; tagged where it is more than
+  ``GDN_TP_SHARE`` of the TTFT.
 """
 
 from __future__ import annotations
@@ -129,6 +140,7 @@ MSA_DISORDER = 2.0
 MSA_GROWTH = 0.05
 KDA_CONV_SHARE = 0.05  # a quarter of the accuracy goal's 20 %
 KDA_KERNEL_VERSION = "0.5.16"  # SGLang's KDA table: the conv kernel without a host path
+GDN_TP_SHARE = 0.05  # a quarter of the accuracy goal's 20 %, as KDA_CONV_SHARE
 # aiconfigurator's model families whose vLLM model prices its all-reduces twice (sdk/models/deepseek.py)
 DOUBLE_REDUCE = frozenset({"DEEPSEEK", "KIMIK25"})
 
@@ -451,6 +463,51 @@ def kda_conv_excess(spec, p: dict) -> tuple[float, bool]:  # noqa: ANN001 - Mode
     return (row(p["backend"], p["version"]) - row("sglang", KDA_KERNEL_VERSION)) * spec.num_linear_layers, own
 
 
+@functools.cache
+def gdn_tp_excess(root: Path, p: dict, spec) -> tuple[float, float, float, str] | None:  # noqa: ANN001 - ModelSpec
+    """Where a TensorRT-LLM Gated DeltaNet point's engine table holds the unsharded heads but not the GPU's: (the scan's
+    ms a layer as aiconfigurator prices it, TensorRT-LLM's own unsharded row x the GPU's share of the value heads,
+    the ms the borrowed scan and conv rows add over the GDN layers, the engine whose rows aiconfigurator took);
+    None elsewhere."""
+    import logging
+
+    import pandas as pd
+    from aiconfigurator_core.sdk import operations as ops
+    from aiconfigurator_core.sdk.perf_database import get_database
+
+    la = spec.linear_attention
+    tp = p["tp"]
+    path = root / p["gpu"] / "linear_attention" / p["backend"] / p["version"] / "gdn_perf.parquet"
+    if tp == 1 or not path.exists():
+        return None
+    df = pd.read_parquet(path)
+    df = df[(df.phase == "context") & (df.d_model == spec.hidden_size)]
+    def held(split: int) -> bool:
+        return bool(((df.num_k_heads == la.num_key_heads // split)
+                     & (df.num_v_heads == la.num_value_heads // split)).any())
+
+    if held(tp) or not held(1):
+        return None
+    logging.disable(logging.WARNING)
+    db = get_database(p["gpu"], p["backend"], p["version"])
+    args = dict(batch_size=p["batch"], s=p["isl"], prefix=0)
+
+    def kernel(source: str, split: int) -> ops.GDNKernel:
+        return ops.GDNKernel(source, 1, source, "context", spec.hidden_size, la.num_key_heads // split,
+                             la.key_head_dim, la.num_value_heads // split, la.value_head_dim, la.conv_kernel)
+
+    excess, priced, own = 0.0, 0.0, 0.0
+    for source in ("causal_conv1d_fn", "chunk_gated_delta_rule"):
+        borrowed = float(kernel(source, tp)._engine_query(db, **args))
+        scaled = float(kernel(source, 1)._engine_query(db, **args)) / tp
+        excess += (borrowed - scaled) * spec.num_linear_layers
+        priced, own = borrowed, scaled
+    donor = next((engine for engine, version in (("sglang", "0.5.14"), ("vllm", "0.24.0"))
+                  if abs(float(kernel("chunk_gated_delta_rule", tp)._engine_query(
+                      get_database(p["gpu"], engine, version), **args)) - priced) < 1e-9 * priced), "another engine")
+    return priced, own, excess, donor
+
+
 def caveats() -> list[dict]:
     """Every aiconfigurator point (validate.py's files) with a caveat, keyed as validate.py keys its points."""
     import aiconfigurator_core
@@ -520,6 +577,17 @@ def caveats() -> list[dict]:
                                 "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": reason,
                                 "evidence": evidence})
                     continue
+            if (la is not None and la.kind == "gated_deltanet" and p["backend"] == "trtllm"
+                    and (gdn := gdn_tp_excess(root, p, spec)) and gdn[2] > GDN_TP_SHARE * p["ttft_ms"]):
+                priced, own, excess, donor = gdn
+                out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
+                            "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
+                            "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": "gdn_tp_table",
+                            "evidence": f"no gdn rows at tp {p['tp']}'s heads: the scan priced from {donor}'s, "
+                                        f"{priced:.2f} ms a layer against {own:.2f} from the engine's own "
+                                        f"unsharded row / {p['tp']}; +{excess:.0f} ms "
+                                        f"({excess / p['ttft_ms']:.0%} of the TTFT)"})
+                continue
             if p["model"] not in validate.MOE:
                 continue
             moe = spec.moe

@@ -100,7 +100,8 @@ AIC_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300
 # "extrapolated", a prefill beyond the table's last row scaled from that row where it is lighter than its neighbour;
 # "kda_conv", a KDA prefill convolution row that times the collector's host path, not the kernel; "min_latency", a
 # TensorRT-LLM NVFP4 decode priced from its opt-in min-latency MoE rows; "double_reduce", a vLLM DeepSeek-family point
-# at tp > 1 priced with four all-reduces per layer)
+# at tp > 1 priced with four all-reduces per layer; "gdn_tp_table", a
+# TensorRT-LLM Gated DeltaNet point at tp > 1 whose scan rows are SGLang's, the engine's table holding tp 1's heads)
 CAVEATS = HERE / "aiconfigurator_caveats.json"
 _CAVEAT_KEY = ("source", "model", "gpu", "backend", "tp", "ep", "batch", "isl", "osl", "weights_dtype")
 # aiconfigurator prices MoE layers with its power-law workload (config.py workload_distribution "power_law"):
@@ -333,7 +334,7 @@ def summary(rows: list[dict], label: str, ttft_key: str, tpot_key: str) -> None:
     everything = [*rows, *large, *(r for points in held_out.values() for r in points)]
     for caveat in ("routing", "sliced", "unsplit", "interpolated", "older", "extrapolated", "dsa_extrapolated",
                     "ssm_unmeasured", "untuned", "msa_disordered", "msa_extrapolated", "kda_conv", "min_latency",
-                    "double_reduce"):
+                    "double_reduce", "gdn_tp_table"):
         groups[f"caveat: {caveat}"] = [r for r in everything if r.get("caveat") == caveat]
     for name, rs in groups.items():
         parts = []

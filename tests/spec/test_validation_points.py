@@ -62,7 +62,7 @@ def test_caveats_name_loaded_points(v: ModuleType) -> None:
     assert {p["caveat"] for p in tagged} <= {"routing", "sliced", "unsplit", "interpolated", "older",
                                                "extrapolated", "dsa_extrapolated", "ssm_unmeasured", "untuned",
                                                "unreduced", "msa_disordered", "msa_extrapolated", "kda_conv",
-                                               "min_latency", "double_reduce"}
+                                               "min_latency", "double_reduce", "gdn_tp_table"}
     assert all(p["source_kind"] != "silicon" for p in tagged)
 
 
