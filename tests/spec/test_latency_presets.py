@@ -700,12 +700,17 @@ def test_unsplit_mha_decode_against_fa2_tables(gpu: str, batch: int, context: in
 
 def test_engine_decode_attention_per_gpu() -> None:
     """kernels.decode_attention: SGLang's FlashInfer on the L40S replaces the GPU preset's (vLLM's FA2) block and its
-    unsplit MHA rate (FlashInfer splits); elsewhere the GPU preset's block stands; bad entries are one line."""
+    unsplit MHA rate (FlashInfer splits); elsewhere the GPU preset's block stands, its unsplit MHA rate only for
+    vLLM (kernels.decode_unsplit_mha); bad entries are one line."""
     sglang, vllm = load_engine("sglang").kernels, load_engine("vllm").kernels
     on_l40s = rates_for(load_gpu("l40s"), sglang)
     assert (on_l40s.decode_attention_memory, on_l40s.decode_unsplit_cta_bandwidth) == (0.855, 0.0)
     assert rates_for(load_gpu("l40s"), vllm).decode_unsplit_cta_bandwidth == pytest.approx(27.5e9)
     assert rates_for(load_gpu("h200"), sglang).decode_attention_memory == load_gpu("h200").latency.decode_attention[0]
+    for engine in ("sglang", "trtllm", "gpt-fast"):  # FlashInfer, XQA / MMHA, SDPA: they split an MHA decode
+        assert rates_for(load_gpu("a100-80gb"), load_engine(engine).kernels).decode_unsplit_cta_bandwidth == 0.0
+    assert rates_for(load_gpu("a100-80gb"), vllm).decode_unsplit_cta_bandwidth == pytest.approx(22.3e9)
+    assert vllm.decode_unsplit_mha and all(load_engine(f"vllm-{v}").kernels.decode_unsplit_mha for v in ("0.8", "0.34"))
     block = {"memory_efficiency": 0.9, "streams_half": 1, "stream_ns": 5}
     for value, message in (({"h201": block}, "unknown field 'kernels.decode_attention.h201'"),
                            ({"h200": {"memory_efficiency": 0.9}}, "kernels.decode_attention.h200' must be a mapping"),

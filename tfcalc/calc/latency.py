@@ -134,8 +134,10 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
     decode = engine.decode_attention_by_gpu.get(gpu.name, engine.decode_attention_by_gpu.get(kernels_gpu))
     if decode is not None:
         source += ", decode attention at the engine preset's kernel"
-    else:
+    else:  # the GPU preset's kernel; its unsplit MHA only for the engine running it (kernels.decode_unsplit_mha)
         decode = lat.decode_attention if lat is not None else None
+        if decode is not None and not engine.decode_unsplit_mha:
+            decode = (*decode[:3], 0.0)
     decode_rates = ({"decode_attention_memory": decode[0], "decode_streams_half": decode[1],
                      "decode_stream_s": decode[2], "decode_unsplit_cta_bandwidth": decode[3]}
                     if decode is not None else {})
