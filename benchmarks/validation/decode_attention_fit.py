@@ -16,7 +16,11 @@ head: FA2's varlen decode splits the KV sequence only when it folds a GQA group 
 (csrc/flash_attn/flash_api.cpp ``mha_varlen_fwd``: ``set_params_splitkv`` under ``seqlenq_ngroups_swapped``,
 num_heads > num_heads_k), so an MHA decode at small batch runs one CTA per (sequence, head) and streams at a
 fraction of HBM (the A100 reads 256 MiB in 3.0 ms at 4 sequences of 131k tokens, one KV head). With them the A100
-and L40S tables fit with sd 0.34 / 0.15, without them 0.10 / 0.07.
+and L40S tables fit with sd 0.34 / 0.15, without them 0.10 / 0.07. Those MHA rows run one CTA per (sequence, head),
+each at a rate flat from 1 to 131k tokens: for vLLM's tables the script prints that rate (``_unsplit``: the GPU
+presets' ``unsplit_mha_cta_gb_s``) and the sd of the MHA rows priced at min(the GQA rate, u x it). Every engine's
+table is fitted on its own: an engine whose kernel is not the one the GPU preset measured takes its fit as its
+preset's ``kernels.decode_attention`` entry (SGLang's FlashInfer on the L40S).
 
 Model (tfcalc/calc/kernels.py ``decode_attention``), u = sequences x KV heads:
 
@@ -46,6 +50,7 @@ ENGINES = ("vllm", "sglang", "trtllm")
 MIN_KV_BYTES = 256 * 2**20  # the HBM regime of the tables (module docstring)
 MAX_GROUP = 16  # query heads per KV head
 FA2_SYSTEMS = frozenset({"a100_sxm", "l40s"})  # vLLM runs FlashAttention-2 there: GQA rows only (docstring)
+UNSPLIT_FIT_STREAMS = 16  # MHA rows fitting the per-CTA rate: 16 CTAs stream far below any GPU's HBM rate
 HALF_GRID = tuple(round(0.1 * i, 1) for i in range(1, 61))  # u_half from 0.1 to 6.0
 
 
@@ -99,6 +104,30 @@ def _fit(rows, bandwidth: float, floor: float, halves=HALF_GRID, stream_s: float
         if best is None or err < best[0]:
             best = (err, half, 1 / inv_e, c, sd)
     return best[1:] if best else None
+
+
+def _mha_rows(table) -> list[tuple[tuple[int, int, int, int, str], float, float, float]]:
+    """``_rows`` of the bf16 cache with as many query heads as KV heads."""
+    return [r for r in _rows(table, "bfloat16") if r[0][2] == r[0][3]]
+
+
+def _unsplit(rows, bandwidth: float, floor: float, fit) -> tuple[float, float, float] | None:
+    """An unsplit MHA decode (one CTA per sequence and head): (bytes/s per CTA, the median over the MHA rows of
+    u <= ``UNSPLIT_FIT_STREAMS``, far below saturation, of bytes / (u (t - floor - u stream_s)); the sd of log model
+    / measured over every MHA row, t = floor + u stream_s + bytes / min(the GQA fit's rate, u x per-CTA rate); the
+    same sd without the per-CTA cap)."""
+    half, e, c = fit[0], fit[1], fit[2]
+    per_cta = sorted(b / (u * (t - floor - c * u)) for _, u, b, t in rows if u <= UNSPLIT_FIT_STREAMS)
+    if not per_cta:
+        return None
+    cta = per_cta[len(per_cta) // 2]
+
+    def sd(cap: float) -> float:
+        logs = [math.log((floor + c * u + b / min(bandwidth * e * u / (u + half), u * cap)) / t) for _, u, b, t in rows]
+        mean = sum(logs) / len(logs)
+        return math.sqrt(sum((v - mean) ** 2 for v in logs) / len(logs))
+
+    return cta, sd(cta), sd(math.inf)
 
 
 def _small(table, kv: str) -> dict[tuple[int, int, int, int, str], float]:
@@ -163,6 +192,11 @@ def main() -> None:
                 if pair is not None:
                     line += f" {pair[0] * 1e6:5.1f} {pair[1]:4.2f}"
                 print(line)
+                fa2 = system in FA2_SYSTEMS and engine == "vllm"
+                mha = _unsplit(_mha_rows(one), bandwidth, floor, fit) if fa2 else None
+                if mha is not None:
+                    print(f"{'':8} {engine:6} {kernel[:10]:10} unsplit MHA: {mha[0] / 1e9:.1f} GB/s per CTA, "
+                          f"sd {mha[1]:.3f} over the MHA rows ({mha[2]:.3f} without it)")
 
 if __name__ == "__main__":
     main()

@@ -274,6 +274,21 @@ def test_decode_attention_at_the_gpus_measured_kernel() -> None:
     assert MEASURED_DECODE.with_efficiency(memory=0.5).decode_attention_memory == 0.0
 
 
+def test_decode_attention_unsplit_mha_by_hand() -> None:
+    """A kernel that runs MHA unsplit (decode_unsplit_cta_bandwidth: one CTA per sequence and head) streams at
+    min(the GQA rate, u x the CTA's rate) for an MHA model only; GQA, MLA and the ideal roofline are unchanged."""
+    unsplit = replace(MEASURED_DECODE, decode_unsplit_cta_bandwidth=20e9)
+    kv = 4 * 65536 * 2 * 128 * 2  # batch 1, 64k context, 4 heads
+    c = kernels.decode_attention(unsplit, 1, 4, kv, 1.0, mha=True)
+    assert c.seconds == pytest.approx(10e-6 + 4 * 15e-9 + kv / (4 * 20e9))
+    assert kernels.decode_attention(unsplit, 1, 4, kv, 1.0) == kernels.decode_attention(MEASURED_DECODE, 1, 4, kv, 1.0)
+    big = kernels.decode_attention(unsplit, 1024, 4, 1024 * kv, 1.0, mha=True)  # 4096 CTAs: the GQA rate binds
+    assert big == kernels.decode_attention(MEASURED_DECODE, 1024, 4, 1024 * kv, 1.0)
+    assert kernels.decode_attention(unsplit, 1, 4, kv, 1.0, mla=True, mha=True) == kernels.decode_attention(
+        RATES, 1, 4, kv, 1.0)
+    assert kernels.decode_attention(unsplit.as_ideal(), 1, 4, kv, 1.0, mha=True).seconds == pytest.approx(kv / 4e12)
+
+
 @given(st.integers(1, 256), st.integers(1, 16), st.integers(1, 1 << 17), st.booleans(), st.booleans())
 @settings(max_examples=300, deadline=None)
 def test_decode_attention_monotone_in_context_and_fp8_never_slower_when_long(

@@ -124,6 +124,10 @@ GOOD = {"sm_count": 132, "gemm_efficiency": {"bf16": 0.8}, "attention_efficiency
      "latency.decode_attention.streams_half' must be positive"),
     ({"decode_attention": {"memory_efficiency": 0.9, "streams_half": 1, "stream_ns": -1}},
      "latency.decode_attention.stream_ns' must be at least 0"),
+    ({"decode_attention": {"memory_efficiency": 0.9, "streams_half": 1, "stream_ns": 5, "unsplit_mha_cta_gb_s": 0}},
+     "latency.decode_attention.unsplit_mha_cta_gb_s' must be positive"),
+    ({"decode_attention": {"memory_efficiency": 0.9, "streams_half": 1, "stream_ns": 5, "splits": 4}},
+     "latency.decode_attention' must be a mapping of"),
 ])
 def test_latency_block_errors_name_the_field(change: dict, message: str) -> None:
     with pytest.raises(SpecError, match=message):
@@ -669,6 +673,52 @@ def test_decode_attention_against_vllms_measured_kernel(gpu: str, batch: int, co
     fp8 = kernels.decode_attention(rates, batch, 8, bf16_bytes / 2, flops, fp8_cache=True).seconds * 1e6
     assert bf16 == pytest.approx(bf16_us, rel=0.15) and fp8 == pytest.approx(fp8_us, rel=0.15)
     assert fp8 < bf16
+
+
+# MHA decode (query heads = KV heads, head dim 128, bf16 cache) in aiconfigurator 0.12's vLLM FlashAttention-2
+# tables: (GPU, batch, context, heads, ms): systems/data/a100_sxm/attention/vllm/0.14.0 and l40s/.../vllm/0.24.0
+FA2_MHA_DECODE = [("a100-80gb", 1, 131072, 4, 3.017), ("a100-80gb", 16, 32768, 1, 0.771),
+                  ("a100-80gb", 4, 32768, 8, 0.768), ("a100-80gb", 64, 32768, 1, 0.802),
+                  ("l40s", 1, 131072, 4, 2.444), ("l40s", 16, 32768, 1, 0.619), ("l40s", 8, 32768, 4, 0.719)]
+
+
+@pytest.mark.parametrize(("gpu", "batch", "context", "heads", "ms"), FA2_MHA_DECODE)
+def test_unsplit_mha_decode_against_fa2_tables(gpu: str, batch: int, context: int, heads: int, ms: float) -> None:
+    """vLLM's FlashAttention-2 runs an MHA decode with one CTA per (sequence, head), unsplit: within 12 % of its
+    measured rows (below HBM saturation the GQA rate alone
+    is 1.3-15x fast); a GQA model of the same KV bytes
+    keeps the GQA rate."""
+    rates = rates_for(load_gpu(gpu), load_engine("vllm").kernels)
+    kv, flops = batch * context * heads * 128 * 2 * 2, 4.0 * batch * heads * 128 * context
+    mha = kernels.decode_attention(rates, batch, heads, kv, flops, mha=True).seconds * 1e3
+    assert mha == pytest.approx(ms, rel=0.12)
+    gqa = kernels.decode_attention(rates, batch, heads, kv, flops).seconds * 1e3
+    gqa_rate = rates.memory_bandwidth * rates.decode_attention_memory
+    saturated = batch * heads * rates.decode_unsplit_cta_bandwidth >= 0.9 * gqa_rate
+    assert gqa <= mha and (saturated or gqa < ms / 1.3)
+
+
+def test_engine_decode_attention_per_gpu() -> None:
+    """kernels.decode_attention: SGLang's FlashInfer on the L40S replaces the GPU preset's (vLLM's FA2) block and its
+    unsplit MHA rate (FlashInfer splits); elsewhere the GPU preset's block stands, its unsplit MHA rate only for
+    vLLM (kernels.decode_unsplit_mha); bad entries are one line."""
+    sglang, vllm = load_engine("sglang").kernels, load_engine("vllm").kernels
+    on_l40s = rates_for(load_gpu("l40s"), sglang)
+    assert (on_l40s.decode_attention_memory, on_l40s.decode_unsplit_cta_bandwidth) == (0.855, 0.0)
+    assert rates_for(load_gpu("l40s"), vllm).decode_unsplit_cta_bandwidth == pytest.approx(27.5e9)
+    assert rates_for(load_gpu("h200"), sglang).decode_attention_memory == load_gpu("h200").latency.decode_attention[0]
+    for engine in ("sglang", "trtllm", "gpt-fast"):  # FlashInfer, XQA / MMHA, SDPA: they split an MHA decode
+        assert rates_for(load_gpu("a100-80gb"), load_engine(engine).kernels).decode_unsplit_cta_bandwidth == 0.0
+    assert rates_for(load_gpu("a100-80gb"), vllm).decode_unsplit_cta_bandwidth == pytest.approx(22.3e9)
+    assert vllm.decode_unsplit_mha and all(load_engine(f"vllm-{v}").kernels.decode_unsplit_mha for v in ("0.8", "0.34"))
+    block = {"memory_efficiency": 0.9, "streams_half": 1, "stream_ns": 5}
+    for value, message in (({"h201": block}, "unknown field 'kernels.decode_attention.h201'"),
+                           ({"h200": {"memory_efficiency": 0.9}}, "kernels.decode_attention.h200' must be a mapping"),
+                           ({"h200": {**block, "stream_ns": -1}}, "kernels.decode_attention.h200.stream_ns"),
+                           ([block], "kernels.decode_attention' must be a mapping of GPU preset names")):
+        with pytest.raises(SpecError, match=message) as caught:
+            kernels_from_mapping({"decode_attention": value}, "e.yaml")
+        assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
 
 
 @pytest.mark.parametrize("gpu", ["h100-sxm", "h200", "b200", "b300", "gb200", "gb300"])

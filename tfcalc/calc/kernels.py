@@ -180,6 +180,9 @@ class Rates:
     decode_attention_memory: float = 0.0
     decode_streams_half: float = DECODE_STREAMS_HALF
     decode_stream_s: float = 0.0
+    # bytes/s one CTA streams where that kernel runs an MHA decode with one CTA per (sequence, head), unsplit
+    # (FlashAttention-2); 0: it splits the KV sequence whatever the heads
+    decode_unsplit_cta_bandwidth: float = 0.0
     # prefill attention over an fp8 cache: scale x its time over a bf16 cache (engine, GPU); None: the same time
     fp8_kv_prefill_scale: float | None = None
     # a model with heads wider than FlashAttention's 256 (Gemma 4): every prefill attention on the engine's fallback
@@ -592,14 +595,18 @@ def msa_fp32_expansion(rates: Rates, *, seqs: int, queries: int, keys: int, kv_h
 
 
 def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, flops: float,
-                     compute_rate_dtype: str = "bf16", fp8_cache: bool = False, mla: bool = False) -> Cost:
+                     compute_rate_dtype: str = "bf16", fp8_cache: bool = False, mla: bool = False,
+                     mha: bool = False) -> Cost:
     """One query token per sequence against its cache: streams ``kv_bytes``; ``kv_heads`` per GPU (1 for MLA).
     u = seqs x kv_heads streams: time = max(FLOPs / attention rate, bytes / (bandwidth x u / (u + u_half)))
     + floor + u x stream_s, at the GPU's measured decode kernel (``Rates.decode_attention_memory``, u_half,
     stream_s: FA3 / FlashInfer GQA tables) unless ``mla`` (FlashMLA's kernel: the streaming rate, ``DECODE_STREAMS_
     HALF``, no per-stream time). An fp8 cache (``fp8_cache``) on an engine with a measured fp8 kernel
     (``rates.fp8_kv_attention``: fixed, scale) streams in scale x the bf16 cache's time for the same tokens (twice
-    the bytes) and adds fixed (aiconfigurator 0.12 generation_attention tables, decode_attention_fit.py)."""
+    the bytes) and adds fixed (aiconfigurator 0.12 generation_attention tables, decode_attention_fit.py). An MHA
+    model (``mha``: as many query heads as KV heads) on a kernel that does not split its KV sequence
+    (``Rates.decode_unsplit_cta_bandwidth``: FlashAttention-2, flash_api.cpp mha_varlen_fwd) streams at most
+    u x that rate: one CTA per (sequence, head)."""
     if seqs == 0:
         return Cost(0.0, 0.0, 0.0, "memory", 0)
     _, peak = rates.peak(compute_rate_dtype)
@@ -610,7 +617,10 @@ def decode_attention(rates: Rates, seqs: int, kv_heads: int, kv_bytes: float, fl
     half = rates.decode_streams_half if own else DECODE_STREAMS_HALF
     util = 1.0 if rates.ideal else streams / (streams + half)
     bandwidth = rates.memory_bandwidth * rates.decode_attention_memory if own else rates.bandwidth(kv_bytes)
-    t_memory = kv_bytes / (bandwidth * util) if kv_bytes else 0.0
+    stream_rate = bandwidth * util
+    if own and mha and rates.decode_unsplit_cta_bandwidth > 0:
+        stream_rate = min(stream_rate, streams * rates.decode_unsplit_cta_bandwidth)
+    t_memory = kv_bytes / stream_rate if kv_bytes else 0.0
     extra = streams * rates.decode_stream_s if own else 0.0
     if fp8_cache and rates.fp8_kv_attention is not None and not rates.ideal:
         fixed, scale = rates.fp8_kv_attention

@@ -130,9 +130,17 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
             source += f" (grouped-GEMM K0 {', '.join(f'{k} {v:g}' for k, v in sorted(engine_k0.items()))})"
         if kernels_gpu != gpu.name:
             source += f" (its {kernels_gpu} entry: same silicon)"
-    decode = lat.decode_attention if lat is not None else None
+    # the engine's own decode kernel on this part (its kernels.decode_attention) over the GPU preset's (vLLM's)
+    decode = engine.decode_attention_by_gpu.get(gpu.name, engine.decode_attention_by_gpu.get(kernels_gpu))
+    if decode is not None:
+        source += ", decode attention at the engine preset's kernel"
+    else:  # the GPU preset's kernel; its unsplit MHA only for the engine running it (kernels.decode_unsplit_mha)
+        decode = lat.decode_attention if lat is not None else None
+        if decode is not None and not engine.decode_unsplit_mha:
+            decode = (*decode[:3], 0.0)
     decode_rates = ({"decode_attention_memory": decode[0], "decode_streams_half": decode[1],
-                     "decode_stream_s": decode[2]} if decode is not None else {})
+                     "decode_stream_s": decode[2], "decode_unsplit_cta_bandwidth": decode[3]}
+                    if decode is not None else {})
     fp32 = gpu.dense_flops_per_s.get("fp32", gpu.peak_flops("bf16")[1] / 16)
     kernel_peaks = dict(lat.kernel_peak_flops_per_s) if lat is not None else {}
     for dtype, value in sorted(kernel_peaks.items()):
@@ -1077,7 +1085,7 @@ def _attention_kernels(s: _Step, d: Deployment, shape: StepShape, sliding: bool,
             flops = shape.decode_seqs * dm.heads * 2.0 * (qk_dim + v_dim) * held
         s.add("attention", kernels.decode_attention(r, shape.decode_seqs, dm.kv_heads,
                                                     shape.decode_seqs * held * kvb, flops, fp8_cache=fp8_cache,
-                                                    mla=dm.mla))
+                                                    mla=dm.mla, mha=not dm.mla and dm.heads == dm.kv_heads))
         s.groups["attention"].kv_bytes += s.mult * shape.decode_seqs * held * kvb
         if dm.mla:
             _gemm(s, "attention", shape.decode_seqs, dm.heads * dm.v_dim, dm.kv_rank, dm.attn, eng,  # W_UV

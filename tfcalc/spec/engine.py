@@ -505,6 +505,12 @@ class EngineKernels:
     gdn_efficiency_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
     fp8_kv_attention_by_gpu: dict[str, tuple[float, float]] = field(default_factory=dict, hash=False)
+    # the engine's own decode attention kernel where it differs from the one the GPU preset's
+    # latency.decode_attention measured (vLLM's): (fraction, u_half, s per stream, bytes/s per unsplit MHA CTA or 0)
+    decode_attention_by_gpu: dict[str, tuple[float, float, float, float]] = field(default_factory=dict, hash=False)
+    # its decode kernel is the one the GPU presets measured (vLLM's), unsplit MHA included (their
+    # unsplit_mha_cta_gb_s: FlashAttention-2's varlen decode); other engines' kernels split the KV sequence
+    decode_unsplit_mha: bool = False
     fp8_kv_prefill_scale_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     wide_head_prefill_scale_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     dsa_prefill_head_tile_by_gpu: dict[str, int] = field(default_factory=dict, hash=False)
@@ -860,7 +866,8 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "moe_ep_floors_us",
                           "moe_fused_rows",
                           "moe_row_bytes", "gdn_efficiency", "linear_host_us",
-                          "fp8_kv_attention", "fp8_kv_prefill_attention", "wide_head_prefill_attention",
+                          "fp8_kv_attention", "decode_attention", "decode_unsplit_mha", "fp8_kv_prefill_attention",
+                          "wide_head_prefill_attention",
                           "dsa_prefill_head_tile", "dsa_dense_short_prefill", "dsa_block_floors_us",
                           "dsa_prefill_efficiency", "dsa_prefill_full_topk", "v4_prefill_efficiency",
                           "msa_fp32_expansion",
@@ -992,6 +999,21 @@ def _fp8_kv_attention(value: Any, origin: str) -> dict[str, tuple[float, float]]
         _require(set(fit) == {"fixed_us", "scale"}, origin, f"field '{key}.{gpu}' needs both fixed_us and scale")
         _require(0 < fit["scale"] <= 4, origin, f"field '{key}.{gpu}.scale' must be in (0, 4], got {fit['scale']:g}")
         out[gpu] = (fit["fixed_us"] * 1e-6, fit["scale"])
+    return out
+
+
+def _decode_attention(value: Any, origin: str) -> dict[str, tuple[float, float, float, float]]:
+    """``kernels.decode_attention``: GPU preset name -> the engine's decode kernel there, in the fields of a GPU
+    preset's ``latency.decode_attention`` (``tfcalc.spec.gpu.decode_attention_block``), used in its place."""
+    from tfcalc.spec.gpu import decode_attention_block
+
+    key = "kernels.decode_attention"
+    out = {}
+    for gpu, block in _gpu_entries(value, origin, key, "decode attention kernels").items():
+        try:
+            out[str(gpu)] = decode_attention_block(block, f"{key}.{gpu}")
+        except SpecError as err:
+            raise SpecError(f"{origin}: {err}") from None
     return out
 
 
@@ -1410,6 +1432,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         gdn_efficiency_by_gpu=_gdn_efficiency(data.get("gdn_efficiency"), origin),
         linear_host_s_by_gpu=_linear_host(data.get("linear_host_us"), origin),
         fp8_kv_attention_by_gpu=_fp8_kv_attention(data.get("fp8_kv_attention"), origin),
+        decode_attention_by_gpu=_decode_attention(data.get("decode_attention"), origin),
+        decode_unsplit_mha=_bool(data.get("decode_unsplit_mha", False), origin, "kernels.decode_unsplit_mha"),
         fp8_kv_prefill_scale_by_gpu=_fp8_kv_prefill(data.get("fp8_kv_prefill_attention"), origin),
         wide_head_prefill_scale_by_gpu=_wide_head_prefill(data.get("wide_head_prefill_attention"), origin),
         dsa_prefill_head_tile_by_gpu={str(gpu): _int(tile, origin, f"kernels.dsa_prefill_head_tile.{gpu}", 1, 1024)

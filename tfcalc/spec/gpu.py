@@ -192,6 +192,8 @@ _LATENCY_KEYS = {"sm_count", "gemm_efficiency", "attention_efficiency", "moe_eff
                  "gemm_memory_efficiency", "moe_memory_efficiency", "floors_us", "interconnect_preset", "kernels_as",
                  "measured_on", "kernel_peak_tflops", "decode_attention", "sources"}
 _DECODE_ATTENTION_KEYS = ("memory_efficiency", "streams_half", "stream_ns")
+_DECODE_ATTENTION_OPTIONAL = ("unsplit_mha_cta_gb_s",)  # a kernel that runs an MHA decode unsplit (FA2)
+MAX_CTA_GB_S = 1e4  # one CTA's stream: beyond 10 TB/s, a unit mistake
 MAX_STREAMS_HALF = 1e3  # streams: a u_half beyond it is a unit mistake
 MAX_STREAM_NS = 1e4  # 10 us per (sequence, KV head): beyond it, a unit mistake
 _FLOOR_KEYS = ("gemm", "elementwise", "attention", "moe")
@@ -213,8 +215,9 @@ class GPULatency:
     storage format, where its kernel streams them differently from a GEMV (the whole layer's experts in one kernel);
     ``floors_s``: fixed seconds of one kernel per class (gemm, elementwise, attention, moe);
     ``decode_attention``: the decode attention kernel measured on this part, (fraction of the datasheet bandwidth it
-    streams the KV cache at, u_half of its u / (u + u_half) stream utilisation, seconds per (sequence, KV head)),
-    or None (the streaming fraction, ``kernels.DECODE_STREAMS_HALF``, no per-stream time);
+    streams the KV cache at, u_half of its u / (u + u_half) stream utilisation, seconds per (sequence, KV head),
+    bytes/s one CTA streams where the kernel runs an MHA decode with one CTA per (sequence, head), else 0), or None
+    (the streaming fraction, ``kernels.DECODE_STREAMS_HALF``, no per-stream time);
     ``kernel_peak_flops_per_s``: per compute dtype, the dense rate the engines' kernels are built for where it is
     below the datasheet's (the B300's NVFP4 kernels run at the B200's FP4 rate): every efficiency of the block and of
     the engines' entries is a fraction of it; the ideal roofline keeps the datasheet;
@@ -239,12 +242,29 @@ class GPULatency:
     kernels_as: str | None = None
     measured_on: str | None = None
     kernel_peak_flops_per_s: dict[str, float] = field(default_factory=dict, hash=False)
-    decode_attention: tuple[float, float, float] | None = None
+    decode_attention: tuple[float, float, float, float] | None = None
 
     @property
     def measured_here(self) -> bool:
         """Whether this part's own kernels were measured for the block."""
         return self.measured_on is None
+
+
+def decode_attention_block(value: Any, key: str) -> tuple[float, float, float, float]:
+    """A measured decode attention kernel ``{memory_efficiency, streams_half, stream_ns[, unsplit_mha_cta_gb_s]}``
+    (a GPU preset's ``latency.decode_attention``, an engine preset's per-GPU entry) as (fraction, u_half, seconds
+    per stream, bytes/s per CTA of an unsplit MHA decode or 0)."""
+    from tfcalc.spec.model import check_float
+
+    if (not isinstance(value, dict) or not set(_DECODE_ATTENTION_KEYS) <= set(value)
+            or not set(value) <= set(_DECODE_ATTENTION_KEYS + _DECODE_ATTENTION_OPTIONAL)):
+        raise SpecError(f"field '{key}' must be a mapping of {', '.join(_DECODE_ATTENTION_KEYS)} "
+                        f"(optional: {', '.join(_DECODE_ATTENTION_OPTIONAL)})")
+    cta = value.get("unsplit_mha_cta_gb_s")
+    return (check_float(f"{key}.memory_efficiency", value["memory_efficiency"], high=1.0),
+            check_float(f"{key}.streams_half", value["streams_half"], MAX_STREAMS_HALF),
+            check_float(f"{key}.stream_ns", value["stream_ns"], MAX_STREAM_NS, low=0.0) * 1e-9,
+            check_float(f"{key}.unsplit_mha_cta_gb_s", cta, MAX_CTA_GB_S) * 1e9 if cta is not None else 0.0)
 
 
 def storage_fractions(value: Any, key: str) -> dict[str, float]:
@@ -328,13 +348,7 @@ def latency_from_mapping(data: Any, origin: str) -> GPULatency:
                           for k, v in kernel_peaks.items()}
         decode = data.get("decode_attention")
         if decode is not None:
-            if not isinstance(decode, dict) or set(decode) != set(_DECODE_ATTENTION_KEYS):
-                raise SpecError("field 'latency.decode_attention' must be a mapping of "
-                                f"{', '.join(_DECODE_ATTENTION_KEYS)}")
-            decode = (fraction(decode["memory_efficiency"], "latency.decode_attention.memory_efficiency"),
-                      check_float("latency.decode_attention.streams_half", decode["streams_half"], MAX_STREAMS_HALF),
-                      check_float("latency.decode_attention.stream_ns", decode["stream_ns"], MAX_STREAM_NS,
-                                  low=0.0) * 1e-9)
+            decode = decode_attention_block(decode, "latency.decode_attention")
         return GPULatency(sm_count=check_int("latency.sm_count", data["sm_count"], (1, MAX_SM_COUNT)),
                           gemm_efficiency=efficiencies,
                           attention_efficiency=fraction(data["attention_efficiency"], "latency.attention_efficiency"),
