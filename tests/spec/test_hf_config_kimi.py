@@ -7,6 +7,8 @@ state bytes against a hand computation."""
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -207,3 +209,51 @@ def test_nope_mla_holds_no_rotary_cache() -> None:
         spec = build(name)
         assert set(spec.nope_layers) == {i for i in range(spec.num_layers) if not spec.is_linear_layer(i)}
         assert _rotary_cache_elements(spec) == 0
+
+
+def _k3_moe_layer_by_hand(t: dict[str, Any], tp: int) -> tuple[Fraction, Fraction]:
+    """(routed experts on one GPU, the rest of one MoE layer there) in bytes, from K3's text_config: the routed
+    experts MXFP4 (4 bits + one 8-bit scale per 32 values = 17/32 bytes), sliced tp ways; shared experts bf16,
+    split over tp; router [h, E] and its bias [E] whole, 16-bit; the latent projections [h, L] and [L, h] and their
+    norm [L] whole and bf16 (SGLang kimi_k3.py KimiK3MoE, vLLM kimi_k3/nvidia/model.py KimiMoE:
+    ReplicatedLinear(quant_config=None); aiconfigurator sdk/models/kimi_k3.py latent_down/up GEMMs bf16)."""
+    h, e, m, latent = (t["hidden_size"], t["num_experts"], t["moe_intermediate_size"],
+                       t["routed_expert_hidden_size"])
+    experts = e * 3 * latent * (m // tp) * Fraction(17, 32)
+    shared = 3 * h * (t["num_shared_experts"] * m // tp) * 2
+    return experts, shared + (h * e + e) * 2 + (2 * h * latent + latent) * 2
+
+
+def test_kimi_k3_moe_weights_per_gpu_at_tp8_by_hand() -> None:
+    """The 92 MoE layers' weights on one GPU at tp 8: two stage censuses of 92 KDA layers, with and without their
+    MoE, differ by exactly the hand count; the latent part alone is 9,454,620,672 bytes per GPU (in the experts'
+    MXFP4 it would be 2.51 GB)."""
+    from tfcalc.calc.shard import Parallelism, StageCensus, census_weight_bytes, shard
+    from tfcalc.dtypes import parse_weight_precision
+
+    spec, t = build(K3), fixture(K3)["text_config"]
+    n = t["num_hidden_layers"] - t["first_k_dense_replace"]
+    precision, sh = parse_weight_precision(spec.native_dtype), shard(spec, Parallelism(tp=8))
+    with_moe = StageCensus(layers=n, moe_layers=n, sliding_layers=0, linear_layers=n)
+    without = StageCensus(layers=n, moe_layers=0, sliding_layers=0, linear_layers=n, ffn_free_layers=n)
+    with_moe_bytes, without_bytes = (census_weight_bytes(spec, sh, precision, c, (), False, False)
+                                     for c in (with_moe, without))
+    experts, rest = _k3_moe_layer_by_hand(t, 8)
+    assert with_moe_bytes - without_bytes == n * (experts + rest)
+    assert n * (2 * t["hidden_size"] * 3584 + 3584) * 2 == 9_454_620_672
+
+
+def test_kimi_k3_memory_counts_the_latent_in_bf16() -> None:
+    """``tfcalc memory``'s experts component: the routed experts in MXFP4 and the latent projections in bf16, total
+    and per token (every token passes the latent)."""
+    from tfcalc.calc.memory import weights_bytes_by_component
+    from tfcalc.dtypes import parse_weight_precision
+
+    spec, t = build(K3), fixture(K3)["text_config"]
+    n, e, k = t["num_hidden_layers"] - t["first_k_dense_replace"], t["num_experts"], t["num_experts_per_token"]
+    h, m, latent = t["hidden_size"], t["moe_intermediate_size"], t["routed_expert_hidden_size"]
+    expert, projections = 3 * latent * m * Fraction(17, 32), (2 * h * latent + latent) * 2
+    counts, precision = count_params(spec), parse_weight_precision(spec.native_dtype)
+    for active, experts in ((False, e), (True, k)):
+        got = weights_bytes_by_component(counts, precision, active, spec)["experts"]
+        assert got == math.ceil(n * (experts * expert + projections))

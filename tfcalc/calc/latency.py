@@ -50,7 +50,7 @@ from tfcalc.calc.kv_cache import (
 )
 from tfcalc.calc.params import attention_modules, ffn_modules, indexer_modules
 from tfcalc.calc.plan import check_parallelism, stage_layers
-from tfcalc.calc.shard import attention_ranks, check_weight_blocks, exception_applies
+from tfcalc.calc.shard import attention_ranks, check_weight_blocks, exception_applies, latent_dtype
 from tfcalc.dtypes import DType, WeightPrecision, get_dtype, parse_weight_precision
 from tfcalc.errors import UsageError
 from tfcalc.spec.engine import MOE_EXPERT_DTYPES, ArchitectureMoe, EngineKernels
@@ -311,7 +311,7 @@ class _Dims:
     mamba_chunk: int = 0
     # a latent MoE's width (Nemotron 3 Super): its experts run on it, projected to and from h on every GPU; 0: none
     moe_latent: int = 0
-    # its projections' format where it is not the experts' (Kimi K3: bf16, ``MoESpec.latent_16_bit``), and whether
+    # its projections' format where it is not the experts' (Kimi K3: bf16, ``shard.latent_dtype``), and whether
     # an RMSNorm runs over the reduced latent (Kimi K3's routed_expert_norm)
     latent_mode: _Linear | None = None
     latent_norm: bool = False
@@ -654,8 +654,8 @@ def _dims(spec: ModelSpec, gpu: GPUSpec, precision: WeightPrecision, kv_dtype: D
                  **cache, **msa,
                  mamba_chunk=la.chunk_size if la is not None and la.kind == "mamba2" else 0,
                  moe_latent=spec.moe.latent_size if spec.moe is not None else 0,
-                 latent_mode=_Linear(16.0, "bf16", "", False) if spec.moe is not None and spec.moe.latent_16_bit
-                 else None,
+                 latent_mode=linear_mode(latent_dtype(spec, precision), gpu)
+                 if spec.moe is not None and spec.moe.latent_16_bit else None,
                  latent_norm=spec.moe is not None and spec.moe.latent_norm and bool(spec.moe.latent_size),
                  kda=la is not None and la.kind == "kda", attn_res_inputs=_attn_res_inputs(spec))
 

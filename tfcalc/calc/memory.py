@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from tfcalc.calc.params import ParamCounts
+from tfcalc.calc.params import ParamCounts, latent_shape
 from tfcalc.dtypes import DType, WeightPrecision, vector_dtype
 from tfcalc.spec.model import ModelSpec
 
@@ -18,14 +18,20 @@ from tfcalc.spec.model import ModelSpec
 def weights_bytes_by_component(counts: ParamCounts, precision: WeightPrecision, active: bool = False,
                                spec: ModelSpec | None = None) -> dict[str, int]:
     """Bytes per component: matrix elements x format bits + vector elements x 16 (or the float format's) bits;
-    with ``spec``, its quantized_weight_exceptions applied (layers a quantized checkpoint keeps in 16 bits)."""
+    with ``spec``, its quantized_weight_exceptions applied (layers a quantized checkpoint keeps in 16 bits) and a
+    latent MoE's projections, counted with the experts, in their own format (``shard.latent_dtype``)."""
     params = counts.active if active else counts.total
     deltas: dict[str, Fraction] = {}
-    if spec is not None and spec.quantized_weight_exceptions and not active:
-        from tfcalc.calc.shard import Parallelism, exception_counts, exception_deltas, shard
+    if spec is not None:
+        from tfcalc.calc.shard import Parallelism, dtype_bytes, exception_counts, exception_deltas, latent_dtype, shard
 
-        everything = range(spec.num_layers)
-        deltas = exception_deltas(spec, shard(spec, Parallelism()), precision, exception_counts(spec, everything))
+        if spec.quantized_weight_exceptions and not active:
+            everything = range(spec.num_layers)
+            deltas = exception_deltas(spec, shard(spec, Parallelism()), precision,
+                                      exception_counts(spec, everything))
+        latent = latent_shape(spec).total() * spec.num_moe_layers  # as count_params adds it to the experts
+        deltas["experts"] = deltas.get("experts", Fraction(0)) + dtype_bytes(
+            latent, latent_dtype(spec, precision)) - dtype_bytes(latent, precision.for_component("experts"))
     result: dict[str, int] = {}
     for component, p in params.items():
         matrix_dtype = precision.for_component(component)

@@ -162,7 +162,9 @@ class Shard:
     full_kv_elements: int = 0
     full_kv_heads: int = 0
     indexer: Params = Params()  # per layer running a DSA indexer (DeepSeek-V3.2, GLM-5), whole on every GPU
-    latent: Params = Params()   # per MoE layer: a latent MoE's two projections (Nemotron 3 Super), whole on every GPU
+    # per MoE layer: a latent MoE's two projections (Nemotron 3 Super, Kimi K3), whole on every GPU, in
+    # ``latent_dtype``
+    latent: Params = Params()
     # DeepSeek-V4, whole on every GPU: a CSA and an HCA layer's compressor (with its norms; CSA: and its indexer),
     # every layer's hyper-connections, the final stream collapse, a hash-routed layer's router
     compressor_csa: Params = Params()
@@ -287,6 +289,15 @@ def _exception_parts(spec: ModelSpec, tp: int, kv_heads: int) -> tuple[tuple[Par
 def param_bytes(p: Params, precision: WeightPrecision, component: str) -> Fraction:
     """Matrices in the component's format (scales included), 1-D tensors 16-bit when matrices are quantized."""
     return dtype_bytes(p, precision.for_component(component))
+
+
+def latent_dtype(spec: ModelSpec, precision: WeightPrecision) -> DType:
+    """A latent MoE's projections' storage format: bf16 beside quantized experts where ``MoESpec.latent_16_bit``
+    (Kimi K3: SGLang kimi_k3.py KimiK3MoE and vLLM kimi_k3/nvidia/model.py KimiMoE build routed_expert_down_proj /
+    up_proj as ReplicatedLinear(quant_config=None), the checkpoint stores their .weight in bf16), else the routed
+    experts' (Nemotron 3 Super's fc1/fc2_latent_proj)."""
+    experts = precision.for_component("experts")
+    return get_dtype("bf16") if spec.moe is not None and spec.moe.latent_16_bit and experts.quantized else experts
 
 
 @lru_cache(maxsize=4096)
@@ -476,7 +487,7 @@ def census_weight_bytes(spec: ModelSpec, sh: Shard, precision: WeightPrecision, 
                   + param_bytes(sh.linear_norms, precision, "norms"))
     per_full = param_bytes(sh.full_attention, precision, "attention") + param_bytes(sh.full_norms, precision, "norms")
     moe = (param_bytes(sh.expert * sh.experts_resident, precision, "experts")
-           + param_bytes(sh.latent, precision, "experts")
+           + dtype_bytes(sh.latent, latent_dtype(spec, precision))
            + param_bytes(sh.shared_experts, precision, "shared_experts") + param_bytes(sh.router, precision, "router"))
     dense_mlps = c.layers if spec.moe is not None and spec.moe.dense_mlp_beside else c.dense_layers
     total = (c.sliding_layers * per_layer + c.full_layers * per_full + c.linear_layers * per_linear

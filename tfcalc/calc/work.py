@@ -35,7 +35,7 @@ from tfcalc.calc import kernels
 from tfcalc.calc.kv_cache import indexer_key_bytes, keys_attended, keys_read, kv_layer_bytes, state_dtypes, tokens_held
 from tfcalc.calc.params import mixer_free_norms
 from tfcalc.calc.plan import Shard, check_parallelism, param_bytes, shard
-from tfcalc.calc.shard import attention_ranks, check_weight_blocks
+from tfcalc.calc.shard import attention_ranks, check_weight_blocks, dtype_bytes, latent_dtype
 from tfcalc.dtypes import DType, WeightPrecision
 from tfcalc.errors import SpecError
 from tfcalc.spec.model import ModelSpec
@@ -102,7 +102,7 @@ def _layer_linear(m: Model, layer: int, tokens: float, distinct_experts: float |
         resident_share = Fraction(sh.experts_resident, slots)
         read += Fraction(distinct).limit_denominator(10**9) * resident_share * param_bytes(sh.expert, p, "experts")
         read += param_bytes(sh.shared_experts, p, "shared_experts") + param_bytes(sh.router, p, "router")
-        read += param_bytes(sh.latent, p, "experts")
+        read += dtype_bytes(sh.latent, latent_dtype(spec, p))
     if not spec.has_ffn(layer):  # Nemotron-H's Mamba-2 and attention blocks
         return elements, read
     if not spec.is_moe_layer(layer) or (spec.moe is not None and spec.moe.dense_mlp_beside):

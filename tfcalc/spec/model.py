@@ -619,7 +619,7 @@ class MoESpec:
     latent_norm: bool = False
     # the latent projections stay 16-bit whatever the experts' format (Kimi K3's MXFP4 checkpoint stores
     # block_sparse_moe.routed_expert_down_proj.weight in bf16; SGLang kimi_k3.py KimiK3MoE builds both as
-    # ReplicatedLinear(quant_config=None)); only the decode step's pricing reads it
+    # ReplicatedLinear(quant_config=None)); weights, bytes read and GEMMs take it from ``shard.latent_dtype``
     latent_16_bit: bool = False
     # Routing numerics the bundled decoder reproduces (no size depends on them): DeepSeek-V3 scores experts with a
     # sigmoid, picks the top ``groups_per_token`` of ``expert_groups`` groups first, and scales the routed sum.
