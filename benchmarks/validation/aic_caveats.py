@@ -463,7 +463,6 @@ def kda_conv_excess(spec, p: dict) -> tuple[float, bool]:  # noqa: ANN001 - Mode
     return (row(p["backend"], p["version"]) - row("sglang", KDA_KERNEL_VERSION)) * spec.num_linear_layers, own
 
 
-@functools.cache
 def gdn_tp_excess(root: Path, p: dict, spec) -> tuple[float, float, float, str] | None:  # noqa: ANN001 - ModelSpec
     """Where a TensorRT-LLM Gated DeltaNet point's engine table holds the unsharded heads but not the GPU's: (the scan's
     ms a layer as aiconfigurator prices it, TensorRT-LLM's own unsharded row x the GPU's share of the value heads,
