@@ -16,7 +16,9 @@ Rows: aiconfigurator 0.12 systems/data/{b200_sxm,b300_sxm}/moe/sglang/0.5.14/moe
 ep 1, the token counts at which every expert gets one to eight rows (one smallest row tile). Measured stream: the
 padded experts' MXFP4 bytes (4.25 bits; SGLang pads the hidden size to 256 and the width to 128) over the latency less
 the kernel's fixed cost (presets/engines/sglang-0.5.10.yaml kernels.moe_floors_us mxfp4), as a fraction of 8 TB/s.
-The fit uses one shape's widths (default Kimi K3's 7168 x 3072, 384 experts) as ratios to its widest slice, so no
+The fit uses one shape's widths (default 7168 x 3072, 384 experts, top 6 -- not Kimi K3, whose routed experts
+aiconfigurator's model queries as its latent 3584 x 3072 of 896, top 16: sdk/models/kimi_k3.py) as ratios to its
+widest slice, so no
 base rate enters it; the other shapes (gpt-oss 2880 x 2880 at 32 and 128 experts, 4096 x 2048, 3584 x 3072) are held
 out. Beside it, tfcalc's present price of the same rows (power-law 1.01 routing, as validate.py prices Kimi K3):
 tfcalc / measured per width.
@@ -24,8 +26,10 @@ tfcalc / measured per width.
 Result (this script, default shape): fill 0.36 K tiles; fitted (Kimi K3, 8 rows) rms log 0.018, model / measured
 0.98-1.03; held out (46 rows) median 1.05 but rms log 0.29, range 0.98-2.19: the model holds from 512 columns up and
 misses the slices of 384 and below on the other shapes (3584 x 3072 at 384: measured 0.64 of its widest slice, model
-0.85, where Kimi K3's 384 is 0.86), so the width alone does not set the loss and the term is not in the presets. tfcalc
-prices Kimi K3's tp-8 slice (384) at 0.96 / 0.97 of the table already (B200 / B300) and its wide slices 8-14 % slow.
+0.85, where 7168 x 3072's 384 is 0.86), so the width alone does not set the loss and the term is not in the presets.
+tfcalc priced 7168 x 3072's tp-8 slice (384) at 0.96 / 0.97 of the table (B200 / B300) and its wide slices 8-14 %
+slow; Kimi K3's own slice (3584 x 384) at 0.74. What the rows follow is a cost per touched expert:
+sglang_mxfp4_experts.py.
 """
 
 from __future__ import annotations

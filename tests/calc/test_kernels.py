@@ -1053,3 +1053,32 @@ def test_msa_fp32_expansion_time_against_the_engine_table() -> None:
                                        head_dim=128, index_heads=4, index_dim=128, efficiency=0.70)
         assert c.bound == "memory"
         assert c.seconds + 0.19e-3 == pytest.approx(measured, rel=0.25)
+
+
+def test_cost_per_touched_expert_and_the_fused_moe_stream() -> None:
+    """moe_touched_expert: a format's fused MoE pays that many seconds per expert the step touches (on this GPU), and
+    streams its weights at the GPU's bf16 fused-MoE figure while each expert gets one row tile (moe_own_stream); by
+    hand: one token of top-4 touches exactly 4 experts (ep 1), 1 of them on a GPU holding 8 of 32 (ep 4, the mean);
+    uniform routing at 16 tokens touches E (1 - (1 - k / E)^T) of them; other formats and the ideal roofline keep
+    neither; a format's own moe_memory_efficiency wins over the bf16 figure."""
+    base = replace(RATES, floors={**RATES.floors, "moe": 0.0}, moe_memory_efficiency={"bf16": 0.95})
+    plain = replace(base, moe_touched_expert={"mxfp4": 0.0})
+    costly = replace(base, moe_touched_expert={"mxfp4": 1e-6})
+    args = {"experts_total": 32, "top_k": 4, "hidden": 2880, "expert_width": 2880, "gated": True,
+            "weight_bits": 4.25, "compute": "fp4", "weight_format": "mxfp4"}
+    assert kernels.moe_own_stream(plain, "mxfp4") == 0.95 and kernels.moe_own_stream(RATES, "mxfp4") is None
+    assert kernels.moe_own_stream(replace(plain, moe_memory_efficiency={"bf16": 0.95, "mxfp4": 0.7}), "mxfp4") == 0.7
+    for tokens, local, touched in ((1, 32, 4.0), (1, 8, 1.0), (16, 32, 32 * (1 - (1 - 4 / 32) ** 16))):
+        extra = (kernels.moe_experts(costly, tokens=tokens, experts_local=local, **args).seconds
+                 - kernels.moe_experts(plain, tokens=tokens, experts_local=local, **args).seconds)
+        assert extra == pytest.approx(touched * 1e-6, rel=1e-9)
+    one = kernels.moe_experts(plain, tokens=1, experts_local=32, **args)
+    gemv = kernels.moe_experts(base, tokens=1, experts_local=32, **args)  # no entry: the GEMV stream
+    assert one.bytes == gemv.bytes and one.seconds < gemv.seconds
+    assert gemv.seconds / one.seconds == pytest.approx(
+        0.95 * base.memory_bandwidth / (base.memory_bandwidth * base.memory_efficiency), rel=0.02)
+    bf16 = {**args, "weight_bits": 16, "compute": "bf16", "weight_format": "bf16"}
+    assert (kernels.moe_experts(costly, tokens=1, experts_local=32, **bf16)
+            == kernels.moe_experts(plain, tokens=1, experts_local=32, **bf16))
+    assert (kernels.moe_experts(costly.as_ideal(), tokens=1, experts_local=32, **args)
+            == kernels.moe_experts(plain.as_ideal(), tokens=1, experts_local=32, **args))

@@ -1472,3 +1472,32 @@ def test_dense_model_rates_name_no_moe_kernel() -> None:
     dense, moe = rates_for(gpu, kernels, has_experts=False), rates_for(gpu, kernels)
     assert "MoE" not in dense.source and "MoE efficiency from the engine preset" in moe.source
     assert dense.moe_efficiency_by_dtype == moe.moe_efficiency_by_dtype
+
+
+def test_sglang_mxfp4_cost_per_touched_expert_against_aiconfigurator_rows() -> None:
+    """kernels.moe_touched_expert_us: SGLang's MXFP4 x MXFP8 fused MoE (FlashInfer TRT-LLM) pays 0.205 us per touched
+    expert, its weights at the GPU's fused-MoE stream; the B300 runs the B200's entry. Held-out rows of aiconfigurator
+    0.12 systems/data/b300_sxm/moe/sglang/0.5.14 (w4a8_mxfp4_mxfp8, ep 1, power_law_1.01; the value was fitted on the
+    B200's gpt-oss rows): Kimi K3's routed experts (latent 3584 x 3072, 896 experts, top 16) at tp 8, 64 tokens
+    303.5 us (within 5 %; before: 225 us, 26 % short) and 8 tokens 91.7 us (within 15 %: its fixed cost grows with
+    the layer's 896 experts, unmodelled); gpt-oss-120b's (2880 x 2880, 128 experts, top 4) at tp 1, 16 tokens
+    120.9 us (within 10 %). Bad values are one-line errors."""
+    sglang = load_engine("sglang").kernels
+    assert sglang.moe_touched_expert_s_by_gpu == {"b200": {"mxfp4": pytest.approx(0.205e-6)}}
+    gpu = load_gpu("b300")
+    rates, mode = rates_for(gpu, sglang), linear_mode(get_dtype("mxfp4"), gpu)
+    assert rates.moe_touched_expert == {"mxfp4": pytest.approx(0.205e-6)}
+    routing = kernels.parse_routing("power-law:1.01")
+    for hidden, width, experts, top_k, tokens, measured_us, within in ((3584, 384, 896, 16, 64, 303.5, 0.05),
+                                                                       (3584, 384, 896, 16, 8, 91.7, 0.15),
+                                                                       (2880, 2880, 128, 4, 16, 120.9, 0.10)):
+        cost = kernels.moe_experts(rates, tokens=tokens, experts_local=experts, experts_total=experts, top_k=top_k,
+                                   hidden=hidden, expert_width=width, gated=True, weight_bits=mode.bits,
+                                   compute=mode.compute, dequant=mode.dequant, weight_format=mode.weights,
+                                   routing=routing)
+        assert cost.seconds * 1e6 == pytest.approx(measured_us, rel=within)
+    for value, message in (({"b200": {"mxfp4": -1}}, "field 'kernels.moe_touched_expert_us.b200.mxfp4' must be at "
+                                                      "least 0"),
+                           ({"b201": {"mxfp4": 1}}, "unknown field 'kernels.moe_touched_expert_us.b201'")):
+        with pytest.raises(SpecError, match=message):
+            kernels_from_mapping({"moe_touched_expert_us": value}, "e.yaml")

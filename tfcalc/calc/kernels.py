@@ -135,6 +135,8 @@ class Rates:
     moe_fused_rows: frozenset[str] = frozenset()  # fp8 MoE formats passing 8-bit rows, activation fused (NVFP4's way)
     moe_format_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s, replaces the moe floor by format
     moe_ep_floors: dict[str, float] = field(default_factory=dict, hash=False)  # s it adds under ep, by format
+    # s each touched expert adds, by format; such a format streams at the GPU's fused-MoE stream (moe_touched_stream)
+    moe_touched_expert: dict[str, float] = field(default_factory=dict, hash=False)
     # bytes per routed row and hidden element a fused MoE moves beyond the staged rows, by format (its own permute,
     # quantize and finalize kernels: TensorRT-LLM's CUTLASS NVFP4 flow)
     moe_row_bytes: dict[str, float] = field(default_factory=dict, hash=False)
@@ -968,6 +970,17 @@ def moe_one_tile_per_expert(tokens: float, top_k: int, experts: int) -> bool:
     return tokens * top_k <= MOE_OWN_STREAM_ROWS * experts
 
 
+def moe_own_stream(rates: Rates, weight_format: str) -> float | None:
+    """The fraction of the datasheet bandwidth the GPU's fused MoE streams a format's experts at while each gets at
+    most one row tile (``Rates.moe_memory_efficiency``); a format whose kernel the engine prices with a cost per
+    touched expert (``Rates.moe_touched_expert``) takes the GPU's bf16 fused-MoE figure: that cost, not a slower
+    stream, is what narrow experts lose (benchmarks/validation/sglang_mxfp4_experts.py)."""
+    own = rates.moe_memory_efficiency.get(weight_format)
+    if own is None and weight_format in rates.moe_touched_expert:
+        return rates.moe_memory_efficiency.get("bf16")
+    return own
+
+
 def moe_expert_matrix_bytes(rates: Rates, weight_format: str, hidden: int, in_width: int,
                             weight_bits: float) -> float:
     """Bytes of one expert's per-rank gate/up matrix (``hidden`` x ``in_width``) as the fused MoE holds it: at the
@@ -1005,7 +1018,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
     default configuration, at ``Rates.moe_untuned_efficiency``, ``Rates.moe_untuned_k0`` and
     ``Rates.moe_untuned_large_m_memory``; an expert larger than the engine's ``Rates.moe_large_expert`` runs its
     grouped GEMMs slower (``moe_large_expert_slowdown``); under expert parallelism the format's
-    ``Rates.moe_ep_floors`` adds to the fixed cost.
+    ``Rates.moe_ep_floors`` adds to the fixed cost, and each local expert the step touches its
+    ``Rates.moe_touched_expert`` (``moe_own_stream``).
     ``replicated``: every token reached every expert-parallel rank (no all-to-all), so a kernel with
     ``Rates.moe_ep_every_row`` for ``weight_format`` activates, zero-fills and combines all T k rows.
     NVFP4 experts read each token's 16-bit row once and pass FP4 rows between their GEMMs
@@ -1087,7 +1101,7 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
                    else rates.moe_dequant_ops.get(dequant) or DEQUANT_OPS.get(dequant, 0.0))
     # the GPU's own fused-MoE stream while each expert gets at most one smallest row tile (the ep-1 rows it was
     # fitted on; under ep the local experts' rows are the same)
-    own_stream = (rates.moe_memory_efficiency.get(weight_format)
+    own_stream = (moe_own_stream(rates, weight_format)
                   if moe_one_tile_per_expert(tokens, top_k, experts_total) and rates._stream else None)
     bandwidth = ((rates.memory_bandwidth * own_stream if own_stream else rates._stream)
                  or rates.bandwidth(distinct * hidden * (in_width + expert_width) * stream_bits / 8))
@@ -1116,6 +1130,8 @@ def moe_experts(rates: Rates, *, tokens: float, experts_local: int, experts_tota
         seconds, flops, nbytes, weight_total = seconds + t, flops + f, nbytes + w_bytes + acts, weight_total + w_bytes
     per_expert = rates.moe_expert_floors.get(weight_format, rates.moe_expert_floors.get(rates.peak(compute)[0], 0.0))
     ep_floor = rates.moe_ep_floors.get(weight_format, 0.0) if share < 1 else 0.0
-    floor = rates.fixed(rates.floor("moe", weight_format) + experts_local * per_expert + ep_floor, seconds)
+    per_touched = distinct * rates.moe_touched_expert.get(weight_format, 0.0)  # the local experts the step touches
+    floor = rates.fixed(rates.floor("moe", weight_format) + experts_local * per_expert + ep_floor + per_touched,
+                        seconds)
     bound = "floor" if floor > seconds else max(by_bound, key=by_bound.__getitem__)
     return Cost(seconds + floor, flops, nbytes, bound, 1, floor, weight_total, weight_total)

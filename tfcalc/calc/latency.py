@@ -169,6 +169,7 @@ def rates_for(gpu: GPUSpec, engine: EngineKernels, cuda_graphs: bool | None = No
                  moe_format_floors={**engine.moe_floors_by_gpu.get(kernels_gpu, {}),
                                     **(arch_kernel.floors_s if arch_kernel is not None else {})},
                  moe_ep_floors=dict(engine.moe_ep_floors_by_gpu.get(kernels_gpu, {})),
+                 moe_touched_expert=dict(engine.moe_touched_expert_s_by_gpu.get(kernels_gpu, {})),
                  moe_row_bytes=dict(engine.moe_row_bytes_by_gpu.get(kernels_gpu, {})),
                  gdn_efficiency=engine.gdn_efficiency_by_gpu.get(kernels_gpu, 0.0),
                  linear_host={fmt: steps for fmt, steps in engine.linear_host_s_by_gpu.get(
@@ -201,7 +202,7 @@ def engine_kernels_gpu(gpu: GPUSpec, engine: EngineKernels) -> str:
     attention-block floors (``dsa_block_floors_by_gpu``: the B300's FlashInfer MLA block beside the B200's kernels)."""
     tables = (engine.moe_efficiency_by_gpu, engine.moe_dequant_ops_by_gpu, engine.moe_k0_by_gpu,
               engine.moe_dequant_per_tile_by_gpu, engine.moe_fused_rows_by_gpu, engine.moe_floors_by_gpu,
-              engine.moe_ep_floors_by_gpu,
+              engine.moe_ep_floors_by_gpu, engine.moe_touched_expert_s_by_gpu,
               engine.moe_row_bytes_by_gpu, engine.gdn_efficiency_by_gpu,
               engine.fp8_kv_attention_by_gpu, engine.gemm_memory_efficiency_by_gpu, engine.dynamic_scale_s_by_gpu,
               engine.gemm_efficiency_by_gpu, engine.moe_stream_bits_by_gpu, engine.moe_large_m_memory_by_gpu,
@@ -753,6 +754,7 @@ def _with_moe_kernel(rates: Rates, kernel: ArchitectureMoe) -> Rates:
                    moe_fused_rows=rates.moe_fused_rows | kernel.fused_rows,
                    moe_ep_every_row=frozenset(rates.moe_ep_every_row - own) | kernel.ep_every_row,
                    moe_ep_floors={k: v for k, v in rates.moe_ep_floors.items() if k not in own},
+                   moe_touched_expert={k: v for k, v in rates.moe_touched_expert.items() if k not in own},
                    moe_tuned_shapes={k: v for k, v in rates.moe_tuned_shapes.items() if k not in own},
                    source=rates.source + f", {'/'.join(sorted(own))} experts behind DeepEP at the engine's kernel")
 

@@ -414,6 +414,8 @@ class EngineKernels:
     that kernel's differs from the ``moe`` floor (TensorRT-LLM's MXFP4 backends; SGLang's Triton fused MoE on a
     B200); ``moe_ep_floors_by_gpu``: likewise the seconds the fused MoE adds under expert parallelism (vLLM's MXFP4
     experts on Hopper take a modular path that routes through the expert map in kernels of its own);
+    ``moe_touched_expert_s_by_gpu``: likewise the seconds each expert a step touches adds to the fused MoE beyond its
+    weights' stream, which then runs at the GPU's fused-MoE stream (SGLang's MXFP4 experts on FlashInfer TRT-LLM);
     ``moe_row_bytes_by_gpu``: likewise the bytes per routed row and hidden element the fused MoE moves beyond the
     staged rows tfcalc counts (TensorRT-LLM's CUTLASS NVFP4 flow on a B200: its permute, quantize and finalize);
     ``gdn_efficiency_by_gpu``: per GPU preset name, the fraction of the dense bf16 peak this engine's chunked Gated
@@ -501,6 +503,7 @@ class EngineKernels:
     moe_ep_every_row_by_gpu: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     moe_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_ep_floors_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    moe_touched_expert_s_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     moe_row_bytes_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     gdn_efficiency_by_gpu: dict[str, float] = field(default_factory=dict, hash=False)
     linear_host_s_by_gpu: dict[str, dict[str, LinearHostSteps]] = field(default_factory=dict, hash=False)
@@ -864,6 +867,7 @@ _KERNEL_KEYS = frozenset({"cuda_graphs", "custom_allreduce", "one_shot_allreduce
                           "block_floors_us", "moe_expert_floors_us", "moe_dequant_ops", "moe_efficiency", "moe_k0",
                           "moe_by_architecture", "deepep_moe", "moe_ep_every_row",
                           "moe_dequant_per_tile", "moe_weight_only", "moe_floors_us", "moe_ep_floors_us",
+                          "moe_touched_expert_us",
                           "moe_fused_rows",
                           "moe_row_bytes", "gdn_efficiency", "linear_host_us",
                           "fp8_kv_attention", "decode_attention", "decode_unsplit_mha", "fp8_kv_prefill_attention",
@@ -982,7 +986,8 @@ def _moe_k0(value: Any, origin: str) -> dict[str, dict[str, float]]:
 
 
 def _moe_floors(value: Any, origin: str, key: str = "kernels.moe_floors_us") -> dict[str, dict[str, float]]:
-    """``kernels.moe_floors_us`` (or ``key``: ``kernels.moe_ep_floors_us``): GPU preset name -> storage format ->
+    """``kernels.moe_floors_us`` (or ``key``: ``kernels.moe_ep_floors_us``, ``kernels.moe_touched_expert_us``): GPU
+    preset name -> storage format ->
     microseconds, returned in seconds."""
     us = _by_gpu(value, origin, key, MOE_EXPERT_DTYPES, 0.0, MAX_MICROSECONDS)
     return {gpu: {fmt: v * 1e-6 for fmt, v in by_fmt.items()} for gpu, by_fmt in us.items()}
@@ -1427,6 +1432,8 @@ def kernels_from_mapping(data: Any, origin: str) -> EngineKernels:
         moe_ep_every_row_by_gpu=_every_row(data.get("moe_ep_every_row"), origin),
         moe_floors_by_gpu=_moe_floors(data.get("moe_floors_us"), origin),
         moe_ep_floors_by_gpu=_moe_floors(data.get("moe_ep_floors_us"), origin, "kernels.moe_ep_floors_us"),
+        moe_touched_expert_s_by_gpu=_moe_floors(data.get("moe_touched_expert_us"), origin,
+                                                "kernels.moe_touched_expert_us"),
         moe_row_bytes_by_gpu=_by_gpu(data.get("moe_row_bytes"), origin, "kernels.moe_row_bytes", MOE_EXPERT_DTYPES,
                                      0.0, MAX_MOE_ROW_BYTES),
         gdn_efficiency_by_gpu=_gdn_efficiency(data.get("gdn_efficiency"), origin),
