@@ -11,16 +11,16 @@ Rows: head dim 128, no sliding window, at most 16 query heads per KV head, and K
 ``MIN_KV_BYTES``: smaller caches stay in L2 between the table's repetitions, which a served step, reading other
 layers' weights in between, does not (at Llama-3.1-8B's heads vLLM's H100 table reads 32 MiB in 18-20 us and
 64 MiB in 36-42 us, whatever the batch x context split; its B200 table 128 MiB in 30-40 us, 256 MiB in 47-56 us).
-On the A100 and L40S (``FA2_SYSTEMS``: vLLM's FlashAttention-2) the rows keep at least two query heads per KV
-head: FA2's varlen decode splits the KV sequence only when it folds a GQA group into the query rows
+On the A100, L40S and RTX PRO 6000 (``FA2_SYSTEMS``: vLLM's FlashAttention-2) the rows keep at least two query heads
+per KV head: FA2's varlen decode splits the KV sequence only when it folds a GQA group into the query rows
 (csrc/flash_attn/flash_api.cpp ``mha_varlen_fwd``: ``set_params_splitkv`` under ``seqlenq_ngroups_swapped``,
 num_heads > num_heads_k), so an MHA decode at small batch runs one CTA per (sequence, head) and streams at a
-fraction of HBM (the A100 reads 256 MiB in 3.0 ms at 4 sequences of 131k tokens, one KV head). With them the A100
-and L40S tables fit with sd 0.34 / 0.15, without them 0.10 / 0.07. Those MHA rows run one CTA per (sequence, head),
-each at a rate flat from 1 to 131k tokens: for vLLM's tables the script prints that rate (``_unsplit``: the GPU
-presets' ``unsplit_mha_cta_gb_s``) and the sd of the MHA rows priced at min(the GQA rate, u x it). Every engine's
-table is fitted on its own: an engine whose kernel is not the one the GPU preset measured takes its fit as its
-preset's ``kernels.decode_attention`` entry (SGLang's FlashInfer on the L40S).
+fraction of HBM (the A100 reads 256 MiB in 3.0 ms at 4 sequences of 131k tokens, one KV head). With them the A100,
+L40S and RTX PRO 6000 tables fit with sd 0.34 / 0.15 / 0.25, without them 0.10 / 0.07 / 0.05. Those MHA rows run one
+CTA per (sequence, head), each at a rate flat from 1 to 131k tokens: for vLLM's tables the script prints that rate
+(``_unsplit``: the GPU presets' ``unsplit_mha_cta_gb_s``) and the sd of the MHA rows priced at min(the GQA rate, u x
+it). Every engine's table is fitted on its own: an engine whose kernel is not the one the GPU preset measured takes
+its fit as its preset's ``kernels.decode_attention`` entry (SGLang's FlashInfer on the L40S).
 
 Model (tfcalc/calc/kernels.py ``decode_attention``), u = sequences x KV heads:
 
@@ -45,11 +45,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
-           "gb300": "gb300", "a100_sxm": "a100-80gb", "l40s": "l40s"}
+           "gb300": "gb300", "a100_sxm": "a100-80gb", "l40s": "l40s", "rtx_pro_6000_server": "rtx-pro-6000"}
 ENGINES = ("vllm", "sglang", "trtllm")
 MIN_KV_BYTES = 256 * 2**20  # the HBM regime of the tables (module docstring)
 MAX_GROUP = 16  # query heads per KV head
-FA2_SYSTEMS = frozenset({"a100_sxm", "l40s"})  # vLLM runs FlashAttention-2 there: GQA rows only (docstring)
+FA2_SYSTEMS = frozenset({"a100_sxm", "l40s", "rtx_pro_6000_server"})  # vLLM runs FA2 there: GQA rows only
 UNSPLIT_FIT_STREAMS = 16  # MHA rows fitting the per-CTA rate: 16 CTAs stream far below any GPU's HBM rate
 HALF_GRID = tuple(round(0.1 * i, 1) for i in range(1, 61))  # u_half from 0.1 to 6.0
 

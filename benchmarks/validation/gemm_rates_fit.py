@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
            "gb300": "gb300",
-           "l40s": "l40s"}
+           "l40s": "l40s", "rtx_pro_6000_server": "rtx-pro-6000"}
 ENGINES = ("vllm", "trtllm", "sglang")
 # aiconfigurator gemm_dtype -> weight bytes per element (NVFP4: 4 bits and one fp8 scale per 16)
 FORMATS = {"bfloat16": 2, "fp8": 1, "fp8_block": 1, "nvfp4": 9 / 16}

@@ -93,7 +93,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "a100_sxm": "a100-80gb",
-        "l40s": "l40s"}
+        "l40s": "l40s", "rtx_pro_6000_server": "rtx-pro-6000"}
 WEIGHTS = {"bfloat16": "bf16", "fp8_block": "fp8_block", "fp8": "fp8_e4m3", "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4",
            "w4a8_mxfp4_mxfp8": "mxfp4", "int4_wo": "int4-g128-sym"}
 

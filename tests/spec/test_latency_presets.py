@@ -657,14 +657,15 @@ def test_engine_fp8_kv_attention_per_gpu() -> None:
 VLLM_DECODE_ATTENTION = (("h100-sxm", 1, 65536, 117.1, 75.1), ("h100-sxm", 8, 65536, 693.3, 376.0),
                          ("h100-sxm", 64, 4096, 353.6, 210.4), ("h200", 1, 65536, 84.3, 63.8),
                          ("h200", 8, 65536, 497.6, 345.3), ("b200", 1, 65536, 56.4, 35.5),
-                         ("b200", 8, 65536, 299.8, 157.9), ("b200", 64, 4096, 158.7, 86.5))
+                         ("b200", 8, 65536, 299.8, 157.9), ("b200", 64, 4096, 158.7, 86.5),
+                         ("rtx-pro-6000", 8, 65536, 1423.8, 721.9), ("rtx-pro-6000", 64, 4096, 721.2, 373.4))
 
 
 @pytest.mark.parametrize(("gpu", "batch", "context", "bf16_us", "fp8_us"), VLLM_DECODE_ATTENTION)
 def test_decode_attention_against_vllms_measured_kernel(gpu: str, batch: int, context: int, bf16_us: float,
                                                         fp8_us: float) -> None:
     """Long-context decode attention with the GPU preset's measured kernel (latency.decode_attention) and vLLM's
-    fp8 entry lands within 15 % of vLLM's measured FA3 / FlashInfer kernel over both caches (the streaming
+    fp8 entry lands within 15 % of vLLM's measured FA3 / FA2 / FlashInfer kernel over both caches (the streaming
     fraction, u_half 2.8 and no per-stream time of before: +14 ... +17 % in bf16, up to +47 % over fp8 on the
     H100), and the fp8 cache is faster than the bf16 one as in the table."""
     rates = rates_for(load_gpu(gpu), load_engine("vllm").kernels)
@@ -791,6 +792,30 @@ def test_gemm_streaming_per_weight_format_gpu_then_engine() -> None:
         assert "\n" not in str(caught.value) and str(caught.value).startswith("e.yaml: ")
     with pytest.raises(SpecError, match="g.yaml: field 'latency.gemm_memory_efficiency' must be a mapping"):
         latency_from_mapping({**block, "gemm_memory_efficiency": 0.7}, "g.yaml")
+
+
+# aiconfigurator 0.12 systems/data/rtx_pro_6000_server/gemm/vllm/0.24.0 gemm_perf (vLLM 0.24 on "NVIDIA RTX PRO 6000
+# Blackwell Server Edition"): (format, M, N, K, us); the fp8 rows less their input quantisation, the quantize tables'
+# computescale + scale_matrix at the row's M, K (136.8 / 11.7 / 3.0 us)
+RTX_PRO_6000_GEMMS = (("bf16", 8192, 8192, 8192, 2820.5), ("bf16", 4096, 4096, 4096, 345.6),
+                      ("bf16", 8, 8192, 8192, 95.6), ("fp8_e4m3", 8192, 8192, 8192, 1424.4 - 136.8),
+                      ("fp8_e4m3", 4096, 4096, 4096, 206.7 - 11.7), ("fp8_e4m3", 8, 8192, 8192, 47.8 - 3.0))
+
+
+@pytest.mark.parametrize(("fmt", "m", "n", "k", "us"), RTX_PRO_6000_GEMMS)
+def test_rtx_pro_6000_gemms_against_its_own_table(fmt: str, m: int, n: int, k: int, us: float) -> None:
+    """The RTX PRO 6000 prices its GEMMs at its own measured rates (no longer the L40S's, ``measured_on``): vLLM's
+    rows on the card within 10 %, where the L40S's fractions it borrowed put the large fp8 GEMM 2.1x too slow."""
+    gpu = load_gpu("rtx-pro-6000")
+    assert gpu.latency.measured_here and gpu.latency.kernels_as is None
+    bits, compute = (16, "bf16") if fmt == "bf16" else (8, "fp8")
+    rates = rates_for(gpu, load_engine("vllm").kernels)
+    assert kernels.gemm(rates, m, n, k, bits, compute, weight_format=fmt).seconds * 1e6 == pytest.approx(us, rel=0.10)
+    if m == 8192 and fmt == "fp8_e4m3":
+        borrowed = dataclasses.replace(gpu, latency=load_gpu("l40s").latency)
+        slow = kernels.gemm(rates_for(borrowed, load_engine("vllm").kernels), m, n, k, bits, compute,
+                            weight_format=fmt).seconds * 1e6
+        assert slow > 1.7 * us
 
 
 def test_fused_moe_stream_per_weight_format_from_the_gpu_preset() -> None:

@@ -620,8 +620,11 @@ def test_thirty_seventh_held_out_grid_llama_family_and_pcie_cards(
     """The thirty-seventh held-out file: the LLAMA-family presets grid 36 left (handed to aiconfigurator as tfcalc's
     config.json fixtures) on six GPUs, the L40S and RTX PRO 6000 Server among them (aiconfigurator's l40s and
     rtx_pro_6000_server tables), every point on all three engines. Scored once with no change: on the NVLink GPUs
-    every point within 30 % on both phases (worst 26 %) and 24 of the 27 dense ones within 20 %; the PCIe cards'
-    misses are read in docs/estimate-validation.md, not asserted."""
+    every point within 30 % on both phases (worst 26 %) and 24 of the 27 dense ones within 20 %; the L40S's misses
+    are read in docs/estimate-validation.md, not asserted. The RTX PRO 6000's rows changed after that first scoring
+    (TTFT 2/12, TPOT 8/12 within 20 % on the L40S's borrowed rates): on the card's own measured rates, fitted on
+    aiconfigurator's rtx_pro_6000_server kernel tables and not on these points, every TPOT within 20 % and 11 of 12
+    TTFTs (the twelfth, SGLang's Qwen3-30B-A3B, +33 %)."""
     collect = benchmark_script("validation/aiconfigurator_points.py")
     assert all((v.FIXTURES / name).exists() for name in collect.FIXTURE_CONFIGS.values())
     assert (v.AIC_GPU["l40s"], v.AIC_GPU["rtx_pro_6000_server"]) == ("l40s", "rtx-pro-6000")
@@ -635,6 +638,9 @@ def test_thirty_seventh_held_out_grid_llama_family_and_pcie_cards(
     assert len(nvlink) == 33 and all(abs(ttft) <= 0.3 and abs(tpot) <= 0.3 for _, ttft, tpot in nvlink)
     dense = [(ttft, tpot) for p, ttft, tpot in nvlink if v._model_name(p) not in v.MOE]
     assert len(dense) == 27 and sum(abs(ttft) <= 0.2 and abs(tpot) <= 0.2 for ttft, tpot in dense) >= 24
+    card = [(ttft, tpot) for p, ttft, tpot in scored if p["gpu"] == "rtx-pro-6000"]
+    assert len(card) == 12 and all(abs(tpot) < 0.2 and abs(ttft) < 0.35 for ttft, tpot in card)
+    assert sum(abs(ttft) < 0.2 for ttft, _ in card) >= 11
 
 
 def test_vllm_b200_mixtral_prefill_with_large_experts(v: ModuleType) -> None:
