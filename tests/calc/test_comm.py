@@ -280,3 +280,39 @@ def test_remote_domains_touched_bounds(per_domain: int, top_k: int, domains: int
     assert -1e-12 <= hit <= min(domains - 1, k) + 1e-9
     if k < experts:
         assert comm.remote_domains_touched(experts, k + 1, domains) >= hit - 1e-12
+
+
+# aiconfigurator 0.12's NCCL all-reduce tables (systems/data/<system>/comm/nccl/<version>/nccl_perf, "half" rows,
+# message_size elements of 2 bytes, latency ms), read by benchmarks/validation/pcie_allreduce_fit.py: (preset, GPUs,
+# bytes, measured seconds).
+PCIE_ROWS = [
+    ("pcie4", 2, 64 * 2**20, 3.3588e-3),    # l40s, NCCL 2.27.3: 20.0 GB/s bus bandwidth
+    ("pcie4", 4, 64 * 2**20, 19.699e-3),    # 5.11 GB/s
+    ("pcie4", 4, 16 * 2**20, 4.9223e-3),
+    ("pcie4", 8, 32 * 2**20, 38.854e-3),    # 1.51 GB/s
+    ("pcie4", 8, 256 * 2**20, 323.906e-3),  # 1.45 GB/s
+    ("pcie5", 2, 64 * 2**20, 1.83991e-3),   # rtx_pro_6000_server, NCCL 2.29.2: 36.5 GB/s
+    ("pcie5", 4, 64 * 2**20, 4.03204e-3),   # 25.0 GB/s
+    ("pcie5", 8, 64 * 2**20, 4.92703e-3),   # 23.8 GB/s
+]
+
+
+@pytest.mark.parametrize(("preset", "n", "nbytes", "measured"), PCIE_ROWS)
+def test_pcie_ring_bandwidth_falls_with_gpus_as_measured(preset: str, n: int, nbytes: int, measured: float) -> None:
+    """PCIe all-reduces over 2, 4 and 8 GPUs (Interconnect.nccl_for) against aiconfigurator's measured NCCL rows:
+    within 10 %."""
+    fabric = load_interconnect(preset)
+    t = comm.all_reduce(nbytes, n, fabric.nccl_for(n), fabric.algorithm).seconds
+    assert t / measured - 1 == pytest.approx(0, abs=0.10)
+
+
+def test_pcie_four_gpu_ring_is_several_times_slower_than_two() -> None:
+    """The L40S table's 4-GPU ring moves 2 (n - 1) / n x S at a quarter of the 2-GPU bus bandwidth: 5.9x the time
+    per byte (19.70 / 3.36 ms at 64 MiB); the preset's figure within 10 %; a fabric without a table is unchanged."""
+    fabric = load_interconnect("pcie4")
+    two, four = (comm.all_reduce(64 * 2**20, n, fabric.nccl_for(n), "ring").seconds for n in (2, 4))
+    assert four / two == pytest.approx(19.699 / 3.3588, rel=0.10)
+    assert fabric.nccl_for(2) == fabric.nccl and fabric.nccl_for(3) == fabric.nccl
+    assert fabric.nccl_for(16).efficiency == fabric.nccl_for(8).efficiency
+    nvlink = load_interconnect("nvlink4")
+    assert nvlink.nccl_for(8) == nvlink.nccl

@@ -1526,3 +1526,16 @@ def test_sglang_mxfp4_cost_per_touched_expert_against_aiconfigurator_rows() -> N
                            ({"b201": {"mxfp4": 1}}, "unknown field 'kernels.moe_touched_expert_us.b201'")):
         with pytest.raises(SpecError, match=message):
             kernels_from_mapping({"moe_touched_expert_us": value}, "e.yaml")
+
+
+def test_nccl_efficiency_by_gpus_parses_and_fails_clearly() -> None:
+    base = {"bandwidth_gb_s": 32, "nccl": {"efficiency": 0.6, "launch_us": 4.8, "step_latency_us": 1.3}}
+    fabric = interconnect_from_mapping({**base, "nccl_efficiency_by_gpus": {8: 0.05, 4: 0.16}}, "x.yaml", "x")
+    assert fabric.nccl_efficiency_by_gpus == ((4, 0.16), (8, 0.05))
+    assert [fabric.nccl_for(n).efficiency for n in (2, 4, 6, 8)] == [0.6, 0.16, 0.16, 0.05]
+    with pytest.raises(SpecError, match="x.yaml: field 'nccl_efficiency_by_gpus' has GPU count 1"):
+        interconnect_from_mapping({**base, "nccl_efficiency_by_gpus": {1: 0.5}}, "x.yaml", "x")
+    with pytest.raises(SpecError, match="'nccl_efficiency_by_gpus.4' must be at most 1, got 2"):
+        interconnect_from_mapping({**base, "nccl_efficiency_by_gpus": {4: 2}}, "x.yaml", "x")
+    with pytest.raises(SpecError, match="'nccl_efficiency_by_gpus' must be a mapping"):
+        interconnect_from_mapping({**base, "nccl_efficiency_by_gpus": [0.5]}, "x.yaml", "x")

@@ -9,11 +9,14 @@ may add ``custom_allreduce``, the one-/two-shot kernels vLLM, SGLang and TensorR
 per peer GPU (the ranks meet at every all-reduce of the step; docs/estimate.md, "Communication").
 ``expert_all_to_all`` (launch, efficiency): the MoE dispatch / combine kernels (DeepEP, TensorRT-LLM's NVLink
 all-to-all) where they were measured on the fabric; elsewhere they see NCCL's link (``Interconnect.expert_link``).
+``nccl_efficiency_by_gpus`` ({GPUS: efficiency}): NCCL's large-message efficiency from that many GPUs up, where it
+falls with the GPU count (PCIe servers: rings beyond one switch or socket cross the CPU's root complexes or go
+through host memory, NVIDIA/nccl#1639; ``Interconnect.nccl_for``); below the smallest count, ``nccl.efficiency``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +64,7 @@ class CustomAllReduce:
 
 
 _KEYS = {"display_name", "bandwidth_gb_s", "nccl", "custom_allreduce", "expert_all_to_all", "forward_sync_us_per_peer",
-         "sources", "notes"}
+         "nccl_efficiency_by_gpus", "sources", "notes"}
 _IMPL_KEYS = {"efficiency", "launch_us", "step_latency_us", "algorithm"}
 _CUSTOM_KEYS = {"launch_us", "one_shot_efficiency", "two_shot_efficiency", "two_shot_latency_us"}
 _EXPERT_KEYS = {"launch_us", "efficiency"}
@@ -78,6 +81,16 @@ class Interconnect:
     custom_allreduce: CustomAllReduce | None = None
     forward_sync_s_per_peer: float = 0.0  # each all-reduce of a forward, per peer GPU (module docstring)
     expert_all_to_all: Link | None = None  # the MoE dispatch / combine kernels' own link, where measured
+    nccl_efficiency_by_gpus: tuple[tuple[int, float], ...] = ()  # (GPUs, efficiency) ascending (module docstring)
+
+    def nccl_for(self, n: int) -> Link:
+        """NCCL's link for a collective over ``n`` GPUs: the efficiency of the largest listed count <= n
+        (``nccl_efficiency_by_gpus``), else ``nccl`` as it is."""
+        efficiency = None
+        for gpus, value in self.nccl_efficiency_by_gpus:
+            if gpus <= n:
+                efficiency = value
+        return self.nccl if efficiency is None else replace(self.nccl, efficiency=efficiency)
 
     @property
     def expert_link(self) -> Link:
@@ -152,6 +165,21 @@ def _expert(data: Any, origin: str, name: str, bandwidth: float) -> Link:
                                  allow_zero=True) * 1e-6, source=origin)
 
 
+def _by_gpus(data: Any, origin: str) -> tuple[tuple[int, float], ...]:
+    """``nccl_efficiency_by_gpus: {GPUS: efficiency}``, GPU counts >= 2, as (GPUs, efficiency) ascending."""
+    from tfcalc.spec.model import key_text
+
+    key = "nccl_efficiency_by_gpus"
+    if not isinstance(data, dict) or not data:
+        raise SpecError(f"{origin}: field '{key}' must be a mapping of GPU counts to efficiencies")
+    rows = []
+    for gpus, value in data.items():
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 2:
+            raise SpecError(f"{origin}: field '{key}' has GPU count {key_text(gpus)}: it must be an integer >= 2")
+        rows.append((gpus, _number(value, origin, f"{key}.{gpus}", upper=1.0)))
+    return tuple(sorted(rows))
+
+
 def interconnect_from_mapping(data: dict[str, Any], origin: str, default_name: str) -> Interconnect:
     """Validate an interconnect preset mapping (module docstring) into an ``Interconnect``."""
     from tfcalc.spec.model import MAX_NAME_CHARS, check_str, key_text
@@ -181,9 +209,10 @@ def interconnect_from_mapping(data: dict[str, Any], origin: str, default_name: s
     sync = data.get("forward_sync_us_per_peer")
     sync_s = 0.0 if sync is None else _number(sync, origin, "forward_sync_us_per_peer", MAX_MICROSECONDS,
                                               allow_zero=True) * 1e-6
+    by_gpus = () if data.get("nccl_efficiency_by_gpus") is None else _by_gpus(data["nccl_efficiency_by_gpus"], origin)
     return Interconnect(name=default_name, display_name=str(data.get("display_name", default_name)), nccl=nccl,
                         algorithm=algorithm, custom_allreduce=custom, forward_sync_s_per_peer=sync_s,
-                        expert_all_to_all=expert)
+                        expert_all_to_all=expert, nccl_efficiency_by_gpus=by_gpus)
 
 
 def load_interconnect(name_or_path: str) -> Interconnect:
