@@ -28,10 +28,16 @@ Caveats, each a mechanism of the collector or of aiconfigurator's model rather t
   of the lighter loads into one of the heavier loads B itself draws, short by up to s = (1 - w)(L2 - L1) / L(B) of
   the interpolated latency L(B) (w = (B - n1) / (n2 - n1), L1 and L2 the rows' latencies); a point is tagged where
   s >= ``INTERPOLATED_SHORTFALL`` (a fifth of the kernel: the accuracy goal's own margin).
-- ``extrapolated``: the prefill's tokens T exceed the table's largest row n_max, and aiconfigurator prices them as
-  that row scaled, L(n_max) T / n_max -- where that row's time per token is more than ``EXTRAPOLATED_DROP`` below the
-  row before it (one power-law draw lighter than its neighbours: gpt-oss-20b's SGLang rows on the H100 at moe_ep 4
-  take 5.74 ms at 12,288 tokens and 5.63 ms at 16,384), every token of the prefill inherits that draw's light loads.
+- ``extrapolated``: the prefill's tokens T exceed the table's largest row n_max, and aiconfigurator holds that row's
+  utilisation against its MoE roofline, L(n_max) R(T) / R(n_max) (aic-core perf_database/moe.rs: beyond the rows
+  "the boundary util is held (k_tail=1)"; operators/moe.rs moe_sol: R = max(math, memory time)). Where the roofline
+  is compute-bound at the two last rows and at T, as at every tagged point, that is L(n_max) T / n_max, and the
+  utilisation drop below the row before equals the drop in time per token; where that drop is more than
+  ``EXTRAPOLATED_DROP`` (one power-law draw lighter than its neighbours: gpt-oss-20b's SGLang rows on the H100 at
+  moe_ep 4 take 5.74 ms at 12,288 tokens and 5.63 ms at 16,384; aiconfigurator prices 121,000 tokens at 41.57 ms,
+  5.63 x 121,000 / 16,384), every token of the prefill inherits that draw's light loads. (Where the roofline is
+  memory-bound at the last row the two readings part: bf16 experts of 2,048 x 512, 256 of them top-8, on the
+  B200's TensorRT-LLM table are priced at 32,768 tokens 0.91x twice the 16,384-token row, the roofline's ratio.)
 - ``unreduced``: a DeepSeek-V4 point at tp > 1. aiconfigurator's model (sdk/models/deepseek_v4.py) has no
   all-reduce after attention, and its attention module tables are timed on one GPU with the tp shapes, the
   all-reduce short-circuited at world size 1 (collector/sglang/collect_dsv4_attn.py ``_tp_load_model_patch``); the
@@ -56,6 +62,18 @@ Caveats, each a mechanism of the collector or of aiconfigurator's model rather t
   FlashInfer's heuristic tactics. Tagged where they are more than ``UNTUNED_EXCESS`` times TensorRT-LLM's autotuned
   rows of the same shape and layout (``autotuned_ratio``, median over token counts; Nemotron 3 Super's experts on an
   H200 at moe_tp 2: 5.2x); vLLM's bf16 FlashInfer CUTLASS rows of Gemma 4 on a B200 are 1.1x, not tagged.
+- ``untuned_gemm``: a TensorRT-LLM NVFP4 point of a dense transformer on Blackwell whose decode step aiconfigurator
+  prices from NVFP4 gemm rows timed on the CUTLASS kernel's fallback tactic. Its collector (collector/trtllm/
+  collect_gemm.py run_gemm) times ``Linear.forward`` with a bf16 input and no ``autotune()`` context; the linear's
+  ``trtllm::nvfp4_gemm`` asks ``AutoTuner.choose_one``, which outside tuning mode and without a cache entry returns
+  the fallback (tensorrt_llm/_torch/autotuner.py), ("cutlass", -1) in NVFP4GemmUnifiedRunner.forward
+  (custom_ops/torch_custom_ops.py), whose C++ runner then takes getDefaultGemmConfig: one 128 x 256 tile, cluster
+  1 x 1 (thop/fp4Gemm.cpp). trtllm-serve tunes at start-up (pyexecutor/model_engine.py _run_autotuner_warmup:
+  ``with autotune()``). The rows are no function of the weights up to one wave of tiles: on the B200 at 8 tokens and
+  K = 8,192 they take 21.6 us at N = 128 and 23.3 us at N = 12,288 (96x the weights), then 69.7 us at 65,536. The
+  excess per projection: its price less [the 128 x 128 row + the 65,536-wide row of its K x N / 65,536] (the rows'
+  own throughput where the fallback tile fills the GPU, floor included), over the layers; tagged where it is more
+  than ``UNTUNED_GEMM_SHARE`` of the TPOT.
 - ``msa_disordered``: a MiniMax-M3 point whose engine's msa_context_module rows (its query heads per GPU, its GEMM
   format) are no function of the work: some row takes more than ``MSA_DISORDER`` times a row with at least as many
   sequences of at least as long prompts. TensorRT-LLM 1.3.0rc23's B200 rows (kernel_source msa_fmha_sm100, timed
@@ -141,6 +159,8 @@ MSA_GROWTH = 0.05
 KDA_CONV_SHARE = 0.05  # a quarter of the accuracy goal's 20 %
 KDA_KERNEL_VERSION = "0.5.16"  # SGLang's KDA table: the conv kernel without a host path
 GDN_TP_SHARE = 0.05  # a quarter of the accuracy goal's 20 %, as KDA_CONV_SHARE
+UNTUNED_GEMM_SHARE = 0.05  # a quarter of the accuracy goal's 20 %, as KDA_CONV_SHARE
+UNTUNED_GEMM_TOP_N = 65536  # the widest N of aiconfigurator's gemm tables (collector common_test_cases)
 # aiconfigurator's model families whose vLLM model prices its all-reduces twice (sdk/models/deepseek.py)
 DOUBLE_REDUCE = frozenset({"DEEPSEEK", "KIMIK25"})
 
@@ -182,7 +202,8 @@ def extrapolation_drop(df, moe_dtype: str, distribution: str, shape: tuple[int, 
                        moe_ep: int, tokens: int) -> float | None:
     """Where ``tokens`` exceed the largest row n2 of the table's rows of ``shape`` (hidden, full expert width,
     experts, top-k) at (``moe_tp``, ``moe_ep``): 1 - (L2 / n2) / (L1 / n1), how far the last row's time per token
-    falls below the row n1 before it (aiconfigurator scales L2 to ``tokens``); None elsewhere."""
+    falls below the row n1 before it (aiconfigurator holds L2's utilisation against its roofline, which is L2 scaled
+    to ``tokens`` where the roofline is compute-bound: module docstring); None elsewhere."""
     latency = _layouts(df, moe_dtype, distribution, shape).get((moe_tp, moe_ep), {})
     if len(latency) < 2 or tokens <= max(latency):
         return None
@@ -507,6 +528,46 @@ def gdn_tp_excess(root: Path, p: dict, spec) -> tuple[float, float, float, str] 
     return priced, own, excess, donor
 
 
+def fallback_excess(price: float, floor: float, widest: float, n: int) -> float:
+    """A projection's price over the tuned expectation: price - (floor + widest n / ``UNTUNED_GEMM_TOP_N``), at
+    least 0, where ``widest`` is the row of the same M and K at the table's widest N (module docstring)."""
+    return max(0.0, price - floor - widest * n / UNTUNED_GEMM_TOP_N)
+
+
+def untuned_gemm_excess(p: dict, spec) -> tuple[float, float, int] | None:  # noqa: ANN001 - ModelSpec
+    """(ms a decode step's NVFP4 projections cost in aiconfigurator over the tuned expectation, the price of the
+    fused QKV projection / that of a 128-wide one of the same K, its N) for a TensorRT-LLM NVFP4 point of a dense
+    transformer; None where the engine version has no gemm table on the GPU. Per projection (N x K at M = the
+    batch, aiconfigurator's own interpolation of its rows): price(M, N, K) - [price(M, 128, 128) + price(M, N_top,
+    K) N / N_top], N_top the table's widest rows (65,536, where the collector's fallback tile fills the GPU), at
+    least 0, times the layers."""
+    import logging
+
+    import aiconfigurator_core
+    from aiconfigurator_core.sdk import common
+    from aiconfigurator_core.sdk import operations as ops
+    from aiconfigurator_core.sdk.perf_database import get_database
+
+    path = (Path(aiconfigurator_core.__file__).parent / "systems" / "data" / p["gpu"] / "gemm" / "trtllm"
+            / p["version"])
+    if not path.is_dir():
+        return None
+    logging.disable(logging.WARNING)
+    db = get_database(p["gpu"], "trtllm", p["version"])
+    tp, h, d = p["tp"], spec.hidden_size, spec.head_dim
+    shapes = (((spec.num_attention_heads + 2 * spec.num_kv_heads) * d // tp, h),
+              (h, spec.num_attention_heads * d // tp), (2 * spec.intermediate_size // tp, h),
+              (h, spec.intermediate_size // tp))
+
+    def price(n: int, k: int) -> float:
+        return float(ops.GEMM("g", 1, n, k, common.GEMMQuantMode.nvfp4)._engine_query(db, x=p["batch"]))
+
+    floor = price(128, 128)
+    excess = sum(fallback_excess(price(n, k), floor, price(UNTUNED_GEMM_TOP_N, k), n) for n, k in shapes)
+    qkv_n, qkv_k = shapes[0]
+    return excess * spec.num_layers, price(qkv_n, qkv_k) / price(128, qkv_k), qkv_n
+
+
 def caveats() -> list[dict]:
     """Every aiconfigurator point (validate.py's files) with a caveat, keyed as validate.py keys its points."""
     import aiconfigurator_core
@@ -586,6 +647,19 @@ def caveats() -> list[dict]:
                                         f"{priced:.2f} ms a layer against {own:.2f} from the engine's own "
                                         f"unsharded row / {p['tp']}; +{excess:.0f} ms "
                                         f"({excess / p['ttft_ms']:.0%} of the TTFT)"})
+                continue
+            if (p["model"] not in validate.MOE and p["backend"] == "trtllm" and p["weights_dtype"] == "nvfp4"
+                    and la is None and (gemm := untuned_gemm_excess(p, spec))
+                    and gemm[0] > UNTUNED_GEMM_SHARE * p["tpot_ms"]):
+                excess, flat, qkv_n = gemm
+                out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
+                            "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
+                            "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": "untuned_gemm",
+                            "evidence": f"NVFP4 gemm rows timed on the CUTLASS fallback tactic: the {qkv_n}-wide QKV "
+                                        f"projection priced {flat:.2f}x a 128-wide one ({qkv_n // 128}x the "
+                                        f"weights); +{excess:.1f} ms "
+                                        f"({excess / p['tpot_ms']:.0%} of the TPOT) over the rows' own "
+                                        "full-GPU throughput"})
                 continue
             if p["model"] not in validate.MOE:
                 continue

@@ -62,7 +62,7 @@ def test_caveats_name_loaded_points(v: ModuleType) -> None:
     assert {p["caveat"] for p in tagged} <= {"routing", "sliced", "unsplit", "interpolated", "older",
                                                "extrapolated", "dsa_extrapolated", "ssm_unmeasured", "untuned",
                                                "unreduced", "msa_disordered", "msa_extrapolated", "kda_conv",
-                                               "min_latency", "double_reduce", "gdn_tp_table"}
+                                               "min_latency", "double_reduce", "gdn_tp_table", "untuned_gemm"}
     assert all(p["source_kind"] != "silicon" for p in tagged)
 
 
@@ -598,6 +598,15 @@ def test_min_latency_ratio_by_hand(benchmark_script: Callable[[str], ModuleType]
     assert c.min_latency_ratio(df, (7168, 2048, 256, 8), "power_law_1.01", 4, 1, 24) is None
     cutlass_only = df[df.kernel_source == "moe_torch_flow_cutlass"]
     assert c.min_latency_ratio(cutlass_only, (7168, 2048, 256, 8), "power_law_1.01", 8, 1, 24) is None
+
+
+def test_fallback_excess_by_hand(benchmark_script: Callable[[str], ModuleType]) -> None:
+    """aic_caveats.fallback_excess: a 10,240-wide projection priced 22 us, with a 6 us floor and 70 us at 65,536 wide
+    of the same K, is expected at 6 + 70 x 10,240 / 65,536 = 16.9375 us: 5.0625 over; a price under the
+    expectation counts 0."""
+    c = benchmark_script("validation/aic_caveats.py")
+    assert c.fallback_excess(22.0, 6.0, 70.0, 10240) == pytest.approx(22.0 - 6.0 - 70.0 * 10240 / 65536)
+    assert c.fallback_excess(10.0, 6.0, 70.0, 10240) == 0.0
 
 
 def test_msa_caveat_rules_by_hand(benchmark_script: Callable[[str], ModuleType]) -> None:
