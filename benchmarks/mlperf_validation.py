@@ -25,7 +25,8 @@ llama3-1-8b-datacenter.csv -> cnndm_llama3_lengths.csv, 13,368 CNN-DailyMail pro
 ``max_new_tokens`` (128 for Llama 3.1 8B, whose reference lengths there are characters / 4, so only their shape
 is used), ``max_model_len`` and the p99 limits of their LoadGen summary (``ttft_limit_ms``, ``tpot_limit_ms``:
 Interactive 450 / 40 ms, 405B 6,000 / 175 ms, 8B 2,000 / 100 ms); ``offline`` is null where the Offline run's
-layout is one the replay lacks (pipeline parallelism).
+layout is one the replay lacks (pipeline parallelism). ``scheduler`` (SchedulerPolicy's fields) is the run's stated
+prefill scheduling where it is not chunked prefill beside decodes (AMD's v5.1 runs: ``scheduler_policy``).
 
 Two comparisons per point. At the reported rate: predicted against measured TTFT and TPOT (p50, p99) and the
 sequences in flight per replica (Little's law: completed samples/s x mean latency). And the highest rate at which
@@ -59,6 +60,7 @@ from tfcalc.calc.serving_sim import SimConfig, SimResult, Workload, simulate
 from tfcalc.calc.serving_traffic import LengthDist, Overheads
 from tfcalc.cli.capacity import read_lengths_csv
 from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.engine import SchedulerPolicy
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
 HERE = Path(__file__).parent / "validation"
@@ -97,6 +99,14 @@ def dataset_lengths(output_mean: float, csv: str = OPENORCA,
     return inputs, LengthDist(kind="empirical", values=scaled(hi))
 
 
+def scheduler_policy(point: dict) -> SchedulerPolicy:
+    """The run's stated scheduling: chunked prefill beside decodes (TensorRT-LLM enable_chunked_context, as NVIDIA's
+    configurations set it) unless the point's ``scheduler`` says otherwise. AMD's v5.1 vLLM 0.9 runs set
+    enable_chunked_prefill False, so vLLM V0's Scheduler._schedule_default runs: waiting prompts whole, and no
+    decode in a step that has a prompt (vllm-project/vllm@0054e1f vllm/core/scheduler.py)."""
+    return SchedulerPolicy(**point.get("scheduler", {}))
+
+
 class Replica:
     """One engine instance of a point: its step model, scheduler limits and KV pool, with a scenario's sequence
     limit (0: the engine preset's default) and mean generated length."""
@@ -121,7 +131,7 @@ class Replica:
         self.limits = limits(point)
         self.cfg = SimConfig(max_num_seqs=self.seats, max_num_batched_tokens=self.budget,
                              kv_capacity_tokens=self.kv_tokens, block_size=self.block_size,
-                             overheads=Overheads(source="in-process SUT: none"))
+                             overheads=Overheads(source="in-process SUT: none"), policy=scheduler_policy(point))
 
     def run(self, system_qps: float, duration_s: float, seed: int = 1) -> SimResult:
         """Server: a Poisson stream of ``system_qps`` / replicas samples a second into this replica for

@@ -143,3 +143,25 @@ def test_the_step_model_at_the_2025_runs_operating_points(replay: ModuleType) ->
     assert set(errors) == {"b200", "h200", "mi300x", "mi325x"}
     assert abs(errors["b200"]) <= 0.1 and abs(errors["mi325x"]) <= 0.1, errors
     assert -0.25 <= errors["h200"] <= -0.1 and -0.25 <= errors["mi300x"] <= -0.1, errors
+
+
+def test_a_stated_unchunked_prefill_is_the_replays(replay: ModuleType) -> None:
+    """AMD's v5.1 vLLM runs state enable_chunked_prefill False (vLLM V0's _schedule_default: whole prompts in steps
+    without decodes); the replay's simulation takes it, NVIDIA's chunked runs keep chunks beside decodes. On the
+    MI300X Interactive run a prompt's step stalls the decodes, so TPOT p99 rises over the chunked replay's."""
+    from dataclasses import replace
+
+    from tfcalc.spec.engine import SchedulerPolicy
+
+    amd = [p for p in replay.points("v5.1") if p["submitter"] == "AMD"]
+    assert len(amd) == 4
+    for p in replay.points():
+        policy = replay.server_replica(p).cfg.policy
+        assert policy == (SchedulerPolicy(chunked_prefill=False, prefill_first=True) if p in amd
+                          else SchedulerPolicy())
+    point = next(p for p in amd if "Interactive" in p["id"])
+    replica = replay.server_replica(point)
+    whole = replica.run(point["scheduled_qps"], duration_s=60.0)
+    replica.cfg = replace(replica.cfg, policy=SchedulerPolicy())
+    chunked = replica.run(point["scheduled_qps"], duration_s=60.0)
+    assert whole.metric("tpot", 99) > chunked.metric("tpot", 99)
