@@ -18,6 +18,16 @@ max 1,021) and its reference-answer lengths rescaled to the run's own mean gener
 completed samples/s: 290-293; the model writes longer answers than the GPT-4 references, mean 219), capped at
 MLPerf's 1,024 new tokens; prompt and output lengths are drawn independently. Nothing is fitted to the results.
 
+The v5.1 points of other benchmarks and of the Interactive scenario carry their own ``lengths_csv`` (token counts
+of MLCommons' datasets as extracted by openshift-psap/performance-dashboard@7100702 mlperf-data/summaries/:
+llama3-1-8b-datacenter.csv -> cnndm_llama3_lengths.csv, 13,368 CNN-DailyMail prompts, mean 871; llama3-1-405b.csv
+-> llama3_405b_lengths.csv, 8,313, mean 9,429; mixtral-8x7b.csv -> mixtral_lengths.csv, 15,000, mean 427),
+``max_new_tokens`` (128 for Llama 3.1 8B, whose reference lengths there are characters / 4, so only their shape
+is used), ``max_model_len`` and the p99 limits of their LoadGen summary (``ttft_limit_ms``, ``tpot_limit_ms``:
+Interactive 450 / 40 ms, 405B 6,000 / 175 ms, 8B 2,000 / 100 ms); ``offline`` is null where the Offline run's
+layout is one the replay lacks (pipeline parallelism). ``scheduler`` (SchedulerPolicy's fields) is the run's stated
+prefill scheduling where it is not chunked prefill beside decodes (AMD's v5.1 runs: ``scheduler_policy``).
+
 Two comparisons per point. At the reported rate: predicted against measured TTFT and TPOT (p50, p99) and the
 sequences in flight per replica (Little's law: completed samples/s x mean latency). And the highest rate at which
 tfcalc's simulation still meets the two p99 limits, against the rate the submitter ran (a lower bound of the
@@ -50,27 +60,51 @@ from tfcalc.calc.serving_sim import SimConfig, SimResult, Workload, simulate
 from tfcalc.calc.serving_traffic import LengthDist, Overheads
 from tfcalc.cli.capacity import read_lengths_csv
 from tfcalc.dtypes import get_dtype, parse_weight_precision
+from tfcalc.spec.engine import SchedulerPolicy
 from tfcalc.spec.presets import load_engine, load_gpu, load_model
 
 HERE = Path(__file__).parent / "validation"
 TTFT_LIMIT_S, TPOT_LIMIT_S, MAX_NEW_TOKENS = 2.0, 0.2, 1024   # MLPerf Inference v4.1 llama2-70b Server
+OPENORCA = "benchmarks/validation/openorca_lengths.csv"
 
 
 def points(only: str = "") -> list[dict]:
     return [p for p in json.loads((HERE / "mlperf_server.json").read_text()) if only in p["id"]]
 
 
+def limits(point: dict) -> tuple[float, float]:
+    """The run's p99 TTFT and TPOT limits (seconds): its LoadGen summary's ttft_latency / tpot_latency."""
+    return point.get("ttft_limit_ms", TTFT_LIMIT_S * 1e3) / 1e3, point.get("tpot_limit_ms", TPOT_LIMIT_S * 1e3) / 1e3
+
+
 @cache
-def _dataset() -> tuple[LengthDist, LengthDist]:
-    return read_lengths_csv(HERE / "openorca_lengths.csv")   # the format `tfcalc capacity --lengths-csv` reads
+def _dataset(csv: str = OPENORCA) -> tuple[LengthDist, LengthDist]:
+    return read_lengths_csv(HERE.parent.parent / csv)   # the format `tfcalc capacity --lengths-csv` reads
 
 
-def dataset_lengths(output_mean: float) -> tuple[LengthDist, LengthDist]:
-    """The dataset's prompt lengths, and its reference-answer lengths scaled to ``output_mean`` (capped at 1,024)."""
-    inputs, references = _dataset()
-    scale = output_mean / references.mean
-    outputs = tuple(max(1, min(MAX_NEW_TOKENS, round(o * scale))) for o in references.values)
-    return inputs, LengthDist(kind="empirical", values=outputs)
+def dataset_lengths(output_mean: float, csv: str = OPENORCA,
+                    max_new: int = MAX_NEW_TOKENS) -> tuple[LengthDist, LengthDist]:
+    """The dataset's prompt lengths, and its reference-answer lengths scaled by the factor s whose capped
+    lengths min(max_new, round(o x s)) have mean ``output_mean`` (bisection; all at the cap where the mean
+    reaches it)."""
+    inputs, references = _dataset(csv)
+
+    def scaled(scale: float) -> tuple[int, ...]:
+        return tuple(max(1, min(max_new, round(o * scale))) for o in references.values)
+
+    lo, hi = 0.0, max_new / min(references.values)       # every length at the cap at ``hi``
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sum(scaled(mid)) < output_mean * len(references.values) else (lo, mid)
+    return inputs, LengthDist(kind="empirical", values=scaled(hi))
+
+
+def scheduler_policy(point: dict) -> SchedulerPolicy:
+    """The run's stated scheduling: chunked prefill beside decodes (TensorRT-LLM enable_chunked_context, as NVIDIA's
+    configurations set it) unless the point's ``scheduler`` says otherwise. AMD's v5.1 vLLM 0.9 runs set
+    enable_chunked_prefill False, so vLLM V0's Scheduler._schedule_default runs: waiting prompts whole, and no
+    decode in a step that has a prompt (vllm-project/vllm@0054e1f vllm/core/scheduler.py)."""
+    return SchedulerPolicy(**point.get("scheduler", {}))
 
 
 class Replica:
@@ -87,15 +121,17 @@ class Replica:
         self.seats, self.budget = max_num_seqs or seats, budget or default_budget
         self.replicas = point["gpus"] // point["tp"]
         memory = replica_memory(spec, gpu, precision, kv, tp=point["tp"], pp=1, ep=1, engine=engine,
-                                max_model_len=2 * MAX_NEW_TOKENS, max_num_seqs=self.seats,
+                                max_model_len=point.get("max_model_len", 2 * MAX_NEW_TOKENS), max_num_seqs=self.seats,
                                 max_num_batched_tokens=self.budget)
         self.kv_tokens, self.block_size, self.fits = memory.kv_capacity_tokens, memory.block_size, memory.fits
         self.step = latency_step(spec, gpu, precision, kv, tp=point["tp"], engine=engine)
         self.engine = engine.label
-        self.inputs, self.outputs = dataset_lengths(output_mean)
+        self.inputs, self.outputs = dataset_lengths(output_mean, point.get("lengths_csv", OPENORCA),
+                                                    point.get("max_new_tokens", MAX_NEW_TOKENS))
+        self.limits = limits(point)
         self.cfg = SimConfig(max_num_seqs=self.seats, max_num_batched_tokens=self.budget,
                              kv_capacity_tokens=self.kv_tokens, block_size=self.block_size,
-                             overheads=Overheads(source="in-process SUT: none"))
+                             overheads=Overheads(source="in-process SUT: none"), policy=scheduler_policy(point))
 
     def run(self, system_qps: float, duration_s: float, seed: int = 1) -> SimResult:
         """Server: a Poisson stream of ``system_qps`` / replicas samples a second into this replica for
@@ -124,21 +160,22 @@ def offline_replica(point: dict) -> Replica:
                    off.get("max_num_batched_tokens", 0))
 
 
-def meets_limits(sim: SimResult) -> bool:
-    return sim.metric("ttft", 99) <= TTFT_LIMIT_S and sim.metric("tpot", 99) <= TPOT_LIMIT_S
+def meets_limits(sim: SimResult, limit: tuple[float, float] = (TTFT_LIMIT_S, TPOT_LIMIT_S)) -> bool:
+    return sim.metric("ttft", 99) <= limit[0] and sim.metric("tpot", 99) <= limit[1]
 
 
-def max_qps(replica: Replica, start_qps: float, duration_s: float) -> float:
+def max_qps(replica: Replica, start_qps: float, duration_s: float,
+            limit: tuple[float, float] = (TTFT_LIMIT_S, TPOT_LIMIT_S)) -> float:
     """The highest system rate (samples/s) whose simulation over the run's duration meets both p99 limits: bisection
     between a rate that meets them and one that does not, to 2 %."""
     lo, hi = start_qps, start_qps
-    while meets_limits(replica.run(hi, duration_s)):
+    while meets_limits(replica.run(hi, duration_s), limit):
         lo, hi = hi, hi * 1.15
-    while not meets_limits(replica.run(lo, duration_s)):
+    while not meets_limits(replica.run(lo, duration_s), limit):
         lo, hi = lo / 1.15, lo
     while hi / lo > 1.02:
         mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if meets_limits(replica.run(mid, duration_s)) else (lo, mid)
+        lo, hi = (mid, hi) if meets_limits(replica.run(mid, duration_s), limit) else (lo, mid)
     return lo
 
 
@@ -154,13 +191,14 @@ def operating_point(point: dict, replica: Replica) -> dict[str, float]:
             "output_mean": sum(outputs) / len(outputs)}
 
 
+_LLAMA2 = "benchmarks/validation/models/llama2-70b.yaml"   # the only model whose config.json is built below
 _AIC_SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
 
 
 def aiconfigurator_tpot_s(point: dict, seqs: int, isl: int, osl: int) -> float | None:
     """aiconfigurator's static-batch TPOT (seconds) for TensorRT-LLM on the point's GPU, or None where it is not
-    installed or has no such system."""
-    if point["engine"] != "trtllm" or point["gpu"] not in _AIC_SYSTEMS:
+    installed, has no such system or the point's model is not Llama 2 70B."""
+    if point["engine"] != "trtllm" or point["gpu"] not in _AIC_SYSTEMS or point["model"] != _LLAMA2:
         return None
     try:
         import logging
@@ -230,8 +268,8 @@ def main() -> None:
         replica = server_replica(point)
         duration = args.duration or point["min_duration_s"]
         sim = replica.run(point["scheduled_qps"], duration)
-        best = max_qps(replica, point["scheduled_qps"], duration)
-        offline = offline_replica(point).offline_tok_s()
+        best = max_qps(replica, point["scheduled_qps"], duration, replica.limits)
+        offline = offline_replica(point).offline_tok_s() if point["offline"] else 0.0
         rows.append((point, replica, sim, best, offline, time.perf_counter() - start))
     if args.markdown:
         print("| run | layout | engine preset | in flight per replica, measured / predicted | TTFT p50 / p99 ms "
@@ -256,10 +294,11 @@ def main() -> None:
               "(output tok/s) | vs run | Offline output tok/s measured / predicted |\n|---|---|---|---|---|")
     for point, _, _, best, offline, seconds in rows:
         mean_out = point["output_tok_s"] / point["completed_qps"]
-        measured_offline = point["offline"]["output_tok_s"]
+        measured_offline = point["offline"]["output_tok_s"] if point["offline"] else 0.0
         cells = (point["id"], f"{point['scheduled_qps']:.1f} ({point['output_tok_s']:,.0f})",
                  f"{best:.1f} ({best * mean_out:,.0f})", _pct(best, point["scheduled_qps"]),
-                 f"{measured_offline:,.0f} / {offline:,.0f} ({_pct(offline, measured_offline)})")
+                 f"{measured_offline:,.0f} / {offline:,.0f} ({_pct(offline, measured_offline)})"
+                 if offline else "—")
         print("| " + " | ".join(cells) + " |" if args.markdown else "  ".join(cells) + f"  ({seconds:.0f} s)")
 
 

@@ -19,15 +19,39 @@ def replay(benchmark_script: Callable[[str], ModuleType]) -> ModuleType:
 
 def test_points_resolve_and_are_consistent(replay: ModuleType) -> None:
     points = replay.points()
-    assert len(points) >= 3
+    assert len(points) == 12
+    assert len([p for p in points if p.get("lengths_csv", replay.OPENORCA) == replay.OPENORCA]) == 9
+    assert len(replay.points("Interactive")) == 2
     for p in points:
         assert p["gpus"] % p["tp"] == 0
         assert p["completed_qps"] <= p["scheduled_qps"] * 1.01
-        assert p["ttft_ms"]["p50"] <= p["ttft_ms"]["p99"] <= replay.TTFT_LIMIT_S * 1e3   # valid runs meet the limits
-        assert p["tpot_ms"]["p50"] <= p["tpot_ms"]["p99"] <= replay.TPOT_LIMIT_S * 1e3
-        assert 250 < p["output_tok_s"] / p["completed_qps"] < 330      # tokens per sample, as generated
-        for replica in (replay.server_replica(p), replay.offline_replica(p)):
+        ttft_limit, tpot_limit = replay.limits(p)
+        assert p["ttft_ms"]["p50"] <= p["ttft_ms"]["p99"] <= ttft_limit * 1e3   # valid runs meet the limits
+        assert p["tpot_ms"]["p50"] <= p["tpot_ms"]["p99"] <= tpot_limit * 1e3
+        if p.get("lengths_csv", replay.OPENORCA) == replay.OPENORCA:
+            assert 250 < p["output_tok_s"] / p["completed_qps"] < 330      # tokens per sample, as generated
+        replicas = [replay.server_replica(p)] + ([replay.offline_replica(p)] if p["offline"] else [])
+        for replica in replicas:
             assert replica.fits and replica.kv_tokens > 0 and replica.replicas == p["gpus"] // p["tp"]
+
+
+def test_each_dataset_is_the_runs_sample_set(replay: ModuleType) -> None:
+    """Every point's lengths file has as many rows as LoadGen's performance_sample_count in its summary, no prompt
+    beyond its max_model_len, and the replay's outputs have the run's generated mean where the cap allows."""
+    for p in replay.points():
+        mean = p["output_tok_s"] / p["completed_qps"]
+        cap = p.get("max_new_tokens", replay.MAX_NEW_TOKENS)
+        inputs, outputs = replay.dataset_lengths(mean, p.get("lengths_csv", replay.OPENORCA), cap)
+        assert len(inputs.values) == p["performance_sample_count"], p["id"]
+        assert max(inputs.values) <= p.get("max_model_len", 2048) and max(outputs.values) <= cap
+        assert outputs.mean == pytest.approx(min(mean, cap), rel=0.01), p["id"]
+
+
+def test_outputs_reach_the_cap_when_the_run_does(replay: ModuleType) -> None:
+    """Llama 3.1 8B generates 129 tokens a sample at a 128-token limit: every replayed output is at the cap (a plain
+    rescale by 129 / 81.6 would leave a third of them short)."""
+    _, outputs = replay.dataset_lengths(129.0, "benchmarks/validation/cnndm_llama3_lengths.csv", 128)
+    assert set(outputs.values) == {128}
 
 
 def test_lengths_are_the_published_sample_set(replay: ModuleType) -> None:
@@ -98,7 +122,8 @@ def test_a_stated_token_budget_is_the_replays(replay: ModuleType) -> None:
     for p in replay.points():
         default = scheduler_defaults(load_engine(p["engine"]), load_gpu(p["gpu"]))[1]
         assert replay.server_replica(p).budget == p.get("max_num_batched_tokens", default)
-        assert replay.offline_replica(p).budget == p["offline"].get("max_num_batched_tokens", default)
+        if p["offline"]:
+            assert replay.offline_replica(p).budget == p["offline"].get("max_num_batched_tokens", default)
 
 
 def test_the_step_model_at_the_2025_runs_operating_points(replay: ModuleType) -> None:
@@ -108,6 +133,8 @@ def test_the_step_model_at_the_2025_runs_operating_points(replay: ModuleType) ->
     above tfcalc's (docs/capacity.md, "MLPerf Inference v5.1")."""
     errors = {}
     for point in replay.points("v5.1"):
+        if point.get("lengths_csv", replay.OPENORCA) != replay.OPENORCA or point.get("scenario") == "Interactive":
+            continue
         replica = replay.server_replica(point)
         op = replay.operating_point(point, replica)
         step = replica.step.time(op["seqs"], op["context"], round(op["prefill_tokens"]), 0.0,
@@ -116,3 +143,25 @@ def test_the_step_model_at_the_2025_runs_operating_points(replay: ModuleType) ->
     assert set(errors) == {"b200", "h200", "mi300x", "mi325x"}
     assert abs(errors["b200"]) <= 0.1 and abs(errors["mi325x"]) <= 0.1, errors
     assert -0.25 <= errors["h200"] <= -0.1 and -0.25 <= errors["mi300x"] <= -0.1, errors
+
+
+def test_a_stated_unchunked_prefill_is_the_replays(replay: ModuleType) -> None:
+    """AMD's v5.1 vLLM runs state enable_chunked_prefill False (vLLM V0's _schedule_default: whole prompts in steps
+    without decodes); the replay's simulation takes it, NVIDIA's chunked runs keep chunks beside decodes. On the
+    MI300X Interactive run a prompt's step stalls the decodes, so TPOT p99 rises over the chunked replay's."""
+    from dataclasses import replace
+
+    from tfcalc.spec.engine import SchedulerPolicy
+
+    amd = [p for p in replay.points("v5.1") if p["submitter"] == "AMD"]
+    assert len(amd) == 4
+    for p in replay.points():
+        policy = replay.server_replica(p).cfg.policy
+        assert policy == (SchedulerPolicy(chunked_prefill=False, prefill_first=True) if p in amd
+                          else SchedulerPolicy())
+    point = next(p for p in amd if "Interactive" in p["id"])
+    replica = replay.server_replica(point)
+    whole = replica.run(point["scheduled_qps"], duration_s=60.0)
+    replica.cfg = replace(replica.cfg, policy=SchedulerPolicy())
+    chunked = replica.run(point["scheduled_qps"], duration_s=60.0)
+    assert whole.metric("tpot", 99) > chunked.metric("tpot", 99)
