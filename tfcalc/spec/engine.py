@@ -1007,19 +1007,23 @@ def _fp8_kv_attention(value: Any, origin: str) -> dict[str, tuple[float, float]]
     return out
 
 
+def _gpu_parsed(value: Any, origin: str, key: str, what: str, parse: Callable[[Any, str], Any]) -> dict[str, Any]:
+    """GPU preset name -> ``parse(entry, "key.gpu")``, a GPU preset's own field parser; its error names this file."""
+    out = {}
+    for gpu, entry in _gpu_entries(value, origin, key, what).items():
+        try:
+            out[str(gpu)] = parse(entry, f"{key}.{gpu}")
+        except SpecError as err:
+            raise SpecError(f"{origin}: {err}") from None
+    return out
+
+
 def _decode_attention(value: Any, origin: str) -> dict[str, tuple[float, float, float, float]]:
     """``kernels.decode_attention``: GPU preset name -> the engine's decode kernel there, in the fields of a GPU
     preset's ``latency.decode_attention`` (``tfcalc.spec.gpu.decode_attention_block``), used in its place."""
     from tfcalc.spec.gpu import decode_attention_block
 
-    key = "kernels.decode_attention"
-    out = {}
-    for gpu, block in _gpu_entries(value, origin, key, "decode attention kernels").items():
-        try:
-            out[str(gpu)] = decode_attention_block(block, f"{key}.{gpu}")
-        except SpecError as err:
-            raise SpecError(f"{origin}: {err}") from None
-    return out
+    return _gpu_parsed(value, origin, "kernels.decode_attention", "decode attention kernels", decode_attention_block)
 
 
 def _fp8_kv_prefill(value: Any, origin: str) -> dict[str, float]:
@@ -1287,13 +1291,7 @@ def _gemm_fractions(value: Any, origin: str, key: str) -> dict[str, dict[str, fl
     fraction in (0, 1]."""
     from tfcalc.spec.gpu import storage_fractions
 
-    out = {}
-    for gpu, by_format in _gpu_entries(value, origin, key, "mappings of weight formats to fractions").items():
-        try:
-            out[str(gpu)] = storage_fractions(by_format, f"{key}.{gpu}")
-        except SpecError as exc:
-            raise SpecError(f"{origin}: {exc}") from None
-    return out
+    return _gpu_parsed(value, origin, key, "mappings of weight formats to fractions", storage_fractions)
 
 
 def _stream_bits(value: Any, origin: str) -> dict[str, dict[str, float]]:
