@@ -919,8 +919,7 @@ def _all_reduce(d: Deployment, nbytes: float, n: int, ideal: bool,
             hit = memo[key] = _all_reduce(d, nbytes, n, ideal)
         return hit
     fabric = d.fabric(n)
-    link = fabric.nccl_for(n)  # the ring's bandwidth over n GPUs (PCIe: falls with n, Interconnect.nccl_for)
-    link = link.ideal() if ideal else link
+    link = fabric.nccl_for(n, ideal)  # the ring's bandwidth over n GPUs (PCIe: falls with n, Interconnect.nccl_for)
     algorithm = d.algorithm if fabric is d.intra else fabric.algorithm
     best = comm.all_reduce(nbytes, n, link, algorithm)
     engine = d.kernels
@@ -1381,7 +1380,7 @@ def _ffn_layer(s: _Step, d: Deployment, shape: StepShape, moe: bool, ideal: bool
     if start is not None and shared is not None:  # the shared experts' path beside the router's and routed's
         _overlap(acc, start, shared)
     if gathered:  # all-gather of the tokens and router logits, reduce-scatter of the results (the same ring cost)
-        link = d.intra.nccl_for(d.dp).ideal() if ideal else d.intra.nccl_for(d.dp)
+        link = d.intra.nccl_for(d.dp, ideal)
         for nbytes in (routed_tokens * (width + dm.experts) * ACT_BYTES, routed_tokens * width * ACT_BYTES):
             s.add_comm(comm.all_gather(nbytes, d.dp, link), link.bandwidth_bytes_per_s, "ep")
     elif d.dp > 1:  # dispatch and combine: each GPU sends its share of the tokens' copies and gets them back
@@ -1520,7 +1519,7 @@ def _head(s: _Step, d: Deployment, shape: StepShape, first: bool, last: bool, id
         _gemm(s, "lm_head", rows, dm.vocab, dm.h, dm.head, d.kernels)
         if d.tp > 1:
             fabric = d.fabric(d.tp)
-            link = fabric.nccl_for(d.tp).ideal() if ideal else fabric.nccl_for(d.tp)
+            link = fabric.nccl_for(d.tp, ideal)
             s.add_comm(comm.all_gather(rows * dm.vocab * d.tp * ACT_BYTES, d.tp, link), link.bandwidth_bytes_per_s,
                        "tp")
         _elementwise_group(s, "lm_head", 2 * rows * dm.vocab * d.tp * 4, kernels_count=2,

@@ -175,8 +175,9 @@ def _offers(gpu_names: list[str] | None, price_overrides: list[str] | None, tier
     from tfcalc.spec.presets import load_gpu, preset_names
     from tfcalc.spec.prices import load_prices, parse_price_overrides
 
-    prices = {name: p for name, p in load_prices().items() if tier in ("any", p.provider_kind)}
-    others = {name: p.provider_kind for name, p in load_prices().items() if name not in prices}
+    every_price = load_prices()
+    prices = {name: p for name, p in every_price.items() if tier in ("any", p.provider_kind)}
+    others = {name: p.provider_kind for name, p in every_price.items() if name not in prices}
     overrides: dict[str, float] = {}
     for name, usd in parse_price_overrides(price_overrides).items():  # by the preset's own name: H100-SXM, a file
         try:

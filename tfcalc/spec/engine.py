@@ -987,8 +987,7 @@ def _moe_k0(value: Any, origin: str) -> dict[str, dict[str, float]]:
 
 def _moe_floors(value: Any, origin: str, key: str = "kernels.moe_floors_us") -> dict[str, dict[str, float]]:
     """``kernels.moe_floors_us`` (or ``key``: ``kernels.moe_ep_floors_us``, ``kernels.moe_touched_expert_us``): GPU
-    preset name -> storage format ->
-    microseconds, returned in seconds."""
+    preset name -> storage format -> microseconds, returned in seconds."""
     us = _by_gpu(value, origin, key, MOE_EXPERT_DTYPES, 0.0, MAX_MICROSECONDS)
     return {gpu: {fmt: v * 1e-6 for fmt, v in by_fmt.items()} for gpu, by_fmt in us.items()}
 

@@ -83,14 +83,15 @@ class Interconnect:
     expert_all_to_all: Link | None = None  # the MoE dispatch / combine kernels' own link, where measured
     nccl_efficiency_by_gpus: tuple[tuple[int, float], ...] = ()  # (GPUs, efficiency) ascending (module docstring)
 
-    def nccl_for(self, n: int) -> Link:
+    def nccl_for(self, n: int, ideal: bool = False) -> Link:
         """NCCL's link for a collective over ``n`` GPUs: the efficiency of the largest listed count <= n
-        (``nccl_efficiency_by_gpus``), else ``nccl`` as it is."""
+        (``nccl_efficiency_by_gpus``), else ``nccl`` as it is; ``ideal``: its ideal link (``Link.ideal``)."""
         efficiency = None
         for gpus, value in self.nccl_efficiency_by_gpus:
             if gpus <= n:
                 efficiency = value
-        return self.nccl if efficiency is None else replace(self.nccl, efficiency=efficiency)
+        link = self.nccl if efficiency is None else replace(self.nccl, efficiency=efficiency)
+        return link.ideal() if ideal else link
 
     @property
     def expert_link(self) -> Link:
