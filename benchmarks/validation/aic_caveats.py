@@ -568,6 +568,13 @@ def untuned_gemm_excess(p: dict, spec) -> tuple[float, float, int] | None:  # no
     return excess * spec.num_layers, price(qkv_n, qkv_k) / price(128, qkv_k), qkv_n
 
 
+def _tagged(path: Path, p: dict, caveat: str, evidence: str) -> dict:
+    """A caveats-file entry: the point keyed as validate.py keys it, its caveat and the evidence."""
+    return {"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"], "tp": p["tp"],
+            "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"], "osl": p["osl"],
+            "weights_dtype": p["weights_dtype"], "caveat": caveat, "evidence": evidence}
+
+
 def caveats() -> list[dict]:
     """Every aiconfigurator point (validate.py's files) with a caveat, keyed as validate.py keys its points."""
     import aiconfigurator_core
@@ -587,31 +594,25 @@ def caveats() -> list[dict]:
             spec = validate.load_spec(validate.model_file(p["model"]))
             la = spec.linear_attention
             if la is not None and la.kind == "mamba2" and (share := ssm_state_share(spec, p)) > SSM_STATE_SHARE:
-                out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
-                            "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
-                            "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": "ssm_unmeasured",
-                            "evidence": f"the SSM states are {share:.0%} of the decode step's bytes; aiconfigurator "
-                                        "has no measured scan or state-update kernel"})
+                out.append(_tagged(path, p, "ssm_unmeasured",
+                                   f"the SSM states are {share:.0%} of the decode step's bytes; aiconfigurator "
+                                   "has no measured scan or state-update kernel"))
                 continue
             if la is not None and la.kind == "kda":
                 excess, own = kda_conv_excess(spec, p)
                 if excess > KDA_CONV_SHARE * p["ttft_ms"]:
-                    out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
-                                "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
-                                "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": "kda_conv",
-                                "evidence": f"the KDA prefill conv rows time a host path: {excess:.1f} ms "
-                                            f"({excess / p['ttft_ms']:.0%} of the TTFT) over the kernel's own rows "
-                                            f"(sglang {KDA_KERNEL_VERSION})" + ("" if own or p["backend"] == "vllm"
-                                            else f"; {p['backend']} {p['version']} has no KDA table, filled "
-                                            "from vLLM's")})
+                    out.append(_tagged(path, p, "kda_conv",
+                                       f"the KDA prefill conv rows time a host path: {excess:.1f} ms "
+                                       f"({excess / p['ttft_ms']:.0%} of the TTFT) over the kernel's own rows "
+                                       f"(sglang {KDA_KERNEL_VERSION})" + ("" if own or p["backend"] == "vllm"
+                                       else f"; {p['backend']} {p['version']} has no KDA table, filled "
+                                       "from vLLM's")))
                     continue
             if spec.compressed_attention is not None and p["tp"] > 1:
-                out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
-                            "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
-                            "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": "unreduced",
-                            "evidence": f"no all-reduce after attention at tp {p['tp']}: aiconfigurator's DeepSeek-V4 "
-                                        "model adds none and its attention module is timed at world size 1, where "
-                                        "the engines reduce wo_b's row-parallel output"})
+                out.append(_tagged(path, p, "unreduced",
+                                   f"no all-reduce after attention at tp {p['tp']}: aiconfigurator's DeepSeek-V4 "
+                                   "model adds none and its attention module is timed at world size 1, where "
+                                   "the engines reduce wo_b's row-parallel output"))
                 continue
             si = spec.sparse_indexer
             rows = (msa_context_rows(root, p, spec.num_attention_heads,
@@ -632,34 +633,27 @@ def caveats() -> list[dict]:
                                 f"{beyond[0]:,} tokens, {beyond[2]:.0%} slower per prompt than one; {p['backend']} "
                                 f"{p['version']})")
                 if reason:
-                    out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
-                                "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
-                                "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": reason,
-                                "evidence": evidence})
+                    out.append(_tagged(path, p, reason, evidence))
                     continue
             if (la is not None and la.kind == "gated_deltanet" and p["backend"] == "trtllm"
                     and (gdn := gdn_tp_excess(root, p, spec)) and gdn[2] > GDN_TP_SHARE * p["ttft_ms"]):
                 priced, own, excess, donor = gdn
-                out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
-                            "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
-                            "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": "gdn_tp_table",
-                            "evidence": f"no gdn rows at tp {p['tp']}'s heads: the scan priced from {donor}'s, "
-                                        f"{priced:.2f} ms a layer against {own:.2f} from the engine's own "
-                                        f"unsharded row / {p['tp']}; +{excess:.0f} ms "
-                                        f"({excess / p['ttft_ms']:.0%} of the TTFT)"})
+                out.append(_tagged(path, p, "gdn_tp_table",
+                                   f"no gdn rows at tp {p['tp']}'s heads: the scan priced from {donor}'s, "
+                                   f"{priced:.2f} ms a layer against {own:.2f} from the engine's own "
+                                   f"unsharded row / {p['tp']}; +{excess:.0f} ms "
+                                   f"({excess / p['ttft_ms']:.0%} of the TTFT)"))
                 continue
             if (p["model"] not in validate.MOE and p["backend"] == "trtllm" and p["weights_dtype"] == "nvfp4"
                     and la is None and (gemm := untuned_gemm_excess(p, spec))
                     and gemm[0] > UNTUNED_GEMM_SHARE * p["tpot_ms"]):
                 excess, flat, qkv_n = gemm
-                out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
-                            "tp": p["tp"], "ep": p.get("ep", 1), "batch": p["batch"], "isl": p["isl"],
-                            "osl": p["osl"], "weights_dtype": p["weights_dtype"], "caveat": "untuned_gemm",
-                            "evidence": f"NVFP4 gemm rows timed on the CUTLASS fallback tactic: the {qkv_n}-wide QKV "
-                                        f"projection priced {flat:.2f}x a 128-wide one ({qkv_n // 128}x the "
-                                        f"weights); +{excess:.1f} ms "
-                                        f"({excess / p['tpot_ms']:.0%} of the TPOT) over the rows' own "
-                                        "full-GPU throughput"})
+                out.append(_tagged(path, p, "untuned_gemm",
+                                   f"NVFP4 gemm rows timed on the CUTLASS fallback tactic: the {qkv_n}-wide QKV "
+                                   f"projection priced {flat:.2f}x a 128-wide one ({qkv_n // 128}x the "
+                                   f"weights); +{excess:.1f} ms "
+                                   f"({excess / p['tpot_ms']:.0%} of the TPOT) over the rows' own "
+                                   "full-GPU throughput"))
                 continue
             if p["model"] not in validate.MOE:
                 continue
@@ -740,9 +734,7 @@ def caveats() -> list[dict]:
                 evidence = (f"four all-reduces of the hidden states per layer at tp {p['tp']} (tp_allreduce x 2 and "
                             "the MoE pre- / post-dispatch custom all-reduces), where vLLM runs two")
             if reason:
-                out.append({"source": path.name, "model": p["model"], "gpu": p["gpu"], "backend": p["backend"],
-                            "tp": p["tp"], "ep": ep, "batch": p["batch"], "isl": p["isl"], "osl": p["osl"],
-                            "weights_dtype": p["weights_dtype"], "caveat": reason, "evidence": evidence})
+                out.append(_tagged(path, p, reason, evidence))
     return out
 
 
